@@ -1,0 +1,84 @@
+# Elastic GPU - the two commands: `make demo` and `make check`.
+#
+#   make deps    install missing Debian packages (as root), else print the apt-get line
+#   make build   configure and build into build/
+#   make demo    deps + build, then replay the openb trace with every policy (seed 42)
+#   make check   deps + build, then every test: unit (ctest), unit under ASan+UBSan
+#                (ctest), integration (pytest), formatting and source checks
+#   make bench   benchmarks under bench/ (print figures; not part of check)
+#   make data    download the openb trace CSVs into data/openb (needs network)
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+PYTHON     ?= /usr/bin/python3
+TRACE_URL  ?= https://raw.githubusercontent.com/alibaba/clusterdata/master/cluster-trace-gpu-v2023/csv
+TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
+              openb_pod_list_default.csv openb_pod_list_gpushare40.csv \
+              openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
+              openb_pod_list_gpuspec10.csv
+
+.PHONY: all deps build demo check unit asan integration lint format bench data clean
+
+all: build
+
+deps:
+	@sh scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@if [ -z "$$EGPU_TRACE_DIR" ] && [ ! -d ../shared/data/openb ] && [ ! -d data/openb ]; then \
+		$(MAKE) --no-print-directory data; fi
+	@./$(BUILD)/egpu-sim --seeds 42 --policy all --out out
+
+check: build
+	@$(MAKE) --no-print-directory lint unit asan integration
+
+unit:
+	@echo "== unit tests (ctest)"
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+asan:
+	@echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (ctest)"
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DEGPU_SANITIZE=ON \
+		-DEGPU_TESTS_ONLY=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+integration:
+	@echo "== integration tests (pytest)"
+	@EGPU_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q tests/integration
+
+lint:
+	@echo "== source checks"
+	@sh scripts/checksrc.sh
+	@sh scripts/format.sh --check
+
+format:
+	@sh scripts/format.sh
+
+bench: build
+	@sh bench/replay_speed.sh $(BUILD)/egpu-sim
+	@./$(BUILD)/bench_cache
+
+data:
+	@mkdir -p data/openb
+	@for f in $(TRACE_FILES); do \
+		echo "fetching $(TRACE_URL)/$$f"; \
+		if ! curl -fsSL --connect-timeout 10 --max-time 300 -o data/openb/$$f.part "$(TRACE_URL)/$$f"; then \
+			rm -f data/openb/$$f.part; \
+			echo "make data: cannot download $$f." >&2; \
+			echo "  Fetch these files by hand from https://github.com/alibaba/clusterdata," >&2; \
+			echo "  folder cluster-trace-gpu-v2023/csv: $(TRACE_FILES)" >&2; \
+			echo "  and put them in data/openb/ (or point EGPU_TRACE_DIR at them)." >&2; \
+			exit 1; \
+		fi; \
+		mv data/openb/$$f.part data/openb/$$f; \
+	done
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) out

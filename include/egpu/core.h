@@ -1,0 +1,468 @@
+/* egpu/core.h - the placement core of Elastic GPU: errors, resource quantities,
+ * the cluster model, pod requests, fragmentation and placement policies.
+ *
+ * DESIGN: the core does no I/O, reads no clock and keeps no state outside the
+ * objects the caller passes in (the allocator's counters excepted), so the
+ * scheduler extender's live cache and the trace replay run exactly the same
+ * code. Units are carried in names: *_milli for milli-units (CPU millicores,
+ * milli-GPU where 1000 is one whole card), *_mib for MiB, *_pct for percent of
+ * one GPU (DESIGN.md section 1).
+ *
+ * Ownership: objects made by *_new are released by the matching *_free, which
+ * accepts NULL. Structures shown here are readable by callers; they change only
+ * through the functions below. Errors are 0 or a negative code (-errno or
+ * EGPU_E*), described by egpu_strerror(); functions that can fail for a reason
+ * worth telling a person also take `struct egpu_error *err` (may be NULL).
+ */
+#ifndef EGPU_CORE_H
+#define EGPU_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define EGPU_MUST_CHECK __attribute__((warn_unused_result))
+#define EGPU_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define EGPU_MUST_CHECK
+#define EGPU_PRINTF(f, a)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Errors (src/core/error.c)                                                */
+
+enum egpu_errno {
+    EGPU_ENOFIT = -4001,    /* no node or card satisfies the request */
+    EGPU_ENOTALLOC = -4002, /* release of a pod that holds no allocation */
+    EGPU_EALLOCATED = -4003, /* the pod already holds an allocation */
+    EGPU_ESYNTAX = -4004,   /* malformed input (quantity, CSV row, flag value) */
+    EGPU_ERANGE = -4005,    /* well-formed value outside the allowed range */
+    EGPU_ELIMIT = -4006,    /* a fixed limit of the model was exceeded */
+};
+
+#define EGPU_ERRMSG_MAX 512
+
+struct egpu_error {
+    int code;                  /* 0, -errno or EGPU_E*; 0 = no error */
+    char msg[EGPU_ERRMSG_MAX]; /* one line, no trailing newline */
+};
+
+/* Human text for code (0, -errno or EGPU_E*). Returns a static string. */
+const char *egpu_strerror(int code);
+
+/* Record code and a printf-formatted message in *err (err may be NULL).
+ * Never allocates. Returns code, so `return egpu_error_set(...)` is one line. */
+int egpu_error_set(struct egpu_error *err, int code, const char *fmt, ...) EGPU_PRINTF(3, 4);
+
+/* Put `prefix: ` in front of the message already in *err (err may be NULL).
+ * Returns err->code (0 when err is NULL). */
+int egpu_error_prefix(struct egpu_error *err, const char *fmt, ...) EGPU_PRINTF(2, 3);
+
+/* ------------------------------------------------------------------------ */
+/* Memory (src/core/alloc.c)                                                */
+
+/* All allocation goes through these, so tests can count live blocks and make
+ * the Nth allocation fail. egpu_malloc/calloc/realloc return NULL on failure
+ * (never abort); egpu_free(NULL) is a no-op. egpu_strdup copies a C string
+ * (caller egpu_free()s it) or returns NULL. */
+void *egpu_malloc(size_t size);
+void *egpu_calloc(size_t n, size_t size);
+void *egpu_realloc(void *p, size_t size);
+char *egpu_strdup(const char *s);
+void egpu_free(void *p);
+
+/* Live blocks allocated through egpu_* and not yet freed (all threads). */
+long egpu_alloc_live(void);
+/* Make the nth allocation from now fail (1 = the next one); 0 turns it off. */
+void egpu_alloc_fail_after(long nth);
+
+/* ------------------------------------------------------------------------ */
+/* Kubernetes resource quantities (src/core/quantity.c)                     */
+
+/* A parsed resource.Quantity: value = mantissa * 10^dec_exp * 2^bin_exp.
+ * Grammar (k8s.io/apimachinery/pkg/api/resource, quantity.go):
+ *   [+-]? (digits | digits.digits | .digits | digits.) suffix
+ *   suffix = "" | Ki Mi Gi Ti Pi Ei | n u m k M G T P E | (e|E)[+-]?digits */
+struct egpu_quantity {
+    bool negative;
+    uint64_t mantissa; /* all digits, decimal point removed; at most 18 digits kept exact */
+    int dec_exp;       /* power of ten */
+    int bin_exp;       /* power of two (Ki = 10, Mi = 20 ...) */
+};
+
+/* Parse s (NUL-terminated). Returns 0, or EGPU_ESYNTAX for a malformed string
+ * (empty, bad digits, unknown suffix, junk after the suffix) or EGPU_ERANGE
+ * for more than 18 significant digits or an exponent beyond +-100. Writes *q
+ * only on success. */
+int egpu_quantity_parse(const char *s, struct egpu_quantity *q,
+                        struct egpu_error *err) EGPU_MUST_CHECK;
+
+enum egpu_round {
+    EGPU_ROUND_EXACT, /* a value that is not a whole number of units is EGPU_ERANGE */
+    EGPU_ROUND_UP,    /* toward +infinity, as Quantity.ScaledValue does */
+};
+
+/* Express q in units of 10^unit_dec * 2^unit_bin, as an int64 (e.g. milli:
+ * unit_dec = -3; MiB: unit_bin = 20). Returns 0, or EGPU_ERANGE when the
+ * result overflows int64 or is not whole under EGPU_ROUND_EXACT. */
+int egpu_quantity_to_units(const struct egpu_quantity *q, int unit_dec, int unit_bin,
+                           enum egpu_round round, int64_t *out) EGPU_MUST_CHECK;
+
+/* The four resources Elastic GPU reads. Each parses s and converts it; field
+ * names the field in error messages (e.g. "resources.requests.cpu").
+ * - egpu_parse_cpu_milli: CPU in millicores, rounded up ("500m" = 500, "2" = 2000); >= 0.
+ * - egpu_parse_mem_mib: memory bytes to MiB, rounded up ("4Gi" = 4096); >= 0.
+ * - egpu_parse_gpu_core_pct: elasticgpu.io/gpu-core, percent of one GPU: a
+ *   whole number 1..99 (a share of one card) or a multiple of 100 (whole cards).
+ * - egpu_parse_gpu_mem_mib: elasticgpu.io/gpu-memory, a whole number of MiB >= 0.
+ * Returns 0, EGPU_ESYNTAX or EGPU_ERANGE; *out written only on success. */
+int egpu_parse_cpu_milli(const char *s, const char *field, int64_t *out,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_parse_mem_mib(const char *s, const char *field, int64_t *out,
+                       struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_parse_gpu_core_pct(const char *s, const char *field, int64_t *out,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_parse_gpu_mem_mib(const char *s, const char *field, int64_t *out,
+                           struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* Cluster model (src/core/cluster.c, src/core/node.c)                      */
+
+#define EGPU_GPU_MILLI 1000     /* milli-GPU in one whole card (core capacity 100%) */
+#define EGPU_NODE_GPUS_MAX 64   /* cards on one node */
+#define EGPU_MODELS_MAX 64      /* distinct GPU models in one cluster (bit mask) */
+#define EGPU_UUID_MAX 64        /* NVML GPU UUID incl. NUL ("GPU-" + 36) */
+#define EGPU_MODEL_NONE UINT16_MAX
+
+struct egpu_gpu {
+    char uuid[EGPU_UUID_MAX];
+    uint32_t index;          /* NVML index on its node */
+    uint16_t model;          /* id in the cluster's model table */
+    uint32_t mem_mib;        /* device memory capacity */
+    uint32_t core_milli;     /* compute capacity, EGPU_GPU_MILLI (= 100%) */
+    uint32_t used_core_milli; /* allocated compute */
+    uint32_t used_mem_mib;   /* allocated memory */
+    uint32_t nshares;        /* containers holding part or all of this card */
+};
+
+struct egpu_label {
+    char *key;
+    char *value;
+};
+
+struct egpu_assignment;
+
+struct egpu_node {
+    char *name;
+    size_t slot;              /* position in cluster->nodes; changes on removals */
+    uint64_t gen;             /* cluster-unique, new on every change of this node */
+    int64_t cpu_milli;        /* allocatable CPU */
+    int64_t mem_mib;          /* allocatable memory */
+    int64_t used_cpu_milli;
+    int64_t used_mem_mib;
+    uint16_t model;           /* model of its cards (EGPU_MODEL_NONE without cards) */
+    uint32_t ngpus;
+    struct egpu_gpu *gpus;    /* ngpus entries, sorted by index */
+    size_t nlabels;
+    struct egpu_label *labels;
+    struct egpu_assignment *pods; /* pods placed here (intrusive list) */
+};
+
+/* Node description passed to egpu_cluster_add_node (all borrowed, copied). */
+struct egpu_gpu_spec {
+    const char *uuid;   /* unique in the cluster; NULL = "<node>-gpu<index>" */
+    uint32_t index;
+    const char *model;  /* e.g. "V100M16"; NULL or "" = "unknown" */
+    uint32_t mem_mib;
+};
+
+struct egpu_node_spec {
+    const char *name;
+    int64_t cpu_milli;
+    int64_t mem_mib;
+    size_t nlabels;
+    const struct egpu_label *labels;
+    uint32_t ngpus;
+    const struct egpu_gpu_spec *gpus;
+};
+
+struct egpu_map;
+
+struct egpu_cluster {
+    struct egpu_node **nodes;  /* nnodes entries, node->slot is the position */
+    size_t nnodes;
+    size_t cap;
+    struct egpu_map *by_name;  /* node name -> node */
+    struct egpu_map *by_pod;   /* pod key -> assignment */
+    struct egpu_map *by_uuid;  /* GPU UUID -> node */
+    char *models[EGPU_MODELS_MAX];
+    uint16_t nmodels;
+    uint64_t gen;              /* last generation handed out */
+    uint64_t ngpus;            /* cards in the cluster */
+    uint64_t core_milli;       /* sum of card compute capacity */
+    uint64_t used_core_milli;  /* sum of allocated card compute */
+    size_t npods;              /* pods holding an allocation */
+    int64_t max_cpu_milli;     /* largest node CPU (best-fit normalisation) */
+    uint32_t max_ngpus;        /* most cards on one node (best-fit normalisation) */
+};
+
+/* New empty cluster, or NULL when out of memory. Free with egpu_cluster_free. */
+struct egpu_cluster *egpu_cluster_new(void);
+/* Free the cluster, its nodes and every assignment. NULL is a no-op. */
+void egpu_cluster_free(struct egpu_cluster *c);
+
+/* Id of GPU model name, adding it if new. Returns the id (>= 0), or
+ * EGPU_ELIMIT past EGPU_MODELS_MAX models, or -ENOMEM. */
+int egpu_cluster_model_id(struct egpu_cluster *c, const char *name) EGPU_MUST_CHECK;
+/* Id of an existing model, or -ENOENT. */
+int egpu_cluster_find_model(const struct egpu_cluster *c, const char *name);
+
+/* Bit mask of allowed models from a '|'-separated list ("V100M16|V100M32",
+ * the openb gpu_spec form; "" = any model = mask 0). Unknown names are added
+ * to the model table. Returns 0, EGPU_ESYNTAX (empty element), EGPU_ELIMIT,
+ * or -ENOMEM. */
+int egpu_cluster_model_mask(struct egpu_cluster *c, const char *list, uint64_t *mask,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Add a node (spec copied). All cards of one node must share a model.
+ * Returns 0, -EEXIST (name or a GPU UUID already present), -EINVAL (empty
+ * name, negative capacity, mixed models, duplicate index, too many cards),
+ * EGPU_ELIMIT or -ENOMEM. On error the cluster is unchanged. */
+int egpu_cluster_add_node(struct egpu_cluster *c, const struct egpu_node_spec *spec,
+                          struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Remove node name and release every pod placed on it. Returns 0 or -ENOENT. */
+int egpu_cluster_remove_node(struct egpu_cluster *c, const char *name) EGPU_MUST_CHECK;
+
+/* Node by name, or NULL. O(1). */
+struct egpu_node *egpu_cluster_node(const struct egpu_cluster *c, const char *name);
+
+/* Label value on node, or NULL. */
+const char *egpu_node_label(const struct egpu_node *n, const char *key);
+
+/* Free compute on card g of n, in milli-GPU. */
+static inline uint32_t egpu_gpu_free_core(const struct egpu_gpu *g)
+{
+    return g->core_milli - g->used_core_milli;
+}
+
+static inline uint32_t egpu_gpu_free_mem(const struct egpu_gpu *g)
+{
+    return g->mem_mib - g->used_mem_mib;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pod requests (src/core/request.c)                                        */
+
+#define EGPU_CONTAINERS_MAX 16 /* GPU-requesting containers in one pod */
+
+/* One container's GPU request. A share: core_milli 1..999 on ncards = 1.
+ * Whole cards: core_milli = EGPU_GPU_MILLI on ncards >= 1. mem_mib is GPU
+ * memory per card; for whole cards it is a minimum card size (the whole
+ * card's memory is allocated). ncards = 0 means no GPU. */
+struct egpu_container_request {
+    uint32_t core_milli;
+    uint32_t ncards;
+    uint32_t mem_mib;
+};
+
+struct egpu_pod_request {
+    int64_t cpu_milli;   /* sum of the pod's CPU requests */
+    int64_t mem_mib;     /* sum of the pod's memory requests */
+    uint64_t model_mask; /* allowed GPU models (bit = model id); 0 = any */
+    uint32_t ncontainers;
+    struct egpu_container_request containers[EGPU_CONTAINERS_MAX];
+};
+
+/* Build a container request from elasticgpu.io/gpu-core (percent, as parsed by
+ * egpu_parse_gpu_core_pct) and gpu-memory (MiB). core_pct 1..99 is a share,
+ * 100*k is k whole cards. Returns 0 or EGPU_ERANGE naming the allowed values. */
+int egpu_container_request_set(struct egpu_container_request *c, int64_t core_pct,
+                               int64_t mem_mib, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Check a whole pod request: counts, ranges, at most EGPU_CONTAINERS_MAX
+ * containers. Returns 0 or EGPU_ERANGE with the offending field named. */
+int egpu_pod_request_validate(const struct egpu_pod_request *r,
+                              struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Total GPU asked by r, in milli-GPU (sum of core_milli * ncards). */
+uint64_t egpu_pod_request_gpu_milli(const struct egpu_pod_request *r);
+
+/* ------------------------------------------------------------------------ */
+/* Assignments: the card(s) chosen per container (src/core/assign.c)       */
+
+/* One card share of one container. */
+struct egpu_share {
+    uint16_t container; /* index in the request's containers */
+    uint16_t gpu;       /* position in node->gpus */
+    uint32_t core_milli;
+    uint32_t mem_mib;
+};
+
+#define EGPU_PICK_SHARES_MAX 64
+
+/* A tentative choice of cards on one node (caller-owned storage). */
+struct egpu_pick {
+    uint32_t nshares;
+    struct egpu_share shares[EGPU_PICK_SHARES_MAX];
+};
+
+/* A pod's committed allocation, owned by the cluster. */
+struct egpu_assignment {
+    char *pod;               /* key, e.g. "namespace/name" or a uid */
+    struct egpu_node *node;
+    int64_t cpu_milli;
+    int64_t mem_mib;
+    struct egpu_assignment *prev, *next; /* node->pods list */
+    uint32_t nshares;
+    struct egpu_share shares[];
+};
+
+/* Commit pick of request r on node for pod (key copied). Every card total and
+ * the node's CPU and memory are updated exactly. Returns 0, EGPU_EALLOCATED
+ * (pod already holds an allocation), -EINVAL (pick does not fit the node's
+ * current state, or names a card the node lacks), or -ENOMEM; on error
+ * nothing changes. */
+int egpu_cluster_assign(struct egpu_cluster *c, const char *pod, struct egpu_node *node,
+                        const struct egpu_pod_request *r, const struct egpu_pick *pick,
+                        struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Release pod's allocation. Returns 0 or EGPU_ENOTALLOC when pod holds none. */
+int egpu_cluster_release(struct egpu_cluster *c, const char *pod,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The pod's assignment, or NULL. Borrowed; valid until it is released. */
+const struct egpu_assignment *egpu_cluster_assignment(const struct egpu_cluster *c,
+                                                      const char *pod);
+
+/* ------------------------------------------------------------------------ */
+/* Target workload and fragmentation (src/core/workload.c, src/core/frag.c) */
+
+/* A typical pod of the target workload (FGD paper, section 4.1). */
+struct egpu_typical_pod {
+    int64_t cpu_milli;
+    uint32_t gpu_milli;  /* per card: 1..1000 (0 = asks no GPU) */
+    uint32_t ncards;     /* cards (0 = asks no GPU) */
+    uint64_t model_mask; /* 0 = any model */
+    double weight;       /* probability; the workload's weights sum to 1 */
+};
+
+struct egpu_workload {
+    size_t n;
+    struct egpu_typical_pod *pods; /* most frequent first */
+};
+
+/* Target workload of a trace: the pods grouped by (cpu_milli, per-card GPU
+ * milli, cards, model mask), most frequent first (ties: the group seen first),
+ * kept until they cover `coverage` of the pods (0 < coverage <= 1; the paper
+ * uses 0.95), weights renormalised to sum to 1. Each request contributes its
+ * largest GPU container. Returns 0, -EINVAL (n = 0 or coverage out of range)
+ * or -ENOMEM. Free *out with egpu_workload_free. */
+int egpu_workload_from_requests(const struct egpu_pod_request *reqs, size_t n, double coverage,
+                                struct egpu_workload *out) EGPU_MUST_CHECK;
+
+/* An explicit workload: pods copied, weights renormalised. Returns 0, -EINVAL
+ * (n = 0, a negative weight, all weights 0, ncards = 0 with gpu_milli > 0)
+ * or -ENOMEM. */
+int egpu_workload_from_list(const struct egpu_typical_pod *pods, size_t n,
+                            struct egpu_workload *out) EGPU_MUST_CHECK;
+
+void egpu_workload_free(struct egpu_workload *w);
+
+/* Fragmentation of node n for one typical pod m, in milli-GPU (FGD, as
+ * defined in shared/data/openb/README.md): all idle GPU of n when m asks no
+ * GPU, m's models exclude n's, or n lacks the CPU or the cards for m;
+ * otherwise the idle milli on cards whose free compute is below m's per-card
+ * request. */
+uint64_t egpu_frag_node_pod(const struct egpu_node *n, const struct egpu_typical_pod *m);
+
+/* F_n(M) = sum over m of weight_m * F_n(m), in milli-GPU. */
+double egpu_frag_node(const struct egpu_node *n, const struct egpu_workload *w);
+
+/* Sum of egpu_frag_node over the cluster, in milli-GPU. */
+double egpu_frag_cluster(const struct egpu_cluster *c, const struct egpu_workload *w);
+
+/* Idle GPU of the cluster (capacity - allocated), in milli-GPU. */
+uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
+
+/* ------------------------------------------------------------------------ */
+/* Policies and placement (src/core/policy.c, src/core/placement.c)         */
+
+enum egpu_policy_kind {
+    EGPU_POLICY_BINPACK, /* fill the fullest node / card first */
+    EGPU_POLICY_SPREAD,  /* the emptiest node / card first */
+    EGPU_POLICY_BESTFIT, /* least resources left after placement */
+    EGPU_POLICY_RANDOM,  /* uniformly at random among those that fit (seeded) */
+    EGPU_POLICY_FGD,     /* least growth of fragmentation for the target workload */
+};
+
+/* Policy by name: "binpack", "spread", "best-fit" (or "bestfit"), "random",
+ * "fgd". Returns 0 or -EINVAL naming the allowed values. */
+int egpu_policy_parse(const char *name, enum egpu_policy_kind *out,
+                      struct egpu_error *err) EGPU_MUST_CHECK;
+const char *egpu_policy_name(enum egpu_policy_kind k);
+
+struct egpu_placer_config {
+    enum egpu_policy_kind node_policy; /* which node */
+    enum egpu_policy_kind card_policy; /* which card(s) on that node */
+    uint64_t seed;                     /* random policy and tie-breaking */
+    const struct egpu_workload *workload; /* required by FGD; borrowed, must outlive the placer */
+    bool memo;  /* cache each node's score per request shape (deterministic policies) */
+};
+
+struct egpu_placer;
+
+/* New placer, or NULL with *err set: -EINVAL (FGD without a workload) or -ENOMEM. */
+struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg,
+                                    struct egpu_error *err);
+void egpu_placer_free(struct egpu_placer *p);
+
+/* Filter: can node (of cluster c) host r? On false, reason (if not NULL)
+ * gets one line for the extender's FailedNodes, e.g. "insufficient cpu:
+ * requested 8000m, free 4000m". On true, *pick (if not NULL) gets the
+ * card-tier choice. */
+bool egpu_placer_can_host(struct egpu_placer *p, const struct egpu_cluster *c,
+                          const struct egpu_node *node, const struct egpu_pod_request *r,
+                          struct egpu_pick *pick, char *reason, size_t reason_len);
+
+/* Score of placing r on node with the card-tier pick (higher is better; the
+ * scale depends on the node policy, see policy.c). Writes *score and *pick
+ * (pick may be NULL). Returns 0 or EGPU_ENOFIT when the node cannot host r. */
+int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
+                      const struct egpu_node *node, const struct egpu_pod_request *r,
+                      double *score, struct egpu_pick *pick) EGPU_MUST_CHECK;
+
+/* Choose the node and cards for r across cluster c: the node with the
+ * highest score; ties go to the node ranked first by a per-seed hash of the
+ * node names (a fixed random order for each seed, as in the FGD paper's
+ * simulator). Writes *node and *pick on success. Returns 0 or EGPU_ENOFIT. */
+int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,
+                         const struct egpu_pod_request *r, struct egpu_node **node,
+                         struct egpu_pick *pick) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* Seeded pseudo-random numbers (src/core/rng.c): xoshiro256**             */
+
+struct egpu_rng {
+    uint64_t s[4];
+};
+
+/* Seed r from seed (any value; expanded with splitmix64). */
+void egpu_rng_seed(struct egpu_rng *r, uint64_t seed);
+/* Next 64 random bits. */
+uint64_t egpu_rng_next(struct egpu_rng *r);
+/* Uniform integer in [0, n), without modulo bias; n must be > 0. */
+uint64_t egpu_rng_below(struct egpu_rng *r, uint64_t n);
+/* 64-bit hash of a C string mixed with seed (FNV-1a, then splitmix64). */
+uint64_t egpu_hash_str(const char *s, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EGPU_CORE_H */

@@ -1,0 +1,168 @@
+/* egpu/sim.h - the trace replay: the placement core over a production trace.
+ *
+ * Reads the Alibaba openb trace (cluster-trace-gpu-v2023, the FGD paper's
+ * data: shared/data/openb/README.md documents the columns), replays it with
+ * the paper's protocol and measures GPU allocation ratio and fragmentation
+ * against the arrived workload. Units: milli-GPU (1000 = one card),
+ * millicores, MiB, percent of cluster GPU capacity.
+ */
+#ifndef EGPU_SIM_H
+#define EGPU_SIM_H
+
+#include <stdio.h>
+
+#include "egpu/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EGPU_TRACE_NAME_MAX 128
+#define EGPU_TRACE_SPEC_MAX 256
+
+/* A row of openb_node_list_*.csv: sn,cpu_milli,memory_mib,gpu,model. */
+struct egpu_trace_node {
+    char name[EGPU_TRACE_NAME_MAX];
+    int64_t cpu_milli;
+    int64_t mem_mib;
+    uint32_t ngpus;
+    char model[EGPU_TRACE_NAME_MAX]; /* "" for CPU-only nodes */
+};
+
+/* A row of openb_pod_list_*.csv: name,cpu_milli,memory_mib,num_gpu,gpu_milli
+ * [,gpu_spec,...]; further columns are ignored. */
+struct egpu_trace_pod {
+    char name[EGPU_TRACE_NAME_MAX];
+    int64_t cpu_milli;
+    int64_t mem_mib;
+    uint32_t num_gpu;   /* 0..EGPU_NODE_GPUS_MAX */
+    uint32_t gpu_milli; /* per card; below 1000 only when num_gpu = 1 */
+    char gpu_spec[EGPU_TRACE_SPEC_MAX]; /* '|'-separated models; "" = any */
+};
+
+struct egpu_trace {
+    struct egpu_trace_node *nodes;
+    size_t nnodes;
+    struct egpu_trace_pod *pods; /* sorted by name */
+    size_t npods;
+};
+
+/* Load a node CSV and a pod CSV into *t (zeroed first). The header row names
+ * the columns (any order; the required ones are listed above). Errors name
+ * the file and line, e.g. "pods.csv:17: gpu_milli \"x\": not a whole number
+ * (allowed 0..1000)". Returns 0, -errno (file unreadable), EGPU_ESYNTAX
+ * (malformed row or header), EGPU_ERANGE (value out of range), -EINVAL (a
+ * file with no rows, duplicate node names) or -ENOMEM. On error *t holds
+ * nothing to free. Free with egpu_trace_free. */
+int egpu_trace_load(const char *node_csv, const char *pod_csv, struct egpu_trace *t,
+                    struct egpu_error *err) EGPU_MUST_CHECK;
+void egpu_trace_free(struct egpu_trace *t);
+
+/* Resolve the trace directory: flag (may be NULL), else $EGPU_TRACE_DIR, else
+ * ../shared/data/openb, else data/openb. The first one given is used and must
+ * exist (a missing --trace-dir is an error, not a fallback). Copies the path
+ * into out (len bytes). Returns 0 or -ENOENT with a message saying what to
+ * fetch and from where (`make data`). */
+int egpu_trace_find_dir(const char *flag, char *out, size_t len,
+                        struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Build the cluster of the trace's nodes. Card memory is not in the trace and
+ * is 0 MiB (the trace asks no GPU memory). Returns 0 or an error of
+ * egpu_cluster_add_node. Free *out with egpu_cluster_free. */
+int egpu_trace_cluster(const struct egpu_trace *t, struct egpu_cluster **out,
+                       struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The request of pod p, with its gpu_spec resolved against cluster c. */
+int egpu_trace_request(struct egpu_cluster *c, const struct egpu_trace_pod *p,
+                       struct egpu_pod_request *r, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* Replay (src/sim/replay.c)                                                */
+
+#define EGPU_REPLAY_PCT_MAX 200 /* arrived-percent buckets 0..EGPU_REPLAY_PCT_MAX */
+
+struct egpu_replay_config {
+    enum egpu_policy_kind node_policy;
+    enum egpu_policy_kind card_policy;
+    uint64_t seed;        /* shuffle, clone draws, random policy, ties */
+    double inflate;       /* grow the arrivals to this x cluster GPU capacity (1.3) */
+    const struct egpu_workload *workload; /* target workload (FGD and the frag measure) */
+};
+
+/* Per arrived-percent bucket: sums over the events whose arrived GPU request,
+ * as a percent of capacity, rounds to the bucket (the paper's analysis). */
+struct egpu_replay_bucket {
+    uint32_t events;
+    double alloc_pct_sum; /* GPU allocation ratio, percent */
+    double frag_pct_sum;  /* fragmentation: F(M) as percent of idle GPU */
+};
+
+struct egpu_replay_result {
+    size_t arrivals;      /* pods that arrived (trace + clones) */
+    size_t failed;        /* pods that did not fit, skipped */
+    double final_arrived_pct;
+    double final_alloc_pct;
+    double place_seconds; /* time in placement (schedule + assign) */
+    struct egpu_replay_bucket buckets[EGPU_REPLAY_PCT_MAX + 1];
+};
+
+/* Replay trace t once with the FGD paper's protocol: pods sorted by name
+ * (as loaded), shuffled with cfg->seed, then clones drawn uniformly with
+ * replacement from the sorted pods appended while the total GPU request
+ * stays within cfg->inflate x capacity; pods arrive one at a time, never
+ * leave, and a pod that fits nowhere is skipped. Thread-safe for distinct
+ * results (t and the workload are only read). Returns 0, -EINVAL (bad
+ * config) or an error from building the cluster; *out written on success. */
+int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config *cfg,
+                    struct egpu_replay_result *out, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Mean GPU allocation ratio (percent) at arrived percent x over results, the
+ * paper's way: the mean over events in bucket x, else x-1, else x+1. Returns
+ * a negative value when no event is near x. */
+double egpu_replay_alloc_at(const struct egpu_replay_result *r, size_t n, int x);
+/* Same for the fragmentation ratio (percent of idle GPU). */
+double egpu_replay_frag_at(const struct egpu_replay_result *r, size_t n, int x);
+
+/* Published mean allocation ratio of a policy (both tiers the same) at
+ * arrived 80/90/100/130% (shared/data/openb/README.md), or NULL. */
+const double *egpu_replay_published(enum egpu_policy_kind node, enum egpu_policy_kind card);
+
+/* ------------------------------------------------------------------------ */
+/* Reports (src/sim/report.c)                                               */
+
+/* All runs of one policy pair (one per seed). */
+struct egpu_policy_runs {
+    char label[64];   /* "fgd", or "binpack/fgd" for node/card */
+    enum egpu_policy_kind node_policy;
+    enum egpu_policy_kind card_policy;
+    struct egpu_replay_result *runs; /* nruns entries, caller-owned */
+    size_t nruns;
+};
+
+/* Print the summary table to f: per policy the mean GPU allocation ratio at
+ * arrived 80/90/100/130%, fragmentation ratio at 90%, pods failed (mean per
+ * seed), placement speed (microseconds per pod, pods per second), and below
+ * it the published figures where they exist. */
+void egpu_report_table(FILE *f, const struct egpu_policy_runs *p, size_t n);
+
+/* Write the curve: one row per arrived percent 0..max, a column of mean
+ * allocation ratio and one of fragmentation ratio per policy (empty where no
+ * event fell). Returns 0 or -errno with *err set. */
+int egpu_report_csv(const char *path, const struct egpu_policy_runs *p, size_t n,
+                    struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Write a per-run summary (policy, seed index, figures) as CSV. */
+int egpu_report_summary_csv(const char *path, const struct egpu_policy_runs *p, size_t n,
+                            const uint64_t *seeds, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Plot allocation ratio against arrived workload per policy from the curve
+ * CSV written by egpu_report_csv, with gnuplot, into png. Returns 0, -ENOENT
+ * when gnuplot is not installed, or -EIO when it fails. */
+int egpu_report_plot(const char *csv, const char *png, const struct egpu_policy_runs *p,
+                     size_t n, struct egpu_error *err) EGPU_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EGPU_SIM_H */

@@ -1,0 +1,183 @@
+/* core/assign.c - committing and releasing a pod's cards, CPU and memory.
+ *
+ * DESIGN: an assignment is the only way card totals change, and it records
+ * exactly what it added, so a release subtracts the same amounts and every
+ * total stays exact. A pick is re-checked against the node's current state
+ * before it is committed (the extender's bind may race with other binds), and
+ * a release of a pod that holds nothing is an error, never a silent no-op.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "egpu/core.h"
+#include "assign_int.h"
+#include "map_int.h"
+
+bool egpu__pick_fits(const struct egpu_node *node, const struct egpu_pod_request *r,
+                     const struct egpu_pick *pick, char *why, size_t why_len)
+{
+    uint32_t core[EGPU_NODE_GPUS_MAX] = {0}, mem[EGPU_NODE_GPUS_MAX] = {0};
+    uint32_t per_container[EGPU_CONTAINERS_MAX] = {0};
+    bool whole[EGPU_NODE_GPUS_MAX] = {false};
+    uint32_t users[EGPU_NODE_GPUS_MAX] = {0};
+    char scratch[8];
+
+    if (why == NULL) {
+        why = scratch;
+        why_len = sizeof(scratch);
+    }
+    if (r->cpu_milli > node->cpu_milli - node->used_cpu_milli ||
+        r->mem_mib > node->mem_mib - node->used_mem_mib) {
+        snprintf(why, why_len, "node %s lacks the CPU or memory", node->name);
+        return false;
+    }
+    for (uint32_t i = 0; i < pick->nshares; i++) {
+        const struct egpu_share *s = &pick->shares[i];
+        const struct egpu_container_request *cr;
+
+        if (s->container >= r->ncontainers || s->gpu >= node->ngpus) {
+            snprintf(why, why_len, "share %u names container %u or card %u that does not exist",
+                     i, s->container, s->gpu);
+            return false;
+        }
+        cr = &r->containers[s->container];
+        if (s->core_milli != cr->core_milli) {
+            snprintf(why, why_len, "share %u: %u milli-GPU, container asks %u", i,
+                     s->core_milli, cr->core_milli);
+            return false;
+        }
+        if (cr->core_milli == EGPU_GPU_MILLI) {
+            whole[s->gpu] = true;
+            if (s->mem_mib != node->gpus[s->gpu].mem_mib || cr->mem_mib > s->mem_mib) {
+                snprintf(why, why_len, "share %u: whole card %u memory mismatch", i, s->gpu);
+                return false;
+            }
+        } else if (s->mem_mib != cr->mem_mib) {
+            snprintf(why, why_len, "share %u: %u MiB, container asks %u MiB", i, s->mem_mib,
+                     cr->mem_mib);
+            return false;
+        }
+        core[s->gpu] += s->core_milli;
+        mem[s->gpu] += s->mem_mib;
+        users[s->gpu]++;
+        per_container[s->container]++;
+    }
+    for (uint32_t i = 0; i < r->ncontainers; i++) {
+        if (per_container[i] != r->containers[i].ncards) {
+            snprintf(why, why_len, "container %u got %u cards, asks %u", i, per_container[i],
+                     r->containers[i].ncards);
+            return false;
+        }
+    }
+    for (uint32_t g = 0; g < node->ngpus; g++) {
+        const struct egpu_gpu *gpu = &node->gpus[g];
+
+        if (users[g] == 0)
+            continue;
+        if (whole[g] && (users[g] > 1 || gpu->nshares > 0)) {
+            snprintf(why, why_len, "card %s is not free for a whole-card container", gpu->uuid);
+            return false;
+        }
+        if (core[g] > egpu_gpu_free_core(gpu) || mem[g] > egpu_gpu_free_mem(gpu)) {
+            snprintf(why, why_len,
+                     "card %s has %u milli-GPU and %u MiB free, %u and %u MiB asked", gpu->uuid,
+                     egpu_gpu_free_core(gpu), egpu_gpu_free_mem(gpu), core[g], mem[g]);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void apply(struct egpu_cluster *c, struct egpu_assignment *a, int sign)
+{
+    struct egpu_node *n = a->node;
+
+    n->used_cpu_milli += sign * a->cpu_milli;
+    n->used_mem_mib += sign * a->mem_mib;
+    for (uint32_t i = 0; i < a->nshares; i++) {
+        struct egpu_gpu *g = &n->gpus[a->shares[i].gpu];
+
+        g->used_core_milli += (uint32_t)sign * a->shares[i].core_milli;
+        g->used_mem_mib += (uint32_t)sign * a->shares[i].mem_mib;
+        g->nshares += (uint32_t)sign;
+        c->used_core_milli += (uint64_t)(int64_t)sign * a->shares[i].core_milli;
+    }
+    n->gen = ++c->gen;
+}
+
+int egpu_cluster_assign(struct egpu_cluster *c, const char *pod, struct egpu_node *node,
+                        const struct egpu_pod_request *r, const struct egpu_pick *pick,
+                        struct egpu_error *err)
+{
+    struct egpu_assignment *a;
+    char why[256];
+    int rc;
+
+    if (egpu__map_get(c->by_pod, pod) != NULL)
+        return egpu_error_set(err, EGPU_EALLOCATED, "pod %s already holds an allocation", pod);
+    if (egpu_cluster_node(c, node->name) != node)
+        return egpu_error_set(err, -EINVAL, "pod %s: node %s is not in the cluster", pod,
+                              node->name);
+    if (pick->nshares > EGPU_PICK_SHARES_MAX || !egpu__pick_fits(node, r, pick, why, sizeof(why)))
+        return egpu_error_set(err, -EINVAL, "pod %s on node %s: %s", pod, node->name,
+                              pick->nshares > EGPU_PICK_SHARES_MAX ? "too many shares" : why);
+    a = egpu_malloc(sizeof(*a) + pick->nshares * sizeof(a->shares[0]));
+    if (a == NULL)
+        return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", pod);
+    a->pod = egpu_strdup(pod);
+    if (a->pod == NULL) {
+        egpu_free(a);
+        return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", pod);
+    }
+    a->node = node;
+    a->cpu_milli = r->cpu_milli;
+    a->mem_mib = r->mem_mib;
+    a->nshares = pick->nshares;
+    memcpy(a->shares, pick->shares, pick->nshares * sizeof(a->shares[0]));
+    rc = egpu__map_put(c->by_pod, a->pod, a);
+    if (rc) {
+        egpu_free(a->pod);
+        egpu_free(a);
+        return egpu_error_set(err, rc, "pod %s: out of memory", pod);
+    }
+    a->prev = NULL;
+    a->next = node->pods;
+    if (node->pods != NULL)
+        node->pods->prev = a;
+    node->pods = a;
+    apply(c, a, +1);
+    c->npods++;
+    return 0;
+}
+
+void egpu__assignment_drop(struct egpu_cluster *c, struct egpu_assignment *a)
+{
+    apply(c, a, -1);
+    if (a->prev != NULL)
+        a->prev->next = a->next;
+    else
+        a->node->pods = a->next;
+    if (a->next != NULL)
+        a->next->prev = a->prev;
+    (void)egpu__map_del(c->by_pod, a->pod); /* present: every live assignment is indexed */
+    c->npods--;
+    egpu_free(a->pod);
+    egpu_free(a);
+}
+
+int egpu_cluster_release(struct egpu_cluster *c, const char *pod, struct egpu_error *err)
+{
+    struct egpu_assignment *a = egpu__map_get(c->by_pod, pod);
+
+    if (a == NULL)
+        return egpu_error_set(err, EGPU_ENOTALLOC, "pod %s holds no allocation", pod);
+    egpu__assignment_drop(c, a);
+    return 0;
+}
+
+const struct egpu_assignment *egpu_cluster_assignment(const struct egpu_cluster *c,
+                                                      const char *pod)
+{
+    return egpu__map_get(c->by_pod, pod);
+}

@@ -1,0 +1,16 @@
+/* core/assign_int.h - assignment internals shared by cluster.c and assign.c. */
+#ifndef EGPU_CORE_ASSIGN_INT_H
+#define EGPU_CORE_ASSIGN_INT_H
+
+#include "egpu/core.h"
+
+/* Undo assignment a on its node (card totals, CPU, memory), unlink it from
+ * the node and the pod index, and free it. a must be live in c. */
+void egpu__assignment_drop(struct egpu_cluster *c, struct egpu_assignment *a);
+
+/* Does pick of request r fit node's current state? On false, why (if not
+ * NULL) gets one line naming the first problem. */
+bool egpu__pick_fits(const struct egpu_node *node, const struct egpu_pod_request *r,
+                     const struct egpu_pick *pick, char *why, size_t why_len);
+
+#endif /* EGPU_CORE_ASSIGN_INT_H */

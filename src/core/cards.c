@@ -1,0 +1,213 @@
+/* core/cards.c - the card tier: which card(s) of one node each container gets.
+ *
+ * Containers are placed one after another on a scratch copy of the node's
+ * cards, so two containers of one pod may share a card when they fit. A
+ * share (1..999 milli-GPU) needs that much compute and its memory free on one
+ * card; a whole-card container takes cards nobody holds, lowest index first
+ * (all such cards are alike for every policy but random).
+ *
+ * Share policies: binpack and best-fit take the card with the least compute
+ * left after placement (ties: less memory left, then lower index); spread the
+ * most; random any that fits, uniformly; FGD the card whose use grows the
+ * node's fragmentation for the target workload least (ties: lower index).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "placement_int.h"
+
+struct scratch {
+    struct egpu__node_view view;              /* free compute per card */
+    uint32_t free_mem[EGPU_NODE_GPUS_MAX];    /* MiB */
+    bool held[EGPU_NODE_GPUS_MAX];            /* someone holds part or all of it */
+};
+
+static bool model_allowed(const struct egpu_node *n, uint64_t mask)
+{
+    return mask == 0 || (n->model != EGPU_MODEL_NONE && (mask & (1ULL << n->model)));
+}
+
+static void pct(char *buf, size_t len, uint32_t milli)
+{
+    if (milli % 10 == 0)
+        snprintf(buf, len, "%u%%", milli / 10);
+    else
+        snprintf(buf, len, "%u.%u%%", milli / 10, milli % 10);
+}
+
+static void add_share(struct egpu_pick *pick, struct scratch *s, uint16_t container,
+                      uint16_t gpu, uint32_t core_milli, uint32_t mem_mib)
+{
+    struct egpu_share *sh = &pick->shares[pick->nshares++];
+
+    sh->container = container;
+    sh->gpu = gpu;
+    sh->core_milli = core_milli;
+    sh->mem_mib = mem_mib;
+    s->view.free_milli[gpu] -= core_milli;
+    s->free_mem[gpu] -= mem_mib;
+    s->held[gpu] = true;
+}
+
+static bool pick_whole(enum egpu_policy_kind kind, struct egpu_rng *rng,
+                       const struct egpu_node *node, uint16_t ci,
+                       const struct egpu_container_request *cr, struct scratch *s,
+                       struct egpu_pick *pick, char *why, size_t why_len)
+{
+    uint16_t free_cards[EGPU_NODE_GPUS_MAX];
+    uint32_t nfree = 0;
+
+    for (uint32_t g = 0; g < node->ngpus; g++) {
+        if (!s->held[g] && s->view.free_milli[g] == EGPU_GPU_MILLI &&
+            node->gpus[g].mem_mib >= cr->mem_mib)
+            free_cards[nfree++] = (uint16_t)g;
+    }
+    if (nfree < cr->ncards) {
+        snprintf(why, why_len, "container %u needs %u whole free cards%s, node has %u", ci,
+                 cr->ncards, cr->mem_mib ? " with enough memory" : "", nfree);
+        return false;
+    }
+    if (kind == EGPU_POLICY_RANDOM) {
+        /* A uniform random subset: partial Fisher-Yates over the free cards. */
+        for (uint32_t i = 0; i < cr->ncards; i++) {
+            uint32_t j = i + (uint32_t)egpu_rng_below(rng, nfree - i);
+            uint16_t t = free_cards[i];
+
+            free_cards[i] = free_cards[j];
+            free_cards[j] = t;
+        }
+    }
+    for (uint32_t i = 0; i < cr->ncards; i++) {
+        uint16_t g = free_cards[i];
+
+        add_share(pick, s, ci, g, EGPU_GPU_MILLI, node->gpus[g].mem_mib);
+    }
+    return true;
+}
+
+/* Is card a (after placement) better than card b for the policy? */
+static bool better_card(enum egpu_policy_kind kind, const struct scratch *s, uint32_t a,
+                        uint32_t b)
+{
+    uint32_t ca = s->view.free_milli[a], cb = s->view.free_milli[b];
+
+    if (kind == EGPU_POLICY_SPREAD)
+        return ca > cb || (ca == cb && s->free_mem[a] > s->free_mem[b]);
+    return ca < cb || (ca == cb && s->free_mem[a] < s->free_mem[b]);
+}
+
+static bool pick_share(enum egpu_policy_kind kind, const struct egpu_workload *w,
+                       struct egpu_rng *rng, const struct egpu_node *node, uint16_t ci,
+                       const struct egpu_container_request *cr, struct scratch *s,
+                       struct egpu_pick *pick, char *why, size_t why_len)
+{
+    uint32_t fits[EGPU_NODE_GPUS_MAX], nfits = 0, best;
+    uint32_t most_core = 0, most_mem = 0;
+
+    for (uint32_t g = 0; g < node->ngpus; g++) {
+        if (s->view.free_milli[g] >= cr->core_milli &&
+            s->free_mem[g] >= cr->mem_mib)
+            fits[nfits++] = g;
+        if (s->view.free_milli[g] > most_core ||
+            (s->view.free_milli[g] == most_core && s->free_mem[g] > most_mem)) {
+            most_core = s->view.free_milli[g];
+            most_mem = s->free_mem[g];
+        }
+    }
+    if (nfits == 0) {
+        char want[16], have[16];
+
+        pct(want, sizeof(want), cr->core_milli);
+        pct(have, sizeof(have), most_core);
+        snprintf(why, why_len,
+                 "no card with %s core and %u MiB free for container %u (most free card: %s, "
+                 "%u MiB)",
+                 want, cr->mem_mib, ci, have, most_mem);
+        return false;
+    }
+    best = fits[0];
+    if (kind == EGPU_POLICY_RANDOM) {
+        best = fits[egpu_rng_below(rng, nfits)];
+    } else if (kind == EGPU_POLICY_FGD) {
+        double best_f = 0.0;
+        uint32_t tried_free[EGPU_NODE_GPUS_MAX], ntried = 0;
+
+        for (uint32_t i = 0; i < nfits; i++) {
+            const uint32_t g = fits[i], before = s->view.free_milli[g];
+            bool seen = false;
+            double f;
+
+            /* Cards with equal free compute give equal fragmentation. */
+            for (uint32_t j = 0; j < ntried && !seen; j++)
+                seen = tried_free[j] == before;
+            if (seen)
+                continue;
+            tried_free[ntried++] = before;
+            s->view.free_milli[g] = before - cr->core_milli;
+            f = egpu__frag_view(&s->view, w);
+            s->view.free_milli[g] = before;
+            if (i == 0 || f < best_f) {
+                best_f = f;
+                best = g;
+            }
+        }
+    } else {
+        for (uint32_t i = 1; i < nfits; i++) {
+            if (better_card(kind, s, fits[i], best))
+                best = fits[i];
+        }
+    }
+    add_share(pick, s, ci, (uint16_t)best, cr->core_milli, cr->mem_mib);
+    return true;
+}
+
+bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
+                      struct egpu_rng *rng, const struct egpu_node *node,
+                      const struct egpu_pod_request *r, struct egpu_pick *pick,
+                      struct egpu__node_view *after, char *why, size_t why_len)
+{
+    struct scratch s;
+    char scratch_why[8];
+
+    if (why == NULL) {
+        why = scratch_why;
+        why_len = sizeof(scratch_why);
+    }
+    pick->nshares = 0;
+    if (r->ncontainers > 0 && node->ngpus == 0) {
+        snprintf(why, why_len, "node has no GPUs");
+        return false;
+    }
+    if (r->ncontainers > 0 && !model_allowed(node, r->model_mask)) {
+        snprintf(why, why_len, "GPU model of node not allowed by the pod");
+        return false;
+    }
+    if (r->cpu_milli > node->cpu_milli - node->used_cpu_milli) {
+        snprintf(why, why_len, "insufficient cpu: requested %lldm, free %lldm",
+                 (long long)r->cpu_milli, (long long)(node->cpu_milli - node->used_cpu_milli));
+        return false;
+    }
+    if (r->mem_mib > node->mem_mib - node->used_mem_mib) {
+        snprintf(why, why_len, "insufficient memory: requested %lld MiB, free %lld MiB",
+                 (long long)r->mem_mib, (long long)(node->mem_mib - node->used_mem_mib));
+        return false;
+    }
+    egpu__view_of(node, &s.view);
+    for (uint32_t g = 0; g < node->ngpus; g++) {
+        s.free_mem[g] = egpu_gpu_free_mem(&node->gpus[g]);
+        s.held[g] = node->gpus[g].nshares > 0;
+    }
+    s.view.free_cpu_milli -= r->cpu_milli;
+    for (uint16_t ci = 0; ci < r->ncontainers; ci++) {
+        const struct egpu_container_request *cr = &r->containers[ci];
+        bool ok = cr->core_milli == EGPU_GPU_MILLI
+                      ? pick_whole(kind, rng, node, ci, cr, &s, pick, why, why_len)
+                      : pick_share(kind, w, rng, node, ci, cr, &s, pick, why, why_len);
+
+        if (!ok)
+            return false;
+    }
+    if (after != NULL)
+        *after = s.view;
+    return true;
+}

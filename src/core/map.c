@@ -1,0 +1,146 @@
+/* core/map.c - string-keyed hash map (see map_int.h for the design).
+ *
+ * The table has a power-of-two size and is kept at most 3/4 full. Each slot
+ * caches the key's hash, so probes compare strings only on a hash match.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "egpu/core.h"
+#include "map_int.h"
+
+struct slot {
+    const char *key; /* NULL = empty */
+    void *value;
+    uint64_t hash;
+};
+
+struct egpu_map {
+    struct slot *slots;
+    size_t mask; /* size - 1 */
+    size_t count;
+};
+
+#define MAP_MIN_SIZE 16
+
+struct egpu_map *egpu__map_new(void)
+{
+    struct egpu_map *m = egpu_calloc(1, sizeof(*m));
+
+    if (m == NULL)
+        return NULL;
+    m->slots = egpu_calloc(MAP_MIN_SIZE, sizeof(*m->slots));
+    if (m->slots == NULL) {
+        egpu_free(m);
+        return NULL;
+    }
+    m->mask = MAP_MIN_SIZE - 1;
+    return m;
+}
+
+void egpu__map_free(struct egpu_map *m)
+{
+    if (m == NULL)
+        return;
+    egpu_free(m->slots);
+    egpu_free(m);
+}
+
+static size_t find(const struct egpu_map *m, const char *key, uint64_t h)
+{
+    size_t i = h & m->mask;
+
+    while (m->slots[i].key != NULL) {
+        if (m->slots[i].hash == h && strcmp(m->slots[i].key, key) == 0)
+            return i;
+        i = (i + 1) & m->mask;
+    }
+    return i; /* the empty slot where key would go */
+}
+
+void *egpu__map_get(const struct egpu_map *m, const char *key)
+{
+    size_t i = find(m, key, egpu_hash_str(key, 0));
+
+    return m->slots[i].key != NULL ? m->slots[i].value : NULL;
+}
+
+static int grow(struct egpu_map *m)
+{
+    size_t size = (m->mask + 1) * 2;
+    struct slot *old = m->slots;
+    size_t old_size = m->mask + 1;
+    struct slot *slots = egpu_calloc(size, sizeof(*slots));
+
+    if (slots == NULL)
+        return -ENOMEM;
+    m->slots = slots;
+    m->mask = size - 1;
+    for (size_t j = 0; j < old_size; j++) {
+        size_t i;
+
+        if (old[j].key == NULL)
+            continue;
+        i = old[j].hash & m->mask;
+        while (m->slots[i].key != NULL)
+            i = (i + 1) & m->mask;
+        m->slots[i] = old[j];
+    }
+    egpu_free(old);
+    return 0;
+}
+
+int egpu__map_put(struct egpu_map *m, const char *key, void *value)
+{
+    uint64_t h = egpu_hash_str(key, 0);
+    size_t i;
+
+    if ((m->count + 1) * 4 > (m->mask + 1) * 3) {
+        int rc = grow(m);
+
+        if (rc)
+            return rc;
+    }
+    i = find(m, key, h);
+    if (m->slots[i].key != NULL)
+        return -EEXIST;
+    m->slots[i].key = key;
+    m->slots[i].value = value;
+    m->slots[i].hash = h;
+    m->count++;
+    return 0;
+}
+
+int egpu__map_del(struct egpu_map *m, const char *key)
+{
+    size_t i = find(m, key, egpu_hash_str(key, 0));
+    size_t j = i;
+
+    if (m->slots[i].key == NULL)
+        return -ENOENT;
+    /* Backward-shift: move later members of the probe run into the hole
+     * whenever their home slot does not lie cyclically in (hole, j]. */
+    for (;;) {
+        size_t home;
+
+        m->slots[i].key = NULL;
+        for (;;) {
+            j = (j + 1) & m->mask;
+            if (m->slots[j].key == NULL) {
+                m->count--;
+                return 0;
+            }
+            home = m->slots[j].hash & m->mask;
+            if (i <= j ? (home <= i || home > j) : (home <= i && home > j))
+                break;
+        }
+        m->slots[i] = m->slots[j];
+        i = j;
+    }
+}
+
+size_t egpu__map_count(const struct egpu_map *m)
+{
+    return m->count;
+}

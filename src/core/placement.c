@@ -1,0 +1,267 @@
+/* core/placement.c - the placer: filter, score and choose a node and cards.
+ *
+ * A placer holds the two tiers' policies, the seed and the target workload.
+ * The scheduler extender calls egpu_placer_can_host (filter) and
+ * egpu_placer_score (prioritize) per node and commits with
+ * egpu_cluster_assign (bind); the replay calls egpu_placer_schedule, which
+ * does all three over every node.
+ *
+ * DESIGN: between two pods only the node that received the first one changed,
+ * so with deterministic policies a node's result for a request shape is
+ * cached with the node's generation number; a cached entry is used only
+ * while the generation matches. Shapes are (CPU, memory, GPU compute per
+ * card, cards, GPU memory, allowed models) of single-container pods; the least
+ * recently used shape is evicted past MEMO_CLASSES.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "placement_int.h"
+
+#define MEMO_CLASSES 256
+#define MEMO_CARDS 8
+
+struct memo_entry {
+    uint64_t gen; /* node generation the entry is for; 0 = empty */
+    double score;
+    bool ok;
+    uint8_t ncards;
+    uint8_t gpus[MEMO_CARDS];
+};
+
+struct memo_class {
+    struct egpu_pod_request shape; /* cpu, mem, model mask, container 0 */
+    uint64_t last_used;
+    struct memo_entry *entries;    /* by node slot */
+    size_t nentries;
+};
+
+struct egpu_placer {
+    struct egpu_placer_config cfg;
+    struct egpu_rng rng;
+    const struct egpu_cluster *memo_cluster;
+    int64_t memo_max_cpu; /* best-fit scores depend on the cluster maxima */
+    uint32_t memo_max_ngpus;
+    uint64_t clock;
+    size_t nclasses;
+    struct memo_class classes[MEMO_CLASSES];
+};
+
+struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg, struct egpu_error *err)
+{
+    struct egpu_placer *p;
+
+    if ((cfg->node_policy == EGPU_POLICY_FGD || cfg->card_policy == EGPU_POLICY_FGD) &&
+        (cfg->workload == NULL || cfg->workload->n == 0)) {
+        egpu_error_set(err, -EINVAL, "policy fgd needs a target workload");
+        return NULL;
+    }
+    p = egpu_calloc(1, sizeof(*p));
+    if (p == NULL) {
+        egpu_error_set(err, -ENOMEM, "placer: out of memory");
+        return NULL;
+    }
+    p->cfg = *cfg;
+    egpu_rng_seed(&p->rng, cfg->seed);
+    return p;
+}
+
+void egpu_placer_free(struct egpu_placer *p)
+{
+    if (p == NULL)
+        return;
+    for (size_t i = 0; i < p->nclasses; i++)
+        egpu_free(p->classes[i].entries);
+    egpu_free(p);
+}
+
+static bool memo_usable(const struct egpu_placer *p, const struct egpu_pod_request *r)
+{
+    return p->cfg.memo && p->cfg.node_policy != EGPU_POLICY_RANDOM &&
+           p->cfg.card_policy != EGPU_POLICY_RANDOM && r->ncontainers <= 1 &&
+           (r->ncontainers == 0 || r->containers[0].ncards <= MEMO_CARDS);
+}
+
+static bool same_shape(const struct egpu_pod_request *a, const struct egpu_pod_request *b)
+{
+    if (a->cpu_milli != b->cpu_milli || a->mem_mib != b->mem_mib ||
+        a->model_mask != b->model_mask || a->ncontainers != b->ncontainers)
+        return false;
+    return a->ncontainers == 0 ||
+           memcmp(&a->containers[0], &b->containers[0], sizeof(a->containers[0])) == 0;
+}
+
+static void memo_reset(struct egpu_placer *p, const struct egpu_cluster *c)
+{
+    for (size_t i = 0; i < p->nclasses; i++)
+        egpu_free(p->classes[i].entries);
+    p->nclasses = 0;
+    p->memo_cluster = c;
+    p->memo_max_cpu = c->max_cpu_milli;
+    p->memo_max_ngpus = c->max_ngpus;
+}
+
+/* The memo class of r, found or made; NULL when out of memory. */
+static struct memo_class *memo_class(struct egpu_placer *p, const struct egpu_cluster *c,
+                                     const struct egpu_pod_request *r)
+{
+    struct memo_class *mc = NULL;
+
+    if (p->memo_cluster != c || p->memo_max_cpu != c->max_cpu_milli ||
+        p->memo_max_ngpus != c->max_ngpus)
+        memo_reset(p, c);
+    for (size_t i = 0; i < p->nclasses && mc == NULL; i++) {
+        if (same_shape(&p->classes[i].shape, r))
+            mc = &p->classes[i];
+    }
+    if (mc == NULL) {
+        if (p->nclasses < MEMO_CLASSES) {
+            mc = &p->classes[p->nclasses++];
+        } else {
+            mc = &p->classes[0];
+            for (size_t i = 1; i < p->nclasses; i++) {
+                if (p->classes[i].last_used < mc->last_used)
+                    mc = &p->classes[i];
+            }
+            memset(mc->entries, 0, mc->nentries * sizeof(mc->entries[0]));
+        }
+        memset(&mc->shape, 0, sizeof(mc->shape));
+        mc->shape.cpu_milli = r->cpu_milli;
+        mc->shape.mem_mib = r->mem_mib;
+        mc->shape.model_mask = r->model_mask;
+        mc->shape.ncontainers = r->ncontainers;
+        if (r->ncontainers)
+            mc->shape.containers[0] = r->containers[0];
+    }
+    mc->last_used = ++p->clock;
+    if (mc->nentries < c->nnodes) {
+        size_t n = c->cap;
+        struct memo_entry *e = egpu_realloc(mc->entries, n * sizeof(*e));
+
+        if (e == NULL)
+            return NULL;
+        memset(e + mc->nentries, 0, (n - mc->nentries) * sizeof(*e));
+        mc->entries = e;
+        mc->nentries = n;
+    }
+    return mc;
+}
+
+static void pick_from_memo(const struct egpu_node *node, const struct egpu_pod_request *r,
+                           const struct memo_entry *e, struct egpu_pick *pick)
+{
+    const struct egpu_container_request *cr = &r->containers[0];
+
+    pick->nshares = e->ncards;
+    for (uint32_t i = 0; i < e->ncards; i++) {
+        struct egpu_share *s = &pick->shares[i];
+
+        s->container = 0;
+        s->gpu = e->gpus[i];
+        s->core_milli = cr->core_milli;
+        s->mem_mib = cr->core_milli == EGPU_GPU_MILLI ? node->gpus[s->gpu].mem_mib : cr->mem_mib;
+    }
+}
+
+/* The memo class for r, or NULL when r's results are not cached. */
+static struct memo_class *memo_for(struct egpu_placer *p, const struct egpu_cluster *c,
+                                   const struct egpu_pod_request *r)
+{
+    return memo_usable(p, r) ? memo_class(p, c, r) : NULL;
+}
+
+/* Evaluate node for r: feasibility, card-tier pick and node-tier score.
+ * mc (may be NULL) is r's memo class from memo_for. */
+static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct memo_class *mc,
+                     const struct egpu_node *node, const struct egpu_pod_request *r,
+                     double *score, struct egpu_pick *pick, char *why, size_t why_len)
+{
+    struct egpu__node_view after;
+    struct memo_entry *e = NULL;
+    bool ok;
+
+    if (mc != NULL && why == NULL) {
+        e = &mc->entries[node->slot];
+        if (e->gen == node->gen) {
+            if (e->ok) {
+                *score = e->score;
+                pick_from_memo(node, r, e, pick);
+            }
+            return e->ok;
+        }
+    }
+    ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.workload, &p->rng, node, r, pick, &after,
+                          why, why_len);
+    if (ok)
+        *score = egpu__node_score(p->cfg.node_policy, p->cfg.workload, &p->rng, c, node, r,
+                                  &after);
+    if (e != NULL) {
+        e->gen = node->gen;
+        e->ok = ok;
+        e->score = ok ? *score : 0.0;
+        e->ncards = ok ? (uint8_t)pick->nshares : 0;
+        for (uint32_t i = 0; ok && i < pick->nshares; i++)
+            e->gpus[i] = (uint8_t)pick->shares[i].gpu;
+    }
+    return ok;
+}
+
+bool egpu_placer_can_host(struct egpu_placer *p, const struct egpu_cluster *c,
+                          const struct egpu_node *node, const struct egpu_pod_request *r,
+                          struct egpu_pick *pick, char *reason, size_t reason_len)
+{
+    struct egpu_pick local;
+    double score;
+
+    return evaluate(p, c, reason ? NULL : memo_for(p, c, r), node, r, &score,
+                    pick ? pick : &local, reason, reason_len);
+}
+
+int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
+                      const struct egpu_node *node, const struct egpu_pod_request *r,
+                      double *score, struct egpu_pick *pick)
+{
+    struct egpu_pick local;
+
+    if (!evaluate(p, c, memo_for(p, c, r), node, r, score, pick ? pick : &local, NULL, 0))
+        return EGPU_ENOFIT;
+    return 0;
+}
+
+int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,
+                         const struct egpu_pod_request *r, struct egpu_node **node,
+                         struct egpu_pick *pick)
+{
+    struct memo_class *mc = memo_for(p, c, r);
+    struct egpu_node *best = NULL;
+    struct egpu_pick cur;
+    double best_score = 0.0;
+    uint64_t best_rank = 0;
+
+    for (size_t i = 0; i < c->nnodes; i++) {
+        struct egpu_node *n = c->nodes[i];
+        double s;
+
+        if (!evaluate(p, c, mc, n, r, &s, &cur, NULL, 0))
+            continue;
+        if (best != NULL && s < best_score)
+            continue;
+        if (best != NULL && s == best_score) {
+            uint64_t rank = egpu_hash_str(n->name, p->cfg.seed);
+
+            if (rank >= best_rank)
+                continue;
+            best_rank = rank;
+        } else {
+            best_rank = egpu_hash_str(n->name, p->cfg.seed);
+        }
+        best = n;
+        best_score = s;
+        pick->nshares = cur.nshares;
+        memcpy(pick->shares, cur.shares, cur.nshares * sizeof(cur.shares[0]));
+    }
+    if (best == NULL)
+        return EGPU_ENOFIT;
+    *node = best;
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* core/placement_int.h - the two tiers of placement (private).
+ *
+ * cards.c chooses the card(s) per container on one node (the card tier);
+ * policy.c scores a node given that choice (the node tier); placement.c ties
+ * them together behind struct egpu_placer with a per-node result cache.
+ */
+#ifndef EGPU_CORE_PLACEMENT_INT_H
+#define EGPU_CORE_PLACEMENT_INT_H
+
+#include "egpu/core.h"
+#include "frag_int.h"
+
+/* Card tier: choose cards on node for every container of r with policy kind.
+ * rng is used by EGPU_POLICY_RANDOM only; w by EGPU_POLICY_FGD only. On
+ * success fills *pick and *after (the node state with r placed) and returns
+ * true. On failure writes a one-line reason (if why != NULL) and returns
+ * false. The node itself is not changed. */
+bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
+                      struct egpu_rng *rng, const struct egpu_node *node,
+                      const struct egpu_pod_request *r, struct egpu_pick *pick,
+                      struct egpu__node_view *after, char *why, size_t why_len);
+
+/* Node tier: score of node once r is placed as in after (higher is better).
+ * rng is used by EGPU_POLICY_RANDOM only; w by EGPU_POLICY_FGD only. */
+double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *w,
+                        struct egpu_rng *rng, const struct egpu_cluster *c,
+                        const struct egpu_node *node, const struct egpu_pod_request *r,
+                        const struct egpu__node_view *after);
+
+/* FGD's node score for a fragmentation change of delta_milli (after minus
+ * before, milli-GPU): floor(100 * sigmoid(-delta_milli / 1000)), 0..100. */
+double egpu__fgd_score(double delta_milli);
+
+#endif /* EGPU_CORE_PLACEMENT_INT_H */

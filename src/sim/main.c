@@ -1,0 +1,532 @@
+/* sim/main.c - egpu-sim: replay a GPU cluster trace through the placement core.
+ *
+ * Parses flags, loads the trace, runs every (policy, seed) replay on a pool of
+ * threads, prints the table and writes the curve CSV and plot. Exit status:
+ * 0 on success, 1 when --max-deviation is exceeded, 2 on bad flags or input.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "egpu/sim.h"
+
+#define POLICIES_MAX 16
+#define SEEDS_MAX 1000
+
+static const char usage[] =
+    "Usage: egpu-sim [OPTION]...\n"
+    "Replay a GPU cluster trace (the Alibaba openb trace by default) through Elastic GPU's\n"
+    "placement core with the FGD paper's protocol, and report GPU allocation ratio,\n"
+    "fragmentation and placement speed per policy.\n"
+    "\n"
+    "  --trace-dir DIR     trace directory (default: $EGPU_TRACE_DIR, else\n"
+    "                      ../shared/data/openb, else data/openb)\n"
+    "  --nodes FILE        node CSV in the trace directory\n"
+    "                      (default openb_node_list_gpu_node.csv)\n"
+    "  --pods FILE         pod CSV in the trace directory (default openb_pod_list_default.csv)\n"
+    "  --workload-pods FILE  compute the FGD target workload from this pod CSV instead of\n"
+    "                      the replayed one\n"
+    "  --policy LIST       comma-separated policies, each NAME (both tiers) or NODE/CARD;\n"
+    "                      names: binpack, spread, best-fit, random, fgd; \"all\" = every\n"
+    "                      name (default all)\n"
+    "  --seeds LIST        seeds: N, A..B, or a comma-separated list (default 42)\n"
+    "  --inflate F         grow arrivals to F x cluster GPU capacity (default 1.3)\n"
+    "  --coverage F        share of pods the target workload covers, 0<F<=1 (default 0.95)\n"
+    "  --jobs N            replays run in parallel (default: online CPUs)\n"
+    "  --out DIR           where replay_curve.csv, replay_curve.png and replay_runs.csv go\n"
+    "                      (default out)\n"
+    "  --no-plot           do not draw the PNG\n"
+    "  --max-deviation P   exit 1 if a policy with published figures is more than P points\n"
+    "                      from the published allocation ratio at 100%% arrived\n"
+    "  -h, --help          show this help\n"
+    "  --version           show the version\n"
+    "\n"
+    "Exit status: 0 success, 1 deviation beyond --max-deviation, 2 bad flags or input.\n";
+
+struct options {
+    const char *trace_dir;
+    const char *nodes;
+    const char *pods;
+    const char *workload_pods;
+    const char *out;
+    double inflate;
+    double coverage;
+    double max_deviation; /* < 0: off */
+    long jobs;
+    bool plot;
+    struct egpu_policy_runs policies[POLICIES_MAX];
+    size_t npolicies;
+    uint64_t seeds[SEEDS_MAX];
+    size_t nseeds;
+};
+
+static int bad(const char *fmt, ...) EGPU_PRINTF(1, 2);
+
+/* Report a flag error on stderr; returns the exit status 2. */
+static int bad(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "egpu-sim: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'egpu-sim --help'.\n");
+    return 2;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    if (*s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end != '\0')
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+static int parse_seeds(const char *arg, struct options *o)
+{
+    char buf[4096], *save = NULL;
+
+    if (strlen(arg) >= sizeof(buf))
+        return -EINVAL;
+    memcpy(buf, arg, strlen(arg) + 1);
+    o->nseeds = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *dots = strstr(tok, "..");
+        uint64_t a, b;
+
+        if (dots != NULL) {
+            *dots = '\0';
+            if (parse_u64(tok, &a) || parse_u64(dots + 2, &b) || b < a)
+                return -EINVAL;
+        } else if (parse_u64(tok, &a) == 0) {
+            b = a;
+        } else {
+            return -EINVAL;
+        }
+        for (uint64_t s = a; s <= b; s++) {
+            if (o->nseeds == SEEDS_MAX)
+                return -EINVAL;
+            o->seeds[o->nseeds++] = s;
+        }
+    }
+    return o->nseeds ? 0 : -EINVAL;
+}
+
+static int add_policy(struct options *o, const char *tok, struct egpu_error *err)
+{
+    static const char *const all[] = {"binpack", "spread", "best-fit", "random", "fgd"};
+    struct egpu_policy_runs *p;
+    char node[32], *slash;
+    int rc;
+
+    if (strcmp(tok, "all") == 0) {
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+            rc = add_policy(o, all[i], err);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    if (o->npolicies == POLICIES_MAX)
+        return egpu_error_set(err, -EINVAL, "--policy: at most %d policies", POLICIES_MAX);
+    p = &o->policies[o->npolicies];
+    memset(p, 0, sizeof(*p));
+    if (strlen(tok) >= sizeof(node))
+        return egpu_error_set(err, -EINVAL, "--policy: \"%s\" is too long", tok);
+    memcpy(node, tok, strlen(tok) + 1);
+    slash = strchr(node, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    rc = egpu_policy_parse(node, &p->node_policy, err);
+    if (rc == 0)
+        rc = egpu_policy_parse(slash ? slash + 1 : node, &p->card_policy, err);
+    if (rc)
+        return egpu_error_prefix(err, "--policy");
+    if (p->node_policy == p->card_policy)
+        snprintf(p->label, sizeof(p->label), "%s", egpu_policy_name(p->node_policy));
+    else
+        snprintf(p->label, sizeof(p->label), "%s/%s", egpu_policy_name(p->node_policy),
+                 egpu_policy_name(p->card_policy));
+    o->npolicies++;
+    return 0;
+}
+
+static int parse_policies(const char *arg, struct options *o, struct egpu_error *err)
+{
+    char buf[1024], *save = NULL;
+
+    if (strlen(arg) >= sizeof(buf))
+        return egpu_error_set(err, -EINVAL, "--policy: list too long");
+    memcpy(buf, arg, strlen(arg) + 1);
+    o->npolicies = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int rc = add_policy(o, tok, err);
+
+        if (rc)
+            return rc;
+    }
+    if (o->npolicies == 0)
+        return egpu_error_set(err, -EINVAL, "--policy: empty list");
+    return 0;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !(v >= lo && v <= hi))
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* Parse argv into *o. Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    enum { O_TRACE = 256, O_NODES, O_PODS, O_WPODS, O_POLICY, O_SEEDS, O_INFLATE, O_COVERAGE,
+           O_JOBS, O_OUT, O_NOPLOT, O_MAXDEV, O_VERSION };
+    static const struct option longopts[] = {
+        {"trace-dir", required_argument, NULL, O_TRACE},
+        {"nodes", required_argument, NULL, O_NODES},
+        {"pods", required_argument, NULL, O_PODS},
+        {"workload-pods", required_argument, NULL, O_WPODS},
+        {"policy", required_argument, NULL, O_POLICY},
+        {"seeds", required_argument, NULL, O_SEEDS},
+        {"inflate", required_argument, NULL, O_INFLATE},
+        {"coverage", required_argument, NULL, O_COVERAGE},
+        {"jobs", required_argument, NULL, O_JOBS},
+        {"out", required_argument, NULL, O_OUT},
+        {"no-plot", no_argument, NULL, O_NOPLOT},
+        {"max-deviation", required_argument, NULL, O_MAXDEV},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, O_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    struct egpu_error err = {0};
+    bool policies_given = false;
+    uint64_t u;
+    int c;
+
+    o->nodes = "openb_node_list_gpu_node.csv";
+    o->pods = "openb_pod_list_default.csv";
+    o->out = "out";
+    o->inflate = 1.3;
+    o->coverage = 0.95;
+    o->max_deviation = -1.0;
+    o->jobs = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    o->plot = true;
+    o->seeds[0] = 42;
+    o->nseeds = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_TRACE:
+            o->trace_dir = optarg;
+            break;
+        case O_NODES:
+            o->nodes = optarg;
+            break;
+        case O_PODS:
+            o->pods = optarg;
+            break;
+        case O_WPODS:
+            o->workload_pods = optarg;
+            break;
+        case O_POLICY:
+            if (parse_policies(optarg, o, &err))
+                return bad("%s", err.msg);
+            policies_given = true;
+            break;
+        case O_SEEDS:
+            if (parse_seeds(optarg, o))
+                return bad("--seeds \"%s\": expected N, A..B or a comma-separated list of "
+                           "non-negative integers (at most 1000 seeds)",
+                           optarg);
+            break;
+        case O_INFLATE:
+            if (parse_double(optarg, 0.01, 100.0, &o->inflate))
+                return bad("--inflate \"%s\": expected a number in 0.01..100", optarg);
+            break;
+        case O_COVERAGE:
+            if (parse_double(optarg, 1e-9, 1.0, &o->coverage))
+                return bad("--coverage \"%s\": expected a number in (0, 1]", optarg);
+            break;
+        case O_JOBS:
+            if (parse_u64(optarg, &u) || u < 1 || u > 256)
+                return bad("--jobs \"%s\": expected an integer in 1..256", optarg);
+            o->jobs = (long)u;
+            break;
+        case O_OUT:
+            o->out = optarg;
+            break;
+        case O_NOPLOT:
+            o->plot = false;
+            break;
+        case O_MAXDEV:
+            if (parse_double(optarg, 0.0, 100.0, &o->max_deviation))
+                return bad("--max-deviation \"%s\": expected points in 0..100", optarg);
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        case O_VERSION:
+            printf("egpu-sim 0.1.0\n");
+            return 0;
+        default:
+            return bad("unknown or incomplete option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return bad("unexpected argument \"%s\"", argv[optind]);
+    if (!policies_given && parse_policies("all", o, &err))
+        return bad("%s", err.msg);
+    return -1;
+}
+
+struct pool {
+    const struct egpu_trace *trace;
+    const struct egpu_workload *workload;
+    struct options *o;
+    atomic_size_t next;
+    pthread_mutex_t lock;
+    int rc;
+    struct egpu_error err;
+};
+
+static void *worker(void *arg)
+{
+    struct pool *pool = arg;
+    struct options *o = pool->o;
+    const size_t total = o->npolicies * o->nseeds;
+
+    for (;;) {
+        size_t k = atomic_fetch_add(&pool->next, 1);
+        struct egpu_policy_runs *p;
+        struct egpu_replay_config cfg;
+        struct egpu_error err = {0};
+        int rc;
+
+        if (k >= total)
+            break;
+        p = &o->policies[k / o->nseeds];
+        cfg = (struct egpu_replay_config){
+            .node_policy = p->node_policy,
+            .card_policy = p->card_policy,
+            .seed = o->seeds[k % o->nseeds],
+            .inflate = o->inflate,
+            .workload = pool->workload,
+        };
+        rc = egpu_replay_run(pool->trace, &cfg, &p->runs[k % o->nseeds], &err);
+        if (rc) {
+            pthread_mutex_lock(&pool->lock);
+            if (pool->rc == 0) {
+                pool->rc = rc;
+                pool->err = err;
+            }
+            pthread_mutex_unlock(&pool->lock);
+            atomic_store(&pool->next, total); /* stop the others early */
+        }
+    }
+    return NULL;
+}
+
+static int run_pool(struct pool *pool, long jobs)
+{
+    pthread_t threads[256];
+    long started = 0;
+
+    pthread_mutex_init(&pool->lock, NULL);
+    for (; started < jobs; started++) {
+        if (pthread_create(&threads[started], NULL, worker, pool) != 0)
+            break;
+    }
+    if (started == 0)
+        worker(pool); /* no threads to be had: run here */
+    for (long i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    pthread_mutex_destroy(&pool->lock);
+    return pool->rc;
+}
+
+/* The workload's pods as requests against a cluster built like each replay's. */
+static int build_workload(const struct egpu_trace *t, const char *workload_csv,
+                          const char *node_csv, double coverage, struct egpu_workload *w,
+                          struct egpu_error *err)
+{
+    struct egpu_trace wt = {0};
+    const struct egpu_trace *src = t;
+    struct egpu_pod_request *reqs = NULL;
+    struct egpu_cluster *c = NULL;
+    int rc;
+
+    if (workload_csv != NULL) {
+        rc = egpu_trace_load(node_csv, workload_csv, &wt, err);
+        if (rc)
+            return rc;
+        src = &wt;
+    }
+    /* Model ids: the replay's nodes first, then its pods' specs, then these. */
+    rc = egpu_trace_cluster(t, &c, err);
+    if (rc)
+        goto out;
+    for (size_t i = 0; i < t->npods && rc == 0; i++) {
+        struct egpu_pod_request r;
+
+        rc = egpu_trace_request(c, &t->pods[i], &r, err);
+    }
+    reqs = egpu_calloc(src->npods, sizeof(*reqs));
+    if (rc == 0 && reqs == NULL)
+        rc = egpu_error_set(err, -ENOMEM, "workload: out of memory");
+    for (size_t i = 0; i < src->npods && rc == 0; i++)
+        rc = egpu_trace_request(c, &src->pods[i], &reqs[i], err);
+    if (rc == 0) {
+        rc = egpu_workload_from_requests(reqs, src->npods, coverage, w);
+        if (rc)
+            egpu_error_set(err, rc, "workload: %s", egpu_strerror(rc));
+    }
+out:
+    egpu_free(reqs);
+    egpu_cluster_free(c);
+    egpu_trace_free(&wt);
+    return rc;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int check_deviation(const struct options *o)
+{
+    int status = 0;
+
+    for (size_t i = 0; i < o->npolicies; i++) {
+        const struct egpu_policy_runs *p = &o->policies[i];
+        const double *paper = egpu_replay_published(p->node_policy, p->card_policy);
+        double v;
+
+        if (paper == NULL)
+            continue;
+        v = egpu_replay_alloc_at(p->runs, p->nruns, 100);
+        printf("check %-10s alloc@100 %.2f%% published %.2f%% difference %+.2f points "
+               "(allowed %.2f): %s\n",
+               p->label, v, paper[2], v - paper[2], o->max_deviation,
+               v >= 0 && v - paper[2] <= o->max_deviation && paper[2] - v <= o->max_deviation
+                   ? "ok"
+                   : "FAIL");
+        if (!(v >= 0 && v - paper[2] <= o->max_deviation && paper[2] - v <= o->max_deviation))
+            status = 1;
+    }
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    static struct options o;
+    struct egpu_trace trace = {0};
+    struct egpu_workload workload = {0};
+    struct egpu_error err = {0};
+    struct pool pool = {0};
+    char dir[4096], node_csv[8192], pod_csv[8192], wl_csv[8192], path[8192];
+    struct rusage ru;
+    double t0 = now(), wall;
+    uint64_t ngpus = 0;
+    int status = parse_args(argc, argv, &o);
+
+    if (status >= 0)
+        return status;
+    status = 2;
+    if (egpu_trace_find_dir(o.trace_dir, dir, sizeof(dir), &err))
+        goto fail;
+    snprintf(node_csv, sizeof(node_csv), "%s/%s", dir, o.nodes);
+    snprintf(pod_csv, sizeof(pod_csv), "%s/%s", dir, o.pods);
+    if (o.workload_pods)
+        snprintf(wl_csv, sizeof(wl_csv), "%s/%s", dir, o.workload_pods);
+    if (egpu_trace_load(node_csv, pod_csv, &trace, &err))
+        goto fail;
+    if (build_workload(&trace, o.workload_pods ? wl_csv : NULL, node_csv, o.coverage, &workload,
+                       &err))
+        goto fail;
+    for (size_t i = 0; i < trace.nnodes; i++)
+        ngpus += trace.nodes[i].ngpus;
+    printf("egpu-sim: trace %s: %zu nodes, %llu GPUs, %zu pods (%s)\n", dir, trace.nnodes,
+           (unsigned long long)ngpus, trace.npods, o.pods);
+    printf("egpu-sim: target workload: %zu typical pods covering %.0f%% of %s; inflate %.2fx; "
+           "%zu seed(s) from %llu; %zu policies; %ld jobs\n\n",
+           workload.n, 100.0 * o.coverage, o.workload_pods ? o.workload_pods : o.pods, o.inflate,
+           o.nseeds, (unsigned long long)o.seeds[0], o.npolicies, o.jobs);
+    fflush(stdout);
+    for (size_t i = 0; i < o.npolicies; i++) {
+        o.policies[i].nruns = o.nseeds;
+        o.policies[i].runs = egpu_calloc(o.nseeds, sizeof(*o.policies[i].runs));
+        if (o.policies[i].runs == NULL) {
+            egpu_error_set(&err, -ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    pool.trace = &trace;
+    pool.workload = &workload;
+    pool.o = &o;
+    if (run_pool(&pool, o.jobs)) {
+        err = pool.err;
+        goto fail;
+    }
+    wall = now() - t0;
+    egpu_report_table(stdout, o.policies, o.npolicies);
+    if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {
+        egpu_error_set(&err, -errno, "--out %s: %s", o.out, strerror(errno));
+        goto fail;
+    }
+    snprintf(path, sizeof(path), "%s/replay_curve.csv", o.out);
+    if (egpu_report_csv(path, o.policies, o.npolicies, &err))
+        goto fail;
+    snprintf(path, sizeof(path), "%s/replay_runs.csv", o.out);
+    if (egpu_report_summary_csv(path, o.policies, o.npolicies, o.seeds, &err))
+        goto fail;
+    printf("\nwrote %s/replay_curve.csv, %s/replay_runs.csv", o.out, o.out);
+    if (o.plot) {
+        char csv[8192];
+
+        snprintf(csv, sizeof(csv), "%s/replay_curve.csv", o.out);
+        snprintf(path, sizeof(path), "%s/replay_curve.png", o.out);
+        if (egpu_report_plot(csv, path, o.policies, o.npolicies, &err) == 0)
+            printf(", %s", path);
+        else
+            printf("\negpu-sim: no plot: %s", err.msg);
+    }
+    getrusage(RUSAGE_SELF, &ru);
+    printf("\nwall %.2f s, peak memory %.1f MiB\n", wall, (double)ru.ru_maxrss / 1024.0);
+    status = o.max_deviation >= 0 ? check_deviation(&o) : 0;
+    goto out;
+fail:
+    fprintf(stderr, "egpu-sim: %s\n", err.msg[0] ? err.msg : egpu_strerror(err.code));
+out:
+    for (size_t i = 0; i < o.npolicies; i++)
+        egpu_free(o.policies[i].runs);
+    egpu_workload_free(&workload);
+    egpu_trace_free(&trace);
+    return status;
+}

@@ -1,0 +1,182 @@
+/* sim/report.c - the replay's table, curve CSV and plot.
+ *
+ * The table is what `make demo` prints; docs/replay.md explains each column.
+ * The curve CSV has one row per arrived percent so any tool can re-plot it;
+ * the PNG is drawn by gnuplot (Debian's gnuplot-nox) from that CSV.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "egpu/sim.h"
+
+static const int checkpoints[4] = {80, 90, 100, 130};
+
+static void print_pct(FILE *f, double v)
+{
+    if (v < 0)
+        fprintf(f, " %9s", "-");
+    else
+        fprintf(f, " %9.2f", v);
+}
+
+void egpu_report_table(FILE *f, const struct egpu_policy_runs *p, size_t n)
+{
+    fprintf(f, "%-16s %9s %9s %9s %9s %9s %8s %8s %9s\n", "policy", "alloc@80", "alloc@90",
+            "alloc@100", "alloc@130", "frag@90", "failed", "us/pod", "pods/s");
+    for (size_t i = 0; i < n; i++) {
+        const double *paper = egpu_replay_published(p[i].node_policy, p[i].card_policy);
+        double secs = 0.0, failed = 0.0, pods = 0.0;
+
+        for (size_t s = 0; s < p[i].nruns; s++) {
+            secs += p[i].runs[s].place_seconds;
+            failed += (double)p[i].runs[s].failed;
+            pods += (double)p[i].runs[s].arrivals;
+        }
+        fprintf(f, "%-16s", p[i].label);
+        for (int k = 0; k < 4; k++)
+            print_pct(f, egpu_replay_alloc_at(p[i].runs, p[i].nruns, checkpoints[k]));
+        print_pct(f, egpu_replay_frag_at(p[i].runs, p[i].nruns, 90));
+        fprintf(f, " %8.0f %8.1f %9.0f\n", failed / (double)p[i].nruns,
+                pods > 0 ? 1e6 * secs / pods : 0.0, secs > 0 ? pods / secs : 0.0);
+        if (paper != NULL) {
+            fprintf(f, "%-16s", "  published");
+            for (int k = 0; k < 4; k++)
+                print_pct(f, paper[k]);
+            fprintf(f, "\n%-16s", "  difference");
+            for (int k = 0; k < 4; k++) {
+                double v = egpu_replay_alloc_at(p[i].runs, p[i].nruns, checkpoints[k]);
+
+                fprintf(f, " %+9.2f", v - paper[k]);
+            }
+            fprintf(f, "\n");
+        }
+    }
+}
+
+static int open_out(const char *path, FILE **f, struct egpu_error *err)
+{
+    *f = fopen(path, "w");
+    if (*f == NULL)
+        return egpu_error_set(err, -errno, "%s: %s", path, strerror(errno));
+    return 0;
+}
+
+static int close_out(const char *path, FILE *f, struct egpu_error *err)
+{
+    if (ferror(f) | fclose(f))
+        return egpu_error_set(err, -EIO, "%s: write failed", path);
+    return 0;
+}
+
+int egpu_report_csv(const char *path, const struct egpu_policy_runs *p, size_t n,
+                    struct egpu_error *err)
+{
+    int max = 0;
+    FILE *f;
+    int rc = open_out(path, &f, err);
+
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t s = 0; s < p[i].nruns; s++) {
+            for (int b = EGPU_REPLAY_PCT_MAX; b > max; b--) {
+                if (p[i].runs[s].buckets[b].events) {
+                    max = b;
+                    break;
+                }
+            }
+        }
+    }
+    fprintf(f, "arrived_pct");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, ",%s_alloc_pct,%s_frag_pct", p[i].label, p[i].label);
+    fprintf(f, "\n");
+    for (int b = 0; b <= max; b++) {
+        fprintf(f, "%d", b);
+        for (size_t i = 0; i < n; i++) {
+            bool any = false;
+
+            for (size_t s = 0; s < p[i].nruns; s++)
+                any |= p[i].runs[s].buckets[b].events > 0;
+            if (any) {
+                /* Exact bucket only: the curve shows what happened there. */
+                double a = 0.0, fr = 0.0, k = 0.0;
+
+                for (size_t s = 0; s < p[i].nruns; s++) {
+                    const struct egpu_replay_bucket *bk = &p[i].runs[s].buckets[b];
+
+                    if (bk->events == 0)
+                        continue;
+                    a += bk->alloc_pct_sum / bk->events;
+                    fr += bk->frag_pct_sum / bk->events;
+                    k += 1.0;
+                }
+                fprintf(f, ",%.3f,%.3f", a / k, fr / k);
+            } else {
+                fprintf(f, ",,");
+            }
+        }
+        fprintf(f, "\n");
+    }
+    return close_out(path, f, err);
+}
+
+int egpu_report_summary_csv(const char *path, const struct egpu_policy_runs *p, size_t n,
+                            const uint64_t *seeds, struct egpu_error *err)
+{
+    FILE *f;
+    int rc = open_out(path, &f, err);
+
+    if (rc)
+        return rc;
+    fprintf(f, "policy,node_policy,card_policy,seed,arrivals,failed,alloc80,alloc90,alloc100,"
+               "alloc130,frag90,place_seconds\n");
+    for (size_t i = 0; i < n; i++) {
+        for (size_t s = 0; s < p[i].nruns; s++) {
+            const struct egpu_replay_result *r = &p[i].runs[s];
+
+            fprintf(f, "%s,%s,%s,%llu,%zu,%zu", p[i].label, egpu_policy_name(p[i].node_policy),
+                    egpu_policy_name(p[i].card_policy), (unsigned long long)seeds[s],
+                    r->arrivals, r->failed);
+            for (int k = 0; k < 4; k++)
+                fprintf(f, ",%.3f", egpu_replay_alloc_at(r, 1, checkpoints[k]));
+            fprintf(f, ",%.3f,%.6f\n", egpu_replay_frag_at(r, 1, 90), r->place_seconds);
+        }
+    }
+    return close_out(path, f, err);
+}
+
+int egpu_report_plot(const char *csv, const char *png, const struct egpu_policy_runs *p,
+                     size_t n, struct egpu_error *err)
+{
+    FILE *g;
+    int status;
+
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0)
+        return egpu_error_set(err, -ENOENT,
+                              "gnuplot not found; install it (apt-get install gnuplot-nox) "
+                              "for the plot; the CSV %s has the curve",
+                              csv);
+    g = popen("gnuplot", "w");
+    if (g == NULL)
+        return egpu_error_set(err, -EIO, "cannot run gnuplot: %s", strerror(errno));
+    fprintf(g, "set terminal png size 1000,650\n");
+    fprintf(g, "set output '%s'\n", png);
+    fprintf(g, "set datafile separator ','\n");
+    fprintf(g, "set title 'GPU allocation ratio against arrived GPU workload (openb trace)'\n");
+    fprintf(g, "set xlabel 'arrived GPU request (%% of cluster capacity)'\n");
+    fprintf(g, "set ylabel 'GPU allocation ratio (%%)'\n");
+    fprintf(g, "set key left top\nset grid\nset xrange [0:*]\nset yrange [0:100]\n");
+    fprintf(g, "plot ");
+    for (size_t i = 0; i < n; i++)
+        fprintf(g, "%s'%s' every ::1 using 1:%zu with lines lw 2 title '%s'", i ? ", " : "", csv,
+                2 + 2 * i, p[i].label);
+    fprintf(g, "\n");
+    status = pclose(g);
+    if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return egpu_error_set(err, -EIO, "gnuplot failed drawing %s", png);
+    return 0;
+}
