@@ -52,8 +52,9 @@ struct egpu_trace {
  * the file and line, e.g. "pods.csv:17: gpu_milli \"x\": not a whole number
  * (allowed 0..1000)". Returns 0, -errno (file unreadable), EGPU_ESYNTAX
  * (malformed row or header), EGPU_ERANGE (value out of range), -EINVAL (a
- * file with no rows, duplicate node names) or -ENOMEM. On error *t holds
- * nothing to free. Free with egpu_trace_free. */
+ * file with no rows after the header) or -ENOMEM. On error *t holds nothing
+ * to free. Free with egpu_trace_free. Duplicate node names are reported by
+ * egpu_trace_cluster. */
 int egpu_trace_load(const char *node_csv, const char *pod_csv, struct egpu_trace *t,
                     struct egpu_error *err) EGPU_MUST_CHECK;
 void egpu_trace_free(struct egpu_trace *t);

@@ -1,0 +1,26 @@
+#!/bin/sh
+# scripts/checksrc.sh - house rules a compiler does not check (STYLE.md, "For
+# Elastic GPU" 14): no sprintf/strcpy/strcat/strtok/atoi/gets, no // comments
+# (they tend to hold commented-out code), no typedef'd structs.
+set -u
+cd "$(dirname "$0")/.."
+files=$(git ls-files --cached --others --exclude-standard 'src/*.[ch]' 'include/*.h' 'tests/*.[ch]' 'bench/*.[ch]' 2>/dev/null)
+[ -n "$files" ] || files=$(find src include tests bench -name '*.[ch]' 2>/dev/null)
+status=0
+# shellcheck disable=SC2086
+if grep -nE '(^|[^_a-zA-Z0-9])(sprintf|strcpy|strcat|strtok|atoi|gets)[[:space:]]*\(' $files; then
+    echo "checksrc: banned function above (use snprintf, memcpy with a length, strtok_r, strtol)" >&2
+    status=1
+fi
+# shellcheck disable=SC2086
+if grep -nE '^[[:space:]]*//|;[[:space:]]*//' $files; then
+    echo "checksrc: // comment above (write /* */ sentences; delete dead code)" >&2
+    status=1
+fi
+# shellcheck disable=SC2086
+if grep -nE 'typedef[[:space:]]+struct' $files; then
+    echo "checksrc: typedef'd struct above (write struct name)" >&2
+    status=1
+fi
+[ $status -eq 0 ] && echo "checksrc: $(echo "$files" | wc -w) files ok"
+exit $status

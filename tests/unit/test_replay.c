@@ -1,0 +1,259 @@
+/* tests/unit/test_replay.c - the replay protocol on traces built in memory.
+ *
+ * Checks what the FGD paper's protocol promises: the same seed gives the same
+ * replay, the arrivals stop at the inflation target, pods never leave (the
+ * allocation ratio never falls), a workload that fits is placed whole, and
+ * the figures are averaged per arrived-percent bucket.
+ */
+#include <errno.h>
+#include <math.h>
+
+#include "testutil.h"
+#include "egpu/sim.h"
+
+/* nnodes nodes of 8 cards (96 cores, 384 GiB) and npods pods cycling through
+ * a few shapes: whole cards, shares and CPU-only pods. */
+static void make_trace(struct egpu_trace *t, size_t nnodes, size_t npods)
+{
+    static const uint32_t shapes[][2] = {{1, 1000}, {1, 500}, {1, 250}, {0, 0}, {2, 1000},
+                                         {1, 750}};
+
+    memset(t, 0, sizeof(*t));
+    t->nodes = egpu_calloc(nnodes, sizeof(*t->nodes));
+    t->pods = egpu_calloc(npods, sizeof(*t->pods));
+    assert_non_null(t->nodes);
+    assert_non_null(t->pods);
+    for (size_t i = 0; i < nnodes; i++) {
+        struct egpu_trace_node *n = &t->nodes[i];
+
+        snprintf(n->name, sizeof(n->name), "node-%04zu", i);
+        n->cpu_milli = 96000;
+        n->mem_mib = 393216;
+        n->ngpus = 8;
+        snprintf(n->model, sizeof(n->model), "G2");
+    }
+    for (size_t i = 0; i < npods; i++) {
+        struct egpu_trace_pod *p = &t->pods[i];
+        const uint32_t *s = shapes[i % (sizeof(shapes) / sizeof(shapes[0]))];
+
+        snprintf(p->name, sizeof(p->name), "pod-%05zu", i);
+        p->cpu_milli = 4000;
+        p->mem_mib = 8192;
+        p->num_gpu = s[0];
+        p->gpu_milli = s[1];
+    }
+    t->nnodes = nnodes;
+    t->npods = npods;
+}
+
+static void workload_of(const struct egpu_trace *t, struct egpu_workload *w)
+{
+    struct egpu_cluster *c;
+    struct egpu_pod_request *reqs = egpu_calloc(t->npods, sizeof(*reqs));
+    struct egpu_error err = {0};
+
+    assert_non_null(reqs);
+    assert_int_equal(egpu_trace_cluster(t, &c, &err), 0);
+    for (size_t i = 0; i < t->npods; i++)
+        assert_int_equal(egpu_trace_request(c, &t->pods[i], &reqs[i], &err), 0);
+    assert_int_equal(egpu_workload_from_requests(reqs, t->npods, 0.95, w), 0);
+    egpu_free(reqs);
+    egpu_cluster_free(c);
+}
+
+static void replay(const struct egpu_trace *t, const struct egpu_workload *w,
+                   enum egpu_policy_kind k, uint64_t seed, double inflate,
+                   struct egpu_replay_result *out)
+{
+    struct egpu_replay_config cfg = {
+        .node_policy = k, .card_policy = k, .seed = seed, .inflate = inflate, .workload = w};
+    struct egpu_error err = {0};
+
+    if (egpu_replay_run(t, &cfg, out, &err) != 0)
+        fail_msg("replay: %s", err.msg);
+}
+
+static void test_deterministic_per_seed(void **state)
+{
+    static struct egpu_replay_result a, b, c;
+    struct egpu_trace t;
+    struct egpu_workload w;
+    bool differ = false;
+
+    (void)state;
+    make_trace(&t, 40, 300);
+    workload_of(&t, &w);
+    replay(&t, &w, EGPU_POLICY_FGD, 42, 1.3, &a);
+    replay(&t, &w, EGPU_POLICY_FGD, 42, 1.3, &b);
+    replay(&t, &w, EGPU_POLICY_FGD, 43, 1.3, &c);
+    assert_int_equal(a.arrivals, b.arrivals);
+    assert_int_equal(a.failed, b.failed);
+    assert_memory_equal(a.buckets, b.buckets, sizeof(a.buckets));
+    /* Another seed draws other clones in another order. */
+    differ = a.arrivals != c.arrivals || memcmp(a.buckets, c.buckets, sizeof(a.buckets)) != 0;
+    assert_true(differ);
+    egpu_workload_free(&w);
+    egpu_trace_free(&t);
+}
+
+static void test_inflation_target(void **state)
+{
+    static struct egpu_replay_result r;
+    struct egpu_trace t;
+    struct egpu_workload w;
+    uint64_t trace_milli = 0;
+
+    (void)state;
+    make_trace(&t, 40, 300);
+    workload_of(&t, &w);
+    for (size_t i = 0; i < t.npods; i++)
+        trace_milli += (uint64_t)t.pods[i].num_gpu * t.pods[i].gpu_milli;
+    /* 300 pods ask 300/6 * (1000 + 500 + 250 + 0 + 2000 + 750) = 225000 milli
+     * of 320000: the trace alone is 70.3% of capacity. */
+    assert_int_equal(trace_milli, 225000);
+    replay(&t, &w, EGPU_POLICY_BESTFIT, 7, 1.3, &r);
+    assert_true(r.arrivals > t.npods);
+    /* Clones stop before the total would pass 130%; the largest pod is 2000
+     * milli = 0.625% of capacity, so the total ends within that of 130%. */
+    assert_true(r.final_arrived_pct <= 130.0 + 1e-9);
+    assert_true(r.final_arrived_pct > 130.0 - 0.625 - 1e-9);
+    /* Capacity is 100%: at 130% arrived some pods failed. */
+    assert_true(r.failed > 0);
+    assert_true(r.final_alloc_pct <= 100.0 + 1e-9);
+    egpu_workload_free(&w);
+    egpu_trace_free(&t);
+}
+
+static void test_no_departures_monotone(void **state)
+{
+    static struct egpu_replay_result r;
+    const enum egpu_policy_kind kinds[] = {EGPU_POLICY_BINPACK, EGPU_POLICY_SPREAD,
+                                           EGPU_POLICY_BESTFIT, EGPU_POLICY_RANDOM,
+                                           EGPU_POLICY_FGD};
+    struct egpu_trace t;
+    struct egpu_workload w;
+
+    (void)state;
+    make_trace(&t, 30, 250);
+    workload_of(&t, &w);
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        double last = 0.0;
+
+        replay(&t, &w, kinds[k], 42, 1.3, &r);
+        for (int b = 0; b <= EGPU_REPLAY_PCT_MAX; b++) {
+            double mean;
+
+            if (r.buckets[b].events == 0)
+                continue;
+            mean = r.buckets[b].alloc_pct_sum / r.buckets[b].events;
+            /* Pods never leave: the allocation ratio never falls, and never
+             * exceeds what arrived. */
+            assert_true(mean + 1e-9 >= last);
+            assert_true(mean <= b + 0.5 + 1e-9);
+            last = mean;
+        }
+    }
+    egpu_workload_free(&w);
+    egpu_trace_free(&t);
+}
+
+static void test_everything_fits(void **state)
+{
+    static struct egpu_replay_result r;
+    struct egpu_trace t;
+    struct egpu_workload w;
+
+    (void)state;
+    make_trace(&t, 40, 300);
+    workload_of(&t, &w);
+    /* Inflate to 50%: well within capacity, so nothing fails and the
+     * allocation ratio equals the arrived ratio in every bucket. */
+    replay(&t, &w, EGPU_POLICY_FGD, 42, 0.5, &r);
+    assert_int_equal(r.failed, 0);
+    assert_true(fabs(r.final_alloc_pct - r.final_arrived_pct) < 1e-9);
+    for (int x = 10; x <= 45; x += 5) {
+        double a = egpu_replay_alloc_at(&r, 1, x);
+
+        assert_true(a >= 0.0);
+        assert_true(fabs(a - x) <= 1.0);
+    }
+    /* Nothing arrived beyond 50%: no bucket near 80. */
+    assert_true(egpu_replay_alloc_at(&r, 1, 80) < 0.0);
+    egpu_workload_free(&w);
+    egpu_trace_free(&t);
+}
+
+static void test_bucket_means(void **state)
+{
+    static struct egpu_replay_result r[2];
+
+    (void)state;
+    memset(r, 0, sizeof(r));
+    /* Seed 1: bucket 90 has two events (89 and 91). Seed 2: one event (95). */
+    r[0].buckets[90] = (struct egpu_replay_bucket){.events = 2, .alloc_pct_sum = 180.0,
+                                                   .frag_pct_sum = 40.0};
+    r[1].buckets[90] = (struct egpu_replay_bucket){.events = 1, .alloc_pct_sum = 95.0,
+                                                   .frag_pct_sum = 10.0};
+    /* Mean per seed (90 and 95), then across seeds. */
+    assert_true(fabs(egpu_replay_alloc_at(r, 2, 90) - 92.5) < 1e-9);
+    assert_true(fabs(egpu_replay_frag_at(r, 2, 90) - 15.0) < 1e-9);
+    /* No event at 91: the paper's analysis falls back to 90. */
+    assert_true(fabs(egpu_replay_alloc_at(r, 2, 91) - 92.5) < 1e-9);
+    assert_true(egpu_replay_alloc_at(r, 2, 93) < 0.0);
+}
+
+static void test_published(void **state)
+{
+    const double *p;
+
+    (void)state;
+    p = egpu_replay_published(EGPU_POLICY_FGD, EGPU_POLICY_FGD);
+    assert_non_null(p);
+    assert_true(fabs(p[2] - 95.23) < 1e-9);
+    p = egpu_replay_published(EGPU_POLICY_BESTFIT, EGPU_POLICY_BESTFIT);
+    assert_non_null(p);
+    assert_true(fabs(p[2] - 92.86) < 1e-9);
+    assert_non_null(egpu_replay_published(EGPU_POLICY_RANDOM, EGPU_POLICY_RANDOM));
+    assert_null(egpu_replay_published(EGPU_POLICY_BINPACK, EGPU_POLICY_BINPACK));
+    assert_null(egpu_replay_published(EGPU_POLICY_FGD, EGPU_POLICY_BINPACK));
+}
+
+static void test_bad_config(void **state)
+{
+    static struct egpu_replay_result r;
+    struct egpu_trace t;
+    struct egpu_workload w;
+    struct egpu_replay_config cfg = {.node_policy = EGPU_POLICY_FGD,
+                                     .card_policy = EGPU_POLICY_FGD,
+                                     .inflate = 0.0};
+    struct egpu_error err = {0};
+    long live;
+
+    (void)state;
+    make_trace(&t, 4, 10);
+    workload_of(&t, &w);
+    live = egpu_alloc_live();
+    cfg.workload = &w;
+    assert_int_equal(egpu_replay_run(&t, &cfg, &r, &err), -EINVAL);
+    cfg.inflate = 1.3;
+    cfg.workload = NULL;
+    assert_int_equal(egpu_replay_run(&t, &cfg, &r, &err), -EINVAL);
+    assert_int_equal(egpu_alloc_live(), live);
+    egpu_workload_free(&w);
+    egpu_trace_free(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_deterministic_per_seed),
+        cmocka_unit_test(test_inflation_target),
+        cmocka_unit_test(test_no_departures_monotone),
+        cmocka_unit_test(test_everything_fits),
+        cmocka_unit_test(test_bucket_means),
+        cmocka_unit_test(test_published),
+        cmocka_unit_test(test_bad_config),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
