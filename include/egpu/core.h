@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #if defined(__GNUC__)
-#define EGPU_MUST_CHECK __attribute__((warn_unused_result))
+#define EGPU_MUST_CHECK   __attribute__((warn_unused_result))
 #define EGPU_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define EGPU_MUST_CHECK
@@ -37,12 +37,12 @@ extern "C" {
 /* Errors (src/core/error.c)                                                */
 
 enum egpu_errno {
-    EGPU_ENOFIT = -4001,    /* no node or card satisfies the request */
-    EGPU_ENOTALLOC = -4002, /* release of a pod that holds no allocation */
+    EGPU_ENOFIT = -4001,     /* no node or card satisfies the request */
+    EGPU_ENOTALLOC = -4002,  /* release of a pod that holds no allocation */
     EGPU_EALLOCATED = -4003, /* the pod already holds an allocation */
-    EGPU_ESYNTAX = -4004,   /* malformed input (quantity, CSV row, flag value) */
-    EGPU_ERANGE = -4005,    /* well-formed value outside the allowed range */
-    EGPU_ELIMIT = -4006,    /* a fixed limit of the model was exceeded */
+    EGPU_ESYNTAX = -4004,    /* malformed input (quantity, CSV row, flag value) */
+    EGPU_ERANGE = -4005,     /* well-formed value outside the allowed range */
+    EGPU_ELIMIT = -4006,     /* a fixed limit of the model was exceeded */
 };
 
 #define EGPU_ERRMSG_MAX 512
@@ -133,21 +133,21 @@ int egpu_parse_gpu_mem_mib(const char *s, const char *field, int64_t *out,
 /* ------------------------------------------------------------------------ */
 /* Cluster model (src/core/cluster.c, src/core/node.c)                      */
 
-#define EGPU_GPU_MILLI 1000     /* milli-GPU in one whole card (core capacity 100%) */
+#define EGPU_GPU_MILLI     1000 /* milli-GPU in one whole card (core capacity 100%) */
 #define EGPU_NODE_GPUS_MAX 64   /* cards on one node */
-#define EGPU_MODELS_MAX 64      /* distinct GPU models in one cluster (bit mask) */
-#define EGPU_UUID_MAX 64        /* NVML GPU UUID incl. NUL ("GPU-" + 36) */
-#define EGPU_MODEL_NONE UINT16_MAX
+#define EGPU_MODELS_MAX    64   /* distinct GPU models in one cluster (bit mask) */
+#define EGPU_UUID_MAX      64   /* NVML GPU UUID incl. NUL ("GPU-" + 36) */
+#define EGPU_MODEL_NONE    UINT16_MAX
 
 struct egpu_gpu {
     char uuid[EGPU_UUID_MAX];
-    uint32_t index;          /* NVML index on its node */
-    uint16_t model;          /* id in the cluster's model table */
-    uint32_t mem_mib;        /* device memory capacity */
-    uint32_t core_milli;     /* compute capacity, EGPU_GPU_MILLI (= 100%) */
+    uint32_t index;           /* NVML index on its node */
+    uint16_t model;           /* id in the cluster's model table */
+    uint32_t mem_mib;         /* device memory capacity */
+    uint32_t core_milli;      /* compute capacity, EGPU_GPU_MILLI (= 100%) */
     uint32_t used_core_milli; /* allocated compute */
-    uint32_t used_mem_mib;   /* allocated memory */
-    uint32_t nshares;        /* containers holding part or all of this card */
+    uint32_t used_mem_mib;    /* allocated memory */
+    uint32_t nshares;         /* containers holding part or all of this card */
 };
 
 struct egpu_label {
@@ -159,15 +159,15 @@ struct egpu_assignment;
 
 struct egpu_node {
     char *name;
-    size_t slot;              /* position in cluster->nodes; changes on removals */
-    uint64_t gen;             /* cluster-unique, new on every change of this node */
-    int64_t cpu_milli;        /* allocatable CPU */
-    int64_t mem_mib;          /* allocatable memory */
+    size_t slot;       /* position in cluster->nodes; changes on removals */
+    uint64_t gen;      /* cluster-unique, new on every change of this node */
+    int64_t cpu_milli; /* allocatable CPU */
+    int64_t mem_mib;   /* allocatable memory */
     int64_t used_cpu_milli;
     int64_t used_mem_mib;
-    uint16_t model;           /* model of its cards (EGPU_MODEL_NONE without cards) */
+    uint16_t model; /* model of its cards (EGPU_MODEL_NONE without cards) */
     uint32_t ngpus;
-    struct egpu_gpu *gpus;    /* ngpus entries, sorted by index */
+    struct egpu_gpu *gpus; /* ngpus entries, sorted by index */
     size_t nlabels;
     struct egpu_label *labels;
     struct egpu_assignment *pods; /* pods placed here (intrusive list) */
@@ -175,9 +175,9 @@ struct egpu_node {
 
 /* Node description passed to egpu_cluster_add_node (all borrowed, copied). */
 struct egpu_gpu_spec {
-    const char *uuid;   /* unique in the cluster; NULL = "<node>-gpu<index>" */
+    const char *uuid; /* unique in the cluster; NULL = "<node>-gpu<index>" */
     uint32_t index;
-    const char *model;  /* e.g. "V100M16"; NULL or "" = "unknown" */
+    const char *model; /* e.g. "V100M16"; NULL or "" = "unknown" */
     uint32_t mem_mib;
 };
 
@@ -194,21 +194,21 @@ struct egpu_node_spec {
 struct egpu_map;
 
 struct egpu_cluster {
-    struct egpu_node **nodes;  /* nnodes entries, node->slot is the position */
+    struct egpu_node **nodes; /* nnodes entries, node->slot is the position */
     size_t nnodes;
     size_t cap;
-    struct egpu_map *by_name;  /* node name -> node */
-    struct egpu_map *by_pod;   /* pod key -> assignment */
-    struct egpu_map *by_uuid;  /* GPU UUID -> node */
+    struct egpu_map *by_name; /* node name -> node */
+    struct egpu_map *by_pod;  /* pod key -> assignment */
+    struct egpu_map *by_uuid; /* GPU UUID -> node */
     char *models[EGPU_MODELS_MAX];
     uint16_t nmodels;
-    uint64_t gen;              /* last generation handed out */
-    uint64_t ngpus;            /* cards in the cluster */
-    uint64_t core_milli;       /* sum of card compute capacity */
-    uint64_t used_core_milli;  /* sum of allocated card compute */
-    size_t npods;              /* pods holding an allocation */
-    int64_t max_cpu_milli;     /* largest node CPU (best-fit normalisation) */
-    uint32_t max_ngpus;        /* most cards on one node (best-fit normalisation) */
+    uint64_t gen;             /* last generation handed out */
+    uint64_t ngpus;           /* cards in the cluster */
+    uint64_t core_milli;      /* sum of card compute capacity */
+    uint64_t used_core_milli; /* sum of allocated card compute */
+    size_t npods;             /* pods holding an allocation */
+    int64_t max_cpu_milli;    /* largest node CPU (best-fit normalisation) */
+    uint32_t max_ngpus;       /* most cards on one node (best-fit normalisation) */
 };
 
 /* New empty cluster, or NULL when out of memory. Free with egpu_cluster_free. */
@@ -282,8 +282,8 @@ struct egpu_pod_request {
 /* Build a container request from elasticgpu.io/gpu-core (percent, as parsed by
  * egpu_parse_gpu_core_pct) and gpu-memory (MiB). core_pct 1..99 is a share,
  * 100*k is k whole cards. Returns 0 or EGPU_ERANGE naming the allowed values. */
-int egpu_container_request_set(struct egpu_container_request *c, int64_t core_pct,
-                               int64_t mem_mib, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_container_request_set(struct egpu_container_request *c, int64_t core_pct, int64_t mem_mib,
+                               struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Check a whole pod request: counts, ranges, at most EGPU_CONTAINERS_MAX
  * containers. Returns 0 or EGPU_ERANGE with the offending field named. */
@@ -314,7 +314,7 @@ struct egpu_pick {
 
 /* A pod's committed allocation, owned by the cluster. */
 struct egpu_assignment {
-    char *pod;               /* key, e.g. "namespace/name" or a uid */
+    char *pod; /* key, e.g. "namespace/name" or a uid */
     struct egpu_node *node;
     int64_t cpu_milli;
     int64_t mem_mib;
@@ -408,18 +408,17 @@ int egpu_policy_parse(const char *name, enum egpu_policy_kind *out,
 const char *egpu_policy_name(enum egpu_policy_kind k);
 
 struct egpu_placer_config {
-    enum egpu_policy_kind node_policy; /* which node */
-    enum egpu_policy_kind card_policy; /* which card(s) on that node */
-    uint64_t seed;                     /* random policy and tie-breaking */
+    enum egpu_policy_kind node_policy;    /* which node */
+    enum egpu_policy_kind card_policy;    /* which card(s) on that node */
+    uint64_t seed;                        /* random policy and tie-breaking */
     const struct egpu_workload *workload; /* required by FGD; borrowed, must outlive the placer */
-    bool memo;  /* cache each node's score per request shape (deterministic policies) */
+    bool memo; /* cache each node's score per request shape (deterministic policies) */
 };
 
 struct egpu_placer;
 
 /* New placer, or NULL with *err set: -EINVAL (FGD without a workload) or -ENOMEM. */
-struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg,
-                                    struct egpu_error *err);
+struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg, struct egpu_error *err);
 void egpu_placer_free(struct egpu_placer *p);
 
 /* Filter: can node (of cluster c) host r? On false, reason (if not NULL)
@@ -434,8 +433,8 @@ bool egpu_placer_can_host(struct egpu_placer *p, const struct egpu_cluster *c,
  * scale depends on the node policy, see policy.c). Writes *score and *pick
  * (pick may be NULL). Returns 0 or EGPU_ENOFIT when the node cannot host r. */
 int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
-                      const struct egpu_node *node, const struct egpu_pod_request *r,
-                      double *score, struct egpu_pick *pick) EGPU_MUST_CHECK;
+                      const struct egpu_node *node, const struct egpu_pod_request *r, double *score,
+                      struct egpu_pick *pick) EGPU_MUST_CHECK;
 
 /* Choose the node and cards for r across cluster c: the node with the
  * highest score; ties go to the node ranked first by a per-seed hash of the

@@ -35,8 +35,8 @@ struct egpu_trace_pod {
     char name[EGPU_TRACE_NAME_MAX];
     int64_t cpu_milli;
     int64_t mem_mib;
-    uint32_t num_gpu;   /* 0..EGPU_NODE_GPUS_MAX */
-    uint32_t gpu_milli; /* per card; below 1000 only when num_gpu = 1 */
+    uint32_t num_gpu;                   /* 0..EGPU_NODE_GPUS_MAX */
+    uint32_t gpu_milli;                 /* per card; below 1000 only when num_gpu = 1 */
     char gpu_spec[EGPU_TRACE_SPEC_MAX]; /* '|'-separated models; "" = any */
 };
 
@@ -85,8 +85,8 @@ int egpu_trace_request(struct egpu_cluster *c, const struct egpu_trace_pod *p,
 struct egpu_replay_config {
     enum egpu_policy_kind node_policy;
     enum egpu_policy_kind card_policy;
-    uint64_t seed;        /* shuffle, clone draws, random policy, ties */
-    double inflate;       /* grow the arrivals to this x cluster GPU capacity (1.3) */
+    uint64_t seed;  /* shuffle, clone draws, random policy, ties */
+    double inflate; /* grow the arrivals to this x cluster GPU capacity (1.3) */
     const struct egpu_workload *workload; /* target workload (FGD and the frag measure) */
 };
 
@@ -99,8 +99,8 @@ struct egpu_replay_bucket {
 };
 
 struct egpu_replay_result {
-    size_t arrivals;      /* pods that arrived (trace + clones) */
-    size_t failed;        /* pods that did not fit, skipped */
+    size_t arrivals; /* pods that arrived (trace + clones) */
+    size_t failed;   /* pods that did not fit, skipped */
     double final_arrived_pct;
     double final_alloc_pct;
     double place_seconds; /* time in placement (schedule + assign) */
@@ -133,7 +133,7 @@ const double *egpu_replay_published(enum egpu_policy_kind node, enum egpu_policy
 
 /* All runs of one policy pair (one per seed). */
 struct egpu_policy_runs {
-    char label[64];   /* "fgd", or "binpack/fgd" for node/card */
+    char label[64]; /* "fgd", or "binpack/fgd" for node/card */
     enum egpu_policy_kind node_policy;
     enum egpu_policy_kind card_policy;
     struct egpu_replay_result *runs; /* nruns entries, caller-owned */
@@ -159,8 +159,8 @@ int egpu_report_summary_csv(const char *path, const struct egpu_policy_runs *p, 
 /* Plot allocation ratio against arrived workload per policy from the curve
  * CSV written by egpu_report_csv, with gnuplot, into png. Returns 0, -ENOENT
  * when gnuplot is not installed, or -EIO when it fails. */
-int egpu_report_plot(const char *csv, const char *png, const struct egpu_policy_runs *p,
-                     size_t n, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_report_plot(const char *csv, const char *png, const struct egpu_policy_runs *p, size_t n,
+                     struct egpu_error *err) EGPU_MUST_CHECK;
 
 #ifdef __cplusplus
 }

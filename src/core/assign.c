@@ -37,14 +37,14 @@ bool egpu__pick_fits(const struct egpu_node *node, const struct egpu_pod_request
         const struct egpu_container_request *cr;
 
         if (s->container >= r->ncontainers || s->gpu >= node->ngpus) {
-            snprintf(why, why_len, "share %u names container %u or card %u that does not exist",
-                     i, s->container, s->gpu);
+            snprintf(why, why_len, "share %u names container %u or card %u that does not exist", i,
+                     s->container, s->gpu);
             return false;
         }
         cr = &r->containers[s->container];
         if (s->core_milli != cr->core_milli) {
-            snprintf(why, why_len, "share %u: %u milli-GPU, container asks %u", i,
-                     s->core_milli, cr->core_milli);
+            snprintf(why, why_len, "share %u: %u milli-GPU, container asks %u", i, s->core_milli,
+                     cr->core_milli);
             return false;
         }
         if (cr->core_milli == EGPU_GPU_MILLI) {
@@ -80,28 +80,36 @@ bool egpu__pick_fits(const struct egpu_node *node, const struct egpu_pod_request
             return false;
         }
         if (core[g] > egpu_gpu_free_core(gpu) || mem[g] > egpu_gpu_free_mem(gpu)) {
-            snprintf(why, why_len,
-                     "card %s has %u milli-GPU and %u MiB free, %u and %u MiB asked", gpu->uuid,
-                     egpu_gpu_free_core(gpu), egpu_gpu_free_mem(gpu), core[g], mem[g]);
+            snprintf(why, why_len, "card %s has %u milli-GPU and %u MiB free, %u and %u MiB asked",
+                     gpu->uuid, egpu_gpu_free_core(gpu), egpu_gpu_free_mem(gpu), core[g], mem[g]);
             return false;
         }
     }
     return true;
 }
 
-static void apply(struct egpu_cluster *c, struct egpu_assignment *a, int sign)
+/* Add (add = true) or subtract assignment a's amounts on its node and cards. */
+static void apply(struct egpu_cluster *c, struct egpu_assignment *a, bool add)
 {
     struct egpu_node *n = a->node;
 
-    n->used_cpu_milli += sign * a->cpu_milli;
-    n->used_mem_mib += sign * a->mem_mib;
+    n->used_cpu_milli += add ? a->cpu_milli : -a->cpu_milli;
+    n->used_mem_mib += add ? a->mem_mib : -a->mem_mib;
     for (uint32_t i = 0; i < a->nshares; i++) {
-        struct egpu_gpu *g = &n->gpus[a->shares[i].gpu];
+        const struct egpu_share *s = &a->shares[i];
+        struct egpu_gpu *g = &n->gpus[s->gpu];
 
-        g->used_core_milli += (uint32_t)sign * a->shares[i].core_milli;
-        g->used_mem_mib += (uint32_t)sign * a->shares[i].mem_mib;
-        g->nshares += (uint32_t)sign;
-        c->used_core_milli += (uint64_t)(int64_t)sign * a->shares[i].core_milli;
+        if (add) {
+            g->used_core_milli += s->core_milli;
+            g->used_mem_mib += s->mem_mib;
+            g->nshares++;
+            c->used_core_milli += s->core_milli;
+        } else {
+            g->used_core_milli -= s->core_milli;
+            g->used_mem_mib -= s->mem_mib;
+            g->nshares--;
+            c->used_core_milli -= s->core_milli;
+        }
     }
     n->gen = ++c->gen;
 }
@@ -146,14 +154,14 @@ int egpu_cluster_assign(struct egpu_cluster *c, const char *pod, struct egpu_nod
     if (node->pods != NULL)
         node->pods->prev = a;
     node->pods = a;
-    apply(c, a, +1);
+    apply(c, a, true);
     c->npods++;
     return 0;
 }
 
 void egpu__assignment_drop(struct egpu_cluster *c, struct egpu_assignment *a)
 {
-    apply(c, a, -1);
+    apply(c, a, false);
     if (a->prev != NULL)
         a->prev->next = a->next;
     else
@@ -176,8 +184,7 @@ int egpu_cluster_release(struct egpu_cluster *c, const char *pod, struct egpu_er
     return 0;
 }
 
-const struct egpu_assignment *egpu_cluster_assignment(const struct egpu_cluster *c,
-                                                      const char *pod)
+const struct egpu_assignment *egpu_cluster_assignment(const struct egpu_cluster *c, const char *pod)
 {
     return egpu__map_get(c->by_pod, pod);
 }

@@ -17,9 +17,9 @@
 #include "placement_int.h"
 
 struct scratch {
-    struct egpu__node_view view;              /* free compute per card */
-    uint32_t free_mem[EGPU_NODE_GPUS_MAX];    /* MiB */
-    bool held[EGPU_NODE_GPUS_MAX];            /* someone holds part or all of it */
+    struct egpu__node_view view;           /* free compute per card */
+    uint32_t free_mem[EGPU_NODE_GPUS_MAX]; /* MiB */
+    bool held[EGPU_NODE_GPUS_MAX];         /* someone holds part or all of it */
 };
 
 static bool model_allowed(const struct egpu_node *n, uint64_t mask)
@@ -35,8 +35,8 @@ static void pct(char *buf, size_t len, uint32_t milli)
         snprintf(buf, len, "%u.%u%%", milli / 10, milli % 10);
 }
 
-static void add_share(struct egpu_pick *pick, struct scratch *s, uint16_t container,
-                      uint16_t gpu, uint32_t core_milli, uint32_t mem_mib)
+static void add_share(struct egpu_pick *pick, struct scratch *s, uint16_t container, uint16_t gpu,
+                      uint32_t core_milli, uint32_t mem_mib)
 {
     struct egpu_share *sh = &pick->shares[pick->nshares++];
 
@@ -86,8 +86,7 @@ static bool pick_whole(enum egpu_policy_kind kind, struct egpu_rng *rng,
 }
 
 /* Is card a (after placement) better than card b for the policy? */
-static bool better_card(enum egpu_policy_kind kind, const struct scratch *s, uint32_t a,
-                        uint32_t b)
+static bool better_card(enum egpu_policy_kind kind, const struct scratch *s, uint32_t a, uint32_t b)
 {
     uint32_t ca = s->view.free_milli[a], cb = s->view.free_milli[b];
 
@@ -105,8 +104,7 @@ static bool pick_share(enum egpu_policy_kind kind, const struct egpu_workload *w
     uint32_t most_core = 0, most_mem = 0;
 
     for (uint32_t g = 0; g < node->ngpus; g++) {
-        if (s->view.free_milli[g] >= cr->core_milli &&
-            s->free_mem[g] >= cr->mem_mib)
+        if (s->view.free_milli[g] >= cr->core_milli && s->free_mem[g] >= cr->mem_mib)
             fits[nfits++] = g;
         if (s->view.free_milli[g] > most_core ||
             (s->view.free_milli[g] == most_core && s->free_mem[g] > most_mem)) {

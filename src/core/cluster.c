@@ -159,15 +159,17 @@ static int check_spec(const struct egpu_cluster *c, const struct egpu_node_spec 
         const char *m0 = s->gpus[0].model && *s->gpus[0].model ? s->gpus[0].model : "unknown";
 
         if (strcmp(mi, m0) != 0)
-            return egpu_error_set(err, -EINVAL, "node %s: cards of models %s and %s; one model "
-                                  "per node is supported", s->name, m0, mi);
+            return egpu_error_set(err, -EINVAL,
+                                  "node %s: cards of models %s and %s; one model "
+                                  "per node is supported",
+                                  s->name, m0, mi);
         if (g->uuid != NULL && (g->uuid[0] == '\0' || strlen(g->uuid) >= EGPU_UUID_MAX))
             return egpu_error_set(err, -EINVAL, "node %s: card %u UUID must be 1..%d characters",
                                   s->name, g->index, EGPU_UUID_MAX - 1);
         for (uint32_t j = 0; j < i; j++) {
             if (s->gpus[j].index == g->index)
-                return egpu_error_set(err, -EINVAL, "node %s: card index %u appears twice",
-                                      s->name, g->index);
+                return egpu_error_set(err, -EINVAL, "node %s: card index %u appears twice", s->name,
+                                      g->index);
         }
     }
     return 0;

@@ -19,7 +19,7 @@
 #include "placement_int.h"
 
 #define MEMO_CLASSES 256
-#define MEMO_CARDS 8
+#define MEMO_CARDS   8
 
 struct memo_entry {
     uint64_t gen; /* node generation the entry is for; 0 = empty */
@@ -32,7 +32,7 @@ struct memo_entry {
 struct memo_class {
     struct egpu_pod_request shape; /* cpu, mem, model mask, container 0 */
     uint64_t last_used;
-    struct memo_entry *entries;    /* by node slot */
+    struct memo_entry *entries; /* by node slot */
     size_t nentries;
 };
 
@@ -173,8 +173,8 @@ static struct memo_class *memo_for(struct egpu_placer *p, const struct egpu_clus
 /* Evaluate node for r: feasibility, card-tier pick and node-tier score.
  * mc (may be NULL) is r's memo class from memo_for. */
 static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct memo_class *mc,
-                     const struct egpu_node *node, const struct egpu_pod_request *r,
-                     double *score, struct egpu_pick *pick, char *why, size_t why_len)
+                     const struct egpu_node *node, const struct egpu_pod_request *r, double *score,
+                     struct egpu_pick *pick, char *why, size_t why_len)
 {
     struct egpu__node_view after;
     struct memo_entry *e = NULL;
@@ -190,11 +190,10 @@ static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct
             return e->ok;
         }
     }
-    ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.workload, &p->rng, node, r, pick, &after,
-                          why, why_len);
+    ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.workload, &p->rng, node, r, pick, &after, why,
+                          why_len);
     if (ok)
-        *score = egpu__node_score(p->cfg.node_policy, p->cfg.workload, &p->rng, c, node, r,
-                                  &after);
+        *score = egpu__node_score(p->cfg.node_policy, p->cfg.workload, &p->rng, c, node, r, &after);
     if (e != NULL) {
         e->gen = node->gen;
         e->ok = ok;
@@ -213,13 +212,13 @@ bool egpu_placer_can_host(struct egpu_placer *p, const struct egpu_cluster *c,
     struct egpu_pick local;
     double score;
 
-    return evaluate(p, c, reason ? NULL : memo_for(p, c, r), node, r, &score,
-                    pick ? pick : &local, reason, reason_len);
+    return evaluate(p, c, reason ? NULL : memo_for(p, c, r), node, r, &score, pick ? pick : &local,
+                    reason, reason_len);
 }
 
 int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
-                      const struct egpu_node *node, const struct egpu_pod_request *r,
-                      double *score, struct egpu_pick *pick)
+                      const struct egpu_node *node, const struct egpu_pod_request *r, double *score,
+                      struct egpu_pick *pick)
 {
     struct egpu_pick local;
 

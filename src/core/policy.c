@@ -27,7 +27,7 @@
 #include "placement_int.h"
 
 static const char *const names[] = {
-    [EGPU_POLICY_BINPACK] = "binpack", [EGPU_POLICY_SPREAD] = "spread",
+    [EGPU_POLICY_BINPACK] = "binpack",  [EGPU_POLICY_SPREAD] = "spread",
     [EGPU_POLICY_BESTFIT] = "best-fit", [EGPU_POLICY_RANDOM] = "random",
     [EGPU_POLICY_FGD] = "fgd",
 };

@@ -13,7 +13,7 @@
 #include "egpu/core.h"
 
 #define MANTISSA_DIGITS_MAX 18
-#define EXPONENT_MAX 100
+#define EXPONENT_MAX        100
 
 typedef unsigned __int128 u128;
 
@@ -23,10 +23,9 @@ static int parse_suffix(const char *s, struct egpu_quantity *q)
         const char *name;
         int dec, bin;
     } suffixes[] = {
-        {"", 0, 0},   {"Ki", 0, 10}, {"Mi", 0, 20}, {"Gi", 0, 30}, {"Ti", 0, 40},
-        {"Pi", 0, 50}, {"Ei", 0, 60}, {"n", -9, 0}, {"u", -6, 0},  {"m", -3, 0},
-        {"k", 3, 0},  {"M", 6, 0},   {"G", 9, 0},   {"T", 12, 0},  {"P", 15, 0},
-        {"E", 18, 0},
+        {"", 0, 0},    {"Ki", 0, 10}, {"Mi", 0, 20}, {"Gi", 0, 30}, {"Ti", 0, 40}, {"Pi", 0, 50},
+        {"Ei", 0, 60}, {"n", -9, 0},  {"u", -6, 0},  {"m", -3, 0},  {"k", 3, 0},   {"M", 6, 0},
+        {"G", 9, 0},   {"T", 12, 0},  {"P", 15, 0},  {"E", 18, 0},
     };
     int sign = 1, exp = 0;
     const char *p;
@@ -72,8 +71,7 @@ int egpu_quantity_parse(const char *s, struct egpu_quantity *q, struct egpu_erro
     for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) {
         if (*p == '.') {
             if (seen_point)
-                return egpu_error_set(err, EGPU_ESYNTAX, "quantity \"%s\": two decimal points",
-                                      s);
+                return egpu_error_set(err, EGPU_ESYNTAX, "quantity \"%s\": two decimal points", s);
             seen_point = true;
             continue;
         }
@@ -85,8 +83,7 @@ int egpu_quantity_parse(const char *s, struct egpu_quantity *q, struct egpu_erro
     }
     if (nd == 0)
         return egpu_error_set(err, EGPU_ESYNTAX,
-                              "quantity \"%s\": expected a number such as 30, 500m, 4Gi or 1e3",
-                              s);
+                              "quantity \"%s\": expected a number such as 30, 500m, 4Gi or 1e3", s);
     rc = parse_suffix(p, &v);
     if (rc == EGPU_ESYNTAX)
         return egpu_error_set(err, rc,
@@ -196,8 +193,7 @@ int egpu_parse_mem_mib(const char *s, const char *field, int64_t *out, struct eg
     return parse_units(s, field, 0, 20, EGPU_ROUND_UP, "MiB", out, err);
 }
 
-int egpu_parse_gpu_core_pct(const char *s, const char *field, int64_t *out,
-                            struct egpu_error *err)
+int egpu_parse_gpu_core_pct(const char *s, const char *field, int64_t *out, struct egpu_error *err)
 {
     int64_t v;
     int rc = parse_units(s, field, 0, 0, EGPU_ROUND_EXACT, "percent", &v, err);

@@ -8,8 +8,8 @@
 
 #include "egpu/core.h"
 
-int egpu_container_request_set(struct egpu_container_request *c, int64_t core_pct,
-                               int64_t mem_mib, struct egpu_error *err)
+int egpu_container_request_set(struct egpu_container_request *c, int64_t core_pct, int64_t mem_mib,
+                               struct egpu_error *err)
 {
     if (core_pct < 1 || (core_pct >= 100 && core_pct % 100 != 0) ||
         core_pct > 100LL * EGPU_NODE_GPUS_MAX)

@@ -29,8 +29,8 @@ static void typical_of(const struct egpu_pod_request *r, struct egpu_typical_pod
     for (uint32_t i = 0; i < r->ncontainers; i++) {
         const struct egpu_container_request *c = &r->containers[i];
 
-        if (big == NULL || (uint64_t)c->core_milli * c->ncards >
-                               (uint64_t)big->core_milli * big->ncards)
+        if (big == NULL ||
+            (uint64_t)c->core_milli * c->ncards > (uint64_t)big->core_milli * big->ncards)
             big = c;
     }
     if (big != NULL) {
@@ -41,8 +41,8 @@ static void typical_of(const struct egpu_pod_request *r, struct egpu_typical_pod
 
 static bool same_shape(const struct egpu_typical_pod *a, const struct egpu_typical_pod *b)
 {
-    return a->cpu_milli == b->cpu_milli && a->gpu_milli == b->gpu_milli &&
-           a->ncards == b->ncards && a->model_mask == b->model_mask;
+    return a->cpu_milli == b->cpu_milli && a->gpu_milli == b->gpu_milli && a->ncards == b->ncards &&
+           a->model_mask == b->model_mask;
 }
 
 /* Most frequent first; ties: larger CPU, then larger GPU, then more cards,

@@ -20,7 +20,7 @@
 #include "egpu/sim.h"
 
 #define POLICIES_MAX 16
-#define SEEDS_MAX 1000
+#define SEEDS_MAX    1000
 
 static const char usage[] =
     "Usage: egpu-sim [OPTION]...\n"
@@ -203,8 +203,21 @@ static int parse_double(const char *s, double lo, double hi, double *out)
 /* Parse argv into *o. Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { O_TRACE = 256, O_NODES, O_PODS, O_WPODS, O_POLICY, O_SEEDS, O_INFLATE, O_COVERAGE,
-           O_JOBS, O_OUT, O_NOPLOT, O_MAXDEV, O_VERSION };
+    enum {
+        O_TRACE = 256,
+        O_NODES,
+        O_PODS,
+        O_WPODS,
+        O_POLICY,
+        O_SEEDS,
+        O_INFLATE,
+        O_COVERAGE,
+        O_JOBS,
+        O_OUT,
+        O_NOPLOT,
+        O_MAXDEV,
+        O_VERSION
+    };
     static const struct option longopts[] = {
         {"trace-dir", required_argument, NULL, O_TRACE},
         {"nodes", required_argument, NULL, O_NODES},

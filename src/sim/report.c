@@ -139,8 +139,8 @@ int egpu_report_summary_csv(const char *path, const struct egpu_policy_runs *p, 
             const struct egpu_replay_result *r = &p[i].runs[s];
 
             fprintf(f, "%s,%s,%s,%llu,%zu,%zu", p[i].label, egpu_policy_name(p[i].node_policy),
-                    egpu_policy_name(p[i].card_policy), (unsigned long long)seeds[s],
-                    r->arrivals, r->failed);
+                    egpu_policy_name(p[i].card_policy), (unsigned long long)seeds[s], r->arrivals,
+                    r->failed);
             for (int k = 0; k < 4; k++)
                 fprintf(f, ",%.3f", egpu_replay_alloc_at(r, 1, checkpoints[k]));
             fprintf(f, ",%.3f,%.6f\n", egpu_replay_frag_at(r, 1, 90), r->place_seconds);
@@ -149,8 +149,8 @@ int egpu_report_summary_csv(const char *path, const struct egpu_policy_runs *p, 
     return close_out(path, f, err);
 }
 
-int egpu_report_plot(const char *csv, const char *png, const struct egpu_policy_runs *p,
-                     size_t n, struct egpu_error *err)
+int egpu_report_plot(const char *csv, const char *png, const struct egpu_policy_runs *p, size_t n,
+                     struct egpu_error *err)
 {
     FILE *g;
     int status;

@@ -16,7 +16,7 @@
 #include "egpu/sim.h"
 
 #define FIELDS_MAX 32
-#define FIELD_MAX 512
+#define FIELD_MAX  512
 
 enum table { NODES, PODS };
 
@@ -25,11 +25,11 @@ struct loader {
     enum table table;
     struct egpu_trace *t;
     struct egpu_error *err;
-    int rc;             /* first error, 0 = none */
-    size_t line;        /* current line, 1-based (header = 1) */
+    int rc;      /* first error, 0 = none */
+    size_t line; /* current line, 1-based (header = 1) */
     char fields[FIELDS_MAX][FIELD_MAX];
     size_t nfields;
-    int col[8];         /* column index per wanted name, -1 = absent */
+    int col[8]; /* column index per wanted name, -1 = absent */
     size_t cap;
 };
 
@@ -42,8 +42,8 @@ enum { C_NAME, C_CPU, C_MEM, C_NGPU, C_GPU_MILLI, C_SPEC }; /* pods; nodes use 0
 static int fail(struct loader *l, int code, const char *col, const char *val, const char *why)
 {
     if (l->rc == 0)
-        l->rc = egpu_error_set(l->err, code, "%s:%zu: %s \"%s\": %s", l->path, l->line, col, val,
-                               why);
+        l->rc =
+            egpu_error_set(l->err, code, "%s:%zu: %s \"%s\": %s", l->path, l->line, col, val, why);
     return l->rc;
 }
 
@@ -109,8 +109,7 @@ static int header(struct loader *l)
                 l->col[c] = (int)i;
         }
         /* Optional: a node's model (CPU-only lists) and a pod's gpu_spec. */
-        if (l->col[c] < 0 && !(l->table == NODES && c == 4) &&
-            !(l->table == PODS && c == C_SPEC)) {
+        if (l->col[c] < 0 && !(l->table == NODES && c == 4) && !(l->table == PODS && c == C_SPEC)) {
             char why[160];
 
             snprintf(why, sizeof(why), "header lacks column %s (need %s)", cols[c],

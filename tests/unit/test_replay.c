@@ -15,8 +15,8 @@
  * a few shapes: whole cards, shares and CPU-only pods. */
 static void make_trace(struct egpu_trace *t, size_t nnodes, size_t npods)
 {
-    static const uint32_t shapes[][2] = {{1, 1000}, {1, 500}, {1, 250}, {0, 0}, {2, 1000},
-                                         {1, 750}};
+    static const uint32_t shapes[][2] = {{1, 1000}, {1, 500},  {1, 250},
+                                         {0, 0},    {2, 1000}, {1, 750}};
 
     memset(t, 0, sizeof(*t));
     t->nodes = egpu_calloc(nnodes, sizeof(*t->nodes));
@@ -190,10 +190,10 @@ static void test_bucket_means(void **state)
     (void)state;
     memset(r, 0, sizeof(r));
     /* Seed 1: bucket 90 has two events (89 and 91). Seed 2: one event (95). */
-    r[0].buckets[90] = (struct egpu_replay_bucket){.events = 2, .alloc_pct_sum = 180.0,
-                                                   .frag_pct_sum = 40.0};
-    r[1].buckets[90] = (struct egpu_replay_bucket){.events = 1, .alloc_pct_sum = 95.0,
-                                                   .frag_pct_sum = 10.0};
+    r[0].buckets[90] =
+        (struct egpu_replay_bucket){.events = 2, .alloc_pct_sum = 180.0, .frag_pct_sum = 40.0};
+    r[1].buckets[90] =
+        (struct egpu_replay_bucket){.events = 1, .alloc_pct_sum = 95.0, .frag_pct_sum = 10.0};
     /* Mean per seed (90 and 95), then across seeds. */
     assert_true(fabs(egpu_replay_alloc_at(r, 2, 90) - 92.5) < 1e-9);
     assert_true(fabs(egpu_replay_frag_at(r, 2, 90) - 15.0) < 1e-9);
@@ -223,9 +223,8 @@ static void test_bad_config(void **state)
     static struct egpu_replay_result r;
     struct egpu_trace t;
     struct egpu_workload w;
-    struct egpu_replay_config cfg = {.node_policy = EGPU_POLICY_FGD,
-                                     .card_policy = EGPU_POLICY_FGD,
-                                     .inflate = 0.0};
+    struct egpu_replay_config cfg = {
+        .node_policy = EGPU_POLICY_FGD, .card_policy = EGPU_POLICY_FGD, .inflate = 0.0};
     struct egpu_error err = {0};
     long live;
 

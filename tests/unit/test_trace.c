@@ -219,9 +219,12 @@ static void test_find_dir(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_load_small),      cmocka_unit_test(test_columns_by_header),
-        cmocka_unit_test(test_malformed),       cmocka_unit_test(test_out_of_memory),
-        cmocka_unit_test(test_cluster_and_requests), cmocka_unit_test(test_duplicate_node),
+        cmocka_unit_test(test_load_small),
+        cmocka_unit_test(test_columns_by_header),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_cluster_and_requests),
+        cmocka_unit_test(test_duplicate_node),
         cmocka_unit_test(test_find_dir),
     };
 

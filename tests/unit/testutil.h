@@ -61,11 +61,11 @@ static inline void tu_use_card(struct egpu_cluster *c, struct egpu_node *n, cons
     struct egpu_pick pick = {.nshares = 1};
     struct egpu_error err = {0};
 
-    pick.shares[0] = (struct egpu_share){.container = 0, .gpu = gpu,
-                                         .core_milli = r.containers[0].core_milli,
-                                         .mem_mib = r.containers[0].core_milli == EGPU_GPU_MILLI
-                                                        ? n->gpus[gpu].mem_mib
-                                                        : 0};
+    pick.shares[0] = (struct egpu_share){
+        .container = 0,
+        .gpu = gpu,
+        .core_milli = r.containers[0].core_milli,
+        .mem_mib = r.containers[0].core_milli == EGPU_GPU_MILLI ? n->gpus[gpu].mem_mib : 0};
     if (egpu_cluster_assign(c, pod, n, &r, &pick, &err) != 0)
         fail_msg("use card %u of %s: %s", gpu, n->name, err.msg);
 }
