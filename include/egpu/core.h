@@ -59,9 +59,9 @@ const char *egpu_strerror(int code);
  * Never allocates. Returns code, so `return egpu_error_set(...)` is one line. */
 int egpu_error_set(struct egpu_error *err, int code, const char *fmt, ...) EGPU_PRINTF(3, 4);
 
-/* Put `prefix: ` in front of the message already in *err (err may be NULL).
- * Returns err->code (0 when err is NULL). */
-int egpu_error_prefix(struct egpu_error *err, const char *fmt, ...) EGPU_PRINTF(2, 3);
+/* Put `prefix: ` in front of the message already in *err (err may be NULL),
+ * cutting the end to fit. Returns code, the error being passed on. */
+int egpu_error_prefix(struct egpu_error *err, int code, const char *fmt, ...) EGPU_PRINTF(3, 4);
 
 /* ------------------------------------------------------------------------ */
 /* Memory (src/core/alloc.c)                                                */

@@ -49,14 +49,15 @@ int egpu_error_set(struct egpu_error *err, int code, const char *fmt, ...)
     return code;
 }
 
-int egpu_error_prefix(struct egpu_error *err, const char *fmt, ...)
+int egpu_error_prefix(struct egpu_error *err, int code, const char *fmt, ...)
 {
     char head[EGPU_ERRMSG_MAX];
     size_t hl, tl;
     va_list ap;
 
     if (err == NULL)
-        return 0;
+        return code;
+    err->code = code;
     va_start(ap, fmt);
     vsnprintf(head, sizeof(head), fmt, ap);
     va_end(ap);
@@ -72,5 +73,5 @@ int egpu_error_prefix(struct egpu_error *err, const char *fmt, ...)
     err->msg[hl] = ':';
     err->msg[hl + 1] = ' ';
     err->msg[hl + 2 + tl] = '\0';
-    return err->code;
+    return code;
 }

@@ -59,31 +59,47 @@ int egpu_quantity_parse(const char *s, struct egpu_quantity *q, struct egpu_erro
 {
     struct egpu_quantity v = {0};
     const char *p = s;
-    char digits[64];
-    size_t nd = 0, first, last;
-    int frac_digits = 0, rc;
-    bool seen_point = false;
+    int frac_digits = 0, sig_digits = 0, zeros = 0, rc;
+    bool seen_point = false, seen_digit = false;
 
     if (s == NULL || *s == '\0')
         return egpu_error_set(err, EGPU_ESYNTAX, "empty quantity");
     if (*p == '+' || *p == '-')
         v.negative = *p++ == '-';
+    /* Only significant digits enter the mantissa: leading zeros are skipped
+     * and trailing zeros wait in `zeros` until a non-zero digit follows. */
     for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) {
         if (*p == '.') {
             if (seen_point)
-                return egpu_error_set(err, EGPU_ESYNTAX, "quantity \"%s\": two decimal points", s);
+                return egpu_error_set(err, EGPU_ESYNTAX, "quantity \"%s\": two decimal points",
+                                      s);
             seen_point = true;
             continue;
         }
-        if (nd == sizeof(digits))
-            return egpu_error_set(err, EGPU_ERANGE, "quantity \"%s\": too many digits", s);
-        digits[nd++] = *p;
-        if (seen_point)
+        seen_digit = true;
+        if (seen_point) {
+            if (frac_digits == EXPONENT_MAX)
+                return egpu_error_set(err, EGPU_ERANGE, "quantity \"%s\": too many digits", s);
             frac_digits++;
+        }
+        if (*p == '0') {
+            if (sig_digits > 0 && ++zeros > EXPONENT_MAX)
+                return egpu_error_set(err, EGPU_ERANGE, "quantity \"%s\": too many digits", s);
+            continue;
+        }
+        if (sig_digits + zeros + 1 > MANTISSA_DIGITS_MAX)
+            return egpu_error_set(err, EGPU_ERANGE,
+                                  "quantity \"%s\": more than %d significant digits", s,
+                                  MANTISSA_DIGITS_MAX);
+        for (; zeros > 0; zeros--, sig_digits++)
+            v.mantissa *= 10;
+        v.mantissa = v.mantissa * 10 + (uint64_t)(*p - '0');
+        sig_digits++;
     }
-    if (nd == 0)
+    if (!seen_digit)
         return egpu_error_set(err, EGPU_ESYNTAX,
-                              "quantity \"%s\": expected a number such as 30, 500m, 4Gi or 1e3", s);
+                              "quantity \"%s\": expected a number such as 30, 500m, 4Gi or 1e3",
+                              s);
     rc = parse_suffix(p, &v);
     if (rc == EGPU_ESYNTAX)
         return egpu_error_set(err, rc,
@@ -92,18 +108,7 @@ int egpu_quantity_parse(const char *s, struct egpu_quantity *q, struct egpu_erro
                               s, p);
     if (rc)
         return egpu_error_set(err, rc, "quantity \"%s\": exponent beyond %d", s, EXPONENT_MAX);
-    /* Trim leading and trailing zeros so only significant digits count. */
-    for (first = 0; first < nd && digits[first] == '0'; first++)
-        ;
-    for (last = nd; last > first && digits[last - 1] == '0'; last--)
-        ;
-    v.dec_exp -= frac_digits;
-    v.dec_exp += (int)(nd - last);
-    if (last - first > MANTISSA_DIGITS_MAX)
-        return egpu_error_set(err, EGPU_ERANGE, "quantity \"%s\": more than %d significant digits",
-                              s, MANTISSA_DIGITS_MAX);
-    for (size_t i = first; i < last; i++)
-        v.mantissa = v.mantissa * 10 + (uint64_t)(digits[i] - '0');
+    v.dec_exp += zeros - frac_digits;
     if (v.mantissa == 0) {
         v.dec_exp = 0;
         v.bin_exp = 0;
@@ -170,7 +175,7 @@ static int parse_units(const char *s, const char *field, int unit_dec, int unit_
     int rc = egpu_quantity_parse(s, &q, err);
 
     if (rc)
-        return egpu_error_prefix(err, "%s", field);
+        return egpu_error_prefix(err, rc, "%s", field);
     if (q.negative)
         return egpu_error_set(err, EGPU_ERANGE, "%s: \"%s\" is negative; must be >= 0", field, s);
     rc = egpu_quantity_to_units(&q, unit_dec, unit_bin, round, &v);

@@ -158,7 +158,7 @@ static int add_policy(struct options *o, const char *tok, struct egpu_error *err
     if (rc == 0)
         rc = egpu_policy_parse(slash ? slash + 1 : node, &p->card_policy, err);
     if (rc)
-        return egpu_error_prefix(err, "--policy");
+        return egpu_error_prefix(err, rc, "--policy");
     if (p->node_policy == p->card_policy)
         snprintf(p->label, sizeof(p->label), "%s", egpu_policy_name(p->node_policy));
     else

@@ -382,6 +382,6 @@ int egpu_trace_request(struct egpu_cluster *c, const struct egpu_trace_pod *p,
     }
     rc = egpu_cluster_model_mask(c, p->gpu_spec, &r->model_mask, err);
     if (rc)
-        return egpu_error_prefix(err, "pod %s", p->name);
+        return egpu_error_prefix(err, rc, "pod %s", p->name);
     return 0;
 }

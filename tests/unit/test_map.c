@@ -1,0 +1,378 @@
+/* tests/unit/test_map.c - the private string hash map (src/core/map.c).
+ *
+ * Checks put, get and del against their documented results, growth through
+ * many inserts, and backward-shift deletion: after removing a pseudo-random
+ * half of the keys (fixed seed, so every run is the same), each remaining key
+ * must still be found with its value and each removed one must be gone. Also
+ * checks that the map frees every block it allocates and that an allocation
+ * failure during growth leaves the map as it was.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+#include "map_int.h"
+
+#define NKEYS   20000
+#define KEY_MAX 24
+
+/* Keys are borrowed by the map, so they live here for the whole test run;
+ * vals[i] is the value stored for keys[i], compared by address. */
+static char keys[NKEYS][KEY_MAX];
+static int vals[NKEYS];
+
+static void make_keys(void)
+{
+    for (int i = 0; i < NKEYS; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "default/pod-%d", i);
+        vals[i] = i;
+    }
+}
+
+/* Every key below n must map to its value when present[i], else be absent;
+ * the count must equal the number present. */
+static void check_contents(const struct egpu_map *m, int n, const bool *present)
+{
+    size_t want = 0;
+
+    for (int i = 0; i < n; i++) {
+        void *got = egpu__map_get(m, keys[i]);
+
+        if (present[i] && got != &vals[i])
+            fail_msg("key %s: got %p, want %p", keys[i], got, (void *)&vals[i]);
+        if (!present[i] && got != NULL)
+            fail_msg("deleted key %s still maps to %p", keys[i], got);
+        want += present[i];
+    }
+    if (egpu__map_count(m) != want)
+        fail_msg("count %zu, want %zu", egpu__map_count(m), want);
+}
+
+/* Fisher-Yates shuffle of perm[0..n) with r. */
+static void shuffle(int *perm, int n, struct egpu_rng *r)
+{
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)egpu_rng_below(r, (uint64_t)i + 1);
+        int t = perm[i];
+
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+static void put_get_del(void **state)
+{
+    long live = egpu_alloc_live();
+    struct egpu_map *m = egpu__map_new();
+    char copy[KEY_MAX];
+    int a = 1, b = 2, c = 3;
+
+    (void)state;
+    assert_non_null(m);
+    assert_int_equal(egpu__map_count(m), 0);
+    assert_null(egpu__map_get(m, "a"));
+    assert_int_equal(egpu__map_put(m, "a", &a), 0);
+    assert_int_equal(egpu__map_put(m, "b", &b), 0);
+    assert_int_equal(egpu__map_put(m, "c", &c), 0);
+    assert_int_equal(egpu__map_count(m), 3);
+    assert_ptr_equal(egpu__map_get(m, "a"), &a);
+    assert_ptr_equal(egpu__map_get(m, "b"), &b);
+    assert_ptr_equal(egpu__map_get(m, "c"), &c);
+    assert_null(egpu__map_get(m, "d"));
+    assert_null(egpu__map_get(m, ""));
+    /* Lookup compares contents, not the address of the key. */
+    snprintf(copy, sizeof(copy), "%s", "b");
+    assert_ptr_equal(egpu__map_get(m, copy), &b);
+
+    assert_int_equal(egpu__map_del(m, copy), 0);
+    assert_null(egpu__map_get(m, "b"));
+    assert_int_equal(egpu__map_count(m), 2);
+    assert_ptr_equal(egpu__map_get(m, "a"), &a);
+    assert_ptr_equal(egpu__map_get(m, "c"), &c);
+    assert_int_equal(egpu__map_del(m, "b"), -ENOENT);
+    assert_int_equal(egpu__map_del(m, "zzz"), -ENOENT);
+    assert_int_equal(egpu__map_count(m), 2);
+
+    /* A deleted key can come back with a new value; the empty string is a key. */
+    assert_int_equal(egpu__map_put(m, "b", &c), 0);
+    assert_ptr_equal(egpu__map_get(m, "b"), &c);
+    assert_int_equal(egpu__map_put(m, "", &a), 0);
+    assert_ptr_equal(egpu__map_get(m, ""), &a);
+    assert_int_equal(egpu__map_count(m), 4);
+
+    egpu__map_free(m);
+    egpu__map_free(NULL);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+static void put_duplicate_is_eexist(void **state)
+{
+    long live = egpu_alloc_live();
+    struct egpu_map *m = egpu__map_new();
+    char copy[KEY_MAX];
+    int v1 = 1, v2 = 2;
+
+    (void)state;
+    assert_non_null(m);
+    assert_int_equal(egpu__map_put(m, "node-1", &v1), 0);
+    assert_int_equal(egpu__map_put(m, "node-1", &v2), -EEXIST);
+    snprintf(copy, sizeof(copy), "%s", "node-1");
+    assert_int_equal(egpu__map_put(m, copy, &v2), -EEXIST);
+    /* The first value stays and nothing was added. */
+    assert_ptr_equal(egpu__map_get(m, "node-1"), &v1);
+    assert_int_equal(egpu__map_count(m), 1);
+    assert_int_equal(egpu__map_del(m, "node-1"), 0);
+    assert_int_equal(egpu__map_count(m), 0);
+    assert_int_equal(egpu__map_del(m, "node-1"), -ENOENT);
+    egpu__map_free(m);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+static void grows_through_many_inserts(void **state)
+{
+    static bool present[NKEYS];
+    long live = egpu_alloc_live();
+    struct egpu_map *m = egpu__map_new();
+
+    (void)state;
+    assert_non_null(m);
+    for (int i = 0; i < NKEYS; i++) {
+        assert_int_equal(egpu__map_put(m, keys[i], &vals[i]), 0);
+        assert_int_equal(egpu__map_count(m), (size_t)i + 1);
+        /* The newest key and the first one survive every growth. */
+        assert_ptr_equal(egpu__map_get(m, keys[i]), &vals[i]);
+        assert_ptr_equal(egpu__map_get(m, keys[0]), &vals[0]);
+        present[i] = true;
+    }
+    check_contents(m, NKEYS, present);
+    assert_null(egpu__map_get(m, "default/pod-20000"));
+    assert_null(egpu__map_get(m, "default/pod-"));
+    assert_int_equal(egpu__map_put(m, keys[12345], &vals[0]), -EEXIST);
+    assert_int_equal(egpu__map_count(m), NKEYS);
+    egpu__map_free(m);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+static void delete_random_half(void **state)
+{
+    static bool present[NKEYS];
+    static int perm[NKEYS];
+    long live = egpu_alloc_live();
+    struct egpu_map *m = egpu__map_new();
+    struct egpu_rng r;
+
+    (void)state;
+    assert_non_null(m);
+    egpu_rng_seed(&r, 42);
+    for (int i = 0; i < NKEYS; i++) {
+        assert_int_equal(egpu__map_put(m, keys[i], &vals[i]), 0);
+        present[i] = true;
+        perm[i] = i;
+    }
+    /* Delete the first half of a random permutation, in that random order,
+     * checking the whole map every 1000 deletions. */
+    shuffle(perm, NKEYS, &r);
+    for (int k = 0; k < NKEYS / 2; k++) {
+        int i = perm[k];
+
+        if (egpu__map_del(m, keys[i]) != 0)
+            fail_msg("delete %s failed", keys[i]);
+        present[i] = false;
+        assert_null(egpu__map_get(m, keys[i]));
+        if (k % 1000 == 999)
+            check_contents(m, NKEYS, present);
+    }
+    check_contents(m, NKEYS, present);
+    assert_int_equal(egpu__map_count(m), NKEYS / 2);
+    for (int k = 0; k < NKEYS / 2; k++)
+        assert_int_equal(egpu__map_del(m, keys[perm[k]]), -ENOENT);
+    assert_int_equal(egpu__map_count(m), NKEYS / 2);
+
+    /* Put the deleted half back and remove everything in another order. */
+    for (int k = 0; k < NKEYS / 2; k++) {
+        assert_int_equal(egpu__map_put(m, keys[perm[k]], &vals[perm[k]]), 0);
+        present[perm[k]] = true;
+    }
+    check_contents(m, NKEYS, present);
+    shuffle(perm, NKEYS, &r);
+    for (int k = 0; k < NKEYS; k++) {
+        assert_int_equal(egpu__map_del(m, keys[perm[k]]), 0);
+        present[perm[k]] = false;
+        if (k % 4000 == 3999)
+            check_contents(m, NKEYS, present);
+    }
+    assert_int_equal(egpu__map_count(m), 0);
+    check_contents(m, NKEYS, present);
+    egpu__map_free(m);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+/* Keys whose probe runs wrap from the end of the smallest table to its start.
+ * The map hashes with egpu_hash_str(key, 0) into 16 slots (map.c); if that
+ * changes, this test still checks correctness, only less pointedly. */
+static void delete_across_wraparound(void **state)
+{
+    enum { NWRAP = 11 }; /* 11 of 16 slots: below the 3/4 growth threshold */
+    int idx[NWRAP], perm[NWRAP], n = 0;
+    bool present[NKEYS] = {false};
+    struct egpu_rng r;
+    long live = egpu_alloc_live();
+
+    (void)state;
+    /* Five keys homed at slot 14 or 15 and six at slot 0 or 1. */
+    for (int i = 0, high = 0, low = 0; i < NKEYS && n < NWRAP; i++) {
+        uint64_t home = egpu_hash_str(keys[i], 0) & 15;
+
+        if (home >= 14 && high < 5) {
+            idx[n++] = i;
+            high++;
+        } else if (home <= 1 && low < 6) {
+            idx[n++] = i;
+            low++;
+        }
+    }
+    assert_int_equal(n, NWRAP);
+    egpu_rng_seed(&r, 7);
+    for (int round = 0; round < 2000; round++) {
+        struct egpu_map *m = egpu__map_new();
+
+        assert_non_null(m);
+        for (int k = 0; k < NWRAP; k++)
+            perm[k] = idx[k];
+        shuffle(perm, NWRAP, &r);
+        for (int k = 0; k < NWRAP; k++) {
+            assert_int_equal(egpu__map_put(m, keys[perm[k]], &vals[perm[k]]), 0);
+            present[perm[k]] = true;
+        }
+        shuffle(perm, NWRAP, &r);
+        for (int k = 0; k < NWRAP; k++) {
+            assert_int_equal(egpu__map_del(m, keys[perm[k]]), 0);
+            present[perm[k]] = false;
+            for (int t = 0; t < NWRAP; t++) {
+                void *got = egpu__map_get(m, keys[idx[t]]);
+
+                if (got != (present[idx[t]] ? &vals[idx[t]] : NULL))
+                    fail_msg("round %d: key %s wrong after deleting %s", round, keys[idx[t]],
+                             keys[perm[k]]);
+            }
+            assert_int_equal(egpu__map_count(m), (size_t)(NWRAP - k - 1));
+        }
+        egpu__map_free(m);
+    }
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+/* Random puts and deletes on a small table, checked against a plain array. */
+static void random_churn_matches_model(void **state)
+{
+    enum { NPOOL = 40 };
+    bool present[NKEYS] = {false};
+    long live = egpu_alloc_live();
+    struct egpu_map *m = egpu__map_new();
+    struct egpu_rng r;
+
+    (void)state;
+    assert_non_null(m);
+    egpu_rng_seed(&r, 2024);
+    for (int op = 0; op < 200000; op++) {
+        int i = (int)egpu_rng_below(&r, NPOOL);
+        int want = present[i] ? -EEXIST : 0;
+
+        if (egpu_rng_below(&r, 2) == 0) {
+            assert_int_equal(egpu__map_put(m, keys[i], &vals[i]), want);
+            present[i] = true;
+        } else {
+            assert_int_equal(egpu__map_del(m, keys[i]), present[i] ? 0 : -ENOENT);
+            present[i] = false;
+        }
+        if (op % 16 == 0)
+            check_contents(m, NPOOL, present);
+    }
+    check_contents(m, NPOOL, present);
+    egpu__map_free(m);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+static void new_out_of_memory(void **state)
+{
+    long live = egpu_alloc_live();
+
+    (void)state;
+    /* The first allocation (the map) or the second (its table) fails. */
+    egpu_alloc_fail_after(1);
+    assert_null(egpu__map_new());
+    egpu_alloc_fail_after(2);
+    assert_null(egpu__map_new());
+    egpu_alloc_fail_after(0);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+/* Every put that needs memory is first tried with that allocation failing:
+ * it must return -ENOMEM and leave the map as it was. Growth is the only
+ * allocation a put makes, so this fails every growth on the way to NKEYS. */
+static void put_out_of_memory_during_growth(void **state)
+{
+    static bool present[NKEYS];
+    long live = egpu_alloc_live();
+    struct egpu_map *m = egpu__map_new();
+    int failures = 0;
+
+    (void)state;
+    assert_non_null(m);
+    memset(present, 0, sizeof(present));
+    for (int i = 0; i < NKEYS; i++) {
+        int rc;
+
+        egpu_alloc_fail_after(1);
+        rc = egpu__map_put(m, keys[i], &vals[i]);
+        egpu_alloc_fail_after(0);
+        if (rc == -ENOMEM) {
+            failures++;
+            /* All earlier keys are still there and keys[i] is not. */
+            check_contents(m, i + 1, present);
+            assert_int_equal(egpu__map_del(m, keys[i]), -ENOENT);
+            rc = egpu__map_put(m, keys[i], &vals[i]);
+        }
+        if (rc != 0)
+            fail_msg("put %s: rc %d", keys[i], rc);
+        present[i] = true;
+    }
+    /* A new map has 16 slots (map.c), so reaching 20000 keys takes 11
+     * doublings; any table smaller than NKEYS must grow at least once. */
+    if (failures < 1)
+        fail_msg("no put allocated on the way to %d keys", NKEYS);
+    check_contents(m, NKEYS, present);
+    egpu__map_free(m);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    make_keys();
+    egpu_alloc_fail_after(0);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(put_get_del),
+        cmocka_unit_test(put_duplicate_is_eexist),
+        cmocka_unit_test(grows_through_many_inserts),
+        cmocka_unit_test(delete_random_half),
+        cmocka_unit_test(delete_across_wraparound),
+        cmocka_unit_test(random_churn_matches_model),
+        cmocka_unit_test(new_out_of_memory),
+        cmocka_unit_test(put_out_of_memory_during_growth),
+    };
+
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
