@@ -71,8 +71,7 @@ int egpu_quantity_parse(const char *s, struct egpu_quantity *q, struct egpu_erro
     for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) {
         if (*p == '.') {
             if (seen_point)
-                return egpu_error_set(err, EGPU_ESYNTAX, "quantity \"%s\": two decimal points",
-                                      s);
+                return egpu_error_set(err, EGPU_ESYNTAX, "quantity \"%s\": two decimal points", s);
             seen_point = true;
             continue;
         }
@@ -98,8 +97,7 @@ int egpu_quantity_parse(const char *s, struct egpu_quantity *q, struct egpu_erro
     }
     if (!seen_digit)
         return egpu_error_set(err, EGPU_ESYNTAX,
-                              "quantity \"%s\": expected a number such as 30, 500m, 4Gi or 1e3",
-                              s);
+                              "quantity \"%s\": expected a number such as 30, 500m, 4Gi or 1e3", s);
     rc = parse_suffix(p, &v);
     if (rc == EGPU_ESYNTAX)
         return egpu_error_set(err, rc,
