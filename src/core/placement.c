@@ -93,8 +93,11 @@ static bool same_shape(const struct egpu_pod_request *a, const struct egpu_pod_r
 
 static void memo_reset(struct egpu_placer *p, const struct egpu_cluster *c)
 {
-    for (size_t i = 0; i < p->nclasses; i++)
+    for (size_t i = 0; i < p->nclasses; i++) {
         egpu_free(p->classes[i].entries);
+        p->classes[i].entries = NULL;
+        p->classes[i].nentries = 0;
+    }
     p->nclasses = 0;
     p->memo_cluster = c;
     p->memo_max_cpu = c->max_cpu_milli;
