@@ -358,7 +358,8 @@ struct egpu_workload {
 };
 
 /* Target workload of a trace: the pods grouped by (cpu_milli, per-card GPU
- * milli, cards, model mask), most frequent first (ties: the group seen first),
+ * milli, cards, model mask), most frequent first (ties: more CPU, then more
+ * GPU per card, then more cards, then the group seen first),
  * kept until they cover `coverage` of the pods (0 < coverage <= 1; the paper
  * uses 0.95), weights renormalised to sum to 1. Each request contributes its
  * largest GPU container. Returns 0, -EINVAL (n = 0 or coverage out of range)

@@ -188,8 +188,7 @@ static void unindex_uuids(struct egpu_cluster *c, const struct egpu_node *n, uin
         (void)egpu__map_del(c->by_uuid, n->gpus[i].uuid); /* present: added above */
 }
 
-int egpu_cluster_add_node(struct egpu_cluster *c, const struct egpu_node_spec *s,
-                          struct egpu_error *err)
+static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, struct egpu_error *err)
 {
     struct egpu_node *n;
     int rc = check_spec(c, s, err), model = EGPU_MODEL_NONE;
@@ -285,6 +284,18 @@ out_free:
 out_nomem:
     node_free(n);
     return egpu_error_set(err, -ENOMEM, "node %s: out of memory", s->name);
+}
+
+int egpu_cluster_add_node(struct egpu_cluster *c, const struct egpu_node_spec *s,
+                          struct egpu_error *err)
+{
+    const uint16_t nmodels = c->nmodels;
+    int rc = add_node(c, s, err);
+
+    /* A refused node leaves no trace, not even its model's name. */
+    while (rc && c->nmodels > nmodels)
+        egpu_free(c->models[--c->nmodels]);
+    return rc;
 }
 
 int egpu_cluster_remove_node(struct egpu_cluster *c, const char *name)
