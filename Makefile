@@ -6,12 +6,14 @@
 #   make check   deps + build, then every test: unit (ctest), unit under ASan+UBSan
 #                (ctest), integration (pytest), formatting and source checks
 #   make bench   benchmarks under bench/ (print figures; not part of check)
-#   make data    download the openb trace CSVs into data/openb (needs network)
+#   make data    download the openb trace CSVs into data/openb (needs network;
+#                DATA_DIR and TRACE_URL override where to and where from)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON     ?= /usr/bin/python3
+DATA_DIR   ?= data/openb
 TRACE_URL  ?= https://raw.githubusercontent.com/alibaba/clusterdata/master/cluster-trace-gpu-v2023/csv
 TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_default.csv openb_pod_list_gpushare40.csv \
@@ -66,18 +68,18 @@ bench: build
 	@./$(BUILD)/bench_cache
 
 data:
-	@mkdir -p data/openb
+	@mkdir -p $(DATA_DIR)
 	@for f in $(TRACE_FILES); do \
 		echo "fetching $(TRACE_URL)/$$f"; \
-		if ! curl -fsSL --connect-timeout 10 --max-time 300 -o data/openb/$$f.part "$(TRACE_URL)/$$f"; then \
-			rm -f data/openb/$$f.part; \
+		if ! curl -fsSL --connect-timeout 10 --max-time 300 -o $(DATA_DIR)/$$f.part "$(TRACE_URL)/$$f"; then \
+			rm -f $(DATA_DIR)/$$f.part; \
 			echo "make data: cannot download $$f." >&2; \
 			echo "  Fetch these files by hand from https://github.com/alibaba/clusterdata," >&2; \
 			echo "  folder cluster-trace-gpu-v2023/csv: $(TRACE_FILES)" >&2; \
-			echo "  and put them in data/openb/ (or point EGPU_TRACE_DIR at them)." >&2; \
+			echo "  and put them in $(DATA_DIR)/ (or point EGPU_TRACE_DIR at them)." >&2; \
 			exit 1; \
 		fi; \
-		mv data/openb/$$f.part data/openb/$$f; \
+		mv $(DATA_DIR)/$$f.part $(DATA_DIR)/$$f; \
 	done
 
 clean:
