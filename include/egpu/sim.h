@@ -117,6 +117,9 @@ struct egpu_replay_result {
 int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config *cfg,
                     struct egpu_replay_result *out, struct egpu_error *err) EGPU_MUST_CHECK;
 
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC), for timing replays. */
+double egpu_sim_now(void);
+
 /* Mean GPU allocation ratio (percent) at arrived percent x over results, the
  * paper's way: the mean over events in bucket x, else x-1, else x+1. Returns
  * a negative value when no event is near x. */

@@ -159,10 +159,26 @@ static bool pick_share(enum egpu_policy_kind kind, const struct egpu_workload *w
     return true;
 }
 
+/* "A|B" of the models in mask, into buf. */
+static void model_list(const struct egpu_cluster *c, uint64_t mask, char *buf, size_t len)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (uint16_t i = 0; i < c->nmodels && used < len; i++) {
+        if (mask & (1ULL << i)) {
+            int n = snprintf(buf + used, len - used, "%s%s", used ? "|" : "", c->models[i]);
+
+            used += n > 0 ? (size_t)n : 0;
+        }
+    }
+}
+
 bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
-                      struct egpu_rng *rng, const struct egpu_node *node,
-                      const struct egpu_pod_request *r, struct egpu_pick *pick,
-                      struct egpu__node_view *after, char *why, size_t why_len)
+                      struct egpu_rng *rng, const struct egpu_cluster *c,
+                      const struct egpu_node *node, const struct egpu_pod_request *r,
+                      struct egpu_pick *pick, struct egpu__node_view *after, char *why,
+                      size_t why_len)
 {
     struct scratch s;
     char scratch_why[8];
@@ -177,7 +193,11 @@ bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
         return false;
     }
     if (r->ncontainers > 0 && !model_allowed(node, r->model_mask)) {
-        snprintf(why, why_len, "GPU model of node not allowed by the pod");
+        char allowed[256];
+
+        model_list(c, r->model_mask, allowed, sizeof(allowed));
+        snprintf(why, why_len, "GPU model %s not allowed (pod allows %s)", c->models[node->model],
+                 allowed);
         return false;
     }
     if (r->cpu_milli > node->cpu_milli - node->used_cpu_milli) {

@@ -193,8 +193,8 @@ static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct
             return e->ok;
         }
     }
-    ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.workload, &p->rng, node, r, pick, &after, why,
-                          why_len);
+    ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.workload, &p->rng, c, node, r, pick, &after,
+                          why, why_len);
     if (ok)
         *score = egpu__node_score(p->cfg.node_policy, p->cfg.workload, &p->rng, c, node, r, &after);
     if (e != NULL) {

@@ -10,15 +10,17 @@
 #include "egpu/core.h"
 #include "frag_int.h"
 
-/* Card tier: choose cards on node for every container of r with policy kind.
+/* Card tier: choose cards on node (of cluster c) for every container of r
+ * with policy kind.
  * rng is used by EGPU_POLICY_RANDOM only; w by EGPU_POLICY_FGD only. On
  * success fills *pick and *after (the node state with r placed) and returns
  * true. On failure writes a one-line reason (if why != NULL) and returns
  * false. The node itself is not changed. */
 bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
-                      struct egpu_rng *rng, const struct egpu_node *node,
-                      const struct egpu_pod_request *r, struct egpu_pick *pick,
-                      struct egpu__node_view *after, char *why, size_t why_len);
+                      struct egpu_rng *rng, const struct egpu_cluster *c,
+                      const struct egpu_node *node, const struct egpu_pod_request *r,
+                      struct egpu_pick *pick, struct egpu__node_view *after, char *why,
+                      size_t why_len);
 
 /* Node tier: score of node once r is placed as in after (higher is better).
  * rng is used by EGPU_POLICY_RANDOM only; w by EGPU_POLICY_FGD only. */

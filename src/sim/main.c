@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -14,7 +15,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "egpu/sim.h"
@@ -424,14 +424,6 @@ out:
     return rc;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int check_deviation(const struct options *o)
 {
     int status = 0;
@@ -440,17 +432,16 @@ static int check_deviation(const struct options *o)
         const struct egpu_policy_runs *p = &o->policies[i];
         const double *paper = egpu_replay_published(p->node_policy, p->card_policy);
         double v;
+        bool ok;
 
         if (paper == NULL)
             continue;
         v = egpu_replay_alloc_at(p->runs, p->nruns, 100);
+        ok = v >= 0 && fabs(v - paper[2]) <= o->max_deviation;
         printf("check %-10s alloc@100 %.2f%% published %.2f%% difference %+.2f points "
                "(allowed %.2f): %s\n",
-               p->label, v, paper[2], v - paper[2], o->max_deviation,
-               v >= 0 && v - paper[2] <= o->max_deviation && paper[2] - v <= o->max_deviation
-                   ? "ok"
-                   : "FAIL");
-        if (!(v >= 0 && v - paper[2] <= o->max_deviation && paper[2] - v <= o->max_deviation))
+               p->label, v, paper[2], v - paper[2], o->max_deviation, ok ? "ok" : "FAIL");
+        if (!ok)
             status = 1;
     }
     return status;
@@ -465,7 +456,7 @@ int main(int argc, char **argv)
     struct pool pool = {0};
     char dir[4096], node_csv[8192], pod_csv[8192], wl_csv[8192], path[8192];
     struct rusage ru;
-    double t0 = now(), wall;
+    double t0 = egpu_sim_now(), wall;
     uint64_t ngpus = 0;
     int status = parse_args(argc, argv, &o);
 
@@ -507,7 +498,7 @@ int main(int argc, char **argv)
         err = pool.err;
         goto fail;
     }
-    wall = now() - t0;
+    wall = egpu_sim_now() - t0;
     egpu_report_table(stdout, o.policies, o.npolicies);
     if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {
         egpu_error_set(&err, -errno, "--out %s: %s", o.out, strerror(errno));

@@ -20,7 +20,7 @@
 
 #include "egpu/sim.h"
 
-static double now_seconds(void)
+double egpu_sim_now(void)
 {
     struct timespec ts;
 
@@ -182,7 +182,7 @@ int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config 
         const char *name = t->pods[r.order[i]].name;
         struct egpu_node *node;
         struct egpu_pick pick;
-        double t0 = now_seconds();
+        double t0 = egpu_sim_now();
 
         arrived += egpu_pod_request_gpu_milli(req);
         rc = egpu_placer_schedule(r.placer, r.c, req, &node, &pick);
@@ -195,7 +195,7 @@ int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config 
             if (rc)
                 goto out; /* the placer chose something that does not fit: a bug */
         }
-        place += now_seconds() - t0;
+        place += egpu_sim_now() - t0;
         if (rc == EGPU_ENOFIT) {
             failed++;
         } else {

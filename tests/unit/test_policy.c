@@ -747,7 +747,7 @@ static void test_filter_reasons(void **state)
     r.model_mask = mask;
     why[0] = '\0';
     assert_false(egpu_placer_can_host(p, c, t4, &r, &pick, why, sizeof(why)));
-    assert_has(why, "model");
+    assert_has(why, "GPU model T4 not allowed (pod allows " V100 ")");
     assert_true(egpu_placer_can_host(p, c, small, &r, &pick, why, sizeof(why)));
     r.model_mask = 0;
     assert_true(egpu_placer_can_host(p, c, t4, &r, &pick, why, sizeof(why)));
