@@ -82,6 +82,36 @@ long egpu_alloc_live(void);
 void egpu_alloc_fail_after(long nth);
 
 /* ------------------------------------------------------------------------ */
+/* Bounded buffers (src/core/buf.c)                                         */
+
+/* A growable byte buffer with a mandatory maximum size (curl's dynbuf):
+ * HTTP bodies, API-server replies and JSON documents go through it, so a
+ * peer can never make us allocate without bound. data is always
+ * NUL-terminated (when not NULL) so text can be read in place. */
+struct egpu_buf {
+    char *data; /* NULL until the first append */
+    size_t len; /* bytes used, excluding the NUL */
+    size_t cap; /* bytes allocated */
+    size_t max; /* most bytes len may reach */
+};
+
+/* Start an empty buffer that may hold at most max bytes. Never allocates. */
+void egpu_buf_init(struct egpu_buf *b, size_t max);
+/* Append n bytes. Returns 0, -EMSGSIZE (len would pass max; b unchanged) or
+ * -ENOMEM (b unchanged). */
+int egpu_buf_append(struct egpu_buf *b, const void *p, size_t n) EGPU_MUST_CHECK;
+/* Append printf-formatted text; same returns as egpu_buf_append. */
+int egpu_buf_printf(struct egpu_buf *b, const char *fmt, ...) EGPU_PRINTF(2, 3) EGPU_MUST_CHECK;
+/* The contents as a C string ("" when empty); borrowed, valid until the next change. */
+const char *egpu_buf_str(const struct egpu_buf *b);
+/* Empty the buffer, keeping its memory and its max. */
+void egpu_buf_reset(struct egpu_buf *b);
+/* Free the memory; b may be reused after egpu_buf_init. */
+void egpu_buf_free(struct egpu_buf *b);
+/* Take the contents (caller egpu_free()s them; NULL when empty) and reset b. */
+char *egpu_buf_take(struct egpu_buf *b);
+
+/* ------------------------------------------------------------------------ */
 /* Kubernetes resource quantities (src/core/quantity.c)                     */
 
 /* A parsed resource.Quantity: value = mantissa * 10^dec_exp * 2^bin_exp.
