@@ -112,6 +112,33 @@ void egpu_buf_free(struct egpu_buf *b);
 char *egpu_buf_take(struct egpu_buf *b);
 
 /* ------------------------------------------------------------------------ */
+/* String-keyed hash map (src/core/map.c)                                   */
+
+/* Open addressing with linear probing and backward-shift deletion, so a map
+ * that sees millions of inserts and removals (the extender's live cache)
+ * never degrades with tombstones. Keys are borrowed: the caller keeps each
+ * key alive while it is in the map (typically the key lives inside the value
+ * it maps to). Not thread-safe: callers lock. */
+struct egpu_map;
+
+/* New empty map, or NULL when out of memory. */
+struct egpu_map *egpu_map_new(void);
+/* Free the map (not the keys or values). NULL is a no-op. */
+void egpu_map_free(struct egpu_map *m);
+/* Value for key, or NULL. O(1) expected. */
+void *egpu_map_get(const struct egpu_map *m, const char *key);
+/* Insert key -> value (value != NULL). Returns 0, -EEXIST or -ENOMEM. */
+int egpu_map_put(struct egpu_map *m, const char *key, void *value) EGPU_MUST_CHECK;
+/* Remove key. Returns 0 or -ENOENT. */
+int egpu_map_del(struct egpu_map *m, const char *key);
+/* Entries in the map. */
+size_t egpu_map_count(const struct egpu_map *m);
+/* Iterate: start with *pos = 0; each call returns the next value (and its key
+ * in *key when key != NULL), or NULL at the end. The map must not change
+ * during an iteration. */
+void *egpu_map_next(const struct egpu_map *m, size_t *pos, const char **key);
+
+/* ------------------------------------------------------------------------ */
 /* Kubernetes resource quantities (src/core/quantity.c)                     */
 
 /* A parsed resource.Quantity: value = mantissa * 10^dec_exp * 2^bin_exp.

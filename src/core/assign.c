@@ -12,7 +12,7 @@
 
 #include "egpu/core.h"
 #include "assign_int.h"
-#include "map_int.h"
+
 
 bool egpu__pick_fits(const struct egpu_node *node, const struct egpu_pod_request *r,
                      const struct egpu_pick *pick, char *why, size_t why_len)
@@ -122,7 +122,7 @@ int egpu_cluster_assign(struct egpu_cluster *c, const char *pod, struct egpu_nod
     char why[256];
     int rc;
 
-    if (egpu__map_get(c->by_pod, pod) != NULL)
+    if (egpu_map_get(c->by_pod, pod) != NULL)
         return egpu_error_set(err, EGPU_EALLOCATED, "pod %s already holds an allocation", pod);
     if (egpu_cluster_node(c, node->name) != node)
         return egpu_error_set(err, -EINVAL, "pod %s: node %s is not in the cluster", pod,
@@ -143,7 +143,7 @@ int egpu_cluster_assign(struct egpu_cluster *c, const char *pod, struct egpu_nod
     a->mem_mib = r->mem_mib;
     a->nshares = pick->nshares;
     memcpy(a->shares, pick->shares, pick->nshares * sizeof(a->shares[0]));
-    rc = egpu__map_put(c->by_pod, a->pod, a);
+    rc = egpu_map_put(c->by_pod, a->pod, a);
     if (rc) {
         egpu_free(a->pod);
         egpu_free(a);
@@ -168,7 +168,7 @@ void egpu__assignment_drop(struct egpu_cluster *c, struct egpu_assignment *a)
         a->node->pods = a->next;
     if (a->next != NULL)
         a->next->prev = a->prev;
-    (void)egpu__map_del(c->by_pod, a->pod); /* present: every live assignment is indexed */
+    (void)egpu_map_del(c->by_pod, a->pod); /* present: every live assignment is indexed */
     c->npods--;
     egpu_free(a->pod);
     egpu_free(a);
@@ -176,7 +176,7 @@ void egpu__assignment_drop(struct egpu_cluster *c, struct egpu_assignment *a)
 
 int egpu_cluster_release(struct egpu_cluster *c, const char *pod, struct egpu_error *err)
 {
-    struct egpu_assignment *a = egpu__map_get(c->by_pod, pod);
+    struct egpu_assignment *a = egpu_map_get(c->by_pod, pod);
 
     if (a == NULL)
         return egpu_error_set(err, EGPU_ENOTALLOC, "pod %s holds no allocation", pod);
@@ -186,5 +186,5 @@ int egpu_cluster_release(struct egpu_cluster *c, const char *pod, struct egpu_er
 
 const struct egpu_assignment *egpu_cluster_assignment(const struct egpu_cluster *c, const char *pod)
 {
-    return egpu__map_get(c->by_pod, pod);
+    return egpu_map_get(c->by_pod, pod);
 }

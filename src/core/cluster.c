@@ -14,7 +14,7 @@
 
 #include "egpu/core.h"
 #include "assign_int.h"
-#include "map_int.h"
+
 
 struct egpu_cluster *egpu_cluster_new(void)
 {
@@ -22,9 +22,9 @@ struct egpu_cluster *egpu_cluster_new(void)
 
     if (c == NULL)
         return NULL;
-    c->by_name = egpu__map_new();
-    c->by_pod = egpu__map_new();
-    c->by_uuid = egpu__map_new();
+    c->by_name = egpu_map_new();
+    c->by_pod = egpu_map_new();
+    c->by_uuid = egpu_map_new();
     if (c->by_name == NULL || c->by_pod == NULL || c->by_uuid == NULL) {
         egpu_cluster_free(c);
         return NULL;
@@ -60,9 +60,9 @@ void egpu_cluster_free(struct egpu_cluster *c)
     for (uint16_t i = 0; i < c->nmodels; i++)
         egpu_free(c->models[i]);
     egpu_free(c->nodes);
-    egpu__map_free(c->by_name);
-    egpu__map_free(c->by_pod);
-    egpu__map_free(c->by_uuid);
+    egpu_map_free(c->by_name);
+    egpu_map_free(c->by_pod);
+    egpu_map_free(c->by_uuid);
     egpu_free(c);
 }
 
@@ -129,7 +129,7 @@ int egpu_cluster_model_mask(struct egpu_cluster *c, const char *list, uint64_t *
 
 struct egpu_node *egpu_cluster_node(const struct egpu_cluster *c, const char *name)
 {
-    return egpu__map_get(c->by_name, name);
+    return egpu_map_get(c->by_name, name);
 }
 
 const char *egpu_node_label(const struct egpu_node *n, const char *key)
@@ -146,7 +146,7 @@ static int check_spec(const struct egpu_cluster *c, const struct egpu_node_spec 
 {
     if (s->name == NULL || s->name[0] == '\0')
         return egpu_error_set(err, -EINVAL, "node name is empty");
-    if (egpu__map_get(c->by_name, s->name) != NULL)
+    if (egpu_map_get(c->by_name, s->name) != NULL)
         return egpu_error_set(err, -EEXIST, "node %s already exists", s->name);
     if (s->cpu_milli < 0 || s->mem_mib < 0)
         return egpu_error_set(err, -EINVAL, "node %s: cpu and memory must be >= 0", s->name);
@@ -185,7 +185,7 @@ static int cmp_gpu_index(const void *a, const void *b)
 static void unindex_uuids(struct egpu_cluster *c, const struct egpu_node *n, uint32_t upto)
 {
     for (uint32_t i = 0; i < upto; i++)
-        (void)egpu__map_del(c->by_uuid, n->gpus[i].uuid); /* present: added above */
+        (void)egpu_map_del(c->by_uuid, n->gpus[i].uuid); /* present: added above */
 }
 
 static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, struct egpu_error *err)
@@ -251,7 +251,7 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
     }
     qsort(n->gpus, n->ngpus, sizeof(*n->gpus), cmp_gpu_index);
     for (; indexed < n->ngpus; indexed++) {
-        rc = egpu__map_put(c->by_uuid, n->gpus[indexed].uuid, n);
+        rc = egpu_map_put(c->by_uuid, n->gpus[indexed].uuid, n);
         if (rc == -EEXIST) {
             rc = egpu_error_set(err, rc, "node %s: GPU UUID %s already exists", s->name,
                                 n->gpus[indexed].uuid);
@@ -260,7 +260,7 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
         if (rc)
             goto out_unindex_nomem;
     }
-    rc = egpu__map_put(c->by_name, n->name, n);
+    rc = egpu_map_put(c->by_name, n->name, n);
     if (rc)
         goto out_unindex_nomem;
     n->slot = c->nnodes;
@@ -300,7 +300,7 @@ int egpu_cluster_add_node(struct egpu_cluster *c, const struct egpu_node_spec *s
 
 int egpu_cluster_remove_node(struct egpu_cluster *c, const char *name)
 {
-    struct egpu_node *n = egpu__map_get(c->by_name, name);
+    struct egpu_node *n = egpu_map_get(c->by_name, name);
     struct egpu_node *last;
 
     if (n == NULL)
@@ -308,7 +308,7 @@ int egpu_cluster_remove_node(struct egpu_cluster *c, const char *name)
     while (n->pods != NULL)
         egpu__assignment_drop(c, n->pods);
     unindex_uuids(c, n, n->ngpus);
-    (void)egpu__map_del(c->by_name, n->name); /* present: looked up above */
+    (void)egpu_map_del(c->by_name, n->name); /* present: looked up above */
     last = c->nodes[--c->nnodes];
     c->nodes[n->slot] = last;
     last->slot = n->slot;

@@ -1,4 +1,4 @@
-/* core/map.c - string-keyed hash map (see map_int.h for the design).
+/* core/map.c - string-keyed hash map (see egpu/core.h for the design).
  *
  * The table has a power-of-two size and is kept at most 3/4 full. Each slot
  * caches the key's hash, so probes compare strings only on a hash match.
@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "egpu/core.h"
-#include "map_int.h"
 
 struct slot {
     const char *key; /* NULL = empty */
@@ -24,7 +23,7 @@ struct egpu_map {
 
 #define MAP_MIN_SIZE 16
 
-struct egpu_map *egpu__map_new(void)
+struct egpu_map *egpu_map_new(void)
 {
     struct egpu_map *m = egpu_calloc(1, sizeof(*m));
 
@@ -39,7 +38,7 @@ struct egpu_map *egpu__map_new(void)
     return m;
 }
 
-void egpu__map_free(struct egpu_map *m)
+void egpu_map_free(struct egpu_map *m)
 {
     if (m == NULL)
         return;
@@ -59,7 +58,7 @@ static size_t find(const struct egpu_map *m, const char *key, uint64_t h)
     return i; /* the empty slot where key would go */
 }
 
-void *egpu__map_get(const struct egpu_map *m, const char *key)
+void *egpu_map_get(const struct egpu_map *m, const char *key)
 {
     size_t i = find(m, key, egpu_hash_str(key, 0));
 
@@ -91,7 +90,7 @@ static int grow(struct egpu_map *m)
     return 0;
 }
 
-int egpu__map_put(struct egpu_map *m, const char *key, void *value)
+int egpu_map_put(struct egpu_map *m, const char *key, void *value)
 {
     uint64_t h = egpu_hash_str(key, 0);
     size_t i;
@@ -112,7 +111,7 @@ int egpu__map_put(struct egpu_map *m, const char *key, void *value)
     return 0;
 }
 
-int egpu__map_del(struct egpu_map *m, const char *key)
+int egpu_map_del(struct egpu_map *m, const char *key)
 {
     size_t i = find(m, key, egpu_hash_str(key, 0));
     size_t j = i;
@@ -140,7 +139,21 @@ int egpu__map_del(struct egpu_map *m, const char *key)
     }
 }
 
-size_t egpu__map_count(const struct egpu_map *m)
+size_t egpu_map_count(const struct egpu_map *m)
 {
     return m->count;
+}
+
+void *egpu_map_next(const struct egpu_map *m, size_t *pos, const char **key)
+{
+    for (; *pos <= m->mask; (*pos)++) {
+        if (m->slots[*pos].key != NULL) {
+            const struct slot *s = &m->slots[(*pos)++];
+
+            if (key != NULL)
+                *key = s->key;
+            return s->value;
+        }
+    }
+    return NULL;
 }

@@ -18,7 +18,6 @@
 #include <cmocka.h>
 
 #include "testutil.h"
-#include "map_int.h"
 
 #define NKEYS   20000
 #define KEY_MAX 24
@@ -43,7 +42,7 @@ static void check_contents(const struct egpu_map *m, int n, const bool *present)
     size_t want = 0;
 
     for (int i = 0; i < n; i++) {
-        void *got = egpu__map_get(m, keys[i]);
+        void *got = egpu_map_get(m, keys[i]);
 
         if (present[i] && got != &vals[i])
             fail_msg("key %s: got %p, want %p", keys[i], got, (void *)&vals[i]);
@@ -51,8 +50,8 @@ static void check_contents(const struct egpu_map *m, int n, const bool *present)
             fail_msg("deleted key %s still maps to %p", keys[i], got);
         want += present[i];
     }
-    if (egpu__map_count(m) != want)
-        fail_msg("count %zu, want %zu", egpu__map_count(m), want);
+    if (egpu_map_count(m) != want)
+        fail_msg("count %zu, want %zu", egpu_map_count(m), want);
 }
 
 /* Fisher-Yates shuffle of perm[0..n) with r. */
@@ -70,68 +69,68 @@ static void shuffle(int *perm, int n, struct egpu_rng *r)
 static void put_get_del(void **state)
 {
     long live = egpu_alloc_live();
-    struct egpu_map *m = egpu__map_new();
+    struct egpu_map *m = egpu_map_new();
     char copy[KEY_MAX];
     int a = 1, b = 2, c = 3;
 
     (void)state;
     assert_non_null(m);
-    assert_int_equal(egpu__map_count(m), 0);
-    assert_null(egpu__map_get(m, "a"));
-    assert_int_equal(egpu__map_put(m, "a", &a), 0);
-    assert_int_equal(egpu__map_put(m, "b", &b), 0);
-    assert_int_equal(egpu__map_put(m, "c", &c), 0);
-    assert_int_equal(egpu__map_count(m), 3);
-    assert_ptr_equal(egpu__map_get(m, "a"), &a);
-    assert_ptr_equal(egpu__map_get(m, "b"), &b);
-    assert_ptr_equal(egpu__map_get(m, "c"), &c);
-    assert_null(egpu__map_get(m, "d"));
-    assert_null(egpu__map_get(m, ""));
+    assert_int_equal(egpu_map_count(m), 0);
+    assert_null(egpu_map_get(m, "a"));
+    assert_int_equal(egpu_map_put(m, "a", &a), 0);
+    assert_int_equal(egpu_map_put(m, "b", &b), 0);
+    assert_int_equal(egpu_map_put(m, "c", &c), 0);
+    assert_int_equal(egpu_map_count(m), 3);
+    assert_ptr_equal(egpu_map_get(m, "a"), &a);
+    assert_ptr_equal(egpu_map_get(m, "b"), &b);
+    assert_ptr_equal(egpu_map_get(m, "c"), &c);
+    assert_null(egpu_map_get(m, "d"));
+    assert_null(egpu_map_get(m, ""));
     /* Lookup compares contents, not the address of the key. */
     snprintf(copy, sizeof(copy), "%s", "b");
-    assert_ptr_equal(egpu__map_get(m, copy), &b);
+    assert_ptr_equal(egpu_map_get(m, copy), &b);
 
-    assert_int_equal(egpu__map_del(m, copy), 0);
-    assert_null(egpu__map_get(m, "b"));
-    assert_int_equal(egpu__map_count(m), 2);
-    assert_ptr_equal(egpu__map_get(m, "a"), &a);
-    assert_ptr_equal(egpu__map_get(m, "c"), &c);
-    assert_int_equal(egpu__map_del(m, "b"), -ENOENT);
-    assert_int_equal(egpu__map_del(m, "zzz"), -ENOENT);
-    assert_int_equal(egpu__map_count(m), 2);
+    assert_int_equal(egpu_map_del(m, copy), 0);
+    assert_null(egpu_map_get(m, "b"));
+    assert_int_equal(egpu_map_count(m), 2);
+    assert_ptr_equal(egpu_map_get(m, "a"), &a);
+    assert_ptr_equal(egpu_map_get(m, "c"), &c);
+    assert_int_equal(egpu_map_del(m, "b"), -ENOENT);
+    assert_int_equal(egpu_map_del(m, "zzz"), -ENOENT);
+    assert_int_equal(egpu_map_count(m), 2);
 
     /* A deleted key can come back with a new value; the empty string is a key. */
-    assert_int_equal(egpu__map_put(m, "b", &c), 0);
-    assert_ptr_equal(egpu__map_get(m, "b"), &c);
-    assert_int_equal(egpu__map_put(m, "", &a), 0);
-    assert_ptr_equal(egpu__map_get(m, ""), &a);
-    assert_int_equal(egpu__map_count(m), 4);
+    assert_int_equal(egpu_map_put(m, "b", &c), 0);
+    assert_ptr_equal(egpu_map_get(m, "b"), &c);
+    assert_int_equal(egpu_map_put(m, "", &a), 0);
+    assert_ptr_equal(egpu_map_get(m, ""), &a);
+    assert_int_equal(egpu_map_count(m), 4);
 
-    egpu__map_free(m);
-    egpu__map_free(NULL);
+    egpu_map_free(m);
+    egpu_map_free(NULL);
     assert_int_equal(egpu_alloc_live(), live);
 }
 
 static void put_duplicate_is_eexist(void **state)
 {
     long live = egpu_alloc_live();
-    struct egpu_map *m = egpu__map_new();
+    struct egpu_map *m = egpu_map_new();
     char copy[KEY_MAX];
     int v1 = 1, v2 = 2;
 
     (void)state;
     assert_non_null(m);
-    assert_int_equal(egpu__map_put(m, "node-1", &v1), 0);
-    assert_int_equal(egpu__map_put(m, "node-1", &v2), -EEXIST);
+    assert_int_equal(egpu_map_put(m, "node-1", &v1), 0);
+    assert_int_equal(egpu_map_put(m, "node-1", &v2), -EEXIST);
     snprintf(copy, sizeof(copy), "%s", "node-1");
-    assert_int_equal(egpu__map_put(m, copy, &v2), -EEXIST);
+    assert_int_equal(egpu_map_put(m, copy, &v2), -EEXIST);
     /* The first value stays and nothing was added. */
-    assert_ptr_equal(egpu__map_get(m, "node-1"), &v1);
-    assert_int_equal(egpu__map_count(m), 1);
-    assert_int_equal(egpu__map_del(m, "node-1"), 0);
-    assert_int_equal(egpu__map_count(m), 0);
-    assert_int_equal(egpu__map_del(m, "node-1"), -ENOENT);
-    egpu__map_free(m);
+    assert_ptr_equal(egpu_map_get(m, "node-1"), &v1);
+    assert_int_equal(egpu_map_count(m), 1);
+    assert_int_equal(egpu_map_del(m, "node-1"), 0);
+    assert_int_equal(egpu_map_count(m), 0);
+    assert_int_equal(egpu_map_del(m, "node-1"), -ENOENT);
+    egpu_map_free(m);
     assert_int_equal(egpu_alloc_live(), live);
 }
 
@@ -139,24 +138,24 @@ static void grows_through_many_inserts(void **state)
 {
     static bool present[NKEYS];
     long live = egpu_alloc_live();
-    struct egpu_map *m = egpu__map_new();
+    struct egpu_map *m = egpu_map_new();
 
     (void)state;
     assert_non_null(m);
     for (int i = 0; i < NKEYS; i++) {
-        assert_int_equal(egpu__map_put(m, keys[i], &vals[i]), 0);
-        assert_int_equal(egpu__map_count(m), (size_t)i + 1);
+        assert_int_equal(egpu_map_put(m, keys[i], &vals[i]), 0);
+        assert_int_equal(egpu_map_count(m), (size_t)i + 1);
         /* The newest key and the first one survive every growth. */
-        assert_ptr_equal(egpu__map_get(m, keys[i]), &vals[i]);
-        assert_ptr_equal(egpu__map_get(m, keys[0]), &vals[0]);
+        assert_ptr_equal(egpu_map_get(m, keys[i]), &vals[i]);
+        assert_ptr_equal(egpu_map_get(m, keys[0]), &vals[0]);
         present[i] = true;
     }
     check_contents(m, NKEYS, present);
-    assert_null(egpu__map_get(m, "default/pod-20000"));
-    assert_null(egpu__map_get(m, "default/pod-"));
-    assert_int_equal(egpu__map_put(m, keys[12345], &vals[0]), -EEXIST);
-    assert_int_equal(egpu__map_count(m), NKEYS);
-    egpu__map_free(m);
+    assert_null(egpu_map_get(m, "default/pod-20000"));
+    assert_null(egpu_map_get(m, "default/pod-"));
+    assert_int_equal(egpu_map_put(m, keys[12345], &vals[0]), -EEXIST);
+    assert_int_equal(egpu_map_count(m), NKEYS);
+    egpu_map_free(m);
     assert_int_equal(egpu_alloc_live(), live);
 }
 
@@ -165,14 +164,14 @@ static void delete_random_half(void **state)
     static bool present[NKEYS];
     static int perm[NKEYS];
     long live = egpu_alloc_live();
-    struct egpu_map *m = egpu__map_new();
+    struct egpu_map *m = egpu_map_new();
     struct egpu_rng r;
 
     (void)state;
     assert_non_null(m);
     egpu_rng_seed(&r, 42);
     for (int i = 0; i < NKEYS; i++) {
-        assert_int_equal(egpu__map_put(m, keys[i], &vals[i]), 0);
+        assert_int_equal(egpu_map_put(m, keys[i], &vals[i]), 0);
         present[i] = true;
         perm[i] = i;
     }
@@ -182,35 +181,35 @@ static void delete_random_half(void **state)
     for (int k = 0; k < NKEYS / 2; k++) {
         int i = perm[k];
 
-        if (egpu__map_del(m, keys[i]) != 0)
+        if (egpu_map_del(m, keys[i]) != 0)
             fail_msg("delete %s failed", keys[i]);
         present[i] = false;
-        assert_null(egpu__map_get(m, keys[i]));
+        assert_null(egpu_map_get(m, keys[i]));
         if (k % 1000 == 999)
             check_contents(m, NKEYS, present);
     }
     check_contents(m, NKEYS, present);
-    assert_int_equal(egpu__map_count(m), NKEYS / 2);
+    assert_int_equal(egpu_map_count(m), NKEYS / 2);
     for (int k = 0; k < NKEYS / 2; k++)
-        assert_int_equal(egpu__map_del(m, keys[perm[k]]), -ENOENT);
-    assert_int_equal(egpu__map_count(m), NKEYS / 2);
+        assert_int_equal(egpu_map_del(m, keys[perm[k]]), -ENOENT);
+    assert_int_equal(egpu_map_count(m), NKEYS / 2);
 
     /* Put the deleted half back and remove everything in another order. */
     for (int k = 0; k < NKEYS / 2; k++) {
-        assert_int_equal(egpu__map_put(m, keys[perm[k]], &vals[perm[k]]), 0);
+        assert_int_equal(egpu_map_put(m, keys[perm[k]], &vals[perm[k]]), 0);
         present[perm[k]] = true;
     }
     check_contents(m, NKEYS, present);
     shuffle(perm, NKEYS, &r);
     for (int k = 0; k < NKEYS; k++) {
-        assert_int_equal(egpu__map_del(m, keys[perm[k]]), 0);
+        assert_int_equal(egpu_map_del(m, keys[perm[k]]), 0);
         present[perm[k]] = false;
         if (k % 4000 == 3999)
             check_contents(m, NKEYS, present);
     }
-    assert_int_equal(egpu__map_count(m), 0);
+    assert_int_equal(egpu_map_count(m), 0);
     check_contents(m, NKEYS, present);
-    egpu__map_free(m);
+    egpu_map_free(m);
     assert_int_equal(egpu_alloc_live(), live);
 }
 
@@ -241,30 +240,30 @@ static void delete_across_wraparound(void **state)
     assert_int_equal(n, NWRAP);
     egpu_rng_seed(&r, 7);
     for (int round = 0; round < 2000; round++) {
-        struct egpu_map *m = egpu__map_new();
+        struct egpu_map *m = egpu_map_new();
 
         assert_non_null(m);
         for (int k = 0; k < NWRAP; k++)
             perm[k] = idx[k];
         shuffle(perm, NWRAP, &r);
         for (int k = 0; k < NWRAP; k++) {
-            assert_int_equal(egpu__map_put(m, keys[perm[k]], &vals[perm[k]]), 0);
+            assert_int_equal(egpu_map_put(m, keys[perm[k]], &vals[perm[k]]), 0);
             present[perm[k]] = true;
         }
         shuffle(perm, NWRAP, &r);
         for (int k = 0; k < NWRAP; k++) {
-            assert_int_equal(egpu__map_del(m, keys[perm[k]]), 0);
+            assert_int_equal(egpu_map_del(m, keys[perm[k]]), 0);
             present[perm[k]] = false;
             for (int t = 0; t < NWRAP; t++) {
-                void *got = egpu__map_get(m, keys[idx[t]]);
+                void *got = egpu_map_get(m, keys[idx[t]]);
 
                 if (got != (present[idx[t]] ? &vals[idx[t]] : NULL))
                     fail_msg("round %d: key %s wrong after deleting %s", round, keys[idx[t]],
                              keys[perm[k]]);
             }
-            assert_int_equal(egpu__map_count(m), (size_t)(NWRAP - k - 1));
+            assert_int_equal(egpu_map_count(m), (size_t)(NWRAP - k - 1));
         }
-        egpu__map_free(m);
+        egpu_map_free(m);
     }
     assert_int_equal(egpu_alloc_live(), live);
 }
@@ -275,7 +274,7 @@ static void random_churn_matches_model(void **state)
     enum { NPOOL = 40 };
     bool present[NKEYS] = {false};
     long live = egpu_alloc_live();
-    struct egpu_map *m = egpu__map_new();
+    struct egpu_map *m = egpu_map_new();
     struct egpu_rng r;
 
     (void)state;
@@ -286,17 +285,17 @@ static void random_churn_matches_model(void **state)
         int want = present[i] ? -EEXIST : 0;
 
         if (egpu_rng_below(&r, 2) == 0) {
-            assert_int_equal(egpu__map_put(m, keys[i], &vals[i]), want);
+            assert_int_equal(egpu_map_put(m, keys[i], &vals[i]), want);
             present[i] = true;
         } else {
-            assert_int_equal(egpu__map_del(m, keys[i]), present[i] ? 0 : -ENOENT);
+            assert_int_equal(egpu_map_del(m, keys[i]), present[i] ? 0 : -ENOENT);
             present[i] = false;
         }
         if (op % 16 == 0)
             check_contents(m, NPOOL, present);
     }
     check_contents(m, NPOOL, present);
-    egpu__map_free(m);
+    egpu_map_free(m);
     assert_int_equal(egpu_alloc_live(), live);
 }
 
@@ -307,9 +306,9 @@ static void new_out_of_memory(void **state)
     (void)state;
     /* The first allocation (the map) or the second (its table) fails. */
     egpu_alloc_fail_after(1);
-    assert_null(egpu__map_new());
+    assert_null(egpu_map_new());
     egpu_alloc_fail_after(2);
-    assert_null(egpu__map_new());
+    assert_null(egpu_map_new());
     egpu_alloc_fail_after(0);
     assert_int_equal(egpu_alloc_live(), live);
 }
@@ -321,7 +320,7 @@ static void put_out_of_memory_during_growth(void **state)
 {
     static bool present[NKEYS];
     long live = egpu_alloc_live();
-    struct egpu_map *m = egpu__map_new();
+    struct egpu_map *m = egpu_map_new();
     int failures = 0;
 
     (void)state;
@@ -331,14 +330,14 @@ static void put_out_of_memory_during_growth(void **state)
         int rc;
 
         egpu_alloc_fail_after(1);
-        rc = egpu__map_put(m, keys[i], &vals[i]);
+        rc = egpu_map_put(m, keys[i], &vals[i]);
         egpu_alloc_fail_after(0);
         if (rc == -ENOMEM) {
             failures++;
             /* All earlier keys are still there and keys[i] is not. */
             check_contents(m, i + 1, present);
-            assert_int_equal(egpu__map_del(m, keys[i]), -ENOENT);
-            rc = egpu__map_put(m, keys[i], &vals[i]);
+            assert_int_equal(egpu_map_del(m, keys[i]), -ENOENT);
+            rc = egpu_map_put(m, keys[i], &vals[i]);
         }
         if (rc != 0)
             fail_msg("put %s: rc %d", keys[i], rc);
@@ -349,7 +348,7 @@ static void put_out_of_memory_during_growth(void **state)
     if (failures < 1)
         fail_msg("no put allocated on the way to %d keys", NKEYS);
     check_contents(m, NKEYS, present);
-    egpu__map_free(m);
+    egpu_map_free(m);
     assert_int_equal(egpu_alloc_live(), live);
 }
 
@@ -361,9 +360,47 @@ static int setup(void **state)
     return 0;
 }
 
+/* egpu_map_next visits every entry exactly once, with its key, and then
+ * returns NULL; an empty map yields nothing. */
+static void iterate_every_entry_once(void **state)
+{
+    static char ikeys[500][16];
+    static int ivalues[500];
+    static unsigned char seen[500];
+    struct egpu_map *m = egpu_map_new();
+    const char *key;
+    size_t pos = 0, count = 0;
+    int *v;
+
+    (void)state;
+    assert_non_null(m);
+    assert_null(egpu_map_next(m, &pos, &key));
+    for (int i = 0; i < 500; i++) {
+        snprintf(ikeys[i], sizeof(ikeys[i]), "k%d", i);
+        ivalues[i] = i;
+        assert_int_equal(egpu_map_put(m, ikeys[i], &ivalues[i]), 0);
+    }
+    /* Remove every third key: iteration must skip the holes. */
+    for (int i = 0; i < 500; i += 3)
+        assert_int_equal(egpu_map_del(m, ikeys[i]), 0);
+    memset(seen, 0, sizeof(seen));
+    pos = 0;
+    while ((v = egpu_map_next(m, &pos, &key)) != NULL) {
+        assert_int_not_equal(*v % 3, 0);
+        assert_string_equal(key, ikeys[*v]);
+        assert_int_equal(seen[*v], 0);
+        seen[*v] = 1;
+        count++;
+    }
+    assert_int_equal(count, egpu_map_count(m));
+    assert_int_equal(count, 500 - 167);
+    egpu_map_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(iterate_every_entry_once),
         cmocka_unit_test(put_get_del),
         cmocka_unit_test(put_duplicate_is_eexist),
         cmocka_unit_test(grows_through_many_inserts),
