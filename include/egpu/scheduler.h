@@ -1,0 +1,252 @@
+/* egpu/scheduler.h - egpu-scheduler: the kube-scheduler HTTP extender.
+ *
+ * The extender keeps a cache of every GPU's capacity and allocations (built
+ * from Node, GPU and Pod objects by list+watch), answers kube-scheduler's
+ * filter, prioritize and bind calls (extender v1 JSON, kube-scheduler's
+ * extender/v1/types.go; see shared/k8s-wire/scheduler_extender_notes.md) with
+ * the placement core, and records each decision on the pod in the
+ * elasticgpu.io/assigned annotation before it POSTs the Binding.
+ *
+ * Units: GPU core in percent of one card (elasticgpu.io/gpu-core), GPU memory
+ * in MiB per card (elasticgpu.io/gpu-memory), CPU in millicores, memory MiB.
+ */
+#ifndef EGPU_SCHEDULER_H
+#define EGPU_SCHEDULER_H
+
+#include <jansson.h>
+#include <pthread.h>
+
+#include "egpu/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EGPU_RES_GPU_CORE    "elasticgpu.io/gpu-core"
+#define EGPU_RES_GPU_MEMORY  "elasticgpu.io/gpu-memory"
+/* The scheduler's decision, written by bind (format: docs/scheduler.md). */
+#define EGPU_ANN_ASSIGNED    "elasticgpu.io/assigned"
+/* Written by the node agent once the kubelet allocated the pod's devices. */
+#define EGPU_ANN_ALLOCATED   "elasticgpu.io/allocated"
+/* Per-pod overrides of the tier policies, and allowed GPU models ("A|B"). */
+#define EGPU_ANN_NODE_POLICY "elasticgpu.io/node-policy"
+#define EGPU_ANN_CARD_POLICY "elasticgpu.io/card-policy"
+#define EGPU_ANN_GPU_MODEL   "elasticgpu.io/gpu-model"
+
+#define EGPU_K8S_NAME_MAX       254 /* DNS subdomain 253 + NUL */
+#define EGPU_CONTAINER_NAME_MAX 64  /* DNS label 63 + NUL */
+
+/* ------------------------------------------------------------------------ */
+/* The assignment annotation (src/scheduler/assigned.c)                      */
+
+struct egpu_assigned_container {
+    char name[EGPU_CONTAINER_NAME_MAX];
+    uint32_t core_pct; /* per card: 1..99, or 100 for whole cards */
+    uint32_t mem_mib;  /* per card */
+    uint32_t ncards;
+    uint32_t first_card; /* its cards are uuids[first_card .. first_card + ncards) */
+};
+
+/* elasticgpu.io/assigned, decoded. */
+struct egpu_assigned {
+    char node[EGPU_K8S_NAME_MAX];
+    uint32_t ncontainers;
+    struct egpu_assigned_container containers[EGPU_CONTAINERS_MAX];
+    uint32_t ncards;
+    char uuids[EGPU_PICK_SHARES_MAX][EGPU_UUID_MAX];
+};
+
+/* Encode a as the annotation's JSON text, e.g.
+ * {"node":"gpu-node-1","containers":[{"name":"trainer","core":30,"memory":4096,
+ *  "gpus":["GPU-8f6..."]}]}. Returns a string the caller egpu_free()s, or NULL
+ * when out of memory. */
+char *egpu_assigned_encode(const struct egpu_assigned *a);
+
+/* Decode the annotation's text into *out. Returns 0, or EGPU_ESYNTAX naming
+ * the bad field (not JSON, missing or mistyped field, too many containers or
+ * cards, values out of range). *out written only on success. */
+int egpu_assigned_decode(const char *text, struct egpu_assigned *out,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* Pods as the scheduler sees them (src/scheduler/pod.c)                    */
+
+struct egpu_sched_pod {
+    char ns[EGPU_K8S_NAME_MAX];
+    char name[EGPU_K8S_NAME_MAX];
+    char uid[EGPU_K8S_NAME_MAX];
+    char node[EGPU_K8S_NAME_MAX]; /* spec.nodeName, "" when unbound */
+    bool terminal;                /* status.phase Succeeded or Failed */
+    bool deleting;                /* metadata.deletionTimestamp set */
+    struct egpu_pod_request req;  /* CPU, memory and GPU containers (model mask 0) */
+    char gpu_model[256];          /* elasticgpu.io/gpu-model, "" = any */
+    char containers[EGPU_CONTAINERS_MAX][EGPU_CONTAINER_NAME_MAX]; /* names, as req */
+    bool has_node_policy, has_card_policy;
+    enum egpu_policy_kind node_policy, card_policy; /* per-pod overrides */
+    bool has_assigned;
+    struct egpu_assigned assigned;
+    char assigned_error[EGPU_ERRMSG_MAX]; /* why a present annotation was not usable, or "" */
+    bool allocated;                       /* elasticgpu.io/allocated present */
+};
+
+/* Read a v1.Pod (API JSON) into *out: identity, node, phase, the sum of its
+ * containers' CPU and memory requests (max with each init container, as the
+ * scheduler counts them; a missing request falls back to the limit), one
+ * request per container that asks elasticgpu.io/gpu-core (gpu-memory alone
+ * is refused), the annotations above. A malformed elasticgpu.io/assigned
+ * does not fail the parse: has_assigned stays false and assigned_error says
+ * why, so the caller can report it. Returns 0, or EGPU_ESYNTAX /
+ * EGPU_ERANGE with the field named (e.g. "spec.containers[0].resources.
+ * requests[elasticgpu.io/gpu-core]: 150 is not ..."). *out written only on
+ * success. */
+int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Does the pod ask for any Elastic GPU resource? */
+bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p);
+
+/* ------------------------------------------------------------------------ */
+/* The cluster cache (src/scheduler/cache.c)                                 */
+
+/* Every node's CPU, memory and cards, and every pod's allocation, kept from
+ * the informers' events. Pods count on the node named in their
+ * elasticgpu.io/assigned annotation (the decision of a bind, even before the
+ * Binding lands), else on spec.nodeName. All functions lock the cache; the
+ * *_locked ones expect the caller to hold egpu_sched_cache_lock. */
+struct egpu_sched_cache;
+
+/* New empty cache, or NULL when out of memory. */
+struct egpu_sched_cache *egpu_sched_cache_new(void);
+void egpu_sched_cache_free(struct egpu_sched_cache *c);
+
+/* Informer events. A v1.Node gives allocatable CPU and memory; a GPU object
+ * (elasticgpu.io/v1alpha1, spec: nodeName, index, uuid, model, memory MiB)
+ * gives a card; a v1.Pod gives requests and its placement. Each returns 0,
+ * or EGPU_ESYNTAX / EGPU_ERANGE naming the bad field, in which case the
+ * cache is unchanged, or -ENOMEM. Deletes of unknown objects are no-ops
+ * (an informer may deliver a delete for an object it never listed). */
+int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
+                              struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_sched_cache_node_delete(struct egpu_sched_cache *c, const char *name);
+int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu,
+                             struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
+                                struct egpu_error *err);
+int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod,
+                             struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, const char *name);
+
+/* Hold the cache; returns its cluster, valid until egpu_sched_cache_unlock. */
+struct egpu_cluster *egpu_sched_cache_lock(struct egpu_sched_cache *c);
+void egpu_sched_cache_unlock(struct egpu_sched_cache *c);
+
+/* The cached pod ns/name, or NULL (borrowed; valid while locked). */
+const struct egpu_sched_pod *egpu_sched_cache_pod_locked(struct egpu_sched_cache *c, const char *ns,
+                                                         const char *name);
+
+/* Would placing pod on node with pick make a kubelet request ambiguous?
+ * True when another pod placed on node and not yet allocated by the agent
+ * has a container with the same gpu-core as one of pod's but other cards or
+ * memory (DESIGN.md section 2.3); why then names that pod. */
+bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
+                                          const struct egpu_sched_pod *pod,
+                                          const struct egpu_node *node,
+                                          const struct egpu_pick *pick, char *why, size_t len);
+
+/* Reserve pick for pod on node (bind's decision, before the API writes) and
+ * fill *out with the annotation to write. Until the pod's watch event shows
+ * the annotation, older events for the pod do not undo the reservation.
+ * Returns 0, EGPU_EALLOCATED (already placed), -EINVAL (pick no longer
+ * fits) or -ENOMEM. */
+int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egpu_sched_pod *pod,
+                                    struct egpu_node *node, const struct egpu_pick *pick,
+                                    struct egpu_assigned *out,
+                                    struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Undo a reservation (bind failed). Returns 0 or EGPU_ENOTALLOC. */
+int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const char *name);
+
+/* Counts for /metrics and readiness: nodes with a Node object, cards, pods
+ * cached, pods counted on a node, pods whose cards could not be resolved. */
+struct egpu_sched_cache_stats {
+    size_t nodes, gpus, pods, placed, unresolved;
+};
+void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
+void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
+
+/* FGD's target workload from the cached pods (egpu_workload_from_requests,
+ * coverage 0.95). Returns 0, -EINVAL when no pod is cached, or -ENOMEM. */
+int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c,
+                                     struct egpu_workload *out) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* The extender verbs (src/scheduler/extender.c)                             */
+
+/* What bind needs from the API server; main.c wires these to src/kube. */
+struct egpu_extender_ops {
+    void *data;
+    /* Has the cache seen the initial list of every watched resource? */
+    bool (*synced)(void *data);
+    /* Set (value != NULL) or remove (value == NULL) annotation key on pod
+     * ns/name, retrying a 409 on a fresh copy. 0 or a negative code. */
+    int (*annotate)(void *data, const char *ns, const char *name, const char *key,
+                    const char *value, struct egpu_error *err);
+    /* POST the pods/binding subresource (uid may be ""). 0 or a negative code. */
+    int (*bind)(void *data, const char *ns, const char *name, const char *uid, const char *node,
+                struct egpu_error *err);
+};
+
+struct egpu_extender_config {
+    enum egpu_policy_kind node_policy;    /* default node tier */
+    enum egpu_policy_kind card_policy;    /* default card tier */
+    uint64_t seed;                        /* random policy and ties */
+    const struct egpu_workload *workload; /* FGD's target workload; NULL = built from the
+                                             pods in the cache */
+};
+
+/* Bind outcomes, for the bind failures metric. */
+enum egpu_bind_result {
+    EGPU_BIND_OK,
+    EGPU_BIND_BAD_REQUEST, /* malformed body */
+    EGPU_BIND_UNKNOWN,     /* pod or node not in the cache */
+    EGPU_BIND_NO_FIT,      /* the node can no longer host the pod */
+    EGPU_BIND_AMBIGUOUS,   /* DESIGN.md 2.3: would confuse the kubelet */
+    EGPU_BIND_ANNOTATE,    /* writing elasticgpu.io/assigned failed */
+    EGPU_BIND_BINDING,     /* POST binding failed */
+    EGPU_BIND_RESULTS,
+};
+const char *egpu_bind_result_name(enum egpu_bind_result r);
+
+struct egpu_extender;
+
+/* New extender over cache (borrowed) calling ops (copied). Returns NULL with
+ * *err set on -ENOMEM. */
+struct egpu_extender *egpu_extender_new(const struct egpu_extender_config *cfg,
+                                        struct egpu_sched_cache *cache,
+                                        const struct egpu_extender_ops *ops,
+                                        struct egpu_error *err);
+void egpu_extender_free(struct egpu_extender *x);
+
+/* The verbs, kube-scheduler extender v1 (extender/v1/types.go): body is the
+ * request JSON (ExtenderArgs for filter and prioritize, ExtenderBindingArgs
+ * for bind); the reply JSON (ExtenderFilterResult, HostPriorityList with
+ * scores 0..10, ExtenderBindingResult) is appended to reply. Returns the
+ * HTTP status: 200, 400 for malformed input (reply then carries the message
+ * naming the field), 404 for a bind of an unknown pod, 503 for filter and
+ * prioritize before the cache is synced. The cache is never changed by a
+ * failed call. */
+int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
+                         struct egpu_buf *reply);
+int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t len,
+                             struct egpu_buf *reply);
+int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
+                       struct egpu_buf *reply);
+
+/* Binds by outcome since start (index enum egpu_bind_result). */
+void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_RESULTS]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EGPU_SCHEDULER_H */

@@ -1,0 +1,715 @@
+/* scheduler/cache.c - the extender's cluster cache, fed by informer events.
+ *
+ * DESIGN: the placement core's cluster holds the truth the extender places
+ * against; this file keeps it in step with the API server. A node enters the
+ * core when its Node object is known (allocatable CPU and memory), with the
+ * cards its GPU objects describe. Every pod is cached (bind needs the spec of
+ * pending pods); a pod counts on a node - its CPU, memory and card shares -
+ * once it is placed there: by the elasticgpu.io/assigned annotation, else by
+ * spec.nodeName. When a node's cards or capacity change, the node is rebuilt
+ * and the pods on it counted again, so the core's totals always equal the
+ * sum of what the API server says is placed. Changes that do not touch
+ * placement (status updates, labels) cost one hash lookup.
+ *
+ * A bind reserves before it writes, and its reservation survives stale
+ * events for the pod until the watch shows the annotation (or bind undoes
+ * it), so two binds never see the same free capacity.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "egpu/log.h"
+#include "egpu/scheduler.h"
+
+#define POD_KEY_MAX (2 * EGPU_K8S_NAME_MAX)
+
+struct gpu_info {
+    char uuid[EGPU_UUID_MAX];
+    uint32_t index;
+    char model[128];
+    uint32_t mem_mib;
+};
+
+struct node_info {
+    char name[EGPU_K8S_NAME_MAX];
+    bool has_node;     /* the Node object is known */
+    int64_t cpu_milli; /* allocatable */
+    int64_t mem_mib;
+    uint32_t ngpus;
+    struct gpu_info gpus[EGPU_NODE_GPUS_MAX];
+};
+
+struct pod_entry {
+    char key[POD_KEY_MAX]; /* "namespace/name" */
+    struct egpu_sched_pod pod;
+    bool counted;    /* holds an assignment in the core under key */
+    bool reserved;   /* placed by our bind; the watch has not confirmed it yet */
+    bool unresolved; /* counted without its cards (they could not be matched) */
+};
+
+struct egpu_sched_cache {
+    pthread_mutex_t lock;
+    struct egpu_cluster *cluster;
+    struct egpu_map *nodes; /* name -> struct node_info */
+    struct egpu_map *pods;  /* key -> struct pod_entry */
+};
+
+struct egpu_sched_cache *egpu_sched_cache_new(void)
+{
+    struct egpu_sched_cache *c = egpu_calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->cluster = egpu_cluster_new();
+    c->nodes = egpu_map_new();
+    c->pods = egpu_map_new();
+    if (c->cluster == NULL || c->nodes == NULL || c->pods == NULL) {
+        egpu_cluster_free(c->cluster);
+        egpu_map_free(c->nodes);
+        egpu_map_free(c->pods);
+        egpu_free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    return c;
+}
+
+static void free_values(struct egpu_map *m)
+{
+    size_t pos = 0;
+    void *v;
+
+    while ((v = egpu_map_next(m, &pos, NULL)) != NULL)
+        egpu_free(v);
+    egpu_map_free(m);
+}
+
+void egpu_sched_cache_free(struct egpu_sched_cache *c)
+{
+    if (c == NULL)
+        return;
+    egpu_cluster_free(c->cluster);
+    free_values(c->nodes);
+    free_values(c->pods);
+    pthread_mutex_destroy(&c->lock);
+    egpu_free(c);
+}
+
+struct egpu_cluster *egpu_sched_cache_lock(struct egpu_sched_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    return c->cluster;
+}
+
+void egpu_sched_cache_unlock(struct egpu_sched_cache *c)
+{
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* The node a pod counts on, or NULL when it is not placed. */
+static const char *target_of(const struct egpu_sched_pod *p)
+{
+    if (p->terminal)
+        return NULL;
+    if (p->has_assigned)
+        return p->assigned.node;
+    return p->node[0] ? p->node : NULL;
+}
+
+/* Percent of each card a container asks for: 1..99, or 100 for whole cards. */
+static uint32_t card_pct(const struct egpu_container_request *cr)
+{
+    return cr->core_milli / 10;
+}
+
+/* Build the core pick of pod p on node n from its annotation. Returns false
+ * when a container or card does not match (the pod then counts without
+ * cards). */
+static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
+                    struct egpu_pick *pick)
+{
+    const struct egpu_assigned *a = &p->assigned;
+
+    pick->nshares = 0;
+    if (!p->has_assigned || a->ncontainers != p->req.ncontainers)
+        return false;
+    for (uint32_t i = 0; i < a->ncontainers; i++) {
+        const struct egpu_assigned_container *ac = &a->containers[i];
+        const struct egpu_container_request *cr;
+        uint32_t ci = 0;
+
+        while (ci < p->req.ncontainers && strcmp(p->containers[ci], ac->name) != 0)
+            ci++;
+        if (ci == p->req.ncontainers)
+            return false;
+        cr = &p->req.containers[ci];
+        if (ac->ncards != cr->ncards || ac->core_pct != card_pct(cr))
+            return false;
+        for (uint32_t k = 0; k < ac->ncards; k++) {
+            const char *uuid = a->uuids[ac->first_card + k];
+            uint32_t g = 0;
+            struct egpu_share *s;
+
+            while (g < n->ngpus && strcmp(n->gpus[g].uuid, uuid) != 0)
+                g++;
+            if (g == n->ngpus || pick->nshares == EGPU_PICK_SHARES_MAX)
+                return false;
+            s = &pick->shares[pick->nshares++];
+            s->container = (uint16_t)ci;
+            s->gpu = (uint16_t)g;
+            s->core_milli = cr->core_milli;
+            s->mem_mib = cr->core_milli == EGPU_GPU_MILLI ? n->gpus[g].mem_mib : cr->mem_mib;
+        }
+    }
+    return true;
+}
+
+/* Count entry e on its node in the core, if the node is there. */
+static void count(struct egpu_sched_cache *c, struct pod_entry *e)
+{
+    const char *target = target_of(&e->pod);
+    struct egpu_node *n = target ? egpu_cluster_node(c->cluster, target) : NULL;
+    struct egpu_pod_request req = e->pod.req;
+    struct egpu_error err = {0};
+    struct egpu_pick pick = {0};
+
+    e->unresolved = false;
+    if (n == NULL)
+        return;
+    if (egpu_sched_pod_wants_gpu(&e->pod) && !pick_of(&e->pod, n, &pick)) {
+        egpu_log(EGPU_LOG_WARN, "counting pod without its cards pod=%s node=%s reason=\"%s\"",
+                 e->key, target,
+                 e->pod.has_assigned        ? "annotation names cards or containers the node lacks"
+                 : e->pod.assigned_error[0] ? e->pod.assigned_error
+                                            : "bound without " EGPU_ANN_ASSIGNED);
+        req.ncontainers = 0;
+        pick.nshares = 0;
+        e->unresolved = true;
+    }
+    if (egpu_cluster_assign(c->cluster, e->key, n, &req, &pick, &err) != 0) {
+        egpu_log(EGPU_LOG_ERROR,
+                 "pod does not fit where the API says it is pod=%s node=%s "
+                 "reason=\"%s\"",
+                 e->key, target, err.msg);
+        return;
+    }
+    e->counted = true;
+}
+
+static void uncount(struct egpu_sched_cache *c, struct pod_entry *e)
+{
+    if (e->counted && egpu_cluster_release(c->cluster, e->key, NULL) != 0)
+        egpu_log(EGPU_LOG_ERROR, "bug: counted pod held nothing pod=%s", e->key);
+    e->counted = false;
+    e->unresolved = false;
+}
+
+/* Put node ni into the core as it is now, and count the pods placed on it. */
+static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu_error *err)
+{
+    struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
+    struct egpu_node_spec spec = {.name = ni->name,
+                                  .cpu_milli = ni->cpu_milli,
+                                  .mem_mib = ni->mem_mib,
+                                  .ngpus = ni->ngpus,
+                                  .gpus = gpus};
+    struct pod_entry *e;
+    size_t pos = 0;
+    int rc = 0;
+
+    if (egpu_cluster_node(c->cluster, ni->name) != NULL) {
+        /* Removing the node releases every pod counted on it. */
+        while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
+            const char *t = target_of(&e->pod);
+
+            if (e->counted && t != NULL && strcmp(t, ni->name) == 0) {
+                e->counted = false;
+                e->unresolved = false;
+            }
+        }
+        if (egpu_cluster_remove_node(c->cluster, ni->name) != 0)
+            egpu_log(EGPU_LOG_ERROR, "bug: node vanished from the core node=%s", ni->name);
+    }
+    if (!ni->has_node)
+        return 0;
+    for (uint32_t i = 0; i < ni->ngpus; i++)
+        gpus[i] = (struct egpu_gpu_spec){.uuid = ni->gpus[i].uuid,
+                                         .index = ni->gpus[i].index,
+                                         .model = ni->gpus[i].model,
+                                         .mem_mib = ni->gpus[i].mem_mib};
+    rc = egpu_cluster_add_node(c->cluster, &spec, err);
+    if (rc) {
+        egpu_log(EGPU_LOG_ERROR, "node left out of the cache node=%s reason=\"%s\"", ni->name,
+                 err ? err->msg : egpu_strerror(rc));
+        return rc;
+    }
+    pos = 0;
+    while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
+        const char *t = target_of(&e->pod);
+
+        if (!e->counted && t != NULL && strcmp(t, ni->name) == 0)
+            count(c, e);
+    }
+    return 0;
+}
+
+static struct node_info *node_info(struct egpu_sched_cache *c, const char *name, bool create)
+{
+    struct node_info *ni = egpu_map_get(c->nodes, name);
+
+    if (ni != NULL || !create)
+        return ni;
+    if (strlen(name) >= sizeof(ni->name))
+        return NULL;
+    ni = egpu_calloc(1, sizeof(*ni));
+    if (ni == NULL)
+        return NULL;
+    memcpy(ni->name, name, strlen(name) + 1);
+    if (egpu_map_put(c->nodes, ni->name, ni) != 0) {
+        egpu_free(ni);
+        return NULL;
+    }
+    return ni;
+}
+
+/* Forget ni when nothing refers to it any more. */
+static void drop_if_empty(struct egpu_sched_cache *c, struct node_info *ni)
+{
+    if (ni->has_node || ni->ngpus > 0)
+        return;
+    (void)egpu_map_del(c->nodes, ni->name); /* present: ni came from the map */
+    egpu_free(ni);
+}
+
+static const char *str_at(const json_t *o, const char *a, const char *b)
+{
+    const json_t *v = json_object_get(o, a);
+
+    if (b != NULL)
+        v = json_object_get(v, b);
+    return json_string_value(v);
+}
+
+int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
+                              struct egpu_error *err)
+{
+    const char *name = str_at(node, "metadata", "name");
+    const json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
+    const char *cpu = str_at(alloc, "cpu", NULL), *mem = str_at(alloc, "memory", NULL);
+    int64_t cpu_milli = 0, mem_mib = 0;
+    struct node_info *ni;
+    int rc = 0;
+
+    if (name == NULL || name[0] == '\0' || strlen(name) >= EGPU_K8S_NAME_MAX)
+        return egpu_error_set(err, EGPU_ESYNTAX, "node: metadata.name missing or invalid");
+    if (cpu != NULL)
+        rc = egpu_parse_cpu_milli(cpu, "status.allocatable.cpu", &cpu_milli, err);
+    if (rc == 0 && mem != NULL)
+        rc = egpu_parse_mem_mib(mem, "status.allocatable.memory", &mem_mib, err);
+    if (rc)
+        return egpu_error_prefix(err, rc, "node %s", name);
+    pthread_mutex_lock(&c->lock);
+    ni = node_info(c, name, true);
+    if (ni == NULL) {
+        rc = egpu_error_set(err, -ENOMEM, "node %s: out of memory", name);
+    } else if (!ni->has_node || ni->cpu_milli != cpu_milli || ni->mem_mib != mem_mib) {
+        ni->has_node = true;
+        ni->cpu_milli = cpu_milli;
+        ni->mem_mib = mem_mib;
+        rc = rebuild(c, ni, err);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int egpu_sched_cache_node_delete(struct egpu_sched_cache *c, const char *name)
+{
+    struct node_info *ni;
+
+    pthread_mutex_lock(&c->lock);
+    ni = node_info(c, name, false);
+    if (ni != NULL && ni->has_node) {
+        ni->has_node = false;
+        (void)rebuild(c, ni, NULL); /* removes it: nothing to add */
+        drop_if_empty(c, ni);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+struct gpu_fields {
+    const char *node, *uuid, *model;
+    int64_t index, mem_mib;
+};
+
+static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error *err)
+{
+    const json_t *spec = json_object_get(gpu, "spec");
+    const json_t *index = json_object_get(spec, "index"), *mem = json_object_get(spec, "memory");
+    const char *name = str_at(gpu, "metadata", "name");
+
+    if (name == NULL)
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU: metadata.name missing");
+    f->node = str_at(spec, "nodeName", NULL);
+    f->uuid = str_at(spec, "uuid", NULL);
+    f->model = str_at(spec, "model", NULL);
+    if (f->node == NULL || f->node[0] == '\0' || strlen(f->node) >= EGPU_K8S_NAME_MAX)
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.nodeName missing or invalid", name);
+    if (f->uuid == NULL || f->uuid[0] == '\0' || strlen(f->uuid) >= EGPU_UUID_MAX)
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.uuid must be 1..%d characters", name,
+                              EGPU_UUID_MAX - 1);
+    if (!json_is_integer(index) || json_integer_value(index) < 0 ||
+        json_integer_value(index) > 1023)
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.index must be an integer 0..1023",
+                              name);
+    if (!json_is_integer(mem) || json_integer_value(mem) < 0 ||
+        json_integer_value(mem) > UINT32_MAX)
+        return egpu_error_set(err, EGPU_ESYNTAX,
+                              "GPU %s: spec.memory must be an integer number of MiB", name);
+    if (f->model != NULL && strlen(f->model) >= sizeof(((struct gpu_info *)0)->model))
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.model too long", name);
+    f->index = json_integer_value(index);
+    f->mem_mib = json_integer_value(mem);
+    return 0;
+}
+
+int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, struct egpu_error *err)
+{
+    struct gpu_fields f;
+    struct node_info *ni;
+    struct gpu_info g = {0}, *slot = NULL;
+    int rc = gpu_fields(gpu, &f, err);
+
+    if (rc)
+        return rc;
+    memcpy(g.uuid, f.uuid, strlen(f.uuid) + 1);
+    g.index = (uint32_t)f.index;
+    g.mem_mib = (uint32_t)f.mem_mib;
+    snprintf(g.model, sizeof(g.model), "%s", f.model && *f.model ? f.model : "unknown");
+    pthread_mutex_lock(&c->lock);
+    ni = node_info(c, f.node, true);
+    if (ni == NULL) {
+        rc = egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.uuid);
+        goto out;
+    }
+    for (uint32_t i = 0; i < ni->ngpus && slot == NULL; i++) {
+        if (strcmp(ni->gpus[i].uuid, g.uuid) == 0)
+            slot = &ni->gpus[i];
+    }
+    if (slot != NULL && memcmp(slot, &g, sizeof(g)) == 0)
+        goto out; /* a status change: placement is not affected */
+    if (slot == NULL) {
+        if (ni->ngpus == EGPU_NODE_GPUS_MAX) {
+            rc = egpu_error_set(err, EGPU_ELIMIT, "node %s: more than %d GPUs", f.node,
+                                EGPU_NODE_GPUS_MAX);
+            goto out;
+        }
+        slot = &ni->gpus[ni->ngpus++];
+    }
+    *slot = g;
+    rc = rebuild(c, ni, err);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
+                                struct egpu_error *err)
+{
+    struct gpu_fields f;
+    struct node_info *ni;
+    int rc = gpu_fields(gpu, &f, err);
+
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->lock);
+    ni = node_info(c, f.node, false);
+    for (uint32_t i = 0; ni != NULL && i < ni->ngpus; i++) {
+        if (strcmp(ni->gpus[i].uuid, f.uuid) == 0) {
+            ni->gpus[i] = ni->gpus[--ni->ngpus];
+            rc = rebuild(c, ni, err);
+            drop_if_empty(c, ni);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+/* Same placement: node and annotation (what count() reads) are equal. */
+static bool same_placement(const struct egpu_sched_pod *a, const struct egpu_sched_pod *b)
+{
+    const char *ta = target_of(a), *tb = target_of(b);
+
+    if ((ta == NULL) != (tb == NULL) || (ta && strcmp(ta, tb) != 0))
+        return false;
+    if (a->has_assigned != b->has_assigned)
+        return false;
+    return !a->has_assigned || memcmp(&a->assigned, &b->assigned, sizeof(a->assigned)) == 0;
+}
+
+static void pod_key(char *key, const char *ns, const char *name)
+{
+    snprintf(key, POD_KEY_MAX, "%s/%s", ns, name);
+}
+
+int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, struct egpu_error *err)
+{
+    struct egpu_sched_pod *p = egpu_malloc(sizeof(*p));
+    struct pod_entry *e;
+    char key[POD_KEY_MAX];
+    int rc;
+
+    if (p == NULL)
+        return egpu_error_set(err, -ENOMEM, "pod: out of memory");
+    rc = egpu_sched_pod_parse(pod, p, err);
+    if (rc) {
+        egpu_free(p);
+        return rc;
+    }
+    pod_key(key, p->ns, p->name);
+    pthread_mutex_lock(&c->lock);
+    e = egpu_map_get(c->pods, key);
+    if (e == NULL) {
+        e = egpu_calloc(1, sizeof(*e));
+        if (e == NULL) {
+            rc = egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
+            goto out;
+        }
+        memcpy(e->key, key, sizeof(key));
+        e->pod = *p;
+        rc = egpu_map_put(c->pods, e->key, e);
+        if (rc) {
+            egpu_free(e);
+            rc = egpu_error_set(err, rc, "pod %s: out of memory", key);
+            goto out;
+        }
+        count(c, e);
+        goto out;
+    }
+    if (e->reserved && !p->has_assigned && !p->terminal && !p->deleting && p->node[0] == '\0')
+        goto out; /* an event from before our bind's patch: keep the reservation */
+    e->reserved = false;
+    if (same_placement(&e->pod, p) && p->req.ncontainers == e->pod.req.ncontainers) {
+        e->pod = *p; /* allocated flag, phase... */
+        goto out;
+    }
+    uncount(c, e);
+    e->pod = *p;
+    count(c, e);
+out:
+    pthread_mutex_unlock(&c->lock);
+    egpu_free(p);
+    return rc;
+}
+
+int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, const char *name)
+{
+    char key[POD_KEY_MAX];
+    struct pod_entry *e;
+
+    pod_key(key, ns, name);
+    pthread_mutex_lock(&c->lock);
+    e = egpu_map_get(c->pods, key);
+    if (e != NULL) {
+        uncount(c, e);
+        (void)egpu_map_del(c->pods, e->key); /* present: just found */
+        egpu_free(e);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+const struct egpu_sched_pod *egpu_sched_cache_pod_locked(struct egpu_sched_cache *c, const char *ns,
+                                                         const char *name)
+{
+    char key[POD_KEY_MAX];
+    struct pod_entry *e;
+
+    pod_key(key, ns, name);
+    e = egpu_map_get(c->pods, key);
+    return e ? &e->pod : NULL;
+}
+
+/* Card UUIDs of container ci of the pick, in order, joined for comparison. */
+static void pick_cards(const struct egpu_node *n, const struct egpu_pick *pick, uint32_t ci,
+                       char *out, size_t len)
+{
+    size_t used = 0;
+
+    out[0] = '\0';
+    for (uint32_t i = 0; i < pick->nshares && used < len; i++) {
+        if (pick->shares[i].container == ci) {
+            int k = snprintf(out + used, len - used, "%s,", n->gpus[pick->shares[i].gpu].uuid);
+
+            used += k > 0 ? (size_t)k : 0;
+        }
+    }
+}
+
+static void assigned_cards(const struct egpu_assigned *a, uint32_t i, char *out, size_t len)
+{
+    size_t used = 0;
+
+    out[0] = '\0';
+    for (uint32_t k = 0; k < a->containers[i].ncards && used < len; k++) {
+        int n = snprintf(out + used, len - used, "%s,", a->uuids[a->containers[i].first_card + k]);
+
+        used += n > 0 ? (size_t)n : 0;
+    }
+}
+
+bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
+                                          const struct egpu_sched_pod *pod,
+                                          const struct egpu_node *node,
+                                          const struct egpu_pick *pick, char *why, size_t len)
+{
+    char mine[EGPU_NODE_GPUS_MAX * EGPU_UUID_MAX], theirs[EGPU_NODE_GPUS_MAX * EGPU_UUID_MAX];
+    const struct pod_entry *e;
+    size_t pos = 0;
+
+    while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
+        const struct egpu_sched_pod *q = &e->pod;
+
+        if (!q->has_assigned || q->allocated || q->terminal || strcmp(q->assigned.node, node->name))
+            continue;
+        if (strcmp(q->ns, pod->ns) == 0 && strcmp(q->name, pod->name) == 0)
+            continue;
+        for (uint32_t i = 0; i < pod->req.ncontainers; i++) {
+            const struct egpu_container_request *cr = &pod->req.containers[i];
+            uint32_t pct = card_pct(cr) * cr->ncards; /* what gpu-core said */
+
+            pick_cards(node, pick, i, mine, sizeof(mine));
+            for (uint32_t j = 0; j < q->assigned.ncontainers; j++) {
+                const struct egpu_assigned_container *qc = &q->assigned.containers[j];
+                uint32_t qpct = qc->core_pct * qc->ncards;
+
+                if (qpct != pct)
+                    continue;
+                assigned_cards(&q->assigned, j, theirs, sizeof(theirs));
+                if (strcmp(mine, theirs) != 0 || qc->mem_mib != cr->mem_mib) {
+                    snprintf(why, len,
+                             "pod %s/%s waits on node %s for a container of the same gpu-core "
+                             "(%u) on other cards or memory; the kubelet could not tell the two "
+                             "apart, retry once it has started",
+                             q->ns, q->name, node->name, pct);
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
+int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egpu_sched_pod *pod,
+                                    struct egpu_node *node, const struct egpu_pick *pick,
+                                    struct egpu_assigned *out, struct egpu_error *err)
+{
+    struct egpu_assigned *a = out;
+    char key[POD_KEY_MAX];
+    struct pod_entry *e;
+    int rc;
+
+    pod_key(key, pod->ns, pod->name);
+    e = egpu_map_get(c->pods, key);
+    if (e != NULL && e->counted)
+        return egpu_error_set(err, EGPU_EALLOCATED, "pod %s is already placed on node %s", key,
+                              target_of(&e->pod) ? target_of(&e->pod) : "?");
+    memset(a, 0, sizeof(*a));
+    snprintf(a->node, sizeof(a->node), "%s", node->name);
+    a->ncontainers = pod->req.ncontainers;
+    for (uint32_t i = 0; i < pod->req.ncontainers; i++) {
+        const struct egpu_container_request *cr = &pod->req.containers[i];
+        struct egpu_assigned_container *ac = &a->containers[i];
+
+        memcpy(ac->name, pod->containers[i], sizeof(ac->name));
+        ac->core_pct = card_pct(cr);
+        ac->mem_mib = cr->mem_mib;
+        ac->first_card = a->ncards;
+        for (uint32_t s = 0; s < pick->nshares; s++) {
+            if (pick->shares[s].container != i)
+                continue;
+            memcpy(a->uuids[a->ncards++], node->gpus[pick->shares[s].gpu].uuid, EGPU_UUID_MAX);
+            ac->ncards++;
+        }
+    }
+    rc = egpu_cluster_assign(c->cluster, key, node, &pod->req, pick, err);
+    if (rc)
+        return rc;
+    if (e == NULL) {
+        e = egpu_calloc(1, sizeof(*e));
+        if (e == NULL || egpu_map_put(c->pods, memcpy(e->key, key, sizeof(key)), e) != 0) {
+            egpu_free(e);
+            if (egpu_cluster_release(c->cluster, key, NULL) != 0)
+                egpu_log(EGPU_LOG_ERROR, "bug: reservation vanished pod=%s", key);
+            return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
+        }
+        e->pod = *pod;
+    }
+    e->pod.has_assigned = true;
+    e->pod.assigned = *a;
+    e->counted = true;
+    e->reserved = true;
+    return 0;
+}
+
+int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const char *name)
+{
+    char key[POD_KEY_MAX];
+    struct pod_entry *e;
+    int rc = EGPU_ENOTALLOC;
+
+    pod_key(key, ns, name);
+    pthread_mutex_lock(&c->lock);
+    e = egpu_map_get(c->pods, key);
+    if (e != NULL && e->counted) {
+        uncount(c, e);
+        e->pod.has_assigned = false;
+        e->reserved = false;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out)
+{
+    const struct pod_entry *e;
+    size_t pos = 0;
+
+    memset(out, 0, sizeof(*out));
+    out->nodes = c->cluster->nnodes;
+    out->gpus = c->cluster->ngpus;
+    out->pods = egpu_map_count(c->pods);
+    while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
+        out->placed += e->counted;
+        out->unresolved += e->unresolved;
+    }
+}
+
+void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out)
+{
+    pthread_mutex_lock(&c->lock);
+    egpu_sched_cache_stats_locked(c, out);
+    pthread_mutex_unlock(&c->lock);
+}
+
+int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c, struct egpu_workload *out)
+{
+    size_t n = egpu_map_count(c->pods), i = 0, pos = 0;
+    struct egpu_pod_request *reqs;
+    const struct pod_entry *e;
+    int rc;
+
+    if (n == 0)
+        return -EINVAL;
+    reqs = egpu_malloc(n * sizeof(*reqs));
+    if (reqs == NULL)
+        return -ENOMEM;
+    while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL)
+        reqs[i++] = e->pod.req;
+    rc = egpu_workload_from_requests(reqs, n, 0.95, out);
+    egpu_free(reqs);
+    return rc;
+}

@@ -1,0 +1,328 @@
+/* scheduler/pod.c - a v1.Pod as the extender needs it.
+ *
+ * Reads identity, node, phase, the CPU and memory the pod requests (counted
+ * the way kube-scheduler counts them: the sum over containers, at least each
+ * init container's, plus spec.overhead), and each container's Elastic GPU
+ * request. Every problem is reported with the JSON path of the field, so a
+ * FailedScheduling event or a webhook denial can quote it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "egpu/scheduler.h"
+
+/* Copy a string field into out (len bytes). Missing = "" unless required. */
+static int copy_str(const json_t *v, char *out, size_t len, bool required, const char *path,
+                    struct egpu_error *err)
+{
+    if (v == NULL || json_is_null(v)) {
+        if (required)
+            return egpu_error_set(err, EGPU_ESYNTAX, "%s: missing", path);
+        out[0] = '\0';
+        return 0;
+    }
+    if (!json_is_string(v))
+        return egpu_error_set(err, EGPU_ESYNTAX, "%s: must be a string", path);
+    if (json_string_length(v) >= len)
+        return egpu_error_set(err, EGPU_ESYNTAX, "%s: longer than %zu characters", path, len - 1);
+    memcpy(out, json_string_value(v), json_string_length(v) + 1);
+    return 0;
+}
+
+/* The quantity text of resources.<kind>[name], or NULL. Integers are accepted
+ * too (some clients send them) and rendered into buf. */
+static const char *quantity(const json_t *resources, const char *kind, const char *name, char *buf,
+                            size_t len, const char *path, struct egpu_error *err, int *rc)
+{
+    const json_t *map = json_object_get(resources, kind);
+    const json_t *v;
+
+    *rc = 0;
+    if (map == NULL || json_is_null(map))
+        return NULL;
+    if (!json_is_object(map)) {
+        *rc = egpu_error_set(err, EGPU_ESYNTAX, "%s.%s: must be an object", path, kind);
+        return NULL;
+    }
+    v = json_object_get(map, name);
+    if (v == NULL || json_is_null(v))
+        return NULL;
+    if (json_is_integer(v)) {
+        snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+        return buf;
+    }
+    if (!json_is_string(v)) {
+        *rc = egpu_error_set(err, EGPU_ESYNTAX, "%s.%s[%s]: must be a quantity string", path, kind,
+                             name);
+        return NULL;
+    }
+    return json_string_value(v);
+}
+
+/* The request for resource name: requests[name], else limits[name]. */
+static const char *request_of(const json_t *resources, const char *name, char *buf, size_t len,
+                              const char *path, char *field, size_t field_len,
+                              struct egpu_error *err, int *rc)
+{
+    const char *q = quantity(resources, "requests", name, buf, len, path, err, rc);
+
+    if (*rc == 0 && q != NULL) {
+        snprintf(field, field_len, "%s.requests[%s]", path, name);
+        return q;
+    }
+    if (*rc)
+        return NULL;
+    q = quantity(resources, "limits", name, buf, len, path, err, rc);
+    snprintf(field, field_len, "%s.limits[%s]", path, name);
+    return q;
+}
+
+struct usage {
+    int64_t cpu_milli;
+    int64_t mem_mib;
+};
+
+/* CPU and memory of one container (or of spec.overhead when overhead). */
+static int container_usage(const json_t *resources, const char *path, struct usage *u,
+                           struct egpu_error *err)
+{
+    char buf[32], field[512];
+    const char *q;
+    int rc;
+
+    u->cpu_milli = 0;
+    u->mem_mib = 0;
+    if (resources == NULL || json_is_null(resources))
+        return 0;
+    if (!json_is_object(resources))
+        return egpu_error_set(err, EGPU_ESYNTAX, "%s: must be an object", path);
+    q = request_of(resources, "cpu", buf, sizeof(buf), path, field, sizeof(field), err, &rc);
+    if (rc == 0 && q != NULL)
+        rc = egpu_parse_cpu_milli(q, field, &u->cpu_milli, err);
+    if (rc)
+        return rc;
+    q = request_of(resources, "memory", buf, sizeof(buf), path, field, sizeof(field), err, &rc);
+    if (rc == 0 && q != NULL)
+        rc = egpu_parse_mem_mib(q, field, &u->mem_mib, err);
+    return rc;
+}
+
+static int gpu_request(const json_t *resources, const char *path, struct egpu_sched_pod *p,
+                       const char *name, struct egpu_error *err)
+{
+    char buf[32], field[512], mfield[512];
+    const char *core, *mem;
+    int64_t pct = 0, mib = 0;
+    int rc;
+
+    if (resources == NULL || !json_is_object(resources))
+        return 0;
+    core = request_of(resources, EGPU_RES_GPU_CORE, buf, sizeof(buf), path, field, sizeof(field),
+                      err, &rc);
+    if (rc)
+        return rc;
+    if (core != NULL)
+        rc = egpu_parse_gpu_core_pct(core, field, &pct, err);
+    if (rc)
+        return rc;
+    mem = request_of(resources, EGPU_RES_GPU_MEMORY, buf, sizeof(buf), path, mfield, sizeof(mfield),
+                     err, &rc);
+    if (rc)
+        return rc;
+    if (mem != NULL) {
+        if (core == NULL)
+            return egpu_error_set(err, EGPU_ERANGE, "%s: %s needs %s in the same container", mfield,
+                                  EGPU_RES_GPU_MEMORY, EGPU_RES_GPU_CORE);
+        rc = egpu_parse_gpu_mem_mib(mem, mfield, &mib, err);
+        if (rc)
+            return rc;
+    }
+    if (core == NULL)
+        return 0;
+    if (p->req.ncontainers == EGPU_CONTAINERS_MAX)
+        return egpu_error_set(err, EGPU_ERANGE, "%s: more than %d containers ask for GPUs", path,
+                              EGPU_CONTAINERS_MAX);
+    rc = egpu_container_request_set(&p->req.containers[p->req.ncontainers], pct, mib, err);
+    if (rc)
+        return egpu_error_prefix(err, rc, "%s", field);
+    snprintf(p->containers[p->req.ncontainers], sizeof(p->containers[0]), "%s", name);
+    p->req.ncontainers++;
+    return 0;
+}
+
+static int containers(const json_t *spec, const char *key, bool init, struct egpu_sched_pod *p,
+                      struct egpu_error *err)
+{
+    const json_t *list = json_object_get(spec, key), *c;
+    int64_t init_cpu = 0, init_mem = 0;
+    size_t i;
+
+    if (list == NULL || json_is_null(list))
+        return 0;
+    if (!json_is_array(list))
+        return egpu_error_set(err, EGPU_ESYNTAX, "spec.%s: must be an array", key);
+    json_array_foreach(list, i, c)
+    {
+        char path[96], name[EGPU_CONTAINER_NAME_MAX], npath[112];
+        const json_t *res;
+        struct usage u;
+        int rc;
+
+        snprintf(path, sizeof(path), "spec.%s[%zu]", key, i);
+        snprintf(npath, sizeof(npath), "%s.name", path);
+        if (!json_is_object(c))
+            return egpu_error_set(err, EGPU_ESYNTAX, "%s: must be an object", path);
+        rc = copy_str(json_object_get(c, "name"), name, sizeof(name), true, npath, err);
+        if (rc)
+            return rc;
+        res = json_object_get(c, "resources");
+        snprintf(path, sizeof(path), "spec.%s[%zu].resources", key, i);
+        rc = container_usage(res, path, &u, err);
+        if (rc)
+            return rc;
+        if (init) {
+            const json_t *req =
+                json_object_get(json_object_get(res, "requests"), EGPU_RES_GPU_CORE);
+            const json_t *lim = json_object_get(json_object_get(res, "limits"), EGPU_RES_GPU_CORE);
+
+            if (req != NULL || lim != NULL)
+                return egpu_error_set(err, EGPU_ERANGE,
+                                      "%s: %s on an init container is not supported", path,
+                                      EGPU_RES_GPU_CORE);
+            init_cpu = u.cpu_milli > init_cpu ? u.cpu_milli : init_cpu;
+            init_mem = u.mem_mib > init_mem ? u.mem_mib : init_mem;
+            continue;
+        }
+        p->req.cpu_milli += u.cpu_milli;
+        p->req.mem_mib += u.mem_mib;
+        rc = gpu_request(res, path, p, name, err);
+        if (rc)
+            return rc;
+    }
+    if (init) {
+        p->req.cpu_milli = p->req.cpu_milli > init_cpu ? p->req.cpu_milli : init_cpu;
+        p->req.mem_mib = p->req.mem_mib > init_mem ? p->req.mem_mib : init_mem;
+    }
+    return 0;
+}
+
+static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu_error *err)
+{
+    const json_t *ann = json_object_get(meta, "annotations"), *v;
+    struct egpu_error aerr = {0};
+    int rc;
+
+    if (ann == NULL || json_is_null(ann))
+        return 0;
+    if (!json_is_object(ann))
+        return egpu_error_set(err, EGPU_ESYNTAX, "metadata.annotations: must be an object");
+    v = json_object_get(ann, EGPU_ANN_NODE_POLICY);
+    if (json_is_string(v)) {
+        rc = egpu_policy_parse(json_string_value(v), &p->node_policy, err);
+        if (rc)
+            return egpu_error_prefix(err, rc, "metadata.annotations[%s]", EGPU_ANN_NODE_POLICY);
+        p->has_node_policy = true;
+    }
+    v = json_object_get(ann, EGPU_ANN_CARD_POLICY);
+    if (json_is_string(v)) {
+        rc = egpu_policy_parse(json_string_value(v), &p->card_policy, err);
+        if (rc)
+            return egpu_error_prefix(err, rc, "metadata.annotations[%s]", EGPU_ANN_CARD_POLICY);
+        p->has_card_policy = true;
+    }
+    rc = copy_str(json_object_get(ann, EGPU_ANN_GPU_MODEL), p->gpu_model, sizeof(p->gpu_model),
+                  false, "metadata.annotations[" EGPU_ANN_GPU_MODEL "]", err);
+    if (rc)
+        return rc;
+    p->allocated = json_object_get(ann, EGPU_ANN_ALLOCATED) != NULL;
+    v = json_object_get(ann, EGPU_ANN_ASSIGNED);
+    if (json_is_string(v)) {
+        if (egpu_assigned_decode(json_string_value(v), &p->assigned, &aerr) == 0)
+            p->has_assigned = true;
+        else
+            snprintf(p->assigned_error, sizeof(p->assigned_error), "%s", aerr.msg);
+    }
+    return 0;
+}
+
+/* spec.overhead (a resource list, RuntimeClass pod overhead) counts like a request. */
+static int pod_overhead(const json_t *spec, struct usage *u, struct egpu_error *err)
+{
+    const json_t *oh = json_object_get(spec, "overhead");
+    json_t *wrap;
+    int rc;
+
+    u->cpu_milli = 0;
+    u->mem_mib = 0;
+    if (oh == NULL || json_is_null(oh))
+        return 0;
+    wrap = json_object();
+    if (wrap == NULL || json_object_set(wrap, "requests", (json_t *)oh)) {
+        json_decref(wrap);
+        return egpu_error_set(err, -ENOMEM, "spec.overhead: out of memory");
+    }
+    rc = container_usage(wrap, "spec.overhead", u, err);
+    json_decref(wrap);
+    return rc;
+}
+
+int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct egpu_error *err)
+{
+    struct egpu_sched_pod *p;
+    const json_t *meta, *spec, *status;
+    struct usage overhead;
+    int rc;
+
+    if (!json_is_object(pod))
+        return egpu_error_set(err, EGPU_ESYNTAX, "pod: must be a JSON object");
+    meta = json_object_get(pod, "metadata");
+    spec = json_object_get(pod, "spec");
+    status = json_object_get(pod, "status");
+    if (!json_is_object(meta))
+        return egpu_error_set(err, EGPU_ESYNTAX, "metadata: missing or not an object");
+    if (!json_is_object(spec))
+        return egpu_error_set(err, EGPU_ESYNTAX, "spec: missing or not an object");
+    p = egpu_calloc(1, sizeof(*p));
+    if (p == NULL)
+        return egpu_error_set(err, -ENOMEM, "pod: out of memory");
+    rc = copy_str(json_object_get(meta, "name"), p->name, sizeof(p->name), true, "metadata.name",
+                  err);
+    if (!rc)
+        rc = copy_str(json_object_get(meta, "namespace"), p->ns, sizeof(p->ns), false,
+                      "metadata.namespace", err);
+    if (!rc)
+        rc = copy_str(json_object_get(meta, "uid"), p->uid, sizeof(p->uid), false, "metadata.uid",
+                      err);
+    if (!rc)
+        rc = copy_str(json_object_get(spec, "nodeName"), p->node, sizeof(p->node), false,
+                      "spec.nodeName", err);
+    if (!rc && p->ns[0] == '\0')
+        memcpy(p->ns, "default", sizeof("default"));
+    if (!rc)
+        rc = containers(spec, "containers", false, p, err);
+    if (!rc)
+        rc = containers(spec, "initContainers", true, p, err);
+    if (!rc)
+        rc = pod_overhead(spec, &overhead, err);
+    if (!rc) {
+        p->req.cpu_milli += overhead.cpu_milli;
+        p->req.mem_mib += overhead.mem_mib;
+    }
+    if (!rc)
+        rc = annotations(meta, p, err);
+    if (!rc) {
+        const char *phase = json_string_value(json_object_get(status, "phase"));
+
+        p->terminal = phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
+        p->deleting = json_is_string(json_object_get(meta, "deletionTimestamp"));
+        *out = *p;
+    }
+    egpu_free(p);
+    return rc;
+}
+
+bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p)
+{
+    return p->req.ncontainers > 0;
+}
