@@ -43,6 +43,7 @@ struct egpu_placer {
     int64_t memo_max_cpu; /* best-fit scores depend on the cluster maxima */
     uint32_t memo_max_ngpus;
     uint64_t clock;
+    size_t last; /* index of the class used last */
     size_t nclasses;
     struct memo_class classes[MEMO_CLASSES];
 };
@@ -113,6 +114,10 @@ static struct memo_class *memo_class(struct egpu_placer *p, const struct egpu_cl
     if (p->memo_cluster != c || p->memo_max_cpu != c->max_cpu_milli ||
         p->memo_max_ngpus != c->max_ngpus)
         memo_reset(p, c);
+    /* The extender asks for one request across every node in a row: try the
+     * last class first. */
+    if (p->last < p->nclasses && same_shape(&p->classes[p->last].shape, r))
+        mc = &p->classes[p->last];
     for (size_t i = 0; i < p->nclasses && mc == NULL; i++) {
         if (same_shape(&p->classes[i].shape, r))
             mc = &p->classes[i];
@@ -137,6 +142,7 @@ static struct memo_class *memo_class(struct egpu_placer *p, const struct egpu_cl
             mc->shape.containers[0] = r->containers[0];
     }
     mc->last_used = ++p->clock;
+    p->last = (size_t)(mc - p->classes);
     if (mc->nentries < c->nnodes) {
         size_t n = c->cap;
         struct memo_entry *e = egpu_realloc(mc->entries, n * sizeof(*e));

@@ -277,9 +277,12 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
             json_object_set_new(failed, name,
                                 json_string("node unknown to the elastic-gpu cache (no Node "
                                             "object seen)"));
-        } else if (egpu_placer_can_host(p, c, n, &a.pod.req, NULL, why, sizeof(why))) {
+        } else if (egpu_placer_can_host(p, c, n, &a.pod.req, NULL, NULL, 0)) {
+            /* Asked without a reason first: that answer comes from the
+             * placer's per-node cache; only refusals pay for the text. */
             json_array_append_new(passed, json_integer((json_int_t)i));
         } else {
+            (void)egpu_placer_can_host(p, c, n, &a.pod.req, NULL, why, sizeof(why));
             json_object_set_new(failed, name, json_string(why));
         }
     }
