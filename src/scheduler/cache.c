@@ -31,10 +31,13 @@ struct gpu_info {
     uint32_t mem_mib;
 };
 
+struct pod_entry;
+
 struct node_info {
     char name[EGPU_K8S_NAME_MAX];
-    bool has_node;     /* the Node object is known */
-    int64_t cpu_milli; /* allocatable */
+    struct pod_entry *pods; /* pods placed here (list through pod_entry.next) */
+    bool has_node;          /* the Node object is known */
+    int64_t cpu_milli;      /* allocatable */
     int64_t mem_mib;
     uint32_t ngpus;
     struct gpu_info gpus[EGPU_NODE_GPUS_MAX];
@@ -43,9 +46,11 @@ struct node_info {
 struct pod_entry {
     char key[POD_KEY_MAX]; /* "namespace/name" */
     struct egpu_sched_pod pod;
-    bool counted;    /* holds an assignment in the core under key */
-    bool reserved;   /* placed by our bind; the watch has not confirmed it yet */
-    bool unresolved; /* counted without its cards (they could not be matched) */
+    bool counted;           /* holds an assignment in the core under key */
+    bool reserved;          /* placed by our bind; the watch has not confirmed it yet */
+    bool unresolved;        /* counted without its cards (they could not be matched) */
+    struct node_info *home; /* the node it is placed on, or NULL */
+    struct pod_entry *prev, *next;
 };
 
 struct egpu_sched_cache {
@@ -215,18 +220,13 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
                                   .ngpus = ni->ngpus,
                                   .gpus = gpus};
     struct pod_entry *e;
-    size_t pos = 0;
     int rc = 0;
 
     if (egpu_cluster_node(c->cluster, ni->name) != NULL) {
         /* Removing the node releases every pod counted on it. */
-        while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
-            const char *t = target_of(&e->pod);
-
-            if (e->counted && t != NULL && strcmp(t, ni->name) == 0) {
-                e->counted = false;
-                e->unresolved = false;
-            }
+        for (e = ni->pods; e != NULL; e = e->next) {
+            e->counted = false;
+            e->unresolved = false;
         }
         if (egpu_cluster_remove_node(c->cluster, ni->name) != 0)
             egpu_log(EGPU_LOG_ERROR, "bug: node vanished from the core node=%s", ni->name);
@@ -244,11 +244,8 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
                  err ? err->msg : egpu_strerror(rc));
         return rc;
     }
-    pos = 0;
-    while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
-        const char *t = target_of(&e->pod);
-
-        if (!e->counted && t != NULL && strcmp(t, ni->name) == 0)
+    for (e = ni->pods; e != NULL; e = e->next) {
+        if (!e->counted)
             count(c, e);
     }
     return 0;
@@ -276,10 +273,43 @@ static struct node_info *node_info(struct egpu_sched_cache *c, const char *name,
 /* Forget ni when nothing refers to it any more. */
 static void drop_if_empty(struct egpu_sched_cache *c, struct node_info *ni)
 {
-    if (ni->has_node || ni->ngpus > 0)
+    if (ni->has_node || ni->ngpus > 0 || ni->pods != NULL)
         return;
     (void)egpu_map_del(c->nodes, ni->name); /* present: ni came from the map */
     egpu_free(ni);
+}
+
+/* Link e into the list of the node it is placed on now (after e->pod changed). */
+static void rehome(struct egpu_sched_cache *c, struct pod_entry *e)
+{
+    const char *target = target_of(&e->pod);
+    struct node_info *old = e->home;
+
+    if (old != NULL && target != NULL && strcmp(old->name, target) == 0)
+        return;
+    if (old != NULL) {
+        if (e->prev != NULL)
+            e->prev->next = e->next;
+        else
+            old->pods = e->next;
+        if (e->next != NULL)
+            e->next->prev = e->prev;
+        e->home = NULL;
+        e->prev = e->next = NULL;
+        drop_if_empty(c, old);
+    }
+    if (target == NULL)
+        return;
+    e->home = node_info(c, target, true);
+    if (e->home == NULL) {
+        egpu_log(EGPU_LOG_ERROR, "out of memory: pod not tracked on its node pod=%s node=%s",
+                 e->key, target);
+        return;
+    }
+    e->next = e->home->pods;
+    if (e->next != NULL)
+        e->next->prev = e;
+    e->home->pods = e;
 }
 
 static const char *str_at(const json_t *o, const char *a, const char *b)
@@ -485,6 +515,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
             rc = egpu_error_set(err, rc, "pod %s: out of memory", key);
             goto out;
         }
+        rehome(c, e);
         count(c, e);
         goto out;
     }
@@ -497,6 +528,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     }
     uncount(c, e);
     e->pod = *p;
+    rehome(c, e);
     count(c, e);
 out:
     pthread_mutex_unlock(&c->lock);
@@ -514,6 +546,8 @@ int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, cons
     e = egpu_map_get(c->pods, key);
     if (e != NULL) {
         uncount(c, e);
+        e->pod.terminal = true; /* placed nowhere: unlinks it */
+        rehome(c, e);
         (void)egpu_map_del(c->pods, e->key); /* present: just found */
         egpu_free(e);
     }
@@ -566,10 +600,10 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
                                           const struct egpu_pick *pick, char *why, size_t len)
 {
     char mine[EGPU_NODE_GPUS_MAX * EGPU_UUID_MAX], theirs[EGPU_NODE_GPUS_MAX * EGPU_UUID_MAX];
+    const struct node_info *ni = egpu_map_get(c->nodes, node->name);
     const struct pod_entry *e;
-    size_t pos = 0;
 
-    while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
+    for (e = ni ? ni->pods : NULL; e != NULL; e = e->next) {
         const struct egpu_sched_pod *q = &e->pod;
 
         if (!q->has_assigned || q->allocated || q->terminal || strcmp(q->assigned.node, node->name))
@@ -651,6 +685,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
     e->pod.assigned = *a;
     e->counted = true;
     e->reserved = true;
+    rehome(c, e);
     return 0;
 }
 
@@ -667,6 +702,7 @@ int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const
         uncount(c, e);
         e->pod.has_assigned = false;
         e->reserved = false;
+        rehome(c, e);
         rc = 0;
     }
     pthread_mutex_unlock(&c->lock);
