@@ -1,0 +1,296 @@
+/* egpu/net.h - the HTTP(S) server, the Prometheus metrics registry and the
+ * health endpoints every long-running Elastic GPU component serves.
+ *
+ * Three parts, one per source file in src/net:
+ *   - http.c: an HTTP/1.1 server over libmicrohttpd. The caller registers a
+ *     handler per (method, exact path) before starting it; the server
+ *     collects the whole request body into a bounded buffer, calls the
+ *     handler on one of its pool threads and sends what the handler wrote.
+ *     404, 405 (with Allow), 413 and 500 are answered by the server itself.
+ *   - metrics.c: a thread-safe registry of counters, gauges and histograms
+ *     (each optionally with labels), rendered in the Prometheus text
+ *     exposition format 0.0.4.
+ *   - health.c: /healthz, /readyz and /metrics on a server, and request
+ *     metrics for that server.
+ *
+ * Threads: handlers and readiness callbacks run on the server's pool
+ * threads, several at once; whatever they share must be thread-safe. The
+ * metrics functions may be called from any thread.
+ *
+ * Units are carried in names (_s seconds, _bytes bytes). Errors are 0 or a
+ * negative code (-errno or EGPU_E*), described by egpu_strerror(); functions
+ * doing I/O also take `struct egpu_error *err` (may be NULL).
+ */
+#ifndef EGPU_NET_H
+#define EGPU_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "egpu/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* HTTP server (src/net/http.c)                                             */
+
+#define EGPU_HTTP_THREADS_DEFAULT   2                  /* pool threads */
+#define EGPU_HTTP_TIMEOUT_S_DEFAULT 30                 /* idle connection timeout */
+#define EGPU_HTTP_BODY_MAX_DEFAULT  (1024 * 1024)      /* request body, bytes */
+#define EGPU_HTTP_RESP_MAX_DEFAULT  (64 * 1024 * 1024) /* response body, bytes */
+#define EGPU_HTTP_TYPE_MAX          128                /* Content-Type, bytes incl. NUL */
+#define EGPU_HTTP_RESP_HEADERS_MAX  32                 /* extra headers on one response */
+
+/* Server settings. Zero fields take the defaults above, so
+ * `struct egpu_http_config cfg = {.port = 8080};` is a complete config.
+ * Strings are borrowed: egpu_http_server_new copies what it keeps. */
+struct egpu_http_config {
+    const char *bind_addr;     /* IPv4 or IPv6 literal; NULL or "" = every IPv4
+                                  address (0.0.0.0); "::" = every address, IPv6
+                                  and IPv4 (dual stack) */
+    uint16_t port;             /* TCP port; 0 = an ephemeral port chosen by the
+                                  kernel (see egpu_http_server_port) */
+    unsigned threads;          /* pool threads serving connections; 0 = 2 */
+    unsigned timeout_s;        /* close a connection idle this long; 0 = 30 */
+    size_t max_body_bytes;     /* larger request bodies get 413; 0 = 1 MiB */
+    size_t max_resp_bytes;     /* most a handler may write; 0 = 64 MiB */
+    const char *tls_cert_file; /* PEM certificate (chain) for HTTPS; NULL = HTTP */
+    const char *tls_key_file;  /* PEM private key; needed iff tls_cert_file */
+};
+
+/* What a handler sees. Every pointer is borrowed and valid only during the
+ * handler call. */
+struct egpu_http_request {
+    const char *method;       /* as sent, e.g. "POST"; a HEAD request runs the
+                                 GET handler with method "HEAD" */
+    const char *path;         /* percent-decoded path without the query, "/filter" */
+    const char *query;        /* raw query after '?', not decoded; "" when none */
+    const char *content_type; /* Content-Type header; "" when absent */
+    const char *body;         /* the whole body, NUL-terminated; "" when none */
+    size_t body_len;          /* body bytes, excluding the NUL */
+    void *priv;               /* the server's; read headers through
+                                 egpu_http_request_header */
+};
+
+struct egpu_http_header; /* private list of extra response headers */
+
+/* What a handler fills. The server prepares it before the call: status 200,
+ * content_type "text/plain; charset=utf-8", an empty body whose max is the
+ * config's max_resp_bytes, no extra headers. */
+struct egpu_http_response {
+    int status;                            /* HTTP status, 200..599 (204 and 304 send no body) */
+    char content_type[EGPU_HTTP_TYPE_MAX]; /* set with egpu_http_response_set_type */
+    struct egpu_buf body;                  /* the body; append with egpu_buf_* */
+    struct egpu_http_header *headers;      /* private: egpu_http_response_header */
+    size_t nheaders;                       /* private */
+};
+
+/* A route's handler. data is the pointer given to egpu_http_server_route.
+ * Returns 0 to send resp as filled, or a negative code: the server then
+ * discards resp and answers 500 with the code's text. To answer an error of
+ * its own (400, 422...) a handler sets resp->status and returns 0. Runs on a
+ * pool thread, concurrently with other calls. */
+typedef int (*egpu_http_handler_cb)(void *data, const struct egpu_http_request *req,
+                                    struct egpu_http_response *resp);
+
+/* Called once per request the server answered (not for requests
+ * libmicrohttpd rejected itself, such as a malformed request line), after
+ * the response was sent or the connection dropped. route is the registered
+ * path the request matched, or NULL when it matched none (404, 405); status is
+ * the status sent; seconds is the time from the request line to the end of
+ * the response. Runs on a pool thread; must not block. */
+typedef void (*egpu_http_observe_cb)(void *data, const char *route, int status, double seconds);
+
+struct egpu_http_server; /* opaque */
+
+/* Create a stopped server from cfg (copied; cfg may be freed afterwards).
+ * With TLS files set, both PEM files are read now. On success writes *out
+ * (free with egpu_http_server_free). Returns 0, -EINVAL (bad bind_addr, a
+ * TLS file without the other), -ENOTSUP (libmicrohttpd without TLS),
+ * -errno from reading a TLS file, -EMSGSIZE (a TLS file over 1 MiB) or
+ * -ENOMEM. */
+int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_server **out,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Route requests for method (e.g. "GET", matched exactly, case-sensitive)
+ * on path (exact, e.g. "/filter"; no query) to cb with data. method and
+ * path are copied; data is borrowed and must outlive the server. A GET
+ * route also answers HEAD. Only before egpu_http_server_start. Returns 0,
+ * -EINVAL (empty method, path not starting with '/', NULL cb), -EEXIST (the
+ * pair is already routed), -EBUSY (server running) or -ENOMEM. */
+int egpu_http_server_route(struct egpu_http_server *srv, const char *method, const char *path,
+                           egpu_http_handler_cb cb, void *data) EGPU_MUST_CHECK;
+
+/* Remove the route for method and path (as given to
+ * egpu_http_server_route). Only before egpu_http_server_start. Returns 0,
+ * -ENOENT (no such route) or -EBUSY (server running). */
+int egpu_http_server_unroute(struct egpu_http_server *srv, const char *method,
+                             const char *path) EGPU_MUST_CHECK;
+
+/* Install one observer of finished requests (replacing any earlier one);
+ * cb NULL removes it. data is borrowed. Only before egpu_http_server_start.
+ * Returns 0 or -EBUSY. */
+int egpu_http_server_observe(struct egpu_http_server *srv, egpu_http_observe_cb cb,
+                             void *data) EGPU_MUST_CHECK;
+
+/* Bind and start serving on the pool threads. Returns 0, -EBUSY (already
+ * running) or -EADDRNOTAVAIL (libmicrohttpd could not start: port in use,
+ * address not local, TLS key and certificate unusable; its own log line
+ * gives the cause). A stopped server may be started again. */
+int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The TCP port the running server listens on (the kernel's choice when the
+ * config said 0), or 0 when it is not running. */
+uint16_t egpu_http_server_port(const struct egpu_http_server *srv);
+
+/* Stop serving: close the listening socket and every connection, and join
+ * the pool threads. Requests in flight are cut off. Returns when no
+ * handler or observer is running any more. A stopped server is a no-op. */
+void egpu_http_server_stop(struct egpu_http_server *srv);
+
+/* Stop the server if running and free it. NULL is a no-op. */
+void egpu_http_server_free(struct egpu_http_server *srv);
+
+/* Value of request header name (case-insensitive), or NULL when absent.
+ * Borrowed; valid during the handler call. Only inside a handler. */
+const char *egpu_http_request_header(const struct egpu_http_request *req, const char *name);
+
+/* Set resp's Content-Type (copied). Returns 0, or -EINVAL when type is
+ * empty, holds CR or LF, or does not fit EGPU_HTTP_TYPE_MAX. */
+int egpu_http_response_set_type(struct egpu_http_response *resp, const char *type) EGPU_MUST_CHECK;
+
+/* Add header name: value to resp (both copied). Content-Type is set with
+ * egpu_http_response_set_type, and Content-Length, Connection and
+ * Transfer-Encoding belong to the server. Returns 0, -EINVAL (empty name,
+ * a name that is not an HTTP token, CR/LF in value, or one of those four),
+ * EGPU_ELIMIT (more than EGPU_HTTP_RESP_HEADERS_MAX) or -ENOMEM. */
+int egpu_http_response_header(struct egpu_http_response *resp, const char *name,
+                              const char *value) EGPU_MUST_CHECK;
+
+/* Shorthand for a plain-text answer: set status, Content-Type
+ * "text/plain; charset=utf-8" and replace the body with the formatted text.
+ * Returns 0, or -EMSGSIZE/-ENOMEM as egpu_buf_printf (status and type are
+ * set even then). */
+int egpu_http_response_text(struct egpu_http_response *resp, int status, const char *fmt, ...)
+    EGPU_PRINTF(3, 4) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* Prometheus metrics (src/net/metrics.c)                                   */
+
+#define EGPU_METRIC_LABELS_MAX   8     /* label names of one family */
+#define EGPU_METRIC_BUCKETS_MAX  64    /* histogram upper bounds, +Inf excluded */
+#define EGPU_METRIC_CHILDREN_MAX 10000 /* label-value sets of one family */
+
+/* Prometheus client defaults for latencies in seconds:
+ * .005 .01 .025 .05 .1 .25 .5 1 2.5 5 10 (+Inf implied). */
+#define EGPU_METRIC_DEFAULT_NBUCKETS 11
+extern const double egpu_metric_default_buckets[EGPU_METRIC_DEFAULT_NBUCKETS];
+
+struct egpu_metrics; /* a registry: the families one /metrics page shows */
+struct egpu_metric;  /* one family (name, type, help, label names) */
+
+/* New empty registry, or NULL when out of memory. Free with egpu_metrics_free. */
+struct egpu_metrics *egpu_metrics_new(void);
+/* Free the registry and every family in it; their egpu_metric pointers die
+ * with it. No other thread may use it meanwhile. NULL is a no-op. */
+void egpu_metrics_free(struct egpu_metrics *reg);
+
+/* Register a family in reg and write it to *out. The pointer stays valid
+ * until egpu_metrics_free(reg).
+ * - name: [a-zA-Z_:][a-zA-Z0-9_:]*; a counter's must end in "_total".
+ * - help: the HELP text (any UTF-8, escaped on output); "" = no HELP line.
+ * - labels: nlabels label names, [a-zA-Z_][a-zA-Z0-9_]*, not starting with
+ *   "__", distinct, and not "le" for a histogram; NULL when nlabels is 0.
+ * - bounds (histograms): nbounds finite upper bounds in strictly increasing
+ *   order (a last +Inf is accepted and dropped; +Inf is always implied).
+ * All strings and arrays are copied. A family without labels exists at 0
+ * from the start; one with labels has no samples until its first update.
+ * Registering a name again returns the existing family when type, help,
+ * labels and bounds are the same (so two components may share a registry),
+ * else -EEXIST. Returns 0, -EINVAL (a rule above), -EEXIST, EGPU_ELIMIT
+ * (more than EGPU_METRIC_LABELS_MAX labels or EGPU_METRIC_BUCKETS_MAX
+ * bounds) or -ENOMEM. */
+int egpu_metric_counter(struct egpu_metrics *reg, const char *name, const char *help,
+                        size_t nlabels, const char *const *labels,
+                        struct egpu_metric **out) EGPU_MUST_CHECK;
+int egpu_metric_gauge(struct egpu_metrics *reg, const char *name, const char *help, size_t nlabels,
+                      const char *const *labels, struct egpu_metric **out) EGPU_MUST_CHECK;
+int egpu_metric_histogram(struct egpu_metrics *reg, const char *name, const char *help,
+                          size_t nlabels, const char *const *labels, size_t nbounds,
+                          const double *bounds, struct egpu_metric **out) EGPU_MUST_CHECK;
+
+/* Updates. values holds one value per label name of m, in the same order
+ * (any UTF-8, escaped on output), or is NULL for a family without labels;
+ * a new combination creates the child at 0 first. Safe from any thread.
+ * - egpu_metric_inc: counter or gauge += 1.
+ * - egpu_metric_add: counter += v (v >= 0, not NaN) or gauge += v.
+ * - egpu_metric_set: gauge = v.
+ * - egpu_metric_observe: histogram: count += 1, sum += v, and v is counted
+ *   in the first bucket whose upper bound is >= v (le semantics).
+ * Returns 0, -EINVAL (wrong type for the operation, bad v, NULL values on a
+ * labelled family), EGPU_ELIMIT (EGPU_METRIC_CHILDREN_MAX children already)
+ * or -ENOMEM. Deliberately not EGPU_MUST_CHECK: a lost sample must never
+ * change what the caller does, so callers may drop the result. */
+int egpu_metric_inc(struct egpu_metric *m, const char *const *values);
+int egpu_metric_add(struct egpu_metric *m, const char *const *values, double v);
+int egpu_metric_set(struct egpu_metric *m, const char *const *values, double v);
+int egpu_metric_observe(struct egpu_metric *m, const char *const *values, double v);
+
+/* Read a child without creating it: a counter's or gauge's value, or a
+ * histogram's count. Returns 0 and writes *out, -ENOENT (no such child) or
+ * -EINVAL (NULL values on a labelled family). */
+int egpu_metric_get(struct egpu_metric *m, const char *const *values, double *out) EGPU_MUST_CHECK;
+
+/* Append the text exposition (format 0.0.4) of every family to out:
+ * families in registration order, each with "# HELP" (when help is not
+ * empty) and "# TYPE" first, children sorted by label values; histograms
+ * as cumulative _bucket lines (le="+Inf" last, equal to _count), then _sum
+ * and _count. Values print in the shortest form that reads back exactly
+ * (NaN, +Inf, -Inf as Prometheus spells them). Ends with a newline unless
+ * empty. Returns 0, or -EMSGSIZE/-ENOMEM, leaving out as it was. */
+int egpu_metrics_render(struct egpu_metrics *reg, struct egpu_buf *out) EGPU_MUST_CHECK;
+
+/* Content-Type of a rendered registry. */
+#define EGPU_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* ------------------------------------------------------------------------ */
+/* Health endpoints (src/net/health.c)                                      */
+
+/* Readiness: return true when ready; when not, write a one-line reason (a
+ * C string of at most len bytes incl. NUL) into why. Runs on a pool
+ * thread for every GET /readyz; must be thread-safe and quick. */
+typedef bool (*egpu_ready_cb)(void *data, char *why, size_t len);
+
+struct egpu_health; /* opaque */
+
+/* Serve on srv (not yet started):
+ *   GET /healthz  200 "ok" while the process serves at all;
+ *   GET /readyz   200 "ok" when ready(data) says so (or ready is NULL),
+ *                 else 503 "not ready: <why>";
+ *   GET /metrics  reg rendered, Content-Type EGPU_METRICS_CONTENT_TYPE
+ *                 (only when reg is not NULL).
+ * With reg it also registers, and keeps current for srv's requests:
+ *   egpu_http_requests_total{path,code}        counter
+ *   egpu_http_request_duration_seconds{path}   histogram (default buckets)
+ * where path is the matched route or "unmatched". This installs srv's
+ * observer (egpu_http_server_observe). srv, reg and data are borrowed and
+ * must outlive *out; free *out (egpu_health_free) only after
+ * egpu_http_server_stop or _free(srv). Returns 0, or the error of a route
+ * or metric registration (-EEXIST when srv already serves one of the
+ * paths or reg holds one of the names with another shape, -EBUSY when srv
+ * is running) or -ENOMEM; on error srv has none of these routes
+ * (metric families registered before the error stay in reg). */
+int egpu_health_new(struct egpu_http_server *srv, struct egpu_metrics *reg, egpu_ready_cb ready,
+                    void *data, struct egpu_health **out, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Free h. NULL is a no-op. */
+void egpu_health_free(struct egpu_health *h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EGPU_NET_H */

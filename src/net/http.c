@@ -1,0 +1,746 @@
+/* net/http.c - the HTTP/1.1 (and HTTPS) server every component serves on,
+ * a thin wrapper over libmicrohttpd (see egpu/net.h for the contract).
+ *
+ * DESIGN: libmicrohttpd runs its own pool of threads, each with a poll()
+ * loop over its share of the connections; our handlers run on those
+ * threads. poll, not epoll: libmicrohttpd 0.9.75's edge-triggered epoll
+ * can miss a client's FIN that arrives with the last bytes of a partial
+ * body, holding the connection until timeout_s; level-triggered poll sees
+ * it at once, and our servers have tens of connections, not thousands. Per request we keep a
+ * `struct call`, made in the URI-log callback (the one place that sees the raw request target, so
+ * the query string reaches handlers unparsed) and freed in the request-completed callback.
+ * libmicrohttpd calls the access handler several times per request: once when the headers are in
+ * (we route there and refuse early: 404, 405, or 413 when Content-Length is already too big), once
+ * per chunk of body (collected into a bounded egpu_buf; past the bound we keep reading but drop the
+ * bytes), and once at the end, when the handler runs and its response is queued. Malformed requests
+ * never reach us: libmicrohttpd answers them (400) itself.
+ *
+ * The route table is written only while the server is stopped and read
+ * without locks while it runs, so requests never contend on it.
+ */
+#define _GNU_SOURCE /* explicit_bzero */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "egpu/log.h"
+#include "egpu/net.h"
+
+#define TLS_FILE_MAX (1024 * 1024) /* a PEM file larger than this is not a certificate */
+#define TEXT_PLAIN   "text/plain; charset=utf-8"
+
+struct egpu_http_header {
+    char *name;
+    char *value;
+};
+
+struct route {
+    char *method;
+    char *path;
+    egpu_http_handler_cb cb;
+    void *data;
+};
+
+struct egpu_http_server {
+    struct egpu_http_config cfg; /* defaults filled in; strings below */
+    char *bind_addr;             /* copy, or NULL */
+    struct sockaddr_in sin;
+    struct sockaddr_in6 sin6;
+    bool ipv6;
+    bool dual_stack;
+    char *cert_pem; /* NUL-terminated file contents, or NULL */
+    char *key_pem;
+    size_t key_len;
+    struct route *routes;
+    size_t nroutes;
+    size_t cap;
+    egpu_http_observe_cb observe;
+    void *observe_data;
+    struct MHD_Daemon *daemon; /* NULL while stopped */
+    uint16_t port;
+};
+
+/* One request, from its request line to its completion. */
+struct call {
+    struct egpu_http_server *srv;
+    char *uri;                 /* raw request target, e.g. "/filter?x=1" */
+    const struct route *route; /* the route matched, NULL when none */
+    struct egpu_buf body;
+    struct timespec t0; /* CLOCK_MONOTONIC at the request line */
+    int status;         /* status queued; 0 = none yet */
+    bool started;       /* first access-handler call done */
+    bool too_big;       /* body passed max_body_bytes: answer 413 */
+    bool no_memory;     /* body could not be stored: answer 500 */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Responses                                                                */
+
+static bool is_token_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static bool has_crlf(const char *s)
+{
+    return strpbrk(s, "\r\n") != NULL;
+}
+
+int egpu_http_response_set_type(struct egpu_http_response *resp, const char *type)
+{
+    size_t n = strlen(type);
+
+    if (n == 0 || n >= sizeof(resp->content_type) || has_crlf(type))
+        return -EINVAL;
+    memcpy(resp->content_type, type, n + 1);
+    return 0;
+}
+
+int egpu_http_response_header(struct egpu_http_response *resp, const char *name, const char *value)
+{
+    static const char *const reserved[] = {"Content-Type", "Content-Length", "Connection",
+                                           "Transfer-Encoding"};
+    struct egpu_http_header *h;
+
+    if (name[0] == '\0' || has_crlf(value))
+        return -EINVAL;
+    for (const char *p = name; *p; p++) {
+        if (!is_token_char(*p))
+            return -EINVAL;
+    }
+    for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++) {
+        if (strcasecmp(name, reserved[i]) == 0)
+            return -EINVAL;
+    }
+    if (resp->nheaders >= EGPU_HTTP_RESP_HEADERS_MAX)
+        return EGPU_ELIMIT;
+    if (resp->headers == NULL) {
+        resp->headers = egpu_calloc(EGPU_HTTP_RESP_HEADERS_MAX, sizeof(*resp->headers));
+        if (resp->headers == NULL)
+            return -ENOMEM;
+    }
+    h = &resp->headers[resp->nheaders];
+    h->name = egpu_strdup(name);
+    h->value = egpu_strdup(value);
+    if (h->name == NULL || h->value == NULL) {
+        egpu_free(h->name);
+        egpu_free(h->value);
+        h->name = NULL;
+        h->value = NULL;
+        return -ENOMEM;
+    }
+    resp->nheaders++;
+    return 0;
+}
+
+int egpu_http_response_text(struct egpu_http_response *resp, int status, const char *fmt, ...)
+{
+    va_list ap;
+    char small[256];
+    char *text = small;
+    int n, rc;
+
+    resp->status = status;
+    memcpy(resp->content_type, TEXT_PLAIN, sizeof(TEXT_PLAIN));
+    egpu_buf_reset(&resp->body);
+    va_start(ap, fmt);
+    n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -EINVAL;
+    if ((size_t)n >= sizeof(small)) {
+        text = egpu_malloc((size_t)n + 1);
+        if (text == NULL)
+            return -ENOMEM;
+        va_start(ap, fmt);
+        vsnprintf(text, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    rc = egpu_buf_append(&resp->body, text, (size_t)n);
+    if (text != small)
+        egpu_free(text);
+    return rc;
+}
+
+static void response_init(struct egpu_http_response *resp, size_t max)
+{
+    memset(resp, 0, sizeof(*resp));
+    resp->status = 200;
+    memcpy(resp->content_type, TEXT_PLAIN, sizeof(TEXT_PLAIN));
+    egpu_buf_init(&resp->body, max);
+}
+
+static void response_close(struct egpu_http_response *resp)
+{
+    for (size_t i = 0; i < resp->nheaders; i++) {
+        egpu_free(resp->headers[i].name);
+        egpu_free(resp->headers[i].value);
+    }
+    egpu_free(resp->headers);
+    resp->headers = NULL;
+    resp->nheaders = 0;
+    egpu_buf_free(&resp->body);
+}
+
+/* Queue resp (consumed: its body moves to libmicrohttpd) on conn. Returns
+ * MHD_YES, or MHD_NO when it could not be queued (the connection is then
+ * closed by libmicrohttpd). */
+static enum MHD_Result send_response(struct MHD_Connection *conn, struct call *call,
+                                     struct egpu_http_response *resp)
+{
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+    size_t len = resp->body.len;
+    char *data = egpu_buf_take(&resp->body);
+
+    if (resp->status == 204 || resp->status == 304) {
+        egpu_free(data); /* these never carry a body (RFC 9110 15.3.5, 15.4.5) */
+        data = NULL;
+        len = 0;
+    }
+    if (data == NULL) {
+        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    } else {
+        r = MHD_create_response_from_buffer_with_free_callback(len, data, egpu_free);
+        if (r == NULL)
+            egpu_free(data);
+    }
+    if (r == NULL) {
+        response_close(resp);
+        return MHD_NO;
+    }
+    ret = MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
+    for (size_t i = 0; ret == MHD_YES && i < resp->nheaders; i++)
+        ret = MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
+    if (ret == MHD_YES)
+        ret = MHD_queue_response(conn, (unsigned)resp->status, r);
+    MHD_destroy_response(r);
+    if (ret == MHD_YES)
+        call->status = resp->status;
+    response_close(resp);
+    return ret;
+}
+
+/* Answer with a short text of the server's own (404, 405, 413, 500). */
+static enum MHD_Result send_text(struct MHD_Connection *conn, struct call *call, int status,
+                                 const char *allow, const char *text)
+{
+    struct egpu_http_response resp;
+
+    response_init(&resp, strlen(text) + 1);
+    if (egpu_buf_append(&resp.body, text, strlen(text)) != 0 ||
+        (allow != NULL && egpu_http_response_header(&resp, "Allow", allow) != 0)) {
+        response_close(&resp);
+        return MHD_NO;
+    }
+    resp.status = status;
+    return send_response(conn, call, &resp);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Request processing                                                       */
+
+const char *egpu_http_request_header(const struct egpu_http_request *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->priv, MHD_HEADER_KIND, name);
+}
+
+static bool method_matches(const struct route *r, const char *method)
+{
+    return strcmp(r->method, method) == 0 ||
+           (strcmp(method, "HEAD") == 0 && strcmp(r->method, "GET") == 0);
+}
+
+/* Allow header for path: its routes' methods, plus HEAD beside GET. */
+static void allowed_methods(const struct egpu_http_server *srv, const char *path, char *out,
+                            size_t len)
+{
+    size_t n = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < srv->nroutes; i++) {
+        const struct route *r = &srv->routes[i];
+        int w;
+
+        if (strcmp(r->path, path) != 0)
+            continue;
+        w = snprintf(out + n, len - n, "%s%s%s", n ? ", " : "", r->method,
+                     strcmp(r->method, "GET") == 0 ? ", HEAD" : "");
+        if (w < 0 || (size_t)w >= len - n) {
+            out[n] = '\0';
+            return;
+        }
+        n += (size_t)w;
+    }
+}
+
+/* The value of Content-Length: -1 when absent or not a number, LLONG_MAX
+ * when too large to hold. */
+static long long content_length(struct MHD_Connection *conn)
+{
+    const char *v =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    char *end;
+    unsigned long long n;
+
+    if (v == NULL || *v < '0' || *v > '9')
+        return -1;
+    errno = 0;
+    n = strtoull(v, &end, 10);
+    if (errno != 0 || *end != '\0' || n > (unsigned long long)LLONG_MAX)
+        return LLONG_MAX;
+    return (long long)n;
+}
+
+/* First call, headers in: route, or refuse before reading any body. */
+static enum MHD_Result begin(struct egpu_http_server *srv, struct call *call,
+                             struct MHD_Connection *conn, const char *url, const char *method)
+{
+    bool path_known = false;
+    long long clen;
+    char text[128];
+
+    for (size_t i = 0; i < srv->nroutes && call->route == NULL; i++) {
+        if (strcmp(srv->routes[i].path, url) != 0)
+            continue;
+        path_known = true;
+        if (method_matches(&srv->routes[i], method))
+            call->route = &srv->routes[i];
+    }
+    if (!path_known)
+        return send_text(conn, call, 404, NULL, "404 page not found\n");
+    if (call->route == NULL) {
+        char allow[256];
+
+        allowed_methods(srv, url, allow, sizeof(allow));
+        return send_text(conn, call, 405, allow, "405 method not allowed\n");
+    }
+    clen = content_length(conn);
+    if (clen > 0 && (unsigned long long)clen > srv->cfg.max_body_bytes) {
+        snprintf(text, sizeof(text), "413 request body too large (max %zu bytes)\n",
+                 srv->cfg.max_body_bytes);
+        return send_text(conn, call, 413, NULL, text);
+    }
+    egpu_buf_init(&call->body, srv->cfg.max_body_bytes);
+    return MHD_YES;
+}
+
+/* Last call, whole body in: run the handler and send its answer. */
+static enum MHD_Result finish(struct egpu_http_server *srv, struct call *call,
+                              struct MHD_Connection *conn, const char *url, const char *method)
+{
+    const char *q = strchr(call->uri, '?');
+    const char *ctype =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    struct egpu_http_request req = {
+        .method = method,
+        .path = url,
+        .query = q ? q + 1 : "",
+        .content_type = ctype ? ctype : "",
+        .body = egpu_buf_str(&call->body),
+        .body_len = call->body.len,
+        .priv = conn,
+    };
+    struct egpu_http_response resp;
+    char text[128];
+    int rc;
+
+    if (call->too_big) {
+        snprintf(text, sizeof(text), "413 request body too large (max %zu bytes)\n",
+                 srv->cfg.max_body_bytes);
+        return send_text(conn, call, 413, NULL, text);
+    }
+    if (call->no_memory)
+        return send_text(conn, call, 500, NULL, "500 internal server error: out of memory\n");
+    response_init(&resp, srv->cfg.max_resp_bytes);
+    rc = call->route->cb(call->route->data, &req, &resp);
+    if (rc == 0 && (resp.status < 200 || resp.status > 599)) {
+        egpu_log(EGPU_LOG_ERROR, "handler set a bad status method=%s route=%s status=%d", method,
+                 call->route->path, resp.status);
+        rc = -EINVAL;
+    }
+    if (rc != 0) {
+        /* The route, not the decoded URL: a client cannot forge log lines. */
+        egpu_log(EGPU_LOG_ERROR, "handler failed method=%s route=%s err=\"%s\"", method,
+                 call->route->path, egpu_strerror(rc));
+        response_close(&resp);
+        snprintf(text, sizeof(text), "500 internal server error: %s\n", egpu_strerror(rc));
+        return send_text(conn, call, 500, NULL, text);
+    }
+    return send_response(conn, call, &resp);
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_size, void **req_cls)
+{
+    struct egpu_http_server *srv = cls;
+    struct call *call = *req_cls;
+    int rc;
+
+    (void)version;
+    if (call == NULL)
+        return MHD_NO; /* on_uri ran out of memory: drop the connection */
+    if (call->status != 0) {
+        *upload_size = 0; /* answered early: discard the rest of the body */
+        return MHD_YES;
+    }
+    if (!call->started) {
+        call->started = true;
+        return begin(srv, call, conn, url, method);
+    }
+    if (*upload_size > 0) {
+        if (!call->too_big && !call->no_memory) {
+            rc = egpu_buf_append(&call->body, upload, *upload_size);
+            if (rc != 0) {
+                call->too_big = rc == -EMSGSIZE;
+                call->no_memory = rc != -EMSGSIZE;
+                egpu_buf_free(&call->body);
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return finish(srv, call, conn, url, method);
+}
+
+/* Called with the raw request target before the headers are parsed. The
+ * value returned becomes *req_cls in on_access and on_completed. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct call *call = egpu_calloc(1, sizeof(*call));
+
+    (void)conn;
+    if (call == NULL)
+        return NULL;
+    call->srv = cls;
+    call->uri = egpu_strdup(uri);
+    if (call->uri == NULL) {
+        egpu_free(call);
+        return NULL;
+    }
+    egpu_buf_init(&call->body, 0);
+    clock_gettime(CLOCK_MONOTONIC, &call->t0);
+    return call;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct egpu_http_server *srv = cls;
+    struct call *call = *req_cls;
+    struct timespec t1;
+    double seconds;
+
+    (void)conn;
+    if (call == NULL)
+        return;
+    *req_cls = NULL;
+    if (call->status != 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        seconds =
+            (double)(t1.tv_sec - call->t0.tv_sec) + (double)(t1.tv_nsec - call->t0.tv_nsec) / 1e9;
+        egpu_log(EGPU_LOG_DEBUG, "served route=%s status=%d seconds=%.6f completed=%d",
+                 call->route ? call->route->path : "-", call->status, seconds,
+                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+        if (srv->observe != NULL)
+            srv->observe(srv->observe_data, call->route ? call->route->path : NULL, call->status,
+                         seconds);
+    }
+    egpu_buf_free(&call->body);
+    egpu_free(call->uri);
+    egpu_free(call);
+}
+
+EGPU_PRINTF(2, 0)
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+    size_t n;
+
+    (void)cls;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    egpu_log(EGPU_LOG_INFO, "microhttpd: %s", line);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Server lifecycle                                                         */
+
+/* Read a PEM file whole into a NUL-terminated egpu_malloc'd string. */
+static int read_pem(const char *path, char **out, size_t *len, struct egpu_error *err)
+{
+    struct egpu_buf b;
+    char chunk[4096];
+    ssize_t n;
+    int fd, rc = 0;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return egpu_error_set(err, -errno, "open %s: %s", path, strerror(errno));
+    egpu_buf_init(&b, TLS_FILE_MAX);
+    for (;;) {
+        n = read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = egpu_error_set(err, -errno, "read %s: %s", path, strerror(errno));
+            break;
+        }
+        if (n == 0)
+            break;
+        rc = egpu_buf_append(&b, chunk, (size_t)n);
+        if (rc != 0) {
+            egpu_error_set(err, rc, "read %s: %s", path,
+                           rc == -EMSGSIZE ? "larger than 1 MiB" : egpu_strerror(rc));
+            break;
+        }
+    }
+    close(fd);
+    explicit_bzero(chunk, sizeof(chunk));
+    if (rc == 0 && b.len == 0)
+        rc = egpu_error_set(err, -EINVAL, "read %s: empty file", path);
+    if (rc != 0) {
+        if (b.data != NULL)
+            explicit_bzero(b.data, b.cap);
+        egpu_buf_free(&b);
+        return rc;
+    }
+    *len = b.len;
+    *out = egpu_buf_take(&b);
+    return 0;
+}
+
+static int parse_bind(struct egpu_http_server *srv, const char *addr, struct egpu_error *err)
+{
+    memset(&srv->sin, 0, sizeof(srv->sin));
+    memset(&srv->sin6, 0, sizeof(srv->sin6));
+    srv->sin.sin_family = AF_INET;
+    srv->sin.sin_port = htons(srv->cfg.port);
+    srv->sin6.sin6_family = AF_INET6;
+    srv->sin6.sin6_port = htons(srv->cfg.port);
+    if (addr == NULL || addr[0] == '\0') {
+        srv->sin.sin_addr.s_addr = htonl(INADDR_ANY);
+        return 0;
+    }
+    if (inet_pton(AF_INET, addr, &srv->sin.sin_addr) == 1)
+        return 0;
+    if (inet_pton(AF_INET6, addr, &srv->sin6.sin6_addr) == 1) {
+        srv->ipv6 = true;
+        srv->dual_stack = IN6_IS_ADDR_UNSPECIFIED(&srv->sin6.sin6_addr);
+        return 0;
+    }
+    return egpu_error_set(err, -EINVAL, "bind address %s: not an IPv4 or IPv6 address", addr);
+}
+
+int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_server **out,
+                         struct egpu_error *err)
+{
+    struct egpu_http_server *srv;
+    int rc;
+
+    if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
+        return egpu_error_set(err, -EINVAL, "TLS needs both a certificate and a key file");
+    if (cfg->tls_cert_file != NULL && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return egpu_error_set(err, -ENOTSUP, "libmicrohttpd was built without TLS");
+    srv = egpu_calloc(1, sizeof(*srv));
+    if (srv == NULL)
+        return egpu_error_set(err, -ENOMEM, "http server: out of memory");
+    srv->cfg = *cfg;
+    srv->cfg.bind_addr = NULL;
+    srv->cfg.tls_cert_file = NULL;
+    srv->cfg.tls_key_file = NULL;
+    if (srv->cfg.threads == 0)
+        srv->cfg.threads = EGPU_HTTP_THREADS_DEFAULT;
+    if (srv->cfg.timeout_s == 0)
+        srv->cfg.timeout_s = EGPU_HTTP_TIMEOUT_S_DEFAULT;
+    if (srv->cfg.max_body_bytes == 0)
+        srv->cfg.max_body_bytes = EGPU_HTTP_BODY_MAX_DEFAULT;
+    if (srv->cfg.max_resp_bytes == 0)
+        srv->cfg.max_resp_bytes = EGPU_HTTP_RESP_MAX_DEFAULT;
+    rc = parse_bind(srv, cfg->bind_addr, err);
+    if (rc != 0)
+        goto out_free;
+    if (cfg->bind_addr != NULL && cfg->bind_addr[0] != '\0') {
+        srv->bind_addr = egpu_strdup(cfg->bind_addr);
+        if (srv->bind_addr == NULL) {
+            rc = egpu_error_set(err, -ENOMEM, "http server: out of memory");
+            goto out_free;
+        }
+    }
+    if (cfg->tls_cert_file != NULL) {
+        size_t cert_len;
+
+        rc = read_pem(cfg->tls_cert_file, &srv->cert_pem, &cert_len, err);
+        if (rc == 0)
+            rc = read_pem(cfg->tls_key_file, &srv->key_pem, &srv->key_len, err);
+        if (rc != 0)
+            goto out_free;
+    }
+    *out = srv;
+    return 0;
+
+out_free:
+    egpu_http_server_free(srv);
+    return rc;
+}
+
+int egpu_http_server_route(struct egpu_http_server *srv, const char *method, const char *path,
+                           egpu_http_handler_cb cb, void *data)
+{
+    struct route *r;
+
+    if (method == NULL || method[0] == '\0' || path == NULL || path[0] != '/' || cb == NULL)
+        return -EINVAL;
+    for (const char *p = method; *p; p++) {
+        if (!is_token_char(*p))
+            return -EINVAL;
+    }
+    if (srv->daemon != NULL)
+        return -EBUSY;
+    for (size_t i = 0; i < srv->nroutes; i++) {
+        if (strcmp(srv->routes[i].method, method) == 0 && strcmp(srv->routes[i].path, path) == 0)
+            return -EEXIST;
+    }
+    if (srv->nroutes == srv->cap) {
+        size_t cap = srv->cap ? 2 * srv->cap : 8;
+        struct route *p = egpu_realloc(srv->routes, cap * sizeof(*p));
+
+        if (p == NULL)
+            return -ENOMEM;
+        srv->routes = p;
+        srv->cap = cap;
+    }
+    r = &srv->routes[srv->nroutes];
+    r->method = egpu_strdup(method);
+    r->path = egpu_strdup(path);
+    if (r->method == NULL || r->path == NULL) {
+        egpu_free(r->method);
+        egpu_free(r->path);
+        return -ENOMEM;
+    }
+    r->cb = cb;
+    r->data = data;
+    srv->nroutes++;
+    return 0;
+}
+
+int egpu_http_server_unroute(struct egpu_http_server *srv, const char *method, const char *path)
+{
+    if (srv->daemon != NULL)
+        return -EBUSY;
+    for (size_t i = 0; i < srv->nroutes; i++) {
+        struct route *r = &srv->routes[i];
+
+        if (strcmp(r->method, method) != 0 || strcmp(r->path, path) != 0)
+            continue;
+        egpu_free(r->method);
+        egpu_free(r->path);
+        memmove(r, r + 1, (srv->nroutes - i - 1) * sizeof(*r));
+        srv->nroutes--;
+        return 0;
+    }
+    return -ENOENT;
+}
+
+int egpu_http_server_observe(struct egpu_http_server *srv, egpu_http_observe_cb cb, void *data)
+{
+    if (srv->daemon != NULL)
+        return -EBUSY;
+    srv->observe = cb;
+    srv->observe_data = cb ? data : NULL;
+    return 0;
+}
+
+int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
+{
+    struct MHD_OptionItem opts[8];
+    const union MHD_DaemonInfo *info;
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    size_t n = 0;
+
+    if (srv->daemon != NULL)
+        return egpu_error_set(err, -EBUSY, "http server already running");
+    if (srv->ipv6)
+        flags |= srv->dual_stack ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0,
+                                        srv->ipv6 ? (void *)&srv->sin6 : (void *)&srv->sin};
+    opts[n++] =
+        (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)srv->cfg.timeout_s, NULL};
+    if (srv->cfg.threads > 1)
+        opts[n++] =
+            (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)srv->cfg.threads, NULL};
+    if (srv->cert_pem != NULL) {
+        flags |= MHD_USE_TLS;
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, srv->cert_pem};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, srv->key_pem};
+    }
+    opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+
+    /* The logger goes first, so that every message of the start goes through it. */
+    srv->daemon = MHD_start_daemon(
+        flags, srv->cfg.port, NULL, NULL, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+        NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        srv, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+    if (srv->daemon == NULL)
+        return egpu_error_set(err, -EADDRNOTAVAIL,
+                              "http server: cannot serve on %s port %u%s (address in use or not "
+                              "local, or unusable TLS key; see the microhttpd log line)",
+                              srv->bind_addr ? srv->bind_addr : "0.0.0.0", (unsigned)srv->cfg.port,
+                              srv->cert_pem ? " with TLS" : "");
+    info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = info ? info->port : srv->cfg.port;
+    egpu_log(EGPU_LOG_INFO, "serving addr=%s port=%u tls=%s threads=%u",
+             srv->bind_addr ? srv->bind_addr : "0.0.0.0", (unsigned)srv->port,
+             srv->cert_pem ? "yes" : "no", srv->cfg.threads);
+    return 0;
+}
+
+uint16_t egpu_http_server_port(const struct egpu_http_server *srv)
+{
+    return srv->daemon ? srv->port : 0;
+}
+
+void egpu_http_server_stop(struct egpu_http_server *srv)
+{
+    if (srv->daemon == NULL)
+        return;
+    MHD_stop_daemon(srv->daemon);
+    srv->daemon = NULL;
+    srv->port = 0;
+}
+
+void egpu_http_server_free(struct egpu_http_server *srv)
+{
+    if (srv == NULL)
+        return;
+    egpu_http_server_stop(srv);
+    for (size_t i = 0; i < srv->nroutes; i++) {
+        egpu_free(srv->routes[i].method);
+        egpu_free(srv->routes[i].path);
+    }
+    egpu_free(srv->routes);
+    if (srv->key_pem != NULL)
+        explicit_bzero(srv->key_pem, srv->key_len);
+    egpu_free(srv->key_pem);
+    egpu_free(srv->cert_pem);
+    egpu_free(srv->bind_addr);
+    egpu_free(srv);
+}

@@ -1,0 +1,190 @@
+/* scheduler/api.c - the extender's side of the API server: informers that
+ * feed the cache, and the two writes bind makes.
+ *
+ * Three informers (nodes, pods in every namespace, GPU objects) turn
+ * list+watch events into cache updates. The writes: the elasticgpu.io/
+ * assigned annotation, as a JSON merge patch made conditional on the pod's
+ * resourceVersion (a 409 means the pod changed under us: read it again,
+ * check it is still the same unbound pod, and retry), and the Binding.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "egpu/kube.h"
+#include "egpu/log.h"
+#include "egpu/scheduler.h"
+#include "sched_int.h"
+
+#define ANNOTATE_TRIES 5
+
+static void log_refused(const char *what, const json_t *obj, const struct egpu_error *err)
+{
+    const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+
+    egpu_log(EGPU_LOG_WARN, "ignored malformed %s name=%s error=\"%s\"", what, name ? name : "?",
+             err->msg);
+}
+
+static void on_node(void *ud, const json_t *obj)
+{
+    struct egpu_error err = {0};
+
+    if (egpu_sched_cache_node_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
+        log_refused("Node", obj, &err);
+}
+
+static void on_node_update(void *ud, const json_t *old_obj, const json_t *obj)
+{
+    (void)old_obj;
+    on_node(ud, obj);
+}
+
+static void on_node_delete(void *ud, const json_t *obj)
+{
+    const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+
+    if (name != NULL)
+        (void)egpu_sched_cache_node_delete(((struct egpu_sched_api *)ud)->cache, name);
+}
+
+static void on_gpu(void *ud, const json_t *obj)
+{
+    struct egpu_error err = {0};
+
+    if (egpu_sched_cache_gpu_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
+        log_refused("GPU", obj, &err);
+}
+
+static void on_gpu_update(void *ud, const json_t *old_obj, const json_t *obj)
+{
+    struct egpu_error err = {0};
+
+    /* A GPU moved to another node or changed UUID: forget the old card. */
+    if (!json_equal(json_object_get(old_obj, "spec"), json_object_get(obj, "spec")) &&
+        egpu_sched_cache_gpu_delete(((struct egpu_sched_api *)ud)->cache, old_obj, &err) != 0)
+        log_refused("GPU", old_obj, &err);
+    on_gpu(ud, obj);
+}
+
+static void on_gpu_delete(void *ud, const json_t *obj)
+{
+    struct egpu_error err = {0};
+
+    if (egpu_sched_cache_gpu_delete(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
+        log_refused("GPU", obj, &err);
+}
+
+static void on_pod(void *ud, const json_t *obj)
+{
+    struct egpu_error err = {0};
+
+    if (egpu_sched_cache_pod_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
+        log_refused("Pod", obj, &err);
+}
+
+static void on_pod_update(void *ud, const json_t *old_obj, const json_t *obj)
+{
+    (void)old_obj;
+    on_pod(ud, obj);
+}
+
+static void on_pod_delete(void *ud, const json_t *obj)
+{
+    const json_t *meta = json_object_get(obj, "metadata");
+    const char *ns = json_string_value(json_object_get(meta, "namespace"));
+    const char *name = json_string_value(json_object_get(meta, "name"));
+
+    if (name != NULL)
+        (void)egpu_sched_cache_pod_delete(((struct egpu_sched_api *)ud)->cache, ns ? ns : "default",
+                                          name);
+}
+
+int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
+{
+    const struct egpu_kube_resource *res[SCHED_INFORMERS] = {&egpu_kube_nodes, &egpu_kube_gpus,
+                                                             &egpu_kube_pods};
+    const struct egpu_kube_informer_cbs cbs[SCHED_INFORMERS] = {
+        {.on_add = on_node, .on_update = on_node_update, .on_delete = on_node_delete, .ud = api},
+        {.on_add = on_gpu, .on_update = on_gpu_update, .on_delete = on_gpu_delete, .ud = api},
+        {.on_add = on_pod, .on_update = on_pod_update, .on_delete = on_pod_delete, .ud = api},
+    };
+
+    for (int i = 0; i < SCHED_INFORMERS; i++) {
+        struct egpu_kube_informer_opts o = {.res = res[i]};
+        int rc = egpu_kube_informer_new(api->kube, &o, &cbs[i], &api->informers[i], err);
+
+        if (rc == 0)
+            rc = egpu_kube_informer_start(api->informers[i], err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+void egpu__sched_api_stop(struct egpu_sched_api *api)
+{
+    for (int i = 0; i < SCHED_INFORMERS; i++) {
+        egpu_kube_informer_free(api->informers[i]);
+        api->informers[i] = NULL;
+    }
+}
+
+bool egpu__sched_api_synced(void *data)
+{
+    struct egpu_sched_api *api = data;
+
+    for (int i = 0; i < SCHED_INFORMERS; i++) {
+        if (api->informers[i] == NULL || !egpu_kube_informer_has_synced(api->informers[i]))
+            return false;
+    }
+    return true;
+}
+
+int egpu__sched_api_annotate(void *data, const char *ns, const char *name, const char *key,
+                             const char *value, struct egpu_error *err)
+{
+    struct egpu_sched_api *api = data;
+    struct egpu_kube_status st;
+    int rc = 0;
+
+    for (int attempt = 0; attempt < ANNOTATE_TRIES; attempt++) {
+        json_t *pod = NULL, *patch;
+        const char *rv, *node;
+
+        rc = egpu_kube_get(api->kube, &egpu_kube_pods, ns, name, &pod, &st, err);
+        if (rc)
+            return rc;
+        rv =
+            json_string_value(json_object_get(json_object_get(pod, "metadata"), "resourceVersion"));
+        node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+        if (value != NULL && node != NULL && node[0] != '\0') {
+            rc = egpu_error_set(err, EGPU_KUBE_ECONFLICT, "pod %s/%s is already bound to %s", ns,
+                                name, node);
+            json_decref(pod);
+            return rc;
+        }
+        patch = json_pack("{s:{s:s?,s:{s:s?}}}", "metadata", "resourceVersion", rv, "annotations",
+                          key, value);
+        json_decref(pod);
+        if (patch == NULL) /* value NULL packs as null: a merge patch deletes with null */
+            return egpu_error_set(err, -ENOMEM, "annotating %s/%s: out of memory", ns, name);
+        rc = egpu_kube_patch(api->kube, &egpu_kube_pods, ns, name, EGPU_KUBE_MERGE_PATCH, patch,
+                             NULL, &st, err);
+        json_decref(patch);
+        if (rc != EGPU_KUBE_ECONFLICT)
+            return rc;
+        egpu_log(EGPU_LOG_INFO, "annotation conflict, retrying pod=%s/%s attempt=%d", ns, name,
+                 attempt + 1);
+    }
+    return rc;
+}
+
+int egpu__sched_api_bind(void *data, const char *ns, const char *name, const char *uid,
+                         const char *node, struct egpu_error *err)
+{
+    struct egpu_sched_api *api = data;
+    struct egpu_kube_status st;
+
+    return egpu_kube_bind(api->kube, ns, name, uid && *uid ? uid : NULL, node, NULL, &st, err);
+}

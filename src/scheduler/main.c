@@ -1,0 +1,348 @@
+/* scheduler/main.c - egpu-scheduler: wires the cache, the informers, the
+ * extender verbs, leader election and the HTTP server together.
+ *
+ * The main thread only waits: every second it probes the API server (for
+ * /readyz) and refreshes the gauges in /metrics. HTTP requests run on the
+ * server's threads, informer callbacks on the informers' threads, and the
+ * Lease on the elector's; the cache's lock orders them. SIGTERM or SIGINT
+ * stops it: the Lease is released (so another replica takes over in about a
+ * second), the server stops, the informers stop, and it exits 0.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "egpu/kube.h"
+#include "egpu/log.h"
+#include "egpu/net.h"
+#include "egpu/scheduler.h"
+#include "sched_int.h"
+
+static atomic_bool stopping;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&stopping, true);
+}
+
+struct app {
+    struct egpu_sched_options o;
+    struct egpu_kube_config *kcfg;
+    struct egpu_kube *kube;
+    struct egpu_sched_cache *cache;
+    struct egpu_sched_api api;
+    struct egpu_extender *x;
+    struct egpu_kube_elector *el;
+    struct egpu_http_server *srv;
+    struct egpu_metrics *reg;
+    struct egpu_health *health;
+    struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
+        *m_pods, *m_unresolved;
+    uint64_t binds_seen[EGPU_BIND_RESULTS];
+    atomic_bool api_ok;
+    char api_error[EGPU_ERRMSG_MAX];
+    pthread_mutex_t api_error_lock;
+};
+
+static int reply(struct egpu_http_response *resp, int status)
+{
+    resp->status = status;
+    return egpu_http_response_set_type(resp, "application/json");
+}
+
+static int on_filter(void *data, const struct egpu_http_request *req,
+                     struct egpu_http_response *resp)
+{
+    struct app *a = data;
+
+    return reply(resp, egpu_extender_filter(a->x, req->body, req->body_len, &resp->body));
+}
+
+static int on_prioritize(void *data, const struct egpu_http_request *req,
+                         struct egpu_http_response *resp)
+{
+    struct app *a = data;
+
+    return reply(resp, egpu_extender_prioritize(a->x, req->body, req->body_len, &resp->body));
+}
+
+static int on_bind(void *data, const struct egpu_http_request *req, struct egpu_http_response *resp)
+{
+    struct app *a = data;
+
+    if (a->el != NULL && !egpu_kube_elector_is_leader(a->el)) {
+        if (egpu_buf_printf(&resp->body, "{\"Error\":\"egpu-scheduler %s is not the leader\"}",
+                            egpu_kube_elector_identity(a->el)) != 0)
+            return -ENOMEM;
+        return reply(resp, 503);
+    }
+    return reply(resp, egpu_extender_bind(a->x, req->body, req->body_len, &resp->body));
+}
+
+static bool ready(void *data, char *why, size_t len)
+{
+    struct app *a = data;
+
+    if (!egpu__sched_api_synced(&a->api)) {
+        snprintf(why, len, "cache not synced: waiting for the first list of nodes, GPUs and pods");
+        return false;
+    }
+    if (!atomic_load(&a->api_ok)) {
+        pthread_mutex_lock(&a->api_error_lock);
+        snprintf(why, len, "API server unreachable: %s", a->api_error);
+        pthread_mutex_unlock(&a->api_error_lock);
+        return false;
+    }
+    if (a->el != NULL && !egpu_kube_elector_is_leader(a->el)) {
+        snprintf(why, len, "not the leader (Lease %s)", a->o.lease_name);
+        return false;
+    }
+    snprintf(why, len, "ok");
+    return true;
+}
+
+static void probe_api(struct app *a)
+{
+    struct egpu_kube_status st;
+    struct egpu_error err = {0};
+    json_t *out = NULL;
+    int rc = egpu_kube_request(a->kube, "GET", "/version", NULL, NULL, 0, 1 << 16, &out, &st, &err);
+
+    json_decref(out);
+    if (rc != 0) {
+        pthread_mutex_lock(&a->api_error_lock);
+        snprintf(a->api_error, sizeof(a->api_error), "%s", err.msg);
+        pthread_mutex_unlock(&a->api_error_lock);
+        if (atomic_exchange(&a->api_ok, false))
+            egpu_log(EGPU_LOG_WARN, "API server unreachable error=\"%s\"", err.msg);
+    } else if (!atomic_exchange(&a->api_ok, true)) {
+        egpu_log(EGPU_LOG_INFO, "API server reachable");
+    }
+}
+
+static int register_metrics(struct app *a, struct egpu_error *err)
+{
+    static const char *const result[] = {"reason"};
+    static const char *const node[] = {"node"};
+    int rc;
+
+    a->reg = egpu_metrics_new();
+    if (a->reg == NULL)
+        return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
+    rc = egpu_metric_counter(a->reg, "egpu_scheduler_binds_total", "Pods bound.", 0, NULL,
+                             &a->m_binds);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_scheduler_bind_failures_total",
+                                 "Binds refused or failed, by reason.", 1, result,
+                                 &a->m_bind_failures);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_allocated_core_percent",
+                               "GPU compute allocated on a node, percent of one card (200 = two "
+                               "whole cards).",
+                               1, node, &a->m_core);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_allocated_memory_mib",
+                               "GPU memory allocated on a node, MiB.", 1, node, &a->m_mem);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_leader",
+                               "1 while this instance holds the Lease (or leader election is off).",
+                               0, NULL, &a->m_leader);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_nodes", "Nodes in the cache.", 0, NULL,
+                               &a->m_nodes);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_gpus", "GPUs in the cache.", 0, NULL,
+                               &a->m_gpus);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_pods", "Pods in the cache.", 0, NULL,
+                               &a->m_pods);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_unresolved_pods",
+                               "Pods counted without their cards (annotation does not match the "
+                               "node's GPUs).",
+                               0, NULL, &a->m_unresolved);
+    if (rc)
+        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
+    return 0;
+}
+
+static void refresh_metrics(struct app *a)
+{
+    uint64_t counts[EGPU_BIND_RESULTS];
+    struct egpu_sched_cache_stats st;
+    struct egpu_cluster *c;
+
+    egpu_extender_bind_counts(a->x, counts);
+    for (int r = 0; r < EGPU_BIND_RESULTS; r++) {
+        const char *label[] = {egpu_bind_result_name(r)};
+        double delta = (double)(counts[r] - a->binds_seen[r]);
+
+        if (delta > 0)
+            (void)(r == EGPU_BIND_OK ? egpu_metric_add(a->m_binds, NULL, delta)
+                                     : egpu_metric_add(a->m_bind_failures, label, delta));
+        a->binds_seen[r] = counts[r];
+    }
+    egpu_sched_cache_stats(a->cache, &st);
+    (void)egpu_metric_set(a->m_nodes, NULL, (double)st.nodes);
+    (void)egpu_metric_set(a->m_gpus, NULL, (double)st.gpus);
+    (void)egpu_metric_set(a->m_pods, NULL, (double)st.pods);
+    (void)egpu_metric_set(a->m_unresolved, NULL, (double)st.unresolved);
+    (void)egpu_metric_set(a->m_leader, NULL,
+                          a->el == NULL || egpu_kube_elector_is_leader(a->el) ? 1.0 : 0.0);
+    c = egpu_sched_cache_lock(a->cache);
+    for (size_t i = 0; i < c->nnodes; i++) {
+        const struct egpu_node *n = c->nodes[i];
+        const char *label[] = {n->name};
+        uint64_t core = 0, mem = 0;
+
+        if (n->ngpus == 0)
+            continue;
+        for (uint32_t g = 0; g < n->ngpus; g++) {
+            core += n->gpus[g].used_core_milli;
+            mem += n->gpus[g].used_mem_mib;
+        }
+        (void)egpu_metric_set(a->m_core, label, (double)core / 10.0);
+        (void)egpu_metric_set(a->m_mem, label, (double)mem);
+    }
+    egpu_sched_cache_unlock(a->cache);
+}
+
+static void on_started_leading(void *ud)
+{
+    (void)ud;
+    egpu_log(EGPU_LOG_INFO, "started leading: binding pods");
+}
+
+static void on_stopped_leading(void *ud)
+{
+    (void)ud;
+    egpu_log(EGPU_LOG_WARN, "stopped leading: no more binds");
+}
+
+static int start(struct app *a, struct egpu_error *err)
+{
+    struct egpu_extender_config xc = {
+        .node_policy = a->o.node_policy, .card_policy = a->o.card_policy, .seed = a->o.seed};
+    struct egpu_extender_ops ops = {.data = &a->api,
+                                    .synced = egpu__sched_api_synced,
+                                    .annotate = egpu__sched_api_annotate,
+                                    .bind = egpu__sched_api_bind};
+    struct egpu_http_config hc = {.bind_addr = a->o.listen,
+                                  .port = (uint16_t)a->o.port,
+                                  .threads = a->o.threads,
+                                  .max_body_bytes = a->o.max_body_bytes,
+                                  .tls_cert_file = a->o.tls_cert,
+                                  .tls_key_file = a->o.tls_key};
+    const char *verbs[] = {"filter", "prioritize", "bind"};
+    egpu_http_handler_cb handlers[] = {on_filter, on_prioritize, on_bind};
+    int rc;
+
+    rc = egpu_kube_config_load(a->o.kubeconfig, a->o.context, &a->kcfg, err);
+    if (!rc)
+        rc = egpu_kube_new(a->kcfg, &a->kube, err);
+    if (rc)
+        return rc;
+    a->cache = egpu_sched_cache_new();
+    if (a->cache == NULL)
+        return egpu_error_set(err, -ENOMEM, "cache: out of memory");
+    a->api.kube = a->kube;
+    a->api.cache = a->cache;
+    a->x = egpu_extender_new(&xc, a->cache, &ops, err);
+    if (a->x == NULL)
+        return err->code;
+    rc = register_metrics(a, err);
+    if (!rc)
+        rc = egpu_http_server_new(&hc, &a->srv, err);
+    for (int i = 0; rc == 0 && i < 3; i++) {
+        char path[512];
+
+        snprintf(path, sizeof(path), "%s/%s", a->o.prefix, verbs[i]);
+        rc = egpu_http_server_route(a->srv, "POST", path, handlers[i], a);
+        if (rc)
+            egpu_error_set(err, rc, "route %s: %s", path, egpu_strerror(rc));
+    }
+    if (!rc)
+        rc = egpu_health_new(a->srv, a->reg, ready, a, &a->health, err);
+    if (!rc)
+        rc = egpu__sched_api_start(&a->api, err);
+    if (!rc && a->o.leader_elect) {
+        struct egpu_kube_elector_config ec = {
+            .ns = a->o.lease_ns ? a->o.lease_ns : egpu_kube_namespace(a->kube),
+            .name = a->o.lease_name,
+            .lease_duration_ms = a->o.lease_duration_ms,
+            .renew_deadline_ms = a->o.renew_deadline_ms,
+            .retry_period_ms = a->o.retry_period_ms,
+            .release_on_cancel = true,
+            .on_started_leading = on_started_leading,
+            .on_stopped_leading = on_stopped_leading,
+        };
+
+        rc = egpu_kube_elector_new(a->kube, &ec, &a->el, err);
+        if (!rc)
+            rc = egpu_kube_elector_start(a->el, err);
+    }
+    if (!rc)
+        rc = egpu_http_server_start(a->srv, err);
+    if (!rc)
+        egpu_log(EGPU_LOG_INFO,
+                 "serving addr=%s port=%u prefix=\"%s\" node_policy=%s card_policy=%s "
+                 "leader_elect=%s",
+                 a->o.listen, egpu_http_server_port(a->srv), a->o.prefix,
+                 egpu_policy_name(a->o.node_policy), egpu_policy_name(a->o.card_policy),
+                 a->o.leader_elect ? "true" : "false");
+    return rc;
+}
+
+static void finish(struct app *a)
+{
+    egpu_kube_elector_free(a->el); /* releases the Lease when leading */
+    if (a->srv != NULL)
+        egpu_http_server_stop(a->srv);
+    egpu__sched_api_stop(&a->api);
+    egpu_health_free(a->health);
+    egpu_http_server_free(a->srv);
+    egpu_metrics_free(a->reg);
+    egpu_extender_free(a->x);
+    egpu_sched_cache_free(a->cache);
+    egpu_kube_free(a->kube);
+    egpu_kube_config_free(a->kcfg);
+}
+
+int main(int argc, char **argv)
+{
+    static struct app a;
+    struct egpu_error err = {0};
+    struct sigaction sa;
+    int status = egpu__sched_options_parse(argc, argv, &a.o);
+
+    if (status >= 0)
+        return status;
+    egpu_log_level = a.o.log_level;
+    egpu_log_set_component("egpu-scheduler");
+    pthread_mutex_init(&a.api_error_lock, NULL);
+    snprintf(a.api_error, sizeof(a.api_error), "not probed yet");
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (start(&a, &err) != 0) {
+        fprintf(stderr, "egpu-scheduler: %s\n", err.msg[0] ? err.msg : egpu_strerror(err.code));
+        finish(&a);
+        return 1;
+    }
+    while (!atomic_load(&stopping)) {
+        struct timespec ts = {.tv_sec = 1};
+
+        probe_api(&a);
+        refresh_metrics(&a);
+        nanosleep(&ts, NULL);
+    }
+    egpu_log(EGPU_LOG_INFO, "stopping");
+    finish(&a);
+    return 0;
+}
