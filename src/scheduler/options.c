@@ -22,7 +22,7 @@ static const char usage[] =
     "elasticgpu.io/gpu-memory, from a cache of every GPU built by list+watch.\n"
     "\n"
     "  --listen ADDR           address to serve on (EGPU_LISTEN; default 0.0.0.0)\n"
-    "  --port N                port (EGPU_PORT; default 8888)\n"
+    "  --port N                port (EGPU_PORT; default 8888; 0 = any free port, logged)\n"
     "  --prefix PATH           path before the verbs, e.g. /scheduler serves\n"
     "                          /scheduler/filter (EGPU_PREFIX; default none)\n"
     "  --tls-cert FILE         serve HTTPS with this PEM certificate (EGPU_TLS_CERT)\n"
@@ -129,8 +129,8 @@ static int apply(struct egpu_sched_options *o, int opt, const char *v, const cha
         o->listen = v;
         return 0;
     case O_PORT:
-        if (parse_ulong(v, 1, 65535, &u))
-            return bad("%s \"%s\": expected a port in 1..65535", who, v);
+        if (parse_ulong(v, 0, 65535, &u))
+            return bad("%s \"%s\": expected a port in 0..65535 (0 = any free port)", who, v);
         o->port = (unsigned)u;
         return 0;
     case O_PREFIX:

@@ -1,0 +1,487 @@
+/* kube/informer.c - a list+watch cache of one resource (client-go's
+ * Reflector + Indexer + event handlers, without the DeltaFIFO).
+ *
+ * The informer's thread lists the resource (paged), stores every object by
+ * "namespace/name" (or "name"), then watches from the list's
+ * resourceVersion. Each event updates the store and then calls on_add,
+ * on_update or on_delete. When a stream ends or breaks, the watch resumes
+ * from the last resourceVersion seen, bookmarks included, so no change is
+ * missed and none is repeated. When the server says that version is gone
+ * (410 Expired), the informer lists again and turns the differences between
+ * the new list and its store into callbacks: new keys are adds, keys whose
+ * resourceVersion changed are updates, keys that vanished are deletes. An
+ * event whose object has the resourceVersion already stored is a repeat
+ * and is dropped.
+ *
+ * DESIGN: stored objects are immutable jansson values shared by reference
+ * (jansson's reference counts are atomic), so readers on other threads take
+ * a reference under the mutex and read without it. Callbacks run on the
+ * informer's thread with no lock held, so they may call
+ * egpu_kube_informer_get. Failures back off exponentially from
+ * backoff_min_ms to backoff_max_ms (0.5 s to 30 s by default), with jitter;
+ * a watch that ends within a second without an event counts as a failure,
+ * so a server that closes streams at once is not hammered.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "egpu/log.h"
+#include "kube_int.h"
+
+#define KEY_MAX 512
+
+enum change { CH_ADD, CH_UPDATE, CH_DELETE };
+
+struct pending {
+    enum change kind;
+    json_t *old_obj; /* references, or NULL */
+    json_t *new_obj;
+};
+
+struct egpu_kube_informer {
+    struct egpu_kube *kc;
+    const struct egpu_kube_resource *res;
+    char *ns, *label_selector, *field_selector;
+    unsigned page_limit;
+    int watch_timeout_s;
+    long backoff_min_ms, backoff_max_ms;
+    struct egpu_kube_informer_cbs cbs;
+
+    pthread_mutex_t mu;  /* store, synced, stats */
+    pthread_cond_t cond; /* synced set */
+    json_t *store;       /* key -> object */
+    bool synced;
+    struct egpu_kube_informer_stats stats;
+
+    struct egpu__kube_worker worker;
+    char rv[EGPU_KUBE_RV_MAX]; /* where the next watch starts (thread only) */
+    struct egpu_rng rng;       /* jitter (thread only) */
+};
+
+static char *dup_opt(const char *s, bool *oom)
+{
+    char *d;
+
+    if (s == NULL || s[0] == '\0')
+        return NULL;
+    d = egpu_strdup(s);
+    if (d == NULL)
+        *oom = true;
+    return d;
+}
+
+int egpu_kube_informer_new(struct egpu_kube *kc, const struct egpu_kube_informer_opts *opts,
+                           const struct egpu_kube_informer_cbs *cbs,
+                           struct egpu_kube_informer **out, struct egpu_error *err)
+{
+    struct egpu_kube_informer *inf;
+    uint64_t seed;
+    bool oom = false;
+
+    if (kc == NULL || opts == NULL || opts->res == NULL || opts->res->plural == NULL)
+        return egpu_error_set(err, -EINVAL, "informer: no client or resource");
+    inf = egpu_calloc(1, sizeof(*inf));
+    if (inf == NULL)
+        return egpu_error_set(err, -ENOMEM, "informer: out of memory");
+    inf->kc = kc;
+    inf->res = opts->res;
+    inf->ns = dup_opt(opts->ns, &oom);
+    inf->label_selector = dup_opt(opts->label_selector, &oom);
+    inf->field_selector = dup_opt(opts->field_selector, &oom);
+    inf->page_limit = opts->page_limit;
+    inf->watch_timeout_s = opts->watch_timeout_s;
+    inf->backoff_min_ms = opts->backoff_min_ms > 0 ? opts->backoff_min_ms : 500;
+    inf->backoff_max_ms = opts->backoff_max_ms > 0 ? opts->backoff_max_ms : 30000;
+    if (inf->backoff_max_ms < inf->backoff_min_ms)
+        inf->backoff_max_ms = inf->backoff_min_ms;
+    if (cbs != NULL)
+        inf->cbs = *cbs;
+    inf->store = json_object();
+    egpu__kube_random(&seed, sizeof(seed));
+    egpu_rng_seed(&inf->rng, seed);
+    if (oom || inf->store == NULL)
+        goto fail_free;
+    if (pthread_mutex_init(&inf->mu, NULL) != 0)
+        goto fail_free;
+    if (egpu__kube_cond_init(&inf->cond) != 0)
+        goto fail_mutex;
+    if (egpu__kube_worker_init(&inf->worker) != 0)
+        goto fail_cond;
+    *out = inf;
+    return 0;
+fail_cond:
+    pthread_cond_destroy(&inf->cond);
+fail_mutex:
+    pthread_mutex_destroy(&inf->mu);
+fail_free:
+    json_decref(inf->store);
+    egpu_free(inf->ns);
+    egpu_free(inf->label_selector);
+    egpu_free(inf->field_selector);
+    egpu_free(inf);
+    return egpu_error_set(err, -ENOMEM, "informer: out of memory");
+}
+
+/* "namespace/name" or "name"; false when the object has no name. */
+static bool object_key(const json_t *obj, char key[KEY_MAX])
+{
+    const char *name = egpu__kube_meta_str(obj, "name");
+    const char *ns = egpu__kube_meta_str(obj, "namespace");
+    int n;
+
+    if (name == NULL || name[0] == '\0')
+        return false;
+    if (ns != NULL && ns[0] != '\0')
+        n = snprintf(key, KEY_MAX, "%s/%s", ns, name);
+    else
+        n = snprintf(key, KEY_MAX, "%s", name);
+    return n > 0 && n < KEY_MAX;
+}
+
+static bool same_version(const json_t *a, const json_t *b)
+{
+    const char *ra = egpu__kube_meta_str(a, "resourceVersion");
+    const char *rb = egpu__kube_meta_str(b, "resourceVersion");
+
+    return ra != NULL && rb != NULL && strcmp(ra, rb) == 0;
+}
+
+static void deliver(struct egpu_kube_informer *inf, const struct pending *p)
+{
+    const struct egpu_kube_informer_cbs *c = &inf->cbs;
+
+    switch (p->kind) {
+    case CH_ADD:
+        if (c->on_add != NULL)
+            c->on_add(c->ud, p->new_obj);
+        break;
+    case CH_UPDATE:
+        if (c->on_update != NULL)
+            c->on_update(c->ud, p->old_obj, p->new_obj);
+        break;
+    case CH_DELETE:
+        if (c->on_delete != NULL)
+            c->on_delete(c->ud, p->old_obj);
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Watch events                                                             */
+
+static int on_event(void *ud, enum egpu_kube_event_type type, json_t *obj)
+{
+    struct egpu_kube_informer *inf = ud;
+    struct pending p = {CH_ADD, NULL, NULL};
+    char key[KEY_MAX];
+    json_t *old;
+
+    if (type == EGPU_KUBE_BOOKMARK)
+        return egpu__kube_worker_stopping(&inf->worker) ? 1 : 0;
+    if (!object_key(obj, key)) {
+        egpu_log(EGPU_LOG_WARN, "watch event without a name, skipped resource=%s",
+                 inf->res->plural);
+        return 0;
+    }
+    pthread_mutex_lock(&inf->mu);
+    old = json_incref(json_object_get(inf->store, key));
+    if (type == EGPU_KUBE_DELETED) {
+        if (old == NULL) {
+            pthread_mutex_unlock(&inf->mu);
+            return 0; /* already gone (a relist saw it first) */
+        }
+        json_object_del(inf->store, key);
+        p = (struct pending){CH_DELETE, json_incref(obj), NULL};
+        json_decref(old);
+    } else {
+        if (old != NULL && same_version(old, obj)) {
+            pthread_mutex_unlock(&inf->mu);
+            json_decref(old);
+            return 0; /* a repeat */
+        }
+        if (json_object_set(inf->store, key, obj) != 0) {
+            pthread_mutex_unlock(&inf->mu);
+            json_decref(old);
+            return -ENOMEM; /* the watch resumes before this event */
+        }
+        p = (struct pending){old ? CH_UPDATE : CH_ADD, old, json_incref(obj)};
+    }
+    pthread_mutex_unlock(&inf->mu);
+    deliver(inf, &p);
+    json_decref(p.old_obj);
+    json_decref(p.new_obj);
+    return egpu__kube_worker_stopping(&inf->worker) ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* List and relist                                                          */
+
+static int relist(struct egpu_kube_informer *inf)
+{
+    struct egpu_kube_list_opts lo = {
+        .label_selector = inf->label_selector,
+        .field_selector = inf->field_selector,
+        .limit = inf->page_limit,
+    };
+    struct egpu_error err = {0};
+    struct pending *pend = NULL;
+    size_t npend = 0, cap;
+    json_t *list = NULL, *items, *fresh = NULL, *item, *old, *prev_store;
+    const char *rv, *key;
+    char k[KEY_MAX];
+    size_t i;
+    int rc;
+
+    rc = egpu__kube_list(inf->kc, inf->res, inf->ns, &lo, &inf->worker.stop, &list, NULL, &err);
+    if (rc) {
+        if (rc != -ECANCELED)
+            egpu_log(EGPU_LOG_WARN, "list failed resource=%s err=\"%s\"", inf->res->plural,
+                     err.msg);
+        return rc;
+    }
+    items = json_object_get(list, "items");
+    rv = egpu__kube_meta_str(list, "resourceVersion");
+    fresh = json_object();
+    pthread_mutex_lock(&inf->mu);
+    cap = json_array_size(items) + json_object_size(inf->store) + 1;
+    pend = egpu_calloc(cap, sizeof(*pend));
+    if (fresh == NULL || pend == NULL) {
+        pthread_mutex_unlock(&inf->mu);
+        rc = -ENOMEM;
+        goto out;
+    }
+    json_array_foreach(items, i, item)
+    {
+        if (!object_key(item, k))
+            continue;
+        if (json_object_set(fresh, k, item) != 0) {
+            pthread_mutex_unlock(&inf->mu);
+            rc = -ENOMEM;
+            goto out;
+        }
+        old = json_object_get(inf->store, k);
+        if (old == NULL)
+            pend[npend++] = (struct pending){CH_ADD, NULL, json_incref(item)};
+        else if (!same_version(old, item))
+            pend[npend++] = (struct pending){CH_UPDATE, json_incref(old), json_incref(item)};
+    }
+    json_object_foreach(inf->store, key, old)
+    {
+        if (json_object_get(fresh, key) == NULL)
+            pend[npend++] = (struct pending){CH_DELETE, json_incref(old), NULL};
+    }
+    prev_store = inf->store;
+    inf->store = fresh;
+    fresh = prev_store;
+    inf->stats.lists++;
+    pthread_mutex_unlock(&inf->mu);
+    snprintf(inf->rv, sizeof(inf->rv), "%s", rv && strlen(rv) < EGPU_KUBE_RV_MAX ? rv : "");
+    egpu_log(EGPU_LOG_DEBUG, "listed resource=%s items=%zu rv=%s changes=%zu", inf->res->plural,
+             json_array_size(items), inf->rv, npend);
+    for (i = 0; i < npend; i++)
+        deliver(inf, &pend[i]);
+    pthread_mutex_lock(&inf->mu);
+    if (!inf->synced) {
+        inf->synced = true;
+        pthread_cond_broadcast(&inf->cond);
+    }
+    pthread_mutex_unlock(&inf->mu);
+out:
+    for (i = 0; i < npend; i++) {
+        json_decref(pend[i].old_obj);
+        json_decref(pend[i].new_obj);
+    }
+    egpu_free(pend);
+    json_decref(fresh);
+    json_decref(list);
+    if (rc)
+        egpu_log(EGPU_LOG_WARN, "relist failed resource=%s err=\"%s\"", inf->res->plural,
+                 egpu_strerror(rc));
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The thread                                                               */
+
+/* Wait the current backoff (with up to 25% jitter) and double it. */
+static void back_off(struct egpu_kube_informer *inf, long *backoff)
+{
+    long wait = *backoff + (long)egpu_rng_below(&inf->rng, (uint64_t)*backoff / 4 + 1);
+
+    (void)egpu__kube_worker_pause(&inf->worker,
+                                  wait < inf->backoff_max_ms ? wait : inf->backoff_max_ms);
+    *backoff = *backoff * 2 < inf->backoff_max_ms ? *backoff * 2 : inf->backoff_max_ms;
+}
+
+static void count(struct egpu_kube_informer *inf, unsigned long *field)
+{
+    pthread_mutex_lock(&inf->mu);
+    (*field)++;
+    pthread_mutex_unlock(&inf->mu);
+}
+
+static void *informer_main(void *arg)
+{
+    struct egpu_kube_informer *inf = arg;
+    long backoff = inf->backoff_min_ms;
+    bool need_list = true;
+    unsigned expired_in_row = 0;
+
+    while (!egpu__kube_worker_stopping(&inf->worker)) {
+        struct egpu_kube_watch_opts wo = {
+            .label_selector = inf->label_selector,
+            .field_selector = inf->field_selector,
+            .stop = &inf->worker.stop,
+        };
+        struct egpu_error err = {0};
+        bool progressed;
+        int64_t started;
+        int rc;
+
+        if (need_list) {
+            rc = relist(inf);
+            if (egpu__kube_worker_stopping(&inf->worker))
+                break;
+            if (rc) {
+                count(inf, &inf->stats.errors);
+                back_off(inf, &backoff);
+                continue;
+            }
+            need_list = false;
+        }
+        wo.timeout_s = inf->watch_timeout_s > 0 ? inf->watch_timeout_s
+                                                : 300 + (int)egpu_rng_below(&inf->rng, 301);
+        snprintf(wo.resource_version, sizeof(wo.resource_version), "%s", inf->rv);
+        pthread_mutex_lock(&inf->mu);
+        inf->stats.watches++;
+        pthread_mutex_unlock(&inf->mu);
+        started = egpu__kube_now_ms();
+        /* rv moves only past events the store has taken (bookmarks too). */
+        rc = egpu_kube_watch(inf->kc, inf->res, inf->ns, &wo, on_event, inf, NULL, &err);
+        progressed = strcmp(wo.resource_version, inf->rv) != 0;
+        snprintf(inf->rv, sizeof(inf->rv), "%s", wo.resource_version);
+        if (egpu__kube_worker_stopping(&inf->worker))
+            break;
+        if (rc == EGPU_KUBE_EEXPIRED) {
+            egpu_log(EGPU_LOG_INFO, "watch expired, listing again resource=%s rv=%s",
+                     inf->res->plural, inf->rv);
+            count(inf, &inf->stats.expired);
+            need_list = true;
+            if (expired_in_row++ > 0)
+                (void)egpu__kube_worker_pause(&inf->worker, inf->backoff_min_ms);
+            continue;
+        }
+        expired_in_row = 0;
+        if (rc == 0 && (progressed || egpu__kube_now_ms() - started >= 1000)) {
+            backoff = inf->backoff_min_ms;
+            continue;
+        }
+        count(inf, &inf->stats.errors);
+        egpu_log(EGPU_LOG_WARN,
+                 "watch failed, retrying resource=%s rv=%s backoff_ms=%ld err=\"%s\"",
+                 inf->res->plural, inf->rv, backoff, rc ? err.msg : "stream ended at once");
+        back_off(inf, &backoff);
+    }
+    return NULL;
+}
+
+int egpu_kube_informer_start(struct egpu_kube_informer *inf, struct egpu_error *err)
+{
+    int rc = egpu__kube_worker_start(&inf->worker, informer_main, inf);
+
+    if (rc)
+        return egpu_error_set(err, rc, "informer %s: %s", inf->res->plural,
+                              rc == -EALREADY ? "already running" : egpu_strerror(rc));
+    return 0;
+}
+
+bool egpu_kube_informer_has_synced(struct egpu_kube_informer *inf)
+{
+    bool s;
+
+    pthread_mutex_lock(&inf->mu);
+    s = inf->synced;
+    pthread_mutex_unlock(&inf->mu);
+    return s;
+}
+
+int egpu_kube_informer_wait_synced(struct egpu_kube_informer *inf, long timeout_ms)
+{
+    int64_t deadline = egpu__kube_now_ms() + timeout_ms;
+    bool s;
+
+    pthread_mutex_lock(&inf->mu);
+    while (!inf->synced && egpu__kube_now_ms() < deadline)
+        egpu__kube_cond_wait_until(&inf->cond, &inf->mu, deadline);
+    s = inf->synced;
+    pthread_mutex_unlock(&inf->mu);
+    return s ? 0 : -ETIMEDOUT;
+}
+
+json_t *egpu_kube_informer_get(struct egpu_kube_informer *inf, const char *ns, const char *name)
+{
+    char key[KEY_MAX];
+    json_t *obj;
+    int n;
+
+    if (name == NULL)
+        return NULL;
+    if (ns != NULL && ns[0] != '\0')
+        n = snprintf(key, sizeof(key), "%s/%s", ns, name);
+    else
+        n = snprintf(key, sizeof(key), "%s", name);
+    if (n <= 0 || n >= KEY_MAX)
+        return NULL;
+    pthread_mutex_lock(&inf->mu);
+    obj = json_incref(json_object_get(inf->store, key));
+    pthread_mutex_unlock(&inf->mu);
+    return obj;
+}
+
+json_t *egpu_kube_informer_list(struct egpu_kube_informer *inf)
+{
+    json_t *arr = json_array(), *obj;
+    const char *key;
+
+    if (arr == NULL)
+        return NULL;
+    pthread_mutex_lock(&inf->mu);
+    json_object_foreach(inf->store, key, obj)
+    {
+        if (json_array_append(arr, obj) != 0) {
+            pthread_mutex_unlock(&inf->mu);
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    pthread_mutex_unlock(&inf->mu);
+    return arr;
+}
+
+void egpu_kube_informer_stats(struct egpu_kube_informer *inf, struct egpu_kube_informer_stats *out)
+{
+    pthread_mutex_lock(&inf->mu);
+    *out = inf->stats;
+    pthread_mutex_unlock(&inf->mu);
+}
+
+void egpu_kube_informer_stop(struct egpu_kube_informer *inf)
+{
+    if (inf != NULL)
+        egpu__kube_worker_stop(&inf->worker);
+}
+
+void egpu_kube_informer_free(struct egpu_kube_informer *inf)
+{
+    if (inf == NULL)
+        return;
+    egpu__kube_worker_destroy(&inf->worker);
+    pthread_cond_destroy(&inf->cond);
+    pthread_mutex_destroy(&inf->mu);
+    json_decref(inf->store);
+    egpu_free(inf->ns);
+    egpu_free(inf->label_selector);
+    egpu_free(inf->field_selector);
+    egpu_free(inf);
+}

@@ -1,0 +1,406 @@
+"""egpu-scheduler against the test API server, as kube-scheduler would use it:
+filter, prioritize and bind over HTTP, the cache built by list+watch, restarts,
+dropped watches and 410s, a 409 on the annotation patch, the API server going
+down, concurrent binds, the ambiguity rule, bad input and leader election."""
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import ROOT
+
+TOKEN = "sched-test-token"
+ASSIGNED = "elasticgpu.io/assigned"
+
+
+class Api:
+    """A minimal client of the test API server (urllib, bearer token)."""
+
+    def __init__(self, url):
+        self.url = url
+
+    def call(self, method, path, body=None, ctype="application/json", token=TOKEN):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        if data is not None:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def control(self, what, body=None, method="POST"):
+        return self.call(method, "/_control/" + what, body if body is not None else {}, token=None)
+
+    def node(self, name, cpu="64", memory="256Gi"):
+        st, _ = self.call("POST", "/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": cpu, "memory": memory}}})
+        assert st == 201
+
+    def gpu(self, node, index, model="A100", memory=40960):
+        st, _ = self.call("POST", "/apis/elasticgpu.io/v1alpha1/gpus", {
+            "apiVersion": "elasticgpu.io/v1alpha1", "kind": "GPU",
+            "metadata": {"name": f"{node}-gpu{index}"},
+            "spec": {"nodeName": node, "index": index, "uuid": f"GPU-{node}-{index}",
+                     "model": model, "memory": memory}})
+        assert st == 201
+
+    def pod(self, name, core, memory=0, ns="default"):
+        res = {"cpu": "1", "elasticgpu.io/gpu-core": str(core)}
+        if memory:
+            res["elasticgpu.io/gpu-memory"] = str(memory)
+        st, obj = self.call("POST", f"/api/v1/namespaces/{ns}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"schedulerName": "elastic-gpu-scheduler",
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"requests": res, "limits": {
+                                         k: v for k, v in res.items() if k != "cpu"}}}]}})
+        assert st == 201, obj
+        return obj
+
+    def get_pod(self, name, ns="default"):
+        st, obj = self.call("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        assert st == 200
+        return obj
+
+
+@pytest.fixture
+def api(tmp_path):
+    proc = subprocess.Popen(["/usr/bin/python3", str(ROOT / "tests/apiserver/server.py"),
+                             "--port", "0", "--token", TOKEN, "--bookmark-interval", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline().strip()
+    m = re.match(r"listening on (http://127\.0\.0\.1:\d+)$", line)
+    assert m, line
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: t, cluster: {{server: '{m.group(1)}'}}}}]\n"
+        f"users: [{{name: u, user: {{token: {TOKEN}}}}}]\n"
+        "contexts: [{name: t, context: {cluster: t, user: u, namespace: elastic-gpu}}]\n"
+        "current-context: t\n")
+    a = Api(m.group(1))
+    a.kubeconfig = str(kubeconfig)
+    yield a
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+class Scheduler:
+    def __init__(self, build_dir, api, tmp_path, name="s1", extra=()):
+        self.log = tmp_path / f"{name}.log"
+        self.proc = subprocess.Popen(
+            [str(build_dir / "src/scheduler/egpu-scheduler"), "--kubeconfig", api.kubeconfig,
+             "--listen", "127.0.0.1", "--port", "0", "--lease-duration", "3",
+             "--renew-deadline", "2", "--retry-period", "1", *extra],
+            stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+        deadline = time.time() + 15
+        self.url = None
+        while time.time() < deadline and self.url is None:
+            m = re.search(r"main\.c:\d+\] egpu-scheduler: serving .*?port=(\d+)",
+                          self.log.read_text())
+            if m:
+                self.url = f"http://127.0.0.1:{m.group(1)}"
+            else:
+                assert self.proc.poll() is None, self.log.read_text()
+                time.sleep(0.05)
+        assert self.url, self.log.read_text()
+
+    def post(self, verb, body, raw=None):
+        data = raw if raw is not None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}/{verb}", data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            text = e.read()
+            try:
+                return e.code, json.loads(text)
+            except ValueError:
+                return e.code, text.decode(errors="replace")
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def wait_ready(self, timeout=15, want=200):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            st, body = self.get("/readyz")
+            if st == want:
+                return body
+            time.sleep(0.1)
+        raise AssertionError(f"readyz never {want}: {self.get('/readyz')}\n{self.log.read_text()}")
+
+    def wait_until(self, pred, timeout=10):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if pred():
+                return
+            time.sleep(0.1)
+        raise AssertionError("condition not met\n" + self.log.read_text())
+
+    def metric(self, name, labels=""):
+        _, text = self.get("/metrics")
+        for line in text.splitlines():
+            if line.startswith(name + labels + " ") or line.startswith(name + labels + "{}"):
+                return float(line.split()[-1])
+        return None
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=15)
+        return self.proc.returncode
+
+
+@pytest.fixture
+def sched(build_dir, api, tmp_path):
+    started = []
+
+    def start(name="s1", extra=()):
+        s = Scheduler(build_dir, api, tmp_path, name, extra)
+        started.append(s)
+        return s
+    yield start
+    for s in started:
+        s.stop(signal.SIGKILL)
+
+
+def args(pod, nodes):
+    return {"Pod": pod, "Nodes": None, "NodeNames": nodes}
+
+
+def assigned(api, name):
+    ann = api.get_pod(name)["metadata"].get("annotations", {})
+    return json.loads(ann[ASSIGNED]) if ASSIGNED in ann else None
+
+
+def cluster(api, nodes=("gpu-1", "gpu-2"), gpus=2):
+    for n in nodes:
+        api.node(n)
+        for i in range(gpus):
+            api.gpu(n, i)
+
+
+def test_filter_prioritize_bind(api, sched):
+    cluster(api)
+    pod = api.pod("train", 30, 4096)
+    s = sched()
+    s.wait_ready()
+    st, out = s.post("filter", args(pod, ["gpu-1", "gpu-2", "cpu-only"]))
+    assert st == 200
+    assert out["NodeNames"] == ["gpu-1", "gpu-2"]
+    assert "unknown" in out["FailedNodes"]["cpu-only"]
+    assert out["Error"] == ""
+    st, out = s.post("prioritize", args(pod, ["gpu-1", "gpu-2"]))
+    assert st == 200 and {h["Host"] for h in out} == {"gpu-1", "gpu-2"}
+    assert all(0 <= h["Score"] <= 10 for h in out)
+    s.wait_until(lambda: s.post("bind", {"PodName": "train", "PodNamespace": "default",
+                                         "PodUID": pod["metadata"]["uid"],
+                                         "Node": "gpu-1"})[1].get("Error") == "")
+    p = api.get_pod("train")
+    assert p["spec"]["nodeName"] == "gpu-1"
+    a = json.loads(p["metadata"]["annotations"][ASSIGNED])
+    assert a["node"] == "gpu-1"
+    assert a["containers"] == [{"name": "main", "core": 30, "memory": 4096,
+                                "gpus": [a["containers"][0]["gpus"][0]]}]
+    assert a["containers"][0]["gpus"][0] in ("GPU-gpu-1-0", "GPU-gpu-1-1")
+    assert any(c["type"] == "PodScheduled" and c["status"] == "True"
+               for c in p["status"]["conditions"])
+    s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent", '{node="gpu-1"}') == 30)
+    assert s.metric("egpu_scheduler_binds_total") == 1
+
+
+def test_restart_rebuilds_allocations(api, sched):
+    cluster(api, nodes=("gpu-1",), gpus=1)
+    s = sched()
+    s.wait_ready()
+    for name, core in (("a", 50), ("b", 40)):
+        api.pod(name, core)
+        s.wait_until(lambda n=name: s.post("bind", {"PodName": n, "PodNamespace": "default",
+                                                    "PodUID": "", "Node": "gpu-1"})[1]
+                     .get("Error") == "" or assigned(api, n) is not None)
+        s.post("bind", {"PodName": name, "PodNamespace": "default", "PodUID": "",
+                        "Node": "gpu-1"})
+    assert assigned(api, "a") and assigned(api, "b")
+    s.stop()
+    s2 = sched("s2")
+    s2.wait_ready()
+    s2.wait_until(lambda: s2.metric("egpu_scheduler_allocated_core_percent",
+                                    '{node="gpu-1"}') == 90)
+    # 20% no longer fits on the card that holds 90%.
+    pod = api.pod("c", 20)
+    st, out = s2.post("filter", args(pod, ["gpu-1"]))
+    assert out["NodeNames"] == [] and "20% core" in out["FailedNodes"]["gpu-1"]
+
+
+def test_dropped_watch_and_410_lose_nothing(api, sched):
+    cluster(api, nodes=("gpu-1",), gpus=1)
+    s = sched()
+    s.wait_ready()
+    api.control("drop-watches")
+    cluster(api, nodes=("gpu-2",), gpus=2)
+    api.control("compact")
+    api.control("drop-watches")
+    cluster(api, nodes=("gpu-3",), gpus=1)
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_gpus") == 4)
+    assert s.metric("egpu_scheduler_cache_nodes") == 3
+    pod = api.pod("p", 50)
+    st, out = s.post("filter", args(pod, ["gpu-1", "gpu-2", "gpu-3"]))
+    assert sorted(out["NodeNames"]) == ["gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_conflict_on_annotation_is_retried(api, sched):
+    cluster(api, nodes=("gpu-1",), gpus=1)
+    s = sched()
+    s.wait_ready()
+    api.pod("p", 30)
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_pods") == 1)
+    api.control("requests", method="DELETE")
+    api.control("fault", {"method": "PATCH", "path": "/pods/p$", "code": 409, "count": 1})
+    st, out = s.post("bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "",
+                              "Node": "gpu-1"})
+    assert st == 200 and out["Error"] == "", out
+    _, log = api.control("requests", method="GET")
+    patches = [r for r in log if r["method"] == "PATCH"]
+    assert len(patches) == 2
+    assert assigned(api, "p")["node"] == "gpu-1"
+    assert api.get_pod("p")["spec"]["nodeName"] == "gpu-1"
+
+
+def test_readyz_follows_api_server(api, sched):
+    s = sched()
+    s.wait_ready()
+    api.control("down", {"down": True})
+    body = s.wait_ready(want=503)
+    assert "API server unreachable" in body
+    api.control("down", {"down": False})
+    s.wait_ready()
+
+
+def test_concurrent_binds_never_overcommit(api, sched):
+    cluster(api, nodes=("gpu-1",), gpus=2)
+    s = sched()
+    s.wait_ready()
+    for i in range(16):
+        api.pod(f"r{i}", 40)
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_pods") == 16)
+
+    def bind(i):
+        return s.post("bind", {"PodName": f"r{i}", "PodNamespace": "default", "PodUID": "",
+                               "Node": "gpu-1"})[1]["Error"]
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        errors = list(ex.map(bind, range(16)))
+    ok = [i for i, e in enumerate(errors) if e == ""]
+    assert 1 <= len(ok) <= 4
+    used = {}
+    for i in range(16):
+        a = assigned(api, f"r{i}")
+        assert (a is not None) == (i in ok)
+        if a:
+            card = a["containers"][0]["gpus"][0]
+            used[card] = used.get(card, 0) + a["containers"][0]["core"]
+    assert all(v <= 100 for v in used.values()), used
+
+
+def test_ambiguity_rule(api, sched):
+    cluster(api, nodes=("gpu-1",), gpus=2)
+    s = sched(extra=("--card-policy", "spread"))
+    s.wait_ready()
+    api.pod("a", 30, 1024)
+    api.pod("b", 30, 2048)
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_pods") == 2)
+    st, out = s.post("bind", {"PodName": "a", "PodNamespace": "default", "PodUID": "",
+                              "Node": "gpu-1"})
+    assert out["Error"] == ""
+    s.wait_until(lambda: assigned(api, "a") is not None)
+    st, out = s.post("bind", {"PodName": "b", "PodNamespace": "default", "PodUID": "",
+                              "Node": "gpu-1"})
+    assert "same gpu-core" in out["Error"]
+    assert assigned(api, "b") is None
+    s.wait_until(lambda: s.metric("egpu_scheduler_bind_failures_total",
+                                  '{reason="ambiguous"}') == 1)
+
+
+def test_bad_input_gets_4xx_and_changes_nothing(api, sched):
+    from prometheus_client.parser import text_string_to_metric_families
+    cluster(api, nodes=("gpu-1",), gpus=1)
+    s = sched(extra=("--max-body", "65536"))
+    s.wait_ready()
+    pod = api.pod("p", 30)
+    cases = [
+        ("filter", b"{not json", 400, "malformed JSON"),
+        ("filter", b"[]", 400, "must be a JSON object"),
+        ("prioritize", json.dumps({"Pod": pod, "NodeNames": "gpu-1"}).encode(), 400,
+         "NodeNames"),
+        ("filter", json.dumps({"Pod": {"metadata": {"name": 5}, "spec": {}},
+                               "NodeNames": []}).encode(), 400, "metadata.name"),
+        ("bind", json.dumps({"PodName": "ghost", "PodNamespace": "default",
+                             "Node": "gpu-1"}).encode(), 404, "ghost"),
+        ("bind", json.dumps({"PodName": "p", "PodNamespace": "default",
+                             "Node": "nowhere"}).encode(), 404, "nowhere"),
+        ("bind", json.dumps({"PodName": ["p"]}).encode(), 400, "PodName"),
+    ]
+    for verb, raw, code, needle in cases:
+        st, out = s.post(verb, None, raw=raw)
+        assert st == code, (verb, raw, out)
+        assert needle in json.dumps(out), (verb, out)
+    st, out = s.post("filter", None, raw=b"{" + b" " * 70000 + b"}")
+    assert st == 413
+    st, out = s.post("filter", args(pod, ["gpu-1"]))
+    assert out["NodeNames"] == ["gpu-1"]
+    assert s.metric("egpu_scheduler_allocated_core_percent", '{node="gpu-1"}') in (None, 0)
+    _, text = s.get("/metrics")
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert {"egpu_scheduler_binds", "egpu_http_request_duration_seconds"} <= names
+
+
+def test_leader_election_failover(api, sched):
+    cluster(api, nodes=("gpu-1",), gpus=1)
+    s1 = sched("s1")
+    s1.wait_ready()
+    s2 = sched("s2")
+    time.sleep(2)
+    assert s2.get("/readyz")[0] == 503 and "not the leader" in s2.get("/readyz")[1]
+    api.pod("p", 30)
+    s2.wait_until(lambda: s2.metric("egpu_scheduler_cache_pods") == 1)
+    st, out = s2.post("bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "",
+                               "Node": "gpu-1"})
+    assert st == 503 and "not the leader" in out["Error"]
+    # Kill the leader without release: s2 leads within the lease duration (3 s)
+    # plus a retry period (1 s, jittered).
+    t0 = time.time()
+    s1.stop(signal.SIGKILL)
+    s2.wait_ready(timeout=8)
+    assert time.time() - t0 < 3 + 1.2 + 1.5
+    st, out = s2.post("bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "",
+                               "Node": "gpu-1"})
+    assert out["Error"] == ""
+
+
+def test_sigterm_releases_the_lease(api, sched):
+    s1 = sched("s1")
+    s1.wait_ready()
+    s2 = sched("s2")
+    time.sleep(1.5)
+    assert s1.stop() == 0
+    t0 = time.time()
+    s2.wait_ready(timeout=6)
+    assert time.time() - t0 < 3, "released lease should be taken over in about a retry period"
+    assert "released lease" in s1.log.read_text()

@@ -1,0 +1,362 @@
+/* tests/unit/test_kube_informer.c - the list+watch cache against the test API
+ * server: the first sync, watch events, and that across dropped watches
+ * (abrupt and graceful), a server that is down for a while, and a
+ * compaction that expires the informer's resourceVersion (410, relist), the
+ * callbacks see every change exactly once: counted per object against what
+ * the test did, with no (object, resourceVersion) pair delivered twice.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "test_kube_server.h"
+
+#define NS "inf"
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return tks_start(&srv, (const char *const[]){"--bookmark-interval", "0.2", NULL});
+}
+
+/* What the callbacks saw. */
+struct record {
+    pthread_mutex_t mu;
+    int adds, updates, deletes;
+    char seen[400][96]; /* "A|U|D name rv" per callback */
+    int nseen;
+    bool duplicate;  /* the same (kind, name, rv) delivered twice */
+    bool bad_update; /* an update whose old and new rv are equal */
+};
+
+static const char *rv_of(const json_t *obj)
+{
+    const char *v =
+        json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
+
+    return v ? v : "";
+}
+
+static const char *name_of(const json_t *obj)
+{
+    const char *v = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+
+    return v ? v : "";
+}
+
+static void note(struct record *r, char kind, const json_t *obj)
+{
+    char line[96];
+
+    snprintf(line, sizeof(line), "%c %s %s", kind, name_of(obj), rv_of(obj));
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->nseen; i++) {
+        if (strcmp(r->seen[i], line) == 0)
+            r->duplicate = true;
+    }
+    if (r->nseen < 400)
+        snprintf(r->seen[r->nseen++], sizeof(r->seen[0]), "%s", line);
+    r->adds += kind == 'A';
+    r->updates += kind == 'U';
+    r->deletes += kind == 'D';
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void on_add(void *ud, const json_t *obj)
+{
+    note(ud, 'A', obj);
+}
+
+static void on_update(void *ud, const json_t *old_obj, const json_t *new_obj)
+{
+    struct record *r = ud;
+
+    if (strcmp(rv_of(old_obj), rv_of(new_obj)) == 0)
+        r->bad_update = true;
+    note(r, 'U', new_obj);
+}
+
+static void on_delete(void *ud, const json_t *obj)
+{
+    note(ud, 'D', obj);
+}
+
+static struct egpu_kube_informer *start_with(struct egpu_kube *kc, struct record *r)
+{
+    struct egpu_kube_informer_opts o = {
+        .res = &egpu_kube_pods,
+        .ns = NS,
+        .page_limit = 2,
+        .watch_timeout_s = 30,
+        .backoff_min_ms = 50,
+        .backoff_max_ms = 400,
+    };
+    struct egpu_kube_informer_cbs cbs = {on_add, on_update, on_delete, r};
+    struct egpu_kube_informer *inf = NULL;
+    struct egpu_error err = {0};
+
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+    if (egpu_kube_informer_new(kc, &o, &cbs, &inf, &err) != 0 ||
+        egpu_kube_informer_start(inf, &err) != 0)
+        fail_msg("informer: %s", err.msg);
+    assert_int_equal(egpu_kube_informer_wait_synced(inf, 5000), 0);
+    return inf;
+}
+
+static struct egpu_kube_informer *start(struct record *r)
+{
+    return start_with(srv.kc, r);
+}
+
+/* Wait until the counts reach (adds, updates, deletes), then a little more
+ * to catch any extra callback; assert they are exact. */
+static void expect_counts(struct record *r, int adds, int updates, int deletes)
+{
+    long deadline = tks_now_ms() + 8000;
+    bool reached = false;
+
+    while (!reached && tks_now_ms() < deadline) {
+        pthread_mutex_lock(&r->mu);
+        reached = r->adds >= adds && r->updates >= updates && r->deletes >= deletes;
+        pthread_mutex_unlock(&r->mu);
+        if (!reached)
+            tks_sleep_ms(20);
+    }
+    tks_sleep_ms(400); /* two bookmark intervals: no late repeats */
+    pthread_mutex_lock(&r->mu);
+    if (r->adds != adds || r->updates != updates || r->deletes != deletes || r->duplicate ||
+        r->bad_update) {
+        for (int i = 0; i < r->nseen; i++)
+            fprintf(stderr, "  seen: %s\n", r->seen[i]);
+        fail_msg("callbacks add=%d update=%d delete=%d dup=%d (want %d %d %d)", r->adds, r->updates,
+                 r->deletes, r->duplicate, adds, updates, deletes);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The cache equals a fresh list: same names, same resourceVersions. */
+static void expect_cache_matches_server(struct egpu_kube_informer *inf)
+{
+    struct egpu_error err = {0};
+    json_t *list = NULL, *items, *it, *cached;
+    size_t i;
+
+    assert_int_equal(egpu_kube_list(srv.kc, &egpu_kube_pods, NS, NULL, &list, NULL, &err), 0);
+    items = json_object_get(list, "items");
+    cached = egpu_kube_informer_list(inf);
+    assert_int_equal(json_array_size(cached), json_array_size(items));
+    json_decref(cached);
+    json_array_foreach(items, i, it)
+    {
+        json_t *c = egpu_kube_informer_get(inf, NS, name_of(it));
+
+        assert_non_null(c);
+        assert_string_equal(rv_of(c), rv_of(it));
+        json_decref(c);
+    }
+    json_decref(list);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_sync_and_events(void **state)
+{
+    struct record r;
+    struct egpu_kube_informer *inf;
+    struct egpu_kube_informer_stats stats;
+    struct egpu_kube_config *cfg = NULL;
+    struct egpu_kube *kc = NULL;
+    struct egpu_error err = {0};
+    json_t *obj;
+    long live = egpu_alloc_live();
+
+    (void)state;
+    /* A client of its own, so that everything it held can be counted. */
+    assert_int_equal(egpu_kube_config_new(srv.url, TKS_TOKEN, &cfg, &err), 0);
+    assert_int_equal(egpu_kube_new(cfg, &kc, &err), 0);
+    egpu_kube_config_free(cfg);
+    for (int i = 0; i < 5; i++) {
+        char name[16];
+
+        snprintf(name, sizeof(name), "pre-%d", i);
+        tks_create_pod(&srv, NS, name);
+    }
+    tks_create_pod(&srv, "elsewhere", "not-mine");
+    inf = start_with(kc, &r);
+    assert_true(egpu_kube_informer_has_synced(inf));
+    /* The first list (3 pages of 2) is 5 adds, made before has_synced. */
+    assert_int_equal(r.adds, 5);
+    obj = egpu_kube_informer_get(inf, NS, "pre-3");
+    assert_non_null(obj);
+    json_decref(obj);
+    assert_null(egpu_kube_informer_get(inf, "elsewhere", "not-mine"));
+
+    tks_create_pod(&srv, NS, "new-0");
+    tks_label_pod(&srv, NS, "pre-0", "k", "v1");
+    tks_label_pod(&srv, NS, "pre-0", "k", "v2");
+    tks_delete_pod(&srv, NS, "pre-1");
+    expect_counts(&r, 6, 2, 1);
+    expect_cache_matches_server(inf);
+    egpu_kube_informer_stats(inf, &stats);
+    assert_int_equal(stats.lists, 1);
+    assert_int_equal(stats.expired, 0);
+    egpu_kube_informer_free(inf);
+    egpu_kube_free(kc);
+    pthread_mutex_destroy(&r.mu);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+static void test_dropped_watches_resume(void **state)
+{
+    struct record r;
+    struct egpu_kube_informer *inf;
+    struct egpu_kube_informer_stats stats;
+
+    (void)state;
+    tks_create_pod(&srv, NS, "a");
+    tks_create_pod(&srv, NS, "b");
+    inf = start(&r);
+    expect_counts(&r, 2, 0, 0);
+
+    /* Abrupt drop, changes, graceful drop, more changes. */
+    tks_post(&srv, "drop-watches", NULL);
+    tks_create_pod(&srv, NS, "c");
+    tks_label_pod(&srv, NS, "a", "k", "1");
+    tks_delete_pod(&srv, NS, "b");
+    tks_post(&srv, "drop-watches", "{\"graceful\":true}");
+    tks_label_pod(&srv, NS, "c", "k", "1");
+    tks_label_pod(&srv, NS, "a", "k", "2");
+    tks_create_pod(&srv, NS, "d");
+    expect_counts(&r, 4, 3, 1);
+    expect_cache_matches_server(inf);
+    egpu_kube_informer_stats(inf, &stats);
+    /* Resumed from the last resourceVersion: no relist was needed. */
+    assert_int_equal(stats.lists, 1);
+    assert_true(stats.watches >= 3);
+    egpu_kube_informer_free(inf);
+    pthread_mutex_destroy(&r.mu);
+}
+
+static void test_compaction_relist_deltas(void **state)
+{
+    struct record r;
+    struct egpu_kube_informer *inf;
+    struct egpu_kube_informer_stats stats;
+
+    (void)state;
+    tks_create_pod(&srv, NS, "keep");
+    tks_create_pod(&srv, NS, "change");
+    tks_create_pod(&srv, NS, "remove");
+    inf = start(&r);
+    expect_counts(&r, 3, 0, 0);
+
+    /* Keep the informer from watching (its GETs fail) while the test writes
+     * and then compacts, so its resourceVersion is gone when it returns. */
+    tks_post(&srv, "fault",
+             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
+             "\"count\":-1}");
+    tks_post(&srv, "drop-watches", NULL);
+    tks_create_pod(&srv, NS, "added");
+    tks_label_pod(&srv, NS, "change", "k", "1");
+    tks_delete_pod(&srv, NS, "remove");
+    tks_post(&srv, "compact", NULL);
+    tks_sleep_ms(300);
+    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+
+    /* 410, relist, and the differences as callbacks: one of each. */
+    expect_counts(&r, 4, 1, 1);
+    expect_cache_matches_server(inf);
+    egpu_kube_informer_stats(inf, &stats);
+    assert_true(stats.expired >= 1);
+    assert_true(stats.lists >= 2);
+    assert_true(stats.errors >= 1);
+
+    /* And it keeps watching after the relist. */
+    tks_label_pod(&srv, NS, "keep", "k", "1");
+    tks_create_pod(&srv, NS, "later");
+    expect_counts(&r, 5, 2, 1);
+    egpu_kube_informer_free(inf);
+    pthread_mutex_destroy(&r.mu);
+}
+
+static void test_server_down_then_back(void **state)
+{
+    struct record r;
+    struct egpu_kube_informer *inf;
+
+    (void)state;
+    tks_create_pod(&srv, NS, "a");
+    inf = start(&r);
+    expect_counts(&r, 1, 0, 0);
+    /* Down: the watch breaks and reconnects fail (503) for a while. */
+    tks_post(&srv, "down", "{\"down\":true}");
+    tks_post(&srv, "drop-watches", NULL);
+    tks_sleep_ms(600);
+    tks_post(&srv, "down", "{\"down\":false}");
+    tks_label_pod(&srv, NS, "a", "k", "1");
+    tks_create_pod(&srv, NS, "b");
+    expect_counts(&r, 2, 1, 0);
+    expect_cache_matches_server(inf);
+
+    /* Stopping is prompt even while a watch is open, and the cache stays. */
+    {
+        long t0 = tks_now_ms();
+        json_t *obj;
+
+        egpu_kube_informer_stop(inf);
+        assert_true(tks_now_ms() - t0 < 1000);
+        obj = egpu_kube_informer_get(inf, NS, "b");
+        assert_non_null(obj);
+        json_decref(obj);
+    }
+    egpu_kube_informer_free(inf);
+    pthread_mutex_destroy(&r.mu);
+}
+
+static void test_cluster_scoped_and_errors(void **state)
+{
+    struct egpu_kube_informer_opts o = {.res = &egpu_kube_nodes, .backoff_min_ms = 50};
+    struct egpu_kube_informer *inf = NULL;
+    struct egpu_error err = {0};
+    json_t *node = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Node", "metadata",
+                             "name", "gpu-node-1");
+    json_t *obj;
+
+    (void)state;
+    assert_int_equal(egpu_kube_create(srv.kc, &egpu_kube_nodes, NULL, node, NULL, NULL, &err), 0);
+    json_decref(node);
+    assert_int_equal(egpu_kube_informer_new(srv.kc, &o, NULL, &inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_start(inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_start(inf, &err), -EALREADY);
+    assert_int_equal(egpu_kube_informer_wait_synced(inf, 5000), 0);
+    obj = egpu_kube_informer_get(inf, NULL, "gpu-node-1");
+    assert_non_null(obj);
+    json_decref(obj);
+    egpu_kube_informer_free(inf);
+
+    o.res = NULL;
+    assert_int_equal(egpu_kube_informer_new(srv.kc, &o, NULL, &inf, &err), -EINVAL);
+    /* Never synced: wait_synced times out. */
+    tks_post(&srv, "down", "{\"down\":true}");
+    o.res = &egpu_kube_nodes;
+    assert_int_equal(egpu_kube_informer_new(srv.kc, &o, NULL, &inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_start(inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_wait_synced(inf, 300), -ETIMEDOUT);
+    assert_false(egpu_kube_informer_has_synced(inf));
+    egpu_kube_informer_free(inf);
+    tks_post(&srv, "down", "{\"down\":false}");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_sync_and_events, tks_reset_test),
+        cmocka_unit_test_setup(test_dropped_watches_resume, tks_reset_test),
+        cmocka_unit_test_setup(test_compaction_relist_deltas, tks_reset_test),
+        cmocka_unit_test_setup(test_server_down_then_back, tks_reset_test),
+        cmocka_unit_test_setup(test_cluster_scoped_and_errors, tks_reset_test),
+    };
+
+    return cmocka_run_group_tests(tests, group_setup, tks_group_teardown);
+}

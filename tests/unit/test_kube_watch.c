@@ -1,0 +1,376 @@
+/* tests/unit/test_kube_watch.c - the pure parts of the API client: watch
+ * stream decoding across arbitrary chunk boundaries, Status parsing, and
+ * request paths (src/kube/watch.c, status.c, resource.c).
+ *
+ * Fixtures are read from shared/k8s-wire beside the checkout (skipped when absent):
+ * watch_pods_stream.jsonl, watch_error_410.jsonl, watch_initial_events_end_bookmark.jsonl and the
+ * status_*.json replies.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "testutil.h"
+#include "egpu/kube.h"
+#include "../../src/kube/kube_int.h"
+
+#define WIRE EGPU_SOURCE_DIR "/../shared/k8s-wire/" /* read in place, never copied */
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *data;
+    long n;
+
+    if (f == NULL)
+        skip(); /* shared/k8s-wire is not beside this checkout */
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    data = malloc((size_t)n + 1);
+    assert_non_null(data);
+    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
+    data[n] = '\0';
+    fclose(f);
+    *len = (size_t)n;
+    return data;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lines                                                                    */
+
+struct lines_seen {
+    char text[4096];
+    int n;
+};
+
+static int collect_line(void *ud, const char *line, size_t len)
+{
+    struct lines_seen *s = ud;
+    size_t used = strlen(s->text);
+
+    snprintf(s->text + used, sizeof(s->text) - used, "[%.*s]", (int)len, line);
+    s->n++;
+    return 0;
+}
+
+static void test_lines_any_chunking(void **state)
+{
+    static const char body[] = "alpha\nbeta\r\n\n  \ngamma delta\nlast";
+    long live = egpu_alloc_live();
+
+    (void)state;
+    /* Every split point, and every chunk size, gives the same lines. */
+    for (size_t chunk = 1; chunk <= sizeof(body); chunk++) {
+        struct egpu__kube_lines l;
+        struct lines_seen seen = {"", 0};
+
+        egpu__kube_lines_init(&l, 64, collect_line, &seen);
+        for (size_t off = 0; off < sizeof(body) - 1; off += chunk) {
+            size_t n = sizeof(body) - 1 - off < chunk ? sizeof(body) - 1 - off : chunk;
+
+            assert_int_equal(egpu__kube_lines_feed(&l, body + off, n), 0);
+        }
+        assert_int_equal(egpu__kube_lines_finish(&l), 0);
+        egpu__kube_lines_free(&l);
+        assert_string_equal(seen.text, "[alpha][beta][gamma delta][last]");
+    }
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+static void test_lines_bound(void **state)
+{
+    struct egpu__kube_lines l;
+    struct lines_seen seen = {"", 0};
+    char big[100];
+
+    (void)state;
+    memset(big, 'x', sizeof(big));
+    egpu__kube_lines_init(&l, 64, collect_line, &seen);
+    /* A line longer than the bound fails whether it arrives whole or in parts. */
+    assert_int_equal(egpu__kube_lines_feed(&l, big, 40), 0);
+    assert_int_equal(egpu__kube_lines_feed(&l, big, 40), -EMSGSIZE);
+    egpu__kube_lines_free(&l);
+    egpu__kube_lines_init(&l, 64, collect_line, &seen);
+    big[99] = '\n';
+    assert_int_equal(egpu__kube_lines_feed(&l, big, sizeof(big)), -EMSGSIZE);
+    egpu__kube_lines_free(&l);
+    assert_int_equal(seen.n, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Events                                                                   */
+
+struct events_seen {
+    char types[64];
+    char names[256];
+    int stop_after; /* 0 = never */
+    int n;
+};
+
+static int collect_event(void *ud, enum egpu_kube_event_type type, json_t *obj)
+{
+    static const char letters[] = "AMDB";
+    struct events_seen *s = ud;
+    const char *name = egpu__kube_meta_str(obj, "name");
+    size_t used = strlen(s->types);
+
+    s->types[used] = letters[type];
+    s->types[used + 1] = '\0';
+    used = strlen(s->names);
+    snprintf(s->names + used, sizeof(s->names) - used, "%s,", name ? name : "-");
+    s->n++;
+    return s->stop_after && s->n >= s->stop_after ? 1 : 0;
+}
+
+static void test_stream_fixture_every_chunk_size(void **state)
+{
+    size_t len;
+    char *body = slurp(WIRE "watch_pods_stream.jsonl", &len);
+    long live = egpu_alloc_live();
+    size_t sizes[] = {1, 2, 3, 7, 64, 1000, 4096, len};
+
+    (void)state;
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        struct egpu__kube_stream s;
+        struct events_seen seen = {"", "", 0, 0};
+        char rv[EGPU_KUBE_RV_MAX] = "10245";
+
+        egpu__kube_stream_init(&s, collect_event, &seen, rv);
+        for (size_t off = 0; off < len; off += sizes[k]) {
+            size_t n = len - off < sizes[k] ? len - off : sizes[k];
+
+            assert_int_equal(egpu__kube_stream_feed(&s, body + off, n), 0);
+        }
+        assert_int_equal(egpu__kube_stream_finish(&s), 0);
+        egpu__kube_stream_free(&s);
+        assert_string_equal(seen.types, "AMBD");
+        assert_string_equal(seen.names, "train-job-0,train-job-0,-,train-job-0,");
+        /* The last event's RV; the bookmark (12746) moved it on the way. */
+        assert_string_equal(rv, "12801");
+        assert_int_equal(s.events, 4);
+    }
+    free(body);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+static void test_stream_bookmark_rv_and_stop(void **state)
+{
+    size_t len;
+    char *body = slurp(WIRE "watch_pods_stream.jsonl", &len);
+    struct egpu__kube_stream s;
+    struct events_seen seen = {"", "", 3, 0};
+    char rv[EGPU_KUBE_RV_MAX] = "";
+
+    (void)state;
+    /* The callback stops at the bookmark: the RV is the bookmark's. */
+    egpu__kube_stream_init(&s, collect_event, &seen, rv);
+    assert_int_equal(egpu__kube_stream_feed(&s, body, len), 1);
+    egpu__kube_stream_free(&s);
+    assert_string_equal(seen.types, "AMB");
+    assert_string_equal(rv, "12746");
+    free(body);
+
+    body = slurp(WIRE "watch_initial_events_end_bookmark.jsonl", &len);
+    memset(&seen, 0, sizeof(seen));
+    egpu__kube_stream_init(&s, collect_event, &seen, rv);
+    assert_int_equal(egpu__kube_stream_feed(&s, body, len), 0);
+    egpu__kube_stream_free(&s);
+    assert_string_equal(seen.types, "B");
+    assert_string_equal(rv, "12746");
+    free(body);
+}
+
+static void test_stream_error_410(void **state)
+{
+    size_t len;
+    char *body = slurp(WIRE "watch_error_410.jsonl", &len);
+    struct egpu__kube_stream s;
+    struct events_seen seen = {"", "", 0, 0};
+    char rv[EGPU_KUBE_RV_MAX] = "10245";
+
+    (void)state;
+    egpu__kube_stream_init(&s, collect_event, &seen, rv);
+    /* Fed in two halves: the error surfaces once the line is complete. */
+    assert_int_equal(egpu__kube_stream_feed(&s, body, len / 2), 0);
+    assert_int_equal(egpu__kube_stream_feed(&s, body + len / 2, len - len / 2), EGPU_KUBE_EEXPIRED);
+    assert_int_equal(s.status.code, 410);
+    assert_string_equal(s.status.reason, "Expired");
+    assert_string_equal(s.status.message, "too old resource version: 10245 (11398)");
+    assert_string_equal(rv, "10245");
+    assert_int_equal(seen.n, 0);
+    egpu__kube_stream_free(&s);
+    free(body);
+}
+
+static void test_stream_malformed(void **state)
+{
+    static const char *const bad[] = {
+        "{\"type\":\"ADDED\",\"object\":{\"metadata\":{}}\n",   /* truncated JSON */
+        "[1,2,3]\n",                                            /* not an object */
+        "{\"type\":\"ADDED\"}\n",                               /* no object */
+        "{\"type\":\"RENAMED\",\"object\":{}}\n",               /* unknown type */
+        "{\"type\":7,\"object\":{}}\n",                         /* type not a string */
+        "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Pod\"}}\n", /* ERROR without a Status */
+        "\xff\xfe\n",                                           /* not UTF-8 */
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct egpu__kube_stream s;
+        struct events_seen seen = {"", "", 0, 0};
+        char rv[EGPU_KUBE_RV_MAX] = "5";
+        int rc;
+
+        egpu__kube_stream_init(&s, collect_event, &seen, rv);
+        rc = egpu__kube_stream_feed(&s, bad[i], strlen(bad[i]));
+        egpu__kube_stream_free(&s);
+        if (rc >= 0)
+            fail_msg("line %zu accepted: %s", i, bad[i]);
+        assert_int_equal(seen.n, 0);
+        assert_string_equal(rv, "5");
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                   */
+
+static void check_status(const char *file, int code, const char *reason, const char *msg_start,
+                         int rc)
+{
+    struct egpu_kube_status st;
+    size_t len;
+    char *body = slurp(file, &len);
+
+    assert_int_equal(egpu_kube_status_parse(body, len, 500, &st), 0);
+    assert_int_equal(st.code, code);
+    assert_string_equal(st.reason, reason);
+    assert_int_equal(strncmp(st.message, msg_start, strlen(msg_start)), 0);
+    assert_int_equal(egpu_kube_status_errno(&st), rc);
+    free(body);
+}
+
+static void test_status_fixtures(void **state)
+{
+    (void)state;
+    check_status(WIRE "status_409_conflict.json", 409, "Conflict",
+                 "Operation cannot be fulfilled on pods \"train-job-0\": the object has been "
+                 "modified",
+                 EGPU_KUBE_ECONFLICT);
+    check_status(WIRE "status_409_binding_conflict.json", 409, "Conflict",
+                 "Operation cannot be fulfilled on pods/binding \"train-job-0\": pod train-job-0 "
+                 "is already assigned to node \"gpu-node-2\"",
+                 EGPU_KUBE_ECONFLICT);
+    check_status(WIRE "status_410_expired_continue.json", 410, "Expired",
+                 "The provided continue parameter is too old", EGPU_KUBE_EEXPIRED);
+    check_status(WIRE "status_410_expired_watch.json", 410, "Expired",
+                 "too old resource version: 10245 (11398)", EGPU_KUBE_EEXPIRED);
+    check_status(WIRE "status_415_smp_on_crd.json", 415, "UnsupportedMediaType",
+                 "the body of the request was in an unknown format", -ENOTSUP);
+}
+
+/* egpu_kube_status_parse of a C string. */
+static int parse_text(const char *body, long http, struct egpu_kube_status *st)
+{
+    return egpu_kube_status_parse(body, body ? strlen(body) : 0, http, st);
+}
+
+static void test_status_not_a_status(void **state)
+{
+    struct egpu_kube_status st;
+    char junk[2000];
+
+    (void)state;
+    /* A proxy's HTML page: reason from the code, message from the body. */
+    assert_int_equal(parse_text("<html>\n<b>Bad gateway</b></html>", 502, &st), -EPROTO);
+    assert_int_equal(st.code, 502);
+    assert_string_equal(st.reason, "");
+    assert_string_equal(st.message, "<html> <b>Bad gateway</b></html>");
+    assert_int_equal(egpu_kube_status_errno(&st), -EIO);
+    /* Empty body: client-go's generic text. */
+    assert_int_equal(parse_text(NULL, 404, &st), -EPROTO);
+    assert_string_equal(st.reason, "NotFound");
+    assert_string_equal(st.message, "the server could not find the requested resource");
+    assert_int_equal(egpu_kube_status_errno(&st), -ENOENT);
+    /* JSON but not a Status; a Status with fields of the wrong types. */
+    assert_int_equal(parse_text("{\"kind\":\"Pod\"}", 409, &st), -EPROTO);
+    assert_string_equal(st.reason, "Conflict");
+    assert_int_equal(egpu_kube_status_errno(&st), EGPU_KUBE_ECONFLICT);
+    assert_int_equal(
+        parse_text("{\"kind\":\"Status\",\"code\":\"x\",\"reason\":5,\"message\":[1]}", 403, &st),
+        0);
+    assert_int_equal(st.code, 403);
+    assert_string_equal(st.reason, "");
+    assert_int_equal(egpu_kube_status_errno(&st), -EPERM);
+    /* A huge body is cut. */
+    memset(junk, 'z', sizeof(junk));
+    assert_int_equal(egpu_kube_status_parse(junk, sizeof(junk), 500, &st), -EPROTO);
+    assert_true(strlen(st.message) <= 200);
+    /* AlreadyExists is the other 409. */
+    assert_int_equal(
+        parse_text("{\"kind\":\"Status\",\"reason\":\"AlreadyExists\",\"code\":409}", 409, &st), 0);
+    assert_int_equal(egpu_kube_status_errno(&st), -EEXIST);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Paths                                                                    */
+
+static void check_path(const struct egpu_kube_resource *res, const char *ns, const char *name,
+                       const char *sub, int rc, const char *want)
+{
+    struct egpu_buf b;
+
+    egpu_buf_init(&b, 1024);
+    assert_int_equal(egpu_kube_path(&b, res, ns, name, sub), rc);
+    if (rc == 0)
+        assert_string_equal(egpu_buf_str(&b), want);
+    egpu_buf_free(&b);
+}
+
+static void test_paths(void **state)
+{
+    struct egpu_buf b;
+
+    (void)state;
+    check_path(&egpu_kube_pods, "ml-team", "train-job-0", "binding", 0,
+               "/api/v1/namespaces/ml-team/pods/train-job-0/binding");
+    check_path(&egpu_kube_pods, NULL, NULL, NULL, 0, "/api/v1/pods");
+    check_path(&egpu_kube_nodes, "ignored", "gpu-node-1", "status", 0,
+               "/api/v1/nodes/gpu-node-1/status");
+    check_path(&egpu_kube_leases, "kube-system", "egpu-scheduler", NULL, 0,
+               "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/egpu-scheduler");
+    check_path(&egpu_kube_gpus, NULL, "gpu-abc", NULL, 0,
+               "/apis/elasticgpu.io/v1alpha1/gpus/gpu-abc");
+    check_path(&egpu_kube_elasticgpuclaims, "team-a", NULL, NULL, 0,
+               "/apis/elasticgpu.io/v1alpha1/namespaces/team-a/elasticgpuclaims");
+    /* A name cannot add segments or a query. */
+    check_path(&egpu_kube_pods, "ns", "a/b?c=d", NULL, 0,
+               "/api/v1/namespaces/ns/pods/a%2Fb%3Fc%3Dd");
+    check_path(&egpu_kube_pods, NULL, "x", NULL, -EINVAL, NULL);
+    check_path(&egpu_kube_pods, "ns", "", NULL, -EINVAL, NULL);
+    check_path(&egpu_kube_pods, "ns", NULL, "status", -EINVAL, NULL);
+
+    egpu_buf_init(&b, 1024);
+    assert_int_equal(egpu_kube_path(&b, &egpu_kube_pods, NULL, NULL, NULL), 0);
+    assert_int_equal(egpu__kube_query(&b, "labelSelector", "app=trainer,tier in (a,b)"), 0);
+    assert_int_equal(egpu__kube_query(&b, "fieldSelector", "spec.nodeName=gpu-node-1"), 0);
+    assert_string_equal(egpu_buf_str(&b), "/api/v1/pods?labelSelector=app%3Dtrainer%2Ctier%20in%20%"
+                                          "28a%2Cb%29&fieldSelector=spec.nodeName%3Dgpu-node-1");
+    egpu_buf_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lines_any_chunking),
+        cmocka_unit_test(test_lines_bound),
+        cmocka_unit_test(test_stream_fixture_every_chunk_size),
+        cmocka_unit_test(test_stream_bookmark_rv_and_stop),
+        cmocka_unit_test(test_stream_error_410),
+        cmocka_unit_test(test_stream_malformed),
+        cmocka_unit_test(test_status_fixtures),
+        cmocka_unit_test(test_status_not_a_status),
+        cmocka_unit_test(test_paths),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
