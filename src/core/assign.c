@@ -13,7 +13,6 @@
 #include "egpu/core.h"
 #include "assign_int.h"
 
-
 bool egpu__pick_fits(const struct egpu_node *node, const struct egpu_pod_request *r,
                      const struct egpu_pick *pick, char *why, size_t why_len)
 {

@@ -15,7 +15,6 @@
 #include "egpu/core.h"
 #include "assign_int.h"
 
-
 struct egpu_cluster *egpu_cluster_new(void)
 {
     struct egpu_cluster *c = egpu_calloc(1, sizeof(*c));
