@@ -66,6 +66,7 @@ format:
 bench: build
 	@sh bench/replay_speed.sh $(BUILD)/egpu-sim
 	@./$(BUILD)/bench_cache
+	@./$(BUILD)/bench_extender
 
 data:
 	@mkdir -p $(DATA_DIR)
