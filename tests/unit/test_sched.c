@@ -605,6 +605,51 @@ static void test_bind_refuses_ambiguity(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* The per-pod annotations override the flags' policies. One card is 50%
+ * used, the other free: binpack puts a 30% pod on the used card, a pod
+ * annotated card-policy=spread goes to the free one. */
+static void test_policy_override_by_annotation(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    const int core30[] = {30}, core50[] = {50}, none[] = {0};
+    struct egpu_assigned a;
+    struct egpu_error err = {0};
+    json_t *pod;
+    char *body;
+
+    (void)state;
+    add_gpu_node(c, "n1", 2);
+    pod = make_pod("ns", "busy", "n1", 1, core50, none);
+    annotate_json(pod, EGPU_ANN_ASSIGNED,
+                  "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":50,"
+                  "\"memory\":0,\"gpus\":[\"GPU-n1-0\"]}]}");
+    annotate_json(pod, EGPU_ANN_ALLOCATED, "true");
+    set_pod(c, pod);
+    set_pod(c, make_pod("ns", "packed", NULL, 1, core30, none));
+    pod = make_pod("ns", "spread", NULL, 1, core30, none);
+    annotate_json(pod, EGPU_ANN_CARD_POLICY, "spread");
+    set_pod(c, pod);
+    body = bind_args("ns", "packed", "n1");
+    json_decref(call(egpu_extender_bind, x, body, 200));
+    free(body);
+    assert_int_equal(egpu_assigned_decode(f.last_value, &a, &err), 0);
+    assert_string_equal(a.uuids[0], "GPU-n1-0");
+    /* Mark it allocated so the next bind is not held back as ambiguous. */
+    pod = make_pod("ns", "packed", "n1", 1, core30, none);
+    annotate_json(pod, EGPU_ANN_ASSIGNED, f.last_value);
+    annotate_json(pod, EGPU_ANN_ALLOCATED, "true");
+    set_pod(c, pod);
+    body = bind_args("ns", "spread", "n1");
+    json_decref(call(egpu_extender_bind, x, body, 200));
+    free(body);
+    assert_int_equal(egpu_assigned_decode(f.last_value, &a, &err), 0);
+    assert_string_equal(a.uuids[0], "GPU-n1-1");
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 struct racer {
     struct egpu_extender *x;
     int index;
@@ -679,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_filter_and_prioritize),
         cmocka_unit_test(test_bind_and_rollback),
         cmocka_unit_test(test_bind_refuses_ambiguity),
+        cmocka_unit_test(test_policy_override_by_annotation),
         cmocka_unit_test(test_concurrent_binds_never_overcommit),
     };
 
