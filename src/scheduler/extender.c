@@ -11,18 +11,52 @@
  * undoes the reservation and the annotation, so a failed bind leaks no share.
  * Placers (one per node/card policy pair, made on first use) live under the
  * cache lock too, since they cache per-node results of the cache's cluster.
+ *
+ * Hot path (filter and prioritize, called for every pod with every
+ * candidate node): ExtenderArgs are streamed by wire.c (yajl; only the Pod
+ * goes through jansson) and replies written by wire.c straight into the
+ * reply buffer. Per node, filter does one name lookup and one
+ * egpu_placer_score, which answers feasibility and score together from the
+ * placer's memo; only refused nodes pay for their reason text. Filter keeps
+ * its verdicts (struct last_filter) so the prioritize that follows for the
+ * same pod, request and placer, while the cluster's generation is
+ * unchanged, reads them instead of judging again; any other prioritize
+ * judges afresh. Allocations are per request (name table, verdicts), never
+ * per node.
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
+#include "wire_int.h"
 
 #define NPOLICIES             (EGPU_POLICY_FGD + 1)
 #define WORKLOAD_REFRESH_PODS 64 /* rebuild the live target workload after this many new pods */
+
+/* One node's verdict for a pod: can it host it, and the placer's score. */
+struct verdict {
+    double score;
+    bool ok;
+};
+
+/* What the last filter call decided, for the prioritize call that follows
+ * it for the same pod (kube-scheduler makes them back to back). */
+struct last_filter {
+    char ns[EGPU_K8S_NAME_MAX], name[EGPU_K8S_NAME_MAX], uid[EGPU_K8S_NAME_MAX];
+    struct egpu_pod_request req;      /* with its model mask */
+    const struct egpu_placer *placer; /* compared, never used */
+    uint64_t placer_epoch;            /* egpu_extender.placer_epoch then */
+    uint64_t gen;                     /* the cluster's generation then */
+    size_t n;
+    const char **names; /* n names, NULL when nothing is kept */
+    char *arena;        /* the names' bytes */
+    struct verdict *v;  /* n verdicts */
+};
 
 struct egpu_extender {
     struct egpu_extender_config cfg;
@@ -30,10 +64,14 @@ struct egpu_extender {
     struct egpu_extender_ops ops;
     /* Guarded by the cache lock: */
     struct egpu_placer *placers[NPOLICIES][NPOLICIES];
+    uint64_t placer_epoch;     /* counts drop_placers, so a new placer at an old address differs */
     struct egpu_workload live; /* FGD target workload built from cached pods */
     size_t live_pods;          /* pods in the cache when live was built */
+    struct last_filter last;
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
 };
+
+static void last_drop(struct last_filter *l);
 
 const char *egpu_bind_result_name(enum egpu_bind_result r)
 {
@@ -67,6 +105,7 @@ static void drop_placers(struct egpu_extender *x)
             x->placers[i][j] = NULL;
         }
     }
+    x->placer_epoch++;
 }
 
 void egpu_extender_free(struct egpu_extender *x)
@@ -74,6 +113,7 @@ void egpu_extender_free(struct egpu_extender *x)
     if (x == NULL)
         return;
     drop_placers(x);
+    last_drop(&x->last);
     egpu_workload_free(&x->live);
     egpu_free(x);
 }
@@ -155,72 +195,20 @@ static struct egpu_placer *placer_for(struct egpu_extender *x, struct egpu_clust
 }
 
 /* ------------------------------------------------------------------------ */
-/* ExtenderArgs                                                              */
+/* filter and prioritize                                                     */
 
-struct args {
-    json_t *root;
-    struct egpu_sched_pod pod;
-    const json_t *names; /* NodeNames array, or NULL */
-    const json_t *items; /* Nodes.items array, or NULL */
-};
+#define PREFETCH_AHEAD 8
 
-static const char *node_name_at(const struct args *a, size_t i)
+static inline void prefetch(const void *p)
 {
-    if (a->names != NULL)
-        return json_string_value(json_array_get(a->names, i));
-    return json_string_value(
-        json_object_get(json_object_get(json_array_get(a->items, i), "metadata"), "name"));
+#if defined(__GNUC__)
+    __builtin_prefetch(p);
+#else
+    (void)p;
+#endif /* __GNUC__ */
 }
 
-static size_t node_count(const struct args *a)
-{
-    return json_array_size(a->names ? a->names : a->items);
-}
-
-/* Parse ExtenderArgs. Returns 0, or an HTTP status with the reply written. */
-static int parse_args(const char *body, size_t len, struct args *a, struct egpu_buf *reply)
-{
-    struct egpu_error err = {0};
-    json_error_t jerr;
-    const json_t *nodes;
-    char msg[EGPU_ERRMSG_MAX + 64];
-
-    a->root = json_loadb(body, len, 0, &jerr);
-    if (!json_is_object(a->root)) {
-        snprintf(msg, sizeof(msg), "ExtenderArgs: %s%s",
-                 a->root ? "must be a JSON object" : "malformed JSON: ", a->root ? "" : jerr.text);
-        json_decref(a->root);
-        return reply_error(reply, 400, msg);
-    }
-    if (egpu_sched_pod_parse(json_object_get(a->root, "Pod"), &a->pod, &err) != 0) {
-        snprintf(msg, sizeof(msg), "ExtenderArgs.Pod: %s", err.msg);
-        json_decref(a->root);
-        return reply_error(reply, 400, msg);
-    }
-    a->names = json_object_get(a->root, "NodeNames");
-    nodes = json_object_get(a->root, "Nodes");
-    a->items = json_is_object(nodes) ? json_object_get(nodes, "items") : NULL;
-    if (json_is_null(a->names))
-        a->names = NULL;
-    if (a->names != NULL && !json_is_array(a->names))
-        snprintf(msg, sizeof(msg), "ExtenderArgs.NodeNames: must be an array of strings or null");
-    else if (a->names == NULL && !json_is_array(a->items))
-        snprintf(msg, sizeof(msg), "ExtenderArgs: NodeNames and Nodes.items are both missing");
-    else
-        msg[0] = '\0';
-    for (size_t i = 0; msg[0] == '\0' && i < node_count(a); i++) {
-        const char *n = node_name_at(a, i);
-
-        if (n == NULL || n[0] == '\0')
-            snprintf(msg, sizeof(msg), "ExtenderArgs.%s[%zu]: node name missing",
-                     a->names ? "NodeNames" : "Nodes.items", i);
-    }
-    if (msg[0] != '\0') {
-        json_decref(a->root);
-        return reply_error(reply, 400, msg);
-    }
-    return 0;
-}
+#define UNKNOWN_NODE "node unknown to the elastic-gpu cache (no Node object seen)"
 
 static bool synced(struct egpu_extender *x)
 {
@@ -233,15 +221,162 @@ static int model_mask(struct egpu_cluster *c, struct egpu_sched_pod *p, struct e
     return egpu_cluster_model_mask(c, p->gpu_model, &p->req.model_mask, err);
 }
 
+/* Decode ExtenderArgs. Returns 0, or an HTTP status with the reply written. */
+static int decode_args(const char *body, size_t len, struct egpu__wire_args *a,
+                       struct egpu_buf *reply)
+{
+    struct egpu_error err = {0};
+    int rc = egpu__wire_args_decode(body, len, a, &err);
+
+    if (rc == 0)
+        return 0;
+    return reply_error(reply, rc == -ENOMEM ? 500 : 400, err.msg);
+}
+
+/* The placer for a GPU pod, its model mask resolved (cache lock held).
+ * NULL with *err set when the pod's model list or policies are unusable. */
+static struct egpu_placer *pod_placer(struct egpu_extender *x, struct egpu_cluster *c,
+                                      struct egpu_sched_pod *pod, struct egpu_error *err)
+{
+    if (model_mask(c, pod, err) != 0)
+        return NULL;
+    return placer_for(x, c, pod, err);
+}
+
+static bool same_request(const struct egpu_pod_request *a, const struct egpu_pod_request *b)
+{
+    return a->cpu_milli == b->cpu_milli && a->mem_mib == b->mem_mib &&
+           a->model_mask == b->model_mask && a->ncontainers == b->ncontainers &&
+           memcmp(a->containers, b->containers, a->ncontainers * sizeof(a->containers[0])) == 0;
+}
+
+/* Do the last filter's verdicts hold for pod now (cache lock held)? They do
+ * while it was the same pod and request, judged by the same placer, and the
+ * cluster has not changed since (its generation counts every node and
+ * assignment change). */
+static bool last_holds(const struct egpu_extender *x, const struct egpu_cluster *c,
+                       const struct egpu_sched_pod *pod, const struct egpu_placer *p)
+{
+    const struct last_filter *l = &x->last;
+
+    return l->names != NULL && l->gen == c->gen && l->placer == p &&
+           l->placer_epoch == x->placer_epoch && same_request(&l->req, &pod->req) &&
+           strcmp(l->uid, pod->uid) == 0 && strcmp(l->name, pod->name) == 0 &&
+           strcmp(l->ns, pod->ns) == 0;
+}
+
+static void last_drop(struct last_filter *l)
+{
+    egpu_free(l->names);
+    egpu_free(l->arena);
+    egpu_free(l->v);
+    l->names = NULL;
+    l->arena = NULL;
+    l->v = NULL;
+    l->n = 0;
+}
+
+/* Keep filter's verdicts v for a's nodes, judged at generation gen: takes
+ * a's names and v (cache lock held). */
+static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct verdict *v,
+                      const struct egpu_placer *p, uint64_t gen)
+{
+    struct last_filter *l = &x->last;
+
+    last_drop(l);
+    memcpy(l->ns, a->pod.ns, sizeof(l->ns));
+    memcpy(l->name, a->pod.name, sizeof(l->name));
+    memcpy(l->uid, a->pod.uid, sizeof(l->uid));
+    l->req = a->pod.req;
+    l->placer = p;
+    l->placer_epoch = x->placer_epoch;
+    l->gen = gen;
+    l->n = a->n;
+    l->names = a->names;
+    l->arena = a->arena;
+    l->v = v;
+    a->names = NULL;
+    a->arena = NULL;
+}
+
+/* Position of name among the last filter's nodes at or after *from, or
+ * SIZE_MAX. kube-scheduler sends prioritize the nodes that passed, in
+ * filter's order, so this is a forward walk that moves *from along. */
+static size_t last_find(const struct last_filter *l, const char *name, size_t *from)
+{
+    for (size_t k = *from; k < l->n; k++) {
+        if (strcmp(l->names[k], name) == 0) {
+            *from = k + 1;
+            return k;
+        }
+    }
+    return SIZE_MAX;
+}
+
+/* Judge nodes names[0..n) for request r (cache lock held): v[i] gets
+ * feasibility and score; why[i] (when why != NULL) NULL for a node that can
+ * host the pod, else a reason whose text is appended to reasons. The
+ * placer's memo answers both at once for a node that has not changed, so
+ * only refusals cost more than a lookup. Names are looked up first and the
+ * nodes prefetched a few ahead of their scoring: at thousands of nodes the
+ * time goes in cache misses, not in arithmetic. Returns 0 or -ENOMEM. */
+static int judge(struct egpu_placer *p, struct egpu_cluster *c, const struct egpu_pod_request *r,
+                 const char *const *names, size_t n, struct verdict *v, const char **why,
+                 struct egpu_buf *reasons)
+{
+    static const char failed[] = ""; /* marker: reason text is in reasons */
+    const struct egpu_node **nodes = egpu_malloc((n ? n : 1) * sizeof(*nodes));
+    size_t pos = 0;
+    int rc = 0;
+
+    if (nodes == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        nodes[i] = egpu_cluster_node(c, names[i]);
+    for (size_t i = 0; i < n; i++) {
+        const struct egpu_node *node = nodes[i];
+        char text[512];
+
+        if (i + PREFETCH_AHEAD < n && nodes[i + PREFETCH_AHEAD] != NULL)
+            prefetch(nodes[i + PREFETCH_AHEAD]);
+        v[i].ok = node != NULL && egpu_placer_score(p, c, node, r, &v[i].score, NULL) == 0;
+        if (why == NULL || v[i].ok) {
+            if (why != NULL)
+                why[i] = NULL;
+            continue;
+        }
+        if (node == NULL) {
+            why[i] = UNKNOWN_NODE;
+            continue;
+        }
+        /* Refused: ask again for the text, which the memo does not keep. */
+        (void)egpu_placer_can_host(p, c, node, r, NULL, text, sizeof(text));
+        if (rc == 0)
+            rc = egpu_buf_append(reasons, text, strlen(text) + 1);
+        why[i] = failed;
+    }
+    egpu_free(nodes);
+    for (size_t i = 0; rc == 0 && why != NULL && i < n; i++) {
+        if (why[i] == failed) {
+            why[i] = reasons->data + pos;
+            pos += strlen(why[i]) + 1;
+        }
+    }
+    return rc;
+}
+
 int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                          struct egpu_buf *reply)
 {
-    struct args a;
-    json_t *out, *failed, *passed;
+    struct egpu__wire_args a;
     struct egpu_error err = {0};
     struct egpu_placer *p = NULL;
+    struct egpu_buf reasons;
+    struct verdict *v = NULL;
     struct egpu_cluster *c;
-    int status;
+    const char **why;
+    uint64_t gen = 0;
+    int status, rc = 0;
 
     if (!synced(x))
         return reply_json(reply,
@@ -249,128 +384,118 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                                     "FailedAndUnresolvableNodes", "Error",
                                     "elastic-gpu extender: node cache not synced yet"),
                           503);
-    status = parse_args(body, len, &a, reply);
+    status = decode_args(body, len, &a, reply);
     if (status)
         return status;
-    failed = json_object();
-    passed = json_array();
+    why = egpu_calloc(a.n ? a.n : 1, sizeof(*why));
+    if (why == NULL) {
+        egpu__wire_args_free(&a);
+        return reply_error(reply, 500, "out of memory");
+    }
+    egpu_buf_init(&reasons, a.n * 512 + 1);
     c = egpu_sched_cache_lock(x->cache);
     if (egpu_sched_pod_wants_gpu(&a.pod)) {
-        if (model_mask(c, &a.pod, &err) == 0)
-            p = placer_for(x, c, &a.pod, &err);
-        if (p == NULL) {
-            egpu_sched_cache_unlock(x->cache);
-            json_decref(failed);
-            json_decref(passed);
-            json_decref(a.root);
-            return reply_error(reply, 400, err.msg);
+        p = pod_placer(x, c, &a.pod, &err);
+        v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
+        if (p != NULL && v != NULL) {
+            rc = judge(p, c, &a.pod.req, a.names, a.n, v, why, &reasons);
+            gen = c->gen;
         }
     }
-    for (size_t i = 0; i < node_count(&a); i++) {
-        const char *name = node_name_at(&a, i);
-        const struct egpu_node *n = egpu_cluster_node(c, name);
-        char why[512];
-
-        if (p == NULL) { /* no GPU asked: not ours to judge */
-            json_array_append_new(passed, json_integer((json_int_t)i));
-        } else if (n == NULL) {
-            json_object_set_new(failed, name,
-                                json_string("node unknown to the elastic-gpu cache (no Node "
-                                            "object seen)"));
-        } else if (egpu_placer_can_host(p, c, n, &a.pod.req, NULL, NULL, 0)) {
-            /* Asked without a reason first: that answer comes from the
-             * placer's per-node cache; only refusals pay for the text. */
-            json_array_append_new(passed, json_integer((json_int_t)i));
-        } else {
-            (void)egpu_placer_can_host(p, c, n, &a.pod.req, NULL, why, sizeof(why));
-            json_object_set_new(failed, name, json_string(why));
-        }
-    }
+    /* A pod without GPUs is not ours to judge: every node passes (why all NULL). */
     egpu_sched_cache_unlock(x->cache);
-    out = json_pack("{s:n,s:n,s:o,s:{},s:s}", "Nodes", "NodeNames", "FailedNodes", failed,
-                    "FailedAndUnresolvableNodes", "Error", "");
-    if (out != NULL) {
-        json_t *list = json_array();
-        size_t k;
-        json_t *idx;
-
-        json_array_foreach(passed, k, idx)
-        {
-            size_t i = (size_t)json_integer_value(idx);
-
-            json_array_append(list,
-                              a.names ? json_array_get(a.names, i) : json_array_get(a.items, i));
-        }
-        if (a.names != NULL)
-            json_object_set_new(out, "NodeNames", list);
-        else
-            json_object_set_new(out, "Nodes", json_pack("{s:{},s:o}", "metadata", "items", list));
+    if (egpu_sched_pod_wants_gpu(&a.pod) && (p == NULL || v == NULL || rc != 0)) {
+        status =
+            p == NULL ? reply_error(reply, 400, err.msg) : reply_error(reply, 500, "out of memory");
+        goto out;
     }
-    json_decref(passed);
-    json_decref(a.root);
-    return out ? reply_json(reply, out, 200) : 500;
+    status = egpu__wire_filter_result(reply, &a, why) == 0 ? 200 : 500;
+    if (status == 200 && v != NULL) {
+        /* The prioritize that follows for this pod answers from these. */
+        (void)egpu_sched_cache_lock(x->cache);
+        last_keep(x, &a, v, p, gen);
+        egpu_sched_cache_unlock(x->cache);
+        v = NULL;
+    }
+out:
+    egpu_buf_free(&reasons);
+    egpu_free(why);
+    egpu_free(v);
+    egpu__wire_args_free(&a);
+    return status;
 }
 
 int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t len,
                              struct egpu_buf *reply)
 {
-    struct args a;
+    struct egpu__wire_args a;
     struct egpu_error err = {0};
     struct egpu_placer *p = NULL;
     struct egpu_cluster *c;
-    double *scores;
-    bool *ok;
+    struct verdict *v;
+    uint8_t *score;
     double lo = 0, hi = 0;
     bool any = false;
-    json_t *out;
-    size_t n;
-    int status;
+    int status, rc = 0;
 
     if (!synced(x))
         return reply_error(reply, 503, "elastic-gpu extender: node cache not synced yet");
-    status = parse_args(body, len, &a, reply);
+    status = decode_args(body, len, &a, reply);
     if (status)
         return status;
-    n = node_count(&a);
-    scores = egpu_calloc(n ? n : 1, sizeof(*scores));
-    ok = egpu_calloc(n ? n : 1, sizeof(*ok));
-    out = json_array();
-    if (scores == NULL || ok == NULL || out == NULL) {
-        egpu_free(scores);
-        egpu_free(ok);
-        json_decref(out);
-        json_decref(a.root);
-        return 500;
+    v = egpu_calloc(a.n ? a.n : 1, sizeof(*v));
+    score = egpu_calloc(a.n ? a.n : 1, sizeof(*score));
+    if (v == NULL || score == NULL) {
+        egpu_free(v);
+        egpu_free(score);
+        egpu__wire_args_free(&a);
+        return reply_error(reply, 500, "out of memory");
     }
     c = egpu_sched_cache_lock(x->cache);
-    if (egpu_sched_pod_wants_gpu(&a.pod) && model_mask(c, &a.pod, &err) == 0)
-        p = placer_for(x, c, &a.pod, &err);
-    for (size_t i = 0; p != NULL && i < n; i++) {
-        const struct egpu_node *node = egpu_cluster_node(c, node_name_at(&a, i));
+    if (egpu_sched_pod_wants_gpu(&a.pod))
+        p = pod_placer(x, c, &a.pod, &err);
+    if (p != NULL) {
+        bool hit = last_holds(x, c, &a.pod, p);
+        size_t from = 0, done = 0;
 
-        ok[i] = node && egpu_placer_score(p, c, node, &a.pod.req, &scores[i], NULL) == 0;
-        if (ok[i]) {
-            lo = any && lo < scores[i] ? lo : scores[i];
-            hi = any && hi > scores[i] ? hi : scores[i];
+        /* Straight after filter for this pod, the verdicts are known; any
+         * node not found in order is judged afresh, with the rest. */
+        for (; hit && done < a.n; done++) {
+            size_t k = last_find(&x->last, a.names[done], &from);
+
+            if (k == SIZE_MAX)
+                break;
+            v[done] = x->last.v[k];
+        }
+        if (done < a.n)
+            rc = judge(p, c, &a.pod.req, a.names + done, a.n - done, v + done, NULL, NULL);
+    }
+    egpu_sched_cache_unlock(x->cache);
+    if (rc != 0) {
+        status = reply_error(reply, 500, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < a.n; i++) {
+        if (v[i].ok) {
+            lo = any && lo < v[i].score ? lo : v[i].score;
+            hi = any && hi > v[i].score ? hi : v[i].score;
             any = true;
         }
     }
-    egpu_sched_cache_unlock(x->cache);
     /* Map the policy's scale onto 0..10 (MaxExtenderPriority): best = 10,
      * worst feasible = 0 (all 10 when they tie); nodes that cannot host
      * the pod, and every node for a pod without GPUs, score 0. */
-    for (size_t i = 0; i < n; i++) {
-        long long s = 0;
-
-        if (ok[i])
-            s = hi > lo ? (long long)(10.0 * (scores[i] - lo) / (hi - lo) + 0.5) : 10;
-        json_array_append_new(
-            out, json_pack("{s:s,s:I}", "Host", node_name_at(&a, i), "Score", (json_int_t)s));
+    for (size_t i = 0; i < a.n; i++) {
+        if (v[i].ok)
+            score[i] =
+                hi > lo ? (uint8_t)(10.0 * (v[i].score - lo) / (hi - lo) + 0.5) : (uint8_t)10;
     }
-    egpu_free(scores);
-    egpu_free(ok);
-    json_decref(a.root);
-    return reply_json(reply, out, 200);
+    status = egpu__wire_priorities(reply, &a, score) == 0 ? 200 : 500;
+out:
+    egpu_free(v);
+    egpu_free(score);
+    egpu__wire_args_free(&a);
+    return status;
 }
 
 /* ------------------------------------------------------------------------ */

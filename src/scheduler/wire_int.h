@@ -1,0 +1,60 @@
+/* scheduler/wire_int.h - ExtenderArgs in, ExtenderFilterResult and
+ * HostPriorityList out, for the extender's hot verbs (src/scheduler/wire.c).
+ *
+ * Private to src/scheduler. The decoder streams the body through yajl: node
+ * names are copied into one arena, and only the Pod's bytes are handed to
+ * jansson and egpu_sched_pod_parse. The encoders write straight into the
+ * reply buffer. Nothing here allocates per node except the amortised growth
+ * of the name table.
+ */
+#ifndef EGPU_SCHED_WIRE_INT_H
+#define EGPU_SCHED_WIRE_INT_H
+
+#include <stdint.h>
+
+#include "egpu/scheduler.h"
+
+/* A byte range of the request body. */
+struct egpu__wire_span {
+    size_t off, len;
+};
+
+/* ExtenderArgs, decoded. Node names come from NodeNames when that is an
+ * array (nodeCacheCapable), else from Nodes.items[*].metadata.name; in the
+ * second form items[i] is the byte range of the i-th Node object in the body,
+ * which the filter reply echoes verbatim. */
+struct egpu__wire_args {
+    struct egpu_sched_pod pod;
+    size_t n;                      /* node names */
+    const char **names;            /* n non-empty names, NUL-terminated, into arena */
+    char *arena;                   /* every name's bytes, one allocation */
+    bool full;                     /* names come from Nodes.items (NodeList form) */
+    struct egpu__wire_span *items; /* full form: n ranges of body; else NULL */
+    const char *body;              /* borrowed: the request body items point into */
+};
+
+/* Decode ExtenderArgs from body (len bytes, borrowed: a full-form *a points
+ * into it). Top-level keys may come in any order and unknown ones are
+ * ignored; a key given twice counts once, the last one. Returns 0, or
+ * EGPU_ESYNTAX / EGPU_ERANGE with err naming the problem ("ExtenderArgs:
+ * malformed JSON: ...", "ExtenderArgs.Pod: metadata.name: missing",
+ * "ExtenderArgs.NodeNames[3]: must be a string", ...), or -ENOMEM. On error
+ * *a holds nothing to free; on success free it with egpu__wire_args_free. */
+int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args *a,
+                           struct egpu_error *err) EGPU_MUST_CHECK;
+void egpu__wire_args_free(struct egpu__wire_args *a);
+
+/* Append ExtenderFilterResult to reply: the nodes i of a with why[i] == NULL
+ * pass (as NodeNames, or as Nodes.items when a->full), the others go to
+ * FailedNodes with why[i] as the message; FailedAndUnresolvableNodes is
+ * empty and Error "". Returns 0, -EMSGSIZE (reply full) or -ENOMEM; reply
+ * may then hold part of the text. */
+int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_args *a,
+                             const char *const *why) EGPU_MUST_CHECK;
+
+/* Append HostPriorityList: [{"Host":names[i],"Score":score[i]}] for every
+ * node of a, in order. Same returns as egpu__wire_filter_result. */
+int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *a,
+                          const uint8_t *score) EGPU_MUST_CHECK;
+
+#endif /* EGPU_SCHED_WIRE_INT_H */
