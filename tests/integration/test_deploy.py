@@ -1,0 +1,576 @@
+"""Static checks of the deployment manifests under deploy/: the kustomize base
+renders offline with kubectl, the CRDs are valid structural v1 CRDs, and the
+pieces of the scheduler deployment agree with each other and with what
+egpu-scheduler does (its API calls, its flags, its HTTP endpoints).
+
+Nothing here talks to a cluster. Skipped only when kubectl is missing."""
+import os
+import re
+import shutil
+import subprocess
+import urllib.parse
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+DEPLOY = ROOT / "deploy"
+NS = "elastic-gpu-system"
+GROUP = "elasticgpu.io"
+VERSION = "v1alpha1"
+PART_OF = ("app.kubernetes.io/part-of", "elastic-gpu")
+SCHEDULER_NAME = "elastic-gpu-scheduler"
+EGPU_LEASE_DEFAULT = "elastic-gpu-scheduler"  # egpu-scheduler --lease-name default
+
+# kind -> (plural, scope): DESIGN.md section 3.
+CRDS = {
+    "GPU": ("gpus", "Cluster"),
+    "ElasticGPU": ("elasticgpus", "Cluster"),
+    "ElasticGPUClaim": ("elasticgpuclaims", "Namespaced"),
+    "ElasticGPUClass": ("elasticgpuclasses", "Cluster"),
+    "GPUBudget": ("gpubudgets", "Namespaced"),
+}
+CLUSTER_KINDS = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service",
+                    "Deployment"}
+
+# Every (apiGroup, resource, verb) egpu-scheduler uses: src/scheduler/api.c
+# (informers on nodes, pods and GPUs; GET + merge PATCH of pods; the Binding).
+EGPU_NEEDS = {
+    ("", "nodes", "list"), ("", "nodes", "watch"),
+    ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "get"), ("", "pods", "patch"),
+    ("", "pods/binding", "create"),
+    (GROUP, "gpus", "list"), (GROUP, "gpus", "watch"),
+}
+LEASE_VERBS = {"get", "create", "update"}  # client-go style leader election
+
+KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.access("/usr/bin/kubectl", os.X_OK)
+                                      else None)
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+
+
+# --- helpers ------------------------------------------------------------------
+
+def kustomize(path):
+    r = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, f"kubectl kustomize {path} failed:\n{r.stderr}"
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def objs():
+    docs = kustomize(DEPLOY)
+    assert docs, "kubectl kustomize deploy/ rendered nothing"
+    return docs
+
+
+def find(objs, kind, name=None, namespace=None):
+    out = [o for o in objs if o["kind"] == kind
+           and (name is None or o["metadata"]["name"] == name)
+           and (namespace is None or o["metadata"].get("namespace") == namespace)]
+    return out
+
+
+def one(objs, kind, name=None, namespace=None):
+    found = find(objs, kind, name, namespace)
+    assert len(found) == 1, f"expected one {kind} {name or ''} in {namespace}, got {len(found)}"
+    return found[0]
+
+
+def flag(args, name):
+    """Value of --name in args, as `--name V` or `--name=V`; None if absent."""
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def container(pod_spec, name):
+    cs = [c for c in pod_spec["containers"] if c["name"] == name]
+    assert len(cs) == 1, f"no container {name}"
+    return cs[0]
+
+
+def container_port(c, port):
+    """A probe's or Service's port (number or name) as the container's port number."""
+    for p in c.get("ports", []):
+        if port in (p["containerPort"], p.get("name")):
+            return p["containerPort"]
+    raise AssertionError(f"port {port!r} is not a port of container {c['name']}")
+
+
+def scheduler_deployment(objs):
+    deps = [d for d in find(objs, "Deployment")
+            if any(c["name"] == "egpu-scheduler" for c in d["spec"]["template"]["spec"]["containers"])]
+    assert len(deps) == 1, "expected one Deployment running egpu-scheduler"
+    return deps[0]
+
+
+def scheduler_config(objs):
+    for cm in find(objs, "ConfigMap"):
+        for key, text in (cm.get("data") or {}).items():
+            doc = yaml.safe_load(text)
+            if isinstance(doc, dict) and doc.get("kind") == "KubeSchedulerConfiguration":
+                return cm, key, doc
+    raise AssertionError("no ConfigMap holds a KubeSchedulerConfiguration")
+
+
+def rule_allows(rule, group, resource, verb, name=None):
+    if group not in rule.get("apiGroups", []) or resource not in rule.get("resources", []):
+        return False
+    if verb not in rule.get("verbs", []):
+        return False
+    names = rule.get("resourceNames")
+    return not names or (name is not None and name in names)
+
+
+def allows(rules, group, resource, verb, name=None):
+    return any(rule_allows(r, group, resource, verb, name) for r in rules)
+
+
+def granted(rules):
+    return {(g, res, v) for r in rules for g in r.get("apiGroups", [])
+            for res in r.get("resources", []) for v in r.get("verbs", [])}
+
+
+def bound_to(binding, sa_name, sa_ns):
+    return any(s.get("kind") == "ServiceAccount" and s.get("name") == sa_name
+               and s.get("namespace") == sa_ns for s in binding.get("subjects", []))
+
+
+# --- rendering, namespaces, labels ---------------------------------------------
+
+def test_renders_all_parts(objs):
+    kinds = {o["kind"] for o in objs}
+    for k in ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+              "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Service", "Deployment"):
+        assert k in kinds, f"deploy/ renders no {k}"
+    one(objs, "Namespace", NS)
+
+
+def test_crds_render_alone():
+    docs = kustomize(DEPLOY / "crds")
+    assert sorted(d["spec"]["names"]["kind"] for d in docs) == sorted(CRDS)
+
+
+def test_namespaces(objs):
+    for o in objs:
+        kind, meta = o["kind"], o["metadata"]
+        where = f"{kind}/{meta['name']}"
+        assert kind in CLUSTER_KINDS | NAMESPACED_KINDS, f"{where}: unknown scope, extend this test"
+        if kind in CLUSTER_KINDS:
+            assert "namespace" not in meta, f"{where} is cluster-scoped but has a namespace"
+        elif kind == "RoleBinding" and o["roleRef"]["name"] == "extension-apiserver-authentication-reader":
+            assert meta.get("namespace") == "kube-system", f"{where} must be in kube-system"
+        else:
+            assert meta.get("namespace") == NS, f"{where} is not in {NS}"
+    for o in find(objs, "RoleBinding") + find(objs, "ClusterRoleBinding"):
+        for s in o["subjects"]:
+            if s["kind"] == "ServiceAccount":
+                one(objs, "ServiceAccount", s["name"], s["namespace"])
+
+
+def test_common_label(objs):
+    for o in objs:
+        labels = o["metadata"].get("labels") or {}
+        assert labels.get(PART_OF[0]) == PART_OF[1], f"{o['kind']}/{o['metadata']['name']}"
+    dep = scheduler_deployment(objs)
+    assert dep["spec"]["template"]["metadata"]["labels"].get(PART_OF[0]) == PART_OF[1]
+    # Selectors are immutable: the common label must not be added to them.
+    assert PART_OF[0] not in dep["spec"]["selector"]["matchLabels"]
+
+
+# --- CRDs -------------------------------------------------------------------------
+
+def check_structural(node, path, errors):
+    """Structural-schema rules (apiextensions.k8s.io/v1) on one schema node."""
+    if not isinstance(node, dict):
+        errors.append(f"{path}: not a schema object")
+        return
+    if node.get("x-kubernetes-int-or-string"):
+        if "type" in node:
+            errors.append(f"{path}: x-kubernetes-int-or-string must not set type")
+        if "anyOf" in node and node["anyOf"] not in ([{"type": "integer"}, {"type": "string"}],):
+            errors.append(f"{path}: int-or-string anyOf must be [integer, string]")
+    elif "type" not in node:
+        if not node.get("x-kubernetes-preserve-unknown-fields"):
+            errors.append(f"{path}: no type")
+    elif node["type"] not in ("object", "array", "string", "integer", "number", "boolean"):
+        errors.append(f"{path}: bad type {node['type']!r}")
+    for k in ("anyOf", "oneOf", "allOf", "not"):
+        if k in node and not node.get("x-kubernetes-int-or-string"):
+            errors.append(f"{path}: {k} is not used in these schemas")
+    if "properties" in node and "additionalProperties" in node:
+        errors.append(f"{path}: additionalProperties alongside properties")
+    if node.get("type") == "array" and "items" not in node:
+        errors.append(f"{path}: array without items")
+    if "enum" in node and "default" in node and node["default"] not in node["enum"]:
+        errors.append(f"{path}: default {node['default']!r} not in enum")
+    for req in node.get("required", []):
+        if req not in node.get("properties", {}):
+            errors.append(f"{path}: required {req!r} is not a property")
+    for rule in node.get("x-kubernetes-validations", []):
+        if not isinstance(rule.get("rule"), str) or not rule["rule"]:
+            errors.append(f"{path}: x-kubernetes-validations entry without rule")
+    for name, sub in (node.get("properties") or {}).items():
+        check_structural(sub, f"{path}.{name}", errors)
+    if "items" in node:
+        check_structural(node["items"], f"{path}[]", errors)
+    if isinstance(node.get("additionalProperties"), dict):
+        check_structural(node["additionalProperties"], f"{path}{{}}", errors)
+
+
+def json_path_fields(jp):
+    """'.spec.capacity.elasticgpu\\.io/gpu-core' -> ['spec', 'capacity', 'elasticgpu.io/gpu-core']."""
+    assert jp.startswith("."), f"jsonPath {jp!r} must start with ."
+    parts = re.split(r"(?<!\\)\.", jp[1:])
+    return [p.replace("\\.", ".") for p in parts]
+
+
+def schema_at(schema, fields):
+    node = schema
+    for f in fields:
+        if f == "metadata" and node is schema:
+            return {"type": "object"}  # ObjectMeta: not in the CRD schema
+        props = node.get("properties") or {}
+        if f not in props:
+            return None
+        node = props[f]
+    return node
+
+
+def crd(objs, kind):
+    found = [o for o in find(objs, "CustomResourceDefinition")
+             if o["spec"]["names"]["kind"] == kind]
+    assert len(found) == 1, f"expected one CRD of kind {kind}"
+    return found[0]
+
+
+def storage_version(c):
+    return [v for v in c["spec"]["versions"] if v.get("storage")][0]
+
+
+def test_crd_set(objs):
+    kinds = sorted(o["spec"]["names"]["kind"] for o in find(objs, "CustomResourceDefinition"))
+    assert kinds == sorted(CRDS)
+
+
+@pytest.mark.parametrize("kind", sorted(CRDS))
+def test_crd(objs, kind):
+    c = crd(objs, kind)
+    spec = c["spec"]
+    plural, scope = CRDS[kind]
+    assert c["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert spec["group"] == GROUP
+    assert spec["names"]["plural"] == plural
+    assert c["metadata"]["name"] == f"{spec['names']['plural']}.{spec['group']}"
+    assert spec["scope"] == scope
+    assert spec["names"].get("listKind", kind + "List") == kind + "List"
+    storage = [v for v in spec["versions"] if v.get("storage")]
+    assert len(storage) == 1, "exactly one storage version"
+    assert storage[0]["name"] == VERSION and storage[0]["served"]
+    for v in spec["versions"]:
+        assert "status" in (v.get("subresources") or {}), f"{v['name']}: no status subresource"
+        schema = v["schema"]["openAPIV3Schema"]
+        assert schema.get("type") == "object"
+        errors = []
+        check_structural(schema, kind, errors)
+        assert not errors, "not structural:\n" + "\n".join(errors)
+        meta = schema["properties"].get("metadata")
+        assert meta is None or set(meta.get("properties", {})) <= {"name", "generateName"}
+        assert "status" in schema["properties"], "status subresource without a status schema"
+        for col in v.get("additionalPrinterColumns", []):
+            assert col["type"] in ("integer", "number", "string", "boolean", "date")
+            fields = json_path_fields(col["jsonPath"])
+            assert schema_at(schema, fields) is not None, \
+                f"printer column {col['name']}: {col['jsonPath']} is not in the schema"
+        sel = v.get("selectableFields", [])
+        assert len(sel) <= 8
+        for f in sel:
+            node = schema_at(schema, json_path_fields(f["jsonPath"]))
+            assert node is not None and node.get("type") in ("string", "integer", "boolean"), \
+                f"selectable field {f['jsonPath']} must be a scalar in the schema"
+
+
+def test_gpu_crd_matches_scheduler(objs):
+    v = storage_version(crd(objs, "GPU"))
+    schema = v["schema"]["openAPIV3Schema"]
+    spec = schema["properties"]["spec"]
+    # What src/scheduler/cache.c reads from a GPU object.
+    assert {"nodeName", "index", "uuid", "memory"} <= set(spec["required"])
+    assert spec["properties"]["index"]["type"] == "integer"
+    assert spec["properties"]["memory"]["type"] == "integer"
+    assert spec["properties"]["uuid"]["maxLength"] <= 63
+    assert {"jsonPath": ".spec.nodeName"} in v["selectableFields"]
+    cols = {c["name"]: c["jsonPath"] for c in v["additionalPrinterColumns"]}
+    for want in (".spec.nodeName", ".spec.index", ".spec.model", ".spec.memory",
+                 ".status.health"):
+        assert want in cols.values(), f"GPU has no printer column for {want}"
+    item = schema["properties"]["status"]["properties"]["allocated"]["items"]["properties"]
+    assert {"pod", "container", "core", "memory"} <= set(item)
+
+
+@pytest.mark.parametrize("kind,path,values", [
+    ("ElasticGPU", ("status", "phase"), ["Pending", "Available", "Bound", "Released", "Failed"]),
+    ("ElasticGPUClaim", ("status", "phase"), ["Pending", "Bound", "Lost"]),
+    ("ElasticGPUClass", ("reclaimPolicy",), ["Retain", "Delete"]),
+    ("ElasticGPUClass", ("bindingMode",), ["Immediate", "WaitForFirstConsumer"]),
+])
+def test_crd_enums(objs, kind, path, values):
+    node = schema_at(storage_version(crd(objs, kind))["schema"]["openAPIV3Schema"], path)
+    assert node is not None and sorted(node["enum"]) == sorted(values)
+
+
+def test_gpu_core_validation(objs):
+    for kind, path in (("ElasticGPUClaim", ("spec", "resources", "requests")),
+                       ("ElasticGPU", ("spec", "capacity"))):
+        node = schema_at(storage_version(crd(objs, kind))["schema"]["openAPIV3Schema"], path)
+        assert set(node["properties"]) == {"elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"}
+        core = node["properties"]["elasticgpu.io/gpu-core"]
+        assert core["type"] == "integer" and core["minimum"] == 1
+        (rule,) = [r["rule"] for r in core["x-kubernetes-validations"]]
+        # Evaluate the CEL rule (a plain arithmetic one) on the values the
+        # resource model accepts and refuses, together with minimum.
+        assert re.fullmatch(r"[self<>=!%|&0-9 ()]+", rule), f"rule too complex to check: {rule}"
+        py = rule.replace("||", " or ").replace("&&", " and ")
+
+        def valid(n):
+            return n >= core["minimum"] and eval(py, {}, {"self": n})  # noqa: S307
+
+        assert [n for n in (0, 1, 30, 99, 100, 150, 200, 250, 800) if valid(n)] == \
+            [1, 30, 99, 100, 200, 800]
+
+
+# --- the scheduler ------------------------------------------------------------------
+
+def test_scheduler_config(objs):
+    cm, key, cfg = scheduler_config(objs)
+    assert cm["metadata"]["namespace"] == NS
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert [p["schedulerName"] for p in cfg["profiles"]] == [SCHEDULER_NAME]
+    le = cfg["leaderElection"]
+    assert le["leaderElect"] is True
+    assert le.get("resourceLock", "leases") == "leases"
+    assert le["resourceName"] not in ("kube-scheduler", EGPU_LEASE_DEFAULT)
+    assert le["resourceNamespace"] == NS
+
+    (ext,) = cfg["extenders"]
+    assert ext["filterVerb"] == "filter"
+    assert ext["prioritizeVerb"] == "prioritize"
+    assert ext["bindVerb"] == "bind"
+    assert "preemptVerb" not in ext  # egpu-scheduler serves no preempt
+    assert ext["weight"] == 5
+    assert ext["nodeCacheCapable"] is True
+    assert ext["httpTimeout"] == "5s"
+    assert ext["ignorable"] is False
+    assert not ext.get("enableHTTPS", False)
+    managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
+    assert managed == {"elasticgpu.io/gpu-core": False, "elasticgpu.io/gpu-memory": True}
+
+    # The URL names the Service, its namespace and port, which lead to the
+    # egpu-scheduler container listening on --port.
+    url = urllib.parse.urlsplit(ext["urlPrefix"])
+    assert url.scheme == "http" and url.path in ("", "/")
+    svc_name, svc_ns, svc = url.hostname.split(".")[:3]
+    assert svc == "svc" and svc_ns == NS
+    service = one(objs, "Service", svc_name, svc_ns)
+    ports = [p for p in service["spec"]["ports"] if p["port"] == url.port]
+    assert len(ports) == 1, f"Service {svc_name} has no port {url.port}"
+    dep = scheduler_deployment(objs)
+    pod = dep["spec"]["template"]
+    assert all(pod["metadata"]["labels"].get(k) == v
+               for k, v in service["spec"]["selector"].items()), "Service does not select the pods"
+    egpu = container(pod["spec"], "egpu-scheduler")
+    target = container_port(egpu, ports[0].get("targetPort", ports[0]["port"]))
+    assert str(target) == flag(egpu["args"], "--port") == str(url.port) == "8888"
+    assert not service["spec"].get("publishNotReadyAddresses"), \
+        "only the ready (leading) egpu-scheduler may receive bind"
+
+    # kube-scheduler reads that file from the mounted ConfigMap.
+    ks = container(pod["spec"], "kube-scheduler")
+    assert ks["image"] == "registry.k8s.io/kube-scheduler:v1.32.0"
+    cfg_path = flag(ks.get("command", [])[1:] + ks.get("args", []), "--config")
+    assert cfg_path, "kube-scheduler has no --config"
+    vols = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounted = [m for m in ks["volumeMounts"]
+               if cfg_path.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert len(mounted) == 1
+    vol = vols[mounted[0]["name"]]
+    assert vol["configMap"]["name"] == cm["metadata"]["name"]
+    assert cfg_path == mounted[0]["mountPath"].rstrip("/") + "/" + key
+
+
+def test_scheduler_deployment(objs):
+    dep = scheduler_deployment(objs)
+    assert dep["metadata"]["namespace"] == NS
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]
+    assert all(pod["metadata"]["labels"].get(k) == v
+               for k, v in dep["spec"]["selector"]["matchLabels"].items())
+    spec = pod["spec"]
+    assert sorted(c["name"] for c in spec["containers"]) == ["egpu-scheduler", "kube-scheduler"]
+    one(objs, "ServiceAccount", spec["serviceAccountName"], NS)
+
+    egpu = container(spec, "egpu-scheduler")
+    args = egpu.get("command", [])[1:] + egpu.get("args", [])
+    assert flag(args, "--port") == "8888"
+    assert flag(args, "--leader-elect") == "true"
+    image = egpu["image"]
+    assert "/" in image and ":" in image.rsplit("/", 1)[1], \
+        f"{image}: the kustomization's images entry should give a registry and tag"
+    port = int(flag(args, "--port"))
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = egpu[probe]["httpGet"]
+        assert get["path"] == path
+        assert container_port(egpu, get["port"]) == port
+        assert get.get("scheme", "HTTP") == "HTTP"
+    assert egpu["resources"]["requests"] and egpu["resources"]["limits"]
+
+    for c in spec["containers"]:
+        sc = c.get("securityContext", {})
+        assert sc.get("readOnlyRootFilesystem") is True, c["name"]
+        assert sc.get("allowPrivilegeEscalation") is False, c["name"]
+        assert "ALL" in sc.get("capabilities", {}).get("drop", []), c["name"]
+        non_root = sc.get("runAsNonRoot", spec.get("securityContext", {}).get("runAsNonRoot"))
+        uid = sc.get("runAsUser", spec.get("securityContext", {}).get("runAsUser"))
+        assert non_root is True and uid not in (None, 0), c["name"]
+        assert c.get("resources", {}).get("requests"), c["name"]
+
+    # Only the leader is ready, so a rollout that waits for new pods to be
+    # ready before removing old ones never finishes: all old pods must be
+    # replaceable at once.
+    strat = dep["spec"].get("strategy", {})
+    if strat.get("type", "RollingUpdate") == "RollingUpdate":
+        ru = strat.get("rollingUpdate", {})
+        assert str(ru.get("maxUnavailable")) in ("100%", str(dep["spec"]["replicas"]))
+    else:
+        assert strat["type"] == "Recreate"
+
+
+def test_egpu_scheduler_cluster_role(objs):
+    dep = scheduler_deployment(objs)
+    sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
+    role = one(objs, "ClusterRole", "elastic-gpu-scheduler")
+    rules = role["rules"]
+    for r in rules:
+        for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+            assert "*" not in r.get(field, []), f"wildcard in {field}: {r}"
+        assert not r.get("nonResourceURLs")
+    for g, res, verb in sorted(EGPU_NEEDS):
+        assert allows(rules, g, res, verb), f"ClusterRole lacks {verb} {res} ({g or 'core'})"
+    extra = granted(rules) - EGPU_NEEDS
+    assert not extra, f"ClusterRole grants more than egpu-scheduler uses: {sorted(extra)}"
+    crbs = [b for b in find(objs, "ClusterRoleBinding")
+            if b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": role["metadata"]["name"]}]
+    assert len(crbs) == 1 and bound_to(crbs[0], sa, NS)
+    for r in find(objs, "Role") + find(objs, "ClusterRole"):
+        for rule in r["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule.get(field, []), f"{r['kind']}/{r['metadata']['name']}"
+
+
+def test_lease_role(objs):
+    dep = scheduler_deployment(objs)
+    spec = dep["spec"]["template"]["spec"]
+    sa = spec["serviceAccountName"]
+    egpu = container(spec, "egpu-scheduler")
+    args = egpu.get("command", [])[1:] + egpu.get("args", [])
+    env = {e["name"]: e for e in egpu.get("env", [])}
+    egpu_lease = (flag(args, "--lease-name") or env.get("EGPU_LEASE_NAME", {}).get("value")
+                  or EGPU_LEASE_DEFAULT)
+    lease_ns = flag(args, "--lease-namespace")
+    ns_env = env.get("EGPU_LEASE_NAMESPACE", {})
+    assert lease_ns in (None, NS)
+    assert ns_env.get("value", NS) == NS
+    if "valueFrom" in ns_env:
+        assert ns_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    _, _, cfg = scheduler_config(objs)
+    ks_lease = cfg["leaderElection"]["resourceName"]
+
+    roles = []
+    for b in find(objs, "RoleBinding", namespace=NS):
+        if b["roleRef"]["kind"] == "Role" and bound_to(b, sa, NS):
+            roles.append(one(objs, "Role", b["roleRef"]["name"], NS))
+    rules = [r for role in roles for r in role["rules"]]
+    assert allows(rules, "coordination.k8s.io", "leases", "create")
+    for name in (egpu_lease, ks_lease):
+        for verb in LEASE_VERBS:
+            assert allows(rules, "coordination.k8s.io", "leases", verb, name), \
+                f"no {verb} on Lease {name} in {NS}"
+    for r in rules:
+        assert r["resources"] == ["leases"], f"lease Role grants more: {r}"
+
+
+def test_kube_scheduler_rbac(objs):
+    sa = scheduler_deployment(objs)["spec"]["template"]["spec"]["serviceAccountName"]
+    cluster_roles = {b["roleRef"]["name"] for b in find(objs, "ClusterRoleBinding")
+                     if b["roleRef"]["kind"] == "ClusterRole" and bound_to(b, sa, NS)}
+    assert {"system:kube-scheduler", "system:volume-scheduler"} <= cluster_roles
+    readers = [b for b in find(objs, "RoleBinding", namespace="kube-system")
+               if b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                   "name": "extension-apiserver-authentication-reader"}]
+    assert len(readers) == 1 and bound_to(readers[0], sa, NS)
+
+
+def test_example_pod(objs):
+    with open(DEPLOY / "examples" / "pod.yaml") as f:
+        pod = yaml.safe_load(f)
+    assert pod["kind"] == "Pod"
+    _, _, cfg = scheduler_config(objs)
+    assert pod["spec"]["schedulerName"] == cfg["profiles"][0]["schedulerName"]
+    (c,) = pod["spec"]["containers"]
+    limits = c["resources"]["limits"]
+    assert str(limits["elasticgpu.io/gpu-core"]) == "30"
+    assert str(limits["elasticgpu.io/gpu-memory"]) == "4096"
+    req = c["resources"].get("requests", {})
+    for k in ("elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"):
+        assert k not in req or str(req[k]) == str(limits[k])
+
+
+# --- the image ----------------------------------------------------------------------
+
+def dockerfile_stages():
+    stages, cur = [], None
+    text = (DEPLOY / "Dockerfile").read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instr, _, rest = line.partition(" ")
+        if instr.upper() == "FROM":
+            cur = {"from": rest.split()[0], "lines": []}
+            stages.append(cur)
+        elif cur is not None:
+            cur["lines"].append((instr.upper(), rest.strip()))
+    return stages
+
+
+def apt_packages(stage):
+    pkgs = set()
+    for instr, rest in stage["lines"]:
+        if instr != "RUN":
+            continue
+        for m in re.finditer(r"apt-get install ([^&;|]*)", rest):
+            pkgs |= {w for w in m.group(1).split() if not w.startswith("-")}
+    return pkgs
+
+
+def test_dockerfile():
+    stages = dockerfile_stages()
+    assert len(stages) >= 2
+    for s in stages:
+        assert s["from"].startswith("debian:12") or s["from"].startswith("debian:bookworm")
+    deps = (ROOT / "scripts" / "deps.sh").read_text()
+    deps_pkgs = set(re.search(r'PKGS="([^"]*)"', deps).group(1).split())
+    build, runtime = apt_packages(stages[0]), apt_packages(stages[-1])
+    assert {"cmake", "build-essential"} <= build <= deps_pkgs
+    assert runtime == {"libcurl4", "libjansson4", "libyajl2", "libmicrohttpd12", "libyaml-0-2",
+                       "libcsv3", "ca-certificates"}
+    users = [rest for instr, rest in stages[-1]["lines"] if instr == "USER"]
+    assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
+    assert any(instr == "COPY" and "--from=" in rest for instr, rest in stages[-1]["lines"])
