@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "egpu/cli.h"
 #include "egpu/log.h"
 #include "sched_int.h"
 
@@ -53,47 +54,7 @@ static const char usage[] =
     "/readyz (ready once the cache is synced, the API server answers and, with leader\n"
     "election, this instance leads) and /metrics (Prometheus text format 0.0.4).\n";
 
-static int bad(const char *fmt, ...) EGPU_PRINTF(1, 2);
-
-static int bad(const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "egpu-scheduler: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\nTry 'egpu-scheduler --help'.\n");
-    return 2;
-}
-
-static int parse_ulong(const char *s, unsigned long lo, unsigned long hi, unsigned long *out)
-{
-    char *end;
-    unsigned long v;
-
-    if (s == NULL || *s < '0' || *s > '9')
-        return -EINVAL;
-    errno = 0;
-    v = strtoul(s, &end, 10);
-    if (errno || *end != '\0' || v < lo || v > hi)
-        return -EINVAL;
-    *out = v;
-    return 0;
-}
-
-static int parse_bool(const char *s, bool *out)
-{
-    if (strcmp(s, "true") == 0 || strcmp(s, "1") == 0) {
-        *out = true;
-        return 0;
-    }
-    if (strcmp(s, "false") == 0 || strcmp(s, "0") == 0) {
-        *out = false;
-        return 0;
-    }
-    return -EINVAL;
-}
+#define bad(...) egpu_cli_usage_error("egpu-scheduler", __VA_ARGS__)
 
 enum {
     O_LISTEN = 256,
@@ -122,14 +83,14 @@ enum {
 static int apply(struct egpu_sched_options *o, int opt, const char *v, const char *who)
 {
     struct egpu_error err = {0};
-    unsigned long u;
+    uint64_t u;
 
     switch (opt) {
     case O_LISTEN:
         o->listen = v;
         return 0;
     case O_PORT:
-        if (parse_ulong(v, 0, 65535, &u))
+        if (egpu_cli_parse_u64(v, 0, 65535, &u))
             return bad("%s \"%s\": expected a port in 0..65535 (0 = any free port)", who, v);
         o->port = (unsigned)u;
         return 0;
@@ -156,12 +117,12 @@ static int apply(struct egpu_sched_options *o, int opt, const char *v, const cha
             return bad("%s: %s", who, err.msg);
         return 0;
     case O_SEED:
-        if (parse_ulong(v, 0, ULONG_MAX, &u))
+        if (egpu_cli_parse_u64(v, 0, UINT64_MAX, &u))
             return bad("%s \"%s\": expected a non-negative integer", who, v);
         o->seed = u;
         return 0;
     case O_LEADER:
-        if (parse_bool(v, &o->leader_elect))
+        if (egpu_cli_parse_bool(v, &o->leader_elect))
             return bad("%s \"%s\": expected true or false", who, v);
         return 0;
     case O_LEASE_NS:
@@ -173,19 +134,19 @@ static int apply(struct egpu_sched_options *o, int opt, const char *v, const cha
     case O_LEASE_DUR:
     case O_RENEW:
     case O_RETRY:
-        if (parse_ulong(v, 1, 3600, &u))
+        if (egpu_cli_parse_u64(v, 1, 3600, &u))
             return bad("%s \"%s\": expected seconds in 1..3600", who, v);
         *(opt == O_LEASE_DUR ? &o->lease_duration_ms
           : opt == O_RENEW   ? &o->renew_deadline_ms
                              : &o->retry_period_ms) = (long)u * 1000;
         return 0;
     case O_THREADS:
-        if (parse_ulong(v, 1, 64, &u))
+        if (egpu_cli_parse_u64(v, 1, 64, &u))
             return bad("%s \"%s\": expected 1..64 threads", who, v);
         o->threads = (unsigned)u;
         return 0;
     case O_MAX_BODY:
-        if (parse_ulong(v, 4096, 1UL << 30, &u))
+        if (egpu_cli_parse_u64(v, 4096, 1UL << 30, &u))
             return bad("%s \"%s\": expected bytes in 4096..1073741824", who, v);
         o->max_body_bytes = u;
         return 0;

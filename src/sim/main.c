@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "egpu/cli.h"
 #include "egpu/sim.h"
 
 #define POLICIES_MAX 16
@@ -69,35 +70,7 @@ struct options {
     size_t nseeds;
 };
 
-static int bad(const char *fmt, ...) EGPU_PRINTF(1, 2);
-
-/* Report a flag error on stderr; returns the exit status 2. */
-static int bad(const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "egpu-sim: ");
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\nTry 'egpu-sim --help'.\n");
-    return 2;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    if (*s < '0' || *s > '9')
-        return -EINVAL;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || *end != '\0')
-        return -EINVAL;
-    *out = v;
-    return 0;
-}
+#define bad(...) egpu_cli_usage_error("egpu-sim", __VA_ARGS__)
 
 static int parse_seeds(const char *arg, struct options *o)
 {
@@ -113,9 +86,10 @@ static int parse_seeds(const char *arg, struct options *o)
 
         if (dots != NULL) {
             *dots = '\0';
-            if (parse_u64(tok, &a) || parse_u64(dots + 2, &b) || b < a)
+            if (egpu_cli_parse_u64(tok, 0, UINT64_MAX, &a) ||
+                egpu_cli_parse_u64(dots + 2, 0, UINT64_MAX, &b) || b < a)
                 return -EINVAL;
-        } else if (parse_u64(tok, &a) == 0) {
+        } else if (egpu_cli_parse_u64(tok, 0, UINT64_MAX, &a) == 0) {
             b = a;
         } else {
             return -EINVAL;
@@ -184,19 +158,6 @@ static int parse_policies(const char *arg, struct options *o, struct egpu_error 
     }
     if (o->npolicies == 0)
         return egpu_error_set(err, -EINVAL, "--policy: empty list");
-    return 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double v;
-
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || !(v >= lo && v <= hi))
-        return -EINVAL;
-    *out = v;
     return 0;
 }
 
@@ -277,15 +238,15 @@ static int parse_args(int argc, char **argv, struct options *o)
                            optarg);
             break;
         case O_INFLATE:
-            if (parse_double(optarg, 0.01, 100.0, &o->inflate))
+            if (egpu_cli_parse_double(optarg, 0.01, 100.0, &o->inflate))
                 return bad("--inflate \"%s\": expected a number in 0.01..100", optarg);
             break;
         case O_COVERAGE:
-            if (parse_double(optarg, 1e-9, 1.0, &o->coverage))
+            if (egpu_cli_parse_double(optarg, 1e-9, 1.0, &o->coverage))
                 return bad("--coverage \"%s\": expected a number in (0, 1]", optarg);
             break;
         case O_JOBS:
-            if (parse_u64(optarg, &u) || u < 1 || u > 256)
+            if (egpu_cli_parse_u64(optarg, 1, 256, &u))
                 return bad("--jobs \"%s\": expected an integer in 1..256", optarg);
             o->jobs = (long)u;
             break;
@@ -296,7 +257,7 @@ static int parse_args(int argc, char **argv, struct options *o)
             o->plot = false;
             break;
         case O_MAXDEV:
-            if (parse_double(optarg, 0.0, 100.0, &o->max_deviation))
+            if (egpu_cli_parse_double(optarg, 0.0, 100.0, &o->max_deviation))
                 return bad("--max-deviation \"%s\": expected points in 0..100", optarg);
             break;
         case 'h':

@@ -1,0 +1,63 @@
+/* net/cli.c - command-line helpers shared by every binary (see egpu/cli.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "egpu/cli.h"
+
+int egpu_cli_usage_error(const char *prog, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '%s --help'.\n", prog);
+    return 2;
+}
+
+int egpu_cli_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    unsigned long long v;
+    char *end;
+
+    if (s == NULL || *s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end != '\0' || v < lo || v > hi)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int egpu_cli_parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v;
+
+    if (s == NULL || *s == '\0')
+        return -EINVAL;
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !(v >= lo && v <= hi))
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int egpu_cli_parse_bool(const char *s, bool *out)
+{
+    if (s != NULL && (strcmp(s, "true") == 0 || strcmp(s, "1") == 0)) {
+        *out = true;
+        return 0;
+    }
+    if (s != NULL && (strcmp(s, "false") == 0 || strcmp(s, "0") == 0)) {
+        *out = false;
+        return 0;
+    }
+    return -EINVAL;
+}
