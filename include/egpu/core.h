@@ -266,6 +266,8 @@ struct egpu_cluster {
     size_t npods;             /* pods holding an allocation */
     int64_t max_cpu_milli;    /* largest node CPU (best-fit normalisation) */
     uint32_t max_ngpus;       /* most cards on one node (best-fit normalisation) */
+    size_t nmax_cpu;          /* nodes with max_cpu_milli: removals rescan only at 0 */
+    size_t nmax_ngpus;        /* nodes with max_ngpus */
 };
 
 /* New empty cluster, or NULL when out of memory. Free with egpu_cluster_free. */

@@ -187,6 +187,24 @@ static void unindex_uuids(struct egpu_cluster *c, const struct egpu_node *n, uin
         (void)egpu_map_del(c->by_uuid, n->gpus[i].uuid); /* present: added above */
 }
 
+/* Count n into the cluster maxima (largest CPU, most cards) and how many
+ * nodes hold them. */
+static void note_maxima(struct egpu_cluster *c, const struct egpu_node *n)
+{
+    if (n->cpu_milli > c->max_cpu_milli || c->nmax_cpu == 0) {
+        c->max_cpu_milli = n->cpu_milli;
+        c->nmax_cpu = 1;
+    } else if (n->cpu_milli == c->max_cpu_milli) {
+        c->nmax_cpu++;
+    }
+    if (n->ngpus > c->max_ngpus || c->nmax_ngpus == 0) {
+        c->max_ngpus = n->ngpus;
+        c->nmax_ngpus = 1;
+    } else if (n->ngpus == c->max_ngpus) {
+        c->nmax_ngpus++;
+    }
+}
+
 static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, struct egpu_error *err)
 {
     struct egpu_node *n;
@@ -267,10 +285,7 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
     c->nodes[c->nnodes++] = n;
     c->ngpus += n->ngpus;
     c->core_milli += (uint64_t)n->ngpus * EGPU_GPU_MILLI;
-    if (n->cpu_milli > c->max_cpu_milli)
-        c->max_cpu_milli = n->cpu_milli;
-    if (n->ngpus > c->max_ngpus)
-        c->max_ngpus = n->ngpus;
+    note_maxima(c, n);
     return 0;
 
 out_unindex_nomem:
@@ -314,15 +329,20 @@ int egpu_cluster_remove_node(struct egpu_cluster *c, const char *name)
     last->gen = ++c->gen; /* its slot changed: per-slot caches must not match */
     c->ngpus -= n->ngpus;
     c->core_milli -= (uint64_t)n->ngpus * EGPU_GPU_MILLI;
-    if (n->cpu_milli == c->max_cpu_milli || n->ngpus == c->max_ngpus) {
+    /* Rescan only when the last node holding a maximum leaves: in a cluster
+     * of like nodes that is rare, so removals stay O(1). */
+    if (n->cpu_milli == c->max_cpu_milli)
+        c->nmax_cpu--;
+    if (n->ngpus == c->max_ngpus)
+        c->nmax_ngpus--;
+    if ((n->cpu_milli == c->max_cpu_milli && c->nmax_cpu == 0) ||
+        (n->ngpus == c->max_ngpus && c->nmax_ngpus == 0)) {
         c->max_cpu_milli = 0;
         c->max_ngpus = 0;
-        for (size_t i = 0; i < c->nnodes; i++) {
-            if (c->nodes[i]->cpu_milli > c->max_cpu_milli)
-                c->max_cpu_milli = c->nodes[i]->cpu_milli;
-            if (c->nodes[i]->ngpus > c->max_ngpus)
-                c->max_ngpus = c->nodes[i]->ngpus;
-        }
+        c->nmax_cpu = 0;
+        c->nmax_ngpus = 0;
+        for (size_t i = 0; i < c->nnodes; i++)
+            note_maxima(c, c->nodes[i]);
     }
     node_free(n);
     return 0;

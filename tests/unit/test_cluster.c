@@ -1413,9 +1413,41 @@ static void test_scale_assign_release(void **state)
     assert_int_equal(egpu_alloc_live(), base);
 }
 
+/* The maxima best-fit normalises by follow removals: they drop only when the
+ * last node holding them leaves. */
+static void test_maxima_follow_removals(void **state)
+{
+    struct egpu_cluster *c = egpu_cluster_new();
+
+    (void)state;
+    assert_non_null(c);
+    tu_add_node(c, "small", 8000, 1024, 2, "T4", 15360);
+    tu_add_node(c, "big-a", 16000, 1024, 8, "A100", 40960);
+    tu_add_node(c, "big-b", 16000, 1024, 8, "A100", 40960);
+    assert_int_equal(c->max_cpu_milli, 16000);
+    assert_int_equal(c->max_ngpus, 8);
+    assert_int_equal(egpu_cluster_remove_node(c, "big-a"), 0);
+    assert_int_equal(c->max_cpu_milli, 16000);
+    assert_int_equal(c->max_ngpus, 8);
+    assert_int_equal(egpu_cluster_remove_node(c, "big-b"), 0);
+    assert_int_equal(c->max_cpu_milli, 8000);
+    assert_int_equal(c->max_ngpus, 2);
+    tu_add_node(c, "mid", 12000, 1024, 1, "T4", 15360);
+    assert_int_equal(c->max_cpu_milli, 12000);
+    assert_int_equal(c->max_ngpus, 2);
+    assert_int_equal(egpu_cluster_remove_node(c, "small"), 0);
+    assert_int_equal(c->max_cpu_milli, 12000);
+    assert_int_equal(c->max_ngpus, 1);
+    assert_int_equal(egpu_cluster_remove_node(c, "mid"), 0);
+    assert_int_equal(c->max_cpu_milli, 0);
+    assert_int_equal(c->max_ngpus, 0);
+    egpu_cluster_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_maxima_follow_removals),
         cmocka_unit_test(test_add_node_with_gpus),
         cmocka_unit_test(test_add_node_without_gpus),
         cmocka_unit_test(test_add_node_errors_leave_cluster_unchanged),
