@@ -14,7 +14,7 @@
 
 #include "testutil.h"
 #include "egpu/kube.h"
-#include "../../src/kube/kube_int.h"
+#include "kube_int.h"
 
 #define FIX EGPU_FIXTURES "/kube/"
 

@@ -11,7 +11,7 @@
 
 #include "testutil.h"
 #include "egpu/kube.h"
-#include "../../src/kube/kube_int.h"
+#include "kube_int.h"
 
 #define WIRE EGPU_SOURCE_DIR "/../shared/k8s-wire/" /* read in place, never copied */
 

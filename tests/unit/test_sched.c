@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "testutil.h"
+#include "sched_testutil.h"
 #include "egpu/scheduler.h"
 
 #define WIRE EGPU_SOURCE_DIR "/../shared/k8s-wire/"
@@ -369,27 +370,6 @@ static struct egpu_extender *new_extender(struct egpu_sched_cache *c, struct fak
     return egpu_extender_new(&cfg, c, &ops, &err);
 }
 
-static char *filter_args(json_t *pod, const char *const *nodes, int n, bool full)
-{
-    json_t *args = json_pack("{s:o}", "Pod", pod);
-    json_t *list = json_array();
-    char *text;
-
-    for (int i = 0; i < n; i++)
-        json_array_append_new(list, full ? json_pack("{s:{s:s}}", "metadata", "name", nodes[i])
-                                         : json_string(nodes[i]));
-    if (full) {
-        json_object_set_new(args, "Nodes", json_pack("{s:{},s:o}", "metadata", "items", list));
-        json_object_set_new(args, "NodeNames", json_null());
-    } else {
-        json_object_set_new(args, "NodeNames", list);
-        json_object_set_new(args, "Nodes", json_null());
-    }
-    text = json_dumps(args, JSON_COMPACT);
-    json_decref(args);
-    return text;
-}
-
 static json_t *call(int (*verb)(struct egpu_extender *, const char *, size_t, struct egpu_buf *),
                     struct egpu_extender *x, const char *body, int want_status)
 {
@@ -431,7 +411,7 @@ static void test_filter_and_prioritize(void **state)
         set_pod(c, p);
     }
     /* 60% fits only n2; the ghost node is unknown. NodeNames form. */
-    body = filter_args(make_pod("ns", "new", NULL, 1, core60, none), nodes, 3, false);
+    body = tu_extender_args(make_pod("ns", "new", NULL, 1, core60, none), nodes, 3, false);
     out = call(egpu_extender_filter, x, body, 200);
     assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 1);
     assert_string_equal(json_string_value(json_array_get(json_object_get(out, "NodeNames"), 0)),
@@ -444,14 +424,14 @@ static void test_filter_and_prioritize(void **state)
     json_decref(out);
     free(body);
     /* Full Nodes form: the reply carries the node objects that pass. */
-    body = filter_args(make_pod("ns", "new", NULL, 1, core60, none), nodes, 2, true);
+    body = tu_extender_args(make_pod("ns", "new", NULL, 1, core60, none), nodes, 2, true);
     out = call(egpu_extender_filter, x, body, 200);
     assert_true(json_is_null(json_object_get(out, "NodeNames")));
     assert_int_equal(json_array_size(json_object_get(json_object_get(out, "Nodes"), "items")), 1);
     json_decref(out);
     free(body);
     /* A pod without GPUs: every node passes. */
-    body = filter_args(make_pod("ns", "cpu", NULL, 1, none, none), nodes, 3, false);
+    body = tu_extender_args(make_pod("ns", "cpu", NULL, 1, none, none), nodes, 3, false);
     out = call(egpu_extender_filter, x, body, 200);
     assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 3);
     json_decref(out);
@@ -460,7 +440,7 @@ static void test_filter_and_prioritize(void **state)
     {
         const int core30[] = {30};
 
-        body = filter_args(make_pod("ns", "new", NULL, 1, core30, none), nodes, 3, false);
+        body = tu_extender_args(make_pod("ns", "new", NULL, 1, core30, none), nodes, 3, false);
     }
     out = call(egpu_extender_prioritize, x, body, 200);
     assert_int_equal(json_array_size(out), 3);

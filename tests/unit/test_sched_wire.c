@@ -15,9 +15,10 @@
 #include <stdlib.h>
 
 #include "testutil.h"
+#include "sched_testutil.h"
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
-#include "../../src/scheduler/wire_int.h"
+#include "wire_int.h"
 
 #define WIRE EGPU_SOURCE_DIR "/../shared/k8s-wire/"
 
@@ -94,30 +95,6 @@ static struct egpu_extender *new_extender(struct egpu_sched_cache *c, enum egpu_
 
     assert_non_null(x);
     return x;
-}
-
-/* ExtenderArgs text: NodeNames form, or the NodeList form when full. */
-static char *args_text(json_t *pod, const char *const *nodes, int n, bool full)
-{
-    json_t *args = json_pack("{s:o}", "Pod", pod);
-    json_t *list = json_array();
-    char *text;
-
-    for (int i = 0; i < n; i++)
-        json_array_append_new(list, full ? json_pack("{s:{s:s,s:{s:s}},s:{s:{s:s}}}", "metadata",
-                                                     "name", nodes[i], "labels", "zone", "a",
-                                                     "status", "allocatable", "cpu", "64")
-                                         : json_string(nodes[i]));
-    if (full) {
-        json_object_set_new(args, "Nodes", json_pack("{s:{},s:o}", "metadata", "items", list));
-        json_object_set_new(args, "NodeNames", json_null());
-    } else {
-        json_object_set_new(args, "NodeNames", list);
-        json_object_set_new(args, "Nodes", json_null());
-    }
-    text = json_dumps(args, JSON_COMPACT);
-    json_decref(args);
-    return text;
 }
 
 /* Call verb with body; check status and that it leaked nothing; return the
@@ -283,8 +260,8 @@ static void test_malformed_bodies(void **state)
     struct egpu_sched_cache *c = egpu_sched_cache_new();
     struct egpu_extender *x = new_extender(c, EGPU_POLICY_BINPACK);
     const char *const nodes[] = {"n1", "n2"};
-    char *good = args_text(make_pod("p", 30, 1024), nodes, 2, false);
-    char *full = args_text(make_pod("p", 30, 1024), nodes, 2, true);
+    char *good = tu_extender_args(make_pod("p", 30, 1024), nodes, 2, false);
+    char *full = tu_extender_args(make_pod("p", 30, 1024), nodes, 2, true);
     char huge[600], big[400];
     static const struct {
         const char *body, *want;
@@ -358,7 +335,7 @@ static void test_malformed_bodies(void **state)
         char *text;
 
         json_object_set_new(json_object_get(pod, "metadata"), "name", json_string(big));
-        text = args_text(pod, one, 1, false);
+        text = tu_extender_args(pod, one, 1, false);
         expect_400(egpu_extender_filter, x, text, strlen(text),
                    "ExtenderArgs.Pod: metadata.name: longer than");
         free(text);
@@ -401,7 +378,7 @@ static void test_odd_names_round_trip(void **state)
     for (size_t i = 0; i < n; i++)
         add_gpu_node(c, nodes[i], 1);
     use_card(c, "busy", "plain", 50);
-    body = args_text(make_pod("p", 30, 1024), nodes, (int)n, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), nodes, (int)n, false);
     out = call(egpu_extender_filter, x, body, 200);
     list = json_object_get(out, "NodeNames");
     assert_int_equal(json_array_size(list), n);
@@ -424,7 +401,7 @@ static void test_odd_names_round_trip(void **state)
     egpu_sched_cache_free(c);
     c = egpu_sched_cache_new();
     x = new_extender(c, EGPU_POLICY_BINPACK);
-    body = args_text(make_pod("p", 30, 1024), nodes, (int)n, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), nodes, (int)n, false);
     out = call(egpu_extender_filter, x, body, 200);
     assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 0);
     for (size_t i = 0; i < n; i++)
@@ -437,7 +414,7 @@ static void test_odd_names_round_trip(void **state)
     {
         const char *const two[] = {"a\"b\\c\x01", "\xc3\xa9"};
 
-        body = args_text(make_pod("p", 0, 0), two, 2, false);
+        body = tu_extender_args(make_pod("p", 0, 0), two, 2, false);
         text = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
         assert_string_equal(text, "[{\"Host\":\"a\\\"b\\\\c\\u0001\",\"Score\":0},"
                                   "{\"Host\":\"\xc3\xa9\",\"Score\":0}]");
@@ -479,7 +456,7 @@ static void test_escape_every_position(void **state)
             n++;
         }
     }
-    body = args_text(make_pod("p", 0, 0), list, n, false);
+    body = tu_extender_args(make_pod("p", 0, 0), list, n, false);
     out = call(egpu_extender_prioritize, x, body, 200);
     assert_int_equal(json_array_size(out), n);
     for (int i = 0; i < n; i++)
@@ -512,7 +489,7 @@ static void test_nodelist_form(void **state)
     add_gpu_node(c, "n2", 1);
     add_gpu_node(c, "n\"3", 1);
     use_card(c, "busy", "n1", 50);
-    body = args_text(make_pod("p", 60, 1024), nodes, 4, true);
+    body = tu_extender_args(make_pod("p", 60, 1024), nodes, 4, true);
     in = json_loads(body, 0, NULL);
     out = call(egpu_extender_filter, x, body, 200);
     assert_true(json_is_null(json_object_get(out, "NodeNames")));
@@ -591,7 +568,7 @@ static struct egpu_sched_cache *spread_cache(void)
 static char *fresh_prioritize(struct egpu_sched_cache *c, const char *const *nodes, int n, int core)
 {
     struct egpu_extender *x = new_extender(c, EGPU_POLICY_BINPACK);
-    char *body = args_text(make_pod("p", core, 1024), nodes, n, false);
+    char *body = tu_extender_args(make_pod("p", core, 1024), nodes, n, false);
     char *text = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
 
     free(body);
@@ -612,7 +589,7 @@ static void test_filter_then_prioritize_same_scores(void **state)
 
     (void)state;
     node_names(names, all);
-    body = args_text(make_pod("p", 30, 1024), all, NNODES, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
     out = call(egpu_extender_filter, x, body, 200);
     passed = json_object_get(out, "NodeNames");
     for (size_t i = 0; i < json_array_size(passed); i++)
@@ -630,10 +607,10 @@ static void test_filter_then_prioritize_same_scores(void **state)
     /* The survivors only, as kube-scheduler sends them. */
     body = call_text(egpu_extender_filter, x, "", 0, 400); /* a failed call keeps nothing */
     free(body);
-    body = args_text(make_pod("p", 30, 1024), all, NNODES, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
     json_decref(call(egpu_extender_filter, x, body, 200));
     free(body);
-    body = args_text(make_pod("p", 30, 1024), survivors, ns, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), survivors, ns, false);
     want = fresh_prioritize(c, survivors, ns, 30);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
@@ -645,10 +622,10 @@ static void test_filter_then_prioritize_same_scores(void **state)
         shuffled[i] = all[(i * 5 + 3) % NNODES];
     shuffled[4] = "stranger";
     shuffled[7] = shuffled[6];
-    body = args_text(make_pod("p", 30, 1024), all, NNODES, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
     json_decref(call(egpu_extender_filter, x, body, 200));
     free(body);
-    body = args_text(make_pod("p", 30, 1024), shuffled, NNODES, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), shuffled, NNODES, false);
     want = fresh_prioritize(c, shuffled, NNODES, 30);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
@@ -656,10 +633,10 @@ static void test_filter_then_prioritize_same_scores(void **state)
     free(got);
     free(body);
     /* Another pod, or the same pod asking more: not the filter's answer. */
-    body = args_text(make_pod("p", 30, 1024), all, NNODES, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
     json_decref(call(egpu_extender_filter, x, body, 200));
     free(body);
-    body = args_text(make_pod("p", 50, 1024), all, NNODES, false);
+    body = tu_extender_args(make_pod("p", 50, 1024), all, NNODES, false);
     want = fresh_prioritize(c, all, NNODES, 50);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
@@ -683,7 +660,7 @@ static void test_cache_change_between_filter_and_prioritize(void **state)
 
     (void)state;
     node_names(names, all);
-    body = args_text(make_pod("p", 30, 1024), all, NNODES, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
     before = fresh_prioritize(c, all, NNODES, 30);
     /* node-00 (empty, score 0 under binpack) fills to 70%: now the best. */
     json_decref(call(egpu_extender_filter, x, body, 200));
@@ -725,7 +702,7 @@ static void test_prioritize_reads_filter_verdicts(void **state)
 
     (void)state;
     node_names(names, all);
-    body = args_text(make_pod("p", 30, 1024), all, NNODES, false);
+    body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
     a = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     b = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_not_equal(a, b);
@@ -794,7 +771,7 @@ static void test_concurrent_pods(void **state)
         char pod[8];
 
         snprintf(pod, sizeof(pod), "p%d", i);
-        bodies[i] = args_text(make_pod(pod, 10 + 20 * i, 1024), all, NNODES, false);
+        bodies[i] = tu_extender_args(make_pod(pod, 10 + 20 * i, 1024), all, NNODES, false);
         wants[i] = fresh_prioritize(c, all, NNODES, 10 + 20 * i);
         r[i] = (struct racer){.x = x, .body = bodies[i], .want = wants[i]};
     }
