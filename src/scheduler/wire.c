@@ -719,6 +719,9 @@ int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_arg
 int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *a,
                           const uint8_t *score)
 {
+    /* Scores are 0..10: their text is fixed, which spares yajl_gen_integer's
+     * printf per node. */
+    static const char *const scores[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"};
     struct sink k = {.reply = reply};
     yajl_gen g = gen_new(&k);
     yajl_gen_status st;
@@ -731,7 +734,8 @@ int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *
             (st = GEN_LIT(g, "Host")) == yajl_gen_status_ok &&
             (st = gen_str(g, a->names[i], strlen(a->names[i]))) == yajl_gen_status_ok &&
             (st = GEN_LIT(g, "Score")) == yajl_gen_status_ok &&
-            (st = yajl_gen_integer(g, score[i])) == yajl_gen_status_ok)
+            (st = yajl_gen_number(g, scores[score[i] > 10 ? 10 : score[i]],
+                                  score[i] >= 10 ? 2 : 1)) == yajl_gen_status_ok)
             st = yajl_gen_map_close(g);
     }
     if (st == yajl_gen_status_ok)
