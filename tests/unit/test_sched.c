@@ -630,6 +630,53 @@ static void test_policy_override_by_annotation(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* FGD in the extender: its target workload comes from the cached pods.
+ * Card 0 holds 70%; a 30% pod fills it exactly (no fragment left), which FGD
+ * prefers over opening the free card, and prioritize ranks that node first. */
+static void test_fgd_with_live_workload(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_FGD);
+    const char *const nodes[] = {"n1", "n2"};
+    const int core70[] = {70}, core30[] = {30}, none[] = {0};
+    struct egpu_assigned a;
+    struct egpu_error err = {0};
+    json_t *pod, *out;
+    char *body;
+
+    (void)state;
+    add_gpu_node(c, "n1", 2);
+    add_gpu_node(c, "n2", 2);
+    pod = make_pod("ns", "big", "n1", 1, core70, none);
+    annotate_json(pod, EGPU_ANN_ASSIGNED,
+                  "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":70,"
+                  "\"memory\":0,\"gpus\":[\"GPU-n1-0\"]}]}");
+    annotate_json(pod, EGPU_ANN_ALLOCATED, "true");
+    set_pod(c, pod);
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+
+        snprintf(name, sizeof(name), "w%d", i);
+        set_pod(c, make_pod("ns", name, NULL, 1, i % 2 ? core70 : core30, none));
+    }
+    body = tu_extender_args(make_pod("ns", "w0", NULL, 1, core30, none), nodes, 2, false);
+    out = call(egpu_extender_prioritize, x, body, 200);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(out, 0), "Host")), "n1");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(out, 0), "Score")), 10);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(out, 1), "Score")), 0);
+    json_decref(out);
+    free(body);
+    body = bind_args("ns", "w0", "n1");
+    json_decref(call(egpu_extender_bind, x, body, 200));
+    free(body);
+    assert_int_equal(egpu_assigned_decode(f.last_value, &a, &err), 0);
+    assert_string_equal(a.uuids[0], "GPU-n1-0");
+    assert_int_equal(card_used(c, "n1", 0), 1000);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 struct racer {
     struct egpu_extender *x;
     int index;
@@ -705,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_bind_and_rollback),
         cmocka_unit_test(test_bind_refuses_ambiguity),
         cmocka_unit_test(test_policy_override_by_annotation),
+        cmocka_unit_test(test_fgd_with_live_workload),
         cmocka_unit_test(test_concurrent_binds_never_overcommit),
     };
 
