@@ -1,0 +1,454 @@
+/* tests/mock/nvml_mock.c - a mock libnvidia-ml.so.1 for the agent's tests.
+ *
+ * Built by src/agent/CMakeLists.txt as
+ * <build>/src/agent/nvml-mock[-variant]/libnvidia-ml.so.1 (three variants: complete;
+ * -DNVML_MOCK_NO_MINOR lacks the required nvmlDeviceGetMinorNumber; -DNVML_MOCK_NO_OPTIONAL lacks
+ * topology, P2P and event calls), so the NVML backend runs its real dlopen/dlsym path without a
+ * GPU. The simulated machine is read from the environment at each nvmlInit_v2:
+ *
+ *   EGPU_MOCK_NVML_GPUS    "name:MiB[:uuid],..." (default: two A100 80GB);
+ *                          minor numbers are given in reverse (count-1-index)
+ *   EGPU_MOCK_NVML_INIT    an NVML return code for nvmlInit_v2 (e.g. 9)
+ *   EGPU_MOCK_NVML_FAIL    "call@index=code,..." (index '*' = any) makes
+ *                          that call fail, e.g. nvmlDeviceGetMemoryInfo@1=15;
+ *                          read at every call, so a card can break after it was listed
+ *   EGPU_MOCK_NVML_TOPO    "a-b=level,..." common ancestors (default 30, host bridge)
+ *   EGPU_MOCK_NVML_NVLINK  "a-b,..." pairs with NVLink
+ *   EGPU_MOCK_NVML_XID     "index:xid,..." events delivered in order by
+ *                          nvmlEventSetWait_v2 (index '*': device NULL)
+ *   EGPU_MOCK_NVML_NO_EVENTS  "1": nvmlDeviceRegisterEvents is not supported
+ *
+ * egpu_mock_nvml_stats reports init/shutdown calls and live event sets, so
+ * tests can check the backend releases what it took. Test code, never shipped.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "egpu/core.h"
+#include "nvml_int.h"
+
+#define MOCK_GPUS_MAX  16
+#define MOCK_RULES_MAX 32
+
+struct nvmlDevice_st {
+    unsigned index;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    unsigned long long mem_mib;
+};
+
+struct nvmlEventSet_st {
+    int live;
+    unsigned registered; /* bit per device index */
+};
+
+struct fail_rule {
+    char call[64];
+    int index; /* -1 = any */
+    int code;
+};
+
+struct pair_rule {
+    unsigned a, b;
+    int value;
+};
+
+struct xid_event {
+    int index; /* -1 = every device */
+    unsigned long long xid;
+};
+
+static struct {
+    int inits; /* nvmlInit_v2 successes (reference count of NVML) */
+    int init_calls, shutdown_calls, sets_live;
+    unsigned ngpus;
+    struct nvmlDevice_st gpus[MOCK_GPUS_MAX];
+    unsigned nfail, ntopo, nnvlink, nxid, next_xid;
+    struct fail_rule fail[MOCK_RULES_MAX];
+    struct pair_rule topo[MOCK_RULES_MAX], nvlink[MOCK_RULES_MAX];
+    struct xid_event xid[MOCK_RULES_MAX];
+    struct nvmlEventSet_st sets[4];
+    int no_events;
+} mock;
+
+void egpu_mock_nvml_stats(int *init_calls, int *shutdown_calls, int *sets_live);
+
+void egpu_mock_nvml_stats(int *init_calls, int *shutdown_calls, int *sets_live)
+{
+    *init_calls = mock.init_calls;
+    *shutdown_calls = mock.shutdown_calls;
+    *sets_live = mock.sets_live;
+}
+
+/* Copy the next field of *p up to one of stops (or the end) into out. */
+static char next_field(const char **p, const char *stops, char *out, size_t len)
+{
+    size_t n = 0;
+
+    while (**p != '\0' && strchr(stops, **p) == NULL) {
+        if (n + 1 < len)
+            out[n++] = **p;
+        (*p)++;
+    }
+    out[n] = '\0';
+    return **p != '\0' ? *(*p)++ : '\0';
+}
+
+static long num(const char *s)
+{
+    return strtol(s, NULL, 10);
+}
+
+static void load_gpus(void)
+{
+    const char *p = getenv("EGPU_MOCK_NVML_GPUS");
+    char field[128];
+    char sep;
+
+    if (p == NULL)
+        p = "NVIDIA A100-SXM4-80GB:81920,NVIDIA A100-SXM4-80GB:81920";
+    mock.ngpus = 0;
+    while (*p != '\0' && mock.ngpus < MOCK_GPUS_MAX) {
+        struct nvmlDevice_st *d = &mock.gpus[mock.ngpus];
+
+        memset(d, 0, sizeof(*d));
+        d->index = mock.ngpus;
+        sep = next_field(&p, ":,", d->name, sizeof(d->name));
+        if (sep == ':') {
+            sep = next_field(&p, ":,", field, sizeof(field));
+            d->mem_mib = (unsigned long long)num(field);
+        }
+        if (sep == ':')
+            sep = next_field(&p, ",", d->uuid, sizeof(d->uuid));
+        if (d->uuid[0] == '\0')
+            snprintf(d->uuid, sizeof(d->uuid), "GPU-6d0c1c3e-0000-4000-8000-%012u", d->index);
+        mock.ngpus++;
+    }
+}
+
+static void load_fail(void)
+{
+    const char *p = getenv("EGPU_MOCK_NVML_FAIL");
+    char field[64];
+
+    mock.nfail = 0;
+    while (p != NULL && *p != '\0' && mock.nfail < MOCK_RULES_MAX) {
+        struct fail_rule *r = &mock.fail[mock.nfail++];
+
+        next_field(&p, "@", r->call, sizeof(r->call));
+        next_field(&p, "=", field, sizeof(field));
+        r->index = field[0] == '*' ? -1 : (int)num(field);
+        next_field(&p, ",", field, sizeof(field));
+        r->code = (int)num(field);
+    }
+}
+
+static unsigned load_pairs(const char *var, struct pair_rule *rules, int dflt)
+{
+    const char *p = getenv(var);
+    char field[32];
+    unsigned n = 0;
+
+    while (p != NULL && *p != '\0' && n < MOCK_RULES_MAX) {
+        struct pair_rule *r = &rules[n++];
+        char sep;
+
+        next_field(&p, "-", field, sizeof(field));
+        r->a = (unsigned)num(field);
+        sep = next_field(&p, "=,", field, sizeof(field));
+        r->b = (unsigned)num(field);
+        r->value = dflt;
+        if (sep == '=') {
+            next_field(&p, ",", field, sizeof(field));
+            r->value = (int)num(field);
+        }
+    }
+    return n;
+}
+
+static void load_xid(void)
+{
+    const char *p = getenv("EGPU_MOCK_NVML_XID");
+    char field[32];
+
+    mock.nxid = mock.next_xid = 0;
+    while (p != NULL && *p != '\0' && mock.nxid < MOCK_RULES_MAX) {
+        struct xid_event *e = &mock.xid[mock.nxid++];
+
+        next_field(&p, ":", field, sizeof(field));
+        e->index = field[0] == '*' ? -1 : (int)num(field);
+        next_field(&p, ",", field, sizeof(field));
+        e->xid = (unsigned long long)num(field);
+    }
+}
+
+/* The code a FAIL rule sets for call on device index (-1: no device), or 0. */
+static int failure(const char *call, int index)
+{
+    load_fail();
+    for (unsigned i = 0; i < mock.nfail; i++) {
+        if (strcmp(mock.fail[i].call, call) == 0 &&
+            (mock.fail[i].index < 0 || mock.fail[i].index == index))
+            return mock.fail[i].code;
+    }
+    return NVML_SUCCESS;
+}
+
+static bool valid_device(const struct nvmlDevice_st *d)
+{
+    return d != NULL && d >= mock.gpus && d < mock.gpus + mock.ngpus;
+}
+
+/* The common checks of a device call: initialised, a real handle, no FAIL rule. */
+static int device_call(const char *call, const struct nvmlDevice_st *d)
+{
+    if (mock.inits == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!valid_device(d))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return failure(call, (int)d->index);
+}
+
+static int copy_text(const char *s, char *out, unsigned len)
+{
+    if (out == NULL || strlen(s) + 1 > len)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(out, s, strlen(s) + 1);
+    return NVML_SUCCESS;
+}
+
+int nvmlInit_v2(void)
+{
+    const char *init = getenv("EGPU_MOCK_NVML_INIT");
+    const char *no_events = getenv("EGPU_MOCK_NVML_NO_EVENTS");
+
+    mock.init_calls++;
+    if (init != NULL && num(init) != 0)
+        return (int)num(init);
+    if (mock.inits++ > 0)
+        return NVML_SUCCESS;
+    load_gpus();
+    mock.ntopo = load_pairs("EGPU_MOCK_NVML_TOPO", mock.topo, NVML_TOPOLOGY_HOSTBRIDGE);
+    mock.nnvlink = load_pairs("EGPU_MOCK_NVML_NVLINK", mock.nvlink, 1);
+    load_xid();
+    mock.no_events = no_events != NULL && no_events[0] == '1';
+    return NVML_SUCCESS;
+}
+
+int nvmlShutdown(void)
+{
+    mock.shutdown_calls++;
+    if (mock.inits == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    mock.inits--;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(int result)
+{
+    switch (result) {
+    case NVML_SUCCESS:
+        return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+        return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+        return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+        return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+        return "Insufficient Permissions";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+        return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT:
+        return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST:
+        return "GPU is lost";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        return "RM has detected an NVML/RM version mismatch.";
+    default:
+        return "Unknown Error";
+    }
+}
+
+int nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    int r;
+
+    if (mock.inits == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    r = failure("nvmlDeviceGetCount_v2", -1);
+    if (r == NVML_SUCCESS)
+        *deviceCount = mock.ngpus;
+    return r;
+}
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, struct nvmlDevice_st **device)
+{
+    int r;
+
+    if (mock.inits == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (index >= mock.ngpus || device == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = failure("nvmlDeviceGetHandleByIndex_v2", (int)index);
+    if (r == NVML_SUCCESS)
+        *device = &mock.gpus[index];
+    return r;
+}
+
+int nvmlDeviceGetUUID(struct nvmlDevice_st *device, char *uuid, unsigned int length)
+{
+    int r = device_call("nvmlDeviceGetUUID", device);
+
+    return r != NVML_SUCCESS ? r : copy_text(device->uuid, uuid, length);
+}
+
+int nvmlDeviceGetName(struct nvmlDevice_st *device, char *name, unsigned int length)
+{
+    int r = device_call("nvmlDeviceGetName", device);
+
+    return r != NVML_SUCCESS ? r : copy_text(device->name, name, length);
+}
+
+#ifndef NVML_MOCK_NO_MINOR
+int nvmlDeviceGetMinorNumber(struct nvmlDevice_st *device, unsigned int *minorNumber)
+{
+    int r = device_call("nvmlDeviceGetMinorNumber", device);
+
+    if (r == NVML_SUCCESS)
+        *minorNumber = mock.ngpus - 1 - device->index;
+    return r;
+}
+#endif /* NVML_MOCK_NO_MINOR */
+
+int nvmlDeviceGetMemoryInfo(struct nvmlDevice_st *device, struct nvmlMemory_st *memory)
+{
+    int r = device_call("nvmlDeviceGetMemoryInfo", device);
+
+    if (r == NVML_SUCCESS) {
+        memory->total = device->mem_mib << 20;
+        memory->used = memory->total / 16;
+        memory->free = memory->total - memory->used;
+    }
+    return r;
+}
+
+int nvmlDeviceGetIndex(struct nvmlDevice_st *device, unsigned int *index)
+{
+    int r = device_call("nvmlDeviceGetIndex", device);
+
+    if (r == NVML_SUCCESS)
+        *index = device->index;
+    return r;
+}
+
+#ifndef NVML_MOCK_NO_OPTIONAL
+static int pair_value(const struct pair_rule *rules, unsigned n, unsigned a, unsigned b, int dflt)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if ((rules[i].a == a && rules[i].b == b) || (rules[i].a == b && rules[i].b == a))
+            return rules[i].value;
+    }
+    return dflt;
+}
+
+int nvmlDeviceGetTopologyCommonAncestor(struct nvmlDevice_st *device1,
+                                        struct nvmlDevice_st *device2, int *pathInfo)
+{
+    int r = device_call("nvmlDeviceGetTopologyCommonAncestor", device1);
+
+    if (r == NVML_SUCCESS && !valid_device(device2))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        *pathInfo = pair_value(mock.topo, mock.ntopo, device1->index, device2->index,
+                               NVML_TOPOLOGY_HOSTBRIDGE);
+    return r;
+}
+
+int nvmlDeviceGetP2PStatus(struct nvmlDevice_st *device1, struct nvmlDevice_st *device2,
+                           int p2pIndex, int *p2pStatus)
+{
+    int r = device_call("nvmlDeviceGetP2PStatus", device1);
+
+    if (r == NVML_SUCCESS && !valid_device(device2))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && p2pIndex != NVML_P2P_CAPS_INDEX_NVLINK)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS)
+        *p2pStatus = pair_value(mock.nvlink, mock.nnvlink, device1->index, device2->index, 0)
+                         ? NVML_P2P_STATUS_OK
+                         : 5; /* NVML_P2P_STATUS_NOT_SUPPORTED */
+    return r;
+}
+
+int nvmlEventSetCreate(struct nvmlEventSet_st **set)
+{
+    if (mock.inits == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    for (size_t i = 0; i < sizeof(mock.sets) / sizeof(mock.sets[0]); i++) {
+        if (!mock.sets[i].live) {
+            mock.sets[i] = (struct nvmlEventSet_st){.live = 1};
+            mock.sets_live++;
+            *set = &mock.sets[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_MEMORY;
+}
+
+int nvmlDeviceRegisterEvents(struct nvmlDevice_st *device, unsigned long long eventTypes,
+                             struct nvmlEventSet_st *set)
+{
+    int r = device_call("nvmlDeviceRegisterEvents", device);
+
+    if (r == NVML_SUCCESS && (set == NULL || !set->live))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && (mock.no_events || eventTypes != nvmlEventTypeXidCriticalError))
+        r = NVML_ERROR_NOT_SUPPORTED;
+    if (r == NVML_SUCCESS)
+        set->registered |= 1u << device->index;
+    return r;
+}
+
+int nvmlEventSetWait_v2(struct nvmlEventSet_st *set, struct nvmlEventData_st *data,
+                        unsigned int timeoutms)
+{
+    struct timespec ts = {timeoutms / 1000, (long)(timeoutms % 1000) * 1000000L};
+    int r;
+
+    if (mock.inits == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (set == NULL || !set->live || data == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = failure("nvmlEventSetWait_v2", -1);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (mock.next_xid < mock.nxid) {
+        const struct xid_event *e = &mock.xid[mock.next_xid++];
+
+        memset(data, 0, sizeof(*data));
+        data->device =
+            e->index >= 0 && (unsigned)e->index < mock.ngpus ? &mock.gpus[e->index] : NULL;
+        data->eventType = nvmlEventTypeXidCriticalError;
+        data->eventData = e->xid;
+        data->gpuInstanceId = 0xffffffffu;
+        data->computeInstanceId = 0xffffffffu;
+        return NVML_SUCCESS;
+    }
+    nanosleep(&ts, NULL);
+    return NVML_ERROR_TIMEOUT;
+}
+
+int nvmlEventSetFree(struct nvmlEventSet_st *set)
+{
+    if (mock.inits == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (set == NULL || !set->live)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    set->live = 0;
+    mock.sets_live--;
+    return NVML_SUCCESS;
+}
+#endif /* NVML_MOCK_NO_OPTIONAL */

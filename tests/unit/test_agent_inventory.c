@@ -1,0 +1,608 @@
+/* tests/unit/test_agent_inventory.c - GPU objects in the API server.
+ *
+ * The inventory against the test API server (tests/apiserver/server.py),
+ * with the fake backend: objects appear with the spec, status and label the
+ * scheduler reads; a rerun or a restart writes nothing (the server's request
+ * log shows only the list); a removed card's object is deleted, other
+ * nodes' objects are never touched; health changes patch only the status
+ * and keep what others wrote there; a card replaced at an index gets a new
+ * object; an unlabelled object is adopted; API failures are reported and
+ * repaired by the next run; the scheduler's cache accepts every object.
+ */
+#include <errno.h>
+
+#include "test_kube_server.h"
+#include "egpu/agent.h"
+#include "egpu/log.h"
+#include "egpu/scheduler.h"
+
+static long live_at_start;
+
+static int group_setup(void **state)
+{
+    json_t *list = NULL;
+
+    (void)state;
+    egpu_log_level = -1; /* quiet: the tests provoke every warning */
+    if (tks_start(&srv, NULL) != 0)
+        return -1;
+    /* One request first, so the client's lazily made parts are not counted
+     * as a test's leak. */
+    if (egpu_kube_list(srv.kc, &egpu_kube_gpus, NULL, NULL, &list, NULL, NULL) != 0)
+        return -1;
+    json_decref(list);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    live_at_start = egpu_alloc_live();
+    return tks_reset_test(state);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    assert_int_equal(egpu_alloc_live(), live_at_start);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* Open a fake backend for spec on node, publish its cards, close it. */
+static int publish_fake(const char *spec, const char *node, struct egpu_inventory_stats *st,
+                        struct egpu_error *err)
+{
+    struct egpu_gpus *g = NULL;
+    int rc;
+
+    if (egpu_gpus_open_fake(spec, node, &g, err) != 0)
+        fail_msg("fake %s: %s", spec, err->msg);
+    rc = egpu_inventory_sync(srv.kc, g, node, st, err);
+    egpu_gpus_free(g);
+    return rc;
+}
+
+static void publish_ok(const char *spec, const char *node, struct egpu_inventory_stats *st)
+{
+    struct egpu_error err = {0};
+
+    if (publish_fake(spec, node, st, &err) != 0)
+        fail_msg("publish %s on %s: %s", spec, node, err.msg);
+}
+
+/* The GPU object name (new reference), or NULL when it does not exist. */
+static json_t *get_gpu(const char *name)
+{
+    struct egpu_error err = {0};
+    json_t *obj = NULL;
+    int rc = egpu_kube_get(srv.kc, &egpu_kube_gpus, NULL, name, &obj, NULL, &err);
+
+    if (rc == -ENOENT)
+        return NULL;
+    if (rc != 0)
+        fail_msg("get %s: %s", name, err.msg);
+    return obj;
+}
+
+static const char *str_at(const json_t *o, const char *a, const char *b)
+{
+    const json_t *v = json_object_get(o, a);
+
+    if (b != NULL)
+        v = json_object_get(v, b);
+    return json_string_value(v);
+}
+
+static long long int_at(const json_t *o, const char *a, const char *b, const char *c)
+{
+    const json_t *v = json_object_get(json_object_get(o, a), b);
+
+    if (c != NULL)
+        v = json_object_get(v, c);
+    if (!json_is_integer(v))
+        fail_msg("%s.%s%s%s is not an integer", a, b, c ? "." : "", c ? c : "");
+    return json_integer_value(v);
+}
+
+static const char *label_of(const json_t *o)
+{
+    return json_string_value(json_object_get(
+        json_object_get(json_object_get(o, "metadata"), "labels"), EGPU_GPU_LABEL_NODE));
+}
+
+static void clear_requests(void)
+{
+    json_decref(tks_control(&srv, "DELETE", "requests", NULL));
+}
+
+/* API requests since clear_requests: all of them, and those not GETs. */
+static void count_requests(int *all, int *writes)
+{
+    json_t *log = tks_control(&srv, "GET", "requests", NULL), *r;
+    size_t i;
+
+    *all = *writes = 0;
+    json_array_foreach(log, i, r)
+    {
+        (*all)++;
+        if (strcmp(json_string_value(json_object_get(r, "method")), "GET") != 0)
+            (*writes)++;
+    }
+    json_decref(log);
+}
+
+static void create_raw(const char *name, const char *label, const char *node, uint32_t index,
+                       const char *uuid, long long mem_mib)
+{
+    struct egpu_error err = {0};
+    json_t *obj = json_pack("{s:s, s:s, s:{s:s}, s:{s:s, s:i, s:s, s:s, s:I}}", "apiVersion",
+                            "elasticgpu.io/v1alpha1", "kind", "GPU", "metadata", "name", name,
+                            "spec", "nodeName", node, "index", (int)index, "uuid", uuid, "model",
+                            "hand-made", "memory", (json_int_t)mem_mib);
+
+    if (label != NULL)
+        json_object_set_new(json_object_get(obj, "metadata"), "labels",
+                            json_pack("{s:s}", EGPU_GPU_LABEL_NODE, label));
+    if (egpu_kube_create(srv.kc, &egpu_kube_gpus, NULL, obj, NULL, NULL, &err) != 0)
+        fail_msg("create %s: %s", name, err.msg);
+    json_decref(obj);
+}
+
+static struct egpu_gpu_info card(uint32_t index, const char *uuid, const char *model,
+                                 uint64_t mem_mib)
+{
+    struct egpu_gpu_info c;
+
+    memset(&c, 0, sizeof(c));
+    c.index = index;
+    c.minor = index;
+    snprintf(c.uuid, sizeof(c.uuid), "%s", uuid);
+    snprintf(c.model, sizeof(c.model), "%s", model);
+    c.mem_mib = mem_mib;
+    c.healthy = uuid[0] != '\0';
+    return c;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void test_publish_creates_objects(void **state)
+{
+    struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    struct egpu_gpus *g = NULL;
+    size_t n = 0;
+    json_t *obj;
+
+    (void)state;
+    assert_int_equal(egpu_gpus_open_fake("2xA100-80GB", "node-a", &g, &err), 0);
+    assert_int_equal(egpu_gpus_list(g, cards, EGPU_NODE_GPUS_MAX, &n, &err), 0);
+    assert_int_equal(egpu_inventory_sync(srv.kc, g, "node-a", &st, &err), 0);
+    egpu_gpus_free(g);
+    assert_int_equal(st.created, 2);
+    assert_int_equal(st.status_updated, 2);
+    assert_int_equal(st.updated + st.deleted + st.unchanged, 0);
+
+    for (uint32_t i = 0; i < 2; i++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "node-a-gpu%u", i);
+        obj = get_gpu(name);
+        assert_non_null(obj);
+        assert_string_equal(str_at(obj, "apiVersion", NULL), "elasticgpu.io/v1alpha1");
+        assert_string_equal(str_at(obj, "kind", NULL), "GPU");
+        assert_string_equal(label_of(obj), "node-a");
+        assert_string_equal(str_at(obj, "spec", "nodeName"), "node-a");
+        assert_int_equal(int_at(obj, "spec", "index", NULL), i);
+        assert_string_equal(str_at(obj, "spec", "uuid"), cards[i].uuid);
+        assert_string_equal(str_at(obj, "spec", "model"), "A100-80GB");
+        assert_int_equal(int_at(obj, "spec", "memory", NULL), 81920);
+        assert_string_equal(str_at(obj, "status", "health"), EGPU_GPU_HEALTHY);
+        assert_int_equal(int_at(obj, "status", "capacity", "core"), 100);
+        assert_int_equal(int_at(obj, "status", "capacity", "memory"), 81920);
+        json_decref(obj);
+    }
+}
+
+static void test_rerun_and_restart_write_nothing(void **state)
+{
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    struct egpu_gpus *g = NULL;
+    int all, writes;
+
+    (void)state;
+    publish_ok("1xT4-16GB,2xA100-40GB", "node-a", &st);
+    clear_requests();
+
+    /* The same backend again. */
+    assert_int_equal(egpu_gpus_open_fake("1xT4-16GB,2xA100-40GB", "node-a", &g, &err), 0);
+    assert_int_equal(egpu_inventory_sync(srv.kc, g, "node-a", &st, &err), 0);
+    assert_int_equal(st.unchanged, 3);
+    assert_int_equal(st.created + st.updated + st.status_updated + st.deleted, 0);
+    egpu_gpus_free(g);
+    /* A restarted agent: a new backend, the same node. */
+    publish_ok("1xT4-16GB,2xA100-40GB", "node-a", &st);
+    assert_int_equal(st.unchanged, 3);
+    assert_int_equal(st.created + st.updated + st.status_updated + st.deleted, 0);
+
+    count_requests(&all, &writes);
+    assert_int_equal(writes, 0);
+    assert_int_equal(all, 2); /* one list per run */
+}
+
+static void test_removed_card_deleted(void **state)
+{
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    json_t *obj;
+
+    (void)state;
+    publish_ok("3xA100-80GB", "node-a", &st);
+    publish_ok("1xA100-80GB", "node-a", &st);
+    assert_int_equal(st.deleted, 2);
+    assert_int_equal(st.unchanged, 1);
+    assert_null(get_gpu("node-a-gpu1"));
+    assert_null(get_gpu("node-a-gpu2"));
+    obj = get_gpu("node-a-gpu0");
+    assert_non_null(obj);
+    json_decref(obj);
+
+    /* No cards at all: every object of the node goes. */
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", NULL, 0, &st, &err), 0);
+    assert_int_equal(st.deleted, 1);
+    assert_null(get_gpu("node-a-gpu0"));
+}
+
+static void test_other_nodes_untouched(void **state)
+{
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    json_t *b0, *b0_after, *odd, *odd_after;
+
+    (void)state;
+    publish_ok("2xT4-16GB", "node-b", &st);
+    /* Labelled node-a by mistake, but spec.nodeName says node-c. */
+    create_raw("odd-gpu0", "node-a", "node-c", 0, "GPU-odd", 1024);
+    b0 = get_gpu("node-b-gpu0");
+    odd = get_gpu("odd-gpu0");
+
+    publish_ok("2xA100-80GB", "node-a", &st);
+    assert_int_equal(st.created, 2);
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", NULL, 0, &st, &err), 0);
+    assert_int_equal(st.deleted, 2);
+
+    b0_after = get_gpu("node-b-gpu0");
+    odd_after = get_gpu("odd-gpu0");
+    assert_non_null(b0_after);
+    assert_non_null(odd_after);
+    assert_string_equal(str_at(b0_after, "metadata", "resourceVersion"),
+                        str_at(b0, "metadata", "resourceVersion"));
+    assert_string_equal(str_at(odd_after, "metadata", "resourceVersion"),
+                        str_at(odd, "metadata", "resourceVersion"));
+    json_decref(b0);
+    json_decref(b0_after);
+    json_decref(odd);
+    json_decref(odd_after);
+    json_decref(b0 = get_gpu("node-b-gpu1"));
+    assert_non_null(b0);
+}
+
+static void test_health_change_patches_status_only(void **state)
+{
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    struct egpu_gpus *g = NULL;
+    json_t *alloc, *obj;
+    int all, writes;
+
+    (void)state;
+    assert_int_equal(egpu_gpus_open_fake("2xA100-80GB", "node-a", &g, &err), 0);
+    assert_int_equal(egpu_inventory_sync(srv.kc, g, "node-a", &st, &err), 0);
+    /* The device plugin records an allocation in the status. */
+    alloc = json_pack("{s:{s:[{s:s, s:s, s:s, s:i, s:i}]}}", "status", "allocated", "namespace",
+                      "ml", "pod", "train-0", "container", "main", "core", 30, "memory", 4096);
+    assert_int_equal(egpu_kube_patch_status(srv.kc, &egpu_kube_gpus, NULL, "node-a-gpu1",
+                                            EGPU_KUBE_MERGE_PATCH, alloc, NULL, NULL, &err),
+                     0);
+    json_decref(alloc);
+
+    assert_int_equal(egpu_gpus_fake_set_health(g, 1, false, "XID 79", &err), 0);
+    clear_requests();
+    assert_int_equal(egpu_inventory_sync(srv.kc, g, "node-a", &st, &err), 0);
+    assert_int_equal(st.status_updated, 1);
+    assert_int_equal(st.unchanged, 1);
+    assert_int_equal(st.created + st.updated + st.deleted, 0);
+    count_requests(&all, &writes);
+    assert_int_equal(writes, 1);
+
+    obj = get_gpu("node-a-gpu1");
+    assert_string_equal(str_at(obj, "status", "health"), EGPU_GPU_UNHEALTHY);
+    assert_int_equal(int_at(obj, "status", "capacity", "core"), 0);
+    assert_int_equal(int_at(obj, "status", "capacity", "memory"), 0);
+    assert_int_equal(int_at(obj, "spec", "memory", NULL), 81920);
+    assert_int_equal(json_array_size(json_object_get(json_object_get(obj, "status"), "allocated")),
+                     1);
+    json_decref(obj);
+
+    /* Healthy again. */
+    assert_int_equal(egpu_gpus_fake_set_health(g, 1, true, NULL, &err), 0);
+    assert_int_equal(egpu_inventory_sync(srv.kc, g, "node-a", &st, &err), 0);
+    assert_int_equal(st.status_updated, 1);
+    obj = get_gpu("node-a-gpu1");
+    assert_string_equal(str_at(obj, "status", "health"), EGPU_GPU_HEALTHY);
+    assert_int_equal(int_at(obj, "status", "capacity", "core"), 100);
+    json_decref(obj);
+    egpu_gpus_free(g);
+}
+
+static void test_card_replaced_at_index(void **state)
+{
+    struct egpu_gpu_info c[2] = {card(0, "GPU-aaaa", "Tesla T4", 15360),
+                                 card(1, "GPU-bbbb", "Tesla T4", 15360)};
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    json_t *before, *after;
+
+    (void)state;
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", c, 2, &st, &err), 0);
+    before = get_gpu("node-a-gpu0");
+    c[0] = card(0, "GPU-cccc", "NVIDIA L4", 23034);
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", c, 2, &st, &err), 0);
+    assert_int_equal(st.deleted, 1);
+    assert_int_equal(st.created, 1);
+    assert_int_equal(st.unchanged, 1);
+    after = get_gpu("node-a-gpu0");
+    assert_string_equal(str_at(after, "spec", "uuid"), "GPU-cccc");
+    assert_string_equal(str_at(after, "spec", "model"), "NVIDIA L4");
+    assert_int_equal(int_at(after, "status", "capacity", "memory"), 23034);
+    assert_string_not_equal(str_at(after, "metadata", "uid"), str_at(before, "metadata", "uid"));
+    json_decref(before);
+    json_decref(after);
+}
+
+static void test_adopt_and_repair(void **state)
+{
+    struct egpu_gpu_info c[2] = {card(0, "GPU-aaaa", "Tesla T4", 15360),
+                                 card(1, "GPU-bbbb", "Tesla T4", 15360)};
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    json_t *obj;
+
+    (void)state;
+    /* Ours but unlabelled and with the wrong memory; the other one holds
+     * our name for another node. */
+    create_raw("node-a-gpu0", NULL, "node-a", 0, "GPU-aaaa", 1);
+    create_raw("node-a-gpu1", "node-z", "node-z", 1, "GPU-zzzz", 1);
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", c, 2, &st, &err), -EEXIST);
+    assert_non_null(strstr(err.msg, "GPU object node-a-gpu1 belongs to node node-z"));
+    assert_int_equal(st.updated, 1);
+    assert_int_equal(st.status_updated, 1);
+    assert_int_equal(st.created + st.deleted, 0);
+
+    obj = get_gpu("node-a-gpu0");
+    assert_string_equal(label_of(obj), "node-a");
+    assert_int_equal(int_at(obj, "spec", "memory", NULL), 15360);
+    assert_string_equal(str_at(obj, "spec", "model"), "Tesla T4");
+    json_decref(obj);
+    obj = get_gpu("node-a-gpu1");
+    assert_string_equal(str_at(obj, "spec", "nodeName"), "node-z");
+    assert_string_equal(str_at(obj, "spec", "uuid"), "GPU-zzzz");
+    json_decref(obj);
+}
+
+static void test_unidentified_card_kept_unhealthy(void **state)
+{
+    struct egpu_gpu_info c[3] = {card(0, "GPU-aaaa", "Tesla T4", 15360),
+                                 card(1, "GPU-bbbb", "Tesla T4", 15360),
+                                 card(2, "GPU-cccc", "Tesla T4", 15360)};
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    json_t *obj;
+
+    (void)state;
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", c, 2, &st, &err), 0);
+    /* Card 1 stops answering before a (restarted) agent could read it; card
+     * 2 was never published: nothing is made up for it. */
+    c[1] = card(1, "", "", 0);
+    snprintf(c[1].reason, sizeof(c[1].reason), "nvmlDeviceGetUUID: GPU is lost");
+    c[2] = card(2, "", "", 0);
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", c, 3, &st, &err), 0);
+    assert_int_equal(st.status_updated, 1);
+    assert_int_equal(st.deleted + st.created, 0);
+    obj = get_gpu("node-a-gpu1");
+    assert_non_null(obj);
+    assert_string_equal(str_at(obj, "spec", "uuid"), "GPU-bbbb");
+    assert_string_equal(str_at(obj, "status", "health"), EGPU_GPU_UNHEALTHY);
+    assert_int_equal(int_at(obj, "status", "capacity", "core"), 0);
+    json_decref(obj);
+    assert_null(get_gpu("node-a-gpu2"));
+}
+
+static void test_scheduler_cache_accepts(void **state)
+{
+    struct egpu_sched_cache *cache = egpu_sched_cache_new();
+    struct egpu_sched_cache_stats cs;
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    json_t *list = NULL, *item;
+    size_t i;
+
+    (void)state;
+    assert_non_null(cache);
+    /* One model per node: the placement core refuses mixed nodes. */
+    publish_ok("3xA100-40GB", "node-a", &st);
+    publish_ok("4xH100-80GB", "node-b", &st);
+    assert_int_equal(egpu_kube_list(srv.kc, &egpu_kube_gpus, NULL, NULL, &list, NULL, &err), 0);
+    assert_int_equal(json_array_size(json_object_get(list, "items")), 7);
+    json_array_foreach(json_object_get(list, "items"), i, item)
+    {
+        if (egpu_sched_cache_gpu_set(cache, item, &err) != 0)
+            fail_msg("cache refused %s: %s", str_at(item, "metadata", "name"), err.msg);
+    }
+    /* Cards count once their Node is known. */
+    for (i = 0; i < 2; i++) {
+        json_t *node = json_pack("{s:{s:s}, s:{s:{s:s, s:s}}}", "metadata", "name",
+                                 i == 0 ? "node-a" : "node-b", "status", "allocatable", "cpu", "32",
+                                 "memory", "128Gi");
+
+        assert_int_equal(egpu_sched_cache_node_set(cache, node, &err), 0);
+        json_decref(node);
+    }
+    egpu_sched_cache_stats(cache, &cs);
+    assert_int_equal(cs.nodes, 2);
+    assert_int_equal(cs.gpus, 7);
+    {
+        struct egpu_cluster *cl = egpu_sched_cache_lock(cache);
+        const struct egpu_node *na = egpu_cluster_node(cl, "node-a");
+
+        assert_non_null(na);
+        assert_int_equal(na->ngpus, 3);
+        for (uint32_t k = 0; k < 3; k++)
+            assert_int_equal(na->gpus[k].index, k);
+        assert_int_equal(na->gpus[0].mem_mib, 40960);
+        assert_int_equal(na->gpus[2].mem_mib, 40960);
+        assert_memory_equal(na->gpus[0].uuid, "GPU-", 4);
+        egpu_sched_cache_unlock(cache);
+    }
+    json_decref(list);
+    egpu_sched_cache_free(cache);
+}
+
+static void test_api_failures_reported_then_repaired(void **state)
+{
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    json_t *obj;
+
+    (void)state;
+    /* The first create fails; the other card is still published. */
+    tks_post(&srv, "fault",
+             "{\"method\": \"POST\", \"path\": \"/gpus$\", \"code\": 500, \"count\": 1}");
+    assert_int_equal(publish_fake("2xA100-80GB", "node-a", &st, &err), -EIO);
+    assert_non_null(strstr(err.msg, "POST"));
+    assert_int_equal(st.created, 1);
+    /* The next run repairs it. */
+    publish_ok("2xA100-80GB", "node-a", &st);
+    assert_int_equal(st.created, 1);
+    assert_int_equal(st.unchanged, 1);
+    obj = get_gpu("node-a-gpu0");
+    assert_non_null(obj);
+    json_decref(obj);
+
+    /* A failed list deletes nothing. */
+    tks_post(&srv, "fault",
+             "{\"method\": \"GET\", \"path\": \"/gpus$\", \"code\": 500, \"count\": 1}");
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", NULL, 0, &st, &err), -EIO);
+    assert_non_null(strstr(err.msg, "list GPU objects of node node-a"));
+    assert_int_equal(st.deleted, 0);
+    obj = get_gpu("node-a-gpu1");
+    assert_non_null(obj);
+    json_decref(obj);
+}
+
+static void test_bad_input_refused(void **state)
+{
+    struct egpu_gpu_info c[2] = {card(0, "GPU-aaaa", "T4", 15360),
+                                 card(0, "GPU-bbbb", "T4", 15360)};
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    int all, writes;
+
+    (void)state;
+    clear_requests();
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", c, 2, &st, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "index 0 twice"));
+    assert_int_equal(egpu_inventory_publish(srv.kc, "", c, 1, &st, &err), -EINVAL);
+    c[1].index = 1;
+    c[1].mem_mib = (uint64_t)1 << 40;
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", c, 2, &st, &err), -EINVAL);
+    count_requests(&all, &writes);
+    assert_int_equal(all, 0);
+}
+
+static void test_names(void **state)
+{
+    char name[EGPU_GPU_NAME_MAX], label[64], node[300], other[300];
+    struct egpu_error err = {0};
+
+    (void)state;
+    assert_int_equal(egpu_inventory_gpu_name("node-a", 3, name, sizeof(name), &err), 0);
+    assert_string_equal(name, "node-a-gpu3");
+    assert_int_equal(egpu_inventory_gpu_name("Node_A.Example.COM", 12, name, sizeof(name), &err),
+                     0);
+    assert_string_equal(name, "node-a.example.com-gpu12");
+    assert_int_equal(egpu_inventory_gpu_name("-.x..y.", 0, name, sizeof(name), &err), 0);
+    assert_string_equal(name, "x--y--gpu0");
+    assert_int_equal(egpu_inventory_gpu_name("--", 0, name, sizeof(name), &err), -EINVAL);
+    assert_int_equal(egpu_inventory_gpu_name("n", 1024, name, sizeof(name), &err), -EINVAL);
+    assert_int_equal(egpu_inventory_gpu_name("node-a", 3, name, 11, &err), -ENAMETOOLONG);
+    assert_int_equal(egpu_inventory_gpu_name("node-a", 3, name, 12, &err), 0);
+
+    /* Too long: cut, told apart by a hash, still 253 characters at most. */
+    memset(node, 'a', 253);
+    node[253] = '\0';
+    memcpy(other, node, sizeof(node));
+    other[252] = 'b';
+    assert_int_equal(egpu_inventory_gpu_name(node, 1023, name, sizeof(name), &err), 0);
+    assert_true(strlen(name) <= 253);
+    assert_non_null(strstr(name, "-gpu1023"));
+    assert_int_equal(egpu_inventory_gpu_name(other, 1023, label, sizeof(label), &err),
+                     -ENAMETOOLONG);
+    {
+        char name2[EGPU_GPU_NAME_MAX];
+
+        assert_int_equal(egpu_inventory_gpu_name(other, 1023, name2, sizeof(name2), &err), 0);
+        assert_string_not_equal(name, name2);
+    }
+
+    assert_int_equal(egpu_inventory_node_label("node-a", label, sizeof(label), &err), 0);
+    assert_string_equal(label, "node-a");
+    assert_int_equal(egpu_inventory_node_label(node, label, sizeof(label), &err), 0);
+    assert_int_equal(strlen(label), 63);
+    assert_int_equal(egpu_inventory_node_label("", label, sizeof(label), &err), -EINVAL);
+}
+
+static void test_long_node_name_published(void **state)
+{
+    struct egpu_inventory_stats st;
+    char node[120], name[EGPU_GPU_NAME_MAX];
+    struct egpu_error err = {0};
+    json_t *obj;
+
+    (void)state;
+    memset(node, 'n', sizeof(node) - 1);
+    node[sizeof(node) - 1] = '\0';
+    publish_ok("1xT4-16GB", node, &st);
+    assert_int_equal(st.created, 1);
+    publish_ok("1xT4-16GB", node, &st);
+    assert_int_equal(st.unchanged, 1);
+    assert_int_equal(egpu_inventory_gpu_name(node, 0, name, sizeof(name), &err), 0);
+    obj = get_gpu(name);
+    assert_non_null(obj);
+    assert_string_equal(str_at(obj, "spec", "nodeName"), node);
+    assert_int_equal(strlen(label_of(obj)), 63);
+    json_decref(obj);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_publish_creates_objects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rerun_and_restart_write_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_removed_card_deleted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_nodes_untouched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_health_change_patches_status_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_card_replaced_at_index, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adopt_and_repair, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unidentified_card_kept_unhealthy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scheduler_cache_accepts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_api_failures_reported_then_repaired, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_input_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_long_node_name_published, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, group_setup, tks_group_teardown);
+}
