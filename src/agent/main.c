@@ -1,0 +1,597 @@
+/* agent/main.c - egpu-agent, the node agent: GPU inventory and the kubelet
+ * device plugin for elasticgpu.io/gpu-core.
+ *
+ * Start: parse flags (exit 2 on bad usage), open the GPU backend (NVML, or
+ * fake with --fake-gpus; exit 1 with the backend's message when it cannot be
+ * opened), publish one GPU object per card unless --no-api, serve
+ * /healthz, /readyz and /metrics, serve the device plugin and register with
+ * the kubelet.
+ *
+ * Threads: the main thread watches the device-plugin dir with inotify and
+ * (re)registers: a new kubelet.sock (a kubelet restart wipes every socket
+ * there and creates it again) or our own socket gone means serve again and
+ * Register again, retried every second until the kubelet answers. A health
+ * thread waits on egpu_gpus_wait and, on a change (or every 10 s, for the
+ * probes of a backend without events), lists the cards again: the plugin
+ * sends the new device list on ListAndWatch and the inventory republishes.
+ * SIGTERM or SIGINT stops both and exits 0.
+ */
+#define _GNU_SOURCE /* inotify, gethostname */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "egpu/agent.h"
+#include "egpu/cli.h"
+#include "egpu/kube.h"
+#include "egpu/log.h"
+#include "egpu/net.h"
+#include "plugin_int.h"
+
+#define HEALTH_WAIT_MS    1000  /* one egpu_gpus_wait */
+#define HEALTH_PROBE_MS   10000 /* list again at least this often */
+#define REGISTER_RETRY_MS 1000  /* between Register attempts */
+
+static const char usage[] =
+    "Usage: egpu-agent [OPTION]...\n"
+    "Elastic GPU's node agent: publishes this node's GPUs and is the kubelet device\n"
+    "plugin for elasticgpu.io/gpu-core (100 device IDs per card).\n"
+    "\n"
+    "  --node-name NAME            this node (NODE_NAME; required with the API server)\n"
+    "  --kubeconfig FILE           kubeconfig (KUBECONFIG; default ~/.kube/config, else\n"
+    "                              the in-cluster service account)\n"
+    "  --context NAME              kubeconfig context (default: current-context)\n"
+    "  --no-api                    no API server: no GPU objects, no pod lookups\n"
+    "  --fake-gpus SPEC            fake cards, e.g. 2xA100-80GB (EGPU_FAKE_GPUS)\n"
+    "  --fake-health-file FILE     fake cards only: lines \"<index> healthy\" or\n"
+    "                              \"<index> unhealthy [reason]\", applied when the file\n"
+    "                              changes (EGPU_FAKE_HEALTH_FILE; for tests and demos)\n"
+    "  --nvml-library PATH         NVML to load (EGPU_NVML_LIBRARY; default libnvidia-ml.so.1)\n"
+    "  --device-plugin-dir DIR     (EGPU_DEVICE_PLUGIN_DIR; default "
+    "/var/lib/kubelet/device-plugins)\n"
+    "  --pod-resources-socket PATH (EGPU_POD_RESOURCES_SOCKET;\n"
+    "                              default /var/lib/kubelet/pod-resources/kubelet.sock)\n"
+    "  --alloc-root DIR            per-allocation dirs (EGPU_ALLOC_ROOT;\n"
+    "                              default /var/lib/elastic-gpu/alloc)\n"
+    "  --interposer PATH           the CUDA interposer on the host (EGPU_INTERPOSER;\n"
+    "                              default /usr/local/lib/elastic-gpu/libegpu-vcuda.so)\n"
+    "  --listen ADDR               HTTP address (EGPU_LISTEN; default 0.0.0.0)\n"
+    "  --port N                    HTTP port for /healthz, /readyz, /metrics (EGPU_PORT;\n"
+    "                              default 9400; 0 = any free port, logged)\n"
+    "  --log-level L               error, warn, info, debug (EGPU_LOG_LEVEL; default info)\n"
+    "  -h, --help                  show this help\n"
+    "  --version                   show the version\n";
+
+#define bad(...) egpu_cli_usage_error("egpu-agent", __VA_ARGS__)
+
+enum {
+    O_NODE = 256,
+    O_KUBECONFIG,
+    O_CONTEXT,
+    O_NO_API,
+    O_FAKE,
+    O_FAKE_HEALTH,
+    O_NVML,
+    O_DP_DIR,
+    O_PR_SOCKET,
+    O_ALLOC_ROOT,
+    O_INTERPOSER,
+    O_LISTEN,
+    O_PORT,
+    O_LOG,
+    O_VERSION,
+};
+
+struct options {
+    const char *node;
+    const char *kubeconfig;
+    const char *context;
+    bool no_api;
+    const char *fake;
+    const char *fake_health;
+    const char *nvml;
+    const char *dp_dir;
+    const char *pr_socket;
+    const char *alloc_root;
+    const char *interposer;
+    const char *listen;
+    unsigned port;
+    int log_level;
+};
+
+static int apply(struct options *o, int opt, const char *v, const char *who)
+{
+    uint64_t u;
+
+    switch (opt) {
+    case O_NODE:
+        o->node = v;
+        return 0;
+    case O_KUBECONFIG:
+        o->kubeconfig = v;
+        return 0;
+    case O_CONTEXT:
+        o->context = v;
+        return 0;
+    case O_NO_API:
+        o->no_api = true;
+        return 0;
+    case O_FAKE:
+        o->fake = v;
+        return 0;
+    case O_FAKE_HEALTH:
+        o->fake_health = v;
+        return 0;
+    case O_NVML:
+        o->nvml = v;
+        return 0;
+    case O_DP_DIR:
+    case O_ALLOC_ROOT:
+        if (v[0] != '/')
+            return bad("%s \"%s\": expected an absolute directory", who, v);
+        *(opt == O_DP_DIR ? &o->dp_dir : &o->alloc_root) = v;
+        return 0;
+    case O_PR_SOCKET:
+    case O_INTERPOSER:
+        if (v[0] != '/')
+            return bad("%s \"%s\": expected an absolute path", who, v);
+        *(opt == O_PR_SOCKET ? &o->pr_socket : &o->interposer) = v;
+        return 0;
+    case O_LISTEN:
+        o->listen = v;
+        return 0;
+    case O_PORT:
+        if (egpu_cli_parse_u64(v, 0, 65535, &u))
+            return bad("%s \"%s\": expected a port in 0..65535 (0 = any free port)", who, v);
+        o->port = (unsigned)u;
+        return 0;
+    case O_LOG:
+        if (egpu_log_parse_level(v, &o->log_level))
+            return bad("%s \"%s\": expected error, warn, info or debug", who, v);
+        return 0;
+    default:
+        return bad("unknown setting");
+    }
+}
+
+/* Fill o from the environment, then the flags. Returns -1 to run, else the
+ * exit status (0 after --help or --version, 2 on bad usage). */
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    static const struct option longopts[] = {
+        {"node-name", required_argument, NULL, O_NODE},
+        {"kubeconfig", required_argument, NULL, O_KUBECONFIG},
+        {"context", required_argument, NULL, O_CONTEXT},
+        {"no-api", no_argument, NULL, O_NO_API},
+        {"fake-gpus", required_argument, NULL, O_FAKE},
+        {"fake-health-file", required_argument, NULL, O_FAKE_HEALTH},
+        {"nvml-library", required_argument, NULL, O_NVML},
+        {"device-plugin-dir", required_argument, NULL, O_DP_DIR},
+        {"pod-resources-socket", required_argument, NULL, O_PR_SOCKET},
+        {"alloc-root", required_argument, NULL, O_ALLOC_ROOT},
+        {"interposer", required_argument, NULL, O_INTERPOSER},
+        {"listen", required_argument, NULL, O_LISTEN},
+        {"port", required_argument, NULL, O_PORT},
+        {"log-level", required_argument, NULL, O_LOG},
+        {"version", no_argument, NULL, O_VERSION},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    static const struct {
+        const char *var;
+        int opt;
+    } env[] = {
+        {"NODE_NAME", O_NODE},
+        {"KUBECONFIG", O_KUBECONFIG},
+        {EGPU_FAKE_GPUS_ENV, O_FAKE},
+        {"EGPU_FAKE_HEALTH_FILE", O_FAKE_HEALTH},
+        {"EGPU_NVML_LIBRARY", O_NVML},
+        {"EGPU_DEVICE_PLUGIN_DIR", O_DP_DIR},
+        {"EGPU_POD_RESOURCES_SOCKET", O_PR_SOCKET},
+        {"EGPU_ALLOC_ROOT", O_ALLOC_ROOT},
+        {"EGPU_INTERPOSER", O_INTERPOSER},
+        {"EGPU_LISTEN", O_LISTEN},
+        {"EGPU_PORT", O_PORT},
+        {"EGPU_LOG_LEVEL", O_LOG},
+    };
+    int c, rc;
+
+    *o = (struct options){.dp_dir = "/var/lib/kubelet/device-plugins",
+                          .pr_socket = "/var/lib/kubelet/pod-resources/kubelet.sock",
+                          .alloc_root = "/var/lib/elastic-gpu/alloc",
+                          .interposer = EGPU_PLUGIN_INTERPOSER,
+                          .listen = "0.0.0.0",
+                          .port = 9400,
+                          .log_level = EGPU_LOG_INFO};
+    for (size_t i = 0; i < sizeof(env) / sizeof(env[0]); i++) {
+        const char *v = getenv(env[i].var);
+
+        if (v != NULL && *v != '\0' && (rc = apply(o, env[i].opt, v, env[i].var)) != 0)
+            return rc;
+    }
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        char who[64];
+
+        if (c == 'h') {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (c == O_VERSION) {
+            printf("egpu-agent 0.1.0\n");
+            return 0;
+        }
+        if (c == '?' || c == ':')
+            return bad("unknown or incomplete option \"%s\"", argv[optind - 1]);
+        snprintf(who, sizeof(who), "--%s", longopts[c - O_NODE].name);
+        rc = apply(o, c, optarg, who);
+        if (rc)
+            return rc;
+    }
+    if (optind < argc)
+        return bad("unexpected argument \"%s\"", argv[optind]);
+    if (!o->no_api && (o->node == NULL || o->node[0] == '\0'))
+        return bad("--node-name (or NODE_NAME) is required unless --no-api is given");
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static atomic_bool stopping;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&stopping, true);
+}
+
+struct app {
+    struct options o;
+    char node[256];
+    struct egpu_gpus *gpus;
+    struct egpu_kube_config *kcfg;
+    struct egpu_kube *kube;
+    struct egpu_plugin *plugin;
+    struct egpu_http_server *srv;
+    struct egpu_metrics *reg;
+    struct egpu_health *health;
+    struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_allocs, *m_alloc_errors,
+        *m_prestarts, *m_registrations;
+    struct egpu_plugin_stats seen;
+    atomic_bool registered;
+    pthread_t health_thread;
+    bool health_started;
+};
+
+static bool ready(void *data, char *why, size_t len)
+{
+    struct app *a = data;
+
+    if (!atomic_load(&a->registered)) {
+        snprintf(why, len, "not registered with the kubelet (%s/%s)", a->o.dp_dir,
+                 EGPU_PLUGIN_KUBELET);
+        return false;
+    }
+    snprintf(why, len, "ok");
+    return true;
+}
+
+static int register_metrics(struct app *a, struct egpu_error *err)
+{
+    int rc;
+
+    a->reg = egpu_metrics_new();
+    if (a->reg == NULL)
+        return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
+    rc = egpu_metric_gauge(a->reg, "egpu_agent_registered",
+                           "1 while the device plugin is registered with the kubelet.", 0, NULL,
+                           &a->m_registered);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpus", "GPUs the backend lists.", 0, NULL,
+                               &a->m_cards);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpus_healthy", "Healthy GPUs.", 0, NULL,
+                               &a->m_healthy);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_agent_allocations_total",
+                                 "Containers the device plugin allocated.", 0, NULL, &a->m_allocs);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_agent_allocation_errors_total",
+                                 "Allocate calls refused.", 0, NULL, &a->m_alloc_errors);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_agent_prestarts_total",
+                                 "PreStartContainer calls answered OK.", 0, NULL, &a->m_prestarts);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_agent_registrations_total",
+                                 "Successful registrations with the kubelet.", 0, NULL,
+                                 &a->m_registrations);
+    if (rc)
+        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
+    return 0;
+}
+
+static void refresh_metrics(struct app *a)
+{
+    struct egpu_plugin_stats s;
+
+    egpu__plugin_stats(a->plugin, &s);
+    (void)egpu_metric_set(a->m_registered, NULL, atomic_load(&a->registered) ? 1.0 : 0.0);
+    (void)egpu_metric_set(a->m_cards, NULL, (double)s.cards);
+    (void)egpu_metric_set(a->m_healthy, NULL, (double)s.healthy);
+    (void)egpu_metric_add(a->m_allocs, NULL, (double)(s.allocations - a->seen.allocations));
+    (void)egpu_metric_add(a->m_alloc_errors, NULL, (double)(s.alloc_errors - a->seen.alloc_errors));
+    (void)egpu_metric_add(a->m_prestarts, NULL, (double)(s.prestarts - a->seen.prestarts));
+    (void)egpu_metric_add(a->m_registrations, NULL,
+                          (double)(s.registrations - a->seen.registrations));
+    a->seen = s;
+}
+
+static void publish(struct app *a)
+{
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+
+    if (a->kube == NULL)
+        return;
+    if (egpu_inventory_sync(a->kube, a->gpus, a->node, &st, &err) != 0)
+        egpu_log(EGPU_LOG_WARN, "GPU objects not published error=\"%s\"", err.msg);
+    else if (st.created || st.updated || st.status_updated || st.deleted)
+        egpu_log(EGPU_LOG_INFO, "GPU objects published created=%u updated=%u status=%u deleted=%u",
+                 st.created, st.updated, st.status_updated, st.deleted);
+}
+
+static long now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* --fake-health-file: when the file changed (mtime or size), apply its
+ * lines to the fake backend. Returns how many cards it set. */
+static int apply_fake_health(struct app *a, struct timespec *seen_mtime, off_t *seen_size)
+{
+    char line[256];
+    struct stat st;
+    FILE *f;
+    int set = 0;
+
+    if (a->o.fake_health == NULL || egpu_gpus_kind(a->gpus) != EGPU_GPUS_FAKE ||
+        stat(a->o.fake_health, &st) != 0)
+        return 0;
+    if (st.st_mtim.tv_sec == seen_mtime->tv_sec && st.st_mtim.tv_nsec == seen_mtime->tv_nsec &&
+        st.st_size == *seen_size)
+        return 0;
+    *seen_mtime = st.st_mtim;
+    *seen_size = st.st_size;
+    f = fopen(a->o.fake_health, "r");
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char state[16] = "", reason[128] = "";
+        struct egpu_error err = {0};
+        unsigned index;
+        int n = sscanf(line, "%u %15s %127[^\n]", &index, state, reason);
+
+        if (n < 2 || (strcmp(state, "healthy") != 0 && strcmp(state, "unhealthy") != 0))
+            continue;
+        if (egpu_gpus_fake_set_health(a->gpus, index, strcmp(state, "healthy") == 0,
+                                      n == 3 ? reason : NULL, &err) != 0)
+            egpu_log(EGPU_LOG_WARN, "--fake-health-file: line ignored error=\"%s\"", err.msg);
+        else
+            set++;
+    }
+    fclose(f);
+    return set;
+}
+
+static void *health_main(void *data)
+{
+    struct app *a = data;
+    long last = now_ms();
+    struct timespec mtime = {0};
+    off_t size = -1;
+
+    while (!atomic_load(&stopping)) {
+        struct egpu_error err = {0};
+        int n = egpu_gpus_wait(a->gpus, HEALTH_WAIT_MS, &err);
+        bool changed = false;
+
+        if (n < 0) {
+            egpu_log(EGPU_LOG_WARN, "health wait failed error=\"%s\"", err.msg);
+            n = 0;
+        }
+        n += apply_fake_health(a, &mtime, &size);
+        if (n == 0 && now_ms() - last < HEALTH_PROBE_MS)
+            continue;
+        last = now_ms();
+        if (egpu__plugin_refresh(a->plugin, &changed, &err) != 0)
+            egpu_log(EGPU_LOG_WARN, "GPU list failed error=\"%s\"", err.msg);
+        else if (changed)
+            publish(a);
+    }
+    return NULL;
+}
+
+static int start(struct app *a, struct egpu_error *err)
+{
+    struct egpu_gpus_config gc = {.fake = a->o.fake, .nvml_library = a->o.nvml, .node = a->node};
+    struct egpu_http_config hc = {.bind_addr = a->o.listen, .port = (uint16_t)a->o.port};
+    struct egpu_plugin_config pc;
+    int rc;
+
+    rc = egpu_gpus_open(&gc, &a->gpus, err);
+    if (rc)
+        return rc;
+    if (!a->o.no_api) {
+        rc = egpu_kube_config_load(a->o.kubeconfig, a->o.context, &a->kcfg, err);
+        if (!rc)
+            rc = egpu_kube_new(a->kcfg, &a->kube, err);
+        if (rc)
+            return rc;
+        publish(a);
+    }
+    pc = (struct egpu_plugin_config){.dir = a->o.dp_dir,
+                                     .alloc_root = a->o.alloc_root,
+                                     .interposer = a->o.interposer,
+                                     .pod_resources = a->o.pr_socket,
+                                     .node = a->node,
+                                     .gpus = a->gpus,
+                                     .kube = a->kube};
+    rc = egpu__plugin_new(&pc, &a->plugin, err);
+    if (!rc)
+        rc = register_metrics(a, err);
+    if (!rc)
+        rc = egpu_http_server_new(&hc, &a->srv, err);
+    if (!rc)
+        rc = egpu_health_new(a->srv, a->reg, ready, a, &a->health, err);
+    if (!rc)
+        rc = egpu_http_server_start(a->srv, err);
+    if (rc)
+        return rc;
+    egpu_log(EGPU_LOG_INFO, "serving addr=%s port=%u node=%s backend=%s api=%s", a->o.listen,
+             egpu_http_server_port(a->srv), a->node,
+             egpu_gpus_kind(a->gpus) == EGPU_GPUS_FAKE ? "fake" : "nvml",
+             a->kube != NULL ? "true" : "false");
+    rc = egpu__plugin_serve(a->plugin, err);
+    if (rc)
+        return rc;
+    rc = pthread_create(&a->health_thread, NULL, health_main, a);
+    if (rc)
+        return egpu_error_set(err, -rc, "health thread: %s", strerror(rc));
+    a->health_started = true;
+    return 0;
+}
+
+/* The main loop: watch the plugin dir, (re)serve and (re)register. */
+static void run(struct app *a)
+{
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    char kubelet[PATH_MAX];
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    bool need_register = true, need_serve = false, warned = false;
+    long next_try = 0, next_metrics = 0;
+
+    snprintf(kubelet, sizeof(kubelet), "%s/%s", a->o.dp_dir, EGPU_PLUGIN_KUBELET);
+    if (fd < 0 || inotify_add_watch(fd, a->o.dp_dir, IN_CREATE | IN_DELETE | IN_MOVED_TO) < 0)
+        egpu_log(EGPU_LOG_WARN, "inotify on %s failed error=\"%s\": polling instead", a->o.dp_dir,
+                 strerror(errno));
+    while (!atomic_load(&stopping)) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        struct egpu_error err = {0};
+        struct stat st;
+        long now;
+
+        if (poll(&pfd, fd >= 0 ? 1 : 0, 200) > 0) {
+            ssize_t len;
+
+            while ((len = read(fd, buf, sizeof(buf))) > 0) {
+                for (char *c = buf; c < buf + len;) {
+                    const struct inotify_event *ev = (const struct inotify_event *)c;
+
+                    if (ev->len > 0 && strcmp(ev->name, EGPU_PLUGIN_KUBELET) == 0 &&
+                        (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
+                        egpu_log(EGPU_LOG_INFO, "kubelet.sock created: registering again");
+                        need_serve = need_register = true;
+                        next_try = 0;
+                    }
+                    c += sizeof(*ev) + ev->len;
+                }
+            }
+        }
+        if (!need_serve && !egpu__plugin_socket_exists(a->plugin)) {
+            egpu_log(EGPU_LOG_INFO, "socket %s/%s gone: serving again", a->o.dp_dir,
+                     EGPU_PLUGIN_SOCKET);
+            need_serve = need_register = true;
+        }
+        now = now_ms();
+        if (now >= next_metrics) {
+            refresh_metrics(a);
+            next_metrics = now + 1000;
+        }
+        if (!need_register || now < next_try)
+            continue;
+        if (stat(kubelet, &st) != 0) {
+            atomic_store(&a->registered, false);
+            continue; /* no kubelet yet: its socket's creation wakes us */
+        }
+        next_try = now + REGISTER_RETRY_MS;
+        atomic_store(&a->registered, false);
+        if (need_serve && egpu__plugin_serve(a->plugin, &err) != 0) {
+            egpu_log(EGPU_LOG_ERROR, "device plugin not served error=\"%s\"", err.msg);
+            continue;
+        }
+        need_serve = false;
+        if (egpu__plugin_register(a->plugin, &err) != 0) {
+            if (!warned)
+                egpu_log(EGPU_LOG_WARN, "Register failed, retrying error=\"%s\"", err.msg);
+            warned = true;
+            continue;
+        }
+        warned = false;
+        need_register = false;
+        atomic_store(&a->registered, true);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+static void finish(struct app *a)
+{
+    atomic_store(&stopping, true);
+    if (a->health_started)
+        pthread_join(a->health_thread, NULL);
+    if (a->srv != NULL)
+        egpu_http_server_stop(a->srv);
+    egpu__plugin_free(a->plugin);
+    egpu_health_free(a->health);
+    egpu_http_server_free(a->srv);
+    egpu_metrics_free(a->reg);
+    egpu_kube_free(a->kube);
+    egpu_kube_config_free(a->kcfg);
+    egpu_gpus_free(a->gpus);
+}
+
+int main(int argc, char **argv)
+{
+    static struct app a;
+    struct egpu_error err = {0};
+    struct sigaction sa;
+    int status = parse_options(argc, argv, &a.o);
+
+    if (status >= 0)
+        return status;
+    egpu_log_level = a.o.log_level;
+    egpu_log_set_component("egpu-agent");
+    if (a.o.node != NULL && a.o.node[0] != '\0')
+        snprintf(a.node, sizeof(a.node), "%s", a.o.node);
+    else if (gethostname(a.node, sizeof(a.node) - 1) != 0)
+        snprintf(a.node, sizeof(a.node), "localhost");
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (start(&a, &err) != 0) {
+        fprintf(stderr, "egpu-agent: %s\n", err.msg[0] ? err.msg : egpu_strerror(err.code));
+        finish(&a);
+        return 1;
+    }
+    run(&a);
+    egpu_log(EGPU_LOG_INFO, "stopping");
+    finish(&a);
+    return 0;
+}

@@ -1,0 +1,955 @@
+/* agent/plugin.c - the kubelet device plugin for elasticgpu.io/gpu-core.
+ *
+ * Serves v1beta1.DevicePlugin on <dir>/elasticgpu.sock (gRPC, src/net/grpc_server.c)
+ * and registers with the kubelet (DESIGN.md section 2.3):
+ *   - GetDevicePluginOptions: both optional calls wanted;
+ *   - ListAndWatch: 100 IDs "<uuid>-<nn>" per card, the full list at once and
+ *     again whenever egpu__plugin_refresh sees a health change;
+ *   - GetPreferredAllocation: with an API server, the IDs of the card(s) the
+ *     scheduler assigned (prestart.c); otherwise, or when no pending pod
+ *     matches, keeps a container on as few cards as possible (whole free
+ *     cards for multiples of 100, else the fullest card that still fits:
+ *     binpack), starting from the must-include IDs;
+ *   - Allocate: derives the card(s) from the IDs; answers
+ *     NVIDIA_VISIBLE_DEVICES, EGPU_ALLOC_DIR and a mount of the allocation
+ *     dir <alloc_root>/<hash of the sorted IDs> at /etc/elastic-gpu; a
+ *     container sharing a card (fewer than 100 IDs on it) also gets the
+ *     interposer and /etc/ld.so.preload naming it, so unsetting LD_PRELOAD
+ *     cannot escape the limits;
+ *   - PreStartContainer: checks the IDs; with an API server prestart.c then
+ *     finds the owner, checks the cards and writes limits.json.
+ *
+ * DESIGN: the allocation dir is named by a hash of the sorted IDs, so
+ * Allocate and PreStartContainer, which both see only IDs, find the same
+ * dir. Messages are protobuf-c (proto/), unpacked and packed with an
+ * allocator on egpu_malloc. Errors the kubelet shows in pod events name the
+ * offending ID.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "deviceplugin/v1beta1/api.pb-c.h"
+#include "egpu/grpc.h"
+#include "egpu/log.h"
+#include "egpu/scheduler.h"
+#include "plugin_int.h"
+#include "prestart_int.h"
+
+#define STREAMS_MAX 16 /* ListAndWatch streams open at once (the kubelet keeps one) */
+#define DEVICES_MAX (EGPU_NODE_GPUS_MAX * EGPU_PLUGIN_IDS_PER_CARD)
+
+struct egpu_plugin {
+    char *dir;
+    char *alloc_root;
+    char *interposer;
+    char *pod_resources;
+    char *node;
+    char socket[PATH_MAX];
+    char kubelet[PATH_MAX];
+    struct egpu_gpus *gpus;
+    struct egpu_kube *kube;
+    struct egpu_grpc_server *srv;
+    bool running;
+
+    pthread_mutex_t lock; /* guards what follows */
+    struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
+    size_t ncards;
+    struct egpu_grpc_stream *streams[STREAMS_MAX];
+    size_t nstreams;
+    struct egpu_plugin_stats stats;
+};
+
+/* ------------------------------------------------------------------------ */
+/* protobuf-c glue                                                          */
+
+static void *pb_alloc(void *data, size_t size)
+{
+    (void)data;
+    return egpu_malloc(size);
+}
+
+static void pb_free(void *data, void *p)
+{
+    (void)data;
+    egpu_free(p);
+}
+
+ProtobufCAllocator egpu__pb_allocator = {pb_alloc, pb_free, NULL};
+
+struct pb_sink {
+    ProtobufCBuffer base;
+    struct egpu_buf *b;
+    int rc;
+};
+
+static void pb_append(ProtobufCBuffer *base, size_t len, const uint8_t *data)
+{
+    struct pb_sink *s = (struct pb_sink *)base;
+
+    if (s->rc == 0)
+        s->rc = egpu_buf_append(s->b, data, len);
+}
+
+/* Pack m at the end of b. Returns 0, -EMSGSIZE or -ENOMEM. */
+static int pb_pack(const ProtobufCMessage *m, struct egpu_buf *b)
+{
+    struct pb_sink s = {.base = {.append = pb_append}, .b = b, .rc = 0};
+
+    protobuf_c_message_pack_to_buffer(m, &s.base);
+    return s.rc;
+}
+
+static ProtobufCMessage *pb_unpack(const ProtobufCMessageDescriptor *d,
+                                   const struct egpu_grpc_request *req)
+{
+    return protobuf_c_message_unpack(d, &egpu__pb_allocator, req->len, (const uint8_t *)req->data);
+}
+
+static void pb_unpacked_free(ProtobufCMessage *m)
+{
+    if (m != NULL)
+        protobuf_c_message_free_unpacked(m, &egpu__pb_allocator);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Device IDs                                                               */
+
+int egpu__plugin_device_id(const char *uuid, unsigned slot, char *out, size_t len)
+{
+    int n;
+
+    if (slot >= EGPU_PLUGIN_IDS_PER_CARD)
+        return -EINVAL;
+    n = snprintf(out, len, "%s-%02u", uuid, slot);
+    if (n < 0 || (size_t)n >= len || n >= EGPU_PLUGIN_ID_MAX)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* The card (index into cards) and slot of id. Returns 0, EGPU_ESYNTAX (not
+ * "<uuid>-<nn>") or -ENOENT (no such card); st says which ID and why. */
+static int parse_id(const struct egpu_gpu_info *cards, size_t ncards, const char *id, size_t *card,
+                    unsigned *slot, struct egpu_grpc_status *st)
+{
+    size_t len = strlen(id), ulen;
+
+    if (len < 4 || len >= EGPU_PLUGIN_ID_MAX || id[len - 3] != '-' || id[len - 2] < '0' ||
+        id[len - 2] > '9' || id[len - 1] < '0' || id[len - 1] > '9') {
+        egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                             "device ID \"%.64s\" is malformed: expected <GPU UUID>-<00..99>", id);
+        return EGPU_ESYNTAX;
+    }
+    ulen = len - 3;
+    for (size_t i = 0; i < ncards; i++) {
+        if (cards[i].uuid[0] != '\0' && strlen(cards[i].uuid) == ulen &&
+            memcmp(cards[i].uuid, id, ulen) == 0) {
+            *card = i;
+            *slot = (unsigned)((id[len - 2] - '0') * 10 + (id[len - 1] - '0'));
+            return 0;
+        }
+    }
+    egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                         "device ID \"%.64s\" names no GPU of this node (unknown UUID %.*s)", id,
+                         (int)ulen, id);
+    return -ENOENT;
+}
+
+/* Copy the card list under the lock. */
+static size_t snapshot(struct egpu_plugin *p, struct egpu_gpu_info *cards)
+{
+    size_t n;
+
+    pthread_mutex_lock(&p->lock);
+    n = p->ncards;
+    memcpy(cards, p->cards, n * sizeof(cards[0]));
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+/* Per-card counts of ids (n of them) into count[], rejecting malformed,
+ * unknown and repeated IDs. Returns 0 or a negative code with st set. */
+static int count_ids(const struct egpu_gpu_info *cards, size_t ncards, char *const *ids, size_t n,
+                     unsigned *count, struct egpu_grpc_status *st)
+{
+    uint64_t seen[EGPU_NODE_GPUS_MAX][(EGPU_PLUGIN_IDS_PER_CARD + 63) / 64];
+
+    memset(seen, 0, sizeof(seen));
+    memset(count, 0, EGPU_NODE_GPUS_MAX * sizeof(count[0]));
+    for (size_t i = 0; i < n; i++) {
+        size_t card;
+        unsigned slot;
+        int rc = parse_id(cards, ncards, ids[i], &card, &slot, st);
+
+        if (rc)
+            return rc;
+        if (seen[card][slot / 64] & (UINT64_C(1) << (slot % 64)))
+            return egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                                        "device ID \"%s\" is given twice", ids[i]);
+        seen[card][slot / 64] |= UINT64_C(1) << (slot % 64);
+        count[card]++;
+    }
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int egpu__plugin_alloc_dir(const char *alloc_root, char *const *ids, size_t n, char *out,
+                           size_t len)
+{
+    char **sorted = egpu_calloc(n ? n : 1, sizeof(char *));
+    uint64_t h = UINT64_C(14695981039346656037); /* FNV-1a 64 */
+    int w;
+
+    if (sorted == NULL)
+        return -ENOMEM;
+    memcpy(sorted, ids, n * sizeof(char *));
+    qsort(sorted, n, sizeof(char *), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        for (const char *c = sorted[i]; *c; c++) {
+            h ^= (unsigned char)*c;
+            h *= UINT64_C(1099511628211);
+        }
+        h ^= '\n';
+        h *= UINT64_C(1099511628211);
+    }
+    egpu_free(sorted);
+    w = snprintf(out, len, "%s/%016" PRIx64, alloc_root, h);
+    return w < 0 || (size_t)w >= len ? -ENAMETOOLONG : 0;
+}
+
+int egpu__plugin_mkdir_p(const char *path)
+{
+    char buf[PATH_MAX];
+    size_t len = strlen(path);
+
+    if (len == 0 || len >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, path, len + 1);
+    for (char *c = buf + 1; *c; c++) {
+        if (*c != '/')
+            continue;
+        *c = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -errno;
+        *c = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+int egpu__plugin_write_file(const char *dir, const char *name, const char *text,
+                            struct egpu_error *err)
+{
+    char tmp[PATH_MAX], path[PATH_MAX];
+    size_t len = strlen(text), off = 0;
+    int fd, w1, w2;
+
+    w1 = snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.%ld", dir, name, (long)getpid());
+    w2 = snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (w1 < 0 || (size_t)w1 >= sizeof(tmp) || w2 < 0 || (size_t)w2 >= sizeof(path))
+        return egpu_error_set(err, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return egpu_error_set(err, -errno, "create %s: %s", tmp, strerror(errno));
+    while (off < len) {
+        ssize_t n = write(fd, text + off, len - off);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int e = errno;
+
+            close(fd);
+            unlink(tmp);
+            return egpu_error_set(err, -e, "write %s: %s", tmp, strerror(e));
+        }
+        off += (size_t)n;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+
+        unlink(tmp);
+        return egpu_error_set(err, -e, "write %s: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+
+        unlink(tmp);
+        return egpu_error_set(err, -e, "rename %s: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* GetDevicePluginOptions, ListAndWatch                                     */
+
+static int on_options(void *data, const struct egpu_grpc_request *req, struct egpu_buf *reply,
+                      struct egpu_grpc_status *st)
+{
+    V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
+
+    (void)data;
+    (void)req;
+    (void)st;
+    o.pre_start_required = 1;
+    o.get_preferred_allocation_available = 1;
+    return pb_pack(&o.base, reply);
+}
+
+/* The full device list of cards as a ListAndWatchResponse into out. */
+static int pack_devices(const struct egpu_gpu_info *cards, size_t ncards, struct egpu_buf *out)
+{
+    static char healthy[] = EGPU_GPU_HEALTHY, unhealthy[] = EGPU_GPU_UNHEALTHY;
+    V1beta1__ListAndWatchResponse r = V1BETA1__LIST_AND_WATCH_RESPONSE__INIT;
+    V1beta1__Device *devs = egpu_calloc(DEVICES_MAX, sizeof(*devs));
+    V1beta1__Device **ptrs = egpu_calloc(DEVICES_MAX, sizeof(*ptrs));
+    char(*ids)[EGPU_PLUGIN_ID_MAX] = egpu_calloc(DEVICES_MAX, EGPU_PLUGIN_ID_MAX);
+    size_t n = 0;
+    int rc = 0;
+
+    if (devs == NULL || ptrs == NULL || ids == NULL) {
+        rc = -ENOMEM;
+        goto out_free;
+    }
+    for (size_t c = 0; c < ncards; c++) {
+        if (cards[c].uuid[0] == '\0')
+            continue; /* never identified: no IDs to give */
+        for (unsigned s = 0; s < EGPU_PLUGIN_IDS_PER_CARD; s++) {
+            if (egpu__plugin_device_id(cards[c].uuid, s, ids[n], EGPU_PLUGIN_ID_MAX) != 0)
+                break; /* cannot happen: UUIDs are at most 63 bytes with "-nn" room checked */
+            devs[n] = (V1beta1__Device)V1BETA1__DEVICE__INIT;
+            devs[n].id = ids[n];
+            devs[n].health = cards[c].healthy ? healthy : unhealthy;
+            ptrs[n] = &devs[n];
+            n++;
+        }
+    }
+    r.n_devices = n;
+    r.devices = ptrs;
+    rc = pb_pack(&r.base, out);
+out_free:
+    egpu_free(ids);
+    egpu_free(ptrs);
+    egpu_free(devs);
+    return rc;
+}
+
+/* Send the current list on every open stream. Called with p->lock held. */
+static void broadcast_locked(struct egpu_plugin *p)
+{
+    struct egpu_buf msg;
+    int rc;
+
+    egpu_buf_init(&msg, EGPU_GRPC_MSG_MAX);
+    rc = pack_devices(p->cards, p->ncards, &msg);
+    for (size_t i = 0; rc == 0 && i < p->nstreams; i++) {
+        int src = egpu_grpc_stream_send(p->streams[i], msg.data, msg.len);
+
+        if (src != 0 && src != -EPIPE)
+            egpu_log(EGPU_LOG_WARN, "ListAndWatch send failed error=\"%s\"", egpu_strerror(src));
+    }
+    if (rc)
+        egpu_log(EGPU_LOG_ERROR, "ListAndWatch: device list not built error=\"%s\"",
+                 egpu_strerror(rc));
+    egpu_buf_free(&msg);
+}
+
+static int on_list_and_watch(void *data, const struct egpu_grpc_request *req,
+                             struct egpu_grpc_stream *stream, struct egpu_grpc_status *st)
+{
+    struct egpu_plugin *p = data;
+    struct egpu_buf msg;
+    int rc;
+
+    (void)req;
+    egpu_buf_init(&msg, EGPU_GRPC_MSG_MAX);
+    pthread_mutex_lock(&p->lock);
+    if (p->nstreams == STREAMS_MAX) {
+        pthread_mutex_unlock(&p->lock);
+        return egpu_grpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "ListAndWatch: %d streams open already", STREAMS_MAX);
+    }
+    rc = pack_devices(p->cards, p->ncards, &msg);
+    if (rc == 0) {
+        p->streams[p->nstreams++] = stream;
+        rc = egpu_grpc_stream_send(stream, msg.data, msg.len);
+        if (rc)
+            egpu_log(EGPU_LOG_WARN, "ListAndWatch first send failed error=\"%s\"",
+                     egpu_strerror(rc));
+        rc = 0; /* accepted either way: the close callback will drop it */
+        egpu_log(EGPU_LOG_INFO, "ListAndWatch opened devices=%zu",
+                 p->ncards * EGPU_PLUGIN_IDS_PER_CARD);
+    }
+    pthread_mutex_unlock(&p->lock);
+    egpu_buf_free(&msg);
+    return rc;
+}
+
+static void on_stream_close(void *data, struct egpu_grpc_stream *stream, int reason)
+{
+    struct egpu_plugin *p = data;
+    bool found = false;
+
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->nstreams; i++) {
+        if (p->streams[i] == stream) {
+            p->streams[i] = p->streams[--p->nstreams];
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    egpu_log(EGPU_LOG_INFO, "ListAndWatch closed reason=\"%s\"",
+             reason ? egpu_strerror(reason) : "finished");
+    if (found)
+        egpu_grpc_stream_release(stream);
+}
+
+/* ------------------------------------------------------------------------ */
+/* GetPreferredAllocation                                                   */
+
+/* Pick size IDs from avail (n) with must (nmust) first, into out (the
+ * caller's array of borrowed pointers, room for size). Returns the count. */
+static size_t prefer_binpack(const struct egpu_gpu_info *cards, size_t ncards, char *const *avail,
+                             size_t n, char *const *must, size_t nmust, size_t size, char **out)
+{
+    /* by_card[c][s]: the available ID string of card c slot s, or NULL */
+    char *(*by_card)[EGPU_PLUGIN_IDS_PER_CARD] = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*by_card));
+    unsigned free_ids[EGPU_NODE_GPUS_MAX] = {0};
+    size_t got = 0;
+    struct egpu_grpc_status st;
+
+    if (by_card == NULL)
+        return 0;
+    for (size_t i = 0; i < nmust && got < size; i++)
+        out[got++] = must[i];
+    for (size_t i = 0; i < n; i++) {
+        size_t c;
+        unsigned s;
+        bool dup = false;
+
+        if (parse_id(cards, ncards, avail[i], &c, &s, &st) != 0 || by_card[c][s] != NULL)
+            continue;
+        for (size_t m = 0; m < nmust; m++)
+            dup = dup || strcmp(must[m], avail[i]) == 0;
+        if (dup)
+            continue;
+        by_card[c][s] = avail[i];
+        free_ids[c]++;
+    }
+    while (got < size) {
+        size_t need = size - got, best = SIZE_MAX;
+
+        for (size_t c = 0; c < ncards; c++) {
+            if (free_ids[c] == 0)
+                continue;
+            if (need >= EGPU_PLUGIN_IDS_PER_CARD) {
+                /* whole cards first; else the emptiest card */
+                if (best == SIZE_MAX || free_ids[c] > free_ids[best])
+                    best = c;
+            } else if (free_ids[c] >= need) {
+                /* binpack: the fullest card that still fits */
+                if (best == SIZE_MAX || free_ids[best] < need || free_ids[c] < free_ids[best])
+                    best = c;
+            } else if (best == SIZE_MAX ||
+                       (free_ids[best] < need && free_ids[c] > free_ids[best])) {
+                best = c; /* nothing fits: the card with most room */
+            }
+        }
+        if (best == SIZE_MAX)
+            break;
+        for (unsigned s = 0; s < EGPU_PLUGIN_IDS_PER_CARD && got < size; s++) {
+            if (by_card[best][s] != NULL) {
+                out[got++] = by_card[best][s];
+                by_card[best][s] = NULL;
+                free_ids[best]--;
+            }
+        }
+    }
+    egpu_free(by_card);
+    return got;
+}
+
+static int on_preferred(void *data, const struct egpu_grpc_request *req, struct egpu_buf *reply,
+                        struct egpu_grpc_status *st)
+{
+    struct egpu_plugin *p = data;
+    V1beta1__PreferredAllocationRequest *r;
+    V1beta1__PreferredAllocationResponse resp = V1BETA1__PREFERRED_ALLOCATION_RESPONSE__INIT;
+    V1beta1__ContainerPreferredAllocationResponse *cr = NULL, **crp = NULL;
+    struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
+    size_t ncards;
+    int rc = 0;
+
+    r = (V1beta1__PreferredAllocationRequest *)pb_unpack(
+        &v1beta1__preferred_allocation_request__descriptor, req);
+    if (cards == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (r == NULL) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                                  "GetPreferredAllocation: request is not a "
+                                  "PreferredAllocationRequest");
+        goto out;
+    }
+    ncards = snapshot(p, cards);
+    cr = egpu_calloc(r->n_container_requests ? r->n_container_requests : 1, sizeof(*cr));
+    crp = egpu_calloc(r->n_container_requests ? r->n_container_requests : 1, sizeof(*crp));
+    if (cr == NULL || crp == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < r->n_container_requests; i++) {
+        V1beta1__ContainerPreferredAllocationRequest *c = r->container_requests[i];
+        size_t size = c->allocation_size > 0 ? (size_t)c->allocation_size : 0;
+
+        cr[i] = (V1beta1__ContainerPreferredAllocationResponse)
+            V1BETA1__CONTAINER_PREFERRED_ALLOCATION_RESPONSE__INIT;
+        crp[i] = &cr[i];
+        cr[i].deviceids = egpu_calloc(size ? size : 1, sizeof(char *));
+        if (cr[i].deviceids == NULL) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        if (p->kube != NULL)
+            cr[i].n_deviceids = egpu__prestart_prefer(
+                p->kube, p->node, cards, ncards, c->available_deviceids, c->n_available_deviceids,
+                c->must_include_deviceids, c->n_must_include_deviceids, size, cr[i].deviceids);
+        if (cr[i].n_deviceids == 0)
+            cr[i].n_deviceids = prefer_binpack(cards, ncards, c->available_deviceids,
+                                               c->n_available_deviceids, c->must_include_deviceids,
+                                               c->n_must_include_deviceids, size, cr[i].deviceids);
+    }
+    resp.n_container_responses = r->n_container_requests;
+    resp.container_responses = crp;
+    rc = pb_pack(&resp.base, reply);
+out:
+    for (size_t i = 0; cr != NULL && r != NULL && i < r->n_container_requests; i++)
+        egpu_free(cr[i].deviceids);
+    egpu_free(crp);
+    egpu_free(cr);
+    egpu_free(cards);
+    if (r != NULL)
+        pb_unpacked_free(&r->base);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Allocate                                                                 */
+
+/* What one container's answer points into. */
+struct alloc_out {
+    char uuids[EGPU_NODE_GPUS_MAX * EGPU_UUID_MAX];
+    char dir[PATH_MAX];
+    char preload[PATH_MAX + 32];
+    V1beta1__ContainerAllocateResponse__EnvsEntry env[2];
+    V1beta1__ContainerAllocateResponse__EnvsEntry *envp[2];
+    V1beta1__Mount mount[3];
+    V1beta1__Mount *mountp[3];
+    V1beta1__ContainerAllocateResponse resp;
+};
+
+static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards, size_t ncards,
+                        const V1beta1__ContainerAllocateRequest *c, struct alloc_out *o,
+                        struct egpu_grpc_status *st)
+{
+    static char env_visible[] = "NVIDIA_VISIBLE_DEVICES", env_dir[] = "EGPU_ALLOC_DIR",
+                container_dir[] = EGPU_PLUGIN_CONTAINER_DIR, preload_path[] = "/etc/ld.so.preload";
+    unsigned count[EGPU_NODE_GPUS_MAX];
+    struct egpu_error err = {0};
+    bool shared = false;
+    size_t used = 0;
+    char text[PATH_MAX + 2];
+    int rc;
+
+    if (c->n_devices_ids == 0)
+        return egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "Allocate: a container request without device IDs");
+    rc = count_ids(cards, ncards, c->devices_ids, c->n_devices_ids, count, st);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < ncards; i++) {
+        int w;
+
+        if (count[i] == 0)
+            continue;
+        if (!cards[i].healthy)
+            return egpu_grpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+                                        "Allocate: GPU %s is unhealthy (%s)", cards[i].uuid,
+                                        cards[i].reason);
+        shared = shared || count[i] < EGPU_PLUGIN_IDS_PER_CARD;
+        w = snprintf(o->uuids + used, sizeof(o->uuids) - used, "%s%s", used ? "," : "",
+                     cards[i].uuid);
+        used += (size_t)w;
+    }
+    rc = egpu__plugin_alloc_dir(p->alloc_root, c->devices_ids, c->n_devices_ids, o->dir,
+                                sizeof(o->dir));
+    if (!rc)
+        rc = egpu__plugin_mkdir_p(o->dir);
+    if (rc)
+        return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL,
+                                    "Allocate: allocation dir below %s: %s", p->alloc_root,
+                                    egpu_strerror(rc));
+    if (shared) {
+        snprintf(text, sizeof(text), "%s\n", p->interposer);
+        rc = egpu__plugin_write_file(o->dir, EGPU_PLUGIN_PRELOAD_FILE, text, &err);
+        if (rc)
+            return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "Allocate: %s", err.msg);
+        snprintf(o->preload, sizeof(o->preload), "%s/%s", o->dir, EGPU_PLUGIN_PRELOAD_FILE);
+    }
+    o->resp = (V1beta1__ContainerAllocateResponse)V1BETA1__CONTAINER_ALLOCATE_RESPONSE__INIT;
+    for (int i = 0; i < 2; i++) {
+        o->env[i] = (V1beta1__ContainerAllocateResponse__EnvsEntry)
+            V1BETA1__CONTAINER_ALLOCATE_RESPONSE__ENVS_ENTRY__INIT;
+        o->envp[i] = &o->env[i];
+    }
+    o->env[0].key = env_visible;
+    o->env[0].value = o->uuids;
+    o->env[1].key = env_dir;
+    o->env[1].value = container_dir;
+    o->resp.n_envs = 2;
+    o->resp.envs = o->envp;
+    for (int i = 0; i < 3; i++) {
+        o->mount[i] = (V1beta1__Mount)V1BETA1__MOUNT__INIT;
+        o->mountp[i] = &o->mount[i];
+    }
+    o->mount[0].container_path = container_dir;
+    o->mount[0].host_path = o->dir;
+    o->mount[0].read_only = 0; /* the interposer's shared region lives there */
+    o->resp.n_mounts = 1;
+    if (shared) {
+        o->mount[1].container_path = p->interposer;
+        o->mount[1].host_path = p->interposer;
+        o->mount[1].read_only = 1;
+        o->mount[2].container_path = preload_path;
+        o->mount[2].host_path = o->preload;
+        o->mount[2].read_only = 1;
+        o->resp.n_mounts = 3;
+    }
+    o->resp.mounts = o->mountp;
+    egpu_log(EGPU_LOG_INFO, "allocated ids=%zu gpus=%s shared=%s dir=%s", c->n_devices_ids,
+             o->uuids, shared ? "true" : "false", o->dir);
+    return 0;
+}
+
+static int on_allocate(void *data, const struct egpu_grpc_request *req, struct egpu_buf *reply,
+                       struct egpu_grpc_status *st)
+{
+    struct egpu_plugin *p = data;
+    V1beta1__AllocateRequest *r;
+    V1beta1__AllocateResponse resp = V1BETA1__ALLOCATE_RESPONSE__INIT;
+    struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
+    struct alloc_out *outs = NULL;
+    V1beta1__ContainerAllocateResponse **ptrs = NULL;
+    size_t ncards, n = 0;
+    int rc = 0;
+
+    r = (V1beta1__AllocateRequest *)pb_unpack(&v1beta1__allocate_request__descriptor, req);
+    if (cards == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (r == NULL) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                                  "Allocate: request is not an AllocateRequest");
+        goto out;
+    }
+    if (r->n_container_requests == 0) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                                  "Allocate: no container_requests");
+        goto out;
+    }
+    n = r->n_container_requests;
+    ncards = snapshot(p, cards);
+    outs = egpu_calloc(n, sizeof(*outs));
+    ptrs = egpu_calloc(n, sizeof(*ptrs));
+    if (outs == NULL || ptrs == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = allocate_one(p, cards, ncards, r->container_requests[i], &outs[i], st);
+        ptrs[i] = &outs[i].resp;
+    }
+    if (rc == 0) {
+        resp.n_container_responses = n;
+        resp.container_responses = ptrs;
+        rc = pb_pack(&resp.base, reply);
+    }
+out:
+    pthread_mutex_lock(&p->lock);
+    if (rc == 0)
+        p->stats.allocations += n;
+    else
+        p->stats.alloc_errors++;
+    pthread_mutex_unlock(&p->lock);
+    if (rc)
+        egpu_log(EGPU_LOG_WARN, "Allocate refused error=\"%s\"",
+                 st->msg[0] ? st->msg : egpu_strerror(rc));
+    egpu_free(ptrs);
+    egpu_free(outs);
+    egpu_free(cards);
+    if (r != NULL)
+        pb_unpacked_free(&r->base);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* PreStartContainer                                                        */
+
+static int on_prestart(void *data, const struct egpu_grpc_request *req, struct egpu_buf *reply,
+                       struct egpu_grpc_status *st)
+{
+    struct egpu_plugin *p = data;
+    V1beta1__PreStartContainerRequest *r;
+    V1beta1__PreStartContainerResponse resp = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
+    struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
+    unsigned count[EGPU_NODE_GPUS_MAX];
+    size_t ncards;
+    int rc = 0;
+
+    r = (V1beta1__PreStartContainerRequest *)pb_unpack(
+        &v1beta1__pre_start_container_request__descriptor, req);
+    if (cards == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (r == NULL) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                                  "PreStartContainer: request is not a PreStartContainerRequest");
+        goto out;
+    }
+    ncards = snapshot(p, cards);
+    if (r->n_devices_ids == 0) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                                  "PreStartContainer: no device IDs");
+        goto out;
+    }
+    rc = count_ids(cards, ncards, r->devices_ids, r->n_devices_ids, count, st);
+    if (rc == 0 && p->kube != NULL) {
+        struct egpu_prestart_config pc = {.kube = p->kube,
+                                          .node = p->node,
+                                          .pod_resources = p->pod_resources,
+                                          .alloc_root = p->alloc_root};
+
+        rc = egpu__prestart_run(&pc, cards, ncards, r->devices_ids, r->n_devices_ids, st);
+    }
+    if (rc == 0)
+        rc = pb_pack(&resp.base, reply);
+out:
+    if (rc)
+        egpu_log(EGPU_LOG_WARN, "PreStartContainer refused error=\"%s\"",
+                 st->msg[0] ? st->msg : egpu_strerror(rc));
+    else {
+        pthread_mutex_lock(&p->lock);
+        p->stats.prestarts++;
+        pthread_mutex_unlock(&p->lock);
+    }
+    egpu_free(cards);
+    if (r != NULL)
+        pb_unpacked_free(&r->base);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle                                                               */
+
+static char *dup_or(const char *s, const char *def)
+{
+    return egpu_strdup(s != NULL ? s : def);
+}
+
+int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **out,
+                     struct egpu_error *err)
+{
+    struct egpu_plugin *p = egpu_calloc(1, sizeof(*p));
+    int rc, w1, w2;
+
+    if (p == NULL)
+        return egpu_error_set(err, -ENOMEM, "device plugin: out of memory");
+    pthread_mutex_init(&p->lock, NULL);
+    p->gpus = cfg->gpus;
+    p->kube = cfg->kube;
+    p->dir = dup_or(cfg->dir, "/var/lib/kubelet/device-plugins");
+    p->alloc_root = dup_or(cfg->alloc_root, "/var/lib/elastic-gpu/alloc");
+    p->interposer = dup_or(cfg->interposer, EGPU_PLUGIN_INTERPOSER);
+    p->pod_resources = dup_or(cfg->pod_resources, "/var/lib/kubelet/pod-resources/kubelet.sock");
+    p->node = dup_or(cfg->node, "");
+    if (p->dir == NULL || p->alloc_root == NULL || p->interposer == NULL ||
+        p->pod_resources == NULL || p->node == NULL) {
+        egpu__plugin_free(p);
+        return egpu_error_set(err, -ENOMEM, "device plugin: out of memory");
+    }
+    w1 = snprintf(p->socket, sizeof(p->socket), "%s/%s", p->dir, EGPU_PLUGIN_SOCKET);
+    w2 = snprintf(p->kubelet, sizeof(p->kubelet), "%s/%s", p->dir, EGPU_PLUGIN_KUBELET);
+    if (w1 < 0 || w1 > 107 || w2 < 0 || w2 > 107) {
+        egpu__plugin_free(p);
+        return egpu_error_set(err, -ENAMETOOLONG,
+                              "--device-plugin-dir %s: socket paths in it would pass 107 bytes",
+                              cfg->dir);
+    }
+    rc = egpu_gpus_list(p->gpus, p->cards, EGPU_NODE_GPUS_MAX, &p->ncards, err);
+    if (!rc)
+        rc = egpu_grpc_server_new(p->socket, 4, &p->srv, err);
+    if (!rc)
+        rc = egpu_grpc_server_unary(p->srv, "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+                                    on_options, p);
+    if (!rc)
+        rc = egpu_grpc_server_stream(p->srv, "/v1beta1.DevicePlugin/ListAndWatch",
+                                     on_list_and_watch, on_stream_close, p);
+    if (!rc)
+        rc = egpu_grpc_server_unary(p->srv, "/v1beta1.DevicePlugin/GetPreferredAllocation",
+                                    on_preferred, p);
+    if (!rc)
+        rc = egpu_grpc_server_unary(p->srv, "/v1beta1.DevicePlugin/Allocate", on_allocate, p);
+    if (!rc)
+        rc = egpu_grpc_server_unary(p->srv, "/v1beta1.DevicePlugin/PreStartContainer", on_prestart,
+                                    p);
+    if (rc) {
+        if (err != NULL && err->code == 0)
+            egpu_error_set(err, rc, "device plugin: %s", egpu_strerror(rc));
+        egpu__plugin_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+void egpu__plugin_free(struct egpu_plugin *p)
+{
+    if (p == NULL)
+        return;
+    egpu_grpc_server_free(p->srv); /* stops it: every stream's close callback has run */
+    pthread_mutex_destroy(&p->lock);
+    egpu_free(p->dir);
+    egpu_free(p->alloc_root);
+    egpu_free(p->interposer);
+    egpu_free(p->pod_resources);
+    egpu_free(p->node);
+    egpu_free(p);
+}
+
+int egpu__plugin_serve(struct egpu_plugin *p, struct egpu_error *err)
+{
+    int rc;
+
+    if (p->running)
+        egpu_grpc_server_stop(p->srv);
+    p->running = false;
+    rc = egpu__plugin_mkdir_p(p->dir);
+    if (rc)
+        return egpu_error_set(err, rc, "--device-plugin-dir %s: %s", p->dir, egpu_strerror(rc));
+    rc = egpu_grpc_server_start(p->srv, err);
+    if (rc)
+        return rc;
+    p->running = true;
+    egpu_log(EGPU_LOG_INFO, "device plugin serving socket=%s", p->socket);
+    return 0;
+}
+
+int egpu__plugin_register(struct egpu_plugin *p, struct egpu_error *err)
+{
+    static char version[] = "v1beta1", endpoint[] = EGPU_PLUGIN_SOCKET,
+                resource[] = EGPU_RES_GPU_CORE;
+    V1beta1__DevicePluginOptions o = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
+    V1beta1__RegisterRequest r = V1BETA1__REGISTER_REQUEST__INIT;
+    struct egpu_buf msg, reply;
+    int rc;
+
+    o.pre_start_required = 1;
+    o.get_preferred_allocation_available = 1;
+    r.version = version;
+    r.endpoint = endpoint;
+    r.resource_name = resource;
+    r.options = &o;
+    egpu_buf_init(&msg, 4096);
+    egpu_buf_init(&reply, 4096);
+    rc = pb_pack(&r.base, &msg);
+    if (rc)
+        egpu_error_set(err, rc, "Register: %s", egpu_strerror(rc));
+    else
+        rc = egpu_grpc_call(p->kubelet, "/v1beta1.Registration/Register", msg.data, msg.len, 15000,
+                            &reply, err);
+    egpu_buf_free(&msg);
+    egpu_buf_free(&reply);
+    if (rc == 0) {
+        pthread_mutex_lock(&p->lock);
+        p->stats.registrations++;
+        pthread_mutex_unlock(&p->lock);
+        egpu_log(EGPU_LOG_INFO, "registered kubelet=%s resource=%s endpoint=%s", p->kubelet,
+                 EGPU_RES_GPU_CORE, EGPU_PLUGIN_SOCKET);
+    }
+    return rc;
+}
+
+static bool cards_differ(const struct egpu_gpu_info *a, size_t na, const struct egpu_gpu_info *b,
+                         size_t nb)
+{
+    if (na != nb)
+        return true;
+    for (size_t i = 0; i < na; i++)
+        if (strcmp(a[i].uuid, b[i].uuid) != 0 || a[i].healthy != b[i].healthy)
+            return true;
+    return false;
+}
+
+int egpu__plugin_refresh(struct egpu_plugin *p, bool *changed, struct egpu_error *err)
+{
+    struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
+    size_t n;
+    bool diff = false;
+    int rc;
+
+    if (cards == NULL)
+        return egpu_error_set(err, -ENOMEM, "device plugin: out of memory");
+    rc = egpu_gpus_list(p->gpus, cards, EGPU_NODE_GPUS_MAX, &n, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&p->lock);
+        diff = cards_differ(p->cards, p->ncards, cards, n);
+        memcpy(p->cards, cards, n * sizeof(cards[0]));
+        p->ncards = n;
+        if (diff)
+            broadcast_locked(p);
+        pthread_mutex_unlock(&p->lock);
+        if (diff)
+            for (size_t i = 0; i < n; i++)
+                egpu_log(EGPU_LOG_INFO, "gpu index=%u uuid=%s health=%s reason=\"%s\"",
+                         cards[i].index, cards[i].uuid,
+                         cards[i].healthy ? EGPU_GPU_HEALTHY : EGPU_GPU_UNHEALTHY, cards[i].reason);
+    }
+    if (changed != NULL)
+        *changed = diff;
+    egpu_free(cards);
+    return rc;
+}
+
+bool egpu__plugin_socket_exists(const struct egpu_plugin *p)
+{
+    struct stat st;
+
+    return stat(p->socket, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+void egpu__plugin_stats(struct egpu_plugin *p, struct egpu_plugin_stats *out)
+{
+    pthread_mutex_lock(&p->lock);
+    *out = p->stats;
+    out->cards = p->ncards;
+    out->healthy = 0;
+    for (size_t i = 0; i < p->ncards; i++)
+        out->healthy += p->cards[i].healthy;
+    pthread_mutex_unlock(&p->lock);
+}

@@ -1,0 +1,112 @@
+/* agent/plugin_int.h - the kubelet device plugin of egpu-agent (plugin.c),
+ * private to src/agent.
+ *
+ * The plugin advertises elasticgpu.io/gpu-core as 100 device IDs per card,
+ * "<GPU UUID>-<nn>" with nn 00..99: a container asking gpu-core N gets N
+ * IDs, so 30 IDs on one card is 30 % of it and 200 IDs are two whole cards.
+ * It serves v1beta1.DevicePlugin on <dir>/elasticgpu.sock and registers
+ * with <dir>/kubelet.sock. Health comes from the GPU backend: every card is
+ * listed, the devices of an unhealthy card as "Unhealthy".
+ *
+ * Threads: the gRPC handlers run on the server's threads; egpu__plugin_refresh
+ * may be called from any thread (the health watcher); restart and register
+ * from one thread (main). A lock guards the card list and the open
+ * ListAndWatch streams.
+ */
+#ifndef EGPU_AGENT_PLUGIN_INT_H
+#define EGPU_AGENT_PLUGIN_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "egpu/agent.h"
+#include "egpu/core.h"
+
+#define EGPU_PLUGIN_SOCKET        "elasticgpu.sock"  /* our endpoint in the plugin dir */
+#define EGPU_PLUGIN_KUBELET       "kubelet.sock"     /* the kubelet's Registration socket */
+#define EGPU_PLUGIN_IDS_PER_CARD  100                /* one ID = 1 % of a card */
+#define EGPU_PLUGIN_ID_MAX        64                 /* device ID incl. NUL (kubelet: 63) */
+#define EGPU_PLUGIN_CONTAINER_DIR "/etc/elastic-gpu" /* the allocation dir in the container */
+#define EGPU_PLUGIN_PRELOAD_FILE  "ld.so.preload"    /* in the allocation dir */
+#define EGPU_PLUGIN_LIMITS_FILE   "limits.json"      /* in the allocation dir */
+#define EGPU_PLUGIN_INTERPOSER    "/usr/local/lib/elastic-gpu/libegpu-vcuda.so"
+
+/* Settings; strings are copied by egpu__plugin_new. */
+struct egpu_plugin_config {
+    const char *dir;           /* device-plugin dir, e.g. /var/lib/kubelet/device-plugins */
+    const char *alloc_root;    /* per-allocation dirs go below it */
+    const char *interposer;    /* host path of libegpu-vcuda.so (mounted at the same path) */
+    const char *pod_resources; /* PodResources socket (PreStartContainer) */
+    const char *node;          /* this node's name (pods of the node) */
+    struct egpu_gpus *gpus;    /* borrowed; must outlive the plugin */
+    struct egpu_kube *kube;    /* borrowed, may be NULL (--no-api: no pod lookups) */
+};
+
+struct egpu_plugin; /* opaque */
+
+/* Counters for /metrics. */
+struct egpu_plugin_stats {
+    unsigned long allocations;   /* Allocate container requests answered OK */
+    unsigned long alloc_errors;  /* refused */
+    unsigned long prestarts;     /* PreStartContainer answered OK */
+    unsigned long registrations; /* successful Register calls */
+    size_t cards;                /* cards listed */
+    size_t healthy;              /* of which healthy */
+};
+
+/* Make a plugin (not serving yet) and list the cards once. Returns 0,
+ * -ENAMETOOLONG (a socket path over 107 bytes), -ENOMEM or what
+ * egpu_gpus_list returns; *out only on success. */
+int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **out,
+                     struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Stop serving and free. NULL is a no-op. */
+void egpu__plugin_free(struct egpu_plugin *p);
+
+/* (Re)start the gRPC server on <dir>/elasticgpu.sock: stops it first when it
+ * runs (its ListAndWatch streams end), so a socket the kubelet deleted is
+ * created again. Returns 0 or what egpu_grpc_server_start returns. */
+int egpu__plugin_serve(struct egpu_plugin *p, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Register with <dir>/kubelet.sock (v1beta1, elasticgpu.sock,
+ * elasticgpu.io/gpu-core, both options on). Returns 0 or what
+ * egpu_grpc_call returns (-EAGAIN: nobody listens yet). */
+int egpu__plugin_register(struct egpu_plugin *p, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* List the cards again; when health or the card set changed, send the new
+ * full device list on every open ListAndWatch stream. *changed (may be
+ * NULL) says whether it did. Returns 0 or what egpu_gpus_list returns. */
+int egpu__plugin_refresh(struct egpu_plugin *p, bool *changed,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Whether our socket file is still there (the kubelet's restart deletes it). */
+bool egpu__plugin_socket_exists(const struct egpu_plugin *p);
+
+/* A copy of the counters. */
+void egpu__plugin_stats(struct egpu_plugin *p, struct egpu_plugin_stats *out);
+
+/* The device ID of slot (0..99) of the card uuid into out (len >= 64).
+ * Returns 0 or -ENAMETOOLONG. */
+int egpu__plugin_device_id(const char *uuid, unsigned slot, char *out, size_t len) EGPU_MUST_CHECK;
+
+/* The allocation dir of ids (n of them, in any order) into out:
+ * <alloc_root>/<16 hex digits of FNV-1a over the sorted IDs>. Allocate and
+ * PreStartContainer, which see the same IDs, find the same dir. Returns 0,
+ * -ENAMETOOLONG or -ENOMEM. */
+int egpu__plugin_alloc_dir(const char *alloc_root, char *const *ids, size_t n, char *out,
+                           size_t len) EGPU_MUST_CHECK;
+
+/* Write text to <dir>/<name> atomically (a temporary file in dir, fsync,
+ * rename), mode 0644. Returns 0 or -errno with err naming the file. */
+int egpu__plugin_write_file(const char *dir, const char *name, const char *text,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* mkdir -p path (mode 0755). Returns 0, -ENAMETOOLONG or -errno. */
+int egpu__plugin_mkdir_p(const char *path) EGPU_MUST_CHECK;
+
+/* protobuf-c's allocator on egpu_malloc/egpu_free, for every unpack. */
+extern ProtobufCAllocator egpu__pb_allocator;
+
+#endif /* EGPU_AGENT_PLUGIN_INT_H */

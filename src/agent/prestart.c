@@ -1,0 +1,471 @@
+/* agent/prestart.c - the API-server side of the device plugin (DESIGN.md 2.3).
+ *
+ * GetPreferredAllocation: the kubelet only says how many IDs a container
+ * wants (its gpu-core) and which are free. The scheduler's choice is on the
+ * pod (elasticgpu.io/assigned: per container its cards, core % and memory
+ * MiB per card). So the agent lists the pods bound to this node and looks
+ * for a container not yet allocated whose core * cards equals the size, and
+ * prefers that many IDs on its card(s). The scheduler's ambiguity rule
+ * (equal core, other cards or memory, both pending) means at most one
+ * placement fits a size at a time; equal placements are interchangeable.
+ *
+ * PreStartContainer: the exact owner of the IDs comes from the kubelet's
+ * PodResources List (never guessed), its assignment from the pod. The IDs
+ * must lie on the assigned card(s), core per card, else FAILED_PRECONDITION
+ * and nothing is written. Then limits.json goes into the allocation dir
+ * (temp file + rename, so the interposer never reads half a file):
+ *   {"pod","namespace","container","gpus":[uuids],"core":pct,"memory":mib}
+ * and the pod gets elasticgpu.io/allocated (merge patch), a JSON object
+ * {"containers":{"<name>":{"gpus":[...],"core":pct,"memory":mib}}} that
+ * grows by one container per PreStartContainer.
+ *
+ * Units: core in percent of one card, memory in MiB per card.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "egpu/log.h"
+#include "egpu/scheduler.h"
+#include "plugin_int.h"
+#include "podresources/v1/api.pb-c.h"
+#include "prestart_int.h"
+
+#define PODRES_TIMEOUT_MS 5000 /* one PodResources List */
+#define PODRES_TRIES      3    /* RESOURCE_EXHAUSTED (rate limit) is retried */
+#define OWNER_NAME_MAX    EGPU_K8S_NAME_MAX
+
+/* Whether id is "<uuid>-<nn>"; *slot gets nn. */
+static bool id_on_card(const char *id, const char *uuid, unsigned *slot)
+{
+    size_t ul = strlen(uuid);
+
+    if (ul == 0 || strlen(id) != ul + 3 || strncmp(id, uuid, ul) != 0 || id[ul] != '-' ||
+        id[ul + 1] < '0' || id[ul + 1] > '9' || id[ul + 2] < '0' || id[ul + 2] > '9')
+        return false;
+    *slot = (unsigned)((id[ul + 1] - '0') * 10 + (id[ul + 2] - '0'));
+    return true;
+}
+
+/* The pod's elasticgpu.io/allocated as an object (new reference), or NULL. */
+static json_t *allocated_of(const json_t *pod)
+{
+    const json_t *v = json_object_get(
+        json_object_get(json_object_get(pod, "metadata"), "annotations"), EGPU_ANN_ALLOCATED);
+    json_t *doc;
+
+    if (!json_is_string(v))
+        return NULL;
+    doc = json_loads(json_string_value(v), 0, NULL);
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+static bool is_allocated(const json_t *pod, const char *container)
+{
+    json_t *doc = allocated_of(pod);
+    bool yes =
+        doc != NULL && json_object_get(json_object_get(doc, "containers"), container) != NULL;
+
+    json_decref(doc);
+    return yes;
+}
+
+/* The pod's decoded assignment. Returns 0, -ENOENT (none) or EGPU_ESYNTAX. */
+static int assigned_of(const json_t *pod, struct egpu_assigned *a, struct egpu_error *err)
+{
+    const json_t *v = json_object_get(
+        json_object_get(json_object_get(pod, "metadata"), "annotations"), EGPU_ANN_ASSIGNED);
+
+    if (!json_is_string(v))
+        return -ENOENT;
+    return egpu_assigned_decode(json_string_value(v), a, err);
+}
+
+static bool is_pending_pod(const json_t *pod)
+{
+    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+
+    if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL)
+        return false;
+    return phase == NULL || (strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0);
+}
+
+/* Pick core IDs per card of c (all of each card when core is 100) from
+ * avail and must, must first; out gets size pointers. Returns size, or 0
+ * when a card lacks room or a must ID is elsewhere. */
+static size_t pick_on_cards(const struct egpu_assigned *a, const struct egpu_assigned_container *c,
+                            char *const *avail, size_t n, char *const *must, size_t nmust,
+                            size_t size, char **out)
+{
+    size_t got = 0;
+    unsigned slot;
+
+    for (size_t m = 0; m < nmust; m++) {
+        bool on = false;
+
+        for (uint32_t g = 0; g < c->ncards && !on; g++)
+            on = id_on_card(must[m], a->uuids[c->first_card + g], &slot);
+        if (!on)
+            return 0;
+    }
+    for (uint32_t g = 0; g < c->ncards; g++) {
+        const char *uuid = a->uuids[c->first_card + g];
+        char *slots[EGPU_PLUGIN_IDS_PER_CARD] = {NULL};
+        bool taken[EGPU_PLUGIN_IDS_PER_CARD] = {false};
+        unsigned have = 0;
+
+        for (size_t m = 0; m < nmust; m++) {
+            if (id_on_card(must[m], uuid, &slot) && !taken[slot] && have < c->core_pct) {
+                taken[slot] = true;
+                out[got++] = must[m];
+                have++;
+            }
+        }
+        for (size_t i = 0; i < n; i++)
+            if (id_on_card(avail[i], uuid, &slot) && !taken[slot])
+                slots[slot] = avail[i];
+        for (unsigned s = 0; s < EGPU_PLUGIN_IDS_PER_CARD && have < c->core_pct; s++) {
+            if (slots[s] != NULL && got < size) {
+                out[got++] = slots[s];
+                have++;
+            }
+        }
+        if (have < c->core_pct)
+            return 0;
+    }
+    return got == size ? size : 0;
+}
+
+/* The pods bound to node (new reference to the List), or NULL with err. */
+static json_t *node_pods(struct egpu_kube *kube, const char *node, struct egpu_error *err)
+{
+    char selector[EGPU_K8S_NAME_MAX + 32];
+    struct egpu_kube_list_opts lo = {.field_selector = selector};
+    struct egpu_kube_status st;
+    json_t *list = NULL;
+
+    snprintf(selector, sizeof(selector), "spec.nodeName=%s", node);
+    if (egpu_kube_list(kube, &egpu_kube_pods, NULL, &lo, &list, &st, err) != 0)
+        return NULL;
+    return list;
+}
+
+size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
+                             const struct egpu_gpu_info *cards, size_t ncards, char *const *avail,
+                             size_t n, char *const *must, size_t nmust, size_t size, char **out)
+{
+    struct egpu_error err = {0};
+    struct egpu_assigned *a = egpu_malloc(sizeof(*a));
+    json_t *list = a != NULL ? node_pods(kube, node, &err) : NULL;
+    const json_t *pod;
+    size_t i, got = 0;
+
+    (void)cards;
+    (void)ncards;
+    if (list == NULL) {
+        if (a != NULL)
+            egpu_log(EGPU_LOG_WARN,
+                     "GetPreferredAllocation: pods of node=%s not listed error=\"%s\"", node,
+                     err.msg);
+        egpu_free(a);
+        return 0;
+    }
+    json_array_foreach(json_object_get(list, "items"), i, pod)
+    {
+        if (!is_pending_pod(pod) || assigned_of(pod, a, &err) != 0)
+            continue;
+        for (uint32_t k = 0; k < a->ncontainers && got == 0; k++) {
+            const struct egpu_assigned_container *c = &a->containers[k];
+
+            if ((size_t)c->core_pct * c->ncards != size || is_allocated(pod, c->name))
+                continue;
+            got = pick_on_cards(a, c, avail, n, must, nmust, size, out);
+            if (got)
+                egpu_log(
+                    EGPU_LOG_INFO, "preferred pod=%s/%s container=%s size=%zu gpus=%u first=%s",
+                    json_string_value(
+                        json_object_get(json_object_get(pod, "metadata"), "namespace")),
+                    json_string_value(json_object_get(json_object_get(pod, "metadata"), "name")),
+                    c->name, size, c->ncards, a->uuids[c->first_card]);
+        }
+        if (got)
+            break;
+    }
+    json_decref(list);
+    egpu_free(a);
+    return got;
+}
+
+/* ------------------------------------------------------------------------ */
+/* PreStartContainer                                                        */
+
+struct owner {
+    char ns[OWNER_NAME_MAX];
+    char pod[OWNER_NAME_MAX];
+    char container[OWNER_NAME_MAX];
+};
+
+/* Whether container c holds every one of ids as gpu-core devices. */
+static bool owns_all(const V1__ContainerResources *c, char *const *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bool found = false;
+
+        for (size_t d = 0; d < c->n_devices && !found; d++) {
+            const V1__ContainerDevices *cd = c->devices[d];
+
+            if (cd->resource_name == NULL || strcmp(cd->resource_name, EGPU_RES_GPU_CORE) != 0)
+                continue;
+            for (size_t k = 0; k < cd->n_device_ids && !found; k++)
+                found = strcmp(cd->device_ids[k], ids[i]) == 0;
+        }
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* Ask PodResources List who owns ids. Returns 0, -ENOENT (nobody) or the
+ * gRPC call's code, with st set. */
+static int find_owner(const char *socket, char *const *ids, size_t n, struct owner *o,
+                      struct egpu_grpc_status *st)
+{
+    struct egpu_error err = {0};
+    struct egpu_buf reply;
+    V1__ListPodResourcesResponse *r = NULL;
+    int rc = 0;
+
+    egpu_buf_init(&reply, EGPU_GRPC_MSG_MAX);
+    for (int t = 0; t < PODRES_TRIES; t++) {
+        struct timespec ts = {.tv_nsec = 200 * 1000 * 1000};
+
+        egpu_buf_reset(&reply);
+        rc = egpu_grpc_call(socket, "/v1.PodResourcesLister/List", NULL, 0, PODRES_TIMEOUT_MS,
+                            &reply, &err);
+        if (rc != -EBUSY)
+            break;
+        nanosleep(&ts, NULL);
+    }
+    if (rc == 0 && reply.len > 0)
+        r = v1__list_pod_resources_response__unpack(&egpu__pb_allocator, reply.len,
+                                                    (const uint8_t *)reply.data);
+    else if (rc == 0)
+        r = v1__list_pod_resources_response__unpack(&egpu__pb_allocator, 0, (const uint8_t *)"");
+    egpu_buf_free(&reply);
+    if (rc)
+        return egpu_grpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
+                                    "PreStartContainer: PodResources List on %s: %s", socket,
+                                    err.msg);
+    if (r == NULL)
+        return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL,
+                                    "PreStartContainer: PodResources List reply is malformed");
+    rc = egpu_grpc_status_set(st, GRPC_STATUS_NOT_FOUND,
+                              "PreStartContainer: no container holds device ID %s (PodResources "
+                              "List on %s)",
+                              ids[0], socket);
+    for (size_t p = 0; p < r->n_pod_resources && rc != 0; p++) {
+        const V1__PodResources *pr = r->pod_resources[p];
+
+        for (size_t c = 0; c < pr->n_containers && rc != 0; c++) {
+            if (!owns_all(pr->containers[c], ids, n))
+                continue;
+            snprintf(o->ns, sizeof(o->ns), "%s", pr->namespace_ ? pr->namespace_ : "");
+            snprintf(o->pod, sizeof(o->pod), "%s", pr->name ? pr->name : "");
+            snprintf(o->container, sizeof(o->container), "%s",
+                     pr->containers[c]->name ? pr->containers[c]->name : "");
+            *st = (struct egpu_grpc_status){0};
+            rc = 0;
+        }
+    }
+    v1__list_pod_resources_response__free_unpacked(r, &egpu__pb_allocator);
+    return rc;
+}
+
+/* Check ids against the container's cards: each ID on one of them, core
+ * IDs per card. Returns 0 or FAILED_PRECONDITION with st naming both. */
+static int check_cards(const struct owner *o, const struct egpu_assigned *a,
+                       const struct egpu_assigned_container *c, char *const *ids, size_t n,
+                       struct egpu_grpc_status *st)
+{
+    unsigned count[EGPU_NODE_GPUS_MAX] = {0};
+    unsigned slot;
+
+    for (size_t i = 0; i < n; i++) {
+        bool on = false;
+
+        for (uint32_t g = 0; g < c->ncards && !on; g++) {
+            on = id_on_card(ids[i], a->uuids[c->first_card + g], &slot);
+            if (on)
+                count[g]++;
+        }
+        if (!on)
+            return egpu_grpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+                                        "PreStartContainer: pod %s/%s container %s is assigned "
+                                        "%s%s but the kubelet gave device ID %s on another GPU",
+                                        o->ns, o->pod, o->container, a->uuids[c->first_card],
+                                        c->ncards > 1 ? " and more" : "", ids[i]);
+    }
+    for (uint32_t g = 0; g < c->ncards; g++)
+        if (count[g] != c->core_pct)
+            return egpu_grpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+                                        "PreStartContainer: pod %s/%s container %s is assigned "
+                                        "core %u on %s but the kubelet gave %u device IDs there",
+                                        o->ns, o->pod, o->container, c->core_pct,
+                                        a->uuids[c->first_card + g], count[g]);
+    return 0;
+}
+
+/* The container's limits as a JSON object (new reference), or NULL. */
+static json_t *limits_of(const struct owner *o, const struct egpu_assigned *a,
+                         const struct egpu_assigned_container *c, bool with_names)
+{
+    json_t *gpus = json_array();
+    json_t *doc;
+
+    for (uint32_t g = 0; gpus != NULL && g < c->ncards; g++)
+        if (json_array_append_new(gpus, json_string(a->uuids[c->first_card + g])) != 0) {
+            json_decref(gpus);
+            return NULL;
+        }
+    if (with_names)
+        doc = json_pack("{s:s,s:s,s:s,s:o,s:i,s:i}", "pod", o->pod, "namespace", o->ns, "container",
+                        o->container, "gpus", gpus, "core", (int)c->core_pct, "memory",
+                        (int)c->mem_mib);
+    else
+        doc = json_pack("{s:o,s:i,s:i}", "gpus", gpus, "core", (int)c->core_pct, "memory",
+                        (int)c->mem_mib);
+    return doc;
+}
+
+/* Merge-patch elasticgpu.io/allocated of pod with this container added. */
+static int patch_allocated(struct egpu_kube *kube, const json_t *pod, const struct owner *o,
+                           const struct egpu_assigned *a, const struct egpu_assigned_container *c,
+                           struct egpu_error *err)
+{
+    json_t *doc = allocated_of(pod), *containers, *patch = NULL;
+    struct egpu_kube_status st;
+    char *text = NULL;
+    int rc = -ENOMEM;
+
+    if (doc == NULL)
+        doc = json_object();
+    containers = json_object_get(doc, "containers");
+    if (!json_is_object(containers)) {
+        containers = json_object();
+        if (json_object_set_new(doc, "containers", containers) != 0)
+            goto out;
+    }
+    if (json_object_set_new(containers, o->container, limits_of(o, a, c, false)) != 0)
+        goto out;
+    text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+    if (text == NULL)
+        goto out;
+    patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", EGPU_ANN_ALLOCATED, text);
+    if (patch == NULL)
+        goto out;
+    rc = egpu_kube_patch(kube, &egpu_kube_pods, o->ns, o->pod, EGPU_KUBE_MERGE_PATCH, patch, NULL,
+                         &st, err);
+out:
+    if (rc == -ENOMEM)
+        egpu_error_set(err, rc, "out of memory");
+    free(text);
+    json_decref(patch);
+    json_decref(doc);
+    return rc;
+}
+
+int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
+                       size_t ncards, char *const *ids, size_t n, struct egpu_grpc_status *st)
+{
+    struct egpu_error err = {0};
+    struct egpu_kube_status ks;
+    struct egpu_assigned *a = egpu_malloc(sizeof(*a));
+    const struct egpu_assigned_container *c = NULL;
+    struct owner o;
+    json_t *pod = NULL, *limits = NULL;
+    char dir[4096];
+    char *text = NULL;
+    int rc;
+
+    (void)cards;
+    (void)ncards;
+    if (a == NULL)
+        return -ENOMEM;
+    rc = find_owner(cfg->pod_resources, ids, n, &o, st);
+    if (rc)
+        goto out;
+    rc = egpu_kube_get(cfg->kube, &egpu_kube_pods, o.ns, o.pod, &pod, &ks, &err);
+    if (rc) {
+        rc = egpu_grpc_status_set(st,
+                                  rc == -ENOENT ? GRPC_STATUS_NOT_FOUND : GRPC_STATUS_UNAVAILABLE,
+                                  "PreStartContainer: pod %s/%s: %s", o.ns, o.pod, err.msg);
+        goto out;
+    }
+    rc = assigned_of(pod, a, &err);
+    if (rc) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+                                  "PreStartContainer: pod %s/%s has %s " EGPU_ANN_ASSIGNED
+                                  "%s%s: was it scheduled by elastic-gpu-scheduler?",
+                                  o.ns, o.pod, rc == -ENOENT ? "no" : "a malformed",
+                                  rc == -ENOENT ? "" : ": ", rc == -ENOENT ? "" : err.msg);
+        goto out;
+    }
+    for (uint32_t k = 0; k < a->ncontainers && c == NULL; k++)
+        if (strcmp(a->containers[k].name, o.container) == 0)
+            c = &a->containers[k];
+    if (c == NULL) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+                                  "PreStartContainer: pod %s/%s: " EGPU_ANN_ASSIGNED
+                                  " has no container %s",
+                                  o.ns, o.pod, o.container);
+        goto out;
+    }
+    rc = check_cards(&o, a, c, ids, n, st);
+    if (rc)
+        goto out;
+    rc = egpu__plugin_alloc_dir(cfg->alloc_root, ids, n, dir, sizeof(dir));
+    if (!rc)
+        rc = egpu__plugin_mkdir_p(dir);
+    if (rc) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL,
+                                  "PreStartContainer: allocation dir below %s: %s", cfg->alloc_root,
+                                  egpu_strerror(rc));
+        goto out;
+    }
+    limits = limits_of(&o, a, c, true);
+    text = limits != NULL ? json_dumps(limits, JSON_COMPACT) : NULL;
+    if (text == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    rc = egpu__plugin_write_file(dir, EGPU_PLUGIN_LIMITS_FILE, text, &err);
+    if (rc) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "PreStartContainer: %s", err.msg);
+        goto out;
+    }
+    rc = patch_allocated(cfg->kube, pod, &o, a, c, &err);
+    if (rc) {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
+                                  "PreStartContainer: pod %s/%s: " EGPU_ANN_ALLOCATED
+                                  " not written: %s",
+                                  o.ns, o.pod, err.msg);
+        goto out;
+    }
+    egpu_log(EGPU_LOG_INFO,
+             "limits written pod=%s/%s container=%s core=%u memory=%u gpus=%u dir=%s", o.ns, o.pod,
+             o.container, c->core_pct, c->mem_mib, c->ncards, dir);
+out:
+    free(text);
+    json_decref(limits);
+    json_decref(pod);
+    egpu_free(a);
+    return rc;
+}

@@ -1,0 +1,44 @@
+/* agent/prestart_int.h - the API-server side of the device plugin
+ * (prestart.c), private to src/agent: steering GetPreferredAllocation to the
+ * card(s) the scheduler assigned, and writing a container's limits before it
+ * starts (PreStartContainer).
+ */
+#ifndef EGPU_AGENT_PRESTART_INT_H
+#define EGPU_AGENT_PRESTART_INT_H
+
+#include <stddef.h>
+
+#include "egpu/agent.h"
+#include "egpu/grpc.h"
+#include "egpu/kube.h"
+
+/* What PreStartContainer needs; all borrowed. */
+struct egpu_prestart_config {
+    struct egpu_kube *kube;    /* API client */
+    const char *node;          /* this node */
+    const char *pod_resources; /* PodResources socket path */
+    const char *alloc_root;    /* allocation dirs go below it */
+};
+
+/* GetPreferredAllocation with the API server: find the pending pod on node
+ * whose container was assigned exactly size IDs' worth (core * cards ==
+ * size) and is not allocated yet, and pick size IDs of avail (n) on its
+ * card(s), must (nmust) first, into out (room for size; borrowed pointers
+ * into avail/must). Returns how many it picked: size, or 0 when no pod
+ * matches or its cards lack room (the caller then chooses by itself). */
+size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
+                             const struct egpu_gpu_info *cards, size_t ncards, char *const *avail,
+                             size_t n, char *const *must, size_t nmust, size_t size, char **out);
+
+/* PreStartContainer with the API server: find the pod and container owning
+ * ids (n) through PodResources List, read its assignment, check that the IDs
+ * lie on the assigned card(s), write limits.json into the allocation dir
+ * (atomically) and merge-patch elasticgpu.io/allocated on the pod. Returns 0
+ * or a negative code with st set: FAILED_PRECONDITION for IDs on other cards
+ * than assigned (nothing written), NOT_FOUND for IDs no container owns,
+ * UNAVAILABLE when the kubelet or the API server cannot be reached. */
+int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
+                       size_t ncards, char *const *ids, size_t n,
+                       struct egpu_grpc_status *st) EGPU_MUST_CHECK;
+
+#endif /* EGPU_AGENT_PRESTART_INT_H */

@@ -1,0 +1,505 @@
+"""egpu-agent's device plugin against the fake kubelet (tests/kubelet/fake_kubelet.py),
+over real unix sockets and real gRPC, with fake cards (--fake-gpus 2xA100-80GB).
+
+Without an API server (--no-api):
+
+* registration: version, endpoint, resource name, and both options on;
+* ListAndWatch: 100 healthy IDs "<uuid>-<nn>" per card;
+* Allocate: 30 IDs on one card (that card's UUID, the interposer and an
+  /etc/ld.so.preload naming it), 100 IDs (the whole card, no interposer),
+  200 IDs on two cards (both UUIDs), malformed and unknown IDs
+  (INVALID_ARGUMENT naming the ID);
+* GetPreferredAllocation keeps a shared container on one card;
+* a kubelet restart (every socket wiped) leads to a new registration;
+* /healthz, /readyz, /metrics; SIGTERM exits 0; bad usage exits 2, a
+  missing NVML 1.
+
+With the test API server (tests/apiserver/server.py) and pods carrying
+elasticgpu.io/assigned: GetPreferredAllocation steers the kubelet to the
+assigned card(s); PreStartContainer finds the owner through PodResources,
+writes limits.json and elasticgpu.io/allocated, for a shared container, a
+whole card, two cards, two containers of one pod, and two pods of equal core
+and different memory; IDs on another card than assigned fail
+FAILED_PRECONDITION and write nothing.
+
+A health change comes from --fake-health-file (the fake backend's outside
+switch): the next ListAndWatch update reports the card's 100 IDs Unhealthy,
+Allocate refuses them, and the card comes back when marked healthy.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import grpc
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "kubelet"))
+
+from fake_kubelet import FakeKubelet, dp, unix_channel, DevicePluginStub  # noqa: E402
+
+RES = "elasticgpu.io/gpu-core"
+INTERPOSER = "/opt/egpu-test/libegpu-vcuda.so"
+ID_RE = re.compile(r"^(GPU-[0-9a-f-]{36})-(\d\d)$")
+
+
+@pytest.fixture(scope="module")
+def agent_bin(build_dir):
+    b = build_dir / "src/agent/egpu-agent"
+    if not b.exists():
+        pytest.fail(f"{b} not built")
+    return str(b)
+
+
+class Agent:
+    """egpu-agent --no-api with fake cards, logging to a file."""
+
+    def __init__(self, agent_bin, base, extra=(), api=None):
+        self.base = base
+        self.dp_dir = os.path.join(base, "device-plugins")
+        self.alloc_root = os.path.join(base, "alloc")
+        self.log = os.path.join(base, "agent.log")
+        self.proc = subprocess.Popen(
+            [agent_bin, *(["--kubeconfig", api] if api else ["--no-api"]), "--fake-gpus", "2xA100-80GB", "--node-name", "node-a",
+             "--device-plugin-dir", self.dp_dir,
+             "--pod-resources-socket", os.path.join(base, "pod-resources", "kubelet.sock"),
+             "--alloc-root", self.alloc_root, "--interposer", INTERPOSER,
+             "--listen", "127.0.0.1", "--port", "0", *extra],
+            stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+        deadline = time.time() + 15
+        self.url = None
+        while time.time() < deadline and self.url is None:
+            m = re.search(r"egpu-agent: serving .*?port=(\d+)", self.text())
+            if m:
+                self.url = f"http://127.0.0.1:{m.group(1)}"
+            else:
+                assert self.proc.poll() is None, self.text()
+                time.sleep(0.05)
+        assert self.url, self.text()
+
+    def text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+        return self.proc.returncode
+
+
+@pytest.fixture
+def env(agent_bin):
+    # A short base path: unix socket paths must stay under 108 bytes.
+    base = tempfile.mkdtemp(prefix="egpu-agent-")
+    kubelet = FakeKubelet(os.path.join(base, "device-plugins")).start()
+    agent = Agent(agent_bin, base, extra=("--fake-health-file", os.path.join(base, "health")))
+    yield kubelet, agent
+    try:
+        assert agent.stop() == 0, agent.text()
+    finally:
+        kubelet.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def cards_of(devices):
+    cards = {}
+    for d in devices:
+        m = ID_RE.match(d.ID)
+        assert m, d.ID
+        cards.setdefault(m.group(1), []).append(d)
+    return cards
+
+
+def allocate(plugin, ids):
+    return plugin.stub.Allocate(dp.AllocateRequest(
+        container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)]), timeout=10)
+
+
+def mounts(resp):
+    return {m.container_path: m for m in resp.mounts}
+
+
+def test_registers_with_options(env):
+    kubelet, agent = env
+    reg = kubelet.wait_for_registration(1, timeout=15)
+    assert reg.ok, reg.error
+    assert reg.request.version == "v1beta1"
+    assert reg.request.endpoint == "elasticgpu.sock"
+    assert reg.request.resource_name == RES
+    assert reg.request.options.get_preferred_allocation_available
+    assert reg.request.options.pre_start_required
+    assert reg.options.get_preferred_allocation_available and reg.options.pre_start_required
+
+
+def test_lists_100_ids_per_card(env):
+    kubelet, agent = env
+    devs = kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
+    cards = cards_of(devs)
+    assert len(cards) == 2
+    for uuid, ds in cards.items():
+        assert sorted(d.ID for d in ds) == ["%s-%02d" % (uuid, i) for i in range(100)]
+        assert all(d.health == "Healthy" for d in ds)
+        assert all(len(d.ID) <= 63 for d in ds)
+    assert len(set(d.ID for d in devs)) == 200
+
+
+def test_health_change(env):
+    kubelet, agent = env
+    p = kubelet.wait_for_plugin(RES, timeout=15)
+    uuids = sorted(cards_of(p.devices))
+    # The list is in card index order: IDs 100..199 are card 1's.
+    index, sick = 1, ID_RE.match(p.devices[100].ID).group(1)
+    with open(os.path.join(agent.base, "health"), "w") as f:
+        f.write("%d unhealthy XID 79\n" % index)
+
+    def only_sick_unhealthy(devs):
+        by = cards_of(devs)
+        return all(d.health == ("Unhealthy" if u == sick else "Healthy")
+                   for u, ds in by.items() for d in ds)
+    devs = kubelet.wait_for_devices(RES, only_sick_unhealthy, timeout=10)
+    assert len(devs) == 200
+    with pytest.raises(grpc.RpcError) as e:
+        allocate(p, ["%s-00" % sick])
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and sick in e.value.details()
+    with open(os.path.join(agent.base, "health"), "w") as f:
+        f.write("%d healthy\n" % index)
+    kubelet.wait_for_devices(RES, lambda d: all(x.health == "Healthy" for x in d), timeout=10)
+    assert set(uuids) == set(cards_of(kubelet.plugins[RES].devices))
+
+
+def test_allocate_shared_card(env):
+    kubelet, agent = env
+    p = kubelet.wait_for_plugin(RES, timeout=15)
+    uuid = sorted(cards_of(p.devices))[0]
+    ids = ["%s-%02d" % (uuid, i) for i in range(30)]
+    resp = allocate(p, ids)
+    c = resp.container_responses[0]
+    assert c.envs["NVIDIA_VISIBLE_DEVICES"] == uuid
+    assert c.envs["EGPU_ALLOC_DIR"] == "/etc/elastic-gpu"
+    m = mounts(c)
+    alloc = m["/etc/elastic-gpu"].host_path
+    assert os.path.dirname(alloc) == agent.alloc_root and os.path.isdir(alloc)
+    assert m[INTERPOSER].host_path == INTERPOSER and m[INTERPOSER].read_only
+    pre = m["/etc/ld.so.preload"]
+    assert pre.read_only and os.path.dirname(pre.host_path) == alloc
+    with open(pre.host_path) as f:
+        assert f.read().strip() == INTERPOSER
+    # The same IDs in another order map to the same allocation dir.
+    again = allocate(p, list(reversed(ids))).container_responses[0]
+    assert mounts(again)["/etc/elastic-gpu"].host_path == alloc
+
+
+def test_allocate_whole_and_two_cards(env):
+    kubelet, agent = env
+    p = kubelet.wait_for_plugin(RES, timeout=15)
+    uuids = sorted(cards_of(p.devices))
+    whole = allocate(p, ["%s-%02d" % (uuids[1], i) for i in range(100)]).container_responses[0]
+    assert whole.envs["NVIDIA_VISIBLE_DEVICES"] == uuids[1]
+    assert set(mounts(whole)) == {"/etc/elastic-gpu"}
+    both = allocate(p, [d.ID for d in p.devices]).container_responses[0]
+    assert sorted(both.envs["NVIDIA_VISIBLE_DEVICES"].split(",")) == uuids
+    assert set(mounts(both)) == {"/etc/elastic-gpu"}
+
+
+@pytest.mark.parametrize("bad", ["nonsense", "GPU-00000000-0000-4000-0000-000000000000-07",
+                                 "{uuid}-7", "{uuid}-x1", "{uuid}07"])
+def test_allocate_bad_ids(env, bad):
+    kubelet, agent = env
+    p = kubelet.wait_for_plugin(RES, timeout=15)
+    uuid = sorted(cards_of(p.devices))[0]
+    bad = bad.format(uuid=uuid)
+    with pytest.raises(grpc.RpcError) as e:
+        allocate(p, ["%s-00" % uuid, bad])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad in e.value.details()
+
+
+def test_allocate_duplicate_and_empty(env):
+    kubelet, agent = env
+    p = kubelet.wait_for_plugin(RES, timeout=15)
+    uuid = sorted(cards_of(p.devices))[0]
+    with pytest.raises(grpc.RpcError) as e:
+        allocate(p, ["%s-01" % uuid, "%s-01" % uuid])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as e:
+        p.stub.Allocate(dp.AllocateRequest(), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_admit_in_kubelet_order(env):
+    kubelet, agent = env
+    kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
+    a = kubelet.admit(RES, 30, pod="a", check=True)
+    assert a.calls == ["GetPreferredAllocation", "Allocate", "PreStartContainer"]
+    assert len({ID_RE.match(d).group(1) for d in a.devices}) == 1
+    # Binpack: the next shared container lands on the same card.
+    b = kubelet.admit(RES, 50, pod="b", check=True)
+    assert {ID_RE.match(d).group(1) for d in b.devices} == \
+        {ID_RE.match(d).group(1) for d in a.devices}
+    assert b.envs["NVIDIA_VISIBLE_DEVICES"] == ID_RE.match(a.devices[0]).group(1)
+    # A whole card: the other one, untouched.
+    w = kubelet.admit(RES, 100, pod="w", check=True)
+    assert len({ID_RE.match(d).group(1) for d in w.devices}) == 1
+    assert set(mounts(w.container_response)) == {"/etc/elastic-gpu"}
+
+
+def test_kubelet_restart_reregisters(env):
+    kubelet, agent = env
+    kubelet.wait_for_plugin(RES, timeout=15)
+    kubelet.restart()
+    reg = kubelet.wait_for_registration(2, timeout=15)
+    assert reg.ok, reg.error
+    p = kubelet.wait_for_plugin(RES, timeout=15)
+    kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
+    uuid = sorted(cards_of(p.devices))[0]
+    assert allocate(p, ["%s-05" % uuid]).container_responses[0].envs[
+        "NVIDIA_VISIBLE_DEVICES"] == uuid
+
+
+def test_health_and_metrics(env):
+    kubelet, agent = env
+    kubelet.wait_for_plugin(RES, timeout=15)
+    assert agent.get("/healthz")[0] == 200
+    deadline = time.time() + 10
+    while agent.get("/readyz")[0] != 200 and time.time() < deadline:
+        time.sleep(0.1)
+    assert agent.get("/readyz")[0] == 200
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        st, body = agent.get("/metrics")
+        if "egpu_agent_registered 1" in body:
+            break
+        time.sleep(0.2)
+    assert "egpu_agent_registered 1" in body and "egpu_agent_gpus 2" in body, body
+
+
+def test_bad_usage_and_missing_nvml(agent_bin, tmp_path):
+    r = subprocess.run([agent_bin, "--port", "x"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--port" in r.stderr
+    r = subprocess.run([agent_bin, "--fake-gpus", "2xA100-80GB"], capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "NODE_NAME"})
+    assert r.returncode == 2 and "--node-name" in r.stderr
+    r = subprocess.run([agent_bin, "--no-api", "--nvml-library", str(tmp_path / "nope.so"),
+                        "--device-plugin-dir", str(tmp_path), "--port", "0"],
+                       capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "EGPU_FAKE_GPUS"})
+    assert r.returncode == 1 and "nope.so" in r.stderr, r.stderr
+    r = subprocess.run([agent_bin, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--device-plugin-dir" in r.stdout
+
+
+# --------------------------------------------------------------------------
+# With the test API server: GetPreferredAllocation follows elasticgpu.io/assigned,
+# PreStartContainer writes limits.json and elasticgpu.io/allocated.
+
+TOKEN = "agent-test-token"
+NODE = "node-a"
+ASSIGNED = "elasticgpu.io/assigned"
+ALLOCATED = "elasticgpu.io/allocated"
+
+
+class Api:
+    """A minimal client of the test API server (urllib, bearer token)."""
+
+    def __init__(self, url):
+        self.url = url
+
+    def call(self, method, path, body=None, ctype="application/json"):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {TOKEN}")
+        if data is not None:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def uuids(self):
+        st, obj = self.call("GET", "/apis/elasticgpu.io/v1alpha1/gpus")
+        assert st == 200, obj
+        gpus = sorted((g["spec"]["index"], g["spec"]["uuid"]) for g in obj["items"]
+                      if g["spec"]["nodeName"] == NODE)
+        return [u for _, u in gpus]
+
+    def pod(self, name, containers, ns="default"):
+        """containers: [(name, core, memory, [uuids])]; bound to NODE, assigned."""
+        assigned = {"node": NODE, "containers": [
+            {"name": c, "core": core, "memory": mem, "gpus": gpus}
+            for c, core, mem, gpus in containers]}
+        specs = [{"name": c, "image": "busybox", "resources": {
+            "requests": {"elasticgpu.io/gpu-core": str(core * len(gpus))},
+            "limits": {"elasticgpu.io/gpu-core": str(core * len(gpus))}}}
+            for c, core, mem, gpus in containers]
+        st, obj = self.call("POST", f"/api/v1/namespaces/{ns}/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns,
+                         "annotations": {ASSIGNED: json.dumps(assigned)}},
+            "spec": {"nodeName": NODE, "schedulerName": "elastic-gpu-scheduler",
+                     "containers": specs}})
+        assert st == 201, obj
+        return obj
+
+    def allocated(self, name, ns="default"):
+        st, obj = self.call("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        assert st == 200, obj
+        text = obj["metadata"].get("annotations", {}).get(ALLOCATED)
+        return None if text is None else json.loads(text)
+
+
+@pytest.fixture
+def api_env(agent_bin):
+    base = tempfile.mkdtemp(prefix="egpu-agent-")
+    server = subprocess.Popen(["/usr/bin/python3", str(ROOT / "tests/apiserver/server.py"),
+                               "--port", "0", "--token", TOKEN],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = server.stdout.readline().strip()
+    m = re.match(r"listening on (http://127\.0\.0\.1:\d+)$", line)
+    assert m, line
+    kubeconfig = os.path.join(base, "kubeconfig")
+    with open(kubeconfig, "w") as f:
+        f.write("apiVersion: v1\nkind: Config\n"
+                f"clusters: [{{name: t, cluster: {{server: '{m.group(1)}'}}}}]\n"
+                f"users: [{{name: u, user: {{token: {TOKEN}}}}}]\n"
+                "contexts: [{name: t, context: {cluster: t, user: u}}]\n"
+                "current-context: t\n")
+    api = Api(m.group(1))
+    kubelet = FakeKubelet(os.path.join(base, "device-plugins")).start()
+    agent = Agent(agent_bin, base, api=kubeconfig)
+    try:
+        kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
+        yield api, kubelet, agent
+        assert agent.stop() == 0, agent.text()
+    finally:
+        agent.stop()
+        kubelet.stop()
+        server.terminate()
+        server.wait(timeout=10)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def limits_of(agent, adm):
+    alloc = mounts(adm.container_response)["/etc/elastic-gpu"].host_path
+    with open(os.path.join(alloc, "limits.json")) as f:
+        return json.load(f)
+
+
+def card_set(ids):
+    return {ID_RE.match(d).group(1) for d in ids}
+
+
+def test_api_publishes_gpus(api_env):
+    api, kubelet, agent = api_env
+    uuids = api.uuids()
+    assert len(uuids) == 2
+    assert set(uuids) == card_set(d.ID for d in kubelet.plugins[RES].devices)
+
+
+def test_shared_container_follows_assignment(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("shared", [("main", 30, 4096, [u[1]])])  # the second card: not the binpack pick
+    adm = kubelet.admit(RES, 30, pod="shared", container="main", check=True)
+    assert card_set(adm.devices) == {u[1]}
+    assert set(adm.preferred_response.container_responses[0].deviceIDs) == set(adm.devices)
+    assert limits_of(agent, adm) == {"pod": "shared", "namespace": "default",
+                                     "container": "main", "gpus": [u[1]], "core": 30,
+                                     "memory": 4096}
+    assert api.allocated("shared") == {"containers": {"main": {
+        "gpus": [u[1]], "core": 30, "memory": 4096}}}
+
+
+def test_whole_and_two_card_containers(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("whole", [("main", 100, 81920, [u[1]])])
+    adm = kubelet.admit(RES, 100, pod="whole", container="main", check=True)
+    assert card_set(adm.devices) == {u[1]}
+    assert limits_of(agent, adm)["gpus"] == [u[1]]
+    assert limits_of(agent, adm)["core"] == 100
+    assert INTERPOSER not in mounts(adm.container_response)
+    kubelet.remove_pod("default", "whole")
+    api.pod("two", [("train", 100, 81920, [u[0], u[1]])])
+    adm = kubelet.admit(RES, 200, pod="two", container="train", check=True)
+    assert card_set(adm.devices) == set(u)
+    lim = limits_of(agent, adm)
+    assert lim["gpus"] == [u[0], u[1]] and lim["container"] == "train"
+    assert api.allocated("two")["containers"]["train"]["gpus"] == [u[0], u[1]]
+
+
+def test_pod_with_two_containers(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("multi", [("a", 20, 1024, [u[0]]), ("b", 40, 2048, [u[1]])])
+    a = kubelet.admit(RES, 20, pod="multi", container="a", check=True)
+    b = kubelet.admit(RES, 40, pod="multi", container="b", check=True)
+    assert card_set(a.devices) == {u[0]} and card_set(b.devices) == {u[1]}
+    assert limits_of(agent, a)["memory"] == 1024 and limits_of(agent, b)["memory"] == 2048
+    assert set(api.allocated("multi")["containers"]) == {"a", "b"}
+
+
+def test_equal_core_different_memory(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("p1", [("main", 30, 1000, [u[0]])])
+    api.pod("p2", [("main", 30, 2000, [u[0]])])
+    a = kubelet.admit(RES, 30, pod="p1", check=True)
+    b = kubelet.admit(RES, 30, pod="p2", check=True)
+    assert card_set(a.devices) == card_set(b.devices) == {u[0]}
+    assert not set(a.devices) & set(b.devices)
+    la, lb = limits_of(agent, a), limits_of(agent, b)
+    assert (la["pod"], la["memory"]) == ("p1", 1000)
+    assert (lb["pod"], lb["memory"]) == ("p2", 2000)
+    assert api.allocated("p1")["containers"]["main"]["memory"] == 1000
+    assert api.allocated("p2")["containers"]["main"]["memory"] == 2000
+
+
+def test_prestart_mismatch_writes_nothing(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("wrong", [("main", 30, 4096, [u[1]])])
+    ids = ["%s-%02d" % (u[0], i) for i in range(30)]  # on the other card
+    kubelet.set_pod_resources({"default/wrong": {"main": {RES: ids}}})
+    p = kubelet.plugins[RES]
+    resp = allocate(p, ids).container_responses[0]
+    alloc = mounts(resp)["/etc/elastic-gpu"].host_path
+    with pytest.raises(grpc.RpcError) as e:
+        p.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=30)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "default/wrong" in e.value.details() and u[1] in e.value.details()
+    assert not os.path.exists(os.path.join(alloc, "limits.json"))
+    assert api.allocated("wrong") is None
+
+
+def test_prestart_unknown_owner(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    p = kubelet.plugins[RES]
+    with pytest.raises(grpc.RpcError) as e:
+        p.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=["%s-07" % u[0]]),
+                                 timeout=30)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "%s-07" % u[0] in e.value.details()
