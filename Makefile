@@ -67,6 +67,7 @@ bench: build
 	@sh bench/replay_speed.sh $(BUILD)/egpu-sim
 	@./$(BUILD)/bench_cache
 	@./$(BUILD)/bench_extender
+	@/usr/bin/python3 bench/agent_bench.py --agent $(BUILD)/src/agent/egpu-agent
 
 data:
 	@mkdir -p $(DATA_DIR)

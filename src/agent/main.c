@@ -14,7 +14,17 @@
  * thread waits on egpu_gpus_wait and, on a change (or every 10 s, for the
  * probes of a backend without events), lists the cards again: the plugin
  * sends the new device list on ListAndWatch and the inventory republishes.
- * SIGTERM or SIGINT stops both and exits 0.
+ * The main thread also removes allocation dirs no container holds any more
+ * (egpu__plugin_cleanup) at start and every --cleanup-interval seconds; a
+ * dir younger than the interval is kept. SIGTERM or SIGINT stops both and
+ * exits 0.
+ *
+ * Restart: the agent keeps no allocation state of its own in memory. The
+ * kubelet tracks which IDs it gave; the allocation dirs (named by the IDs)
+ * and limits.json stay on disk; elasticgpu.io/assigned and
+ * elasticgpu.io/allocated on the pods steer GetPreferredAllocation. So a
+ * restarted agent answers as the old one would, and a PreStartContainer
+ * for a restarted container writes the same limits again.
  */
 #define _GNU_SOURCE /* inotify, gethostname */
 #include <errno.h>
@@ -64,6 +74,9 @@ static const char usage[] =
     "                              default /var/lib/kubelet/pod-resources/kubelet.sock)\n"
     "  --alloc-root DIR            per-allocation dirs (EGPU_ALLOC_ROOT;\n"
     "                              default /var/lib/elastic-gpu/alloc)\n"
+    "  --cleanup-interval N        seconds between removals of allocation dirs that no\n"
+    "                              container holds (per PodResources List); also at start\n"
+    "                              (EGPU_CLEANUP_INTERVAL; default 60; 0 = never)\n"
     "  --interposer PATH           the CUDA interposer on the host (EGPU_INTERPOSER;\n"
     "                              default /usr/local/lib/elastic-gpu/libegpu-vcuda.so)\n"
     "  --listen ADDR               HTTP address (EGPU_LISTEN; default 0.0.0.0)\n"
@@ -86,6 +99,7 @@ enum {
     O_DP_DIR,
     O_PR_SOCKET,
     O_ALLOC_ROOT,
+    O_CLEANUP,
     O_INTERPOSER,
     O_LISTEN,
     O_PORT,
@@ -104,6 +118,7 @@ struct options {
     const char *dp_dir;
     const char *pr_socket;
     const char *alloc_root;
+    unsigned cleanup_s;
     const char *interposer;
     const char *listen;
     unsigned port;
@@ -141,6 +156,11 @@ static int apply(struct options *o, int opt, const char *v, const char *who)
         if (v[0] != '/')
             return bad("%s \"%s\": expected an absolute directory", who, v);
         *(opt == O_DP_DIR ? &o->dp_dir : &o->alloc_root) = v;
+        return 0;
+    case O_CLEANUP:
+        if (egpu_cli_parse_u64(v, 0, 86400, &u))
+            return bad("%s \"%s\": expected seconds in 0..86400 (0 = never)", who, v);
+        o->cleanup_s = (unsigned)u;
         return 0;
     case O_PR_SOCKET:
     case O_INTERPOSER:
@@ -180,6 +200,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"device-plugin-dir", required_argument, NULL, O_DP_DIR},
         {"pod-resources-socket", required_argument, NULL, O_PR_SOCKET},
         {"alloc-root", required_argument, NULL, O_ALLOC_ROOT},
+        {"cleanup-interval", required_argument, NULL, O_CLEANUP},
         {"interposer", required_argument, NULL, O_INTERPOSER},
         {"listen", required_argument, NULL, O_LISTEN},
         {"port", required_argument, NULL, O_PORT},
@@ -200,6 +221,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"EGPU_DEVICE_PLUGIN_DIR", O_DP_DIR},
         {"EGPU_POD_RESOURCES_SOCKET", O_PR_SOCKET},
         {"EGPU_ALLOC_ROOT", O_ALLOC_ROOT},
+        {"EGPU_CLEANUP_INTERVAL", O_CLEANUP},
         {"EGPU_INTERPOSER", O_INTERPOSER},
         {"EGPU_LISTEN", O_LISTEN},
         {"EGPU_PORT", O_PORT},
@@ -210,6 +232,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     *o = (struct options){.dp_dir = "/var/lib/kubelet/device-plugins",
                           .pr_socket = "/var/lib/kubelet/pod-resources/kubelet.sock",
                           .alloc_root = "/var/lib/elastic-gpu/alloc",
+                          .cleanup_s = 60,
                           .interposer = EGPU_PLUGIN_INTERPOSER,
                           .listen = "0.0.0.0",
                           .port = 9400,
@@ -483,7 +506,7 @@ static void run(struct app *a)
     char kubelet[PATH_MAX];
     int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     bool need_register = true, need_serve = false, warned = false;
-    long next_try = 0, next_metrics = 0;
+    long next_try = 0, next_metrics = 0, next_cleanup = 0;
 
     snprintf(kubelet, sizeof(kubelet), "%s/%s", a->o.dp_dir, EGPU_PLUGIN_KUBELET);
     if (fd < 0 || inotify_add_watch(fd, a->o.dp_dir, IN_CREATE | IN_DELETE | IN_MOVED_TO) < 0)
@@ -521,6 +544,12 @@ static void run(struct app *a)
         if (now >= next_metrics) {
             refresh_metrics(a);
             next_metrics = now + 1000;
+        }
+        if (a->o.cleanup_s > 0 && now >= next_cleanup) {
+            if (egpu__plugin_cleanup(a->plugin, (long)a->o.cleanup_s, NULL, &err) != 0)
+                egpu_log(EGPU_LOG_DEBUG, "cleanup skipped error=\"%s\"", err.msg);
+            err = (struct egpu_error){0};
+            next_cleanup = now_ms() + (long)a->o.cleanup_s * 1000;
         }
         if (!need_register || now < next_try)
             continue;

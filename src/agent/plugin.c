@@ -17,7 +17,13 @@
  *     interposer and /etc/ld.so.preload naming it, so unsetting LD_PRELOAD
  *     cannot escape the limits;
  *   - PreStartContainer: checks the IDs; with an API server prestart.c then
- *     finds the owner, checks the cards and writes limits.json.
+ *     finds the owner, checks the cards and writes limits.json;
+ *   - egpu__plugin_cleanup: removes the allocation dirs whose IDs no
+ *     container holds any more (PodResources List), never one in use.
+ *
+ * Files are written to a temporary file and renamed into place; a dir this
+ * call created is removed again when writing into it fails, so a failed
+ * Allocate or PreStartContainer leaves nothing half done.
  *
  * DESIGN: the allocation dir is named by a hash of the sorted IDs, so
  * Allocate and PreStartContainer, which both see only IDs, find the same
@@ -25,6 +31,7 @@
  * allocator on egpu_malloc. Errors the kubelet shows in pod events name the
  * offending ID.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -34,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "deviceplugin/v1beta1/api.pb-c.h"
@@ -58,6 +66,8 @@ struct egpu_plugin {
     struct egpu_kube *kube;
     struct egpu_grpc_server *srv;
     bool running;
+    pthread_mutex_t alloc_lock; /* Allocate's mkdir vs. the cleanup's removal */
+    bool cleanup_failed;        /* the last cleanup's PodResources List failed */
 
     pthread_mutex_t lock; /* guards what follows */
     struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
@@ -570,9 +580,10 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
                 container_dir[] = EGPU_PLUGIN_CONTAINER_DIR, preload_path[] = "/etc/ld.so.preload";
     unsigned count[EGPU_NODE_GPUS_MAX];
     struct egpu_error err = {0};
-    bool shared = false;
+    bool shared = false, created;
     size_t used = 0;
     char text[PATH_MAX + 2];
+    struct stat sb;
     int rc;
 
     if (c->n_devices_ids == 0)
@@ -597,19 +608,29 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
     }
     rc = egpu__plugin_alloc_dir(p->alloc_root, c->devices_ids, c->n_devices_ids, o->dir,
                                 sizeof(o->dir));
-    if (!rc)
-        rc = egpu__plugin_mkdir_p(o->dir);
     if (rc)
         return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL,
                                     "Allocate: allocation dir below %s: %s", p->alloc_root,
                                     egpu_strerror(rc));
-    if (shared) {
+    /* Under alloc_lock: the cleanup never sees the dir between its creation
+     * and the fresh mtime that keeps it (see egpu__plugin_cleanup). */
+    pthread_mutex_lock(&p->alloc_lock);
+    created = stat(o->dir, &sb) != 0;
+    rc = egpu__plugin_mkdir_p(o->dir);
+    if (rc == 0 && !created && utimensat(AT_FDCWD, o->dir, NULL, 0) != 0)
+        rc = -errno;
+    if (rc == 0 && shared) {
         snprintf(text, sizeof(text), "%s\n", p->interposer);
         rc = egpu__plugin_write_file(o->dir, EGPU_PLUGIN_PRELOAD_FILE, text, &err);
-        if (rc)
-            return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "Allocate: %s", err.msg);
+        if (rc && created)
+            (void)rmdir(o->dir); /* ours and empty: the temp file is gone */
         snprintf(o->preload, sizeof(o->preload), "%s/%s", o->dir, EGPU_PLUGIN_PRELOAD_FILE);
-    }
+    } else if (rc)
+        egpu_error_set(&err, rc, "allocation dir %s (--alloc-root %s) cannot be created: %s",
+                       o->dir, p->alloc_root, egpu_strerror(rc));
+    pthread_mutex_unlock(&p->alloc_lock);
+    if (rc)
+        return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "Allocate: %s", err.msg);
     o->resp = (V1beta1__ContainerAllocateResponse)V1BETA1__CONTAINER_ALLOCATE_RESPONSE__INIT;
     for (int i = 0; i < 2; i++) {
         o->env[i] = (V1beta1__ContainerAllocateResponse__EnvsEntry)
@@ -781,6 +802,7 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
     if (p == NULL)
         return egpu_error_set(err, -ENOMEM, "device plugin: out of memory");
     pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->alloc_lock, NULL);
     p->gpus = cfg->gpus;
     p->kube = cfg->kube;
     p->dir = dup_or(cfg->dir, "/var/lib/kubelet/device-plugins");
@@ -834,6 +856,7 @@ void egpu__plugin_free(struct egpu_plugin *p)
         return;
     egpu_grpc_server_free(p->srv); /* stops it: every stream's close callback has run */
     pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->alloc_lock);
     egpu_free(p->dir);
     egpu_free(p->alloc_root);
     egpu_free(p->interposer);
@@ -952,4 +975,170 @@ void egpu__plugin_stats(struct egpu_plugin *p, struct egpu_plugin_stats *out)
     for (size_t i = 0; i < p->ncards; i++)
         out->healthy += p->cards[i].healthy;
     pthread_mutex_unlock(&p->lock);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cleanup of allocation dirs                                               */
+
+#define DIR_NAME_LEN 16 /* hex digits of an allocation dir's name */
+
+static bool is_alloc_name(const char *name)
+{
+    size_t i;
+
+    for (i = 0; name[i] != '\0'; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    return i == DIR_NAME_LEN;
+}
+
+/* rm -r of the entry name in the dir open as dfd; never follows links. */
+static int remove_tree(int dfd, const char *name, int depth)
+{
+    struct stat st;
+    int fd, rc = 0;
+    DIR *d;
+    const struct dirent *e;
+
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(dfd, name, 0) == 0 || errno == ENOENT ? 0 : -errno;
+    if (depth > 8)
+        return -ELOOP;
+    fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    d = fdopendir(fd);
+    if (d == NULL) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    while (rc == 0 && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            rc = remove_tree(dirfd(d), e->d_name, depth + 1);
+    closedir(d);
+    if (rc == 0 && unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+        rc = -errno;
+    return rc;
+}
+
+/* The dir names (DIR_NAME_LEN + 1 bytes each) of every container's gpu-core
+ * IDs in r, into *out (egpu_free) and *n. Returns 0 or -ENOMEM. */
+static int held_dirs(const struct egpu_plugin *p, const V1__ListPodResourcesResponse *r,
+                     char (**out)[DIR_NAME_LEN + 1], size_t *n)
+{
+    char(*names)[DIR_NAME_LEN + 1] = NULL;
+    size_t count = 0, root = strlen(p->alloc_root) + 1;
+
+    for (size_t i = 0; i < r->n_pod_resources; i++) {
+        const V1__PodResources *pr = r->pod_resources[i];
+
+        for (size_t c = 0; c < pr->n_containers; c++) {
+            const V1__ContainerResources *cr = pr->containers[c];
+            char **ids;
+            size_t nids = 0, total = 0;
+            char path[PATH_MAX];
+            void *grown;
+            int rc;
+
+            for (size_t d = 0; d < cr->n_devices; d++)
+                if (cr->devices[d]->resource_name != NULL &&
+                    strcmp(cr->devices[d]->resource_name, EGPU_RES_GPU_CORE) == 0)
+                    total += cr->devices[d]->n_device_ids;
+            if (total == 0)
+                continue;
+            ids = egpu_calloc(total, sizeof(*ids));
+            grown = egpu_realloc(names, (count + 1) * sizeof(*names));
+            if (grown != NULL)
+                names = grown;
+            if (ids == NULL || grown == NULL) {
+                egpu_free(ids);
+                egpu_free(names);
+                return -ENOMEM;
+            }
+            for (size_t d = 0; d < cr->n_devices; d++)
+                if (cr->devices[d]->resource_name != NULL &&
+                    strcmp(cr->devices[d]->resource_name, EGPU_RES_GPU_CORE) == 0)
+                    for (size_t k = 0; k < cr->devices[d]->n_device_ids; k++)
+                        ids[nids++] = cr->devices[d]->device_ids[k];
+            rc = egpu__plugin_alloc_dir(p->alloc_root, ids, nids, path, sizeof(path));
+            egpu_free(ids);
+            if (rc == 0 && strlen(path) == root + DIR_NAME_LEN)
+                memcpy(names[count++], path + root, DIR_NAME_LEN + 1);
+        }
+    }
+    *out = names;
+    *n = count;
+    return 0;
+}
+
+int egpu__plugin_cleanup(struct egpu_plugin *p, long grace_s, unsigned *removed,
+                         struct egpu_error *err)
+{
+    V1__ListPodResourcesResponse *r = NULL;
+    char(*held)[DIR_NAME_LEN + 1] = NULL;
+    size_t nheld = 0;
+    unsigned gone = 0;
+    const struct dirent *e;
+    struct timespec now;
+    DIR *d;
+    int rc;
+
+    if (removed != NULL)
+        *removed = 0;
+    rc = egpu__podres_list(p->pod_resources, &r, err);
+    if (rc) {
+        if (!p->cleanup_failed)
+            egpu_log(EGPU_LOG_WARN,
+                     "allocation dirs not cleaned up: PodResources List failed error=\"%s\"",
+                     err != NULL ? err->msg : egpu_strerror(rc));
+        p->cleanup_failed = true;
+        return rc;
+    }
+    p->cleanup_failed = false;
+    rc = held_dirs(p, r, &held, &nheld);
+    v1__list_pod_resources_response__free_unpacked(r, &egpu__pb_allocator);
+    if (rc)
+        return egpu_error_set(err, rc, "cleanup: out of memory");
+    d = opendir(p->alloc_root);
+    if (d == NULL) {
+        rc = errno == ENOENT ? 0 : -errno;
+        egpu_free(held);
+        if (rc)
+            egpu_error_set(err, rc, "--alloc-root %s: %s", p->alloc_root, strerror(-rc));
+        return rc;
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        bool keep = !is_alloc_name(e->d_name);
+
+        for (size_t i = 0; i < nheld && !keep; i++)
+            keep = strcmp(held[i], e->d_name) == 0;
+        if (keep)
+            continue;
+        /* Allocate touches its dir under alloc_lock; a dir younger than the
+         * grace may belong to a container the kubelet is still admitting. */
+        pthread_mutex_lock(&p->alloc_lock);
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+            (long)(now.tv_sec - st.st_mtim.tv_sec) >= grace_s) {
+            int rrc = remove_tree(dirfd(d), e->d_name, 0);
+
+            if (rrc == 0) {
+                gone++;
+                egpu_log(EGPU_LOG_INFO, "allocation dir removed dir=%s/%s (no container holds it)",
+                         p->alloc_root, e->d_name);
+            } else
+                egpu_log(EGPU_LOG_WARN, "allocation dir not removed dir=%s/%s error=\"%s\"",
+                         p->alloc_root, e->d_name, egpu_strerror(rrc));
+        }
+        pthread_mutex_unlock(&p->alloc_lock);
+    }
+    closedir(d);
+    egpu_free(held);
+    if (removed != NULL)
+        *removed = gone;
+    return 0;
 }

@@ -106,6 +106,17 @@ int egpu__plugin_write_file(const char *dir, const char *name, const char *text,
 /* mkdir -p path (mode 0755). Returns 0, -ENAMETOOLONG or -errno. */
 int egpu__plugin_mkdir_p(const char *path) EGPU_MUST_CHECK;
 
+/* Remove the allocation dirs below alloc_root (names of 16 hex digits;
+ * nothing else is touched) that no container holds any more: PodResources
+ * List gives every container's gpu-core IDs, whose hash names the dir it
+ * holds. A dir modified less than grace_s seconds ago is kept (Allocate
+ * touches its dir: the kubelet may not list the container yet). Safe
+ * against concurrent Allocate calls. *removed (may be NULL) gets the count.
+ * Returns 0, or what the PodResources List returns (nothing is removed
+ * then), or -errno for an unreadable alloc_root (a missing one is 0). */
+int egpu__plugin_cleanup(struct egpu_plugin *p, long grace_s, unsigned *removed,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+
 /* protobuf-c's allocator on egpu_malloc/egpu_free, for every unpack. */
 extern ProtobufCAllocator egpu__pb_allocator;
 

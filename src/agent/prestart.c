@@ -25,14 +25,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
 #include "plugin_int.h"
-#include "podresources/v1/api.pb-c.h"
 #include "prestart_int.h"
 
 #define PODRES_TIMEOUT_MS 5000 /* one PodResources List */
@@ -233,12 +234,9 @@ static bool owns_all(const V1__ContainerResources *c, char *const *ids, size_t n
     return true;
 }
 
-/* Ask PodResources List who owns ids. Returns 0, -ENOENT (nobody) or the
- * gRPC call's code, with st set. */
-static int find_owner(const char *socket, char *const *ids, size_t n, struct owner *o,
-                      struct egpu_grpc_status *st)
+int egpu__podres_list(const char *socket, V1__ListPodResourcesResponse **out,
+                      struct egpu_error *err)
 {
-    struct egpu_error err = {0};
     struct egpu_buf reply;
     V1__ListPodResourcesResponse *r = NULL;
     int rc = 0;
@@ -249,24 +247,39 @@ static int find_owner(const char *socket, char *const *ids, size_t n, struct own
 
         egpu_buf_reset(&reply);
         rc = egpu_grpc_call(socket, "/v1.PodResourcesLister/List", NULL, 0, PODRES_TIMEOUT_MS,
-                            &reply, &err);
+                            &reply, err);
         if (rc != -EBUSY)
             break;
         nanosleep(&ts, NULL);
     }
-    if (rc == 0 && reply.len > 0)
+    if (rc == 0)
         r = v1__list_pod_resources_response__unpack(&egpu__pb_allocator, reply.len,
-                                                    (const uint8_t *)reply.data);
-    else if (rc == 0)
-        r = v1__list_pod_resources_response__unpack(&egpu__pb_allocator, 0, (const uint8_t *)"");
+                                                    reply.len > 0 ? (const uint8_t *)reply.data
+                                                                  : (const uint8_t *)"");
     egpu_buf_free(&reply);
+    if (rc)
+        return rc;
+    if (r == NULL)
+        return egpu_error_set(err, -EPROTO, "PodResources List on %s: reply is malformed", socket);
+    *out = r;
+    return 0;
+}
+
+/* Ask PodResources List who owns ids. Returns 0, -ENOENT (nobody) or the
+ * gRPC call's code, with st set. */
+static int find_owner(const char *socket, char *const *ids, size_t n, struct owner *o,
+                      struct egpu_grpc_status *st)
+{
+    struct egpu_error err = {0};
+    V1__ListPodResourcesResponse *r = NULL;
+    int rc = egpu__podres_list(socket, &r, &err);
+
+    if (rc == -EPROTO)
+        return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "PreStartContainer: %s", err.msg);
     if (rc)
         return egpu_grpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
                                     "PreStartContainer: PodResources List on %s: %s", socket,
                                     err.msg);
-    if (r == NULL)
-        return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL,
-                                    "PreStartContainer: PodResources List reply is malformed");
     rc = egpu_grpc_status_set(st, GRPC_STATUS_NOT_FOUND,
                               "PreStartContainer: no container holds device ID %s (PodResources "
                               "List on %s)",
@@ -393,6 +406,8 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     json_t *pod = NULL, *limits = NULL;
     char dir[4096];
     char *text = NULL;
+    struct stat sb;
+    bool created = false;
     int rc;
 
     (void)cards;
@@ -432,12 +447,15 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     if (rc)
         goto out;
     rc = egpu__plugin_alloc_dir(cfg->alloc_root, ids, n, dir, sizeof(dir));
-    if (!rc)
+    if (!rc) {
+        created = stat(dir, &sb) != 0;
         rc = egpu__plugin_mkdir_p(dir);
+    }
     if (rc) {
         rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL,
-                                  "PreStartContainer: allocation dir below %s: %s", cfg->alloc_root,
-                                  egpu_strerror(rc));
+                                  "PreStartContainer: allocation dir %s (--alloc-root %s) cannot "
+                                  "be created: %s",
+                                  dir, cfg->alloc_root, egpu_strerror(rc));
         goto out;
     }
     limits = limits_of(&o, a, c, true);
@@ -449,6 +467,8 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     rc = egpu__plugin_write_file(dir, EGPU_PLUGIN_LIMITS_FILE, text, &err);
     if (rc) {
         rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "PreStartContainer: %s", err.msg);
+        if (created)
+            (void)rmdir(dir); /* ours and empty: the temp file is gone */
         goto out;
     }
     rc = patch_allocated(cfg->kube, pod, &o, a, c, &err);

@@ -11,6 +11,7 @@
 #include "egpu/agent.h"
 #include "egpu/grpc.h"
 #include "egpu/kube.h"
+#include "podresources/v1/api.pb-c.h"
 
 /* What PreStartContainer needs; all borrowed. */
 struct egpu_prestart_config {
@@ -40,5 +41,12 @@ size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
 int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
                        size_t ncards, char *const *ids, size_t n,
                        struct egpu_grpc_status *st) EGPU_MUST_CHECK;
+
+/* PodResources List on socket (RESOURCE_EXHAUSTED, the kubelet's rate
+ * limit, retried twice): the unpacked answer in *out (free with
+ * v1__list_pod_resources_response__free_unpacked and egpu__pb_allocator).
+ * Returns 0, what egpu_grpc_call returns, or -EPROTO (malformed reply). */
+int egpu__podres_list(const char *socket, V1__ListPodResourcesResponse **out,
+                      struct egpu_error *err) EGPU_MUST_CHECK;
 
 #endif /* EGPU_AGENT_PRESTART_INT_H */

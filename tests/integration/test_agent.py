@@ -22,6 +22,16 @@ whole card, two cards, two containers of one pod, and two pods of equal core
 and different memory; IDs on another card than assigned fail
 FAILED_PRECONDITION and write nothing.
 
+An agent restart keeps every allocation dir and limits.json, answers a
+PreStartContainer for a restarted container with the same limits, and
+steers new containers clear of the IDs already given. Allocation dirs that
+no container holds (PodResources List) are removed at start and every
+--cleanup-interval seconds; dirs in use, other names, and everything when
+PodResources cannot be asked, stay. An allocation root that cannot hold
+dirs (a path under a regular file) or a limits.json that cannot be renamed
+into place fail Allocate and PreStartContainer with INTERNAL naming the
+path, leaving no temporary file and no elasticgpu.io/allocated.
+
 A health change comes from --fake-health-file (the fake backend's outside
 switch): the next ListAndWatch update reports the card's 100 IDs Unhealthy,
 Allocate refuses them, and the card comes back when marked healthy.
@@ -63,10 +73,10 @@ def agent_bin(build_dir):
 class Agent:
     """egpu-agent --no-api with fake cards, logging to a file."""
 
-    def __init__(self, agent_bin, base, extra=(), api=None):
+    def __init__(self, agent_bin, base, extra=(), api=None, alloc_root=None):
         self.base = base
         self.dp_dir = os.path.join(base, "device-plugins")
-        self.alloc_root = os.path.join(base, "alloc")
+        self.alloc_root = alloc_root or os.path.join(base, "alloc")
         self.log = os.path.join(base, "agent.log")
         self.proc = subprocess.Popen(
             [agent_bin, *(["--kubeconfig", api] if api else ["--no-api"]), "--fake-gpus", "2xA100-80GB", "--node-name", "node-a",
@@ -372,6 +382,10 @@ class Api:
 
 @pytest.fixture
 def api_env(agent_bin):
+    yield from _api_env(agent_bin)
+
+
+def _api_env(agent_bin, alloc_root=None):
     base = tempfile.mkdtemp(prefix="egpu-agent-")
     server = subprocess.Popen(["/usr/bin/python3", str(ROOT / "tests/apiserver/server.py"),
                                "--port", "0", "--token", TOKEN],
@@ -388,7 +402,8 @@ def api_env(agent_bin):
                 "current-context: t\n")
     api = Api(m.group(1))
     kubelet = FakeKubelet(os.path.join(base, "device-plugins")).start()
-    agent = Agent(agent_bin, base, api=kubeconfig)
+    agent = Agent(agent_bin, base, api=kubeconfig,
+                  alloc_root=alloc_root and os.path.join(base, alloc_root))
     try:
         kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
         yield api, kubelet, agent
@@ -503,3 +518,200 @@ def test_prestart_unknown_owner(api_env):
                                  timeout=30)
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
     assert "%s-07" % u[0] in e.value.details()
+
+
+
+# --------------------------------------------------------------------------
+# Agent restart, cleanup of allocation dirs, an allocation root that cannot
+# be used.
+
+def alloc_dir(adm):
+    return mounts(adm.container_response)["/etc/elastic-gpu"].host_path
+
+
+def test_restart_keeps_allocations(api_env, agent_bin):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("keep", [("main", 30, 4096, [u[0]])])
+    api.pod("whole", [("main", 100, 81920, [u[1]])])
+    a = kubelet.admit(RES, 30, pod="keep", check=True)
+    w = kubelet.admit(RES, 100, pod="whole", check=True)
+    lims = {}
+    for adm in (a, w):
+        path = os.path.join(alloc_dir(adm), "limits.json")
+        with open(path) as f:
+            lims[path] = (f.read(), os.stat(path).st_ino, os.stat(path).st_mtime_ns)
+    preload = os.path.join(alloc_dir(a), "ld.so.preload")
+    preload_st = os.stat(preload)
+    allocated = api.allocated("keep")
+    assert agent.stop() == 0, agent.text()
+    again = Agent(agent_bin, agent.base, api=os.path.join(agent.base, "kubeconfig"))
+    try:
+        # Registration comes after the start's cleanup in the agent's loop.
+        assert kubelet.wait_for_registration(2, timeout=15).ok
+        kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
+        for path, (text, ino, mtime) in lims.items():
+            with open(path) as f:
+                assert f.read() == text
+            assert (os.stat(path).st_ino, os.stat(path).st_mtime_ns) == (ino, mtime)
+        assert os.stat(preload).st_ino == preload_st.st_ino
+        # The container restarts: PreStartContainer again, without Allocate.
+        kubelet.start_container(a, check=True)
+        assert a.calls == ["GetPreferredAllocation", "Allocate", "PreStartContainer",
+                           "PreStartContainer"]
+        assert limits_of(again, a) == {"pod": "keep", "namespace": "default",
+                                       "container": "main", "gpus": [u[0]], "core": 30,
+                                       "memory": 4096}
+        assert api.allocated("keep") == allocated
+        # A new container on the shared card gets other IDs, as assigned.
+        api.pod("next", [("main", 50, 2048, [u[0]])])
+        n = kubelet.admit(RES, 50, pod="next", check=True)
+        assert card_set(n.devices) == {u[0]} and not set(n.devices) & set(a.devices)
+        assert limits_of(again, n)["memory"] == 2048
+        assert os.path.isdir(alloc_dir(a)) and os.path.isdir(alloc_dir(w))
+        # The last 20 IDs of the shared card.
+        api.pod("rest", [("main", 20, 1024, [u[0]])])
+        r = kubelet.admit(RES, 20, pod="rest", check=True)
+        assert card_set(r.devices) == {u[0]}
+        assert len(set(r.devices) | set(n.devices) | set(a.devices)) == 100
+    finally:
+        assert again.stop() == 0, again.text()
+
+
+@pytest.fixture
+def cleanup_env(agent_bin):
+    base = tempfile.mkdtemp(prefix="egpu-agent-")
+    kubelet = FakeKubelet(os.path.join(base, "device-plugins")).start()
+    agents = []
+
+    def start(*extra):
+        agents.append(Agent(agent_bin, base, extra=extra))
+        return agents[-1]
+    try:
+        yield kubelet, start
+        for a in agents:
+            assert a.stop() == 0, a.text()
+    finally:
+        for a in agents:
+            a.stop()
+        kubelet.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def wait_until(pred, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+def test_cleanup_removes_dirs_no_container_holds(cleanup_env):
+    kubelet, start = cleanup_env
+    agent = start("--cleanup-interval", "1")
+    kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
+    a = kubelet.admit(RES, 30, pod="a", check=True)
+    b = kubelet.admit(RES, 50, pod="b", check=True)
+    w = kubelet.admit(RES, 100, pod="w", check=True)
+    other = os.path.join(agent.alloc_root, "not-an-allocation")
+    os.makedirs(other)
+    hexfile = os.path.join(agent.alloc_root, "0123456789abcdef")
+    open(hexfile, "w").close()
+    kubelet.remove_pod("default", "a")
+    assert wait_until(lambda: not os.path.exists(alloc_dir(a))), agent.text()
+    assert "allocation dir removed" in agent.text()
+    time.sleep(2.5)  # more sweeps: what is held stays
+    for adm in (b, w):
+        assert os.path.isdir(alloc_dir(adm))
+    assert os.path.isfile(os.path.join(alloc_dir(b), "ld.so.preload"))
+    assert os.path.isdir(other) and os.path.isfile(hexfile)
+
+
+def test_cleanup_at_start(cleanup_env):
+    kubelet, start = cleanup_env
+    agent = start()
+    kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
+    b = kubelet.admit(RES, 50, pod="b", check=True)
+    assert agent.stop() == 0
+    orphan = os.path.join(agent.alloc_root, "fedcba9876543210")
+    os.makedirs(os.path.join(orphan, "sub"))
+    open(os.path.join(orphan, "sub", "f"), "w").close()
+    old = time.time() - 3600
+    for d in (orphan, alloc_dir(b)):
+        os.utime(d, (old, old))
+    # PodResources cannot be asked: nothing is removed.
+    kubelet.inject_pod_resources_error(grpc.StatusCode.UNAVAILABLE, "down", times=1)
+    agent = start()
+    assert kubelet.wait_for_registration(2, timeout=15).ok
+    assert os.path.isdir(orphan) and os.path.isdir(alloc_dir(b))
+    assert agent.stop() == 0
+    agent = start()
+    assert kubelet.wait_for_registration(3, timeout=15).ok
+    assert wait_until(lambda: not os.path.exists(orphan), 5), agent.text()
+    assert os.path.isfile(os.path.join(alloc_dir(b), "ld.so.preload"))
+
+
+def test_alloc_root_not_a_directory(cleanup_env, agent_bin):
+    kubelet, start = cleanup_env
+    base = os.path.dirname(kubelet.plugin_dir)
+    blocker = os.path.join(base, "blocker")
+    open(blocker, "w").close()
+    root = os.path.join(blocker, "alloc")
+    agent = Agent(agent_bin, base, alloc_root=root, extra=("--cleanup-interval", "1"))
+    try:
+        p = kubelet.wait_for_plugin(RES, timeout=15)
+        uuid = sorted(cards_of(p.devices))[0]
+        for n in (30, 100):
+            with pytest.raises(grpc.RpcError) as e:
+                allocate(p, ["%s-%02d" % (uuid, i) for i in range(n)])
+            assert e.value.code() == grpc.StatusCode.INTERNAL
+            assert root in e.value.details() and "Not a directory" in e.value.details(), \
+                e.value.details()
+        assert os.path.isfile(blocker) and os.path.getsize(blocker) == 0
+        assert agent.get("/healthz")[0] == 200
+    finally:
+        assert agent.stop() == 0, agent.text()
+
+
+def test_prestart_alloc_root_not_a_directory(agent_bin):
+    gen = _api_env(agent_bin, alloc_root="blocker/alloc")
+    try:
+        api, kubelet, agent = next(gen)
+        blocker = os.path.dirname(agent.alloc_root)
+        u = api.uuids()
+        api.pod("bad", [("main", 30, 4096, [u[0]])])
+        ids = ["%s-%02d" % (u[0], i) for i in range(30)]
+        kubelet.set_pod_resources({"default/bad": {"main": {RES: ids}}})
+        open(blocker, "w").close()
+        with pytest.raises(grpc.RpcError) as e:
+            kubelet.plugins[RES].stub.PreStartContainer(
+                dp.PreStartContainerRequest(devices_ids=ids), timeout=30)
+        assert e.value.code() == grpc.StatusCode.INTERNAL
+        assert agent.alloc_root in e.value.details() and "Not a directory" in e.value.details()
+        assert os.path.getsize(blocker) == 0 and api.allocated("bad") is None
+    finally:
+        gen.close()
+
+
+def test_prestart_limits_not_renamed_leaves_nothing(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("half", [("main", 30, 4096, [u[0]])])
+    ids = ["%s-%02d" % (u[0], i) for i in range(30)]
+    kubelet.set_pod_resources({"default/half": {"main": {RES: ids}}})
+    p = kubelet.plugins[RES]
+    alloc = mounts(allocate(p, ids).container_responses[0])["/etc/elastic-gpu"].host_path
+    os.makedirs(os.path.join(alloc, "limits.json", "x"))  # rename(2) onto it fails
+    with pytest.raises(grpc.RpcError) as e:
+        p.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=30)
+    assert e.value.code() == grpc.StatusCode.INTERNAL
+    assert os.path.join(alloc, "limits.json") in e.value.details(), e.value.details()
+    assert sorted(os.listdir(alloc)) == ["ld.so.preload", "limits.json"]
+    assert os.path.isdir(os.path.join(alloc, "limits.json"))
+    assert api.allocated("half") is None
+    shutil.rmtree(os.path.join(alloc, "limits.json"))
+    p.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=30)
+    with open(os.path.join(alloc, "limits.json")) as f:
+        assert json.load(f)["core"] == 30
+    assert api.allocated("half")["containers"]["main"]["core"] == 30
