@@ -16,8 +16,9 @@
  * sends the new device list on ListAndWatch and the inventory republishes.
  * The main thread also removes allocation dirs no container holds any more
  * (egpu__plugin_cleanup) at start and every --cleanup-interval seconds; a
- * dir younger than the interval is kept. SIGTERM or SIGINT stops both and
- * exits 0.
+ * dir younger than the interval is kept. Every second it also refreshes
+ * the metrics, the allocation gauges from the limits.json files of the
+ * allocation dirs. SIGTERM or SIGINT stops both and exits 0.
  *
  * Restart: the agent keeps no allocation state of its own in memory. The
  * kubelet tracks which IDs it gave; the allocation dirs (named by the IDs)
@@ -37,16 +38,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "egpu/agent.h"
 #include "egpu/cli.h"
 #include "egpu/kube.h"
 #include "egpu/log.h"
 #include "egpu/net.h"
+#include "egpu/scheduler.h"
 #include "plugin_int.h"
 
 #define HEALTH_WAIT_MS    1000  /* one egpu_gpus_wait */
@@ -77,6 +82,10 @@ static const char usage[] =
     "  --cleanup-interval N        seconds between removals of allocation dirs that no\n"
     "                              container holds (per PodResources List); also at start\n"
     "                              (EGPU_CLEANUP_INTERVAL; default 60; 0 = never)\n"
+    "  --device-list-strategy S    how Allocate names the cards: envvar\n"
+    "                              (NVIDIA_VISIBLE_DEVICES), cdi (CDI devices\n"
+    "                              nvidia.com/gpu=<uuid>) or device-nodes (/dev/nvidia*)\n"
+    "                              (EGPU_DEVICE_LIST_STRATEGY; default envvar)\n"
     "  --interposer PATH           the CUDA interposer on the host (EGPU_INTERPOSER;\n"
     "                              default /usr/local/lib/elastic-gpu/libegpu-vcuda.so)\n"
     "  --listen ADDR               HTTP address (EGPU_LISTEN; default 0.0.0.0)\n"
@@ -101,6 +110,7 @@ enum {
     O_ALLOC_ROOT,
     O_CLEANUP,
     O_INTERPOSER,
+    O_STRATEGY,
     O_LISTEN,
     O_PORT,
     O_LOG,
@@ -120,6 +130,7 @@ struct options {
     const char *alloc_root;
     unsigned cleanup_s;
     const char *interposer;
+    enum egpu_plugin_strategy strategy;
     const char *listen;
     unsigned port;
     int log_level;
@@ -168,6 +179,16 @@ static int apply(struct options *o, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected an absolute path", who, v);
         *(opt == O_PR_SOCKET ? &o->pr_socket : &o->interposer) = v;
         return 0;
+    case O_STRATEGY:
+        if (strcmp(v, "envvar") == 0)
+            o->strategy = EGPU_PLUGIN_ENVVAR;
+        else if (strcmp(v, "cdi") == 0)
+            o->strategy = EGPU_PLUGIN_CDI;
+        else if (strcmp(v, "device-nodes") == 0)
+            o->strategy = EGPU_PLUGIN_DEVICE_NODES;
+        else
+            return bad("%s \"%s\": expected envvar, cdi or device-nodes", who, v);
+        return 0;
     case O_LISTEN:
         o->listen = v;
         return 0;
@@ -202,6 +223,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"alloc-root", required_argument, NULL, O_ALLOC_ROOT},
         {"cleanup-interval", required_argument, NULL, O_CLEANUP},
         {"interposer", required_argument, NULL, O_INTERPOSER},
+        {"device-list-strategy", required_argument, NULL, O_STRATEGY},
         {"listen", required_argument, NULL, O_LISTEN},
         {"port", required_argument, NULL, O_PORT},
         {"log-level", required_argument, NULL, O_LOG},
@@ -223,6 +245,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"EGPU_ALLOC_ROOT", O_ALLOC_ROOT},
         {"EGPU_CLEANUP_INTERVAL", O_CLEANUP},
         {"EGPU_INTERPOSER", O_INTERPOSER},
+        {"EGPU_DEVICE_LIST_STRATEGY", O_STRATEGY},
         {"EGPU_LISTEN", O_LISTEN},
         {"EGPU_PORT", O_PORT},
         {"EGPU_LOG_LEVEL", O_LOG},
@@ -280,6 +303,12 @@ static void on_signal(int sig)
     atomic_store(&stopping, true);
 }
 
+/* One container's labels (namespace, pod, container). */
+struct ctr_key {
+    char v[3][EGPU_K8S_NAME_MAX];
+    bool live;
+};
+
 struct app {
     struct options o;
     char node[256];
@@ -291,7 +320,10 @@ struct app {
     struct egpu_metrics *reg;
     struct egpu_health *health;
     struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_allocs, *m_alloc_errors,
-        *m_prestarts, *m_registrations;
+        *m_prestarts, *m_registrations, *m_mismatches;
+    struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_ctr_core, *m_ctr_mem;
+    struct ctr_key *ctrs; /* containers with limit gauges (set to 0 once gone) */
+    size_t nctrs;
     struct egpu_plugin_stats seen;
     atomic_bool registered;
     pthread_t health_thread;
@@ -313,6 +345,8 @@ static bool ready(void *data, char *why, size_t len)
 
 static int register_metrics(struct app *a, struct egpu_error *err)
 {
+    static const char *const gpu_label[] = {"gpu"};
+    static const char *const ctr_labels[] = {"namespace", "pod", "container"};
     int rc;
 
     a->reg = egpu_metrics_new();
@@ -340,9 +374,142 @@ static int register_metrics(struct app *a, struct egpu_error *err)
         rc = egpu_metric_counter(a->reg, "egpu_agent_registrations_total",
                                  "Successful registrations with the kubelet.", 0, NULL,
                                  &a->m_registrations);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_agent_allocation_mismatches_total",
+                                 "PreStartContainer calls refused: device IDs on other GPUs than "
+                                 "the scheduler assigned.",
+                                 0, NULL, &a->m_mismatches);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpu_allocated_core_percent",
+                               "Core percent of the GPU given to live allocations (limits.json).",
+                               1, gpu_label, &a->m_gpu_core);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpu_allocated_memory_mib",
+                               "Memory MiB of the GPU given to live allocations (limits.json).", 1,
+                               gpu_label, &a->m_gpu_mem);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_agent_container_limit_core_percent",
+                               "A container's core limit, percent per GPU (0 once it is gone).", 3,
+                               ctr_labels, &a->m_ctr_core);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_agent_container_limit_memory_mib",
+                               "A container's memory limit, MiB per GPU (0 once it is gone).", 3,
+                               ctr_labels, &a->m_ctr_mem);
     if (rc)
         return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
     return 0;
+}
+
+/* Set the container gauges of key (adding it to the known ones). */
+static void set_container(struct app *a, const char *ns, const char *pod, const char *container,
+                          double core, double mem)
+{
+    struct ctr_key *k = NULL;
+    const char *values[3];
+
+    for (size_t i = 0; i < a->nctrs && k == NULL; i++)
+        if (strcmp(a->ctrs[i].v[0], ns) == 0 && strcmp(a->ctrs[i].v[1], pod) == 0 &&
+            strcmp(a->ctrs[i].v[2], container) == 0)
+            k = &a->ctrs[i];
+    if (k == NULL) {
+        struct ctr_key *grown = egpu_realloc(a->ctrs, (a->nctrs + 1) * sizeof(*grown));
+
+        if (grown == NULL)
+            return;
+        a->ctrs = grown;
+        k = &a->ctrs[a->nctrs++];
+        snprintf(k->v[0], sizeof(k->v[0]), "%s", ns);
+        snprintf(k->v[1], sizeof(k->v[1]), "%s", pod);
+        snprintf(k->v[2], sizeof(k->v[2]), "%s", container);
+    }
+    k->live = true;
+    values[0] = k->v[0];
+    values[1] = k->v[1];
+    values[2] = k->v[2];
+    (void)egpu_metric_set(a->m_ctr_core, values, core);
+    (void)egpu_metric_set(a->m_ctr_mem, values, mem);
+}
+
+/* Whether name is an allocation dir's (16 lowercase hex digits). */
+static bool alloc_name(const char *name)
+{
+    size_t i;
+
+    for (i = 0; name[i] != '\0'; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    return i == 16;
+}
+
+/* The allocation gauges from the limits.json of every allocation dir (the
+ * cleanup removes those no container holds). */
+static void refresh_allocations(struct app *a)
+{
+    struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
+    double core[EGPU_NODE_GPUS_MAX] = {0}, mem[EGPU_NODE_GPUS_MAX] = {0};
+    size_t ncards = 0;
+    const struct dirent *e;
+    DIR *d;
+
+    if (cards == NULL)
+        return;
+    ncards = egpu__plugin_cards(a->plugin, cards, EGPU_NODE_GPUS_MAX);
+    for (size_t i = 0; i < a->nctrs; i++)
+        a->ctrs[i].live = false;
+    d = opendir(a->o.alloc_root);
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[PATH_MAX];
+        json_t *lim, *gpus, *g;
+        const char *ns, *pod, *ctr;
+        double c, m;
+        size_t k;
+        int w;
+
+        if (!alloc_name(e->d_name))
+            continue;
+        w = snprintf(path, sizeof(path), "%s/%s/%s", a->o.alloc_root, e->d_name,
+                     EGPU_PLUGIN_LIMITS_FILE);
+        if (w < 0 || (size_t)w >= sizeof(path))
+            continue;
+        lim = json_load_file(path, 0, NULL);
+        gpus = json_object_get(lim, "gpus");
+        c = json_number_value(json_object_get(lim, "core"));
+        m = json_number_value(json_object_get(lim, "memory"));
+        json_array_foreach(gpus, k, g)
+        {
+            for (size_t i = 0; i < ncards; i++) {
+                if (json_is_string(g) && strcmp(cards[i].uuid, json_string_value(g)) == 0) {
+                    core[i] += c;
+                    mem[i] += m;
+                }
+            }
+        }
+        ns = json_string_value(json_object_get(lim, "namespace"));
+        pod = json_string_value(json_object_get(lim, "pod"));
+        ctr = json_string_value(json_object_get(lim, "container"));
+        if (ns != NULL && pod != NULL && ctr != NULL)
+            set_container(a, ns, pod, ctr, c, m);
+        json_decref(lim);
+    }
+    if (d != NULL)
+        closedir(d);
+    for (size_t i = 0; i < ncards; i++) {
+        const char *values[1] = {cards[i].uuid};
+
+        if (cards[i].uuid[0] == '\0')
+            continue;
+        (void)egpu_metric_set(a->m_gpu_core, values, core[i]);
+        (void)egpu_metric_set(a->m_gpu_mem, values, mem[i]);
+    }
+    for (size_t i = 0; i < a->nctrs; i++) {
+        const char *values[3] = {a->ctrs[i].v[0], a->ctrs[i].v[1], a->ctrs[i].v[2]};
+
+        if (a->ctrs[i].live)
+            continue;
+        (void)egpu_metric_set(a->m_ctr_core, values, 0);
+        (void)egpu_metric_set(a->m_ctr_mem, values, 0);
+    }
+    egpu_free(cards);
 }
 
 static void refresh_metrics(struct app *a)
@@ -358,7 +525,9 @@ static void refresh_metrics(struct app *a)
     (void)egpu_metric_add(a->m_prestarts, NULL, (double)(s.prestarts - a->seen.prestarts));
     (void)egpu_metric_add(a->m_registrations, NULL,
                           (double)(s.registrations - a->seen.registrations));
+    (void)egpu_metric_add(a->m_mismatches, NULL, (double)(s.mismatches - a->seen.mismatches));
     a->seen = s;
+    refresh_allocations(a);
 }
 
 static void publish(struct app *a)
@@ -473,7 +642,8 @@ static int start(struct app *a, struct egpu_error *err)
                                      .pod_resources = a->o.pr_socket,
                                      .node = a->node,
                                      .gpus = a->gpus,
-                                     .kube = a->kube};
+                                     .kube = a->kube,
+                                     .strategy = a->o.strategy};
     rc = egpu__plugin_new(&pc, &a->plugin, err);
     if (!rc)
         rc = register_metrics(a, err);
@@ -589,6 +759,7 @@ static void finish(struct app *a)
     egpu_health_free(a->health);
     egpu_http_server_free(a->srv);
     egpu_metrics_free(a->reg);
+    egpu_free(a->ctrs);
     egpu_kube_free(a->kube);
     egpu_kube_config_free(a->kcfg);
     egpu_gpus_free(a->gpus);

@@ -10,8 +10,10 @@
  *     matches, keeps a container on as few cards as possible (whole free
  *     cards for multiples of 100, else the fullest card that still fits:
  *     binpack), starting from the must-include IDs;
- *   - Allocate: derives the card(s) from the IDs; answers
- *     NVIDIA_VISIBLE_DEVICES, EGPU_ALLOC_DIR and a mount of the allocation
+ *   - Allocate: derives the card(s) from the IDs; answers the cards as
+ *     --device-list-strategy says (NVIDIA_VISIBLE_DEVICES, CDI devices
+ *     nvidia.com/gpu=<uuid>, or DeviceSpecs of /dev/nvidia<minor> and the
+ *     control nodes), EGPU_ALLOC_DIR and a mount of the allocation
  *     dir <alloc_root>/<hash of the sorted IDs> at /etc/elastic-gpu; a
  *     container sharing a card (fewer than 100 IDs on it) also gets the
  *     interposer and /etc/ld.so.preload naming it, so unsetting LD_PRELOAD
@@ -65,6 +67,7 @@ struct egpu_plugin {
     struct egpu_gpus *gpus;
     struct egpu_kube *kube;
     struct egpu_grpc_server *srv;
+    enum egpu_plugin_strategy strategy;
     bool running;
     pthread_mutex_t alloc_lock; /* Allocate's mkdir vs. the cleanup's removal */
     bool cleanup_failed;        /* the last cleanup's PodResources List failed */
@@ -560,9 +563,19 @@ out:
 /* ------------------------------------------------------------------------ */
 /* Allocate                                                                 */
 
+#define CTL_NODES    3                    /* nvidiactl, nvidia-uvm, nvidia-uvm-tools */
+#define CDI_NAME_MAX (EGPU_UUID_MAX + 16) /* "nvidia.com/gpu=<uuid>" */
+#define DEV_NODE_MAX 32                   /* "/dev/nvidia<minor>" */
+
 /* What one container's answer points into. */
 struct alloc_out {
     char uuids[EGPU_NODE_GPUS_MAX * EGPU_UUID_MAX];
+    char cdi_names[EGPU_NODE_GPUS_MAX][CDI_NAME_MAX];
+    char dev_paths[EGPU_NODE_GPUS_MAX][DEV_NODE_MAX];
+    V1beta1__CDIDevice cdi[EGPU_NODE_GPUS_MAX];
+    V1beta1__CDIDevice *cdip[EGPU_NODE_GPUS_MAX];
+    V1beta1__DeviceSpec dev[EGPU_NODE_GPUS_MAX + CTL_NODES];
+    V1beta1__DeviceSpec *devp[EGPU_NODE_GPUS_MAX + CTL_NODES];
     char dir[PATH_MAX];
     char preload[PATH_MAX + 32];
     V1beta1__ContainerAllocateResponse__EnvsEntry env[2];
@@ -571,6 +584,56 @@ struct alloc_out {
     V1beta1__Mount *mountp[3];
     V1beta1__ContainerAllocateResponse resp;
 };
+
+/* --device-list-strategy cdi: "nvidia.com/gpu=<uuid>" per card in use. */
+static void cdi_devices(const struct egpu_gpu_info *cards, size_t ncards, const unsigned *count,
+                        struct alloc_out *o)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < ncards; i++) {
+        if (count[i] == 0)
+            continue;
+        snprintf(o->cdi_names[n], CDI_NAME_MAX, "nvidia.com/gpu=%s", cards[i].uuid);
+        o->cdi[n] = (V1beta1__CDIDevice)V1BETA1__CDIDEVICE__INIT;
+        o->cdi[n].name = o->cdi_names[n];
+        o->cdip[n] = &o->cdi[n];
+        n++;
+    }
+    o->resp.n_cdi_devices = n;
+    o->resp.cdi_devices = o->cdip;
+}
+
+/* --device-list-strategy device-nodes: /dev/nvidia<minor> per card in use
+ * and the control nodes, rw, at the same path in the container. */
+static void device_nodes(const struct egpu_gpu_info *cards, size_t ncards, const unsigned *count,
+                         struct alloc_out *o)
+{
+    static char ctl[] = "/dev/nvidiactl", uvm[] = "/dev/nvidia-uvm",
+                uvm_tools[] = "/dev/nvidia-uvm-tools", rw[] = "rw";
+    char *ctl_paths[CTL_NODES] = {ctl, uvm, uvm_tools};
+    size_t n = 0;
+
+    for (size_t i = 0; i < ncards + CTL_NODES; i++) {
+        char *path;
+
+        if (i < ncards) {
+            if (count[i] == 0)
+                continue;
+            snprintf(o->dev_paths[i], DEV_NODE_MAX, "/dev/nvidia%" PRIu32, cards[i].minor);
+            path = o->dev_paths[i];
+        } else
+            path = ctl_paths[i - ncards];
+        o->dev[n] = (V1beta1__DeviceSpec)V1BETA1__DEVICE_SPEC__INIT;
+        o->dev[n].container_path = path;
+        o->dev[n].host_path = path;
+        o->dev[n].permissions = rw;
+        o->devp[n] = &o->dev[n];
+        n++;
+    }
+    o->resp.n_devices = n;
+    o->resp.devices = o->devp;
+}
 
 static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards, size_t ncards,
                         const V1beta1__ContainerAllocateRequest *c, struct alloc_out *o,
@@ -637,12 +700,16 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
             V1BETA1__CONTAINER_ALLOCATE_RESPONSE__ENVS_ENTRY__INIT;
         o->envp[i] = &o->env[i];
     }
-    o->env[0].key = env_visible;
-    o->env[0].value = o->uuids;
-    o->env[1].key = env_dir;
-    o->env[1].value = container_dir;
-    o->resp.n_envs = 2;
+    o->env[0].key = env_dir;
+    o->env[0].value = container_dir;
+    o->env[1].key = env_visible;
+    o->env[1].value = o->uuids;
+    o->resp.n_envs = p->strategy == EGPU_PLUGIN_ENVVAR ? 2 : 1;
     o->resp.envs = o->envp;
+    if (p->strategy == EGPU_PLUGIN_CDI)
+        cdi_devices(cards, ncards, count, o);
+    else if (p->strategy == EGPU_PLUGIN_DEVICE_NODES)
+        device_nodes(cards, ncards, count, o);
     for (int i = 0; i < 3; i++) {
         o->mount[i] = (V1beta1__Mount)V1BETA1__MOUNT__INIT;
         o->mountp[i] = &o->mount[i];
@@ -740,6 +807,7 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
     struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
     unsigned count[EGPU_NODE_GPUS_MAX];
     size_t ncards;
+    bool mismatch = false;
     int rc = 0;
 
     r = (V1beta1__PreStartContainerRequest *)pb_unpack(
@@ -766,11 +834,17 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
                                           .pod_resources = p->pod_resources,
                                           .alloc_root = p->alloc_root};
 
-        rc = egpu__prestart_run(&pc, cards, ncards, r->devices_ids, r->n_devices_ids, st);
+        rc =
+            egpu__prestart_run(&pc, cards, ncards, r->devices_ids, r->n_devices_ids, &mismatch, st);
     }
     if (rc == 0)
         rc = pb_pack(&resp.base, reply);
 out:
+    if (mismatch) {
+        pthread_mutex_lock(&p->lock);
+        p->stats.mismatches++;
+        pthread_mutex_unlock(&p->lock);
+    }
     if (rc)
         egpu_log(EGPU_LOG_WARN, "PreStartContainer refused error=\"%s\"",
                  st->msg[0] ? st->msg : egpu_strerror(rc));
@@ -805,6 +879,7 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
     pthread_mutex_init(&p->alloc_lock, NULL);
     p->gpus = cfg->gpus;
     p->kube = cfg->kube;
+    p->strategy = cfg->strategy;
     p->dir = dup_or(cfg->dir, "/var/lib/kubelet/device-plugins");
     p->alloc_root = dup_or(cfg->alloc_root, "/var/lib/elastic-gpu/alloc");
     p->interposer = dup_or(cfg->interposer, EGPU_PLUGIN_INTERPOSER);
@@ -964,6 +1039,17 @@ bool egpu__plugin_socket_exists(const struct egpu_plugin *p)
     struct stat st;
 
     return stat(p->socket, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+size_t egpu__plugin_cards(struct egpu_plugin *p, struct egpu_gpu_info *out, size_t cap)
+{
+    size_t n;
+
+    pthread_mutex_lock(&p->lock);
+    n = p->ncards < cap ? p->ncards : cap;
+    memcpy(out, p->cards, n * sizeof(out[0]));
+    pthread_mutex_unlock(&p->lock);
+    return n;
 }
 
 void egpu__plugin_stats(struct egpu_plugin *p, struct egpu_plugin_stats *out)

@@ -33,6 +33,13 @@
 #define EGPU_PLUGIN_LIMITS_FILE   "limits.json"      /* in the allocation dir */
 #define EGPU_PLUGIN_INTERPOSER    "/usr/local/lib/elastic-gpu/libegpu-vcuda.so"
 
+/* How Allocate names a container's cards (--device-list-strategy). */
+enum egpu_plugin_strategy {
+    EGPU_PLUGIN_ENVVAR,      /* NVIDIA_VISIBLE_DEVICES=<uuid>[,<uuid>...] */
+    EGPU_PLUGIN_CDI,         /* cdi_devices "nvidia.com/gpu=<uuid>" */
+    EGPU_PLUGIN_DEVICE_NODES /* DeviceSpecs /dev/nvidia<minor> and the control nodes */
+};
+
 /* Settings; strings are copied by egpu__plugin_new. */
 struct egpu_plugin_config {
     const char *dir;           /* device-plugin dir, e.g. /var/lib/kubelet/device-plugins */
@@ -42,6 +49,7 @@ struct egpu_plugin_config {
     const char *node;          /* this node's name (pods of the node) */
     struct egpu_gpus *gpus;    /* borrowed; must outlive the plugin */
     struct egpu_kube *kube;    /* borrowed, may be NULL (--no-api: no pod lookups) */
+    enum egpu_plugin_strategy strategy;
 };
 
 struct egpu_plugin; /* opaque */
@@ -52,6 +60,7 @@ struct egpu_plugin_stats {
     unsigned long alloc_errors;  /* refused */
     unsigned long prestarts;     /* PreStartContainer answered OK */
     unsigned long registrations; /* successful Register calls */
+    unsigned long mismatches;    /* PreStartContainer: IDs on other cards than assigned */
     size_t cards;                /* cards listed */
     size_t healthy;              /* of which healthy */
 };
@@ -83,6 +92,9 @@ int egpu__plugin_refresh(struct egpu_plugin *p, bool *changed,
 
 /* Whether our socket file is still there (the kubelet's restart deletes it). */
 bool egpu__plugin_socket_exists(const struct egpu_plugin *p);
+
+/* A copy of the card list (at most cap cards) into out. Returns the count. */
+size_t egpu__plugin_cards(struct egpu_plugin *p, struct egpu_gpu_info *out, size_t cap);
 
 /* A copy of the counters. */
 void egpu__plugin_stats(struct egpu_plugin *p, struct egpu_plugin_stats *out);

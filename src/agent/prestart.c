@@ -336,6 +336,80 @@ static int check_cards(const struct owner *o, const struct egpu_assigned *a,
     return 0;
 }
 
+/* The cards of ids as "<uuid>, <uuid>" into out (each card once). */
+static void given_cards(char *const *ids, size_t n, char *out, size_t len)
+{
+    size_t used = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t ul = strlen(ids[i]);
+        bool dup = false;
+        int w;
+
+        if (ul < 4)
+            continue;
+        ul -= 3;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = strlen(ids[j]) == ul + 3 && strncmp(ids[j], ids[i], ul) == 0;
+        if (dup)
+            continue;
+        w = snprintf(out + used, len - used, "%s%.*s", used ? ", " : "", (int)ul, ids[i]);
+        if (w < 0 || (size_t)w >= len - used)
+            return;
+        used += (size_t)w;
+    }
+}
+
+/* Post a Warning event AllocationMismatch on the pod (best effort). */
+static void post_mismatch_event(const struct egpu_prestart_config *cfg, const json_t *pod,
+                                const struct owner *o, const struct egpu_assigned *a,
+                                const struct egpu_assigned_container *c, char *const *ids, size_t n)
+{
+    char assigned[EGPU_NODE_GPUS_MAX * (EGPU_UUID_MAX + 2)] = "";
+    char given[EGPU_NODE_GPUS_MAX * (EGPU_UUID_MAX + 2)];
+    char msg[sizeof(assigned) + sizeof(given) + 3 * OWNER_NAME_MAX + 128];
+    char stamp[32], gen[OWNER_NAME_MAX + 2];
+    const char *uid = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+    struct egpu_error err = {0};
+    struct egpu_kube_status ks;
+    struct timespec now;
+    struct tm tm;
+    size_t used = 0;
+    json_t *ev;
+
+    for (uint32_t g = 0; g < c->ncards; g++) {
+        int w = snprintf(assigned + used, sizeof(assigned) - used, "%s%s", used ? ", " : "",
+                         a->uuids[c->first_card + g]);
+
+        if (w < 0 || (size_t)w >= sizeof(assigned) - used)
+            break;
+        used += (size_t)w;
+    }
+    given_cards(ids, n, given, sizeof(given));
+    snprintf(msg, sizeof(msg),
+             "container %s is assigned GPU %s but the kubelet gave device IDs on GPU %s; "
+             "the container is not started",
+             o->container, assigned, given);
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(gen, sizeof(gen), "%s.", o->pod);
+    ev = json_pack("{s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s,s:s},s:s,s:s,s:i,"
+                   "s:s,s:s}",
+                   "metadata", "generateName", gen, "namespace", o->ns, "involvedObject", "kind",
+                   "Pod", "apiVersion", "v1", "namespace", o->ns, "name", o->pod, "uid",
+                   uid != NULL ? uid : "", "type", "Warning", "reason", EGPU_PRESTART_EVENT_REASON,
+                   "message", msg, "source", "component", "egpu-agent", "host", cfg->node,
+                   "firstTimestamp", stamp, "lastTimestamp", stamp, "count", 1,
+                   "reportingComponent", "egpu-agent", "reportingInstance", cfg->node);
+    if (ev == NULL ||
+        egpu_kube_create(cfg->kube, &egpu_kube_events, o->ns, ev, NULL, &ks, &err) != 0)
+        egpu_log(EGPU_LOG_WARN, "event %s on pod %s/%s not posted error=\"%s\"",
+                 EGPU_PRESTART_EVENT_REASON, o->ns, o->pod, ev == NULL ? "out of memory" : err.msg);
+    json_decref(ev);
+}
+
 /* The container's limits as a JSON object (new reference), or NULL. */
 static json_t *limits_of(const struct owner *o, const struct egpu_assigned *a,
                          const struct egpu_assigned_container *c, bool with_names)
@@ -396,7 +470,8 @@ out:
 }
 
 int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
-                       size_t ncards, char *const *ids, size_t n, struct egpu_grpc_status *st)
+                       size_t ncards, char *const *ids, size_t n, bool *mismatch,
+                       struct egpu_grpc_status *st)
 {
     struct egpu_error err = {0};
     struct egpu_kube_status ks;
@@ -444,8 +519,12 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
         goto out;
     }
     rc = check_cards(&o, a, c, ids, n, st);
-    if (rc)
+    if (rc) {
+        if (mismatch != NULL)
+            *mismatch = true;
+        post_mismatch_event(cfg, pod, &o, a, c, ids, n);
         goto out;
+    }
     rc = egpu__plugin_alloc_dir(cfg->alloc_root, ids, n, dir, sizeof(dir));
     if (!rc) {
         created = stat(dir, &sb) != 0;

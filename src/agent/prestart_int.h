@@ -6,6 +6,7 @@
 #ifndef EGPU_AGENT_PRESTART_INT_H
 #define EGPU_AGENT_PRESTART_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "egpu/agent.h"
@@ -20,6 +21,8 @@ struct egpu_prestart_config {
     const char *pod_resources; /* PodResources socket path */
     const char *alloc_root;    /* allocation dirs go below it */
 };
+
+#define EGPU_PRESTART_EVENT_REASON "AllocationMismatch" /* the pod's Warning event */
 
 /* GetPreferredAllocation with the API server: find the pending pod on node
  * whose container was assigned exactly size IDs' worth (core * cards ==
@@ -37,9 +40,12 @@ size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
  * (atomically) and merge-patch elasticgpu.io/allocated on the pod. Returns 0
  * or a negative code with st set: FAILED_PRECONDITION for IDs on other cards
  * than assigned (nothing written), NOT_FOUND for IDs no container owns,
- * UNAVAILABLE when the kubelet or the API server cannot be reached. */
+ * UNAVAILABLE when the kubelet or the API server cannot be reached. On
+ * IDs on other cards than assigned *mismatch (may be NULL) is set true and
+ * a Warning event (reason EGPU_PRESTART_EVENT_REASON) is posted on the pod
+ * (best effort: a failed POST is only logged). */
 int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
-                       size_t ncards, char *const *ids, size_t n,
+                       size_t ncards, char *const *ids, size_t n, bool *mismatch,
                        struct egpu_grpc_status *st) EGPU_MUST_CHECK;
 
 /* PodResources List on socket (RESOURCE_EXHAUSTED, the kubelet's rate

@@ -715,3 +715,121 @@ def test_prestart_limits_not_renamed_leaves_nothing(api_env):
     with open(os.path.join(alloc, "limits.json")) as f:
         assert json.load(f)["core"] == 30
     assert api.allocated("half")["containers"]["main"]["core"] == 30
+
+
+# --------------------------------------------------------------------------
+# --device-list-strategy, allocation metrics, the AllocationMismatch event.
+
+@pytest.mark.parametrize("strategy", [None, "envvar", "cdi", "device-nodes"])
+def test_device_list_strategy(agent_bin, strategy):
+    base = tempfile.mkdtemp(prefix="egpu-agent-")
+    kubelet = FakeKubelet(os.path.join(base, "device-plugins")).start()
+    extra = () if strategy is None else ("--device-list-strategy", strategy)
+    agent = Agent(agent_bin, base, extra=extra)
+    try:
+        p = kubelet.wait_for_plugin(RES, timeout=15)
+        kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
+        uuids = sorted(cards_of(p.devices))
+        # Card i of --fake-gpus has minor i; the list is in index order.
+        minor = {ID_RE.match(p.devices[0].ID).group(1): 0,
+                 ID_RE.match(p.devices[100].ID).group(1): 1}
+        shared = allocate(p, ["%s-%02d" % (uuids[0], i) for i in range(30)]).container_responses[0]
+        both = allocate(p, [d.ID for d in p.devices]).container_responses[0]
+        for c in (shared, both):
+            assert c.envs["EGPU_ALLOC_DIR"] == "/etc/elastic-gpu"
+            assert "/etc/elastic-gpu" in mounts(c)
+        assert INTERPOSER in mounts(shared) and INTERPOSER not in mounts(both)
+        if strategy in (None, "envvar"):
+            assert shared.envs["NVIDIA_VISIBLE_DEVICES"] == uuids[0]
+            assert sorted(both.envs["NVIDIA_VISIBLE_DEVICES"].split(",")) == uuids
+            assert not shared.cdi_devices and not shared.devices
+        elif strategy == "cdi":
+            assert "NVIDIA_VISIBLE_DEVICES" not in shared.envs
+            assert "NVIDIA_VISIBLE_DEVICES" not in both.envs
+            assert [d.name for d in shared.cdi_devices] == ["nvidia.com/gpu=" + uuids[0]]
+            assert sorted(d.name for d in both.cdi_devices) == \
+                ["nvidia.com/gpu=" + u for u in uuids]
+            assert not shared.devices
+        else:
+            assert "NVIDIA_VISIBLE_DEVICES" not in shared.envs and not shared.cdi_devices
+            ctl = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+            for c, cards in ((shared, [uuids[0]]), (both, uuids)):
+                want = sorted(["/dev/nvidia%d" % minor[u] for u in cards] + ctl)
+                assert sorted(d.container_path for d in c.devices) == want
+                assert all(d.host_path == d.container_path and d.permissions == "rw"
+                           for d in c.devices)
+    finally:
+        try:
+            assert agent.stop() == 0, agent.text()
+        finally:
+            kubelet.stop()
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def test_device_list_strategy_bad_value(agent_bin):
+    r = subprocess.run([agent_bin, "--no-api", "--device-list-strategy", "volume-mounts"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "--device-list-strategy" in r.stderr
+    assert all(v in r.stderr for v in ("envvar", "cdi", "device-nodes")), r.stderr
+    r = subprocess.run([agent_bin, "--no-api"], capture_output=True, text=True,
+                       env={**os.environ, "EGPU_DEVICE_LIST_STRATEGY": "bogus"})
+    assert r.returncode == 2 and "EGPU_DEVICE_LIST_STRATEGY" in r.stderr, r.stderr
+
+
+def scrape(agent):
+    from prometheus_client.parser import text_string_to_metric_families
+    st, body = agent.get("/metrics")
+    assert st == 200, body
+    out = {}
+    for fam in text_string_to_metric_families(body):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_allocation_metrics(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("shared", [("main", 30, 4096, [u[1]])])
+    kubelet.admit(RES, 30, pod="shared", container="main", check=True)
+    core = ("egpu_agent_gpu_allocated_core_percent", (("gpu", u[1]),))
+    mem = ("egpu_agent_gpu_allocated_memory_mib", (("gpu", u[1]),))
+    labels = (("container", "main"), ("namespace", "default"), ("pod", "shared"))
+    assert wait_until(lambda: scrape(agent).get(core) == 30, 5), scrape(agent)
+    m = scrape(agent)
+    assert m[mem] == 4096
+    assert m[("egpu_agent_gpu_allocated_core_percent", (("gpu", u[0]),))] == 0
+    assert m[("egpu_agent_gpu_allocated_memory_mib", (("gpu", u[0]),))] == 0
+    assert m[("egpu_agent_container_limit_core_percent", labels)] == 30
+    assert m[("egpu_agent_container_limit_memory_mib", labels)] == 4096
+    assert m[("egpu_agent_allocation_mismatches_total", ())] == 0
+    assert not any(k[0].startswith("egpu_agent_gpu_used_memory") for k in m)
+
+
+def test_prestart_mismatch_event_and_counter(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("wrong", [("main", 30, 4096, [u[1]])])
+    st, pod = api.call("GET", "/api/v1/namespaces/default/pods/wrong")
+    assert st == 200, pod
+    ids = ["%s-%02d" % (u[0], i) for i in range(30)]
+    kubelet.set_pod_resources({"default/wrong": {"main": {RES: ids}}})
+    p = kubelet.plugins[RES]
+    allocate(p, ids)
+    with pytest.raises(grpc.RpcError) as e:
+        p.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=30)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    st, evs = api.call("GET", "/api/v1/namespaces/default/events")
+    assert st == 200, evs
+    evs = [ev for ev in evs["items"] if ev.get("reason") == "AllocationMismatch"]
+    assert len(evs) == 1, evs
+    ev = evs[0]
+    assert ev["type"] == "Warning"
+    io = ev["involvedObject"]
+    assert (io["kind"], io["namespace"], io["name"], io["uid"]) == \
+        ("Pod", "default", "wrong", pod["metadata"]["uid"])
+    assert u[0] in ev["message"] and u[1] in ev["message"]
+    assert ev["source"] == {"component": "egpu-agent", "host": NODE}
+    key = ("egpu_agent_allocation_mismatches_total", ())
+    assert wait_until(lambda: scrape(agent).get(key) == 1, 5), scrape(agent)
