@@ -57,6 +57,7 @@ struct egpu_gpu_info {
     uint32_t minor;                 /* device node /dev/nvidia<minor> */
     char model[EGPU_GPU_MODEL_MAX]; /* product name, e.g. "NVIDIA A100-SXM4-80GB" */
     uint64_t mem_mib;               /* total memory, MiB */
+    uint64_t used_mem_mib;          /* memory in use (NVML memory info), MiB; 0 for fake cards */
     bool healthy;
     char reason[EGPU_GPU_REASON_MAX]; /* why not healthy, e.g. "XID 79"; "" when healthy */
 };

@@ -321,7 +321,7 @@ struct app {
     struct egpu_health *health;
     struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_allocs, *m_alloc_errors,
         *m_prestarts, *m_registrations, *m_mismatches;
-    struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_ctr_core, *m_ctr_mem;
+    struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_gpu_used, *m_ctr_core, *m_ctr_mem;
     struct ctr_key *ctrs; /* containers with limit gauges (set to 0 once gone) */
     size_t nctrs;
     struct egpu_plugin_stats seen;
@@ -387,6 +387,11 @@ static int register_metrics(struct app *a, struct egpu_error *err)
         rc = egpu_metric_gauge(a->reg, "egpu_agent_gpu_allocated_memory_mib",
                                "Memory MiB of the GPU given to live allocations (limits.json).", 1,
                                gpu_label, &a->m_gpu_mem);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpu_used_memory_mib",
+                               "Memory MiB in use on the GPU, as NVML reports it (0 for fake "
+                               "cards).",
+                               1, gpu_label, &a->m_gpu_used);
     if (!rc)
         rc = egpu_metric_gauge(a->reg, "egpu_agent_container_limit_core_percent",
                                "A container's core limit, percent per GPU (0 once it is gone).", 3,
@@ -500,6 +505,7 @@ static void refresh_allocations(struct app *a)
             continue;
         (void)egpu_metric_set(a->m_gpu_core, values, core[i]);
         (void)egpu_metric_set(a->m_gpu_mem, values, mem[i]);
+        (void)egpu_metric_set(a->m_gpu_used, values, (double)cards[i].used_mem_mib);
     }
     for (size_t i = 0; i < a->nctrs; i++) {
         const char *values[3] = {a->ctrs[i].v[0], a->ctrs[i].v[1], a->ctrs[i].v[2]};

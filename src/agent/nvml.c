@@ -181,6 +181,7 @@ struct nvml_card {
     uint32_t minor;
     char model[EGPU_GPU_MODEL_MAX];
     uint64_t mem_mib;
+    uint64_t used_mem_mib;
     char xid[EGPU_GPU_REASON_MAX];   /* "XID <n>" once a critical XID hit it; sticky */
     char fault[EGPU_GPU_REASON_MAX]; /* the failing probe last seen, to log changes once */
 };
@@ -342,6 +343,7 @@ static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
         snprintf(k->model, sizeof(k->model), "%s", name);
         k->minor = minor;
         k->mem_mib = mem.total >> 20;
+        k->used_mem_mib = mem.used >> 20;
         k->known = true;
     } else {
         snprintf(fault, sizeof(fault), "%s: %s", call, nvml_text(api, r));
@@ -359,6 +361,7 @@ static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
         memcpy(c->model, k->model, sizeof(c->model));
         c->minor = k->minor;
         c->mem_mib = k->mem_mib;
+        c->used_mem_mib = k->used_mem_mib;
     } else {
         c->minor = i;
     }

@@ -346,10 +346,13 @@ static void test_nvml_cards(void **state)
     assert_int_equal(n, 3);
     assert_string_equal(cards[0].model, "NVIDIA A100-SXM4-80GB");
     assert_int_equal(cards[0].mem_mib, 81920);
+    /* The mock reports 1/16 of each card in use. */
+    assert_int_equal(cards[0].used_mem_mib, 81920 / 16);
     assert_string_equal(cards[0].uuid, "GPU-6d0c1c3e-0000-4000-8000-000000000000");
     assert_string_equal(cards[1].uuid, "GPU-11111111-2222-3333-4444-555555555555");
     assert_string_equal(cards[2].model, "Tesla T4");
     assert_int_equal(cards[2].mem_mib, 15360);
+    assert_int_equal(cards[2].used_mem_mib, 15360 / 16);
     for (uint32_t i = 0; i < 3; i++) {
         assert_int_equal(cards[i].index, i);
         assert_int_equal(cards[i].minor, 2 - i); /* the mock numbers minors backwards */
