@@ -8,7 +8,9 @@
 #ifndef EGPU_CLI_H
 #define EGPU_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "egpu/core.h"
@@ -30,6 +32,27 @@ int egpu_cli_parse_double(const char *s, double lo, double hi, double *out) EGPU
 
 /* "true"/"1" or "false"/"0". Returns 0 or -EINVAL. */
 int egpu_cli_parse_bool(const char *s, bool *out) EGPU_MUST_CHECK;
+
+/* An environment variable that sets the same thing as a flag. */
+struct egpu_cli_env {
+    const char *var; /* e.g. "EGPU_PORT" */
+    int opt;         /* the flag's getopt_long value */
+};
+
+/* Apply one setting; who names its source ("--port" or "EGPU_PORT") for
+ * messages. Returns 0, or the exit status of egpu_cli_usage_error. */
+typedef int (*egpu_cli_apply_cb)(void *ctx, int opt, const char *value, const char *who);
+
+/* The command-line driver every binary shares: apply the set (non-empty)
+ * variables of env, then the flags of argv (so a flag wins over its
+ * variable); answer -h/--help with usage on stdout and the option whose
+ * value is version_opt with "<prog> <version>". longopts is getopt_long's
+ * table, ending with a zero entry. Returns -1 to run, 0 when help or the
+ * version was printed, or 2 after an unknown option, a missing value, an
+ * extra argument or a value apply refused (the message is on stderr). */
+int egpu_cli_parse(int argc, char **argv, const struct option *longopts, int version_opt,
+                   const struct egpu_cli_env *env, size_t nenv, const char *prog,
+                   const char *version, const char *usage, egpu_cli_apply_cb apply, void *ctx);
 
 #ifdef __cplusplus
 }

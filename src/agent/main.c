@@ -206,6 +206,11 @@ static int apply(struct options *o, int opt, const char *v, const char *who)
     }
 }
 
+static int apply_cb(void *ctx, int opt, const char *value, const char *who)
+{
+    return apply(ctx, opt, value, who);
+}
+
 /* Fill o from the environment, then the flags. Returns -1 to run, else the
  * exit status (0 after --help or --version, 2 on bad usage). */
 static int parse_options(int argc, char **argv, struct options *o)
@@ -231,10 +236,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    static const struct {
-        const char *var;
-        int opt;
-    } env[] = {
+    static const struct egpu_cli_env env[] = {
         {"NODE_NAME", O_NODE},
         {"KUBECONFIG", O_KUBECONFIG},
         {EGPU_FAKE_GPUS_ENV, O_FAKE},
@@ -250,7 +252,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"EGPU_PORT", O_PORT},
         {"EGPU_LOG_LEVEL", O_LOG},
     };
-    int c, rc;
+    int rc;
 
     *o = (struct options){.dp_dir = "/var/lib/kubelet/device-plugins",
                           .pr_socket = "/var/lib/kubelet/pod-resources/kubelet.sock",
@@ -260,34 +262,10 @@ static int parse_options(int argc, char **argv, struct options *o)
                           .listen = "0.0.0.0",
                           .port = 9400,
                           .log_level = EGPU_LOG_INFO};
-    for (size_t i = 0; i < sizeof(env) / sizeof(env[0]); i++) {
-        const char *v = getenv(env[i].var);
-
-        if (v != NULL && *v != '\0' && (rc = apply(o, env[i].opt, v, env[i].var)) != 0)
-            return rc;
-    }
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        char who[64];
-
-        if (c == 'h') {
-            fputs(usage, stdout);
-            return 0;
-        }
-        if (c == O_VERSION) {
-            printf("egpu-agent 0.1.0\n");
-            return 0;
-        }
-        if (c == '?' || c == ':')
-            return bad("unknown or incomplete option \"%s\"", argv[optind - 1]);
-        snprintf(who, sizeof(who), "--%s", longopts[c - O_NODE].name);
-        rc = apply(o, c, optarg, who);
-        if (rc)
-            return rc;
-    }
-    if (optind < argc)
-        return bad("unexpected argument \"%s\"", argv[optind]);
+    rc = egpu_cli_parse(argc, argv, longopts, O_VERSION, env, sizeof(env) / sizeof(env[0]),
+                        "egpu-agent", "0.1.0", usage, apply_cb, o);
+    if (rc != -1)
+        return rc;
     if (!o->no_api && (o->node == NULL || o->node[0] == '\0'))
         return bad("--node-name (or NODE_NAME) is required unless --no-api is given");
     return -1;

@@ -61,3 +61,44 @@ int egpu_cli_parse_bool(const char *s, bool *out)
     }
     return -EINVAL;
 }
+
+int egpu_cli_parse(int argc, char **argv, const struct option *longopts, int version_opt,
+                   const struct egpu_cli_env *env, size_t nenv, const char *prog,
+                   const char *version, const char *usage, egpu_cli_apply_cb apply, void *ctx)
+{
+    int c, rc;
+
+    for (size_t i = 0; i < nenv; i++) {
+        const char *v = getenv(env[i].var);
+
+        if (v != NULL && *v != '\0' && (rc = apply(ctx, env[i].opt, v, env[i].var)) != 0)
+            return rc;
+    }
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        const struct option *lo = longopts;
+        char who[80];
+
+        if (c == 'h') {
+            fputs(usage, stdout);
+            return 0;
+        }
+        if (c == version_opt) {
+            printf("%s %s\n", prog, version);
+            return 0;
+        }
+        if (c == '?' || c == ':')
+            return egpu_cli_usage_error(prog, "unknown or incomplete option \"%s\"",
+                                        argv[optind - 1]);
+        while (lo->name != NULL && lo->val != c)
+            lo++;
+        snprintf(who, sizeof(who), "--%s", lo->name ? lo->name : "?");
+        rc = apply(ctx, c, optarg, who);
+        if (rc)
+            return rc;
+    }
+    if (optind < argc)
+        return egpu_cli_usage_error(prog, "unexpected argument \"%s\"", argv[optind]);
+    return -1;
+}

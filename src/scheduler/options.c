@@ -159,6 +159,11 @@ static int apply(struct egpu_sched_options *o, int opt, const char *v, const cha
     }
 }
 
+static int apply_cb(void *ctx, int opt, const char *value, const char *who)
+{
+    return apply(ctx, opt, value, who);
+}
+
 int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *o)
 {
     static const struct option longopts[] = {
@@ -185,10 +190,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
     };
-    static const struct {
-        const char *var;
-        int opt;
-    } env[] = {
+    static const struct egpu_cli_env env[] = {
         {"EGPU_LISTEN", O_LISTEN},
         {"EGPU_PORT", O_PORT},
         {"EGPU_PREFIX", O_PREFIX},
@@ -205,7 +207,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"EGPU_MAX_BODY", O_MAX_BODY},
         {"EGPU_LOG_LEVEL", O_LOG},
     };
-    int c, rc;
+    int rc;
 
     *o = (struct egpu_sched_options){.listen = "0.0.0.0",
                                      .port = 8888,
@@ -220,34 +222,10 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
                                      .threads = 2,
                                      .max_body_bytes = 16u << 20,
                                      .log_level = EGPU_LOG_INFO};
-    for (size_t i = 0; i < sizeof(env) / sizeof(env[0]); i++) {
-        const char *v = getenv(env[i].var);
-
-        if (v != NULL && *v != '\0' && (rc = apply(o, env[i].opt, v, env[i].var)) != 0)
-            return rc;
-    }
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        char who[64];
-
-        if (c == 'h') {
-            fputs(usage, stdout);
-            return 0;
-        }
-        if (c == O_VERSION) {
-            printf("egpu-scheduler 0.1.0\n");
-            return 0;
-        }
-        if (c == '?' || c == ':')
-            return bad("unknown or incomplete option \"%s\"", argv[optind - 1]);
-        snprintf(who, sizeof(who), "--%s", longopts[c - O_LISTEN].name);
-        rc = apply(o, c, optarg, who);
-        if (rc)
-            return rc;
-    }
-    if (optind < argc)
-        return bad("unexpected argument \"%s\"", argv[optind]);
+    rc = egpu_cli_parse(argc, argv, longopts, O_VERSION, env, sizeof(env) / sizeof(env[0]),
+                        "egpu-scheduler", "0.1.0", usage, apply_cb, o);
+    if (rc != -1)
+        return rc;
     if ((o->tls_cert == NULL) != (o->tls_key == NULL))
         return bad("--tls-cert and --tls-key go together");
     if (o->lease_duration_ms <= o->renew_deadline_ms ||

@@ -1,6 +1,7 @@
 /* tests/unit/test_cli.c - strict flag value parsing shared by the binaries. */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "testutil.h"
 #include "egpu/cli.h"
@@ -46,11 +47,100 @@ static void test_double_and_bool(void **state)
     assert_int_equal(egpu_cli_parse_bool("TRUE", &b), -EINVAL);
 }
 
+struct seen {
+    char port[16];
+    char who[32];
+    int calls;
+};
+
+static int record(void *ctx, int opt, const char *value, const char *who)
+{
+    struct seen *s = ctx;
+
+    (void)opt;
+    if (strcmp(value, "bad") == 0)
+        return egpu_cli_usage_error("t", "%s: bad value", who);
+    snprintf(s->port, sizeof(s->port), "%s", value);
+    snprintf(s->who, sizeof(s->who), "%s", who);
+    s->calls++;
+    return 0;
+}
+
+/* The shared driver: a variable applies, a flag wins over it, help and the
+ * version answer 0, bad usage answers 2. */
+static void test_parse_driver(void **state)
+{
+    static const struct option longopts[] = {
+        {"port", required_argument, NULL, 300},
+        {"version", no_argument, NULL, 301},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    static const struct egpu_cli_env env[] = {{"EGPU_TEST_PORT", 300}};
+    char a0[] = "t", a1[] = "--port", a2[] = "9", a3[] = "extra", a4[] = "--nope", a5[] = "bad",
+         a6[] = "--version";
+    struct seen s;
+
+    (void)state;
+    memset(&s, 0, sizeof(s));
+    setenv("EGPU_TEST_PORT", "7", 1);
+    {
+        char *argv[] = {a0, NULL};
+
+        assert_int_equal(egpu_cli_parse(1, argv, longopts, 301, env, 1, "t", "1", "", record, &s),
+                         -1);
+        assert_string_equal(s.port, "7");
+        assert_string_equal(s.who, "EGPU_TEST_PORT");
+    }
+    {
+        char *argv[] = {a0, a1, a2, NULL};
+
+        assert_int_equal(egpu_cli_parse(3, argv, longopts, 301, env, 1, "t", "1", "", record, &s),
+                         -1);
+        assert_string_equal(s.port, "9");
+        assert_string_equal(s.who, "--port");
+    }
+    unsetenv("EGPU_TEST_PORT");
+    {
+        char *argv[] = {a0, a3, NULL};
+
+        assert_int_equal(egpu_cli_parse(2, argv, longopts, 301, env, 1, "t", "1", "", record, &s),
+                         2);
+    }
+    {
+        char *argv[] = {a0, a4, NULL};
+
+        assert_int_equal(egpu_cli_parse(2, argv, longopts, 301, env, 1, "t", "1", "", record, &s),
+                         2);
+    }
+    {
+        char *argv[] = {a0, a1, a5, NULL};
+
+        assert_int_equal(egpu_cli_parse(3, argv, longopts, 301, env, 1, "t", "1", "", record, &s),
+                         2);
+    }
+    {
+        char *argv[] = {a0, a6, NULL};
+
+        assert_int_equal(egpu_cli_parse(2, argv, longopts, 301, env, 1, "t", "1", "", record, &s),
+                         0);
+    }
+    {
+        char *argv[] = {a0, a1, NULL};
+
+        /* --port without its value. */
+        assert_int_equal(egpu_cli_parse(2, argv, longopts, 301, env, 1, "t", "1", "", record, &s),
+                         2);
+    }
+    assert_int_equal(s.calls, 3); /* the variable, then the variable and the flag */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_u64),
         cmocka_unit_test(test_double_and_bool),
+        cmocka_unit_test(test_parse_driver),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
