@@ -136,8 +136,9 @@ struct options {
     int log_level;
 };
 
-static int apply(struct options *o, int opt, const char *v, const char *who)
+static int apply(void *ctx, int opt, const char *v, const char *who)
 {
+    struct options *o = ctx;
     uint64_t u;
 
     switch (opt) {
@@ -206,11 +207,6 @@ static int apply(struct options *o, int opt, const char *v, const char *who)
     }
 }
 
-static int apply_cb(void *ctx, int opt, const char *value, const char *who)
-{
-    return apply(ctx, opt, value, who);
-}
-
 /* Fill o from the environment, then the flags. Returns -1 to run, else the
  * exit status (0 after --help or --version, 2 on bad usage). */
 static int parse_options(int argc, char **argv, struct options *o)
@@ -263,7 +259,7 @@ static int parse_options(int argc, char **argv, struct options *o)
                           .port = 9400,
                           .log_level = EGPU_LOG_INFO};
     rc = egpu_cli_parse(argc, argv, longopts, O_VERSION, env, sizeof(env) / sizeof(env[0]),
-                        "egpu-agent", "0.1.0", usage, apply_cb, o);
+                        "egpu-agent", "0.1.0", usage, apply, o);
     if (rc != -1)
         return rc;
     if (!o->no_api && (o->node == NULL || o->node[0] == '\0'))

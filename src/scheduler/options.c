@@ -80,8 +80,9 @@ enum {
 };
 
 /* Apply one setting (from a flag or a variable named by who). */
-static int apply(struct egpu_sched_options *o, int opt, const char *v, const char *who)
+static int apply(void *ctx, int opt, const char *v, const char *who)
 {
+    struct egpu_sched_options *o = ctx;
     struct egpu_error err = {0};
     uint64_t u;
 
@@ -159,11 +160,6 @@ static int apply(struct egpu_sched_options *o, int opt, const char *v, const cha
     }
 }
 
-static int apply_cb(void *ctx, int opt, const char *value, const char *who)
-{
-    return apply(ctx, opt, value, who);
-}
-
 int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *o)
 {
     static const struct option longopts[] = {
@@ -223,7 +219,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
                                      .max_body_bytes = 16u << 20,
                                      .log_level = EGPU_LOG_INFO};
     rc = egpu_cli_parse(argc, argv, longopts, O_VERSION, env, sizeof(env) / sizeof(env[0]),
-                        "egpu-scheduler", "0.1.0", usage, apply_cb, o);
+                        "egpu-scheduler", "0.1.0", usage, apply, o);
     if (rc != -1)
         return rc;
     if ((o->tls_cert == NULL) != (o->tls_key == NULL))
