@@ -315,28 +315,49 @@ static bool try_acquire_or_renew(struct egpu_kube_elector *el)
     return rc == 0;
 }
 
-/* Give the Lease up: holder "", 1 s, times now, transitions kept. */
+/* A copy of base with holder "", 1 s, times ts and transitions kept;
+ * NULL when out of memory. */
+static json_t *released_record(const json_t *base, const char *ts)
+{
+    json_t *want = json_deep_copy(base);
+
+    if (want != NULL && json_object_set_new(want, "spec",
+                                            json_pack("{s:s, s:i, s:s, s:s, s:I}", "holderIdentity",
+                                                      "", "leaseDurationSeconds", 1, "acquireTime",
+                                                      ts, "renewTime", ts, "leaseTransitions",
+                                                      spec_int(base, "leaseTransitions"))) != 0) {
+        json_decref(want);
+        want = NULL;
+    }
+    return want;
+}
+
+/* Give the Lease up: holder "", 1 s, times now, transitions kept. A renewal
+ * cancelled by the stop may still have reached the server, leaving the
+ * observed resourceVersion stale: on a conflict, read the Lease again and,
+ * while it is still ours, release that. No stop flag on these calls:
+ * stopping is what asked for the release. */
 static void release(struct egpu_kube_elector *el)
 {
     struct egpu_error err = {0};
-    json_t *want;
+    json_t *got = NULL;
     char ts[32];
+    int rc;
 
     if (el->observed == NULL || strcmp(holder_of(el->observed), el->identity) != 0)
         return;
     egpu__kube_micro_time(ts);
-    want = json_deep_copy(el->observed);
-    if (want != NULL &&
-        json_object_set_new(want, "spec",
-                            json_pack("{s:s, s:i, s:s, s:s, s:I}", "holderIdentity", "",
-                                      "leaseDurationSeconds", 1, "acquireTime", ts, "renewTime", ts,
-                                      "leaseTransitions",
-                                      spec_int(el->observed, "leaseTransitions"))) != 0) {
-        json_decref(want);
-        want = NULL;
+    rc =
+        write_record(el, "PUT", released_record(el->observed, ts), egpu__kube_now_ms(), NULL, &err);
+    if (rc == EGPU_KUBE_ECONFLICT) {
+        rc = lease_call(el, "GET", NULL, NULL, &got, &err);
+        if (rc == 0 && json_is_object(got) && strcmp(holder_of(got), el->identity) == 0)
+            rc = write_record(el, "PUT", released_record(got, ts), egpu__kube_now_ms(), NULL, &err);
+        else if (rc == 0)
+            rc = egpu_error_set(&err, EGPU_KUBE_ECONFLICT, "lease is no longer held");
+        json_decref(got);
     }
-    /* No stop flag here: stopping is what asked for the release. */
-    if (write_record(el, "PUT", want, egpu__kube_now_ms(), NULL, &err) == 0)
+    if (rc == 0)
         egpu_log(EGPU_LOG_INFO, "released lease=%s/%s identity=%s", el->ns, el->name, el->identity);
     else
         egpu_log(EGPU_LOG_WARN, "lease release failed lease=%s/%s err=\"%s\"", el->ns, el->name,

@@ -4,7 +4,8 @@
  * process, exactly one leader; failover when the leader stops without
  * releasing (within the lease duration plus jittered retries) and with
  * release (about one retry); leaseTransitions counted in the Lease; a leader
- * that cannot renew steps down within its renew deadline.
+ * that cannot renew steps down within its renew deadline; a release that
+ * meets a stale resourceVersion reads the Lease again and still releases.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -258,6 +259,37 @@ static void test_failover_with_release(void **state)
     egpu_kube_elector_free(b.el);
 }
 
+/* Someone else writes the Lease (here a label, as a renewal whose reply the
+ * stop cancelled would) just before the leader stops: its release meets a
+ * stale resourceVersion, reads the Lease again and still releases it. */
+static void test_release_after_outside_write(void **state)
+{
+    struct egpu_error err = {0};
+    struct cand a;
+    json_t *lease, *labels;
+
+    (void)state;
+    cand_start(&a, "stale", true);
+    assert_non_null(wait_leader(&a, NULL, 3000));
+    lease = get_lease();
+    labels = json_pack("{s:s}", "touched", "yes");
+    assert_int_equal(json_object_set_new(json_object_get(lease, "metadata"), "labels", labels), 0);
+    if (egpu_kube_update(srv.kc, &egpu_kube_leases, "kube-system", "egpu-test", lease, NULL, NULL,
+                         &err) != 0)
+        fail_msg("update lease: %s", err.msg);
+    json_decref(lease);
+    egpu_kube_elector_stop(a.el);
+    lease = get_lease();
+    assert_string_equal(spec_str(lease, "holderIdentity"), "");
+    assert_int_equal(spec_int(lease, "leaseDurationSeconds"), 1);
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_object_get(lease, "metadata"), "labels"), "touched")),
+        "yes");
+    json_decref(lease);
+    egpu_kube_elector_free(a.el);
+}
+
 static void test_leader_steps_down_when_it_cannot_renew(void **state)
 {
     struct cand a;
@@ -294,6 +326,7 @@ int main(void)
         cmocka_unit_test_setup(test_validate_and_identity, tks_reset_test),
         cmocka_unit_test_setup(test_one_leader_failover_without_release, tks_reset_test),
         cmocka_unit_test_setup(test_failover_with_release, tks_reset_test),
+        cmocka_unit_test_setup(test_release_after_outside_write, tks_reset_test),
         cmocka_unit_test_setup(test_leader_steps_down_when_it_cannot_renew, tks_reset_test),
     };
 
