@@ -341,9 +341,12 @@ def test_ambiguity_rule(api, sched):
 def test_bad_input_gets_4xx_and_changes_nothing(api, sched):
     from prometheus_client.parser import text_string_to_metric_families
     cluster(api, nodes=("gpu-1",), gpus=1)
+    # The pod exists before the scheduler starts, so it is in the cache once
+    # the scheduler is ready (the bind cases below look it up there).
+    pod = api.pod("p", 30)
     s = sched(extra=("--max-body", "65536"))
     s.wait_ready()
-    pod = api.pod("p", 30)
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_pods") == 1)
     cases = [
         ("filter", b"{not json", 400, "malformed JSON"),
         ("filter", b"[]", 400, "must be a JSON object"),

@@ -1,0 +1,286 @@
+/* egpu/cuda_abi.h - the subset of the CUDA driver API ABI that the
+ * interposer (src/vcuda), the mock driver (tests/mock) and the real-GPU
+ * programs (bench/gpu) use, so that none of them needs the CUDA toolkit.
+ *
+ * Source: the CUDA driver API reference and cuda.h of CUDA 12/13 (types,
+ * enumerator values, struct layouts and the exported, versioned symbol
+ * names). Only facts of the ABI are restated here: an int-sized CUresult,
+ * 64-bit CUdeviceptr, opaque handle pointers, and the struct layouts below
+ * exactly as the driver reads them.
+ *
+ * Versioned names: cuda.h maps an API name to the symbol the driver exports
+ * (cuMemAlloc -> cuMemAlloc_v2, cuCtxCreate -> cuCtxCreate_v2 up to CUDA
+ * 12, cuCtxCreate_v4 from 13). The prototypes below use the exported names.
+ * cuGetProcAddress takes the unversioned name plus a CUDA version
+ * (1000 * major + 10 * minor) and returns the matching versioned entry.
+ */
+#ifndef EGPU_CUDA_ABI_H
+#define EGPU_CUDA_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef uint64_t cuuint64_t;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+
+/* CUresult values. */
+#define CUDA_SUCCESS               0
+#define CUDA_ERROR_INVALID_VALUE   1
+#define CUDA_ERROR_OUT_OF_MEMORY   2
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_DEINITIALIZED   4
+#define CUDA_ERROR_NO_DEVICE       100
+#define CUDA_ERROR_INVALID_DEVICE  101
+#define CUDA_ERROR_INVALID_IMAGE   200
+#define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_INVALID_HANDLE  400
+#define CUDA_ERROR_NOT_FOUND       500
+#define CUDA_ERROR_NOT_READY       600
+#define CUDA_ERROR_ILLEGAL_ADDRESS 700
+#define CUDA_ERROR_NOT_SUPPORTED   801
+#define CUDA_ERROR_UNKNOWN         999
+
+/* CUdevice_attribute values. */
+#define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK    1
+#define CU_DEVICE_ATTRIBUTE_CLOCK_RATE               13 /* kHz */
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     16
+#define CU_DEVICE_ATTRIBUTE_PCI_BUS_ID               33
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+typedef int CUdevice_attribute;
+
+/* Flags. */
+#define CU_MEM_ATTACH_GLOBAL          0x1
+#define CU_MEM_ATTACH_HOST            0x2
+#define CU_MEMHOSTALLOC_PORTABLE      0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP     0x02
+#define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
+#define CU_STREAM_DEFAULT             0x0
+#define CU_STREAM_NON_BLOCKING        0x1
+#define CU_EVENT_DEFAULT              0x0
+#define CU_EVENT_BLOCKING_SYNC        0x1
+#define CU_EVENT_DISABLE_TIMING       0x2
+#define CU_CTX_SCHED_AUTO             0x0
+
+/* cuGetProcAddress flags (CUdriverProcAddress_flags) and results
+ * (CUdriverProcAddressQueryResult, CUDA 12.0+). */
+#define CU_GET_PROC_ADDRESS_DEFAULT                   0
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM             (1 << 0)
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1 << 1)
+typedef int CUdriverProcAddressQueryResult;
+#define CU_GET_PROC_ADDRESS_SUCCESS                0
+#define CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND       1
+#define CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT 2
+
+/* CUarray_format values. */
+typedef int CUarray_format;
+#define CU_AD_FORMAT_UNSIGNED_INT8  0x01
+#define CU_AD_FORMAT_UNSIGNED_INT16 0x02
+#define CU_AD_FORMAT_UNSIGNED_INT32 0x03
+#define CU_AD_FORMAT_SIGNED_INT8    0x08
+#define CU_AD_FORMAT_SIGNED_INT16   0x09
+#define CU_AD_FORMAT_SIGNED_INT32   0x0a
+#define CU_AD_FORMAT_HALF           0x10
+#define CU_AD_FORMAT_FLOAT          0x20
+
+typedef struct CUDA_ARRAY_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    CUarray_format Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    CUarray_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+
+/* Virtual memory management (CUDA 10.2+). */
+typedef int CUmemAllocationType;
+#define CU_MEM_ALLOCATION_TYPE_PINNED 0x1
+typedef int CUmemAllocationHandleType;
+#define CU_MEM_HANDLE_TYPE_NONE 0x0
+typedef int CUmemLocationType;
+#define CU_MEM_LOCATION_TYPE_DEVICE 0x1
+typedef int CUmemAllocationGranularity_flags;
+#define CU_MEM_ALLOC_GRANULARITY_MINIMUM     0x0
+#define CU_MEM_ALLOC_GRANULARITY_RECOMMENDED 0x1
+
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    int id;
+} CUmemLocation;
+
+typedef struct CUmemAllocationProp_st {
+    CUmemAllocationType type;
+    CUmemAllocationHandleType requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct CUmemPoolProps_st {
+    CUmemAllocationType allocType;
+    CUmemAllocationHandleType handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+/* cuCtxCreate_v4's parameters (CUDA 12.5+); NULL is accepted. */
+typedef struct CUctxCreateParams_st CUctxCreateParams;
+
+/* cuLaunchKernelEx's configuration (CUDA 12.0+); attrs stay opaque here. */
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+/* Kernel launch "extra" markers. */
+#define CU_LAUNCH_PARAM_END            ((void *)0x00)
+#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define CU_LAUNCH_PARAM_BUFFER_SIZE    ((void *)0x02)
+
+/* ---- Exported driver entry points (symbol names as exported). ---- */
+CUresult cuInit(unsigned int flags);
+CUresult cuDriverGetVersion(int *version);
+CUresult cuGetErrorString(CUresult error, const char **str);
+CUresult cuGetErrorName(CUresult error, const char **str);
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *status);
+
+CUresult cuDeviceGet(CUdevice *dev, int ordinal);
+CUresult cuDeviceGetCount(int *count);
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev);
+
+CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v4(CUcontext *ctx, CUctxCreateParams *params, unsigned int flags,
+                        CUdevice dev);
+CUresult cuCtxDestroy_v2(CUcontext ctx);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxGetCurrent(CUcontext *ctx);
+CUresult cuCtxGetDevice(CUdevice *dev);
+CUresult cuCtxSynchronize(void);
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width_bytes, size_t height,
+                            unsigned int element_bytes);
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags);
+CUresult cuMemFree_v2(CUdeviceptr dptr);
+CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags);
+CUresult cuMemFreeHost(void *p);
+CUresult cuMemsetD8_v2(CUdeviceptr dptr, unsigned char value, size_t n);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes);
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes);
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                       CUmemAllocationGranularity_flags option);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
+                     const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t bytes);
+CUresult cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t bytes);
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream stream);
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream);
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                                 CUstream stream);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                                      CUstream stream);
+
+CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
+CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc);
+CUresult cuArrayDestroy(CUarray array);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                unsigned int levels);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray array);
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleUnload(CUmodule module);
+CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name);
+CUresult cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                        unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                        unsigned int block_z, unsigned int shared_bytes, CUstream stream,
+                        void **params, void **extra);
+CUresult cuLaunchKernel_ptsz(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                             unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                             unsigned int block_z, unsigned int shared_bytes, CUstream stream,
+                             void **params, void **extra);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction fn, void **params, void **extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction fn, void **params,
+                               void **extra);
+
+CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
+CUresult cuStreamSynchronize(CUstream stream);
+CUresult cuStreamSynchronize_ptsz(CUstream stream);
+CUresult cuStreamDestroy_v2(CUstream stream);
+CUresult cuEventCreate(CUevent *event, unsigned int flags);
+CUresult cuEventRecord(CUevent event, CUstream stream);
+CUresult cuEventRecord_ptsz(CUevent event, CUstream stream);
+CUresult cuEventQuery(CUevent event);
+CUresult cuEventSynchronize(CUevent event);
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
+CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end); /* CUDA 12.8+ */
+CUresult cuEventDestroy_v2(CUevent event);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
