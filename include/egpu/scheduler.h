@@ -32,6 +32,10 @@ extern "C" {
 #define EGPU_ANN_NODE_POLICY "elasticgpu.io/node-policy"
 #define EGPU_ANN_CARD_POLICY "elasticgpu.io/card-policy"
 #define EGPU_ANN_GPU_MODEL   "elasticgpu.io/gpu-model"
+/* The compute ceiling of every shared container of the pod, percent of a
+ * card, from its gpu-core up to 100: the interposer lets it burst up to this
+ * while the card is otherwise idle (absent: no burst). */
+#define EGPU_ANN_CORE_LIMIT  "elasticgpu.io/gpu-core-limit"
 
 #define EGPU_K8S_NAME_MAX       254 /* DNS subdomain 253 + NUL */
 #define EGPU_CONTAINER_NAME_MAX 64  /* DNS label 63 + NUL */

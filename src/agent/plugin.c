@@ -578,10 +578,11 @@ struct alloc_out {
     V1beta1__DeviceSpec *devp[EGPU_NODE_GPUS_MAX + CTL_NODES];
     char dir[PATH_MAX];
     char preload[PATH_MAX + 32];
+    char vcuda_host[PATH_MAX + 32];
     V1beta1__ContainerAllocateResponse__EnvsEntry env[2];
     V1beta1__ContainerAllocateResponse__EnvsEntry *envp[2];
-    V1beta1__Mount mount[3];
-    V1beta1__Mount *mountp[3];
+    V1beta1__Mount mount[4];
+    V1beta1__Mount *mountp[4];
     V1beta1__ContainerAllocateResponse resp;
 };
 
@@ -640,7 +641,8 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
                         struct egpu_grpc_status *st)
 {
     static char env_visible[] = "NVIDIA_VISIBLE_DEVICES", env_dir[] = "EGPU_ALLOC_DIR",
-                container_dir[] = EGPU_PLUGIN_CONTAINER_DIR, preload_path[] = "/etc/ld.so.preload";
+                container_dir[] = EGPU_PLUGIN_CONTAINER_DIR, preload_path[] = "/etc/ld.so.preload",
+                vcuda_path[] = EGPU_PLUGIN_CONTAINER_DIR "/" EGPU_PLUGIN_VCUDA_FILE;
     unsigned count[EGPU_NODE_GPUS_MAX];
     struct egpu_error err = {0};
     bool shared = false, created;
@@ -710,7 +712,7 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
         cdi_devices(cards, ncards, count, o);
     else if (p->strategy == EGPU_PLUGIN_DEVICE_NODES)
         device_nodes(cards, ncards, count, o);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         o->mount[i] = (V1beta1__Mount)V1BETA1__MOUNT__INIT;
         o->mountp[i] = &o->mount[i];
     }
@@ -725,7 +727,14 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
         o->mount[2].container_path = preload_path;
         o->mount[2].host_path = o->preload;
         o->mount[2].read_only = 1;
-        o->resp.n_mounts = 3;
+        /* The limits, read-only over the writable dir: processes in the
+         * container share the region there but cannot rewrite their limits.
+         * PreStartContainer writes the file before the container is created. */
+        snprintf(o->vcuda_host, sizeof(o->vcuda_host), "%s/%s", o->dir, EGPU_PLUGIN_VCUDA_FILE);
+        o->mount[3].container_path = vcuda_path;
+        o->mount[3].host_path = o->vcuda_host;
+        o->mount[3].read_only = 1;
+        o->resp.n_mounts = 4;
     }
     o->resp.mounts = o->mountp;
     egpu_log(EGPU_LOG_INFO, "allocated ids=%zu gpus=%s shared=%s dir=%s", c->n_devices_ids,

@@ -31,6 +31,7 @@
 #define EGPU_PLUGIN_CONTAINER_DIR "/etc/elastic-gpu" /* the allocation dir in the container */
 #define EGPU_PLUGIN_PRELOAD_FILE  "ld.so.preload"    /* in the allocation dir */
 #define EGPU_PLUGIN_LIMITS_FILE   "limits.json"      /* in the allocation dir */
+#define EGPU_PLUGIN_VCUDA_FILE    "vcuda.conf"       /* the interposer's limits, same dir */
 #define EGPU_PLUGIN_INTERPOSER    "/usr/local/lib/elastic-gpu/libegpu-vcuda.so"
 
 /* How Allocate names a container's cards (--device-list-strategy). */

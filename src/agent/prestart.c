@@ -19,6 +19,13 @@
  * {"containers":{"<name>":{"gpus":[...],"core":pct,"memory":mib}}} that
  * grows by one container per PreStartContainer.
  *
+ * Next to it goes vcuda.conf, the same limits for the interposer
+ * (docs/vcuda.md; Allocate mounts it read-only into the container):
+ *   EGPU_VCUDA_GPUS=<uuid>[,<uuid>...]  EGPU_VCUDA_MEMORY_MIB=<mib>
+ *   EGPU_VCUDA_CORE=<pct>  EGPU_VCUDA_CORE_LIMIT=<pct>
+ * one per line; the core limit is the pod annotation
+ * elasticgpu.io/gpu-core-limit (core..100), or the core when absent.
+ *
  * Units: core in percent of one card, memory in MiB per card.
  */
 #include <errno.h>
@@ -31,6 +38,7 @@
 
 #include <jansson.h>
 
+#include "egpu/cli.h"
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
 #include "plugin_int.h"
@@ -432,6 +440,51 @@ static json_t *limits_of(const struct owner *o, const struct egpu_assigned *a,
     return doc;
 }
 
+/* The core limit of pod's containers asking core percent: the annotation
+ * elasticgpu.io/gpu-core-limit (an integer, core..100) or core when absent.
+ * Returns 0, or -EINVAL with st saying what is wrong. */
+static int core_limit_of(const json_t *pod, const struct owner *o, unsigned core, unsigned *out,
+                         struct egpu_grpc_status *st)
+{
+    const json_t *v = json_object_get(
+        json_object_get(json_object_get(pod, "metadata"), "annotations"), EGPU_ANN_CORE_LIMIT);
+    uint64_t limit;
+
+    *out = core;
+    if (v == NULL)
+        return 0;
+    if (!json_is_string(v) || egpu_cli_parse_u64(json_string_value(v), core, 100, &limit) != 0)
+        return egpu_grpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "PreStartContainer: pod %s/%s: annotation " EGPU_ANN_CORE_LIMIT
+                                    " must be an integer from the container's gpu-core (%u) to "
+                                    "100, not %s%s%s",
+                                    o->ns, o->pod, core, json_is_string(v) ? "\"" : "",
+                                    json_is_string(v) ? json_string_value(v) : "a non-string",
+                                    json_is_string(v) ? "\"" : "");
+    *out = (unsigned)limit;
+    return 0;
+}
+
+/* vcuda.conf's text for container c (see the file's header), into b. */
+static int vcuda_conf_of(const struct owner *o, const struct egpu_assigned *a,
+                         const struct egpu_assigned_container *c, unsigned core_limit,
+                         struct egpu_buf *b)
+{
+    int rc = egpu_buf_printf(b,
+                             "# Written by egpu-agent for pod %s/%s container %s; read by "
+                             "libegpu-vcuda.so.\nEGPU_VCUDA_GPUS=",
+                             o->ns, o->pod, o->container);
+
+    for (uint32_t g = 0; rc == 0 && g < c->ncards; g++)
+        rc = egpu_buf_printf(b, "%s%s", g ? "," : "", a->uuids[c->first_card + g]);
+    if (rc == 0)
+        rc = egpu_buf_printf(b,
+                             "\nEGPU_VCUDA_MEMORY_MIB=%u\nEGPU_VCUDA_CORE=%u\n"
+                             "EGPU_VCUDA_CORE_LIMIT=%u\n",
+                             c->mem_mib, c->core_pct, core_limit);
+    return rc;
+}
+
 /* Merge-patch elasticgpu.io/allocated of pod with this container added. */
 static int patch_allocated(struct egpu_kube *kube, const json_t *pod, const struct owner *o,
                            const struct egpu_assigned *a, const struct egpu_assigned_container *c,
@@ -479,13 +532,16 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     const struct egpu_assigned_container *c = NULL;
     struct owner o;
     json_t *pod = NULL, *limits = NULL;
-    char dir[4096];
+    char dir[4096], path[4096 + 32];
     char *text = NULL;
+    struct egpu_buf conf;
     struct stat sb;
     bool created = false;
+    unsigned core_limit = 100;
     int rc;
 
     (void)cards;
+    egpu_buf_init(&conf, 4096);
     (void)ncards;
     if (a == NULL)
         return -ENOMEM;
@@ -525,6 +581,13 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
         post_mismatch_event(cfg, pod, &o, a, c, ids, n);
         goto out;
     }
+    /* Whole cards run without the interposer: no burst to set. */
+    core_limit = 100;
+    if (c->core_pct < 100) {
+        rc = core_limit_of(pod, &o, c->core_pct, &core_limit, st);
+        if (rc)
+            goto out;
+    }
     rc = egpu__plugin_alloc_dir(cfg->alloc_root, ids, n, dir, sizeof(dir));
     if (!rc) {
         created = stat(dir, &sb) != 0;
@@ -539,11 +602,19 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     }
     limits = limits_of(&o, a, c, true);
     text = limits != NULL ? json_dumps(limits, JSON_COMPACT) : NULL;
-    if (text == NULL) {
+    if (text == NULL || vcuda_conf_of(&o, a, c, core_limit, &conf) != 0) {
         rc = -ENOMEM;
         goto out;
     }
-    rc = egpu__plugin_write_file(dir, EGPU_PLUGIN_LIMITS_FILE, text, &err);
+    /* vcuda.conf, then limits.json; when the second fails the first goes, so
+     * a failed call leaves the dir as it was. */
+    rc = egpu__plugin_write_file(dir, EGPU_PLUGIN_VCUDA_FILE, conf.data, &err);
+    if (rc == 0) {
+        rc = egpu__plugin_write_file(dir, EGPU_PLUGIN_LIMITS_FILE, text, &err);
+        if (rc != 0 &&
+            snprintf(path, sizeof(path), "%s/%s", dir, EGPU_PLUGIN_VCUDA_FILE) < (int)sizeof(path))
+            (void)unlink(path);
+    }
     if (rc) {
         rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "PreStartContainer: %s", err.msg);
         if (created)
@@ -559,9 +630,10 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
         goto out;
     }
     egpu_log(EGPU_LOG_INFO,
-             "limits written pod=%s/%s container=%s core=%u memory=%u gpus=%u dir=%s", o.ns, o.pod,
-             o.container, c->core_pct, c->mem_mib, c->ncards, dir);
+             "limits written pod=%s/%s container=%s core=%u core_limit=%u memory=%u gpus=%u dir=%s",
+             o.ns, o.pod, o.container, c->core_pct, core_limit, c->mem_mib, c->ncards, dir);
 out:
+    egpu_buf_free(&conf);
     free(text);
     json_decref(limits);
     json_decref(pod);

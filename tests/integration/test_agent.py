@@ -355,7 +355,7 @@ class Api:
                       if g["spec"]["nodeName"] == NODE)
         return [u for _, u in gpus]
 
-    def pod(self, name, containers, ns="default"):
+    def pod(self, name, containers, ns="default", annotations=None):
         """containers: [(name, core, memory, [uuids])]; bound to NODE, assigned."""
         assigned = {"node": NODE, "containers": [
             {"name": c, "core": core, "memory": mem, "gpus": gpus}
@@ -367,7 +367,8 @@ class Api:
         st, obj = self.call("POST", f"/api/v1/namespaces/{ns}/pods", {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns,
-                         "annotations": {ASSIGNED: json.dumps(assigned)}},
+                         "annotations": {ASSIGNED: json.dumps(assigned),
+                                         **(annotations or {})}},
             "spec": {"nodeName": NODE, "schedulerName": "elastic-gpu-scheduler",
                      "containers": specs}})
         assert st == 201, obj
@@ -422,6 +423,15 @@ def limits_of(agent, adm):
         return json.load(f)
 
 
+def vcuda_conf_of(adm):
+    """vcuda.conf of the container as {key: value}, and its mount."""
+    m = mounts(adm.container_response)
+    alloc = m["/etc/elastic-gpu"].host_path
+    with open(os.path.join(alloc, "vcuda.conf")) as f:
+        lines = [ln for ln in f.read().splitlines() if ln and not ln.startswith("#")]
+    return dict(ln.split("=", 1) for ln in lines), m.get("/etc/elastic-gpu/vcuda.conf")
+
+
 def card_set(ids):
     return {ID_RE.match(d).group(1) for d in ids}
 
@@ -445,6 +455,40 @@ def test_shared_container_follows_assignment(api_env):
                                      "memory": 4096}
     assert api.allocated("shared") == {"containers": {"main": {
         "gpus": [u[1]], "core": 30, "memory": 4096}}}
+    # The interposer's copy, mounted read-only over the writable dir.
+    conf, mount = vcuda_conf_of(adm)
+    assert conf == {"EGPU_VCUDA_GPUS": u[1], "EGPU_VCUDA_MEMORY_MIB": "4096",
+                    "EGPU_VCUDA_CORE": "30", "EGPU_VCUDA_CORE_LIMIT": "30"}
+    assert mount is not None and mount.read_only
+    assert mount.host_path == os.path.join(
+        mounts(adm.container_response)["/etc/elastic-gpu"].host_path, "vcuda.conf")
+
+
+def test_core_limit_annotation(api_env):
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("burst", [("main", 30, 4096, [u[0]])],
+            annotations={"elasticgpu.io/gpu-core-limit": "80"})
+    adm = kubelet.admit(RES, 30, pod="burst", container="main", check=True)
+    conf, _ = vcuda_conf_of(adm)
+    assert conf["EGPU_VCUDA_CORE"] == "30" and conf["EGPU_VCUDA_CORE_LIMIT"] == "80"
+    kubelet.remove_pod("default", "burst")
+    # Below the container's core, above 100, or not a number: refused, nothing written.
+    for i, bad in enumerate(("20", "101", "lots")):
+        name = f"bad-{i}"
+        api.pod(name, [("main", 30, 4096, [u[1]])],
+                annotations={"elasticgpu.io/gpu-core-limit": bad})
+        ids = ["%s-%02d" % (u[1], k) for k in range(30)]
+        kubelet.set_pod_resources({f"default/{name}": {"main": {RES: ids}}})
+        p = kubelet.plugins[RES]
+        alloc = mounts(allocate(p, ids).container_responses[0])["/etc/elastic-gpu"].host_path
+        with pytest.raises(grpc.RpcError) as e:
+            p.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=30)
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "elasticgpu.io/gpu-core-limit" in e.value.details()
+        assert f'"{bad}"' in e.value.details() and "to 100" in e.value.details()
+        assert sorted(os.listdir(alloc)) == ["ld.so.preload"]
+        assert api.allocated(name) is None
 
 
 def test_whole_and_two_card_containers(api_env):
@@ -456,6 +500,9 @@ def test_whole_and_two_card_containers(api_env):
     assert limits_of(agent, adm)["gpus"] == [u[1]]
     assert limits_of(agent, adm)["core"] == 100
     assert INTERPOSER not in mounts(adm.container_response)
+    conf, mount = vcuda_conf_of(adm)
+    assert conf["EGPU_VCUDA_CORE"] == "100" and conf["EGPU_VCUDA_CORE_LIMIT"] == "100"
+    assert mount is None  # no interposer, nothing to mount
     kubelet.remove_pod("default", "whole")
     api.pod("two", [("train", 100, 81920, [u[0], u[1]])])
     adm = kubelet.admit(RES, 200, pod="two", container="train", check=True)
@@ -707,7 +754,7 @@ def test_prestart_limits_not_renamed_leaves_nothing(api_env):
         p.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=30)
     assert e.value.code() == grpc.StatusCode.INTERNAL
     assert os.path.join(alloc, "limits.json") in e.value.details(), e.value.details()
-    assert sorted(os.listdir(alloc)) == ["ld.so.preload", "limits.json"]
+    assert sorted(os.listdir(alloc)) == ["ld.so.preload", "limits.json"]  # no vcuda.conf
     assert os.path.isdir(os.path.join(alloc, "limits.json"))
     assert api.allocated("half") is None
     shutil.rmtree(os.path.join(alloc, "limits.json"))
