@@ -127,6 +127,11 @@ struct egpu_map *egpu_map_new(void);
 void egpu_map_free(struct egpu_map *m);
 /* Value for key, or NULL. O(1) expected. */
 void *egpu_map_get(const struct egpu_map *m, const char *key);
+/* values[i] = egpu_map_get(m, keys[i]) for i in 0..n. Same answers, but the
+ * lookups are pipelined: slots and stored keys are prefetched several keys
+ * ahead, so a batch of thousands waits on memory in parallel instead of one
+ * miss after another. keys and values are caller-owned arrays of n. */
+void egpu_map_get_many(const struct egpu_map *m, const char *const *keys, size_t n, void **values);
 /* Insert key -> value (value != NULL). Returns 0, -EEXIST or -ENOMEM. */
 int egpu_map_put(struct egpu_map *m, const char *key, void *value) EGPU_MUST_CHECK;
 /* Remove key. Returns 0 or -ENOENT. */
@@ -300,6 +305,10 @@ int egpu_cluster_remove_node(struct egpu_cluster *c, const char *name) EGPU_MUST
 
 /* Node by name, or NULL. O(1). */
 struct egpu_node *egpu_cluster_node(const struct egpu_cluster *c, const char *name);
+/* nodes[i] = egpu_cluster_node(c, names[i]) for i in 0..n, pipelined
+ * (egpu_map_get_many). names and nodes are caller-owned arrays of n. */
+void egpu_cluster_nodes(const struct egpu_cluster *c, const char *const *names, size_t n,
+                        struct egpu_node **nodes);
 
 /* Label value on node, or NULL. */
 const char *egpu_node_label(const struct egpu_node *n, const char *key);

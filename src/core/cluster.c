@@ -131,6 +131,21 @@ struct egpu_node *egpu_cluster_node(const struct egpu_cluster *c, const char *na
     return egpu_map_get(c->by_name, name);
 }
 
+void egpu_cluster_nodes(const struct egpu_cluster *c, const char *const *names, size_t n,
+                        struct egpu_node **nodes)
+{
+    void *found[256];
+
+    /* Through a void * array: the map stores void *, nodes holds node pointers. */
+    for (size_t at = 0; at < n; at += 256) {
+        size_t k = n - at < 256 ? n - at : 256;
+
+        egpu_map_get_many(c->by_name, names + at, k, found);
+        for (size_t i = 0; i < k; i++)
+            nodes[at + i] = found[i];
+    }
+}
+
 const char *egpu_node_label(const struct egpu_node *n, const char *key)
 {
     for (size_t i = 0; i < n->nlabels; i++) {

@@ -65,6 +65,36 @@ void *egpu_map_get(const struct egpu_map *m, const char *key)
     return m->slots[i].key != NULL ? m->slots[i].value : NULL;
 }
 
+/* Pipeline, per key: hash it and prefetch its slot; KEY_AHEAD keys later,
+ * read that slot and prefetch the stored key it points to; KEY_AHEAD keys
+ * later again, probe (both are in cache by then). */
+#define KEY_AHEAD 8
+#define RING      32 /* hashes kept: power of two, > 2 * KEY_AHEAD */
+
+void egpu_map_get_many(const struct egpu_map *m, const char *const *keys, size_t n, void **values)
+{
+    uint64_t hash[RING];
+
+    for (size_t i = 0; i < n + 2 * KEY_AHEAD; i++) {
+        if (i < n) {
+            hash[i % RING] = egpu_hash_str(keys[i], 0);
+            __builtin_prefetch(&m->slots[hash[i % RING] & m->mask]);
+        }
+        if (i >= KEY_AHEAD && i - KEY_AHEAD < n) {
+            const struct slot *sl = &m->slots[hash[(i - KEY_AHEAD) % RING] & m->mask];
+
+            if (sl->key != NULL)
+                __builtin_prefetch(sl->key);
+        }
+        if (i >= 2 * KEY_AHEAD) {
+            size_t k = i - 2 * KEY_AHEAD;
+            size_t at = find(m, keys[k], hash[k % RING]);
+
+            values[k] = m->slots[at].key != NULL ? m->slots[at].value : NULL;
+        }
+    }
+}
+
 static int grow(struct egpu_map *m)
 {
     size_t size = (m->mask + 1) * 2;

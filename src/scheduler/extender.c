@@ -325,14 +325,13 @@ static int judge(struct egpu_placer *p, struct egpu_cluster *c, const struct egp
                  struct egpu_buf *reasons)
 {
     static const char failed[] = ""; /* marker: reason text is in reasons */
-    const struct egpu_node **nodes = egpu_malloc((n ? n : 1) * sizeof(*nodes));
+    struct egpu_node **nodes = egpu_malloc((n ? n : 1) * sizeof(*nodes));
     size_t pos = 0;
     int rc = 0;
 
     if (nodes == NULL)
         return -ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        nodes[i] = egpu_cluster_node(c, names[i]);
+    egpu_cluster_nodes(c, names, n, nodes);
     for (size_t i = 0; i < n; i++) {
         const struct egpu_node *node = nodes[i];
         char text[512];

@@ -397,10 +397,57 @@ static void iterate_every_entry_once(void **state)
     egpu_map_free(m);
 }
 
+/* The pipelined batch lookup gives egpu_map_get's answer for every key, in
+ * order, for batches shorter and longer than its pipeline, with absent keys
+ * (never put, and deleted) mixed in. */
+static void get_many_matches_get(void **state)
+{
+    static char bkeys[3000][16];
+    static int bvalues[3000];
+    static const char *ask[3000];
+    static void *got[3000];
+    static const size_t sizes[] = {0, 1, 7, 16, 17, 33, 3000};
+    static int sentinel;
+    struct egpu_map *m = egpu_map_new();
+
+    (void)state;
+    assert_non_null(m);
+    for (int i = 0; i < 3000; i++) {
+        snprintf(bkeys[i], sizeof(bkeys[i]), "node-%d", i);
+        bvalues[i] = i;
+        if (i % 4 != 3)
+            assert_int_equal(egpu_map_put(m, bkeys[i], &bvalues[i]), 0);
+    }
+    for (int i = 0; i < 3000; i += 5)
+        (void)egpu_map_del(m, bkeys[i]);
+    /* Ask in a scrambled order, so neighbours are not neighbours in the table. */
+    for (int i = 0; i < 3000; i++)
+        ask[i] = bkeys[(i * 1237) % 3000];
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        for (size_t i = 0; i < 3000; i++)
+            got[i] = &sentinel;
+        egpu_map_get_many(m, ask, sizes[s], got);
+        for (size_t i = 0; i < sizes[s]; i++)
+            assert_ptr_equal(got[i], egpu_map_get(m, ask[i]));
+        if (sizes[s] < 3000)
+            assert_ptr_equal(got[sizes[s]], &sentinel); /* nothing past n written */
+    }
+    /* The last, full batch had both present and absent keys. */
+    {
+        size_t absent = 0;
+
+        for (size_t i = 0; i < 3000; i++)
+            absent += got[i] == NULL;
+        assert_true(absent > 0 && absent < 3000);
+    }
+    egpu_map_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(iterate_every_entry_once),
+        cmocka_unit_test(get_many_matches_get),
         cmocka_unit_test(put_get_del),
         cmocka_unit_test(put_duplicate_is_eexist),
         cmocka_unit_test(grows_through_many_inserts),
