@@ -265,6 +265,8 @@ struct egpu_cluster {
     char *models[EGPU_MODELS_MAX];
     uint16_t nmodels;
     uint64_t gen;             /* last generation handed out */
+    uint64_t members;         /* stamp of the node set: changes on every add and remove, */
+                              /* unique across clusters of the process (never reused) */
     uint64_t ngpus;           /* cards in the cluster */
     uint64_t core_milli;      /* sum of card compute capacity */
     uint64_t used_core_milli; /* sum of allocated card compute */

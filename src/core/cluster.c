@@ -8,12 +8,22 @@
  * up to date so the allocation ratio is O(1).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "egpu/core.h"
 #include "assign_int.h"
+
+/* Hands out membership stamps: one clock for every cluster of the process,
+ * so a stamp never matches a cluster it was not taken from. */
+static atomic_uint_least64_t members_clock;
+
+static uint64_t members_stamp(void)
+{
+    return atomic_fetch_add(&members_clock, 1) + 1;
+}
 
 struct egpu_cluster *egpu_cluster_new(void)
 {
@@ -28,6 +38,7 @@ struct egpu_cluster *egpu_cluster_new(void)
         egpu_cluster_free(c);
         return NULL;
     }
+    c->members = members_stamp();
     return c;
 }
 
@@ -324,6 +335,8 @@ int egpu_cluster_add_node(struct egpu_cluster *c, const struct egpu_node_spec *s
     /* A refused node leaves no trace, not even its model's name. */
     while (rc && c->nmodels > nmodels)
         egpu_free(c->models[--c->nmodels]);
+    if (rc == 0)
+        c->members = members_stamp();
     return rc;
 }
 
@@ -338,6 +351,7 @@ int egpu_cluster_remove_node(struct egpu_cluster *c, const char *name)
         egpu__assignment_drop(c, n->pods);
     unindex_uuids(c, n, n->ngpus);
     (void)egpu_map_del(c->by_name, n->name); /* present: looked up above */
+    c->members = members_stamp();
     last = c->nodes[--c->nnodes];
     c->nodes[n->slot] = last;
     last->slot = n->slot;

@@ -58,6 +58,15 @@ struct last_filter {
     struct verdict *v;  /* n verdicts */
 };
 
+/* The nodes of the last names looked up (see resolve). */
+struct resolved {
+    uint64_t members;         /* the cluster's node-set stamp then; 0 = nothing kept */
+    size_t n;                 /* names */
+    char *bytes;              /* the n names, each with its NUL, in order */
+    size_t len;               /* bytes used */
+    struct egpu_node **nodes; /* n nodes, NULL for names not in the cluster */
+};
+
 struct egpu_extender {
     struct egpu_extender_config cfg;
     struct egpu_sched_cache *cache;
@@ -68,6 +77,7 @@ struct egpu_extender {
     struct egpu_workload live; /* FGD target workload built from cached pods */
     size_t live_pods;          /* pods in the cache when live was built */
     struct last_filter last;
+    struct resolved resolved;
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
 };
 
@@ -114,6 +124,8 @@ void egpu_extender_free(struct egpu_extender *x)
         return;
     drop_placers(x);
     last_drop(&x->last);
+    egpu_free(x->resolved.bytes);
+    egpu_free(x->resolved.nodes);
     egpu_workload_free(&x->live);
     egpu_free(x);
 }
@@ -313,25 +325,75 @@ static size_t last_find(const struct last_filter *l, const char *name, size_t *f
     return SIZE_MAX;
 }
 
+/* The nodes named names[0..n) (cache lock held). kube-scheduler sends the
+ * same candidates in the same order pod after pod, so the last answer is
+ * kept and given again while the names match byte for byte (a sequential
+ * compare) and no node was added or removed since (the cluster's members
+ * stamp); otherwise the names are looked up in one pipelined batch and the
+ * answer kept. The array belongs to x, valid until the next call under the
+ * lock. Returns NULL when out of memory. */
+static struct egpu_node *const *resolve(struct egpu_extender *x, const struct egpu_cluster *c,
+                                        const char *const *names, size_t n)
+{
+    struct resolved *m = &x->resolved;
+    struct egpu_node **nodes;
+    size_t len = 0, i = 0;
+    char *bytes;
+
+    if (m->members == c->members && m->n == n) {
+        for (; i < n; i++) {
+            size_t l = strlen(names[i]) + 1;
+
+            if (l > m->len - len || memcmp(m->bytes + len, names[i], l) != 0)
+                break;
+            len += l;
+        }
+        if (i == n)
+            return m->nodes;
+    }
+    len = 0;
+    for (i = 0; i < n; i++)
+        len += strlen(names[i]) + 1;
+    bytes = egpu_malloc(len ? len : 1);
+    nodes = egpu_malloc((n ? n : 1) * sizeof(*nodes));
+    if (bytes == NULL || nodes == NULL) {
+        egpu_free(bytes);
+        egpu_free(nodes);
+        return NULL;
+    }
+    len = 0;
+    for (i = 0; i < n; i++) {
+        size_t l = strlen(names[i]) + 1;
+
+        memcpy(bytes + len, names[i], l);
+        len += l;
+    }
+    egpu_cluster_nodes(c, names, n, nodes);
+    egpu_free(m->bytes);
+    egpu_free(m->nodes);
+    *m = (struct resolved){
+        .members = c->members, .n = n, .bytes = bytes, .len = len, .nodes = nodes};
+    return nodes;
+}
+
 /* Judge nodes names[0..n) for request r (cache lock held): v[i] gets
  * feasibility and score; why[i] (when why != NULL) NULL for a node that can
  * host the pod, else a reason whose text is appended to reasons. The
  * placer's memo answers both at once for a node that has not changed, so
- * only refusals cost more than a lookup. Names are looked up first and the
- * nodes prefetched a few ahead of their scoring: at thousands of nodes the
- * time goes in cache misses, not in arithmetic. Returns 0 or -ENOMEM. */
-static int judge(struct egpu_placer *p, struct egpu_cluster *c, const struct egpu_pod_request *r,
-                 const char *const *names, size_t n, struct verdict *v, const char **why,
-                 struct egpu_buf *reasons)
+ * only refusals cost more than a lookup. Nodes are prefetched a few ahead of
+ * their scoring: at thousands of nodes the time goes in cache misses, not in
+ * arithmetic. Returns 0 or -ENOMEM. */
+static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_cluster *c,
+                 const struct egpu_pod_request *r, const char *const *names, size_t n,
+                 struct verdict *v, const char **why, struct egpu_buf *reasons)
 {
     static const char failed[] = ""; /* marker: reason text is in reasons */
-    struct egpu_node **nodes = egpu_malloc((n ? n : 1) * sizeof(*nodes));
+    struct egpu_node *const *nodes = resolve(x, c, names, n);
     size_t pos = 0;
     int rc = 0;
 
     if (nodes == NULL)
         return -ENOMEM;
-    egpu_cluster_nodes(c, names, n, nodes);
     for (size_t i = 0; i < n; i++) {
         const struct egpu_node *node = nodes[i];
         char text[512];
@@ -354,7 +416,6 @@ static int judge(struct egpu_placer *p, struct egpu_cluster *c, const struct egp
             rc = egpu_buf_append(reasons, text, strlen(text) + 1);
         why[i] = failed;
     }
-    egpu_free(nodes);
     for (size_t i = 0; rc == 0 && why != NULL && i < n; i++) {
         if (why[i] == failed) {
             why[i] = reasons->data + pos;
@@ -397,7 +458,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         p = pod_placer(x, c, &a.pod, &err);
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
         if (p != NULL && v != NULL) {
-            rc = judge(p, c, &a.pod.req, a.names, a.n, v, why, &reasons);
+            rc = judge(x, p, c, &a.pod.req, a.names, a.n, v, why, &reasons);
             gen = c->gen;
         }
     }
@@ -467,7 +528,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
             v[done] = x->last.v[k];
         }
         if (done < a.n)
-            rc = judge(p, c, &a.pod.req, a.names + done, a.n - done, v + done, NULL, NULL);
+            rc = judge(x, p, c, &a.pod.req, a.names + done, a.n - done, v + done, NULL, NULL);
     }
     egpu_sched_cache_unlock(x->cache);
     if (rc != 0) {

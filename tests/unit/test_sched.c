@@ -467,6 +467,42 @@ static void test_filter_and_prioritize(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* The same names pod after pod reuse the last lookup; a node that comes or
+ * goes between two filters with the very same body is seen at once. */
+static void test_filter_follows_node_set(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    const char *const nodes[] = {"n1", "n2", "n3"};
+    const int core30[] = {30}, none[] = {0};
+    char *body = tu_extender_args(make_pod("ns", "p", NULL, 1, core30, none), nodes, 3, false);
+    json_t *out;
+
+    (void)state;
+    add_gpu_node(c, "n1", 1);
+    add_gpu_node(c, "n2", 1);
+    for (int round = 0; round < 4; round++) {
+        out = call(egpu_extender_filter, x, body, 200);
+        /* Rounds 0, 1: n3 unknown; 2: n3 added; 3: n1 deleted. */
+        assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), round < 2    ? 2
+                                                                             : round == 2 ? 3
+                                                                                          : 2);
+        assert_int_equal(json_object_get(json_object_get(out, "FailedNodes"), "n3") != NULL,
+                         round < 2);
+        assert_int_equal(json_object_get(json_object_get(out, "FailedNodes"), "n1") != NULL,
+                         round == 3);
+        json_decref(out);
+        if (round == 1)
+            add_gpu_node(c, "n3", 1);
+        if (round == 2)
+            assert_int_equal(egpu_sched_cache_node_delete(c, "n1"), 0);
+    }
+    free(body);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 static char *bind_args(const char *ns, const char *name, const char *node)
 {
     json_t *a = json_pack("{s:s,s:s,s:s,s:s}", "PodName", name, "PodNamespace", ns, "PodUID", name,
@@ -749,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_wire_fixture_pod),
         cmocka_unit_test(test_cache_counts_and_rebuilds),
         cmocka_unit_test(test_filter_and_prioritize),
+        cmocka_unit_test(test_filter_follows_node_set),
         cmocka_unit_test(test_bind_and_rollback),
         cmocka_unit_test(test_bind_refuses_ambiguity),
         cmocka_unit_test(test_policy_override_by_annotation),
