@@ -730,6 +730,10 @@ int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *
         return -ENOMEM;
     st = yajl_gen_array_open(g);
     for (size_t i = 0; st == yajl_gen_status_ok && i < a->n; i++) {
+        /* kube-scheduler adds score * weight to each listed host's total: a
+         * host left out adds nothing, the same as score 0. */
+        if (score[i] == 0)
+            continue;
         if ((st = yajl_gen_map_open(g)) == yajl_gen_status_ok &&
             (st = GEN_LIT(g, "Host")) == yajl_gen_status_ok &&
             (st = gen_str(g, a->names[i], strlen(a->names[i]))) == yajl_gen_status_ok &&

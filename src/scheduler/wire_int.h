@@ -53,7 +53,9 @@ int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_arg
                              const char *const *why) EGPU_MUST_CHECK;
 
 /* Append HostPriorityList: [{"Host":names[i],"Score":score[i]}] for every
- * node of a, in order. Same returns as egpu__wire_filter_result. */
+ * node of a with a score above 0, in order (kube-scheduler counts a host
+ * missing from the list as 0: extender v1, scheduler_extender_notes.md
+ * "Scores"). Same returns as egpu__wire_filter_result. */
 int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *a,
                           const uint8_t *score) EGPU_MUST_CHECK;
 

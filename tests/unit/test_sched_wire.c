@@ -386,14 +386,11 @@ static void test_odd_names_round_trip(void **state)
         assert_string_equal(json_string_value(json_array_get(list, i)), nodes[i]);
     json_decref(out);
     out = call(egpu_extender_prioritize, x, body, 200);
-    assert_int_equal(json_array_size(out), n);
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(out, i);
-
-        assert_string_equal(json_string_value(json_object_get(e, "Host")), nodes[i]);
-        assert_int_equal(json_integer_value(json_object_get(e, "Score")),
-                         strcmp(nodes[i], "plain") == 0 ? 10 : 0);
-    }
+    /* Only "plain" scores above 0; the others are left out (0 to kube-scheduler). */
+    assert_int_equal(json_array_size(out), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(out, 0), "Host")),
+                        "plain");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(out, 0), "Score")), 10);
     json_decref(out);
     free(body);
     /* Unknown to the cache: the odd names become FailedNodes keys. */
@@ -415,9 +412,9 @@ static void test_odd_names_round_trip(void **state)
         const char *const two[] = {"a\"b\\c\x01", "\xc3\xa9"};
 
         body = tu_extender_args(make_pod("p", 0, 0), two, 2, false);
+        /* A pod without GPUs scores every node 0: an empty list. */
         text = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
-        assert_string_equal(text, "[{\"Host\":\"a\\\"b\\\\c\\u0001\",\"Score\":0},"
-                                  "{\"Host\":\"\xc3\xa9\",\"Score\":0}]");
+        assert_string_equal(text, "[]");
         free(text);
         text = call_text(egpu_extender_filter, x, body, strlen(body), 200);
         assert_string_equal(text, "{\"Nodes\":null,\"NodeNames\":[\"a\\\"b\\\\c\\u0001\","
@@ -457,12 +454,28 @@ static void test_escape_every_position(void **state)
         }
     }
     body = tu_extender_args(make_pod("p", 0, 0), list, n, false);
-    out = call(egpu_extender_prioritize, x, body, 200);
-    assert_int_equal(json_array_size(out), n);
-    for (int i = 0; i < n; i++)
-        assert_string_equal(json_string_value(json_object_get(json_array_get(out, i), "Host")),
-                            list[i]);
-    json_decref(out);
+    /* The HostPriorityList encoder, every node scoring (a pod without GPUs
+     * scores 0 everywhere, and zeros are left out of the reply). */
+    {
+        struct egpu__wire_args a;
+        struct egpu_error err = {0};
+        struct egpu_buf reply;
+        uint8_t score[7 * 21];
+
+        memset(score, 5, sizeof(score));
+        assert_int_equal(egpu__wire_args_decode(body, strlen(body), &a, &err), 0);
+        egpu_buf_init(&reply, 1 << 20);
+        assert_int_equal(egpu__wire_priorities(&reply, &a, score), 0);
+        out = json_loads(egpu_buf_str(&reply), 0, NULL);
+        assert_non_null(out);
+        assert_int_equal(json_array_size(out), n);
+        for (int i = 0; i < n; i++)
+            assert_string_equal(json_string_value(json_object_get(json_array_get(out, i), "Host")),
+                                list[i]);
+        json_decref(out);
+        egpu_buf_free(&reply);
+        egpu__wire_args_free(&a);
+    }
     out = call(egpu_extender_filter, x, body, 200);
     for (int i = 0; i < n; i++)
         assert_string_equal(json_string_value(json_array_get(json_object_get(out, "NodeNames"), i)),
@@ -506,10 +519,11 @@ static void test_nodelist_form(void **state)
         json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "n1")), "60%"));
     assert_non_null(json_object_get(json_object_get(out, "FailedNodes"), "ghost"));
     json_decref(out);
-    /* Prioritize reads the names from the items too. */
+    /* Prioritize reads the names from the items too: n2 and n"3 (empty,
+     * feasible) tie at 10; n1 and the ghost cannot host the pod (0, left out). */
     out = call(egpu_extender_prioritize, x, body, 200);
-    assert_int_equal(json_array_size(out), 4);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(out, 3), "Host")), "n\"3");
+    assert_int_equal(json_array_size(out), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(out, 1), "Host")), "n\"3");
     json_decref(out);
     json_decref(in);
     free(body);
@@ -600,7 +614,7 @@ static void test_filter_then_prioritize_same_scores(void **state)
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
     assert_non_null(strstr(got, "\"Score\":10"));
-    assert_non_null(strstr(got, "\"Score\":0"));
+    assert_null(strstr(got, "\"Score\":0")); /* zeros are left out */
     free(want);
     free(got);
     free(body);
@@ -672,13 +686,14 @@ static void test_cache_change_between_filter_and_prioritize(void **state)
     assert_non_null(strstr(got, "{\"Host\":\"node-00\",\"Score\":10}"));
     free(want);
     free(got);
-    /* A node leaves between the two calls: it scores 0. */
+    /* A node leaves between the two calls: it scores 0, so it is left out. */
     json_decref(call(egpu_extender_filter, x, body, 200));
     assert_int_equal(egpu_sched_cache_node_delete(c, "node-07"), 0);
     want = fresh_prioritize(c, all, NNODES, 30);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
-    assert_non_null(strstr(got, "{\"Host\":\"node-07\",\"Score\":0}"));
+    assert_non_null(strstr(before, "\"node-07\""));
+    assert_null(strstr(got, "\"node-07\""));
     free(want);
     free(got);
     free(before);
