@@ -68,6 +68,7 @@ bench: build
 	@./$(BUILD)/bench_cache
 	@./$(BUILD)/bench_extender
 	@/usr/bin/python3 bench/agent_bench.py --agent $(BUILD)/src/agent/egpu-agent
+	@sh bench/gpu/run.sh $(BUILD)
 
 data:
 	@mkdir -p $(DATA_DIR)

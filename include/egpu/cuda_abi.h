@@ -9,10 +9,12 @@
  * exactly as the driver reads them.
  *
  * Versioned names: cuda.h maps an API name to the symbol the driver exports
- * (cuMemAlloc -> cuMemAlloc_v2, cuCtxCreate -> cuCtxCreate_v2 up to CUDA
- * 12, cuCtxCreate_v4 from 13). The prototypes below use the exported names.
- * cuGetProcAddress takes the unversioned name plus a CUDA version
- * (1000 * major + 10 * minor) and returns the matching versioned entry.
+ * (cuMemAlloc -> cuMemAlloc_v2; cuCtxCreate -> cuCtxCreate_v4 in CUDA 13's
+ * header). The prototypes below use the exported names. cuGetProcAddress
+ * takes the unversioned name plus the caller's CUDA version (1000 * major +
+ * 10 * minor) and returns the variant that version was built against: for
+ * cuCtxCreate, _v2 from 3020, _v3 from 11040 and _v4 from 12050 (the
+ * PFN_*_v<version> names of cudaTypedefs.h).
  */
 #ifndef EGPU_CUDA_ABI_H
 #define EGPU_CUDA_ABI_H
@@ -80,7 +82,14 @@ typedef int CUdevice_attribute;
 #define CU_EVENT_DEFAULT              0x0
 #define CU_EVENT_BLOCKING_SYNC        0x1
 #define CU_EVENT_DISABLE_TIMING       0x2
+#define CU_EVENT_INTERPROCESS         0x4
 #define CU_CTX_SCHED_AUTO             0x0
+
+/* Special stream handles (CUDA 7.0+): the legacy default stream, which
+ * waits for the other blocking streams of its context, and the calling
+ * thread's per-thread default stream. */
+#define CU_STREAM_LEGACY     ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 /* cuGetProcAddress flags (CUdriverProcAddress_flags) and results
  * (CUdriverProcAddressQueryResult, CUDA 12.0+). */
@@ -161,6 +170,9 @@ typedef struct CUmemPoolProps_st {
 /* cuCtxCreate_v4's parameters (CUDA 12.5+); NULL is accepted. */
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 
+/* cuCtxCreate_v3's execution affinity parameters (CUDA 11.4+); opaque here. */
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+
 /* cuLaunchKernelEx's configuration (CUDA 12.0+); attrs stay opaque here. */
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 typedef struct CUlaunchConfig_st {
@@ -199,15 +211,20 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev);
 
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext *ctx, CUexecAffinityParam *params, int nparams,
+                        unsigned int flags, CUdevice dev); /* CUDA 11.4+ */
 CUresult cuCtxCreate_v4(CUcontext *ctx, CUctxCreateParams *params, unsigned int flags,
                         CUdevice dev);
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev); /* CUDA 11.0+; cudaDeviceReset calls it */
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext *ctx);
 CUresult cuCtxGetDevice(CUdevice *dev);
+CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx); /* CUDA 13.0+; NULL: current */
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxSynchronize_v2(CUcontext ctx); /* CUDA 13.0+; NULL: current */
 
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes);
@@ -220,6 +237,10 @@ CUresult cuMemFreeHost(void *p);
 CUresult cuMemsetD8_v2(CUdeviceptr dptr, unsigned char value, size_t n);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes);
+/* The per-thread default stream variants (CUDA 7.0+). */
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr dptr, unsigned char value, size_t n);
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t bytes);
+CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t bytes);
 
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                        CUmemAllocationGranularity_flags option);

@@ -1,7 +1,7 @@
 /* src/vcuda/throttle.h - the compute limit of the interposer: holds the
  * kernel launches of all processes of a container to its share of each
  * card's time (core percent), bursting up to the core limit while the card
- * is otherwise idle.
+ * is otherwise idle. How it works: the comment at the top of throttle.c.
  *
  * Contract between the launch wrappers (hooks, src/vcuda) and the
  * controller (throttle.c):
@@ -14,7 +14,10 @@
  *     call); when true it fills a struct egpu_vcuda_launch and calls
  *     egpu_vcuda_throttle_launch, which admits the launch (sleeping while
  *     the container is over its share), calls l->launch(l) exactly once and
- *     returns what it returned.
+ *     returns what it returned;
+ *   - the interposer's pthread_atfork child handler calls
+ *     egpu_vcuda_throttle_atfork_child.
+ * Units: percent of one card's time for core_pct and core_limit_pct.
  */
 #ifndef EGPU_VCUDA_THROTTLE_H
 #define EGPU_VCUDA_THROTTLE_H
@@ -29,8 +32,24 @@
 extern "C" {
 #endif
 
+/* Limited cards per container, and the CUdevice ordinals card_of_device maps. */
+#define EGPU_VCUDA_MAX_CARDS 16
+
 /* The real driver entry points the controller uses to measure device time
- * (resolved by the interposer from the real libcuda; none may be NULL). */
+ * (resolved by the interposer from the real libcuda; CUDA driver API). The
+ * first six are required. The others may be NULL:
+ *   ctx_get_current (cuCtxGetCurrent): without it the controller assumes one
+ *     context per device per process (it keys kernel estimates and timing
+ *     events by device instead of by context);
+ *   exchange_capture_mode (cuThreadExchangeStreamCaptureMode; the mode is
+ *     the int-sized CUstreamCaptureMode): the controller collects its timing
+ *     events in CU_STREAM_CAPTURE_MODE_RELAXED, so that its cuEventQuery
+ *     never invalidates a graph capture another thread has going in global
+ *     mode (PyTorch's default); without it, it cannot;
+ *   stream_is_capturing (cuStreamIsCapturing; the status is the int-sized
+ *     CUstreamCaptureStatus): a launch the controller would time is checked,
+ *     and a launch into a capture (which does not run now) is neither timed
+ *     nor charged. */
 struct egpu_vcuda_throttle_fns {
     CUresult (*ctx_get_device)(CUdevice *dev);
     CUresult (*event_create)(CUevent *event, unsigned int flags);
@@ -38,14 +57,19 @@ struct egpu_vcuda_throttle_fns {
     CUresult (*event_query)(CUevent event);
     CUresult (*event_elapsed_time)(float *ms, CUevent start, CUevent end);
     CUresult (*event_destroy)(CUevent event);
+    CUresult (*ctx_get_current)(CUcontext *ctx);                   /* optional */
+    CUresult (*exchange_capture_mode)(int *mode);                  /* optional */
+    CUresult (*stream_is_capturing)(CUstream stream, int *status); /* optional */
 };
 
 struct egpu_vcuda_throttle_config {
-    const char *dir;         /* allocation directory: the shared region lives here */
-    unsigned core_pct;       /* the share held to when others wait, 1..100 */
-    unsigned core_limit_pct; /* the burst ceiling, core_pct..100 */
-    unsigned cards;          /* visible cards, 1..EGPU_VCUDA_MAX_CARDS */
-    int card_of_device[16];  /* CUdevice ordinal -> limited card index, -1 = not limited */
+    const char *dir;                          /* allocation directory: the shared region lives here
+                                                 (<dir>/vcuda-core.shm); NULL = a per-process region */
+    unsigned core_pct;                        /* the share held to when others wait, 1..100 */
+    unsigned core_limit_pct;                  /* the burst ceiling, core_pct..100 (0 = core_pct) */
+    unsigned cards;                           /* limited cards, 1..EGPU_VCUDA_MAX_CARDS */
+    int card_of_device[EGPU_VCUDA_MAX_CARDS]; /* CUdevice ordinal -> limited card index
+                                                 0..cards-1, -1 = not limited */
     struct egpu_vcuda_throttle_fns fns;
 };
 
@@ -58,25 +82,50 @@ struct egpu_vcuda_launch {
     CUstream stream;
     CUresult (*launch)(const struct egpu_vcuda_launch *l);
     void *ctx;
+    bool per_thread; /* through a _ptsz entry point: a NULL stream is the calling
+                        thread's default stream (the controller then times it on
+                        CU_STREAM_PER_THREAD, never on the legacy stream) */
 };
 
 /* True once init enabled throttling (core_pct < 100); read with relaxed
  * order on every launch. */
 extern atomic_bool egpu_vcuda_throttle_active;
 
-/* Start the controller. Returns 0; -EINVAL for a bad config (logged, naming
- * the field); any other -errno when the shared region cannot be used, in
- * which case throttling stays off and the reason is logged once. */
+/* Start the controller (cfg is copied; dir need not outlive the call).
+ * Returns 0; -EINVAL for a bad config (logged once, naming the field), and
+ * throttling then stays off. core_pct 100 leaves throttling off. When the
+ * shared region <dir>/vcuda-core.shm cannot be created or mapped, the reason
+ * is logged once and each process is held to the share on its own (a
+ * per-process region); a region of another layout, truncated or corrupted
+ * is logged once and re-initialised. Call it once per process; a later call
+ * replaces the configuration and must not race with launches (tests). */
 int egpu_vcuda_throttle_init(const struct egpu_vcuda_throttle_config *cfg);
 
-/* Admit l (may sleep), run l->launch(l) once and return its result. */
+/* Admit l (may sleep), run l->launch(l) once and return its result. Never
+ * allocates or locks when the container has device time left; see
+ * throttle.c for what a sampled launch costs. */
 CUresult egpu_vcuda_throttle_launch(const struct egpu_vcuda_launch *l);
 
-/* After fork, in the child: forget the parent's per-process state. */
+/* What this process's controller did since init (or fork), for tests,
+ * benchmarks and debugging. */
+struct egpu_vcuda_throttle_stats {
+    uint64_t sampled;       /* launches timed with a pair of events */
+    uint64_t samples_done;  /* timed launches collected */
+    uint64_t samples_lost;  /* timed launches whose events failed (dropped) */
+    uint64_t bucket_sleeps; /* sleeps because the container was over its share */
+    uint64_t queue_sleeps;  /* sleeps because too much work was queued on the device */
+    uint64_t queue_forced;  /* launches let through after the queue did not drain */
+};
+
+/* Copy the counters into *out (caller-owned). */
+void egpu_vcuda_throttle_stats(struct egpu_vcuda_throttle_stats *out);
+
+/* After fork, in the child: forget the parent's per-process state (kernel
+ * estimates, timing events, queued work); keep the container's region. */
 void egpu_vcuda_throttle_atfork_child(void);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif
+#endif /* EGPU_VCUDA_THROTTLE_H */

@@ -17,17 +17,57 @@
  *   EGPU_MOCK_NVML_XID     "index:xid,..." events delivered in order by
  *                          nvmlEventSetWait_v2 (index '*': device NULL)
  *   EGPU_MOCK_NVML_NO_EVENTS  "1": nvmlDeviceRegisterEvents is not supported
+ *   EGPU_MOCK_CUDA_STATE   the mock CUDA driver's state file (tests/mock/mock_device.h);
+ *                          read at each call
+ *
+ * Memory and utilisation: without EGPU_MOCK_CUDA_STATE, nvmlDeviceGetMemoryInfo
+ * (and _v2) report 1/16 of each card as used and nvmlDeviceGetUtilizationRates
+ * 0%. With it, used is the card's simulated device memory in use (every process
+ * of the mock libcuda.so.1 on that state, dead processes reclaimed first) and
+ * the GPU utilisation the card's busy fraction over the last second, from the
+ * shared device timeline (memory utilisation stays 0). The total always comes
+ * from EGPU_MOCK_NVML_GPUS.
+ *
+ * Also built as <build>/tests/mock/cuda/libnvidia-ml.so.1 (complete), beside
+ * the mock libcuda.so.1, by tests/mock/CMakeLists.txt.
  *
  * egpu_mock_nvml_stats reports init/shutdown calls and live event sets, so
  * tests can check the backend releases what it took. Test code, never shipped.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "egpu/core.h"
+#include "mock_device.h"
 #include "nvml_int.h"
+
+/* NVML_ERROR_ARGUMENT_VERSION_MISMATCH: a struct's version field is not one
+ * this library knows (NVML API reference). */
+#define MOCK_NVML_VERSION_MISMATCH 25
+
+/* nvmlMemory_v2_t and its version word nvmlMemory_v2 (NVML_STRUCT_VERSION(Memory, 2):
+ * the struct's size | 2 << 24), bytes. */
+struct nvmlMemory_v2_st {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+};
+#define MOCK_NVML_MEMORY_V2 ((unsigned int)(sizeof(struct nvmlMemory_v2_st) | (2u << 24)))
+
+/* nvmlUtilization_t: percent of the last sample period. */
+struct nvmlUtilization_st {
+    unsigned int gpu;
+    unsigned int memory;
+};
+
+int nvmlDeviceGetMemoryInfo_v2(struct nvmlDevice_st *device, struct nvmlMemory_v2_st *memory);
+int nvmlDeviceGetUtilizationRates(struct nvmlDevice_st *device,
+                                  struct nvmlUtilization_st *utilization);
 
 #define MOCK_GPUS_MAX  16
 #define MOCK_RULES_MAX 32
@@ -73,6 +113,13 @@ static struct {
     int no_events;
 } mock;
 
+/* The CUDA mock's shared state, opened on first use (see the header). */
+static struct {
+    pthread_mutex_t lock;
+    struct egpu_mock_dev dev;
+    char path[4096];
+} shared = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 void egpu_mock_nvml_stats(int *init_calls, int *shutdown_calls, int *sets_live);
 
 void egpu_mock_nvml_stats(int *init_calls, int *shutdown_calls, int *sets_live)
@@ -101,30 +148,20 @@ static long num(const char *s)
     return strtol(s, NULL, 10);
 }
 
+/* The cards, parsed as the mock CUDA driver parses them (mock_device.c). */
 static void load_gpus(void)
 {
-    const char *p = getenv("EGPU_MOCK_NVML_GPUS");
-    char field[128];
-    char sep;
+    struct egpu_mock_gpu gpus[MOCK_GPUS_MAX];
 
-    if (p == NULL)
-        p = "NVIDIA A100-SXM4-80GB:81920,NVIDIA A100-SXM4-80GB:81920";
-    mock.ngpus = 0;
-    while (*p != '\0' && mock.ngpus < MOCK_GPUS_MAX) {
-        struct nvmlDevice_st *d = &mock.gpus[mock.ngpus];
+    mock.ngpus = egpu_mock_gpus_load(gpus, MOCK_GPUS_MAX);
+    for (unsigned i = 0; i < mock.ngpus; i++) {
+        struct nvmlDevice_st *d = &mock.gpus[i];
 
         memset(d, 0, sizeof(*d));
-        d->index = mock.ngpus;
-        sep = next_field(&p, ":,", d->name, sizeof(d->name));
-        if (sep == ':') {
-            sep = next_field(&p, ":,", field, sizeof(field));
-            d->mem_mib = (unsigned long long)num(field);
-        }
-        if (sep == ':')
-            sep = next_field(&p, ",", d->uuid, sizeof(d->uuid));
-        if (d->uuid[0] == '\0')
-            snprintf(d->uuid, sizeof(d->uuid), "GPU-6d0c1c3e-0000-4000-8000-%012u", d->index);
-        mock.ngpus++;
+        d->index = i;
+        memcpy(d->name, gpus[i].name, sizeof(d->name));
+        memcpy(d->uuid, gpus[i].uuid, sizeof(d->uuid));
+        d->mem_mib = gpus[i].mem_mib;
     }
 }
 
@@ -323,15 +360,118 @@ int nvmlDeviceGetMinorNumber(struct nvmlDevice_st *device, unsigned int *minorNu
 }
 #endif /* NVML_MOCK_NO_MINOR */
 
+/* Locked (shared.lock): the state of EGPU_MOCK_CUDA_STATE, opened (or
+ * reopened when the variable changed); NULL when unset or unusable. */
+static struct egpu_mock_dev *shared_state(void)
+{
+    const char *path = getenv("EGPU_MOCK_CUDA_STATE");
+
+    if (path == NULL || *path == '\0' || strlen(path) >= sizeof(shared.path))
+        return NULL;
+    if (shared.dev.st != NULL && strcmp(shared.path, path) != 0)
+        egpu_mock_dev_close(&shared.dev);
+    if (shared.dev.st == NULL) {
+        if (egpu_mock_dev_open(&shared.dev, path, true, false) != 0)
+            return NULL;
+        memcpy(shared.path, path, strlen(path) + 1);
+    }
+    return &shared.dev;
+}
+
+/* Memory of card index in bytes: total from EGPU_MOCK_NVML_GPUS, used from the
+ * shared state or 1/16 of the total without one. NVML_ERROR_UNKNOWN when the
+ * state is named but cannot be read. */
+static int memory_of(const struct nvmlDevice_st *device, unsigned long long *total,
+                     unsigned long long *used)
+{
+    const char *path = getenv("EGPU_MOCK_CUDA_STATE");
+    struct egpu_mock_dev *dev;
+    int r = NVML_SUCCESS;
+
+    *total = device->mem_mib << 20;
+    *used = *total / 16;
+    if (path == NULL || *path == '\0')
+        return NVML_SUCCESS;
+    pthread_mutex_lock(&shared.lock);
+    dev = shared_state();
+    if (dev == NULL || egpu_mock_lock(dev) != 0) {
+        r = NVML_ERROR_UNKNOWN;
+    } else {
+        egpu_mock_reclaim(dev);
+        *used = device->index < dev->st->ncards ? dev->st->cards[device->index].used_bytes : 0;
+        egpu_mock_unlock(dev);
+        if (*used > *total)
+            *used = *total;
+    }
+    pthread_mutex_unlock(&shared.lock);
+    return r;
+}
+
 int nvmlDeviceGetMemoryInfo(struct nvmlDevice_st *device, struct nvmlMemory_st *memory)
 {
+    unsigned long long total, used;
     int r = device_call("nvmlDeviceGetMemoryInfo", device);
 
+    if (r == NVML_SUCCESS && memory == NULL)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        r = memory_of(device, &total, &used);
     if (r == NVML_SUCCESS) {
-        memory->total = device->mem_mib << 20;
-        memory->used = memory->total / 16;
-        memory->free = memory->total - memory->used;
+        memory->total = total;
+        memory->used = used;
+        memory->free = total - used;
     }
+    return r;
+}
+
+int nvmlDeviceGetMemoryInfo_v2(struct nvmlDevice_st *device, struct nvmlMemory_v2_st *memory)
+{
+    unsigned long long total, used;
+    int r = device_call("nvmlDeviceGetMemoryInfo_v2", device);
+
+    if (r == NVML_SUCCESS && memory == NULL)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS && memory->version != MOCK_NVML_MEMORY_V2)
+        r = MOCK_NVML_VERSION_MISMATCH;
+    if (r == NVML_SUCCESS)
+        r = memory_of(device, &total, &used);
+    if (r == NVML_SUCCESS) {
+        memory->total = total;
+        memory->reserved = 0;
+        memory->used = used;
+        memory->free = total - used;
+    }
+    return r;
+}
+
+int nvmlDeviceGetUtilizationRates(struct nvmlDevice_st *device,
+                                  struct nvmlUtilization_st *utilization)
+{
+    const char *path = getenv("EGPU_MOCK_CUDA_STATE");
+    struct egpu_mock_card_stats stats;
+    struct egpu_mock_dev *dev;
+    int r = device_call("nvmlDeviceGetUtilizationRates", device);
+
+    if (r == NVML_SUCCESS && utilization == NULL)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r != NVML_SUCCESS)
+        return r;
+    utilization->gpu = 0;
+    utilization->memory = 0;
+    if (path == NULL || *path == '\0')
+        return NVML_SUCCESS;
+    pthread_mutex_lock(&shared.lock);
+    dev = shared_state();
+    if (dev == NULL || egpu_mock_lock(dev) != 0) {
+        r = NVML_ERROR_UNKNOWN;
+    } else {
+        if (device->index < dev->st->ncards) {
+            egpu_mock_card_read(dev, device->index, egpu_mock_now_ns(), &stats);
+            utilization->gpu = stats.util_pct;
+        }
+        egpu_mock_unlock(dev);
+    }
+    pthread_mutex_unlock(&shared.lock);
     return r;
 }
 

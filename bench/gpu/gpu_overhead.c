@@ -1,0 +1,493 @@
+/* bench/gpu/gpu_overhead.c - bench_gpu_overhead: what the interposer adds to each
+ * cuLaunchKernel and each cuMemAlloc_v2 / cuMemFree_v2 on a real NVIDIA GPU (issue 5 point 4,
+ * the "overhead" third), in nanoseconds and in user-space instructions of the calling thread.
+ *
+ * Four configurations, each in its own process, run --rounds times in turn (figures are
+ * medians over the rounds, so a slow moment of the machine hits every configuration alike):
+ *   driver (no interposer)
+ *   interposer, no limits           LD_PRELOAD, an empty allocation directory
+ *   interposer, memory limit        + EGPU_VCUDA_MEMORY_MIB (--limit-mib, default 8192)
+ *   interposer, core 50% (tokens)   + EGPU_VCUDA_CORE=50: throttling on, but the load stays
+ *                                   far below the share, so no launch has to wait
+ * Launches: --batches batches of --batch launches of egpu_spin_cycles(0) (1 block of 32
+ * threads, the shortest kernel there is), timed around the launch calls only; after each
+ * batch the stream is synchronised and the worker sleeps --pace-us (default 2000 us), so the
+ * card is busy a few percent of the time and every configuration launches into the same
+ * nearly empty queue. The figure per launch is the median over batches of the batch mean.
+ * Allocations: --alloc-reps rounds of --allocs cuMemAlloc_v2 of --alloc-kib each, then as
+ * many cuMemFree_v2; the figure is the median over rounds of the per-call mean.
+ * Instructions: perf_event_open(PERF_COUNT_HW_INSTRUCTIONS, user space only) around the same
+ * loops, the calling thread only; "n/a" with the reason when the kernel refuses it.
+ * Target (issue 5): under 100 ns added per launch when not throttled; exits 1 when missed.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpubench.h"
+
+#define STARTUP_MS 120000
+#define RUN_MS     600000
+#define EXIT_MS    30000
+#define MAX_ROUNDS 15
+#define NCONFIGS   4
+
+struct options {
+    const char *vcuda;
+    int device;
+    uint64_t rounds, batches, batch, pace_us, allocs, alloc_reps, alloc_kib, limit_mib;
+    enum gpubench_lookup lookup;
+    bool worker;
+};
+
+/* Figures of one worker run; -1 = not measured. */
+struct figures {
+    double launch_ns, launch_instr, alloc_ns, alloc_instr, free_ns, free_instr;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (sorts v); -1 when n is 0. */
+static double median(double *v, size_t n)
+{
+    if (n == 0)
+        return -1;
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- Worker ---- */
+
+static void reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void reply(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static int worker_main(const struct options *o)
+{
+    struct gpubench_cuda cu;
+    struct gpubench_icount ic;
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule module;
+    CUfunction fn;
+    CUstream stream;
+    CUdeviceptr *ptrs = NULL;
+    unsigned long long cycles = 0;
+    void *params[] = {&cycles};
+    double *per_batch = NULL, *per_alloc = NULL, *per_free = NULL;
+    int64_t instr_launch = 0, instr_alloc = 0, instr_free = 0;
+    uint64_t counted_launches = 0, counted_allocs = 0;
+    const char *ptx;
+    char why[256];
+    CUresult rc;
+    const size_t bytes = o->alloc_kib * 1024;
+
+    if (gpubench_cuda_open(&cu, o->lookup, why, sizeof(why)) != 0 ||
+        gpubench_cuda_attach(&cu, o->device, &dev, &ctx, why, sizeof(why)) != 0 ||
+        gpubench_module_load(&cu, &module, &ptx, why, sizeof(why)) != 0) {
+        reply("err %s", why);
+        return 1;
+    }
+    rc = cu.module_get_function(&fn, module, "egpu_spin_cycles");
+    if (rc == CUDA_SUCCESS)
+        rc = cu.stream_create(&stream, CU_STREAM_NON_BLOCKING);
+    if (rc != CUDA_SUCCESS) {
+        reply("err setup: %s", gpubench_cu_name(&cu, rc));
+        return 1;
+    }
+    per_batch = calloc(o->batches, sizeof(*per_batch));
+    per_alloc = calloc(o->alloc_reps, sizeof(*per_alloc));
+    per_free = calloc(o->alloc_reps, sizeof(*per_free));
+    ptrs = calloc(o->allocs, sizeof(*ptrs));
+    if (per_batch == NULL || per_alloc == NULL || per_free == NULL || ptrs == NULL) {
+        reply("err out of host memory");
+        return 1;
+    }
+    gpubench_icount_open(&ic);
+
+    /* Launches; batch -1 warms up (module load, first launch) and is not counted. */
+    for (int64_t bi = -1; bi < (int64_t)o->batches; bi++) {
+        uint64_t t0, t1;
+        int64_t n;
+
+        gpubench_icount_start(&ic);
+        t0 = gpubench_now_ns();
+        for (uint64_t i = 0; i < o->batch; i++) {
+            rc = cu.launch_kernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL);
+            if (rc != CUDA_SUCCESS)
+                break;
+        }
+        t1 = gpubench_now_ns();
+        n = gpubench_icount_stop(&ic);
+        if (rc == CUDA_SUCCESS)
+            rc = cu.stream_synchronize(stream);
+        if (rc != CUDA_SUCCESS) {
+            reply("err cuLaunchKernel: %s", gpubench_cu_name(&cu, rc));
+            return 1;
+        }
+        if (bi >= 0) {
+            per_batch[bi] = (double)(t1 - t0) / (double)o->batch;
+            if (n >= 0 && instr_launch >= 0) {
+                instr_launch += n;
+                counted_launches += o->batch;
+            } else {
+                instr_launch = -1;
+            }
+        }
+        gpubench_sleep_until(gpubench_now_ns() + o->pace_us * 1000u);
+    }
+
+    /* Allocations; round -1 warms up. */
+    for (int64_t r = -1; r < (int64_t)o->alloc_reps; r++) {
+        uint64_t t0, t1, t2, t3;
+        int64_t na, nf;
+
+        gpubench_icount_start(&ic);
+        t0 = gpubench_now_ns();
+        for (uint64_t i = 0; i < o->allocs; i++) {
+            rc = cu.mem_alloc(&ptrs[i], bytes);
+            if (rc != CUDA_SUCCESS)
+                break;
+        }
+        t1 = gpubench_now_ns();
+        na = gpubench_icount_stop(&ic);
+        if (rc != CUDA_SUCCESS) {
+            reply("err cuMemAlloc_v2 of %zu bytes: %s", bytes, gpubench_cu_name(&cu, rc));
+            return 1;
+        }
+        gpubench_icount_start(&ic);
+        t2 = gpubench_now_ns();
+        for (uint64_t i = 0; i < o->allocs; i++) {
+            rc = cu.mem_free(ptrs[i]);
+            if (rc != CUDA_SUCCESS)
+                break;
+        }
+        t3 = gpubench_now_ns();
+        nf = gpubench_icount_stop(&ic);
+        if (rc != CUDA_SUCCESS) {
+            reply("err cuMemFree_v2: %s", gpubench_cu_name(&cu, rc));
+            return 1;
+        }
+        if (r >= 0) {
+            per_alloc[r] = (double)(t1 - t0) / (double)o->allocs;
+            per_free[r] = (double)(t3 - t2) / (double)o->allocs;
+            if (na >= 0 && nf >= 0 && instr_alloc >= 0) {
+                instr_alloc += na;
+                instr_free += nf;
+                counted_allocs += o->allocs;
+            } else {
+                instr_alloc = instr_free = -1;
+            }
+        }
+    }
+    reply("ok launch_ns=%.1f launch_instr=%.1f alloc_ns=%.1f alloc_instr=%.1f free_ns=%.1f "
+          "free_instr=%.1f ptx=%s",
+          median(per_batch, o->batches),
+          instr_launch >= 0 && counted_launches ? (double)instr_launch / counted_launches : -1.0,
+          median(per_alloc, o->alloc_reps),
+          instr_alloc >= 0 && counted_allocs ? (double)instr_alloc / counted_allocs : -1.0,
+          median(per_free, o->alloc_reps),
+          instr_free >= 0 && counted_allocs ? (double)instr_free / counted_allocs : -1.0, ptx);
+    gpubench_icount_close(&ic);
+    (void)cu.stream_destroy(stream); /* exiting */
+    (void)cu.module_unload(module);  /* exiting */
+    (void)cu.primary_ctx_release(dev);
+    free(per_batch);
+    free(per_alloc);
+    free(per_free);
+    free(ptrs);
+    return 0;
+}
+
+/* ---- Parent ---- */
+
+static const char *const config_names[NCONFIGS] = {
+    "driver (no interposer)",
+    "interposer, no limits",
+    "interposer, memory limit",
+    "interposer, core 50% (tokens)",
+};
+
+static int run_config(const struct options *o, const char *vcuda, int cfg, struct figures *f,
+                      char *line, size_t len)
+{
+    static const char *const unset[] = {"LD_PRELOAD",
+                                        "EGPU_VCUDA_DIR",
+                                        "EGPU_VCUDA_MEMORY_MIB",
+                                        "EGPU_VCUDA_CORE",
+                                        "EGPU_VCUDA_CORE_LIMIT",
+                                        "EGPU_VCUDA_GPUS",
+                                        NULL};
+    char dev[16], batches[24], batch[24], pace[24], allocs[24], reps[24], kib[24];
+    char preload[4200], dirv[4200], limit[64], dir[4096] = "";
+    const char *set[6] = {NULL};
+    char *argv[] = {"bench_gpu_overhead",
+                    "--worker",
+                    "1",
+                    "--lookup",
+                    (char *)gpubench_lookup_name(o->lookup),
+                    "--device",
+                    dev,
+                    "--batches",
+                    batches,
+                    "--batch",
+                    batch,
+                    "--pace-us",
+                    pace,
+                    "--allocs",
+                    allocs,
+                    "--alloc-reps",
+                    reps,
+                    "--alloc-kib",
+                    kib,
+                    NULL};
+    struct gpubench_child c;
+    int rc;
+
+    snprintf(dev, sizeof(dev), "%d", o->device);
+    snprintf(batches, sizeof(batches), "%" PRIu64, o->batches);
+    snprintf(batch, sizeof(batch), "%" PRIu64, o->batch);
+    snprintf(pace, sizeof(pace), "%" PRIu64, o->pace_us);
+    snprintf(allocs, sizeof(allocs), "%" PRIu64, o->allocs);
+    snprintf(reps, sizeof(reps), "%" PRIu64, o->alloc_reps);
+    snprintf(kib, sizeof(kib), "%" PRIu64, o->alloc_kib);
+    if (cfg > 0) {
+        rc = gpubench_tmpdir_make(dir, sizeof(dir));
+        if (rc != 0) {
+            snprintf(line, len, "temporary directory: %s", strerror(-rc));
+            return rc;
+        }
+        snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", vcuda);
+        snprintf(dirv, sizeof(dirv), "EGPU_VCUDA_DIR=%s", dir);
+        set[0] = preload;
+        set[1] = dirv;
+        if (cfg == 2) {
+            snprintf(limit, sizeof(limit), "EGPU_VCUDA_MEMORY_MIB=%" PRIu64, o->limit_mib);
+            set[2] = limit;
+        } else if (cfg == 3) {
+            set[2] = "EGPU_VCUDA_CORE=50";
+            set[3] = "EGPU_VCUDA_CORE_LIMIT=50";
+        }
+    }
+    rc = gpubench_child_start(&c, argv, set, unset);
+    if (rc == 0) {
+        rc = gpubench_child_recv(&c, line, len, STARTUP_MS + RUN_MS);
+        if (rc != 0)
+            snprintf(line, len, "no reply: %s", strerror(-rc));
+        else if (strncmp(line, "ok ", 3) != 0)
+            rc = -EIO;
+        if (rc == 0)
+            rc = gpubench_child_wait(&c, EXIT_MS, NULL);
+        else
+            gpubench_child_kill(&c);
+    } else {
+        snprintf(line, len, "cannot start a worker: %s", strerror(-rc));
+    }
+    if (dir[0] != '\0')
+        gpubench_tmpdir_remove(dir);
+    if (rc != 0)
+        return rc;
+    if (gpubench_kv_f64(line, "launch_ns", &f->launch_ns) != 0 ||
+        gpubench_kv_f64(line, "launch_instr", &f->launch_instr) != 0 ||
+        gpubench_kv_f64(line, "alloc_ns", &f->alloc_ns) != 0 ||
+        gpubench_kv_f64(line, "alloc_instr", &f->alloc_instr) != 0 ||
+        gpubench_kv_f64(line, "free_ns", &f->free_ns) != 0 ||
+        gpubench_kv_f64(line, "free_instr", &f->free_instr) != 0)
+        return -EIO;
+    return 0;
+}
+
+static void print_cell(double v, double base, bool first)
+{
+    if (v < 0) {
+        printf(" %9s %8s", "n/a", "");
+        return;
+    }
+    printf(" %9.1f", v);
+    if (first || base < 0)
+        printf(" %8s", "-");
+    else
+        printf(" %+8.1f", v - base);
+}
+
+static int usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [--vcuda PATH] [--device N] [--rounds N] [--batches N] [--batch N]\n"
+            "          [--pace-us N] [--allocs N] [--alloc-reps N] [--alloc-kib N]\n"
+            "          [--limit-mib N] [--lookup direct|dlsym|proc]\n",
+            argv0);
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+        uint64_t min, max;
+    } nums[] = {
+        {"--rounds", offsetof(struct options, rounds), 1, MAX_ROUNDS},
+        {"--batches", offsetof(struct options, batches), 1, 1000000},
+        {"--batch", offsetof(struct options, batch), 1, 512},
+        {"--pace-us", offsetof(struct options, pace_us), 0, 1000000},
+        {"--allocs", offsetof(struct options, allocs), 1, 65536},
+        {"--alloc-reps", offsetof(struct options, alloc_reps), 1, 100000},
+        {"--alloc-kib", offsetof(struct options, alloc_kib), 1, 1u << 20},
+        {"--limit-mib", offsetof(struct options, limit_mib), 1, 1u << 24},
+    };
+    uint64_t v;
+
+    memset(o, 0, sizeof(*o));
+    o->rounds = 3;
+    o->batches = 300;
+    o->batch = 64;
+    o->pace_us = 2000;
+    o->allocs = 256;
+    o->alloc_reps = 8;
+    o->alloc_kib = 2048;
+    o->limit_mib = 8192;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *a = argv[i], *val = argv[i + 1];
+        bool done = false;
+
+        for (size_t k = 0; k < sizeof(nums) / sizeof(nums[0]) && !done; k++) {
+            if (strcmp(a, nums[k].name) == 0) {
+                if (gpubench_parse_u64(val, nums[k].min, nums[k].max, &v) != 0)
+                    return -EINVAL;
+                memcpy((char *)o + nums[k].off, &v, sizeof(v));
+                done = true;
+            }
+        }
+        if (done)
+            continue;
+        if (strcmp(a, "--worker") == 0)
+            o->worker = true;
+        else if (strcmp(a, "--vcuda") == 0)
+            o->vcuda = val;
+        else if (strcmp(a, "--device") == 0 && gpubench_parse_u64(val, 0, 63, &v) == 0)
+            o->device = (int)v;
+        else if (strcmp(a, "--lookup") == 0 && gpubench_lookup_parse(val, &o->lookup) == 0)
+            continue;
+        else
+            return -EINVAL;
+    }
+    return argc % 2 == 1 ? 0 : -EINVAL;
+}
+
+int main(int argc, char **argv)
+{
+    static double samples[NCONFIGS][6][MAX_ROUNDS];
+    struct options o;
+    struct figures med[NCONFIGS];
+    const char *vcuda;
+    char why[512], line[512];
+    unsigned got[NCONFIGS] = {0};
+    struct gpubench_icount ic;
+    int missed = 0, failed = 0;
+
+    if (parse_args(argc, argv, &o) != 0)
+        return usage(argv[0]);
+    if (o.worker)
+        return worker_main(&o);
+    if (!gpubench_has_gpu(why, sizeof(why))) {
+        printf(GPUBENCH_SKIP_FMT, why);
+        return 0;
+    }
+    vcuda = gpubench_vcuda_path(o.vcuda);
+    if (access(vcuda, R_OK) != 0) {
+        fprintf(stderr,
+                "bench_gpu_overhead: interposer %s: %s (build libegpu-vcuda.so, or pass --vcuda "
+                "PATH or EGPU_GPUBENCH_VCUDA)\n",
+                vcuda, strerror(errno));
+        return 2;
+    }
+    gpubench_icount_open(&ic);
+    printf("bench_gpu_overhead: device %d, lookup %s, interposer %s\n", o.device,
+           gpubench_lookup_name(o.lookup), vcuda);
+    printf("launches: %" PRIu64 " batches x %" PRIu64 " of egpu_spin_cycles(0), 1 x 32 threads, "
+           "%" PRIu64 " us pause after each batch; allocations: %" PRIu64 " x %" PRIu64
+           " rounds of %" PRIu64 " KiB; %" PRIu64 " rounds of every configuration, medians\n",
+           o.batches, o.batch, o.pace_us, o.alloc_reps, o.allocs, o.alloc_kib, o.rounds);
+    if (ic.fd < 0)
+        printf("instructions: n/a (%s)\n", ic.why);
+    gpubench_icount_close(&ic);
+    for (uint64_t r = 0; r < o.rounds; r++) {
+        for (int cfg = 0; cfg < NCONFIGS; cfg++) {
+            struct figures f;
+
+            if (run_config(&o, vcuda, cfg, &f, line, sizeof(line)) != 0) {
+                printf("%s, round %" PRIu64 ": FAIL %s\n", config_names[cfg], r + 1, line);
+                failed++;
+                continue;
+            }
+            samples[cfg][0][got[cfg]] = f.launch_ns;
+            samples[cfg][1][got[cfg]] = f.launch_instr;
+            samples[cfg][2][got[cfg]] = f.alloc_ns;
+            samples[cfg][3][got[cfg]] = f.alloc_instr;
+            samples[cfg][4][got[cfg]] = f.free_ns;
+            samples[cfg][5][got[cfg]] = f.free_instr;
+            got[cfg]++;
+        }
+    }
+    for (int cfg = 0; cfg < NCONFIGS; cfg++) {
+        double m[6];
+
+        for (int k = 0; k < 6; k++)
+            m[k] = median(samples[cfg][k], got[cfg]);
+        med[cfg] = (struct figures){m[0], m[1], m[2], m[3], m[4], m[5]};
+    }
+
+    printf("\n%-30s %9s %8s %9s %8s\n", "cuLaunchKernel", "ns", "added", "instr", "added");
+    for (int cfg = 0; cfg < NCONFIGS; cfg++) {
+        printf("%-30s", config_names[cfg]);
+        if (got[cfg] == 0) {
+            printf(" no figures\n");
+            continue;
+        }
+        print_cell(med[cfg].launch_ns, med[0].launch_ns, cfg == 0);
+        print_cell(med[cfg].launch_instr, med[0].launch_instr, cfg == 0);
+        if (cfg > 0 && got[0] > 0 && med[cfg].launch_ns - med[0].launch_ns >= 100.0) {
+            printf("  MISSED (target: < 100 ns added)");
+            missed++;
+        }
+        printf("\n");
+    }
+    printf("\n%-30s %9s %8s %9s %8s %9s %8s %9s %8s\n", "cuMemAlloc_v2 / cuMemFree_v2", "alloc ns",
+           "added", "instr", "added", "free ns", "added", "instr", "added");
+    for (int cfg = 0; cfg < NCONFIGS; cfg++) {
+        printf("%-30s", config_names[cfg]);
+        if (got[cfg] == 0) {
+            printf(" no figures\n");
+            continue;
+        }
+        print_cell(med[cfg].alloc_ns, med[0].alloc_ns, cfg == 0);
+        print_cell(med[cfg].alloc_instr, med[0].alloc_instr, cfg == 0);
+        print_cell(med[cfg].free_ns, med[0].free_ns, cfg == 0);
+        print_cell(med[cfg].free_instr, med[0].free_instr, cfg == 0);
+        printf("\n");
+    }
+    printf("\noverhead: target < 100 ns added per launch when not throttled: %s\n",
+           failed   ? "incomplete (a configuration failed)"
+           : missed ? "MISSED"
+                    : "met");
+    return failed || missed ? 1 : 0;
+}

@@ -1,0 +1,224 @@
+/* vcuda/launch.c - the kernel launch wrappers (cuLaunchKernel, _ptsz,
+ * cuLaunchKernelEx, _ptsz).
+ *
+ * DESIGN: the fast path, taken whenever the compute limit is not
+ * throttling, is one relaxed atomic load of egpu_vcuda_throttle_active and
+ * one relaxed load of the real entry point, then a tail call: no lock, no
+ * allocation, no other call. Otherwise the launch goes through the
+ * controller as src/vcuda/throttle.h lays down: the wrapper describes the
+ * launch in a struct egpu_vcuda_launch whose launch callback makes the real
+ * call with the wrapper's own arguments, and egpu_vcuda_throttle_launch
+ * admits it (sleeping while the container is over its share) and calls it
+ * exactly once. The slow paths are kept out of line so the fast path stays
+ * small.
+ */
+#include <stdint.h>
+
+#include "hooks.h"
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+#include "throttle.h"
+#endif
+
+#if defined(__GNUC__)
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define NOINLINE  __attribute__((noinline))
+#else
+#define LIKELY(x) (x)
+#define NOINLINE
+#endif
+
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+#define THROTTLING() atomic_load_explicit(&egpu_vcuda_throttle_active, memory_order_relaxed)
+#else
+#define THROTTLING() false
+#endif
+
+/* The arguments of a cuLaunchKernel(_ptsz) call, kept for the callback. */
+struct kernel_args {
+    __typeof__(cuLaunchKernel) *real;
+    CUfunction fn;
+    unsigned int grid[3], block[3], shared_bytes;
+    CUstream stream;
+    void **params, **extra;
+};
+
+/* The arguments of a cuLaunchKernelEx(_ptsz) call. */
+struct kernel_ex_args {
+    __typeof__(cuLaunchKernelEx) *real;
+    const CUlaunchConfig *config;
+    CUfunction fn;
+    void **params, **extra;
+};
+
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+static CUresult call_kernel(const struct egpu_vcuda_launch *l)
+{
+    const struct kernel_args *a = l->ctx;
+
+    return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
+                   a->shared_bytes, a->stream, a->params, a->extra);
+}
+
+static CUresult call_kernel_ex(const struct egpu_vcuda_launch *l)
+{
+    const struct kernel_ex_args *a = l->ctx;
+
+    return a->real(a->config, a->fn, a->params, a->extra);
+}
+#endif /* EGPU_VCUDA_HAVE_THROTTLE */
+
+/* Everything but the fast path: the library not loaded yet, or throttling. */
+static NOINLINE CUresult launch_slow(struct kernel_args *a, bool per_thread)
+{
+    a->real = per_thread ? EGPU_VCUDA_REAL(cuLaunchKernel_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernel);
+    if (a->real == NULL) {
+        if (!egpu_vcuda_cuda())
+            return CUDA_ERROR_NOT_INITIALIZED;
+        a->real =
+            per_thread ? EGPU_VCUDA_REAL(cuLaunchKernel_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernel);
+        if (a->real == NULL)
+            return CUDA_ERROR_NOT_INITIALIZED;
+    }
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+    if (THROTTLING()) {
+        struct egpu_vcuda_launch l = {
+            .blocks = (uint64_t)a->grid[0] * a->grid[1] * a->grid[2],
+            .threads = (uint64_t)a->block[0] * a->block[1] * a->block[2],
+            .fn = a->fn,
+            .stream = a->stream,
+            .launch = call_kernel,
+            .ctx = a,
+            .per_thread = per_thread,
+        };
+
+        return egpu_vcuda_throttle_launch(&l);
+    }
+#endif
+    return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
+                   a->shared_bytes, a->stream, a->params, a->extra);
+}
+
+static NOINLINE CUresult launch_ex_slow(struct kernel_ex_args *a, bool per_thread)
+{
+    a->real =
+        per_thread ? EGPU_VCUDA_REAL(cuLaunchKernelEx_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernelEx);
+    if (a->real == NULL) {
+        if (!egpu_vcuda_cuda())
+            return CUDA_ERROR_NOT_INITIALIZED;
+        a->real =
+            per_thread ? EGPU_VCUDA_REAL(cuLaunchKernelEx_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernelEx);
+        if (a->real == NULL)
+            return CUDA_ERROR_NOT_INITIALIZED;
+    }
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+    if (THROTTLING() && a->config != NULL) {
+        const CUlaunchConfig *c = a->config;
+        struct egpu_vcuda_launch l = {
+            .blocks = (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ,
+            .threads = (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ,
+            .fn = a->fn,
+            .stream = c->hStream,
+            .launch = call_kernel_ex,
+            .ctx = a,
+            .per_thread = per_thread,
+        };
+
+        return egpu_vcuda_throttle_launch(&l);
+    }
+#endif
+    return a->real(a->config, a->fn, a->params, a->extra);
+}
+
+/* The out-of-line halves of the wrappers below: the same arguments, so the
+ * wrapper reaches them with a plain jump and keeps no frame of its own. */
+static NOINLINE CUresult kernel_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                     unsigned int grid_z, unsigned int block_x,
+                                     unsigned int block_y, unsigned int block_z,
+                                     unsigned int shared_bytes, CUstream stream, void **params,
+                                     void **extra)
+{
+    struct kernel_args a = {
+        NULL,   fn,   {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes, stream,
+        params, extra};
+
+    return launch_slow(&a, false);
+}
+
+static NOINLINE CUresult kernel_ptsz_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                          unsigned int grid_z, unsigned int block_x,
+                                          unsigned int block_y, unsigned int block_z,
+                                          unsigned int shared_bytes, CUstream stream, void **params,
+                                          void **extra)
+{
+    struct kernel_args a = {
+        NULL,   fn,   {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes, stream,
+        params, extra};
+
+    return launch_slow(&a, true);
+}
+
+static NOINLINE CUresult kernel_ex_slow(const CUlaunchConfig *config, CUfunction fn, void **params,
+                                        void **extra)
+{
+    struct kernel_ex_args a = {NULL, config, fn, params, extra};
+
+    return launch_ex_slow(&a, false);
+}
+
+static NOINLINE CUresult kernel_ex_ptsz_slow(const CUlaunchConfig *config, CUfunction fn,
+                                             void **params, void **extra)
+{
+    struct kernel_ex_args a = {NULL, config, fn, params, extra};
+
+    return launch_ex_slow(&a, true);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                          unsigned int grid_z, unsigned int block_x,
+                                          unsigned int block_y, unsigned int block_z,
+                                          unsigned int shared_bytes, CUstream stream, void **params,
+                                          void **extra)
+{
+    __typeof__(cuLaunchKernel) *real = EGPU_VCUDA_REAL(cuLaunchKernel);
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream,
+                    params, extra);
+    return kernel_slow(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream,
+                       params, extra);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction fn, unsigned int grid_x,
+                                               unsigned int grid_y, unsigned int grid_z,
+                                               unsigned int block_x, unsigned int block_y,
+                                               unsigned int block_z, unsigned int shared_bytes,
+                                               CUstream stream, void **params, void **extra)
+{
+    __typeof__(cuLaunchKernel_ptsz) *real = EGPU_VCUDA_REAL(cuLaunchKernel_ptsz);
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream,
+                    params, extra);
+    return kernel_ptsz_slow(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes,
+                            stream, params, extra);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction fn,
+                                            void **params, void **extra)
+{
+    __typeof__(cuLaunchKernelEx) *real = EGPU_VCUDA_REAL(cuLaunchKernelEx);
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(config, fn, params, extra);
+    return kernel_ex_slow(config, fn, params, extra);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction fn,
+                                                 void **params, void **extra)
+{
+    __typeof__(cuLaunchKernelEx_ptsz) *real = EGPU_VCUDA_REAL(cuLaunchKernelEx_ptsz);
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(config, fn, params, extra);
+    return kernel_ex_ptsz_slow(config, fn, params, extra);
+}

@@ -1,0 +1,852 @@
+/* vcuda/region.c - device memory in use by all processes of a container.
+ *
+ * Every process of the container maps <dir>/vcuda-memory.shm (the
+ * allocation directory the agent mounts into the container). It holds:
+ *
+ *   header   magic, version, size, generation and a check word over them,
+ *            then a process-shared ROBUST mutex;
+ *   cards    up to 16 cards keyed by their 16-byte UUID, each with the
+ *            bytes in use by all live processes (the total);
+ *   slots    one per live process that took memory: pid, start time
+ *            (/proc/<pid>/stat field 22, so a reused pid is told apart)
+ *            and bytes per card.
+ *
+ * Check-and-take happens under the mutex: a card's total never passes the
+ * limit. A process that dies holding the mutex leaves it EOWNERDEAD: the
+ * next locker marks it consistent and recomputes every total from the
+ * slots. Slots of processes that are gone (kill(pid, 0) == ESRCH, a zombie,
+ * or another start time) are reclaimed whenever a reservation would fail
+ * and whenever usage is read (cuMemGetInfo, NVML), so memory of a SIGKILLed
+ * process is back at the next allocation that needs it.
+ *
+ * DESIGN, robustness: before each use the file is checked (same inode, full
+ * size) and the header validated. A truncated, corrupted or foreign-version
+ * file is re-initialised in place under flock(2) (one log line), with a new
+ * generation number; each live process notices the new generation at its
+ * next operation and registers its own usage again (it keeps its own
+ * per-card bytes for that). A lock that cannot be taken in
+ * REGION_LOCK_TIMEOUT_S counts as corrupted too. Nothing here can crash
+ * the application: every failure becomes an error code.
+ *
+ * Card ids given to callers are local to the process (the order it met the
+ * cards), translated to the shared table's index per generation.
+ *
+ * Units: bytes.
+ */
+#define _GNU_SOURCE /* MAP_ANONYMOUS, pthread_mutexattr_setrobust with older headers */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "egpu/log.h"
+#include "vcuda_int.h"
+
+#define REGION_MAGIC          0x31414d55444356ULL /* "VCDUMA1" */
+#define REGION_VERSION        1
+#define REGION_SLOTS          1024
+#define REGION_LOCK_TIMEOUT_S 5
+#define ENTER_TRIES           3
+
+struct shm_card {
+    uint8_t uuid[16];
+    uint32_t in_use; /* 1 = this entry names a card */
+    uint32_t pad;
+    uint64_t total_bytes; /* sum of the live slots' bytes on this card */
+};
+
+struct shm_slot {
+    int32_t pid; /* 0 = free */
+    uint32_t pad;
+    uint64_t start;                       /* clock ticks since boot */
+    uint64_t bytes[EGPU_VCUDA_MAX_CARDS]; /* by shared card index */
+};
+
+struct shm {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t size;       /* sizeof(struct shm) */
+    uint64_t generation; /* new at every (re-)initialisation */
+    uint64_t check;      /* header_check() of the fields above */
+    uint32_t slots_hwm;  /* slots [0, slots_hwm) may be in use */
+    uint32_t pad;
+    pthread_mutex_t lock;
+    struct shm_card cards[EGPU_VCUDA_MAX_CARDS];
+    struct shm_slot slots[REGION_SLOTS];
+};
+
+struct egpu_vcuda_region {
+    pthread_mutex_t mu;  /* process-local: one thread at a time in here */
+    char path[PATH_MAX]; /* "" = private region */
+    int fd;
+    dev_t dev;
+    ino_t ino;
+    struct shm *s;
+    uint64_t gen; /* generation this process's usage is registered in */
+    int slot;     /* our slot, -1 = none */
+    pid_t pid;
+    uint64_t start; /* 0 = not read yet */
+    bool forked;    /* child of a fork: re-open the file on next use */
+    unsigned nlocal;
+    struct egpu_vcuda_uuid uuid[EGPU_VCUDA_MAX_CARDS];
+    int shared[EGPU_VCUDA_MAX_CARDS];    /* local id -> shared index in gen, -1 = unknown */
+    uint64_t mine[EGPU_VCUDA_MAX_CARDS]; /* bytes this process holds, by local id */
+};
+
+static uint64_t header_check(uint64_t magic, uint32_t version, uint32_t size, uint64_t gen)
+{
+    uint64_t h = 1469598103934665603ULL;
+    uint64_t words[3] = {magic, ((uint64_t)version << 32) | size, gen};
+
+    for (int i = 0; i < 3; i++) {
+        for (int b = 0; b < 8; b++) {
+            h ^= (words[i] >> (8 * b)) & 0xff;
+            h *= 1099511628211ULL;
+        }
+    }
+    return h;
+}
+
+/* Whether the header is one of ours; why not in *why. */
+static bool header_ok(const struct shm *s, const char **why)
+{
+    uint64_t magic = __atomic_load_n(&s->magic, __ATOMIC_ACQUIRE);
+    uint32_t version = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
+    uint32_t size = __atomic_load_n(&s->size, __ATOMIC_RELAXED);
+    uint64_t gen = __atomic_load_n(&s->generation, __ATOMIC_RELAXED);
+    uint64_t check = __atomic_load_n(&s->check, __ATOMIC_RELAXED);
+
+    *why = NULL;
+    if (magic != REGION_MAGIC)
+        *why = "corrupted (bad magic)";
+    else if (version != REGION_VERSION)
+        *why = "of another version";
+    else if (size != sizeof(struct shm))
+        *why = "of another layout (size)";
+    else if (check != header_check(magic, version, size, gen))
+        *why = "corrupted (header check)";
+    else if (__atomic_load_n(&s->slots_hwm, __ATOMIC_RELAXED) > REGION_SLOTS)
+        *why = "corrupted (slot count)";
+    return *why == NULL;
+}
+
+static uint64_t new_generation(uint64_t old)
+{
+    struct timespec ts;
+    uint64_t g;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    g = ((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40);
+    if (g == old || g == 0)
+        g = old + 1 ? old + 1 : 1;
+    return g;
+}
+
+/* Lay a fresh region over s (zeroed usage, new generation, new mutex). */
+static void init_shm(struct shm *s)
+{
+    uint64_t old = s->generation, gen = new_generation(old);
+    pthread_mutexattr_t a;
+
+    __atomic_store_n(&s->magic, 0, __ATOMIC_RELEASE);
+    memset((char *)s + sizeof(s->magic), 0, sizeof(*s) - sizeof(s->magic));
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&s->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    s->version = REGION_VERSION;
+    s->size = sizeof(*s);
+    s->generation = gen;
+    s->check = header_check(REGION_MAGIC, REGION_VERSION, sizeof(*s), gen);
+    __atomic_store_n(&s->magic, REGION_MAGIC, __ATOMIC_RELEASE);
+}
+
+/* Every card's total from the live slots. Returns whether any changed. */
+static bool recompute_totals(struct shm *s)
+{
+    uint64_t sum[EGPU_VCUDA_MAX_CARDS] = {0};
+    bool changed = false;
+
+    for (uint32_t i = 0; i < s->slots_hwm && i < REGION_SLOTS; i++) {
+        if (s->slots[i].pid == 0)
+            continue;
+        for (int c = 0; c < EGPU_VCUDA_MAX_CARDS; c++) {
+            uint64_t b = s->slots[i].bytes[c];
+
+            sum[c] = sum[c] > UINT64_MAX - b ? UINT64_MAX : sum[c] + b;
+        }
+    }
+    for (int c = 0; c < EGPU_VCUDA_MAX_CARDS; c++) {
+        changed = changed || s->cards[c].total_bytes != sum[c];
+        s->cards[c].total_bytes = sum[c];
+    }
+    return changed;
+}
+
+int egpu_vcuda_proc_start(pid_t pid, uint64_t *start, bool *zombie)
+{
+    char path[64], buf[1024];
+    const char *p;
+    ssize_t n;
+    int fd, field;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return n == 0 ? -ENOENT : -errno;
+    buf[n] = '\0';
+    /* "pid (comm) S ..." where comm may hold spaces and parentheses. */
+    p = strrchr(buf, ')');
+    if (p == NULL || p[1] != ' ')
+        return -EINVAL;
+    p += 2;
+    *zombie = *p == 'Z' || *p == 'X';
+    for (field = 3; field < 22 && *p; p++) {
+        if (*p == ' ')
+            field++;
+    }
+    if (field != 22)
+        return -EINVAL;
+    *start = 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        *start = *start * 10 + (uint64_t)(*p - '0');
+    return 0;
+}
+
+/* Whether the process of slot sl is still there. */
+static bool slot_alive(const struct shm_slot *sl)
+{
+    uint64_t start = 0;
+    bool zombie = false;
+    int rc;
+
+    if (sl->pid <= 0)
+        return false;
+    if (kill(sl->pid, 0) != 0 && errno == ESRCH)
+        return false;
+    rc = egpu_vcuda_proc_start(sl->pid, &start, &zombie);
+    if (rc == -ENOENT)
+        return false;
+    if (rc == 0 && (zombie || (sl->start != 0 && start != sl->start)))
+        return false;
+    return true; /* alive, or /proc cannot tell: keep it */
+}
+
+static bool is_me(const struct egpu_vcuda_region *h, const struct shm_slot *sl)
+{
+    return sl->pid == h->pid && sl->start == h->start;
+}
+
+/* Free dead slots (shared lock held). Returns how many. */
+static int reclaim_locked(struct egpu_vcuda_region *h)
+{
+    struct shm *s = h->s;
+    int n = 0;
+
+    for (uint32_t i = 0; i < s->slots_hwm && i < REGION_SLOTS; i++) {
+        struct shm_slot *sl = &s->slots[i];
+
+        if (sl->pid == 0 || is_me(h, sl) || slot_alive(sl))
+            continue;
+        egpu_log(EGPU_LOG_INFO, "reclaimed the memory of a process that is gone pid=%d", sl->pid);
+        for (int c = 0; c < EGPU_VCUDA_MAX_CARDS; c++) {
+            uint64_t b = sl->bytes[c];
+
+            s->cards[c].total_bytes -= b < s->cards[c].total_bytes ? b : s->cards[c].total_bytes;
+        }
+        memset(sl, 0, sizeof(*sl));
+        n++;
+    }
+    return n;
+}
+
+/* Shared index of uuid, added to the table when absent. -1 when full. */
+static int shared_card(struct shm *s, const struct egpu_vcuda_uuid *u)
+{
+    int free_at = -1;
+
+    for (int c = 0; c < EGPU_VCUDA_MAX_CARDS; c++) {
+        if (s->cards[c].in_use && memcmp(s->cards[c].uuid, u->b, 16) == 0)
+            return c;
+        if (!s->cards[c].in_use && free_at < 0)
+            free_at = c;
+    }
+    if (free_at >= 0) {
+        memcpy(s->cards[free_at].uuid, u->b, 16);
+        s->cards[free_at].in_use = 1;
+        s->cards[free_at].total_bytes = 0;
+    }
+    return free_at;
+}
+
+static void self_start(struct egpu_vcuda_region *h)
+{
+    bool zombie;
+
+    if (h->start == 0 && egpu_vcuda_proc_start(h->pid, &h->start, &zombie) != 0)
+        h->start = 0;
+}
+
+/* Our slot, claimed when needed (shared lock held). Returns 0 or -ENOSPC. */
+static int claim_slot(struct egpu_vcuda_region *h)
+{
+    struct shm *s = h->s;
+
+    if (h->slot >= 0 && is_me(h, &s->slots[h->slot]))
+        return 0;
+    h->slot = -1;
+    for (int round = 0; round < 2; round++) {
+        for (uint32_t i = 0; i < REGION_SLOTS; i++) {
+            struct shm_slot *sl = &s->slots[i];
+
+            if (sl->pid != 0)
+                continue;
+            memset(sl, 0, sizeof(*sl));
+            sl->pid = h->pid;
+            sl->start = h->start;
+            if (i + 1 > s->slots_hwm)
+                s->slots_hwm = i + 1;
+            h->slot = (int)i;
+            return 0;
+        }
+        if (reclaim_locked(h) == 0)
+            break;
+    }
+    egpu_log(EGPU_LOG_ERROR, "shared region %s: no free process slot (%d in use)",
+             h->path[0] ? h->path : "(private)", REGION_SLOTS);
+    return -ENOSPC;
+}
+
+/* After a new generation: register this process's usage again. */
+static void rejoin(struct egpu_vcuda_region *h)
+{
+    struct shm *s = h->s;
+    uint64_t total = 0;
+
+    h->slot = -1;
+    for (unsigned c = 0; c < h->nlocal; c++) {
+        h->shared[c] = shared_card(s, &h->uuid[c]);
+        total += h->mine[c];
+    }
+    if (total > 0 && claim_slot(h) == 0) {
+        for (unsigned c = 0; c < h->nlocal; c++) {
+            int i = h->shared[c];
+
+            if (i < 0 || h->mine[c] == 0)
+                continue;
+            s->slots[h->slot].bytes[i] += h->mine[c];
+            s->cards[i].total_bytes += h->mine[c];
+        }
+    }
+    if (h->gen != 0)
+        egpu_log(EGPU_LOG_INFO,
+                 "shared region %s has a new generation: registered this process's usage again "
+                 "bytes=%llu",
+                 h->path[0] ? h->path : "(private)", (unsigned long long)total);
+    h->gen = s->generation;
+}
+
+static struct shm *map_fd(int fd)
+{
+    void *p = mmap(NULL, sizeof(struct shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Open path, under flock make it a valid region (creating or
+ * re-initialising it), and map it. Returns 0 with *fd, *s, *st set, or -errno. */
+static int attach_file(const char *path, int *fd_out, struct shm **s_out, struct stat *st,
+                       struct egpu_error *err)
+{
+    const char *why = NULL;
+    bool created;
+    struct shm *s;
+    int fd, rc = 0;
+
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0)
+        return egpu_error_set(err, -errno, "shared region %s: cannot open: %s", path,
+                              strerror(errno));
+    (void)fchmod(fd,
+                 0666); /* every user of the container shares it; fails harmlessly if not ours */
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            rc = egpu_error_set(err, -errno, "shared region %s: flock: %s", path, strerror(errno));
+            goto fail;
+        }
+    }
+    if (fstat(fd, st) != 0) {
+        rc = egpu_error_set(err, -errno, "shared region %s: fstat: %s", path, strerror(errno));
+        goto unlock;
+    }
+    created = st->st_size == 0;
+    if (st->st_size != (off_t)sizeof(struct shm)) {
+        if (!created)
+            why =
+                st->st_size < (off_t)sizeof(struct shm) ? "truncated" : "of another layout (size)";
+        if (ftruncate(fd, (off_t)sizeof(struct shm)) != 0) {
+            rc = egpu_error_set(err, -errno, "shared region %s: cannot size it: %s", path,
+                                strerror(errno));
+            goto unlock;
+        }
+        if (fstat(fd, st) != 0) {
+            rc = -errno;
+            goto unlock;
+        }
+    }
+    s = map_fd(fd);
+    if (s == NULL) {
+        rc = egpu_error_set(err, -errno, "shared region %s: mmap: %s", path, strerror(errno));
+        goto unlock;
+    }
+    if (created) {
+        init_shm(s);
+    } else if (why != NULL || !header_ok(s, &why)) {
+        egpu_log(EGPU_LOG_WARN, "shared region %s is %s: re-initialising it", path, why);
+        init_shm(s);
+    } else {
+        int lrc = pthread_mutex_trylock(&s->lock);
+
+        if (lrc == EOWNERDEAD)
+            pthread_mutex_consistent(&s->lock);
+        if (lrc == 0 || lrc == EOWNERDEAD) {
+            if (recompute_totals(s))
+                egpu_log(EGPU_LOG_WARN,
+                         "shared region %s: totals disagreed with the slots: repaired", path);
+            pthread_mutex_unlock(&s->lock);
+        }
+    }
+    *s_out = s;
+    *fd_out = fd;
+unlock:
+    flock(fd, LOCK_UN);
+    if (rc == 0)
+        return 0;
+fail:
+    close(fd);
+    return rc;
+}
+
+/* Re-initialise h's current region in place when it is still bad (the
+ * file under flock). force: even with a good header (a lock we could not
+ * take). */
+static void repair(struct egpu_vcuda_region *h, bool force, const char *reason)
+{
+    const char *why = NULL;
+    struct stat st;
+
+    if (h->fd >= 0) {
+        while (flock(h->fd, LOCK_EX) != 0 && errno == EINTR)
+            ;
+        if (fstat(h->fd, &st) == 0 && st.st_size != (off_t)sizeof(struct shm)) {
+            why = st.st_size < (off_t)sizeof(struct shm) ? "truncated" : "of another layout (size)";
+            if (ftruncate(h->fd, (off_t)sizeof(struct shm)) != 0)
+                why = "unsizable";
+        }
+    }
+    if (why != NULL || force || !header_ok(h->s, &why)) {
+        egpu_log(EGPU_LOG_WARN, "shared region %s is %s: re-initialising it",
+                 h->path[0] ? h->path : "(private)", why ? why : reason);
+        init_shm(h->s);
+    }
+    if (h->fd >= 0)
+        flock(h->fd, LOCK_UN);
+}
+
+/* Map the file at h->path again (after fork, or when it was replaced). */
+static int reattach(struct egpu_vcuda_region *h)
+{
+    struct egpu_error err = {0};
+    struct stat st;
+    struct shm *s;
+    int fd, rc;
+
+    rc = attach_file(h->path, &fd, &s, &st, &err);
+    if (rc) {
+        egpu_log(EGPU_LOG_ERROR, "%s", err.msg);
+        return rc;
+    }
+    if (h->s)
+        munmap(h->s, sizeof(struct shm));
+    if (h->fd >= 0)
+        close(h->fd);
+    h->s = s;
+    h->fd = fd;
+    h->dev = st.st_dev;
+    h->ino = st.st_ino;
+    h->slot = -1;
+    return 0;
+}
+
+/* Whether the file at h->path is still the one mapped, at full size. */
+static int file_state(const struct egpu_vcuda_region *h)
+{
+    struct stat st;
+
+    if (stat(h->path, &st) != 0 || st.st_dev != h->dev || st.st_ino != h->ino)
+        return 1; /* gone or replaced: map the new one */
+    if (st.st_size != (off_t)sizeof(struct shm))
+        return 2; /* truncated or grown in place */
+    return 0;
+}
+
+static int lock_shared(struct shm *s)
+{
+    struct timespec deadline;
+
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += REGION_LOCK_TIMEOUT_S;
+    return pthread_mutex_timedlock(&s->lock, &deadline);
+}
+
+/* Take the shared lock of a valid region (h->mu held). Returns 0 or -EIO. */
+static int enter(struct egpu_vcuda_region *h)
+{
+    for (int tries = 0; tries < ENTER_TRIES; tries++) {
+        const char *why;
+        int rc;
+
+        if (h->path[0]) {
+            int state = h->forked ? 1 : file_state(h);
+
+            if (state == 1 && reattach(h) != 0)
+                return -EIO;
+            h->forked = false;
+            if (state == 2)
+                repair(h, false, "truncated");
+        }
+        if (!header_ok(h->s, &why)) {
+            repair(h, false, why);
+            continue;
+        }
+        rc = lock_shared(h->s);
+        if (rc == EOWNERDEAD) {
+            pthread_mutex_consistent(&h->s->lock);
+            recompute_totals(h->s);
+            egpu_log(EGPU_LOG_INFO,
+                     "shared region %s: a process died holding its lock: totals "
+                     "recomputed from the slots",
+                     h->path[0] ? h->path : "(private)");
+        } else if (rc != 0) {
+            repair(h, true, rc == ETIMEDOUT ? "locked for too long" : "an unusable lock");
+            continue;
+        }
+        if (!header_ok(h->s, &why)) {
+            pthread_mutex_unlock(&h->s->lock);
+            continue;
+        }
+        self_start(h);
+        if (h->s->generation != h->gen)
+            rejoin(h);
+        return 0;
+    }
+    egpu_log(EGPU_LOG_ERROR, "shared region %s cannot be used", h->path[0] ? h->path : "(private)");
+    return -EIO;
+}
+
+static void leave(struct egpu_vcuda_region *h)
+{
+    pthread_mutex_unlock(&h->s->lock);
+}
+
+int egpu_vcuda_region_open(struct egpu_vcuda_region **out, const char *dir, struct egpu_error *err)
+{
+    struct egpu_vcuda_region *h = egpu_calloc(1, sizeof(*h));
+    int rc;
+
+    if (h == NULL)
+        return egpu_error_set(err, -ENOMEM, "shared region: out of memory");
+    pthread_mutex_init(&h->mu, NULL);
+    h->fd = -1;
+    h->slot = -1;
+    h->pid = getpid();
+    for (int c = 0; c < EGPU_VCUDA_MAX_CARDS; c++)
+        h->shared[c] = -1;
+    if (dir && dir[0]) {
+        struct stat st;
+
+        if (snprintf(h->path, sizeof(h->path), "%s/%s", dir, EGPU_VCUDA_REGION_NAME) >=
+            (int)sizeof(h->path)) {
+            rc = egpu_error_set(err, -ENAMETOOLONG, "shared region in %s: path too long", dir);
+            goto fail;
+        }
+        rc = attach_file(h->path, &h->fd, &h->s, &st, err);
+        if (rc)
+            goto fail;
+        h->dev = st.st_dev;
+        h->ino = st.st_ino;
+    } else {
+        void *p = mmap(NULL, sizeof(struct shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                       -1, 0);
+
+        if (p == MAP_FAILED) {
+            rc = egpu_error_set(err, -errno, "private region: mmap: %s", strerror(errno));
+            goto fail;
+        }
+        h->s = p;
+        init_shm(h->s);
+    }
+    *out = h;
+    return 0;
+fail:
+    pthread_mutex_destroy(&h->mu);
+    egpu_free(h);
+    return rc;
+}
+
+void egpu_vcuda_region_leave(struct egpu_vcuda_region *h)
+{
+    if (h == NULL)
+        return;
+    pthread_mutex_lock(&h->mu);
+    if (h->slot >= 0 && enter(h) == 0) {
+        struct shm *s = h->s;
+
+        if (h->slot >= 0 && is_me(h, &s->slots[h->slot])) {
+            struct shm_slot *sl = &s->slots[h->slot];
+
+            for (int c = 0; c < EGPU_VCUDA_MAX_CARDS; c++) {
+                uint64_t b = sl->bytes[c];
+
+                s->cards[c].total_bytes -=
+                    b < s->cards[c].total_bytes ? b : s->cards[c].total_bytes;
+            }
+            memset(sl, 0, sizeof(*sl));
+        }
+        leave(h);
+    }
+    h->slot = -1;
+    memset(h->mine, 0, sizeof(h->mine));
+    pthread_mutex_unlock(&h->mu);
+}
+
+void egpu_vcuda_region_close(struct egpu_vcuda_region *h)
+{
+    if (h == NULL)
+        return;
+    egpu_vcuda_region_leave(h);
+    munmap(h->s, sizeof(struct shm));
+    if (h->fd >= 0)
+        close(h->fd);
+    pthread_mutex_destroy(&h->mu);
+    egpu_free(h);
+}
+
+int egpu_vcuda_region_card(struct egpu_vcuda_region *h, const struct egpu_vcuda_uuid *u, int *card)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&h->mu);
+    for (unsigned c = 0; c < h->nlocal; c++) {
+        if (memcmp(&h->uuid[c], u, sizeof(*u)) == 0) {
+            *card = (int)c;
+            goto out;
+        }
+    }
+    if (h->nlocal == EGPU_VCUDA_MAX_CARDS) {
+        rc = -ENOSPC;
+        goto out;
+    }
+    h->uuid[h->nlocal] = *u;
+    h->shared[h->nlocal] = -1;
+    h->mine[h->nlocal] = 0;
+    *card = (int)h->nlocal++;
+out:
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+/* Shared index of local card c in the current generation (lock held). */
+static int shared_index(struct egpu_vcuda_region *h, int c)
+{
+    if (h->shared[c] < 0)
+        h->shared[c] = shared_card(h->s, &h->uuid[c]);
+    return h->shared[c];
+}
+
+int egpu_vcuda_region_reserve(struct egpu_vcuda_region *h, int card, uint64_t bytes,
+                              uint64_t limit_bytes)
+{
+    struct shm *s;
+    int rc = 0, i;
+
+    if (bytes == 0)
+        return 0;
+    pthread_mutex_lock(&h->mu);
+    if (card < 0 || (unsigned)card >= h->nlocal) {
+        rc = -EINVAL;
+        goto out;
+    }
+    if (enter(h) != 0) {
+        rc = -EIO;
+        goto out;
+    }
+    s = h->s;
+    i = shared_index(h, card);
+    if (i < 0) {
+        rc = -ENOSPC;
+        goto unlock;
+    }
+    if (bytes > limit_bytes || s->cards[i].total_bytes > limit_bytes - bytes) {
+        reclaim_locked(h);
+        if (bytes > limit_bytes || s->cards[i].total_bytes > limit_bytes - bytes) {
+            rc = -ENOMEM;
+            goto unlock;
+        }
+    }
+    rc = claim_slot(h);
+    if (rc)
+        goto unlock;
+    s->slots[h->slot].bytes[i] += bytes;
+    s->cards[i].total_bytes += bytes;
+    h->mine[card] += bytes;
+unlock:
+    leave(h);
+out:
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+void egpu_vcuda_region_release(struct egpu_vcuda_region *h, int card, uint64_t bytes)
+{
+    uint64_t take;
+
+    pthread_mutex_lock(&h->mu);
+    if (card < 0 || (unsigned)card >= h->nlocal)
+        goto out;
+    take = bytes < h->mine[card] ? bytes : h->mine[card];
+    h->mine[card] -= take;
+    if (enter(h) == 0) {
+        struct shm *s = h->s;
+        int i = h->shared[card];
+
+        if (i >= 0 && h->slot >= 0 && is_me(h, &s->slots[h->slot])) {
+            uint64_t *sb = &s->slots[h->slot].bytes[i];
+            uint64_t t = take < *sb ? take : *sb;
+
+            *sb -= t;
+            s->cards[i].total_bytes -= t < s->cards[i].total_bytes ? t : s->cards[i].total_bytes;
+        }
+        leave(h);
+    }
+out:
+    pthread_mutex_unlock(&h->mu);
+}
+
+int egpu_vcuda_region_used(struct egpu_vcuda_region *h, int card, uint64_t *used_bytes)
+{
+    int rc = 0, i;
+
+    pthread_mutex_lock(&h->mu);
+    if (card < 0 || (unsigned)card >= h->nlocal) {
+        rc = -EINVAL;
+        goto out;
+    }
+    if (enter(h) != 0) {
+        rc = -EIO;
+        goto out;
+    }
+    reclaim_locked(h);
+    i = shared_index(h, card);
+    *used_bytes = i >= 0 ? h->s->cards[i].total_bytes : h->mine[card];
+    leave(h);
+out:
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+uint64_t egpu_vcuda_region_mine(struct egpu_vcuda_region *h, int card)
+{
+    uint64_t v = 0;
+
+    pthread_mutex_lock(&h->mu);
+    if (card >= 0 && (unsigned)card < h->nlocal)
+        v = h->mine[card];
+    pthread_mutex_unlock(&h->mu);
+    return v;
+}
+
+int egpu_vcuda_region_reclaim(struct egpu_vcuda_region *h)
+{
+    int n;
+
+    pthread_mutex_lock(&h->mu);
+    if (enter(h) != 0) {
+        pthread_mutex_unlock(&h->mu);
+        return -EIO;
+    }
+    n = reclaim_locked(h);
+    leave(h);
+    pthread_mutex_unlock(&h->mu);
+    return n;
+}
+
+uint64_t egpu_vcuda_region_generation(struct egpu_vcuda_region *h)
+{
+    return __atomic_load_n(&h->s->generation, __ATOMIC_RELAXED);
+}
+
+void egpu_vcuda_region_atfork_prepare(struct egpu_vcuda_region *h)
+{
+    if (h)
+        pthread_mutex_lock(&h->mu);
+}
+
+void egpu_vcuda_region_atfork_parent(struct egpu_vcuda_region *h)
+{
+    if (h)
+        pthread_mutex_unlock(&h->mu);
+}
+
+void egpu_vcuda_region_atfork_child(struct egpu_vcuda_region *h)
+{
+    if (h == NULL)
+        return;
+    h->pid = getpid();
+    h->start = 0;
+    h->slot = -1;
+    h->forked = h->path[0] != '\0'; /* own open file description for flock */
+    memset(h->mine, 0, sizeof(h->mine));
+    pthread_mutex_unlock(&h->mu);
+}
+
+int egpu_vcuda_region_debug_lock(struct egpu_vcuda_region *h)
+{
+    int rc;
+
+    pthread_mutex_lock(&h->mu);
+    rc = enter(h);
+    pthread_mutex_unlock(&h->mu);
+    return rc; /* the shared lock stays held */
+}
+
+int egpu_vcuda_region_debug_set_total(struct egpu_vcuda_region *h, int card, uint64_t bytes)
+{
+    int rc = -EINVAL;
+
+    pthread_mutex_lock(&h->mu);
+    if (card >= 0 && (unsigned)card < h->nlocal && enter(h) == 0) {
+        int i = shared_index(h, card);
+
+        if (i >= 0) {
+            h->s->cards[i].total_bytes = bytes;
+            rc = 0;
+        }
+        leave(h);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}

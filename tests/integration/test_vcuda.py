@@ -1,0 +1,691 @@
+"""The CUDA interposer libegpu-vcuda.so, preloaded over the mock driver
+(tests/mock: libcuda.so.1 and libnvidia-ml.so.1 sharing one simulated
+machine through EGPU_MOCK_CUDA_STATE), driven through the driver-API program
+tests/vcuda/vcuda_probe.c, which answers one line per command.
+
+* Interposition: the exported symbols are exactly hook_table.h plus dlsym;
+  the library needs only libc; every hooked name looked up with dlsym
+  (through RTLD_DEFAULT, the libcuda handle and the interposer's own) is the
+  wrapper, every other name the driver's; cuGetProcAddress_v2 gives the
+  wrapper for every hooked entry at the versions and per-thread flags the
+  driver resolves them to, over the plain mock and over a mock whose own
+  references bind locally (-Bsymbolic, as a real driver's), and passes the
+  rest through; dlsym(RTLD_NEXT) keeps its caller; a process that never
+  touches CUDA is left alone.
+* Memory limit, for every allocation path and through each lookup path
+  (direct calls, dlsym, cuGetProcAddress_v2): allocations up to the limit
+  succeed, the next one that would pass it fails with
+  CUDA_ERROR_OUT_OF_MEMORY (after the 2 MiB rounding), the driver (mock)
+  took nothing for it, frees give it back; exactly the remainder fits;
+  contexts count EGPU_VCUDA_CONTEXT_MIB and destroying one gives back what
+  was allocated in it; cuMemGetInfo, cuDeviceTotalMem and NVML report the
+  limit, never underflowing; only the configured cards are limited.
+* Processes: four share one limit; a SIGKILLed process's memory returns
+  within one second; a forked child is counted and its parent keeps its
+  usage.
+* Bad input: no configuration passes everything through; a broken
+  vcuda.conf or variable gives one log line naming it and the key, and
+  fails closed (no device memory on the configured cards) without a crash;
+  a corrupted, truncated or foreign-version shared region gives one log line
+  and is re-initialised, and a live process registers its usage again.
+"""
+import os
+import pathlib
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT
+
+MIB = 1 << 20
+GRAN = 2 * MIB
+CTX_MIB = 300
+CARD_BYTES = 80 * 1024 * MIB  # the mock's default A100 80GB
+LINE_TIMEOUT = 30  # seconds for one answer, generous for a loaded CI machine
+OOM = 2
+INVALID_CONTEXT = 201
+UUID0 = "GPU-6d0c1c3e-0000-4000-8000-000000000000"
+UUID1 = "GPU-6d0c1c3e-0000-4000-8000-000000000001"
+
+
+def round_up(n, g=GRAN):
+    return (n + g - 1) // g * g
+
+
+def hooked_names():
+    text = (ROOT / "src" / "vcuda" / "hook_table.h").read_text()
+    return re.findall(r"X\((CUDA|NVML), (\w+)\)", text)
+
+
+@pytest.fixture(scope="module")
+def paths(build_dir):
+    p = {
+        "lib": build_dir / "src" / "vcuda" / "libegpu-vcuda.so",
+        "probe": build_dir / "tests" / "vcuda" / "vcuda_probe",
+        "direct": build_dir / "tests" / "vcuda" / "vcuda_probe_direct",
+        "mock": build_dir / "tests" / "mock" / "cuda",
+        "symbolic": build_dir / "tests" / "vcuda" / "cuda-symbolic",
+        "mockctl": build_dir / "tests" / "mock" / "mockctl",
+    }
+    for k, v in p.items():
+        if not v.exists():
+            pytest.fail(f"{v} not built: run `make build` first")
+    return p
+
+
+@pytest.fixture
+def world(tmp_path, paths):
+    """A simulated machine (state file) and an allocation directory."""
+    alloc = tmp_path / "alloc"
+    alloc.mkdir()
+    return {"state": tmp_path / "mock.state", "dir": alloc, "paths": paths}
+
+
+def make_env(world, conf=None, preload=True, symbolic=False):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("EGPU_VCUDA_", "EGPU_MOCK_", "LD_"))}
+    p = world["paths"]
+    libs = [str(p["mock"])]
+    if symbolic:
+        libs.insert(0, str(p["symbolic"]))
+    env.update({
+        "LD_LIBRARY_PATH": ":".join(libs),
+        "EGPU_MOCK_CUDA_STATE": str(world["state"]),
+        "EGPU_VCUDA_DIR": str(world["dir"]),
+        "EGPU_PROBE_INTERPOSER": str(p["lib"]),
+    })
+    if preload:
+        env["LD_PRELOAD"] = str(p["lib"])
+    env.update(conf or {})
+    return env
+
+
+class Probe:
+    """vcuda_probe as a child process: one command in, one line out."""
+
+    def __init__(self, world, lookup="direct", conf=None, symbolic=False, version=None):
+        p = world["paths"]
+        exe = p["direct"] if lookup == "direct" else p["probe"]
+        args = [str(exe), "--lookup", lookup]
+        if version:
+            args += ["--cuda-version", str(version)]
+        self.err_path = world["dir"].parent / f"probe-{id(self)}.err"
+        self.err = open(self.err_path, "w+")
+        self.p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.err, text=True, bufsize=1,
+                                  env=make_env(world, conf, symbolic=symbolic))
+        self.lines = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.p.stdout:
+            self.lines.put(line.split())
+        self.lines.put(None)
+
+    def send(self, cmd):
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+
+    def read(self):
+        try:
+            line = self.lines.get(timeout=LINE_TIMEOUT)
+        except queue.Empty:
+            raise AssertionError(f"no answer in {LINE_TIMEOUT} s; stderr: {self.stderr()}")
+        if line is None:
+            raise AssertionError(f"probe exited {self.p.wait()}; stderr: {self.stderr()}")
+        return line
+
+    def __call__(self, cmd):
+        self.send(cmd)
+        return self.read()
+
+    def rc(self, cmd):
+        """The CUresult of a command answered "<cmd> <rc> ..."."""
+        return int(self(cmd)[1])
+
+    def stderr(self):
+        if not self.err.closed:
+            self.err.flush()
+        return pathlib.Path(self.err_path).read_text()
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.send("quit")
+            except BrokenPipeError:
+                pass
+        rc = self.p.wait(timeout=LINE_TIMEOUT)
+        self.err.close()
+        return rc
+
+    def kill(self):
+        self.p.kill()
+
+
+def meminfo(probe):
+    a = probe("meminfo")
+    assert a[1] == "0", a
+    return int(a[2]), int(a[3])
+
+
+def mock_used(world, card=0):
+    out = subprocess.run([str(world["paths"]["mockctl"]), str(world["state"])],
+                         capture_output=True, text=True, check=True).stdout
+    m = re.search(rf"^card {card} .*used_bytes=(\d+)", out, re.M)
+    assert m, out
+    return int(m.group(1))
+
+
+def mem_conf(mib=1024, **more):
+    conf = {"EGPU_VCUDA_MEMORY_MIB": str(mib)}
+    conf.update({f"EGPU_VCUDA_{k.upper()}": str(v) for k, v in more.items()})
+    return conf
+
+
+def log_lines(text):
+    return [line for line in text.splitlines() if line.strip()]
+
+
+# ---- interposition ----
+
+def test_exports_are_the_table_and_dlsym(paths):
+    out = subprocess.run(["nm", "-D", "--defined-only", str(paths["lib"])],
+                         capture_output=True, text=True, check=True).stdout
+    exported = {f[2] for f in (line.split() for line in out.splitlines()) if len(f) == 3}
+    table = {name for _, name in hooked_names()}
+    assert len(table) == len(hooked_names()), "a name is listed twice in hook_table.h"
+    assert exported == table | {"dlsym"}
+    needed = subprocess.run(["readelf", "-d", str(paths["lib"])], capture_output=True,
+                            text=True, check=True).stdout
+    libs = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", needed))
+    assert libs <= {"libc.so.6", "libdl.so.2", "libpthread.so.0", "ld-linux-x86-64.so.2",
+                    "ld-linux-aarch64.so.1"}, libs
+
+
+def test_dlsym_gives_wrappers(world):
+    probe = Probe(world, lookup="dlsym")
+    mock_has = {n for lib, n in hooked_names() if lib == "CUDA"} - {"cuDevicePrimaryCtxReset_v2"}
+    for lib, name in hooked_names():
+        a = probe(f"sym {name}")
+        mine = f"libegpu-vcuda.so:{name}"
+        # RTLD_DEFAULT finds the preloaded definition; the interposer's own handle too
+        assert a[2] == mine and a[4] == mine, a
+        # the libcuda handle gives the wrapper when the driver has the name, else NULL
+        assert a[3] == (mine if name in mock_has else "-:-"), a
+    # everything else is the driver's own
+    for name in ("cuMemcpyHtoD_v2", "cuStreamCreate", "cuDeviceGetUuid"):
+        a = probe(f"sym {name}")
+        assert a[3] == f"libcuda.so.1:{name}", a
+        assert a[4] == "-:-", a
+    assert probe("rtldnext") == ["rtldnext", "2"]  # RTLD_NEXT relative to its real caller
+    assert probe.close() == 0
+
+
+# (name asked for, CUDA version, flags) -> the exported entry the driver resolves it to
+PROC_CASES = [
+    ("cuInit", 12040, 0, "cuInit"),
+    ("cuGetProcAddress", 11030, 0, "cuGetProcAddress"),
+    ("cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"),
+    ("cuCtxCreate", 11030, 0, "cuCtxCreate_v2"),
+    ("cuCtxCreate", 12000, 0, "cuCtxCreate_v3"),
+    ("cuCtxCreate", 12050, 0, "cuCtxCreate_v4"),
+    ("cuCtxCreate", 13000, 0, "cuCtxCreate_v4"),
+    ("cuCtxDestroy", 12040, 0, "cuCtxDestroy_v2"),
+    ("cuDevicePrimaryCtxRetain", 11030, 0, "cuDevicePrimaryCtxRetain"),
+    ("cuDevicePrimaryCtxRelease", 13000, 0, "cuDevicePrimaryCtxRelease_v2"),
+    ("cuMemGetInfo", 11030, 0, "cuMemGetInfo_v2"),
+    ("cuDeviceTotalMem", 12040, 0, "cuDeviceTotalMem_v2"),
+    ("cuMemAlloc", 11030, 0, "cuMemAlloc_v2"),
+    ("cuMemAlloc", 13000, 2, "cuMemAlloc_v2"),
+    ("cuMemAllocPitch", 12040, 0, "cuMemAllocPitch_v2"),
+    ("cuMemAllocManaged", 12040, 0, "cuMemAllocManaged"),
+    ("cuMemFree", 12040, 1, "cuMemFree_v2"),
+    ("cuMemCreate", 12040, 0, "cuMemCreate"),
+    ("cuMemRelease", 12040, 0, "cuMemRelease"),
+    ("cuMemAllocAsync", 11030, 0, "cuMemAllocAsync"),
+    ("cuMemAllocAsync", 11030, 2, "cuMemAllocAsync_ptsz"),
+    ("cuMemFreeAsync", 12040, 0, "cuMemFreeAsync"),
+    ("cuMemFreeAsync", 12040, 2, "cuMemFreeAsync_ptsz"),
+    ("cuMemPoolCreate", 12040, 0, "cuMemPoolCreate"),
+    ("cuMemPoolDestroy", 12040, 0, "cuMemPoolDestroy"),
+    ("cuMemAllocFromPoolAsync", 12040, 0, "cuMemAllocFromPoolAsync"),
+    ("cuMemAllocFromPoolAsync", 12040, 2, "cuMemAllocFromPoolAsync_ptsz"),
+    ("cuArrayCreate", 12040, 0, "cuArrayCreate_v2"),
+    ("cuArray3DCreate", 12040, 0, "cuArray3DCreate_v2"),
+    ("cuArrayDestroy", 12040, 0, "cuArrayDestroy"),
+    ("cuMipmappedArrayCreate", 12040, 0, "cuMipmappedArrayCreate"),
+    ("cuMipmappedArrayDestroy", 12040, 0, "cuMipmappedArrayDestroy"),
+    ("cuLaunchKernel", 11030, 0, "cuLaunchKernel"),
+    ("cuLaunchKernel", 12040, 2, "cuLaunchKernel_ptsz"),
+    ("cuLaunchKernelEx", 12040, 0, "cuLaunchKernelEx"),
+    ("cuLaunchKernelEx", 13000, 2, "cuLaunchKernelEx_ptsz"),
+]
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["mock", "mock-symbolic"])
+def test_get_proc_address_gives_wrappers(world, symbolic):
+    covered = {want for *_, want in PROC_CASES}
+    missing = {n for lib, n in hooked_names() if lib == "CUDA"} - covered
+    assert missing == {"cuDevicePrimaryCtxReset_v2"}, missing  # not in the mock driver
+    probe = Probe(world, lookup="dlsym", symbolic=symbolic)
+    for name, version, flags, want in PROC_CASES:
+        a = probe(f"procaddr {name} {version} {flags}")
+        assert a[1:] == ["0", "0", f"libegpu-vcuda.so:{want}"], (name, version, flags, a)
+    # not hooked: the driver's own entry, per-thread variant included
+    assert probe("procaddr cuMemcpyHtoD 12040 0")[3] == "libcuda.so.1:cuMemcpyHtoD_v2"
+    assert probe("procaddr cuMemsetD8 12040 2")[3] == "libcuda.so.1:cuMemsetD8_v2_ptds"
+    assert probe("procaddr cuEventElapsedTime 12080 0")[3] == \
+        "libcuda.so.1:cuEventElapsedTime_v2"
+    # unknown names and versions too old fail as the driver says
+    assert probe("procaddr cuNoSuchThing 12040 0")[1:3] == ["500", "1"]
+    assert probe("procaddr cuMemAllocAsync 11000 0")[1:3] == ["500", "2"]
+    assert probe.close() == 0
+
+
+def test_process_without_cuda_untouched(world):
+    env = make_env(world, mem_conf(512))
+    out = subprocess.run(["/bin/sh", "-c", "echo hello"], env=env, capture_output=True,
+                         text=True, timeout=LINE_TIMEOUT)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "hello\n", "")
+    # dlsym-heavy code (ctypes) works through the wrapper's pass-through
+    out = subprocess.run(["/usr/bin/python3", "-c",
+                          "import ctypes, ctypes.util; "
+                          "m = ctypes.CDLL(ctypes.util.find_library('m')); "
+                          "m.cos.restype = ctypes.c_double; "
+                          "print(m.cos(ctypes.c_double(0.0)))"],
+                         env=env, capture_output=True, text=True, timeout=LINE_TIMEOUT)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "1.0\n", "")
+    assert not (world["dir"] / "vcuda-memory.shm").exists()
+
+
+# ---- the memory limit ----
+
+def counted(path, size):
+    """What one allocation of the probe's path and size counts (docs/vcuda.md)."""
+    if path == "pitch":
+        width = size // 64
+        return round_up(round_up(width, 512) * 64)  # the mock's pitch: width to 512 bytes
+    if path == "array":
+        return round_up(1024 * (size // 4096) * 4)
+    if path == "array3d":
+        return round_up(1024 * 64 * (size // 262144) * 4)
+    if path == "mipmap":
+        h = size // 4096
+        return round_up(4 * (1024 * h + 512 * max(h // 2, 1)))
+    return round_up(size)
+
+
+# sizes chosen so the 2 MiB rounding always adds something
+PATH_SIZES = {
+    "mem": 99 * MIB + 1,
+    "pitch": 64 * 1000000,  # width 1000000: pitch 1000448
+    "managed": 99 * MIB + 1,
+    "vmm": 99 * MIB + 1,
+    "async": 99 * MIB + 1,
+    "async_ptsz": 99 * MIB + 1,
+    "pool": 99 * MIB + 1,
+    "pool_ptsz": 99 * MIB + 1,
+    "array": 99 * MIB + 4096,
+    "array3d": 99 * MIB + 262144,
+    "mipmap": 79 * MIB,
+}
+
+LOOKUPS = [("direct", False), ("dlsym", False), ("procaddr", False), ("procaddr", True)]
+
+
+@pytest.mark.parametrize("lookup,symbolic", LOOKUPS,
+                         ids=["direct", "dlsym", "procaddr", "procaddr-symbolic"])
+@pytest.mark.parametrize("path", list(PATH_SIZES))
+def test_limit_every_path(world, path, lookup, symbolic):
+    limit = 1024 * MIB
+    size = PATH_SIZES[path]
+    one = counted(path, size)
+    assert one % GRAN == 0 and one > size // 2
+    probe = Probe(world, lookup=lookup, conf=mem_conf(1024), symbolic=symbolic)
+    assert probe.rc("init") == 0
+    assert probe.rc("ctx 0 primary") == 0
+    room = limit - CTX_MIB * MIB
+    assert meminfo(probe) == (room, limit)
+    want = room // one
+    assert probe("fill %s %d" % (path, size)) == ["fill", str(want), str(OOM)]
+    free, total = meminfo(probe)
+    assert (free, total) == (room - want * one, limit)
+    # the refused allocation took nothing in the driver either
+    assert mock_used(world) == CTX_MIB * MIB + want * one
+    # frees give it all back, and the same fill fits again
+    assert probe("freeall") == ["freeall", str(want), "0"]
+    assert meminfo(probe) == (room, limit)
+    assert probe("fill %s %d" % (path, size)) == ["fill", str(want), str(OOM)]
+    assert probe.close() == 0
+
+
+def test_limit_exact_remainder(world):
+    probe = Probe(world, conf=mem_conf(1024))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe("fill mem %d" % (100 * MIB)) == ["fill", "7", str(OOM)]
+    assert meminfo(probe)[0] == 24 * MIB
+    assert probe.rc("alloc mem %d" % (24 * MIB)) == 0  # exactly the rest fits
+    assert probe.rc("alloc mem 1") == OOM  # 1 byte counts 2 MiB
+    assert meminfo(probe)[0] == 0
+    assert probe.rc("free 0") == 0
+    assert probe.rc("alloc mem %d" % (98 * MIB + 1)) == 0
+    assert probe.rc("alloc mem 1") == OOM
+    assert probe.close() == 0
+
+
+def test_contexts_count(world):
+    probe = Probe(world, conf=mem_conf(1024))
+    assert probe.rc("init") == 0
+    full = 1024 * MIB
+    assert probe.rc("ctx 0 v2") == 0
+    assert meminfo(probe)[0] == full - 300 * MIB
+    assert probe.rc("ctx 0 v3") == 0
+    assert probe.rc("ctx 0 v4") == 0
+    assert meminfo(probe)[0] == full - 900 * MIB
+    assert probe.rc("ctx 0 primary") == OOM  # a fourth context would pass the limit
+    assert mock_used(world) == 900 * MIB
+    # memory allocated in a context comes back when the context goes
+    assert probe.rc("alloc mem %d" % (100 * MIB)) == 0
+    assert meminfo(probe)[0] == full - 1000 * MIB
+    assert probe.rc("ctxdestroy") == 0
+    assert meminfo(probe)[0] == full - 600 * MIB
+    # the primary context counts once, however often it is retained
+    assert probe.rc("ctx 0 primary") == 0
+    assert probe.rc("ctx 0 primary") == 0
+    assert meminfo(probe)[0] == full - 900 * MIB
+    assert probe.rc("alloc mem %d" % (50 * MIB)) == 0
+    assert probe.rc("ctxdestroy") == 0  # one release: still retained
+    assert meminfo(probe)[0] == full - 950 * MIB
+    assert probe.rc("ctxdestroy") == 0  # the last release frees it and its memory
+    assert meminfo(probe)[0] == full - 600 * MIB
+    assert probe.close() == 0
+
+
+def test_context_mib_setting(world):
+    probe = Probe(world, conf=mem_conf(1024, context_mib=100))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert meminfo(probe) == (924 * MIB, 1024 * MIB)
+    assert probe.close() == 0
+
+
+def test_memory_queries_report_the_limit(world):
+    probe = Probe(world, conf=mem_conf(2048))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe.rc("alloc mem %d" % (500 * MIB)) == 0
+    used = 800 * MIB
+    assert meminfo(probe) == (2048 * MIB - used, 2048 * MIB)
+    assert probe("totalmem 0") == ["totalmem", "0", str(2048 * MIB)]
+    assert probe("totalmem 1") == ["totalmem", "0", str(2048 * MIB)]  # every card without a list
+    nv = probe("nvml 0")
+    assert nv[1:] == ["0", str(2048 * MIB), str(2048 * MIB - used), str(used),
+                      "0", str(2048 * MIB), "0", str(2048 * MIB - used), str(used)], nv
+    nv = probe("nvml 1")
+    assert nv[1:5] == ["0", str(2048 * MIB), str(2048 * MIB), "0"], nv
+    assert probe.close() == 0
+
+
+def test_only_listed_cards_are_limited(world):
+    probe = Probe(world, conf=mem_conf(1024, gpus=UUID1))
+    assert probe.rc("init") == 0
+    assert probe("totalmem 0") == ["totalmem", "0", str(CARD_BYTES)]
+    assert probe("totalmem 1") == ["totalmem", "0", str(1024 * MIB)]
+    assert probe.rc("ctx 0 primary") == 0
+    assert probe.rc("alloc mem %d" % (4096 * MIB)) == 0  # card 0: not limited
+    assert meminfo(probe)[1] == CARD_BYTES
+    assert probe("nvml 0")[2] == str(CARD_BYTES)
+    assert probe.rc("ctx 1 primary") == 0
+    assert probe("fill mem %d" % (100 * MIB)) == ["fill", "7", str(OOM)]
+    assert meminfo(probe) == (24 * MIB, 1024 * MIB)
+    assert probe("nvml 1")[1:5] == ["0", str(1024 * MIB), str(24 * MIB), str(1000 * MIB)]
+    assert probe.close() == 0
+
+
+def test_reports_never_underflow(world):
+    """A process whose limit is below what the container already uses (two
+    configurations on one directory) sees a full card, not a wrapped one."""
+    a = Probe(world, conf=mem_conf(2048))
+    assert a.rc("init") == 0 and a.rc("ctx 0 primary") == 0
+    assert a.rc("alloc mem %d" % (1500 * MIB)) == 0
+    b = Probe(world, conf=mem_conf(1024, context_mib=0))
+    assert b.rc("init") == 0 and b.rc("ctx 0 primary") == 0
+    assert meminfo(b) == (0, 1024 * MIB)
+    assert b("nvml 0")[1:5] == ["0", str(1024 * MIB), "0", str(1024 * MIB)]
+    assert b.rc("alloc mem 1") == OOM
+    assert a.close() == 0 and b.close() == 0
+
+
+# ---- processes ----
+
+def test_four_processes_share_one_limit(world):
+    limit, chunk = 2048 * MIB, 64 * MIB
+    probes = [Probe(world, conf=mem_conf(2048)) for _ in range(4)]
+    for p in probes:
+        assert p.rc("init") == 0 and p.rc("ctx 0 primary") == 0
+    for p in probes:
+        p.send("fill mem %d" % chunk)
+    counts = []
+    for p in probes:
+        a = p.read()
+        assert a[0] == "fill" and a[2] == str(OOM), a
+        counts.append(int(a[1]))
+    room = limit - 4 * CTX_MIB * MIB
+    assert sum(counts) == room // chunk, counts
+    assert meminfo(probes[0]) == (room - sum(counts) * chunk, limit)
+    assert mock_used(world) == 4 * CTX_MIB * MIB + sum(counts) * chunk
+    for p in probes:
+        assert p.close() == 0
+    # clean exits give their usage back at once
+    last = Probe(world, conf=mem_conf(2048))
+    assert last.rc("init") == 0 and last.rc("ctx 0 primary") == 0
+    assert meminfo(last) == (limit - CTX_MIB * MIB, limit)
+    assert last.close() == 0
+
+
+def test_threads_share_the_limit(world):
+    """Eight threads of one process allocating at once never pass the limit
+    together, and every free gives its share back."""
+    probe = Probe(world, conf=mem_conf(2048))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    room = 2048 * MIB - CTX_MIB * MIB
+    for _ in range(3):
+        assert probe("threads 8 %d" % (16 * MIB)) == ["threads", str(room // (16 * MIB)), "0"]
+        assert meminfo(probe) == (room, 2048 * MIB)
+    assert probe.close() == 0
+
+
+def test_sigkilled_memory_returns_within_a_second(world):
+    a = Probe(world, conf=mem_conf(2048))
+    b = Probe(world, conf=mem_conf(2048))
+    assert a.rc("init") == 0 and a.rc("ctx 0 primary") == 0
+    assert a.rc("alloc mem %d" % (1400 * MIB)) == 0
+    assert b.rc("init") == 0 and b.rc("ctx 0 primary") == 0
+    assert b.rc("alloc mem %d" % (1000 * MIB)) == OOM
+    a.kill()  # SIGKILL, not reaped yet: a zombie holds no device memory
+    killed = time.monotonic()
+    while True:
+        rc = b.rc("alloc mem %d" % (1000 * MIB))
+        elapsed = time.monotonic() - killed
+        if rc == 0 or elapsed > 5:
+            break
+        time.sleep(0.01)
+    assert rc == 0
+    assert elapsed < 1.0, f"memory came back after {elapsed:.3f} s"
+    assert meminfo(b) == (2048 * MIB - 1300 * MIB, 2048 * MIB)
+    assert a.p.wait(timeout=LINE_TIMEOUT) == -signal.SIGKILL
+    a.err.close()
+    assert b.close() == 0
+
+
+def test_fork_child_counted_parent_kept(world):
+    probe = Probe(world, conf=mem_conf(2048))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe.rc("alloc mem %d" % (500 * MIB)) == 0
+    parent_used = 800 * MIB
+    assert meminfo(probe)[0] == 2048 * MIB - parent_used
+    probe.send("fork mem %d" % (300 * MIB))
+    lines = [probe.read() for _ in range(5)]
+    assert lines[0] == ["child", "init", "0"]
+    assert lines[1] == ["child", "ctx", "0"]
+    assert lines[2] == ["child", "alloc", "0"]
+    # the child sees its own context and allocation on top of the parent's
+    assert lines[3] == ["child", "meminfo", "0", str(2048 * MIB - parent_used - 600 * MIB),
+                        str(2048 * MIB)]
+    assert lines[4] == ["fork", "0"]
+    assert meminfo(probe)[0] == 2048 * MIB - parent_used  # parent's kept, child's returned
+    # a child that would pass the limit together with its parent is refused
+    probe.send("fork mem %d" % (1000 * MIB))
+    lines = [probe.read() for _ in range(5)]
+    assert lines[2] == ["child", "alloc", str(OOM)]
+    assert meminfo(probe)[0] == 2048 * MIB - parent_used
+    assert probe.close() == 0
+
+
+# ---- bad input ----
+
+def test_no_configuration_passes_through(world):
+    probe = Probe(world)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe.rc("alloc mem %d" % (10 * 1024 * MIB)) == 0
+    free, total = meminfo(probe)
+    assert total == CARD_BYTES and free == CARD_BYTES - 10 * 1024 * MIB - CTX_MIB * MIB
+    assert probe("nvml 0")[2] == str(CARD_BYTES)
+    assert probe.rc("launch") == 0
+    assert probe.close() == 0
+    assert probe.stderr() == ""
+    assert not (world["dir"] / "vcuda-memory.shm").exists()
+
+
+def agent_conf(memory_mib, core=100, gpus=UUID0):
+    """vcuda.conf exactly as egpu-agent writes it (src/agent/prestart.c)."""
+    return ("# Written by egpu-agent for pod default/p container c; read by libegpu-vcuda.so.\n"
+            f"EGPU_VCUDA_GPUS={gpus}\nEGPU_VCUDA_MEMORY_MIB={memory_mib}\n"
+            f"EGPU_VCUDA_CORE={core}\nEGPU_VCUDA_CORE_LIMIT={core}\n")
+
+
+def test_agent_written_config(world):
+    (world["dir"] / "vcuda.conf").write_text(agent_conf(1024))
+    # the file wins over every variable (the log level too: nothing is logged)
+    probe = Probe(world, conf=mem_conf(99999, log_level="debug"))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe("fill mem %d" % (100 * MIB)) == ["fill", "7", str(OOM)]
+    assert probe("totalmem 1") == ["totalmem", "0", str(CARD_BYTES)]  # not in the file's list
+    assert probe.close() == 0
+    assert probe.stderr() == ""
+    # memory 0: the container asked for gpu-core only, so no memory limit
+    (world["dir"] / "vcuda.conf").write_text(agent_conf(0, core=30))
+    probe = Probe(world)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe.rc("alloc mem %d" % (10 * 1024 * MIB)) == 0
+    assert probe("totalmem 0") == ["totalmem", "0", str(CARD_BYTES)]
+    assert probe.rc("launch") == 0
+    assert probe.close() == 0
+    assert log_lines(probe.stderr()) == []
+
+
+BAD_CONFS = [
+    ("garbage", b"\x7fELF\x02\x01\x01\x02\n", "line 1"),
+    ("binary", b"EGPU_VCUDA_MEMORY_MIB=4096\n\x00\x00\x00\n", "NUL"),
+    ("truncated", b"EGPU_VCUDA_GPUS=%s\nEGPU_VCUDA_MEMORY_MIB=40" % UUID0.encode(), "truncated"),
+    ("missing", b"EGPU_VCUDA_GPUS=%s\nEGPU_VCUDA_MEMORY_MIB=4096\n" % UUID0.encode(),
+     "EGPU_VCUDA_CORE missing"),
+    ("unknown", b"EGPU_VCUDA_GPUS=%s\nEGPU_VCUDA_MEMORY_MIB=4096\nEGPU_VCUDA_CORE=30\n"
+     b"EGPU_VCUDA_MEMORY_LIMIT=1\n" % UUID0.encode(), "EGPU_VCUDA_MEMORY_LIMIT"),
+    ("number", b"EGPU_VCUDA_GPUS=%s\nEGPU_VCUDA_MEMORY_MIB=4GiB\nEGPU_VCUDA_CORE=30\n"
+     % UUID0.encode(), "EGPU_VCUDA_MEMORY_MIB"),
+    ("range", b"EGPU_VCUDA_GPUS=%s\nEGPU_VCUDA_MEMORY_MIB=4096\nEGPU_VCUDA_CORE=130\n"
+     % UUID0.encode(), "allowed 1..100"),
+    ("unreadable", None, "unreadable"),
+]
+
+
+@pytest.mark.parametrize("name,content,word", BAD_CONFS, ids=[c[0] for c in BAD_CONFS])
+def test_broken_config_fails_closed(world, name, content, word):
+    conf = world["dir"] / "vcuda.conf"
+    if content is None:
+        conf.mkdir()  # a directory where the file should be: it cannot be read
+    else:
+        conf.write_bytes(content)
+    # the environment would allow everything: the broken file still wins
+    probe = Probe(world, conf=mem_conf(99999))
+    assert probe.rc("init") == 0
+    assert probe.rc("ctx 0 primary") == OOM
+    assert probe.rc("ctx 0 v2") == OOM
+    assert probe.rc("alloc mem 1") == INVALID_CONTEXT  # no context: no memory either
+    assert probe("totalmem 0") == ["totalmem", "0", "0"]
+    assert probe("nvml 0")[1:5] == ["0", "0", "0", "0"]
+    listed = name not in ("garbage", "binary", "unreadable")  # the card list survived
+    if listed:
+        # only the configured card is closed; the other works unlimited
+        assert probe.rc("ctx 1 primary") == 0
+        assert probe.rc("alloc mem %d" % (4096 * MIB)) == 0
+    assert probe.close() == 0  # never a crash
+    lines = log_lines(probe.stderr())
+    assert len(lines) == 1, lines
+    assert str(conf) in lines[0] and word in lines[0] and "failing closed" in lines[0], lines
+    assert re.search(r"egpu-vcuda\[\d+\]", lines[0]), lines[0]
+    assert lines[0].startswith("E"), lines[0]
+
+
+def test_bad_environment_fails_closed(world):
+    probe = Probe(world, conf={"EGPU_VCUDA_MEMORY_MIB": "lots"})
+    assert probe.rc("init") == 0
+    assert probe.rc("ctx 0 primary") == OOM
+    assert probe.close() == 0
+    lines = log_lines(probe.stderr())
+    assert len(lines) == 1 and "EGPU_VCUDA_MEMORY_MIB" in lines[0] and "environment" in lines[0]
+
+
+def break_region(region, how):
+    data = bytearray(region.read_bytes())
+    if how == "garbage":
+        data[0:64] = b"\xa5" * 64
+    elif how == "truncated":
+        data = data[:100]
+    elif how == "version":
+        data[8:12] = (99).to_bytes(4, "little")
+    elif how == "zeroed":
+        data = bytearray(len(data))
+    region.write_bytes(bytes(data))
+
+
+REGION_CASES = [("garbage", "corrupted"), ("truncated", "truncated"),
+                ("version", "another version"), ("zeroed", "corrupted")]
+
+
+@pytest.mark.parametrize("how,word", REGION_CASES, ids=[c[0] for c in REGION_CASES])
+def test_broken_region_reinitialised(world, how, word):
+    region = world["dir"] / "vcuda-memory.shm"
+    first = Probe(world, conf=mem_conf(1024))
+    assert first.rc("init") == 0 and first.rc("ctx 0 primary") == 0
+    assert first.close() == 0
+    break_region(region, how)
+    probe = Probe(world, conf=mem_conf(1024))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe("fill mem %d" % (100 * MIB)) == ["fill", "7", str(OOM)]
+    assert probe.close() == 0
+    lines = log_lines(probe.stderr())
+    assert len(lines) == 1, lines
+    assert str(region) in lines[0] and word in lines[0] and "re-initialising" in lines[0]
+
+
+def test_live_process_registers_again(world):
+    region = world["dir"] / "vcuda-memory.shm"
+    a = Probe(world, conf=mem_conf(2048))
+    assert a.rc("init") == 0 and a.rc("ctx 0 primary") == 0
+    assert a.rc("alloc mem %d" % (500 * MIB)) == 0
+    break_region(region, "garbage")
+    b = Probe(world, conf=mem_conf(2048))
+    assert b.rc("init") == 0 and b.rc("ctx 0 primary") == 0
+    assert meminfo(b)[0] == 2048 * MIB - 300 * MIB  # a has not come back yet
+    meminfo(a)  # a's next call sees the new generation and registers its 800 MiB again
+    assert meminfo(b)[0] == 2048 * MIB - 1100 * MIB
+    assert b.rc("alloc mem %d" % (1000 * MIB)) == OOM  # the limit holds for both again
+    assert a.close() == 0 and b.close() == 0
+    assert log_lines(a.stderr()) == []
+    lines = log_lines(b.stderr())
+    assert len(lines) == 1 and "re-initialising" in lines[0], lines
