@@ -68,6 +68,8 @@ bench: build
 	@./$(BUILD)/bench_cache
 	@./$(BUILD)/bench_extender
 	@/usr/bin/python3 bench/agent_bench.py --agent $(BUILD)/src/agent/egpu-agent
+	@./$(BUILD)/bench/vcuda/vcuda_share
+	@./$(BUILD)/bench/vcuda/vcuda_overhead
 	@sh bench/gpu/run.sh $(BUILD)
 
 data:

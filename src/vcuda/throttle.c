@@ -985,12 +985,12 @@ static struct thr_region *region_map_file(const struct thr *t, const char *path)
     r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (r == MAP_FAILED)
         goto fail;
-    if (!region_valid(r)) {
-        if (sb.st_size != 0)
-            egpu_log(EGPU_LOG_WARN,
-                     "compute region of another layout or corrupted, re-initialised path=%s "
-                     "bytes=%lld",
-                     path, (long long)sb.st_size);
+    if (sb.st_size == 0) {
+        region_init(r, t); /* new */
+    } else if ((size_t)sb.st_size < sizeof(*r) || !region_valid(r)) {
+        egpu_log(EGPU_LOG_WARN, "compute region %s, re-initialised path=%s bytes=%lld",
+                 (size_t)sb.st_size < sizeof(*r) ? "truncated" : "of another layout or corrupted",
+                 path, (long long)sb.st_size);
         region_init(r, t);
     }
     (void)flock(fd, LOCK_UN); /* closing releases it too */

@@ -392,12 +392,27 @@ static void sim_window(uint64_t from, uint64_t to)
 
 /* ---- Tests. ---- */
 
+static int count_lines(const char *text)
+{
+    int lines = 0;
+
+    for (const char *c = text; *c; c++)
+        lines += *c == '\n';
+    return lines;
+}
+
+/* Each bad field is refused with -EINVAL and one log line naming it. */
 static void test_config_rejected(void **state)
 {
     struct egpu_vcuda_throttle_config cfg = sim_config(0, 30, 0);
     struct egpu_vcuda_throttle_config bad;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&text, &len);
 
     (void)state;
+    assert_non_null(log);
+    egpu_log_set_stream(log);
     bad = cfg, bad.core_pct = 0;
     assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
     assert_false(atomic_load(&egpu_vcuda_throttle_active));
@@ -417,6 +432,19 @@ static void test_config_rejected(void **state)
     assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
     assert_int_equal(egpu_vcuda_throttle_init(NULL), -EINVAL);
     assert_false(atomic_load(&egpu_vcuda_throttle_active));
+    egpu_log_set_stream(NULL);
+    fclose(log);
+    assert_non_null(strstr(text, "bad core=0 (allowed 1..100 percent)"));
+    assert_non_null(strstr(text, "bad core=101"));
+    assert_non_null(strstr(text, "bad core_limit=20 (allowed core..100 percent, core=30)"));
+    assert_non_null(strstr(text, "bad core_limit=101"));
+    assert_non_null(strstr(text, "bad cards=0"));
+    assert_non_null(strstr(text, "bad cards=17"));
+    assert_non_null(strstr(text, "bad card_of_device[3]=1 (allowed -1..0)"));
+    assert_non_null(strstr(text, "a driver entry point is missing"));
+    assert_non_null(strstr(text, "no configuration"));
+    assert_int_equal(count_lines(text), 9);
+    free(text);
     /* 100% holds nothing: the wrappers keep the fast path. */
     bad = cfg, bad.core_pct = 100;
     assert_int_equal(egpu_vcuda_throttle_init(&bad), 0);
@@ -772,12 +800,16 @@ static void test_region_file(void **state)
 {
     struct egpu_vcuda_throttle_config cfg = sim_config(2, 40, 0);
     struct thr *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
-    char path[400];
-    FILE *f;
+    char path[400], *text = NULL;
+    size_t len = 0;
+    FILE *f, *log = open_memstream(&text, &len);
 
     (void)state;
     assert_non_null(a);
     assert_non_null(b);
+    assert_non_null(log);
+    egpu_log_set_stream(log);
+    egpu_log_level = EGPU_LOG_WARN;
     snprintf(path, sizeof(path), "%s/vcuda-core.shm", cfg.dir);
     (void)unlink(path);
     assert_int_equal(thr_open(a, &cfg), 0);
@@ -787,6 +819,8 @@ static void test_region_file(void **state)
     assert_int_equal(atomic_load(&b->region->card[0].tat_ns), 12345); /* one bucket */
     thr_close(a);
     thr_close(b);
+    fflush(log);
+    assert_int_equal(len, 0); /* nothing to say about a new region */
     /* Truncated: a new layout, the old value gone. */
     assert_int_equal(truncate(path, 16), 0);
     assert_int_equal(thr_open(a, &cfg), 0);
@@ -812,6 +846,16 @@ static void test_region_file(void **state)
     thr_close(a);
     free(a);
     free(b);
+    egpu_log_level = EGPU_LOG_ERROR;
+    egpu_log_set_stream(NULL);
+    fclose(log);
+    /* One line for each, naming what was wrong. */
+    assert_non_null(strstr(text, "compute region truncated, re-initialised"));
+    assert_non_null(strstr(text, "compute region of another layout or corrupted, re-initialised"));
+    assert_non_null(strstr(text, "each process held to the share on its own "
+                                 "dir=/nonexistent/egpu-throttle"));
+    assert_int_equal(count_lines(text), 3); /* once each, nothing else */
+    free(text);
 }
 
 /* ---- Real time: threads and fork through the public interface. ---- */
