@@ -249,6 +249,11 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
 /* Binds by outcome since start (index enum egpu_bind_result). */
 void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_RESULTS]);
 
+/* Prioritize calls since start answered with the reply their filter call had
+ * encoded ahead, on another thread (the same nodes that passed it, the same
+ * pod, the cluster unchanged in between). */
+uint64_t egpu_extender_prioritize_ahead(struct egpu_extender *x);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,6 +33,7 @@
 
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
+#include "ahead_int.h"
 #include "wire_int.h"
 
 #define NPOLICIES             (EGPU_POLICY_FGD + 1)
@@ -52,6 +53,7 @@ struct last_filter {
     const struct egpu_placer *placer; /* compared, never used */
     uint64_t placer_epoch;            /* egpu_extender.placer_epoch then */
     uint64_t gen;                     /* the cluster's generation then */
+    uint64_t token;                   /* its post to x->ahead (0 = none) */
     size_t n;
     const char **names; /* n names, NULL when nothing is kept */
     char *arena;        /* the names' bytes */
@@ -78,6 +80,9 @@ struct egpu_extender {
     size_t live_pods;          /* pods in the cache when live was built */
     struct last_filter last;
     struct resolved resolved;
+    struct egpu__ahead *ahead;        /* prioritize's reply encoded ahead; may be NULL */
+    atomic_uint_least64_t filter_seq; /* tokens of posts to ahead */
+    atomic_uint_least64_t ahead_hits; /* prioritize calls answered from ahead */
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
 };
 
@@ -104,6 +109,8 @@ struct egpu_extender *egpu_extender_new(const struct egpu_extender_config *cfg,
     x->cfg = *cfg;
     x->cache = cache;
     x->ops = *ops;
+    /* Without the worker (no thread), prioritize encodes every reply itself. */
+    x->ahead = egpu__ahead_new();
     return x;
 }
 
@@ -122,12 +129,18 @@ void egpu_extender_free(struct egpu_extender *x)
 {
     if (x == NULL)
         return;
+    egpu__ahead_free(x->ahead);
     drop_placers(x);
     last_drop(&x->last);
     egpu_free(x->resolved.bytes);
     egpu_free(x->resolved.nodes);
     egpu_workload_free(&x->live);
     egpu_free(x);
+}
+
+uint64_t egpu_extender_prioritize_ahead(struct egpu_extender *x)
+{
+    return atomic_load(&x->ahead_hits);
 }
 
 void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_RESULTS])
@@ -291,7 +304,7 @@ static void last_drop(struct last_filter *l)
 /* Keep filter's verdicts v for a's nodes, judged at generation gen: takes
  * a's names and v (cache lock held). */
 static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct verdict *v,
-                      const struct egpu_placer *p, uint64_t gen)
+                      const struct egpu_placer *p, uint64_t gen, uint64_t token)
 {
     struct last_filter *l = &x->last;
 
@@ -303,6 +316,7 @@ static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct
     l->placer = p;
     l->placer_epoch = x->placer_epoch;
     l->gen = gen;
+    l->token = token;
     l->n = a->n;
     l->names = a->names;
     l->arena = a->arena;
@@ -425,6 +439,57 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
     return rc;
 }
 
+/* Map the policy's scores onto 0..10 (MaxExtenderPriority) for kube-scheduler:
+ * best feasible = 10, worst feasible = 0 (all 10 when they tie); nodes that
+ * cannot host the pod score 0. v and score are arrays of n. */
+static void priority_scores(const struct verdict *v, size_t n, uint8_t *score)
+{
+    double lo = 0, hi = 0;
+    bool any = false;
+
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].ok) {
+            lo = any && lo < v[i].score ? lo : v[i].score;
+            hi = any && hi > v[i].score ? hi : v[i].score;
+            any = true;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        score[i] = !v[i].ok  ? 0
+                   : hi > lo ? (uint8_t)(10.0 * (v[i].score - lo) / (hi - lo) + 0.5)
+                             : (uint8_t)10;
+}
+
+/* Post the prioritize reply for the nodes that passed (why[i] == NULL) to
+ * the worker, which encodes it while filter's own reply goes out. Returns
+ * the post's token, 0 when nothing was posted (no worker, out of memory). */
+static uint64_t post_ahead(struct egpu_extender *x, const struct egpu__wire_args *a,
+                           const struct verdict *v, const char *const *why)
+{
+    const char **names = egpu_malloc((a->n ? a->n : 1) * sizeof(*names));
+    struct verdict *pv = egpu_malloc((a->n ? a->n : 1) * sizeof(*pv));
+    uint8_t *score = egpu_malloc(a->n ? a->n : 1);
+    uint64_t token = 0;
+    size_t k = 0;
+
+    if (x->ahead != NULL && names != NULL && pv != NULL && score != NULL) {
+        for (size_t i = 0; i < a->n; i++) {
+            if (why[i] == NULL) {
+                names[k] = a->names[i];
+                pv[k++] = v[i];
+            }
+        }
+        priority_scores(pv, k, score);
+        token = atomic_fetch_add(&x->filter_seq, 1) + 1;
+        if (egpu__ahead_post(x->ahead, token, names, score, k) != 0)
+            token = 0;
+    }
+    egpu_free(names);
+    egpu_free(pv);
+    egpu_free(score);
+    return token;
+}
+
 int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                          struct egpu_buf *reply)
 {
@@ -435,7 +500,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct verdict *v = NULL;
     struct egpu_cluster *c;
     const char **why;
-    uint64_t gen = 0;
+    uint64_t gen = 0, token;
     int status, rc = 0;
 
     if (!synced(x))
@@ -469,11 +534,13 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
             p == NULL ? reply_error(reply, 400, err.msg) : reply_error(reply, 500, "out of memory");
         goto out;
     }
+    /* The prioritize that follows for this pod answers from these verdicts:
+     * its reply is encoded ahead, on another thread, while this one goes out. */
+    token = v != NULL ? post_ahead(x, &a, v, why) : 0;
     status = egpu__wire_filter_result(reply, &a, why) == 0 ? 200 : 500;
     if (status == 200 && v != NULL) {
-        /* The prioritize that follows for this pod answers from these. */
         (void)egpu_sched_cache_lock(x->cache);
-        last_keep(x, &a, v, p, gen);
+        last_keep(x, &a, v, p, gen, token);
         egpu_sched_cache_unlock(x->cache);
         v = NULL;
     }
@@ -494,8 +561,8 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     struct egpu_cluster *c;
     struct verdict *v;
     uint8_t *score;
-    double lo = 0, hi = 0;
-    bool any = false;
+    uint64_t token = 0;
+    bool ahead = false;
     int status, rc = 0;
 
     if (!synced(x))
@@ -503,6 +570,25 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     status = decode_args(body, len, &a, reply);
     if (status)
         return status;
+    /* Straight after filter for this pod, with the nodes that passed: the
+     * reply filter posted ahead. */
+    c = egpu_sched_cache_lock(x->cache);
+    if (x->ahead != NULL && egpu_sched_pod_wants_gpu(&a.pod)) {
+        p = pod_placer(x, c, &a.pod, &err);
+        ahead = p != NULL && last_holds(x, c, &a.pod, p) && x->last.token != 0;
+        token = x->last.token;
+    }
+    egpu_sched_cache_unlock(x->cache);
+    if (ahead) {
+        rc = egpu__ahead_take(x->ahead, token, a.names, a.n, reply);
+        if (rc == 1)
+            atomic_fetch_add(&x->ahead_hits, 1);
+        if (rc != 0) {
+            egpu__wire_args_free(&a);
+            return rc == 1 ? 200 : reply_error(reply, 500, "out of memory");
+        }
+    }
+    p = NULL;
     v = egpu_calloc(a.n ? a.n : 1, sizeof(*v));
     score = egpu_calloc(a.n ? a.n : 1, sizeof(*score));
     if (v == NULL || score == NULL) {
@@ -535,21 +621,8 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
         status = reply_error(reply, 500, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < a.n; i++) {
-        if (v[i].ok) {
-            lo = any && lo < v[i].score ? lo : v[i].score;
-            hi = any && hi > v[i].score ? hi : v[i].score;
-            any = true;
-        }
-    }
-    /* Map the policy's scale onto 0..10 (MaxExtenderPriority): best = 10,
-     * worst feasible = 0 (all 10 when they tie); nodes that cannot host
-     * the pod, and every node for a pod without GPUs, score 0. */
-    for (size_t i = 0; i < a.n; i++) {
-        if (v[i].ok)
-            score[i] =
-                hi > lo ? (uint8_t)(10.0 * (v[i].score - lo) / (hi - lo) + 0.5) : (uint8_t)10;
-    }
+    /* Every node scores 0 for a pod without GPUs (v all zero: not ok). */
+    priority_scores(v, a.n, score);
     status = egpu__wire_priorities(reply, &a, score) == 0 ? 200 : 500;
 out:
     egpu_free(v);

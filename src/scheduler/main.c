@@ -41,8 +41,9 @@ struct app {
     struct egpu_metrics *reg;
     struct egpu_health *health;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
-        *m_pods, *m_unresolved;
+        *m_pods, *m_unresolved, *m_ahead;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
+    uint64_t ahead_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
     pthread_mutex_t api_error_lock;
@@ -165,6 +166,11 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                "Pods counted without their cards (annotation does not match the "
                                "node's GPUs).",
                                0, NULL, &a->m_unresolved);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_scheduler_prioritize_ahead_total",
+                                 "Prioritize calls answered with the reply their filter call had "
+                                 "encoded ahead.",
+                                 0, NULL, &a->m_ahead);
     if (rc)
         return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
     return 0;
@@ -185,6 +191,13 @@ static void refresh_metrics(struct app *a)
             (void)(r == EGPU_BIND_OK ? egpu_metric_add(a->m_binds, NULL, delta)
                                      : egpu_metric_add(a->m_bind_failures, label, delta));
         a->binds_seen[r] = counts[r];
+    }
+    {
+        uint64_t ahead = egpu_extender_prioritize_ahead(a->x);
+
+        if (ahead > a->ahead_seen)
+            (void)egpu_metric_add(a->m_ahead, NULL, (double)(ahead - a->ahead_seen));
+        a->ahead_seen = ahead;
     }
     egpu_sched_cache_stats(a->cache, &st);
     (void)egpu_metric_set(a->m_nodes, NULL, (double)st.nodes);

@@ -599,6 +599,7 @@ static void test_filter_then_prioritize_same_scores(void **state)
     const char *all[NNODES], *survivors[NNODES], *shuffled[NNODES];
     char *body, *want, *got;
     json_t *out, *passed;
+    uint64_t hits;
     int ns = 0;
 
     (void)state;
@@ -613,6 +614,7 @@ static void test_filter_then_prioritize_same_scores(void **state)
     want = fresh_prioritize(c, all, NNODES, 30);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
+    assert_int_equal(egpu_extender_prioritize_ahead(x), 0); /* not the nodes that passed */
     assert_non_null(strstr(got, "\"Score\":10"));
     assert_null(strstr(got, "\"Score\":0")); /* zeros are left out */
     free(want);
@@ -626,8 +628,31 @@ static void test_filter_then_prioritize_same_scores(void **state)
     free(body);
     body = tu_extender_args(make_pod("p", 30, 1024), survivors, ns, false);
     want = fresh_prioritize(c, survivors, ns, 30);
+    hits = egpu_extender_prioritize_ahead(x);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
+    /* That one came from the reply filter encoded ahead; asked again (a
+     * retry), it still does. */
+    assert_int_equal(egpu_extender_prioritize_ahead(x), hits + 1);
+    free(got);
+    got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
+    assert_string_equal(got, want);
+    assert_int_equal(egpu_extender_prioritize_ahead(x), hits + 2);
+    free(want);
+    free(got);
+    /* The cluster changes between the two calls: the reply encoded ahead is
+     * stale and not used; the answer follows the change. */
+    {
+        char *all_body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
+
+        json_decref(call(egpu_extender_filter, x, all_body, 200));
+        free(all_body);
+    }
+    use_card(c, "late", survivors[0], 40);
+    want = fresh_prioritize(c, survivors, ns, 30);
+    got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
+    assert_string_equal(got, want);
+    assert_int_equal(egpu_extender_prioritize_ahead(x), hits + 2);
     free(want);
     free(got);
     free(body);
