@@ -65,19 +65,6 @@ struct kernel {
     uint32_t iters;
 };
 
-static void reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void reply(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    putchar('\n');
-    fflush(stdout);
-}
-
 static int kernel_setup(struct kernel *k, const struct options *o)
 {
     char why[256];
@@ -88,7 +75,7 @@ static int kernel_setup(struct kernel *k, const struct options *o)
     if (gpubench_cuda_open(&k->cu, o->lookup, why, sizeof(why)) != 0 ||
         gpubench_cuda_attach(&k->cu, o->device, &k->dev, &k->ctx, why, sizeof(why)) != 0 ||
         gpubench_module_load(&k->cu, &k->module, &k->ptx, why, sizeof(why)) != 0) {
-        reply("err %s", why);
+        gpubench_reply("err %s", why);
         return -EIO;
     }
     rc = k->cu.module_get_function(&k->fn, k->module, "egpu_spin_iters");
@@ -97,7 +84,7 @@ static int kernel_setup(struct kernel *k, const struct options *o)
     if (rc == CUDA_SUCCESS && o->blocks == 0)
         rc = k->cu.device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, k->dev);
     if (rc != CUDA_SUCCESS) {
-        reply("err kernel setup: %s", gpubench_cu_name(&k->cu, rc));
+        gpubench_reply("err kernel setup: %s", gpubench_cu_name(&k->cu, rc));
         return -EIO;
     }
     k->blocks = o->blocks != 0 ? (unsigned int)o->blocks : (unsigned int)(sms > 0 ? sms : 1);
@@ -162,7 +149,7 @@ static int worker_calib(const struct options *o)
 
         t = kernel_time_ns(&k, 5);
         if (t <= 0) {
-            reply("err calibration launch failed");
+            gpubench_reply("err calibration launch failed");
             return 1;
         }
         if (fabs(t - target) < target * 0.02)
@@ -175,19 +162,19 @@ static int worker_calib(const struct options *o)
         k.iters = scaled < 1 ? 1 : scaled > 2e9 ? 2000000000u : (uint32_t)scaled;
     }
     /* The name may hold spaces: it goes last, and the parent takes the rest of the line. */
-    reply("ready sms=%d blocks=%u iters=%" PRIu32 " ptx=%s driver=%d name=%s", sms, k.blocks,
-          k.iters, k.ptx, k.cu.driver_version, name);
+    gpubench_reply("ready sms=%d blocks=%u iters=%" PRIu32 " ptx=%s driver=%d name=%s", sms,
+                   k.blocks, k.iters, k.ptx, k.cu.driver_version, name);
     while (fgets(line, sizeof(line), stdin) != NULL) {
         if (strncmp(line, "measure", 7) == 0) {
             t = kernel_time_ns(&k, 30);
             if (t > 0)
-                reply("ok kernel_ns=%.0f", t);
+                gpubench_reply("ok kernel_ns=%.0f", t);
             else
-                reply("err measure failed");
+                gpubench_reply("err measure failed");
         } else if (strncmp(line, "exit", 4) == 0) {
             break;
         } else {
-            reply("err unknown command");
+            gpubench_reply("err unknown command");
         }
     }
     return 0;
@@ -210,13 +197,13 @@ static int worker_run(const struct options *o)
     for (unsigned i = 0; i < depth && rc == CUDA_SUCCESS; i++)
         rc = k.cu.event_create(&done[i], CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
     if (rc != CUDA_SUCCESS) {
-        reply("err cuEventCreate: %s", gpubench_cu_name(&k.cu, rc));
+        gpubench_reply("err cuEventCreate: %s", gpubench_cu_name(&k.cu, rc));
         return 1;
     }
-    reply("ready");
+    gpubench_reply("ready");
     if (fgets(line, sizeof(line), stdin) == NULL ||
         sscanf(line, "go %" SCNu64 " %" SCNu64, &t0, &t1) != 2) {
-        reply("err expected go");
+        gpubench_reply("err expected go");
         return 1;
     }
     for (unsigned slot = 0;; slot = (slot + 1) % depth) {
@@ -248,10 +235,10 @@ static int worker_run(const struct options *o)
         launched++;
     }
     if (rc != CUDA_SUCCESS) {
-        reply("err launch loop: %s", gpubench_cu_name(&k.cu, rc));
+        gpubench_reply("err launch loop: %s", gpubench_cu_name(&k.cu, rc));
         return 1;
     }
-    reply("ok kernels=%" PRIu64 " launched=%" PRIu64, kernels, launched);
+    gpubench_reply("ok kernels=%" PRIu64 " launched=%" PRIu64, kernels, launched);
     return 0;
 }
 

@@ -94,19 +94,6 @@ struct worker {
     size_t nheld, cap;
 };
 
-static void reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void reply(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    putchar('\n');
-    fflush(stdout);
-}
-
 static bool path_supported(const struct worker *w, enum path_kind k)
 {
     const struct gpubench_cuda *cu = &w->cu;
@@ -267,7 +254,7 @@ static int mem_info(struct worker *w, size_t *free_bytes, size_t *total_bytes)
     CUresult rc = w->cu.mem_get_info(free_bytes, total_bytes);
 
     if (rc != CUDA_SUCCESS) {
-        reply("err cuMemGetInfo_v2 %s", gpubench_cu_name(&w->cu, rc));
+        gpubench_reply("err cuMemGetInfo_v2 %s", gpubench_cu_name(&w->cu, rc));
         return -EIO;
     }
     return 0;
@@ -284,15 +271,15 @@ static void cmd_info(struct worker *w)
         return;
     rc = w->cu.device_total_mem(&dt, w->dev);
     if (rc != CUDA_SUCCESS) {
-        reply("err cuDeviceTotalMem_v2 %s", gpubench_cu_name(&w->cu, rc));
+        gpubench_reply("err cuDeviceTotalMem_v2 %s", gpubench_cu_name(&w->cu, rc));
         return;
     }
     if (w->have_nvml && gpubench_nvml_memory(&w->nv, w->uuid, &nm) == 0) {
         nvml_total = (int64_t)nm.total;
         nvml_used = (int64_t)nm.used;
     }
-    reply("ok free=%zu total=%zu dev_total=%zu nvml_total=%" PRId64 " nvml_used=%" PRId64, f, t, dt,
-          nvml_total, nvml_used);
+    gpubench_reply("ok free=%zu total=%zu dev_total=%zu nvml_total=%" PRId64 " nvml_used=%" PRId64,
+                   f, t, dt, nvml_total, nvml_used);
 }
 
 static void cmd_alloc(struct worker *w, const char *path, uint64_t chunk, uint64_t max)
@@ -307,18 +294,18 @@ static void cmd_alloc(struct worker *w, const char *path, uint64_t chunk, uint64
             k = (enum path_kind)i;
     }
     if (k == P_COUNT || chunk == 0) {
-        reply("err bad alloc command");
+        gpubench_reply("err bad alloc command");
         return;
     }
     if (!path_supported(w, k)) {
-        reply("err unsupported: the driver has no %s", path_apis[k]);
+        gpubench_reply("err unsupported: the driver has no %s", path_apis[k]);
         return;
     }
     if (w->nheld + max > w->cap) {
         struct held *nh = realloc(w->held, (w->nheld + max) * sizeof(*nh));
 
         if (nh == NULL) {
-            reply("err out of host memory");
+            gpubench_reply("err out of host memory");
             return;
         }
         w->held = nh;
@@ -341,9 +328,10 @@ static void cmd_alloc(struct worker *w, const char *path, uint64_t chunk, uint64
     /* fb: free memory just before the call that failed; fa: just after it. */
     if (mem_info(w, &fa, &t) != 0)
         return;
-    reply("ok n=%" PRIu64 " code=%d code_name=%s first_delta=%zu free_before_fail=%zu "
-          "free_after_fail=%zu",
-          n, rc, rc == CUDA_SUCCESS ? "none" : gpubench_cu_name(&w->cu, rc), first_delta, fb, fa);
+    gpubench_reply("ok n=%" PRIu64 " code=%d code_name=%s first_delta=%zu free_before_fail=%zu "
+                   "free_after_fail=%zu",
+                   n, rc, rc == CUDA_SUCCESS ? "none" : gpubench_cu_name(&w->cu, rc), first_delta,
+                   fb, fa);
 }
 
 static void cmd_free(struct worker *w)
@@ -352,12 +340,12 @@ static void cmd_free(struct worker *w)
     CUresult rc = free_all(w);
 
     if (rc != CUDA_SUCCESS) {
-        reply("err free: %s", gpubench_cu_name(&w->cu, rc));
+        gpubench_reply("err free: %s", gpubench_cu_name(&w->cu, rc));
         return;
     }
     if (mem_info(w, &f, &t) != 0)
         return;
-    reply("ok free=%zu", f);
+    gpubench_reply("ok free=%zu", f);
 }
 
 static CUresult ctx_create(struct worker *w, CUcontext *ctx)
@@ -379,7 +367,7 @@ static void cmd_ctxs(struct worker *w, uint64_t n)
     CUresult rc = CUDA_SUCCESS;
 
     if (n == 0 || n > 64) {
-        reply("err ctxs: 1..64");
+        gpubench_reply("err ctxs: 1..64");
         return;
     }
     if (mem_info(w, &f_start, &t) != 0)
@@ -404,13 +392,13 @@ static void cmd_ctxs(struct worker *w, uint64_t n)
         (void)w->cu.ctx_destroy(ctxs[i]); /* what came back is measured below */
     (void)w->cu.ctx_set_current(w->ctx);  /* the primary context stays retained */
     if (rc != CUDA_SUCCESS) {
-        reply("err cuCtxCreate: %s", gpubench_cu_name(&w->cu, rc));
+        gpubench_reply("err cuCtxCreate: %s", gpubench_cu_name(&w->cu, rc));
         return;
     }
     if (mem_info(w, &f, &t) != 0)
         return;
-    reply("ok n=%" PRIu64 " min=%" PRIu64 " max=%" PRIu64 " sum=%" PRIu64 " missing=%zu", made,
-          dmin, dmax, dsum, f_start > f ? f_start - f : 0);
+    gpubench_reply("ok n=%" PRIu64 " min=%" PRIu64 " max=%" PRIu64 " sum=%" PRIu64 " missing=%zu",
+                   made, dmin, dmax, dsum, f_start > f ? f_start - f : 0);
 }
 
 /* Polls cuMemGetInfo every millisecond until free >= target; reports microseconds since
@@ -426,11 +414,12 @@ static void cmd_watch(struct worker *w, uint64_t target, uint64_t timeout_ms, ui
         if (f >= target) {
             uint64_t now = gpubench_now_ns();
 
-            reply("ok us=%" PRIu64 " free=%zu", now > t0_ns ? (now - t0_ns) / 1000u : 0, f);
+            gpubench_reply("ok us=%" PRIu64 " free=%zu", now > t0_ns ? (now - t0_ns) / 1000u : 0,
+                           f);
             return;
         }
         if (gpubench_now_ns() >= deadline) {
-            reply("err timeout free=%zu", f);
+            gpubench_reply("err timeout free=%zu", f);
             return;
         }
         gpubench_sleep_until(gpubench_now_ns() + 1000000u);
@@ -447,7 +436,7 @@ static int worker_main(const struct options *o)
     memset(&w, 0, sizeof(w));
     if (gpubench_cuda_open(&w.cu, o->lookup, why, sizeof(why)) != 0 ||
         gpubench_cuda_attach(&w.cu, o->device, &w.dev, &w.ctx, why, sizeof(why)) != 0) {
-        reply("err %s", why);
+        gpubench_reply("err %s", why);
         return 1;
     }
     if (gpubench_cuda_uuid(&w.cu, w.dev, w.uuid, sizeof(w.uuid)) != 0)
@@ -455,14 +444,14 @@ static int worker_main(const struct options *o)
     w.have_nvml = w.uuid[0] != '\0' && gpubench_nvml_open(&w.nv, o->lookup, why, sizeof(why)) == 0;
     rc = w.cu.stream_create(&w.stream, CU_STREAM_NON_BLOCKING);
     if (rc != CUDA_SUCCESS) {
-        reply("err cuStreamCreate: %s", gpubench_cu_name(&w.cu, rc));
+        gpubench_reply("err cuStreamCreate: %s", gpubench_cu_name(&w.cu, rc));
         return 1;
     }
     if (w.cu.mem_get_info(&f, &t) != CUDA_SUCCESS) {
-        reply("err cuMemGetInfo_v2 failed after attach");
+        gpubench_reply("err cuMemGetInfo_v2 failed after attach");
         return 1;
     }
-    reply("ready free=%zu total=%zu", f, t);
+    gpubench_reply("ready free=%zu total=%zu", f, t);
     while (fgets(line, sizeof(line), stdin) != NULL) {
         char path[16];
         uint64_t a, b, c;
@@ -481,7 +470,7 @@ static int worker_main(const struct options *o)
         else if (strcmp(line, "exit") == 0)
             break;
         else
-            reply("err unknown command");
+            gpubench_reply("err unknown command");
     }
     (void)free_all(&w); /* exiting: the driver frees the rest */
     if (w.pool != NULL)

@@ -67,19 +67,6 @@ static double median(double *v, size_t n)
 
 /* ---- Worker ---- */
 
-static void reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void reply(const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    putchar('\n');
-    fflush(stdout);
-}
-
 static int worker_main(const struct options *o)
 {
     struct gpubench_cuda cu;
@@ -103,14 +90,14 @@ static int worker_main(const struct options *o)
     if (gpubench_cuda_open(&cu, o->lookup, why, sizeof(why)) != 0 ||
         gpubench_cuda_attach(&cu, o->device, &dev, &ctx, why, sizeof(why)) != 0 ||
         gpubench_module_load(&cu, &module, &ptx, why, sizeof(why)) != 0) {
-        reply("err %s", why);
+        gpubench_reply("err %s", why);
         return 1;
     }
     rc = cu.module_get_function(&fn, module, "egpu_spin_cycles");
     if (rc == CUDA_SUCCESS)
         rc = cu.stream_create(&stream, CU_STREAM_NON_BLOCKING);
     if (rc != CUDA_SUCCESS) {
-        reply("err setup: %s", gpubench_cu_name(&cu, rc));
+        gpubench_reply("err setup: %s", gpubench_cu_name(&cu, rc));
         return 1;
     }
     per_batch = calloc(o->batches, sizeof(*per_batch));
@@ -118,7 +105,7 @@ static int worker_main(const struct options *o)
     per_free = calloc(o->alloc_reps, sizeof(*per_free));
     ptrs = calloc(o->allocs, sizeof(*ptrs));
     if (per_batch == NULL || per_alloc == NULL || per_free == NULL || ptrs == NULL) {
-        reply("err out of host memory");
+        gpubench_reply("err out of host memory");
         return 1;
     }
     gpubench_icount_open(&ic);
@@ -140,7 +127,7 @@ static int worker_main(const struct options *o)
         if (rc == CUDA_SUCCESS)
             rc = cu.stream_synchronize(stream);
         if (rc != CUDA_SUCCESS) {
-            reply("err cuLaunchKernel: %s", gpubench_cu_name(&cu, rc));
+            gpubench_reply("err cuLaunchKernel: %s", gpubench_cu_name(&cu, rc));
             return 1;
         }
         if (bi >= 0) {
@@ -170,7 +157,7 @@ static int worker_main(const struct options *o)
         t1 = gpubench_now_ns();
         na = gpubench_icount_stop(&ic);
         if (rc != CUDA_SUCCESS) {
-            reply("err cuMemAlloc_v2 of %zu bytes: %s", bytes, gpubench_cu_name(&cu, rc));
+            gpubench_reply("err cuMemAlloc_v2 of %zu bytes: %s", bytes, gpubench_cu_name(&cu, rc));
             return 1;
         }
         gpubench_icount_start(&ic);
@@ -183,7 +170,7 @@ static int worker_main(const struct options *o)
         t3 = gpubench_now_ns();
         nf = gpubench_icount_stop(&ic);
         if (rc != CUDA_SUCCESS) {
-            reply("err cuMemFree_v2: %s", gpubench_cu_name(&cu, rc));
+            gpubench_reply("err cuMemFree_v2: %s", gpubench_cu_name(&cu, rc));
             return 1;
         }
         if (r >= 0) {
@@ -198,14 +185,15 @@ static int worker_main(const struct options *o)
             }
         }
     }
-    reply("ok launch_ns=%.1f launch_instr=%.1f alloc_ns=%.1f alloc_instr=%.1f free_ns=%.1f "
-          "free_instr=%.1f ptx=%s",
-          median(per_batch, o->batches),
-          instr_launch >= 0 && counted_launches ? (double)instr_launch / counted_launches : -1.0,
-          median(per_alloc, o->alloc_reps),
-          instr_alloc >= 0 && counted_allocs ? (double)instr_alloc / counted_allocs : -1.0,
-          median(per_free, o->alloc_reps),
-          instr_free >= 0 && counted_allocs ? (double)instr_free / counted_allocs : -1.0, ptx);
+    gpubench_reply(
+        "ok launch_ns=%.1f launch_instr=%.1f alloc_ns=%.1f alloc_instr=%.1f free_ns=%.1f "
+        "free_instr=%.1f ptx=%s",
+        median(per_batch, o->batches),
+        instr_launch >= 0 && counted_launches ? (double)instr_launch / counted_launches : -1.0,
+        median(per_alloc, o->alloc_reps),
+        instr_alloc >= 0 && counted_allocs ? (double)instr_alloc / counted_allocs : -1.0,
+        median(per_free, o->alloc_reps),
+        instr_free >= 0 && counted_allocs ? (double)instr_free / counted_allocs : -1.0, ptx);
     gpubench_icount_close(&ic);
     (void)cu.stream_destroy(stream); /* exiting */
     (void)cu.module_unload(module);  /* exiting */

@@ -937,3 +937,14 @@ void gpubench_icount_close(struct gpubench_icount *ic)
         close(ic->fd);
     ic->fd = -1;
 }
+
+void gpubench_reply(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}

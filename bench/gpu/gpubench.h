@@ -227,6 +227,10 @@ int gpubench_child_wait(struct gpubench_child *c, int timeout_ms, int *status);
 void gpubench_child_kill(struct gpubench_child *c);
 
 /* Finds " key=" in a reply line and parses its value. Return 0, -ENOENT, -EINVAL. */
+/* A worker's answer to its parent: one printf-formatted line on stdout,
+ * flushed at once (the parent reads it with gpubench_child_recv). */
+void gpubench_reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 int gpubench_kv_u64(const char *line, const char *key, uint64_t *out);
 int gpubench_kv_i64(const char *line, const char *key, int64_t *out);
 int gpubench_kv_f64(const char *line, const char *key, double *out);

@@ -18,14 +18,26 @@
  * per 200 us of estimated work). Allocations: batches of --allocs
  * cuMemAlloc_v2 of 2 MiB, then as many cuMemFree_v2, timed apart.
  * Instructions: user-space instructions retired (perf_event_open,
- * PERF_COUNT_HW_INSTRUCTIONS) over the same batches, or "n/a" and why.
+ * PERF_COUNT_HW_INSTRUCTIONS) over the same batches. Where the machine has
+ * no such counter (most virtual machines), every mode runs a second time
+ * under valgrind's callgrind, at most CG_BATCHES_MAX batches: the measured
+ * loops are functions of their own (overhead_launches, overhead_allocs,
+ * overhead_frees) and callgrind dumps its counts on entering and on leaving
+ * each (--dump-before, --dump-after), so a dump taken on leaving holds the
+ * instructions (Ir) of one batch; only the calling thread's counts are read
+ * (--separate-threads=yes), as perf_event_open counts only that thread. The
+ * table then says "(callgrind)". Without either, "n/a" and why.
  *
  *   vcuda_overhead [--launches N] [--allocs N] [--batches N] [--interposer PATH]
- *                  [--mock-dir DIR]
+ *                  [--mock-dir DIR] [--valgrind PATH|none]
+ *
+ * --valgrind: the valgrind to count instructions with when the hardware
+ * counter is missing (default: "valgrind" found in PATH; "none": do not).
  *
  * Exit status: 0, 1 when a mode could not be measured, 2 for a usage error.
  */
 #define _GNU_SOURCE /* dladdr, syscall, mkdtemp */
+#include <dirent.h>
 #include <errno.h>
 #include <linux/perf_event.h>
 #include <stdlib.h>
@@ -40,12 +52,17 @@
 #define EGPU_BENCH_BUILD "build"
 #endif
 
-#define BATCHES_MAX 101
-#define ALLOC_BYTES (2u << 20)
+#define BATCHES_MAX    101
+#define CG_BATCHES_MAX 3 /* under callgrind: counts are exact, a run is ~50x slower */
+#define ALLOC_BYTES    (2u << 20)
 
 enum call { CALL_LAUNCH, CALL_ALLOC, CALL_FREE, NCALLS };
 
 static const char *const call_names[NCALLS] = {"cuLaunchKernel", "cuMemAlloc_v2", "cuMemFree_v2"};
+
+/* The functions that time each call's batches, by the names callgrind is told. */
+static const char *const loop_names[NCALLS] = {"overhead_launches", "overhead_allocs",
+                                               "overhead_frees"};
 
 struct mode {
     const char *name;
@@ -68,13 +85,17 @@ struct opts {
     unsigned batches;
     const char *interposer;
     const char *mock_dir;
+    const char *valgrind; /* NULL: no callgrind */
+    bool valgrind_none;   /* --valgrind none */
     char self[4096];
+    char valgrind_found[4096];
 };
 
 /* What a child measured for one call. */
 struct figure {
-    double ns;    /* median batch, ns per call; < 0: not measured */
-    double instr; /* instructions per call; < 0: not counted */
+    double ns;     /* median batch, ns per call; < 0: not measured */
+    double instr;  /* instructions per call, median batch; < 0: not counted */
+    double spread; /* callgrind: largest minus smallest batch, instructions per call */
 };
 
 /* ---- The child: one mode. ---- */
@@ -127,11 +148,49 @@ static double median(double *v, unsigned n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* vcuda_overhead --child LAUNCHES ALLOCS BATCHES: prints one line per call,
- * "<call> ns=<median ns per call> instr=<per call, -1 if not counted>", and
- * "counter=<why not>" when instructions could not be counted. */
-static int child_main(char **argv)
+/* The measured loops. Each is a function of its own, called through a
+ * volatile pointer so that the compiler neither inlines it nor clones it
+ * under another name: callgrind finds it by name (loop_names). Each returns
+ * 0, or -1 when a call did not return CUDA_SUCCESS. */
+static __attribute__((noinline)) int overhead_launches(const struct bench_driver *d, unsigned n)
 {
+    for (unsigned i = 0; i < n; i++)
+        if (d->launch(d->fn, 1, 1, 1, 32, 1, 1, 0, d->stream, NULL, NULL) != CUDA_SUCCESS)
+            return -1;
+    return 0;
+}
+
+static __attribute__((noinline)) int overhead_allocs(const struct bench_driver *d,
+                                                     CUdeviceptr *ptrs, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (d->mem_alloc(&ptrs[i], ALLOC_BYTES) != CUDA_SUCCESS)
+            return -1;
+    return 0;
+}
+
+static __attribute__((noinline)) int overhead_frees(const struct bench_driver *d,
+                                                    const CUdeviceptr *ptrs, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (d->mem_free(ptrs[i]) != CUDA_SUCCESS)
+            return -1;
+    return 0;
+}
+
+static int (*volatile launches_fn)(const struct bench_driver *, unsigned) = overhead_launches;
+static int (*volatile allocs_fn)(const struct bench_driver *, CUdeviceptr *,
+                                 unsigned) = overhead_allocs;
+static int (*volatile frees_fn)(const struct bench_driver *, const CUdeviceptr *,
+                                unsigned) = overhead_frees;
+
+/* vcuda_overhead --child LAUNCHES ALLOCS BATCHES [cg]: prints one line per call,
+ * "<call> ns=<median ns per call> instr=<per call, -1 if not counted>", and
+ * "counter=<why not>" when instructions could not be counted. With "cg"
+ * (running under callgrind, which counts) it opens no counter. */
+static int child_main(int argc, char **argv)
+{
+    bool cg = argc == 4 && strcmp(argv[3], "cg") == 0;
     unsigned launches = (unsigned)strtoul(argv[0], NULL, 10);
     unsigned allocs = (unsigned)strtoul(argv[1], NULL, 10);
     unsigned batches = (unsigned)strtoul(argv[2], NULL, 10);
@@ -145,8 +204,8 @@ static int child_main(char **argv)
         fprintf(stderr, "vcuda_overhead child: %s\n", ptrs ? err : "out of memory");
         return 1;
     }
-    fd = counter_open();
-    if (fd < 0)
+    fd = cg ? -1 : counter_open();
+    if (fd < 0 && !cg)
         printf("counter=perf_event_open(PERF_COUNT_HW_INSTRUCTIONS): %s (%s)\n", strerror(errno),
                errno == ENOENT || errno == EOPNOTSUPP ? "no hardware instruction counter here, "
                                                         "as in most virtual machines"
@@ -164,9 +223,8 @@ static int child_main(char **argv)
         bench_sleep_until(bench_now_ns() + 20000000ull); /* the bucket refills */
         counter_start(fd);
         t0 = bench_now_ns();
-        for (unsigned i = 0; i < launches; i++)
-            if (d.launch(d.fn, 1, 1, 1, 32, 1, 1, 0, d.stream, NULL, NULL) != CUDA_SUCCESS)
-                return 1;
+        if (launches_fn(&d, launches) != 0)
+            return 1;
         t1 = bench_now_ns();
         instr[CALL_LAUNCH][b] = (double)counter_stop(fd) / launches;
         ns[CALL_LAUNCH][b] = (double)(t1 - t0) / launches;
@@ -174,17 +232,15 @@ static int child_main(char **argv)
 
         counter_start(fd);
         t0 = bench_now_ns();
-        for (unsigned i = 0; i < allocs; i++)
-            if (d.mem_alloc(&ptrs[i], ALLOC_BYTES) != CUDA_SUCCESS)
-                return 1;
+        if (allocs_fn(&d, ptrs, allocs) != 0)
+            return 1;
         t1 = bench_now_ns();
         instr[CALL_ALLOC][b] = (double)counter_stop(fd) / allocs;
         ns[CALL_ALLOC][b] = (double)(t1 - t0) / allocs;
         counter_start(fd);
         t0 = bench_now_ns();
-        for (unsigned i = 0; i < allocs; i++)
-            if (d.mem_free(ptrs[i]) != CUDA_SUCCESS)
-                return 1;
+        if (frees_fn(&d, ptrs, allocs) != 0)
+            return 1;
         t1 = bench_now_ns();
         instr[CALL_FREE][b] = (double)counter_stop(fd) / allocs;
         ns[CALL_FREE][b] = (double)(t1 - t0) / allocs;
@@ -199,27 +255,128 @@ static int child_main(char **argv)
 
 /* ---- The parent: every mode, then the table. ---- */
 
+static int cmp_dumps(const struct dirent **a, const struct dirent **b)
+{
+    unsigned x = 0, y = 0;
+
+    (void)sscanf((*a)->d_name, "cg.out.%u", &x);
+    (void)sscanf((*b)->d_name, "cg.out.%u", &y);
+    return (x > y) - (x < y);
+}
+
+static int is_thread1_dump(const struct dirent *e)
+{
+    unsigned part, thread;
+    int end = 0;
+
+    return sscanf(e->d_name, "cg.out.%u-%u%n", &part, &thread, &end) == 2 &&
+           e->d_name[end] == '\0' && thread == 1;
+}
+
+/* Read the callgrind dumps a child left in dir: files "cg.out.<part>-01"
+ * (thread 1, the one that calls), each with a line "desc: Trigger:
+ * --dump-after=<function>" when taken on leaving a measured loop, and
+ * "totals: <Ir>" (callgrind output format, valgrind manual "Callgrind Format
+ * Specification"). calls[c] is the number of calls one batch of call c makes.
+ * Fills fig[c].instr (median batch, per call) and fig[c].spread. Returns 0,
+ * or -1 with the reason in why (whylen bytes) when a call has no dump. */
+static int cg_collect(const char *dir, const unsigned calls[NCALLS], struct figure fig[NCALLS],
+                      char *why, size_t whylen)
+{
+    double v[NCALLS][CG_BATCHES_MAX];
+    unsigned nv[NCALLS] = {0};
+    struct dirent **list;
+    char path[4200], *line = NULL;
+    size_t cap = 0;
+    int n;
+
+    n = scandir(dir, &list, is_thread1_dump, cmp_dumps);
+    if (n < 0) {
+        snprintf(why, whylen, "scandir %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        unsigned long long total = 0;
+        int c = -1, have_total = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/%s", dir, list[i]->d_name);
+        free(list[i]);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        while (getline(&line, &cap, f) > 0) {
+            if (strncmp(line, "desc: Trigger: --dump-after=", 28) == 0) {
+                for (int k = 0; k < NCALLS; k++)
+                    if (strncmp(line + 28, loop_names[k], strlen(loop_names[k])) == 0 &&
+                        line[28 + strlen(loop_names[k])] == '\n')
+                        c = k;
+            } else if (sscanf(line, "totals: %llu", &total) == 1) {
+                have_total = 1;
+            }
+        }
+        fclose(f);
+        if (c >= 0 && have_total && nv[c] < CG_BATCHES_MAX)
+            v[c][nv[c]++] = (double)total / calls[c];
+    }
+    free(list);
+    free(line);
+    for (int c = 0; c < NCALLS; c++) {
+        if (nv[c] == 0) {
+            snprintf(why, whylen,
+                     "callgrind left no dump on leaving %s (is the program stripped of its "
+                     "symbols?)",
+                     loop_names[c]);
+            return -1;
+        }
+        fig[c].instr = median(v[c], nv[c]); /* sorts v[c] */
+        fig[c].spread = v[c][nv[c] - 1] - v[c][0];
+    }
+    return 0;
+}
+
 /* Run mode m in a child, with an allocation directory of its own; fills
- * fig[] and why (the counter's absence). */
-static int run_mode(const struct opts *o, const struct mode *m, struct figure fig[NCALLS],
+ * fig[] and why (the counter's absence). With cg, the child runs under
+ * callgrind (o->valgrind) for at most CG_BATCHES_MAX batches: only the
+ * instructions are filled, from its dumps, and why says what went wrong. */
+static int run_mode(const struct opts *o, const struct mode *m, bool cg, struct figure fig[NCALLS],
                     char *why, size_t whylen)
 {
-    char out[4096], arg[3][16], ld[8192], dir[] = "/tmp/vcuda-overhead-XXXXXX", cmd[64];
-    int fd[2], status, interposed = -1;
+    char out[4096], arg[3][16], ld[8192], dir[] = "/tmp/vcuda-overhead-XXXXXX", cmd[128];
+    char cgdir[] = "/tmp/vcuda-overhead-cg-XXXXXX", cgopt[2 * NCALLS + 1][128];
+    unsigned batches = cg && o->batches > CG_BATCHES_MAX ? CG_BATCHES_MAX : o->batches;
+    unsigned calls[NCALLS] = {o->launches, o->allocs, o->allocs};
+    int fd[2], status, interposed = -1, rc = 0;
     size_t len = 0;
     ssize_t n;
     pid_t pid;
 
     for (int c = 0; c < NCALLS; c++)
-        fig[c] = (struct figure){-1, -1};
-    if (!mkdtemp(dir) || pipe(fd) != 0)
+        fig[c] = (struct figure){-1, -1, -1};
+    if (!mkdtemp(dir))
         return -1;
+    if ((cg && !mkdtemp(cgdir)) || pipe(fd) != 0) {
+        rmdir(dir);
+        if (cg)
+            rmdir(cgdir); /* fails harmlessly when mkdtemp did */
+        return -1;
+    }
     snprintf(arg[0], sizeof(arg[0]), "%u", o->launches);
     snprintf(arg[1], sizeof(arg[1]), "%u", o->allocs);
-    snprintf(arg[2], sizeof(arg[2]), "%u", o->batches);
+    snprintf(arg[2], sizeof(arg[2]), "%u", batches);
+    snprintf(cgopt[0], sizeof(cgopt[0]), "--callgrind-out-file=%s/cg.out", cgdir);
+    for (int c = 0; c < NCALLS; c++) {
+        snprintf(cgopt[1 + 2 * c], sizeof(cgopt[0]), "--dump-before=%s", loop_names[c]);
+        snprintf(cgopt[2 + 2 * c], sizeof(cgopt[0]), "--dump-after=%s", loop_names[c]);
+    }
     pid = fork();
-    if (pid < 0)
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        rmdir(dir);
+        if (cg)
+            rmdir(cgdir);
         return -1;
+    }
     if (pid == 0) {
         dup2(fd[1], 1);
         close(fd[0]);
@@ -240,11 +397,16 @@ static int run_mode(const struct opts *o, const struct mode *m, struct figure fi
         snprintf(ld, sizeof(ld), "%s%s%s", o->mock_dir, getenv("LD_LIBRARY_PATH") ? ":" : "",
                  getenv("LD_LIBRARY_PATH") ? getenv("LD_LIBRARY_PATH") : "");
         setenv("LD_LIBRARY_PATH", ld, 1);
-        if (m->preload)
+        if (m->preload) /* valgrind passes it on to the program it runs */
             setenv("LD_PRELOAD", o->interposer, 1);
         else
             unsetenv("LD_PRELOAD");
-        execl(o->self, o->self, "--child", arg[0], arg[1], arg[2], (char *)NULL);
+        if (cg)
+            execl(o->valgrind, o->valgrind, "-q", "--tool=callgrind", "--separate-threads=yes",
+                  cgopt[0], cgopt[1], cgopt[2], cgopt[3], cgopt[4], cgopt[5], cgopt[6], o->self,
+                  "--child", arg[0], arg[1], arg[2], "cg", (char *)NULL);
+        else
+            execl(o->self, o->self, "--child", arg[0], arg[1], arg[2], (char *)NULL);
         _exit(127);
     }
     close(fd[1]);
@@ -254,32 +416,66 @@ static int run_mode(const struct opts *o, const struct mode *m, struct figure fi
     close(fd[0]);
     if (waitpid(pid, &status, 0) != pid)
         status = -1;
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir); /* the interposer's shared regions */
-    if (system(cmd) != 0)
-        fprintf(stderr, "vcuda_overhead: could not remove %s\n", dir);
-    if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return -1;
-    for (char *line = out, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next)
-            *next++ = '\0';
-        if (strncmp(line, "counter=", 8) == 0)
-            snprintf(why, whylen, "%s", line + 8);
-        else if (sscanf(line, "interposed=%d", &interposed) == 1)
-            continue;
-        for (int c = 0; c < NCALLS; c++) {
-            size_t k = strlen(call_names[c]);
+    if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (cg && status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 127)
+            snprintf(why, whylen, "could not run %s", o->valgrind);
+        else if (cg)
+            snprintf(why, whylen, "%s --tool=callgrind failed (exit status %d)", o->valgrind,
+                     status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        rc = -1;
+    }
+    if (rc == 0) {
+        for (char *line = out, *next; line && *line; line = next) {
+            next = strchr(line, '\n');
+            if (next)
+                *next++ = '\0';
+            if (strncmp(line, "counter=", 8) == 0)
+                snprintf(why, whylen, "%s", line + 8);
+            else if (sscanf(line, "interposed=%d", &interposed) == 1)
+                continue;
+            for (int c = 0; c < NCALLS && !cg; c++) {
+                size_t k = strlen(call_names[c]);
 
-            if (strncmp(line, call_names[c], k) == 0 && line[k] == ' ')
-                (void)sscanf(line + k, " ns=%lf instr=%lf", &fig[c].ns, &fig[c].instr);
+                if (strncmp(line, call_names[c], k) == 0 && line[k] == ' ')
+                    (void)sscanf(line + k, " ns=%lf instr=%lf", &fig[c].ns, &fig[c].instr);
+            }
+        }
+        if (interposed != (m->preload ? 1 : 0)) {
+            fprintf(stderr, "vcuda_overhead: mode \"%s\"%s: the interposer is %s\n", m->name,
+                    cg ? " under callgrind" : "",
+                    m->preload ? "not in the way (was it preloaded?)" : "in the way");
+            if (cg)
+                snprintf(why, whylen, "under callgrind, the interposer was %spreloaded",
+                         m->preload ? "not " : "");
+            rc = -1;
         }
     }
-    if (interposed != (m->preload ? 1 : 0)) {
-        fprintf(stderr, "vcuda_overhead: mode \"%s\": the interposer is %s\n", m->name,
-                m->preload ? "not in the way (was it preloaded?)" : "in the way");
-        return -1;
+    if (rc == 0 && cg)
+        rc = cg_collect(cgdir, calls, fig, why, whylen);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s %s", dir, cg ? cgdir : ""); /* the shared regions */
+    if (system(cmd) != 0)
+        fprintf(stderr, "vcuda_overhead: could not remove %s %s\n", dir, cg ? cgdir : "");
+    return rc;
+}
+
+/* The first executable "valgrind" in PATH, into buf (len bytes); NULL if none. */
+static const char *find_valgrind(char *buf, size_t len)
+{
+    const char *path = getenv("PATH");
+
+    for (const char *p = path; p && *p;) {
+        const char *end = strchr(p, ':');
+        size_t k = end ? (size_t)(end - p) : strlen(p);
+
+        if (k > 0 && k + sizeof("/valgrind") <= len) {
+            memcpy(buf, p, k);
+            memcpy(buf + k, "/valgrind", sizeof("/valgrind"));
+            if (access(buf, X_OK) == 0)
+                return buf;
+        }
+        p = end ? end + 1 : p + k;
     }
-    return 0;
+    return NULL;
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -295,6 +491,7 @@ static int parse(int argc, char **argv, struct opts *o)
     if (n <= 0)
         return -1;
     o->self[n] = '\0';
+    o->valgrind = find_valgrind(o->valgrind_found, sizeof(o->valgrind_found));
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--launches") == 0)
             o->launches = (unsigned)strtoul(argv[i + 1], NULL, 10);
@@ -306,8 +503,12 @@ static int parse(int argc, char **argv, struct opts *o)
             o->interposer = argv[i + 1];
         else if (strcmp(argv[i], "--mock-dir") == 0)
             o->mock_dir = argv[i + 1];
-        else
+        else if (strcmp(argv[i], "--valgrind") == 0) {
+            o->valgrind_none = strcmp(argv[i + 1], "none") == 0;
+            o->valgrind = o->valgrind_none ? NULL : argv[i + 1];
+        } else {
             return -1;
+        }
     }
     return argc % 2 == 1 && o->launches > 0 && o->allocs > 0 && o->batches > 0 &&
                    o->batches <= BATCHES_MAX
@@ -318,18 +519,19 @@ static int parse(int argc, char **argv, struct opts *o)
 int main(int argc, char **argv)
 {
     struct figure fig[NMODES][NCALLS];
-    char why[256] = "";
-    bool ok[NMODES];
-    double core_added;
+    char why[512] = "", cg_why[512] = "";
+    bool ok[NMODES], cg = false;
+    double core_added, spread = -1;
+    size_t spread_at[2] = {0, 0}; /* mode, call */
     struct opts o;
     int failed = 0;
 
-    if (argc == 5 && strcmp(argv[1], "--child") == 0)
-        return child_main(argv + 2);
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "--child") == 0)
+        return child_main(argc - 2, argv + 2);
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr,
                 "usage: vcuda_overhead [--launches N] [--allocs N] [--batches N<=%d] "
-                "[--interposer PATH] [--mock-dir DIR]\n",
+                "[--interposer PATH] [--mock-dir DIR] [--valgrind PATH|none]\n",
                 BATCHES_MAX);
         return 2;
     }
@@ -338,17 +540,50 @@ int main(int argc, char **argv)
         return 1;
     }
     for (size_t m = 0; m < NMODES; m++) {
-        ok[m] = run_mode(&o, &modes[m], fig[m], why, sizeof(why)) == 0;
+        ok[m] = run_mode(&o, &modes[m], false, fig[m], why, sizeof(why)) == 0;
         if (!ok[m]) {
             fprintf(stderr, "vcuda_overhead: mode \"%s\" could not be measured\n", modes[m].name);
             failed = 1;
         }
     }
+    if (why[0] && o.valgrind == NULL) {
+        snprintf(cg_why, sizeof(cg_why), "%s",
+                 o.valgrind_none ? "callgrind not asked for (--valgrind none)"
+                                 : "no valgrind in PATH to count with callgrind instead");
+    } else if (why[0]) { /* no hardware counter: count under callgrind */
+        struct figure f[NCALLS];
+
+        cg = true;
+        for (size_t m = 0; m < NMODES && cg; m++) {
+            if (!ok[m])
+                continue;
+            if (run_mode(&o, &modes[m], true, f, cg_why, sizeof(cg_why)) != 0) {
+                cg = false;
+                break;
+            }
+            for (int c = 0; c < NCALLS; c++) {
+                fig[m][c].instr = f[c].instr;
+                if (f[c].spread > spread) {
+                    spread = f[c].spread;
+                    spread_at[0] = m;
+                    spread_at[1] = (size_t)c;
+                }
+            }
+        }
+        if (!cg)
+            for (size_t m = 0; m < NMODES; m++)
+                for (int c = 0; c < NCALLS; c++)
+                    fig[m][c].instr = -1;
+    }
     printf("vcuda_overhead: median of %u batches; %u launches or %u allocations of 2 MiB per "
            "batch;\n  the mock driver (%s) alone, then behind %s\n",
            o.batches, o.launches, o.allocs, o.mock_dir, o.interposer);
-    printf("%-15s %-20s %9s %9s %11s %11s\n", "call", "mode", "ns/call", "added ns", "instr/call",
-           "added instr");
+    if (cg)
+        printf("  instructions: user-space Ir of the calling thread under callgrind (%s), "
+               "median of %u batches\n",
+               o.valgrind, o.batches < CG_BATCHES_MAX ? o.batches : CG_BATCHES_MAX);
+    printf("%-15s %-20s %9s %9s %11s %11s%s\n", "call", "mode", "ns/call", "added ns", "instr/call",
+           "added instr", cg ? " (callgrind)" : "");
     for (int c = 0; c < NCALLS; c++) {
         for (size_t m = 0; m < NMODES; m++) {
             char ns[32] = "-", added[32] = "-", ins[32] = "n/a", added_ins[32] = "n/a";
@@ -358,9 +593,9 @@ int main(int argc, char **argv)
                 if (m > 0 && ok[0])
                     snprintf(added, sizeof(added), "%+.1f", fig[m][c].ns - fig[0][c].ns);
                 if (fig[m][c].instr >= 0) {
-                    snprintf(ins, sizeof(ins), "%.0f", fig[m][c].instr);
+                    snprintf(ins, sizeof(ins), "%.1f", fig[m][c].instr);
                     if (m > 0 && ok[0] && fig[0][c].instr >= 0)
-                        snprintf(added_ins, sizeof(added_ins), "%+.0f",
+                        snprintf(added_ins, sizeof(added_ins), "%+.1f",
                                  fig[m][c].instr - fig[0][c].instr);
                     else
                         snprintf(added_ins, sizeof(added_ins), "-");
@@ -370,8 +605,12 @@ int main(int argc, char **argv)
                    ns, m > 0 ? added : "-", ins, added_ins);
         }
     }
-    if (why[0])
-        printf("instructions n/a: %s\n", why);
+    if (cg)
+        printf("instructions: no hardware counter (%s); counted by callgrind, largest "
+               "batch-to-batch spread %.2f instructions per call (%s, %s)\n",
+               why, spread, call_names[spread_at[1]], modes[spread_at[0]].name);
+    else if (why[0])
+        printf("instructions n/a: %s; %s\n", why, cg_why);
     if (ok[0] && ok[3]) {
         core_added = fig[3][CALL_LAUNCH].ns - fig[0][CALL_LAUNCH].ns;
         printf("target: under 100 ns added per launch when not throttled: %+.1f ns with a core "
