@@ -40,6 +40,9 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgraph_st *CUgraph;         /* CUDA 10.0+ */
+typedef struct CUgraphNode_st *CUgraphNode; /* CUDA 10.0+ */
+typedef struct CUgraphExec_st *CUgraphExec; /* CUDA 10.0+ */
 
 typedef struct CUuuid_st {
     char bytes[16];
@@ -56,11 +59,19 @@ typedef struct CUuuid_st {
 #define CUDA_ERROR_INVALID_IMAGE   200
 #define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_INVALID_HANDLE  400
+#define CUDA_ERROR_ILLEGAL_STATE   401
 #define CUDA_ERROR_NOT_FOUND       500
 #define CUDA_ERROR_NOT_READY       600
 #define CUDA_ERROR_ILLEGAL_ADDRESS 700
 #define CUDA_ERROR_NOT_SUPPORTED   801
 #define CUDA_ERROR_UNKNOWN         999
+
+/* CUresult values of stream capture (CUDA 10.0+). */
+#define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED  900 /* not permitted while capturing */
+#define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED  901 /* the capture was invalidated before */
+#define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT     906 /* legacy stream vs. a capture */
+#define CUDA_ERROR_CAPTURED_EVENT              907 /* event last recorded in a capture */
+#define CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD 908 /* ended by another thread */
 
 /* CUdevice_attribute values. */
 #define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK    1
@@ -90,6 +101,28 @@ typedef int CUdevice_attribute;
  * thread's per-thread default stream. */
 #define CU_STREAM_LEGACY     ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+/* Stream capture (CUDA 10.0+; the modes 10.1+): CUstreamCaptureMode, the
+ * mode a capture is begun in and a thread's own mode (which potentially
+ * unsafe calls, such as cuEventQuery, a thread may make while captures are
+ * going on: in GLOBAL, none while any thread captures in GLOBAL mode or this
+ * thread captures in a mode other than RELAXED; in THREAD_LOCAL, none while
+ * this thread does; in RELAXED, any), and CUstreamCaptureStatus, what
+ * cuStreamIsCapturing reports. Both are int-sized enums. */
+typedef int CUstreamCaptureMode;
+#define CU_STREAM_CAPTURE_MODE_GLOBAL       0
+#define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
+#define CU_STREAM_CAPTURE_MODE_RELAXED      2
+typedef int CUstreamCaptureStatus;
+#define CU_STREAM_CAPTURE_STATUS_NONE        0
+#define CU_STREAM_CAPTURE_STATUS_ACTIVE      1
+#define CU_STREAM_CAPTURE_STATUS_INVALIDATED 2 /* must still be ended (cuStreamEndCapture) */
+
+/* cuGraphInstantiateWithFlags flags (CUgraphInstantiate_flags). */
+#define CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH 0x1
+#define CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD              0x2
+#define CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH       0x4
+#define CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY   0x8
 
 /* cuGetProcAddress flags (CUdriverProcAddress_flags) and results
  * (CUdriverProcAddressQueryResult, CUDA 12.0+). */
@@ -299,6 +332,23 @@ CUresult cuEventSynchronize(CUevent event);
 CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
 CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end); /* CUDA 12.8+ */
 CUresult cuEventDestroy_v2(CUevent event);
+
+/* Stream capture and graphs (CUDA 10.0+; cuGraphInstantiateWithFlags 11.4+).
+ * The _ptsz variants take stream 0 as the calling thread's default stream. */
+CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode); /* CUDA 10.1+ */
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph);
+CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph *graph);
+CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status);
+CUresult cuStreamIsCapturing_ptsz(CUstream stream, CUstreamCaptureStatus *status);
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode); /* CUDA 10.1+ */
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags);
+CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *count);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
+CUresult cuGraphExecDestroy(CUgraphExec exec);
+CUresult cuGraphDestroy(CUgraph graph);
 
 #ifdef __cplusplus
 }

@@ -684,6 +684,11 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
     rc = egpu__plugin_mkdir_p(o->dir);
     if (rc == 0 && !created && utimensat(AT_FDCWD, o->dir, NULL, 0) != 0)
         rc = -errno;
+    /* The interposer's shared regions are created there by the container's
+     * processes, whatever their user: writable by all, sticky (like /tmp),
+     * and the directory belongs to this one container alone. */
+    if (rc == 0 && shared && chmod(o->dir, 01777) != 0)
+        rc = -errno;
     if (rc == 0 && shared) {
         snprintf(text, sizeof(text), "%s\n", p->interposer);
         rc = egpu__plugin_write_file(o->dir, EGPU_PLUGIN_PRELOAD_FILE, text, &err);

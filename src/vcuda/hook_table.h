@@ -60,6 +60,8 @@
     X(CUDA, cuLaunchKernel_ptsz)          \
     X(CUDA, cuLaunchKernelEx)             \
     X(CUDA, cuLaunchKernelEx_ptsz)        \
+    X(CUDA, cuGraphLaunch)                \
+    X(CUDA, cuGraphLaunch_ptsz)           \
     X(NVML, nvmlDeviceGetMemoryInfo)      \
     X(NVML, nvmlDeviceGetMemoryInfo_v2)
 

@@ -222,6 +222,8 @@ static void cuda_init(void)
     HELPER(event_query, lib, "cuEventQuery");
     HELPER(event_elapsed_time, lib, "cuEventElapsedTime");
     HELPER(event_destroy, lib, "cuEventDestroy_v2");
+    HELPER(exchange_capture_mode, lib, "cuThreadExchangeStreamCaptureMode");
+    HELPER(stream_is_capturing, lib, "cuStreamIsCapturing");
     cuda_lib = lib;
     in_init = false;
     atomic_store_explicit(&cuda_done, true, memory_order_release);
@@ -274,7 +276,10 @@ static void throttle_start(const int *throttle_card, unsigned cards)
         .core_limit_pct = cfg->core_limit_pct,
         .cards = cards,
         .fns = {h->ctx_get_device, h->event_create, h->event_record, h->event_query,
-                h->event_elapsed_time, h->event_destroy, h->ctx_get_current},
+                h->event_elapsed_time, h->event_destroy, h->ctx_get_current,
+                h->exchange_capture_mode, h->stream_is_capturing},
+        .watch = egpu_vcuda_sigbus_watch,
+        .unwatch = egpu_vcuda_sigbus_unwatch,
     };
 
     for (int i = 0; i < EGPU_VCUDA_MAX_CARDS; i++)

@@ -63,6 +63,8 @@ struct egpu_vcuda_helpers {
     CUresult (*event_query)(CUevent event);
     CUresult (*event_elapsed_time)(float *ms, CUevent start, CUevent end);
     CUresult (*event_destroy)(CUevent event);
+    CUresult (*exchange_capture_mode)(CUstreamCaptureMode *mode); /* may be NULL */
+    CUresult (*stream_is_capturing)(CUstream stream, CUstreamCaptureStatus *status); /* ditto */
     int (*nvml_device_get_uuid)(struct egpu_nvml_device *dev, char *uuid, unsigned int len);
 };
 

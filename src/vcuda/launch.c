@@ -1,5 +1,5 @@
-/* vcuda/launch.c - the kernel launch wrappers (cuLaunchKernel, _ptsz,
- * cuLaunchKernelEx, _ptsz).
+/* vcuda/launch.c - the launch wrappers: kernels (cuLaunchKernel, _ptsz,
+ * cuLaunchKernelEx, _ptsz) and graphs (cuGraphLaunch, _ptsz).
  *
  * DESIGN: the fast path, taken whenever the compute limit is not
  * throttling, is one relaxed atomic load of egpu_vcuda_throttle_active and
@@ -11,6 +11,12 @@
  * admits it (sleeping while the container is over its share) and calls it
  * exactly once. The slow paths are kept out of line so the fast path stays
  * small.
+ *
+ * A graph launch is one unit of device work to the controller: it is
+ * described as fn = the executable graph, blocks = 1, threads = 0, so its
+ * cost is learned and charged per executable graph, as a kernel's per
+ * function and grid (throttle.c times it with events around the launch,
+ * which order with the graph's work on the stream).
  */
 #include <stdint.h>
 
@@ -50,6 +56,13 @@ struct kernel_ex_args {
     void **params, **extra;
 };
 
+/* The arguments of a cuGraphLaunch(_ptsz) call. */
+struct graph_args {
+    __typeof__(cuGraphLaunch) *real;
+    CUgraphExec exec;
+    CUstream stream;
+};
+
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
 static CUresult call_kernel(const struct egpu_vcuda_launch *l)
 {
@@ -64,6 +77,13 @@ static CUresult call_kernel_ex(const struct egpu_vcuda_launch *l)
     const struct kernel_ex_args *a = l->ctx;
 
     return a->real(a->config, a->fn, a->params, a->extra);
+}
+
+static CUresult call_graph(const struct egpu_vcuda_launch *l)
+{
+    const struct graph_args *a = l->ctx;
+
+    return a->real(a->exec, a->stream);
 }
 #endif /* EGPU_VCUDA_HAVE_THROTTLE */
 
@@ -127,6 +147,37 @@ static NOINLINE CUresult launch_ex_slow(struct kernel_ex_args *a, bool per_threa
     }
 #endif
     return a->real(a->config, a->fn, a->params, a->extra);
+}
+
+static NOINLINE CUresult graph_slow(CUgraphExec exec, CUstream stream, bool per_thread)
+{
+    struct graph_args a = {per_thread ? EGPU_VCUDA_REAL(cuGraphLaunch_ptsz)
+                                      : EGPU_VCUDA_REAL(cuGraphLaunch),
+                           exec, stream};
+
+    if (a.real == NULL) {
+        if (!egpu_vcuda_cuda())
+            return CUDA_ERROR_NOT_INITIALIZED;
+        a.real = per_thread ? EGPU_VCUDA_REAL(cuGraphLaunch_ptsz) : EGPU_VCUDA_REAL(cuGraphLaunch);
+        if (a.real == NULL)
+            return CUDA_ERROR_NOT_INITIALIZED;
+    }
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+    if (THROTTLING()) {
+        struct egpu_vcuda_launch l = {
+            .blocks = 1,
+            .threads = 0,
+            .fn = (CUfunction)(void *)exec,
+            .stream = stream,
+            .launch = call_graph,
+            .ctx = &a,
+            .per_thread = per_thread,
+        };
+
+        return egpu_vcuda_throttle_launch(&l);
+    }
+#endif
+    return a.real(exec, stream);
 }
 
 /* The out-of-line halves of the wrappers below: the same arguments, so the
@@ -221,4 +272,22 @@ EGPU_VCUDA_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, C
     if (LIKELY(!THROTTLING() && real != NULL))
         return real(config, fn, params, extra);
     return kernel_ex_ptsz_slow(config, fn, params, extra);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream)
+{
+    __typeof__(cuGraphLaunch) *real = EGPU_VCUDA_REAL(cuGraphLaunch);
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(exec, stream);
+    return graph_slow(exec, stream, false);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream)
+{
+    __typeof__(cuGraphLaunch_ptsz) *real = EGPU_VCUDA_REAL(cuGraphLaunch_ptsz);
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(exec, stream);
+    return graph_slow(exec, stream, true);
 }

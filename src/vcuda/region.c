@@ -4,29 +4,46 @@
  * allocation directory the agent mounts into the container). It holds:
  *
  *   header   magic, version, size, generation and a check word over them,
- *            then a process-shared ROBUST mutex;
+ *            then the lock word (below);
  *   cards    up to 16 cards keyed by their 16-byte UUID, each with the
  *            bytes in use by all live processes (the total);
  *   slots    one per live process that took memory: pid, start time
  *            (/proc/<pid>/stat field 22, so a reused pid is told apart)
  *            and bytes per card.
  *
- * Check-and-take happens under the mutex: a card's total never passes the
- * limit. A process that dies holding the mutex leaves it EOWNERDEAD: the
- * next locker marks it consistent and recomputes every total from the
- * slots. Slots of processes that are gone (kill(pid, 0) == ESRCH, a zombie,
- * or another start time) are reclaimed whenever a reservation would fail
- * and whenever usage is read (cuMemGetInfo, NVML), so memory of a SIGKILLed
- * process is back at the next allocation that needs it.
+ * Check-and-take happens under the lock: a card's total never passes the
+ * limit. The lock is one 64-bit word in the region: 0 when free, else its
+ * holder, pid << 32 | the low 32 bits of the holder's start time, taken with
+ * a compare-and-swap (spinning briefly, then sleeping 10 us .. 1 ms). A
+ * waiter that finds the same holder for a millisecond checks it is alive (as
+ * reclamation does, below); a process that died holding the lock is
+ * replaced by the waiter, which recomputes every total from the slots (what
+ * EOWNERDEAD did for the robust mutex of version 1). Unlike a robust pthread
+ * mutex, the word keeps no pointers into the holder's thread list, so the
+ * region can be truncated, zeroed or re-initialised under a holder without
+ * corrupting any process's memory. Slots of processes that are gone
+ * (kill(pid, 0) == ESRCH, a zombie, or another start time) are reclaimed
+ * whenever a reservation would fail and whenever usage is read
+ * (cuMemGetInfo, NVML), so memory of a SIGKILLed process is back at the next
+ * allocation that needs it.
  *
- * DESIGN, robustness: before each use the file is checked (same inode, full
- * size) and the header validated. A truncated, corrupted or foreign-version
- * file is re-initialised in place under flock(2) (one log line), with a new
- * generation number; each live process notices the new generation at its
- * next operation and registers its own usage again (it keeps its own
- * per-card bytes for that). A lock that cannot be taken in
- * REGION_LOCK_TIMEOUT_S counts as corrupted too. Nothing here can crash
- * the application: every failure becomes an error code.
+ * DESIGN, robustness: the header is validated before each use (loads from
+ * the mapping, no system call). The file itself (same inode at the path,
+ * full size) is checked at most every REGION_CHECK_NS (100 ms, on the coarse
+ * clock), after a fork, and whenever the mapping took a fault: a truncation
+ * by another process makes the next access to a page past the new end raise
+ * SIGBUS, which sigbus.c turns into zeros and a count, so the access never
+ * kills the application and the next operation maps the file again. (A
+ * file replaced or deleted under a process is seen within 100 ms; until
+ * then the process counts in the old one. The check per operation costs a
+ * coarse clock read, not the stat(2) of the path it used to be.) A
+ * truncated, corrupted or foreign-version file is re-initialised in place
+ * under flock(2) (one log line per process; later ones at info level), with
+ * a new generation number; each live process notices the new generation at
+ * its next operation and registers its own usage again (it keeps its own
+ * per-card bytes for that). A lock that keeps one live holder for
+ * REGION_LOCK_TIMEOUT_S counts as corrupted too. Nothing here can crash the
+ * application: every failure becomes an error code.
  *
  * Card ids given to callers are local to the process (the order it met the
  * cards), translated to the shared table's index per generation.
@@ -37,6 +54,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,10 +69,16 @@
 #include "vcuda_int.h"
 
 #define REGION_MAGIC          0x31414d55444356ULL /* "VCDUMA1" */
-#define REGION_VERSION        1
+#define REGION_VERSION        2                   /* 2: the lock word replaced the robust mutex */
 #define REGION_SLOTS          1024
 #define REGION_LOCK_TIMEOUT_S 5
 #define ENTER_TRIES           3
+#define MS_NS                 1000000ULL
+#define REGION_CHECK_NS       (100 * MS_NS) /* the file is looked at this often */
+#define COARSE_MAX_NS         (4 * MS_NS)   /* the coarsest clock the check may use */
+#define LOCK_SPINS            64            /* compare-and-swaps before yielding */
+#define LOCK_YIELDS           16            /* sched_yield before sleeping */
+#define LOCK_PROBE_NS         MS_NS         /* a holder this long is checked for life */
 
 struct shm_card {
     uint8_t uuid[16];
@@ -78,7 +102,7 @@ struct shm {
     uint64_t check;      /* header_check() of the fields above */
     uint32_t slots_hwm;  /* slots [0, slots_hwm) may be in use */
     uint32_t pad;
-    pthread_mutex_t lock;
+    _Atomic uint64_t lock; /* 0 = free, else pid << 32 | low 32 bits of the holder's start */
     struct shm_card cards[EGPU_VCUDA_MAX_CARDS];
     struct shm_slot slots[REGION_SLOTS];
 };
@@ -90,8 +114,14 @@ struct egpu_vcuda_region {
     dev_t dev;
     ino_t ino;
     struct shm *s;
-    uint64_t gen; /* generation this process's usage is registered in */
-    int slot;     /* our slot, -1 = none */
+    bool watched;        /* s is watched for SIGBUS (sigbus.c) */
+    atomic_uint faults;  /* SIGBUS repairs of the mapping s (zeros since) */
+    unsigned faults_ok;  /* faults when s was last mapped from the file */
+    uint64_t checked_ns; /* coarse time the file was last checked, 0 = never */
+    bool warned;         /* a repair was logged at warning level already */
+    uint64_t known[2];   /* generation and check word last found good (header_ok) */
+    uint64_t gen;        /* generation this process's usage is registered in */
+    int slot;            /* our slot, -1 = none */
     pid_t pid;
     uint64_t start; /* 0 = not read yet */
     bool forked;    /* child of a fork: re-open the file on next use */
@@ -115,8 +145,10 @@ static uint64_t header_check(uint64_t magic, uint32_t version, uint32_t size, ui
     return h;
 }
 
-/* Whether the header is one of ours; why not in *why. */
-static bool header_ok(const struct shm *s, const char **why)
+/* Whether the header is one of ours; why not in *why. known (NULL: none):
+ * the generation and check word last found good, which spare the hash
+ * when the header holds them still; updated when the header is good. */
+static bool header_ok(const struct shm *s, uint64_t known[2], const char **why)
 {
     uint64_t magic = __atomic_load_n(&s->magic, __ATOMIC_ACQUIRE);
     uint32_t version = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
@@ -131,10 +163,15 @@ static bool header_ok(const struct shm *s, const char **why)
         *why = "of another version";
     else if (size != sizeof(struct shm))
         *why = "of another layout (size)";
-    else if (check != header_check(magic, version, size, gen))
+    else if ((known == NULL || gen != known[0] || check != known[1]) &&
+             check != header_check(magic, version, size, gen))
         *why = "corrupted (header check)";
     else if (__atomic_load_n(&s->slots_hwm, __ATOMIC_RELAXED) > REGION_SLOTS)
         *why = "corrupted (slot count)";
+    if (*why == NULL && known != NULL) {
+        known[0] = gen;
+        known[1] = check;
+    }
     return *why == NULL;
 }
 
@@ -150,19 +187,13 @@ static uint64_t new_generation(uint64_t old)
     return g;
 }
 
-/* Lay a fresh region over s (zeroed usage, new generation, new mutex). */
+/* Lay a fresh region over s (zeroed usage, new generation, lock free). */
 static void init_shm(struct shm *s)
 {
     uint64_t old = s->generation, gen = new_generation(old);
-    pthread_mutexattr_t a;
 
     __atomic_store_n(&s->magic, 0, __ATOMIC_RELEASE);
     memset((char *)s + sizeof(s->magic), 0, sizeof(*s) - sizeof(s->magic));
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&s->lock, &a);
-    pthread_mutexattr_destroy(&a);
     s->version = REGION_VERSION;
     s->size = sizeof(*s);
     s->generation = gen;
@@ -359,6 +390,138 @@ static void rejoin(struct egpu_vcuda_region *h)
     h->gen = s->generation;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* CLOCK_MONOTONIC as of the last tick when that is at most COARSE_MAX_NS
+ * coarse (a few ns to read, no system call), else exact. */
+static uint64_t coarse_ns(void)
+{
+    static atomic_int coarse_ok = -1; /* unknown; every thread that looks finds the same */
+    int ok = atomic_load_explicit(&coarse_ok, memory_order_relaxed);
+    struct timespec ts;
+
+    if (ok < 0) {
+        ok = clock_getres(CLOCK_MONOTONIC_COARSE, &ts) == 0 && ts.tv_sec == 0 &&
+             (uint64_t)ts.tv_nsec <= COARSE_MAX_NS;
+        atomic_store_explicit(&coarse_ok, ok, memory_order_relaxed);
+    }
+    if (!ok || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+        return mono_ns();
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* A repair is logged at warning level once per process (the event is
+ * news), at info level after that (another process may truncate the file in
+ * a loop). */
+static int repair_level(struct egpu_vcuda_region *h)
+{
+    if (h == NULL || !h->warned) {
+        if (h != NULL)
+            h->warned = true;
+        return EGPU_LOG_WARN;
+    }
+    return EGPU_LOG_INFO;
+}
+
+/* The lock word of this process (its start time read first). */
+static uint64_t lock_word(const struct egpu_vcuda_region *h)
+{
+    return (uint64_t)(uint32_t)h->pid << 32 | (uint32_t)h->start;
+}
+
+/* Whether the process holding lock word w may still be alive (it is, or
+ * cannot be told dead): as slot_alive, by pid and the start time's low bits. */
+static bool holder_alive(uint64_t w)
+{
+    pid_t pid = (pid_t)(w >> 32);
+    uint64_t start = 0;
+    bool zombie = false;
+    int rc;
+
+    if (pid <= 0)
+        return false;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return false;
+    rc = egpu_vcuda_proc_start(pid, &start, &zombie);
+    if (rc == -ENOENT)
+        return false;
+    if (rc == 0 && (zombie || ((uint32_t)w != 0 && (uint32_t)start != (uint32_t)w)))
+        return false;
+    return true;
+}
+
+static void pause_ns(uint64_t ns)
+{
+    struct timespec ts = {0, (long)ns};
+
+    (void)nanosleep(&ts, NULL);
+}
+
+/* Take the lock of s as me (see DESIGN). Returns 0, with *owner_died set
+ * when it was taken over from a process that died holding it; or ETIMEDOUT
+ * when one live holder kept it REGION_LOCK_TIMEOUT_S. A word equal to me is
+ * this process's own, left by an operation whose mapping broke (the
+ * caller's threads are serialised by h->mu): it is taken over too. */
+static int lock_shared(struct shm *s, uint64_t me, bool *owner_died)
+{
+    uint64_t holder = 0, since = 0, probed = 0, nap = 10000;
+
+    *owner_died = false;
+    for (unsigned tries = 0;; tries++) {
+        uint64_t cur = 0, now;
+
+        if (atomic_compare_exchange_weak_explicit(&s->lock, &cur, me, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return 0;
+        if (cur == 0)
+            continue; /* a spurious failure */
+        if (cur == me) {
+            *owner_died = true; /* our own, from a broken operation: half done */
+            return 0;
+        }
+        if (tries < LOCK_SPINS)
+            continue;
+        if (tries < LOCK_SPINS + LOCK_YIELDS) {
+            sched_yield();
+            continue;
+        }
+        now = mono_ns();
+        if (cur != holder) { /* progress: give the new holder its time */
+            holder = cur;
+            since = probed = now;
+            nap = 10000;
+        } else if (now - probed >= LOCK_PROBE_NS) {
+            probed = now;
+            if (!holder_alive(cur)) {
+                if (atomic_compare_exchange_strong_explicit(
+                        &s->lock, &cur, me, memory_order_acquire, memory_order_relaxed)) {
+                    *owner_died = true;
+                    return 0;
+                }
+                continue;
+            }
+        }
+        if (now - since >= (uint64_t)REGION_LOCK_TIMEOUT_S * 1000000000ULL)
+            return ETIMEDOUT;
+        pause_ns(nap);
+        nap = nap * 2 < MS_NS ? nap * 2 : MS_NS;
+    }
+}
+
+/* Release the lock of s if me still holds it (a re-initialisation may have
+ * freed it, and another process may have it now). */
+static void unlock_shared(struct shm *s, uint64_t me)
+{
+    (void)atomic_compare_exchange_strong_explicit(&s->lock, &me, 0, memory_order_release,
+                                                  memory_order_relaxed);
+}
+
 static struct shm *map_fd(int fd)
 {
     void *p = mmap(NULL, sizeof(struct shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -366,10 +529,41 @@ static struct shm *map_fd(int fd)
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* Map the file fd (of path) and watch the mapping for SIGBUS (sigbus.c),
+ * counting into h->faults. Returns the mapping or NULL (errno set). */
+static struct shm *map_watched(struct egpu_vcuda_region *h, int fd, const char *path)
+{
+    struct shm *s = map_fd(fd);
+    int rc;
+
+    if (s == NULL)
+        return NULL;
+    rc = egpu_vcuda_sigbus_watch(s, sizeof(*s), &h->faults);
+    if (rc != 0)
+        egpu_log(EGPU_LOG_WARN,
+                 "shared region %s: not protected against truncation (a truncated file "
+                 "would kill this process): %s",
+                 path, strerror(-rc));
+    return s;
+}
+
+/* Stop using h's mapping (h->mu held or h private to the caller). */
+static void unmap(struct egpu_vcuda_region *h)
+{
+    if (h->s == NULL)
+        return;
+    if (h->path[0])
+        egpu_vcuda_sigbus_unwatch(h->s);
+    munmap(h->s, sizeof(struct shm));
+    h->s = NULL;
+}
+
 /* Open path, under flock make it a valid region (creating or
- * re-initialising it), and map it. Returns 0 with *fd, *s, *st set, or -errno. */
-static int attach_file(const char *path, int *fd_out, struct shm **s_out, struct stat *st,
-                       struct egpu_error *err)
+ * re-initialising it), and map it, watched. remap: h had the file mapped
+ * before (an empty file was truncated, not new). Returns 0 with *fd, *s,
+ * *st set, or -errno. */
+static int attach_file(struct egpu_vcuda_region *h, const char *path, bool remap, int *fd_out,
+                       struct shm **s_out, struct stat *st, struct egpu_error *err)
 {
     const char *why = NULL;
     bool created;
@@ -380,8 +574,8 @@ static int attach_file(const char *path, int *fd_out, struct shm **s_out, struct
     if (fd < 0)
         return egpu_error_set(err, -errno, "shared region %s: cannot open: %s", path,
                               strerror(errno));
-    (void)fchmod(fd,
-                 0666); /* every user of the container shares it; fails harmlessly if not ours */
+    /* Every user of the container shares it; fails harmlessly if not ours. */
+    (void)fchmod(fd, 0666);
     while (flock(fd, LOCK_EX) != 0) {
         if (errno != EINTR) {
             rc = egpu_error_set(err, -errno, "shared region %s: flock: %s", path, strerror(errno));
@@ -392,7 +586,7 @@ static int attach_file(const char *path, int *fd_out, struct shm **s_out, struct
         rc = egpu_error_set(err, -errno, "shared region %s: fstat: %s", path, strerror(errno));
         goto unlock;
     }
-    created = st->st_size == 0;
+    created = st->st_size == 0 && !remap;
     if (st->st_size != (off_t)sizeof(struct shm)) {
         if (!created)
             why =
@@ -407,26 +601,27 @@ static int attach_file(const char *path, int *fd_out, struct shm **s_out, struct
             goto unlock;
         }
     }
-    s = map_fd(fd);
+    s = map_watched(h, fd, path);
     if (s == NULL) {
         rc = egpu_error_set(err, -errno, "shared region %s: mmap: %s", path, strerror(errno));
         goto unlock;
     }
     if (created) {
         init_shm(s);
-    } else if (why != NULL || !header_ok(s, &why)) {
-        egpu_log(EGPU_LOG_WARN, "shared region %s is %s: re-initialising it", path, why);
+    } else if (why != NULL || !header_ok(s, NULL, &why)) {
+        int level = repair_level(h); /* once: egpu_log may evaluate it twice */
+
+        egpu_log(level, "shared region %s is %s: re-initialising it", path, why);
         init_shm(s);
     } else {
-        int lrc = pthread_mutex_trylock(&s->lock);
+        uint64_t free_word = 0, w = (uint64_t)(uint32_t)getpid() << 32;
 
-        if (lrc == EOWNERDEAD)
-            pthread_mutex_consistent(&s->lock);
-        if (lrc == 0 || lrc == EOWNERDEAD) {
+        if (atomic_compare_exchange_strong_explicit(&s->lock, &free_word, w, memory_order_acquire,
+                                                    memory_order_relaxed)) {
             if (recompute_totals(s))
                 egpu_log(EGPU_LOG_WARN,
                          "shared region %s: totals disagreed with the slots: repaired", path);
-            pthread_mutex_unlock(&s->lock);
+            unlock_shared(s, w);
         }
     }
     *s_out = s;
@@ -441,8 +636,8 @@ fail:
 }
 
 /* Re-initialise h's current region in place when it is still bad (the
- * file under flock). force: even with a good header (a lock we could not
- * take). */
+ * file under flock). force: even with a good header (a lock no one gave
+ * back). */
 static void repair(struct egpu_vcuda_region *h, bool force, const char *reason)
 {
     const char *why = NULL;
@@ -457,8 +652,10 @@ static void repair(struct egpu_vcuda_region *h, bool force, const char *reason)
                 why = "unsizable";
         }
     }
-    if (why != NULL || force || !header_ok(h->s, &why)) {
-        egpu_log(EGPU_LOG_WARN, "shared region %s is %s: re-initialising it",
+    if (why != NULL || force || !header_ok(h->s, h->known, &why)) {
+        int level = repair_level(h);
+
+        egpu_log(level, "shared region %s is %s: re-initialising it",
                  h->path[0] ? h->path : "(private)", why ? why : reason);
         init_shm(h->s);
     }
@@ -466,21 +663,35 @@ static void repair(struct egpu_vcuda_region *h, bool force, const char *reason)
         flock(h->fd, LOCK_UN);
 }
 
-/* Map the file at h->path again (after fork, or when it was replaced). */
+/* After mapping the file again: a lock word of this process's in it was
+ * left by an operation whose mapping broke under it; finish that operation
+ * (the totals from the slots) and free the lock. */
+static void release_stale(struct egpu_vcuda_region *h)
+{
+    uint64_t me = lock_word(h);
+
+    if (atomic_load_explicit(&h->s->lock, memory_order_acquire) == me) {
+        recompute_totals(h->s);
+        unlock_shared(h->s, me);
+    }
+}
+
+/* Map the file at h->path again (after fork, a fault, or when it was
+ * replaced), dropping the old mapping. */
 static int reattach(struct egpu_vcuda_region *h)
 {
     struct egpu_error err = {0};
+    unsigned faults = atomic_load_explicit(&h->faults, memory_order_acquire);
     struct stat st;
     struct shm *s;
     int fd, rc;
 
-    rc = attach_file(h->path, &fd, &s, &st, &err);
+    rc = attach_file(h, h->path, h->s != NULL && !h->forked, &fd, &s, &st, &err);
     if (rc) {
         egpu_log(EGPU_LOG_ERROR, "%s", err.msg);
         return rc;
     }
-    if (h->s)
-        munmap(h->s, sizeof(struct shm));
+    unmap(h);
     if (h->fd >= 0)
         close(h->fd);
     h->s = s;
@@ -488,6 +699,8 @@ static int reattach(struct egpu_vcuda_region *h)
     h->dev = st.st_dev;
     h->ino = st.st_ino;
     h->slot = -1;
+    h->faults_ok = faults; /* a fault while attaching brings us back here */
+    release_stale(h);
     return 0;
 }
 
@@ -503,52 +716,72 @@ static int file_state(const struct egpu_vcuda_region *h)
     return 0;
 }
 
-static int lock_shared(struct shm *s)
+/* Look at the file when it is due (see DESIGN) or when force: map it again
+ * after a fork or a fault or when it was replaced, repair it in place when
+ * its size changed. Returns 0 or -EIO. */
+static int check_file(struct egpu_vcuda_region *h, bool force)
 {
-    struct timespec deadline;
+    unsigned faults = atomic_load_explicit(&h->faults, memory_order_acquire);
+    uint64_t now = coarse_ns();
+    int state;
 
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += REGION_LOCK_TIMEOUT_S;
-    return pthread_mutex_timedlock(&s->lock, &deadline);
+    if (!force && !h->forked && faults == h->faults_ok && h->checked_ns != 0 &&
+        now - h->checked_ns < REGION_CHECK_NS)
+        return 0;
+    h->checked_ns = now ? now : 1;
+    state = h->forked || faults != h->faults_ok ? 1 : file_state(h);
+    if (state == 1) {
+        if (faults != h->faults_ok && !h->forked) {
+            int level = repair_level(h);
+
+            egpu_log(level, "shared region %s was truncated under this process: mapping it again",
+                     h->path);
+        }
+        if (reattach(h) != 0)
+            return -EIO;
+        h->forked = false;
+    } else if (state == 2) {
+        repair(h, false, "truncated");
+    }
+    return 0;
 }
 
 /* Take the shared lock of a valid region (h->mu held). Returns 0 or -EIO. */
 static int enter(struct egpu_vcuda_region *h)
 {
+    self_start(h); /* before the first lock: it is part of the lock word */
     for (int tries = 0; tries < ENTER_TRIES; tries++) {
         const char *why;
+        bool owner_died;
         int rc;
 
-        if (h->path[0]) {
-            int state = h->forked ? 1 : file_state(h);
-
-            if (state == 1 && reattach(h) != 0)
+        if (h->path[0] && check_file(h, false) != 0)
+            return -EIO;
+        if (!header_ok(h->s, h->known, &why)) {
+            /* Zeros from a fault, or a file replaced or cut short: look at
+             * the file first; only a bad file is repaired in place. */
+            if (h->path[0] && check_file(h, true) != 0)
                 return -EIO;
-            h->forked = false;
-            if (state == 2)
-                repair(h, false, "truncated");
-        }
-        if (!header_ok(h->s, &why)) {
-            repair(h, false, why);
+            if (!header_ok(h->s, h->known, &why))
+                repair(h, false, why);
             continue;
         }
-        rc = lock_shared(h->s);
-        if (rc == EOWNERDEAD) {
-            pthread_mutex_consistent(&h->s->lock);
+        rc = lock_shared(h->s, lock_word(h), &owner_died);
+        if (rc == ETIMEDOUT) {
+            repair(h, true, "locked for too long");
+            continue;
+        }
+        if (owner_died) {
             recompute_totals(h->s);
             egpu_log(EGPU_LOG_INFO,
                      "shared region %s: a process died holding its lock: totals "
                      "recomputed from the slots",
                      h->path[0] ? h->path : "(private)");
-        } else if (rc != 0) {
-            repair(h, true, rc == ETIMEDOUT ? "locked for too long" : "an unusable lock");
+        }
+        if (!header_ok(h->s, h->known, &why)) {
+            unlock_shared(h->s, lock_word(h));
             continue;
         }
-        if (!header_ok(h->s, &why)) {
-            pthread_mutex_unlock(&h->s->lock);
-            continue;
-        }
-        self_start(h);
         if (h->s->generation != h->gen)
             rejoin(h);
         return 0;
@@ -557,9 +790,14 @@ static int enter(struct egpu_vcuda_region *h)
     return -EIO;
 }
 
+/* Release the shared lock; when the mapping broke during the operation,
+ * map the file again at once and free the lock there if it is still ours
+ * (other processes would wait for it). */
 static void leave(struct egpu_vcuda_region *h)
 {
-    pthread_mutex_unlock(&h->s->lock);
+    unlock_shared(h->s, lock_word(h));
+    if (h->path[0] && atomic_load_explicit(&h->faults, memory_order_acquire) != h->faults_ok)
+        (void)check_file(h, true);
 }
 
 int egpu_vcuda_region_open(struct egpu_vcuda_region **out, const char *dir, struct egpu_error *err)
@@ -583,11 +821,12 @@ int egpu_vcuda_region_open(struct egpu_vcuda_region **out, const char *dir, stru
             rc = egpu_error_set(err, -ENAMETOOLONG, "shared region in %s: path too long", dir);
             goto fail;
         }
-        rc = attach_file(h->path, &h->fd, &h->s, &st, err);
+        rc = attach_file(h, h->path, false, &h->fd, &h->s, &st, err);
         if (rc)
             goto fail;
         h->dev = st.st_dev;
         h->ino = st.st_ino;
+        h->checked_ns = coarse_ns();
     } else {
         void *p = mmap(NULL, sizeof(struct shm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                        -1, 0);
@@ -638,7 +877,7 @@ void egpu_vcuda_region_close(struct egpu_vcuda_region *h)
     if (h == NULL)
         return;
     egpu_vcuda_region_leave(h);
-    munmap(h->s, sizeof(struct shm));
+    unmap(h);
     if (h->fd >= 0)
         close(h->fd);
     pthread_mutex_destroy(&h->mu);
@@ -796,7 +1035,12 @@ int egpu_vcuda_region_reclaim(struct egpu_vcuda_region *h)
 
 uint64_t egpu_vcuda_region_generation(struct egpu_vcuda_region *h)
 {
-    return __atomic_load_n(&h->s->generation, __ATOMIC_RELAXED);
+    uint64_t gen;
+
+    pthread_mutex_lock(&h->mu); /* h->s changes when the file is mapped again */
+    gen = __atomic_load_n(&h->s->generation, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&h->mu);
+    return gen;
 }
 
 void egpu_vcuda_region_atfork_prepare(struct egpu_vcuda_region *h)

@@ -12,7 +12,10 @@
  * launching stream just before and just after the launch, and collected
  * later without blocking (cuEventQuery, then cuEventElapsedTime) whenever a
  * launch is timed or waits. A kernel class is a function launched with one
- * grid size and block size in one context. Every launch of a class not yet
+ * grid size and block size in one context; a CUDA graph launch
+ * (cuGraphLaunch) is a class of its own per executable graph (launch.c
+ * describes it as one block of that "function"), timed and charged the
+ * same way. Every launch of a class not yet
  * timed THR_LEARN (4) times is timed, so unknown kernels are learned from
  * their first launches; after that, one launch per THR_SAMPLE_NS (200 us) of
  * estimated device work. A span between the two events is the kernel's own
@@ -73,12 +76,39 @@
  * at the first late span. Each container sees only its own allocation
  * directory, so nothing card-wide is shared between containers.
  *
+ * Graph capture. A launch into a stream that is capturing a graph does not
+ * run: it is recorded in the graph, which runs (and is charged) when it is
+ * launched. Every launch the controller would time is first checked with
+ * cuStreamIsCapturing; one into a capture is neither timed (no event is
+ * recorded into the capture, where the driver would make it part of the
+ * graph and refuse to query it) nor charged (what admission took is given
+ * back). A launch not timed is not checked (that would cost a driver call
+ * per launch): it is charged its estimate, at most THR_SAMPLE_NS of
+ * estimated work between two timed ones of the process. The controller's
+ * own cuEventQuery calls run in CU_STREAM_CAPTURE_MODE_RELAXED
+ * (cuThreadExchangeStreamCaptureMode), so they never invalidate a capture
+ * this or another thread makes in the global mode.
+ *
+ * The region file. Another process of the container may truncate, replace
+ * or delete <dir>/vcuda-core.shm while launches run. The mapping is watched
+ * for SIGBUS (cfg->watch, sigbus.c): an access to a page the truncation
+ * removed completes on zeros (a bucket with nothing charged: at worst a
+ * burst of THR_TAU_NS) instead of killing the process, and bumps a counter. The
+ * launch path compares that counter and, every THR_CHECK_NS (100 ms, on the
+ * coarse clock it reads anyway), looks at the file (one stat(2)); a file
+ * that faulted, is short, was replaced or deleted is mapped again over the
+ * same addresses (MAP_FIXED, so other threads never see a hole) and
+ * re-initialised under flock when short or bad: one warning per process,
+ * the rest at debug level. The check costs the launch path two loads and a
+ * compare.
+ *
  * Cost. The launch path with tokens available: a coarse clock read, a
  * cuCtxGetCurrent, a probe of a process-local hash table (fixed size, mapped
  * at init), an atomic add, two compare-and-swaps on the shared card's cache
  * line (bucket, queue end), no lock, no allocation, no system call. A timed
- * launch adds two cuEventRecord calls, two clock reads and a scan of the
- * process's 32 sample slots. Figures: bench/vcuda/vcuda_overhead.
+ * launch adds cuStreamIsCapturing, two cuEventRecord calls, two clock reads
+ * and a scan of the process's 32 sample slots. Figures:
+ * bench/vcuda/vcuda_overhead.
  *
  * Threads and fork: process-wide structures are updated with atomics;
  * sample slots and classes are claimed with compare-and-swap. After fork the
@@ -129,12 +159,10 @@
 #define THR_CLASS_PROBES   32u
 #define THR_SAMPLE_SLOTS   32u /* timed launches in flight per process */
 
+#define THR_CHECK_NS (100 * THR_MS_NS) /* the region file is looked at this often */
+
 #define THR_MAGIC   0x45524f4355504745ull /* "EGPUCORE" */
 #define THR_VERSION 1u
-
-/* CUDA driver API values (cuda.h: CUstreamCaptureMode, CUstreamCaptureStatus). */
-#define THR_CAPTURE_MODE_RELAXED 2
-#define THR_CAPTURE_STATUS_NONE  0
 
 /* ---- The shared region: one per container (allocation directory). ---- */
 
@@ -226,9 +254,19 @@ struct thr_stats {
 struct thr {
     struct thr_region *region;
     size_t region_bytes;
-    bool region_file;   /* false: per-process (anonymous) region */
-    unsigned core_pct;  /* 1..99 while active */
-    unsigned limit_pct; /* core_pct..100 */
+    bool region_file; /* false: per-process (anonymous) region */
+    char path[4096];  /* of the region file */
+    dev_t dev;        /* the file mapped, as fstat saw it */
+    ino_t ino;
+    int (*watch)(void *base, size_t bytes, atomic_uint *faults);
+    void (*unwatch)(void *base);
+    atomic_uint faults;             /* SIGBUS repairs of the mapping (zeros since) */
+    atomic_uint faults_ok;          /* faults when the file was last mapped */
+    _Atomic uint64_t next_check_ns; /* look at the file at the first launch after */
+    atomic_flag checking;           /* a thread is looking at it */
+    atomic_flag warned_region;      /* its trouble was logged at warning level */
+    unsigned core_pct;              /* 1..99 while active */
+    unsigned limit_pct;             /* core_pct..100 */
     unsigned cards;
     int card_of_device[EGPU_VCUDA_MAX_CARDS];
     struct egpu_vcuda_throttle_fns fns;
@@ -600,7 +638,7 @@ static void sample_done(struct thr *t, struct thr_sample *s, float ms, uint64_t 
  * invalidate a graph capture in progress on another. */
 static void thr_poll(struct thr *t, uint64_t now)
 {
-    int mode = THR_CAPTURE_MODE_RELAXED;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     bool relaxed = false, any = false;
 
     for (unsigned i = 0; i < THR_SAMPLE_SLOTS && !any; i++)
@@ -639,9 +677,10 @@ static void thr_poll(struct thr *t, uint64_t now)
 }
 
 /* Launch l timed by sample s (owned); s goes PENDING, or back to FREE when
- * the events could not be used or the stream is capturing a graph (then
- * *captured: the launch was recorded into the graph and does not run now).
- * Returns the launch's result. */
+ * the events could not be used, the stream's capture status could not be
+ * read (the launch goes untimed), or the stream is capturing a graph (then
+ * *captured: the launch was recorded into the graph and does not run now,
+ * and no event is recorded into the capture). Returns the launch's result. */
 static CUresult sample_launch(struct thr *t, struct thr_sample *s,
                               const struct egpu_vcuda_launch *l, CUcontext ctx,
                               const struct thr_admit *a, uint64_t issued, uint64_t now,
@@ -650,13 +689,17 @@ static CUresult sample_launch(struct thr *t, struct thr_sample *s,
     /* A _ptsz launch on stream 0 runs on the thread's default stream: time it
      * there, never on the legacy stream, which would synchronise the others. */
     CUstream stream = l->stream == NULL && l->per_thread ? CU_STREAM_PER_THREAD : l->stream;
-    int status = THR_CAPTURE_STATUS_NONE;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult rc;
 
-    if (t->fns.stream_is_capturing && t->fns.stream_is_capturing(stream, &status) == CUDA_SUCCESS &&
-        status != THR_CAPTURE_STATUS_NONE) {
-        *captured = true;
-        goto unsampled;
+    if (t->fns.stream_is_capturing) {
+        rc = t->fns.stream_is_capturing(stream, &status);
+        if (rc != CUDA_SUCCESS)
+            goto unsampled; /* e.g. the legacy stream beside a capture: no event there */
+        if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
+            *captured = true;
+            goto unsampled;
+        }
     }
     if (s->has_events && (s->ctx != ctx || s->card != a->card))
         sample_drop_events(t, s);
@@ -932,6 +975,8 @@ static uint64_t thr_step(struct thr *t, const struct egpu_vcuda_launch *l, struc
  * makes the bucket look fuller (a refused launch is retried at once with the
  * exact clock) and, on a bucket left idle, dates the new charges up to a
  * tick early. */
+static void region_check(struct thr *t, uint64_t now);
+
 static CUresult thr_launch(struct thr *t, const struct egpu_vcuda_launch *l)
 {
     struct thr_step p;
@@ -939,6 +984,11 @@ static CUresult thr_launch(struct thr *t, const struct egpu_vcuda_launch *l)
     uint64_t wait, now = coarse_ns();
     bool exact = !coarse_ok;
 
+    /* The region file: due for a look, or the mapping took a fault. */
+    if (t->region_file && (now >= atomic_load_explicit(&t->next_check_ns, memory_order_relaxed) ||
+                           atomic_load_explicit(&t->faults, memory_order_relaxed) !=
+                               atomic_load_explicit(&t->faults_ok, memory_order_relaxed)))
+        region_check(t, now);
     memset(&p, 0, sizeof(p));
     while ((wait = thr_step(t, l, &p, now, &rc)) != 0) {
         if (exact)
@@ -967,32 +1017,52 @@ static bool region_valid(const struct thr_region *r)
     return r->magic == THR_MAGIC && r->version == THR_VERSION && r->bytes == sizeof(*r);
 }
 
-/* Map <dir>/vcuda-core.shm, creating or re-initialising it under flock.
- * Returns the mapping or NULL with errno set (reason logged by the caller). */
-static struct thr_region *region_map_file(const struct thr *t, const char *path)
+/* Map t->path, creating or re-initialising it under flock: a new mapping
+ * (at = NULL, watched for SIGBUS when t can), or over the current one (at =
+ * t->region, MAP_FIXED: threads using it see the old pages or the new ones,
+ * never a hole). An empty file is new unless again (it was mapped before:
+ * it was truncated). A file re-initialised is logged, or, with reinit, why
+ * is left in *reinit for the caller to say (else *reinit = NULL). Returns
+ * the mapping or NULL with errno set (reason logged by the caller). */
+static struct thr_region *region_map_file(struct thr *t, struct thr_region *at, bool again,
+                                          const char **reinit)
 {
+    const char *why = NULL;
     struct thr_region *r;
     struct stat sb;
-    int fd, saved;
+    int fd, saved, rc;
 
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    fd = open(t->path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0)
         return NULL;
     if (flock(fd, LOCK_EX) != 0 || fstat(fd, &sb) != 0)
         goto fail;
     if ((size_t)sb.st_size < sizeof(*r) && ftruncate(fd, (off_t)sizeof(*r)) != 0)
         goto fail;
-    r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    r = mmap(at, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
     if (r == MAP_FAILED)
         goto fail;
-    if (sb.st_size == 0) {
+    if (at == NULL && t->watch != NULL) {
+        rc = t->watch(r, sizeof(*r), &t->faults);
+        if (rc != 0)
+            egpu_log(EGPU_LOG_WARN,
+                     "compute region not protected against truncation (a truncated file would "
+                     "kill this process) path=%s err=\"%s\"",
+                     t->path, strerror(-rc));
+    }
+    if (sb.st_size == 0 && !again) {
         region_init(r, t); /* new */
     } else if ((size_t)sb.st_size < sizeof(*r) || !region_valid(r)) {
-        egpu_log(EGPU_LOG_WARN, "compute region %s, re-initialised path=%s bytes=%lld",
-                 (size_t)sb.st_size < sizeof(*r) ? "truncated" : "of another layout or corrupted",
-                 path, (long long)sb.st_size);
+        why = (size_t)sb.st_size < sizeof(*r) ? "truncated" : "of another layout or corrupted";
+        if (reinit == NULL)
+            egpu_log(EGPU_LOG_WARN, "compute region %s, re-initialised path=%s bytes=%lld", why,
+                     t->path, (long long)sb.st_size);
         region_init(r, t);
     }
+    if (reinit != NULL)
+        *reinit = why;
+    t->dev = sb.st_dev;
+    t->ino = sb.st_ino;
     (void)flock(fd, LOCK_UN); /* closing releases it too */
     close(fd);
     return r;
@@ -1002,6 +1072,57 @@ fail:
     close(fd);
     errno = saved;
     return NULL;
+}
+
+/* Trouble with the region file is logged at warning level once per
+ * process, later at debug level (another process may be at it in a loop). */
+static int region_level(struct thr *t)
+{
+    return atomic_flag_test_and_set(&t->warned_region) ? EGPU_LOG_DEBUG : EGPU_LOG_WARN;
+}
+
+/* Look at the region file at now (a launch found it due, or the mapping
+ * faulted): when it was truncated (the mapping faulted, or the file is
+ * short), replaced or deleted, map it again over the current mapping,
+ * re-initialising it when it is short or bad. One thread at a time; the
+ * others go on with the mapping as it is (zeros after a fault: a bucket
+ * with nothing charged, until this one is done). */
+static void region_check(struct thr *t, uint64_t now)
+{
+    unsigned faults;
+    const char *why = NULL;
+    bool gone = false; /* the file mapped is no longer at the path */
+    struct stat st;
+    int level;
+
+    if (atomic_flag_test_and_set_explicit(&t->checking, memory_order_acquire))
+        return;
+    atomic_store_explicit(&t->next_check_ns, now + THR_CHECK_NS, memory_order_relaxed);
+    faults = atomic_load_explicit(&t->faults, memory_order_acquire);
+    if (faults != atomic_load_explicit(&t->faults_ok, memory_order_relaxed))
+        why = "truncated under this process";
+    else if ((gone = stat(t->path, &st) != 0))
+        why = "deleted";
+    else if ((gone = st.st_dev != t->dev || st.st_ino != t->ino))
+        why = "replaced";
+    else if ((size_t)st.st_size < sizeof(struct thr_region))
+        why = "truncated";
+    if (why != NULL) {
+        const char *reinit = NULL;
+
+        level = region_level(t);
+        /* an empty file there is new when the one mapped is gone */
+        if (region_map_file(t, t->region, !gone, &reinit) != NULL) {
+            atomic_store_explicit(&t->faults_ok, faults, memory_order_release);
+            egpu_log(level, "compute region %s, mapped again%s%s path=%s", why,
+                     reinit ? ", re-initialised: " : "", reinit ? reinit : "", t->path);
+        } else {
+            egpu_log(level,
+                     "compute region %s, cannot be mapped again: kept as it is path=%s err=\"%s\"",
+                     why, t->path, strerror(errno));
+        }
+    }
+    atomic_flag_clear_explicit(&t->checking, memory_order_release);
 }
 
 static int config_check(const struct egpu_vcuda_throttle_config *cfg)
@@ -1052,6 +1173,8 @@ static void thr_close(struct thr *t)
     for (unsigned i = 0; i < THR_SAMPLE_SLOTS; i++)
         if (t->fns.event_destroy)
             sample_drop_events(t, &t->samples[i]);
+    if (t->region && t->region_file && t->unwatch)
+        t->unwatch(t->region);
     if (t->region)
         munmap(t->region, t->region_bytes);
     if (t->classes)
@@ -1062,13 +1185,14 @@ static void thr_close(struct thr *t)
 /* Set t up from cfg (t zeroed or closed). Returns 0 or -EINVAL. */
 static int thr_open(struct thr *t, const struct egpu_vcuda_throttle_config *cfg)
 {
-    char path[4096];
     void *p;
     int rc;
 
     memset(t, 0, sizeof(*t));
     atomic_flag_clear(&t->warned_reset);
     atomic_flag_clear(&t->warned_queue);
+    atomic_flag_clear(&t->checking);
+    atomic_flag_clear(&t->warned_region);
     rc = config_check(cfg);
     if (rc)
         return rc;
@@ -1077,15 +1201,18 @@ static int thr_open(struct thr *t, const struct egpu_vcuda_throttle_config *cfg)
     t->cards = cfg->cards;
     memcpy(t->card_of_device, cfg->card_of_device, sizeof(t->card_of_device));
     t->fns = cfg->fns;
+    t->watch = cfg->watch;
+    t->unwatch = cfg->unwatch;
     t->clock = mono_ns;
     t->pid = (int32_t)getpid();
     if (t->core_pct >= 100)
         return 0; /* nothing to hold */
     if (cfg->dir) {
-        if ((size_t)snprintf(path, sizeof(path), "%s/vcuda-core.shm", cfg->dir) >= sizeof(path))
+        if ((size_t)snprintf(t->path, sizeof(t->path), "%s/vcuda-core.shm", cfg->dir) >=
+            sizeof(t->path))
             errno = ENAMETOOLONG;
         else
-            t->region = region_map_file(t, path);
+            t->region = region_map_file(t, NULL, false, NULL);
         if (t->region)
             t->region_file = true;
         else
@@ -1106,6 +1233,7 @@ static int thr_open(struct thr *t, const struct egpu_vcuda_throttle_config *cfg)
         region_init(t->region, t);
     }
     t->region_bytes = sizeof(struct thr_region);
+    atomic_store(&t->next_check_ns, mono_ns() + THR_CHECK_NS);
     p = mmap(NULL, THR_CLASS_SLOTS * sizeof(*t->classes), PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     t->classes = p == MAP_FAILED ? NULL : p; /* without it every launch uses the default cost */
@@ -1153,6 +1281,7 @@ void egpu_vcuda_throttle_atfork_child(void)
     struct thr *t = &g_thr;
 
     t->pid = (int32_t)getpid();
+    atomic_flag_clear(&t->checking); /* a parent's thread may have been looking */
     memset(t->pc, 0, sizeof(t->pc));
     memset(t->samples, 0, sizeof(t->samples)); /* the parent's events are not ours */
     memset(&t->stats, 0, sizeof(t->stats));

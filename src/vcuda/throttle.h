@@ -8,13 +8,15 @@
  *   - egpu_vcuda_throttle_init once, from the interposer's initialisation,
  *     after the configuration is read and the real driver entry points are
  *     resolved;
- *   - every launch wrapper (cuLaunchKernel, _ptsz, cuLaunchKernelEx, _ptsz)
- *     tests egpu_vcuda_throttle_active first; when false it calls the real
- *     entry point directly (the fast path: no lock, no allocation, no
- *     call); when true it fills a struct egpu_vcuda_launch and calls
- *     egpu_vcuda_throttle_launch, which admits the launch (sleeping while
- *     the container is over its share), calls l->launch(l) exactly once and
- *     returns what it returned;
+ *   - every launch wrapper (cuLaunchKernel, _ptsz, cuLaunchKernelEx, _ptsz,
+ *     cuGraphLaunch, _ptsz) tests egpu_vcuda_throttle_active first; when
+ *     false it calls the real entry point directly (the fast path: no lock,
+ *     no allocation, no call); when true it fills a struct egpu_vcuda_launch
+ *     and calls egpu_vcuda_throttle_launch, which admits the launch
+ *     (sleeping while the container is over its share), calls l->launch(l)
+ *     exactly once and returns what it returned. A graph launch is described
+ *     as fn = (CUfunction)graph_exec, blocks = 1, threads = 0: the
+ *     controller times and charges a graph like one kernel of its own;
  *   - the interposer's pthread_atfork child handler calls
  *     egpu_vcuda_throttle_atfork_child.
  * Units: percent of one card's time for core_pct and core_limit_pct.
@@ -24,6 +26,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "egpu/cuda_abi.h"
@@ -41,15 +44,15 @@ extern "C" {
  *   ctx_get_current (cuCtxGetCurrent): without it the controller assumes one
  *     context per device per process (it keys kernel estimates and timing
  *     events by device instead of by context);
- *   exchange_capture_mode (cuThreadExchangeStreamCaptureMode; the mode is
- *     the int-sized CUstreamCaptureMode): the controller collects its timing
- *     events in CU_STREAM_CAPTURE_MODE_RELAXED, so that its cuEventQuery
- *     never invalidates a graph capture another thread has going in global
- *     mode (PyTorch's default); without it, it cannot;
- *   stream_is_capturing (cuStreamIsCapturing; the status is the int-sized
- *     CUstreamCaptureStatus): a launch the controller would time is checked,
- *     and a launch into a capture (which does not run now) is neither timed
- *     nor charged. */
+ *   exchange_capture_mode (cuThreadExchangeStreamCaptureMode): the
+ *     controller collects its timing events in CU_STREAM_CAPTURE_MODE_RELAXED,
+ *     so that its cuEventQuery never invalidates a graph capture this or
+ *     another thread has going in global mode (PyTorch's default); without
+ *     it, it cannot;
+ *   stream_is_capturing (cuStreamIsCapturing): a launch the controller
+ *     would time is checked first, and a launch into a capture (recorded in
+ *     a graph, not run now) is neither timed (no event is recorded into the
+ *     capture) nor charged; when the query fails, the launch is not timed. */
 struct egpu_vcuda_throttle_fns {
     CUresult (*ctx_get_device)(CUdevice *dev);
     CUresult (*event_create)(CUevent *event, unsigned int flags);
@@ -57,9 +60,9 @@ struct egpu_vcuda_throttle_fns {
     CUresult (*event_query)(CUevent event);
     CUresult (*event_elapsed_time)(float *ms, CUevent start, CUevent end);
     CUresult (*event_destroy)(CUevent event);
-    CUresult (*ctx_get_current)(CUcontext *ctx);                   /* optional */
-    CUresult (*exchange_capture_mode)(int *mode);                  /* optional */
-    CUresult (*stream_is_capturing)(CUstream stream, int *status); /* optional */
+    CUresult (*ctx_get_current)(CUcontext *ctx);                                     /* optional */
+    CUresult (*exchange_capture_mode)(CUstreamCaptureMode *mode);                    /* optional */
+    CUresult (*stream_is_capturing)(CUstream stream, CUstreamCaptureStatus *status); /* optional */
 };
 
 struct egpu_vcuda_throttle_config {
@@ -71,6 +74,13 @@ struct egpu_vcuda_throttle_config {
     int card_of_device[EGPU_VCUDA_MAX_CARDS]; /* CUdevice ordinal -> limited card index
                                                  0..cards-1, -1 = not limited */
     struct egpu_vcuda_throttle_fns fns;
+    /* Optional (NULL: not protected): watch and unwatch a mapping of the
+     * region file against SIGBUS, as egpu_vcuda_sigbus_watch (sigbus.c)
+     * does: once another process truncated the file, an access to the
+     * mapping completes on zeros and *faults grows instead of killing the
+     * process. watch returns 0 or -errno. */
+    int (*watch)(void *base, size_t bytes, atomic_uint *faults);
+    void (*unwatch)(void *base);
 };
 
 /* One launch, as the wrapper received it. launch performs the real call
@@ -97,8 +107,12 @@ extern atomic_bool egpu_vcuda_throttle_active;
  * shared region <dir>/vcuda-core.shm cannot be created or mapped, the reason
  * is logged once and each process is held to the share on its own (a
  * per-process region); a region of another layout, truncated or corrupted
- * is logged once and re-initialised. Call it once per process; a later call
- * replaces the configuration and must not race with launches (tests). */
+ * is logged once and re-initialised. While launches run, the file is
+ * looked at every 100 ms (and at once after a fault of the mapping): one
+ * truncated, replaced or deleted is mapped again (re-initialised under
+ * flock when it is short), logged once per process. Call it once per
+ * process; a later call replaces the configuration and must not race with
+ * launches (tests). */
 int egpu_vcuda_throttle_init(const struct egpu_vcuda_throttle_config *cfg);
 
 /* Admit l (may sleep), run l->launch(l) once and return its result. Never

@@ -8,6 +8,8 @@
  *   region.c   the shared region <dir>/vcuda-memory.shm: per-card usage of all
  *              processes of the container, a slot per live process, dead
  *              processes reclaimed, a corrupted region re-initialised;
+ *   sigbus.c   a SIGBUS handler that turns an access to a truncated region
+ *              file into an access to zeros, and tells the region's owner;
  *   hooks.c    initialisation, the real entry points, dlsym, cuGetProcAddress,
  *              fork handling and the device -> card map;
  *   memory.c   the memory wrappers (allocations, frees, contexts, memory info);
@@ -23,6 +25,7 @@
 #define EGPU_VCUDA_INT_H
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -221,9 +224,13 @@ struct egpu_vcuda_region;
 
 /* Attach to <dir>/vcuda-memory.shm, creating it (mode 0666) or
  * re-initialising it when it is truncated, corrupted or of another version
- * (one log line naming the file and the reason). dir NULL or "": a region
- * private to this process and its forked children (anonymous shared
- * memory). *out is the caller's, freed by egpu_vcuda_region_close.
+ * (one log line naming the file and the reason). The mapping is watched for
+ * SIGBUS (sigbus.c), and the file looked at every 100 ms, after a fork and
+ * after a fault: one truncated, replaced or deleted under a live process is
+ * mapped again (region.c, DESIGN). dir NULL or "": a region private to this
+ * process and its forked children (anonymous shared memory). One handle per
+ * process and file: two handles of one process on the same file share its
+ * lock word. *out is the caller's, freed by egpu_vcuda_region_close.
  * Returns 0; -ENOMEM; or -errno when the file cannot be opened, sized or
  * mapped (err->msg names it; the caller may fall back to a private region). */
 int egpu_vcuda_region_open(struct egpu_vcuda_region **out, const char *dir,
@@ -278,10 +285,32 @@ void egpu_vcuda_region_atfork_parent(struct egpu_vcuda_region *h);
 void egpu_vcuda_region_atfork_child(struct egpu_vcuda_region *h);
 
 /* For unit tests only: take the shared lock and keep it (a process that
- * then dies leaves it EOWNERDEAD), and overwrite a card's total (a
- * half-done update). Return 0 or -errno. */
+ * then dies leaves its lock word, which the next locker takes over and
+ * recomputes the totals), and overwrite a card's total (a half-done
+ * update). Return 0 or -errno. */
 int egpu_vcuda_region_debug_lock(struct egpu_vcuda_region *h);
 int egpu_vcuda_region_debug_set_total(struct egpu_vcuda_region *h, int card, uint64_t bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Truncated mappings (sigbus.c)                                            */
+
+#define EGPU_VCUDA_SIGBUS_MAX 16 /* ranges watched at once */
+
+/* Watch the mapping [base, base + bytes) of a file that other processes may
+ * truncate (base page-aligned, as mmap returns it; bytes rounded up to
+ * pages). From then on a SIGBUS raised by an access to it (a page past the
+ * file's end: BUS_ADRERR) is handled: the whole range is replaced by private
+ * zero-filled memory, *faults (the caller's, outliving the watch) is
+ * incremented, and the access completes on the zeros. Any other SIGBUS goes
+ * to the disposition installed before. The handler is installed with
+ * sigaction(2) at the first call. Returns 0, -EINVAL (bad arguments),
+ * -ENOSPC (EGPU_VCUDA_SIGBUS_MAX ranges watched already) or the -errno of
+ * sigaction. Thread-safe. */
+int egpu_vcuda_sigbus_watch(void *base, size_t bytes, atomic_uint *faults) EGPU_MUST_CHECK;
+
+/* Stop watching the range that starts at base (call it before unmapping
+ * the range). No-op for NULL or a range not watched. */
+void egpu_vcuda_sigbus_unwatch(void *base);
 
 /* Start time of process pid in clock ticks since boot (/proc/<pid>/stat
  * field 22, proc(5)); *zombie set when its state is Z or X. Returns 0 or

@@ -38,6 +38,7 @@ Allocate refuses them, and the card comes back when marked healthy.
 """
 import json
 import os
+import stat
 import re
 import shutil
 import signal
@@ -460,6 +461,9 @@ def test_shared_container_follows_assignment(api_env):
     assert conf == {"EGPU_VCUDA_GPUS": u[1], "EGPU_VCUDA_MEMORY_MIB": "4096",
                     "EGPU_VCUDA_CORE": "30", "EGPU_VCUDA_CORE_LIMIT": "30"}
     assert mount is not None and mount.read_only
+    # Any user of the container creates the interposer's regions there.
+    alloc = mounts(adm.container_response)["/etc/elastic-gpu"].host_path
+    assert stat.S_IMODE(os.stat(alloc).st_mode) == 0o1777
     assert mount.host_path == os.path.join(
         mounts(adm.container_response)["/etc/elastic-gpu"].host_path, "vcuda.conf")
 

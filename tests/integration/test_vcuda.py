@@ -28,6 +28,13 @@ tests/vcuda/vcuda_probe.c, which answers one line per command.
   fails closed (no device memory on the configured cards) without a crash;
   a corrupted, truncated or foreign-version shared region gives one log line
   and is re-initialised, and a live process registers its usage again.
+* Compute limit: CUDA graph launches (cuGraphLaunch, cuGraphLaunch_ptsz) are
+  held to the share like kernels; kernels launched into a stream capture are
+  neither timed nor charged, and the controller's event queries never
+  invalidate a capture in global mode; the compute and memory regions
+  truncated over and over under running processes kill none of them (no
+  SIGBUS), and the processes stay held to their share and their memory
+  counted.
 """
 import os
 import pathlib
@@ -264,6 +271,8 @@ PROC_CASES = [
     ("cuLaunchKernel", 12040, 2, "cuLaunchKernel_ptsz"),
     ("cuLaunchKernelEx", 12040, 0, "cuLaunchKernelEx"),
     ("cuLaunchKernelEx", 13000, 2, "cuLaunchKernelEx_ptsz"),
+    ("cuGraphLaunch", 10000, 0, "cuGraphLaunch"),
+    ("cuGraphLaunch", 12040, 2, "cuGraphLaunch_ptsz"),
 ]
 
 
@@ -689,3 +698,133 @@ def test_live_process_registers_again(world):
     assert log_lines(a.stderr()) == []
     lines = log_lines(b.stderr())
     assert len(lines) == 1 and "re-initialising" in lines[0], lines
+
+
+# ---- the compute limit: graphs, stream capture, the region under truncation ----
+
+def mockctl(world, *args):
+    return subprocess.run([str(world["paths"]["mockctl"]), str(world["state"]), *args],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def card_share(world, seconds, card=0):
+    """Percent of card's time busy over the next seconds (mock device time)."""
+    mockctl(world, "reset-busy")
+    t0 = time.monotonic_ns()
+    time.sleep(seconds)
+    out = mockctl(world)
+    now = int(re.search(r"^now_ns=(\d+)", out, re.M).group(1))
+    busy = int(re.search(rf"^card {card} .*busy_ns=(\d+)", out, re.M).group(1))
+    return 100.0 * busy / (now - t0)
+
+
+def core_conf(core, **more):
+    conf = {"EGPU_VCUDA_CORE": str(core)}
+    conf.update({f"EGPU_VCUDA_{k.upper()}": str(v) for k, v in more.items()})
+    return conf
+
+
+@pytest.mark.parametrize("lookup,entry", [("direct", "graph"), ("procaddr", "graph_ptsz")],
+                         ids=["cuGraphLaunch-direct", "cuGraphLaunch_ptsz-procaddr"])
+def test_graph_launches_are_throttled(world, lookup, entry):
+    """A process launching a CUDA graph (1 ms of device time each, the
+    mock's EGPU_MOCK_CUDA_GRAPH_NS) over and over gets its 30%, not the whole
+    card: cuGraphLaunch(_ptsz) goes through the controller like a kernel."""
+    probe = Probe(world, lookup=lookup, conf=core_conf(30))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe.rc("instantiate") == 0
+    assert probe(f"spin {entry} - 0") == ["spin", "0"]
+    time.sleep(0.5)  # past learning the graph's cost
+    share = card_share(world, 1.5)
+    stop = probe("stop")
+    assert stop[2] == "0" and int(stop[1]) > 100, stop
+    assert 20 <= share <= 40, f"graph launches got {share:.1f}% of the card at a 30% limit"
+    assert probe.close() == 0
+    assert log_lines(probe.stderr()) == []
+
+
+def test_capture_is_not_charged(world):
+    """Kernels launched into a stream capture do not run: they are neither
+    timed (no event recorded into the capture) nor charged. 100 captured
+    launches of a learned 5 ms kernel at 10% would otherwise wait about 5 s
+    for the bucket; the graph comes out whole."""
+    env_conf = dict(core_conf(10), EGPU_MOCK_CUDA_KERNEL_NS="cap=5000000")
+    probe = Probe(world, conf=env_conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe("stream") == ["stream", "0", "0"]
+    assert probe("launchon 0 cap 1 6")[1] == "0"  # learned: 5 ms a launch
+    assert probe.rc("sync 0") == 0
+    time.sleep(0.1)
+    assert probe.rc("capture 0 0") == 0  # CU_STREAM_CAPTURE_MODE_GLOBAL
+    assert probe("capturing 0") == ["capturing", "0", "1"]
+    a = probe("launchon 0 cap 1 100")
+    assert a[1] == "0", a
+    assert probe("endcapture 0") == ["endcapture", "0", "100"]
+    assert int(a[2]) < 2000000, f"100 captured launches took {int(a[2]) / 1e6:.2f} s"
+    # the graph runs, and is throttled like any launch
+    assert probe.rc("instantiate") == 0
+    assert probe.rc("graphlaunch 0 1 plain") == 0
+    assert probe.rc("sync 0") == 0
+    assert probe.close() == 0
+    assert log_lines(probe.stderr()) == []
+
+
+def test_controller_keeps_a_global_capture_valid(world):
+    """While this thread captures in CU_STREAM_CAPTURE_MODE_GLOBAL, the
+    controller still collects its timed launches on another stream with
+    cuEventQuery, which the driver forbids in that mode; it switches the
+    thread to RELAXED for them, so the capture is not invalidated."""
+    conf = dict(core_conf(50), EGPU_MOCK_CUDA_KERNEL_NS="eager=20000000,cap=1000000")
+    probe = Probe(world, conf=conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe("stream") == ["stream", "0", "0"]
+    assert probe("stream") == ["stream", "0", "1"]
+    assert probe("launchon 0 eager 1 1")[1] == "0"  # timed; its events still pending
+    assert probe.rc("capture 1 0") == 0
+    assert probe("launchon 1 cap 1 3")[1] == "0"  # new kernel: the controller collects samples
+    assert probe("endcapture 1") == ["endcapture", "0", "3"]
+    assert probe.rc("sync 0") == 0
+    assert probe.close() == 0
+    assert log_lines(probe.stderr()) == []
+
+
+def truncate(path, how):
+    """Truncate path in place to 0 bytes or to half its size, as another
+    process of the container could."""
+    size = path.stat().st_size
+    os.truncate(path, 0 if how == "zero" else size // 2)
+
+
+def test_regions_truncated_under_running_processes(world):
+    """Three processes launch kernels and allocate in a loop while the
+    compute and the memory regions are truncated to 0 and to half, over and
+    over: none crashes (a truncated file mapping would raise SIGBUS), each
+    logs at most one line per region, they are still held to their 30%
+    afterwards, and the memory limit counts exactly what they hold."""
+    conf = dict(core_conf(30), EGPU_VCUDA_MEMORY_MIB="4096", EGPU_MOCK_CUDA_KERNEL_NS="k=1000000")
+    probes = [Probe(world, conf=conf) for _ in range(3)]
+    for p in probes:
+        assert p.rc("init") == 0 and p.rc("ctx 0 primary") == 0
+        assert p("spin mixed k 1") == ["spin", "0"]
+    core, memory = world["dir"] / "vcuda-core.shm", world["dir"] / "vcuda-memory.shm"
+    time.sleep(0.3)
+    for i in range(60):
+        for region in (core, memory):
+            truncate(region, "zero" if i % 2 == 0 else "half")
+        time.sleep(0.02)
+    time.sleep(0.3)
+    share = card_share(world, 1.5)
+    for p in probes:
+        assert p.p.poll() is None, f"a process died: exit status {p.p.returncode}"
+        a = p("stop")
+        assert a[0] == "stop" and a[2] == "0" and int(a[1]) > 50, (a, p.stderr())
+    assert 15 <= share <= 45, f"three processes at 30% got {share:.1f}% after the truncations"
+    # every process counted its context again, and nothing else is held
+    for p in probes:
+        assert meminfo(p) == (4096 * MIB - 3 * CTX_MIB * MIB, 4096 * MIB)
+    for p in probes:
+        assert p.close() == 0, p.stderr()
+        lines = log_lines(p.stderr())
+        assert len(lines) <= 2, lines
+        for line in lines:
+            assert str(core) in line or str(memory) in line, line

@@ -23,6 +23,9 @@
  *                              (default 1000; read by cuModuleGetFunction)
  *   EGPU_MOCK_CUDA_KERNEL_NS   "name=ns_per_block,..." per kernel name
  *                              (read by cuModuleGetFunction)
+ *   EGPU_MOCK_CUDA_GRAPH_NS    device time of a launch of a graph with no
+ *                              captured work (cuGraphCreate), ns (default
+ *                              1000000; read by cuGraphInstantiateWithFlags)
  *   EGPU_MOCK_CUDA_TAG         who launches, for busy time (default "pid<pid>")
  *   EGPU_MOCK_CUDA_VERSION     what cuDriverGetVersion reports (default 12040)
  *
@@ -55,6 +58,29 @@
  * context, not per thread). Events are stamped with the end of their stream's
  * work (now if idle); cuEventQuery is CUDA_ERROR_NOT_READY until then.
  * cuCtxSynchronize waits for every stream of the current context.
+ *
+ * Graphs and stream capture. cuStreamBeginCapture_v2(_ptsz) starts a capture
+ * on a created stream (stream 0 and the special handles cannot be captured
+ * here: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); a kernel or graph launched
+ * into it does not run but adds a node of its cost to the graph, and an
+ * event recorded there is "captured" (cuEventQuery and cuEventSynchronize on
+ * it: CUDA_ERROR_CAPTURED_EVENT; cuEventElapsedTime: CUDA_ERROR_INVALID_HANDLE,
+ * as for an event never recorded). cuStreamEndCapture(_ptsz) returns the
+ * graph (from the capturing thread unless begun in RELAXED mode:
+ * CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD), or NULL and
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when the capture was invalidated.
+ * The potentially unsafe calls the mock knows (cuEventQuery,
+ * cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize) follow the
+ * rules of cuThreadExchangeStreamCaptureMode: made in a thread whose mode
+ * forbids them while a capture is going on, they fail with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the captures they
+ * conflict with; synchronising the capturing stream itself always does.
+ * cuStreamIsCapturing(_ptsz) reports the capture of a created stream, NONE
+ * for the others (the legacy stream does not depend on captures here). A
+ * graph from cuGraphCreate has no nodes. cuGraphInstantiateWithFlags binds a
+ * graph to the current context; a launch of it (cuGraphLaunch(_ptsz))
+ * occupies the card, credited to the tag, for the sum of its captured
+ * nodes' costs, or EGPU_MOCK_CUDA_GRAPH_NS for a graph with none.
  *
  * cuGetProcAddress and _v2 resolve an unversioned name and a CUDA version the
  * way the driver does, from the table in this file: each name lists the
@@ -100,6 +126,7 @@
 #define ADDR_BASE      0x700000000000ull /* first fake device address */
 #define HANDLE_BASE    0x10000ull        /* first fake handle */
 #define DRIVER_VERSION 12040
+#define CAPTURES_MAX   64 /* streams capturing at once per process */
 
 enum kind {
     K_CTX = 1,
@@ -115,6 +142,8 @@ enum kind {
     K_RESERVE, /* cuMemAddressReserve range */
     K_MAP,     /* cuMemMap range */
     K_POOL,    /* cuMemPoolCreate */
+    K_GRAPH,   /* cuGraphCreate, cuStreamEndCapture */
+    K_EXEC,    /* cuGraphInstantiateWithFlags */
 };
 
 /* Every handle and allocation of the process, by (key, kind). */
@@ -134,13 +163,22 @@ struct obj {
             uint64_t any_ns;     /* end of every stream's work */
         } ctx;
         struct {
-            uint64_t last_ns; /* end of its work */
+            uint64_t last_ns;             /* end of its work */
+            CUstreamCaptureStatus status; /* of a capture begun on it */
+            CUstreamCaptureMode mode;     /* the capture's */
+            unsigned thread;              /* the capturing thread (thread_id) */
+            uint64_t graph;               /* the K_GRAPH being captured */
         } stream;
         struct {
             unsigned flags;
             bool recorded;
+            bool captured; /* last recorded in a capture */
             uint64_t stamp_ns;
         } event;
+        struct {
+            uint64_t nodes;   /* captured launches */
+            uint64_t cost_ns; /* their device time; K_EXEC: what a launch takes */
+        } graph;
         struct {
             uint64_t module;
             uint64_t ns_per_block;
@@ -163,11 +201,15 @@ static struct {
     unsigned tag;
     uint64_t next_addr, next_handle;
     uint64_t primary[EGPU_MOCK_CARDS_MAX]; /* primary context key per card, 0: none */
+    uint64_t captures[CAPTURES_MAX];       /* streams capturing (keys), 0: free */
+    unsigned threads;                      /* thread ids handed out */
     struct obj *buckets[BUCKETS];
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local uint64_t tls_ctx;
 static _Thread_local unsigned tls_generation;
+static _Thread_local unsigned tls_thread;                  /* thread_id(), 0: none yet */
+static _Thread_local CUstreamCaptureMode tls_capture_mode; /* GLOBAL (0) to start with */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 /* ---- registry ---- */
@@ -363,6 +405,8 @@ static CUresult ctx_footprint(struct obj *c)
     return CUDA_SUCCESS;
 }
 
+static CUresult unsafe_call(void); /* stream capture, below */
+
 /* ---- fork ---- */
 
 static void atfork_prepare(void)
@@ -390,6 +434,7 @@ static void atfork_child(void)
     if (g.dev.st != NULL)
         egpu_mock_dev_close(&g.dev); /* the parent keeps its lock: it holds the file too */
     memset(g.primary, 0, sizeof(g.primary));
+    memset(g.captures, 0, sizeof(g.captures));
     g.initialised = false;
     g.generation++;
     pthread_mutex_unlock(&g.lock);
@@ -468,11 +513,23 @@ static const struct {
     {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE",
+     "the operation cannot be performed in the present state"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
      "an illegal memory access was encountered"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "operation failed due to a previous error during capture"},
+    {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT",
+     "operation not permitted on an event last recorded in a capturing stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "attempt to terminate a thread-local capture sequence from another thread"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -803,6 +860,9 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx)
     c = ctx_or_current(ctx);
     if (c == NULL)
         return end(CUDA_ERROR_INVALID_CONTEXT);
+    r = unsafe_call();
+    if (r != CUDA_SUCCESS)
+        return end(r);
     until = c->u.ctx.any_ns;
     pthread_mutex_unlock(&g.lock);
     egpu_mock_sleep_until(until);
@@ -1204,6 +1264,83 @@ static void target_extend(const struct target *t, uint64_t end_ns)
         t->ctx->u.ctx.any_ns = end_ns;
 }
 
+/* ---- stream capture (the rules of cuThreadExchangeStreamCaptureMode) ---- */
+
+/* Locked: a small id of the calling thread, 1 and up. */
+static unsigned thread_id(void)
+{
+    if (tls_thread == 0)
+        tls_thread = ++g.threads;
+    return tls_thread;
+}
+
+/* Locked: the stream t names when a capture is begun on it (active or
+ * invalidated), else NULL. */
+static struct obj *capturing(const struct target *t)
+{
+    return t->stream != NULL && t->stream->u.stream.status != CU_STREAM_CAPTURE_STATUS_NONE
+               ? t->stream
+               : NULL;
+}
+
+/* Locked: stream key is no longer capturing. */
+static void capture_forget(uint64_t key)
+{
+    for (unsigned i = 0; i < CAPTURES_MAX; i++) {
+        if (g.captures[i] == key)
+            g.captures[i] = 0;
+    }
+}
+
+/* Locked: whether the calling thread may make a potentially unsafe call now
+ * (cuEventQuery, cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize):
+ * not in its mode GLOBAL while another thread captures in GLOBAL mode, nor in
+ * GLOBAL or THREAD_LOCAL while it captures itself in a mode other than
+ * RELAXED. A call made anyway fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * and invalidates the captures it conflicts with. */
+static CUresult unsafe_call(void)
+{
+    unsigned me = thread_id();
+    bool refused = false;
+
+    if (tls_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
+    for (unsigned i = 0; i < CAPTURES_MAX; i++) {
+        struct obj *s = g.captures[i] != 0 ? lookup(g.captures[i], K_STREAM) : NULL;
+
+        if (s == NULL) {
+            g.captures[i] = 0; /* its stream or context went */
+            continue;
+        }
+        if (s->u.stream.status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+            continue;
+        if (s->u.stream.thread == me ? s->u.stream.mode != CU_STREAM_CAPTURE_MODE_RELAXED
+                                     : tls_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                                           s->u.stream.mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+            s->u.stream.status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+            refused = true;
+        }
+    }
+    return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+/* Locked: record a launch of cost_ns into the capture on stream s: one node
+ * of the graph being captured. CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when the
+ * capture was invalidated. */
+static CUresult capture_add(struct obj *s, uint64_t cost_ns)
+{
+    struct obj *gr = lookup(s->u.stream.graph, K_GRAPH);
+
+    if (s->u.stream.status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (gr == NULL)
+        return CUDA_ERROR_UNKNOWN;
+    gr->u.graph.nodes++;
+    gr->u.graph.cost_ns =
+        gr->u.graph.cost_ns > UINT64_MAX - cost_ns ? UINT64_MAX : gr->u.graph.cost_ns + cost_ns;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
 {
     struct obj *c, *s;
@@ -1231,6 +1368,13 @@ CUresult cuStreamDestroy_v2(CUstream stream)
     s = lookup((uint64_t)(uintptr_t)stream, K_STREAM);
     if (s == NULL)
         return end(CUDA_ERROR_INVALID_HANDLE);
+    if (s->u.stream.status != CU_STREAM_CAPTURE_STATUS_NONE) { /* the capture goes with it */
+        struct obj *gr = lookup(s->u.stream.graph, K_GRAPH);
+
+        if (gr != NULL)
+            obj_release(gr);
+        capture_forget(s->key);
+    }
     obj_release(s); /* its queued work still runs, as on the device */
     return end(CUDA_SUCCESS);
 }
@@ -1244,6 +1388,12 @@ static CUresult stream_sync(CUstream stream, bool ptsz)
     if (r != CUDA_SUCCESS)
         return r;
     r = resolve_stream(stream, ptsz, &t);
+    if (r == CUDA_SUCCESS)
+        r = unsafe_call();
+    if (r == CUDA_SUCCESS && capturing(&t) != NULL) { /* a capture cannot be waited for */
+        t.stream->u.stream.status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     if (r != CUDA_SUCCESS)
         return end(r);
     until = target_end(&t);
@@ -1672,6 +1822,8 @@ static CUresult launch(CUfunction fn, const unsigned grid[3], const unsigned blo
     blocks = (uint64_t)grid[0] * grid[1] * grid[2];
     if (__builtin_mul_overflow(blocks, f->u.func.ns_per_block, &cost))
         cost = UINT64_MAX;
+    if (capturing(&t) != NULL) /* recorded in the graph, not run */
+        return end(capture_add(t.stream, cost));
     if (egpu_mock_launch(&g.dev, t.ctx->card, g.tag, target_end(&t), cost, &end_ns) != 0)
         return end(CUDA_ERROR_UNKNOWN);
     target_extend(&t, end_ns);
@@ -1771,7 +1923,15 @@ static CUresult event_record(CUevent event, CUstream stream, bool ptsz)
     r = resolve_stream(stream, ptsz, &t);
     if (r != CUDA_SUCCESS)
         return end(r);
+    if (capturing(&t) != NULL) { /* a node of the capture, not a time */
+        if (t.stream->u.stream.status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+            return end(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        e->u.event.recorded = false;
+        e->u.event.captured = true;
+        return end(CUDA_SUCCESS);
+    }
     at = target_end(&t);
+    e->u.event.captured = false;
     e->u.event.recorded = true;
     e->u.event.stamp_ns = at > now ? at : now;
     return end(CUDA_SUCCESS);
@@ -1802,6 +1962,10 @@ CUresult cuEventQuery(CUevent event)
     if (r != CUDA_SUCCESS)
         return r;
     r = event_get(event, &e);
+    if (r == CUDA_SUCCESS && e->u.event.captured)
+        r = CUDA_ERROR_CAPTURED_EVENT;
+    if (r == CUDA_SUCCESS)
+        r = unsafe_call();
     if (r == CUDA_SUCCESS && e->u.event.recorded && e->u.event.stamp_ns > egpu_mock_now_ns())
         r = CUDA_ERROR_NOT_READY;
     return end(r);
@@ -1816,6 +1980,10 @@ CUresult cuEventSynchronize(CUevent event)
     if (r != CUDA_SUCCESS)
         return r;
     r = event_get(event, &e);
+    if (r == CUDA_SUCCESS && e->u.event.captured)
+        r = CUDA_ERROR_CAPTURED_EVENT;
+    if (r == CUDA_SUCCESS)
+        r = unsafe_call();
     if (r != CUDA_SUCCESS)
         return end(r);
     until = e->u.event.recorded ? e->u.event.stamp_ns : 0;
@@ -1860,6 +2028,266 @@ CUresult cuEventDestroy_v2(CUevent event)
     if (r == CUDA_SUCCESS)
         obj_release(e);
     return end(r);
+}
+
+/* ---- stream capture and graphs ---- */
+
+static CUresult begin_capture(CUstream stream, CUstreamCaptureMode mode, bool ptsz)
+{
+    struct target t;
+    struct obj *gr;
+    int slot = -1;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    r = resolve_stream(stream, ptsz, &t);
+    if (r != CUDA_SUCCESS)
+        return end(r);
+    if (t.stream == NULL) /* the mock captures created streams only */
+        return end(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    if (t.stream->u.stream.status != CU_STREAM_CAPTURE_STATUS_NONE)
+        return end(CUDA_ERROR_ILLEGAL_STATE);
+    for (unsigned i = 0; i < CAPTURES_MAX && slot < 0; i++) {
+        if (g.captures[i] == 0 || lookup(g.captures[i], K_STREAM) == NULL)
+            slot = (int)i;
+    }
+    if (slot < 0)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    gr = obj_new(K_GRAPH, new_handle());
+    if (gr == NULL)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    t.stream->u.stream.status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    t.stream->u.stream.mode = mode;
+    t.stream->u.stream.thread = thread_id();
+    t.stream->u.stream.graph = gr->key;
+    g.captures[slot] = t.stream->key;
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode)
+{
+    return begin_capture(stream, mode, false);
+}
+
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode)
+{
+    return begin_capture(stream, mode, true);
+}
+
+static CUresult end_capture(CUstream stream, CUgraph *graph, bool ptsz)
+{
+    struct target t;
+    struct obj *s, *gr;
+    CUstreamCaptureStatus was;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (graph == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    r = resolve_stream(stream, ptsz, &t);
+    if (r != CUDA_SUCCESS)
+        return end(r);
+    s = capturing(&t);
+    if (s == NULL)
+        return end(CUDA_ERROR_ILLEGAL_STATE);
+    if (s->u.stream.mode != CU_STREAM_CAPTURE_MODE_RELAXED && s->u.stream.thread != thread_id())
+        return end(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+    was = s->u.stream.status;
+    s->u.stream.status = CU_STREAM_CAPTURE_STATUS_NONE;
+    capture_forget(s->key);
+    gr = lookup(s->u.stream.graph, K_GRAPH);
+    *graph = NULL;
+    if (was != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        if (gr != NULL)
+            obj_release(gr);
+        return end(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    }
+    if (gr == NULL)
+        return end(CUDA_ERROR_UNKNOWN);
+    *graph = (CUgraph)(uintptr_t)gr->key;
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph)
+{
+    return end_capture(stream, graph, false);
+}
+
+CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph *graph)
+{
+    return end_capture(stream, graph, true);
+}
+
+static CUresult is_capturing(CUstream stream, CUstreamCaptureStatus *status, bool ptsz)
+{
+    struct target t;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (status == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    r = resolve_stream(stream, ptsz, &t);
+    if (r != CUDA_SUCCESS)
+        return end(r);
+    *status = t.stream != NULL ? t.stream->u.stream.status : CU_STREAM_CAPTURE_STATUS_NONE;
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status)
+{
+    return is_capturing(stream, status, false);
+}
+
+CUresult cuStreamIsCapturing_ptsz(CUstream stream, CUstreamCaptureStatus *status)
+{
+    return is_capturing(stream, status, true);
+}
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    CUstreamCaptureMode old;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (mode == NULL || *mode < CU_STREAM_CAPTURE_MODE_GLOBAL ||
+        *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    old = tls_capture_mode;
+    tls_capture_mode = *mode;
+    *mode = old;
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuGraphCreate(CUgraph *graph, unsigned int flags)
+{
+    struct obj *gr;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (graph == NULL || flags != 0)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    gr = obj_new(K_GRAPH, new_handle());
+    if (gr == NULL)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    *graph = (CUgraph)(uintptr_t)gr->key;
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *count)
+{
+    struct obj *gr;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    gr = lookup((uint64_t)(uintptr_t)graph, K_GRAPH);
+    if (gr == NULL || count == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    if (nodes != NULL) { /* fake node handles; the rest of the array NULL */
+        for (size_t i = 0; i < *count; i++)
+            nodes[i] = i < gr->u.graph.nodes ? (CUgraphNode)(uintptr_t)(gr->key + 1 + i) : NULL;
+        if (*count > gr->u.graph.nodes)
+            *count = (size_t)gr->u.graph.nodes;
+    } else {
+        *count = (size_t)gr->u.graph.nodes;
+    }
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+{
+    const unsigned long long all =
+        CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+        CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+    struct obj *c, *gr, *x;
+    CUresult r = begin_ctx(&c);
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    gr = lookup((uint64_t)(uintptr_t)graph, K_GRAPH);
+    if (exec == NULL || gr == NULL || (flags & ~all) != 0)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    x = obj_new(K_EXEC, new_handle());
+    if (x == NULL)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    x->ctx = c->key;
+    x->card = c->card;
+    x->u.graph = gr->u.graph;
+    if (x->u.graph.nodes == 0) /* nothing captured: the nodes the mock does not model */
+        x->u.graph.cost_ns = env_u64("EGPU_MOCK_CUDA_GRAPH_NS", 1000000);
+    *exec = (CUgraphExec)(uintptr_t)x->key;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult graph_launch(CUgraphExec exec, CUstream stream, bool ptsz)
+{
+    struct target t;
+    struct obj *x;
+    uint64_t end_ns;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    x = lookup((uint64_t)(uintptr_t)exec, K_EXEC);
+    if (x == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    r = resolve_stream(stream, ptsz, &t);
+    if (r != CUDA_SUCCESS)
+        return end(r);
+    if (x->ctx != t.ctx->key)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    if (capturing(&t) != NULL) /* a child graph node of the capture */
+        return end(capture_add(t.stream, x->u.graph.cost_ns));
+    if (egpu_mock_launch(&g.dev, t.ctx->card, g.tag, target_end(&t), x->u.graph.cost_ns, &end_ns) !=
+        0)
+        return end(CUDA_ERROR_UNKNOWN);
+    target_extend(&t, end_ns);
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream)
+{
+    return graph_launch(exec, stream, false);
+}
+
+CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream)
+{
+    return graph_launch(exec, stream, true);
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec exec)
+{
+    struct obj *x;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    x = lookup((uint64_t)(uintptr_t)exec, K_EXEC);
+    if (x == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    obj_release(x);
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuGraphDestroy(CUgraph graph)
+{
+    struct obj *gr;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    gr = lookup((uint64_t)(uintptr_t)graph, K_GRAPH);
+    if (gr == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    obj_release(gr);
+    return end(CUDA_SUCCESS);
 }
 
 /* ---- cuGetProcAddress ---- */
@@ -1955,6 +2383,20 @@ static const struct proc_entry {
     E("cuEventElapsedTime", 2000, 0, cuEventElapsedTime),
     E("cuEventElapsedTime", 12080, 0, cuEventElapsedTime_v2),
     E("cuEventDestroy", 4000, 0, cuEventDestroy_v2),
+    E("cuStreamBeginCapture", 10010, 0, cuStreamBeginCapture_v2),
+    E("cuStreamBeginCapture", 10010, PT, cuStreamBeginCapture_v2_ptsz),
+    E("cuStreamEndCapture", 10000, 0, cuStreamEndCapture),
+    E("cuStreamEndCapture", 10000, PT, cuStreamEndCapture_ptsz),
+    E("cuStreamIsCapturing", 10000, 0, cuStreamIsCapturing),
+    E("cuStreamIsCapturing", 10000, PT, cuStreamIsCapturing_ptsz),
+    E("cuThreadExchangeStreamCaptureMode", 10010, 0, cuThreadExchangeStreamCaptureMode),
+    E("cuGraphCreate", 10000, 0, cuGraphCreate),
+    E("cuGraphGetNodes", 10000, 0, cuGraphGetNodes),
+    E("cuGraphInstantiateWithFlags", 11040, 0, cuGraphInstantiateWithFlags),
+    E("cuGraphLaunch", 10000, 0, cuGraphLaunch),
+    E("cuGraphLaunch", 10000, PT, cuGraphLaunch_ptsz),
+    E("cuGraphExecDestroy", 10000, 0, cuGraphExecDestroy),
+    E("cuGraphDestroy", 10000, 0, cuGraphDestroy),
 #undef E
 };
 

@@ -8,8 +8,10 @@
  * recomputed from the slots; a corrupted, truncated, zeroed or
  * foreign-version file is re-initialised with one log line; a live process
  * registers its usage again after a re-initialisation, after the file is
- * truncated under it and after it is replaced; a forked child starts with
- * nothing and its parent keeps its usage.
+ * truncated under it (to nothing: the next access faults, and does not
+ * kill it; to half: the file is looked at within 100 ms) and after it is
+ * replaced; a forked child starts with nothing and its parent keeps its
+ * usage.
  */
 #define _GNU_SOURCE /* mkdtemp, waitid */
 #include <errno.h>
@@ -472,12 +474,36 @@ static void truncated_under_a_live_process(void **state)
     (void)state;
     assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
     assert_int_equal(truncate(path, 0), 0);
-    /* checked before use: no SIGBUS, the file is sized and laid again, and
-     * this process's usage registered again */
+    /* the next access faults: no death by SIGBUS (sigbus.c), the file is
+     * mapped, sized and laid again, and this process's usage registered
+     * again */
     assert_int_equal(used_of(h, card), 10 * MIB);
     assert_int_equal(stat(path, &st), 0);
     assert_true(st.st_size > 0);
     assert_int_equal(log_lines("truncated"), 1);
+    egpu_vcuda_region_close(h);
+}
+
+static void truncated_to_half_under_a_live_process(void **state)
+{
+    int card;
+    struct egpu_vcuda_region *h = open_region(dir, &card);
+    struct stat st;
+    off_t full;
+
+    (void)state;
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
+    assert_int_equal(stat(path, &st), 0);
+    full = st.st_size;
+    assert_int_equal(truncate(path, full / 2), 0);
+    /* the pages this process uses are still there: the file is looked at
+     * within 100 ms, found short, laid again, and the usage registered */
+    usleep(150000);
+    assert_int_equal(used_of(h, card), 10 * MIB);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, full);
+    assert_int_equal(log_lines("truncated"), 1);
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 92 * MIB, 100 * MIB), -ENOMEM);
     egpu_vcuda_region_close(h);
 }
 
@@ -490,6 +516,7 @@ static void replaced_under_a_live_process(void **state)
     (void)state;
     assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
     assert_int_equal(unlink(path), 0);
+    usleep(150000); /* the file is looked at every 100 ms (no system call in between) */
     assert_int_equal(used_of(h, card), 10 * MIB);
     assert_int_equal(stat(path, &st), 0); /* made again, with our usage in it */
     egpu_vcuda_region_close(h);
@@ -567,6 +594,7 @@ int main(void)
         T(broken_files_reinitialised),
         T(live_process_registers_again),
         T(truncated_under_a_live_process),
+        T(truncated_to_half_under_a_live_process),
         T(replaced_under_a_live_process),
         T(fork_child_starts_empty),
         T(proc_start_times),

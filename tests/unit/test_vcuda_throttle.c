@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 
 #include "testutil.h"
+#include "vcuda_int.h" /* the SIGBUS guard (sigbus.c) */
 
 /* ---- The simulated card. ---- */
 
@@ -858,6 +859,69 @@ static void test_region_file(void **state)
     free(text);
 }
 
+/* The region file truncated (to nothing, to half), deleted or replaced
+ * under live processes: an access to the mapping never kills a process
+ * (the SIGBUS guard, sigbus.c, gives zeros), and the next look at the file
+ * (a launch after a fault, or every THR_CHECK_NS) maps it again, shared
+ * again; one warning per process, the rest at debug level. */
+static void test_region_truncated_live(void **state)
+{
+    struct egpu_vcuda_throttle_config cfg = sim_config(3, 40, 0);
+    struct thr *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+    char path[400], *text = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&text, &len);
+
+    (void)state;
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(log);
+    egpu_log_set_stream(log);
+    egpu_log_level = EGPU_LOG_WARN;
+    cfg.watch = egpu_vcuda_sigbus_watch;
+    cfg.unwatch = egpu_vcuda_sigbus_unwatch;
+    snprintf(path, sizeof(path), "%s/vcuda-core.shm", cfg.dir);
+    (void)unlink(path);
+    assert_int_equal(thr_open(a, &cfg), 0);
+    assert_int_equal(thr_open(b, &cfg), 0);
+    atomic_store(&a->region->card[0].tat_ns, 12345);
+    /* Truncated to nothing: b's next access faults and reads zeros. */
+    assert_int_equal(truncate(path, 0), 0);
+    assert_int_equal(atomic_load(&b->region->card[0].tat_ns), 0);
+    assert_int_equal(atomic_load(&b->faults), 1);
+    assert_true(atomic_load(&b->faults) != atomic_load(&b->faults_ok)); /* a launch would look */
+    region_check(b, mono_ns());
+    assert_int_equal(atomic_load(&b->faults_ok), 1);
+    assert_int_equal(b->region->magic, THR_MAGIC); /* made again, laid out again */
+    assert_int_equal(a->region->magic, THR_MAGIC); /* a never faulted: the same file */
+    atomic_store(&a->region->card[0].tat_ns, 777);
+    assert_int_equal(atomic_load(&b->region->card[0].tat_ns), 777); /* one bucket again */
+    /* Truncated to half (the same page: no fault): the look finds it short. */
+    assert_int_equal(truncate(path, (off_t)sizeof(struct thr_region) / 2), 0);
+    region_check(a, mono_ns());
+    assert_int_equal(atomic_load(&a->faults), 0);
+    assert_int_equal(a->region->magic, THR_MAGIC);
+    assert_int_equal(atomic_load(&b->region->card[0].tat_ns), 0); /* re-initialised, shared */
+    /* Deleted, then made again by a: b is on the old file until it looks. */
+    assert_int_equal(unlink(path), 0);
+    region_check(a, mono_ns());
+    atomic_store(&a->region->card[0].tat_ns, 4242);
+    assert_int_equal(atomic_load(&b->region->card[0].tat_ns), 0);
+    region_check(b, mono_ns());
+    assert_int_equal(atomic_load(&b->region->card[0].tat_ns), 4242);
+    thr_close(a);
+    thr_close(b);
+    free(a);
+    free(b);
+    egpu_log_level = EGPU_LOG_ERROR;
+    egpu_log_set_stream(NULL);
+    fclose(log);
+    assert_non_null(strstr(text, "compute region truncated under this process, mapped again, "
+                                 "re-initialised: truncated"));
+    assert_int_equal(count_lines(text), 2); /* once for a, once for b */
+    free(text);
+}
+
 /* ---- Real time: threads and fork through the public interface. ---- */
 
 struct rt_arg {
@@ -1130,6 +1194,7 @@ int main(void)
         cmocka_unit_test(test_capture_queries_relaxed),
         cmocka_unit_test(test_capture_launch_not_charged),
         cmocka_unit_test(test_region_file),
+        cmocka_unit_test(test_region_truncated_live),
         cmocka_unit_test(test_realtime_threads),
         cmocka_unit_test(test_realtime_fork),
         cmocka_unit_test(test_mock_driver),

@@ -24,18 +24,49 @@
  *   meminfo                     cuMemGetInfo_v2            -> meminfo <rc> <free> <total>
  *   totalmem <dev>              cuDeviceTotalMem_v2        -> totalmem <rc> <bytes>
  *   nvml <index>                NVML memory info, v1 and v2 (dlopen'ed)
- *                               -> nvml <rc> <total> <free> <used> <rc2> <total> <reserved> <free>
- * <used> launch                      a kernel (cuLaunchKernel)  -> launch <rc> fork <path> <bytes>
- * fork; the child does init, ctx 0 primary, alloc, meminfo, printing "child ..." lines, and exits;
- * the parent waits
+ *                               -> nvml <rc> <total> <free> <used> <rc2> <total> <reserved>
+ *                                  <free> <used>
+ *   launch                      a kernel (cuLaunchKernel), then cuStreamSynchronize
+ *                               -> launch <rc>
+ *   fork <path> <bytes>         fork; the child does init, ctx 0 primary, alloc, meminfo,
+ *                               printing "child ..." lines, and exits; the parent waits
  *                               -> fork <child exit status>
  *   sym <name>                  dlsym of name through RTLD_DEFAULT, the libcuda handle and
  *                               the interposer's handle, each resolved with dladdr
  *                               -> sym <name> <lib>:<symbol> <lib>:<symbol> <lib>:<symbol>
- *   procaddr <name> <ver> <fl>  cuGetProcAddress_v2 through dlsym -> procaddr <rc> <status>
- * <lib>:<symbol> rtldnext                    dlsym(RTLD_NEXT) from a library loaded after the
+ *   procaddr <name> <ver> <fl>  cuGetProcAddress_v2 through dlsym
+ *                               -> procaddr <rc> <status> <lib>:<symbol>
+ *   rtldnext                    dlsym(RTLD_NEXT) from a library loaded after the
  *                               interposer (libvcuda_next_a.so)  -> rtldnext <value>
+ *   stream                      cuStreamCreate             -> stream <rc> <s>
+ *   launchon <s> <kernel> <blocks> <n>
+ *                               n launches of kernel (1 thread per block) on stream s
+ *                               -> launchon <rc> <microseconds they took>
+ *   sync <s>                    cuStreamSynchronize        -> sync <rc>
+ *   capture <s> <mode>          cuStreamBeginCapture_v2    -> capture <rc>
+ *   capturing <s>               cuStreamIsCapturing        -> capturing <rc> <status>
+ *   endcapture <s>              cuStreamEndCapture, keeping the graph
+ *                               -> endcapture <rc> <nodes (cuGraphGetNodes)>
+ *   instantiate                 cuGraphInstantiateWithFlags of the graph kept (a new
+ *                               cuGraphCreate one without nodes when none)
+ *                               -> instantiate <rc>
+ *   graphlaunch <s> <n> plain|ptsz
+ *                               n launches of the instantiated graph (cuGraphLaunch or
+ *                               cuGraphLaunch_ptsz)  -> graphlaunch <rc>
+ *   spin kernel|graph|graph_ptsz|mixed <kernel> <blocks>
+ *                               a thread in the current context launches, until stop,
+ *                               over and over on stream 0: kernel (cuLaunchKernel), the
+ *                               instantiated graph (cuGraphLaunch, cuGraphLaunch_ptsz), or
+ *                               kernel then cuMemAlloc_v2 and cuMemFree_v2 of 2 MiB
+ *                               (mixed); every 64 rounds it synchronises stream 0
+ *                               -> spin <rc>
+ *   stop                        stop and join that thread
+ *                               -> stop <rounds> <first failing rc, 0 for none>
  *   quit
+ *
+ * <s> is a stream made by "stream" (0, 1, ...) or "-" for stream 0; <kernel>
+ * a kernel name of the mock module (its cost: EGPU_MOCK_CUDA_KERNEL_NS);
+ * <mode> a CUstreamCaptureMode.
  *
  * Paths: mem (cuMemAlloc_v2), pitch (cuMemAllocPitch_v2, height 64, width
  * bytes/64), managed, vmm (cuMemCreate on device 0), async, async_ptsz,
@@ -51,12 +82,15 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "egpu/cuda_abi.h"
@@ -102,6 +136,17 @@ struct api {
     __typeof__(cuModuleGetFunction) *module_get_function;
     __typeof__(cuLaunchKernel) *launch_kernel;
     __typeof__(cuStreamSynchronize) *stream_synchronize;
+    __typeof__(cuStreamCreate) *stream_create;
+    __typeof__(cuStreamBeginCapture_v2) *begin_capture;
+    __typeof__(cuStreamEndCapture) *end_capture;
+    __typeof__(cuStreamIsCapturing) *is_capturing;
+    __typeof__(cuGraphCreate) *graph_create;
+    __typeof__(cuGraphGetNodes) *graph_get_nodes;
+    __typeof__(cuGraphInstantiateWithFlags) *graph_instantiate;
+    __typeof__(cuGraphLaunch) *graph_launch;
+    __typeof__(cuGraphLaunch_ptsz) *graph_launch_ptsz;
+    __typeof__(cuGraphExecDestroy) *graph_exec_destroy;
+    __typeof__(cuGraphDestroy) *graph_destroy;
 };
 
 /* One row per entry point: the field, the exported name, and the
@@ -153,6 +198,17 @@ static const struct row rows[] = {
     ROW(module_get_function, "cuModuleGetFunction", "cuModuleGetFunction", 0),
     ROW(launch_kernel, "cuLaunchKernel", "cuLaunchKernel", 0),
     ROW(stream_synchronize, "cuStreamSynchronize", "cuStreamSynchronize", 0),
+    ROW(stream_create, "cuStreamCreate", "cuStreamCreate", 0),
+    ROW(begin_capture, "cuStreamBeginCapture_v2", "cuStreamBeginCapture", 0),
+    ROW(end_capture, "cuStreamEndCapture", "cuStreamEndCapture", 0),
+    ROW(is_capturing, "cuStreamIsCapturing", "cuStreamIsCapturing", 0),
+    ROW(graph_create, "cuGraphCreate", "cuGraphCreate", 0),
+    ROW(graph_get_nodes, "cuGraphGetNodes", "cuGraphGetNodes", 0),
+    ROW(graph_instantiate, "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags", 0),
+    ROW(graph_launch, "cuGraphLaunch", "cuGraphLaunch", 0),
+    ROW(graph_launch_ptsz, "cuGraphLaunch_ptsz", "cuGraphLaunch", 1),
+    ROW(graph_exec_destroy, "cuGraphExecDestroy", "cuGraphExecDestroy", 0),
+    ROW(graph_destroy, "cuGraphDestroy", "cuGraphDestroy", 0),
 };
 #undef ROW
 
@@ -221,6 +277,17 @@ static void load_direct(void)
         cuModuleGetFunction,
         cuLaunchKernel,
         cuStreamSynchronize,
+        cuStreamCreate,
+        cuStreamBeginCapture_v2,
+        cuStreamEndCapture,
+        cuStreamIsCapturing,
+        cuGraphCreate,
+        cuGraphGetNodes,
+        cuGraphInstantiateWithFlags,
+        cuGraphLaunch,
+        cuGraphLaunch_ptsz,
+        cuGraphExecDestroy,
+        cuGraphDestroy,
     };
 }
 #endif /* PROBE_DIRECT */
@@ -528,6 +595,189 @@ static CUresult launch_one(void)
     return r;
 }
 
+/* ---- streams, captures, graphs and launch loops ---- */
+
+#define STREAMS_MAX 8
+#define KERNELS_MAX 8
+
+static CUstream streams[STREAMS_MAX];
+static int nstreams;
+static CUgraph graph;    /* from endcapture or instantiate */
+static CUgraphExec exec; /* from instantiate */
+
+static struct {
+    char name[64];
+    CUfunction fn;
+} kernels[KERNELS_MAX];
+
+/* Stream s ("-" = 0), or CU_STREAM_LEGACY (never made by "stream") when
+ * there is no such stream. */
+static CUstream stream_arg(const char *s)
+{
+    char *e;
+    long i = strtol(s, &e, 10);
+
+    if (strcmp(s, "-") == 0)
+        return NULL;
+    return *e == '\0' && i >= 0 && i < nstreams ? streams[i] : CU_STREAM_LEGACY;
+}
+
+/* The function named name of the mock module, the same handle every time
+ * (so the interposer sees one kernel). */
+static CUresult kernel_fn(const char *name, CUfunction *fn)
+{
+    static const char image[] = "mock module";
+    CUmodule mod = NULL;
+    CUresult r;
+    int i;
+
+    for (i = 0; i < KERNELS_MAX && kernels[i].fn != NULL; i++) {
+        if (strcmp(kernels[i].name, name) == 0) {
+            *fn = kernels[i].fn;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (i == KERNELS_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    r = api.module_load(&mod, image);
+    if (r == CUDA_SUCCESS)
+        r = api.module_get_function(fn, mod, name);
+    if (r == CUDA_SUCCESS) {
+        snprintf(kernels[i].name, sizeof(kernels[i].name), "%s", name);
+        kernels[i].fn = *fn;
+    }
+    return r;
+}
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void launch_on(const char *s, const char *name, unsigned blocks, long n)
+{
+    CUstream stream = stream_arg(s);
+    CUfunction fn = NULL;
+    uint64_t t0 = now_us();
+    CUresult r = kernel_fn(name, &fn);
+
+    for (long i = 0; i < n && r == CUDA_SUCCESS; i++)
+        r = api.launch_kernel(fn, blocks, 1, 1, 1, 1, 1, 0, stream, NULL, NULL);
+    printf("launchon %d %llu\n", r, (unsigned long long)(now_us() - t0));
+}
+
+static void end_capture(const char *s)
+{
+    size_t nodes = 0;
+    CUresult r;
+
+    if (graph != NULL)
+        (void)api.graph_destroy(graph);
+    graph = NULL;
+    r = api.end_capture(stream_arg(s), &graph);
+    if (r == CUDA_SUCCESS)
+        r = api.graph_get_nodes(graph, NULL, &nodes);
+    printf("endcapture %d %zu\n", r, nodes);
+}
+
+static CUresult instantiate(void)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    if (exec != NULL)
+        (void)api.graph_exec_destroy(exec);
+    exec = NULL;
+    if (graph == NULL)
+        r = api.graph_create(&graph, 0);
+    if (r == CUDA_SUCCESS)
+        r = api.graph_instantiate(&exec, graph, 0);
+    return r;
+}
+
+static CUresult graph_launch(CUstream stream, bool ptsz)
+{
+    return ptsz ? api.graph_launch_ptsz(exec, stream) : api.graph_launch(exec, stream);
+}
+
+/* The launch loop of "spin", in a thread of its own. */
+static struct {
+    pthread_t tid;
+    bool running;
+    atomic_bool stop;
+    char what[16];
+    CUfunction fn;
+    unsigned blocks;
+    CUcontext ctx;
+    long rounds;
+    CUresult first;
+} spin;
+
+static void *spin_thread(void *arg)
+{
+    CUresult r = api.ctx_set_current(spin.ctx);
+
+    (void)arg;
+    while (r == CUDA_SUCCESS && !atomic_load(&spin.stop)) {
+        if (strcmp(spin.what, "graph") == 0 || strcmp(spin.what, "graph_ptsz") == 0) {
+            r = graph_launch(NULL, strcmp(spin.what, "graph_ptsz") == 0);
+        } else {
+            r = api.launch_kernel(spin.fn, spin.blocks, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            if (r == CUDA_SUCCESS && strcmp(spin.what, "mixed") == 0) {
+                CUdeviceptr p = 0;
+
+                r = api.mem_alloc(&p, 2u << 20);
+                if (r == CUDA_SUCCESS)
+                    r = api.mem_free(p);
+            }
+        }
+        if (r == CUDA_SUCCESS && ++spin.rounds % 64 == 0)
+            r = api.stream_synchronize(NULL);
+    }
+    spin.first = r;
+    return NULL;
+}
+
+static CUresult spin_start(const char *what, const char *name, unsigned blocks)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    if (spin.running || nctx == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    memset(&spin, 0, sizeof(spin));
+    snprintf(spin.what, sizeof(spin.what), "%s", what);
+    spin.blocks = blocks;
+    spin.ctx = ctxs[nctx - 1].ctx;
+    if (strncmp(what, "graph", 5) == 0) {
+        if (exec == NULL)
+            r = instantiate();
+    } else if (strcmp(what, "kernel") == 0 || strcmp(what, "mixed") == 0) {
+        r = kernel_fn(name, &spin.fn);
+    } else {
+        r = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (pthread_create(&spin.tid, NULL, spin_thread, NULL) != 0)
+        return CUDA_ERROR_UNKNOWN;
+    spin.running = true;
+    return CUDA_SUCCESS;
+}
+
+static void spin_stop(void)
+{
+    if (!spin.running) {
+        printf("stop -1 -1\n");
+        return;
+    }
+    atomic_store(&spin.stop, true);
+    pthread_join(spin.tid, NULL);
+    spin.running = false;
+    printf("stop %ld %d\n", spin.rounds, spin.first);
+}
+
 static void sym(const char *name)
 {
     void *self = dlopen(getenv("EGPU_PROBE_INTERPOSER") ? getenv("EGPU_PROBE_INTERPOSER")
@@ -707,6 +957,40 @@ static void run(FILE *in)
             procaddr(a1, (int)strtol(a2, NULL, 10), strtoull(a3, NULL, 10));
         } else if (strcmp(cmd, "rtldnext") == 0) {
             printf("rtldnext %d\n", egpu_next_call());
+        } else if (strcmp(cmd, "stream") == 0) {
+            CUresult r = nstreams < STREAMS_MAX ? api.stream_create(&streams[nstreams], 0)
+                                                : CUDA_ERROR_OUT_OF_MEMORY;
+
+            printf("stream %d %d\n", r, r == CUDA_SUCCESS ? nstreams++ : -1);
+        } else if (strcmp(cmd, "launchon") == 0) {
+            char a4[32] = "";
+
+            (void)sscanf(line, "%*s %*s %*s %*s %31s", a4);
+            launch_on(a1, a2, (unsigned)strtoul(a3, NULL, 10), strtol(a4, NULL, 10));
+        } else if (strcmp(cmd, "sync") == 0) {
+            printf("sync %d\n", api.stream_synchronize(stream_arg(a1)));
+        } else if (strcmp(cmd, "capture") == 0) {
+            printf("capture %d\n",
+                   api.begin_capture(stream_arg(a1), (CUstreamCaptureMode)strtol(a2, NULL, 10)));
+        } else if (strcmp(cmd, "capturing") == 0) {
+            CUstreamCaptureStatus st = -1;
+            CUresult r = api.is_capturing(stream_arg(a1), &st);
+
+            printf("capturing %d %d\n", r, st);
+        } else if (strcmp(cmd, "endcapture") == 0) {
+            end_capture(a1);
+        } else if (strcmp(cmd, "instantiate") == 0) {
+            printf("instantiate %d\n", instantiate());
+        } else if (strcmp(cmd, "graphlaunch") == 0) {
+            CUresult r = exec != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+
+            for (long i = strtol(a2, NULL, 10); i > 0 && r == CUDA_SUCCESS; i--)
+                r = graph_launch(stream_arg(a1), strcmp(a3, "ptsz") == 0);
+            printf("graphlaunch %d\n", r);
+        } else if (strcmp(cmd, "spin") == 0) {
+            printf("spin %d\n", spin_start(a1, a2, (unsigned)strtoul(a3, NULL, 10)));
+        } else if (strcmp(cmd, "stop") == 0) {
+            spin_stop();
         } else {
             printf("unknown %s\n", cmd);
         }
