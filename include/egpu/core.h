@@ -531,6 +531,21 @@ uint64_t egpu_rng_below(struct egpu_rng *r, uint64_t n);
 /* 64-bit hash of a C string mixed with seed (FNV-1a, then splitmix64). */
 uint64_t egpu_hash_str(const char *s, uint64_t seed);
 
+/* ------------------------------------------------------------------------ */
+/* GPU UUIDs (src/core/uuid.c)                                              */
+
+#define EGPU_GPU_UUID_BYTES   16
+#define EGPU_GPU_UUID_STR_MAX 41 /* "GPU-" + 36 + NUL */
+
+/* Parse "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (hex digits in either
+ * case, the four dashes exactly there) into its 16 bytes, in order: the
+ * string NVML's nvmlDeviceGetUUID gives and the bytes of the CUDA driver
+ * API's CUuuid (cuDeviceGetUuid). Returns 0, or -EINVAL (out untouched). */
+int egpu_gpu_uuid_parse(const char *s, uint8_t out[EGPU_GPU_UUID_BYTES]) EGPU_MUST_CHECK;
+/* Format 16 bytes as "GPU-xxxxxxxx-..." (lowercase) into buf (at least
+ * EGPU_GPU_UUID_STR_MAX bytes). Returns buf. */
+char *egpu_gpu_uuid_format(const uint8_t b[EGPU_GPU_UUID_BYTES], char *buf);
+
 #ifdef __cplusplus
 }
 #endif

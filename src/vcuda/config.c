@@ -53,65 +53,14 @@ static int key_lookup(const char *key)
     return -1;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int egpu_vcuda_uuid_parse(const char *s, struct egpu_vcuda_uuid *out)
 {
-    static const unsigned dash_at[] = {8, 13, 18, 23}; /* after "GPU-" */
-    struct egpu_vcuda_uuid u;
-    unsigned nib = 0, d = 0;
-
-    if (strncmp(s, "GPU-", 4) != 0)
-        return -EINVAL;
-    s += 4;
-    for (unsigned i = 0; s[i] != '\0'; i++) {
-        int v;
-
-        if (d < 4 && i == dash_at[d]) {
-            if (s[i] != '-')
-                return -EINVAL;
-            d++;
-            continue;
-        }
-        v = hexval(s[i]);
-        if (v < 0 || nib >= 32)
-            return -EINVAL;
-        if (nib % 2 == 0)
-            u.b[nib / 2] = (uint8_t)(v << 4);
-        else
-            u.b[nib / 2] |= (uint8_t)v;
-        nib++;
-    }
-    if (nib != 32 || d != 4)
-        return -EINVAL;
-    *out = u;
-    return 0;
+    return egpu_gpu_uuid_parse(s, out->b);
 }
 
 char *egpu_vcuda_uuid_format(const struct egpu_vcuda_uuid *u, char *buf)
 {
-    static const char hex[] = "0123456789abcdef";
-    char *p = buf;
-
-    memcpy(p, "GPU-", 4);
-    p += 4;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
-            *p++ = '-';
-        *p++ = hex[u->b[i] >> 4];
-        *p++ = hex[u->b[i] & 0xf];
-    }
-    *p = '\0';
-    return buf;
+    return egpu_gpu_uuid_format(u->b, buf);
 }
 
 void egpu_vcuda_config_defaults(struct egpu_vcuda_config *cfg, const char *dir)

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "egpu/core.h"
 #include "mock_device.h"
 
 #define DEFAULT_GPUS "NVIDIA A100-SXM4-80GB:81920,NVIDIA A100-SXM4-80GB:81920"
@@ -85,41 +86,9 @@ unsigned egpu_mock_gpus_load(struct egpu_mock_gpu *out, unsigned max)
     return egpu_mock_gpus_parse(spec != NULL ? spec : DEFAULT_GPUS, out, max);
 }
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int egpu_mock_uuid_bytes(const char *uuid, unsigned char out[16])
 {
-    unsigned char b[16];
-    unsigned n = 0;
-
-    if (strncmp(uuid, "GPU-", 4) != 0)
-        return -EINVAL;
-    for (const char *p = uuid + 4; *p != '\0'; p++) {
-        int d = hex_digit(*p);
-
-        if (*p == '-')
-            continue;
-        if (d < 0 || n == 32)
-            return -EINVAL;
-        if (n % 2 == 0)
-            b[n / 2] = (unsigned char)(d << 4);
-        else
-            b[n / 2] |= (unsigned char)d;
-        n++;
-    }
-    if (n != 32)
-        return -EINVAL;
-    memcpy(out, b, sizeof(b));
-    return 0;
+    return egpu_gpu_uuid_parse(uuid, out);
 }
 
 /* Fill a zeroed state with the machine; ready is set last. */

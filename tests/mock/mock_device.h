@@ -150,7 +150,7 @@ EGPU_MOCK_HIDDEN unsigned egpu_mock_gpus_parse(const char *spec, struct egpu_moc
  * when it is unset. */
 EGPU_MOCK_HIDDEN unsigned egpu_mock_gpus_load(struct egpu_mock_gpu *out, unsigned max);
 
-/* The 16 bytes of uuid ("GPU-" then 32 hex digits, dashes anywhere), as
+/* The 16 bytes of uuid ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"), as
  * cuDeviceGetUuid returns them (CUDA driver API: CUuuid). Returns 0, or
  * -EINVAL when uuid is not of that form (out is then untouched). */
 EGPU_MOCK_HIDDEN int egpu_mock_uuid_bytes(const char *uuid, unsigned char out[16]);
