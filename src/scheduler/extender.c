@@ -69,6 +69,22 @@ struct resolved {
     struct egpu_node **nodes; /* n nodes, NULL for names not in the cluster */
 };
 
+/* One node's refusal reason for the last request judged (see refusal). */
+struct reason_entry {
+    uint64_t gen; /* the node's generation then */
+    char *text;   /* NULL = none kept */
+};
+
+/* Refusal reasons by node slot, for one placer, request and node set. */
+struct reasons_memo {
+    const struct egpu_placer *placer; /* compared, never used */
+    uint64_t placer_epoch;
+    uint64_t members; /* the cluster's node-set stamp */
+    struct egpu_pod_request req;
+    size_t n; /* entries */
+    struct reason_entry *e;
+};
+
 struct egpu_extender {
     struct egpu_extender_config cfg;
     struct egpu_sched_cache *cache;
@@ -80,6 +96,7 @@ struct egpu_extender {
     size_t live_pods;          /* pods in the cache when live was built */
     struct last_filter last;
     struct resolved resolved;
+    struct reasons_memo reasons;
     struct egpu__ahead *ahead;        /* prioritize's reply encoded ahead; may be NULL */
     atomic_uint_least64_t filter_seq; /* tokens of posts to ahead */
     atomic_uint_least64_t ahead_hits; /* prioritize calls answered from ahead */
@@ -134,6 +151,9 @@ void egpu_extender_free(struct egpu_extender *x)
     last_drop(&x->last);
     egpu_free(x->resolved.bytes);
     egpu_free(x->resolved.nodes);
+    for (size_t i = 0; i < x->reasons.n; i++)
+        egpu_free(x->reasons.e[i].text);
+    egpu_free(x->reasons.e);
     egpu_workload_free(&x->live);
     egpu_free(x);
 }
@@ -390,6 +410,51 @@ static struct egpu_node *const *resolve(struct egpu_extender *x, const struct eg
     return nodes;
 }
 
+/* Why node cannot host r (cache lock held): the placer's reason, kept per
+ * node slot while the placer, the request and the node set stay the same
+ * and the node itself has not changed (its generation), so a pod that keeps
+ * failing on the same nodes does not have every reason written again.
+ * Returns the kept text, or buf (len bytes) when it could not be kept. */
+static const char *refusal(struct egpu_extender *x, struct egpu_placer *p,
+                           const struct egpu_cluster *c, const struct egpu_node *node,
+                           const struct egpu_pod_request *r, char *buf, size_t len)
+{
+    struct reasons_memo *m = &x->reasons;
+    struct reason_entry *e;
+
+    if (m->placer != p || m->placer_epoch != x->placer_epoch || m->members != c->members ||
+        !same_request(&m->req, r)) {
+        for (size_t i = 0; i < m->n; i++) {
+            egpu_free(m->e[i].text);
+            m->e[i].text = NULL;
+        }
+        m->placer = p;
+        m->placer_epoch = x->placer_epoch;
+        m->members = c->members;
+        m->req = *r;
+    }
+    if (node->slot >= m->n) {
+        size_t n = c->cap > node->slot ? c->cap : node->slot + 1;
+        struct reason_entry *grown = egpu_realloc(m->e, n * sizeof(*grown));
+
+        if (grown == NULL) {
+            (void)egpu_placer_can_host(p, c, node, r, NULL, buf, len);
+            return buf;
+        }
+        memset(grown + m->n, 0, (n - m->n) * sizeof(*grown));
+        m->e = grown;
+        m->n = n;
+    }
+    e = &m->e[node->slot];
+    if (e->text != NULL && e->gen == node->gen)
+        return e->text;
+    (void)egpu_placer_can_host(p, c, node, r, NULL, buf, len);
+    egpu_free(e->text);
+    e->text = egpu_strdup(buf);
+    e->gen = node->gen;
+    return e->text != NULL ? e->text : buf;
+}
+
 /* Judge nodes names[0..n) for request r (cache lock held): v[i] gets
  * feasibility and score; why[i] (when why != NULL) NULL for a node that can
  * host the pod, else a reason whose text is appended to reasons. The
@@ -410,6 +475,7 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         const struct egpu_node *node = nodes[i];
+        const char *reason;
         char text[512];
 
         if (i + PREFETCH_AHEAD < n && nodes[i + PREFETCH_AHEAD] != NULL)
@@ -424,10 +490,10 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
             why[i] = UNKNOWN_NODE;
             continue;
         }
-        /* Refused: ask again for the text, which the memo does not keep. */
-        (void)egpu_placer_can_host(p, c, node, r, NULL, text, sizeof(text));
+        /* Refused: the reason, which the placer's memo does not keep. */
+        reason = refusal(x, p, c, node, r, text, sizeof(text));
         if (rc == 0)
-            rc = egpu_buf_append(reasons, text, strlen(text) + 1);
+            rc = egpu_buf_append(reasons, reason, strlen(reason) + 1);
         why[i] = failed;
     }
     for (size_t i = 0; rc == 0 && why != NULL && i < n; i++) {

@@ -795,6 +795,65 @@ static void *race(void *arg)
     return NULL;
 }
 
+/* A refused node's reason is kept while nothing changes, and follows the
+ * node, the request and the node set when they do. */
+static void test_refusal_reasons_follow_changes(void **state)
+{
+    const long live = egpu_alloc_live(); /* whole test: nothing left behind */
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_extender *x = new_extender(c, EGPU_POLICY_BINPACK);
+    const char *const nodes[] = {"n1", "n2"};
+    char *body60, *body80;
+    json_t *out;
+
+    (void)state;
+    add_gpu_node(c, "n1", 1);
+    add_gpu_node(c, "n2", 1);
+    use_card(c, "busy", "n1", 50);
+    body60 = tu_extender_args(make_pod("p", 60, 1024), nodes, 2, false);
+    body80 = tu_extender_args(make_pod("q", 80, 1024), nodes, 2, false);
+    for (int round = 0; round < 2; round++) { /* the second answer comes from what was kept */
+        out = call(egpu_extender_filter, x, body60, 200);
+        assert_non_null(
+            strstr(json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "n1")),
+                   "most free card: 50%"));
+        json_decref(out);
+    }
+    /* n1 changes: its reason is written again. */
+    use_card(c, "more", "n1", 20);
+    out = call(egpu_extender_filter, x, body60, 200);
+    assert_non_null(
+        strstr(json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "n1")),
+               "most free card: 30%"));
+    json_decref(out);
+    /* Another request: its own reasons (80% asked). */
+    out = call(egpu_extender_filter, x, body80, 200);
+    assert_non_null(strstr(
+        json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "n1")), "80%"));
+    json_decref(out);
+    /* n1 leaves and comes back (another slot; its pods find it again): the
+     * answer is a fresh extender's, n2's slot moved too. */
+    out = call(egpu_extender_filter, x, body60, 200);
+    json_decref(out);
+    assert_int_equal(egpu_sched_cache_node_delete(c, "n1"), 0);
+    add_gpu_node(c, "n1", 1);
+    {
+        struct egpu_extender *fresh = new_extender(c, EGPU_POLICY_BINPACK);
+        char *want = call_text(egpu_extender_filter, fresh, body60, strlen(body60), 200);
+        char *got = call_text(egpu_extender_filter, x, body60, strlen(body60), 200);
+
+        assert_string_equal(got, want);
+        free(want);
+        free(got);
+        egpu_extender_free(fresh);
+    }
+    free(body60);
+    free(body80);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 static void test_concurrent_pods(void **state)
 {
     const long live = egpu_alloc_live(); /* whole test: nothing left behind */
@@ -840,6 +899,7 @@ int main(void)
         cmocka_unit_test(test_filter_then_prioritize_same_scores),
         cmocka_unit_test(test_cache_change_between_filter_and_prioritize),
         cmocka_unit_test(test_prioritize_reads_filter_verdicts),
+        cmocka_unit_test(test_refusal_reasons_follow_changes),
         cmocka_unit_test(test_concurrent_pods),
     };
 
