@@ -39,9 +39,7 @@ void egpu_mock_sleep_until(uint64_t t_ns)
         continue;
 }
 
-/* Copy the next field of *p up to one of stops (or the end) into out; return
- * the stop found ('\0' at the end) and step past it. */
-static char next_field(const char **p, const char *stops, char *out, size_t len)
+char egpu_mock_next_field(const char **p, const char *stops, char *out, size_t len)
 {
     size_t n = 0;
 
@@ -65,13 +63,13 @@ unsigned egpu_mock_gpus_parse(const char *spec, struct egpu_mock_gpu *out, unsig
         struct egpu_mock_gpu *g = &out[n];
 
         memset(g, 0, sizeof(*g));
-        sep = next_field(&p, ":,", g->name, sizeof(g->name));
+        sep = egpu_mock_next_field(&p, ":,", g->name, sizeof(g->name));
         if (sep == ':') {
-            sep = next_field(&p, ":,", field, sizeof(field));
+            sep = egpu_mock_next_field(&p, ":,", field, sizeof(field));
             g->mem_mib = strtoull(field, NULL, 10);
         }
         if (sep == ':')
-            next_field(&p, ",", g->uuid, sizeof(g->uuid));
+            egpu_mock_next_field(&p, ",", g->uuid, sizeof(g->uuid));
         if (g->uuid[0] == '\0')
             snprintf(g->uuid, sizeof(g->uuid), "GPU-6d0c1c3e-0000-4000-8000-%012u", n);
         n++;

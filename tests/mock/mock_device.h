@@ -136,6 +136,12 @@ struct egpu_mock_card_stats {
 /* CLOCK_MONOTONIC in nanoseconds. */
 EGPU_MOCK_HIDDEN uint64_t egpu_mock_now_ns(void);
 
+/* Copy the next field of *p (a spec such as "a:1,b:2") up to one of the
+ * characters of stops, or the end, into out (len bytes, cut to fit); step
+ * past the stop and return it ('\0' at the end). */
+EGPU_MOCK_HIDDEN char egpu_mock_next_field(const char **p, const char *stops, char *out,
+                                           size_t len);
+
 /* Sleep until CLOCK_MONOTONIC reaches t_ns (returns at once if it has). */
 EGPU_MOCK_HIDDEN void egpu_mock_sleep_until(uint64_t t_ns);
 

@@ -129,20 +129,6 @@ void egpu_mock_nvml_stats(int *init_calls, int *shutdown_calls, int *sets_live)
     *sets_live = mock.sets_live;
 }
 
-/* Copy the next field of *p up to one of stops (or the end) into out. */
-static char next_field(const char **p, const char *stops, char *out, size_t len)
-{
-    size_t n = 0;
-
-    while (**p != '\0' && strchr(stops, **p) == NULL) {
-        if (n + 1 < len)
-            out[n++] = **p;
-        (*p)++;
-    }
-    out[n] = '\0';
-    return **p != '\0' ? *(*p)++ : '\0';
-}
-
 static long num(const char *s)
 {
     return strtol(s, NULL, 10);
@@ -174,10 +160,10 @@ static void load_fail(void)
     while (p != NULL && *p != '\0' && mock.nfail < MOCK_RULES_MAX) {
         struct fail_rule *r = &mock.fail[mock.nfail++];
 
-        next_field(&p, "@", r->call, sizeof(r->call));
-        next_field(&p, "=", field, sizeof(field));
+        egpu_mock_next_field(&p, "@", r->call, sizeof(r->call));
+        egpu_mock_next_field(&p, "=", field, sizeof(field));
         r->index = field[0] == '*' ? -1 : (int)num(field);
-        next_field(&p, ",", field, sizeof(field));
+        egpu_mock_next_field(&p, ",", field, sizeof(field));
         r->code = (int)num(field);
     }
 }
@@ -192,13 +178,13 @@ static unsigned load_pairs(const char *var, struct pair_rule *rules, int dflt)
         struct pair_rule *r = &rules[n++];
         char sep;
 
-        next_field(&p, "-", field, sizeof(field));
+        egpu_mock_next_field(&p, "-", field, sizeof(field));
         r->a = (unsigned)num(field);
-        sep = next_field(&p, "=,", field, sizeof(field));
+        sep = egpu_mock_next_field(&p, "=,", field, sizeof(field));
         r->b = (unsigned)num(field);
         r->value = dflt;
         if (sep == '=') {
-            next_field(&p, ",", field, sizeof(field));
+            egpu_mock_next_field(&p, ",", field, sizeof(field));
             r->value = (int)num(field);
         }
     }
@@ -214,9 +200,9 @@ static void load_xid(void)
     while (p != NULL && *p != '\0' && mock.nxid < MOCK_RULES_MAX) {
         struct xid_event *e = &mock.xid[mock.nxid++];
 
-        next_field(&p, ":", field, sizeof(field));
+        egpu_mock_next_field(&p, ":", field, sizeof(field));
         e->index = field[0] == '*' ? -1 : (int)num(field);
-        next_field(&p, ",", field, sizeof(field));
+        egpu_mock_next_field(&p, ",", field, sizeof(field));
         e->xid = (unsigned long long)num(field);
     }
 }
