@@ -532,6 +532,16 @@ uint64_t egpu_rng_below(struct egpu_rng *r, uint64_t n);
 uint64_t egpu_hash_str(const char *s, uint64_t seed);
 
 /* ------------------------------------------------------------------------ */
+/* Arrays of C strings (src/core/strv.c)                                    */
+
+/* A copy of v[0..n) (NUL-terminated strings) in one allocation: n pointers
+ * followed by the strings' bytes. Free it with egpu_free. Returns NULL when
+ * out of memory. */
+const char **egpu_strv_copy(const char *const *v, size_t n);
+/* True when a[i] and b[i] are equal strings for every i in 0..n. */
+bool egpu_strv_equal(const char *const *a, const char *const *b, size_t n);
+
+/* ------------------------------------------------------------------------ */
 /* GPU UUIDs (src/core/uuid.c)                                              */
 
 #define EGPU_GPU_UUID_BYTES   16

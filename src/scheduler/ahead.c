@@ -19,8 +19,7 @@ struct job {
     unsigned refs; /* under the lock */
     uint64_t token;
     size_t n;
-    const char **names; /* n pointers into arena */
-    char *arena;
+    const char **names; /* a copy of the n names (egpu_strv_copy) */
     uint8_t *scores;
 };
 
@@ -40,7 +39,6 @@ static void job_put(struct job *j)
     if (j == NULL || --j->refs > 0)
         return;
     egpu_free(j->names);
-    egpu_free(j->arena);
     egpu_free(j->scores);
     egpu_free(j);
 }
@@ -124,28 +122,17 @@ int egpu__ahead_post(struct egpu__ahead *ah, uint64_t token, const char *const *
                      const uint8_t *scores, size_t n)
 {
     struct job *j = egpu_calloc(1, sizeof(*j)), *old;
-    size_t bytes = 0, at = 0;
 
-    for (size_t i = 0; i < n; i++)
-        bytes += strlen(names[i]) + 1;
     if (j != NULL) {
-        j->names = egpu_malloc((n ? n : 1) * sizeof(*j->names));
-        j->arena = egpu_malloc(bytes ? bytes : 1);
+        j->names = egpu_strv_copy(names, n);
         j->scores = egpu_malloc(n ? n : 1);
     }
-    if (j == NULL || j->names == NULL || j->arena == NULL || j->scores == NULL) {
+    if (j == NULL || j->names == NULL || j->scores == NULL) {
         if (j != NULL) {
             j->refs = 1;
             job_put(j);
         }
         return -ENOMEM;
-    }
-    for (size_t i = 0; i < n; i++) {
-        size_t len = strlen(names[i]) + 1;
-
-        memcpy(j->arena + at, names[i], len);
-        j->names[i] = j->arena + at;
-        at += len;
     }
     if (n)
         memcpy(j->scores, scores, n);
@@ -171,12 +158,8 @@ int egpu__ahead_take(struct egpu__ahead *ah, uint64_t token, const char *const *
 
     pthread_mutex_lock(&ah->lock);
     j = ah->posted;
-    if (j == NULL || j->token != token || j->n != n)
+    if (j == NULL || j->token != token || j->n != n || !egpu_strv_equal(j->names, names, n))
         goto out;
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(j->names[i], names[i]) != 0)
-            goto out;
-    }
     /* Until its reply is done, or a newer post replaced it (a miss). An
      * encoding that failed leaves done_token 0 with picked set and the job
      * released: that is a miss too. */

@@ -64,8 +64,7 @@ struct last_filter {
 struct resolved {
     uint64_t members;         /* the cluster's node-set stamp then; 0 = nothing kept */
     size_t n;                 /* names */
-    char *bytes;              /* the n names, each with its NUL, in order */
-    size_t len;               /* bytes used */
+    const char **names;       /* a copy of the n names (egpu_strv_copy) */
     struct egpu_node **nodes; /* n nodes, NULL for names not in the cluster */
 };
 
@@ -149,7 +148,7 @@ void egpu_extender_free(struct egpu_extender *x)
     egpu__ahead_free(x->ahead);
     drop_placers(x);
     last_drop(&x->last);
-    egpu_free(x->resolved.bytes);
+    egpu_free(x->resolved.names);
     egpu_free(x->resolved.nodes);
     for (size_t i = 0; i < x->reasons.n; i++)
         egpu_free(x->reasons.e[i].text);
@@ -361,52 +360,30 @@ static size_t last_find(const struct last_filter *l, const char *name, size_t *f
 
 /* The nodes named names[0..n) (cache lock held). kube-scheduler sends the
  * same candidates in the same order pod after pod, so the last answer is
- * kept and given again while the names match byte for byte (a sequential
- * compare) and no node was added or removed since (the cluster's members
- * stamp); otherwise the names are looked up in one pipelined batch and the
- * answer kept. The array belongs to x, valid until the next call under the
- * lock. Returns NULL when out of memory. */
+ * kept and given again while the names match (a sequential compare) and no node was added or
+ * removed since (the cluster's members stamp); otherwise the names are looked up in one pipelined
+ * batch and the answer kept. The array belongs to x, valid until the next call under the lock.
+ * Returns NULL when out of memory. */
 static struct egpu_node *const *resolve(struct egpu_extender *x, const struct egpu_cluster *c,
                                         const char *const *names, size_t n)
 {
     struct resolved *m = &x->resolved;
     struct egpu_node **nodes;
-    size_t len = 0, i = 0;
-    char *bytes;
+    const char **copy;
 
-    if (m->members == c->members && m->n == n) {
-        for (; i < n; i++) {
-            size_t l = strlen(names[i]) + 1;
-
-            if (l > m->len - len || memcmp(m->bytes + len, names[i], l) != 0)
-                break;
-            len += l;
-        }
-        if (i == n)
-            return m->nodes;
-    }
-    len = 0;
-    for (i = 0; i < n; i++)
-        len += strlen(names[i]) + 1;
-    bytes = egpu_malloc(len ? len : 1);
+    if (m->members == c->members && m->n == n && egpu_strv_equal(m->names, names, n))
+        return m->nodes;
+    copy = egpu_strv_copy(names, n);
     nodes = egpu_malloc((n ? n : 1) * sizeof(*nodes));
-    if (bytes == NULL || nodes == NULL) {
-        egpu_free(bytes);
+    if (copy == NULL || nodes == NULL) {
+        egpu_free(copy);
         egpu_free(nodes);
         return NULL;
     }
-    len = 0;
-    for (i = 0; i < n; i++) {
-        size_t l = strlen(names[i]) + 1;
-
-        memcpy(bytes + len, names[i], l);
-        len += l;
-    }
     egpu_cluster_nodes(c, names, n, nodes);
-    egpu_free(m->bytes);
+    egpu_free(m->names);
     egpu_free(m->nodes);
-    *m = (struct resolved){
-        .members = c->members, .n = n, .bytes = bytes, .len = len, .nodes = nodes};
+    *m = (struct resolved){.members = c->members, .n = n, .names = copy, .nodes = nodes};
     return nodes;
 }
 
