@@ -146,17 +146,47 @@ static void post(CURL *h, const char *url, const char *body)
         fprintf(stderr, "bench: POST %s failed\n", url);
 }
 
-/* ExtenderArgs for the bench pod (30% and 4096 MiB of one card) and names. */
+/* ExtenderArgs for a bench pod (30% and 4096 MiB of one card, named and
+ * uid'd with POD_ID_DIGITS zeros that patch_pod renumbers) and names, with
+ * the keys in the order kube-scheduler's Go encoder writes them. */
+#define POD_ID_DIGITS 6
 static char *make_args(json_t *names)
 {
     json_t *args =
-        json_pack("{s:{s:{s:s,s:s,s:s},s:{s:[{s:s,s:{s:{s:s,s:s,s:s}}}]}},s:O,s:n}", "Pod",
-                  "metadata", "name", "p", "namespace", "bench", "uid", "u", "spec", "containers",
-                  "name", "c", "resources", "requests", "cpu", "2", EGPU_RES_GPU_CORE, "30",
-                  EGPU_RES_GPU_MEMORY, "4096", "NodeNames", names, "Nodes");
+        json_pack("{s:{s:{s:s,s:s,s:s},s:{s:[{s:s,s:{s:{s:s,s:s,s:s}}}]}},s:n,s:O}", "Pod",
+                  "metadata", "name", "p-000000", "namespace", "bench", "uid", "u-000000", "spec",
+                  "containers", "name", "c", "resources", "requests", "cpu", "2", EGPU_RES_GPU_CORE,
+                  "30", EGPU_RES_GPU_MEMORY, "4096", "Nodes", "NodeNames", names);
     char *body = json_dumps(args, JSON_COMPACT);
 
     json_decref(args);
+    return body;
+}
+
+/* Make body's pod the id-th (name p-<id>, uid u-<id>). */
+static void patch_pod(char *body, int id)
+{
+    char digits[POD_ID_DIGITS + 1];
+
+    snprintf(digits, sizeof(digits), "%0*d", POD_ID_DIGITS, id % 1000000);
+    for (const char *key = "\"p-"; key != NULL; key = key[1] == 'p' ? "\"u-" : NULL) {
+        char *at = strstr(body, key);
+
+        if (at != NULL)
+            memcpy(at + 3, digits, POD_ID_DIGITS);
+    }
+}
+
+/* ExtenderArgs naming gpu-node-<r>, <r+1>, ... (all nodes, rotated by r). */
+static char *rotated_args(int nodes, int r)
+{
+    json_t *names = json_array();
+    char *body;
+
+    for (int i = 0; i < nodes; i++)
+        json_array_append_new(names, json_sprintf("gpu-node-%05d", (i + r) % nodes));
+    body = make_args(names);
+    json_decref(names);
     return body;
 }
 
@@ -185,17 +215,57 @@ static char *survivors(CURL *h, const char *furl, const char *fbody, size_t *pas
     return body;
 }
 
+/* How pods follow one another in a run. */
+enum mode {
+    SAME,   /* one pod asked about again and again, nothing changes: the best case */
+    CHURN,  /* pod after pod, with a pod landing and one leaving between them */
+    ROTATE, /* CHURN, and each pod's candidate list starts one node further on */
+};
+
+/* Between two pods, what happens in the cluster: the pod placed last lands
+ * (its elasticgpu.io/assigned arrives through the watch: 10% of card 7 of a
+ * node that moves on by a large prime each time) and the one before it leaves. */
+static void churn(struct egpu_sched_cache *c, int nodes, int i)
+{
+    struct egpu_error err = {0};
+    char name[32], node[32], ann[256];
+    json_t *pod;
+
+    snprintf(name, sizeof(name), "churn-%d", i);
+    /* Odd nodes: never one of the full ones (every 10th). */
+    snprintf(node, sizeof(node), "gpu-node-%05d", (int)((long)i * 7919 % nodes) | 1);
+    snprintf(ann, sizeof(ann),
+             "{\"node\":\"%s\",\"containers\":[{\"name\":\"c\",\"core\":10,\"memory\":1024,"
+             "\"gpus\":[\"GPU-%s-7\"]}]}",
+             node, node + 9);
+    pod = json_pack("{s:{s:s,s:s,s:{s:s}},s:{s:s,s:[{s:s,s:{s:{s:s,s:s,s:s}}}]}}", "metadata",
+                    "name", name, "namespace", "bench", "annotations", EGPU_ANN_ASSIGNED, ann,
+                    "spec", "nodeName", node, "containers", "name", "c", "resources", "requests",
+                    "cpu", "1", EGPU_RES_GPU_CORE, "10", EGPU_RES_GPU_MEMORY, "1024");
+    if (egpu_sched_cache_pod_set(c, pod, &err) != 0)
+        fprintf(stderr, "bench: churn: %s\n", err.msg);
+    json_decref(pod);
+    snprintf(name, sizeof(name), "churn-%d", i - 1);
+    (void)egpu_sched_cache_pod_delete(c, "bench", name);
+}
+
 /* The same pair called in-process, without HTTP: what the verbs cost. */
-static void direct(struct egpu_extender *x, const char *fbody, const char *pbody, double *filt,
-                   double *prio, int iterations)
+static void direct(struct egpu_extender *x, struct egpu_sched_cache *c, int nodes, enum mode mode,
+                   char *fbody, char *pbody, double *filt, double *prio, int iterations)
 {
     size_t flen = strlen(fbody), plen = strlen(pbody);
     struct egpu_buf reply;
 
     egpu_buf_init(&reply, 64 << 20);
     for (int i = 0; i < iterations; i++) {
-        double t0 = now_us(), t1;
+        double t0, t1;
 
+        if (mode != SAME) {
+            churn(c, nodes, iterations + i);
+            patch_pod(fbody, i);
+            patch_pod(pbody, i);
+        }
+        t0 = now_us();
         egpu_buf_reset(&reply);
         if (egpu_extender_filter(x, fbody, flen, &reply) != 200)
             fprintf(stderr, "bench: filter failed: %s\n", egpu_buf_str(&reply));
@@ -213,8 +283,12 @@ static void direct(struct egpu_extender *x, const char *fbody, const char *pbody
     egpu_buf_free(&reply);
 }
 
-static void run(int nodes, int iterations, int full_every)
+#define ROTATIONS 16
+
+static void run(int nodes, int iterations, int full_every, enum mode mode)
 {
+    static const char *const what[] = {"same pod, cluster unchanged", "pod after pod, churn",
+                                       "pod after pod, churn, rotated lists"};
     struct egpu_extender_ops ops = {.synced = always, .annotate = no_annotate, .bind = no_bind};
     struct egpu_extender_config xc = {.node_policy = EGPU_POLICY_BINPACK,
                                       .card_policy = EGPU_POLICY_BINPACK};
@@ -227,10 +301,10 @@ static void run(int nodes, int iterations, int full_every)
     double *filt = calloc((size_t)iterations, sizeof(double));
     double *prio = calloc((size_t)iterations, sizeof(double));
     struct curl_slist *hdr = NULL;
-    json_t *names = json_array();
-    char *body = NULL, *pbody = NULL, furl[64], purl[64];
+    char *body[ROTATIONS] = {NULL}, *pbody = NULL, furl[64], purl[64];
+    int nbodies = mode == ROTATE ? ROTATIONS : 1;
     size_t passed = 0;
-    double t_all;
+    double t_all = 0;
     CURL *h = NULL;
 
     if (c == NULL || pair == NULL || filt == NULL || prio == NULL ||
@@ -244,9 +318,8 @@ static void run(int nodes, int iterations, int full_every)
         fprintf(stderr, "bench: server: %s\n", err.msg);
         goto out;
     }
-    for (int i = 0; i < nodes; i++)
-        json_array_append_new(names, json_sprintf("gpu-node-%05d", i));
-    body = make_args(names);
+    for (int r = 0; r < nbodies; r++)
+        body[r] = rotated_args(nodes, r * (nodes / ROTATIONS));
     snprintf(furl, sizeof(furl), "http://127.0.0.1:%u/filter", egpu_http_server_port(srv));
     snprintf(purl, sizeof(purl), "http://127.0.0.1:%u/prioritize", egpu_http_server_port(srv));
     h = curl_easy_init();
@@ -262,39 +335,47 @@ static void run(int nodes, int iterations, int full_every)
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
-    pbody = survivors(h, furl, body, &passed);
+    /* Every node passes in ROTATE runs, so prioritize names what filter got. */
+    pbody = survivors(h, furl, body[0], &passed);
     if (pbody == NULL) {
         fprintf(stderr, "bench: filter reply has no NodeNames\n");
         goto out;
     }
     for (int i = 0; i < 20; i++) /* warm up: connection, caches */
-        post(h, furl, body);
-    t_all = now_us();
+        post(h, furl, body[0]);
     for (int i = 0; i < iterations; i++) {
-        double t0 = now_us(), t1;
+        char *fb = body[i % nbodies], *pb = mode == ROTATE ? fb : pbody;
+        double t0, t1;
 
-        post(h, furl, body);
+        if (mode != SAME) {
+            churn(c, nodes, i);
+            patch_pod(fb, i);
+            patch_pod(pb, i);
+        }
+        t0 = now_us();
+        post(h, furl, fb);
         t1 = now_us();
-        post(h, purl, pbody);
+        post(h, purl, pb);
         filt[i] = t1 - t0;
         prio[i] = now_us() - t1;
         pair[i] = filt[i] + prio[i];
+        t_all += pair[i];
     }
-    t_all = now_us() - t_all;
-    printf("%5d nodes x 8 GPUs, %4zu pass: filter+prioritize p50 %6.0f us  p99 %6.0f us  "
+    printf("%5d nodes, %4zu pass, %s:\n  filter+prioritize p50 %6.0f us  p99 %6.0f us  "
            "(filter p50 %5.0f p99 %5.0f, prioritize p50 %5.0f p99 %5.0f)  %5.0f pairs/s "
            "%5.0f req/s\n",
-           nodes, passed, pct(pair, iterations, 0.5), pct(pair, iterations, 0.99),
+           nodes, passed, what[mode], pct(pair, iterations, 0.5), pct(pair, iterations, 0.99),
            pct(filt, iterations, 0.5), pct(filt, iterations, 0.99), pct(prio, iterations, 0.5),
            pct(prio, iterations, 0.99), iterations / (t_all / 1e6), 2 * iterations / (t_all / 1e6));
-    direct(x, body, pbody, filt, prio, iterations);
+    if (mode != ROTATE)
+        direct(x, c, nodes, mode, body[0], pbody, filt, prio, iterations);
 out:
     curl_slist_free_all(hdr);
     if (h != NULL)
         curl_easy_cleanup(h);
-    free(body);
+    for (int r = 0; r < nbodies; r++)
+        free(body[r]);
     free(pbody);
-    json_decref(names);
     egpu_http_server_free(srv);
     egpu_extender_free(x);
     egpu_sched_cache_free(c);
@@ -308,12 +389,14 @@ int main(void)
     egpu_log_level = EGPU_LOG_ERROR;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     printf("== bench: extender filter+prioritize over HTTP on loopback, binpack, one pod of 30%% "
-           "and 4096 MiB\n");
-    run(1000, 500, 0);
-    run(5000, 300, 0);
+           "and 4096 MiB, N nodes x 8 GPUs\n");
+    for (int m = SAME; m <= ROTATE; m++) {
+        run(1000, 2000, 0, (enum mode)m);
+        run(5000, 1000, 0, (enum mode)m);
+    }
     printf("== every 10th node full: filter refuses it; prioritize gets the survivors\n");
-    run(1000, 500, 10);
-    run(5000, 300, 10);
+    run(1000, 2000, 10, CHURN);
+    run(5000, 1000, 10, CHURN);
     curl_global_cleanup();
     return 0;
 }

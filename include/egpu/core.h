@@ -257,6 +257,8 @@ struct egpu_map;
 
 struct egpu_cluster {
     struct egpu_node **nodes; /* nnodes entries, node->slot is the position */
+    uint64_t *gens;           /* cap entries: gens[slot] == nodes[slot]->gen, packed so a */
+                              /* walk over many nodes' memo entries touches no node */
     size_t nnodes;
     size_t cap;
     struct egpu_map *by_name; /* node name -> node */
@@ -506,6 +508,24 @@ bool egpu_placer_can_host(struct egpu_placer *p, const struct egpu_cluster *c,
 int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
                       const struct egpu_node *node, const struct egpu_pod_request *r, double *score,
                       struct egpu_pick *pick) EGPU_MUST_CHECK;
+
+/* One node's answer for a request: can it host it, and with what score. */
+struct egpu_verdict {
+    double score; /* as egpu_placer_score; 0 when !ok */
+    bool ok;
+};
+
+#define EGPU_NO_SLOT UINT32_MAX /* in a slot list: a name with no node */
+
+/* egpu_placer_score for many nodes at once: out[i] for the node in slot
+ * slots[i] of c (EGPU_NO_SLOT: not a node, !ok). The same answers as n calls,
+ * faster: a node unchanged since its result was memoised is answered from
+ * c->gens and the memo alone, without touching the node, so a walk over
+ * thousands of nodes runs at memory speed instead of missing the cache on
+ * each node. slots and out are arrays of n; slots must be < c->nnodes. */
+void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c,
+                             const struct egpu_pod_request *r, const uint32_t *slots, size_t n,
+                             struct egpu_verdict *out);
 
 /* Choose the node and cards for r across cluster c: the node with the
  * highest score; ties go to the node ranked first by a per-seed hash of the

@@ -110,7 +110,7 @@ static void apply(struct egpu_cluster *c, struct egpu_assignment *a, bool add)
             c->used_core_milli -= s->core_milli;
         }
     }
-    n->gen = ++c->gen;
+    egpu__node_touch(c, n);
 }
 
 int egpu_cluster_assign(struct egpu_cluster *c, const char *pod, struct egpu_node *node,

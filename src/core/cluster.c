@@ -70,6 +70,7 @@ void egpu_cluster_free(struct egpu_cluster *c)
     for (uint16_t i = 0; i < c->nmodels; i++)
         egpu_free(c->models[i]);
     egpu_free(c->nodes);
+    egpu_free(c->gens);
     egpu_map_free(c->by_name);
     egpu_map_free(c->by_pod);
     egpu_map_free(c->by_uuid);
@@ -250,10 +251,15 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
     if (c->nnodes == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 64;
         struct egpu_node **nodes = egpu_realloc(c->nodes, cap * sizeof(*nodes));
+        uint64_t *gens;
 
         if (nodes == NULL)
             return egpu_error_set(err, -ENOMEM, "node %s: out of memory", s->name);
         c->nodes = nodes;
+        gens = egpu_realloc(c->gens, cap * sizeof(*gens));
+        if (gens == NULL)
+            return egpu_error_set(err, -ENOMEM, "node %s: out of memory", s->name);
+        c->gens = gens;
         c->cap = cap;
     }
     n = egpu_calloc(1, sizeof(*n));
@@ -307,8 +313,8 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
     if (rc)
         goto out_unindex_nomem;
     n->slot = c->nnodes;
-    n->gen = ++c->gen;
     c->nodes[c->nnodes++] = n;
+    egpu__node_touch(c, n);
     c->ngpus += n->ngpus;
     c->core_milli += (uint64_t)n->ngpus * EGPU_GPU_MILLI;
     note_maxima(c, n);
@@ -355,7 +361,7 @@ int egpu_cluster_remove_node(struct egpu_cluster *c, const char *name)
     last = c->nodes[--c->nnodes];
     c->nodes[n->slot] = last;
     last->slot = n->slot;
-    last->gen = ++c->gen; /* its slot changed: per-slot caches must not match */
+    egpu__node_touch(c, last); /* its slot changed: per-slot caches must not match */
     c->ngpus -= n->ngpus;
     c->core_milli -= (uint64_t)n->ngpus * EGPU_GPU_MILLI;
     /* Rescan only when the last node holding a maximum leaves: in a cluster

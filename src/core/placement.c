@@ -236,6 +236,33 @@ int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
     return 0;
 }
 
+void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c,
+                             const struct egpu_pod_request *r, const uint32_t *slots, size_t n,
+                             struct egpu_verdict *out)
+{
+    struct memo_class *mc = memo_for(p, c, r);
+    struct egpu_pick pick;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t slot = slots[i];
+        const struct memo_entry *e;
+
+        out[i] = (struct egpu_verdict){.score = 0.0, .ok = false};
+        if (slot == EGPU_NO_SLOT)
+            continue;
+        if (mc != NULL) {
+            e = &mc->entries[slot];
+            if (e->gen == c->gens[slot]) {
+                out[i] = (struct egpu_verdict){.score = e->score, .ok = e->ok};
+                continue;
+            }
+        }
+        out[i].ok = evaluate(p, c, mc, c->nodes[slot], r, &out[i].score, &pick, NULL, 0);
+        if (!out[i].ok)
+            out[i].score = 0.0;
+    }
+}
+
 int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,
                          const struct egpu_pod_request *r, struct egpu_node **node,
                          struct egpu_pick *pick)

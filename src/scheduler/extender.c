@@ -34,16 +34,11 @@
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
 #include "ahead_int.h"
+#include "replies_int.h"
 #include "wire_int.h"
 
 #define NPOLICIES             (EGPU_POLICY_FGD + 1)
 #define WORKLOAD_REFRESH_PODS 64 /* rebuild the live target workload after this many new pods */
-
-/* One node's verdict for a pod: can it host it, and the placer's score. */
-struct verdict {
-    double score;
-    bool ok;
-};
 
 /* What the last filter call decided, for the prioritize call that follows
  * it for the same pod (kube-scheduler makes them back to back). */
@@ -55,17 +50,19 @@ struct last_filter {
     uint64_t gen;                     /* the cluster's generation then */
     uint64_t token;                   /* its post to x->ahead (0 = none) */
     size_t n;
-    const char **names; /* n names, NULL when nothing is kept */
-    char *arena;        /* the names' bytes */
-    struct verdict *v;  /* n verdicts */
+    struct egpu__names *list; /* the n names (a reference), NULL when nothing is kept */
+    const char **names;       /* list->names */
+    struct egpu_verdict *v;   /* n verdicts */
 };
 
 /* The nodes of the last names looked up (see resolve). */
 struct resolved {
     uint64_t members;         /* the cluster's node-set stamp then; 0 = nothing kept */
     size_t n;                 /* names */
-    const char **names;       /* a copy of the n names (egpu_strv_copy) */
-    struct egpu_node **nodes; /* n nodes, NULL for names not in the cluster */
+    struct egpu__names *list; /* the names as a shared list (a reference), or NULL */
+    const char **copy;        /* else a copy of them (egpu_strv_copy) */
+    const char *const *names; /* list->names or copy */
+    uint32_t *slots;          /* n node slots, EGPU_NO_SLOT for names not in the cluster */
 };
 
 /* One node's refusal reason for the last request judged (see refusal). */
@@ -97,6 +94,8 @@ struct egpu_extender {
     struct resolved resolved;
     struct reasons_memo reasons;
     struct egpu__ahead *ahead;        /* prioritize's reply encoded ahead; may be NULL */
+    struct egpu__names_memo *names;   /* the node lists sent last; may be NULL */
+    struct egpu__replies *replies;    /* the filter reply encoded last; may be NULL */
     atomic_uint_least64_t filter_seq; /* tokens of posts to ahead */
     atomic_uint_least64_t ahead_hits; /* prioritize calls answered from ahead */
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
@@ -127,6 +126,9 @@ struct egpu_extender *egpu_extender_new(const struct egpu_extender_config *cfg,
     x->ops = *ops;
     /* Without the worker (no thread), prioritize encodes every reply itself. */
     x->ahead = egpu__ahead_new();
+    /* Without the memo every list is decoded in full. */
+    x->names = egpu__names_memo_new();
+    x->replies = egpu__replies_new();
     return x;
 }
 
@@ -146,10 +148,13 @@ void egpu_extender_free(struct egpu_extender *x)
     if (x == NULL)
         return;
     egpu__ahead_free(x->ahead);
+    egpu__names_memo_free(x->names);
+    egpu__replies_free(x->replies);
     drop_placers(x);
     last_drop(&x->last);
-    egpu_free(x->resolved.names);
-    egpu_free(x->resolved.nodes);
+    egpu__names_unref(x->resolved.list);
+    egpu_free(x->resolved.copy);
+    egpu_free(x->resolved.slots);
     for (size_t i = 0; i < x->reasons.n; i++)
         egpu_free(x->reasons.e[i].text);
     egpu_free(x->reasons.e);
@@ -241,17 +246,6 @@ static struct egpu_placer *placer_for(struct egpu_extender *x, struct egpu_clust
 /* ------------------------------------------------------------------------ */
 /* filter and prioritize                                                     */
 
-#define PREFETCH_AHEAD 8
-
-static inline void prefetch(const void *p)
-{
-#if defined(__GNUC__)
-    __builtin_prefetch(p);
-#else
-    (void)p;
-#endif /* __GNUC__ */
-}
-
 #define UNKNOWN_NODE "node unknown to the elastic-gpu cache (no Node object seen)"
 
 static bool synced(struct egpu_extender *x)
@@ -266,11 +260,11 @@ static int model_mask(struct egpu_cluster *c, struct egpu_sched_pod *p, struct e
 }
 
 /* Decode ExtenderArgs. Returns 0, or an HTTP status with the reply written. */
-static int decode_args(const char *body, size_t len, struct egpu__wire_args *a,
-                       struct egpu_buf *reply)
+static int decode_args(struct egpu_extender *x, const char *body, size_t len,
+                       struct egpu__wire_args *a, struct egpu_buf *reply)
 {
     struct egpu_error err = {0};
-    int rc = egpu__wire_args_decode(body, len, a, &err);
+    int rc = egpu__wire_args_decode(body, len, x->names, a, &err);
 
     if (rc == 0)
         return 0;
@@ -311,18 +305,17 @@ static bool last_holds(const struct egpu_extender *x, const struct egpu_cluster 
 
 static void last_drop(struct last_filter *l)
 {
-    egpu_free(l->names);
-    egpu_free(l->arena);
+    egpu__names_unref(l->list);
     egpu_free(l->v);
+    l->list = NULL;
     l->names = NULL;
-    l->arena = NULL;
     l->v = NULL;
     l->n = 0;
 }
 
 /* Keep filter's verdicts v for a's nodes, judged at generation gen: takes
- * a's names and v (cache lock held). */
-static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct verdict *v,
+ * v and a reference to a's names (cache lock held). */
+static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct egpu_verdict *v,
                       const struct egpu_placer *p, uint64_t gen, uint64_t token)
 {
     struct last_filter *l = &x->last;
@@ -337,11 +330,9 @@ static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct
     l->gen = gen;
     l->token = token;
     l->n = a->n;
+    l->list = egpu__names_ref(a->list);
     l->names = a->names;
-    l->arena = a->arena;
     l->v = v;
-    a->names = NULL;
-    a->arena = NULL;
 }
 
 /* Position of name among the last filter's nodes at or after *from, or
@@ -358,33 +349,52 @@ static size_t last_find(const struct last_filter *l, const char *name, size_t *f
     return SIZE_MAX;
 }
 
-/* The nodes named names[0..n) (cache lock held). kube-scheduler sends the
- * same candidates in the same order pod after pod, so the last answer is
- * kept and given again while the names match (a sequential compare) and no node was added or
- * removed since (the cluster's members stamp); otherwise the names are looked up in one pipelined
- * batch and the answer kept. The array belongs to x, valid until the next call under the lock.
- * Returns NULL when out of memory. */
-static struct egpu_node *const *resolve(struct egpu_extender *x, const struct egpu_cluster *c,
-                                        const char *const *names, size_t n)
+/* The slots of the nodes named names[0..n) (cache lock held); list (may be
+ * NULL) is the shared list they are, when they are a whole one.
+ * kube-scheduler sends the same candidates in the same order pod after pod,
+ * so the last answer is kept and given again while the names match (the
+ * same shared list, else a sequential compare) and no node was added or
+ * removed since (the cluster's members stamp: slots change only on
+ * removals); otherwise the names are looked up in one pipelined batch and
+ * the answer kept. The array belongs to x, valid until the next call under
+ * the lock. Returns NULL when out of memory. */
+static const uint32_t *resolve(struct egpu_extender *x, const struct egpu_cluster *c,
+                               struct egpu__names *list, const char *const *names, size_t n)
 {
     struct resolved *m = &x->resolved;
     struct egpu_node **nodes;
-    const char **copy;
+    const char **copy = NULL;
+    uint32_t *slots;
 
-    if (m->members == c->members && m->n == n && egpu_strv_equal(m->names, names, n))
-        return m->nodes;
-    copy = egpu_strv_copy(names, n);
+    if (list != NULL && (list->names != names || list->n != n))
+        list = NULL;
+    if (m->members == c->members && m->n == n &&
+        ((list != NULL && m->list == list) || egpu_strv_equal(m->names, names, n)))
+        return m->slots;
+    if (list == NULL)
+        copy = egpu_strv_copy(names, n);
     nodes = egpu_malloc((n ? n : 1) * sizeof(*nodes));
-    if (copy == NULL || nodes == NULL) {
+    slots = egpu_malloc((n ? n : 1) * sizeof(*slots));
+    if ((list == NULL && copy == NULL) || nodes == NULL || slots == NULL) {
         egpu_free(copy);
         egpu_free(nodes);
+        egpu_free(slots);
         return NULL;
     }
     egpu_cluster_nodes(c, names, n, nodes);
-    egpu_free(m->names);
-    egpu_free(m->nodes);
-    *m = (struct resolved){.members = c->members, .n = n, .names = copy, .nodes = nodes};
-    return nodes;
+    for (size_t i = 0; i < n; i++)
+        slots[i] = nodes[i] != NULL ? (uint32_t)nodes[i]->slot : EGPU_NO_SLOT;
+    egpu_free(nodes);
+    egpu__names_unref(m->list);
+    egpu_free(m->copy);
+    egpu_free(m->slots);
+    *m = (struct resolved){.members = c->members,
+                           .n = n,
+                           .list = list ? egpu__names_ref(list) : NULL,
+                           .copy = copy,
+                           .names = list ? list->names : copy,
+                           .slots = slots};
+    return slots;
 }
 
 /* Why node cannot host r (cache lock held): the placer's reason, kept per
@@ -432,43 +442,40 @@ static const char *refusal(struct egpu_extender *x, struct egpu_placer *p,
     return e->text != NULL ? e->text : buf;
 }
 
-/* Judge nodes names[0..n) for request r (cache lock held): v[i] gets
+/* Judge nodes names[0..n) for request r (cache lock held; list as for
+ * resolve): v[i] gets
  * feasibility and score; why[i] (when why != NULL) NULL for a node that can
  * host the pod, else a reason whose text is appended to reasons. The
- * placer's memo answers both at once for a node that has not changed, so
- * only refusals cost more than a lookup. Nodes are prefetched a few ahead of
- * their scoring: at thousands of nodes the time goes in cache misses, not in
- * arithmetic. Returns 0 or -ENOMEM. */
+ * placer's memo answers both at once for a node that has not changed
+ * (egpu_placer_score_slots), so only refusals cost more than a lookup.
+ * Returns 0 or -ENOMEM. */
 static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_cluster *c,
-                 const struct egpu_pod_request *r, const char *const *names, size_t n,
-                 struct verdict *v, const char **why, struct egpu_buf *reasons)
+                 const struct egpu_pod_request *r, struct egpu__names *list,
+                 const char *const *names, size_t n, struct egpu_verdict *v, const char **why,
+                 struct egpu_buf *reasons)
 {
     static const char failed[] = ""; /* marker: reason text is in reasons */
-    struct egpu_node *const *nodes = resolve(x, c, names, n);
+    const uint32_t *slots = resolve(x, c, list, names, n);
     size_t pos = 0;
     int rc = 0;
 
-    if (nodes == NULL)
+    if (slots == NULL)
         return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        const struct egpu_node *node = nodes[i];
+    egpu_placer_score_slots(p, c, r, slots, n, v);
+    for (size_t i = 0; why != NULL && i < n; i++) {
         const char *reason;
         char text[512];
 
-        if (i + PREFETCH_AHEAD < n && nodes[i + PREFETCH_AHEAD] != NULL)
-            prefetch(nodes[i + PREFETCH_AHEAD]);
-        v[i].ok = node != NULL && egpu_placer_score(p, c, node, r, &v[i].score, NULL) == 0;
-        if (why == NULL || v[i].ok) {
-            if (why != NULL)
-                why[i] = NULL;
+        if (v[i].ok) {
+            why[i] = NULL;
             continue;
         }
-        if (node == NULL) {
+        if (slots[i] == EGPU_NO_SLOT) {
             why[i] = UNKNOWN_NODE;
             continue;
         }
         /* Refused: the reason, which the placer's memo does not keep. */
-        reason = refusal(x, p, c, node, r, text, sizeof(text));
+        reason = refusal(x, p, c, c->nodes[slots[i]], r, text, sizeof(text));
         if (rc == 0)
             rc = egpu_buf_append(reasons, reason, strlen(reason) + 1);
         why[i] = failed;
@@ -485,7 +492,7 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
 /* Map the policy's scores onto 0..10 (MaxExtenderPriority) for kube-scheduler:
  * best feasible = 10, worst feasible = 0 (all 10 when they tie); nodes that
  * cannot host the pod score 0. v and score are arrays of n. */
-static void priority_scores(const struct verdict *v, size_t n, uint8_t *score)
+static void priority_scores(const struct egpu_verdict *v, size_t n, uint8_t *score)
 {
     double lo = 0, hi = 0;
     bool any = false;
@@ -507,10 +514,10 @@ static void priority_scores(const struct verdict *v, size_t n, uint8_t *score)
  * the worker, which encodes it while filter's own reply goes out. Returns
  * the post's token, 0 when nothing was posted (no worker, out of memory). */
 static uint64_t post_ahead(struct egpu_extender *x, const struct egpu__wire_args *a,
-                           const struct verdict *v, const char *const *why)
+                           const struct egpu_verdict *v, const char *const *why)
 {
     const char **names = egpu_malloc((a->n ? a->n : 1) * sizeof(*names));
-    struct verdict *pv = egpu_malloc((a->n ? a->n : 1) * sizeof(*pv));
+    struct egpu_verdict *pv = egpu_malloc((a->n ? a->n : 1) * sizeof(*pv));
     uint8_t *score = egpu_malloc(a->n ? a->n : 1);
     uint64_t token = 0;
     size_t k = 0;
@@ -540,7 +547,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_error err = {0};
     struct egpu_placer *p = NULL;
     struct egpu_buf reasons;
-    struct verdict *v = NULL;
+    struct egpu_verdict *v = NULL;
     struct egpu_cluster *c;
     const char **why;
     uint64_t gen = 0, token;
@@ -552,7 +559,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                                     "FailedAndUnresolvableNodes", "Error",
                                     "elastic-gpu extender: node cache not synced yet"),
                           503);
-    status = decode_args(body, len, &a, reply);
+    status = decode_args(x, body, len, &a, reply);
     if (status)
         return status;
     why = egpu_calloc(a.n ? a.n : 1, sizeof(*why));
@@ -566,7 +573,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         p = pod_placer(x, c, &a.pod, &err);
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
         if (p != NULL && v != NULL) {
-            rc = judge(x, p, c, &a.pod.req, a.names, a.n, v, why, &reasons);
+            rc = judge(x, p, c, &a.pod.req, a.list, a.names, a.n, v, why, &reasons);
             gen = c->gen;
         }
     }
@@ -580,7 +587,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     /* The prioritize that follows for this pod answers from these verdicts:
      * its reply is encoded ahead, on another thread, while this one goes out. */
     token = v != NULL ? post_ahead(x, &a, v, why) : 0;
-    status = egpu__wire_filter_result(reply, &a, why) == 0 ? 200 : 500;
+    status = egpu__replies_filter(x->replies, reply, &a, why) == 0 ? 200 : 500;
     if (status == 200 && v != NULL) {
         (void)egpu_sched_cache_lock(x->cache);
         last_keep(x, &a, v, p, gen, token);
@@ -602,7 +609,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     struct egpu_error err = {0};
     struct egpu_placer *p = NULL;
     struct egpu_cluster *c;
-    struct verdict *v;
+    struct egpu_verdict *v;
     uint8_t *score;
     uint64_t token = 0;
     bool ahead = false;
@@ -610,7 +617,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
 
     if (!synced(x))
         return reply_error(reply, 503, "elastic-gpu extender: node cache not synced yet");
-    status = decode_args(body, len, &a, reply);
+    status = decode_args(x, body, len, &a, reply);
     if (status)
         return status;
     /* Straight after filter for this pod, with the nodes that passed: the
@@ -657,7 +664,8 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
             v[done] = x->last.v[k];
         }
         if (done < a.n)
-            rc = judge(x, p, c, &a.pod.req, a.names + done, a.n - done, v + done, NULL, NULL);
+            rc = judge(x, p, c, &a.pod.req, a.list, a.names + done, a.n - done, v + done, NULL,
+                       NULL);
     }
     egpu_sched_cache_unlock(x->cache);
     if (rc != 0) {

@@ -82,6 +82,7 @@ struct list {
 
 struct decoder {
     const char *body;
+    size_t len;
     yajl_handle h;
     int depth; /* open containers with a role */
     enum role roles[ROLES_MAX];
@@ -95,9 +96,14 @@ struct decoder {
     char *arena;
     size_t used, cap;
     struct list names, items;
-    size_t item_off;       /* the item being read */
-    const char *item_name; /* its metadata.name, or NULL */
-    const char *item_bad;  /* what is wrong with that name, or NULL */
+    size_t names_start, names_end; /* NodeNames' array text; end 0 = not last in the body */
+    size_t top_end;                /* just past the top-level object; 0 = not closed */
+    struct egpu__names *kept[EGPU__NAMES_KEPT]; /* references from the memo */
+    size_t nkept;
+    struct egpu__names *hit; /* the kept list NodeNames matched (one of kept) */
+    size_t item_off;         /* the item being read */
+    const char *item_name;   /* its metadata.name, or NULL */
+    const char *item_bad;    /* what is wrong with that name, or NULL */
 };
 
 /* Offset in the body just past the token being reported. */
@@ -285,6 +291,7 @@ static enum role child_role(struct decoder *d, bool is_map)
         }
         if (key == K_NODENAMES) {
             list_reset(&d->names, true);
+            d->names_start = here(d) - 1;
             if (!is_map)
                 return R_NAMES;
             snprintf(d->names.msg, sizeof(d->names.msg),
@@ -355,13 +362,56 @@ static int close_container(struct decoder *d)
         return 1;
     }
     role = d->roles[d->depth--];
-    if (role == R_POD) {
+    if (role == R_TOP) {
+        d->top_end = here(d);
+    } else if (role == R_NAMES) {
+        d->names_end = here(d);
+    } else if (role == R_POD) {
         d->pod_len = here(d) - d->pod_off;
         d->has_pod = true;
     } else if (role == R_ITEM) {
         return add_item(d, d->item_off, here(d) - d->item_off, d->item_name, d->item_bad);
     }
     return 1;
+}
+
+/* Offset of the first byte at or after i that is not JSON whitespace. */
+static size_t skip_ws(const char *s, size_t len, size_t i)
+{
+    while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* Is the body from offset i on nothing but the top-level object's closing
+ * brace (and whitespace)? */
+static bool only_close(const char *s, size_t len, size_t i)
+{
+    i = skip_ws(s, len, i);
+    return i < len && s[i] == '}' && skip_ws(s, len, i + 1) == len;
+}
+
+/* Just past a top-level "NodeNames" key: is the rest of the body a ':',
+ * the text of a kept list and the closing brace? Then that list is the
+ * answer (d->hit), and the rest needs no parsing: the same text was parsed
+ * in full, also as the value of the last top-level key, when it was kept. */
+static bool kept_match(struct decoder *d)
+{
+    size_t len = d->len, i = skip_ws(d->body, len, here(d));
+
+    if (d->nkept == 0 || i >= len || d->body[i] != ':')
+        return false;
+    i = skip_ws(d->body, len, i + 1);
+    for (size_t k = 0; k < d->nkept; k++) {
+        const struct egpu__names *l = d->kept[k];
+
+        if (len - i > l->text_len && memcmp(d->body + i, l->text, l->text_len) == 0 &&
+            only_close(d->body, len, i + l->text_len)) {
+            d->hit = d->kept[k];
+            return true;
+        }
+    }
+    return false;
 }
 
 static bool is_key(const unsigned char *k, size_t len, const char *want)
@@ -378,12 +428,15 @@ static int on_key(void *ctx, const unsigned char *k, size_t len)
         return 1;
     switch (d->roles[d->depth]) {
     case R_TOP:
+        d->names_end = 0; /* a key after NodeNames: it is not the last */
         if (is_key(k, len, "Pod"))
             key = K_POD;
         else if (is_key(k, len, "Nodes"))
             key = K_NODES;
         else if (is_key(k, len, "NodeNames"))
             key = K_NODENAMES;
+        if (key == K_NODENAMES && kept_match(d))
+            return 0; /* the rest of the body is known: stop here */
         break;
     case R_NODES:
         key = is_key(k, len, "items") ? K_ITEMS : K_OTHER;
@@ -475,7 +528,9 @@ static int scan(struct decoder *d, size_t len, struct egpu_error *err)
     if (d->h == NULL)
         return egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
     st = yajl_parse(d->h, (const unsigned char *)d->body, len);
-    if (st == yajl_status_ok)
+    if (st == yajl_status_client_canceled && d->hit != NULL && !d->nomem)
+        st = yajl_status_ok; /* stopped at a kept NodeNames: the rest is known */
+    else if (st == yajl_status_ok)
         st = yajl_complete_parse(d->h);
     if (st == yajl_status_client_canceled || d->nomem)
         rc = egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
@@ -485,6 +540,12 @@ static int scan(struct decoder *d, size_t len, struct egpu_error *err)
         rc = egpu_error_set(err, EGPU_ESYNTAX, "ExtenderArgs: malformed JSON: empty body");
     else if (d->not_object)
         rc = egpu_error_set(err, EGPU_ESYNTAX, "ExtenderArgs: must be a JSON object");
+    else if (d->hit == NULL && skip_ws(d->body, len, d->top_end) != len)
+        /* yajl ends a parse at an unfinished token after the value (a
+         * string left open) without an error: anything there is garbage. */
+        rc = egpu_error_set(err, EGPU_ESYNTAX,
+                            "ExtenderArgs: malformed JSON: text after the object at byte %zu",
+                            skip_ws(d->body, len, d->top_end));
     yajl_free(d->h);
     d->h = NULL;
     return rc;
@@ -510,8 +571,26 @@ static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, struc
     return 0;
 }
 
-int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args *a,
-                           struct egpu_error *err)
+/* The names of the list used, as a shared list (the kept one on a hit).
+ * With keep_text, the NodeNames text goes with it when it was the body's
+ * last key, so the memo can recognise it next time. NULL when out of memory. */
+static struct egpu__names *names_list(struct decoder *d, struct list *use, bool keep_text)
+{
+    struct egpu__names *l;
+    bool last = keep_text && use == &d->names && d->names_end != 0 &&
+                only_close(d->body, d->len, d->names_end);
+
+    if (d->hit != NULL)
+        return egpu__names_ref(d->hit);
+    l = egpu__names_new(use->names, use->n, d->arena, last ? d->body + d->names_start : NULL,
+                        last ? d->names_end - d->names_start : 0);
+    use->names = NULL;
+    d->arena = NULL;
+    return l;
+}
+
+int egpu__wire_args_decode(const char *body, size_t len, struct egpu__names_memo *memo,
+                           struct egpu__wire_args *a, struct egpu_error *err)
 {
     struct decoder *d = egpu_calloc(1, sizeof(*d));
     struct list *use = NULL;
@@ -520,6 +599,8 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
     if (d == NULL)
         return egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
     d->body = body;
+    d->len = len;
+    d->nkept = egpu__names_memo_get(memo, d->kept);
     d->cap = len + 1;
     d->arena = egpu_malloc(d->cap);
     if (d->arena == NULL) {
@@ -531,27 +612,32 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
         rc = decode_pod(d, &a->pod, err);
     if (rc)
         goto out;
-    if (d->names.present)
+    if (d->names.present || d->hit != NULL)
         use = &d->names;
     else if (d->items.present)
         use = &d->items;
     if (use == NULL)
         rc = egpu_error_set(err, EGPU_ESYNTAX,
                             "ExtenderArgs: NodeNames and Nodes.items are both missing");
-    else if (use->msg[0] != '\0')
+    else if (d->hit == NULL && use->msg[0] != '\0')
         rc = egpu_error_set(err, EGPU_ESYNTAX, "%s", use->msg);
     if (rc)
         goto out;
-    a->n = use->n;
-    a->names = use->names;
-    a->items = use->spans;
+    a->list = names_list(d, use, memo != NULL);
+    if (a->list == NULL) {
+        rc = egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
+        goto out;
+    }
+    egpu__names_memo_put(memo, a->list); /* kept, or now the most recent */
+    a->n = a->list->n;
+    a->names = a->list->names;
+    a->items = d->hit == NULL ? use->spans : NULL;
     a->full = use == &d->items;
-    a->arena = d->arena;
     a->body = body;
-    use->names = NULL;
     use->spans = NULL;
-    d->arena = NULL;
 out:
+    for (size_t k = 0; k < d->nkept; k++)
+        egpu__names_unref(d->kept[k]);
     list_free(&d->names);
     list_free(&d->items);
     egpu_free(d->arena);
@@ -561,12 +647,11 @@ out:
 
 void egpu__wire_args_free(struct egpu__wire_args *a)
 {
-    egpu_free(a->names);
+    egpu__names_unref(a->list);
     egpu_free(a->items);
-    egpu_free(a->arena);
+    a->list = NULL;
     a->names = NULL;
     a->items = NULL;
-    a->arena = NULL;
     a->n = 0;
 }
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "egpu/scheduler.h"
+#include "names_int.h"
 
 /* A byte range of the request body. */
 struct egpu__wire_span {
@@ -26,8 +27,8 @@ struct egpu__wire_span {
 struct egpu__wire_args {
     struct egpu_sched_pod pod;
     size_t n;                      /* node names */
-    const char **names;            /* n non-empty names, NUL-terminated, into arena */
-    char *arena;                   /* every name's bytes, one allocation */
+    const char **names;            /* n non-empty names, NUL-terminated: list->names */
+    struct egpu__names *list;      /* the names, a reference (shared when sent before) */
     bool full;                     /* names come from Nodes.items (NodeList form) */
     struct egpu__wire_span *items; /* full form: n ranges of body; else NULL */
     const char *body;              /* borrowed: the request body items point into */
@@ -35,13 +36,18 @@ struct egpu__wire_args {
 
 /* Decode ExtenderArgs from body (len bytes, borrowed: a full-form *a points
  * into it). Top-level keys may come in any order and unknown ones are
- * ignored; a key given twice counts once, the last one. Returns 0, or
+ * ignored; a key given twice counts once, the last one. memo (may be NULL)
+ * holds the lists decoded last: when NodeNames is the last key and its text
+ * is byte for byte one of theirs, a->list is that list and the names are not
+ * parsed again (the text was checked when it was decoded, in the same place
+ * of the document); a NodeNames list decoded in full as the last key is put
+ * in memo. Returns 0, or
  * EGPU_ESYNTAX / EGPU_ERANGE with err naming the problem ("ExtenderArgs:
  * malformed JSON: ...", "ExtenderArgs.Pod: metadata.name: missing",
  * "ExtenderArgs.NodeNames[3]: must be a string", ...), or -ENOMEM. On error
  * *a holds nothing to free; on success free it with egpu__wire_args_free. */
-int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args *a,
-                           struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__wire_args_decode(const char *body, size_t len, struct egpu__names_memo *memo,
+                           struct egpu__wire_args *a, struct egpu_error *err) EGPU_MUST_CHECK;
 void egpu__wire_args_free(struct egpu__wire_args *a);
 
 /* Append ExtenderFilterResult to reply: the nodes i of a with why[i] == NULL

@@ -1227,7 +1227,7 @@ static void test_add_node_oom(void **state)
             struct egpu_error err = {0};
             struct snap s;
             long live = egpu_alloc_live();
-            bool had_array = c->nodes != NULL;
+            bool had_array = c->nodes != NULL, had_gens = c->gens != NULL;
             uint16_t nmodels = c->nmodels;
             int rc;
 
@@ -1251,10 +1251,11 @@ static void test_add_node_oom(void **state)
             snap_expect(c, &s);
             assert_null(egpu_cluster_node(c, "oom"));
             /* The only blocks a refused add may keep are a first node array
-             * (capacity for later nodes) and a model name (see
+             * and its generations (capacity for later nodes) and a model name (see
              * test_add_node_error_keeps_model_table); the rest is freed. */
-            assert_int_equal(egpu_alloc_live(),
-                             live + (!had_array && c->nodes != NULL) + (c->nmodels - nmodels));
+            assert_int_equal(egpu_alloc_live(), live + (!had_array && c->nodes != NULL) +
+                                                    (!had_gens && c->gens != NULL) +
+                                                    (c->nmodels - nmodels));
             check_consistent(c);
             failures++;
         }

@@ -1149,12 +1149,45 @@ static size_t prune_live(const struct egpu_cluster *c, int *live_pods, size_t n)
     return kept;
 }
 
+/* egpu_placer_score_slots on pm over every node of c1, last slot first,
+ * with a name that is no node in the middle, agrees with pp's plain score of
+ * each node of c2; c1's packed generations match its nodes'. Asked before
+ * anything else for r, so memo misses and hits both go through it. */
+static void compare_slot_scores(struct egpu_placer *pm, const struct egpu_cluster *c1,
+                                struct egpu_placer *pp, const struct egpu_cluster *c2,
+                                const struct egpu_pod_request *r)
+{
+    size_t n = c1->nnodes + 1, none = c1->nnodes / 2;
+    uint32_t *slots = test_malloc(n * sizeof(*slots));
+    struct egpu_verdict *v = test_malloc(n * sizeof(*v));
+
+    for (size_t i = 0, k = 0; i < n; i++)
+        slots[i] = i == none ? EGPU_NO_SLOT : (uint32_t)(c1->nnodes - 1 - k++);
+    egpu_placer_score_slots(pm, c1, r, slots, n, v);
+    for (size_t i = 0; i < n; i++) {
+        double s = 0.0;
+        int rc;
+
+        if (slots[i] == EGPU_NO_SLOT) {
+            assert_false(v[i].ok);
+            continue;
+        }
+        assert_true(c1->gens[slots[i]] == c1->nodes[slots[i]]->gen);
+        rc = egpu_placer_score(pp, c2, c2->nodes[slots[i]], r, &s, NULL);
+        assert_int_equal(v[i].ok, rc == 0);
+        assert_true(v[i].score == (rc == 0 ? s : 0.0));
+    }
+    test_free(slots);
+    test_free(v);
+}
+
 /* Every node's score and pick agree between the two placers. */
 static void compare_all_scores(struct egpu_placer *pm, const struct egpu_cluster *c1,
                                struct egpu_placer *pp, const struct egpu_cluster *c2,
                                const struct egpu_pod_request *r)
 {
     assert_int_equal(c1->nnodes, c2->nnodes);
+    compare_slot_scores(pm, c1, pp, c2, r);
     for (size_t i = 0; i < c1->nnodes; i++) {
         struct egpu_pick a = {0}, b = {0};
         double sa = 0.0, sb = 0.0;
@@ -1215,7 +1248,7 @@ static void memo_run(enum egpu_policy_kind kind, const struct egpu_workload *w, 
             assert_int_equal(egpu_cluster_remove_node(c2, gone), 0);
             nlive = prune_live(c1, live_pods, nlive);
         }
-        if (step % 50 == 0)
+        if (step % 25 == 0 || step == 321 || step == 421)
             compare_all_scores(pm, c1, pp, c2, &r);
         rc1 = egpu_placer_schedule(pm, c1, &r, &n1, &k1);
         rc2 = egpu_placer_schedule(pp, c2, &r, &n2, &k2);

@@ -165,7 +165,7 @@ static void test_decode_any_order_and_unknown_keys(void **state)
     struct egpu_error err = {0};
 
     (void)state;
-    if (egpu__wire_args_decode(body, strlen(body), &a, &err) != 0)
+    if (egpu__wire_args_decode(body, strlen(body), NULL, &a, &err) != 0)
         fail_msg("decode: %s", err.msg);
     assert_int_equal(a.n, 2);
     assert_false(a.full);
@@ -184,7 +184,7 @@ static void test_decode_any_order_and_unknown_keys(void **state)
                                     "{\"name\":\"first\"},\"spec\":{}},\"NodeNames\":[\"c\"],"
                                     "\"Pod\":{\"metadata\":{\"name\":\"second\"},\"spec\":{}}}";
 
-        assert_int_equal(egpu__wire_args_decode(twice, strlen(twice), &a, &err), 0);
+        assert_int_equal(egpu__wire_args_decode(twice, strlen(twice), NULL, &a, &err), 0);
         assert_int_equal(a.n, 1);
         assert_string_equal(a.names[0], "c");
         assert_string_equal(a.pod.name, "second");
@@ -195,7 +195,7 @@ static void test_decode_any_order_and_unknown_keys(void **state)
         static const char none[] = "{\"Pod\":{\"metadata\":{\"name\":\"p\"},\"spec\":{}},"
                                    "\"NodeNames\":[]}";
 
-        assert_int_equal(egpu__wire_args_decode(none, strlen(none), &a, &err), 0);
+        assert_int_equal(egpu__wire_args_decode(none, strlen(none), NULL, &a, &err), 0);
         assert_int_equal(a.n, 0);
         egpu__wire_args_free(&a);
     }
@@ -224,7 +224,7 @@ static void test_decode_fixtures(void **state)
             continue;
         seen++;
         text = json_dumps(doc, JSON_INDENT(2)); /* whitespace everywhere */
-        if (egpu__wire_args_decode(text, strlen(text), &a, &err) != 0)
+        if (egpu__wire_args_decode(text, strlen(text), NULL, &a, &err) != 0)
             fail_msg("%s: %s", files[f], err.msg);
         names = json_object_get(doc, "NodeNames");
         items = json_object_get(json_object_get(doc, "Nodes"), "items");
@@ -463,7 +463,7 @@ static void test_escape_every_position(void **state)
         uint8_t score[7 * 21];
 
         memset(score, 5, sizeof(score));
-        assert_int_equal(egpu__wire_args_decode(body, strlen(body), &a, &err), 0);
+        assert_int_equal(egpu__wire_args_decode(body, strlen(body), NULL, &a, &err), 0);
         egpu_buf_init(&reply, 1 << 20);
         assert_int_equal(egpu__wire_priorities(&reply, &a, score), 0);
         out = json_loads(egpu_buf_str(&reply), 0, NULL);
