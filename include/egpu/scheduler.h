@@ -249,10 +249,9 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
 /* Binds by outcome since start (index enum egpu_bind_result). */
 void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_RESULTS]);
 
-/* Prioritize calls since start answered with the reply their filter call had
- * encoded ahead, on another thread (the same nodes that passed it, the same
- * pod, the cluster unchanged in between). */
-uint64_t egpu_extender_prioritize_ahead(struct egpu_extender *x);
+/* Prioritize replies since start made from the one before (the same nodes,
+ * the same nodes scoring 0), with only the changed scores encoded again. */
+uint64_t egpu_extender_prioritize_reused(struct egpu_extender *x);
 
 #ifdef __cplusplus
 }

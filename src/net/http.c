@@ -40,8 +40,9 @@
 #include "egpu/log.h"
 #include "egpu/net.h"
 
-#define TLS_FILE_MAX (1024 * 1024) /* a PEM file larger than this is not a certificate */
-#define TEXT_PLAIN   "text/plain; charset=utf-8"
+#define TLS_FILE_MAX     (1024 * 1024) /* a PEM file larger than this is not a certificate */
+#define TEXT_PLAIN       "text/plain; charset=utf-8"
+#define HTTP_CONN_MEMORY ((size_t)256 * 1024) /* per connection: headers and read buffer */
 
 struct egpu_http_header {
     char *name;
@@ -671,7 +672,7 @@ int egpu_http_server_observe(struct egpu_http_server *srv, egpu_http_observe_cb 
 
 int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
 {
-    struct MHD_OptionItem opts[8];
+    struct MHD_OptionItem opts[9];
     const union MHD_DaemonInfo *info;
     unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     size_t n = 0;
@@ -684,6 +685,11 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
                                         srv->ipv6 ? (void *)&srv->sin6 : (void *)&srv->sin};
     opts[n++] =
         (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)srv->cfg.timeout_s, NULL};
+    /* Room to read a large request body in few calls: kube-scheduler's
+     * ExtenderArgs for 5,000 nodes is ~85 KB, which MHD's default 32 KiB
+     * per connection takes in many pieces, each a wake-up. */
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                                        (intptr_t)HTTP_CONN_MEMORY, NULL};
     if (srv->cfg.threads > 1)
         opts[n++] =
             (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)srv->cfg.threads, NULL};

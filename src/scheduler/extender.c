@@ -25,6 +25,7 @@
  * per node.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,12 +34,12 @@
 
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
-#include "ahead_int.h"
 #include "replies_int.h"
 #include "wire_int.h"
 
 #define NPOLICIES             (EGPU_POLICY_FGD + 1)
 #define WORKLOAD_REFRESH_PODS 64 /* rebuild the live target workload after this many new pods */
+#define SLOT_AHEAD            8  /* nodes read ahead when looking up slots */
 
 /* What the last filter call decided, for the prioritize call that follows
  * it for the same pod (kube-scheduler makes them back to back). */
@@ -48,7 +49,6 @@ struct last_filter {
     const struct egpu_placer *placer; /* compared, never used */
     uint64_t placer_epoch;            /* egpu_extender.placer_epoch then */
     uint64_t gen;                     /* the cluster's generation then */
-    uint64_t token;                   /* its post to x->ahead (0 = none) */
     size_t n;
     struct egpu__names *list; /* the n names (a reference), NULL when nothing is kept */
     const char **names;       /* list->names */
@@ -93,11 +93,11 @@ struct egpu_extender {
     struct last_filter last;
     struct resolved resolved;
     struct reasons_memo reasons;
-    struct egpu__ahead *ahead;        /* prioritize's reply encoded ahead; may be NULL */
-    struct egpu__names_memo *names;   /* the node lists sent last; may be NULL */
-    struct egpu__replies *replies;    /* the filter reply encoded last; may be NULL */
-    atomic_uint_least64_t filter_seq; /* tokens of posts to ahead */
-    atomic_uint_least64_t ahead_hits; /* prioritize calls answered from ahead */
+    struct egpu__names_memo *names;     /* the node lists sent last; may be NULL */
+    struct egpu__replies *replies;      /* the filter reply encoded last; may be NULL */
+    pthread_mutex_t plist_lock;         /* guards plist */
+    struct egpu__wire_plist plist;      /* the HostPriorityList made last */
+    atomic_uint_least64_t plist_reused; /* prioritize replies made from it */
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
 };
 
@@ -124,9 +124,13 @@ struct egpu_extender *egpu_extender_new(const struct egpu_extender_config *cfg,
     x->cfg = *cfg;
     x->cache = cache;
     x->ops = *ops;
-    /* Without the worker (no thread), prioritize encodes every reply itself. */
-    x->ahead = egpu__ahead_new();
-    /* Without the memo every list is decoded in full. */
+    if (pthread_mutex_init(&x->plist_lock, NULL) != 0) {
+        egpu_free(x);
+        egpu_error_set(err, -ENOMEM, "extender: out of memory");
+        return NULL;
+    }
+    egpu__wire_plist_init(&x->plist);
+    /* Without the memos every list is decoded and encoded in full. */
     x->names = egpu__names_memo_new();
     x->replies = egpu__replies_new();
     return x;
@@ -147,7 +151,8 @@ void egpu_extender_free(struct egpu_extender *x)
 {
     if (x == NULL)
         return;
-    egpu__ahead_free(x->ahead);
+    egpu__wire_plist_free(&x->plist);
+    pthread_mutex_destroy(&x->plist_lock);
     egpu__names_memo_free(x->names);
     egpu__replies_free(x->replies);
     drop_placers(x);
@@ -162,9 +167,9 @@ void egpu_extender_free(struct egpu_extender *x)
     egpu_free(x);
 }
 
-uint64_t egpu_extender_prioritize_ahead(struct egpu_extender *x)
+uint64_t egpu_extender_prioritize_reused(struct egpu_extender *x)
 {
-    return atomic_load(&x->ahead_hits);
+    return atomic_load(&x->plist_reused);
 }
 
 void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_RESULTS])
@@ -316,7 +321,7 @@ static void last_drop(struct last_filter *l)
 /* Keep filter's verdicts v for a's nodes, judged at generation gen: takes
  * v and a reference to a's names (cache lock held). */
 static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct egpu_verdict *v,
-                      const struct egpu_placer *p, uint64_t gen, uint64_t token)
+                      const struct egpu_placer *p, uint64_t gen)
 {
     struct last_filter *l = &x->last;
 
@@ -328,7 +333,6 @@ static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct
     l->placer = p;
     l->placer_epoch = x->placer_epoch;
     l->gen = gen;
-    l->token = token;
     l->n = a->n;
     l->list = egpu__names_ref(a->list);
     l->names = a->names;
@@ -382,8 +386,12 @@ static const uint32_t *resolve(struct egpu_extender *x, const struct egpu_cluste
         return NULL;
     }
     egpu_cluster_nodes(c, names, n, nodes);
-    for (size_t i = 0; i < n; i++)
+    /* Each node is a miss of its own: ask for a few at once. */
+    for (size_t i = 0; i < n; i++) {
+        if (i + SLOT_AHEAD < n && nodes[i + SLOT_AHEAD] != NULL)
+            __builtin_prefetch(&nodes[i + SLOT_AHEAD]->slot);
         slots[i] = nodes[i] != NULL ? (uint32_t)nodes[i]->slot : EGPU_NO_SLOT;
+    }
     egpu_free(nodes);
     egpu__names_unref(m->list);
     egpu_free(m->copy);
@@ -510,36 +518,6 @@ static void priority_scores(const struct egpu_verdict *v, size_t n, uint8_t *sco
                              : (uint8_t)10;
 }
 
-/* Post the prioritize reply for the nodes that passed (why[i] == NULL) to
- * the worker, which encodes it while filter's own reply goes out. Returns
- * the post's token, 0 when nothing was posted (no worker, out of memory). */
-static uint64_t post_ahead(struct egpu_extender *x, const struct egpu__wire_args *a,
-                           const struct egpu_verdict *v, const char *const *why)
-{
-    const char **names = egpu_malloc((a->n ? a->n : 1) * sizeof(*names));
-    struct egpu_verdict *pv = egpu_malloc((a->n ? a->n : 1) * sizeof(*pv));
-    uint8_t *score = egpu_malloc(a->n ? a->n : 1);
-    uint64_t token = 0;
-    size_t k = 0;
-
-    if (x->ahead != NULL && names != NULL && pv != NULL && score != NULL) {
-        for (size_t i = 0; i < a->n; i++) {
-            if (why[i] == NULL) {
-                names[k] = a->names[i];
-                pv[k++] = v[i];
-            }
-        }
-        priority_scores(pv, k, score);
-        token = atomic_fetch_add(&x->filter_seq, 1) + 1;
-        if (egpu__ahead_post(x->ahead, token, names, score, k) != 0)
-            token = 0;
-    }
-    egpu_free(names);
-    egpu_free(pv);
-    egpu_free(score);
-    return token;
-}
-
 int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                          struct egpu_buf *reply)
 {
@@ -550,7 +528,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_verdict *v = NULL;
     struct egpu_cluster *c;
     const char **why;
-    uint64_t gen = 0, token;
+    uint64_t gen = 0;
     int status, rc = 0;
 
     if (!synced(x))
@@ -584,13 +562,11 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
             p == NULL ? reply_error(reply, 400, err.msg) : reply_error(reply, 500, "out of memory");
         goto out;
     }
-    /* The prioritize that follows for this pod answers from these verdicts:
-     * its reply is encoded ahead, on another thread, while this one goes out. */
-    token = v != NULL ? post_ahead(x, &a, v, why) : 0;
+    /* The prioritize that follows for this pod answers from these verdicts. */
     status = egpu__replies_filter(x->replies, reply, &a, why) == 0 ? 200 : 500;
     if (status == 200 && v != NULL) {
         (void)egpu_sched_cache_lock(x->cache);
-        last_keep(x, &a, v, p, gen, token);
+        last_keep(x, &a, v, p, gen);
         egpu_sched_cache_unlock(x->cache);
         v = NULL;
     }
@@ -602,6 +578,27 @@ out:
     return status;
 }
 
+/* Append the HostPriorityList for a's nodes with score[] to reply: from
+ * the list made last when it is free (another prioritize may be using it),
+ * where only the scores that changed are encoded again; else in full.
+ * Returns 0, -ENOMEM or -EMSGSIZE. */
+static int priorities(struct egpu_extender *x, struct egpu_buf *reply,
+                      const struct egpu__wire_args *a, const uint8_t *score)
+{
+    int rc;
+
+    if (pthread_mutex_trylock(&x->plist_lock) != 0)
+        return egpu__wire_priorities(reply, a, score);
+    rc = egpu__wire_plist_set(&x->plist, a->names, score, a->n);
+    if (rc == 1)
+        atomic_fetch_add(&x->plist_reused, 1);
+    if (rc >= 0)
+        rc =
+            egpu_buf_append(reply, x->plist.text.data ? x->plist.text.data : "", x->plist.text.len);
+    pthread_mutex_unlock(&x->plist_lock);
+    return rc;
+}
+
 int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t len,
                              struct egpu_buf *reply)
 {
@@ -611,8 +608,6 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     struct egpu_cluster *c;
     struct egpu_verdict *v;
     uint8_t *score;
-    uint64_t token = 0;
-    bool ahead = false;
     int status, rc = 0;
 
     if (!synced(x))
@@ -620,25 +615,6 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     status = decode_args(x, body, len, &a, reply);
     if (status)
         return status;
-    /* Straight after filter for this pod, with the nodes that passed: the
-     * reply filter posted ahead. */
-    c = egpu_sched_cache_lock(x->cache);
-    if (x->ahead != NULL && egpu_sched_pod_wants_gpu(&a.pod)) {
-        p = pod_placer(x, c, &a.pod, &err);
-        ahead = p != NULL && last_holds(x, c, &a.pod, p) && x->last.token != 0;
-        token = x->last.token;
-    }
-    egpu_sched_cache_unlock(x->cache);
-    if (ahead) {
-        rc = egpu__ahead_take(x->ahead, token, a.names, a.n, reply);
-        if (rc == 1)
-            atomic_fetch_add(&x->ahead_hits, 1);
-        if (rc != 0) {
-            egpu__wire_args_free(&a);
-            return rc == 1 ? 200 : reply_error(reply, 500, "out of memory");
-        }
-    }
-    p = NULL;
     v = egpu_calloc(a.n ? a.n : 1, sizeof(*v));
     score = egpu_calloc(a.n ? a.n : 1, sizeof(*score));
     if (v == NULL || score == NULL) {
@@ -674,7 +650,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     }
     /* Every node scores 0 for a pod without GPUs (v all zero: not ok). */
     priority_scores(v, a.n, score);
-    status = egpu__wire_priorities(reply, &a, score) == 0 ? 200 : 500;
+    status = priorities(x, reply, &a, score) == 0 ? 200 : 500;
 out:
     egpu_free(v);
     egpu_free(score);

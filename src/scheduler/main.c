@@ -41,9 +41,9 @@ struct app {
     struct egpu_metrics *reg;
     struct egpu_health *health;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
-        *m_pods, *m_unresolved, *m_ahead;
+        *m_pods, *m_unresolved, *m_reused;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
-    uint64_t ahead_seen;
+    uint64_t reused_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
     pthread_mutex_t api_error_lock;
@@ -167,10 +167,10 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                "node's GPUs).",
                                0, NULL, &a->m_unresolved);
     if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_scheduler_prioritize_ahead_total",
-                                 "Prioritize calls answered with the reply their filter call had "
-                                 "encoded ahead.",
-                                 0, NULL, &a->m_ahead);
+        rc = egpu_metric_counter(a->reg, "egpu_scheduler_prioritize_reused_total",
+                                 "Prioritize replies made from the one before, with only the "
+                                 "changed scores encoded again.",
+                                 0, NULL, &a->m_reused);
     if (rc)
         return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
     return 0;
@@ -193,11 +193,11 @@ static void refresh_metrics(struct app *a)
         a->binds_seen[r] = counts[r];
     }
     {
-        uint64_t ahead = egpu_extender_prioritize_ahead(a->x);
+        uint64_t reused = egpu_extender_prioritize_reused(a->x);
 
-        if (ahead > a->ahead_seen)
-            (void)egpu_metric_add(a->m_ahead, NULL, (double)(ahead - a->ahead_seen));
-        a->ahead_seen = ahead;
+        if (reused > a->reused_seen)
+            (void)egpu_metric_add(a->m_reused, NULL, (double)(reused - a->reused_seen));
+        a->reused_seen = reused;
     }
     egpu_sched_cache_stats(a->cache, &st);
     (void)egpu_metric_set(a->m_nodes, NULL, (double)st.nodes);

@@ -614,7 +614,7 @@ static void test_filter_then_prioritize_same_scores(void **state)
     want = fresh_prioritize(c, all, NNODES, 30);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
-    assert_int_equal(egpu_extender_prioritize_ahead(x), 0); /* not the nodes that passed */
+    assert_int_equal(egpu_extender_prioritize_reused(x), 0); /* the first list: in full */
     assert_non_null(strstr(got, "\"Score\":10"));
     assert_null(strstr(got, "\"Score\":0")); /* zeros are left out */
     free(want);
@@ -628,33 +628,41 @@ static void test_filter_then_prioritize_same_scores(void **state)
     free(body);
     body = tu_extender_args(make_pod("p", 30, 1024), survivors, ns, false);
     want = fresh_prioritize(c, survivors, ns, 30);
-    hits = egpu_extender_prioritize_ahead(x);
+    hits = egpu_extender_prioritize_reused(x);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
-    /* That one came from the reply filter encoded ahead; asked again (a
-     * retry), it still does. */
-    assert_int_equal(egpu_extender_prioritize_ahead(x), hits + 1);
+    /* Other nodes than the list before: encoded in full; asked again (a
+     * retry), the list made last is given again. */
+    assert_int_equal(egpu_extender_prioritize_reused(x), hits);
     free(got);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
-    assert_int_equal(egpu_extender_prioritize_ahead(x), hits + 2);
+    assert_int_equal(egpu_extender_prioritize_reused(x), hits + 1);
     free(want);
     free(got);
-    /* The cluster changes between the two calls: the reply encoded ahead is
-     * stale and not used; the answer follows the change. */
-    {
+    /* The cluster changes between the two calls: the answer follows the
+     * change. node-01 (10% used) takes 40% more: its score moves, the same
+     * nodes score 0, so the list made last is patched. Then node-00 (empty,
+     * the lowest, left out) takes 40%: the nodes left out change, so the
+     * list is encoded in full. */
+    for (int round = 0; round < 2; round++) {
         char *all_body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
+        const char *node = round == 0 ? "node-01" : "node-00";
+        bool listed = false;
 
+        for (int i = 0; i < ns; i++)
+            listed = listed || strcmp(survivors[i], node) == 0;
+        assert_true(listed);
         json_decref(call(egpu_extender_filter, x, all_body, 200));
         free(all_body);
+        use_card(c, round == 0 ? "late" : "late0", node, 40);
+        want = fresh_prioritize(c, survivors, ns, 30);
+        got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
+        assert_string_equal(got, want);
+        assert_int_equal(egpu_extender_prioritize_reused(x), hits + 2);
+        free(want);
+        free(got);
     }
-    use_card(c, "late", survivors[0], 40);
-    want = fresh_prioritize(c, survivors, ns, 30);
-    got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
-    assert_string_equal(got, want);
-    assert_int_equal(egpu_extender_prioritize_ahead(x), hits + 2);
-    free(want);
-    free(got);
     free(body);
     /* Another order, a node filter never saw, a name twice: still right. */
     for (int i = 0; i < NNODES; i++)
@@ -887,10 +895,79 @@ static void test_concurrent_pods(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* The kept HostPriorityList is always the text egpu__wire_priorities writes
+ * for the same names and scores: 400 steps of random score changes (one
+ * node, a few, none, scores moving to and from 0, the first listed entry
+ * changing), names changing now and then, each step compared byte for byte. */
+static void test_plist_matches_full_encoding(void **state)
+{
+    enum { N = 40, STEPS = 400 };
+    const long live = egpu_alloc_live();
+    struct egpu__wire_plist pl;
+    char names[2][N][24];
+    const char *list[2][N];
+    uint8_t score[N];
+    struct egpu_rng rng;
+    int kept = 0, patched = 0, full = 0, which = 0;
+
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < N; i++) {
+            snprintf(names[k][i], sizeof(names[k][i]), k ? "other-%02d" : "node-\"%02d\"", i);
+            list[k][i] = names[k][i];
+        }
+    }
+    egpu_rng_seed(&rng, 7);
+    for (int i = 0; i < N; i++)
+        score[i] = (uint8_t)egpu_rng_below(&rng, 11);
+    egpu__wire_plist_init(&pl);
+    for (int step = 0; step < STEPS; step++) {
+        struct egpu__wire_args a = {.n = N, .names = list[which]};
+        struct egpu_buf want;
+        uint8_t before[N];
+        int changes = (int)egpu_rng_below(&rng, 4), rc;
+        bool zeros_moved = false;
+
+        memcpy(before, score, N);
+        for (int c = 0; c < changes; c++) {
+            /* Now and then the first entry: it has no separator before it. */
+            int i = egpu_rng_below(&rng, 5) == 0 ? 0 : (int)egpu_rng_below(&rng, N);
+
+            score[i] = (uint8_t)egpu_rng_below(&rng, 11);
+        }
+        if (step % 97 == 96)
+            which = 1 - which;
+        a.names = list[which];
+        for (int i = 0; i < N; i++)
+            zeros_moved = zeros_moved || (score[i] == 0) != (before[i] == 0);
+        rc = egpu__wire_plist_set(&pl, list[which], score, N);
+        assert_true(rc == 0 || rc == 1);
+        egpu_buf_init(&want, 1 << 20);
+        assert_int_equal(egpu__wire_priorities(&want, &a, score), 0);
+        assert_int_equal(pl.text.len, want.len);
+        assert_memory_equal(pl.text.data, want.data, want.len);
+        egpu_buf_free(&want);
+        if (step > 0 && !zeros_moved && step % 97 != 96) {
+            assert_int_equal(rc, 1); /* same names, same zeros: never encoded in full */
+            if (memcmp(before, score, N) == 0)
+                kept++;
+            else
+                patched++;
+        } else if (rc == 0) {
+            full++;
+        }
+    }
+    /* The sequence went through every path many times. */
+    assert_true(kept > 20 && patched > 100 && full > 20);
+    egpu__wire_plist_free(&pl);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_any_order_and_unknown_keys),
+        cmocka_unit_test(test_plist_matches_full_encoding),
         cmocka_unit_test(test_decode_fixtures),
         cmocka_unit_test(test_malformed_bodies),
         cmocka_unit_test(test_odd_names_round_trip),
