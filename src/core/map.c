@@ -46,6 +46,29 @@ void egpu_map_free(struct egpu_map *m)
     egpu_free(m);
 }
 
+/* The table's hash of a key: eight bytes at a time (the bytes past the NUL
+ * of the last word count as zero), then a full 64-bit mix. Several times
+ * faster than a byte-at-a-time hash on node names and GPU UUIDs, which the
+ * extender looks up by the thousand per request. Not egpu_hash_str, whose
+ * values are part of the replay's results (its tie-break order). */
+static uint64_t key_hash(const char *key)
+{
+    size_t len = strlen(key);
+    uint64_t h = (uint64_t)len * 0x9E3779B97F4A7C15ULL, w;
+
+    for (; len >= 8; len -= 8, key += 8) {
+        memcpy(&w, key, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+    }
+    w = 0;
+    memcpy(&w, key, len);
+    h = (h ^ w) * 0x94D049BB133111EBULL;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    return h ^ (h >> 32);
+}
+
 static size_t find(const struct egpu_map *m, const char *key, uint64_t h)
 {
     size_t i = h & m->mask;
@@ -60,7 +83,7 @@ static size_t find(const struct egpu_map *m, const char *key, uint64_t h)
 
 void *egpu_map_get(const struct egpu_map *m, const char *key)
 {
-    size_t i = find(m, key, egpu_hash_str(key, 0));
+    size_t i = find(m, key, key_hash(key));
 
     return m->slots[i].key != NULL ? m->slots[i].value : NULL;
 }
@@ -77,7 +100,7 @@ void egpu_map_get_many(const struct egpu_map *m, const char *const *keys, size_t
 
     for (size_t i = 0; i < n + 2 * KEY_AHEAD; i++) {
         if (i < n) {
-            hash[i % RING] = egpu_hash_str(keys[i], 0);
+            hash[i % RING] = key_hash(keys[i]);
             __builtin_prefetch(&m->slots[hash[i % RING] & m->mask]);
         }
         if (i >= KEY_AHEAD && i - KEY_AHEAD < n) {
@@ -122,7 +145,7 @@ static int grow(struct egpu_map *m)
 
 int egpu_map_put(struct egpu_map *m, const char *key, void *value)
 {
-    uint64_t h = egpu_hash_str(key, 0);
+    uint64_t h = key_hash(key);
     size_t i;
 
     if ((m->count + 1) * 4 > (m->mask + 1) * 3) {
@@ -143,7 +166,7 @@ int egpu_map_put(struct egpu_map *m, const char *key, void *value)
 
 int egpu_map_del(struct egpu_map *m, const char *key)
 {
-    size_t i = find(m, key, egpu_hash_str(key, 0));
+    size_t i = find(m, key, key_hash(key));
     size_t j = i;
 
     if (m->slots[i].key == NULL)

@@ -34,6 +34,7 @@
 
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
+#include "plist_int.h"
 #include "replies_int.h"
 #include "wire_int.h"
 
@@ -53,6 +54,7 @@ struct last_filter {
     struct egpu__names *list; /* the n names (a reference), NULL when nothing is kept */
     const char **names;       /* list->names */
     struct egpu_verdict *v;   /* n verdicts */
+    uint32_t *slots;          /* n node slots (valid while gen holds); NULL = unknown */
 };
 
 /* The nodes of the last names looked up (see resolve). */
@@ -96,7 +98,7 @@ struct egpu_extender {
     struct egpu__names_memo *names;     /* the node lists sent last; may be NULL */
     struct egpu__replies *replies;      /* the filter reply encoded last; may be NULL */
     pthread_mutex_t plist_lock;         /* guards plist */
-    struct egpu__wire_plist plist;      /* the HostPriorityList made last */
+    struct egpu__plist plist;           /* the HostPriorityList made last */
     atomic_uint_least64_t plist_reused; /* prioritize replies made from it */
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
 };
@@ -129,7 +131,7 @@ struct egpu_extender *egpu_extender_new(const struct egpu_extender_config *cfg,
         egpu_error_set(err, -ENOMEM, "extender: out of memory");
         return NULL;
     }
-    egpu__wire_plist_init(&x->plist);
+    egpu__plist_init(&x->plist);
     /* Without the memos every list is decoded and encoded in full. */
     x->names = egpu__names_memo_new();
     x->replies = egpu__replies_new();
@@ -151,7 +153,7 @@ void egpu_extender_free(struct egpu_extender *x)
 {
     if (x == NULL)
         return;
-    egpu__wire_plist_free(&x->plist);
+    egpu__plist_free(&x->plist);
     pthread_mutex_destroy(&x->plist_lock);
     egpu__names_memo_free(x->names);
     egpu__replies_free(x->replies);
@@ -312,16 +314,19 @@ static void last_drop(struct last_filter *l)
 {
     egpu__names_unref(l->list);
     egpu_free(l->v);
+    egpu_free(l->slots);
     l->list = NULL;
     l->names = NULL;
     l->v = NULL;
+    l->slots = NULL;
     l->n = 0;
 }
 
-/* Keep filter's verdicts v for a's nodes, judged at generation gen: takes
- * v and a reference to a's names (cache lock held). */
+/* Keep filter's verdicts v for a's nodes, judged at generation gen, with
+ * their node slots (may be NULL): takes v, slots and a reference to a's
+ * names (cache lock held). */
 static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct egpu_verdict *v,
-                      const struct egpu_placer *p, uint64_t gen)
+                      uint32_t *slots, const struct egpu_placer *p, uint64_t gen)
 {
     struct last_filter *l = &x->last;
 
@@ -337,6 +342,7 @@ static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct
     l->list = egpu__names_ref(a->list);
     l->names = a->names;
     l->v = v;
+    l->slots = slots;
 }
 
 /* Position of name among the last filter's nodes at or after *from, or
@@ -518,6 +524,17 @@ static void priority_scores(const struct egpu_verdict *v, size_t n, uint8_t *sco
                              : (uint8_t)10;
 }
 
+/* A copy of the slots resolve gave last, for the n names just judged
+ * (cache lock held), or NULL when out of memory. */
+static uint32_t *slots_copy(const struct egpu_extender *x, size_t n)
+{
+    uint32_t *s = egpu_malloc((n ? n : 1) * sizeof(*s));
+
+    if (s != NULL && n > 0)
+        memcpy(s, x->resolved.slots, n * sizeof(*s));
+    return s;
+}
+
 int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                          struct egpu_buf *reply)
 {
@@ -528,6 +545,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_verdict *v = NULL;
     struct egpu_cluster *c;
     const char **why;
+    uint32_t *slots = NULL;
     uint64_t gen = 0;
     int status, rc = 0;
 
@@ -553,6 +571,8 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         if (p != NULL && v != NULL) {
             rc = judge(x, p, c, &a.pod.req, a.list, a.names, a.n, v, why, &reasons);
             gen = c->gen;
+            /* The nodes' slots, for prioritize's reply (see priorities). */
+            slots = rc == 0 ? slots_copy(x, a.n) : NULL;
         }
     }
     /* A pod without GPUs is not ours to judge: every node passes (why all NULL). */
@@ -566,30 +586,34 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     status = egpu__replies_filter(x->replies, reply, &a, why) == 0 ? 200 : 500;
     if (status == 200 && v != NULL) {
         (void)egpu_sched_cache_lock(x->cache);
-        last_keep(x, &a, v, p, gen);
+        last_keep(x, &a, v, slots, p, gen);
         egpu_sched_cache_unlock(x->cache);
         v = NULL;
+        slots = NULL;
     }
 out:
     egpu_buf_free(&reasons);
     egpu_free(why);
     egpu_free(v);
+    egpu_free(slots);
     egpu__wire_args_free(&a);
     return status;
 }
 
-/* Append the HostPriorityList for a's nodes with score[] to reply: from
- * the list made last when it is free (another prioritize may be using it),
- * where only the scores that changed are encoded again; else in full.
+/* Append the HostPriorityList for a's nodes with score[] to reply: made
+ * from the list made last when it is free (another prioritize may be using
+ * it), where only the entries that changed are encoded again, found by
+ * node through slots (may be NULL) of the node set members; else in full.
  * Returns 0, -ENOMEM or -EMSGSIZE. */
 static int priorities(struct egpu_extender *x, struct egpu_buf *reply,
-                      const struct egpu__wire_args *a, const uint8_t *score)
+                      const struct egpu__wire_args *a, const uint32_t *slots, uint64_t members,
+                      const uint8_t *score)
 {
     int rc;
 
     if (pthread_mutex_trylock(&x->plist_lock) != 0)
         return egpu__wire_priorities(reply, a, score);
-    rc = egpu__wire_plist_set(&x->plist, a->names, score, a->n);
+    rc = egpu__plist_set(&x->plist, a->names, slots, members, score, a->n);
     if (rc == 1)
         atomic_fetch_add(&x->plist_reused, 1);
     if (rc >= 0)
@@ -607,6 +631,8 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     struct egpu_placer *p = NULL;
     struct egpu_cluster *c;
     struct egpu_verdict *v;
+    uint32_t *slots;
+    uint64_t members = 0;
     uint8_t *score;
     int status, rc = 0;
 
@@ -617,9 +643,11 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
         return status;
     v = egpu_calloc(a.n ? a.n : 1, sizeof(*v));
     score = egpu_calloc(a.n ? a.n : 1, sizeof(*score));
-    if (v == NULL || score == NULL) {
+    slots = egpu_malloc((a.n ? a.n : 1) * sizeof(*slots));
+    if (v == NULL || score == NULL || slots == NULL) {
         egpu_free(v);
         egpu_free(score);
+        egpu_free(slots);
         egpu__wire_args_free(&a);
         return reply_error(reply, 500, "out of memory");
     }
@@ -638,10 +666,14 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
             if (k == SIZE_MAX)
                 break;
             v[done] = x->last.v[k];
+            slots[done] = x->last.slots != NULL ? x->last.slots[k] : EGPU_NO_SLOT;
         }
         if (done < a.n)
             rc = judge(x, p, c, &a.pod.req, a.list, a.names + done, a.n - done, v + done, NULL,
                        NULL);
+        if (rc == 0 && done < a.n)
+            memcpy(slots + done, x->resolved.slots, (a.n - done) * sizeof(*slots));
+        members = c->members;
     }
     egpu_sched_cache_unlock(x->cache);
     if (rc != 0) {
@@ -650,10 +682,11 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     }
     /* Every node scores 0 for a pod without GPUs (v all zero: not ok). */
     priority_scores(v, a.n, score);
-    status = priorities(x, reply, &a, score) == 0 ? 200 : 500;
+    status = priorities(x, reply, &a, p != NULL ? slots : NULL, members, score) == 0 ? 200 : 500;
 out:
     egpu_free(v);
     egpu_free(score);
+    egpu_free(slots);
     egpu__wire_args_free(&a);
     return status;
 }

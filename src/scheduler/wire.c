@@ -39,10 +39,9 @@
 
 #include "wire_int.h"
 
-#define ROLES_MAX      8 /* deepest role: top > Nodes > items > item > metadata */
-#define NAME_LEN_MAX   (EGPU_K8S_NAME_MAX - 1)
-#define NAMES_MIN      64
-#define PLIST_TEXT_MAX ((size_t)64 << 20) /* as the HTTP server's reply limit */
+#define ROLES_MAX    8 /* deepest role: top > Nodes > items > item > metadata */
+#define NAME_LEN_MAX (EGPU_K8S_NAME_MAX - 1)
+#define NAMES_MIN    64
 
 /* ------------------------------------------------------------------------ */
 /* yajl's allocator hooks                                                    */
@@ -670,9 +669,14 @@ struct sink {
  * parser and reasons are cut at a character boundary (utf8_len). */
 static yajl_gen gen_new(struct sink *k)
 {
+    (void)k;
+    return egpu__wire_gen();
+}
+
+yajl_gen egpu__wire_gen(void)
+{
     yajl_alloc_funcs af = {.malloc = y_malloc, .realloc = y_realloc, .free = y_free};
 
-    (void)k;
     return yajl_gen_alloc(&af);
 }
 
@@ -802,9 +806,9 @@ int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_arg
     return gen_done(g, &k, st);
 }
 
-/* One HostPriority, {"Host":name,"Score":score} (score 1..10). Scores are
- * 0..10: their text is fixed, which spares yajl_gen_integer's printf. */
-static yajl_gen_status gen_priority(yajl_gen g, const char *name, uint8_t score)
+/* Scores are 0..10: their text is fixed, which spares yajl_gen_integer's
+ * printf per entry. */
+yajl_gen_status egpu__wire_gen_priority(yajl_gen g, const char *name, uint8_t score)
 {
     static const char *const scores[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10"};
     yajl_gen_status st;
@@ -817,17 +821,6 @@ static yajl_gen_status gen_priority(yajl_gen g, const char *name, uint8_t score)
             yajl_gen_status_ok)
         st = yajl_gen_map_close(g);
     return st;
-}
-
-/* Bytes of g's text so far. */
-static size_t gen_len(yajl_gen g)
-{
-    const unsigned char *buf;
-    size_t len = 0;
-
-    if (yajl_gen_get_buf(g, &buf, &len) != yajl_gen_status_ok)
-        return 0;
-    return len;
 }
 
 int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *a,
@@ -844,148 +837,9 @@ int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *
         /* kube-scheduler adds score * weight to each listed host's total: a
          * host left out adds nothing, the same as score 0. */
         if (score[i] != 0)
-            st = gen_priority(g, a->names[i], score[i]);
+            st = egpu__wire_gen_priority(g, a->names[i], score[i]);
     }
     if (st == yajl_gen_status_ok)
         st = yajl_gen_array_close(g);
     return gen_done(g, &k, st);
-}
-
-/* ------------------------------------------------------------------------ */
-/* A HostPriorityList kept for patching                                      */
-
-void egpu__wire_plist_init(struct egpu__wire_plist *pl)
-{
-    memset(pl, 0, sizeof(*pl));
-    egpu_buf_init(&pl->text, PLIST_TEXT_MAX);
-}
-
-void egpu__wire_plist_free(struct egpu__wire_plist *pl)
-{
-    egpu_free(pl->names);
-    egpu_free(pl->score);
-    egpu_free(pl->at);
-    egpu_buf_free(&pl->text);
-    pl->names = NULL;
-    pl->score = NULL;
-    pl->at = NULL;
-    pl->n = 0;
-}
-
-/* Encode the list in full into pl, noting where each entry lies. */
-static int plist_encode(struct egpu__wire_plist *pl, const char *const *names, const uint8_t *score,
-                        size_t n)
-{
-    struct sink k = {.reply = &pl->text};
-    yajl_gen g = gen_new(&k);
-    yajl_gen_status st;
-
-    pl->names = egpu_strv_copy(names, n);
-    pl->score = egpu_malloc(n ? n : 1);
-    pl->at = egpu_malloc((n + 1) * sizeof(*pl->at));
-    if (g == NULL || pl->names == NULL || pl->score == NULL || pl->at == NULL) {
-        if (g != NULL)
-            yajl_gen_free(g);
-        return -ENOMEM;
-    }
-    if (n)
-        memcpy(pl->score, score, n);
-    pl->n = n;
-    st = yajl_gen_array_open(g);
-    for (size_t i = 0; st == yajl_gen_status_ok && i < n; i++) {
-        pl->at[i] = gen_len(g);
-        if (score[i] != 0)
-            st = gen_priority(g, names[i], score[i]);
-    }
-    pl->at[n] = gen_len(g);
-    if (st == yajl_gen_status_ok)
-        st = yajl_gen_array_close(g);
-    return gen_done(g, &k, st);
-}
-
-/* Append to out the text yajl_gen writes for entry (name, score) in a
- * HostPriorityList, after another entry (its separator with it) unless
- * first: made in a generator in that very state, so the bytes are the ones
- * a full encoding has there. */
-static int plist_entry(struct egpu_buf *out, const char *name, uint8_t score, bool first)
-{
-    struct sink k = {.reply = out};
-    yajl_gen g = gen_new(&k);
-    yajl_gen_status st;
-    const unsigned char *buf;
-    size_t from, len;
-    int rc;
-
-    if (g == NULL)
-        return -ENOMEM;
-    st = yajl_gen_array_open(g);
-    if (st == yajl_gen_status_ok && !first)
-        st = gen_priority(g, name, score);
-    from = gen_len(g);
-    if (st == yajl_gen_status_ok)
-        st = gen_priority(g, name, score);
-    if (st == yajl_gen_status_ok)
-        st = yajl_gen_get_buf(g, &buf, &len);
-    rc = st == yajl_gen_status_ok ? egpu_buf_append(out, buf + from, len - from) : -EINVAL;
-    yajl_gen_free(g);
-    return rc;
-}
-
-/* Patch pl to score (same names, same entries listed): unchanged entries
- * are copied, changed ones made again. */
-static int plist_patch(struct egpu__wire_plist *pl, const uint8_t *score)
-{
-    struct egpu_buf out;
-    bool first = true;
-    int rc;
-
-    egpu_buf_init(&out, PLIST_TEXT_MAX);
-    rc = egpu_buf_append(&out, pl->text.data, pl->at[0]);
-    for (size_t i = 0; rc == 0 && i < pl->n; i++) {
-        size_t at = out.len;
-
-        if (score[i] == pl->score[i])
-            rc = egpu_buf_append(&out, pl->text.data + pl->at[i], pl->at[i + 1] - pl->at[i]);
-        else
-            rc = plist_entry(&out, pl->names[i], score[i], first);
-        pl->at[i] = at;
-        first = first && score[i] == 0;
-    }
-    if (rc == 0)
-        rc = egpu_buf_append(&out, pl->text.data + pl->at[pl->n], pl->text.len - pl->at[pl->n]);
-    if (rc != 0) {
-        egpu_buf_free(&out);
-        return rc;
-    }
-    pl->at[pl->n] = out.len - (pl->text.len - pl->at[pl->n]);
-    egpu_buf_free(&pl->text);
-    pl->text = out;
-    memcpy(pl->score, score, pl->n);
-    return 0;
-}
-
-int egpu__wire_plist_set(struct egpu__wire_plist *pl, const char *const *names,
-                         const uint8_t *score, size_t n)
-{
-    bool same = pl->names != NULL && pl->n == n && egpu_strv_equal(pl->names, names, n);
-    int rc;
-
-    for (size_t i = 0; same && i < n; i++)
-        same = (score[i] == 0) == (pl->score[i] == 0);
-    if (same) {
-        if (n == 0 || memcmp(score, pl->score, n) == 0)
-            return 1;
-        rc = plist_patch(pl, score);
-        if (rc == 0)
-            return 1;
-    } else {
-        egpu__wire_plist_free(pl);
-        egpu__wire_plist_init(pl);
-        rc = plist_encode(pl, names, score, n);
-    }
-    if (rc != 0) {
-        egpu__wire_plist_free(pl);
-        egpu__wire_plist_init(pl);
-    }
-    return rc;
 }

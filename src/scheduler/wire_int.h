@@ -11,6 +11,7 @@
 #define EGPU_SCHED_WIRE_INT_H
 
 #include <stdint.h>
+#include <yajl/yajl_gen.h>
 
 #include "egpu/scheduler.h"
 #include "names_int.h"
@@ -65,31 +66,11 @@ int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_arg
 int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *a,
                           const uint8_t *score) EGPU_MUST_CHECK;
 
-/* A HostPriorityList kept with where each entry lies in its text, so the
- * list for the next pod over the same nodes, where only a few scores moved
- * (a node that took the last pod), is made by encoding those entries again
- * and copying the rest: ~0.03 ms instead of ~0.5 ms for 5,000 nodes. The
- * text is always byte for byte what egpu__wire_priorities writes for the
- * same names and scores: every byte of it comes from yajl_gen, changed
- * entries from a generator in the same state (after another entry or not). */
-struct egpu__wire_plist {
-    struct egpu_buf text; /* the list, "" when empty */
-    size_t n;             /* names */
-    const char **names;   /* a copy of the n names (egpu_strv_copy); NULL = empty */
-    uint8_t *score;       /* n scores, 0..10 */
-    size_t *at;           /* n + 1: entry i is text[at[i], at[i + 1]), empty when score 0 */
-};
-
-/* An empty list. Free with egpu__wire_plist_free. */
-void egpu__wire_plist_init(struct egpu__wire_plist *pl);
-void egpu__wire_plist_free(struct egpu__wire_plist *pl);
-
-/* Make pl->text the HostPriorityList for names[0..n) (NUL-terminated,
- * copied) with score[0..n) (0..10; 0 = left out). Patched in place when the
- * names are pl's and the same nodes are left out, else encoded in full.
- * Returns 1 (pl's text was kept or patched), 0 (encoded in full), -ENOMEM
- * or -EMSGSIZE (past 64 MiB); on error pl is empty. */
-int egpu__wire_plist_set(struct egpu__wire_plist *pl, const char *const *names,
-                         const uint8_t *score, size_t n) EGPU_MUST_CHECK;
+/* A yajl generator allocating through egpu_malloc (compact, no UTF-8
+ * check), or NULL when out of memory. Free with yajl_gen_free. */
+yajl_gen egpu__wire_gen(void);
+/* Write one HostPriority, {"Host":name,"Score":score}, with g (score 0..10;
+ * above 10 is written as 10). Returns yajl_gen's status. */
+yajl_gen_status egpu__wire_gen_priority(yajl_gen g, const char *name, uint8_t score);
 
 #endif /* EGPU_SCHED_WIRE_INT_H */

@@ -18,6 +18,7 @@
 #include "sched_testutil.h"
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
+#include "plist_int.h"
 #include "wire_int.h"
 
 #define WIRE EGPU_SOURCE_DIR "/../shared/k8s-wire/"
@@ -631,20 +632,20 @@ static void test_filter_then_prioritize_same_scores(void **state)
     hits = egpu_extender_prioritize_reused(x);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
-    /* Other nodes than the list before: encoded in full; asked again (a
-     * retry), the list made last is given again. */
-    assert_int_equal(egpu_extender_prioritize_reused(x), hits);
+    /* Fewer nodes than the list before, the same scores: made from it, its
+     * entries found by node; asked again (a retry), given again. */
+    assert_int_equal(egpu_extender_prioritize_reused(x), hits + 1);
     free(got);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
     assert_string_equal(got, want);
-    assert_int_equal(egpu_extender_prioritize_reused(x), hits + 1);
+    assert_int_equal(egpu_extender_prioritize_reused(x), hits + 2);
     free(want);
     free(got);
     /* The cluster changes between the two calls: the answer follows the
-     * change. node-01 (10% used) takes 40% more: its score moves, the same
-     * nodes score 0, so the list made last is patched. Then node-00 (empty,
-     * the lowest, left out) takes 40%: the nodes left out change, so the
-     * list is encoded in full. */
+     * change. node-01 (10% used) takes 40% more: its score moves, the rest
+     * stay, so the list is made from the last one. Then node-00 (empty,
+     * left out at score 0) takes 40%: it is listed now and the lowest node
+     * changes, and still most entries are copied from the last list. */
     for (int round = 0; round < 2; round++) {
         char *all_body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
         const char *node = round == 0 ? "node-01" : "node-00";
@@ -659,7 +660,7 @@ static void test_filter_then_prioritize_same_scores(void **state)
         want = fresh_prioritize(c, survivors, ns, 30);
         got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
         assert_string_equal(got, want);
-        assert_int_equal(egpu_extender_prioritize_reused(x), hits + 2);
+        assert_int_equal(egpu_extender_prioritize_reused(x), hits + 3 + (uint64_t)round);
         free(want);
         free(got);
     }
@@ -895,71 +896,97 @@ static void test_concurrent_pods(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
-/* The kept HostPriorityList is always the text egpu__wire_priorities writes
- * for the same names and scores: 400 steps of random score changes (one
- * node, a few, none, scores moving to and from 0, the first listed entry
- * changing), names changing now and then, each step compared byte for byte. */
-static void test_plist_matches_full_encoding(void **state)
+/* The HostPriorityList made from the last one is always the text
+ * egpu__wire_priorities writes for the same names and scores. 400 steps of
+ * random score changes (one node, a few, none, scores moving to and from 0,
+ * the first entry changing), the names switching now and then; by position
+ * (no slots), and by node with each step in another order (slots), where a
+ * name with no node and a name given twice come along and the node set's
+ * stamp changes now and then. Every step is compared byte for byte. */
+static void plist_run(bool by_node)
 {
     enum { N = 40, STEPS = 400 };
-    const long live = egpu_alloc_live();
-    struct egpu__wire_plist pl;
+    struct egpu__plist pl;
     char names[2][N][24];
-    const char *list[2][N];
-    uint8_t score[N];
+    const char *list[N];
+    uint32_t slots[N];
+    uint8_t score[2][N], now[N];
+    int order[N];
     struct egpu_rng rng;
-    int kept = 0, patched = 0, full = 0, which = 0;
+    int made_from_last = 0, full = 0, which = 0;
+    uint64_t members = 5;
 
-    (void)state;
     for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < N; i++) {
+        for (int i = 0; i < N; i++)
             snprintf(names[k][i], sizeof(names[k][i]), k ? "other-%02d" : "node-\"%02d\"", i);
-            list[k][i] = names[k][i];
-        }
     }
-    egpu_rng_seed(&rng, 7);
+    egpu_rng_seed(&rng, by_node ? 11 : 7);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < N; i++)
+            score[k][i] = (uint8_t)egpu_rng_below(&rng, 11);
+    }
     for (int i = 0; i < N; i++)
-        score[i] = (uint8_t)egpu_rng_below(&rng, 11);
-    egpu__wire_plist_init(&pl);
+        order[i] = i;
+    egpu__plist_init(&pl);
     for (int step = 0; step < STEPS; step++) {
-        struct egpu__wire_args a = {.n = N, .names = list[which]};
-        struct egpu_buf want;
-        uint8_t before[N];
+        struct egpu__wire_args a = {.n = N, .names = list};
         int changes = (int)egpu_rng_below(&rng, 4), rc;
-        bool zeros_moved = false;
+        bool same_set = step % 97 != 96 && (!by_node || step % 53 != 52);
+        struct egpu_buf want;
 
-        memcpy(before, score, N);
         for (int c = 0; c < changes; c++) {
-            /* Now and then the first entry: it has no separator before it. */
-            int i = egpu_rng_below(&rng, 5) == 0 ? 0 : (int)egpu_rng_below(&rng, N);
+            int i = egpu_rng_below(&rng, 5) == 0 ? order[0] : (int)egpu_rng_below(&rng, N);
 
-            score[i] = (uint8_t)egpu_rng_below(&rng, 11);
+            score[which][i] = (uint8_t)egpu_rng_below(&rng, 11);
         }
         if (step % 97 == 96)
             which = 1 - which;
-        a.names = list[which];
-        for (int i = 0; i < N; i++)
-            zeros_moved = zeros_moved || (score[i] == 0) != (before[i] == 0);
-        rc = egpu__wire_plist_set(&pl, list[which], score, N);
+        if (by_node && step % 53 == 52)
+            members++; /* slots now mean other nodes: nothing is found by them */
+        for (int i = N - 1; by_node && i > 0; i--) { /* another order */
+            int k = (int)egpu_rng_below(&rng, (uint32_t)i + 1), t = order[i];
+
+            order[i] = order[k];
+            order[k] = t;
+        }
+        for (int i = 0; i < N; i++) {
+            list[i] = names[which][order[i]];
+            slots[i] = (uint32_t)(which * N + order[i]);
+            now[i] = score[which][order[i]];
+        }
+        if (by_node) {
+            list[7] = "no-such-node"; /* not a node: encoded, never found */
+            slots[7] = EGPU_NO_SLOT;
+            list[9] = list[8]; /* a name twice */
+            slots[9] = slots[8];
+            now[9] = now[8];
+        }
+        rc = egpu__plist_set(&pl, list, by_node ? slots : NULL, members, now, N);
         assert_true(rc == 0 || rc == 1);
         egpu_buf_init(&want, 1 << 20);
-        assert_int_equal(egpu__wire_priorities(&want, &a, score), 0);
+        assert_int_equal(egpu__wire_priorities(&want, &a, now), 0);
         assert_int_equal(pl.text.len, want.len);
         assert_memory_equal(pl.text.data, want.data, want.len);
         egpu_buf_free(&want);
-        if (step > 0 && !zeros_moved && step % 97 != 96) {
-            assert_int_equal(rc, 1); /* same names, same zeros: never encoded in full */
-            if (memcmp(before, score, N) == 0)
-                kept++;
-            else
-                patched++;
-        } else if (rc == 0) {
-            full++;
-        }
+        /* The same nodes, at most 3 scores moved: always made from the last. */
+        if (step > 0 && same_set)
+            assert_int_equal(rc, 1);
+        if (!same_set)
+            assert_int_equal(rc, 0);
+        made_from_last += rc == 1;
+        full += rc == 0;
     }
-    /* The sequence went through every path many times. */
-    assert_true(kept > 20 && patched > 100 && full > 20);
-    egpu__wire_plist_free(&pl);
+    assert_true(made_from_last > 300 && full >= 4);
+    egpu__plist_free(&pl);
+}
+
+static void test_plist_matches_full_encoding(void **state)
+{
+    const long live = egpu_alloc_live();
+
+    (void)state;
+    plist_run(false);
+    plist_run(true);
     assert_int_equal(egpu_alloc_live(), live);
 }
 
