@@ -14,15 +14,18 @@
  *
  * Hot path (filter and prioritize, called for every pod with every
  * candidate node): ExtenderArgs are streamed by wire.c (yajl; only the Pod
- * goes through jansson) and replies written by wire.c straight into the
- * reply buffer. Per node, filter does one name lookup and one
- * egpu_placer_score, which answers feasibility and score together from the
- * placer's memo; only refused nodes pay for their reason text. Filter keeps
- * its verdicts (struct last_filter) so the prioritize that follows for the
- * same pod, request and placer, while the cluster's generation is
- * unchanged, reads them instead of judging again; any other prioritize
- * judges afresh. Allocations are per request (name table, verdicts), never
- * per node.
+ * goes through jansson), and a NodeNames text sent before is recognised and
+ * its decoded list shared (names.c). Names are resolved to node slots once
+ * per list (struct resolved), and egpu_placer_score_slots answers
+ * feasibility and score for all of them from the placer's memo against the
+ * cluster's packed node generations; only refused nodes pay for their
+ * reason text, kept per node (struct reasons_memo). Filter's reply is kept
+ * and given again for the same list and verdicts (replies.c). Filter keeps
+ * its verdicts and the nodes' slots (struct last_filter), so the
+ * prioritize that follows for the same pod, request and placer, while the
+ * cluster's generation is unchanged, reads them instead of judging again;
+ * its HostPriorityList is made from the one before, entries found by node
+ * (plist.c). Allocations are per request (verdicts, slots), never per node.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -361,9 +364,10 @@ static size_t last_find(const struct last_filter *l, const char *name, size_t *f
 
 /* The slots of the nodes named names[0..n) (cache lock held); list (may be
  * NULL) is the shared list they are, when they are a whole one.
- * kube-scheduler sends the same candidates in the same order pod after pod,
- * so the last answer is kept and given again while the names match (the
- * same shared list, else a sequential compare) and no node was added or
+ * When the same candidates come again in the same order (a pod retried, the
+ * prioritize after its filter) the last answer is kept and given again
+ * while the names match (the same shared list, else a sequential compare)
+ * and no node was added or
  * removed since (the cluster's members stamp: slots change only on
  * removals); otherwise the names are looked up in one pipelined batch and
  * the answer kept. The array belongs to x, valid until the next call under

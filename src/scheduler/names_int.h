@@ -1,14 +1,16 @@
 /* scheduler/names_int.h - candidate node lists shared between requests, and
  * the memo that recognises a list sent again by its JSON text.
  *
- * Private to src/scheduler. kube-scheduler (with percentageOfNodesToScore
- * 100, as deploy/ configures it) names the same candidates, in the same
- * order and with the same bytes, pod after pod: the filter call names every
- * node and the prioritize call the nodes that passed. Streaming ~85 KB of
- * NodeNames through yajl (5,000 nodes) costs ~0.16 ms per call; comparing the
- * text with the one decoded last time costs a few microseconds. A list once
- * decoded is immutable and reference-counted, so a request, the extender's
- * kept verdicts and the memo can share it from any thread.
+ * Private to src/scheduler. The filter call names every candidate node and
+ * the prioritize call the nodes that passed. When a pod is asked about
+ * again, or kube-scheduler's feasible list comes in the same order for the
+ * next pod, the NodeNames text is the same byte for byte. Streaming ~85 KB
+ * of NodeNames through yajl (5,000 nodes) costs ~0.16 ms per call;
+ * comparing the text with one decoded before costs a few microseconds. A
+ * list once decoded is immutable and reference-counted, so a request, the
+ * extender's kept verdicts and the memo can share it from any thread. A
+ * list in another order is decoded in full (see plist_int.h for what is
+ * kept by node instead).
  */
 #ifndef EGPU_SCHED_NAMES_INT_H
 #define EGPU_SCHED_NAMES_INT_H

@@ -357,6 +357,8 @@ def test_scheduler_config(objs):
     assert le.get("resourceLock", "leases") == "leases"
     assert le["resourceName"] not in ("kube-scheduler", EGPU_LEASE_DEFAULT)
     assert le["resourceNamespace"] == NS
+    # Every feasible node reaches the extender, so placement sees them all.
+    assert cfg["percentageOfNodesToScore"] == 100
 
     (ext,) = cfg["extenders"]
     assert ext["filterVerb"] == "filter"
