@@ -550,7 +550,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_cluster *c;
     const char **why;
     uint32_t *slots = NULL;
-    uint64_t gen = 0;
+    uint64_t gen = 0, members = 0;
     int status, rc = 0;
 
     if (!synced(x))
@@ -575,7 +575,8 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         if (p != NULL && v != NULL) {
             rc = judge(x, p, c, &a.pod.req, a.list, a.names, a.n, v, why, &reasons);
             gen = c->gen;
-            /* The nodes' slots, for prioritize's reply (see priorities). */
+            members = c->members;
+            /* The nodes' slots, for both replies (see priorities). */
             slots = rc == 0 ? slots_copy(x, a.n) : NULL;
         }
     }
@@ -587,7 +588,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         goto out;
     }
     /* The prioritize that follows for this pod answers from these verdicts. */
-    status = egpu__replies_filter(x->replies, reply, &a, why) == 0 ? 200 : 500;
+    status = egpu__replies_filter(x->replies, reply, &a, why, slots, members) == 0 ? 200 : 500;
     if (status == 200 && v != NULL) {
         (void)egpu_sched_cache_lock(x->cache);
         last_keep(x, &a, v, slots, p, gen);

@@ -24,17 +24,6 @@ void egpu__plist_free(struct egpu__plist *pl)
     egpu__plist_init(pl);
 }
 
-/* Bytes of g's text so far. */
-static size_t gen_len(yajl_gen g)
-{
-    const unsigned char *buf;
-    size_t len = 0;
-
-    if (yajl_gen_get_buf(g, &buf, &len) != yajl_gen_status_ok)
-        return 0;
-    return len;
-}
-
 /* What a new list is made of: its text, positions, scores and index. */
 struct made {
     struct egpu_buf text;
@@ -114,42 +103,16 @@ static int encode(struct made *m, const char *const *names, const uint8_t *score
         return -ENOMEM;
     st = yajl_gen_array_open(g);
     for (size_t i = 0; st == yajl_gen_status_ok && i < n; i++) {
-        m->at[i] = gen_len(g);
+        m->at[i] = egpu__wire_gen_len(g);
         if (score[i] != 0)
             st = egpu__wire_gen_priority(g, names[i], score[i]);
     }
-    m->at[n] = gen_len(g);
+    m->at[n] = egpu__wire_gen_len(g);
     if (st == yajl_gen_status_ok)
         st = yajl_gen_array_close(g);
     if (st == yajl_gen_status_ok)
         st = yajl_gen_get_buf(g, &buf, &len);
     rc = st == yajl_gen_status_ok ? egpu_buf_append(&m->text, buf, len) : -EINVAL;
-    yajl_gen_free(g);
-    return rc;
-}
-
-/* Append the text yajl_gen writes for entry (name, score) in a
- * HostPriorityList, after another entry (its separator with it) unless
- * first: made by a generator in that very state. */
-static int entry(struct egpu_buf *out, const char *name, uint8_t score, bool first)
-{
-    yajl_gen g = egpu__wire_gen();
-    yajl_gen_status st;
-    const unsigned char *buf;
-    size_t from, len;
-    int rc;
-
-    if (g == NULL)
-        return -ENOMEM;
-    st = yajl_gen_array_open(g);
-    if (st == yajl_gen_status_ok && !first)
-        st = egpu__wire_gen_priority(g, name, score);
-    from = gen_len(g);
-    if (st == yajl_gen_status_ok)
-        st = egpu__wire_gen_priority(g, name, score);
-    if (st == yajl_gen_status_ok)
-        st = yajl_gen_get_buf(g, &buf, &len);
-    rc = st == yajl_gen_status_ok ? egpu_buf_append(out, buf + from, len - from) : -EINVAL;
     yajl_gen_free(g);
     return rc;
 }
@@ -194,7 +157,7 @@ static int rebuild(const struct egpu__plist *pl, struct made *m, bool by_pos,
         if (j != NO_POS && (j == old_first) == first)
             rc = egpu_buf_append(&m->text, pl->text.data + pl->at[j], pl->at[j + 1] - pl->at[j]);
         else
-            rc = entry(&m->text, names[i], score[i], first);
+            rc = egpu__wire_priority_entry(&m->text, names[i], score[i], first);
         first = false;
     }
     m->at[n] = m->text.len;

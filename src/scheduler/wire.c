@@ -769,29 +769,26 @@ out:
     return rc;
 }
 
-int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_args *a,
-                             const char *const *why)
+/* ExtenderFilterResult up to the NodeNames entries. */
+static yajl_gen_status filter_head(yajl_gen g)
 {
-    struct sink k = {.reply = reply};
-    yajl_gen_status st = yajl_gen_status_ok;
-    yajl_gen g;
+    yajl_gen_status st = yajl_gen_map_open(g);
 
-    if (a->full)
-        return filter_result_full(reply, a, why);
-    g = gen_new(&k);
-    if (g == NULL)
-        return -ENOMEM;
-    st = yajl_gen_map_open(g);
     if (st == yajl_gen_status_ok && (st = GEN_LIT(g, "Nodes")) == yajl_gen_status_ok &&
         (st = yajl_gen_null(g)) == yajl_gen_status_ok &&
         (st = GEN_LIT(g, "NodeNames")) == yajl_gen_status_ok)
         st = yajl_gen_array_open(g);
-    for (size_t i = 0; st == yajl_gen_status_ok && i < a->n; i++) {
-        if (why[i] == NULL)
-            st = gen_str(g, a->names[i], strlen(a->names[i]));
-    }
-    if (st == yajl_gen_status_ok && (st = yajl_gen_array_close(g)) == yajl_gen_status_ok &&
-        (st = GEN_LIT(g, "FailedNodes")) == yajl_gen_status_ok)
+    return st;
+}
+
+/* ExtenderFilterResult after the NodeNames entries: FailedNodes for the
+ * nodes with a reason, and the rest. */
+static yajl_gen_status filter_tail(yajl_gen g, const struct egpu__wire_args *a,
+                                   const char *const *why)
+{
+    yajl_gen_status st = yajl_gen_array_close(g);
+
+    if (st == yajl_gen_status_ok && (st = GEN_LIT(g, "FailedNodes")) == yajl_gen_status_ok)
         st = yajl_gen_map_open(g);
     for (size_t i = 0; st == yajl_gen_status_ok && i < a->n; i++) {
         if (why[i] != NULL &&
@@ -805,7 +802,132 @@ int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_arg
         (st = GEN_LIT(g, "Error")) == yajl_gen_status_ok &&
         (st = GEN_LIT(g, "")) == yajl_gen_status_ok)
         st = yajl_gen_map_close(g);
+    return st;
+}
+
+size_t egpu__wire_gen_len(yajl_gen g)
+{
+    const unsigned char *buf;
+    size_t len = 0;
+
+    if (yajl_gen_get_buf(g, &buf, &len) != yajl_gen_status_ok)
+        return 0;
+    return len;
+}
+
+int egpu__wire_filter_result_at(struct egpu_buf *reply, const struct egpu__wire_args *a,
+                                const char *const *why, size_t *at)
+{
+    struct sink k = {.reply = reply};
+    yajl_gen_status st;
+    yajl_gen g;
+
+    if (a->full)
+        return filter_result_full(reply, a, why);
+    g = gen_new(&k);
+    if (g == NULL)
+        return -ENOMEM;
+    st = filter_head(g);
+    for (size_t i = 0; st == yajl_gen_status_ok && i < a->n; i++) {
+        if (at != NULL)
+            at[i] = egpu__wire_gen_len(g);
+        if (why[i] == NULL)
+            st = gen_str(g, a->names[i], strlen(a->names[i]));
+    }
+    if (at != NULL)
+        at[a->n] = egpu__wire_gen_len(g);
+    if (st == yajl_gen_status_ok)
+        st = filter_tail(g, a, why);
     return gen_done(g, &k, st);
+}
+
+int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_args *a,
+                             const char *const *why)
+{
+    return egpu__wire_filter_result_at(reply, a, why, NULL);
+}
+
+/* Append the text a new generator writes for write(g, warg) once
+ * prepare(g, parg) has brought it to a state (write NULL: the text of
+ * prepare itself). What yajl_gen writes for a value depends only on the
+ * state it is in, so these are the bytes a full encoding has there. */
+static int gen_part(struct egpu_buf *out, yajl_gen_status (*prepare)(yajl_gen g, const void *arg),
+                    const void *parg, yajl_gen_status (*write)(yajl_gen g, const void *arg),
+                    const void *warg)
+{
+    yajl_gen g = egpu__wire_gen();
+    yajl_gen_status st;
+    const unsigned char *buf;
+    size_t from, len;
+    int rc;
+
+    if (g == NULL)
+        return -ENOMEM;
+    st = prepare(g, parg);
+    from = write != NULL ? egpu__wire_gen_len(g) : 0;
+    if (st == yajl_gen_status_ok && write != NULL)
+        st = write(g, warg);
+    if (st == yajl_gen_status_ok)
+        st = yajl_gen_get_buf(g, &buf, &len);
+    rc = st == yajl_gen_status_ok ? egpu_buf_append(out, buf + from, len - from) : -EINVAL;
+    yajl_gen_free(g);
+    return rc;
+}
+
+/* State: ExtenderFilterResult, inside NodeNames, after one entry when
+ * *after_entry, else none. */
+static yajl_gen_status in_node_names(yajl_gen g, const void *after_entry)
+{
+    yajl_gen_status st = filter_head(g);
+
+    if (st == yajl_gen_status_ok && *(const bool *)after_entry)
+        st = GEN_LIT(g, "x");
+    return st;
+}
+
+/* Append what a generator in state "ExtenderFilterResult, inside NodeNames,
+ * after another entry (after_entry) or none" writes for write(g, arg);
+ * write NULL: the head itself. */
+static int filter_part(struct egpu_buf *out, bool after_entry,
+                       yajl_gen_status (*write)(yajl_gen g, const void *arg), const void *arg)
+{
+    return gen_part(out, in_node_names, &after_entry, write, arg);
+}
+
+static yajl_gen_status write_name(yajl_gen g, const void *arg)
+{
+    return gen_str(g, arg, strlen(arg));
+}
+
+/* The tail's arguments. */
+struct tail_arg {
+    const struct egpu__wire_args *a;
+    const char *const *why;
+};
+
+static yajl_gen_status write_tail(yajl_gen g, const void *arg)
+{
+    const struct tail_arg *t = arg;
+
+    return filter_tail(g, t->a, t->why);
+}
+
+int egpu__wire_filter_head(struct egpu_buf *out)
+{
+    return filter_part(out, false, NULL, NULL);
+}
+
+int egpu__wire_filter_entry(struct egpu_buf *out, const char *name, bool first)
+{
+    return filter_part(out, !first, write_name, name);
+}
+
+int egpu__wire_filter_tail(struct egpu_buf *out, const struct egpu__wire_args *a,
+                           const char *const *why, bool after_entry)
+{
+    struct tail_arg t = {.a = a, .why = why};
+
+    return filter_part(out, after_entry, write_tail, &t);
 }
 
 /* Scores are 0..10: their text is fixed, which spares yajl_gen_integer's
@@ -844,4 +966,36 @@ int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *
     if (st == yajl_gen_status_ok)
         st = yajl_gen_array_close(g);
     return gen_done(g, &k, st);
+}
+
+/* A HostPriority to write. */
+struct priority_arg {
+    const char *name;
+    uint8_t score;
+    bool first; /* the first entry of the list */
+};
+
+/* State: HostPriorityList, after one entry unless first. */
+static yajl_gen_status in_priorities(yajl_gen g, const void *arg)
+{
+    const struct priority_arg *p = arg;
+    yajl_gen_status st = yajl_gen_array_open(g);
+
+    if (st == yajl_gen_status_ok && !p->first)
+        st = egpu__wire_gen_priority(g, p->name, p->score);
+    return st;
+}
+
+static yajl_gen_status write_priority(yajl_gen g, const void *arg)
+{
+    const struct priority_arg *p = arg;
+
+    return egpu__wire_gen_priority(g, p->name, p->score);
+}
+
+int egpu__wire_priority_entry(struct egpu_buf *out, const char *name, uint8_t score, bool first)
+{
+    struct priority_arg p = {.name = name, .score = score, .first = first};
+
+    return gen_part(out, in_priorities, &p, write_priority, &p);
 }

@@ -59,6 +59,25 @@ void egpu__wire_args_free(struct egpu__wire_args *a);
 int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_args *a,
                              const char *const *why) EGPU_MUST_CHECK;
 
+/* egpu__wire_filter_result, noting where each node's NodeNames entry lies
+ * (at may be NULL, else n + 1 entries, offsets from the start of what is
+ * appended): node i's entry, with its separator, is [at[i], at[i + 1]),
+ * empty for a refused node; at[n] is where the array closes. */
+int egpu__wire_filter_result_at(struct egpu_buf *reply, const struct egpu__wire_args *a,
+                                const char *const *why, size_t *at) EGPU_MUST_CHECK;
+
+/* The parts of a NodeNames-form ExtenderFilterResult, each exactly the
+ * bytes a full egpu__wire_filter_result writes there (made by yajl_gen in
+ * the same state): the head, up to and with NodeNames' "["; one node's
+ * entry, with its separator unless first; the tail after the entries
+ * (after_entry: at least one came before), with FailedNodes for the nodes
+ * of a with why[i] != NULL. Each appends to out; returns 0, -ENOMEM or
+ * -EMSGSIZE. */
+int egpu__wire_filter_head(struct egpu_buf *out) EGPU_MUST_CHECK;
+int egpu__wire_filter_entry(struct egpu_buf *out, const char *name, bool first) EGPU_MUST_CHECK;
+int egpu__wire_filter_tail(struct egpu_buf *out, const struct egpu__wire_args *a,
+                           const char *const *why, bool after_entry) EGPU_MUST_CHECK;
+
 /* Append HostPriorityList: [{"Host":names[i],"Score":score[i]}] for every
  * node of a with a score above 0, in order (kube-scheduler counts a host
  * missing from the list as 0: extender v1, scheduler_extender_notes.md
@@ -69,6 +88,13 @@ int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *
 /* A yajl generator allocating through egpu_malloc (compact, no UTF-8
  * check), or NULL when out of memory. Free with yajl_gen_free. */
 yajl_gen egpu__wire_gen(void);
+/* Append one HostPriority entry (score 1..10) exactly as a full
+ * egpu__wire_priorities writes it there: with its separator unless first.
+ * Returns 0, -ENOMEM or -EMSGSIZE. */
+int egpu__wire_priority_entry(struct egpu_buf *out, const char *name, uint8_t score,
+                              bool first) EGPU_MUST_CHECK;
+/* Bytes of g's text so far (0 when it cannot tell). */
+size_t egpu__wire_gen_len(yajl_gen g);
 /* Write one HostPriority, {"Host":name,"Score":score}, with g (score 0..10;
  * above 10 is written as 10). Returns yajl_gen's status. */
 yajl_gen_status egpu__wire_gen_priority(yajl_gen g, const char *name, uint8_t score);

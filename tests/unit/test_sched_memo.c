@@ -519,7 +519,7 @@ static void expect_reply(struct egpu__replies *m, const struct egpu__wire_args *
 
     egpu_buf_init(&b, 16 << 20);
     assert_int_equal(egpu_buf_append(&b, prefix, strlen(prefix)), 0);
-    assert_int_equal(egpu__replies_filter(m, &b, a, why), 0);
+    assert_int_equal(egpu__replies_filter(m, &b, a, why, NULL, 0), 0);
     assert_true(b.len >= strlen(prefix));
     assert_memory_equal(b.data, prefix, strlen(prefix));
     if (b.len - strlen(prefix) != strlen(want) ||
@@ -753,8 +753,8 @@ static void *race(void *arg)
         int k = (i + r->first) % 2;
 
         egpu_buf_reset(&b);
-        if (egpu__replies_filter(r->m, &b, r->a, r->why[k]) != 0 || b.len != strlen(r->want[k]) ||
-            memcmp(b.data, r->want[k], b.len) != 0)
+        if (egpu__replies_filter(r->m, &b, r->a, r->why[k], NULL, 0) != 0 ||
+            b.len != strlen(r->want[k]) || memcmp(b.data, r->want[k], b.len) != 0)
             r->bad++;
     }
     egpu_buf_free(&b);
@@ -797,6 +797,81 @@ static void test_replies_two_threads(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* Replies made from the kept one by node: 300 filter calls over the same
+ * 40 nodes, each naming them in another order, with refusals (and their
+ * texts) changing now and then, a name with no node, a node named twice
+ * and, every 50th call, a new node-set stamp (the slots mean other nodes:
+ * nothing may be borrowed). Every reply is byte for byte what
+ * egpu__wire_filter_result writes, and most are made from the one before. */
+static void test_replies_by_node(void **state)
+{
+    enum { N = 40, STEPS = 300 };
+    const long live = egpu_alloc_live();
+    struct egpu__replies *m = egpu__replies_new();
+    char names[N][32];
+    const char *list[N], *why[N], *refused[N];
+    static const char *const reasons[] = {"no card with 30% free", "CPU: 4000m asked, 0 free",
+                                          "caf\xc3\xa9 \"quoted\" reason"};
+    uint32_t slots[N];
+    int order[N];
+    uint64_t members = 3, given;
+    struct egpu_rng rng;
+    int stamps = 0;
+
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), i % 7 ? "node-%02d" : "n\\u00e9-\"%02d\"", i);
+        refused[i] = NULL;
+        order[i] = i;
+    }
+    egpu_rng_seed(&rng, 5);
+    for (int step = 0; step < STEPS; step++) {
+        struct egpu__wire_args a = {.n = N, .names = list};
+        struct egpu_buf got;
+        char *want;
+
+        if (step % 50 == 49) {
+            members++;
+            stamps++;
+        }
+        for (int c = (int)egpu_rng_below(&rng, 3); c > 0; c--) {
+            int i = (int)egpu_rng_below(&rng, N);
+
+            refused[i] = refused[i] ? NULL : reasons[egpu_rng_below(&rng, 3)];
+        }
+        for (int i = N - 1; i > 0; i--) {
+            int k = (int)egpu_rng_below(&rng, (uint32_t)i + 1), t = order[i];
+
+            order[i] = order[k];
+            order[k] = t;
+        }
+        for (int i = 0; i < N; i++) {
+            list[i] = names[order[i]];
+            slots[i] = (uint32_t)order[i];
+            why[i] = refused[order[i]];
+        }
+        list[5] = "no-such-node";
+        slots[5] = EGPU_NO_SLOT;
+        why[5] = "node unknown";
+        list[6] = list[4]; /* a node twice */
+        slots[6] = slots[4];
+        why[6] = why[4];
+        want = encoded(&a, why);
+        egpu_buf_init(&got, 1 << 20);
+        assert_int_equal(egpu__replies_filter(m, &got, &a, why, slots, members), 0);
+        assert_int_equal(got.len, strlen(want));
+        assert_memory_equal(got.data, want, got.len);
+        egpu_buf_free(&got);
+        free(want);
+    }
+    /* All but the first call and the new stamps are made from the last. */
+    given = egpu__replies_given(m);
+    assert_true(given >= (uint64_t)(STEPS - 1 - stamps - 10));
+    assert_true(given <= (uint64_t)(STEPS - 1 - stamps));
+    egpu__replies_free(m);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -814,6 +889,7 @@ int main(void)
         cmocka_unit_test(test_replies_other_list),
         cmocka_unit_test(test_replies_null_memo_and_lifetimes),
         cmocka_unit_test(test_replies_two_threads),
+        cmocka_unit_test(test_replies_by_node),
     };
 
     egpu_log_level = EGPU_LOG_ERROR;
