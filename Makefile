@@ -67,6 +67,7 @@ bench: build
 	@sh bench/replay_speed.sh $(BUILD)/egpu-sim
 	@./$(BUILD)/bench_cache
 	@./$(BUILD)/bench_extender
+	@./$(BUILD)/bench_extender --one-core
 	@/usr/bin/python3 bench/agent_bench.py --agent $(BUILD)/src/agent/egpu-agent
 	@./$(BUILD)/bench/vcuda/vcuda_share
 	@./$(BUILD)/bench/vcuda/vcuda_overhead
