@@ -252,6 +252,9 @@ void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_R
 /* Prioritize replies since start made from the one before (the same nodes,
  * the same nodes scoring 0), with only the changed scores encoded again. */
 uint64_t egpu_extender_prioritize_reused(struct egpu_extender *x);
+/* Filter replies since start given from the one before (the same list and
+ * verdicts) or made from it (the same nodes in another order). */
+uint64_t egpu_extender_filter_reused(struct egpu_extender *x);
 
 #ifdef __cplusplus
 }

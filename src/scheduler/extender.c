@@ -177,6 +177,11 @@ uint64_t egpu_extender_prioritize_reused(struct egpu_extender *x)
     return atomic_load(&x->plist_reused);
 }
 
+uint64_t egpu_extender_filter_reused(struct egpu_extender *x)
+{
+    return x->replies != NULL ? egpu__replies_given(x->replies) : 0;
+}
+
 void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_RESULTS])
 {
     for (int i = 0; i < EGPU_BIND_RESULTS; i++)

@@ -41,9 +41,9 @@ struct app {
     struct egpu_metrics *reg;
     struct egpu_health *health;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
-        *m_pods, *m_unresolved, *m_reused;
+        *m_pods, *m_unresolved, *m_reused, *m_filter_reused;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
-    uint64_t reused_seen;
+    uint64_t reused_seen, filter_reused_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
     pthread_mutex_t api_error_lock;
@@ -171,6 +171,11 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                  "Prioritize replies made from the one before, with only the "
                                  "changed scores encoded again.",
                                  0, NULL, &a->m_reused);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_scheduler_filter_reused_total",
+                                 "Filter replies given from the one before or made from it by "
+                                 "node.",
+                                 0, NULL, &a->m_filter_reused);
     if (rc)
         return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
     return 0;
@@ -198,6 +203,11 @@ static void refresh_metrics(struct app *a)
         if (reused > a->reused_seen)
             (void)egpu_metric_add(a->m_reused, NULL, (double)(reused - a->reused_seen));
         a->reused_seen = reused;
+        reused = egpu_extender_filter_reused(a->x);
+        if (reused > a->filter_reused_seen)
+            (void)egpu_metric_add(a->m_filter_reused, NULL,
+                                  (double)(reused - a->filter_reused_seen));
+        a->filter_reused_seen = reused;
     }
     egpu_sched_cache_stats(a->cache, &st);
     (void)egpu_metric_set(a->m_nodes, NULL, (double)st.nodes);
