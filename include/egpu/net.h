@@ -244,6 +244,14 @@ int egpu_metric_observe(struct egpu_metric *m, const char *const *values, double
  * -EINVAL (NULL values on a labelled family). */
 int egpu_metric_get(struct egpu_metric *m, const char *const *values, double *out) EGPU_MUST_CHECK;
 
+/* Drop the children of a labelled family for which keep(values, data)
+ * returns false (values: one per label name, in order), e.g. the series of
+ * a node that is gone. keep is called with the family's lock held and must
+ * not touch the family. Returns how many were dropped (0 for m NULL or a
+ * family without labels). */
+size_t egpu_metric_retain(struct egpu_metric *m,
+                          bool (*keep)(const char *const *values, void *data), void *data);
+
 /* Append the text exposition (format 0.0.4) of every family to out:
  * families in registration order, each with "# HELP" (when help is not
  * empty) and "# TYPE" first, children sorted by label values; histograms

@@ -534,6 +534,34 @@ int egpu_metric_get(struct egpu_metric *m, const char *const *values, double *ou
     return rc;
 }
 
+size_t egpu_metric_retain(struct egpu_metric *m,
+                          bool (*keep)(const char *const *values, void *data), void *data)
+{
+    size_t dropped = 0;
+
+    if (m == NULL || m->nlabels == 0)
+        return 0;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->tsize; i++) {
+        struct child **link = &m->table[i];
+
+        while (*link != NULL) {
+            struct child *c = *link;
+
+            if (keep((const char *const *)c->values, data)) {
+                link = &c->next;
+                continue;
+            }
+            *link = c->next;
+            child_free(c);
+            m->nchildren--;
+            dropped++;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return dropped;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Rendering                                                                */
 

@@ -181,6 +181,14 @@ static int register_metrics(struct app *a, struct egpu_error *err)
     return 0;
 }
 
+/* Is the node named values[0] in cluster data, with cards? */
+static bool node_has_gpus(const char *const *values, void *data)
+{
+    const struct egpu_node *n = egpu_cluster_node(data, values[0]);
+
+    return n != NULL && n->ngpus > 0;
+}
+
 static void refresh_metrics(struct app *a)
 {
     uint64_t counts[EGPU_BIND_RESULTS];
@@ -231,6 +239,9 @@ static void refresh_metrics(struct app *a)
         (void)egpu_metric_set(a->m_core, label, (double)core / 10.0);
         (void)egpu_metric_set(a->m_mem, label, (double)mem);
     }
+    /* A node that left (or lost its cards) leaves the per-node series too. */
+    (void)egpu_metric_retain(a->m_core, node_has_gpus, c);
+    (void)egpu_metric_retain(a->m_mem, node_has_gpus, c);
     egpu_sched_cache_unlock(a->cache);
 }
 

@@ -262,6 +262,23 @@ def test_replies_made_from_the_last(api, sched):
     assert (s2.metric("egpu_scheduler_filter_reused_total") or 0) == 0
 
 
+def test_deleted_node_leaves_metrics(api, sched):
+    """A node that leaves the cluster leaves /metrics: its per-node series
+    of allocated core and memory go, the others stay."""
+    cluster(api, nodes=("gpu-1", "gpu-2"))
+    s = sched()
+    s.wait_ready()
+    s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent",
+                                  '{node="gpu-2"}') == 0)
+    st, _ = api.call("DELETE", "/api/v1/nodes/gpu-2")
+    assert st == 200
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_nodes") == 1)
+    s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent",
+                                  '{node="gpu-2"}') is None)
+    assert s.metric("egpu_scheduler_allocated_memory_mib", '{node="gpu-2"}') is None
+    assert s.metric("egpu_scheduler_allocated_core_percent", '{node="gpu-1"}') == 0
+
+
 def test_restart_rebuilds_allocations(api, sched):
     cluster(api, nodes=("gpu-1",), gpus=1)
     s = sched()

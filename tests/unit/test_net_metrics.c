@@ -138,6 +138,59 @@ static void test_gauge_values(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* Keep the children whose first label value does not start with "gone". */
+static bool not_gone(const char *const *values, void *data)
+{
+    int *calls = data;
+
+    (*calls)++;
+    return strncmp(values[0], "gone", 4) != 0;
+}
+
+/* egpu_metric_retain drops exactly the series keep refuses, frees them,
+ * and the family goes on working (a dropped series comes back at 0). */
+static void test_retain_drops_series(void **state)
+{
+    long live = egpu_alloc_live();
+    struct egpu_metrics *reg = egpu_metrics_new();
+    struct egpu_metric *g, *plain;
+    double v = -1;
+    int calls = 0;
+
+    (void)state;
+    assert_int_equal(egpu_metric_gauge(reg, "alloc", "", 1, (const char *const[]){"node"}, &g), 0);
+    assert_int_equal(egpu_metric_gauge(reg, "plain", "", 0, NULL, &plain), 0);
+    for (int i = 0; i < 40; i++) { /* enough to grow the table */
+        char name[16];
+
+        snprintf(name, sizeof(name), i % 4 == 0 ? "gone-%02d" : "node-%02d", i);
+        assert_int_equal(egpu_metric_set(g, (const char *const[]){name}, i), 0);
+    }
+    assert_int_equal(egpu_metric_set(plain, NULL, 3), 0);
+    assert_int_equal(egpu_metric_retain(g, not_gone, &calls), 10);
+    assert_int_equal(calls, 40);
+    assert_int_equal(egpu_metric_retain(plain, not_gone, &calls), 0); /* no labels: untouched */
+    assert_int_equal(egpu_metric_get(g, (const char *const[]){"gone-04"}, &v), -ENOENT);
+    assert_int_equal(egpu_metric_get(g, (const char *const[]){"node-05"}, &v), 0);
+    assert_true(v == 5);
+    assert_int_equal(egpu_metric_inc(g, (const char *const[]){"gone-04"}), 0);
+    assert_int_equal(egpu_metric_get(g, (const char *const[]){"gone-04"}, &v), 0);
+    assert_true(v == 1);
+    assert_int_equal(egpu_metric_retain(NULL, not_gone, &calls), 0);
+    {
+        struct egpu_buf out;
+
+        egpu_buf_init(&out, 1 << 20);
+        assert_int_equal(egpu_metrics_render(reg, &out), 0);
+        assert_null(strstr(out.data, "gone-00"));
+        assert_non_null(strstr(out.data, "alloc{node=\"gone-04\"} 1\n"));
+        assert_non_null(strstr(out.data, "alloc{node=\"node-39\"} 39\n"));
+        egpu_buf_free(&out);
+    }
+    egpu_metrics_free(reg);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 static void test_histogram_buckets(void **state)
 {
     static const double bounds[] = {0.005, 0.01, 0.05, 0.1};
@@ -357,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_counter_labels_escaped), cmocka_unit_test(test_gauge_values),
         cmocka_unit_test(test_histogram_buckets),      cmocka_unit_test(test_registration_rules),
         cmocka_unit_test(test_render_bounded),         cmocka_unit_test(test_concurrent_updates),
+        cmocka_unit_test(test_retain_drops_series),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
