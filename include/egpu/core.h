@@ -522,7 +522,8 @@ struct egpu_verdict {
  * faster: a node unchanged since its result was memoised is answered from
  * c->gens and the memo alone, without touching the node, so a walk over
  * thousands of nodes runs at memory speed instead of missing the cache on
- * each node. slots and out are arrays of n; slots must be < c->nnodes. */
+ * each node. slots and out are arrays of n; a slot at or past c->nnodes
+ * counts as no node. */
 void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c,
                              const struct egpu_pod_request *r, const uint32_t *slots, size_t n,
                              struct egpu_verdict *out);

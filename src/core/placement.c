@@ -248,7 +248,7 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
         const struct memo_entry *e;
 
         out[i] = (struct egpu_verdict){.score = 0.0, .ok = false};
-        if (slot == EGPU_NO_SLOT)
+        if (slot == EGPU_NO_SLOT || slot >= c->nnodes) /* no node (a stale slot: none either) */
             continue;
         if (mc != NULL) {
             e = &mc->entries[slot];

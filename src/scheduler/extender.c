@@ -330,11 +330,13 @@ static void last_drop(struct last_filter *l)
     l->n = 0;
 }
 
-/* Keep filter's verdicts v for a's nodes, judged at generation gen, with
- * their node slots (may be NULL): takes v, slots and a reference to a's
- * names (cache lock held). */
+/* Keep filter's verdicts v for a's nodes, judged by p (of placer epoch
+ * epoch) at generation gen, with their node slots (may be NULL): takes v,
+ * slots and a reference to a's names (cache lock held). gen and epoch are
+ * the ones read when p judged: the lock was let go since, and another call
+ * may have dropped p and made a new placer at its address. */
 static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct egpu_verdict *v,
-                      uint32_t *slots, const struct egpu_placer *p, uint64_t gen)
+                      uint32_t *slots, const struct egpu_placer *p, uint64_t epoch, uint64_t gen)
 {
     struct last_filter *l = &x->last;
 
@@ -344,7 +346,7 @@ static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct
     memcpy(l->uid, a->pod.uid, sizeof(l->uid));
     l->req = a->pod.req;
     l->placer = p;
-    l->placer_epoch = x->placer_epoch;
+    l->placer_epoch = epoch;
     l->gen = gen;
     l->n = a->n;
     l->list = egpu__names_ref(a->list);
@@ -555,7 +557,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_cluster *c;
     const char **why;
     uint32_t *slots = NULL;
-    uint64_t gen = 0, members = 0;
+    uint64_t gen = 0, members = 0, epoch = 0;
     int status, rc = 0;
 
     if (!synced(x))
@@ -580,6 +582,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         if (p != NULL && v != NULL) {
             rc = judge(x, p, c, &a.pod.req, a.list, a.names, a.n, v, why, &reasons);
             gen = c->gen;
+            epoch = x->placer_epoch;
             members = c->members;
             /* The nodes' slots, for both replies (see priorities). */
             slots = rc == 0 ? slots_copy(x, a.n) : NULL;
@@ -596,7 +599,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     status = egpu__replies_filter(x->replies, reply, &a, why, slots, members) == 0 ? 200 : 500;
     if (status == 200 && v != NULL) {
         (void)egpu_sched_cache_lock(x->cache);
-        last_keep(x, &a, v, slots, p, gen);
+        last_keep(x, &a, v, slots, p, epoch, gen);
         egpu_sched_cache_unlock(x->cache);
         v = NULL;
         slots = NULL;

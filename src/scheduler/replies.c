@@ -195,6 +195,7 @@ int egpu__replies_filter(struct egpu__replies *m, struct egpu_buf *reply,
                          const struct egpu__wire_args *a, const char *const *why,
                          const uint32_t *slots, uint64_t members)
 {
+    bool rebuilt = false;
     struct kept nk;
     int rc;
 
@@ -211,13 +212,14 @@ int egpu__replies_filter(struct egpu__replies *m, struct egpu_buf *reply,
     rc = describe(&nk, a, why, slots, members);
     if (rc == 0 && worth_rebuilding(&m->k, a, why, slots, members)) {
         rc = rebuild(&m->k, &nk, a, why, slots);
-        m->given += rc == 0;
+        rebuilt = rc == 0;
     } else if (rc == 0) {
         rc = egpu__wire_filter_result_at(&nk.text, a, why, nk.at);
     }
     if (rc == 0)
         rc = egpu_buf_append(reply, nk.text.data, nk.text.len);
     if (rc == 0) {
+        m->given += rebuilt;
         nk.list = a->list != NULL ? egpu__names_ref(a->list) : NULL;
         kept_free(&m->k);
         m->k = nk;

@@ -29,7 +29,8 @@
  * reply once; the NodeList form, off the hot path, with jansson. The project
  * writes no JSON by hand: what is kept to spare the encoding (replies.c,
  * plist.c) is yajl_gen's own text, copied only into the state it was made
- * in. Memory: yajl allocates through egpu_malloc too.
+ * in. Memory: yajl allocates with malloc, and stops the process when that
+ * fails (see y_check).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@
 #include <yajl/yajl_gen.h>
 #include <yajl/yajl_parse.h>
 
+#include "egpu/log.h"
 #include "wire_int.h"
 
 #define ROLES_MAX    8 /* deepest role: top > Nodes > items > item > metadata */
@@ -48,22 +50,36 @@
 /* ------------------------------------------------------------------------ */
 /* yajl's allocator hooks                                                    */
 
+/* yajl does not check what its allocator returns (its buffers write to the
+ * new block at once), so a failed allocation cannot be handed back to it:
+ * the process stops with a log line instead of writing through NULL.
+ * Its blocks come from malloc, not egpu_malloc, so an injected failure
+ * (egpu_alloc_fail_after) never reaches yajl. */
+static void *y_check(void *p, size_t sz)
+{
+    if (p == NULL) {
+        egpu_log(EGPU_LOG_ERROR, "out of memory in the JSON library bytes=%zu", sz);
+        abort();
+    }
+    return p;
+}
+
 static void *y_malloc(void *ctx, size_t sz)
 {
     (void)ctx;
-    return egpu_malloc(sz);
+    return y_check(malloc(sz), sz);
 }
 
 static void *y_realloc(void *ctx, void *p, size_t sz)
 {
     (void)ctx;
-    return egpu_realloc(p, sz);
+    return y_check(realloc(p, sz), sz);
 }
 
 static void y_free(void *ctx, void *p)
 {
     (void)ctx;
-    egpu_free(p);
+    free(p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -380,7 +396,9 @@ static int close_container(struct decoder *d)
 /* Offset of the first byte at or after i that is not JSON whitespace. */
 static size_t skip_ws(const char *s, size_t len, size_t i)
 {
-    while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+    /* What yajl's lexer skips: JSON's four, and \f and \v. */
+    while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' ||
+                       s[i] == '\f' || s[i] == '\v'))
         i++;
     return i;
 }
@@ -666,15 +684,9 @@ struct sink {
 };
 
 /* A generator with its own buffer (one append into the reply at the end:
- * per-token print callbacks cost more than the encoding), or NULL when out
- * of memory. Strings need no UTF-8 check: node names were checked by the
- * parser and reasons are cut at a character boundary (utf8_len). */
-static yajl_gen gen_new(struct sink *k)
-{
-    (void)k;
-    return egpu__wire_gen();
-}
-
+ * per-token print callbacks cost more than the encoding). Strings need no
+ * UTF-8 check: node names were checked by the parser and reasons are cut at
+ * a character boundary (utf8_len). */
 yajl_gen egpu__wire_gen(void)
 {
     yajl_alloc_funcs af = {.malloc = y_malloc, .realloc = y_realloc, .free = y_free};
@@ -824,7 +836,7 @@ int egpu__wire_filter_result_at(struct egpu_buf *reply, const struct egpu__wire_
 
     if (a->full)
         return filter_result_full(reply, a, why);
-    g = gen_new(&k);
+    g = egpu__wire_gen();
     if (g == NULL)
         return -ENOMEM;
     st = filter_head(g);
@@ -848,8 +860,7 @@ int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_arg
 }
 
 /* Append the text a new generator writes for write(g, warg) once
- * prepare(g, parg) has brought it to a state (write NULL: the text of
- * prepare itself). What yajl_gen writes for a value depends only on the
+ * prepare(g, parg) has brought it to a state. What yajl_gen writes for a value depends only on the
  * state it is in, so these are the bytes a full encoding has there. */
 static int gen_part(struct egpu_buf *out, yajl_gen_status (*prepare)(yajl_gen g, const void *arg),
                     const void *parg, yajl_gen_status (*write)(yajl_gen g, const void *arg),
@@ -864,8 +875,8 @@ static int gen_part(struct egpu_buf *out, yajl_gen_status (*prepare)(yajl_gen g,
     if (g == NULL)
         return -ENOMEM;
     st = prepare(g, parg);
-    from = write != NULL ? egpu__wire_gen_len(g) : 0;
-    if (st == yajl_gen_status_ok && write != NULL)
+    from = egpu__wire_gen_len(g);
+    if (st == yajl_gen_status_ok)
         st = write(g, warg);
     if (st == yajl_gen_status_ok)
         st = yajl_gen_get_buf(g, &buf, &len);
@@ -886,8 +897,7 @@ static yajl_gen_status in_node_names(yajl_gen g, const void *after_entry)
 }
 
 /* Append what a generator in state "ExtenderFilterResult, inside NodeNames,
- * after another entry (after_entry) or none" writes for write(g, arg);
- * write NULL: the head itself. */
+ * after another entry (after_entry) or none" writes for write(g, arg). */
 static int filter_part(struct egpu_buf *out, bool after_entry,
                        yajl_gen_status (*write)(yajl_gen g, const void *arg), const void *arg)
 {
@@ -910,11 +920,6 @@ static yajl_gen_status write_tail(yajl_gen g, const void *arg)
     const struct tail_arg *t = arg;
 
     return filter_tail(g, t->a, t->why);
-}
-
-int egpu__wire_filter_head(struct egpu_buf *out)
-{
-    return filter_part(out, false, NULL, NULL);
 }
 
 int egpu__wire_filter_entry(struct egpu_buf *out, const char *name, bool first)
@@ -951,7 +956,7 @@ int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *
                           const uint8_t *score)
 {
     struct sink k = {.reply = reply};
-    yajl_gen g = gen_new(&k);
+    yajl_gen g = egpu__wire_gen();
     yajl_gen_status st;
 
     if (g == NULL)

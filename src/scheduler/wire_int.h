@@ -3,9 +3,11 @@
  *
  * Private to src/scheduler. The decoder streams the body through yajl: node
  * names are copied into one arena, and only the Pod's bytes are handed to
- * jansson and egpu_sched_pod_parse. The encoders write straight into the
- * reply buffer. Nothing here allocates per node except the amortised growth
- * of the name table.
+ * jansson and egpu_sched_pod_parse. The encoders write with yajl_gen into
+ * its own buffer and append that to the reply once; some also tell where
+ * each entry lies, or write one part of a reply exactly as a full encoding
+ * has it (for the replies kept in replies.c and plist.c). Nothing here
+ * allocates per node except the amortised growth of the name table.
  */
 #ifndef EGPU_SCHED_WIRE_INT_H
 #define EGPU_SCHED_WIRE_INT_H
@@ -66,14 +68,12 @@ int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_arg
 int egpu__wire_filter_result_at(struct egpu_buf *reply, const struct egpu__wire_args *a,
                                 const char *const *why, size_t *at) EGPU_MUST_CHECK;
 
-/* The parts of a NodeNames-form ExtenderFilterResult, each exactly the
- * bytes a full egpu__wire_filter_result writes there (made by yajl_gen in
- * the same state): the head, up to and with NodeNames' "["; one node's
- * entry, with its separator unless first; the tail after the entries
- * (after_entry: at least one came before), with FailedNodes for the nodes
- * of a with why[i] != NULL. Each appends to out; returns 0, -ENOMEM or
- * -EMSGSIZE. */
-int egpu__wire_filter_head(struct egpu_buf *out) EGPU_MUST_CHECK;
+/* Parts of a NodeNames-form ExtenderFilterResult, each exactly the bytes a
+ * full egpu__wire_filter_result writes there (made by yajl_gen in the same
+ * state): one node's entry, with its separator unless first; the tail
+ * after the entries (after_entry: at least one came before), with
+ * FailedNodes for the nodes of a with why[i] != NULL. Each appends to out;
+ * returns 0, -ENOMEM or -EMSGSIZE. */
 int egpu__wire_filter_entry(struct egpu_buf *out, const char *name, bool first) EGPU_MUST_CHECK;
 int egpu__wire_filter_tail(struct egpu_buf *out, const struct egpu__wire_args *a,
                            const char *const *why, bool after_entry) EGPU_MUST_CHECK;
@@ -85,8 +85,9 @@ int egpu__wire_filter_tail(struct egpu_buf *out, const struct egpu__wire_args *a
 int egpu__wire_priorities(struct egpu_buf *reply, const struct egpu__wire_args *a,
                           const uint8_t *score) EGPU_MUST_CHECK;
 
-/* A yajl generator allocating through egpu_malloc (compact, no UTF-8
- * check), or NULL when out of memory. Free with yajl_gen_free. */
+/* A yajl generator (compact, no UTF-8 check; allocation failures inside
+ * yajl stop the process, see wire.c), or NULL when its handle cannot be
+ * allocated. Free with yajl_gen_free. */
 yajl_gen egpu__wire_gen(void);
 /* Append one HostPriority entry (score 1..10) exactly as a full
  * egpu__wire_priorities writes it there: with its separator unless first.

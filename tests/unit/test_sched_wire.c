@@ -200,6 +200,16 @@ static void test_decode_any_order_and_unknown_keys(void **state)
         assert_int_equal(a.n, 0);
         egpu__wire_args_free(&a);
     }
+    /* Whitespace after the object, as yajl's lexer counts it (\f and \v
+     * too), is no text after it. */
+    {
+        static const char ws[] = "{\"Pod\":{\"metadata\":{\"name\":\"p\"},\"spec\":{}},"
+                                 "\"NodeNames\":[\"a\"]} \t\r\n\f\v";
+
+        assert_int_equal(egpu__wire_args_decode(ws, strlen(ws), NULL, &a, &err), 0);
+        assert_int_equal(a.n, 1);
+        egpu__wire_args_free(&a);
+    }
     assert_int_equal(egpu_alloc_live(), live);
 }
 
@@ -273,6 +283,8 @@ static void test_malformed_bodies(void **state)
         {"{\"Pod\":", "malformed JSON"},
         {"{\"NodeNames\":[\"a\",]}", "malformed JSON"},
         {"{\"NodeNames\":[\"a\"]} {}", "malformed JSON"},
+        {"{\"NodeNames\":[\"a\"]}\"", "malformed JSON"},
+        {"{\"NodeNames\":[\"a\"]} \"junk", "malformed JSON"},
         {"{\"NodeNames\":[\"\\x\"]}", "malformed JSON"},
         {"{\"NodeNames\":[\"\xff\"]}", "malformed JSON"},
         {"[1,2]", "must be a JSON object"},
