@@ -6,7 +6,27 @@
 #include "wire_int.h"
 
 #define PLIST_TEXT_MAX ((size_t)64 << 20) /* as the HTTP server's reply limit */
-#define NO_POS         UINT32_MAX
+
+uint32_t *egpu__slot_index(const uint32_t *slots, size_t n, size_t *nby)
+{
+    uint32_t *at;
+
+    *nby = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (slots[i] != EGPU_NO_SLOT && slots[i] >= *nby)
+            *nby = (size_t)slots[i] + 1;
+    }
+    at = egpu_malloc((*nby ? *nby : 1) * sizeof(*at));
+    if (at == NULL)
+        return NULL;
+    for (size_t s = 0; s < *nby; s++)
+        at[s] = EGPU__NO_POS;
+    for (size_t i = 0; i < n; i++) {
+        if (slots[i] != EGPU_NO_SLOT)
+            at[slots[i]] = (uint32_t)i;
+    }
+    return at;
+}
 
 void egpu__plist_init(struct egpu__plist *pl)
 {
@@ -60,20 +80,8 @@ static int made_alloc(struct made *m, const char *const *names, const uint32_t *
         m->names = egpu_strv_copy(names, n);
         return m->names == NULL ? -ENOMEM : 0;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (slots[i] != EGPU_NO_SLOT && slots[i] >= m->nby)
-            m->nby = (size_t)slots[i] + 1;
-    }
-    m->by_slot = egpu_malloc((m->nby ? m->nby : 1) * sizeof(*m->by_slot));
-    if (m->by_slot == NULL)
-        return -ENOMEM;
-    for (size_t s = 0; s < m->nby; s++)
-        m->by_slot[s] = NO_POS;
-    for (size_t i = 0; i < n; i++) {
-        if (slots[i] != EGPU_NO_SLOT)
-            m->by_slot[slots[i]] = (uint32_t)i;
-    }
-    return 0;
+    m->by_slot = egpu__slot_index(slots, n, &m->nby);
+    return m->by_slot == NULL ? -ENOMEM : 0;
 }
 
 /* Make pl from m (taking it), for n names with the slots' stamp members. */
@@ -119,7 +127,7 @@ static int encode(struct made *m, const char *const *names, const uint8_t *score
 
 /* Position in pl of an entry that can stand for names[i] at score s: the
  * same node (position i itself, or found by slot) with the same score, or
- * NO_POS. */
+ * EGPU__NO_POS. */
 static uint32_t old_entry(const struct egpu__plist *pl, bool by_pos, const uint32_t *slots,
                           size_t i, uint8_t s)
 {
@@ -128,10 +136,10 @@ static uint32_t old_entry(const struct egpu__plist *pl, bool by_pos, const uint3
     if (by_pos)
         j = (uint32_t)i;
     else if (slots[i] == EGPU_NO_SLOT || slots[i] >= pl->nby)
-        return NO_POS;
+        return EGPU__NO_POS;
     else
         j = pl->by_slot[slots[i]];
-    return j != NO_POS && pl->score[j] == s ? j : NO_POS;
+    return j != EGPU__NO_POS && pl->score[j] == s ? j : EGPU__NO_POS;
 }
 
 /* Make m from pl: every listed entry copied from pl where an entry of the
@@ -154,7 +162,7 @@ static int rebuild(const struct egpu__plist *pl, struct made *m, bool by_pos,
         if (score[i] == 0)
             continue;
         j = old_entry(pl, by_pos, slots, i, score[i]);
-        if (j != NO_POS && (j == old_first) == first)
+        if (j != EGPU__NO_POS && (j == old_first) == first)
             rc = egpu_buf_append(&m->text, pl->text.data + pl->at[j], pl->at[j + 1] - pl->at[j]);
         else
             rc = egpu__wire_priority_entry(&m->text, names[i], score[i], first);
@@ -198,7 +206,7 @@ int egpu__plist_set(struct egpu__plist *pl, const char *const *names, const uint
     for (size_t i = 0; (by_pos || by_slot) && i < n; i++) {
         if (score[i] != 0) {
             listed++;
-            found += old_entry(pl, by_pos, slots, i, score[i]) != NO_POS;
+            found += old_entry(pl, by_pos, slots, i, score[i]) != EGPU__NO_POS;
         }
     }
     rc = made_alloc(&m, names, slots, score, n);

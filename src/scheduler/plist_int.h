@@ -24,6 +24,15 @@
 
 #include "egpu/core.h"
 
+#define EGPU__NO_POS UINT32_MAX /* in a slot index: no entry for that node */
+
+/* The index of a list by node: for nodes[0..n) given by their slots
+ * (EGPU_NO_SLOT for none), at[s] is the position of the node in slot s (the
+ * last one when named twice) or EGPU__NO_POS, for s < *nby (set to the
+ * largest slot + 1). Returns the array (egpu_free it), or NULL when out of
+ * memory. Used by the kept replies of plist.c and replies.c. */
+uint32_t *egpu__slot_index(const uint32_t *slots, size_t n, size_t *nby);
+
 struct egpu__plist {
     struct egpu_buf text; /* the list, "" when none was made */
     size_t n;             /* names */
@@ -31,7 +40,7 @@ struct egpu__plist {
     uint8_t *score;       /* n scores, 0..10 (0 = left out) */
     size_t *at;           /* n + 1: entry i is text[at[i], at[i + 1]), empty at score 0 */
     uint64_t members;     /* the node-set stamp of the slots it was made with; 0 = none */
-    uint32_t *by_slot;    /* nby: position of the entry for the node in slot s, or UINT32_MAX */
+    uint32_t *by_slot;    /* nby: position of the entry for the node in slot s (egpu__slot_index) */
     size_t nby;
 };
 

@@ -3,10 +3,10 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "plist_int.h"
 #include "replies_int.h"
 
 #define REPLY_MAX ((size_t)64 << 20) /* as the HTTP server's reply limit */
-#define NO_POS    UINT32_MAX
 
 /* One reply and what it was made of. */
 struct kept {
@@ -17,7 +17,7 @@ struct kept {
     struct egpu_buf text;     /* the reply */
     size_t *at;               /* n + 1: node i's NodeNames entry is text[at[i], at[i + 1]) */
     uint64_t members;         /* node-set stamp of by_slot; 0 = none */
-    uint32_t *by_slot;        /* nby: the node in slot s is node by_slot[s], or NO_POS */
+    uint32_t *by_slot;        /* nby: the node in slot s is node by_slot[s], or EGPU__NO_POS */
     size_t nby;
 };
 
@@ -94,15 +94,15 @@ static bool same(const struct kept *k, const struct egpu__wire_args *a, const ch
 }
 
 /* The node in k that can lend its entry to node i of a new reply: the same
- * node (by slot), which passed too, or NO_POS. */
+ * node (by slot), which passed too, or EGPU__NO_POS. */
 static uint32_t lender(const struct kept *k, const uint32_t *slots, size_t i)
 {
     uint32_t j;
 
     if (slots[i] == EGPU_NO_SLOT || slots[i] >= k->nby)
-        return NO_POS;
+        return EGPU__NO_POS;
     j = k->by_slot[slots[i]];
-    return j != NO_POS && k->why_off[j] == SIZE_MAX ? j : NO_POS;
+    return j != EGPU__NO_POS && k->why_off[j] == SIZE_MAX ? j : EGPU__NO_POS;
 }
 
 /* Fill nk's verdicts, index and positions for a, why and slots (may be
@@ -124,19 +124,9 @@ static int describe(struct kept *nk, const struct egpu__wire_args *a, const char
     }
     if (slots == NULL)
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (slots[i] != EGPU_NO_SLOT && slots[i] >= nk->nby)
-            nk->nby = (size_t)slots[i] + 1;
-    }
-    nk->by_slot = egpu_malloc((nk->nby ? nk->nby : 1) * sizeof(*nk->by_slot));
+    nk->by_slot = egpu__slot_index(slots, n, &nk->nby);
     if (nk->by_slot == NULL)
         return -ENOMEM;
-    for (size_t s = 0; s < nk->nby; s++)
-        nk->by_slot[s] = NO_POS;
-    for (size_t i = 0; i < n; i++) {
-        if (slots[i] != EGPU_NO_SLOT)
-            nk->by_slot[slots[i]] = (uint32_t)i;
-    }
     nk->members = members;
     return 0;
 }
@@ -161,7 +151,7 @@ static int rebuild(const struct kept *k, struct kept *nk, const struct egpu__wir
         if (why[i] != NULL)
             continue;
         j = lender(k, slots, i);
-        if (j != NO_POS && (j == k_first) == first)
+        if (j != EGPU__NO_POS && (j == k_first) == first)
             rc = egpu_buf_append(&nk->text, k->text.data + k->at[j], k->at[j + 1] - k->at[j]);
         else
             rc = egpu__wire_filter_entry(&nk->text, a->names[i], first);
@@ -185,7 +175,7 @@ static bool worth_rebuilding(const struct kept *k, const struct egpu__wire_args 
     for (size_t i = 0; i < a->n; i++) {
         if (why[i] == NULL) {
             passing++;
-            found += lender(k, slots, i) != NO_POS;
+            found += lender(k, slots, i) != EGPU__NO_POS;
         }
     }
     return found * 2 >= passing;
