@@ -613,14 +613,9 @@ int main(int argc, char **argv)
     }
     memset(&b, 0, sizeof(b));
     b.o = &o;
-    b.vcuda = gpubench_vcuda_path(o.vcuda);
-    if (access(b.vcuda, R_OK) != 0) {
-        fprintf(stderr,
-                "bench_gpu_compute: interposer %s: %s (build libegpu-vcuda.so, or pass --vcuda "
-                "PATH or EGPU_GPUBENCH_VCUDA)\n",
-                b.vcuda, strerror(errno));
+    b.vcuda = gpubench_vcuda_usable("bench_gpu_compute", o.vcuda);
+    if (b.vcuda == NULL)
         return 2;
-    }
     if (calib_start(&b, line, sizeof(line)) != 0) {
         fprintf(stderr, "bench_gpu_compute: calibration worker: %s\n", line);
         return 1;

@@ -990,14 +990,9 @@ int main(int argc, char **argv)
         return 0;
     }
     b.o = &o;
-    b.vcuda = gpubench_vcuda_path(o.vcuda);
-    if (access(b.vcuda, R_OK) != 0) {
-        fprintf(stderr,
-                "bench_gpu_mem: interposer %s: %s (build libegpu-vcuda.so, or pass --vcuda "
-                "PATH or EGPU_GPUBENCH_VCUDA)\n",
-                b.vcuda, strerror(errno));
+    b.vcuda = gpubench_vcuda_usable("bench_gpu_mem", o.vcuda);
+    if (b.vcuda == NULL)
         return 2;
-    }
     if (gpubench_cuda_open(&cu, GPUBENCH_DLSYM, why, sizeof(why)) == 0 &&
         cu.init(0) == CUDA_SUCCESS && cu.device_get(&dev, o.device) == CUDA_SUCCESS) {
         (void)cu.device_get_name(name, sizeof(name), dev); /* "?" stays on failure */

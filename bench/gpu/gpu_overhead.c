@@ -400,14 +400,9 @@ int main(int argc, char **argv)
         printf(GPUBENCH_SKIP_FMT, why);
         return 0;
     }
-    vcuda = gpubench_vcuda_path(o.vcuda);
-    if (access(vcuda, R_OK) != 0) {
-        fprintf(stderr,
-                "bench_gpu_overhead: interposer %s: %s (build libegpu-vcuda.so, or pass --vcuda "
-                "PATH or EGPU_GPUBENCH_VCUDA)\n",
-                vcuda, strerror(errno));
+    vcuda = gpubench_vcuda_usable("bench_gpu_overhead", o.vcuda);
+    if (vcuda == NULL)
         return 2;
-    }
     gpubench_icount_open(&ic);
     printf("bench_gpu_overhead: device %d, lookup %s, interposer %s\n", o.device,
            gpubench_lookup_name(o.lookup), vcuda);

@@ -857,6 +857,19 @@ const char *gpubench_vcuda_path(const char *arg)
     return GPUBENCH_INSTALLED_VCUDA;
 }
 
+const char *gpubench_vcuda_usable(const char *prog, const char *arg)
+{
+    const char *path = gpubench_vcuda_path(arg);
+
+    if (access(path, R_OK) == 0)
+        return path;
+    fprintf(stderr,
+            "%s: interposer %s: %s (build libegpu-vcuda.so, or pass --vcuda PATH or "
+            "EGPU_GPUBENCH_VCUDA)\n",
+            prog, path, strerror(errno));
+    return NULL;
+}
+
 uint64_t gpubench_now_ns(void)
 {
     struct timespec ts;

@@ -253,6 +253,10 @@ void gpubench_tmpdir_remove(const char *dir);
  * the build-time default, else the agent's install path. Static storage or arg. */
 const char *gpubench_vcuda_path(const char *arg);
 
+/* gpubench_vcuda_path(arg) when that file is readable; else NULL, with one
+ * line on stderr naming prog, the path and what to do. */
+const char *gpubench_vcuda_usable(const char *prog, const char *arg);
+
 /* CLOCK_MONOTONIC in nanoseconds (one clock for every process of the machine). */
 uint64_t gpubench_now_ns(void);
 
