@@ -576,3 +576,12 @@ def test_dockerfile():
     users = [rest for instr, rest in stages[-1]["lines"] if instr == "USER"]
     assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
     assert any(instr == "COPY" and "--from=" in rest for instr, rest in stages[-1]["lines"])
+    # The build stage has every file the top-level build includes, and the
+    # build context lets it in.
+    copied = {rest.split()[0].rstrip("/") for instr, rest in stages[0]["lines"] if instr == "COPY"}
+    allowed = {line[1:].rstrip("/") for line in
+               (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+               if line.startswith("!")}
+    for inc in re.findall(r"include\(([^)$]+)\)", (ROOT / "CMakeLists.txt").read_text()):
+        top = inc.split("/")[0]
+        assert top in copied and top in allowed, inc
