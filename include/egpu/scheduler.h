@@ -91,6 +91,9 @@ struct egpu_sched_pod {
     struct egpu_assigned assigned;
     char assigned_error[EGPU_ERRMSG_MAX]; /* why a present annotation was not usable, or "" */
     bool allocated;                       /* elasticgpu.io/allocated present */
+    /* spec.schedulerName; "" when absent or unusable (absent, not a string,
+     * too long, with a NUL): a name no scheduler has */
+    char scheduler_name[EGPU_K8S_NAME_MAX];
 };
 
 /* Read a v1.Pod (API JSON) into *out: identity, node, phase, the sum of its
@@ -200,7 +203,14 @@ struct egpu_extender_ops {
                 struct egpu_error *err);
 };
 
+/* The scheduler name (KubeSchedulerConfiguration profile) bind serves by
+ * default: deploy/scheduler/scheduler-config.yaml's profile. */
+#define EGPU_SCHEDULER_NAME_DEFAULT "elastic-gpu-scheduler"
+
 struct egpu_extender_config {
+    const char *scheduler_name;           /* bind serves only pods whose spec.schedulerName is
+                                             this (copied); NULL or "" =
+                                             EGPU_SCHEDULER_NAME_DEFAULT */
     enum egpu_policy_kind node_policy;    /* default node tier */
     enum egpu_policy_kind card_policy;    /* default card tier */
     uint64_t seed;                        /* random policy and ties */
@@ -217,6 +227,7 @@ enum egpu_bind_result {
     EGPU_BIND_AMBIGUOUS,   /* DESIGN.md 2.3: would confuse the kubelet */
     EGPU_BIND_ANNOTATE,    /* writing elasticgpu.io/assigned failed */
     EGPU_BIND_BINDING,     /* POST binding failed */
+    EGPU_BIND_NOT_OURS,    /* the pod is another scheduler's or asks for no GPU */
     EGPU_BIND_RESULTS,
 };
 const char *egpu_bind_result_name(enum egpu_bind_result r);
@@ -236,9 +247,13 @@ void egpu_extender_free(struct egpu_extender *x);
  * for bind); the reply JSON (ExtenderFilterResult, HostPriorityList with
  * scores 0..10, ExtenderBindingResult) is appended to reply. Returns the
  * HTTP status: 200, 400 for malformed input (reply then carries the message
- * naming the field), 404 for a bind of an unknown pod, 503 for filter and
- * prioritize before the cache is synced. The cache is never changed by a
- * failed call. */
+ * naming the field), 404 for a bind of an unknown pod, 403 for a bind of a
+ * pod that is not this scheduler's to bind (its cached spec.schedulerName is
+ * not cfg.scheduler_name, or it asks for no elasticgpu.io resource: nothing
+ * is annotated or bound then), 503 for filter and prioritize before the
+ * cache is synced. bind reads only the names, uid and node of its body; what
+ * it decides on is the pod as the cache holds it (from the API server's
+ * watch). The cache is never changed by a failed call. */
 int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                          struct egpu_buf *reply);
 int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t len,

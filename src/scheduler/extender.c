@@ -9,6 +9,9 @@
  * the cache under its lock. bind decides and reserves under the lock, then
  * writes elasticgpu.io/assigned and POSTs the Binding outside it; any failure
  * undoes the reservation and the annotation, so a failed bind leaks no share.
+ * bind serves only a pod that the cache (the API server's watch) shows as
+ * this scheduler's (spec.schedulerName) and asking for a GPU; the request
+ * names the pod and the node, and nothing else in it is believed.
  * Placers (one per node/card policy pair, made on first use) live under the
  * cache lock too, since they cache per-node results of the cache's cluster.
  *
@@ -88,6 +91,7 @@ struct reasons_memo {
 
 struct egpu_extender {
     struct egpu_extender_config cfg;
+    char scheduler_name[EGPU_K8S_NAME_MAX]; /* cfg.scheduler_name's copy */
     struct egpu_sched_cache *cache;
     struct egpu_extender_ops ops;
     /* Guarded by the cache lock: */
@@ -111,7 +115,7 @@ static void last_drop(struct last_filter *l);
 const char *egpu_bind_result_name(enum egpu_bind_result r)
 {
     static const char *const names[] = {"ok",        "bad_request", "unknown", "no_fit",
-                                        "ambiguous", "annotate",    "binding"};
+                                        "ambiguous", "annotate",    "binding", "not_ours"};
 
     return (size_t)r < sizeof(names) / sizeof(names[0]) ? names[r] : "unknown";
 }
@@ -127,6 +131,10 @@ struct egpu_extender *egpu_extender_new(const struct egpu_extender_config *cfg,
         return NULL;
     }
     x->cfg = *cfg;
+    snprintf(x->scheduler_name, sizeof(x->scheduler_name), "%s",
+             cfg->scheduler_name && cfg->scheduler_name[0] ? cfg->scheduler_name
+                                                           : EGPU_SCHEDULER_NAME_DEFAULT);
+    x->cfg.scheduler_name = x->scheduler_name;
     x->cache = cache;
     x->ops = *ops;
     if (pthread_mutex_init(&x->plist_lock, NULL) != 0) {
@@ -715,6 +723,22 @@ static int bind_fail(struct egpu_extender *x, enum egpu_bind_result r, struct eg
     return reply_error(reply, status, msg);
 }
 
+/* A pod owner's text, fit for a message and a log line: at most len - 1
+ * bytes, anything but [A-Za-z0-9._-] shown as '?', and "..." when cut. */
+static void printable(const char *in, char *out, size_t len)
+{
+    size_t n = 0;
+
+    for (; in[n] != '\0' && n + 1 < len; n++)
+        out[n] = ((in[n] >= 'a' && in[n] <= 'z') || (in[n] >= 'A' && in[n] <= 'Z') ||
+                  (in[n] >= '0' && in[n] <= '9') || strchr("._-", in[n]) != NULL)
+                     ? in[n]
+                     : '?';
+    out[n] = '\0';
+    if (in[n] != '\0' && len > 4)
+        memcpy(out + len - 4, "...", 4);
+}
+
 struct bind_args {
     char ns[EGPU_K8S_NAME_MAX], name[EGPU_K8S_NAME_MAX], uid[EGPU_K8S_NAME_MAX];
     char node[EGPU_K8S_NAME_MAX];
@@ -798,9 +822,28 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
                      b.uid);
             result = EGPU_BIND_UNKNOWN;
             status = 404;
+        } else if (strcmp(pod->scheduler_name, x->scheduler_name) != 0) {
+            /* Whoever asks, only this scheduler's pods are ours to bind:
+             * the pod as the API server gave it, not the request, says. */
+            char shown[64];
+
+            printable(pod->scheduler_name, shown, sizeof(shown));
+            snprintf(msg, sizeof(msg),
+                     "pod %s/%s: spec.schedulerName is \"%s\", not \"%s\": not this "
+                     "scheduler's pod to bind",
+                     b.ns, b.name, shown, x->scheduler_name);
+            result = EGPU_BIND_NOT_OURS;
+            status = 403;
+        } else if (!egpu_sched_pod_wants_gpu(pod)) {
+            snprintf(msg, sizeof(msg),
+                     "pod %s/%s asks for no " EGPU_RES_GPU_CORE
+                     ": the extender binds only pods that ask for a GPU",
+                     b.ns, b.name);
+            result = EGPU_BIND_NOT_OURS;
+            status = 403;
         }
     }
-    if (result == EGPU_BIND_OK && egpu_sched_pod_wants_gpu(pod)) {
+    if (result == EGPU_BIND_OK) {
         p = model_mask(c, pod, &err) == 0 ? placer_for(x, c, pod, &err) : NULL;
         if (p == NULL) {
             snprintf(msg, sizeof(msg), "pod %s/%s: %s", b.ns, b.name, err.msg);
@@ -819,28 +862,24 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
     egpu_sched_cache_unlock(x->cache);
     if (result != EGPU_BIND_OK)
         goto out;
-    if (egpu_sched_pod_wants_gpu(pod)) {
-        text = egpu_assigned_encode(assigned);
-        if (text == NULL ||
-            x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED, text, &err) != 0) {
-            snprintf(msg, sizeof(msg), "annotating pod %s/%s: %s", b.ns, b.name,
-                     text ? err.msg : "out of memory");
-            (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);
-            result = EGPU_BIND_ANNOTATE;
-            goto out;
-        }
+    text = egpu_assigned_encode(assigned);
+    if (text == NULL ||
+        x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED, text, &err) != 0) {
+        snprintf(msg, sizeof(msg), "annotating pod %s/%s: %s", b.ns, b.name,
+                 text ? err.msg : "out of memory");
+        (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);
+        result = EGPU_BIND_ANNOTATE;
+        goto out;
     }
     if (x->ops.bind(x->ops.data, b.ns, b.name, b.uid, b.node, &err) != 0) {
         struct egpu_error uerr = {0};
 
         snprintf(msg, sizeof(msg), "binding pod %s/%s to %s: %s", b.ns, b.name, b.node, err.msg);
         result = EGPU_BIND_BINDING;
-        if (egpu_sched_pod_wants_gpu(pod)) {
-            if (x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED, NULL, &uerr) != 0)
-                egpu_log(EGPU_LOG_WARN, "could not remove annotation pod=%s/%s error=\"%s\"", b.ns,
-                         b.name, uerr.msg);
-            (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);
-        }
+        if (x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED, NULL, &uerr) != 0)
+            egpu_log(EGPU_LOG_WARN, "could not remove annotation pod=%s/%s error=\"%s\"", b.ns,
+                     b.name, uerr.msg);
+        (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);
     }
 out:
     egpu_free(text);

@@ -259,8 +259,10 @@ static void on_stopped_leading(void *ud)
 
 static int start(struct app *a, struct egpu_error *err)
 {
-    struct egpu_extender_config xc = {
-        .node_policy = a->o.node_policy, .card_policy = a->o.card_policy, .seed = a->o.seed};
+    struct egpu_extender_config xc = {.scheduler_name = a->o.scheduler_name,
+                                      .node_policy = a->o.node_policy,
+                                      .card_policy = a->o.card_policy,
+                                      .seed = a->o.seed};
     struct egpu_extender_ops ops = {.data = &a->api,
                                     .synced = egpu__sched_api_synced,
                                     .annotate = egpu__sched_api_annotate,

@@ -37,6 +37,9 @@ static const char usage[] =
     "                          Pods override both with the annotations\n"
     "                          elasticgpu.io/node-policy and elasticgpu.io/card-policy.\n"
     "  --seed N                seed of the random policy and of ties (EGPU_SEED; 0)\n"
+    "  --scheduler-name NAME   bind serves only pods with this spec.schedulerName\n"
+    "                          (EGPU_SCHEDULER_NAME; default elastic-gpu-scheduler,\n"
+    "                          kube-scheduler's profile in scheduler-config.yaml)\n"
     "  --leader-elect BOOL     only the Lease holder binds; others are not ready\n"
     "                          (EGPU_LEADER_ELECT; default true)\n"
     "  --lease-namespace NS    (EGPU_LEASE_NAMESPACE; default: the client's namespace)\n"
@@ -67,6 +70,7 @@ enum {
     O_NODE_POLICY,
     O_CARD_POLICY,
     O_SEED,
+    O_SCHED_NAME,
     O_LEADER,
     O_LEASE_NS,
     O_LEASE_NAME,
@@ -122,6 +126,12 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected a non-negative integer", who, v);
         o->seed = u;
         return 0;
+    case O_SCHED_NAME:
+        if (v[0] == '\0' || strlen(v) >= EGPU_K8S_NAME_MAX)
+            return bad("%s \"%s\": expected a scheduler name of 1..%d characters", who, v,
+                       EGPU_K8S_NAME_MAX - 1);
+        o->scheduler_name = v;
+        return 0;
     case O_LEADER:
         if (egpu_cli_parse_bool(v, &o->leader_elect))
             return bad("%s \"%s\": expected true or false", who, v);
@@ -173,6 +183,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"node-policy", required_argument, NULL, O_NODE_POLICY},
         {"card-policy", required_argument, NULL, O_CARD_POLICY},
         {"seed", required_argument, NULL, O_SEED},
+        {"scheduler-name", required_argument, NULL, O_SCHED_NAME},
         {"leader-elect", required_argument, NULL, O_LEADER},
         {"lease-namespace", required_argument, NULL, O_LEASE_NS},
         {"lease-name", required_argument, NULL, O_LEASE_NAME},
@@ -196,6 +207,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"EGPU_NODE_POLICY", O_NODE_POLICY},
         {"EGPU_CARD_POLICY", O_CARD_POLICY},
         {"EGPU_SEED", O_SEED},
+        {"EGPU_SCHEDULER_NAME", O_SCHED_NAME},
         {"EGPU_LEADER_ELECT", O_LEADER},
         {"EGPU_LEASE_NAMESPACE", O_LEASE_NS},
         {"EGPU_LEASE_NAME", O_LEASE_NAME},
@@ -210,6 +222,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
                                      .prefix = "",
                                      .node_policy = EGPU_POLICY_BINPACK,
                                      .card_policy = EGPU_POLICY_BINPACK,
+                                     .scheduler_name = EGPU_SCHEDULER_NAME_DEFAULT,
                                      .leader_elect = true,
                                      .lease_name = "elastic-gpu-scheduler",
                                      .lease_duration_ms = 15000,

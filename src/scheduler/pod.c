@@ -246,6 +246,20 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
     return 0;
 }
 
+/* spec.schedulerName, kept only when it is a plain string that fits: any
+ * other value (absent, mistyped, too long, with a NUL) leaves it "", which
+ * names no scheduler, so bind refuses the pod; the parse never fails on it,
+ * so such a pod still counts on its node. */
+static void scheduler_name(const json_t *spec, struct egpu_sched_pod *p)
+{
+    const json_t *v = json_object_get(spec, "schedulerName");
+    size_t n = json_string_length(v);
+
+    p->scheduler_name[0] = '\0';
+    if (json_is_string(v) && n < sizeof(p->scheduler_name) && strlen(json_string_value(v)) == n)
+        memcpy(p->scheduler_name, json_string_value(v), n + 1);
+}
+
 /* spec.overhead (a resource list, RuntimeClass pod overhead) counts like a request. */
 static int pod_overhead(const json_t *spec, struct usage *u, struct egpu_error *err)
 {
@@ -299,6 +313,8 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
                       "spec.nodeName", err);
     if (!rc && p->ns[0] == '\0')
         memcpy(p->ns, "default", sizeof("default"));
+    if (!rc)
+        scheduler_name(spec, p);
     if (!rc)
         rc = containers(spec, "containers", false, p, err);
     if (!rc)

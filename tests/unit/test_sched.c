@@ -32,8 +32,9 @@ static json_t *make_pod(const char *ns, const char *name, const char *node, int 
         json_array_append_new(
             containers, json_pack("{s:s,s:{s:o}}", "name", cname, "resources", "requests", req));
     }
-    pod = json_pack("{s:{s:s,s:s,s:s},s:{s:o},s:{s:s}}", "metadata", "name", name, "namespace", ns,
-                    "uid", name, "spec", "containers", containers, "status", "phase", "Pending");
+    pod = json_pack("{s:{s:s,s:s,s:s},s:{s:o,s:s},s:{s:s}}", "metadata", "name", name, "namespace",
+                    ns, "uid", name, "spec", "containers", containers, "schedulerName",
+                    EGPU_SCHEDULER_NAME_DEFAULT, "status", "phase", "Pending");
     if (node != NULL)
         json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string(node));
     return pod;
@@ -581,6 +582,93 @@ static void test_bind_and_rollback(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* bind serves only this scheduler's GPU pods, as the cache holds them: a
+ * pod of another scheduler (or with a name that only starts like ours) and
+ * a pod asking no GPU are refused with 403 naming the pod and why, and
+ * nothing is reserved, annotated or bound. */
+static void test_bind_refuses_foreign_and_gpu_less_pods(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    const int core40[] = {40}, none[] = {0};
+    static const char *const foreign[] = {"default-scheduler", "elastic-gpu-scheduler-2", ""};
+    uint64_t counts[EGPU_BIND_RESULTS];
+    json_t *out, *pod;
+    const char *e;
+    char *body;
+
+    (void)state;
+    add_gpu_node(c, "n1", 1);
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) {
+        pod = make_pod("ns", "other", NULL, 1, core40, none);
+        json_object_set_new(json_object_get(pod, "spec"), "schedulerName", json_string(foreign[i]));
+        set_pod(c, pod);
+        body = bind_args("ns", "other", "n1");
+        out = call(egpu_extender_bind, x, body, 403);
+        e = json_string_value(json_object_get(out, "Error"));
+        assert_non_null(strstr(e, "ns/other"));
+        assert_non_null(strstr(e, "spec.schedulerName"));
+        assert_non_null(strstr(e, "not this scheduler's pod"));
+        json_decref(out);
+        free(body);
+    }
+    /* A schedulerName with a NUL after ours is not ours either. */
+    pod = make_pod("ns", "nul", NULL, 1, core40, none);
+    json_object_set_new(
+        json_object_get(pod, "spec"), "schedulerName",
+        json_stringn(EGPU_SCHEDULER_NAME_DEFAULT "\0x", sizeof(EGPU_SCHEDULER_NAME_DEFAULT) + 1));
+    set_pod(c, pod);
+    body = bind_args("ns", "nul", "n1");
+    json_decref(call(egpu_extender_bind, x, body, 403));
+    free(body);
+    /* Ours, but no GPU asked. */
+    set_pod(c, make_pod("ns", "cpu", NULL, 1, none, none));
+    body = bind_args("ns", "cpu", "n1");
+    out = call(egpu_extender_bind, x, body, 403);
+    e = json_string_value(json_object_get(out, "Error"));
+    assert_non_null(strstr(e, "ns/cpu"));
+    assert_non_null(strstr(e, "asks for no " EGPU_RES_GPU_CORE));
+    json_decref(out);
+    free(body);
+    assert_int_equal(f.annotate_calls, 0);
+    assert_int_equal(f.bind_calls, 0);
+    assert_int_equal(card_used(c, "n1", 0), 0);
+    egpu_extender_bind_counts(x, counts);
+    assert_int_equal(counts[EGPU_BIND_NOT_OURS], 5);
+    assert_int_equal(counts[EGPU_BIND_OK], 0);
+    assert_string_equal(egpu_bind_result_name(EGPU_BIND_NOT_OURS), "not_ours");
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+
+    /* Another configured name: only that one is served. */
+    c = egpu_sched_cache_new();
+    {
+        struct egpu_extender_ops ops = {
+            .data = &f, .synced = fake_synced, .annotate = fake_annotate, .bind = fake_bind};
+        struct egpu_extender_config cfg = {.scheduler_name = "gpu-team", .seed = 1};
+        struct egpu_error err = {0};
+
+        x = egpu_extender_new(&cfg, c, &ops, &err);
+        assert_non_null(x);
+    }
+    add_gpu_node(c, "n1", 1);
+    set_pod(c, make_pod("ns", "p", NULL, 1, core40, none));
+    body = bind_args("ns", "p", "n1");
+    out = call(egpu_extender_bind, x, body, 403);
+    assert_non_null(strstr(json_string_value(json_object_get(out, "Error")), "\"gpu-team\""));
+    json_decref(out);
+    pod = make_pod("ns", "p", NULL, 1, core40, none);
+    json_object_set_new(json_object_get(pod, "spec"), "schedulerName", json_string("gpu-team"));
+    set_pod(c, pod);
+    json_decref(call(egpu_extender_bind, x, body, 200));
+    free(body);
+    assert_int_equal(f.bind_calls, 1);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+    pthread_mutex_destroy(&f.lock);
+}
+
 static void test_bind_refuses_ambiguity(void **state)
 {
     struct egpu_sched_cache *c = egpu_sched_cache_new();
@@ -786,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_filter_and_prioritize),
         cmocka_unit_test(test_filter_follows_node_set),
         cmocka_unit_test(test_bind_and_rollback),
+        cmocka_unit_test(test_bind_refuses_foreign_and_gpu_less_pods),
         cmocka_unit_test(test_bind_refuses_ambiguity),
         cmocka_unit_test(test_policy_override_by_annotation),
         cmocka_unit_test(test_fgd_with_live_workload),
