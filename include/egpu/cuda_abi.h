@@ -66,6 +66,9 @@ typedef struct CUuuid_st {
 #define CUDA_ERROR_NOT_SUPPORTED   801
 #define CUDA_ERROR_UNKNOWN         999
 
+/* The launch did not occur for lack of resources. */
+#define CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES 701
+
 /* CUresult values of stream capture (CUDA 10.0+). */
 #define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED  900 /* not permitted while capturing */
 #define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED  901 /* the capture was invalidated before */
@@ -221,6 +224,21 @@ typedef struct CUlaunchConfig_st {
     unsigned int numAttrs;
 } CUlaunchConfig;
 
+/* One device's launch of cuLaunchCooperativeKernelMultiDevice (CUDA 9.0+,
+ * deprecated since 11.3; CUDA_LAUNCH_PARAMS_v1 in cuda.h). */
+typedef struct CUDA_LAUNCH_PARAMS_st {
+    CUfunction function;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
+
 /* Kernel launch "extra" markers. */
 #define CU_LAUNCH_PARAM_END            ((void *)0x00)
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
@@ -319,6 +337,24 @@ CUresult cuLaunchKernel_ptsz(CUfunction fn, unsigned int grid_x, unsigned int gr
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction fn, void **params, void **extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction fn, void **params,
                                void **extra);
+/* Cooperative launches (CUDA 9.0+): cuLaunchKernel's arguments without extra. */
+CUresult cuLaunchCooperativeKernel(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                   unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                                   unsigned int block_z, unsigned int shared_bytes, CUstream stream,
+                                   void **params);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                        unsigned int grid_z, unsigned int block_x,
+                                        unsigned int block_y, unsigned int block_z,
+                                        unsigned int shared_bytes, CUstream stream, void **params);
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int num_devices,
+                                              unsigned int flags);
+/* The launch API before CUDA 4.0, still exported: the block shape is set
+ * with cuFuncSetBlockShape; cuLaunch runs a grid of 1 x 1 blocks,
+ * cuLaunchGrid one of width x height, both on the legacy default stream. */
+CUresult cuFuncSetBlockShape(CUfunction fn, int x, int y, int z);
+CUresult cuLaunch(CUfunction fn);
+CUresult cuLaunchGrid(CUfunction fn, int grid_width, int grid_height);
+CUresult cuLaunchGridAsync(CUfunction fn, int grid_width, int grid_height, CUstream stream);
 
 CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
 CUresult cuStreamSynchronize(CUstream stream);

@@ -1,5 +1,7 @@
 /* vcuda/launch.c - the launch wrappers: kernels (cuLaunchKernel, _ptsz,
- * cuLaunchKernelEx, _ptsz) and graphs (cuGraphLaunch, _ptsz).
+ * cuLaunchKernelEx, _ptsz, cuLaunchCooperativeKernel, _ptsz,
+ * cuLaunchCooperativeKernelMultiDevice, and the pre-4.0 cuLaunch,
+ * cuLaunchGrid and cuLaunchGridAsync) and graphs (cuGraphLaunch, _ptsz).
  *
  * DESIGN: the fast path, taken whenever the compute limit is not
  * throttling, is one relaxed atomic load of egpu_vcuda_throttle_active and
@@ -17,9 +19,23 @@
  * cost is learned and charged per executable graph, as a kernel's per
  * function and grid (throttle.c times it with events around the launch,
  * which order with the graph's work on the stream).
+ *
+ * A cooperative launch is a kernel launch to the controller (the same grid,
+ * block and stream arguments). The pre-4.0 launches set their block shape
+ * with cuFuncSetBlockShape, which is not hooked: they are described with
+ * threads = 0 (the class is the function and grid in the context, and its
+ * cost is measured with events like any other), blocks = 1 for cuLaunch and
+ * width x height for cuLaunchGrid(Async); cuLaunch and cuLaunchGrid run on
+ * the legacy default stream (NULL). cuLaunchCooperativeKernelMultiDevice
+ * with one device is that device's cooperative launch; over several devices
+ * the controller, which admits and times one launch on one stream of the
+ * current context, cannot hold it: while throttling it is refused with
+ * CUDA_ERROR_NOT_SUPPORTED (logged once; deprecated since CUDA 11.3, the
+ * same work goes through cuLaunchCooperativeKernel per device).
  */
 #include <stdint.h>
 
+#include "egpu/log.h"
 #include "hooks.h"
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
 #include "throttle.h"
@@ -63,7 +79,75 @@ struct graph_args {
     CUstream stream;
 };
 
+/* The arguments of a cuLaunchCooperativeKernel(_ptsz) call. */
+struct coop_args {
+    __typeof__(cuLaunchCooperativeKernel) *real;
+    CUfunction fn;
+    unsigned int grid[3], block[3], shared_bytes;
+    CUstream stream;
+    void **params;
+};
+
+/* The arguments of a cuLaunchCooperativeKernelMultiDevice call. */
+struct multi_args {
+    __typeof__(cuLaunchCooperativeKernelMultiDevice) *real;
+    CUDA_LAUNCH_PARAMS *list;
+    unsigned int num_devices, flags;
+};
+
+/* The arguments of a cuLaunch, cuLaunchGrid or cuLaunchGridAsync call. */
+struct grid_args {
+    CUfunction fn;
+    int width, height; /* cuLaunchGrid(Async) */
+    CUstream stream;   /* cuLaunchGridAsync */
+    int which;         /* 0 cuLaunch, 1 cuLaunchGrid, 2 cuLaunchGridAsync */
+};
+
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
+static CUresult call_coop(const struct egpu_vcuda_launch *l)
+{
+    const struct coop_args *a = l->ctx;
+
+    return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
+                   a->shared_bytes, a->stream, a->params);
+}
+
+static CUresult call_multi(const struct egpu_vcuda_launch *l)
+{
+    const struct multi_args *a = l->ctx;
+
+    return a->real(a->list, a->num_devices, a->flags);
+}
+#endif /* EGPU_VCUDA_HAVE_THROTTLE */
+
+/* The real call of a pre-4.0 launch (its slot loaded; NULL: not there). */
+static CUresult call_grid_real(const struct grid_args *a)
+{
+    switch (a->which) {
+    case 0: {
+        __typeof__(cuLaunch) *real = EGPU_VCUDA_REAL(cuLaunch);
+
+        return real ? real(a->fn) : CUDA_ERROR_NOT_INITIALIZED;
+    }
+    case 1: {
+        __typeof__(cuLaunchGrid) *real = EGPU_VCUDA_REAL(cuLaunchGrid);
+
+        return real ? real(a->fn, a->width, a->height) : CUDA_ERROR_NOT_INITIALIZED;
+    }
+    default: {
+        __typeof__(cuLaunchGridAsync) *real = EGPU_VCUDA_REAL(cuLaunchGridAsync);
+
+        return real ? real(a->fn, a->width, a->height, a->stream) : CUDA_ERROR_NOT_INITIALIZED;
+    }
+    }
+}
+
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+static CUresult call_grid(const struct egpu_vcuda_launch *l)
+{
+    return call_grid_real(l->ctx);
+}
+
 static CUresult call_kernel(const struct egpu_vcuda_launch *l)
 {
     const struct kernel_args *a = l->ctx;
@@ -180,6 +264,102 @@ static NOINLINE CUresult graph_slow(CUgraphExec exec, CUstream stream, bool per_
     return a.real(exec, stream);
 }
 
+static NOINLINE CUresult coop_slow(struct coop_args *a, bool per_thread)
+{
+    a->real = per_thread ? EGPU_VCUDA_REAL(cuLaunchCooperativeKernel_ptsz)
+                         : EGPU_VCUDA_REAL(cuLaunchCooperativeKernel);
+    if (a->real == NULL) {
+        if (!egpu_vcuda_cuda())
+            return CUDA_ERROR_NOT_INITIALIZED;
+        a->real = per_thread ? EGPU_VCUDA_REAL(cuLaunchCooperativeKernel_ptsz)
+                             : EGPU_VCUDA_REAL(cuLaunchCooperativeKernel);
+        if (a->real == NULL)
+            return CUDA_ERROR_NOT_INITIALIZED;
+    }
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+    if (THROTTLING()) {
+        struct egpu_vcuda_launch l = {
+            .blocks = (uint64_t)a->grid[0] * a->grid[1] * a->grid[2],
+            .threads = (uint64_t)a->block[0] * a->block[1] * a->block[2],
+            .fn = a->fn,
+            .stream = a->stream,
+            .launch = call_coop,
+            .ctx = a,
+            .per_thread = per_thread,
+        };
+
+        return egpu_vcuda_throttle_launch(&l);
+    }
+#endif
+    return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
+                   a->shared_bytes, a->stream, a->params);
+}
+
+static NOINLINE CUresult multi_slow(CUDA_LAUNCH_PARAMS *list, unsigned int num_devices,
+                                    unsigned int flags)
+{
+    struct multi_args a = {EGPU_VCUDA_REAL(cuLaunchCooperativeKernelMultiDevice), list, num_devices,
+                           flags};
+
+    if (a.real == NULL) {
+        if (!egpu_vcuda_cuda())
+            return CUDA_ERROR_NOT_INITIALIZED;
+        a.real = EGPU_VCUDA_REAL(cuLaunchCooperativeKernelMultiDevice);
+        if (a.real == NULL)
+            return CUDA_ERROR_NOT_INITIALIZED;
+    }
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+    if (THROTTLING() && list != NULL && num_devices == 1) {
+        const CUDA_LAUNCH_PARAMS *p = &list[0];
+        struct egpu_vcuda_launch l = {
+            .blocks = (uint64_t)p->gridDimX * p->gridDimY * p->gridDimZ,
+            .threads = (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ,
+            .fn = p->function,
+            .stream = p->hStream,
+            .launch = call_multi,
+            .ctx = &a,
+        };
+
+        return egpu_vcuda_throttle_launch(&l);
+    }
+    if (THROTTLING() && list != NULL && num_devices > 1) {
+        static atomic_flag warned = ATOMIC_FLAG_INIT;
+
+        if (!atomic_flag_test_and_set(&warned))
+            egpu_log(EGPU_LOG_WARN,
+                     "cuLaunchCooperativeKernelMultiDevice over %u devices refused "
+                     "(CUDA_ERROR_NOT_SUPPORTED): the compute limit holds one launch on one "
+                     "device at a time; launch with cuLaunchCooperativeKernel on each device",
+                     num_devices);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+#endif
+    return a.real(list, num_devices, flags);
+}
+
+static NOINLINE CUresult grid_slow(struct grid_args *a)
+{
+    if (!egpu_vcuda_cuda())
+        return CUDA_ERROR_NOT_INITIALIZED;
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+    if (THROTTLING()) {
+        uint64_t w = a->which == 0 ? 1 : (uint64_t)(a->width > 0 ? a->width : 0);
+        uint64_t h = a->which == 0 ? 1 : (uint64_t)(a->height > 0 ? a->height : 0);
+        struct egpu_vcuda_launch l = {
+            .blocks = w * h,
+            .threads = 0, /* cuFuncSetBlockShape's, not seen here */
+            .fn = a->fn,
+            .stream = a->stream,
+            .launch = call_grid,
+            .ctx = a,
+        };
+
+        return egpu_vcuda_throttle_launch(&l);
+    }
+#endif
+    return call_grid_real(a);
+}
+
 /* The out-of-line halves of the wrappers below: the same arguments, so the
  * wrapper reaches them with a plain jump and keeps no frame of its own. */
 static NOINLINE CUresult kernel_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
@@ -290,4 +470,102 @@ EGPU_VCUDA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream)
     if (LIKELY(!THROTTLING() && real != NULL))
         return real(exec, stream);
     return graph_slow(exec, stream, true);
+}
+
+static NOINLINE CUresult coop_plain_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                         unsigned int grid_z, unsigned int block_x,
+                                         unsigned int block_y, unsigned int block_z,
+                                         unsigned int shared_bytes, CUstream stream, void **params)
+{
+    struct coop_args a = {
+        NULL,   fn,    {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes,
+        stream, params};
+
+    return coop_slow(&a, false);
+}
+
+static NOINLINE CUresult coop_ptsz_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                        unsigned int grid_z, unsigned int block_x,
+                                        unsigned int block_y, unsigned int block_z,
+                                        unsigned int shared_bytes, CUstream stream, void **params)
+{
+    struct coop_args a = {
+        NULL,   fn,    {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes,
+        stream, params};
+
+    return coop_slow(&a, true);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction fn, unsigned int grid_x,
+                                                     unsigned int grid_y, unsigned int grid_z,
+                                                     unsigned int block_x, unsigned int block_y,
+                                                     unsigned int block_z,
+                                                     unsigned int shared_bytes, CUstream stream,
+                                                     void **params)
+{
+    __typeof__(cuLaunchCooperativeKernel) *real = EGPU_VCUDA_REAL(cuLaunchCooperativeKernel);
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream,
+                    params);
+    return coop_plain_slow(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes,
+                           stream, params);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(
+    CUfunction fn, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+    unsigned int block_x, unsigned int block_y, unsigned int block_z, unsigned int shared_bytes,
+    CUstream stream, void **params)
+{
+    __typeof__(cuLaunchCooperativeKernel_ptsz) *real =
+        EGPU_VCUDA_REAL(cuLaunchCooperativeKernel_ptsz);
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream,
+                    params);
+    return coop_ptsz_slow(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes,
+                          stream, params);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list,
+                                                                unsigned int num_devices,
+                                                                unsigned int flags)
+{
+    __typeof__(cuLaunchCooperativeKernelMultiDevice) *real =
+        EGPU_VCUDA_REAL(cuLaunchCooperativeKernelMultiDevice);
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(list, num_devices, flags);
+    return multi_slow(list, num_devices, flags);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunch(CUfunction fn)
+{
+    __typeof__(cuLaunch) *real = EGPU_VCUDA_REAL(cuLaunch);
+    struct grid_args a = {fn, 1, 1, NULL, 0};
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(fn);
+    return grid_slow(&a);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunchGrid(CUfunction fn, int grid_width, int grid_height)
+{
+    __typeof__(cuLaunchGrid) *real = EGPU_VCUDA_REAL(cuLaunchGrid);
+    struct grid_args a = {fn, grid_width, grid_height, NULL, 1};
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(fn, grid_width, grid_height);
+    return grid_slow(&a);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuLaunchGridAsync(CUfunction fn, int grid_width, int grid_height,
+                                             CUstream stream)
+{
+    __typeof__(cuLaunchGridAsync) *real = EGPU_VCUDA_REAL(cuLaunchGridAsync);
+    struct grid_args a = {fn, grid_width, grid_height, stream, 2};
+
+    if (LIKELY(!THROTTLING() && real != NULL))
+        return real(fn, grid_width, grid_height, stream);
+    return grid_slow(&a);
 }

@@ -9,12 +9,12 @@
  *     after the configuration is read and the real driver entry points are
  *     resolved;
  *   - every launch wrapper (cuLaunchKernel, _ptsz, cuLaunchKernelEx, _ptsz,
- *     cuGraphLaunch, _ptsz) tests egpu_vcuda_throttle_active first; when
- *     false it calls the real entry point directly (the fast path: no lock,
- *     no allocation, no call); when true it fills a struct egpu_vcuda_launch
- *     and calls egpu_vcuda_throttle_launch, which admits the launch
- *     (sleeping while the container is over its share), calls l->launch(l)
- *     exactly once and returns what it returned. A graph launch is described
+ *     cuLaunchCooperativeKernel, _ptsz, cuLaunchCooperativeKernelMultiDevice,
+ *     cuLaunch, cuLaunchGrid, cuLaunchGridAsync, cuGraphLaunch, _ptsz) tests
+ * egpu_vcuda_throttle_active first; when false it calls the real entry point directly (the fast
+ * path: no lock, no allocation, no call); when true it fills a struct egpu_vcuda_launch and calls
+ * egpu_vcuda_throttle_launch, which admits the launch (sleeping while the container is over its
+ * share), calls l->launch(l) exactly once and returns what it returned. A graph launch is described
  *     as fn = (CUfunction)graph_exec, blocks = 1, threads = 0: the
  *     controller times and charges a graph like one kernel of its own;
  *   - the interposer's pthread_atfork child handler calls

@@ -273,6 +273,12 @@ PROC_CASES = [
     ("cuLaunchKernelEx", 13000, 2, "cuLaunchKernelEx_ptsz"),
     ("cuGraphLaunch", 10000, 0, "cuGraphLaunch"),
     ("cuGraphLaunch", 12040, 2, "cuGraphLaunch_ptsz"),
+    ("cuLaunchCooperativeKernel", 9000, 0, "cuLaunchCooperativeKernel"),
+    ("cuLaunchCooperativeKernel", 12040, 2, "cuLaunchCooperativeKernel_ptsz"),
+    ("cuLaunchCooperativeKernelMultiDevice", 12040, 0, "cuLaunchCooperativeKernelMultiDevice"),
+    ("cuLaunch", 12040, 0, "cuLaunch"),
+    ("cuLaunchGrid", 11030, 0, "cuLaunchGrid"),
+    ("cuLaunchGridAsync", 12040, 2, "cuLaunchGridAsync"),
 ]
 
 

@@ -49,9 +49,14 @@
  * block returns at cuMemFreeAsync; cuMemPoolDestroy returns what the pool
  * still holds.
  *
- * Time. A launch (cuLaunchKernel, cuLaunchKernelEx and their _ptsz) costs
- * grid_x * grid_y * grid_z * ns_per_block of device time on its card and
- * returns at once; mock_device.h says how the card serialises launches of all
+ * Time. A launch (cuLaunchKernel, cuLaunchKernelEx,
+ * cuLaunchCooperativeKernel and their _ptsz, each device's launch of
+ * cuLaunchCooperativeKernelMultiDevice, and the pre-4.0 cuLaunch,
+ * cuLaunchGrid and cuLaunchGridAsync) costs grid_x * grid_y * grid_z *
+ * ns_per_block of device time on its card and returns at once; cuLaunch's
+ * grid is 1 x 1 and cuLaunchGrid's width x height, and their block shape is
+ * the function's from cuFuncSetBlockShape (1 x 1 x 1 until set; it does not
+ * change the cost); mock_device.h says how the card serialises launches of all
  * processes. Streams: stream 0 and CU_STREAM_LEGACY are the legacy default
  * stream, which waits for every stream of its context; CU_STREAM_PER_THREAD
  * and stream 0 in a _ptsz call are the context's default stream (one per
@@ -182,6 +187,7 @@ struct obj {
         struct {
             uint64_t module;
             uint64_t ns_per_block;
+            unsigned block[3]; /* cuFuncSetBlockShape's, 1 x 1 x 1 at first */
             char name[NAME_LEN];
         } func;
         struct {
@@ -1793,6 +1799,7 @@ CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name)
     f->ctx = m->ctx;
     f->u.func.module = m->key;
     f->u.func.ns_per_block = kernel_cost(name);
+    f->u.func.block[0] = f->u.func.block[1] = f->u.func.block[2] = 1;
     snprintf(f->u.func.name, sizeof(f->u.func.name), "%s", name);
     *fn = (CUfunction)(uintptr_t)f->key;
     return end(CUDA_SUCCESS);
@@ -1884,6 +1891,105 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction fn, void
     (void)params;
     (void)extra;
     return launch_ex(config, fn, true);
+}
+
+CUresult cuLaunchCooperativeKernel(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                   unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                                   unsigned int block_z, unsigned int shared_bytes, CUstream stream,
+                                   void **params)
+{
+    const unsigned grid[3] = {grid_x, grid_y, grid_z}, block[3] = {block_x, block_y, block_z};
+
+    (void)shared_bytes; /* co-residency of the blocks is not simulated */
+    (void)params;
+    return launch(fn, grid, block, stream, false);
+}
+
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                        unsigned int grid_z, unsigned int block_x,
+                                        unsigned int block_y, unsigned int block_z,
+                                        unsigned int shared_bytes, CUstream stream, void **params)
+{
+    const unsigned grid[3] = {grid_x, grid_y, grid_z}, block[3] = {block_x, block_y, block_z};
+
+    (void)shared_bytes;
+    (void)params;
+    return launch(fn, grid, block, stream, true);
+}
+
+/* Each device's launch in turn on its stream; the first that fails ends it
+ * (the driver checks them all first; the tests launch valid lists). */
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int num_devices,
+                                              unsigned int flags)
+{
+    CUresult r = CUDA_SUCCESS;
+
+    (void)flags; /* CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE/POST_LAUNCH_SYNC */
+    if (list == NULL || num_devices == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < num_devices && r == CUDA_SUCCESS; i++) {
+        const CUDA_LAUNCH_PARAMS *p = &list[i];
+        const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+        const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+
+        r = launch(p->function, grid, block, p->hStream, false);
+    }
+    return r;
+}
+
+CUresult cuFuncSetBlockShape(CUfunction fn, int x, int y, int z)
+{
+    struct obj *f;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    f = lookup((uint64_t)(uintptr_t)fn, K_FUNC);
+    if (f == NULL)
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    if (x <= 0 || y <= 0 || z <= 0 || (uint64_t)x * (uint64_t)y * (uint64_t)z > 1024)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    f->u.func.block[0] = (unsigned)x;
+    f->u.func.block[1] = (unsigned)y;
+    f->u.func.block[2] = (unsigned)z;
+    return end(CUDA_SUCCESS);
+}
+
+/* cuLaunch (1 x 1) and cuLaunchGrid(Async) (width x height) with the block
+ * shape of cuFuncSetBlockShape. */
+static CUresult launch_grid(CUfunction fn, int width, int height, CUstream stream)
+{
+    unsigned grid[3] = {0, 0, 1}, block[3];
+    struct obj *f;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    f = lookup((uint64_t)(uintptr_t)fn, K_FUNC);
+    if (f == NULL)
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    memcpy(block, f->u.func.block, sizeof(block));
+    end(CUDA_SUCCESS);
+    if (width <= 0 || height <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    grid[0] = (unsigned)width;
+    grid[1] = (unsigned)height;
+    return launch(fn, grid, block, stream, false);
+}
+
+CUresult cuLaunch(CUfunction fn)
+{
+    return launch_grid(fn, 1, 1, NULL);
+}
+
+CUresult cuLaunchGrid(CUfunction fn, int grid_width, int grid_height)
+{
+    return launch_grid(fn, grid_width, grid_height, NULL);
+}
+
+CUresult cuLaunchGridAsync(CUfunction fn, int grid_width, int grid_height, CUstream stream)
+{
+    return launch_grid(fn, grid_width, grid_height, stream);
 }
 
 /* ---- events ---- */
@@ -2371,6 +2477,13 @@ static const struct proc_entry {
     E("cuLaunchKernel", 7000, PT, cuLaunchKernel_ptsz),
     E("cuLaunchKernelEx", 11060, 0, cuLaunchKernelEx),
     E("cuLaunchKernelEx", 11060, PT, cuLaunchKernelEx_ptsz),
+    E("cuLaunchCooperativeKernel", 9000, 0, cuLaunchCooperativeKernel),
+    E("cuLaunchCooperativeKernel", 9000, PT, cuLaunchCooperativeKernel_ptsz),
+    E("cuLaunchCooperativeKernelMultiDevice", 9000, 0, cuLaunchCooperativeKernelMultiDevice),
+    E("cuFuncSetBlockShape", 2000, 0, cuFuncSetBlockShape),
+    E("cuLaunch", 2000, 0, cuLaunch),
+    E("cuLaunchGrid", 2000, 0, cuLaunchGrid),
+    E("cuLaunchGridAsync", 2000, 0, cuLaunchGridAsync),
     E("cuStreamCreate", 2000, 0, cuStreamCreate),
     E("cuStreamSynchronize", 2000, 0, cuStreamSynchronize),
     E("cuStreamSynchronize", 7000, PT, cuStreamSynchronize_ptsz),

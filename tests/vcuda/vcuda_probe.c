@@ -53,12 +53,17 @@
  *   graphlaunch <s> <n> plain|ptsz
  *                               n launches of the instantiated graph (cuGraphLaunch or
  *                               cuGraphLaunch_ptsz)  -> graphlaunch <rc>
- *   spin kernel|graph|graph_ptsz|mixed <kernel> <blocks>
- *                               a thread in the current context launches, until stop,
+ *   spin kernel|graph|graph_ptsz|mixed|coop|coop_ptsz|multi|launch|grid|gridasync
+ *        <kernel> <blocks>      a thread in the current context launches, until stop,
  *                               over and over on stream 0: kernel (cuLaunchKernel), the
- *                               instantiated graph (cuGraphLaunch, cuGraphLaunch_ptsz), or
+ *                               instantiated graph (cuGraphLaunch, cuGraphLaunch_ptsz),
  *                               kernel then cuMemAlloc_v2 and cuMemFree_v2 of 2 MiB
- *                               (mixed); every 64 rounds it synchronises stream 0
+ *                               (mixed), cuLaunchCooperativeKernel(_ptsz) (coop,
+ *                               coop_ptsz), cuLaunchCooperativeKernelMultiDevice on one
+ *                               device (multi), or, with cuFuncSetBlockShape 1 x 1 x 1,
+ *                               cuLaunch (launch: one block), cuLaunchGrid (grid) or
+ *                               cuLaunchGridAsync (gridasync) over blocks x 1; every 64
+ *                               rounds it synchronises stream 0
  *                               -> spin <rc>
  *   stop                        stop and join that thread
  *                               -> stop <rounds> <first failing rc, 0 for none>
@@ -147,6 +152,13 @@ struct api {
     __typeof__(cuGraphLaunch_ptsz) *graph_launch_ptsz;
     __typeof__(cuGraphExecDestroy) *graph_exec_destroy;
     __typeof__(cuGraphDestroy) *graph_destroy;
+    __typeof__(cuLaunchCooperativeKernel) *launch_coop;
+    __typeof__(cuLaunchCooperativeKernel_ptsz) *launch_coop_ptsz;
+    __typeof__(cuLaunchCooperativeKernelMultiDevice) *launch_multi;
+    __typeof__(cuFuncSetBlockShape) *func_set_block_shape;
+    __typeof__(cuLaunch) *launch_old;
+    __typeof__(cuLaunchGrid) *launch_grid;
+    __typeof__(cuLaunchGridAsync) *launch_grid_async;
 };
 
 /* One row per entry point: the field, the exported name, and the
@@ -209,6 +221,14 @@ static const struct row rows[] = {
     ROW(graph_launch_ptsz, "cuGraphLaunch_ptsz", "cuGraphLaunch", 1),
     ROW(graph_exec_destroy, "cuGraphExecDestroy", "cuGraphExecDestroy", 0),
     ROW(graph_destroy, "cuGraphDestroy", "cuGraphDestroy", 0),
+    ROW(launch_coop, "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel", 0),
+    ROW(launch_coop_ptsz, "cuLaunchCooperativeKernel_ptsz", "cuLaunchCooperativeKernel", 1),
+    ROW(launch_multi, "cuLaunchCooperativeKernelMultiDevice",
+        "cuLaunchCooperativeKernelMultiDevice", 0),
+    ROW(func_set_block_shape, "cuFuncSetBlockShape", "cuFuncSetBlockShape", 0),
+    ROW(launch_old, "cuLaunch", "cuLaunch", 0),
+    ROW(launch_grid, "cuLaunchGrid", "cuLaunchGrid", 0),
+    ROW(launch_grid_async, "cuLaunchGridAsync", "cuLaunchGridAsync", 0),
 };
 #undef ROW
 
@@ -288,6 +308,13 @@ static void load_direct(void)
         cuGraphLaunch_ptsz,
         cuGraphExecDestroy,
         cuGraphDestroy,
+        cuLaunchCooperativeKernel,
+        cuLaunchCooperativeKernel_ptsz,
+        cuLaunchCooperativeKernelMultiDevice,
+        cuFuncSetBlockShape,
+        cuLaunch,
+        cuLaunchGrid,
+        cuLaunchGridAsync,
     };
 }
 #endif /* PROBE_DIRECT */
@@ -702,12 +729,48 @@ static CUresult graph_launch(CUstream stream, bool ptsz)
     return ptsz ? api.graph_launch_ptsz(exec, stream) : api.graph_launch(exec, stream);
 }
 
+/* One launch of fn over blocks blocks (one thread each) on stream 0 through
+ * the entry point what names: coop, coop_ptsz (cuLaunchCooperativeKernel,
+ * _ptsz), multi (cuLaunchCooperativeKernelMultiDevice, one device), launch
+ * (cuLaunch: always one block), grid, gridasync (cuLaunchGrid, _Async:
+ * blocks x 1). */
+static CUresult launch_other(const char *what, CUfunction fn, unsigned blocks)
+{
+    if (strcmp(what, "coop") == 0)
+        return api.launch_coop(fn, blocks, 1, 1, 1, 1, 1, 0, NULL, NULL);
+    if (strcmp(what, "coop_ptsz") == 0)
+        return api.launch_coop_ptsz(fn, blocks, 1, 1, 1, 1, 1, 0, NULL, NULL);
+    if (strcmp(what, "multi") == 0) {
+        CUDA_LAUNCH_PARAMS p = {fn, blocks, 1, 1, 1, 1, 1, 0, NULL, NULL};
+
+        return api.launch_multi(&p, 1, 0);
+    }
+    if (strcmp(what, "launch") == 0)
+        return api.launch_old(fn);
+    if (strcmp(what, "grid") == 0)
+        return api.launch_grid(fn, (int)blocks, 1);
+    if (strcmp(what, "gridasync") == 0)
+        return api.launch_grid_async(fn, (int)blocks, 1, NULL);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static bool other_launch(const char *what)
+{
+    static const char *const names[] = {"coop",   "coop_ptsz", "multi",
+                                        "launch", "grid",      "gridasync"};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(what, names[i]) == 0)
+            return true;
+    return false;
+}
+
 /* The launch loop of "spin", in a thread of its own. */
 static struct {
     pthread_t tid;
     bool running;
     atomic_bool stop;
-    char what[16];
+    char what[24];
     CUfunction fn;
     unsigned blocks;
     CUcontext ctx;
@@ -723,6 +786,8 @@ static void *spin_thread(void *arg)
     while (r == CUDA_SUCCESS && !atomic_load(&spin.stop)) {
         if (strcmp(spin.what, "graph") == 0 || strcmp(spin.what, "graph_ptsz") == 0) {
             r = graph_launch(NULL, strcmp(spin.what, "graph_ptsz") == 0);
+        } else if (strcmp(spin.what, "kernel") != 0 && strcmp(spin.what, "mixed") != 0) {
+            r = launch_other(spin.what, spin.fn, spin.blocks);
         } else {
             r = api.launch_kernel(spin.fn, spin.blocks, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             if (r == CUDA_SUCCESS && strcmp(spin.what, "mixed") == 0) {
@@ -755,6 +820,10 @@ static CUresult spin_start(const char *what, const char *name, unsigned blocks)
             r = instantiate();
     } else if (strcmp(what, "kernel") == 0 || strcmp(what, "mixed") == 0) {
         r = kernel_fn(name, &spin.fn);
+    } else if (other_launch(what)) {
+        r = kernel_fn(name, &spin.fn);
+        if (r == CUDA_SUCCESS)
+            r = api.func_set_block_shape(spin.fn, 1, 1, 1);
     } else {
         r = CUDA_ERROR_INVALID_VALUE;
     }
