@@ -28,6 +28,14 @@
  *
  * Time: durations are milliseconds (_ms) or seconds (_s) as named; internal
  * timing uses CLOCK_MONOTONIC.
+ *
+ * Objects come from tenants (pods, their annotations), so one object must
+ * never stop a list or a watch: replies and events are decoded with
+ * jansson's JSON_ALLOW_NUL (a "\u0000" anywhere in a string decodes), and
+ * every string a component uses as a C string is read through
+ * egpu_kube_str, which refuses one holding a NUL. A watch line that is not an
+ * event at all, or is longer than the bound, is logged, counted and skipped;
+ * the stream goes on.
  */
 #ifndef EGPU_KUBE_H
 #define EGPU_KUBE_H
@@ -119,6 +127,16 @@ int egpu_kube_config_load(const char *kubeconfig, const char *context,
 
 /* Free cfg and its strings. NULL is a no-op. */
 void egpu_kube_config_free(struct egpu_kube_config *cfg);
+
+/* The decoding flags of every reply, event and Status (jansson json_loadb). */
+#define EGPU_KUBE_JSON_FLAGS JSON_ALLOW_NUL
+
+/* The value of v if it is a JSON string without a NUL character (which
+ * JSON_ALLOW_NUL lets through and a C string would cut short), else NULL
+ * (v NULL, not a string, or holding a NUL). Borrowed from v. Use it for
+ * every string read from an API object as a C string (names, UUIDs,
+ * annotation values we interpret). */
+const char *egpu_kube_str(const json_t *v);
 
 /* ------------------------------------------------------------------------ */
 /* API Status (src/kube/status.c)                                           */
@@ -286,6 +304,32 @@ int egpu_kube_bind(struct egpu_kube *kc, const char *ns, const char *name, const
                    struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
+/* Events (src/kube/event.c)                                                */
+
+#define EGPU_KUBE_NAME_MAX 253 /* an object name's longest (DNS subdomain) */
+
+/* An Event about one object (core/v1 Event's involvedObject and fields).
+ * Every string is borrowed for the call. */
+struct egpu_kube_event {
+    const char *kind;        /* involvedObject.kind, e.g. "Pod", "GPU" (required) */
+    const char *api_version; /* involvedObject.apiVersion; NULL = "v1" */
+    const char *involved_ns; /* the object's namespace; NULL or "" for cluster-scoped ones */
+    const char *name;        /* the object's name (required) */
+    const char *uid;         /* the object's uid, or NULL */
+    bool warning;            /* type Warning, else Normal */
+    const char *reason;      /* UpperCamelCase, e.g. "DuplicateGPU" (required) */
+    const char *message;     /* one line for kubectl describe (required) */
+    const char *component;   /* source.component, e.g. "egpu-scheduler" (required) */
+    const char *host;        /* source.host (the node), or NULL */
+};
+
+/* POST ev as a core/v1 Event (generateName "<name>.") into the object's
+ * namespace, or "default" for a cluster-scoped object. Returns 0, -EINVAL (a
+ * required field NULL), -ENOMEM, or what egpu_kube_create returns. */
+int egpu_kube_event_post(struct egpu_kube *kc, const struct egpu_kube_event *ev,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
 /* Watch (src/kube/watch.c)                                                 */
 
 enum egpu_kube_event_type {
@@ -310,6 +354,10 @@ struct egpu_kube_watch_opts {
      * every object first). Out: the last one seen, bookmarks included, to
      * resume from. */
     char resource_version[EGPU_KUBE_RV_MAX];
+    /* Out: lines of this stream skipped because they were not a watch event
+     * (not JSON, no type or object, unknown type) or longer than
+     * EGPU_KUBE_EVENT_MAX bytes; each is logged at warning level. */
+    unsigned long skipped;
 };
 
 /* Watch res in ns (NULL = all namespaces or cluster-scoped) and call cb for
@@ -317,7 +365,9 @@ struct egpu_kube_watch_opts {
  * again from opts->resource_version), cb stops it, or an error. An expired
  * resourceVersion (HTTP 410 or an ERROR event with code 410) returns
  * EGPU_KUBE_EEXPIRED with the Status in *st: list again. A stop flag raised
- * returns -ECANCELED. A malformed event returns -EPROTO. */
+ * returns -ECANCELED. A line that is not an event is skipped and counted in
+ * opts->skipped (the watch goes on past it); resourceVersion does not move
+ * for it, so a watch resumed before the next event sees it again. */
 int egpu_kube_watch(struct egpu_kube *kc, const struct egpu_kube_resource *res, const char *ns,
                     struct egpu_kube_watch_opts *opts, egpu_kube_watch_cb cb, void *ud,
                     struct egpu_kube_status *st, struct egpu_error *err) EGPU_MUST_CHECK;
@@ -356,6 +406,9 @@ struct egpu_kube_informer_stats {
     unsigned long watches; /* watch requests started */
     unsigned long expired; /* 410s that forced a relist */
     unsigned long errors;  /* failed lists or watches (then backed off) */
+    unsigned long skipped; /* objects left out: watch lines that were no event, and
+                              objects (listed or watched) without a usable
+                              metadata.name; each logged */
 };
 
 /* A stopped informer for opts (copied) calling cbs (copied). Returns 0,
@@ -393,6 +446,15 @@ json_t *egpu_kube_informer_list(struct egpu_kube_informer *inf);
 
 /* Copy the informer's counters into *out. */
 void egpu_kube_informer_stats(struct egpu_kube_informer *inf, struct egpu_kube_informer_stats *out);
+
+/* How long the informer has been unhealthy, in milliseconds (CLOCK_MONOTONIC):
+ * since the first of an unbroken run of failed lists and watches (a watch that
+ * ended at once without an event counts as failed), or since it was started
+ * when no list has succeeded yet; 0 while healthy (the last list succeeded
+ * and the last watch did not fail), when not started, or inf NULL. A component's
+ * /readyz compares it with a bound, so a watch that keeps failing makes it
+ * not ready instead of serving from a cache that no longer follows the API. */
+long egpu_kube_informer_unhealthy_ms(struct egpu_kube_informer *inf);
 
 /* Stop the thread and wait for it; no callback runs after this returns. The
  * cache keeps its contents. No-op when not running. */

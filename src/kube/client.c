@@ -579,7 +579,7 @@ int egpu__kube_request(struct egpu_kube *kc, const char *method, const char *pat
         goto out;
     }
     if (out != NULL) {
-        doc = json_loadb(reply.data ? reply.data : "", reply.len, 0, &jerr);
+        doc = json_loadb(reply.data ? reply.data : "", reply.len, EGPU_KUBE_JSON_FLAGS, &jerr);
         if (doc == NULL) {
             rc = egpu_error_set(err, -EPROTO, "%s %s: reply is not JSON: %s", method, path,
                                 jerr.text);

@@ -21,6 +21,13 @@
  * backoff_min_ms to backoff_max_ms (0.5 s to 30 s by default), with jitter;
  * a watch that ends within a second without an event counts as a failure,
  * so a server that closes streams at once is not hammered.
+ *
+ * One object never stops the informer: a watch line that is not an event is
+ * skipped by the stream (watch.c), and an object without a usable name (so
+ * without a key) is logged and left out of the store, in a list as in a
+ * watch; both count in stats.skipped. The time since failures began is kept
+ * (unhealthy_since_ms) so a component can say it is not ready while its
+ * view of the API has stopped following it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -53,6 +60,8 @@ struct egpu_kube_informer {
     json_t *store;       /* key -> object */
     bool synced;
     struct egpu_kube_informer_stats stats;
+
+    int64_t unhealthy_since_ms; /* CLOCK_MONOTONIC ms; 0 = healthy (under mu) */
 
     struct egpu__kube_worker worker;
     char rv[EGPU_KUBE_RV_MAX]; /* where the next watch starts (thread only) */
@@ -123,7 +132,8 @@ fail_free:
     return egpu_error_set(err, -ENOMEM, "informer: out of memory");
 }
 
-/* "namespace/name" or "name"; false when the object has no name. */
+/* "namespace/name" or "name"; false when the object has no usable name (or
+ * namespace): missing, not a string, holding a NUL, or too long. */
 static bool object_key(const json_t *obj, char key[KEY_MAX])
 {
     const char *name = egpu__kube_meta_str(obj, "name");
@@ -180,7 +190,10 @@ static int on_event(void *ud, enum egpu_kube_event_type type, json_t *obj)
     if (type == EGPU_KUBE_BOOKMARK)
         return egpu__kube_worker_stopping(&inf->worker) ? 1 : 0;
     if (!object_key(obj, key)) {
-        egpu_log(EGPU_LOG_WARN, "watch event without a name, skipped resource=%s",
+        pthread_mutex_lock(&inf->mu);
+        inf->stats.skipped++;
+        pthread_mutex_unlock(&inf->mu);
+        egpu_log(EGPU_LOG_WARN, "watch event without a usable name, skipped resource=%s",
                  inf->res->plural);
         return 0;
     }
@@ -226,7 +239,7 @@ static int relist(struct egpu_kube_informer *inf)
     };
     struct egpu_error err = {0};
     struct pending *pend = NULL;
-    size_t npend = 0, cap;
+    size_t npend = 0, cap, nskipped = 0;
     json_t *list = NULL, *items, *fresh = NULL, *item, *old, *prev_store;
     const char *rv, *key;
     char k[KEY_MAX];
@@ -253,8 +266,10 @@ static int relist(struct egpu_kube_informer *inf)
     }
     json_array_foreach(items, i, item)
     {
-        if (!object_key(item, k))
+        if (!object_key(item, k)) {
+            nskipped++;
             continue;
+        }
         if (json_object_set(fresh, k, item) != 0) {
             pthread_mutex_unlock(&inf->mu);
             rc = -ENOMEM;
@@ -275,7 +290,11 @@ static int relist(struct egpu_kube_informer *inf)
     inf->store = fresh;
     fresh = prev_store;
     inf->stats.lists++;
+    inf->stats.skipped += nskipped;
     pthread_mutex_unlock(&inf->mu);
+    if (nskipped > 0)
+        egpu_log(EGPU_LOG_WARN, "list items without a usable name, skipped resource=%s count=%zu",
+                 inf->res->plural, nskipped);
     snprintf(inf->rv, sizeof(inf->rv), "%s", rv && strlen(rv) < EGPU_KUBE_RV_MAX ? rv : "");
     egpu_log(EGPU_LOG_DEBUG, "listed resource=%s items=%zu rv=%s changes=%zu", inf->res->plural,
              json_array_size(items), inf->rv, npend);
@@ -321,6 +340,17 @@ static void count(struct egpu_kube_informer *inf, unsigned long *field)
     pthread_mutex_unlock(&inf->mu);
 }
 
+/* A list or watch failed (failed true) or worked: keep when failures began. */
+static void set_health(struct egpu_kube_informer *inf, bool failed)
+{
+    pthread_mutex_lock(&inf->mu);
+    if (!failed)
+        inf->unhealthy_since_ms = 0;
+    else if (inf->unhealthy_since_ms == 0)
+        inf->unhealthy_since_ms = egpu__kube_now_ms();
+    pthread_mutex_unlock(&inf->mu);
+}
+
 static void *informer_main(void *arg)
 {
     struct egpu_kube_informer *inf = arg;
@@ -343,6 +373,7 @@ static void *informer_main(void *arg)
             rc = relist(inf);
             if (egpu__kube_worker_stopping(&inf->worker))
                 break;
+            set_health(inf, rc != 0);
             if (rc) {
                 count(inf, &inf->stats.errors);
                 back_off(inf, &backoff);
@@ -360,6 +391,11 @@ static void *informer_main(void *arg)
         /* rv moves only past events the store has taken (bookmarks too). */
         rc = egpu_kube_watch(inf->kc, inf->res, inf->ns, &wo, on_event, inf, NULL, &err);
         progressed = strcmp(wo.resource_version, inf->rv) != 0;
+        if (wo.skipped > 0) {
+            pthread_mutex_lock(&inf->mu);
+            inf->stats.skipped += wo.skipped;
+            pthread_mutex_unlock(&inf->mu);
+        }
         snprintf(inf->rv, sizeof(inf->rv), "%s", wo.resource_version);
         if (egpu__kube_worker_stopping(&inf->worker))
             break;
@@ -374,9 +410,11 @@ static void *informer_main(void *arg)
         }
         expired_in_row = 0;
         if (rc == 0 && (progressed || egpu__kube_now_ms() - started >= 1000)) {
+            set_health(inf, false);
             backoff = inf->backoff_min_ms;
             continue;
         }
+        set_health(inf, true);
         count(inf, &inf->stats.errors);
         egpu_log(EGPU_LOG_WARN,
                  "watch failed, retrying resource=%s rv=%s backoff_ms=%ld err=\"%s\"",
@@ -388,8 +426,13 @@ static void *informer_main(void *arg)
 
 int egpu_kube_informer_start(struct egpu_kube_informer *inf, struct egpu_error *err)
 {
-    int rc = egpu__kube_worker_start(&inf->worker, informer_main, inf);
+    int rc;
 
+    /* Not healthy until the first list has succeeded. */
+    pthread_mutex_lock(&inf->mu);
+    inf->unhealthy_since_ms = egpu__kube_now_ms();
+    pthread_mutex_unlock(&inf->mu);
+    rc = egpu__kube_worker_start(&inf->worker, informer_main, inf);
     if (rc)
         return egpu_error_set(err, rc, "informer %s: %s", inf->res->plural,
                               rc == -EALREADY ? "already running" : egpu_strerror(rc));
@@ -464,6 +507,18 @@ void egpu_kube_informer_stats(struct egpu_kube_informer *inf, struct egpu_kube_i
     pthread_mutex_lock(&inf->mu);
     *out = inf->stats;
     pthread_mutex_unlock(&inf->mu);
+}
+
+long egpu_kube_informer_unhealthy_ms(struct egpu_kube_informer *inf)
+{
+    int64_t since;
+
+    if (inf == NULL)
+        return 0;
+    pthread_mutex_lock(&inf->mu);
+    since = inf->unhealthy_since_ms;
+    pthread_mutex_unlock(&inf->mu);
+    return since == 0 ? 0 : (long)(egpu__kube_now_ms() - since) + 1;
 }
 
 void egpu_kube_informer_stop(struct egpu_kube_informer *inf)

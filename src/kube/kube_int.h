@@ -125,7 +125,8 @@ int egpu__kube_dump(const json_t *obj, struct egpu_buf *b, bool sort_keys);
 /* Append "?key=value" (first) or "&key=value" to b, value percent-encoded. */
 int egpu__kube_query(struct egpu_buf *b, const char *key, const char *value);
 
-/* metadata.<field> of obj as a string, or NULL. Borrowed from obj. */
+/* metadata.<field> of obj as a string, or NULL (missing, not a string, or
+ * holding a NUL character: see egpu_kube_str). Borrowed from obj. */
 const char *egpu__kube_meta_str(const json_t *obj, const char *field);
 
 /* ------------------------------------------------------------------------ */
@@ -159,13 +160,16 @@ struct egpu__kube_lines {
     struct egpu_buf partial; /* the unfinished line carried between chunks */
     egpu__kube_line_cb cb;
     void *ud;
+    bool dropping;         /* passing over a line longer than the bound, up to its '\n' */
+    unsigned long dropped; /* lines passed over for their length */
 };
 
 void egpu__kube_lines_init(struct egpu__kube_lines *l, size_t max_line, egpu__kube_line_cb cb,
                            void *ud);
 /* Feed len bytes; cb runs for every complete line (without its '\n'; blank
- * lines skipped). Returns 0, cb's nonzero result (feeding stops there), or
- * -EMSGSIZE when a line grows past max_line. */
+ * lines skipped). A line that grows past max_line is passed over up to its
+ * '\n' and counted in dropped. Returns 0, cb's nonzero result (feeding stops
+ * there) or -ENOMEM. */
 int egpu__kube_lines_feed(struct egpu__kube_lines *l, const char *data, size_t len);
 /* End of body: a last line without '\n' is passed to cb. Same returns. */
 int egpu__kube_lines_finish(struct egpu__kube_lines *l);
@@ -178,6 +182,8 @@ struct egpu__kube_stream {
     void *ud;
     char *rv;                       /* EGPU_KUBE_RV_MAX bytes, updated per event */
     unsigned long events;           /* events decoded (bookmarks included) */
+    unsigned long skipped;          /* lines that were no event, or too long (logged) */
+    unsigned long dropped_seen;     /* lines.dropped already counted in skipped */
     bool stopped;                   /* cb asked to stop (positive return) */
     struct egpu_kube_status status; /* of an ERROR event */
 };
@@ -185,8 +191,9 @@ struct egpu__kube_stream {
 void egpu__kube_stream_init(struct egpu__kube_stream *s, egpu_kube_watch_cb cb, void *ud, char *rv);
 /* Returns 0 to go on, 1 when cb stopped the stream, or a negative code:
  * EGPU_KUBE_EEXPIRED (ERROR event with code 410, s->status filled), the code
- * of another ERROR event, -EPROTO (malformed event), -EMSGSIZE, or cb's
- * negative return. */
+ * of another ERROR event (one without a Status: its HTTP code, 500), -ENOMEM, or cb's
+ * negative return. A line that is no event, or too long, is counted in
+ * s->skipped, logged, and passed over. */
 int egpu__kube_stream_feed(struct egpu__kube_stream *s, const char *data, size_t len);
 int egpu__kube_stream_finish(struct egpu__kube_stream *s);
 void egpu__kube_stream_free(struct egpu__kube_stream *s);

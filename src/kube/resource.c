@@ -96,9 +96,20 @@ int egpu__kube_query(struct egpu_buf *b, const char *key, const char *value)
     return rc ? rc : append_encoded(b, value);
 }
 
+const char *egpu_kube_str(const json_t *v)
+{
+    const char *s = json_string_value(v);
+
+    /* Decoded with JSON_ALLOW_NUL: a string holding "\u0000" is longer
+     * than its C string, and any use as one would read only the front. */
+    if (s == NULL || strlen(s) != json_string_length(v))
+        return NULL;
+    return s;
+}
+
 const char *egpu__kube_meta_str(const json_t *obj, const char *field)
 {
-    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
+    return egpu_kube_str(json_object_get(json_object_get(obj, "metadata"), field));
 }
 
 struct dump_state {

@@ -90,7 +90,7 @@ int egpu_kube_status_parse(const char *body, size_t len, long http_code,
     int rc;
 
     if (body != NULL && len > 0)
-        root = json_loadb(body, len, 0, NULL);
+        root = json_loadb(body, len, EGPU_KUBE_JSON_FLAGS, NULL);
     rc = egpu__kube_status_from_json(root, http_code, st);
     json_decref(root);
     if (rc == 0)

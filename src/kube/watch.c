@@ -8,13 +8,22 @@
  * Every event's metadata.resourceVersion, BOOKMARKs included, becomes the
  * point to resume from. An ERROR event carries a Status; code 410 means the
  * resourceVersion is too old and the caller must list again (so does a plain
- * HTTP 410). A line that is not an event ends the watch with -EPROTO rather
- * than being skipped, so nothing is silently lost.
+ * HTTP 410).
+ *
+ * One bad line never ends the stream: objects come from tenants, and a watch
+ * that gave up on one would meet the same line again on every retry from the
+ * same resourceVersion, stopping every later change from reaching the cache.
+ * Events are decoded with JSON_ALLOW_NUL (a "\u0000" in any string is valid
+ * JSON); a line that still is not an event (not JSON, no type or object, an
+ * unknown type) or is longer than the bound is logged, counted in the
+ * stream's skipped counter and passed over, and the resourceVersion stays
+ * where the last good event left it.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "egpu/log.h"
 #include "kube_int.h"
 
 #define WATCH_TIMEOUT_S 300    /* default timeoutSeconds */
@@ -29,14 +38,18 @@ void egpu__kube_lines_init(struct egpu__kube_lines *l, size_t max_line, egpu__ku
     egpu_buf_init(&l->partial, max_line);
     l->cb = cb;
     l->ud = ud;
+    l->dropping = false;
+    l->dropped = 0;
 }
 
 static int emit(struct egpu__kube_lines *l, const char *line, size_t len)
 {
     size_t i;
 
-    if (len > l->partial.max)
-        return -EMSGSIZE;
+    if (len > l->partial.max) {
+        l->dropped++;
+        return 0;
+    }
     while (len > 0 && line[len - 1] == '\r')
         len--;
     for (i = 0; i < len; i++) {
@@ -53,13 +66,28 @@ int egpu__kube_lines_feed(struct egpu__kube_lines *l, const char *data, size_t l
         size_t n;
         int rc;
 
-        if (nl == NULL)
-            return egpu_buf_append(&l->partial, data, len);
+        if (nl == NULL) {
+            if (l->dropping)
+                return 0;
+            rc = egpu_buf_append(&l->partial, data, len);
+            if (rc != -EMSGSIZE)
+                return rc;
+            /* Pass over the rest of this line, up to its '\n'. */
+            egpu_buf_reset(&l->partial);
+            l->dropping = true;
+            l->dropped++;
+            return 0;
+        }
         n = (size_t)(nl - data);
-        if (l->partial.len > 0) {
+        rc = 0;
+        if (l->dropping) {
+            l->dropping = false; /* the long line ends here */
+        } else if (l->partial.len > 0) {
             rc = egpu_buf_append(&l->partial, data, n);
             if (!rc)
                 rc = emit(l, l->partial.data, l->partial.len);
+            else if (rc == -EMSGSIZE)
+                l->dropped++, rc = 0;
             egpu_buf_reset(&l->partial);
         } else {
             rc = emit(l, data, n);
@@ -76,9 +104,10 @@ int egpu__kube_lines_finish(struct egpu__kube_lines *l)
 {
     int rc = 0;
 
-    if (l->partial.len > 0)
+    if (!l->dropping && l->partial.len > 0)
         rc = emit(l, l->partial.data, l->partial.len);
     egpu_buf_reset(&l->partial);
+    l->dropping = false;
     return rc;
 }
 
@@ -90,20 +119,31 @@ void egpu__kube_lines_free(struct egpu__kube_lines *l)
 /* ------------------------------------------------------------------------ */
 /* Events                                                                   */
 
+/* Log and count a line that is not an event; the stream goes on. */
+static int skip(struct egpu__kube_stream *s, json_t *ev, const char *why, const char *detail)
+{
+    s->skipped++;
+    egpu_log(EGPU_LOG_WARN, "watch line skipped reason=\"%s: %s\" skipped=%lu", why, detail,
+             s->skipped);
+    json_decref(ev);
+    return 0;
+}
+
 static int on_line(void *ud, const char *line, size_t len)
 {
     static const char *const names[] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"};
     struct egpu__kube_stream *s = ud;
-    json_t *ev = json_loadb(line, len, 0, NULL);
+    json_error_t jerr;
+    json_t *ev = json_loadb(line, len, EGPU_KUBE_JSON_FLAGS, &jerr);
     json_t *obj = json_object_get(ev, "object");
-    const char *type = json_string_value(json_object_get(ev, "type"));
+    const char *type = egpu_kube_str(json_object_get(ev, "type"));
     const char *rv;
     int t = -1, rc;
 
-    if (type == NULL || !json_is_object(obj)) {
-        json_decref(ev);
-        return -EPROTO;
-    }
+    if (ev == NULL)
+        return skip(s, ev, "not JSON", jerr.text);
+    if (type == NULL || !json_is_object(obj))
+        return skip(s, ev, "not a watch event", "no type or no object");
     if (strcmp(type, "ERROR") == 0) {
         egpu__kube_status_from_json(obj, 500, &s->status);
         json_decref(ev);
@@ -114,10 +154,8 @@ static int on_line(void *ud, const char *line, size_t len)
         if (strcmp(type, names[i]) == 0)
             t = i;
     }
-    if (t < 0) {
-        json_decref(ev);
-        return -EPROTO;
-    }
+    if (t < 0)
+        return skip(s, ev, "unknown event type", type);
     s->events++;
     rc = s->cb ? s->cb(s->ud, (enum egpu_kube_event_type)t, obj) : 0;
     /* Resume after this event only once it was taken. */
@@ -141,14 +179,26 @@ void egpu__kube_stream_init(struct egpu__kube_stream *s, egpu_kube_watch_cb cb, 
     s->rv = rv;
 }
 
+/* Count and log the lines the splitter passed over for their length. */
+static int took_lines(struct egpu__kube_stream *s, int rc)
+{
+    if (s->lines.dropped > s->dropped_seen) {
+        s->skipped += s->lines.dropped - s->dropped_seen;
+        s->dropped_seen = s->lines.dropped;
+        egpu_log(EGPU_LOG_WARN, "watch line skipped reason=\"longer than %zu bytes\" skipped=%lu",
+                 s->lines.partial.max, s->skipped);
+    }
+    return rc;
+}
+
 int egpu__kube_stream_feed(struct egpu__kube_stream *s, const char *data, size_t len)
 {
-    return egpu__kube_lines_feed(&s->lines, data, len);
+    return took_lines(s, egpu__kube_lines_feed(&s->lines, data, len));
 }
 
 int egpu__kube_stream_finish(struct egpu__kube_stream *s)
 {
-    return egpu__kube_lines_finish(&s->lines);
+    return took_lines(s, egpu__kube_lines_finish(&s->lines));
 }
 
 void egpu__kube_stream_free(struct egpu__kube_stream *s)
@@ -214,6 +264,7 @@ int egpu_kube_watch(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
     call.sink = sink;
     call.sink_ud = &s;
     call.reply = &reply;
+    opts->skipped = 0;
     rc = egpu__kube_perform(kc, &call, err);
     if (rc == 0 && (call.http_code < 200 || call.http_code >= 300))
         rc = egpu__kube_fail(&call, st, err);
@@ -230,6 +281,7 @@ int egpu_kube_watch(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
         egpu_error_set(err, rc, "watch %s: %s", call.path,
                        rc == -EPROTO ? "malformed event" : "event too large");
     }
+    opts->skipped = s.skipped;
     egpu__kube_stream_free(&s);
     egpu_buf_free(&reply);
     egpu_buf_free(&path);

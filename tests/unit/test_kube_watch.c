@@ -79,22 +79,48 @@ static void test_lines_any_chunking(void **state)
 
 static void test_lines_bound(void **state)
 {
-    struct egpu__kube_lines l;
-    struct lines_seen seen = {"", 0};
     char big[100];
 
     (void)state;
     memset(big, 'x', sizeof(big));
-    egpu__kube_lines_init(&l, 64, collect_line, &seen);
-    /* A line longer than the bound fails whether it arrives whole or in parts. */
-    assert_int_equal(egpu__kube_lines_feed(&l, big, 40), 0);
-    assert_int_equal(egpu__kube_lines_feed(&l, big, 40), -EMSGSIZE);
-    egpu__kube_lines_free(&l);
-    egpu__kube_lines_init(&l, 64, collect_line, &seen);
     big[99] = '\n';
-    assert_int_equal(egpu__kube_lines_feed(&l, big, sizeof(big)), -EMSGSIZE);
-    egpu__kube_lines_free(&l);
-    assert_int_equal(seen.n, 0);
+    /* A line longer than the bound is passed over up to its '\n', whether it
+     * arrives whole, in parts, or with the start of the next line; the lines
+     * around it still arrive, and it is counted once. */
+    for (size_t chunk = 1; chunk <= sizeof(big) + 6; chunk++) {
+        static const char after[] = "next\n";
+        char body[sizeof(big) + 16];
+        struct egpu__kube_lines l;
+        struct lines_seen seen = {"", 0};
+        size_t len = 0;
+
+        memcpy(body, "a\n", 2);
+        len = 2;
+        memcpy(body + len, big, sizeof(big));
+        len += sizeof(big);
+        memcpy(body + len, after, sizeof(after) - 1);
+        len += sizeof(after) - 1;
+        egpu__kube_lines_init(&l, 64, collect_line, &seen);
+        for (size_t off = 0; off < len; off += chunk)
+            assert_int_equal(
+                egpu__kube_lines_feed(&l, body + off, len - off < chunk ? len - off : chunk), 0);
+        assert_int_equal(egpu__kube_lines_finish(&l), 0);
+        assert_int_equal(l.dropped, 1);
+        egpu__kube_lines_free(&l);
+        assert_string_equal(seen.text, "[a][next]");
+    }
+    /* A last line too long, without its '\n', is dropped at the end too. */
+    {
+        struct egpu__kube_lines l;
+        struct lines_seen seen = {"", 0};
+
+        egpu__kube_lines_init(&l, 64, collect_line, &seen);
+        assert_int_equal(egpu__kube_lines_feed(&l, big, 99), 0);
+        assert_int_equal(egpu__kube_lines_finish(&l), 0);
+        assert_int_equal(l.dropped, 1);
+        assert_int_equal(seen.n, 0);
+        egpu__kube_lines_free(&l);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -205,30 +231,84 @@ static void test_stream_error_410(void **state)
 static void test_stream_malformed(void **state)
 {
     static const char *const bad[] = {
-        "{\"type\":\"ADDED\",\"object\":{\"metadata\":{}}\n",   /* truncated JSON */
-        "[1,2,3]\n",                                            /* not an object */
-        "{\"type\":\"ADDED\"}\n",                               /* no object */
-        "{\"type\":\"RENAMED\",\"object\":{}}\n",               /* unknown type */
-        "{\"type\":7,\"object\":{}}\n",                         /* type not a string */
-        "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Pod\"}}\n", /* ERROR without a Status */
-        "\xff\xfe\n",                                           /* not UTF-8 */
+        "{\"type\":\"ADDED\",\"object\":{\"metadata\":{}}\n", /* truncated JSON */
+        "[1,2,3]\n",                                          /* not an object */
+        "{\"type\":\"ADDED\"}\n",                             /* no object */
+        "{\"type\":\"RENAMED\",\"object\":{}}\n",             /* unknown type */
+        "{\"type\":7,\"object\":{}}\n",                       /* type not a string */
+        "{\"type\":\"ADD\\u0000ED\",\"object\":{}}\n",        /* type with a NUL */
+        "\xff\xfe\n",                                         /* not UTF-8 */
     };
+    static const char good[] = "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"b\","
+                               "\"resourceVersion\":\"9\"}}}\n";
 
     (void)state;
+    /* A line that is no event is counted and passed over: the resourceVersion
+     * stays, and the next event still arrives and moves it. */
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct egpu__kube_stream s;
         struct events_seen seen = {"", "", 0, 0};
         char rv[EGPU_KUBE_RV_MAX] = "5";
-        int rc;
 
         egpu__kube_stream_init(&s, collect_event, &seen, rv);
-        rc = egpu__kube_stream_feed(&s, bad[i], strlen(bad[i]));
-        egpu__kube_stream_free(&s);
-        if (rc >= 0)
-            fail_msg("line %zu accepted: %s", i, bad[i]);
+        assert_int_equal(egpu__kube_stream_feed(&s, bad[i], strlen(bad[i])), 0);
+        assert_int_equal(s.skipped, 1);
         assert_int_equal(seen.n, 0);
         assert_string_equal(rv, "5");
+        assert_int_equal(egpu__kube_stream_feed(&s, good, strlen(good)), 0);
+        assert_int_equal(egpu__kube_stream_finish(&s), 0);
+        egpu__kube_stream_free(&s);
+        assert_int_equal(seen.n, 1);
+        assert_string_equal(seen.names, "b,");
+        assert_string_equal(rv, "9");
     }
+    /* An ERROR event without a Status still ends the stream, as a 500. */
+    {
+        static const char err_ev[] = "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Pod\"}}\n";
+        struct egpu__kube_stream s;
+        struct events_seen seen = {"", "", 0, 0};
+        char rv[EGPU_KUBE_RV_MAX] = "5";
+
+        egpu__kube_stream_init(&s, collect_event, &seen, rv);
+        assert_int_equal(egpu__kube_stream_feed(&s, err_ev, strlen(err_ev)), -EIO); /* code 500 */
+        egpu__kube_stream_free(&s);
+        assert_string_equal(rv, "5");
+    }
+}
+
+/* A "\u0000" in a string is valid JSON (a tenant can put one in any
+ * annotation value): the event decodes and arrives whole, with the string's
+ * full length; egpu_kube_str refuses it as a C string. */
+static void test_stream_nul_in_string(void **state)
+{
+    static const char body[] =
+        "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"7\","
+        "\"annotations\":{\"x\":\"be\\u0000fore\"}}}}\n";
+    struct egpu__kube_stream s;
+    struct events_seen seen = {"", "", 0, 0};
+    char rv[EGPU_KUBE_RV_MAX] = "5";
+
+    (void)state;
+    egpu__kube_stream_init(&s, collect_event, &seen, rv);
+    assert_int_equal(egpu__kube_stream_feed(&s, body, strlen(body)), 0);
+    assert_int_equal(s.skipped, 0);
+    egpu__kube_stream_free(&s);
+    assert_int_equal(seen.n, 1);
+    assert_string_equal(rv, "7");
+}
+
+static void test_kube_str(void **state)
+{
+    json_t *plain = json_string("abc"), *nul = json_stringn("a\0b", 3), *num = json_integer(1);
+
+    (void)state;
+    assert_string_equal(egpu_kube_str(plain), "abc");
+    assert_null(egpu_kube_str(nul));
+    assert_null(egpu_kube_str(num));
+    assert_null(egpu_kube_str(NULL));
+    json_decref(plain);
+    json_decref(nul);
+    json_decref(num);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -367,6 +447,8 @@ int main(void)
         cmocka_unit_test(test_stream_bookmark_rv_and_stop),
         cmocka_unit_test(test_stream_error_410),
         cmocka_unit_test(test_stream_malformed),
+        cmocka_unit_test(test_stream_nul_in_string),
+        cmocka_unit_test(test_kube_str),
         cmocka_unit_test(test_status_fixtures),
         cmocka_unit_test(test_status_not_a_status),
         cmocka_unit_test(test_paths),
