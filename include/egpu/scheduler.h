@@ -131,7 +131,16 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c);
  * gives a card; a v1.Pod gives requests and its placement. Each returns 0,
  * or EGPU_ESYNTAX / EGPU_ERANGE naming the bad field, in which case the
  * cache is unchanged, or -ENOMEM. Deletes of unknown objects are no-ops
- * (an informer may deliver a delete for an object it never listed). */
+ * (an informer may deliver a delete for an object it never listed).
+ *
+ * GPU objects are known by metadata.name. A card UUID belongs to the first
+ * GPU object seen with it: gpu_set of another object naming the same UUID
+ * keeps that object's card out of placement (its node keeps its other
+ * cards, the owner's node is untouched) and returns -EEXIST with a message
+ * naming both objects; once the owner is deleted, the duplicate takes the
+ * card over. A bound pod's elasticgpu.io/assigned is fixed once seen: a
+ * later pod_set that changes or removes it keeps the recorded decision
+ * (logged, counted in egpu_sched_cache_stats' assigned_ignored). */
 int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
                               struct egpu_error *err) EGPU_MUST_CHECK;
 int egpu_sched_cache_node_delete(struct egpu_sched_cache *c, const char *name);
@@ -177,6 +186,8 @@ int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const
  * cached, pods counted on a node, pods whose cards could not be resolved. */
 struct egpu_sched_cache_stats {
     size_t nodes, gpus, pods, placed, unresolved;
+    size_t duplicate_gpus;     /* GPU objects left out: their UUID is another's */
+    uint64_t assigned_ignored; /* changes to a bound pod's assigned annotation not believed */
 };
 void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
 void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);

@@ -18,12 +18,35 @@
 
 #define ANNOTATE_TRIES 5
 
-static void log_refused(const char *what, const json_t *obj, const struct egpu_error *err)
-{
-    const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+enum { INF_NODES, INF_GPUS, INF_PODS };
 
-    egpu_log(EGPU_LOG_WARN, "ignored malformed %s name=%s error=\"%s\"", what, name ? name : "?",
-             err->msg);
+static const char *const kinds[SCHED_INFORMERS] = {"Node", "GPU", "Pod"};
+
+const char *egpu__sched_api_kind(int i)
+{
+    return i >= 0 && i < SCHED_INFORMERS ? kinds[i] : "?";
+}
+
+/* Log and count an object the cache refused; the informer goes on. */
+static void refused(struct egpu_sched_api *api, int kind, const json_t *obj,
+                    const struct egpu_error *err)
+{
+    const char *name = egpu_kube_str(json_object_get(json_object_get(obj, "metadata"), "name"));
+
+    atomic_fetch_add(&api->refused[kind], 1);
+    egpu_log(EGPU_LOG_WARN, "ignored malformed %s name=%s error=\"%s\"", kinds[kind],
+             name ? name : "?", err->msg);
+}
+
+unsigned long egpu__sched_api_skipped(struct egpu_sched_api *api, int i)
+{
+    struct egpu_kube_informer_stats st = {0};
+
+    if (i < 0 || i >= SCHED_INFORMERS)
+        return 0;
+    if (api->informers[i] != NULL)
+        egpu_kube_informer_stats(api->informers[i], &st);
+    return st.skipped + atomic_load(&api->refused[i]);
 }
 
 static void on_node(void *ud, const json_t *obj)
@@ -31,7 +54,7 @@ static void on_node(void *ud, const json_t *obj)
     struct egpu_error err = {0};
 
     if (egpu_sched_cache_node_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
-        log_refused("Node", obj, &err);
+        refused(ud, INF_NODES, obj, &err);
 }
 
 static void on_node_update(void *ud, const json_t *old_obj, const json_t *obj)
@@ -42,28 +65,53 @@ static void on_node_update(void *ud, const json_t *old_obj, const json_t *obj)
 
 static void on_node_delete(void *ud, const json_t *obj)
 {
-    const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+    const char *name = egpu_kube_str(json_object_get(json_object_get(obj, "metadata"), "name"));
 
     if (name != NULL)
         (void)egpu_sched_cache_node_delete(((struct egpu_sched_api *)ud)->cache, name);
 }
 
+/* Tell the operator, on the GPU object itself, that its card is left out. */
+static void warn_duplicate(struct egpu_sched_api *api, const json_t *obj, const char *why)
+{
+    const json_t *meta = json_object_get(obj, "metadata");
+    struct egpu_kube_event ev = {.kind = "GPU",
+                                 .api_version = "elasticgpu.io/v1alpha1",
+                                 .name = egpu_kube_str(json_object_get(meta, "name")),
+                                 .uid = egpu_kube_str(json_object_get(meta, "uid")),
+                                 .warning = true,
+                                 .reason = "DuplicateGPU",
+                                 .message = why,
+                                 .component = "egpu-scheduler"};
+    struct egpu_error err = {0};
+
+    if (egpu_kube_event_post(api->kube, &ev, &err) != 0)
+        egpu_log(EGPU_LOG_WARN, "event DuplicateGPU not posted gpu=%s error=\"%s\"",
+                 ev.name ? ev.name : "?", err.msg);
+}
+
 static void on_gpu(void *ud, const json_t *obj)
 {
     struct egpu_error err = {0};
+    int rc = egpu_sched_cache_gpu_set(((struct egpu_sched_api *)ud)->cache, obj, &err);
 
-    if (egpu_sched_cache_gpu_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
-        log_refused("GPU", obj, &err);
+    if (rc != 0)
+        refused(ud, INF_GPUS, obj, &err);
+    if (rc == -EEXIST)
+        warn_duplicate(ud, obj, err.msg);
 }
 
 static void on_gpu_update(void *ud, const json_t *old_obj, const json_t *obj)
 {
     struct egpu_error err = {0};
 
-    /* A GPU moved to another node or changed UUID: forget the old card. */
-    if (!json_equal(json_object_get(old_obj, "spec"), json_object_get(obj, "spec")) &&
+    /* A GPU object that moved to another node leaves its old one; any other
+     * change is made in place (the cache finds the card by object name), so
+     * an owner's update never hands its UUID to a duplicate in between. */
+    if (!json_equal(json_object_get(json_object_get(old_obj, "spec"), "nodeName"),
+                    json_object_get(json_object_get(obj, "spec"), "nodeName")) &&
         egpu_sched_cache_gpu_delete(((struct egpu_sched_api *)ud)->cache, old_obj, &err) != 0)
-        log_refused("GPU", old_obj, &err);
+        refused(ud, INF_GPUS, old_obj, &err);
     on_gpu(ud, obj);
 }
 
@@ -72,7 +120,7 @@ static void on_gpu_delete(void *ud, const json_t *obj)
     struct egpu_error err = {0};
 
     if (egpu_sched_cache_gpu_delete(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
-        log_refused("GPU", obj, &err);
+        refused(ud, INF_GPUS, obj, &err);
 }
 
 static void on_pod(void *ud, const json_t *obj)
@@ -80,7 +128,7 @@ static void on_pod(void *ud, const json_t *obj)
     struct egpu_error err = {0};
 
     if (egpu_sched_cache_pod_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
-        log_refused("Pod", obj, &err);
+        refused(ud, INF_PODS, obj, &err);
 }
 
 static void on_pod_update(void *ud, const json_t *old_obj, const json_t *obj)
@@ -92,8 +140,8 @@ static void on_pod_update(void *ud, const json_t *old_obj, const json_t *obj)
 static void on_pod_delete(void *ud, const json_t *obj)
 {
     const json_t *meta = json_object_get(obj, "metadata");
-    const char *ns = json_string_value(json_object_get(meta, "namespace"));
-    const char *name = json_string_value(json_object_get(meta, "name"));
+    const char *ns = egpu_kube_str(json_object_get(meta, "namespace"));
+    const char *name = egpu_kube_str(json_object_get(meta, "name"));
 
     if (name != NULL)
         (void)egpu_sched_cache_pod_delete(((struct egpu_sched_api *)ud)->cache, ns ? ns : "default",
@@ -102,12 +150,21 @@ static void on_pod_delete(void *ud, const json_t *obj)
 
 int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
 {
-    const struct egpu_kube_resource *res[SCHED_INFORMERS] = {&egpu_kube_nodes, &egpu_kube_gpus,
-                                                             &egpu_kube_pods};
+    const struct egpu_kube_resource *res[SCHED_INFORMERS] = {
+        [INF_NODES] = &egpu_kube_nodes, [INF_GPUS] = &egpu_kube_gpus, [INF_PODS] = &egpu_kube_pods};
     const struct egpu_kube_informer_cbs cbs[SCHED_INFORMERS] = {
-        {.on_add = on_node, .on_update = on_node_update, .on_delete = on_node_delete, .ud = api},
-        {.on_add = on_gpu, .on_update = on_gpu_update, .on_delete = on_gpu_delete, .ud = api},
-        {.on_add = on_pod, .on_update = on_pod_update, .on_delete = on_pod_delete, .ud = api},
+        [INF_NODES] = {.on_add = on_node,
+                       .on_update = on_node_update,
+                       .on_delete = on_node_delete,
+                       .ud = api},
+        [INF_GPUS] = {.on_add = on_gpu,
+                      .on_update = on_gpu_update,
+                      .on_delete = on_gpu_delete,
+                      .ud = api},
+        [INF_PODS] = {.on_add = on_pod,
+                      .on_update = on_pod_update,
+                      .on_delete = on_pod_delete,
+                      .ud = api},
     };
 
     for (int i = 0; i < SCHED_INFORMERS; i++) {

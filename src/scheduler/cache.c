@@ -14,11 +14,22 @@
  * A bind reserves before it writes, and its reservation survives stale
  * events for the pod until the watch shows the annotation (or bind undoes
  * it), so two binds never see the same free capacity.
+ *
+ * What tenants can change is not believed blindly (DESIGN.md section 5):
+ *   - the elasticgpu.io/assigned annotation of a bound pod is a decision we
+ *     recorded: once the cache has seen the pod bound, a later change to it
+ *     (edited, removed, made unreadable) by anyone is logged, counted in
+ *     assigned_ignored and the recorded decision stands;
+ *   - a card belongs to the first GPU object that names its UUID; another
+ *     GPU object with the same UUID is left out (shadowed) and reported with
+ *     -EEXIST, so it cannot drop the node it names or the owner's node from
+ *     the core; it takes the card over only once the owner is gone.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "egpu/kube.h"
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
 
@@ -29,6 +40,14 @@ struct gpu_info {
     uint32_t index;
     char model[128];
     uint32_t mem_mib;
+    char name[EGPU_K8S_NAME_MAX]; /* the GPU object's metadata.name */
+    bool shadowed;                /* another GPU object owns this UUID: left out of the core */
+};
+
+/* The GPU object that owns a card UUID (the first one seen with it). */
+struct gpu_owner {
+    char uuid[EGPU_UUID_MAX]; /* the key in egpu_sched_cache.owners */
+    char name[EGPU_K8S_NAME_MAX];
 };
 
 struct pod_entry;
@@ -56,8 +75,11 @@ struct pod_entry {
 struct egpu_sched_cache {
     pthread_mutex_t lock;
     struct egpu_cluster *cluster;
-    struct egpu_map *nodes; /* name -> struct node_info */
-    struct egpu_map *pods;  /* key -> struct pod_entry */
+    struct egpu_map *nodes;    /* name -> struct node_info */
+    struct egpu_map *pods;     /* key -> struct pod_entry */
+    struct egpu_map *owners;   /* GPU UUID -> struct gpu_owner */
+    size_t nshadowed;          /* GPU slots left out as duplicates */
+    uint64_t assigned_ignored; /* changes to a recorded assigned annotation not believed */
 };
 
 struct egpu_sched_cache *egpu_sched_cache_new(void)
@@ -69,10 +91,12 @@ struct egpu_sched_cache *egpu_sched_cache_new(void)
     c->cluster = egpu_cluster_new();
     c->nodes = egpu_map_new();
     c->pods = egpu_map_new();
-    if (c->cluster == NULL || c->nodes == NULL || c->pods == NULL) {
+    c->owners = egpu_map_new();
+    if (c->cluster == NULL || c->nodes == NULL || c->pods == NULL || c->owners == NULL) {
         egpu_cluster_free(c->cluster);
         egpu_map_free(c->nodes);
         egpu_map_free(c->pods);
+        egpu_map_free(c->owners);
         egpu_free(c);
         return NULL;
     }
@@ -97,6 +121,7 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
     egpu_cluster_free(c->cluster);
     free_values(c->nodes);
     free_values(c->pods);
+    free_values(c->owners);
     pthread_mutex_destroy(&c->lock);
     egpu_free(c);
 }
@@ -214,11 +239,8 @@ static void uncount(struct egpu_sched_cache *c, struct pod_entry *e)
 static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu_error *err)
 {
     struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
-    struct egpu_node_spec spec = {.name = ni->name,
-                                  .cpu_milli = ni->cpu_milli,
-                                  .mem_mib = ni->mem_mib,
-                                  .ngpus = ni->ngpus,
-                                  .gpus = gpus};
+    struct egpu_node_spec spec = {
+        .name = ni->name, .cpu_milli = ni->cpu_milli, .mem_mib = ni->mem_mib, .gpus = gpus};
     struct pod_entry *e;
     int rc = 0;
 
@@ -233,11 +255,13 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
     }
     if (!ni->has_node)
         return 0;
-    for (uint32_t i = 0; i < ni->ngpus; i++)
-        gpus[i] = (struct egpu_gpu_spec){.uuid = ni->gpus[i].uuid,
-                                         .index = ni->gpus[i].index,
-                                         .model = ni->gpus[i].model,
-                                         .mem_mib = ni->gpus[i].mem_mib};
+    for (uint32_t i = 0; i < ni->ngpus; i++) {
+        if (!ni->gpus[i].shadowed)
+            gpus[spec.ngpus++] = (struct egpu_gpu_spec){.uuid = ni->gpus[i].uuid,
+                                                        .index = ni->gpus[i].index,
+                                                        .model = ni->gpus[i].model,
+                                                        .mem_mib = ni->gpus[i].mem_mib};
+    }
     rc = egpu_cluster_add_node(c->cluster, &spec, err);
     if (rc) {
         egpu_log(EGPU_LOG_ERROR, "node left out of the cache node=%s reason=\"%s\"", ni->name,
@@ -312,13 +336,14 @@ static void rehome(struct egpu_sched_cache *c, struct pod_entry *e)
     e->home->pods = e;
 }
 
+/* o.a(.b) as a C string; NULL when missing, not a string, or holding a NUL. */
 static const char *str_at(const json_t *o, const char *a, const char *b)
 {
     const json_t *v = json_object_get(o, a);
 
     if (b != NULL)
         v = json_object_get(v, b);
-    return json_string_value(v);
+    return egpu_kube_str(v);
 }
 
 int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
@@ -369,7 +394,7 @@ int egpu_sched_cache_node_delete(struct egpu_sched_cache *c, const char *name)
 }
 
 struct gpu_fields {
-    const char *node, *uuid, *model;
+    const char *name, *node, *uuid, *model;
     int64_t index, mem_mib;
 };
 
@@ -379,16 +404,18 @@ static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error
     const json_t *index = json_object_get(spec, "index"), *mem = json_object_get(spec, "memory");
     const char *name = str_at(gpu, "metadata", "name");
 
-    if (name == NULL)
-        return egpu_error_set(err, EGPU_ESYNTAX, "GPU: metadata.name missing");
+    if (name == NULL || name[0] == '\0' || strlen(name) >= EGPU_K8S_NAME_MAX)
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU: metadata.name missing or invalid");
+    f->name = name;
     f->node = str_at(spec, "nodeName", NULL);
     f->uuid = str_at(spec, "uuid", NULL);
     f->model = str_at(spec, "model", NULL);
     if (f->node == NULL || f->node[0] == '\0' || strlen(f->node) >= EGPU_K8S_NAME_MAX)
         return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.nodeName missing or invalid", name);
     if (f->uuid == NULL || f->uuid[0] == '\0' || strlen(f->uuid) >= EGPU_UUID_MAX)
-        return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.uuid must be 1..%d characters", name,
-                              EGPU_UUID_MAX - 1);
+        return egpu_error_set(err, EGPU_ESYNTAX,
+                              "GPU %s: spec.uuid must be a string of 1..%d characters without NUL",
+                              name, EGPU_UUID_MAX - 1);
     if (!json_is_integer(index) || json_integer_value(index) < 0 ||
         json_integer_value(index) > 1023)
         return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.index must be an integer 0..1023",
@@ -404,40 +431,124 @@ static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error
     return 0;
 }
 
+/* The slot of GPU object name on ni, or NULL. */
+static struct gpu_info *slot_named(struct node_info *ni, const char *name)
+{
+    for (uint32_t i = 0; ni != NULL && i < ni->ngpus; i++) {
+        if (strcmp(ni->gpus[i].name, name) == 0)
+            return &ni->gpus[i];
+    }
+    return NULL;
+}
+
+/* Make GPU object name the owner of uuid unless another object owns it.
+ * Returns 0 (name owns it), -EEXIST (*owner_out: the other owner's name) or
+ * -ENOMEM. */
+static int claim_uuid(struct egpu_sched_cache *c, const char *uuid, const char *name,
+                      const char **owner_out)
+{
+    struct gpu_owner *o = egpu_map_get(c->owners, uuid);
+
+    if (o != NULL) {
+        *owner_out = o->name;
+        return strcmp(o->name, name) == 0 ? 0 : -EEXIST;
+    }
+    o = egpu_calloc(1, sizeof(*o));
+    if (o == NULL)
+        return -ENOMEM;
+    memcpy(o->uuid, uuid, strlen(uuid) + 1);
+    memcpy(o->name, name, strlen(name) + 1);
+    if (egpu_map_put(c->owners, o->uuid, o) != 0) {
+        egpu_free(o);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* The owner of uuid (GPU object name) is gone: give the card to a GPU object
+ * that was shadowed for it, if any, and put its node back together. */
+static void release_uuid(struct egpu_sched_cache *c, const char *uuid, const char *name)
+{
+    struct gpu_owner *o = egpu_map_get(c->owners, uuid);
+    struct node_info *ni;
+    const char *owner;
+    size_t pos = 0;
+
+    if (o == NULL || strcmp(o->name, name) != 0)
+        return;
+    (void)egpu_map_del(c->owners, o->uuid); /* present: just found */
+    egpu_free(o);
+    while (c->nshadowed > 0 && (ni = egpu_map_next(c->nodes, &pos, NULL)) != NULL) {
+        for (uint32_t i = 0; i < ni->ngpus; i++) {
+            struct gpu_info *g = &ni->gpus[i];
+
+            if (!g->shadowed || strcmp(g->uuid, uuid) != 0 ||
+                claim_uuid(c, uuid, g->name, &owner) != 0)
+                continue;
+            g->shadowed = false;
+            c->nshadowed--;
+            egpu_log(EGPU_LOG_INFO, "GPU takes its card over gpu=%s node=%s uuid=%s", g->name,
+                     ni->name, uuid);
+            (void)rebuild(c, ni, NULL); /* a failure is logged there */
+            return;
+        }
+    }
+}
+
 int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, struct egpu_error *err)
 {
     struct gpu_fields f;
     struct node_info *ni;
-    struct gpu_info g = {0}, *slot = NULL;
+    struct gpu_info g = {0}, *slot;
+    const char *owner = NULL;
     int rc = gpu_fields(gpu, &f, err);
 
     if (rc)
         return rc;
     memcpy(g.uuid, f.uuid, strlen(f.uuid) + 1);
+    memcpy(g.name, f.name, strlen(f.name) + 1);
     g.index = (uint32_t)f.index;
     g.mem_mib = (uint32_t)f.mem_mib;
     snprintf(g.model, sizeof(g.model), "%s", f.model && *f.model ? f.model : "unknown");
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, f.node, true);
     if (ni == NULL) {
-        rc = egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.uuid);
+        rc = egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
         goto out;
     }
-    for (uint32_t i = 0; i < ni->ngpus && slot == NULL; i++) {
-        if (strcmp(ni->gpus[i].uuid, g.uuid) == 0)
-            slot = &ni->gpus[i];
+    slot = slot_named(ni, f.name);
+    if (slot == NULL && ni->ngpus == EGPU_NODE_GPUS_MAX) {
+        rc = egpu_error_set(err, EGPU_ELIMIT, "node %s: more than %d GPUs", f.node,
+                            EGPU_NODE_GPUS_MAX);
+        goto out;
     }
-    if (slot != NULL && memcmp(slot, &g, sizeof(g)) == 0)
-        goto out; /* a status change: placement is not affected */
-    if (slot == NULL) {
-        if (ni->ngpus == EGPU_NODE_GPUS_MAX) {
-            rc = egpu_error_set(err, EGPU_ELIMIT, "node %s: more than %d GPUs", f.node,
-                                EGPU_NODE_GPUS_MAX);
-            goto out;
-        }
+    rc = claim_uuid(c, g.uuid, g.name, &owner);
+    if (rc == -ENOMEM) {
+        rc = egpu_error_set(err, rc, "GPU %s: out of memory", f.name);
+        goto out;
+    }
+    g.shadowed = rc == -EEXIST;
+    if (slot != NULL && memcmp(slot, &g, sizeof(g)) == 0) {
+        rc = 0; /* a status change: placement is not affected */
+        goto out;
+    }
+    if (slot != NULL && strcmp(slot->uuid, g.uuid) != 0)
+        release_uuid(c, slot->uuid, slot->name); /* its UUID changed */
+    if (slot == NULL)
         slot = &ni->gpus[ni->ngpus++];
-    }
+    else if (slot->shadowed)
+        c->nshadowed--;
+    c->nshadowed += g.shadowed;
     *slot = g;
+    if (g.shadowed) {
+        /* Left out of the core, so the node as it was stands. */
+        rc = egpu_error_set(err, -EEXIST,
+                            "GPU %s: spec.uuid %s is already GPU %s's; this card is left out "
+                            "until %s is gone",
+                            f.name, g.uuid, owner, owner);
+        (void)rebuild(c, ni, NULL);
+        goto out;
+    }
     rc = rebuild(c, ni, err);
 out:
     pthread_mutex_unlock(&c->lock);
@@ -449,19 +560,22 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
 {
     struct gpu_fields f;
     struct node_info *ni;
+    struct gpu_info *slot, gone;
     int rc = gpu_fields(gpu, &f, err);
 
     if (rc)
         return rc;
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, f.node, false);
-    for (uint32_t i = 0; ni != NULL && i < ni->ngpus; i++) {
-        if (strcmp(ni->gpus[i].uuid, f.uuid) == 0) {
-            ni->gpus[i] = ni->gpus[--ni->ngpus];
-            rc = rebuild(c, ni, err);
-            drop_if_empty(c, ni);
-            break;
-        }
+    slot = slot_named(ni, f.name);
+    if (slot != NULL) {
+        gone = *slot;
+        *slot = ni->gpus[--ni->ngpus];
+        if (gone.shadowed)
+            c->nshadowed--;
+        rc = gone.shadowed ? 0 : rebuild(c, ni, err);
+        release_uuid(c, gone.uuid, gone.name);
+        drop_if_empty(c, ni);
     }
     pthread_mutex_unlock(&c->lock);
     return rc;
@@ -477,6 +591,29 @@ static bool same_placement(const struct egpu_sched_pod *a, const struct egpu_sch
     if (a->has_assigned != b->has_assigned)
         return false;
     return !a->has_assigned || memcmp(&a->assigned, &b->assigned, sizeof(a->assigned)) == 0;
+}
+
+static bool same_assigned(const struct egpu_sched_pod *a, const struct egpu_sched_pod *b)
+{
+    return a->has_assigned == b->has_assigned &&
+           (!a->has_assigned || memcmp(&a->assigned, &b->assigned, sizeof(a->assigned)) == 0);
+}
+
+/* The cache saw e's pod bound with its assigned annotation (or without one),
+ * and p changes that: the decision was recorded at bind and nobody else may
+ * move it (a pod owner could otherwise free its card in our books and have
+ * another pod bound onto it). Keep the recorded one in p. */
+static void keep_assigned(struct egpu_sched_cache *c, const struct pod_entry *e,
+                          struct egpu_sched_pod *p)
+{
+    c->assigned_ignored++;
+    egpu_log(EGPU_LOG_WARN,
+             "changed " EGPU_ANN_ASSIGNED " of a bound pod not believed pod=%s node=%s "
+             "ignored=%llu",
+             e->key, p->node, (unsigned long long)c->assigned_ignored);
+    p->has_assigned = e->pod.has_assigned;
+    p->assigned = e->pod.assigned;
+    memcpy(p->assigned_error, e->pod.assigned_error, sizeof(p->assigned_error));
 }
 
 static void pod_key(char *key, const char *ns, const char *name)
@@ -522,6 +659,9 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     if (e->reserved && !p->has_assigned && !p->terminal && !p->deleting && p->node[0] == '\0')
         goto out; /* an event from before our bind's patch: keep the reservation */
     e->reserved = false;
+    if (e->pod.node[0] != '\0' && strcmp(e->pod.node, p->node) == 0 && !e->pod.terminal &&
+        !p->terminal && !same_assigned(&e->pod, p))
+        keep_assigned(c, e, p);
     if (same_placement(&e->pod, p) && p->req.ncontainers == e->pod.req.ncontainers) {
         e->pod = *p; /* allocated flag, phase... */
         goto out;
@@ -718,6 +858,8 @@ void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched
     out->nodes = c->cluster->nnodes;
     out->gpus = c->cluster->ngpus;
     out->pods = egpu_map_count(c->pods);
+    out->duplicate_gpus = c->nshadowed;
+    out->assigned_ignored = c->assigned_ignored;
     while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
         out->placed += e->counted;
         out->unresolved += e->unresolved;

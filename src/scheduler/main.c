@@ -41,8 +41,11 @@ struct app {
     struct egpu_metrics *reg;
     struct egpu_health *health;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
-        *m_pods, *m_unresolved, *m_reused, *m_filter_reused;
+        *m_pods, *m_unresolved, *m_reused, *m_filter_reused, *m_skipped, *m_dup_gpus,
+        *m_assigned_ignored;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
+    unsigned long skipped_seen[SCHED_INFORMERS];
+    uint64_t assigned_ignored_seen;
     uint64_t reused_seen, filter_reused_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
@@ -98,6 +101,15 @@ static bool ready(void *data, char *why, size_t len)
         pthread_mutex_unlock(&a->api_error_lock);
         return false;
     }
+    for (int i = 0; i < SCHED_INFORMERS; i++) {
+        long ms = egpu_kube_informer_unhealthy_ms(a->api.informers[i]);
+
+        if (ms > a->o.watch_unhealthy_ms) {
+            snprintf(why, len, "the list and watch of %s objects has failed for %ld s",
+                     egpu__sched_api_kind(i), ms / 1000);
+            return false;
+        }
+    }
     if (a->el != NULL && !egpu_kube_elector_is_leader(a->el)) {
         snprintf(why, len, "not the leader (Lease %s)", a->o.lease_name);
         return false;
@@ -129,6 +141,7 @@ static int register_metrics(struct app *a, struct egpu_error *err)
 {
     static const char *const result[] = {"reason"};
     static const char *const node[] = {"node"};
+    static const char *const kind[] = {"kind"};
     int rc;
 
     a->reg = egpu_metrics_new();
@@ -176,6 +189,24 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                  "Filter replies given from the one before or made from it by "
                                  "node.",
                                  0, NULL, &a->m_filter_reused);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_scheduler_objects_skipped_total",
+                                 "API objects left out of the cache, by kind: watch lines that "
+                                 "were no event, objects without a usable name, and malformed "
+                                 "objects (each is logged).",
+                                 1, kind, &a->m_skipped);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_duplicate_gpus",
+                               "GPU objects left out of placement because another GPU object "
+                               "already names their UUID (a Warning event DuplicateGPU is posted "
+                               "on each).",
+                               0, NULL, &a->m_dup_gpus);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_scheduler_assigned_changes_ignored_total",
+                                 "Changes to a bound pod's elasticgpu.io/assigned annotation that "
+                                 "the cache did not believe (the decision recorded at bind "
+                                 "stands).",
+                                 0, NULL, &a->m_assigned_ignored);
     if (rc)
         return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
     return 0;
@@ -217,11 +248,22 @@ static void refresh_metrics(struct app *a)
                                   (double)(reused - a->filter_reused_seen));
         a->filter_reused_seen = reused;
     }
+    for (int i = 0; i < SCHED_INFORMERS; i++) {
+        const char *label[] = {egpu__sched_api_kind(i)};
+        unsigned long skipped = egpu__sched_api_skipped(&a->api, i);
+
+        (void)egpu_metric_add(a->m_skipped, label, (double)(skipped - a->skipped_seen[i]));
+        a->skipped_seen[i] = skipped;
+    }
     egpu_sched_cache_stats(a->cache, &st);
     (void)egpu_metric_set(a->m_nodes, NULL, (double)st.nodes);
     (void)egpu_metric_set(a->m_gpus, NULL, (double)st.gpus);
     (void)egpu_metric_set(a->m_pods, NULL, (double)st.pods);
     (void)egpu_metric_set(a->m_unresolved, NULL, (double)st.unresolved);
+    (void)egpu_metric_set(a->m_dup_gpus, NULL, (double)st.duplicate_gpus);
+    (void)egpu_metric_add(a->m_assigned_ignored, NULL,
+                          (double)(st.assigned_ignored - a->assigned_ignored_seen));
+    a->assigned_ignored_seen = st.assigned_ignored;
     (void)egpu_metric_set(a->m_leader, NULL,
                           a->el == NULL || egpu_kube_elector_is_leader(a->el) ? 1.0 : 0.0);
     c = egpu_sched_cache_lock(a->cache);

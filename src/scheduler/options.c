@@ -47,6 +47,10 @@ static const char usage[] =
     "  --lease-duration S      seconds (default 15)\n"
     "  --renew-deadline S      seconds (default 10)\n"
     "  --retry-period S        seconds (default 2)\n"
+    "  --watch-unhealthy-seconds S\n"
+    "                          not ready while a list or watch of nodes, GPUs or\n"
+    "                          pods has kept failing this long (EGPU_WATCH_UNHEALTHY_SECONDS;\n"
+    "                          default 30)\n"
     "  --threads N             HTTP threads (EGPU_THREADS; default 2)\n"
     "  --max-body BYTES        largest request body (EGPU_MAX_BODY; default 16777216)\n"
     "  --log-level L           error, warn, info, debug (EGPU_LOG_LEVEL; default info)\n"
@@ -54,8 +58,9 @@ static const char usage[] =
     "  --version               show the version\n"
     "\n"
     "Serves POST <prefix>/filter, <prefix>/prioritize, <prefix>/bind, and GET /healthz,\n"
-    "/readyz (ready once the cache is synced, the API server answers and, with leader\n"
-    "election, this instance leads) and /metrics (Prometheus text format 0.0.4).\n";
+    "/readyz (ready once the cache is synced, the API server answers, no watch has\n"
+    "failed longer than --watch-unhealthy-seconds and, with leader election, this\n"
+    "instance leads) and /metrics (Prometheus text format 0.0.4).\n";
 
 #define bad(...) egpu_cli_usage_error("egpu-scheduler", __VA_ARGS__)
 
@@ -70,6 +75,7 @@ enum {
     O_NODE_POLICY,
     O_CARD_POLICY,
     O_SEED,
+    O_WATCH_UNHEALTHY,
     O_SCHED_NAME,
     O_LEADER,
     O_LEASE_NS,
@@ -120,6 +126,11 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
     case O_CARD_POLICY:
         if (egpu_policy_parse(v, opt == O_NODE_POLICY ? &o->node_policy : &o->card_policy, &err))
             return bad("%s: %s", who, err.msg);
+        return 0;
+    case O_WATCH_UNHEALTHY:
+        if (egpu_cli_parse_u64(v, 1, 3600, &u))
+            return bad("%s \"%s\": expected seconds, 1..3600", who, v);
+        o->watch_unhealthy_ms = (long)u * 1000;
         return 0;
     case O_SEED:
         if (egpu_cli_parse_u64(v, 0, UINT64_MAX, &u))
@@ -183,6 +194,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"node-policy", required_argument, NULL, O_NODE_POLICY},
         {"card-policy", required_argument, NULL, O_CARD_POLICY},
         {"seed", required_argument, NULL, O_SEED},
+        {"watch-unhealthy-seconds", required_argument, NULL, O_WATCH_UNHEALTHY},
         {"scheduler-name", required_argument, NULL, O_SCHED_NAME},
         {"leader-elect", required_argument, NULL, O_LEADER},
         {"lease-namespace", required_argument, NULL, O_LEASE_NS},
@@ -207,6 +219,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"EGPU_NODE_POLICY", O_NODE_POLICY},
         {"EGPU_CARD_POLICY", O_CARD_POLICY},
         {"EGPU_SEED", O_SEED},
+        {"EGPU_WATCH_UNHEALTHY_SECONDS", O_WATCH_UNHEALTHY},
         {"EGPU_SCHEDULER_NAME", O_SCHED_NAME},
         {"EGPU_LEADER_ELECT", O_LEADER},
         {"EGPU_LEASE_NAMESPACE", O_LEASE_NS},
@@ -224,6 +237,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
                                      .card_policy = EGPU_POLICY_BINPACK,
                                      .scheduler_name = EGPU_SCHEDULER_NAME_DEFAULT,
                                      .leader_elect = true,
+                                     .watch_unhealthy_ms = 30000,
                                      .lease_name = "elastic-gpu-scheduler",
                                      .lease_duration_ms = 15000,
                                      .renew_deadline_ms = 10000,

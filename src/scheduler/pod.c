@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "egpu/kube.h"
 #include "egpu/scheduler.h"
 
 /* Copy a string field into out (len bytes). Missing = "" unless required. */
@@ -24,6 +25,8 @@ static int copy_str(const json_t *v, char *out, size_t len, bool required, const
     }
     if (!json_is_string(v))
         return egpu_error_set(err, EGPU_ESYNTAX, "%s: must be a string", path);
+    if (egpu_kube_str(v) == NULL)
+        return egpu_error_set(err, EGPU_ESYNTAX, "%s: must not hold a NUL character", path);
     if (json_string_length(v) >= len)
         return egpu_error_set(err, EGPU_ESYNTAX, "%s: longer than %zu characters", path, len - 1);
     memcpy(out, json_string_value(v), json_string_length(v) + 1);
@@ -52,7 +55,7 @@ static const char *quantity(const json_t *resources, const char *kind, const cha
         snprintf(buf, len, "%lld", (long long)json_integer_value(v));
         return buf;
     }
-    if (!json_is_string(v)) {
+    if (!json_is_string(v) || egpu_kube_str(v) == NULL) {
         *rc = egpu_error_set(err, EGPU_ESYNTAX, "%s.%s[%s]: must be a quantity string", path, kind,
                              name);
         return NULL;
@@ -219,14 +222,14 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
         return egpu_error_set(err, EGPU_ESYNTAX, "metadata.annotations: must be an object");
     v = json_object_get(ann, EGPU_ANN_NODE_POLICY);
     if (json_is_string(v)) {
-        rc = egpu_policy_parse(json_string_value(v), &p->node_policy, err);
+        rc = egpu_policy_parse(egpu_kube_str(v) ? json_string_value(v) : "", &p->node_policy, err);
         if (rc)
             return egpu_error_prefix(err, rc, "metadata.annotations[%s]", EGPU_ANN_NODE_POLICY);
         p->has_node_policy = true;
     }
     v = json_object_get(ann, EGPU_ANN_CARD_POLICY);
     if (json_is_string(v)) {
-        rc = egpu_policy_parse(json_string_value(v), &p->card_policy, err);
+        rc = egpu_policy_parse(egpu_kube_str(v) ? json_string_value(v) : "", &p->card_policy, err);
         if (rc)
             return egpu_error_prefix(err, rc, "metadata.annotations[%s]", EGPU_ANN_CARD_POLICY);
         p->has_card_policy = true;
@@ -237,12 +240,14 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
         return rc;
     p->allocated = json_object_get(ann, EGPU_ANN_ALLOCATED) != NULL;
     v = json_object_get(ann, EGPU_ANN_ASSIGNED);
-    if (json_is_string(v)) {
-        if (egpu_assigned_decode(json_string_value(v), &p->assigned, &aerr) == 0)
-            p->has_assigned = true;
-        else
-            snprintf(p->assigned_error, sizeof(p->assigned_error), "%s", aerr.msg);
-    }
+    if (json_is_string(v) && egpu_kube_str(v) == NULL)
+        snprintf(p->assigned_error, sizeof(p->assigned_error),
+                 "metadata.annotations[%s]: holds a NUL character", EGPU_ANN_ASSIGNED);
+    else if (json_is_string(v) &&
+             egpu_assigned_decode(json_string_value(v), &p->assigned, &aerr) == 0)
+        p->has_assigned = true;
+    else if (json_is_string(v))
+        snprintf(p->assigned_error, sizeof(p->assigned_error), "%s", aerr.msg);
     return 0;
 }
 

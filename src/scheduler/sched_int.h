@@ -6,13 +6,22 @@
 #include "egpu/kube.h"
 #include "egpu/scheduler.h"
 
-#define SCHED_INFORMERS 3 /* nodes, GPUs, pods */
+#define SCHED_INFORMERS 3 /* nodes, GPUs, pods, in this order */
 
 struct egpu_sched_api {
     struct egpu_kube *kube;
     struct egpu_sched_cache *cache;
     struct egpu_kube_informer *informers[SCHED_INFORMERS];
+    atomic_ulong refused[SCHED_INFORMERS]; /* objects the cache refused (malformed), logged */
 };
+
+/* The kind of informer i ("Node", "GPU", "Pod"), for logs and metric labels. */
+const char *egpu__sched_api_kind(int i);
+
+/* Objects of informer i left out of the cache since the start: those the
+ * informer skipped (no event, no usable name) and those the cache refused as
+ * malformed. Each was logged when it happened. */
+unsigned long egpu__sched_api_skipped(struct egpu_sched_api *api, int i);
 
 /* Start the informers feeding api->cache. Returns 0 or an informer error. */
 int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err) EGPU_MUST_CHECK;
@@ -34,6 +43,7 @@ struct egpu_sched_options {
     const char *kubeconfig, *context;
     enum egpu_policy_kind node_policy, card_policy;
     uint64_t seed;
+    long watch_unhealthy_ms;    /* not ready while an informer has failed this long */
     const char *scheduler_name; /* bind serves only pods with this spec.schedulerName */
     bool leader_elect;
     const char *lease_ns, *lease_name;

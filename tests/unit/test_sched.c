@@ -305,6 +305,171 @@ static void test_cache_counts_and_rebuilds(void **state)
     egpu_sched_cache_free(d);
 }
 
+/* Node count and cards per node of the core, for the duplicate tests. */
+static int node_cards(struct egpu_sched_cache *c, const char *node)
+{
+    struct egpu_cluster *cl = egpu_sched_cache_lock(c);
+    struct egpu_node *n = egpu_cluster_node(cl, node);
+    int v = n ? (int)n->ngpus : -1;
+
+    egpu_sched_cache_unlock(c);
+    return v;
+}
+
+/* Pod ns/a (one container, 80% and 1024 MiB) on node (NULL = pending),
+ * with elasticgpu.io/assigned naming uuid at core percent, or the raw
+ * annotation text raw (raw_len bytes, NULs allowed), or none. */
+static void set_assigned(struct egpu_sched_cache *c, const char *node, int core, const char *uuid,
+                         const char *raw, size_t raw_len)
+{
+    const int cores[] = {80}, mem[] = {1024};
+    json_t *pod = make_pod("ns", "a", node, 1, cores, mem);
+    char text[256];
+
+    if (uuid != NULL) {
+        snprintf(text, sizeof(text),
+                 "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":%d,\"memory\":1024,"
+                 "\"gpus\":[\"%s\"]}]}",
+                 core, uuid);
+        annotate_json(pod, EGPU_ANN_ASSIGNED, text);
+    } else if (raw != NULL) {
+        json_object_set_new(json_object_get(pod, "metadata"), "annotations",
+                            json_pack("{s:s%}", EGPU_ANN_ASSIGNED, raw, raw_len));
+    }
+    set_pod(c, pod);
+}
+
+/* Issue 10, finding 4: after bind, a pod owner edits its pod's
+ * elasticgpu.io/assigned (core 80 -> 1, other card, removed, unreadable);
+ * the cache keeps the decision it recorded, so the card stays full. */
+static void test_cache_keeps_recorded_assignment(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_sched_cache_stats st;
+    const int core[] = {80}, mem[] = {1024};
+    json_t *pod;
+
+    (void)state;
+    add_gpu_node(c, "n1", 2);
+    /* Our bind: the annotation on the pending pod, then the Binding. */
+    set_assigned(c, NULL, 80, "GPU-n1-0", NULL, 0);
+    set_assigned(c, "n1", 80, "GPU-n1-0", NULL, 0);
+    assert_int_equal(card_used(c, "n1", 0), 800);
+    set_assigned(c, "n1", 1, "GPU-n1-0", NULL, 0);        /* core 80 -> 1 */
+    set_assigned(c, "n1", 80, "GPU-n1-1", NULL, 0);       /* another card */
+    set_assigned(c, "n1", 0, NULL, NULL, 0);              /* removed */
+    set_assigned(c, "n1", 0, NULL, "{\"no\0de\":1}", 12); /* unreadable, with a NUL */
+    assert_int_equal(card_used(c, "n1", 0), 800);
+    assert_int_equal(card_used(c, "n1", 1), 0);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.assigned_ignored, 4);
+    assert_int_equal(st.unresolved, 0);
+    /* The same decision again is no change. */
+    set_assigned(c, "n1", 80, "GPU-n1-0", NULL, 0);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.assigned_ignored, 4);
+    /* The pod ends: its card comes back whatever the annotation says. */
+    pod = make_pod("ns", "a", "n1", 1, core, mem);
+    json_object_set_new(json_object_get(pod, "status"), "phase", json_string("Failed"));
+    set_pod(c, pod);
+    assert_int_equal(card_used(c, "n1", 0), 0);
+    /* A pending pod's annotation may still go (bind undoes it on failure). */
+    set_assigned(c, NULL, 80, "GPU-n1-1", NULL, 0);
+    assert_int_equal(egpu_sched_cache_pod_delete(c, "ns", "a"), 0);
+    set_assigned(c, NULL, 80, "GPU-n1-1", NULL, 0);
+    assert_int_equal(card_used(c, "n1", 1), 800);
+    set_assigned(c, NULL, 0, NULL, NULL, 0);
+    assert_int_equal(card_used(c, "n1", 1), 0);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.assigned_ignored, 4);
+    egpu_sched_cache_free(c);
+}
+
+/* Issue 10, finding 4: a GPU object repeating another card's UUID drops
+ * only itself, never the node it names or the owner's node. */
+static void test_cache_duplicate_uuid_drops_only_the_duplicate(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_sched_cache_stats st;
+    struct egpu_error err = {0};
+    json_t *evil, *twin, *owner, *nul;
+
+    (void)state;
+    add_gpu_node(c, "n1", 2);
+    add_gpu_node(c, "n2", 2);
+    /* On another node. */
+    evil = make_gpu("n2", 5, "A100", 40960);
+    json_object_set_new(json_object_get(evil, "spec"), "uuid", json_string("GPU-n1-0"));
+    assert_int_equal(egpu_sched_cache_gpu_set(c, evil, &err), -EEXIST);
+    assert_non_null(strstr(err.msg, "n2-gpu5"));
+    assert_non_null(strstr(err.msg, "n1-gpu0"));
+    /* On the same node, under another name and a bigger memory. */
+    twin = make_gpu("n1", 7, "A100", 999999);
+    json_object_set_new(json_object_get(twin, "spec"), "uuid", json_string("GPU-n1-1"));
+    assert_int_equal(egpu_sched_cache_gpu_set(c, twin, &err), -EEXIST);
+    assert_int_equal(node_cards(c, "n1"), 2);
+    assert_int_equal(node_cards(c, "n2"), 2);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.nodes, 2);
+    assert_int_equal(st.gpus, 4);
+    assert_int_equal(st.duplicate_gpus, 2);
+    /* A status update of a duplicate says nothing new. */
+    json_object_set_new(evil, "status", json_pack("{s:s}", "health", "Unhealthy"));
+    assert_int_equal(egpu_sched_cache_gpu_set(c, evil, &err), 0);
+    /* An update of the owner keeps the card its own. */
+    owner = make_gpu("n1", 0, "A100", 81920);
+    assert_int_equal(egpu_sched_cache_gpu_set(c, owner, &err), 0);
+    assert_int_equal(node_cards(c, "n1"), 2);
+    /* The owner goes: the duplicate takes the card over. */
+    assert_int_equal(egpu_sched_cache_gpu_delete(c, owner, &err), 0);
+    assert_int_equal(node_cards(c, "n1"), 1);
+    assert_int_equal(node_cards(c, "n2"), 3);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.duplicate_gpus, 1);
+    /* Deleting a shadowed duplicate changes no node. */
+    assert_int_equal(egpu_sched_cache_gpu_delete(c, twin, &err), 0);
+    assert_int_equal(node_cards(c, "n1"), 1);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.duplicate_gpus, 0);
+    assert_int_equal(egpu_sched_cache_gpu_delete(c, evil, &err), 0);
+    assert_int_equal(node_cards(c, "n2"), 2);
+    /* A UUID holding a NUL is refused, naming the field. */
+    nul = make_gpu("n2", 6, "A100", 40960);
+    json_object_set_new(json_object_get(nul, "spec"), "uuid", json_stringn("GPU-n1-1\0x", 10));
+    assert_int_equal(egpu_sched_cache_gpu_set(c, nul, &err), EGPU_ESYNTAX);
+    assert_non_null(strstr(err.msg, "spec.uuid"));
+    assert_int_equal(node_cards(c, "n2"), 2);
+    json_decref(nul);
+    json_decref(owner);
+    json_decref(evil);
+    json_decref(twin);
+    egpu_sched_cache_free(c);
+}
+
+/* A NUL in a string the extender reads as text is refused, naming the
+ * field; one in an annotation it does not read changes nothing. */
+static void test_pod_parse_nul(void **state)
+{
+    const int core[] = {30}, mem[] = {0};
+    struct egpu_sched_pod p;
+    struct egpu_error err = {0};
+    json_t *pod = make_pod("ns", "a", NULL, 1, core, mem);
+
+    (void)state;
+    json_object_set_new(json_object_get(pod, "metadata"), "annotations",
+                        json_pack("{s:s%}", "team.example.com/note", "a\0b", (size_t)3));
+    assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
+    json_object_set_new(json_object_get(json_object_get(pod, "metadata"), "annotations"),
+                        EGPU_ANN_NODE_POLICY, json_stringn("fgd\0x", 5));
+    assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), -EINVAL);
+    json_object_del(json_object_get(json_object_get(pod, "metadata"), "annotations"),
+                    EGPU_ANN_NODE_POLICY);
+    json_object_set_new(json_object_get(pod, "metadata"), "name", json_stringn("a\0b", 3));
+    assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), EGPU_ESYNTAX);
+    assert_non_null(strstr(err.msg, "metadata.name"));
+    json_decref(pod);
+}
+
 /* Fake API for bind: records calls, fails on demand. */
 struct fake_api {
     pthread_mutex_t lock;
@@ -871,6 +1036,9 @@ int main(void)
         cmocka_unit_test(test_pod_parse),
         cmocka_unit_test(test_wire_fixture_pod),
         cmocka_unit_test(test_cache_counts_and_rebuilds),
+        cmocka_unit_test(test_cache_keeps_recorded_assignment),
+        cmocka_unit_test(test_cache_duplicate_uuid_drops_only_the_duplicate),
+        cmocka_unit_test(test_pod_parse_nul),
         cmocka_unit_test(test_filter_and_prioritize),
         cmocka_unit_test(test_filter_follows_node_set),
         cmocka_unit_test(test_bind_and_rollback),
