@@ -37,28 +37,41 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* HTTP server (src/net/http.c)                                             */
 
-#define EGPU_HTTP_THREADS_DEFAULT   2                  /* pool threads */
-#define EGPU_HTTP_TIMEOUT_S_DEFAULT 30                 /* idle connection timeout */
-#define EGPU_HTTP_BODY_MAX_DEFAULT  (1024 * 1024)      /* request body, bytes */
-#define EGPU_HTTP_RESP_MAX_DEFAULT  (64 * 1024 * 1024) /* response body, bytes */
-#define EGPU_HTTP_TYPE_MAX          128                /* Content-Type, bytes incl. NUL */
-#define EGPU_HTTP_RESP_HEADERS_MAX  32                 /* extra headers on one response */
+#define EGPU_HTTP_THREADS_DEFAULT           2             /* pool threads */
+#define EGPU_HTTP_TIMEOUT_S_DEFAULT         120           /* idle connection timeout */
+#define EGPU_HTTP_REQUEST_TIMEOUT_S_DEFAULT 10            /* whole request, first byte to last */
+#define EGPU_HTTP_CONNECTIONS_DEFAULT       256           /* open connections, all clients */
+#define EGPU_HTTP_PER_CLIENT_DEFAULT        32            /* open connections, one client address */
+#define EGPU_HTTP_BODY_MAX_DEFAULT          (1024 * 1024) /* request body, bytes */
+#define EGPU_HTTP_RESP_MAX_DEFAULT          (64 * 1024 * 1024) /* response body, bytes */
+#define EGPU_HTTP_TYPE_MAX                  128                /* Content-Type, bytes incl. NUL */
+#define EGPU_HTTP_RESP_HEADERS_MAX          32                 /* extra headers on one response */
 
 /* Server settings. Zero fields take the defaults above, so
  * `struct egpu_http_config cfg = {.port = 8080};` is a complete config.
  * Strings are borrowed: egpu_http_server_new copies what it keeps. */
 struct egpu_http_config {
-    const char *bind_addr;     /* IPv4 or IPv6 literal; NULL or "" = every IPv4
-                                  address (0.0.0.0); "::" = every address, IPv6
-                                  and IPv4 (dual stack) */
-    uint16_t port;             /* TCP port; 0 = an ephemeral port chosen by the
-                                  kernel (see egpu_http_server_port) */
-    unsigned threads;          /* pool threads serving connections; 0 = 2 */
-    unsigned timeout_s;        /* close a connection idle this long; 0 = 30 */
-    size_t max_body_bytes;     /* larger request bodies get 413; 0 = 1 MiB */
-    size_t max_resp_bytes;     /* most a handler may write; 0 = 64 MiB */
-    const char *tls_cert_file; /* PEM certificate (chain) for HTTPS; NULL = HTTP */
-    const char *tls_key_file;  /* PEM private key; needed iff tls_cert_file */
+    const char *bind_addr;      /* IPv4 or IPv6 literal; NULL or "" = every IPv4
+                                   address (0.0.0.0); "::" = every address, IPv6
+                                   and IPv4 (dual stack) */
+    uint16_t port;              /* TCP port; 0 = an ephemeral port chosen by the
+                                   kernel (see egpu_http_server_port) */
+    unsigned threads;           /* pool threads serving connections; 0 = 2 */
+    unsigned timeout_s;         /* close a kept-alive connection that sent nothing for this
+                                   long after its last response (or since it opened); 0 =
+                                   120, longer than the 90 s a Go client keeps an idle
+                                   connection for reuse */
+    unsigned request_timeout_s; /* close a connection whose request has not fully arrived
+                                   this long after its first byte came (a client trickling
+                                   its headers or body, "slowloris"); 0 = 10 */
+    unsigned max_connections;   /* open connections at most; one more is refused (closed at
+                                   once); 0 = 256 */
+    unsigned max_per_client;    /* open connections from one client IP address at most
+                                   (IPv6: the whole address); 0 = 32 */
+    size_t max_body_bytes;      /* larger request bodies get 413; 0 = 1 MiB */
+    size_t max_resp_bytes;      /* most a handler may write; 0 = 64 MiB */
+    const char *tls_cert_file;  /* PEM certificate (chain) for HTTPS; NULL = HTTP */
+    const char *tls_key_file;   /* PEM private key; needed iff tls_cert_file */
 };
 
 /* What a handler sees. Every pointer is borrowed and valid only during the
@@ -145,6 +158,21 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
 /* The TCP port the running server listens on (the kernel's choice when the
  * config said 0), or 0 when it is not running. */
 uint16_t egpu_http_server_port(const struct egpu_http_server *srv);
+
+/* What the server did to connections since it was made (counts survive a
+ * stop and start). refused_*: connections closed on arrival because max_connections
+ * (total) or max_per_client (per_client) were reached; timed_out_*: connections
+ * closed because they sat idle past timeout_s (idle) or their request had not
+ * fully arrived request_timeout_s after its first byte (slow); open: connections
+ * open now. */
+struct egpu_http_conn_stats {
+    uint64_t refused_total, refused_per_client;
+    uint64_t timed_out_idle, timed_out_slow;
+    unsigned open;
+};
+
+/* Read srv's connection counts into *out. Safe from any thread. */
+void egpu_http_server_conn_stats(struct egpu_http_server *srv, struct egpu_http_conn_stats *out);
 
 /* Stop serving: close the listening socket and every connection, and join
  * the pool threads. Requests in flight are cut off. Returns when no
@@ -283,8 +311,9 @@ struct egpu_health; /* opaque */
  * With reg it also registers, and keeps current for srv's requests:
  *   egpu_http_requests_total{path,code}        counter
  *   egpu_http_request_duration_seconds{path}   histogram (default buckets)
- * where path is the matched route or "unmatched". This installs srv's
- * observer (egpu_http_server_observe). srv, reg and data are borrowed and
+ * where path is the matched route or "unmatched", and the connection
+ * metrics of egpu_health_add_server. This installs srv's observer
+ * (egpu_http_server_observe). srv, reg and data are borrowed and
  * must outlive *out; free *out (egpu_health_free) only after
  * egpu_http_server_stop or _free(srv). Returns 0, or the error of a route
  * or metric registration (-EEXIST when srv already serves one of the
@@ -293,6 +322,21 @@ struct egpu_health; /* opaque */
  * (metric families registered before the error stay in reg). */
 int egpu_health_new(struct egpu_http_server *srv, struct egpu_metrics *reg, egpu_ready_cb ready,
                     void *data, struct egpu_health **out, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Count another server's requests and connections in h's metrics too (a
+ * component that serves on two ports, e.g. egpu-scheduler's extender verbs
+ * on loopback and its health endpoints on the pod address). egpu_health_new
+ * adds its own server this way when it has a registry, which then also
+ * holds, kept current at each scrape of /metrics:
+ *   egpu_http_connections_refused_total{reason="total|per_client"}  counter
+ *   egpu_http_connections_timed_out_total{reason="idle|slow"}      counter
+ *   egpu_http_connections_open                                     gauge
+ * summed over its servers (see struct egpu_http_conn_stats). Installs srv's
+ * observer; srv is borrowed and must outlive h. Only before
+ * egpu_http_server_start(srv). Returns 0, -EINVAL (h has no registry),
+ * EGPU_ELIMIT (a fifth server) or -EBUSY (srv running). */
+int egpu_health_add_server(struct egpu_health *h, struct egpu_http_server *srv,
+                           struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Free h. NULL is a no-op. */
 void egpu_health_free(struct egpu_health *h);

@@ -14,20 +14,54 @@
  * unmatched requests share path="unmatched".
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "egpu/net.h"
 
 #define READY_WHY_MAX 256 /* readiness reason, bytes incl. NUL */
+#define SERVERS_MAX   4   /* servers whose connections one registry counts */
 
 struct egpu_health {
     struct egpu_metrics *reg;
     egpu_ready_cb ready;
     void *data;
-    struct egpu_metric *requests; /* egpu_http_requests_total{path,code} */
-    struct egpu_metric *duration; /* egpu_http_request_duration_seconds{path} */
+    struct egpu_metric *requests;  /* egpu_http_requests_total{path,code} */
+    struct egpu_metric *duration;  /* egpu_http_request_duration_seconds{path} */
+    struct egpu_metric *refused;   /* egpu_http_connections_refused_total{reason} */
+    struct egpu_metric *timed_out; /* egpu_http_connections_timed_out_total{reason} */
+    struct egpu_metric *open;      /* egpu_http_connections_open */
+    pthread_mutex_t lock;          /* guards servers and seen */
+    struct egpu_http_server *servers[SERVERS_MAX];
+    struct egpu_http_conn_stats seen[SERVERS_MAX]; /* counts already added */
+    size_t nservers;
 };
+
+/* Bring the connection metrics up to the servers' counts (on each scrape). */
+static void sync_connections(struct egpu_health *h)
+{
+    unsigned open = 0;
+
+    pthread_mutex_lock(&h->lock);
+    for (size_t i = 0; i < h->nservers; i++) {
+        struct egpu_http_conn_stats now, *was = &h->seen[i];
+
+        egpu_http_server_conn_stats(h->servers[i], &now);
+        egpu_metric_add(h->refused, (const char *const[]){"total"},
+                        (double)(now.refused_total - was->refused_total));
+        egpu_metric_add(h->refused, (const char *const[]){"per_client"},
+                        (double)(now.refused_per_client - was->refused_per_client));
+        egpu_metric_add(h->timed_out, (const char *const[]){"idle"},
+                        (double)(now.timed_out_idle - was->timed_out_idle));
+        egpu_metric_add(h->timed_out, (const char *const[]){"slow"},
+                        (double)(now.timed_out_slow - was->timed_out_slow));
+        open += now.open;
+        *was = now;
+    }
+    pthread_mutex_unlock(&h->lock);
+    egpu_metric_set(h->open, NULL, (double)open);
+}
 
 static int on_healthz(void *data, const struct egpu_http_request *req,
                       struct egpu_http_response *resp)
@@ -63,6 +97,7 @@ static int on_metrics(void *data, const struct egpu_http_request *req,
     int rc;
 
     (void)req;
+    sync_connections(h);
     rc = egpu_http_response_set_type(resp, EGPU_METRICS_CONTENT_TYPE);
     if (rc == 0)
         rc = egpu_metrics_render(h->reg, &resp->body);
@@ -81,6 +116,37 @@ static void on_request_done(void *data, const char *route, int status, double se
     egpu_metric_observe(h->duration, (const char *const[]){path}, seconds);
 }
 
+/* The connection families, each child at 0 from the start so that a rate
+ * or an alert on them has a series before the first event. */
+static int register_connections(struct egpu_health *h, struct egpu_error *err)
+{
+    static const char *const reason[] = {"reason"};
+    int rc;
+
+    rc = egpu_metric_counter(h->reg, "egpu_http_connections_refused_total",
+                             "Connections closed on arrival because the server's limit on open "
+                             "connections was reached: in total (total) or from one client "
+                             "address (per_client).",
+                             1, reason, &h->refused);
+    if (rc == 0)
+        rc = egpu_metric_counter(h->reg, "egpu_http_connections_timed_out_total",
+                                 "Connections closed because they sat idle past the idle timeout "
+                                 "(idle) or their request had not fully arrived within the "
+                                 "request timeout of its first byte (slow).",
+                                 1, reason, &h->timed_out);
+    if (rc == 0)
+        rc = egpu_metric_gauge(h->reg, "egpu_http_connections_open",
+                               "Connections open now, on every server of this component.", 0, NULL,
+                               &h->open);
+    if (rc != 0)
+        return egpu_error_set(err, rc, "register connection metrics: %s", egpu_strerror(rc));
+    egpu_metric_add(h->refused, (const char *const[]){"total"}, 0);
+    egpu_metric_add(h->refused, (const char *const[]){"per_client"}, 0);
+    egpu_metric_add(h->timed_out, (const char *const[]){"idle"}, 0);
+    egpu_metric_add(h->timed_out, (const char *const[]){"slow"}, 0);
+    return 0;
+}
+
 static const char *const paths[] = {"/healthz", "/readyz", "/metrics"};
 static const egpu_http_handler_cb handlers[] = {on_healthz, on_readyz, on_metrics};
 
@@ -96,6 +162,7 @@ int egpu_health_new(struct egpu_http_server *srv, struct egpu_metrics *reg, egpu
     h = egpu_calloc(1, sizeof(*h));
     if (h == NULL)
         return egpu_error_set(err, -ENOMEM, "health endpoints: out of memory");
+    pthread_mutex_init(&h->lock, NULL);
     h->reg = reg;
     h->ready = ready;
     h->data = data;
@@ -116,6 +183,9 @@ int egpu_health_new(struct egpu_http_server *srv, struct egpu_metrics *reg, egpu
                            egpu_strerror(rc));
             goto out_free;
         }
+        rc = register_connections(h, err);
+        if (rc != 0)
+            goto out_free;
     }
     for (i = 0; i < nroutes; i++) {
         rc = egpu_http_server_route(srv, "GET", paths[i], handlers[i], h);
@@ -125,11 +195,9 @@ int egpu_health_new(struct egpu_http_server *srv, struct egpu_metrics *reg, egpu
         }
     }
     if (reg != NULL) {
-        rc = egpu_http_server_observe(srv, on_request_done, h);
-        if (rc != 0) {
-            egpu_error_set(err, rc, "observe requests: %s", egpu_strerror(rc));
+        rc = egpu_health_add_server(h, srv, err);
+        if (rc != 0)
             goto out_unroute;
-        }
     }
     *out = h;
     return 0;
@@ -140,11 +208,36 @@ out_unroute:
             continue; /* cannot happen: we routed it and the server is stopped */
     }
 out_free:
+    pthread_mutex_destroy(&h->lock);
     egpu_free(h);
     return rc;
 }
 
+int egpu_health_add_server(struct egpu_health *h, struct egpu_http_server *srv,
+                           struct egpu_error *err)
+{
+    int rc;
+
+    if (h->reg == NULL)
+        return egpu_error_set(err, -EINVAL, "health endpoints without a metrics registry");
+    if (h->nservers == SERVERS_MAX)
+        return egpu_error_set(err, EGPU_ELIMIT, "health endpoints: more than %d servers",
+                              SERVERS_MAX);
+    rc = egpu_http_server_observe(srv, on_request_done, h);
+    if (rc != 0)
+        return egpu_error_set(err, rc, "observe requests: %s", egpu_strerror(rc));
+    pthread_mutex_lock(&h->lock);
+    h->servers[h->nservers] = srv;
+    egpu_http_server_conn_stats(srv, &h->seen[h->nservers]);
+    h->nservers++;
+    pthread_mutex_unlock(&h->lock);
+    return 0;
+}
+
 void egpu_health_free(struct egpu_health *h)
 {
+    if (h == NULL)
+        return;
+    pthread_mutex_destroy(&h->lock);
     egpu_free(h);
 }

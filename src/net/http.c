@@ -21,6 +21,9 @@
 #define _GNU_SOURCE /* explicit_bzero */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/tcp.h> /* TCP_INFO's tcpi_bytes_received */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -44,6 +47,24 @@
 #define TEXT_PLAIN       "text/plain; charset=utf-8"
 #define HTTP_SNDBUF      (1024 * 1024)        /* per connection send buffer, bytes */
 #define HTTP_CONN_MEMORY ((size_t)256 * 1024) /* per connection: headers and read buffer */
+#define WATCH_TICK_MS    250                  /* connection watchdog period */
+
+/* One open connection, as the watchdog sees it. A connection is idle
+ * between requests (no byte since its last response, or since it opened),
+ * receiving once a byte of a request came (TCP_INFO's bytes_received passed
+ * the mark taken at the last response), and answering from the time its
+ * handler runs until the response is sent. */
+enum conn_state { CONN_FREE, CONN_WAITING, CONN_ANSWERING, CONN_CLOSING };
+
+struct conn {
+    enum conn_state state;
+    int fd;
+    bool mark_pending;      /* idle again: the watchdog takes the mark at its next look */
+    unsigned char addr[16]; /* client IP, IPv4 as ::ffff:a.b.c.d */
+    uint64_t mark;          /* bytes_received when it became idle */
+    struct timespec since;  /* when it became idle, or its request's first byte was seen */
+    bool receiving;         /* bytes past mark seen: since is the first sighting */
+};
 
 struct egpu_http_header {
     char *name;
@@ -74,6 +95,15 @@ struct egpu_http_server {
     void *observe_data;
     struct MHD_Daemon *daemon; /* NULL while stopped */
     uint16_t port;
+    /* Connection limits and timeouts (see on_accept, on_connection, watchdog). */
+    pthread_mutex_t conn_lock; /* guards conns, nconns, stop_watch */
+    pthread_cond_t watch_cond;
+    struct conn *conns; /* table of cap_conns slots */
+    unsigned cap_conns, nconns;
+    bool stop_watch;
+    bool watching; /* watchdog thread running */
+    pthread_t watch;
+    atomic_uint_least64_t refused_total, refused_per_client, timed_out_idle, timed_out_slow;
 };
 
 /* One request, from its request line to its completion. */
@@ -87,6 +117,7 @@ struct call {
     bool started;       /* first access-handler call done */
     bool too_big;       /* body passed max_body_bytes: answer 413 */
     bool no_memory;     /* body could not be stored: answer 500 */
+    struct conn *conn;  /* the connection's watchdog record, or NULL */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -255,6 +286,243 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, struct call *call,
 }
 
 /* ------------------------------------------------------------------------ */
+/* Connection limits and timeouts                                           */
+
+/* DESIGN: libmicrohttpd checks its own connection limits before it asks the
+ * accept policy, and says nothing to the application when one bites, so the
+ * limits are ours: on_accept refuses a connection past max_connections or
+ * max_per_client and counts it; libmicrohttpd's own limit is set well above
+ * ours and stays a backstop. Each open connection has a record (struct conn)
+ * made when libmicrohttpd announces it and freed when it announces its close,
+ * which is before it closes the socket, so the fd in a record is always that
+ * connection's. Its inactivity timeout resets on every byte, which a client
+ * that trickles its headers one byte at a time never lets expire; so a
+ * watchdog thread looks at every connection each WATCH_TICK_MS and closes
+ * (shutdown(2); the pool thread then sees the end and closes it) one that is
+ * idle past timeout_s, or whose request's first byte (TCP_INFO's
+ * bytes_received passing the mark taken when it went idle) came more than
+ * request_timeout_s ago without the request being complete. Counts in and
+ * out of the table race with each other across pool threads, so a burst can
+ * pass a limit by at most threads - 1 connections. */
+
+static void addr_key(const struct sockaddr *sa, unsigned char key[16])
+{
+    memset(key, 0, 16);
+    if (sa != NULL && sa->sa_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+    } else if (sa != NULL && sa->sa_family == AF_INET6) {
+        memcpy(key, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+    }
+}
+
+static void addr_text(const unsigned char key[16], char *out, size_t len)
+{
+    static const unsigned char v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+    if (inet_ntop(memcmp(key, v4, 12) == 0 ? AF_INET : AF_INET6,
+                  memcmp(key, v4, 12) == 0 ? key + 12 : key, out, (socklen_t)len) == NULL)
+        snprintf(out, len, "?");
+}
+
+/* Bytes the kernel has received on fd's TCP connection, or UINT64_MAX when
+ * it cannot tell. */
+static uint64_t bytes_received(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(ti.tcpi_bytes_received))
+        return UINT64_MAX;
+    return ti.tcpi_bytes_received;
+}
+
+static double seconds_between(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
+}
+
+/* Log the n-th event of a kind only when n is a power of two, so a flood
+ * makes a few lines, not one per connection. */
+static bool worth_logging(uint64_t n)
+{
+    return n != 0 && (n & (n - 1)) == 0;
+}
+
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    struct egpu_http_server *srv = cls;
+    unsigned char key[16];
+    unsigned same = 0, open;
+    bool total = false, per_client = false;
+    char text[INET6_ADDRSTRLEN];
+    uint64_t n;
+
+    (void)addrlen;
+    addr_key(addr, key);
+    pthread_mutex_lock(&srv->conn_lock);
+    open = srv->nconns;
+    if (open >= srv->cfg.max_connections) {
+        total = true;
+    } else {
+        for (unsigned i = 0; i < srv->cap_conns; i++) {
+            if (srv->conns[i].state != CONN_FREE && memcmp(srv->conns[i].addr, key, 16) == 0)
+                same++;
+        }
+        per_client = same >= srv->cfg.max_per_client;
+    }
+    pthread_mutex_unlock(&srv->conn_lock);
+    if (!total && !per_client)
+        return MHD_YES;
+    addr_text(key, text, sizeof(text));
+    if (total) {
+        n = atomic_fetch_add(&srv->refused_total, 1) + 1;
+        if (worth_logging(n))
+            egpu_log(EGPU_LOG_WARN,
+                     "connection refused client=%s reason=total open=%u limit=%u refused=%" PRIu64,
+                     text, open, srv->cfg.max_connections, n);
+    } else {
+        n = atomic_fetch_add(&srv->refused_per_client, 1) + 1;
+        if (worth_logging(n))
+            egpu_log(EGPU_LOG_WARN,
+                     "connection refused client=%s reason=per_client open=%u limit=%u "
+                     "refused=%" PRIu64,
+                     text, same, srv->cfg.max_per_client, n);
+    }
+    return MHD_NO;
+}
+
+/* Record a new connection; NULL (and the connection shut) when the table is
+ * full, which only a burst racing past on_accept can make happen. */
+static struct conn *conn_open(struct egpu_http_server *srv, int fd, const struct sockaddr *peer)
+{
+    struct conn *c = NULL;
+
+    pthread_mutex_lock(&srv->conn_lock);
+    for (unsigned i = 0; i < srv->cap_conns && c == NULL; i++) {
+        if (srv->conns[i].state == CONN_FREE)
+            c = &srv->conns[i];
+    }
+    if (c != NULL) {
+        memset(c, 0, sizeof(*c));
+        c->state = CONN_WAITING;
+        c->fd = fd;
+        c->mark_pending = true;
+        addr_key(peer, c->addr);
+        clock_gettime(CLOCK_MONOTONIC, &c->since);
+        srv->nconns++;
+    }
+    pthread_mutex_unlock(&srv->conn_lock);
+    if (c == NULL) {
+        atomic_fetch_add(&srv->refused_total, 1);
+        (void)shutdown(fd, SHUT_RDWR);
+    }
+    return c;
+}
+
+static void conn_close(struct egpu_http_server *srv, struct conn *c)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&srv->conn_lock);
+    c->state = CONN_FREE;
+    srv->nconns--;
+    pthread_mutex_unlock(&srv->conn_lock);
+}
+
+/* A request's handler starts (CONN_ANSWERING: no timeout while it runs and
+ * its answer goes out), or its response is done (CONN_WAITING: idle again). */
+static void conn_set_state(struct egpu_http_server *srv, struct conn *c, enum conn_state state)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&srv->conn_lock);
+    if (c->state == CONN_WAITING || c->state == CONN_ANSWERING) {
+        c->state = state;
+        if (state == CONN_WAITING) {
+            c->mark_pending = true;
+            c->receiving = false;
+            clock_gettime(CLOCK_MONOTONIC, &c->since);
+        }
+    }
+    pthread_mutex_unlock(&srv->conn_lock);
+}
+
+/* Close c for a timeout (conn_lock held). */
+static void conn_time_out(struct egpu_http_server *srv, struct conn *c, bool slow, double seconds)
+{
+    char text[INET6_ADDRSTRLEN];
+    uint64_t n = atomic_fetch_add(slow ? &srv->timed_out_slow : &srv->timed_out_idle, 1) + 1;
+
+    (void)shutdown(c->fd, SHUT_RDWR);
+    c->state = CONN_CLOSING;
+    if (worth_logging(n)) {
+        addr_text(c->addr, text, sizeof(text));
+        egpu_log(EGPU_LOG_WARN,
+                 "connection timed out client=%s reason=%s seconds=%.1f count=%" PRIu64, text,
+                 slow ? "slow" : "idle", seconds, n);
+    }
+}
+
+static void *watchdog(void *arg)
+{
+    struct egpu_http_server *srv = arg;
+    struct timespec now, until;
+
+    pthread_mutex_lock(&srv->conn_lock);
+    while (!srv->stop_watch) {
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += WATCH_TICK_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&srv->watch_cond, &srv->conn_lock, &until);
+        if (srv->stop_watch)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        for (unsigned i = 0; i < srv->cap_conns; i++) {
+            struct conn *c = &srv->conns[i];
+            uint64_t got;
+            double t;
+
+            if (c->state != CONN_WAITING)
+                continue;
+            got = bytes_received(c->fd);
+            if (c->mark_pending) {
+                c->mark = got;
+                c->mark_pending = false;
+            }
+            if (got != UINT64_MAX && got > c->mark && !c->receiving) {
+                c->receiving = true;
+                c->since = now;
+                continue;
+            }
+            t = seconds_between(&c->since, &now);
+            if (c->receiving && t >= (double)srv->cfg.request_timeout_s)
+                conn_time_out(srv, c, true, t);
+            else if (!c->receiving && t >= (double)srv->cfg.timeout_s)
+                conn_time_out(srv, c, false, t);
+        }
+    }
+    pthread_mutex_unlock(&srv->conn_lock);
+    return NULL;
+}
+
+void egpu_http_server_conn_stats(struct egpu_http_server *srv, struct egpu_http_conn_stats *out)
+{
+    out->refused_total = atomic_load(&srv->refused_total);
+    out->refused_per_client = atomic_load(&srv->refused_per_client);
+    out->timed_out_idle = atomic_load(&srv->timed_out_idle);
+    out->timed_out_slow = atomic_load(&srv->timed_out_slow);
+    pthread_mutex_lock(&srv->conn_lock);
+    out->open = srv->nconns;
+    pthread_mutex_unlock(&srv->conn_lock);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Request processing                                                       */
 
 const char *egpu_http_request_header(const struct egpu_http_request *req, const char *name)
@@ -369,6 +637,7 @@ static enum MHD_Result finish(struct egpu_http_server *srv, struct call *call,
     }
     if (call->no_memory)
         return send_text(conn, call, 500, NULL, "500 internal server error: out of memory\n");
+    conn_set_state(srv, call->conn, CONN_ANSWERING);
     response_init(&resp, srv->cfg.max_resp_bytes);
     rc = call->route->cb(call->route->data, &req, &resp);
     if (rc == 0 && (resp.status < 200 || resp.status > 599)) {
@@ -426,11 +695,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     struct call *call = egpu_calloc(1, sizeof(*call));
+    const union MHD_ConnectionInfo *info;
 
-    (void)conn;
     if (call == NULL)
         return NULL;
     call->srv = cls;
+    info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    call->conn = info != NULL ? info->socket_context : NULL;
     call->uri = egpu_strdup(uri);
     if (call->uri == NULL) {
         egpu_free(call);
@@ -441,23 +712,33 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return call;
 }
 
-/* A new connection: room in its send buffer for a whole large reply (a
- * HostPriorityList of 5,000 nodes is ~200 KB), so it goes out in one write
- * instead of a write, a wait for the peer to read and a wake-up per piece.
- * The kernel caps the size at twice net.core.wmem_max (~416 KiB on a stock
- * kernel) and stops tuning the buffer itself; a failure leaves it as it was. */
+/* A new connection: counted and watched (conn_open), and room in its send
+ * buffer for a whole large reply (a HostPriorityList of 5,000 nodes is
+ * ~200 KB), so it goes out in one write instead of a write, a wait for the
+ * peer to read and a wake-up per piece. The kernel caps the size at twice
+ * net.core.wmem_max (~416 KiB on a stock kernel) and stops tuning the buffer
+ * itself; a failure leaves it as it was. A closed connection leaves the
+ * table (before libmicrohttpd closes its socket). */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
-    const union MHD_ConnectionInfo *info;
+    struct egpu_http_server *srv = cls;
+    const union MHD_ConnectionInfo *info, *peer;
     int size = HTTP_SNDBUF;
 
-    (void)cls, (void)socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_close(srv, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
     if (code != MHD_CONNECTION_NOTIFY_STARTED)
         return;
     info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (info != NULL)
-        (void)setsockopt(info->connect_fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    peer = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (info == NULL)
+        return;
+    (void)setsockopt(info->connect_fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    *socket_context = conn_open(srv, info->connect_fd, peer ? peer->client_addr : NULL);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
@@ -472,6 +753,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (call == NULL)
         return;
     *req_cls = NULL;
+    conn_set_state(srv, call->conn, CONN_WAITING);
     if (call->status != 0) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         seconds =
@@ -585,6 +867,8 @@ int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_se
     if (srv == NULL)
         return egpu_error_set(err, -ENOMEM, "http server: out of memory");
     srv->cfg = *cfg;
+    pthread_mutex_init(&srv->conn_lock, NULL);
+    pthread_cond_init(&srv->watch_cond, NULL);
     srv->cfg.bind_addr = NULL;
     srv->cfg.tls_cert_file = NULL;
     srv->cfg.tls_key_file = NULL;
@@ -592,6 +876,12 @@ int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_se
         srv->cfg.threads = EGPU_HTTP_THREADS_DEFAULT;
     if (srv->cfg.timeout_s == 0)
         srv->cfg.timeout_s = EGPU_HTTP_TIMEOUT_S_DEFAULT;
+    if (srv->cfg.request_timeout_s == 0)
+        srv->cfg.request_timeout_s = EGPU_HTTP_REQUEST_TIMEOUT_S_DEFAULT;
+    if (srv->cfg.max_connections == 0)
+        srv->cfg.max_connections = EGPU_HTTP_CONNECTIONS_DEFAULT;
+    if (srv->cfg.max_per_client == 0)
+        srv->cfg.max_per_client = EGPU_HTTP_PER_CLIENT_DEFAULT;
     if (srv->cfg.max_body_bytes == 0)
         srv->cfg.max_body_bytes = EGPU_HTTP_BODY_MAX_DEFAULT;
     if (srv->cfg.max_resp_bytes == 0)
@@ -690,21 +980,44 @@ int egpu_http_server_observe(struct egpu_http_server *srv, egpu_http_observe_cb 
     return 0;
 }
 
+static void stop_watchdog(struct egpu_http_server *srv);
+
 int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
 {
-    struct MHD_OptionItem opts[9];
+    struct MHD_OptionItem opts[10];
     const union MHD_DaemonInfo *info;
     unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     size_t n = 0;
+    int rc;
 
     if (srv->daemon != NULL)
         return egpu_error_set(err, -EBUSY, "http server already running");
+    /* Room for the limit and a burst racing past it (see on_accept). */
+    srv->cap_conns = srv->cfg.max_connections + srv->cfg.threads + 8;
+    srv->conns = egpu_calloc(srv->cap_conns, sizeof(*srv->conns));
+    if (srv->conns == NULL)
+        return egpu_error_set(err, -ENOMEM, "http server: out of memory");
+    srv->nconns = 0;
+    srv->stop_watch = false;
+    rc = pthread_create(&srv->watch, NULL, watchdog, srv);
+    if (rc != 0) {
+        egpu_free(srv->conns);
+        srv->conns = NULL;
+        return egpu_error_set(err, -rc, "http server: cannot start its watchdog: %s", strerror(rc));
+    }
+    srv->watching = true;
     if (srv->ipv6)
         flags |= srv->dual_stack ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0,
                                         srv->ipv6 ? (void *)&srv->sin6 : (void *)&srv->sin};
-    opts[n++] =
-        (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)srv->cfg.timeout_s, NULL};
+    /* Backstops: the watchdog closes idle and slow connections first, and
+     * on_accept refuses past the limits long before libmicrohttpd's own,
+     * which it splits among the pool threads. */
+    opts[n++] = (struct MHD_OptionItem){
+        MHD_OPTION_CONNECTION_TIMEOUT,
+        (intptr_t)(srv->cfg.timeout_s + srv->cfg.request_timeout_s + 1), NULL};
+    opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+                                        (intptr_t)srv->cap_conns * srv->cfg.threads, NULL};
     /* Room to read a large request body in few calls: kube-scheduler's
      * ExtenderArgs for 5,000 nodes is ~85 KB, which MHD's default 32 KiB
      * per connection takes in many pieces, each a wake-up. */
@@ -722,21 +1035,26 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
 
     /* The logger goes first, so that every message of the start goes through it. */
     srv->daemon = MHD_start_daemon(
-        flags, srv->cfg.port, NULL, NULL, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-        NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-        srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_ARRAY, opts,
+        flags, srv->cfg.port, on_accept, srv, on_access, srv, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, NULL, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_ARRAY, opts,
         MHD_OPTION_END);
-    if (srv->daemon == NULL)
+    if (srv->daemon == NULL) {
+        stop_watchdog(srv);
         return egpu_error_set(err, -EADDRNOTAVAIL,
                               "http server: cannot serve on %s port %u%s (address in use or not "
                               "local, or unusable TLS key; see the microhttpd log line)",
                               srv->bind_addr ? srv->bind_addr : "0.0.0.0", (unsigned)srv->cfg.port,
                               srv->cert_pem ? " with TLS" : "");
+    }
     info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = info ? info->port : srv->cfg.port;
-    egpu_log(EGPU_LOG_INFO, "serving addr=%s port=%u tls=%s threads=%u",
+    egpu_log(EGPU_LOG_INFO,
+             "serving addr=%s port=%u tls=%s threads=%u max_connections=%u max_per_client=%u "
+             "idle_timeout_s=%u request_timeout_s=%u",
              srv->bind_addr ? srv->bind_addr : "0.0.0.0", (unsigned)srv->port,
-             srv->cert_pem ? "yes" : "no", srv->cfg.threads);
+             srv->cert_pem ? "yes" : "no", srv->cfg.threads, srv->cfg.max_connections,
+             srv->cfg.max_per_client, srv->cfg.timeout_s, srv->cfg.request_timeout_s);
     return 0;
 }
 
@@ -745,13 +1063,38 @@ uint16_t egpu_http_server_port(const struct egpu_http_server *srv)
     return srv->daemon ? srv->port : 0;
 }
 
+/* Stop the watchdog and drop the connection table (no connection open). */
+static void stop_watchdog(struct egpu_http_server *srv)
+{
+    if (srv->watching) {
+        pthread_mutex_lock(&srv->conn_lock);
+        srv->stop_watch = true;
+        pthread_cond_signal(&srv->watch_cond);
+        pthread_mutex_unlock(&srv->conn_lock);
+        pthread_join(srv->watch, NULL);
+        srv->watching = false;
+    }
+    egpu_free(srv->conns);
+    srv->conns = NULL;
+    srv->cap_conns = 0;
+    srv->nconns = 0;
+}
+
 void egpu_http_server_stop(struct egpu_http_server *srv)
 {
     if (srv->daemon == NULL)
         return;
+    /* The watchdog goes first: it must not shut an fd libmicrohttpd closes. */
+    pthread_mutex_lock(&srv->conn_lock);
+    srv->stop_watch = true;
+    pthread_cond_signal(&srv->watch_cond);
+    pthread_mutex_unlock(&srv->conn_lock);
+    pthread_join(srv->watch, NULL);
+    srv->watching = false;
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
     srv->port = 0;
+    stop_watchdog(srv);
 }
 
 void egpu_http_server_free(struct egpu_http_server *srv)
@@ -769,5 +1112,7 @@ void egpu_http_server_free(struct egpu_http_server *srv)
     egpu_free(srv->key_pem);
     egpu_free(srv->cert_pem);
     egpu_free(srv->bind_addr);
+    pthread_cond_destroy(&srv->watch_cond);
+    pthread_mutex_destroy(&srv->conn_lock);
     egpu_free(srv);
 }

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -636,6 +637,180 @@ static void test_health_endpoints(void **state)
     fixture_stop(&f);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Connection limits and timeouts                                           */
+
+/* A TCP connection from source address src (any 127.x.y.z) to port. */
+static int connect_from(const char *src, uint16_t port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET}, to = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(inet_pton(AF_INET, src, &a.sin_addr), 1);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    to.sin_port = htons(port);
+    assert_int_equal(inet_pton(AF_INET, "127.0.0.1", &to.sin_addr), 1);
+    assert_int_equal(connect(fd, (struct sockaddr *)&to, sizeof(to)), 0);
+    return fd;
+}
+
+/* Did the server close fd (EOF or reset) within ms milliseconds? */
+static bool closed_within(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char buf[512];
+
+    while (poll(&p, 1, ms) == 1) {
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+
+        if (n <= 0)
+            return true;
+    }
+    return false;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void limits_start(struct fixture *f)
+{
+    struct egpu_http_config cfg = {.bind_addr = "127.0.0.1",
+                                   .threads = 2,
+                                   .timeout_s = 2,
+                                   .request_timeout_s = 1,
+                                   .max_connections = 6,
+                                   .max_per_client = 3};
+    struct egpu_error err = {0};
+
+    memset(f, 0, sizeof(*f));
+    f->live = egpu_alloc_live();
+    assert_int_equal(egpu_http_server_new(&cfg, &f->srv, &err), 0);
+    assert_int_equal(egpu_http_server_route(f->srv, "GET", "/hello", on_hello, NULL), 0);
+    f->reg = egpu_metrics_new();
+    assert_non_null(f->reg);
+    assert_int_equal(egpu_health_new(f->srv, f->reg, NULL, NULL, &f->health, &err), 0);
+    assert_int_equal(egpu_http_server_start(f->srv, &err), 0);
+    f->port = egpu_http_server_port(f->srv);
+}
+
+static struct egpu_http_conn_stats conn_stats(const struct fixture *f)
+{
+    struct egpu_http_conn_stats st;
+
+    egpu_http_server_conn_stats(f->srv, &st);
+    return st;
+}
+
+/* One client address holds at most max_per_client connections and all at
+ * most max_connections; the one past is closed on arrival and counted, and
+ * other clients are still served. */
+static void test_connection_limits(void **state)
+{
+    struct fixture f;
+    struct reply r;
+    int fds[8], n = 0, extra;
+
+    (void)state;
+    limits_start(&f);
+    for (int i = 0; i < 3; i++)
+        fds[n++] = connect_from("127.0.0.2", f.port);
+    usleep(200000);
+    assert_int_equal(conn_stats(&f).open, 3);
+    for (int i = 0; i < 3; i++)
+        assert_false(closed_within(fds[i], 0));
+    extra = connect_from("127.0.0.2", f.port);
+    assert_true(closed_within(extra, 2000));
+    close(extra);
+    assert_int_equal(conn_stats(&f).refused_per_client, 1);
+    assert_int_equal(conn_stats(&f).refused_total, 0);
+    /* Another client is served meanwhile. */
+    request(&f, "GET", "/hello", NULL, &r);
+    assert_int_equal(r.status, 200);
+    /* Fill the server up to max_connections from two more addresses. */
+    fds[n++] = connect_from("127.0.0.3", f.port);
+    fds[n++] = connect_from("127.0.0.3", f.port);
+    fds[n++] = connect_from("127.0.0.4", f.port);
+    usleep(200000);
+    assert_int_equal(conn_stats(&f).open, 6);
+    extra = connect_from("127.0.0.5", f.port);
+    assert_true(closed_within(extra, 2000));
+    close(extra);
+    assert_int_equal(conn_stats(&f).refused_total, 1);
+    /* Room again once one closes. */
+    close(fds[--n]);
+    usleep(300000);
+    request(&f, "GET", "/metrics", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(
+        strstr(r.body, "egpu_http_connections_refused_total{reason=\"per_client\"} 1\n"));
+    assert_non_null(strstr(r.body, "egpu_http_connections_refused_total{reason=\"total\"} 1\n"));
+    assert_non_null(strstr(r.body, "egpu_http_connections_timed_out_total{reason=\"slow\"} 0\n"));
+    while (n > 0)
+        close(fds[--n]);
+    fixture_stop(&f);
+}
+
+/* A client that trickles its request a byte at a time (never idle long
+ * enough for an inactivity timeout) is closed request_timeout_s after its
+ * first byte; an idle connection, kept alive after a response or never
+ * used, is closed timeout_s after; both are counted. */
+static void test_slow_and_idle_connections(void **state)
+{
+    static const char req[] =
+        "GET /hello HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    struct fixture f;
+    struct reply r;
+    char buf[512];
+    double t0, t;
+    size_t i = 0;
+    int fd, idle;
+
+    (void)state;
+    limits_start(&f);
+    idle = connect_from("127.0.0.2", f.port);
+    fd = connect_from("127.0.0.3", f.port);
+    t0 = now_s();
+    for (;;) {
+        if (i < sizeof(req) - 1 && send(fd, req + i, 1, MSG_NOSIGNAL) == 1)
+            i++;
+        if (closed_within(fd, 100))
+            break;
+        assert_true(now_s() - t0 < 5.0);
+    }
+    t = now_s() - t0;
+    assert_true(t >= 0.9 && t < 2.0); /* request_timeout_s 1, watchdog tick 0.25 */
+    assert_true(i < sizeof(req) - 1); /* it was still sending */
+    close(fd);
+    assert_int_equal(conn_stats(&f).timed_out_slow, 1);
+    /* The idle one (opened at t0, never sent a byte) goes at timeout_s 2. */
+    assert_true(closed_within(idle, 3000));
+    t = now_s() - t0;
+    assert_true(t >= 1.9 && t < 3.0);
+    close(idle);
+    assert_int_equal(conn_stats(&f).timed_out_idle, 1);
+    /* Kept alive after a response, then idle: closed timeout_s later. */
+    fd = connect_from("127.0.0.2", f.port);
+    assert_int_equal(send(fd, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n", 33, MSG_NOSIGNAL), 33);
+    assert_true(recv(fd, buf, sizeof(buf), 0) > 0);
+    t0 = now_s();
+    assert_true(closed_within(fd, 4000));
+    t = now_s() - t0;
+    assert_true(t >= 1.7 && t < 3.0);
+    close(fd);
+    assert_int_equal(conn_stats(&f).timed_out_idle, 2);
+    assert_int_equal(conn_stats(&f).timed_out_slow, 1);
+    request(&f, "GET", "/metrics", NULL, &r);
+    assert_non_null(strstr(r.body, "egpu_http_connections_timed_out_total{reason=\"idle\"} 2\n"));
+    assert_non_null(strstr(r.body, "egpu_http_connections_timed_out_total{reason=\"slow\"} 1\n"));
+    fixture_stop(&f);
+}
+
 static void test_config_and_lifecycle(void **state)
 {
     struct fixture f;
@@ -847,6 +1022,8 @@ int main(void)
         cmocka_unit_test(test_concurrent_clients),
         cmocka_unit_test(test_malformed_requests),
         cmocka_unit_test(test_health_endpoints),
+        cmocka_unit_test(test_connection_limits),
+        cmocka_unit_test(test_slow_and_idle_connections),
         cmocka_unit_test(test_config_and_lifecycle),
         cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_https),
