@@ -4,13 +4,19 @@
 #   make build   configure and build into build/
 #   make demo    deps + build, then replay the openb trace with every policy (seed 42)
 #   make check   deps + build, then every test: unit (ctest), unit under ASan+UBSan
-#                (ctest), integration (pytest), formatting and source checks
+#                (ctest), integration (pytest), formatting and source checks, and
+#                a short smoke of every fuzz target (FUZZ_RUNS executions each)
+#   make fuzz    the libFuzzer targets of tests/fuzz, FUZZ_SECONDS each
+#                (default 60; docs/fuzzing.md)
 #   make bench   benchmarks under bench/ (print figures; not part of check)
 #   make data    download the openb trace CSVs into data/openb (needs network;
 #                DATA_DIR and TRACE_URL override where to and where from)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS  ?= 10000
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON     ?= /usr/bin/python3
 DATA_DIR   ?= data/openb
@@ -20,7 +26,7 @@ TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
               openb_pod_list_gpuspec10.csv
 
-.PHONY: all deps build demo check unit asan integration lint format bench data clean
+.PHONY: all deps build demo check unit asan integration fuzz fuzz-smoke lint format bench data clean
 
 all: build
 
@@ -37,7 +43,7 @@ demo: build
 	@./$(BUILD)/egpu-sim --seeds 42 --policy all --out out
 
 check: build
-	@$(MAKE) --no-print-directory lint unit asan integration
+	@$(MAKE) --no-print-directory lint unit asan integration fuzz-smoke
 
 unit:
 	@echo "== unit tests (ctest)"
@@ -54,6 +60,14 @@ asan:
 integration:
 	@echo "== integration tests (pytest)"
 	@EGPU_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q tests/integration
+
+fuzz: deps
+	@echo "== fuzzing (libFuzzer, $(FUZZ_SECONDS) s per target)"
+	@FUZZ_BUILD=$(FUZZ_BUILD) JOBS=$(JOBS) sh scripts/fuzz.sh run $(FUZZ_SECONDS)
+
+fuzz-smoke:
+	@echo "== fuzz smoke (libFuzzer, $(FUZZ_RUNS) executions per target)"
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_RUNS=$(FUZZ_RUNS) JOBS=$(JOBS) sh scripts/fuzz.sh smoke
 
 lint:
 	@echo "== source checks"
@@ -89,4 +103,4 @@ data:
 	done
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) out
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) out

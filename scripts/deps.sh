@@ -5,7 +5,7 @@
 set -eu
 
 # Build and test dependencies, one package a line in docs order.
-PKGS="build-essential cmake pkg-config clang-format libcmocka-dev libcsv-dev libcurl4-openssl-dev libjansson-dev libyajl-dev libmicrohttpd-dev libyaml-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler gnuplot-nox python3 python3-pytest python3-yaml python3-kubernetes python3-prometheus-client python3-grpcio python3-protobuf curl ca-certificates openssl valgrind"
+PKGS="build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev libcmocka-dev libcsv-dev libcurl4-openssl-dev libjansson-dev libyajl-dev libmicrohttpd-dev libyaml-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler gnuplot-nox python3 python3-pytest python3-yaml python3-kubernetes python3-prometheus-client python3-grpcio python3-protobuf curl ca-certificates openssl valgrind"
 
 missing=""
 for p in $PKGS; do
