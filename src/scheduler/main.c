@@ -12,8 +12,10 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "egpu/kube.h"
 #include "egpu/log.h"
@@ -37,7 +39,10 @@ struct app {
     struct egpu_sched_api api;
     struct egpu_extender *x;
     struct egpu_kube_elector *el;
-    struct egpu_http_server *srv;
+    struct egpu_http_server *srv;  /* the extender verbs (--listen, --port) */
+    struct egpu_http_server *hsrv; /* /healthz, /readyz, /metrics (--health-*) */
+    struct egpu__follower follow;  /* with --follow-lease */
+    bool following;
     struct egpu_metrics *reg;
     struct egpu_health *health;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
@@ -78,11 +83,22 @@ static int on_bind(void *data, const struct egpu_http_request *req, struct egpu_
 {
     struct app *a = data;
 
+    char why[512];
+
     if (a->el != NULL && !egpu_kube_elector_is_leader(a->el)) {
         if (egpu_buf_printf(&resp->body, "{\"Error\":\"egpu-scheduler %s is not the leader\"}",
                             egpu_kube_elector_identity(a->el)) != 0)
             return -ENOMEM;
         return reply(resp, 503);
+    }
+    if (a->following && !egpu__follower_leads(&a->follow, why, sizeof(why))) {
+        json_t *doc = json_pack("{s:s+}", "Error", "egpu-scheduler is not the leader: ", why);
+        char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+        int rc = text ? egpu_buf_append(&resp->body, text, strlen(text)) : -ENOMEM;
+
+        free(text);
+        json_decref(doc);
+        return rc ? rc : reply(resp, 503);
     }
     return reply(resp, egpu_extender_bind(a->x, req->body, req->body_len, &resp->body));
 }
@@ -114,6 +130,8 @@ static bool ready(void *data, char *why, size_t len)
         snprintf(why, len, "not the leader (Lease %s)", a->o.lease_name);
         return false;
     }
+    if (a->following && !egpu__follower_leads(&a->follow, why, len))
+        return false; /* why: "... does not hold Lease ..." */
     snprintf(why, len, "ok");
     return true;
 }
@@ -264,8 +282,13 @@ static void refresh_metrics(struct app *a)
     (void)egpu_metric_add(a->m_assigned_ignored, NULL,
                           (double)(st.assigned_ignored - a->assigned_ignored_seen));
     a->assigned_ignored_seen = st.assigned_ignored;
-    (void)egpu_metric_set(a->m_leader, NULL,
-                          a->el == NULL || egpu_kube_elector_is_leader(a->el) ? 1.0 : 0.0);
+    {
+        char why[512];
+        bool leads = a->following ? egpu__follower_leads(&a->follow, why, sizeof(why))
+                                  : a->el == NULL || egpu_kube_elector_is_leader(a->el);
+
+        (void)egpu_metric_set(a->m_leader, NULL, leads ? 1.0 : 0.0);
+    }
     c = egpu_sched_cache_lock(a->cache);
     for (size_t i = 0; i < c->nnodes; i++) {
         const struct egpu_node *n = c->nodes[i];
@@ -312,9 +335,20 @@ static int start(struct app *a, struct egpu_error *err)
     struct egpu_http_config hc = {.bind_addr = a->o.listen,
                                   .port = (uint16_t)a->o.port,
                                   .threads = a->o.threads,
+                                  .timeout_s = a->o.idle_timeout_s,
+                                  .request_timeout_s = a->o.request_timeout_s,
+                                  .max_connections = a->o.max_connections,
+                                  /* its one caller: this pod's kube-scheduler */
+                                  .max_per_client = a->o.max_connections,
                                   .max_body_bytes = a->o.max_body_bytes,
                                   .tls_cert_file = a->o.tls_cert,
                                   .tls_key_file = a->o.tls_key};
+    struct egpu_http_config hh = {.bind_addr = a->o.health_listen,
+                                  .port = (uint16_t)a->o.health_port,
+                                  .timeout_s = a->o.idle_timeout_s,
+                                  .request_timeout_s = a->o.request_timeout_s,
+                                  .max_connections = a->o.max_connections,
+                                  .max_per_client = a->o.max_per_client};
     const char *verbs[] = {"filter", "prioritize", "bind"};
     egpu_http_handler_cb handlers[] = {on_filter, on_prioritize, on_bind};
     int rc;
@@ -344,7 +378,23 @@ static int start(struct app *a, struct egpu_error *err)
             egpu_error_set(err, rc, "route %s: %s", path, egpu_strerror(rc));
     }
     if (!rc)
-        rc = egpu_health_new(a->srv, a->reg, ready, a, &a->health, err);
+        rc = egpu_http_server_new(&hh, &a->hsrv, err);
+    if (!rc)
+        rc = egpu_health_new(a->hsrv, a->reg, ready, a, &a->health, err);
+    if (!rc)
+        rc = egpu_health_add_server(a->health, a->srv, err);
+    if (!rc && a->o.follow_lease != NULL) {
+        char host[256] = "";
+
+        if (a->o.pod_name == NULL && gethostname(host, sizeof(host) - 1) != 0)
+            host[0] = '\0';
+        rc = egpu__follower_init(&a->follow, a->kube,
+                                 a->o.lease_ns ? a->o.lease_ns : egpu_kube_namespace(a->kube),
+                                 a->o.follow_lease, a->o.pod_name ? a->o.pod_name : host, err);
+        a->following = rc == 0;
+        if (a->following)
+            egpu__follower_poll(&a->follow);
+    }
     if (!rc)
         rc = egpu__sched_api_start(&a->api, err);
     if (!rc && a->o.leader_elect) {
@@ -366,12 +416,15 @@ static int start(struct app *a, struct egpu_error *err)
     if (!rc)
         rc = egpu_http_server_start(a->srv, err);
     if (!rc)
+        rc = egpu_http_server_start(a->hsrv, err);
+    if (!rc)
         egpu_log(EGPU_LOG_INFO,
-                 "serving addr=%s port=%u prefix=\"%s\" node_policy=%s card_policy=%s "
-                 "leader_elect=%s",
-                 a->o.listen, egpu_http_server_port(a->srv), a->o.prefix,
-                 egpu_policy_name(a->o.node_policy), egpu_policy_name(a->o.card_policy),
-                 a->o.leader_elect ? "true" : "false");
+                 "serving addr=%s port=%u health_addr=%s health_port=%u prefix=\"%s\" "
+                 "node_policy=%s card_policy=%s leader_elect=%s follow_lease=%s pod=%s",
+                 a->o.listen, egpu_http_server_port(a->srv), a->o.health_listen,
+                 egpu_http_server_port(a->hsrv), a->o.prefix, egpu_policy_name(a->o.node_policy),
+                 egpu_policy_name(a->o.card_policy), a->o.leader_elect ? "true" : "false",
+                 a->following ? a->follow.name : "-", a->following ? a->follow.pod : "-");
     return rc;
 }
 
@@ -380,9 +433,14 @@ static void finish(struct app *a)
     egpu_kube_elector_free(a->el); /* releases the Lease when leading */
     if (a->srv != NULL)
         egpu_http_server_stop(a->srv);
+    if (a->hsrv != NULL)
+        egpu_http_server_stop(a->hsrv);
     egpu__sched_api_stop(&a->api);
     egpu_health_free(a->health);
     egpu_http_server_free(a->srv);
+    egpu_http_server_free(a->hsrv);
+    if (a->following)
+        egpu__follower_destroy(&a->follow);
     egpu_metrics_free(a->reg);
     egpu_extender_free(a->x);
     egpu_sched_cache_free(a->cache);
@@ -417,6 +475,8 @@ int main(int argc, char **argv)
         struct timespec ts = {.tv_sec = 1};
 
         probe_api(&a);
+        if (a.following)
+            egpu__follower_poll(&a.follow);
         refresh_metrics(&a);
         nanosleep(&ts, NULL);
     }

@@ -14,6 +14,7 @@
 
 #include "egpu/cli.h"
 #include "egpu/log.h"
+#include "egpu/net.h"
 #include "sched_int.h"
 
 static const char usage[] =
@@ -22,8 +23,23 @@ static const char usage[] =
     "(extender v1, nodeCacheCapable) for pods that ask elasticgpu.io/gpu-core and\n"
     "elasticgpu.io/gpu-memory, from a cache of every GPU built by list+watch.\n"
     "\n"
-    "  --listen ADDR           address to serve on (EGPU_LISTEN; default 0.0.0.0)\n"
-    "  --port N                port (EGPU_PORT; default 8888; 0 = any free port, logged)\n"
+    "  --listen ADDR           address the extender verbs are served on (EGPU_LISTEN;\n"
+    "                          default 127.0.0.1: only callers in the same pod, i.e.\n"
+    "                          its kube-scheduler, reach them)\n"
+    "  --port N                their port (EGPU_PORT; default 8888; 0 = any free port,\n"
+    "                          logged)\n"
+    "  --health-listen ADDR    address of /healthz, /readyz and /metrics\n"
+    "                          (EGPU_HEALTH_LISTEN; default 0.0.0.0)\n"
+    "  --health-port N         their port (EGPU_HEALTH_PORT; default 8889; 0 = any\n"
+    "                          free port, logged); must differ from --port\n"
+    "  --max-connections N     open connections per port at most (EGPU_MAX_CONNECTIONS;\n"
+    "                          default 256)\n"
+    "  --max-per-client N      open connections from one address to the health port\n"
+    "                          at most (EGPU_MAX_PER_CLIENT; default 32)\n"
+    "  --idle-timeout S        close a connection idle this long (EGPU_IDLE_TIMEOUT;\n"
+    "                          default 120)\n"
+    "  --request-timeout S     close a connection whose request has not all come this\n"
+    "                          long after its first byte (EGPU_REQUEST_TIMEOUT; default 10)\n"
     "  --prefix PATH           path before the verbs, e.g. /scheduler serves\n"
     "                          /scheduler/filter (EGPU_PREFIX; default none)\n"
     "  --tls-cert FILE         serve HTTPS with this PEM certificate (EGPU_TLS_CERT)\n"
@@ -42,6 +58,11 @@ static const char usage[] =
     "                          kube-scheduler's profile in scheduler-config.yaml)\n"
     "  --leader-elect BOOL     only the Lease holder binds; others are not ready\n"
     "                          (EGPU_LEADER_ELECT; default true)\n"
+    "  --follow-lease NAME     instead, bind only while the kube-scheduler of this pod\n"
+    "                          holds its Lease NAME (in --lease-namespace); no Lease\n"
+    "                          of our own then (EGPU_FOLLOW_LEASE)\n"
+    "  --pod-name NAME         this pod's name, as kube-scheduler's identity starts\n"
+    "                          (EGPU_POD_NAME; default: the host name, which is it)\n"
     "  --lease-namespace NS    (EGPU_LEASE_NAMESPACE; default: the client's namespace)\n"
     "  --lease-name NAME       (EGPU_LEASE_NAME; default elastic-gpu-scheduler)\n"
     "  --lease-duration S      seconds (default 15)\n"
@@ -57,16 +78,26 @@ static const char usage[] =
     "  -h, --help              show this help\n"
     "  --version               show the version\n"
     "\n"
-    "Serves POST <prefix>/filter, <prefix>/prioritize, <prefix>/bind, and GET /healthz,\n"
+    "Serves POST <prefix>/filter, <prefix>/prioritize, <prefix>/bind on --listen:--port,\n"
+    "and on --health-listen:--health-port GET /healthz,\n"
     "/readyz (ready once the cache is synced, the API server answers, no watch has\n"
     "failed longer than --watch-unhealthy-seconds and, with leader election, this\n"
-    "instance leads) and /metrics (Prometheus text format 0.0.4).\n";
+    "instance leads, or with --follow-lease, this pod's kube-scheduler does) and\n"
+    "/metrics (Prometheus text format 0.0.4).\n";
 
 #define bad(...) egpu_cli_usage_error("egpu-scheduler", __VA_ARGS__)
 
 enum {
     O_LISTEN = 256,
     O_PORT,
+    O_HEALTH_LISTEN,
+    O_HEALTH_PORT,
+    O_MAX_CONN,
+    O_MAX_PER_CLIENT,
+    O_IDLE_TIMEOUT,
+    O_REQUEST_TIMEOUT,
+    O_FOLLOW_LEASE,
+    O_POD_NAME,
     O_PREFIX,
     O_CERT,
     O_KEY,
@@ -101,9 +132,32 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
         o->listen = v;
         return 0;
     case O_PORT:
+    case O_HEALTH_PORT:
         if (egpu_cli_parse_u64(v, 0, 65535, &u))
             return bad("%s \"%s\": expected a port in 0..65535 (0 = any free port)", who, v);
-        o->port = (unsigned)u;
+        *(opt == O_PORT ? &o->port : &o->health_port) = (unsigned)u;
+        return 0;
+    case O_HEALTH_LISTEN:
+        o->health_listen = v;
+        return 0;
+    case O_MAX_CONN:
+    case O_MAX_PER_CLIENT:
+        if (egpu_cli_parse_u64(v, 1, 65536, &u))
+            return bad("%s \"%s\": expected connections in 1..65536", who, v);
+        *(opt == O_MAX_CONN ? &o->max_connections : &o->max_per_client) = (unsigned)u;
+        return 0;
+    case O_IDLE_TIMEOUT:
+    case O_REQUEST_TIMEOUT:
+        if (egpu_cli_parse_u64(v, 1, 3600, &u))
+            return bad("%s \"%s\": expected seconds in 1..3600", who, v);
+        *(opt == O_IDLE_TIMEOUT ? &o->idle_timeout_s : &o->request_timeout_s) = (unsigned)u;
+        return 0;
+    case O_FOLLOW_LEASE:
+    case O_POD_NAME:
+        if (v[0] == '\0' || strlen(v) >= EGPU_K8S_NAME_MAX)
+            return bad("%s \"%s\": expected a name of 1..%d characters", who, v,
+                       EGPU_K8S_NAME_MAX - 1);
+        *(opt == O_FOLLOW_LEASE ? &o->follow_lease : &o->pod_name) = v;
         return 0;
     case O_PREFIX:
         if (v[0] != '\0' && (v[0] != '/' || v[strlen(v) - 1] == '/'))
@@ -186,6 +240,14 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"port", required_argument, NULL, O_PORT},
+        {"health-listen", required_argument, NULL, O_HEALTH_LISTEN},
+        {"health-port", required_argument, NULL, O_HEALTH_PORT},
+        {"max-connections", required_argument, NULL, O_MAX_CONN},
+        {"max-per-client", required_argument, NULL, O_MAX_PER_CLIENT},
+        {"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT},
+        {"request-timeout", required_argument, NULL, O_REQUEST_TIMEOUT},
+        {"follow-lease", required_argument, NULL, O_FOLLOW_LEASE},
+        {"pod-name", required_argument, NULL, O_POD_NAME},
         {"prefix", required_argument, NULL, O_PREFIX},
         {"tls-cert", required_argument, NULL, O_CERT},
         {"tls-key", required_argument, NULL, O_KEY},
@@ -212,6 +274,14 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
     static const struct egpu_cli_env env[] = {
         {"EGPU_LISTEN", O_LISTEN},
         {"EGPU_PORT", O_PORT},
+        {"EGPU_HEALTH_LISTEN", O_HEALTH_LISTEN},
+        {"EGPU_HEALTH_PORT", O_HEALTH_PORT},
+        {"EGPU_MAX_CONNECTIONS", O_MAX_CONN},
+        {"EGPU_MAX_PER_CLIENT", O_MAX_PER_CLIENT},
+        {"EGPU_IDLE_TIMEOUT", O_IDLE_TIMEOUT},
+        {"EGPU_REQUEST_TIMEOUT", O_REQUEST_TIMEOUT},
+        {"EGPU_FOLLOW_LEASE", O_FOLLOW_LEASE},
+        {"EGPU_POD_NAME", O_POD_NAME},
         {"EGPU_PREFIX", O_PREFIX},
         {"EGPU_TLS_CERT", O_CERT},
         {"EGPU_TLS_KEY", O_KEY},
@@ -230,8 +300,14 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
     };
     int rc;
 
-    *o = (struct egpu_sched_options){.listen = "0.0.0.0",
+    *o = (struct egpu_sched_options){.listen = "127.0.0.1",
                                      .port = 8888,
+                                     .health_listen = "0.0.0.0",
+                                     .health_port = 8889,
+                                     .max_connections = EGPU_HTTP_CONNECTIONS_DEFAULT,
+                                     .max_per_client = EGPU_HTTP_PER_CLIENT_DEFAULT,
+                                     .idle_timeout_s = EGPU_HTTP_TIMEOUT_S_DEFAULT,
+                                     .request_timeout_s = EGPU_HTTP_REQUEST_TIMEOUT_S_DEFAULT,
                                      .prefix = "",
                                      .node_policy = EGPU_POLICY_BINPACK,
                                      .card_policy = EGPU_POLICY_BINPACK,
@@ -251,6 +327,10 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         return rc;
     if ((o->tls_cert == NULL) != (o->tls_key == NULL))
         return bad("--tls-cert and --tls-key go together");
+    if (o->port != 0 && o->port == o->health_port)
+        return bad("--port and --health-port must differ (both are %u)", o->port);
+    if (o->follow_lease != NULL)
+        o->leader_elect = false; /* the followed Lease decides */
     if (o->lease_duration_ms <= o->renew_deadline_ms ||
         o->renew_deadline_ms * 10 <= o->retry_period_ms * 12)
         return bad("leader election needs --lease-duration > --renew-deadline > 1.2 x "

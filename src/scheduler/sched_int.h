@@ -34,11 +34,44 @@ int egpu__sched_api_annotate(void *data, const char *ns, const char *name, const
 int egpu__sched_api_bind(void *data, const char *ns, const char *name, const char *uid,
                          const char *node, struct egpu_error *err);
 
+/* Following kube-scheduler's Lease (follow.c): bind only while the
+ * kube-scheduler of this pod leads. */
+struct egpu__follower {
+    struct egpu_kube *kube;
+    char ns[EGPU_K8S_NAME_MAX], name[EGPU_K8S_NAME_MAX];
+    char pod[EGPU_K8S_NAME_MAX]; /* this pod's name (its hostname) */
+    pthread_mutex_t lock;        /* guards the rest */
+    char holder[512];            /* holderIdentity last read, "" = none */
+    char renew[64];              /* renewTime last read */
+    double changed_at;           /* CLOCK_MONOTONIC s when holder or renewTime last changed */
+    double read_at;              /* CLOCK_MONOTONIC s of the last successful read */
+    long lease_s;                /* the Lease's leaseDurationSeconds */
+};
+
+/* Follow Lease ns/name as pod pod (strings copied). Returns 0 or -EINVAL
+ * (an empty or too long name). */
+int egpu__follower_init(struct egpu__follower *f, struct egpu_kube *kube, const char *ns,
+                        const char *name, const char *pod, struct egpu_error *err) EGPU_MUST_CHECK;
+void egpu__follower_destroy(struct egpu__follower *f);
+/* Read the Lease once (GET; a failure keeps the last record, which goes
+ * stale by itself). Call about once a second. */
+void egpu__follower_poll(struct egpu__follower *f);
+/* True while the Lease's holder is "<pod>_..." and the record was seen to
+ * change and read within its leaseDurationSeconds; else false with the
+ * reason in why (a C string of at most len bytes). Thread-safe. */
+bool egpu__follower_leads(struct egpu__follower *f, char *why, size_t len);
+
 /* egpu-scheduler's settings, from flags, else environment, else defaults. */
 struct egpu_sched_options {
-    const char *listen; /* address to serve on */
+    const char *listen; /* address the extender verbs are served on */
     unsigned port;
-    const char *prefix; /* path prefix of the verbs, "" or "/scheduler" */
+    const char *health_listen; /* address of /healthz, /readyz, /metrics */
+    unsigned health_port;
+    unsigned max_connections, max_per_client; /* HTTP limits (egpu_http_config) */
+    unsigned idle_timeout_s, request_timeout_s;
+    const char *follow_lease; /* kube-scheduler's Lease to follow, or NULL */
+    const char *pod_name;     /* this pod's name, for follow_lease */
+    const char *prefix;       /* path prefix of the verbs, "" or "/scheduler" */
     const char *tls_cert, *tls_key;
     const char *kubeconfig, *context;
     enum egpu_policy_kind node_policy, card_policy;

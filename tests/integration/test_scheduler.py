@@ -102,16 +102,18 @@ class Scheduler:
         self.log = tmp_path / f"{name}.log"
         self.proc = subprocess.Popen(
             [str(build_dir / "src/scheduler/egpu-scheduler"), "--kubeconfig", api.kubeconfig,
-             "--listen", "127.0.0.1", "--port", "0", "--lease-duration", "3",
+             "--listen", "127.0.0.1", "--port", "0", "--health-listen", "127.0.0.1",
+             "--health-port", "0", "--lease-duration", "3",
              "--renew-deadline", "2", "--retry-period", "1", *extra],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
         deadline = time.time() + 15
         self.url = None
         while time.time() < deadline and self.url is None:
-            m = re.search(r"main\.c:\d+\] egpu-scheduler: serving .*?port=(\d+)",
-                          self.log.read_text())
+            m = re.search(r"main\.c:\d+\] egpu-scheduler: serving addr=\S+ port=(\d+) "
+                          r"health_addr=\S+ health_port=(\d+)", self.log.read_text())
             if m:
-                self.url = f"http://127.0.0.1:{m.group(1)}"
+                self.url = f"http://127.0.0.1:{m.group(1)}"  # the extender verbs
+                self.health_url = f"http://127.0.0.1:{m.group(2)}"  # /healthz, /readyz, /metrics
             else:
                 assert self.proc.poll() is None, self.log.read_text()
                 time.sleep(0.05)
@@ -133,7 +135,7 @@ class Scheduler:
 
     def get(self, path):
         try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+            with urllib.request.urlopen(self.health_url + path, timeout=10) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
@@ -465,3 +467,99 @@ def test_sigterm_releases_the_lease(api, sched):
     s2.wait_ready(timeout=6)
     assert time.time() - t0 < 3, "released lease should be taken over in about a retry period"
     assert "released lease" in s1.log.read_text()
+
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/elastic-gpu/leases"
+
+
+def put_lease(api, name, holder, duration=3):
+    """Create or renew Lease name as kube-scheduler would: holderIdentity
+    "<pod>_<uuid>", renewTime now."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1e6) % 1000000:06d}Z"
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": now,
+            "acquireTime": now}
+    st, obj = api.call("GET", f"{LEASES}/{name}")
+    if st == 404:
+        st, obj = api.call("POST", LEASES, {"apiVersion": "coordination.k8s.io/v1",
+                                            "kind": "Lease", "metadata": {"name": name},
+                                            "spec": spec})
+        assert st == 201, obj
+        return
+    obj["spec"] = spec
+    st, obj = api.call("PUT", f"{LEASES}/{name}", obj)
+    assert st == 200, obj
+
+
+def test_follow_lease_binds_only_in_the_leading_pod(api, sched):
+    """deploy/: each extender follows the kube-scheduler of its own pod
+    (--follow-lease). Only the extender whose pod's kube-scheduler holds the
+    Lease, renewed, binds; the other answers 503 and is not ready; a
+    handover moves binding with it; a Lease no longer renewed stops it; and
+    binds sent to both at once never overcommit a card."""
+    import threading
+    cluster(api, nodes=("gpu-1",), gpus=2)
+    holder = {"id": "pod-a_6f1c", "renew": True}
+    stop = threading.Event()
+
+    def renew():
+        while not stop.is_set():
+            if holder["renew"]:
+                put_lease(api, "ks", holder["id"])
+            stop.wait(0.5)
+    put_lease(api, "ks", holder["id"])
+    t = threading.Thread(target=renew, daemon=True)
+    t.start()
+    try:
+        follow = ("--follow-lease", "ks")
+        a = sched("a", extra=(*follow, "--pod-name", "pod-a"))
+        b = sched("b", extra=(*follow, "--pod-name", "pod-b"))
+        a.wait_ready()
+        body = b.wait_ready(want=503)
+        assert "pod-b" in body and "does not hold Lease" in body
+        for i in range(16):
+            api.pod(f"r{i}", 40)
+        for s in (a, b):
+            s.wait_until(lambda s=s: s.metric("egpu_scheduler_cache_pods") == 16)
+        assert a.metric("egpu_scheduler_leader") == 1 and b.metric("egpu_scheduler_leader") == 0
+
+        def bind(s, i):
+            return s.post("bind", {"PodName": f"r{i}", "PodNamespace": "default", "PodUID": "",
+                                   "Node": "gpu-1"})
+        st, out = bind(b, 0)
+        assert st == 503 and "does not hold Lease" in out["Error"], out
+        assert assigned(api, "r0") is None
+        st, out = bind(a, 0)
+        assert st == 200 and out["Error"] == "", out
+        # Handover to pod-b: a stops, b starts.
+        holder["id"] = "pod-b_93d2"
+        b.wait_ready(timeout=5)
+        a.wait_ready(want=503, timeout=5)
+        st, out = bind(a, 1)
+        assert st == 503, out
+        # Binds sent to both extenders at once: only b's are served, and no
+        # card goes past 100%.
+        with concurrent.futures.ThreadPoolExecutor(16) as ex:
+            res = list(ex.map(lambda i: (i, bind(a if i % 2 else b, i)), range(1, 16)))
+        for i, (st, out) in res:
+            if i % 2:
+                assert st == 503, out
+        used = {}
+        for i in range(16):
+            got = assigned(api, f"r{i}")
+            if got:
+                card = got["containers"][0]["gpus"][0]
+                used[card] = used.get(card, 0) + got["containers"][0]["core"]
+        assert sum(used.values()) > 40, used  # b bound some
+        assert all(v <= 100 for v in used.values()), used
+        # pod-b's kube-scheduler stops renewing: after the Lease duration
+        # (3 s) b binds no more.
+        holder["renew"] = False
+        b.wait_ready(want=503, timeout=8)
+        api.pod("late", 10)
+        b.wait_until(lambda: b.metric("egpu_scheduler_cache_pods") == 17)
+        st, out = b.post("bind", {"PodName": "late", "PodNamespace": "default", "PodUID": "",
+                                  "Node": "gpu-1"})
+        assert st == 503 and "not renewed" in out["Error"], out
+    finally:
+        stop.set()
+        t.join(timeout=5)
