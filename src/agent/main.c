@@ -91,6 +91,14 @@ static const char usage[] =
     "  --listen ADDR               HTTP address (EGPU_LISTEN; default 0.0.0.0)\n"
     "  --port N                    HTTP port for /healthz, /readyz, /metrics (EGPU_PORT;\n"
     "                              default 9400; 0 = any free port, logged)\n"
+    "  --max-connections N         open HTTP connections at most (EGPU_MAX_CONNECTIONS;\n"
+    "                              default 256); one more is refused and counted\n"
+    "  --max-per-client N          from one client address at most (EGPU_MAX_PER_CLIENT;\n"
+    "                              default 32)\n"
+    "  --idle-timeout S            close an idle connection after S seconds\n"
+    "                              (EGPU_IDLE_TIMEOUT; default 120)\n"
+    "  --request-timeout S         close one whose request has not all come S seconds\n"
+    "                              after its first byte (EGPU_REQUEST_TIMEOUT; default 10)\n"
     "  --log-level L               error, warn, info, debug (EGPU_LOG_LEVEL; default info)\n"
     "  -h, --help                  show this help\n"
     "  --version                   show the version\n";
@@ -113,6 +121,10 @@ enum {
     O_STRATEGY,
     O_LISTEN,
     O_PORT,
+    O_MAX_CONN,
+    O_MAX_PER_CLIENT,
+    O_IDLE_TIMEOUT,
+    O_REQUEST_TIMEOUT,
     O_LOG,
     O_VERSION,
 };
@@ -133,6 +145,7 @@ struct options {
     enum egpu_plugin_strategy strategy;
     const char *listen;
     unsigned port;
+    unsigned max_connections, max_per_client, idle_timeout_s, request_timeout_s; /* 0 = default */
     int log_level;
 };
 
@@ -198,6 +211,18 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected a port in 0..65535 (0 = any free port)", who, v);
         o->port = (unsigned)u;
         return 0;
+    case O_MAX_CONN:
+    case O_MAX_PER_CLIENT:
+        if (egpu_cli_parse_u64(v, 1, 65536, &u))
+            return bad("%s \"%s\": expected connections in 1..65536", who, v);
+        *(opt == O_MAX_CONN ? &o->max_connections : &o->max_per_client) = (unsigned)u;
+        return 0;
+    case O_IDLE_TIMEOUT:
+    case O_REQUEST_TIMEOUT:
+        if (egpu_cli_parse_u64(v, 1, 3600, &u))
+            return bad("%s \"%s\": expected seconds in 1..3600", who, v);
+        *(opt == O_IDLE_TIMEOUT ? &o->idle_timeout_s : &o->request_timeout_s) = (unsigned)u;
+        return 0;
     case O_LOG:
         if (egpu_log_parse_level(v, &o->log_level))
             return bad("%s \"%s\": expected error, warn, info or debug", who, v);
@@ -227,6 +252,10 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"device-list-strategy", required_argument, NULL, O_STRATEGY},
         {"listen", required_argument, NULL, O_LISTEN},
         {"port", required_argument, NULL, O_PORT},
+        {"max-connections", required_argument, NULL, O_MAX_CONN},
+        {"max-per-client", required_argument, NULL, O_MAX_PER_CLIENT},
+        {"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT},
+        {"request-timeout", required_argument, NULL, O_REQUEST_TIMEOUT},
         {"log-level", required_argument, NULL, O_LOG},
         {"version", no_argument, NULL, O_VERSION},
         {"help", no_argument, NULL, 'h'},
@@ -246,6 +275,10 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"EGPU_DEVICE_LIST_STRATEGY", O_STRATEGY},
         {"EGPU_LISTEN", O_LISTEN},
         {"EGPU_PORT", O_PORT},
+        {"EGPU_MAX_CONNECTIONS", O_MAX_CONN},
+        {"EGPU_MAX_PER_CLIENT", O_MAX_PER_CLIENT},
+        {"EGPU_IDLE_TIMEOUT", O_IDLE_TIMEOUT},
+        {"EGPU_REQUEST_TIMEOUT", O_REQUEST_TIMEOUT},
         {"EGPU_LOG_LEVEL", O_LOG},
     };
     int rc;
@@ -601,7 +634,12 @@ static void *health_main(void *data)
 static int start(struct app *a, struct egpu_error *err)
 {
     struct egpu_gpus_config gc = {.fake = a->o.fake, .nvml_library = a->o.nvml, .node = a->node};
-    struct egpu_http_config hc = {.bind_addr = a->o.listen, .port = (uint16_t)a->o.port};
+    struct egpu_http_config hc = {.bind_addr = a->o.listen,
+                                  .port = (uint16_t)a->o.port,
+                                  .timeout_s = a->o.idle_timeout_s,
+                                  .request_timeout_s = a->o.request_timeout_s,
+                                  .max_connections = a->o.max_connections,
+                                  .max_per_client = a->o.max_per_client};
     struct egpu_plugin_config pc;
     int rc;
 
