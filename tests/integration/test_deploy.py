@@ -33,7 +33,7 @@ CRDS = {
 }
 CLUSTER_KINDS = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
 NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service",
-                    "Deployment"}
+                    "Deployment", "Secret", "NetworkPolicy"}
 
 # Every (apiGroup, resource, verb) egpu-scheduler uses: src/scheduler/api.c
 # (informers on nodes, pods and GPUs; GET + merge PATCH of pods; the Binding).
@@ -44,6 +44,8 @@ EGPU_NEEDS = {
     (GROUP, "gpus", "list"), (GROUP, "gpus", "watch"),
 }
 LEASE_VERBS = {"get", "create", "update"}  # client-go style leader election
+SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients read
+KUBE_SCHEDULER_SECURE_PORT = 10259
 
 KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.access("/usr/bin/kubectl", os.X_OK)
                                       else None)
@@ -142,12 +144,45 @@ def bound_to(binding, sa_name, sa_ns):
                and s.get("namespace") == sa_ns for s in binding.get("subjects", []))
 
 
+def container_sa(objs, name):
+    """The ServiceAccount a container of the scheduler pod runs as: the one
+    whose token Secret it mounts at the in-cluster path (the pod mounts none)."""
+    spec = scheduler_deployment(objs)["spec"]["template"]["spec"]
+    c = container(spec, name)
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = [m for m in c.get("volumeMounts", []) if m["mountPath"].rstrip("/") == SA_PATH]
+    assert len(mounts) == 1, f"{name} mounts no token at {SA_PATH}"
+    secret = one(objs, "Secret", vols[mounts[0]["name"]]["secret"]["secretName"], NS)
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    return secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+
+
+def rules_of(objs, sa, builtin_ok=False):
+    """Every rule bound to ServiceAccount sa, with the namespace it holds in
+    (None = cluster-wide); a role that deploy/ does not define (a built-in
+    one) fails, since its rules cannot be checked here, unless builtin_ok
+    (then it is left out)."""
+    out = []
+    for b in find(objs, "ClusterRoleBinding") + find(objs, "RoleBinding"):
+        if not bound_to(b, sa, NS):
+            continue
+        ref = b["roleRef"]
+        ns = b["metadata"].get("namespace")
+        roles = find(objs, ref["kind"], ref["name"], None if ref["kind"] == "ClusterRole" else ns)
+        if not roles and builtin_ok:
+            continue
+        assert len(roles) == 1, f"{sa} is bound to {ref['kind']} {ref['name']}, not in deploy/"
+        out += [(r, ns) for r in roles[0]["rules"]]
+    return out
+
+
 # --- rendering, namespaces, labels ---------------------------------------------
 
 def test_renders_all_parts(objs):
     kinds = {o["kind"] for o in objs}
     for k in ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-              "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Service", "Deployment"):
+              "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Service", "Deployment",
+              "Secret", "NetworkPolicy"):
         assert k in kinds, f"deploy/ renders no {k}"
     one(objs, "Namespace", NS)
 
@@ -373,24 +408,23 @@ def test_scheduler_config(objs):
     managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
     assert managed == {"elasticgpu.io/gpu-core": False, "elasticgpu.io/gpu-memory": True}
 
-    # The URL names the Service, its namespace and port, which lead to the
-    # egpu-scheduler container listening on --port.
+    # kube-scheduler calls the extender of its own pod on loopback, where
+    # egpu-scheduler serves the verbs and nothing outside the pod reaches.
     url = urllib.parse.urlsplit(ext["urlPrefix"])
     assert url.scheme == "http" and url.path in ("", "/")
-    svc_name, svc_ns, svc = url.hostname.split(".")[:3]
-    assert svc == "svc" and svc_ns == NS
-    service = one(objs, "Service", svc_name, svc_ns)
-    ports = [p for p in service["spec"]["ports"] if p["port"] == url.port]
-    assert len(ports) == 1, f"Service {svc_name} has no port {url.port}"
+    assert url.hostname == "127.0.0.1", "the extender must be called on loopback, in the pod"
     dep = scheduler_deployment(objs)
     pod = dep["spec"]["template"]
-    assert all(pod["metadata"]["labels"].get(k) == v
-               for k, v in service["spec"]["selector"].items()), "Service does not select the pods"
     egpu = container(pod["spec"], "egpu-scheduler")
-    target = container_port(egpu, ports[0].get("targetPort", ports[0]["port"]))
-    assert str(target) == flag(egpu["args"], "--port") == str(url.port) == "8888"
-    assert not service["spec"].get("publishNotReadyAddresses"), \
-        "only the ready (leading) egpu-scheduler may receive bind"
+    eargs = egpu.get("command", [])[1:] + egpu.get("args", [])
+    assert flag(eargs, "--listen") == "127.0.0.1"
+    assert flag(eargs, "--port") == str(url.port) == "8888"
+    assert str(url.port) not in [str(p["containerPort"]) for p in egpu.get("ports", [])], \
+        "the extender port must not be a port of the pod"
+    for svc in find(objs, "Service"):
+        for p in svc["spec"]["ports"]:
+            assert str(p.get("targetPort", p["port"])) != str(url.port), \
+                f"Service {svc['metadata']['name']} leads to the extender verbs"
 
     # kube-scheduler reads that file from the mounted ConfigMap.
     ks = container(pod["spec"], "kube-scheduler")
@@ -420,11 +454,15 @@ def test_scheduler_deployment(objs):
     egpu = container(spec, "egpu-scheduler")
     args = egpu.get("command", [])[1:] + egpu.get("args", [])
     assert flag(args, "--port") == "8888"
-    assert flag(args, "--leader-elect") == "true"
+    _, _, cfg = scheduler_config(objs)
+    # It follows its own pod's kube-scheduler's Lease instead of electing.
+    assert flag(args, "--follow-lease") == cfg["leaderElection"]["resourceName"]
+    assert flag(args, "--leader-elect") in (None, "false")
     image = egpu["image"]
     assert "/" in image and ":" in image.rsplit("/", 1)[1], \
         f"{image}: the kustomization's images entry should give a registry and tag"
-    port = int(flag(args, "--port"))
+    port = int(flag(args, "--health-port"))
+    assert port != int(flag(args, "--port"))
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         get = egpu[probe]["httpGet"]
         assert get["path"] == path
@@ -454,8 +492,7 @@ def test_scheduler_deployment(objs):
 
 
 def test_egpu_scheduler_cluster_role(objs):
-    dep = scheduler_deployment(objs)
-    sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
+    sa = container_sa(objs, "egpu-scheduler")
     role = one(objs, "ClusterRole", "elastic-gpu-scheduler")
     rules = role["rules"]
     for r in rules:
@@ -477,39 +514,37 @@ def test_egpu_scheduler_cluster_role(objs):
 
 
 def test_lease_role(objs):
-    dep = scheduler_deployment(objs)
-    spec = dep["spec"]["template"]["spec"]
-    sa = spec["serviceAccountName"]
-    egpu = container(spec, "egpu-scheduler")
-    args = egpu.get("command", [])[1:] + egpu.get("args", [])
+    _, _, cfg = scheduler_config(objs)
+    ks_lease = cfg["leaderElection"]["resourceName"]
+    egpu = container(scheduler_deployment(objs)["spec"]["template"]["spec"], "egpu-scheduler")
     env = {e["name"]: e for e in egpu.get("env", [])}
-    egpu_lease = (flag(args, "--lease-name") or env.get("EGPU_LEASE_NAME", {}).get("value")
-                  or EGPU_LEASE_DEFAULT)
-    lease_ns = flag(args, "--lease-namespace")
+    args = egpu.get("command", [])[1:] + egpu.get("args", [])
+    assert flag(args, "--lease-namespace") in (None, NS)
     ns_env = env.get("EGPU_LEASE_NAMESPACE", {})
-    assert lease_ns in (None, NS)
     assert ns_env.get("value", NS) == NS
     if "valueFrom" in ns_env:
         assert ns_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    _, _, cfg = scheduler_config(objs)
-    ks_lease = cfg["leaderElection"]["resourceName"]
 
-    roles = []
-    for b in find(objs, "RoleBinding", namespace=NS):
-        if b["roleRef"]["kind"] == "Role" and bound_to(b, sa, NS):
-            roles.append(one(objs, "Role", b["roleRef"]["name"], NS))
-    rules = [r for role in roles for r in role["rules"]]
-    assert allows(rules, "coordination.k8s.io", "leases", "create")
-    for name in (egpu_lease, ks_lease):
-        for verb in LEASE_VERBS:
-            assert allows(rules, "coordination.k8s.io", "leases", verb, name), \
-                f"no {verb} on Lease {name} in {NS}"
-    for r in rules:
+    # kube-scheduler elects on its Lease: create, get, update.
+    ks_rules = [r for r, ns in rules_of(objs, container_sa(objs, "kube-scheduler"), True)
+                if ns == NS]
+    assert allows(ks_rules, "coordination.k8s.io", "leases", "create")
+    for verb in LEASE_VERBS:
+        assert allows(ks_rules, "coordination.k8s.io", "leases", verb, ks_lease), \
+            f"kube-scheduler has no {verb} on Lease {ks_lease} in {NS}"
+    for r in ks_rules:
         assert r["resources"] == ["leases"], f"lease Role grants more: {r}"
+    # egpu-scheduler only reads that Lease.
+    egpu_rules = [r for r, ns in rules_of(objs, container_sa(objs, "egpu-scheduler"))
+                  if ns == NS]
+    assert allows(egpu_rules, "coordination.k8s.io", "leases", "get", ks_lease)
+    for r in egpu_rules:
+        assert r["resources"] == ["leases"] and r["verbs"] == ["get"] \
+            and r.get("resourceNames") == [ks_lease], f"egpu-scheduler may do more: {r}"
 
 
 def test_kube_scheduler_rbac(objs):
-    sa = scheduler_deployment(objs)["spec"]["template"]["spec"]["serviceAccountName"]
+    sa = container_sa(objs, "kube-scheduler")
     cluster_roles = {b["roleRef"]["name"] for b in find(objs, "ClusterRoleBinding")
                      if b["roleRef"]["kind"] == "ClusterRole" and bound_to(b, sa, NS)}
     assert {"system:kube-scheduler", "system:volume-scheduler"} <= cluster_roles
@@ -517,6 +552,72 @@ def test_kube_scheduler_rbac(objs):
                if b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                    "name": "extension-apiserver-authentication-reader"}]
     assert len(readers) == 1 and bound_to(readers[0], sa, NS)
+
+
+def test_service_account_split(objs):
+    """Each container of the scheduler pod has its own identity: the pod
+    mounts no token, each container mounts only its own ServiceAccount's
+    token, and the two are different ServiceAccounts."""
+    spec = scheduler_deployment(objs)["spec"]["template"]["spec"]
+    assert spec.get("automountServiceAccountToken") is False
+    egpu_sa, ks_sa = container_sa(objs, "egpu-scheduler"), container_sa(objs, "kube-scheduler")
+    assert egpu_sa != ks_sa
+    assert egpu_sa == "egpu-scheduler"
+    for sa in (egpu_sa, ks_sa):
+        one(objs, "ServiceAccount", sa, NS)
+    vols = {v["name"]: v for v in spec["volumes"]}
+    token_vols = {n for n, v in vols.items() if "secret" in v
+                  and one(objs, "Secret", v["secret"]["secretName"], NS)["type"]
+                  == "kubernetes.io/service-account-token"}
+    assert len(token_vols) == 2
+    for c in spec["containers"] + spec.get("initContainers", []):
+        mounted = {m["name"] for m in c.get("volumeMounts", [])} & token_vols
+        assert len(mounted) == 1, f"{c['name']} mounts {sorted(mounted)}"
+    assert {m["name"] for m in container(spec, "egpu-scheduler")["volumeMounts"]} & token_vols \
+        != {m["name"] for m in container(spec, "kube-scheduler")["volumeMounts"]} & token_vols
+    # The pod's own ServiceAccount gives no token to anyone.
+    for sa in find(objs, "ServiceAccount"):
+        assert sa.get("automountServiceAccountToken") is False, sa["metadata"]["name"]
+
+
+def test_egpu_scheduler_least_privilege(objs):
+    """Code running in the extender holds only what the extender uses: no
+    built-in role, no delete, no Secrets, no PersistentVolumes, no writes
+    but the pod annotation patch and the Binding."""
+    rules = rules_of(objs, container_sa(objs, "egpu-scheduler"))
+    grants = {(g, res, v, ns) for r, ns in rules for g in r.get("apiGroups", [])
+              for res in r.get("resources", []) for v in r.get("verbs", [])}
+    cluster = {(g, res, v) for g, res, v, ns in grants if ns is None}
+    assert cluster == EGPU_NEEDS, sorted(cluster ^ EGPU_NEEDS)
+    assert {(g, res, v) for g, res, v, ns in grants if ns is not None} == \
+        {("coordination.k8s.io", "leases", "get")}
+    for g, res, v, ns in grants:
+        assert v not in ("delete", "deletecollection", "update", "create", "escalate", "bind",
+                         "impersonate", "*") or (res, v) == ("pods/binding", "create"), (g, res, v)
+        assert res not in ("secrets", "persistentvolumes", "persistentvolumeclaims",
+                           "serviceaccounts", "serviceaccounts/token"), (g, res, v)
+
+
+def test_network_policy(objs):
+    """Ingress to the scheduler pods only on egpu-scheduler's health and
+    metrics port and kube-scheduler's (authenticating) secure port, never on
+    the extender verbs' port."""
+    dep = scheduler_deployment(objs)
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    egpu = container(dep["spec"]["template"]["spec"], "egpu-scheduler")
+    args = egpu.get("command", [])[1:] + egpu.get("args", [])
+    health, verbs = int(flag(args, "--health-port")), int(flag(args, "--port"))
+    pols = [p for p in find(objs, "NetworkPolicy", namespace=NS)
+            if all(labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())]
+    assert len(pols) == 1, "expected one NetworkPolicy selecting the scheduler pods"
+    spec = pols[0]["spec"]
+    assert "Ingress" in spec["policyTypes"]
+    allowed = set()
+    for rule in spec.get("ingress", []):
+        assert rule.get("ports"), f"an ingress rule opens every port: {rule}"
+        allowed |= {p["port"] for p in rule["ports"]}
+    assert allowed == {health, KUBE_SCHEDULER_SECURE_PORT}
+    assert verbs not in allowed
 
 
 def test_example_pod(objs):
