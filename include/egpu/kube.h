@@ -350,6 +350,9 @@ struct egpu_kube_watch_opts {
     int timeout_s;              /* timeoutSeconds: the server ends the watch then; 0 = 300 */
     bool no_bookmarks;          /* do not ask for BOOKMARK events */
     const atomic_bool *stop;    /* or NULL; once true the watch ends within ~100 ms */
+    void (*on_open)(void *ud);  /* or NULL: called (with open_ud) once the server has
+                                   accepted the watch (2xx headers in), before any event */
+    void *open_ud;
     /* In: the resourceVersion to watch from ("" or "0": synthetic ADDED for
      * every object first). Out: the last one seen, bookmarks included, to
      * resume from. */
@@ -451,7 +454,8 @@ void egpu_kube_informer_stats(struct egpu_kube_informer *inf, struct egpu_kube_i
  * since the first of an unbroken run of failed lists and watches (a watch that
  * ended at once without an event counts as failed), or since it was started
  * when no list has succeeded yet; 0 while healthy (the last list succeeded
- * and the last watch did not fail), when not started, or inf NULL. A component's
+ * and the last watch did not fail, or a watch the server accepted has been
+ * open for a second), when not started, or inf NULL. A component's
  * /readyz compares it with a bound, so a watch that keeps failing makes it
  * not ready instead of serving from a cache that no longer follows the API. */
 long egpu_kube_informer_unhealthy_ms(struct egpu_kube_informer *inf);

@@ -279,6 +279,9 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
         long v = strtol(line + 12, &end, 10);
 
         x->call->retry_after_s = end == line + 12 ? 1 : (v < 0 ? 0 : v);
+    } else if ((strcmp(line, "\r\n") == 0 || strcmp(line, "\n") == 0) && x->call->on_open != NULL &&
+               x->call->http_code >= 200 && x->call->http_code < 300) {
+        x->call->on_open(x->call->on_open_ud); /* the headers are in: the body follows */
     }
     return len;
 }

@@ -27,7 +27,10 @@
  * without a key) is logged and left out of the store, in a list as in a
  * watch; both count in stats.skipped. The time since failures began is kept
  * (unhealthy_since_ms) so a component can say it is not ready while its
- * view of the API has stopped following it.
+ * view of the API has stopped following it. A watch the server accepted
+ * and has kept open for a second makes the informer healthy while it runs
+ * (a quiet watch may carry no event for minutes); one that breaks sooner
+ * keeps the run of failures going, as the backoff does.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -62,6 +65,7 @@ struct egpu_kube_informer {
     struct egpu_kube_informer_stats stats;
 
     int64_t unhealthy_since_ms; /* CLOCK_MONOTONIC ms; 0 = healthy (under mu) */
+    int64_t open_since_ms;      /* when the running watch was accepted; 0 = none (under mu) */
 
     struct egpu__kube_worker worker;
     char rv[EGPU_KUBE_RV_MAX]; /* where the next watch starts (thread only) */
@@ -340,14 +344,31 @@ static void count(struct egpu_kube_informer *inf, unsigned long *field)
     pthread_mutex_unlock(&inf->mu);
 }
 
-/* A list or watch failed (failed true) or worked: keep when failures began. */
+#define OPEN_HEALTHY_MS 1000 /* a watch open this long counts as working */
+
+/* A list or watch ended, failed or not: keep when the run of failures began.
+ * A watch that had been open a while ends a run, so its failure starts one. */
 static void set_health(struct egpu_kube_informer *inf, bool failed)
 {
+    int64_t now = egpu__kube_now_ms();
+    bool was_open;
+
     pthread_mutex_lock(&inf->mu);
+    was_open = inf->open_since_ms != 0 && now - inf->open_since_ms >= OPEN_HEALTHY_MS;
+    inf->open_since_ms = 0;
     if (!failed)
         inf->unhealthy_since_ms = 0;
-    else if (inf->unhealthy_since_ms == 0)
-        inf->unhealthy_since_ms = egpu__kube_now_ms();
+    else if (inf->unhealthy_since_ms == 0 || was_open)
+        inf->unhealthy_since_ms = now;
+    pthread_mutex_unlock(&inf->mu);
+}
+
+static void on_watch_open(void *ud)
+{
+    struct egpu_kube_informer *inf = ud;
+
+    pthread_mutex_lock(&inf->mu);
+    inf->open_since_ms = egpu__kube_now_ms();
     pthread_mutex_unlock(&inf->mu);
 }
 
@@ -363,6 +384,8 @@ static void *informer_main(void *arg)
             .label_selector = inf->label_selector,
             .field_selector = inf->field_selector,
             .stop = &inf->worker.stop,
+            .on_open = on_watch_open,
+            .open_ud = inf,
         };
         struct egpu_error err = {0};
         bool progressed;
@@ -511,14 +534,17 @@ void egpu_kube_informer_stats(struct egpu_kube_informer *inf, struct egpu_kube_i
 
 long egpu_kube_informer_unhealthy_ms(struct egpu_kube_informer *inf)
 {
-    int64_t since;
+    int64_t since, open, now = egpu__kube_now_ms();
 
     if (inf == NULL)
         return 0;
     pthread_mutex_lock(&inf->mu);
     since = inf->unhealthy_since_ms;
+    open = inf->open_since_ms;
     pthread_mutex_unlock(&inf->mu);
-    return since == 0 ? 0 : (long)(egpu__kube_now_ms() - since) + 1;
+    if (since == 0 || (open != 0 && now - open >= OPEN_HEALTHY_MS))
+        return 0;
+    return (long)(now - since) + 1;
 }
 
 void egpu_kube_informer_stop(struct egpu_kube_informer *inf)

@@ -74,6 +74,8 @@ struct egpu__kube_call {
     const atomic_bool *stop; /* or NULL: raised -> -ECANCELED within ~100 ms */
     egpu__kube_sink sink;    /* or NULL: the 2xx body goes into reply too */
     void *sink_ud;
+    void (*on_open)(void *ud); /* or NULL: called once a 2xx reply's headers are in */
+    void *on_open_ud;
     struct egpu_buf *reply; /* body of non-streamed replies (bounded by its max) */
     /* Out. */
     long http_code;     /* final HTTP status, 0 if none arrived */

@@ -264,6 +264,8 @@ int egpu_kube_watch(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
     call.sink = sink;
     call.sink_ud = &s;
     call.reply = &reply;
+    call.on_open = opts->on_open;
+    call.on_open_ud = opts->open_ud;
     opts->skipped = 0;
     rc = egpu__kube_perform(kc, &call, err);
     if (rc == 0 && (call.http_code < 200 || call.http_code >= 300))

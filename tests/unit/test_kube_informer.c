@@ -314,6 +314,55 @@ static void test_server_down_then_back(void **state)
     pthread_mutex_destroy(&r.mu);
 }
 
+/* Issue 10, finding 1: a "\u0000" in an annotation value decodes (list and
+ * watch), so the informer neither rejects the object nor wedges on it; and
+ * egpu_kube_informer_unhealthy_ms follows a run of failures. */
+static void test_nul_and_health(void **state)
+{
+    struct record r;
+    struct egpu_kube_informer *inf;
+    struct egpu_kube_informer_stats st;
+    struct egpu_error err = {0};
+    json_t *pod = tks_pod(NS, "nul-listed", "x"), *obj;
+    long deadline;
+
+    (void)state;
+    json_object_set_new(json_object_get(pod, "metadata"), "annotations",
+                        json_pack("{s:s%}", "note", "a\0b", (size_t)3));
+    assert_int_equal(egpu_kube_create(srv.kc, &egpu_kube_pods, NS, pod, NULL, NULL, &err), 0);
+    inf = start(&r);
+    assert_int_equal(egpu_kube_informer_unhealthy_ms(inf), 0);
+    json_object_set_new(json_object_get(pod, "metadata"), "name", json_string("nul-watched"));
+    assert_int_equal(egpu_kube_create(srv.kc, &egpu_kube_pods, NS, pod, NULL, NULL, &err), 0);
+    json_decref(pod);
+    tks_create_pod(&srv, NS, "after");
+    expect_counts(&r, 3, 0, 0);
+    obj = egpu_kube_informer_get(inf, NS, "nul-watched");
+    assert_non_null(obj);
+    assert_int_equal(json_string_length(json_object_get(
+                         json_object_get(json_object_get(obj, "metadata"), "annotations"), "note")),
+                     3);
+    json_decref(obj);
+    egpu_kube_informer_stats(inf, &st);
+    assert_int_equal(st.skipped, 0);
+    /* The API goes away: unhealthy, and for longer and longer. */
+    tks_post(&srv, "down", "{\"down\":true}");
+    tks_post(&srv, "drop-watches", NULL);
+    tks_sleep_ms(700);
+    assert_true(egpu_kube_informer_unhealthy_ms(inf) >= 400);
+    tks_sleep_ms(500);
+    assert_true(egpu_kube_informer_unhealthy_ms(inf) >= 900);
+    /* Back: healthy again once a watch has been open a second. */
+    tks_post(&srv, "down", "{\"down\":false}");
+    deadline = tks_now_ms() + 8000;
+    while (egpu_kube_informer_unhealthy_ms(inf) != 0 && tks_now_ms() < deadline)
+        tks_sleep_ms(50);
+    assert_int_equal(egpu_kube_informer_unhealthy_ms(inf), 0);
+    egpu_kube_informer_free(inf);
+    pthread_mutex_destroy(&r.mu);
+    assert_int_equal(egpu_kube_informer_unhealthy_ms(NULL), 0);
+}
+
 static void test_cluster_scoped_and_errors(void **state)
 {
     struct egpu_kube_informer_opts o = {.res = &egpu_kube_nodes, .backoff_min_ms = 50};
@@ -356,6 +405,7 @@ int main(void)
         cmocka_unit_test_setup(test_compaction_relist_deltas, tks_reset_test),
         cmocka_unit_test_setup(test_server_down_then_back, tks_reset_test),
         cmocka_unit_test_setup(test_cluster_scoped_and_errors, tks_reset_test),
+        cmocka_unit_test_setup(test_nul_and_health, tks_reset_test),
     };
 
     return cmocka_run_group_tests(tests, group_setup, tks_group_teardown);
