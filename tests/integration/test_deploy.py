@@ -606,6 +606,7 @@ def test_network_policy(objs):
     labels = dep["spec"]["template"]["metadata"]["labels"]
     egpu = container(dep["spec"]["template"]["spec"], "egpu-scheduler")
     args = egpu.get("command", [])[1:] + egpu.get("args", [])
+    assert flag(args, "--health-port"), "egpu-scheduler serves health and verbs on one port"
     health, verbs = int(flag(args, "--health-port")), int(flag(args, "--port"))
     pols = [p for p in find(objs, "NetworkPolicy", namespace=NS)
             if all(labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())]
