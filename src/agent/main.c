@@ -17,15 +17,19 @@
  * The main thread also removes allocation dirs no container holds any more
  * (egpu__plugin_cleanup) at start and every --cleanup-interval seconds; a
  * dir younger than the interval is kept. Every second it also refreshes
- * the metrics, the allocation gauges from the limits.json files of the
- * allocation dirs. SIGTERM or SIGINT stops both and exits 0.
+ * the metrics, the allocation gauges from the plugin's record of what
+ * PreStartContainer wrote (never from a file a container can write, so
+ * nothing in the loop opens a path a container can reach). SIGTERM or
+ * SIGINT stops both and exits 0.
  *
- * Restart: the agent keeps no allocation state of its own in memory. The
- * kubelet tracks which IDs it gave; the allocation dirs (named by the IDs)
- * and limits.json stay on disk; elasticgpu.io/assigned and
- * elasticgpu.io/allocated on the pods steer GetPreferredAllocation. So a
- * restarted agent answers as the old one would, and a PreStartContainer
- * for a restarted container writes the same limits again.
+ * Restart: nothing the agent needs lives only in its memory. The kubelet
+ * tracks which IDs it gave; the allocation dirs (named by the IDs) and
+ * limits.json stay on disk, and the record is read back from the
+ * limits.json files of the dirs that are the agent's own (root, 0755);
+ * elasticgpu.io/assigned and elasticgpu.io/allocated on the pods steer
+ * GetPreferredAllocation. So a restarted agent answers as the old one
+ * would, and a PreStartContainer for a restarted container writes the same
+ * limits again.
  */
 #define _GNU_SOURCE /* inotify, gethostname */
 #include <errno.h>
@@ -38,13 +42,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "egpu/agent.h"
 #include "egpu/cli.h"
@@ -387,13 +388,15 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                  "the scheduler assigned.",
                                  0, NULL, &a->m_mismatches);
     if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpu_allocated_core_percent",
-                               "Core percent of the GPU given to live allocations (limits.json).",
-                               1, gpu_label, &a->m_gpu_core);
+        rc = egpu_metric_gauge(
+            a->reg, "egpu_agent_gpu_allocated_core_percent",
+            "Core percent of the GPU given to live allocations (as PreStartContainer wrote).", 1,
+            gpu_label, &a->m_gpu_core);
     if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpu_allocated_memory_mib",
-                               "Memory MiB of the GPU given to live allocations (limits.json).", 1,
-                               gpu_label, &a->m_gpu_mem);
+        rc = egpu_metric_gauge(
+            a->reg, "egpu_agent_gpu_allocated_memory_mib",
+            "Memory MiB of the GPU given to live allocations (as PreStartContainer wrote).", 1,
+            gpu_label, &a->m_gpu_mem);
     if (!rc)
         rc = egpu_metric_gauge(a->reg, "egpu_agent_gpu_used_memory_mib",
                                "Memory MiB in use on the GPU, as NVML reports it (0 for fake "
@@ -442,76 +445,55 @@ static void set_container(struct app *a, const char *ns, const char *pod, const 
     (void)egpu_metric_set(a->m_ctr_mem, values, mem);
 }
 
-/* Whether name is an allocation dir's (16 lowercase hex digits). */
-static bool alloc_name(const char *name)
-{
-    size_t i;
+/* What refresh_allocations adds up. */
+struct alloc_sum {
+    struct app *a;
+    const struct egpu_gpu_info *cards;
+    size_t ncards;
+    double core[EGPU_NODE_GPUS_MAX], mem[EGPU_NODE_GPUS_MAX];
+};
 
-    for (i = 0; name[i] != '\0'; i++)
-        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
-            return false;
-    return i == 16;
+static void add_limits(void *data, const struct egpu_plugin_limits *l)
+{
+    struct alloc_sum *s = data;
+
+    for (uint32_t g = 0; g < l->ngpus; g++) {
+        for (size_t i = 0; i < s->ncards; i++) {
+            if (strcmp(s->cards[i].uuid, l->gpus[g]) == 0) {
+                s->core[i] += l->core_pct;
+                s->mem[i] += l->mem_mib;
+            }
+        }
+    }
+    set_container(s->a, l->ns, l->pod, l->container, l->core_pct, l->mem_mib);
 }
 
-/* The allocation gauges from the limits.json of every allocation dir (the
- * cleanup removes those no container holds). */
+/* The allocation gauges from the agent's own record of what
+ * PreStartContainer wrote (the cleanup drops the dirs no container holds),
+ * never from a file a container could have written. */
 static void refresh_allocations(struct app *a)
 {
     struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
-    double core[EGPU_NODE_GPUS_MAX] = {0}, mem[EGPU_NODE_GPUS_MAX] = {0};
-    size_t ncards = 0;
-    const struct dirent *e;
-    DIR *d;
+    struct alloc_sum *s = egpu_calloc(1, sizeof(*s));
 
-    if (cards == NULL)
+    if (cards == NULL || s == NULL) {
+        egpu_free(cards);
+        egpu_free(s);
         return;
-    ncards = egpu__plugin_cards(a->plugin, cards, EGPU_NODE_GPUS_MAX);
+    }
+    s->a = a;
+    s->cards = cards;
+    s->ncards = egpu__plugin_cards(a->plugin, cards, EGPU_NODE_GPUS_MAX);
     for (size_t i = 0; i < a->nctrs; i++)
         a->ctrs[i].live = false;
-    d = opendir(a->o.alloc_root);
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        char path[PATH_MAX];
-        json_t *lim, *gpus, *g;
-        const char *ns, *pod, *ctr;
-        double c, m;
-        size_t k;
-        int w;
-
-        if (!alloc_name(e->d_name))
-            continue;
-        w = snprintf(path, sizeof(path), "%s/%s/%s", a->o.alloc_root, e->d_name,
-                     EGPU_PLUGIN_LIMITS_FILE);
-        if (w < 0 || (size_t)w >= sizeof(path))
-            continue;
-        lim = json_load_file(path, 0, NULL);
-        gpus = json_object_get(lim, "gpus");
-        c = json_number_value(json_object_get(lim, "core"));
-        m = json_number_value(json_object_get(lim, "memory"));
-        json_array_foreach(gpus, k, g)
-        {
-            for (size_t i = 0; i < ncards; i++) {
-                if (json_is_string(g) && strcmp(cards[i].uuid, json_string_value(g)) == 0) {
-                    core[i] += c;
-                    mem[i] += m;
-                }
-            }
-        }
-        ns = json_string_value(json_object_get(lim, "namespace"));
-        pod = json_string_value(json_object_get(lim, "pod"));
-        ctr = json_string_value(json_object_get(lim, "container"));
-        if (ns != NULL && pod != NULL && ctr != NULL)
-            set_container(a, ns, pod, ctr, c, m);
-        json_decref(lim);
-    }
-    if (d != NULL)
-        closedir(d);
-    for (size_t i = 0; i < ncards; i++) {
+    egpu__plugin_each_limits(a->plugin, add_limits, s);
+    for (size_t i = 0; i < s->ncards; i++) {
         const char *values[1] = {cards[i].uuid};
 
         if (cards[i].uuid[0] == '\0')
             continue;
-        (void)egpu_metric_set(a->m_gpu_core, values, core[i]);
-        (void)egpu_metric_set(a->m_gpu_mem, values, mem[i]);
+        (void)egpu_metric_set(a->m_gpu_core, values, s->core[i]);
+        (void)egpu_metric_set(a->m_gpu_mem, values, s->mem[i]);
         (void)egpu_metric_set(a->m_gpu_used, values, (double)cards[i].used_mem_mib);
     }
     for (size_t i = 0; i < a->nctrs; i++) {
@@ -522,6 +504,7 @@ static void refresh_allocations(struct app *a)
         (void)egpu_metric_set(a->m_ctr_core, values, 0);
         (void)egpu_metric_set(a->m_ctr_mem, values, 0);
     }
+    egpu_free(s);
     egpu_free(cards);
 }
 

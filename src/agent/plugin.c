@@ -27,6 +27,12 @@
  * call created is removed again when writing into it fails, so a failed
  * Allocate or PreStartContainer leaves nothing half done.
  *
+ * A container can write below <dir>/shared and nowhere else in its
+ * allocation dir (the layout is in plugin_int.h): the agent writes through
+ * directory fds with allocfs.c (O_NOFOLLOW, O_EXCL under a random name,
+ * renameat), reads nothing a container can write, and keeps its own record
+ * of what PreStartContainer wrote for the metrics.
+ *
  * DESIGN: the allocation dir is named by a hash of the sorted IDs, so
  * Allocate and PreStartContainer, which both see only IDs, find the same
  * dir. Messages are protobuf-c (proto/), unpacked and packed with an
@@ -46,6 +52,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
+#include "allocfs_int.h"
 #include "deviceplugin/v1beta1/api.pb-c.h"
 #include "egpu/grpc.h"
 #include "egpu/log.h"
@@ -71,6 +80,10 @@ struct egpu_plugin {
     bool running;
     pthread_mutex_t alloc_lock; /* Allocate's mkdir vs. the cleanup's removal */
     bool cleanup_failed;        /* the last cleanup's PodResources List failed */
+
+    pthread_mutex_t rec_lock;       /* guards the record */
+    struct egpu_plugin_limits *rec; /* what PreStartContainer wrote, per dir */
+    size_t nrec, caprec;
 
     pthread_mutex_t lock; /* guards what follows */
     struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
@@ -241,6 +254,17 @@ int egpu__plugin_alloc_dir(const char *alloc_root, char *const *ids, size_t n, c
     return w < 0 || (size_t)w >= len ? -ENAMETOOLONG : 0;
 }
 
+/* Whether name is an allocation dir's: 16 lowercase hex digits. */
+static bool is_alloc_name(const char *name)
+{
+    size_t i;
+
+    for (i = 0; name[i] != '\0'; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    return i == EGPU_PLUGIN_DIR_NAME_LEN;
+}
+
 int egpu__plugin_mkdir_p(const char *path)
 {
     char buf[PATH_MAX];
@@ -262,47 +286,293 @@ int egpu__plugin_mkdir_p(const char *path)
     return 0;
 }
 
-int egpu__plugin_write_file(const char *dir, const char *name, const char *text,
-                            struct egpu_error *err)
+/* Bring the open allocation dir fd to the agent's owner and mode 0755. */
+static int take_dir(int fd, const char *dir)
 {
-    char tmp[PATH_MAX], path[PATH_MAX];
-    size_t len = strlen(text), off = 0;
-    int fd, w1, w2;
+    struct stat st;
 
-    w1 = snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.%ld", dir, name, (long)getpid());
-    w2 = snprintf(path, sizeof(path), "%s/%s", dir, name);
-    if (w1 < 0 || (size_t)w1 >= sizeof(tmp) || w2 < 0 || (size_t)w2 >= sizeof(path))
-        return egpu_error_set(err, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return egpu_error_set(err, -errno, "create %s: %s", tmp, strerror(errno));
-    while (off < len) {
-        ssize_t n = write(fd, text + off, len - off);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int e = errno;
-
-            close(fd);
-            unlink(tmp);
-            return egpu_error_set(err, -e, "write %s: %s", tmp, strerror(e));
-        }
-        off += (size_t)n;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-
-        unlink(tmp);
-        return egpu_error_set(err, -e, "write %s: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-
-        unlink(tmp);
-        return egpu_error_set(err, -e, "rename %s: %s", path, strerror(e));
-    }
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    if (egpu__fs_is_private(&st) && (st.st_mode & 07777) == 0755)
+        return 0;
+    if (st.st_uid != geteuid() && fchown(fd, geteuid(), getegid()) != 0)
+        return -errno;
+    if (fchmod(fd, 0755) != 0)
+        return -errno;
+    egpu_log(EGPU_LOG_INFO, "allocation dir taken back dir=%s uid=%u mode=%04o", dir,
+             (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
     return 0;
+}
+
+/* Make <fd>/shared a real directory of mode 01777 owned by the agent. */
+static int make_shared(int fd)
+{
+    struct stat st;
+    int sfd = -1, rc = 0;
+
+    for (int tries = 0; tries < 2 && sfd < 0; tries++) {
+        if (mkdirat(fd, EGPU_PLUGIN_SHARED_DIR, 01777) != 0 && errno != EEXIST)
+            return -errno;
+        rc = egpu__fs_open_dir(fd, EGPU_PLUGIN_SHARED_DIR, &sfd);
+        if (rc == -ELOOP || rc == -ENOTDIR) {
+            /* Not ours (an older agent's writable dir): away with it. */
+            rc = egpu__fs_remove_tree(fd, EGPU_PLUGIN_SHARED_DIR, EGPU_PLUGIN_RM_BUDGET_MS);
+            if (rc)
+                return rc;
+            rc = -ENOTDIR;
+        } else if (rc)
+            return rc;
+    }
+    if (sfd < 0)
+        return rc;
+    if (fstat(sfd, &st) != 0)
+        rc = -errno;
+    else if (st.st_uid != geteuid() && fchown(sfd, geteuid(), getegid()) != 0)
+        rc = -errno;
+    else if ((st.st_mode & 07777) != 01777 && fchmod(sfd, 01777) != 0)
+        rc = -errno; /* mkdirat's mode went through the umask */
+    close(sfd);
+    return rc;
+}
+
+int egpu__plugin_open_alloc_dir(const char *alloc_root, const char *dir, bool create, bool shared,
+                                bool *created, int *fd, struct egpu_error *err)
+{
+    size_t rl = strlen(alloc_root);
+    const char *name = dir + rl + 1;
+    bool made = false;
+    int root = -1, dfd = -1, rc = 0;
+
+    if (strncmp(dir, alloc_root, rl) != 0 || dir[rl] != '/' || strchr(name, '/') != NULL)
+        rc = -EINVAL;
+    if (rc == 0 && create)
+        rc = egpu__plugin_mkdir_p(alloc_root);
+    if (rc == 0) {
+        root = open(alloc_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0)
+            rc = -errno;
+    }
+    if (rc == 0 && create) {
+        if (mkdirat(root, name, 0755) == 0)
+            made = true;
+        else if (errno != EEXIST)
+            rc = -errno;
+    }
+    if (rc == 0)
+        rc = egpu__fs_open_dir(root, name, &dfd);
+    if (rc == 0)
+        rc = take_dir(dfd, dir);
+    if (rc == 0 && shared)
+        rc = make_shared(dfd);
+    if (rc) {
+        if (dfd >= 0)
+            close(dfd);
+        if (made && egpu__fs_remove_tree(root, name, EGPU_PLUGIN_RM_BUDGET_MS) != 0)
+            egpu_log(EGPU_LOG_WARN, "allocation dir not removed after a failure dir=%s", dir);
+        if (root >= 0)
+            close(root);
+        if (rc == -ENOENT && !create)
+            return egpu_error_set(err, rc, "allocation dir %s does not exist", dir);
+        return egpu_error_set(
+            err, rc, "allocation dir %s (--alloc-root %s) cannot be created: %s%s", dir, alloc_root,
+            egpu_strerror(rc), rc == -ELOOP ? " (a symbolic link)" : "");
+    }
+    close(root);
+    if (created != NULL)
+        *created = made;
+    *fd = dfd;
+    return 0;
+}
+
+int egpu__plugin_remove_alloc_dir(const char *alloc_root, const char *dir)
+{
+    size_t rl = strlen(alloc_root);
+    int root, rc;
+
+    if (strncmp(dir, alloc_root, rl) != 0 || dir[rl] != '/')
+        return -EINVAL;
+    root = open(alloc_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        return -errno;
+    rc = egpu__fs_remove_tree(root, dir + rl + 1, EGPU_PLUGIN_RM_BUDGET_MS);
+    close(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The record of what PreStartContainer wrote                               */
+
+int egpu__plugin_record(struct egpu_plugin *p, const struct egpu_plugin_limits *l)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&p->rec_lock);
+    for (size_t i = 0; i < p->nrec; i++) {
+        if (strcmp(p->rec[i].dir, l->dir) == 0) {
+            p->rec[i] = *l;
+            pthread_mutex_unlock(&p->rec_lock);
+            return 0;
+        }
+    }
+    if (p->nrec == p->caprec) {
+        size_t cap = p->caprec ? p->caprec * 2 : 16;
+        struct egpu_plugin_limits *grown = egpu_realloc(p->rec, cap * sizeof(*grown));
+
+        if (grown == NULL)
+            rc = -ENOMEM;
+        else {
+            p->rec = grown;
+            p->caprec = cap;
+        }
+    }
+    if (rc == 0)
+        p->rec[p->nrec++] = *l;
+    pthread_mutex_unlock(&p->rec_lock);
+    return rc;
+}
+
+/* Forget the record of the dir name (the cleanup removed it). */
+static void record_drop(struct egpu_plugin *p, const char *name)
+{
+    pthread_mutex_lock(&p->rec_lock);
+    for (size_t i = 0; i < p->nrec; i++) {
+        if (strcmp(p->rec[i].dir, name) == 0) {
+            p->rec[i] = p->rec[--p->nrec];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->rec_lock);
+}
+
+void egpu__plugin_each_limits(struct egpu_plugin *p, egpu_plugin_limits_cb cb, void *data)
+{
+    pthread_mutex_lock(&p->rec_lock);
+    for (size_t i = 0; i < p->nrec; i++)
+        cb(data, &p->rec[i]);
+    pthread_mutex_unlock(&p->rec_lock);
+}
+
+/* Copy the string field key of doc into out (cap bytes). */
+static int string_field(const json_t *doc, const char *key, char *out, size_t cap,
+                        struct egpu_error *err)
+{
+    const json_t *v = json_object_get(doc, key);
+
+    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= cap ||
+        strlen(json_string_value(v)) != json_string_length(v))
+        return egpu_error_set(err, EGPU_ESYNTAX, "%s: expected a string of 1 to %zu bytes", key,
+                              cap - 1);
+    memcpy(out, json_string_value(v), json_string_length(v) + 1);
+    return 0;
+}
+
+int egpu__plugin_limits_decode(const char *text, struct egpu_plugin_limits *out,
+                               struct egpu_error *err)
+{
+    json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+    const json_t *gpus, *core, *mem, *g;
+    size_t k;
+    int rc = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        return egpu_error_set(err, EGPU_ESYNTAX, "not a JSON object");
+    }
+    gpus = json_object_get(doc, "gpus");
+    core = json_object_get(doc, "core");
+    mem = json_object_get(doc, "memory");
+    rc = string_field(doc, "namespace", out->ns, sizeof(out->ns), err);
+    if (rc == 0)
+        rc = string_field(doc, "pod", out->pod, sizeof(out->pod), err);
+    if (rc == 0)
+        rc = string_field(doc, "container", out->container, sizeof(out->container), err);
+    if (rc == 0 && (!json_is_array(gpus) || json_array_size(gpus) == 0 ||
+                    json_array_size(gpus) > EGPU_NODE_GPUS_MAX))
+        rc = egpu_error_set(err, EGPU_ESYNTAX, "gpus: expected an array of 1 to %d UUIDs",
+                            EGPU_NODE_GPUS_MAX);
+    json_array_foreach(gpus, k, g)
+    {
+        if (rc != 0)
+            break;
+        if (!json_is_string(g) || json_string_length(g) == 0 ||
+            json_string_length(g) >= EGPU_UUID_MAX ||
+            strlen(json_string_value(g)) != json_string_length(g))
+            rc = egpu_error_set(err, EGPU_ESYNTAX, "gpus[%zu]: expected a GPU UUID", k);
+        else
+            memcpy(out->gpus[out->ngpus++], json_string_value(g), json_string_length(g) + 1);
+    }
+    if (rc == 0 &&
+        (!json_is_integer(core) || json_integer_value(core) < 1 || json_integer_value(core) > 100))
+        rc = egpu_error_set(err, EGPU_ESYNTAX, "core: expected an integer from 1 to 100");
+    if (rc == 0 && (!json_is_integer(mem) || json_integer_value(mem) < 0 ||
+                    json_integer_value(mem) > (json_int_t)UINT32_MAX))
+        rc = egpu_error_set(err, EGPU_ESYNTAX, "memory: expected an integer from 0 to %" PRIu32,
+                            UINT32_MAX);
+    if (rc == 0) {
+        out->core_pct = (uint32_t)json_integer_value(core);
+        out->mem_mib = (uint32_t)json_integer_value(mem);
+    }
+    json_decref(doc);
+    return rc;
+}
+
+/* The record at start: the limits.json of every allocation dir that is the
+ * agent's own (owner and mode: no container can have written it). A dir an
+ * older agent made writable is not believed; its next PreStartContainer
+ * records it. */
+static void record_load(struct egpu_plugin *p)
+{
+    DIR *d = opendir(p->alloc_root);
+    const struct dirent *e;
+    size_t loaded = 0, skipped = 0;
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        struct egpu_plugin_limits *l;
+        struct egpu_error err = {0};
+        struct stat st;
+        char *text = NULL;
+        size_t len;
+        int fd, rc;
+
+        if (!is_alloc_name(e->d_name) || egpu__fs_open_dir(dirfd(d), e->d_name, &fd) != 0)
+            continue;
+        rc = fstat(fd, &st) == 0 && egpu__fs_is_private(&st) && (st.st_mode & 07777) == 0755
+                 ? egpu__fs_read_at(fd, EGPU_PLUGIN_LIMITS_FILE, EGPU_PLUGIN_LIMITS_MAX, &text,
+                                    &len, &st)
+                 : -EPERM;
+        close(fd);
+        if (rc == -ENOENT)
+            continue; /* Allocate made it; PreStartContainer did not write yet */
+        l = rc == 0 ? egpu_malloc(sizeof(*l)) : NULL;
+        if (rc == 0 && !egpu__fs_is_private(&st))
+            rc = -EPERM;
+        if (rc == 0 && l == NULL)
+            rc = -ENOMEM;
+        if (rc == 0)
+            rc = egpu__plugin_limits_decode(text, l, &err);
+        if (rc == 0) {
+            memcpy(l->dir, e->d_name, EGPU_PLUGIN_DIR_NAME_LEN + 1);
+            rc = egpu__plugin_record(p, l);
+        }
+        if (rc == 0)
+            loaded++;
+        else {
+            skipped++;
+            egpu_log(EGPU_LOG_WARN, "allocation not recorded dir=%s/%s/%s error=\"%s\"",
+                     p->alloc_root, e->d_name, EGPU_PLUGIN_LIMITS_FILE,
+                     err.msg[0]     ? err.msg
+                     : rc == -EPERM ? "not the agent's own (owner or mode)"
+                                    : egpu_strerror(rc));
+        }
+        egpu_free(l);
+        egpu_free(text);
+    }
+    if (d != NULL)
+        closedir(d);
+    if (loaded || skipped)
+        egpu_log(EGPU_LOG_INFO, "allocations recorded from disk loaded=%zu skipped=%zu", loaded,
+                 skipped);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -578,7 +848,7 @@ struct alloc_out {
     V1beta1__DeviceSpec *devp[EGPU_NODE_GPUS_MAX + CTL_NODES];
     char dir[PATH_MAX];
     char preload[PATH_MAX + 32];
-    char vcuda_host[PATH_MAX + 32];
+    char shared_host[PATH_MAX + 32];
     V1beta1__ContainerAllocateResponse__EnvsEntry env[2];
     V1beta1__ContainerAllocateResponse__EnvsEntry *envp[2];
     V1beta1__Mount mount[4];
@@ -642,14 +912,13 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
 {
     static char env_visible[] = "NVIDIA_VISIBLE_DEVICES", env_dir[] = "EGPU_ALLOC_DIR",
                 container_dir[] = EGPU_PLUGIN_CONTAINER_DIR, preload_path[] = "/etc/ld.so.preload",
-                vcuda_path[] = EGPU_PLUGIN_CONTAINER_DIR "/" EGPU_PLUGIN_VCUDA_FILE;
+                shared_path[] = EGPU_PLUGIN_CONTAINER_DIR "/" EGPU_PLUGIN_SHARED_DIR;
     unsigned count[EGPU_NODE_GPUS_MAX];
     struct egpu_error err = {0};
-    bool shared = false, created;
+    bool shared = false, created = false;
     size_t used = 0;
     char text[PATH_MAX + 2];
-    struct stat sb;
-    int rc;
+    int rc, dfd = -1;
 
     if (c->n_devices_ids == 0)
         return egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
@@ -678,26 +947,26 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
                                     "Allocate: allocation dir below %s: %s", p->alloc_root,
                                     egpu_strerror(rc));
     /* Under alloc_lock: the cleanup never sees the dir between its creation
-     * and the fresh mtime that keeps it (see egpu__plugin_cleanup). */
+     * and the fresh mtime that keeps it (see egpu__plugin_cleanup). The dir
+     * is the agent's (0755); with a shared card, its subdir shared/ (01777,
+     * sticky like /tmp) is where the container's processes, whatever their
+     * user, create the interposer's regions. */
     pthread_mutex_lock(&p->alloc_lock);
-    created = stat(o->dir, &sb) != 0;
-    rc = egpu__plugin_mkdir_p(o->dir);
-    if (rc == 0 && !created && utimensat(AT_FDCWD, o->dir, NULL, 0) != 0)
-        rc = -errno;
-    /* The interposer's shared regions are created there by the container's
-     * processes, whatever their user: writable by all, sticky (like /tmp),
-     * and the directory belongs to this one container alone. */
-    if (rc == 0 && shared && chmod(o->dir, 01777) != 0)
-        rc = -errno;
+    rc = egpu__plugin_open_alloc_dir(p->alloc_root, o->dir, true, shared, &created, &dfd, &err);
+    if (rc == 0 && !created && futimens(dfd, NULL) != 0)
+        rc = egpu_error_set(&err, -errno, "allocation dir %s: touch: %s", o->dir, strerror(errno));
     if (rc == 0 && shared) {
         snprintf(text, sizeof(text), "%s\n", p->interposer);
-        rc = egpu__plugin_write_file(o->dir, EGPU_PLUGIN_PRELOAD_FILE, text, &err);
-        if (rc && created)
-            (void)rmdir(o->dir); /* ours and empty: the temp file is gone */
+        rc = egpu__fs_write_at(dfd, o->dir, EGPU_PLUGIN_PRELOAD_FILE, text, strlen(text), 0644,
+                               &err);
         snprintf(o->preload, sizeof(o->preload), "%s/%s", o->dir, EGPU_PLUGIN_PRELOAD_FILE);
-    } else if (rc)
-        egpu_error_set(&err, rc, "allocation dir %s (--alloc-root %s) cannot be created: %s",
-                       o->dir, p->alloc_root, egpu_strerror(rc));
+        snprintf(o->shared_host, sizeof(o->shared_host), "%s/%s", o->dir, EGPU_PLUGIN_SHARED_DIR);
+    }
+    if (dfd >= 0)
+        close(dfd);
+    if (rc && created && egpu__plugin_remove_alloc_dir(p->alloc_root, o->dir) != 0)
+        egpu_log(EGPU_LOG_WARN, "allocation dir not removed after a failed Allocate dir=%s",
+                 o->dir);
     pthread_mutex_unlock(&p->alloc_lock);
     if (rc)
         return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "Allocate: %s", err.msg);
@@ -721,23 +990,24 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
         o->mount[i] = (V1beta1__Mount)V1BETA1__MOUNT__INIT;
         o->mountp[i] = &o->mount[i];
     }
+    /* The allocation dir, read-only: what the agent wrote for the container
+     * (limits.json, vcuda.conf) cannot be changed from inside. With a shared
+     * card, its subdir shared/ read-write over it (container runtimes mount
+     * a parent before its children, and the mount point exists inside the
+     * read-only parent): the interposer's regions live there. */
     o->mount[0].container_path = container_dir;
     o->mount[0].host_path = o->dir;
-    o->mount[0].read_only = 0; /* the interposer's shared region lives there */
+    o->mount[0].read_only = 1;
     o->resp.n_mounts = 1;
     if (shared) {
-        o->mount[1].container_path = p->interposer;
-        o->mount[1].host_path = p->interposer;
-        o->mount[1].read_only = 1;
-        o->mount[2].container_path = preload_path;
-        o->mount[2].host_path = o->preload;
+        o->mount[1].container_path = shared_path;
+        o->mount[1].host_path = o->shared_host;
+        o->mount[1].read_only = 0;
+        o->mount[2].container_path = p->interposer;
+        o->mount[2].host_path = p->interposer;
         o->mount[2].read_only = 1;
-        /* The limits, read-only over the writable dir: processes in the
-         * container share the region there but cannot rewrite their limits.
-         * PreStartContainer writes the file before the container is created. */
-        snprintf(o->vcuda_host, sizeof(o->vcuda_host), "%s/%s", o->dir, EGPU_PLUGIN_VCUDA_FILE);
-        o->mount[3].container_path = vcuda_path;
-        o->mount[3].host_path = o->vcuda_host;
+        o->mount[3].container_path = preload_path;
+        o->mount[3].host_path = o->preload;
         o->mount[3].read_only = 1;
         o->resp.n_mounts = 4;
     }
@@ -820,13 +1090,14 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
     V1beta1__PreStartContainerResponse resp = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
     struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
     unsigned count[EGPU_NODE_GPUS_MAX];
+    struct egpu_plugin_limits *wrote = egpu_calloc(1, sizeof(*wrote));
     size_t ncards;
     bool mismatch = false;
     int rc = 0;
 
     r = (V1beta1__PreStartContainerRequest *)pb_unpack(
         &v1beta1__pre_start_container_request__descriptor, req);
-    if (cards == NULL) {
+    if (cards == NULL || wrote == NULL) {
         rc = -ENOMEM;
         goto out;
     }
@@ -848,8 +1119,13 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
                                           .pod_resources = p->pod_resources,
                                           .alloc_root = p->alloc_root};
 
-        rc =
-            egpu__prestart_run(&pc, cards, ncards, r->devices_ids, r->n_devices_ids, &mismatch, st);
+        rc = egpu__prestart_run(&pc, cards, ncards, r->devices_ids, r->n_devices_ids, &mismatch,
+                                wrote, st);
+        /* The files are on disk even when the API server then failed: the
+         * record says what is there. */
+        if (wrote->dir[0] != '\0' && egpu__plugin_record(p, wrote) != 0)
+            egpu_log(EGPU_LOG_WARN, "allocation not recorded (out of memory) pod=%s/%s dir=%s",
+                     wrote->ns, wrote->pod, wrote->dir);
     }
     if (rc == 0)
         rc = pb_pack(&resp.base, reply);
@@ -867,6 +1143,7 @@ out:
         p->stats.prestarts++;
         pthread_mutex_unlock(&p->lock);
     }
+    egpu_free(wrote);
     egpu_free(cards);
     if (r != NULL)
         pb_unpacked_free(&r->base);
@@ -891,6 +1168,7 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
         return egpu_error_set(err, -ENOMEM, "device plugin: out of memory");
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->alloc_lock, NULL);
+    pthread_mutex_init(&p->rec_lock, NULL);
     p->gpus = cfg->gpus;
     p->kube = cfg->kube;
     p->strategy = cfg->strategy;
@@ -913,6 +1191,8 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
                               cfg->dir);
     }
     rc = egpu_gpus_list(p->gpus, p->cards, EGPU_NODE_GPUS_MAX, &p->ncards, err);
+    if (!rc)
+        record_load(p);
     if (!rc)
         rc = egpu_grpc_server_new(p->socket, 4, &p->srv, err);
     if (!rc)
@@ -946,6 +1226,8 @@ void egpu__plugin_free(struct egpu_plugin *p)
     egpu_grpc_server_free(p->srv); /* stops it: every stream's close callback has run */
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->alloc_lock);
+    pthread_mutex_destroy(&p->rec_lock);
+    egpu_free(p->rec);
     egpu_free(p->dir);
     egpu_free(p->alloc_root);
     egpu_free(p->interposer);
@@ -1080,49 +1362,7 @@ void egpu__plugin_stats(struct egpu_plugin *p, struct egpu_plugin_stats *out)
 /* ------------------------------------------------------------------------ */
 /* Cleanup of allocation dirs                                               */
 
-#define DIR_NAME_LEN 16 /* hex digits of an allocation dir's name */
-
-static bool is_alloc_name(const char *name)
-{
-    size_t i;
-
-    for (i = 0; name[i] != '\0'; i++)
-        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
-            return false;
-    return i == DIR_NAME_LEN;
-}
-
-/* rm -r of the entry name in the dir open as dfd; never follows links. */
-static int remove_tree(int dfd, const char *name, int depth)
-{
-    struct stat st;
-    int fd, rc = 0;
-    DIR *d;
-    const struct dirent *e;
-
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!S_ISDIR(st.st_mode))
-        return unlinkat(dfd, name, 0) == 0 || errno == ENOENT ? 0 : -errno;
-    if (depth > 8)
-        return -ELOOP;
-    fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    d = fdopendir(fd);
-    if (d == NULL) {
-        rc = -errno;
-        close(fd);
-        return rc;
-    }
-    while (rc == 0 && (e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            rc = remove_tree(dirfd(d), e->d_name, depth + 1);
-    closedir(d);
-    if (rc == 0 && unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
-        rc = -errno;
-    return rc;
-}
+#define DIR_NAME_LEN EGPU_PLUGIN_DIR_NAME_LEN
 
 /* The dir names (DIR_NAME_LEN + 1 bytes each) of every container's gpu-core
  * IDs in r, into *out (egpu_free) and *n. Returns 0 or -ENOMEM. */
@@ -1224,9 +1464,10 @@ int egpu__plugin_cleanup(struct egpu_plugin *p, long grace_s, unsigned *removed,
         clock_gettime(CLOCK_REALTIME, &now);
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
             (long)(now.tv_sec - st.st_mtim.tv_sec) >= grace_s) {
-            int rrc = remove_tree(dirfd(d), e->d_name, 0);
+            int rrc = egpu__fs_remove_tree(dirfd(d), e->d_name, EGPU_PLUGIN_RM_BUDGET_MS);
 
             if (rrc == 0) {
+                record_drop(p, e->d_name);
                 gone++;
                 egpu_log(EGPU_LOG_INFO, "allocation dir removed dir=%s/%s (no container holds it)",
                          p->alloc_root, e->d_name);

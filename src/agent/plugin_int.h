@@ -18,11 +18,13 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <protobuf-c/protobuf-c.h>
 
 #include "egpu/agent.h"
 #include "egpu/core.h"
+#include "egpu/scheduler.h"
 
 #define EGPU_PLUGIN_SOCKET        "elasticgpu.sock"  /* our endpoint in the plugin dir */
 #define EGPU_PLUGIN_KUBELET       "kubelet.sock"     /* the kubelet's Registration socket */
@@ -32,7 +34,22 @@
 #define EGPU_PLUGIN_PRELOAD_FILE  "ld.so.preload"    /* in the allocation dir */
 #define EGPU_PLUGIN_LIMITS_FILE   "limits.json"      /* in the allocation dir */
 #define EGPU_PLUGIN_VCUDA_FILE    "vcuda.conf"       /* the interposer's limits, same dir */
+#define EGPU_PLUGIN_SHARED_DIR    "shared"           /* the container's writable subdir */
 #define EGPU_PLUGIN_INTERPOSER    "/usr/local/lib/elastic-gpu/libegpu-vcuda.so"
+#define EGPU_PLUGIN_DIR_NAME_LEN  16   /* hex digits of an allocation dir's name */
+#define EGPU_PLUGIN_LIMITS_MAX    4096 /* bytes: a larger limits.json is not the agent's */
+#define EGPU_PLUGIN_RM_BUDGET_MS  2000 /* wall time one allocation dir's removal may take */
+
+/* The layout of an allocation dir <alloc_root>/<16 hex digits> (DESIGN.md 5):
+ *   <dir>/                 root, 0755; mounted read-only at /etc/elastic-gpu
+ *     limits.json          root, 0644; written by PreStartContainer
+ *     vcuda.conf           root, 0644; the interposer's limits, same call
+ *     ld.so.preload        root, 0644; shared cards; Allocate; mounted at /etc/ld.so.preload
+ *     shared/              root, 01777; shared cards; mounted read-write at
+ *                          /etc/elastic-gpu/shared: the only place a container
+ *                          can write, for the interposer's regions
+ * The agent reads nothing below shared/ and never believes a file there; the
+ * cleanup removes it with egpu__fs_remove_tree. */
 
 /* How Allocate names a container's cards (--device-list-strategy). */
 enum egpu_plugin_strategy {
@@ -54,6 +71,25 @@ struct egpu_plugin_config {
 };
 
 struct egpu_plugin; /* opaque */
+
+/* What PreStartContainer wrote into one allocation dir: the agent's own
+ * record, the source of the allocation metrics (never a file a container can
+ * write). Rebuilt at start from the limits.json files of allocation dirs
+ * that are the agent's own (egpu__fs_is_private, mode 0755). */
+struct egpu_plugin_limits {
+    char dir[EGPU_PLUGIN_DIR_NAME_LEN + 1]; /* the allocation dir's name */
+    char ns[EGPU_K8S_NAME_MAX];
+    char pod[EGPU_K8S_NAME_MAX];
+    char container[EGPU_K8S_NAME_MAX];
+    char gpus[EGPU_NODE_GPUS_MAX][EGPU_UUID_MAX]; /* the cards' UUIDs */
+    uint32_t ngpus;                               /* 1..EGPU_NODE_GPUS_MAX */
+    uint32_t core_pct;                            /* per card, 1..100 */
+    uint32_t mem_mib;                             /* per card */
+};
+
+/* Called for each record by egpu__plugin_each_limits, with the record lock
+ * held: l is borrowed for the call; cb must not call back into the plugin. */
+typedef void (*egpu_plugin_limits_cb)(void *data, const struct egpu_plugin_limits *l);
 
 /* Counters for /metrics. */
 struct egpu_plugin_stats {
@@ -111,13 +147,41 @@ int egpu__plugin_device_id(const char *uuid, unsigned slot, char *out, size_t le
 int egpu__plugin_alloc_dir(const char *alloc_root, char *const *ids, size_t n, char *out,
                            size_t len) EGPU_MUST_CHECK;
 
-/* Write text to <dir>/<name> atomically (a temporary file in dir, fsync,
- * rename), mode 0644. Returns 0 or -errno with err naming the file. */
-int egpu__plugin_write_file(const char *dir, const char *name, const char *text,
-                            struct egpu_error *err) EGPU_MUST_CHECK;
-
 /* mkdir -p path (mode 0755). Returns 0, -ENAMETOOLONG or -errno. */
 int egpu__plugin_mkdir_p(const char *path) EGPU_MUST_CHECK;
+
+/* Open (with create, make first: mkdir -p alloc_root, then the dir) the
+ * allocation dir dir (<alloc_root>/<name>, as egpu__plugin_alloc_dir gives
+ * it) as a directory fd (O_NOFOLLOW) into *fd (close(2) it) and put it in
+ * the layout above: owned by this process's user, mode 0755 (a dir found
+ * otherwise, left by an older agent, is taken back), and with shared, a
+ * real subdirectory shared/ of mode 01777 (a link or file there is removed
+ * first). *created (may be NULL) says whether the dir was made by this
+ * call. Returns 0, or -errno with err "allocation dir <dir> (--alloc-root
+ * <root>) cannot be created: <reason>" (without create, -ENOENT when it
+ * does not exist); on failure a dir this call made is removed again. */
+int egpu__plugin_open_alloc_dir(const char *alloc_root, const char *dir, bool create, bool shared,
+                                bool *created, int *fd, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Remove the allocation dir dir (<alloc_root>/<name>) and all below it
+ * (egpu__fs_remove_tree). Returns 0 or what that returns. */
+int egpu__plugin_remove_alloc_dir(const char *alloc_root, const char *dir) EGPU_MUST_CHECK;
+
+/* Record l (copied) as what PreStartContainer wrote into the allocation dir
+ * l->dir, replacing an earlier record of that dir. Returns 0 or -ENOMEM
+ * (the record is unchanged then). */
+int egpu__plugin_record(struct egpu_plugin *p, const struct egpu_plugin_limits *l) EGPU_MUST_CHECK;
+
+/* Call cb for every record (see egpu_plugin_limits_cb). */
+void egpu__plugin_each_limits(struct egpu_plugin *p, egpu_plugin_limits_cb cb, void *data);
+
+/* Decode limits.json's text (NUL-terminated) into *out (dir left empty):
+ * pod, namespace, container (strings under EGPU_K8S_NAME_MAX bytes), gpus
+ * (1..EGPU_NODE_GPUS_MAX strings under EGPU_UUID_MAX bytes), core (integer
+ * 1..100), memory (integer 0..4294967295). Returns 0 or EGPU_ESYNTAX with
+ * err naming the field. */
+int egpu__plugin_limits_decode(const char *text, struct egpu_plugin_limits *out,
+                               struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Remove the allocation dirs below alloc_root (names of 16 hex digits;
  * nothing else is touched) that no container holds any more: PodResources

@@ -13,7 +13,9 @@
  * PodResources List (never guessed), its assignment from the pod. The IDs
  * must lie on the assigned card(s), core per card, else FAILED_PRECONDITION
  * and nothing is written. Then limits.json goes into the allocation dir
- * (temp file + rename, so the interposer never reads half a file):
+ * (the agent's own, 0755, opened as a directory fd: a random temporary name
+ * made with O_EXCL | O_NOFOLLOW, then renameat, so the interposer never
+ * reads half a file and no container can plant anything at those names):
  *   {"pod","namespace","container","gpus":[uuids],"core":pct,"memory":mib}
  * and the pod gets elasticgpu.io/allocated (merge patch), a JSON object
  * {"containers":{"<name>":{"gpus":[...],"core":pct,"memory":mib}}} that
@@ -29,10 +31,10 @@
  * Units: core in percent of one card, memory in MiB per card.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +43,7 @@
 #include "egpu/cli.h"
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
+#include "allocfs_int.h"
 #include "plugin_int.h"
 #include "prestart_int.h"
 
@@ -522,9 +525,25 @@ out:
     return rc;
 }
 
+/* The record of what was written for container c into the dir name. */
+static void record_of(const struct owner *o, const struct egpu_assigned *a,
+                      const struct egpu_assigned_container *c, const char *name,
+                      struct egpu_plugin_limits *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->dir, sizeof(out->dir), "%s", name);
+    snprintf(out->ns, sizeof(out->ns), "%s", o->ns);
+    snprintf(out->pod, sizeof(out->pod), "%s", o->pod);
+    snprintf(out->container, sizeof(out->container), "%s", o->container);
+    for (uint32_t g = 0; g < c->ncards && g < EGPU_NODE_GPUS_MAX; g++)
+        snprintf(out->gpus[out->ngpus++], EGPU_UUID_MAX, "%s", a->uuids[c->first_card + g]);
+    out->core_pct = c->core_pct;
+    out->mem_mib = c->mem_mib;
+}
+
 int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
                        size_t ncards, char *const *ids, size_t n, bool *mismatch,
-                       struct egpu_grpc_status *st)
+                       struct egpu_plugin_limits *wrote, struct egpu_grpc_status *st)
 {
     struct egpu_error err = {0};
     struct egpu_kube_status ks;
@@ -532,13 +551,12 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     const struct egpu_assigned_container *c = NULL;
     struct owner o;
     json_t *pod = NULL, *limits = NULL;
-    char dir[4096], path[4096 + 32];
+    char dir[4096];
     char *text = NULL;
     struct egpu_buf conf;
-    struct stat sb;
     bool created = false;
     unsigned core_limit = 100;
-    int rc;
+    int rc, dfd = -1;
 
     (void)cards;
     egpu_buf_init(&conf, 4096);
@@ -589,15 +607,13 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
             goto out;
     }
     rc = egpu__plugin_alloc_dir(cfg->alloc_root, ids, n, dir, sizeof(dir));
-    if (!rc) {
-        created = stat(dir, &sb) != 0;
-        rc = egpu__plugin_mkdir_p(dir);
-    }
+    if (rc)
+        egpu_error_set(&err, rc, "allocation dir below %s: %s", cfg->alloc_root, egpu_strerror(rc));
+    else
+        rc = egpu__plugin_open_alloc_dir(cfg->alloc_root, dir, true, c->core_pct < 100, &created,
+                                         &dfd, &err);
     if (rc) {
-        rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL,
-                                  "PreStartContainer: allocation dir %s (--alloc-root %s) cannot "
-                                  "be created: %s",
-                                  dir, cfg->alloc_root, egpu_strerror(rc));
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "PreStartContainer: %s", err.msg);
         goto out;
     }
     limits = limits_of(&o, a, c, true);
@@ -607,20 +623,22 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
         goto out;
     }
     /* vcuda.conf, then limits.json; when the second fails the first goes, so
-     * a failed call leaves the dir as it was. */
-    rc = egpu__plugin_write_file(dir, EGPU_PLUGIN_VCUDA_FILE, conf.data, &err);
+     * a failed call leaves the dir as it was. The dir is the agent's alone
+     * (0755): no container can plant anything at these names. */
+    rc = egpu__fs_write_at(dfd, dir, EGPU_PLUGIN_VCUDA_FILE, conf.data, conf.len, 0644, &err);
     if (rc == 0) {
-        rc = egpu__plugin_write_file(dir, EGPU_PLUGIN_LIMITS_FILE, text, &err);
-        if (rc != 0 &&
-            snprintf(path, sizeof(path), "%s/%s", dir, EGPU_PLUGIN_VCUDA_FILE) < (int)sizeof(path))
-            (void)unlink(path);
+        rc = egpu__fs_write_at(dfd, dir, EGPU_PLUGIN_LIMITS_FILE, text, strlen(text), 0644, &err);
+        if (rc != 0)
+            (void)unlinkat(dfd, EGPU_PLUGIN_VCUDA_FILE, 0); /* best effort: the rename failed */
     }
     if (rc) {
         rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "PreStartContainer: %s", err.msg);
-        if (created)
-            (void)rmdir(dir); /* ours and empty: the temp file is gone */
+        if (created && egpu__plugin_remove_alloc_dir(cfg->alloc_root, dir) != 0)
+            egpu_log(EGPU_LOG_WARN, "allocation dir not removed after a failed write dir=%s", dir);
         goto out;
     }
+    if (wrote != NULL)
+        record_of(&o, a, c, dir + strlen(cfg->alloc_root) + 1, wrote);
     rc = patch_allocated(cfg->kube, pod, &o, a, c, &err);
     if (rc) {
         rc = egpu_grpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
@@ -633,6 +651,8 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
              "limits written pod=%s/%s container=%s core=%u core_limit=%u memory=%u gpus=%u dir=%s",
              o.ns, o.pod, o.container, c->core_pct, core_limit, c->mem_mib, c->ncards, dir);
 out:
+    if (dfd >= 0)
+        close(dfd);
     egpu_buf_free(&conf);
     free(text);
     json_decref(limits);

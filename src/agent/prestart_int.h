@@ -12,6 +12,7 @@
 #include "egpu/agent.h"
 #include "egpu/grpc.h"
 #include "egpu/kube.h"
+#include "plugin_int.h"
 #include "podresources/v1/api.pb-c.h"
 
 /* What PreStartContainer needs; all borrowed. */
@@ -43,9 +44,13 @@ size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
  * UNAVAILABLE when the kubelet or the API server cannot be reached. On
  * IDs on other cards than assigned *mismatch (may be NULL) is set true and
  * a Warning event (reason EGPU_PRESTART_EVENT_REASON) is posted on the pod
- * (best effort: a failed POST is only logged). */
+ * (best effort: a failed POST is only logged). Once limits.json and
+ * vcuda.conf are written, *wrote (may be NULL; the caller's) gets what they
+ * say, for the agent's record, even when the pod's patch then fails;
+ * otherwise *wrote is left as it was (the caller zeroes it). */
 int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
                        size_t ncards, char *const *ids, size_t n, bool *mismatch,
+                       struct egpu_plugin_limits *wrote,
                        struct egpu_grpc_status *st) EGPU_MUST_CHECK;
 
 /* PodResources List on socket (RESOURCE_EXHAUSTED, the kubelet's rate

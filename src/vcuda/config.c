@@ -1,10 +1,12 @@
 /* vcuda/config.c - the interposer's configuration (see vcuda_int.h).
  *
  * Where it comes from, in order: the agent's file <default dir>/vcuda.conf
- * (the allocation directory mounted at /etc/elastic-gpu), which no
- * environment variable can override; a vcuda.conf in $EGPU_VCUDA_DIR; the
- * EGPU_VCUDA_* variables (use without Kubernetes); otherwise nothing, and
- * every hook passes straight through.
+ * (the allocation directory mounted read-only at /etc/elastic-gpu), which
+ * no environment variable can override; a vcuda.conf in $EGPU_VCUDA_DIR;
+ * the EGPU_VCUDA_* variables (use without Kubernetes); otherwise nothing,
+ * and every hook passes straight through. The shared regions live in the
+ * directory's subdir shared/ when there is one (the agent's layout), else
+ * in the directory itself (see vcuda_int.h).
  *
  * DESIGN: parsing is strict because a wrong limit is worse than none: an
  * unknown key, a malformed or out-of-range number, a duplicate key, a NUL
@@ -67,6 +69,7 @@ void egpu_vcuda_config_defaults(struct egpu_vcuda_config *cfg, const char *dir)
 {
     memset(cfg, 0, sizeof(*cfg));
     snprintf(cfg->dir, sizeof(cfg->dir), "%s", dir ? dir : "");
+    snprintf(cfg->region_dir, sizeof(cfg->region_dir), "%s", cfg->dir);
     cfg->context_mib = EGPU_VCUDA_CONTEXT_MIB_DEFAULT;
     cfg->log_level = EGPU_LOG_WARN;
 }
@@ -309,13 +312,15 @@ int egpu_vcuda_config_parse(struct egpu_vcuda_config *cfg, const char *text, siz
     return 0;
 }
 
-/* Read path into buf (at most cap bytes). Returns the length, -ENOENT when
- * there is no file, -EFBIG when it is larger than cap, or another -errno. */
+/* Read path into buf (at most cap bytes); a link at path is not followed
+ * and only a regular file is read (a FIFO never blocks). Returns the length,
+ * -ENOENT when there is no file, -ELOOP for a link, -EFBIG when it is
+ * larger than cap, or another -errno. */
 static long read_file(const char *path, char *buf, size_t cap)
 {
     struct stat st;
     size_t len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK);
 
     if (fd < 0)
         return -errno;
@@ -387,6 +392,8 @@ static int load_file(struct egpu_vcuda_config *cfg, const char *dir, struct egpu
     if (len == -EFBIG)
         rc = egpu_error_set(err, -EFBIG, "%s: corrupted (larger than %d bytes)", path,
                             EGPU_VCUDA_CONF_MAX_BYTES);
+    else if (len == -ELOOP)
+        rc = egpu_error_set(err, -ELOOP, "%s: unreadable: a symbolic link (not followed)", path);
     else if (len < 0)
         rc = egpu_error_set(err, (int)len, "%s: unreadable: %s", path, strerror((int)-len));
     else
@@ -400,8 +407,36 @@ static int load_file(struct egpu_vcuda_config *cfg, const char *dir, struct egpu
     return 1;
 }
 
+/* cfg->region_dir: <cfg->dir>/shared when that is a directory (not a
+ * link), else cfg->dir. */
+static void pick_region_dir(struct egpu_vcuda_config *cfg)
+{
+    char sub[PATH_MAX];
+    struct stat st;
+    int w;
+
+    snprintf(cfg->region_dir, sizeof(cfg->region_dir), "%s", cfg->dir);
+    if (cfg->dir[0] == '\0')
+        return;
+    w = snprintf(sub, sizeof(sub), "%s/%s", cfg->dir, EGPU_VCUDA_SHARED_SUBDIR);
+    if (w > 0 && (size_t)w < sizeof(sub) && lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+        memcpy(cfg->region_dir, sub, (size_t)w + 1);
+}
+
+static int load(struct egpu_vcuda_config *cfg, const char *default_dir, char *const *envp,
+                struct egpu_error *err);
+
 int egpu_vcuda_config_load(struct egpu_vcuda_config *cfg, const char *default_dir,
                            char *const *envp, struct egpu_error *err)
+{
+    int rc = load(cfg, default_dir, envp, err);
+
+    pick_region_dir(cfg);
+    return rc;
+}
+
+static int load(struct egpu_vcuda_config *cfg, const char *default_dir, char *const *envp,
+                struct egpu_error *err)
 {
     const char *dir = env_get(envp, "EGPU_VCUDA_DIR");
     int rc;

@@ -132,7 +132,7 @@ static void config_init(void)
     st->limit_bytes = cfg->memory_mib << 20;
     st->ctx_bytes = cfg->context_mib << 20;
     if (st->memory) {
-        rc = egpu_vcuda_region_open(&st->region, cfg->dir, &err);
+        rc = egpu_vcuda_region_open(&st->region, cfg->region_dir, &err);
         if (rc && rc != -ENOMEM) {
             egpu_log(EGPU_LOG_WARN,
                      "%s; counting in a region private to this process and its children "
@@ -164,9 +164,9 @@ static void config_init(void)
         else
             snprintf(memory, sizeof(memory), "none");
         egpu_log(EGPU_LOG_INFO,
-                 "limits source=%s dir=%s gpus=%s memory_mib=%s core_pct=%u core_limit_pct=%u "
-                 "context_mib=%llu",
-                 cfg->source == EGPU_VCUDA_SRC_FILE ? "file" : "env", cfg->dir,
+                 "limits source=%s dir=%s regions=%s gpus=%s memory_mib=%s core_pct=%u "
+                 "core_limit_pct=%u context_mib=%llu",
+                 cfg->source == EGPU_VCUDA_SRC_FILE ? "file" : "env", cfg->dir, cfg->region_dir,
                  cfg->ngpus ? gpus : "all", memory, cfg->core_pct, cfg->core_limit_pct,
                  (unsigned long long)cfg->context_mib);
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
@@ -271,7 +271,7 @@ static void throttle_start(const int *throttle_card, unsigned cards)
     const struct egpu_vcuda_config *cfg = &egpu_vcuda_state.cfg;
     const struct egpu_vcuda_helpers *h = &egpu_vcuda_helpers;
     struct egpu_vcuda_throttle_config tc = {
-        .dir = cfg->dir,
+        .dir = cfg->region_dir,
         .core_pct = cfg->core_pct,
         .core_limit_pct = cfg->core_limit_pct,
         .cards = cards,

@@ -16,6 +16,21 @@
  *   launch.c   the launch wrappers (the compute limit lives in throttle.c);
  *   hook_table.h  the list of hooked symbols (one X-macro).
  *
+ * Directories (docs/agent.md, "What a container can reach"): the agent
+ * mounts its own allocation dir read-only at /etc/elastic-gpu (vcuda.conf,
+ * limits.json: the container cannot change them) and, for a shared card,
+ * the dir's subdir shared/ read-write at /etc/elastic-gpu/shared, the only
+ * place the container can write. The configuration gives two directories:
+ * cfg->dir, where vcuda.conf was looked for, and cfg->region_dir, where the
+ * shared regions (EGPU_VCUDA_REGION_NAME, EGPU_VCUDA_CORE_REGION_NAME) live:
+ * <dir>/shared when that is a directory (not a link to one), else <dir>
+ * itself (an allocation dir of an older agent, or a plain EGPU_VCUDA_DIR of
+ * tests and benches). Contract with region.c and throttle.c: they get
+ * region_dir, a directory every process of the container can write, so
+ * every name in it is the container's: each file there is opened with
+ * O_NOFOLLOW (and checked with fstat) and nothing read there is believed
+ * without checks.
+ *
  * Units: device memory in bytes (uint64_t) inside, MiB only at the
  * configuration's edge (*_mib); percentages of one card (*_pct).
  * Nothing here is exported from the library: the version script built from
@@ -40,7 +55,9 @@ extern "C" {
 #define EGPU_VCUDA_MAX_CARDS           16 /* cards one process can have limited (and CUDA ordinals seen) */
 #define EGPU_VCUDA_GRANULARITY_BYTES   (2ULL << 20) /* every allocation counts a multiple of this */
 #define EGPU_VCUDA_CONF_NAME           "vcuda.conf"
+#define EGPU_VCUDA_SHARED_SUBDIR       "shared" /* the regions' directory below the conf's */
 #define EGPU_VCUDA_REGION_NAME         "vcuda-memory.shm"
+#define EGPU_VCUDA_CORE_REGION_NAME    "vcuda-core.shm"
 #define EGPU_VCUDA_CONTEXT_MIB_DEFAULT 300      /* device memory one context counts */
 #define EGPU_VCUDA_MEMORY_MIB_MAX      16777216 /* 16 TiB: largest accepted limit per card */
 #define EGPU_VCUDA_CONTEXT_MIB_MAX     65536
@@ -76,7 +93,8 @@ enum egpu_vcuda_source {
 };
 
 struct egpu_vcuda_config {
-    char dir[PATH_MAX];            /* allocation directory (region and file live here) */
+    char dir[PATH_MAX];            /* allocation directory (vcuda.conf lives here) */
+    char region_dir[PATH_MAX];     /* the shared regions' directory: <dir>/shared or dir */
     enum egpu_vcuda_source source; /* where the settings came from */
     bool fail_closed;              /* the configuration was broken: memory limit 0 */
     unsigned ngpus;                /* cards the limits apply to; 0 = every visible card */
@@ -90,8 +108,9 @@ struct egpu_vcuda_config {
     int log_level;           /* EGPU_LOG_* */
 };
 
-/* Fill *cfg with the defaults: no limits, dir as given (may be NULL: ""),
- * context_mib EGPU_VCUDA_CONTEXT_MIB_DEFAULT, log level warn. */
+/* Fill *cfg with the defaults: no limits, dir and region_dir as given (may
+ * be NULL: ""), context_mib EGPU_VCUDA_CONTEXT_MIB_DEFAULT, log level warn.
+ * Touches no file (egpu_vcuda_config_load picks region_dir). */
 void egpu_vcuda_config_defaults(struct egpu_vcuda_config *cfg, const char *dir);
 
 /* Apply one setting: key is one of EGPU_VCUDA_GPUS, EGPU_VCUDA_MEMORY_MIB
@@ -136,10 +155,14 @@ void egpu_vcuda_config_fail_closed(struct egpu_vcuda_config *cfg);
  *   3. else the EGPU_VCUDA_* variables (every one of them must be a known
  *      key; EGPU_VCUDA_DIR names the directory);
  *   4. nothing set: source NONE, no limits.
+ * vcuda.conf is opened with O_NOFOLLOW | O_NONBLOCK and must be a regular
+ * file: a link, FIFO or device there is a broken configuration.
  * Returns 0 with *cfg ready; or a negative errno for a broken configuration
  * (unreadable, truncated or corrupted file, bad variable) with err->msg the
  * one log line to print (it names the file or variable and the key) and *cfg
- * already failed closed. cfg->dir is the directory used. */
+ * already failed closed. cfg->dir is the directory used; cfg->region_dir is
+ * <cfg->dir>/shared when that is a directory (lstat, so not a link), else
+ * cfg->dir (see the top of this file). */
 int egpu_vcuda_config_load(struct egpu_vcuda_config *cfg, const char *default_dir,
                            char *const *envp, struct egpu_error *err);
 

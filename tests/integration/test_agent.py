@@ -213,6 +213,9 @@ def test_allocate_shared_card(env):
     alloc = m["/etc/elastic-gpu"].host_path
     assert os.path.dirname(alloc) == agent.alloc_root and os.path.isdir(alloc)
     assert m[INTERPOSER].host_path == INTERPOSER and m[INTERPOSER].read_only
+    assert m["/etc/elastic-gpu"].read_only and not m["/etc/elastic-gpu/shared"].read_only
+    assert m["/etc/elastic-gpu/shared"].host_path == os.path.join(alloc, "shared")
+    assert os.path.isdir(os.path.join(alloc, "shared"))
     pre = m["/etc/ld.so.preload"]
     assert pre.read_only and os.path.dirname(pre.host_path) == alloc
     with open(pre.host_path) as f:
@@ -425,12 +428,13 @@ def limits_of(agent, adm):
 
 
 def vcuda_conf_of(adm):
-    """vcuda.conf of the container as {key: value}, and its mount."""
+    """vcuda.conf of the container as {key: value}, and the mount of the
+    writable shared/ subdir (None without the interposer)."""
     m = mounts(adm.container_response)
     alloc = m["/etc/elastic-gpu"].host_path
     with open(os.path.join(alloc, "vcuda.conf")) as f:
         lines = [ln for ln in f.read().splitlines() if ln and not ln.startswith("#")]
-    return dict(ln.split("=", 1) for ln in lines), m.get("/etc/elastic-gpu/vcuda.conf")
+    return dict(ln.split("=", 1) for ln in lines), m.get("/etc/elastic-gpu/shared")
 
 
 def card_set(ids):
@@ -456,16 +460,26 @@ def test_shared_container_follows_assignment(api_env):
                                      "memory": 4096}
     assert api.allocated("shared") == {"containers": {"main": {
         "gpus": [u[1]], "core": 30, "memory": 4096}}}
-    # The interposer's copy, mounted read-only over the writable dir.
+    # The interposer's copy, in the agent's own dir, mounted read-only.
     conf, mount = vcuda_conf_of(adm)
     assert conf == {"EGPU_VCUDA_GPUS": u[1], "EGPU_VCUDA_MEMORY_MIB": "4096",
                     "EGPU_VCUDA_CORE": "30", "EGPU_VCUDA_CORE_LIMIT": "30"}
-    assert mount is not None and mount.read_only
-    # Any user of the container creates the interposer's regions there.
-    alloc = mounts(adm.container_response)["/etc/elastic-gpu"].host_path
-    assert stat.S_IMODE(os.stat(alloc).st_mode) == 0o1777
-    assert mount.host_path == os.path.join(
-        mounts(adm.container_response)["/etc/elastic-gpu"].host_path, "vcuda.conf")
+    top = mounts(adm.container_response)["/etc/elastic-gpu"]
+    alloc = top.host_path
+    assert top.read_only
+    st = os.stat(alloc)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), 0o755)
+    for name in ("vcuda.conf", "limits.json", "ld.so.preload"):
+        st = os.lstat(os.path.join(alloc, name))
+        assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+        assert stat.S_IMODE(st.st_mode) == 0o644
+    # Any user of the container creates the interposer's regions in the
+    # writable subdir, mounted read-write over the read-only dir.
+    assert mount is not None and not mount.read_only
+    assert mount.host_path == os.path.join(alloc, "shared")
+    assert stat.S_IMODE(os.lstat(mount.host_path).st_mode) == 0o1777
+    names = [m.container_path for m in adm.container_response.mounts]
+    assert names.index("/etc/elastic-gpu") < names.index("/etc/elastic-gpu/shared")
 
 
 def test_core_limit_annotation(api_env):
@@ -491,7 +505,7 @@ def test_core_limit_annotation(api_env):
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "elasticgpu.io/gpu-core-limit" in e.value.details()
         assert f'"{bad}"' in e.value.details() and "to 100" in e.value.details()
-        assert sorted(os.listdir(alloc)) == ["ld.so.preload"]
+        assert sorted(os.listdir(alloc)) == ["ld.so.preload", "shared"]
         assert api.allocated(name) is None
 
 
@@ -758,7 +772,7 @@ def test_prestart_limits_not_renamed_leaves_nothing(api_env):
         p.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=30)
     assert e.value.code() == grpc.StatusCode.INTERNAL
     assert os.path.join(alloc, "limits.json") in e.value.details(), e.value.details()
-    assert sorted(os.listdir(alloc)) == ["ld.so.preload", "limits.json"]  # no vcuda.conf
+    assert sorted(os.listdir(alloc)) == ["ld.so.preload", "limits.json", "shared"]  # no vcuda.conf
     assert os.path.isdir(os.path.join(alloc, "limits.json"))
     assert api.allocated("half") is None
     shutil.rmtree(os.path.join(alloc, "limits.json"))

@@ -2,7 +2,9 @@
  * (src/vcuda/config.c): GPU UUIDs, each key's values and ranges, the
  * vcuda.conf syntax with its truncated and corrupted forms, the precedence
  * of the fixed directory's file over $EGPU_VCUDA_DIR's file over the
- * environment, and the fail-closed result of every broken input.
+ * environment, the fail-closed result of every broken input (a link or a
+ * FIFO at vcuda.conf included), and the regions' directory (<dir>/shared
+ * when it is a directory).
  */
 #define _GNU_SOURCE /* mkdtemp */
 #include <errno.h>
@@ -444,6 +446,79 @@ static void load_oversize_file_fails_closed(void **state)
     assert_true(c.fail_closed);
 }
 
+/* vcuda.conf is never followed through a link and never blocks on a FIFO:
+ * either is a broken configuration (fail closed), named in the message. */
+static void load_link_or_fifo_fails_closed(void **state)
+{
+    char *envp[] = {NULL};
+    struct egpu_vcuda_config c;
+    struct egpu_error err = {0};
+    char path[256], target[256];
+
+    (void)state;
+    write_text(user_dir, "EGPU_VCUDA_MEMORY_MIB=99999\nEGPU_VCUDA_CORE=100\n");
+    snprintf(path, sizeof(path), "%s/vcuda.conf", fixed_dir);
+    snprintf(target, sizeof(target), "%s/vcuda.conf", user_dir);
+    assert_int_equal(symlink(target, path), 0);
+    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), -ELOOP);
+    assert_non_null(strstr(err.msg, "symbolic link"));
+    assert_non_null(strstr(err.msg, path));
+    assert_true(c.fail_closed);
+    assert_int_equal(c.memory_mib, 0); /* not the link target's 99999 */
+    assert_int_equal(unlink(path), 0);
+
+    assert_int_equal(mkfifo(path, 0644), 0); /* nobody writes: an open would block */
+    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, path));
+    assert_true(c.fail_closed);
+    assert_int_equal(unlink(path), 0);
+}
+
+/* The regions' directory: <dir>/shared when it is a real directory (the
+ * agent's layout), else the directory itself; a link named shared is not
+ * taken. */
+static void load_region_dir(void **state)
+{
+    char dir_var[160], shared[256], elsewhere[256];
+    char *envp[] = {dir_var, "EGPU_VCUDA_MEMORY_MIB=1024", NULL};
+    struct egpu_vcuda_config c;
+    struct egpu_error err = {0};
+
+    (void)state;
+    snprintf(dir_var, sizeof(dir_var), "EGPU_VCUDA_DIR=%s", user_dir);
+    snprintf(shared, sizeof(shared), "%s/shared", fixed_dir);
+    snprintf(elsewhere, sizeof(elsewhere), "%s/elsewhere", root);
+
+    /* The agent's file, no shared/: an older agent's dir, regions beside it. */
+    write_text(fixed_dir, "EGPU_VCUDA_MEMORY_MIB=500\nEGPU_VCUDA_CORE=10\n");
+    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_string_equal(c.dir, fixed_dir);
+    assert_string_equal(c.region_dir, fixed_dir);
+
+    assert_int_equal(mkdir(shared, 01777), 0);
+    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_string_equal(c.region_dir, shared);
+    assert_int_equal(rmdir(shared), 0);
+
+    assert_int_equal(mkdir(elsewhere, 0755), 0);
+    assert_int_equal(symlink(elsewhere, shared), 0);
+    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_string_equal(c.region_dir, fixed_dir);
+    assert_int_equal(unlink(shared), 0);
+    assert_int_equal(rmdir(elsewhere), 0);
+
+    /* EGPU_VCUDA_DIR (tests, benches): the same rule. */
+    remove_conf(fixed_dir);
+    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(c.source, EGPU_VCUDA_SRC_ENV);
+    assert_string_equal(c.region_dir, user_dir);
+    snprintf(shared, sizeof(shared), "%s/shared", user_dir);
+    assert_int_equal(mkdir(shared, 0755), 0);
+    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_string_equal(c.region_dir, shared);
+    assert_int_equal(rmdir(shared), 0);
+}
+
 static void covers_and_index(void **state)
 {
     struct egpu_vcuda_config c;
@@ -478,6 +553,8 @@ int main(void)
         cmocka_unit_test_setup(load_file_wins_over_env, each_setup),
         cmocka_unit_test_setup(load_broken_file_fails_closed, each_setup),
         cmocka_unit_test_setup(load_oversize_file_fails_closed, each_setup),
+        cmocka_unit_test_setup(load_link_or_fifo_fails_closed, each_setup),
+        cmocka_unit_test_setup(load_region_dir, each_setup),
         cmocka_unit_test(covers_and_index),
     };
 
