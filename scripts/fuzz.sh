@@ -71,6 +71,16 @@ build() {
     cmake --build "$FUZZ_BUILD" --target egpu_fuzzers -j "$JOBS"
 }
 
+# build with its output in $FUZZ_BUILD/logs/build.log, shown when it fails.
+quiet_build() {
+    mkdir -p "$FUZZ_BUILD/logs"
+    st=0
+    build >"$FUZZ_BUILD/logs/build.log" 2>&1 || st=$?
+    [ $st -eq 0 ] && return 0
+    cat "$FUZZ_BUILD/logs/build.log" >&2
+    return $st
+}
+
 # run TARGET CORPUS_DIR ARGS...: run one target, print its figures; 1 on a crash.
 run_one() {
     t=$1
@@ -108,16 +118,12 @@ build)
     ;;
 smoke)
     st=0
-    build >"$FUZZ_BUILD.log" 2>&1 || st=$?
+    quiet_build || st=$?
     if [ $st -eq 77 ] && [ "${CI:-}" != "true" ]; then
         echo "fuzz: skipped: clang with libFuzzer not found (make deps installs clang-14 and libclang-rt-14-dev)"
         exit 0
     fi
-    if [ $st -ne 0 ]; then
-        cat "$FUZZ_BUILD.log" >&2
-        exit 1
-    fi
-    rm -f "$FUZZ_BUILD.log"
+    [ $st -eq 0 ] || exit 1
     scratch=$(mktemp -d)
     trap 'rm -rf "$scratch"' EXIT
     failed=0
@@ -128,7 +134,7 @@ smoke)
     ;;
 run)
     secs=${2:-${FUZZ_SECONDS:-60}}
-    build
+    quiet_build || exit 1
     failed=0
     for t in $TARGETS; do
         run_one "$t" "$FUZZ_BUILD/corpus/$t" -max_total_time="$secs" || failed=1
