@@ -133,17 +133,15 @@ static void config_init(void)
     st->ctx_bytes = cfg->context_mib << 20;
     if (st->memory) {
         rc = egpu_vcuda_region_open(&st->region, cfg->region_dir, &err);
-        if (rc && rc != -ENOMEM) {
-            egpu_log(EGPU_LOG_WARN,
-                     "%s; counting in a region private to this process and its children "
-                     "(set EGPU_VCUDA_DIR to a writable directory to share the limit)",
-                     err.msg);
-            rc = egpu_vcuda_region_open(&st->region, NULL, &err);
-        }
         if (rc) {
-            /* Not even anonymous memory: nothing can be counted, so nothing
-             * may be allocated (the limit must hold). */
-            egpu_log(EGPU_LOG_ERROR, "%s; failing closed", err.msg);
+            /* No region private to the process instead: N processes would
+             * get N times the limit (a link planted at the file's name was
+             * enough). What the others use is unknown, so nothing may be
+             * allocated on the limited cards. */
+            egpu_log(EGPU_LOG_ERROR,
+                     "%s; failing closed: every allocation on the limited cards gets "
+                     "CUDA_ERROR_OUT_OF_MEMORY",
+                     err.msg);
             st->region = NULL;
         }
     }

@@ -52,6 +52,7 @@
  */
 #define _GNU_SOURCE /* MAP_ANONYMOUS, pthread_mutexattr_setrobust with older headers */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -69,7 +70,7 @@
 #include "vcuda_int.h"
 
 #define REGION_MAGIC          0x31414d55444356ULL /* "VCDUMA1" */
-#define REGION_VERSION        2                   /* 2: the lock word replaced the robust mutex */
+#define REGION_VERSION        3 /* 2: the lock word replaced the robust mutex; 3: audit, confirmed */
 #define REGION_SLOTS          1024
 #define REGION_LOCK_TIMEOUT_S 5
 #define ENTER_TRIES           3
@@ -79,6 +80,8 @@
 #define LOCK_SPINS            64            /* compare-and-swaps before yielding */
 #define LOCK_YIELDS           16            /* sched_yield before sleeping */
 #define LOCK_PROBE_NS         MS_NS         /* a holder this long is checked for life */
+#define CONFIRM_WAIT_NS       (200 * MS_NS) /* a reservation waits this long for unconfirmed slots */
+#define CONFIRM_POLL_NS       MS_NS
 
 struct shm_card {
     uint8_t uuid[16];
@@ -91,6 +94,7 @@ struct shm_slot {
     int32_t pid; /* 0 = free */
     uint32_t pad;
     uint64_t start;                       /* clock ticks since boot */
+    uint64_t confirmed;                   /* the audit its owner last vouched for its bytes in */
     uint64_t bytes[EGPU_VCUDA_MAX_CARDS]; /* by shared card index */
 };
 
@@ -102,6 +106,7 @@ struct shm {
     uint64_t check;      /* header_check() of the fields above */
     uint32_t slots_hwm;  /* slots [0, slots_hwm) may be in use */
     uint32_t pad;
+    uint64_t audit;        /* new when usage was found changed behind the interposer's back */
     _Atomic uint64_t lock; /* 0 = free, else pid << 32 | low 32 bits of the holder's start */
     struct shm_card cards[EGPU_VCUDA_MAX_CARDS];
     struct shm_slot slots[REGION_SLOTS];
@@ -128,7 +133,8 @@ struct egpu_vcuda_region {
     unsigned nlocal;
     struct egpu_vcuda_uuid uuid[EGPU_VCUDA_MAX_CARDS];
     int shared[EGPU_VCUDA_MAX_CARDS];    /* local id -> shared index in gen, -1 = unknown */
-    uint64_t mine[EGPU_VCUDA_MAX_CARDS]; /* bytes this process holds, by local id */
+    uint64_t mine[EGPU_VCUDA_MAX_CARDS]; /* bytes this process holds, by local id: its ledger */
+    unsigned faults_seen;                /* faults when the slot was last reconciled */
 };
 
 static uint64_t header_check(uint64_t magic, uint32_t version, uint32_t size, uint64_t gen)
@@ -187,18 +193,65 @@ static uint64_t new_generation(uint64_t old)
     return g;
 }
 
-/* Lay a fresh region over s (zeroed usage, new generation, lock free). */
-static void init_shm(struct shm *s)
+/* Invalidate s's header and zero everything but the slots, keeping the
+ * old generation in s->generation for publish_header. */
+static void init_shm_body(struct shm *s)
 {
-    uint64_t old = s->generation, gen = new_generation(old);
+    uint64_t old = s->generation;
 
     __atomic_store_n(&s->magic, 0, __ATOMIC_RELEASE);
-    memset((char *)s + sizeof(s->magic), 0, sizeof(*s) - sizeof(s->magic));
+    memset((char *)s + sizeof(s->magic), 0, offsetof(struct shm, slots) - sizeof(s->magic));
+    s->generation = old;
+}
+
+/* Give s a new generation and a valid header (the body laid out). */
+static void publish_header(struct shm *s)
+{
+    uint64_t gen = new_generation(s->generation);
+
     s->version = REGION_VERSION;
     s->size = sizeof(*s);
     s->generation = gen;
     s->check = header_check(REGION_MAGIC, REGION_VERSION, sizeof(*s), gen);
     __atomic_store_n(&s->magic, REGION_MAGIC, __ATOMIC_RELEASE);
+}
+
+/* Lay a fresh region over s (zeroed usage, no slots, new generation, lock free). */
+static void init_shm(struct shm *s)
+{
+    init_shm_body(s);
+    memset(s->slots, 0, sizeof(s->slots));
+    publish_header(s);
+}
+
+/* Re-initialise s after it was found corrupted, keeping who was there:
+ * every slot that names a process (pid > 0) stays, with its bytes dropped
+ * (the card table they indexed is gone) and unconfirmed under a new audit,
+ * so no reservation passes until each of those processes has registered its
+ * own usage again from its ledger or is found gone (see reserve). A tenant
+ * that corrupts the region to reset it gets no memory from that. */
+static void reinit_keeping_slots(struct shm *s)
+{
+    uint32_t hwm = 0;
+    bool kept = false;
+
+    init_shm_body(s);
+    for (uint32_t i = 0; i < REGION_SLOTS; i++) {
+        struct shm_slot *sl = &s->slots[i];
+
+        if (sl->pid <= 0) {
+            memset(sl, 0, sizeof(*sl));
+            continue;
+        }
+        memset(sl->bytes, 0, sizeof(sl->bytes));
+        sl->pad = 0;
+        sl->confirmed = 0;
+        hwm = i + 1;
+        kept = true;
+    }
+    s->slots_hwm = hwm;
+    s->audit = kept ? new_generation(0) : 0;
+    publish_header(s);
 }
 
 /* Every card's total from the live slots. Returns whether any changed. */
@@ -348,6 +401,7 @@ static int claim_slot(struct egpu_vcuda_region *h)
             memset(sl, 0, sizeof(*sl));
             sl->pid = h->pid;
             sl->start = h->start;
+            sl->confirmed = s->audit; /* its bytes are what this process puts there */
             if (i + 1 > s->slots_hwm)
                 s->slots_hwm = i + 1;
             h->slot = (int)i;
@@ -361,33 +415,128 @@ static int claim_slot(struct egpu_vcuda_region *h)
     return -ENOSPC;
 }
 
-/* After a new generation: register this process's usage again. */
+/* After a new generation: forget the slot and card indexes of the old one
+ * (reconcile registers this process's usage again from its ledger). */
 static void rejoin(struct egpu_vcuda_region *h)
 {
-    struct shm *s = h->s;
     uint64_t total = 0;
 
     h->slot = -1;
     for (unsigned c = 0; c < h->nlocal; c++) {
-        h->shared[c] = shared_card(s, &h->uuid[c]);
+        h->shared[c] = -1;
         total += h->mine[c];
-    }
-    if (total > 0 && claim_slot(h) == 0) {
-        for (unsigned c = 0; c < h->nlocal; c++) {
-            int i = h->shared[c];
-
-            if (i < 0 || h->mine[c] == 0)
-                continue;
-            s->slots[h->slot].bytes[i] += h->mine[c];
-            s->cards[i].total_bytes += h->mine[c];
-        }
     }
     if (h->gen != 0)
         egpu_log(EGPU_LOG_INFO,
                  "shared region %s has a new generation: registered this process's usage again "
                  "bytes=%llu",
                  h->path[0] ? h->path : "(private)", (unsigned long long)total);
-    h->gen = s->generation;
+    h->gen = h->s->generation;
+}
+
+static int repair_level(struct egpu_vcuda_region *h);
+
+/* Tampering is logged at warning level once per process (with the region's
+ * other repairs), at info after. */
+static void log_tamper(struct egpu_vcuda_region *h, const char *what)
+{
+    int level = repair_level(h); /* once: egpu_log may evaluate it twice */
+
+    egpu_log(level,
+             "shared region %s: %s was changed behind the interposer's back: repaired from this "
+             "process's own ledger and the live slots; reservations wait until every live "
+             "process has registered its usage again",
+             h->path[0] ? h->path : "(private)", what);
+}
+
+/* Make the region agree with this process's ledger (shared lock held; see
+ * DESIGN, tampering): find or claim our slot, put our bytes per card in it,
+ * recompute every card's total from the live slots, and vouch for our slot
+ * under the current audit. fresh: the generation is new (nothing there is
+ * ours yet: not tampering). Whatever disagreed without a fault of this
+ * process's mapping to explain it was written by someone else: the audit
+ * changes, so reservations wait for every other live process to vouch for
+ * its own slot again. */
+static void reconcile(struct egpu_vcuda_region *h, bool fresh)
+{
+    struct shm *s = h->s;
+    uint64_t want[EGPU_VCUDA_MAX_CARDS] = {0}, total = 0;
+    unsigned faults = atomic_load_explicit(&h->faults, memory_order_acquire);
+    bool excused = fresh || faults != h->faults_seen;
+    const char *what = NULL;
+
+    for (unsigned c = 0; c < h->nlocal; c++) {
+        int i = -1;
+
+        /* the first entry with the card's UUID, as every process finds it */
+        if (h->shared[c] >= 0 || h->mine[c] > 0)
+            i = shared_card(s, &h->uuid[c]);
+        if (h->shared[c] >= 0 && i != h->shared[c] && !excused && h->mine[c] > 0)
+            what = "the card table";
+        h->shared[c] = i;
+        if (i >= 0)
+            want[i] += h->mine[c];
+        total += h->mine[c];
+    }
+    if (h->slot >= 0 && !is_me(h, &s->slots[h->slot]))
+        h->slot = -1;
+    /* our slot when we hold memory: the first that names us (after the file
+     * was mapped again, or a re-initialisation that kept the slots) */
+    for (uint32_t i = 0; h->slot < 0 && total > 0 && i < s->slots_hwm && i < REGION_SLOTS; i++) {
+        if (is_me(h, &s->slots[i]))
+            h->slot = (int)i;
+    }
+    if (h->slot < 0 && total > 0) {
+        if (!excused && h->gen != 0)
+            what = "this process's slot";
+        if (claim_slot(h) != 0)
+            h->slot = -1;
+    }
+    if (h->slot >= 0) {
+        struct shm_slot *sl = &s->slots[h->slot];
+
+        for (int i = 0; i < EGPU_VCUDA_MAX_CARDS; i++) {
+            if (sl->bytes[i] != want[i]) {
+                if (!excused && what == NULL)
+                    what = "this process's usage";
+                sl->bytes[i] = want[i];
+            }
+        }
+    }
+    if (recompute_totals(s) && !excused && what == NULL)
+        what = "a card's total";
+    if (what != NULL) {
+        s->audit = new_generation(s->audit);
+        log_tamper(h, what);
+    }
+    if (h->slot >= 0)
+        s->slots[h->slot].confirmed = s->audit;
+    h->faults_seen = faults;
+}
+
+/* How many other live processes have not vouched for their slot under the
+ * current audit (shared lock held); the slots of processes that are gone
+ * are reclaimed first. */
+static int unconfirmed(struct egpu_vcuda_region *h)
+{
+    struct shm *s = h->s;
+    int n = 0;
+    bool reclaimed = false;
+
+    for (uint32_t i = 0; i < s->slots_hwm && i < REGION_SLOTS; i++) {
+        const struct shm_slot *sl = &s->slots[i];
+
+        if (sl->pid == 0 || is_me(h, sl) || sl->confirmed == s->audit)
+            continue;
+        if (!reclaimed) {
+            reclaimed = true;
+            reclaim_locked(h);
+            if (sl->pid == 0)
+                continue;
+        }
+        n++;
+    }
+    return n;
 }
 
 static uint64_t mono_ns(void)
@@ -570,10 +719,17 @@ static int attach_file(struct egpu_vcuda_region *h, const char *path, bool remap
     struct shm *s;
     int fd, rc = 0;
 
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    /* The directory is the container's: a symlink, FIFO, device or hard
+     * link planted at the name is refused, never followed or written. */
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
     if (fd < 0)
         return egpu_error_set(err, -errno, "shared region %s: cannot open: %s", path,
-                              strerror(errno));
+                              errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_nlink != 1) {
+        rc = egpu_error_set(err, -EINVAL, "shared region %s: %s", path,
+                            !S_ISREG(st->st_mode) ? "not a regular file" : "has other hard links");
+        goto fail;
+    }
     /* Every user of the container shares it; fails harmlessly if not ours. */
     (void)fchmod(fd, 0666);
     while (flock(fd, LOCK_EX) != 0) {
@@ -612,7 +768,7 @@ static int attach_file(struct egpu_vcuda_region *h, const char *path, bool remap
         int level = repair_level(h); /* once: egpu_log may evaluate it twice */
 
         egpu_log(level, "shared region %s is %s: re-initialising it", path, why);
-        init_shm(s);
+        reinit_keeping_slots(s);
     } else {
         uint64_t free_word = 0, w = (uint64_t)(uint32_t)getpid() << 32;
 
@@ -657,7 +813,7 @@ static void repair(struct egpu_vcuda_region *h, bool force, const char *reason)
 
         egpu_log(level, "shared region %s is %s: re-initialising it",
                  h->path[0] ? h->path : "(private)", why ? why : reason);
-        init_shm(h->s);
+        reinit_keeping_slots(h->s);
     }
     if (h->fd >= 0)
         flock(h->fd, LOCK_UN);
@@ -782,8 +938,13 @@ static int enter(struct egpu_vcuda_region *h)
             unlock_shared(h->s, lock_word(h));
             continue;
         }
-        if (h->s->generation != h->gen)
-            rejoin(h);
+        {
+            bool fresh = h->s->generation != h->gen;
+
+            if (fresh)
+                rejoin(h);
+            reconcile(h, fresh);
+        }
         return 0;
     }
     egpu_log(EGPU_LOG_ERROR, "shared region %s cannot be used", h->path[0] ? h->path : "(private)");
@@ -939,6 +1100,30 @@ int egpu_vcuda_region_reserve(struct egpu_vcuda_region *h, int card, uint64_t by
         rc = -ENOSPC;
         goto unlock;
     }
+    for (uint64_t waited = 0; unconfirmed(h) > 0; waited += CONFIRM_POLL_NS) {
+        /* Usage of a live process is unknown: give it a moment to register
+         * again (a busy process does at its next call), else refuse. */
+        if (waited >= CONFIRM_WAIT_NS) {
+            egpu_log(EGPU_LOG_DEBUG,
+                     "shared region %s: refused %llu bytes: a live process has not registered "
+                     "its usage again since the region was reset or changed",
+                     h->path[0] ? h->path : "(private)", (unsigned long long)bytes);
+            rc = -ENOMEM;
+            goto unlock;
+        }
+        leave(h);
+        pause_ns(CONFIRM_POLL_NS);
+        if (enter(h) != 0) {
+            rc = -EIO;
+            goto out;
+        }
+        s = h->s;
+        i = shared_index(h, card);
+        if (i < 0) {
+            rc = -ENOSPC;
+            goto unlock;
+        }
+    }
     if (bytes > limit_bytes || s->cards[i].total_bytes > limit_bytes - bytes) {
         reclaim_locked(h);
         if (bytes > limit_bytes || s->cards[i].total_bytes > limit_bytes - bytes) {
@@ -967,8 +1152,7 @@ void egpu_vcuda_region_release(struct egpu_vcuda_region *h, int card, uint64_t b
     if (card < 0 || (unsigned)card >= h->nlocal)
         goto out;
     take = bytes < h->mine[card] ? bytes : h->mine[card];
-    h->mine[card] -= take;
-    if (enter(h) == 0) {
+    if (enter(h) == 0) { /* reconciled with the ledger: take it off both */
         struct shm *s = h->s;
         int i = h->shared[card];
 
@@ -979,7 +1163,10 @@ void egpu_vcuda_region_release(struct egpu_vcuda_region *h, int card, uint64_t b
             *sb -= t;
             s->cards[i].total_bytes -= t < s->cards[i].total_bytes ? t : s->cards[i].total_bytes;
         }
+        h->mine[card] -= take;
         leave(h);
+    } else {
+        h->mine[card] -= take; /* the next reconcile puts it right */
     }
 out:
     pthread_mutex_unlock(&h->mu);
@@ -1093,4 +1280,18 @@ int egpu_vcuda_region_debug_set_total(struct egpu_vcuda_region *h, int card, uin
     }
     pthread_mutex_unlock(&h->mu);
     return rc;
+}
+
+int egpu_vcuda_region_debug_zero_usage(struct egpu_vcuda_region *h)
+{
+    struct shm *s;
+
+    pthread_mutex_lock(&h->mu);
+    s = h->s;
+    for (int c = 0; c < EGPU_VCUDA_MAX_CARDS; c++)
+        s->cards[c].total_bytes = 0;
+    for (uint32_t i = 0; i < s->slots_hwm && i < REGION_SLOTS; i++)
+        memset(s->slots[i].bytes, 0, sizeof(s->slots[i].bytes));
+    pthread_mutex_unlock(&h->mu);
+    return 0;
 }

@@ -255,6 +255,7 @@ struct thr {
     struct thr_region *region;
     size_t region_bytes;
     bool region_file; /* false: per-process (anonymous) region */
+    bool closed;      /* the shared region could not be used: launches on limited cards refused */
     char path[4096];  /* of the region file */
     dev_t dev;        /* the file mapped, as fstat saw it */
     ino_t ino;
@@ -985,6 +986,8 @@ static CUresult thr_launch(struct thr *t, const struct egpu_vcuda_launch *l)
     bool exact = !coarse_ok;
 
     /* The region file: due for a look, or the mapping took a fault. */
+    if (t->closed)
+        return current_card(t) == -1 ? l->launch(l) : CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     if (t->region_file && (now >= atomic_load_explicit(&t->next_check_ns, memory_order_relaxed) ||
                            atomic_load_explicit(&t->faults, memory_order_relaxed) !=
                                atomic_load_explicit(&t->faults_ok, memory_order_relaxed)))
@@ -1032,9 +1035,17 @@ static struct thr_region *region_map_file(struct thr *t, struct thr_region *at, 
     struct stat sb;
     int fd, saved, rc;
 
-    fd = open(t->path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    /* The directory is the container's: a symlink, FIFO, device or hard
+     * link planted at the name is refused, never followed or written. */
+    fd = open(t->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
     if (fd < 0)
         return NULL;
+    if (fstat(fd, &sb) != 0)
+        goto fail;
+    if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1) {
+        errno = S_ISREG(sb.st_mode) ? EMLINK : EINVAL;
+        goto fail;
+    }
     if (flock(fd, LOCK_EX) != 0 || fstat(fd, &sb) != 0)
         goto fail;
     if ((size_t)sb.st_size < sizeof(*r) && ftruncate(fd, (off_t)sizeof(*r)) != 0)
@@ -1213,13 +1224,22 @@ static int thr_open(struct thr *t, const struct egpu_vcuda_throttle_config *cfg)
             errno = ENAMETOOLONG;
         else
             t->region = region_map_file(t, NULL, false, NULL);
-        if (t->region)
+        if (t->region) {
             t->region_file = true;
-        else
-            egpu_log(EGPU_LOG_WARN,
-                     "compute region unusable, each process held to the share on its own "
-                     "dir=%s err=\"%s\"",
-                     cfg->dir, strerror(errno));
+        } else {
+            /* No per-process bucket instead: N processes would get N times
+             * the share. Fail closed. */
+            egpu_log(EGPU_LOG_ERROR,
+                     "compute region %s unusable (%s): failing closed, every launch on the "
+                     "limited cards gets CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+                     t->path[0] ? t->path : cfg->dir,
+                     errno == EMLINK   ? "a hard link"
+                     : errno == EINVAL ? "not a regular file"
+                     : errno == ELOOP  ? "a symbolic link"
+                                       : strerror(errno));
+            t->closed = true;
+            return 0;
+        }
     }
     if (!t->region) { /* shared with children forked later: they are the same container */
         p = mmap(NULL, sizeof(struct thr_region), PROT_READ | PROT_WRITE,

@@ -254,8 +254,15 @@ struct egpu_vcuda_region;
  * process and its forked children (anonymous shared memory). One handle per
  * process and file: two handles of one process on the same file share its
  * lock word. *out is the caller's, freed by egpu_vcuda_region_close.
+ * The file is opened with O_NOFOLLOW | O_NONBLOCK and must be a regular
+ * file with one link: a symbolic link, FIFO, device or hard link planted at
+ * the name is refused (-ELOOP, -EINVAL). A process's own usage is its
+ * ledger: at every use the region is reconciled with it, and usage changed
+ * behind the interposer's back makes reservations wait for every live
+ * process to register its own again (region.c, tampering).
  * Returns 0; -ENOMEM; or -errno when the file cannot be opened, sized or
- * mapped (err->msg names it; the caller may fall back to a private region). */
+ * mapped (err->msg names it). The caller must then fail closed: a region
+ * per process would let N processes take N times the limit. */
 int egpu_vcuda_region_open(struct egpu_vcuda_region **out, const char *dir,
                            struct egpu_error *err) EGPU_MUST_CHECK;
 
@@ -313,6 +320,10 @@ void egpu_vcuda_region_atfork_child(struct egpu_vcuda_region *h);
  * update). Return 0 or -errno. */
 int egpu_vcuda_region_debug_lock(struct egpu_vcuda_region *h);
 int egpu_vcuda_region_debug_set_total(struct egpu_vcuda_region *h, int card, uint64_t bytes);
+/* For unit tests only: what a hostile process of the container can do
+ * without the interposer: zero every card's total and every slot's bytes
+ * in the mapping, without the lock. Returns 0. */
+int egpu_vcuda_region_debug_zero_usage(struct egpu_vcuda_region *h);
 
 /* ------------------------------------------------------------------------ */
 /* Truncated mappings (sigbus.c)                                            */

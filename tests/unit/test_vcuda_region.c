@@ -465,6 +465,97 @@ static void live_process_registers_again(void **state)
     egpu_vcuda_region_close(h);
 }
 
+/* A hostile process zeroes the usage words behind this process's back:
+ * its own slot comes back from its ledger at its next call, logged once. */
+static void zeroed_usage_repaired_from_ledger(void **state)
+{
+    int card;
+    struct egpu_vcuda_region *h = open_region(dir, &card);
+
+    (void)state;
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 30 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu_vcuda_region_debug_zero_usage(h), 0);
+    /* 30 (the ledger) + 80 > 100 */
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 80 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(used_of(h, card), 30 * MIB);
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 70 * MIB, 100 * MIB), 0);
+    /* a total alone zeroed is recomputed from the slots */
+    assert_int_equal(egpu_vcuda_region_debug_set_total(h, card, 0), 0);
+    assert_int_equal(used_of(h, card), 100 * MIB);
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 2 * MIB, 100 * MIB), -ENOMEM);
+    /* logged once per process at warning level (the second at info) */
+    assert_int_equal(log_lines(""), 1);
+    assert_int_equal(log_lines("this process's usage was changed behind the interposer's back: "
+                               "repaired"),
+                     1);
+    egpu_vcuda_region_close(h);
+}
+
+/* The usage of another, idle process is zeroed too: it cannot be known
+ * until that process registers it again, so reservations wait for it
+ * (then fail closed) instead of believing the zeros. */
+static void zeroed_usage_waits_for_the_others(void **state)
+{
+    int card;
+    struct egpu_vcuda_region *h = open_region(dir, &card);
+    pid_t pid;
+
+    (void)state;
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
+    pid = spawn(child_holds_40_then_reads);
+    assert_int_equal(parent_wait(), 'r');
+    assert_int_equal(egpu_vcuda_region_debug_zero_usage(h), 0);
+    /* the child's 40 MiB are unknown now: refused, though 60 would fit */
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 40 * MIB, 100 * MIB), -ENOMEM);
+    parent_send('g');
+    assert_int_equal(parent_wait(), 'u'); /* the child has used the region again */
+    assert_int_equal(used_of(h, card), 50 * MIB);
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 52 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(egpu_vcuda_region_reserve(h, card, 50 * MIB, 100 * MIB), 0);
+    parent_send('x');
+    assert_int_equal(reap(pid), 0);
+    egpu_vcuda_region_close(h);
+}
+
+/* A symbolic link, hard link or FIFO planted at the region's name: the
+ * region cannot be opened (the caller fails closed: no private region),
+ * and the link's target is left as it was. */
+static void planted_names_refused(void **state)
+{
+    char victim[160], buf[16] = {0};
+    struct egpu_vcuda_region *h = NULL;
+    struct egpu_error err = {0};
+    int fd;
+
+    (void)state;
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    for (int k = 0; k < 3; k++) {
+        (void)unlink(path);
+        fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "precious", 8), 8);
+        close(fd);
+        if (k == 0)
+            assert_int_equal(symlink(victim, path), 0);
+        else if (k == 1)
+            assert_int_equal(link(victim, path), 0);
+        else
+            assert_int_equal(mkfifo(path, 0666), 0);
+        assert_true(egpu_vcuda_region_open(&h, dir, &err) < 0);
+        assert_non_null(strstr(err.msg, path));
+        assert_non_null(strstr(err.msg, k == 0   ? "symbolic link"
+                                        : k == 1 ? "other hard links"
+                                                 : "not a regular file"));
+        fd = open(victim, O_RDONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(read(fd, buf, sizeof(buf)), 8);
+        close(fd);
+        assert_memory_equal(buf, "precious", 8);
+    }
+    (void)unlink(path);
+    (void)unlink(victim);
+}
+
 static void truncated_under_a_live_process(void **state)
 {
     int card;
@@ -588,6 +679,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(reserve_release_limit),
         T(private_region),
+        T(zeroed_usage_repaired_from_ledger),
+        T(zeroed_usage_waits_for_the_others),
+        T(planted_names_refused),
         T(card_table_full),
         T(dead_process_reclaimed),
         T(owner_died_recomputes),

@@ -797,6 +797,14 @@ static void test_per_thread_stream(void **state)
 /* The region file: created, shared by a second mapping, re-initialised when
  * truncated or corrupted, and a directory that cannot hold it leaves each
  * process on its own bucket. */
+/* A launch the controller must not make (it failed closed). */
+static CUresult refuse_launch(const struct egpu_vcuda_launch *l)
+{
+    (void)l;
+    fail_msg("a launch went through a closed controller");
+    return CUDA_ERROR_UNKNOWN;
+}
+
 static void test_region_file(void **state)
 {
     struct egpu_vcuda_throttle_config cfg = sim_config(2, 40, 0);
@@ -839,11 +847,18 @@ static void test_region_file(void **state)
     assert_int_equal(a->region->magic, THR_MAGIC);
     assert_int_equal(atomic_load(&a->region->card[0].tat_ns), 0);
     thr_close(a);
-    /* No such directory: throttled on a per-process bucket all the same. */
+    /* No such directory: no per-process bucket (N processes would get N
+     * times the share): closed, every launch on a limited card refused. */
     cfg.dir = "/nonexistent/egpu-throttle";
     assert_int_equal(thr_open(a, &cfg), 0);
     assert_false(a->region_file);
-    assert_non_null(a->region);
+    assert_true(a->closed);
+    assert_null(a->region);
+    {
+        struct egpu_vcuda_launch l = {.blocks = 1, .threads = 1, .launch = refuse_launch};
+
+        assert_int_equal(thr_launch(a, &l), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+    }
     thr_close(a);
     free(a);
     free(b);
@@ -853,9 +868,70 @@ static void test_region_file(void **state)
     /* One line for each, naming what was wrong. */
     assert_non_null(strstr(text, "compute region truncated, re-initialised"));
     assert_non_null(strstr(text, "compute region of another layout or corrupted, re-initialised"));
-    assert_non_null(strstr(text, "each process held to the share on its own "
-                                 "dir=/nonexistent/egpu-throttle"));
+    assert_non_null(strstr(text, "compute region /nonexistent/egpu-throttle/vcuda-core.shm "
+                                 "unusable (No such file or directory): failing closed"));
     assert_int_equal(count_lines(text), 3); /* once each, nothing else */
+    free(text);
+}
+
+/* A hostile process of the container plants a symbolic link, a hard link
+ * or a FIFO at vcuda-core.shm: the region is not opened through it (the
+ * target is neither written nor sized), and the controller fails closed
+ * with one error line instead of counting each process on its own. */
+static void test_region_planted(void **state)
+{
+    struct egpu_vcuda_throttle_config cfg = sim_config(1, 40, 0);
+    char path[400], victim[400], buf[16] = {0};
+    struct thr *a = calloc(1, sizeof(*a));
+    const char *kinds[] = {"symlink", "hardlink", "fifo"};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&text, &len);
+    int fd;
+
+    (void)state;
+    assert_non_null(a);
+    assert_non_null(log);
+    egpu_log_set_stream(log);
+    egpu_log_level = EGPU_LOG_WARN;
+    snprintf(path, sizeof(path), "%s/vcuda-core.shm", cfg.dir);
+    snprintf(victim, sizeof(victim), "%s/victim", cfg.dir);
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        struct egpu_vcuda_launch l = {.blocks = 1, .threads = 1, .launch = refuse_launch};
+
+        (void)unlink(path);
+        (void)unlink(victim);
+        fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "precious", 8), 8);
+        close(fd);
+        if (k == 0)
+            assert_int_equal(symlink(victim, path), 0);
+        else if (k == 1)
+            assert_int_equal(link(victim, path), 0);
+        else
+            assert_int_equal(mkfifo(path, 0666), 0);
+        assert_int_equal(thr_open(a, &cfg), 0);
+        assert_true(a->closed);
+        assert_int_equal(thr_launch(a, &l), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+        thr_close(a);
+        fd = open(victim, O_RDONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(read(fd, buf, sizeof(buf)), 8);
+        close(fd);
+        assert_memory_equal(buf, "precious", 8);
+    }
+    (void)unlink(path);
+    (void)unlink(victim);
+    free(a);
+    egpu_log_level = EGPU_LOG_ERROR;
+    egpu_log_set_stream(NULL);
+    fclose(log);
+    assert_int_equal(count_lines(text), 3);
+    assert_non_null(strstr(text, "a symbolic link"));
+    assert_non_null(strstr(text, "a hard link"));
+    assert_non_null(strstr(text, "not a regular file"));
+    assert_non_null(strstr(text, "failing closed"));
     free(text);
 }
 
@@ -1194,6 +1270,7 @@ int main(void)
         cmocka_unit_test(test_capture_queries_relaxed),
         cmocka_unit_test(test_capture_launch_not_charged),
         cmocka_unit_test(test_region_file),
+        cmocka_unit_test(test_region_planted),
         cmocka_unit_test(test_region_truncated_live),
         cmocka_unit_test(test_realtime_threads),
         cmocka_unit_test(test_realtime_fork),
