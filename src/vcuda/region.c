@@ -45,6 +45,24 @@
  * REGION_LOCK_TIMEOUT_S counts as corrupted too. Nothing here can crash the
  * application: every failure becomes an error code.
  *
+ * DESIGN, tampering: every process of the container can write the file,
+ * so nothing in it is believed on its own. The file is opened with
+ * O_NOFOLLOW | O_NONBLOCK and must be a regular file with one link (a link
+ * or FIFO planted at the name is refused; the caller then fails closed,
+ * never counting per process). Each process's per-card bytes (mine[]) are
+ * its ledger. At every entry, under the lock, reconcile() finds the
+ * process's slot, writes the ledger into it, recomputes every total from
+ * the live slots and vouches for the slot under the region's audit word.
+ * What disagreed without a fault of this process's mapping to explain it
+ * was written behind the interposer's back: repaired, logged once, and the
+ * audit changes, so a reservation waits (CONFIRM_WAIT_NS, then -ENOMEM)
+ * until every other live process has vouched for its slot again (dead ones
+ * are reclaimed). A re-initialisation keeps the slots that name a process,
+ * unconfirmed, so corrupting the header is no reset either. A writer that
+ * rewrites slots and totals consistently still hides an idle process's
+ * usage until that process's next call (docs/vcuda.md says what a hostile
+ * process can do).
+ *
  * Card ids given to callers are local to the process (the order it met the
  * cards), translated to the shared table's index per generation.
  *

@@ -89,7 +89,12 @@
  * (cuThreadExchangeStreamCaptureMode), so they never invalidate a capture
  * this or another thread makes in the global mode.
  *
- * The region file. Another process of the container may truncate, replace
+ * The region file. Every process of the container can write the
+ * directory: the file is opened with O_NOFOLLOW | O_NONBLOCK and must be a
+ * regular file with one link, so a link planted at the name is never
+ * followed or written; when it cannot be used the controller fails closed
+ * (launches on limited cards refused), never falling back to a bucket per
+ * process. Another process of the container may truncate, replace
  * or delete <dir>/vcuda-core.shm while launches run. The mapping is watched
  * for SIGBUS (cfg->watch, sigbus.c): an access to a page the truncation
  * removed completes on zeros (a bucket with nothing charged: at worst a

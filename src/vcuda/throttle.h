@@ -103,10 +103,14 @@ extern atomic_bool egpu_vcuda_throttle_active;
 
 /* Start the controller (cfg is copied; dir need not outlive the call).
  * Returns 0; -EINVAL for a bad config (logged once, naming the field), and
- * throttling then stays off. core_pct 100 leaves throttling off. When the
- * shared region <dir>/vcuda-core.shm cannot be created or mapped, the reason
- * is logged once and each process is held to the share on its own (a
- * per-process region); a region of another layout, truncated or corrupted
+ * throttling then stays off. core_pct 100 leaves throttling off. The
+ * shared region <dir>/vcuda-core.shm is opened with O_NOFOLLOW | O_NONBLOCK
+ * and must be a regular file with one link; when it cannot be created or
+ * mapped, the reason is logged once and the controller fails closed: every
+ * launch on a limited card returns CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+ * without being made (no per-process bucket: N processes would get N times
+ * the share; dir NULL still gives one, for tests); a region of another
+ * layout, truncated or corrupted
  * is logged once and re-initialised. While launches run, the file is
  * looked at every 100 ms (and at once after a fault of the mapping): one
  * truncated, replaced or deleted is mapped again (re-initialised under
