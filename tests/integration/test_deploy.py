@@ -31,7 +31,8 @@ CRDS = {
     "ElasticGPUClass": ("elasticgpuclasses", "Cluster"),
     "GPUBudget": ("gpubudgets", "Namespaced"),
 }
-CLUSTER_KINDS = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+CLUSTER_KINDS = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                 "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service",
                     "Deployment", "Secret", "NetworkPolicy"}
 
@@ -198,7 +199,7 @@ def test_namespaces(objs):
         where = f"{kind}/{meta['name']}"
         assert kind in CLUSTER_KINDS | NAMESPACED_KINDS, f"{where}: unknown scope, extend this test"
         if kind in CLUSTER_KINDS:
-            assert "namespace" not in meta, f"{where} is cluster-scoped but has a namespace"
+            assert not meta.get("namespace"), f"{where} is cluster-scoped but has a namespace"
         elif kind == "RoleBinding" and o["roleRef"]["name"] == "extension-apiserver-authentication-reader":
             assert meta.get("namespace") == "kube-system", f"{where} must be in kube-system"
         else:

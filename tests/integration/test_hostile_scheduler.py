@@ -3,8 +3,14 @@ egpu-scheduler and the test API server: one object a pod owner writes must
 not stop GPU scheduling, and an owner's edit of the scheduler's recorded
 decision must not free its card in the scheduler's books."""
 import json
+import shutil
+import subprocess
 import time
 
+import yaml
+
+from conftest import ROOT
+from test_deploy import KUBECTL
 from test_scheduler import ASSIGNED, api, args, assigned, cluster, sched  # noqa: F401 (fixtures)
 
 
@@ -134,3 +140,91 @@ def test_duplicate_gpu_uuid_drops_only_the_duplicate(api, sched):
     assert ev["type"] == "Warning"
     assert ev["involvedObject"]["name"] == "gpu-2-gpu7"
     assert "gpu-1-gpu0" in ev["message"]
+
+
+# --- deploy/'s admission protection of the system annotations ----------------
+
+SCHED_SA = "system:serviceaccount:elastic-gpu-system:egpu-scheduler"
+AGENT_SA = "system:serviceaccount:elastic-gpu-system:egpu-agent"
+OWNER = "alice@example.com"
+ALLOCATED = "elasticgpu.io/allocated"
+
+
+def rendered_policy():
+    """deploy/ as kubectl renders it: the policy and its binding."""
+    out = subprocess.run([KUBECTL, "kustomize", str(ROOT / "deploy")], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert len(policies) == 1 and len(bindings) == 1
+    return policies[0], bindings[0]
+
+
+def pod_with(annotations):
+    meta = {"name": "p", "namespace": "team"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+
+
+def evaluate(policy, cases):
+    """Run the policy's CEL the way the API server's admission does
+    (tests/cel/vap_eval.mjs, with the @bufbuild/cel evaluator)."""
+    node = shutil.which("node")
+    assert node, "node is not installed: run `make deps`"
+    assert (ROOT / "tests/cel/node_modules/@bufbuild/cel").is_dir(), \
+        "tests/cel/node_modules is missing: run `make deps`"
+    r = subprocess.run([node, str(ROOT / "tests/cel/vap_eval.mjs")], capture_output=True,
+                       text=True, timeout=60, input=json.dumps({"policy": policy, "cases": cases}))
+    assert r.returncode == 0, r.stderr
+    return {c["name"]: c for c in json.loads(r.stdout)}
+
+
+def test_admission_policy_keeps_system_annotations_to_their_writers():
+    """A pod owner can neither set, change nor remove elasticgpu.io/assigned
+    or elasticgpu.io/allocated; egpu-scheduler may write assigned, egpu-agent
+    allocated; everything else about a pod stays the owner's."""
+    policy, binding = rendered_policy()
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert any("pods" in r["resources"] and {"CREATE", "UPDATE"} <= set(r["operations"])
+               for r in rules)
+    a1 = json.dumps({"node": "n1", "containers": [{"name": "c", "core": 80, "memory": 1024,
+                                                   "gpus": ["GPU-1"]}]})
+    a2 = a1.replace('"core": 80', '"core": 1')
+    bound = {ASSIGNED: a1, "team/x": "1"}
+    cases = [
+        # name, operation, user, new annotations, old annotations, allowed
+        ("owner creates a plain pod", "CREATE", OWNER, None, None, True),
+        ("owner creates with other annotations", "CREATE", OWNER, {"team/x": "1"}, None, True),
+        ("owner creates with assigned", "CREATE", OWNER, {ASSIGNED: a1}, None, False),
+        ("owner creates with allocated", "CREATE", OWNER, {ALLOCATED: "c"}, None, False),
+        ("owner lowers assigned core", "UPDATE", OWNER, {ASSIGNED: a2, "team/x": "1"}, bound,
+         False),
+        ("owner removes assigned", "UPDATE", OWNER, {"team/x": "1"}, bound, False),
+        ("owner removes every annotation", "UPDATE", OWNER, None, bound, False),
+        ("owner adds assigned", "UPDATE", OWNER, {ASSIGNED: a1}, {"team/x": "1"}, False),
+        ("owner edits another annotation", "UPDATE", OWNER, {ASSIGNED: a1, "team/x": "2"}, bound,
+         True),
+        ("owner updates a pod without annotations", "UPDATE", OWNER, None, None, True),
+        ("owner adds allocated", "UPDATE", OWNER, {**bound, ALLOCATED: "c"}, bound, False),
+        ("scheduler records assigned", "UPDATE", SCHED_SA, {ASSIGNED: a1}, None, True),
+        ("scheduler undoes assigned", "UPDATE", SCHED_SA, {}, {ASSIGNED: a1}, True),
+        ("scheduler writes allocated", "UPDATE", SCHED_SA, {**bound, ALLOCATED: "c"}, bound,
+         False),
+        ("agent writes allocated", "UPDATE", AGENT_SA, {**bound, ALLOCATED: "c"}, bound, True),
+        ("agent changes assigned", "UPDATE", AGENT_SA, {ASSIGNED: a2}, bound, False),
+    ]
+    results = evaluate(policy, [
+        {"name": n, "operation": op, "username": user, "object": pod_with(new),
+         "oldObject": pod_with(old) if op == "UPDATE" else None}
+        for n, op, user, new, old, _ in cases])
+    for n, _, _, _, _, allowed in cases:
+        assert results[n]["allowed"] == allowed, (n, results[n])
+        if not allowed:
+            msg = results[n]["message"]
+            assert "only ServiceAccount elastic-gpu-system/egpu-" in msg, (n, msg)
