@@ -868,7 +868,15 @@ int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_se
         return egpu_error_set(err, -ENOMEM, "http server: out of memory");
     srv->cfg = *cfg;
     pthread_mutex_init(&srv->conn_lock, NULL);
-    pthread_cond_init(&srv->watch_cond, NULL);
+    {
+        pthread_condattr_t ca;
+
+        /* The watchdog's deadlines are CLOCK_MONOTONIC times. */
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&srv->watch_cond, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     srv->cfg.bind_addr = NULL;
     srv->cfg.tls_cert_file = NULL;
     srv->cfg.tls_key_file = NULL;

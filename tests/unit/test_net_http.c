@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -707,6 +708,44 @@ static struct egpu_http_conn_stats conn_stats(const struct fixture *f)
     return st;
 }
 
+static double cpu_s(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* The watchdog sleeps between its looks: an idle server with open
+ * connections burns (almost) no CPU. */
+static void test_watchdog_sleeps(void **state)
+{
+    struct fixture f;
+    int fds[3];
+    double t0;
+
+    (void)state;
+    limits_start(&f);
+    for (int i = 0; i < 3; i++)
+        fds[i] = connect_from("127.0.0.2", f.port);
+    t0 = cpu_s();
+    usleep(1000000);
+    assert_true(cpu_s() - t0 < 0.1);
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+    fixture_stop(&f);
+}
+
+/* Wait (up to 2 s) until the server counts n open connections. */
+static void wait_open(const struct fixture *f, unsigned n)
+{
+    for (int i = 0; i < 200 && conn_stats(f).open != n; i++)
+        usleep(10000);
+    if (conn_stats(f).open != n)
+        fail_msg("%u connections open, not %u", conn_stats(f).open, n);
+}
+
 /* One client address holds at most max_per_client connections and all at
  * most max_connections; the one past is closed on arrival and counted, and
  * other clients are still served. */
@@ -720,8 +759,7 @@ static void test_connection_limits(void **state)
     limits_start(&f);
     for (int i = 0; i < 3; i++)
         fds[n++] = connect_from("127.0.0.2", f.port);
-    usleep(200000);
-    assert_int_equal(conn_stats(&f).open, 3);
+    wait_open(&f, 3);
     for (int i = 0; i < 3; i++)
         assert_false(closed_within(fds[i], 0));
     extra = connect_from("127.0.0.2", f.port);
@@ -732,12 +770,13 @@ static void test_connection_limits(void **state)
     /* Another client is served meanwhile. */
     request(&f, "GET", "/hello", NULL, &r);
     assert_int_equal(r.status, 200);
+    wait_open(&f, 3); /* its connection is gone */
     /* Fill the server up to max_connections from two more addresses. */
     fds[n++] = connect_from("127.0.0.3", f.port);
     fds[n++] = connect_from("127.0.0.3", f.port);
     fds[n++] = connect_from("127.0.0.4", f.port);
     usleep(200000);
-    assert_int_equal(conn_stats(&f).open, 6);
+    wait_open(&f, 6);
     extra = connect_from("127.0.0.5", f.port);
     assert_true(closed_within(extra, 2000));
     close(extra);
@@ -1023,6 +1062,7 @@ int main(void)
         cmocka_unit_test(test_malformed_requests),
         cmocka_unit_test(test_health_endpoints),
         cmocka_unit_test(test_connection_limits),
+        cmocka_unit_test(test_watchdog_sleeps),
         cmocka_unit_test(test_slow_and_idle_connections),
         cmocka_unit_test(test_config_and_lifecycle),
         cmocka_unit_test(test_ipv6),
