@@ -8,11 +8,13 @@ Prints, per call kind, p50/p99 latency in microseconds and calls per second
 8 cards (800 device IDs):
 
 * Allocate (--no-api agent): N calls of 30 IDs on one card each (a shared
-  container: the allocation dir, ld.so.preload written with fsync + rename);
+  container: the allocation dir and its shared/ subdir taken through
+  directory fds, ld.so.preload written under a random O_EXCL name with
+  fsync + renameat);
 * PreStartContainer (--no-api agent): N calls, the ID check only;
 * PreStartContainer (agent with the API server): N calls cycling over 24
   admitted containers (3 per card, 30 % each): PodResources List, pod GET,
-  limits.json (fsync + rename), elasticgpu.io/allocated merge patch. The
+  limits.json and vcuda.conf (fsync + renameat), elasticgpu.io/allocated merge patch. The
   test API server is Python: most of this time is its own.
 
 Figures only: no pass/fail thresholds.

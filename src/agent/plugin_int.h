@@ -36,9 +36,9 @@
 #define EGPU_PLUGIN_VCUDA_FILE    "vcuda.conf"       /* the interposer's limits, same dir */
 #define EGPU_PLUGIN_SHARED_DIR    "shared"           /* the container's writable subdir */
 #define EGPU_PLUGIN_INTERPOSER    "/usr/local/lib/elastic-gpu/libegpu-vcuda.so"
-#define EGPU_PLUGIN_DIR_NAME_LEN  16   /* hex digits of an allocation dir's name */
-#define EGPU_PLUGIN_LIMITS_MAX    4096 /* bytes: a larger limits.json is not the agent's */
-#define EGPU_PLUGIN_RM_BUDGET_MS  2000 /* wall time one allocation dir's removal may take */
+#define EGPU_PLUGIN_DIR_NAME_LEN  16    /* hex digits of an allocation dir's name */
+#define EGPU_PLUGIN_LIMITS_MAX    16384 /* bytes: a larger limits.json is not the agent's */
+#define EGPU_PLUGIN_RM_BUDGET_MS  2000  /* wall time one allocation dir's removal may take */
 
 /* The layout of an allocation dir <alloc_root>/<16 hex digits> (DESIGN.md 5):
  *   <dir>/                 root, 0755; mounted read-only at /etc/elastic-gpu
