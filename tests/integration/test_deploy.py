@@ -41,7 +41,7 @@ NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Servi
 EGPU_NEEDS = {
     ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "get"), ("", "pods", "patch"),
-    ("", "pods/binding", "create"),
+    ("", "pods/binding", "create"), ("", "events", "create"),
     (GROUP, "gpus", "list"), (GROUP, "gpus", "watch"),
 }
 LEASE_VERBS = {"get", "create", "update"}  # client-go style leader election
@@ -594,7 +594,8 @@ def test_egpu_scheduler_least_privilege(objs):
         {("coordination.k8s.io", "leases", "get")}
     for g, res, v, ns in grants:
         assert v not in ("delete", "deletecollection", "update", "create", "escalate", "bind",
-                         "impersonate", "*") or (res, v) == ("pods/binding", "create"), (g, res, v)
+                         "impersonate", "*") or (res, v) in (("pods/binding", "create"),
+                                                             ("events", "create")), (g, res, v)
         assert res not in ("secrets", "persistentvolumes", "persistentvolumeclaims",
                            "serviceaccounts", "serviceaccounts/token"), (g, res, v)
 
