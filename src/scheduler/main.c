@@ -91,6 +91,10 @@ static int on_bind(void *data, const struct egpu_http_request *req, struct egpu_
             return -ENOMEM;
         return reply(resp, 503);
     }
+    /* A call comes from this pod's kube-scheduler, which calls only while it
+     * leads: a refusal may be a view up to a second old, so read again. */
+    if (a->following && !egpu__follower_leads(&a->follow, why, sizeof(why)))
+        egpu__follower_poll(&a->follow);
     if (a->following && !egpu__follower_leads(&a->follow, why, sizeof(why))) {
         json_t *doc = json_pack("{s:s+}", "Error", "egpu-scheduler is not the leader: ", why);
         char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
