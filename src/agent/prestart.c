@@ -380,14 +380,19 @@ static void post_mismatch_event(const struct egpu_prestart_config *cfg, const js
     char assigned[EGPU_NODE_GPUS_MAX * (EGPU_UUID_MAX + 2)] = "";
     char given[EGPU_NODE_GPUS_MAX * (EGPU_UUID_MAX + 2)];
     char msg[sizeof(assigned) + sizeof(given) + 3 * OWNER_NAME_MAX + 128];
-    char stamp[32], gen[OWNER_NAME_MAX + 2];
-    const char *uid = json_string_value(json_object_get(json_object_get(pod, "metadata"), "uid"));
+    struct egpu_kube_event ev = {
+        .kind = "Pod",
+        .involved_ns = o->ns,
+        .name = o->pod,
+        .uid = egpu_kube_str(json_object_get(json_object_get(pod, "metadata"), "uid")),
+        .warning = true,
+        .reason = EGPU_PRESTART_EVENT_REASON,
+        .message = msg,
+        .component = "egpu-agent",
+        .host = cfg->node,
+    };
     struct egpu_error err = {0};
-    struct egpu_kube_status ks;
-    struct timespec now;
-    struct tm tm;
     size_t used = 0;
-    json_t *ev;
 
     for (uint32_t g = 0; g < c->ncards; g++) {
         int w = snprintf(assigned + used, sizeof(assigned) - used, "%s%s", used ? ", " : "",
@@ -402,23 +407,9 @@ static void post_mismatch_event(const struct egpu_prestart_config *cfg, const js
              "container %s is assigned GPU %s but the kubelet gave device IDs on GPU %s; "
              "the container is not started",
              o->container, assigned, given);
-    clock_gettime(CLOCK_REALTIME, &now);
-    gmtime_r(&now.tv_sec, &tm);
-    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    snprintf(gen, sizeof(gen), "%s.", o->pod);
-    ev = json_pack("{s:{s:s,s:s},s:{s:s,s:s,s:s,s:s,s:s},s:s,s:s,s:s,s:{s:s,s:s},s:s,s:s,s:i,"
-                   "s:s,s:s}",
-                   "metadata", "generateName", gen, "namespace", o->ns, "involvedObject", "kind",
-                   "Pod", "apiVersion", "v1", "namespace", o->ns, "name", o->pod, "uid",
-                   uid != NULL ? uid : "", "type", "Warning", "reason", EGPU_PRESTART_EVENT_REASON,
-                   "message", msg, "source", "component", "egpu-agent", "host", cfg->node,
-                   "firstTimestamp", stamp, "lastTimestamp", stamp, "count", 1,
-                   "reportingComponent", "egpu-agent", "reportingInstance", cfg->node);
-    if (ev == NULL ||
-        egpu_kube_create(cfg->kube, &egpu_kube_events, o->ns, ev, NULL, &ks, &err) != 0)
+    if (egpu_kube_event_post(cfg->kube, &ev, &err) != 0)
         egpu_log(EGPU_LOG_WARN, "event %s on pod %s/%s not posted error=\"%s\"",
-                 EGPU_PRESTART_EVENT_REASON, o->ns, o->pod, ev == NULL ? "out of memory" : err.msg);
-    json_decref(ev);
+                 EGPU_PRESTART_EVENT_REASON, o->ns, o->pod, err.msg);
 }
 
 /* The container's limits as a JSON object (new reference), or NULL. */
