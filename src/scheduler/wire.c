@@ -751,33 +751,41 @@ static json_t *failed_object(const struct egpu__wire_args *a, const char *const 
     return failed;
 }
 
-/* The NodeList form: each passing Node goes back as the object it came as. */
+/* The NodeList form: each passing Node goes back as the very bytes it came
+ * as. The decoder checked them as JSON; decoding them again with jansson
+ * would refuse some of what yajl accepts (a "\u0000" in a string, an integer
+ * past int64), and one such Node would turn every filter into a 500. */
 static int filter_result_full(struct egpu_buf *reply, const struct egpu__wire_args *a,
                               const char *const *why)
 {
-    json_t *items = json_array(), *out = NULL;
-    char *text = NULL;
-    int rc = -ENOMEM;
+    static const char head[] = "{\"Nodes\":{\"metadata\":{},\"items\":[";
+    static const char mid[] = "]},\"NodeNames\":null,\"FailedNodes\":";
+    static const char tail[] = ",\"FailedAndUnresolvableNodes\":{},\"Error\":\"\"}";
+    json_t *failed = failed_object(a, why);
+    char *text = failed ? json_dumps(failed, JSON_COMPACT) : NULL;
+    bool first = true;
+    int rc;
 
-    for (size_t i = 0; items != NULL && i < a->n; i++) {
-        json_t *node;
-
+    json_decref(failed);
+    if (text == NULL)
+        return -ENOMEM;
+    rc = egpu_buf_append(reply, head, sizeof(head) - 1);
+    for (size_t i = 0; rc == 0 && i < a->n; i++) {
         if (why[i] != NULL)
             continue;
-        node = json_loadb(a->body + a->items[i].off, a->items[i].len, 0, NULL);
-        if (node == NULL || json_array_append_new(items, node) != 0)
-            goto out;
+        if (!first)
+            rc = egpu_buf_append(reply, ",", 1);
+        if (rc == 0)
+            rc = egpu_buf_append(reply, a->body + a->items[i].off, a->items[i].len);
+        first = false;
     }
-    out = json_pack("{s:{s:{},s:O},s:n,s:o,s:{},s:s}", "Nodes", "metadata", "items", items,
-                    "NodeNames", "FailedNodes", failed_object(a, why), "FailedAndUnresolvableNodes",
-                    "Error", "");
-    text = out ? json_dumps(out, JSON_COMPACT) : NULL;
-    if (text != NULL)
+    if (rc == 0)
+        rc = egpu_buf_append(reply, mid, sizeof(mid) - 1);
+    if (rc == 0)
         rc = egpu_buf_append(reply, text, strlen(text));
-out:
+    if (rc == 0)
+        rc = egpu_buf_append(reply, tail, sizeof(tail) - 1);
     free(text);
-    json_decref(out);
-    json_decref(items);
     return rc;
 }
 

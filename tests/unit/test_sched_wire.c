@@ -500,6 +500,41 @@ static void test_escape_every_position(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* A Node of the NodeList form goes back as the bytes it came as, even where
+ * jansson would not decode it again: a "\u0000" in a label, an integer past
+ * int64 (found by tests/fuzz/fuzz_extender: the filter answered 500 with an
+ * empty body for every pod while such a Node was in the list). */
+static void test_nodelist_form_echoes_bytes(void **state)
+{
+    static const char odd[] = "{\"metadata\":{\"name\":\"n1\",\"labels\":{\"z\":\"a\\u0000b\"}},"
+                              "\"status\":{\"n\": 123456789012345678901234567890}}";
+    static const char plain[] = "{\"metadata\":{\"name\":\"n2\"}}";
+    const long live = egpu_alloc_live();
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_extender *x = new_extender(c, EGPU_POLICY_BINPACK);
+    char body[1024], *text, *pod_text;
+    json_t *pod = make_pod("p", 30, 0);
+
+    (void)state;
+    add_gpu_node(c, "n1", 1);
+    add_gpu_node(c, "n2", 1);
+    pod_text = json_dumps(pod, JSON_COMPACT);
+    json_decref(pod);
+    snprintf(body, sizeof(body), "{\"Pod\":%s,\"Nodes\":{\"items\":[%s,%s]},\"NodeNames\":null}",
+             pod_text, odd, plain);
+    free(pod_text);
+    text = call_text(egpu_extender_filter, x, body, strlen(body), 200);
+    assert_non_null(strstr(text, "\"items\":["
+                                 "{\"metadata\":{\"name\":\"n1\""));
+    assert_non_null(strstr(text, odd));
+    assert_non_null(strstr(text, plain));
+    assert_non_null(strstr(text, "\"FailedNodes\":{}"));
+    free(text);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 /* NodeNames null, Nodes.items given: the passing Node objects come back. */
 static void test_nodelist_form(void **state)
 {
@@ -1012,6 +1047,7 @@ int main(void)
         cmocka_unit_test(test_odd_names_round_trip),
         cmocka_unit_test(test_escape_every_position),
         cmocka_unit_test(test_nodelist_form),
+        cmocka_unit_test(test_nodelist_form_echoes_bytes),
         cmocka_unit_test(test_filter_then_prioritize_same_scores),
         cmocka_unit_test(test_cache_change_between_filter_and_prioritize),
         cmocka_unit_test(test_prioritize_reads_filter_verdicts),
