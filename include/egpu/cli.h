@@ -33,6 +33,15 @@ int egpu_cli_parse_double(const char *s, double lo, double hi, double *out) EGPU
 /* "true"/"1" or "false"/"0". Returns 0 or -EINVAL. */
 int egpu_cli_parse_bool(const char *s, bool *out) EGPU_MUST_CHECK;
 
+/* The value of one of the HTTP server flags every server binary takes:
+ * connections (--max-connections, --max-per-client: 1..65536) when seconds
+ * is false, else seconds (--idle-timeout, --request-timeout: 1..3600), into
+ * *out (struct egpu_http_config's units). who names the flag or variable.
+ * Returns 0, or egpu_cli_usage_error's 2 after a message for prog naming who
+ * and the allowed values; *out written only on success. */
+int egpu_cli_http_limit(const char *prog, const char *who, const char *v, bool seconds,
+                        unsigned *out);
+
 /* An environment variable that sets the same thing as a flag. */
 struct egpu_cli_env {
     const char *var; /* e.g. "EGPU_PORT" */

@@ -213,17 +213,13 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
         o->port = (unsigned)u;
         return 0;
     case O_MAX_CONN:
+        return egpu_cli_http_limit("egpu-agent", who, v, false, &o->max_connections);
     case O_MAX_PER_CLIENT:
-        if (egpu_cli_parse_u64(v, 1, 65536, &u))
-            return bad("%s \"%s\": expected connections in 1..65536", who, v);
-        *(opt == O_MAX_CONN ? &o->max_connections : &o->max_per_client) = (unsigned)u;
-        return 0;
+        return egpu_cli_http_limit("egpu-agent", who, v, false, &o->max_per_client);
     case O_IDLE_TIMEOUT:
+        return egpu_cli_http_limit("egpu-agent", who, v, true, &o->idle_timeout_s);
     case O_REQUEST_TIMEOUT:
-        if (egpu_cli_parse_u64(v, 1, 3600, &u))
-            return bad("%s \"%s\": expected seconds in 1..3600", who, v);
-        *(opt == O_IDLE_TIMEOUT ? &o->idle_timeout_s : &o->request_timeout_s) = (unsigned)u;
-        return 0;
+        return egpu_cli_http_limit("egpu-agent", who, v, true, &o->request_timeout_s);
     case O_LOG:
         if (egpu_log_parse_level(v, &o->log_level))
             return bad("%s \"%s\": expected error, warn, info or debug", who, v);

@@ -49,6 +49,18 @@ int egpu_cli_parse_double(const char *s, double lo, double hi, double *out)
     return 0;
 }
 
+int egpu_cli_http_limit(const char *prog, const char *who, const char *v, bool seconds,
+                        unsigned *out)
+{
+    uint64_t u;
+
+    if (egpu_cli_parse_u64(v, 1, seconds ? 3600 : 65536, &u))
+        return egpu_cli_usage_error(prog, "%s \"%s\": expected %s", who, v,
+                                    seconds ? "seconds in 1..3600" : "connections in 1..65536");
+    *out = (unsigned)u;
+    return 0;
+}
+
 int egpu_cli_parse_bool(const char *s, bool *out)
 {
     if (s != NULL && (strcmp(s, "true") == 0 || strcmp(s, "1") == 0)) {

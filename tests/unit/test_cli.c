@@ -68,6 +68,24 @@ static int record(void *ctx, int opt, const char *value, const char *who)
 
 /* The shared driver: a variable applies, a flag wins over it, help and the
  * version answer 0, bad usage answers 2. */
+/* The HTTP server flags both server binaries take: one range check and one
+ * message for each. */
+static void test_http_limit(void **state)
+{
+    unsigned v = 7;
+
+    (void)state;
+    assert_int_equal(egpu_cli_http_limit("p", "--max-connections", "65536", false, &v), 0);
+    assert_int_equal(v, 65536);
+    assert_int_equal(egpu_cli_http_limit("p", "--idle-timeout", "3600", true, &v), 0);
+    assert_int_equal(v, 3600);
+    assert_int_equal(egpu_cli_http_limit("p", "--idle-timeout", "3601", true, &v), 2);
+    assert_int_equal(egpu_cli_http_limit("p", "--max-per-client", "0", false, &v), 2);
+    assert_int_equal(egpu_cli_http_limit("p", "--max-per-client", "65537", false, &v), 2);
+    assert_int_equal(egpu_cli_http_limit("p", "EGPU_REQUEST_TIMEOUT", "1s", true, &v), 2);
+    assert_int_equal(v, 3600);
+}
+
 static void test_parse_driver(void **state)
 {
     static const struct option longopts[] = {
@@ -141,6 +159,7 @@ int main(void)
         cmocka_unit_test(test_u64),
         cmocka_unit_test(test_double_and_bool),
         cmocka_unit_test(test_parse_driver),
+        cmocka_unit_test(test_http_limit),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
