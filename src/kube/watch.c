@@ -84,10 +84,12 @@ int egpu__kube_lines_feed(struct egpu__kube_lines *l, const char *data, size_t l
             l->dropping = false; /* the long line ends here */
         } else if (l->partial.len > 0) {
             rc = egpu_buf_append(&l->partial, data, n);
-            if (!rc)
+            if (!rc) {
                 rc = emit(l, l->partial.data, l->partial.len);
-            else if (rc == -EMSGSIZE)
-                l->dropped++, rc = 0;
+            } else if (rc == -EMSGSIZE) {
+                l->dropped++; /* it ends here, past the bound */
+                rc = 0;
+            }
             egpu_buf_reset(&l->partial);
         } else {
             rc = emit(l, data, n);
