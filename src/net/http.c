@@ -1071,17 +1071,23 @@ uint16_t egpu_http_server_port(const struct egpu_http_server *srv)
     return srv->daemon ? srv->port : 0;
 }
 
+/* Stop the watchdog's thread, if it runs. */
+static void join_watchdog(struct egpu_http_server *srv)
+{
+    if (!srv->watching)
+        return;
+    pthread_mutex_lock(&srv->conn_lock);
+    srv->stop_watch = true;
+    pthread_cond_signal(&srv->watch_cond);
+    pthread_mutex_unlock(&srv->conn_lock);
+    pthread_join(srv->watch, NULL);
+    srv->watching = false;
+}
+
 /* Stop the watchdog and drop the connection table (no connection open). */
 static void stop_watchdog(struct egpu_http_server *srv)
 {
-    if (srv->watching) {
-        pthread_mutex_lock(&srv->conn_lock);
-        srv->stop_watch = true;
-        pthread_cond_signal(&srv->watch_cond);
-        pthread_mutex_unlock(&srv->conn_lock);
-        pthread_join(srv->watch, NULL);
-        srv->watching = false;
-    }
+    join_watchdog(srv);
     egpu_free(srv->conns);
     srv->conns = NULL;
     srv->cap_conns = 0;
@@ -1093,12 +1099,7 @@ void egpu_http_server_stop(struct egpu_http_server *srv)
     if (srv->daemon == NULL)
         return;
     /* The watchdog goes first: it must not shut an fd libmicrohttpd closes. */
-    pthread_mutex_lock(&srv->conn_lock);
-    srv->stop_watch = true;
-    pthread_cond_signal(&srv->watch_cond);
-    pthread_mutex_unlock(&srv->conn_lock);
-    pthread_join(srv->watch, NULL);
-    srv->watching = false;
+    join_watchdog(srv);
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
     srv->port = 0;
