@@ -522,35 +522,20 @@ static void zeroed_usage_waits_for_the_others(void **state)
  * and the link's target is left as it was. */
 static void planted_names_refused(void **state)
 {
-    char victim[160], buf[16] = {0};
+    char victim[160];
     struct egpu_vcuda_region *h = NULL;
     struct egpu_error err = {0};
-    int fd;
 
     (void)state;
     snprintf(victim, sizeof(victim), "%s/victim", dir);
     for (int k = 0; k < 3; k++) {
-        (void)unlink(path);
-        fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-        assert_true(fd >= 0);
-        assert_int_equal(write(fd, "precious", 8), 8);
-        close(fd);
-        if (k == 0)
-            assert_int_equal(symlink(victim, path), 0);
-        else if (k == 1)
-            assert_int_equal(link(victim, path), 0);
-        else
-            assert_int_equal(mkfifo(path, 0666), 0);
+        tu_plant(path, victim, k);
         assert_true(egpu_vcuda_region_open(&h, dir, &err) < 0);
         assert_non_null(strstr(err.msg, path));
         assert_non_null(strstr(err.msg, k == 0   ? "symbolic link"
                                         : k == 1 ? "other hard links"
                                                  : "not a regular file"));
-        fd = open(victim, O_RDONLY);
-        assert_true(fd >= 0);
-        assert_int_equal(read(fd, buf, sizeof(buf)), 8);
-        close(fd);
-        assert_memory_equal(buf, "precious", 8);
+        tu_victim_intact(victim);
     }
     (void)unlink(path);
     (void)unlink(victim);

@@ -881,13 +881,12 @@ static void test_region_file(void **state)
 static void test_region_planted(void **state)
 {
     struct egpu_vcuda_throttle_config cfg = sim_config(1, 40, 0);
-    char path[400], victim[400], buf[16] = {0};
+    char path[400], victim[400];
     struct thr *a = calloc(1, sizeof(*a));
     const char *kinds[] = {"symlink", "hardlink", "fifo"};
     char *text = NULL;
     size_t len = 0;
     FILE *log = open_memstream(&text, &len);
-    int fd;
 
     (void)state;
     assert_non_null(a);
@@ -899,27 +898,12 @@ static void test_region_planted(void **state)
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
         struct egpu_vcuda_launch l = {.blocks = 1, .threads = 1, .launch = refuse_launch};
 
-        (void)unlink(path);
-        (void)unlink(victim);
-        fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        assert_true(fd >= 0);
-        assert_int_equal(write(fd, "precious", 8), 8);
-        close(fd);
-        if (k == 0)
-            assert_int_equal(symlink(victim, path), 0);
-        else if (k == 1)
-            assert_int_equal(link(victim, path), 0);
-        else
-            assert_int_equal(mkfifo(path, 0666), 0);
+        tu_plant(path, victim, (int)k);
         assert_int_equal(thr_open(a, &cfg), 0);
         assert_true(a->closed);
         assert_int_equal(thr_launch(a, &l), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
         thr_close(a);
-        fd = open(victim, O_RDONLY);
-        assert_true(fd >= 0);
-        assert_int_equal(read(fd, buf, sizeof(buf)), 8);
-        close(fd);
-        assert_memory_equal(buf, "precious", 8);
+        tu_victim_intact(victim);
     }
     (void)unlink(path);
     (void)unlink(victim);

@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "egpu/core.h"
 
@@ -68,6 +71,39 @@ static inline void tu_use_card(struct egpu_cluster *c, struct egpu_node *n, cons
         .mem_mib = r.containers[0].core_milli == EGPU_GPU_MILLI ? n->gpus[gpu].mem_mib : 0};
     if (egpu_cluster_assign(c, pod, n, &r, &pick, &err) != 0)
         fail_msg("use card %u of %s: %s", gpu, n->name, err.msg);
+}
+
+/* What a tenant plants at a name the code under test opens: victim is made
+ * a file holding "precious", then at path (removed first) kind 0 puts a
+ * symbolic link to victim, 1 a hard link to it, 2 a FIFO. Asserts success. */
+static inline void tu_plant(const char *path, const char *victim, int kind)
+{
+    int fd;
+
+    (void)unlink(path);
+    (void)unlink(victim);
+    fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "precious", 8), 8);
+    close(fd);
+    if (kind == 0)
+        assert_int_equal(symlink(victim, path), 0);
+    else if (kind == 1)
+        assert_int_equal(link(victim, path), 0);
+    else
+        assert_int_equal(mkfifo(path, 0666), 0);
+}
+
+/* victim (planted by tu_plant) still holds "precious", and nothing more. */
+static inline void tu_victim_intact(const char *victim)
+{
+    char buf[16] = {0};
+    int fd = open(victim, O_RDONLY);
+
+    assert_true(fd >= 0);
+    assert_int_equal(read(fd, buf, sizeof(buf)), 8);
+    close(fd);
+    assert_memory_equal(buf, "precious", 8);
 }
 
 #endif /* EGPU_TESTUTIL_H */
