@@ -304,7 +304,11 @@ static int relist(struct egpu_kube_informer *inf)
              json_array_size(items), inf->rv, npend);
     for (i = 0; i < npend; i++)
         deliver(inf, &pend[i]);
+    /* Healthy in the same step as synced, so no caller that saw the
+     * informer synced can then see it unhealthy from this list. */
     pthread_mutex_lock(&inf->mu);
+    inf->unhealthy_since_ms = 0;
+    inf->open_since_ms = 0;
     if (!inf->synced) {
         inf->synced = true;
         pthread_cond_broadcast(&inf->cond);
@@ -396,8 +400,8 @@ static void *informer_main(void *arg)
             rc = relist(inf);
             if (egpu__kube_worker_stopping(&inf->worker))
                 break;
-            set_health(inf, rc != 0);
             if (rc) {
+                set_health(inf, true);
                 count(inf, &inf->stats.errors);
                 back_off(inf, &backoff);
                 continue;

@@ -84,6 +84,17 @@ static struct cand *wait_leader(struct cand *a, struct cand *b, long ms)
     return NULL;
 }
 
+/* The elector sets its leader flag before it calls on_started_leading and
+ * clears it before on_stopped_leading: wait for a callback count. */
+static int wait_count(atomic_int *n, int want, long ms)
+{
+    long deadline = tks_now_ms() + ms;
+
+    while (atomic_load(n) < want && tks_now_ms() < deadline)
+        tks_sleep_ms(5);
+    return atomic_load(n);
+}
+
 static json_t *get_lease(void)
 {
     struct egpu_error err = {0};
@@ -254,7 +265,7 @@ static void test_failover_with_release(void **state)
     assert_int_equal(spec_int(lease, "leaseTransitions"), 1);
     assert_string_equal(spec_str(lease, "acquireTime"), spec_str(lease, "renewTime"));
     json_decref(lease);
-    assert_int_equal(atomic_load(&b.stopped), 1);
+    assert_int_equal(wait_count(&b.stopped, 1, 2000), 1);
     egpu_kube_elector_free(a.el);
     egpu_kube_elector_free(b.el);
 }
@@ -306,13 +317,13 @@ static void test_leader_steps_down_when_it_cannot_renew(void **state)
     dt = tks_now_ms() - t0;
     fprintf(stderr, "stepped down after: %ld ms\n", dt);
     assert_false(egpu_kube_elector_is_leader(a.el));
-    assert_int_equal(atomic_load(&a.stopped), 1);
+    assert_int_equal(wait_count(&a.stopped, 1, 2000), 1);
     /* At most one retry after its last renew plus the renew deadline. */
     assert_true(dt <= RETRY_MS + RENEW_MS + 600);
     tks_post(&srv, "down", "{\"down\":false}");
     /* It still holds the Lease, so it renews it: no transition. */
     assert_non_null(wait_leader(&a, NULL, 3000));
-    assert_int_equal(atomic_load(&a.started), 2);
+    assert_int_equal(wait_count(&a.started, 2, 2000), 2);
     lease = get_lease();
     assert_string_equal(spec_str(lease, "holderIdentity"), "solo");
     assert_int_equal(spec_int(lease, "leaseTransitions"), 0);
