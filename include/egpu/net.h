@@ -70,8 +70,11 @@ struct egpu_http_config {
                                    (IPv6: the whole address); 0 = 32 */
     size_t max_body_bytes;      /* larger request bodies get 413; 0 = 1 MiB */
     size_t max_resp_bytes;      /* most a handler may write; 0 = 64 MiB */
-    const char *tls_cert_file;  /* PEM certificate (chain) for HTTPS; NULL = HTTP */
-    const char *tls_key_file;   /* PEM private key; needed iff tls_cert_file */
+    const char *tls_cert_file;  /* PEM certificate chain for HTTPS, leaf first (at most
+                                   EGPU_HTTP_TLS_CHAIN_MAX certificates); NULL = HTTP.
+                                   Read again when it changes: see "TLS" below */
+    const char *tls_key_file;   /* PEM private key (PKCS#1, PKCS#8 or SEC1, unencrypted) of
+                                   the leaf; needed iff tls_cert_file */
 };
 
 /* What a handler sees. Every pointer is borrowed and valid only during the
@@ -119,12 +122,30 @@ typedef void (*egpu_http_observe_cb)(void *data, const char *route, int status, 
 
 struct egpu_http_server; /* opaque */
 
+/* TLS. With tls_cert_file and tls_key_file set, the server serves HTTPS
+ * (libmicrohttpd over GnuTLS) with the pair those files hold NOW, not the
+ * pair they held at start: each new TLS handshake gets the pair the server
+ * holds, and at most once a second a handshake first stat(2)s both paths
+ * (following symbolic links, so a Kubernetes Secret volume's swapped ..data
+ * link counts) and reads the pair again when either file's inode, size,
+ * mtime or ctime changed. A pair that cannot be used (a half-written file,
+ * a key that does not match the certificate, a file gone) is not taken:
+ * the previous pair stays in service and one warning is logged per change
+ * of the files. Open connections keep the session they negotiated; a
+ * replaced pair is kept until every connection opened before its
+ * replacement has closed. The files are the operator's (a Secret volume,
+ * cert-manager's output), never a path a tenant can reach. */
+#define EGPU_HTTP_TLS_CHAIN_MAX 16 /* certificates in tls_cert_file */
+
 /* Create a stopped server from cfg (copied; cfg may be freed afterwards).
- * With TLS files set, both PEM files are read now. On success writes *out
- * (free with egpu_http_server_free). Returns 0, -EINVAL (bad bind_addr, a
- * TLS file without the other), -ENOTSUP (libmicrohttpd without TLS),
- * -errno from reading a TLS file, -EMSGSIZE (a TLS file over 1 MiB) or
- * -ENOMEM. */
+ * With TLS files set, both PEM files are read and checked now: the
+ * certificates must parse and the key must be the leaf certificate's. On
+ * success writes *out (free with egpu_http_server_free). Returns 0,
+ * -EINVAL (bad bind_addr, a TLS file without the other, a certificate or
+ * key file that does not parse, more than EGPU_HTTP_TLS_CHAIN_MAX
+ * certificates, a key that does not match the certificate; err names the
+ * file), -ENOTSUP (libmicrohttpd without TLS), -errno from reading a TLS
+ * file, -EMSGSIZE (a TLS file over 1 MiB) or -ENOMEM. */
 int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_server **out,
                          struct egpu_error *err) EGPU_MUST_CHECK;
 
@@ -151,8 +172,8 @@ int egpu_http_server_observe(struct egpu_http_server *srv, egpu_http_observe_cb 
 
 /* Bind and start serving on the pool threads. Returns 0, -EBUSY (already
  * running) or -EADDRNOTAVAIL (libmicrohttpd could not start: port in use,
- * address not local, TLS key and certificate unusable; its own log line
- * gives the cause). A stopped server may be started again. */
+ * address not local, TLS unusable; its own log line gives the cause). A
+ * stopped server may be started again, with the TLS pair it last held. */
 int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* The TCP port the running server listens on (the kernel's choice when the
@@ -173,6 +194,23 @@ struct egpu_http_conn_stats {
 
 /* Read srv's connection counts into *out. Safe from any thread. */
 void egpu_http_server_conn_stats(struct egpu_http_server *srv, struct egpu_http_conn_stats *out);
+
+/* What the TLS side of srv did since it was made (counts survive a stop and
+ * start). All zero for a server without TLS. */
+struct egpu_http_tls_stats {
+    uint64_t generation;      /* the pair new handshakes get: 1 = the one read by
+                                 egpu_http_server_new, +1 per reload */
+    uint64_t reloads;         /* pairs replaced by a changed pair read from the files */
+    uint64_t reload_failures; /* changes of the files that could not be used (each
+                                 distinct state of the two files counted once) */
+    unsigned retained;        /* replaced pairs still held for connections opened
+                                 before their replacement */
+    int64_t not_after_s;      /* the served leaf certificate's notAfter, Unix seconds */
+};
+
+/* Read srv's TLS counts into *out. Safe from any thread; never reads the
+ * files itself. */
+void egpu_http_server_tls_stats(struct egpu_http_server *srv, struct egpu_http_tls_stats *out);
 
 /* Stop serving: close the listening socket and every connection, and join
  * the pool threads. Requests in flight are cut off. Returns when no

@@ -17,6 +17,11 @@
  *
  * The route table is written only while the server is stopped and read
  * without locks while it runs, so requests never contend on it.
+ *
+ * TLS: libmicrohttpd asks our callback (on_tls_cert) for the certificate
+ * chain and key at each handshake, so the server can serve the files' new
+ * pair without a restart and without touching open connections (see "TLS
+ * credentials" below).
  */
 #define _GNU_SOURCE /* explicit_bzero */
 #include <arpa/inet.h>
@@ -38,6 +43,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <gnutls/abstract.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 
 #include "egpu/log.h"
@@ -48,6 +56,7 @@
 #define HTTP_SNDBUF      (1024 * 1024)        /* per connection send buffer, bytes */
 #define HTTP_CONN_MEMORY ((size_t)256 * 1024) /* per connection: headers and read buffer */
 #define WATCH_TICK_MS    250                  /* connection watchdog period */
+#define TLS_CHECK_MS     1000                 /* look at the TLS files at most this often, ms */
 
 /* One open connection, as the watchdog sees it. A connection is idle
  * between requests (no byte since its last response, or since it opened),
@@ -58,6 +67,8 @@ enum conn_state { CONN_FREE, CONN_WAITING, CONN_ANSWERING, CONN_CLOSING };
 
 struct conn {
     enum conn_state state;
+    struct egpu_http_server *srv; /* for on_tls_cert, which gets only the connection */
+    uint64_t tls_gen;             /* srv->tls_gen when it opened: the oldest pair it may use */
     int fd;
     bool mark_pending;      /* idle again: the watchdog takes the mark at its next look */
     unsigned char addr[16]; /* client IP, IPv4 as ::ffff:a.b.c.d */
@@ -69,6 +80,25 @@ struct conn {
 struct egpu_http_header {
     char *name;
     char *value;
+};
+
+/* One certificate chain and its key: what a handshake presents. */
+struct tls_pair {
+    gnutls_pcert_st certs[EGPU_HTTP_TLS_CHAIN_MAX]; /* leaf first */
+    unsigned ncerts;
+    gnutls_privkey_t key;
+    uint64_t gen;          /* 1 for the pair read by egpu_http_server_new, +1 per reload */
+    int64_t not_after_s;   /* the leaf's notAfter, Unix seconds */
+    struct tls_pair *next; /* on the retired list */
+};
+
+/* What tells, cheaply, that a file changed: its stat(2). */
+struct file_id {
+    int err; /* errno of a failed stat, else 0 (the rest then zero) */
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
 };
 
 struct route {
@@ -85,9 +115,6 @@ struct egpu_http_server {
     struct sockaddr_in6 sin6;
     bool ipv6;
     bool dual_stack;
-    char *cert_pem; /* NUL-terminated file contents, or NULL */
-    char *key_pem;
-    size_t key_len;
     struct route *routes;
     size_t nroutes;
     size_t cap;
@@ -104,6 +131,17 @@ struct egpu_http_server {
     bool watching; /* watchdog thread running */
     pthread_t watch;
     atomic_uint_least64_t refused_total, refused_per_client, timed_out_idle, timed_out_slow;
+    /* TLS (see "TLS credentials"); cert_file NULL = plain HTTP. */
+    char *cert_file, *key_file;             /* copies of the config's paths */
+    pthread_mutex_t tls_lock;               /* guards the fields below, except tls_gen */
+    struct tls_pair *tls_cur;               /* the pair new handshakes get */
+    struct tls_pair *retired;               /* pairs replaced, kept for connections opened before */
+    struct file_id cert_id, key_id;         /* the files tls_cur was read from */
+    struct file_id bad_cert_id, bad_key_id; /* the files' last state that failed to load */
+    bool tls_bad;                           /* bad_*_id hold such a state */
+    struct timespec tls_checked;            /* CLOCK_MONOTONIC of the last look */
+    uint64_t tls_reloads, tls_failures;
+    atomic_uint_least64_t tls_gen; /* tls_cur->gen, for conn_open without tls_lock */
 };
 
 /* One request, from its request line to its completion. */
@@ -408,6 +446,8 @@ static struct conn *conn_open(struct egpu_http_server *srv, int fd, const struct
     if (c != NULL) {
         memset(c, 0, sizeof(*c));
         c->state = CONN_WAITING;
+        c->srv = srv;
+        c->tls_gen = atomic_load(&srv->tls_gen);
         c->fd = fd;
         c->mark_pending = true;
         addr_key(peer, c->addr);
@@ -466,6 +506,21 @@ static void conn_time_out(struct egpu_http_server *srv, struct conn *c, bool slo
     }
 }
 
+static void tls_prune(struct egpu_http_server *srv, uint64_t oldest);
+
+/* The oldest TLS pair an open connection may use (conn_lock held):
+ * UINT64_MAX when none is open. */
+static uint64_t oldest_tls_gen(const struct egpu_http_server *srv)
+{
+    uint64_t oldest = UINT64_MAX;
+
+    for (unsigned i = 0; i < srv->cap_conns; i++) {
+        if (srv->conns[i].state != CONN_FREE && srv->conns[i].tls_gen < oldest)
+            oldest = srv->conns[i].tls_gen;
+    }
+    return oldest;
+}
+
 static void *watchdog(void *arg)
 {
     struct egpu_http_server *srv = arg;
@@ -506,6 +561,8 @@ static void *watchdog(void *arg)
             else if (!c->receiving && t >= (double)srv->cfg.timeout_s)
                 conn_time_out(srv, c, false, t);
         }
+        if (srv->cert_file != NULL)
+            tls_prune(srv, oldest_tls_gen(srv));
     }
     pthread_mutex_unlock(&srv->conn_lock);
     return NULL;
@@ -520,6 +577,359 @@ void egpu_http_server_conn_stats(struct egpu_http_server *srv, struct egpu_http_
     pthread_mutex_lock(&srv->conn_lock);
     out->open = srv->nconns;
     pthread_mutex_unlock(&srv->conn_lock);
+}
+
+/* ------------------------------------------------------------------------ */
+/* TLS credentials                                                          */
+
+/* DESIGN: libmicrohttpd is given no certificate, only on_tls_cert
+ * (MHD_OPTION_HTTPS_CERT_CALLBACK, GnuTLS's retrieve_function2), which
+ * GnuTLS calls once per handshake for the chain and key to present. It
+ * hands out tls_cur, the pair the server holds. So that the files' new pair
+ * is served without a restart, the callback first looks at the files when
+ * it last looked more than TLS_CHECK_MS ago: stat(2) of both paths, compared
+ * with the inode, size, mtime and ctime of the files tls_cur was read from.
+ * stat and not inotify: stat follows symbolic links, so a Secret volume's
+ * update (the kubelet writes a new directory and swaps the ..data link that
+ * tls.crt and tls.key resolve through) shows as a new inode, where an
+ * inotify watch stays on the old inode and would have to watch each
+ * directory on the path and be set again after every swap; inotify also
+ * needs a thread of its own and misses changes on network filesystems. Two
+ * stat calls a second, and only while handshakes happen, cost nothing; a
+ * server that does no handshake needs no fresh certificate.
+ *
+ * A change is read whole (tls_pair_load): every certificate must parse and
+ * the key must be the leaf's. A state of the files that fails is kept in
+ * bad_*_id, so it is logged once and not read again until the files change
+ * once more; meanwhile tls_cur stays in service. Neither file is opened with
+ * O_NOFOLLOW: both are the operator's (a Secret volume is made of links),
+ * never a path a tenant can reach.
+ *
+ * Lifetime: retrieve_function2 leaves the pair ours, and GnuTLS uses it
+ * through the handshake after the callback returned. A replaced pair goes on
+ * the retired list with its generation; a connection records the generation
+ * current when it opened (conn_open), and its handshake comes later, so it
+ * uses that pair or a newer one. The watchdog frees a retired pair once
+ * every open connection is younger than it (tls_prune); stopping frees them
+ * all. */
+
+static void file_id_from(const struct stat *st, struct file_id *id)
+{
+    memset(id, 0, sizeof(*id));
+    id->dev = st->st_dev;
+    id->ino = st->st_ino;
+    id->size = st->st_size;
+    id->mtime = st->st_mtim;
+    id->ctime = st->st_ctim;
+}
+
+/* stat path (following links) into *id; a failure is an id too. */
+static void file_id_stat(const char *path, struct file_id *id)
+{
+    struct stat st;
+
+    if (stat(path, &st) != 0) {
+        memset(id, 0, sizeof(*id));
+        id->err = errno;
+        return;
+    }
+    file_id_from(&st, id);
+}
+
+static bool is_same_file(const struct file_id *a, const struct file_id *b)
+{
+    return a->err == b->err && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+           a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+/* Read a PEM file whole into a NUL-terminated egpu_malloc'd string, and
+ * the stat of what was read into *id. */
+static int read_pem(const char *path, char **out, size_t *len, struct file_id *id,
+                    struct egpu_error *err)
+{
+    struct egpu_buf b;
+    char chunk[4096];
+    struct stat st;
+    ssize_t n;
+    int fd, rc = 0;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC); /* no O_NOFOLLOW: see "TLS credentials" */
+    if (fd < 0)
+        return egpu_error_set(err, -errno, "open %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        rc = egpu_error_set(err, -errno, "stat %s: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    file_id_from(&st, id);
+    egpu_buf_init(&b, TLS_FILE_MAX);
+    for (;;) {
+        n = read(fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = egpu_error_set(err, -errno, "read %s: %s", path, strerror(errno));
+            break;
+        }
+        if (n == 0)
+            break;
+        rc = egpu_buf_append(&b, chunk, (size_t)n);
+        if (rc != 0) {
+            egpu_error_set(err, rc, "read %s: %s", path,
+                           rc == -EMSGSIZE ? "larger than 1 MiB" : egpu_strerror(rc));
+            break;
+        }
+    }
+    close(fd);
+    explicit_bzero(chunk, sizeof(chunk));
+    if (rc == 0 && b.len == 0)
+        rc = egpu_error_set(err, -EINVAL, "read %s: empty file", path);
+    if (rc != 0) {
+        if (b.data != NULL)
+            explicit_bzero(b.data, b.cap);
+        egpu_buf_free(&b);
+        return rc;
+    }
+    *len = b.len;
+    *out = egpu_buf_take(&b);
+    return 0;
+}
+
+static void tls_pair_free(struct tls_pair *p)
+{
+    if (p == NULL)
+        return;
+    for (unsigned i = 0; i < p->ncerts; i++)
+        gnutls_pcert_deinit(&p->certs[i]);
+    if (p->key != NULL)
+        gnutls_privkey_deinit(p->key);
+    egpu_free(p);
+}
+
+/* Is key the private half of leaf's public key? */
+static bool is_key_of(gnutls_pcert_st *leaf, gnutls_privkey_t key)
+{
+    unsigned char a[64], b[64];
+    size_t na = sizeof(a), nb = sizeof(b);
+    gnutls_pubkey_t pub;
+    bool same;
+
+    if (gnutls_pubkey_init(&pub) < 0)
+        return false;
+    same = gnutls_pubkey_import_privkey(pub, key, 0, 0) == 0 &&
+           gnutls_pubkey_get_key_id(pub, GNUTLS_KEYID_USE_SHA256, a, &na) == 0 &&
+           gnutls_pubkey_get_key_id(leaf->pubkey, GNUTLS_KEYID_USE_SHA256, b, &nb) == 0 &&
+           na == nb && memcmp(a, b, na) == 0;
+    gnutls_pubkey_deinit(pub);
+    return same;
+}
+
+/* Parse the chain in pem into p (sorted leaf first). */
+static int tls_parse_chain(struct tls_pair *p, const char *pem, size_t len, const char *path,
+                           struct egpu_error *err)
+{
+    gnutls_datum_t d = {(unsigned char *)pem, (unsigned)len};
+    gnutls_x509_crt_t *crts = NULL, leaf;
+    unsigned n = 0;
+    int g;
+
+    g = gnutls_x509_crt_list_import2(&crts, &n, &d, GNUTLS_X509_FMT_PEM, 0);
+    if (g < 0)
+        return egpu_error_set(err, -EINVAL, "TLS certificate %s: %s", path, gnutls_strerror(g));
+    if (n == 0 || n > EGPU_HTTP_TLS_CHAIN_MAX) {
+        g = egpu_error_set(err, -EINVAL, "TLS certificate %s: %u certificates; allowed: 1..%d",
+                           path, n, EGPU_HTTP_TLS_CHAIN_MAX);
+        goto out_crts;
+    }
+    p->ncerts = n;
+    g = gnutls_pcert_import_x509_list(p->certs, crts, &p->ncerts, GNUTLS_X509_CRT_LIST_SORT);
+    if (g < 0) {
+        p->ncerts = 0;
+        g = egpu_error_set(err, -EINVAL, "TLS certificate %s: %s", path, gnutls_strerror(g));
+        goto out_crts;
+    }
+    /* The leaf after sorting, which crts[0] need not be. */
+    if (gnutls_pcert_export_x509(&p->certs[0], &leaf) == 0) {
+        p->not_after_s = (int64_t)gnutls_x509_crt_get_expiration_time(leaf);
+        gnutls_x509_crt_deinit(leaf);
+    }
+    g = 0;
+out_crts:
+    for (unsigned i = 0; i < n; i++)
+        gnutls_x509_crt_deinit(crts[i]);
+    gnutls_free(crts);
+    return g;
+}
+
+/* Read the pair from cert_file and key_file and check it: every
+ * certificate parses, the key parses and is the leaf's. On success writes
+ * *out (free with tls_pair_free) and the stat of the files read into
+ * *cert_id and *key_id. Returns 0, -errno, -EMSGSIZE, -EINVAL or -ENOMEM,
+ * with err naming the file. */
+static int tls_pair_load(const char *cert_file, const char *key_file, struct tls_pair **out,
+                         struct file_id *cert_id, struct file_id *key_id, struct egpu_error *err)
+{
+    char *cert_pem = NULL, *key_pem = NULL;
+    size_t cert_len = 0, key_len = 0;
+    struct tls_pair *p = NULL;
+    gnutls_datum_t d;
+    int rc, g;
+
+    rc = read_pem(cert_file, &cert_pem, &cert_len, cert_id, err);
+    if (rc == 0)
+        rc = read_pem(key_file, &key_pem, &key_len, key_id, err);
+    if (rc != 0)
+        goto out;
+    p = egpu_calloc(1, sizeof(*p));
+    if (p == NULL) {
+        rc = egpu_error_set(err, -ENOMEM, "TLS: out of memory");
+        goto out;
+    }
+    rc = tls_parse_chain(p, cert_pem, cert_len, cert_file, err);
+    if (rc != 0)
+        goto out;
+    g = gnutls_privkey_init(&p->key);
+    if (g < 0) {
+        p->key = NULL;
+        rc = egpu_error_set(err, -ENOMEM, "TLS key %s: %s", key_file, gnutls_strerror(g));
+        goto out;
+    }
+    d = (gnutls_datum_t){(unsigned char *)key_pem, (unsigned)key_len};
+    g = gnutls_privkey_import_x509_raw(p->key, &d, GNUTLS_X509_FMT_PEM, NULL, 0);
+    if (g < 0) {
+        rc = egpu_error_set(err, -EINVAL, "TLS key %s: %s", key_file, gnutls_strerror(g));
+        goto out;
+    }
+    if (!is_key_of(&p->certs[0], p->key)) {
+        rc = egpu_error_set(err, -EINVAL,
+                            "TLS key %s does not match the certificate %s (its leaf's public key)",
+                            key_file, cert_file);
+        goto out;
+    }
+    *out = p;
+    p = NULL;
+out:
+    tls_pair_free(p);
+    if (key_pem != NULL)
+        explicit_bzero(key_pem, key_len);
+    egpu_free(key_pem);
+    egpu_free(cert_pem);
+    return rc;
+}
+
+/* Read the pair again when the files changed, at most once per
+ * TLS_CHECK_MS (tls_lock held). */
+static void tls_refresh(struct egpu_http_server *srv)
+{
+    struct egpu_error err = {0};
+    struct file_id cid, kid, got_cid, got_kid;
+    struct tls_pair *p;
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (srv->tls_checked.tv_sec != 0 &&
+        seconds_between(&srv->tls_checked, &now) * 1000.0 < (double)TLS_CHECK_MS)
+        return;
+    srv->tls_checked = now;
+    file_id_stat(srv->cert_file, &cid);
+    file_id_stat(srv->key_file, &kid);
+    if (is_same_file(&cid, &srv->cert_id) && is_same_file(&kid, &srv->key_id))
+        return;
+    if (srv->tls_bad && is_same_file(&cid, &srv->bad_cert_id) &&
+        is_same_file(&kid, &srv->bad_key_id))
+        return; /* this state failed already, and was logged */
+    if (tls_pair_load(srv->cert_file, srv->key_file, &p, &got_cid, &got_kid, &err) != 0) {
+        srv->bad_cert_id = cid;
+        srv->bad_key_id = kid;
+        srv->tls_bad = true;
+        srv->tls_failures++;
+        egpu_log(EGPU_LOG_WARN,
+                 "TLS files changed but cannot be used; serving the previous certificate "
+                 "generation=%" PRIu64 " err=\"%s\"",
+                 srv->tls_cur->gen, err.msg);
+        return;
+    }
+    p->gen = srv->tls_cur->gen + 1;
+    srv->tls_cur->next = srv->retired;
+    srv->retired = srv->tls_cur;
+    srv->tls_cur = p;
+    srv->cert_id = got_cid;
+    srv->key_id = got_kid;
+    srv->tls_bad = false;
+    srv->tls_reloads++;
+    atomic_store(&srv->tls_gen, p->gen);
+    egpu_log(EGPU_LOG_INFO,
+             "TLS certificate reloaded cert=%s generation=%" PRIu64 " not_after=%" PRId64,
+             srv->cert_file, p->gen, p->not_after_s);
+}
+
+/* GnuTLS's retrieve_function2, called once per handshake: present the
+ * server's current pair. The session's pointer is libmicrohttpd's connection
+ * (it sets it for its own PSK callback), whose socket context is our record
+ * of it (on_connection), which leads to the server. A connection without a
+ * record (the table was full, so it is being shut) gets no certificate and
+ * its handshake fails. */
+static int on_tls_cert(gnutls_session_t session, const gnutls_datum_t *req_ca_dn, int nreqs,
+                       const gnutls_pk_algorithm_t *pk_algos, int pk_algos_length,
+                       gnutls_pcert_st **pcert, unsigned int *pcert_length, gnutls_privkey_t *pkey)
+{
+    struct MHD_Connection *mc = gnutls_session_get_ptr(session);
+    const union MHD_ConnectionInfo *info;
+    struct egpu_http_server *srv;
+    struct conn *c;
+
+    (void)req_ca_dn;
+    (void)nreqs;
+    (void)pk_algos;
+    (void)pk_algos_length;
+    info = mc != NULL ? MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+    c = info != NULL ? info->socket_context : NULL;
+    if (c == NULL)
+        return -1;
+    srv = c->srv;
+    pthread_mutex_lock(&srv->tls_lock);
+    tls_refresh(srv);
+    *pcert = srv->tls_cur->certs;
+    *pcert_length = srv->tls_cur->ncerts;
+    *pkey = srv->tls_cur->key;
+    pthread_mutex_unlock(&srv->tls_lock);
+    return 0;
+}
+
+/* Free the retired pairs older than oldest, the oldest generation an open
+ * connection may use (UINT64_MAX: none open). */
+static void tls_prune(struct egpu_http_server *srv, uint64_t oldest)
+{
+    struct tls_pair **pp, *p;
+
+    pthread_mutex_lock(&srv->tls_lock);
+    pp = &srv->retired;
+    while (*pp != NULL) {
+        p = *pp;
+        if (p->gen < oldest) {
+            *pp = p->next;
+            tls_pair_free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_unlock(&srv->tls_lock);
+}
+
+void egpu_http_server_tls_stats(struct egpu_http_server *srv, struct egpu_http_tls_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (srv->cert_file == NULL)
+        return;
+    pthread_mutex_lock(&srv->tls_lock);
+    out->generation = srv->tls_cur->gen;
+    out->reloads = srv->tls_reloads;
+    out->reload_failures = srv->tls_failures;
+    out->not_after_s = srv->tls_cur->not_after_s;
+    for (const struct tls_pair *p = srv->retired; p != NULL; p = p->next)
+        out->retained++;
+    pthread_mutex_unlock(&srv->tls_lock);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -787,50 +1197,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 /* ------------------------------------------------------------------------ */
 /* Server lifecycle                                                         */
 
-/* Read a PEM file whole into a NUL-terminated egpu_malloc'd string. */
-static int read_pem(const char *path, char **out, size_t *len, struct egpu_error *err)
-{
-    struct egpu_buf b;
-    char chunk[4096];
-    ssize_t n;
-    int fd, rc = 0;
-
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return egpu_error_set(err, -errno, "open %s: %s", path, strerror(errno));
-    egpu_buf_init(&b, TLS_FILE_MAX);
-    for (;;) {
-        n = read(fd, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = egpu_error_set(err, -errno, "read %s: %s", path, strerror(errno));
-            break;
-        }
-        if (n == 0)
-            break;
-        rc = egpu_buf_append(&b, chunk, (size_t)n);
-        if (rc != 0) {
-            egpu_error_set(err, rc, "read %s: %s", path,
-                           rc == -EMSGSIZE ? "larger than 1 MiB" : egpu_strerror(rc));
-            break;
-        }
-    }
-    close(fd);
-    explicit_bzero(chunk, sizeof(chunk));
-    if (rc == 0 && b.len == 0)
-        rc = egpu_error_set(err, -EINVAL, "read %s: empty file", path);
-    if (rc != 0) {
-        if (b.data != NULL)
-            explicit_bzero(b.data, b.cap);
-        egpu_buf_free(&b);
-        return rc;
-    }
-    *len = b.len;
-    *out = egpu_buf_take(&b);
-    return 0;
-}
-
 static int parse_bind(struct egpu_http_server *srv, const char *addr, struct egpu_error *err)
 {
     memset(&srv->sin, 0, sizeof(srv->sin));
@@ -868,6 +1234,7 @@ int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_se
         return egpu_error_set(err, -ENOMEM, "http server: out of memory");
     srv->cfg = *cfg;
     pthread_mutex_init(&srv->conn_lock, NULL);
+    pthread_mutex_init(&srv->tls_lock, NULL);
     {
         pthread_condattr_t ca;
 
@@ -905,13 +1272,18 @@ int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_se
         }
     }
     if (cfg->tls_cert_file != NULL) {
-        size_t cert_len;
-
-        rc = read_pem(cfg->tls_cert_file, &srv->cert_pem, &cert_len, err);
-        if (rc == 0)
-            rc = read_pem(cfg->tls_key_file, &srv->key_pem, &srv->key_len, err);
+        srv->cert_file = egpu_strdup(cfg->tls_cert_file);
+        srv->key_file = egpu_strdup(cfg->tls_key_file);
+        if (srv->cert_file == NULL || srv->key_file == NULL) {
+            rc = egpu_error_set(err, -ENOMEM, "http server: out of memory");
+            goto out_free;
+        }
+        rc = tls_pair_load(srv->cert_file, srv->key_file, &srv->tls_cur, &srv->cert_id,
+                           &srv->key_id, err);
         if (rc != 0)
             goto out_free;
+        srv->tls_cur->gen = 1;
+        atomic_store(&srv->tls_gen, 1);
     }
     *out = srv;
     return 0;
@@ -1034,10 +1406,10 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
     if (srv->cfg.threads > 1)
         opts[n++] =
             (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)srv->cfg.threads, NULL};
-    if (srv->cert_pem != NULL) {
+    if (srv->cert_file != NULL) {
+        /* No certificate of its own: each handshake asks on_tls_cert. */
         flags |= MHD_USE_TLS;
-        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, srv->cert_pem};
-        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, srv->key_pem};
+        opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0, (void *)on_tls_cert};
     }
     opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 
@@ -1053,7 +1425,7 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
                               "http server: cannot serve on %s port %u%s (address in use or not "
                               "local, or unusable TLS key; see the microhttpd log line)",
                               srv->bind_addr ? srv->bind_addr : "0.0.0.0", (unsigned)srv->cfg.port,
-                              srv->cert_pem ? " with TLS" : "");
+                              srv->cert_file ? " with TLS" : "");
     }
     info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = info ? info->port : srv->cfg.port;
@@ -1061,7 +1433,7 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
              "serving addr=%s port=%u tls=%s threads=%u max_connections=%u max_per_client=%u "
              "idle_timeout_s=%u request_timeout_s=%u",
              srv->bind_addr ? srv->bind_addr : "0.0.0.0", (unsigned)srv->port,
-             srv->cert_pem ? "yes" : "no", srv->cfg.threads, srv->cfg.max_connections,
+             srv->cert_file ? "yes" : "no", srv->cfg.threads, srv->cfg.max_connections,
              srv->cfg.max_per_client, srv->cfg.timeout_s, srv->cfg.request_timeout_s);
     return 0;
 }
@@ -1104,6 +1476,7 @@ void egpu_http_server_stop(struct egpu_http_server *srv)
     srv->daemon = NULL;
     srv->port = 0;
     stop_watchdog(srv);
+    tls_prune(srv, UINT64_MAX); /* no connection left to use a replaced pair */
 }
 
 void egpu_http_server_free(struct egpu_http_server *srv)
@@ -1116,12 +1489,13 @@ void egpu_http_server_free(struct egpu_http_server *srv)
         egpu_free(srv->routes[i].path);
     }
     egpu_free(srv->routes);
-    if (srv->key_pem != NULL)
-        explicit_bzero(srv->key_pem, srv->key_len);
-    egpu_free(srv->key_pem);
-    egpu_free(srv->cert_pem);
+    tls_prune(srv, UINT64_MAX);
+    tls_pair_free(srv->tls_cur);
+    egpu_free(srv->cert_file);
+    egpu_free(srv->key_file);
     egpu_free(srv->bind_addr);
     pthread_cond_destroy(&srv->watch_cond);
+    pthread_mutex_destroy(&srv->tls_lock);
     pthread_mutex_destroy(&srv->conn_lock);
     egpu_free(srv);
 }
