@@ -15,12 +15,14 @@
  * nothing here caches it for the life of the process. Every string in the
  * result is owned by the config (egpu_malloc).
  */
+#define _GNU_SOURCE /* explicit_bzero */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include <gnutls/gnutls.h>
 #include <yaml.h>
 
 #include "egpu/log.h"
@@ -119,58 +121,72 @@ static bool exists(const char *path)
 /* ------------------------------------------------------------------------ */
 /* base64                                                                   */
 
-static int b64_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
+/* DESIGN: GnuTLS decodes (gnutls_base64_decode2, nettle's strict RFC 4648
+ * decoder: alphabet, padding, no stray bits). What kubeconfigs hold is a
+ * little looser than it takes, so the input is first normalized, without
+ * decoding anything: whitespace anywhere is dropped, as before; the '='
+ * padding may be absent or short, so it is put right (one or two, from the
+ * count of the other characters); input with no data character is the empty
+ * string. Data after a '=', more than two '=', or a data count that leaves six
+ * bits (count % 4 == 1) are refused here, since GnuTLS would read a lone
+ * full group of padding as the end. Every other character goes to GnuTLS,
+ * which refuses those outside the alphabet (its own copy step would stop
+ * silently at a '-', so '-' is refused here too). */
 int egpu__kube_base64_decode(const char *in, size_t len, char **out, size_t *out_len)
 {
-    char *dst = egpu_malloc(len / 4 * 3 + 4);
-    uint32_t acc = 0;
-    size_t n = 0, bits = 0, pad = 0;
+    gnutls_datum_t src, dec = {NULL, 0};
+    size_t ndata = 0, npad = 0, n = 0;
+    char *norm, *dst;
+    int g;
 
-    if (dst == NULL)
+    norm = egpu_malloc(len + 3);
+    if (norm == NULL)
         return -ENOMEM;
     for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)in[i];
-        int v;
+        char c = in[i];
 
         if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
             continue;
         if (c == '=') {
-            pad++;
+            npad++;
             continue;
         }
-        v = b64_value(c);
-        if (v < 0 || pad > 0)
+        if (npad > 0 || c == '-')
             goto fail_syntax;
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            dst[n++] = (char)((acc >> bits) & 0xff);
-        }
+        norm[n++] = c;
+        ndata++;
     }
-    /* 6 leftover bits cannot encode a byte; padding never exceeds 2. */
-    if (bits >= 6 || pad > 2 || (acc & ((1u << bits) - 1)) != 0)
+    if (npad > 2 || ndata % 4 == 1)
         goto fail_syntax;
-    dst[n] = '\0';
-    *out = dst;
-    *out_len = n;
-    return 0;
+    if (ndata == 0) {
+        norm[0] = '\0';
+        *out = norm;
+        *out_len = 0;
+        return 0;
+    }
+    while (n % 4 != 0)
+        norm[n++] = '=';
+    src = (gnutls_datum_t){(unsigned char *)norm, (unsigned)n};
+    g = gnutls_base64_decode2(&src, &dec);
+    explicit_bzero(norm, len + 3); /* may be a client key */
+    egpu_free(norm);
+    if (g == GNUTLS_E_MEMORY_ERROR)
+        return -ENOMEM;
+    if (g < 0)
+        return EGPU_ESYNTAX;
+    dst = egpu_malloc((size_t)dec.size + 1);
+    if (dst != NULL) {
+        memcpy(dst, dec.data, dec.size);
+        dst[dec.size] = '\0';
+        *out = dst;
+        *out_len = dec.size;
+    }
+    explicit_bzero(dec.data, dec.size);
+    gnutls_free(dec.data);
+    return dst != NULL ? 0 : -ENOMEM;
 fail_syntax:
-    egpu_free(dst);
+    explicit_bzero(norm, len + 3);
+    egpu_free(norm);
     return EGPU_ESYNTAX;
 }
 

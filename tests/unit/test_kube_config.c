@@ -326,6 +326,78 @@ static void test_config_new_and_base64(void **state)
     assert_int_equal(egpu__kube_base64_decode("a$==", 4, &out, &len), EGPU_ESYNTAX);
 }
 
+/* The base64 decoder (GnuTLS behind a normalizing step) accepts what the
+ * hand-written one before it accepted, and refuses what it refused. */
+static void test_base64_forms(void **state)
+{
+    static const struct {
+        const char *in;
+        const char *want; /* NULL: EGPU_ESYNTAX */
+    } cases[] = {
+        {"aGVsbG8=", "hello"},
+        {"aGVsbG8", "hello"},                  /* padding absent */
+        {" aG Vs\tbG8=\r\n", "hello"},         /* whitespace anywhere */
+        {"aGVsbA", "hell"},                    /* two padding characters absent */
+        {"aGVsbA=", "hell"},                   /* one short */
+        {"aGVsbA==", "hell"},                  /* complete */
+        {"aGVs=", "hel"},                      /* padding where none is needed */
+        {"aQ=", "i"},                          /* short padding, no stray bits */
+        {"  \n", ""},                          /* nothing but whitespace */
+        {"==", ""},                            /* nothing but padding */
+        {"+/+/", "\xfb\xff\xbf"},              /* the last two of the alphabet */
+        {"aGVsbG8=x", NULL},                   /* data after padding */
+        {"aG=Vs", NULL},                       /* padding in the middle */
+        {"aGVsbG8===", NULL},                  /* three padding characters */
+        {"a", NULL},                           /* six bits */
+        {"AAAAA", NULL},                       /* a group and six bits */
+        {"aGVsbG9=", NULL},                    /* stray bits before the padding */
+        {"aGVsbG9", NULL},                     /* and without it */
+        {"aGVs-bG8", NULL},                    /* '-': GnuTLS alone would stop there */
+        {"aGVs_bG8", NULL},                    /* the URL alphabet is not this one */
+        {"aGVs.bG8", NULL},                    /* not in any alphabet */
+        {"-----BEGIN CERTIFICATE-----", NULL}, /* PEM armour is not base64 */
+    };
+    char *out;
+    size_t len;
+    long live = egpu_alloc_live();
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = egpu__kube_base64_decode(cases[i].in, strlen(cases[i].in), &out, &len);
+
+        if (cases[i].want == NULL) {
+            if (rc != EGPU_ESYNTAX)
+                fail_msg("\"%s\": want EGPU_ESYNTAX, got %d", cases[i].in, rc);
+            continue;
+        }
+        if (rc != 0)
+            fail_msg("\"%s\": want \"%s\", got %d", cases[i].in, cases[i].want, rc);
+        assert_int_equal(len, strlen(cases[i].want));
+        assert_memory_equal(out, cases[i].want, len);
+        assert_int_equal(out[len], '\0');
+        egpu_free(out);
+    }
+    /* A NUL inside is not base64 either. */
+    assert_int_equal(egpu__kube_base64_decode("aGVs\0bG8=", 9, &out, &len), EGPU_ESYNTAX);
+    /* Every byte value, wrapped at 64 columns as openssl and kubectl write it. */
+    {
+        static const char all[] =
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4v\n"
+            "MDEyMzQ1Njc4OTo7PD0+P0BBQkNERUZHSElKS0xNTk9QUVJTVFVWV1hZWltcXV5f\n"
+            "YGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6e3x9fn+AgYKDhIWGh4iJiouMjY6P\n"
+            "kJGSk5SVlpeYmZqbnJ2en6ChoqOkpaanqKmqq6ytrq+wsbKztLW2t7i5uru8vb6/\n"
+            "wMHCw8TFxsfIycrLzM3Oz9DR0tPU1dbX2Nna29zd3t/g4eLj5OXm5+jp6uvs7e7v\n"
+            "8PHy8/T19vf4+fr7/P3+/w==\n";
+
+        assert_int_equal(egpu__kube_base64_decode(all, strlen(all), &out, &len), 0);
+        assert_int_equal(len, 256);
+        for (size_t i = 0; i < 256; i++)
+            assert_int_equal((unsigned char)out[i], i);
+        egpu_free(out);
+    }
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 static void test_out_of_memory(void **state)
 {
     long live = egpu_alloc_live();
@@ -363,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_in_cluster),
         cmocka_unit_test(test_load_order),
         cmocka_unit_test(test_config_new_and_base64),
+        cmocka_unit_test(test_base64_forms),
         cmocka_unit_test(test_out_of_memory),
     };
 
