@@ -140,6 +140,12 @@ SYSTEM_NS = {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
              "values": ["kube-system", NS]}
 POD_CREATE = {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
               "resources": ["pods"], "scope": "Namespaced"}
+WORKLOADS = [
+    {"operations": ["CREATE", "UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"],
+     "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"],
+     "scope": "Namespaced"},
+    {"operations": ["CREATE", "UPDATE"], "apiGroups": ["batch"], "apiVersions": ["v1"],
+     "resources": ["jobs", "cronjobs"], "scope": "Namespaced"}]
 COMMON = {"admissionReviewVersions": ["v1"], "sideEffects": "None", "timeoutSeconds": 5,
           "failurePolicy": "Fail", "matchPolicy": "Equivalent"}
 
@@ -151,24 +157,19 @@ def service(path):
 EXPECTED = {
     MUTATE: ("MutatingWebhookConfiguration", {
         **COMMON, "name": MUTATE, "reinvocationPolicy": "IfNeeded",
-        "clientConfig": service("/mutate"), "rules": [POD_CREATE],
+        "clientConfig": service("/mutate"), "rules": [POD_CREATE, *WORKLOADS],
         "namespaceSelector": {"matchExpressions": [
             SYSTEM_NS, {"key": NV_LABEL, "operator": "NotIn", "values": ["enabled"]}]}}),
     MUTATE_NV: ("MutatingWebhookConfiguration", {
         **COMMON, "name": MUTATE_NV, "reinvocationPolicy": "IfNeeded",
-        "clientConfig": service("/mutate-nvidia"), "rules": [POD_CREATE],
+        "clientConfig": service("/mutate-nvidia"), "rules": [POD_CREATE, *WORKLOADS],
         "namespaceSelector": {"matchExpressions": [
             SYSTEM_NS, {"key": NV_LABEL, "operator": "In", "values": ["enabled"]}]}}),
     VALIDATE: ("ValidatingWebhookConfiguration", {
         **COMMON, "name": VALIDATE, "clientConfig": service("/validate"),
         "rules": [
             {"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
-             "resources": ["pods"], "scope": "Namespaced"},
-            {"operations": ["CREATE", "UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"],
-             "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"],
-             "scope": "Namespaced"},
-            {"operations": ["CREATE", "UPDATE"], "apiGroups": ["batch"], "apiVersions": ["v1"],
-             "resources": ["jobs", "cronjobs"], "scope": "Namespaced"}],
+             "resources": ["pods"], "scope": "Namespaced"}, *WORKLOADS],
         "namespaceSelector": {"matchExpressions": [SYSTEM_NS]}}),
 }
 
@@ -323,7 +324,8 @@ PLAIN = {"cpu": "1", "memory": "1Gi"}
 ASSIGNED = {"elasticgpu.io/assigned": json.dumps({"node": "n1", "containers": []})}
 
 # name -> (object, operation, oldObject, {webhook: expected match}); a
-# webhook left out of the dict does not get that operation (its rules).
+# webhook left out of the dict does not get that operation (its rules): the
+# mutating ones get no pod UPDATE.
 M, N, V = MUTATE, MUTATE_NV, VALIDATE
 
 
@@ -356,6 +358,10 @@ CASES = {
     "nvidia.com/gpumem in an init container": (
         pod([ctr()], init=[ctr("i", requests={"nvidia.com/gpumem": "3000"})]), "CREATE", None,
         {M: False, N: True, V: False}),
+    "nvidia.com/gpumem in a Deployment's template": (
+        workload("Deployment", pod([ctr(limits={"nvidia.com/gpu": "1",
+                                                "nvidia.com/gpumem": "3000"})])),
+        "UPDATE", None, {M: False, N: True, V: False}),
     "a name that only looks like ours": (pod([ctr(limits={"elasticgpu.io.evil/x": "1",
                                                           "xelasticgpu.io/gpu-core": "1",
                                                           "tencent.com/vcuda": "1"})]),
@@ -367,17 +373,17 @@ CASES = {
     "forged elasticgpu.io/assigned on create": (pod(annotations=ASSIGNED), "CREATE", None,
                                                 all3(True)),
     "Deployment, plain template": (workload("Deployment", pod([ctr(limits=PLAIN)])), "CREATE",
-                                   None, {V: False}),
-    "Deployment, template annotation tencent.com/vcuda-core-limit": (
+                                   None, all3(False)),
+    "Deployment UPDATE, template annotation tencent.com/vcuda-core-limit": (
         workload("Deployment", pod(annotations={"tencent.com/vcuda-core-limit": "50"})),
-        "UPDATE", None, {V: True}),
+        "UPDATE", None, all3(True)),
     "CronJob, plain template": (workload("CronJob", pod([ctr(limits=PLAIN)])), "CREATE", None,
-                                {V: False}),
+                                all3(False)),
     "CronJob, GPU template": (workload("CronJob", pod([ctr(limits=GPU)])), "CREATE", None,
-                              {V: True}),
+                              all3(True)),
     "CronJob, GPU init container in template": (
         workload("CronJob", pod([ctr()], init=[ctr("i", limits={"aliyun.com/gpu-mem": "2"})])),
-        "UPDATE", None, {V: True}),
+        "UPDATE", None, all3(True)),
     # System-annotation protection: every UPDATE that carries them, or
     # carried them, reaches /validate.
     "pod UPDATE keeping elasticgpu.io/assigned": (pod(annotations=ASSIGNED), "UPDATE",
@@ -394,12 +400,12 @@ CASES = {
 }
 for _kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
     CASES[f"{_kind}, GPU template"] = (workload(_kind, pod([ctr(limits=GPU)])), "CREATE", None,
-                                       {V: True})
+                                       all3(True))
 for _name in COMPAT:
     CASES[f"compatible name {_name}"] = (pod([ctr(limits={_name: "2"})]), "CREATE", None,
                                          all3(True))
     CASES[f"compatible name {_name}, Deployment"] = (
-        workload("Deployment", pod([ctr(requests={_name: "2"})])), "CREATE", None, {V: True})
+        workload("Deployment", pod([ctr(requests={_name: "2"})])), "CREATE", None, all3(True))
 for _name in CORE_LIMIT_ANNOTATIONS:
     CASES[f"annotation {_name}"] = (pod(annotations={_name: "60"}), "CREATE", None, all3(True))
 
@@ -437,9 +443,10 @@ _broken = {
 }
 for _name, _obj in _broken.items():
     CASES[f"malformed: {_name}"] = (_obj, "CREATE", None,
-                                    all3(False) if (_obj or {}).get("kind", "Pod") == "Pod"
-                                    else {V: False})
-    CASES[f"malformed UPDATE: {_name}"] = (_obj, "UPDATE", _obj, {V: False})
+                                    all3(False))
+    CASES[f"malformed UPDATE: {_name}"] = (
+        _obj, "UPDATE", _obj, {V: False} if (_obj or {}).get("kind", "Pod") == "Pod"
+        else all3(False))
 # A malformed container beside a GPU one does not hide it.
 CASES["resources null beside a GPU container"] = (
     pod([ctr("a", resources=None), None, ctr("b", limits=GPU)]), "CREATE", None, all3(True))
