@@ -9,6 +9,7 @@
 #   make fuzz    the libFuzzer targets of tests/fuzz, FUZZ_SECONDS each
 #                (default 60; docs/fuzzing.md)
 #   make bench   benchmarks under bench/ (print figures; not part of check)
+#   make bench-webhook  egpu-webhook under load over TLS (bench/webhook/run.sh)
 #   make data    download the openb trace CSVs into data/openb (needs network;
 #                DATA_DIR and TRACE_URL override where to and where from)
 
@@ -26,7 +27,7 @@ TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
               openb_pod_list_gpuspec10.csv
 
-.PHONY: all deps build demo check unit asan integration fuzz fuzz-smoke lint format bench data clean
+.PHONY: all deps build demo check unit asan integration fuzz fuzz-smoke lint format bench bench-webhook data clean
 
 all: build
 
@@ -86,6 +87,9 @@ bench: build
 	@./$(BUILD)/bench/vcuda/vcuda_share
 	@./$(BUILD)/bench/vcuda/vcuda_overhead
 	@sh bench/gpu/run.sh $(BUILD)
+
+bench-webhook: build
+	@EGPU_BUILD=$(abspath $(BUILD)) sh bench/webhook/run.sh
 
 data:
 	@mkdir -p $(DATA_DIR)
