@@ -16,61 +16,12 @@
 #include <jansson.h>
 #include <pthread.h>
 
+#include "egpu/api.h"
 #include "egpu/core.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define EGPU_RES_GPU_CORE    "elasticgpu.io/gpu-core"
-#define EGPU_RES_GPU_MEMORY  "elasticgpu.io/gpu-memory"
-/* The scheduler's decision, written by bind (format: docs/scheduler.md). */
-#define EGPU_ANN_ASSIGNED    "elasticgpu.io/assigned"
-/* Written by the node agent once the kubelet allocated the pod's devices. */
-#define EGPU_ANN_ALLOCATED   "elasticgpu.io/allocated"
-/* Per-pod overrides of the tier policies, and allowed GPU models ("A|B"). */
-#define EGPU_ANN_NODE_POLICY "elasticgpu.io/node-policy"
-#define EGPU_ANN_CARD_POLICY "elasticgpu.io/card-policy"
-#define EGPU_ANN_GPU_MODEL   "elasticgpu.io/gpu-model"
-/* The compute ceiling of every shared container of the pod, percent of a
- * card, from its gpu-core up to 100: the interposer lets it burst up to this
- * while the card is otherwise idle (absent: no burst). */
-#define EGPU_ANN_CORE_LIMIT  "elasticgpu.io/gpu-core-limit"
-
-#define EGPU_K8S_NAME_MAX       254 /* DNS subdomain 253 + NUL */
-#define EGPU_CONTAINER_NAME_MAX 64  /* DNS label 63 + NUL */
-
-/* ------------------------------------------------------------------------ */
-/* The assignment annotation (src/scheduler/assigned.c)                      */
-
-struct egpu_assigned_container {
-    char name[EGPU_CONTAINER_NAME_MAX];
-    uint32_t core_pct; /* per card: 1..99, or 100 for whole cards */
-    uint32_t mem_mib;  /* per card */
-    uint32_t ncards;
-    uint32_t first_card; /* its cards are uuids[first_card .. first_card + ncards) */
-};
-
-/* elasticgpu.io/assigned, decoded. */
-struct egpu_assigned {
-    char node[EGPU_K8S_NAME_MAX];
-    uint32_t ncontainers;
-    struct egpu_assigned_container containers[EGPU_CONTAINERS_MAX];
-    uint32_t ncards;
-    char uuids[EGPU_PICK_SHARES_MAX][EGPU_UUID_MAX];
-};
-
-/* Encode a as the annotation's JSON text, e.g.
- * {"node":"gpu-node-1","containers":[{"name":"trainer","core":30,"memory":4096,
- *  "gpus":["GPU-8f6..."]}]}. Returns a string the caller egpu_free()s, or NULL
- * when out of memory. */
-char *egpu_assigned_encode(const struct egpu_assigned *a);
-
-/* Decode the annotation's text into *out. Returns 0, or EGPU_ESYNTAX naming
- * the bad field (not JSON, missing or mistyped field, too many containers or
- * cards, values out of range). *out written only on success. */
-int egpu_assigned_decode(const char *text, struct egpu_assigned *out,
-                         struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
 /* Pods as the scheduler sees them (src/scheduler/pod.c)                    */
@@ -79,11 +30,11 @@ struct egpu_sched_pod {
     char ns[EGPU_K8S_NAME_MAX];
     char name[EGPU_K8S_NAME_MAX];
     char uid[EGPU_K8S_NAME_MAX];
-    char node[EGPU_K8S_NAME_MAX]; /* spec.nodeName, "" when unbound */
-    bool terminal;                /* status.phase Succeeded or Failed */
-    bool deleting;                /* metadata.deletionTimestamp set */
-    struct egpu_pod_request req;  /* CPU, memory and GPU containers (model mask 0) */
-    char gpu_model[256];          /* elasticgpu.io/gpu-model, "" = any */
+    char node[EGPU_K8S_NAME_MAX];   /* spec.nodeName, "" when unbound */
+    bool terminal;                  /* status.phase Succeeded or Failed */
+    bool deleting;                  /* metadata.deletionTimestamp set */
+    struct egpu_pod_request req;    /* CPU, memory and GPU containers (model mask 0) */
+    char gpu_model[EGPU_MODEL_MAX]; /* elasticgpu.io/gpu-model, "" = any */
     char containers[EGPU_CONTAINERS_MAX][EGPU_CONTAINER_NAME_MAX]; /* names, as req */
     bool has_node_policy, has_card_policy;
     enum egpu_policy_kind node_policy, card_policy; /* per-pod overrides */

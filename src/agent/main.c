@@ -52,7 +52,7 @@
 #include "egpu/kube.h"
 #include "egpu/log.h"
 #include "egpu/net.h"
-#include "egpu/scheduler.h"
+#include "egpu/api.h"
 #include "plugin_int.h"
 
 #define HEALTH_WAIT_MS    1000  /* one egpu_gpus_wait */

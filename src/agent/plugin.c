@@ -58,7 +58,7 @@
 #include "deviceplugin/v1beta1/api.pb-c.h"
 #include "egpu/grpc.h"
 #include "egpu/log.h"
-#include "egpu/scheduler.h"
+#include "egpu/api.h"
 #include "plugin_int.h"
 #include "prestart_int.h"
 

@@ -42,7 +42,7 @@
 
 #include "egpu/cli.h"
 #include "egpu/log.h"
-#include "egpu/scheduler.h"
+#include "egpu/api.h"
 #include "allocfs_int.h"
 #include "plugin_int.h"
 #include "prestart_int.h"
@@ -440,22 +440,22 @@ static json_t *limits_of(const struct owner *o, const struct egpu_assigned *a,
 static int core_limit_of(const json_t *pod, const struct owner *o, unsigned core, unsigned *out,
                          struct egpu_grpc_status *st)
 {
-    const json_t *v = json_object_get(
-        json_object_get(json_object_get(pod, "metadata"), "annotations"), EGPU_ANN_CORE_LIMIT);
-    uint64_t limit;
+    struct egpu_api_pod_annotations pa;
+    struct egpu_error err = {0};
 
     *out = core;
-    if (v == NULL)
+    if (egpu_api_pod_annotations(json_object_get(json_object_get(pod, "metadata"), "annotations"),
+                                 &pa, &err) != 0)
+        return egpu_grpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+                                    "PreStartContainer: pod %s/%s: %s", o->ns, o->pod, err.msg);
+    if (pa.core_limit == 0)
         return 0;
-    if (!json_is_string(v) || egpu_cli_parse_u64(json_string_value(v), core, 100, &limit) != 0)
+    if (pa.core_limit < core)
         return egpu_grpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
                                     "PreStartContainer: pod %s/%s: annotation " EGPU_ANN_CORE_LIMIT
-                                    " must be an integer from the container's gpu-core (%u) to "
-                                    "100, not %s%s%s",
-                                    o->ns, o->pod, core, json_is_string(v) ? "\"" : "",
-                                    json_is_string(v) ? json_string_value(v) : "a non-string",
-                                    json_is_string(v) ? "\"" : "");
-    *out = (unsigned)limit;
+                                    " is \"%u\"; allowed: the container's gpu-core (%u) to 100",
+                                    o->ns, o->pod, pa.core_limit, core);
+    *out = pa.core_limit;
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* scheduler/assigned.c - the elasticgpu.io/assigned annotation.
+/* api/assigned.c - the elasticgpu.io/assigned annotation.
  *
  * bind writes it on the pod before the Binding, so the decision survives a
  * restart of the extender (the cache is rebuilt from it) and the node agent
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "egpu/scheduler.h"
+#include "egpu/api.h"
 
 char *egpu_assigned_encode(const struct egpu_assigned *a)
 {

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "egpu/api.h"
 #include "kube_int.h"
 
 const struct egpu_kube_resource egpu_kube_pods = {"", "v1", "pods", true};
@@ -98,13 +99,7 @@ int egpu__kube_query(struct egpu_buf *b, const char *key, const char *value)
 
 const char *egpu_kube_str(const json_t *v)
 {
-    const char *s = json_string_value(v);
-
-    /* Decoded with JSON_ALLOW_NUL: a string holding "\u0000" is longer
-     * than its C string, and any use as one would read only the front. */
-    if (s == NULL || strlen(s) != json_string_length(v))
-        return NULL;
-    return s;
+    return egpu_api_str(v);
 }
 
 const char *egpu__kube_meta_str(const json_t *obj, const char *field)

@@ -111,44 +111,23 @@ static int container_usage(const json_t *resources, const char *path, struct usa
     return rc;
 }
 
-static int gpu_request(const json_t *resources, const char *path, struct egpu_sched_pod *p,
+/* The container's Elastic GPU ask (egpu_api_container_gpu, read as the
+ * scheduler counts it: requests, else limits), added to p's request. */
+static int gpu_request(const json_t *c, const char *path, struct egpu_sched_pod *p,
                        const char *name, struct egpu_error *err)
 {
-    char buf[32], field[512], mfield[512];
-    const char *core, *mem;
-    int64_t pct = 0, mib = 0;
-    int rc;
+    struct egpu_api_gpu_ask a;
+    int rc = egpu_api_container_gpu(c, name, false, &a, err);
 
-    if (resources == NULL || !json_is_object(resources))
-        return 0;
-    core = request_of(resources, EGPU_RES_GPU_CORE, buf, sizeof(buf), path, field, sizeof(field),
-                      err, &rc);
-    if (rc)
+    if (rc || a.core_pct == 0)
         return rc;
-    if (core != NULL)
-        rc = egpu_parse_gpu_core_pct(core, field, &pct, err);
-    if (rc)
-        return rc;
-    mem = request_of(resources, EGPU_RES_GPU_MEMORY, buf, sizeof(buf), path, mfield, sizeof(mfield),
-                     err, &rc);
-    if (rc)
-        return rc;
-    if (mem != NULL) {
-        if (core == NULL)
-            return egpu_error_set(err, EGPU_ERANGE, "%s: %s needs %s in the same container", mfield,
-                                  EGPU_RES_GPU_MEMORY, EGPU_RES_GPU_CORE);
-        rc = egpu_parse_gpu_mem_mib(mem, mfield, &mib, err);
-        if (rc)
-            return rc;
-    }
-    if (core == NULL)
-        return 0;
     if (p->req.ncontainers == EGPU_CONTAINERS_MAX)
         return egpu_error_set(err, EGPU_ERANGE, "%s: more than %d containers ask for GPUs", path,
                               EGPU_CONTAINERS_MAX);
-    rc = egpu_container_request_set(&p->req.containers[p->req.ncontainers], pct, mib, err);
+    rc = egpu_container_request_set(&p->req.containers[p->req.ncontainers], a.core_pct, a.mem_mib,
+                                    err);
     if (rc)
-        return egpu_error_prefix(err, rc, "%s", field);
+        return egpu_error_prefix(err, rc, "container \"%s\"", name);
     snprintf(p->containers[p->req.ncontainers], sizeof(p->containers[0]), "%s", name);
     p->req.ncontainers++;
     return 0;
@@ -185,21 +164,16 @@ static int containers(const json_t *spec, const char *key, bool init, struct egp
         if (rc)
             return rc;
         if (init) {
-            const json_t *req =
-                json_object_get(json_object_get(res, "requests"), EGPU_RES_GPU_CORE);
-            const json_t *lim = json_object_get(json_object_get(res, "limits"), EGPU_RES_GPU_CORE);
-
-            if (req != NULL || lim != NULL)
-                return egpu_error_set(err, EGPU_ERANGE,
-                                      "%s: %s on an init container is not supported", path,
-                                      EGPU_RES_GPU_CORE);
+            rc = egpu_api_init_container_gpu(c, name, err);
+            if (rc)
+                return rc;
             init_cpu = u.cpu_milli > init_cpu ? u.cpu_milli : init_cpu;
             init_mem = u.mem_mib > init_mem ? u.mem_mib : init_mem;
             continue;
         }
         p->req.cpu_milli += u.cpu_milli;
         p->req.mem_mib += u.mem_mib;
-        rc = gpu_request(res, path, p, name, err);
+        rc = gpu_request(c, path, p, name, err);
         if (rc)
             return rc;
     }
@@ -213,34 +187,20 @@ static int containers(const json_t *spec, const char *key, bool init, struct egp
 static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu_error *err)
 {
     const json_t *ann = json_object_get(meta, "annotations"), *v;
+    struct egpu_api_pod_annotations pa;
     struct egpu_error aerr = {0};
-    int rc;
+    int rc = egpu_api_pod_annotations(ann, &pa, err);
 
-    if (ann == NULL || json_is_null(ann))
-        return 0;
-    if (!json_is_object(ann))
-        return egpu_error_set(err, EGPU_ESYNTAX, "metadata.annotations: must be an object");
-    v = json_object_get(ann, EGPU_ANN_NODE_POLICY);
-    if (json_is_string(v)) {
-        rc = egpu_policy_parse(egpu_kube_str(v) ? json_string_value(v) : "", &p->node_policy, err);
-        if (rc)
-            return egpu_error_prefix(err, rc, "metadata.annotations[%s]", EGPU_ANN_NODE_POLICY);
-        p->has_node_policy = true;
-    }
-    v = json_object_get(ann, EGPU_ANN_CARD_POLICY);
-    if (json_is_string(v)) {
-        rc = egpu_policy_parse(egpu_kube_str(v) ? json_string_value(v) : "", &p->card_policy, err);
-        if (rc)
-            return egpu_error_prefix(err, rc, "metadata.annotations[%s]", EGPU_ANN_CARD_POLICY);
-        p->has_card_policy = true;
-    }
-    rc = copy_str(json_object_get(ann, EGPU_ANN_GPU_MODEL), p->gpu_model, sizeof(p->gpu_model),
-                  false, "metadata.annotations[" EGPU_ANN_GPU_MODEL "]", err);
     if (rc)
         return rc;
+    p->has_node_policy = pa.has_node_policy;
+    p->node_policy = pa.node_policy;
+    p->has_card_policy = pa.has_card_policy;
+    p->card_policy = pa.card_policy;
+    memcpy(p->gpu_model, pa.gpu_model, sizeof(p->gpu_model));
     p->allocated = json_object_get(ann, EGPU_ANN_ALLOCATED) != NULL;
     v = json_object_get(ann, EGPU_ANN_ASSIGNED);
-    if (json_is_string(v) && egpu_kube_str(v) == NULL)
+    if (json_is_string(v) && egpu_api_str(v) == NULL)
         snprintf(p->assigned_error, sizeof(p->assigned_error),
                  "metadata.annotations[%s]: holds a NUL character", EGPU_ANN_ASSIGNED);
     else if (json_is_string(v) &&

@@ -179,15 +179,16 @@ static void test_pod_parse(void **state)
     assert_string_equal(p.gpu_model, "A100|V100M32");
     json_decref(pod);
 
-    /* 150 is neither a share nor whole cards: the field is named. */
+    /* 150 is neither a share nor whole cards: the container, the resource
+     * and the allowed values are named. */
     {
         const int bad[] = {150}, none[] = {0};
 
         pod = make_pod("ml", "p", NULL, 1, bad, none);
         assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), EGPU_ERANGE);
-        assert_non_null(
-            strstr(err.msg, "spec.containers[0].resources.requests[elasticgpu.io/gpu-core]"));
-        assert_non_null(strstr(err.msg, "1..99"));
+        assert_string_equal(err.msg, "container \"c0\": elasticgpu.io/gpu-core is 150; allowed: "
+                                     "1..99 to share one card, or a multiple of 100 for whole "
+                                     "cards");
         json_decref(pod);
     }
     /* gpu-memory alone, and a policy annotation nobody knows. */
@@ -201,7 +202,7 @@ static void test_pod_parse(void **state)
 
         pod = make_pod("ml", "p", NULL, 1, one, none);
         annotate_json(pod, EGPU_ANN_CARD_POLICY, "tetris");
-        assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), -EINVAL);
+        assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), EGPU_ERANGE);
         assert_non_null(strstr(err.msg, "elasticgpu.io/card-policy"));
         json_decref(pod);
     }
@@ -461,7 +462,7 @@ static void test_pod_parse_nul(void **state)
     assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
     json_object_set_new(json_object_get(json_object_get(pod, "metadata"), "annotations"),
                         EGPU_ANN_NODE_POLICY, json_stringn("fgd\0x", 5));
-    assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), -EINVAL);
+    assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), EGPU_ERANGE);
     json_object_del(json_object_get(json_object_get(pod, "metadata"), "annotations"),
                     EGPU_ANN_NODE_POLICY);
     json_object_set_new(json_object_get(pod, "metadata"), "name", json_stringn("a\0b", 3));
