@@ -24,7 +24,7 @@
 
 #include "egpu/agent.h"
 #include "egpu/core.h"
-#include "egpu/scheduler.h"
+#include "egpu/api.h"
 
 #define EGPU_PLUGIN_SOCKET        "elasticgpu.sock"  /* our endpoint in the plugin dir */
 #define EGPU_PLUGIN_KUBELET       "kubelet.sock"     /* the kubelet's Registration socket */
