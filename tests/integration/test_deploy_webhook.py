@@ -893,3 +893,30 @@ def test_cert_manager_component(tmp_path):
         assert ann["cert-manager.io/inject-ca-from"] == f"{NS}/{serving['metadata']['name']}"
     # The webhooks themselves are untouched by the Component.
     assert webhooks(objs).keys() == EXPECTED.keys()
+
+
+# --- docs/webhook.md stays true ---------------------------------------------------
+
+def test_docs_name_every_flag_and_name():
+    """docs/webhook.md's flag table has every flag of egpu-webhook --help
+    (src/webhook/options.c, once it is there) and each with its EGPU_*
+    variable, and it names every compatible name and every webhook."""
+    doc = (ROOT / "docs/webhook.md").read_text()
+    for n in COMPAT + COMPAT_NVIDIA + CORE_LIMIT_ANNOTATIONS + [MUTATE, MUTATE_NV, VALIDATE]:
+        assert f"`{n}" in doc, n
+    options = ROOT / "src/webhook/options.c"
+    if not options.exists():
+        pytest.skip("src/webhook/options.c is not there yet")
+    text = options.read_text()
+    flags = re.findall(r'"  (--[a-z-]+)[ \\]', text)
+    assert len(flags) > 10, "no flags found in options.c's usage text"
+    rows = {m.group(1): m.group(2) for m in
+            re.finditer(r"^\| `(--[a-z-]+)[^`]*` \| `(EGPU_[A-Z_]+)`", doc, re.M)}
+    for f in flags:
+        if f in ("--help", "--version"):
+            continue
+        assert f in rows, f"docs/webhook.md has no row for {f}"
+        # The flag's entry in the usage text: up to the next flag.
+        entry = re.search(r'"  ' + re.escape(f) + r'[ \\](.*?)(?="  --|"  -h)', text, re.S)
+        assert entry and f"({rows[f]}" in entry.group(1), \
+            f"{f}: docs say {rows[f]}, options.c does not"
