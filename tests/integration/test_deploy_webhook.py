@@ -920,3 +920,25 @@ def test_docs_name_every_flag_and_name():
         entry = re.search(r'"  ' + re.escape(f) + r'[ \\](.*?)(?="  --|"  -h)', text, re.S)
         assert entry and re.search(r"\(" + rows[f] + r"[;)]", entry.group(1)), \
             f"{f}: docs say {rows[f]}, options.c does not"
+
+
+def test_docs_overlays_render(tmp_path):
+    """The overlays docs/webhook.md gives, applied to deploy/: HAMi's names
+    in every namespace leaves mutate-nvidia alone, selecting every
+    namespace but the system ones; the failurePolicy one makes validate
+    Ignore."""
+    doc = (ROOT / "docs/webhook.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if b.startswith("patches:")]
+    assert len(blocks) == 2, "expected the HAMi and the failurePolicy overlays"
+    rel = os.path.relpath(DEPLOY, tmp_path)
+    got = []
+    for b in blocks:
+        (tmp_path / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            f"resources:\n  - {rel}\n" + b)
+        got.append({n: w for n, (_, w) in webhooks(kustomize(tmp_path)).items()})
+    hami, ignore = got
+    assert sorted(hami) == [MUTATE_NV, VALIDATE]
+    assert hami[MUTATE_NV]["namespaceSelector"] == {"matchExpressions": [SYSTEM_NS]}
+    assert ignore[VALIDATE]["failurePolicy"] == "Ignore"
+    assert ignore[MUTATE]["failurePolicy"] == ignore[MUTATE_NV]["failurePolicy"] == "Fail"
