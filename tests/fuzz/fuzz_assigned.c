@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_assigned.c - the elasticgpu.io/assigned annotation
- * (src/scheduler/assigned.c), which a pod owner can write.
+ * (src/api/assigned.c), which a pod owner can write.
  *
  * Invariants: a decoded annotation stays within its bounds (containers,
  * cards, each container's cards inside the card list, core 1..100); it
@@ -7,7 +7,7 @@
  * message; nothing leaks (LeakSanitizer, and the project's own block count).
  */
 #include "fuzz.h"
-#include "egpu/scheduler.h"
+#include "egpu/api.h"
 
 static void check_same(const struct egpu_assigned *a, const struct egpu_assigned *b)
 {
