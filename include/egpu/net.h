@@ -369,10 +369,16 @@ int egpu_health_new(struct egpu_http_server *srv, struct egpu_metrics *reg, egpu
  *   egpu_http_connections_refused_total{reason="total|per_client"}  counter
  *   egpu_http_connections_timed_out_total{reason="idle|slow"}      counter
  *   egpu_http_connections_open                                     gauge
- * summed over its servers (see struct egpu_http_conn_stats). Installs srv's
+ * summed over its servers (see struct egpu_http_conn_stats), and, once a
+ * server that serves HTTPS is added (see struct egpu_http_tls_stats):
+ *   egpu_http_tls_reloads_total                                    counter
+ *   egpu_http_tls_reload_failures_total                            counter
+ *   egpu_http_tls_certificate_expiry_timestamp_seconds             gauge
+ * (the last: the earliest served leaf's notAfter, Unix seconds). Installs srv's
  * observer; srv is borrowed and must outlive h. Only before
  * egpu_http_server_start(srv). Returns 0, -EINVAL (h has no registry),
- * EGPU_ELIMIT (a fifth server) or -EBUSY (srv running). */
+ * EGPU_ELIMIT (a fifth server), -EBUSY (srv running), or the error of a TLS
+ * family's registration (-EEXIST, -ENOMEM). */
 int egpu_health_add_server(struct egpu_health *h, struct egpu_http_server *srv,
                            struct egpu_error *err) EGPU_MUST_CHECK;
 

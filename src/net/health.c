@@ -32,9 +32,14 @@ struct egpu_health {
     struct egpu_metric *refused;   /* egpu_http_connections_refused_total{reason} */
     struct egpu_metric *timed_out; /* egpu_http_connections_timed_out_total{reason} */
     struct egpu_metric *open;      /* egpu_http_connections_open */
-    pthread_mutex_t lock;          /* guards servers and seen */
+    /* TLS families, registered with the first server that serves HTTPS. */
+    struct egpu_metric *tls_reloads;  /* egpu_http_tls_reloads_total */
+    struct egpu_metric *tls_failures; /* egpu_http_tls_reload_failures_total */
+    struct egpu_metric *tls_expiry;   /* egpu_http_tls_certificate_expiry_timestamp_seconds */
+    pthread_mutex_t lock;             /* guards servers and seen */
     struct egpu_http_server *servers[SERVERS_MAX];
-    struct egpu_http_conn_stats seen[SERVERS_MAX]; /* counts already added */
+    struct egpu_http_conn_stats seen[SERVERS_MAX];    /* counts already added */
+    struct egpu_http_tls_stats seen_tls[SERVERS_MAX]; /* generation 0: no TLS */
     size_t nservers;
 };
 
@@ -42,6 +47,7 @@ struct egpu_health {
 static void sync_connections(struct egpu_health *h)
 {
     unsigned open = 0;
+    int64_t expiry = INT64_MAX;
 
     pthread_mutex_lock(&h->lock);
     for (size_t i = 0; i < h->nservers; i++) {
@@ -59,8 +65,23 @@ static void sync_connections(struct egpu_health *h)
         open += now.open;
         *was = now;
     }
+    for (size_t i = 0; i < h->nservers; i++) {
+        struct egpu_http_tls_stats now, *was = &h->seen_tls[i];
+
+        if (was->generation == 0)
+            continue;
+        egpu_http_server_tls_stats(h->servers[i], &now);
+        egpu_metric_add(h->tls_reloads, NULL, (double)(now.reloads - was->reloads));
+        egpu_metric_add(h->tls_failures, NULL,
+                        (double)(now.reload_failures - was->reload_failures));
+        if (now.not_after_s < expiry)
+            expiry = now.not_after_s;
+        *was = now;
+    }
     pthread_mutex_unlock(&h->lock);
     egpu_metric_set(h->open, NULL, (double)open);
+    if (h->tls_expiry != NULL && expiry != INT64_MAX)
+        egpu_metric_set(h->tls_expiry, NULL, (double)expiry);
 }
 
 static int on_healthz(void *data, const struct egpu_http_request *req,
@@ -147,6 +168,32 @@ static int register_connections(struct egpu_health *h, struct egpu_error *err)
     return 0;
 }
 
+/* The TLS families (once, with the first HTTPS server). */
+static int register_tls(struct egpu_health *h, struct egpu_error *err)
+{
+    int rc;
+
+    if (h->tls_reloads != NULL)
+        return 0;
+    rc = egpu_metric_counter(h->reg, "egpu_http_tls_reloads_total",
+                             "Times the HTTPS certificate and key were read again after their "
+                             "files changed and replaced the pair served to new connections.",
+                             0, NULL, &h->tls_reloads);
+    if (rc == 0)
+        rc = egpu_metric_counter(h->reg, "egpu_http_tls_reload_failures_total",
+                                 "Changes of the certificate or key files that could not be used "
+                                 "(each state of the files once); the previous pair stayed.",
+                                 0, NULL, &h->tls_failures);
+    if (rc == 0)
+        rc = egpu_metric_gauge(h->reg, "egpu_http_tls_certificate_expiry_timestamp_seconds",
+                               "notAfter of the served HTTPS certificate, Unix seconds (the "
+                               "earliest over this component's HTTPS servers).",
+                               0, NULL, &h->tls_expiry);
+    if (rc != 0)
+        return egpu_error_set(err, rc, "register TLS metrics: %s", egpu_strerror(rc));
+    return 0;
+}
+
 static const char *const paths[] = {"/healthz", "/readyz", "/metrics"};
 static const egpu_http_handler_cb handlers[] = {on_healthz, on_readyz, on_metrics};
 
@@ -216,6 +263,7 @@ out_free:
 int egpu_health_add_server(struct egpu_health *h, struct egpu_http_server *srv,
                            struct egpu_error *err)
 {
+    struct egpu_http_tls_stats tls;
     int rc;
 
     if (h->reg == NULL)
@@ -223,14 +271,23 @@ int egpu_health_add_server(struct egpu_health *h, struct egpu_http_server *srv,
     if (h->nservers == SERVERS_MAX)
         return egpu_error_set(err, EGPU_ELIMIT, "health endpoints: more than %d servers",
                               SERVERS_MAX);
+    egpu_http_server_tls_stats(srv, &tls);
+    if (tls.generation != 0) {
+        rc = register_tls(h, err);
+        if (rc != 0)
+            return rc;
+    }
     rc = egpu_http_server_observe(srv, on_request_done, h);
     if (rc != 0)
         return egpu_error_set(err, rc, "observe requests: %s", egpu_strerror(rc));
     pthread_mutex_lock(&h->lock);
     h->servers[h->nservers] = srv;
     egpu_http_server_conn_stats(srv, &h->seen[h->nservers]);
+    h->seen_tls[h->nservers] = tls;
     h->nservers++;
     pthread_mutex_unlock(&h->lock);
+    if (tls.generation != 0)
+        egpu_metric_set(h->tls_expiry, NULL, (double)tls.not_after_s);
     return 0;
 }
 

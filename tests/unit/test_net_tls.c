@@ -15,6 +15,7 @@
  * openssl the tests skip, or fail when CI=true. */
 #define _GNU_SOURCE /* mkdtemp */
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -39,7 +40,7 @@ struct pki {
 
 struct reply {
     long status;
-    char body[256];
+    char body[16384];
     size_t len;
 };
 
@@ -183,15 +184,15 @@ static void wait_check_period(void)
 /* ------------------------------------------------------------------------ */
 /* Client                                                                   */
 
-/* GET /hello on h (kept between calls: same connection when it can) trusting
+/* GET path on h (kept between calls: same connection when it can) trusting
  * ca. Returns curl's result; fills r and the connection facts. */
-static CURLcode get_hello(CURL *h, uint16_t port, const char *ca, struct reply *r, long *connects,
-                          long *local_port)
+static CURLcode get_path(CURL *h, uint16_t port, const char *ca, const char *path, struct reply *r,
+                         long *connects, long *local_port)
 {
     char url[96];
     CURLcode rc;
 
-    snprintf(url, sizeof(url), "https://localhost:%u/hello", (unsigned)port);
+    snprintf(url, sizeof(url), "https://localhost:%u%s", (unsigned)port, path);
     memset(r, 0, sizeof(*r));
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CAINFO, ca);
@@ -206,6 +207,12 @@ static CURLcode get_hello(CURL *h, uint16_t port, const char *ca, struct reply *
     if (local_port != NULL)
         curl_easy_getinfo(h, CURLINFO_LOCAL_PORT, local_port);
     return rc;
+}
+
+static CURLcode get_hello(CURL *h, uint16_t port, const char *ca, struct reply *r, long *connects,
+                          long *local_port)
+{
+    return get_path(h, port, ca, "/hello", r, connects, local_port);
 }
 
 /* A new connection trusting only ca: does the server's certificate verify? */
@@ -230,7 +237,10 @@ static bool verifies_with(uint16_t port, const char *ca)
     return false;
 }
 
-static struct egpu_http_server *start(const char *cert, const char *key)
+/* Start an HTTPS server of /hello on cert and key; with health, also the
+ * health endpoints and metrics (free *health after the server). */
+static struct egpu_http_server *start(const char *cert, const char *key, struct egpu_metrics *reg,
+                                      struct egpu_health **health)
 {
     struct egpu_http_config cfg = {
         .bind_addr = "127.0.0.1", .threads = 2, .tls_cert_file = cert, .tls_key_file = key};
@@ -240,6 +250,8 @@ static struct egpu_http_server *start(const char *cert, const char *key)
     if (egpu_http_server_new(&cfg, &srv, &err) != 0)
         fail_msg("server new: %s", err.msg);
     assert_int_equal(egpu_http_server_route(srv, "GET", "/hello", on_hello, NULL), 0);
+    if (health != NULL && egpu_health_new(srv, reg, NULL, NULL, health, &err) != 0)
+        fail_msg("health: %s", err.msg);
     if (egpu_http_server_start(srv, &err) != 0)
         fail_msg("start: %s", err.msg);
     return srv;
@@ -252,8 +264,11 @@ static void test_rotation_keeps_connections(void **state)
 {
     struct egpu_http_tls_stats st;
     struct egpu_http_server *srv;
+    struct egpu_metrics *reg;
+    struct egpu_health *health;
     struct pki p;
     struct reply r;
+    char line[128];
     long connects, port_before, port_after, live = egpu_alloc_live();
     uint16_t port;
     CURL *kept;
@@ -262,7 +277,9 @@ static void test_rotation_keeps_connections(void **state)
     need_openssl();
     pki_make(&p);
     pki_publish(&p, p.leaf[0], p.lkey[0]);
-    srv = start(p.cert, p.key);
+    reg = egpu_metrics_new();
+    assert_non_null(reg);
+    srv = start(p.cert, p.key, reg, &health);
     port = egpu_http_server_port(srv);
     egpu_http_server_tls_stats(srv, &st);
     assert_int_equal(st.generation, 1);
@@ -294,10 +311,18 @@ static void test_rotation_keeps_connections(void **state)
     assert_int_equal(st.reloads, 1);
     assert_int_equal(st.reload_failures, 0);
     assert_int_equal(st.retained, 1); /* the kept connection opened with pair 1 */
-    /* Still the same connection after the new ones came and went. */
-    assert_int_equal(get_hello(kept, port, p.ca[0], &r, &connects, &port_after), CURLE_OK);
+    /* Still the same connection after the new ones came and went, and the
+     * metrics say what happened. */
+    assert_int_equal(get_path(kept, port, p.ca[0], "/metrics", &r, &connects, &port_after),
+                     CURLE_OK);
+    assert_int_equal(r.status, 200);
     assert_int_equal(connects, 0);
     assert_int_equal(port_after, port_before);
+    assert_non_null(strstr(r.body, "\negpu_http_tls_reloads_total 1\n"));
+    assert_non_null(strstr(r.body, "\negpu_http_tls_reload_failures_total 0\n"));
+    snprintf(line, sizeof(line),
+             "\negpu_http_tls_certificate_expiry_timestamp_seconds %" PRId64 "\n", st.not_after_s);
+    assert_non_null(strstr(r.body, line));
 
     /* Once it is closed, the replaced pair is freed (by the watchdog). */
     curl_easy_cleanup(kept);
@@ -310,6 +335,8 @@ static void test_rotation_keeps_connections(void **state)
     assert_int_equal(st.retained, 0);
 
     egpu_http_server_free(srv);
+    egpu_health_free(health);
+    egpu_metrics_free(reg);
     assert_int_equal(egpu_alloc_live(), live);
     pki_remove(&p);
 }
@@ -329,7 +356,7 @@ static void test_broken_rotation_keeps_the_old_pair(void **state)
     need_openssl();
     pki_make(&p);
     pki_publish(&p, p.leaf[1], p.lkey[1]); /* CA 2 */
-    srv = start(p.cert, p.key);
+    srv = start(p.cert, p.key, NULL, NULL);
     port = egpu_http_server_port(srv);
     assert_true(verifies_with(port, p.ca[1]));
 
