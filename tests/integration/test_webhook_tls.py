@@ -15,7 +15,7 @@ over the old one, as the kubelet does.
   pair signed by a second CA: the same socket still answers and still shows
   the first certificate (its session is kept), while a new connection gets
   the new certificate: it verifies against the second CA (curl and Python),
-  not against the first.
+  not against the first; the health port's /metrics counts the reload.
 - Plain HTTP to the TLS port gets no HTTP answer; a client that does not
   trust the CA fails verification.
 
@@ -264,6 +264,11 @@ def test_rotation_keeps_the_connection(webhook, pki, tmp_path):
     assert status == 200 and kept.sock is sock and kept.sock.getsockname() == local
     kept.close()
     assert re.search(r"TLS certificate reloaded cert=\S+ generation=2 ", webhook.log.read_text())
+    with urllib.request.urlopen(f"http://127.0.0.1:{webhook.health_port}/metrics",
+                                timeout=10) as r:
+        metrics = r.read().decode()
+    assert "\negpu_http_tls_reloads_total 1\n" in metrics
+    assert "\negpu_http_tls_reload_failures_total 0\n" in metrics
 
 
 def test_plain_http_and_untrusted_clients_refused(webhook, pki):
