@@ -1,0 +1,101 @@
+/* egpu/webhook.h - egpu-webhook, the admission webhook: AdmissionReview
+ * (admission.k8s.io/v1) in, AdmissionReview out.
+ *
+ * Three routes (see docs/webhook.md):
+ *   POST /mutate          rewrite other GPU-sharing systems' names into
+ *                         elasticgpu.io ones (units converted, one warning per
+ *                         name), and set spec.schedulerName of GPU pods;
+ *   POST /mutate-nvidia   the same, HAMi's nvidia.com names included;
+ *   POST /validate        refuse a bad GPU request with a message naming the
+ *                         container, the field, the value and what is allowed,
+ *                         and protect the system annotations.
+ * Pods are handled, and the pod templates of apps/v1 Deployments,
+ * StatefulSets, DaemonSets and ReplicaSets, batch/v1 Jobs
+ * (spec.template) and CronJobs (spec.jobTemplate.spec.template).
+ *
+ * egpu_webhook_handle is the whole request path without I/O: the HTTP
+ * server calls it with the request body and sends what it wrote, so unit
+ * tests and the fuzzer drive exactly what the API server reaches.
+ */
+#ifndef EGPU_WEBHOOK_H
+#define EGPU_WEBHOOK_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "egpu/api.h"
+#include "egpu/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EGPU_WEBHOOK_SCHEDULER_USER "system:serviceaccount:elastic-gpu-system:egpu-scheduler"
+#define EGPU_WEBHOOK_AGENT_USER     "system:serviceaccount:elastic-gpu-system:egpu-agent"
+
+/* The routes, in the order of egpu_webhook_route_path. */
+enum egpu_webhook_route {
+    EGPU_WEBHOOK_MUTATE,
+    EGPU_WEBHOOK_MUTATE_NVIDIA,
+    EGPU_WEBHOOK_VALIDATE,
+};
+#define EGPU_WEBHOOK_ROUTES 3
+
+/* The outcome of one request, for metrics and logs. */
+enum egpu_webhook_result {
+    EGPU_WEBHOOK_ALLOWED, /* allowed, no patch */
+    EGPU_WEBHOOK_PATCHED, /* allowed with a patch */
+    EGPU_WEBHOOK_DENIED,  /* allowed: false (the request broke a rule) */
+    EGPU_WEBHOOK_ERROR,   /* the review itself was bad: HTTP 400, or allowed: false code 400 */
+};
+#define EGPU_WEBHOOK_RESULTS 4
+
+/* "/mutate", "/mutate-nvidia", "/validate"; "mutate", ... without the slash
+ * for metric labels (egpu_webhook_route_name). Static strings. */
+const char *egpu_webhook_route_path(enum egpu_webhook_route r);
+const char *egpu_webhook_route_name(enum egpu_webhook_route r);
+/* "allowed", "patched", "denied", "error". Static string. */
+const char *egpu_webhook_result_name(enum egpu_webhook_result r);
+
+/* What the handlers need to know; strings borrowed for the config's use. */
+struct egpu_webhook_config {
+    const char *scheduler_name; /* set on GPU pods; NULL = EGPU_SCHEDULER_NAME */
+    bool set_scheduler_name;    /* false: leave spec.schedulerName alone */
+    bool compat_nvidia;         /* rewrite HAMi's nvidia.com names on /mutate too */
+    uint32_t aliyun_mem_mib;    /* MiB in one aliyun.com/gpu-mem; 0 = 1024 */
+    uint32_t memory_only_core;  /* gpu-core percent for a memory-only ask; 0 = 1 */
+    const char *scheduler_user; /* only user that may write elasticgpu.io/assigned;
+                                   NULL = EGPU_WEBHOOK_SCHEDULER_USER */
+    const char *agent_user;     /* only user that may write elasticgpu.io/allocated;
+                                   NULL = EGPU_WEBHOOK_AGENT_USER */
+};
+
+/* What one request's answer is. */
+struct egpu_webhook_reply {
+    int http_status;                 /* 200 (an AdmissionReview) or 400 (plain text) */
+    enum egpu_webhook_result result; /* for metrics */
+    char content_type[48];           /* "application/json" or "text/plain; charset=utf-8" */
+    size_t nconverted;               /* compatible names converted (mutate) */
+    char converted[8][128];          /* the first of them, for metrics */
+};
+
+/* Answer one AdmissionReview of len bytes (body need not be NUL-terminated)
+ * on route r: the reply body is appended to out (caller-owned, bounded),
+ * its status and type go to *reply. facts (may be NULL: the checks that
+ * depend on the cluster are skipped) is what the cluster has, read by
+ * /validate. A body that is not JSON or has no request.uid is answered 400
+ * with a plain-text reason; every other input, however malformed, gets a
+ * 200 AdmissionReview whose response.uid is request.uid. Thread-safe (cfg
+ * and facts are only read). Returns 0, or -ENOMEM / -EMSGSIZE (out full);
+ * out may then hold part of a reply and must be discarded. */
+int egpu_webhook_handle(const struct egpu_webhook_config *cfg, enum egpu_webhook_route r,
+                        const struct egpu_api_facts *facts, const char *body, size_t len,
+                        struct egpu_buf *out, struct egpu_webhook_reply *reply) EGPU_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EGPU_WEBHOOK_H */

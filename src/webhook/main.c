@@ -1,0 +1,272 @@
+/* webhook/main.c - egpu-webhook: the AdmissionReview routes over HTTPS, the
+ * GPU facts from an informer, and the health endpoints.
+ *
+ * Threads: requests run on the HTTPS server's pool threads (egpu_webhook_
+ * handle has no shared state but the facts snapshot, taken by reference);
+ * the informer feeds the facts on its own thread; the main thread only
+ * waits, refreshing the GPU gauges every second. SIGTERM or SIGINT stops
+ * it: both servers stop (requests in flight end), the informer stops, and
+ * it exits 0.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "egpu/kube.h"
+#include "egpu/log.h"
+#include "egpu/net.h"
+#include "egpu/webhook.h"
+#include "webhook_int.h"
+
+static atomic_bool stopping;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&stopping, true);
+}
+
+struct app;
+
+struct route_ctx {
+    struct app *a;
+    enum egpu_webhook_route r;
+};
+
+struct app {
+    struct wh_options o;
+    struct egpu_kube_config *kcfg;
+    struct egpu_kube *kube;
+    struct wh_facts *facts;
+    struct egpu_kube_informer *inf;
+    struct egpu_http_server *srv;  /* HTTPS: the routes, /healthz, /readyz */
+    struct egpu_http_server *hsrv; /* HTTP: /healthz, /readyz, /metrics */
+    struct egpu_metrics *reg;
+    struct egpu_health *health, *tls_health;
+    struct egpu_metric *m_requests, *m_conversions, *m_gpus, *m_largest, *m_models;
+    struct route_ctx routes[EGPU_WEBHOOK_ROUTES];
+};
+
+static int on_review(void *data, const struct egpu_http_request *req,
+                     struct egpu_http_response *resp)
+{
+    struct route_ctx *rc_ = data;
+    struct app *a = rc_->a;
+    const struct wh_facts_snap *snap = NULL;
+    struct egpu_webhook_reply reply;
+    const char *labels[2];
+    int rc;
+
+    if (rc_->r == EGPU_WEBHOOK_VALIDATE)
+        snap = wh_facts_get(a->facts);
+    rc = egpu_webhook_handle(&a->o.cfg, rc_->r, snap ? &snap->facts : NULL, req->body,
+                             req->body_len, &resp->body, &reply);
+    wh_facts_put(snap);
+    labels[0] = egpu_webhook_route_name(rc_->r);
+    if (rc) {
+        labels[1] = egpu_webhook_result_name(EGPU_WEBHOOK_ERROR);
+        (void)egpu_metric_inc(a->m_requests, labels);
+        egpu_log(EGPU_LOG_ERROR, "request failed route=%s error=\"%s\"", labels[0],
+                 egpu_strerror(rc));
+        return rc; /* 500: the API server applies failurePolicy */
+    }
+    labels[1] = egpu_webhook_result_name(reply.result);
+    (void)egpu_metric_inc(a->m_requests, labels);
+    for (size_t i = 0; i < reply.nconverted; i++)
+        (void)egpu_metric_inc(a->m_conversions, (const char *const[]){reply.converted[i]});
+    resp->status = reply.http_status;
+    return egpu_http_response_set_type(resp, reply.content_type);
+}
+
+static bool ready(void *data, char *why, size_t len)
+{
+    struct app *a = data;
+    long ms;
+
+    if (!egpu_kube_informer_has_synced(a->inf)) {
+        snprintf(why, len, "GPU objects not listed yet");
+        return false;
+    }
+    ms = egpu_kube_informer_unhealthy_ms(a->inf);
+    if (ms > a->o.watch_unhealthy_ms) {
+        snprintf(why, len, "the list and watch of GPU objects has failed for %ld s", ms / 1000);
+        return false;
+    }
+    snprintf(why, len, "ok");
+    return true;
+}
+
+static int register_metrics(struct app *a, struct egpu_error *err)
+{
+    static const char *const route_result[] = {"route", "result"};
+    static const char *const name[] = {"name"};
+    int rc;
+
+    a->reg = egpu_metrics_new();
+    if (a->reg == NULL)
+        return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
+    rc = egpu_metric_counter(a->reg, "egpu_webhook_admission_requests_total",
+                             "AdmissionReviews answered, by route (mutate, mutate-nvidia, "
+                             "validate) and result (allowed, patched, denied, error).",
+                             2, route_result, &a->m_requests);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_webhook_conversions_total",
+                                 "Pods and templates whose compatible name was rewritten into an "
+                                 "elasticgpu.io one, by that name.",
+                                 1, name, &a->m_conversions);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_webhook_gpus",
+                               "GPU objects known (elasticgpu.io/v1alpha1 gpus).", 0, NULL,
+                               &a->m_gpus);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_webhook_largest_card_mib",
+                               "Memory of the largest GPU known, MiB (gpu-memory above it is "
+                               "refused; 0 = none known, not checked).",
+                               0, NULL, &a->m_largest);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_webhook_gpu_models",
+                               "GPU models known (elasticgpu.io/gpu-model must name one).", 0, NULL,
+                               &a->m_models);
+    if (rc)
+        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
+    return 0;
+}
+
+static void refresh_metrics(struct app *a)
+{
+    const struct wh_facts_snap *s = wh_facts_get(a->facts);
+
+    if (s == NULL)
+        return;
+    (void)egpu_metric_set(a->m_gpus, NULL, (double)s->ncards);
+    (void)egpu_metric_set(a->m_largest, NULL, (double)s->facts.max_card_mib);
+    (void)egpu_metric_set(a->m_models, NULL, (double)s->facts.nmodels);
+    wh_facts_put(s);
+}
+
+static int start(struct app *a, struct egpu_error *err)
+{
+    struct egpu_http_config hc = {.bind_addr = a->o.listen,
+                                  .port = (uint16_t)a->o.port,
+                                  .threads = a->o.threads,
+                                  .timeout_s = a->o.idle_timeout_s,
+                                  .request_timeout_s = a->o.request_timeout_s,
+                                  .max_connections = a->o.max_connections,
+                                  /* its callers: the API servers, a few addresses */
+                                  .max_per_client = a->o.max_connections,
+                                  .max_body_bytes = a->o.max_body_bytes,
+                                  .tls_cert_file = a->o.tls_cert,
+                                  .tls_key_file = a->o.tls_key};
+    struct egpu_http_config hh = {.bind_addr = a->o.health_listen,
+                                  .port = (uint16_t)a->o.health_port,
+                                  .timeout_s = a->o.idle_timeout_s,
+                                  .request_timeout_s = a->o.request_timeout_s,
+                                  .max_connections = a->o.max_connections,
+                                  .max_per_client = a->o.max_per_client};
+    struct egpu_kube_informer_opts io = {.res = &egpu_kube_gpus};
+    struct egpu_kube_informer_cbs cbs = {.on_add = wh_facts_on_add,
+                                         .on_update = wh_facts_on_update,
+                                         .on_delete = wh_facts_on_delete};
+    int rc;
+
+    rc = egpu_kube_config_load(a->o.kubeconfig, a->o.context, &a->kcfg, err);
+    if (!rc)
+        rc = egpu_kube_new(a->kcfg, &a->kube, err);
+    if (rc)
+        return rc;
+    a->facts = wh_facts_new();
+    if (a->facts == NULL)
+        return egpu_error_set(err, -ENOMEM, "facts: out of memory");
+    cbs.ud = a->facts;
+    rc = egpu_kube_informer_new(a->kube, &io, &cbs, &a->inf, err);
+    if (!rc)
+        rc = register_metrics(a, err);
+    if (!rc)
+        rc = egpu_http_server_new(&hc, &a->srv, err);
+    for (int r = 0; rc == 0 && r < EGPU_WEBHOOK_ROUTES; r++) {
+        const char *path = egpu_webhook_route_path((enum egpu_webhook_route)r);
+
+        a->routes[r] = (struct route_ctx){a, (enum egpu_webhook_route)r};
+        rc = egpu_http_server_route(a->srv, "POST", path, on_review, &a->routes[r]);
+        if (rc)
+            egpu_error_set(err, rc, "route %s: %s", path, egpu_strerror(rc));
+    }
+    if (!rc)
+        rc = egpu_health_new(a->srv, NULL, ready, a, &a->tls_health, err);
+    if (!rc)
+        rc = egpu_http_server_new(&hh, &a->hsrv, err);
+    if (!rc)
+        rc = egpu_health_new(a->hsrv, a->reg, ready, a, &a->health, err);
+    if (!rc)
+        rc = egpu_health_add_server(a->health, a->srv, err);
+    if (!rc)
+        rc = egpu_kube_informer_start(a->inf, err);
+    if (!rc)
+        rc = egpu_http_server_start(a->srv, err);
+    if (!rc)
+        rc = egpu_http_server_start(a->hsrv, err);
+    if (!rc)
+        egpu_log(EGPU_LOG_INFO,
+                 "serving addr=%s port=%u health_addr=%s health_port=%u scheduler_name=%s "
+                 "set_scheduler_name=%s compat_nvidia=%s aliyun_gpu_mem_mib=%u "
+                 "memory_only_core=%u",
+                 a->o.listen, egpu_http_server_port(a->srv), a->o.health_listen,
+                 egpu_http_server_port(a->hsrv), a->o.cfg.scheduler_name,
+                 a->o.cfg.set_scheduler_name ? "true" : "false",
+                 a->o.cfg.compat_nvidia ? "true" : "false", a->o.cfg.aliyun_mem_mib,
+                 a->o.cfg.memory_only_core);
+    return rc;
+}
+
+static void finish(struct app *a)
+{
+    if (a->srv != NULL)
+        egpu_http_server_stop(a->srv);
+    if (a->hsrv != NULL)
+        egpu_http_server_stop(a->hsrv);
+    egpu_kube_informer_free(a->inf);
+    egpu_health_free(a->health);
+    egpu_health_free(a->tls_health);
+    egpu_http_server_free(a->srv);
+    egpu_http_server_free(a->hsrv);
+    egpu_metrics_free(a->reg);
+    wh_facts_free(a->facts);
+    egpu_kube_free(a->kube);
+    egpu_kube_config_free(a->kcfg);
+}
+
+int main(int argc, char **argv)
+{
+    static struct app a;
+    struct egpu_error err = {0};
+    struct sigaction sa;
+    int status = wh_options_parse(argc, argv, &a.o);
+
+    if (status >= 0)
+        return status;
+    egpu_log_level = a.o.log_level;
+    egpu_log_set_component("egpu-webhook");
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (start(&a, &err) != 0) {
+        fprintf(stderr, "egpu-webhook: %s\n", err.msg[0] ? err.msg : egpu_strerror(err.code));
+        finish(&a);
+        return 1;
+    }
+    while (!atomic_load(&stopping)) {
+        struct timespec ts = {.tv_nsec = 200 * 1000 * 1000};
+
+        refresh_metrics(&a);
+        nanosleep(&ts, NULL);
+    }
+    egpu_log(EGPU_LOG_INFO, "stopping");
+    finish(&a);
+    return 0;
+}

@@ -1,0 +1,166 @@
+/* webhook/mutate.c - POST /mutate and /mutate-nvidia: other GPU-sharing
+ * systems' names rewritten into elasticgpu.io ones, and spec.schedulerName
+ * of GPU pods.
+ *
+ * For a Pod (CREATE) and the pod template of a workload (CREATE and UPDATE):
+ *   1. egpu_api_compat_convert works out the rewrites (tencent.com/,
+ *      inspur.com/, aliyun.com/, gpushare and the older elastic-gpu names,
+ *      and HAMi's nvidia.com/ ones on /mutate-nvidia or with
+ *      --compat-nvidia), units converted; its error denies the request
+ *      with its message (a name with no equivalent, e.g. several shared
+ *      cards);
+ *   2. the rewrites are applied to a copy of the template's metadata and
+ *      spec (egpu_api_compat_apply, the same code every component uses);
+ *   3. a Pod that now asks an elasticgpu.io resource and names no scheduler
+ *      of its own (absent or "default-scheduler") gets --scheduler-name,
+ *      unless --set-scheduler-name false (the extender then runs inside the
+ *      main kube-scheduler);
+ *   4. the difference between the copy and the original becomes the JSON
+ *      Patch (patch.c), and each converted name one `warnings` entry.
+ * A Pod UPDATE is left alone: a pod's resources and schedulerName cannot
+ * change after it was created, and a patch touching them would make the API
+ * server refuse unrelated edits (a label, a finalizer). Subresources,
+ * DELETE and CONNECT pass untouched. The same pass over an already patched
+ * object finds nothing to rewrite and makes no patch, so
+ * reinvocationPolicy: IfNeeded is safe. No side effects: dry runs are
+ * answered the same.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "egpu/log.h"
+#include "webhook_int.h"
+
+void wh_verdict_free(struct wh_verdict *v)
+{
+    json_decref(v->ops);
+    v->ops = NULL;
+}
+
+static void note_converted(struct wh_verdict *v, const char *name)
+{
+    if (name[0] == '\0')
+        return;
+    for (size_t i = 0; i < v->nconverted; i++) {
+        if (strcmp(v->converted[i], name) == 0)
+            return;
+    }
+    if (v->nconverted < sizeof(v->converted) / sizeof(v->converted[0]))
+        snprintf(v->converted[v->nconverted++], sizeof(v->converted[0]), "%s", name);
+}
+
+static void deny(struct wh_verdict *v, int code, const char *reason, const char *msg)
+{
+    v->allowed = false;
+    v->code = code;
+    v->reason = reason;
+    snprintf(v->message, sizeof(v->message), "%s", msg);
+}
+
+/* Does the pod spec name a scheduler of its own? */
+static bool names_scheduler(const json_t *spec)
+{
+    const char *s = egpu_api_str(json_object_get(spec, "schedulerName"));
+
+    return s != NULL && s[0] != '\0' && strcmp(s, "default-scheduler") != 0;
+}
+
+/* The copy of the template's metadata and spec, rewritten. */
+static int rewrite(const struct egpu_webhook_config *cfg, const struct wh_podpart *pp,
+                   const struct egpu_api_compat_result *res, json_t **meta, json_t **spec)
+{
+    json_t *ann = NULL;
+
+    *meta = pp->metadata != NULL ? json_deep_copy(pp->metadata) : json_object();
+    *spec = json_deep_copy(pp->spec);
+    if (*meta == NULL || *spec == NULL)
+        return -ENOMEM;
+    if (res->nannotations > 0) {
+        ann = json_object_get(*meta, "annotations");
+        if (!json_is_object(ann)) {
+            ann = json_object();
+            if (ann == NULL || json_object_set_new(*meta, "annotations", ann) != 0)
+                return -ENOMEM;
+        }
+    }
+    if (egpu_api_compat_apply(*spec, ann, res) != 0)
+        return -ENOMEM; /* -EINVAL cannot be: res was made from this spec */
+    if (pp->is_pod && cfg->set_scheduler_name && !names_scheduler(*spec) &&
+        egpu_api_spec_wants_gpu(*spec)) {
+        const char *name = cfg->scheduler_name ? cfg->scheduler_name : EGPU_SCHEDULER_NAME;
+
+        if (json_object_set_new(*spec, "schedulerName", json_string(name)) != 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static int diff(const struct wh_podpart *pp, const json_t *meta, const json_t *spec, json_t *ops)
+{
+    struct wh_pointer at = {0};
+    int rc = 0;
+
+    for (size_t i = 0; i < pp->nsegs; i++)
+        at.seg[at.n++] = pp->segs[i];
+    at.seg[at.n++] = "metadata";
+    if (pp->metadata != NULL || json_object_size(meta) > 0)
+        rc = wh_patch_diff(ops, &at, pp->metadata, meta);
+    at.seg[at.n - 1] = "spec";
+    if (!rc)
+        rc = wh_patch_diff(ops, &at, pp->spec, spec);
+    return rc;
+}
+
+int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct wh_review *rv,
+              struct wh_verdict *v)
+{
+    struct egpu_api_compat_opts opts = {.nvidia = nvidia,
+                                        .aliyun_mem_mib = cfg->aliyun_mem_mib,
+                                        .memory_only_core = cfg->memory_only_core};
+    struct egpu_api_compat_result *res;
+    struct egpu_error err = {0};
+    json_t *meta = NULL, *spec = NULL;
+    struct wh_podpart pp;
+    int rc;
+
+    memset(v, 0, sizeof(*v));
+    v->allowed = true;
+    if (rv->sub_resource[0] != '\0' || (rv->op != WH_CREATE && rv->op != WH_UPDATE))
+        return 0;
+    if (!wh_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp) || pp.spec == NULL ||
+        (pp.is_pod && rv->op != WH_CREATE))
+        return 0;
+    res = egpu_malloc(sizeof(*res)); /* 80 KiB: not on a pool thread's stack */
+    if (res == NULL)
+        return -ENOMEM;
+    rc = egpu_api_compat_convert(pp.spec, pp.annotations, &opts, res, &err);
+    if (rc == -ENOMEM) {
+        egpu_free(res);
+        return rc;
+    }
+    if (rc) {
+        deny(v, 403, "Forbidden", err.msg);
+        egpu_free(res);
+        return 0;
+    }
+    rc = rewrite(cfg, &pp, res, &meta, &spec);
+    if (!rc) {
+        v->ops = json_array();
+        rc = v->ops == NULL ? -ENOMEM : diff(&pp, meta, spec, v->ops);
+    }
+    if (!rc) {
+        for (size_t i = 0; i < res->nwarnings && i < EGPU_API_PROBLEMS_MAX; i++)
+            snprintf(v->warnings[v->nwarnings++], sizeof(v->warnings[0]), "%s", res->warnings[i]);
+        for (size_t i = 0; i < res->nedits; i++)
+            note_converted(v, res->edits[i].from);
+        for (size_t i = 0; i < res->nannotations; i++)
+            note_converted(v, res->annotations[i].from);
+    }
+    if (rc || json_array_size(v->ops) == 0)
+        wh_verdict_free(v);
+    json_decref(meta);
+    json_decref(spec);
+    egpu_free(res);
+    return rc;
+}

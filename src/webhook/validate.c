@@ -1,0 +1,128 @@
+/* webhook/validate.c - POST /validate: a bad GPU request is refused with a
+ * message that names the container, the field, the value and what is
+ * allowed, and the system annotations are protected.
+ *
+ * Rules, for a Pod and the pod template of a workload, on CREATE and UPDATE:
+ *   - egpu_api_pod_validate (src/api, the rules every component applies):
+ *     gpu-core 1..99 or 100*k, gpu-memory only with gpu-core and within the
+ *     largest card the cluster has, no gpu-memory on whole cards, requests
+ *     equal to limits, gpu-core-limit between the request and 100, gpu-model
+ *     naming models the cluster has, the policy annotations, init
+ *     containers too. Every problem found is reported, joined with "; ".
+ *     On UPDATE only problems the old object did not have already are
+ *     refused: a rule made stricter, or a card that left the cluster, never
+ *     blocks an unrelated edit (removing a finalizer, a label).
+ *   - On a Pod, elasticgpu.io/assigned may be added, changed or removed only
+ *     by --scheduler-user and elasticgpu.io/allocated only by --agent-user
+ *     (DESIGN.md section 5: the scheduler and the agent believe them, so a
+ *     pod owner must not write them).
+ * DELETE, CONNECT and subresources pass.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "webhook_int.h"
+
+/* The problems list with one more sentence. */
+static void add_problem(struct egpu_api_problems *p, const char *msg)
+{
+    if (p->n < EGPU_API_PROBLEMS_MAX)
+        snprintf(p->msg[p->n++], sizeof(p->msg[0]), "%s", msg);
+    else
+        p->more++;
+}
+
+static bool has_problem(const struct egpu_api_problems *p, const char *msg)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        if (strcmp(p->msg[i], msg) == 0)
+            return true;
+    }
+    return false;
+}
+
+static const json_t *annotation(const json_t *obj, const char *key)
+{
+    return json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key);
+}
+
+/* Who may write the system annotation key, if the user may not. */
+static void system_annotations(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
+                               struct egpu_api_problems *p)
+{
+    const struct {
+        const char *key, *user, *who;
+    } rules[] = {
+        {EGPU_ANN_ASSIGNED, cfg->scheduler_user ? cfg->scheduler_user : EGPU_WEBHOOK_SCHEDULER_USER,
+         "the scheduler"},
+        {EGPU_ANN_ALLOCATED, cfg->agent_user ? cfg->agent_user : EGPU_WEBHOOK_AGENT_USER,
+         "the node agent"},
+    };
+
+    for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
+        const json_t *now = annotation(rv->object, rules[i].key);
+        const json_t *before = annotation(rv->old_object, rules[i].key);
+        char msg[EGPU_API_PROBLEM_MAX];
+        const char *did;
+
+        if ((now == NULL && before == NULL) ||
+            (now != NULL && before != NULL && json_equal(now, before)) ||
+            strcmp(rv->username, rules[i].user) == 0)
+            continue;
+        did = before == NULL ? "add" : now == NULL ? "remove" : "change";
+        snprintf(msg, sizeof(msg),
+                 "annotation %s is written only by %s (%s); user \"%.128s\" may not %s it",
+                 rules[i].key, rules[i].who, rules[i].user, rv->username, did);
+        add_problem(p, msg);
+    }
+}
+
+static void deny_with(struct wh_verdict *v, const struct egpu_api_problems *p)
+{
+    size_t used = 0;
+
+    v->allowed = false;
+    v->code = 403;
+    v->reason = "Forbidden";
+    v->message[0] = '\0';
+    for (size_t i = 0; i < p->n; i++) {
+        int n = snprintf(v->message + used, sizeof(v->message) - used, "%s%s", i ? "; " : "",
+                         p->msg[i]);
+
+        if (n < 0 || (size_t)n >= sizeof(v->message) - used)
+            return;
+        used += (size_t)n;
+    }
+    if (p->more > 0)
+        snprintf(v->message + used, sizeof(v->message) - used, "; and %zu more", p->more);
+}
+
+int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
+                const struct wh_review *rv, struct wh_verdict *v)
+{
+    struct egpu_api_problems now = {0}, before = {0}, refused = {0};
+    struct wh_podpart pp, old;
+
+    memset(v, 0, sizeof(*v));
+    v->allowed = true;
+    if (rv->sub_resource[0] != '\0' || (rv->op != WH_CREATE && rv->op != WH_UPDATE))
+        return 0;
+    if (!wh_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp))
+        return 0;
+    if (pp.is_pod)
+        system_annotations(cfg, rv, &refused);
+    if (pp.spec != NULL)
+        (void)egpu_api_pod_validate(pp.spec, pp.annotations, facts, &now);
+    if (rv->op == WH_UPDATE && now.n > 0 &&
+        wh_podpart_find(rv->group, rv->version, rv->kind, rv->old_object, &old) && old.spec != NULL)
+        (void)egpu_api_pod_validate(old.spec, old.annotations, facts, &before);
+    for (size_t i = 0; i < now.n; i++) {
+        if (!has_problem(&before, now.msg[i]))
+            add_problem(&refused, now.msg[i]);
+    }
+    if (refused.n > 0 && before.n == 0)
+        refused.more += now.more; /* beyond those kept (with old ones, not comparable) */
+    if (refused.n > 0)
+        deny_with(v, &refused);
+    return 0;
+}

@@ -1,0 +1,218 @@
+/* webhook/webhook_int.h - egpu-webhook's private parts: the AdmissionReview
+ * decoder and encoder (review.c), the JSON Patch builder (patch.c), the
+ * pod templates of workload kinds (template.c), the mutating and validating
+ * rules (mutate.c, validate.c), the GPU facts (facts.c) and the options. */
+#ifndef EGPU_WEBHOOK_INT_H
+#define EGPU_WEBHOOK_INT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "egpu/api.h"
+#include "egpu/core.h"
+#include "egpu/webhook.h"
+
+/* ------------------------------------------------------------------------ */
+/* AdmissionReview (review.c)                                               */
+
+#define WH_REVIEW_API_VERSION "admission.k8s.io/v1"
+#define WH_REVIEW_KIND        "AdmissionReview"
+#define WH_UID_MAX            256 /* request.uid, bytes incl. NUL (the API server's is 36) */
+
+enum wh_op { WH_CREATE, WH_UPDATE, WH_DELETE, WH_CONNECT };
+
+/* A decoded AdmissionReview request. Strings and objects are borrowed from
+ * doc; a string field that is absent reads "". */
+struct wh_review {
+    json_t *doc;                        /* the whole review (owned; wh_review_free) */
+    const char *uid;                    /* request.uid, 1..255 bytes */
+    const char *group, *version, *kind; /* request.kind; group "" is the core group */
+    const char *resource;               /* request.resource.resource, e.g. "pods" */
+    const char *sub_resource;           /* request.subResource, "" for the object itself */
+    enum wh_op op;                      /* request.operation */
+    const char *ns, *name;              /* request.namespace, request.name */
+    const char *username;               /* request.userInfo.username */
+    const json_t *object;               /* request.object; NULL when absent or null */
+    const json_t *old_object;           /* request.oldObject; NULL when absent or null */
+    bool dry_run;                       /* request.dryRun */
+};
+
+/* Decode body (len bytes, NUL not needed). Returns
+ *   0            *out complete;
+ *   EGPU_ERANGE  a review with a usable request.uid that is wrong otherwise
+ *                (apiVersion, kind, a field of the wrong type or value):
+ *                out->doc and out->uid are set (the reply is an
+ *                AdmissionReview denying with code 400 and err's text), the
+ *                rest of *out is unspecified;
+ *   EGPU_ESYNTAX not JSON, not an object, no request or no usable
+ *                request.uid: nothing to reply to but HTTP 400 with err's
+ *                text; *out holds nothing to free;
+ *   -ENOMEM.
+ * err names the field and what was expected. Free *out with
+ * wh_review_free in every case (a no-op when it holds nothing). */
+int wh_review_decode(const char *body, size_t len, struct wh_review *out,
+                     struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Copy src into dst (len bytes incl. NUL, cut to fit) with every control
+ * character and '"' replaced by '?', for log lines and plain-text replies
+ * that quote outside input. */
+void wh_printable(char *dst, size_t len, const char *src);
+
+/* Drop r's document and zero r. */
+void wh_review_free(struct wh_review *r);
+
+/* An AdmissionResponse to encode. */
+struct wh_response {
+    bool allowed;
+    int code;            /* denial: status.code (403, 400) */
+    const char *reason;  /* denial: status.reason ("Forbidden", "BadRequest") */
+    const char *message; /* denial: status.message, what the user reads */
+    const json_t *patch; /* JSON Patch operations (array), or NULL / empty: none */
+    const json_t *audit; /* auditAnnotations (object of strings), or NULL */
+    const char *const *warnings;
+    size_t nwarnings;
+};
+
+/* Append the reply AdmissionReview {apiVersion, kind, response{uid,
+ * allowed, status{metadata, status, message, reason, code} (denials only),
+ * patch (base64 of the compact JSON Patch text), patchType "JSONPatch",
+ * auditAnnotations, warnings}} to out, compact, keys in that order and each
+ * optional one only when it has something. Returns 0, -ENOMEM, -EMSGSIZE
+ * (out full) or -EINVAL (base64 failed). */
+int wh_response_encode(const char *uid, const struct wh_response *r, struct egpu_buf *out,
+                       struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* JSON Patch (patch.c)                                                     */
+
+#define WH_PATH_MAX 32 /* segments of the pointers we build */
+
+/* A JSON Pointer (RFC 6901) under construction: object keys are borrowed,
+ * array indexes written into idx. */
+struct wh_pointer {
+    size_t n;
+    const char *seg[WH_PATH_MAX];
+    char idx[WH_PATH_MAX][24];
+};
+
+/* Append the pointer text of p to out: "/" before each segment, "~" as
+ * "~0" and "/" as "~1" (in that order, so "a~1" is "a~01"). Returns 0 or
+ * what egpu_buf_append returns. */
+int wh_pointer_text(const struct wh_pointer *p, struct egpu_buf *out) EGPU_MUST_CHECK;
+
+/* Append to ops (a JSON array) the RFC 6902 operations that turn old into
+ * new at pointer at: keys only in old are removed, keys only in new added
+ * (a whole object at once when its parent was absent), values that differ
+ * replaced; objects are compared key by key and arrays of equal length
+ * element by element (arrays of different length are replaced whole). So a
+ * field neither side changed is never named, and nothing else is dropped.
+ * old NULL means "absent" (new is added whole). A difference deeper than
+ * WH_PATH_MAX segments replaces its subtree at that depth. Returns 0 or
+ * -ENOMEM. */
+int wh_patch_diff(json_t *ops, struct wh_pointer *at, const json_t *old,
+                  const json_t *new) EGPU_MUST_CHECK;
+
+/* Apply ops (RFC 6902 add, remove, replace: the ones wh_patch_diff makes)
+ * to doc in place, as the API server will. Returns 0, -EINVAL (an operation
+ * that does not fit doc) or -ENOMEM. For tests and the fuzzer, which check
+ * that a patch does what it says. */
+int wh_patch_apply(json_t *doc, const json_t *ops) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* Pod templates (template.c)                                               */
+
+/* Where the pod (template) of an object of kind group/version/kind lies:
+ * the pointer segments from the object's root to the PodTemplateSpec-like
+ * part holding metadata and spec ("" for a Pod itself). */
+struct wh_podpart {
+    bool is_pod;             /* a core/v1 Pod */
+    const char *const *segs; /* static; segments to the template */
+    size_t nsegs;
+    const json_t *metadata;    /* the template's (or pod's) metadata, or NULL */
+    const json_t *annotations; /* its metadata.annotations, or NULL */
+    const json_t *spec;        /* the PodSpec, or NULL */
+};
+
+/* Find the pod part of obj for kind group/version/kind. Returns true and
+ * writes *out when the kind is one we handle (Pod, the apps/v1 workloads,
+ * batch/v1 Job and CronJob), else false. */
+bool wh_podpart_find(const char *group, const char *version, const char *kind, const json_t *obj,
+                     struct wh_podpart *out);
+
+/* ------------------------------------------------------------------------ */
+/* The rules (mutate.c, validate.c)                                         */
+
+/* One verdict: allowed (with ops and warnings) or denied with message. */
+struct wh_verdict {
+    bool allowed;
+    int code;           /* when denied */
+    const char *reason; /* when denied, static */
+    char message[EGPU_API_PROBLEMS_MAX * EGPU_API_PROBLEM_MAX + 64];
+    json_t *ops; /* JSON Patch operations (owned), NULL = none */
+    size_t nwarnings;
+    char warnings[EGPU_API_PROBLEMS_MAX][EGPU_API_PROBLEM_MAX];
+    size_t nconverted;
+    char converted[8][128]; /* names converted, for metrics */
+};
+
+/* The mutating rules for review rv: fills *v (zeroed first). Returns 0 or
+ * -ENOMEM. */
+int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct wh_review *rv,
+              struct wh_verdict *v) EGPU_MUST_CHECK;
+
+/* The validating rules for review rv with the cluster's facts (may be
+ * NULL): fills *v (zeroed first). Returns 0 or -ENOMEM. */
+int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
+                const struct wh_review *rv, struct wh_verdict *v) EGPU_MUST_CHECK;
+
+/* Free v->ops. */
+void wh_verdict_free(struct wh_verdict *v);
+
+/* ------------------------------------------------------------------------ */
+/* What the cluster has (facts.c)                                           */
+
+struct egpu_kube;
+struct wh_facts;
+
+/* One immutable view of the cluster's GPUs, shared by the requests that
+ * took it (reference counted). facts.models points into it. */
+struct wh_facts_snap {
+    struct egpu_api_facts facts; /* max_card_mib, nmodels, models */
+    size_t ncards;               /* GPU objects known */
+};
+
+/* GPU facts fed by egpu_kube_informer_cbs (facts.c), for main.c and tests:
+ * create, feed (the informer callbacks, or directly in tests), read. */
+struct wh_facts *wh_facts_new(void);
+void wh_facts_free(struct wh_facts *f);
+/* Informer callbacks; ud is the struct wh_facts. */
+void wh_facts_on_add(void *ud, const json_t *gpu);
+void wh_facts_on_update(void *ud, const json_t *old_gpu, const json_t *gpu);
+void wh_facts_on_delete(void *ud, const json_t *gpu);
+/* The current view (rebuilt here when GPUs changed since the last one), a
+ * reference the caller drops with wh_facts_put; NULL when out of memory. */
+const struct wh_facts_snap *wh_facts_get(struct wh_facts *f);
+void wh_facts_put(const struct wh_facts_snap *s);
+
+/* ------------------------------------------------------------------------ */
+/* Options (options.c)                                                      */
+
+struct wh_options {
+    const char *listen, *health_listen;
+    unsigned port, health_port;
+    unsigned max_connections, max_per_client, idle_timeout_s, request_timeout_s;
+    unsigned threads;
+    size_t max_body_bytes;
+    const char *tls_cert, *tls_key;
+    const char *kubeconfig, *context;
+    long watch_unhealthy_ms;
+    int log_level;
+    struct egpu_webhook_config cfg;
+};
+
+/* Parse argv (and the EGPU_* environment) into *o. Returns -1 to run, 0 when
+ * --help or --version was answered, 2 on a bad flag (message printed). */
+int wh_options_parse(int argc, char **argv, struct wh_options *o);
+
+#endif /* EGPU_WEBHOOK_INT_H */
