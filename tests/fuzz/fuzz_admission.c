@@ -1,0 +1,142 @@
+/* tests/fuzz/fuzz_admission.c - egpu-webhook's request path
+ * (src/webhook: the AdmissionReview decoder, /mutate, /mutate-nvidia and
+ * /validate, the reply encoder), driven through egpu_webhook_handle exactly
+ * as the HTTPS server calls it.
+ *
+ * Input: one byte of settings (bits 0-1: the route, modulo 3; bit 2:
+ * --compat-nvidia; bit 3: --set-scheduler-name false; bit 4: aliyun in MiB;
+ * bit 5: no GPU facts), then the request body. Invariants: never fails but
+ * for memory; the answer is HTTP 400 in plain text, or a 200 AdmissionReview
+ * (admission.k8s.io/v1) whose response.uid is request.uid; /validate never
+ * patches; a patch decodes (base64, JSON) and applies to the request's
+ * object; and a mutating route given the patched object makes no patch
+ * (reinvocationPolicy: IfNeeded). No leak (LeakSanitizer).
+ */
+#include <errno.h>
+
+#include <gnutls/gnutls.h>
+#include <jansson.h>
+
+#include "fuzz.h"
+#include "egpu/webhook.h"
+#include "webhook_int.h"
+
+static const char *const models[] = {"NVIDIA A100-SXM4-40GB", "NVIDIA H100"};
+static const struct egpu_api_facts facts = {.max_card_mib = 40960, .nmodels = 2, .models = models};
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    fuzz_quiet();
+    return 0;
+}
+
+/* Handle body; returns the reply's text (malloc'ed) and its status. */
+static char *run(const struct egpu_webhook_config *cfg, enum egpu_webhook_route r,
+                 const struct egpu_api_facts *f, const char *body, size_t len,
+                 struct egpu_webhook_reply *reply)
+{
+    struct egpu_buf out;
+    char *text;
+    int rc;
+
+    egpu_buf_init(&out, 64 << 20);
+    rc = egpu_webhook_handle(cfg, r, f, body, len, &out, reply);
+    FUZZ_CHECK(rc == 0);
+    FUZZ_CHECK(reply->http_status == 200 || reply->http_status == 400);
+    text = fuzz_cstr((const uint8_t *)egpu_buf_str(&out), out.len);
+    egpu_buf_free(&out);
+    return text;
+}
+
+static json_t *decode_patch(const char *b64)
+{
+    gnutls_datum_t in = {(unsigned char *)(uintptr_t)b64, (unsigned)strlen(b64)}, raw;
+    json_t *ops;
+
+    FUZZ_CHECK(gnutls_base64_decode2(&in, &raw) == 0);
+    ops = json_loadb((const char *)raw.data, raw.size, JSON_ALLOW_NUL, NULL);
+    gnutls_free(raw.data);
+    FUZZ_CHECK(json_is_array(ops) && json_array_size(ops) > 0);
+    return ops;
+}
+
+/* The patch applies to the object, and mutating the result patches nothing. */
+static void check_patch(const struct egpu_webhook_config *cfg, enum egpu_webhook_route r,
+                        const char *body, size_t len, const json_t *ops)
+{
+    json_t *review = json_loadb(body, len, JSON_ALLOW_NUL, NULL);
+    json_t *req = json_object_get(review, "request"), *obj;
+    struct egpu_webhook_reply again;
+    char *text, *reply;
+    json_t *doc;
+
+    FUZZ_CHECK(req != NULL);
+    obj = json_deep_copy(json_object_get(req, "object"));
+    FUZZ_CHECK(obj != NULL);
+    FUZZ_CHECK(wh_patch_apply(obj, ops) == 0);
+    FUZZ_CHECK(json_object_set_new(req, "object", obj) == 0);
+    text = json_dumps(review, JSON_COMPACT);
+    FUZZ_CHECK(text != NULL);
+    reply = run(cfg, r, NULL, text, strlen(text), &again);
+    FUZZ_CHECK(again.http_status == 200);
+    doc = json_loads(reply, 0, NULL);
+    FUZZ_CHECK(json_object_get(json_object_get(doc, "response"), "patch") == NULL);
+    json_decref(doc);
+    free(reply);
+    free(text);
+    json_decref(review);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct egpu_webhook_config cfg = {0};
+    struct egpu_webhook_reply reply;
+    enum egpu_webhook_route r;
+    const json_t *resp;
+    char *body, *text;
+    json_t *doc, *in;
+
+    if (size < 1)
+        return 0;
+    r = (enum egpu_webhook_route)((data[0] & 3) % 3);
+    cfg.compat_nvidia = data[0] & 4;
+    cfg.set_scheduler_name = !(data[0] & 8);
+    cfg.aliyun_mem_mib = data[0] & 16 ? 1 : 0;
+    body = fuzz_dup(data + 1, size - 1);
+    text = run(&cfg, r, data[0] & 32 ? NULL : &facts, body, size - 1, &reply);
+    if (reply.http_status == 400) {
+        FUZZ_CHECK(strcmp(reply.content_type, "text/plain; charset=utf-8") == 0);
+        FUZZ_CHECK(reply.result == EGPU_WEBHOOK_ERROR);
+        free(text);
+        free(body);
+        return 0;
+    }
+    doc = json_loads(text, 0, NULL);
+    FUZZ_CHECK(doc != NULL);
+    FUZZ_CHECK(
+        strcmp(json_string_value(json_object_get(doc, "apiVersion")), "admission.k8s.io/v1") == 0);
+    FUZZ_CHECK(strcmp(json_string_value(json_object_get(doc, "kind")), "AdmissionReview") == 0);
+    resp = json_object_get(doc, "response");
+    in = json_loadb(body, size - 1, JSON_ALLOW_NUL, NULL);
+    FUZZ_CHECK(in != NULL);
+    FUZZ_CHECK(json_equal(json_object_get(resp, "uid"),
+                          json_object_get(json_object_get(in, "request"), "uid")));
+    json_decref(in);
+    FUZZ_CHECK(json_is_boolean(json_object_get(resp, "allowed")));
+    FUZZ_CHECK(json_is_true(json_object_get(resp, "allowed")) ==
+               (reply.result == EGPU_WEBHOOK_ALLOWED || reply.result == EGPU_WEBHOOK_PATCHED));
+    if (json_object_get(resp, "patch") != NULL) {
+        json_t *ops = decode_patch(json_string_value(json_object_get(resp, "patch")));
+
+        FUZZ_CHECK(r != EGPU_WEBHOOK_VALIDATE);
+        FUZZ_CHECK(reply.result == EGPU_WEBHOOK_PATCHED);
+        check_patch(&cfg, r, body, size - 1, ops);
+        json_decref(ops);
+    }
+    json_decref(doc);
+    free(text);
+    free(body);
+    return 0;
+}
