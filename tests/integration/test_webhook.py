@@ -9,8 +9,8 @@ server (tests/apiserver/server.py) holding GPU objects, called with curl.
 - A bad request is denied with the exact message users read; gpu-memory is
   checked against the largest card of the GPU objects, which follows the
   watch when a bigger card is added.
-- /readyz says 503 until the GPU objects are listed (and while the API
-  server cannot be reached), 200 after; /metrics counts requests by route
+- /readyz says 503 until the GPU objects are listed and once their watch
+  has failed for --watch-unhealthy-seconds, 200 otherwise; /metrics counts requests by route
   and result, conversions by name, and the GPU facts.
 - A malformed body gets HTTP 400 with a plain-text reason, plain HTTP on the
   TLS port gets no answer, and the server keeps serving; SIGTERM exits 0.
@@ -286,6 +286,17 @@ def test_readyz(webhook, api, tmp_path):  # noqa: F811
     w.wait_metric("egpu_webhook_gpus", 1)
     w.wait_metric("egpu_webhook_largest_card_mib", 16384)
     w.wait_metric("egpu_webhook_gpu_models", 1)
+    # the API server goes away: not ready once the watch has failed for
+    # --watch-unhealthy-seconds (2), still serving from what it knows; ready again after
+    api.control("down", {"down": True})
+    api.control("drop-watches")
+    body = w.wait_ready(503, timeout=20)
+    assert "not ready: the list and watch of GPU objects has failed for" in body
+    resp = w.review("/validate", review(pod({"elasticgpu.io/gpu-core": "50",
+                                             "elasticgpu.io/gpu-memory": "20000"})))
+    assert "up to 16384 MiB" in resp["status"]["message"]
+    api.control("down", {"down": False})
+    w.wait_ready(200, timeout=40)
 
 
 def test_malformed_body_and_keeps_serving(webhook, api):  # noqa: F811
