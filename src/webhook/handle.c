@@ -87,8 +87,8 @@ static int answer(enum egpu_webhook_route r, const struct wh_review *rv, struct 
                  "message=\"%s\"",
                  egpu_webhook_route_name(r), uid, kind, ns, name, (int)rv->op, user, rv->dry_run,
                  msg);
-    else if (v->ops)
-        egpu_log(EGPU_LOG_INFO,
+    else if (v->ops) /* the common case: counted in /metrics, logged at debug level */
+        egpu_log(EGPU_LOG_DEBUG,
                  "patched route=%s uid=%s kind=%s object=%s/%s ops=%zu converted=%zu dry_run=%d",
                  egpu_webhook_route_name(r), uid, kind, ns, name, json_array_size(v->ops),
                  v->nconverted, rv->dry_run);
