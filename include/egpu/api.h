@@ -210,8 +210,9 @@ struct egpu_api_compat_edit {
 };
 
 /* One rewrite of an annotation: `from` removed ("" = nothing removed), `to`
- * set to value (NULL: nothing added). Rewrites are made only when the pod
- * does not already have `to`. */
+ * set to value (NULL: nothing added). egpu_api_compat_convert makes them
+ * only when the pod does not already have `to`; egpu_api_compat_apply sets
+ * `to` as told. */
 struct egpu_api_compat_annotation {
     char from[128];
     const char *to;
@@ -220,13 +221,15 @@ struct egpu_api_compat_annotation {
 
 #define EGPU_API_COMPAT_EDITS_MAX 128
 
-/* What converting one pod spec does. */
+/* What converting one pod spec does. About 27 KiB: allocate it, rather
+ * than putting it on a server thread's stack. */
 struct egpu_api_compat_result {
     size_t nedits;
     struct egpu_api_compat_edit edits[EGPU_API_COMPAT_EDITS_MAX];
     size_t nannotations;
     struct egpu_api_compat_annotation annotations[8];
-    size_t nwarnings; /* one sentence per converted name, for AdmissionResponse.warnings */
+    size_t nwarnings; /* one sentence per converted name, for AdmissionResponse.warnings;
+                         the first EGPU_API_PROBLEMS_MAX are kept, the rest dropped */
     char warnings[EGPU_API_PROBLEMS_MAX][EGPU_API_PROBLEM_MAX];
 };
 
