@@ -63,6 +63,81 @@ int egpu_cli_parse(int argc, char **argv, const struct option *longopts, int ver
                    const struct egpu_cli_env *env, size_t nenv, const char *prog,
                    const char *version, const char *usage, egpu_cli_apply_cb apply, void *ctx);
 
+/* ------------------------------------------------------------------------ */
+/* The flags every long-running server shares                               */
+
+/* Groups of common flags; a server takes the groups it names in
+ * struct egpu_cli_spec's flags. Each flag has an EGPU_* variable, and the
+ * message for a bad value is the same in every binary. */
+enum egpu_cli_group {
+    EGPU_CLI_LISTEN = 1u << 0, /* --listen ADDR, --port N (EGPU_LISTEN, EGPU_PORT) */
+    EGPU_CLI_HEALTH = 1u << 1, /* --health-listen ADDR, --health-port N (EGPU_HEALTH_*);
+                                  --port and --health-port must then differ */
+    EGPU_CLI_LIMITS = 1u << 2, /* --max-connections, --max-per-client, --idle-timeout,
+                                  --request-timeout (EGPU_MAX_CONNECTIONS, ...) */
+    EGPU_CLI_POOL = 1u << 3,   /* --threads N (1..64), --max-body BYTES (4096..1 GiB) */
+    EGPU_CLI_TLS = 1u << 4,    /* --tls-cert FILE, --tls-key FILE: both or neither */
+    EGPU_CLI_KUBE = 1u << 5,   /* --kubeconfig FILE, --context NAME (EGPU_KUBECONFIG,
+                                  EGPU_CONTEXT; $KUBECONFIG is egpu_kube_config_load's) */
+    EGPU_CLI_WATCH = 1u << 6,  /* --watch-unhealthy-seconds S (1..3600) */
+    EGPU_CLI_LOG = 1u << 7,    /* --log-level L, --v N (EGPU_LOG_LEVEL, EGPU_V) */
+};
+
+/* The common settings, as struct egpu_http_config and the probes use them.
+ * Strings are borrowed from argv or the environment. */
+struct egpu_cli_server {
+    const char *listen;        /* address of the component's own server */
+    unsigned port;             /* its port; 0 = any free port */
+    const char *health_listen; /* EGPU_CLI_HEALTH: address of /healthz, /readyz, /metrics */
+    unsigned health_port;      /* their port; 0 = any free port */
+    unsigned max_connections;  /* open connections per port at most */
+    unsigned max_per_client;   /* from one client address at most */
+    unsigned idle_timeout_s, request_timeout_s;
+    unsigned threads;               /* HTTP pool threads of the component's own server */
+    size_t max_body_bytes;          /* largest request body it takes */
+    const char *tls_cert, *tls_key; /* PEM files; NULL = plain HTTP */
+    const char *kubeconfig, *context;
+    long watch_unhealthy_ms; /* not ready while a list or watch has failed this long */
+    int log_level;           /* EGPU_LOG_* */
+};
+
+/* One server binary's command line: the common groups it takes and its own
+ * flags. Its own flags' getopt_long values must lie in 256..4095 (the
+ * common ones use 4096 and up); -h/--help and --version are added. */
+struct egpu_cli_spec {
+    const char *prog;               /* "egpu-scheduler": messages start with it */
+    const char *version;            /* printed by --version as "<prog> <version>" */
+    const char *usage;              /* printed by --help, whole */
+    unsigned groups;                /* enum egpu_cli_group bits */
+    const char *tls_required;       /* with EGPU_CLI_TLS: NULL = optional, else both files are
+                                       required and this says why, e.g. "the API server calls
+                                       webhooks over HTTPS only" */
+    const struct option *longopts;  /* own flags, ending with a zero entry; NULL = none */
+    const struct egpu_cli_env *env; /* own variables (applied after the common ones) */
+    size_t nenv;
+    egpu_cli_apply_cb apply; /* applies an own flag or variable; NULL when none */
+    void *ctx;               /* apply's */
+};
+
+/* The defaults every server shares: listen and health_listen "0.0.0.0", the
+ * HTTP limits of egpu/net.h (256 connections, 32 per client, 120 s idle,
+ * 10 s per request), 2 threads, a 1 MiB body, 30 s of failing watch, info
+ * logs; no ports, TLS or kubeconfig. A component sets its own after this. */
+void egpu_cli_server_defaults(struct egpu_cli_server *s);
+
+/* Parse a server's command line with egpu_cli_parse: the variables of the
+ * common groups, then spec's own, then argv (a flag wins over its
+ * variable). A common setting goes into *s (which keeps what it holds,
+ * normally egpu_cli_server_defaults' values, where nothing sets it); an own
+ * one goes to spec->apply. After the flags it checks the pairs: with
+ * EGPU_CLI_TLS "--tls-cert and --tls-key go together" (or, with
+ * tls_required, "are required (<why>)"), then with EGPU_CLI_HEALTH that
+ * --port and --health-port differ unless --port is 0. Returns -1 to run, 0
+ * after --help or --version, or 2 after bad usage (one line on stderr
+ * naming the flag or variable and the allowed values). */
+int egpu_cli_parse_server(int argc, char **argv, const struct egpu_cli_spec *spec,
+                          struct egpu_cli_server *s);
+
 #ifdef __cplusplus
 }
 #endif

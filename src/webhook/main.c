@@ -92,7 +92,7 @@ static bool ready(void *data, char *why, size_t len)
         return false;
     }
     ms = egpu_kube_informer_unhealthy_ms(a->inf);
-    if (ms > a->o.watch_unhealthy_ms) {
+    if (ms > a->o.srv.watch_unhealthy_ms) {
         snprintf(why, len, "the list and watch of GPU objects has failed for %ld s", ms / 1000);
         return false;
     }
@@ -150,30 +150,30 @@ static void refresh_metrics(struct app *a)
 
 static int start(struct app *a, struct egpu_error *err)
 {
-    struct egpu_http_config hc = {.bind_addr = a->o.listen,
-                                  .port = (uint16_t)a->o.port,
-                                  .threads = a->o.threads,
-                                  .timeout_s = a->o.idle_timeout_s,
-                                  .request_timeout_s = a->o.request_timeout_s,
-                                  .max_connections = a->o.max_connections,
+    struct egpu_http_config hc = {.bind_addr = a->o.srv.listen,
+                                  .port = (uint16_t)a->o.srv.port,
+                                  .threads = a->o.srv.threads,
+                                  .timeout_s = a->o.srv.idle_timeout_s,
+                                  .request_timeout_s = a->o.srv.request_timeout_s,
+                                  .max_connections = a->o.srv.max_connections,
                                   /* its callers: the API servers, a few addresses */
-                                  .max_per_client = a->o.max_connections,
-                                  .max_body_bytes = a->o.max_body_bytes,
-                                  .tls_cert_file = a->o.tls_cert,
-                                  .tls_key_file = a->o.tls_key};
-    struct egpu_http_config hh = {.bind_addr = a->o.health_listen,
-                                  .port = (uint16_t)a->o.health_port,
-                                  .timeout_s = a->o.idle_timeout_s,
-                                  .request_timeout_s = a->o.request_timeout_s,
-                                  .max_connections = a->o.max_connections,
-                                  .max_per_client = a->o.max_per_client};
+                                  .max_per_client = a->o.srv.max_connections,
+                                  .max_body_bytes = a->o.srv.max_body_bytes,
+                                  .tls_cert_file = a->o.srv.tls_cert,
+                                  .tls_key_file = a->o.srv.tls_key};
+    struct egpu_http_config hh = {.bind_addr = a->o.srv.health_listen,
+                                  .port = (uint16_t)a->o.srv.health_port,
+                                  .timeout_s = a->o.srv.idle_timeout_s,
+                                  .request_timeout_s = a->o.srv.request_timeout_s,
+                                  .max_connections = a->o.srv.max_connections,
+                                  .max_per_client = a->o.srv.max_per_client};
     struct egpu_kube_informer_opts io = {.res = &egpu_kube_gpus};
     struct egpu_kube_informer_cbs cbs = {.on_add = wh_facts_on_add,
                                          .on_update = wh_facts_on_update,
                                          .on_delete = wh_facts_on_delete};
     int rc;
 
-    rc = egpu_kube_config_load(a->o.kubeconfig, a->o.context, &a->kcfg, err);
+    rc = egpu_kube_config_load(a->o.srv.kubeconfig, a->o.srv.context, &a->kcfg, err);
     if (!rc)
         rc = egpu_kube_new(a->kcfg, &a->kube, err);
     if (rc)
@@ -214,7 +214,7 @@ static int start(struct app *a, struct egpu_error *err)
                  "serving addr=%s port=%u health_addr=%s health_port=%u scheduler_name=%s "
                  "set_scheduler_name=%s compat_nvidia=%s aliyun_gpu_mem_mib=%u "
                  "memory_only_core=%u",
-                 a->o.listen, egpu_http_server_port(a->srv), a->o.health_listen,
+                 a->o.srv.listen, egpu_http_server_port(a->srv), a->o.srv.health_listen,
                  egpu_http_server_port(a->hsrv), a->o.cfg.scheduler_name,
                  a->o.cfg.set_scheduler_name ? "true" : "false",
                  a->o.cfg.compat_nvidia ? "true" : "false", a->o.cfg.aliyun_mem_mib,
@@ -248,7 +248,7 @@ int main(int argc, char **argv)
 
     if (status >= 0)
         return status;
-    egpu_log_level = a.o.log_level;
+    egpu_log_level = a.o.srv.log_level;
     egpu_log_set_component("egpu-webhook");
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;

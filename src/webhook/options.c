@@ -2,7 +2,10 @@
  *
  * Every setting has a flag and an EGPU_* variable; the flag wins. A bad
  * value names the flag (or variable) and the allowed values, and the
- * process exits 2 before touching the network.
+ * process exits 2 before touching the network. The flags every server
+ * shares (where it listens, HTTP limits, TLS, kubeconfig, the watch probe,
+ * logs) are parsed by egpu_cli_parse_server (src/net/cli.c); this file
+ * holds the webhook's own and its --help.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -81,31 +84,13 @@ static const char usage[] =
 #define bad(...) egpu_cli_usage_error("egpu-webhook", __VA_ARGS__)
 
 enum {
-    O_LISTEN = 256,
-    O_PORT,
-    O_HEALTH_LISTEN,
-    O_HEALTH_PORT,
-    O_CERT,
-    O_KEY,
-    O_KUBECONFIG,
-    O_CONTEXT,
-    O_SCHED_NAME,
+    O_SCHED_NAME = 256,
     O_SET_SCHED_NAME,
     O_COMPAT_NVIDIA,
     O_ALIYUN_UNIT,
     O_MEM_ONLY_CORE,
     O_SCHED_USER,
     O_AGENT_USER,
-    O_WATCH_UNHEALTHY,
-    O_MAX_CONN,
-    O_MAX_PER_CLIENT,
-    O_IDLE_TIMEOUT,
-    O_REQUEST_TIMEOUT,
-    O_THREADS,
-    O_MAX_BODY,
-    O_LOG,
-    O_V,
-    O_VERSION,
 };
 
 static int apply_name(const char *who, const char *v, const char *what, const char **out)
@@ -117,93 +102,38 @@ static int apply_name(const char *who, const char *v, const char *what, const ch
     return 0;
 }
 
-/* Apply one setting (from a flag or a variable named by who). */
+/* Apply one of the webhook's own settings (from a flag or a variable named
+ * by who); the common ones are egpu_cli_parse_server's. */
 static int apply(void *ctx, int opt, const char *v, const char *who)
 {
-    struct wh_options *o = ctx;
+    struct egpu_webhook_config *cfg = ctx;
     uint64_t u;
 
     switch (opt) {
-    case O_LISTEN:
-        o->listen = v;
-        return 0;
-    case O_HEALTH_LISTEN:
-        o->health_listen = v;
-        return 0;
-    case O_PORT:
-    case O_HEALTH_PORT:
-        if (egpu_cli_parse_u64(v, 0, 65535, &u))
-            return bad("%s \"%s\": expected a port in 0..65535 (0 = any free port)", who, v);
-        *(opt == O_PORT ? &o->port : &o->health_port) = (unsigned)u;
-        return 0;
-    case O_CERT:
-        o->tls_cert = v;
-        return 0;
-    case O_KEY:
-        o->tls_key = v;
-        return 0;
-    case O_KUBECONFIG:
-        o->kubeconfig = v;
-        return 0;
-    case O_CONTEXT:
-        o->context = v;
-        return 0;
     case O_SCHED_NAME:
-        return apply_name(who, v, "a scheduler name", &o->cfg.scheduler_name);
+        return apply_name(who, v, "a scheduler name", &cfg->scheduler_name);
     case O_SCHED_USER:
-        return apply_name(who, v, "a user name", &o->cfg.scheduler_user);
+        return apply_name(who, v, "a user name", &cfg->scheduler_user);
     case O_AGENT_USER:
-        return apply_name(who, v, "a user name", &o->cfg.agent_user);
+        return apply_name(who, v, "a user name", &cfg->agent_user);
     case O_SET_SCHED_NAME:
     case O_COMPAT_NVIDIA:
-        if (egpu_cli_parse_bool(v, opt == O_SET_SCHED_NAME ? &o->cfg.set_scheduler_name
-                                                           : &o->cfg.compat_nvidia))
+        if (egpu_cli_parse_bool(v, opt == O_SET_SCHED_NAME ? &cfg->set_scheduler_name
+                                                           : &cfg->compat_nvidia))
             return bad("%s \"%s\": expected true or false", who, v);
         return 0;
     case O_ALIYUN_UNIT:
         if (strcmp(v, "MiB") == 0)
-            o->cfg.aliyun_mem_mib = 1;
+            cfg->aliyun_mem_mib = 1;
         else if (strcmp(v, "GiB") == 0)
-            o->cfg.aliyun_mem_mib = 1024;
+            cfg->aliyun_mem_mib = 1024;
         else
             return bad("%s \"%s\": expected MiB or GiB", who, v);
         return 0;
     case O_MEM_ONLY_CORE:
         if (egpu_cli_parse_u64(v, 1, 99, &u))
             return bad("%s \"%s\": expected a gpu-core percent in 1..99", who, v);
-        o->cfg.memory_only_core = (uint32_t)u;
-        return 0;
-    case O_WATCH_UNHEALTHY:
-        if (egpu_cli_parse_u64(v, 1, 3600, &u))
-            return bad("%s \"%s\": expected seconds, 1..3600", who, v);
-        o->watch_unhealthy_ms = (long)u * 1000;
-        return 0;
-    case O_MAX_CONN:
-        return egpu_cli_http_limit("egpu-webhook", who, v, false, &o->max_connections);
-    case O_MAX_PER_CLIENT:
-        return egpu_cli_http_limit("egpu-webhook", who, v, false, &o->max_per_client);
-    case O_IDLE_TIMEOUT:
-        return egpu_cli_http_limit("egpu-webhook", who, v, true, &o->idle_timeout_s);
-    case O_REQUEST_TIMEOUT:
-        return egpu_cli_http_limit("egpu-webhook", who, v, true, &o->request_timeout_s);
-    case O_THREADS:
-        if (egpu_cli_parse_u64(v, 1, 64, &u))
-            return bad("%s \"%s\": expected 1..64 threads", who, v);
-        o->threads = (unsigned)u;
-        return 0;
-    case O_MAX_BODY:
-        if (egpu_cli_parse_u64(v, 4096, 1UL << 30, &u))
-            return bad("%s \"%s\": expected bytes in 4096..1073741824", who, v);
-        o->max_body_bytes = u;
-        return 0;
-    case O_LOG:
-        if (egpu_log_parse_level(v, &o->log_level))
-            return bad("%s \"%s\": expected error, warn, info or debug", who, v);
-        return 0;
-    case O_V:
-        if (egpu_cli_parse_u64(v, 0, 10, &u))
-            return bad("%s \"%s\": expected a verbosity in 0..10", who, v);
-        o->log_level = u >= 4 ? EGPU_LOG_DEBUG : EGPU_LOG_INFO;
+        cfg->memory_only_core = (uint32_t)u;
         return 0;
     default:
         return bad("unknown setting");
@@ -213,14 +143,6 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
 int wh_options_parse(int argc, char **argv, struct wh_options *o)
 {
     static const struct option longopts[] = {
-        {"listen", required_argument, NULL, O_LISTEN},
-        {"port", required_argument, NULL, O_PORT},
-        {"health-listen", required_argument, NULL, O_HEALTH_LISTEN},
-        {"health-port", required_argument, NULL, O_HEALTH_PORT},
-        {"tls-cert", required_argument, NULL, O_CERT},
-        {"tls-key", required_argument, NULL, O_KEY},
-        {"kubeconfig", required_argument, NULL, O_KUBECONFIG},
-        {"context", required_argument, NULL, O_CONTEXT},
         {"scheduler-name", required_argument, NULL, O_SCHED_NAME},
         {"set-scheduler-name", required_argument, NULL, O_SET_SCHED_NAME},
         {"compat-nvidia", required_argument, NULL, O_COMPAT_NVIDIA},
@@ -228,73 +150,37 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
         {"memory-only-core", required_argument, NULL, O_MEM_ONLY_CORE},
         {"scheduler-user", required_argument, NULL, O_SCHED_USER},
         {"agent-user", required_argument, NULL, O_AGENT_USER},
-        {"watch-unhealthy-seconds", required_argument, NULL, O_WATCH_UNHEALTHY},
-        {"max-connections", required_argument, NULL, O_MAX_CONN},
-        {"max-per-client", required_argument, NULL, O_MAX_PER_CLIENT},
-        {"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT},
-        {"request-timeout", required_argument, NULL, O_REQUEST_TIMEOUT},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"max-body", required_argument, NULL, O_MAX_BODY},
-        {"log-level", required_argument, NULL, O_LOG},
-        {"v", required_argument, NULL, O_V},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
     };
     static const struct egpu_cli_env env[] = {
-        {"EGPU_LISTEN", O_LISTEN},
-        {"EGPU_PORT", O_PORT},
-        {"EGPU_HEALTH_LISTEN", O_HEALTH_LISTEN},
-        {"EGPU_HEALTH_PORT", O_HEALTH_PORT},
-        {"EGPU_TLS_CERT", O_CERT},
-        {"EGPU_TLS_KEY", O_KEY},
-        {"EGPU_KUBECONFIG", O_KUBECONFIG},
-        {"EGPU_CONTEXT", O_CONTEXT},
-        {"EGPU_SCHEDULER_NAME", O_SCHED_NAME},
-        {"EGPU_SET_SCHEDULER_NAME", O_SET_SCHED_NAME},
-        {"EGPU_COMPAT_NVIDIA", O_COMPAT_NVIDIA},
-        {"EGPU_ALIYUN_GPU_MEM_UNIT", O_ALIYUN_UNIT},
-        {"EGPU_MEMORY_ONLY_CORE", O_MEM_ONLY_CORE},
-        {"EGPU_SCHEDULER_USER", O_SCHED_USER},
+        {"EGPU_SCHEDULER_NAME", O_SCHED_NAME},      {"EGPU_SET_SCHEDULER_NAME", O_SET_SCHED_NAME},
+        {"EGPU_COMPAT_NVIDIA", O_COMPAT_NVIDIA},    {"EGPU_ALIYUN_GPU_MEM_UNIT", O_ALIYUN_UNIT},
+        {"EGPU_MEMORY_ONLY_CORE", O_MEM_ONLY_CORE}, {"EGPU_SCHEDULER_USER", O_SCHED_USER},
         {"EGPU_AGENT_USER", O_AGENT_USER},
-        {"EGPU_WATCH_UNHEALTHY_SECONDS", O_WATCH_UNHEALTHY},
-        {"EGPU_MAX_CONNECTIONS", O_MAX_CONN},
-        {"EGPU_MAX_PER_CLIENT", O_MAX_PER_CLIENT},
-        {"EGPU_IDLE_TIMEOUT", O_IDLE_TIMEOUT},
-        {"EGPU_REQUEST_TIMEOUT", O_REQUEST_TIMEOUT},
-        {"EGPU_THREADS", O_THREADS},
-        {"EGPU_MAX_BODY", O_MAX_BODY},
-        {"EGPU_LOG_LEVEL", O_LOG},
-        {"EGPU_V", O_V},
     };
-    int rc;
+    struct egpu_cli_spec spec = {.prog = "egpu-webhook",
+                                 .version = "0.1.0",
+                                 .usage = usage,
+                                 .groups = EGPU_CLI_LISTEN | EGPU_CLI_HEALTH | EGPU_CLI_LIMITS |
+                                           EGPU_CLI_POOL | EGPU_CLI_TLS | EGPU_CLI_KUBE |
+                                           EGPU_CLI_WATCH | EGPU_CLI_LOG,
+                                 .tls_required = "the API server calls webhooks over HTTPS only",
+                                 .longopts = longopts,
+                                 .env = env,
+                                 .nenv = sizeof(env) / sizeof(env[0]),
+                                 .apply = apply,
+                                 .ctx = &o->cfg};
 
-    *o = (struct wh_options){.listen = "0.0.0.0",
-                             .port = 9443,
-                             .health_listen = "0.0.0.0",
-                             .health_port = 9444,
-                             .max_connections = 1024,
-                             .max_per_client = EGPU_HTTP_PER_CLIENT_DEFAULT,
-                             .idle_timeout_s = EGPU_HTTP_TIMEOUT_S_DEFAULT,
-                             .request_timeout_s = EGPU_HTTP_REQUEST_TIMEOUT_S_DEFAULT,
-                             .threads = 2,
-                             .max_body_bytes = 8u << 20,
-                             .watch_unhealthy_ms = 30000,
-                             .log_level = EGPU_LOG_INFO,
-                             .cfg = {.scheduler_name = EGPU_SCHEDULER_NAME,
+    *o = (struct wh_options){.cfg = {.scheduler_name = EGPU_SCHEDULER_NAME,
                                      .set_scheduler_name = true,
                                      .aliyun_mem_mib = 1024,
                                      .memory_only_core = 1,
                                      .scheduler_user = EGPU_WEBHOOK_SCHEDULER_USER,
                                      .agent_user = EGPU_WEBHOOK_AGENT_USER}};
-    rc = egpu_cli_parse(argc, argv, longopts, O_VERSION, env, sizeof(env) / sizeof(env[0]),
-                        "egpu-webhook", "0.1.0", usage, apply, o);
-    if (rc != -1)
-        return rc;
-    if (o->tls_cert == NULL || o->tls_key == NULL)
-        return bad("--tls-cert and --tls-key are required (the API server calls webhooks "
-                   "over HTTPS only)");
-    if (o->port != 0 && o->port == o->health_port)
-        return bad("--port and --health-port must differ (both are %u)", o->port);
-    return -1;
+    egpu_cli_server_defaults(&o->srv);
+    o->srv.port = 9443;
+    o->srv.health_port = 9444;
+    o->srv.max_connections = 1024;
+    o->srv.max_body_bytes = 8u << 20;
+    return egpu_cli_parse_server(argc, argv, &spec, &o->srv);
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "egpu/api.h"
+#include "egpu/cli.h"
 #include "egpu/core.h"
 #include "egpu/webhook.h"
 
@@ -199,15 +200,7 @@ void wh_facts_put(const struct wh_facts_snap *s);
 /* Options (options.c)                                                      */
 
 struct wh_options {
-    const char *listen, *health_listen;
-    unsigned port, health_port;
-    unsigned max_connections, max_per_client, idle_timeout_s, request_timeout_s;
-    unsigned threads;
-    size_t max_body_bytes;
-    const char *tls_cert, *tls_key;
-    const char *kubeconfig, *context;
-    long watch_unhealthy_ms;
-    int log_level;
+    struct egpu_cli_server srv; /* the flags every server shares (egpu/cli.h) */
     struct egpu_webhook_config cfg;
 };
 

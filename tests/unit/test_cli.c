@@ -5,6 +5,8 @@
 
 #include "testutil.h"
 #include "egpu/cli.h"
+#include "egpu/log.h"
+#include "egpu/net.h"
 
 static void test_u64(void **state)
 {
@@ -153,6 +155,310 @@ static void test_parse_driver(void **state)
     assert_int_equal(s.calls, 3); /* the variable, then the variable and the flag */
 }
 
+/* ------------------------------------------------------------------------ */
+/* egpu_cli_parse_server: the flags every server shares                     */
+
+#define SARGS(...)                                                                            \
+    (sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)), (char **)(const char *[]) \
+    {                                                                                         \
+        __VA_ARGS__, NULL                                                                     \
+    }
+
+/* An own flag of the binary under test: --name NAME (EGPU_TEST_NAME). */
+struct own {
+    const char *name;
+    int calls;
+};
+
+static int apply_own(void *ctx, int opt, const char *v, const char *who)
+{
+    struct own *o = ctx;
+
+    if (opt != 300)
+        return egpu_cli_usage_error("srv", "unknown setting");
+    if (v[0] == '\0')
+        return egpu_cli_usage_error("srv", "%s \"%s\": expected a name", who, v);
+    o->name = v;
+    o->calls++;
+    return 0;
+}
+
+static const struct option own_opts[] = {
+    {"name", required_argument, NULL, 300},
+    {NULL, 0, NULL, 0},
+};
+static const struct egpu_cli_env own_env[] = {{"EGPU_TEST_NAME", 300}};
+
+/* The spec of a binary that takes every group, its TLS optional. */
+static struct egpu_cli_spec spec_all(struct own *own)
+{
+    return (struct egpu_cli_spec){.prog = "srv",
+                                  .version = "9.9",
+                                  .usage = "Usage: srv\n",
+                                  .groups = EGPU_CLI_LISTEN | EGPU_CLI_HEALTH | EGPU_CLI_LIMITS |
+                                            EGPU_CLI_POOL | EGPU_CLI_TLS | EGPU_CLI_KUBE |
+                                            EGPU_CLI_WATCH | EGPU_CLI_LOG,
+                                  .longopts = own_opts,
+                                  .env = own_env,
+                                  .nenv = 1,
+                                  .apply = apply_own,
+                                  .ctx = own};
+}
+
+/* Run egpu_cli_parse_server with stderr in a file; *msg gets what it wrote. */
+static int parse_capture(const struct egpu_cli_spec *spec, struct egpu_cli_server *s, char *msg,
+                         size_t len, int argc, char **argv)
+{
+    FILE *saved = stderr, *f = tmpfile();
+    size_t n;
+    int rc;
+
+    assert_non_null(f);
+    stderr = f;
+    rc = egpu_cli_parse_server(argc, argv, spec, s);
+    stderr = saved;
+    rewind(f);
+    n = fread(msg, 1, len - 1, f);
+    msg[n] = '\0';
+    fclose(f);
+    return rc;
+}
+
+static void test_server_defaults(void **state)
+{
+    struct egpu_cli_server s;
+
+    (void)state;
+    egpu_cli_server_defaults(&s);
+    assert_string_equal(s.listen, "0.0.0.0");
+    assert_string_equal(s.health_listen, "0.0.0.0");
+    assert_int_equal(s.port, 0);
+    assert_int_equal(s.health_port, 0);
+    assert_int_equal(s.max_connections, 256);
+    assert_int_equal(s.max_per_client, 32);
+    assert_int_equal(s.idle_timeout_s, 120);
+    assert_int_equal(s.request_timeout_s, 10);
+    assert_int_equal(s.threads, 2);
+    assert_int_equal(s.max_body_bytes, 1 << 20);
+    assert_null(s.tls_cert);
+    assert_null(s.kubeconfig);
+    assert_null(s.context);
+    assert_int_equal(s.watch_unhealthy_ms, 30000);
+    assert_int_equal(s.log_level, EGPU_LOG_INFO);
+}
+
+/* Every common flag has its variable, and the flag wins over it. */
+static void test_server_flag_and_variable(void **state)
+{
+    static const char *const vars[][2] = {
+        {"EGPU_LISTEN", "10.0.0.1"},
+        {"EGPU_PORT", "7001"},
+        {"EGPU_HEALTH_LISTEN", "10.0.0.2"},
+        {"EGPU_HEALTH_PORT", "7002"},
+        {"EGPU_MAX_CONNECTIONS", "11"},
+        {"EGPU_MAX_PER_CLIENT", "12"},
+        {"EGPU_IDLE_TIMEOUT", "13"},
+        {"EGPU_REQUEST_TIMEOUT", "14"},
+        {"EGPU_THREADS", "15"},
+        {"EGPU_MAX_BODY", "16384"},
+        {"EGPU_TLS_CERT", "env.crt"},
+        {"EGPU_TLS_KEY", "env.key"},
+        {"EGPU_KUBECONFIG", "env.kc"},
+        {"EGPU_CONTEXT", "env-ctx"},
+        {"EGPU_WATCH_UNHEALTHY_SECONDS", "17"},
+        {"EGPU_LOG_LEVEL", "warn"},
+        {"EGPU_TEST_NAME", "env-name"},
+    };
+    struct own own = {0};
+    struct egpu_cli_spec spec = spec_all(&own);
+    struct egpu_cli_server s;
+    char msg[512];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        setenv(vars[i][0], vars[i][1], 1);
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv")), -1);
+    assert_string_equal(msg, "");
+    assert_string_equal(s.listen, "10.0.0.1");
+    assert_int_equal(s.port, 7001);
+    assert_string_equal(s.health_listen, "10.0.0.2");
+    assert_int_equal(s.health_port, 7002);
+    assert_int_equal(s.max_connections, 11);
+    assert_int_equal(s.max_per_client, 12);
+    assert_int_equal(s.idle_timeout_s, 13);
+    assert_int_equal(s.request_timeout_s, 14);
+    assert_int_equal(s.threads, 15);
+    assert_int_equal(s.max_body_bytes, 16384);
+    assert_string_equal(s.tls_cert, "env.crt");
+    assert_string_equal(s.tls_key, "env.key");
+    assert_string_equal(s.kubeconfig, "env.kc");
+    assert_string_equal(s.context, "env-ctx");
+    assert_int_equal(s.watch_unhealthy_ms, 17000);
+    assert_int_equal(s.log_level, EGPU_LOG_WARN);
+    assert_string_equal(own.name, "env-name");
+
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(
+        parse_capture(&spec, &s, msg, sizeof(msg),
+                      SARGS("srv", "--listen", "::", "--port", "8001", "--health-listen",
+                            "127.0.0.1", "--health-port", "8002", "--max-connections", "21",
+                            "--max-per-client", "22", "--idle-timeout", "23", "--request-timeout",
+                            "24", "--threads", "25", "--max-body", "8192", "--tls-cert", "flag.crt",
+                            "--tls-key", "flag.key", "--kubeconfig", "flag.kc", "--context",
+                            "flag-ctx", "--watch-unhealthy-seconds", "27", "--log-level", "error",
+                            "--name", "flag-name")),
+        -1);
+    assert_string_equal(s.listen, "::");
+    assert_int_equal(s.port, 8001);
+    assert_string_equal(s.health_listen, "127.0.0.1");
+    assert_int_equal(s.health_port, 8002);
+    assert_int_equal(s.max_connections, 21);
+    assert_int_equal(s.max_per_client, 22);
+    assert_int_equal(s.idle_timeout_s, 23);
+    assert_int_equal(s.request_timeout_s, 24);
+    assert_int_equal(s.threads, 25);
+    assert_int_equal(s.max_body_bytes, 8192);
+    assert_string_equal(s.tls_cert, "flag.crt");
+    assert_string_equal(s.tls_key, "flag.key");
+    assert_string_equal(s.kubeconfig, "flag.kc");
+    assert_string_equal(s.context, "flag-ctx");
+    assert_int_equal(s.watch_unhealthy_ms, 27000);
+    assert_int_equal(s.log_level, EGPU_LOG_ERROR);
+    assert_string_equal(own.name, "flag-name");
+    assert_int_equal(own.calls, 3); /* the variable, then the variable and the flag */
+
+    /* --v sets the level as klog's verbosity does; EGPU_V too, and the flag wins. */
+    setenv("EGPU_V", "4", 1);
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv")), -1);
+    assert_int_equal(s.log_level, EGPU_LOG_DEBUG);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv", "--v", "3")), -1);
+    assert_int_equal(s.log_level, EGPU_LOG_INFO);
+    unsetenv("EGPU_V");
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i][0]);
+}
+
+/* A bad value: one line naming the flag (or variable) and the allowed
+ * values, a hint to --help, exit status 2; the setting keeps its value. */
+static void test_server_bad_values(void **state)
+{
+    static const char *const bad[][3] = {
+        {"--port", "65536",
+         "srv: --port \"65536\": expected a port in 0..65535 (0 = any free "
+         "port)\nTry 'srv --help'.\n"},
+        {"--health-port", "-1",
+         "srv: --health-port \"-1\": expected a port in 0..65535 (0 = any "
+         "free port)\nTry 'srv --help'.\n"},
+        {"--max-connections", "0",
+         "srv: --max-connections \"0\": expected connections in "
+         "1..65536\nTry 'srv --help'.\n"},
+        {"--idle-timeout", "3601",
+         "srv: --idle-timeout \"3601\": expected seconds in "
+         "1..3600\nTry 'srv --help'.\n"},
+        {"--threads", "65", "srv: --threads \"65\": expected 1..64 threads\nTry 'srv --help'.\n"},
+        {"--max-body", "4095",
+         "srv: --max-body \"4095\": expected bytes in "
+         "4096..1073741824\nTry 'srv --help'.\n"},
+        {"--watch-unhealthy-seconds", "0",
+         "srv: --watch-unhealthy-seconds \"0\": expected "
+         "seconds, 1..3600\nTry 'srv --help'.\n"},
+        {"--log-level", "trace",
+         "srv: --log-level \"trace\": expected error, warn, info or "
+         "debug\nTry 'srv --help'.\n"},
+        {"--v", "11", "srv: --v \"11\": expected a verbosity in 0..10\nTry 'srv --help'.\n"},
+        {"--name", "", "srv: --name \"\": expected a name\nTry 'srv --help'.\n"},
+    };
+    struct own own = {0};
+    struct egpu_cli_spec spec = spec_all(&own);
+    struct egpu_cli_server s;
+    char msg[512];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        egpu_cli_server_defaults(&s);
+        assert_int_equal(
+            parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv", bad[i][0], bad[i][1])), 2);
+        assert_string_equal(msg, bad[i][2]);
+    }
+    assert_int_equal(s.port, 0);
+    assert_int_equal(s.threads, 2);
+    assert_int_equal(s.log_level, EGPU_LOG_INFO);
+
+    /* From a variable, the message names the variable. */
+    setenv("EGPU_PORT", "80x", 1);
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv")), 2);
+    assert_string_equal(msg, "srv: EGPU_PORT \"80x\": expected a port in 0..65535 (0 = any free "
+                             "port)\nTry 'srv --help'.\n");
+    /* A good flag does not save a bad variable: the variables come first. */
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv", "--port", "80")), 2);
+    unsetenv("EGPU_PORT");
+}
+
+/* The pairs: TLS files go together (or are required), the two ports differ. */
+static void test_server_pairs(void **state)
+{
+    struct own own = {0};
+    struct egpu_cli_spec spec = spec_all(&own);
+    struct egpu_cli_server s;
+    char msg[512];
+
+    (void)state;
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv", "--tls-key", "k")), 2);
+    assert_string_equal(msg, "srv: --tls-cert and --tls-key go together\nTry 'srv --help'.\n");
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv")), -1);
+    spec.tls_required = "HTTPS only";
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv", "--tls-cert", "c")),
+                     2);
+    assert_string_equal(
+        msg, "srv: --tls-cert and --tls-key are required (HTTPS only)\nTry 'srv --help'.\n");
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg),
+                                   SARGS("srv", "--tls-cert", "c", "--tls-key", "k", "--port",
+                                         "9000", "--health-port", "9000")),
+                     2);
+    assert_string_equal(msg, "srv: --port and --health-port must differ (both are 9000)\nTry 'srv "
+                             "--help'.\n");
+    /* Port 0 twice is two free ports. */
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg),
+                                   SARGS("srv", "--tls-cert", "c", "--tls-key", "k")),
+                     -1);
+}
+
+/* Only the groups a binary names are its flags and variables. */
+static void test_server_groups(void **state)
+{
+    struct egpu_cli_spec spec = {.prog = "agent",
+                                 .version = "1",
+                                 .usage = "Usage: agent\n",
+                                 .groups = EGPU_CLI_LISTEN | EGPU_CLI_LOG};
+    struct egpu_cli_server s;
+    char msg[512];
+
+    (void)state;
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("agent", "--port", "9400")),
+                     -1);
+    assert_int_equal(s.port, 9400);
+    assert_int_equal(
+        parse_capture(&spec, &s, msg, sizeof(msg), SARGS("agent", "--health-port", "1")), 2);
+    assert_string_equal(
+        msg, "agent: unknown or incomplete option \"--health-port\"\nTry 'agent --help'.\n");
+    setenv("EGPU_THREADS", "0", 1); /* not agent's: not read */
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("agent")), -1);
+    assert_int_equal(s.threads, 2);
+    unsetenv("EGPU_THREADS");
+    /* --help and --version answer 0 and run nothing. */
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("agent", "--version")), 0);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("agent", "-h")), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -160,6 +466,11 @@ int main(void)
         cmocka_unit_test(test_double_and_bool),
         cmocka_unit_test(test_parse_driver),
         cmocka_unit_test(test_http_limit),
+        cmocka_unit_test(test_server_defaults),
+        cmocka_unit_test(test_server_flag_and_variable),
+        cmocka_unit_test(test_server_bad_values),
+        cmocka_unit_test(test_server_pairs),
+        cmocka_unit_test(test_server_groups),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,14 +26,14 @@ static void test_defaults(void **state)
 
     (void)state;
     assert_int_equal(parse(&o, ARGS("egpu-webhook", "--tls-cert", "c", "--tls-key", "k")), -1);
-    assert_string_equal(o.listen, "0.0.0.0");
-    assert_int_equal(o.port, 9443);
-    assert_string_equal(o.health_listen, "0.0.0.0");
-    assert_int_equal(o.health_port, 9444);
-    assert_string_equal(o.tls_cert, "c");
-    assert_string_equal(o.tls_key, "k");
-    assert_null(o.kubeconfig);
-    assert_null(o.context);
+    assert_string_equal(o.srv.listen, "0.0.0.0");
+    assert_int_equal(o.srv.port, 9443);
+    assert_string_equal(o.srv.health_listen, "0.0.0.0");
+    assert_int_equal(o.srv.health_port, 9444);
+    assert_string_equal(o.srv.tls_cert, "c");
+    assert_string_equal(o.srv.tls_key, "k");
+    assert_null(o.srv.kubeconfig);
+    assert_null(o.srv.context);
     assert_string_equal(o.cfg.scheduler_name, "elastic-gpu-scheduler");
     assert_true(o.cfg.set_scheduler_name);
     assert_false(o.cfg.compat_nvidia);
@@ -42,8 +42,8 @@ static void test_defaults(void **state)
     assert_string_equal(o.cfg.scheduler_user,
                         "system:serviceaccount:elastic-gpu-system:egpu-scheduler");
     assert_string_equal(o.cfg.agent_user, "system:serviceaccount:elastic-gpu-system:egpu-agent");
-    assert_int_equal(o.watch_unhealthy_ms, 30000);
-    assert_int_equal(o.log_level, EGPU_LOG_INFO);
+    assert_int_equal(o.srv.watch_unhealthy_ms, 30000);
+    assert_int_equal(o.srv.log_level, EGPU_LOG_INFO);
 }
 
 static void test_flags_and_variables(void **state)
@@ -62,8 +62,8 @@ static void test_flags_and_variables(void **state)
                        "--health-port", "8444", "--listen", "127.0.0.1", "--kubeconfig", "kc",
                        "--context", "ctx", "--watch-unhealthy-seconds", "7", "--v", "4")),
         -1);
-    assert_string_equal(o.tls_cert, "/env/tls.crt");
-    assert_string_equal(o.tls_key, "/env/tls.key");
+    assert_string_equal(o.srv.tls_cert, "/env/tls.crt");
+    assert_string_equal(o.srv.tls_key, "/env/tls.key");
     assert_true(o.cfg.compat_nvidia);
     assert_string_equal(o.cfg.scheduler_name, "from-flag");
     assert_false(o.cfg.set_scheduler_name);
@@ -71,13 +71,13 @@ static void test_flags_and_variables(void **state)
     assert_int_equal(o.cfg.memory_only_core, 5);
     assert_string_equal(o.cfg.scheduler_user, "s");
     assert_string_equal(o.cfg.agent_user, "a");
-    assert_int_equal(o.port, 8443);
-    assert_int_equal(o.health_port, 8444);
-    assert_string_equal(o.listen, "127.0.0.1");
-    assert_string_equal(o.kubeconfig, "kc");
-    assert_string_equal(o.context, "ctx");
-    assert_int_equal(o.watch_unhealthy_ms, 7000);
-    assert_int_equal(o.log_level, EGPU_LOG_DEBUG);
+    assert_int_equal(o.srv.port, 8443);
+    assert_int_equal(o.srv.health_port, 8444);
+    assert_string_equal(o.srv.listen, "127.0.0.1");
+    assert_string_equal(o.srv.kubeconfig, "kc");
+    assert_string_equal(o.srv.context, "ctx");
+    assert_int_equal(o.srv.watch_unhealthy_ms, 7000);
+    assert_int_equal(o.srv.log_level, EGPU_LOG_DEBUG);
     unsetenv("EGPU_TLS_CERT");
     unsetenv("EGPU_TLS_KEY");
     unsetenv("EGPU_COMPAT_NVIDIA");
