@@ -124,7 +124,7 @@ static bool ready(void *data, char *why, size_t len)
     for (int i = 0; i < SCHED_INFORMERS; i++) {
         long ms = egpu_kube_informer_unhealthy_ms(a->api.informers[i]);
 
-        if (ms > a->o.watch_unhealthy_ms) {
+        if (ms > a->o.srv.watch_unhealthy_ms) {
             snprintf(why, len, "the list and watch of %s objects has failed for %ld s",
                      egpu__sched_api_kind(i), ms / 1000);
             return false;
@@ -336,28 +336,28 @@ static int start(struct app *a, struct egpu_error *err)
                                     .synced = egpu__sched_api_synced,
                                     .annotate = egpu__sched_api_annotate,
                                     .bind = egpu__sched_api_bind};
-    struct egpu_http_config hc = {.bind_addr = a->o.listen,
-                                  .port = (uint16_t)a->o.port,
-                                  .threads = a->o.threads,
-                                  .timeout_s = a->o.idle_timeout_s,
-                                  .request_timeout_s = a->o.request_timeout_s,
-                                  .max_connections = a->o.max_connections,
+    struct egpu_http_config hc = {.bind_addr = a->o.srv.listen,
+                                  .port = (uint16_t)a->o.srv.port,
+                                  .threads = a->o.srv.threads,
+                                  .timeout_s = a->o.srv.idle_timeout_s,
+                                  .request_timeout_s = a->o.srv.request_timeout_s,
+                                  .max_connections = a->o.srv.max_connections,
                                   /* its one caller: this pod's kube-scheduler */
-                                  .max_per_client = a->o.max_connections,
-                                  .max_body_bytes = a->o.max_body_bytes,
-                                  .tls_cert_file = a->o.tls_cert,
-                                  .tls_key_file = a->o.tls_key};
-    struct egpu_http_config hh = {.bind_addr = a->o.health_listen,
-                                  .port = (uint16_t)a->o.health_port,
-                                  .timeout_s = a->o.idle_timeout_s,
-                                  .request_timeout_s = a->o.request_timeout_s,
-                                  .max_connections = a->o.max_connections,
-                                  .max_per_client = a->o.max_per_client};
+                                  .max_per_client = a->o.srv.max_connections,
+                                  .max_body_bytes = a->o.srv.max_body_bytes,
+                                  .tls_cert_file = a->o.srv.tls_cert,
+                                  .tls_key_file = a->o.srv.tls_key};
+    struct egpu_http_config hh = {.bind_addr = a->o.srv.health_listen,
+                                  .port = (uint16_t)a->o.srv.health_port,
+                                  .timeout_s = a->o.srv.idle_timeout_s,
+                                  .request_timeout_s = a->o.srv.request_timeout_s,
+                                  .max_connections = a->o.srv.max_connections,
+                                  .max_per_client = a->o.srv.max_per_client};
     const char *verbs[] = {"filter", "prioritize", "bind"};
     egpu_http_handler_cb handlers[] = {on_filter, on_prioritize, on_bind};
     int rc;
 
-    rc = egpu_kube_config_load(a->o.kubeconfig, a->o.context, &a->kcfg, err);
+    rc = egpu_kube_config_load(a->o.srv.kubeconfig, a->o.srv.context, &a->kcfg, err);
     if (!rc)
         rc = egpu_kube_new(a->kcfg, &a->kube, err);
     if (rc)
@@ -425,7 +425,7 @@ static int start(struct app *a, struct egpu_error *err)
         egpu_log(EGPU_LOG_INFO,
                  "serving addr=%s port=%u health_addr=%s health_port=%u prefix=\"%s\" "
                  "node_policy=%s card_policy=%s leader_elect=%s follow_lease=%s pod=%s",
-                 a->o.listen, egpu_http_server_port(a->srv), a->o.health_listen,
+                 a->o.srv.listen, egpu_http_server_port(a->srv), a->o.srv.health_listen,
                  egpu_http_server_port(a->hsrv), a->o.prefix, egpu_policy_name(a->o.node_policy),
                  egpu_policy_name(a->o.card_policy), a->o.leader_elect ? "true" : "false",
                  a->following ? a->follow.name : "-", a->following ? a->follow.pod : "-");
@@ -461,7 +461,7 @@ int main(int argc, char **argv)
 
     if (status >= 0)
         return status;
-    egpu_log_level = a.o.log_level;
+    egpu_log_level = a.o.srv.log_level;
     egpu_log_set_component("egpu-scheduler");
     pthread_mutex_init(&a.api_error_lock, NULL);
     snprintf(a.api_error, sizeof(a.api_error), "not probed yet");

@@ -2,7 +2,10 @@
  *
  * Every setting has a flag and an EGPU_* variable; the flag wins. A bad
  * value names the flag (or variable) and the allowed values, and the
- * process exits 2 before touching the network.
+ * process exits 2 before touching the network. The flags every server
+ * shares (where it listens, HTTP limits, TLS, kubeconfig, the watch probe,
+ * logs) are parsed by egpu_cli_parse_server (src/net/cli.c); this file
+ * holds the scheduler's own and its --help.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -44,9 +47,9 @@ static const char usage[] =
     "                          /scheduler/filter (EGPU_PREFIX; default none)\n"
     "  --tls-cert FILE         serve HTTPS with this PEM certificate (EGPU_TLS_CERT)\n"
     "  --tls-key FILE          and this PEM key (EGPU_TLS_KEY)\n"
-    "  --kubeconfig FILE       kubeconfig (KUBECONFIG; default ~/.kube/config, else\n"
-    "                          the in-cluster service account)\n"
-    "  --context NAME          kubeconfig context (default: current-context)\n"
+    "  --kubeconfig FILE       kubeconfig (EGPU_KUBECONFIG; default $KUBECONFIG, else\n"
+    "                          ~/.kube/config, else the in-cluster service account)\n"
+    "  --context NAME          kubeconfig context (EGPU_CONTEXT; default: current-context)\n"
     "  --node-policy P         node tier: binpack, spread, best-fit, random, fgd\n"
     "                          (EGPU_NODE_POLICY; default binpack)\n"
     "  --card-policy P         card tier, same names (EGPU_CARD_POLICY; default binpack)\n"
@@ -75,6 +78,7 @@ static const char usage[] =
     "  --threads N             HTTP threads (EGPU_THREADS; default 2)\n"
     "  --max-body BYTES        largest request body (EGPU_MAX_BODY; default 16777216)\n"
     "  --log-level L           error, warn, info, debug (EGPU_LOG_LEVEL; default info)\n"
+    "  --v N                   klog verbosity 0..10: 4 and above is debug (EGPU_V)\n"
     "  -h, --help              show this help\n"
     "  --version               show the version\n"
     "\n"
@@ -88,25 +92,12 @@ static const char usage[] =
 #define bad(...) egpu_cli_usage_error("egpu-scheduler", __VA_ARGS__)
 
 enum {
-    O_LISTEN = 256,
-    O_PORT,
-    O_HEALTH_LISTEN,
-    O_HEALTH_PORT,
-    O_MAX_CONN,
-    O_MAX_PER_CLIENT,
-    O_IDLE_TIMEOUT,
-    O_REQUEST_TIMEOUT,
-    O_FOLLOW_LEASE,
+    O_FOLLOW_LEASE = 256,
     O_POD_NAME,
     O_PREFIX,
-    O_CERT,
-    O_KEY,
-    O_KUBECONFIG,
-    O_CONTEXT,
     O_NODE_POLICY,
     O_CARD_POLICY,
     O_SEED,
-    O_WATCH_UNHEALTHY,
     O_SCHED_NAME,
     O_LEADER,
     O_LEASE_NS,
@@ -114,13 +105,10 @@ enum {
     O_LEASE_DUR,
     O_RENEW,
     O_RETRY,
-    O_THREADS,
-    O_MAX_BODY,
-    O_LOG,
-    O_VERSION,
 };
 
-/* Apply one setting (from a flag or a variable named by who). */
+/* Apply one of the scheduler's own settings (from a flag or a variable
+ * named by who); the common ones are egpu_cli_parse_server's. */
 static int apply(void *ctx, int opt, const char *v, const char *who)
 {
     struct egpu_sched_options *o = ctx;
@@ -128,26 +116,6 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
     uint64_t u;
 
     switch (opt) {
-    case O_LISTEN:
-        o->listen = v;
-        return 0;
-    case O_PORT:
-    case O_HEALTH_PORT:
-        if (egpu_cli_parse_u64(v, 0, 65535, &u))
-            return bad("%s \"%s\": expected a port in 0..65535 (0 = any free port)", who, v);
-        *(opt == O_PORT ? &o->port : &o->health_port) = (unsigned)u;
-        return 0;
-    case O_HEALTH_LISTEN:
-        o->health_listen = v;
-        return 0;
-    case O_MAX_CONN:
-        return egpu_cli_http_limit("egpu-scheduler", who, v, false, &o->max_connections);
-    case O_MAX_PER_CLIENT:
-        return egpu_cli_http_limit("egpu-scheduler", who, v, false, &o->max_per_client);
-    case O_IDLE_TIMEOUT:
-        return egpu_cli_http_limit("egpu-scheduler", who, v, true, &o->idle_timeout_s);
-    case O_REQUEST_TIMEOUT:
-        return egpu_cli_http_limit("egpu-scheduler", who, v, true, &o->request_timeout_s);
     case O_FOLLOW_LEASE:
     case O_POD_NAME:
         if (v[0] == '\0' || strlen(v) >= EGPU_K8S_NAME_MAX)
@@ -160,27 +128,10 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected \"\" or a path such as /scheduler", who, v);
         o->prefix = v;
         return 0;
-    case O_CERT:
-        o->tls_cert = v;
-        return 0;
-    case O_KEY:
-        o->tls_key = v;
-        return 0;
-    case O_KUBECONFIG:
-        o->kubeconfig = v;
-        return 0;
-    case O_CONTEXT:
-        o->context = v;
-        return 0;
     case O_NODE_POLICY:
     case O_CARD_POLICY:
         if (egpu_policy_parse(v, opt == O_NODE_POLICY ? &o->node_policy : &o->card_policy, &err))
             return bad("%s: %s", who, err.msg);
-        return 0;
-    case O_WATCH_UNHEALTHY:
-        if (egpu_cli_parse_u64(v, 1, 3600, &u))
-            return bad("%s \"%s\": expected seconds, 1..3600", who, v);
-        o->watch_unhealthy_ms = (long)u * 1000;
         return 0;
     case O_SEED:
         if (egpu_cli_parse_u64(v, 0, UINT64_MAX, &u))
@@ -212,20 +163,6 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
           : opt == O_RENEW   ? &o->renew_deadline_ms
                              : &o->retry_period_ms) = (long)u * 1000;
         return 0;
-    case O_THREADS:
-        if (egpu_cli_parse_u64(v, 1, 64, &u))
-            return bad("%s \"%s\": expected 1..64 threads", who, v);
-        o->threads = (unsigned)u;
-        return 0;
-    case O_MAX_BODY:
-        if (egpu_cli_parse_u64(v, 4096, 1UL << 30, &u))
-            return bad("%s \"%s\": expected bytes in 4096..1073741824", who, v);
-        o->max_body_bytes = u;
-        return 0;
-    case O_LOG:
-        if (egpu_log_parse_level(v, &o->log_level))
-            return bad("%s \"%s\": expected error, warn, info or debug", who, v);
-        return 0;
     default:
         return bad("unknown setting");
     }
@@ -234,25 +171,12 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
 int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *o)
 {
     static const struct option longopts[] = {
-        {"listen", required_argument, NULL, O_LISTEN},
-        {"port", required_argument, NULL, O_PORT},
-        {"health-listen", required_argument, NULL, O_HEALTH_LISTEN},
-        {"health-port", required_argument, NULL, O_HEALTH_PORT},
-        {"max-connections", required_argument, NULL, O_MAX_CONN},
-        {"max-per-client", required_argument, NULL, O_MAX_PER_CLIENT},
-        {"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT},
-        {"request-timeout", required_argument, NULL, O_REQUEST_TIMEOUT},
         {"follow-lease", required_argument, NULL, O_FOLLOW_LEASE},
         {"pod-name", required_argument, NULL, O_POD_NAME},
         {"prefix", required_argument, NULL, O_PREFIX},
-        {"tls-cert", required_argument, NULL, O_CERT},
-        {"tls-key", required_argument, NULL, O_KEY},
-        {"kubeconfig", required_argument, NULL, O_KUBECONFIG},
-        {"context", required_argument, NULL, O_CONTEXT},
         {"node-policy", required_argument, NULL, O_NODE_POLICY},
         {"card-policy", required_argument, NULL, O_CARD_POLICY},
         {"seed", required_argument, NULL, O_SEED},
-        {"watch-unhealthy-seconds", required_argument, NULL, O_WATCH_UNHEALTHY},
         {"scheduler-name", required_argument, NULL, O_SCHED_NAME},
         {"leader-elect", required_argument, NULL, O_LEADER},
         {"lease-namespace", required_argument, NULL, O_LEASE_NS},
@@ -260,71 +184,50 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"lease-duration", required_argument, NULL, O_LEASE_DUR},
         {"renew-deadline", required_argument, NULL, O_RENEW},
         {"retry-period", required_argument, NULL, O_RETRY},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"max-body", required_argument, NULL, O_MAX_BODY},
-        {"log-level", required_argument, NULL, O_LOG},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
     };
     static const struct egpu_cli_env env[] = {
-        {"EGPU_LISTEN", O_LISTEN},
-        {"EGPU_PORT", O_PORT},
-        {"EGPU_HEALTH_LISTEN", O_HEALTH_LISTEN},
-        {"EGPU_HEALTH_PORT", O_HEALTH_PORT},
-        {"EGPU_MAX_CONNECTIONS", O_MAX_CONN},
-        {"EGPU_MAX_PER_CLIENT", O_MAX_PER_CLIENT},
-        {"EGPU_IDLE_TIMEOUT", O_IDLE_TIMEOUT},
-        {"EGPU_REQUEST_TIMEOUT", O_REQUEST_TIMEOUT},
         {"EGPU_FOLLOW_LEASE", O_FOLLOW_LEASE},
         {"EGPU_POD_NAME", O_POD_NAME},
         {"EGPU_PREFIX", O_PREFIX},
-        {"EGPU_TLS_CERT", O_CERT},
-        {"EGPU_TLS_KEY", O_KEY},
-        {"KUBECONFIG", O_KUBECONFIG},
         {"EGPU_NODE_POLICY", O_NODE_POLICY},
         {"EGPU_CARD_POLICY", O_CARD_POLICY},
         {"EGPU_SEED", O_SEED},
-        {"EGPU_WATCH_UNHEALTHY_SECONDS", O_WATCH_UNHEALTHY},
         {"EGPU_SCHEDULER_NAME", O_SCHED_NAME},
         {"EGPU_LEADER_ELECT", O_LEADER},
         {"EGPU_LEASE_NAMESPACE", O_LEASE_NS},
         {"EGPU_LEASE_NAME", O_LEASE_NAME},
-        {"EGPU_THREADS", O_THREADS},
-        {"EGPU_MAX_BODY", O_MAX_BODY},
-        {"EGPU_LOG_LEVEL", O_LOG},
     };
+    struct egpu_cli_spec spec = {.prog = "egpu-scheduler",
+                                 .version = "0.1.0",
+                                 .usage = usage,
+                                 .groups = EGPU_CLI_LISTEN | EGPU_CLI_HEALTH | EGPU_CLI_LIMITS |
+                                           EGPU_CLI_POOL | EGPU_CLI_TLS | EGPU_CLI_KUBE |
+                                           EGPU_CLI_WATCH | EGPU_CLI_LOG,
+                                 .longopts = longopts,
+                                 .env = env,
+                                 .nenv = sizeof(env) / sizeof(env[0]),
+                                 .apply = apply,
+                                 .ctx = o};
     int rc;
 
-    *o = (struct egpu_sched_options){.listen = "127.0.0.1",
-                                     .port = 8888,
-                                     .health_listen = "0.0.0.0",
-                                     .health_port = 8889,
-                                     .max_connections = EGPU_HTTP_CONNECTIONS_DEFAULT,
-                                     .max_per_client = EGPU_HTTP_PER_CLIENT_DEFAULT,
-                                     .idle_timeout_s = EGPU_HTTP_TIMEOUT_S_DEFAULT,
-                                     .request_timeout_s = EGPU_HTTP_REQUEST_TIMEOUT_S_DEFAULT,
-                                     .prefix = "",
+    *o = (struct egpu_sched_options){.prefix = "",
                                      .node_policy = EGPU_POLICY_BINPACK,
                                      .card_policy = EGPU_POLICY_BINPACK,
                                      .scheduler_name = EGPU_SCHEDULER_NAME_DEFAULT,
                                      .leader_elect = true,
-                                     .watch_unhealthy_ms = 30000,
                                      .lease_name = "elastic-gpu-scheduler",
                                      .lease_duration_ms = 15000,
                                      .renew_deadline_ms = 10000,
-                                     .retry_period_ms = 2000,
-                                     .threads = 2,
-                                     .max_body_bytes = 16u << 20,
-                                     .log_level = EGPU_LOG_INFO};
-    rc = egpu_cli_parse(argc, argv, longopts, O_VERSION, env, sizeof(env) / sizeof(env[0]),
-                        "egpu-scheduler", "0.1.0", usage, apply, o);
+                                     .retry_period_ms = 2000};
+    egpu_cli_server_defaults(&o->srv);
+    o->srv.listen = "127.0.0.1";
+    o->srv.port = 8888;
+    o->srv.health_port = 8889;
+    o->srv.max_body_bytes = 16u << 20;
+    rc = egpu_cli_parse_server(argc, argv, &spec, &o->srv);
     if (rc != -1)
         return rc;
-    if ((o->tls_cert == NULL) != (o->tls_key == NULL))
-        return bad("--tls-cert and --tls-key go together");
-    if (o->port != 0 && o->port == o->health_port)
-        return bad("--port and --health-port must differ (both are %u)", o->port);
     if (o->follow_lease != NULL)
         o->leader_elect = false; /* the followed Lease decides */
     if (o->lease_duration_ms <= o->renew_deadline_ms ||

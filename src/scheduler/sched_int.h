@@ -3,6 +3,7 @@
 #ifndef EGPU_SCHED_INT_H
 #define EGPU_SCHED_INT_H
 
+#include "egpu/cli.h"
 #include "egpu/kube.h"
 #include "egpu/scheduler.h"
 
@@ -63,27 +64,17 @@ bool egpu__follower_leads(struct egpu__follower *f, char *why, size_t len);
 
 /* egpu-scheduler's settings, from flags, else environment, else defaults. */
 struct egpu_sched_options {
-    const char *listen; /* address the extender verbs are served on */
-    unsigned port;
-    const char *health_listen; /* address of /healthz, /readyz, /metrics */
-    unsigned health_port;
-    unsigned max_connections, max_per_client; /* HTTP limits (egpu_http_config) */
-    unsigned idle_timeout_s, request_timeout_s;
-    const char *follow_lease; /* kube-scheduler's Lease to follow, or NULL */
-    const char *pod_name;     /* this pod's name, for follow_lease */
-    const char *prefix;       /* path prefix of the verbs, "" or "/scheduler" */
-    const char *tls_cert, *tls_key;
-    const char *kubeconfig, *context;
+    struct egpu_cli_server srv; /* the flags every server shares (egpu/cli.h); srv.listen
+                                   and srv.port are the extender verbs' */
+    const char *follow_lease;   /* kube-scheduler's Lease to follow, or NULL */
+    const char *pod_name;       /* this pod's name, for follow_lease */
+    const char *prefix;         /* path prefix of the verbs, "" or "/scheduler" */
     enum egpu_policy_kind node_policy, card_policy;
     uint64_t seed;
-    long watch_unhealthy_ms;    /* not ready while an informer has failed this long */
     const char *scheduler_name; /* bind serves only pods with this spec.schedulerName */
     bool leader_elect;
     const char *lease_ns, *lease_name;
     long lease_duration_ms, renew_deadline_ms, retry_period_ms;
-    unsigned threads;
-    size_t max_body_bytes;
-    int log_level;
 };
 
 /* Parse argv (and the EGPU_* environment) into *o. Returns -1 to run, 0 when
