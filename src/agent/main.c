@@ -65,9 +65,9 @@ static const char usage[] =
     "plugin for elasticgpu.io/gpu-core (100 device IDs per card).\n"
     "\n"
     "  --node-name NAME            this node (NODE_NAME; required with the API server)\n"
-    "  --kubeconfig FILE           kubeconfig (KUBECONFIG; default ~/.kube/config, else\n"
-    "                              the in-cluster service account)\n"
-    "  --context NAME              kubeconfig context (default: current-context)\n"
+    "  --kubeconfig FILE           kubeconfig (EGPU_KUBECONFIG; default $KUBECONFIG, else\n"
+    "                              ~/.kube/config, else the in-cluster service account)\n"
+    "  --context NAME              kubeconfig context (EGPU_CONTEXT; default: current-context)\n"
     "  --no-api                    no API server: no GPU objects, no pod lookups\n"
     "  --fake-gpus SPEC            fake cards, e.g. 2xA100-80GB (EGPU_FAKE_GPUS)\n"
     "  --fake-health-file FILE     fake cards only: lines \"<index> healthy\" or\n"
@@ -101,6 +101,7 @@ static const char usage[] =
     "  --request-timeout S         close one whose request has not all come S seconds\n"
     "                              after its first byte (EGPU_REQUEST_TIMEOUT; default 10)\n"
     "  --log-level L               error, warn, info, debug (EGPU_LOG_LEVEL; default info)\n"
+    "  --v N                       klog verbosity 0..10: 4 and above is debug (EGPU_V)\n"
     "  -h, --help                  show this help\n"
     "  --version                   show the version\n";
 
@@ -108,8 +109,6 @@ static const char usage[] =
 
 enum {
     O_NODE = 256,
-    O_KUBECONFIG,
-    O_CONTEXT,
     O_NO_API,
     O_FAKE,
     O_FAKE_HEALTH,
@@ -120,20 +119,12 @@ enum {
     O_CLEANUP,
     O_INTERPOSER,
     O_STRATEGY,
-    O_LISTEN,
-    O_PORT,
-    O_MAX_CONN,
-    O_MAX_PER_CLIENT,
-    O_IDLE_TIMEOUT,
-    O_REQUEST_TIMEOUT,
-    O_LOG,
-    O_VERSION,
 };
 
 struct options {
+    struct egpu_cli_server srv; /* the flags every server shares (egpu/cli.h): --listen and
+                                   --port are /healthz, /readyz and /metrics */
     const char *node;
-    const char *kubeconfig;
-    const char *context;
     bool no_api;
     const char *fake;
     const char *fake_health;
@@ -144,12 +135,10 @@ struct options {
     unsigned cleanup_s;
     const char *interposer;
     enum egpu_plugin_strategy strategy;
-    const char *listen;
-    unsigned port;
-    unsigned max_connections, max_per_client, idle_timeout_s, request_timeout_s; /* 0 = default */
-    int log_level;
 };
 
+/* Apply one of the agent's own settings (from a flag or a variable named by
+ * who); the common ones are egpu_cli_parse_server's. */
 static int apply(void *ctx, int opt, const char *v, const char *who)
 {
     struct options *o = ctx;
@@ -158,12 +147,6 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
     switch (opt) {
     case O_NODE:
         o->node = v;
-        return 0;
-    case O_KUBECONFIG:
-        o->kubeconfig = v;
-        return 0;
-    case O_CONTEXT:
-        o->context = v;
         return 0;
     case O_NO_API:
         o->no_api = true;
@@ -204,26 +187,6 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
         else
             return bad("%s \"%s\": expected envvar, cdi or device-nodes", who, v);
         return 0;
-    case O_LISTEN:
-        o->listen = v;
-        return 0;
-    case O_PORT:
-        if (egpu_cli_parse_u64(v, 0, 65535, &u))
-            return bad("%s \"%s\": expected a port in 0..65535 (0 = any free port)", who, v);
-        o->port = (unsigned)u;
-        return 0;
-    case O_MAX_CONN:
-        return egpu_cli_http_limit("egpu-agent", who, v, false, &o->max_connections);
-    case O_MAX_PER_CLIENT:
-        return egpu_cli_http_limit("egpu-agent", who, v, false, &o->max_per_client);
-    case O_IDLE_TIMEOUT:
-        return egpu_cli_http_limit("egpu-agent", who, v, true, &o->idle_timeout_s);
-    case O_REQUEST_TIMEOUT:
-        return egpu_cli_http_limit("egpu-agent", who, v, true, &o->request_timeout_s);
-    case O_LOG:
-        if (egpu_log_parse_level(v, &o->log_level))
-            return bad("%s \"%s\": expected error, warn, info or debug", who, v);
-        return 0;
     default:
         return bad("unknown setting");
     }
@@ -235,8 +198,6 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     static const struct option longopts[] = {
         {"node-name", required_argument, NULL, O_NODE},
-        {"kubeconfig", required_argument, NULL, O_KUBECONFIG},
-        {"context", required_argument, NULL, O_CONTEXT},
         {"no-api", no_argument, NULL, O_NO_API},
         {"fake-gpus", required_argument, NULL, O_FAKE},
         {"fake-health-file", required_argument, NULL, O_FAKE_HEALTH},
@@ -247,20 +208,10 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"cleanup-interval", required_argument, NULL, O_CLEANUP},
         {"interposer", required_argument, NULL, O_INTERPOSER},
         {"device-list-strategy", required_argument, NULL, O_STRATEGY},
-        {"listen", required_argument, NULL, O_LISTEN},
-        {"port", required_argument, NULL, O_PORT},
-        {"max-connections", required_argument, NULL, O_MAX_CONN},
-        {"max-per-client", required_argument, NULL, O_MAX_PER_CLIENT},
-        {"idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT},
-        {"request-timeout", required_argument, NULL, O_REQUEST_TIMEOUT},
-        {"log-level", required_argument, NULL, O_LOG},
-        {"version", no_argument, NULL, O_VERSION},
-        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     static const struct egpu_cli_env env[] = {
         {"NODE_NAME", O_NODE},
-        {"KUBECONFIG", O_KUBECONFIG},
         {EGPU_FAKE_GPUS_ENV, O_FAKE},
         {"EGPU_FAKE_HEALTH_FILE", O_FAKE_HEALTH},
         {"EGPU_NVML_LIBRARY", O_NVML},
@@ -270,26 +221,27 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"EGPU_CLEANUP_INTERVAL", O_CLEANUP},
         {"EGPU_INTERPOSER", O_INTERPOSER},
         {"EGPU_DEVICE_LIST_STRATEGY", O_STRATEGY},
-        {"EGPU_LISTEN", O_LISTEN},
-        {"EGPU_PORT", O_PORT},
-        {"EGPU_MAX_CONNECTIONS", O_MAX_CONN},
-        {"EGPU_MAX_PER_CLIENT", O_MAX_PER_CLIENT},
-        {"EGPU_IDLE_TIMEOUT", O_IDLE_TIMEOUT},
-        {"EGPU_REQUEST_TIMEOUT", O_REQUEST_TIMEOUT},
-        {"EGPU_LOG_LEVEL", O_LOG},
     };
+    struct egpu_cli_spec spec = {.prog = "egpu-agent",
+                                 .version = "0.1.0",
+                                 .usage = usage,
+                                 .groups = EGPU_CLI_LISTEN | EGPU_CLI_LIMITS | EGPU_CLI_KUBE |
+                                           EGPU_CLI_LOG,
+                                 .longopts = longopts,
+                                 .env = env,
+                                 .nenv = sizeof(env) / sizeof(env[0]),
+                                 .apply = apply,
+                                 .ctx = o};
     int rc;
 
     *o = (struct options){.dp_dir = "/var/lib/kubelet/device-plugins",
                           .pr_socket = "/var/lib/kubelet/pod-resources/kubelet.sock",
                           .alloc_root = "/var/lib/elastic-gpu/alloc",
                           .cleanup_s = 60,
-                          .interposer = EGPU_PLUGIN_INTERPOSER,
-                          .listen = "0.0.0.0",
-                          .port = 9400,
-                          .log_level = EGPU_LOG_INFO};
-    rc = egpu_cli_parse(argc, argv, longopts, O_VERSION, env, sizeof(env) / sizeof(env[0]),
-                        "egpu-agent", "0.1.0", usage, apply, o);
+                          .interposer = EGPU_PLUGIN_INTERPOSER};
+    egpu_cli_server_defaults(&o->srv);
+    o->srv.port = 9400;
+    rc = egpu_cli_parse_server(argc, argv, &spec, &o->srv);
     if (rc != -1)
         return rc;
     if (!o->no_api && (o->node == NULL || o->node[0] == '\0'))
@@ -613,12 +565,12 @@ static void *health_main(void *data)
 static int start(struct app *a, struct egpu_error *err)
 {
     struct egpu_gpus_config gc = {.fake = a->o.fake, .nvml_library = a->o.nvml, .node = a->node};
-    struct egpu_http_config hc = {.bind_addr = a->o.listen,
-                                  .port = (uint16_t)a->o.port,
-                                  .timeout_s = a->o.idle_timeout_s,
-                                  .request_timeout_s = a->o.request_timeout_s,
-                                  .max_connections = a->o.max_connections,
-                                  .max_per_client = a->o.max_per_client};
+    struct egpu_http_config hc = {.bind_addr = a->o.srv.listen,
+                                  .port = (uint16_t)a->o.srv.port,
+                                  .timeout_s = a->o.srv.idle_timeout_s,
+                                  .request_timeout_s = a->o.srv.request_timeout_s,
+                                  .max_connections = a->o.srv.max_connections,
+                                  .max_per_client = a->o.srv.max_per_client};
     struct egpu_plugin_config pc;
     int rc;
 
@@ -626,7 +578,7 @@ static int start(struct app *a, struct egpu_error *err)
     if (rc)
         return rc;
     if (!a->o.no_api) {
-        rc = egpu_kube_config_load(a->o.kubeconfig, a->o.context, &a->kcfg, err);
+        rc = egpu_kube_config_load(a->o.srv.kubeconfig, a->o.srv.context, &a->kcfg, err);
         if (!rc)
             rc = egpu_kube_new(a->kcfg, &a->kube, err);
         if (rc)
@@ -652,7 +604,7 @@ static int start(struct app *a, struct egpu_error *err)
         rc = egpu_http_server_start(a->srv, err);
     if (rc)
         return rc;
-    egpu_log(EGPU_LOG_INFO, "serving addr=%s port=%u node=%s backend=%s api=%s", a->o.listen,
+    egpu_log(EGPU_LOG_INFO, "serving addr=%s port=%u node=%s backend=%s api=%s", a->o.srv.listen,
              egpu_http_server_port(a->srv), a->node,
              egpu_gpus_kind(a->gpus) == EGPU_GPUS_FAKE ? "fake" : "nvml",
              a->kube != NULL ? "true" : "false");
@@ -771,7 +723,7 @@ int main(int argc, char **argv)
 
     if (status >= 0)
         return status;
-    egpu_log_level = a.o.log_level;
+    egpu_log_level = a.o.srv.log_level;
     egpu_log_set_component("egpu-agent");
     if (a.o.node != NULL && a.o.node[0] != '\0')
         snprintf(a.node, sizeof(a.node), "%s", a.o.node);
