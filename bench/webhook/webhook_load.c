@@ -61,13 +61,14 @@
 enum paths { PATH_ALTERNATE, PATH_MUTATE, PATH_VALIDATE };
 
 struct options {
-    const char *url;    /* base, e.g. https://127.0.0.1:9443 */
-    const char *cacert; /* PEM CA bundle; NULL = the system's */
-    unsigned clients;   /* concurrent kept-alive connections */
-    double rate;        /* open loop: requests/s */
-    double duration_s;  /* measured seconds */
-    double warmup_s;    /* unmeasured seconds before */
-    double timeout_s;   /* per request */
+    const char *url;     /* base, e.g. https://127.0.0.1:9443 */
+    const char *cacert;  /* PEM CA bundle; NULL = the system's */
+    const char *samples; /* file for one line per measured request; NULL = none */
+    unsigned clients;    /* concurrent kept-alive connections */
+    double rate;         /* open loop: requests/s */
+    double duration_s;   /* measured seconds */
+    double warmup_s;     /* unmeasured seconds before */
+    double timeout_s;    /* per request */
     enum paths paths;
     bool closed;     /* closed loop: max throughput */
     long server_pid; /* > 0: report this process's CPU time and run-queue wait */
@@ -126,6 +127,7 @@ struct run {
     unsigned long allowed, denied, patched;
     long connects_warm, connects_run;
     double t_meas, t_end, t_last; /* measurement start, end of sending, last completion */
+    struct samples at;            /* scheduled send, us after measuring began */
     struct samples lat;           /* from scheduled send */
     struct samples svc;           /* from actual send */
     struct samples wait;          /* scheduled send to actual send */
@@ -411,8 +413,8 @@ static void finish(struct run *r, struct client *c, CURLcode res)
         r->connects_run += connects;
         r->sent++;
         check(r, c, res);
-        if (push(&r->lat, t - c->sched) != 0 || push(&r->svc, t - c->sent) != 0 ||
-            push(&r->wait, c->sent - c->sched) != 0) {
+        if (push(&r->at, c->sched - r->t_meas) != 0 || push(&r->lat, t - c->sched) != 0 ||
+            push(&r->svc, t - c->sent) != 0 || push(&r->wait, c->sent - c->sched) != 0) {
             fprintf(stderr, "webhook_load: out of memory for samples\n");
             exit(1);
         }
@@ -451,20 +453,23 @@ static void act(struct run *r, struct client *c, curl_socket_t s, int flags)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: webhook_load --url https://HOST:PORT [options]\n"
-               "  --url URL          the webhook's base URL (POST URL/mutate, URL/validate)\n"
-               "  --cacert FILE      PEM CA that signed the server's certificate\n"
-               "  --connections N    concurrent kept-alive clients (default 500)\n"
-               "  --rate R           open loop: requests per second (default 2000)\n"
-               "  --duration S       measured seconds (default 10)\n"
-               "  --warmup S         unmeasured seconds first (default 2; the open loop's\n"
-               "                     warm-up also lasts until every client has connected)\n"
-               "  --path P           mutate, validate or alternate (default alternate)\n"
-               "  --closed           closed loop: each client sends again as soon as its reply\n"
-               "                     is in (the server's most requests/s); --rate is ignored\n"
-               "  --timeout S        per request (default 10)\n"
-               "  --server-pid PID   also report that process's CPU time per request and how\n"
-               "                     long its threads waited for a CPU (Linux schedstat)\n");
+    fprintf(f,
+            "usage: webhook_load --url https://HOST:PORT [options]\n"
+            "  --url URL          the webhook's base URL (POST URL/mutate, URL/validate)\n"
+            "  --cacert FILE      PEM CA that signed the server's certificate\n"
+            "  --connections N    concurrent kept-alive clients (default 500)\n"
+            "  --rate R           open loop: requests per second (default 2000)\n"
+            "  --duration S       measured seconds (default 10)\n"
+            "  --warmup S         unmeasured seconds first (default 2; the open loop's\n"
+            "                     warm-up also lasts until every client has connected)\n"
+            "  --path P           mutate, validate or alternate (default alternate)\n"
+            "  --closed           closed loop: each client sends again as soon as its reply\n"
+            "                     is in (the server's most requests/s); --rate is ignored\n"
+            "  --timeout S        per request (default 10)\n"
+            "  --server-pid PID   also report that process's CPU time per request and how\n"
+            "                     long its threads waited for a CPU (Linux schedstat)\n"
+            "  --samples FILE     write one line per measured request: its due time (us after\n"
+            "                     measuring began) and its latency from then and from its send\n");
 }
 
 static int parse_num(const char *flag, const char *v, double lo, double hi, double *out)
@@ -484,13 +489,19 @@ static int parse_num(const char *flag, const char *v, double lo, double hi, doub
 
 static int parse(int argc, char **argv, struct options *o)
 {
-    static const struct option lo[] = {
-        {"url", required_argument, NULL, 'u'},         {"cacert", required_argument, NULL, 'a'},
-        {"connections", required_argument, NULL, 'c'}, {"rate", required_argument, NULL, 'r'},
-        {"duration", required_argument, NULL, 'd'},    {"warmup", required_argument, NULL, 'w'},
-        {"path", required_argument, NULL, 'p'},        {"closed", no_argument, NULL, 'C'},
-        {"timeout", required_argument, NULL, 't'},     {"help", no_argument, NULL, 'h'},
-        {"server-pid", required_argument, NULL, 'P'},  {NULL, 0, NULL, 0}};
+    static const struct option lo[] = {{"url", required_argument, NULL, 'u'},
+                                       {"cacert", required_argument, NULL, 'a'},
+                                       {"connections", required_argument, NULL, 'c'},
+                                       {"rate", required_argument, NULL, 'r'},
+                                       {"duration", required_argument, NULL, 'd'},
+                                       {"warmup", required_argument, NULL, 'w'},
+                                       {"path", required_argument, NULL, 'p'},
+                                       {"closed", no_argument, NULL, 'C'},
+                                       {"timeout", required_argument, NULL, 't'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {"server-pid", required_argument, NULL, 'P'},
+                                       {"samples", required_argument, NULL, 'S'},
+                                       {NULL, 0, NULL, 0}};
     double d;
     int opt;
 
@@ -501,6 +512,9 @@ static int parse(int argc, char **argv, struct options *o)
             break;
         case 'a':
             o->cacert = optarg;
+            break;
+        case 'S':
+            o->samples = optarg;
             break;
         case 'c':
             if (parse_num("--connections", optarg, 1, 10000, &d) != 0)
@@ -748,6 +762,21 @@ static void loop(struct run *r)
     }
 }
 
+/* One line per measured request, in completion order: due time (us after
+ * measuring began), latency from it and from the send, us. Before report(),
+ * which sorts the samples. Returns 0 or -1 with errno. */
+static int write_samples(const struct run *r, const char *path)
+{
+    FILE *f = fopen(path, "w");
+
+    if (f == NULL)
+        return -1;
+    fprintf(f, "# due_us latency_us service_us\n");
+    for (size_t i = 0; i < r->lat.n; i++)
+        fprintf(f, "%.0f %.0f %.0f\n", r->at.v[i], r->lat.v[i], r->svc.v[i]);
+    return fclose(f);
+}
+
 static void report(struct run *r, double cpu_end)
 {
     const struct options *o = r->o;
@@ -764,11 +793,11 @@ static void report(struct run *r, double cpu_end)
            r->body_len);
     if (o->closed)
         printf("%s, %s, %u connections, closed loop (each client sends again on its reply), "
-               "%.0f s warm-up, %.0f s measured\n",
+               "%g s warm-up, %g s measured\n",
                o->url, path_name[o->paths], o->clients, o->warmup_s, o->duration_s);
     else
-        printf("%s, %s, %u connections, open loop at %.0f requests/s, %.0f s warm-up, "
-               "%.0f s measured\n",
+        printf("%s, %s, %u connections, open loop at %.0f requests/s, %g s warm-up, "
+               "%g s measured\n",
                o->url, path_name[o->paths], o->clients, o->rate, o->warmup_s, o->duration_s);
     printf("requests: %lu sent, %lu ok, %lu errors (%lu transport, %lu HTTP status, %lu bad reply, "
            "%lu uid mismatch)\n",
@@ -903,6 +932,8 @@ int main(int argc, char **argv)
     }
     r.idle_n = o.clients;
     loop(&r);
+    if (o.samples != NULL && write_samples(&r, o.samples) != 0)
+        perror(o.samples);
     report(&r, cpu_s());
     status = r.ok == r.sent && r.sent > 0 ? 0 : 1;
 out:
@@ -927,6 +958,7 @@ out:
     free(r.idle);
     free(r.url_mutate);
     free(r.url_validate);
+    free(r.at.v);
     free(r.lat.v);
     free(r.svc.v);
     free(r.wait.v);
