@@ -81,6 +81,7 @@ enum egpu_cli_group {
                                   EGPU_CONTEXT; $KUBECONFIG is egpu_kube_config_load's) */
     EGPU_CLI_WATCH = 1u << 6,  /* --watch-unhealthy-seconds S (1..3600) */
     EGPU_CLI_LOG = 1u << 7,    /* --log-level L, --v N (EGPU_LOG_LEVEL, EGPU_V) */
+    EGPU_CLI_ALL = 0xffu,      /* all of them: a server with its own routes beside the probes */
 };
 
 /* The common settings, as struct egpu_http_config and the probes use them.
@@ -101,20 +102,29 @@ struct egpu_cli_server {
     int log_level;           /* EGPU_LOG_* */
 };
 
+/* The version every binary prints for --version. */
+#define EGPU_VERSION "0.1.0"
+
+/* One of a server's own flags and the variable that sets the same thing. */
+struct egpu_cli_flag {
+    const char *name; /* "scheduler-name" for --scheduler-name */
+    int has_arg;      /* getopt_long's required_argument or no_argument */
+    int opt;          /* the value apply gets: 256..4095 (the common ones use 4096 and up) */
+    const char *var;  /* "EGPU_SCHEDULER_NAME", or NULL when there is none */
+};
+
 /* One server binary's command line: the common groups it takes and its own
- * flags. Its own flags' getopt_long values must lie in 256..4095 (the
- * common ones use 4096 and up); -h/--help and --version are added. */
+ * flags; -h/--help and --version are added. */
 struct egpu_cli_spec {
-    const char *prog;               /* "egpu-scheduler": messages start with it */
-    const char *version;            /* printed by --version as "<prog> <version>" */
-    const char *usage;              /* printed by --help, whole */
-    unsigned groups;                /* enum egpu_cli_group bits */
-    const char *tls_required;       /* with EGPU_CLI_TLS: NULL = optional, else both files are
-                                       required and this says why, e.g. "the API server calls
-                                       webhooks over HTTPS only" */
-    const struct option *longopts;  /* own flags, ending with a zero entry; NULL = none */
-    const struct egpu_cli_env *env; /* own variables (applied after the common ones) */
-    size_t nenv;
+    const char *prog;                  /* "egpu-scheduler": messages start with it */
+    const char *usage;                 /* printed by --help, whole */
+    unsigned groups;                   /* enum egpu_cli_group bits */
+    const char *tls_required;          /* with EGPU_CLI_TLS: NULL = optional, else both files are
+                                          required and this says why, e.g. "the API server calls
+                                          webhooks over HTTPS only" */
+    const struct egpu_cli_flag *flags; /* own flags (their variables are applied after the
+                                          common ones) */
+    size_t nflags;
     egpu_cli_apply_cb apply; /* applies an own flag or variable; NULL when none */
     void *ctx;               /* apply's */
 };
@@ -133,7 +143,7 @@ void egpu_cli_server_defaults(struct egpu_cli_server *s);
  * EGPU_CLI_TLS "--tls-cert and --tls-key go together" (or, with
  * tls_required, "are required (<why>)"), then with EGPU_CLI_HEALTH that
  * --port and --health-port differ unless --port is 0. Returns -1 to run, 0
- * after --help or --version, or 2 after bad usage (one line on stderr
+ * after --help or --version ("<prog> EGPU_VERSION"), or 2 after bad usage (one line on stderr
  * naming the flag or variable and the allowed values). */
 int egpu_cli_parse_server(int argc, char **argv, const struct egpu_cli_spec *spec,
                           struct egpu_cli_server *s);

@@ -460,6 +460,15 @@ void egpu_kube_informer_stats(struct egpu_kube_informer *inf, struct egpu_kube_i
  * not ready instead of serving from a cache that no longer follows the API. */
 long egpu_kube_informer_unhealthy_ms(struct egpu_kube_informer *inf);
 
+/* The watch half of a component's /readyz over its n informers: false when
+ * informer i has been unhealthy (egpu_kube_informer_unhealthy_ms) for longer
+ * than max_ms (--watch-unhealthy-seconds), with "the list and watch of
+ * <kinds[i]> objects has failed for <s> s" in why (a C string of at most len
+ * bytes); else true, why untouched. kinds[i] names informer i's kind
+ * ("GPU"). Thread-safe, as egpu_kube_informer_unhealthy_ms. */
+bool egpu_kube_informers_healthy(struct egpu_kube_informer *const *inf, const char *const *kinds,
+                                 size_t n, long max_ms, char *why, size_t len);
+
 /* Stop the thread and wait for it; no callback runs after this returns. The
  * cache keeps its contents. No-op when not running. */
 void egpu_kube_informer_stop(struct egpu_kube_informer *inf);

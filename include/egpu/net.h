@@ -1,7 +1,7 @@
 /* egpu/net.h - the HTTP(S) server, the Prometheus metrics registry and the
  * health endpoints every long-running Elastic GPU component serves.
  *
- * Three parts, one per source file in src/net:
+ * Four parts, one per source file in src/net:
  *   - http.c: an HTTP/1.1 server over libmicrohttpd. The caller registers a
  *     handler per (method, exact path) before starting it; the server
  *     collects the whole request body into a bounded buffer, calls the
@@ -12,6 +12,8 @@
  *     exposition format 0.0.4.
  *   - health.c: /healthz, /readyz and /metrics on a server, and request
  *     metrics for that server.
+ *   - service.c: a component's servers made from the common flags, its
+ *     health endpoints, signals and teardown order.
  *
  * Threads: handlers and readiness callbacks run on the server's pool
  * threads, several at once; whatever they share must be thread-safe. The
@@ -384,6 +386,84 @@ int egpu_health_add_server(struct egpu_health *h, struct egpu_http_server *srv,
 
 /* Free h. NULL is a no-op. */
 void egpu_health_free(struct egpu_health *h);
+
+/* ------------------------------------------------------------------------ */
+/* Service (src/net/service.c): a long-running component's servers, health  */
+/* endpoints, signals and teardown order                                    */
+
+struct egpu_cli_server; /* egpu/cli.h: the flags every server shares */
+
+/* What egpu_service_new makes. */
+struct egpu_service {
+    struct egpu_http_server *srv;   /* the component's own routes on --listen:--port; NULL
+                                       without own_server */
+    struct egpu_http_server *hsrv;  /* /healthz, /readyz, /metrics */
+    struct egpu_health *health;     /* on hsrv, counting both servers' requests */
+    struct egpu_health *own_health; /* /healthz and /readyz on srv too (health_on_own) */
+};
+
+struct egpu_service_config {
+    const struct egpu_cli_server *opts; /* borrowed; must outlive the service */
+    bool own_server;          /* true: srv on opts->listen:port (opts' threads, max body, TLS;
+                                 one address may hold all --max-connections) and hsrv on
+                                 opts->health_listen:health_port; false: only hsrv, on
+                                 opts->listen:port */
+    bool health_on_own;       /* with own_server: /healthz and /readyz on srv too (a webhook's
+                                 probes over HTTPS) */
+    struct egpu_metrics *reg; /* rendered on /metrics; borrowed */
+    egpu_ready_cb ready;      /* /readyz (see egpu_health_new); NULL = always ready */
+    void *data;               /* ready's */
+};
+
+/* Make the stopped servers of cfg with the health endpoints wired to
+ * cfg->ready; the caller then routes its own paths on svc->srv and calls
+ * egpu_service_start. Writes *svc (caller-owned storage) in any case: on
+ * error, egpu_service_free(svc) frees what was made. Returns 0 or the
+ * error of egpu_http_server_new, egpu_health_new or egpu_health_add_server. */
+int egpu_service_new(const struct egpu_service_config *cfg, struct egpu_service *svc,
+                     struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Start srv (if any), then hsrv. Returns 0 or egpu_http_server_start's error. */
+int egpu_service_start(struct egpu_service *svc, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Stop both servers: when it returns, no handler and no readiness callback
+ * runs any more, so what they read may be stopped and freed. Safe on a
+ * service egpu_service_new failed to make whole. */
+void egpu_service_stop(struct egpu_service *svc);
+
+/* Free the health endpoints and the servers (after egpu_service_stop) and
+ * zero *svc. */
+void egpu_service_free(struct egpu_service *svc);
+
+/* A component's process, from its parsed options to its exit status. */
+struct egpu_service_main {
+    const char *prog; /* "egpu-scheduler": the log component and the error prefix */
+    int log_level;    /* EGPU_LOG_* */
+    /* Build and start everything; 0, or an error with err set (then the
+     * process prints "<prog>: <message>", calls finish and exits 1). */
+    int (*start)(void *app, struct egpu_error *err);
+    /* Either run, which returns once egpu_service_stopping() is true, */
+    void (*run)(void *app);
+    /* or, when run is NULL, tick, called every tick_ms until then. */
+    void (*tick)(void *app);
+    long tick_ms;
+    /* Tear down whatever start made (also after a failed start). */
+    void (*finish)(void *app);
+};
+
+/* Set the log level and component, stop on SIGTERM and SIGINT (ignore
+ * SIGPIPE: a peer gone mid-reply fails that write only), start, run or
+ * tick until a signal, log "stopping", finish. Returns the exit status: 0,
+ * or 1 when start failed. */
+int egpu_service_main(const struct egpu_service_main *m, void *app);
+
+/* True once SIGTERM or SIGINT came (or egpu_service_request_stop ran).
+ * Async-signal-safe; any thread. */
+bool egpu_service_stopping(void);
+
+/* What SIGTERM does: egpu_service_stopping() turns true (for a component's
+ * own threads, at teardown). */
+void egpu_service_request_stop(void);
 
 #ifdef __cplusplus
 }

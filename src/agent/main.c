@@ -20,7 +20,8 @@
  * the metrics, the allocation gauges from the plugin's record of what
  * PreStartContainer wrote (never from a file a container can write, so
  * nothing in the loop opens a path a container can reach). SIGTERM or
- * SIGINT stops both and exits 0.
+ * SIGINT stops both and exits 0 (the server, the probes, the signals and
+ * the teardown order are src/net/service.c's, as in every component).
  *
  * Restart: nothing the agent needs lives only in its memory. The kubelet
  * tracks which IDs it gave; the allocation dirs (named by the IDs) and
@@ -37,7 +38,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,40 +196,25 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
  * exit status (0 after --help or --version, 2 on bad usage). */
 static int parse_options(int argc, char **argv, struct options *o)
 {
-    static const struct option longopts[] = {
-        {"node-name", required_argument, NULL, O_NODE},
-        {"no-api", no_argument, NULL, O_NO_API},
-        {"fake-gpus", required_argument, NULL, O_FAKE},
-        {"fake-health-file", required_argument, NULL, O_FAKE_HEALTH},
-        {"nvml-library", required_argument, NULL, O_NVML},
-        {"device-plugin-dir", required_argument, NULL, O_DP_DIR},
-        {"pod-resources-socket", required_argument, NULL, O_PR_SOCKET},
-        {"alloc-root", required_argument, NULL, O_ALLOC_ROOT},
-        {"cleanup-interval", required_argument, NULL, O_CLEANUP},
-        {"interposer", required_argument, NULL, O_INTERPOSER},
-        {"device-list-strategy", required_argument, NULL, O_STRATEGY},
-        {NULL, 0, NULL, 0},
-    };
-    static const struct egpu_cli_env env[] = {
-        {"NODE_NAME", O_NODE},
-        {EGPU_FAKE_GPUS_ENV, O_FAKE},
-        {"EGPU_FAKE_HEALTH_FILE", O_FAKE_HEALTH},
-        {"EGPU_NVML_LIBRARY", O_NVML},
-        {"EGPU_DEVICE_PLUGIN_DIR", O_DP_DIR},
-        {"EGPU_POD_RESOURCES_SOCKET", O_PR_SOCKET},
-        {"EGPU_ALLOC_ROOT", O_ALLOC_ROOT},
-        {"EGPU_CLEANUP_INTERVAL", O_CLEANUP},
-        {"EGPU_INTERPOSER", O_INTERPOSER},
-        {"EGPU_DEVICE_LIST_STRATEGY", O_STRATEGY},
+    static const struct egpu_cli_flag flags[] = {
+        {"node-name", required_argument, O_NODE, "NODE_NAME"},
+        {"no-api", no_argument, O_NO_API, NULL},
+        {"fake-gpus", required_argument, O_FAKE, EGPU_FAKE_GPUS_ENV},
+        {"fake-health-file", required_argument, O_FAKE_HEALTH, "EGPU_FAKE_HEALTH_FILE"},
+        {"nvml-library", required_argument, O_NVML, "EGPU_NVML_LIBRARY"},
+        {"device-plugin-dir", required_argument, O_DP_DIR, "EGPU_DEVICE_PLUGIN_DIR"},
+        {"pod-resources-socket", required_argument, O_PR_SOCKET, "EGPU_POD_RESOURCES_SOCKET"},
+        {"alloc-root", required_argument, O_ALLOC_ROOT, "EGPU_ALLOC_ROOT"},
+        {"cleanup-interval", required_argument, O_CLEANUP, "EGPU_CLEANUP_INTERVAL"},
+        {"interposer", required_argument, O_INTERPOSER, "EGPU_INTERPOSER"},
+        {"device-list-strategy", required_argument, O_STRATEGY, "EGPU_DEVICE_LIST_STRATEGY"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-agent",
-                                 .version = "0.1.0",
                                  .usage = usage,
                                  .groups = EGPU_CLI_LISTEN | EGPU_CLI_LIMITS | EGPU_CLI_KUBE |
                                            EGPU_CLI_LOG,
-                                 .longopts = longopts,
-                                 .env = env,
-                                 .nenv = sizeof(env) / sizeof(env[0]),
+                                 .flags = flags,
+                                 .nflags = sizeof(flags) / sizeof(flags[0]),
                                  .apply = apply,
                                  .ctx = o};
     int rc;
@@ -251,14 +236,6 @@ static int parse_options(int argc, char **argv, struct options *o)
 
 /* ------------------------------------------------------------------------ */
 
-static atomic_bool stopping;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    atomic_store(&stopping, true);
-}
-
 /* One container's labels (namespace, pod, container). */
 struct ctr_key {
     char v[3][EGPU_K8S_NAME_MAX];
@@ -272,9 +249,8 @@ struct app {
     struct egpu_kube_config *kcfg;
     struct egpu_kube *kube;
     struct egpu_plugin *plugin;
-    struct egpu_http_server *srv;
+    struct egpu_service svc; /* /healthz, /readyz, /metrics on --listen:--port */
     struct egpu_metrics *reg;
-    struct egpu_health *health;
     struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_allocs, *m_alloc_errors,
         *m_prestarts, *m_registrations, *m_mismatches;
     struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_gpu_used, *m_ctr_core, *m_ctr_mem;
@@ -541,7 +517,7 @@ static void *health_main(void *data)
     struct timespec mtime = {0};
     off_t size = -1;
 
-    while (!atomic_load(&stopping)) {
+    while (!egpu_service_stopping()) {
         struct egpu_error err = {0};
         int n = egpu_gpus_wait(a->gpus, HEALTH_WAIT_MS, &err);
         bool changed = false;
@@ -562,15 +538,11 @@ static void *health_main(void *data)
     return NULL;
 }
 
-static int start(struct app *a, struct egpu_error *err)
+static int start(void *data, struct egpu_error *err)
 {
+    struct app *a = data;
     struct egpu_gpus_config gc = {.fake = a->o.fake, .nvml_library = a->o.nvml, .node = a->node};
-    struct egpu_http_config hc = {.bind_addr = a->o.srv.listen,
-                                  .port = (uint16_t)a->o.srv.port,
-                                  .timeout_s = a->o.srv.idle_timeout_s,
-                                  .request_timeout_s = a->o.srv.request_timeout_s,
-                                  .max_connections = a->o.srv.max_connections,
-                                  .max_per_client = a->o.srv.max_per_client};
+    struct egpu_service_config sc = {.opts = &a->o.srv, .ready = ready, .data = a};
     struct egpu_plugin_config pc;
     int rc;
 
@@ -596,16 +568,15 @@ static int start(struct app *a, struct egpu_error *err)
     rc = egpu__plugin_new(&pc, &a->plugin, err);
     if (!rc)
         rc = register_metrics(a, err);
+    sc.reg = a->reg;
     if (!rc)
-        rc = egpu_http_server_new(&hc, &a->srv, err);
+        rc = egpu_service_new(&sc, &a->svc, err);
     if (!rc)
-        rc = egpu_health_new(a->srv, a->reg, ready, a, &a->health, err);
-    if (!rc)
-        rc = egpu_http_server_start(a->srv, err);
+        rc = egpu_service_start(&a->svc, err);
     if (rc)
         return rc;
     egpu_log(EGPU_LOG_INFO, "serving addr=%s port=%u node=%s backend=%s api=%s", a->o.srv.listen,
-             egpu_http_server_port(a->srv), a->node,
+             egpu_http_server_port(a->svc.hsrv), a->node,
              egpu_gpus_kind(a->gpus) == EGPU_GPUS_FAKE ? "fake" : "nvml",
              a->kube != NULL ? "true" : "false");
     rc = egpu__plugin_serve(a->plugin, err);
@@ -619,8 +590,9 @@ static int start(struct app *a, struct egpu_error *err)
 }
 
 /* The main loop: watch the plugin dir, (re)serve and (re)register. */
-static void run(struct app *a)
+static void run(void *data)
 {
+    struct app *a = data;
     char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     char kubelet[PATH_MAX];
     int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -631,7 +603,7 @@ static void run(struct app *a)
     if (fd < 0 || inotify_add_watch(fd, a->o.dp_dir, IN_CREATE | IN_DELETE | IN_MOVED_TO) < 0)
         egpu_log(EGPU_LOG_WARN, "inotify on %s failed error=\"%s\": polling instead", a->o.dp_dir,
                  strerror(errno));
-    while (!atomic_load(&stopping)) {
+    while (!egpu_service_stopping()) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         struct egpu_error err = {0};
         struct stat st;
@@ -697,16 +669,15 @@ static void run(struct app *a)
         close(fd);
 }
 
-static void finish(struct app *a)
+static void finish(void *data)
 {
-    atomic_store(&stopping, true);
+    struct app *a = data;
+
     if (a->health_started)
-        pthread_join(a->health_thread, NULL);
-    if (a->srv != NULL)
-        egpu_http_server_stop(a->srv);
+        pthread_join(a->health_thread, NULL); /* it ends once egpu_service_stopping() */
+    egpu_service_stop(&a->svc);
     egpu__plugin_free(a->plugin);
-    egpu_health_free(a->health);
-    egpu_http_server_free(a->srv);
+    egpu_service_free(&a->svc);
     egpu_metrics_free(a->reg);
     egpu_free(a->ctrs);
     egpu_kube_free(a->kube);
@@ -717,30 +688,16 @@ static void finish(struct app *a)
 int main(int argc, char **argv)
 {
     static struct app a;
-    struct egpu_error err = {0};
-    struct sigaction sa;
+    struct egpu_service_main m = {
+        .prog = "egpu-agent", .start = start, .run = run, .finish = finish};
     int status = parse_options(argc, argv, &a.o);
 
     if (status >= 0)
         return status;
-    egpu_log_level = a.o.srv.log_level;
-    egpu_log_set_component("egpu-agent");
+    m.log_level = a.o.srv.log_level;
     if (a.o.node != NULL && a.o.node[0] != '\0')
         snprintf(a.node, sizeof(a.node), "%s", a.o.node);
     else if (gethostname(a.node, sizeof(a.node) - 1) != 0)
         snprintf(a.node, sizeof(a.node), "localhost");
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    if (start(&a, &err) != 0) {
-        fprintf(stderr, "egpu-agent: %s\n", err.msg[0] ? err.msg : egpu_strerror(err.code));
-        finish(&a);
-        return 1;
-    }
-    run(&a);
-    egpu_log(EGPU_LOG_INFO, "stopping");
-    finish(&a);
-    return 0;
+    return egpu_service_main(&m, &a);
 }

@@ -551,6 +551,21 @@ long egpu_kube_informer_unhealthy_ms(struct egpu_kube_informer *inf)
     return (long)(now - since) + 1;
 }
 
+bool egpu_kube_informers_healthy(struct egpu_kube_informer *const *inf, const char *const *kinds,
+                                 size_t n, long max_ms, char *why, size_t len)
+{
+    for (size_t i = 0; i < n; i++) {
+        long ms = egpu_kube_informer_unhealthy_ms(inf[i]);
+
+        if (ms > max_ms) {
+            snprintf(why, len, "the list and watch of %s objects has failed for %ld s", kinds[i],
+                     ms / 1000);
+            return false;
+        }
+    }
+    return true;
+}
+
 void egpu_kube_informer_stop(struct egpu_kube_informer *inf)
 {
     if (inf != NULL)

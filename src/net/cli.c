@@ -177,8 +177,7 @@ static const struct common_flag {
 };
 
 #define NCOMMON   (sizeof(common_flags) / sizeof(common_flags[0]))
-#define NOPTS_MAX 64 /* own flags of one binary at most, plus the common ones */
-#define NENV_MAX  64 /* own variables of one binary at most, plus the common ones */
+#define NOPTS_MAX 64 /* own flags of one binary at most */
 
 void egpu_cli_server_defaults(struct egpu_cli_server *s)
 {
@@ -279,7 +278,7 @@ int egpu_cli_parse_server(int argc, char **argv, const struct egpu_cli_spec *spe
                           struct egpu_cli_server *s)
 {
     struct option opts[NOPTS_MAX + NCOMMON + 3];
-    struct egpu_cli_env env[NENV_MAX + NCOMMON];
+    struct egpu_cli_env env[NOPTS_MAX + NCOMMON];
     struct server_ctx ctx = {spec, s};
     size_t nopt = 0, nenv = 0;
     int rc;
@@ -291,20 +290,19 @@ int egpu_cli_parse_server(int argc, char **argv, const struct egpu_cli_spec *spe
             (struct option){common_flags[i].name, required_argument, NULL, common_flags[i].opt};
         env[nenv++] = (struct egpu_cli_env){common_flags[i].var, common_flags[i].opt};
     }
-    for (const struct option *o = spec->longopts; o != NULL && o->name != NULL; o++) {
-        if (nopt >= NOPTS_MAX + NCOMMON || o->val < 256 || o->val >= O_LISTEN)
-            return egpu_cli_usage_error(spec->prog, "flag table: --%s", o->name);
-        opts[nopt++] = *o;
-    }
-    for (size_t i = 0; i < spec->nenv; i++) {
-        if (nenv >= NENV_MAX + NCOMMON)
-            return egpu_cli_usage_error(spec->prog, "variable table: %s", spec->env[i].var);
-        env[nenv++] = spec->env[i];
+    for (size_t i = 0; i < spec->nflags; i++) {
+        const struct egpu_cli_flag *f = &spec->flags[i];
+
+        if (nopt >= NOPTS_MAX + NCOMMON || f->opt < 256 || f->opt >= O_LISTEN)
+            return egpu_cli_usage_error(spec->prog, "flag table: --%s", f->name);
+        opts[nopt++] = (struct option){f->name, f->has_arg, NULL, f->opt};
+        if (f->var != NULL)
+            env[nenv++] = (struct egpu_cli_env){f->var, f->opt};
     }
     opts[nopt++] = (struct option){"help", no_argument, NULL, 'h'};
     opts[nopt++] = (struct option){"version", no_argument, NULL, O_VERSION};
     opts[nopt] = (struct option){NULL, 0, NULL, 0};
-    rc = egpu_cli_parse(argc, argv, opts, O_VERSION, env, nenv, spec->prog, spec->version,
+    rc = egpu_cli_parse(argc, argv, opts, O_VERSION, env, nenv, spec->prog, EGPU_VERSION,
                         spec->usage, apply_server, &ctx);
     if (rc != -1)
         return rc;

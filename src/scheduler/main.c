@@ -6,15 +6,15 @@
  * server's threads, informer callbacks on the informers' threads, and the
  * Lease on the elector's; the cache's lock orders them. SIGTERM or SIGINT
  * stops it: the Lease is released (so another replica takes over in about a
- * second), the server stops, the informers stop, and it exits 0.
+ * second), the servers stop, the informers stop, and it exits 0. The
+ * servers, the probes, the signals and that order are src/net/service.c's,
+ * as in every component.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "egpu/kube.h"
@@ -22,14 +22,6 @@
 #include "egpu/net.h"
 #include "egpu/scheduler.h"
 #include "sched_int.h"
-
-static atomic_bool stopping;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    atomic_store(&stopping, true);
-}
 
 struct app {
     struct egpu_sched_options o;
@@ -39,12 +31,10 @@ struct app {
     struct egpu_sched_api api;
     struct egpu_extender *x;
     struct egpu_kube_elector *el;
-    struct egpu_http_server *srv;  /* the extender verbs (--listen, --port) */
-    struct egpu_http_server *hsrv; /* /healthz, /readyz, /metrics (--health-*) */
-    struct egpu__follower follow;  /* with --follow-lease */
+    struct egpu_service svc;      /* the verbs (--listen, --port); the probes (--health-*) */
+    struct egpu__follower follow; /* with --follow-lease */
     bool following;
     struct egpu_metrics *reg;
-    struct egpu_health *health;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
         *m_pods, *m_unresolved, *m_reused, *m_filter_reused, *m_skipped, *m_dup_gpus,
         *m_assigned_ignored;
@@ -109,7 +99,11 @@ static int on_bind(void *data, const struct egpu_http_request *req, struct egpu_
 
 static bool ready(void *data, char *why, size_t len)
 {
+    const char *kinds[SCHED_INFORMERS];
     struct app *a = data;
+
+    for (int i = 0; i < SCHED_INFORMERS; i++)
+        kinds[i] = egpu__sched_api_kind(i);
 
     if (!egpu__sched_api_synced(&a->api)) {
         snprintf(why, len, "cache not synced: waiting for the first list of nodes, GPUs and pods");
@@ -121,15 +115,9 @@ static bool ready(void *data, char *why, size_t len)
         pthread_mutex_unlock(&a->api_error_lock);
         return false;
     }
-    for (int i = 0; i < SCHED_INFORMERS; i++) {
-        long ms = egpu_kube_informer_unhealthy_ms(a->api.informers[i]);
-
-        if (ms > a->o.srv.watch_unhealthy_ms) {
-            snprintf(why, len, "the list and watch of %s objects has failed for %ld s",
-                     egpu__sched_api_kind(i), ms / 1000);
-            return false;
-        }
-    }
+    if (!egpu_kube_informers_healthy(a->api.informers, kinds, SCHED_INFORMERS,
+                                     a->o.srv.watch_unhealthy_ms, why, len))
+        return false;
     if (a->el != NULL && !egpu_kube_elector_is_leader(a->el)) {
         snprintf(why, len, "not the leader (Lease %s)", a->o.lease_name);
         return false;
@@ -326,8 +314,9 @@ static void on_stopped_leading(void *ud)
     egpu_log(EGPU_LOG_WARN, "stopped leading: no more binds");
 }
 
-static int start(struct app *a, struct egpu_error *err)
+static int start(void *data, struct egpu_error *err)
 {
+    struct app *a = data;
     struct egpu_extender_config xc = {.scheduler_name = a->o.scheduler_name,
                                       .node_policy = a->o.node_policy,
                                       .card_policy = a->o.card_policy,
@@ -336,23 +325,8 @@ static int start(struct app *a, struct egpu_error *err)
                                     .synced = egpu__sched_api_synced,
                                     .annotate = egpu__sched_api_annotate,
                                     .bind = egpu__sched_api_bind};
-    struct egpu_http_config hc = {.bind_addr = a->o.srv.listen,
-                                  .port = (uint16_t)a->o.srv.port,
-                                  .threads = a->o.srv.threads,
-                                  .timeout_s = a->o.srv.idle_timeout_s,
-                                  .request_timeout_s = a->o.srv.request_timeout_s,
-                                  .max_connections = a->o.srv.max_connections,
-                                  /* its one caller: this pod's kube-scheduler */
-                                  .max_per_client = a->o.srv.max_connections,
-                                  .max_body_bytes = a->o.srv.max_body_bytes,
-                                  .tls_cert_file = a->o.srv.tls_cert,
-                                  .tls_key_file = a->o.srv.tls_key};
-    struct egpu_http_config hh = {.bind_addr = a->o.srv.health_listen,
-                                  .port = (uint16_t)a->o.srv.health_port,
-                                  .timeout_s = a->o.srv.idle_timeout_s,
-                                  .request_timeout_s = a->o.srv.request_timeout_s,
-                                  .max_connections = a->o.srv.max_connections,
-                                  .max_per_client = a->o.srv.max_per_client};
+    struct egpu_service_config sc = {
+        .opts = &a->o.srv, .own_server = true, .ready = ready, .data = a};
     const char *verbs[] = {"filter", "prioritize", "bind"};
     egpu_http_handler_cb handlers[] = {on_filter, on_prioritize, on_bind};
     int rc;
@@ -371,22 +345,17 @@ static int start(struct app *a, struct egpu_error *err)
     if (a->x == NULL)
         return err->code;
     rc = register_metrics(a, err);
+    sc.reg = a->reg;
     if (!rc)
-        rc = egpu_http_server_new(&hc, &a->srv, err);
+        rc = egpu_service_new(&sc, &a->svc, err);
     for (int i = 0; rc == 0 && i < 3; i++) {
         char path[512];
 
         snprintf(path, sizeof(path), "%s/%s", a->o.prefix, verbs[i]);
-        rc = egpu_http_server_route(a->srv, "POST", path, handlers[i], a);
+        rc = egpu_http_server_route(a->svc.srv, "POST", path, handlers[i], a);
         if (rc)
             egpu_error_set(err, rc, "route %s: %s", path, egpu_strerror(rc));
     }
-    if (!rc)
-        rc = egpu_http_server_new(&hh, &a->hsrv, err);
-    if (!rc)
-        rc = egpu_health_new(a->hsrv, a->reg, ready, a, &a->health, err);
-    if (!rc)
-        rc = egpu_health_add_server(a->health, a->srv, err);
     if (!rc && a->o.follow_lease != NULL) {
         char host[256] = "";
 
@@ -418,31 +387,27 @@ static int start(struct app *a, struct egpu_error *err)
             rc = egpu_kube_elector_start(a->el, err);
     }
     if (!rc)
-        rc = egpu_http_server_start(a->srv, err);
-    if (!rc)
-        rc = egpu_http_server_start(a->hsrv, err);
+        rc = egpu_service_start(&a->svc, err);
     if (!rc)
         egpu_log(EGPU_LOG_INFO,
                  "serving addr=%s port=%u health_addr=%s health_port=%u prefix=\"%s\" "
                  "node_policy=%s card_policy=%s leader_elect=%s follow_lease=%s pod=%s",
-                 a->o.srv.listen, egpu_http_server_port(a->srv), a->o.srv.health_listen,
-                 egpu_http_server_port(a->hsrv), a->o.prefix, egpu_policy_name(a->o.node_policy),
-                 egpu_policy_name(a->o.card_policy), a->o.leader_elect ? "true" : "false",
-                 a->following ? a->follow.name : "-", a->following ? a->follow.pod : "-");
+                 a->o.srv.listen, egpu_http_server_port(a->svc.srv), a->o.srv.health_listen,
+                 egpu_http_server_port(a->svc.hsrv), a->o.prefix,
+                 egpu_policy_name(a->o.node_policy), egpu_policy_name(a->o.card_policy),
+                 a->o.leader_elect ? "true" : "false", a->following ? a->follow.name : "-",
+                 a->following ? a->follow.pod : "-");
     return rc;
 }
 
-static void finish(struct app *a)
+static void finish(void *data)
 {
+    struct app *a = data;
+
     egpu_kube_elector_free(a->el); /* releases the Lease when leading */
-    if (a->srv != NULL)
-        egpu_http_server_stop(a->srv);
-    if (a->hsrv != NULL)
-        egpu_http_server_stop(a->hsrv);
+    egpu_service_stop(&a->svc);
     egpu__sched_api_stop(&a->api);
-    egpu_health_free(a->health);
-    egpu_http_server_free(a->srv);
-    egpu_http_server_free(a->hsrv);
+    egpu_service_free(&a->svc);
     if (a->following)
         egpu__follower_destroy(&a->follow);
     egpu_metrics_free(a->reg);
@@ -452,39 +417,29 @@ static void finish(struct app *a)
     egpu_kube_config_free(a->kcfg);
 }
 
+/* Every second: probe the API server (for /readyz), read the followed
+ * Lease, refresh the gauges. */
+static void tick(void *data)
+{
+    struct app *a = data;
+
+    probe_api(a);
+    if (a->following)
+        egpu__follower_poll(&a->follow);
+    refresh_metrics(a);
+}
+
 int main(int argc, char **argv)
 {
     static struct app a;
-    struct egpu_error err = {0};
-    struct sigaction sa;
+    struct egpu_service_main m = {
+        .prog = "egpu-scheduler", .start = start, .tick = tick, .tick_ms = 1000, .finish = finish};
     int status = egpu__sched_options_parse(argc, argv, &a.o);
 
     if (status >= 0)
         return status;
-    egpu_log_level = a.o.srv.log_level;
-    egpu_log_set_component("egpu-scheduler");
+    m.log_level = a.o.srv.log_level;
     pthread_mutex_init(&a.api_error_lock, NULL);
     snprintf(a.api_error, sizeof(a.api_error), "not probed yet");
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    if (start(&a, &err) != 0) {
-        fprintf(stderr, "egpu-scheduler: %s\n", err.msg[0] ? err.msg : egpu_strerror(err.code));
-        finish(&a);
-        return 1;
-    }
-    while (!atomic_load(&stopping)) {
-        struct timespec ts = {.tv_sec = 1};
-
-        probe_api(&a);
-        if (a.following)
-            egpu__follower_poll(&a.follow);
-        refresh_metrics(&a);
-        nanosleep(&ts, NULL);
-    }
-    egpu_log(EGPU_LOG_INFO, "stopping");
-    finish(&a);
-    return 0;
+    return egpu_service_main(&m, &a);
 }

@@ -170,43 +170,26 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
 
 int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *o)
 {
-    static const struct option longopts[] = {
-        {"follow-lease", required_argument, NULL, O_FOLLOW_LEASE},
-        {"pod-name", required_argument, NULL, O_POD_NAME},
-        {"prefix", required_argument, NULL, O_PREFIX},
-        {"node-policy", required_argument, NULL, O_NODE_POLICY},
-        {"card-policy", required_argument, NULL, O_CARD_POLICY},
-        {"seed", required_argument, NULL, O_SEED},
-        {"scheduler-name", required_argument, NULL, O_SCHED_NAME},
-        {"leader-elect", required_argument, NULL, O_LEADER},
-        {"lease-namespace", required_argument, NULL, O_LEASE_NS},
-        {"lease-name", required_argument, NULL, O_LEASE_NAME},
-        {"lease-duration", required_argument, NULL, O_LEASE_DUR},
-        {"renew-deadline", required_argument, NULL, O_RENEW},
-        {"retry-period", required_argument, NULL, O_RETRY},
-        {NULL, 0, NULL, 0},
-    };
-    static const struct egpu_cli_env env[] = {
-        {"EGPU_FOLLOW_LEASE", O_FOLLOW_LEASE},
-        {"EGPU_POD_NAME", O_POD_NAME},
-        {"EGPU_PREFIX", O_PREFIX},
-        {"EGPU_NODE_POLICY", O_NODE_POLICY},
-        {"EGPU_CARD_POLICY", O_CARD_POLICY},
-        {"EGPU_SEED", O_SEED},
-        {"EGPU_SCHEDULER_NAME", O_SCHED_NAME},
-        {"EGPU_LEADER_ELECT", O_LEADER},
-        {"EGPU_LEASE_NAMESPACE", O_LEASE_NS},
-        {"EGPU_LEASE_NAME", O_LEASE_NAME},
+    static const struct egpu_cli_flag flags[] = {
+        {"follow-lease", required_argument, O_FOLLOW_LEASE, "EGPU_FOLLOW_LEASE"},
+        {"pod-name", required_argument, O_POD_NAME, "EGPU_POD_NAME"},
+        {"prefix", required_argument, O_PREFIX, "EGPU_PREFIX"},
+        {"node-policy", required_argument, O_NODE_POLICY, "EGPU_NODE_POLICY"},
+        {"card-policy", required_argument, O_CARD_POLICY, "EGPU_CARD_POLICY"},
+        {"seed", required_argument, O_SEED, "EGPU_SEED"},
+        {"scheduler-name", required_argument, O_SCHED_NAME, "EGPU_SCHEDULER_NAME"},
+        {"leader-elect", required_argument, O_LEADER, "EGPU_LEADER_ELECT"},
+        {"lease-namespace", required_argument, O_LEASE_NS, "EGPU_LEASE_NAMESPACE"},
+        {"lease-name", required_argument, O_LEASE_NAME, "EGPU_LEASE_NAME"},
+        {"lease-duration", required_argument, O_LEASE_DUR, NULL},
+        {"renew-deadline", required_argument, O_RENEW, NULL},
+        {"retry-period", required_argument, O_RETRY, NULL},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-scheduler",
-                                 .version = "0.1.0",
                                  .usage = usage,
-                                 .groups = EGPU_CLI_LISTEN | EGPU_CLI_HEALTH | EGPU_CLI_LIMITS |
-                                           EGPU_CLI_POOL | EGPU_CLI_TLS | EGPU_CLI_KUBE |
-                                           EGPU_CLI_WATCH | EGPU_CLI_LOG,
-                                 .longopts = longopts,
-                                 .env = env,
-                                 .nenv = sizeof(env) / sizeof(env[0]),
+                                 .groups = EGPU_CLI_ALL,
+                                 .flags = flags,
+                                 .nflags = sizeof(flags) / sizeof(flags[0]),
                                  .apply = apply,
                                  .ctx = o};
     int rc;

@@ -4,31 +4,21 @@
  * Threads: requests run on the HTTPS server's pool threads (egpu_webhook_
  * handle has no shared state but the facts snapshot, taken by reference);
  * the informer feeds the facts on its own thread; the main thread only
- * waits, refreshing the GPU gauges every second. SIGTERM or SIGINT stops
+ * waits, refreshing the GPU gauges every 200 ms. SIGTERM or SIGINT stops
  * it: both servers stop (requests in flight end), the informer stops, and
- * it exits 0.
+ * it exits 0. The servers, the probes, the signals and that order are
+ * src/net/service.c's, as in every component.
  */
 #include <errno.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "egpu/kube.h"
 #include "egpu/log.h"
 #include "egpu/net.h"
 #include "egpu/webhook.h"
 #include "webhook_int.h"
-
-static atomic_bool stopping;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    atomic_store(&stopping, true);
-}
 
 struct app;
 
@@ -43,10 +33,8 @@ struct app {
     struct egpu_kube *kube;
     struct wh_facts *facts;
     struct egpu_kube_informer *inf;
-    struct egpu_http_server *srv;  /* HTTPS: the routes, /healthz, /readyz */
-    struct egpu_http_server *hsrv; /* HTTP: /healthz, /readyz, /metrics */
+    struct egpu_service svc; /* HTTPS: the routes, /healthz, /readyz; HTTP: the probes */
     struct egpu_metrics *reg;
-    struct egpu_health *health, *tls_health;
     struct egpu_metric *m_requests, *m_conversions, *m_gpus, *m_largest, *m_models;
     struct route_ctx routes[EGPU_WEBHOOK_ROUTES];
 };
@@ -84,18 +72,15 @@ static int on_review(void *data, const struct egpu_http_request *req,
 
 static bool ready(void *data, char *why, size_t len)
 {
+    static const char *const kind[] = {"GPU"};
     struct app *a = data;
-    long ms;
 
     if (!egpu_kube_informer_has_synced(a->inf)) {
         snprintf(why, len, "GPU objects not listed yet");
         return false;
     }
-    ms = egpu_kube_informer_unhealthy_ms(a->inf);
-    if (ms > a->o.srv.watch_unhealthy_ms) {
-        snprintf(why, len, "the list and watch of GPU objects has failed for %ld s", ms / 1000);
+    if (!egpu_kube_informers_healthy(&a->inf, kind, 1, a->o.srv.watch_unhealthy_ms, why, len))
         return false;
-    }
     snprintf(why, len, "ok");
     return true;
 }
@@ -136,8 +121,9 @@ static int register_metrics(struct app *a, struct egpu_error *err)
     return 0;
 }
 
-static void refresh_metrics(struct app *a)
+static void refresh_metrics(void *data)
 {
+    struct app *a = data;
     const struct wh_facts_snap *s = wh_facts_get(a->facts);
 
     if (s == NULL)
@@ -148,25 +134,14 @@ static void refresh_metrics(struct app *a)
     wh_facts_put(s);
 }
 
-static int start(struct app *a, struct egpu_error *err)
+static int start(void *data, struct egpu_error *err)
 {
-    struct egpu_http_config hc = {.bind_addr = a->o.srv.listen,
-                                  .port = (uint16_t)a->o.srv.port,
-                                  .threads = a->o.srv.threads,
-                                  .timeout_s = a->o.srv.idle_timeout_s,
-                                  .request_timeout_s = a->o.srv.request_timeout_s,
-                                  .max_connections = a->o.srv.max_connections,
-                                  /* its callers: the API servers, a few addresses */
-                                  .max_per_client = a->o.srv.max_connections,
-                                  .max_body_bytes = a->o.srv.max_body_bytes,
-                                  .tls_cert_file = a->o.srv.tls_cert,
-                                  .tls_key_file = a->o.srv.tls_key};
-    struct egpu_http_config hh = {.bind_addr = a->o.srv.health_listen,
-                                  .port = (uint16_t)a->o.srv.health_port,
-                                  .timeout_s = a->o.srv.idle_timeout_s,
-                                  .request_timeout_s = a->o.srv.request_timeout_s,
-                                  .max_connections = a->o.srv.max_connections,
-                                  .max_per_client = a->o.srv.max_per_client};
+    struct app *a = data;
+    struct egpu_service_config sc = {.opts = &a->o.srv,
+                                     .own_server = true,
+                                     .health_on_own = true, /* probes over HTTPS too */
+                                     .ready = ready,
+                                     .data = a};
     struct egpu_kube_informer_opts io = {.res = &egpu_kube_gpus};
     struct egpu_kube_informer_cbs cbs = {.on_add = wh_facts_on_add,
                                          .on_update = wh_facts_on_update,
@@ -185,54 +160,41 @@ static int start(struct app *a, struct egpu_error *err)
     rc = egpu_kube_informer_new(a->kube, &io, &cbs, &a->inf, err);
     if (!rc)
         rc = register_metrics(a, err);
+    sc.reg = a->reg;
     if (!rc)
-        rc = egpu_http_server_new(&hc, &a->srv, err);
+        rc = egpu_service_new(&sc, &a->svc, err);
     for (int r = 0; rc == 0 && r < EGPU_WEBHOOK_ROUTES; r++) {
         const char *path = egpu_webhook_route_path((enum egpu_webhook_route)r);
 
         a->routes[r] = (struct route_ctx){a, (enum egpu_webhook_route)r};
-        rc = egpu_http_server_route(a->srv, "POST", path, on_review, &a->routes[r]);
+        rc = egpu_http_server_route(a->svc.srv, "POST", path, on_review, &a->routes[r]);
         if (rc)
             egpu_error_set(err, rc, "route %s: %s", path, egpu_strerror(rc));
     }
     if (!rc)
-        rc = egpu_health_new(a->srv, NULL, ready, a, &a->tls_health, err);
-    if (!rc)
-        rc = egpu_http_server_new(&hh, &a->hsrv, err);
-    if (!rc)
-        rc = egpu_health_new(a->hsrv, a->reg, ready, a, &a->health, err);
-    if (!rc)
-        rc = egpu_health_add_server(a->health, a->srv, err);
-    if (!rc)
         rc = egpu_kube_informer_start(a->inf, err);
     if (!rc)
-        rc = egpu_http_server_start(a->srv, err);
-    if (!rc)
-        rc = egpu_http_server_start(a->hsrv, err);
+        rc = egpu_service_start(&a->svc, err);
     if (!rc)
         egpu_log(EGPU_LOG_INFO,
                  "serving addr=%s port=%u health_addr=%s health_port=%u scheduler_name=%s "
                  "set_scheduler_name=%s compat_nvidia=%s aliyun_gpu_mem_mib=%u "
                  "memory_only_core=%u",
-                 a->o.srv.listen, egpu_http_server_port(a->srv), a->o.srv.health_listen,
-                 egpu_http_server_port(a->hsrv), a->o.cfg.scheduler_name,
+                 a->o.srv.listen, egpu_http_server_port(a->svc.srv), a->o.srv.health_listen,
+                 egpu_http_server_port(a->svc.hsrv), a->o.cfg.scheduler_name,
                  a->o.cfg.set_scheduler_name ? "true" : "false",
                  a->o.cfg.compat_nvidia ? "true" : "false", a->o.cfg.aliyun_mem_mib,
                  a->o.cfg.memory_only_core);
     return rc;
 }
 
-static void finish(struct app *a)
+static void finish(void *data)
 {
-    if (a->srv != NULL)
-        egpu_http_server_stop(a->srv);
-    if (a->hsrv != NULL)
-        egpu_http_server_stop(a->hsrv);
+    struct app *a = data;
+
+    egpu_service_stop(&a->svc);
     egpu_kube_informer_free(a->inf);
-    egpu_health_free(a->health);
-    egpu_health_free(a->tls_health);
-    egpu_http_server_free(a->srv);
-    egpu_http_server_free(a->hsrv);
+    egpu_service_free(&a->svc);
     egpu_metrics_free(a->reg);
     wh_facts_free(a->facts);
     egpu_kube_free(a->kube);
@@ -242,31 +204,15 @@ static void finish(struct app *a)
 int main(int argc, char **argv)
 {
     static struct app a;
-    struct egpu_error err = {0};
-    struct sigaction sa;
+    struct egpu_service_main m = {.prog = "egpu-webhook",
+                                  .start = start,
+                                  .tick = refresh_metrics,
+                                  .tick_ms = 200,
+                                  .finish = finish};
     int status = wh_options_parse(argc, argv, &a.o);
 
     if (status >= 0)
         return status;
-    egpu_log_level = a.o.srv.log_level;
-    egpu_log_set_component("egpu-webhook");
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    if (start(&a, &err) != 0) {
-        fprintf(stderr, "egpu-webhook: %s\n", err.msg[0] ? err.msg : egpu_strerror(err.code));
-        finish(&a);
-        return 1;
-    }
-    while (!atomic_load(&stopping)) {
-        struct timespec ts = {.tv_nsec = 200 * 1000 * 1000};
-
-        refresh_metrics(&a);
-        nanosleep(&ts, NULL);
-    }
-    egpu_log(EGPU_LOG_INFO, "stopping");
-    finish(&a);
-    return 0;
+    m.log_level = a.o.srv.log_level;
+    return egpu_service_main(&m, &a);
 }

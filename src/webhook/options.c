@@ -142,32 +142,21 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
 
 int wh_options_parse(int argc, char **argv, struct wh_options *o)
 {
-    static const struct option longopts[] = {
-        {"scheduler-name", required_argument, NULL, O_SCHED_NAME},
-        {"set-scheduler-name", required_argument, NULL, O_SET_SCHED_NAME},
-        {"compat-nvidia", required_argument, NULL, O_COMPAT_NVIDIA},
-        {"aliyun-gpu-mem-unit", required_argument, NULL, O_ALIYUN_UNIT},
-        {"memory-only-core", required_argument, NULL, O_MEM_ONLY_CORE},
-        {"scheduler-user", required_argument, NULL, O_SCHED_USER},
-        {"agent-user", required_argument, NULL, O_AGENT_USER},
-        {NULL, 0, NULL, 0},
-    };
-    static const struct egpu_cli_env env[] = {
-        {"EGPU_SCHEDULER_NAME", O_SCHED_NAME},      {"EGPU_SET_SCHEDULER_NAME", O_SET_SCHED_NAME},
-        {"EGPU_COMPAT_NVIDIA", O_COMPAT_NVIDIA},    {"EGPU_ALIYUN_GPU_MEM_UNIT", O_ALIYUN_UNIT},
-        {"EGPU_MEMORY_ONLY_CORE", O_MEM_ONLY_CORE}, {"EGPU_SCHEDULER_USER", O_SCHED_USER},
-        {"EGPU_AGENT_USER", O_AGENT_USER},
+    static const struct egpu_cli_flag flags[] = {
+        {"scheduler-name", required_argument, O_SCHED_NAME, "EGPU_SCHEDULER_NAME"},
+        {"set-scheduler-name", required_argument, O_SET_SCHED_NAME, "EGPU_SET_SCHEDULER_NAME"},
+        {"compat-nvidia", required_argument, O_COMPAT_NVIDIA, "EGPU_COMPAT_NVIDIA"},
+        {"aliyun-gpu-mem-unit", required_argument, O_ALIYUN_UNIT, "EGPU_ALIYUN_GPU_MEM_UNIT"},
+        {"memory-only-core", required_argument, O_MEM_ONLY_CORE, "EGPU_MEMORY_ONLY_CORE"},
+        {"scheduler-user", required_argument, O_SCHED_USER, "EGPU_SCHEDULER_USER"},
+        {"agent-user", required_argument, O_AGENT_USER, "EGPU_AGENT_USER"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-webhook",
-                                 .version = "0.1.0",
                                  .usage = usage,
-                                 .groups = EGPU_CLI_LISTEN | EGPU_CLI_HEALTH | EGPU_CLI_LIMITS |
-                                           EGPU_CLI_POOL | EGPU_CLI_TLS | EGPU_CLI_KUBE |
-                                           EGPU_CLI_WATCH | EGPU_CLI_LOG,
+                                 .groups = EGPU_CLI_ALL,
                                  .tls_required = "the API server calls webhooks over HTTPS only",
-                                 .longopts = longopts,
-                                 .env = env,
-                                 .nenv = sizeof(env) / sizeof(env[0]),
+                                 .flags = flags,
+                                 .nflags = sizeof(flags) / sizeof(flags[0]),
                                  .apply = apply,
                                  .ctx = &o->cfg};
 

@@ -183,24 +183,18 @@ static int apply_own(void *ctx, int opt, const char *v, const char *who)
     return 0;
 }
 
-static const struct option own_opts[] = {
-    {"name", required_argument, NULL, 300},
-    {NULL, 0, NULL, 0},
+static const struct egpu_cli_flag own_flags[] = {
+    {"name", required_argument, 300, "EGPU_TEST_NAME"},
 };
-static const struct egpu_cli_env own_env[] = {{"EGPU_TEST_NAME", 300}};
 
 /* The spec of a binary that takes every group, its TLS optional. */
 static struct egpu_cli_spec spec_all(struct own *own)
 {
     return (struct egpu_cli_spec){.prog = "srv",
-                                  .version = "9.9",
                                   .usage = "Usage: srv\n",
-                                  .groups = EGPU_CLI_LISTEN | EGPU_CLI_HEALTH | EGPU_CLI_LIMITS |
-                                            EGPU_CLI_POOL | EGPU_CLI_TLS | EGPU_CLI_KUBE |
-                                            EGPU_CLI_WATCH | EGPU_CLI_LOG,
-                                  .longopts = own_opts,
-                                  .env = own_env,
-                                  .nenv = 1,
+                                  .groups = EGPU_CLI_ALL,
+                                  .flags = own_flags,
+                                  .nflags = 1,
                                   .apply = apply_own,
                                   .ctx = own};
 }
@@ -433,10 +427,8 @@ static void test_server_pairs(void **state)
 /* Only the groups a binary names are its flags and variables. */
 static void test_server_groups(void **state)
 {
-    struct egpu_cli_spec spec = {.prog = "agent",
-                                 .version = "1",
-                                 .usage = "Usage: agent\n",
-                                 .groups = EGPU_CLI_LISTEN | EGPU_CLI_LOG};
+    struct egpu_cli_spec spec = {
+        .prog = "agent", .usage = "Usage: agent\n", .groups = EGPU_CLI_LISTEN | EGPU_CLI_LOG};
     struct egpu_cli_server s;
     char msg[512];
 

@@ -352,6 +352,22 @@ static void test_nul_and_health(void **state)
     assert_true(egpu_kube_informer_unhealthy_ms(inf) >= 400);
     tks_sleep_ms(500);
     assert_true(egpu_kube_informer_unhealthy_ms(inf) >= 900);
+    {
+        /* What a component's /readyz says: the first informer failing longer
+         * than the bound, by kind (a NULL informer, not started, is healthy). */
+        struct egpu_kube_informer *infs[2] = {NULL, inf};
+        static const char *const kinds[2] = {"Node", "Pod"};
+        char why[128] = "untouched";
+
+        assert_true(egpu_kube_informers_healthy(infs, kinds, 2, 60000, why, sizeof(why)));
+        assert_string_equal(why, "untouched");
+        tks_sleep_ms(1000);
+        assert_false(egpu_kube_informers_healthy(infs, kinds, 2, 500, why, sizeof(why)));
+        assert_non_null(strstr(why, "the list and watch of Pod objects has failed for "));
+        assert_true(why[strlen(why) - 2] == ' ' && why[strlen(why) - 1] == 's'); /* "2 s" */
+        assert_true(strtol(why + strlen("the list and watch of Pod objects has failed for "), NULL,
+                           10) >= 2);
+    }
     /* Back: healthy again once a watch has been open a second. */
     tks_post(&srv, "down", "{\"down\":false}");
     deadline = tks_now_ms() + 8000;
