@@ -87,6 +87,7 @@ bench: build
 	@./$(BUILD)/bench/vcuda/vcuda_share
 	@./$(BUILD)/bench/vcuda/vcuda_overhead
 	@sh bench/gpu/run.sh $(BUILD)
+	@EGPU_BUILD=$(abspath $(BUILD)) sh bench/webhook/run.sh
 
 bench-webhook: build
 	@EGPU_BUILD=$(abspath $(BUILD)) sh bench/webhook/run.sh
