@@ -30,6 +30,23 @@ crd_lease_leader_election_notes.md) to the letter:
   (JSON patch, merge patch, strategic merge patch for built-in types and 415
   for custom resources, a JSON-only server-side apply), delete (with
   preconditions) and deletecollection.
+* finalizers and deletion as the generic registry does them: DELETE of an
+  object whose ``metadata.finalizers`` is not empty only marks it (a MODIFIED
+  event; ``deletionTimestamp`` now, ``deletionGracePeriodSeconds`` 0,
+  ``generation`` + 1 the first time if it has one) and answers 200 with the
+  object, for every resource (202 only with the deprecated
+  ``orphanDependents: false``); a repeated DELETE changes nothing. While it is
+  being deleted, an update or patch cannot add finalizers (422 Invalid,
+  ``metadata.finalizers: Forbidden: no new finalizers can be added if the
+  object is being deleted, found new finalizers []string{...}``) nor change
+  ``deletionTimestamp``; the update that leaves no finalizers deletes it: one
+  DELETED event carrying the object as last stored (finalizers included, as
+  etcd's previous value), and the reply is the updated object. DELETE
+  preconditions (uid, resourceVersion) that do not hold get 409 Conflict with
+  rest.BeforeDelete's message (``Operation cannot be fulfilled on
+  ElasticGPUClaim.elasticgpu.io "c1": the UID in the precondition (...) does
+  not match the UID in record (...). ...``). deletecollection deletes each
+  object the same way and lists them as they were before.
 * watch: ``watch=1|true`` (and the old ``/watch/`` paths), synthetic ADDED
   events for ``resourceVersion`` unset or "0", replay from "N", BOOKMARK
   events every ``--bookmark-interval`` seconds when ``allowWatchBookmarks``,
@@ -86,11 +103,16 @@ Simplified, compared with a real kube-apiserver:
 
 * no admission (webhooks are not called), no RBAC, no namespace lifecycle
   (creating an object in a namespace that does not exist creates the
-  namespace instead of answering 404; deleting a namespace deletes its
-  objects at once), no garbage collector, no graceful deletion (DELETE
-  removes the object at once; like the real registries it answers with the
-  object for pods, namespaces and custom resources, and with a Success
-  Status naming it for nodes, events and leases).
+  namespace instead of answering 404; deleting a namespace deletes it and its
+  objects at once, finalizers or not), no garbage collector (``propagationPolicy``
+  and ``orphanDependents`` are accepted, but the ``orphan`` and
+  ``foregroundDeletion`` finalizers are never added, as nothing would remove
+  them), no graceful deletion (DELETE of an object without finalizers removes
+  it at once, pods included; like the real registries it answers with the
+  object for pods, namespaces and custom resources, and with a Success Status
+  naming it for nodes, events and leases; a pod with finalizers is marked as a
+  custom resource is, with ``deletionGracePeriodSeconds`` 0, where a real
+  server would give a scheduled pod its grace period and wait for the kubelet).
 * custom resources are not validated against a schema and nothing is pruned
   or defaulted; built-in types get a few defaults (pods: the usual spec
   defaults, requests from limits, ``status.phase=Pending``, ``qosClass``)
@@ -144,6 +166,26 @@ SERVER_VERSION = {
 
 def now_rfc3339():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def mark_as_deleting(md):
+    """The registry's markAsDeleting on metadata md (modified in place)."""
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    current = parse_rfc3339(md.get("deletionTimestamp"))
+    if current is None and int(md.get("generation") or 0) > 0:
+        md["generation"] = int(md["generation"]) + 1
+    if current is None or current > now:
+        md["deletionTimestamp"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    md["deletionGracePeriodSeconds"] = 0
+
+
+NO_NEW_FINALIZERS = ("no new finalizers can be added if the object is being deleted, found new "
+                     "finalizers")
+
+
+def go_string_slice(items):
+    """A []string as Go's %#v prints it: []string{"a", "b"}."""
+    return "[]string{" + ", ".join(json.dumps(x, ensure_ascii=False) for x in items) + "}"
 
 
 def parse_rfc3339(s):
@@ -1868,6 +1910,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                   not all(isinstance(x, str) for x in v.values())):
                 raise err_bad_request(f"json: cannot unmarshal into Go struct field "
                                       f"ObjectMeta.metadata.{k} of type map[string]string")
+        fin = md.get("finalizers")
+        if fin is not None and (not isinstance(fin, list) or
+                                not all(isinstance(x, str) for x in fin)):
+            raise err_bad_request("json: cannot unmarshal into Go struct field "
+                                  "ObjectMeta.metadata.finalizers of type []string")
         obj = dict(obj)
         obj["kind"], obj["apiVersion"], obj["metadata"] = res.kind, res.api_version, dict(md)
         return obj
@@ -2120,15 +2167,36 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 else:
                     mmd.pop(k, None)
             mmd.pop("selfLink", None)
+            if omd.get("deletionTimestamp"):
+                added = sorted(set(mmd.get("finalizers") or []) - set(omd.get("finalizers") or []))
+                if added:
+                    raise err_invalid(res, name, [("metadata.finalizers", "FieldValueForbidden",
+                                                   f"Forbidden: {NO_NEW_FINALIZERS} "
+                                                   f"{go_string_slice(added)}")])
             res.validate(merged, old)
             if res.custom and _spec_part(old) != _spec_part(merged):
                 mmd["generation"] = int(omd.get("generation") or 1) + 1
         merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if self.deletes_on_update(old, merged):
+            # the registry's Update deletes instead of writing: the DELETED event carries the
+            # object as last stored (finalizers and all), the reply the updated object
+            if not self.dry_run():
+                self.store.commit(res, "DELETED", old, old)
+            return 200, normalize(merged)
         if json_equal(normalize(merged), old):
             return 200, old  # a no-op update writes nothing
         if self.dry_run():
             return 200, normalize(merged)
         return 200, self.store.commit(res, "MODIFIED", merged, old)
+
+    @staticmethod
+    def deletes_on_update(old, new):
+        """The registry's ShouldDeleteDuringUpdate: the update leaves no finalizers on an
+        object whose deletion was requested with no grace period (nil or 0) left."""
+        omd = old["metadata"]
+        if new["metadata"].get("finalizers") or not omd.get("deletionTimestamp"):
+            return False
+        return omd.get("deletionGracePeriodSeconds") in (None, 0)
 
     # ---- patch -------------------------------------------------------------
     def patch(self, res, ns, name, sub, body):
@@ -2204,8 +2272,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     # ---- delete ------------------------------------------------------------
     def delete_options(self, body):
+        """DeleteOptions from the body or, when there is none, from the query (as the real
+        handler decodes them); only preconditions and orphanDependents change anything here."""
         if not body.strip():
-            return {}
+            v = self.q.get("orphanDependents")
+            return {} if v in (None, "") else {"orphanDependents": truthy(v)}
         try:
             opts = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
@@ -2216,35 +2287,72 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def delete(self, res, ns, name, body):
         opts = self.delete_options(body)
-        pre = opts.get("preconditions") or {}
         store = self.store
         with store.cond:
             old = store.get(res, ns, name)
             if old is None:
                 raise err_not_found(res, name)
-            if isinstance(pre, dict):
-                if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
-                    raise err_conflict(res, name, f"Precondition failed: UID in precondition: "
-                                                  f"{pre['uid']}, UID in object meta: "
-                                                  f"{old['metadata']['uid']}")
-                if pre.get("resourceVersion") and \
-                        pre["resourceVersion"] != old["metadata"]["resourceVersion"]:
-                    raise err_conflict(res, name, f"Precondition failed: ResourceVersion in "
-                                                  f"precondition: {pre['resourceVersion']}, "
-                                                  f"ResourceVersion in object meta: "
-                                                  f"{old['metadata']['resourceVersion']}")
-            if self.dry_run():
-                return self.send_json(200, old)
-            out = self.remove(res, old)
-        if not res.return_deleted:
+            self.check_delete_preconditions(res, old, opts)
+            code, out, deleted = self.delete_one(res, old, opts)
+        if deleted and not res.return_deleted:
             details = _details(res, name)
             details["uid"] = old["metadata"]["uid"]
             out = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                    "details": details}
-        self.send_json(200, out)
+        self.send_json(code, out)
+
+    @staticmethod
+    def check_delete_preconditions(res, old, opts):
+        """rest.BeforeDelete's early check of DeleteOptions.preconditions: 409 Conflict naming
+        the kind (not the resource), as the real server answers."""
+        pre = opts.get("preconditions")
+        if not isinstance(pre, dict):
+            return
+        md = old["metadata"]
+        name = md["name"]
+        gk = f"{res.kind}.{res.group}" if res.group else res.kind
+        details = {"name": name}
+        if res.group:
+            details["group"] = res.group
+        details["kind"] = res.kind
+        if pre.get("uid") is not None and pre["uid"] != md["uid"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {gk} "{name}": the '
+                           f'UID in the precondition ({pre["uid"]}) does not match the UID in '
+                           f'record ({md["uid"]}). The object might have been deleted and then '
+                           f'recreated', details)
+        if pre.get("resourceVersion") is not None and \
+                pre["resourceVersion"] != md["resourceVersion"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {gk} "{name}": the '
+                           f'ResourceVersion in the precondition ({pre["resourceVersion"]}) does '
+                           f'not match the ResourceVersion in record ({md["resourceVersion"]}). '
+                           f'The object might have been modified', details)
+
+    def delete_one(self, res, old, opts):
+        """Delete old as the generic registry does (the caller holds the lock); returns
+        (HTTP code, object, deleted). An object with finalizers is only marked: it gets
+        deletionTimestamp (now, unless already set), deletionGracePeriodSeconds 0 and, the
+        first time, generation + 1 when it has one; a repeated DELETE writes nothing. The
+        reply is then 200 with the object (202 only for the deprecated orphanDependents:
+        false), whatever the resource returns for a real deletion. Namespaces are removed at
+        once, with their objects (no namespace lifecycle)."""
+        store = self.store
+        if res is not NAMESPACES and old["metadata"].get("finalizers"):
+            new = copy.deepcopy(old)
+            mark_as_deleting(new["metadata"])
+            if json_equal(normalize(new), old):
+                out = old
+            elif self.dry_run():
+                out = normalize(new)
+            else:
+                out = store.commit(res, "MODIFIED", new, old)
+            return (202 if opts.get("orphanDependents") is False else 200), out, False
+        if self.dry_run():
+            return 200, old, True
+        return 200, self.remove(res, old), True
 
     def remove(self, res, old):
-        """Delete old (the caller holds the lock); a namespace takes its objects with it."""
+        """Delete old (the caller holds the lock); a namespace takes its objects with it,
+        finalizers or not."""
         if res is NAMESPACES:
             ns = old["metadata"]["name"]
             for r in RESOURCES:
@@ -2254,14 +2362,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return self.store.commit(res, "DELETED", old, old)
 
     def delete_collection(self, res, ns, body):
-        self.delete_options(body)
+        """Each matching object is deleted as by DELETE (objects with finalizers are only
+        marked); the reply lists them as they were before, as the real DeleteCollection does."""
+        opts = self.delete_options(body)
         ls, fs = self.selectors(res)
         out = []
         with self.store.cond:
+            rv = self.store.rv
             for _, o in sorted(self.store.current(res, ns).items(), key=_store_order):
                 if ls.matches(o["metadata"].get("labels")) and fs.matches(o):
-                    out.append(o if self.dry_run() else self.remove(res, o))
-            rv = self.store.rv
+                    out.append(o)
+            for o in out:
+                self.delete_one(res, o, opts)
         self.send_json(200, {"kind": res.list_kind, "apiVersion": res.api_version,
                              "metadata": {"resourceVersion": str(rv)},
                              "items": [self.list_item(res, o) for o in out]})
