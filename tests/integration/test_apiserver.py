@@ -5,10 +5,12 @@ real kube-apiserver for what they touch. These tests drive it with real
 clients, which have only ever talked to real clusters:
 
 * kubectl (get, list, watch, create -f, patch merge/json/strategic, label
-  selectors, ``create --raw`` for a binding, bearer-token auth over HTTPS:
-  kubectl, like client-go's clientcmd, never sends a token over plain HTTP);
+  selectors, ``create --raw`` for a binding, delete with finalizers,
+  bearer-token auth over HTTPS: kubectl, like client-go's clientcmd, never
+  sends a token over plain HTTP);
 * Debian's python3-kubernetes (paging, watch with resourceVersion and
-  bookmarks, create/patch/replace and 409, bindings, custom objects, leases);
+  bookmarks, create/patch/replace and 409, bindings, custom objects and their
+  finalizers, leases);
 * raw HTTP, compared with the wire fixtures in ../shared/k8s-wire (Status
   bodies, 410 after compaction, watch events) and for the control API (fault
   injection, down mode, dropped watches, the request log).
@@ -175,6 +177,25 @@ def gpu(name, node="gpu-node-1", index=0):
 
 def fixture(name):
     return json.loads((WIRE / name).read_text())
+
+
+def claim(name, finalizers=None, ns="ml-team"):
+    c = {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClaim",
+         "metadata": {"name": name, "namespace": ns},
+         "spec": {"resources": {"requests": {"elasticgpu.io/gpu-core": "50"}}}}
+    if finalizers:
+        c["metadata"]["finalizers"] = list(finalizers)
+    return c
+
+
+PROTECTION = "elasticgpu.io/claim-protection"
+
+
+def no_new_finalizers(kind, name, added):
+    """The real 422 message (apimachinery ValidateNoNewFinalizers, %#v of the sorted names)."""
+    names = ", ".join(json.dumps(a) for a in sorted(added))
+    return (f'{kind} "{name}" is invalid: metadata.finalizers: Forbidden: no new finalizers can '
+            f'be added if the object is being deleted, found new finalizers []string{{{names}}}')
 
 
 # =============================================================================
@@ -359,6 +380,37 @@ def test_kubectl_custom_resources(kube, tmp_path):
     kube("create", "-f", write_json(tmp_path, "claim.json", claim))
     assert kube("get", "egpuc", "-A", "-o", "name").stdout.split() == \
         ["elasticgpuclaim.elasticgpu.io/c1"]
+
+
+@needs_kubectl
+def test_kubectl_finalizers_hold_deletion(kube, tmp_path):
+    """kubectl delete of a claim with a finalizer leaves it terminating; adding a finalizer
+    then is refused with the real message; removing the last one deletes it. Without
+    finalizers, delete removes it at once."""
+    kube("create", "-f", write_json(tmp_path, "c1.json", claim("c1", [PROTECTION])))
+    out = kube("delete", "egpuc", "c1", "-n", "ml-team", "--wait=false")
+    assert out.stdout.strip() == 'elasticgpuclaim.elasticgpu.io "c1" deleted'
+    got = kube.json("get", "egpuc", "c1", "-n", "ml-team")
+    md = got["metadata"]
+    assert md["finalizers"] == [PROTECTION] and md["deletionGracePeriodSeconds"] == 0
+    assert md["deletionTimestamp"].endswith("Z") and md["generation"] == 2
+    bad = kube("patch", "egpuc", "c1", "-n", "ml-team", "--type=merge", "-p",
+               json.dumps({"metadata": {"finalizers": [PROTECTION, "example.com/late"]}}),
+               check=False)
+    assert bad.returncode != 0
+    # kubectl rebuilds the message from details.kind, name and causes
+    assert bad.stderr.strip() == no_new_finalizers("The ElasticGPUClaim", "c1",
+                                                   ["example.com/late"])
+    assert kube.json("get", "egpuc", "c1", "-n", "ml-team") == got  # nothing written
+    kube("patch", "egpuc", "c1", "-n", "ml-team", "--type=merge", "-p",
+         '{"metadata":{"finalizers":null}}')
+    gone = kube("get", "egpuc", "c1", "-n", "ml-team", "-o", "json", check=False)
+    assert gone.returncode != 0
+    assert 'elasticgpuclaims.elasticgpu.io "c1" not found' in gone.stderr
+    # no finalizers: gone at once
+    kube("create", "-f", write_json(tmp_path, "c2.json", claim("c2")))
+    kube("delete", "egpuc", "c2", "-n", "ml-team", "--wait=false")
+    assert kube("get", "egpuc", "-n", "ml-team", "-o", "name").stdout.strip() == ""
 
 
 @needs_kubectl
@@ -619,6 +671,68 @@ def test_py_custom_objects(api):
                      body={"spec": {"model": "x"}}, auth_settings=["BearerToken"],
                      _preload_content=False)
     assert e.value.status == 415 and body_of(e.value) == fixture("status_415_smp_on_crd.json")
+
+
+@needs_pyclient
+def test_py_finalizers_hold_deletion(api):
+    """CustomObjectsApi on elasticgpuclaims: DELETE with a finalizer keeps the object with
+    deletionTimestamp (MODIFIED), a second DELETE changes nothing, a new finalizer is refused,
+    deletionTimestamp cannot be unset, and removing the last finalizer deletes it (DELETED
+    with the object as last stored). Without finalizers DELETE removes it at once."""
+    co = kclient.CustomObjectsApi(api)
+    g, v, ns, plural = "elasticgpu.io", "v1alpha1", "ml-team", "elasticgpuclaims"
+    created = co.create_namespaced_custom_object(g, v, ns, plural, claim("c1", [PROTECTION]))
+    rv0 = int(created["metadata"]["resourceVersion"])
+    marked = co.delete_namespaced_custom_object(g, v, ns, plural, "c1")
+    md = marked["metadata"]
+    assert marked["kind"] == "ElasticGPUClaim" and md["uid"] == created["metadata"]["uid"]
+    assert md["finalizers"] == [PROTECTION] and md["deletionGracePeriodSeconds"] == 0
+    assert md["deletionTimestamp"].endswith("Z") and md["generation"] == 2
+    assert int(md["resourceVersion"]) > rv0
+    assert co.get_namespaced_custom_object(g, v, ns, plural, "c1") == marked
+    assert co.delete_namespaced_custom_object(g, v, ns, plural, "c1") == marked  # no new write
+    with pytest.raises(ApiException) as e:
+        co.patch_namespaced_custom_object(g, v, ns, plural, "c1",
+                                          {"metadata": {"finalizers": ["b.example.com/x",
+                                                                       PROTECTION,
+                                                                       "a.example.com/y"]}})
+    st = body_of(e.value)
+    assert e.value.status == 422 and st["reason"] == "Invalid"
+    assert st["message"] == no_new_finalizers("ElasticGPUClaim.elasticgpu.io", "c1",
+                                              ["a.example.com/y", "b.example.com/x"])
+    assert st["details"]["causes"] == [{"reason": "FieldValueForbidden",
+                                        "message": st["message"].split(" is invalid: "
+                                                                       "metadata.finalizers: ")[1],
+                                        "field": "metadata.finalizers"}]
+    kept = co.patch_namespaced_custom_object(g, v, ns, plural, "c1",
+                                             {"metadata": {"deletionTimestamp": None,
+                                                           "deletionGracePeriodSeconds": None}})
+    assert kept == marked  # deletionTimestamp is kept: a no-op
+    last = co.patch_namespaced_custom_object(g, v, ns, plural, "c1",
+                                             {"metadata": {"finalizers": []}})
+    assert "finalizers" not in last["metadata"] or last["metadata"]["finalizers"] == []
+    assert last["metadata"]["deletionTimestamp"] == md["deletionTimestamp"]
+    with pytest.raises(ApiException) as e:
+        co.get_namespaced_custom_object(g, v, ns, plural, "c1")
+    assert e.value.status == 404
+    w = kwatch.Watch()
+    seen = []
+    for ev in w.stream(co.list_namespaced_custom_object, g, v, ns, plural,
+                       resource_version=str(rv0), timeout_seconds=3):
+        seen.append(ev)
+        if ev["type"] == "DELETED":
+            w.stop()
+    assert [ev["type"] for ev in seen] == ["MODIFIED", "DELETED"]
+    assert seen[0]["object"] == marked
+    gone = seen[1]["object"]
+    assert int(gone["metadata"]["resourceVersion"]) > int(md["resourceVersion"])
+    assert {k: x for k, x in gone["metadata"].items() if k != "resourceVersion"} == \
+        {k: x for k, x in md.items() if k != "resourceVersion"}  # as last stored
+    # without finalizers: deleted at once
+    co.create_namespaced_custom_object(g, v, ns, plural, claim("c2"))
+    assert "deletionTimestamp" not in \
+        co.delete_namespaced_custom_object(g, v, ns, plural, "c2")["metadata"]
+    assert co.list_namespaced_custom_object(g, v, ns, plural)["items"] == []
 
 
 @needs_pyclient
@@ -977,6 +1091,75 @@ def test_delete_returns_object_and_preconditions(srv):
         ok(srv.request("POST", base, pod(n, labels={"app": app})), 201)
     ok(srv.request("DELETE", f"{base}?labelSelector=app%3Dx"))
     assert [i["metadata"]["name"] for i in ok(srv.request("GET", base))["items"]] == ["b"]
+
+
+def test_delete_with_finalizers_raw(srv):
+    """The wire details: preconditions (409 with rest.BeforeDelete's message, also on an
+    object being deleted), 202 for orphanDependents=false, the object (not a Status) for a
+    resource that answers a real deletion with a Status, pods with finalizers, PUT that
+    empties the finalizers, deletecollection, dry run, and binding a pod being deleted."""
+    base = "/apis/elasticgpu.io/v1alpha1/namespaces/ml-team/elasticgpuclaims"
+    c = ok(srv.request("POST", base, claim("c1", [PROTECTION])), 201)
+    uid, rv = c["metadata"]["uid"], c["metadata"]["resourceVersion"]
+    code, st, _ = srv.request("DELETE", f"{base}/c1", {"preconditions": {"uid": "other"}})
+    assert code == 409 and st["reason"] == "Conflict"
+    assert st["message"] == (f'Operation cannot be fulfilled on ElasticGPUClaim.elasticgpu.io '
+                             f'"c1": the UID in the precondition (other) does not match the UID '
+                             f'in record ({uid}). The object might have been deleted and then '
+                             f'recreated')
+    assert st["details"] == {"name": "c1", "group": "elasticgpu.io", "kind": "ElasticGPUClaim"}
+    dry = ok(srv.request("DELETE", f"{base}/c1?dryRun=All"))
+    assert dry["metadata"]["deletionTimestamp"]
+    assert "deletionTimestamp" not in ok(srv.request("GET", f"{base}/c1"))["metadata"]
+    marked = ok(srv.request("DELETE", f"{base}/c1",
+                            {"orphanDependents": False,
+                             "preconditions": {"uid": uid, "resourceVersion": rv}}), 202)
+    assert ok(srv.request("DELETE", f"{base}/c1?orphanDependents=false"), 202) == marked
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 0
+    code, st, _ = srv.request("DELETE", f"{base}/c1", {"preconditions": {"resourceVersion": rv}})
+    assert code == 409 and st["message"] == (
+        f'Operation cannot be fulfilled on ElasticGPUClaim.elasticgpu.io "c1": the '
+        f'ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in '
+        f'record ({marked["metadata"]["resourceVersion"]}). The object might have been modified')
+    # PUT emptying the finalizers deletes; the reply is the updated object
+    put = dict(marked, metadata=dict(marked["metadata"], finalizers=[]))
+    out = ok(srv.request("PUT", f"{base}/c1", put))
+    assert out["metadata"]["resourceVersion"] == marked["metadata"]["resourceVersion"]
+    assert srv.request("GET", f"{base}/c1")[0] == 404
+    # a node (real deletion answers a Status) with a finalizer: the object comes back
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "gpu-node-9", "finalizers": ["example.com/drain"]}}
+    ok(srv.request("POST", "/api/v1/nodes", node), 201)
+    n = ok(srv.request("DELETE", "/api/v1/nodes/gpu-node-9"))
+    assert n["kind"] == "Node" and n["metadata"]["deletionTimestamp"]
+    assert "generation" not in n["metadata"]
+    ok(srv.request("PATCH", "/api/v1/nodes/gpu-node-9", [
+        {"op": "remove", "path": "/metadata/finalizers"}], "application/json-patch+json"))
+    assert srv.request("GET", "/api/v1/nodes/gpu-node-9")[0] == 404
+    # a pod with a finalizer: marked, cannot be bound, goes when the finalizer goes
+    pods = "/api/v1/namespaces/ml-team/pods"
+    p = pod("p")
+    p["metadata"]["finalizers"] = ["example.com/keep"]
+    ok(srv.request("POST", pods, p), 201)
+    ok(srv.request("POST", pods, pod("q")), 201)
+    lst = ok(srv.request("DELETE", pods))  # deletecollection: each deleted as by DELETE
+    assert [i["metadata"]["name"] for i in lst["items"]] == ["p", "q"]
+    assert all("deletionTimestamp" not in i["metadata"] for i in lst["items"])
+    left = ok(srv.request("GET", pods))["items"]
+    assert [i["metadata"]["name"] for i in left] == ["p"]
+    assert left[0]["metadata"]["deletionGracePeriodSeconds"] == 0
+    code, st, _ = srv.request("POST", f"{pods}/p/binding",
+                              {"metadata": {"name": "p"}, "target": {"name": "gpu-node-1"}})
+    assert code == 409 and "pod p is being deleted, cannot be assigned to a host" in st["message"]
+    code, st, _ = srv.request("PATCH", f"{pods}/p", {"metadata": {"finalizers": ["x.io/y"]}},
+                              "application/merge-patch+json")
+    assert code == 422 and st["message"] == no_new_finalizers("Pod", "p", ["x.io/y"])
+    ok(srv.request("PATCH", f"{pods}/p", {"metadata": {"finalizers": None}},
+                   "application/merge-patch+json"))
+    assert ok(srv.request("GET", pods))["items"] == []
+    code, st, _ = srv.request("POST", pods, dict(pod("r"), metadata={"name": "r",
+                                                                     "finalizers": "x"}))
+    assert code == 400 and "metadata.finalizers" in st["message"]
 
 
 def test_list_exact_resource_version_and_too_large(srv):
