@@ -260,6 +260,359 @@ int egpu_api_compat_apply(json_t *spec, json_t *annotations,
  * (resources and annotations; with nvidia, HAMi's too)? */
 bool egpu_api_compat_known(const char *name, bool nvidia);
 
+/* ------------------------------------------------------------------------ */
+/* Claims, classes and ElasticGPUs (src/api/objects.c, claim.c, class.c,    */
+/* elasticgpu.c, fit.c)                                                     */
+/*
+ * The three objects of the claim model (DESIGN.md section 3), decoded from
+ * the API server's JSON into plain structs, validated, and rendered back. The
+ * CRDs in deploy/crds are the one source of their shape: every field read
+ * here is in the CRD's schema with the same type, limits and enums, and the
+ * CRD's CEL rules say the same as the checks here
+ * (tests/integration/test_crds.py holds the two together).
+ *
+ * Decoders take the object (a json_t of the whole API object, as GET or a
+ * watch event gives it), zero-fill *out, and write it only on success: two
+ * decodings of equal objects compare equal with memcmp. Fields that are not
+ * ours (labels, managedFields, unknown spec fields) are ignored, as a client
+ * of a newer CRD version would. Errors name the field by its path in the
+ * manifest, the value and the allowed values, e.g.
+ *   spec.resources.requests.elasticgpu.io/gpu-core is 150; allowed: 1..99 to
+ *   share one card, or a multiple of 100 for whole cards
+ * and are EGPU_ESYNTAX (a field of the wrong JSON type, a missing required
+ * field, text too long for its buffer), EGPU_ERANGE (a value outside the
+ * allowed ones, a rule between fields) or -ENOMEM.
+ *
+ * Encoders (egpu_api_*_encode) return a new JSON object (the caller
+ * json_decref()s it), or NULL when out of memory: apiVersion, kind,
+ * metadata (only the fields below; empty ones left out), spec and status, so
+ * the result can be POSTed (drop status, or not: the API server ignores it
+ * on create) or PUT to .../status with its resourceVersion. decode(encode(x))
+ * equals x for every x a decoder produced.
+ */
+
+/* Kinds and plurals (the URL segment under /apis/elasticgpu.io/v1alpha1). */
+#define EGPU_KIND_GPU                   "GPU"
+#define EGPU_KIND_ELASTICGPU            "ElasticGPU"
+#define EGPU_KIND_ELASTICGPUCLAIM       "ElasticGPUClaim"
+#define EGPU_KIND_ELASTICGPUCLASS       "ElasticGPUClass"
+#define EGPU_PLURAL_GPUS                "gpus"
+#define EGPU_PLURAL_ELASTICGPUS         "elasticgpus"       /* cluster-scoped */
+#define EGPU_PLURAL_ELASTICGPUCLAIMS    "elasticgpuclaims"  /* namespaced */
+#define EGPU_PLURAL_ELASTICGPUCLASSES   "elasticgpuclasses" /* cluster-scoped */
+/* A new resource of claims: compute in TFLOPS (a positive JSON number, at
+ * most 1000000; kept in thousandths), which becomes the core percent of the
+ * card the claim lands on (egpu_api_tflops_to_core). */
+#define EGPU_RES_GPU_TFLOPS             "elasticgpu.io/gpu-tflops"
+/* The provisioners: a slice (core and memory) of one card, or whole cards. */
+#define EGPU_PROVISIONER_GPUSHARE       "gpushare.provisioner.elasticgpu.io"
+#define EGPU_PROVISIONER_PHYSICAL       "physical.provisioner.elasticgpu.io"
+/* Held on a claim while a pod uses it, as kubernetes.io/pvc-protection. */
+#define EGPU_FINALIZER_CLAIM_PROTECTION "elasticgpu.io/claim-protection"
+/* On an ElasticGPUClass: "true" makes it the class of claims that name none
+ * (as storageclass.kubernetes.io/is-default-class); any other value: not. */
+#define EGPU_ANN_DEFAULT_CLASS          "elasticgpu.io/is-default-class"
+
+#define EGPU_NAMESPACE_MAX      64      /* DNS label 63 + NUL */
+#define EGPU_API_UID_MAX        64      /* metadata.uid, claimRef.uid */
+#define EGPU_API_RV_MAX         64      /* metadata.resourceVersion */
+#define EGPU_API_TIME_MAX       64      /* RFC 3339 text, e.g. "2026-07-24T09:31:03Z" */
+#define EGPU_API_FINALIZER_MAX  320     /* qualified name: prefix 253 + '/' + name 63 + NUL */
+#define EGPU_API_FINALIZERS_MAX 16      /* finalizers kept; more is EGPU_ESYNTAX */
+#define EGPU_API_TFLOPS_MAX     1000000 /* TFLOPS of a claim or a card's peak */
+
+/* The metadata the controller reads and writes back. */
+struct egpu_api_meta {
+    char ns[EGPU_NAMESPACE_MAX]; /* "" for cluster-scoped objects */
+    char name[EGPU_K8S_NAME_MAX];
+    char uid[EGPU_API_UID_MAX];                 /* "" before create */
+    char resource_version[EGPU_API_RV_MAX];     /* "" before create */
+    int64_t generation;                         /* 0 before create */
+    char deletion_timestamp[EGPU_API_TIME_MAX]; /* "" unless being deleted */
+    uint32_t nfinalizers;
+    char finalizers[EGPU_API_FINALIZERS_MAX][EGPU_API_FINALIZER_MAX];
+};
+
+/* Does meta hold finalizer name? */
+bool egpu_api_meta_has_finalizer(const struct egpu_api_meta *meta, const char *name);
+
+enum egpu_api_cond_status {
+    EGPU_API_COND_TRUE,
+    EGPU_API_COND_FALSE,
+    EGPU_API_COND_UNKNOWN,
+};
+
+#define EGPU_API_COND_TYPE_MAX    64   /* type, at most 63 bytes */
+#define EGPU_API_COND_REASON_MAX  128  /* reason, CamelCase, 1..127 bytes */
+#define EGPU_API_COND_MESSAGE_MAX 1024 /* message, at most 1023 bytes */
+#define EGPU_API_CONDITIONS_MAX   8
+
+/* A metav1.Condition (list keyed by type: two with one type are refused). */
+struct egpu_api_condition {
+    char type[EGPU_API_COND_TYPE_MAX];
+    enum egpu_api_cond_status status;
+    int64_t observed_generation; /* 0: not given */
+    char last_transition_time[EGPU_API_TIME_MAX];
+    char reason[EGPU_API_COND_REASON_MAX];
+    char message[EGPU_API_COND_MESSAGE_MAX];
+};
+
+/* "True", "False", "Unknown". */
+const char *egpu_api_cond_status_name(enum egpu_api_cond_status s);
+
+enum egpu_api_provisioner {
+    EGPU_API_PROVISIONER_GPUSHARE, /* gpuShare: a slice of one card, gpu-core 1..99 */
+    EGPU_API_PROVISIONER_PHYSICAL, /* physicalGPU: whole cards, gpu-core 100 per card */
+};
+/* EGPU_PROVISIONER_GPUSHARE or EGPU_PROVISIONER_PHYSICAL. */
+const char *egpu_api_provisioner_name(enum egpu_api_provisioner p);
+
+enum egpu_api_reclaim {
+    EGPU_API_RECLAIM_DELETE, /* the default, as StorageClass's */
+    EGPU_API_RECLAIM_RETAIN,
+};
+const char *egpu_api_reclaim_name(enum egpu_api_reclaim r); /* "Delete", "Retain" */
+
+enum egpu_api_binding_mode {
+    EGPU_API_BINDING_IMMEDIATE, /* the default */
+    EGPU_API_BINDING_WAIT_FOR_FIRST_CONSUMER,
+};
+/* "Immediate", "WaitForFirstConsumer". */
+const char *egpu_api_binding_mode_name(enum egpu_api_binding_mode m);
+
+/* ---- ElasticGPUClaim (namespaced) ---- */
+
+enum egpu_api_claim_phase {
+    EGPU_API_CLAIM_PENDING, /* also what an absent status.phase reads as */
+    EGPU_API_CLAIM_BOUND,
+    EGPU_API_CLAIM_LOST,
+};
+const char *egpu_api_claim_phase_name(enum egpu_api_claim_phase p); /* "Pending", ... */
+
+struct egpu_api_claim {
+    struct egpu_api_meta meta; /* ns and name required */
+    /* spec.resources.requests: exactly one of gpu-core and gpu-tflops */
+    int64_t core_pct;                   /* elasticgpu.io/gpu-core: 1..99 or 100*k (k <= 64); 0 when
+                                           tflops_milli is given */
+    int64_t tflops_milli;               /* elasticgpu.io/gpu-tflops in thousandths of a TFLOPS,
+                                           1..10^9; 0 when core_pct is given */
+    int64_t mem_mib;                    /* elasticgpu.io/gpu-memory, MiB, >= 1; 0 when !has_mem */
+    bool has_mem;                       /* not with whole cards (core_pct >= 100) */
+    char class_name[EGPU_K8S_NAME_MAX]; /* spec.elasticGPUClassName; "" = the default class */
+    char egpu_name[EGPU_K8S_NAME_MAX];  /* spec.elasticGPUName; "" = not chosen yet */
+    /* status */
+    enum egpu_api_claim_phase phase;
+    char bound_egpu[EGPU_K8S_NAME_MAX]; /* status.elasticGPUName */
+    bool has_cap_core, has_cap_mem;     /* status.capacity given */
+    int64_t cap_core_pct;               /* what the bound ElasticGPU gives: percent */
+    int64_t cap_mem_mib;                /* and MiB */
+    int64_t observed_generation;        /* 0: not given */
+    uint32_t nconditions;
+    struct egpu_api_condition conditions[EGPU_API_CONDITIONS_MAX];
+};
+
+/* Decode an ElasticGPUClaim. Rules beyond the JSON types: gpu-core 1..99 or
+ * a multiple of 100 up to 6400; exactly one of gpu-core and gpu-tflops;
+ * gpu-tflops > 0 and <= EGPU_API_TFLOPS_MAX (rounded up to a thousandth);
+ * gpu-memory >= 1 and not with whole cards. Returns 0, EGPU_ESYNTAX,
+ * EGPU_ERANGE or -ENOMEM (see above). *out (about 16 KiB) written only on
+ * success. */
+int egpu_api_claim_decode(const json_t *obj, struct egpu_api_claim *out,
+                          struct egpu_error *err) EGPU_MUST_CHECK;
+/* Render c as an ElasticGPUClaim (new reference; NULL when out of memory). */
+json_t *egpu_api_claim_encode(const struct egpu_api_claim *c);
+
+/* ---- ElasticGPUClass (cluster-scoped; fields at the top level) ---- */
+
+#define EGPU_API_SELECTOR_REQS_MAX   8    /* requirements of a nodeSelector */
+#define EGPU_API_SELECTOR_VALUES_MAX 8    /* values of one in/notin requirement */
+#define EGPU_API_LABEL_KEY_MAX       320  /* prefix 253 + '/' + name 63 + NUL */
+#define EGPU_API_LABEL_VALUE_MAX     64   /* 63 + NUL */
+#define EGPU_API_SELECTOR_TEXT_MAX   1024 /* parameters.nodeSelector, bytes incl. NUL */
+#define EGPU_API_CLASS_TFLOPS_MAX    16   /* tflops.<model> parameters */
+#define EGPU_API_PARAM_VALUE_MAX     1024 /* any parameter's value, bytes incl. NUL */
+
+enum egpu_api_selector_op {
+    EGPU_API_SEL_EQ,     /* key=value (also written key==value) */
+    EGPU_API_SEL_NE,     /* key!=value: true when the label is absent too */
+    EGPU_API_SEL_IN,     /* key in (v1,v2) */
+    EGPU_API_SEL_NOTIN,  /* key notin (v1,v2): true when the label is absent too */
+    EGPU_API_SEL_EXISTS, /* key */
+    EGPU_API_SEL_ABSENT, /* !key */
+};
+
+/* A label selector in kubectl's text form, parsed: requirements ANDed. */
+struct egpu_api_selector {
+    uint32_t nreqs;
+    struct egpu_api_selector_req {
+        enum egpu_api_selector_op op;
+        char key[EGPU_API_LABEL_KEY_MAX];
+        uint32_t nvalues; /* EQ and NE: 1; IN and NOTIN: 1..8; EXISTS and ABSENT: 0 */
+        char values[EGPU_API_SELECTOR_VALUES_MAX][EGPU_API_LABEL_VALUE_MAX];
+    } reqs[EGPU_API_SELECTOR_REQS_MAX];
+};
+
+/* Parse text, requirements separated by commas, each one of: key, !key,
+ * key=value, key==value, key!=value, key in (v1,v2), key notin (v1,v2)
+ * (spaces around words allowed; keys [A-Za-z0-9._/-], at most 317 bytes;
+ * values [A-Za-z0-9._-], at most 63 bytes, may be empty after = and !=).
+ * "" is the empty selector, which matches every node. Returns 0 or
+ * EGPU_ERANGE naming field (e.g. "parameters.nodeSelector"), the text and
+ * the grammar. *out written only on success. */
+int egpu_api_selector_parse(const char *text, const char *field, struct egpu_api_selector *out,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+/* sel in canonical text ("k=v,k2 in (a,b)"), NUL-terminated, into buf of len
+ * bytes. Returns the length it needs (as snprintf): parsing that text gives
+ * sel back. */
+size_t egpu_api_selector_format(const struct egpu_api_selector *sel, char *buf, size_t len);
+/* Do labels (a node's metadata.labels: object, or NULL / JSON null for none)
+ * satisfy every requirement of sel? */
+bool egpu_api_selector_matches(const struct egpu_api_selector *sel, const json_t *labels);
+
+/* One tflops.<model> parameter: the model's peak, in thousandths of a TFLOPS. */
+struct egpu_api_class_peak {
+    char model[EGPU_MODEL_MAX];
+    int64_t tflops_milli; /* 1..10^9 */
+};
+
+struct egpu_api_class {
+    struct egpu_api_meta meta; /* name required; ns "" */
+    bool is_default;           /* annotation EGPU_ANN_DEFAULT_CLASS is "true" */
+    enum egpu_api_provisioner provisioner;
+    enum egpu_api_reclaim reclaim_policy;    /* absent: Delete */
+    enum egpu_api_binding_mode binding_mode; /* absent: Immediate */
+    /* parameters (a map of strings; any other key is refused):
+     *   models:       "A|B", the card models it may use ("" or absent: any)
+     *   nodeSelector: a label selector on nodes (egpu_api_selector_parse)
+     *   policy:       egpu_policy_parse's names, for both the node and the card
+     *   tflops.<model>: "<peak TFLOPS>", digits with up to 3 decimals, > 0 */
+    char models[EGPU_MODEL_MAX];
+    bool has_node_selector;
+    struct egpu_api_selector node_selector;
+    bool has_policy;
+    enum egpu_policy_kind policy;
+    uint32_t npeaks;
+    struct egpu_api_class_peak peaks[EGPU_API_CLASS_TFLOPS_MAX]; /* in the object's order */
+};
+
+/* Decode an ElasticGPUClass. Returns 0, EGPU_ESYNTAX, EGPU_ERANGE (e.g.
+ * "provisioner is \"x\"; allowed: gpushare.provisioner.elasticgpu.io,
+ * physical.provisioner.elasticgpu.io", "parameters has \"zone\"; allowed:
+ * models, nodeSelector, policy, tflops.<model>") or -ENOMEM. *out (about 17
+ * KiB) written only on success. */
+int egpu_api_class_decode(const json_t *obj, struct egpu_api_class *out,
+                          struct egpu_error *err) EGPU_MUST_CHECK;
+/* Render c as an ElasticGPUClass (new reference; NULL when out of memory).
+ * reclaimPolicy and bindingMode are always written. */
+json_t *egpu_api_class_encode(const struct egpu_api_class *c);
+
+/* May class c use cards of model (a GPU object's spec.model)? True when c
+ * names no models, or one of its models is model, or model with a leading
+ * "NVIDIA " removed (so "A100-SXM4-80GB" names "NVIDIA A100-SXM4-80GB"). */
+bool egpu_api_class_allows_model(const struct egpu_api_class *c, const char *model);
+/* The peak TFLOPS c gives model (matched as egpu_api_class_allows_model
+ * matches), in thousandths, or 0 when c has none for it. */
+int64_t egpu_api_class_peak(const struct egpu_api_class *c, const char *model);
+
+/* ---- ElasticGPU (cluster-scoped) ---- */
+
+enum egpu_api_egpu_phase {
+    EGPU_API_EGPU_PENDING, /* also what an absent status.phase reads as */
+    EGPU_API_EGPU_AVAILABLE,
+    EGPU_API_EGPU_BOUND,
+    EGPU_API_EGPU_RELEASED,
+    EGPU_API_EGPU_FAILED,
+};
+const char *egpu_api_egpu_phase_name(enum egpu_api_egpu_phase p); /* "Pending", ... */
+
+#define EGPU_API_STATUS_TEXT_MAX 1024 /* status.reason and status.message, incl. NUL */
+
+struct egpu_api_egpu {
+    struct egpu_api_meta meta; /* name required; ns "" */
+    /* spec */
+    int64_t core_pct; /* capacity gpu-core: gpuShare 1..99, physicalGPU 100 per card */
+    int64_t mem_mib;  /* capacity gpu-memory, MiB >= 1; gpuShare only */
+    bool has_mem;
+    char node_name[EGPU_K8S_NAME_MAX]; /* required */
+    enum egpu_api_provisioner source;  /* gpuShare or physicalGPU: exactly one */
+    uint32_t ngpus;                    /* gpuShare: 1; physicalGPU: 1..64, no repeats */
+    char gpu_names[EGPU_NODE_GPUS_MAX][EGPU_K8S_NAME_MAX]; /* GPU object names */
+    bool has_claim_ref;
+    char claim_ns[EGPU_NAMESPACE_MAX], claim_name[EGPU_K8S_NAME_MAX];
+    char claim_uid[EGPU_API_UID_MAX];   /* "" = any claim of that name (pre-bound by hand) */
+    char class_name[EGPU_K8S_NAME_MAX]; /* spec.elasticGPUClassName; "" = none */
+    bool has_reclaim_policy;            /* spec.reclaimPolicy (copied from the class) */
+    enum egpu_api_reclaim reclaim_policy;
+    /* status */
+    enum egpu_api_egpu_phase phase;
+    char reason[EGPU_API_STATUS_TEXT_MAX];
+    char message[EGPU_API_STATUS_TEXT_MAX];
+    int64_t observed_generation;
+    char chosen_gpu[EGPU_K8S_NAME_MAX]; /* status.gpuName: the card chosen ("" = none) */
+    char model[EGPU_MODEL_MAX];         /* status.model: that card's model */
+    int64_t tflops_core_pct;            /* status.corePercent: a TFLOPS claim's percent of
+                                           that card, 1..99; 0 = not given */
+};
+
+/* Decode an ElasticGPU. Beyond types: exactly one source; a gpuShare's
+ * gpu-core 1..99; a physicalGPU's gpu-core 100 times its cards and no
+ * gpu-memory; gpuNames without repeats; claimRef's namespace and name
+ * non-empty. Returns 0, EGPU_ESYNTAX, EGPU_ERANGE or -ENOMEM. *out (about 21
+ * KiB) written only on success. */
+int egpu_api_egpu_decode(const json_t *obj, struct egpu_api_egpu *out,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+/* Render e as an ElasticGPU (new reference; NULL when out of memory). */
+json_t *egpu_api_egpu_encode(const struct egpu_api_egpu *e);
+
+/* ---- Binding helpers ---- */
+
+/* A claim's TFLOPS as the core percent of a card of peak TFLOPS (both in
+ * thousandths): 100 * tflops / peak, rounded up, so the claim gets at least
+ * what it asked. Returns 0 with *core_pct 1..99, or EGPU_ERANGE when it
+ * needs 100% or more of the card ("elasticgpu.io/gpu-tflops 400 is 129% of
+ * a card of 312 TFLOPS; allowed: at most 99% of one card, 308.88 TFLOPS")
+ * or when either value is <= 0. */
+int egpu_api_tflops_to_core(int64_t tflops_milli, int64_t peak_milli, int64_t *core_pct,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Why an ElasticGPU does not fit a claim; EGPU_API_FIT_OK when it does. */
+enum egpu_api_fit {
+    EGPU_API_FIT_OK,
+    EGPU_API_FIT_DELETING, /* the ElasticGPU is being deleted */
+    EGPU_API_FIT_TAKEN,    /* claimRef names another claim, or Bound with none */
+    EGPU_API_FIT_PHASE,    /* neither Available nor Bound (Pending, Released, Failed) */
+    EGPU_API_FIT_CLASS,    /* spec.elasticGPUClassName is not the claim's class */
+    EGPU_API_FIT_KIND,     /* its source is not what the class and the claim ask */
+    EGPU_API_FIT_MODEL,    /* the class refuses the card's model, or has no peak for it */
+    EGPU_API_FIT_TFLOPS,   /* the claim's TFLOPS need 100% or more of the card */
+    EGPU_API_FIT_CORE,     /* capacity gpu-core below the claim's */
+    EGPU_API_FIT_MEMORY,   /* capacity gpu-memory below the claim's */
+};
+/* "fits", "deleting", "taken", "phase", "class", "kind", "model", "tflops",
+ * "core", "memory". */
+const char *egpu_api_fit_name(enum egpu_api_fit f);
+
+/* Does e fit claim c, under class cls (the claim's class, its class_name
+ * resolved; NULL: no class, so no model or TFLOPS rules)? model is the
+ * model of e's card(s) (a GPU object's spec.model; NULL or "" unknown: then
+ * the class's models are not checked, and a TFLOPS claim does not fit).
+ * Checked in the order of enum egpu_api_fit; the first failing check is
+ * returned. The claim's kind: gpu-core 100*k or a physical class ask whole
+ * cards (physicalGPU), anything else a share (gpuShare); the class's
+ * provisioner must be that kind too. *core_pct (may be NULL) gets the
+ * claim's gpu-core, its TFLOPS converted on model's peak, when it fits. */
+enum egpu_api_fit egpu_api_egpu_fit(const struct egpu_api_egpu *e, const struct egpu_api_claim *c,
+                                    const struct egpu_api_class *cls, const char *model,
+                                    int64_t *core_pct);
+
+/* The best of n ElasticGPUs (egpus[i], with models[i] its card's model;
+ * models may be NULL) for claim c under cls: among those that fit, the least
+ * gpu-core left over, then the least gpu-memory left over (none given: 0),
+ * then the smallest name (strcmp), so the choice is the same on every
+ * controller. Returns the index, or -1 when none fits. */
+long egpu_api_best_fit(const struct egpu_api_egpu *const *egpus, const char *const *models,
+                       size_t n, const struct egpu_api_claim *c, const struct egpu_api_class *cls);
+
 #ifdef __cplusplus
 }
 #endif
