@@ -1,0 +1,515 @@
+"""The claim model's CRDs (deploy/crds: ElasticGPUClaim, ElasticGPUClass,
+ElasticGPU) held against src/api's decoders (claim.c, class.c,
+elasticgpu.c), which the controller reads them with.
+
+No kube-apiserver runs here, so the API server's side is played by a
+structural-schema validator (below: types, enums, limits, required, list
+types, date-time, defaults) and the CRDs' CEL rules evaluated by
+tests/cel/crd_eval.mjs (@bufbuild/cel, with the API server's typing and
+property-name escaping). The decoders' side is <build>/tests/tools/egpu-api-objects.
+
+What it shows: every field the decoder reads or writes is in the schema and
+every schema field is read (status of a class aside); the enums are the
+decoder's names; each object the API server would accept the decoder
+accepts and the other way round (a few decoder-only rules listed in
+DECODER_ONLY, with why); every object the encoder writes is one the API
+server accepts; the CEL transition rules make a claim's elasticGPUName and a
+class's provisioner, parameters, reclaimPolicy and bindingMode immutable;
+kubectl renders the CRDs. kubectl and node are needed: a missing one skips,
+or fails under CI=true.
+"""
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+
+CORE, MEM, TFLOPS = "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory", "elasticgpu.io/gpu-tflops"
+API = "elasticgpu.io/v1alpha1"
+TIME = "2026-07-24T09:31:03Z"
+
+
+def tool(name, fallback=None):
+    path = shutil.which(name) or (fallback if fallback and os.access(fallback, os.X_OK) else None)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is not installed (scripts/deps.sh)")
+        pytest.skip(f"{name} is not installed")
+    return path
+
+
+@pytest.fixture(scope="module")
+def schemas():
+    """kind -> storage version's openAPIV3Schema, as kubectl renders deploy/crds."""
+    import yaml
+    r = subprocess.run([tool("kubectl", "/usr/bin/kubectl"), "kustomize", str(ROOT / "deploy/crds")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = {}
+    for d in yaml.safe_load_all(r.stdout):
+        if d and d["kind"] == "CustomResourceDefinition":
+            v = [v for v in d["spec"]["versions"] if v.get("storage")][0]
+            out[d["spec"]["names"]["kind"]] = v["schema"]["openAPIV3Schema"]
+            out[d["spec"]["names"]["kind"] + "/crd"] = d
+    return out
+
+
+@pytest.fixture(scope="module")
+def objects_tool():
+    d = os.environ.get("EGPU_BUILD", str(ROOT / "build"))
+    path = os.path.join(d, "tests", "tools", "egpu-api-objects")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} not built: run `make build` first")
+    return path
+
+
+def decode(objects_tool, kind, objects):
+    r = subprocess.run([objects_tool], input=json.dumps({"kind": kind, "objects": objects}),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def cel(schema, cases):
+    """[(name, object, oldObject or None)] -> {name: [errors]}."""
+    node = tool("node")
+    assert (ROOT / "tests/cel/node_modules/@bufbuild/cel").is_dir(), \
+        "tests/cel/node_modules is missing: run `make deps`"
+    payload = {"schema": schema, "cases": [
+        {"name": n, "object": o, **({"oldObject": old} if old is not None else {})}
+        for n, o, old in cases]}
+    r = subprocess.run([node, str(ROOT / "tests/cel/crd_eval.mjs")], input=json.dumps(payload),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return {c["name"]: c["errors"] for c in json.loads(r.stdout)}
+
+
+# --- the API server's structural validation, for the keywords these CRDs use ---------
+
+DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def apply_defaults(schema, v):
+    if isinstance(v, dict):
+        for k, sub in (schema.get("properties") or {}).items():
+            if k not in v and "default" in sub:
+                v[k] = copy.deepcopy(sub["default"])
+            if k in v:
+                apply_defaults(sub, v[k])
+    return v
+
+
+def validate(schema, v, path, errors):
+    t = schema.get("type")
+    ok = {"object": isinstance(v, dict), "array": isinstance(v, list), "string": isinstance(v, str),
+          "boolean": isinstance(v, bool),
+          "integer": isinstance(v, int) and not isinstance(v, bool),
+          "number": isinstance(v, (int, float)) and not isinstance(v, bool)}.get(t, True)
+    if not ok:
+        errors.append(f"{path}: not {t}")
+        return
+    if "enum" in schema and v not in schema["enum"]:
+        errors.append(f"{path}: not in enum")
+    if t in ("integer", "number"):
+        if "minimum" in schema and (v < schema["minimum"] or
+                                    (schema.get("exclusiveMinimum") and v == schema["minimum"])):
+            errors.append(f"{path}: below minimum")
+        if "maximum" in schema and v > schema["maximum"]:
+            errors.append(f"{path}: above maximum")
+    if t == "string":
+        if len(v) < schema.get("minLength", 0) or len(v) > schema.get("maxLength", 1 << 30):
+            errors.append(f"{path}: length")
+        if schema.get("format") == "date-time" and not DATE_TIME.match(v):
+            errors.append(f"{path}: not a date-time")
+    if t == "array":
+        if len(v) < schema.get("minItems", 0) or len(v) > schema.get("maxItems", 1 << 30):
+            errors.append(f"{path}: items")
+        lt = schema.get("x-kubernetes-list-type")
+        if lt == "set" and len({json.dumps(x) for x in v}) != len(v):
+            errors.append(f"{path}: duplicate in a set")
+        if lt == "map":
+            keys = [tuple(x.get(k) for k in schema["x-kubernetes-list-map-keys"])
+                    for x in v if isinstance(x, dict)]
+            if len(set(keys)) != len(keys):
+                errors.append(f"{path}: duplicate key in a map list")
+        for i, x in enumerate(v):
+            validate(schema["items"], x, f"{path}[{i}]", errors)
+    if t == "object":
+        if path == ".metadata":
+            return
+        if len(v) > schema.get("maxProperties", 1 << 30):
+            errors.append(f"{path}: too many properties")
+        for k in schema.get("required", []):
+            if k not in v:
+                errors.append(f"{path}.{k}: required")
+        props = schema.get("properties")
+        for k, x in v.items():
+            if props is not None:
+                if k in props:  # the API server prunes the rest
+                    validate(props[k], x, f"{path}.{k}", errors)
+            elif isinstance(schema.get("additionalProperties"), dict):
+                validate(schema["additionalProperties"], x, f"{path}.{k}", errors)
+
+
+def api_verdicts(schema, cases):
+    """[(name, object, old)] -> {name: [errors]} as the API server would give them."""
+    out, objs = {}, []
+    for name, obj, old in cases:
+        obj = apply_defaults(schema, copy.deepcopy(obj))
+        errors = []
+        validate(schema, obj, "", errors)
+        out[name] = errors
+        objs.append((name, obj, apply_defaults(schema, copy.deepcopy(old)) if old else None))
+    for name, errs in cel(schema, objs).items():
+        out[name] += [f"{e['path']}: {e['message']}" for e in errs]
+    return out
+
+
+# --- objects ---------------------------------------------------------------------------
+
+def claim(requests=None, spec=None, status=None, **meta):
+    o = {"apiVersion": API, "kind": "ElasticGPUClaim",
+         "metadata": {"name": "train", "namespace": "ml", **meta},
+         "spec": {"resources": {"requests": {CORE: 30} if requests is None else requests},
+                  **(spec or {})}}
+    if status is not None:
+        o["status"] = status
+    return o
+
+
+def klass(provisioner="gpushare.provisioner.elasticgpu.io", **fields):
+    o = {"apiVersion": API, "kind": "ElasticGPUClass", "metadata": {"name": "fast"}}
+    if provisioner is not None:
+        o["provisioner"] = provisioner
+    o.update(fields)
+    return o
+
+
+def egpu(spec=None, status=None, share="g0", core=30):
+    s = {"capacity": {CORE: core}, "nodeName": "n1"}
+    if share:
+        s["gpuShare"] = {"gpuName": share}
+    s.update(spec or {})
+    o = {"apiVersion": API, "kind": "ElasticGPU", "metadata": {"name": "e1"}, "spec": s}
+    if status is not None:
+        o["status"] = status
+    return o
+
+
+def cond(type_="Bound", **kw):
+    c = {"type": type_, "status": "True", "lastTransitionTime": TIME, "reason": "Bound",
+         "message": ""}
+    c.update(kw)
+    return c
+
+
+def phys(names, core, **spec):
+    return egpu({"physicalGPU": {"gpuNames": names}, **spec}, share=None, core=core)
+
+
+MAX = {
+    "ElasticGPUClaim": claim({CORE: 30, MEM: 4096}, {"elasticGPUClassName": "fast",
+                                                     "elasticGPUName": "e1"},
+                             {"phase": "Bound", "elasticGPUName": "e1",
+                              "capacity": {CORE: 40, MEM: 8192}, "observedGeneration": 2,
+                              "conditions": [cond(observedGeneration=2)]}),
+    "ElasticGPUClass": klass(reclaimPolicy="Retain", bindingMode="WaitForFirstConsumer",
+                             parameters={"models": "A100|T4", "nodeSelector": "zone=a",
+                                         "policy": "binpack", "tflops.A100": "312"}),
+    "ElasticGPU": egpu({"capacity": {CORE: 30, MEM: 4096},
+                        "claimRef": {"namespace": "ml", "name": "train", "uid": "u"},
+                        "elasticGPUClassName": "fast", "reclaimPolicy": "Retain"},
+                       {"phase": "Bound", "reason": "Bound", "message": "m",
+                        "observedGeneration": 1, "gpuName": "g0", "model": "NVIDIA T4",
+                        "corePercent": 30}),
+}
+MAX_TFLOPS_CLAIM = claim({TFLOPS: 19.5, MEM: 1024})
+
+# Creates: each must get the same verdict from the API server and the decoder.
+CASES = {
+    "ElasticGPUClaim": {
+        "share": claim(),
+        "max": MAX["ElasticGPUClaim"],
+        "tflops": MAX_TFLOPS_CLAIM,
+        "tflops integer": claim({TFLOPS: 100}),
+        "tflops least": claim({TFLOPS: 0.001}),
+        "tflops most": claim({TFLOPS: 1000000}),
+        "whole cards": claim({CORE: 6400}),
+        "core 99": claim({CORE: 99}),
+        "core 0": claim({CORE: 0}),
+        "core 150": claim({CORE: 150}),
+        "core 6500": claim({CORE: 6500}),
+        "core text": claim({CORE: "30"}),
+        "core real": claim({CORE: 30.5}),
+        "both": claim({CORE: 30, TFLOPS: 10}),
+        "neither": claim({MEM: 1024}),
+        "tflops 0": claim({TFLOPS: 0}),
+        "tflops negative": claim({TFLOPS: -1}),
+        "tflops too many": claim({TFLOPS: 1000000.5}),
+        "tflops text": claim({TFLOPS: "19.5"}),
+        "memory 0": claim({CORE: 30, MEM: 0}),
+        "memory most": claim({CORE: 30, MEM: 4294967295}),
+        "memory too much": claim({CORE: 30, MEM: 4294967296}),
+        "memory on whole cards": claim({CORE: 100, MEM: 1}),
+        "memory with tflops": claim({TFLOPS: 10, MEM: 1}),
+        "no requests": claim(spec={"resources": {}}),
+        "class 253": claim(spec={"elasticGPUClassName": "a" * 253}),
+        "class 254": claim(spec={"elasticGPUClassName": "a" * 254}),
+        "egpu 254": claim(spec={"elasticGPUName": "a" * 254}),
+        "phase": claim(status={"phase": "Done"}),
+        "phase lost": claim(status={"phase": "Lost"}),
+        "capacity 150": claim(status={"capacity": {CORE: 150}}),
+        "capacity memory 0": claim(status={"capacity": {CORE: 30, MEM: 0}}),
+        "observedGeneration -1": claim(status={"observedGeneration": -1}),
+        "conditions twice": claim(status={"conditions": [cond(), cond()]}),
+        "conditions 8": claim(status={"conditions": [cond(f"T{i}") for i in range(8)]}),
+        "conditions 9": claim(status={"conditions": [cond(f"T{i}") for i in range(9)]}),
+        "condition status": claim(status={"conditions": [cond(status="Yes")]}),
+        "condition no reason": claim(status={"conditions": [
+            {k: v for k, v in cond().items() if k != "reason"}]}),
+        "condition empty reason": claim(status={"conditions": [cond(reason="")]}),
+        "condition reason 128": claim(status={"conditions": [cond(reason="R" * 128)]}),
+        "condition message 1023": claim(status={"conditions": [cond(message="m" * 1023)]}),
+        "condition message 1024": claim(status={"conditions": [cond(message="m" * 1024)]}),
+        "condition type 64": claim(status={"conditions": [cond("T" * 64)]}),
+    },
+    "ElasticGPUClass": {
+        "minimal": klass(),
+        "max": MAX["ElasticGPUClass"],
+        "physical": klass("physical.provisioner.elasticgpu.io"),
+        "no provisioner": klass(None),
+        "provisioner": klass("kubernetes.io/gce-pd"),
+        "reclaimPolicy": klass(reclaimPolicy="Recycle"),
+        "bindingMode": klass(bindingMode="Later"),
+        "unknown parameter": klass(parameters={"zone": "a"}),
+        "tflops without model": klass(parameters={"tflops.": "1"}),
+        "parameter not text": klass(parameters={"policy": 3}),
+        "policy": klass(parameters={"policy": "pack"}),
+        "policy bestfit": klass(parameters={"policy": "bestfit"}),
+        "models empty part": klass(parameters={"models": "A||B"}),
+        "models trailing bar": klass(parameters={"models": "A|"}),
+        "models empty": klass(parameters={"models": ""}),
+        "peak text": klass(parameters={"tflops.T4": "fast"}),
+        "peak 0": klass(parameters={"tflops.T4": "0.000"}),
+        "peak decimals": klass(parameters={"tflops.T4": "8.125"}),
+        "peak 4 decimals": klass(parameters={"tflops.T4": "8.1234"}),
+        "peak most": klass(parameters={"tflops.T4": "1000000"}),
+        "peak too high": klass(parameters={"tflops.T4": "1000000.001"}),
+        "peak quantity": klass(parameters={"tflops.T4": "8k"}),
+        "16 peaks": klass(parameters={f"tflops.m{i}": "1" for i in range(16)}),
+        "17 peaks": klass(parameters={f"tflops.m{i}": "1" for i in range(17)}),
+        "value 1024": klass(parameters={"models": "A" * 1024}),
+        "selector": klass(parameters={"nodeSelector": "zone=a,pool in (x,y),!tainted"}),
+        "selector bad": klass(parameters={"nodeSelector": "zone=a,"}),
+        "models 256": klass(parameters={"models": "A" * 256}),
+    },
+    "ElasticGPU": {
+        "share": egpu(),
+        "max": MAX["ElasticGPU"],
+        "physical": phys(["g0", "g1"], 200),
+        "both sources": egpu({"physicalGPU": {"gpuNames": ["g1"]}}),
+        "no source": egpu(share=None),
+        "share of 100": egpu(core=100),
+        "core 150": egpu(core=150),
+        "core 0": egpu(core=0),
+        "cards and core disagree": phys(["g0", "g1", "g2"], 200),
+        "memory on whole cards": phys(["g0"], 100, capacity={CORE: 100, MEM: 1}),
+        "card twice": phys(["g0", "g0"], 200),
+        "no cards": phys([], 100),
+        "empty card name": phys([""], 100),
+        "65 cards": phys([f"g{i}" for i in range(65)], 6500),
+        "64 cards": phys([f"g{i}" for i in range(64)], 6400),
+        "no gpuName": egpu({"gpuShare": {}}),
+        "no node": egpu({"nodeName": None}),
+        "empty node": egpu({"nodeName": ""}),
+        "claimRef without name": egpu({"claimRef": {"namespace": "ml"}}),
+        "claimRef empty namespace": egpu({"claimRef": {"namespace": "", "name": "x"}}),
+        "claimRef uid 64": egpu({"claimRef": {"namespace": "ml", "name": "x", "uid": "u" * 64}}),
+        "reclaimPolicy": egpu({"reclaimPolicy": "Recycle"}),
+        "phase": egpu(status={"phase": "Lost"}),
+        "corePercent 100": egpu(status={"corePercent": 100}),
+        "corePercent 0": egpu(status={"corePercent": 0}),
+        "reason 1024": egpu(status={"reason": "r" * 1024}),
+        "model 256": egpu(status={"model": "m" * 256}),
+    },
+}
+# "no node": {"nodeName": None} is a JSON null, which the API server drops.
+CASES["ElasticGPU"]["no node"]["spec"].pop("nodeName")
+
+# What only the decoder checks, and why the CRD does not (the controller
+# reports these as events on the object).
+DECODER_ONLY = {
+    ("ElasticGPUClass", "selector bad"): "the label-selector grammar is not worth a regex in CEL",
+    ("ElasticGPUClass", "models 256"): "models is bounded by the pod annotation's 255 bytes, "
+                                       "the CRD bounds every parameter at 1023",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_api_server_and_decoder_agree(schemas, objects_tool, kind):
+    cases = CASES[kind]
+    schema = schemas[kind]
+    api = api_verdicts(schema, [(n, o, None) for n, o in cases.items()])
+    dec = decode(objects_tool, kind, [apply_defaults(schema, copy.deepcopy(o))
+                                      for o in cases.values()])["results"]
+    disagree = []
+    for (name, _), d in zip(cases.items(), dec):
+        api_ok = not api[name]
+        if (kind, name) in DECODER_ONLY:
+            assert api_ok and not d["ok"], f"{name}: listed as decoder-only but {api[name]} / {d}"
+            continue
+        if api_ok != d["ok"]:
+            disagree.append(f"{name}: API server {api[name] or 'accepts'}, decoder "
+                            f"{d.get('error') or 'accepts'}")
+    assert not disagree, "\n".join(disagree)
+    # Both sides refuse something: the table is not all good objects.
+    assert sum(1 for d in dec if not d["ok"]) >= 5
+
+
+def leaves(v, path=""):
+    """Leaf paths of a JSON value; map parameters' keys are one '*'."""
+    if isinstance(v, dict):
+        out = set()
+        for k, x in v.items():
+            p = f"{path}.{k}" if path else k
+            out |= leaves(x, f"{path}.*" if path == "parameters" else p)
+        return out
+    if isinstance(v, list):
+        out = set()
+        for x in v:
+            out |= leaves(x, path + "[]")
+        return out or {path + "[]"}
+    return {path}
+
+
+def schema_leaves(s, path=""):
+    if s.get("type") == "object" and "properties" in s:
+        out = set()
+        for k, sub in s["properties"].items():
+            out |= schema_leaves(sub, f"{path}.{k}" if path else k)
+        return out
+    if s.get("type") == "object" and isinstance(s.get("additionalProperties"), dict):
+        return {path + ".*"}
+    if s.get("type") == "array":
+        return schema_leaves(s["items"], path + "[]")
+    return {path}
+
+
+@pytest.mark.parametrize("kind", sorted(MAX))
+def test_every_field_is_in_the_schema_and_read(schemas, objects_tool, kind):
+    objs = [MAX[kind]] + {"ElasticGPUClaim": [MAX_TFLOPS_CLAIM],
+                          "ElasticGPU": [phys(["g0", "g1"], 200)]}.get(kind, [])
+    res = decode(objects_tool, kind, objs)["results"]
+    assert all(r["ok"] for r in res), res
+    written = set()
+    for r in res:
+        written |= {p for p in leaves(r["encoded"]) if p.split(".")[0] not in
+                    ("apiVersion", "kind", "metadata")}
+    in_schema = {p for p in schema_leaves(schemas[kind])
+                 if p.split(".")[0] not in ("apiVersion", "kind", "metadata")}
+    if kind == "ElasticGPUClass":  # nobody reads a class's status (StorageClass has none)
+        in_schema = {p for p in in_schema if not p.startswith("status.")}
+    assert written - in_schema == set(), "written by the encoder but not in the CRD"
+    assert in_schema - written == set(), "in the CRD but not read and written by the decoder"
+    # What the decoder read back is what it was given (the encoder loses nothing).
+    for given, r in zip(objs, res):
+        assert leaves(r["encoded"]) >= {p for p in leaves(given) if not p.startswith("metadata")}
+
+
+@pytest.mark.parametrize("kind", sorted(MAX))
+def test_encoded_objects_are_accepted(schemas, objects_tool, kind):
+    objs = [o for o in CASES[kind].values()]
+    res = [r for r in decode(objects_tool, kind, objs)["results"] if r["ok"]]
+    api = api_verdicts(schemas[kind], [(str(i), r["encoded"], None) for i, r in enumerate(res)])
+    assert {k: v for k, v in api.items() if v} == {}
+    # ... and decode to themselves.
+    again = decode(objects_tool, kind, [r["encoded"] for r in res])["results"]
+    assert [a["encoded"] for a in again] == [r["encoded"] for r in res]
+
+
+def enum_at(schema, *path):
+    for p in path:
+        schema = schema["properties"][p] if p != "[]" else schema["items"]
+    return schema["enum"]
+
+
+def test_enums_are_the_decoders(schemas, objects_tool):
+    names = decode(objects_tool, "ElasticGPU", [])["names"]
+    assert enum_at(schemas["ElasticGPUClaim"], "status", "phase") == names["claimPhases"]
+    assert enum_at(schemas["ElasticGPU"], "status", "phase") == names["elasticGPUPhases"]
+    assert sorted(enum_at(schemas["ElasticGPUClass"], "reclaimPolicy")) == \
+        sorted(names["reclaimPolicies"])
+    assert sorted(enum_at(schemas["ElasticGPU"], "spec", "reclaimPolicy")) == \
+        sorted(names["reclaimPolicies"])
+    assert enum_at(schemas["ElasticGPUClass"], "bindingMode") == names["bindingModes"]
+    assert enum_at(schemas["ElasticGPUClass"], "provisioner") == names["provisioners"]
+    assert enum_at(schemas["ElasticGPUClaim"], "status", "conditions", "[]", "status") == \
+        names["conditionStatuses"]
+    # StorageClass's defaults: the decoder's absent values are the CRD's defaults.
+    res = decode(objects_tool, "ElasticGPUClass", [klass()])["results"][0]["encoded"]
+    assert res["reclaimPolicy"] == schemas["ElasticGPUClass"]["properties"]["reclaimPolicy"]["default"]
+    assert res["bindingMode"] == schemas["ElasticGPUClass"]["properties"]["bindingMode"]["default"]
+
+
+# Updates: (name, old, new, allowed) evaluated with oldSelf as the API server does.
+def updates():
+    bound = claim(spec={"elasticGPUName": "e1"})
+    p = {"models": "A100", "tflops.A100": "312"}
+    return {
+        "ElasticGPUClaim": [
+            ("bind", claim(), bound, True),
+            ("bind from empty", claim(spec={"elasticGPUName": ""}), bound, True),
+            ("same", bound, bound, True),
+            ("rebind", bound, claim(spec={"elasticGPUName": "e2"}), False),
+            ("unbind", bound, claim(), False),
+            ("empty again", bound, claim(spec={"elasticGPUName": ""}), False),
+            ("resize unbound", claim(), claim({CORE: 40}), True),
+        ],
+        "ElasticGPUClass": [
+            ("labels only", klass(parameters=p), klass(parameters=p), True),
+            ("provisioner", klass(), klass("physical.provisioner.elasticgpu.io"), False),
+            ("reclaimPolicy", klass(), klass(reclaimPolicy="Retain"), False),
+            ("reclaimPolicy default", klass(reclaimPolicy="Delete"), klass(), True),
+            ("bindingMode", klass(), klass(bindingMode="WaitForFirstConsumer"), False),
+            ("parameters changed", klass(parameters=p), klass(parameters={**p, "policy": "fgd"}),
+             False),
+            ("parameters added", klass(), klass(parameters=p), False),
+            ("parameters removed", klass(parameters=p), klass(), False),
+        ],
+    }
+
+
+@pytest.mark.parametrize("kind", ["ElasticGPUClaim", "ElasticGPUClass"])
+def test_immutable_fields(schemas, kind):
+    cases = updates()[kind]
+    api = api_verdicts(schemas[kind], [(n, new, old) for n, old, new, _ in cases])
+    got = {n: not api[n] for n, _, _, _ in cases}
+    assert got == {n: ok for n, _, _, ok in cases}, api
+    for n, _, _, ok in cases:
+        if not ok:
+            assert any("immutable" in e for e in api[n]), api[n]
+
+
+def test_names_and_columns(schemas):
+    names = {k: schemas[k + "/crd"]["spec"]["names"] for k in CASES}
+    assert names["ElasticGPUClaim"]["shortNames"] == ["egpuc"]
+    assert names["ElasticGPU"]["shortNames"] == ["egpu"]
+    assert names["ElasticGPUClass"]["shortNames"] == ["egpuclass"]
+    cols = {c["name"]: c for v in schemas["ElasticGPUClaim/crd"]["spec"]["versions"]
+            for c in v["additionalPrinterColumns"]}
+    assert cols["TFLOPS"]["jsonPath"] == ".spec.resources.requests.elasticgpu\\.io/gpu-tflops"
+    assert cols["TFLOPS"]["type"] == "number"
+    for k in CASES:
+        assert "status" in schemas[k + "/crd"]["spec"]["versions"][0]["subresources"]
+
+
+def test_whole_deploy_renders():
+    r = subprocess.run([tool("kubectl", "/usr/bin/kubectl"), "kustomize", str(ROOT / "deploy")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "elasticgpuclaims.elasticgpu.io" in r.stdout
