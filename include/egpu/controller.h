@@ -1,0 +1,165 @@
+/* egpu/controller.h - the pure parts of egpu-controller: its work queue,
+ * and the inventory it provisions from (the cluster of GPU objects and
+ * Nodes, existing ElasticGPUs counted as allocated, and the choice of node
+ * and card for a claim).
+ *
+ * The controller binds ElasticGPUClaims to ElasticGPUs as the
+ * PersistentVolume controller binds claims to volumes (DESIGN.md section 2,
+ * item 5; docs/claims.md). Its I/O (informers, writes, events, leader
+ * election) lives in src/controller/main.c and reconcile*.c; what is here
+ * does no I/O, so unit tests drive it directly.
+ *
+ * Errors are 0 or a negative code (-errno or EGPU_E*), with a message in
+ * *err (may be NULL).
+ */
+#ifndef EGPU_CONTROLLER_H
+#define EGPU_CONTROLLER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "egpu/api.h"
+#include "egpu/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Work queue (src/controller/queue.c)                                      */
+/*
+ * client-go's rate-limited work queue: keys (C strings, copied) wait in FIFO
+ * order; a key is in the queue at most once (adding it again while it waits
+ * does nothing); a key being processed (between get and done) is never
+ * handed to a second worker: added meanwhile, it is queued again at done.
+ * Delayed adds wait on a timer; add_backoff delays a key by its own failure
+ * count (base * 2^failures, at most max), which forget clears. Thread-safe.
+ */
+struct egpu_ctl_queue;
+
+/* A queue whose backoff goes from base_ms doubling to max_ms (0: 5 ms and
+ * 60000 ms). NULL when out of memory. */
+struct egpu_ctl_queue *egpu_ctl_queue_new(long base_ms, long max_ms);
+/* Shut down (waiting gets return -ESHUTDOWN) and free. NULL is a no-op;
+ * no thread may be inside a call. */
+void egpu_ctl_queue_free(struct egpu_ctl_queue *q);
+
+/* Queue key now (no-op when it already waits). Returns 0, -ENOMEM or
+ * -ESHUTDOWN. */
+int egpu_ctl_queue_add(struct egpu_ctl_queue *q, const char *key);
+/* Queue key after delay_ms (<= 0: now). A key already waiting on a timer
+ * keeps the earlier time. Returns 0, -ENOMEM or -ESHUTDOWN. */
+int egpu_ctl_queue_add_after(struct egpu_ctl_queue *q, const char *key, long delay_ms);
+/* Queue key after its backoff and count one more failure of it. Returns
+ * the delay used (ms, >= 0) or a negative code as egpu_ctl_queue_add. */
+long egpu_ctl_queue_add_backoff(struct egpu_ctl_queue *q, const char *key);
+/* Forget key's failures (after a success). */
+void egpu_ctl_queue_forget(struct egpu_ctl_queue *q, const char *key);
+/* Failures of key counted since the last forget. */
+unsigned egpu_ctl_queue_failures(struct egpu_ctl_queue *q, const char *key);
+
+/* Wait up to timeout_ms (< 0: forever) for a key; *key gets it (caller
+ * egpu_free()s it, and calls egpu_ctl_queue_done with it). Returns 0,
+ * -ETIMEDOUT or -ESHUTDOWN. */
+int egpu_ctl_queue_get(struct egpu_ctl_queue *q, long timeout_ms, char **key);
+/* key's processing ended; queue it again if it was added meanwhile. */
+void egpu_ctl_queue_done(struct egpu_ctl_queue *q, const char *key);
+/* Keys ready now, plus those waiting on a timer (the depth metric). */
+size_t egpu_ctl_queue_len(struct egpu_ctl_queue *q);
+/* Wake every waiting get with -ESHUTDOWN; later adds fail. */
+void egpu_ctl_queue_shutdown(struct egpu_ctl_queue *q);
+
+/* ------------------------------------------------------------------------ */
+/* Inventory and provisioning (src/controller/inventory.c, place.c)          */
+
+/* One GPU object the inventory holds. */
+struct egpu_ctl_card {
+    char name[EGPU_K8S_NAME_MAX]; /* the GPU object's metadata.name */
+    char node[EGPU_K8S_NAME_MAX]; /* spec.nodeName */
+    char uuid[EGPU_UUID_MAX];     /* spec.uuid */
+    char model[EGPU_MODEL_MAX];   /* spec.model ("" unknown) */
+    uint32_t index;               /* spec.index */
+    uint32_t mem_mib;             /* spec.memory */
+};
+
+/* The cards a class may provision from, as a placement-core cluster. */
+struct egpu_ctl_inventory {
+    struct egpu_cluster *cluster; /* nodes: those with a Node object, matching the class's
+                                     nodeSelector, with their healthy cards of allowed
+                                     models (one model per node, as the core needs) */
+    size_t ncards;
+    struct egpu_ctl_card *cards; /* every card in cluster, in GPU-list order */
+    struct egpu_map *by_uuid;    /* spec.uuid -> struct egpu_ctl_card */
+    struct egpu_map *by_name;    /* GPU name -> struct egpu_ctl_card */
+    size_t skipped;              /* GPU objects left out (malformed, unhealthy, model,
+                                    node missing or not selected, mixed models) */
+};
+
+/* Build *inv from gpus (a JSON array of GPU objects: spec.nodeName, index,
+ * uuid, model, memory; status.health "Unhealthy" leaves a card out) and
+ * nodes (a JSON array of core/v1 Nodes), for class cls (NULL: every card):
+ * its models (egpu_api_class_allows_model) and nodeSelector (matched on the
+ * Node's labels). Nodes get unbounded CPU and memory: an ElasticGPU reserves
+ * card capacity only. Returns 0, or -ENOMEM / EGPU_ELIMIT (more than
+ * EGPU_MODELS_MAX models); *inv is freed with egpu_ctl_inventory_free either
+ * way. */
+int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
+                             const struct egpu_api_class *cls, struct egpu_ctl_inventory *inv,
+                             struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Count ElasticGPU e's reservation as allocated (assignment key
+ * "egpu/<name>"): its gpu-core and gpu-memory on its gpuShare card, or its
+ * physicalGPU cards whole. Returns 0; -ENOENT when none of its cards is in
+ * the inventory (another class's cards: nothing to count); -EINVAL when it
+ * does not fit what is left (two ElasticGPUs overcommit a card; err names
+ * them); EGPU_EALLOCATED when counted already; -ENOMEM. A reservation on
+ * some cards in the inventory and some not counts the ones in it. */
+int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu_api_egpu *e,
+                               struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Free what inv holds and zero it. */
+void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv);
+
+/* Where a claim is provisioned. */
+struct egpu_ctl_choice {
+    char node[EGPU_K8S_NAME_MAX];
+    enum egpu_api_provisioner source;
+    uint32_t ngpus;
+    char gpu_names[EGPU_NODE_GPUS_MAX][EGPU_K8S_NAME_MAX]; /* GPU object names, by index */
+    char model[EGPU_MODEL_MAX];                            /* the cards' model */
+    int64_t core_pct; /* the ElasticGPU's gpu-core: the claim's, or its TFLOPS on model */
+    int64_t mem_mib;  /* gpuShare's gpu-memory; 0 = none asked */
+    bool from_tflops; /* core_pct came from gpu-tflops */
+};
+
+/* Choose node and card(s) for claim c of class cls (its provisioner: a
+ * gpuShare slice, or physicalGPU whole cards) in inv, with the placement
+ * core and cls's policy for both tiers (binpack when it names none; fgd
+ * uses the claim's own shape as the workload), seeded from the claim's uid
+ * so the choice is the same on every controller. A gpu-tflops claim tries
+ * each model that cls has a peak for, the one needing the largest percent
+ * (the smallest card that can hold it) first, ties by model name. Returns
+ * 0, or EGPU_ENOFIT / EGPU_ERANGE with err saying why in one sentence for
+ * the claim's condition (no card fits, the claim's kind is not the
+ * class's, no model has a peak, TFLOPS above every card), or -ENOMEM. */
+int egpu_ctl_place(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
+                   const struct egpu_api_class *cls, struct egpu_ctl_choice *out,
+                   struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The name of the ElasticGPU provisioned for the claim of uid:
+ * "egpu-<uid>" into buf (len bytes). A retry after a crash finds the one
+ * made before instead of making a second. Returns 0 or -ENAMETOOLONG. */
+int egpu_ctl_provisioned_name(const char *uid, char *buf, size_t len);
+
+/* The annotation a provisioned ElasticGPU carries: the provisioner's name
+ * (as pv.kubernetes.io/provisioned-by). reclaimPolicy Delete deletes only
+ * ElasticGPUs that carry it. */
+#define EGPU_ANN_PROVISIONED_BY "elasticgpu.io/provisioned-by"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EGPU_CONTROLLER_H */

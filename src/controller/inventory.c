@@ -1,0 +1,227 @@
+/* controller/inventory.c - the cards a class may provision from, as a
+ * placement-core cluster, with existing ElasticGPUs counted as allocated
+ * (egpu/controller.h).
+ *
+ * The same core the scheduler and the replay run (src/core) then chooses
+ * node and card, so a provisioned ElasticGPU lands where the scheduler's
+ * policy would have put a pod of that shape. Cards are GPU objects; a node
+ * takes part only while its Node object exists (its labels are what a
+ * class's nodeSelector reads), and only with healthy cards of models the
+ * class allows. Nodes have unbounded CPU and memory here: a reservation
+ * holds card capacity only.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "egpu/controller.h"
+
+#define NODE_UNBOUNDED ((int64_t)1 << 40)
+
+static const char *str_at(const json_t *o, const char *a, const char *b)
+{
+    const json_t *v = json_object_get(o, a);
+
+    return egpu_api_str(b != NULL ? json_object_get(v, b) : v);
+}
+
+static bool copy_text(char *dst, size_t len, const char *src)
+{
+    size_t n;
+
+    if (src == NULL || (n = strlen(src)) >= len)
+        return false;
+    memcpy(dst, src, n + 1);
+    return true;
+}
+
+/* Read GPU object g into *c. False when it is malformed or unhealthy. */
+static bool card_read(const json_t *g, struct egpu_ctl_card *c)
+{
+    const json_t *spec = json_object_get(g, "spec");
+    const json_t *idx = json_object_get(spec, "index"), *mem = json_object_get(spec, "memory");
+    const char *health = str_at(g, "status", "health");
+    const char *model = str_at(spec, "model", NULL);
+
+    memset(c, 0, sizeof(*c));
+    if (!copy_text(c->name, sizeof(c->name), str_at(g, "metadata", "name")) ||
+        !copy_text(c->node, sizeof(c->node), str_at(spec, "nodeName", NULL)) ||
+        !copy_text(c->uuid, sizeof(c->uuid), str_at(spec, "uuid", NULL)) || c->name[0] == '\0' ||
+        c->node[0] == '\0' || c->uuid[0] == '\0')
+        return false;
+    if (!copy_text(c->model, sizeof(c->model), model != NULL ? model : ""))
+        return false;
+    if (!json_is_integer(idx) || json_integer_value(idx) < 0 || json_integer_value(idx) > 1023 ||
+        !json_is_integer(mem) || json_integer_value(mem) < 1 ||
+        json_integer_value(mem) > UINT32_MAX)
+        return false;
+    c->index = (uint32_t)json_integer_value(idx);
+    c->mem_mib = (uint32_t)json_integer_value(mem);
+    return health == NULL || strcmp(health, "Unhealthy") != 0;
+}
+
+static int by_node_index(const void *a, const void *b)
+{
+    const struct egpu_ctl_card *x = a, *y = b;
+    int c = strcmp(x->node, y->node);
+
+    return c != 0 ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* The Node object called name in nodes, or NULL. */
+static const json_t *node_named(const json_t *nodes, const char *name)
+{
+    size_t i;
+    const json_t *n;
+
+    json_array_foreach(nodes, i, n)
+    {
+        const char *nn = str_at(n, "metadata", "name");
+
+        if (nn != NULL && strcmp(nn, name) == 0)
+            return n;
+    }
+    return NULL;
+}
+
+/* Add cards[0..n) (one node, sorted by index) to inv's cluster. Returns 0
+ * (added, or left out and counted in skipped) or -ENOMEM / EGPU_ELIMIT. */
+static int add_node(struct egpu_ctl_inventory *inv, const struct egpu_ctl_card *cards, size_t n)
+{
+    struct egpu_gpu_spec specs[EGPU_NODE_GPUS_MAX];
+    struct egpu_node_spec ns = {.name = cards[0].node,
+                                .cpu_milli = NODE_UNBOUNDED,
+                                .mem_mib = NODE_UNBOUNDED,
+                                .ngpus = (uint32_t)n,
+                                .gpus = specs};
+    struct egpu_error e = {0};
+    int rc;
+
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(cards[i].model, cards[0].model) != 0 || cards[i].index == cards[i - 1].index)
+            n = 0; /* mixed models or a repeated index: not this node */
+    }
+    if (n == 0 || n > EGPU_NODE_GPUS_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        specs[i] = (struct egpu_gpu_spec){.uuid = cards[i].uuid,
+                                          .index = cards[i].index,
+                                          .model = cards[i].model,
+                                          .mem_mib = cards[i].mem_mib};
+    rc = egpu_cluster_add_node(inv->cluster, &ns, &e);
+    if (rc == -EINVAL || rc == -EEXIST)
+        return 0; /* a repeated uuid: the node stays out */
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        struct egpu_ctl_card *c = &inv->cards[inv->ncards++];
+
+        *c = cards[i];
+        if (egpu_map_put(inv->by_uuid, c->uuid, c) != 0 ||
+            egpu_map_put(inv->by_name, c->name, c) != 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
+                             const struct egpu_api_class *cls, struct egpu_ctl_inventory *inv,
+                             struct egpu_error *err)
+{
+    size_t n = json_array_size(gpus), nread = 0, i;
+    struct egpu_ctl_card *all = NULL;
+    const json_t *g;
+    int rc = 0;
+
+    memset(inv, 0, sizeof(*inv));
+    inv->cluster = egpu_cluster_new();
+    inv->by_uuid = egpu_map_new();
+    inv->by_name = egpu_map_new();
+    inv->cards = egpu_calloc(n ? n : 1, sizeof(*inv->cards));
+    all = egpu_calloc(n ? n : 1, sizeof(*all));
+    if (inv->cluster == NULL || inv->by_uuid == NULL || inv->by_name == NULL ||
+        inv->cards == NULL || all == NULL) {
+        egpu_free(all);
+        return egpu_error_set(err, -ENOMEM, "inventory: out of memory");
+    }
+    json_array_foreach(gpus, i, g)
+    {
+        struct egpu_ctl_card *c = &all[nread];
+
+        if (card_read(g, c) && (cls == NULL || egpu_api_class_allows_model(cls, c->model)))
+            nread++;
+    }
+    inv->skipped = n - nread;
+    qsort(all, nread, sizeof(*all), by_node_index);
+    for (size_t s = 0, e; rc == 0 && s < nread; s = e) {
+        const json_t *node;
+        size_t before = inv->ncards;
+
+        for (e = s + 1; e < nread && strcmp(all[e].node, all[s].node) == 0; e++)
+            ;
+        node = node_named(nodes, all[s].node);
+        if (node != NULL && (cls == NULL || !cls->has_node_selector ||
+                             egpu_api_selector_matches(
+                                 &cls->node_selector,
+                                 json_object_get(json_object_get(node, "metadata"), "labels"))))
+            rc = add_node(inv, &all[s], e - s);
+        inv->skipped += (e - s) - (inv->ncards - before);
+    }
+    egpu_free(all);
+    if (rc)
+        return egpu_error_set(err, rc, "inventory: %s", egpu_strerror(rc));
+    return 0;
+}
+
+int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu_api_egpu *e,
+                               struct egpu_error *err)
+{
+    struct egpu_pod_request r = {.ncontainers = 1};
+    struct egpu_pick pick = {0};
+    struct egpu_node *node = NULL;
+    char key[EGPU_K8S_NAME_MAX + 8];
+    bool whole = e->source == EGPU_API_PROVISIONER_PHYSICAL;
+
+    for (uint32_t i = 0; i < e->ngpus; i++) {
+        const struct egpu_ctl_card *c = egpu_map_get(inv->by_name, e->gpu_names[i]);
+        struct egpu_node *n = c != NULL ? egpu_cluster_node(inv->cluster, c->node) : NULL;
+
+        if (n == NULL || (node != NULL && n != node))
+            continue; /* not in the inventory, or on another node than the first */
+        node = n;
+        for (uint32_t g = 0; g < n->ngpus; g++) {
+            if (strcmp(n->gpus[g].uuid, c->uuid) != 0)
+                continue;
+            pick.shares[pick.nshares++] = (struct egpu_share){
+                .container = 0,
+                .gpu = (uint16_t)g,
+                .core_milli = whole ? EGPU_GPU_MILLI : (uint32_t)e->core_pct * 10,
+                .mem_mib = whole ? n->gpus[g].mem_mib : (uint32_t)(e->has_mem ? e->mem_mib : 0)};
+        }
+    }
+    if (node == NULL)
+        return -ENOENT;
+    r.containers[0] =
+        (struct egpu_container_request){.core_milli = pick.shares[0].core_milli,
+                                        .ncards = pick.nshares,
+                                        .mem_mib = whole ? 0 : pick.shares[0].mem_mib};
+    snprintf(key, sizeof(key), "egpu/%s", e->meta.name);
+    return egpu_cluster_assign(inv->cluster, key, node, &r, &pick, err);
+}
+
+void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv)
+{
+    egpu_cluster_free(inv->cluster);
+    egpu_map_free(inv->by_uuid);
+    egpu_map_free(inv->by_name);
+    egpu_free(inv->cards);
+    memset(inv, 0, sizeof(*inv));
+}
+
+int egpu_ctl_provisioned_name(const char *uid, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "egpu-%s", uid);
+
+    return n < 0 || (size_t)n >= len || uid[0] == '\0' ? -ENAMETOOLONG : 0;
+}
