@@ -557,7 +557,7 @@ struct egpu_api_egpu {
 /* Decode an ElasticGPU. Beyond types: exactly one source; a gpuShare's
  * gpu-core 1..99; a physicalGPU's gpu-core 100 times its cards and no
  * gpu-memory; gpuNames without repeats; claimRef's namespace and name
- * non-empty. Returns 0, EGPU_ESYNTAX, EGPU_ERANGE or -ENOMEM. *out (about 21
+ * non-empty. Returns 0, EGPU_ESYNTAX, EGPU_ERANGE or -ENOMEM. *out (about 25
  * KiB) written only on success. */
 int egpu_api_egpu_decode(const json_t *obj, struct egpu_api_egpu *out,
                          struct egpu_error *err) EGPU_MUST_CHECK;
@@ -612,6 +612,31 @@ enum egpu_api_fit egpu_api_egpu_fit(const struct egpu_api_egpu *e, const struct 
  * controller. Returns the index, or -1 when none fits. */
 long egpu_api_best_fit(const struct egpu_api_egpu *const *egpus, const char *const *models,
                        size_t n, const struct egpu_api_claim *c, const struct egpu_api_class *cls);
+
+/* ------------------------------------------------------------------------ */
+/* Reservations (src/api/reservation.c)                                     */
+/*
+ * An ElasticGPU holds its capacity on its card(s) from the moment it names
+ * them until it fails or is deleted, whether or not a pod uses it yet, so
+ * that nothing else is placed into it: the scheduler's cache and the trace
+ * replay read it here and apply it with egpu_cluster_reserve (egpu/core.h).
+ */
+
+/* What ElasticGPU e (decoded by egpu_api_egpu_decode) reserves: its phase
+ * Pending, Available, Bound or Released holds the capacity (a decoded one
+ * always has a source: the cards are named), Failed holds none; one being
+ * deleted (deletionTimestamp set) holds it until it is gone. *out gets
+ * core_milli (capacity gpu-core x 10 per card: a gpuShare's 1..99 percent
+ * as 10..990, a physicalGPU's 1000 on each card), mem_mib (a gpuShare's
+ * capacity gpu-memory, 0 when not given; 0 for whole cards, which hold all
+ * their memory), ncards and uuids[i] = e->gpu_names[i]: GPU object names,
+ * borrowed from e, which the caller replaces with its cluster's card UUIDs
+ * (the scheduler: that GPU object's spec.uuid; the replay names cards
+ * "<node>-gpu<index>" and uses the names as they are). The capacity is
+ * spec.capacity (for a TFLOPS claim the controller writes the percent it
+ * came to there, status.corePercent repeating it). Returns true when e
+ * holds capacity (*out filled), false when it holds none (*out zeroed). */
+bool egpu_api_egpu_reservation(const struct egpu_api_egpu *e, struct egpu_reservation *out);
 
 #ifdef __cplusplus
 }
