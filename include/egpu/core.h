@@ -412,6 +412,32 @@ int egpu_cluster_release(struct egpu_cluster *c, const char *pod,
 const struct egpu_assignment *egpu_cluster_assignment(const struct egpu_cluster *c,
                                                       const char *pod);
 
+/* Reserved capacity: cards, or a slice of one card, held for an ElasticGPU
+ * (a claim's capacity) whether or not a pod uses it yet. A reservation is an
+ * assignment like a pod's, under its own key and with no CPU or memory of
+ * the node, so every total, filter, score and fragmentation measure counts
+ * it as allocated and nothing else is placed into it. The scheduler's cache
+ * and the trace replay both apply reservations with this function. */
+struct egpu_reservation {
+    uint32_t core_milli; /* per card: 1..999 = a share of one card; EGPU_GPU_MILLI = whole cards */
+    uint32_t mem_mib;    /* GPU memory per card, MiB, shares only (a whole card holds all of
+                            its memory; this is ignored then) */
+    uint32_t ncards;     /* 1 for a share; 1..EGPU_NODE_GPUS_MAX whole cards */
+    const char *uuids[EGPU_NODE_GPUS_MAX]; /* the cards, by egpu_gpu.uuid (borrowed) */
+};
+
+/* Hold r on node under key (copied; it must differ from every pod key: the
+ * scheduler uses "elasticgpu:<name>", pod keys hold a '/'). Released with
+ * egpu_cluster_release(c, key, ...). Returns 0, EGPU_EALLOCATED (key holds
+ * something already), -EINVAL (core_milli, ncards or a UUID out of shape:
+ * the message names it), -ENOENT (node has no card of that UUID: "node n3
+ * has no card n3-gpu9"), EGPU_ENOFIT when the cards lack the room, with the
+ * card and what is free ("card n3-gpu0 has 300 milli-GPU and 0 MiB free;
+ * the reservation asks 500 milli-GPU and 0 MiB", or "card ... is not free
+ * for a whole-card reservation"), or -ENOMEM. On error nothing changes. */
+int egpu_cluster_reserve(struct egpu_cluster *c, const char *key, struct egpu_node *node,
+                         const struct egpu_reservation *r, struct egpu_error *err) EGPU_MUST_CHECK;
+
 /* ------------------------------------------------------------------------ */
 /* Target workload and fragmentation (src/core/workload.c, src/core/frag.c) */
 

@@ -103,6 +103,27 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod,
                              struct egpu_error *err) EGPU_MUST_CHECK;
 int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, const char *name);
 
+/* ElasticGPUs (elasticgpu.io/v1alpha1, decoded by egpu_api_egpu_decode):
+ * the capacity each holds (egpu_api_egpu_reservation: phase Pending,
+ * Available, Bound or Released; gpuShare{gpuName}: capacity gpu-core and
+ * gpu-memory on that GPU object's card, physicalGPU{gpuNames}: those whole
+ * cards) counts as allocated on its spec.nodeName's cards, so filter,
+ * prioritize and bind see it taken. Failed ones hold nothing; a delete frees
+ * what it held. Events may come in any order: one naming a node or GPU
+ * object the cache does not know yet waits and is applied when it comes
+ * (and waits again while it is gone). Reservations are applied oldest first
+ * (by first sight) and keep what they hold when a node is rebuilt; one whose
+ * cards lack the room is not applied (never a negative free), logged and
+ * counted (stats: reservations[EGPU_SCHED_RESV_OVERFILL],
+ * reservation_overfills) and tried again whenever capacity on its node is
+ * freed. egpu_sched_cache_egpu_set returns 0 (also for an overfill: the
+ * object is tracked), EGPU_ESYNTAX / EGPU_ERANGE from the decoder naming
+ * the field (the cache is unchanged: a malformed update keeps the previous
+ * version), or -ENOMEM. Deleting an unknown name is a no-op. */
+int egpu_sched_cache_egpu_set(struct egpu_sched_cache *c, const json_t *egpu,
+                              struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_sched_cache_egpu_delete(struct egpu_sched_cache *c, const char *name);
+
 /* Hold the cache; returns its cluster, valid until egpu_sched_cache_unlock. */
 struct egpu_cluster *egpu_sched_cache_lock(struct egpu_sched_cache *c);
 void egpu_sched_cache_unlock(struct egpu_sched_cache *c);
@@ -133,11 +154,26 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
 /* Undo a reservation (bind failed). Returns 0 or EGPU_ENOTALLOC. */
 int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const char *name);
 
+/* Reservations by state (egpu_sched_cache_stats.reservations). */
+enum egpu_sched_resv_state {
+    EGPU_SCHED_RESV_OFF,      /* holds nothing (Failed) */
+    EGPU_SCHED_RESV_WAITING,  /* its node or a GPU object it names is not known yet */
+    EGPU_SCHED_RESV_APPLIED,  /* held: counted as allocated */
+    EGPU_SCHED_RESV_OVERFILL, /* its cards lack the room: not applied */
+    EGPU_SCHED_RESV_STATES,
+};
+/* "off", "waiting", "applied", "overfill". */
+const char *egpu_sched_resv_state_name(enum egpu_sched_resv_state s);
+
 /* Counts for /metrics and readiness: nodes with a Node object, cards, pods
  * cached, pods counted on a node, pods whose cards could not be resolved. */
 struct egpu_sched_cache_stats {
     size_t nodes, gpus, pods, placed, unresolved;
-    size_t duplicate_gpus;     /* GPU objects left out: their UUID is another's */
+    size_t reservations[EGPU_SCHED_RESV_STATES]; /* ElasticGPUs cached, by state */
+    uint64_t reserved_core_milli;                /* held by applied ones, milli-GPU */
+    uint64_t reserved_mem_mib;                   /* and MiB (whole cards: all their memory) */
+    uint64_t reservation_overfills;              /* times one was found not to fit */
+    size_t duplicate_gpus;                       /* GPU objects left out: their UUID is another's */
     uint64_t assigned_ignored; /* changes to a bound pod's assigned annotation not believed */
 };
 void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);

@@ -187,3 +187,64 @@ const struct egpu_assignment *egpu_cluster_assignment(const struct egpu_cluster 
 {
     return egpu_map_get(c->by_pod, pod);
 }
+
+int egpu_cluster_reserve(struct egpu_cluster *c, const char *key, struct egpu_node *node,
+                         const struct egpu_reservation *r, struct egpu_error *err)
+{
+    struct egpu_pod_request req = {0};
+    struct egpu_pick pick = {0};
+    const bool whole = r->core_milli == EGPU_GPU_MILLI;
+    char why[256];
+
+    if (r->core_milli == 0 || r->core_milli > EGPU_GPU_MILLI)
+        return egpu_error_set(err, -EINVAL,
+                              "reservation %s: %u milli-GPU per card; allowed: 1..999 for a "
+                              "share of one card, 1000 for whole cards",
+                              key, r->core_milli);
+    if (r->ncards == 0 || r->ncards > EGPU_NODE_GPUS_MAX || (!whole && r->ncards != 1))
+        return egpu_error_set(err, -EINVAL,
+                              "reservation %s: %u cards; allowed: 1 for a share, 1..%d whole "
+                              "cards",
+                              key, r->ncards, EGPU_NODE_GPUS_MAX);
+    if (egpu_map_get(c->by_pod, key) != NULL)
+        return egpu_error_set(err, EGPU_EALLOCATED, "reservation %s is already held", key);
+    req.ncontainers = 1;
+    req.containers[0] = (struct egpu_container_request){
+        .core_milli = r->core_milli, .ncards = r->ncards, .mem_mib = whole ? 0 : r->mem_mib};
+    for (uint32_t i = 0; i < r->ncards; i++) {
+        uint32_t g = 0;
+
+        if (r->uuids[i] == NULL)
+            return egpu_error_set(err, -EINVAL, "reservation %s: card %u has no UUID", key, i);
+        while (g < node->ngpus && strcmp(node->gpus[g].uuid, r->uuids[i]) != 0)
+            g++;
+        if (g == node->ngpus)
+            return egpu_error_set(err, -ENOENT, "node %s has no card %s", node->name, r->uuids[i]);
+        pick.shares[pick.nshares++] = (struct egpu_share){
+            .container = 0,
+            .gpu = (uint16_t)g,
+            .core_milli = r->core_milli,
+            .mem_mib = whole ? node->gpus[g].mem_mib : r->mem_mib,
+        };
+    }
+    if (!egpu__pick_fits(node, &req, &pick, why, sizeof(why))) {
+        for (uint32_t i = 0; i < pick.nshares; i++) {
+            const struct egpu_gpu *g = &node->gpus[pick.shares[i].gpu];
+
+            if (whole && g->nshares > 0)
+                return egpu_error_set(err, EGPU_ENOFIT,
+                                      "card %s is not free for a whole-card reservation (%u "
+                                      "holders, %u milli-GPU used)",
+                                      g->uuid, g->nshares, g->used_core_milli);
+            if (!whole &&
+                (r->core_milli > egpu_gpu_free_core(g) || r->mem_mib > egpu_gpu_free_mem(g)))
+                return egpu_error_set(err, EGPU_ENOFIT,
+                                      "card %s has %u milli-GPU and %u MiB free; the reservation "
+                                      "asks %u milli-GPU and %u MiB",
+                                      g->uuid, egpu_gpu_free_core(g), egpu_gpu_free_mem(g),
+                                      r->core_milli, r->mem_mib);
+        }
+        return egpu_error_set(err, EGPU_ENOFIT, "reservation %s: %s", key, why);
+    }
+    return egpu_cluster_assign(c, key, node, &req, &pick, err);
+}

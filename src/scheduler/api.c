@@ -1,8 +1,8 @@
 /* scheduler/api.c - the extender's side of the API server: informers that
  * feed the cache, and the two writes bind makes.
  *
- * Three informers (nodes, pods in every namespace, GPU objects) turn
- * list+watch events into cache updates. The writes: the elasticgpu.io/
+ * Four informers (nodes, pods in every namespace, GPU objects, ElasticGPUs)
+ * turn list+watch events into cache updates. The writes: the elasticgpu.io/
  * assigned annotation, as a JSON merge patch made conditional on the pod's
  * resourceVersion (a 409 means the pod changed under us: read it again,
  * check it is still the same unbound pod, and retry), and the Binding.
@@ -18,9 +18,9 @@
 
 #define ANNOTATE_TRIES 5
 
-enum { INF_NODES, INF_GPUS, INF_PODS };
+enum { INF_NODES, INF_GPUS, INF_PODS, INF_EGPUS };
 
-static const char *const kinds[SCHED_INFORMERS] = {"Node", "GPU", "Pod"};
+static const char *const kinds[SCHED_INFORMERS] = {"Node", "GPU", "Pod", "ElasticGPU"};
 
 const char *egpu__sched_api_kind(int i)
 {
@@ -148,10 +148,36 @@ static void on_pod_delete(void *ud, const json_t *obj)
                                           name);
 }
 
+/* An ElasticGPU's capacity counts as allocated on its cards (cache.c); a
+ * malformed one is left out, logged and counted, as every kind is. */
+static void on_egpu(void *ud, const json_t *obj)
+{
+    struct egpu_error err = {0};
+
+    if (egpu_sched_cache_egpu_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
+        refused(ud, INF_EGPUS, obj, &err);
+}
+
+static void on_egpu_update(void *ud, const json_t *old_obj, const json_t *obj)
+{
+    (void)old_obj;
+    on_egpu(ud, obj);
+}
+
+static void on_egpu_delete(void *ud, const json_t *obj)
+{
+    const char *name = egpu_kube_str(json_object_get(json_object_get(obj, "metadata"), "name"));
+
+    if (name != NULL)
+        (void)egpu_sched_cache_egpu_delete(((struct egpu_sched_api *)ud)->cache, name);
+}
+
 int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
 {
-    const struct egpu_kube_resource *res[SCHED_INFORMERS] = {
-        [INF_NODES] = &egpu_kube_nodes, [INF_GPUS] = &egpu_kube_gpus, [INF_PODS] = &egpu_kube_pods};
+    const struct egpu_kube_resource *res[SCHED_INFORMERS] = {[INF_NODES] = &egpu_kube_nodes,
+                                                             [INF_GPUS] = &egpu_kube_gpus,
+                                                             [INF_PODS] = &egpu_kube_pods,
+                                                             [INF_EGPUS] = &egpu_kube_elasticgpus};
     const struct egpu_kube_informer_cbs cbs[SCHED_INFORMERS] = {
         [INF_NODES] = {.on_add = on_node,
                        .on_update = on_node_update,
@@ -165,6 +191,10 @@ int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
                       .on_update = on_pod_update,
                       .on_delete = on_pod_delete,
                       .ud = api},
+        [INF_EGPUS] = {.on_add = on_egpu,
+                       .on_update = on_egpu_update,
+                       .on_delete = on_egpu_delete,
+                       .ud = api},
     };
 
     for (int i = 0; i < SCHED_INFORMERS; i++) {

@@ -51,12 +51,14 @@ struct gpu_owner {
 };
 
 struct pod_entry;
+struct resv_entry;
 
 struct node_info {
     char name[EGPU_K8S_NAME_MAX];
-    struct pod_entry *pods; /* pods placed here (list through pod_entry.next) */
-    bool has_node;          /* the Node object is known */
-    int64_t cpu_milli;      /* allocatable */
+    struct pod_entry *pods;   /* pods placed here (list through pod_entry.next) */
+    struct resv_entry *resvs; /* ElasticGPUs naming this node, oldest first */
+    bool has_node;            /* the Node object is known */
+    int64_t cpu_milli;        /* allocatable */
     int64_t mem_mib;
     uint32_t ngpus;
     struct gpu_info gpus[EGPU_NODE_GPUS_MAX];
@@ -72,12 +74,41 @@ struct pod_entry {
     struct pod_entry *prev, *next;
 };
 
+/* ElasticGPU reservations (egpu_api_egpu_reservation): capacity held on
+ * cards for a claim. Each is an assignment in the core under "elasticgpu:"
+ * + its name (pod keys always hold a '/', so the two never meet). */
+#define RESV_PREFIX     "elasticgpu:"
+#define RESV_PREFIX_LEN (sizeof(RESV_PREFIX) - 1)
+
+#define RESV_OFF      EGPU_SCHED_RESV_OFF
+#define RESV_WAITING  EGPU_SCHED_RESV_WAITING
+#define RESV_APPLIED  EGPU_SCHED_RESV_APPLIED
+#define RESV_OVERFILL EGPU_SCHED_RESV_OVERFILL
+
+struct resv_entry {
+    char key[RESV_PREFIX_LEN + EGPU_K8S_NAME_MAX]; /* RESV_PREFIX + metadata.name */
+    const char *name;                              /* key + RESV_PREFIX_LEN: the map's key */
+    uint64_t seq;                                  /* arrival order: older ones are applied first */
+    char node[EGPU_K8S_NAME_MAX];                  /* spec.nodeName */
+    struct node_info *home;                        /* node_info of node */
+    struct resv_entry *next;                       /* home->resvs, by seq */
+    bool holds;                                    /* egpu_api_egpu_reservation said so */
+    enum egpu_sched_resv_state state, reported;    /* now, and as last logged */
+    bool was_applied;                              /* rebuild(): held before the node was rebuilt */
+    uint64_t held_mem_mib;                /* memory held while applied (whole cards: theirs) */
+    uint32_t core_milli, mem_mib, ncards; /* struct egpu_reservation's */
+    char gpus[][EGPU_K8S_NAME_MAX];       /* ncards GPU object names */
+};
+
 struct egpu_sched_cache {
     pthread_mutex_t lock;
     struct egpu_cluster *cluster;
     struct egpu_map *nodes;    /* name -> struct node_info */
     struct egpu_map *pods;     /* key -> struct pod_entry */
     struct egpu_map *owners;   /* GPU UUID -> struct gpu_owner */
+    struct egpu_map *resvs;    /* ElasticGPU name -> struct resv_entry */
+    uint64_t resv_seq;         /* last resv_entry.seq handed out */
+    uint64_t resv_overfills;   /* times a reservation was found not to fit */
     size_t nshadowed;          /* GPU slots left out as duplicates */
     uint64_t assigned_ignored; /* changes to a recorded assigned annotation not believed */
 };
@@ -92,11 +123,14 @@ struct egpu_sched_cache *egpu_sched_cache_new(void)
     c->nodes = egpu_map_new();
     c->pods = egpu_map_new();
     c->owners = egpu_map_new();
-    if (c->cluster == NULL || c->nodes == NULL || c->pods == NULL || c->owners == NULL) {
+    c->resvs = egpu_map_new();
+    if (c->cluster == NULL || c->nodes == NULL || c->pods == NULL || c->owners == NULL ||
+        c->resvs == NULL) {
         egpu_cluster_free(c->cluster);
         egpu_map_free(c->nodes);
         egpu_map_free(c->pods);
         egpu_map_free(c->owners);
+        egpu_map_free(c->resvs);
         egpu_free(c);
         return NULL;
     }
@@ -122,6 +156,7 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
     free_values(c->nodes);
     free_values(c->pods);
     free_values(c->owners);
+    free_values(c->resvs);
     pthread_mutex_destroy(&c->lock);
     egpu_free(c);
 }
@@ -195,7 +230,13 @@ static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
     return true;
 }
 
-/* Count entry e on its node in the core, if the node is there. */
+/* Count entry e on its node in the core, if the node is there.
+ *
+ * Hook (issue 12, not done yet): a pod whose container uses a claim
+ * (egpuc.elasticgpu.io/<container>) will be placed exactly into its bound
+ * ElasticGPU's reservation; that container's share must then be counted
+ * inside the reservation (resv_entry), not beside it, or the card would be
+ * counted twice. Until then every pod counts beside the reservations. */
 static void count(struct egpu_sched_cache *c, struct pod_entry *e)
 {
     const char *target = target_of(&e->pod);
@@ -227,6 +268,18 @@ static void count(struct egpu_sched_cache *c, struct pod_entry *e)
     e->counted = true;
 }
 
+/* The node e is counted on, copied into was (EGPU_K8S_NAME_MAX bytes; ""
+ * when e holds nothing), before an uncount: after it, resv_retry(c, was)
+ * lets the reservations there that did not fit try again. */
+static void counted_on(const struct pod_entry *e, char *was)
+{
+    const char *t = e->counted ? target_of(&e->pod) : NULL;
+
+    snprintf(was, EGPU_K8S_NAME_MAX, "%s", t != NULL ? t : "");
+}
+
+static void resv_retry(struct egpu_sched_cache *c, const char *node);
+
 static void uncount(struct egpu_sched_cache *c, struct pod_entry *e)
 {
     if (e->counted && egpu_cluster_release(c->cluster, e->key, NULL) != 0)
@@ -235,7 +288,23 @@ static void uncount(struct egpu_sched_cache *c, struct pod_entry *e)
     e->unresolved = false;
 }
 
-/* Put node ni into the core as it is now, and count the pods placed on it. */
+static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r);
+
+/* Apply the reservations of ni that hold capacity and are not applied; with
+ * held_before, only those that were applied before ni was rebuilt. */
+static void resv_apply_node(struct egpu_sched_cache *c, struct node_info *ni, bool held_before)
+{
+    for (struct resv_entry *r = ni->resvs; r != NULL; r = r->next) {
+        if (!held_before || r->was_applied)
+            resv_apply(c, r);
+    }
+}
+
+/* Put node ni into the core as it is now, and count the pods placed on it.
+ * Reservations keep what they held: those applied before are applied again
+ * first (oldest first), then the pods are counted, then the reservations
+ * that were waiting or did not fit are tried again, so rebuilding a node
+ * never moves capacity from a pod to a reservation or back. */
 static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu_error *err)
 {
     struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
@@ -244,8 +313,13 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
     struct pod_entry *e;
     int rc = 0;
 
+    for (struct resv_entry *r = ni->resvs; r != NULL; r = r->next) {
+        r->was_applied = r->state == RESV_APPLIED;
+        if (r->was_applied)
+            r->state = RESV_WAITING; /* the node's removal below releases it */
+    }
     if (egpu_cluster_node(c->cluster, ni->name) != NULL) {
-        /* Removing the node releases every pod counted on it. */
+        /* Removing the node releases every pod and reservation counted on it. */
         for (e = ni->pods; e != NULL; e = e->next) {
             e->counted = false;
             e->unresolved = false;
@@ -253,8 +327,10 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
         if (egpu_cluster_remove_node(c->cluster, ni->name) != 0)
             egpu_log(EGPU_LOG_ERROR, "bug: node vanished from the core node=%s", ni->name);
     }
-    if (!ni->has_node)
+    if (!ni->has_node) {
+        resv_apply_node(c, ni, false); /* each now waits for the node */
         return 0;
+    }
     for (uint32_t i = 0; i < ni->ngpus; i++) {
         if (!ni->gpus[i].shadowed)
             gpus[spec.ngpus++] = (struct egpu_gpu_spec){.uuid = ni->gpus[i].uuid,
@@ -266,12 +342,15 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
     if (rc) {
         egpu_log(EGPU_LOG_ERROR, "node left out of the cache node=%s reason=\"%s\"", ni->name,
                  err ? err->msg : egpu_strerror(rc));
+        resv_apply_node(c, ni, false); /* each now waits for the node */
         return rc;
     }
+    resv_apply_node(c, ni, true);
     for (e = ni->pods; e != NULL; e = e->next) {
         if (!e->counted)
             count(c, e);
     }
+    resv_apply_node(c, ni, false);
     return 0;
 }
 
@@ -297,7 +376,7 @@ static struct node_info *node_info(struct egpu_sched_cache *c, const char *name,
 /* Forget ni when nothing refers to it any more. */
 static void drop_if_empty(struct egpu_sched_cache *c, struct node_info *ni)
 {
-    if (ni->has_node || ni->ngpus > 0 || ni->pods != NULL)
+    if (ni->has_node || ni->ngpus > 0 || ni->pods != NULL || ni->resvs != NULL)
         return;
     (void)egpu_map_del(c->nodes, ni->name); /* present: ni came from the map */
     egpu_free(ni);
@@ -439,6 +518,258 @@ static struct gpu_info *slot_named(struct node_info *ni, const char *name)
             return &ni->gpus[i];
     }
     return NULL;
+}
+
+/* ---- ElasticGPU reservations ---- */
+
+const char *egpu_sched_resv_state_name(enum egpu_sched_resv_state st)
+{
+    static const char *const names[] = {"off", "waiting", "applied", "overfill"};
+
+    return (unsigned)st < EGPU_SCHED_RESV_STATES ? names[st] : "?";
+}
+
+/* Record r's new state; log it when it differs from what was last logged
+ * (a rebuild that puts r back as it was logs nothing). */
+static void resv_note(struct egpu_sched_cache *c, struct resv_entry *r,
+                      enum egpu_sched_resv_state st, const char *why)
+{
+    r->state = st;
+    if (r->reported == st)
+        return;
+    r->reported = st;
+    switch (st) {
+    case RESV_APPLIED:
+        egpu_log(EGPU_LOG_INFO,
+                 "reservation applied elasticgpu=%s node=%s gpus=%u core_milli=%u mem_mib=%u",
+                 r->name, r->node, r->ncards, r->core_milli, r->mem_mib);
+        break;
+    case RESV_OVERFILL:
+        c->resv_overfills++;
+        egpu_log(EGPU_LOG_WARN,
+                 "reservation does not fit its cards, not applied elasticgpu=%s node=%s "
+                 "reason=\"%s\" overfills=%llu",
+                 r->name, r->node, why, (unsigned long long)c->resv_overfills);
+        break;
+    case RESV_WAITING:
+        egpu_log(EGPU_LOG_INFO, "reservation waits elasticgpu=%s node=%s reason=\"%s\"", r->name,
+                 r->node, why);
+        break;
+    case RESV_OFF:
+    default:
+        egpu_log(EGPU_LOG_INFO, "reservation holds nothing elasticgpu=%s node=%s reason=\"%s\"",
+                 r->name, r->node, why);
+        break;
+    }
+}
+
+/* Hold r in the core if it holds capacity and is not held yet: its node and
+ * every GPU object it names must be in the cache (else it waits, and is
+ * applied when they come: rebuild() runs when a node or GPU arrives), and
+ * its cards must have the room (else it is an overfill: not applied,
+ * counted and logged; never a negative free). */
+static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
+{
+    struct egpu_node *n = egpu_cluster_node(c->cluster, r->node);
+    struct egpu_reservation res = {
+        .core_milli = r->core_milli, .mem_mib = r->mem_mib, .ncards = r->ncards};
+    struct egpu_error err = {0};
+    char why[EGPU_ERRMSG_MAX];
+    int rc;
+
+    if (!r->holds) {
+        resv_note(c, r, RESV_OFF, "phase Failed");
+        return;
+    }
+    if (r->state == RESV_APPLIED)
+        return;
+    if (n == NULL) {
+        snprintf(why, sizeof(why), "node %s is not in the cache (no Node object yet)", r->node);
+        resv_note(c, r, RESV_WAITING, why);
+        return;
+    }
+    for (uint32_t i = 0; i < r->ncards; i++) {
+        const struct gpu_info *g = slot_named(r->home, r->gpus[i]);
+
+        if (g == NULL || g->shadowed) {
+            snprintf(why, sizeof(why), "GPU %s is %s on node %s", r->gpus[i],
+                     g == NULL ? "not known" : "a duplicate left out", r->node);
+            resv_note(c, r, RESV_WAITING, why);
+            return;
+        }
+        res.uuids[i] = g->uuid;
+    }
+    rc = egpu_cluster_reserve(c->cluster, r->key, n, &res, &err);
+    if (rc == 0) {
+        r->held_mem_mib = 0;
+        for (uint32_t i = 0; i < r->ncards; i++) {
+            const struct egpu_gpu *g = NULL;
+
+            for (uint32_t k = 0; k < n->ngpus && g == NULL; k++)
+                g = strcmp(n->gpus[k].uuid, res.uuids[i]) == 0 ? &n->gpus[k] : NULL;
+            r->held_mem_mib += r->core_milli == EGPU_GPU_MILLI && g ? g->mem_mib : r->mem_mib;
+        }
+        resv_note(c, r, RESV_APPLIED, NULL);
+    } else {
+        resv_note(c, r, rc == EGPU_ENOFIT ? RESV_OVERFILL : RESV_WAITING, err.msg);
+    }
+}
+
+/* Give back what r holds in the core (state becomes waiting, unlogged). */
+static void resv_release(struct egpu_sched_cache *c, struct resv_entry *r)
+{
+    if (r->state != RESV_APPLIED)
+        return;
+    if (egpu_cluster_release(c->cluster, r->key, NULL) != 0)
+        egpu_log(EGPU_LOG_ERROR, "bug: applied reservation held nothing elasticgpu=%s", r->name);
+    r->state = RESV_WAITING;
+}
+
+/* Capacity on node name was freed: try its waiting and overfilled
+ * reservations again, oldest first. */
+static void resv_retry(struct egpu_sched_cache *c, const char *node)
+{
+    struct node_info *ni = node != NULL ? egpu_map_get(c->nodes, node) : NULL;
+
+    if (ni != NULL)
+        resv_apply_node(c, ni, false);
+}
+
+/* Link r into its node's list, by seq. Returns 0 or -ENOMEM. */
+static int resv_link(struct egpu_sched_cache *c, struct resv_entry *r)
+{
+    struct resv_entry **at;
+
+    r->home = node_info(c, r->node, true);
+    if (r->home == NULL)
+        return -ENOMEM;
+    for (at = &r->home->resvs; *at != NULL && (*at)->seq < r->seq; at = &(*at)->next)
+        ;
+    r->next = *at;
+    *at = r;
+    return 0;
+}
+
+static void resv_unlink(struct egpu_sched_cache *c, struct resv_entry *r)
+{
+    struct resv_entry **at;
+
+    if (r->home == NULL)
+        return;
+    for (at = &r->home->resvs; *at != NULL && *at != r; at = &(*at)->next)
+        ;
+    if (*at == r)
+        *at = r->next;
+    r->next = NULL;
+    drop_if_empty(c, r->home);
+    r->home = NULL;
+}
+
+/* Does r already say what e holds (same node, cards, amounts, holding)? */
+static bool resv_same(const struct resv_entry *r, const struct egpu_api_egpu *e, bool holds,
+                      const struct egpu_reservation *res)
+{
+    if (r->holds != holds || strcmp(r->node, e->node_name) != 0 || r->ncards != res->ncards ||
+        r->core_milli != res->core_milli || r->mem_mib != res->mem_mib)
+        return false;
+    for (uint32_t i = 0; i < r->ncards; i++) {
+        if (strcmp(r->gpus[i], res->uuids[i]) != 0)
+            return false;
+    }
+    return true;
+}
+
+int egpu_sched_cache_egpu_set(struct egpu_sched_cache *c, const json_t *obj, struct egpu_error *err)
+{
+    struct egpu_api_egpu *e = egpu_malloc(sizeof(*e));
+    struct resv_entry *r = NULL, *old;
+    struct egpu_reservation res;
+    char old_node[EGPU_K8S_NAME_MAX] = "";
+    bool holds;
+    int rc;
+
+    if (e == NULL)
+        return egpu_error_set(err, -ENOMEM, "ElasticGPU: out of memory");
+    rc = egpu_api_egpu_decode(obj, e, err);
+    if (rc) {
+        egpu_free(e);
+        return rc;
+    }
+    /* Also when e has no cards yet (a decoded one always has): nothing held. */
+    holds = egpu_api_egpu_reservation(e, &res);
+    if (!holds)
+        res.ncards = e->ngpus, res.core_milli = 0, res.mem_mib = 0;
+    for (uint32_t i = 0; i < e->ngpus; i++)
+        res.uuids[i] = e->gpu_names[i];
+    pthread_mutex_lock(&c->lock);
+    old = egpu_map_get(c->resvs, e->meta.name);
+    if (old != NULL && resv_same(old, e, holds, &res))
+        goto out; /* a status change that holds the same: nothing moves */
+    r = egpu_calloc(1, sizeof(*r) + (size_t)e->ngpus * sizeof(r->gpus[0]));
+    if (r == NULL) {
+        rc = egpu_error_set(err, -ENOMEM, "ElasticGPU %s: out of memory", e->meta.name);
+        goto out;
+    }
+    snprintf(r->key, sizeof(r->key), RESV_PREFIX "%s", e->meta.name);
+    r->name = r->key + RESV_PREFIX_LEN;
+    memcpy(r->node, e->node_name, sizeof(r->node));
+    r->holds = holds;
+    r->core_milli = res.core_milli;
+    r->mem_mib = res.mem_mib;
+    r->ncards = e->ngpus;
+    for (uint32_t i = 0; i < e->ngpus; i++)
+        memcpy(r->gpus[i], e->gpu_names[i], sizeof(r->gpus[i]));
+    r->seq = old != NULL ? old->seq : ++c->resv_seq;
+    r->reported = old != NULL ? old->reported : RESV_OFF;
+    r->state = RESV_WAITING;
+    if (old != NULL) {
+        /* Changed: give back what it held, then hold what it says now. */
+        memcpy(old_node, old->node, sizeof(old_node));
+        resv_release(c, old);
+        resv_unlink(c, old);
+        (void)egpu_map_del(c->resvs, old->name); /* present: just found */
+        egpu_free(old);
+    }
+    rc = egpu_map_put(c->resvs, r->name, r);
+    if (rc == 0 && resv_link(c, r) != 0) {
+        (void)egpu_map_del(c->resvs, r->name);
+        rc = -ENOMEM;
+    }
+    if (rc) {
+        egpu_free(r);
+        rc = egpu_error_set(err, -ENOMEM, "ElasticGPU %s: out of memory", e->meta.name);
+    } else {
+        if (old == NULL && !holds)
+            r->reported = RESV_OFF; /* a new Failed one: nothing to say */
+        resv_apply(c, r);
+    }
+    if (old_node[0] != '\0')
+        resv_retry(c, old_node);
+out:
+    pthread_mutex_unlock(&c->lock);
+    egpu_free(e);
+    return rc;
+}
+
+int egpu_sched_cache_egpu_delete(struct egpu_sched_cache *c, const char *name)
+{
+    char node[EGPU_K8S_NAME_MAX];
+    struct resv_entry *r;
+
+    pthread_mutex_lock(&c->lock);
+    r = egpu_map_get(c->resvs, name);
+    if (r != NULL) {
+        memcpy(node, r->node, sizeof(node));
+        if (r->state == RESV_APPLIED)
+            egpu_log(EGPU_LOG_INFO, "reservation freed elasticgpu=%s node=%s", r->name, r->node);
+        resv_release(c, r);
+        resv_unlink(c, r);
+        (void)egpu_map_del(c->resvs, r->name); /* present: just found */
+        egpu_free(r);
+        resv_retry(c, node);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return 0;
 }
 
 /* Make GPU object name the owner of uuid unless another object owns it.
@@ -625,7 +956,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
 {
     struct egpu_sched_pod *p = egpu_malloc(sizeof(*p));
     struct pod_entry *e;
-    char key[POD_KEY_MAX];
+    char key[POD_KEY_MAX], was[EGPU_K8S_NAME_MAX];
     int rc;
 
     if (p == NULL)
@@ -666,10 +997,12 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
         e->pod = *p; /* allocated flag, phase... */
         goto out;
     }
+    counted_on(e, was);
     uncount(c, e);
     e->pod = *p;
     rehome(c, e);
     count(c, e);
+    resv_retry(c, was);
 out:
     pthread_mutex_unlock(&c->lock);
     egpu_free(p);
@@ -678,18 +1011,20 @@ out:
 
 int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, const char *name)
 {
-    char key[POD_KEY_MAX];
+    char key[POD_KEY_MAX], was[EGPU_K8S_NAME_MAX];
     struct pod_entry *e;
 
     pod_key(key, ns, name);
     pthread_mutex_lock(&c->lock);
     e = egpu_map_get(c->pods, key);
     if (e != NULL) {
+        counted_on(e, was);
         uncount(c, e);
         e->pod.terminal = true; /* placed nowhere: unlinks it */
         rehome(c, e);
         (void)egpu_map_del(c->pods, e->key); /* present: just found */
         egpu_free(e);
+        resv_retry(c, was);
     }
     pthread_mutex_unlock(&c->lock);
     return 0;
@@ -831,7 +1166,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
 
 int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const char *name)
 {
-    char key[POD_KEY_MAX];
+    char key[POD_KEY_MAX], was[EGPU_K8S_NAME_MAX];
     struct pod_entry *e;
     int rc = EGPU_ENOTALLOC;
 
@@ -839,10 +1174,12 @@ int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const
     pthread_mutex_lock(&c->lock);
     e = egpu_map_get(c->pods, key);
     if (e != NULL && e->counted) {
+        counted_on(e, was);
         uncount(c, e);
         e->pod.has_assigned = false;
         e->reserved = false;
         rehome(c, e);
+        resv_retry(c, was);
         rc = 0;
     }
     pthread_mutex_unlock(&c->lock);
@@ -852,9 +1189,19 @@ int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const
 void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out)
 {
     const struct pod_entry *e;
+    const struct resv_entry *r;
     size_t pos = 0;
 
     memset(out, 0, sizeof(*out));
+    out->reservation_overfills = c->resv_overfills;
+    while ((r = egpu_map_next(c->resvs, &pos, NULL)) != NULL) {
+        out->reservations[r->state]++;
+        if (r->state == RESV_APPLIED) {
+            out->reserved_core_milli += (uint64_t)r->core_milli * r->ncards;
+            out->reserved_mem_mib += r->held_mem_mib;
+        }
+    }
+    pos = 0;
     out->nodes = c->cluster->nnodes;
     out->gpus = c->cluster->ngpus;
     out->pods = egpu_map_count(c->pods);

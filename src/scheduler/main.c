@@ -37,10 +37,10 @@ struct app {
     struct egpu_metrics *reg;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
         *m_pods, *m_unresolved, *m_reused, *m_filter_reused, *m_skipped, *m_dup_gpus,
-        *m_assigned_ignored;
+        *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core, *m_reserved_mem;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
     unsigned long skipped_seen[SCHED_INFORMERS];
-    uint64_t assigned_ignored_seen;
+    uint64_t assigned_ignored_seen, resv_overfills_seen;
     uint64_t reused_seen, filter_reused_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
@@ -106,7 +106,9 @@ static bool ready(void *data, char *why, size_t len)
         kinds[i] = egpu__sched_api_kind(i);
 
     if (!egpu__sched_api_synced(&a->api)) {
-        snprintf(why, len, "cache not synced: waiting for the first list of nodes, GPUs and pods");
+        snprintf(why, len,
+                 "cache not synced: waiting for the first list of nodes, GPUs, pods "
+                 "and ElasticGPUs");
         return false;
     }
     if (!atomic_load(&a->api_ok)) {
@@ -152,6 +154,7 @@ static int register_metrics(struct app *a, struct egpu_error *err)
     static const char *const result[] = {"reason"};
     static const char *const node[] = {"node"};
     static const char *const kind[] = {"kind"};
+    static const char *const state[] = {"state"};
     int rc;
 
     a->reg = egpu_metrics_new();
@@ -217,6 +220,29 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                  "the cache did not believe (the decision recorded at bind "
                                  "stands).",
                                  0, NULL, &a->m_assigned_ignored);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_reservations",
+                               "ElasticGPUs in the cache by state: applied (their capacity counts "
+                               "as allocated), waiting (their node or GPU object is not known "
+                               "yet), overfill (their cards lack the room: not applied), off "
+                               "(Failed: hold nothing).",
+                               1, state, &a->m_resvs);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_scheduler_reservation_overfills_total",
+                                 "Times an ElasticGPU's reservation was found not to fit its "
+                                 "cards (each is logged; it is tried again when capacity is "
+                                 "freed).",
+                                 0, NULL, &a->m_resv_overfills);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_reserved_core_percent",
+                               "GPU compute held by applied ElasticGPUs, percent of one card "
+                               "(part of egpu_scheduler_allocated_core_percent).",
+                               0, NULL, &a->m_reserved_core);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_reserved_memory_mib",
+                               "GPU memory held by applied ElasticGPUs, MiB (whole cards: all "
+                               "their memory).",
+                               0, NULL, &a->m_reserved_mem);
     if (rc)
         return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
     return 0;
@@ -274,6 +300,16 @@ static void refresh_metrics(struct app *a)
     (void)egpu_metric_add(a->m_assigned_ignored, NULL,
                           (double)(st.assigned_ignored - a->assigned_ignored_seen));
     a->assigned_ignored_seen = st.assigned_ignored;
+    for (int s = 0; s < EGPU_SCHED_RESV_STATES; s++) {
+        const char *label[] = {egpu_sched_resv_state_name(s)};
+
+        (void)egpu_metric_set(a->m_resvs, label, (double)st.reservations[s]);
+    }
+    (void)egpu_metric_add(a->m_resv_overfills, NULL,
+                          (double)(st.reservation_overfills - a->resv_overfills_seen));
+    a->resv_overfills_seen = st.reservation_overfills;
+    (void)egpu_metric_set(a->m_reserved_core, NULL, (double)st.reserved_core_milli / 10.0);
+    (void)egpu_metric_set(a->m_reserved_mem, NULL, (double)st.reserved_mem_mib);
     {
         char why[512];
         bool leads = a->following ? egpu__follower_leads(&a->follow, why, sizeof(why))

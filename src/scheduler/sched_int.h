@@ -7,7 +7,7 @@
 #include "egpu/kube.h"
 #include "egpu/scheduler.h"
 
-#define SCHED_INFORMERS 3 /* nodes, GPUs, pods, in this order */
+#define SCHED_INFORMERS 4 /* nodes, GPUs, pods, ElasticGPUs, in this order */
 
 struct egpu_sched_api {
     struct egpu_kube *kube;
@@ -16,7 +16,8 @@ struct egpu_sched_api {
     atomic_ulong refused[SCHED_INFORMERS]; /* objects the cache refused (malformed), logged */
 };
 
-/* The kind of informer i ("Node", "GPU", "Pod"), for logs and metric labels. */
+/* The kind of informer i ("Node", "GPU", "Pod", "ElasticGPU"), for logs and
+ * metric labels. */
 const char *egpu__sched_api_kind(int i);
 
 /* Objects of informer i left out of the cache since the start: those the
