@@ -72,6 +72,12 @@ struct egpu_http_config {
                                    (IPv6: the whole address); 0 = 32 */
     size_t max_body_bytes;      /* larger request bodies get 413; 0 = 1 MiB */
     size_t max_resp_bytes;      /* most a handler may write; 0 = 64 MiB */
+    size_t conn_memory_bytes;   /* libmicrohttpd's memory per connection (headers and read
+                                   buffer), bytes; 0 = 256 KiB, which reads a large body
+                                   (kube-scheduler's ~85 KB ExtenderArgs) in few wake-ups.
+                                   libmicrohttpd 0.9.75 clears all of it after every request
+                                   on a kept-alive connection, so a server of small requests
+                                   (admission reviews) does better with 32 KiB */
     const char *tls_cert_file;  /* PEM certificate chain for HTTPS, leaf first (at most
                                    EGPU_HTTP_TLS_CHAIN_MAX certificates); NULL = HTTP.
                                    Read again when it changes: see "TLS" below */
@@ -413,6 +419,7 @@ struct egpu_service_config {
     struct egpu_metrics *reg; /* rendered on /metrics; borrowed */
     egpu_ready_cb ready;      /* /readyz (see egpu_health_new); NULL = always ready */
     void *data;               /* ready's */
+    size_t conn_memory_bytes; /* srv's egpu_http_config.conn_memory_bytes; 0 = its default */
 };
 
 /* Make the stopped servers of cfg with the health endpoints wired to

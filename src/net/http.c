@@ -54,7 +54,7 @@
 #define TLS_FILE_MAX     (1024 * 1024) /* a PEM file larger than this is not a certificate */
 #define TEXT_PLAIN       "text/plain; charset=utf-8"
 #define HTTP_SNDBUF      (1024 * 1024)        /* per connection send buffer, bytes */
-#define HTTP_CONN_MEMORY ((size_t)256 * 1024) /* per connection: headers and read buffer */
+#define HTTP_CONN_MEMORY ((size_t)256 * 1024) /* default per connection: headers, read buffer */
 #define WATCH_TICK_MS    250                  /* connection watchdog period */
 #define TLS_CHECK_MS     1000                 /* look at the TLS files at most this often, ms */
 
@@ -70,6 +70,7 @@ struct conn {
     struct egpu_http_server *srv; /* for on_tls_cert, which gets only the connection */
     uint64_t tls_gen;             /* srv->tls_gen when it opened: the oldest pair it may use */
     int fd;
+    uint64_t id;            /* which connection holds the record (srv->next_conn_id) */
     bool mark_pending;      /* idle again: the watchdog takes the mark at its next look */
     unsigned char addr[16]; /* client IP, IPv4 as ::ffff:a.b.c.d */
     uint64_t mark;          /* bytes_received when it became idle */
@@ -127,6 +128,7 @@ struct egpu_http_server {
     pthread_cond_t watch_cond;
     struct conn *conns; /* table of cap_conns slots */
     unsigned cap_conns, nconns;
+    uint64_t next_conn_id; /* under conn_lock */
     bool stop_watch;
     bool watching; /* watchdog thread running */
     pthread_t watch;
@@ -449,6 +451,7 @@ static struct conn *conn_open(struct egpu_http_server *srv, int fd, const struct
         c->srv = srv;
         c->tls_gen = atomic_load(&srv->tls_gen);
         c->fd = fd;
+        c->id = ++srv->next_conn_id;
         c->mark_pending = true;
         addr_key(peer, c->addr);
         clock_gettime(CLOCK_MONOTONIC, &c->since);
@@ -521,12 +524,70 @@ static uint64_t oldest_tls_gen(const struct egpu_http_server *srv)
     return oldest;
 }
 
+/* One idle connection as the watchdog's tick saw it, and what the kernel
+ * said it has received. */
+struct watch_item {
+    unsigned slot;
+    uint64_t id;
+    int fd;
+    uint64_t got;
+};
+
+/* One tick over the idle connections. TCP_INFO is asked with conn_lock
+ * released: holding it over a getsockopt for each of hundreds of
+ * connections held every pool thread's state change for about a
+ * millisecond each tick (a stall seen every 250 ms under load). A record
+ * still holding the same connection (slot and id) when the lock is taken
+ * again had that connection open throughout, so its fd was its own. */
+static void watch_tick(struct egpu_http_server *srv, struct watch_item *items)
+{
+    struct timespec now;
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < srv->cap_conns; i++) {
+        if (srv->conns[i].state == CONN_WAITING)
+            items[n++] = (struct watch_item){i, srv->conns[i].id, srv->conns[i].fd, 0};
+    }
+    pthread_mutex_unlock(&srv->conn_lock);
+    for (unsigned k = 0; k < n; k++)
+        items[k].got = bytes_received(items[k].fd);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    pthread_mutex_lock(&srv->conn_lock);
+    for (unsigned k = 0; k < n; k++) {
+        struct conn *c = &srv->conns[items[k].slot];
+        uint64_t got = items[k].got;
+        double t;
+
+        if (c->state != CONN_WAITING || c->id != items[k].id)
+            continue;
+        if (c->mark_pending) {
+            c->mark = got;
+            c->mark_pending = false;
+        }
+        if (got != UINT64_MAX && got > c->mark && !c->receiving) {
+            c->receiving = true;
+            c->since = now;
+            continue;
+        }
+        t = seconds_between(&c->since, &now);
+        if (c->receiving && t >= (double)srv->cfg.request_timeout_s)
+            conn_time_out(srv, c, true, t);
+        else if (!c->receiving && t >= (double)srv->cfg.timeout_s)
+            conn_time_out(srv, c, false, t);
+    }
+}
+
 static void *watchdog(void *arg)
 {
     struct egpu_http_server *srv = arg;
-    struct timespec now, until;
+    struct watch_item *items;
+    struct timespec until;
 
     pthread_mutex_lock(&srv->conn_lock);
+    /* cap_conns is fixed while the server runs. */
+    items = egpu_calloc(srv->cap_conns, sizeof(*items));
+    if (items == NULL)
+        egpu_log(EGPU_LOG_ERROR, "http watchdog: out of memory; connections do not time out");
     while (!srv->stop_watch) {
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_nsec += WATCH_TICK_MS * 1000000L;
@@ -537,34 +598,13 @@ static void *watchdog(void *arg)
         (void)pthread_cond_timedwait(&srv->watch_cond, &srv->conn_lock, &until);
         if (srv->stop_watch)
             break;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        for (unsigned i = 0; i < srv->cap_conns; i++) {
-            struct conn *c = &srv->conns[i];
-            uint64_t got;
-            double t;
-
-            if (c->state != CONN_WAITING)
-                continue;
-            got = bytes_received(c->fd);
-            if (c->mark_pending) {
-                c->mark = got;
-                c->mark_pending = false;
-            }
-            if (got != UINT64_MAX && got > c->mark && !c->receiving) {
-                c->receiving = true;
-                c->since = now;
-                continue;
-            }
-            t = seconds_between(&c->since, &now);
-            if (c->receiving && t >= (double)srv->cfg.request_timeout_s)
-                conn_time_out(srv, c, true, t);
-            else if (!c->receiving && t >= (double)srv->cfg.timeout_s)
-                conn_time_out(srv, c, false, t);
-        }
+        if (items != NULL)
+            watch_tick(srv, items);
         if (srv->cert_file != NULL)
             tls_prune(srv, oldest_tls_gen(srv));
     }
     pthread_mutex_unlock(&srv->conn_lock);
+    egpu_free(items);
     return NULL;
 }
 
@@ -1261,6 +1301,8 @@ int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_se
         srv->cfg.max_body_bytes = EGPU_HTTP_BODY_MAX_DEFAULT;
     if (srv->cfg.max_resp_bytes == 0)
         srv->cfg.max_resp_bytes = EGPU_HTTP_RESP_MAX_DEFAULT;
+    if (srv->cfg.conn_memory_bytes == 0)
+        srv->cfg.conn_memory_bytes = HTTP_CONN_MEMORY;
     rc = parse_bind(srv, cfg->bind_addr, err);
     if (rc != 0)
         goto out_free;
@@ -1398,11 +1440,10 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
         (intptr_t)(srv->cfg.timeout_s + srv->cfg.request_timeout_s + 1), NULL};
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
                                         (intptr_t)srv->cap_conns * srv->cfg.threads, NULL};
-    /* Room to read a large request body in few calls: kube-scheduler's
-     * ExtenderArgs for 5,000 nodes is ~85 KB, which MHD's default 32 KiB
-     * per connection takes in many pieces, each a wake-up. */
+    /* Room to read a large request body in few calls (by default: see
+     * conn_memory_bytes in net.h). */
     opts[n++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                                        (intptr_t)HTTP_CONN_MEMORY, NULL};
+                                        (intptr_t)srv->cfg.conn_memory_bytes, NULL};
     if (srv->cfg.threads > 1)
         opts[n++] =
             (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)srv->cfg.threads, NULL};

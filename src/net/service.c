@@ -68,6 +68,7 @@ int egpu_service_new(const struct egpu_service_config *cfg, struct egpu_service 
                                       .max_connections = o->max_connections,
                                       .max_per_client = o->max_connections,
                                       .max_body_bytes = o->max_body_bytes,
+                                      .conn_memory_bytes = cfg->conn_memory_bytes,
                                       .tls_cert_file = o->tls_cert,
                                       .tls_key_file = o->tls_key};
 

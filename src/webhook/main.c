@@ -140,6 +140,8 @@ static int start(void *data, struct egpu_error *err)
     struct egpu_service_config sc = {.opts = &a->o.srv,
                                      .own_server = true,
                                      .health_on_own = true, /* probes over HTTPS too */
+                                     /* reviews are small: see conn_memory_bytes in net.h */
+                                     .conn_memory_bytes = 32 * 1024,
                                      .ready = ready,
                                      .data = a};
     struct egpu_kube_informer_opts io = {.res = &egpu_kube_gpus};
