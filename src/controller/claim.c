@@ -1,0 +1,593 @@
+/* controller/claim.c - reconciling one ElasticGPUClaim, as the
+ * PersistentVolume controller reconciles a PVC.
+ *
+ * Every step reads the API server's state (the informers' caches) and makes
+ * one guarded write, so a controller killed between any two steps finds
+ * where it was on restart:
+ *   - the protection finalizer first (removed on deletion once no pod in
+ *     the claim's namespace that is not finished names the claim);
+ *   - a Pending claim: an ElasticGPU whose claimRef already has the claim's
+ *     uid is a binding half done (finish it); else the one the claim names,
+ *     else the best Available one of its class, else (Immediate) a new one
+ *     named egpu-<claim uid>, so a retry finds it instead of making a
+ *     second; WaitForFirstConsumer claims wait;
+ *   - binding writes the ElasticGPU's claimRef, then its phase Bound, then
+ *     the claim's status, in that order;
+ *   - a Bound claim whose ElasticGPU is gone (or bound elsewhere) is Lost.
+ * Why a claim stays Pending is its condition Bound (False, with a reason),
+ * and an event when that reason changes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl_int.h"
+#include "egpu/log.h"
+
+#define COND_BOUND "Bound"
+
+struct claim_ctx {
+    struct ctl *c;
+    json_t *obj; /* the claim as stored */
+    struct egpu_api_claim *cl;
+};
+
+static void claim_event(struct claim_ctx *x, bool warning, const char *reason, const char *msg)
+{
+    ctl_event(x->c, EGPU_KIND_ELASTICGPUCLAIM, x->cl->meta.ns, x->cl->meta.name, x->cl->meta.uid,
+              warning, reason, "%s", msg);
+}
+
+/* Set condition Bound on cl; true when it changed. */
+static bool set_cond(struct egpu_api_claim *cl, bool bound, const char *reason, const char *msg)
+{
+    struct egpu_api_condition *k = NULL;
+    enum egpu_api_cond_status s = bound ? EGPU_API_COND_TRUE : EGPU_API_COND_FALSE;
+
+    for (uint32_t i = 0; i < cl->nconditions; i++) {
+        if (strcmp(cl->conditions[i].type, COND_BOUND) == 0)
+            k = &cl->conditions[i];
+    }
+    if (k != NULL && k->status == s && strcmp(k->reason, reason) == 0 &&
+        strncmp(k->message, msg, sizeof(k->message) - 1) == 0)
+        return false;
+    if (k == NULL) {
+        if (cl->nconditions == EGPU_API_CONDITIONS_MAX)
+            cl->nconditions--; /* drop the last one; ours matters more */
+        k = &cl->conditions[cl->nconditions++];
+        memset(k, 0, sizeof(*k));
+        snprintf(k->type, sizeof(k->type), COND_BOUND);
+    }
+    if (k->status != s || k->last_transition_time[0] == '\0')
+        ctl_now(k->last_transition_time, sizeof(k->last_transition_time));
+    k->status = s;
+    k->observed_generation = cl->meta.generation;
+    snprintf(k->reason, sizeof(k->reason), "%s", reason);
+    snprintf(k->message, sizeof(k->message), "%s", msg);
+    return true;
+}
+
+static int write_status(struct claim_ctx *x)
+{
+    json_t *enc = egpu_api_claim_encode(x->cl), *out = NULL;
+    int rc;
+
+    if (enc == NULL)
+        return -ENOMEM;
+    rc = ctl_put(x->c, &egpu_kube_elasticgpuclaims, x->obj, enc, "status", &out);
+    json_decref(enc);
+    if (rc == 0) {
+        json_decref(x->obj);
+        x->obj = out;
+    }
+    return rc;
+}
+
+/* The claim stays Pending for reason: condition and event when it changed. */
+static int pending(struct claim_ctx *x, bool warning, const char *reason, const char *msg)
+{
+    if (x->cl->phase == EGPU_API_CLAIM_PENDING && !set_cond(x->cl, false, reason, msg))
+        return 0;
+    x->cl->phase = EGPU_API_CLAIM_PENDING;
+    claim_event(x, warning, reason, msg);
+    return write_status(x);
+}
+
+/* Is the claim used by a pod of its namespace that has not finished? */
+static bool in_use(struct ctl *c, const struct egpu_api_claim *cl)
+{
+    json_t *pods = egpu_kube_informer_list(c->inf[CTL_PODS]), *p;
+    bool used = false;
+    size_t i;
+
+    if (pods == NULL)
+        return true; /* out of memory: keep the finalizer */
+    json_array_foreach(pods, i, p)
+    {
+        const json_t *meta = json_object_get(p, "metadata"), *v;
+        const char *ns = egpu_api_str(json_object_get(meta, "namespace"));
+        const char *phase = egpu_api_str(json_object_get(json_object_get(p, "status"), "phase"));
+        const char *key;
+
+        if (ns == NULL || strcmp(ns, cl->meta.ns) != 0 ||
+            (phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
+            continue;
+        json_object_foreach((json_t *)json_object_get(meta, "annotations"), key, v)
+        {
+            const char *val = egpu_api_str(v);
+
+            if (strncmp(key, EGPU_ANN_CLAIM_PREFIX, strlen(EGPU_ANN_CLAIM_PREFIX)) == 0 &&
+                val != NULL && strcmp(val, cl->meta.name) == 0)
+                used = true;
+        }
+        if (used)
+            break;
+    }
+    json_decref(pods);
+    return used;
+}
+
+/* Add or remove the protection finalizer. Returns 0 with *done true when
+ * the reconcile ends here. */
+static int protect(struct claim_ctx *x, bool *done)
+{
+    struct egpu_api_meta *m = &x->cl->meta;
+    bool has = egpu_api_meta_has_finalizer(m, EGPU_FINALIZER_CLAIM_PROTECTION);
+    json_t *enc, *out = NULL;
+    int rc;
+
+    *done = m->deletion_timestamp[0] != '\0';
+    if (*done && (!has || in_use(x->c, x->cl)))
+        return 0; /* deleting: wait for the pods (their changes queue the claim again) */
+    if (!*done && has)
+        return 0;
+    if (*done) {
+        uint32_t k = 0;
+
+        for (uint32_t i = 0; i < m->nfinalizers; i++) {
+            if (strcmp(m->finalizers[i], EGPU_FINALIZER_CLAIM_PROTECTION) != 0)
+                memmove(m->finalizers[k++], m->finalizers[i], sizeof(m->finalizers[i]));
+        }
+        m->nfinalizers = k;
+    } else {
+        if (m->nfinalizers == EGPU_API_FINALIZERS_MAX)
+            return 0;
+        snprintf(m->finalizers[m->nfinalizers++], EGPU_API_FINALIZER_MAX, "%s",
+                 EGPU_FINALIZER_CLAIM_PROTECTION);
+    }
+    enc = egpu_api_claim_encode(x->cl);
+    if (enc == NULL)
+        return -ENOMEM;
+    rc = ctl_put(x->c, &egpu_kube_elasticgpuclaims, x->obj, enc, "finalizers", &out);
+    json_decref(enc);
+    if (rc == 0) {
+        egpu_log(EGPU_LOG_INFO, "%s finalizer claim=%s/%s", *done ? "removed" : "added", m->ns,
+                 m->name);
+        json_decref(x->obj);
+        x->obj = out;
+        rc = egpu_api_claim_decode(out, x->cl, NULL) == 0 ? 0 : -EPROTO;
+    }
+    return rc;
+}
+
+/* The claim's class: its own, or the default one (the first by name of
+ * those annotated default). NULL with *why set when there is none. */
+static struct egpu_api_class *class_of(struct ctl *c, const struct egpu_api_claim *cl, char *why,
+                                       size_t len)
+{
+    json_t *all = egpu_kube_informer_list(c->inf[CTL_CLASSES]), *o;
+    struct egpu_api_class *best = NULL, *k = egpu_malloc(sizeof(*k));
+    size_t i;
+
+    snprintf(why, len,
+             cl->class_name[0] ? "ElasticGPUClass \"%s\" not found"
+                               : "the claim names no ElasticGPUClass and none is the default "
+                                 "(annotation " EGPU_ANN_DEFAULT_CLASS ": \"true\")%s",
+             cl->class_name);
+    json_array_foreach(all, i, o)
+    {
+        if (k == NULL || egpu_api_class_decode(o, k, NULL) != 0)
+            continue;
+        if (cl->class_name[0] ? strcmp(k->meta.name, cl->class_name) != 0 : !k->is_default)
+            continue;
+        if (best == NULL || strcmp(k->meta.name, best->meta.name) < 0) {
+            struct egpu_api_class *t = best;
+
+            best = k;
+            k = t != NULL ? t : egpu_malloc(sizeof(*k));
+        }
+    }
+    egpu_free(k);
+    json_decref(all);
+    return best;
+}
+
+/* Write the ElasticGPU's half of the binding: claimRef with the claim's
+ * uid, then phase Bound (with the card and percent of a TFLOPS claim). */
+static int bind_egpu(struct claim_ctx *x, json_t **eobj, struct egpu_api_egpu *e,
+                     const struct egpu_api_class *cls)
+{
+    struct egpu_api_claim *cl = x->cl;
+    json_t *enc, *out = NULL;
+    char model[EGPU_MODEL_MAX];
+    int64_t pct = 0;
+    int rc = 0;
+
+    if (!e->has_claim_ref || e->claim_uid[0] == '\0') {
+        e->has_claim_ref = true;
+        snprintf(e->claim_ns, sizeof(e->claim_ns), "%s", cl->meta.ns);
+        snprintf(e->claim_name, sizeof(e->claim_name), "%s", cl->meta.name);
+        snprintf(e->claim_uid, sizeof(e->claim_uid), "%s", cl->meta.uid);
+        enc = egpu_api_egpu_encode(e);
+        rc =
+            enc != NULL ? ctl_put(x->c, &egpu_kube_elasticgpus, *eobj, enc, "spec", &out) : -ENOMEM;
+        json_decref(enc);
+        if (rc)
+            return rc;
+        json_decref(*eobj);
+        *eobj = out;
+        if (egpu_api_egpu_decode(out, e, NULL) != 0)
+            return -EPROTO;
+    }
+    if (cl->tflops_milli > 0 && e->ngpus > 0) {
+        ctl_gpu_model(x->c, e->gpu_names[0], model, sizeof(model));
+        if (egpu_api_egpu_fit(e, cl, cls, model, &pct) != EGPU_API_FIT_OK)
+            pct = 0;
+    }
+    if (e->phase == EGPU_API_EGPU_BOUND && (pct == 0 || e->tflops_core_pct == pct))
+        return 0;
+    e->phase = EGPU_API_EGPU_BOUND;
+    e->reason[0] = e->message[0] = '\0';
+    if (pct > 0) {
+        snprintf(e->chosen_gpu, sizeof(e->chosen_gpu), "%s", e->gpu_names[0]);
+        snprintf(e->model, sizeof(e->model), "%s", model);
+        e->tflops_core_pct = pct;
+    }
+    enc = egpu_api_egpu_encode(e);
+    out = NULL;
+    rc = enc != NULL ? ctl_put(x->c, &egpu_kube_elasticgpus, *eobj, enc, "status", &out) : -ENOMEM;
+    json_decref(enc);
+    if (rc)
+        return rc;
+    json_decref(*eobj);
+    *eobj = out;
+    ctl_event(x->c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, e->meta.uid, false, "Bound",
+              "bound to ElasticGPUClaim %s/%s", cl->meta.ns, cl->meta.name);
+    return 0;
+}
+
+/* Bind the claim to ElasticGPU e: its half first, then the claim's status. */
+static int bind(struct claim_ctx *x, json_t **eobj, struct egpu_api_egpu *e,
+                const struct egpu_api_class *cls)
+{
+    struct egpu_api_claim *cl = x->cl;
+    char msg[1024];
+    int rc = bind_egpu(x, eobj, e, cls);
+
+    if (rc)
+        return rc;
+    cl->phase = EGPU_API_CLAIM_BOUND;
+    snprintf(cl->bound_egpu, sizeof(cl->bound_egpu), "%s", e->meta.name);
+    cl->has_cap_core = true;
+    cl->cap_core_pct = e->core_pct;
+    cl->has_cap_mem = e->has_mem;
+    cl->cap_mem_mib = e->has_mem ? e->mem_mib : 0;
+    cl->observed_generation = cl->meta.generation;
+    snprintf(msg, sizeof(msg), "bound to ElasticGPU %s on node %s", e->meta.name, e->node_name);
+    (void)set_cond(cl, true, "Bound", msg);
+    rc = write_status(x);
+    if (rc == 0)
+        claim_event(x, false, "Bound", msg);
+    return rc;
+}
+
+/* An ElasticGPU whose claimRef carries this claim's uid: a binding begun
+ * before a restart (or a provisioned one). Returns it, or NULL. */
+static struct egpu_api_egpu *half_bound(struct ctl *c, const struct egpu_api_claim *cl,
+                                        json_t **eobj)
+{
+    char name[EGPU_K8S_NAME_MAX];
+    json_t *all;
+    struct egpu_api_egpu *e = NULL;
+    size_t i;
+    json_t *o;
+
+    if (egpu_ctl_provisioned_name(cl->meta.uid, name, sizeof(name)) == 0 &&
+        (e = ctl_egpu_get(c, name, eobj)) != NULL) {
+        if (e->has_claim_ref && strcmp(e->claim_uid, cl->meta.uid) == 0)
+            return e;
+        json_decref(*eobj);
+        egpu_free(e);
+    }
+    all = egpu_kube_informer_list(c->inf[CTL_EGPUS]);
+    json_array_foreach(all, i, o)
+    {
+        const json_t *ref = json_object_get(json_object_get(o, "spec"), "claimRef");
+        const char *uid = egpu_api_str(json_object_get(ref, "uid"));
+        const char *n = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name"));
+
+        if (uid != NULL && n != NULL && strcmp(uid, cl->meta.uid) == 0 &&
+            (e = ctl_egpu_get(c, n, eobj)) != NULL)
+            break;
+    }
+    json_decref(all);
+    return e;
+}
+
+/* The best Available ElasticGPU of cls for the claim, or NULL. */
+static struct egpu_api_egpu *best_available(struct ctl *c, const struct egpu_api_claim *cl,
+                                            const struct egpu_api_class *cls, json_t **eobj)
+{
+    json_t *all = egpu_kube_informer_list(c->inf[CTL_EGPUS]), *o;
+    size_t n = json_array_size(all), m = 0, i;
+    struct egpu_api_egpu *dec = egpu_calloc(n ? n : 1, sizeof(*dec)), *e = NULL;
+    const struct egpu_api_egpu **ptr = egpu_calloc(n ? n : 1, sizeof(*ptr));
+    char(*models)[EGPU_MODEL_MAX] = egpu_calloc(n ? n : 1, EGPU_MODEL_MAX);
+    const char **mptr = egpu_calloc(n ? n : 1, sizeof(*mptr));
+    long best;
+
+    if (dec != NULL && ptr != NULL && models != NULL && mptr != NULL) {
+        json_array_foreach(all, i, o)
+        {
+            if (egpu_api_egpu_decode(o, &dec[m], NULL) != 0 ||
+                dec[m].phase != EGPU_API_EGPU_AVAILABLE)
+                continue;
+            ptr[m] = &dec[m];
+            mptr[m] = dec[m].ngpus
+                          ? ctl_gpu_model(c, dec[m].gpu_names[0], models[m], EGPU_MODEL_MAX)
+                          : "";
+            m++;
+        }
+        best = egpu_api_best_fit(ptr, mptr, m, cl, cls);
+        if (best >= 0)
+            e = ctl_egpu_get(c, dec[best].meta.name, eobj);
+    }
+    egpu_free(dec);
+    egpu_free(ptr);
+    egpu_free(models);
+    egpu_free(mptr);
+    json_decref(all);
+    return e;
+}
+
+/* Count e as allocated in inv; an overcommit is logged (both stay). */
+static void reserve(struct egpu_ctl_inventory *inv, const struct egpu_api_egpu *e)
+{
+    struct egpu_error err = {0};
+    int rc = egpu_ctl_inventory_reserve(inv, e, &err);
+
+    if (rc != 0 && rc != -ENOENT && rc != EGPU_EALLOCATED)
+        egpu_log(EGPU_LOG_WARN, "ElasticGPU %s not counted: %s", e->meta.name, err.msg);
+}
+
+/* Provision an ElasticGPU for the claim (Immediate). */
+static int provision(struct claim_ctx *x, const struct egpu_api_class *cls)
+{
+    struct ctl *c = x->c;
+    struct egpu_api_claim *cl = x->cl;
+    json_t *gpus = egpu_kube_informer_list(c->inf[CTL_GPUS]);
+    json_t *nodes = egpu_kube_informer_list(c->inf[CTL_NODES]);
+    json_t *egpus = egpu_kube_informer_list(c->inf[CTL_EGPUS]);
+    struct egpu_ctl_inventory inv;
+    struct egpu_ctl_choice ch;
+    struct egpu_api_egpu *e = egpu_calloc(1, sizeof(*e));
+    struct egpu_error err = {0};
+    struct egpu_kube_status st = {0};
+    json_t *o, *enc = NULL, *out = NULL, *ann;
+    const char *key;
+    size_t i;
+    int rc;
+
+    rc = e == NULL || gpus == NULL || nodes == NULL || egpus == NULL
+             ? -ENOMEM
+             : egpu_ctl_inventory_build(gpus, nodes, cls, &inv, &err);
+    if (rc == 0) {
+        json_array_foreach(egpus, i, o)
+        {
+            const char *n = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name"));
+
+            if (n != NULL)
+                (void)json_object_del(c->assumed, n); /* the cache has it now */
+            if (egpu_api_egpu_decode(o, e, NULL) == 0)
+                reserve(&inv, e);
+        }
+        json_object_foreach(c->assumed, key, o)
+        {
+            if (egpu_api_egpu_decode(o, e, NULL) == 0)
+                reserve(&inv, e);
+        }
+        rc = egpu_ctl_place(&inv, cl, cls, &ch, &err);
+        egpu_ctl_inventory_free(&inv);
+    }
+    json_decref(gpus);
+    json_decref(nodes);
+    json_decref(egpus);
+    if (rc == EGPU_ENOFIT || rc == EGPU_ERANGE) {
+        egpu_free(e);
+        return pending(x, true, "ProvisioningFailed", err.msg);
+    }
+    if (rc) {
+        egpu_free(e);
+        return rc;
+    }
+    memset(e, 0, sizeof(*e));
+    (void)egpu_ctl_provisioned_name(cl->meta.uid, e->meta.name, sizeof(e->meta.name));
+    e->core_pct = ch.core_pct;
+    e->has_mem = ch.source == EGPU_API_PROVISIONER_GPUSHARE && ch.mem_mib > 0;
+    e->mem_mib = e->has_mem ? ch.mem_mib : 0;
+    snprintf(e->node_name, sizeof(e->node_name), "%s", ch.node);
+    e->source = ch.source;
+    e->ngpus = ch.ngpus;
+    memcpy(e->gpu_names, ch.gpu_names, sizeof(e->gpu_names));
+    e->has_claim_ref = true;
+    snprintf(e->claim_ns, sizeof(e->claim_ns), "%s", cl->meta.ns);
+    snprintf(e->claim_name, sizeof(e->claim_name), "%s", cl->meta.name);
+    snprintf(e->claim_uid, sizeof(e->claim_uid), "%s", cl->meta.uid);
+    snprintf(e->class_name, sizeof(e->class_name), "%s", cls->meta.name);
+    e->has_reclaim_policy = true;
+    e->reclaim_policy = cls->reclaim_policy;
+    enc = egpu_api_egpu_encode(e);
+    ann = json_pack("{s:s}", EGPU_ANN_PROVISIONED_BY, egpu_api_provisioner_name(cls->provisioner));
+    if (enc == NULL || ann == NULL ||
+        json_object_set_new(json_object_get(enc, "metadata"), "annotations", ann) != 0) {
+        json_decref(enc);
+        egpu_free(e);
+        return -ENOMEM;
+    }
+    rc = egpu_kube_create(c->kube, &egpu_kube_elasticgpus, NULL, enc, &out, &st, &err);
+    json_decref(enc);
+    if (rc == -EEXIST) {
+        /* Made before a crash, and not in the cache yet: take the stored one. */
+        rc = egpu_kube_get(c->kube, &egpu_kube_elasticgpus, NULL, e->meta.name, &out, &st, &err);
+    } else if (rc == 0) {
+        (void)json_object_set(c->assumed, e->meta.name, out);
+        ctl_event(c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, NULL, false, "Provisioned",
+                  "provisioned by %s for ElasticGPUClaim %s/%s on node %s, GPU %s%s",
+                  egpu_api_provisioner_name(cls->provisioner), cl->meta.ns, cl->meta.name,
+                  e->node_name, e->gpu_names[0], e->ngpus > 1 ? " and more" : "");
+    }
+    if (rc == 0 && egpu_api_egpu_decode(out, e, &err) != 0)
+        rc = -EPROTO;
+    if (rc == 0 && strcmp(e->claim_uid, cl->meta.uid) != 0)
+        rc = egpu_error_set(&err, -EEXIST, "ElasticGPU %s exists for another claim", e->meta.name);
+    if (rc == 0)
+        rc = bind(x, &out, e, cls);
+    else
+        egpu_log(EGPU_LOG_WARN, "provisioning failed claim=%s/%s error=\"%s\"", cl->meta.ns,
+                 cl->meta.name, err.msg);
+    json_decref(out);
+    egpu_free(e);
+    return rc;
+}
+
+static int sync_pending(struct claim_ctx *x)
+{
+    struct ctl *c = x->c;
+    struct egpu_api_claim *cl = x->cl;
+    struct egpu_api_class *cls = NULL;
+    struct egpu_api_egpu *e;
+    json_t *eobj = NULL;
+    char why[1024], model[EGPU_MODEL_MAX];
+    enum egpu_api_fit fit;
+    int rc;
+
+    e = half_bound(c, cl, &eobj);
+    if (cl->class_name[0] != '\0' || e == NULL)
+        cls = class_of(c, cl, why, sizeof(why));
+    if (e != NULL) {
+        rc = bind(x, &eobj, e, cls);
+        goto out;
+    }
+    if (cl->egpu_name[0] != '\0') {
+        e = ctl_egpu_get(c, cl->egpu_name, &eobj);
+        if (e == NULL) {
+            snprintf(why, sizeof(why), "ElasticGPU %s not found", cl->egpu_name);
+            rc = pending(x, true, "ElasticGPUNotFound", why);
+            goto out;
+        }
+        if (cl->class_name[0] == '\0') {
+            egpu_free(cls);
+            cls = NULL; /* named without a class: only the ElasticGPU's own class "" fits */
+        }
+        fit = egpu_api_egpu_fit(
+            e, cl, cls, e->ngpus ? ctl_gpu_model(c, e->gpu_names[0], model, sizeof(model)) : "",
+            NULL);
+        if (fit != EGPU_API_FIT_OK) {
+            snprintf(why, sizeof(why), "ElasticGPU %s does not fit the claim: %s", e->meta.name,
+                     egpu_api_fit_name(fit));
+            rc = pending(x, true, "ElasticGPUDoesNotFit", why);
+            goto out;
+        }
+        rc = bind(x, &eobj, e, cls);
+        goto out;
+    }
+    if (cls == NULL) {
+        rc = pending(x, true, "ClassNotFound", why);
+        goto out;
+    }
+    snprintf(cl->class_name, sizeof(cl->class_name), "%s", cls->meta.name);
+    e = best_available(c, cl, cls, &eobj);
+    if (e != NULL) {
+        rc = bind(x, &eobj, e, cls);
+        goto out;
+    }
+    if (cls->binding_mode == EGPU_API_BINDING_WAIT_FOR_FIRST_CONSUMER) {
+        snprintf(why, sizeof(why),
+                 "waiting for the first pod that uses this claim to be scheduled (class %s "
+                 "has bindingMode WaitForFirstConsumer)",
+                 cls->meta.name);
+        rc = pending(x, false, "WaitForFirstConsumer", why);
+        goto out;
+    }
+    rc = provision(x, cls);
+out:
+    json_decref(eobj);
+    egpu_free(e);
+    egpu_free(cls);
+    return rc;
+}
+
+/* A Bound claim: its ElasticGPU must exist and name it; repair its half
+ * when it lost claimRef or phase, else the claim is Lost. */
+static int sync_bound(struct claim_ctx *x)
+{
+    struct ctl *c = x->c;
+    struct egpu_api_claim *cl = x->cl;
+    json_t *eobj = NULL;
+    struct egpu_api_egpu *e = ctl_egpu_get(c, cl->bound_egpu, &eobj);
+    struct egpu_kube_status st = {0};
+    char why[1024];
+    int rc = 0;
+
+    if (e == NULL) {
+        /* The cache may lag: ask the API server before calling it lost. */
+        rc = egpu_kube_get(c->kube, &egpu_kube_elasticgpus, NULL, cl->bound_egpu, &eobj, &st, NULL);
+        if (rc != 0 && rc != -ENOENT)
+            return rc;
+        if (rc == 0 && (e = egpu_malloc(sizeof(*e))) != NULL &&
+            egpu_api_egpu_decode(eobj, e, NULL) != 0) {
+            egpu_free(e);
+            e = NULL;
+        }
+    }
+    if (e != NULL &&
+        (!e->has_claim_ref ||
+         (strcmp(e->claim_ns, cl->meta.ns) == 0 && strcmp(e->claim_name, cl->meta.name) == 0 &&
+          (e->claim_uid[0] == '\0' || strcmp(e->claim_uid, cl->meta.uid) == 0)))) {
+        rc = bind_egpu(x, &eobj, e, NULL);
+    } else {
+        snprintf(why, sizeof(why),
+                 e == NULL ? "ElasticGPU %s was deleted"
+                           : "ElasticGPU %s is bound to another claim",
+                 cl->bound_egpu);
+        cl->phase = EGPU_API_CLAIM_LOST;
+        (void)set_cond(cl, false, "ElasticGPULost", why);
+        rc = write_status(x);
+        if (rc == 0)
+            claim_event(x, true, "ClaimLost", why);
+    }
+    json_decref(eobj);
+    egpu_free(e);
+    return rc;
+}
+
+int ctl_claim_sync(struct ctl *c, const char *ns, const char *name)
+{
+    struct claim_ctx x = {.c = c};
+    bool done = false;
+    int rc;
+
+    x.cl = ctl_claim_get(c, ns, name, &x.obj);
+    if (x.cl == NULL)
+        return 0;
+    rc = protect(&x, &done);
+    if (rc == 0 && !done) {
+        if (x.cl->phase == EGPU_API_CLAIM_BOUND)
+            rc = sync_bound(&x);
+        else if (x.cl->phase == EGPU_API_CLAIM_PENDING)
+            rc = sync_pending(&x);
+    }
+    json_decref(x.obj);
+    egpu_free(x.cl);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/* controller/ctl_int.h - egpu-controller's private parts: its options
+ * (options.c), the state the reconcilers share (main.c), the API writes
+ * and events (writes.c), and the two reconcilers (claim.c, egpu.c). */
+#ifndef EGPU_CTL_INT_H
+#define EGPU_CTL_INT_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "egpu/api.h"
+#include "egpu/cli.h"
+#include "egpu/controller.h"
+#include "egpu/kube.h"
+#include "egpu/net.h"
+
+#define CTL_PROG "egpu-controller"
+
+struct ctl_options {
+    struct egpu_cli_server srv;
+    long resync_ms; /* every key queued again this often */
+    bool leader_elect;
+    const char *lease_ns; /* NULL: the client's namespace */
+    const char *lease_name;
+    long lease_duration_ms, renew_deadline_ms, retry_period_ms;
+};
+
+/* Parse argv into *o. Returns -1 to run, else the exit status (0 after
+ * --help or --version, 2 after bad usage). */
+int ctl_options_parse(int argc, char **argv, struct ctl_options *o);
+
+enum ctl_inf { CTL_CLAIMS, CTL_CLASSES, CTL_EGPUS, CTL_GPUS, CTL_NODES, CTL_PODS, CTL_NINF };
+
+struct ctl {
+    struct ctl_options o;
+    struct egpu_kube_config *kcfg;
+    struct egpu_kube *kube;
+    struct egpu_kube_informer *inf[CTL_NINF];
+    struct egpu_ctl_queue *queue;
+    struct egpu_kube_elector *el;
+    atomic_bool leading;
+    atomic_bool stop;
+    pthread_t worker;
+    bool worker_started;
+    long long next_resync_ms;
+    json_t *assumed; /* ElasticGPUs this controller created that the informer may not
+                        hold yet: name -> object (worker thread only) */
+    struct egpu_service svc;
+    struct egpu_metrics *reg;
+    struct egpu_metric *m_claims, *m_egpus, *m_latency, *m_errors, *m_depth, *m_leader;
+};
+
+/* Queue keys: "c/<ns>/<name>" for a claim, "e/<name>" for an ElasticGPU. */
+void ctl_enqueue_claim(struct ctl *c, const char *ns, const char *name);
+void ctl_enqueue_egpu(struct ctl *c, const char *name);
+
+/* Reconcile one claim or ElasticGPU from the caches. Returns 0 (done, or
+ * nothing to do), or a negative code: the key is retried with backoff. */
+int ctl_claim_sync(struct ctl *c, const char *ns, const char *name);
+int ctl_egpu_sync(struct ctl *c, const char *name);
+
+/* ---- writes.c ---- */
+
+/* PUT a copy of orig with its spec (which "spec"), status ("status") or
+ * metadata.finalizers ("finalizers") taken from enc, an encoding of the
+ * decoded object (egpu_api_*_encode) after the change; orig's
+ * resourceVersion guards it (a stale one is EGPU_KUBE_ECONFLICT). *out
+ * (may be NULL) gets the stored object. Returns 0 or the client's error. */
+int ctl_put(struct ctl *c, const struct egpu_kube_resource *res, const json_t *orig,
+            const json_t *enc, const char *which, json_t **out);
+
+/* Post an Event about an object; failures are logged only. */
+void ctl_event(struct ctl *c, const char *kind, const char *ns, const char *name, const char *uid,
+               bool warning, const char *reason, const char *fmt, ...) EGPU_PRINTF(8, 9);
+
+/* Now as RFC 3339 ("2026-07-24T09:31:03Z") into buf. */
+void ctl_now(char *buf, size_t len);
+
+/* The cached object, decoded into heap memory (caller egpu_free()s); NULL
+ * when absent or malformed (logged). */
+struct egpu_api_egpu *ctl_egpu_get(struct ctl *c, const char *name, json_t **obj);
+struct egpu_api_claim *ctl_claim_get(struct ctl *c, const char *ns, const char *name, json_t **obj);
+
+/* The model of the GPU object name (from the cache), or "" ; into buf. */
+const char *ctl_gpu_model(struct ctl *c, const char *name, char *buf, size_t len);
+
+#endif /* EGPU_CTL_INT_H */

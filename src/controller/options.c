@@ -1,0 +1,141 @@
+/* controller/options.c - egpu-controller's flags and environment variables.
+ *
+ * The flags every server shares (where /healthz, /readyz and /metrics
+ * listen, HTTP limits, kubeconfig, the watch probe, logs) are parsed by
+ * egpu_cli_parse_server (src/net/cli.c); this file holds the controller's
+ * own and its --help. A bad value names the flag and the allowed values,
+ * and the process exits 2 before touching the network.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl_int.h"
+#include "egpu/log.h"
+
+static const char usage[] =
+    "Usage: egpu-controller [OPTION]...\n"
+    "Elastic GPU's controller: binds ElasticGPUClaims to ElasticGPUs as PVCs bind to\n"
+    "PVs, provisions ElasticGPUs of a class (gpushare.provisioner.elasticgpu.io: a\n"
+    "slice of one card; physical.provisioner.elasticgpu.io: whole cards), keeps\n"
+    "claims in use by pods from being deleted, and releases, keeps or deletes an\n"
+    "ElasticGPU when its claim goes.\n"
+    "\n"
+    "  --listen ADDR           address of /healthz, /readyz and /metrics (EGPU_LISTEN;\n"
+    "                          default 0.0.0.0)\n"
+    "  --port N                their port (EGPU_PORT; default 9090; 0 = any free port,\n"
+    "                          logged)\n"
+    "  --kubeconfig FILE       kubeconfig (EGPU_KUBECONFIG; default $KUBECONFIG, else\n"
+    "                          ~/.kube/config, else the in-cluster service account)\n"
+    "  --context NAME          kubeconfig context (EGPU_CONTEXT; default: current-context)\n"
+    "  --resync-seconds S      every claim and ElasticGPU is reconciled again this often,\n"
+    "                          repairing drift, 1..86400 (EGPU_RESYNC_SECONDS; default 30)\n"
+    "  --leader-elect BOOL     only the holder of the Lease reconciles (EGPU_LEADER_ELECT;\n"
+    "                          default true)\n"
+    "  --lease-namespace NS    (EGPU_LEASE_NAMESPACE; default: the client's namespace)\n"
+    "  --lease-name NAME       (EGPU_LEASE_NAME; default elastic-gpu-controller)\n"
+    "  --lease-duration S      seconds (default 15)\n"
+    "  --renew-deadline S      seconds (default 10)\n"
+    "  --retry-period S        seconds (default 2)\n"
+    "  --watch-unhealthy-seconds S\n"
+    "                          not ready while a list and watch has kept failing this\n"
+    "                          long (EGPU_WATCH_UNHEALTHY_SECONDS; default 30)\n"
+    "  --max-connections N     open connections at most (EGPU_MAX_CONNECTIONS; default 256)\n"
+    "  --max-per-client N      from one address at most (EGPU_MAX_PER_CLIENT; default 32)\n"
+    "  --idle-timeout S        (EGPU_IDLE_TIMEOUT; default 120)\n"
+    "  --request-timeout S     (EGPU_REQUEST_TIMEOUT; default 10)\n"
+    "  --log-level L           error, warn, info, debug (EGPU_LOG_LEVEL; default info)\n"
+    "  --v N                   klog verbosity 0..10: 4 and above is debug (EGPU_V)\n"
+    "  -h, --help              show this help\n"
+    "  --version               show the version\n"
+    "\n"
+    "Serves GET /healthz, /readyz (ready once every watched kind is listed and while\n"
+    "no watch has failed longer than --watch-unhealthy-seconds) and /metrics\n"
+    "(Prometheus text format 0.0.4) over HTTP on --listen:--port.\n";
+
+#define bad(...) egpu_cli_usage_error(CTL_PROG, __VA_ARGS__)
+
+enum {
+    O_RESYNC = 256,
+    O_LEADER,
+    O_LEASE_NS,
+    O_LEASE_NAME,
+    O_LEASE_DUR,
+    O_RENEW,
+    O_RETRY,
+};
+
+static int apply(void *ctx, int opt, const char *v, const char *who)
+{
+    struct ctl_options *o = ctx;
+    uint64_t u;
+
+    switch (opt) {
+    case O_RESYNC:
+        if (egpu_cli_parse_u64(v, 1, 86400, &u))
+            return bad("%s \"%s\": expected seconds in 1..86400", who, v);
+        o->resync_ms = (long)u * 1000;
+        return 0;
+    case O_LEADER:
+        if (egpu_cli_parse_bool(v, &o->leader_elect))
+            return bad("%s \"%s\": expected true or false", who, v);
+        return 0;
+    case O_LEASE_NS:
+    case O_LEASE_NAME:
+        if (v[0] == '\0' || strlen(v) >= EGPU_K8S_NAME_MAX)
+            return bad("%s \"%s\": expected a name of 1..%d characters", who, v,
+                       EGPU_K8S_NAME_MAX - 1);
+        *(opt == O_LEASE_NS ? &o->lease_ns : &o->lease_name) = v;
+        return 0;
+    case O_LEASE_DUR:
+    case O_RENEW:
+    case O_RETRY:
+        if (egpu_cli_parse_u64(v, 1, 3600, &u))
+            return bad("%s \"%s\": expected seconds in 1..3600", who, v);
+        *(opt == O_LEASE_DUR ? &o->lease_duration_ms
+          : opt == O_RENEW   ? &o->renew_deadline_ms
+                             : &o->retry_period_ms) = (long)u * 1000;
+        return 0;
+    default:
+        return bad("unknown setting");
+    }
+}
+
+int ctl_options_parse(int argc, char **argv, struct ctl_options *o)
+{
+    static const struct egpu_cli_flag flags[] = {
+        {"resync-seconds", required_argument, O_RESYNC, "EGPU_RESYNC_SECONDS"},
+        {"leader-elect", required_argument, O_LEADER, "EGPU_LEADER_ELECT"},
+        {"lease-namespace", required_argument, O_LEASE_NS, "EGPU_LEASE_NAMESPACE"},
+        {"lease-name", required_argument, O_LEASE_NAME, "EGPU_LEASE_NAME"},
+        {"lease-duration", required_argument, O_LEASE_DUR, NULL},
+        {"renew-deadline", required_argument, O_RENEW, NULL},
+        {"retry-period", required_argument, O_RETRY, NULL},
+    };
+    struct egpu_cli_spec spec = {.prog = CTL_PROG,
+                                 .usage = usage,
+                                 .groups = EGPU_CLI_LISTEN | EGPU_CLI_LIMITS | EGPU_CLI_KUBE |
+                                           EGPU_CLI_WATCH | EGPU_CLI_LOG,
+                                 .flags = flags,
+                                 .nflags = sizeof(flags) / sizeof(flags[0]),
+                                 .apply = apply,
+                                 .ctx = o};
+    int rc;
+
+    *o = (struct ctl_options){.resync_ms = 30000,
+                              .leader_elect = true,
+                              .lease_name = "elastic-gpu-controller",
+                              .lease_duration_ms = 15000,
+                              .renew_deadline_ms = 10000,
+                              .retry_period_ms = 2000};
+    egpu_cli_server_defaults(&o->srv);
+    o->srv.port = 9090;
+    rc = egpu_cli_parse_server(argc, argv, &spec, &o->srv);
+    if (rc != -1)
+        return rc;
+    if (o->leader_elect && (o->lease_duration_ms <= o->renew_deadline_ms ||
+                            o->renew_deadline_ms * 10 <= o->retry_period_ms * 12))
+        return bad("leader election needs --lease-duration > --renew-deadline > 1.2 x "
+                   "--retry-period");
+    return -1;
+}

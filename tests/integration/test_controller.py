@@ -1,0 +1,418 @@
+"""egpu-controller against the test API server (tests/apiserver/server.py),
+which keeps finalizers and deletionTimestamp as the real one does.
+
+- Immediate classes provision an ElasticGPU named egpu-<claim uid> on a card
+  the placement core chose, bind it (claimRef first, then the claim's
+  status), and reclaim it when the claim goes: Delete deletes it, Retain
+  keeps it Released. WaitForFirstConsumer claims stay Pending with a
+  condition saying why, and nothing is provisioned.
+- Claims bind to the ElasticGPU they name when it fits, else to the best
+  Available one of their class; a missing or unfit named one leaves the
+  claim Pending with the reason.
+- The protection finalizer holds a deleted claim while a running pod in its
+  namespace names it, and goes once the pod has finished.
+- A Bound claim whose ElasticGPU is deleted by hand becomes Lost; an
+  ElasticGPU whose node left (no Node, no GPU objects) becomes Failed.
+- Restart safety: the controller is SIGKILLed with a binding half done (the
+  API server refusing the next write), restarted, and finishes it: one
+  ElasticGPU, created once.
+- Two controllers: only the Lease holder reconciles; killing it hands over.
+"""
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from test_scheduler import api  # noqa: F401 (the test API server fixture)
+
+G = "/apis/elasticgpu.io/v1alpha1"
+V = "elasticgpu.io/v1alpha1"
+SHARE = "gpushare.provisioner.elasticgpu.io"
+PHYS = "physical.provisioner.elasticgpu.io"
+
+
+class Controller:
+    def __init__(self, build_dir, api, tmp_path, name="c1", extra=()):
+        exe = build_dir / "src/controller/egpu-controller"
+        if not exe.exists():
+            pytest.fail(f"{exe} not built: run `make build` first")
+        self.log = tmp_path / f"{name}.log"
+        self.proc = subprocess.Popen(
+            [str(exe), "--kubeconfig", api.kubeconfig, "--listen", "127.0.0.1", "--port", "0",
+             "--resync-seconds", "1", *extra],
+            stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+        deadline = time.time() + 15
+        self.url = None
+        while time.time() < deadline and self.url is None:
+            m = re.search(r"egpu-controller: serving addr=\S+ port=(\d+)", self.log.read_text())
+            if m:
+                self.url = f"http://127.0.0.1:{m.group(1)}"
+            else:
+                assert self.proc.poll() is None, self.log.read_text()
+                time.sleep(0.05)
+        assert self.url, self.log.read_text()
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def metric(self, name, labels=""):
+        _, text = self.get("/metrics")
+        for line in text.splitlines():
+            if line.startswith(name + labels + " "):
+                return float(line.split()[-1])
+        return None
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=15)
+        return self.proc.returncode
+
+
+@pytest.fixture
+def ctl(build_dir, api, tmp_path):  # noqa: F811
+    started = []
+
+    def start(name="c1", extra=("--leader-elect", "false")):
+        c = Controller(build_dir, api, tmp_path, name, extra)
+        started.append(c)
+        return c
+    yield start
+    for c in started:
+        c.stop(signal.SIGKILL)
+
+
+def wait(pred, what, timeout=15):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def cluster(api, nodes=("n1", "n2"), gpus=2, model="A100"):
+    for n in nodes:
+        api.node(n)
+        for i in range(gpus):
+            api.gpu(n, i, model=model)
+
+
+def mkclass(api, name, provisioner=SHARE, reclaim="Delete", mode="Immediate", params=None,
+            default=False):
+    obj = {"apiVersion": V, "kind": "ElasticGPUClass",
+           "metadata": {"name": name}, "provisioner": provisioner, "reclaimPolicy": reclaim,
+           "bindingMode": mode}
+    if params:
+        obj["parameters"] = params
+    if default:
+        obj["metadata"]["annotations"] = {"elasticgpu.io/is-default-class": "true"}
+    st, out = api.call("POST", f"{G}/elasticgpuclasses", obj)
+    assert st == 201, out
+
+
+def mkclaim(api, name, core=None, mem=None, tflops=None, cls="share", egpu=None, ns="default"):
+    req = {}
+    if core is not None:
+        req["elasticgpu.io/gpu-core"] = core
+    if mem is not None:
+        req["elasticgpu.io/gpu-memory"] = mem
+    if tflops is not None:
+        req["elasticgpu.io/gpu-tflops"] = tflops
+    spec = {"resources": {"requests": req}}
+    if cls:
+        spec["elasticGPUClassName"] = cls
+    if egpu:
+        spec["elasticGPUName"] = egpu
+    st, out = api.call("POST", f"{G}/namespaces/{ns}/elasticgpuclaims",
+                       {"apiVersion": V, "kind": "ElasticGPUClaim",
+                        "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    assert st == 201, out
+    return out
+
+
+def mkegpu(api, name, core, node="n1", gpu="n1-gpu0", mem=None, cls="share", reclaim=None):
+    cap = {"elasticgpu.io/gpu-core": core}
+    if mem:
+        cap["elasticgpu.io/gpu-memory"] = mem
+    spec = {"capacity": cap, "nodeName": node, "gpuShare": {"gpuName": gpu},
+            "elasticGPUClassName": cls}
+    if reclaim:
+        spec["reclaimPolicy"] = reclaim
+    st, out = api.call("POST", f"{G}/elasticgpus", {"apiVersion": V, "kind": "ElasticGPU",
+                                                    "metadata": {"name": name}, "spec": spec})
+    assert st == 201, out
+
+
+def claim(api, name, ns="default"):
+    st, out = api.call("GET", f"{G}/namespaces/{ns}/elasticgpuclaims/{name}")
+    return out if st == 200 else None
+
+
+def egpu(api, name):
+    st, out = api.call("GET", f"{G}/elasticgpus/{name}")
+    return out if st == 200 else None
+
+
+def egpus(api):
+    st, out = api.call("GET", f"{G}/elasticgpus")
+    assert st == 200
+    return out["items"]
+
+
+def phase(obj):
+    return (obj or {}).get("status", {}).get("phase")
+
+
+def cond(obj):
+    for c in (obj or {}).get("status", {}).get("conditions", []):
+        if c["type"] == "Bound":
+            return c
+    return None
+
+
+def reasons(api, name, ns="default", want=()):
+    """The reasons of the events about name, once they include want (an
+    event is posted just after the write it tells of)."""
+    def get():
+        st, out = api.call("GET", f"/api/v1/namespaces/{ns}/events")
+        assert st == 200
+        return [e["reason"] for e in out["items"] if e["involvedObject"]["name"] == name]
+    wait(lambda: set(want) <= set(get()), f"events {want} about {name}")
+    return get()
+
+
+def wait_phase(api, get, name, want, timeout=15):
+    return wait(lambda: (o := get(api, name)) and phase(o) == want and o,
+                f"{name} {want}: now {phase(get(api, name))}", timeout)
+
+
+def delete_claim(api, name, ns="default"):
+    st, out = api.call("DELETE", f"{G}/namespaces/{ns}/elasticgpuclaims/{name}")
+    assert st == 200, out
+
+
+def posts_of_egpus(api):
+    _, reqs = api.control("requests", method="GET")
+    return [r for r in reqs if r["method"] == "POST" and r["path"] == f"{G}/elasticgpus"]
+
+
+def test_immediate_provision_bind_then_delete(api, ctl):
+    cluster(api)
+    mkclass(api, "share")
+    c = ctl()
+    uid = mkclaim(api, "c1", core=30, mem=4096)["metadata"]["uid"]
+    cl = wait_phase(api, claim, "c1", "Bound")
+    name = f"egpu-{uid}"
+    assert cl["status"]["elasticGPUName"] == name
+    assert cl["status"]["capacity"] == {"elasticgpu.io/gpu-core": 30,
+                                        "elasticgpu.io/gpu-memory": 4096}
+    assert cl["metadata"]["finalizers"] == ["elasticgpu.io/claim-protection"]
+    assert cond(cl)["status"] == "True" and cond(cl)["reason"] == "Bound"
+    e = egpu(api, name)
+    assert phase(e) == "Bound"
+    assert e["spec"]["claimRef"] == {"namespace": "default", "name": "c1", "uid": uid}
+    assert e["spec"]["capacity"] == {"elasticgpu.io/gpu-core": 30,
+                                     "elasticgpu.io/gpu-memory": 4096}
+    assert e["spec"]["gpuShare"]["gpuName"] in {"n1-gpu0", "n1-gpu1", "n2-gpu0", "n2-gpu1"}
+    assert e["spec"]["nodeName"] == e["spec"]["gpuShare"]["gpuName"][:2]
+    assert e["spec"]["reclaimPolicy"] == "Delete"
+    assert e["metadata"]["annotations"]["elasticgpu.io/provisioned-by"] == SHARE
+    reasons(api, "c1", want=["Bound"])
+    reasons(api, name, want=["Provisioned", "Bound"])
+    # A second claim binpacks onto the same card (30 + 50 <= 100).
+    mkclaim(api, "c2", core=50)
+    cl2 = wait_phase(api, claim, "c2", "Bound")
+    e2 = egpu(api, cl2["status"]["elasticGPUName"])
+    assert e2["spec"]["gpuShare"]["gpuName"] == e["spec"]["gpuShare"]["gpuName"]
+    wait(lambda: c.metric("egpu_controller_claims", '{phase="Bound"}') == 2, "claims metric")
+    assert c.metric("egpu_controller_elasticgpus", '{phase="Bound"}') == 2
+    # Delete: no pod uses it, the finalizer goes, the ElasticGPU is
+    # Released and then deleted (reclaimPolicy Delete).
+    delete_claim(api, "c1")
+    wait(lambda: claim(api, "c1") is None, "claim c1 gone")
+    wait(lambda: egpu(api, name) is None, "ElasticGPU deleted")
+    reasons(api, name, want=["Released", "Deleted"])
+    assert len(posts_of_egpus(api)) == 2
+    assert c.stop() == 0
+
+
+def test_retain_keeps_released_and_whole_cards(api, ctl):
+    cluster(api, nodes=("n1",), gpus=2)
+    mkclass(api, "whole", provisioner=PHYS, reclaim="Retain")
+    ctl()
+    uid = mkclaim(api, "w", core=200, cls="whole")["metadata"]["uid"]
+    wait_phase(api, claim, "w", "Bound")
+    e = egpu(api, f"egpu-{uid}")
+    assert e["spec"]["physicalGPU"]["gpuNames"] == ["n1-gpu0", "n1-gpu1"]
+    assert "gpuShare" not in e["spec"]
+    # No card left: a third whole card cannot be provisioned.
+    mkclaim(api, "more", core=100, cls="whole")
+    c = wait(lambda: (c := cond(claim(api, "more"))) and c["reason"] == "ProvisioningFailed" and c,
+             "ProvisioningFailed")
+    assert c["message"] == "no node has 1 whole free card(s) among the 2 cards class whole may use"
+    assert phase(claim(api, "more")) == "Pending"
+    delete_claim(api, "w")
+    e = wait_phase(api, egpu, f"egpu-{uid}", "Released")
+    time.sleep(1.5)  # a resync later, still kept
+    assert phase(egpu(api, f"egpu-{uid}")) == "Released"
+    # The released cards stay reserved: "more" still does not fit.
+    assert phase(claim(api, "more")) == "Pending"
+
+
+def test_wait_for_first_consumer_stays_pending(api, ctl):
+    cluster(api)
+    mkclass(api, "late", mode="WaitForFirstConsumer")
+    ctl()
+    mkclaim(api, "c", core=10, cls="late")
+    c = wait(lambda: cond(claim(api, "c")), "condition")
+    assert c["status"] == "False" and c["reason"] == "WaitForFirstConsumer"
+    assert "waiting for the first pod that uses this claim" in c["message"]
+    time.sleep(1.5)
+    assert phase(claim(api, "c")) == "Pending"
+    assert egpus(api) == []
+    reasons(api, "c", want=["WaitForFirstConsumer"])
+
+
+def test_named_and_best_fit_binding(api, ctl):
+    cluster(api, nodes=("n1",))
+    mkclass(api, "share", default=True)
+    mkegpu(api, "small", 20)
+    mkegpu(api, "big", 60, gpu="n1-gpu1")
+    ctl()
+    wait_phase(api, egpu, "small", "Available")
+    wait_phase(api, egpu, "big", "Available")
+    # No name, default class: the best fit is the smallest that holds 20.
+    mkclaim(api, "a", core=20, cls=None)
+    assert wait_phase(api, claim, "a", "Bound")["status"]["elasticGPUName"] == "small"
+    # Named: binds to that one.
+    mkclaim(api, "b", core=10, egpu="big")
+    assert wait_phase(api, claim, "b", "Bound")["status"]["elasticGPUName"] == "big"
+    assert egpu(api, "big")["spec"]["claimRef"]["name"] == "b"
+    # Named but missing, or taken: Pending with the reason.
+    mkclaim(api, "c", core=10, egpu="nope")
+    c = wait(lambda: cond(claim(api, "c")), "condition")
+    assert (c["reason"], c["message"]) == ("ElasticGPUNotFound", "ElasticGPU nope not found")
+    mkclaim(api, "d", core=10, egpu="small")
+    c = wait(lambda: cond(claim(api, "d")), "condition")
+    assert (c["reason"], c["message"]) == ("ElasticGPUDoesNotFit",
+                                           "ElasticGPU small does not fit the claim: taken")
+    assert len(posts_of_egpus(api)) == 2  # only the test's own
+
+
+def test_finalizer_holds_claim_while_pod_runs(api, ctl):
+    cluster(api, nodes=("n1",))
+    mkclass(api, "share")
+    ctl()
+    mkclaim(api, "c", core=30)
+    name = wait_phase(api, claim, "c", "Bound")["status"]["elasticGPUName"]
+    st, pod = api.call("POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"egpuc.elasticgpu.io/main": "c"}},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
+    assert st == 201, pod
+    delete_claim(api, "c")
+    time.sleep(2)
+    cl = claim(api, "c")
+    assert cl is not None and cl["metadata"].get("deletionTimestamp")
+    assert cl["metadata"]["finalizers"] == ["elasticgpu.io/claim-protection"]
+    assert phase(egpu(api, name)) == "Bound"
+    # The pod finishes: the claim goes, its ElasticGPU is reclaimed.
+    pod = api.get_pod("p")
+    pod["status"]["phase"] = "Succeeded"
+    st, out = api.call("PUT", "/api/v1/namespaces/default/pods/p/status", pod)
+    assert st == 200, out
+    wait(lambda: claim(api, "c") is None, "claim gone")
+    wait(lambda: egpu(api, name) is None, "ElasticGPU deleted")
+
+
+def test_lost_and_failed(api, ctl):
+    cluster(api, nodes=("n1", "n2"), gpus=1)
+    mkclass(api, "share", reclaim="Retain")
+    mkegpu(api, "on-n2", 50, node="n2", gpu="n2-gpu0", reclaim="Retain")
+    ctl()
+    mkclaim(api, "c", core=30, egpu="on-n2")
+    wait_phase(api, claim, "c", "Bound")
+    # Deleted by hand: the claim is Lost.
+    st, _ = api.call("DELETE", f"{G}/elasticgpus/on-n2")
+    assert st == 200
+    cl = wait_phase(api, claim, "c", "Lost")
+    assert cond(cl)["reason"] == "ElasticGPULost"
+    assert cond(cl)["message"] == "ElasticGPU on-n2 was deleted"
+    reasons(api, "c", want=["ClaimLost"])
+    # A node that leaves (Node and GPU objects gone) fails its ElasticGPUs.
+    mkegpu(api, "orphan", 40, node="n2", gpu="n2-gpu0")
+    wait_phase(api, egpu, "orphan", "Available")
+    assert api.call("DELETE", f"{G}/gpus/n2-gpu0")[0] == 200
+    time.sleep(1)
+    assert phase(egpu(api, "orphan")) == "Available"  # the Node is still there
+    assert api.call("DELETE", "/api/v1/nodes/n2")[0] == 200
+    e = wait_phase(api, egpu, "orphan", "Failed")
+    assert e["status"]["reason"] == "NodeLost"
+    assert e["status"]["message"] == "node n2 has no Node object and no GPU objects"
+    # It comes back: the resync repairs the phase.
+    api.node("n2")
+    wait_phase(api, egpu, "orphan", "Available")
+
+
+@pytest.mark.parametrize("refused", ["claim-status", "egpu-status"])
+def test_restart_between_steps(api, ctl, refused):
+    """The API server refuses the binding's next write (claim status, or the
+    ElasticGPU's phase right after its creation); the controller is killed
+    with the binding half done, restarted, and finishes it with the
+    ElasticGPU it created: nothing lost, nothing done twice."""
+    cluster(api, nodes=("n1",))
+    mkclass(api, "share")
+    path = (r"/elasticgpuclaims/c/status$" if refused == "claim-status"
+            else r"/elasticgpus/egpu-[^/]+/status$")
+    st, _ = api.control("fault", {"method": "PUT", "path": path, "code": 500, "count": -1})
+    assert st == 200
+    c = ctl()
+    uid = mkclaim(api, "c", core=40, mem=1024)["metadata"]["uid"]
+    name = f"egpu-{uid}"
+    e = wait(lambda: egpu(api, name), "ElasticGPU created")
+    if refused == "claim-status":
+        wait_phase(api, egpu, name, "Bound")
+    time.sleep(1)  # a few refused retries
+    c.stop(signal.SIGKILL)
+    assert phase(claim(api, "c")) in (None, "Pending")
+    api.control("fault", method="DELETE")
+    ctl("c2")
+    cl = wait_phase(api, claim, "c", "Bound")
+    assert cl["status"]["elasticGPUName"] == name
+    e = egpu(api, name)
+    assert phase(e) == "Bound" and e["spec"]["claimRef"]["uid"] == uid
+    assert [x["metadata"]["name"] for x in egpus(api)] == [name]
+    assert len(posts_of_egpus(api)) == 1  # created once, before the kill
+
+
+def test_only_the_leader_reconciles(api, ctl):
+    cluster(api, nodes=("n1",))
+    mkclass(api, "share")
+    lease = ("--leader-elect", "true", "--lease-duration", "3", "--renew-deadline", "2",
+             "--retry-period", "1", "--lease-name", "egpu-ctl-test")
+    a = ctl("a", lease)
+    wait(lambda: a.metric("egpu_controller_leader") == 1, "a leads")
+    b = ctl("b", lease)
+    mkclaim(api, "x", core=10)
+    wait_phase(api, claim, "x", "Bound")
+    time.sleep(1)
+    assert b.metric("egpu_controller_leader") == 0
+    assert "started leading" not in b.log.read_text()
+    wait(lambda: "event kind=ElasticGPUClaim object=default/x reason=Bound" in a.log.read_text(),
+         "a's event")
+    a.stop(signal.SIGKILL)
+    wait(lambda: b.metric("egpu_controller_leader") == 1, "b takes over", timeout=15)
+    mkclaim(api, "y", core=10)
+    wait_phase(api, claim, "y", "Bound")
+    wait(lambda: "event kind=ElasticGPUClaim object=default/y reason=Bound" in b.log.read_text(),
+         "b's event")
