@@ -78,6 +78,60 @@ int egpu_trace_request(struct egpu_cluster *c, const struct egpu_trace_pod *p,
                        struct egpu_pod_request *r, struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
+/* Reservations: pre-existing ElasticGPUs (src/sim/reservations.c)          */
+
+/* The core key of a reservation in a replay's cluster: this + its name. */
+#define EGPU_SIM_RESV_PREFIX "elasticgpu:"
+
+/* One ElasticGPU of a --reservations file that holds capacity. */
+struct egpu_sim_reservation {
+    char *key;                   /* EGPU_SIM_RESV_PREFIX + metadata.name */
+    char *node;                  /* spec.nodeName: a node of the trace */
+    struct egpu_reservation res; /* its cards by the replay's card names ("<node>-gpu<index>",
+                                    index 0..gpu-1 of the node CSV's row), gpu-memory dropped */
+};
+
+struct egpu_sim_reservations {
+    struct egpu_sim_reservation *items; /* those holding capacity, in the file's order */
+    size_t n;
+    size_t nobjects;     /* ElasticGPUs in the file (Failed ones hold nothing) */
+    uint64_t core_milli; /* reserved, milli-GPU */
+    bool memory_dropped; /* a gpuShare gave gpu-memory (the trace has none) */
+};
+
+/* Read path: a JSON list of ElasticGPU objects, or a v1 List (kind "List"
+ * or "ElasticGPUList", items: [...]), as `kubectl get egpu -o json` writes
+ * it. Each is decoded by egpu_api_egpu_decode and read by
+ * egpu_api_egpu_reservation; its spec.nodeName must be a node of trace t
+ * and its gpuShare.gpuName / physicalGPU.gpuNames cards of that node named
+ * "<node>-gpu<index>". gpu-memory is dropped (the trace's cards have none).
+ * They are applied in the file's order on t's cluster to check they fit.
+ * Errors name the file, the item, the object and the field, e.g.
+ * "resv.json: items[2] (big): spec.gpuShare.gpuName \"n-a-gpu9\" is not a
+ * card of node n-a (its cards: n-a-gpu0..n-a-gpu3)", and are -errno (file
+ * unreadable), EGPU_ESYNTAX (not JSON, not a list, a malformed object),
+ * EGPU_ERANGE (a value outside the allowed ones, an unknown node or card,
+ * more than a card holds) or -ENOMEM. On error *out holds nothing to free.
+ * Free with egpu_sim_reservations_free. */
+int egpu_sim_reservations_load(const char *path, const struct egpu_trace *t,
+                               struct egpu_sim_reservations *out,
+                               struct egpu_error *err) EGPU_MUST_CHECK;
+void egpu_sim_reservations_free(struct egpu_sim_reservations *r);
+
+/* Hold every reservation of r on cluster c (built by egpu_trace_cluster)
+ * with egpu_cluster_reserve. Returns 0 or its error (the message names the
+ * reservation). */
+int egpu_sim_reservations_apply(const struct egpu_sim_reservations *r, struct egpu_cluster *c,
+                                struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Write one CSV row per card of c to f: label,seed,node,card,
+ * capacity_milli,reserved_milli,pods_milli,pods (reserved: held by
+ * EGPU_SIM_RESV_PREFIX keys; pods: by every other assignment; pods counts
+ * the pods holding part of the card). With header, the header row first. */
+void egpu_sim_card_rows(FILE *f, const char *label, uint64_t seed, const struct egpu_cluster *c,
+                        bool header);
+
+/* ------------------------------------------------------------------------ */
 /* Replay (src/sim/replay.c)                                                */
 
 #define EGPU_REPLAY_PCT_MAX 200 /* arrived-percent buckets 0..EGPU_REPLAY_PCT_MAX */
@@ -88,6 +142,13 @@ struct egpu_replay_config {
     uint64_t seed;  /* shuffle, clone draws, random policy, ties */
     double inflate; /* grow the arrivals to this x cluster GPU capacity (1.3) */
     const struct egpu_workload *workload; /* target workload (FGD and the frag measure) */
+    /* Pre-existing ElasticGPUs (NULL = none): held before the first pod
+     * arrives, counted as allocated and as arrived at the start. */
+    const struct egpu_sim_reservations *reservations;
+    /* Called with the cluster as the replay leaves it (NULL = not called),
+     * e.g. to write egpu_sim_card_rows; from the replay's thread. */
+    void (*final)(void *ud, const struct egpu_replay_config *cfg, const struct egpu_cluster *c);
+    void *final_ud;
 };
 
 /* Per arrived-percent bucket: sums over the events whose arrived GPU request,
@@ -103,17 +164,18 @@ struct egpu_replay_result {
     size_t failed;   /* pods that did not fit, skipped */
     double final_arrived_pct;
     double final_alloc_pct;
-    double place_seconds; /* time in placement (schedule + assign) */
+    uint64_t reserved_milli; /* held by reservations from the start */
+    double place_seconds;    /* time in placement (schedule + assign) */
     struct egpu_replay_bucket buckets[EGPU_REPLAY_PCT_MAX + 1];
 };
 
 /* Replay trace t once with the FGD paper's protocol: pods sorted by name
  * (as loaded), shuffled with cfg->seed, then clones drawn uniformly with
  * replacement from the sorted pods appended while the total GPU request
- * stays within cfg->inflate x capacity; pods arrive one at a time, never
- * leave, and a pod that fits nowhere is skipped. Thread-safe for distinct
- * results (t and the workload are only read). Returns 0, -EINVAL (bad
- * config) or an error from building the cluster; *out written on success. */
+ * (cfg->reservations' included) stays within cfg->inflate x capacity; pods arrive one at a time,
+ * never leave, and a pod that fits nowhere is skipped. Thread-safe for distinct results (t and the
+ * workload are only read). Returns 0, -EINVAL (bad config) or an error from building the cluster;
+ * *out written on success. */
 int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config *cfg,
                     struct egpu_replay_result *out, struct egpu_error *err) EGPU_MUST_CHECK;
 

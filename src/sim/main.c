@@ -42,6 +42,13 @@ static const char usage[] =
     "  --seeds LIST        seeds: N, A..B, or a comma-separated list (default 42)\n"
     "  --inflate F         grow arrivals to F x cluster GPU capacity (default 1.3)\n"
     "  --coverage F        share of pods the target workload covers, 0<F<=1 (default 0.95)\n"
+    "  --reservations FILE pre-existing ElasticGPUs (a JSON list, or a List as kubectl get\n"
+    "                      egpu -o json prints): their capacity is held before the first pod,\n"
+    "                      counted as allocated and as arrived; spec.nodeName is a node's sn,\n"
+    "                      gpuShare.gpuName / physicalGPU.gpuNames name its cards\n"
+    "                      <sn>-gpu0..<sn>-gpu<gpu-1>; gpu-memory is ignored (the trace has none)\n"
+    "  --card-dump FILE    write each replay's final state per card as CSV (policy, seed,\n"
+    "                      node, card, capacity, reserved and pods' milli-GPU, pods)\n"
     "  --jobs N            replays run in parallel (default: online CPUs)\n"
     "  --out DIR           where replay_curve.csv, replay_curve.png and replay_runs.csv go\n"
     "                      (default out)\n"
@@ -58,6 +65,8 @@ struct options {
     const char *nodes;
     const char *pods;
     const char *workload_pods;
+    const char *reservations;
+    const char *card_dump;
     const char *out;
     double inflate;
     double coverage;
@@ -177,6 +186,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         O_OUT,
         O_NOPLOT,
         O_MAXDEV,
+        O_RESV,
+        O_CARDS,
         O_VERSION
     };
     static const struct option longopts[] = {
@@ -192,6 +203,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"out", required_argument, NULL, O_OUT},
         {"no-plot", no_argument, NULL, O_NOPLOT},
         {"max-deviation", required_argument, NULL, O_MAXDEV},
+        {"reservations", required_argument, NULL, O_RESV},
+        {"card-dump", required_argument, NULL, O_CARDS},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -260,6 +273,12 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (egpu_cli_parse_double(optarg, 0.0, 100.0, &o->max_deviation))
                 return bad("--max-deviation \"%s\": expected points in 0..100", optarg);
             break;
+        case O_RESV:
+            o->reservations = optarg;
+            break;
+        case O_CARDS:
+            o->card_dump = optarg;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 0;
@@ -277,9 +296,34 @@ static int parse_args(int argc, char **argv, struct options *o)
     return -1;
 }
 
+/* --card-dump: rows from every replay's thread into one file. */
+struct card_dump {
+    FILE *f;
+    pthread_mutex_t lock;
+    bool header_done;
+};
+
+static void dump_cards(void *ud, const struct egpu_replay_config *cfg, const struct egpu_cluster *c)
+{
+    struct card_dump *d = ud;
+    char label[64];
+
+    if (cfg->node_policy == cfg->card_policy)
+        snprintf(label, sizeof(label), "%s", egpu_policy_name(cfg->node_policy));
+    else
+        snprintf(label, sizeof(label), "%s/%s", egpu_policy_name(cfg->node_policy),
+                 egpu_policy_name(cfg->card_policy));
+    pthread_mutex_lock(&d->lock);
+    egpu_sim_card_rows(d->f, label, cfg->seed, c, !d->header_done);
+    d->header_done = true;
+    pthread_mutex_unlock(&d->lock);
+}
+
 struct pool {
     const struct egpu_trace *trace;
     const struct egpu_workload *workload;
+    const struct egpu_sim_reservations *reservations;
+    struct card_dump *cards; /* NULL without --card-dump */
     struct options *o;
     atomic_size_t next;
     pthread_mutex_t lock;
@@ -309,6 +353,9 @@ static void *worker(void *arg)
             .seed = o->seeds[k % o->nseeds],
             .inflate = o->inflate,
             .workload = pool->workload,
+            .reservations = pool->reservations,
+            .final = pool->cards != NULL ? dump_cards : NULL,
+            .final_ud = pool->cards,
         };
         rc = egpu_replay_run(pool->trace, &cfg, &p->runs[k % o->nseeds], &err);
         if (rc) {
@@ -413,6 +460,8 @@ int main(int argc, char **argv)
     static struct options o;
     struct egpu_trace trace = {0};
     struct egpu_workload workload = {0};
+    struct egpu_sim_reservations resv = {0};
+    struct card_dump cards = {0};
     struct egpu_error err = {0};
     struct pool pool = {0};
     char dir[4096], node_csv[8192], pod_csv[8192], wl_csv[8192], path[8192];
@@ -439,6 +488,26 @@ int main(int argc, char **argv)
         ngpus += trace.nodes[i].ngpus;
     printf("egpu-sim: trace %s: %zu nodes, %llu GPUs, %zu pods (%s)\n", dir, trace.nnodes,
            (unsigned long long)ngpus, trace.npods, o.pods);
+    if (o.reservations != NULL) {
+        if (egpu_sim_reservations_load(o.reservations, &trace, &resv, &err))
+            goto fail;
+        printf("egpu-sim: reservations %s: %zu ElasticGPUs, %zu holding %llu milli-GPU = "
+               "%.2f%% of the cluster's GPU capacity (%llu milli-GPU), counted as allocated and "
+               "as arrived before the first pod%s\n",
+               o.reservations, resv.nobjects, resv.n, (unsigned long long)resv.core_milli,
+               ngpus ? 100.0 * (double)resv.core_milli / (1000.0 * (double)ngpus) : 0.0,
+               (unsigned long long)(1000 * ngpus),
+               resv.memory_dropped ? "; gpu-memory ignored (the trace has none)" : "");
+    }
+    if (o.card_dump != NULL) {
+        cards.f = fopen(o.card_dump, "w");
+        if (cards.f == NULL) {
+            egpu_error_set(&err, -errno, "--card-dump %s: %s", o.card_dump, strerror(errno));
+            goto fail;
+        }
+        pthread_mutex_init(&cards.lock, NULL);
+        pool.cards = &cards;
+    }
     printf("egpu-sim: target workload: %zu typical pods covering %.0f%% of %s; inflate %.2fx; "
            "%zu seed(s) from %llu; %zu policies; %ld jobs\n\n",
            workload.n, 100.0 * o.coverage, o.workload_pods ? o.workload_pods : o.pods, o.inflate,
@@ -454,6 +523,7 @@ int main(int argc, char **argv)
     }
     pool.trace = &trace;
     pool.workload = &workload;
+    pool.reservations = &resv;
     pool.o = &o;
     if (run_pool(&pool, o.jobs)) {
         err = pool.err;
@@ -472,6 +542,8 @@ int main(int argc, char **argv)
     if (egpu_report_summary_csv(path, o.policies, o.npolicies, o.seeds, &err))
         goto fail;
     printf("\nwrote %s/replay_curve.csv, %s/replay_runs.csv", o.out, o.out);
+    if (o.card_dump != NULL)
+        printf(", %s", o.card_dump);
     if (o.plot) {
         char csv[8192];
 
@@ -489,6 +561,14 @@ int main(int argc, char **argv)
 fail:
     fprintf(stderr, "egpu-sim: %s\n", err.msg[0] ? err.msg : egpu_strerror(err.code));
 out:
+    if (cards.f != NULL) {
+        if (fclose(cards.f) != 0 && status == 0) {
+            fprintf(stderr, "egpu-sim: --card-dump %s: %s\n", o.card_dump, strerror(errno));
+            status = 2;
+        }
+        pthread_mutex_destroy(&cards.lock);
+    }
+    egpu_sim_reservations_free(&resv);
     for (size_t i = 0; i < o.npolicies; i++)
         egpu_free(o.policies[i].runs);
     egpu_workload_free(&workload);

@@ -34,13 +34,13 @@ static uint64_t trace_pod_gpu(const struct egpu_trace_pod *p)
 }
 
 /* Arrival order: indices into t->pods (clones repeat an index). */
-static int arrivals(const struct egpu_trace *t, uint64_t capacity_milli, double inflate,
-                    struct egpu_rng *rng, size_t **out, size_t *n)
+static int arrivals(const struct egpu_trace *t, uint64_t capacity_milli, uint64_t reserved_milli,
+                    double inflate, struct egpu_rng *rng, size_t **out, size_t *n)
 {
     const double target = inflate * (double)capacity_milli;
     size_t cap = t->npods * 2 + 16, len = t->npods;
     size_t *order = egpu_malloc(cap * sizeof(*order));
-    double total = 0.0;
+    double total = (double)reserved_milli; /* reservations arrived first */
 
     if (order == NULL)
         return -ENOMEM;
@@ -118,6 +118,10 @@ static int run_init(struct run *r, struct egpu_error *err)
     r->node_frag = egpu_calloc(r->c->nnodes, sizeof(*r->node_frag));
     if (r->reqs == NULL || r->node_frag == NULL)
         return egpu_error_set(err, -ENOMEM, "replay: out of memory");
+    /* Pre-existing ElasticGPUs hold their capacity before the first pod. */
+    rc = egpu_sim_reservations_apply(cfg->reservations, r->c, err);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < r->t->npods; i++) {
         rc = egpu_trace_request(r->c, &r->t->pods[i], &r->reqs[i], err);
         if (rc)
@@ -133,7 +137,8 @@ static int run_init(struct run *r, struct egpu_error *err)
     /* The arrival order has its own stream (not the placer's), so policies
      * compared under one seed see the very same arrivals. */
     egpu_rng_seed(&rng, egpu_hash_str("arrivals", cfg->seed));
-    rc = arrivals(r->t, r->c->core_milli, cfg->inflate, &rng, &r->order, &r->norder);
+    rc = arrivals(r->t, r->c->core_milli, r->c->used_core_milli, cfg->inflate, &rng, &r->order,
+                  &r->norder);
     if (rc)
         return egpu_error_set(err, rc, "replay: out of memory");
     return 0;
@@ -160,7 +165,7 @@ int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config 
                     struct egpu_replay_result *out, struct egpu_error *err)
 {
     struct run r = {.t = t, .cfg = cfg};
-    uint64_t arrived = 0;
+    uint64_t arrived, reserved;
     double place = 0.0;
     size_t failed = 0;
     char key[EGPU_TRACE_NAME_MAX + 32];
@@ -177,6 +182,10 @@ int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config 
         goto out;
     }
     memset(out, 0, sizeof(*out));
+    /* What reservations hold counts as allocated (in used_core_milli) and as
+     * arrived before the first pod. */
+    reserved = r.c->used_core_milli;
+    arrived = reserved;
     for (size_t i = 0; i < r.norder; i++) {
         const struct egpu_pod_request *req = &r.reqs[r.order[i]];
         const char *name = t->pods[r.order[i]].name;
@@ -210,6 +219,9 @@ int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config 
     out->arrivals = r.norder;
     out->failed = failed;
     out->place_seconds = place;
+    out->reserved_milli = reserved;
+    if (cfg->final != NULL)
+        cfg->final(cfg->final_ud, cfg, r.c);
 out:
     run_free(&r);
     return rc;

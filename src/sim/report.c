@@ -133,7 +133,7 @@ int egpu_report_summary_csv(const char *path, const struct egpu_policy_runs *p, 
     if (rc)
         return rc;
     fprintf(f, "policy,node_policy,card_policy,seed,arrivals,failed,alloc80,alloc90,alloc100,"
-               "alloc130,frag90,place_seconds\n");
+               "alloc130,frag90,place_seconds,reserved_milli,final_arrived_pct,final_alloc_pct\n");
     for (size_t i = 0; i < n; i++) {
         for (size_t s = 0; s < p[i].nruns; s++) {
             const struct egpu_replay_result *r = &p[i].runs[s];
@@ -143,7 +143,9 @@ int egpu_report_summary_csv(const char *path, const struct egpu_policy_runs *p, 
                     r->failed);
             for (int k = 0; k < 4; k++)
                 fprintf(f, ",%.3f", egpu_replay_alloc_at(r, 1, checkpoints[k]));
-            fprintf(f, ",%.3f,%.6f\n", egpu_replay_frag_at(r, 1, 90), r->place_seconds);
+            fprintf(f, ",%.3f,%.6f,%llu,%.3f,%.3f\n", egpu_replay_frag_at(r, 1, 90),
+                    r->place_seconds, (unsigned long long)r->reserved_milli, r->final_arrived_pct,
+                    r->final_alloc_pct);
         }
     }
     return close_out(path, f, err);
