@@ -574,7 +574,7 @@ static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
     struct egpu_reservation res = {
         .core_milli = r->core_milli, .mem_mib = r->mem_mib, .ncards = r->ncards};
     struct egpu_error err = {0};
-    char why[EGPU_ERRMSG_MAX];
+    char why[2 * EGPU_K8S_NAME_MAX + 64]; /* two names and the words */
     int rc;
 
     if (!r->holds) {
@@ -592,7 +592,7 @@ static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
         const struct gpu_info *g = slot_named(r->home, r->gpus[i]);
 
         if (g == NULL || g->shadowed) {
-            snprintf(why, sizeof(why), "GPU %s is %s on node %s", r->gpus[i],
+            snprintf(why, sizeof(why), "GPU %.200s is %s on node %.200s", r->gpus[i],
                      g == NULL ? "not known" : "a duplicate left out", r->node);
             resv_note(c, r, RESV_WAITING, why);
             return;
