@@ -46,6 +46,7 @@ EGPU_NEEDS = {
     ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "get"), ("", "pods", "patch"),
     ("", "pods/binding", "create"), ("", "events", "create"),
     (GROUP, "gpus", "list"), (GROUP, "gpus", "watch"),
+    (GROUP, "elasticgpus", "list"), (GROUP, "elasticgpus", "watch"),
 }
 LEASE_VERBS = {"get", "create", "update"}  # client-go style leader election
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients read
