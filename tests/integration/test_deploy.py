@@ -1,7 +1,8 @@
 """Static checks of the deployment manifests under deploy/: the kustomize base
 renders offline with kubectl, the CRDs are valid structural v1 CRDs, and the
-pieces of the scheduler deployment agree with each other and with what
-egpu-scheduler does (its API calls, its flags, its HTTP endpoints).
+pieces of the scheduler's and the controller's deployments agree with each
+other and with what egpu-scheduler and egpu-controller do (their API calls,
+their flags, their HTTP endpoints).
 
 Nothing here talks to a cluster. Skipped when kubectl is missing, except
 under CI=true, where that fails. The webhook's part of deploy/ has its own
@@ -48,6 +49,33 @@ EGPU_NEEDS = {
     (GROUP, "gpus", "list"), (GROUP, "gpus", "watch"),
     (GROUP, "elasticgpus", "list"), (GROUP, "elasticgpus", "watch"),
 }
+# Every (apiGroup, resource, verb) egpu-controller uses, from src/controller:
+#   main.c start_informers: list + watch of elasticgpuclaims,
+#     elasticgpuclasses, elasticgpus, gpus, nodes, pods (src/kube/informer.c)
+#   egpu.c claim_exists: GET of a claim its cache lacks; claim.c: GET of an
+#     ElasticGPU (a Bound claim's, before calling it Lost; the one a retried
+#     provision already made), POST (provision), DELETE (reclaimPolicy Delete)
+#   writes.c ctl_put, whole-object PUTs: a claim's finalizers (update), its
+#     status (elasticgpuclaims/status), an ElasticGPU's spec.claimRef
+#     (update) and status (elasticgpus/status); no PATCH anywhere
+#   writes.c ctl_event -> src/kube/event.c: POST of core/v1 events
+# Its Lease is a Role of its own namespace (CONTROLLER_LEASE_VERBS).
+CONTROLLER_NEEDS = {
+    (GROUP, "elasticgpuclaims", "list"), (GROUP, "elasticgpuclaims", "watch"),
+    (GROUP, "elasticgpuclaims", "get"), (GROUP, "elasticgpuclaims", "update"),
+    (GROUP, "elasticgpuclaims/status", "update"),
+    (GROUP, "elasticgpus", "list"), (GROUP, "elasticgpus", "watch"),
+    (GROUP, "elasticgpus", "get"), (GROUP, "elasticgpus", "create"),
+    (GROUP, "elasticgpus", "update"), (GROUP, "elasticgpus", "delete"),
+    (GROUP, "elasticgpus/status", "update"),
+    (GROUP, "elasticgpuclasses", "list"), (GROUP, "elasticgpuclasses", "watch"),
+    (GROUP, "gpus", "list"), (GROUP, "gpus", "watch"),
+    ("", "nodes", "list"), ("", "nodes", "watch"),
+    ("", "pods", "list"), ("", "pods", "watch"),
+    ("", "events", "create"),
+}
+CONTROLLER_LEASE_DEFAULT = "elastic-gpu-controller"  # egpu-controller --lease-name default
+CONTROLLER_PORT_DEFAULT = 9090  # egpu-controller --port default
 LEASE_VERBS = {"get", "create", "update"}  # client-go style leader election
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients read
 KUBE_SCHEDULER_SECURE_PORT = 10259
@@ -699,3 +727,175 @@ def test_dockerfile():
     for inc in re.findall(r"include\(([^)$]+)\)", (ROOT / "CMakeLists.txt").read_text()):
         top = inc.split("/")[0]
         assert top in copied and top in allowed, inc
+
+
+# --- the controller -------------------------------------------------------------------
+
+def controller_deployment(objs):
+    deps = [d for d in find(objs, "Deployment")
+            if any(c["name"] == "egpu-controller"
+                   for c in d["spec"]["template"]["spec"]["containers"])]
+    assert len(deps) == 1, "expected one Deployment running egpu-controller"
+    dep = deps[0]
+    return dep, container(dep["spec"]["template"]["spec"], "egpu-controller")
+
+
+def controller_port(c):
+    """The port egpu-controller serves /healthz, /readyz and /metrics on."""
+    args = c.get("command", [])[1:] + c.get("args", [])
+    return int(flag(args, "--port") or CONTROLLER_PORT_DEFAULT)
+
+
+def controller_exe():
+    build = os.environ.get("EGPU_BUILD", str(ROOT / "build"))
+    exe = os.path.join(build, "src/controller/egpu-controller")
+    if not os.access(exe, os.X_OK):
+        pytest.fail(f"{exe} not built: run `make build` first")
+    return exe
+
+
+def test_controller_deployment(objs):
+    dep, c = controller_deployment(objs)
+    assert dep["metadata"]["namespace"] == NS
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]
+    assert all(pod["metadata"]["labels"].get(k) == v
+               for k, v in dep["spec"]["selector"]["matchLabels"].items())
+    assert PART_OF[0] not in dep["spec"]["selector"]["matchLabels"]
+    spec = pod["spec"]
+    assert [x["name"] for x in spec["containers"]] == ["egpu-controller"]
+    assert spec["serviceAccountName"] == "egpu-controller"
+    one(objs, "ServiceAccount", "egpu-controller", NS)
+    assert c["command"] == ["/usr/local/bin/egpu-controller"]
+    # The same image as the extender's (the kustomization's images entry).
+    sched = container(scheduler_deployment(objs)["spec"]["template"]["spec"], "egpu-scheduler")
+    assert c["image"] == sched["image"]
+
+    # Two replicas, one reconciling: leader election on.
+    args = c.get("command", [])[1:] + c.get("args", [])
+    assert flag(args, "--leader-elect") in (None, "true")
+
+    # The probes reach the port it serves them on, over plain HTTP.
+    port = controller_port(c)
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = c[probe]["httpGet"]
+        assert get["path"] == path
+        assert container_port(c, get["port"]) == port
+        assert get.get("scheme", "HTTP") == "HTTP"
+    assert flag(args, "--listen") in (None, "0.0.0.0"), "the kubelet probes the pod address"
+    for svc in find(objs, "Service"):
+        if svc["spec"].get("selector") == dep["spec"]["selector"]["matchLabels"]:
+            for p in svc["spec"]["ports"]:
+                assert container_port(c, p.get("targetPort", p["port"])) == port
+
+    res = c.get("resources", {})
+    assert res.get("requests", {}).get("cpu") and res.get("requests", {}).get("memory")
+    assert res.get("limits", {}).get("memory")
+    pod_sc = spec.get("securityContext", {})
+    sc = c.get("securityContext", {})
+    assert sc.get("readOnlyRootFilesystem") is True
+    assert sc.get("allowPrivilegeEscalation") is False
+    assert "ALL" in sc.get("capabilities", {}).get("drop", [])
+    assert sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True
+    assert sc.get("runAsUser", pod_sc.get("runAsUser")) not in (None, 0)
+    assert "privileged" not in sc and not spec.get("hostNetwork") and not spec.get("hostPID")
+    assert not any("hostPath" in v for v in spec.get("volumes", []))
+
+    # Both replicas are Ready (readiness does not depend on leading), so a
+    # rolling update that keeps one up finishes.
+    strat = dep["spec"].get("strategy", {})
+    assert strat.get("type", "RollingUpdate") == "RollingUpdate"
+    assert str(strat.get("rollingUpdate", {}).get("maxUnavailable")) == "0"
+
+
+def test_controller_cluster_role(objs):
+    role = one(objs, "ClusterRole", "elastic-gpu-controller")
+    rules = role["rules"]
+    for r in rules:
+        for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+            assert "*" not in r.get(field, []), f"wildcard in {field}: {r}"
+        assert not r.get("nonResourceURLs") and not r.get("resourceNames")
+    missing = {n for n in CONTROLLER_NEEDS if not allows(rules, *n)}
+    assert not missing, f"ClusterRole lacks what egpu-controller uses: {sorted(missing)}"
+    extra = granted(rules) - CONTROLLER_NEEDS
+    assert not extra, f"ClusterRole grants more than egpu-controller uses: {sorted(extra)}"
+    crbs = [b for b in find(objs, "ClusterRoleBinding")
+            if b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": "elastic-gpu-controller"}]
+    assert len(crbs) == 1 and bound_to(crbs[0], "egpu-controller", NS)
+    assert [s["name"] for s in crbs[0]["subjects"]] == ["egpu-controller"]
+
+
+def test_controller_least_privilege(objs):
+    """All egpu-controller is bound to: the ClusterRole above, cluster-wide,
+    and in its own namespace only its Lease (create, and get + update of
+    that one name), which is the Lease its flags elect on, in the namespace
+    the pod gives it."""
+    _, c = controller_deployment(objs)
+    args = c.get("command", [])[1:] + c.get("args", [])
+    lease = flag(args, "--lease-name") or CONTROLLER_LEASE_DEFAULT
+    assert flag(args, "--lease-namespace") in (None, NS)
+    ns_env = {e["name"]: e for e in c.get("env", [])}.get("EGPU_LEASE_NAMESPACE", {})
+    assert ns_env.get("value", NS) == NS
+    if "valueFrom" in ns_env:
+        assert ns_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+    rules = rules_of(objs, "egpu-controller")
+    cluster = {(g, res, v) for r, ns in rules if ns is None for g in r["apiGroups"]
+               for res in r["resources"] for v in r["verbs"]}
+    assert cluster == CONTROLLER_NEEDS, sorted(cluster ^ CONTROLLER_NEEDS)
+    local = [(r, ns) for r, ns in rules if ns is not None]
+    assert local and all(ns == NS for _, ns in local)
+    local_rules = [r for r, _ in local]
+    assert allows(local_rules, "coordination.k8s.io", "leases", "create")
+    for verb in LEASE_VERBS:
+        assert allows(local_rules, "coordination.k8s.io", "leases", verb, lease), \
+            f"egpu-controller has no {verb} on Lease {lease} in {NS}"
+        assert verb == "create" or not allows(local_rules, "coordination.k8s.io", "leases",
+                                              verb, "some-other-lease"), \
+            f"egpu-controller may {verb} every Lease of {NS}"
+    for r in local_rules:
+        assert r["apiGroups"] == ["coordination.k8s.io"] and r["resources"] == ["leases"], r
+        assert set(r["verbs"]) <= LEASE_VERBS, r
+
+
+def test_controller_network_policy(objs):
+    dep, c = controller_deployment(objs)
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    pols = [p for p in find(objs, "NetworkPolicy", namespace=NS)
+            if all(labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())]
+    assert len(pols) == 1, "expected one NetworkPolicy selecting the controller pods"
+    spec = pols[0]["spec"]
+    assert "Ingress" in spec["policyTypes"]
+    allowed = set()
+    for rule in spec.get("ingress", []):
+        assert rule.get("ports"), f"an ingress rule opens every port: {rule}"
+        allowed |= {(p.get("protocol", "TCP"), p["port"]) for p in rule["ports"]}
+    assert allowed == {("TCP", controller_port(c))}
+
+
+def test_controller_flags_exist(objs):
+    """Every flag the Deployment passes is one egpu-controller --help lists,
+    and the binary accepts them with their values: given a kubeconfig that
+    does not exist it gets past its flags (a bad flag or value exits 2
+    before anything else) and stops at the kubeconfig."""
+    _, c = controller_deployment(objs)
+    args = c.get("command", [])[1:] + c.get("args", [])
+    exe = controller_exe()
+    r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    listed = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)", r.stdout, re.M))
+    assert "--port" in listed and "--lease-name" in listed, "unexpected --help layout"
+    assert f"default {CONTROLLER_PORT_DEFAULT}" in r.stdout.split("--port", 1)[1].split("\n  --")[0]
+    assert f"default {CONTROLLER_LEASE_DEFAULT}" in r.stdout
+    for a in args:
+        if a.startswith("--"):
+            assert a.split("=")[0] in listed, f"egpu-controller has no flag {a}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EGPU_")}
+    for e in c.get("env", []):
+        assert e["name"] in r.stdout, f"egpu-controller --help names no {e['name']}"
+        env[e["name"]] = e.get("value", NS)  # a fieldRef gives the pod's namespace
+    r = subprocess.run([exe, *args, "--kubeconfig", "/nonexistent/kubeconfig"],
+                       capture_output=True, text=True, timeout=20, env=env)
+    assert r.returncode not in (0, 2), f"exit {r.returncode}: {r.stderr}"
+    assert "/nonexistent/kubeconfig" in r.stderr, r.stderr
