@@ -109,13 +109,26 @@ int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
                              const struct egpu_api_class *cls, struct egpu_ctl_inventory *inv,
                              struct egpu_error *err) EGPU_MUST_CHECK;
 
-/* Count ElasticGPU e's reservation as allocated (assignment key
- * "egpu/<name>"): its gpu-core and gpu-memory on its gpuShare card, or its
- * physicalGPU cards whole. Returns 0; -ENOENT when none of its cards is in
- * the inventory (another class's cards: nothing to count); -EINVAL when it
+/* The assignment key of an ElasticGPU's reservation in an inventory:
+ * EGPU_CTL_RESV_PREFIX + its name (the scheduler's form; never a pod key,
+ * which holds a '/'), and the room it takes with the terminating NUL. */
+#define EGPU_CTL_RESV_PREFIX  "elasticgpu:"
+#define EGPU_CTL_RESV_KEY_MAX (sizeof(EGPU_CTL_RESV_PREFIX) - 1 + EGPU_K8S_NAME_MAX)
+
+/* Count ElasticGPU e's reservation as allocated, under key
+ * EGPU_CTL_RESV_PREFIX "<name>": what egpu_api_egpu_reservation says e
+ * holds (phase Pending, Available, Bound or Released, deleting or not: its
+ * gpu-core and gpu-memory on its gpuShare card, or its physicalGPU cards
+ * whole; Failed: nothing), applied with egpu_cluster_reserve, as the
+ * scheduler's cache and the replay do. Its GPU object names are mapped to
+ * the inventory's cards; those not in the inventory, or on another node
+ * than the first one that is, are left out (a reservation on some cards in
+ * the inventory and some not counts the ones in it). Returns 0 (counted, or
+ * Failed: nothing to count); -ENOENT when none of its cards is in the
+ * inventory (another class's cards: nothing to count); EGPU_ENOFIT when it
  * does not fit what is left (two ElasticGPUs overcommit a card; err names
- * them); EGPU_EALLOCATED when counted already; -ENOMEM. A reservation on
- * some cards in the inventory and some not counts the ones in it. */
+ * the card, what is free and what e asks); EGPU_EALLOCATED when counted
+ * already; -ENOMEM. */
 int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu_api_egpu *e,
                                struct egpu_error *err) EGPU_MUST_CHECK;
 

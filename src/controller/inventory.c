@@ -8,7 +8,10 @@
  * takes part only while its Node object exists (its labels are what a
  * class's nodeSelector reads), and only with healthy cards of models the
  * class allows. Nodes have unbounded CPU and memory here: a reservation
- * holds card capacity only.
+ * holds card capacity only. What an existing ElasticGPU holds is read and
+ * applied by the shared code the scheduler's cache and the replay run too
+ * (egpu_api_egpu_reservation, egpu_cluster_reserve), so all three count the
+ * same phases and the same capacity.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -177,37 +180,27 @@ int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
 int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu_api_egpu *e,
                                struct egpu_error *err)
 {
-    struct egpu_pod_request r = {.ncontainers = 1};
-    struct egpu_pick pick = {0};
+    struct egpu_reservation r;
     struct egpu_node *node = NULL;
-    char key[EGPU_K8S_NAME_MAX + 8];
-    bool whole = e->source == EGPU_API_PROVISIONER_PHYSICAL;
+    uint32_t kept = 0;
+    char key[EGPU_CTL_RESV_KEY_MAX];
 
-    for (uint32_t i = 0; i < e->ngpus; i++) {
-        const struct egpu_ctl_card *c = egpu_map_get(inv->by_name, e->gpu_names[i]);
+    if (!egpu_api_egpu_reservation(e, &r))
+        return 0; /* Failed: it holds nothing */
+    for (uint32_t i = 0; i < r.ncards; i++) {
+        const struct egpu_ctl_card *c = egpu_map_get(inv->by_name, r.uuids[i]);
         struct egpu_node *n = c != NULL ? egpu_cluster_node(inv->cluster, c->node) : NULL;
 
         if (n == NULL || (node != NULL && n != node))
             continue; /* not in the inventory, or on another node than the first */
         node = n;
-        for (uint32_t g = 0; g < n->ngpus; g++) {
-            if (strcmp(n->gpus[g].uuid, c->uuid) != 0)
-                continue;
-            pick.shares[pick.nshares++] = (struct egpu_share){
-                .container = 0,
-                .gpu = (uint16_t)g,
-                .core_milli = whole ? EGPU_GPU_MILLI : (uint32_t)e->core_pct * 10,
-                .mem_mib = whole ? n->gpus[g].mem_mib : (uint32_t)(e->has_mem ? e->mem_mib : 0)};
-        }
+        r.uuids[kept++] = c->uuid; /* GPU object name -> the core's card UUID */
     }
     if (node == NULL)
         return -ENOENT;
-    r.containers[0] =
-        (struct egpu_container_request){.core_milli = pick.shares[0].core_milli,
-                                        .ncards = pick.nshares,
-                                        .mem_mib = whole ? 0 : pick.shares[0].mem_mib};
-    snprintf(key, sizeof(key), "egpu/%s", e->meta.name);
-    return egpu_cluster_assign(inv->cluster, key, node, &r, &pick, err);
+    r.ncards = kept;
+    snprintf(key, sizeof(key), EGPU_CTL_RESV_PREFIX "%s", e->meta.name);
+    return egpu_cluster_reserve(inv->cluster, key, node, &r, err);
 }
 
 void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv)

@@ -243,7 +243,7 @@ static void test_inventory_filters(void **state)
 static void test_reserve_counts_existing(void **state)
 {
     struct egpu_ctl_inventory inv;
-    struct egpu_api_egpu share, whole, other, over;
+    struct egpu_api_egpu share, whole, other, over, failed, released;
     struct egpu_error err = {0};
     const struct egpu_node *n1;
 
@@ -260,17 +260,34 @@ static void test_reserve_counts_existing(void **state)
     decode_egpu("{'metadata':{'name':'over'},'spec':{'capacity':{'elasticgpu.io/gpu-core':50},"
                 "'nodeName':'n1','gpuShare':{'gpuName':'n1-g1'}}}",
                 &over);
+    /* The phases hold capacity as egpu_api_egpu_reservation says: Failed
+     * holds none, Released still holds its slice. */
+    decode_egpu("{'metadata':{'name':'f'},'spec':{'capacity':{'elasticgpu.io/gpu-core':30},"
+                "'nodeName':'n1','gpuShare':{'gpuName':'n1-g1'}},'status':{'phase':'Failed'}}",
+                &failed);
+    decode_egpu("{'metadata':{'name':'r'},'spec':{'capacity':{'elasticgpu.io/gpu-core':30,"
+                "'elasticgpu.io/gpu-memory':500},'nodeName':'n1','gpuShare':{'gpuName':'n1-g1'}},"
+                "'status':{'phase':'Released'}}",
+                &released);
     build(NULL, &inv);
     assert_int_equal(egpu_ctl_inventory_reserve(&inv, &share, &err), 0);
     assert_int_equal(egpu_ctl_inventory_reserve(&inv, &whole, &err), 0);
+    assert_non_null(egpu_cluster_assignment(inv.cluster, "elasticgpu:s"));
+    assert_non_null(egpu_cluster_assignment(inv.cluster, "elasticgpu:w"));
     assert_int_equal(egpu_ctl_inventory_reserve(&inv, &share, &err), EGPU_EALLOCATED);
     assert_int_equal(egpu_ctl_inventory_reserve(&inv, &other, &err), -ENOENT);
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &over, &err), -EINVAL);
+    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &over, &err), EGPU_ENOFIT);
+    assert_non_null(strstr(err.msg, "has 400 milli-GPU"));
+    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &failed, &err), 0);
+    assert_null(egpu_cluster_assignment(inv.cluster, "elasticgpu:f"));
     n1 = egpu_cluster_node(inv.cluster, "n1");
     assert_int_equal(n1->gpus[0].used_core_milli, 1000);
     assert_int_equal(n1->gpus[0].used_mem_mib, 40960);
     assert_int_equal(n1->gpus[1].used_core_milli, 600);
     assert_int_equal(n1->gpus[1].used_mem_mib, 1000);
+    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &released, &err), 0);
+    assert_int_equal(n1->gpus[1].used_core_milli, 900);
+    assert_int_equal(n1->gpus[1].used_mem_mib, 1500);
     egpu_ctl_inventory_free(&inv);
     assert_int_equal(egpu_alloc_live(), 0);
 }
