@@ -10,6 +10,8 @@
 #                (default 60; docs/fuzzing.md)
 #   make bench   benchmarks under bench/ (print figures; not part of check)
 #   make bench-webhook  egpu-webhook under load over TLS (bench/webhook/run.sh)
+#   make bench-controller  egpu-controller binding 10,000 claims on 1,000 nodes against the
+#                test API server (bench/controller/run.sh; BENCH_ARGS=--quick for a smoke)
 #   make data    download the openb trace CSVs into data/openb (needs network;
 #                DATA_DIR and TRACE_URL override where to and where from)
 
@@ -27,7 +29,7 @@ TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
               openb_pod_list_gpuspec10.csv
 
-.PHONY: all deps build demo check unit asan integration fuzz fuzz-smoke lint format bench bench-webhook data clean
+.PHONY: all deps build demo check unit asan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller data clean
 
 all: build
 
@@ -91,6 +93,9 @@ bench: build
 
 bench-webhook: build
 	@EGPU_BUILD=$(abspath $(BUILD)) sh bench/webhook/run.sh
+
+bench-controller: build
+	@EGPU_BUILD=$(abspath $(BUILD)) sh bench/controller/run.sh $(BENCH_ARGS)
 
 data:
 	@mkdir -p $(DATA_DIR)
