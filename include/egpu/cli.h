@@ -81,7 +81,14 @@ enum egpu_cli_group {
                                   EGPU_CONTEXT; $KUBECONFIG is egpu_kube_config_load's) */
     EGPU_CLI_WATCH = 1u << 6,  /* --watch-unhealthy-seconds S (1..3600) */
     EGPU_CLI_LOG = 1u << 7,    /* --log-level L, --v N (EGPU_LOG_LEVEL, EGPU_V) */
-    EGPU_CLI_ALL = 0xffu,      /* all of them: a server with its own routes beside the probes */
+    EGPU_CLI_ALL = 0xffu,      /* all of the above: a server with its own routes beside the
+                                  probes */
+    EGPU_CLI_LEASE = 1u << 8,  /* leader election on a Lease: --leader-elect BOOL,
+                                  --lease-namespace NS, --lease-name NAME (EGPU_LEADER_ELECT,
+                                  EGPU_LEASE_NAMESPACE, EGPU_LEASE_NAME; names 1..253
+                                  characters), --lease-duration, --renew-deadline,
+                                  --retry-period (seconds, 1..3600); with leader election
+                                  on, lease-duration > renew-deadline > 1.2 x retry-period */
 };
 
 /* The common settings, as struct egpu_http_config and the probes use them.
@@ -100,6 +107,12 @@ struct egpu_cli_server {
     const char *kubeconfig, *context;
     long watch_unhealthy_ms; /* not ready while a list or watch has failed this long */
     int log_level;           /* EGPU_LOG_* */
+    struct egpu_cli_lease {  /* EGPU_CLI_LEASE */
+        bool elect;          /* only the Lease holder acts */
+        const char *ns;      /* NULL: the client's namespace */
+        const char *name;    /* the component sets its own default */
+        long duration_ms, renew_deadline_ms, retry_period_ms;
+    } lease;
 };
 
 /* The version every binary prints for --version. */
@@ -132,7 +145,9 @@ struct egpu_cli_spec {
 /* The defaults every server shares: listen and health_listen "0.0.0.0", the
  * HTTP limits of egpu/net.h (256 connections, 32 per client, 120 s idle,
  * 10 s per request), 2 threads, a 1 MiB body, 30 s of failing watch, info
- * logs; no ports, TLS or kubeconfig. A component sets its own after this. */
+ * logs, leader election on with client-go's timings (15 s lease, 10 s
+ * renew deadline, 2 s retry); no ports, TLS, kubeconfig or Lease name. A
+ * component sets its own after this. */
 void egpu_cli_server_defaults(struct egpu_cli_server *s);
 
 /* Parse a server's command line with egpu_cli_parse: the variables of the
@@ -142,7 +157,8 @@ void egpu_cli_server_defaults(struct egpu_cli_server *s);
  * one goes to spec->apply. After the flags it checks the pairs: with
  * EGPU_CLI_TLS "--tls-cert and --tls-key go together" (or, with
  * tls_required, "are required (<why>)"), then with EGPU_CLI_HEALTH that
- * --port and --health-port differ unless --port is 0. Returns -1 to run, 0
+ * --port and --health-port differ unless --port is 0, then with
+ * EGPU_CLI_LEASE and leader election on the Lease timings' order. Returns -1 to run, 0
  * after --help or --version ("<prog> EGPU_VERSION"), or 2 after bad usage (one line on stderr
  * naming the flag or variable and the allowed values). */
 int egpu_cli_parse_server(int argc, char **argv, const struct egpu_cli_spec *spec,

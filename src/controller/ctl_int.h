@@ -20,10 +20,6 @@
 struct ctl_options {
     struct egpu_cli_server srv;
     long resync_ms; /* every key queued again this often */
-    bool leader_elect;
-    const char *lease_ns; /* NULL: the client's namespace */
-    const char *lease_name;
-    long lease_duration_ms, renew_deadline_ms, retry_period_ms;
 };
 
 /* Parse argv into *o. Returns -1 to run, else the exit status (0 after

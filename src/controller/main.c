@@ -389,17 +389,17 @@ static int start(void *data, struct egpu_error *err)
         rc = egpu_service_new(&sc, &c->svc, err);
     if (!rc)
         rc = start_informers(c, err);
-    if (!rc && c->o.leader_elect) {
-        struct egpu_kube_elector_config ec = {.ns = c->o.lease_ns ? c->o.lease_ns
-                                                                  : egpu_kube_namespace(c->kube),
-                                              .name = c->o.lease_name,
-                                              .lease_duration_ms = c->o.lease_duration_ms,
-                                              .renew_deadline_ms = c->o.renew_deadline_ms,
-                                              .retry_period_ms = c->o.retry_period_ms,
-                                              .release_on_cancel = true,
-                                              .on_started_leading = on_started_leading,
-                                              .on_stopped_leading = on_stopped_leading,
-                                              .ud = c};
+    if (!rc && c->o.srv.lease.elect) {
+        struct egpu_kube_elector_config ec = {
+            .ns = c->o.srv.lease.ns ? c->o.srv.lease.ns : egpu_kube_namespace(c->kube),
+            .name = c->o.srv.lease.name,
+            .lease_duration_ms = c->o.srv.lease.duration_ms,
+            .renew_deadline_ms = c->o.srv.lease.renew_deadline_ms,
+            .retry_period_ms = c->o.srv.lease.retry_period_ms,
+            .release_on_cancel = true,
+            .on_started_leading = on_started_leading,
+            .on_stopped_leading = on_stopped_leading,
+            .ud = c};
 
         rc = egpu_kube_elector_new(c->kube, &ec, &c->el, err);
         if (!rc)
@@ -419,9 +419,9 @@ static int start(void *data, struct egpu_error *err)
         egpu_log(EGPU_LOG_INFO,
                  "serving addr=%s port=%u resync_s=%ld leader_elect=%s lease=%s/%s identity=%s",
                  c->o.srv.listen, egpu_http_server_port(c->svc.hsrv), c->o.resync_ms / 1000,
-                 c->o.leader_elect ? "true" : "false",
-                 c->o.lease_ns ? c->o.lease_ns : egpu_kube_namespace(c->kube), c->o.lease_name,
-                 c->el != NULL ? egpu_kube_elector_identity(c->el) : "-");
+                 c->o.srv.lease.elect ? "true" : "false",
+                 c->o.srv.lease.ns ? c->o.srv.lease.ns : egpu_kube_namespace(c->kube),
+                 c->o.srv.lease.name, c->el != NULL ? egpu_kube_elector_identity(c->el) : "-");
     return rc;
 }
 

@@ -57,12 +57,6 @@ static const char usage[] =
 
 enum {
     O_RESYNC = 256,
-    O_LEADER,
-    O_LEASE_NS,
-    O_LEASE_NAME,
-    O_LEASE_DUR,
-    O_RENEW,
-    O_RETRY,
 };
 
 static int apply(void *ctx, int opt, const char *v, const char *who)
@@ -76,26 +70,6 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected seconds in 1..86400", who, v);
         o->resync_ms = (long)u * 1000;
         return 0;
-    case O_LEADER:
-        if (egpu_cli_parse_bool(v, &o->leader_elect))
-            return bad("%s \"%s\": expected true or false", who, v);
-        return 0;
-    case O_LEASE_NS:
-    case O_LEASE_NAME:
-        if (v[0] == '\0' || strlen(v) >= EGPU_K8S_NAME_MAX)
-            return bad("%s \"%s\": expected a name of 1..%d characters", who, v,
-                       EGPU_K8S_NAME_MAX - 1);
-        *(opt == O_LEASE_NS ? &o->lease_ns : &o->lease_name) = v;
-        return 0;
-    case O_LEASE_DUR:
-    case O_RENEW:
-    case O_RETRY:
-        if (egpu_cli_parse_u64(v, 1, 3600, &u))
-            return bad("%s \"%s\": expected seconds in 1..3600", who, v);
-        *(opt == O_LEASE_DUR ? &o->lease_duration_ms
-          : opt == O_RENEW   ? &o->renew_deadline_ms
-                             : &o->retry_period_ms) = (long)u * 1000;
-        return 0;
     default:
         return bad("unknown setting");
     }
@@ -105,37 +79,19 @@ int ctl_options_parse(int argc, char **argv, struct ctl_options *o)
 {
     static const struct egpu_cli_flag flags[] = {
         {"resync-seconds", required_argument, O_RESYNC, "EGPU_RESYNC_SECONDS"},
-        {"leader-elect", required_argument, O_LEADER, "EGPU_LEADER_ELECT"},
-        {"lease-namespace", required_argument, O_LEASE_NS, "EGPU_LEASE_NAMESPACE"},
-        {"lease-name", required_argument, O_LEASE_NAME, "EGPU_LEASE_NAME"},
-        {"lease-duration", required_argument, O_LEASE_DUR, NULL},
-        {"renew-deadline", required_argument, O_RENEW, NULL},
-        {"retry-period", required_argument, O_RETRY, NULL},
     };
     struct egpu_cli_spec spec = {.prog = CTL_PROG,
                                  .usage = usage,
                                  .groups = EGPU_CLI_LISTEN | EGPU_CLI_LIMITS | EGPU_CLI_KUBE |
-                                           EGPU_CLI_WATCH | EGPU_CLI_LOG,
+                                           EGPU_CLI_LEASE | EGPU_CLI_WATCH | EGPU_CLI_LOG,
                                  .flags = flags,
                                  .nflags = sizeof(flags) / sizeof(flags[0]),
                                  .apply = apply,
                                  .ctx = o};
-    int rc;
 
-    *o = (struct ctl_options){.resync_ms = 30000,
-                              .leader_elect = true,
-                              .lease_name = "elastic-gpu-controller",
-                              .lease_duration_ms = 15000,
-                              .renew_deadline_ms = 10000,
-                              .retry_period_ms = 2000};
+    *o = (struct ctl_options){.resync_ms = 30000};
     egpu_cli_server_defaults(&o->srv);
+    o->srv.lease.name = "elastic-gpu-controller";
     o->srv.port = 9090;
-    rc = egpu_cli_parse_server(argc, argv, &spec, &o->srv);
-    if (rc != -1)
-        return rc;
-    if (o->leader_elect && (o->lease_duration_ms <= o->renew_deadline_ms ||
-                            o->renew_deadline_ms * 10 <= o->retry_period_ms * 12))
-        return bad("leader election needs --lease-duration > --renew-deadline > 1.2 x "
-                   "--retry-period");
-    return -1;
+    return egpu_cli_parse_server(argc, argv, &spec, &o->srv);
 }

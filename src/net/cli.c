@@ -147,6 +147,12 @@ enum {
     O_WATCH_UNHEALTHY,
     O_LOG,
     O_V,
+    O_LEADER,
+    O_LEASE_NS,
+    O_LEASE_NAME,
+    O_LEASE_DUR,
+    O_RENEW,
+    O_RETRY,
     O_VERSION,
 };
 
@@ -174,6 +180,12 @@ static const struct common_flag {
     {EGPU_CLI_WATCH, "watch-unhealthy-seconds", O_WATCH_UNHEALTHY, "EGPU_WATCH_UNHEALTHY_SECONDS"},
     {EGPU_CLI_LOG, "log-level", O_LOG, "EGPU_LOG_LEVEL"},
     {EGPU_CLI_LOG, "v", O_V, "EGPU_V"},
+    {EGPU_CLI_LEASE, "leader-elect", O_LEADER, "EGPU_LEADER_ELECT"},
+    {EGPU_CLI_LEASE, "lease-namespace", O_LEASE_NS, "EGPU_LEASE_NAMESPACE"},
+    {EGPU_CLI_LEASE, "lease-name", O_LEASE_NAME, "EGPU_LEASE_NAME"},
+    {EGPU_CLI_LEASE, "lease-duration", O_LEASE_DUR, NULL},
+    {EGPU_CLI_LEASE, "renew-deadline", O_RENEW, NULL},
+    {EGPU_CLI_LEASE, "retry-period", O_RETRY, NULL},
 };
 
 #define NCOMMON   (sizeof(common_flags) / sizeof(common_flags[0]))
@@ -190,7 +202,11 @@ void egpu_cli_server_defaults(struct egpu_cli_server *s)
                                   .threads = EGPU_HTTP_THREADS_DEFAULT,
                                   .max_body_bytes = EGPU_HTTP_BODY_MAX_DEFAULT,
                                   .watch_unhealthy_ms = 30000,
-                                  .log_level = EGPU_LOG_INFO};
+                                  .log_level = EGPU_LOG_INFO,
+                                  .lease = {.elect = true,
+                                            .duration_ms = 15000,
+                                            .renew_deadline_ms = 10000,
+                                            .retry_period_ms = 2000}};
 }
 
 struct server_ctx {
@@ -258,6 +274,26 @@ static int apply_common(const char *prog, struct egpu_cli_server *s, int opt, co
             return egpu_cli_usage_error(prog, "%s \"%s\": expected a verbosity in 0..10", who, v);
         s->log_level = u >= 4 ? EGPU_LOG_DEBUG : EGPU_LOG_INFO;
         return 0;
+    case O_LEADER:
+        if (egpu_cli_parse_bool(v, &s->lease.elect))
+            return egpu_cli_usage_error(prog, "%s \"%s\": expected true or false", who, v);
+        return 0;
+    case O_LEASE_NS:
+    case O_LEASE_NAME:
+        if (v[0] == '\0' || strlen(v) >= 254)
+            return egpu_cli_usage_error(prog, "%s \"%s\": expected a name of 1..253 characters",
+                                        who, v);
+        *(opt == O_LEASE_NS ? &s->lease.ns : &s->lease.name) = v;
+        return 0;
+    case O_LEASE_DUR:
+    case O_RENEW:
+    case O_RETRY:
+        if (egpu_cli_parse_u64(v, 1, 3600, &u))
+            return egpu_cli_usage_error(prog, "%s \"%s\": expected seconds in 1..3600", who, v);
+        *(opt == O_LEASE_DUR ? &s->lease.duration_ms
+          : opt == O_RENEW   ? &s->lease.renew_deadline_ms
+                             : &s->lease.retry_period_ms) = (long)u * 1000;
+        return 0;
     default:
         return egpu_cli_usage_error(prog, "unknown setting");
     }
@@ -288,7 +324,8 @@ int egpu_cli_parse_server(int argc, char **argv, const struct egpu_cli_spec *spe
             continue;
         opts[nopt++] =
             (struct option){common_flags[i].name, required_argument, NULL, common_flags[i].opt};
-        env[nenv++] = (struct egpu_cli_env){common_flags[i].var, common_flags[i].opt};
+        if (common_flags[i].var != NULL)
+            env[nenv++] = (struct egpu_cli_env){common_flags[i].var, common_flags[i].opt};
     }
     for (size_t i = 0; i < spec->nflags; i++) {
         const struct egpu_cli_flag *f = &spec->flags[i];
@@ -315,5 +352,10 @@ int egpu_cli_parse_server(int argc, char **argv, const struct egpu_cli_spec *spe
     if ((spec->groups & EGPU_CLI_HEALTH) && s->port != 0 && s->port == s->health_port)
         return egpu_cli_usage_error(spec->prog,
                                     "--port and --health-port must differ (both are %u)", s->port);
+    if ((spec->groups & EGPU_CLI_LEASE) && s->lease.elect &&
+        (s->lease.duration_ms <= s->lease.renew_deadline_ms ||
+         s->lease.renew_deadline_ms * 10 <= s->lease.retry_period_ms * 12))
+        return egpu_cli_usage_error(spec->prog, "leader election needs --lease-duration > "
+                                                "--renew-deadline > 1.2 x --retry-period");
     return -1;
 }

@@ -121,7 +121,7 @@ static bool ready(void *data, char *why, size_t len)
                                      a->o.srv.watch_unhealthy_ms, why, len))
         return false;
     if (a->el != NULL && !egpu_kube_elector_is_leader(a->el)) {
-        snprintf(why, len, "not the leader (Lease %s)", a->o.lease_name);
+        snprintf(why, len, "not the leader (Lease %s)", a->o.srv.lease.name);
         return false;
     }
     if (a->following && !egpu__follower_leads(&a->follow, why, len))
@@ -398,7 +398,8 @@ static int start(void *data, struct egpu_error *err)
         if (a->o.pod_name == NULL && gethostname(host, sizeof(host) - 1) != 0)
             host[0] = '\0';
         rc = egpu__follower_init(&a->follow, a->kube,
-                                 a->o.lease_ns ? a->o.lease_ns : egpu_kube_namespace(a->kube),
+                                 a->o.srv.lease.ns ? a->o.srv.lease.ns
+                                                   : egpu_kube_namespace(a->kube),
                                  a->o.follow_lease, a->o.pod_name ? a->o.pod_name : host, err);
         a->following = rc == 0;
         if (a->following)
@@ -406,13 +407,13 @@ static int start(void *data, struct egpu_error *err)
     }
     if (!rc)
         rc = egpu__sched_api_start(&a->api, err);
-    if (!rc && a->o.leader_elect) {
+    if (!rc && a->o.srv.lease.elect) {
         struct egpu_kube_elector_config ec = {
-            .ns = a->o.lease_ns ? a->o.lease_ns : egpu_kube_namespace(a->kube),
-            .name = a->o.lease_name,
-            .lease_duration_ms = a->o.lease_duration_ms,
-            .renew_deadline_ms = a->o.renew_deadline_ms,
-            .retry_period_ms = a->o.retry_period_ms,
+            .ns = a->o.srv.lease.ns ? a->o.srv.lease.ns : egpu_kube_namespace(a->kube),
+            .name = a->o.srv.lease.name,
+            .lease_duration_ms = a->o.srv.lease.duration_ms,
+            .renew_deadline_ms = a->o.srv.lease.renew_deadline_ms,
+            .retry_period_ms = a->o.srv.lease.retry_period_ms,
             .release_on_cancel = true,
             .on_started_leading = on_started_leading,
             .on_stopped_leading = on_stopped_leading,
@@ -431,7 +432,7 @@ static int start(void *data, struct egpu_error *err)
                  a->o.srv.listen, egpu_http_server_port(a->svc.srv), a->o.srv.health_listen,
                  egpu_http_server_port(a->svc.hsrv), a->o.prefix,
                  egpu_policy_name(a->o.node_policy), egpu_policy_name(a->o.card_policy),
-                 a->o.leader_elect ? "true" : "false", a->following ? a->follow.name : "-",
+                 a->o.srv.lease.elect ? "true" : "false", a->following ? a->follow.name : "-",
                  a->following ? a->follow.pod : "-");
     return rc;
 }

@@ -99,12 +99,6 @@ enum {
     O_CARD_POLICY,
     O_SEED,
     O_SCHED_NAME,
-    O_LEADER,
-    O_LEASE_NS,
-    O_LEASE_NAME,
-    O_LEASE_DUR,
-    O_RENEW,
-    O_RETRY,
 };
 
 /* Apply one of the scheduler's own settings (from a flag or a variable
@@ -144,25 +138,6 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
                        EGPU_K8S_NAME_MAX - 1);
         o->scheduler_name = v;
         return 0;
-    case O_LEADER:
-        if (egpu_cli_parse_bool(v, &o->leader_elect))
-            return bad("%s \"%s\": expected true or false", who, v);
-        return 0;
-    case O_LEASE_NS:
-        o->lease_ns = v;
-        return 0;
-    case O_LEASE_NAME:
-        o->lease_name = v;
-        return 0;
-    case O_LEASE_DUR:
-    case O_RENEW:
-    case O_RETRY:
-        if (egpu_cli_parse_u64(v, 1, 3600, &u))
-            return bad("%s \"%s\": expected seconds in 1..3600", who, v);
-        *(opt == O_LEASE_DUR ? &o->lease_duration_ms
-          : opt == O_RENEW   ? &o->renew_deadline_ms
-                             : &o->retry_period_ms) = (long)u * 1000;
-        return 0;
     default:
         return bad("unknown setting");
     }
@@ -178,16 +153,10 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"card-policy", required_argument, O_CARD_POLICY, "EGPU_CARD_POLICY"},
         {"seed", required_argument, O_SEED, "EGPU_SEED"},
         {"scheduler-name", required_argument, O_SCHED_NAME, "EGPU_SCHEDULER_NAME"},
-        {"leader-elect", required_argument, O_LEADER, "EGPU_LEADER_ELECT"},
-        {"lease-namespace", required_argument, O_LEASE_NS, "EGPU_LEASE_NAMESPACE"},
-        {"lease-name", required_argument, O_LEASE_NAME, "EGPU_LEASE_NAME"},
-        {"lease-duration", required_argument, O_LEASE_DUR, NULL},
-        {"renew-deadline", required_argument, O_RENEW, NULL},
-        {"retry-period", required_argument, O_RETRY, NULL},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-scheduler",
                                  .usage = usage,
-                                 .groups = EGPU_CLI_ALL,
+                                 .groups = EGPU_CLI_ALL | EGPU_CLI_LEASE,
                                  .flags = flags,
                                  .nflags = sizeof(flags) / sizeof(flags[0]),
                                  .apply = apply,
@@ -197,13 +166,9 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
     *o = (struct egpu_sched_options){.prefix = "",
                                      .node_policy = EGPU_POLICY_BINPACK,
                                      .card_policy = EGPU_POLICY_BINPACK,
-                                     .scheduler_name = EGPU_SCHEDULER_NAME_DEFAULT,
-                                     .leader_elect = true,
-                                     .lease_name = "elastic-gpu-scheduler",
-                                     .lease_duration_ms = 15000,
-                                     .renew_deadline_ms = 10000,
-                                     .retry_period_ms = 2000};
+                                     .scheduler_name = EGPU_SCHEDULER_NAME_DEFAULT};
     egpu_cli_server_defaults(&o->srv);
+    o->srv.lease.name = "elastic-gpu-scheduler";
     o->srv.listen = "127.0.0.1";
     o->srv.port = 8888;
     o->srv.health_port = 8889;
@@ -212,10 +177,6 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
     if (rc != -1)
         return rc;
     if (o->follow_lease != NULL)
-        o->leader_elect = false; /* the followed Lease decides */
-    if (o->lease_duration_ms <= o->renew_deadline_ms ||
-        o->renew_deadline_ms * 10 <= o->retry_period_ms * 12)
-        return bad("leader election needs --lease-duration > --renew-deadline > 1.2 x "
-                   "--retry-period");
+        o->srv.lease.elect = false; /* the followed Lease decides */
     return -1;
 }

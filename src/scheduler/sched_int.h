@@ -73,9 +73,6 @@ struct egpu_sched_options {
     enum egpu_policy_kind node_policy, card_policy;
     uint64_t seed;
     const char *scheduler_name; /* bind serves only pods with this spec.schedulerName */
-    bool leader_elect;
-    const char *lease_ns, *lease_name;
-    long lease_duration_ms, renew_deadline_ms, retry_period_ms;
 };
 
 /* Parse argv (and the EGPU_* environment) into *o. Returns -1 to run, 0 when

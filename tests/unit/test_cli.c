@@ -451,9 +451,61 @@ static void test_server_groups(void **state)
     assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("agent", "-h")), 0);
 }
 
+/* The Lease group: defaults, flags and variables (a flag without one too:
+ * a NULL variable must not be looked up), names and the timings' order. */
+static void test_server_lease(void **state)
+{
+    struct egpu_cli_spec spec = {
+        .prog = "ctl", .usage = "Usage: ctl\n", .groups = EGPU_CLI_LISTEN | EGPU_CLI_LEASE};
+    struct egpu_cli_server s;
+    char msg[512];
+
+    (void)state;
+    egpu_cli_server_defaults(&s);
+    assert_true(s.lease.elect);
+    assert_null(s.lease.ns);
+    assert_int_equal(s.lease.duration_ms, 15000);
+    assert_int_equal(s.lease.renew_deadline_ms, 10000);
+    assert_int_equal(s.lease.retry_period_ms, 2000);
+    setenv("EGPU_LEASE_NAME", "from-env", 1);
+    setenv("EGPU_LEASE_NAMESPACE", "ns-env", 1);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg),
+                                   SARGS("ctl", "--lease-namespace", "ns-flag", "--lease-duration",
+                                         "30", "--renew-deadline", "20", "--retry-period", "5",
+                                         "--leader-elect", "false")),
+                     -1);
+    unsetenv("EGPU_LEASE_NAME");
+    unsetenv("EGPU_LEASE_NAMESPACE");
+    assert_string_equal(s.lease.name, "from-env");
+    assert_string_equal(s.lease.ns, "ns-flag");
+    assert_false(s.lease.elect);
+    assert_int_equal(s.lease.duration_ms, 30000);
+    assert_int_equal(s.lease.renew_deadline_ms, 20000);
+    assert_int_equal(s.lease.retry_period_ms, 5000);
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(
+        parse_capture(&spec, &s, msg, sizeof(msg), SARGS("ctl", "--lease-duration", "10")), 2);
+    assert_string_equal(msg, "ctl: leader election needs --lease-duration > --renew-deadline > "
+                             "1.2 x --retry-period\nTry 'ctl --help'.\n");
+    /* Without leader election the timings are not used, so not checked. */
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg),
+                                   SARGS("ctl", "--lease-duration", "10", "--leader-elect", "0")),
+                     -1);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("ctl", "--lease-name", "")),
+                     2);
+    assert_string_equal(msg, "ctl: --lease-name \"\": expected a name of 1..253 characters\nTry "
+                             "'ctl --help'.\n");
+    assert_int_equal(
+        parse_capture(&spec, &s, msg, sizeof(msg), SARGS("ctl", "--retry-period", "0")), 2);
+    assert_string_equal(msg, "ctl: --retry-period \"0\": expected seconds in 1..3600\nTry 'ctl "
+                             "--help'.\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_server_lease),
         cmocka_unit_test(test_u64),
         cmocka_unit_test(test_double_and_bool),
         cmocka_unit_test(test_parse_driver),
