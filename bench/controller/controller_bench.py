@@ -171,8 +171,8 @@ def main():
     ap.add_argument("--api-cpu", default="", help="CPU list to pin the test API server to")
     ap.add_argument("--controller-cpu", default="", help="CPU list to pin egpu-controller to")
     ap.add_argument("--api-nagle", action="store_true",
-                    help="leave the test API server's sockets as server.py makes them "
-                         "(Nagle on: ~44 ms of delayed-ACK wait per request)")
+                    help="turn Nagle's algorithm on in the test API server "
+                         "(~44 ms of delayed-ACK wait per request), as it was before")
     ap.add_argument("--keep", action="store_true", help="keep the logs' directory")
     a = ap.parse_args()
     if a.quick:
@@ -196,11 +196,10 @@ def main():
         api_err = open(os.path.join(base, "api.err"), "w")
         # The history holds every event of the run, so the watch never gets 410.
         hist = 4 * a.claims + a.nodes * (a.cards + 1) + 10000
-        # tests/apiserver/server.py writes a reply's headers and body in two send()s with
-        # Nagle's algorithm on, so the body waits for the client's delayed ACK (40 ms on
-        # Linux) and every request the controller makes costs ~44 ms of idle time. Go's
-        # kube-apiserver sets TCP_NODELAY; so does this bench, unless --api-nagle.
-        nodelay = "" if a.api_nagle else "server.Handler.disable_nagle_algorithm = True; "
+        # tests/apiserver/server.py writes a reply's headers and body in two send()s and
+        # sets TCP_NODELAY, as Go's kube-apiserver does; --api-nagle turns Nagle's algorithm
+        # back on, so the body waits for the client's delayed ACK (40 ms on Linux).
+        nodelay = "server.Handler.disable_nagle_algorithm = False; " if a.api_nagle else ""
         launch = (f"import sys; sys.path.insert(0, {os.path.join(ROOT, 'tests/apiserver')!r}); "
                   f"import server; {nodelay}sys.exit(server.main(sys.argv[1:]))")
         api = subprocess.Popen(
