@@ -93,16 +93,14 @@ static int pending(struct claim_ctx *x, bool warning, const char *reason, const 
     return write_status(x);
 }
 
-/* Is the claim used by a pod of its namespace that has not finished? */
-static bool in_use(struct ctl *c, const struct egpu_api_claim *cl)
+/* Does a pod of items (a JSON array of v1 Pods) in the claim's namespace
+ * that has not finished name the claim in an egpuc.elasticgpu.io/ annotation? */
+static bool pods_use(const json_t *items, const struct egpu_api_claim *cl)
 {
-    json_t *pods = egpu_kube_informer_list(c->inf[CTL_PODS]), *p;
-    bool used = false;
+    const json_t *p;
     size_t i;
 
-    if (pods == NULL)
-        return true; /* out of memory: keep the finalizer */
-    json_array_foreach(pods, i, p)
+    json_array_foreach(items, i, p)
     {
         const json_t *meta = json_object_get(p, "metadata"), *v;
         const char *ns = egpu_api_str(json_object_get(meta, "namespace"));
@@ -118,13 +116,42 @@ static bool in_use(struct ctl *c, const struct egpu_api_claim *cl)
 
             if (strncmp(key, EGPU_ANN_CLAIM_PREFIX, strlen(EGPU_ANN_CLAIM_PREFIX)) == 0 &&
                 val != NULL && strcmp(val, cl->meta.name) == 0)
-                used = true;
+                return true;
         }
-        if (used)
-            break;
     }
+    return false;
+}
+
+/* Is the claim used by a pod of its namespace that has not finished? 1 yes,
+ * 0 no, negative errno when that cannot be known. The pod informer answers
+ * "yes" alone; "no" is confirmed by a consistent LIST of the namespace's
+ * pods, because a pod created just before the claim's deletion may not have
+ * reached the informer yet, and removing the finalizer then would delete a
+ * claim a pod is about to use (the same check as Kubernetes' PVC protection
+ * controller). */
+static int in_use(struct ctl *c, const struct egpu_api_claim *cl)
+{
+    json_t *pods = egpu_kube_informer_list(c->inf[CTL_PODS]), *list = NULL;
+    struct egpu_kube_status st;
+    struct egpu_error err;
+    bool used;
+    int rc;
+
+    if (pods == NULL)
+        return -ENOMEM;
+    used = pods_use(pods, cl);
     json_decref(pods);
-    return used;
+    if (used)
+        return 1;
+    rc = egpu_kube_list(c->kube, &egpu_kube_pods, cl->meta.ns, NULL, &list, &st, &err);
+    if (rc != 0) {
+        egpu_log(EGPU_LOG_WARN, "claim=%s/%s: cannot list pods to confirm it is unused: %s",
+                 cl->meta.ns, cl->meta.name, err.msg);
+        return rc < 0 ? rc : -EIO;
+    }
+    used = pods_use(json_object_get(list, "items"), cl);
+    json_decref(list);
+    return used ? 1 : 0;
 }
 
 /* Add or remove the protection finalizer. Returns 0 with *done true when
@@ -137,8 +164,10 @@ static int protect(struct claim_ctx *x, bool *done)
     int rc;
 
     *done = m->deletion_timestamp[0] != '\0';
-    if (*done && (!has || in_use(x->c, x->cl)))
-        return 0; /* deleting: wait for the pods (their changes queue the claim again) */
+    if (*done && !has)
+        return 0;
+    if (*done && (rc = in_use(x->c, x->cl)) != 0)
+        return rc < 0 ? rc : 0; /* in use: wait for the pods (their changes queue the claim again) */
     if (!*done && has)
         return 0;
     if (*done) {

@@ -335,6 +335,35 @@ def test_finalizer_holds_claim_while_pod_runs(api, ctl):
     wait(lambda: egpu(api, name) is None, "ElasticGPU deleted")
 
 
+def test_finalizer_asks_the_api_server_before_letting_go(api, ctl):
+    # The controller's pod watch lags (here: cut, and every new pod watch or
+    # cluster-wide list fails): a pod created just before the claim's
+    # deletion is not in its cache. It must ask the API server before it
+    # removes the finalizer, or the claim is deleted under that pod.
+    cluster(api, nodes=("n1",))
+    mkclass(api, "share")
+    ctl()
+    mkclaim(api, "c", core=30)
+    wait_phase(api, claim, "c", "Bound")
+    api.control("fault", {"method": "GET", "path": "^/api/v1/pods$", "code": 500,
+                          "count": -1})
+    api.control("drop-watches")
+    st, pod = api.call("POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"egpuc.elasticgpu.io/main": "c"}},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
+    assert st == 201, pod
+    delete_claim(api, "c")
+    time.sleep(2)
+    cl = claim(api, "c")
+    assert cl is not None and cl["metadata"]["finalizers"] == ["elasticgpu.io/claim-protection"]
+    # The watch comes back and the pod goes: so does the claim.
+    api.control("fault", None, "DELETE")
+    st, out = api.call("DELETE", "/api/v1/namespaces/default/pods/p")
+    assert st == 200, out
+    wait(lambda: claim(api, "c") is None, "claim gone")
+
+
 def test_lost_and_failed(api, ctl):
     cluster(api, nodes=("n1", "n2"), gpus=1)
     mkclass(api, "share", reclaim="Retain")
@@ -385,7 +414,7 @@ def test_restart_between_steps(api, ctl, refused):
     time.sleep(1)  # a few refused retries
     c.stop(signal.SIGKILL)
     assert phase(claim(api, "c")) in (None, "Pending")
-    api.control("fault", method="DELETE")
+    api.control("fault", None, "DELETE")
     ctl("c2")
     cl = wait_phase(api, claim, "c", "Bound")
     assert cl["status"]["elasticGPUName"] == name
