@@ -54,6 +54,12 @@ extern "C" {
 /* egpuc.elasticgpu.io/<container>: <claim name>: the container's GPU comes
  * from that ElasticGPUClaim in the pod's namespace. */
 #define EGPU_ANN_CLAIM_PREFIX "egpuc.elasticgpu.io/"
+/* On an ElasticGPUClaim of a WaitForFirstConsumer class: where the scheduler
+ * placed the first pod that uses it, for the controller to provision there
+ * (as volume.kubernetes.io/selected-node on a PVC). The node's name, and
+ * the GPU object names of the card(s), comma-separated. */
+#define EGPU_ANN_SELECTED_NODE "elasticgpu.io/selected-node"
+#define EGPU_ANN_SELECTED_GPUS "elasticgpu.io/selected-gpus"
 
 #define EGPU_K8S_NAME_MAX       254 /* DNS subdomain 253 + NUL */
 #define EGPU_CONTAINER_NAME_MAX 64  /* DNS label 63 + NUL */
@@ -379,6 +385,38 @@ enum egpu_api_binding_mode {
 };
 /* "Immediate", "WaitForFirstConsumer". */
 const char *egpu_api_binding_mode_name(enum egpu_api_binding_mode m);
+
+/* ---- The claims a pod uses (src/api/podclaims.c) ---- */
+
+/* Is s a DNS-1123 label (container and namespace names: [a-z0-9-], at most
+ * 63 bytes, alphanumeric at both ends)? A subdomain (object names: labels
+ * joined by '.', at most 253 bytes)? NULL is neither. */
+bool egpu_api_dns_label(const char *s);
+bool egpu_api_dns_subdomain(const char *s);
+
+#define EGPU_API_POD_CLAIMS_MAX EGPU_CONTAINERS_MAX
+
+/* One egpuc.elasticgpu.io/<container>: <claim> annotation. */
+struct egpu_api_pod_claim {
+    char container[EGPU_CONTAINER_NAME_MAX]; /* <container>, a DNS label */
+    char claim[EGPU_K8S_NAME_MAX];           /* an ElasticGPUClaim of the pod's namespace */
+};
+
+/* The claim annotations of pod (a v1 Pod, borrowed; only
+ * metadata.annotations and metadata.namespace are read) into out[0..max),
+ * *n of them, in the annotations' order. A value "<ns>/<claim>" is accepted
+ * when ns is the pod's own namespace. Whether the containers exist is the
+ * caller's to check. Returns 0; EGPU_ESYNTAX when annotations is not an
+ * object or a value is not text; EGPU_ERANGE, the annotation named, for a
+ * key that is not a container name, a value that is not a claim name or is
+ * in another namespace, one claim used by two containers, or more than max
+ * claims. *n is 0 on error; out[] may be partly written. */
+int egpu_api_pod_claims(const json_t *pod, struct egpu_api_pod_claim *out, size_t max, size_t *n,
+                        struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The claim container uses in pc[0..n), or NULL (borrowed from pc). */
+const char *egpu_api_pod_claim_of(const struct egpu_api_pod_claim *pc, size_t n,
+                                  const char *container);
 
 /* ---- ElasticGPUClaim (namespaced) ---- */
 

@@ -97,25 +97,23 @@ static int pending(struct claim_ctx *x, bool warning, const char *reason, const 
  * that has not finished name the claim in an egpuc.elasticgpu.io/ annotation? */
 static bool pods_use(const json_t *items, const struct egpu_api_claim *cl)
 {
+    struct egpu_api_pod_claim pc[EGPU_API_POD_CLAIMS_MAX];
     const json_t *p;
-    size_t i;
+    size_t i, n;
 
     json_array_foreach(items, i, p)
     {
-        const json_t *meta = json_object_get(p, "metadata"), *v;
+        const json_t *meta = json_object_get(p, "metadata");
         const char *ns = egpu_api_str(json_object_get(meta, "namespace"));
         const char *phase = egpu_api_str(json_object_get(json_object_get(p, "status"), "phase"));
-        const char *key;
 
         if (ns == NULL || strcmp(ns, cl->meta.ns) != 0 ||
             (phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
             continue;
-        json_object_foreach((json_t *)json_object_get(meta, "annotations"), key, v)
-        {
-            const char *val = egpu_api_str(v);
-
-            if (strncmp(key, EGPU_ANN_CLAIM_PREFIX, strlen(EGPU_ANN_CLAIM_PREFIX)) == 0 &&
-                val != NULL && strcmp(val, cl->meta.name) == 0)
+        if (egpu_api_pod_claims(p, pc, EGPU_API_POD_CLAIMS_MAX, &n, NULL) != 0)
+            continue; /* the webhook admits no such pod */
+        for (size_t k = 0; k < n; k++) {
+            if (strcmp(pc[k].claim, cl->meta.name) == 0)
                 return true;
         }
     }

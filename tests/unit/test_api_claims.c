@@ -811,6 +811,103 @@ static void test_names(void **state)
     assert_string_equal(egpu_api_claim_phase_name((enum egpu_api_claim_phase)9), "unknown");
 }
 
+/* The claim annotations of a pod: one row per rule, exact messages; the
+ * good ones read back in order. */
+static void test_pod_claims(void **state)
+{
+    static const struct {
+        const char *ann; /* the annotations object, ' for " */
+        int code;
+        const char *want; /* the message, or "c1=claim1 c2=claim2" read back */
+    } rows[] = {
+        {"{}", 0, ""},
+        {"{'other': 'x', 'egpuc.elasticgpu.io/main': 'train'}", 0, "main=train"},
+        {"{'egpuc.elasticgpu.io/a': 'x', 'egpuc.elasticgpu.io/b': 'team/y'}", 0, "a=x b=y"},
+        {"[]", EGPU_ESYNTAX, "metadata.annotations is not an object"},
+        {"{'egpuc.elasticgpu.io/main': 3}", EGPU_ESYNTAX,
+         "annotation egpuc.elasticgpu.io/main is not text"},
+        {"{'egpuc.elasticgpu.io/Main': 'x'}", EGPU_ERANGE,
+         "annotation egpuc.elasticgpu.io/Main: \"Main\" is not a container name; allowed: "
+         "egpuc.elasticgpu.io/<container>, a DNS label of at most 63 bytes ([a-z0-9-])"},
+        {"{'egpuc.elasticgpu.io/': 'x'}", EGPU_ERANGE,
+         "annotation egpuc.elasticgpu.io/: \"\" is not a container name; allowed: "
+         "egpuc.elasticgpu.io/<container>, a DNS label of at most 63 bytes ([a-z0-9-])"},
+        {"{'egpuc.elasticgpu.io/main': 'other/x'}", EGPU_ERANGE,
+         "annotation egpuc.elasticgpu.io/main: claim \"other/x\" is in another namespace; "
+         "allowed: the name of an ElasticGPUClaim in the pod's own namespace team"},
+        {"{'egpuc.elasticgpu.io/main': 'Big_Claim'}", EGPU_ERANGE,
+         "annotation egpuc.elasticgpu.io/main: \"Big_Claim\" is not a claim name; allowed: a "
+         "DNS subdomain of at most 253 bytes ([a-z0-9.-])"},
+        {"{'egpuc.elasticgpu.io/main': ''}", EGPU_ERANGE,
+         "annotation egpuc.elasticgpu.io/main: \"\" is not a claim name; allowed: a "
+         "DNS subdomain of at most 253 bytes ([a-z0-9.-])"},
+        {"{'egpuc.elasticgpu.io/a': 'x', 'egpuc.elasticgpu.io/b': 'x'}", EGPU_ERANGE,
+         "annotations egpuc.elasticgpu.io/a and egpuc.elasticgpu.io/b: containers a and b both "
+         "use claim x; allowed: one container per claim"},
+    };
+    (void)state;
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        char text[1024], got[1024] = "";
+        struct egpu_api_pod_claim pc[2];
+        struct egpu_error err = {0};
+        size_t n = 99;
+        json_t *pod;
+        int rc;
+
+        snprintf(text, sizeof(text), "{'metadata': {'namespace': 'team', 'annotations': %s}}",
+                 rows[r].ann);
+        pod = q(text);
+        rc = egpu_api_pod_claims(pod, pc, 2, &n, &err);
+        json_decref(pod);
+        if (rc == 0) {
+            for (size_t i = 0; i < n; i++)
+                snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%s=%s", i ? " " : "",
+                         pc[i].container, pc[i].claim);
+        } else {
+            snprintf(got, sizeof(got), "%s", err.msg);
+            assert_int_equal(n, 0);
+        }
+        if (rc != rows[r].code || strcmp(got, rows[r].want) != 0)
+            fail_msg("row %zu: %s: got %d \"%s\", want %d \"%s\"", r, rows[r].ann, rc, got,
+                     rows[r].code, rows[r].want);
+    }
+    /* More than max claims. */
+    {
+        json_t *pod = q("{'metadata': {'namespace': 'team', 'annotations': "
+                        "{'egpuc.elasticgpu.io/a': 'x', 'egpuc.elasticgpu.io/b': 'y'}}}");
+        struct egpu_api_pod_claim pc[1];
+        struct egpu_error err = {0};
+        size_t n;
+
+        assert_int_equal(egpu_api_pod_claims(pod, pc, 1, &n, &err), EGPU_ERANGE);
+        assert_string_equal(err.msg, "the pod uses more than 1 claims; allowed: at most 1");
+        json_decref(pod);
+    }
+    /* No annotations at all; and the lookup by container. */
+    {
+        json_t *pod = q("{'metadata': {'namespace': 'team'}}");
+        struct egpu_api_pod_claim pc[2] = {{"a", "x"}, {"b", "y"}};
+        size_t n = 5;
+
+        assert_int_equal(egpu_api_pod_claims(pod, pc, 2, &n, NULL), 0);
+        assert_int_equal(n, 0);
+        json_decref(pod);
+        snprintf(pc[0].container, sizeof(pc[0].container), "a");
+        snprintf(pc[0].claim, sizeof(pc[0].claim), "x");
+        assert_string_equal(egpu_api_pod_claim_of(pc, 2, "b"), "y");
+        assert_null(egpu_api_pod_claim_of(pc, 2, "c"));
+    }
+    /* Names: the edges of a label and of a subdomain. */
+    assert_true(egpu_api_dns_label("a-0"));
+    assert_false(egpu_api_dns_label("-a"));
+    assert_false(egpu_api_dns_label("a-"));
+    assert_false(egpu_api_dns_label("a.b"));
+    assert_false(egpu_api_dns_label(NULL));
+    assert_true(egpu_api_dns_subdomain("a.b-c.d"));
+    assert_false(egpu_api_dns_subdomain("a..b"));
+    assert_false(egpu_api_dns_subdomain("a."));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -819,6 +916,7 @@ int main(void)
         cmocka_unit_test(test_selectors),      cmocka_unit_test(test_egpu_rules),
         cmocka_unit_test(test_tflops_to_core), cmocka_unit_test(test_fit),
         cmocka_unit_test(test_best_fit),       cmocka_unit_test(test_names),
+        cmocka_unit_test(test_pod_claims),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
