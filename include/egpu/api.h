@@ -33,27 +33,27 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* Names (src/api/names.c)                                                  */
 
-#define EGPU_API_GROUP        "elasticgpu.io"
-#define EGPU_API_VERSION      "elasticgpu.io/v1alpha1"
-#define EGPU_SCHEDULER_NAME   "elastic-gpu-scheduler"    /* spec.schedulerName of GPU pods */
-#define EGPU_RES_GPU_CORE     "elasticgpu.io/gpu-core"   /* percent of one card */
-#define EGPU_RES_GPU_MEMORY   "elasticgpu.io/gpu-memory" /* MiB per card */
+#define EGPU_API_GROUP         "elasticgpu.io"
+#define EGPU_API_VERSION       "elasticgpu.io/v1alpha1"
+#define EGPU_SCHEDULER_NAME    "elastic-gpu-scheduler"    /* spec.schedulerName of GPU pods */
+#define EGPU_RES_GPU_CORE      "elasticgpu.io/gpu-core"   /* percent of one card */
+#define EGPU_RES_GPU_MEMORY    "elasticgpu.io/gpu-memory" /* MiB per card */
 /* The scheduler's decision, written by bind (format below). */
-#define EGPU_ANN_ASSIGNED     "elasticgpu.io/assigned"
+#define EGPU_ANN_ASSIGNED      "elasticgpu.io/assigned"
 /* Written by the node agent once the kubelet allocated the pod's devices. */
-#define EGPU_ANN_ALLOCATED    "elasticgpu.io/allocated"
+#define EGPU_ANN_ALLOCATED     "elasticgpu.io/allocated"
 /* Per-pod overrides of the tier policies (egpu_policy_parse names), and the
  * allowed GPU models ("A|B", as GPU objects' spec.model). */
-#define EGPU_ANN_NODE_POLICY  "elasticgpu.io/node-policy"
-#define EGPU_ANN_CARD_POLICY  "elasticgpu.io/card-policy"
-#define EGPU_ANN_GPU_MODEL    "elasticgpu.io/gpu-model"
+#define EGPU_ANN_NODE_POLICY   "elasticgpu.io/node-policy"
+#define EGPU_ANN_CARD_POLICY   "elasticgpu.io/card-policy"
+#define EGPU_ANN_GPU_MODEL     "elasticgpu.io/gpu-model"
 /* The compute ceiling of every shared container of the pod, percent of a
  * card, from its gpu-core up to 100: the interposer lets it burst up to this
  * while the card is otherwise idle (absent: no burst). */
-#define EGPU_ANN_CORE_LIMIT   "elasticgpu.io/gpu-core-limit"
+#define EGPU_ANN_CORE_LIMIT    "elasticgpu.io/gpu-core-limit"
 /* egpuc.elasticgpu.io/<container>: <claim name>: the container's GPU comes
  * from that ElasticGPUClaim in the pod's namespace. */
-#define EGPU_ANN_CLAIM_PREFIX "egpuc.elasticgpu.io/"
+#define EGPU_ANN_CLAIM_PREFIX  "egpuc.elasticgpu.io/"
 /* On an ElasticGPUClaim of a WaitForFirstConsumer class: where the scheduler
  * placed the first pod that uses it, for the controller to provision there
  * (as volume.kubernetes.io/selected-node on a PVC). The node's name, and
@@ -306,6 +306,12 @@ bool egpu_api_compat_known(const char *name, bool nvidia);
 #define EGPU_PLURAL_ELASTICGPUS         "elasticgpus"       /* cluster-scoped */
 #define EGPU_PLURAL_ELASTICGPUCLAIMS    "elasticgpuclaims"  /* namespaced */
 #define EGPU_PLURAL_ELASTICGPUCLASSES   "elasticgpuclasses" /* cluster-scoped */
+#define EGPU_KIND_GPUBUDGET             "GPUBudget"
+#define EGPU_PLURAL_GPUBUDGETS          "gpubudgets" /* namespaced */
+/* Held by the webhook on a GPU pod of a namespace with a GPUBudget, until the
+ * controller has metered the pod to its end: a pod deleted while the
+ * controller is down is still charged up to the second it ended. */
+#define EGPU_FINALIZER_METERING         "elasticgpu.io/metering"
 /* A new resource of claims: compute in TFLOPS (a positive JSON number, at
  * most 1000000; kept in thousandths), which becomes the core percent of the
  * card the claim lands on (egpu_api_tflops_to_core). */
@@ -650,6 +656,133 @@ enum egpu_api_fit egpu_api_egpu_fit(const struct egpu_api_egpu *e, const struct 
  * controller. Returns the index, or -1 when none fits. */
 long egpu_api_best_fit(const struct egpu_api_egpu *const *egpus, const char *const *models,
                        size_t n, const struct egpu_api_claim *c, const struct egpu_api_class *cls);
+
+/* ------------------------------------------------------------------------ */
+/* Time (src/api/time.c)                                                    */
+
+/* The seconds since the Unix epoch of RFC 3339 text as the API server
+ * writes metav1.Time and MicroTime: "2026-07-24T09:31:03Z",
+ * "2026-07-24T09:31:03.123456Z", "2026-07-24T11:31:03+02:00" (a fraction is
+ * cut off: the second it falls in). Returns 0, or EGPU_ESYNTAX naming
+ * field and the text ("status.startTime is \"yesterday\"; allowed: RFC 3339,
+ * e.g. 2026-07-24T09:31:03Z"). */
+int egpu_api_time_parse(const char *text, const char *field, int64_t *unix_s,
+                        struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* unix_s as "2026-07-24T09:31:03Z" into buf (EGPU_API_TIME_MAX bytes). */
+const char *egpu_api_time_format(int64_t unix_s, char buf[EGPU_API_TIME_MAX]);
+
+/* A duration as Go writes it with hours, minutes and seconds ("24h",
+ * "1h30m", "90m", "45s"; each unit at most once, in that order), in whole
+ * seconds into *seconds. Returns 0, or EGPU_ESYNTAX naming field. */
+int egpu_api_duration_parse(const char *text, const char *field, int64_t *seconds,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* GPUBudget (src/api/budget.c) and metering (src/api/meter.c)              */
+/*
+ * A GPUBudget gives a namespace spec.gpuHours per period: 100 gpu-core for
+ * one hour is one GPU-hour (30 for an hour: 0.3), and gpu-memory may be
+ * charged too, spec.memoryWeight GPU-hours per GiB-hour (default 0). The
+ * controller meters the pods of the namespace from the second each was
+ * bound to a node to the second it ended, into status.metering: percent-
+ * seconds and MiB-seconds of the current period up to metering.until, the
+ * checkpoint a restarted or new leader continues from, written with the
+ * object's resourceVersion so no second is lost or counted twice.
+ */
+
+enum egpu_api_period {
+    EGPU_API_PERIOD_DAILY,    /* from 00:00 of each day in spec.timeZone */
+    EGPU_API_PERIOD_WEEKLY,   /* from Monday 00:00 */
+    EGPU_API_PERIOD_MONTHLY,  /* from the 1st, 00:00 */
+    EGPU_API_PERIOD_DURATION, /* every period_s seconds from the Unix epoch */
+};
+
+enum egpu_api_budget_state {
+    EGPU_API_BUDGET_IN_BUDGET,
+    EGPU_API_BUDGET_OVER_BUDGET,
+};
+
+/* "InBudget", "OverBudget". */
+const char *egpu_api_budget_state_name(enum egpu_api_budget_state s);
+
+#define EGPU_API_TZ_MAX          64              /* spec.timeZone, an IANA name, 63 bytes */
+#define EGPU_API_PERIOD_TEXT_MAX 32              /* spec.period as written */
+#define EGPU_API_GPU_HOURS_MAX   1e9             /* spec.gpuHours */
+#define EGPU_API_PERIOD_MIN_S    60              /* a duration period: at least a minute */
+#define EGPU_API_PERIOD_MAX_S    (366LL * 86400) /* and at most 366 days */
+
+struct egpu_api_budget {
+    struct egpu_api_meta meta; /* ns and name required */
+    /* spec */
+    int64_t gpu_hours_milli;     /* spec.gpuHours in thousandths (rounded down), 0..10^12 */
+    int64_t memory_weight_micro; /* spec.memoryWeight in millionths of a GPU-hour per
+                                    GiB-hour (rounded down), 0..10^9; 0 when absent */
+    enum egpu_api_period period; /* spec.period; absent: Monthly */
+    int64_t period_s;            /* EGPU_API_PERIOD_DURATION: its seconds; else 0 */
+    char period_text[EGPU_API_PERIOD_TEXT_MAX]; /* spec.period as given ("Monthly" when absent) */
+    char time_zone[EGPU_API_TZ_MAX];            /* spec.timeZone; absent: "UTC" */
+    char in_class[EGPU_K8S_NAME_MAX];           /* spec.inBudgetPriorityClassName; "" = none */
+    char over_class[EGPU_K8S_NAME_MAX];         /* spec.overBudgetPriorityClassName */
+    /* status (all 0 / false until the controller writes them) */
+    bool has_period;         /* status.periodStart and periodEnd given */
+    int64_t period_start_s;  /* status.periodStart, Unix seconds */
+    int64_t period_end_s;    /* status.periodEnd */
+    bool has_metering;       /* status.metering given */
+    int64_t metered_until_s; /* status.metering.until: usage is counted up to here */
+    int64_t core_pct_s;      /* status.metering.coreSeconds: gpu-core percent x s */
+    int64_t mem_mib_s;       /* status.metering.memorySeconds: gpu-memory MiB x s */
+    bool has_state;          /* status.state given */
+    enum egpu_api_budget_state state;
+    int64_t observed_generation; /* 0: not given */
+    uint32_t nconditions;
+    struct egpu_api_condition conditions[EGPU_API_CONDITIONS_MAX];
+};
+
+/* Decode a GPUBudget. Rules beyond the JSON types: gpuHours 0..10^9 (a
+ * number); memoryWeight 0..1000; period Daily, Weekly, Monthly or a
+ * duration (egpu_api_duration_parse) of 1 minute to 366 days; timeZone an
+ * IANA name ([A-Za-z0-9_+-] words joined by '/', at most 63 bytes; whether
+ * the zone exists is the controller's to check); overBudgetPriorityClassName
+ * required, both class names DNS subdomains; metering.until within the
+ * period when both are given. Returns 0, EGPU_ESYNTAX, EGPU_ERANGE (the
+ * field, its value and what is allowed) or -ENOMEM. *out (about 10 KiB)
+ * written only on success. */
+int egpu_api_budget_decode(const json_t *obj, struct egpu_api_budget *out,
+                           struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Render b as a GPUBudget (new reference; NULL when out of memory), status
+ * with used and remaining in GPU-hours (egpu_api_budget_used_milli). */
+json_t *egpu_api_budget_encode(const struct egpu_api_budget *b);
+
+/* The GPU-hours b's metering has counted, in thousandths (rounded down):
+ * core_pct_s / 360 + memory_weight_micro x mem_mib_s / (1024 x 3600 x 1000). */
+int64_t egpu_api_budget_used_milli(const struct egpu_api_budget *b);
+
+/* InBudget while used < gpuHours, else OverBudget (a budget of 0 is spent
+ * from the start). */
+enum egpu_api_budget_state egpu_api_budget_state_of(const struct egpu_api_budget *b);
+
+/* What one pod is charged for, read from the API server's own fields. */
+struct egpu_api_meter_pod {
+    int64_t core_pct; /* the sum of its containers' gpu-core (whole cards: 100 each) */
+    int64_t mem_mib;  /* the sum of its shared containers' gpu-memory */
+    int64_t start_s;  /* bound: PodScheduled True's lastTransitionTime; 0 = not bound */
+    int64_t end_s;    /* ended: its containers' last terminated.finishedAt (phase Succeeded
+                         or Failed), else its deletionTimestamp; INT64_MAX = running */
+};
+
+/* Read pod (a v1 Pod, borrowed) into *out. A pod that asks no GPU, or is not
+ * bound yet, reads as core_pct 0 or start_s 0: it is charged nothing.
+ * Returns 0, or the first error of egpu_api_container_gpu (lenient) or
+ * egpu_api_time_parse naming the field. */
+int egpu_api_meter_pod_read(const json_t *pod, struct egpu_api_meter_pod *out,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Add what p uses over [from_s, to_s) (its overlap with [start_s, end_s))
+ * to *core_pct_s and *mem_mib_s. Nothing when the overlap is empty. */
+void egpu_api_meter_add(const struct egpu_api_meter_pod *p, int64_t from_s, int64_t to_s,
+                        int64_t *core_pct_s, int64_t *mem_mib_s);
 
 /* ------------------------------------------------------------------------ */
 /* Reservations (src/api/reservation.c)                                     */
