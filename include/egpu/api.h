@@ -663,7 +663,8 @@ long egpu_api_best_fit(const struct egpu_api_egpu *const *egpus, const char *con
 /* The seconds since the Unix epoch of RFC 3339 text as the API server
  * writes metav1.Time and MicroTime: "2026-07-24T09:31:03Z",
  * "2026-07-24T09:31:03.123456Z", "2026-07-24T11:31:03+02:00" (a fraction is
- * cut off: the second it falls in). Returns 0, or EGPU_ESYNTAX naming
+ * cut off: the second it falls in; none before 1970-01-01T00:00:00Z).
+ * Returns 0, or EGPU_ESYNTAX naming
  * field and the text ("status.startTime is \"yesterday\"; allowed: RFC 3339,
  * e.g. 2026-07-24T09:31:03Z"). */
 int egpu_api_time_parse(const char *text, const char *field, int64_t *unix_s,

@@ -132,6 +132,12 @@ int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
 int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu_api_egpu *e,
                                struct egpu_error *err) EGPU_MUST_CHECK;
 
+/* Stop counting the reservation of the ElasticGPU called name (held under
+ * EGPU_CTL_RESV_PREFIX "<name>"): its room is free again. Nothing happens
+ * when none is counted. This and egpu_ctl_inventory_reserve keep an
+ * inventory current as ElasticGPUs change, without rebuilding it. */
+void egpu_ctl_inventory_unreserve(struct egpu_ctl_inventory *inv, const char *name);
+
 /* Free what inv holds and zero it. */
 void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv);
 
@@ -160,6 +166,24 @@ struct egpu_ctl_choice {
 int egpu_ctl_place(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
                    const struct egpu_api_class *cls, struct egpu_ctl_choice *out,
                    struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Check the placement the scheduler selected for claim c of class cls (a
+ * WaitForFirstConsumer claim's annotations EGPU_ANN_SELECTED_NODE, node,
+ * and EGPU_ANN_SELECTED_GPUS, gpus: GPU object names separated by commas)
+ * against inv, as any placement: the claim's kind must be the class's
+ * provisioner's; node must be in inv (a Node object the class's
+ * nodeSelector matches, with healthy cards of its models); gpus must name
+ * cards of inv on node, no repeats, one for a share and k for k whole
+ * cards; a gpu-tflops claim needs the class's peak for the card's model and
+ * less than 100% of it; and the cards must have the room (what existing
+ * ElasticGPUs hold counted). These annotations can be written by the
+ * claim's owner, so they are a wish and nothing more. On success *out is
+ * filled as egpu_ctl_place fills it and inv is unchanged. Returns 0, or
+ * EGPU_ERANGE (malformed or not allowed) / EGPU_ENOFIT (no room) with err
+ * saying why in one sentence for the claim's condition, or -ENOMEM. */
+int egpu_ctl_place_at(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
+                      const struct egpu_api_class *cls, const char *node, const char *gpus,
+                      struct egpu_ctl_choice *out, struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* The name of the ElasticGPU provisioned for the claim of uid:
  * "egpu-<uid>" into buf (len bytes). A retry after a crash finds the one

@@ -1,5 +1,6 @@
 /* api/time.c - RFC 3339 times and Go durations, as the API server writes
- * metav1.Time / MicroTime and as users write periods. No I/O; no time zone
+ * metav1.Time / MicroTime and as users write periods. Times before 1970
+ * (UTC) are refused: no object of a cluster carries one. No I/O; no time zone
  * but UTC and numeric offsets (IANA zones are the controller's, see
  * src/controller/period.c). */
 #define _DEFAULT_SOURCE /* timegm */
@@ -65,7 +66,8 @@ int egpu_api_time_parse(const char *text, const char *field, int64_t *unix_s,
     } else {
         goto bad;
     }
-    if (*p != '\0' || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60)
+    if (*p != '\0' || y < 1970 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
+        s > 60)
         goto bad;
     memset(&tm, 0, sizeof(tm));
     tm.tm_year = y - 1900;
@@ -77,7 +79,10 @@ int egpu_api_time_parse(const char *text, const char *field, int64_t *unix_s,
     t = timegm(&tm);
     if (tm.tm_mday != d) /* 31 April rolled into May */
         goto bad;
-    *unix_s = (int64_t)t - sign * ((int64_t)oh * 3600 + om * 60);
+    t -= (time_t)sign * ((time_t)oh * 3600 + om * 60);
+    if (t < 0) /* before 1970 in UTC */
+        goto bad;
+    *unix_s = (int64_t)t;
     return 0;
 bad:
     return egpu_error_set(err, EGPU_ESYNTAX, "%s is \"%.64s\"; " TIME_ALLOWED, field, text);

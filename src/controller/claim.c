@@ -67,6 +67,16 @@ static bool set_cond(struct egpu_api_claim *cl, bool bound, const char *reason, 
     return true;
 }
 
+/* Is condition Bound's reason reason? */
+static bool has_cond(const struct egpu_api_claim *cl, const char *reason)
+{
+    for (uint32_t i = 0; i < cl->nconditions; i++) {
+        if (strcmp(cl->conditions[i].type, COND_BOUND) == 0)
+            return strcmp(cl->conditions[i].reason, reason) == 0;
+    }
+    return false;
+}
+
 static int write_status(struct claim_ctx *x)
 {
     json_t *enc = egpu_api_claim_encode(x->cl), *out = NULL;
@@ -165,7 +175,8 @@ static int protect(struct claim_ctx *x, bool *done)
     if (*done && !has)
         return 0;
     if (*done && (rc = in_use(x->c, x->cl)) != 0)
-        return rc < 0 ? rc : 0; /* in use: wait for the pods (their changes queue the claim again) */
+        return rc < 0 ? rc
+                      : 0; /* in use: wait for the pods (their changes queue the claim again) */
     if (!*done && has)
         return 0;
     if (*done) {
@@ -314,39 +325,30 @@ static struct egpu_api_egpu *half_bound(struct ctl *c, const struct egpu_api_cla
                                         json_t **eobj)
 {
     char name[EGPU_K8S_NAME_MAX];
-    json_t *all;
-    struct egpu_api_egpu *e = NULL;
-    size_t i;
-    json_t *o;
+    const char *n[2] = {NULL, ctl_index_egpu_of_uid(c, cl->meta.uid)};
+    struct egpu_api_egpu *e;
 
-    if (egpu_ctl_provisioned_name(cl->meta.uid, name, sizeof(name)) == 0 &&
-        (e = ctl_egpu_get(c, name, eobj)) != NULL) {
+    if (egpu_ctl_provisioned_name(cl->meta.uid, name, sizeof(name)) == 0)
+        n[0] = name;
+    for (int i = 0; i < 2; i++) {
+        if (n[i] == NULL || (e = ctl_egpu_get(c, n[i], eobj)) == NULL)
+            continue;
         if (e->has_claim_ref && strcmp(e->claim_uid, cl->meta.uid) == 0)
             return e;
         json_decref(*eobj);
+        *eobj = NULL;
         egpu_free(e);
     }
-    all = egpu_kube_informer_list(c->inf[CTL_EGPUS]);
-    json_array_foreach(all, i, o)
-    {
-        const json_t *ref = json_object_get(json_object_get(o, "spec"), "claimRef");
-        const char *uid = egpu_api_str(json_object_get(ref, "uid"));
-        const char *n = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name"));
-
-        if (uid != NULL && n != NULL && strcmp(uid, cl->meta.uid) == 0 &&
-            (e = ctl_egpu_get(c, n, eobj)) != NULL)
-            break;
-    }
-    json_decref(all);
-    return e;
+    return NULL;
 }
 
 /* The best Available ElasticGPU of cls for the claim, or NULL. */
 static struct egpu_api_egpu *best_available(struct ctl *c, const struct egpu_api_claim *cl,
                                             const struct egpu_api_class *cls, json_t **eobj)
 {
-    json_t *all = egpu_kube_informer_list(c->inf[CTL_EGPUS]), *o;
-    size_t n = json_array_size(all), m = 0, i;
+    json_t *avail = ctl_index_available(c), *o, *v;
+    size_t n = json_object_size(avail), m = 0;
+    const char *name;
     struct egpu_api_egpu *dec = egpu_calloc(n ? n : 1, sizeof(*dec)), *e = NULL;
     const struct egpu_api_egpu **ptr = egpu_calloc(n ? n : 1, sizeof(*ptr));
     char(*models)[EGPU_MODEL_MAX] = egpu_calloc(n ? n : 1, EGPU_MODEL_MAX);
@@ -354,11 +356,15 @@ static struct egpu_api_egpu *best_available(struct ctl *c, const struct egpu_api
     long best;
 
     if (dec != NULL && ptr != NULL && models != NULL && mptr != NULL) {
-        json_array_foreach(all, i, o)
+        json_object_foreach(avail, name, v)
         {
-            if (egpu_api_egpu_decode(o, &dec[m], NULL) != 0 ||
-                dec[m].phase != EGPU_API_EGPU_AVAILABLE)
+            o = egpu_kube_informer_get(c->inf[CTL_EGPUS], NULL, name);
+            if (o == NULL || egpu_api_egpu_decode(o, &dec[m], NULL) != 0 ||
+                dec[m].phase != EGPU_API_EGPU_AVAILABLE) {
+                json_decref(o);
                 continue;
+            }
+            json_decref(o);
             ptr[m] = &dec[m];
             mptr[m] = dec[m].ngpus
                           ? ctl_gpu_model(c, dec[m].gpu_names[0], models[m], EGPU_MODEL_MAX)
@@ -373,79 +379,33 @@ static struct egpu_api_egpu *best_available(struct ctl *c, const struct egpu_api
     egpu_free(ptr);
     egpu_free(models);
     egpu_free(mptr);
-    json_decref(all);
     return e;
 }
 
-/* Count e as allocated in inv; an overcommit is logged (both stay). */
-static void reserve(struct egpu_ctl_inventory *inv, const struct egpu_api_egpu *e)
-{
-    struct egpu_error err = {0};
-    int rc = egpu_ctl_inventory_reserve(inv, e, &err);
-
-    if (rc != 0 && rc != -ENOENT && rc != EGPU_EALLOCATED)
-        egpu_log(EGPU_LOG_WARN, "ElasticGPU %s not counted: %s", e->meta.name, err.msg);
-}
-
-/* Provision an ElasticGPU for the claim (Immediate). */
-static int provision(struct claim_ctx *x, const struct egpu_api_class *cls)
+/* Create the ElasticGPU of choice ch for the claim (named egpu-<claim
+ * uid>, so a retry after a crash finds it instead of making a second), count
+ * it in the inventories at once, and bind it. */
+static int create_and_bind(struct claim_ctx *x, const struct egpu_api_class *cls,
+                           const struct egpu_ctl_choice *ch)
 {
     struct ctl *c = x->c;
     struct egpu_api_claim *cl = x->cl;
-    json_t *gpus = egpu_kube_informer_list(c->inf[CTL_GPUS]);
-    json_t *nodes = egpu_kube_informer_list(c->inf[CTL_NODES]);
-    json_t *egpus = egpu_kube_informer_list(c->inf[CTL_EGPUS]);
-    struct egpu_ctl_inventory inv;
-    struct egpu_ctl_choice ch;
     struct egpu_api_egpu *e = egpu_calloc(1, sizeof(*e));
     struct egpu_error err = {0};
     struct egpu_kube_status st = {0};
-    json_t *o, *enc = NULL, *out = NULL, *ann;
-    const char *key;
-    size_t i;
+    json_t *enc = NULL, *out = NULL, *ann;
     int rc;
 
-    rc = e == NULL || gpus == NULL || nodes == NULL || egpus == NULL
-             ? -ENOMEM
-             : egpu_ctl_inventory_build(gpus, nodes, cls, &inv, &err);
-    if (rc == 0) {
-        json_array_foreach(egpus, i, o)
-        {
-            const char *n = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name"));
-
-            if (n != NULL)
-                (void)json_object_del(c->assumed, n); /* the cache has it now */
-            if (egpu_api_egpu_decode(o, e, NULL) == 0)
-                reserve(&inv, e);
-        }
-        json_object_foreach(c->assumed, key, o)
-        {
-            if (egpu_api_egpu_decode(o, e, NULL) == 0)
-                reserve(&inv, e);
-        }
-        rc = egpu_ctl_place(&inv, cl, cls, &ch, &err);
-        egpu_ctl_inventory_free(&inv);
-    }
-    json_decref(gpus);
-    json_decref(nodes);
-    json_decref(egpus);
-    if (rc == EGPU_ENOFIT || rc == EGPU_ERANGE) {
-        egpu_free(e);
-        return pending(x, true, "ProvisioningFailed", err.msg);
-    }
-    if (rc) {
-        egpu_free(e);
-        return rc;
-    }
-    memset(e, 0, sizeof(*e));
+    if (e == NULL)
+        return -ENOMEM;
     (void)egpu_ctl_provisioned_name(cl->meta.uid, e->meta.name, sizeof(e->meta.name));
-    e->core_pct = ch.core_pct;
-    e->has_mem = ch.source == EGPU_API_PROVISIONER_GPUSHARE && ch.mem_mib > 0;
-    e->mem_mib = e->has_mem ? ch.mem_mib : 0;
-    snprintf(e->node_name, sizeof(e->node_name), "%s", ch.node);
-    e->source = ch.source;
-    e->ngpus = ch.ngpus;
-    memcpy(e->gpu_names, ch.gpu_names, sizeof(e->gpu_names));
+    e->core_pct = ch->core_pct;
+    e->has_mem = ch->source == EGPU_API_PROVISIONER_GPUSHARE && ch->mem_mib > 0;
+    e->mem_mib = e->has_mem ? ch->mem_mib : 0;
+    snprintf(e->node_name, sizeof(e->node_name), "%s", ch->node);
+    e->source = ch->source;
+    e->ngpus = ch->ngpus;
+    memcpy(e->gpu_names, ch->gpu_names, sizeof(e->gpu_names));
     e->has_claim_ref = true;
     snprintf(e->claim_ns, sizeof(e->claim_ns), "%s", cl->meta.ns);
     snprintf(e->claim_name, sizeof(e->claim_name), "%s", cl->meta.name);
@@ -467,12 +427,13 @@ static int provision(struct claim_ctx *x, const struct egpu_api_class *cls)
         /* Made before a crash, and not in the cache yet: take the stored one. */
         rc = egpu_kube_get(c->kube, &egpu_kube_elasticgpus, NULL, e->meta.name, &out, &st, &err);
     } else if (rc == 0) {
-        (void)json_object_set(c->assumed, e->meta.name, out);
         ctl_event(c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, NULL, false, "Provisioned",
                   "provisioned by %s for ElasticGPUClaim %s/%s on node %s, GPU %s%s",
                   egpu_api_provisioner_name(cls->provisioner), cl->meta.ns, cl->meta.name,
                   e->node_name, e->gpu_names[0], e->ngpus > 1 ? " and more" : "");
     }
+    if (rc == 0)
+        ctl_index_created(c, out); /* counted before its watch event comes */
     if (rc == 0 && egpu_api_egpu_decode(out, e, &err) != 0)
         rc = -EPROTO;
     if (rc == 0 && strcmp(e->claim_uid, cl->meta.uid) != 0)
@@ -487,6 +448,81 @@ static int provision(struct claim_ctx *x, const struct egpu_api_class *cls)
     return rc;
 }
 
+/* Provision an ElasticGPU for the claim where the placement core chooses
+ * (Immediate). */
+static int provision(struct claim_ctx *x, const struct egpu_api_class *cls)
+{
+    struct egpu_error err = {0};
+    struct egpu_ctl_inventory *inv = ctl_index_inventory(x->c, cls, &err);
+    struct egpu_ctl_choice ch;
+    int rc;
+
+    if (inv == NULL)
+        return err.code ? err.code : -ENOMEM;
+    rc = egpu_ctl_place(inv, x->cl, cls, &ch, &err);
+    if (rc == EGPU_ENOFIT || rc == EGPU_ERANGE)
+        return pending(x, true, "ProvisioningFailed", err.msg);
+    if (rc)
+        return rc;
+    return create_and_bind(x, cls, &ch);
+}
+
+/* Drop the scheduler's selection from the claim, so it chooses again. */
+static int unselect(struct claim_ctx *x)
+{
+    json_t *ann =
+        json_deep_copy(json_object_get(json_object_get(x->obj, "metadata"), "annotations"));
+    json_t *enc, *out = NULL;
+    int rc;
+
+    if (ann == NULL)
+        return -ENOMEM;
+    (void)json_object_del(ann, EGPU_ANN_SELECTED_NODE);
+    (void)json_object_del(ann, EGPU_ANN_SELECTED_GPUS);
+    enc = json_pack("{s:{s:o}}", "metadata", "annotations", ann);
+    if (enc == NULL)
+        return -ENOMEM;
+    rc = ctl_put(x->c, &egpu_kube_elasticgpuclaims, x->obj, enc, "annotations", &out);
+    json_decref(enc);
+    if (rc == 0) {
+        egpu_log(EGPU_LOG_INFO, "removed the selection claim=%s/%s", x->cl->meta.ns,
+                 x->cl->meta.name);
+        json_decref(x->obj);
+        x->obj = out;
+    }
+    return rc;
+}
+
+/* Provision a WaitForFirstConsumer claim where the scheduler placed its
+ * first pod (node and gpus, from the claim's annotations). Those can be
+ * written by the claim's owner too, so the selection is checked like any
+ * placement (egpu_ctl_place_at); refused, the claim says why (condition
+ * and event) and loses the annotations, for the scheduler to choose again. */
+static int provision_selected(struct claim_ctx *x, const struct egpu_api_class *cls,
+                              const char *node, const char *gpus)
+{
+    struct egpu_error err = {0};
+    struct egpu_ctl_inventory *inv = ctl_index_inventory(x->c, cls, &err);
+    struct egpu_ctl_choice ch;
+    char why[2048];
+    int rc;
+
+    if (inv == NULL)
+        return err.code ? err.code : -ENOMEM;
+    rc = egpu_ctl_place_at(inv, x->cl, cls, node, gpus, &ch, &err);
+    if (rc == EGPU_ENOFIT || rc == EGPU_ERANGE) {
+        snprintf(why, sizeof(why),
+                 "the scheduler's selection (node %.253s, GPUs %.256s) was refused: %s; it is "
+                 "removed for the scheduler to choose again",
+                 node, gpus, err.msg);
+        rc = pending(x, true, "SelectionRejected", why);
+        return rc ? rc : unselect(x);
+    }
+    if (rc)
+        return rc;
+    return create_and_bind(x, cls, &ch);
+}
+
 static int sync_pending(struct claim_ctx *x)
 {
     struct ctl *c = x->c;
@@ -498,6 +534,7 @@ static int sync_pending(struct claim_ctx *x)
     enum egpu_api_fit fit;
     int rc;
 
+    ctl_index_refresh(c);
     e = half_bound(c, cl, &eobj);
     if (cl->class_name[0] != '\0' || e == NULL)
         cls = class_of(c, cl, why, sizeof(why));
@@ -539,6 +576,19 @@ static int sync_pending(struct claim_ctx *x)
         goto out;
     }
     if (cls->binding_mode == EGPU_API_BINDING_WAIT_FOR_FIRST_CONSUMER) {
+        json_t *ann = json_object_get(json_object_get(x->obj, "metadata"), "annotations");
+        const char *node = egpu_api_str(json_object_get(ann, EGPU_ANN_SELECTED_NODE));
+        const char *gpus = egpu_api_str(json_object_get(ann, EGPU_ANN_SELECTED_GPUS));
+
+        if (node != NULL && gpus != NULL) {
+            json_incref(ann); /* node and gpus live in it; x->obj is replaced on writes */
+            rc = provision_selected(x, cls, node, gpus);
+            json_decref(ann);
+            goto out;
+        }
+        rc = 0;
+        if (has_cond(cl, "SelectionRejected"))
+            goto out; /* why the last selection was refused stays until the next one */
         snprintf(why, sizeof(why),
                  "waiting for the first pod that uses this claim to be scheduled (class %s "
                  "has bindingMode WaitForFirstConsumer)",

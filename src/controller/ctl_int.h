@@ -40,8 +40,9 @@ struct ctl {
     pthread_t worker;
     bool worker_started;
     long long next_resync_ms;
-    json_t *assumed; /* ElasticGPUs this controller created that the informer may not
-                        hold yet: name -> object (worker thread only) */
+    json_t *assumed;       /* ElasticGPUs this controller created that the informer may not
+                              hold yet: name -> object (worker thread only) */
+    struct ctl_index *idx; /* index.c: inventories and ElasticGPU maps, kept across reconciles */
     struct egpu_service svc;
     struct egpu_metrics *reg;
     struct egpu_metric *m_claims, *m_egpus, *m_latency, *m_errors, *m_depth, *m_leader;
@@ -56,10 +57,37 @@ void ctl_enqueue_egpu(struct ctl *c, const char *name);
 int ctl_claim_sync(struct ctl *c, const char *ns, const char *name);
 int ctl_egpu_sync(struct ctl *c, const char *name);
 
+/* ---- index.c: what the worker keeps between reconciles ---- */
+
+/* Create c->idx. Returns 0 or -ENOMEM (ctl_index_free frees what was made). */
+int ctl_index_new(struct ctl *c);
+void ctl_index_free(struct ctl *c);
+/* Informer threads: ElasticGPU name changed (deleted: a delete event), or
+ * a GPU, Node or class changed what provisioning may use. */
+void ctl_index_note_egpu(struct ctl *c, const char *name, bool deleted);
+void ctl_index_note_capacity(struct ctl *c);
+/* Does an update from old to obj (GPU, Node or class) change capacity:
+ * a GPU's spec or health, a Node's labels, a class's fields? */
+bool ctl_capacity_changed(const json_t *old, const json_t *obj);
+/* Worker: apply the notes taken since the last call. */
+void ctl_index_refresh(struct ctl *c);
+/* Worker: count ElasticGPU obj, just created by this controller, at once. */
+void ctl_index_created(struct ctl *c, json_t *obj);
+/* Worker: the inventory of class cls, built on first use and kept current
+ * (borrowed; valid until the next refresh). NULL with err set on failure. */
+struct egpu_ctl_inventory *ctl_index_inventory(struct ctl *c, const struct egpu_api_class *cls,
+                                               struct egpu_error *err);
+/* Worker: the ElasticGPU whose claimRef has uid, or NULL (borrowed). */
+const char *ctl_index_egpu_of_uid(struct ctl *c, const char *uid);
+/* Worker: the names of the Available ElasticGPUs, as a JSON object's keys
+ * (borrowed). */
+json_t *ctl_index_available(struct ctl *c);
+
 /* ---- writes.c ---- */
 
-/* PUT a copy of orig with its spec (which "spec"), status ("status") or
- * metadata.finalizers ("finalizers") taken from enc, an encoding of the
+/* PUT a copy of orig with its spec (which "spec"), status ("status"),
+ * metadata.finalizers ("finalizers") or metadata.annotations
+ * ("annotations") taken from enc, an encoding of the
  * decoded object (egpu_api_*_encode) after the change; orig's
  * resourceVersion guards it (a stale one is EGPU_KUBE_ECONFLICT). *out
  * (may be NULL) gets the stored object. Returns 0 or the client's error. */

@@ -203,6 +203,15 @@ int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu
     return egpu_cluster_reserve(inv->cluster, key, node, &r, err);
 }
 
+void egpu_ctl_inventory_unreserve(struct egpu_ctl_inventory *inv, const char *name)
+{
+    char key[EGPU_CTL_RESV_KEY_MAX];
+
+    if (snprintf(key, sizeof(key), EGPU_CTL_RESV_PREFIX "%s", name) < (int)sizeof(key) &&
+        egpu_cluster_release(inv->cluster, key, NULL) != 0)
+        return; /* none counted under that name */
+}
+
 void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv)
 {
     egpu_cluster_free(inv->cluster);

@@ -101,6 +101,7 @@ static void on_egpu(void *ud, const json_t *o)
     struct ctl *c = ud;
     const json_t *ref = json_object_get(json_object_get(o, "spec"), "claimRef");
 
+    ctl_index_note_egpu(c, meta_str(o, "name"), false);
     ctl_enqueue_egpu(c, meta_str(o, "name"));
     ctl_enqueue_claim(c, egpu_api_str(json_object_get(ref, "namespace")),
                       egpu_api_str(json_object_get(ref, "name")));
@@ -111,6 +112,7 @@ static void on_egpu_delete(void *ud, const json_t *o)
     struct ctl *c = ud;
 
     on_egpu(ud, o);
+    ctl_index_note_egpu(c, meta_str(o, "name"), true);
     enqueue_all(c, CTL_CLAIMS, false); /* Bound ones may be Lost; Pending ones may fit now */
 }
 
@@ -120,8 +122,17 @@ static void on_capacity(void *ud, const json_t *o)
     struct ctl *c = ud;
 
     (void)o;
+    ctl_index_note_capacity(c);
     enqueue_all(c, CTL_CLAIMS, true);
     enqueue_all(c, CTL_EGPUS, false);
+}
+
+/* Only a change of what provisioning reads counts: a GPU's status written
+ * on every pod, or a Node's heartbeat, would queue every claim each time. */
+static void on_capacity_update(void *ud, const json_t *old, const json_t *o)
+{
+    if (ctl_capacity_changed(old, o))
+        on_capacity(ud, o);
 }
 
 static void on_pod(void *ud, const json_t *o)
@@ -146,7 +157,6 @@ static void on_pod(void *ud, const json_t *o)
     }
 UPDATE_OF(on_claim)
 UPDATE_OF(on_egpu)
-UPDATE_OF(on_capacity)
 UPDATE_OF(on_pod)
 
 /* ---- the worker ---- */
@@ -377,7 +387,7 @@ static int start(void *data, struct egpu_error *err)
 
     c->assumed = json_object();
     c->queue = egpu_ctl_queue_new(10, 30000);
-    if (c->assumed == NULL || c->queue == NULL)
+    if (c->assumed == NULL || c->queue == NULL || ctl_index_new(c) != 0)
         return egpu_error_set(err, -ENOMEM, "out of memory");
     rc = egpu_kube_config_load(c->o.srv.kubeconfig, c->o.srv.context, &c->kcfg, err);
     if (!rc)
@@ -441,6 +451,7 @@ static void finish(void *data)
     egpu_service_free(&c->svc);
     egpu_metrics_free(c->reg);
     egpu_ctl_queue_free(c->queue);
+    ctl_index_free(c);
     json_decref(c->assumed);
     egpu_kube_free(c->kube);
     egpu_kube_config_free(c->kcfg);

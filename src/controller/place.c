@@ -146,6 +146,18 @@ static int place_tflops(struct egpu_ctl_inventory *inv, const struct egpu_api_cl
     return no_fit(inv, c, cls, tries[n - 1].pct, err);
 }
 
+static int kind_error(const struct egpu_api_class *cls, enum egpu_api_provisioner kind,
+                      struct egpu_error *err)
+{
+    return egpu_error_set(err, EGPU_ERANGE, "the claim asks %s but class %s provisions %s",
+                          kind == EGPU_API_PROVISIONER_PHYSICAL ? "whole cards"
+                                                                : "a share of one card",
+                          cls->meta.name,
+                          cls->provisioner == EGPU_API_PROVISIONER_PHYSICAL
+                              ? "whole cards (" EGPU_PROVISIONER_PHYSICAL ")"
+                              : "shares of one card (" EGPU_PROVISIONER_GPUSHARE ")");
+}
+
 int egpu_ctl_place(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
                    const struct egpu_api_class *cls, struct egpu_ctl_choice *out,
                    struct egpu_error *err)
@@ -157,13 +169,7 @@ int egpu_ctl_place(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *
 
     memset(out, 0, sizeof(*out));
     if (cls != NULL && cls->provisioner != kind)
-        return egpu_error_set(err, EGPU_ERANGE, "the claim asks %s but class %s provisions %s",
-                              kind == EGPU_API_PROVISIONER_PHYSICAL ? "whole cards"
-                                                                    : "a share of one card",
-                              cls->meta.name,
-                              cls->provisioner == EGPU_API_PROVISIONER_PHYSICAL
-                                  ? "whole cards (" EGPU_PROVISIONER_PHYSICAL ")"
-                                  : "shares of one card (" EGPU_PROVISIONER_GPUSHARE ")");
+        return kind_error(cls, kind, err);
     out->source = kind;
     out->mem_mib = c->has_mem ? c->mem_mib : 0;
     if (kind == EGPU_API_PROVISIONER_PHYSICAL)
@@ -179,4 +185,100 @@ int egpu_ctl_place(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *
     if (rc == EGPU_ENOFIT)
         return no_fit(inv, c, cls, c->core_pct, err);
     return rc;
+}
+
+/* The key a selection is tried under: never an ElasticGPU's (no name holds
+ * a parenthesis) nor a pod's. */
+#define TRIAL_KEY EGPU_CTL_RESV_PREFIX "(selection)"
+
+int egpu_ctl_place_at(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
+                      const struct egpu_api_class *cls, const char *node, const char *gpus,
+                      struct egpu_ctl_choice *out, struct egpu_error *err)
+{
+    enum egpu_api_provisioner kind =
+        c->core_pct >= 100 ? EGPU_API_PROVISIONER_PHYSICAL : EGPU_API_PROVISIONER_GPUSHARE;
+    uint32_t want = kind == EGPU_API_PROVISIONER_PHYSICAL ? (uint32_t)(c->core_pct / 100) : 1;
+    struct egpu_reservation r = {0};
+    struct egpu_node *n;
+    struct egpu_error e = {0};
+    const char *p = gpus;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if (cls != NULL && cls->provisioner != kind)
+        return kind_error(cls, kind, err);
+    n = egpu_cluster_node(inv->cluster, node);
+    if (n == NULL)
+        return egpu_error_set(err, EGPU_ERANGE,
+                              "node %s is not one class %s may use (no Node object, not matched "
+                              "by its nodeSelector, or no healthy card of a model it allows)",
+                              node, class_name(cls));
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        const struct egpu_ctl_card *card;
+        char name[EGPU_K8S_NAME_MAX];
+
+        if (len == 0 || len >= sizeof(name))
+            return egpu_error_set(err, EGPU_ERANGE,
+                                  EGPU_ANN_SELECTED_GPUS " \"%.64s\" is not a list of GPU "
+                                                         "names separated by commas",
+                                  gpus);
+        memcpy(name, p, len);
+        name[len] = '\0';
+        if (out->ngpus == want || out->ngpus == EGPU_NODE_GPUS_MAX)
+            return egpu_error_set(err, EGPU_ERANGE,
+                                  EGPU_ANN_SELECTED_GPUS " names more than the %u card(s) the "
+                                                         "claim asks",
+                                  want);
+        card = egpu_map_get(inv->by_name, name);
+        if (card == NULL)
+            return egpu_error_set(err, EGPU_ERANGE,
+                                  "GPU %s is not a card class %s may use (no such GPU object, "
+                                  "unhealthy, or a model the class does not allow)",
+                                  name, class_name(cls));
+        if (strcmp(card->node, node) != 0)
+            return egpu_error_set(err, EGPU_ERANGE,
+                                  "GPU %s is on node %s, not on the selected node %s", name,
+                                  card->node, node);
+        for (uint32_t i = 0; i < out->ngpus; i++) {
+            if (strcmp(out->gpu_names[i], name) == 0)
+                return egpu_error_set(err, EGPU_ERANGE,
+                                      EGPU_ANN_SELECTED_GPUS " names GPU %s twice", name);
+        }
+        snprintf(out->gpu_names[out->ngpus], EGPU_K8S_NAME_MAX, "%s", name);
+        r.uuids[out->ngpus++] = card->uuid;
+        snprintf(out->model, sizeof(out->model), "%s", card->model);
+        if (p[len] == '\0')
+            break;
+        p += len + 1;
+    }
+    if (out->ngpus != want)
+        return egpu_error_set(err, EGPU_ERANGE,
+                              EGPU_ANN_SELECTED_GPUS " names %u card(s); the claim asks %u",
+                              out->ngpus, want);
+    snprintf(out->node, sizeof(out->node), "%s", node);
+    out->source = kind;
+    out->mem_mib = c->has_mem ? c->mem_mib : 0;
+    out->core_pct = c->core_pct;
+    if (c->tflops_milli > 0) {
+        int64_t peak = cls != NULL ? egpu_api_class_peak(cls, out->model) : 0;
+
+        if (peak == 0)
+            return egpu_error_set(err, EGPU_ERANGE,
+                                  "class %s has no tflops.<model> parameter for GPU %s's model %s",
+                                  class_name(cls), out->gpu_names[0], out->model);
+        if (egpu_api_tflops_to_core(c->tflops_milli, peak, &out->core_pct, &e) != 0)
+            return egpu_error_set(err, EGPU_ERANGE, "%s on GPU %s", e.msg, out->gpu_names[0]);
+        out->from_tflops = true;
+    }
+    r.ncards = out->ngpus;
+    r.core_milli =
+        kind == EGPU_API_PROVISIONER_PHYSICAL ? EGPU_GPU_MILLI : (uint32_t)out->core_pct * 10;
+    r.mem_mib = (uint32_t)out->mem_mib;
+    rc = egpu_cluster_reserve(inv->cluster, TRIAL_KEY, n, &r, &e);
+    if (rc == 0)
+        return egpu_cluster_release(inv->cluster, TRIAL_KEY, err);
+    if (rc == EGPU_ENOFIT)
+        return egpu_error_set(err, EGPU_ENOFIT, "no room on the selected node %s: %s", node, e.msg);
+    return egpu_error_set(err, rc, "the selected cards on node %s: %s", node, e.msg);
 }

@@ -25,9 +25,9 @@ int ctl_put(struct ctl *c, const struct egpu_kube_resource *res, const json_t *o
     if (obj == NULL || name == NULL)
         goto nomem;
     meta = json_object_get(obj, "metadata");
-    if (strcmp(which, "finalizers") == 0) {
+    if (strcmp(which, "finalizers") == 0 || strcmp(which, "annotations") == 0) {
         obj_part = meta;
-        v = json_object_get(json_object_get(enc, "metadata"), "finalizers");
+        v = json_object_get(json_object_get(enc, "metadata"), which);
     } else {
         obj_part = obj;
         v = json_object_get(enc, which);

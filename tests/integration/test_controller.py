@@ -445,3 +445,172 @@ def test_only_the_leader_reconciles(api, ctl):
     wait_phase(api, claim, "y", "Bound")
     wait(lambda: "event kind=ElasticGPUClaim object=default/y reason=Bound" in b.log.read_text(),
          "b's event")
+
+
+SEL_NODE = "elasticgpu.io/selected-node"
+SEL_GPUS = "elasticgpu.io/selected-gpus"
+
+
+def select(api, name, node, gpus, ns="default"):
+    """Annotate the claim as the scheduler does when it places its first pod."""
+    st, out = api.call("PATCH", f"{G}/namespaces/{ns}/elasticgpuclaims/{name}",
+                       {"metadata": {"annotations": {SEL_NODE: node, SEL_GPUS: gpus}}},
+                       ctype="application/merge-patch+json")
+    assert st == 200, out
+
+
+def annotations(obj):
+    return (obj or {}).get("metadata", {}).get("annotations") or {}
+
+
+def test_wait_for_first_consumer_provisions_where_selected(api, ctl):
+    cluster(api)
+    mkclass(api, "late", mode="WaitForFirstConsumer")
+    mkclass(api, "late-whole", provisioner=PHYS, mode="WaitForFirstConsumer")
+    ctl()
+    uid = mkclaim(api, "c", core=30, mem=2048, cls="late")["metadata"]["uid"]
+    wait(lambda: (k := cond(claim(api, "c"))) and k["reason"] == "WaitForFirstConsumer",
+         "waiting")
+    # The scheduler placed the first pod on n2's second card: provisioned
+    # exactly there (the placement core alone would have chosen n1-gpu0 or
+    # n2-gpu0 first under binpack's ties), and bound.
+    select(api, "c", "n2", "n2-gpu1")
+    cl = wait_phase(api, claim, "c", "Bound")
+    name = f"egpu-{uid}"
+    assert cl["status"]["elasticGPUName"] == name
+    e = egpu(api, name)
+    assert phase(e) == "Bound"
+    assert e["spec"]["nodeName"] == "n2"
+    assert e["spec"]["gpuShare"] == {"gpuName": "n2-gpu1"}
+    assert e["spec"]["capacity"] == {"elasticgpu.io/gpu-core": 30,
+                                     "elasticgpu.io/gpu-memory": 2048}
+    assert e["spec"]["claimRef"]["uid"] == uid
+    assert e["metadata"]["annotations"]["elasticgpu.io/provisioned-by"] == SHARE
+    reasons(api, name, want=["Provisioned", "Bound"])
+    # Whole cards: the physical provisioner takes the selected cards.
+    uid2 = mkclaim(api, "w", core=200, cls="late-whole")["metadata"]["uid"]
+    select(api, "w", "n1", "n1-gpu1,n1-gpu0")
+    wait_phase(api, claim, "w", "Bound")
+    e = egpu(api, f"egpu-{uid2}")
+    assert e["spec"]["nodeName"] == "n1"
+    assert e["spec"]["physicalGPU"] == {"gpuNames": ["n1-gpu1", "n1-gpu0"]}
+    assert e["spec"]["capacity"] == {"elasticgpu.io/gpu-core": 200}
+    assert len(posts_of_egpus(api)) == 2
+
+
+def test_wait_for_first_consumer_refuses_a_bad_selection(api, ctl):
+    cluster(api, nodes=("n1",), gpus=2)
+    api.node("n2")
+    st, node = api.call("GET", "/api/v1/nodes/n2")
+    assert st == 200
+    for i in range(2):
+        api.gpu("n2", i)
+    # Only nodes labelled pool=gpu, and only n1 is.
+    st, out = api.call("PATCH", "/api/v1/nodes/n1", {"metadata": {"labels": {"pool": "gpu"}}},
+                       ctype="application/merge-patch+json")
+    assert st == 200, out
+    mkclass(api, "late", mode="WaitForFirstConsumer", params={"nodeSelector": "pool=gpu"})
+    mkegpu(api, "held", 80, node="n1", gpu="n1-gpu0", cls="other")
+    ctl()
+    wait_phase(api, egpu, "held", "Available")
+    mkclaim(api, "c", core=30, cls="late")
+    wait(lambda: cond(claim(api, "c")), "condition")
+
+    def refused(want):
+        def get():
+            cl = claim(api, "c")
+            k = cond(cl)
+            if k and k["reason"] == "SelectionRejected" and want in k["message"] and \
+                    SEL_NODE not in annotations(cl) and SEL_GPUS not in annotations(cl):
+                return k
+        try:
+            return wait(get, f"SelectionRejected: {want}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the claim: {claim(api, 'c')}") from None
+
+    # A node the class's nodeSelector excludes.
+    select(api, "c", "n2", "n2-gpu0")
+    k = refused("node n2 is not one class late may use")
+    assert k["status"] == "False"
+    assert k["message"] == (
+        "the scheduler's selection (node n2, GPUs n2-gpu0) was refused: node n2 is not one "
+        "class late may use (no Node object, not matched by its nodeSelector, or no healthy "
+        "card of a model it allows); it is removed for the scheduler to choose again")
+    assert phase(claim(api, "c")) == "Pending"
+    reasons(api, "c", want=["SelectionRejected"])
+    # A card that another ElasticGPU already fills (80 + 30 > 100).
+    select(api, "c", "n1", "n1-gpu0")
+    k = refused("no room on the selected node n1: card GPU-n1-0 has 200 milli-GPU")
+    # A card of a node the class excludes, one that does not exist, and two
+    # cards for a share of one.
+    select(api, "c", "n1", "n2-gpu1")
+    refused("GPU n2-gpu1 is not a card class late may use")
+    select(api, "c", "n1", "n1-gpu7")
+    refused("GPU n1-gpu7 is not a card class late may use")
+    select(api, "c", "n1", "n1-gpu1,n1-gpu0")
+    refused("elasticgpu.io/selected-gpus names more than the 1 card(s) the claim asks")
+    assert egpus(api) == [egpu(api, "held")]
+    assert posts_of_egpus(api) == posts_of_egpus(api)[:1]  # only the test's own
+    # The scheduler chooses again, a card with room: provisioned there.
+    select(api, "c", "n1", "n1-gpu1")
+    cl = wait_phase(api, claim, "c", "Bound")
+    assert egpu(api, cl["status"]["elasticGPUName"])["spec"]["gpuShare"] == {
+        "gpuName": "n1-gpu1"}
+
+
+def test_wait_for_first_consumer_restart_between_selection_and_binding(api, ctl):
+    """The controller is SIGKILLed after it created the ElasticGPU for a
+    selection and before the binding's writes went through (the API server
+    refuses them); restarted, it binds that ElasticGPU: one, created once."""
+    cluster(api, nodes=("n1",))
+    mkclass(api, "late", mode="WaitForFirstConsumer")
+    st, _ = api.control("fault", {"method": "PUT", "path": r"/elasticgpus/egpu-[^/]+(/status)?$",
+                                  "code": 500, "count": -1})
+    assert st == 200
+    c = ctl()
+    uid = mkclaim(api, "c", core=40, cls="late")["metadata"]["uid"]
+    name = f"egpu-{uid}"
+    wait(lambda: cond(claim(api, "c")), "condition")
+    select(api, "c", "n1", "n1-gpu1")
+    wait(lambda: egpu(api, name), "ElasticGPU created")
+    time.sleep(1)  # a few refused retries
+    c.stop(signal.SIGKILL)
+    assert phase(claim(api, "c")) == "Pending"
+    api.control("fault", None, "DELETE")
+    ctl("c2")
+    cl = wait_phase(api, claim, "c", "Bound")
+    assert cl["status"]["elasticGPUName"] == name
+    e = egpu(api, name)
+    assert phase(e) == "Bound" and e["spec"]["claimRef"]["uid"] == uid
+    assert e["spec"]["gpuShare"] == {"gpuName": "n1-gpu1"}
+    assert [x["metadata"]["name"] for x in egpus(api)] == [name]
+    assert len(posts_of_egpus(api)) == 1  # created once, before the kill
+
+
+def test_retained_elasticgpu_freed_by_an_administrator_binds_again(api, ctl):
+    cluster(api, nodes=("n1",), gpus=1)
+    mkclass(api, "keep", reclaim="Retain")
+    ctl()
+    uid = mkclaim(api, "first", core=60, cls="keep")["metadata"]["uid"]
+    name = f"egpu-{uid}"
+    wait_phase(api, claim, "first", "Bound")
+    delete_claim(api, "first")
+    e = wait_phase(api, egpu, name, "Released")
+    # Released under Retain holds the card: a second 60% claim cannot be
+    # provisioned beside it.
+    mkclaim(api, "second", core=60, cls="keep")
+    wait(lambda: (k := cond(claim(api, "second"))) and k["reason"] == "ProvisioningFailed",
+         "ProvisioningFailed")
+    # The administrator clears spec.claimRef: Available, and the waiting
+    # claim binds to it instead of a new one being made.
+    del e["spec"]["claimRef"]
+    st, out = api.call("PUT", f"{G}/elasticgpus/{name}", e)
+    assert st == 200, out
+    cl = wait_phase(api, claim, "second", "Bound")
+    assert cl["status"]["elasticGPUName"] == name
+    e = egpu(api, name)
+    assert phase(e) == "Bound"
+    assert e["spec"]["claimRef"]["name"] == "second"
+    assert e["spec"]["claimRef"]["uid"] == claim(api, "second")["metadata"]["uid"]
+    reasons(api, name, want=["Released", "Available", "Bound"])
+    assert len(posts_of_egpus(api)) == 1

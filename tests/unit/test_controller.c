@@ -2,7 +2,8 @@
  * (src/controller/queue.c, inventory.c, place.c): the work queue's dedup,
  * processing, delays and backoff; the inventory built from GPU objects and
  * Nodes with a class's models and nodeSelector and existing ElasticGPUs
- * counted; and the node and card chosen for claims of each kind.
+ * counted, and kept current by unreserve and reserve; the node and card
+ * chosen for claims of each kind; and a scheduler's selection checked.
  *
  * Objects are written with ' for " (q() swaps them) to stay readable. */
 #include "testutil.h"
@@ -408,6 +409,162 @@ static void test_place_tflops(void **state)
                                  "it may use");
 }
 
+/* The scheduler's selection of a WaitForFirstConsumer claim, checked as any
+ * placement: each way it can be wrong, with the sentence the claim's
+ * condition gets; a good one is taken as it is, and inv is unchanged. */
+static void place_at(const struct egpu_api_class *cls, const char *claim, const char *node,
+                     const char *gpus, int want_rc, struct egpu_ctl_choice *out,
+                     struct egpu_error *err)
+{
+    struct egpu_ctl_inventory inv;
+    struct egpu_api_claim c;
+    struct egpu_api_egpu used;
+    struct egpu_error e = {0};
+
+    decode_claim(claim, &c);
+    decode_egpu("{'metadata':{'name':'s'},'spec':{'capacity':{'elasticgpu.io/gpu-core':80,"
+                "'elasticgpu.io/gpu-memory':1000},'nodeName':'n1','gpuShare':{'gpuName':'n1-g0'}}}",
+                &used);
+    build(cls, &inv);
+    if (egpu_ctl_inventory_reserve(&inv, &used, &e) != 0 && e.code != -ENOENT)
+        fail_msg("reserve: %s", e.msg);
+    memset(err, 0, sizeof(*err));
+    assert_int_equal(egpu_ctl_place_at(&inv, &c, cls, node, gpus, out, err), want_rc);
+    if (want_rc == 0) {
+        /* Only the ElasticGPU's reservation is held: the trial left nothing. */
+        const struct egpu_node *n = egpu_cluster_node(inv.cluster, node);
+
+        assert_int_equal(inv.cluster->npods, egpu_cluster_node(inv.cluster, "n1") ? 1 : 0);
+        for (uint32_t i = 0; i < n->ngpus; i++)
+            assert_int_equal(n->gpus[i].used_core_milli,
+                             strcmp(node, "n1") == 0 && i == 0 ? 800 : 0);
+    }
+    egpu_ctl_inventory_free(&inv);
+}
+
+static void test_place_at_selection(void **state)
+{
+    struct egpu_api_class a, tf;
+    struct egpu_ctl_choice ch;
+    struct egpu_error err;
+
+    (void)state;
+    place_at(&share_cls, CLAIM("'elasticgpu.io/gpu-core':20,'elasticgpu.io/gpu-memory':2048"), "n1",
+             "n1-g0", 0, &ch, &err);
+    assert_string_equal(ch.node, "n1");
+    assert_int_equal(ch.ngpus, 1);
+    assert_string_equal(ch.gpu_names[0], "n1-g0");
+    assert_string_equal(ch.model, "A100");
+    assert_int_equal(ch.source, EGPU_API_PROVISIONER_GPUSHARE);
+    assert_int_equal(ch.core_pct, 20);
+    assert_int_equal(ch.mem_mib, 2048);
+    /* No room: 80% held, 30% asked. */
+    place_at(&share_cls, CLAIM("'elasticgpu.io/gpu-core':30"), "n1", "n1-g0", EGPU_ENOFIT, &ch,
+             &err);
+    assert_string_equal(err.msg, "no room on the selected node n1: card U10 has 200 milli-GPU "
+                                 "and 39960 MiB free; the reservation asks 300 milli-GPU and "
+                                 "0 MiB");
+    place_at(&phys_cls, CLAIM("'elasticgpu.io/gpu-core':200"), "n1", "n1-g1,n1-g0", EGPU_ENOFIT,
+             &ch, &err);
+    assert_non_null(strstr(err.msg, "no room on the selected node n1: card U10"));
+    /* Whole cards, in the order given. */
+    place_at(&phys_cls, CLAIM("'elasticgpu.io/gpu-core':200"), "n2", "n2-g1,n2-g0", 0, &ch, &err);
+    assert_int_equal(ch.ngpus, 2);
+    assert_string_equal(ch.gpu_names[0], "n2-g1");
+    assert_string_equal(ch.gpu_names[1], "n2-g0");
+    assert_int_equal(ch.source, EGPU_API_PROVISIONER_PHYSICAL);
+    assert_int_equal(ch.core_pct, 200);
+    place_at(&phys_cls, CLAIM("'elasticgpu.io/gpu-core':200"), "n2", "n2-g1", EGPU_ERANGE, &ch,
+             &err);
+    assert_string_equal(err.msg, "elasticgpu.io/selected-gpus names 1 card(s); the claim asks 2");
+    place_at(&phys_cls, CLAIM("'elasticgpu.io/gpu-core':200"), "n2", "n2-g1,n2-g1", EGPU_ERANGE,
+             &ch, &err);
+    assert_string_equal(err.msg, "elasticgpu.io/selected-gpus names GPU n2-g1 twice");
+    place_at(&share_cls, CLAIM("'elasticgpu.io/gpu-core':20"), "n2", "n2-g0,n2-g1", EGPU_ERANGE,
+             &ch, &err);
+    assert_string_equal(err.msg,
+                        "elasticgpu.io/selected-gpus names more than the 1 card(s) the claim asks");
+    /* Malformed lists. */
+    place_at(&share_cls, CLAIM("'elasticgpu.io/gpu-core':20"), "n2", "", EGPU_ERANGE, &ch, &err);
+    assert_string_equal(err.msg, "elasticgpu.io/selected-gpus \"\" is not a list of GPU names "
+                                 "separated by commas");
+    place_at(&phys_cls, CLAIM("'elasticgpu.io/gpu-core':200"), "n2", "n2-g0,", EGPU_ERANGE, &ch,
+             &err);
+    assert_string_equal(err.msg, "elasticgpu.io/selected-gpus \"n2-g0,\" is not a list of GPU "
+                                 "names separated by commas");
+    /* Cards the class may not use, or on another node than selected. */
+    place_at(&share_cls, CLAIM("'elasticgpu.io/gpu-core':20"), "n2", "n1-g1", EGPU_ERANGE, &ch,
+             &err);
+    assert_string_equal(err.msg, "GPU n1-g1 is on node n1, not on the selected node n2");
+    place_at(&share_cls, CLAIM("'elasticgpu.io/gpu-core':20"), "v", "v-g1", EGPU_ERANGE, &ch, &err);
+    assert_string_equal(err.msg, "GPU v-g1 is not a card class share may use (no such GPU "
+                                 "object, unhealthy, or a model the class does not allow)");
+    place_at(&share_cls, CLAIM("'elasticgpu.io/gpu-core':20"), "gone", "gone-g0", EGPU_ERANGE, &ch,
+             &err);
+    assert_string_equal(err.msg, "node gone is not one class share may use (no Node object, not "
+                                 "matched by its nodeSelector, or no healthy card of a model it "
+                                 "allows)");
+    decode_class("{'metadata':{'name':'a'},'provisioner':'gpushare.provisioner.elasticgpu.io',"
+                 "'parameters':{'models':'A100','nodeSelector':'zone=a'}}",
+                 &a);
+    place_at(&a, CLAIM("'elasticgpu.io/gpu-core':20"), "n2", "n2-g0", EGPU_ERANGE, &ch, &err);
+    assert_non_null(strstr(err.msg, "node n2 is not one class a may use"));
+    place_at(&a, CLAIM("'elasticgpu.io/gpu-core':20"), "v", "v-g0", EGPU_ERANGE, &ch, &err);
+    assert_non_null(strstr(err.msg, "node v is not one class a may use"));
+    place_at(&phys_cls, CLAIM("'elasticgpu.io/gpu-core':20"), "n2", "n2-g0", EGPU_ERANGE, &ch,
+             &err);
+    assert_string_equal(err.msg, "the claim asks a share of one card but class phys provisions "
+                                 "whole cards (physical.provisioner.elasticgpu.io)");
+    /* TFLOPS: the percent of the selected card's model. */
+    decode_class("{'metadata':{'name':'tf'},'provisioner':'gpushare.provisioner.elasticgpu.io',"
+                 "'parameters':{'tflops.A100':'312'}}",
+                 &tf);
+    place_at(&tf, CLAIM("'elasticgpu.io/gpu-tflops':100"), "n2", "n2-g0", 0, &ch, &err);
+    assert_int_equal(ch.core_pct, 33);
+    assert_true(ch.from_tflops);
+    place_at(&tf, CLAIM("'elasticgpu.io/gpu-tflops':100"), "v", "v-g0", EGPU_ERANGE, &ch, &err);
+    assert_string_equal(err.msg,
+                        "class tf has no tflops.<model> parameter for GPU v-g0's model V100");
+    place_at(&tf, CLAIM("'elasticgpu.io/gpu-tflops':400"), "n2", "n2-g0", EGPU_ERANGE, &ch, &err);
+    assert_non_null(strstr(err.msg, "on GPU n2-g0"));
+    assert_int_equal(egpu_alloc_live(), 0);
+}
+
+/* An inventory kept across changes: unreserve frees exactly what reserve
+ * held, and the same ElasticGPU counted again after a change holds its new
+ * size. */
+static void test_inventory_unreserve(void **state)
+{
+    struct egpu_ctl_inventory inv;
+    struct egpu_api_egpu s, bigger;
+    struct egpu_error err = {0};
+    const struct egpu_node *n1;
+
+    (void)state;
+    decode_egpu("{'metadata':{'name':'s'},'spec':{'capacity':{'elasticgpu.io/gpu-core':60,"
+                "'elasticgpu.io/gpu-memory':1000},'nodeName':'n1','gpuShare':{'gpuName':'n1-g1'}}}",
+                &s);
+    decode_egpu("{'metadata':{'name':'s'},'spec':{'capacity':{'elasticgpu.io/gpu-core':90},"
+                "'nodeName':'n1','gpuShare':{'gpuName':'n1-g1'}}}",
+                &bigger);
+    build(NULL, &inv);
+    n1 = egpu_cluster_node(inv.cluster, "n1");
+    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &s, &err), 0);
+    assert_int_equal(n1->gpus[1].used_core_milli, 600);
+    assert_int_equal(n1->gpus[1].used_mem_mib, 1000);
+    egpu_ctl_inventory_unreserve(&inv, "s");
+    assert_int_equal(n1->gpus[1].used_core_milli, 0);
+    assert_int_equal(n1->gpus[1].used_mem_mib, 0);
+    assert_null(egpu_cluster_assignment(inv.cluster, "elasticgpu:s"));
+    egpu_ctl_inventory_unreserve(&inv, "s"); /* nothing counted: nothing happens */
+    egpu_ctl_inventory_unreserve(&inv, "never");
+    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &bigger, &err), 0);
+    assert_int_equal(n1->gpus[1].used_core_milli, 900);
+    assert_int_equal(inv.cluster->npods, 1);
+    egpu_ctl_inventory_free(&inv);
+    assert_int_equal(egpu_alloc_live(), 0);
+}
+
 static void test_provisioned_name(void **state)
 {
     char buf[EGPU_K8S_NAME_MAX];
@@ -440,6 +597,8 @@ int main(void)
         cmocka_unit_test(test_place_binpack_share),
         cmocka_unit_test(test_place_physical_and_kind),
         cmocka_unit_test(test_place_tflops),
+        cmocka_unit_test(test_place_at_selection),
+        cmocka_unit_test(test_inventory_unreserve),
         cmocka_unit_test(test_provisioned_name),
     };
 
