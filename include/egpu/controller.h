@@ -195,6 +195,83 @@ int egpu_ctl_provisioned_name(const char *uid, char *buf, size_t len);
  * ElasticGPUs that carry it. */
 #define EGPU_ANN_PROVISIONED_BY "elasticgpu.io/provisioned-by"
 
+/* ------------------------------------------------------------------------ */
+/* GPU status.allocated (src/controller/gpustatus.c)                        */
+/*
+ * What each GPU object's status.allocated should hold, from the pods: a pod
+ * counts while it is bound (spec.nodeName set), not finished (status.phase
+ * neither Succeeded nor Failed) and carries elasticgpu.io/assigned (written
+ * by egpu-scheduler's bind only; deploy/admission keeps pod owners from
+ * setting or changing it) naming the node it is bound to. Each container of
+ * the annotation gives one entry per card it names:
+ *   {"namespace","pod","podUID","container","core","memory"[,"claim"]}
+ * core: percent of the card (100 for whole cards), memory: MiB of the card
+ * as the annotation says (0: not limited), claim: the ElasticGPUClaim the
+ * container uses (egpuc.elasticgpu.io/<container>, egpu_api_pod_claims),
+ * absent when none. A card is named by its card key "<node>/<uuid>" (the
+ * node of the annotation and the NVML UUID it lists), which a GPU object
+ * has as spec.nodeName and spec.uuid.
+ *
+ * The index keeps every pod's entries and every GPU object's card key, so
+ * a pod event reports only the cards whose entries changed. Thread-safe
+ * (one mutex): informer threads update it while the worker reads it.
+ */
+struct egpu_ctl_gpu_index;
+
+#define EGPU_CTL_CARD_KEY_MAX (EGPU_K8S_NAME_MAX + EGPU_UUID_MAX) /* with the '/' and NUL */
+
+/* The entries pod (a core/v1 Pod, borrowed) contributes, as a new JSON
+ * object (caller json_decref()s) mapping card keys to arrays of entries in
+ * the annotation's order; {} for a pod that does not count (see above).
+ * Returns 0, or EGPU_ESYNTAX / EGPU_ERANGE naming the field when the
+ * annotation does not decode (egpu_assigned_decode's message), names
+ * another node than spec.nodeName, or a card's key would be too long: *out
+ * is {} then too, so a bad annotation never counts. A claim annotation that
+ * does not decode only leaves the claims out. -ENOMEM: *out NULL. */
+int egpu_ctl_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error *err);
+
+/* Sort a status.allocated array in place: by namespace, pod, container,
+ * then podUID, core, memory and claim. Returns 0 or -EINVAL (not an
+ * array). */
+int egpu_ctl_gpu_allocated_sort(json_t *list);
+
+/* Do two status.allocated values say the same (NULL, absent and [] are
+ * equal; otherwise json_equal)? */
+bool egpu_ctl_gpu_allocated_equal(const json_t *a, const json_t *b);
+
+/* A new, empty index; NULL when out of memory. */
+struct egpu_ctl_gpu_index *egpu_ctl_gpu_index_new(void);
+/* NULL is a no-op. */
+void egpu_ctl_gpu_index_free(struct egpu_ctl_gpu_index *ix);
+
+/* Pod ns/name is now pod (NULL: deleted). *touched (may be NULL) gets a new
+ * JSON array of the card keys whose entries changed (caller json_decref()s;
+ * [] when none). Returns 0, or what egpu_ctl_pod_gpu_entries returns (the
+ * pod's entries are dropped then, and *touched names the cards that held
+ * them), or -ENOMEM (the pod's old entries stay). */
+int egpu_ctl_gpu_index_pod(struct egpu_ctl_gpu_index *ix, const char *ns, const char *name,
+                           const json_t *pod, json_t **touched, struct egpu_error *err);
+
+/* GPU object gpu (borrowed) was added or changed (deleted false) or deleted
+ * (true): remember which object holds its card key. The card key into key
+ * (EGPU_CTL_CARD_KEY_MAX bytes) for the caller to queue. Returns 0, or
+ * EGPU_ESYNTAX when gpu lacks metadata.name, spec.nodeName or spec.uuid, or
+ * they are too long (nothing remembered), or -ENOMEM. */
+int egpu_ctl_gpu_index_gpu(struct egpu_ctl_gpu_index *ix, const json_t *gpu, bool deleted,
+                           char *key, size_t len, struct egpu_error *err);
+
+/* The name of the GPU object holding card key into name (len bytes). False
+ * when none does (yet). */
+bool egpu_ctl_gpu_index_gpu_name(struct egpu_ctl_gpu_index *ix, const char *key, char *name,
+                                 size_t len);
+
+/* Every card key of a GPU object, as a new JSON array (NULL: no memory). */
+json_t *egpu_ctl_gpu_index_cards(struct egpu_ctl_gpu_index *ix);
+
+/* What status.allocated of card key should be: a new, sorted JSON array
+ * ([] when nothing holds the card; NULL when out of memory). */
+json_t *egpu_ctl_gpu_index_allocated(struct egpu_ctl_gpu_index *ix, const char *key);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,8 @@ struct ctl {
     struct egpu_service svc;
     struct egpu_metrics *reg;
     struct egpu_metric *m_claims, *m_egpus, *m_latency, *m_errors, *m_depth, *m_leader;
+    struct egpu_ctl_gpu_index *gs;                 /* gpustatus.c */
+    struct egpu_metric *m_gs_writes, *m_gs_errors; /* gpustatus.c */
 };
 
 /* Queue keys: "c/<ns>/<name>" for a claim, "e/<name>" for an ElasticGPU. */
@@ -82,6 +84,24 @@ const char *ctl_index_egpu_of_uid(struct ctl *c, const char *uid);
 /* Worker: the names of the Available ElasticGPUs, as a JSON object's keys
  * (borrowed). */
 json_t *ctl_index_available(struct ctl *c);
+
+/* ---- gpustatus.c: GPU status.allocated from the pods' assigned annotations ---- */
+
+/* Create c->gs and register the status-write counters in c->reg. Returns 0
+ * or an error (ctl_gs_free frees what was made). */
+int ctl_gs_init(struct ctl *c, struct egpu_error *err);
+void ctl_gs_free(struct ctl *c);
+/* Informer threads: a pod was added or changed (deleted false) or deleted;
+ * a GPU object was added (old NULL), changed from old, or deleted. They
+ * queue "g/<node>/<uuid>" for each card whose status may now differ. */
+void ctl_gs_pod(struct ctl *c, const json_t *pod, bool deleted);
+void ctl_gs_gpu(struct ctl *c, const json_t *old, const json_t *gpu, bool deleted);
+/* Queue every card of a GPU object (leading starts, resync). */
+void ctl_gs_enqueue_all(struct ctl *c);
+/* Worker: make the status.allocated of the GPU object of card key
+ * "<node>/<uuid>" what the pods say (a merge patch, only when it differs).
+ * Returns 0 or the client's error (the key is retried). */
+int ctl_gs_sync(struct ctl *c, const char *key);
 
 /* ---- writes.c ---- */
 

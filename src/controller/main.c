@@ -159,6 +159,43 @@ UPDATE_OF(on_claim)
 UPDATE_OF(on_egpu)
 UPDATE_OF(on_pod)
 
+/* Pods and GPUs also feed GPU status.allocated (gpustatus.c). */
+static void on_pod_add(void *ud, const json_t *o)
+{
+    on_pod(ud, o);
+    ctl_gs_pod(ud, o, false);
+}
+
+static void on_pod_changed(void *ud, const json_t *old, const json_t *o)
+{
+    on_pod_update(ud, old, o);
+    ctl_gs_pod(ud, o, false);
+}
+
+static void on_pod_delete(void *ud, const json_t *o)
+{
+    on_pod(ud, o);
+    ctl_gs_pod(ud, o, true);
+}
+
+static void on_gpu_add(void *ud, const json_t *o)
+{
+    on_capacity(ud, o);
+    ctl_gs_gpu(ud, NULL, o, false);
+}
+
+static void on_gpu_update(void *ud, const json_t *old, const json_t *o)
+{
+    on_capacity_update(ud, old, o);
+    ctl_gs_gpu(ud, old, o, false);
+}
+
+static void on_gpu_delete(void *ud, const json_t *o)
+{
+    on_capacity(ud, o);
+    ctl_gs_gpu(ud, NULL, o, true);
+}
+
 /* ---- the worker ---- */
 
 static void process(struct ctl *c, const char *key)
@@ -177,6 +214,9 @@ static void process(struct ctl *c, const char *key)
         memcpy(ns, key + 2, (size_t)(slash - key - 2));
         ns[slash - key - 2] = '\0';
         rc = ctl_claim_sync(c, ns, slash + 1);
+    } else if (key[0] == 'g' && key[1] == '/') {
+        labels[0] = "GPU";
+        rc = ctl_gs_sync(c, key + 2);
     } else {
         labels[0] = "ElasticGPU";
         rc = ctl_egpu_sync(c, key + 2);
@@ -221,6 +261,7 @@ static void *worker(void *data)
             egpu_log(EGPU_LOG_INFO, "reconciling: caches synced and leading");
             enqueue_all(c, CTL_CLAIMS, false);
             enqueue_all(c, CTL_EGPUS, false);
+            ctl_gs_enqueue_all(c);
             was_leading = true;
         }
         if (egpu_ctl_queue_get(c->queue, 200, &key) != 0)
@@ -332,6 +373,7 @@ static void tick(void *data)
         c->next_resync_ms = now_ms() + c->o.resync_ms;
         enqueue_all(c, CTL_CLAIMS, false);
         enqueue_all(c, CTL_EGPUS, false);
+        ctl_gs_enqueue_all(c);
     }
 }
 
@@ -363,9 +405,9 @@ static int start_informers(struct ctl *c, struct egpu_error *err)
         {on_claim, on_claim_update, on_claim, c},
         {on_capacity, on_capacity_update, on_capacity, c},
         {on_egpu, on_egpu_update, on_egpu_delete, c},
+        {on_gpu_add, on_gpu_update, on_gpu_delete, c},
         {on_capacity, on_capacity_update, on_capacity, c},
-        {on_capacity, on_capacity_update, on_capacity, c},
-        {on_pod, on_pod_update, on_pod, c},
+        {on_pod_add, on_pod_changed, on_pod_delete, c},
     };
     int rc = 0;
 
@@ -394,6 +436,8 @@ static int start(void *data, struct egpu_error *err)
         rc = egpu_kube_new(c->kcfg, &c->kube, err);
     if (!rc)
         rc = register_metrics(c, err);
+    if (!rc)
+        rc = ctl_gs_init(c, err);
     sc.reg = c->reg;
     if (!rc)
         rc = egpu_service_new(&sc, &c->svc, err);
@@ -451,6 +495,7 @@ static void finish(void *data)
     egpu_service_free(&c->svc);
     egpu_metrics_free(c->reg);
     egpu_ctl_queue_free(c->queue);
+    ctl_gs_free(c);
     ctl_index_free(c);
     json_decref(c->assumed);
     egpu_kube_free(c->kube);

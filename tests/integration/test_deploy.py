@@ -57,7 +57,9 @@ EGPU_NEEDS = {
 #     provision already made), POST (provision), DELETE (reclaimPolicy Delete)
 #   writes.c ctl_put, whole-object PUTs: a claim's finalizers (update), its
 #     status (elasticgpuclaims/status), an ElasticGPU's spec.claimRef
-#     (update) and status (elasticgpus/status); no PATCH anywhere
+#     (update) and status (elasticgpus/status)
+#   gpustatus.c ctl_gs_sync: merge PATCH of a GPU's status.allocated
+#     (gpus/status), its only PATCH
 #   writes.c ctl_event -> src/kube/event.c: POST of core/v1 events
 # Its Lease is a Role of its own namespace (CONTROLLER_LEASE_VERBS).
 CONTROLLER_NEEDS = {
@@ -70,6 +72,7 @@ CONTROLLER_NEEDS = {
     (GROUP, "elasticgpus/status", "update"),
     (GROUP, "elasticgpuclasses", "list"), (GROUP, "elasticgpuclasses", "watch"),
     (GROUP, "gpus", "list"), (GROUP, "gpus", "watch"),
+    (GROUP, "gpus/status", "patch"),
     ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "list"), ("", "pods", "watch"),
     ("", "events", "create"),
