@@ -45,6 +45,13 @@ struct egpu_sched_pod {
     /* spec.schedulerName; "" when absent or unusable (absent, not a string,
      * too long, with a NUL): a name no scheduler has */
     char scheduler_name[EGPU_K8S_NAME_MAX];
+    /* egpuc.elasticgpu.io/<container>: <claim> (egpu_api_pod_claims), in
+     * the annotations' order; when they cannot be read, nclaims is 0 and
+     * claims_error says why (the parse does not fail: the pod still counts
+     * on its node, and filter refuses it with that message) */
+    uint32_t nclaims;
+    struct egpu_api_pod_claim claims[EGPU_API_POD_CLAIMS_MAX];
+    char claims_error[EGPU_ERRMSG_MAX];
 };
 
 /* Read a v1.Pod (API JSON) into *out: identity, node, phase, the sum of its
@@ -124,6 +131,101 @@ int egpu_sched_cache_egpu_set(struct egpu_sched_cache *c, const json_t *egpu,
                               struct egpu_error *err) EGPU_MUST_CHECK;
 int egpu_sched_cache_egpu_delete(struct egpu_sched_cache *c, const char *name);
 
+/* ElasticGPUClaims (namespaced, egpu_api_claim_decode) and ElasticGPUClasses
+ * (cluster-scoped, egpu_api_class_decode), for pods that use claims
+ * (egpuc.elasticgpu.io/<container>: <claim>, read with egpu_api_pod_claims).
+ *
+ * A claim is served by the ElasticGPU whose spec.claimRef names it (not
+ * Released; claimRef.uid, when given, the claim's uid; the one the claim's
+ * status.elasticGPUName names first, else the oldest seen). A claimed
+ * container of a pod placed on that ElasticGPU's node and card(s), whose
+ * request fits inside it, is counted INSIDE the ElasticGPU's reservation
+ * while that is applied: its share is not added to the card again (the
+ * pod's CPU, memory and other containers count as usual). One pod at a time
+ * is counted inside an ElasticGPU; any other, and any container whose
+ * ElasticGPU is not applied (or not there yet: a WaitForFirstConsumer claim
+ * before provisioning), counts beside it, as any pod. Whatever order the
+ * events come in (the ElasticGPU before or after the pod, the ElasticGPU or
+ * the claim changed or deleted, a relist), the pods of the claim concerned
+ * are counted again, so a share is never held twice and never dropped.
+ *
+ * Each returns 0, EGPU_ESYNTAX / EGPU_ERANGE from the decoder naming the
+ * field (the cache unchanged) or -ENOMEM. Deletes of unknown objects are
+ * no-ops. */
+int egpu_sched_cache_claim_set(struct egpu_sched_cache *c, const json_t *claim,
+                               struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_sched_cache_claim_delete(struct egpu_sched_cache *c, const char *ns, const char *name);
+int egpu_sched_cache_class_set(struct egpu_sched_cache *c, const json_t *cls,
+                               struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_sched_cache_class_delete(struct egpu_sched_cache *c, const char *name);
+
+/* Where a pod that uses claims may go (filter, prioritize and bind), made
+ * by egpu_sched_cache_claim_plan_locked under the cache lock. About 20 KiB:
+ * allocate it. */
+struct egpu_sched_claim_plan {
+    uint32_t nclaims;             /* the pod's claims (0: the pod uses none); 1 when
+                                     its claim annotations are unreadable */
+    char error[2048];             /* a reason every node fails with, or "" */
+    char node[EGPU_K8S_NAME_MAX]; /* the node its bound claims' ElasticGPUs are on, "" = any */
+    char node_why[2048];          /* why every other node fails */
+    struct egpu_pod_request rest; /* the pod's request less the containers inside
+                                     ElasticGPUs: what is placed beside (model mask as the
+                                     pod's) */
+    uint32_t rest_of[EGPU_CONTAINERS_MAX]; /* rest.containers[i] is the pod's rest_of[i] */
+    uint32_t ninside;                      /* containers of bound claims */
+    uint32_t nwait;                        /* containers of WaitForFirstConsumer claims */
+    struct {
+        uint32_t container;           /* index in the pod's request */
+        char egpu[EGPU_K8S_NAME_MAX]; /* the ElasticGPU it goes inside */
+    } inside[EGPU_CONTAINERS_MAX];
+    struct {
+        uint32_t container;                 /* index in the pod's request, placed by it */
+        char claim[EGPU_K8S_NAME_MAX];      /* the claim, to annotate at bind */
+        char class_name[EGPU_K8S_NAME_MAX]; /* its class (nodeSelector, models) */
+    } wait[EGPU_CONTAINERS_MAX];
+};
+
+/* Plan pod (a cached or filter-decoded pod) into *plan. For each claimed
+ * container, in order, the first problem found goes into plan->error:
+ * the container asks no gpu-core; another pod placed and not finished uses
+ * the claim ("claim X is in use by pod ns/p on node n; ..."); the claim's
+ * ElasticGPU is not applied (its state and reason) or is smaller than the
+ * container's request; two bound claims on different nodes; the claim is
+ * not found; it is bound to an ElasticGPU not seen yet; its class is not
+ * found (or no default class); the class is Immediate ("claim X is not
+ * bound yet ..."); the class's provisioner is not the container's kind
+ * (whole cards or a share). A bound claim fixes plan->node and puts the
+ * container in inside[] (and out of rest); a WaitForFirstConsumer claim
+ * puts it in wait[] (placed by its own request). */
+void egpu_sched_cache_claim_plan_locked(struct egpu_sched_cache *c,
+                                        const struct egpu_sched_pod *pod,
+                                        struct egpu_sched_claim_plan *plan);
+
+/* May a pod of plan go to node (by name)? False with why (len bytes) when
+ * plan->error is set, node is not plan->node, or a WaitForFirstConsumer
+ * claim's class does not allow the node (nodeSelector over its labels, or
+ * models over its cards' model). */
+bool egpu_sched_cache_claim_node_ok_locked(struct egpu_sched_cache *c,
+                                           const struct egpu_sched_claim_plan *plan,
+                                           const char *node, char *why, size_t len);
+
+/* The pod's whole pick on node: rest's shares (a pick for plan->rest) with
+ * their containers mapped back, and each inside container on its
+ * ElasticGPU's card(s). Returns 0, or -EINVAL when an ElasticGPU is no
+ * longer applied on node (message names it). */
+int egpu_sched_cache_claim_pick_locked(struct egpu_sched_cache *c,
+                                       const struct egpu_sched_claim_plan *plan,
+                                       const struct egpu_node *node, const struct egpu_pick *rest,
+                                       struct egpu_pick *out,
+                                       struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Append the GPU object names of container's cards in pick on node to out,
+ * comma-separated (EGPU_ANN_SELECTED_GPUS). Returns 0, -ENOENT (a card
+ * whose GPU object the cache lacks) or egpu_buf_append's error. */
+int egpu_sched_cache_gpu_names_locked(struct egpu_sched_cache *c, const struct egpu_node *node,
+                                      const struct egpu_pick *pick, uint32_t container,
+                                      struct egpu_buf *out) EGPU_MUST_CHECK;
+
 /* Hold the cache; returns its cluster, valid until egpu_sched_cache_unlock. */
 struct egpu_cluster *egpu_sched_cache_lock(struct egpu_sched_cache *c);
 void egpu_sched_cache_unlock(struct egpu_sched_cache *c);
@@ -175,6 +277,9 @@ struct egpu_sched_cache_stats {
     uint64_t reservation_overfills;              /* times one was found not to fit */
     size_t duplicate_gpus;                       /* GPU objects left out: their UUID is another's */
     uint64_t assigned_ignored; /* changes to a bound pod's assigned annotation not believed */
+    size_t claims;             /* ElasticGPUClaims cached */
+    size_t classes;            /* ElasticGPUClasses cached */
+    size_t inside;             /* containers counted inside their claim's ElasticGPU */
 };
 void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
 void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
@@ -196,6 +301,12 @@ struct egpu_extender_ops {
      * ns/name, retrying a 409 on a fresh copy. 0 or a negative code. */
     int (*annotate)(void *data, const char *ns, const char *name, const char *key,
                     const char *value, struct egpu_error *err);
+    /* Merge-patch claim ns/name's metadata.annotations EGPU_ANN_SELECTED_NODE
+     * = node and EGPU_ANN_SELECTED_GPUS = gpus (GPU object names, comma-
+     * separated): where a WaitForFirstConsumer claim is to be provisioned.
+     * NULL: such claims are not bound. 0 or a negative code. */
+    int (*annotate_claim)(void *data, const char *ns, const char *name, const char *node,
+                          const char *gpus, struct egpu_error *err);
     /* POST the pods/binding subresource (uid may be ""). 0 or a negative code. */
     int (*bind)(void *data, const char *ns, const char *name, const char *uid, const char *node,
                 struct egpu_error *err);
@@ -226,6 +337,7 @@ enum egpu_bind_result {
     EGPU_BIND_ANNOTATE,    /* writing elasticgpu.io/assigned failed */
     EGPU_BIND_BINDING,     /* POST binding failed */
     EGPU_BIND_NOT_OURS,    /* the pod is another scheduler's or asks for no GPU */
+    EGPU_BIND_CLAIM,       /* annotating a WaitForFirstConsumer claim failed */
     EGPU_BIND_RESULTS,
 };
 const char *egpu_bind_result_name(enum egpu_bind_result r);

@@ -1,11 +1,14 @@
 /* scheduler/api.c - the extender's side of the API server: informers that
  * feed the cache, and the two writes bind makes.
  *
- * Four informers (nodes, pods in every namespace, GPU objects, ElasticGPUs)
- * turn list+watch events into cache updates. The writes: the elasticgpu.io/
- * assigned annotation, as a JSON merge patch made conditional on the pod's
- * resourceVersion (a 409 means the pod changed under us: read it again,
- * check it is still the same unbound pod, and retry), and the Binding.
+ * Six informers (nodes, pods in every namespace, GPU objects, ElasticGPUs,
+ * ElasticGPUClaims, ElasticGPUClasses) turn list+watch events into cache
+ * updates. The writes: the elasticgpu.io/assigned annotation, as a JSON
+ * merge patch made conditional on the pod's resourceVersion (a 409 means the
+ * pod changed under us: read it again, check it is still the same unbound
+ * pod, and retry), the selected-node and selected-gpus annotations of a
+ * WaitForFirstConsumer claim (a merge patch of those two keys only), and
+ * the Binding.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,9 +21,10 @@
 
 #define ANNOTATE_TRIES 5
 
-enum { INF_NODES, INF_GPUS, INF_PODS, INF_EGPUS };
+enum { INF_NODES, INF_GPUS, INF_PODS, INF_EGPUS, INF_CLAIMS, INF_CLASSES };
 
-static const char *const kinds[SCHED_INFORMERS] = {"Node", "GPU", "Pod", "ElasticGPU"};
+static const char *const kinds[SCHED_INFORMERS] = {
+    "Node", "GPU", "Pod", "ElasticGPU", "ElasticGPUClaim", "ElasticGPUClass"};
 
 const char *egpu__sched_api_kind(int i)
 {
@@ -172,12 +176,63 @@ static void on_egpu_delete(void *ud, const json_t *obj)
         (void)egpu_sched_cache_egpu_delete(((struct egpu_sched_api *)ud)->cache, name);
 }
 
+/* Claims say which ElasticGPU serves a pod's container, classes how a
+ * WaitForFirstConsumer claim may be placed (cache.c). */
+static void on_claim(void *ud, const json_t *obj)
+{
+    struct egpu_error err = {0};
+
+    if (egpu_sched_cache_claim_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
+        refused(ud, INF_CLAIMS, obj, &err);
+}
+
+static void on_claim_update(void *ud, const json_t *old_obj, const json_t *obj)
+{
+    (void)old_obj;
+    on_claim(ud, obj);
+}
+
+static void on_claim_delete(void *ud, const json_t *obj)
+{
+    const json_t *meta = json_object_get(obj, "metadata");
+    const char *ns = egpu_kube_str(json_object_get(meta, "namespace"));
+    const char *name = egpu_kube_str(json_object_get(meta, "name"));
+
+    if (ns != NULL && name != NULL)
+        (void)egpu_sched_cache_claim_delete(((struct egpu_sched_api *)ud)->cache, ns, name);
+}
+
+static void on_class(void *ud, const json_t *obj)
+{
+    struct egpu_error err = {0};
+
+    if (egpu_sched_cache_class_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
+        refused(ud, INF_CLASSES, obj, &err);
+}
+
+static void on_class_update(void *ud, const json_t *old_obj, const json_t *obj)
+{
+    (void)old_obj;
+    on_class(ud, obj);
+}
+
+static void on_class_delete(void *ud, const json_t *obj)
+{
+    const char *name = egpu_kube_str(json_object_get(json_object_get(obj, "metadata"), "name"));
+
+    if (name != NULL)
+        (void)egpu_sched_cache_class_delete(((struct egpu_sched_api *)ud)->cache, name);
+}
+
 int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
 {
-    const struct egpu_kube_resource *res[SCHED_INFORMERS] = {[INF_NODES] = &egpu_kube_nodes,
-                                                             [INF_GPUS] = &egpu_kube_gpus,
-                                                             [INF_PODS] = &egpu_kube_pods,
-                                                             [INF_EGPUS] = &egpu_kube_elasticgpus};
+    const struct egpu_kube_resource *res[SCHED_INFORMERS] = {
+        [INF_NODES] = &egpu_kube_nodes,
+        [INF_GPUS] = &egpu_kube_gpus,
+        [INF_PODS] = &egpu_kube_pods,
+        [INF_EGPUS] = &egpu_kube_elasticgpus,
+        [INF_CLAIMS] = &egpu_kube_elasticgpuclaims,
+        [INF_CLASSES] = &egpu_kube_elasticgpuclasses};
     const struct egpu_kube_informer_cbs cbs[SCHED_INFORMERS] = {
         [INF_NODES] = {.on_add = on_node,
                        .on_update = on_node_update,
@@ -195,6 +250,14 @@ int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
                        .on_update = on_egpu_update,
                        .on_delete = on_egpu_delete,
                        .ud = api},
+        [INF_CLAIMS] = {.on_add = on_claim,
+                        .on_update = on_claim_update,
+                        .on_delete = on_claim_delete,
+                        .ud = api},
+        [INF_CLASSES] = {.on_add = on_class,
+                         .on_update = on_class_update,
+                         .on_delete = on_class_delete,
+                         .ud = api},
     };
 
     for (int i = 0; i < SCHED_INFORMERS; i++) {
@@ -264,6 +327,23 @@ int egpu__sched_api_annotate(void *data, const char *ns, const char *name, const
         egpu_log(EGPU_LOG_INFO, "annotation conflict, retrying pod=%s/%s attempt=%d", ns, name,
                  attempt + 1);
     }
+    return rc;
+}
+
+int egpu__sched_api_annotate_claim(void *data, const char *ns, const char *name, const char *node,
+                                   const char *gpus, struct egpu_error *err)
+{
+    struct egpu_sched_api *api = data;
+    struct egpu_kube_status st;
+    json_t *patch = json_pack("{s:{s:{s:s,s:s}}}", "metadata", "annotations",
+                              EGPU_ANN_SELECTED_NODE, node, EGPU_ANN_SELECTED_GPUS, gpus);
+    int rc;
+
+    if (patch == NULL)
+        return egpu_error_set(err, -ENOMEM, "annotating claim %s/%s: out of memory", ns, name);
+    rc = egpu_kube_patch(api->kube, &egpu_kube_elasticgpuclaims, ns, name, EGPU_KUBE_MERGE_PATCH,
+                         patch, NULL, &st, err);
+    json_decref(patch);
     return rc;
 }
 

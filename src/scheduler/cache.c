@@ -26,6 +26,7 @@
  *     the core; it takes the card over only once the owner is gone.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,12 +53,38 @@ struct gpu_owner {
 
 struct pod_entry;
 struct resv_entry;
+struct claim_entry;
+
+/* One claimed container of a pod (egpuc.elasticgpu.io/<container>), linked
+ * into its claim's list of users. */
+struct claim_use {
+    struct pod_entry *pod;
+    struct claim_entry *ce;
+    struct claim_use *prev, *next; /* ce->uses */
+};
+
+/* An ElasticGPUClaim as far as the scheduler needs it: what the claims
+ * informer says of it (known), the pods whose containers use it and the
+ * ElasticGPUs whose spec.claimRef names it. Kept while any of the three
+ * refers to it, under "namespace/name". */
+struct claim_entry {
+    char key[2 * EGPU_K8S_NAME_MAX];
+    char ns[EGPU_NAMESPACE_MAX], name[EGPU_K8S_NAME_MAX];
+    bool known; /* the claim object is cached */
+    char uid[EGPU_API_UID_MAX];
+    char class_name[EGPU_K8S_NAME_MAX]; /* spec.elasticGPUClassName, "" = the default class */
+    enum egpu_api_claim_phase phase;
+    char bound_egpu[EGPU_K8S_NAME_MAX]; /* status.elasticGPUName */
+    struct claim_use *uses;
+    struct resv_entry *resvs; /* through resv_entry.claim_next */
+};
 
 struct node_info {
     char name[EGPU_K8S_NAME_MAX];
     struct pod_entry *pods;   /* pods placed here (list through pod_entry.next) */
     struct resv_entry *resvs; /* ElasticGPUs naming this node, oldest first */
     bool has_node;            /* the Node object is known */
+    json_t *labels;           /* its metadata.labels (a copy), NULL = none */
     int64_t cpu_milli;        /* allocatable */
     int64_t mem_mib;
     uint32_t ngpus;
@@ -72,6 +99,12 @@ struct pod_entry {
     bool unresolved;        /* counted without its cards (they could not be matched) */
     struct node_info *home; /* the node it is placed on, or NULL */
     struct pod_entry *prev, *next;
+    uint64_t parked; /* uncounted by park_users under this tag, to be counted again */
+    uint32_t nuses;  /* pod.claims[i] is uses[i]'s claim */
+    struct claim_use uses[EGPU_API_POD_CLAIMS_MAX];
+    /* container i of pod.req counted inside this ElasticGPU (whose occupant
+     * this pod is), not beside it; NULL = beside (or not counted) */
+    struct resv_entry *inside[EGPU_CONTAINERS_MAX];
 };
 
 /* ElasticGPU reservations (egpu_api_egpu_reservation): capacity held on
@@ -97,6 +130,12 @@ struct resv_entry {
     bool was_applied;                              /* rebuild(): held before the node was rebuilt */
     uint64_t held_mem_mib;                /* memory held while applied (whole cards: theirs) */
     uint32_t core_milli, mem_mib, ncards; /* struct egpu_reservation's */
+    struct claim_entry *claim;            /* spec.claimRef's claim, or NULL */
+    struct resv_entry *claim_next;        /* claim->resvs */
+    char claim_uid[EGPU_API_UID_MAX];     /* spec.claimRef.uid, "" = any */
+    bool released;                        /* phase Released: its claim is gone, it serves none */
+    struct pod_entry *occupant;           /* the pod with a container counted inside it */
+    char why[EGPU_ERRMSG_MAX];            /* why it is not applied (waiting, overfill, off) */
     char gpus[][EGPU_K8S_NAME_MAX];       /* ncards GPU object names */
 };
 
@@ -107,6 +146,9 @@ struct egpu_sched_cache {
     struct egpu_map *pods;     /* key -> struct pod_entry */
     struct egpu_map *owners;   /* GPU UUID -> struct gpu_owner */
     struct egpu_map *resvs;    /* ElasticGPU name -> struct resv_entry */
+    struct egpu_map *claims;   /* "namespace/name" -> struct claim_entry */
+    struct egpu_map *classes;  /* ElasticGPUClass name -> struct egpu_api_class */
+    uint64_t park_seq;         /* last park_users tag handed out */
     uint64_t resv_seq;         /* last resv_entry.seq handed out */
     uint64_t resv_overfills;   /* times a reservation was found not to fit */
     size_t nshadowed;          /* GPU slots left out as duplicates */
@@ -124,13 +166,17 @@ struct egpu_sched_cache *egpu_sched_cache_new(void)
     c->pods = egpu_map_new();
     c->owners = egpu_map_new();
     c->resvs = egpu_map_new();
+    c->claims = egpu_map_new();
+    c->classes = egpu_map_new();
     if (c->cluster == NULL || c->nodes == NULL || c->pods == NULL || c->owners == NULL ||
-        c->resvs == NULL) {
+        c->resvs == NULL || c->claims == NULL || c->classes == NULL) {
         egpu_cluster_free(c->cluster);
         egpu_map_free(c->nodes);
         egpu_map_free(c->pods);
         egpu_map_free(c->owners);
         egpu_map_free(c->resvs);
+        egpu_map_free(c->claims);
+        egpu_map_free(c->classes);
         egpu_free(c);
         return NULL;
     }
@@ -150,11 +196,18 @@ static void free_values(struct egpu_map *m)
 
 void egpu_sched_cache_free(struct egpu_sched_cache *c)
 {
+    size_t pos = 0;
+    struct node_info *ni;
+
     if (c == NULL)
         return;
+    while ((ni = egpu_map_next(c->nodes, &pos, NULL)) != NULL)
+        json_decref(ni->labels);
     egpu_cluster_free(c->cluster);
     free_values(c->nodes);
     free_values(c->pods);
+    free_values(c->claims);
+    free_values(c->classes);
     free_values(c->owners);
     free_values(c->resvs);
     pthread_mutex_destroy(&c->lock);
@@ -230,42 +283,174 @@ static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
     return true;
 }
 
-/* Count entry e on its node in the core, if the node is there.
- *
- * Hook (issue 12, not done yet): a pod whose container uses a claim
- * (egpuc.elasticgpu.io/<container>) will be placed exactly into its bound
- * ElasticGPU's reservation; that container's share must then be counted
- * inside the reservation (resv_entry), not beside it, or the card would be
- * counted twice. Until then every pod counts beside the reservations. */
-static void count(struct egpu_sched_cache *c, struct pod_entry *e)
+/* ---- Claims: which ElasticGPU a claimed container is counted inside ---- */
+
+static struct gpu_info *slot_named(struct node_info *ni, const char *name);
+
+/* The ElasticGPU that serves claim ce: one whose spec.claimRef names it, not
+ * Released (its claim is gone), whose claimRef.uid is the claim's (when
+ * both are known); the one the claim's status.elasticGPUName names first,
+ * else the oldest. NULL when none. */
+static struct resv_entry *claim_resv(const struct claim_entry *ce)
 {
-    const char *target = target_of(&e->pod);
-    struct egpu_node *n = target ? egpu_cluster_node(c->cluster, target) : NULL;
+    struct resv_entry *best = NULL;
+
+    for (struct resv_entry *r = ce != NULL ? ce->resvs : NULL; r != NULL; r = r->claim_next) {
+        if (r->released ||
+            (ce->known && ce->uid[0] && r->claim_uid[0] && strcmp(ce->uid, r->claim_uid) != 0))
+            continue;
+        if (ce->known && strcmp(ce->bound_egpu, r->name) == 0)
+            return r;
+        if (best == NULL || r->seq < best->seq)
+            best = r;
+    }
+    return best;
+}
+
+/* Does container request cr fit inside ElasticGPU r: the same number of
+ * cards, whole cards for whole cards, else at most r's core and memory? */
+static bool fits_inside(const struct resv_entry *r, const struct egpu_container_request *cr)
+{
+    if (cr->ncards != r->ncards)
+        return false;
+    if (r->core_milli == EGPU_GPU_MILLI || cr->core_milli == EGPU_GPU_MILLI)
+        return r->core_milli == cr->core_milli;
+    return cr->core_milli <= r->core_milli && cr->mem_mib <= r->mem_mib;
+}
+
+/* The card UUID of r's card k (r applied: its GPU objects are known). */
+static const char *resv_uuid(const struct resv_entry *r, uint32_t k)
+{
+    const struct gpu_info *g = r->home != NULL ? slot_named(r->home, r->gpus[k]) : NULL;
+
+    return g != NULL ? g->uuid : "";
+}
+
+/* Position of GPU container name in p's request, or UINT32_MAX. */
+static uint32_t container_of(const struct egpu_sched_pod *p, const char *name)
+{
+    for (uint32_t i = 0; i < p->req.ncontainers; i++) {
+        if (strcmp(p->containers[i], name) == 0)
+            return i;
+    }
+    return UINT32_MAX;
+}
+
+/* Take out of req and pick (e's, on node n) the claimed containers that are
+ * counted inside their claim's ElasticGPU: it is applied on n, holds no
+ * other pod, the container's cards in pick are exactly its cards and its
+ * request fits inside it. in[i] gets that ElasticGPU for container i of
+ * e's request (NULL: counted beside). */
+static void split_inside(const struct pod_entry *e, const struct egpu_node *n,
+                         struct egpu_pod_request *req, struct egpu_pick *pick,
+                         struct resv_entry *in[EGPU_CONTAINERS_MAX])
+{
+    uint32_t map[EGPU_CONTAINERS_MAX], nc = 0, ns = 0;
+    bool any = false;
+
+    memset(in, 0, EGPU_CONTAINERS_MAX * sizeof(in[0]));
+    for (uint32_t u = 0; u < e->nuses; u++) {
+        struct resv_entry *r = claim_resv(e->uses[u].ce);
+        uint32_t ci = container_of(&e->pod, e->pod.claims[u].container), found = 0;
+
+        if (r == NULL || ci == UINT32_MAX || r->state != RESV_APPLIED ||
+            strcmp(r->node, n->name) != 0 || (r->occupant != NULL && r->occupant != e) ||
+            !fits_inside(r, &req->containers[ci]))
+            continue;
+        for (uint32_t s = 0; s < pick->nshares; s++) {
+            bool mine = false;
+
+            if (pick->shares[s].container != ci)
+                continue;
+            for (uint32_t k = 0; k < r->ncards && !mine; k++)
+                mine = strcmp(n->gpus[pick->shares[s].gpu].uuid, resv_uuid(r, k)) == 0;
+            found += mine ? 1 : EGPU_PICK_SHARES_MAX; /* a card not its: never equal */
+        }
+        if (found != r->ncards)
+            continue;
+        in[ci] = r;
+        any = true;
+    }
+    if (!any)
+        return;
+    for (uint32_t i = 0; i < req->ncontainers; i++) {
+        if (in[i] == NULL) {
+            map[i] = nc;
+            req->containers[nc++] = req->containers[i];
+        }
+    }
+    for (uint32_t s = 0; s < pick->nshares; s++) {
+        if (in[pick->shares[s].container] == NULL) {
+            pick->shares[ns] = pick->shares[s];
+            pick->shares[ns++].container = (uint16_t)map[pick->shares[s].container];
+        }
+    }
+    req->ncontainers = nc;
+    pick->nshares = ns;
+}
+
+/* Count entry e on node n in the core: its placement (annotation) read into
+ * a pick, the containers counted inside their claim's ElasticGPU taken out.
+ * Returns 0, or egpu_cluster_assign's error (e then holds nothing). */
+static int count_on(struct egpu_sched_cache *c, struct pod_entry *e, struct egpu_node *n,
+                    struct egpu_error *err)
+{
     struct egpu_pod_request req = e->pod.req;
-    struct egpu_error err = {0};
+    struct resv_entry *in[EGPU_CONTAINERS_MAX];
     struct egpu_pick pick = {0};
+    int rc;
 
     e->unresolved = false;
-    if (n == NULL)
-        return;
+    memset(in, 0, sizeof(in));
     if (egpu_sched_pod_wants_gpu(&e->pod) && !pick_of(&e->pod, n, &pick)) {
         egpu_log(EGPU_LOG_WARN, "counting pod without its cards pod=%s node=%s reason=\"%s\"",
-                 e->key, target,
+                 e->key, n->name,
                  e->pod.has_assigned        ? "annotation names cards or containers the node lacks"
                  : e->pod.assigned_error[0] ? e->pod.assigned_error
                                             : "bound without " EGPU_ANN_ASSIGNED);
         req.ncontainers = 0;
         pick.nshares = 0;
         e->unresolved = true;
+    } else if (e->nuses > 0) {
+        split_inside(e, n, &req, &pick, in);
     }
-    if (egpu_cluster_assign(c->cluster, e->key, n, &req, &pick, &err) != 0) {
+    rc = egpu_cluster_assign(c->cluster, e->key, n, &req, &pick, err);
+    if (rc) {
+        e->unresolved = false;
+        return rc;
+    }
+    e->counted = true;
+    for (uint32_t i = 0; i < e->pod.req.ncontainers; i++) {
+        e->inside[i] = in[i];
+        if (in[i] != NULL) {
+            in[i]->occupant = e;
+            egpu_log(EGPU_LOG_DEBUG,
+                     "container counted inside its claim's ElasticGPU pod=%s container=%s "
+                     "elasticgpu=%s node=%s",
+                     e->key, e->pod.containers[i], in[i]->name, n->name);
+        }
+    }
+    return 0;
+}
+
+/* Count entry e on its node in the core, if the node is there. A container
+ * that uses a claim is counted inside the claim's ElasticGPU when that is
+ * applied on the same cards (split_inside), so the card is never counted
+ * twice; else beside it, as any pod. */
+static void count(struct egpu_sched_cache *c, struct pod_entry *e)
+{
+    const char *target = target_of(&e->pod);
+    struct egpu_node *n = target ? egpu_cluster_node(c->cluster, target) : NULL;
+    struct egpu_error err = {0};
+
+    e->unresolved = false;
+    if (n == NULL)
+        return;
+    if (count_on(c, e, n, &err) != 0)
         egpu_log(EGPU_LOG_ERROR,
                  "pod does not fit where the API says it is pod=%s node=%s "
                  "reason=\"%s\"",
                  e->key, target, err.msg);
-        return;
-    }
-    e->counted = true;
 }
 
 /* The node e is counted on, copied into was (EGPU_K8S_NAME_MAX bytes; ""
@@ -280,12 +465,58 @@ static void counted_on(const struct pod_entry *e, char *was)
 
 static void resv_retry(struct egpu_sched_cache *c, const char *node);
 
+/* e holds nothing in the core any more (released, or its node removed):
+ * forget the ElasticGPUs it was counted inside. */
+static void forget_count(struct pod_entry *e)
+{
+    for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++) {
+        if (e->inside[i] != NULL && e->inside[i]->occupant == e)
+            e->inside[i]->occupant = NULL;
+        e->inside[i] = NULL;
+    }
+    e->counted = false;
+    e->unresolved = false;
+}
+
 static void uncount(struct egpu_sched_cache *c, struct pod_entry *e)
 {
     if (e->counted && egpu_cluster_release(c->cluster, e->key, NULL) != 0)
         egpu_log(EGPU_LOG_ERROR, "bug: counted pod held nothing pod=%s", e->key);
-    e->counted = false;
-    e->unresolved = false;
+    forget_count(e);
+}
+
+/* Uncount the users of claim ce (those counted on node, or anywhere when
+ * node is NULL) and mark them with a new tag, so that unpark_users counts
+ * exactly them again once their claim's ElasticGPU has changed: each is
+ * then counted inside or beside it as it is then, never both. Returns the
+ * tag (0 when ce is NULL). */
+static uint64_t park_users(struct egpu_sched_cache *c, struct claim_entry *ce, const char *node)
+{
+    uint64_t tag;
+
+    if (ce == NULL)
+        return 0;
+    tag = ++c->park_seq;
+    for (struct claim_use *u = ce->uses; u != NULL; u = u->next) {
+        struct pod_entry *e = u->pod;
+        const char *t = target_of(&e->pod);
+
+        if (!e->counted || e->parked != 0 || (node != NULL && (t == NULL || strcmp(t, node))))
+            continue;
+        uncount(c, e);
+        e->parked = tag;
+    }
+    return tag;
+}
+
+static void unpark_users(struct egpu_sched_cache *c, struct claim_entry *ce, uint64_t tag)
+{
+    for (struct claim_use *u = ce != NULL ? ce->uses : NULL; tag != 0 && u != NULL; u = u->next) {
+        if (u->pod->parked == tag) {
+            u->pod->parked = 0;
+            count(c, u->pod);
+        }
+    }
 }
 
 static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r);
@@ -320,10 +551,8 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
     }
     if (egpu_cluster_node(c->cluster, ni->name) != NULL) {
         /* Removing the node releases every pod and reservation counted on it. */
-        for (e = ni->pods; e != NULL; e = e->next) {
-            e->counted = false;
-            e->unresolved = false;
-        }
+        for (e = ni->pods; e != NULL; e = e->next)
+            forget_count(e);
         if (egpu_cluster_remove_node(c->cluster, ni->name) != 0)
             egpu_log(EGPU_LOG_ERROR, "bug: node vanished from the core node=%s", ni->name);
     }
@@ -431,6 +660,7 @@ int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
     const char *name = str_at(node, "metadata", "name");
     const json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
     const char *cpu = str_at(alloc, "cpu", NULL), *mem = str_at(alloc, "memory", NULL);
+    const json_t *labels = json_object_get(json_object_get(node, "metadata"), "labels");
     int64_t cpu_milli = 0, mem_mib = 0;
     struct node_info *ni;
     int rc = 0;
@@ -445,6 +675,11 @@ int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
         return egpu_error_prefix(err, rc, "node %s", name);
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, name, true);
+    if (ni != NULL && !json_equal(ni->labels, labels)) {
+        /* What class nodeSelectors read; placement does not change. */
+        json_decref(ni->labels);
+        ni->labels = json_is_object(labels) ? json_deep_copy(labels) : NULL;
+    }
     if (ni == NULL) {
         rc = egpu_error_set(err, -ENOMEM, "node %s: out of memory", name);
     } else if (!ni->has_node || ni->cpu_milli != cpu_milli || ni->mem_mib != mem_mib) {
@@ -465,6 +700,8 @@ int egpu_sched_cache_node_delete(struct egpu_sched_cache *c, const char *name)
     ni = node_info(c, name, false);
     if (ni != NULL && ni->has_node) {
         ni->has_node = false;
+        json_decref(ni->labels);
+        ni->labels = NULL;
         (void)rebuild(c, ni, NULL); /* removes it: nothing to add */
         drop_if_empty(c, ni);
     }
@@ -535,6 +772,7 @@ static void resv_note(struct egpu_sched_cache *c, struct resv_entry *r,
                       enum egpu_sched_resv_state st, const char *why)
 {
     r->state = st;
+    snprintf(r->why, sizeof(r->why), "%s", why != NULL ? why : "");
     if (r->reported == st)
         return;
     r->reported = st;
@@ -575,6 +813,7 @@ static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
         .core_milli = r->core_milli, .mem_mib = r->mem_mib, .ncards = r->ncards};
     struct egpu_error err = {0};
     char why[2 * EGPU_K8S_NAME_MAX + 64]; /* two names and the words */
+    uint64_t tag;
     int rc;
 
     if (!r->holds) {
@@ -599,6 +838,9 @@ static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
         }
         res.uuids[i] = g->uuid;
     }
+    /* Its claim's users counted here beside it give their share back first,
+     * and are counted again after: inside it when it holds, else beside. */
+    tag = park_users(c, r->claim, r->node);
     rc = egpu_cluster_reserve(c->cluster, r->key, n, &res, &err);
     if (rc == 0) {
         r->held_mem_mib = 0;
@@ -613,6 +855,7 @@ static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
     } else {
         resv_note(c, r, rc == EGPU_ENOFIT ? RESV_OVERFILL : RESV_WAITING, err.msg);
     }
+    unpark_users(c, r->claim, tag);
 }
 
 /* Give back what r holds in the core (state becomes waiting, unlogged). */
@@ -622,6 +865,9 @@ static void resv_release(struct egpu_sched_cache *c, struct resv_entry *r)
         return;
     if (egpu_cluster_release(c->cluster, r->key, NULL) != 0)
         egpu_log(EGPU_LOG_ERROR, "bug: applied reservation held nothing elasticgpu=%s", r->name);
+    if (r->occupant != NULL)
+        egpu_log(EGPU_LOG_ERROR, "bug: reservation released under its pod elasticgpu=%s pod=%s",
+                 r->name, r->occupant->key);
     r->state = RESV_WAITING;
 }
 
@@ -665,12 +911,141 @@ static void resv_unlink(struct egpu_sched_cache *c, struct resv_entry *r)
     r->home = NULL;
 }
 
-/* Does r already say what e holds (same node, cards, amounts, holding)? */
+/* ---- Claim entries ---- */
+
+/* The entry of claim ns/name; created when create (NULL when out of memory
+ * or the names are too long). */
+static struct claim_entry *claim_get(struct egpu_sched_cache *c, const char *ns, const char *name,
+                                     bool create)
+{
+    char key[2 * EGPU_K8S_NAME_MAX];
+    struct claim_entry *ce;
+
+    if (strlen(ns) >= EGPU_NAMESPACE_MAX || strlen(name) >= EGPU_K8S_NAME_MAX)
+        return NULL;
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    ce = egpu_map_get(c->claims, key);
+    if (ce != NULL || !create)
+        return ce;
+    ce = egpu_calloc(1, sizeof(*ce));
+    if (ce == NULL)
+        return NULL;
+    memcpy(ce->key, key, sizeof(key));
+    snprintf(ce->ns, sizeof(ce->ns), "%s", ns);
+    snprintf(ce->name, sizeof(ce->name), "%s", name);
+    if (egpu_map_put(c->claims, ce->key, ce) != 0) {
+        egpu_free(ce);
+        return NULL;
+    }
+    return ce;
+}
+
+/* Forget ce when nothing refers to it any more. */
+static void claim_drop_if_unused(struct egpu_sched_cache *c, struct claim_entry *ce)
+{
+    if (ce == NULL || ce->known || ce->uses != NULL || ce->resvs != NULL)
+        return;
+    (void)egpu_map_del(c->claims, ce->key); /* present: ce came from the map */
+    egpu_free(ce);
+}
+
+/* Link e's claimed containers (e->pod.claims) into their claims' lists. A
+ * claim that cannot be tracked (out of memory) leaves that container
+ * beside, as any pod's. */
+static void uses_link(struct egpu_sched_cache *c, struct pod_entry *e)
+{
+    e->nuses = 0;
+    for (uint32_t i = 0; i < e->pod.nclaims; i++) {
+        struct claim_entry *ce = claim_get(c, e->pod.ns, e->pod.claims[i].claim, true);
+        struct claim_use *u = &e->uses[e->nuses];
+
+        if (ce == NULL) {
+            egpu_log(EGPU_LOG_ERROR, "out of memory: claim not tracked pod=%s claim=%s", e->key,
+                     e->pod.claims[i].claim);
+            break; /* uses[i] must stay claims[i]'s */
+        }
+        u->pod = e;
+        u->ce = ce;
+        u->prev = NULL;
+        u->next = ce->uses;
+        if (u->next != NULL)
+            u->next->prev = u;
+        ce->uses = u;
+        e->nuses++;
+    }
+}
+
+static void uses_unlink(struct egpu_sched_cache *c, struct pod_entry *e)
+{
+    for (uint32_t i = 0; i < e->nuses; i++) {
+        struct claim_use *u = &e->uses[i];
+
+        if (u->prev != NULL)
+            u->prev->next = u->next;
+        else
+            u->ce->uses = u->next;
+        if (u->next != NULL)
+            u->next->prev = u->prev;
+        claim_drop_if_unused(c, u->ce);
+    }
+    e->nuses = 0;
+}
+
+static void resv_claim_link(struct resv_entry *r, struct claim_entry *ce)
+{
+    r->claim = ce;
+    if (ce != NULL) {
+        r->claim_next = ce->resvs;
+        ce->resvs = r;
+    }
+}
+
+static void resv_claim_unlink(struct resv_entry *r)
+{
+    struct resv_entry **at;
+
+    if (r->claim == NULL)
+        return;
+    for (at = &r->claim->resvs; *at != NULL && *at != r; at = &(*at)->claim_next)
+        ;
+    if (*at == r)
+        *at = r->claim_next;
+    r->claim_next = NULL;
+    r->claim = NULL;
+}
+
+/* Claim ce's users were parked under tag while its ElasticGPUs changed:
+ * apply those that can hold now, count the users again (inside or beside),
+ * then let the reservations on their nodes try the capacity freed. */
+static void claim_settle(struct egpu_sched_cache *c, struct claim_entry *ce, uint64_t tag)
+{
+    if (ce == NULL)
+        return;
+    for (struct resv_entry *r = ce->resvs; r != NULL; r = r->claim_next)
+        resv_apply(c, r);
+    unpark_users(c, ce, tag);
+    for (struct claim_use *u = ce->uses; u != NULL; u = u->next) {
+        const char *t = target_of(&u->pod->pod);
+
+        if (t != NULL)
+            resv_retry(c, t);
+    }
+}
+
+/* Does r already say what e holds (same node, cards, amounts, holding,
+ * claim)? */
 static bool resv_same(const struct resv_entry *r, const struct egpu_api_egpu *e, bool holds,
                       const struct egpu_reservation *res)
 {
+    const struct claim_entry *ce = r->claim;
+
     if (r->holds != holds || strcmp(r->node, e->node_name) != 0 || r->ncards != res->ncards ||
         r->core_milli != res->core_milli || r->mem_mib != res->mem_mib)
+        return false;
+    if ((ce != NULL) != e->has_claim_ref ||
+        (ce != NULL && (strcmp(ce->ns, e->claim_ns) != 0 || strcmp(ce->name, e->claim_name) != 0 ||
+                        strcmp(r->claim_uid, e->claim_uid) != 0)) ||
+        r->released != (e->phase == EGPU_API_EGPU_RELEASED))
         return false;
     for (uint32_t i = 0; i < r->ncards; i++) {
         if (strcmp(r->gpus[i], res->uuids[i]) != 0)
@@ -683,8 +1058,10 @@ int egpu_sched_cache_egpu_set(struct egpu_sched_cache *c, const json_t *obj, str
 {
     struct egpu_api_egpu *e = egpu_malloc(sizeof(*e));
     struct resv_entry *r = NULL, *old;
+    struct claim_entry *ce_old = NULL, *ce_new = NULL;
     struct egpu_reservation res;
     char old_node[EGPU_K8S_NAME_MAX] = "";
+    uint64_t tag_old = 0, tag_new = 0;
     bool holds;
     int rc;
 
@@ -705,8 +1082,16 @@ int egpu_sched_cache_egpu_set(struct egpu_sched_cache *c, const json_t *obj, str
     old = egpu_map_get(c->resvs, e->meta.name);
     if (old != NULL && resv_same(old, e, holds, &res))
         goto out; /* a status change that holds the same: nothing moves */
+    if (e->has_claim_ref) {
+        ce_new = claim_get(c, e->claim_ns, e->claim_name, true);
+        if (ce_new == NULL) {
+            rc = egpu_error_set(err, -ENOMEM, "ElasticGPU %s: out of memory", e->meta.name);
+            goto out;
+        }
+    }
     r = egpu_calloc(1, sizeof(*r) + (size_t)e->ngpus * sizeof(r->gpus[0]));
     if (r == NULL) {
+        claim_drop_if_unused(c, ce_new);
         rc = egpu_error_set(err, -ENOMEM, "ElasticGPU %s: out of memory", e->meta.name);
         goto out;
     }
@@ -722,11 +1107,19 @@ int egpu_sched_cache_egpu_set(struct egpu_sched_cache *c, const json_t *obj, str
     r->seq = old != NULL ? old->seq : ++c->resv_seq;
     r->reported = old != NULL ? old->reported : RESV_OFF;
     r->state = RESV_WAITING;
+    r->released = e->phase == EGPU_API_EGPU_RELEASED;
+    snprintf(r->claim_uid, sizeof(r->claim_uid), "%s", e->claim_uid);
+    /* The pods of its claims give back what they hold, and are counted
+     * again once it is in place: inside it or beside it, never both. */
+    tag_new = park_users(c, ce_new, NULL);
     if (old != NULL) {
         /* Changed: give back what it held, then hold what it says now. */
+        ce_old = old->claim != ce_new ? old->claim : NULL;
+        tag_old = park_users(c, ce_old, NULL);
         memcpy(old_node, old->node, sizeof(old_node));
         resv_release(c, old);
         resv_unlink(c, old);
+        resv_claim_unlink(old);
         (void)egpu_map_del(c->resvs, old->name); /* present: just found */
         egpu_free(old);
     }
@@ -739,12 +1132,17 @@ int egpu_sched_cache_egpu_set(struct egpu_sched_cache *c, const json_t *obj, str
         egpu_free(r);
         rc = egpu_error_set(err, -ENOMEM, "ElasticGPU %s: out of memory", e->meta.name);
     } else {
+        resv_claim_link(r, ce_new);
         if (old == NULL && !holds)
             r->reported = RESV_OFF; /* a new Failed one: nothing to say */
         resv_apply(c, r);
     }
+    claim_settle(c, ce_new, tag_new);
+    claim_settle(c, ce_old, tag_old);
     if (old_node[0] != '\0')
         resv_retry(c, old_node);
+    claim_drop_if_unused(c, ce_old);
+    claim_drop_if_unused(c, ce_new);
 out:
     pthread_mutex_unlock(&c->lock);
     egpu_free(e);
@@ -754,19 +1152,26 @@ out:
 int egpu_sched_cache_egpu_delete(struct egpu_sched_cache *c, const char *name)
 {
     char node[EGPU_K8S_NAME_MAX];
+    struct claim_entry *ce;
     struct resv_entry *r;
+    uint64_t tag;
 
     pthread_mutex_lock(&c->lock);
     r = egpu_map_get(c->resvs, name);
     if (r != NULL) {
         memcpy(node, r->node, sizeof(node));
+        ce = r->claim;
+        tag = park_users(c, ce, NULL);
         if (r->state == RESV_APPLIED)
             egpu_log(EGPU_LOG_INFO, "reservation freed elasticgpu=%s node=%s", r->name, r->node);
         resv_release(c, r);
         resv_unlink(c, r);
+        resv_claim_unlink(r);
         (void)egpu_map_del(c->resvs, r->name); /* present: just found */
         egpu_free(r);
+        claim_settle(c, ce, tag);
         resv_retry(c, node);
+        claim_drop_if_unused(c, ce);
     }
     pthread_mutex_unlock(&c->lock);
     return 0;
@@ -952,11 +1357,44 @@ static void pod_key(char *key, const char *ns, const char *name)
     snprintf(key, POD_KEY_MAX, "%s/%s", ns, name);
 }
 
+static bool same_claims(const struct egpu_sched_pod *a, const struct egpu_sched_pod *b)
+{
+    return a->nclaims == b->nclaims &&
+           memcmp(a->claims, b->claims, a->nclaims * sizeof(a->claims[0])) == 0;
+}
+
+/* The claims whose ElasticGPU e is counted inside, into out (at most
+ * EGPU_CONTAINERS_MAX), before e is uncounted. Returns how many. */
+static uint32_t occupied(const struct pod_entry *e, struct claim_entry **out)
+{
+    uint32_t n = 0;
+
+    for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++) {
+        if (e->inside[i] != NULL && e->inside[i]->claim != NULL)
+            out[n++] = e->inside[i]->claim;
+    }
+    return n;
+}
+
+/* e was counted inside the ElasticGPUs of claims ce[0..n) and is not any
+ * more: another pod using the claim, counted beside, moves inside. */
+static void settle_freed(struct egpu_sched_cache *c, struct claim_entry **ce, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct resv_entry *r = claim_resv(ce[i]);
+
+        if (r != NULL && r->occupant == NULL)
+            claim_settle(c, ce[i], park_users(c, ce[i], NULL));
+    }
+}
+
 int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, struct egpu_error *err)
 {
     struct egpu_sched_pod *p = egpu_malloc(sizeof(*p));
+    struct claim_entry *freed[EGPU_CONTAINERS_MAX];
     struct pod_entry *e;
     char key[POD_KEY_MAX], was[EGPU_K8S_NAME_MAX];
+    uint32_t nfreed;
     int rc;
 
     if (p == NULL)
@@ -983,6 +1421,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
             rc = egpu_error_set(err, rc, "pod %s: out of memory", key);
             goto out;
         }
+        uses_link(c, e);
         rehome(c, e);
         count(c, e);
         goto out;
@@ -993,16 +1432,21 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     if (e->pod.node[0] != '\0' && strcmp(e->pod.node, p->node) == 0 && !e->pod.terminal &&
         !p->terminal && !same_assigned(&e->pod, p))
         keep_assigned(c, e, p);
-    if (same_placement(&e->pod, p) && p->req.ncontainers == e->pod.req.ncontainers) {
+    if (same_placement(&e->pod, p) && p->req.ncontainers == e->pod.req.ncontainers &&
+        same_claims(&e->pod, p)) {
         e->pod = *p; /* allocated flag, phase... */
         goto out;
     }
     counted_on(e, was);
+    nfreed = occupied(e, freed);
     uncount(c, e);
+    uses_unlink(c, e);
     e->pod = *p;
+    uses_link(c, e);
     rehome(c, e);
     count(c, e);
     resv_retry(c, was);
+    settle_freed(c, freed, nfreed);
 out:
     pthread_mutex_unlock(&c->lock);
     egpu_free(p);
@@ -1012,19 +1456,24 @@ out:
 int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, const char *name)
 {
     char key[POD_KEY_MAX], was[EGPU_K8S_NAME_MAX];
+    struct claim_entry *freed[EGPU_CONTAINERS_MAX];
     struct pod_entry *e;
+    uint32_t nfreed;
 
     pod_key(key, ns, name);
     pthread_mutex_lock(&c->lock);
     e = egpu_map_get(c->pods, key);
     if (e != NULL) {
         counted_on(e, was);
+        nfreed = occupied(e, freed);
         uncount(c, e);
+        uses_unlink(c, e);
         e->pod.terminal = true; /* placed nowhere: unlinks it */
         rehome(c, e);
         (void)egpu_map_del(c->pods, e->key); /* present: just found */
         egpu_free(e);
         resv_retry(c, was);
+        settle_freed(c, freed, nfreed);
     }
     pthread_mutex_unlock(&c->lock);
     return 0;
@@ -1117,7 +1566,9 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
 {
     struct egpu_assigned *a = out;
     char key[POD_KEY_MAX];
+    struct egpu_assigned before;
     struct pod_entry *e;
+    bool created = false, had;
     int rc;
 
     pod_key(key, pod->ns, pod->name);
@@ -1143,31 +1594,48 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
             ac->ncards++;
         }
     }
-    rc = egpu_cluster_assign(c->cluster, key, node, &pod->req, pick, err);
-    if (rc)
-        return rc;
     if (e == NULL) {
         e = egpu_calloc(1, sizeof(*e));
         if (e == NULL || egpu_map_put(c->pods, memcpy(e->key, key, sizeof(key)), e) != 0) {
             egpu_free(e);
-            if (egpu_cluster_release(c->cluster, key, NULL) != 0)
-                egpu_log(EGPU_LOG_ERROR, "bug: reservation vanished pod=%s", key);
             return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
         }
         e->pod = *pod;
+        e->pod.has_assigned = false;
+        uses_link(c, e);
+        created = true;
     }
+    had = e->pod.has_assigned;
+    if (had)
+        before = e->pod.assigned;
     e->pod.has_assigned = true;
     e->pod.assigned = *a;
-    e->counted = true;
-    e->reserved = true;
     rehome(c, e);
+    /* Counted as the annotation will say: a claimed container inside its
+     * ElasticGPU, the rest beside. */
+    rc = count_on(c, e, node, err);
+    if (rc) {
+        e->pod.has_assigned = had;
+        if (had)
+            e->pod.assigned = before;
+        rehome(c, e);
+        if (created) {
+            uses_unlink(c, e);
+            (void)egpu_map_del(c->pods, e->key); /* present: just put */
+            egpu_free(e);
+        }
+        return rc;
+    }
+    e->reserved = true;
     return 0;
 }
 
 int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const char *name)
 {
     char key[POD_KEY_MAX], was[EGPU_K8S_NAME_MAX];
+    struct claim_entry *freed[EGPU_CONTAINERS_MAX];
     struct pod_entry *e;
+    uint32_t nfreed;
     int rc = EGPU_ENOTALLOC;
 
     pod_key(key, ns, name);
@@ -1175,11 +1643,13 @@ int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const
     e = egpu_map_get(c->pods, key);
     if (e != NULL && e->counted) {
         counted_on(e, was);
+        nfreed = occupied(e, freed);
         uncount(c, e);
         e->pod.has_assigned = false;
         e->reserved = false;
         rehome(c, e);
         resv_retry(c, was);
+        settle_freed(c, freed, nfreed);
         rc = 0;
     }
     pthread_mutex_unlock(&c->lock);
@@ -1188,6 +1658,7 @@ int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const
 
 void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out)
 {
+    const struct claim_entry *ce;
     const struct pod_entry *e;
     const struct resv_entry *r;
     size_t pos = 0;
@@ -1210,7 +1681,13 @@ void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched
     while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
         out->placed += e->counted;
         out->unresolved += e->unresolved;
+        for (uint32_t i = 0; i < e->pod.req.ncontainers; i++)
+            out->inside += e->inside[i] != NULL;
     }
+    pos = 0;
+    while ((ce = egpu_map_next(c->claims, &pos, NULL)) != NULL)
+        out->claims += ce->known;
+    out->classes = egpu_map_count(c->classes);
 }
 
 void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out)
@@ -1236,5 +1713,362 @@ int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c, struct egpu_wor
         reqs[i++] = e->pod.req;
     rc = egpu_workload_from_requests(reqs, n, 0.95, out);
     egpu_free(reqs);
+    return rc;
+}
+
+/* ---- ElasticGPUClaims and ElasticGPUClasses ---- */
+
+int egpu_sched_cache_claim_set(struct egpu_sched_cache *c, const json_t *obj,
+                               struct egpu_error *err)
+{
+    struct egpu_api_claim *cl = egpu_malloc(sizeof(*cl));
+    struct claim_entry *ce;
+    uint64_t tag;
+    int rc;
+
+    if (cl == NULL)
+        return egpu_error_set(err, -ENOMEM, "ElasticGPUClaim: out of memory");
+    rc = egpu_api_claim_decode(obj, cl, err);
+    if (rc) {
+        egpu_free(cl);
+        return rc;
+    }
+    pthread_mutex_lock(&c->lock);
+    ce = claim_get(c, cl->meta.ns, cl->meta.name, true);
+    if (ce == NULL) {
+        rc = egpu_error_set(err, -ENOMEM, "ElasticGPUClaim %s/%s: out of memory", cl->meta.ns,
+                            cl->meta.name);
+    } else if (!ce->known || strcmp(ce->uid, cl->meta.uid) != 0 ||
+               strcmp(ce->class_name, cl->class_name) != 0 || ce->phase != cl->phase ||
+               strcmp(ce->bound_egpu, cl->bound_egpu) != 0) {
+        /* Which ElasticGPU serves it may change: its users are counted again. */
+        tag = park_users(c, ce, NULL);
+        ce->known = true;
+        memcpy(ce->uid, cl->meta.uid, sizeof(ce->uid));
+        memcpy(ce->class_name, cl->class_name, sizeof(ce->class_name));
+        ce->phase = cl->phase;
+        memcpy(ce->bound_egpu, cl->bound_egpu, sizeof(ce->bound_egpu));
+        claim_settle(c, ce, tag);
+    }
+    pthread_mutex_unlock(&c->lock);
+    egpu_free(cl);
+    return rc;
+}
+
+int egpu_sched_cache_claim_delete(struct egpu_sched_cache *c, const char *ns, const char *name)
+{
+    struct claim_entry *ce;
+    uint64_t tag;
+
+    pthread_mutex_lock(&c->lock);
+    ce = claim_get(c, ns, name, false);
+    if (ce != NULL && ce->known) {
+        tag = park_users(c, ce, NULL);
+        ce->known = false;
+        ce->uid[0] = ce->class_name[0] = ce->bound_egpu[0] = '\0';
+        ce->phase = EGPU_API_CLAIM_PENDING;
+        claim_settle(c, ce, tag);
+        claim_drop_if_unused(c, ce);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+int egpu_sched_cache_class_set(struct egpu_sched_cache *c, const json_t *obj,
+                               struct egpu_error *err)
+{
+    struct egpu_api_class *k = egpu_malloc(sizeof(*k)), *old;
+    int rc;
+
+    if (k == NULL)
+        return egpu_error_set(err, -ENOMEM, "ElasticGPUClass: out of memory");
+    rc = egpu_api_class_decode(obj, k, err);
+    if (rc) {
+        egpu_free(k);
+        return rc;
+    }
+    pthread_mutex_lock(&c->lock);
+    old = egpu_map_get(c->classes, k->meta.name);
+    if (old != NULL) {
+        (void)egpu_map_del(c->classes, old->meta.name); /* present: just found */
+        egpu_free(old);
+    }
+    if (egpu_map_put(c->classes, k->meta.name, k) != 0) {
+        egpu_free(k);
+        rc = egpu_error_set(err, -ENOMEM, "ElasticGPUClass: out of memory");
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int egpu_sched_cache_class_delete(struct egpu_sched_cache *c, const char *name)
+{
+    struct egpu_api_class *k;
+
+    pthread_mutex_lock(&c->lock);
+    k = egpu_map_get(c->classes, name);
+    if (k != NULL) {
+        (void)egpu_map_del(c->classes, k->meta.name); /* present: just found */
+        egpu_free(k);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+/* The class of a claim: the one it names, else the default (the first by
+ * name of those annotated default, as egpu-controller picks it). NULL with
+ * why written when there is none. */
+static const struct egpu_api_class *class_of(struct egpu_sched_cache *c,
+                                             const struct claim_entry *ce, char *why, size_t len)
+{
+    const struct egpu_api_class *k, *best = NULL;
+    size_t pos = 0;
+
+    if (ce->class_name[0] != '\0') {
+        k = egpu_map_get(c->classes, ce->class_name);
+        if (k == NULL)
+            snprintf(why, len, "claim %s: ElasticGPUClass %s not found", ce->name, ce->class_name);
+        return k;
+    }
+    while ((k = egpu_map_next(c->classes, &pos, NULL)) != NULL) {
+        if (k->is_default && (best == NULL || strcmp(k->meta.name, best->meta.name) < 0))
+            best = k;
+    }
+    if (best == NULL)
+        snprintf(why, len,
+                 "claim %s names no ElasticGPUClass and none is the default "
+                 "(annotation " EGPU_ANN_DEFAULT_CLASS ": \"true\")",
+                 ce->name);
+    return best;
+}
+
+/* Plan one claimed container (pod container ci, claim pc) into plan. */
+static void plan_claim(struct egpu_sched_cache *c, const struct egpu_sched_pod *pod,
+                       const struct egpu_api_pod_claim *pc, struct egpu_sched_claim_plan *plan,
+                       bool *in)
+{
+    struct claim_entry *ce = claim_get(c, pod->ns, pc->claim, false);
+    uint32_t ci = container_of(pod, pc->container);
+    const struct egpu_container_request *cr;
+    const struct egpu_api_class *cls;
+    struct resv_entry *r;
+    char *why = plan->error;
+    size_t len = sizeof(plan->error);
+
+    if (ci == UINT32_MAX) {
+        snprintf(why, len,
+                 "container %s uses claim %s (annotation " EGPU_ANN_CLAIM_PREFIX
+                 "%s) but asks no " EGPU_RES_GPU_CORE
+                 ": the webhook turns a claim into its container's requests",
+                 pc->container, pc->claim, pc->container);
+        return;
+    }
+    cr = &pod->req.containers[ci];
+    for (struct claim_use *u = ce != NULL ? ce->uses : NULL; u != NULL; u = u->next) {
+        const struct egpu_sched_pod *q = &u->pod->pod;
+
+        if ((strcmp(q->ns, pod->ns) != 0 || strcmp(q->name, pod->name) != 0) &&
+            target_of(q) != NULL) {
+            snprintf(why, len,
+                     "claim %s is in use by pod %s/%s on node %s; a claim serves one running "
+                     "pod at a time",
+                     pc->claim, q->ns, q->name, target_of(q));
+            return;
+        }
+    }
+    r = claim_resv(ce);
+    if (r != NULL) {
+        if (r->state != RESV_APPLIED) {
+            snprintf(why, len,
+                     "claim %s: its ElasticGPU %s on node %s holds nothing yet (%s): %.300s",
+                     pc->claim, r->name, r->node, egpu_sched_resv_state_name(r->state), r->why);
+            return;
+        }
+        if (!fits_inside(r, cr)) {
+            snprintf(why, len,
+                     "container %s asks %u milli-GPU x %u card(s) and %u MiB, more than its "
+                     "claim %s's ElasticGPU %s holds (%u milli-GPU x %u card(s), %u MiB)",
+                     pc->container, cr->core_milli, cr->ncards, cr->mem_mib, pc->claim, r->name,
+                     r->core_milli, r->ncards, r->mem_mib);
+            return;
+        }
+        if (plan->node[0] != '\0' && strcmp(plan->node, r->node) != 0) {
+            snprintf(why, len,
+                     "the pod's claims are bound to ElasticGPUs on different nodes (%s and "
+                     "claim %s's %s on %s)",
+                     plan->node, pc->claim, r->name, r->node);
+            return;
+        }
+        if (plan->node[0] == '\0') {
+            snprintf(plan->node, sizeof(plan->node), "%s", r->node);
+            snprintf(plan->node_why, sizeof(plan->node_why),
+                     "claim %s is bound to ElasticGPU %s on node %s", pc->claim, r->name, r->node);
+        }
+        plan->inside[plan->ninside].container = ci;
+        snprintf(plan->inside[plan->ninside].egpu, sizeof(plan->inside[0].egpu), "%s", r->name);
+        plan->ninside++;
+        in[ci] = true;
+        return;
+    }
+    if (ce == NULL || !ce->known) {
+        snprintf(why, len, "claim %s/%s not found", pod->ns, pc->claim);
+        return;
+    }
+    if (ce->bound_egpu[0] != '\0') {
+        snprintf(why, len,
+                 "claim %s is bound to ElasticGPU %s, which the scheduler has not seen (yet)",
+                 pc->claim, ce->bound_egpu);
+        return;
+    }
+    cls = class_of(c, ce, why, len);
+    if (cls == NULL)
+        return;
+    if (cls->binding_mode != EGPU_API_BINDING_WAIT_FOR_FIRST_CONSUMER) {
+        snprintf(why, len, "claim %s is not bound yet (class %s, bindingMode Immediate)", pc->claim,
+                 cls->meta.name);
+        return;
+    }
+    if ((cls->provisioner == EGPU_API_PROVISIONER_PHYSICAL) != (cr->core_milli == EGPU_GPU_MILLI)) {
+        snprintf(why, len, "container %s asks %s but claim %s's class %s provisions %s",
+                 pc->container,
+                 cr->core_milli == EGPU_GPU_MILLI ? "whole cards" : "a share of one card",
+                 pc->claim, cls->meta.name, egpu_api_provisioner_name(cls->provisioner));
+        return;
+    }
+    plan->wait[plan->nwait].container = ci;
+    snprintf(plan->wait[plan->nwait].claim, sizeof(plan->wait[0].claim), "%s", pc->claim);
+    snprintf(plan->wait[plan->nwait].class_name, sizeof(plan->wait[0].class_name), "%s",
+             cls->meta.name);
+    plan->nwait++;
+}
+
+void egpu_sched_cache_claim_plan_locked(struct egpu_sched_cache *c,
+                                        const struct egpu_sched_pod *pod,
+                                        struct egpu_sched_claim_plan *plan)
+{
+    bool in[EGPU_CONTAINERS_MAX] = {false};
+
+    memset(plan, 0, offsetof(struct egpu_sched_claim_plan, inside));
+    plan->rest = pod->req;
+    plan->nclaims = pod->nclaims;
+    if (pod->claims_error[0] != '\0') {
+        plan->nclaims = 1;
+        snprintf(plan->error, sizeof(plan->error), "%s", pod->claims_error);
+        return;
+    }
+    for (uint32_t i = 0; i < pod->nclaims && plan->error[0] == '\0'; i++)
+        plan_claim(c, pod, &pod->claims[i], plan, in);
+    plan->rest.ncontainers = 0;
+    for (uint32_t i = 0; i < pod->req.ncontainers; i++) {
+        if (!in[i]) {
+            plan->rest_of[plan->rest.ncontainers] = i;
+            plan->rest.containers[plan->rest.ncontainers++] = pod->req.containers[i];
+        }
+    }
+    if (plan->error[0] != '\0')
+        egpu_log(EGPU_LOG_DEBUG, "claim pod not placeable pod=%s/%s reason=\"%s\"", pod->ns,
+                 pod->name, plan->error);
+}
+
+bool egpu_sched_cache_claim_node_ok_locked(struct egpu_sched_cache *c,
+                                           const struct egpu_sched_claim_plan *plan,
+                                           const char *node, char *why, size_t len)
+{
+    const struct node_info *ni = egpu_map_get(c->nodes, node);
+
+    if (plan->error[0] != '\0') {
+        snprintf(why, len, "%s", plan->error);
+        return false;
+    }
+    if (plan->node[0] != '\0' && strcmp(plan->node, node) != 0) {
+        snprintf(why, len, "%s", plan->node_why);
+        return false;
+    }
+    for (uint32_t i = 0; i < plan->nwait; i++) {
+        const struct egpu_api_class *k = egpu_map_get(c->classes, plan->wait[i].class_name);
+        const char *model = NULL;
+        char sel[256];
+
+        for (uint32_t g = 0; ni != NULL && g < ni->ngpus && model == NULL; g++)
+            model = ni->gpus[g].shadowed ? NULL : ni->gpus[g].model;
+        if (k == NULL) {
+            snprintf(why, len, "claim %s: ElasticGPUClass %s not found", plan->wait[i].claim,
+                     plan->wait[i].class_name);
+            return false;
+        }
+        if (k->has_node_selector &&
+            !egpu_api_selector_matches(&k->node_selector, ni ? ni->labels : NULL)) {
+            (void)egpu_api_selector_format(&k->node_selector, sel, sizeof(sel));
+            snprintf(why, len, "claim %s: node %s is not one of class %s's nodes (nodeSelector %s)",
+                     plan->wait[i].claim, node, k->meta.name, sel);
+            return false;
+        }
+        if (k->models[0] != '\0' && (model == NULL || !egpu_api_class_allows_model(k, model))) {
+            snprintf(why, len, "claim %s: node %s's cards are %s; class %s allows %s",
+                     plan->wait[i].claim, node, model ? model : "none", k->meta.name, k->models);
+            return false;
+        }
+    }
+    return true;
+}
+
+int egpu_sched_cache_claim_pick_locked(struct egpu_sched_cache *c,
+                                       const struct egpu_sched_claim_plan *plan,
+                                       const struct egpu_node *node, const struct egpu_pick *rest,
+                                       struct egpu_pick *out, struct egpu_error *err)
+{
+    out->nshares = 0;
+    for (uint32_t s = 0; s < rest->nshares; s++) {
+        out->shares[out->nshares] = rest->shares[s];
+        out->shares[out->nshares++].container = (uint16_t)plan->rest_of[rest->shares[s].container];
+    }
+    for (uint32_t i = 0; i < plan->ninside; i++) {
+        const struct resv_entry *r = egpu_map_get(c->resvs, plan->inside[i].egpu);
+
+        if (r == NULL || r->state != RESV_APPLIED || strcmp(r->node, node->name) != 0)
+            return egpu_error_set(err, -EINVAL, "ElasticGPU %s is no longer held on node %s",
+                                  plan->inside[i].egpu, node->name);
+        for (uint32_t k = 0; k < r->ncards; k++) {
+            const char *uuid = resv_uuid(r, k);
+            uint32_t g = 0;
+
+            while (g < node->ngpus && strcmp(node->gpus[g].uuid, uuid) != 0)
+                g++;
+            if (g == node->ngpus || out->nshares == EGPU_PICK_SHARES_MAX)
+                return egpu_error_set(err, -EINVAL, "node %s lacks ElasticGPU %s's card %s",
+                                      node->name, r->name, r->gpus[k]);
+            out->shares[out->nshares++] = (struct egpu_share){
+                .container = (uint16_t)plan->inside[i].container,
+                .gpu = (uint16_t)g,
+                .core_milli = r->core_milli,
+                .mem_mib = r->core_milli == EGPU_GPU_MILLI ? node->gpus[g].mem_mib : r->mem_mib};
+        }
+    }
+    return 0;
+}
+
+int egpu_sched_cache_gpu_names_locked(struct egpu_sched_cache *c, const struct egpu_node *node,
+                                      const struct egpu_pick *pick, uint32_t container,
+                                      struct egpu_buf *out)
+{
+    const struct node_info *ni = egpu_map_get(c->nodes, node->name);
+    int rc = 0;
+
+    for (uint32_t s = 0; s < pick->nshares && rc == 0; s++) {
+        const char *uuid = node->gpus[pick->shares[s].gpu].uuid;
+        const char *name = NULL;
+
+        if (pick->shares[s].container != container)
+            continue;
+        for (uint32_t g = 0; ni != NULL && g < ni->ngpus && name == NULL; g++)
+            name = !ni->gpus[g].shadowed && strcmp(ni->gpus[g].uuid, uuid) == 0 ? ni->gpus[g].name
+                                                                                : NULL;
+        if (name == NULL)
+            return -ENOENT;
+        if (out->len > 0)
+            rc = egpu_buf_append(out, ",", 1);
+        if (rc == 0)
+            rc = egpu_buf_append(out, name, strlen(name));
+    }
     return rc;
 }

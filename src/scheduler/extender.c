@@ -114,8 +114,9 @@ static void last_drop(struct last_filter *l);
 
 const char *egpu_bind_result_name(enum egpu_bind_result r)
 {
-    static const char *const names[] = {"ok",        "bad_request", "unknown", "no_fit",
-                                        "ambiguous", "annotate",    "binding", "not_ours"};
+    static const char *const names[] = {"ok",      "bad_request", "unknown",
+                                        "no_fit",  "ambiguous",   "annotate",
+                                        "binding", "not_ours",    "claim"};
 
     return (size_t)r < sizeof(names) / sizeof(names[0]) ? names[r] : "unknown";
 }
@@ -522,6 +523,62 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
     return rc;
 }
 
+/* Does the pod use claims (egpuc.elasticgpu.io/<container>)? Such a pod is
+ * judged by its claim plan (egpu_sched_cache_claim_plan_locked). */
+static bool claimed(const struct egpu_sched_pod *pod)
+{
+    return pod->nclaims > 0 || pod->claims_error[0] != '\0';
+}
+
+/* Judge a pod that uses claims on nodes names[0..n) (cache lock held): a
+ * node passes when the plan allows it (the bound claims' node, the
+ * WaitForFirstConsumer classes' nodes) and the placer finds room there for
+ * the plan's rest (the containers inside ElasticGPUs take no more room).
+ * v[i] and why[i] (why may be NULL) as judge. Returns 0 or -ENOMEM. */
+static int claim_judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_cluster *c,
+                       const struct egpu_sched_claim_plan *plan, const char *const *names, size_t n,
+                       struct egpu_verdict *v, const char **why, struct egpu_buf *reasons)
+{
+    static const char failed[] = ""; /* marker: reason text is in reasons */
+    size_t pos = 0;
+    int rc = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct egpu_node *node = egpu_cluster_node(c, names[i]);
+        char text[2048];
+        double score = 0;
+
+        v[i] = (struct egpu_verdict){0};
+        if (why != NULL)
+            why[i] = NULL;
+        if (node == NULL) {
+            if (why != NULL)
+                why[i] = UNKNOWN_NODE;
+            continue;
+        }
+        if (!egpu_sched_cache_claim_node_ok_locked(x->cache, plan, names[i], text, sizeof(text))) {
+            /* text says why */
+        } else if (egpu_placer_score(p, c, node, &plan->rest, &score, NULL) == 0) {
+            v[i] = (struct egpu_verdict){.score = score, .ok = true};
+            continue;
+        } else if (why != NULL) {
+            (void)egpu_placer_can_host(p, c, node, &plan->rest, NULL, text, sizeof(text));
+        }
+        if (why != NULL) {
+            if (rc == 0)
+                rc = egpu_buf_append(reasons, text, strlen(text) + 1);
+            why[i] = failed;
+        }
+    }
+    for (size_t i = 0; rc == 0 && why != NULL && i < n; i++) {
+        if (why[i] == failed) {
+            why[i] = reasons->data + pos;
+            pos += strlen(why[i]) + 1;
+        }
+    }
+    return rc;
+}
+
 /* Map the policy's scores onto 0..10 (MaxExtenderPriority) for kube-scheduler:
  * best feasible = 10, worst feasible = 0 (all 10 when they tie); nodes that
  * cannot host the pod score 0. v and score are arrays of n. */
@@ -562,10 +619,12 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_placer *p = NULL;
     struct egpu_buf reasons;
     struct egpu_verdict *v = NULL;
+    struct egpu_sched_claim_plan *plan = NULL;
     struct egpu_cluster *c;
     const char **why;
     uint32_t *slots = NULL;
     uint64_t gen = 0, members = 0, epoch = 0;
+    bool gpu;
     int status, rc = 0;
 
     if (!synced(x))
@@ -582,9 +641,25 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         egpu__wire_args_free(&a);
         return reply_error(reply, 500, "out of memory");
     }
-    egpu_buf_init(&reasons, a.n * 512 + 1);
+    egpu_buf_init(&reasons, a.n * 2048 + 1);
+    /* A pod that uses claims is judged by its plan, also when its claimed
+     * containers ask nothing (the plan says why it cannot go anywhere). */
+    gpu = egpu_sched_pod_wants_gpu(&a.pod) || claimed(&a.pod);
+    if (claimed(&a.pod) && (plan = egpu_malloc(sizeof(*plan))) == NULL) {
+        egpu_buf_free(&reasons);
+        egpu_free(why);
+        egpu__wire_args_free(&a);
+        return reply_error(reply, 500, "out of memory");
+    }
     c = egpu_sched_cache_lock(x->cache);
-    if (egpu_sched_pod_wants_gpu(&a.pod)) {
+    if (plan != NULL) {
+        p = pod_placer(x, c, &a.pod, &err);
+        v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
+        if (p != NULL && v != NULL) {
+            egpu_sched_cache_claim_plan_locked(x->cache, &a.pod, plan);
+            rc = claim_judge(x, p, c, plan, a.names, a.n, v, why, &reasons);
+        }
+    } else if (egpu_sched_pod_wants_gpu(&a.pod)) {
         p = pod_placer(x, c, &a.pod, &err);
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
         if (p != NULL && v != NULL) {
@@ -598,14 +673,14 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     }
     /* A pod without GPUs is not ours to judge: every node passes (why all NULL). */
     egpu_sched_cache_unlock(x->cache);
-    if (egpu_sched_pod_wants_gpu(&a.pod) && (p == NULL || v == NULL || rc != 0)) {
+    if (gpu && (p == NULL || v == NULL || rc != 0)) {
         status =
             p == NULL ? reply_error(reply, 400, err.msg) : reply_error(reply, 500, "out of memory");
         goto out;
     }
     /* The prioritize that follows for this pod answers from these verdicts. */
     status = egpu__replies_filter(x->replies, reply, &a, why, slots, members) == 0 ? 200 : 500;
-    if (status == 200 && v != NULL) {
+    if (status == 200 && v != NULL && plan == NULL) {
         (void)egpu_sched_cache_lock(x->cache);
         last_keep(x, &a, v, slots, p, epoch, gen);
         egpu_sched_cache_unlock(x->cache);
@@ -617,6 +692,7 @@ out:
     egpu_free(why);
     egpu_free(v);
     egpu_free(slots);
+    egpu_free(plan);
     egpu__wire_args_free(&a);
     return status;
 }
@@ -652,6 +728,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     struct egpu_placer *p = NULL;
     struct egpu_cluster *c;
     struct egpu_verdict *v;
+    struct egpu_sched_claim_plan *plan;
     uint32_t *slots;
     uint64_t members = 0;
     uint8_t *score;
@@ -672,10 +749,20 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
         egpu__wire_args_free(&a);
         return reply_error(reply, 500, "out of memory");
     }
+    plan = claimed(&a.pod) ? egpu_malloc(sizeof(*plan)) : NULL;
     c = egpu_sched_cache_lock(x->cache);
-    if (egpu_sched_pod_wants_gpu(&a.pod))
+    if (egpu_sched_pod_wants_gpu(&a.pod) || plan != NULL)
         p = pod_placer(x, c, &a.pod, &err);
-    if (p != NULL) {
+    if (claimed(&a.pod)) {
+        /* Judged afresh: only the plan's nodes score. */
+        if (plan == NULL) {
+            rc = -ENOMEM;
+        } else if (p != NULL) {
+            egpu_sched_cache_claim_plan_locked(x->cache, &a.pod, plan);
+            rc = claim_judge(x, p, c, plan, a.names, a.n, v, NULL, NULL);
+        }
+        p = NULL; /* no slots to reuse the list by */
+    } else if (p != NULL) {
         bool hit = last_holds(x, c, &a.pod, p);
         size_t from = 0, done = 0;
 
@@ -705,6 +792,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     priority_scores(v, a.n, score);
     status = priorities(x, reply, &a, p != NULL ? slots : NULL, members, score) == 0 ? 200 : 500;
 out:
+    egpu_free(plan);
     egpu_free(v);
     egpu_free(score);
     egpu_free(slots);
@@ -781,6 +869,54 @@ static int parse_bind(const char *body, size_t len, struct bind_args *b, char *m
     return 0;
 }
 
+/* A WaitForFirstConsumer claim to annotate with where bind put its pod. */
+struct claim_mark {
+    char claim[EGPU_K8S_NAME_MAX];
+    char *gpus; /* GPU object names, comma-separated (egpu_free) */
+};
+
+/* Place a pod that uses claims on node (cache lock held): the plan must
+ * allow the node, the rest must fit there, and the containers inside
+ * ElasticGPUs go onto their cards (*pick: the pod's whole pick). For each
+ * WaitForFirstConsumer claim marks[i] gets the cards chosen (*nmarks).
+ * Returns EGPU_BIND_OK, or the failure with msg written. */
+static enum egpu_bind_result claim_place(struct egpu_extender *x, struct egpu_placer *p,
+                                         struct egpu_cluster *c, const struct egpu_sched_pod *pod,
+                                         struct egpu_node *node, struct egpu_sched_claim_plan *plan,
+                                         struct egpu_pick *pick, struct claim_mark *marks,
+                                         uint32_t *nmarks, char *msg, size_t mlen)
+{
+    struct egpu_error err = {0};
+    struct egpu_pick rest;
+
+    egpu_sched_cache_claim_plan_locked(x->cache, pod, plan);
+    if (!egpu_sched_cache_claim_node_ok_locked(x->cache, plan, node->name, msg, mlen))
+        return EGPU_BIND_NO_FIT;
+    if (!egpu_placer_can_host(p, c, node, &plan->rest, &rest, msg, mlen))
+        return EGPU_BIND_NO_FIT;
+    if (egpu_sched_cache_claim_pick_locked(x->cache, plan, node, &rest, pick, &err) != 0) {
+        snprintf(msg, mlen, "%s", err.msg);
+        return EGPU_BIND_NO_FIT;
+    }
+    for (*nmarks = 0; *nmarks < plan->nwait; (*nmarks)++) {
+        struct claim_mark *m = &marks[*nmarks];
+        struct egpu_buf names;
+
+        egpu_buf_init(&names, 1 << 16);
+        memcpy(m->claim, plan->wait[*nmarks].claim, sizeof(m->claim));
+        if (egpu_sched_cache_gpu_names_locked(x->cache, node, pick, plan->wait[*nmarks].container,
+                                              &names) != 0 ||
+            (m->gpus = egpu_strdup(egpu_buf_str(&names))) == NULL) {
+            egpu_buf_free(&names);
+            snprintf(msg, mlen, "claim %s: the cards chosen on node %s could not be named",
+                     m->claim, node->name);
+            return EGPU_BIND_NO_FIT;
+        }
+        egpu_buf_free(&names);
+    }
+    return EGPU_BIND_OK;
+}
+
 int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
                        struct egpu_buf *reply)
 {
@@ -792,6 +928,9 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_node *node;
     struct egpu_placer *p;
     struct egpu_pick pick;
+    struct egpu_sched_claim_plan *plan = NULL;
+    struct claim_mark marks[EGPU_CONTAINERS_MAX];
+    uint32_t nmarks = 0;
     char msg[2048], *text = NULL;
     enum egpu_bind_result result = EGPU_BIND_OK;
     int status = 200;
@@ -848,8 +987,16 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
         if (p == NULL) {
             snprintf(msg, sizeof(msg), "pod %s/%s: %s", b.ns, b.name, err.msg);
             result = EGPU_BIND_BAD_REQUEST;
+        } else if (claimed(pod) && (plan = egpu_malloc(sizeof(*plan))) == NULL) {
+            snprintf(msg, sizeof(msg), "out of memory");
+            result = EGPU_BIND_NO_FIT;
+        } else if (plan != NULL) {
+            result = claim_place(x, p, c, pod, node, plan, &pick, marks, &nmarks, msg, sizeof(msg));
         } else if (!egpu_placer_can_host(p, c, node, &pod->req, &pick, msg, sizeof(msg))) {
             result = EGPU_BIND_NO_FIT;
+        }
+        if (result != EGPU_BIND_OK) {
+            /* said */
         } else if (egpu_sched_cache_is_ambiguous_locked(x->cache, pod, node, &pick, msg,
                                                         sizeof(msg))) {
             result = EGPU_BIND_AMBIGUOUS;
@@ -862,6 +1009,25 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
     egpu_sched_cache_unlock(x->cache);
     if (result != EGPU_BIND_OK)
         goto out;
+    /* A WaitForFirstConsumer claim learns where its first pod goes before
+     * the pod is bound there, so the controller provisions it on that card. */
+    for (uint32_t i = 0; i < nmarks; i++) {
+        int rc = x->ops.annotate_claim != NULL
+                     ? x->ops.annotate_claim(x->ops.data, b.ns, marks[i].claim, b.node,
+                                             marks[i].gpus, &err)
+                     : egpu_error_set(&err, -ENOTSUP, "the extender cannot annotate claims");
+
+        if (rc != 0) {
+            snprintf(msg, sizeof(msg), "annotating claim %s/%s with its node: %s", b.ns,
+                     marks[i].claim, err.msg);
+            (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);
+            result = EGPU_BIND_CLAIM;
+            goto out;
+        }
+        egpu_log(EGPU_LOG_INFO,
+                 "claim marked for provisioning claim=%s/%s pod=%s/%s node=%s gpus=%s", b.ns,
+                 marks[i].claim, b.ns, b.name, b.node, marks[i].gpus);
+    }
     text = egpu_assigned_encode(assigned);
     if (text == NULL ||
         x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED, text, &err) != 0) {
@@ -882,6 +1048,9 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
         (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);
     }
 out:
+    for (uint32_t i = 0; i < nmarks; i++)
+        egpu_free(marks[i].gpus);
+    egpu_free(plan);
     egpu_free(text);
     egpu_free(pod);
     egpu_free(assigned);

@@ -37,7 +37,8 @@ struct app {
     struct egpu_metrics *reg;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
         *m_pods, *m_unresolved, *m_reused, *m_filter_reused, *m_skipped, *m_dup_gpus,
-        *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core, *m_reserved_mem;
+        *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core, *m_reserved_mem,
+        *m_claims, *m_classes, *m_inside;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
     unsigned long skipped_seen[SCHED_INFORMERS];
     uint64_t assigned_ignored_seen, resv_overfills_seen;
@@ -243,6 +244,18 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                "GPU memory held by applied ElasticGPUs, MiB (whole cards: all "
                                "their memory).",
                                0, NULL, &a->m_reserved_mem);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_claims",
+                               "ElasticGPUClaims in the cache.", 0, NULL, &a->m_claims);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_classes",
+                               "ElasticGPUClasses in the cache.", 0, NULL, &a->m_classes);
+    if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_claimed_containers_inside",
+                               "Containers counted inside their claim's ElasticGPU (their share "
+                               "is part of egpu_scheduler_reserved_core_percent, not added to "
+                               "it).",
+                               0, NULL, &a->m_inside);
     if (rc)
         return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
     return 0;
@@ -310,6 +323,9 @@ static void refresh_metrics(struct app *a)
     a->resv_overfills_seen = st.reservation_overfills;
     (void)egpu_metric_set(a->m_reserved_core, NULL, (double)st.reserved_core_milli / 10.0);
     (void)egpu_metric_set(a->m_reserved_mem, NULL, (double)st.reserved_mem_mib);
+    (void)egpu_metric_set(a->m_claims, NULL, (double)st.claims);
+    (void)egpu_metric_set(a->m_classes, NULL, (double)st.classes);
+    (void)egpu_metric_set(a->m_inside, NULL, (double)st.inside);
     {
         char why[512];
         bool leads = a->following ? egpu__follower_leads(&a->follow, why, sizeof(why))
@@ -360,6 +376,7 @@ static int start(void *data, struct egpu_error *err)
     struct egpu_extender_ops ops = {.data = &a->api,
                                     .synced = egpu__sched_api_synced,
                                     .annotate = egpu__sched_api_annotate,
+                                    .annotate_claim = egpu__sched_api_annotate_claim,
                                     .bind = egpu__sched_api_bind};
     struct egpu_service_config sc = {
         .opts = &a->o.srv, .own_server = true, .ready = ready, .data = a};

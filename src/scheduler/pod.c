@@ -211,6 +211,25 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
     return 0;
 }
 
+/* The claims the pod's containers use, read with the shared
+ * egpu_api_pod_claims (metadata.namespace is "default" when absent, as
+ * p->ns). A pod whose claim annotations cannot be read keeps none, with the
+ * reason in claims_error: it still counts on its node, beside every
+ * ElasticGPU, and filter refuses it with the reason. */
+static void pod_claims(const json_t *pod, struct egpu_sched_pod *p)
+{
+    struct egpu_error cerr = {0};
+    size_t n = 0;
+
+    p->nclaims = 0;
+    p->claims_error[0] = '\0';
+    if (egpu_api_pod_claims(pod, p->claims, EGPU_API_POD_CLAIMS_MAX, &n, &cerr) != 0) {
+        snprintf(p->claims_error, sizeof(p->claims_error), "%s", cerr.msg);
+        return;
+    }
+    p->nclaims = (uint32_t)n;
+}
+
 /* spec.schedulerName, kept only when it is a plain string that fits: any
  * other value (absent, mistyped, too long, with a NUL) leaves it "", which
  * names no scheduler, so bind refuses the pod; the parse never fails on it,
@@ -292,6 +311,8 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
     }
     if (!rc)
         rc = annotations(meta, p, err);
+    if (!rc)
+        pod_claims(pod, p);
     if (!rc) {
         const char *phase = json_string_value(json_object_get(status, "phase"));
 

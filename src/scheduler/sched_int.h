@@ -7,7 +7,7 @@
 #include "egpu/kube.h"
 #include "egpu/scheduler.h"
 
-#define SCHED_INFORMERS 4 /* nodes, GPUs, pods, ElasticGPUs, in this order */
+#define SCHED_INFORMERS 6 /* nodes, GPUs, pods, ElasticGPUs, claims, classes, in this order */
 
 struct egpu_sched_api {
     struct egpu_kube *kube;
@@ -16,8 +16,8 @@ struct egpu_sched_api {
     atomic_ulong refused[SCHED_INFORMERS]; /* objects the cache refused (malformed), logged */
 };
 
-/* The kind of informer i ("Node", "GPU", "Pod", "ElasticGPU"), for logs and
- * metric labels. */
+/* The kind of informer i ("Node", "GPU", "Pod", "ElasticGPU",
+ * "ElasticGPUClaim", "ElasticGPUClass"), for logs and metric labels. */
 const char *egpu__sched_api_kind(int i);
 
 /* Objects of informer i left out of the cache since the start: those the
@@ -33,6 +33,8 @@ void egpu__sched_api_stop(struct egpu_sched_api *api);
 bool egpu__sched_api_synced(void *data);
 int egpu__sched_api_annotate(void *data, const char *ns, const char *name, const char *key,
                              const char *value, struct egpu_error *err);
+int egpu__sched_api_annotate_claim(void *data, const char *ns, const char *name, const char *node,
+                                   const char *gpus, struct egpu_error *err);
 int egpu__sched_api_bind(void *data, const char *ns, const char *name, const char *uid,
                          const char *node, struct egpu_error *err);
 
