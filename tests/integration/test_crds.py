@@ -1,6 +1,7 @@
-"""The claim model's CRDs (deploy/crds: ElasticGPUClaim, ElasticGPUClass,
-ElasticGPU) held against src/api's decoders (claim.c, class.c,
-elasticgpu.c), which the controller reads them with.
+"""The claim model's CRDs and GPUBudget's (deploy/crds: ElasticGPUClaim,
+ElasticGPUClass, ElasticGPU, GPUBudget) held against src/api's decoders
+(claim.c, class.c, elasticgpu.c, budget.c), which the controller reads them
+with.
 
 No kube-apiserver runs here, so the API server's side is played by a
 structural-schema validator (below: types, enums, limits, required, list
@@ -126,6 +127,10 @@ def validate(schema, v, path, errors):
             errors.append(f"{path}: length")
         if schema.get("format") == "date-time" and not DATE_TIME.match(v):
             errors.append(f"{path}: not a date-time")
+        # ECMA-262 regexes, searched as the API server does; these CRDs' are
+        # anchored and use nothing Python's re reads differently.
+        if "pattern" in schema and not re.search(schema["pattern"], v):
+            errors.append(f"{path}: does not match {schema['pattern']}")
     if t == "array":
         if len(v) < schema.get("minItems", 0) or len(v) > schema.get("maxItems", 1 << 30):
             errors.append(f"{path}: items")
@@ -229,6 +234,26 @@ MAX = {
                         "corePercent": 30}),
 }
 MAX_TFLOPS_CLAIM = claim({TFLOPS: 19.5, MEM: 1024})
+
+
+def budget(spec=None, status=None, **meta):
+    s = {"gpuHours": 120, "overBudgetPriorityClassName": "gpu-over-budget"}
+    s.update({k: v for k, v in (spec or {}).items()})
+    s = {k: v for k, v in s.items() if v is not None}
+    o = {"apiVersion": API, "kind": "GPUBudget",
+         "metadata": {"name": "team", "namespace": "ml", **meta}, "spec": s}
+    if status is not None:
+        o["status"] = status
+    return o
+
+
+PERIOD = {"periodStart": "2026-11-24T00:00:00Z", "periodEnd": "2026-11-25T00:00:00Z"}
+MAX["GPUBudget"] = budget(
+    {"gpuHours": 7.5, "memoryWeight": 0.0125, "period": "12h", "timeZone": "Europe/Berlin",
+     "inBudgetPriorityClassName": "gpu-in-budget"},
+    {**PERIOD, "used": 1.5, "remaining": 6, "state": "InBudget", "observedGeneration": 2,
+     "metering": {"until": "2026-11-24T06:00:00Z", "coreSeconds": 540000, "memorySeconds": 0},
+     "conditions": [cond("Metered", reason="Metered", observedGeneration=2)]})
 
 # Creates: each must get the same verdict from the API server and the decoder.
 CASES = {
@@ -336,6 +361,55 @@ CASES = {
         "corePercent 0": egpu(status={"corePercent": 0}),
         "reason 1024": egpu(status={"reason": "r" * 1024}),
         "model 256": egpu(status={"model": "m" * 256}),
+    },
+    "GPUBudget": {
+        "minimal": budget(),
+        "max": MAX["GPUBudget"],
+        "zero": budget({"gpuHours": 0}),
+        "most": budget({"gpuHours": 1000000000}),
+        "too many": budget({"gpuHours": 1000000001}),
+        "negative": budget({"gpuHours": -1}),
+        "hours text": budget({"gpuHours": "120"}),
+        "no hours": budget({"gpuHours": None}),
+        "no over class": budget({"overBudgetPriorityClassName": None}),
+        "over class empty": budget({"overBudgetPriorityClassName": ""}),
+        "in class empty": budget({"inBudgetPriorityClassName": ""}),
+        "in class upper": budget({"inBudgetPriorityClassName": "High"}),
+        "in class 253": budget({"inBudgetPriorityClassName": ".".join(["a" * 63] * 3 + ["a" * 61])}),
+        "in class 254": budget({"inBudgetPriorityClassName": ".".join(["a" * 63] * 3 + ["a" * 62])}),
+        "in class label 64": budget({"inBudgetPriorityClassName": "a" * 64}),
+        "in class dots": budget({"inBudgetPriorityClassName": "a..b"}),
+        "weight most": budget({"memoryWeight": 1000}),
+        "weight too much": budget({"memoryWeight": 1000.5}),
+        "weight negative": budget({"memoryWeight": -0.1}),
+        "daily": budget({"period": "Daily"}),
+        "weekly": budget({"period": "Weekly"}),
+        "hourly": budget({"period": "Hourly"}),
+        "period 1h30m": budget({"period": "1h30m"}),
+        "period 1m": budget({"period": "1m"}),
+        "period 59s": budget({"period": "59s"}),
+        "period 8784h": budget({"period": "8784h"}),
+        "period 8785h": budget({"period": "8785h"}),
+        "period days": budget({"period": "1d"}),
+        "period fraction": budget({"period": "1.5h"}),
+        "period out of order": budget({"period": "30m1h"}),
+        "zone": budget({"timeZone": "America/Argentina/Buenos_Aires"}),
+        "zone Etc": budget({"timeZone": "Etc/GMT+5"}),
+        "zone path": budget({"timeZone": "../etc/passwd"}),
+        "zone double slash": budget({"timeZone": "Europe//Berlin"}),
+        "zone 64": budget({"timeZone": "A" * 64}),
+        "period half": budget(status={"periodStart": PERIOD["periodStart"]}),
+        "period backwards": budget(status={"periodStart": PERIOD["periodEnd"],
+                                           "periodEnd": PERIOD["periodStart"]}),
+        "period not a time": budget(status={"periodStart": "today",
+                                            "periodEnd": PERIOD["periodEnd"]}),
+        "metering outside": budget(status={**PERIOD, "metering": {
+            "until": "2026-11-25T00:00:01Z"}}),
+        "metering at end": budget(status={**PERIOD, "metering": {"until": PERIOD["periodEnd"]}}),
+        "metering no until": budget(status={"metering": {"coreSeconds": 1}}),
+        "metering negative": budget(status={"metering": {"until": TIME, "coreSeconds": -1}}),
+        "state": budget(status={"state": "Broke"}),
+        "over": budget(status={"state": "OverBudget"}),
     },
 }
 # "no node": {"nodeName": None} is a JSON null, which the API server drops.
@@ -450,6 +524,14 @@ def test_enums_are_the_decoders(schemas, objects_tool):
     assert enum_at(schemas["ElasticGPUClass"], "provisioner") == names["provisioners"]
     assert enum_at(schemas["ElasticGPUClaim"], "status", "conditions", "[]", "status") == \
         names["conditionStatuses"]
+    assert enum_at(schemas["GPUBudget"], "status", "state") == names["budgetStates"]
+    assert enum_at(schemas["GPUBudget"], "status", "conditions", "[]", "status") == \
+        names["conditionStatuses"]
+    # The decoder's absent period and time zone are the CRD's defaults.
+    res = decode(objects_tool, "GPUBudget", [budget()])["results"][0]["encoded"]
+    spec = schemas["GPUBudget"]["properties"]["spec"]["properties"]
+    assert res["spec"]["period"] == spec["period"]["default"]
+    assert res["spec"]["timeZone"] == spec["timeZone"]["default"]
     # StorageClass's defaults: the decoder's absent values are the CRD's defaults.
     res = decode(objects_tool, "ElasticGPUClass", [klass()])["results"][0]["encoded"]
     assert res["reclaimPolicy"] == schemas["ElasticGPUClass"]["properties"]["reclaimPolicy"]["default"]
@@ -500,6 +582,7 @@ def test_names_and_columns(schemas):
     assert names["ElasticGPUClaim"]["shortNames"] == ["egpuc"]
     assert names["ElasticGPU"]["shortNames"] == ["egpu"]
     assert names["ElasticGPUClass"]["shortNames"] == ["egpuclass"]
+    assert names["GPUBudget"]["shortNames"] == ["gpub"]
     cols = {c["name"]: c for v in schemas["ElasticGPUClaim/crd"]["spec"]["versions"]
             for c in v["additionalPrinterColumns"]}
     assert cols["TFLOPS"]["jsonPath"] == ".spec.resources.requests.elasticgpu\\.io/gpu-tflops"

@@ -4,13 +4,13 @@
  *
  *   egpu-api-objects < cases.json
  *
- * stdin: {"kind": "ElasticGPUClaim" | "ElasticGPUClass" | "ElasticGPU",
+ * stdin: {"kind": "ElasticGPUClaim" | "ElasticGPUClass" | "ElasticGPU" | "GPUBudget",
  *         "objects": [<object>, ...]}
  * stdout: {"names": {...}, "results": [{"ok": true, "encoded": <object>} or
  *          {"ok": false, "error": "<message>"}, ...]}, one result per object
  *          in order; "encoded" is egpu_api_*_encode of what was decoded.
  * names holds every enum's names as src/api spells them (phases, reclaim
- * policies, binding modes, provisioners, condition statuses).
+ * policies, binding modes, provisioners, condition statuses, budget states).
  * Exit status 0, or 2 for input that is not the JSON above.
  */
 #include <stdio.h>
@@ -52,6 +52,11 @@ static const char *provisioner(int i)
 {
     return egpu_api_provisioner_name((enum egpu_api_provisioner)i);
 }
+static const char *budget_state(int i)
+{
+    return egpu_api_budget_state_name((enum egpu_api_budget_state)i);
+}
+
 static const char *cond_status(int i)
 {
     return i < 3 ? egpu_api_cond_status_name((enum egpu_api_cond_status)i) : "unknown";
@@ -62,6 +67,7 @@ static json_t *one(const char *kind, const json_t *obj)
     static struct egpu_api_claim claim;
     static struct egpu_api_class cls;
     static struct egpu_api_egpu egpu;
+    static struct egpu_api_budget budget;
     struct egpu_error err = {0};
     json_t *enc = NULL;
     int rc;
@@ -74,6 +80,10 @@ static json_t *one(const char *kind, const json_t *obj)
         rc = egpu_api_class_decode(obj, &cls, &err);
         if (!rc)
             enc = egpu_api_class_encode(&cls);
+    } else if (strcmp(kind, EGPU_KIND_GPUBUDGET) == 0) {
+        rc = egpu_api_budget_decode(obj, &budget, &err);
+        if (!rc)
+            enc = egpu_api_budget_encode(&budget);
     } else {
         rc = egpu_api_egpu_decode(obj, &egpu, &err);
         if (!rc)
@@ -97,16 +107,18 @@ int main(void)
         return 2;
     }
     if (strcmp(kind, EGPU_KIND_ELASTICGPUCLAIM) != 0 &&
-        strcmp(kind, EGPU_KIND_ELASTICGPUCLASS) != 0 && strcmp(kind, EGPU_KIND_ELASTICGPU) != 0) {
+        strcmp(kind, EGPU_KIND_ELASTICGPUCLASS) != 0 && strcmp(kind, EGPU_KIND_ELASTICGPU) != 0 &&
+        strcmp(kind, EGPU_KIND_GPUBUDGET) != 0) {
         fprintf(stderr, "egpu-api-objects: unknown kind %s\n", kind);
         return 2;
     }
     results = json_array();
     json_array_foreach(objs, i, o) json_array_append_new(results, one(kind, o));
-    names = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "claimPhases", names_of(claim_phase),
+    names = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "claimPhases", names_of(claim_phase),
                       "elasticGPUPhases", names_of(egpu_phase), "reclaimPolicies",
                       names_of(reclaim), "bindingModes", names_of(binding), "provisioners",
-                      names_of(provisioner), "conditionStatuses", names_of(cond_status));
+                      names_of(provisioner), "conditionStatuses", names_of(cond_status),
+                      "budgetStates", names_of(budget_state));
     out = json_pack("{s:o,s:o}", "names", names, "results", results);
     if (out == NULL || json_dumpf(out, stdout, JSON_COMPACT) != 0)
         return 2;
