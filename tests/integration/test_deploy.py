@@ -41,13 +41,18 @@ NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Servi
                     "Deployment", "Secret", "NetworkPolicy", "PodDisruptionBudget"}
 
 # Every (apiGroup, resource, verb) egpu-scheduler uses: src/scheduler/api.c
-# (informers on nodes, pods and GPUs; GET + merge PATCH of pods; the Binding).
+# (informers on nodes, pods, GPUs, ElasticGPUs, claims and classes; GET +
+# merge PATCH of pods; merge PATCH of a WaitForFirstConsumer claim's
+# selected-node/selected-gpus annotations; the Binding).
 EGPU_NEEDS = {
     ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "get"), ("", "pods", "patch"),
     ("", "pods/binding", "create"), ("", "events", "create"),
     (GROUP, "gpus", "list"), (GROUP, "gpus", "watch"),
     (GROUP, "elasticgpus", "list"), (GROUP, "elasticgpus", "watch"),
+    (GROUP, "elasticgpuclaims", "list"), (GROUP, "elasticgpuclaims", "watch"),
+    (GROUP, "elasticgpuclaims", "patch"),
+    (GROUP, "elasticgpuclasses", "list"), (GROUP, "elasticgpuclasses", "watch"),
 }
 # Every (apiGroup, resource, verb) egpu-controller uses, from src/controller:
 #   main.c start_informers: list + watch of elasticgpuclaims,
