@@ -8,7 +8,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 # Build and test dependencies, one package a line in docs order.
-PKGS="build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev libcmocka-dev libcsv-dev libcurl4-openssl-dev libjansson-dev libyajl-dev libmicrohttpd-dev libgnutls28-dev libyaml-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler gnuplot-nox python3 python3-pytest python3-yaml python3-kubernetes python3-prometheus-client python3-grpcio python3-protobuf python3-jsonpatch curl ca-certificates openssl valgrind"
+PKGS="build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev libcmocka-dev libcsv-dev libcurl4-openssl-dev libjansson-dev libyajl-dev libmicrohttpd-dev libgnutls28-dev libyaml-dev libgrpc-dev libprotobuf-c-dev libglib2.0-dev tzdata protobuf-c-compiler protobuf-compiler gnuplot-nox python3 python3-pytest python3-yaml python3-kubernetes python3-prometheus-client python3-grpcio python3-protobuf python3-jsonpatch curl ca-certificates openssl valgrind"
 
 # Node.js and npm for tests/cel, from Debian unless the machine has them.
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
