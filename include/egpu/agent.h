@@ -58,6 +58,9 @@ struct egpu_gpu_info {
     char model[EGPU_GPU_MODEL_MAX]; /* product name, e.g. "NVIDIA A100-SXM4-80GB" */
     uint64_t mem_mib;               /* total memory, MiB */
     uint64_t used_mem_mib;          /* memory in use (NVML memory info), MiB; 0 for fake cards */
+    uint32_t util_pct;              /* compute utilization (NVML), percent 0..100 */
+    bool has_used;                  /* used_mem_mib was measured (NVML; never for fake cards) */
+    bool has_util;                  /* util_pct was measured (NVML reports it for this card) */
     bool healthy;
     char reason[EGPU_GPU_REASON_MAX]; /* why not healthy, e.g. "XID 79"; "" when healthy */
 };
@@ -227,6 +230,50 @@ int egpu_inventory_publish(struct egpu_kube *kc, const char *node,
  * fails, so an NVML failure never deletes objects). */
 int egpu_inventory_sync(struct egpu_kube *kc, struct egpu_gpus *g, const char *node,
                         struct egpu_inventory_stats *stats, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* GPU status.used: what each card uses now, as NVML measured it (never
+ * from a file a container can write). The agent reports on every probe of
+ * its health loop (every 10 s), and writes a card's status.used (memory
+ * MiB, utilization percent, updateTime) only when memory moved by at least
+ * EGPU_USED_MIN_MIB or utilization by at least EGPU_USED_MIN_PCT since the
+ * last write, or EGPU_USED_REFRESH reports passed without one (so
+ * updateTime says the figures are live: at most 5 minutes old on a card
+ * that is steady), or the card is new to it. */
+#define EGPU_USED_MIN_MIB 1
+#define EGPU_USED_MIN_PCT 1
+#define EGPU_USED_REFRESH 30
+
+/* What was last written for one card. */
+struct egpu_inventory_used_card {
+    char uuid[EGPU_UUID_MAX]; /* "" = nothing written for this slot */
+    uint64_t mem_mib;
+    uint32_t util_pct;
+    bool has_util;
+    unsigned reports; /* reports since the last write */
+};
+
+/* What was last written, per slot (the card's place in the list; zero it
+ * to start; one per node). */
+struct egpu_inventory_used {
+    struct egpu_inventory_used_card cards[EGPU_NODE_GPUS_MAX];
+};
+
+/* Is a write of card c in slot due, given what st says was last written
+ * there (nothing, or for another UUID: due) and the reports since? False
+ * for slot >= EGPU_NODE_GPUS_MAX. Pure. */
+bool egpu_inventory_used_due(const struct egpu_inventory_used *st, size_t slot,
+                             const struct egpu_gpu_info *c);
+
+/* Merge-patch status.used of node's GPU objects ("<node>-gpu<index>") for
+ * the cards[0 .. n) (at most EGPU_NODE_GPUS_MAX) that have has_used, a
+ * UUID and are healthy, where egpu_inventory_used_due says so; *st
+ * remembers what was written. A GPU object not there yet (404) is skipped
+ * (publishing creates it; the next report writes it). *written (may be
+ * NULL) counts the writes. Returns 0 or the first failure (kube.h codes,
+ * -EINVAL for n too large); every card is tried. */
+int egpu_inventory_report_used(struct egpu_kube *kc, struct egpu_inventory_used *st,
+                               const char *node, const struct egpu_gpu_info *cards, size_t n,
+                               unsigned *written, struct egpu_error *err) EGPU_MUST_CHECK;
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "egpu/agent.h"
 #include "egpu/log.h"
@@ -500,4 +501,115 @@ int egpu_inventory_sync(struct egpu_kube *kc, struct egpu_gpus *g, const char *n
         rc = egpu_inventory_publish(kc, node, cards, n, stats, err);
     egpu_free(cards);
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* status.used                                                              */
+
+static uint64_t absdiff(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : b - a;
+}
+
+bool egpu_inventory_used_due(const struct egpu_inventory_used *st, size_t slot,
+                             const struct egpu_gpu_info *c)
+{
+    const struct egpu_inventory_used_card *last;
+
+    if (slot >= EGPU_NODE_GPUS_MAX)
+        return false;
+    last = &st->cards[slot];
+
+    if (last->uuid[0] == '\0' || strcmp(last->uuid, c->uuid) != 0)
+        return true; /* never written for this card */
+    if (last->reports + 1 >= EGPU_USED_REFRESH)
+        return true;
+    if (absdiff(last->mem_mib, c->used_mem_mib) >= EGPU_USED_MIN_MIB)
+        return true;
+    if (last->has_util != c->has_util)
+        return true;
+    return c->has_util && absdiff(last->util_pct, c->util_pct) >= EGPU_USED_MIN_PCT;
+}
+
+static void now_rfc3339(char *buf, size_t len)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static int write_used(struct egpu_kube *kc, const char *node, const struct egpu_gpu_info *c,
+                      struct egpu_error *err)
+{
+    char name[EGPU_GPU_NAME_MAX], when[32];
+    json_t *used, *patch;
+    int rc;
+
+    rc = egpu_inventory_gpu_name(node, c->index, name, sizeof(name), err);
+    if (rc)
+        return rc;
+    now_rfc3339(when, sizeof(when));
+    used = json_pack("{s:I, s:s}", "memory", (json_int_t)c->used_mem_mib, "updateTime", when);
+    if (used != NULL && c->has_util &&
+        json_object_set_new(used, "utilization", json_integer(c->util_pct)) != 0) {
+        json_decref(used);
+        used = NULL;
+    }
+    patch = used != NULL ? json_pack("{s:{s:o}}", "status", "used", used) : NULL;
+    if (patch == NULL)
+        return out_of_memory(err, name);
+    rc = egpu_kube_patch_status(kc, &egpu_kube_gpus, NULL, name, EGPU_KUBE_MERGE_PATCH, patch, NULL,
+                                NULL, err);
+    json_decref(patch);
+    return rc;
+}
+
+int egpu_inventory_report_used(struct egpu_kube *kc, struct egpu_inventory_used *st,
+                               const char *node, const struct egpu_gpu_info *cards, size_t n,
+                               unsigned *written, struct egpu_error *err)
+{
+    struct egpu_error cerr = {0};
+    unsigned w = 0;
+    int first = 0;
+
+    if (written != NULL)
+        *written = 0;
+    if (n > EGPU_NODE_GPUS_MAX)
+        return egpu_error_set(err, -EINVAL, "GPU use of node %s: %zu cards, at most %d", node, n,
+                              EGPU_NODE_GPUS_MAX);
+    for (size_t i = 0; i < n; i++) {
+        const struct egpu_gpu_info *c = &cards[i];
+        struct egpu_inventory_used_card *last = &st->cards[i];
+        int rc;
+
+        if (!c->has_used || c->uuid[0] == '\0' || !c->healthy ||
+            memchr(c->uuid, '\0', sizeof(c->uuid)) == NULL)
+            continue;
+        if (!egpu_inventory_used_due(st, i, c)) {
+            last->reports++;
+            continue;
+        }
+        rc = write_used(kc, node, c, &cerr);
+        if (rc == -ENOENT)
+            continue; /* not published yet: written on a later report */
+        if (rc) {
+            if (first == 0) {
+                first = rc;
+                if (err != NULL)
+                    *err = cerr;
+            }
+            continue;
+        }
+        memcpy(last->uuid, c->uuid, strlen(c->uuid) + 1);
+        last->mem_mib = c->used_mem_mib;
+        last->util_pct = c->util_pct;
+        last->has_util = c->has_util;
+        last->reports = 0;
+        w++;
+    }
+    if (written != NULL)
+        *written = w;
+    return first;
 }

@@ -13,7 +13,9 @@
  * Register again, retried every second until the kubelet answers. A health
  * thread waits on egpu_gpus_wait and, on a change (or every 10 s, for the
  * probes of a backend without events), lists the cards again: the plugin
- * sends the new device list on ListAndWatch and the inventory republishes.
+ * sends the new device list on ListAndWatch and the inventory republishes;
+ * after every probe it reports the cards' use from NVML (status.used,
+ * written only when it moved: egpu_inventory_report_used).
  * The main thread also removes allocation dirs no container holds any more
  * (egpu__plugin_cleanup) at start and every --cleanup-interval seconds; a
  * dir younger than the interval is kept. Every second it also refreshes
@@ -260,6 +262,7 @@ struct app {
     atomic_bool registered;
     pthread_t health_thread;
     bool health_started;
+    struct egpu_inventory_used used; /* status.used last written (health thread only) */
 };
 
 static bool ready(void *data, char *why, size_t len)
@@ -464,6 +467,28 @@ static void publish(struct app *a)
                  st.created, st.updated, st.status_updated, st.deleted);
 }
 
+/* status.used of this node's GPU objects, from NVML: on every probe, each
+ * card written only when egpu_inventory_used_due says so. */
+static void report_used(struct app *a)
+{
+    struct egpu_gpu_info *cards;
+    struct egpu_error err = {0};
+    unsigned written = 0;
+    size_t n = 0;
+
+    if (a->kube == NULL)
+        return;
+    cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
+    if (cards == NULL)
+        return;
+    if (egpu_gpus_list(a->gpus, cards, EGPU_NODE_GPUS_MAX, &n, &err) != 0 ||
+        egpu_inventory_report_used(a->kube, &a->used, a->node, cards, n, &written, &err) != 0)
+        egpu_log(EGPU_LOG_WARN, "GPU use not reported error=\"%s\"", err.msg);
+    else if (written > 0)
+        egpu_log(EGPU_LOG_DEBUG, "GPU use reported cards=%u", written);
+    egpu_free(cards);
+}
+
 static long now_ms(void)
 {
     struct timespec ts;
@@ -517,6 +542,7 @@ static void *health_main(void *data)
     struct timespec mtime = {0};
     off_t size = -1;
 
+    report_used(a);
     while (!egpu_service_stopping()) {
         struct egpu_error err = {0};
         int n = egpu_gpus_wait(a->gpus, HEALTH_WAIT_MS, &err);
@@ -534,6 +560,7 @@ static void *health_main(void *data)
             egpu_log(EGPU_LOG_WARN, "GPU list failed error=\"%s\"", err.msg);
         else if (changed)
             publish(a);
+        report_used(a);
     }
     return NULL;
 }

@@ -60,6 +60,7 @@ static const struct nvml_sym nvml_syms[] = {
     NVML_SYM(device_get_minor_number, "nvmlDeviceGetMinorNumber", true),
     NVML_SYM(device_get_memory_info, "nvmlDeviceGetMemoryInfo", true),
     NVML_SYM(device_get_index, "nvmlDeviceGetIndex", true),
+    NVML_SYM(device_get_utilization_rates, "nvmlDeviceGetUtilizationRates", false),
     NVML_SYM(device_get_topology_common_ancestor, "nvmlDeviceGetTopologyCommonAncestor", false),
     NVML_SYM(device_get_p2p_status, "nvmlDeviceGetP2PStatus", false),
     NVML_SYM(event_set_create, "nvmlEventSetCreate", false),
@@ -182,6 +183,8 @@ struct nvml_card {
     char model[EGPU_GPU_MODEL_MAX];
     uint64_t mem_mib;
     uint64_t used_mem_mib;
+    uint32_t util_pct;
+    bool has_util;                   /* util_pct was read on the last probe */
     char xid[EGPU_GPU_REASON_MAX];   /* "XID <n>" once a critical XID hit it; sticky */
     char fault[EGPU_GPU_REASON_MAX]; /* the failing probe last seen, to log changes once */
 };
@@ -300,6 +303,7 @@ static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
     struct nvml_card *k = &n->cards[i];
     struct nvmlDevice_st *dev = NULL;
     struct nvmlMemory_st mem = {0};
+    struct nvmlUtilization_st util = {0};
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "", name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "";
     char fault[EGPU_GPU_REASON_MAX] = "";
     const char *call;
@@ -344,6 +348,12 @@ static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
         k->minor = minor;
         k->mem_mib = mem.total >> 20;
         k->used_mem_mib = mem.used >> 20;
+        /* Utilization is a measure, not a probe: a card without it stays
+         * healthy and reports memory only. */
+        k->has_util = api->device_get_utilization_rates != NULL &&
+                      api->device_get_utilization_rates(dev, &util) == NVML_SUCCESS &&
+                      util.gpu <= 100;
+        k->util_pct = k->has_util ? util.gpu : 0;
         k->known = true;
     } else {
         snprintf(fault, sizeof(fault), "%s: %s", call, nvml_text(api, r));
@@ -362,6 +372,9 @@ static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
         c->minor = k->minor;
         c->mem_mib = k->mem_mib;
         c->used_mem_mib = k->used_mem_mib;
+        c->has_used = true;
+        c->util_pct = k->util_pct;
+        c->has_util = k->has_util;
     } else {
         c->minor = i;
     }

@@ -75,6 +75,12 @@ struct nvmlMemory_st {
     unsigned long long used;
 };
 
+/* nvmlUtilization_t: percent of the last sample period. */
+struct nvmlUtilization_st {
+    unsigned int gpu;    /* time a kernel ran */
+    unsigned int memory; /* time device memory was read or written */
+};
+
 /* nvmlEventData_t as nvmlEventSetWait_v2 fills it. */
 struct nvmlEventData_st {
     struct nvmlDevice_st *device; /* NULL: the event concerns every device */
@@ -93,6 +99,8 @@ int nvmlDeviceGetUUID(struct nvmlDevice_st *device, char *uuid, unsigned int len
 int nvmlDeviceGetName(struct nvmlDevice_st *device, char *name, unsigned int length);
 int nvmlDeviceGetMinorNumber(struct nvmlDevice_st *device, unsigned int *minorNumber);
 int nvmlDeviceGetMemoryInfo(struct nvmlDevice_st *device, struct nvmlMemory_st *memory);
+int nvmlDeviceGetUtilizationRates(struct nvmlDevice_st *device,
+                                  struct nvmlUtilization_st *utilization);
 int nvmlDeviceGetIndex(struct nvmlDevice_st *device, unsigned int *index);
 int nvmlDeviceGetTopologyCommonAncestor(struct nvmlDevice_st *device1,
                                         struct nvmlDevice_st *device2, int *pathInfo);
@@ -106,7 +114,7 @@ int nvmlEventSetWait_v2(struct nvmlEventSet_st *set, struct nvmlEventData_st *da
 int nvmlEventSetFree(struct nvmlEventSet_st *set);
 
 /* The calls as loaded. Required ones are never NULL once egpu__nvml_load
- * succeeded; optional ones (topology, NVLink, events) may be NULL and are
+ * succeeded; optional ones (utilization, topology, NVLink, events) may be NULL and are
  * checked before every call. */
 struct egpu_nvml_api {
     int (*init_v2)(void);
@@ -120,6 +128,8 @@ struct egpu_nvml_api {
     int (*device_get_memory_info)(struct nvmlDevice_st *device, struct nvmlMemory_st *memory);
     int (*device_get_index)(struct nvmlDevice_st *device, unsigned int *index);
     /* optional */
+    int (*device_get_utilization_rates)(struct nvmlDevice_st *device,
+                                        struct nvmlUtilization_st *utilization);
     int (*device_get_topology_common_ancestor)(struct nvmlDevice_st *a, struct nvmlDevice_st *b,
                                                int *level);
     int (*device_get_p2p_status)(struct nvmlDevice_st *a, struct nvmlDevice_st *b, int caps,

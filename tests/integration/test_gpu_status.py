@@ -164,3 +164,31 @@ def test_only_leader_writes(api, ctl):  # noqa: F811
     time.sleep(1)
     assert b.metric("egpu_controller_gpu_status_writes_total") == 0
     assert a.metric("egpu_controller_gpu_status_writes_total") >= 1
+
+
+def test_agent_writes_used_from_nvml(api, build_dir, tmp_path):  # noqa: F811
+    """egpu-agent over the mock libnvidia-ml.so.1 (1/16 of each card in
+    use, utilization 0%) writes status.used of its GPU objects once, with
+    updateTime, and leaves status.allocated to the controller."""
+    import os
+    from test_agent import Agent
+    mock = build_dir / "src/agent/nvml-mock/libnvidia-ml.so.1"
+    assert mock.exists(), f"{mock} not built"
+    env = dict(os.environ, EGPU_MOCK_NVML_GPUS="NVIDIA A100-SXM4-80GB:81920,Tesla T4:15360")
+    base = str(tmp_path)
+    agent = Agent(str(build_dir / "src/agent/egpu-agent"), base, api=api.kubeconfig,
+                  gpus=("--nvml-library", str(mock)), env=env)
+    try:
+        def used(name):
+            st, obj = api.call("GET", f"{G}/gpus/{name}")
+            return obj.get("status", {}).get("used") if st == 200 else None
+        wait(lambda: used("node-a-gpu0") and used("node-a-gpu1"), "status.used")
+        u0, u1 = used("node-a-gpu0"), used("node-a-gpu1")
+        assert (u0["memory"], u0["utilization"]) == (81920 // 16, 0), u0
+        assert (u1["memory"], u1["utilization"]) == (15360 // 16, 0), u1
+        assert time.strptime(u0["updateTime"], "%Y-%m-%dT%H:%M:%SZ")
+        assert set(u0) == {"memory", "utilization", "updateTime"}
+        st, obj = api.call("GET", f"{G}/gpus/node-a-gpu0")
+        assert obj["status"]["health"] == "Healthy" and "allocated" not in obj["status"]
+    finally:
+        assert agent.stop() == 0, agent.text()

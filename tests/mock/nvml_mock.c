@@ -59,15 +59,7 @@ struct nvmlMemory_v2_st {
 };
 #define MOCK_NVML_MEMORY_V2 ((unsigned int)(sizeof(struct nvmlMemory_v2_st) | (2u << 24)))
 
-/* nvmlUtilization_t: percent of the last sample period. */
-struct nvmlUtilization_st {
-    unsigned int gpu;
-    unsigned int memory;
-};
-
 int nvmlDeviceGetMemoryInfo_v2(struct nvmlDevice_st *device, struct nvmlMemory_v2_st *memory);
-int nvmlDeviceGetUtilizationRates(struct nvmlDevice_st *device,
-                                  struct nvmlUtilization_st *utilization);
 
 #define MOCK_GPUS_MAX  16
 #define MOCK_RULES_MAX 32

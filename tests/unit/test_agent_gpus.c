@@ -358,6 +358,16 @@ static void test_nvml_cards(void **state)
         assert_int_equal(cards[i].minor, 2 - i); /* the mock numbers minors backwards */
         assert_true(cards[i].healthy);
     }
+    /* Measured use (status.used): memory and utilization (the mock's is 0). */
+    assert_true(cards[0].has_used && cards[0].has_util);
+    assert_int_equal(cards[0].util_pct, 0);
+    /* A card without utilization stays healthy and reports memory only. */
+    setenv("EGPU_MOCK_NVML_FAIL", "nvmlDeviceGetUtilizationRates@1=3", 1);
+    list_cards(g, cards, &n);
+    unsetenv("EGPU_MOCK_NVML_FAIL");
+    assert_true(cards[1].healthy && cards[1].has_used);
+    assert_false(cards[1].has_util);
+    assert_true(cards[0].has_util && cards[2].has_util);
     assert_int_equal(egpu_gpus_list(g, cards, 2, &n, &err), EGPU_ELIMIT);
     egpu_gpus_free(g);
     mock_release(&m, 1, 1);

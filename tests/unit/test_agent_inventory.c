@@ -7,7 +7,8 @@
  * nodes' objects are never touched; health changes patch only the status
  * and keep what others wrote there; a card replaced at an index gets a new
  * object; an unlabelled object is adopted; API failures are reported and
- * repaired by the next run; the scheduler's cache accepts every object.
+ * repaired by the next run; the scheduler's cache accepts every object;
+ * status.used is written from the measured figures only when they moved.
  */
 #include <errno.h>
 
@@ -522,6 +523,108 @@ static void test_bad_input_refused(void **state)
     assert_int_equal(all, 0);
 }
 
+/* status.used: written from the measured figures only when they moved (1
+ * MiB, 1 point), when a card is new, and every EGPU_USED_REFRESH reports
+ * for updateTime; never for a card without a measure or unhealthy; it
+ * leaves the rest of the status alone. */
+static void used_card(struct egpu_gpu_info *c, uint64_t mem_mib, uint32_t util)
+{
+    c->has_used = true;
+    c->has_util = true;
+    c->used_mem_mib = mem_mib;
+    c->util_pct = util;
+}
+
+static void report(struct egpu_inventory_used *st, const struct egpu_gpu_info *cards, size_t n,
+                   unsigned want_written, int want_requests)
+{
+    struct egpu_error err = {0};
+    unsigned written = 99;
+    int all, writes;
+
+    clear_requests();
+    if (egpu_inventory_report_used(srv.kc, st, "node-a", cards, n, &written, &err) != 0)
+        fail_msg("report: %s", err.msg);
+    assert_int_equal(written, want_written);
+    count_requests(&all, &writes);
+    assert_int_equal(writes, want_requests);
+}
+
+static void test_used_reported_when_it_moves(void **state)
+{
+    struct egpu_inventory_used *st = egpu_calloc(1, sizeof(*st));
+    struct egpu_gpu_info cards[4];
+    struct egpu_inventory_stats stats;
+    struct egpu_error err = {0};
+    json_t *obj, *used;
+
+    (void)state;
+    assert_non_null(st);
+    cards[0] = card(0, "GPU-00000000-0000-0000-0000-000000000000", "A100", 81920);
+    cards[1] = card(1, "GPU-11111111-1111-1111-1111-111111111111", "A100", 81920);
+    cards[2] = card(2, "GPU-22222222-2222-2222-2222-222222222222", "A100", 81920);
+    cards[3] = card(3, "GPU-33333333-3333-3333-3333-333333333333", "A100", 81920);
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", cards, 3, &stats, &err), 0);
+    used_card(&cards[0], 5120, 37);
+    used_card(&cards[1], 0, 0);
+    cards[1].has_util = false;    /* NVML without utilization for this card */
+    cards[2].has_used = false;    /* a fake card: nothing measured */
+    used_card(&cards[3], 10, 10); /* no GPU object yet: skipped, then left out */
+
+    report(st, cards, 4, 2, 3); /* and card 3's PATCH: 404 */
+    obj = get_gpu("node-a-gpu0");
+    used = json_object_get(json_object_get(obj, "status"), "used");
+    assert_int_equal(int_at(obj, "status", "used", "memory"), 5120);
+    assert_int_equal(int_at(obj, "status", "used", "utilization"), 37);
+    assert_non_null(json_string_value(json_object_get(used, "updateTime")));
+    assert_int_equal(json_object_size(used), 3);
+    assert_string_equal(str_at(obj, "status", "health"), EGPU_GPU_HEALTHY);
+    assert_int_equal(int_at(obj, "status", "capacity", "core"), 100);
+    json_decref(obj);
+    obj = get_gpu("node-a-gpu1");
+    used = json_object_get(json_object_get(obj, "status"), "used");
+    assert_int_equal(int_at(obj, "status", "used", "memory"), 0);
+    assert_null(json_object_get(used, "utilization"));
+    json_decref(obj);
+    obj = get_gpu("node-a-gpu2");
+    assert_null(json_object_get(json_object_get(obj, "status"), "used"));
+    json_decref(obj);
+
+    /* The same figures: nothing written. */
+    report(st, cards, 3, 0, 0);
+    /* 1 MiB more on card 0, 1 point more... on card 1, which has none:
+     * only card 0. */
+    cards[0].used_mem_mib = 5121;
+    report(st, cards, 3, 1, 1);
+    cards[0].util_pct = 36;
+    report(st, cards, 3, 1, 1);
+    obj = get_gpu("node-a-gpu0");
+    assert_int_equal(int_at(obj, "status", "used", "memory"), 5121);
+    assert_int_equal(int_at(obj, "status", "used", "utilization"), 36);
+    json_decref(obj);
+    /* Unhealthy: its figures are not written. */
+    cards[0].healthy = false;
+    cards[0].used_mem_mib = 9000;
+    report(st, cards, 3, 0, 0);
+    cards[0].healthy = true;
+    cards[0].used_mem_mib = 5121;
+    /* Steady: updateTime again on the EGPU_USED_REFRESH-th report since
+     * the last write (a card skipped as unhealthy does not count it): card
+     * 1 was written 4 reports ago, card 0 on the report before the
+     * unhealthy one. */
+    for (int i = 0; i < EGPU_USED_REFRESH - 5; i++)
+        report(st, cards, 3, 0, 0);
+    report(st, cards, 3, 1, 1); /* card 1 */
+    for (int i = 0; i < 3; i++)
+        report(st, cards, 3, 0, 0);
+    report(st, cards, 3, 1, 1); /* card 0 */
+    /* Another card at index 0: written at once. */
+    snprintf(cards[0].uuid, sizeof(cards[0].uuid), "GPU-99999999-9999-9999-9999-999999999999");
+    assert_true(egpu_inventory_used_due(st, 0, &cards[0]));
+    assert_false(egpu_inventory_used_due(st, EGPU_NODE_GPUS_MAX, &cards[0]));
+    egpu_free(st);
+}
+
 static void test_names(void **state)
 {
     char name[EGPU_GPU_NAME_MAX], label[64], node[300], other[300];
@@ -600,6 +703,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_scheduler_cache_accepts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_api_failures_reported_then_repaired, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_used_reported_when_it_moves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_node_name_published, setup, teardown),
     };
