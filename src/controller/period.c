@@ -14,12 +14,12 @@
  * exist there), as a new GDateTime, or NULL. */
 static GDateTime *midnight(GTimeZone *tz, const GDate *date)
 {
-    return g_date_time_new(tz, g_date_get_year(date), g_date_get_month(date),
-                           g_date_get_day(date), 0, 0, 0);
+    return g_date_time_new(tz, g_date_get_year(date), g_date_get_month(date), g_date_get_day(date),
+                           0, 0, 0);
 }
 
-int ctl_budget_period(const struct egpu_api_budget *b, int64_t now_s, int64_t *start,
-                      int64_t *end, struct egpu_error *err)
+int ctl_budget_period(const struct egpu_api_budget *b, int64_t now_s, int64_t *start, int64_t *end,
+                      struct egpu_error *err)
 {
     GDateTime *utc, *local = NULL, *first = NULL, *next = NULL;
     GTimeZone *tz;
