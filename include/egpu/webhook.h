@@ -4,11 +4,15 @@
  * Three routes (see docs/webhook.md):
  *   POST /mutate          rewrite other GPU-sharing systems' names into
  *                         elasticgpu.io ones (units converted, one warning per
- *                         name), and set spec.schedulerName of GPU pods;
+ *                         name), turn the ElasticGPUClaim a pod's container
+ *                         uses (egpuc.elasticgpu.io/<container>: <claim>)
+ *                         into its requests and limits, and set
+ *                         spec.schedulerName of GPU pods;
  *   POST /mutate-nvidia   the same, HAMi's nvidia.com names included;
  *   POST /validate        refuse a bad GPU request with a message naming the
  *                         container, the field, the value and what is allowed,
- *                         and protect the system annotations.
+ *                         and protect the system annotations and a pod's
+ *                         claim annotations.
  * Pods are handled, and the pod templates of apps/v1 Deployments,
  * StatefulSets, DaemonSets and ReplicaSets, batch/v1 Jobs
  * (spec.template) and CronJobs (spec.jobTemplate.spec.template).
@@ -59,6 +63,25 @@ const char *egpu_webhook_route_name(enum egpu_webhook_route r);
 /* "allowed", "patched", "denied", "error". Static string. */
 const char *egpu_webhook_result_name(enum egpu_webhook_result r);
 
+/* Where /mutate finds the ElasticGPUClaims that pods name in their
+ * annotations egpuc.elasticgpu.io/<container>: <claim> (docs/claims.md).
+ * get looks up claim ns/name (both non-empty C strings): with fresh false
+ * it may answer from a cache (egpu-webhook: its informer), with fresh true
+ * it must ask the API server (a live GET). The handler asks fresh after a
+ * cache miss, before it denies on what the cache said, and when the cache
+ * has the claim Pending, so a claim created a moment before the pod, or
+ * bound since the cache last heard, is judged as it is now. Returns 0 and
+ * *out (a new reference the caller json_decref()s) when the claim exists;
+ * -ENOENT when it does not (fresh: the API server said 404); -ENOMEM; any
+ * other negative code when it cannot be told (the API server did not
+ * answer, or refused the read), with err saying why. Called on the HTTPS
+ * server's pool threads, concurrently: it must be thread-safe. */
+struct egpu_webhook_claims {
+    int (*get)(void *ud, const char *ns, const char *name, bool fresh, json_t **out,
+               struct egpu_error *err);
+    void *ud;
+};
+
 /* What the handlers need to know; strings borrowed for the config's use. */
 struct egpu_webhook_config {
     const char *scheduler_name; /* set on GPU pods; NULL = EGPU_SCHEDULER_NAME */
@@ -70,6 +93,9 @@ struct egpu_webhook_config {
                                    NULL = EGPU_WEBHOOK_SCHEDULER_USER */
     const char *agent_user;     /* only user that may write elasticgpu.io/allocated;
                                    NULL = EGPU_WEBHOOK_AGENT_USER */
+
+    /* Where claims are looked up; NULL: a pod that uses one is refused. */
+    const struct egpu_webhook_claims *claims;
 };
 
 /* What one request's answer is. */
@@ -88,8 +114,10 @@ struct egpu_webhook_reply {
  * /validate. A body that is not JSON or has no request.uid is answered 400
  * with a plain-text reason; every other input, however malformed, gets a
  * 200 AdmissionReview whose response.uid is request.uid. Thread-safe (cfg
- * and facts are only read). Returns 0, or -ENOMEM / -EMSGSIZE (out full);
- * out may then hold part of a reply and must be discarded. */
+ * and facts are only read). A mutating route given a Pod that uses claims
+ * calls cfg->claims->get (see above), the only I/O on this path. Returns 0,
+ * or -ENOMEM / -EMSGSIZE (out full); out may then hold part of a reply and
+ * must be discarded. */
 int egpu_webhook_handle(const struct egpu_webhook_config *cfg, enum egpu_webhook_route r,
                         const struct egpu_api_facts *facts, const char *body, size_t len,
                         struct egpu_buf *out, struct egpu_webhook_reply *reply) EGPU_MUST_CHECK;

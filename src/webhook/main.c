@@ -1,11 +1,14 @@
 /* webhook/main.c - egpu-webhook: the AdmissionReview routes over HTTPS, the
- * GPU facts from an informer, and the health endpoints.
+ * GPU facts from an informer, the ElasticGPUClaims pods use from another
+ * (with a live GET on a miss), and the health endpoints.
  *
  * Threads: requests run on the HTTPS server's pool threads (egpu_webhook_
  * handle has no shared state but the facts snapshot, taken by reference);
- * the informer feeds the facts on its own thread; the main thread only
+ * the informers feed the facts and the claims' cache on their own threads
+ * (a claim lookup on a pool thread reads that cache, or GETs the claim
+ * through the shared client); the main thread only
  * waits, refreshing the GPU gauges every 200 ms. SIGTERM or SIGINT stops
- * it: both servers stop (requests in flight end), the informer stops, and
+ * it: both servers stop (requests in flight end), the informers stop, and
  * it exits 0. The servers, the probes, the signals and that order are
  * src/net/service.c's, as in every component.
  */
@@ -32,7 +35,9 @@ struct app {
     struct egpu_kube_config *kcfg;
     struct egpu_kube *kube;
     struct wh_facts *facts;
-    struct egpu_kube_informer *inf;
+    struct egpu_kube_informer *inf;        /* GPU objects: the facts */
+    struct egpu_kube_informer *claims_inf; /* ElasticGPUClaims: what pods use */
+    struct egpu_webhook_claims claims;     /* the lookup /mutate calls (claim_get) */
     struct egpu_service svc; /* HTTPS: the routes, /healthz, /readyz; HTTP: the probes */
     struct egpu_metrics *reg;
     struct egpu_metric *m_requests, *m_conversions, *m_gpus, *m_largest, *m_models;
@@ -70,16 +75,35 @@ static int on_review(void *data, const struct egpu_http_request *req,
     return egpu_http_response_set_type(resp, reply.content_type);
 }
 
+/* The claims' lookup (egpu_webhook_claims.get): the informer's cache, or a
+ * live GET when fresh. Any thread. */
+static int claim_get(void *ud, const char *ns, const char *name, bool fresh, json_t **out,
+                     struct egpu_error *err)
+{
+    struct app *a = ud;
+
+    if (!fresh) {
+        *out = egpu_kube_informer_get(a->claims_inf, ns, name);
+        return *out != NULL ? 0 : -ENOENT;
+    }
+    return egpu_kube_get(a->kube, &egpu_kube_elasticgpuclaims, ns, name, out, NULL, err);
+}
+
 static bool ready(void *data, char *why, size_t len)
 {
-    static const char *const kind[] = {"GPU"};
+    static const char *const kind[] = {"GPU", "ElasticGPUClaim"};
     struct app *a = data;
+    struct egpu_kube_informer *infs[] = {a->inf, a->claims_inf};
 
     if (!egpu_kube_informer_has_synced(a->inf)) {
         snprintf(why, len, "GPU objects not listed yet");
         return false;
     }
-    if (!egpu_kube_informers_healthy(&a->inf, kind, 1, a->o.srv.watch_unhealthy_ms, why, len))
+    if (!egpu_kube_informer_has_synced(a->claims_inf)) {
+        snprintf(why, len, "ElasticGPUClaims not listed yet");
+        return false;
+    }
+    if (!egpu_kube_informers_healthy(infs, kind, 2, a->o.srv.watch_unhealthy_ms, why, len))
         return false;
     snprintf(why, len, "ok");
     return true;
@@ -145,6 +169,8 @@ static int start(void *data, struct egpu_error *err)
                                      .ready = ready,
                                      .data = a};
     struct egpu_kube_informer_opts io = {.res = &egpu_kube_gpus};
+    struct egpu_kube_informer_opts cio = {.res = &egpu_kube_elasticgpuclaims};
+    struct egpu_kube_informer_cbs ccbs = {0}; /* read by lookups, nothing to follow */
     struct egpu_kube_informer_cbs cbs = {.on_add = wh_facts_on_add,
                                          .on_update = wh_facts_on_update,
                                          .on_delete = wh_facts_on_delete};
@@ -161,6 +187,10 @@ static int start(void *data, struct egpu_error *err)
     cbs.ud = a->facts;
     rc = egpu_kube_informer_new(a->kube, &io, &cbs, &a->inf, err);
     if (!rc)
+        rc = egpu_kube_informer_new(a->kube, &cio, &ccbs, &a->claims_inf, err);
+    a->claims = (struct egpu_webhook_claims){.get = claim_get, .ud = a};
+    a->o.cfg.claims = &a->claims;
+    if (!rc)
         rc = register_metrics(a, err);
     sc.reg = a->reg;
     if (!rc)
@@ -175,6 +205,8 @@ static int start(void *data, struct egpu_error *err)
     }
     if (!rc)
         rc = egpu_kube_informer_start(a->inf, err);
+    if (!rc)
+        rc = egpu_kube_informer_start(a->claims_inf, err);
     if (!rc)
         rc = egpu_service_start(&a->svc, err);
     if (!rc)
@@ -196,6 +228,7 @@ static void finish(void *data)
 
     egpu_service_stop(&a->svc);
     egpu_kube_informer_free(a->inf);
+    egpu_kube_informer_free(a->claims_inf);
     egpu_service_free(&a->svc);
     egpu_metrics_free(a->reg);
     wh_facts_free(a->facts);

@@ -11,11 +11,17 @@
  *      cards);
  *   2. the rewrites are applied to a copy of the template's metadata and
  *      spec (egpu_api_compat_apply, the same code every component uses);
- *   3. a Pod that now asks an elasticgpu.io resource and names no scheduler
+ *   3. on a Pod, each container that uses an ElasticGPUClaim (annotation
+ *      egpuc.elasticgpu.io/<container>: <claim>) gets the claim's gpu-core
+ *      and gpu-memory as requests and limits (claims.c, which also says
+ *      what is refused: a claim missing, Lost or Pending with gpu-tflops,
+ *      a container asking a GPU itself, a lookup the API server did not
+ *      answer); one warning per container says where its GPU comes from;
+ *   4. a Pod that now asks an elasticgpu.io resource and names no scheduler
  *      of its own (absent or "default-scheduler") gets --scheduler-name,
  *      unless --set-scheduler-name false (the extender then runs inside the
  *      main kube-scheduler);
- *   4. the difference between the copy and the original becomes the JSON
+ *   5. the difference between the copy and the original becomes the JSON
  *      Patch (patch.c), and each converted name one `warnings` entry.
  * A Pod UPDATE is left alone: a pod's resources and schedulerName cannot
  * change after it was created, and a patch touching them would make the API
@@ -68,8 +74,11 @@ static bool names_scheduler(const json_t *spec)
 
 /* The copy of the template's metadata and spec, rewritten. */
 static int rewrite(const struct egpu_webhook_config *cfg, const struct wh_podpart *pp,
-                   const struct egpu_api_compat_result *res, json_t **meta, json_t **spec)
+                   const struct egpu_api_compat_result *res, const struct wh_claim_use *uses,
+                   size_t nuses, json_t **meta, json_t **spec)
 {
+    int rc;
+
     json_t *ann = NULL;
 
     *meta = pp->metadata != NULL ? json_deep_copy(pp->metadata) : json_object();
@@ -86,6 +95,9 @@ static int rewrite(const struct egpu_webhook_config *cfg, const struct wh_podpar
     }
     if (egpu_api_compat_apply(*spec, ann, res) != 0)
         return -ENOMEM; /* -EINVAL cannot be: res was made from this spec */
+    rc = wh_claims_apply(*spec, uses, nuses);
+    if (rc)
+        return rc; /* -EINVAL cannot be either: uses were found in this spec */
     if (pp->is_pod && cfg->set_scheduler_name && !names_scheduler(*spec) &&
         egpu_api_spec_wants_gpu(*spec)) {
         const char *name = cfg->scheduler_name ? cfg->scheduler_name : EGPU_SCHEDULER_NAME;
@@ -118,8 +130,11 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
     struct egpu_api_compat_opts opts = {.nvidia = nvidia,
                                         .aliyun_mem_mib = cfg->aliyun_mem_mib,
                                         .memory_only_core = cfg->memory_only_core};
+    struct wh_claim_use uses[EGPU_API_POD_CLAIMS_MAX];
+    struct egpu_api_problems problems = {0};
     struct egpu_api_compat_result *res;
     struct egpu_error err = {0};
+    size_t nuses = 0;
     json_t *meta = NULL, *spec = NULL;
     struct wh_podpart pp;
     int rc;
@@ -144,13 +159,23 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
         egpu_free(res);
         return 0;
     }
-    rc = rewrite(cfg, &pp, res, &meta, &spec);
+    if (pp.is_pod) {
+        rc = wh_claims_resolve(cfg, nvidia, rv, &pp, uses, &nuses, &problems, v);
+        if (rc || problems.n > 0) {
+            if (!rc)
+                wh_deny_problems(v, &problems);
+            v->nwarnings = 0;
+            egpu_free(res);
+            return rc;
+        }
+    }
+    rc = rewrite(cfg, &pp, res, uses, nuses, &meta, &spec);
     if (!rc) {
         v->ops = json_array();
         rc = v->ops == NULL ? -ENOMEM : diff(&pp, meta, spec, v->ops);
     }
     if (!rc) {
-        for (size_t i = 0; i < res->nwarnings && i < EGPU_API_PROBLEMS_MAX; i++)
+        for (size_t i = 0; i < res->nwarnings && v->nwarnings < EGPU_API_PROBLEMS_MAX; i++)
             snprintf(v->warnings[v->nwarnings++], sizeof(v->warnings[0]), "%s", res->warnings[i]);
         for (size_t i = 0; i < res->nedits; i++)
             note_converted(v, res->edits[i].from);

@@ -16,21 +16,16 @@
  *     by --scheduler-user and elasticgpu.io/allocated only by --agent-user
  *     (DESIGN.md section 5: the scheduler and the agent believe them, so a
  *     pod owner must not write them).
+ *   - On a Pod UPDATE, no egpuc.elasticgpu.io/ annotation may be added,
+ *     changed or removed (claims.c): /mutate turned them into the pod's
+ *     requests at creation, and the scheduler and the controller rely on
+ *     them.
  * DELETE, CONNECT and subresources pass.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "webhook_int.h"
-
-/* The problems list with one more sentence. */
-static void add_problem(struct egpu_api_problems *p, const char *msg)
-{
-    if (p->n < EGPU_API_PROBLEMS_MAX)
-        snprintf(p->msg[p->n++], sizeof(p->msg[0]), "%s", msg);
-    else
-        p->more++;
-}
 
 static bool has_problem(const struct egpu_api_problems *p, const char *msg)
 {
@@ -73,28 +68,8 @@ static void system_annotations(const struct egpu_webhook_config *cfg, const stru
         snprintf(msg, sizeof(msg),
                  "annotation %s is written only by %s (%s); user \"%.128s\" may not %s it",
                  rules[i].key, rules[i].who, rules[i].user, rv->username, did);
-        add_problem(p, msg);
+        wh_problem_add(p, msg);
     }
-}
-
-static void deny_with(struct wh_verdict *v, const struct egpu_api_problems *p)
-{
-    size_t used = 0;
-
-    v->allowed = false;
-    v->code = 403;
-    v->reason = "Forbidden";
-    v->message[0] = '\0';
-    for (size_t i = 0; i < p->n; i++) {
-        int n = snprintf(v->message + used, sizeof(v->message) - used, "%s%s", i ? "; " : "",
-                         p->msg[i]);
-
-        if (n < 0 || (size_t)n >= sizeof(v->message) - used)
-            return;
-        used += (size_t)n;
-    }
-    if (p->more > 0)
-        snprintf(v->message + used, sizeof(v->message) - used, "; and %zu more", p->more);
 }
 
 int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
@@ -111,6 +86,8 @@ int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_fac
         return 0;
     if (pp.is_pod)
         system_annotations(cfg, rv, &refused);
+    if (pp.is_pod && rv->op == WH_UPDATE)
+        wh_claims_immutable(rv, &refused);
     if (pp.spec != NULL)
         (void)egpu_api_pod_validate(pp.spec, pp.annotations, facts, &now);
     if (rv->op == WH_UPDATE && now.n > 0 &&
@@ -118,11 +95,11 @@ int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_fac
         (void)egpu_api_pod_validate(old.spec, old.annotations, facts, &before);
     for (size_t i = 0; i < now.n; i++) {
         if (!has_problem(&before, now.msg[i]))
-            add_problem(&refused, now.msg[i]);
+            wh_problem_add(&refused, now.msg[i]);
     }
     if (refused.n > 0 && before.n == 0)
         refused.more += now.more; /* beyond those kept (with old ones, not comparable) */
     if (refused.n > 0)
-        deny_with(v, &refused);
+        wh_deny_problems(v, &refused);
     return 0;
 }

@@ -1,7 +1,8 @@
 /* webhook/webhook_int.h - egpu-webhook's private parts: the AdmissionReview
  * decoder and encoder (review.c), the JSON Patch builder (patch.c), the
  * pod templates of workload kinds (template.c), the mutating and validating
- * rules (mutate.c, validate.c), the GPU facts (facts.c) and the options. */
+ * rules (mutate.c, validate.c), the claims pods use (claims.c), the GPU
+ * facts (facts.c) and the options. */
 #ifndef EGPU_WEBHOOK_INT_H
 #define EGPU_WEBHOOK_INT_H
 
@@ -169,6 +170,52 @@ int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_fac
 
 /* Free v->ops. */
 void wh_verdict_free(struct wh_verdict *v);
+
+/* Add msg (cut to EGPU_API_PROBLEM_MAX) to p, or count it in p->more when p
+ * is full (claims.c). */
+void wh_problem_add(struct egpu_api_problems *p, const char *msg);
+
+/* Deny v with code 403 "Forbidden" and p's problems joined with "; ", then
+ * "; and N more" (claims.c). */
+void wh_deny_problems(struct wh_verdict *v, const struct egpu_api_problems *p);
+
+/* ------------------------------------------------------------------------ */
+/* Pods use claims (claims.c)                                               */
+
+/* One container that uses a claim, and what it gets. */
+struct wh_claim_use {
+    size_t ctr;                              /* its index in spec.containers */
+    char container[EGPU_CONTAINER_NAME_MAX]; /* its name */
+    struct egpu_api_gpu_ask ask;             /* gpu-core and gpu-memory from the claim */
+    bool done; /* it asks exactly that already (the patch seen again): nothing to write */
+};
+
+/* The claims of the Pod being created in rv (pp: its pod part; nvidia: the
+ * route converts HAMi's names, which then count as GPU requests too), each
+ * annotation egpuc.elasticgpu.io/<container>: <claim> looked up through
+ * cfg->claims in the pod's namespace (request.namespace) and resolved into
+ * uses[0..*n) (uses has EGPU_API_POD_CLAIMS_MAX entries). Every annotation
+ * that cannot be honoured adds one sentence to p, naming the annotation
+ * and the reason (no such container, the claim missing, Lost, Pending with
+ * gpu-tflops, malformed, the lookup unanswered, the container asking a GPU
+ * itself); egpu_api_pod_claims's error is added as it is. Each use to write
+ * adds one warning to v. Returns 0 (problems or not) or -ENOMEM. */
+int wh_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
+                      const struct wh_review *rv, const struct wh_podpart *pp,
+                      struct wh_claim_use *uses, size_t *n, struct egpu_api_problems *p,
+                      struct wh_verdict *v) EGPU_MUST_CHECK;
+
+/* Write uses[0..n) into spec (a copy of the pod's PodSpec): gpu-core and,
+ * when given, gpu-memory as decimal strings, in both resources.requests and
+ * resources.limits of each container not yet done (extended resources need
+ * both, equal). Returns 0, -EINVAL (a use whose container is not in spec)
+ * or -ENOMEM. */
+int wh_claims_apply(json_t *spec, const struct wh_claim_use *uses, size_t n) EGPU_MUST_CHECK;
+
+/* On a Pod UPDATE in rv: one problem in p for each egpuc.elasticgpu.io/
+ * annotation that was added, changed or removed (they are fixed at the
+ * pod's creation). */
+void wh_claims_immutable(const struct wh_review *rv, struct egpu_api_problems *p);
 
 /* ------------------------------------------------------------------------ */
 /* What the cluster has (facts.c)                                           */

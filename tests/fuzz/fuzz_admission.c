@@ -5,14 +5,24 @@
  *
  * Input: one byte of settings (bits 0-1: the route, modulo 3; bit 2:
  * --compat-nvidia; bit 3: --set-scheduler-name false; bit 4: aliyun in MiB;
- * bit 5: no GPU facts), then the request body. Invariants: never fails but
+ * bit 5: no GPU facts; bit 6: a claims source, the fake below, else none),
+ * then the request body. Invariants: never fails but
  * for memory; the answer is HTTP 400 in plain text, or a 200 AdmissionReview
  * (admission.k8s.io/v1) whose response.uid is request.uid; /validate never
  * patches; a patch decodes (base64, JSON) and applies to the request's
  * object; and a mutating route given the patched object makes no patch
- * (reinvocationPolicy: IfNeeded). No leak (LeakSanitizer).
+ * (reinvocationPolicy: IfNeeded), claims resolved included. No leak
+ * (LeakSanitizer).
+ *
+ * The claims source knows, in every namespace, the claims "bound" (Bound,
+ * 30% and 8192 MiB), "whole" (Bound, two cards), "pending" (Pending, 40%
+ * and 4096 MiB), "tflops" (Pending, gpu-tflops), "lost" (Lost) and "bad"
+ * (malformed); "down" and "cached-down" stand for an API server that does
+ * not answer, the latter with a Bound claim in the cache; every other name
+ * is missing.
  */
 #include <errno.h>
+#include <string.h>
 
 #include <gnutls/gnutls.h>
 #include <jansson.h>
@@ -23,12 +33,57 @@
 
 static const char *const models[] = {"NVIDIA A100-SXM4-40GB", "NVIDIA H100"};
 static const struct egpu_api_facts facts = {.max_card_mib = 40960, .nmodels = 2, .models = models};
+static json_t *claims; /* name -> ElasticGPUClaim (namespace ignored) */
+
+static const char *const claim_text[][2] = {
+    {"bound", "{\"spec\":{\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":30,"
+              "\"elasticgpu.io/gpu-memory\":8192}}},\"status\":{\"phase\":\"Bound\","
+              "\"elasticGPUName\":\"e1\",\"capacity\":{\"elasticgpu.io/gpu-core\":30,"
+              "\"elasticgpu.io/gpu-memory\":8192}}}"},
+    {"whole", "{\"spec\":{\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":200}}},"
+              "\"status\":{\"phase\":\"Bound\",\"elasticGPUName\":\"e2\",\"capacity\":{"
+              "\"elasticgpu.io/gpu-core\":200}}}"},
+    {"pending", "{\"spec\":{\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":40,"
+                "\"elasticgpu.io/gpu-memory\":4096}}}}"},
+    {"tflops", "{\"spec\":{\"resources\":{\"requests\":{\"elasticgpu.io/gpu-tflops\":100}}}}"},
+    {"lost", "{\"spec\":{\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":30}}},"
+             "\"status\":{\"phase\":\"Lost\"}}"},
+    {"bad", "{\"spec\":{\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":150}}}}"},
+    {"cached-down", "{\"spec\":{\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":30}}},"
+                    "\"status\":{\"phase\":\"Bound\",\"elasticGPUName\":\"e3\","
+                    "\"capacity\":{\"elasticgpu.io/gpu-core\":30}}}"},
+};
+
+static int claim_get(void *ud, const char *ns, const char *name, bool fresh, json_t **out,
+                     struct egpu_error *err)
+{
+    json_t *c;
+
+    (void)ud;
+    FUZZ_CHECK(ns != NULL && ns[0] != '\0' && name != NULL && name[0] != '\0');
+    if (fresh && (strcmp(name, "down") == 0 || strcmp(name, "cached-down") == 0))
+        return egpu_error_set(err, -ECONNREFUSED, "connection refused");
+    c = json_object_get(claims, name);
+    if (c == NULL)
+        return -ENOENT;
+    *out = json_deep_copy(c);
+    if (*out == NULL)
+        return -ENOMEM;
+    json_object_set_new(*out, "metadata", json_pack("{s:s, s:s}", "namespace", ns, "name", name));
+    return 0;
+}
+
+static const struct egpu_webhook_claims source = {.get = claim_get};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
     fuzz_quiet();
+    claims = json_object();
+    for (size_t i = 0; i < sizeof(claim_text) / sizeof(claim_text[0]); i++)
+        json_object_set_new(claims, claim_text[i][0], json_loads(claim_text[i][1], 0, NULL));
+    FUZZ_CHECK(json_object_size(claims) == sizeof(claim_text) / sizeof(claim_text[0]));
     return 0;
 }
 
@@ -104,6 +159,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.compat_nvidia = data[0] & 4;
     cfg.set_scheduler_name = !(data[0] & 8);
     cfg.aliyun_mem_mib = data[0] & 16 ? 1 : 0;
+    cfg.claims = data[0] & 64 ? &source : NULL;
     body = fuzz_dup(data + 1, size - 1);
     text = run(&cfg, r, data[0] & 32 ? NULL : &facts, body, size - 1, &reply);
     if (reply.http_status == 400) {
