@@ -393,6 +393,14 @@ CASES = {
     "pod UPDATE removing elasticgpu.io/allocated": (
         pod(annotations=None), "UPDATE", pod(annotations={"elasticgpu.io/allocated": "c"}),
         {V: True}),
+    # A pod's claim annotations are fixed at creation: removing one reaches
+    # /validate too (src/webhook/claims.c refuses it).
+    "pod UPDATE removing egpuc.elasticgpu.io/<container>": (
+        pod(annotations={"team/x": "1"}), "UPDATE",
+        pod(annotations={"egpuc.elasticgpu.io/c": "my-claim"}), {V: True}),
+    "pod UPDATE keeping egpuc.elasticgpu.io/<container>": (
+        pod(annotations={"egpuc.elasticgpu.io/c": "my-claim", "team/x": "2"}), "UPDATE",
+        pod(annotations={"egpuc.elasticgpu.io/c": "my-claim", "team/x": "1"}), {V: True}),
     "plain pod UPDATE": (pod(annotations={"team/x": "2"}), "UPDATE",
                          pod(annotations={"team/x": "1"}), {V: False}),
     "plain pod UPDATE, old object without metadata": (pod(), "UPDATE", {"kind": "Pod"},
@@ -668,7 +676,8 @@ def test_webhook_network_policy(objs):
 
 
 def test_webhook_rbac(objs):
-    """ServiceAccount egpu-webhook may get, list and watch GPU objects, and
+    """ServiceAccount egpu-webhook may get, list and watch GPU objects and
+    ElasticGPUClaims (the claims pods use, src/webhook/claims.c), and
     nothing else, anywhere."""
     sa = one(objs, "ServiceAccount", "egpu-webhook")
     assert sa["metadata"]["namespace"] == NS
@@ -684,7 +693,8 @@ def test_webhook_rbac(objs):
             assert not r.get("resourceNames") and not r.get("nonResourceURLs")
             grants |= {(g, res, v) for g in r["apiGroups"] for res in r["resources"]
                        for v in r["verbs"]}
-    assert grants == {("elasticgpu.io", "gpus", v) for v in ("get", "list", "watch")}
+    assert grants == {("elasticgpu.io", res, v) for res in ("gpus", "elasticgpuclaims")
+                      for v in ("get", "list", "watch")}
 
 
 # --- certs.sh ----------------------------------------------------------------------
