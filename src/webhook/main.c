@@ -23,6 +23,12 @@
 #include "egpu/webhook.h"
 #include "webhook_int.h"
 
+/* A live GET of a claim gives up after this long, below the API server's
+ * 5 s timeoutSeconds for the webhook (deploy/webhook/webhooks.yaml), so the
+ * user reads why the pod was refused, and a hanging API server holds an
+ * HTTPS thread no longer than that. */
+#define LOOKUP_TIMEOUT_MS 3000
+
 struct app;
 
 struct route_ctx {
@@ -34,6 +40,7 @@ struct app {
     struct wh_options o;
     struct egpu_kube_config *kcfg;
     struct egpu_kube *kube;
+    struct egpu_kube *lookup; /* the live GETs of claims, with a short timeout */
     struct wh_facts *facts;
     struct egpu_kube_informer *inf;        /* GPU objects: the facts */
     struct egpu_kube_informer *claims_inf; /* ElasticGPUClaims: what pods use */
@@ -86,7 +93,7 @@ static int claim_get(void *ud, const char *ns, const char *name, bool fresh, jso
         *out = egpu_kube_informer_get(a->claims_inf, ns, name);
         return *out != NULL ? 0 : -ENOENT;
     }
-    return egpu_kube_get(a->kube, &egpu_kube_elasticgpuclaims, ns, name, out, NULL, err);
+    return egpu_kube_get(a->lookup, &egpu_kube_elasticgpuclaims, ns, name, out, NULL, err);
 }
 
 static bool ready(void *data, char *why, size_t len)
@@ -179,6 +186,13 @@ static int start(void *data, struct egpu_error *err)
     rc = egpu_kube_config_load(a->o.srv.kubeconfig, a->o.srv.context, &a->kcfg, err);
     if (!rc)
         rc = egpu_kube_new(a->kcfg, &a->kube, err);
+    if (!rc) { /* a copy of the config, with the lookup's timeout */
+        long timeout_ms = a->kcfg->timeout_ms;
+
+        a->kcfg->timeout_ms = LOOKUP_TIMEOUT_MS;
+        rc = egpu_kube_new(a->kcfg, &a->lookup, err);
+        a->kcfg->timeout_ms = timeout_ms;
+    }
     if (rc)
         return rc;
     a->facts = wh_facts_new();
@@ -232,6 +246,7 @@ static void finish(void *data)
     egpu_service_free(&a->svc);
     egpu_metrics_free(a->reg);
     wh_facts_free(a->facts);
+    egpu_kube_free(a->lookup);
     egpu_kube_free(a->kube);
     egpu_kube_config_free(a->kcfg);
 }

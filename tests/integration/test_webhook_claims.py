@@ -232,3 +232,20 @@ def test_readyz_waits_for_claims(webhook, api):  # noqa: F811
         time.sleep(0.1)
     api.control("fault", method="DELETE")
     assert w.wait_ready(200, timeout=40).strip() == "ok"
+
+
+def test_lookup_gives_up_before_the_api_server_does(webhook, api):  # noqa: F811
+    """A GET of a claim that hangs is given up after 3 s, below the API
+    server's 5 s timeoutSeconds for the webhook: the user reads why, and the
+    pod is refused (fail closed)."""
+    gpus(api, 40960)
+    w = webhook()
+    w.wait_ready()
+    api.control("fault", {"method": "GET", "path": r"/namespaces/ml/elasticgpuclaims/late$",
+                          "code": 0, "delay_ms": 8000, "count": 1})
+    t0 = time.monotonic()
+    msg = denied(w, claimed_pod("late"))
+    took = time.monotonic() - t0
+    assert msg.startswith(f"annotation {ANN}: cannot look up ElasticGPUClaim ml/late (GET "), msg
+    assert 2.5 < took < 4.5, took
+    api.control("fault", method="DELETE")
