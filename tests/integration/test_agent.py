@@ -72,20 +72,24 @@ def agent_bin(build_dir):
 
 
 class Agent:
-    """egpu-agent --no-api with fake cards, logging to a file."""
+    """egpu-agent, logging to a file: --no-api unless given a kubeconfig, its cards from
+    gpus (default two fake A100 80GB; e.g. ("--nvml-library", PATH) for the mock NVML),
+    env its environment (default ours)."""
 
-    def __init__(self, agent_bin, base, extra=(), api=None, alloc_root=None):
+    def __init__(self, agent_bin, base, extra=(), api=None, alloc_root=None,
+                 gpus=("--fake-gpus", "2xA100-80GB"), env=None):
         self.base = base
         self.dp_dir = os.path.join(base, "device-plugins")
         self.alloc_root = alloc_root or os.path.join(base, "alloc")
         self.log = os.path.join(base, "agent.log")
         self.proc = subprocess.Popen(
-            [agent_bin, *(["--kubeconfig", api] if api else ["--no-api"]), "--fake-gpus", "2xA100-80GB", "--node-name", "node-a",
+            [agent_bin, *(["--kubeconfig", api] if api else ["--no-api"]), *gpus,
+             "--node-name", "node-a",
              "--device-plugin-dir", self.dp_dir,
              "--pod-resources-socket", os.path.join(base, "pod-resources", "kubelet.sock"),
              "--alloc-root", self.alloc_root, "--interposer", INTERPOSER,
              "--listen", "127.0.0.1", "--port", "0", *extra],
-            stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+            stdout=subprocess.DEVNULL, stderr=open(self.log, "w"), env=env)
         deadline = time.time() + 15
         self.url = None
         while time.time() < deadline and self.url is None:
