@@ -372,6 +372,16 @@ struct egpu_api_condition {
 /* "True", "False", "Unknown". */
 const char *egpu_api_cond_status_name(enum egpu_api_cond_status s);
 
+/* Set condition type in conds[0..*n) (at most EGPU_API_CONDITIONS_MAX; the
+ * last is dropped to make room for a new type) to status, reason and
+ * message, observedGeneration generation, as the API conventions say:
+ * lastTransitionTime becomes now (RFC 3339 text) only when the status
+ * changes or the condition is new. Returns true when anything changed (the
+ * object needs a write), false when it already said so (src/api/objects.c). */
+bool egpu_api_condition_set(struct egpu_api_condition *conds, uint32_t *n, const char *type,
+                            enum egpu_api_cond_status status, const char *reason,
+                            const char *message, int64_t generation, const char *now);
+
 enum egpu_api_provisioner {
     EGPU_API_PROVISIONER_GPUSHARE, /* gpuShare: a slice of one card, gpu-core 1..99 */
     EGPU_API_PROVISIONER_PHYSICAL, /* physicalGPU: whole cards, gpu-core 100 per card */

@@ -26,6 +26,35 @@ const char *egpu_api_cond_status_name(enum egpu_api_cond_status s)
     return (unsigned)s < 3 ? cond_status_names[s] : "Unknown";
 }
 
+bool egpu_api_condition_set(struct egpu_api_condition *conds, uint32_t *n, const char *type,
+                            enum egpu_api_cond_status status, const char *reason,
+                            const char *message, int64_t generation, const char *now)
+{
+    struct egpu_api_condition *k = NULL;
+
+    for (uint32_t i = 0; i < *n; i++) {
+        if (strcmp(conds[i].type, type) == 0)
+            k = &conds[i];
+    }
+    if (k != NULL && k->status == status && k->observed_generation == generation &&
+        strcmp(k->reason, reason) == 0 && strncmp(k->message, message, sizeof(k->message) - 1) == 0)
+        return false;
+    if (k == NULL) {
+        if (*n == EGPU_API_CONDITIONS_MAX)
+            (*n)--; /* drop the last one; the caller's matters more */
+        k = &conds[(*n)++];
+        memset(k, 0, sizeof(*k));
+        snprintf(k->type, sizeof(k->type), "%s", type);
+    }
+    if (k->status != status || k->last_transition_time[0] == '\0')
+        snprintf(k->last_transition_time, sizeof(k->last_transition_time), "%s", now);
+    k->status = status;
+    k->observed_generation = generation;
+    snprintf(k->reason, sizeof(k->reason), "%s", reason);
+    snprintf(k->message, sizeof(k->message), "%s", message);
+    return true;
+}
+
 const char *egpu_api_provisioner_name(enum egpu_api_provisioner p)
 {
     return (unsigned)p < 2 ? egpu__api_provisioner_names[p] : "unknown";

@@ -374,12 +374,48 @@ static void test_time_and_duration(void **state)
                                  "and seconds, e.g. 24h, 1h30m, 90m");
 }
 
+/* Conditions as the API conventions keep them: lastTransitionTime moves
+ * only with the status; an unchanged condition is no write; a new type
+ * pushes out the last when the list is full. */
+static void test_condition_set(void **state)
+{
+    struct egpu_api_condition c[EGPU_API_CONDITIONS_MAX];
+    uint32_t n = 0;
+
+    (void)state;
+    assert_true(egpu_api_condition_set(c, &n, "Ready", EGPU_API_COND_TRUE, "Metered", "ok", 1,
+                                       "2026-11-24T00:00:00Z"));
+    assert_int_equal(n, 1);
+    assert_string_equal(c[0].last_transition_time, "2026-11-24T00:00:00Z");
+    assert_false(egpu_api_condition_set(c, &n, "Ready", EGPU_API_COND_TRUE, "Metered", "ok", 1,
+                                        "2026-11-24T01:00:00Z"));
+    assert_true(egpu_api_condition_set(c, &n, "Ready", EGPU_API_COND_TRUE, "Metered", "ok 2", 2,
+                                       "2026-11-24T02:00:00Z"));
+    assert_string_equal(c[0].last_transition_time, "2026-11-24T00:00:00Z"); /* same status */
+    assert_int_equal(c[0].observed_generation, 2);
+    assert_true(egpu_api_condition_set(c, &n, "Ready", EGPU_API_COND_FALSE, "InvalidTimeZone",
+                                       "no such zone", 2, "2026-11-24T03:00:00Z"));
+    assert_string_equal(c[0].last_transition_time, "2026-11-24T03:00:00Z");
+    assert_string_equal(c[0].reason, "InvalidTimeZone");
+    for (int i = 0; i < EGPU_API_CONDITIONS_MAX + 2; i++) {
+        char type[16];
+
+        snprintf(type, sizeof(type), "T%d", i);
+        assert_true(egpu_api_condition_set(c, &n, type, EGPU_API_COND_UNKNOWN, "R", "", 0,
+                                           "2026-11-24T04:00:00Z"));
+    }
+    assert_int_equal(n, EGPU_API_CONDITIONS_MAX);
+    assert_string_equal(c[0].type, "Ready"); /* the first ones stay */
+    assert_string_equal(c[n - 1].type, "T9");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budget_rules),   cmocka_unit_test(test_budget_fields),
         cmocka_unit_test(test_used_and_state), cmocka_unit_test(test_meter_pod),
         cmocka_unit_test(test_meter_add),      cmocka_unit_test(test_time_and_duration),
+        cmocka_unit_test(test_condition_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
