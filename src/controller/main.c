@@ -314,7 +314,7 @@ static int register_metrics(struct ctl *c, struct egpu_error *err)
     if (!rc)
         rc = egpu_metric_histogram(c->reg, "egpu_controller_reconcile_duration_seconds",
                                    "Time to reconcile one key, by kind (ElasticGPUClaim, "
-                                   "ElasticGPU).",
+                                   "ElasticGPU, GPU: its status.allocated).",
                                    1, kind, EGPU_METRIC_DEFAULT_NBUCKETS,
                                    egpu_metric_default_buckets, &c->m_latency);
     if (!rc)
