@@ -328,6 +328,173 @@ static void test_wffc_beside_then_inside(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* ---- any order of events: the cache always equals a fresh one ---- */
+
+#define RND_EGPUS 3 /* e<i> on card i of cards[] (30%, 4096 MiB), claimRef c<i> */
+#define RND_PODS  4 /* p<j>: uses claim c<j % 3>, 20% and 2048 MiB */
+
+static const char *const rnd_node[] = {"n1", "n1", "n2", "n2"};
+static const int rnd_gpu[] = {0, 1, 0, 1}; /* card 3 (n2-gpu1) holds no ElasticGPU */
+
+struct world {
+    json_t *egpu[RND_EGPUS], *claim[RND_EGPUS], *pod[RND_PODS]; /* NULL = absent */
+};
+
+static uint64_t rnd_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void world_put(json_t **slot, json_t *o)
+{
+    json_decref(*slot);
+    *slot = o;
+}
+
+/* A fresh cache of the world's objects, in one of two orders. */
+static struct egpu_sched_cache *fresh(const struct world *w, bool pods_first)
+{
+    struct egpu_sched_cache *c = cluster();
+
+    put(c, make_gpu("n1", 1));
+    put(c, make_gpu("n2", 1));
+    for (int i = 0; pods_first && i < RND_PODS; i++)
+        if (w->pod[i] != NULL)
+            put(c, json_incref(w->pod[i]));
+    for (int i = 0; i < RND_EGPUS; i++) {
+        if (w->claim[i] != NULL)
+            put(c, json_incref(w->claim[i]));
+        if (w->egpu[i] != NULL)
+            put(c, json_incref(w->egpu[i]));
+    }
+    for (int i = 0; !pods_first && i < RND_PODS; i++)
+        if (w->pod[i] != NULL)
+            put(c, json_incref(w->pod[i]));
+    return c;
+}
+
+/* Each card's used core and memory, and the containers inside, equal. */
+static void same_counts(struct egpu_sched_cache *a, struct egpu_sched_cache *b, int step)
+{
+    for (int k = 0; k < 4; k++) {
+        if (used(a, rnd_node[k], rnd_gpu[k]) != used(b, rnd_node[k], rnd_gpu[k]) ||
+            used_mem(a, rnd_node[k], rnd_gpu[k]) != used_mem(b, rnd_node[k], rnd_gpu[k]))
+            fail_msg("step %d: card %s-gpu%d holds %u milli-GPU %u MiB, a fresh cache %u %u", step,
+                     rnd_node[k], rnd_gpu[k], used(a, rnd_node[k], rnd_gpu[k]),
+                     used_mem(a, rnd_node[k], rnd_gpu[k]), used(b, rnd_node[k], rnd_gpu[k]),
+                     used_mem(b, rnd_node[k], rnd_gpu[k]));
+        assert_true(used(a, rnd_node[k], rnd_gpu[k]) <= 1000);
+    }
+    assert_int_equal(stats(a).inside, stats(b).inside);
+    assert_int_equal(stats(a).placed, stats(b).placed);
+    assert_int_equal(stats(a).reservations[EGPU_SCHED_RESV_APPLIED],
+                     stats(b).reservations[EGPU_SCHED_RESV_APPLIED]);
+}
+
+/* 3,000 random events (ElasticGPUs bound, Released, Failed, with another
+ * claim's uid, deleted; claims Bound, Pending, deleted; pods placed on their
+ * ElasticGPU's card or elsewhere, finished, pending, deleted; a card's node
+ * rebuilt): after each, every card holds exactly what a cache built afresh
+ * from the objects there now holds, in either order of kinds. */
+static void test_any_order_equals_fresh(void **state)
+{
+    struct egpu_sched_cache *c = cluster();
+    struct world w = {0};
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    int placed[RND_PODS] = {-1, -1, -1, -1}; /* the card each pod is placed on, -1 none */
+
+    (void)state;
+    if (getenv("RND_SEED") != NULL) /* to explore other sequences by hand */
+        x = strtoull(getenv("RND_SEED"), NULL, 0) | 1;
+    put(c, make_gpu("n1", 1));
+    put(c, make_gpu("n2", 1));
+    for (int step = 0; step < 3000; step++) {
+        int what = (int)(rnd_next(&x) % 10), i = (int)(rnd_next(&x) % RND_EGPUS);
+        int j = (int)(rnd_next(&x) % RND_PODS), v = (int)(rnd_next(&x) % 4);
+        char e[16], cl[16], pn[16], gpu[32];
+        struct egpu_sched_cache *f;
+
+        snprintf(e, sizeof(e), "e%d", i);
+        snprintf(cl, sizeof(cl), "c%d", i);
+        snprintf(gpu, sizeof(gpu), "%s-gpu%d", rnd_node[i], rnd_gpu[i]);
+        if (what <= 1) { /* an ElasticGPU set */
+            json_t *o = make_egpu(e, rnd_node[i], gpu, 30, 4096, cl, v == 3 ? "uid-old" : "");
+
+            if (v != 3) {
+                char uid[32];
+
+                snprintf(uid, sizeof(uid), "uid-%s", cl);
+                json_object_set_new(json_object_get(json_object_get(o, "spec"), "claimRef"), "uid",
+                                    json_string(uid));
+            }
+            if (v == 1 || v == 2)
+                json_object_set_new(o, "status",
+                                    json_pack("{s:s}", "phase", v == 1 ? "Released" : "Failed"));
+            world_put(&w.egpu[i], json_incref(o));
+            put(c, o);
+        } else if (what == 2) {
+            world_put(&w.egpu[i], NULL);
+            assert_int_equal(egpu_sched_cache_egpu_delete(c, e), 0);
+        } else if (what == 3) {
+            json_t *o = make_claim(cl, 20, 2048, "", v < 2 ? e : NULL);
+
+            world_put(&w.claim[i], json_incref(o));
+            put(c, o);
+        } else if (what == 4) {
+            world_put(&w.claim[i], NULL);
+            assert_int_equal(egpu_sched_cache_claim_delete(c, NS, cl), 0);
+        } else if (what <= 7) { /* a pod set: on its claim's card, card 3, or not placed */
+            int k = j % RND_EGPUS;
+            json_t *o;
+
+            snprintf(pn, sizeof(pn), "p%d", j);
+            snprintf(cl, sizeof(cl), "c%d", k);
+            o = v == 0   ? make_pod(pn, 20, 2048, cl, NULL, 0)
+                : v == 1 ? make_pod(pn, 20, 2048, cl, rnd_node[3], rnd_gpu[3])
+                         : make_pod(pn, 20, 2048, cl, rnd_node[k], rnd_gpu[k]);
+            if (v == 3) /* finished */
+                json_object_set_new(o, "status", json_pack("{s:s}", "phase", "Succeeded"));
+            /* A bound pod never moves (its elasticgpu.io/assigned is kept as
+             * first seen): one on another card is a new pod of that name. */
+            if (placed[j] >= 0 && placed[j] != (v == 0 ? -1 : v == 1 ? 3 : k))
+                assert_int_equal(egpu_sched_cache_pod_delete(c, NS, pn), 0);
+            placed[j] = v == 0 ? -1 : v == 1 ? 3 : k;
+            world_put(&w.pod[j], json_incref(o));
+            put(c, o);
+        } else if (what == 8) {
+            snprintf(pn, sizeof(pn), "p%d", j);
+            world_put(&w.pod[j], NULL);
+            placed[j] = -1;
+            assert_int_equal(egpu_sched_cache_pod_delete(c, NS, pn), 0);
+        } else { /* a node rebuilt: its card changes and changes back */
+            json_t *g = make_gpu(rnd_node[i], 1);
+
+            json_object_set_new(json_object_get(g, "spec"), "memory", json_integer(40000));
+            put(c, g);
+            put(c, make_gpu(rnd_node[i], 1));
+        }
+        if (getenv("RND_TRACE") != NULL)
+            fprintf(stderr, "step %d: what=%d i=%d j=%d v=%d inside=%zu\n", step, what, i, j, v,
+                    stats(c).inside);
+        f = fresh(&w, false);
+        same_counts(c, f, step);
+        egpu_sched_cache_free(f);
+        f = fresh(&w, true);
+        same_counts(c, f, step);
+        egpu_sched_cache_free(f);
+    }
+    for (int i = 0; i < RND_EGPUS; i++) {
+        json_decref(w.egpu[i]);
+        json_decref(w.claim[i]);
+    }
+    for (int j = 0; j < RND_PODS; j++)
+        json_decref(w.pod[j]);
+    egpu_sched_cache_free(c);
+}
+
 /* ---- filter and bind ---- */
 
 struct calls {
@@ -583,6 +750,7 @@ int main(void)
         cmocka_unit_test_teardown(test_inside_every_order, check_leaks),
         cmocka_unit_test_teardown(test_one_pod_inside, check_leaks),
         cmocka_unit_test_teardown(test_wffc_beside_then_inside, check_leaks),
+        cmocka_unit_test_teardown(test_any_order_equals_fresh, check_leaks),
         cmocka_unit_test_teardown(test_filter_and_bind_bound_claim, check_leaks),
         cmocka_unit_test_teardown(test_bind_wffc_marks_claim, check_leaks),
     };
