@@ -13,8 +13,10 @@
  * Kubernetes version, CRD field selectors only from 1.31), compares, and
  * writes only differences, so a rerun or a restarted agent writes nothing.
  * Writes are JSON merge patches of the fields the agent owns: no
- * resourceVersion to go stale, and status.allocated / status.used, written
- * by others, are never touched. Only fields of the CRD's schema are written:
+ * resourceVersion to go stale, and status.allocated, written by
+ * egpu-controller, is never touched; status.used is written on its own by
+ * egpu_inventory_report_used, so publishing never compares or writes it.
+ * Only fields of the CRD's schema are written:
  * a real API server prunes unknown ones, which would make every compare
  * differ. Objects whose spec.nodeName is another node are never changed,
  * whatever their label says.
