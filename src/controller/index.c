@@ -31,6 +31,7 @@ struct ctl_index {
     pthread_mutex_t mu;
     json_t *changed; /* under mu: ElasticGPU name -> true (deleted) or false */
     bool dirty;      /* under mu: capacity changed, inventories to rebuild */
+    bool lost;       /* under mu: a note was lost (out of memory): start again */
     /* the worker's */
     bool ready;        /* every ElasticGPU of the cache applied once */
     json_t *uid_of;    /* ElasticGPU name -> its claimRef's uid */
@@ -94,7 +95,7 @@ void ctl_index_note_egpu(struct ctl *c, const char *name, bool deleted)
         return;
     pthread_mutex_lock(&x->mu);
     if (json_object_set_new(x->changed, name, json_boolean(deleted)) != 0)
-        x->ready = false; /* out of memory: start again from the whole cache */
+        x->lost = true; /* out of memory: start again from the whole cache */
     pthread_mutex_unlock(&x->mu);
 }
 
@@ -210,8 +211,11 @@ void ctl_index_refresh(struct ctl *c)
         x->changed = changed;
         changed = t;
     } else {
-        x->ready = false;
+        x->lost = true;
     }
+    if (x->lost)
+        x->ready = false;
+    x->lost = false;
     dirty = x->dirty;
     x->dirty = false;
     pthread_mutex_unlock(&x->mu);
