@@ -8,9 +8,14 @@
  *   F<ExtenderArgs>         filter          P<ExtenderArgs>  prioritize
  *   B<ExtenderBindingArgs>  bind            A<v1.Pod>        pod added or changed
  *   D<namespace>/<name>     pod deleted     G<GPU object>    card added or changed
+ *   E<ElasticGPU>           set             X<name>          ElasticGPU deleted
+ *   C<ElasticGPUClaim>      set             K<ElasticGPUClass> set
  * Each input starts from the same fresh cluster (nodes n0..n3, cards on
- * n0, n1 and n3, pods ns/p0 and ns/p1 pending, ns/p2 placed on n3), so the
- * steps after the first run on the extender's kept lists and replies.
+ * n0, n1 and n3, pods ns/p0 and ns/p1 pending, ns/p2 placed on n3; classes
+ * "now" (Immediate, the default) and "late" (WaitForFirstConsumer, nodes
+ * zone=a); claim ns/c1 bound to ElasticGPU e1, 30% of n0-gpu1, and ns/c2 of
+ * class late, Pending), so the steps after the first run on the extender's
+ * kept lists and replies, and pods may use the claims.
  *
  * Invariants: every reply is JSON with a status the header documents; a
  * 400 leaks nothing and leaves the cache as it was; a filter or prioritize
@@ -57,9 +62,22 @@ static int bind(void *data, const char *ns, const char *name, const char *uid, c
     return 0;
 }
 
+static int annotate_claim(void *data, const char *ns, const char *name, const char *node,
+                          const char *gpus, struct egpu_error *err)
+{
+    (void)data;
+    (void)ns;
+    (void)node;
+    (void)gpus;
+    if (strstr(name, "claim-fails") != NULL)
+        return egpu_error_set(err, -EIO, "annotate claim: injected failure");
+    return 0;
+}
+
 static struct egpu_extender *extender(struct egpu_sched_cache *c)
 {
-    struct egpu_extender_ops ops = {.synced = synced, .annotate = annotate, .bind = bind};
+    struct egpu_extender_ops ops = {
+        .synced = synced, .annotate = annotate, .annotate_claim = annotate_claim, .bind = bind};
     struct egpu_extender_config cfg = {
         .node_policy = EGPU_POLICY_BINPACK, .card_policy = EGPU_POLICY_BINPACK, .seed = 1};
     struct egpu_error err = {0};
@@ -78,6 +96,9 @@ static void set_json(struct egpu_sched_cache *c, const char *text, char kind)
     FUZZ_CHECK(o != NULL);
     rc = kind == 'N'   ? egpu_sched_cache_node_set(c, o, &err)
          : kind == 'G' ? egpu_sched_cache_gpu_set(c, o, &err)
+         : kind == 'E' ? egpu_sched_cache_egpu_set(c, o, &err)
+         : kind == 'C' ? egpu_sched_cache_claim_set(c, o, &err)
+         : kind == 'K' ? egpu_sched_cache_class_set(c, o, &err)
                        : egpu_sched_cache_pod_set(c, o, &err);
     if (rc != 0) {
         fprintf(stderr, "set-up %s: %s\n", text, err.msg);
@@ -137,6 +158,37 @@ static struct egpu_sched_cache *cluster(void)
              "\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":\"30\"}}}]},"
              "\"status\":{\"phase\":\"Running\"}}",
              'P');
+    set_json(c,
+             "{\"apiVersion\":\"elasticgpu.io/v1alpha1\",\"kind\":\"ElasticGPUClass\","
+             "\"metadata\":{\"name\":\"now\",\"annotations\":{"
+             "\"elasticgpu.io/is-default-class\":\"true\"}},"
+             "\"provisioner\":\"gpushare.provisioner.elasticgpu.io\"}",
+             'K');
+    set_json(c,
+             "{\"apiVersion\":\"elasticgpu.io/v1alpha1\",\"kind\":\"ElasticGPUClass\","
+             "\"metadata\":{\"name\":\"late\"},\"bindingMode\":\"WaitForFirstConsumer\","
+             "\"parameters\":{\"nodeSelector\":\"zone=a\"},"
+             "\"provisioner\":\"gpushare.provisioner.elasticgpu.io\"}",
+             'K');
+    set_json(c,
+             "{\"apiVersion\":\"elasticgpu.io/v1alpha1\",\"kind\":\"ElasticGPUClaim\","
+             "\"metadata\":{\"name\":\"c1\",\"namespace\":\"ns\",\"uid\":\"uc1\"},"
+             "\"spec\":{\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":30}}},"
+             "\"status\":{\"phase\":\"Bound\",\"elasticGPUName\":\"e1\"}}",
+             'C');
+    set_json(c,
+             "{\"apiVersion\":\"elasticgpu.io/v1alpha1\",\"kind\":\"ElasticGPUClaim\","
+             "\"metadata\":{\"name\":\"c2\",\"namespace\":\"ns\",\"uid\":\"uc2\"},"
+             "\"spec\":{\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":20}},"
+             "\"elasticGPUClassName\":\"late\"}}",
+             'C');
+    set_json(c,
+             "{\"apiVersion\":\"elasticgpu.io/v1alpha1\",\"kind\":\"ElasticGPU\","
+             "\"metadata\":{\"name\":\"e1\"},\"spec\":{\"capacity\":{"
+             "\"elasticgpu.io/gpu-core\":30},\"nodeName\":\"n0\",\"gpuShare\":{"
+             "\"gpuName\":\"n0-gpu1\"},\"claimRef\":{\"namespace\":\"ns\",\"name\":\"c1\","
+             "\"uid\":\"uc1\"}},\"status\":{\"phase\":\"Bound\"}}",
+             'E');
     return c;
 }
 
@@ -218,11 +270,19 @@ static void run_cache(struct egpu_sched_cache *c, char verb, const char *body, s
         }
         return;
     }
+    if (verb == 'X') {
+        (void)egpu_sched_cache_egpu_delete(c, body);
+        return;
+    }
     o = json_loadb(body, len, 0, NULL);
     if (o == NULL)
         return;
     /* Refused objects are fine; the cache must just stay whole. */
-    rc = verb == 'A' ? egpu_sched_cache_pod_set(c, o, &err) : egpu_sched_cache_gpu_set(c, o, &err);
+    rc = verb == 'A'   ? egpu_sched_cache_pod_set(c, o, &err)
+         : verb == 'E' ? egpu_sched_cache_egpu_set(c, o, &err)
+         : verb == 'C' ? egpu_sched_cache_claim_set(c, o, &err)
+         : verb == 'K' ? egpu_sched_cache_class_set(c, o, &err)
+                       : egpu_sched_cache_gpu_set(c, o, &err);
     (void)rc;
     json_decref(o);
 }
@@ -255,6 +315,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 'A':
         case 'D':
         case 'G':
+        case 'E':
+        case 'X':
+        case 'C':
+        case 'K':
             run_cache(c, verb, body, part_len - 1);
             break;
         default:
