@@ -614,3 +614,41 @@ def test_retained_elasticgpu_freed_by_an_administrator_binds_again(api, ctl):
     assert e["spec"]["claimRef"]["uid"] == claim(api, "second")["metadata"]["uid"]
     reasons(api, name, want=["Released", "Available", "Bound"])
     assert len(posts_of_egpus(api)) == 1
+
+
+def test_kept_inventory_follows_every_change(api, ctl):
+    """The controller keeps its placement inventory across claims and
+    updates it from events (docs/claims.md, Throughput): an ElasticGPU made
+    or deleted by hand, one it deleted itself, and a node that joins later
+    all count at once, without a restart."""
+    cluster(api, nodes=("n1",), gpus=1)
+    mkclass(api, "share")
+    ctl()
+    mkclaim(api, "a", core=50)
+    ea = wait_phase(api, claim, "a", "Bound")["status"]["elasticGPUName"]
+    # An ElasticGPU made by hand takes 40 of the 50 left: 20 does not fit.
+    mkegpu(api, "by-hand", 40, cls="other")
+    wait_phase(api, egpu, "by-hand", "Available")
+    mkclaim(api, "b", core=20)
+    k = wait(lambda: (k := cond(claim(api, "b"))) and k["reason"] == "ProvisioningFailed" and k,
+             "ProvisioningFailed")
+    assert k["message"] == ("no card has 20% of its compute free among the 1 cards class share "
+                            "may use")
+    # Deleted by hand: its room is free again, and b is provisioned there.
+    assert api.call("DELETE", f"{G}/elasticgpus/by-hand")[0] == 200
+    assert egpu(api, wait_phase(api, claim, "b", "Bound")["status"]["elasticGPUName"])[
+        "spec"]["gpuShare"] == {"gpuName": "n1-gpu0"}
+    # a goes (reclaimPolicy Delete): its 50 are free for c.
+    mkclaim(api, "c", core=60)
+    wait(lambda: (k := cond(claim(api, "c"))) and k["reason"] == "ProvisioningFailed", "c waits")
+    delete_claim(api, "a")
+    wait(lambda: egpu(api, ea) is None, "a's ElasticGPU deleted")
+    assert egpu(api, wait_phase(api, claim, "c", "Bound")["status"]["elasticGPUName"])[
+        "spec"]["nodeName"] == "n1"
+    # A node that joins later is used as soon as its GPU objects come.
+    mkclaim(api, "d", core=90)
+    wait(lambda: (k := cond(claim(api, "d"))) and k["reason"] == "ProvisioningFailed", "d waits")
+    cluster(api, nodes=("n2",), gpus=1)
+    assert egpu(api, wait_phase(api, claim, "d", "Bound")["status"]["elasticGPUName"])[
+        "spec"]["gpuShare"] == {"gpuName": "n2-gpu0"}
+    assert len(posts_of_egpus(api)) == 4 + 1  # a, b, c, d and the one made by hand
