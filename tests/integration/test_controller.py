@@ -4,8 +4,15 @@ which keeps finalizers and deletionTimestamp as the real one does.
 - Immediate classes provision an ElasticGPU named egpu-<claim uid> on a card
   the placement core chose, bind it (claimRef first, then the claim's
   status), and reclaim it when the claim goes: Delete deletes it, Retain
-  keeps it Released. WaitForFirstConsumer claims stay Pending with a
-  condition saying why, and nothing is provisioned.
+  keeps it Released; an administrator who clears a Released one's claimRef
+  makes it Available to bind again. WaitForFirstConsumer claims stay
+  Pending with a condition saying why until the scheduler's selected-node
+  and selected-gpus annotations say where: provisioned exactly there, or,
+  when the class forbids it or the card is full, refused with a condition,
+  an event and the annotations removed; a kill between the annotation and
+  the binding provisions nothing twice.
+- The inventory the controller keeps across claims follows ElasticGPUs
+  made and deleted by hand or by itself, and nodes that join.
 - Claims bind to the ElasticGPU they name when it fits, else to the best
   Available one of their class; a missing or unfit named one leaves the
   claim Pending with the reason.
