@@ -15,6 +15,15 @@
  * events for the pod until the watch shows the annotation (or bind undoes
  * it), so two binds never see the same free capacity.
  *
+ * ElasticGPUs hold their capacity as reservations (resv_entry). A pod's
+ * container that uses a claim (claim_use, linked into its claim_entry) and
+ * sits on that claim's ElasticGPU's cards is counted inside the reservation
+ * (pod_entry.inside, resv_entry.occupant: one pod per ElasticGPU), so its
+ * share is held once. Everything that can change which ElasticGPU serves a
+ * claim, or whether it is applied, first uncounts the claim's pods
+ * (park_users), then changes, then counts them again (unpark_users,
+ * claim_settle): no moment holds a share twice, whatever the event order.
+ *
  * What tenants can change is not believed blindly (DESIGN.md section 5):
  *   - the elasticgpu.io/assigned annotation of a bound pod is a decision we
  *     recorded: once the cache has seen the pod bound, a later change to it
