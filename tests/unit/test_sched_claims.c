@@ -71,6 +71,10 @@ static json_t *make_claim(const char *name, int core, int mem, const char *cls, 
     json_object_set_new(o, "status",
                         egpu ? json_pack("{s:s,s:s}", "phase", "Bound", "elasticGPUName", egpu)
                              : json_pack("{s:s}", "phase", "Pending"));
+    if (mem == 0) /* whole cards: no gpu-memory */
+        json_object_del(
+            json_object_get(json_object_get(json_object_get(o, "spec"), "resources"), "requests"),
+            EGPU_RES_GPU_MEMORY);
     return o;
 }
 
@@ -324,6 +328,31 @@ static void test_wffc_beside_then_inside(void **state)
         put(c, e);
     }
     assert_int_equal(used(c, "n1", 0), 600);
+    assert_int_equal(stats(c).inside, 0);
+    egpu_sched_cache_free(c);
+}
+
+/* Whole cards: a physicalGPU ElasticGPU's card holds its pod once. */
+static void test_whole_cards_inside(void **state)
+{
+    struct egpu_sched_cache *c = cluster();
+    json_t *e = json_pack("{s:s,s:s,s:{s:s},s:{s:{s:i},s:s,s:{s:[s]},s:{s:s,s:s,s:s}},s:{s:s}}",
+                          "apiVersion", EGPU_API_VERSION, "kind", EGPU_KIND_ELASTICGPU, "metadata",
+                          "name", "whole", "spec", "capacity", EGPU_RES_GPU_CORE, 100, "nodeName",
+                          "n1", "physicalGPU", "gpuNames", "n1-gpu0", "claimRef", "namespace", NS,
+                          "name", "cw", "uid", "uid-cw", "status", "phase", "Bound");
+
+    (void)state;
+    put(c, make_claim("cw", 100, 0, "", "whole"));
+    put(c, make_pod("pw", 100, 0, "cw", "n1", 0));
+    assert_int_equal(used(c, "n1", 0), 1000);
+    put(c, e);
+    assert_int_equal(used(c, "n1", 0), 1000);
+    assert_int_equal(used_mem(c, "n1", 0), 40960);
+    assert_int_equal(stats(c).inside, 1);
+    assert_int_equal(stats(c).reservations[EGPU_SCHED_RESV_APPLIED], 1);
+    assert_int_equal(egpu_sched_cache_pod_delete(c, NS, "pw"), 0);
+    assert_int_equal(used(c, "n1", 0), 1000);
     assert_int_equal(stats(c).inside, 0);
     egpu_sched_cache_free(c);
 }
@@ -750,6 +779,7 @@ int main(void)
         cmocka_unit_test_teardown(test_inside_every_order, check_leaks),
         cmocka_unit_test_teardown(test_one_pod_inside, check_leaks),
         cmocka_unit_test_teardown(test_wffc_beside_then_inside, check_leaks),
+        cmocka_unit_test_teardown(test_whole_cards_inside, check_leaks),
         cmocka_unit_test_teardown(test_any_order_equals_fresh, check_leaks),
         cmocka_unit_test_teardown(test_filter_and_bind_bound_claim, check_leaks),
         cmocka_unit_test_teardown(test_bind_wffc_marks_claim, check_leaks),
