@@ -570,22 +570,26 @@ static int sync_pending(struct claim_ctx *x)
         goto out;
     }
     snprintf(cl->class_name, sizeof(cl->class_name), "%s", cls->meta.name);
-    e = best_available(c, cl, cls, &eobj);
-    if (e != NULL) {
-        rc = bind(x, &eobj, e, cls);
-        goto out;
-    }
     if (cls->binding_mode == EGPU_API_BINDING_WAIT_FOR_FIRST_CONSUMER) {
         json_t *ann = json_object_get(json_object_get(x->obj, "metadata"), "annotations");
         const char *node = egpu_api_str(json_object_get(ann, EGPU_ANN_SELECTED_NODE));
         const char *gpus = egpu_api_str(json_object_get(ann, EGPU_ANN_SELECTED_GPUS));
 
         if (node != NULL && gpus != NULL) {
+            /* Its pod is placed there: an Available ElasticGPU elsewhere
+             * would not do. */
             json_incref(ann); /* node and gpus live in it; x->obj is replaced on writes */
             rc = provision_selected(x, cls, node, gpus);
             json_decref(ann);
             goto out;
         }
+    }
+    e = best_available(c, cl, cls, &eobj);
+    if (e != NULL) {
+        rc = bind(x, &eobj, e, cls);
+        goto out;
+    }
+    if (cls->binding_mode == EGPU_API_BINDING_WAIT_FOR_FIRST_CONSUMER) {
         rc = 0;
         if (has_cond(cl, "SelectionRejected"))
             goto out; /* why the last selection was refused stays until the next one */

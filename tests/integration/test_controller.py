@@ -659,3 +659,28 @@ def test_kept_inventory_follows_every_change(api, ctl):
     assert egpu(api, wait_phase(api, claim, "d", "Bound")["status"]["elasticGPUName"])[
         "spec"]["gpuShare"] == {"gpuName": "n2-gpu0"}
     assert len(posts_of_egpus(api)) == 4 + 1  # a, b, c, d and the one made by hand
+
+
+def test_selection_wins_over_an_available_elasticgpu_elsewhere(api, ctl):
+    # The claim's first pod is placed on n2: an Available ElasticGPU of the
+    # class on n1 would leave the pod and its GPU on two nodes.
+    cluster(api)
+    mkclass(api, "late", mode="WaitForFirstConsumer")
+    mkegpu(api, "avail", 50, node="n1", gpu="n1-gpu0", cls="late")
+    ctl()
+    wait_phase(api, egpu, "avail", "Available")
+    st, out = api.call("POST", f"{G}/namespaces/default/elasticgpuclaims", {
+        "apiVersion": V, "kind": "ElasticGPUClaim",
+        "metadata": {"name": "c", "namespace": "default",
+                     "annotations": {SEL_NODE: "n2", SEL_GPUS: "n2-gpu0"}},
+        "spec": {"resources": {"requests": {"elasticgpu.io/gpu-core": 30}},
+                 "elasticGPUClassName": "late"}})
+    assert st == 201, out
+    cl = wait_phase(api, claim, "c", "Bound")
+    assert cl["status"]["elasticGPUName"] == f"egpu-{out['metadata']['uid']}"
+    assert egpu(api, cl["status"]["elasticGPUName"])["spec"]["gpuShare"] == {"gpuName": "n2-gpu0"}
+    assert phase(egpu(api, "avail")) == "Available"
+    # Without a selection, a WaitForFirstConsumer claim still binds an
+    # Available one of its class at once, as before.
+    mkclaim(api, "d", core=40, cls="late")
+    assert wait_phase(api, claim, "d", "Bound")["status"]["elasticGPUName"] == "avail"
