@@ -6,13 +6,16 @@
  *                         elasticgpu.io ones (units converted, one warning per
  *                         name), turn the ElasticGPUClaim a pod's container
  *                         uses (egpuc.elasticgpu.io/<container>: <claim>)
- *                         into its requests and limits, and set
- *                         spec.schedulerName of GPU pods;
+ *                         into its requests and limits, set
+ *                         spec.schedulerName of GPU pods, and give a GPU
+ *                         pod of a namespace with a GPUBudget the
+ *                         budget's PriorityClass and the finalizer
+ *                         elasticgpu.io/metering;
  *   POST /mutate-nvidia   the same, HAMi's nvidia.com names included;
  *   POST /validate        refuse a bad GPU request with a message naming the
  *                         container, the field, the value and what is allowed,
- *                         and protect the system annotations and a pod's
- *                         claim annotations.
+ *                         and protect the system annotations, a pod's
+ *                         claim annotations and its metering finalizer.
  * Pods are handled, and the pod templates of apps/v1 Deployments,
  * StatefulSets, DaemonSets and ReplicaSets, batch/v1 Jobs
  * (spec.template) and CronJobs (spec.jobTemplate.spec.template).
@@ -36,8 +39,9 @@
 extern "C" {
 #endif
 
-#define EGPU_WEBHOOK_SCHEDULER_USER "system:serviceaccount:elastic-gpu-system:egpu-scheduler"
-#define EGPU_WEBHOOK_AGENT_USER     "system:serviceaccount:elastic-gpu-system:egpu-agent"
+#define EGPU_WEBHOOK_SCHEDULER_USER  "system:serviceaccount:elastic-gpu-system:egpu-scheduler"
+#define EGPU_WEBHOOK_AGENT_USER      "system:serviceaccount:elastic-gpu-system:egpu-agent"
+#define EGPU_WEBHOOK_CONTROLLER_USER "system:serviceaccount:elastic-gpu-system:egpu-controller"
 
 /* The routes, in the order of egpu_webhook_route_path. */
 enum egpu_webhook_route {
@@ -82,20 +86,42 @@ struct egpu_webhook_claims {
     void *ud;
 };
 
+/* Where /mutate finds the GPUBudget of a pod's namespace and the
+ * PriorityClasses budgets name (egpu-webhook: its informers' caches).
+ * list gives every GPUBudget of namespace ns (a non-empty C string):
+ * returns 0 and *out, a new JSON array (maybe empty) the caller
+ * json_decref()s; -ENOMEM; any other negative code when they cannot be
+ * told, with err saying why. priority_class gives the PriorityClass name
+ * (a non-empty C string; scheduling.k8s.io/v1, cluster-scoped): 0 and *out
+ * (a new reference the caller json_decref()s); -ENOENT when it does not
+ * exist; -ENOMEM; any other negative code with err. Both are called on the
+ * HTTPS server's pool threads, concurrently: they must be thread-safe. */
+struct egpu_webhook_budgets {
+    int (*list)(void *ud, const char *ns, json_t **out, struct egpu_error *err);
+    int (*priority_class)(void *ud, const char *name, json_t **out, struct egpu_error *err);
+    void *ud;
+};
+
 /* What the handlers need to know; strings borrowed for the config's use. */
 struct egpu_webhook_config {
-    const char *scheduler_name; /* set on GPU pods; NULL = EGPU_SCHEDULER_NAME */
-    bool set_scheduler_name;    /* false: leave spec.schedulerName alone */
-    bool compat_nvidia;         /* rewrite HAMi's nvidia.com names on /mutate too */
-    uint32_t aliyun_mem_mib;    /* MiB in one aliyun.com/gpu-mem; 0 = 1024 */
-    uint32_t memory_only_core;  /* gpu-core percent for a memory-only ask; 0 = 1 */
-    const char *scheduler_user; /* only user that may write elasticgpu.io/assigned;
-                                   NULL = EGPU_WEBHOOK_SCHEDULER_USER */
-    const char *agent_user;     /* only user that may write elasticgpu.io/allocated;
-                                   NULL = EGPU_WEBHOOK_AGENT_USER */
+    const char *scheduler_name;  /* set on GPU pods; NULL = EGPU_SCHEDULER_NAME */
+    bool set_scheduler_name;     /* false: leave spec.schedulerName alone */
+    bool compat_nvidia;          /* rewrite HAMi's nvidia.com names on /mutate too */
+    uint32_t aliyun_mem_mib;     /* MiB in one aliyun.com/gpu-mem; 0 = 1024 */
+    uint32_t memory_only_core;   /* gpu-core percent for a memory-only ask; 0 = 1 */
+    const char *scheduler_user;  /* only user that may write elasticgpu.io/assigned;
+                                    NULL = EGPU_WEBHOOK_SCHEDULER_USER */
+    const char *agent_user;      /* only user that may write elasticgpu.io/allocated;
+                                    NULL = EGPU_WEBHOOK_AGENT_USER */
+    const char *controller_user; /* only user that may remove the finalizer
+                                    elasticgpu.io/metering from a pod;
+                                    NULL = EGPU_WEBHOOK_CONTROLLER_USER */
 
     /* Where claims are looked up; NULL: a pod that uses one is refused. */
     const struct egpu_webhook_claims *claims;
+    /* Where GPUBudgets and PriorityClasses are looked up; NULL: budgets are
+     * not enforced (no priority class set, no finalizer added). */
+    const struct egpu_webhook_budgets *budgets;
 };
 
 /* What one request's answer is. */
@@ -115,7 +141,8 @@ struct egpu_webhook_reply {
  * with a plain-text reason; every other input, however malformed, gets a
  * 200 AdmissionReview whose response.uid is request.uid. Thread-safe (cfg
  * and facts are only read). A mutating route given a Pod that uses claims
- * calls cfg->claims->get (see above), the only I/O on this path. Returns 0,
+ * calls cfg->claims->get, and one given a GPU Pod cfg->budgets (see
+ * above): the only I/O on this path. Returns 0,
  * or -ENOMEM / -EMSGSIZE (out full); out may then hold part of a reply and
  * must be discarded. */
 int egpu_webhook_handle(const struct egpu_webhook_config *cfg, enum egpu_webhook_route r,

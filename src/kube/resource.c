@@ -27,6 +27,8 @@ const struct egpu_kube_resource egpu_kube_elasticgpuclasses = {"elasticgpu.io", 
                                                                "elasticgpuclasses", false};
 const struct egpu_kube_resource egpu_kube_gpubudgets = {"elasticgpu.io", "v1alpha1", "gpubudgets",
                                                         true};
+const struct egpu_kube_resource egpu_kube_priorityclasses = {"scheduling.k8s.io", "v1",
+                                                             "priorityclasses", false};
 
 static bool unreserved(unsigned char c)
 {

@@ -1,6 +1,7 @@
 /* webhook/main.c - egpu-webhook: the AdmissionReview routes over HTTPS, the
  * GPU facts from an informer, the ElasticGPUClaims pods use from another
- * (with a live GET on a miss), and the health endpoints.
+ * (with a live GET on a miss), the GPUBudgets and PriorityClasses from two
+ * more, and the health endpoints.
  *
  * Threads: requests run on the HTTPS server's pool threads (egpu_webhook_
  * handle has no shared state but the facts snapshot, taken by reference);
@@ -13,6 +14,7 @@
  * src/net/service.c's, as in every component.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +44,12 @@ struct app {
     struct egpu_kube *kube;
     struct egpu_kube *lookup; /* the live GETs of claims, with a short timeout */
     struct wh_facts *facts;
-    struct egpu_kube_informer *inf;        /* GPU objects: the facts */
-    struct egpu_kube_informer *claims_inf; /* ElasticGPUClaims: what pods use */
-    struct egpu_webhook_claims claims;     /* the lookup /mutate calls (claim_get) */
+    struct egpu_kube_informer *inf;         /* GPU objects: the facts */
+    struct egpu_kube_informer *claims_inf;  /* ElasticGPUClaims: what pods use */
+    struct egpu_webhook_claims claims;      /* the lookup /mutate calls (claim_get) */
+    struct egpu_kube_informer *budgets_inf; /* GPUBudgets, all namespaces */
+    struct egpu_kube_informer *classes_inf; /* PriorityClasses */
+    struct egpu_webhook_budgets budgets;    /* budget_list, class_get */
     struct egpu_service svc; /* HTTPS: the routes, /healthz, /readyz; HTTP: the probes */
     struct egpu_metrics *reg;
     struct egpu_metric *m_requests, *m_conversions, *m_gpus, *m_largest, *m_models;
@@ -96,21 +101,64 @@ static int claim_get(void *ud, const char *ns, const char *name, bool fresh, jso
     return egpu_kube_get(a->lookup, &egpu_kube_elasticgpuclaims, ns, name, out, NULL, err);
 }
 
+/* The GPUBudgets of namespace ns (egpu_webhook_budgets.list): those of the
+ * informer's cache in ns. Any thread. */
+static int budget_list(void *ud, const char *ns, json_t **out, struct egpu_error *err)
+{
+    struct app *a = ud;
+    json_t *all = egpu_kube_informer_list(a->budgets_inf), *mine = json_array();
+    const json_t *obj;
+    size_t i;
+
+    (void)err;
+    if (all == NULL || mine == NULL) {
+        json_decref(all);
+        json_decref(mine);
+        return -ENOMEM;
+    }
+    json_array_foreach(all, i, obj)
+    {
+        const char *bns =
+            egpu_kube_str(json_object_get(json_object_get(obj, "metadata"), "namespace"));
+
+        if (bns != NULL && strcmp(bns, ns) == 0 &&
+            json_array_append(mine, (json_t *)(uintptr_t)obj) != 0) {
+            json_decref(all);
+            json_decref(mine);
+            return -ENOMEM;
+        }
+    }
+    json_decref(all);
+    *out = mine;
+    return 0;
+}
+
+/* A PriorityClass from the informer's cache (egpu_webhook_budgets.
+ * priority_class). Any thread. */
+static int class_get(void *ud, const char *name, json_t **out, struct egpu_error *err)
+{
+    struct app *a = ud;
+
+    (void)err;
+    *out = egpu_kube_informer_get(a->classes_inf, NULL, name);
+    return *out != NULL ? 0 : -ENOENT;
+}
+
 static bool ready(void *data, char *why, size_t len)
 {
-    static const char *const kind[] = {"GPU", "ElasticGPUClaim"};
+    static const char *const kind[] = {"GPU", "ElasticGPUClaim", "GPUBudget", "PriorityClass"};
+    static const char *const listed[] = {"GPU objects", "ElasticGPUClaims", "GPUBudgets",
+                                         "PriorityClasses"};
     struct app *a = data;
-    struct egpu_kube_informer *infs[] = {a->inf, a->claims_inf};
+    struct egpu_kube_informer *infs[] = {a->inf, a->claims_inf, a->budgets_inf, a->classes_inf};
 
-    if (!egpu_kube_informer_has_synced(a->inf)) {
-        snprintf(why, len, "GPU objects not listed yet");
-        return false;
+    for (size_t i = 0; i < sizeof(infs) / sizeof(infs[0]); i++) {
+        if (!egpu_kube_informer_has_synced(infs[i])) {
+            snprintf(why, len, "%s not listed yet", listed[i]);
+            return false;
+        }
     }
-    if (!egpu_kube_informer_has_synced(a->claims_inf)) {
-        snprintf(why, len, "ElasticGPUClaims not listed yet");
-        return false;
-    }
-    if (!egpu_kube_informers_healthy(infs, kind, 2, a->o.srv.watch_unhealthy_ms, why, len))
+    if (!egpu_kube_informers_healthy(infs, kind, 4, a->o.srv.watch_unhealthy_ms, why, len))
         return false;
     snprintf(why, len, "ok");
     return true;
@@ -177,6 +225,8 @@ static int start(void *data, struct egpu_error *err)
                                      .data = a};
     struct egpu_kube_informer_opts io = {.res = &egpu_kube_gpus};
     struct egpu_kube_informer_opts cio = {.res = &egpu_kube_elasticgpuclaims};
+    struct egpu_kube_informer_opts bio = {.res = &egpu_kube_gpubudgets};
+    struct egpu_kube_informer_opts pio = {.res = &egpu_kube_priorityclasses};
     struct egpu_kube_informer_cbs ccbs = {0}; /* read by lookups, nothing to follow */
     struct egpu_kube_informer_cbs cbs = {.on_add = wh_facts_on_add,
                                          .on_update = wh_facts_on_update,
@@ -202,8 +252,15 @@ static int start(void *data, struct egpu_error *err)
     rc = egpu_kube_informer_new(a->kube, &io, &cbs, &a->inf, err);
     if (!rc)
         rc = egpu_kube_informer_new(a->kube, &cio, &ccbs, &a->claims_inf, err);
+    if (!rc)
+        rc = egpu_kube_informer_new(a->kube, &bio, &ccbs, &a->budgets_inf, err);
+    if (!rc)
+        rc = egpu_kube_informer_new(a->kube, &pio, &ccbs, &a->classes_inf, err);
     a->claims = (struct egpu_webhook_claims){.get = claim_get, .ud = a};
     a->o.cfg.claims = &a->claims;
+    a->budgets =
+        (struct egpu_webhook_budgets){.list = budget_list, .priority_class = class_get, .ud = a};
+    a->o.cfg.budgets = &a->budgets;
     if (!rc)
         rc = register_metrics(a, err);
     sc.reg = a->reg;
@@ -222,17 +279,21 @@ static int start(void *data, struct egpu_error *err)
     if (!rc)
         rc = egpu_kube_informer_start(a->claims_inf, err);
     if (!rc)
+        rc = egpu_kube_informer_start(a->budgets_inf, err);
+    if (!rc)
+        rc = egpu_kube_informer_start(a->classes_inf, err);
+    if (!rc)
         rc = egpu_service_start(&a->svc, err);
     if (!rc)
         egpu_log(EGPU_LOG_INFO,
                  "serving addr=%s port=%u health_addr=%s health_port=%u scheduler_name=%s "
                  "set_scheduler_name=%s compat_nvidia=%s aliyun_gpu_mem_mib=%u "
-                 "memory_only_core=%u",
+                 "memory_only_core=%u controller_user=%s",
                  a->o.srv.listen, egpu_http_server_port(a->svc.srv), a->o.srv.health_listen,
                  egpu_http_server_port(a->svc.hsrv), a->o.cfg.scheduler_name,
                  a->o.cfg.set_scheduler_name ? "true" : "false",
                  a->o.cfg.compat_nvidia ? "true" : "false", a->o.cfg.aliyun_mem_mib,
-                 a->o.cfg.memory_only_core);
+                 a->o.cfg.memory_only_core, a->o.cfg.controller_user);
     return rc;
 }
 
@@ -243,6 +304,8 @@ static void finish(void *data)
     egpu_service_stop(&a->svc);
     egpu_kube_informer_free(a->inf);
     egpu_kube_informer_free(a->claims_inf);
+    egpu_kube_informer_free(a->budgets_inf);
+    egpu_kube_informer_free(a->classes_inf);
     egpu_service_free(&a->svc);
     egpu_metrics_free(a->reg);
     wh_facts_free(a->facts);

@@ -21,7 +21,11 @@
  *      of its own (absent or "default-scheduler") gets --scheduler-name,
  *      unless --set-scheduler-name false (the extender then runs inside the
  *      main kube-scheduler);
- *   5. the difference between the copy and the original becomes the JSON
+ *   5. such a Pod, in a namespace with a GPUBudget, gets the budget's
+ *      PriorityClass for its state (priorityClassName, priority and
+ *      preemptionPolicy together) and the finalizer elasticgpu.io/metering
+ *      (budgets.c; a budget or class that cannot be looked up refuses it);
+ *   6. the difference between the copy and the original becomes the JSON
  *      Patch (patch.c), and each converted name one `warnings` entry.
  * A Pod UPDATE is left alone: a pod's resources and schedulerName cannot
  * change after it was created, and a patch touching them would make the API
@@ -170,6 +174,14 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
         }
     }
     rc = rewrite(cfg, &pp, res, uses, nuses, &meta, &spec);
+    if (!rc && pp.is_pod) {
+        rc = wh_budget_apply(cfg, rv, meta, spec, &problems, v);
+        if (!rc && problems.n > 0) {
+            wh_deny_problems(v, &problems);
+            v->nwarnings = 0;
+            goto out;
+        }
+    }
     if (!rc) {
         v->ops = json_array();
         rc = v->ops == NULL ? -ENOMEM : diff(&pp, meta, spec, v->ops);
@@ -182,6 +194,7 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
         for (size_t i = 0; i < res->nannotations; i++)
             note_converted(v, res->annotations[i].from);
     }
+out:
     if (rc || json_array_size(v->ops) == 0)
         wh_verdict_free(v);
     json_decref(meta);

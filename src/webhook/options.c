@@ -20,8 +20,10 @@
 static const char usage[] =
     "Usage: egpu-webhook [OPTION]...\n"
     "Elastic GPU's admission webhook: refuses bad GPU requests with a clear message,\n"
-    "rewrites other GPU-sharing systems' names into elasticgpu.io ones, and sends GPU\n"
-    "pods to the Elastic GPU scheduler (AdmissionReview admission.k8s.io/v1 over HTTPS).\n"
+    "rewrites other GPU-sharing systems' names into elasticgpu.io ones, sends GPU pods\n"
+    "to the Elastic GPU scheduler, and gives a GPU pod of a namespace with a GPUBudget\n"
+    "the budget's PriorityClass for its state (InBudget, OverBudget) and the finalizer\n"
+    "elasticgpu.io/metering (AdmissionReview admission.k8s.io/v1 over HTTPS).\n"
     "\n"
     "  --listen ADDR           address of the webhook (EGPU_LISTEN; default 0.0.0.0)\n"
     "  --port N                its HTTPS port (EGPU_PORT; default 9443; 0 = any free\n"
@@ -56,6 +58,10 @@ static const char usage[] =
     "  --agent-user NAME       the only user that may write elasticgpu.io/allocated\n"
     "                          (EGPU_AGENT_USER; default\n"
     "                          " EGPU_WEBHOOK_AGENT_USER ")\n"
+    "  --controller-user NAME  the only user that may remove the finalizer\n"
+    "                          elasticgpu.io/metering from a pod (EGPU_CONTROLLER_USER;\n"
+    "                          default\n"
+    "                          " EGPU_WEBHOOK_CONTROLLER_USER ")\n"
     "  --watch-unhealthy-seconds S\n"
     "                          not ready while the list and watch of GPU objects has\n"
     "                          kept failing this long (EGPU_WATCH_UNHEALTHY_SECONDS;\n"
@@ -76,8 +82,9 @@ static const char usage[] =
     "  --version               show the version\n"
     "\n"
     "Serves POST /mutate, /mutate-nvidia and /validate, and GET /healthz and /readyz,\n"
-    "over HTTPS on --listen:--port; GET /healthz, /readyz (ready once the GPU objects\n"
-    "are listed and while their watch has not failed longer than\n"
+    "over HTTPS on --listen:--port; GET /healthz, /readyz (ready once the GPU objects,\n"
+    "ElasticGPUClaims, GPUBudgets and PriorityClasses are listed and while their\n"
+    "watches have not failed longer than\n"
     "--watch-unhealthy-seconds) and /metrics (Prometheus text format 0.0.4) over\n"
     "HTTP on --health-listen:--health-port.\n";
 
@@ -91,6 +98,7 @@ enum {
     O_MEM_ONLY_CORE,
     O_SCHED_USER,
     O_AGENT_USER,
+    O_CONTROLLER_USER,
 };
 
 static int apply_name(const char *who, const char *v, const char *what, const char **out)
@@ -116,6 +124,8 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
         return apply_name(who, v, "a user name", &cfg->scheduler_user);
     case O_AGENT_USER:
         return apply_name(who, v, "a user name", &cfg->agent_user);
+    case O_CONTROLLER_USER:
+        return apply_name(who, v, "a user name", &cfg->controller_user);
     case O_SET_SCHED_NAME:
     case O_COMPAT_NVIDIA:
         if (egpu_cli_parse_bool(v, opt == O_SET_SCHED_NAME ? &cfg->set_scheduler_name
@@ -150,6 +160,7 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
         {"memory-only-core", required_argument, O_MEM_ONLY_CORE, "EGPU_MEMORY_ONLY_CORE"},
         {"scheduler-user", required_argument, O_SCHED_USER, "EGPU_SCHEDULER_USER"},
         {"agent-user", required_argument, O_AGENT_USER, "EGPU_AGENT_USER"},
+        {"controller-user", required_argument, O_CONTROLLER_USER, "EGPU_CONTROLLER_USER"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-webhook",
                                  .usage = usage,
@@ -165,7 +176,8 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
                                      .aliyun_mem_mib = 1024,
                                      .memory_only_core = 1,
                                      .scheduler_user = EGPU_WEBHOOK_SCHEDULER_USER,
-                                     .agent_user = EGPU_WEBHOOK_AGENT_USER}};
+                                     .agent_user = EGPU_WEBHOOK_AGENT_USER,
+                                     .controller_user = EGPU_WEBHOOK_CONTROLLER_USER}};
     egpu_cli_server_defaults(&o->srv);
     o->srv.port = 9443;
     o->srv.health_port = 9444;

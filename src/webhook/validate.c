@@ -20,6 +20,10 @@
  *     changed or removed (claims.c): /mutate turned them into the pod's
  *     requests at creation, and the scheduler and the controller rely on
  *     them.
+ *   - On a Pod UPDATE, the finalizer elasticgpu.io/metering may be removed
+ *     only by --controller-user (budgets.c): the controller removes it once
+ *     it has metered the pod to its end, and a pod owner removing it would
+ *     take the pod's last seconds out of the namespace's budget.
  * DELETE, CONNECT and subresources pass.
  */
 #include <stdio.h>
@@ -86,8 +90,10 @@ int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_fac
         return 0;
     if (pp.is_pod)
         system_annotations(cfg, rv, &refused);
-    if (pp.is_pod && rv->op == WH_UPDATE)
+    if (pp.is_pod && rv->op == WH_UPDATE) {
         wh_claims_immutable(rv, &refused);
+        wh_budget_finalizer_guard(cfg, rv, &refused);
+    }
     if (pp.spec != NULL)
         (void)egpu_api_pod_validate(pp.spec, pp.annotations, facts, &now);
     if (rv->op == WH_UPDATE && now.n > 0 &&

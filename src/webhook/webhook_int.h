@@ -218,6 +218,36 @@ int wh_claims_apply(json_t *spec, const struct wh_claim_use *uses, size_t n) EGP
 void wh_claims_immutable(const struct wh_review *rv, struct egpu_api_problems *p);
 
 /* ------------------------------------------------------------------------ */
+/* GPU budgets (budgets.c)                                                  */
+
+/* On the Pod being created in rv, which asks an elasticgpu.io resource once
+ * rewritten (meta and spec: the copies being rewritten, changed in place):
+ * when cfg->budgets is set and the namespace (request.namespace) has a
+ * GPUBudget (the first by name when several), add the finalizer
+ * elasticgpu.io/metering to meta's finalizers, and give spec the budget's
+ * PriorityClass for its state (status.state, InBudget until the controller
+ * has written one): overBudgetPriorityClassName when OverBudget, else
+ * inBudgetPriorityClassName (none: the priority is left alone). The class
+ * is set as the API server's Priority plugin sets it: priorityClassName,
+ * priority (its value) and preemptionPolicy (its own, default
+ * PreemptLowerPriority) together; a class of the pod's own is replaced. A
+ * class that does not exist or cannot be read leaves the priority alone.
+ * Each change adds warnings to v saying why (the namespace's state, the
+ * class replaced, the class missing); a pod that already has all of it
+ * (the patch seen again) is left as it is, with no warning. A lookup
+ * that cannot be answered adds one problem to p (the pod is refused:
+ * budgets are not dodged by a moment's failure). Returns 0 or -ENOMEM. */
+int wh_budget_apply(const struct egpu_webhook_config *cfg, const struct wh_review *rv, json_t *meta,
+                    json_t *spec, struct egpu_api_problems *p,
+                    struct wh_verdict *v) EGPU_MUST_CHECK;
+
+/* On a Pod UPDATE in rv: one problem in p when the finalizer
+ * elasticgpu.io/metering was removed by a user other than
+ * cfg->controller_user (budgets.c). */
+void wh_budget_finalizer_guard(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
+                               struct egpu_api_problems *p);
+
+/* ------------------------------------------------------------------------ */
 /* What the cluster has (facts.c)                                           */
 
 struct egpu_kube;

@@ -42,6 +42,8 @@ static void test_defaults(void **state)
     assert_string_equal(o.cfg.scheduler_user,
                         "system:serviceaccount:elastic-gpu-system:egpu-scheduler");
     assert_string_equal(o.cfg.agent_user, "system:serviceaccount:elastic-gpu-system:egpu-agent");
+    assert_string_equal(o.cfg.controller_user,
+                        "system:serviceaccount:elastic-gpu-system:egpu-controller");
     assert_int_equal(o.srv.watch_unhealthy_ms, 30000);
     assert_int_equal(o.srv.log_level, EGPU_LOG_INFO);
 }
@@ -56,11 +58,12 @@ static void test_flags_and_variables(void **state)
     setenv("EGPU_COMPAT_NVIDIA", "true", 1);
     setenv("EGPU_SCHEDULER_NAME", "from-env", 1);
     assert_int_equal(
-        parse(&o, ARGS("egpu-webhook", "--scheduler-name", "from-flag", "--set-scheduler-name",
-                       "false", "--aliyun-gpu-mem-unit", "MiB", "--memory-only-core", "5",
-                       "--scheduler-user", "s", "--agent-user", "a", "--port", "8443",
-                       "--health-port", "8444", "--listen", "127.0.0.1", "--kubeconfig", "kc",
-                       "--context", "ctx", "--watch-unhealthy-seconds", "7", "--v", "4")),
+        parse(&o,
+              ARGS("egpu-webhook", "--scheduler-name", "from-flag", "--set-scheduler-name", "false",
+                   "--aliyun-gpu-mem-unit", "MiB", "--memory-only-core", "5", "--scheduler-user",
+                   "s", "--agent-user", "a", "--controller-user", "c", "--port", "8443",
+                   "--health-port", "8444", "--listen", "127.0.0.1", "--kubeconfig", "kc",
+                   "--context", "ctx", "--watch-unhealthy-seconds", "7", "--v", "4")),
         -1);
     assert_string_equal(o.srv.tls_cert, "/env/tls.crt");
     assert_string_equal(o.srv.tls_key, "/env/tls.key");
@@ -71,6 +74,7 @@ static void test_flags_and_variables(void **state)
     assert_int_equal(o.cfg.memory_only_core, 5);
     assert_string_equal(o.cfg.scheduler_user, "s");
     assert_string_equal(o.cfg.agent_user, "a");
+    assert_string_equal(o.cfg.controller_user, "c");
     assert_int_equal(o.srv.port, 8443);
     assert_int_equal(o.srv.health_port, 8444);
     assert_string_equal(o.srv.listen, "127.0.0.1");
