@@ -21,10 +21,12 @@ int ctl_budget_period(const struct egpu_api_budget *b, int64_t now_s, int64_t *s
 
 /* What one metering step did. */
 struct ctl_meter_step {
-    bool started;         /* b had no metering: it starts now, at 0 */
-    uint32_t rollovers;   /* periods that ended within the step (usage reset at each) */
-    bool state_changed;   /* status.state is new or differs */
-    bool period_replaced; /* the spec's period or zone changed: the period was recomputed */
+    bool started;             /* b had no metering: it starts now, at 0 */
+    uint32_t rollovers;       /* periods that ended within the step (usage reset at each) */
+    int64_t ended_start_s;    /* rollovers > 0: the start of the last period that ended */
+    int64_t ended_used_milli; /* and the GPU-hours (thousandths) used in it */
+    bool state_changed;       /* status.state is new or differs */
+    bool period_replaced;     /* the spec's period or zone changed: the period was recomputed */
 };
 
 /* Advance b's metering (status.periodStart/End, metering, state) to now_s

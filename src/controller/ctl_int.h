@@ -20,13 +20,23 @@
 struct ctl_options {
     struct egpu_cli_server srv;
     long resync_ms; /* every key queued again this often */
+    long meter_ms;  /* each namespace with a GPUBudget metered this often */
 };
 
 /* Parse argv into *o. Returns -1 to run, else the exit status (0 after
  * --help or --version, 2 after bad usage). */
 int ctl_options_parse(int argc, char **argv, struct ctl_options *o);
 
-enum ctl_inf { CTL_CLAIMS, CTL_CLASSES, CTL_EGPUS, CTL_GPUS, CTL_NODES, CTL_PODS, CTL_NINF };
+enum ctl_inf {
+    CTL_CLAIMS,
+    CTL_CLASSES,
+    CTL_EGPUS,
+    CTL_GPUS,
+    CTL_NODES,
+    CTL_PODS,
+    CTL_BUDGETS,
+    CTL_NINF
+};
 
 struct ctl {
     struct ctl_options o;
@@ -40,24 +50,31 @@ struct ctl {
     pthread_t worker;
     bool worker_started;
     long long next_resync_ms;
+    long long next_meter_ms;
     json_t *assumed;       /* ElasticGPUs this controller created that the informer may not
                               hold yet: name -> object (worker thread only) */
     struct ctl_index *idx; /* index.c: inventories and ElasticGPU maps, kept across reconciles */
     struct egpu_service svc;
     struct egpu_metrics *reg;
     struct egpu_metric *m_claims, *m_egpus, *m_latency, *m_errors, *m_depth, *m_leader;
-    struct egpu_ctl_gpu_index *gs;                 /* gpustatus.c */
-    struct egpu_metric *m_gs_writes, *m_gs_errors; /* gpustatus.c */
+    struct egpu_ctl_gpu_index *gs;                                          /* gpustatus.c */
+    struct egpu_metric *m_gs_writes, *m_gs_errors;                          /* gpustatus.c */
+    struct egpu_metric *m_budget_used, *m_budget_remaining, *m_budget_over; /* budget.c */
 };
 
-/* Queue keys: "c/<ns>/<name>" for a claim, "e/<name>" for an ElasticGPU. */
+/* Queue keys: "c/<ns>/<name>" for a claim, "e/<name>" for an ElasticGPU,
+ * "b/<ns>" for the GPUBudgets of a namespace. */
 void ctl_enqueue_claim(struct ctl *c, const char *ns, const char *name);
+void ctl_enqueue_budgets(struct ctl *c, const char *ns);
 void ctl_enqueue_egpu(struct ctl *c, const char *name);
 
 /* Reconcile one claim or ElasticGPU from the caches. Returns 0 (done, or
  * nothing to do), or a negative code: the key is retried with backoff. */
 int ctl_claim_sync(struct ctl *c, const char *ns, const char *name);
 int ctl_egpu_sync(struct ctl *c, const char *name);
+/* Meter the GPUBudgets of namespace ns and release the pods metered to
+ * their end (budget.c). Returns 0 or the client's error. */
+int ctl_budget_sync(struct ctl *c, const char *ns);
 
 /* ---- index.c: what the worker keeps between reconciles ---- */
 

@@ -24,7 +24,7 @@
 #include "egpu/log.h"
 
 static const char *const inf_kind[CTL_NINF] = {
-    "ElasticGPUClaim", "ElasticGPUClass", "ElasticGPU", "GPU", "Node", "Pod"};
+    "ElasticGPUClaim", "ElasticGPUClass", "ElasticGPU", "GPU", "Node", "Pod", "GPUBudget"};
 
 static long long now_ms(void)
 {
@@ -46,6 +46,16 @@ void ctl_enqueue_claim(struct ctl *c, const char *ns, const char *name)
     if (ns == NULL || name == NULL || name[0] == '\0')
         return;
     snprintf(key, sizeof(key), "c/%s/%s", ns, name);
+    (void)egpu_ctl_queue_add(c->queue, key);
+}
+
+void ctl_enqueue_budgets(struct ctl *c, const char *ns)
+{
+    char key[EGPU_NAMESPACE_MAX + 4];
+
+    if (ns == NULL || ns[0] == '\0')
+        return;
+    snprintf(key, sizeof(key), "b/%s", ns);
     (void)egpu_ctl_queue_add(c->queue, key);
 }
 
@@ -72,6 +82,8 @@ static void enqueue_all(struct ctl *c, enum ctl_inf i, bool pending_only)
 
         if (i == CTL_EGPUS)
             ctl_enqueue_egpu(c, meta_str(o, "name"));
+        else if (i == CTL_BUDGETS)
+            ctl_enqueue_budgets(c, meta_str(o, "namespace"));
         else if (!pending_only || phase == NULL || strcmp(phase, "Pending") == 0)
             ctl_enqueue_claim(c, meta_str(o, "namespace"), meta_str(o, "name"));
     }
@@ -149,6 +161,43 @@ static void on_pod(void *ud, const json_t *o)
     }
 }
 
+/* A GPUBudget added or deleted, or its spec changed (not its status: the
+ * controller's own writes would queue it again at once). */
+static void on_budget(void *ud, const json_t *o)
+{
+    ctl_enqueue_budgets(ud, meta_str(o, "namespace"));
+}
+
+static void on_budget_update(void *ud, const json_t *old, const json_t *o)
+{
+    const json_t *g0 = json_object_get(json_object_get(old, "metadata"), "generation");
+    const json_t *g1 = json_object_get(json_object_get(o, "metadata"), "generation");
+
+    if (!json_equal((json_t *)g0, (json_t *)g1))
+        on_budget(ud, o);
+}
+
+/* A pod holding the metering finalizer that ended or is being deleted may
+ * be released once metered: meter its namespace now rather than at the
+ * next --meter-seconds. */
+static void on_pod_metering(struct ctl *c, const json_t *o)
+{
+    const json_t *f, *meta = json_object_get(o, "metadata");
+    const char *phase = egpu_api_str(json_object_get(json_object_get(o, "status"), "phase"));
+    size_t i;
+
+    if (json_object_get(meta, "deletionTimestamp") == NULL &&
+        (phase == NULL || (strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0)))
+        return;
+    json_array_foreach(json_object_get(meta, "finalizers"), i, f)
+    {
+        const char *s = egpu_api_str(f);
+
+        if (s != NULL && strcmp(s, EGPU_FINALIZER_METERING) == 0)
+            ctl_enqueue_budgets(c, meta_str(o, "namespace"));
+    }
+}
+
 #define UPDATE_OF(fn)                                                     \
     static void fn##_update(void *ud, const json_t *old, const json_t *o) \
     {                                                                     \
@@ -170,6 +219,7 @@ static void on_pod_changed(void *ud, const json_t *old, const json_t *o)
 {
     on_pod_update(ud, old, o);
     ctl_gs_pod(ud, o, false);
+    on_pod_metering(ud, o);
 }
 
 static void on_pod_delete(void *ud, const json_t *o)
@@ -217,6 +267,9 @@ static void process(struct ctl *c, const char *key)
     } else if (key[0] == 'g' && key[1] == '/') {
         labels[0] = "GPU";
         rc = ctl_gs_sync(c, key + 2);
+    } else if (key[0] == 'b' && key[1] == '/') {
+        labels[0] = "GPUBudget";
+        rc = ctl_budget_sync(c, key + 2);
     } else {
         labels[0] = "ElasticGPU";
         rc = ctl_egpu_sync(c, key + 2);
@@ -261,6 +314,7 @@ static void *worker(void *data)
             egpu_log(EGPU_LOG_INFO, "reconciling: caches synced and leading");
             enqueue_all(c, CTL_CLAIMS, false);
             enqueue_all(c, CTL_EGPUS, false);
+            enqueue_all(c, CTL_BUDGETS, false);
             ctl_gs_enqueue_all(c);
             was_leading = true;
         }
@@ -298,6 +352,7 @@ static bool ready(void *data, char *why, size_t len)
 static int register_metrics(struct ctl *c, struct egpu_error *err)
 {
     static const char *const phase[] = {"phase"}, *const kind[] = {"kind"};
+    static const char *const budget[] = {"namespace", "name"};
     int rc;
 
     c->reg = egpu_metrics_new();
@@ -331,6 +386,20 @@ static int register_metrics(struct ctl *c, struct egpu_error *err)
                                "1 while this instance reconciles (holds the Lease, or leader "
                                "election is off).",
                                0, NULL, &c->m_leader);
+    if (!rc)
+        rc = egpu_metric_gauge(c->reg, "egpu_controller_budget_used_gpu_hours",
+                               "GPU-hours a GPUBudget's namespace used in its current period, as "
+                               "last metered.",
+                               2, budget, &c->m_budget_used);
+    if (!rc)
+        rc = egpu_metric_gauge(c->reg, "egpu_controller_budget_remaining_gpu_hours",
+                               "GPU-hours left in a GPUBudget's current period (negative when "
+                               "over).",
+                               2, budget, &c->m_budget_remaining);
+    if (!rc)
+        rc = egpu_metric_gauge(c->reg, "egpu_controller_budget_over",
+                               "1 while a GPUBudget's namespace is OverBudget, else 0.", 2, budget,
+                               &c->m_budget_over);
     if (rc)
         return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
     return 0;
@@ -369,6 +438,10 @@ static void tick(void *data)
     count_phases(c->m_egpus, c->inf[CTL_EGPUS], egpu_phases, 5);
     (void)egpu_metric_set(c->m_depth, NULL, (double)egpu_ctl_queue_len(c->queue));
     (void)egpu_metric_set(c->m_leader, NULL, leading ? 1.0 : 0.0);
+    if (leading && now_ms() >= c->next_meter_ms) {
+        c->next_meter_ms = now_ms() + c->o.meter_ms;
+        enqueue_all(c, CTL_BUDGETS, false);
+    }
     if (leading && now_ms() >= c->next_resync_ms) {
         c->next_resync_ms = now_ms() + c->o.resync_ms;
         enqueue_all(c, CTL_CLAIMS, false);
@@ -400,7 +473,8 @@ static int start_informers(struct ctl *c, struct egpu_error *err)
                                                                    &egpu_kube_elasticgpus,
                                                                    &egpu_kube_gpus,
                                                                    &egpu_kube_nodes,
-                                                                   &egpu_kube_pods};
+                                                                   &egpu_kube_pods,
+                                                                   &egpu_kube_gpubudgets};
     const struct egpu_kube_informer_cbs cbs[CTL_NINF] = {
         {on_claim, on_claim_update, on_claim, c},
         {on_capacity, on_capacity_update, on_capacity, c},
@@ -408,6 +482,7 @@ static int start_informers(struct ctl *c, struct egpu_error *err)
         {on_gpu_add, on_gpu_update, on_gpu_delete, c},
         {on_capacity, on_capacity_update, on_capacity, c},
         {on_pod_add, on_pod_changed, on_pod_delete, c},
+        {on_budget, on_budget_update, on_budget, c},
     };
     int rc = 0;
 

@@ -55,6 +55,8 @@ int ctl_meter_step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *p
                 egpu_api_meter_add(&pods[i], t, seg, &next.core_pct_s, &next.mem_mib_s);
             t = seg;
             if (t == next.period_end_s) {
+                out->ended_start_s = next.period_start_s;
+                out->ended_used_milli = egpu_api_budget_used_milli(&next);
                 rc = set_period(&next, t, err);
                 if (rc)
                     return rc;

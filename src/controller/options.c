@@ -19,7 +19,8 @@ static const char usage[] =
     "PVs, provisions ElasticGPUs of a class (gpushare.provisioner.elasticgpu.io: a\n"
     "slice of one card; physical.provisioner.elasticgpu.io: whole cards), keeps\n"
     "claims in use by pods from being deleted, and releases, keeps or deletes an\n"
-    "ElasticGPU when its claim goes.\n"
+    "ElasticGPU when its claim goes. It keeps GPU status.allocated current, and meters\n"
+    "the GPU pods of every namespace with a GPUBudget into the budget's status.\n"
     "\n"
     "  --listen ADDR           address of /healthz, /readyz and /metrics (EGPU_LISTEN;\n"
     "                          default 0.0.0.0)\n"
@@ -30,6 +31,8 @@ static const char usage[] =
     "  --context NAME          kubeconfig context (EGPU_CONTEXT; default: current-context)\n"
     "  --resync-seconds S      every claim and ElasticGPU is reconciled again this often,\n"
     "                          repairing drift, 1..86400 (EGPU_RESYNC_SECONDS; default 30)\n"
+    "  --meter-seconds S       each namespace with a GPUBudget is metered, and its status\n"
+    "                          written, this often, 1..3600 (EGPU_METER_SECONDS; default 30)\n"
     "  --leader-elect BOOL     only the holder of the Lease reconciles (EGPU_LEADER_ELECT;\n"
     "                          default true)\n"
     "  --lease-namespace NS    (EGPU_LEASE_NAMESPACE; default: the client's namespace)\n"
@@ -57,6 +60,7 @@ static const char usage[] =
 
 enum {
     O_RESYNC = 256,
+    O_METER,
 };
 
 static int apply(void *ctx, int opt, const char *v, const char *who)
@@ -70,6 +74,11 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected seconds in 1..86400", who, v);
         o->resync_ms = (long)u * 1000;
         return 0;
+    case O_METER:
+        if (egpu_cli_parse_u64(v, 1, 3600, &u))
+            return bad("%s \"%s\": expected seconds in 1..3600", who, v);
+        o->meter_ms = (long)u * 1000;
+        return 0;
     default:
         return bad("unknown setting");
     }
@@ -79,6 +88,7 @@ int ctl_options_parse(int argc, char **argv, struct ctl_options *o)
 {
     static const struct egpu_cli_flag flags[] = {
         {"resync-seconds", required_argument, O_RESYNC, "EGPU_RESYNC_SECONDS"},
+        {"meter-seconds", required_argument, O_METER, "EGPU_METER_SECONDS"},
     };
     struct egpu_cli_spec spec = {.prog = CTL_PROG,
                                  .usage = usage,
@@ -89,7 +99,7 @@ int ctl_options_parse(int argc, char **argv, struct ctl_options *o)
                                  .apply = apply,
                                  .ctx = o};
 
-    *o = (struct ctl_options){.resync_ms = 30000};
+    *o = (struct ctl_options){.resync_ms = 30000, .meter_ms = 30000};
     egpu_cli_server_defaults(&o->srv);
     o->srv.lease.name = "elastic-gpu-controller";
     o->srv.port = 9090;

@@ -79,7 +79,9 @@ CONTROLLER_NEEDS = {
     (GROUP, "gpus", "list"), (GROUP, "gpus", "watch"),
     (GROUP, "gpus/status", "patch"),
     ("", "nodes", "list"), ("", "nodes", "watch"),
-    ("", "pods", "list"), ("", "pods", "watch"),
+    ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "update"),
+    (GROUP, "gpubudgets", "list"), (GROUP, "gpubudgets", "watch"),
+    (GROUP, "gpubudgets/status", "update"),
     ("", "events", "create"),
 }
 CONTROLLER_LEASE_DEFAULT = "elastic-gpu-controller"  # egpu-controller --lease-name default

@@ -151,6 +151,8 @@ static void test_rollover_while_running(void **state)
     assert_int_equal(b.core_pct_s, 50 * 240);
     step(&b, pods, 2, T0 + DAY + 60, &st); /* 00:01: the day ended a minute ago */
     assert_int_equal(st.rollovers, 1);
+    assert_int_equal(st.ended_start_s, T0);
+    assert_int_equal(st.ended_used_milli, (50 * 300 + 200 * 60) / 360); /* 0.075 GPU-hours */
     assert_int_equal(b.period_start_s, T0 + DAY);
     assert_int_equal(b.period_end_s, T0 + 2 * DAY);
     assert_int_equal(b.core_pct_s, (50 + 200) * 60);

@@ -56,6 +56,7 @@ static void test_defaults(void **state)
     (void)state;
     assert_int_equal(parse(&o, ARGS("egpu-controller")), -1);
     assert_int_equal(o.resync_ms, 30000);
+    assert_int_equal(o.meter_ms, 30000);
     assert_string_equal(o.srv.listen, "0.0.0.0");
     assert_int_equal(o.srv.port, 9090);
     assert_null(o.srv.kubeconfig);
@@ -82,17 +83,18 @@ static void test_every_flag(void **state)
     assert_int_equal(
         parse(&o,
               ARGS("egpu-controller", "--listen", "127.0.0.1", "--port", "0", "--kubeconfig", "kc",
-                   "--context", "ctx", "--resync-seconds", "86400", "--leader-elect", "false",
-                   "--lease-namespace", "ns1", "--lease-name", "l1", "--lease-duration", "30",
-                   "--renew-deadline", "20", "--retry-period", "5", "--watch-unhealthy-seconds",
-                   "7", "--max-connections", "10", "--max-per-client", "3", "--idle-timeout", "60",
-                   "--request-timeout", "5", "--log-level", "warn")),
+                   "--context", "ctx", "--resync-seconds", "86400", "--meter-seconds", "3600",
+                   "--leader-elect", "false", "--lease-namespace", "ns1", "--lease-name", "l1",
+                   "--lease-duration", "30", "--renew-deadline", "20", "--retry-period", "5",
+                   "--watch-unhealthy-seconds", "7", "--max-connections", "10", "--max-per-client",
+                   "3", "--idle-timeout", "60", "--request-timeout", "5", "--log-level", "warn")),
         -1);
     assert_string_equal(o.srv.listen, "127.0.0.1");
     assert_int_equal(o.srv.port, 0);
     assert_string_equal(o.srv.kubeconfig, "kc");
     assert_string_equal(o.srv.context, "ctx");
     assert_int_equal(o.resync_ms, 86400000);
+    assert_int_equal(o.meter_ms, 3600000);
     assert_false(o.srv.lease.elect);
     assert_string_equal(o.srv.lease.ns, "ns1");
     assert_string_equal(o.srv.lease.name, "l1");
@@ -113,19 +115,13 @@ static void test_every_flag(void **state)
 static void test_variables_and_flag_wins(void **state)
 {
     static const char *const vars[][2] = {
-        {"EGPU_LISTEN", "10.0.0.1"},
-        {"EGPU_PORT", "9191"},
-        {"EGPU_KUBECONFIG", "/kc"},
-        {"EGPU_CONTEXT", "c2"},
-        {"EGPU_RESYNC_SECONDS", "45"},
-        {"EGPU_LEADER_ELECT", "0"},
-        {"EGPU_LEASE_NAMESPACE", "n"},
-        {"EGPU_LEASE_NAME", "from-env"},
-        {"EGPU_WATCH_UNHEALTHY_SECONDS", "9"},
-        {"EGPU_MAX_CONNECTIONS", "11"},
-        {"EGPU_MAX_PER_CLIENT", "4"},
-        {"EGPU_IDLE_TIMEOUT", "61"},
-        {"EGPU_REQUEST_TIMEOUT", "6"},
+        {"EGPU_LISTEN", "10.0.0.1"},     {"EGPU_PORT", "9191"},
+        {"EGPU_KUBECONFIG", "/kc"},      {"EGPU_CONTEXT", "c2"},
+        {"EGPU_RESYNC_SECONDS", "45"},   {"EGPU_METER_SECONDS", "7"},
+        {"EGPU_LEADER_ELECT", "0"},      {"EGPU_LEASE_NAMESPACE", "n"},
+        {"EGPU_LEASE_NAME", "from-env"}, {"EGPU_WATCH_UNHEALTHY_SECONDS", "9"},
+        {"EGPU_MAX_CONNECTIONS", "11"},  {"EGPU_MAX_PER_CLIENT", "4"},
+        {"EGPU_IDLE_TIMEOUT", "61"},     {"EGPU_REQUEST_TIMEOUT", "6"},
         {"EGPU_LOG_LEVEL", "error"},
     };
     struct ctl_options o;
@@ -139,6 +135,7 @@ static void test_variables_and_flag_wins(void **state)
     assert_string_equal(o.srv.kubeconfig, "/kc");
     assert_string_equal(o.srv.context, "c2");
     assert_int_equal(o.resync_ms, 45000);
+    assert_int_equal(o.meter_ms, 7000);
     assert_false(o.srv.lease.elect);
     assert_string_equal(o.srv.lease.ns, "n");
     assert_string_equal(o.srv.lease.name, "from-env");
@@ -176,6 +173,7 @@ static void test_help_and_version(void **state)
         "--kubeconfig",
         "--context",
         "--resync-seconds",
+        "--meter-seconds",
         "--leader-elect",
         "--lease-namespace",
         "--lease-name",
@@ -232,6 +230,8 @@ static void test_refusals(void **state)
         {"--resync-seconds", "86401", "--resync-seconds \"86401\": expected seconds in 1..86400"},
         {"--resync-seconds", "1s", "--resync-seconds \"1s\": expected seconds in 1..86400"},
         {"--resync-seconds", "", "--resync-seconds \"\": expected seconds in 1..86400"},
+        {"--meter-seconds", "0", "--meter-seconds \"0\": expected seconds in 1..3600"},
+        {"--meter-seconds", "3601", "--meter-seconds \"3601\": expected seconds in 1..3600"},
         {"--port", "65536", "--port \"65536\": expected a port in 0..65535 (0 = any free port)"},
         {"--leader-elect", "yes", "--leader-elect \"yes\": expected true or false"},
         {"--lease-name", "", "--lease-name \"\": expected a name of 1..253 characters"},

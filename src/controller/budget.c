@@ -1,0 +1,266 @@
+/* controller/budget.c - GPUBudgets: the leader meters each namespace that
+ * has one (queue key "b/<ns>").
+ *
+ * One step of a namespace: a consistent LIST of its pods (so a pod bound a
+ * moment ago is there, whatever the pod informer has heard), each read with
+ * egpu_api_meter_pod_read (its GPU ask, PodScheduled's time, its end); then
+ * for every GPUBudget of the namespace, ctl_meter_step from its status's
+ * checkpoint to now and a PUT of its status guarded by resourceVersion: a
+ * stale leader's write fails with 409 and nothing is counted twice; a
+ * write that did not happen leaves the checkpoint where it was, so nothing
+ * is lost either. Events say when metering starts, when a period resets and
+ * when the namespace goes over or back within budget. Last, pods holding
+ * the webhook's elasticgpu.io/metering finalizer that every budget has
+ * metered to their end (or that never got a card) lose it, and so do all
+ * of them once the namespace has no budget left. The key comes back every
+ * --meter-seconds.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "budget_int.h"
+#include "ctl_int.h"
+#include "egpu/log.h"
+
+#define COND_READY "Ready"
+
+/* A pod of the namespace as metering sees it. */
+struct meter_pod {
+    const json_t *obj; /* borrowed from the list */
+    bool readable;     /* egpu_api_meter_pod_read took it */
+    struct egpu_api_meter_pod m;
+};
+
+static void metrics_of(struct ctl *c, const struct egpu_api_budget *b)
+{
+    const char *const labels[2] = {b->meta.ns, b->meta.name};
+    int64_t used = egpu_api_budget_used_milli(b);
+
+    (void)egpu_metric_set(c->m_budget_used, labels, (double)used / 1000.0);
+    (void)egpu_metric_set(c->m_budget_remaining, labels,
+                          (double)(b->gpu_hours_milli - used) / 1000.0);
+    (void)egpu_metric_set(c->m_budget_over, labels,
+                          b->has_state && b->state == EGPU_API_BUDGET_OVER_BUDGET ? 1.0 : 0.0);
+}
+
+static void events_of(struct ctl *c, const struct egpu_api_budget *b,
+                      const struct ctl_meter_step *st)
+{
+    char t1[EGPU_API_TIME_MAX], t2[EGPU_API_TIME_MAX];
+    int64_t used = egpu_api_budget_used_milli(b);
+
+    if (st->started)
+        ctl_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, false,
+                  "MeteringStarted",
+                  "GPU pods of namespace %s are metered from %s; this %s period "
+                  "ends %s",
+                  b->meta.ns, egpu_api_time_format(b->metered_until_s, t1), b->period_text,
+                  egpu_api_time_format(b->period_end_s, t2));
+    if (st->rollovers > 0)
+        ctl_event(
+            c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, false, "PeriodReset",
+            "a new period began at %s; %.3f GPU-hours were used in the one "
+            "from %s",
+            egpu_api_time_format(b->period_start_s, t1), (double)st->ended_used_milli / 1000.0,
+            egpu_api_time_format(st->ended_start_s, t2));
+    if (st->state_changed && !st->started && b->state == EGPU_API_BUDGET_OVER_BUDGET)
+        ctl_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, true, "OverBudget",
+                  "namespace %s used %.3f of %.3f GPU-hours this period; new GPU pods "
+                  "get PriorityClass %s",
+                  b->meta.ns, (double)used / 1000.0, (double)b->gpu_hours_milli / 1000.0,
+                  b->over_class);
+    else if (st->state_changed && !st->started)
+        ctl_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, false, "InBudget",
+                  "namespace %s is within its %.3f GPU-hours again (%.3f used)", b->meta.ns,
+                  (double)b->gpu_hours_milli / 1000.0, (double)used / 1000.0);
+}
+
+/* Meter budget obj over m[0..n) and write its status. *until gets the
+ * checkpoint now stored, or INT64_MAX when the budget cannot meter (it does
+ * not decode, or names an unknown time zone: it then holds no pod back).
+ * Returns 0 or the client's error (the namespace is retried). */
+static int meter_one(struct ctl *c, const json_t *obj, const struct egpu_api_meter_pod *m, size_t n,
+                     int64_t now, int64_t *until)
+{
+    struct egpu_api_budget *b = egpu_malloc(sizeof(*b));
+    struct egpu_error err = {0};
+    struct ctl_meter_step st;
+    char stamp[EGPU_API_TIME_MAX];
+    json_t *enc;
+    bool changed, ok;
+    int rc;
+
+    *until = INT64_MAX;
+    if (b == NULL)
+        return -ENOMEM;
+    if (egpu_api_budget_decode(obj, b, &err) != 0) {
+        egpu_log(EGPU_LOG_WARN, "GPUBudget not metered: %s", err.msg);
+        egpu_free(b);
+        return 0; /* the API server's schema keeps these out; nothing to write into */
+    }
+    ctl_now(stamp, sizeof(stamp));
+    rc = ctl_meter_step(b, m, n, now, &st, &err);
+    ok = rc == 0;
+    if (!ok) {
+        /* An unknown time zone: say so on the object; nothing is counted. */
+        changed =
+            egpu_api_condition_set(b->conditions, &b->nconditions, COND_READY, EGPU_API_COND_FALSE,
+                                   "InvalidTimeZone", err.msg, b->meta.generation, stamp);
+        if (changed)
+            ctl_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, true,
+                      "InvalidTimeZone", "%s", err.msg);
+    } else {
+        (void)egpu_api_condition_set(b->conditions, &b->nconditions, COND_READY, EGPU_API_COND_TRUE,
+                                     "Metered", "the namespace's GPU pods are metered",
+                                     b->meta.generation, stamp);
+        changed = true; /* the checkpoint moved */
+    }
+    b->observed_generation = b->meta.generation;
+    rc = 0;
+    if (changed) {
+        enc = egpu_api_budget_encode(b);
+        rc = enc == NULL ? -ENOMEM : ctl_put(c, &egpu_kube_gpubudgets, obj, enc, "status", NULL);
+        json_decref(enc);
+    }
+    if (rc == 0 && ok) {
+        *until = b->metered_until_s;
+        events_of(c, b, &st);
+        metrics_of(c, b);
+    }
+    egpu_free(b);
+    return rc;
+}
+
+/* Drop the metering finalizer from pod (a v1 Pod of the list). */
+static void release(struct ctl *c, const json_t *pod)
+{
+    const json_t *meta = json_object_get(pod, "metadata"), *f;
+    json_t *keep = json_array(), *enc;
+    size_t i;
+
+    json_array_foreach(json_object_get(meta, "finalizers"), i, f)
+    {
+        const char *s = egpu_api_str(f);
+
+        if (s == NULL || strcmp(s, EGPU_FINALIZER_METERING) != 0)
+            json_array_append(keep, (json_t *)f);
+    }
+    enc = json_pack("{s:{s:o}}", "metadata", "finalizers", keep);
+    if (enc == NULL || ctl_put(c, &egpu_kube_pods, pod, enc, "finalizers", NULL) == 0)
+        egpu_log(EGPU_LOG_INFO, "metering finalizer removed pod=%s/%s",
+                 egpu_api_str(json_object_get(meta, "namespace")),
+                 egpu_api_str(json_object_get(meta, "name")));
+    json_decref(enc);
+}
+
+static bool holds_finalizer(const json_t *pod)
+{
+    const json_t *f;
+    size_t i;
+
+    json_array_foreach(json_object_get(json_object_get(pod, "metadata"), "finalizers"), i, f)
+    {
+        const char *s = egpu_api_str(f);
+
+        if (s != NULL && strcmp(s, EGPU_FINALIZER_METERING) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* May p lose the metering finalizer, every budget of its namespace having
+ * counted up to until (budgets false: the namespace has none left)? Yes
+ * once it is metered to its end; at once when it holds nothing to meter (no
+ * GPU, unreadable, or deleted before it was ever bound). */
+static bool done_metering(const struct meter_pod *p, int64_t until, bool budgets)
+{
+    if (!budgets || !p->readable || p->m.core_pct == 0)
+        return true;
+    if (p->m.start_s == 0) /* a pod being deleted is never bound */
+        return json_object_get(json_object_get(p->obj, "metadata"), "deletionTimestamp") != NULL;
+    return p->m.end_s != INT64_MAX && p->m.end_s <= until;
+}
+
+/* The GPUBudgets of ns, sorted by name (new reference), or NULL. */
+static json_t *budgets_of(struct ctl *c, const char *ns)
+{
+    json_t *all = egpu_kube_informer_list(c->inf[CTL_BUDGETS]), *out = json_array(), *o;
+    size_t i;
+
+    if (all == NULL || out == NULL) {
+        json_decref(all);
+        json_decref(out);
+        return NULL;
+    }
+    json_array_foreach(all, i, o)
+    {
+        const char *ons =
+            egpu_api_str(json_object_get(json_object_get(o, "metadata"), "namespace"));
+
+        if (ons != NULL && strcmp(ons, ns) == 0)
+            json_array_append(out, o);
+    }
+    json_decref(all);
+    return out;
+}
+
+int ctl_budget_sync(struct ctl *c, const char *ns)
+{
+    struct egpu_kube_status kst = {0};
+    struct egpu_error err = {0};
+    struct meter_pod *pods = NULL;
+    struct egpu_api_meter_pod *m = NULL;
+    json_t *budgets = budgets_of(c, ns), *list = NULL, *o;
+    int64_t now = (int64_t)time(NULL), until = INT64_MAX, u;
+    size_t n = 0, nm = 0, i;
+    int rc;
+
+    if (budgets == NULL)
+        return -ENOMEM;
+    rc = egpu_kube_list(c->kube, &egpu_kube_pods, ns, NULL, &list, &kst, &err);
+    if (rc) {
+        egpu_log(EGPU_LOG_WARN, "namespace=%s: cannot list pods to meter: %s", ns, err.msg);
+        json_decref(budgets);
+        return rc;
+    }
+    n = json_array_size(json_object_get(list, "items"));
+    pods = egpu_calloc(n + 1, sizeof(*pods));
+    m = egpu_calloc(n + 1, sizeof(*m));
+    if (pods == NULL || m == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    json_array_foreach(json_object_get(list, "items"), i, o)
+    {
+        pods[i].obj = o;
+        pods[i].readable = egpu_api_meter_pod_read(o, &pods[i].m, &err) == 0;
+        if (pods[i].readable)
+            m[nm++] = pods[i].m;
+        else
+            egpu_log(EGPU_LOG_WARN, "pod=%s/%s not metered: %s", ns,
+                     egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name")),
+                     err.msg);
+    }
+    json_array_foreach(budgets, i, o)
+    {
+        rc = meter_one(c, o, m, nm, now, &u);
+        if (rc)
+            goto out; /* retried: no finalizer goes before every budget has counted */
+        if (u < until)
+            until = u;
+    }
+    for (i = 0; i < n; i++) {
+        if (holds_finalizer(pods[i].obj) &&
+            done_metering(&pods[i], until, json_array_size(budgets) > 0))
+            release(c, pods[i].obj);
+    }
+out:
+    egpu_free(pods);
+    egpu_free(m);
+    json_decref(list);
+    json_decref(budgets);
+    return rc;
+}
