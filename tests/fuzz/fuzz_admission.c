@@ -5,8 +5,9 @@
  *
  * Input: one byte of settings (bits 0-1: the route, modulo 3; bit 2:
  * --compat-nvidia; bit 3: --set-scheduler-name false; bit 4: aliyun in MiB;
- * bit 5: no GPU facts; bit 6: a claims source, the fake below, else none),
- * then the request body. Invariants: never fails but
+ * bit 5: no GPU facts; bit 6: a claims source, the fake below, else none;
+ * bit 7: a GPUBudgets source, the fake below, else none), then the request
+ * body. Invariants: never fails but
  * for memory; the answer is HTTP 400 in plain text, or a 200 AdmissionReview
  * (admission.k8s.io/v1) whose response.uid is request.uid; /validate never
  * patches; a patch decodes (base64, JSON) and applies to the request's
@@ -20,6 +21,13 @@
  * (malformed); "down" and "cached-down" stand for an API server that does
  * not answer, the latter with a Bound claim in the cache; every other name
  * is missing.
+ *
+ * The GPUBudgets source answers by namespace: "in" has an InBudget budget
+ * naming class gpu-in (value 1000), "over" an OverBudget one naming gpu-over
+ * (value -10, preemptionPolicy Never), "unmetered" one without status,
+ * "missing" one whose classes do not exist, "several" two (the first by
+ * name OverBudget), "bad" a malformed one, "down" cannot be read; every
+ * other namespace has none.
  */
 #include <errno.h>
 #include <string.h>
@@ -74,6 +82,65 @@ static int claim_get(void *ud, const char *ns, const char *name, bool fresh, jso
 }
 
 static const struct egpu_webhook_claims source = {.get = claim_get};
+
+static json_t *budget(const char *name, const char *state, const char *in, const char *over)
+{
+    json_t *b = json_pack("{s:s, s:s, s:{s:s}, s:{s:i, s:s, s:s, s:s}}", "apiVersion",
+                          "elasticgpu.io/v1alpha1", "kind", "GPUBudget", "metadata", "name", name,
+                          "spec", "gpuHours", 10, "period", "Daily", "inBudgetPriorityClassName",
+                          in, "overBudgetPriorityClassName", over);
+
+    if (b != NULL && state != NULL)
+        json_object_set_new(b, "status", json_pack("{s:s}", "state", state));
+    return b;
+}
+
+static int budget_list(void *ud, const char *ns, json_t **out, struct egpu_error *err)
+{
+    json_t *l;
+
+    (void)ud;
+    FUZZ_CHECK(ns != NULL && ns[0] != '\0');
+    if (strcmp(ns, "down") == 0)
+        return egpu_error_set(err, -EIO, "the cache is gone");
+    l = json_array();
+    if (l == NULL)
+        return -ENOMEM;
+    if (strcmp(ns, "in") == 0)
+        json_array_append_new(l, budget("b", "InBudget", "gpu-in", "gpu-over"));
+    else if (strcmp(ns, "over") == 0)
+        json_array_append_new(l, budget("b", "OverBudget", "gpu-in", "gpu-over"));
+    else if (strcmp(ns, "unmetered") == 0)
+        json_array_append_new(l, budget("b", NULL, "gpu-in", "gpu-over"));
+    else if (strcmp(ns, "missing") == 0)
+        json_array_append_new(l, budget("b", "OverBudget", "gpu-gone", "gpu-gone"));
+    else if (strcmp(ns, "bad") == 0)
+        json_array_append_new(l, budget("b", "OverBudget", "gpu-in", "Not A Name"));
+    else if (strcmp(ns, "several") == 0) {
+        json_array_append_new(l, budget("z", "InBudget", "gpu-in", "gpu-over"));
+        json_array_append_new(l, budget("a", "OverBudget", "gpu-in", "gpu-over"));
+    }
+    *out = l;
+    return 0;
+}
+
+static int class_get(void *ud, const char *name, json_t **out, struct egpu_error *err)
+{
+    (void)ud;
+    (void)err;
+    FUZZ_CHECK(name != NULL && name[0] != '\0');
+    if (strcmp(name, "gpu-in") == 0)
+        *out = json_pack("{s:s, s:i}", "apiVersion", "scheduling.k8s.io/v1", "value", 1000);
+    else if (strcmp(name, "gpu-over") == 0)
+        *out = json_pack("{s:s, s:i, s:s}", "apiVersion", "scheduling.k8s.io/v1", "value", -10,
+                         "preemptionPolicy", "Never");
+    else
+        return -ENOENT;
+    return *out != NULL ? 0 : -ENOMEM;
+}
+
+static const struct egpu_webhook_budgets budgets = {.list = budget_list,
+                                                    .priority_class = class_get};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -160,6 +227,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.set_scheduler_name = !(data[0] & 8);
     cfg.aliyun_mem_mib = data[0] & 16 ? 1 : 0;
     cfg.claims = data[0] & 64 ? &source : NULL;
+    cfg.budgets = data[0] & 128 ? &budgets : NULL;
     body = fuzz_dup(data + 1, size - 1);
     text = run(&cfg, r, data[0] & 32 ? NULL : &facts, body, size - 1, &reply);
     if (reply.http_status == 400) {
