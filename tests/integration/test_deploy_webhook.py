@@ -304,6 +304,11 @@ def pod(containers=None, init=None, annotations=None, kind="Pod"):
     return {"apiVersion": "v1", "kind": kind, "metadata": meta, "spec": spec}
 
 
+def finalized(p, finalizers):
+    p["metadata"]["finalizers"] = finalizers
+    return p
+
+
 def template(p):
     return {"metadata": p["metadata"], "spec": p["spec"]}
 
@@ -401,6 +406,20 @@ CASES = {
     "pod UPDATE keeping egpuc.elasticgpu.io/<container>": (
         pod(annotations={"egpuc.elasticgpu.io/c": "my-claim", "team/x": "2"}), "UPDATE",
         pod(annotations={"egpuc.elasticgpu.io/c": "my-claim", "team/x": "1"}), {V: True}),
+    # The finalizer elasticgpu.io/metering (GPU budgets) is removed only by
+    # the controller: every UPDATE whose old object holds it reaches
+    # /validate, even of a pod that names no GPU (src/webhook/budgets.c).
+    "pod UPDATE removing elasticgpu.io/metering": (
+        finalized(pod(), []), "UPDATE", finalized(pod(), ["elasticgpu.io/metering"]), {V: True}),
+    "pod UPDATE dropping the finalizers with elasticgpu.io/metering": (
+        pod(), "UPDATE", finalized(pod(), ["example.com/x", "elasticgpu.io/metering"]),
+        {V: True}),
+    "pod UPDATE, another finalizer removed": (
+        finalized(pod(), []), "UPDATE", finalized(pod(), ["example.com/x"]), {V: False}),
+    "pod UPDATE, old object with finalizers: null": (
+        pod(), "UPDATE", finalized(pod(), None), {V: False}),
+    "pod UPDATE, old object with finalizers not a list": (
+        pod(), "UPDATE", finalized(pod(), {"elasticgpu.io/metering": 1}), {V: False}),
     "plain pod UPDATE": (pod(annotations={"team/x": "2"}), "UPDATE",
                          pod(annotations={"team/x": "1"}), {V: False}),
     "plain pod UPDATE, old object without metadata": (pod(), "UPDATE", {"kind": "Pod"},
@@ -537,7 +556,8 @@ def test_match_condition_names_match_the_code(objs):
         lists[name] = set(re.findall(r"'([a-z0-9.-]+/[a-z0-9-]+)'", expr))
     resources = set(COMPAT)
     for name in (MUTATE, VALIDATE):
-        assert lists[name] - {"elasticgpu.io/assigned", "elasticgpu.io/allocated"} == \
+        assert lists[name] - {"elasticgpu.io/assigned", "elasticgpu.io/allocated",
+                              "elasticgpu.io/metering"} == \
             resources | set(CORE_LIMIT_ANNOTATIONS), name
     assert lists[MUTATE_NV] == resources | set(COMPAT_NVIDIA) | set(CORE_LIMIT_ANNOTATIONS)
     compat_c = ROOT / "src/api/compat.c"
@@ -636,6 +656,10 @@ def test_webhook_flags_agree_with_the_rest(objs):
     assert flag(args, "--scheduler-user") == variables["scheduler"] == \
         f"system:serviceaccount:{NS}:egpu-scheduler"
     assert flag(args, "--agent-user") == variables["agent"]
+    # the remover of elasticgpu.io/metering is deploy/controller's account
+    ctl = one(objs, "ServiceAccount", "egpu-controller")
+    assert flag(args, "--controller-user") == \
+        f"system:serviceaccount:{ctl['metadata']['namespace']}:egpu-controller"
 
 
 def test_webhook_flags_exist():
@@ -677,7 +701,8 @@ def test_webhook_network_policy(objs):
 
 def test_webhook_rbac(objs):
     """ServiceAccount egpu-webhook may get, list and watch GPU objects and
-    ElasticGPUClaims (the claims pods use, src/webhook/claims.c), and
+    ElasticGPUClaims (the claims pods use, src/webhook/claims.c), list and
+    watch GPUBudgets and PriorityClasses (src/webhook/budgets.c), and
     nothing else, anywhere."""
     sa = one(objs, "ServiceAccount", "egpu-webhook")
     assert sa["metadata"]["namespace"] == NS
@@ -694,7 +719,10 @@ def test_webhook_rbac(objs):
             grants |= {(g, res, v) for g in r["apiGroups"] for res in r["resources"]
                        for v in r["verbs"]}
     assert grants == {("elasticgpu.io", res, v) for res in ("gpus", "elasticgpuclaims")
-                      for v in ("get", "list", "watch")}
+                      for v in ("get", "list", "watch")} | \
+        {(g, res, v) for g, res in (("elasticgpu.io", "gpubudgets"),
+                                    ("scheduling.k8s.io", "priorityclasses"))
+         for v in ("list", "watch")}
 
 
 # --- certs.sh ----------------------------------------------------------------------
