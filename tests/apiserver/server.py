@@ -19,7 +19,9 @@ crd_lease_leader_election_notes.md) to the letter:
 
 * core/v1 ``pods`` (with ``binding`` and ``status``), ``nodes`` (``status``),
   ``namespaces`` (``status``), ``events``, ``bindings``;
-  ``coordination.k8s.io/v1`` ``leases``; and the project's custom resources in
+  ``coordination.k8s.io/v1`` ``leases``; ``scheduling.k8s.io/v1``
+  ``priorityclasses`` (stored as given: no value or globalDefault checks);
+  and the project's custom resources in
   ``elasticgpu.io/v1alpha1``: ``gpus``, ``elasticgpus``, ``elasticgpuclasses``
   (cluster-scoped), ``elasticgpuclaims``, ``gpubudgets`` (namespaced), each
   with a ``status`` subresource.
@@ -717,6 +719,10 @@ RESOURCES = [
     Resource("", "v1", "bindings", "Binding", True, verbs=["create"]),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, columns=LEASE_COLUMNS,
              bookmark={"spec": {}}, create_on_update=True),
+    Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, short=["pc"],
+             columns=[NAME_COL, ("Value", "integer", 0, lambda o: o.get("value")),
+                      ("Global-Default", "boolean", 0, lambda o: bool(o.get("globalDefault"))),
+                      AGE_COL]),
     Resource(EGPU, "v1alpha1", "gpus", "GPU", False, subresources=["status"],
              custom=True, fields=["spec.nodeName"],
              columns=crd_columns(("Node", "string", ".spec.nodeName"),
