@@ -591,6 +591,17 @@ def test_names_and_columns(schemas):
         assert "status" in schemas[k + "/crd"]["spec"]["versions"][0]["subresources"]
 
 
+def test_example_budget(schemas, objects_tool):
+    """deploy/examples/gpubudget.yaml is accepted by the API server's checks
+    and decodes."""
+    import yaml
+    ex = yaml.safe_load((ROOT / "deploy/examples/gpubudget.yaml").read_text())
+    assert api_verdicts(schemas["GPUBudget"], [("example", ex, None)]) == {"example": []}
+    res = decode(objects_tool, "GPUBudget", [ex])["results"][0]
+    assert res["ok"], res
+    assert res["encoded"]["spec"]["period"] == "Weekly"
+
+
 def test_whole_deploy_renders():
     r = subprocess.run([tool("kubectl", "/usr/bin/kubectl"), "kustomize", str(ROOT / "deploy")],
                        capture_output=True, text=True, timeout=60)

@@ -36,7 +36,7 @@ CRDS = {
 }
 CLUSTER_KINDS = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-                 "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+                 "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "PriorityClass"}
 NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service",
                     "Deployment", "Secret", "NetworkPolicy", "PodDisruptionBudget"}
 
@@ -253,6 +253,23 @@ def test_namespaces(objs):
         for s in o["subjects"]:
             if s["kind"] == "ServiceAccount":
                 one(objs, "ServiceAccount", s["name"], s["namespace"])
+
+
+def test_budget_priority_classes(objs):
+    """The PriorityClasses GPUBudgets name (deploy/budgets): within budget
+    above the default 0 and preempting, over budget below it and never
+    preempting, neither the cluster's default; the example budget names
+    exactly these two."""
+    import yaml
+    inb, over = one(objs, "PriorityClass", "gpu-in-budget"), one(objs, "PriorityClass",
+                                                                 "gpu-over-budget")
+    assert inb["value"] > 0 > over["value"]
+    assert inb["preemptionPolicy"] == "PreemptLowerPriority"
+    assert over["preemptionPolicy"] == "Never"
+    assert not inb.get("globalDefault") and not over.get("globalDefault")
+    ex = yaml.safe_load((DEPLOY / "examples" / "gpubudget.yaml").read_text())
+    assert ex["spec"]["inBudgetPriorityClassName"] == "gpu-in-budget"
+    assert ex["spec"]["overBudgetPriorityClassName"] == "gpu-over-budget"
 
 
 def test_common_label(objs):
