@@ -90,7 +90,7 @@ static bool class_decode(const json_t *pc, json_int_t *value, const char **polic
 
     if (!json_is_integer(val) || json_integer_value(val) < INT32_MIN ||
         json_integer_value(val) > INT32_MAX) {
-        snprintf(why, len, "its value is not a 32-bit integer");
+        snprintf(why, len, "cannot be used (its value is not a 32-bit integer)");
         return false;
     }
     *value = json_integer_value(val);
@@ -101,7 +101,9 @@ static bool class_decode(const json_t *pc, json_int_t *value, const char **polic
     } else if (json_is_string(pol) && strcmp(json_string_value(pol), PREEMPT_NEVER) == 0) {
         *policy = PREEMPT_NEVER;
     } else {
-        snprintf(why, len, "its preemptionPolicy is not " PREEMPT_LOWER " or " PREEMPT_NEVER);
+        snprintf(why, len,
+                 "cannot be used (its preemptionPolicy is not " PREEMPT_LOWER " or " PREEMPT_NEVER
+                 ")");
         return false;
     }
     return true;

@@ -34,6 +34,7 @@ struct fake {
     json_t *budgets; /* array */
     json_t *classes; /* name -> PriorityClass */
     bool down;       /* the lookups cannot be answered */
+    bool class_down; /* the PriorityClass lookup cannot be answered */
     int lists, class_gets;
 };
 
@@ -54,8 +55,9 @@ static int fake_class(void *ud, const char *name, json_t **out, struct egpu_erro
     struct fake *f = ud;
     json_t *pc = json_object_get(f->classes, name);
 
-    (void)err;
     f->class_gets++;
+    if (f->class_down)
+        return egpu_error_set(err, -EIO, "the class cache is gone");
     if (pc == NULL)
         return -ENOENT;
     *out = json_incref(pc);
@@ -374,6 +376,70 @@ static void test_first_budget_by_name(void **state)
     json_decref(f.classes);
 }
 
+/* What cannot be used: a class with a bad preemptionPolicy or value, a
+ * budget that does not decode (the pod admitted, with the finalizer and a
+ * warning), a class lookup that fails (refused). */
+static void test_unusable(void **state)
+{
+    struct fake f = {.budgets = json_array(), .classes = json_object()};
+    struct egpu_webhook_budgets src = {.list = fake_list, .priority_class = fake_class, .ud = &f};
+    struct egpu_webhook_config cfg = {.set_scheduler_name = true, .budgets = &src};
+    json_t *pod = ppod(GPU, NULL, 0, NULL), *b;
+    struct wt_reply w;
+
+    (void)state;
+    json_array_append_new(f.budgets, budget("team", "OverBudget", IN_PC));
+    json_object_set_new(f.classes, OVER_PC,
+                        wt_json("{'metadata':{'name':'" OVER_PC "'},'value':5,"
+                                "'preemptionPolicy':'Sometimes'}"));
+    w = wt_call(&cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", json_incref(pod), NULL));
+    wt_assert_json(w.ops, "[" ADD_FIN "]");
+    wt_assert_json(
+        json_object_get(wt_response(&w), "warnings"),
+        "['namespace ml is over its GPU budget (GPUBudget team), whose PriorityClass " OVER_PC
+        " (spec.overBudgetPriorityClassName) cannot be used (its preemptionPolicy is not "
+        "PreemptLowerPriority or Never): the pod is admitted at the priority it has; "
+        "create the PriorityClass or correct the GPUBudget']");
+    check_applied(&cfg, pod, w.ops);
+    wt_free(&w);
+
+    json_object_set_new(f.classes, OVER_PC,
+                        wt_json("{'metadata':{'name':'" OVER_PC "'},'value':3000000000}"));
+    w = wt_call(&cfg, EGPU_WEBHOOK_MUTATE_NVIDIA, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", json_incref(pod), NULL));
+    wt_assert_json(w.ops, "[" ADD_FIN "]");
+    wt_assert_json(
+        json_object_get(wt_response(&w), "warnings"),
+        "['namespace ml is over its GPU budget (GPUBudget team), whose PriorityClass " OVER_PC
+        " (spec.overBudgetPriorityClassName) cannot be used (its value is not a 32-bit "
+        "integer): the pod is admitted at the priority it has; create the PriorityClass "
+        "or correct the GPUBudget']");
+    wt_free(&w);
+
+    f.class_down = true;
+    w = wt_call(&cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", json_incref(pod), NULL));
+    wt_assert_denied(&w, "cannot look up PriorityClass " OVER_PC " of GPUBudget ml/team (the class "
+                         "cache is gone); the pod is refused rather than admitted outside its "
+                         "budget, try again");
+    wt_free(&w);
+
+    b = json_array_get(f.budgets, 0);
+    json_object_set_new(json_object_get(b, "spec"), "gpuHours", json_integer(-1));
+    w = wt_call(&cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", json_incref(pod), NULL));
+    wt_assert_json(w.ops, "[" ADD_FIN "]");
+    assert_int_equal(json_array_size(json_object_get(wt_response(&w), "warnings")), 1);
+    assert_true(
+        strncmp(json_string_value(json_array_get(json_object_get(wt_response(&w), "warnings"), 0)),
+                "namespace ml has GPUBudget team, which cannot be read (spec.gpuHours", 67) == 0);
+    wt_free(&w);
+    json_decref(pod);
+    json_decref(f.budgets);
+    json_decref(f.classes);
+}
+
 /* /validate: the metering finalizer is removed only by the controller. */
 struct fcase {
     const char *what;
@@ -447,6 +513,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budgets),
         cmocka_unit_test(test_first_budget_by_name),
+        cmocka_unit_test(test_unusable),
         cmocka_unit_test(test_finalizer_guard),
         cmocka_unit_test(test_finalizer_guard_user),
     };
