@@ -564,6 +564,19 @@ json_t *egpu_api_class_encode(const struct egpu_api_class *c);
  * names no models, or one of its models is model, or model with a leading
  * "NVIDIA " removed (so "A100-SXM4-80GB" names "NVIDIA A100-SXM4-80GB"). */
 bool egpu_api_class_allows_model(const struct egpu_api_class *c, const char *model);
+/* A claim's class, as a PVC's StorageClass: the one it names, else the
+ * default, the first by name (strcmp) of those annotated default. Does k
+ * serve a claim naming class_name ("" = none) better than best (NULL: none
+ * found yet)? Offer every class in any order, keeping the one this says
+ * yes to: the same class comes out on every component. */
+bool egpu_api_class_serves(const struct egpu_api_class *k, const char *class_name,
+                           const struct egpu_api_class *best);
+
+/* The sentence for a claim naming class_name ("" = none) that no class
+ * serves, into buf (len bytes): "ElasticGPUClass \"fast\" not found", or
+ * "no ElasticGPUClass is named and none is the default (annotation
+ * elasticgpu.io/is-default-class: \"true\")". Returns buf. */
+const char *egpu_api_class_missing(const char *class_name, char *buf, size_t len);
 /* The peak TFLOPS c gives model (matched as egpu_api_class_allows_model
  * matches), in thousandths, or 0 when c has none for it. */
 int64_t egpu_api_class_peak(const struct egpu_api_class *c, const char *model);

@@ -487,3 +487,22 @@ json_t *egpu_api_class_encode(const struct egpu_api_class *c)
     }
     return o;
 }
+
+bool egpu_api_class_serves(const struct egpu_api_class *k, const char *class_name,
+                           const struct egpu_api_class *best)
+{
+    if (class_name[0] != '\0' ? strcmp(k->meta.name, class_name) != 0 : !k->is_default)
+        return false;
+    return best == NULL || strcmp(k->meta.name, best->meta.name) < 0;
+}
+
+const char *egpu_api_class_missing(const char *class_name, char *buf, size_t len)
+{
+    if (class_name[0] != '\0')
+        snprintf(buf, len, "ElasticGPUClass \"%s\" not found", class_name);
+    else
+        snprintf(buf, len,
+                 "no ElasticGPUClass is named and none is the default "
+                 "(annotation " EGPU_ANN_DEFAULT_CLASS ": \"true\")");
+    return buf;
+}

@@ -217,18 +217,12 @@ static struct egpu_api_class *class_of(struct ctl *c, const struct egpu_api_clai
     struct egpu_api_class *best = NULL, *k = egpu_malloc(sizeof(*k));
     size_t i;
 
-    snprintf(why, len,
-             cl->class_name[0] ? "ElasticGPUClass \"%s\" not found"
-                               : "the claim names no ElasticGPUClass and none is the default "
-                                 "(annotation " EGPU_ANN_DEFAULT_CLASS ": \"true\")%s",
-             cl->class_name);
+    (void)egpu_api_class_missing(cl->class_name, why, len);
     json_array_foreach(all, i, o)
     {
         if (k == NULL || egpu_api_class_decode(o, k, NULL) != 0)
             continue;
-        if (cl->class_name[0] ? strcmp(k->meta.name, cl->class_name) != 0 : !k->is_default)
-            continue;
-        if (best == NULL || strcmp(k->meta.name, best->meta.name) < 0) {
+        if (egpu_api_class_serves(k, cl->class_name, best)) {
             struct egpu_api_class *t = best;
 
             best = k;

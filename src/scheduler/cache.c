@@ -1831,23 +1831,16 @@ static const struct egpu_api_class *class_of(struct egpu_sched_cache *c,
                                              const struct claim_entry *ce, char *why, size_t len)
 {
     const struct egpu_api_class *k, *best = NULL;
+    char missing[EGPU_ERRMSG_MAX];
     size_t pos = 0;
 
-    if (ce->class_name[0] != '\0') {
-        k = egpu_map_get(c->classes, ce->class_name);
-        if (k == NULL)
-            snprintf(why, len, "claim %s: ElasticGPUClass %s not found", ce->name, ce->class_name);
-        return k;
-    }
     while ((k = egpu_map_next(c->classes, &pos, NULL)) != NULL) {
-        if (k->is_default && (best == NULL || strcmp(k->meta.name, best->meta.name) < 0))
+        if (egpu_api_class_serves(k, ce->class_name, best))
             best = k;
     }
     if (best == NULL)
-        snprintf(why, len,
-                 "claim %s names no ElasticGPUClass and none is the default "
-                 "(annotation " EGPU_ANN_DEFAULT_CLASS ": \"true\")",
-                 ce->name);
+        snprintf(why, len, "claim %s: %s", ce->name,
+                 egpu_api_class_missing(ce->class_name, missing, sizeof(missing)));
     return best;
 }
 

@@ -811,6 +811,48 @@ static void test_names(void **state)
     assert_string_equal(egpu_api_claim_phase_name((enum egpu_api_claim_phase)9), "unknown");
 }
 
+/* A claim's class: the named one, else the first by name of the defaults,
+ * whatever order the classes come in. */
+static void test_class_serves(void **state)
+{
+    struct egpu_api_class k[4];
+    const char *names[4] = {"zeta", "alpha", "mid", "beta"};
+    const bool dflt[4] = {true, false, true, true};
+    static const int orders[3][4] = {{0, 1, 2, 3}, {3, 2, 1, 0}, {2, 0, 3, 1}};
+    char buf[256];
+
+    (void)state;
+    memset(k, 0, sizeof(k));
+    for (int i = 0; i < 4; i++) {
+        snprintf(k[i].meta.name, sizeof(k[i].meta.name), "%s", names[i]);
+        k[i].is_default = dflt[i];
+    }
+    for (int o = 0; o < 3; o++) {
+        const struct egpu_api_class *def = NULL, *named = NULL, *none = NULL;
+
+        for (int j = 0; j < 4; j++) {
+            const struct egpu_api_class *x = &k[orders[o][j]];
+
+            if (egpu_api_class_serves(x, "", def))
+                def = x;
+            if (egpu_api_class_serves(x, "alpha", named))
+                named = x;
+            if (egpu_api_class_serves(x, "nope", none))
+                none = x;
+        }
+        assert_non_null(def);
+        assert_string_equal(def->meta.name, "beta"); /* alpha is not a default */
+        assert_non_null(named);
+        assert_string_equal(named->meta.name, "alpha");
+        assert_null(none);
+    }
+    assert_string_equal(egpu_api_class_missing("fast", buf, sizeof(buf)),
+                        "ElasticGPUClass \"fast\" not found");
+    assert_string_equal(egpu_api_class_missing("", buf, sizeof(buf)),
+                        "no ElasticGPUClass is named and none is the default (annotation "
+                        "elasticgpu.io/is-default-class: \"true\")");
+}
+
 /* The claim annotations of a pod: one row per rule, exact messages; the
  * good ones read back in order. */
 static void test_pod_claims(void **state)
@@ -916,7 +958,7 @@ int main(void)
         cmocka_unit_test(test_selectors),      cmocka_unit_test(test_egpu_rules),
         cmocka_unit_test(test_tflops_to_core), cmocka_unit_test(test_fit),
         cmocka_unit_test(test_best_fit),       cmocka_unit_test(test_names),
-        cmocka_unit_test(test_pod_claims),
+        cmocka_unit_test(test_pod_claims),     cmocka_unit_test(test_class_serves),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
