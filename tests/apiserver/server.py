@@ -18,7 +18,12 @@ What it serves, following ../shared/k8s-wire (api_protocol_notes.md,
 crd_lease_leader_election_notes.md) to the letter:
 
 * core/v1 ``pods`` (with ``binding`` and ``status``), ``nodes`` (``status``),
-  ``namespaces`` (``status``), ``events``, ``bindings``;
+  ``namespaces`` (``status``), ``events``, ``bindings``, ``resourcequotas``
+  (``status``; a pod create that would take a namespace past a quota's
+  ``hard`` ``requests.<resource>`` or ``pods`` is refused 403 with the
+  ResourceQuota admission plugin's message, counting the requests of the
+  pods that have not finished, a container's limit standing for a missing
+  request; the quota's ``status.used`` follows each admitted pod);
   ``coordination.k8s.io/v1`` ``leases``; ``scheduling.k8s.io/v1``
   ``priorityclasses`` (stored as given: no value or globalDefault checks);
   and the project's custom resources in
@@ -227,6 +232,42 @@ def status_body(code, reason, message, details=None, metadata=None):
         s["details"] = details
     s["code"] = code
     return s
+
+
+QUANTITY = re.compile(r"^([+-]?[0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+QUANTITY_SCALE = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+                  "Ei": 2**60, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9,
+                  "T": 1e12, "P": 1e15, "E": 1e18}
+
+
+def quantity(v):
+    """A resource.Quantity (text or number) as a number; None when it is not one."""
+    m = QUANTITY.match(str(v).strip())
+    if not m:
+        return None
+    try:
+        return float(m.group(1)) * QUANTITY_SCALE[m.group(2)]
+    except ValueError:
+        return None
+
+
+def quantity_text(x):
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def pod_requests(pod):
+    """The quota usage of a pod: requests.<name> per resource (a container's
+    limit stands for a missing request, as the API server defaults it), and
+    pods=1."""
+    use = {"pods": 1}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        for name in set(req) | set(lim):
+            q = quantity(req.get(name, lim.get(name)))
+            if q is not None:
+                use["requests." + name] = use.get("requests." + name, 0) + q
+    return use
 
 
 def success_status(code):
@@ -717,6 +758,8 @@ RESOURCES = [
                      "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
                      "reportingComponent", "source", "type"]),
     Resource("", "v1", "bindings", "Binding", True, verbs=["create"]),
+    Resource("", "v1", "resourcequotas", "ResourceQuota", True, short=["quota"],
+             subresources=["status"]),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, columns=LEASE_COLUMNS,
              bookmark={"spec": {}}, create_on_update=True),
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, short=["pc"],
@@ -758,6 +801,7 @@ for _r in RESOURCES:
     if _r.version not in GROUPS[_r.group]:
         GROUPS[_r.group].append(_r.version)
 PODS = REGISTRY[("", "v1", "pods")]
+QUOTAS = REGISTRY[("", "v1", "resourcequotas")]
 NAMESPACES = REGISTRY[("", "v1", "namespaces")]
 DEFAULT_NAMESPACES = ["default", "kube-system", "kube-public", "kube-node-lease"]
 
@@ -2086,6 +2130,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 raise err_already_exists(res, name)
             res.prepare_create(obj)
             res.validate(obj)
+            quotas = self.admit_quota(ns, obj) if res is PODS else []
             if res.namespaced and not self.dry_run():
                 self.ensure_namespace(ns)
             for k in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -2100,7 +2145,40 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if self.dry_run():
                 return self.send_json(201, normalize(obj))
             stored = store.commit(res, "ADDED", obj, None)
+            for q, used in quotas:
+                new = copy.deepcopy(q)
+                new.setdefault("status", {})["hard"] = dict(q["spec"].get("hard") or {})
+                new["status"]["used"] = {k: quantity_text(v) for k, v in used.items()}
+                store.commit(QUOTAS, "MODIFIED", new, q)
         self.send_json(201, stored)
+
+    def admit_quota(self, ns, pod):
+        """ResourceQuota admission of a new pod (the caller holds the lock):
+        [(quota, used after it)] to record, or ApiError 403 with the
+        plugin's message for the first quota it would exceed."""
+        want = pod_requests(pod)
+        live = [p for p in self.store.current(PODS, ns).values()
+                if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        out = []
+        for (_, qname), q in sorted(self.store.current(QUOTAS, ns).items()):
+            hard = {k: quantity(v) for k, v in ((q.get("spec") or {}).get("hard") or {}).items()
+                    if (k == "pods" or k.startswith("requests.")) and quantity(v) is not None}
+            used = {k: 0 for k in hard}
+            for p in live:
+                for k, v in pod_requests(p).items():
+                    if k in used:
+                        used[k] += v
+            over = sorted(k for k in hard if k in want and used[k] + want[k] > hard[k])
+            if over:
+                def show(d):
+                    return ",".join(f"{k}={quantity_text(d[k])}" for k in over)
+                name = pod["metadata"]["name"]
+                raise ApiError(403, "Forbidden",
+                               f'pods "{name}" is forbidden: exceeded quota: {qname}, requested: '
+                               f"{show(want)}, used: {show(used)}, limited: {show(hard)}",
+                               {"name": name, "kind": "pods"})
+            out.append((q, {k: used[k] + want.get(k, 0) for k in hard}))
+        return out
 
     def ensure_namespace(self, ns):
         """Simplification: the namespace of a new object is created when missing (a real

@@ -1,0 +1,90 @@
+"""Quotas on GPU (issue 13): a ResourceQuota on requests.elasticgpu.io/gpu-core
+and gpu-memory holds a namespace to a total, and a pod written with another
+system's names is counted under ours once egpu-webhook has rewritten it
+(the quota is checked after the mutating webhooks).
+
+The API server's side is the test API server's ResourceQuota admission
+(tests/apiserver/server.py: the plugin's 403 message, requests of unfinished
+pods, a limit standing for a missing request)."""
+import base64
+import json
+
+import jsonpatch
+
+from test_scheduler import api  # noqa: F401
+from test_webhook import UID, cert, need, review, webhook  # noqa: F401
+
+CORE, MEM = "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"
+
+
+def mkquota(api, hard, ns="ml", name="gpu-quota"):
+    st, out = api.call("POST", f"/api/v1/namespaces/{ns}/resourcequotas", {
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": ns},
+        "spec": {"hard": hard}})
+    assert st == 201, out
+
+
+def quota(api, ns="ml", name="gpu-quota"):
+    st, out = api.call("GET", f"/api/v1/namespaces/{ns}/resourcequotas/{name}")
+    assert st == 200
+    return out
+
+
+def pod(name, res, ns="ml", requests=True):
+    r = {"limits": dict(res)}
+    if requests:
+        r["requests"] = dict(res)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "spec": {"containers": [{"name": "main", "image": "x", "resources": r}]}}
+
+
+def test_quota_holds_the_namespace(api):  # noqa: F811
+    mkquota(api, {"requests." + CORE: "100", "requests." + MEM: "16Ki"})
+    st, out = api.call("POST", "/api/v1/namespaces/ml/pods", pod("a", {CORE: "60", MEM: "8192"}))
+    assert st == 201, out
+    assert quota(api)["status"]["used"] == {"requests." + CORE: "60", "requests." + MEM: "8192"}
+    st, out = api.call("POST", "/api/v1/namespaces/ml/pods", pod("b", {CORE: "50"},
+                                                                   requests=False))
+    assert st == 403 and out["reason"] == "Forbidden"
+    assert out["message"] == (
+        'pods "b" is forbidden: exceeded quota: gpu-quota, requested: '
+        "requests.elasticgpu.io/gpu-core=50, used: requests.elasticgpu.io/gpu-core=60, "
+        "limited: requests.elasticgpu.io/gpu-core=100")
+    # A finished pod holds nothing.
+    st, a = api.call("GET", "/api/v1/namespaces/ml/pods/a")
+    a["status"]["phase"] = "Succeeded"
+    st, out = api.call("PUT", "/api/v1/namespaces/ml/pods/a/status", a)
+    assert st == 200, out
+    st, out = api.call("POST", "/api/v1/namespaces/ml/pods", pod("b", {CORE: "50"}))
+    assert st == 201, out
+    # Another namespace is not held.
+    st, out = api.call("POST", "/api/v1/namespaces/other/pods",
+                       pod("c", {CORE: "500"}, ns="other"))
+    assert st == 201, out
+
+
+def test_rewritten_pods_count_under_our_names(api, webhook):  # noqa: F811
+    """A pod asking tencent.com/vcuda-core 30 and vcuda-memory 16 (4 GiB) is
+    rewritten by the webhook; admitted, it counts 30 and 4096 under
+    requests.elasticgpu.io/*, and the next one past the quota is refused in
+    our names."""
+    need("curl")
+    mkquota(api, {"requests." + CORE: "50", "requests." + MEM: "8192"})
+    w = webhook()
+    w.wait_ready()
+    for name, want in (("train-1", 201), ("train-2", 403)):
+        obj = pod(name, {"tencent.com/vcuda-core": "30", "tencent.com/vcuda-memory": "16"})
+        rv = review(obj)
+        rv["request"]["name"] = name
+        resp = w.review("/mutate", rv)
+        assert resp["uid"] == UID and resp["allowed"] is True
+        patched = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(resp["patch"])))
+        assert patched["spec"]["containers"][0]["resources"]["requests"] == {
+            CORE: "30", MEM: "4096"}
+        st, out = api.call("POST", "/api/v1/namespaces/ml/pods", patched)
+        assert st == want, out
+    assert quota(api)["status"]["used"] == {"requests." + CORE: "30", "requests." + MEM: "4096"}
+    assert out["message"] == (
+        'pods "train-2" is forbidden: exceeded quota: gpu-quota, requested: '
+        "requests.elasticgpu.io/gpu-core=30, used: requests.elasticgpu.io/gpu-core=30, "
+        "limited: requests.elasticgpu.io/gpu-core=50")
