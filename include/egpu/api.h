@@ -564,6 +564,7 @@ json_t *egpu_api_class_encode(const struct egpu_api_class *c);
  * names no models, or one of its models is model, or model with a leading
  * "NVIDIA " removed (so "A100-SXM4-80GB" names "NVIDIA A100-SXM4-80GB"). */
 bool egpu_api_class_allows_model(const struct egpu_api_class *c, const char *model);
+
 /* A claim's class, as a PVC's StorageClass: the one it names, else the
  * default, the first by name (strcmp) of those annotated default. Does k
  * serve a claim naming class_name ("" = none) better than best (NULL: none
@@ -807,6 +808,59 @@ int egpu_api_meter_pod_read(const json_t *pod, struct egpu_api_meter_pod *out,
  * to *core_pct_s and *mem_mib_s. Nothing when the overlap is empty. */
 void egpu_api_meter_add(const struct egpu_api_meter_pod *p, int64_t from_s, int64_t to_s,
                         int64_t *core_pct_s, int64_t *mem_mib_s);
+
+/* ------------------------------------------------------------------------ */
+/* GPU objects (src/api/gpu.c)                                              */
+/*
+ * A GPU (cluster-scoped) is one physical card: spec written by egpu-agent,
+ * status.allocated by egpu-controller (from the pods' elasticgpu.io/assigned),
+ * status.used by egpu-agent. Decoded for readers that show it (kubectl-egpu).
+ */
+
+#define EGPU_API_HEALTH_MAX     64  /* status.health, at most 63 bytes */
+#define EGPU_API_GPU_MODEL_MAX  128 /* spec.model, at most 127 bytes */
+#define EGPU_API_GPU_SHARES_MAX 512 /* status.allocated entries kept; more is EGPU_ERANGE */
+
+/* One status.allocated entry: a container holding a share of the card. */
+struct egpu_api_gpu_share {
+    char ns[EGPU_NAMESPACE_MAX];             /* namespace (required) */
+    char pod[EGPU_K8S_NAME_MAX];             /* pod (required) */
+    char container[EGPU_CONTAINER_NAME_MAX]; /* container (required) */
+    int64_t core_pct;                        /* core, percent of the card, 0..100; 0 absent */
+    int64_t mem_mib;                         /* memory, MiB; 0 absent or a whole card (all) */
+    char claim[EGPU_K8S_NAME_MAX];           /* its ElasticGPUClaim; "" = none */
+};
+
+struct egpu_api_gpu {
+    struct egpu_api_meta meta;          /* name required; ns "" */
+    char node_name[EGPU_K8S_NAME_MAX];  /* spec.nodeName (required) */
+    int64_t index;                      /* spec.index, 0..1023 (required) */
+    char uuid[EGPU_UUID_MAX];           /* spec.uuid (required) */
+    char model[EGPU_API_GPU_MODEL_MAX]; /* spec.model; "" = not given */
+    int64_t mem_mib;                    /* spec.memory, MiB; 0 when not given */
+    char health[EGPU_API_HEALTH_MAX];   /* status.health as written ("Healthy"); "" = none */
+    bool has_cap_core, has_cap_mem;     /* status.capacity.core / .memory given */
+    int64_t cap_core_pct, cap_mem_mib;
+    size_t nallocated;                    /* status.allocated, in its order */
+    struct egpu_api_gpu_share *allocated; /* owned (egpu_api_gpu_clear); NULL when none */
+    bool has_used_mem, has_used_util;     /* status.used.memory / .utilization given */
+    int64_t used_mem_mib, used_util_pct;  /* MiB in use; percent 0..100 */
+    char used_time[EGPU_API_TIME_MAX];    /* status.used.updateTime; "" = none */
+};
+
+/* Decode a GPU object (obj: the whole object as GET or a list gives it,
+ * borrowed). Limits are the CRD's: index 0..1023, memory 0..2^32-1, core
+ * 0..100 per container, utilization 0..100. Returns 0, EGPU_ESYNTAX (a
+ * missing required field, a wrong JSON type, text too long) or EGPU_ERANGE
+ * (a value out of range, more than EGPU_API_GPU_SHARES_MAX entries), naming
+ * the field ("status.allocated[2].core is 150; allowed: a whole number
+ * 0..100"), or -ENOMEM. *out written only on success; release it with
+ * egpu_api_gpu_clear. */
+int egpu_api_gpu_decode(const json_t *obj, struct egpu_api_gpu *out,
+                        struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Free g's allocated entries and zero *g. NULL is a no-op. */
+void egpu_api_gpu_clear(struct egpu_api_gpu *g);
 
 /* ------------------------------------------------------------------------ */
 /* Reservations (src/api/reservation.c)                                     */

@@ -1,0 +1,34 @@
+/* kubectl/kubectl_int.h - what kubectl-egpu's files share: the table
+ * layout (table.c). Private to src/kubectl. */
+#ifndef EGPU_KUBECTL_INT_H
+#define EGPU_KUBECTL_INT_H
+
+#include <stddef.h>
+
+#include "egpu/core.h"
+#include "egpu/kubectl.h"
+
+#define KP_PROG     "kubectl-egpu"
+#define KP_COLS_MAX 16
+#define KP_PADDING  3 /* spaces between columns, as kubectl's tabwriter */
+
+/* A table of text cells, nrows x ncols, filled row by row. */
+struct kp_table {
+    size_t ncols, nrows, cap;
+    char **cells; /* owned; NULL cells print as "" */
+    int err;      /* the first failure of kp_table_row or kp_table_set, 0 = none */
+};
+
+void kp_table_init(struct kp_table *t, size_t ncols);
+void kp_table_free(struct kp_table *t);
+/* Start a new row of empty cells. A failure (-ENOMEM) is kept in t->err
+ * and makes kp_table_print fail; the row is then not added. */
+void kp_table_row(struct kp_table *t);
+/* Set cell col of the last row to printf text (at most 1023 bytes). A
+ * failure (-EINVAL: no row, col out of range; -ENOMEM) is kept in t->err. */
+void kp_table_set(struct kp_table *t, size_t col, const char *fmt, ...) EGPU_PRINTF(3, 4);
+/* Append the table to out, laid out (see table.c). Returns 0, t->err,
+ * -EINVAL (more than KP_COLS_MAX columns), -ENOMEM or -EMSGSIZE. */
+int kp_table_print(const struct kp_table *t, struct egpu_buf *out) EGPU_MUST_CHECK;
+
+#endif /* EGPU_KUBECTL_INT_H */

@@ -1,0 +1,689 @@
+/* kubectl/render.c - what kubectl-egpu prints for decoded objects: the
+ * tables (kubectl's layout, table.c) and the JSON documents of -o json
+ * (docs/kubectl.md fixes their shape). Pure: no I/O, no clock.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "kubectl_int.h"
+
+#define NONE "<none>"
+
+/* ---- small pieces ---- */
+
+const char *egpu_kubectl_age(int64_t s, char buf[EGPU_KUBECTL_AGE_MAX])
+{
+    int64_t m, h;
+
+    if (s < -1)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, "<invalid>");
+    else if (s < 0)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, "0s");
+    else if (s < 120)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, "%" PRId64 "s", s);
+    else if ((m = s / 60) < 10)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, s % 60 ? "%" PRId64 "m%" PRId64 "s" : "%" PRId64 "m", m,
+                 s % 60);
+    else if (m < 180)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, "%" PRId64 "m", m);
+    else if ((h = s / 3600) < 8)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, m % 60 ? "%" PRId64 "h%" PRId64 "m" : "%" PRId64 "h", h,
+                 m % 60);
+    else if (h < 48)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, "%" PRId64 "h", h);
+    else if (h < 24 * 8)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, h % 24 ? "%" PRId64 "d%" PRId64 "h" : "%" PRId64 "d",
+                 h / 24, h % 24);
+    else if (h < 24 * 365 * 2)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, "%" PRId64 "d", h / 24);
+    else if (h < 24 * 365 * 8)
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX,
+                 (h / 24) % 365 ? "%" PRId64 "y%" PRId64 "d" : "%" PRId64 "y", h / 24 / 365,
+                 (h / 24) % 365);
+    else
+        snprintf(buf, EGPU_KUBECTL_AGE_MAX, "%" PRId64 "y", h / 24 / 365);
+    return buf;
+}
+
+/* Thousandths as decimal text without trailing zeros: "12.5", "-0.25", "3". */
+static const char *milli_text(int64_t v, char *buf, size_t len)
+{
+    uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    unsigned frac = (unsigned)(a % 1000);
+    int digits = 3;
+
+    if (frac == 0) {
+        snprintf(buf, len, "%s%" PRIu64, v < 0 ? "-" : "", a / 1000);
+        return buf;
+    }
+    while (frac % 10 == 0) {
+        frac /= 10;
+        digits--;
+    }
+    snprintf(buf, len, "%s%" PRIu64 ".%0*u", v < 0 ? "-" : "", a / 1000, digits, frac);
+    return buf;
+}
+
+/* Thousandths as a JSON number that reads back as the same text. */
+static json_t *milli_json(int64_t v)
+{
+    char t[48];
+
+    if (v % 1000 == 0)
+        return json_integer(v / 1000);
+    return json_real(strtod(milli_text(v, t, sizeof(t)), NULL));
+}
+
+static int dump(json_t *doc, struct egpu_buf *out)
+{
+    char *s;
+    int rc;
+
+    if (doc == NULL)
+        return -ENOMEM;
+    s = json_dumps(doc, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
+    json_decref(doc);
+    if (s == NULL)
+        return -ENOMEM;
+    rc = egpu_buf_printf(out, "%s\n", s);
+    free(s);
+    return rc;
+}
+
+/* o[k] = v (stolen); false when v is NULL or out of memory. */
+static bool put(json_t *o, const char *k, json_t *v)
+{
+    return v != NULL && json_object_set_new(o, k, v) == 0;
+}
+
+static unsigned pct(int64_t part, int64_t whole)
+{
+    return whole > 0 ? (unsigned)(part * 100 / whole) : 0;
+}
+
+/* ---- inspect ---- */
+
+/* What one card holds, summed over its status.allocated. */
+struct card_sum {
+    int64_t core, mem; /* percent, MiB (a whole card: all of spec.memory) */
+};
+
+static struct card_sum card_sum(const struct egpu_api_gpu *g)
+{
+    struct card_sum s = {0, 0};
+    bool whole = false;
+
+    for (size_t i = 0; i < g->nallocated; i++) {
+        s.core += g->allocated[i].core_pct;
+        s.mem += g->allocated[i].mem_mib;
+        if (g->allocated[i].core_pct >= 100)
+            whole = true;
+    }
+    if (whole)
+        s.mem = g->mem_mib;
+    return s;
+}
+
+static int gpu_cmp(const void *a, const void *b)
+{
+    const struct egpu_api_gpu *x = *(const struct egpu_api_gpu *const *)a;
+    const struct egpu_api_gpu *y = *(const struct egpu_api_gpu *const *)b;
+    int c = strcmp(x->node_name, y->node_name);
+
+    if (c)
+        return c;
+    if (x->index != y->index)
+        return x->index < y->index ? -1 : 1;
+    return strcmp(x->meta.name, y->meta.name);
+}
+
+struct totals {
+    int64_t core, core_total, mem, mem_total;
+    size_t cards;
+};
+
+static void totals_add(struct totals *t, const struct egpu_api_gpu *g, struct card_sum s)
+{
+    t->core += s.core;
+    t->core_total += 100;
+    t->mem += s.mem;
+    t->mem_total += g->mem_mib;
+    t->cards++;
+}
+
+enum {
+    IC_NODE,
+    IC_GPU,
+    IC_MODEL,
+    IC_HEALTH,
+    IC_CORE,
+    IC_MEM,
+    IC_USED,
+    IC_UTIL,
+    IC_UUID,
+    IC_POD,
+    IC_CONTAINER,
+    IC_CLAIM,
+    IC_N
+};
+
+static void inspect_total_row(struct kp_table *t, const size_t *col, const char *node,
+                              const struct totals *s)
+{
+    kp_table_row(t);
+    kp_table_set(t, col[IC_NODE], "%s", node);
+    kp_table_set(t, col[IC_GPU], "total");
+    kp_table_set(t, col[IC_CORE], "%" PRId64 "/%" PRId64 " (%u%%)", s->core, s->core_total,
+                 pct(s->core, s->core_total));
+    kp_table_set(t, col[IC_MEM], "%" PRId64 "/%" PRId64 " (%u%%)", s->mem, s->mem_total,
+                 pct(s->mem, s->mem_total));
+}
+
+static int inspect_table(const struct egpu_api_gpu *const *v, size_t n, bool wide,
+                         struct egpu_buf *out)
+{
+    static const char *const head[IC_N] = {"NODE", "GPU",         "MODEL",     "HEALTH",
+                                           "CORE", "MEMORY(MiB)", "USED(MiB)", "UTIL(%)",
+                                           "UUID", "POD",         "CONTAINER", "CLAIM"};
+    size_t col[IC_N], ncols = 0;
+    struct totals node = {0}, all = {0};
+    size_t nodes = 0;
+    struct kp_table t;
+    int rc;
+
+    for (int c = 0; c < IC_N; c++)
+        col[c] = (!wide && (c == IC_USED || c == IC_UTIL || c == IC_UUID)) ? SIZE_MAX : ncols++;
+    kp_table_init(&t, ncols);
+    kp_table_row(&t);
+    for (int c = 0; c < IC_N; c++)
+        if (col[c] != SIZE_MAX)
+            kp_table_set(&t, col[c], "%s", head[c]);
+    for (size_t i = 0; i < n; i++) {
+        const struct egpu_api_gpu *g = v[i];
+        struct card_sum s = card_sum(g);
+
+        if (i == 0 || strcmp(v[i - 1]->node_name, g->node_name) != 0) {
+            memset(&node, 0, sizeof(node));
+            nodes++;
+        }
+        totals_add(&node, g, s);
+        totals_add(&all, g, s);
+        kp_table_row(&t);
+        kp_table_set(&t, col[IC_NODE], "%s", g->node_name);
+        kp_table_set(&t, col[IC_GPU], "%" PRId64, g->index);
+        kp_table_set(&t, col[IC_MODEL], "%s", g->model[0] ? g->model : NONE);
+        kp_table_set(&t, col[IC_HEALTH], "%s", g->health[0] ? g->health : "Unknown");
+        kp_table_set(&t, col[IC_CORE], "%" PRId64 "/100", s.core);
+        kp_table_set(&t, col[IC_MEM], "%" PRId64 "/%" PRId64, s.mem, g->mem_mib);
+        if (wide) {
+            if (g->has_used_mem)
+                kp_table_set(&t, col[IC_USED], "%" PRId64, g->used_mem_mib);
+            else
+                kp_table_set(&t, col[IC_USED], NONE);
+            if (g->has_used_util)
+                kp_table_set(&t, col[IC_UTIL], "%" PRId64, g->used_util_pct);
+            else
+                kp_table_set(&t, col[IC_UTIL], NONE);
+            kp_table_set(&t, col[IC_UUID], "%s", g->uuid);
+        }
+        for (size_t k = 0; k < g->nallocated; k++) {
+            const struct egpu_api_gpu_share *a = &g->allocated[k];
+
+            kp_table_row(&t);
+            kp_table_set(&t, col[IC_CORE], "%" PRId64, a->core_pct);
+            if (a->core_pct >= 100)
+                kp_table_set(&t, col[IC_MEM], "all");
+            else
+                kp_table_set(&t, col[IC_MEM], "%" PRId64, a->mem_mib);
+            kp_table_set(&t, col[IC_POD], "%s/%s", a->ns, a->pod);
+            kp_table_set(&t, col[IC_CONTAINER], "%s", a->container);
+            kp_table_set(&t, col[IC_CLAIM], "%s", a->claim[0] ? a->claim : NONE);
+        }
+        if (i + 1 == n || strcmp(v[i + 1]->node_name, g->node_name) != 0)
+            inspect_total_row(&t, col, g->node_name, &node);
+    }
+    rc = kp_table_print(&t, out);
+    kp_table_free(&t);
+    if (!rc)
+        rc = egpu_buf_printf(out,
+                             "\nCluster: %zu node%s, %zu GPU%s, core %" PRId64 "/%" PRId64
+                             " (%u%%), memory %" PRId64 "/%" PRId64 " MiB (%u%%)\n",
+                             nodes, nodes == 1 ? "" : "s", all.cards, all.cards == 1 ? "" : "s",
+                             all.core, all.core_total, pct(all.core, all.core_total), all.mem,
+                             all.mem_total, pct(all.mem, all.mem_total));
+    return rc;
+}
+
+static bool totals_json(json_t *o, const struct totals *t)
+{
+    return put(o, "coreAllocated", json_integer(t->core)) &&
+           put(o, "coreTotal", json_integer(t->core_total)) &&
+           put(o, "memoryAllocated", json_integer(t->mem)) &&
+           put(o, "memoryTotal", json_integer(t->mem_total));
+}
+
+static json_t *card_json(const struct egpu_api_gpu *g, struct card_sum s)
+{
+    json_t *o = json_object(), *pods = json_array(), *used;
+    bool ok = o != NULL && pods != NULL;
+
+    ok = ok && put(o, "name", json_string(g->meta.name)) &&
+         put(o, "index", json_integer(g->index)) && put(o, "uuid", json_string(g->uuid)) &&
+         put(o, "model", json_string(g->model)) &&
+         put(o, "health", g->health[0] ? json_string(g->health) : json_null()) &&
+         put(o, "coreAllocated", json_integer(s.core)) && put(o, "coreTotal", json_integer(100)) &&
+         put(o, "memoryAllocated", json_integer(s.mem)) &&
+         put(o, "memoryTotal", json_integer(g->mem_mib));
+    if (ok) {
+        used = json_object();
+        ok = used != NULL &&
+             put(used, "memory", g->has_used_mem ? json_integer(g->used_mem_mib) : json_null()) &&
+             put(used, "utilization",
+                 g->has_used_util ? json_integer(g->used_util_pct) : json_null()) &&
+             put(used, "updateTime", g->used_time[0] ? json_string(g->used_time) : json_null());
+        ok = put(o, "used", used) && ok;
+    }
+    for (size_t k = 0; ok && k < g->nallocated; k++) {
+        const struct egpu_api_gpu_share *a = &g->allocated[k];
+        json_t *p = json_object();
+
+        ok = p != NULL && put(p, "namespace", json_string(a->ns)) &&
+             put(p, "pod", json_string(a->pod)) && put(p, "container", json_string(a->container)) &&
+             put(p, "core", json_integer(a->core_pct)) &&
+             put(p, "memory", json_integer(a->mem_mib)) &&
+             put(p, "claim", a->claim[0] ? json_string(a->claim) : json_null());
+        ok = json_array_append_new(pods, p) == 0 && ok;
+    }
+    ok = put(o, "pods", pods) && ok;
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int inspect_json(const struct egpu_api_gpu *const *v, size_t n, struct egpu_buf *out)
+{
+    json_t *doc = json_object(), *nodes = json_array(), *node = NULL, *cards = NULL;
+    struct totals nt = {0}, all = {0};
+    bool ok = doc != NULL && nodes != NULL &&
+              put(doc, "apiVersion", json_string("egpu.kubectl/v1")) &&
+              put(doc, "kind", json_string("Inspect"));
+
+    ok = put(doc, "nodes", nodes) && ok;
+    for (size_t i = 0; ok && i < n; i++) {
+        const struct egpu_api_gpu *g = v[i];
+        struct card_sum s = card_sum(g);
+
+        if (i == 0 || strcmp(v[i - 1]->node_name, g->node_name) != 0) {
+            memset(&nt, 0, sizeof(nt));
+            node = json_object();
+            cards = json_array();
+            ok = node != NULL && cards != NULL && put(node, "name", json_string(g->node_name));
+            ok = put(node, "gpus", cards) && ok;
+            ok = json_array_append_new(nodes, node) == 0 && ok;
+        }
+        totals_add(&nt, g, s);
+        totals_add(&all, g, s);
+        ok = ok && json_array_append_new(cards, card_json(g, s)) == 0;
+        if (ok && (i + 1 == n || strcmp(v[i + 1]->node_name, g->node_name) != 0))
+            ok = totals_json(node, &nt);
+    }
+    ok = ok && totals_json(doc, &all);
+    if (!ok) {
+        json_decref(doc);
+        return -ENOMEM;
+    }
+    return dump(doc, out);
+}
+
+int egpu_kubectl_inspect(const struct egpu_api_gpu *gpus, size_t n, const char *node,
+                         enum egpu_kubectl_output fmt, struct egpu_buf *out)
+{
+    const struct egpu_api_gpu **v = egpu_calloc(n ? n : 1, sizeof(*v));
+    size_t m = 0;
+    int rc;
+
+    if (v == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (node == NULL || strcmp(gpus[i].node_name, node) == 0)
+            v[m++] = &gpus[i];
+    qsort(v, m, sizeof(*v), gpu_cmp);
+    if (fmt == EGPU_KUBECTL_JSON)
+        rc = inspect_json(v, m, out);
+    else
+        rc = inspect_table(v, m, fmt == EGPU_KUBECTL_WIDE, out);
+    egpu_free(v);
+    return rc;
+}
+
+/* ---- claims ---- */
+
+static int claim_cmp(const void *a, const void *b)
+{
+    const struct egpu_api_claim *x = ((const struct egpu_kubectl_claim_row *)a)->claim;
+    const struct egpu_api_claim *y = ((const struct egpu_kubectl_claim_row *)b)->claim;
+    int c = strcmp(x->meta.ns, y->meta.ns);
+
+    return c ? c : strcmp(x->meta.name, y->meta.name);
+}
+
+/* The card(s) of e: status.gpuName once chosen, else spec's names joined by ','. */
+static const char *egpu_cards(const struct egpu_api_egpu *e, char *buf, size_t len)
+{
+    size_t used = 0;
+
+    if (e->chosen_gpu[0] != '\0') {
+        snprintf(buf, len, "%s", e->chosen_gpu);
+        return buf;
+    }
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < e->ngpus && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? "," : "", e->gpu_names[i]);
+    return buf[0] ? buf : NONE;
+}
+
+static void claim_request(const struct egpu_api_claim *c, char *buf, size_t len)
+{
+    char t[48];
+
+    if (c->tflops_milli > 0)
+        snprintf(buf, len, "%s TFLOPS", milli_text(c->tflops_milli, t, sizeof(t)));
+    else
+        snprintf(buf, len, "%" PRId64 "%%", c->core_pct);
+}
+
+enum {
+    CC_NS,
+    CC_NAME,
+    CC_PHASE,
+    CC_REQ,
+    CC_MEM,
+    CC_CLASS,
+    CC_EGPU,
+    CC_NODE,
+    CC_GPU,
+    CC_CAP,
+    CC_MODEL,
+    CC_AGE,
+    CC_N
+};
+
+static int claims_table(struct egpu_kubectl_claim_row *rows, size_t n, bool all_ns, bool wide,
+                        int64_t now_s, struct egpu_buf *out)
+{
+    static const char *const head[CC_N] = {"NAMESPACE",   "NAME",     "PHASE",      "REQUEST",
+                                           "MEMORY(MiB)", "CLASS",    "ELASTICGPU", "NODE",
+                                           "GPU",         "CAPACITY", "MODEL",      "AGE"};
+    size_t col[CC_N], ncols = 0;
+    struct kp_table t;
+    int rc;
+
+    for (int c = 0; c < CC_N; c++)
+        col[c] = ((c == CC_NS && !all_ns) || (!wide && (c == CC_CAP || c == CC_MODEL))) ? SIZE_MAX
+                                                                                        : ncols++;
+    kp_table_init(&t, ncols);
+    kp_table_row(&t);
+    for (int c = 0; c < CC_N; c++)
+        if (col[c] != SIZE_MAX)
+            kp_table_set(&t, col[c], "%s", head[c]);
+    for (size_t i = 0; i < n; i++) {
+        const struct egpu_api_claim *c = rows[i].claim;
+        const struct egpu_api_egpu *e = rows[i].egpu;
+        char buf[EGPU_NODE_GPUS_MAX * 8 + EGPU_K8S_NAME_MAX], age[EGPU_KUBECTL_AGE_MAX];
+
+        kp_table_row(&t);
+        if (all_ns)
+            kp_table_set(&t, col[CC_NS], "%s", c->meta.ns);
+        kp_table_set(&t, col[CC_NAME], "%s", c->meta.name);
+        kp_table_set(&t, col[CC_PHASE], "%s", egpu_api_claim_phase_name(c->phase));
+        claim_request(c, buf, sizeof(buf));
+        kp_table_set(&t, col[CC_REQ], "%s", buf);
+        if (c->has_mem)
+            kp_table_set(&t, col[CC_MEM], "%" PRId64, c->mem_mib);
+        else
+            kp_table_set(&t, col[CC_MEM], NONE);
+        kp_table_set(&t, col[CC_CLASS], "%s", c->class_name[0] ? c->class_name : "<default>");
+        kp_table_set(&t, col[CC_EGPU], "%s", c->bound_egpu[0] ? c->bound_egpu : NONE);
+        kp_table_set(&t, col[CC_NODE], "%s", e != NULL ? e->node_name : NONE);
+        kp_table_set(&t, col[CC_GPU], "%s", e != NULL ? egpu_cards(e, buf, sizeof(buf)) : NONE);
+        if (wide) {
+            if (c->has_cap_core && c->has_cap_mem)
+                kp_table_set(&t, col[CC_CAP], "%" PRId64 "%%/%" PRId64 "MiB", c->cap_core_pct,
+                             c->cap_mem_mib);
+            else if (c->has_cap_core)
+                kp_table_set(&t, col[CC_CAP], "%" PRId64 "%%", c->cap_core_pct);
+            else
+                kp_table_set(&t, col[CC_CAP], NONE);
+            kp_table_set(&t, col[CC_MODEL], "%s", e != NULL && e->model[0] ? e->model : NONE);
+        }
+        if (rows[i].created_s > 0)
+            kp_table_set(&t, col[CC_AGE], "%s", egpu_kubectl_age(now_s - rows[i].created_s, age));
+        else
+            kp_table_set(&t, col[CC_AGE], "<unknown>");
+    }
+    rc = kp_table_print(&t, out);
+    kp_table_free(&t);
+    return rc;
+}
+
+static json_t *claim_json(const struct egpu_kubectl_claim_row *r)
+{
+    const struct egpu_api_claim *c = r->claim;
+    const struct egpu_api_egpu *e = r->egpu;
+    json_t *o = json_object(), *gpus = json_array(), *cap;
+    char ts[EGPU_API_TIME_MAX];
+    bool ok = o != NULL && gpus != NULL;
+
+    ok = ok && put(o, "namespace", json_string(c->meta.ns)) &&
+         put(o, "name", json_string(c->meta.name)) &&
+         put(o, "phase", json_string(egpu_api_claim_phase_name(c->phase))) &&
+         put(o, "core", c->tflops_milli > 0 ? json_null() : json_integer(c->core_pct)) &&
+         put(o, "tflops", c->tflops_milli > 0 ? milli_json(c->tflops_milli) : json_null()) &&
+         put(o, "memory", c->has_mem ? json_integer(c->mem_mib) : json_null()) &&
+         put(o, "class", json_string(c->class_name)) &&
+         put(o, "elasticGPU", c->bound_egpu[0] ? json_string(c->bound_egpu) : json_null());
+    if (ok) {
+        cap = json_object();
+        ok = cap != NULL &&
+             put(cap, "core", c->has_cap_core ? json_integer(c->cap_core_pct) : json_null()) &&
+             put(cap, "memory", c->has_cap_mem ? json_integer(c->cap_mem_mib) : json_null());
+        ok = put(o, "capacity", cap) && ok;
+    }
+    ok = ok && put(o, "node", e != NULL ? json_string(e->node_name) : json_null());
+    if (e != NULL && e->chosen_gpu[0] != '\0')
+        ok = ok && json_array_append_new(gpus, json_string(e->chosen_gpu)) == 0;
+    for (uint32_t i = 0; e != NULL && e->chosen_gpu[0] == '\0' && ok && i < e->ngpus; i++)
+        ok = json_array_append_new(gpus, json_string(e->gpu_names[i])) == 0;
+    ok = put(o, "gpus", gpus) && ok;
+    ok = ok && put(o, "model", e != NULL && e->model[0] ? json_string(e->model) : json_null());
+    ok = ok &&
+         put(o, "creationTimestamp",
+             r->created_s > 0 ? json_string(egpu_api_time_format(r->created_s, ts)) : json_null());
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+int egpu_kubectl_claims(const struct egpu_kubectl_claim_row *rows, size_t n, bool all_ns,
+                        int64_t now_s, enum egpu_kubectl_output fmt, struct egpu_buf *out)
+{
+    struct egpu_kubectl_claim_row *v = egpu_calloc(n ? n : 1, sizeof(*v));
+    json_t *doc, *items;
+    bool ok;
+    int rc;
+
+    if (v == NULL)
+        return -ENOMEM;
+    if (n)
+        memcpy(v, rows, n * sizeof(*v));
+    qsort(v, n, sizeof(*v), claim_cmp);
+    if (fmt != EGPU_KUBECTL_JSON) {
+        rc = claims_table(v, n, all_ns, fmt == EGPU_KUBECTL_WIDE, now_s, out);
+        egpu_free(v);
+        return rc;
+    }
+    doc = json_object();
+    items = json_array();
+    ok = doc != NULL && items != NULL && put(doc, "apiVersion", json_string("egpu.kubectl/v1")) &&
+         put(doc, "kind", json_string("Claims"));
+    ok = put(doc, "claims", items) && ok;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = json_array_append_new(items, claim_json(&v[i])) == 0;
+    egpu_free(v);
+    if (!ok) {
+        json_decref(doc);
+        return -ENOMEM;
+    }
+    return dump(doc, out);
+}
+
+/* ---- budgets ---- */
+
+static int budget_cmp(const void *a, const void *b)
+{
+    const struct egpu_api_budget *x = *(const struct egpu_api_budget *const *)a;
+    const struct egpu_api_budget *y = *(const struct egpu_api_budget *const *)b;
+    int c = strcmp(x->meta.ns, y->meta.ns);
+
+    return c ? c : strcmp(x->meta.name, y->meta.name);
+}
+
+enum {
+    BC_NS,
+    BC_NAME,
+    BC_HOURS,
+    BC_USED,
+    BC_REMAINING,
+    BC_STATE,
+    BC_PERIOD,
+    BC_START,
+    BC_END,
+    BC_ZONE,
+    BC_UNTIL,
+    BC_N
+};
+
+static int budgets_table(const struct egpu_api_budget *const *v, size_t n, bool all_ns, bool wide,
+                         struct egpu_buf *out)
+{
+    static const char *const head[BC_N] = {"NAMESPACE", "NAME",     "GPU-HOURS",    "USED",
+                                           "REMAINING", "STATE",    "PERIOD",       "START",
+                                           "END",       "TIMEZONE", "METERED-UNTIL"};
+    size_t col[BC_N], ncols = 0;
+    struct kp_table t;
+    int rc;
+
+    for (int c = 0; c < BC_N; c++)
+        col[c] = ((c == BC_NS && !all_ns) || (!wide && (c == BC_ZONE || c == BC_UNTIL))) ? SIZE_MAX
+                                                                                         : ncols++;
+    kp_table_init(&t, ncols);
+    kp_table_row(&t);
+    for (int c = 0; c < BC_N; c++)
+        if (col[c] != SIZE_MAX)
+            kp_table_set(&t, col[c], "%s", head[c]);
+    for (size_t i = 0; i < n; i++) {
+        const struct egpu_api_budget *b = v[i];
+        int64_t used = egpu_api_budget_used_milli(b);
+        char x[48], ts[EGPU_API_TIME_MAX];
+
+        kp_table_row(&t);
+        if (all_ns)
+            kp_table_set(&t, col[BC_NS], "%s", b->meta.ns);
+        kp_table_set(&t, col[BC_NAME], "%s", b->meta.name);
+        kp_table_set(&t, col[BC_HOURS], "%s", milli_text(b->gpu_hours_milli, x, sizeof(x)));
+        kp_table_set(&t, col[BC_USED], "%s",
+                     b->has_metering ? milli_text(used, x, sizeof(x)) : NONE);
+        kp_table_set(&t, col[BC_REMAINING], "%s",
+                     b->has_metering ? milli_text(b->gpu_hours_milli - used, x, sizeof(x)) : NONE);
+        kp_table_set(&t, col[BC_STATE], "%s",
+                     b->has_state ? egpu_api_budget_state_name(b->state) : NONE);
+        kp_table_set(&t, col[BC_PERIOD], "%s", b->period_text);
+        kp_table_set(&t, col[BC_START], "%s",
+                     b->has_period ? egpu_api_time_format(b->period_start_s, ts) : NONE);
+        kp_table_set(&t, col[BC_END], "%s",
+                     b->has_period ? egpu_api_time_format(b->period_end_s, ts) : NONE);
+        if (wide) {
+            kp_table_set(&t, col[BC_ZONE], "%s", b->time_zone);
+            kp_table_set(&t, col[BC_UNTIL], "%s",
+                         b->has_metering ? egpu_api_time_format(b->metered_until_s, ts) : NONE);
+        }
+    }
+    rc = kp_table_print(&t, out);
+    kp_table_free(&t);
+    return rc;
+}
+
+static json_t *budget_json(const struct egpu_api_budget *b)
+{
+    int64_t used = egpu_api_budget_used_milli(b);
+    char ts[EGPU_API_TIME_MAX];
+    json_t *o = json_object();
+    bool ok = o != NULL;
+
+    ok =
+        ok && put(o, "namespace", json_string(b->meta.ns)) &&
+        put(o, "name", json_string(b->meta.name)) &&
+        put(o, "gpuHours", milli_json(b->gpu_hours_milli)) &&
+        put(o, "used", b->has_metering ? milli_json(used) : json_null()) &&
+        put(o, "remaining",
+            b->has_metering ? milli_json(b->gpu_hours_milli - used) : json_null()) &&
+        put(o, "state",
+            b->has_state ? json_string(egpu_api_budget_state_name(b->state)) : json_null()) &&
+        put(o, "period", json_string(b->period_text)) &&
+        put(o, "timeZone", json_string(b->time_zone)) &&
+        put(o, "periodStart",
+            b->has_period ? json_string(egpu_api_time_format(b->period_start_s, ts)) : json_null());
+    ok = ok &&
+         put(o, "periodEnd",
+             b->has_period ? json_string(egpu_api_time_format(b->period_end_s, ts)) : json_null());
+    ok = ok && put(o, "meteredUntil",
+                   b->has_metering ? json_string(egpu_api_time_format(b->metered_until_s, ts))
+                                   : json_null());
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+int egpu_kubectl_budgets(const struct egpu_api_budget *const *budgets, size_t n, bool all_ns,
+                         enum egpu_kubectl_output fmt, struct egpu_buf *out)
+{
+    const struct egpu_api_budget **v = egpu_calloc(n ? n : 1, sizeof(*v));
+    json_t *doc, *items;
+    bool ok;
+    int rc;
+
+    if (v == NULL)
+        return -ENOMEM;
+    if (n)
+        memcpy(v, budgets, n * sizeof(*v));
+    qsort(v, n, sizeof(*v), budget_cmp);
+    if (fmt != EGPU_KUBECTL_JSON) {
+        rc = budgets_table(v, n, all_ns, fmt == EGPU_KUBECTL_WIDE, out);
+        egpu_free(v);
+        return rc;
+    }
+    doc = json_object();
+    items = json_array();
+    ok = doc != NULL && items != NULL && put(doc, "apiVersion", json_string("egpu.kubectl/v1")) &&
+         put(doc, "kind", json_string("Budgets"));
+    ok = put(doc, "budgets", items) && ok;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = json_array_append_new(items, budget_json(v[i])) == 0;
+    egpu_free(v);
+    if (!ok) {
+        json_decref(doc);
+        return -ENOMEM;
+    }
+    return dump(doc, out);
+}

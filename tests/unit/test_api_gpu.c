@@ -1,0 +1,157 @@
+/* tests/unit/test_api_gpu.c - the GPU object decoder (src/api/gpu.c): a
+ * full object read field by field, a bare one, and one table row per rule
+ * with its exact message; nothing leaks on success or failure. Objects are
+ * written with ' for " (q() swaps them). */
+#include "testutil.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdint.h>
+
+#include "egpu/api.h"
+
+static json_t *q(const char *text)
+{
+    char buf[8192];
+    json_error_t e;
+    json_t *v;
+    size_t n = strlen(text);
+
+    assert_true(n < sizeof(buf));
+    for (size_t i = 0; i <= n; i++)
+        buf[i] = text[i] == '\'' ? '"' : text[i];
+    v = json_loads(buf, 0, &e);
+    if (v == NULL)
+        fail_msg("bad test JSON: %s: %s", e.text, buf);
+    return v;
+}
+
+#define HEAD "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'GPU', 'metadata': {'name': 'g'}, "
+#define SPEC "'spec': {'nodeName': 'n1', 'index': 3, 'uuid': 'GPU-1', 'memory': 40960}"
+
+static void test_gpu_full(void **state)
+{
+    json_t *o = q(HEAD "'spec': {'nodeName': 'n1', 'index': 3, 'uuid': 'GPU-1', 'model': "
+                       "'NVIDIA A100', 'memory': 40960}, 'status': {'health': 'Healthy', "
+                       "'capacity': {'core': 100, 'memory': 40000}, 'allocated': [{'namespace': "
+                       "'ns', 'pod': 'p', 'podUID': 'u', 'container': 'c', 'core': 30, "
+                       "'memory': 4096, 'claim': 'cl'}, {'namespace': 'ns2', 'pod': 'q', "
+                       "'container': 'd'}], 'used': {'memory': 5000, 'utilization': 41, "
+                       "'updateTime': '2026-07-24T09:31:03Z'}}}");
+    struct egpu_api_gpu g;
+    struct egpu_error err = {0};
+    long live = egpu_alloc_live();
+
+    (void)state;
+    assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
+    assert_string_equal(g.meta.name, "g");
+    assert_string_equal(g.node_name, "n1");
+    assert_int_equal(g.index, 3);
+    assert_string_equal(g.uuid, "GPU-1");
+    assert_string_equal(g.model, "NVIDIA A100");
+    assert_int_equal(g.mem_mib, 40960);
+    assert_string_equal(g.health, "Healthy");
+    assert_true(g.has_cap_core && g.has_cap_mem);
+    assert_int_equal(g.cap_core_pct, 100);
+    assert_int_equal(g.cap_mem_mib, 40000);
+    assert_int_equal(g.nallocated, 2);
+    assert_string_equal(g.allocated[0].ns, "ns");
+    assert_string_equal(g.allocated[0].pod, "p");
+    assert_string_equal(g.allocated[0].container, "c");
+    assert_int_equal(g.allocated[0].core_pct, 30);
+    assert_int_equal(g.allocated[0].mem_mib, 4096);
+    assert_string_equal(g.allocated[0].claim, "cl");
+    assert_string_equal(g.allocated[1].ns, "ns2");
+    assert_int_equal(g.allocated[1].core_pct, 0);
+    assert_string_equal(g.allocated[1].claim, "");
+    assert_true(g.has_used_mem && g.has_used_util);
+    assert_int_equal(g.used_mem_mib, 5000);
+    assert_int_equal(g.used_util_pct, 41);
+    assert_string_equal(g.used_time, "2026-07-24T09:31:03Z");
+    egpu_api_gpu_clear(&g);
+    assert_int_equal(egpu_alloc_live(), live);
+    assert_int_equal(g.nallocated, 0);
+    assert_null(g.allocated);
+    json_decref(o);
+}
+
+static void test_gpu_bare(void **state)
+{
+    json_t *o = q(HEAD SPEC "}");
+    struct egpu_api_gpu g;
+    struct egpu_error err = {0};
+
+    (void)state;
+    assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
+    assert_string_equal(g.model, "");
+    assert_string_equal(g.health, "");
+    assert_false(g.has_cap_core || g.has_cap_mem || g.has_used_mem || g.has_used_util);
+    assert_int_equal(g.nallocated, 0);
+    assert_null(g.allocated);
+    egpu_api_gpu_clear(&g);
+    json_decref(o);
+}
+
+static void test_gpu_rules(void **state)
+{
+    static const struct {
+        const char *obj;
+        int code;
+        const char *msg;
+    } rows[] = {
+        {"[]", EGPU_ESYNTAX, "a GPU must be a JSON object"},
+        {"{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'Pod', 'metadata': {'name': 'g'}, " SPEC
+         "}",
+         EGPU_ERANGE, "kind is \"Pod\"; allowed: GPU"},
+        {HEAD "'spec': {'index': 0, 'uuid': 'GPU-1'}}", EGPU_ESYNTAX, "spec.nodeName is missing"},
+        {HEAD "'spec': {'nodeName': 'n1', 'index': 1024, 'uuid': 'GPU-1'}}", EGPU_ERANGE,
+         "spec.index is 1024; allowed: a whole number 0..1023"},
+        {HEAD "'spec': {'nodeName': 'n1', 'index': 0}}", EGPU_ESYNTAX, "spec.uuid is missing"},
+        {HEAD "'spec': {'nodeName': 'n1', 'index': 0, 'uuid': 'GPU-1', 'memory': -1}}", EGPU_ERANGE,
+         "spec.memory is -1; allowed: a whole number 0..4294967295"},
+        {HEAD SPEC ", 'status': {'health': 5}}", EGPU_ESYNTAX, "status.health is 5; allowed: text"},
+        {HEAD SPEC ", 'status': {'capacity': {'core': 'all'}}}", EGPU_ESYNTAX,
+         "status.capacity.core is \"all\"; allowed: a whole number from 0"},
+        {HEAD SPEC ", 'status': {'allocated': {}}}", EGPU_ESYNTAX,
+         "status.allocated must be a list"},
+        {HEAD SPEC ", 'status': {'allocated': [7]}}", EGPU_ESYNTAX,
+         "status.allocated[0] must be an object"},
+        {HEAD SPEC ", 'status': {'allocated': [{'namespace': 'a', 'pod': 'p', 'container': 'c'}, "
+                   "{'namespace': 'a', 'container': 'c'}]}}",
+         EGPU_ESYNTAX, "status.allocated[1].pod is missing"},
+        {HEAD SPEC ", 'status': {'allocated': [{'namespace': 'a', 'pod': 'p', 'container': 'c', "
+                   "'core': 150}]}}",
+         EGPU_ERANGE, "status.allocated[0].core is 150; allowed: a whole number 0..100"},
+        {HEAD SPEC ", 'status': {'used': {'utilization': 101}}}", EGPU_ERANGE,
+         "status.used.utilization is 101; allowed: a whole number 0..100"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        json_t *o = q(rows[i].obj);
+        struct egpu_api_gpu g;
+        struct egpu_error err = {0};
+        long live = egpu_alloc_live();
+        int rc;
+
+        memset(&g, 0x5a, sizeof(g));
+        rc = egpu_api_gpu_decode(o, &g, &err);
+        if (rc != rows[i].code || strcmp(err.msg, rows[i].msg) != 0)
+            fail_msg("row %zu: got %d \"%s\", want %d \"%s\"", i, rc, err.msg, rows[i].code,
+                     rows[i].msg);
+        assert_int_equal(egpu_alloc_live(), live);
+        assert_int_equal(g.index, 0x5a5a5a5a5a5a5a5aLL);
+        json_decref(o);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_full),
+        cmocka_unit_test(test_gpu_bare),
+        cmocka_unit_test(test_gpu_rules),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
