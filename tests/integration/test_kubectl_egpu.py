@@ -1,0 +1,449 @@
+"""kubectl-egpu, the kubectl plugin, against the test API server
+(tests/apiserver/server.py), every object made through its API.
+
+- inspect: the exact table for two nodes (a shared card with two containers,
+  one through a claim; an idle Unhealthy card; a whole card), NODE keeping
+  one node, -o wide (used memory, utilization, UUID), -o json (the document
+  of docs/kubectl.md); an unknown node is exit 1, no GPU at all a note.
+- claims: -n, the kubeconfig context's namespace when none is given, -A,
+  -o wide, -o json; the ElasticGPU's node and card.
+- budget: metered in budget, over budget, not metered yet; -n, -A, -o wide,
+  -o json.
+- Kubeconfig and context as kubectl resolves them: --kubeconfig, $KUBECONFIG,
+  ~/.kube/config ($HOME), --context.
+- Errors: the server unreachable and a 403 are exit 1 with one line naming
+  the server and the HTTP status; an unknown command, an unknown flag, a bad
+  -o and an extra argument are exit 2 with the usage text.
+- The real kubectl runs it as a plugin: `kubectl egpu inspect --kubeconfig`
+  with the built kubectl-egpu on PATH prints what the binary prints. Under
+  CI=true a missing kubectl fails that test instead of skipping it.
+"""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from test_deploy import KUBECTL
+from test_scheduler import api  # noqa: F401 (the test API server fixture)
+
+G = "/apis/elasticgpu.io/v1alpha1"
+V = "elasticgpu.io/v1alpha1"
+MERGE = "application/merge-patch+json"
+
+
+@pytest.fixture
+def plugin(build_dir):
+    exe = build_dir / "src/kubectl/kubectl-egpu"
+    if not exe.exists():
+        pytest.fail(f"{exe} not built: run `make build` first")
+    return exe
+
+
+def run(exe, *args, env=None):
+    e = dict(os.environ)
+    e.pop("KUBECONFIG", None)
+    e.update(env or {})
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=30, env=e)
+
+
+def ok(r):
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def created(api, path, obj):
+    st, body = api.call("POST", path, obj)
+    assert st == 201, body
+    return body
+
+
+def status(api, path, st_obj):
+    st, body = api.call("PATCH", path + "/status", {"status": st_obj}, ctype=MERGE)
+    assert st == 200, body
+
+
+def gpu(api, node, index, model, memory, st=None):
+    name = f"{node}-gpu{index}"
+    created(api, f"{G}/gpus", {
+        "apiVersion": V, "kind": "GPU", "metadata": {"name": name},
+        "spec": {"nodeName": node, "index": index, "uuid": f"GPU-{name}", "model": model,
+                 "memory": memory}})
+    if st:
+        status(api, f"{G}/gpus/{name}", st)
+
+
+def cluster(api):
+    """n1: a shared A100 (two containers, one through claim c1) and an idle
+    Unhealthy one; n2: an H100 held whole. Made in an order that is not the
+    printed one."""
+    gpu(api, "n2", 0, "H100", 81920, {
+        "health": "Healthy", "capacity": {"core": 100, "memory": 81920},
+        "allocated": [{"namespace": "ml", "pod": "big", "container": "main", "core": 100,
+                       "memory": 0}]})
+    gpu(api, "n1", 1, "A100", 40960, {"health": "Unhealthy",
+                                      "used": {"memory": 0, "utilization": 0}})
+    gpu(api, "n1", 0, "A100", 40960, {
+        "health": "Healthy", "capacity": {"core": 100, "memory": 40960},
+        "allocated": [
+            {"namespace": "default", "pod": "infer", "container": "srv", "core": 20,
+             "memory": 8192},
+            {"namespace": "team-a", "pod": "train-0", "container": "main", "core": 30,
+             "memory": 4096, "claim": "c1"}],
+        "used": {"memory": 5000, "utilization": 41, "updateTime": "2026-07-24T09:31:03Z"}})
+
+
+INSPECT = """\
+NODE   GPU     MODEL   HEALTH      CORE             MEMORY(MiB)          POD              CONTAINER   CLAIM
+n1     0       A100    Healthy     50/100           12288/40960
+                                   20               8192                 default/infer    srv         <none>
+                                   30               4096                 team-a/train-0   main        c1
+n1     1       A100    Unhealthy   0/100            0/40960
+n1     total                       50/200 (25%)     12288/81920 (15%)
+n2     0       H100    Healthy     100/100          81920/81920
+                                   100              all                  ml/big           main        <none>
+n2     total                       100/100 (100%)   81920/81920 (100%)
+
+Cluster: 2 nodes, 3 GPUs, core 150/300 (50%), memory 94208/163840 MiB (57%)
+"""
+
+INSPECT_N2_WIDE = """\
+NODE   GPU     MODEL   HEALTH    CORE             MEMORY(MiB)          USED(MiB)   UTIL(%)   UUID          POD      CONTAINER   CLAIM
+n2     0       H100    Healthy   100/100          81920/81920          <none>      <none>    GPU-n2-gpu0
+                                 100              all                                                      ml/big   main        <none>
+n2     total                     100/100 (100%)   81920/81920 (100%)
+
+Cluster: 1 node, 1 GPU, core 100/100 (100%), memory 81920/81920 MiB (100%)
+"""
+
+
+def test_inspect(api, plugin):  # noqa: F811
+    cluster(api)
+    kc = ("--kubeconfig", api.kubeconfig)
+    assert ok(run(plugin, "inspect", *kc)) == INSPECT
+    # Flags before the command, as kubectl may pass them.
+    assert ok(run(plugin, *kc, "inspect")) == INSPECT
+    assert ok(run(plugin, "inspect", "n2", "-o", "wide", *kc)) == INSPECT_N2_WIDE
+    wide = ok(run(plugin, "inspect", "-owide", *kc)).splitlines()
+    assert wide[0].split() == ["NODE", "GPU", "MODEL", "HEALTH", "CORE", "MEMORY(MiB)",
+                               "USED(MiB)", "UTIL(%)", "UUID", "POD", "CONTAINER", "CLAIM"]
+    assert wide[1].split() == ["n1", "0", "A100", "Healthy", "50/100", "12288/40960", "5000",
+                               "41", "GPU-n1-gpu0"]
+    assert wide[4].split() == ["n1", "1", "A100", "Unhealthy", "0/100", "0/40960", "0", "0",
+                               "GPU-n1-gpu1"]
+
+
+def test_inspect_json(api, plugin):  # noqa: F811
+    cluster(api)
+    doc = json.loads(ok(run(plugin, "inspect", "n1", "--output=json", "--kubeconfig",
+                            api.kubeconfig)))
+    card0 = {"name": "n1-gpu0", "index": 0, "uuid": "GPU-n1-gpu0", "model": "A100",
+             "health": "Healthy", "coreAllocated": 50, "coreTotal": 100,
+             "memoryAllocated": 12288, "memoryTotal": 40960,
+             "used": {"memory": 5000, "utilization": 41, "updateTime": "2026-07-24T09:31:03Z"},
+             "pods": [{"namespace": "default", "pod": "infer", "container": "srv", "core": 20,
+                       "memory": 8192, "claim": None},
+                      {"namespace": "team-a", "pod": "train-0", "container": "main",
+                       "core": 30, "memory": 4096, "claim": "c1"}]}
+    card1 = {"name": "n1-gpu1", "index": 1, "uuid": "GPU-n1-gpu1", "model": "A100",
+             "health": "Unhealthy", "coreAllocated": 0, "coreTotal": 100,
+             "memoryAllocated": 0, "memoryTotal": 40960,
+             "used": {"memory": 0, "utilization": 0, "updateTime": None}, "pods": []}
+    totals = {"coreAllocated": 50, "coreTotal": 200, "memoryAllocated": 12288,
+              "memoryTotal": 81920}
+    assert doc == {"apiVersion": "egpu.kubectl/v1", "kind": "Inspect",
+                   "nodes": [{"name": "n1", "gpus": [card0, card1], **totals}], **totals}
+    whole = json.loads(ok(run(plugin, "inspect", "-o", "json", "--kubeconfig", api.kubeconfig)))
+    assert [n["name"] for n in whole["nodes"]] == ["n1", "n2"]
+    assert (whole["coreAllocated"], whole["coreTotal"], whole["memoryAllocated"],
+            whole["memoryTotal"]) == (150, 300, 94208, 163840)
+    assert whole["nodes"][1]["gpus"][0]["pods"] == [
+        {"namespace": "ml", "pod": "big", "container": "main", "core": 100, "memory": 0,
+         "claim": None}]
+
+
+def test_inspect_nothing(api, plugin):  # noqa: F811
+    r = run(plugin, "inspect", "--kubeconfig", api.kubeconfig)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "No GPU objects found.\n")
+    cluster(api)
+    r = run(plugin, "inspect", "n9", "--kubeconfig", api.kubeconfig)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        1, "", 'kubectl-egpu: no GPU objects on node "n9"\n')
+
+
+def claims_setup(api):
+    for ns in ("team-a", "ml"):
+        st, body = api.call("POST", "/api/v1/namespaces", {
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        assert st in (201, 409), body
+
+    def claim(ns, name, requests, cls=None, st=None):
+        spec = {"resources": {"requests": requests}}
+        if cls:
+            spec["elasticGPUClassName"] = cls
+        created(api, f"{G}/namespaces/{ns}/elasticgpuclaims", {
+            "apiVersion": V, "kind": "ElasticGPUClaim",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec})
+        if st:
+            status(api, f"{G}/namespaces/{ns}/elasticgpuclaims/{name}", st)
+
+    def egpu(name, spec, st):
+        created(api, f"{G}/elasticgpus", {"apiVersion": V, "kind": "ElasticGPU",
+                                          "metadata": {"name": name}, "spec": spec})
+        status(api, f"{G}/elasticgpus/{name}", st)
+
+    egpu("egpu-c1", {"capacity": {"elasticgpu.io/gpu-core": 30, "elasticgpu.io/gpu-memory": 4096},
+                     "nodeName": "n1", "gpuShare": {"gpuName": "n1-gpu0"},
+                     "claimRef": {"namespace": "team-a", "name": "c1"}},
+         {"phase": "Bound", "gpuName": "n1-gpu0", "model": "A100"})
+    egpu("egpu-whole", {"capacity": {"elasticgpu.io/gpu-core": 200}, "nodeName": "n2",
+                        "physicalGPU": {"gpuNames": ["n2-gpu0", "n2-gpu1"]},
+                        "claimRef": {"namespace": "ml", "name": "whole"}},
+         {"phase": "Bound"})
+    claim("team-a", "c1", {"elasticgpu.io/gpu-core": 30, "elasticgpu.io/gpu-memory": 4096},
+          "share", {"phase": "Bound", "elasticGPUName": "egpu-c1",
+                    "capacity": {"elasticgpu.io/gpu-core": 30, "elasticgpu.io/gpu-memory": 4096}})
+    claim("team-a", "fast", {"elasticgpu.io/gpu-tflops": 12.5})
+    claim("ml", "whole", {"elasticgpu.io/gpu-core": 200}, "phys",
+          {"phase": "Bound", "elasticGPUName": "egpu-whole",
+           "capacity": {"elasticgpu.io/gpu-core": 200}})
+
+
+AGE = re.compile(r"\b\d{1,2}s$", re.M)  # just made: a few seconds, as kubectl writes it
+
+
+def ages(text):
+    assert len(AGE.findall(text)) == text.count("\n") - 1, text
+    return AGE.sub("<age>", text)
+
+
+CLAIMS_A = """\
+NAME   PHASE     REQUEST       MEMORY(MiB)   CLASS       ELASTICGPU   NODE     GPU       AGE
+c1     Bound     30%           4096          share       egpu-c1      n1       n1-gpu0   <age>
+fast   Pending   12.5 TFLOPS   <none>        <default>   <none>       <none>   <none>    <age>
+"""
+
+CLAIMS_ALL_WIDE = """\
+NAMESPACE   NAME    PHASE     REQUEST       MEMORY(MiB)   CLASS       ELASTICGPU   NODE     GPU               CAPACITY      MODEL    AGE
+ml          whole   Bound     200%          <none>        phys        egpu-whole   n2       n2-gpu0,n2-gpu1   200%          <none>   <age>
+team-a      c1      Bound     30%           4096          share       egpu-c1      n1       n1-gpu0           30%/4096MiB   A100     <age>
+team-a      fast    Pending   12.5 TFLOPS   <none>        <default>   <none>       <none>   <none>            <none>        <none>   <age>
+"""
+
+
+def test_claims(api, plugin):  # noqa: F811
+    claims_setup(api)
+    kc = ("--kubeconfig", api.kubeconfig)
+    assert ages(ok(run(plugin, "claims", "-n", "team-a", *kc))) == CLAIMS_A
+    assert ages(ok(run(plugin, "claims", "--namespace=team-a", *kc))) == CLAIMS_A
+    assert ages(ok(run(plugin, "claims", "-A", "-o", "wide", *kc))) == CLAIMS_ALL_WIDE
+    assert ages(ok(run(plugin, "claims", "--all-namespaces", *kc))).splitlines()[1].split() == [
+        "ml", "whole", "Bound", "200%", "<none>", "phys", "egpu-whole", "n2", "n2-gpu0,n2-gpu1",
+        "<age>"]
+    # No -n: the context's namespace (elastic-gpu), which has none.
+    r = run(plugin, "claims", *kc)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0, "", "No ElasticGPUClaims found in elastic-gpu namespace.\n")
+    doc = json.loads(ok(run(plugin, "claims", "-n", "team-a", "-o", "json", *kc)))
+    assert doc["apiVersion"] == "egpu.kubectl/v1" and doc["kind"] == "Claims"
+    for c in doc["claims"]:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", c.pop("creationTimestamp"))
+    assert doc["claims"] == [
+        {"namespace": "team-a", "name": "c1", "phase": "Bound", "core": 30, "tflops": None,
+         "memory": 4096, "class": "share", "elasticGPU": "egpu-c1",
+         "capacity": {"core": 30, "memory": 4096}, "node": "n1", "gpus": ["n1-gpu0"],
+         "model": "A100"},
+        {"namespace": "team-a", "name": "fast", "phase": "Pending", "core": None, "tflops": 12.5,
+         "memory": None, "class": "", "elasticGPU": None,
+         "capacity": {"core": None, "memory": None}, "node": None, "gpus": [], "model": None}]
+
+
+def budgets_setup(api):
+    def budget(ns, name, spec, st=None):
+        created(api, f"{G}/namespaces/{ns}/gpubudgets", {
+            "apiVersion": V, "kind": "GPUBudget", "metadata": {"name": name, "namespace": ns},
+            "spec": {"overBudgetPriorityClassName": "low", **spec}})
+        if st:
+            status(api, f"{G}/namespaces/{ns}/gpubudgets/{name}", st)
+
+    # 0.3 GPU-hours of core plus 0.1 of memory (0.0125 per GiB-hour).
+    budget("team-a", "monthly", {"gpuHours": 120, "memoryWeight": 0.0125},
+           {"periodStart": "2026-09-01T00:00:00Z", "periodEnd": "2026-10-01T00:00:00Z",
+            "metering": {"until": "2026-09-21T10:00:00Z", "coreSeconds": 108000,
+                         "memorySeconds": 29491200},
+            "state": "InBudget", "used": 0.4, "remaining": 119.6})
+    budget("ml", "daily", {"gpuHours": 1.5, "period": "Daily", "timeZone": "Europe/Paris"},
+           {"periodStart": "2026-09-20T22:00:00Z", "periodEnd": "2026-09-21T22:00:00Z",
+            "metering": {"until": "2026-09-21T10:00:00Z", "coreSeconds": 720000},
+            "state": "OverBudget"})
+    budget("team-a", "new", {"gpuHours": 0.25, "period": "12h"})
+
+
+BUDGETS_ALL = """\
+NAMESPACE   NAME      GPU-HOURS   USED     REMAINING   STATE        PERIOD    START                  END
+ml          daily     1.5         2        -0.5        OverBudget   Daily     2026-09-20T22:00:00Z   2026-09-21T22:00:00Z
+team-a      monthly   120         0.4      119.6       InBudget     Monthly   2026-09-01T00:00:00Z   2026-10-01T00:00:00Z
+team-a      new       0.25        <none>   <none>      <none>       12h       <none>                 <none>
+"""
+
+BUDGETS_A = """\
+NAME      GPU-HOURS   USED     REMAINING   STATE      PERIOD    START                  END
+monthly   120         0.4      119.6       InBudget   Monthly   2026-09-01T00:00:00Z   2026-10-01T00:00:00Z
+new       0.25        <none>   <none>      <none>     12h       <none>                 <none>
+"""
+
+BUDGETS_ML_WIDE = """\
+NAME    GPU-HOURS   USED   REMAINING   STATE        PERIOD   START                  END                    TIMEZONE       METERED-UNTIL
+daily   1.5         2      -0.5        OverBudget   Daily    2026-09-20T22:00:00Z   2026-09-21T22:00:00Z   Europe/Paris   2026-09-21T10:00:00Z
+"""
+
+
+def test_budget(api, plugin):  # noqa: F811
+    claims_setup(api)  # the namespaces
+    budgets_setup(api)
+    kc = ("--kubeconfig", api.kubeconfig)
+    assert ok(run(plugin, "budget", "-A", *kc)) == BUDGETS_ALL
+    assert ok(run(plugin, "budget", "-n", "ml", "-o", "wide", *kc)) == BUDGETS_ML_WIDE
+    assert ok(run(plugin, "budget", "-n", "team-a", *kc)) == BUDGETS_A
+    r = run(plugin, "budget", *kc)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0, "", "No GPUBudgets found in elastic-gpu namespace.\n")
+    doc = json.loads(ok(run(plugin, "budget", "-A", "-o", "json", *kc)))
+    assert doc == {"apiVersion": "egpu.kubectl/v1", "kind": "Budgets", "budgets": [
+        {"namespace": "ml", "name": "daily", "gpuHours": 1.5, "used": 2, "remaining": -0.5,
+         "state": "OverBudget", "period": "Daily", "timeZone": "Europe/Paris",
+         "periodStart": "2026-09-20T22:00:00Z", "periodEnd": "2026-09-21T22:00:00Z",
+         "meteredUntil": "2026-09-21T10:00:00Z"},
+        {"namespace": "team-a", "name": "monthly", "gpuHours": 120, "used": 0.4,
+         "remaining": 119.6, "state": "InBudget", "period": "Monthly", "timeZone": "UTC",
+         "periodStart": "2026-09-01T00:00:00Z", "periodEnd": "2026-10-01T00:00:00Z",
+         "meteredUntil": "2026-09-21T10:00:00Z"},
+        {"namespace": "team-a", "name": "new", "gpuHours": 0.25, "used": None,
+         "remaining": None, "state": None, "period": "12h", "timeZone": "UTC",
+         "periodStart": None, "periodEnd": None, "meteredUntil": None}]}
+
+
+def kubeconfig_two_contexts(api, path):
+    """Contexts a (namespace team-a, current) and m (namespace ml)."""
+    url = api.url
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: t, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: u, user: {token: sched-test-token}}]\n"
+        "contexts: [{name: a, context: {cluster: t, user: u, namespace: team-a}},\n"
+        "           {name: m, context: {cluster: t, user: u, namespace: ml}}]\n"
+        "current-context: a\n")
+    return str(path)
+
+
+def test_kubeconfig_resolution(api, plugin, tmp_path):  # noqa: F811
+    claims_setup(api)
+    budgets_setup(api)
+    kc = kubeconfig_two_contexts(api, tmp_path / "two")
+    names = (lambda r: [line.split()[0] for line in ok(r).splitlines()[1:]])
+    assert names(run(plugin, "budget", "--kubeconfig", kc)) == ["monthly", "new"]
+    assert names(run(plugin, "budget", "--kubeconfig", kc, "--context", "m")) == ["daily"]
+    assert names(run(plugin, "budget", "--context", "m", env={"KUBECONFIG": kc})) == ["daily"]
+    assert names(run(plugin, "budget", env={"KUBECONFIG": f"{tmp_path}/missing:{kc}"})) == [
+        "monthly", "new"]
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text((tmp_path / "two").read_text())
+    assert names(run(plugin, "budget", env={"HOME": str(home)})) == ["monthly", "new"]
+    # --kubeconfig wins over $KUBECONFIG, as in kubectl.
+    assert names(run(plugin, "budget", "--kubeconfig", kc,
+                     env={"KUBECONFIG": str(tmp_path / "none")})) == ["monthly", "new"]
+    r = run(plugin, "budget", "--kubeconfig", kc, "--context", "nope")
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.startswith("kubectl-egpu: ")
+    assert "nope" in r.stderr and r.stderr.count("\n") == 1
+
+
+USAGE_HEAD = "Usage: kubectl egpu COMMAND [OPTION]...\n"
+
+
+def test_errors(api, plugin, tmp_path):  # noqa: F811
+    kc = ("--kubeconfig", api.kubeconfig)
+    # A 403 on the list: one line naming the server, the resource and the status.
+    st, _ = api.control("fault", {"method": "GET", "path": "/gpus", "code": 403, "count": 1})
+    assert st == 200
+    r = run(plugin, "inspect", *kc)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (f"kubectl-egpu: listing gpus.elasticgpu.io from {api.url}: HTTP 403 "
+                        "Forbidden: forbidden: injected fault\n")
+    st, _ = api.control("fault", {"method": "GET", "path": "/gpubudgets", "code": 403,
+                                  "count": 1})
+    r = run(plugin, "budget", "-A", *kc)
+    assert (r.returncode, r.stderr) == (1, f"kubectl-egpu: listing gpubudgets.elasticgpu.io "
+                                           f"from {api.url}: HTTP 403 Forbidden: forbidden: "
+                                           "injected fault\n")
+    # The ElasticGPUs of bound claims are read too, and their errors count.
+    claims_setup(api)
+    st, _ = api.control("fault", {"method": "GET", "path": "/elasticgpus$", "code": 500,
+                                  "count": 1})
+    r = run(plugin, "claims", "-A", *kc)
+    assert (r.returncode, r.stderr) == (1, f"kubectl-egpu: listing elasticgpus.elasticgpu.io "
+                                           f"from {api.url}: HTTP 500 InternalError: Internal "
+                                           "error occurred: injected fault\n")
+    # A server that is down answers 503 to everything.
+    api.control("down", {"down": True})
+    r = run(plugin, "claims", *kc)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith(f"kubectl-egpu: listing elasticgpuclaims.elasticgpu.io from "
+                               f"{api.url}: HTTP 503 ServiceUnavailable: ")
+    assert r.stderr.count("\n") == 1
+    api.control("down", {"down": False})
+    # Nothing listening at all.
+    gone = tmp_path / "gone"
+    gone.write_text("apiVersion: v1\nkind: Config\n"
+                    "clusters: [{name: t, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+                    "users: [{name: u, user: {token: x}}]\n"
+                    "contexts: [{name: t, context: {cluster: t, user: u}}]\n"
+                    "current-context: t\n")
+    r = run(plugin, "inspect", "--kubeconfig", str(gone))
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith("kubectl-egpu: cannot reach http://127.0.0.1:9 to list "
+                               "gpus.elasticgpu.io: "), r.stderr
+    assert r.stderr.count("\n") == 1
+    # Bad usage: exit 2, what was wrong, then the usage text; nothing asked of the server.
+    api.call("DELETE", "/_control/requests", token=None)
+    for args, first in [
+            (("bogus",), 'kubectl-egpu: unknown command "bogus"; allowed: inspect, claims, budget'),
+            ((), "kubectl-egpu: no command given; allowed: inspect, claims, budget"),
+            (("inspect", "--bogus"), "kubectl-egpu: unknown flag --bogus"),
+            (("claims", "-x"), "kubectl-egpu: unknown flag -x"),
+            (("inspect", "-o", "yaml"), 'kubectl-egpu: unknown output format "yaml"; allowed: '
+                                         "wide, json"),
+            (("inspect", "-o"), "kubectl-egpu: flag -o needs a value"),
+            (("inspect", "n1", "n2"), 'kubectl-egpu: unexpected argument "n2"'),
+            (("claims", "n1"), 'kubectl-egpu: unexpected argument "n1"')]:
+        r = run(plugin, *args, *kc) if args[-1:] != ("-o",) else run(plugin, *kc, *args)
+        assert (r.returncode, r.stdout) == (2, ""), (args, r.stderr)
+        assert r.stderr.startswith(first + "\n\n" + USAGE_HEAD), (args, r.stderr)
+    st, reqs = api.call("GET", "/_control/requests", token=None)
+    assert reqs == []
+    r = run(plugin, "--help")
+    assert (r.returncode, r.stderr) == (0, "") and r.stdout.startswith(USAGE_HEAD)
+
+
+def test_kubectl_runs_the_plugin(api, plugin, tmp_path):  # noqa: F811
+    if KUBECTL is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("kubectl is not installed (scripts/deps.sh)")
+        pytest.skip("kubectl is not installed")
+    cluster(api)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "kubectl-egpu").symlink_to(plugin)
+    env = dict(os.environ)
+    env.pop("KUBECONFIG", None)
+    env["PATH"] = f"{bindir}:{env.get('PATH', '')}"
+    r = subprocess.run([KUBECTL, "egpu", "inspect", "--kubeconfig", api.kubeconfig],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert (r.returncode, r.stdout) == (0, INSPECT), r.stderr
+    r = subprocess.run([KUBECTL, "plugin", "list"], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert str(bindir / "kubectl-egpu") in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([KUBECTL, "egpu", "nonsense"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 2 and "unknown command" in r.stderr
