@@ -69,8 +69,9 @@ static int pod_claims(const json_t *pod, struct egpu_api_pod_claim *out, size_t 
             continue;
         if (!egpu_api_dns_label(ctr))
             return egpu_error_set(err, EGPU_ERANGE,
-                                  "annotation %.80s: \"%.63s\" is not a container name; allowed: "
-                                  EGPU_ANN_CLAIM_PREFIX "<container>, a DNS label of at most 63 "
+                                  "annotation %.80s: \"%.63s\" is not a container name; "
+                                  "allowed: " EGPU_ANN_CLAIM_PREFIX
+                                  "<container>, a DNS label of at most 63 "
                                   "bytes ([a-z0-9-])",
                                   key, ctr);
         if (val == NULL)

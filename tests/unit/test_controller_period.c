@@ -40,8 +40,7 @@ static void test_calendar_periods(void **state)
         assert_int_equal(ctl_budget_period(&b, rows[i].now, &s, &e, &err), 0);
         if (s != rows[i].start || e != rows[i].end)
             fail_msg("row %zu (%s): got [%lld, %lld), want [%lld, %lld)", i, rows[i].zone,
-                     (long long)s, (long long)e, (long long)rows[i].start,
-                     (long long)rows[i].end);
+                     (long long)s, (long long)e, (long long)rows[i].start, (long long)rows[i].end);
         /* The instant that ends a period starts the next one. */
         assert_int_equal(ctl_budget_period(&b, e, &s, &e, &err), 0);
         assert_int_equal(s, rows[i].end);
