@@ -820,6 +820,7 @@ void egpu_api_meter_add(const struct egpu_api_meter_pod *p, int64_t from_s, int6
 #define EGPU_API_HEALTH_MAX     64  /* status.health, at most 63 bytes */
 #define EGPU_API_GPU_MODEL_MAX  128 /* spec.model, at most 127 bytes */
 #define EGPU_API_GPU_SHARES_MAX 512 /* status.allocated entries kept; more is EGPU_ERANGE */
+#define EGPU_API_GPU_MIB_MAX    4294967295LL /* any memory of one card, MiB (spec.memory's max) */
 
 /* One status.allocated entry: a container holding a share of the card. */
 struct egpu_api_gpu_share {
@@ -849,8 +850,11 @@ struct egpu_api_gpu {
 };
 
 /* Decode a GPU object (obj: the whole object as GET or a list gives it,
- * borrowed). Limits are the CRD's: index 0..1023, memory 0..2^32-1, core
- * 0..100 per container, utilization 0..100. Returns 0, EGPU_ESYNTAX (a
+ * borrowed). Limits: index 0..1023, core 0..100 (capacity and per
+ * container) and utilization 0..100 as the CRD's; every memory (spec,
+ * capacity, per container, used) 0..EGPU_API_GPU_MIB_MAX, spec.memory's
+ * limit in the CRD, as no part of a card is larger than the card. Text
+ * fields may hold any character but NUL. Returns 0, EGPU_ESYNTAX (a
  * missing required field, a wrong JSON type, text too long) or EGPU_ERANGE
  * (a value out of range, more than EGPU_API_GPU_SHARES_MAX entries), naming
  * the field ("status.allocated[2].core is 150; allowed: a whole number

@@ -185,12 +185,27 @@ static const char *obj_name(const json_t *o)
     return s != NULL ? s : "?";
 }
 
+/* s on stderr, a control character as '?' (an object's text must not reach
+ * the terminal as an escape sequence, nor add a line). */
+static void put_clean(const char *s)
+{
+    for (; *s != '\0'; s++)
+        fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, stderr);
+}
+
 static void warn_skip(const char *kind, const json_t *o, const struct egpu_error *err)
 {
     const char *ns = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "namespace"));
 
-    fprintf(stderr, KP_PROG ": warning: %s %s%s%s left out: %s\n", kind, ns ? ns : "",
-            ns ? "/" : "", obj_name(o), err->msg);
+    fprintf(stderr, KP_PROG ": warning: %s ", kind);
+    if (ns != NULL) {
+        put_clean(ns);
+        fputc('/', stderr);
+    }
+    put_clean(obj_name(o));
+    fputs(" left out: ", stderr);
+    put_clean(err->msg);
+    fputc('\n', stderr);
 }
 
 static int emit(int rc, struct egpu_buf *out)

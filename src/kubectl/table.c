@@ -1,7 +1,8 @@
 /* kubectl/table.c - the tables kubectl-egpu prints, laid out as kubectl's
  * printers lay theirs out (text/tabwriter, padding 3, no minimum width):
  * every column as wide as its widest cell plus three spaces, the last cell
- * of a row unpadded, trailing blanks trimmed.
+ * of a row unpadded, trailing blanks trimmed. Control characters in a cell
+ * show as '?', so no object's text can add a line or reach the terminal.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -58,6 +59,11 @@ void kp_table_set(struct kp_table *t, size_t col, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
+    /* A control character (a newline, an escape sequence) in an object's
+     * text would break the table or drive the terminal: it shows as '?'. */
+    for (char *p = buf; *p != '\0'; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
     cell = &t->cells[(t->nrows - 1) * t->ncols + col];
     egpu_free(*cell);
     *cell = egpu_strdup(buf);

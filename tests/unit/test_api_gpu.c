@@ -111,7 +111,9 @@ static void test_gpu_rules(void **state)
          "spec.memory is -1; allowed: a whole number 0..4294967295"},
         {HEAD SPEC ", 'status': {'health': 5}}", EGPU_ESYNTAX, "status.health is 5; allowed: text"},
         {HEAD SPEC ", 'status': {'capacity': {'core': 'all'}}}", EGPU_ESYNTAX,
-         "status.capacity.core is \"all\"; allowed: a whole number from 0"},
+         "status.capacity.core is \"all\"; allowed: a whole number 0..100"},
+        {HEAD SPEC ", 'status': {'capacity': {'memory': 4294967296}}}", EGPU_ERANGE,
+         "status.capacity.memory is 4294967296; allowed: a whole number 0..4294967295"},
         {HEAD SPEC ", 'status': {'allocated': {}}}", EGPU_ESYNTAX,
          "status.allocated must be a list"},
         {HEAD SPEC ", 'status': {'allocated': [7]}}", EGPU_ESYNTAX,
@@ -122,6 +124,12 @@ static void test_gpu_rules(void **state)
         {HEAD SPEC ", 'status': {'allocated': [{'namespace': 'a', 'pod': 'p', 'container': 'c', "
                    "'core': 150}]}}",
          EGPU_ERANGE, "status.allocated[0].core is 150; allowed: a whole number 0..100"},
+        {HEAD SPEC ", 'status': {'allocated': [{'namespace': 'a', 'pod': 'p', 'container': 'c', "
+                   "'memory': 4294967296}]}}",
+         EGPU_ERANGE,
+         "status.allocated[0].memory is 4294967296; allowed: a whole number 0..4294967295"},
+        {HEAD SPEC ", 'status': {'used': {'memory': -3}}}", EGPU_ERANGE,
+         "status.used.memory is -3; allowed: a whole number 0..4294967295"},
         {HEAD SPEC ", 'status': {'used': {'utilization': 101}}}", EGPU_ERANGE,
          "status.used.utilization is 101; allowed: a whole number 0..100"},
     };

@@ -517,6 +517,29 @@ static void test_budgets(void **state)
     free(bs);
 }
 
+/* Text of an object never adds a line nor reaches the terminal as an escape
+ * sequence: control characters show as '?'. */
+static void test_control_characters(void **state)
+{
+    json_t *o = q(GPU("g", "n\\u001b[2Jx", "0", "A\\nB\\u007f", "100", ""));
+    struct egpu_api_gpu g;
+    struct egpu_error err = {0};
+    struct egpu_buf b;
+
+    (void)state;
+    if (egpu_api_gpu_decode(o, &g, &err))
+        fail_msg("%s", err.msg);
+    json_decref(o);
+    egpu_buf_init(&b, EGPU_KUBECTL_OUT_MAX);
+    expect(egpu_kubectl_inspect(&g, 1, NULL, EGPU_KUBECTL_TABLE, &b), &b,
+           "NODE     GPU     MODEL   HEALTH    CORE         MEMORY(MiB)   POD   CONTAINER   CLAIM\n"
+           "n?[2Jx   0       A?B?    Unknown   0/100        0/100\n"
+           "n?[2Jx   total                     0/100 (0%)   0/100 (0%)\n"
+           "\n"
+           "Cluster: 1 node, 1 GPU, core 0/100 (0%), memory 0/100 MiB (0%)\n");
+    egpu_api_gpu_clear(&g);
+}
+
 /* apimachinery's duration.HumanDuration, boundary by boundary. */
 static void test_age(void **state)
 {
@@ -569,9 +592,13 @@ static void test_out_of_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_inspect_table), cmocka_unit_test(test_inspect_json),
-        cmocka_unit_test(test_claims),        cmocka_unit_test(test_budgets),
-        cmocka_unit_test(test_age),           cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_inspect_table),
+        cmocka_unit_test(test_inspect_json),
+        cmocka_unit_test(test_claims),
+        cmocka_unit_test(test_budgets),
+        cmocka_unit_test(test_control_characters),
+        cmocka_unit_test(test_age),
+        cmocka_unit_test(test_out_of_memory),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
