@@ -237,12 +237,13 @@ static int run_inspect(struct kp *k)
     {
         struct egpu_error err = {0};
 
-        if (egpu_api_gpu_decode(o, &gpus[n], &err))
+        if (egpu_api_gpu_decode(o, &gpus[n], &err)) {
             warn_skip("GPU", o, &err);
-        else if (k->node == NULL || strcmp(gpus[n].node_name, k->node) == 0)
-            on_node++, n++;
-        else
-            n++;
+            continue;
+        }
+        if (k->node == NULL || strcmp(gpus[n].node_name, k->node) == 0)
+            on_node++;
+        n++;
     }
     json_decref(items);
     egpu_buf_init(&out, EGPU_KUBECTL_OUT_MAX);

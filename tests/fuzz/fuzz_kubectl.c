@@ -1,0 +1,143 @@
+/* tests/fuzz/fuzz_kubectl.c - GPU objects (src/api/gpu.c), which egpu-agent
+ * and egpu-controller write and kubectl-egpu reads, and what kubectl-egpu
+ * prints for them (src/kubectl/render.c, table.c).
+ *
+ * Input: byte 0 picks the node filter (bit 0: only node "n1"), the rest is
+ * a JSON array of GPU objects (or one object).
+ *
+ * Invariants: a refused GPU gets EGPU_ESYNTAX or EGPU_ERANGE with a message
+ * and *out untouched; a decoded one has index 0..1023, containers of core
+ * 0..100 and memory >= 0, utilization 0..100; the table, the wide table and
+ * the JSON document of the decoded cards all render; the table has one
+ * line per card, per container and per node plus the header, a blank line
+ * and the cluster's; the JSON parses, holds one entry per card, and its
+ * cluster totals are the sums of the nodes'; nothing leaks.
+ */
+#include <jansson.h>
+
+#include "fuzz.h"
+#include "egpu/api.h"
+#include "egpu/kubectl.h"
+
+#define GPUS_MAX 64
+
+static size_t lines(const char *s)
+{
+    size_t n = 0;
+
+    for (; *s != '\0'; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static void render(const struct egpu_api_gpu *g, size_t n, const char *node)
+{
+    struct egpu_buf b;
+    size_t cards = 0, shares = 0, nodes = 0, jcards = 0;
+    int64_t core = 0, mem = 0;
+    json_t *doc, *v, *gs;
+    size_t i, j;
+
+    for (i = 0; i < n; i++) {
+        bool seen = false;
+
+        if (node != NULL && strcmp(g[i].node_name, node) != 0)
+            continue;
+        cards++;
+        shares += g[i].nallocated;
+        for (j = 0; j < i && !seen; j++)
+            seen = (node == NULL || strcmp(g[j].node_name, node) == 0) &&
+                   strcmp(g[j].node_name, g[i].node_name) == 0;
+        nodes += !seen;
+    }
+    egpu_buf_init(&b, EGPU_KUBECTL_OUT_MAX);
+    FUZZ_CHECK(egpu_kubectl_inspect(g, n, node, EGPU_KUBECTL_TABLE, &b) == 0);
+    FUZZ_CHECK(lines(egpu_buf_str(&b)) == 1 + cards + shares + nodes + 2);
+    egpu_buf_reset(&b);
+    FUZZ_CHECK(egpu_kubectl_inspect(g, n, node, EGPU_KUBECTL_WIDE, &b) == 0);
+    FUZZ_CHECK(lines(egpu_buf_str(&b)) == 1 + cards + shares + nodes + 2);
+    egpu_buf_reset(&b);
+    FUZZ_CHECK(egpu_kubectl_inspect(g, n, node, EGPU_KUBECTL_JSON, &b) == 0);
+    doc = json_loads(egpu_buf_str(&b), 0, NULL);
+    FUZZ_CHECK(doc != NULL);
+    FUZZ_CHECK(json_array_size(json_object_get(doc, "nodes")) == nodes);
+    json_array_foreach(json_object_get(doc, "nodes"), i, v)
+    {
+        gs = json_object_get(v, "gpus");
+        jcards += json_array_size(gs);
+        core += json_integer_value(json_object_get(v, "coreAllocated"));
+        mem += json_integer_value(json_object_get(v, "memoryAllocated"));
+    }
+    FUZZ_CHECK(jcards == cards);
+    FUZZ_CHECK(core == json_integer_value(json_object_get(doc, "coreAllocated")));
+    FUZZ_CHECK(mem == json_integer_value(json_object_get(doc, "memoryAllocated")));
+    FUZZ_CHECK(json_integer_value(json_object_get(doc, "coreTotal")) == (int64_t)cards * 100);
+    json_decref(doc);
+    egpu_buf_free(&b);
+}
+
+static int decode(const json_t *o, struct egpu_api_gpu *g)
+{
+    struct egpu_error err = {0};
+    int rc;
+
+    memset(g, 0x5a, sizeof(*g));
+    rc = egpu_api_gpu_decode(o, g, &err);
+    if (rc != 0) {
+        const unsigned char *p = (const unsigned char *)g;
+
+        FUZZ_CHECK(rc == EGPU_ESYNTAX || rc == EGPU_ERANGE);
+        FUZZ_CHECK(err.msg[0] != '\0' && memchr(err.msg, '\0', sizeof(err.msg)) != NULL);
+        for (size_t i = 0; i < sizeof(*g); i++)
+            FUZZ_CHECK(p[i] == 0x5a);
+        return rc;
+    }
+    FUZZ_CHECK(g->index >= 0 && g->index <= 1023);
+    FUZZ_CHECK(g->node_name[0] != '\0' && g->uuid[0] != '\0');
+    FUZZ_CHECK(g->nallocated <= EGPU_API_GPU_SHARES_MAX);
+    FUZZ_CHECK((g->nallocated == 0) == (g->allocated == NULL));
+    for (size_t i = 0; i < g->nallocated; i++) {
+        FUZZ_CHECK(g->allocated[i].core_pct >= 0 && g->allocated[i].core_pct <= 100);
+        FUZZ_CHECK(g->allocated[i].mem_mib >= 0);
+        FUZZ_CHECK(g->allocated[i].ns[0] && g->allocated[i].pod[0] && g->allocated[i].container[0]);
+    }
+    FUZZ_CHECK(!g->has_used_util || (g->used_util_pct >= 0 && g->used_util_pct <= 100));
+    return 0;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    egpu_log_level = EGPU_LOG_ERROR;
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static struct egpu_api_gpu g[GPUS_MAX];
+    long live = egpu_alloc_live();
+    size_t n = 0, i;
+    json_t *in, *o;
+
+    if (size < 1)
+        return 0;
+    in = json_loadb((const char *)data + 1, size - 1, JSON_ALLOW_NUL, NULL);
+    if (in == NULL)
+        return 0;
+    if (json_is_array(in)) {
+        json_array_foreach(in, i, o)
+        {
+            if (n < GPUS_MAX && decode(o, &g[n]) == 0)
+                n++;
+        }
+    } else if (decode(in, &g[0]) == 0) {
+        n = 1;
+    }
+    render(g, n, (data[0] & 1) ? "n1" : NULL);
+    for (i = 0; i < n; i++)
+        egpu_api_gpu_clear(&g[i]);
+    json_decref(in);
+    FUZZ_CHECK(egpu_alloc_live() == live);
+    return 0;
+}
