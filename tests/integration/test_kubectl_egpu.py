@@ -4,7 +4,8 @@
 - inspect: the exact table for two nodes (a shared card with two containers,
   one through a claim; an idle Unhealthy card; a whole card), NODE keeping
   one node, -o wide (used memory, utilization, UUID), -o json (the document
-  of docs/kubectl.md); an unknown node is exit 1, no GPU at all a note.
+  of docs/kubectl.md); an unknown node is exit 1, no GPU at all a note; an
+  object src/api refuses is left out with a warning, the rest shown.
 - claims: -n, the kubeconfig context's namespace when none is given, -A,
   -o wide, -o json; the ElasticGPU's node and card.
 - budget: metered in budget, over budget, not metered yet; -n, -A, -o wide,
@@ -170,6 +171,31 @@ def test_inspect_nothing(api, plugin):  # noqa: F811
     r = run(plugin, "inspect", "n9", "--kubeconfig", api.kubeconfig)
     assert (r.returncode, r.stdout, r.stderr) == (
         1, "", 'kubectl-egpu: no GPU objects on node "n9"\n')
+
+
+def test_bad_objects_are_left_out(api, plugin):  # noqa: F811
+    """An object src/api refuses is left out with a warning naming it and the
+    field; the others are shown and the exit status is 0. (The test API
+    server does not apply the CRDs' schemas, as a cluster without them
+    would not.)"""
+    cluster(api)
+    created(api, f"{G}/gpus", {
+        "apiVersion": V, "kind": "GPU", "metadata": {"name": "n1-gpu9"},
+        "spec": {"nodeName": "n1", "index": 5000, "uuid": "GPU-9", "memory": 1}})
+    r = run(plugin, "inspect", "--kubeconfig", api.kubeconfig)
+    assert (r.returncode, r.stdout) == (0, INSPECT)
+    assert r.stderr == ("kubectl-egpu: warning: GPU n1-gpu9 left out: spec.index is 5000; "
+                        "allowed: a whole number 0..1023\n")
+    claims_setup(api)
+    created(api, f"{G}/namespaces/team-a/elasticgpuclaims", {
+        "apiVersion": V, "kind": "ElasticGPUClaim",
+        "metadata": {"name": "odd", "namespace": "team-a"},
+        "spec": {"resources": {"requests": {"elasticgpu.io/gpu-core": 150}}}})
+    r = run(plugin, "claims", "-n", "team-a", "--kubeconfig", api.kubeconfig)
+    assert r.returncode == 0 and ages(r.stdout) == CLAIMS_A
+    assert r.stderr == ("kubectl-egpu: warning: ElasticGPUClaim team-a/odd left out: "
+                        "spec.resources.requests.elasticgpu.io/gpu-core is 150; allowed: 1..99 "
+                        "to share one card, or a multiple of 100 for whole cards\n")
 
 
 def claims_setup(api):
