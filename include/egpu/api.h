@@ -817,10 +817,10 @@ void egpu_api_meter_add(const struct egpu_api_meter_pod *p, int64_t from_s, int6
  * status.used by egpu-agent. Decoded for readers that show it (kubectl-egpu).
  */
 
-#define EGPU_API_HEALTH_MAX     64  /* status.health, at most 63 bytes */
+#define EGPU_API_HEALTH_MAX     65  /* status.health, at most 64 bytes */
 #define EGPU_API_GPU_MODEL_MAX  128 /* spec.model, at most 127 bytes */
 #define EGPU_API_GPU_SHARES_MAX 512 /* status.allocated entries kept; more is EGPU_ERANGE */
-#define EGPU_API_GPU_MIB_MAX    4294967295LL /* any memory of one card, MiB (spec.memory's max) */
+#define EGPU_API_GPU_MIB_MAX    4294967295LL /* spec.memory, MiB, at most */
 
 /* One status.allocated entry: a container holding a share of the card. */
 struct egpu_api_gpu_share {
@@ -850,11 +850,11 @@ struct egpu_api_gpu {
 };
 
 /* Decode a GPU object (obj: the whole object as GET or a list gives it,
- * borrowed). Limits: index 0..1023, core 0..100 (capacity and per
- * container) and utilization 0..100 as the CRD's; every memory (spec,
- * capacity, per container, used) 0..EGPU_API_GPU_MIB_MAX, spec.memory's
- * limit in the CRD, as no part of a card is larger than the card. Text
- * fields may hold any character but NUL. Returns 0, EGPU_ESYNTAX (a
+ * borrowed). Limits are the CRD's: index 0..1023, spec.memory
+ * 0..EGPU_API_GPU_MIB_MAX, per container core 0..100, utilization 0..100,
+ * every other number >= 0; text as long as the CRD allows, any character
+ * but NUL. Beyond the CRD, at most EGPU_API_GPU_SHARES_MAX containers.
+ * Returns 0, EGPU_ESYNTAX (a
  * missing required field, a wrong JSON type, text too long) or EGPU_ERANGE
  * (a value out of range, more than EGPU_API_GPU_SHARES_MAX entries), naming
  * the field ("status.allocated[2].core is 150; allowed: a whole number

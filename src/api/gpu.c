@@ -46,8 +46,7 @@ static int share_decode(const json_t *e, size_t i, struct egpu_api_gpu_share *s,
     }
     if (!rc) {
         snprintf(path, sizeof(path), "status.allocated[%zu].memory", i);
-        rc =
-            egpu__api_int(e, "memory", path, 0, EGPU_API_GPU_MIB_MAX, NULL, &s->mem_mib, &has, err);
+        rc = egpu__api_int(e, "memory", path, 0, INT64_MAX, NULL, &s->mem_mib, &has, err);
     }
     if (!rc) {
         snprintf(path, sizeof(path), "status.allocated[%zu].claim", i);
@@ -67,15 +66,15 @@ static int status_decode(const json_t *status, struct egpu_api_gpu *g, struct eg
     if (!rc)
         rc = egpu__api_object(status, "capacity", "status.capacity", false, &cap, err);
     if (!rc && cap != NULL)
-        rc = egpu__api_int(cap, "core", "status.capacity.core", 0, 100, NULL, &g->cap_core_pct,
-                           &g->has_cap_core, err);
+        rc = egpu__api_int(cap, "core", "status.capacity.core", 0, INT64_MAX, NULL,
+                           &g->cap_core_pct, &g->has_cap_core, err);
     if (!rc && cap != NULL)
-        rc = egpu__api_int(cap, "memory", "status.capacity.memory", 0, EGPU_API_GPU_MIB_MAX, NULL,
+        rc = egpu__api_int(cap, "memory", "status.capacity.memory", 0, INT64_MAX, NULL,
                            &g->cap_mem_mib, &g->has_cap_mem, err);
     if (!rc)
         rc = egpu__api_object(status, "used", "status.used", false, &used, err);
     if (!rc && used != NULL)
-        rc = egpu__api_int(used, "memory", "status.used.memory", 0, EGPU_API_GPU_MIB_MAX, NULL,
+        rc = egpu__api_int(used, "memory", "status.used.memory", 0, INT64_MAX, NULL,
                            &g->used_mem_mib, &g->has_used_mem, err);
     if (!rc && used != NULL)
         rc = egpu__api_int(used, "utilization", "status.used.utilization", 0, 100, NULL,

@@ -53,7 +53,7 @@ const char *egpu_kubectl_age(int64_t s, char buf[EGPU_KUBECTL_AGE_MAX])
 /* Thousandths as decimal text without trailing zeros: "12.5", "-0.25", "3". */
 static const char *milli_text(int64_t v, char *buf, size_t len)
 {
-    uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v; /* INT64_MIN too */
     unsigned frac = (unsigned)(a % 1000);
     int digits = 3;
 
@@ -101,9 +101,19 @@ static bool put(json_t *o, const char *k, json_t *v)
     return v != NULL && json_object_set_new(o, k, v) == 0;
 }
 
-static unsigned pct(int64_t part, int64_t whole)
+/* part of whole in whole percent, rounded down (0 when whole is 0). */
+static int64_t pct(int64_t part, int64_t whole)
 {
-    return whole > 0 ? (unsigned)(part * 100 / whole) : 0;
+    double r = whole > 0 ? (double)part * 100.0 / (double)whole : 0.0;
+
+    return r < 1e18 ? (int64_t)r : 1000000000000000000LL;
+}
+
+/* a + b for a, b >= 0, at most INT64_MAX: the CRD bounds no memory but a
+ * card's, so sums saturate instead of overflowing. */
+static int64_t add(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
 }
 
 /* ---- inspect ---- */
@@ -119,8 +129,8 @@ static struct card_sum card_sum(const struct egpu_api_gpu *g)
     bool whole = false;
 
     for (size_t i = 0; i < g->nallocated; i++) {
-        s.core += g->allocated[i].core_pct;
-        s.mem += g->allocated[i].mem_mib;
+        s.core = add(s.core, g->allocated[i].core_pct);
+        s.mem = add(s.mem, g->allocated[i].mem_mib);
         if (g->allocated[i].core_pct >= 100)
             whole = true;
     }
@@ -149,10 +159,10 @@ struct totals {
 
 static void totals_add(struct totals *t, const struct egpu_api_gpu *g, struct card_sum s)
 {
-    t->core += s.core;
-    t->core_total += 100;
-    t->mem += s.mem;
-    t->mem_total += g->mem_mib;
+    t->core = add(t->core, s.core);
+    t->core_total = add(t->core_total, 100);
+    t->mem = add(t->mem, s.mem);
+    t->mem_total = add(t->mem_total, g->mem_mib);
     t->cards++;
 }
 
@@ -178,9 +188,9 @@ static void inspect_total_row(struct kp_table *t, const size_t *col, const char 
     kp_table_row(t);
     kp_table_set(t, col[IC_NODE], "%s", node);
     kp_table_set(t, col[IC_GPU], "total");
-    kp_table_set(t, col[IC_CORE], "%" PRId64 "/%" PRId64 " (%u%%)", s->core, s->core_total,
+    kp_table_set(t, col[IC_CORE], "%" PRId64 "/%" PRId64 " (%" PRId64 "%%)", s->core, s->core_total,
                  pct(s->core, s->core_total));
-    kp_table_set(t, col[IC_MEM], "%" PRId64 "/%" PRId64 " (%u%%)", s->mem, s->mem_total,
+    kp_table_set(t, col[IC_MEM], "%" PRId64 "/%" PRId64 " (%" PRId64 "%%)", s->mem, s->mem_total,
                  pct(s->mem, s->mem_total));
 }
 
@@ -252,7 +262,8 @@ static int inspect_table(const struct egpu_api_gpu *const *v, size_t n, bool wid
     if (!rc)
         rc = egpu_buf_printf(out,
                              "\nCluster: %zu node%s, %zu GPU%s, core %" PRId64 "/%" PRId64
-                             " (%u%%), memory %" PRId64 "/%" PRId64 " MiB (%u%%)\n",
+                             " (%" PRId64 "%%), memory %" PRId64 "/%" PRId64 " MiB (%" PRId64
+                             "%%)\n",
                              nodes, nodes == 1 ? "" : "s", all.cards, all.cards == 1 ? "" : "s",
                              all.core, all.core_total, pct(all.core, all.core_total), all.mem,
                              all.mem_total, pct(all.mem, all.mem_total));

@@ -11,7 +11,8 @@
  * the JSON document of the decoded cards all render; the table has one
  * line per card, per container and per node plus the header, a blank line
  * and the cluster's; the JSON parses, holds one entry per card, and its
- * cluster totals are the sums of the nodes'; nothing leaks.
+ * cluster totals are the sums of the nodes' (saturating at INT64_MAX, as
+ * the CRD bounds no memory but a card's); nothing leaks.
  */
 #include <jansson.h>
 
@@ -28,6 +29,13 @@ static size_t lines(const char *s)
     for (; *s != '\0'; s++)
         n += *s == '\n';
     return n;
+}
+
+/* a + b of two numbers >= 0, at most INT64_MAX, as render.c sums. */
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    FUZZ_CHECK(a >= 0 && b >= 0);
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
 }
 
 static void render(const struct egpu_api_gpu *g, size_t n, const char *node)
@@ -65,8 +73,8 @@ static void render(const struct egpu_api_gpu *g, size_t n, const char *node)
     {
         gs = json_object_get(v, "gpus");
         jcards += json_array_size(gs);
-        core += json_integer_value(json_object_get(v, "coreAllocated"));
-        mem += json_integer_value(json_object_get(v, "memoryAllocated"));
+        core = sat_add(core, json_integer_value(json_object_get(v, "coreAllocated")));
+        mem = sat_add(mem, json_integer_value(json_object_get(v, "memoryAllocated")));
     }
     FUZZ_CHECK(jcards == cards);
     FUZZ_CHECK(core == json_integer_value(json_object_get(doc, "coreAllocated")));

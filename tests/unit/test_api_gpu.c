@@ -27,6 +27,9 @@ static json_t *q(const char *text)
 }
 
 #define HEAD "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'GPU', 'metadata': {'name': 'g'}, "
+/* 64 and 65 bytes: status.health at the CRD's maxLength and one past it. */
+#define H64  "0123456789012345678901234567890123456789012345678901234567890123"
+#define H65  H64 "4"
 #define SPEC "'spec': {'nodeName': 'n1', 'index': 3, 'uuid': 'GPU-1', 'memory': 40960}"
 
 static void test_gpu_full(void **state)
@@ -83,6 +86,15 @@ static void test_gpu_bare(void **state)
 
     (void)state;
     assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
+    json_decref(o);
+    o = q(HEAD SPEC ", 'status': {'health': '" H64 "'}}");
+    egpu_api_gpu_clear(&g);
+    assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
+    assert_string_equal(g.health, H64);
+    json_decref(o);
+    o = q(HEAD SPEC "}");
+    egpu_api_gpu_clear(&g);
+    assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
     assert_string_equal(g.model, "");
     assert_string_equal(g.health, "");
     assert_false(g.has_cap_core || g.has_cap_mem || g.has_used_mem || g.has_used_util);
@@ -111,9 +123,11 @@ static void test_gpu_rules(void **state)
          "spec.memory is -1; allowed: a whole number 0..4294967295"},
         {HEAD SPEC ", 'status': {'health': 5}}", EGPU_ESYNTAX, "status.health is 5; allowed: text"},
         {HEAD SPEC ", 'status': {'capacity': {'core': 'all'}}}", EGPU_ESYNTAX,
-         "status.capacity.core is \"all\"; allowed: a whole number 0..100"},
-        {HEAD SPEC ", 'status': {'capacity': {'memory': 4294967296}}}", EGPU_ERANGE,
-         "status.capacity.memory is 4294967296; allowed: a whole number 0..4294967295"},
+         "status.capacity.core is \"all\"; allowed: a whole number from 0"},
+        {HEAD SPEC ", 'status': {'capacity': {'memory': -1}}}", EGPU_ERANGE,
+         "status.capacity.memory is -1; allowed: a whole number from 0"},
+        {HEAD SPEC ", 'status': {'health': '" H65 "'}}", EGPU_ESYNTAX,
+         "status.health is 65 bytes long; allowed: at most 64"},
         {HEAD SPEC ", 'status': {'allocated': {}}}", EGPU_ESYNTAX,
          "status.allocated must be a list"},
         {HEAD SPEC ", 'status': {'allocated': [7]}}", EGPU_ESYNTAX,
@@ -125,11 +139,10 @@ static void test_gpu_rules(void **state)
                    "'core': 150}]}}",
          EGPU_ERANGE, "status.allocated[0].core is 150; allowed: a whole number 0..100"},
         {HEAD SPEC ", 'status': {'allocated': [{'namespace': 'a', 'pod': 'p', 'container': 'c', "
-                   "'memory': 4294967296}]}}",
-         EGPU_ERANGE,
-         "status.allocated[0].memory is 4294967296; allowed: a whole number 0..4294967295"},
+                   "'memory': -1}]}}",
+         EGPU_ERANGE, "status.allocated[0].memory is -1; allowed: a whole number from 0"},
         {HEAD SPEC ", 'status': {'used': {'memory': -3}}}", EGPU_ERANGE,
-         "status.used.memory is -3; allowed: a whole number 0..4294967295"},
+         "status.used.memory is -3; allowed: a whole number from 0"},
         {HEAD SPEC ", 'status': {'used': {'utilization': 101}}}", EGPU_ERANGE,
          "status.used.utilization is 101; allowed: a whole number 0..100"},
     };

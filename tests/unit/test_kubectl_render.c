@@ -540,6 +540,41 @@ static void test_control_characters(void **state)
     egpu_api_gpu_clear(&g);
 }
 
+/* The CRD bounds no memory but a card's: sums saturate at INT64_MAX rather
+ * than overflow (UBSan would stop the sanitizer build here). */
+static void test_huge_values(void **state)
+{
+    json_t *o = q(GPU("g", "n1", "0", "X", "4294967295",
+                      ", 'status': {'allocated': [{'namespace': 'a', 'pod': 'p', 'container': "
+                      "'c', 'core': 10, 'memory': 9223372036854775807}, {'namespace': 'a', "
+                      "'pod': 'q', 'container': 'c', 'core': 10, 'memory': 9223372036854775807}]"
+                      ", 'used': {'memory': 9223372036854775807}}"));
+    struct egpu_api_gpu g[2];
+    struct egpu_error err = {0};
+    struct egpu_buf b;
+    json_t *doc;
+
+    (void)state;
+    if (egpu_api_gpu_decode(o, &g[0], &err) || egpu_api_gpu_decode(o, &g[1], &err))
+        fail_msg("%s", err.msg);
+    json_decref(o);
+    egpu_buf_init(&b, EGPU_KUBECTL_OUT_MAX);
+    assert_int_equal(egpu_kubectl_inspect(g, 2, NULL, EGPU_KUBECTL_JSON, &b), 0);
+    doc = json_loads(egpu_buf_str(&b), 0, NULL);
+    assert_non_null(doc);
+    assert_int_equal(json_integer_value(json_object_get(doc, "memoryAllocated")), INT64_MAX);
+    assert_int_equal(json_integer_value(json_object_get(doc, "memoryTotal")), 8589934590LL);
+    assert_int_equal(json_integer_value(json_object_get(doc, "coreAllocated")), 40);
+    json_decref(doc);
+    egpu_buf_reset(&b);
+    assert_int_equal(egpu_kubectl_inspect(g, 2, NULL, EGPU_KUBECTL_WIDE, &b), 0);
+    assert_non_null(strstr(egpu_buf_str(&b), "n1     total                     40/200 (20%)   "
+                                             "9223372036854775807/8589934590 (107374182425%)"));
+    egpu_buf_free(&b);
+    egpu_api_gpu_clear(&g[0]);
+    egpu_api_gpu_clear(&g[1]);
+}
+
 /* apimachinery's duration.HumanDuration, boundary by boundary. */
 static void test_age(void **state)
 {
@@ -597,6 +632,7 @@ int main(void)
         cmocka_unit_test(test_claims),
         cmocka_unit_test(test_budgets),
         cmocka_unit_test(test_control_characters),
+        cmocka_unit_test(test_huge_values),
         cmocka_unit_test(test_age),
         cmocka_unit_test(test_out_of_memory),
     };
