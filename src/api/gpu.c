@@ -82,6 +82,11 @@ static int status_decode(const json_t *status, struct egpu_api_gpu *g, struct eg
     if (!rc && used != NULL)
         rc = egpu__api_text(used, "updateTime", "status.used.updateTime", false, false,
                             g->used_time, sizeof(g->used_time), err);
+    if (!rc && g->used_time[0] != '\0') {
+        int64_t t;
+
+        rc = egpu_api_time_parse(g->used_time, "status.used.updateTime", &t, err);
+    }
     if (rc)
         return rc;
     alloc = json_object_get(status, "allocated");

@@ -13,7 +13,8 @@ What it shows: every field the decoder reads or writes is in the schema and
 every schema field is read (status of a class aside); the enums are the
 decoder's names; each object the API server would accept the decoder
 accepts and the other way round (a few decoder-only rules listed in
-DECODER_ONLY, with why); every object the encoder writes is one the API
+DECODER_ONLY, with why), GPU objects too (src/api/gpu.c, decoded for
+kubectl-egpu; no encoder, so not in the MAX tests); every object the encoder writes is one the API
 server accepts; the CEL transition rules make a claim's elasticGPUName and a
 class's provisioner, parameters, reclaimPolicy and bindingMode immutable;
 kubectl renders the CRDs. kubectl and node are needed: a missing one skips,
@@ -412,6 +413,65 @@ CASES = {
         "over": budget(status={"state": "OverBudget"}),
     },
 }
+def gpu(spec=None, status=None, drop=()):
+    """A GPU object as egpu-agent publishes it, spec keys in drop removed."""
+    s = {"nodeName": "n1", "index": 0, "uuid": "GPU-0", "model": "NVIDIA A100", "memory": 40960,
+         **(spec or {})}
+    for k in drop:
+        s.pop(k)
+    o = {"apiVersion": API, "kind": "GPU", "metadata": {"name": "n1-gpu0"}, "spec": s}
+    if status is not None:
+        o["status"] = status
+    return o
+
+
+def share(**kw):
+    return {"namespace": "team-a", "pod": "p", "container": "c", "core": 30, "memory": 4096,
+            **kw}
+
+
+# GPU objects, which src/api decodes for readers (kubectl-egpu): the decoder
+# reads exactly what the CRD allows.
+CASES["GPU"] = {
+    "bare": gpu(),
+    "full": gpu(status={"health": "Healthy", "capacity": {"core": 100, "memory": 40960},
+                        "allocated": [share(podUID="u1", claim="c1"), share(pod="q", core=100,
+                                                                           memory=0)],
+                        "used": {"memory": 5000, "utilization": 41, "updateTime": TIME}}),
+    "no node": gpu(drop=["nodeName"]),
+    "empty node": gpu({"nodeName": ""}),
+    "node 253": gpu({"nodeName": "n" * 253}),
+    "node 254": gpu({"nodeName": "n" * 254}),
+    "no index": gpu(drop=["index"]),
+    "index 1023": gpu({"index": 1023}),
+    "index 1024": gpu({"index": 1024}),
+    "index -1": gpu({"index": -1}),
+    "index text": gpu({"index": "3"}),
+    "no uuid": gpu(drop=["uuid"]),
+    "uuid 63": gpu({"uuid": "G" * 63}),
+    "uuid 64": gpu({"uuid": "G" * 64}),
+    "no model": gpu(drop=["model"]),
+    "model 127": gpu({"model": "m" * 127}),
+    "model 128": gpu({"model": "m" * 128}),
+    "memory max": gpu({"memory": 4294967295}),
+    "memory over": gpu({"memory": 4294967296}),
+    "health 64": gpu(status={"health": "h" * 64}),
+    "health 65": gpu(status={"health": "h" * 65}),
+    "capacity large": gpu(status={"capacity": {"core": 5000, "memory": 1 << 40}}),
+    "capacity negative": gpu(status={"capacity": {"core": -1}}),
+    "allocated empty": gpu(status={"allocated": []}),
+    "allocated no pod": gpu(status={"allocated": [{"namespace": "a", "container": "c"}]}),
+    "allocated core 100": gpu(status={"allocated": [share(core=100, memory=0)]}),
+    "allocated core 101": gpu(status={"allocated": [share(core=101)]}),
+    "allocated memory large": gpu(status={"allocated": [share(memory=1 << 40)]}),
+    "allocated memory negative": gpu(status={"allocated": [share(memory=-1)]}),
+    "allocated namespace 64": gpu(status={"allocated": [share(namespace="n" * 64)]}),
+    "allocated claim 254": gpu(status={"allocated": [share(claim="c" * 254)]}),
+    "used utilization 101": gpu(status={"used": {"utilization": 101}}),
+    "used memory negative": gpu(status={"used": {"memory": -1}}),
+    "used time": gpu(status={"used": {"updateTime": "yesterday"}}),
+}
+
 # "no node": {"nodeName": None} is a JSON null, which the API server drops.
 CASES["ElasticGPU"]["no node"]["spec"].pop("nodeName")
 

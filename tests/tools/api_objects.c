@@ -4,11 +4,12 @@
  *
  *   egpu-api-objects < cases.json
  *
- * stdin: {"kind": "ElasticGPUClaim" | "ElasticGPUClass" | "ElasticGPU" | "GPUBudget",
- *         "objects": [<object>, ...]}
+ * stdin: {"kind": "ElasticGPUClaim" | "ElasticGPUClass" | "ElasticGPU" | "GPUBudget" |
+ *         "GPU", "objects": [<object>, ...]}
  * stdout: {"names": {...}, "results": [{"ok": true, "encoded": <object>} or
  *          {"ok": false, "error": "<message>"}, ...]}, one result per object
- *          in order; "encoded" is egpu_api_*_encode of what was decoded.
+ *          in order; "encoded" is egpu_api_*_encode of what was decoded (null
+ *          for a GPU, which src/api decodes for readers only and never writes).
  * names holds every enum's names as src/api spells them (phases, reclaim
  * policies, binding modes, provisioners, condition statuses, budget states).
  * Exit status 0, or 2 for input that is not the JSON above.
@@ -80,6 +81,14 @@ static json_t *one(const char *kind, const json_t *obj)
         rc = egpu_api_class_decode(obj, &cls, &err);
         if (!rc)
             enc = egpu_api_class_encode(&cls);
+    } else if (strcmp(kind, EGPU_KIND_GPU) == 0) {
+        static struct egpu_api_gpu gpu;
+
+        rc = egpu_api_gpu_decode(obj, &gpu, &err);
+        if (!rc) {
+            enc = json_null();
+            egpu_api_gpu_clear(&gpu);
+        }
     } else if (strcmp(kind, EGPU_KIND_GPUBUDGET) == 0) {
         rc = egpu_api_budget_decode(obj, &budget, &err);
         if (!rc)
@@ -108,7 +117,7 @@ int main(void)
     }
     if (strcmp(kind, EGPU_KIND_ELASTICGPUCLAIM) != 0 &&
         strcmp(kind, EGPU_KIND_ELASTICGPUCLASS) != 0 && strcmp(kind, EGPU_KIND_ELASTICGPU) != 0 &&
-        strcmp(kind, EGPU_KIND_GPUBUDGET) != 0) {
+        strcmp(kind, EGPU_KIND_GPUBUDGET) != 0 && strcmp(kind, EGPU_KIND_GPU) != 0) {
         fprintf(stderr, "egpu-api-objects: unknown kind %s\n", kind);
         return 2;
     }

@@ -143,6 +143,9 @@ static void test_gpu_rules(void **state)
          EGPU_ERANGE, "status.allocated[0].memory is -1; allowed: a whole number from 0"},
         {HEAD SPEC ", 'status': {'used': {'memory': -3}}}", EGPU_ERANGE,
          "status.used.memory is -3; allowed: a whole number from 0"},
+        {HEAD SPEC ", 'status': {'used': {'updateTime': 'yesterday'}}}", EGPU_ESYNTAX,
+         "status.used.updateTime is \"yesterday\"; allowed: RFC 3339, e.g. "
+         "2026-07-24T09:31:03Z"},
         {HEAD SPEC ", 'status': {'used': {'utilization': 101}}}", EGPU_ERANGE,
          "status.used.utilization is 101; allowed: a whole number 0..100"},
     };
