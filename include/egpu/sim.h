@@ -189,9 +189,17 @@ double egpu_replay_alloc_at(const struct egpu_replay_result *r, size_t n, int x)
 /* Same for the fragmentation ratio (percent of idle GPU). */
 double egpu_replay_frag_at(const struct egpu_replay_result *r, size_t n, int x);
 
-/* Published mean allocation ratio of a policy (both tiers the same) at
- * arrived 80/90/100/130% (shared/data/openb/README.md), or NULL. */
-const double *egpu_replay_published(enum egpu_policy_kind node, enum egpu_policy_kind card);
+/* Published mean allocation ratio (percent, 4 values, static) of a policy
+ * (both tiers the same: random, best-fit or fgd) at arrived 80/90/100/130%
+ * on the trace it was published for (shared/data/openb/README.md). nodes and
+ * pods are the node and pod CSVs (a path or a file name: only the file name
+ * counts), ngpus the cluster's GPUs and npods the pod rows loaded. Returns
+ * NULL unless the cluster is openb_node_list_gpu_node.csv with 6,212 GPUs and
+ * the pods are one of the paper's variants with its row count (default 8,152,
+ * cpu050 7,439, gpushare40 8,152, gpuspec10 8,152, multigpu20 8,324), or when
+ * nothing was published for the policy. */
+const double *egpu_replay_published(const char *nodes, size_t ngpus, const char *pods, size_t npods,
+                                    enum egpu_policy_kind node, enum egpu_policy_kind card);
 
 /* ------------------------------------------------------------------------ */
 /* Reports (src/sim/report.c)                                               */
@@ -203,12 +211,14 @@ struct egpu_policy_runs {
     enum egpu_policy_kind card_policy;
     struct egpu_replay_result *runs; /* nruns entries, caller-owned */
     size_t nruns;
+    const double *published; /* egpu_replay_published's figures for this trace, or NULL */
 };
 
 /* Print the summary table to f: per policy the mean GPU allocation ratio at
  * arrived 80/90/100/130%, fragmentation ratio at 90%, pods failed (mean per
  * seed), placement speed (microseconds per pod, pods per second), and below
- * it the published figures where they exist. */
+ * a policy whose published member is set the published figures and the
+ * difference (this run minus published; "-" where the run has no value). */
 void egpu_report_table(FILE *f, const struct egpu_policy_runs *p, size_t n);
 
 /* Write the curve: one row per arrived percent 0..max, a column of mean

@@ -27,7 +27,7 @@ void egpu_report_table(FILE *f, const struct egpu_policy_runs *p, size_t n)
     fprintf(f, "%-16s %9s %9s %9s %9s %9s %8s %8s %9s\n", "policy", "alloc@80", "alloc@90",
             "alloc@100", "alloc@130", "frag@90", "failed", "us/pod", "pods/s");
     for (size_t i = 0; i < n; i++) {
-        const double *paper = egpu_replay_published(p[i].node_policy, p[i].card_policy);
+        const double *paper = p[i].published;
         double secs = 0.0, failed = 0.0, pods = 0.0;
 
         for (size_t s = 0; s < p[i].nruns; s++) {
@@ -49,7 +49,10 @@ void egpu_report_table(FILE *f, const struct egpu_policy_runs *p, size_t n)
             for (int k = 0; k < 4; k++) {
                 double v = egpu_replay_alloc_at(p[i].runs, p[i].nruns, checkpoints[k]);
 
-                fprintf(f, " %+9.2f", v - paper[k]);
+                if (v < 0)
+                    fprintf(f, " %9s", "-");
+                else
+                    fprintf(f, " %+9.2f", v - paper[k]);
             }
             fprintf(f, "\n");
         }

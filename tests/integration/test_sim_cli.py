@@ -49,6 +49,10 @@ def test_help(sim):
     for flag in ("--trace-dir", "--policy", "--seeds", "--inflate", "--max-deviation", "--out"):
         assert flag in p.stdout
     assert "EGPU_TRACE_DIR" in p.stdout
+    # Issue 14, point 7: the usage is printed as is, so a percent sign is one.
+    assert "%%" not in p.stdout
+    assert ("                      from the published allocation ratio at 100% arrived"
+            in p.stdout.splitlines())
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -116,7 +120,9 @@ def test_small_trace_outputs(sim, tmp_path, fixtures):
     rows = table_rows(p.stdout)
     for name in POLICIES:
         assert name in rows
-    assert p.stdout.count("  published") == 3  # under random, best-fit and fgd
+    # Issue 14, point 7: a 3-node trace is not the paper's, whatever its file names:
+    # no published figures, no difference.
+    assert "published" not in p.stdout and "difference" not in p.stdout
     with open(out / "replay_curve.csv") as f:
         curve = list(csv.reader(f))
     assert curve[0][0] == "arrived_pct"
@@ -171,3 +177,56 @@ def test_max_deviation_fails_when_exceeded(sim, tmp_path):
             "--max-deviation", "0.001", "--no-plot", "--out", str(tmp_path / "out"))
     assert p.returncode == 1
     assert re.search(r"check random .*: FAIL", p.stdout)
+
+
+def test_max_deviation_without_published_figures(sim, tmp_path, fixtures):
+    """Issue 14, point 7: on a trace nothing was published for, --max-deviation
+    checks nothing and says so (the old code compared it with the default
+    trace's figures and failed)."""
+    d = small_trace(tmp_path, fixtures)
+    p = run(sim, "--trace-dir", str(d), "--max-deviation", "1", "--no-plot",
+            "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "check: nothing to check: no figures were published for these policies on " \
+           "openb_pod_list_default.csv with openb_node_list_gpu_node.csv" in p.stdout.splitlines()
+    assert "check fgd" not in p.stdout
+
+
+@pytest.mark.skipif(trace_dir() is None, reason="openb trace not present (make data)")
+@pytest.mark.parametrize("pods,published", [
+    ("openb_pod_list_default.csv", "80.02     89.99     95.23     95.39"),
+    ("openb_pod_list_gpushare40.csv", "80.00     89.99     93.96     94.15"),
+    ("openb_pod_list_multigpu20.csv", "80.02     90.01     95.53     95.65"),
+    ("openb_pod_list_cpu050.csv", "80.01     90.01     95.00     95.21"),
+    ("openb_pod_list_gpuspec10.csv", "76.66     85.83     94.66     94.95"),
+])
+def test_published_row_per_variant(sim, tmp_path, pods, published):
+    """Issue 14, point 7: each variant shows its own published figures
+    (shared/data/openb/README.md), under fgd only (nothing was published for
+    binpack)."""
+    p = run(sim, "--trace-dir", str(trace_dir()), "--pods", pods, "--policy", "fgd,binpack",
+            "--no-plot", "--jobs", "2", "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert [l for l in lines if l.startswith("  published")] == ["  published          " +
+                                                                  published]
+    i = lines.index("  published          " + published)
+    assert lines[i - 1].startswith("fgd ")
+    assert lines[i + 1].startswith("  difference ")
+
+
+@pytest.mark.skipif(trace_dir() is None, reason="openb trace not present (make data)")
+def test_no_difference_where_the_run_has_no_value(sim, tmp_path):
+    """Issue 14, point 7: arrivals stop at 95%, so the run has no alloc@100 and
+    alloc@130: the difference shows "-" there, not -1 minus the published
+    figure, and --max-deviation fails saying why."""
+    p = run(sim, "--trace-dir", str(trace_dir()), "--policy", "fgd", "--inflate", "0.95",
+            "--max-deviation", "1", "--no-plot", "--out", str(tmp_path / "out"))
+    assert p.returncode == 1, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert "  published          80.02     89.99     95.23     95.39" in lines
+    diff = [l for l in lines if l.startswith("  difference")]
+    assert len(diff) == 1 and re.fullmatch(
+        r"  difference\s+[-+]\d+\.\d\d\s+[-+]\d+\.\d\d\s+-\s+-", diff[0]), diff
+    assert "check fgd        alloc@100 - (no pod arrived near 100%) published 95.23%: FAIL" \
+        in lines

@@ -204,18 +204,55 @@ static void test_bucket_means(void **state)
 
 static void test_published(void **state)
 {
+    const char *nodes = "openb_node_list_gpu_node.csv";
     const double *p;
 
     (void)state;
-    p = egpu_replay_published(EGPU_POLICY_FGD, EGPU_POLICY_FGD);
+    p = egpu_replay_published(nodes, 6212, "openb_pod_list_default.csv", 8152, EGPU_POLICY_FGD,
+                              EGPU_POLICY_FGD);
     assert_non_null(p);
     assert_true(fabs(p[2] - 95.23) < 1e-9);
-    p = egpu_replay_published(EGPU_POLICY_BESTFIT, EGPU_POLICY_BESTFIT);
+    /* A directory in front of the file name does not matter. */
+    p = egpu_replay_published("/d/openb_node_list_gpu_node.csv", 6212,
+                              "/d/openb_pod_list_default.csv", 8152, EGPU_POLICY_BESTFIT,
+                              EGPU_POLICY_BESTFIT);
     assert_non_null(p);
     assert_true(fabs(p[2] - 92.86) < 1e-9);
-    assert_non_null(egpu_replay_published(EGPU_POLICY_RANDOM, EGPU_POLICY_RANDOM));
-    assert_null(egpu_replay_published(EGPU_POLICY_BINPACK, EGPU_POLICY_BINPACK));
-    assert_null(egpu_replay_published(EGPU_POLICY_FGD, EGPU_POLICY_BINPACK));
+    assert_non_null(egpu_replay_published(nodes, 6212, "openb_pod_list_default.csv", 8152,
+                                          EGPU_POLICY_RANDOM, EGPU_POLICY_RANDOM));
+    assert_null(egpu_replay_published(nodes, 6212, "openb_pod_list_default.csv", 8152,
+                                      EGPU_POLICY_BINPACK, EGPU_POLICY_BINPACK));
+    assert_null(egpu_replay_published(nodes, 6212, "openb_pod_list_default.csv", 8152,
+                                      EGPU_POLICY_FGD, EGPU_POLICY_BINPACK));
+    /* Each variant has its own figures. */
+    p = egpu_replay_published(nodes, 6212, "openb_pod_list_gpushare40.csv", 8152, EGPU_POLICY_FGD,
+                              EGPU_POLICY_FGD);
+    assert_non_null(p);
+    assert_true(fabs(p[0] - 80.0) < 1e-9 && fabs(p[2] - 93.96) < 1e-9);
+    p = egpu_replay_published(nodes, 6212, "openb_pod_list_multigpu20.csv", 8324,
+                              EGPU_POLICY_RANDOM, EGPU_POLICY_RANDOM);
+    assert_non_null(p);
+    assert_true(fabs(p[3] - 88.69) < 1e-9);
+    p = egpu_replay_published(nodes, 6212, "openb_pod_list_gpuspec10.csv", 8152,
+                              EGPU_POLICY_BESTFIT, EGPU_POLICY_BESTFIT);
+    assert_non_null(p);
+    assert_true(fabs(p[1] - 84.98) < 1e-9);
+    p = egpu_replay_published(nodes, 6212, "openb_pod_list_cpu050.csv", 7439, EGPU_POLICY_FGD,
+                              EGPU_POLICY_FGD);
+    assert_non_null(p);
+    assert_true(fabs(p[2] - 95.0) < 1e-9);
+    /* Not the trace they were published for: another file, another cluster, other rows. */
+    assert_null(
+        egpu_replay_published(nodes, 6212, "my_pods.csv", 8152, EGPU_POLICY_FGD, EGPU_POLICY_FGD));
+    assert_null(egpu_replay_published("openb_node_list_all_node.csv", 6212,
+                                      "openb_pod_list_default.csv", 8152, EGPU_POLICY_FGD,
+                                      EGPU_POLICY_FGD));
+    assert_null(egpu_replay_published(nodes, 16, "openb_pod_list_default.csv", 8152,
+                                      EGPU_POLICY_FGD, EGPU_POLICY_FGD));
+    assert_null(egpu_replay_published(nodes, 6212, "openb_pod_list_default.csv", 40,
+                                      EGPU_POLICY_FGD, EGPU_POLICY_FGD));
+    assert_null(egpu_replay_published(nodes, 6212, "openb_pod_list_cpu050.csv", 8152,
+                                      EGPU_POLICY_FGD, EGPU_POLICY_FGD));
 }
 
 static void test_bad_config(void **state)
