@@ -3,30 +3,15 @@
  * good budget rendered and read back to the same struct, used and state,
  * what a pod is charged for, and times and durations as tables.
  *
- * Objects are written with ' for " (q() swaps them) to stay readable. */
+ * Objects are written with ' for " (tu_json() swaps them) to stay readable. */
 #include "testutil.h"
+#include "testjson.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
 
 #include "egpu/api.h"
-
-static json_t *q(const char *text)
-{
-    char buf[8192];
-    json_error_t e;
-    json_t *v;
-    size_t n = strlen(text);
-
-    assert_true(n < sizeof(buf));
-    for (size_t i = 0; i <= n; i++)
-        buf[i] = text[i] == '\'' ? '"' : text[i];
-    v = json_loads(buf, 0, &e);
-    if (v == NULL)
-        fail_msg("bad test JSON: %s: %s", e.text, buf);
-    return v;
-}
 
 #define HEAD       "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'GPUBudget', "
 #define META       "'metadata': {'name': 'b', 'namespace': 'ml'}, "
@@ -100,7 +85,7 @@ static void test_budget_rules(void **state)
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         struct egpu_api_budget *b = calloc(1, sizeof(*b));
         struct egpu_error err = {0};
-        json_t *o = q(rows[r].obj);
+        json_t *o = tu_json(rows[r].obj);
         int rc = egpu_api_budget_decode(o, b, &err);
 
         if (rc != rows[r].code || (rows[r].msg != NULL && strcmp(err.msg, rows[r].msg) != 0))
@@ -119,14 +104,14 @@ static void test_budget_fields(void **state)
     json_t *o, *enc;
 
     (void)state;
-    o = q(HEAD META "'spec': {'gpuHours': 7.5, 'memoryWeight': 0.0125, 'period': '12h', "
-                    "'timeZone': 'America/Argentina/Buenos_Aires', "
-                    "'inBudgetPriorityClassName': 'gpu-in-budget', "
-                    "'overBudgetPriorityClassName': 'gpu-over-budget'}, "
-                    "'status': {'periodStart': '2026-11-24T12:00:00Z', "
-                    "'periodEnd': '2026-11-25T00:00:00Z', 'metering': {'until': "
-                    "'2026-11-24T15:00:00Z', 'coreSeconds': 2700000, 'memorySeconds': 0}, "
-                    "'state': 'OverBudget', 'observedGeneration': 3}}");
+    o = tu_json(HEAD META "'spec': {'gpuHours': 7.5, 'memoryWeight': 0.0125, 'period': '12h', "
+                          "'timeZone': 'America/Argentina/Buenos_Aires', "
+                          "'inBudgetPriorityClassName': 'gpu-in-budget', "
+                          "'overBudgetPriorityClassName': 'gpu-over-budget'}, "
+                          "'status': {'periodStart': '2026-11-24T12:00:00Z', "
+                          "'periodEnd': '2026-11-25T00:00:00Z', 'metering': {'until': "
+                          "'2026-11-24T15:00:00Z', 'coreSeconds': 2700000, 'memorySeconds': 0}, "
+                          "'state': 'OverBudget', 'observedGeneration': 3}}");
     assert_int_equal(egpu_api_budget_decode(o, b, &err), 0);
     json_decref(o);
     assert_int_equal(b->gpu_hours_milli, 7500);
@@ -153,7 +138,7 @@ static void test_budget_fields(void **state)
     json_decref(enc);
 
     /* The defaults: Monthly, UTC, no memory weight, no in-budget class. */
-    o = q(HEAD META SPEC("") "}");
+    o = tu_json(HEAD META SPEC("") "}");
     assert_int_equal(egpu_api_budget_decode(o, b, &err), 0);
     json_decref(o);
     assert_int_equal(b->period, EGPU_API_PERIOD_MONTHLY);
@@ -252,7 +237,7 @@ static void test_meter_pod(void **state)
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         struct egpu_api_meter_pod p = {-1, -1, -1, -1};
         struct egpu_error err = {0};
-        json_t *o = q(rows[r].pod);
+        json_t *o = tu_json(rows[r].pod);
         int rc = egpu_api_meter_pod_read(o, &p, &err);
 
         json_decref(o);

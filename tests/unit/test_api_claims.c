@@ -3,30 +3,14 @@
  * and the exact message out; every good object rendered and read back to
  * the same struct; label selectors, fit, best fit and TFLOPS as tables.
  *
- * Objects are written with ' for " (q() swaps them) to stay readable. */
+ * Objects are written with ' for " (tu_json() swaps them) to stay readable. */
 #include "testutil.h"
+#include "testjson.h"
 
 #include <errno.h>
 #include <jansson.h>
 
 #include "egpu/api.h"
-
-/* text with every ' turned into ", parsed. */
-static json_t *q(const char *text)
-{
-    char buf[8192];
-    json_error_t e;
-    json_t *v;
-    size_t n = strlen(text);
-
-    assert_true(n < sizeof(buf));
-    for (size_t i = 0; i <= n; i++)
-        buf[i] = text[i] == '\'' ? '"' : text[i];
-    v = json_loads(buf, JSON_ALLOW_NUL, &e);
-    if (v == NULL)
-        fail_msg("bad test JSON: %s: %s", e.text, buf);
-    return v;
-}
 
 enum kind { CLAIM, CLASS, EGPU };
 
@@ -73,7 +57,7 @@ static void check(enum kind k, const char *what, const char *text, const char *w
 {
     static union any x, y;
     struct egpu_error err = {0};
-    json_t *o = q(text), *again;
+    json_t *o = tu_json(text), *again;
     long live = egpu_alloc_live();
     int rc;
 
@@ -267,10 +251,10 @@ static void test_claim_fields(void **state)
 {
     struct egpu_api_claim c;
     struct egpu_error err = {0};
-    json_t *o = q(CLAIM_REQ("'elasticgpu.io/gpu-tflops':19.5,'elasticgpu.io/gpu-memory':1024",
-                            ",'elasticGPUClassName':'fast'")),
+    json_t *o = tu_json(CLAIM_REQ("'elasticgpu.io/gpu-tflops':19.5,'elasticgpu.io/gpu-memory':1024",
+                                  ",'elasticGPUClassName':'fast'")),
            *enc;
-    json_t *up = q(CLAIM_REQ("'elasticgpu.io/gpu-tflops':0.0001", ""));
+    json_t *up = tu_json(CLAIM_REQ("'elasticgpu.io/gpu-tflops':0.0001", ""));
 
     (void)state;
     assert_int_equal(egpu_api_claim_decode(o, &c, &err), 0);
@@ -387,13 +371,13 @@ static void test_class_fields(void **state)
 {
     struct egpu_api_class c;
     struct egpu_error err = {0};
-    json_t *min = q(CLASS_OBJ(GPUSHARE)), *enc;
-    json_t *notdef =
-        q("{" HEAD("ElasticGPUClass") ",'metadata':{'name':'x','annotations':{"
-                                      "'elasticgpu.io/is-default-class':'True'}}" GPUSHARE "}");
-    json_t *full = q(PARAMS("'models':'A100-SXM4-80GB|T4','tflops.A100-SXM4-80GB':'312',"
-                            "'tflops.NVIDIA A100-SXM4-80GB':'300','tflops.T4':'8.1',"
-                            "'policy':'spread','nodeSelector':'k==v'"));
+    json_t *min = tu_json(CLASS_OBJ(GPUSHARE)), *enc;
+    json_t *notdef = tu_json(
+        "{" HEAD("ElasticGPUClass") ",'metadata':{'name':'x','annotations':{"
+                                    "'elasticgpu.io/is-default-class':'True'}}" GPUSHARE "}");
+    json_t *full = tu_json(PARAMS("'models':'A100-SXM4-80GB|T4','tflops.A100-SXM4-80GB':'312',"
+                                  "'tflops.NVIDIA A100-SXM4-80GB':'300','tflops.T4':'8.1',"
+                                  "'policy':'spread','nodeSelector':'k==v'"));
 
     (void)state;
     /* StorageClass's defaults: Delete, Immediate, not the default class. */
@@ -491,7 +475,8 @@ static void test_selectors(void **state)
         assert_int_equal(egpu_api_selector_parse(buf, "x", &again, &err), 0);
         assert_memory_equal(&s, &again, sizeof(s));
         {
-            json_t *yes = q(rows[i].labels), *no = rows[i].no_labels ? q(rows[i].no_labels) : NULL;
+            json_t *yes = tu_json(rows[i].labels),
+                   *no = rows[i].no_labels ? tu_json(rows[i].no_labels) : NULL;
 
             if (!egpu_api_selector_matches(&s, yes))
                 fail_msg("\"%s\" does not match %s", rows[i].text, rows[i].labels);
@@ -898,7 +883,7 @@ static void test_pod_claims(void **state)
 
         snprintf(text, sizeof(text), "{'metadata': {'namespace': 'team', 'annotations': %s}}",
                  rows[r].ann);
-        pod = q(text);
+        pod = tu_json(text);
         rc = egpu_api_pod_claims(pod, pc, 2, &n, &err);
         json_decref(pod);
         if (rc == 0) {
@@ -915,8 +900,8 @@ static void test_pod_claims(void **state)
     }
     /* More than max claims. */
     {
-        json_t *pod = q("{'metadata': {'namespace': 'team', 'annotations': "
-                        "{'egpuc.elasticgpu.io/a': 'x', 'egpuc.elasticgpu.io/b': 'y'}}}");
+        json_t *pod = tu_json("{'metadata': {'namespace': 'team', 'annotations': "
+                              "{'egpuc.elasticgpu.io/a': 'x', 'egpuc.elasticgpu.io/b': 'y'}}}");
         struct egpu_api_pod_claim pc[1];
         struct egpu_error err = {0};
         size_t n;
@@ -927,7 +912,7 @@ static void test_pod_claims(void **state)
     }
     /* No annotations at all; and the lookup by container. */
     {
-        json_t *pod = q("{'metadata': {'namespace': 'team'}}");
+        json_t *pod = tu_json("{'metadata': {'namespace': 'team'}}");
         struct egpu_api_pod_claim pc[2] = {{"a", "x"}, {"b", "y"}};
         size_t n = 5;
 

@@ -1,30 +1,15 @@
 /* tests/unit/test_api_gpu.c - the GPU object decoder (src/api/gpu.c): a
  * full object read field by field, a bare one, and one table row per rule
  * with its exact message; nothing leaks on success or failure. Objects are
- * written with ' for " (q() swaps them). */
+ * written with ' for " (tu_json() swaps them). */
 #include "testutil.h"
+#include "testjson.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
 
 #include "egpu/api.h"
-
-static json_t *q(const char *text)
-{
-    char buf[8192];
-    json_error_t e;
-    json_t *v;
-    size_t n = strlen(text);
-
-    assert_true(n < sizeof(buf));
-    for (size_t i = 0; i <= n; i++)
-        buf[i] = text[i] == '\'' ? '"' : text[i];
-    v = json_loads(buf, 0, &e);
-    if (v == NULL)
-        fail_msg("bad test JSON: %s: %s", e.text, buf);
-    return v;
-}
 
 #define HEAD "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'GPU', 'metadata': {'name': 'g'}, "
 /* 64 and 65 bytes: status.health at the CRD's maxLength and one past it. */
@@ -34,13 +19,14 @@ static json_t *q(const char *text)
 
 static void test_gpu_full(void **state)
 {
-    json_t *o = q(HEAD "'spec': {'nodeName': 'n1', 'index': 3, 'uuid': 'GPU-1', 'model': "
-                       "'NVIDIA A100', 'memory': 40960}, 'status': {'health': 'Healthy', "
-                       "'capacity': {'core': 100, 'memory': 40000}, 'allocated': [{'namespace': "
-                       "'ns', 'pod': 'p', 'podUID': 'u', 'container': 'c', 'core': 30, "
-                       "'memory': 4096, 'claim': 'cl'}, {'namespace': 'ns2', 'pod': 'q', "
-                       "'container': 'd'}], 'used': {'memory': 5000, 'utilization': 41, "
-                       "'updateTime': '2026-07-24T09:31:03Z'}}}");
+    json_t *o =
+        tu_json(HEAD "'spec': {'nodeName': 'n1', 'index': 3, 'uuid': 'GPU-1', 'model': "
+                     "'NVIDIA A100', 'memory': 40960}, 'status': {'health': 'Healthy', "
+                     "'capacity': {'core': 100, 'memory': 40000}, 'allocated': [{'namespace': "
+                     "'ns', 'pod': 'p', 'podUID': 'u', 'container': 'c', 'core': 30, "
+                     "'memory': 4096, 'claim': 'cl'}, {'namespace': 'ns2', 'pod': 'q', "
+                     "'container': 'd'}], 'used': {'memory': 5000, 'utilization': 41, "
+                     "'updateTime': '2026-07-24T09:31:03Z'}}}");
     struct egpu_api_gpu g;
     struct egpu_error err = {0};
     long live = egpu_alloc_live();
@@ -80,19 +66,19 @@ static void test_gpu_full(void **state)
 
 static void test_gpu_bare(void **state)
 {
-    json_t *o = q(HEAD SPEC "}");
+    json_t *o = tu_json(HEAD SPEC "}");
     struct egpu_api_gpu g;
     struct egpu_error err = {0};
 
     (void)state;
     assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
     json_decref(o);
-    o = q(HEAD SPEC ", 'status': {'health': '" H64 "'}}");
+    o = tu_json(HEAD SPEC ", 'status': {'health': '" H64 "'}}");
     egpu_api_gpu_clear(&g);
     assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
     assert_string_equal(g.health, H64);
     json_decref(o);
-    o = q(HEAD SPEC "}");
+    o = tu_json(HEAD SPEC "}");
     egpu_api_gpu_clear(&g);
     assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
     assert_string_equal(g.model, "");
@@ -152,7 +138,7 @@ static void test_gpu_rules(void **state)
 
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        json_t *o = q(rows[i].obj);
+        json_t *o = tu_json(rows[i].obj);
         struct egpu_api_gpu g;
         struct egpu_error err = {0};
         long live = egpu_alloc_live();

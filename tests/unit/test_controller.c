@@ -5,30 +5,15 @@
  * counted, and kept current by unreserve and reserve; the node and card
  * chosen for claims of each kind; and a scheduler's selection checked.
  *
- * Objects are written with ' for " (q() swaps them) to stay readable. */
+ * Objects are written with ' for " (tu_json() swaps them) to stay readable. */
 #include "testutil.h"
+#include "testjson.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <time.h>
 
 #include "egpu/controller.h"
-
-static json_t *q(const char *text)
-{
-    char buf[8192];
-    json_error_t e;
-    json_t *v;
-    size_t n = strlen(text);
-
-    assert_true(n < sizeof(buf));
-    for (size_t i = 0; i <= n; i++)
-        buf[i] = text[i] == '\'' ? '"' : text[i];
-    v = json_loads(buf, 0, &e);
-    if (v == NULL)
-        fail_msg("bad test JSON: %s: %s", e.text, buf);
-    return v;
-}
 
 static long long mono_ms(void)
 {
@@ -146,35 +131,35 @@ static void test_queue_delay_and_backoff(void **state)
  * unhealthy card and a malformed one. */
 static json_t *gpus(void)
 {
-    return q("["
-             "{'metadata':{'name':'n1-g0'},'spec':{'nodeName':'n1','index':0,'uuid':'U10',"
-             "'model':'A100','memory':40960}},"
-             "{'metadata':{'name':'n1-g1'},'spec':{'nodeName':'n1','index':1,'uuid':'U11',"
-             "'model':'A100','memory':40960}},"
-             "{'metadata':{'name':'n2-g0'},'spec':{'nodeName':'n2','index':0,'uuid':'U20',"
-             "'model':'A100','memory':40960}},"
-             "{'metadata':{'name':'n2-g1'},'spec':{'nodeName':'n2','index':1,'uuid':'U21',"
-             "'model':'A100','memory':40960}},"
-             "{'metadata':{'name':'v-g0'},'spec':{'nodeName':'v','index':0,'uuid':'UV0',"
-             "'model':'V100','memory':16384}},"
-             "{'metadata':{'name':'gone-g0'},'spec':{'nodeName':'gone','index':0,'uuid':'UG',"
-             "'model':'A100','memory':40960}},"
-             "{'metadata':{'name':'v-g1'},'spec':{'nodeName':'v','index':1,'uuid':'UV1',"
-             "'model':'V100','memory':16384},'status':{'health':'Unhealthy'}},"
-             "{'metadata':{'name':'bad'},'spec':{'nodeName':'v','index':'x'}}"
-             "]");
+    return tu_json("["
+                   "{'metadata':{'name':'n1-g0'},'spec':{'nodeName':'n1','index':0,'uuid':'U10',"
+                   "'model':'A100','memory':40960}},"
+                   "{'metadata':{'name':'n1-g1'},'spec':{'nodeName':'n1','index':1,'uuid':'U11',"
+                   "'model':'A100','memory':40960}},"
+                   "{'metadata':{'name':'n2-g0'},'spec':{'nodeName':'n2','index':0,'uuid':'U20',"
+                   "'model':'A100','memory':40960}},"
+                   "{'metadata':{'name':'n2-g1'},'spec':{'nodeName':'n2','index':1,'uuid':'U21',"
+                   "'model':'A100','memory':40960}},"
+                   "{'metadata':{'name':'v-g0'},'spec':{'nodeName':'v','index':0,'uuid':'UV0',"
+                   "'model':'V100','memory':16384}},"
+                   "{'metadata':{'name':'gone-g0'},'spec':{'nodeName':'gone','index':0,'uuid':'UG',"
+                   "'model':'A100','memory':40960}},"
+                   "{'metadata':{'name':'v-g1'},'spec':{'nodeName':'v','index':1,'uuid':'UV1',"
+                   "'model':'V100','memory':16384},'status':{'health':'Unhealthy'}},"
+                   "{'metadata':{'name':'bad'},'spec':{'nodeName':'v','index':'x'}}"
+                   "]");
 }
 
 static json_t *nodes(void)
 {
-    return q("[{'metadata':{'name':'n1','labels':{'zone':'a'}}},"
-             "{'metadata':{'name':'n2','labels':{'zone':'b'}}},"
-             "{'metadata':{'name':'v','labels':{'zone':'a'}}}]");
+    return tu_json("[{'metadata':{'name':'n1','labels':{'zone':'a'}}},"
+                   "{'metadata':{'name':'n2','labels':{'zone':'b'}}},"
+                   "{'metadata':{'name':'v','labels':{'zone':'a'}}}]");
 }
 
 static void decode_class(const char *text, struct egpu_api_class *cls)
 {
-    json_t *o = q(text);
+    json_t *o = tu_json(text);
     struct egpu_error err = {0};
 
     if (egpu_api_class_decode(o, cls, &err) != 0)
@@ -184,7 +169,7 @@ static void decode_class(const char *text, struct egpu_api_class *cls)
 
 static void decode_claim(const char *text, struct egpu_api_claim *c)
 {
-    json_t *o = q(text);
+    json_t *o = tu_json(text);
     struct egpu_error err = {0};
 
     if (egpu_api_claim_decode(o, c, &err) != 0)
@@ -194,7 +179,7 @@ static void decode_claim(const char *text, struct egpu_api_claim *c)
 
 static void decode_egpu(const char *text, struct egpu_api_egpu *e)
 {
-    json_t *o = q(text);
+    json_t *o = tu_json(text);
     struct egpu_error err = {0};
 
     if (egpu_api_egpu_decode(o, e, &err) != 0)

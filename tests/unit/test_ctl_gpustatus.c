@@ -4,34 +4,19 @@
  * naming another node), the order, and the index that reports only the
  * cards whose entries changed.
  *
- * Objects are written with ' for " (q() swaps them); inside the assigned
+ * Objects are written with ' for " (tu_json() swaps them); inside the assigned
  * annotation's text \\' becomes \". */
 #include "testutil.h"
+#include "testjson.h"
 
 #include <errno.h>
 #include <jansson.h>
 
 #include "egpu/controller.h"
 
-static json_t *q(const char *text)
-{
-    char buf[8192];
-    json_error_t e;
-    json_t *v;
-    size_t n = strlen(text);
-
-    assert_true(n < sizeof(buf));
-    for (size_t i = 0; i <= n; i++)
-        buf[i] = text[i] == '\'' ? '"' : text[i];
-    v = json_loads(buf, 0, &e);
-    if (v == NULL)
-        fail_msg("bad test JSON: %s: %s", e.text, buf);
-    return v;
-}
-
 static void assert_json(const json_t *got, const char *want_q)
 {
-    json_t *want = q(want_q);
+    json_t *want = tu_json(want_q);
 
     if (!json_equal((json_t *)got, want)) {
         char *g = json_dumps(got, JSON_SORT_KEYS | JSON_COMPACT);
@@ -61,7 +46,7 @@ static json_t *pod(const char *ns, const char *name, const char *node, const cha
              assigned ? "'" : "", assigned && extra[0] ? "," : "", extra,
              node ? "'nodeName':'" : "", node ? node : "", node ? "'" : "",
              phase ? "'phase':'" : "", phase ? phase : "", phase ? "'" : "");
-    return q(buf);
+    return tu_json(buf);
 }
 
 #define TWO_CONTAINERS                                                                           \
@@ -127,12 +112,12 @@ static void test_pods_that_give_nothing(void **state)
 
 static void test_sort_and_equal(void **state)
 {
-    json_t *list = q("[{'namespace':'b','pod':'a','container':'x'},"
-                     "{'namespace':'a','pod':'z','container':'y'},"
-                     "{'namespace':'a','pod':'b','container':'y','core':20},"
-                     "{'namespace':'a','pod':'b','container':'y','core':10},"
-                     "{'namespace':'a','pod':'b','container':'c'}]");
-    json_t *empty = q("[]"), *null = json_null();
+    json_t *list = tu_json("[{'namespace':'b','pod':'a','container':'x'},"
+                           "{'namespace':'a','pod':'z','container':'y'},"
+                           "{'namespace':'a','pod':'b','container':'y','core':20},"
+                           "{'namespace':'a','pod':'b','container':'y','core':10},"
+                           "{'namespace':'a','pod':'b','container':'c'}]");
+    json_t *empty = tu_json("[]"), *null = json_null();
 
     (void)state;
     assert_int_equal(egpu_ctl_gpu_allocated_sort(list), 0);
@@ -156,7 +141,7 @@ static void test_sort_and_equal(void **state)
 static void pod_event(struct egpu_ctl_gpu_index *ix, const char *name, json_t *p, const char *want)
 {
     struct egpu_error err = {0};
-    json_t *touched = NULL, *w = q(want);
+    json_t *touched = NULL, *w = tu_json(want);
     size_t i;
     json_t *k;
 
@@ -179,8 +164,9 @@ static void pod_event(struct egpu_ctl_gpu_index *ix, const char *name, json_t *p
 static void test_index_touches_only_changed_cards(void **state)
 {
     struct egpu_ctl_gpu_index *ix = egpu_ctl_gpu_index_new();
-    json_t *gpu = q("{'metadata':{'name':'n1-gpu0'},'spec':{'nodeName':'n1','uuid':'GPU-a'}}");
-    json_t *bad = q("{'metadata':{'name':'x'},'spec':{'nodeName':'n1'}}");
+    json_t *gpu =
+        tu_json("{'metadata':{'name':'n1-gpu0'},'spec':{'nodeName':'n1','uuid':'GPU-a'}}");
+    json_t *bad = tu_json("{'metadata':{'name':'x'},'spec':{'nodeName':'n1'}}");
     struct egpu_error err = {0};
     char key[EGPU_CTL_CARD_KEY_MAX], name[EGPU_K8S_NAME_MAX];
     json_t *alloc, *cards;

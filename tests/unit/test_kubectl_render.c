@@ -3,9 +3,10 @@
  * wide and JSON, with a node filter; claims with and without -A, wide and
  * JSON; budgets metered, over budget and not yet metered; kubectl's ages.
  * Every object is decoded from its JSON by src/api's decoders, as the
- * plugin does. Objects are written with ' for " (q() swaps them).
+ * plugin does. Objects are written with ' for " (tu_json() swaps them).
  */
 #include "testutil.h"
+#include "testjson.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -14,22 +15,6 @@
 
 #include "egpu/api.h"
 #include "egpu/kubectl.h"
-
-static json_t *q(const char *text)
-{
-    char buf[8192];
-    json_error_t e;
-    json_t *v;
-    size_t n = strlen(text);
-
-    assert_true(n < sizeof(buf));
-    for (size_t i = 0; i <= n; i++)
-        buf[i] = text[i] == '\'' ? '"' : text[i];
-    v = json_loads(buf, 0, &e);
-    if (v == NULL)
-        fail_msg("bad test JSON: %s: %s", e.text, buf);
-    return v;
-}
 
 #define GPU(name, node, idx, model, mem, status)                                          \
     "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'GPU', 'metadata': {'name': '" name \
@@ -57,7 +42,7 @@ static void decode_gpus(struct egpu_api_gpu *g)
 {
     for (size_t i = 0; i < NGPUS; i++) {
         struct egpu_error err = {0};
-        json_t *o = q(gpu_objs[i]);
+        json_t *o = tu_json(gpu_objs[i]);
 
         if (egpu_api_gpu_decode(o, &g[i], &err))
             fail_msg("GPU %zu: %s", i, err.msg);
@@ -273,7 +258,7 @@ static void claims_rows(struct egpu_api_claim *c, struct egpu_api_egpu *e,
 
     for (size_t i = 0; i < NEGPUS; i++) {
         struct egpu_error err = {0};
-        json_t *o = q(egpu_objs[i]);
+        json_t *o = tu_json(egpu_objs[i]);
 
         if (egpu_api_egpu_decode(o, &e[i], &err))
             fail_msg("ElasticGPU %zu: %s", i, err.msg);
@@ -281,7 +266,7 @@ static void claims_rows(struct egpu_api_claim *c, struct egpu_api_egpu *e,
     }
     for (size_t i = 0; i < NCLAIMS; i++) {
         struct egpu_error err = {0};
-        json_t *o = q(claim_objs[i]);
+        json_t *o = tu_json(claim_objs[i]);
 
         if (egpu_api_claim_decode(o, &c[i], &err))
             fail_msg("claim %zu: %s", i, err.msg);
@@ -444,7 +429,7 @@ static void test_budgets(void **state)
     assert_non_null(bs);
     for (size_t i = 0; i < NBUDGETS; i++) {
         struct egpu_error err = {0};
-        json_t *o = q(budget_objs[i]);
+        json_t *o = tu_json(budget_objs[i]);
 
         if (egpu_api_budget_decode(o, &bs[i], &err))
             fail_msg("budget %zu: %s", i, err.msg);
@@ -521,7 +506,7 @@ static void test_budgets(void **state)
  * sequence: control characters show as '?'. */
 static void test_control_characters(void **state)
 {
-    json_t *o = q(GPU("g", "n\\u001b[2Jx", "0", "A\\nB\\u007f", "100", ""));
+    json_t *o = tu_json(GPU("g", "n\\u001b[2Jx", "0", "A\\nB\\u007f", "100", ""));
     struct egpu_api_gpu g;
     struct egpu_error err = {0};
     struct egpu_buf b;
@@ -544,11 +529,12 @@ static void test_control_characters(void **state)
  * than overflow (UBSan would stop the sanitizer build here). */
 static void test_huge_values(void **state)
 {
-    json_t *o = q(GPU("g", "n1", "0", "X", "4294967295",
-                      ", 'status': {'allocated': [{'namespace': 'a', 'pod': 'p', 'container': "
-                      "'c', 'core': 10, 'memory': 9223372036854775807}, {'namespace': 'a', "
-                      "'pod': 'q', 'container': 'c', 'core': 10, 'memory': 9223372036854775807}]"
-                      ", 'used': {'memory': 9223372036854775807}}"));
+    json_t *o =
+        tu_json(GPU("g", "n1", "0", "X", "4294967295",
+                    ", 'status': {'allocated': [{'namespace': 'a', 'pod': 'p', 'container': "
+                    "'c', 'core': 10, 'memory': 9223372036854775807}, {'namespace': 'a', "
+                    "'pod': 'q', 'container': 'c', 'core': 10, 'memory': 9223372036854775807}]"
+                    ", 'used': {'memory': 9223372036854775807}}"));
     struct egpu_api_gpu g[2];
     struct egpu_error err = {0};
     struct egpu_buf b;
