@@ -526,6 +526,8 @@ bool egpu_inventory_used_due(const struct egpu_inventory_used *st, size_t slot,
         return true; /* never written for this card */
     if (last->reports + 1 >= EGPU_USED_REFRESH)
         return true;
+    if (last->reports + 1 < EGPU_USED_MIN_REPORTS)
+        return false; /* written less than a minute ago */
     if (absdiff(last->mem_mib, c->used_mem_mib) >= EGPU_USED_MIN_MIB)
         return true;
     if (last->has_util != c->has_util)

@@ -523,10 +523,11 @@ static void test_bad_input_refused(void **state)
     assert_int_equal(all, 0);
 }
 
-/* status.used: written from the measured figures only when they moved (1
- * MiB, 1 point), when a card is new, and every EGPU_USED_REFRESH reports
- * for updateTime; never for a card without a measure or unhealthy; it
- * leaves the rest of the status alone. */
+/* status.used: written from the measured figures when a card is new, every
+ * EGPU_USED_REFRESH reports for updateTime, and when they moved (256 MiB,
+ * 10 points) but not within EGPU_USED_MIN_REPORTS reports of the last
+ * write; never for a card without a measure or unhealthy; it leaves the
+ * rest of the status alone. */
 static void used_card(struct egpu_gpu_info *c, uint64_t mem_mib, uint32_t util)
 {
     c->has_used = true;
@@ -592,32 +593,42 @@ static void test_used_reported_when_it_moves(void **state)
 
     /* The same figures: nothing written. */
     report(st, cards, 3, 0, 0);
-    /* 1 MiB more on card 0, 1 point more... on card 1, which has none:
-     * only card 0. */
-    cards[0].used_mem_mib = 5121;
+    /* Moves below the thresholds: nothing, however long. */
+    cards[0].used_mem_mib = 5120 + EGPU_USED_MIN_MIB - 1;
+    cards[0].util_pct = 37 - (EGPU_USED_MIN_PCT - 1);
+    for (int i = 0; i < EGPU_USED_MIN_REPORTS + 2; i++)
+        report(st, cards, 3, 0, 0);
+    /* 256 MiB more on card 0 (card 1's utilization cannot move: it has
+     * none): written at once, a minute having passed since card 0's write. */
+    cards[0].used_mem_mib = 5120 + EGPU_USED_MIN_MIB;
     report(st, cards, 3, 1, 1);
-    cards[0].util_pct = 36;
+    /* 10 points less than written (28) right after: held back for
+     * EGPU_USED_MIN_REPORTS reports, then written. */
+    cards[0].util_pct = 28 - EGPU_USED_MIN_PCT;
+    for (int i = 0; i < EGPU_USED_MIN_REPORTS - 1; i++)
+        report(st, cards, 3, 0, 0);
     report(st, cards, 3, 1, 1);
     obj = get_gpu("node-a-gpu0");
-    assert_int_equal(int_at(obj, "status", "used", "memory"), 5121);
-    assert_int_equal(int_at(obj, "status", "used", "utilization"), 36);
+    assert_int_equal(int_at(obj, "status", "used", "memory"), 5120 + EGPU_USED_MIN_MIB);
+    assert_int_equal(int_at(obj, "status", "used", "utilization"), 28 - EGPU_USED_MIN_PCT);
     json_decref(obj);
     /* Unhealthy: its figures are not written. */
     cards[0].healthy = false;
     cards[0].used_mem_mib = 9000;
     report(st, cards, 3, 0, 0);
     cards[0].healthy = true;
-    cards[0].used_mem_mib = 5121;
+    cards[0].used_mem_mib = 5120 + EGPU_USED_MIN_MIB;
     /* Steady: updateTime again on the EGPU_USED_REFRESH-th report since
      * the last write (a card skipped as unhealthy does not count it): card
-     * 1 was written 4 reports ago, card 0 on the report before the
-     * unhealthy one. */
-    for (int i = 0; i < EGPU_USED_REFRESH - 5; i++)
-        report(st, cards, 3, 0, 0);
-    report(st, cards, 3, 1, 1); /* card 1 */
-    for (int i = 0; i < 3; i++)
-        report(st, cards, 3, 0, 0);
-    report(st, cards, 3, 1, 1); /* card 0 */
+     * 1 was last written on the first report, card 0 on the report before
+     * the unhealthy one. */
+    {
+        int since1 = 1 + (EGPU_USED_MIN_REPORTS + 2) + 1 + EGPU_USED_MIN_REPORTS + 1;
+
+        for (int i = since1; i < EGPU_USED_REFRESH - 1; i++)
+            report(st, cards, 3, 0, 0);
+        report(st, cards, 3, 1, 1); /* card 1 */
+    }
     /* Another card at index 0: written at once. */
     snprintf(cards[0].uuid, sizeof(cards[0].uuid), "GPU-99999999-9999-9999-9999-999999999999");
     assert_true(egpu_inventory_used_due(st, 0, &cards[0]));
