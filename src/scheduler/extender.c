@@ -219,6 +219,17 @@ static int reply_error(struct egpu_buf *reply, int status, const char *msg)
     return reply_json(reply, json_pack("{s:s}", "Error", msg), status);
 }
 
+/* A refusal of a filter call: an ExtenderFilterResult with no nodes and msg
+ * as its Error, HTTP 200, as the extender protocol has it, so kube-scheduler
+ * shows msg in the pod's events (any other status shows only its code). */
+static int filter_refused(struct egpu_buf *reply, const char *msg)
+{
+    return reply_json(reply,
+                      json_pack("{s:n,s:n,s:n,s:n,s:s}", "Nodes", "NodeNames", "FailedNodes",
+                                "FailedAndUnresolvableNodes", "Error", msg),
+                      200);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Placers and the live target workload (cache lock held)                   */
 
@@ -283,15 +294,19 @@ static int model_mask(struct egpu_cluster *c, struct egpu_sched_pod *p, struct e
     return egpu_cluster_model_mask(c, p->gpu_model, &p->req.model_mask, err);
 }
 
-/* Decode ExtenderArgs. Returns 0, or an HTTP status with the reply written. */
+/* Decode ExtenderArgs. Returns 0, or an HTTP status with the reply written:
+ * 400 for a body that is not ExtenderArgs; for filter, a Pod object whose
+ * content is refused is a refusal of the pod (200 with Error). */
 static int decode_args(struct egpu_extender *x, const char *body, size_t len,
-                       struct egpu__wire_args *a, struct egpu_buf *reply)
+                       struct egpu__wire_args *a, struct egpu_buf *reply, bool filter)
 {
     struct egpu_error err = {0};
     int rc = egpu__wire_args_decode(body, len, x->names, a, &err);
 
     if (rc == 0)
         return 0;
+    if (rc != -ENOMEM && filter && a->pod_refused)
+        return filter_refused(reply, err.msg);
     return reply_error(reply, rc == -ENOMEM ? 500 : 400, err.msg);
 }
 
@@ -628,12 +643,8 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     int status, rc = 0;
 
     if (!synced(x))
-        return reply_json(reply,
-                          json_pack("{s:n,s:n,s:n,s:n,s:s}", "Nodes", "NodeNames", "FailedNodes",
-                                    "FailedAndUnresolvableNodes", "Error",
-                                    "elastic-gpu extender: node cache not synced yet"),
-                          503);
-    status = decode_args(x, body, len, &a, reply);
+        return filter_refused(reply, "elastic-gpu extender: node cache not synced yet");
+    status = decode_args(x, body, len, &a, reply, true);
     if (status)
         return status;
     why = egpu_calloc(a.n ? a.n : 1, sizeof(*why));
@@ -675,7 +686,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     egpu_sched_cache_unlock(x->cache);
     if (gpu && (p == NULL || v == NULL || rc != 0)) {
         status =
-            p == NULL ? reply_error(reply, 400, err.msg) : reply_error(reply, 500, "out of memory");
+            p == NULL ? filter_refused(reply, err.msg) : reply_error(reply, 500, "out of memory");
         goto out;
     }
     /* The prioritize that follows for this pod answers from these verdicts. */
@@ -736,7 +747,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
 
     if (!synced(x))
         return reply_error(reply, 503, "elastic-gpu extender: node cache not synced yet");
-    status = decode_args(x, body, len, &a, reply);
+    status = decode_args(x, body, len, &a, reply, false);
     if (status)
         return status;
     v = egpu_calloc(a.n ? a.n : 1, sizeof(*v));
@@ -933,7 +944,6 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
     uint32_t nmarks = 0;
     char msg[2048], *text = NULL;
     enum egpu_bind_result result = EGPU_BIND_OK;
-    int status = 200;
 
     if (parse_bind(body, len, &b, msg, sizeof(msg)) != 0)
         return bind_fail(x, EGPU_BIND_BAD_REQUEST, reply, 400, msg);
@@ -949,18 +959,15 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
     if (egpu_sched_cache_pod_locked(x->cache, b.ns, b.name) == NULL) {
         snprintf(msg, sizeof(msg), "pod %s/%s is not in the elastic-gpu cache", b.ns, b.name);
         result = EGPU_BIND_UNKNOWN;
-        status = 404;
     } else if (node == NULL) {
         snprintf(msg, sizeof(msg), "node %s is not in the elastic-gpu cache", b.node);
         result = EGPU_BIND_UNKNOWN;
-        status = 404;
     } else {
         *pod = *egpu_sched_cache_pod_locked(x->cache, b.ns, b.name);
         if (b.uid[0] && pod->uid[0] && strcmp(b.uid, pod->uid) != 0) {
             snprintf(msg, sizeof(msg), "pod %s/%s has uid %s, not %s", b.ns, b.name, pod->uid,
                      b.uid);
             result = EGPU_BIND_UNKNOWN;
-            status = 404;
         } else if (strcmp(pod->scheduler_name, x->scheduler_name) != 0) {
             /* Whoever asks, only this scheduler's pods are ours to bind:
              * the pod as the API server gave it, not the request, says. */
@@ -972,14 +979,12 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
                      "scheduler's pod to bind",
                      b.ns, b.name, shown, x->scheduler_name);
             result = EGPU_BIND_NOT_OURS;
-            status = 403;
         } else if (!egpu_sched_pod_wants_gpu(pod)) {
             snprintf(msg, sizeof(msg),
                      "pod %s/%s asks for no " EGPU_RES_GPU_CORE
                      ": the extender binds only pods that ask for a GPU",
                      b.ns, b.name);
             result = EGPU_BIND_NOT_OURS;
-            status = 403;
         }
     }
     if (result == EGPU_BIND_OK) {
@@ -1055,7 +1060,7 @@ out:
     egpu_free(pod);
     egpu_free(assigned);
     if (result != EGPU_BIND_OK)
-        return bind_fail(x, result, reply, status, msg);
+        return bind_fail(x, result, reply, 200, msg); /* a refusal: the Error says why */
     atomic_fetch_add(&x->binds[EGPU_BIND_OK], 1);
     egpu_log(EGPU_LOG_INFO, "bound pod=%s/%s node=%s", b.ns, b.name, b.node);
     return reply_json(reply, json_pack("{s:s}", "Error", ""), 200);

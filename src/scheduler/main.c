@@ -80,7 +80,7 @@ static int on_bind(void *data, const struct egpu_http_request *req, struct egpu_
         if (egpu_buf_printf(&resp->body, "{\"Error\":\"egpu-scheduler %s is not the leader\"}",
                             egpu_kube_elector_identity(a->el)) != 0)
             return -ENOMEM;
-        return reply(resp, 503);
+        return reply(resp, 200); /* a refusal: ExtenderBindingResult.Error says why */
     }
     /* A call comes from this pod's kube-scheduler, which calls only while it
      * leads: a refusal may be a view up to a second old, so read again. */
@@ -93,7 +93,7 @@ static int on_bind(void *data, const struct egpu_http_request *req, struct egpu_
 
         free(text);
         json_decref(doc);
-        return rc ? rc : reply(resp, 503);
+        return rc ? rc : reply(resp, 200);
     }
     return reply(resp, egpu_extender_bind(a->x, req->body, req->body_len, &resp->body));
 }

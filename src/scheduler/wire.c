@@ -572,7 +572,8 @@ static int scan(struct decoder *d, size_t len, struct egpu_error *err)
 }
 
 /* Parse the Pod's bytes (none: the Pod is missing or not an object). */
-static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, struct egpu_error *err)
+static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, bool *refused,
+                      struct egpu_error *err)
 {
     json_error_t jerr;
     json_t *pod = NULL;
@@ -585,6 +586,7 @@ static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, struc
                                   jerr.text);
     }
     rc = egpu_sched_pod_parse(pod, out, err);
+    *refused = rc != 0 && rc != -ENOMEM && json_is_object(pod);
     json_decref(pod);
     if (rc)
         return egpu_error_prefix(err, rc, "ExtenderArgs.Pod");
@@ -616,6 +618,7 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__names_memo
     struct list *use = NULL;
     int rc;
 
+    a->pod_refused = false;
     if (d == NULL)
         return egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
     d->body = body;
@@ -629,7 +632,7 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__names_memo
     }
     rc = scan(d, len, err);
     if (!rc)
-        rc = decode_pod(d, &a->pod, err);
+        rc = decode_pod(d, &a->pod, &a->pod_refused, err);
     if (rc)
         goto out;
     if (d->names.present || d->hit != NULL)

@@ -35,6 +35,7 @@ struct egpu__wire_args {
     bool full;                     /* names come from Nodes.items (NodeList form) */
     struct egpu__wire_span *items; /* full form: n ranges of body; else NULL */
     const char *body;              /* borrowed: the request body items point into */
+    bool pod_refused; /* on error: the body was ExtenderArgs, its Pod object was refused */
 };
 
 /* Decode ExtenderArgs from body (len bytes, borrowed: a full-form *a points
@@ -48,7 +49,9 @@ struct egpu__wire_args {
  * EGPU_ESYNTAX / EGPU_ERANGE with err naming the problem ("ExtenderArgs:
  * malformed JSON: ...", "ExtenderArgs.Pod: metadata.name: missing",
  * "ExtenderArgs.NodeNames[3]: must be a string", ...), or -ENOMEM. On error
- * *a holds nothing to free; on success free it with egpu__wire_args_free. */
+ * *a holds nothing to free but a->pod_refused: true when the body is JSON
+ * whose Pod is an object that egpu_sched_pod_parse refused (the pod's fault,
+ * not the caller's); on success free it with egpu__wire_args_free. */
 int egpu__wire_args_decode(const char *body, size_t len, struct egpu__names_memo *memo,
                            struct egpu__wire_args *a, struct egpu_error *err) EGPU_MUST_CHECK;
 void egpu__wire_args_free(struct egpu__wire_args *a);

@@ -409,18 +409,28 @@ def test_bad_input_gets_4xx_and_changes_nothing(api, sched):
         ("filter", b"[]", 400, "must be a JSON object"),
         ("prioritize", json.dumps({"Pod": pod, "NodeNames": "gpu-1"}).encode(), 400,
          "NodeNames"),
-        ("filter", json.dumps({"Pod": {"metadata": {"name": 5}, "spec": {}},
-                               "NodeNames": []}).encode(), 400, "metadata.name"),
-        ("bind", json.dumps({"PodName": "ghost", "PodNamespace": "default",
-                             "Node": "gpu-1"}).encode(), 404, "ghost"),
-        ("bind", json.dumps({"PodName": "p", "PodNamespace": "default",
-                             "Node": "nowhere"}).encode(), 404, "nowhere"),
         ("bind", json.dumps({"PodName": ["p"]}).encode(), 400, "PodName"),
     ]
     for verb, raw, code, needle in cases:
         st, out = s.post(verb, None, raw=raw)
         assert st == code, (verb, raw, out)
         assert needle in json.dumps(out), (verb, out)
+    # Issue 14, point 4: a refusal of a request that is the protocol's is
+    # HTTP 200 with the protocol's Error, so kube-scheduler shows the text
+    # (any other status shows only "code <n>").
+    refusals = [
+        ("filter", {"Pod": {"metadata": {"name": 5}, "spec": {}}, "NodeNames": []},
+         {"Nodes": None, "NodeNames": None, "FailedNodes": None,
+          "FailedAndUnresolvableNodes": None,
+          "Error": "ExtenderArgs.Pod: metadata.name: must be a string"}),
+        ("bind", {"PodName": "ghost", "PodNamespace": "default", "Node": "gpu-1"},
+         {"Error": "pod default/ghost is not in the elastic-gpu cache"}),
+        ("bind", {"PodName": "p", "PodNamespace": "default", "Node": "nowhere"},
+         {"Error": "node nowhere is not in the elastic-gpu cache"}),
+    ]
+    for verb, body, want in refusals:
+        st, out = s.post(verb, body)
+        assert (st, out) == (200, want), (verb, body)
     st, out = s.post("filter", None, raw=b"{" + b" " * 70000 + b"}")
     assert st == 413
     st, out = s.post("filter", args(pod, ["gpu-1"]))
@@ -442,7 +452,10 @@ def test_leader_election_failover(api, sched):
     s2.wait_until(lambda: s2.metric("egpu_scheduler_cache_pods") == 1)
     st, out = s2.post("bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "",
                                "Node": "gpu-1"})
-    assert st == 503 and "not the leader" in out["Error"]
+    # A refusal with the protocol's Error (issue 14, point 4).
+    assert st == 200 and out["Error"].startswith("egpu-scheduler ") and \
+        out["Error"].endswith(" is not the leader"), out
+    assert assigned(api, "p") is None
     # Kill the leader without release. client-go semantics: s2 trusts the
     # lease for the lease duration (3 s) after it last SAW the record change,
     # which can be one of its jittered retries (<= 1.2 s) after s1's last
@@ -496,7 +509,8 @@ def put_lease(api, name, holder, duration=3):
 def test_follow_lease_binds_only_in_the_leading_pod(api, sched):
     """deploy/: each extender follows the kube-scheduler of its own pod
     (--follow-lease). Only the extender whose pod's kube-scheduler holds the
-    Lease, renewed, binds; the other answers 503 and is not ready; a
+    Lease, renewed, binds; the other refuses (the protocol's Error, HTTP 200)
+    and is not ready; a
     handover moves binding with it; a Lease no longer renewed stops it; and
     binds sent to both at once never overcommit a card."""
     import threading
@@ -529,7 +543,7 @@ def test_follow_lease_binds_only_in_the_leading_pod(api, sched):
             return s.post("bind", {"PodName": f"r{i}", "PodNamespace": "default", "PodUID": "",
                                    "Node": "gpu-1"})
         st, out = bind(b, 0)
-        assert st == 503 and "does not hold Lease" in out["Error"], out
+        assert st == 200 and "does not hold Lease" in out["Error"], out
         assert assigned(api, "r0") is None
         st, out = bind(a, 0)
         assert st == 200 and out["Error"] == "", out
@@ -538,14 +552,14 @@ def test_follow_lease_binds_only_in_the_leading_pod(api, sched):
         b.wait_ready(timeout=5)
         a.wait_ready(want=503, timeout=5)
         st, out = bind(a, 1)
-        assert st == 503, out
+        assert st == 200 and "not the leader" in out["Error"], out
         # Binds sent to both extenders at once: only b's are served, and no
         # card goes past 100%.
         with concurrent.futures.ThreadPoolExecutor(16) as ex:
             res = list(ex.map(lambda i: (i, bind(a if i % 2 else b, i)), range(1, 16)))
         for i, (st, out) in res:
             if i % 2:
-                assert st == 503, out
+                assert st == 200 and "not the leader" in out["Error"], out
         used = {}
         for i in range(16):
             got = assigned(api, f"r{i}")
@@ -562,7 +576,7 @@ def test_follow_lease_binds_only_in_the_leading_pod(api, sched):
         b.wait_until(lambda: b.metric("egpu_scheduler_cache_pods") == 17)
         st, out = b.post("bind", {"PodName": "late", "PodNamespace": "default", "PodUID": "",
                                   "Node": "gpu-1"})
-        assert st == 503 and "not renewed" in out["Error"], out
+        assert st == 200 and "not renewed" in out["Error"], out
     finally:
         stop.set()
         t.join(timeout=5)

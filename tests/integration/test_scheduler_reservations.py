@@ -146,14 +146,17 @@ def test_order_overfill_and_malformed(api, sched):
 
 def test_ready_waits_for_elasticgpus(api, sched):
     """Until the first list of ElasticGPUs comes, the cache is not synced:
-    /readyz says 503 and filter answers 503."""
+    /readyz says 503 and filter refuses with the protocol's Error (HTTP 200,
+    so kube-scheduler shows the text: issue 14, point 4)."""
     cluster(api, nodes=("gpu-1",), gpus=1)
     api.control("fault", {"method": "GET", "path": "/elasticgpus$", "code": 500, "count": -1})
     s = sched()
     time.sleep(1.5)
     body = s.wait_ready(want=503, reason="cache not synced")
     assert "ElasticGPUs" in body
-    st, _ = s.post("filter", args(api.pod("p", 10), ["gpu-1"]))
-    assert st == 503
+    st, out = s.post("filter", args(api.pod("p", 10), ["gpu-1"]))
+    assert (st, out) == (200, {"Nodes": None, "NodeNames": None, "FailedNodes": None,
+                               "FailedAndUnresolvableNodes": None,
+                               "Error": "elastic-gpu extender: node cache not synced yet"})
     api.control("fault", method="DELETE")
     s.wait_ready(timeout=20)

@@ -478,12 +478,12 @@ struct fake_api {
     int fail_annotate, fail_bind;
     char last_value[2048];
     bool removed;
+    bool unsynced; /* the cache has not had its first lists */
 };
 
 static bool fake_synced(void *data)
 {
-    (void)data;
-    return true;
+    return !((struct fake_api *)data)->unsynced;
 }
 
 static int fake_annotate(void *data, const char *ns, const char *name, const char *key,
@@ -555,6 +555,43 @@ static json_t *call(int (*verb)(struct egpu_extender *, const char *, size_t, st
     return out;
 }
 
+/* j printed compactly in its key order is exactly want. */
+static void assert_json_text(const json_t *j, const char *want)
+{
+    char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+    assert_non_null(text);
+    assert_string_equal(text, want);
+    free(text);
+}
+
+/* Before the first lists, filter refuses with the protocol's Error (HTTP 200,
+ * the text shows in kubectl describe pod); prioritize, whose reply has no
+ * Error, answers 503. */
+static void test_unsynced_refusals(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {.unsynced = true};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    const char *const nodes[] = {"n1"};
+    const int core40[] = {40}, none[] = {0};
+    char *body;
+    json_t *out;
+
+    (void)state;
+    add_gpu_node(c, "n1", 1);
+    body = tu_extender_args(make_pod("ns", "p", NULL, 1, core40, none), nodes, 1, false);
+    out = call(egpu_extender_filter, x, body, 200);
+    assert_json_text(out, "{\"Nodes\":null,\"NodeNames\":null,\"FailedNodes\":null,"
+                          "\"FailedAndUnresolvableNodes\":null,"
+                          "\"Error\":\"elastic-gpu extender: node cache not synced yet\"}");
+    json_decref(out);
+    json_decref(call(egpu_extender_prioritize, x, body, 503));
+    free(body);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 static void test_filter_and_prioritize(void **state)
 {
     struct egpu_sched_cache *c = egpu_sched_cache_new();
@@ -620,8 +657,12 @@ static void test_filter_and_prioritize(void **state)
     out = call(egpu_extender_filter, x, "{not json", 400);
     assert_non_null(strstr(json_string_value(json_object_get(out, "Error")), "malformed JSON"));
     json_decref(out);
-    out = call(egpu_extender_filter, x, "{\"Pod\":{\"metadata\":{},\"spec\":{}}}", 400);
-    assert_non_null(strstr(json_string_value(json_object_get(out, "Error")), "metadata.name"));
+    /* A Pod refused for its content: the protocol's refusal, HTTP 200 with the
+     * ExtenderFilterResult's Error, so kube-scheduler shows the text. */
+    out = call(egpu_extender_filter, x, "{\"Pod\":{\"metadata\":{},\"spec\":{}}}", 200);
+    assert_json_text(out, "{\"Nodes\":null,\"NodeNames\":null,\"FailedNodes\":null,"
+                          "\"FailedAndUnresolvableNodes\":null,"
+                          "\"Error\":\"ExtenderArgs.Pod: metadata.name: missing\"}");
     json_decref(out);
     out = call(egpu_extender_prioritize, x,
                "{\"Pod\":{\"metadata\":{\"name\":\"p\"},\"spec\":{}},\"NodeNames\":7}", 400);
@@ -728,12 +769,17 @@ static void test_bind_and_rollback(void **state)
     assert_true(f.removed);
     assert_int_equal(card_used(c, "n1", 0) + card_used(c, "n1", 1), 400);
     free(body);
-    /* Unknown pod and node: 404; malformed: 400. */
+    /* Unknown pod and node: refused, HTTP 200 with the ExtenderBindingResult's
+     * Error naming them; not ExtenderBindingArgs: 400. */
     body = bind_args("ns", "nobody", "n1");
-    json_decref(call(egpu_extender_bind, x, body, 404));
+    out = call(egpu_extender_bind, x, body, 200);
+    assert_json_text(out, "{\"Error\":\"pod ns/nobody is not in the elastic-gpu cache\"}");
+    json_decref(out);
     free(body);
     body = bind_args("ns", "p2", "ghost");
-    json_decref(call(egpu_extender_bind, x, body, 404));
+    out = call(egpu_extender_bind, x, body, 200);
+    assert_json_text(out, "{\"Error\":\"node ghost is not in the elastic-gpu cache\"}");
+    json_decref(out);
     free(body);
     out = call(egpu_extender_bind, x, "{\"PodName\":5}", 400);
     assert_non_null(strstr(json_string_value(json_object_get(out, "Error")), "PodName"));
@@ -750,7 +796,7 @@ static void test_bind_and_rollback(void **state)
 
 /* bind serves only this scheduler's GPU pods, as the cache holds them: a
  * pod of another scheduler (or with a name that only starts like ours) and
- * a pod asking no GPU are refused with 403 naming the pod and why, and
+ * a pod asking no GPU are refused (HTTP 200, the Error naming the pod and why), and
  * nothing is reserved, annotated or bound. */
 static void test_bind_refuses_foreign_and_gpu_less_pods(void **state)
 {
@@ -771,7 +817,7 @@ static void test_bind_refuses_foreign_and_gpu_less_pods(void **state)
         json_object_set_new(json_object_get(pod, "spec"), "schedulerName", json_string(foreign[i]));
         set_pod(c, pod);
         body = bind_args("ns", "other", "n1");
-        out = call(egpu_extender_bind, x, body, 403);
+        out = call(egpu_extender_bind, x, body, 200);
         e = json_string_value(json_object_get(out, "Error"));
         assert_non_null(strstr(e, "ns/other"));
         assert_non_null(strstr(e, "spec.schedulerName"));
@@ -786,12 +832,12 @@ static void test_bind_refuses_foreign_and_gpu_less_pods(void **state)
         json_stringn(EGPU_SCHEDULER_NAME_DEFAULT "\0x", sizeof(EGPU_SCHEDULER_NAME_DEFAULT) + 1));
     set_pod(c, pod);
     body = bind_args("ns", "nul", "n1");
-    json_decref(call(egpu_extender_bind, x, body, 403));
+    json_decref(call(egpu_extender_bind, x, body, 200));
     free(body);
     /* Ours, but no GPU asked. */
     set_pod(c, make_pod("ns", "cpu", NULL, 1, none, none));
     body = bind_args("ns", "cpu", "n1");
-    out = call(egpu_extender_bind, x, body, 403);
+    out = call(egpu_extender_bind, x, body, 200);
     e = json_string_value(json_object_get(out, "Error"));
     assert_non_null(strstr(e, "ns/cpu"));
     assert_non_null(strstr(e, "asks for no " EGPU_RES_GPU_CORE));
@@ -821,7 +867,7 @@ static void test_bind_refuses_foreign_and_gpu_less_pods(void **state)
     add_gpu_node(c, "n1", 1);
     set_pod(c, make_pod("ns", "p", NULL, 1, core40, none));
     body = bind_args("ns", "p", "n1");
-    out = call(egpu_extender_bind, x, body, 403);
+    out = call(egpu_extender_bind, x, body, 200);
     assert_non_null(strstr(json_string_value(json_object_get(out, "Error")), "\"gpu-team\""));
     json_decref(out);
     pod = make_pod("ns", "p", NULL, 1, core40, none);
@@ -1041,6 +1087,7 @@ int main(void)
         cmocka_unit_test(test_cache_duplicate_uuid_drops_only_the_duplicate),
         cmocka_unit_test(test_pod_parse_nul),
         cmocka_unit_test(test_filter_and_prioritize),
+        cmocka_unit_test(test_unsynced_refusals),
         cmocka_unit_test(test_filter_follows_node_set),
         cmocka_unit_test(test_bind_and_rollback),
         cmocka_unit_test(test_bind_refuses_foreign_and_gpu_less_pods),

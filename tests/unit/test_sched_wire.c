@@ -134,11 +134,12 @@ static json_t *call(int (*verb)(struct egpu_extender *, const char *, size_t, st
     return out;
 }
 
-/* Expect a 400 whose Error contains want, with nothing leaked. */
-static void expect_400(int (*verb)(struct egpu_extender *, const char *, size_t, struct egpu_buf *),
-                       struct egpu_extender *x, const char *body, size_t len, const char *want)
+/* Expect status with an Error that contains want, with nothing leaked. */
+static void
+expect_error(int (*verb)(struct egpu_extender *, const char *, size_t, struct egpu_buf *),
+             struct egpu_extender *x, const char *body, size_t len, int status, const char *want)
 {
-    char *text = call_text(verb, x, body, len, 400);
+    char *text = call_text(verb, x, body, len, status);
     json_t *out = json_loads(text, 0, NULL);
     const char *msg = json_string_value(json_object_get(out, "Error"));
 
@@ -146,6 +147,12 @@ static void expect_400(int (*verb)(struct egpu_extender *, const char *, size_t,
         fail_msg("want an error with \"%s\", got %s", want, text);
     json_decref(out);
     free(text);
+}
+
+static void expect_400(int (*verb)(struct egpu_extender *, const char *, size_t, struct egpu_buf *),
+                       struct egpu_extender *x, const char *body, size_t len, const char *want)
+{
+    expect_error(verb, x, body, len, 400, want);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -293,7 +300,6 @@ static void test_malformed_bodies(void **state)
         {"{\"NodeNames\":[\"n1\"]}", "ExtenderArgs.Pod: pod: must be a JSON object"},
         {"{\"Pod\":5,\"NodeNames\":[\"n1\"]}", "ExtenderArgs.Pod: pod: must be a JSON object"},
         {"{\"Pod\":[],\"NodeNames\":[\"n1\"]}", "ExtenderArgs.Pod: pod: must be a JSON object"},
-        {"{\"Pod\":{\"metadata\":{},\"spec\":{}},\"NodeNames\":[\"n1\"]}", "metadata.name"},
         {"{\"Pod\":{\"metadata\":{\"name\":\"p\"},\"spec\":{}}}", "both missing"},
         {"{\"Pod\":{\"metadata\":{\"name\":\"p\"},\"spec\":{}},\"NodeNames\":null,\"Nodes\":null}",
          "both missing"},
@@ -333,6 +339,16 @@ static void test_malformed_bodies(void **state)
         expect_400(egpu_extender_prioritize, x, cases[i].body, strlen(cases[i].body),
                    cases[i].want);
     }
+    /* A Pod object refused for its content is the pod's fault: filter refuses
+     * it with the protocol's Error (HTTP 200, kube-scheduler shows the text);
+     * prioritize, whose reply has no Error, answers 400. */
+    {
+        const char *b = "{\"Pod\":{\"metadata\":{},\"spec\":{}},\"NodeNames\":[\"n1\"]}";
+
+        expect_error(egpu_extender_filter, x, b, strlen(b), 200,
+                     "ExtenderArgs.Pod: metadata.name: missing");
+        expect_400(egpu_extender_prioritize, x, b, strlen(b), "metadata.name");
+    }
     /* Names no node can have: 300 characters; the Pod's own limits hold too. */
     memset(big, 'x', 300);
     big[300] = '\0';
@@ -349,8 +365,8 @@ static void test_malformed_bodies(void **state)
 
         json_object_set_new(json_object_get(pod, "metadata"), "name", json_string(big));
         text = tu_extender_args(pod, one, 1, false);
-        expect_400(egpu_extender_filter, x, text, strlen(text),
-                   "ExtenderArgs.Pod: metadata.name: longer than");
+        expect_error(egpu_extender_filter, x, text, strlen(text), 200,
+                     "ExtenderArgs.Pod: metadata.name: longer than");
         free(text);
     }
     /* Cut short at every byte: never a crash, a leak or a 200. */
