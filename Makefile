@@ -12,6 +12,9 @@
 #   make bench-webhook  egpu-webhook under load over TLS (bench/webhook/run.sh)
 #   make bench-controller  egpu-controller binding 10,000 claims on 1,000 nodes against the
 #                test API server (bench/controller/run.sh; BENCH_ARGS=--quick for a smoke)
+#   make bench-live-replay  egpu-scheduler driven as kube-scheduler drives it through the
+#                default trace's arrivals, beside egpu-sim (bench/live_replay/run.sh;
+#                BENCH_ARGS=--every 1 for the whole trace)
 #   make data    download the openb trace CSVs into data/openb (needs network;
 #                DATA_DIR and TRACE_URL override where to and where from)
 
@@ -29,7 +32,7 @@ TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
               openb_pod_list_gpuspec10.csv
 
-.PHONY: all deps build demo check unit asan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller data clean
+.PHONY: all deps build demo check unit asan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
 
 all: build
 
@@ -96,6 +99,9 @@ bench-webhook: build
 
 bench-controller: build
 	@EGPU_BUILD=$(abspath $(BUILD)) sh bench/controller/run.sh $(BENCH_ARGS)
+
+bench-live-replay: build
+	@EGPU_BUILD=$(abspath $(BUILD)) sh bench/live_replay/run.sh $(BENCH_ARGS)
 
 data:
 	@mkdir -p $(DATA_DIR)

@@ -1,0 +1,501 @@
+#!/usr/bin/env python3
+"""The live scheduling path against the replay (issue 14, point 1).
+
+Drives the real egpu-scheduler over HTTP as kube-scheduler does, through a trace variant's
+arrival sequence, and prints the GPU allocation ratio at 80/90/100/130% arrived beside
+egpu-sim's on the very same sequence, and the pods/s.
+
+Setup: the test API server (tests/apiserver/server.py) gets one Node per trace node (its
+cpu_milli and memory_mib as allocatable) and one GPU object per card (the node's model,
+16384 MiB: the trace gives no card memory and its pods ask none); egpu-scheduler runs with
+--node-policy fgd --card-policy fgd --seed SEED against it.
+
+Arrival sequence: computed here exactly as src/sim/replay.c does (pods sorted by name,
+shuffled with xoshiro256** seeded by egpu_hash_str("arrivals", seed), clones appended while
+the GPU request stays within --inflate x capacity); the number of arrivals and the final
+arrived percent are checked against egpu-sim's replay_runs.csv, so both ran the same list.
+
+Per arrival, as kube-scheduler does it:
+  1. create the pod (gpu-core = gpu_milli/10 for a share, 100 x num_gpu for whole cards;
+     cpu and memory requests from the trace) in the test API server;
+  2. its own filter NodeResourcesFit: the nodes where the pod's cpu and memory fit beside
+     the pods bound so far (ignoredByScheduler for the GPU resources);
+  3. a pod asking a GPU: POST /filter with those NodeNames (nodeCacheCapable), then POST
+     /prioritize with the nodes that passed; finalscore = score x weight (1) x 10 per node
+     (0 for a node not in the list), the best total wins and ties are broken at random by
+     reservoir sampling (random.Random(seed)), as schedule_one.go's selectHost;
+     kube-scheduler's in-tree score plugins are left out;
+  4. a pod asking no GPU is not the extender's (deploy/'s managedResources): kube-scheduler
+     alone places it, modelled as a seeded random node among those of step 2, and binds it
+     with pods/binding as the DefaultBinder does (egpu-sim places such pods by its policy:
+     this is where the two differ by design; --gpu-pods-only leaves them out of both);
+  5. POST /bind; a bind refused (the pod not yet in the extender's cache, or the ambiguity
+     rule) is tried again after 5 ms, up to --bind-tries times;
+  6. a simulated kubelet admission: the pod is patched with elasticgpu.io/allocated and
+     status phase Running with its container running.
+
+The allocation ratio is the GPU compute of the pods bound over the cluster's, recorded after
+every arrival into the bucket of the arrived percent (rounded), averaged per bucket, as
+egpu-sim records it. The sum of egpu_scheduler_allocated_core_percent over the nodes is
+printed at the end as a cross-check of the bench's own count.
+
+Figures only, no pass/fail threshold; exit 1 only when something could not run.
+"""
+import argparse
+import csv
+import http.client
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOKEN = "live-replay-token"
+G = "/apis/elasticgpu.io/v1alpha1"
+NS = "default"
+M64 = (1 << 64) - 1
+CHECKPOINTS = (80, 90, 100, 130)
+
+
+# --- src/core/rng.c, bit for bit -------------------------------------------------------
+
+def splitmix64(state):
+    state = (state + 0x9E3779B97F4A7C15) & M64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return state, z ^ (z >> 31)
+
+
+def hash_str(s, seed):
+    h = 0xCBF29CE484222325
+    for b in s.encode():
+        h = ((h ^ b) * 0x100000001B3) & M64
+    _, z = splitmix64(h ^ seed)
+    return z
+
+
+def rotl(x, k):
+    return ((x << k) | (x >> (64 - k))) & M64
+
+
+class Rng:
+    def __init__(self, seed):
+        self.s = []
+        for _ in range(4):
+            seed, z = splitmix64(seed)
+            self.s.append(z)
+
+    def next(self):
+        s = self.s
+        result = (rotl((s[1] * 5) & M64, 7) * 9) & M64
+        t = (s[1] << 17) & M64
+        s[2] ^= s[0]
+        s[3] ^= s[1]
+        s[1] ^= s[2]
+        s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = rotl(s[3], 45)
+        return result
+
+    def below(self, n):
+        limit = M64 - M64 % n
+        while True:
+            x = self.next()
+            if x < limit:
+                return x % n
+
+
+def arrivals(pods, capacity_milli, inflate, seed):
+    """src/sim/replay.c's arrivals(): indices into pods (sorted by name)."""
+    rng = Rng(hash_str("arrivals", seed))
+    order = list(range(len(pods)))
+    total = sum(p["gpu"] for p in pods)
+    for i in range(len(pods), 1, -1):
+        j = rng.below(i)
+        order[i - 1], order[j] = order[j], order[i - 1]
+    target = inflate * capacity_milli
+    while True:
+        j = rng.below(len(pods))
+        if total + pods[j]["gpu"] > target:
+            break
+        order.append(j)
+        total += pods[j]["gpu"]
+    return order
+
+
+# --- the trace ---------------------------------------------------------------------------
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def subsample(trace_dir, nodes_csv, pods_csv, every, gpu_only, out_dir):
+    """Every every-th node and every every-th pod (in file order; with gpu_only, of the pods
+    asking a GPU), written to out_dir."""
+    nodes = read_csv(os.path.join(trace_dir, nodes_csv))[::every]
+    pods = read_csv(os.path.join(trace_dir, pods_csv))
+    if gpu_only:
+        pods = [p for p in pods if int(p["num_gpu"]) > 0]
+    pods = pods[::every]
+    for name, rows in (("nodes.csv", nodes), ("pods.csv", pods)):
+        with open(os.path.join(out_dir, name), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+    return nodes, pods
+
+
+# --- HTTP --------------------------------------------------------------------------------
+
+class Conn:
+    def __init__(self, url, token=None):
+        m = re.match(r"http://([^:/]+):(\d+)", url)
+        self.host, self.port, self.token = m.group(1), int(m.group(2)), token
+        self.c = http.client.HTTPConnection(self.host, self.port, timeout=60)
+
+    def call(self, method, path, body=None, ctype="application/json"):
+        data = None if body is None else json.dumps(body).encode()
+        hdr = {}
+        if self.token:
+            hdr["Authorization"] = "Bearer " + self.token
+        if data is not None:
+            hdr["Content-Type"] = ctype
+        for attempt in (0, 1):
+            try:
+                self.c.request(method, path, body=data, headers=hdr)
+                r = self.c.getresponse()
+                raw = r.read()
+                return r.status, (json.loads(raw) if raw[:1] in (b"{", b"[") else raw)
+            except (http.client.HTTPException, OSError):
+                self.c.close()
+                self.c = http.client.HTTPConnection(self.host, self.port, timeout=60)
+                if attempt:
+                    raise
+        return None, None
+
+
+def start_api(tmp):
+    proc = subprocess.Popen(["/usr/bin/python3", os.path.join(ROOT, "tests/apiserver/server.py"),
+                             "--port", "0", "--token", TOKEN, "--bookmark-interval", "1",
+                             "--history", "1000000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline().strip()
+    m = re.match(r"listening on (http://127\.0\.0\.1:\d+)$", line)
+    if not m:
+        proc.kill()
+        sys.exit(f"live_replay: the test API server did not start: {line!r}")
+    kubeconfig = os.path.join(tmp, "kubeconfig")
+    with open(kubeconfig, "w") as f:
+        f.write("apiVersion: v1\nkind: Config\n"
+                f"clusters: [{{name: t, cluster: {{server: '{m.group(1)}'}}}}]\n"
+                f"users: [{{name: u, user: {{token: {TOKEN}}}}}]\n"
+                "contexts: [{name: t, context: {cluster: t, user: u, namespace: default}}]\n"
+                "current-context: t\n")
+    return proc, m.group(1), kubeconfig
+
+
+def start_scheduler(binary, kubeconfig, tmp, seed, extra):
+    log = os.path.join(tmp, "egpu-scheduler.log")
+    proc = subprocess.Popen([binary, "--kubeconfig", kubeconfig, "--listen", "127.0.0.1",
+                             "--port", "0", "--health-listen", "127.0.0.1", "--health-port", "0",
+                             "--leader-elect", "false", "--node-policy", "fgd",
+                             "--card-policy", "fgd", "--seed", str(seed),
+                             *extra],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        with open(log) as f:
+            text = f.read()
+        m = re.search(r"serving addr=\S+ port=(\d+) health_addr=\S+ health_port=(\d+)", text)
+        if m:
+            return proc, log, f"http://127.0.0.1:{m.group(1)}", f"http://127.0.0.1:{m.group(2)}"
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit(f"live_replay: egpu-scheduler did not start:\n{text}")
+
+
+def metrics(health):
+    st, body = Conn(health).call("GET", "/metrics")
+    return body.decode() if isinstance(body, bytes) else ""
+
+
+# --- the two replays ---------------------------------------------------------------------
+
+def run_sim(sim, tmp, seed, inflate):
+    out = os.path.join(tmp, "sim-out")
+    r = subprocess.run([sim, "--trace-dir", tmp, "--nodes", "nodes.csv", "--pods", "pods.csv",
+                        "--policy", "fgd", "--seeds", str(seed), "--inflate", str(inflate),
+                        "--jobs", "1", "--no-plot", "--out", out],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"live_replay: egpu-sim failed ({r.returncode}):\n{r.stderr}")
+    row = read_csv(os.path.join(out, "replay_runs.csv"))[0]
+    return row
+
+
+class Buckets:
+    """src/sim/replay.c's record() and bucket_mean() for one run."""
+
+    def __init__(self):
+        self.sum, self.n = {}, {}
+
+    def add(self, arrived_pct, alloc_pct):
+        b = min(int(math.floor(arrived_pct + 0.5)), 200)
+        self.sum[b] = self.sum.get(b, 0.0) + alloc_pct
+        self.n[b] = self.n.get(b, 0) + 1
+
+    def at(self, x):
+        for b in (x, x - 1, x + 1):
+            if self.n.get(b):
+                return self.sum[b] / self.n[b]
+        return None
+
+
+def pod_object(name, p):
+    res = {"cpu": f"{p['cpu']}m", "memory": f"{p['mem']}Mi"}
+    lim = {}
+    if p["num_gpu"] > 0:
+        core = p["gpu_milli"] // 10 if p["num_gpu"] == 1 and p["gpu_milli"] < 1000 \
+            else 100 * p["num_gpu"]
+        res["elasticgpu.io/gpu-core"] = lim["elasticgpu.io/gpu-core"] = str(core)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
+            "spec": {"schedulerName": "elastic-gpu-scheduler",
+                     "containers": [{"name": "main", "image": "trace",
+                                     "resources": {"requests": res, "limits": lim}}]}}
+
+
+def select_host(plist, feasible, rnd):
+    """kube-scheduler: extender score x weight (1) x 10 added per host; the best total
+    wins, ties by reservoir sampling (schedule_one.go selectHost)."""
+    total = {n: 0 for n in feasible}
+    for e in plist:
+        if e["Host"] in total:
+            total[e["Host"]] += e["Score"] * 1 * 10
+    best, best_score, count = None, None, 0
+    for n in feasible:
+        s = total[n]
+        if best is None or s > best_score:
+            best, best_score, count = n, s, 1
+        elif s == best_score:
+            count += 1
+            if rnd.randrange(count) == 0:
+                best = n
+    ties = sum(1 for n in feasible if total[n] == best_score)
+    return best, ties
+
+
+def live(args, nodes, pods, order, capacity_milli, tmp):
+    api_proc, api_url, kubeconfig = start_api(tmp)
+    sched = None
+    try:
+        api = Conn(api_url, TOKEN)
+        t0 = time.time()
+        for n in nodes:
+            st, obj = api.call("POST", "/api/v1/nodes", {
+                "apiVersion": "v1", "kind": "Node", "metadata": {"name": n["sn"]},
+                "status": {"allocatable": {"cpu": f"{n['cpu']}m", "memory": f"{n['mem']}Mi"}}})
+            assert st == 201, obj
+            for g in range(n["gpus"]):
+                st, obj = api.call("POST", G + "/gpus", {
+                    "apiVersion": "elasticgpu.io/v1alpha1", "kind": "GPU",
+                    "metadata": {"name": f"{n['sn']}-gpu{g}"},
+                    "spec": {"nodeName": n["sn"], "index": g, "uuid": f"GPU-{n['sn']}-{g}",
+                             "model": n["model"], "memory": 16384}})
+                assert st == 201, obj
+        sched, log, url, health = start_scheduler(args.scheduler, kubeconfig, tmp, args.seed,
+                                                  args.scheduler_args)
+        deadline = time.time() + 60
+        while True:
+            st, _ = Conn(health).call("GET", "/readyz")
+            if st == 200:
+                break
+            if time.time() > deadline:
+                sys.exit("live_replay: egpu-scheduler never ready:\n" + open(log).read())
+            time.sleep(0.1)
+        setup = time.time() - t0
+        ext = Conn(url)
+        rnd = random.Random(args.seed)
+        free = {n["sn"]: [n["cpu"], n["mem"]] for n in nodes}
+        names = [n["sn"] for n in nodes]
+        buckets = Buckets()
+        arrived = used = 0
+        failed = retries = bind_errors = 0
+        ties_sum = ties_many = cpu_random = 0
+        t1 = time.time()
+        for i, idx in enumerate(order):
+            p = pods[idx]
+            name = p["name"] if i < len(pods) else f"{p['name']}-clone-{i}"
+            arrived += p["gpu"]
+            st, obj = api.call("POST", f"/api/v1/namespaces/{NS}/pods", pod_object(name, p))
+            assert st == 201, obj
+            feasible = [n for n in names if free[n][0] >= p["cpu"] and free[n][1] >= p["mem"]]
+            host = None
+            if feasible and p["num_gpu"] == 0:
+                # Not the extender's (managedResources): kube-scheduler's own choice among
+                # the nodes where it fits, its score plugins left out, so a seeded random one.
+                host, _ = select_host([], feasible, rnd)
+                cpu_random += 1
+            elif feasible:
+                a = {"Pod": obj, "Nodes": None, "NodeNames": feasible}
+                st, fr = ext.call("POST", "/filter", a)
+                assert st == 200, (st, fr)
+                passed = fr.get("NodeNames") or []
+                if passed:
+                    a["NodeNames"] = passed
+                    st, pl = ext.call("POST", "/prioritize", a)
+                    assert st == 200, (st, pl)
+                    host, ties = select_host(pl, passed, rnd)
+                    ties_sum += ties
+                    ties_many += ties > 1
+            bound = False
+            if host is not None and p["num_gpu"] == 0:
+                st, b = api.call("POST", f"/api/v1/namespaces/{NS}/pods/{name}/binding", {
+                    "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": host}})
+                bound = st == 201
+            elif host is not None:
+                for k in range(args.bind_tries):
+                    st, b = ext.call("POST", "/bind", {"PodName": name, "PodNamespace": NS,
+                                                       "PodUID": obj["metadata"]["uid"],
+                                                       "Node": host})
+                    if st == 200 and isinstance(b, dict) and not b.get("Error"):
+                        bound = True
+                        break
+                    retries += 1
+                    time.sleep(0.005)
+                bind_errors += not bound
+            if bound:
+                free[host][0] -= p["cpu"]
+                free[host][1] -= p["mem"]
+                used += p["gpu"]
+                st, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}",
+                                 {"metadata": {"annotations": {"elasticgpu.io/allocated": "true"}}},
+                                 "application/merge-patch+json")
+                st2, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status",
+                                  {"status": {"phase": "Running", "containerStatuses": [
+                                      {"name": "main", "ready": True, "restartCount": 0,
+                                       "image": "trace", "imageID": "",
+                                       "state": {"running": {"startedAt":
+                                                             "2026-01-01T00:00:00Z"}}}]}},
+                                  "application/merge-patch+json")
+                assert st == 200 and st2 == 200, (st, st2)
+            else:
+                failed += 1
+            buckets.add(100.0 * arrived / capacity_milli, 100.0 * used / capacity_milli)
+            if args.progress and (i + 1) % 1000 == 0:
+                print(f"  {i + 1}/{len(order)} arrivals, {(i + 1) / (time.time() - t1):.1f} "
+                      "pods/s", file=sys.stderr, flush=True)
+        elapsed = time.time() - t1
+        time.sleep(1.5)  # the last binds reach the cache's metrics through the watch
+        sched_core = sum(float(l.split()[-1]) for l in metrics(health).splitlines()
+                         if l.startswith("egpu_scheduler_allocated_core_percent{"))
+        errors = [l for l in open(log) if l[:1] in "EF"]
+        return dict(buckets=buckets, failed=failed, retries=retries, bind_errors=bind_errors,
+                    elapsed=elapsed, setup=setup, ties_mean=ties_sum / max(1, len(order) - cpu_random),
+                    ties_many=ties_many, cpu_random=cpu_random, sched_core=sched_core, used=used, errors=errors,
+                    final_arrived=100.0 * arrived / capacity_milli)
+    finally:
+        for p in (sched, api_proc):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scheduler", required=True, help="the egpu-scheduler binary")
+    ap.add_argument("--sim", required=True, help="the egpu-sim binary")
+    ap.add_argument("--trace-dir", default=os.environ.get("EGPU_TRACE_DIR") or
+                    os.path.join(os.path.dirname(ROOT), "shared/data/openb"))
+    ap.add_argument("--nodes", default="openb_node_list_gpu_node.csv")
+    ap.add_argument("--pods", default="openb_pod_list_default.csv")
+    ap.add_argument("--every", type=int, default=4,
+                    help="keep every N-th node and every N-th pod (default 4; 1 = all)")
+    ap.add_argument("--gpu-pods-only", action="store_true",
+                    help="leave out the pods asking no GPU (both replays)")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--inflate", type=float, default=1.3)
+    ap.add_argument("--bind-tries", type=int, default=400)
+    ap.add_argument("--progress", action="store_true", help="a line per 1,000 arrivals")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--scheduler-args", nargs=argparse.REMAINDER, default=[],
+                    help="more egpu-scheduler flags (the rest of the line)")
+    args = ap.parse_args()
+    if not os.path.isdir(args.trace_dir):
+        sys.exit(f"live_replay: no trace at {args.trace_dir} (--trace-dir, $EGPU_TRACE_DIR)")
+    tmp = tempfile.mkdtemp(prefix="egpu-live-replay-")
+    try:
+        raw_nodes, raw_pods = subsample(args.trace_dir, args.nodes, args.pods, args.every,
+                                        args.gpu_pods_only, tmp)
+        nodes = [{"sn": r["sn"], "cpu": int(r["cpu_milli"]), "mem": int(r["memory_mib"]),
+                  "gpus": int(r["gpu"]), "model": r.get("model") or ""} for r in raw_nodes]
+        pods = sorted(({"name": r["name"], "cpu": int(r["cpu_milli"]),
+                        "mem": int(r["memory_mib"]), "num_gpu": int(r["num_gpu"]),
+                        "gpu_milli": int(r["gpu_milli"])} for r in raw_pods),
+                      key=lambda p: p["name"].encode())
+        if any(r.get("gpu_spec") for r in raw_pods):
+            sys.exit("live_replay: pods with a gpu_spec are not modelled (use a trace without)")
+        for p in pods:
+            p["gpu"] = p["num_gpu"] * p["gpu_milli"]
+        capacity = 1000 * sum(n["gpus"] for n in nodes)
+        order = arrivals(pods, capacity, args.inflate, args.seed)
+        sim = run_sim(args.sim, tmp, args.seed, args.inflate)
+        if int(sim["arrivals"]) != len(order):
+            sys.exit(f"live_replay: egpu-sim replayed {sim['arrivals']} arrivals, this bench "
+                     f"computed {len(order)}: not the same sequence")
+        print(f"live_replay: {args.pods} and {args.nodes} from {args.trace_dir}")
+        print(f"  subsample: every {args.every}th node and pod (file order): {len(nodes)} nodes, "
+              f"{capacity // 1000} GPUs, {len(pods)} trace pods, {len(order)} arrivals "
+              f"(inflate {args.inflate}, seed {args.seed}); egpu-sim replayed the same "
+              f"subsample and the same {sim['arrivals']} arrivals")
+        r = live(args, nodes, pods, order, capacity, tmp)
+        print(f"  egpu-scheduler: --node-policy fgd --card-policy fgd --seed {args.seed} "
+              f"{' '.join(args.scheduler_args)}".rstrip())
+        print(f"{'':24}{'alloc@80':>10}{'alloc@90':>10}{'alloc@100':>10}{'alloc@130':>10}"
+              f"{'failed':>8}")
+        simv = [float(sim[f"alloc{x}"]) for x in CHECKPOINTS]
+        livev = [r["buckets"].at(x) for x in CHECKPOINTS]
+        fmt = lambda v: f"{v:10.2f}" if v is not None else f"{'-':>10}"
+        print(f"{'egpu-sim (fgd)':24}" + "".join(fmt(v) for v in simv) + f"{sim['failed']:>8}")
+        print(f"{'live (fgd)':24}" + "".join(fmt(v) for v in livev) + f"{r['failed']:>8}")
+        print(f"{'live - egpu-sim':24}" + "".join(
+            f"{l - s:+10.2f}" if l is not None else f"{'-':>10}" for l, s in zip(livev, simv)))
+        print(f"  live: {len(order)} arrivals in {r['elapsed']:.1f} s = "
+              f"{len(order) / r['elapsed']:.1f} pods/s (create, filter, prioritize, bind, "
+              f"admission; setup {r['setup']:.1f} s)")
+        print(f"  live: final arrived {r['final_arrived']:.2f}% (egpu-sim "
+              f"{float(sim['final_arrived_pct']):.2f}%), final allocated "
+              f"{100.0 * r['used'] / capacity:.2f}% (egpu-sim {float(sim['final_alloc_pct']):.2f}%);"
+              f" egpu_scheduler_allocated_core_percent summed {r['sched_core']:.0f} of "
+              f"{capacity // 10} (bench's count {r['used'] // 10})")
+        print(f"  live: {r['cpu_random']} pods asking no GPU placed by kube-scheduler alone (a "
+              "seeded random node where cpu and memory fit; egpu-sim places them by its policy)")
+        print(f"  live: nodes tied for kube-scheduler's best total, mean {r['ties_mean']:.2f} per "
+              f"GPU pod; GPU pods with more than one {r['ties_many']}; bind retries {r['retries']}, "
+              f"binds given up {r['bind_errors']}; E/F lines in egpu-scheduler's log "
+              f"{len(r['errors'])}")
+        for l in r["errors"][:5]:
+            print("    " + l.rstrip())
+        return 0
+    finally:
+        if args.keep:
+            print(f"  kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
