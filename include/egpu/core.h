@@ -210,6 +210,9 @@ struct egpu_gpu {
     uint32_t used_core_milli; /* allocated compute */
     uint32_t used_mem_mib;    /* allocated memory */
     uint32_t nshares;         /* containers holding part or all of this card */
+    char *unhealthy;          /* NULL: takes pods. Else the card takes no new pod (placement */
+                              /* sees it full; pods on it stay counted) and this says which */
+                              /* card and why, e.g. "gpu-1-gpu0 (Unhealthy)" (owned) */
 };
 
 struct egpu_label {
@@ -241,6 +244,8 @@ struct egpu_gpu_spec {
     uint32_t index;
     const char *model; /* e.g. "V100M16"; NULL or "" = "unknown" */
     uint32_t mem_mib;
+    const char *unhealthy; /* NULL or "": healthy; else the card takes no new pod, and */
+                           /* this names it and why for refusals (copied) */
 };
 
 struct egpu_node_spec {

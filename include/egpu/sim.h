@@ -27,6 +27,7 @@ struct egpu_trace_node {
     int64_t mem_mib;
     uint32_t ngpus;
     char model[EGPU_TRACE_NAME_MAX]; /* "" for CPU-only nodes */
+    uint64_t unhealthy; /* bit g: card <name>-gpu<g> takes no new pod (egpu-sim --unhealthy) */
 };
 
 /* A row of openb_pod_list_*.csv: name,cpu_milli,memory_mib,num_gpu,gpu_milli
@@ -70,6 +71,15 @@ int egpu_trace_find_dir(const char *flag, char *out, size_t len,
 /* Build the cluster of the trace's nodes. Card memory is not in the trace and
  * is 0 MiB (the trace asks no GPU memory). Returns 0 or an error of
  * egpu_cluster_add_node. Free *out with egpu_cluster_free. */
+/* Mark cards of t unhealthy: list is comma-separated card names
+ * "<sn>-gpu<index>" (as --reservations names them), each a node of t and an
+ * index below its GPU count. egpu_trace_cluster then adds them unhealthy:
+ * they take no new pod, like a card whose GPU object is not Healthy. Returns
+ * 0, or EGPU_ESYNTAX with err naming the entry and what is allowed (nothing
+ * marked then). */
+int egpu_trace_mark_unhealthy(struct egpu_trace *t, const char *list,
+                              struct egpu_error *err) EGPU_MUST_CHECK;
+
 int egpu_trace_cluster(const struct egpu_trace *t, struct egpu_cluster **out,
                        struct egpu_error *err) EGPU_MUST_CHECK;
 

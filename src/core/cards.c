@@ -174,6 +174,37 @@ static void model_list(const struct egpu_cluster *c, uint64_t mask, char *buf, s
     }
 }
 
+/* Put the node's unhealthy cards in front of why (len bytes), when it has
+ * any: "cards gpu-1-gpu0 (Unhealthy) take no new pods; <why>". */
+static void unhealthy_note(const struct egpu_node *node, char *why, size_t len)
+{
+    char note[1024];
+    size_t used = 0;
+    uint32_t n = 0;
+
+    for (uint32_t g = 0; g < node->ngpus && used < sizeof(note); g++) {
+        int k;
+
+        if (node->gpus[g].unhealthy == NULL)
+            continue;
+        k = snprintf(note + used, sizeof(note) - used, "%s%s", n++ ? ", " : "",
+                     node->gpus[g].unhealthy);
+        used += k > 0 ? (size_t)k : 0;
+    }
+    if (n == 0)
+        return;
+    if (used >= sizeof(note))
+        used = sizeof(note) - 1;
+    note[used] = '\0';
+    {
+        char rest[512];
+
+        snprintf(rest, sizeof(rest), "%s", why);
+        snprintf(why, len, "card%s %s take%s no new pods; %s", n > 1 ? "s" : "", note,
+                 n > 1 ? "" : "s", rest);
+    }
+}
+
 bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
                       struct egpu_rng *rng, const struct egpu_cluster *c,
                       const struct egpu_node *node, const struct egpu_pod_request *r,
@@ -210,10 +241,12 @@ bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
                  (long long)r->mem_mib, (long long)(node->mem_mib - node->used_mem_mib));
         return false;
     }
-    egpu__view_of(node, &s.view);
+    egpu__view_of(node, &s.view); /* an unhealthy card: no compute free */
     for (uint32_t g = 0; g < node->ngpus; g++) {
-        s.free_mem[g] = egpu_gpu_free_mem(&node->gpus[g]);
-        s.held[g] = node->gpus[g].nshares > 0;
+        const struct egpu_gpu *gpu = &node->gpus[g];
+
+        s.free_mem[g] = gpu->unhealthy ? 0 : egpu_gpu_free_mem(gpu);
+        s.held[g] = gpu->nshares > 0 || gpu->unhealthy != NULL;
     }
     s.view.free_cpu_milli -= r->cpu_milli;
     for (uint16_t ci = 0; ci < r->ncontainers; ci++) {
@@ -222,8 +255,10 @@ bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
                       ? pick_whole(kind, rng, node, ci, cr, &s, pick, why, why_len)
                       : pick_share(kind, w, rng, node, ci, cr, &s, pick, why, why_len);
 
-        if (!ok)
+        if (!ok) {
+            unhealthy_note(node, why, why_len);
             return false;
+        }
     }
     if (after != NULL)
         *after = s.view;

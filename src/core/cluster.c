@@ -51,6 +51,8 @@ static void node_free(struct egpu_node *n)
         egpu_free(n->labels[i].value);
     }
     egpu_free(n->labels);
+    for (uint32_t i = 0; n->gpus != NULL && i < n->ngpus; i++)
+        egpu_free(n->gpus[i].unhealthy);
     egpu_free(n->gpus);
     egpu_free(n->name);
     egpu_free(n);
@@ -289,6 +291,9 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
         g->model = (uint16_t)model;
         g->mem_mib = s->gpus[i].mem_mib;
         g->core_milli = EGPU_GPU_MILLI;
+        if (s->gpus[i].unhealthy != NULL && s->gpus[i].unhealthy[0] != '\0' &&
+            (g->unhealthy = egpu_strdup(s->gpus[i].unhealthy)) == NULL)
+            goto out_nomem;
         if (s->gpus[i].uuid != NULL)
             snprintf(g->uuid, sizeof(g->uuid), "%s", s->gpus[i].uuid);
         else if (snprintf(g->uuid, sizeof(g->uuid), "%s-gpu%u", s->name, g->index) >=

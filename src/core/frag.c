@@ -16,7 +16,7 @@ void egpu__view_of(const struct egpu_node *n, struct egpu__node_view *v)
     v->model = n->model;
     v->ngpus = n->ngpus;
     for (uint32_t i = 0; i < n->ngpus; i++)
-        v->free_milli[i] = egpu_gpu_free_core(&n->gpus[i]);
+        v->free_milli[i] = n->gpus[i].unhealthy ? 0 : egpu_gpu_free_core(&n->gpus[i]);
 }
 
 static uint64_t frag_pod(const struct egpu__node_view *v, uint64_t idle,

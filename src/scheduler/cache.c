@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "egpu/api.h"
 #include "egpu/kube.h"
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
@@ -50,8 +51,9 @@ struct gpu_info {
     uint32_t index;
     char model[128];
     uint32_t mem_mib;
-    char name[EGPU_K8S_NAME_MAX]; /* the GPU object's metadata.name */
-    bool shadowed;                /* another GPU object owns this UUID: left out of the core */
+    char name[EGPU_K8S_NAME_MAX];     /* the GPU object's metadata.name */
+    bool shadowed;                    /* another GPU object owns this UUID: left out of the core */
+    char health[EGPU_API_HEALTH_MAX]; /* status.health when not EGPU_API_GPU_HEALTHY; "" healthy */
 };
 
 /* The GPU object that owns a card UUID (the first one seen with it). */
@@ -548,6 +550,8 @@ static void resv_apply_node(struct egpu_sched_cache *c, struct node_info *ni, bo
 static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu_error *err)
 {
     struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
+    static _Thread_local char notes[EGPU_NODE_GPUS_MAX]
+                                   [EGPU_K8S_NAME_MAX + EGPU_API_HEALTH_MAX + 4];
     struct egpu_node_spec spec = {
         .name = ni->name, .cpu_milli = ni->cpu_milli, .mem_mib = ni->mem_mib, .gpus = gpus};
     struct pod_entry *e;
@@ -570,11 +574,20 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
         return 0;
     }
     for (uint32_t i = 0; i < ni->ngpus; i++) {
-        if (!ni->gpus[i].shadowed)
-            gpus[spec.ngpus++] = (struct egpu_gpu_spec){.uuid = ni->gpus[i].uuid,
-                                                        .index = ni->gpus[i].index,
-                                                        .model = ni->gpus[i].model,
-                                                        .mem_mib = ni->gpus[i].mem_mib};
+        if (ni->gpus[i].shadowed)
+            continue;
+        /* An unhealthy card takes no new pod; the refusal names it and
+         * says its status.health. */
+        if (ni->gpus[i].health[0] != '\0')
+            snprintf(notes[spec.ngpus], sizeof(notes[0]), "%s (%s)", ni->gpus[i].name,
+                     ni->gpus[i].health);
+        gpus[spec.ngpus] = (struct egpu_gpu_spec){
+            .uuid = ni->gpus[i].uuid,
+            .index = ni->gpus[i].index,
+            .model = ni->gpus[i].model,
+            .mem_mib = ni->gpus[i].mem_mib,
+            .unhealthy = ni->gpus[i].health[0] != '\0' ? notes[spec.ngpus] : NULL};
+        spec.ngpus++;
     }
     rc = egpu_cluster_add_node(c->cluster, &spec, err);
     if (rc) {
@@ -720,6 +733,7 @@ int egpu_sched_cache_node_delete(struct egpu_sched_cache *c, const char *name)
 
 struct gpu_fields {
     const char *name, *node, *uuid, *model;
+    const char *health; /* status.health; NULL when not a string */
     int64_t index, mem_mib;
 };
 
@@ -735,6 +749,7 @@ static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error
     f->node = str_at(spec, "nodeName", NULL);
     f->uuid = str_at(spec, "uuid", NULL);
     f->model = str_at(spec, "model", NULL);
+    f->health = str_at(gpu, "status", "health");
     if (f->node == NULL || f->node[0] == '\0' || strlen(f->node) >= EGPU_K8S_NAME_MAX)
         return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.nodeName missing or invalid", name);
     if (f->uuid == NULL || f->uuid[0] == '\0' || strlen(f->uuid) >= EGPU_UUID_MAX)
@@ -1255,6 +1270,10 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     g.index = (uint32_t)f.index;
     g.mem_mib = (uint32_t)f.mem_mib;
     snprintf(g.model, sizeof(g.model), "%s", f.model && *f.model ? f.model : "unknown");
+    /* status.health as egpu-agent writes it: a card that is not Healthy takes
+     * no new pod (none written yet: a new object, taken as healthy). */
+    if (f.health != NULL && f.health[0] != '\0' && strcmp(f.health, EGPU_API_GPU_HEALTHY) != 0)
+        snprintf(g.health, sizeof(g.health), "%s", f.health);
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, f.node, true);
     if (ni == NULL) {
@@ -1273,8 +1292,13 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
         goto out;
     }
     g.shadowed = rc == -EEXIST;
+    if (slot != NULL && slot->shadowed && g.shadowed) {
+        /* Left out of the core either way: its health is kept for when
+         * it takes the card over, nothing else changes. */
+        memcpy(slot->health, g.health, sizeof(g.health));
+    }
     if (slot != NULL && memcmp(slot, &g, sizeof(g)) == 0) {
-        rc = 0; /* a status change: placement is not affected */
+        rc = 0; /* a status change placement does not read (allocated, used) */
         goto out;
     }
     if (slot != NULL && strcmp(slot->uuid, g.uuid) != 0)

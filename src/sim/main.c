@@ -47,6 +47,8 @@ static const char usage[] =
     "                      counted as allocated and as arrived; spec.nodeName is a node's sn,\n"
     "                      gpuShare.gpuName / physicalGPU.gpuNames name its cards\n"
     "                      <sn>-gpu0..<sn>-gpu<gpu-1>; gpu-memory is ignored (the trace has none)\n"
+    "  --unhealthy LIST    cards that take no new pod, as a GPU object that is not Healthy:\n"
+    "                      comma-separated <sn>-gpu<index> (e.g. n-a-gpu0,n-a-gpu1)\n"
     "  --card-dump FILE    write each replay's final state per card as CSV (policy, seed,\n"
     "                      node, card, capacity, reserved and pods' milli-GPU, pods)\n"
     "  --jobs N            replays run in parallel (default: online CPUs)\n"
@@ -71,6 +73,7 @@ struct options {
     const char *workload_pods;
     const char *reservations;
     const char *card_dump;
+    const char *unhealthy; /* --unhealthy LIST, or NULL */
     const char *out;
     double inflate;
     double coverage;
@@ -192,6 +195,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         O_MAXDEV,
         O_RESV,
         O_CARDS,
+        O_UNHEALTHY,
         O_VERSION
     };
     static const struct option longopts[] = {
@@ -209,6 +213,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"max-deviation", required_argument, NULL, O_MAXDEV},
         {"reservations", required_argument, NULL, O_RESV},
         {"card-dump", required_argument, NULL, O_CARDS},
+        {"unhealthy", required_argument, NULL, O_UNHEALTHY},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -279,6 +284,9 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case O_RESV:
             o->reservations = optarg;
+            break;
+        case O_UNHEALTHY:
+            o->unhealthy = optarg;
             break;
         case O_CARDS:
             o->card_dump = optarg;
@@ -495,6 +503,8 @@ int main(int argc, char **argv)
         snprintf(wl_csv, sizeof(wl_csv), "%s/%s", dir, o.workload_pods);
     if (egpu_trace_load(node_csv, pod_csv, &trace, &err))
         goto fail;
+    if (o.unhealthy != NULL && egpu_trace_mark_unhealthy(&trace, o.unhealthy, &err))
+        goto fail;
     if (build_workload(&trace, o.workload_pods ? wl_csv : NULL, node_csv, o.coverage, &workload,
                        &err))
         goto fail;
@@ -502,6 +512,13 @@ int main(int argc, char **argv)
         ngpus += trace.nodes[i].ngpus;
     printf("egpu-sim: trace %s: %zu nodes, %llu GPUs, %zu pods (%s)\n", dir, trace.nnodes,
            (unsigned long long)ngpus, trace.npods, o.pods);
+    if (o.unhealthy != NULL) {
+        uint64_t bad = 0;
+
+        for (size_t i = 0; i < trace.nnodes; i++)
+            bad += (uint64_t)__builtin_popcountll(trace.nodes[i].unhealthy);
+        printf("egpu-sim: --unhealthy: %llu cards take no new pod\n", (unsigned long long)bad);
+    }
     if (o.reservations != NULL) {
         if (egpu_sim_reservations_load(o.reservations, &trace, &resv, &err))
             goto fail;
@@ -529,9 +546,12 @@ int main(int argc, char **argv)
     fflush(stdout);
     for (size_t i = 0; i < o.npolicies; i++) {
         o.policies[i].nruns = o.nseeds;
+        /* Published for the whole cluster: not for one with cards out. */
         o.policies[i].published =
-            egpu_replay_published(o.nodes, ngpus, o.pods, trace.npods, o.policies[i].node_policy,
-                                  o.policies[i].card_policy);
+            o.unhealthy != NULL
+                ? NULL
+                : egpu_replay_published(o.nodes, ngpus, o.pods, trace.npods,
+                                        o.policies[i].node_policy, o.policies[i].card_policy);
         o.policies[i].runs = egpu_calloc(o.nseeds, sizeof(*o.policies[i].runs));
         if (o.policies[i].runs == NULL) {
             egpu_error_set(&err, -ENOMEM, "out of memory");

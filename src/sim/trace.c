@@ -336,6 +336,66 @@ int egpu_trace_find_dir(const char *flag, char *out, size_t len, struct egpu_err
                           "cluster-trace-gpu-v2023/csv, into data/openb");
 }
 
+/* s is a card index: decimal digits, no sign, below EGPU_NODE_GPUS_MAX. */
+static bool index_of(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    if (s[0] < '0' || s[0] > '9')
+        return false;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v >= EGPU_NODE_GPUS_MAX)
+        return false;
+    *out = v;
+    return true;
+}
+
+int egpu_trace_mark_unhealthy(struct egpu_trace *t, const char *list, struct egpu_error *err)
+{
+    uint64_t *mark = egpu_calloc(t->nnodes ? t->nnodes : 1, sizeof(*mark));
+    const char *p = list;
+    int rc = 0;
+
+    if (mark == NULL)
+        return egpu_error_set(err, -ENOMEM, "--unhealthy: out of memory");
+    while (rc == 0) {
+        size_t len = strcspn(p, ",");
+        const char *gpu = NULL;
+        size_t i = t->nnodes;
+        uint64_t idx = 0;
+        char card[2 * EGPU_TRACE_NAME_MAX];
+
+        snprintf(card, sizeof(card), "%.*s", (int)(len < sizeof(card) ? len : sizeof(card) - 1), p);
+        for (char *s = strstr(card, "-gpu"); s != NULL; s = strstr(s + 1, "-gpu"))
+            gpu = s; /* the last "-gpu": a node's name may hold one */
+        if (gpu != NULL && index_of(gpu + 4, &idx)) {
+            for (i = 0; i < t->nnodes; i++) {
+                if (strlen(t->nodes[i].name) == (size_t)(gpu - card) &&
+                    strncmp(t->nodes[i].name, card, (size_t)(gpu - card)) == 0 &&
+                    idx < t->nodes[i].ngpus)
+                    break;
+            }
+        }
+        if (len == 0 || len >= sizeof(card) || i == t->nnodes)
+            rc = egpu_error_set(err, EGPU_ESYNTAX,
+                                "--unhealthy \"%s\": not a card of the trace (allowed: "
+                                "<sn>-gpu<index>, a node of the node CSV and an index below "
+                                "its gpu count, comma-separated)",
+                                card);
+        else
+            mark[i] |= 1ULL << idx;
+        if (p[len] == '\0')
+            break;
+        p += len + 1;
+    }
+    for (size_t i = 0; rc == 0 && i < t->nnodes; i++)
+        t->nodes[i].unhealthy |= mark[i];
+    egpu_free(mark);
+    return rc;
+}
+
 int egpu_trace_cluster(const struct egpu_trace *t, struct egpu_cluster **out,
                        struct egpu_error *err)
 {
@@ -355,8 +415,16 @@ int egpu_trace_cluster(const struct egpu_trace *t, struct egpu_cluster **out,
         };
         int rc;
 
-        for (uint32_t g = 0; g < n->ngpus; g++)
+        char notes[EGPU_NODE_GPUS_MAX][EGPU_TRACE_NAME_MAX + 32]; /* copied by add_node */
+
+        for (uint32_t g = 0; g < n->ngpus; g++) {
             gpus[g] = (struct egpu_gpu_spec){.index = g, .model = n->model};
+            if (n->unhealthy & (1ULL << g)) {
+                snprintf(notes[g], sizeof(notes[g]), "%s-gpu%u (unhealthy: --unhealthy)", n->name,
+                         g);
+                gpus[g].unhealthy = notes[g];
+            }
+        }
         rc = egpu_cluster_add_node(c, &spec, err);
         if (rc) {
             egpu_cluster_free(c);

@@ -580,3 +580,52 @@ def test_follow_lease_binds_only_in_the_leading_pod(api, sched):
     finally:
         stop.set()
         t.join(timeout=5)
+
+
+def set_health(api, gpu, health):
+    """Merge-patch a GPU object's status.health as egpu-agent does."""
+    st, out = api.call("PATCH", f"/apis/elasticgpu.io/v1alpha1/gpus/{gpu}/status",
+                       {"status": {"health": health}},
+                       ctype="application/merge-patch+json")
+    assert st == 200, out
+
+
+def test_unhealthy_cards_take_no_new_pod(api, sched):
+    """Issue 14, point 2: once its GPU objects say Unhealthy, a node's cards
+    take no new pod: filter fails the node naming the cards and their
+    status.health, bind refuses it, the pod already there stays counted, and
+    a card Healthy again takes the next pod."""
+    cluster(api, nodes=("gpu-1", "gpu-2"), gpus=2)
+    api.pod("a", 30)
+    b = api.pod("b", 40)  # not 30: the ambiguity rule would hold it back
+    s = sched()
+    s.wait_ready()
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_pods") == 2)
+    st, out = s.post("bind", {"PodName": "a", "PodNamespace": "default", "PodUID": "",
+                              "Node": "gpu-1"})
+    assert (st, out) == (200, {"Error": ""})
+    s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent",
+                                  '{node="gpu-1"}') == 30)
+    set_health(api, "gpu-1-gpu0", "Unhealthy")
+    set_health(api, "gpu-1-gpu1", "Unhealthy: XID 79")
+    want = ("cards gpu-1-gpu0 (Unhealthy), gpu-1-gpu1 (Unhealthy: XID 79) take no new pods; "
+            "no card with 40% core and 0 MiB free for container 0 (most free card: 0%, 0 MiB)")
+    s.wait_until(lambda: s.post("filter", args(b, ["gpu-1", "gpu-2"]))[1]
+                 .get("FailedNodes", {}).get("gpu-1") == want)
+    st, out = s.post("filter", args(b, ["gpu-1", "gpu-2"]))
+    assert st == 200 and out["NodeNames"] == ["gpu-2"] and out["Error"] == "", out
+    st, out = s.post("bind", {"PodName": "b", "PodNamespace": "default", "PodUID": "",
+                              "Node": "gpu-1"})
+    assert st == 200 and out["Error"].startswith("cards gpu-1-gpu0 (Unhealthy), "), out
+    assert assigned(api, "b") is None and "nodeName" not in api.get_pod("b")["spec"]
+    # a stays counted on its card.
+    assert s.metric("egpu_scheduler_allocated_core_percent", '{node="gpu-1"}') == 30
+    card_a = assigned(api, "a")["containers"][0]["gpus"][0]
+    # The card a is not on comes back: b goes there.
+    other = "gpu-1-gpu1" if card_a == "GPU-gpu-1-0" else "gpu-1-gpu0"
+    set_health(api, other, "Healthy")
+    s.wait_until(lambda: s.post("bind", {"PodName": "b", "PodNamespace": "default",
+                                         "PodUID": "", "Node": "gpu-1"})[1] == {"Error": ""})
+    assert assigned(api, "b")["containers"][0]["gpus"] == ["GPU-" + other.replace("-gpu", "-")]
+    s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent",
+                                  '{node="gpu-1"}') == 70)

@@ -46,7 +46,8 @@ def table_rows(stdout):
 def test_help(sim):
     p = run(sim, "--help")
     assert p.returncode == 0
-    for flag in ("--trace-dir", "--policy", "--seeds", "--inflate", "--max-deviation", "--out"):
+    for flag in ("--trace-dir", "--policy", "--seeds", "--inflate", "--max-deviation", "--out",
+                 "--unhealthy"):
         assert flag in p.stdout
     assert "EGPU_TRACE_DIR" in p.stdout
     # Issue 14, point 7: the usage is printed as is, so a percent sign is one.
@@ -230,3 +231,39 @@ def test_no_difference_where_the_run_has_no_value(sim, tmp_path):
         r"  difference\s+[-+]\d+\.\d\d\s+[-+]\d+\.\d\d\s+-\s+-", diff[0]), diff
     assert "check fgd        alloc@100 - (no pod arrived near 100%) published 95.23%: FAIL" \
         in lines
+
+
+def card_rows(path):
+    with open(path) as f:
+        return {r["card"]: (int(r["pods_milli"]), int(r["pods"])) for r in csv.DictReader(f)}
+
+
+def test_unhealthy_cards_take_no_new_pod(sim, tmp_path, fixtures):
+    """Issue 14, point 2: --unhealthy marks cards as a GPU object that is not
+    Healthy: no pod lands there, the rest of the cluster takes them. Without
+    the flag the same replay puts pods on those cards."""
+    d = small_trace(tmp_path, fixtures)
+    common = ("--trace-dir", str(d), "--policy", "binpack", "--no-plot",
+              "--out", str(tmp_path / "out"))
+    p = run(sim, *common, "--card-dump", str(tmp_path / "all.csv"))
+    assert p.returncode == 0, p.stderr
+    before = card_rows(tmp_path / "all.csv")
+    assert before["n-a-gpu0"][1] > 0 and before["n-a-gpu3"][1] > 0, before
+    p = run(sim, *common, "--card-dump", str(tmp_path / "bad.csv"),
+            "--unhealthy", "n-a-gpu0,n-a-gpu3")
+    assert p.returncode == 0, p.stderr
+    assert "egpu-sim: --unhealthy: 2 cards take no new pod" in p.stdout.splitlines()
+    after = card_rows(tmp_path / "bad.csv")
+    assert after["n-a-gpu0"] == (0, 0) and after["n-a-gpu3"] == (0, 0), after
+    assert sum(v[1] for v in after.values()) > 0, after
+
+
+@pytest.mark.parametrize("arg", ["n-a-gpu4", "n-c-gpu0", "n-z-gpu0", "n-a-gpu+1", "n-a", ""])
+def test_unhealthy_names_a_card(sim, tmp_path, fixtures, arg):
+    d = small_trace(tmp_path, fixtures)
+    p = run(sim, "--trace-dir", str(d), "--unhealthy", arg, "--out", str(tmp_path / "out"))
+    assert p.returncode == 2
+    assert p.stderr == (f'egpu-sim: --unhealthy "{arg}": not a card of the trace (allowed: '
+                        "<sn>-gpu<index>, a node of the node CSV and an index below its gpu "
+                        "count, comma-separated)\n")
+    assert p.stdout == "" and not (tmp_path / "out").exists()

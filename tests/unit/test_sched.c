@@ -592,6 +592,78 @@ static void test_unsynced_refusals(void **state)
     egpu_sched_cache_free(c);
 }
 
+static char *bind_args(const char *ns, const char *name, const char *node);
+
+/* Set GPU object node-gpu<index>'s status.health (as egpu-agent writes it). */
+static void set_health(struct egpu_sched_cache *c, const char *node, int index, const char *health)
+{
+    struct egpu_error err = {0};
+    json_t *g = make_gpu(node, index, "A100", 40960);
+
+    json_object_set_new(json_object_get(g, "status"), "health", json_string(health));
+    if (egpu_sched_cache_gpu_set(c, g, &err) != 0)
+        fail_msg("gpu: %s", err.msg);
+    json_decref(g);
+}
+
+/* Issue 14, point 2: a card whose GPU object is not Healthy takes no new
+ * pod. filter fails a node with only such cards, naming them and their
+ * status.health; bind refuses to place there; pods already on them stay
+ * counted; a card that is Healthy again takes pods again. */
+static void test_unhealthy_cards_take_no_new_pod(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    const char *const nodes[] = {"n1", "n2"};
+    const int core30[] = {30}, core50[] = {50}, none[] = {0};
+    json_t *out, *p;
+    char *body;
+
+    (void)state;
+    add_gpu_node(c, "n1", 2);
+    add_gpu_node(c, "n2", 1);
+    p = make_pod("ns", "old", "n1", 1, core50, none);
+    annotate_json(p, EGPU_ANN_ASSIGNED,
+                  "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":50,"
+                  "\"memory\":0,\"gpus\":[\"GPU-n1-0\"]}]}");
+    set_pod(c, p);
+    set_health(c, "n1", 0, "Unhealthy");
+    set_health(c, "n1", 1, "Unhealthy: XID 79");
+    /* The pod on the unhealthy card stays counted. */
+    assert_int_equal(card_used(c, "n1", 0), 500);
+    body = tu_extender_args(make_pod("ns", "new", NULL, 1, core30, none), nodes, 2, false);
+    out = call(egpu_extender_filter, x, body, 200);
+    assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 1);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(out, "NodeNames"), 0)),
+                        "n2");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "n1")),
+        "cards n1-gpu0 (Unhealthy), n1-gpu1 (Unhealthy: XID 79) take no new pods; "
+        "no card with 30% core and 0 MiB free for container 0 (most free card: 0%, 0 MiB)");
+    json_decref(out);
+    free(body);
+    /* bind refuses the node: nothing reserved, annotated or bound. */
+    set_pod(c, make_pod("ns", "new", NULL, 1, core30, none));
+    body = bind_args("ns", "new", "n1");
+    out = call(egpu_extender_bind, x, body, 200);
+    assert_non_null(strstr(json_string_value(json_object_get(out, "Error")),
+                           "cards n1-gpu0 (Unhealthy), n1-gpu1 (Unhealthy: XID 79) take no new "
+                           "pods"));
+    json_decref(out);
+    assert_int_equal(f.annotate_calls + f.bind_calls, 0);
+    assert_int_equal(card_used(c, "n1", 0) + card_used(c, "n1", 1), 500);
+    /* Card 1 is Healthy again: it takes the pod; card 0 still holds the old one. */
+    set_health(c, "n1", 1, "Healthy");
+    json_decref(call(egpu_extender_bind, x, body, 200));
+    assert_int_equal(f.bind_calls, 1);
+    assert_int_equal(card_used(c, "n1", 0), 500);
+    assert_int_equal(card_used(c, "n1", 1), 300);
+    free(body);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 static void test_filter_and_prioritize(void **state)
 {
     struct egpu_sched_cache *c = egpu_sched_cache_new();
@@ -1088,6 +1160,7 @@ int main(void)
         cmocka_unit_test(test_pod_parse_nul),
         cmocka_unit_test(test_filter_and_prioritize),
         cmocka_unit_test(test_unsynced_refusals),
+        cmocka_unit_test(test_unhealthy_cards_take_no_new_pod),
         cmocka_unit_test(test_filter_follows_node_set),
         cmocka_unit_test(test_bind_and_rollback),
         cmocka_unit_test(test_bind_refuses_foreign_and_gpu_less_pods),
