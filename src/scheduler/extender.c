@@ -594,11 +594,41 @@ static int claim_judge(struct egpu_extender *x, struct egpu_placer *p, struct eg
     return rc;
 }
 
-/* Map the policy's scores onto 0..10 (MaxExtenderPriority) for kube-scheduler:
- * best feasible = 10, worst feasible = 0 (all 10 when they tie); nodes that
- * cannot host the pod score 0. v and score are arrays of n. */
-static void priority_scores(const struct egpu_verdict *v, size_t n, uint8_t *score)
+/* Is node a (policy score sa) before node b (sb) in the replay's order
+ * (egpu_placer_schedule)? A higher score first; among equal scores, the lower
+ * egpu_hash_str of the name with the placer's seed. */
+static bool ranks_before(double sa, const char *a, double sb, const char *b, uint64_t seed)
 {
+    if (sa != sb)
+        return sa > sb;
+    return egpu_hash_str(a, seed) < egpu_hash_str(b, seed);
+}
+
+/* The index of the node first in the replay's order among the feasible
+ * ones of v and names (n each), or SIZE_MAX when none is feasible. */
+static size_t replay_choice(const struct egpu_verdict *v, const char *const *names, size_t n,
+                            uint64_t seed)
+{
+    size_t best = SIZE_MAX;
+
+    for (size_t i = 0; i < n; i++)
+        if (v[i].ok && (best == SIZE_MAX ||
+                        ranks_before(v[i].score, names[i], v[best].score, names[best], seed)))
+            best = i;
+    return best;
+}
+
+/* Map the policy's scores onto 0..10 (MaxExtenderPriority) for kube-scheduler,
+ * which adds score x weight x 10 to a node's total and breaks ties at
+ * random: the node first in the replay's order (replay_choice) gets 10,
+ * every other feasible node the linear map of its score (worst feasible 0,
+ * best 10) but at most 9, so kube-scheduler's best total is the replay's
+ * choice whenever its own plugins score the nodes alike. Nodes that cannot
+ * host the pod score 0. v, names and score are arrays of n. */
+static void priority_scores(const struct egpu_verdict *v, const char *const *names, size_t n,
+                            uint64_t seed, uint8_t *score)
+{
+    size_t first = replay_choice(v, names, n, seed);
     double lo = 0, hi = 0;
     bool any = false;
 
@@ -609,10 +639,41 @@ static void priority_scores(const struct egpu_verdict *v, size_t n, uint8_t *sco
             any = true;
         }
     }
-    for (size_t i = 0; i < n; i++)
-        score[i] = !v[i].ok  ? 0
-                   : hi > lo ? (uint8_t)(10.0 * (v[i].score - lo) / (hi - lo) + 0.5)
-                             : (uint8_t)10;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t s = hi > lo ? (uint8_t)(10.0 * (v[i].score - lo) / (hi - lo) + 0.5) : 9;
+
+        score[i] = !v[i].ok ? 0 : i == first ? 10 : s < 9 ? s : 9;
+    }
+}
+
+/* The node policy a pod is placed by (its annotation, else the flag). */
+static const char *node_policy_name(const struct egpu_extender *x, const struct egpu_sched_pod *p)
+{
+    return egpu_policy_name(p->has_node_policy ? p->node_policy : x->cfg.node_policy);
+}
+
+/* Filter's narrowing: of the feasible nodes, only those tied for the best
+ * exact score pass (the replay's choice is one of them, and kube-scheduler's
+ * choice among them cannot lose the policy's ranking to its 0..10 scale);
+ * each other feasible node fails with better (why[i] = better), a text
+ * written here naming the node first in the replay's order. v is left as it
+ * is: prioritize answers from it, as it would without filter. v, why and
+ * names are arrays of n; better holds len bytes. */
+static void pass_best(const struct egpu_verdict *v, const char **why, const char *const *names,
+                      size_t n, uint64_t seed, const char *policy, char *better, size_t len)
+{
+    size_t first = replay_choice(v, names, n, seed);
+
+    if (first == SIZE_MAX)
+        return;
+    snprintf(better, len,
+             "node %s fits this pod better (node policy %s); filter passes only the nodes "
+             "tied for the best score",
+             names[first], policy);
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].ok && v[i].score != v[first].score)
+            why[i] = better;
+    }
 }
 
 /* A copy of the slots resolve gave last, for the n names just judged
@@ -637,6 +698,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_sched_claim_plan *plan = NULL;
     struct egpu_cluster *c;
     const char **why;
+    char better[512]; /* the reason of the nodes pass_best fails */
     uint32_t *slots = NULL;
     uint64_t gen = 0, members = 0, epoch = 0;
     bool gpu;
@@ -669,12 +731,18 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         if (p != NULL && v != NULL) {
             egpu_sched_cache_claim_plan_locked(x->cache, &a.pod, plan);
             rc = claim_judge(x, p, c, plan, a.names, a.n, v, why, &reasons);
+            if (rc == 0)
+                pass_best(v, why, a.names, a.n, x->cfg.seed, node_policy_name(x, &a.pod), better,
+                          sizeof(better));
         }
     } else if (egpu_sched_pod_wants_gpu(&a.pod)) {
         p = pod_placer(x, c, &a.pod, &err);
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
         if (p != NULL && v != NULL) {
             rc = judge(x, p, c, &a.pod.req, a.list, a.names, a.n, v, why, &reasons);
+            if (rc == 0)
+                pass_best(v, why, a.names, a.n, x->cfg.seed, node_policy_name(x, &a.pod), better,
+                          sizeof(better));
             gen = c->gen;
             epoch = x->placer_epoch;
             members = c->members;
@@ -800,7 +868,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
         goto out;
     }
     /* Every node scores 0 for a pod without GPUs (v all zero: not ok). */
-    priority_scores(v, a.n, score);
+    priority_scores(v, a.names, a.n, x->cfg.seed, score);
     status = priorities(x, reply, &a, p != NULL ? slots : NULL, members, score) == 0 ? 200 : 500;
 out:
     egpu_free(plan);

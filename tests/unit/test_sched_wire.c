@@ -409,10 +409,15 @@ static void test_odd_names_round_trip(void **state)
     use_card(c, "busy", "plain", 50);
     body = tu_extender_args(make_pod("p", 30, 1024), nodes, (int)n, false);
     out = call(egpu_extender_filter, x, body, 200);
+    /* Only the best node passes ("plain", the fullest for binpack); every
+     * other name comes back as a FailedNodes key, saying which is better. */
     list = json_object_get(out, "NodeNames");
-    assert_int_equal(json_array_size(list), n);
-    for (size_t i = 0; i < n; i++)
-        assert_string_equal(json_string_value(json_array_get(list, i)), nodes[i]);
+    assert_int_equal(json_array_size(list), 1);
+    assert_string_equal(json_string_value(json_array_get(list, 0)), "plain");
+    for (size_t i = 0; i + 1 < n; i++)
+        assert_non_null(strstr(
+            json_string_value(json_object_get(json_object_get(out, "FailedNodes"), nodes[i])),
+            "node plain fits this pod better (node policy binpack)"));
     json_decref(out);
     out = call(egpu_extender_prioritize, x, body, 200);
     /* Only "plain" scores above 0; the others are left out (0 to kube-scheduler). */
@@ -673,7 +678,24 @@ static void test_filter_then_prioritize_same_scores(void **state)
     passed = json_object_get(out, "NodeNames");
     for (size_t i = 0; i < json_array_size(passed); i++)
         survivors[ns++] = json_string_value(json_array_get(passed, i));
-    assert_true(ns > 2 && ns < NNODES); /* some fail, some pass */
+    /* Only the best node passes: node-07, the fullest (70%) a 30% share fits
+     * for binpack; the fuller ones fail for room, the others name node-07. */
+    assert_int_equal(ns, 1);
+    assert_string_equal(survivors[0], "node-07");
+    assert_non_null(
+        strstr(json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "node-00")),
+               "node node-07 fits this pod better"));
+    /* The feasible nodes (passed, or failed only for a better one) make the
+     * list prioritize is asked about below. */
+    ns = 0;
+    for (int i = 0; i < NNODES; i++) {
+        const char *why =
+            json_string_value(json_object_get(json_object_get(out, "FailedNodes"), all[i]));
+
+        if (why == NULL || strstr(why, "fits this pod better") != NULL)
+            survivors[ns++] = all[i];
+    }
+    assert_true(ns > 2 && ns < NNODES); /* some fail for room, some fit */
     /* The same nodes. */
     want = fresh_prioritize(c, all, NNODES, 30);
     got = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
@@ -684,7 +706,7 @@ static void test_filter_then_prioritize_same_scores(void **state)
     free(want);
     free(got);
     free(body);
-    /* The survivors only, as kube-scheduler sends them. */
+    /* The feasible nodes only. */
     body = call_text(egpu_extender_filter, x, "", 0, 400); /* a failed call keeps nothing */
     free(body);
     body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
