@@ -594,27 +594,35 @@ static int claim_judge(struct egpu_extender *x, struct egpu_placer *p, struct eg
     return rc;
 }
 
-/* Is node a (policy score sa) before node b (sb) in the replay's order
- * (egpu_placer_schedule)? A higher score first; among equal scores, the lower
- * egpu_hash_str of the name with the placer's seed. */
-static bool ranks_before(double sa, const char *a, double sb, const char *b, uint64_t seed)
-{
-    if (sa != sb)
-        return sa > sb;
-    return egpu_hash_str(a, seed) < egpu_hash_str(b, seed);
-}
-
 /* The index of the node first in the replay's order among the feasible
- * ones of v and names (n each), or SIZE_MAX when none is feasible. */
+ * ones of v and names (n each), or SIZE_MAX when none is feasible: the best
+ * score, and among equal scores the lowest egpu_hash_str of the name with
+ * seed, the earlier on equal hashes (egpu_placer_schedule's rule). A name is
+ * hashed only when it ties the best so far. */
 static size_t replay_choice(const struct egpu_verdict *v, const char *const *names, size_t n,
                             uint64_t seed)
 {
     size_t best = SIZE_MAX;
+    uint64_t best_rank = 0;
+    bool ranked = false; /* best_rank is best's */
 
-    for (size_t i = 0; i < n; i++)
-        if (v[i].ok && (best == SIZE_MAX ||
-                        ranks_before(v[i].score, names[i], v[best].score, names[best], seed)))
-            best = i;
+    for (size_t i = 0; i < n; i++) {
+        if (!v[i].ok || (best != SIZE_MAX && v[i].score < v[best].score))
+            continue;
+        if (best != SIZE_MAX && v[i].score == v[best].score) {
+            uint64_t rank = egpu_hash_str(names[i], seed);
+
+            if (!ranked)
+                best_rank = egpu_hash_str(names[best], seed);
+            ranked = true;
+            if (rank >= best_rank)
+                continue;
+            best_rank = rank;
+        } else {
+            ranked = false;
+        }
+        best = i;
+    }
     return best;
 }
 
