@@ -384,6 +384,91 @@ static void test_malformed_bodies(void **state)
 /* ------------------------------------------------------------------------ */
 /* Encoding                                                                  */
 
+/* prioritize's 10 goes to the node egpu_placer_schedule (the replay) picks,
+ * also among exact ties, which it breaks by a hash of the node name with the
+ * seed, not by the order of the list: 12 empty nodes (all tie), asked in two
+ * orders, then the same with two nodes made fuller (a tie between them), for
+ * two seeds. Every other node scores at most 9, and filter passes exactly
+ * the nodes tied for the best score. */
+static void test_ten_is_the_placers_choice(void **state)
+{
+    const long live = egpu_alloc_live(); /* whole test: nothing left behind */
+    enum { N = 12 };
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    char names[N][16];
+    const char *fwd[N], *rev[N];
+    struct egpu_pod_request req = {.cpu_milli = 1000, .mem_mib = 1024, .ncontainers = 1};
+
+    (void)state;
+    req.containers[0] =
+        (struct egpu_container_request){.core_milli = 300, .ncards = 1, .mem_mib = 1024};
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "tie-%02d", i);
+        fwd[i] = names[i];
+        rev[N - 1 - i] = names[i];
+        add_gpu_node(c, names[i], 1);
+    }
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) { /* two nodes fuller, tied with each other */
+            use_card(c, "f1", "tie-03", 40);
+            use_card(c, "f2", "tie-09", 40);
+        }
+        for (uint64_t seed = 1; seed <= 2; seed++) {
+            struct egpu_extender_ops ops = {.synced = yes};
+            struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_BINPACK,
+                                               .card_policy = EGPU_POLICY_BINPACK,
+                                               .seed = seed};
+            struct egpu_placer_config pc = {.node_policy = EGPU_POLICY_BINPACK,
+                                            .card_policy = EGPU_POLICY_BINPACK,
+                                            .seed = seed};
+            struct egpu_error err = {0};
+            struct egpu_extender *x = egpu_extender_new(&cfg, c, &ops, &err);
+            struct egpu_placer *p = egpu_placer_new(&pc, &err);
+            struct egpu_node *node = NULL;
+            struct egpu_pick pick;
+            char want[16];
+
+            assert_non_null(x);
+            assert_non_null(p);
+            assert_int_equal(egpu_placer_schedule(p, egpu_sched_cache_lock(c), &req, &node, &pick),
+                             0);
+            snprintf(want, sizeof(want), "%s", node->name);
+            egpu_sched_cache_unlock(c);
+            egpu_placer_free(p);
+            for (int order = 0; order < 2; order++) {
+                char *body = tu_extender_args(make_pod("p", 30, 1024), order ? rev : fwd, N, false);
+                json_t *out = call(egpu_extender_prioritize, x, body, 200);
+                json_t *fr = call(egpu_extender_filter, x, body, 200);
+                int tens = 0;
+
+                for (size_t i = 0; i < json_array_size(out); i++) {
+                    json_t *e = json_array_get(out, i);
+                    json_int_t sc = json_integer_value(json_object_get(e, "Score"));
+
+                    if (sc == 10) {
+                        tens++;
+                        assert_string_equal(json_string_value(json_object_get(e, "Host")), want);
+                    } else {
+                        assert_true(sc <= 9);
+                    }
+                }
+                assert_int_equal(tens, 1);
+                /* filter: all 12 tie in round 0; tie-03 and tie-09 in round 1. */
+                assert_int_equal(json_array_size(json_object_get(fr, "NodeNames")),
+                                 round == 0 ? N : 2);
+                if (round == 1)
+                    assert_true(strcmp(want, "tie-03") == 0 || strcmp(want, "tie-09") == 0);
+                json_decref(out);
+                json_decref(fr);
+                free(body);
+            }
+            egpu_extender_free(x);
+        }
+    }
+    egpu_sched_cache_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 static void test_odd_names_round_trip(void **state)
 {
     const long live = egpu_alloc_live(); /* whole test: nothing left behind */
@@ -1082,6 +1167,7 @@ int main(void)
         cmocka_unit_test(test_plist_matches_full_encoding),
         cmocka_unit_test(test_decode_fixtures),
         cmocka_unit_test(test_malformed_bodies),
+        cmocka_unit_test(test_ten_is_the_placers_choice),
         cmocka_unit_test(test_odd_names_round_trip),
         cmocka_unit_test(test_escape_every_position),
         cmocka_unit_test(test_nodelist_form),
