@@ -97,7 +97,7 @@ struct worker_launch {
     unsigned grid;
 };
 
-static CUresult worker_do_launch(const struct egpu_vcuda_launch *l)
+static CUresult worker_do_launch(const struct egpu__vcuda_launch *l)
 {
     const struct worker_launch *w = l->ctx;
 
@@ -107,7 +107,7 @@ static CUresult worker_do_launch(const struct egpu_vcuda_launch *l)
 /* The controller in this process (--inproc): as the interposer would start it. */
 static int worker_inproc_init(const struct bench_driver *d, unsigned core, unsigned limit)
 {
-    struct egpu_vcuda_throttle_config cfg = {
+    struct egpu__vcuda_throttle_config cfg = {
         .dir = getenv("EGPU_VCUDA_DIR"),
         .core_pct = core,
         .core_limit_pct = limit,
@@ -123,7 +123,7 @@ static int worker_inproc_init(const struct bench_driver *d, unsigned core, unsig
 
     for (int i = 0; i < EGPU_VCUDA_MAX_CARDS; i++)
         cfg.card_of_device[i] = i < 2 ? i : -1;
-    return egpu_vcuda_throttle_init(&cfg);
+    return egpu__vcuda_throttle_init(&cfg);
 }
 
 /* vcuda_share --worker START_NS UNTIL_NS GRID INPROC CORE LIMIT: launch from
@@ -137,7 +137,7 @@ static int worker_main(char **argv)
     bool inproc = strcmp(argv[3], "1") == 0;
     struct bench_driver d;
     struct worker_launch w = {.d = &d, .grid = grid};
-    struct egpu_vcuda_launch l;
+    struct egpu__vcuda_launch l;
     char err[256];
 
     egpu_log_set_component("vcuda_share");
@@ -154,15 +154,15 @@ static int worker_main(char **argv)
                         "(is libegpu-vcuda.so preloaded?)\n");
         return 1;
     }
-    l = (struct egpu_vcuda_launch){.blocks = grid,
-                                   .threads = 128,
-                                   .fn = d.fn,
-                                   .stream = d.stream,
-                                   .launch = worker_do_launch,
-                                   .ctx = &w};
+    l = (struct egpu__vcuda_launch){.blocks = grid,
+                                    .threads = 128,
+                                    .fn = d.fn,
+                                    .stream = d.stream,
+                                    .launch = worker_do_launch,
+                                    .ctx = &w};
     bench_sleep_until(start);
     while (bench_now_ns() < until) {
-        CUresult rc = inproc ? egpu_vcuda_throttle_launch(&l) : worker_do_launch(&l);
+        CUresult rc = inproc ? egpu__vcuda_throttle_launch(&l) : worker_do_launch(&l);
 
         if (rc != CUDA_SUCCESS) {
             fprintf(stderr, "vcuda_share worker: cuLaunchKernel: CUresult %d\n", rc);
@@ -173,9 +173,9 @@ static int worker_main(char **argv)
     (void)d.stream_sync(d.stream); /* the last launches finish before the process goes */
     printf("launches=%llu\n", (unsigned long long)launches);
     if (inproc && getenv("VCUDA_SHARE_STATS")) {
-        struct egpu_vcuda_throttle_stats st;
+        struct egpu__vcuda_throttle_stats st;
 
-        egpu_vcuda_throttle_stats(&st);
+        egpu__vcuda_throttle_stats(&st);
         fprintf(stderr,
                 "worker %d: launches=%llu sampled=%llu done=%llu lost=%llu bucket_sleeps=%llu "
                 "queue_sleeps=%llu queue_forced=%llu\n",

@@ -55,17 +55,17 @@ static int key_lookup(const char *key)
     return -1;
 }
 
-int egpu_vcuda_uuid_parse(const char *s, struct egpu_vcuda_uuid *out)
+int egpu__vcuda_uuid_parse(const char *s, struct egpu__vcuda_uuid *out)
 {
     return egpu_gpu_uuid_parse(s, out->b);
 }
 
-char *egpu_vcuda_uuid_format(const struct egpu_vcuda_uuid *u, char *buf)
+char *egpu__vcuda_uuid_format(const struct egpu__vcuda_uuid *u, char *buf)
 {
     return egpu_gpu_uuid_format(u->b, buf);
 }
 
-void egpu_vcuda_config_defaults(struct egpu_vcuda_config *cfg, const char *dir)
+void egpu__vcuda_config_defaults(struct egpu__vcuda_config *cfg, const char *dir)
 {
     memset(cfg, 0, sizeof(*cfg));
     snprintf(cfg->dir, sizeof(cfg->dir), "%s", dir ? dir : "");
@@ -100,10 +100,10 @@ static int parse_number(const char *key, const char *s, uint64_t lo, uint64_t hi
     return 0;
 }
 
-static int parse_gpus(struct egpu_vcuda_config *cfg, const char *key, const char *s,
+static int parse_gpus(struct egpu__vcuda_config *cfg, const char *key, const char *s,
                       struct egpu_error *err)
 {
-    struct egpu_vcuda_uuid gpus[EGPU_VCUDA_MAX_CARDS];
+    struct egpu__vcuda_uuid gpus[EGPU_VCUDA_MAX_CARDS];
     unsigned n = 0;
 
     while (1) {
@@ -120,7 +120,7 @@ static int parse_gpus(struct egpu_vcuda_config *cfg, const char *key, const char
                                   key);
         memcpy(one, s, len);
         one[len] = '\0';
-        if (egpu_vcuda_uuid_parse(one, &gpus[n]) != 0)
+        if (egpu__vcuda_uuid_parse(one, &gpus[n]) != 0)
             return egpu_error_set(err, -EINVAL,
                                   "%s: \"%s\" is not a GPU UUID (allowed a comma-separated list of "
                                   "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
@@ -140,8 +140,8 @@ static int parse_gpus(struct egpu_vcuda_config *cfg, const char *key, const char
     return 0;
 }
 
-int egpu_vcuda_config_set(struct egpu_vcuda_config *cfg, const char *key, const char *value,
-                          struct egpu_error *err)
+int egpu__vcuda_config_set(struct egpu__vcuda_config *cfg, const char *key, const char *value,
+                           struct egpu_error *err)
 {
     uint64_t v;
     int rc;
@@ -191,7 +191,7 @@ int egpu_vcuda_config_set(struct egpu_vcuda_config *cfg, const char *key, const 
     }
 }
 
-int egpu_vcuda_config_check(struct egpu_vcuda_config *cfg, struct egpu_error *err)
+int egpu__vcuda_config_check(struct egpu__vcuda_config *cfg, struct egpu_error *err)
 {
     if (cfg->core_limit_pct != 0 && !cfg->has_core)
         return egpu_error_set(err, -EINVAL, "EGPU_VCUDA_CORE_LIMIT=%u needs EGPU_VCUDA_CORE",
@@ -208,7 +208,7 @@ int egpu_vcuda_config_check(struct egpu_vcuda_config *cfg, struct egpu_error *er
     return 0;
 }
 
-void egpu_vcuda_config_fail_closed(struct egpu_vcuda_config *cfg)
+void egpu__vcuda_config_fail_closed(struct egpu__vcuda_config *cfg)
 {
     cfg->fail_closed = true;
     cfg->has_memory = true;
@@ -232,8 +232,8 @@ static void trim(const char **b, const char **e)
         (*e)--;
 }
 
-int egpu_vcuda_config_parse(struct egpu_vcuda_config *cfg, const char *text, size_t len,
-                            const char *path, struct egpu_error *err)
+int egpu__vcuda_config_parse(struct egpu__vcuda_config *cfg, const char *text, size_t len,
+                             const char *path, struct egpu_error *err)
 {
     bool seen[K_COUNT] = {false};
     const char *p = text, *end = text + len;
@@ -292,7 +292,7 @@ int egpu_vcuda_config_parse(struct egpu_vcuda_config *cfg, const char *text, siz
                 rc = egpu_error_set(err, -EINVAL, "%s line %u: %s: set twice", path, line, key);
             continue; /* keep parsing: a later valid EGPU_VCUDA_GPUS still counts */
         }
-        if (egpu_vcuda_config_set(cfg, key, value, &one) != 0) {
+        if (egpu__vcuda_config_set(cfg, key, value, &one) != 0) {
             if (rc == 0)
                 rc = egpu_error_set(err, one.code, "%s line %u: %s", path, line, one.msg);
             continue;
@@ -306,7 +306,7 @@ int egpu_vcuda_config_parse(struct egpu_vcuda_config *cfg, const char *text, siz
                               "%s: %s missing (the file is truncated or incomplete; it must set "
                               "EGPU_VCUDA_MEMORY_MIB and EGPU_VCUDA_CORE)",
                               path, !seen[K_MEMORY] ? key_names[K_MEMORY] : key_names[K_CORE]);
-    rc = egpu_vcuda_config_check(cfg, err);
+    rc = egpu__vcuda_config_check(cfg, err);
     if (rc)
         return egpu_error_prefix(err, rc, "%s", path);
     return 0;
@@ -375,7 +375,7 @@ static const char *env_get(char *const *envp, const char *name)
 
 /* Load <dir>/vcuda.conf. Returns 1 when it exists and is valid, 0 when there
  * is none, or a negative errno for a broken one (err set, cfg failed closed). */
-static int load_file(struct egpu_vcuda_config *cfg, const char *dir, struct egpu_error *err)
+static int load_file(struct egpu__vcuda_config *cfg, const char *dir, struct egpu_error *err)
 {
     static char text[EGPU_VCUDA_CONF_MAX_BYTES]; /* loading runs once, under pthread_once */
     char path[PATH_MAX];
@@ -387,7 +387,7 @@ static int load_file(struct egpu_vcuda_config *cfg, const char *dir, struct egpu
     len = read_file(path, text, sizeof(text));
     if (len == -ENOENT || len == -ENOTDIR)
         return 0;
-    egpu_vcuda_config_defaults(cfg, dir);
+    egpu__vcuda_config_defaults(cfg, dir);
     cfg->source = EGPU_VCUDA_SRC_FILE;
     if (len == -EFBIG)
         rc = egpu_error_set(err, -EFBIG, "%s: corrupted (larger than %d bytes)", path,
@@ -397,9 +397,9 @@ static int load_file(struct egpu_vcuda_config *cfg, const char *dir, struct egpu
     else if (len < 0)
         rc = egpu_error_set(err, (int)len, "%s: unreadable: %s", path, strerror((int)-len));
     else
-        rc = egpu_vcuda_config_parse(cfg, text, (size_t)len, path, err);
+        rc = egpu__vcuda_config_parse(cfg, text, (size_t)len, path, err);
     if (rc) {
-        egpu_vcuda_config_fail_closed(cfg);
+        egpu__vcuda_config_fail_closed(cfg);
         return egpu_error_prefix(err, rc,
                                  "bad configuration, failing closed (memory limit 0 MiB on %s)",
                                  cfg->ngpus ? "the configured cards" : "every card");
@@ -409,7 +409,7 @@ static int load_file(struct egpu_vcuda_config *cfg, const char *dir, struct egpu
 
 /* cfg->region_dir: <cfg->dir>/shared when that is a directory (not a
  * link), else cfg->dir. */
-static void pick_region_dir(struct egpu_vcuda_config *cfg)
+static void pick_region_dir(struct egpu__vcuda_config *cfg)
 {
     char sub[PATH_MAX];
     struct stat st;
@@ -423,11 +423,11 @@ static void pick_region_dir(struct egpu_vcuda_config *cfg)
         memcpy(cfg->region_dir, sub, (size_t)w + 1);
 }
 
-static int load(struct egpu_vcuda_config *cfg, const char *default_dir, char *const *envp,
+static int load(struct egpu__vcuda_config *cfg, const char *default_dir, char *const *envp,
                 struct egpu_error *err);
 
-int egpu_vcuda_config_load(struct egpu_vcuda_config *cfg, const char *default_dir,
-                           char *const *envp, struct egpu_error *err)
+int egpu__vcuda_config_load(struct egpu__vcuda_config *cfg, const char *default_dir,
+                            char *const *envp, struct egpu_error *err)
 {
     int rc = load(cfg, default_dir, envp, err);
 
@@ -435,13 +435,13 @@ int egpu_vcuda_config_load(struct egpu_vcuda_config *cfg, const char *default_di
     return rc;
 }
 
-static int load(struct egpu_vcuda_config *cfg, const char *default_dir, char *const *envp,
+static int load(struct egpu__vcuda_config *cfg, const char *default_dir, char *const *envp,
                 struct egpu_error *err)
 {
     const char *dir = env_get(envp, "EGPU_VCUDA_DIR");
     int rc;
 
-    egpu_vcuda_config_defaults(cfg, default_dir);
+    egpu__vcuda_config_defaults(cfg, default_dir);
     if (default_dir && default_dir[0]) {
         rc = load_file(cfg, default_dir, err);
         if (rc != 0)
@@ -452,7 +452,7 @@ static int load(struct egpu_vcuda_config *cfg, const char *default_dir, char *co
         if (rc != 0)
             return rc < 0 ? rc : 0;
     }
-    egpu_vcuda_config_defaults(cfg, dir && dir[0] ? dir : default_dir);
+    egpu__vcuda_config_defaults(cfg, dir && dir[0] ? dir : default_dir);
     rc = 0;
     for (char *const *e = envp; e && *e; e++) {
         char key[64];
@@ -469,16 +469,16 @@ static int load(struct egpu_vcuda_config *cfg, const char *default_dir, char *co
         if (strcmp(key, "EGPU_VCUDA_DIR") == 0)
             continue;
         cfg->source = EGPU_VCUDA_SRC_ENV;
-        if (egpu_vcuda_config_set(cfg, key, eq + 1, &one) != 0 && rc == 0)
+        if (egpu__vcuda_config_set(cfg, key, eq + 1, &one) != 0 && rc == 0)
             rc = egpu_error_set(err, one.code, "environment: %s", one.msg);
     }
     if (rc == 0) {
-        rc = egpu_vcuda_config_check(cfg, err);
+        rc = egpu__vcuda_config_check(cfg, err);
         if (rc)
             egpu_error_prefix(err, rc, "environment");
     }
     if (rc) {
-        egpu_vcuda_config_fail_closed(cfg);
+        egpu__vcuda_config_fail_closed(cfg);
         return egpu_error_prefix(err, rc,
                                  "bad configuration, failing closed (memory limit 0 MiB on %s)",
                                  cfg->ngpus ? "the configured cards" : "every card");
@@ -488,8 +488,8 @@ static int load(struct egpu_vcuda_config *cfg, const char *default_dir, char *co
     return 0;
 }
 
-int egpu_vcuda_config_gpu_index(const struct egpu_vcuda_config *cfg,
-                                const struct egpu_vcuda_uuid *u)
+int egpu__vcuda_config_gpu_index(const struct egpu__vcuda_config *cfg,
+                                 const struct egpu__vcuda_uuid *u)
 {
     for (unsigned i = 0; i < cfg->ngpus; i++) {
         if (memcmp(&cfg->gpus[i], u, sizeof(*u)) == 0)
@@ -498,7 +498,8 @@ int egpu_vcuda_config_gpu_index(const struct egpu_vcuda_config *cfg,
     return -1;
 }
 
-bool egpu_vcuda_config_covers(const struct egpu_vcuda_config *cfg, const struct egpu_vcuda_uuid *u)
+bool egpu__vcuda_config_covers(const struct egpu__vcuda_config *cfg,
+                               const struct egpu__vcuda_uuid *u)
 {
-    return cfg->ngpus == 0 || egpu_vcuda_config_gpu_index(cfg, u) >= 0;
+    return cfg->ngpus == 0 || egpu__vcuda_config_gpu_index(cfg, u) >= 0;
 }

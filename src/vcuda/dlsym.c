@@ -38,7 +38,7 @@ static dlsym_fn real_dlsym_fn(void)
     return f;
 }
 
-void *egpu_vcuda_real_dlsym(void *handle, const char *name)
+void *egpu__vcuda_real_dlsym(void *handle, const char *name)
 {
     dlsym_fn f = real_dlsym_fn();
 
@@ -48,11 +48,11 @@ void *egpu_vcuda_real_dlsym(void *handle, const char *name)
 EGPU_VCUDA_EXPORT void *dlsym(void *handle, const char *name)
 {
     dlsym_fn f = real_dlsym_fn();
-    const struct egpu_vcuda_hook *h;
+    const struct egpu__vcuda_hook *h;
 
     if (f == NULL)
         return NULL;
-    if ((h = egpu_vcuda_hook_find(name)) != NULL)
+    if ((h = egpu__vcuda_hook_find(name)) != NULL)
         return f(handle, name) != NULL ? h->wrapper : NULL;
     return f(handle, name); /* a tail call: see DESIGN above */
 }

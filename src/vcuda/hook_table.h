@@ -6,7 +6,7 @@
  * cuLaunchKernel_ptsz). From this one list come:
  *   - the wrapper: a function of the same name in memory.c, launch.c or
  *     hooks.c (the prototype from egpu/cuda_abi.h or nvml_abi.h);
- *   - the slot holding the real entry point (struct egpu_vcuda_real, hooks.h);
+ *   - the slot holding the real entry point (struct egpu__vcuda_real, hooks.h);
  *   - the name -> wrapper table that dlsym and cuGetProcAddress use (hooks.c);
  *   - the linker version script (exports.map.in): the library exports these
  *     names and dlsym, nothing else.

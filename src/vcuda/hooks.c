@@ -42,13 +42,13 @@
 
 extern char **environ;
 
-struct egpu_vcuda_real egpu_vcuda_real;
-struct egpu_vcuda_helpers egpu_vcuda_helpers;
-struct egpu_vcuda_state egpu_vcuda_state;
+struct egpu__vcuda_real egpu__vcuda_real;
+struct egpu__vcuda_helpers egpu__vcuda_helpers;
+struct egpu__vcuda_state egpu__vcuda_state;
 
-static const struct egpu_vcuda_hook hooks[] = {
+static const struct egpu__vcuda_hook hooks[] = {
 #define EGPU_VCUDA_ROW(lib, name) \
-    {#name, EGPU_VCUDA_LIB_##lib, (void *)name, &egpu_vcuda_real.name},
+    {#name, EGPU_VCUDA_LIB_##lib, (void *)name, &egpu__vcuda_real.name},
     EGPU_VCUDA_HOOKS(EGPU_VCUDA_ROW)
 #undef EGPU_VCUDA_ROW
 };
@@ -64,7 +64,7 @@ static void *cuda_lib, *nvml_lib;
 static bool any_limit;
 static pthread_mutex_t devices_mu = PTHREAD_MUTEX_INITIALIZER;
 
-const struct egpu_vcuda_hook *egpu_vcuda_hook_find(const char *name)
+const struct egpu__vcuda_hook *egpu__vcuda_hook_find(const char *name)
 {
     /* All hooked names start "cu" or "nvml": most lookups leave at once. */
     if (name[0] != 'c' && name[0] != 'n')
@@ -89,32 +89,32 @@ static void set_component(void)
 static void atfork_prepare(void)
 {
     pthread_mutex_lock(&devices_mu);
-    egpu_vcuda_memory_atfork_prepare();
-    egpu_vcuda_region_atfork_prepare(egpu_vcuda_state.region);
+    egpu__vcuda_memory_atfork_prepare();
+    egpu__vcuda_region_atfork_prepare(egpu__vcuda_state.region);
 }
 
 static void atfork_parent(void)
 {
-    egpu_vcuda_region_atfork_parent(egpu_vcuda_state.region);
-    egpu_vcuda_memory_atfork_parent();
+    egpu__vcuda_region_atfork_parent(egpu__vcuda_state.region);
+    egpu__vcuda_memory_atfork_parent();
     pthread_mutex_unlock(&devices_mu);
 }
 
 static void atfork_child(void)
 {
     set_component();
-    egpu_vcuda_region_atfork_child(egpu_vcuda_state.region);
-    egpu_vcuda_memory_atfork_child();
+    egpu__vcuda_region_atfork_child(egpu__vcuda_state.region);
+    egpu__vcuda_memory_atfork_child();
     pthread_mutex_unlock(&devices_mu);
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
-    egpu_vcuda_throttle_atfork_child();
+    egpu__vcuda_throttle_atfork_child();
 #endif
 }
 
 static void config_init(void)
 {
-    struct egpu_vcuda_state *st = &egpu_vcuda_state;
-    struct egpu_vcuda_config *cfg = &st->cfg;
+    struct egpu__vcuda_state *st = &egpu__vcuda_state;
+    struct egpu__vcuda_config *cfg = &st->cfg;
     struct egpu_error err = {0};
     int rc;
 
@@ -123,7 +123,7 @@ static void config_init(void)
     egpu_log_level = EGPU_LOG_WARN;
     for (int i = 0; i < EGPU_VCUDA_MAX_CARDS; i++)
         st->dev_card[i] = -1;
-    rc = egpu_vcuda_config_load(cfg, EGPU_VCUDA_DEFAULT_DIR, environ, &err);
+    rc = egpu__vcuda_config_load(cfg, EGPU_VCUDA_DEFAULT_DIR, environ, &err);
     egpu_log_level = cfg->log_level;
     if (rc)
         egpu_log(EGPU_LOG_ERROR, "%s", err.msg);
@@ -132,7 +132,7 @@ static void config_init(void)
     st->limit_bytes = cfg->memory_mib << 20;
     st->ctx_bytes = cfg->context_mib << 20;
     if (st->memory) {
-        rc = egpu_vcuda_region_open(&st->region, cfg->region_dir, &err);
+        rc = egpu__vcuda_region_open(&st->region, cfg->region_dir, &err);
         if (rc) {
             /* No region private to the process instead: N processes would
              * get N times the limit (a link planted at the file's name was
@@ -153,7 +153,7 @@ static void config_init(void)
             char u[EGPU_VCUDA_UUID_STR_MAX];
 
             used += (size_t)snprintf(gpus + used, sizeof(gpus) - used, "%s%s", i ? "," : "",
-                                     egpu_vcuda_uuid_format(&cfg->gpus[i], u));
+                                     egpu__vcuda_uuid_format(&cfg->gpus[i], u));
         }
         char memory[32];
 
@@ -173,7 +173,7 @@ static void config_init(void)
     atomic_store_explicit(&config_done, true, memory_order_release);
 }
 
-bool egpu_vcuda_config_ready(void)
+bool egpu__vcuda_config_ready(void)
 {
     if (!atomic_load_explicit(&config_done, memory_order_acquire)) {
         if (in_init)
@@ -186,7 +186,7 @@ bool egpu_vcuda_config_ready(void)
 /* Resolve name in lib with the real dlsym; NULL when absent. */
 static void *resolve(void *lib, const char *name)
 {
-    return lib ? egpu_vcuda_real_dlsym(lib, name) : NULL;
+    return lib ? egpu__vcuda_real_dlsym(lib, name) : NULL;
 }
 
 static void resolve_lib(void *lib, int which)
@@ -198,13 +198,13 @@ static void resolve_lib(void *lib, int which)
 }
 
 #define HELPER(field, lib, name) \
-    (egpu_vcuda_helpers.field = (__typeof__(egpu_vcuda_helpers.field))resolve((lib), (name)))
+    (egpu__vcuda_helpers.field = (__typeof__(egpu__vcuda_helpers.field))resolve((lib), (name)))
 
 static void cuda_init(void)
 {
     void *lib;
 
-    (void)egpu_vcuda_config_ready();
+    (void)egpu__vcuda_config_ready();
     in_init = true;
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL)
@@ -227,7 +227,7 @@ static void cuda_init(void)
     atomic_store_explicit(&cuda_done, true, memory_order_release);
 }
 
-bool egpu_vcuda_cuda(void)
+bool egpu__vcuda_cuda(void)
 {
     if (!atomic_load_explicit(&cuda_done, memory_order_acquire)) {
         if (in_init)
@@ -241,7 +241,7 @@ static void nvml_init(void)
 {
     void *lib;
 
-    (void)egpu_vcuda_config_ready();
+    (void)egpu__vcuda_config_ready();
     in_init = true;
     lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL)
@@ -253,7 +253,7 @@ static void nvml_init(void)
     atomic_store_explicit(&nvml_done, true, memory_order_release);
 }
 
-bool egpu_vcuda_nvml(void)
+bool egpu__vcuda_nvml(void)
 {
     if (!atomic_load_explicit(&nvml_done, memory_order_acquire)) {
         if (in_init)
@@ -266,9 +266,9 @@ bool egpu_vcuda_nvml(void)
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
 static void throttle_start(const int *throttle_card, unsigned cards)
 {
-    const struct egpu_vcuda_config *cfg = &egpu_vcuda_state.cfg;
-    const struct egpu_vcuda_helpers *h = &egpu_vcuda_helpers;
-    struct egpu_vcuda_throttle_config tc = {
+    const struct egpu__vcuda_config *cfg = &egpu__vcuda_state.cfg;
+    const struct egpu__vcuda_helpers *h = &egpu__vcuda_helpers;
+    struct egpu__vcuda_throttle_config tc = {
         .dir = cfg->region_dir,
         .core_pct = cfg->core_pct,
         .core_limit_pct = cfg->core_limit_pct,
@@ -276,8 +276,8 @@ static void throttle_start(const int *throttle_card, unsigned cards)
         .fns = {h->ctx_get_device, h->event_create, h->event_record, h->event_query,
                 h->event_elapsed_time, h->event_destroy, h->ctx_get_current,
                 h->exchange_capture_mode, h->stream_is_capturing},
-        .watch = egpu_vcuda_sigbus_watch,
-        .unwatch = egpu_vcuda_sigbus_unwatch,
+        .watch = egpu__vcuda_sigbus_watch,
+        .unwatch = egpu__vcuda_sigbus_unwatch,
     };
 
     for (int i = 0; i < EGPU_VCUDA_MAX_CARDS; i++)
@@ -291,21 +291,21 @@ static void throttle_start(const int *throttle_card, unsigned cards)
         egpu_log(EGPU_LOG_ERROR, "compute limit off: libcuda.so.1 lacks the event calls it needs");
         return;
     }
-    (void)egpu_vcuda_throttle_init(&tc); /* logs its own errors; throttling stays off */
+    (void)egpu__vcuda_throttle_init(&tc); /* logs its own errors; throttling stays off */
 }
 #endif /* EGPU_VCUDA_HAVE_THROTTLE */
 
-void egpu_vcuda_devices_setup(void)
+void egpu__vcuda_devices_setup(void)
 {
-    struct egpu_vcuda_state *st = &egpu_vcuda_state;
-    const struct egpu_vcuda_helpers *h = &egpu_vcuda_helpers;
+    struct egpu__vcuda_state *st = &egpu__vcuda_state;
+    const struct egpu__vcuda_helpers *h = &egpu__vcuda_helpers;
     int throttle_card[EGPU_VCUDA_MAX_CARDS];
     unsigned limited = 0;
     int count = 0;
 
     if (atomic_load_explicit(&st->devices_ready, memory_order_acquire))
         return;
-    if (!egpu_vcuda_cuda() || !any_limit)
+    if (!egpu__vcuda_cuda() || !any_limit)
         return;
     pthread_mutex_lock(&devices_mu);
     if (atomic_load_explicit(&st->devices_ready, memory_order_relaxed))
@@ -316,7 +316,7 @@ void egpu_vcuda_devices_setup(void)
     for (int i = 0; i < EGPU_VCUDA_MAX_CARDS; i++)
         throttle_card[i] = -1;
     for (int i = 0; i < count; i++) {
-        struct egpu_vcuda_uuid u;
+        struct egpu__vcuda_uuid u;
         char text[EGPU_VCUDA_UUID_STR_MAX];
         CUuuid cu;
         CUdevice dev;
@@ -333,16 +333,16 @@ void egpu_vcuda_devices_setup(void)
             continue;
         }
         memcpy(u.b, cu.bytes, sizeof(u.b));
-        egpu_vcuda_uuid_format(&u, text);
-        if (!egpu_vcuda_config_covers(&st->cfg, &u)) {
+        egpu__vcuda_uuid_format(&u, text);
+        if (!egpu__vcuda_config_covers(&st->cfg, &u)) {
             egpu_log(EGPU_LOG_INFO, "device %d %s: not in EGPU_VCUDA_GPUS: not limited", i, text);
             continue;
         }
         throttle_card[dev] =
-            st->cfg.ngpus ? egpu_vcuda_config_gpu_index(&st->cfg, &u) : (int)limited;
+            st->cfg.ngpus ? egpu__vcuda_config_gpu_index(&st->cfg, &u) : (int)limited;
         limited++;
         if (st->memory &&
-            (st->region == NULL || egpu_vcuda_region_card(st->region, &u, &card) != 0))
+            (st->region == NULL || egpu__vcuda_region_card(st->region, &u, &card) != 0))
             card = EGPU_VCUDA_CARD_CLOSED; /* limited but cannot be counted */
         st->dev_card[dev] = st->memory ? card : -1;
         egpu_log(EGPU_LOG_INFO, "device %d %s: limited memory_card=%d compute_card=%d", i, text,
@@ -359,24 +359,24 @@ out:
     pthread_mutex_unlock(&devices_mu);
 }
 
-int egpu_vcuda_device_card(CUdevice dev)
+int egpu__vcuda_device_card(CUdevice dev)
 {
-    egpu_vcuda_devices_setup();
+    egpu__vcuda_devices_setup();
     if (dev < 0 || dev >= EGPU_VCUDA_MAX_CARDS ||
-        !atomic_load_explicit(&egpu_vcuda_state.devices_ready, memory_order_acquire))
+        !atomic_load_explicit(&egpu__vcuda_state.devices_ready, memory_order_acquire))
         return -1;
-    return egpu_vcuda_state.dev_card[dev];
+    return egpu__vcuda_state.dev_card[dev];
 }
 
 EGPU_VCUDA_EXPORT CUresult cuInit(unsigned int flags)
 {
     CUresult r;
 
-    if (!egpu_vcuda_cuda() || EGPU_VCUDA_REAL(cuInit) == NULL)
+    if (!egpu__vcuda_cuda() || EGPU_VCUDA_REAL(cuInit) == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     r = EGPU_VCUDA_REAL(cuInit)(flags);
     if (r == CUDA_SUCCESS)
-        egpu_vcuda_devices_setup();
+        egpu__vcuda_devices_setup();
     return r;
 }
 
@@ -398,7 +398,7 @@ EGPU_VCUDA_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int 
 {
     CUresult r;
 
-    if (!egpu_vcuda_cuda() || EGPU_VCUDA_REAL(cuGetProcAddress) == NULL)
+    if (!egpu__vcuda_cuda() || EGPU_VCUDA_REAL(cuGetProcAddress) == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     r = EGPU_VCUDA_REAL(cuGetProcAddress)(symbol, pfn, cuda_version, flags);
     if (r == CUDA_SUCCESS && pfn != NULL)
@@ -412,7 +412,7 @@ EGPU_VCUDA_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, i
 {
     CUresult r;
 
-    if (!egpu_vcuda_cuda() || EGPU_VCUDA_REAL(cuGetProcAddress_v2) == NULL)
+    if (!egpu__vcuda_cuda() || EGPU_VCUDA_REAL(cuGetProcAddress_v2) == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     r = EGPU_VCUDA_REAL(cuGetProcAddress_v2)(symbol, pfn, cuda_version, flags, status);
     if (r == CUDA_SUCCESS && pfn != NULL)
@@ -424,6 +424,6 @@ EGPU_VCUDA_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, i
  * that is killed is reclaimed instead). */
 __attribute__((destructor)) static void vcuda_fini(void)
 {
-    if (atomic_load_explicit(&config_done, memory_order_acquire) && egpu_vcuda_state.region)
-        egpu_vcuda_region_leave(egpu_vcuda_state.region);
+    if (atomic_load_explicit(&config_done, memory_order_acquire) && egpu__vcuda_state.region)
+        egpu__vcuda_region_leave(egpu__vcuda_state.region);
 }

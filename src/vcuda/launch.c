@@ -4,12 +4,12 @@
  * cuLaunchGrid and cuLaunchGridAsync) and graphs (cuGraphLaunch, _ptsz).
  *
  * DESIGN: the fast path, taken whenever the compute limit is not
- * throttling, is one relaxed atomic load of egpu_vcuda_throttle_active and
+ * throttling, is one relaxed atomic load of egpu__vcuda_throttle_active and
  * one relaxed load of the real entry point, then a tail call: no lock, no
  * allocation, no other call. Otherwise the launch goes through the
  * controller as src/vcuda/throttle.h lays down: the wrapper describes the
- * launch in a struct egpu_vcuda_launch whose launch callback makes the real
- * call with the wrapper's own arguments, and egpu_vcuda_throttle_launch
+ * launch in a struct egpu__vcuda_launch whose launch callback makes the real
+ * call with the wrapper's own arguments, and egpu__vcuda_throttle_launch
  * admits it (sleeping while the container is over its share) and calls it
  * exactly once. The slow paths are kept out of line so the fast path stays
  * small.
@@ -50,7 +50,7 @@
 #endif
 
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
-#define THROTTLING() atomic_load_explicit(&egpu_vcuda_throttle_active, memory_order_relaxed)
+#define THROTTLING() atomic_load_explicit(&egpu__vcuda_throttle_active, memory_order_relaxed)
 #else
 #define THROTTLING() false
 #endif
@@ -104,7 +104,7 @@ struct grid_args {
 };
 
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
-static CUresult call_coop(const struct egpu_vcuda_launch *l)
+static CUresult call_coop(const struct egpu__vcuda_launch *l)
 {
     const struct coop_args *a = l->ctx;
 
@@ -112,7 +112,7 @@ static CUresult call_coop(const struct egpu_vcuda_launch *l)
                    a->shared_bytes, a->stream, a->params);
 }
 
-static CUresult call_multi(const struct egpu_vcuda_launch *l)
+static CUresult call_multi(const struct egpu__vcuda_launch *l)
 {
     const struct multi_args *a = l->ctx;
 
@@ -143,12 +143,12 @@ static CUresult call_grid_real(const struct grid_args *a)
 }
 
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
-static CUresult call_grid(const struct egpu_vcuda_launch *l)
+static CUresult call_grid(const struct egpu__vcuda_launch *l)
 {
     return call_grid_real(l->ctx);
 }
 
-static CUresult call_kernel(const struct egpu_vcuda_launch *l)
+static CUresult call_kernel(const struct egpu__vcuda_launch *l)
 {
     const struct kernel_args *a = l->ctx;
 
@@ -156,14 +156,14 @@ static CUresult call_kernel(const struct egpu_vcuda_launch *l)
                    a->shared_bytes, a->stream, a->params, a->extra);
 }
 
-static CUresult call_kernel_ex(const struct egpu_vcuda_launch *l)
+static CUresult call_kernel_ex(const struct egpu__vcuda_launch *l)
 {
     const struct kernel_ex_args *a = l->ctx;
 
     return a->real(a->config, a->fn, a->params, a->extra);
 }
 
-static CUresult call_graph(const struct egpu_vcuda_launch *l)
+static CUresult call_graph(const struct egpu__vcuda_launch *l)
 {
     const struct graph_args *a = l->ctx;
 
@@ -176,7 +176,7 @@ static NOINLINE CUresult launch_slow(struct kernel_args *a, bool per_thread)
 {
     a->real = per_thread ? EGPU_VCUDA_REAL(cuLaunchKernel_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernel);
     if (a->real == NULL) {
-        if (!egpu_vcuda_cuda())
+        if (!egpu__vcuda_cuda())
             return CUDA_ERROR_NOT_INITIALIZED;
         a->real =
             per_thread ? EGPU_VCUDA_REAL(cuLaunchKernel_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernel);
@@ -185,7 +185,7 @@ static NOINLINE CUresult launch_slow(struct kernel_args *a, bool per_thread)
     }
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
     if (THROTTLING()) {
-        struct egpu_vcuda_launch l = {
+        struct egpu__vcuda_launch l = {
             .blocks = (uint64_t)a->grid[0] * a->grid[1] * a->grid[2],
             .threads = (uint64_t)a->block[0] * a->block[1] * a->block[2],
             .fn = a->fn,
@@ -195,7 +195,7 @@ static NOINLINE CUresult launch_slow(struct kernel_args *a, bool per_thread)
             .per_thread = per_thread,
         };
 
-        return egpu_vcuda_throttle_launch(&l);
+        return egpu__vcuda_throttle_launch(&l);
     }
 #endif
     return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
@@ -207,7 +207,7 @@ static NOINLINE CUresult launch_ex_slow(struct kernel_ex_args *a, bool per_threa
     a->real =
         per_thread ? EGPU_VCUDA_REAL(cuLaunchKernelEx_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernelEx);
     if (a->real == NULL) {
-        if (!egpu_vcuda_cuda())
+        if (!egpu__vcuda_cuda())
             return CUDA_ERROR_NOT_INITIALIZED;
         a->real =
             per_thread ? EGPU_VCUDA_REAL(cuLaunchKernelEx_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernelEx);
@@ -217,7 +217,7 @@ static NOINLINE CUresult launch_ex_slow(struct kernel_ex_args *a, bool per_threa
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
     if (THROTTLING() && a->config != NULL) {
         const CUlaunchConfig *c = a->config;
-        struct egpu_vcuda_launch l = {
+        struct egpu__vcuda_launch l = {
             .blocks = (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ,
             .threads = (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ,
             .fn = a->fn,
@@ -227,7 +227,7 @@ static NOINLINE CUresult launch_ex_slow(struct kernel_ex_args *a, bool per_threa
             .per_thread = per_thread,
         };
 
-        return egpu_vcuda_throttle_launch(&l);
+        return egpu__vcuda_throttle_launch(&l);
     }
 #endif
     return a->real(a->config, a->fn, a->params, a->extra);
@@ -240,7 +240,7 @@ static NOINLINE CUresult graph_slow(CUgraphExec exec, CUstream stream, bool per_
                            exec, stream};
 
     if (a.real == NULL) {
-        if (!egpu_vcuda_cuda())
+        if (!egpu__vcuda_cuda())
             return CUDA_ERROR_NOT_INITIALIZED;
         a.real = per_thread ? EGPU_VCUDA_REAL(cuGraphLaunch_ptsz) : EGPU_VCUDA_REAL(cuGraphLaunch);
         if (a.real == NULL)
@@ -248,7 +248,7 @@ static NOINLINE CUresult graph_slow(CUgraphExec exec, CUstream stream, bool per_
     }
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
     if (THROTTLING()) {
-        struct egpu_vcuda_launch l = {
+        struct egpu__vcuda_launch l = {
             .blocks = 1,
             .threads = 0,
             .fn = (CUfunction)(void *)exec,
@@ -258,7 +258,7 @@ static NOINLINE CUresult graph_slow(CUgraphExec exec, CUstream stream, bool per_
             .per_thread = per_thread,
         };
 
-        return egpu_vcuda_throttle_launch(&l);
+        return egpu__vcuda_throttle_launch(&l);
     }
 #endif
     return a.real(exec, stream);
@@ -269,7 +269,7 @@ static NOINLINE CUresult coop_slow(struct coop_args *a, bool per_thread)
     a->real = per_thread ? EGPU_VCUDA_REAL(cuLaunchCooperativeKernel_ptsz)
                          : EGPU_VCUDA_REAL(cuLaunchCooperativeKernel);
     if (a->real == NULL) {
-        if (!egpu_vcuda_cuda())
+        if (!egpu__vcuda_cuda())
             return CUDA_ERROR_NOT_INITIALIZED;
         a->real = per_thread ? EGPU_VCUDA_REAL(cuLaunchCooperativeKernel_ptsz)
                              : EGPU_VCUDA_REAL(cuLaunchCooperativeKernel);
@@ -278,7 +278,7 @@ static NOINLINE CUresult coop_slow(struct coop_args *a, bool per_thread)
     }
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
     if (THROTTLING()) {
-        struct egpu_vcuda_launch l = {
+        struct egpu__vcuda_launch l = {
             .blocks = (uint64_t)a->grid[0] * a->grid[1] * a->grid[2],
             .threads = (uint64_t)a->block[0] * a->block[1] * a->block[2],
             .fn = a->fn,
@@ -288,7 +288,7 @@ static NOINLINE CUresult coop_slow(struct coop_args *a, bool per_thread)
             .per_thread = per_thread,
         };
 
-        return egpu_vcuda_throttle_launch(&l);
+        return egpu__vcuda_throttle_launch(&l);
     }
 #endif
     return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
@@ -302,7 +302,7 @@ static NOINLINE CUresult multi_slow(CUDA_LAUNCH_PARAMS *list, unsigned int num_d
                            flags};
 
     if (a.real == NULL) {
-        if (!egpu_vcuda_cuda())
+        if (!egpu__vcuda_cuda())
             return CUDA_ERROR_NOT_INITIALIZED;
         a.real = EGPU_VCUDA_REAL(cuLaunchCooperativeKernelMultiDevice);
         if (a.real == NULL)
@@ -311,7 +311,7 @@ static NOINLINE CUresult multi_slow(CUDA_LAUNCH_PARAMS *list, unsigned int num_d
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
     if (THROTTLING() && list != NULL && num_devices == 1) {
         const CUDA_LAUNCH_PARAMS *p = &list[0];
-        struct egpu_vcuda_launch l = {
+        struct egpu__vcuda_launch l = {
             .blocks = (uint64_t)p->gridDimX * p->gridDimY * p->gridDimZ,
             .threads = (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ,
             .fn = p->function,
@@ -320,7 +320,7 @@ static NOINLINE CUresult multi_slow(CUDA_LAUNCH_PARAMS *list, unsigned int num_d
             .ctx = &a,
         };
 
-        return egpu_vcuda_throttle_launch(&l);
+        return egpu__vcuda_throttle_launch(&l);
     }
     if (THROTTLING() && list != NULL && num_devices > 1) {
         static atomic_flag warned = ATOMIC_FLAG_INIT;
@@ -339,13 +339,13 @@ static NOINLINE CUresult multi_slow(CUDA_LAUNCH_PARAMS *list, unsigned int num_d
 
 static NOINLINE CUresult grid_slow(struct grid_args *a)
 {
-    if (!egpu_vcuda_cuda())
+    if (!egpu__vcuda_cuda())
         return CUDA_ERROR_NOT_INITIALIZED;
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
     if (THROTTLING()) {
         uint64_t w = a->which == 0 ? 1 : (uint64_t)(a->width > 0 ? a->width : 0);
         uint64_t h = a->which == 0 ? 1 : (uint64_t)(a->height > 0 ? a->height : 0);
-        struct egpu_vcuda_launch l = {
+        struct egpu__vcuda_launch l = {
             .blocks = w * h,
             .threads = 0, /* cuFuncSetBlockShape's, not seen here */
             .fn = a->fn,
@@ -354,7 +354,7 @@ static NOINLINE CUresult grid_slow(struct grid_args *a)
             .ctx = a,
         };
 
-        return egpu_vcuda_throttle_launch(&l);
+        return egpu__vcuda_throttle_launch(&l);
     }
 #endif
     return call_grid_real(a);

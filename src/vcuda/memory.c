@@ -43,25 +43,25 @@
 
 static pthread_mutex_t track_mu = PTHREAD_MUTEX_INITIALIZER; /* objects */
 static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;   /* primary contexts */
-static struct egpu_vcuda_track objects;
+static struct egpu__vcuda_track objects;
 static unsigned primary_refs[EGPU_VCUDA_MAX_CARDS]; /* by CUdevice */
 static CUcontext primary_ctx[EGPU_VCUDA_MAX_CARDS];
 
-void egpu_vcuda_memory_atfork_prepare(void)
+void egpu__vcuda_memory_atfork_prepare(void)
 {
     pthread_mutex_lock(&ctx_mu);
     pthread_mutex_lock(&track_mu);
 }
 
-void egpu_vcuda_memory_atfork_parent(void)
+void egpu__vcuda_memory_atfork_parent(void)
 {
     pthread_mutex_unlock(&track_mu);
     pthread_mutex_unlock(&ctx_mu);
 }
 
-void egpu_vcuda_memory_atfork_child(void)
+void egpu__vcuda_memory_atfork_child(void)
 {
-    egpu_vcuda_track_clear(&objects);
+    egpu__vcuda_track_clear(&objects);
     memset(primary_refs, 0, sizeof(primary_refs));
     memset(primary_ctx, 0, sizeof(primary_ctx));
     pthread_mutex_unlock(&track_mu);
@@ -71,7 +71,7 @@ void egpu_vcuda_memory_atfork_child(void)
 /* Whether allocations are counted at all (initialising on first use). */
 static bool counting(void)
 {
-    return egpu_vcuda_config_ready() && egpu_vcuda_state.memory;
+    return egpu__vcuda_config_ready() && egpu__vcuda_state.memory;
 }
 
 /* The card of the current context's device; -1 when not limited or there
@@ -80,18 +80,18 @@ static int current_card(void)
 {
     CUdevice dev;
 
-    if (egpu_vcuda_helpers.ctx_get_device == NULL ||
-        egpu_vcuda_helpers.ctx_get_device(&dev) != CUDA_SUCCESS)
+    if (egpu__vcuda_helpers.ctx_get_device == NULL ||
+        egpu__vcuda_helpers.ctx_get_device(&dev) != CUDA_SUCCESS)
         return -1;
-    return egpu_vcuda_device_card(dev);
+    return egpu__vcuda_device_card(dev);
 }
 
 static uint64_t current_ctx(void)
 {
     CUcontext ctx = NULL;
 
-    if (egpu_vcuda_helpers.ctx_get_current == NULL ||
-        egpu_vcuda_helpers.ctx_get_current(&ctx) != CUDA_SUCCESS)
+    if (egpu__vcuda_helpers.ctx_get_current == NULL ||
+        egpu__vcuda_helpers.ctx_get_current(&ctx) != CUDA_SUCCESS)
         return 0;
     return (uint64_t)(uintptr_t)ctx;
 }
@@ -101,22 +101,22 @@ static CUresult take(int card, uint64_t bytes)
 {
     int rc;
 
-    if (card == EGPU_VCUDA_CARD_CLOSED || egpu_vcuda_state.region == NULL)
+    if (card == EGPU_VCUDA_CARD_CLOSED || egpu__vcuda_state.region == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    rc = egpu_vcuda_region_reserve(egpu_vcuda_state.region, card, bytes,
-                                   egpu_vcuda_state.limit_bytes);
+    rc = egpu__vcuda_region_reserve(egpu__vcuda_state.region, card, bytes,
+                                    egpu__vcuda_state.limit_bytes);
     if (rc == 0)
         return CUDA_SUCCESS;
     if (rc == -ENOMEM)
         egpu_log(EGPU_LOG_DEBUG, "over the memory limit card=%d bytes=%llu limit_bytes=%llu", card,
-                 (unsigned long long)bytes, (unsigned long long)egpu_vcuda_state.limit_bytes);
+                 (unsigned long long)bytes, (unsigned long long)egpu__vcuda_state.limit_bytes);
     return CUDA_ERROR_OUT_OF_MEMORY; /* -ENOSPC, -EIO: cannot count it, so no */
 }
 
 static void give(int card, uint64_t bytes)
 {
-    if (card >= 0 && bytes > 0 && egpu_vcuda_state.region)
-        egpu_vcuda_region_release(egpu_vcuda_state.region, card, bytes);
+    if (card >= 0 && bytes > 0 && egpu__vcuda_state.region)
+        egpu__vcuda_region_release(egpu__vcuda_state.region, card, bytes);
 }
 
 /* Remember (kind, key) as bytes on card in ctx. Returns 0 or -ENOMEM. An
@@ -124,13 +124,13 @@ static void give(int card, uint64_t bytes)
  * back first. */
 static int remember(int kind, uint64_t key, int card, uint64_t bytes, uint64_t ctx)
 {
-    struct egpu_vcuda_track_entry old;
+    struct egpu__vcuda_track_entry old;
     bool had;
     int rc;
 
     pthread_mutex_lock(&track_mu);
-    had = egpu_vcuda_track_take(&objects, kind, key, &old);
-    rc = egpu_vcuda_track_put(&objects, kind, key, card, bytes, ctx);
+    had = egpu__vcuda_track_take(&objects, kind, key, &old);
+    rc = egpu__vcuda_track_put(&objects, kind, key, card, bytes, ctx);
     pthread_mutex_unlock(&track_mu);
     if (had)
         give(old.card, old.bytes);
@@ -139,22 +139,22 @@ static int remember(int kind, uint64_t key, int card, uint64_t bytes, uint64_t c
     return rc;
 }
 
-static bool forget(int kind, uint64_t key, struct egpu_vcuda_track_entry *e)
+static bool forget(int kind, uint64_t key, struct egpu__vcuda_track_entry *e)
 {
     bool found;
 
     pthread_mutex_lock(&track_mu);
-    found = egpu_vcuda_track_take(&objects, kind, key, e);
+    found = egpu__vcuda_track_take(&objects, kind, key, e);
     pthread_mutex_unlock(&track_mu);
     return found;
 }
 
-static bool lookup(int kind, uint64_t key, struct egpu_vcuda_track_entry *e)
+static bool lookup(int kind, uint64_t key, struct egpu__vcuda_track_entry *e)
 {
     bool found;
 
     pthread_mutex_lock(&track_mu);
-    found = egpu_vcuda_track_get(&objects, kind, key, e);
+    found = egpu__vcuda_track_get(&objects, kind, key, e);
     pthread_mutex_unlock(&track_mu);
     return found;
 }
@@ -165,7 +165,7 @@ static void drop_ctx(uint64_t ctx)
     uint64_t by_card[EGPU_VCUDA_MAX_CARDS] = {0};
 
     pthread_mutex_lock(&track_mu);
-    egpu_vcuda_track_drop_ctx(&objects, ctx, by_card);
+    egpu__vcuda_track_drop_ctx(&objects, ctx, by_card);
     pthread_mutex_unlock(&track_mu);
     for (int c = 0; c < EGPU_VCUDA_MAX_CARDS; c++)
         give(c, by_card[c]);
@@ -173,7 +173,7 @@ static void drop_ctx(uint64_t ctx)
 
 /* Whether libcuda is loaded and has the real entry point real (the
  * expression reads the slot only after the loading). */
-#define HAVE_REAL(name) (egpu_vcuda_cuda() && EGPU_VCUDA_REAL(name) != NULL)
+#define HAVE_REAL(name) (egpu__vcuda_cuda() && EGPU_VCUDA_REAL(name) != NULL)
 
 /* The arguments of one wrapped call, for the callbacks below: each makes
  * the real call with them, so the counting around it is written once. */
@@ -227,7 +227,7 @@ static CUresult counted(int card, uint64_t bytes, uint64_t ctx, int kind,
  * remember it again when the real free failed). Unknown keys pass through. */
 static CUresult freed(int kind, CUresult (*call)(const struct call *c), const struct call *c)
 {
-    struct egpu_vcuda_track_entry e;
+    struct egpu__vcuda_track_entry e;
     bool found = forget(kind, c->key, &e);
     CUresult r = call(c);
 
@@ -325,8 +325,8 @@ static CUresult alloc_ptr(int card, uint64_t ctx, CUresult (*call)(const struct 
 {
     if (card == -1 || c->dptr == NULL)
         return call(c);
-    return counted(card, egpu_vcuda_round(c->bytes), ctx, EGPU_VCUDA_PTR, call, key_dptr, undo_free,
-                   c);
+    return counted(card, egpu__vcuda_round(c->bytes), ctx, EGPU_VCUDA_PTR, call, key_dptr,
+                   undo_free, c);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
@@ -376,7 +376,7 @@ EGPU_VCUDA_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes,
 /* The pool's card (remembered at cuMemPoolCreate), else the current one. */
 static int pool_card(CUmemoryPool pool)
 {
-    struct egpu_vcuda_track_entry e;
+    struct egpu__vcuda_track_entry e;
 
     if (lookup(EGPU_VCUDA_POOL, (uint64_t)(uintptr_t)pool, &e))
         return e.card;
@@ -429,7 +429,7 @@ EGPU_VCUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, 
         return EGPU_VCUDA_REAL(cuMemAllocPitch_v2)(dptr, pitch, width_bytes, height, element_bytes);
     /* The pitch is known only afterwards: take the least it can be, then
      * the rest (never refusing what would have fitted). */
-    guess = egpu_vcuda_round(mul_sat(width_bytes, height));
+    guess = egpu__vcuda_round(mul_sat(width_bytes, height));
     ctx = current_ctx();
     if (guess > 0 && take(card, guess) != CUDA_SUCCESS)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -438,7 +438,7 @@ EGPU_VCUDA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, 
         give(card, guess);
         return r;
     }
-    actual = egpu_vcuda_round(mul_sat(*pitch, height));
+    actual = egpu__vcuda_round(mul_sat(*pitch, height));
     if (actual > guess && take(card, actual - guess) != CUDA_SUCCESS) {
         (void)undo_free(*dptr);
         give(card, guess);
@@ -519,10 +519,10 @@ EGPU_VCUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, siz
         return EGPU_VCUDA_REAL(cuMemCreate)(handle, bytes, prop, flags);
     if (counting() && handle != NULL && prop != NULL &&
         prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-        card = egpu_vcuda_device_card(prop->location.id);
+        card = egpu__vcuda_device_card(prop->location.id);
     if (card == -1)
         return call_create(&c);
-    return counted(card, egpu_vcuda_round(bytes), 0, EGPU_VCUDA_VMM, call_create, key_handle,
+    return counted(card, egpu__vcuda_round(bytes), 0, EGPU_VCUDA_VMM, call_create, key_handle,
                    undo_release, &c);
 }
 
@@ -553,7 +553,7 @@ EGPU_VCUDA_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolPr
     if (r != CUDA_SUCCESS || !counting() || pool == NULL || props == NULL ||
         props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return r;
-    card = egpu_vcuda_device_card(props->location.id);
+    card = egpu__vcuda_device_card(props->location.id);
     if (card != -1 && remember(EGPU_VCUDA_POOL, (uint64_t)(uintptr_t)*pool, card, 0, 0) != 0) {
         (void)EGPU_VCUDA_REAL(cuMemPoolDestroy)(*pool);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -609,7 +609,7 @@ static CUresult alloc_array(int kind, uint64_t bytes, CUresult (*call)(const str
         card = current_card();
     if (card == -1)
         return call(c);
-    return counted(card, egpu_vcuda_round(bytes), current_ctx(), kind, call, key_array, undo, c);
+    return counted(card, egpu__vcuda_round(bytes), current_ctx(), kind, call, key_array, undo, c);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
@@ -619,8 +619,8 @@ EGPU_VCUDA_EXPORT CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DES
     if (!HAVE_REAL(cuArrayCreate_v2))
         return CUDA_ERROR_NOT_INITIALIZED;
     return alloc_array(EGPU_VCUDA_ARRAY,
-                       desc ? egpu_vcuda_array_bytes(desc->Width, desc->Height, 0, desc->Format,
-                                                     desc->NumChannels, 0, 1)
+                       desc ? egpu__vcuda_array_bytes(desc->Width, desc->Height, 0, desc->Format,
+                                                      desc->NumChannels, 0, 1)
                             : 0,
                        call_array, undo_array, &c);
 }
@@ -632,10 +632,10 @@ EGPU_VCUDA_EXPORT CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D
     if (!HAVE_REAL(cuArray3DCreate_v2))
         return CUDA_ERROR_NOT_INITIALIZED;
     return alloc_array(EGPU_VCUDA_ARRAY,
-                       desc
-                           ? egpu_vcuda_array_bytes(desc->Width, desc->Height, desc->Depth,
-                                                    desc->Format, desc->NumChannels, desc->Flags, 1)
-                           : 0,
+                       desc ? egpu__vcuda_array_bytes(desc->Width, desc->Height, desc->Depth,
+                                                      desc->Format, desc->NumChannels, desc->Flags,
+                                                      1)
+                            : 0,
                        call_array3d, undo_array, &c);
 }
 
@@ -648,9 +648,9 @@ EGPU_VCUDA_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *array,
     if (!HAVE_REAL(cuMipmappedArrayCreate))
         return CUDA_ERROR_NOT_INITIALIZED;
     return alloc_array(EGPU_VCUDA_MIPMAP,
-                       desc ? egpu_vcuda_array_bytes(desc->Width, desc->Height, desc->Depth,
-                                                     desc->Format, desc->NumChannels, desc->Flags,
-                                                     levels)
+                       desc ? egpu__vcuda_array_bytes(desc->Width, desc->Height, desc->Depth,
+                                                      desc->Format, desc->NumChannels, desc->Flags,
+                                                      levels)
                             : 0,
                        call_mipmap, undo_mipmap, &c);
 }
@@ -696,10 +696,11 @@ static CUresult create_ctx(CUresult (*call)(const struct call *c), const struct 
     int card = -1;
 
     if (counting() && c->pctx != NULL)
-        card = egpu_vcuda_device_card(c->dev);
+        card = egpu__vcuda_device_card(c->dev);
     if (card == -1)
         return call(c);
-    return counted(card, egpu_vcuda_state.ctx_bytes, 0, EGPU_VCUDA_CTX, call, key_ctx, undo_ctx, c);
+    return counted(card, egpu__vcuda_state.ctx_bytes, 0, EGPU_VCUDA_CTX, call, key_ctx, undo_ctx,
+                   c);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -735,7 +736,7 @@ EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *pa
 EGPU_VCUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     uint64_t key = (uint64_t)(uintptr_t)ctx;
-    struct egpu_vcuda_track_entry e;
+    struct egpu__vcuda_track_entry e;
     CUresult r;
     bool found;
 
@@ -761,12 +762,12 @@ static int primary_card(CUdevice dev)
 {
     if (!counting() || dev < 0 || dev >= EGPU_VCUDA_MAX_CARDS)
         return -1;
-    return egpu_vcuda_device_card(dev);
+    return egpu__vcuda_device_card(dev);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    uint64_t bytes = egpu_vcuda_state.ctx_bytes;
+    uint64_t bytes = egpu__vcuda_state.ctx_bytes;
     bool first;
     CUresult r;
     int card;
@@ -812,7 +813,7 @@ EGPU_VCUDA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     if (r == CUDA_SUCCESS && primary_refs[dev] > 0 && --primary_refs[dev] == 0) {
         gone = (uint64_t)(uintptr_t)primary_ctx[dev];
         primary_ctx[dev] = NULL;
-        give(card, egpu_vcuda_state.ctx_bytes);
+        give(card, egpu__vcuda_state.ctx_bytes);
     }
     pthread_mutex_unlock(&ctx_mu);
     if (gone)
@@ -847,13 +848,13 @@ EGPU_VCUDA_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 static void report(int card, uint64_t real_total, uint64_t real_free, uint64_t *total,
                    uint64_t *used, uint64_t *free_bytes)
 {
-    uint64_t u = 0, t = egpu_vcuda_state.limit_bytes;
+    uint64_t u = 0, t = egpu__vcuda_state.limit_bytes;
 
     if (t > real_total)
         t = real_total;
-    if (card == EGPU_VCUDA_CARD_CLOSED || egpu_vcuda_state.region == NULL)
+    if (card == EGPU_VCUDA_CARD_CLOSED || egpu__vcuda_state.region == NULL)
         t = 0;
-    else if (egpu_vcuda_region_used(egpu_vcuda_state.region, card, &u) != 0)
+    else if (egpu__vcuda_region_used(egpu__vcuda_state.region, card, &u) != 0)
         u = t; /* cannot read it: show nothing free (allocations fail too) */
     if (u > t)
         u = t;
@@ -889,12 +890,12 @@ EGPU_VCUDA_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
         return CUDA_ERROR_NOT_INITIALIZED;
     r = EGPU_VCUDA_REAL(cuDeviceTotalMem_v2)(bytes, dev);
     if (r != CUDA_SUCCESS || bytes == NULL || !counting() ||
-        (card = egpu_vcuda_device_card(dev)) == -1)
+        (card = egpu__vcuda_device_card(dev)) == -1)
         return r;
     if (card == EGPU_VCUDA_CARD_CLOSED)
         *bytes = 0;
-    else if (*bytes > egpu_vcuda_state.limit_bytes)
-        *bytes = (size_t)egpu_vcuda_state.limit_bytes;
+    else if (*bytes > egpu__vcuda_state.limit_bytes)
+        *bytes = (size_t)egpu__vcuda_state.limit_bytes;
     return r;
 }
 
@@ -902,16 +903,16 @@ EGPU_VCUDA_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 static int nvml_card(struct egpu_nvml_device *device)
 {
     char text[EGPU_NVML_UUID_BUFFER_SIZE];
-    struct egpu_vcuda_uuid u;
+    struct egpu__vcuda_uuid u;
     int card;
 
-    if (egpu_vcuda_helpers.nvml_device_get_uuid == NULL ||
-        egpu_vcuda_helpers.nvml_device_get_uuid(device, text, sizeof(text)) != EGPU_NVML_SUCCESS ||
-        egpu_vcuda_uuid_parse(text, &u) != 0 ||
-        !egpu_vcuda_config_covers(&egpu_vcuda_state.cfg, &u))
+    if (egpu__vcuda_helpers.nvml_device_get_uuid == NULL ||
+        egpu__vcuda_helpers.nvml_device_get_uuid(device, text, sizeof(text)) != EGPU_NVML_SUCCESS ||
+        egpu__vcuda_uuid_parse(text, &u) != 0 ||
+        !egpu__vcuda_config_covers(&egpu__vcuda_state.cfg, &u))
         return -1;
-    if (egpu_vcuda_state.region == NULL ||
-        egpu_vcuda_region_card(egpu_vcuda_state.region, &u, &card) != 0)
+    if (egpu__vcuda_state.region == NULL ||
+        egpu__vcuda_region_card(egpu__vcuda_state.region, &u, &card) != 0)
         return EGPU_VCUDA_CARD_CLOSED;
     return card;
 }
@@ -922,7 +923,7 @@ EGPU_VCUDA_EXPORT int nvmlDeviceGetMemoryInfo(struct egpu_nvml_device *device,
     uint64_t t, u, f;
     int r, card;
 
-    if (!egpu_vcuda_nvml() || EGPU_VCUDA_REAL(nvmlDeviceGetMemoryInfo) == NULL)
+    if (!egpu__vcuda_nvml() || EGPU_VCUDA_REAL(nvmlDeviceGetMemoryInfo) == NULL)
         return EGPU_NVML_ERROR_LIBRARY_NOT_FOUND;
     r = EGPU_VCUDA_REAL(nvmlDeviceGetMemoryInfo)(device, memory);
     if (r != EGPU_NVML_SUCCESS || memory == NULL || !counting() || (card = nvml_card(device)) == -1)
@@ -940,7 +941,7 @@ EGPU_VCUDA_EXPORT int nvmlDeviceGetMemoryInfo_v2(struct egpu_nvml_device *device
     uint64_t t, u, f;
     int r, card;
 
-    if (!egpu_vcuda_nvml() || EGPU_VCUDA_REAL(nvmlDeviceGetMemoryInfo_v2) == NULL)
+    if (!egpu__vcuda_nvml() || EGPU_VCUDA_REAL(nvmlDeviceGetMemoryInfo_v2) == NULL)
         return EGPU_NVML_ERROR_LIBRARY_NOT_FOUND;
     r = EGPU_VCUDA_REAL(nvmlDeviceGetMemoryInfo_v2)(device, memory);
     if (r != EGPU_NVML_SUCCESS || memory == NULL || !counting() || (card = nvml_card(device)) == -1)

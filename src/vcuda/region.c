@@ -68,7 +68,7 @@
  *
  * Units: bytes.
  */
-#define _GNU_SOURCE /* MAP_ANONYMOUS, pthread_mutexattr_setrobust with older headers */
+#define _GNU_SOURCE /* MAP_ANONYMOUS */
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
@@ -130,7 +130,7 @@ struct shm {
     struct shm_slot slots[REGION_SLOTS];
 };
 
-struct egpu_vcuda_region {
+struct egpu__vcuda_region {
     pthread_mutex_t mu;  /* process-local: one thread at a time in here */
     char path[PATH_MAX]; /* "" = private region */
     int fd;
@@ -149,7 +149,7 @@ struct egpu_vcuda_region {
     uint64_t start; /* 0 = not read yet */
     bool forked;    /* child of a fork: re-open the file on next use */
     unsigned nlocal;
-    struct egpu_vcuda_uuid uuid[EGPU_VCUDA_MAX_CARDS];
+    struct egpu__vcuda_uuid uuid[EGPU_VCUDA_MAX_CARDS];
     int shared[EGPU_VCUDA_MAX_CARDS];    /* local id -> shared index in gen, -1 = unknown */
     uint64_t mine[EGPU_VCUDA_MAX_CARDS]; /* bytes this process holds, by local id: its ledger */
     unsigned faults_seen;                /* faults when the slot was last reconciled */
@@ -294,7 +294,7 @@ static bool recompute_totals(struct shm *s)
     return changed;
 }
 
-int egpu_vcuda_proc_start(pid_t pid, uint64_t *start, bool *zombie)
+int egpu__vcuda_proc_start(pid_t pid, uint64_t *start, bool *zombie)
 {
     char path[64], buf[1024];
     const char *p;
@@ -339,7 +339,7 @@ static bool slot_alive(const struct shm_slot *sl)
         return false;
     if (kill(sl->pid, 0) != 0 && errno == ESRCH)
         return false;
-    rc = egpu_vcuda_proc_start(sl->pid, &start, &zombie);
+    rc = egpu__vcuda_proc_start(sl->pid, &start, &zombie);
     if (rc == -ENOENT)
         return false;
     if (rc == 0 && (zombie || (sl->start != 0 && start != sl->start)))
@@ -347,13 +347,13 @@ static bool slot_alive(const struct shm_slot *sl)
     return true; /* alive, or /proc cannot tell: keep it */
 }
 
-static bool is_me(const struct egpu_vcuda_region *h, const struct shm_slot *sl)
+static bool is_me(const struct egpu__vcuda_region *h, const struct shm_slot *sl)
 {
     return sl->pid == h->pid && sl->start == h->start;
 }
 
 /* Free dead slots (shared lock held). Returns how many. */
-static int reclaim_locked(struct egpu_vcuda_region *h)
+static int reclaim_locked(struct egpu__vcuda_region *h)
 {
     struct shm *s = h->s;
     int n = 0;
@@ -376,7 +376,7 @@ static int reclaim_locked(struct egpu_vcuda_region *h)
 }
 
 /* Shared index of uuid, added to the table when absent. -1 when full. */
-static int shared_card(struct shm *s, const struct egpu_vcuda_uuid *u)
+static int shared_card(struct shm *s, const struct egpu__vcuda_uuid *u)
 {
     int free_at = -1;
 
@@ -394,16 +394,16 @@ static int shared_card(struct shm *s, const struct egpu_vcuda_uuid *u)
     return free_at;
 }
 
-static void self_start(struct egpu_vcuda_region *h)
+static void self_start(struct egpu__vcuda_region *h)
 {
     bool zombie;
 
-    if (h->start == 0 && egpu_vcuda_proc_start(h->pid, &h->start, &zombie) != 0)
+    if (h->start == 0 && egpu__vcuda_proc_start(h->pid, &h->start, &zombie) != 0)
         h->start = 0;
 }
 
 /* Our slot, claimed when needed (shared lock held). Returns 0 or -ENOSPC. */
-static int claim_slot(struct egpu_vcuda_region *h)
+static int claim_slot(struct egpu__vcuda_region *h)
 {
     struct shm *s = h->s;
 
@@ -435,7 +435,7 @@ static int claim_slot(struct egpu_vcuda_region *h)
 
 /* After a new generation: forget the slot and card indexes of the old one
  * (reconcile registers this process's usage again from its ledger). */
-static void rejoin(struct egpu_vcuda_region *h)
+static void rejoin(struct egpu__vcuda_region *h)
 {
     uint64_t total = 0;
 
@@ -452,11 +452,11 @@ static void rejoin(struct egpu_vcuda_region *h)
     h->gen = h->s->generation;
 }
 
-static int repair_level(struct egpu_vcuda_region *h);
+static int repair_level(struct egpu__vcuda_region *h);
 
 /* Tampering is logged at warning level once per process (with the region's
  * other repairs), at info after. */
-static void log_tamper(struct egpu_vcuda_region *h, const char *what)
+static void log_tamper(struct egpu__vcuda_region *h, const char *what)
 {
     int level = repair_level(h); /* once: egpu_log may evaluate it twice */
 
@@ -475,7 +475,7 @@ static void log_tamper(struct egpu_vcuda_region *h, const char *what)
  * process's mapping to explain it was written by someone else: the audit
  * changes, so reservations wait for every other live process to vouch for
  * its own slot again. */
-static void reconcile(struct egpu_vcuda_region *h, bool fresh)
+static void reconcile(struct egpu__vcuda_region *h, bool fresh)
 {
     struct shm *s = h->s;
     uint64_t want[EGPU_VCUDA_MAX_CARDS] = {0}, total = 0;
@@ -535,7 +535,7 @@ static void reconcile(struct egpu_vcuda_region *h, bool fresh)
 /* How many other live processes have not vouched for their slot under the
  * current audit (shared lock held); the slots of processes that are gone
  * are reclaimed first. */
-static int unconfirmed(struct egpu_vcuda_region *h)
+static int unconfirmed(struct egpu__vcuda_region *h)
 {
     struct shm *s = h->s;
     int n = 0;
@@ -586,7 +586,7 @@ static uint64_t coarse_ns(void)
 /* A repair is logged at warning level once per process (the event is
  * news), at info level after that (another process may truncate the file in
  * a loop). */
-static int repair_level(struct egpu_vcuda_region *h)
+static int repair_level(struct egpu__vcuda_region *h)
 {
     if (h == NULL || !h->warned) {
         if (h != NULL)
@@ -597,7 +597,7 @@ static int repair_level(struct egpu_vcuda_region *h)
 }
 
 /* The lock word of this process (its start time read first). */
-static uint64_t lock_word(const struct egpu_vcuda_region *h)
+static uint64_t lock_word(const struct egpu__vcuda_region *h)
 {
     return (uint64_t)(uint32_t)h->pid << 32 | (uint32_t)h->start;
 }
@@ -615,7 +615,7 @@ static bool holder_alive(uint64_t w)
         return false;
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return false;
-    rc = egpu_vcuda_proc_start(pid, &start, &zombie);
+    rc = egpu__vcuda_proc_start(pid, &start, &zombie);
     if (rc == -ENOENT)
         return false;
     if (rc == 0 && (zombie || ((uint32_t)w != 0 && (uint32_t)start != (uint32_t)w)))
@@ -698,14 +698,14 @@ static struct shm *map_fd(int fd)
 
 /* Map the file fd (of path) and watch the mapping for SIGBUS (sigbus.c),
  * counting into h->faults. Returns the mapping or NULL (errno set). */
-static struct shm *map_watched(struct egpu_vcuda_region *h, int fd, const char *path)
+static struct shm *map_watched(struct egpu__vcuda_region *h, int fd, const char *path)
 {
     struct shm *s = map_fd(fd);
     int rc;
 
     if (s == NULL)
         return NULL;
-    rc = egpu_vcuda_sigbus_watch(s, sizeof(*s), &h->faults);
+    rc = egpu__vcuda_sigbus_watch(s, sizeof(*s), &h->faults);
     if (rc != 0)
         egpu_log(EGPU_LOG_WARN,
                  "shared region %s: not protected against truncation (a truncated file "
@@ -715,12 +715,12 @@ static struct shm *map_watched(struct egpu_vcuda_region *h, int fd, const char *
 }
 
 /* Stop using h's mapping (h->mu held or h private to the caller). */
-static void unmap(struct egpu_vcuda_region *h)
+static void unmap(struct egpu__vcuda_region *h)
 {
     if (h->s == NULL)
         return;
     if (h->path[0])
-        egpu_vcuda_sigbus_unwatch(h->s);
+        egpu__vcuda_sigbus_unwatch(h->s);
     munmap(h->s, sizeof(struct shm));
     h->s = NULL;
 }
@@ -729,7 +729,7 @@ static void unmap(struct egpu_vcuda_region *h)
  * re-initialising it), and map it, watched. remap: h had the file mapped
  * before (an empty file was truncated, not new). Returns 0 with *fd, *s,
  * *st set, or -errno. */
-static int attach_file(struct egpu_vcuda_region *h, const char *path, bool remap, int *fd_out,
+static int attach_file(struct egpu__vcuda_region *h, const char *path, bool remap, int *fd_out,
                        struct shm **s_out, struct stat *st, struct egpu_error *err)
 {
     const char *why = NULL;
@@ -812,7 +812,7 @@ fail:
 /* Re-initialise h's current region in place when it is still bad (the
  * file under flock). force: even with a good header (a lock no one gave
  * back). */
-static void repair(struct egpu_vcuda_region *h, bool force, const char *reason)
+static void repair(struct egpu__vcuda_region *h, bool force, const char *reason)
 {
     const char *why = NULL;
     struct stat st;
@@ -840,7 +840,7 @@ static void repair(struct egpu_vcuda_region *h, bool force, const char *reason)
 /* After mapping the file again: a lock word of this process's in it was
  * left by an operation whose mapping broke under it; finish that operation
  * (the totals from the slots) and free the lock. */
-static void release_stale(struct egpu_vcuda_region *h)
+static void release_stale(struct egpu__vcuda_region *h)
 {
     uint64_t me = lock_word(h);
 
@@ -852,7 +852,7 @@ static void release_stale(struct egpu_vcuda_region *h)
 
 /* Map the file at h->path again (after fork, a fault, or when it was
  * replaced), dropping the old mapping. */
-static int reattach(struct egpu_vcuda_region *h)
+static int reattach(struct egpu__vcuda_region *h)
 {
     struct egpu_error err = {0};
     unsigned faults = atomic_load_explicit(&h->faults, memory_order_acquire);
@@ -879,7 +879,7 @@ static int reattach(struct egpu_vcuda_region *h)
 }
 
 /* Whether the file at h->path is still the one mapped, at full size. */
-static int file_state(const struct egpu_vcuda_region *h)
+static int file_state(const struct egpu__vcuda_region *h)
 {
     struct stat st;
 
@@ -893,7 +893,7 @@ static int file_state(const struct egpu_vcuda_region *h)
 /* Look at the file when it is due (see DESIGN) or when force: map it again
  * after a fork or a fault or when it was replaced, repair it in place when
  * its size changed. Returns 0 or -EIO. */
-static int check_file(struct egpu_vcuda_region *h, bool force)
+static int check_file(struct egpu__vcuda_region *h, bool force)
 {
     unsigned faults = atomic_load_explicit(&h->faults, memory_order_acquire);
     uint64_t now = coarse_ns();
@@ -921,7 +921,7 @@ static int check_file(struct egpu_vcuda_region *h, bool force)
 }
 
 /* Take the shared lock of a valid region (h->mu held). Returns 0 or -EIO. */
-static int enter(struct egpu_vcuda_region *h)
+static int enter(struct egpu__vcuda_region *h)
 {
     self_start(h); /* before the first lock: it is part of the lock word */
     for (int tries = 0; tries < ENTER_TRIES; tries++) {
@@ -972,16 +972,17 @@ static int enter(struct egpu_vcuda_region *h)
 /* Release the shared lock; when the mapping broke during the operation,
  * map the file again at once and free the lock there if it is still ours
  * (other processes would wait for it). */
-static void leave(struct egpu_vcuda_region *h)
+static void leave(struct egpu__vcuda_region *h)
 {
     unlock_shared(h->s, lock_word(h));
     if (h->path[0] && atomic_load_explicit(&h->faults, memory_order_acquire) != h->faults_ok)
         (void)check_file(h, true);
 }
 
-int egpu_vcuda_region_open(struct egpu_vcuda_region **out, const char *dir, struct egpu_error *err)
+int egpu__vcuda_region_open(struct egpu__vcuda_region **out, const char *dir,
+                            struct egpu_error *err)
 {
-    struct egpu_vcuda_region *h = egpu_calloc(1, sizeof(*h));
+    struct egpu__vcuda_region *h = egpu_calloc(1, sizeof(*h));
     int rc;
 
     if (h == NULL)
@@ -1025,7 +1026,7 @@ fail:
     return rc;
 }
 
-void egpu_vcuda_region_leave(struct egpu_vcuda_region *h)
+void egpu__vcuda_region_leave(struct egpu__vcuda_region *h)
 {
     if (h == NULL)
         return;
@@ -1051,11 +1052,11 @@ void egpu_vcuda_region_leave(struct egpu_vcuda_region *h)
     pthread_mutex_unlock(&h->mu);
 }
 
-void egpu_vcuda_region_close(struct egpu_vcuda_region *h)
+void egpu__vcuda_region_close(struct egpu__vcuda_region *h)
 {
     if (h == NULL)
         return;
-    egpu_vcuda_region_leave(h);
+    egpu__vcuda_region_leave(h);
     unmap(h);
     if (h->fd >= 0)
         close(h->fd);
@@ -1063,7 +1064,8 @@ void egpu_vcuda_region_close(struct egpu_vcuda_region *h)
     egpu_free(h);
 }
 
-int egpu_vcuda_region_card(struct egpu_vcuda_region *h, const struct egpu_vcuda_uuid *u, int *card)
+int egpu__vcuda_region_card(struct egpu__vcuda_region *h, const struct egpu__vcuda_uuid *u,
+                            int *card)
 {
     int rc = 0;
 
@@ -1088,15 +1090,15 @@ out:
 }
 
 /* Shared index of local card c in the current generation (lock held). */
-static int shared_index(struct egpu_vcuda_region *h, int c)
+static int shared_index(struct egpu__vcuda_region *h, int c)
 {
     if (h->shared[c] < 0)
         h->shared[c] = shared_card(h->s, &h->uuid[c]);
     return h->shared[c];
 }
 
-int egpu_vcuda_region_reserve(struct egpu_vcuda_region *h, int card, uint64_t bytes,
-                              uint64_t limit_bytes)
+int egpu__vcuda_region_reserve(struct egpu__vcuda_region *h, int card, uint64_t bytes,
+                               uint64_t limit_bytes)
 {
     struct shm *s;
     int rc = 0, i;
@@ -1162,7 +1164,7 @@ out:
     return rc;
 }
 
-void egpu_vcuda_region_release(struct egpu_vcuda_region *h, int card, uint64_t bytes)
+void egpu__vcuda_region_release(struct egpu__vcuda_region *h, int card, uint64_t bytes)
 {
     uint64_t take;
 
@@ -1190,7 +1192,7 @@ out:
     pthread_mutex_unlock(&h->mu);
 }
 
-int egpu_vcuda_region_used(struct egpu_vcuda_region *h, int card, uint64_t *used_bytes)
+int egpu__vcuda_region_used(struct egpu__vcuda_region *h, int card, uint64_t *used_bytes)
 {
     int rc = 0, i;
 
@@ -1212,7 +1214,7 @@ out:
     return rc;
 }
 
-uint64_t egpu_vcuda_region_mine(struct egpu_vcuda_region *h, int card)
+uint64_t egpu__vcuda_region_mine(struct egpu__vcuda_region *h, int card)
 {
     uint64_t v = 0;
 
@@ -1223,7 +1225,7 @@ uint64_t egpu_vcuda_region_mine(struct egpu_vcuda_region *h, int card)
     return v;
 }
 
-int egpu_vcuda_region_reclaim(struct egpu_vcuda_region *h)
+int egpu__vcuda_region_reclaim(struct egpu__vcuda_region *h)
 {
     int n;
 
@@ -1238,7 +1240,7 @@ int egpu_vcuda_region_reclaim(struct egpu_vcuda_region *h)
     return n;
 }
 
-uint64_t egpu_vcuda_region_generation(struct egpu_vcuda_region *h)
+uint64_t egpu__vcuda_region_generation(struct egpu__vcuda_region *h)
 {
     uint64_t gen;
 
@@ -1248,19 +1250,19 @@ uint64_t egpu_vcuda_region_generation(struct egpu_vcuda_region *h)
     return gen;
 }
 
-void egpu_vcuda_region_atfork_prepare(struct egpu_vcuda_region *h)
+void egpu__vcuda_region_atfork_prepare(struct egpu__vcuda_region *h)
 {
     if (h)
         pthread_mutex_lock(&h->mu);
 }
 
-void egpu_vcuda_region_atfork_parent(struct egpu_vcuda_region *h)
+void egpu__vcuda_region_atfork_parent(struct egpu__vcuda_region *h)
 {
     if (h)
         pthread_mutex_unlock(&h->mu);
 }
 
-void egpu_vcuda_region_atfork_child(struct egpu_vcuda_region *h)
+void egpu__vcuda_region_atfork_child(struct egpu__vcuda_region *h)
 {
     if (h == NULL)
         return;
@@ -1272,7 +1274,7 @@ void egpu_vcuda_region_atfork_child(struct egpu_vcuda_region *h)
     pthread_mutex_unlock(&h->mu);
 }
 
-int egpu_vcuda_region_debug_lock(struct egpu_vcuda_region *h)
+int egpu__vcuda_region_debug_lock(struct egpu__vcuda_region *h)
 {
     int rc;
 
@@ -1282,7 +1284,7 @@ int egpu_vcuda_region_debug_lock(struct egpu_vcuda_region *h)
     return rc; /* the shared lock stays held */
 }
 
-int egpu_vcuda_region_debug_set_total(struct egpu_vcuda_region *h, int card, uint64_t bytes)
+int egpu__vcuda_region_debug_set_total(struct egpu__vcuda_region *h, int card, uint64_t bytes)
 {
     int rc = -EINVAL;
 
@@ -1300,7 +1302,7 @@ int egpu_vcuda_region_debug_set_total(struct egpu_vcuda_region *h, int card, uin
     return rc;
 }
 
-int egpu_vcuda_region_debug_zero_usage(struct egpu_vcuda_region *h)
+int egpu__vcuda_region_debug_zero_usage(struct egpu__vcuda_region *h)
 {
     struct shm *s;
 

@@ -176,7 +176,7 @@ static int install(void)
     return sigaction(SIGBUS, &sa, NULL) == 0 ? 0 : -errno;
 }
 
-int egpu_vcuda_sigbus_watch(void *base, size_t bytes, atomic_uint *faults)
+int egpu__vcuda_sigbus_watch(void *base, size_t bytes, atomic_uint *faults)
 {
     long page = sysconf(_SC_PAGESIZE);
     size_t rounded;
@@ -202,7 +202,7 @@ int egpu_vcuda_sigbus_watch(void *base, size_t bytes, atomic_uint *faults)
     return rc;
 }
 
-void egpu_vcuda_sigbus_unwatch(void *base)
+void egpu__vcuda_sigbus_unwatch(void *base)
 {
     if (base == NULL)
         return;

@@ -21,7 +21,7 @@
 #define ARRAY3D_DEFERRED_MAPPING 0x80
 #define UNKNOWN_ELEMENT_BYTES    16 /* four channels of four bytes: an upper bound */
 
-uint64_t egpu_vcuda_round(uint64_t bytes)
+uint64_t egpu__vcuda_round(uint64_t bytes)
 {
     uint64_t g = EGPU_VCUDA_GRANULARITY_BYTES;
 
@@ -85,8 +85,8 @@ static uint64_t half(uint64_t v)
     return v > 1 ? v / 2 : 1;
 }
 
-uint64_t egpu_vcuda_array_bytes(uint64_t width, uint64_t height, uint64_t depth, int format,
-                                unsigned channels, unsigned flags, unsigned levels)
+uint64_t egpu__vcuda_array_bytes(uint64_t width, uint64_t height, uint64_t depth, int format,
+                                 unsigned channels, unsigned flags, unsigned levels)
 {
     uint64_t elem = element_bytes(format, channels ? channels : 1), total = 0;
     bool depth_halves = !(flags & (ARRAY3D_LAYERED | ARRAY3D_CUBEMAP));

@@ -275,7 +275,7 @@ struct thr {
     unsigned limit_pct;             /* core_pct..100 */
     unsigned cards;
     int card_of_device[EGPU_VCUDA_MAX_CARDS];
-    struct egpu_vcuda_throttle_fns fns;
+    struct egpu__vcuda_throttle_fns fns;
     uint64_t (*clock)(void); /* CLOCK_MONOTONIC ns (tests: their own clock) */
     int32_t pid;
     struct thr_class *classes; /* THR_CLASS_SLOTS, anonymous mapping; NULL: none */
@@ -303,7 +303,7 @@ struct thr_admit {
 
 enum thr_wait { THR_WAIT_NONE, THR_WAIT_BUCKET, THR_WAIT_QUEUE };
 
-atomic_bool egpu_vcuda_throttle_active;
+atomic_bool egpu__vcuda_throttle_active;
 
 static struct thr g_thr = {.warned_reset = ATOMIC_FLAG_INIT, .warned_queue = ATOMIC_FLAG_INIT};
 
@@ -433,7 +433,7 @@ static int current_card(const struct thr *t)
 }
 
 /* Find or add the class of l in ctx; fills a->k and a->card. */
-static void thr_classify(struct thr *t, const struct egpu_vcuda_launch *l, CUcontext ctx,
+static void thr_classify(struct thr *t, const struct egpu__vcuda_launch *l, CUcontext ctx,
                          struct thr_admit *a)
 {
     uint64_t h =
@@ -688,7 +688,7 @@ static void thr_poll(struct thr *t, uint64_t now)
  * *captured: the launch was recorded into the graph and does not run now,
  * and no event is recorded into the capture). Returns the launch's result. */
 static CUresult sample_launch(struct thr *t, struct thr_sample *s,
-                              const struct egpu_vcuda_launch *l, CUcontext ctx,
+                              const struct egpu__vcuda_launch *l, CUcontext ctx,
                               const struct thr_admit *a, uint64_t issued, uint64_t now,
                               bool *captured)
 {
@@ -884,7 +884,7 @@ static uint64_t queue_extend(struct thr *t, struct thr_card *pc, int card, CUstr
  * work, preferably a clear one (at most 3 x THR_SAMPLE_NS late), and a clear
  * one per class every THR_CLEAR_NS, which keeps the minimum filter fed with
  * spans that hold no one else's work. */
-static CUresult thr_issue(struct thr *t, const struct egpu_vcuda_launch *l, CUcontext ctx,
+static CUresult thr_issue(struct thr *t, const struct egpu__vcuda_launch *l, CUcontext ctx,
                           const struct thr_admit *a, uint64_t now)
 {
     struct thr_card *pc = &t->pc[a->card];
@@ -931,7 +931,7 @@ struct thr_step {
 /* Advance launch l (state p, zeroed for a new launch) at now: returns 0 once
  * l was issued (its result in *rc), else how long to sleep before the next
  * step (ns). Never blocks. */
-static uint64_t thr_step(struct thr *t, const struct egpu_vcuda_launch *l, struct thr_step *p,
+static uint64_t thr_step(struct thr *t, const struct egpu__vcuda_launch *l, struct thr_step *p,
                          uint64_t now, CUresult *rc)
 {
     enum thr_wait why = THR_WAIT_NONE;
@@ -983,7 +983,7 @@ static uint64_t thr_step(struct thr *t, const struct egpu_vcuda_launch *l, struc
  * tick early. */
 static void region_check(struct thr *t, uint64_t now);
 
-static CUresult thr_launch(struct thr *t, const struct egpu_vcuda_launch *l)
+static CUresult thr_launch(struct thr *t, const struct egpu__vcuda_launch *l)
 {
     struct thr_step p;
     CUresult rc = CUDA_SUCCESS;
@@ -1141,9 +1141,9 @@ static void region_check(struct thr *t, uint64_t now)
     atomic_flag_clear_explicit(&t->checking, memory_order_release);
 }
 
-static int config_check(const struct egpu_vcuda_throttle_config *cfg)
+static int config_check(const struct egpu__vcuda_throttle_config *cfg)
 {
-    const struct egpu_vcuda_throttle_fns *f;
+    const struct egpu__vcuda_throttle_fns *f;
     unsigned limit;
 
     if (cfg == NULL) {
@@ -1199,7 +1199,7 @@ static void thr_close(struct thr *t)
 }
 
 /* Set t up from cfg (t zeroed or closed). Returns 0 or -EINVAL. */
-static int thr_open(struct thr *t, const struct egpu_vcuda_throttle_config *cfg)
+static int thr_open(struct thr *t, const struct egpu__vcuda_throttle_config *cfg)
 {
     void *p;
     int rc;
@@ -1267,29 +1267,29 @@ static int thr_open(struct thr *t, const struct egpu_vcuda_throttle_config *cfg)
 
 /* ---- The interface. ---- */
 
-int egpu_vcuda_throttle_init(const struct egpu_vcuda_throttle_config *cfg)
+int egpu__vcuda_throttle_init(const struct egpu__vcuda_throttle_config *cfg)
 {
     struct timespec res;
     int rc;
 
     coarse_ok = clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0 &&
                 (uint64_t)res.tv_nsec <= THR_COARSE_MAX_NS;
-    atomic_store(&egpu_vcuda_throttle_active, false);
+    atomic_store(&egpu__vcuda_throttle_active, false);
     thr_close(&g_thr);
     rc = thr_open(&g_thr, cfg);
     if (rc == 0 && g_thr.core_pct < 100)
-        atomic_store(&egpu_vcuda_throttle_active, true);
+        atomic_store(&egpu__vcuda_throttle_active, true);
     return rc;
 }
 
-CUresult egpu_vcuda_throttle_launch(const struct egpu_vcuda_launch *l)
+CUresult egpu__vcuda_throttle_launch(const struct egpu__vcuda_launch *l)
 {
-    if (!atomic_load_explicit(&egpu_vcuda_throttle_active, memory_order_relaxed))
+    if (!atomic_load_explicit(&egpu__vcuda_throttle_active, memory_order_relaxed))
         return l->launch(l);
     return thr_launch(&g_thr, l);
 }
 
-void egpu_vcuda_throttle_stats(struct egpu_vcuda_throttle_stats *out)
+void egpu__vcuda_throttle_stats(struct egpu__vcuda_throttle_stats *out)
 {
     const struct thr_stats *s = &g_thr.stats;
 
@@ -1301,7 +1301,7 @@ void egpu_vcuda_throttle_stats(struct egpu_vcuda_throttle_stats *out)
     out->queue_forced = atomic_load_explicit(&s->queue_forced, memory_order_relaxed);
 }
 
-void egpu_vcuda_throttle_atfork_child(void)
+void egpu__vcuda_throttle_atfork_child(void)
 {
     struct thr *t = &g_thr;
 

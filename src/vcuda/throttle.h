@@ -5,20 +5,20 @@
  *
  * Contract between the launch wrappers (hooks, src/vcuda) and the
  * controller (throttle.c):
- *   - egpu_vcuda_throttle_init once, from the interposer's initialisation,
+ *   - egpu__vcuda_throttle_init once, from the interposer's initialisation,
  *     after the configuration is read and the real driver entry points are
  *     resolved;
  *   - every launch wrapper (cuLaunchKernel, _ptsz, cuLaunchKernelEx, _ptsz,
  *     cuLaunchCooperativeKernel, _ptsz, cuLaunchCooperativeKernelMultiDevice,
  *     cuLaunch, cuLaunchGrid, cuLaunchGridAsync, cuGraphLaunch, _ptsz) tests
- * egpu_vcuda_throttle_active first; when false it calls the real entry point directly (the fast
- * path: no lock, no allocation, no call); when true it fills a struct egpu_vcuda_launch and calls
- * egpu_vcuda_throttle_launch, which admits the launch (sleeping while the container is over its
+ * egpu__vcuda_throttle_active first; when false it calls the real entry point directly (the fast
+ * path: no lock, no allocation, no call); when true it fills a struct egpu__vcuda_launch and calls
+ * egpu__vcuda_throttle_launch, which admits the launch (sleeping while the container is over its
  * share), calls l->launch(l) exactly once and returns what it returned. A graph launch is described
  *     as fn = (CUfunction)graph_exec, blocks = 1, threads = 0: the
  *     controller times and charges a graph like one kernel of its own;
  *   - the interposer's pthread_atfork child handler calls
- *     egpu_vcuda_throttle_atfork_child.
+ *     egpu__vcuda_throttle_atfork_child.
  * Units: percent of one card's time for core_pct and core_limit_pct.
  */
 #ifndef EGPU_VCUDA_THROTTLE_H
@@ -53,7 +53,7 @@ extern "C" {
  *     would time is checked first, and a launch into a capture (recorded in
  *     a graph, not run now) is neither timed (no event is recorded into the
  *     capture) nor charged; when the query fails, the launch is not timed. */
-struct egpu_vcuda_throttle_fns {
+struct egpu__vcuda_throttle_fns {
     CUresult (*ctx_get_device)(CUdevice *dev);
     CUresult (*event_create)(CUevent *event, unsigned int flags);
     CUresult (*event_record)(CUevent event, CUstream stream);
@@ -65,7 +65,7 @@ struct egpu_vcuda_throttle_fns {
     CUresult (*stream_is_capturing)(CUstream stream, CUstreamCaptureStatus *status); /* optional */
 };
 
-struct egpu_vcuda_throttle_config {
+struct egpu__vcuda_throttle_config {
     const char *dir;                          /* allocation directory: the shared region lives here
                                                  (<dir>/vcuda-core.shm); NULL = a per-process region */
     unsigned core_pct;                        /* the share held to when others wait, 1..100 */
@@ -73,9 +73,9 @@ struct egpu_vcuda_throttle_config {
     unsigned cards;                           /* limited cards, 1..EGPU_VCUDA_MAX_CARDS */
     int card_of_device[EGPU_VCUDA_MAX_CARDS]; /* CUdevice ordinal -> limited card index
                                                  0..cards-1, -1 = not limited */
-    struct egpu_vcuda_throttle_fns fns;
+    struct egpu__vcuda_throttle_fns fns;
     /* Optional (NULL: not protected): watch and unwatch a mapping of the
-     * region file against SIGBUS, as egpu_vcuda_sigbus_watch (sigbus.c)
+     * region file against SIGBUS, as egpu__vcuda_sigbus_watch (sigbus.c)
      * does: once another process truncated the file, an access to the
      * mapping completes on zeros and *faults grows instead of killing the
      * process. watch returns 0 or -errno. */
@@ -85,12 +85,12 @@ struct egpu_vcuda_throttle_config {
 
 /* One launch, as the wrapper received it. launch performs the real call
  * with the wrapper's own arguments (kept by the wrapper behind ctx). */
-struct egpu_vcuda_launch {
+struct egpu__vcuda_launch {
     uint64_t blocks;  /* grid_x * grid_y * grid_z */
     uint64_t threads; /* block_x * block_y * block_z */
     CUfunction fn;
     CUstream stream;
-    CUresult (*launch)(const struct egpu_vcuda_launch *l);
+    CUresult (*launch)(const struct egpu__vcuda_launch *l);
     void *ctx;
     bool per_thread; /* through a _ptsz entry point: a NULL stream is the calling
                         thread's default stream (the controller then times it on
@@ -99,7 +99,7 @@ struct egpu_vcuda_launch {
 
 /* True once init enabled throttling (core_pct < 100); read with relaxed
  * order on every launch. */
-extern atomic_bool egpu_vcuda_throttle_active;
+extern atomic_bool egpu__vcuda_throttle_active;
 
 /* Start the controller (cfg is copied; dir need not outlive the call).
  * Returns 0; -EINVAL for a bad config (logged once, naming the field), and
@@ -117,16 +117,16 @@ extern atomic_bool egpu_vcuda_throttle_active;
  * flock when it is short), logged once per process. Call it once per
  * process; a later call replaces the configuration and must not race with
  * launches (tests). */
-int egpu_vcuda_throttle_init(const struct egpu_vcuda_throttle_config *cfg);
+int egpu__vcuda_throttle_init(const struct egpu__vcuda_throttle_config *cfg);
 
 /* Admit l (may sleep), run l->launch(l) once and return its result. Never
  * allocates or locks when the container has device time left; see
  * throttle.c for what a sampled launch costs. */
-CUresult egpu_vcuda_throttle_launch(const struct egpu_vcuda_launch *l);
+CUresult egpu__vcuda_throttle_launch(const struct egpu__vcuda_launch *l);
 
 /* What this process's controller did since init (or fork), for tests,
  * benchmarks and debugging. */
-struct egpu_vcuda_throttle_stats {
+struct egpu__vcuda_throttle_stats {
     uint64_t sampled;       /* launches timed with a pair of events */
     uint64_t samples_done;  /* timed launches collected */
     uint64_t samples_lost;  /* timed launches whose events failed (dropped) */
@@ -136,11 +136,11 @@ struct egpu_vcuda_throttle_stats {
 };
 
 /* Copy the counters into *out (caller-owned). */
-void egpu_vcuda_throttle_stats(struct egpu_vcuda_throttle_stats *out);
+void egpu__vcuda_throttle_stats(struct egpu__vcuda_throttle_stats *out);
 
 /* After fork, in the child: forget the parent's per-process state (kernel
  * estimates, timing events, queued work); keep the container's region. */
-void egpu_vcuda_throttle_atfork_child(void);
+void egpu__vcuda_throttle_atfork_child(void);
 
 #ifdef __cplusplus
 }

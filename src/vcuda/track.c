@@ -32,12 +32,13 @@ static size_t hash(int kind, uint64_t key)
     return (size_t)h;
 }
 
-static struct egpu_vcuda_track_entry *find(const struct egpu_vcuda_track *t, int kind, uint64_t key)
+static struct egpu__vcuda_track_entry *find(const struct egpu__vcuda_track *t, int kind,
+                                            uint64_t key)
 {
     if (t->slots == NULL)
         return NULL;
     for (size_t i = hash(kind, key) & t->mask;; i = (i + 1) & t->mask) {
-        struct egpu_vcuda_track_entry *e = &t->slots[i];
+        struct egpu__vcuda_track_entry *e = &t->slots[i];
 
         if (e->kind == 0)
             return NULL;
@@ -46,8 +47,8 @@ static struct egpu_vcuda_track_entry *find(const struct egpu_vcuda_track *t, int
     }
 }
 
-static void insert(struct egpu_vcuda_track_entry *slots, size_t mask,
-                   const struct egpu_vcuda_track_entry *n)
+static void insert(struct egpu__vcuda_track_entry *slots, size_t mask,
+                   const struct egpu__vcuda_track_entry *n)
 {
     size_t i = hash(n->kind, n->key) & mask;
 
@@ -56,10 +57,10 @@ static void insert(struct egpu_vcuda_track_entry *slots, size_t mask,
     slots[i] = *n;
 }
 
-static int grow(struct egpu_vcuda_track *t)
+static int grow(struct egpu__vcuda_track *t)
 {
     size_t size = t->slots ? (t->mask + 1) * 2 : TRACK_MIN_SIZE;
-    struct egpu_vcuda_track_entry *slots = egpu_calloc(size, sizeof(*slots));
+    struct egpu__vcuda_track_entry *slots = egpu_calloc(size, sizeof(*slots));
 
     if (slots == NULL)
         return -ENOMEM;
@@ -75,10 +76,10 @@ static int grow(struct egpu_vcuda_track *t)
     return 0;
 }
 
-int egpu_vcuda_track_put(struct egpu_vcuda_track *t, int kind, uint64_t key, int card,
-                         uint64_t bytes, uint64_t ctx)
+int egpu__vcuda_track_put(struct egpu__vcuda_track *t, int kind, uint64_t key, int card,
+                          uint64_t bytes, uint64_t ctx)
 {
-    struct egpu_vcuda_track_entry n = {
+    struct egpu__vcuda_track_entry n = {
         .key = key, .bytes = bytes, .ctx = ctx, .kind = (uint8_t)kind, .card = (int8_t)card};
 
     if (find(t, kind, key) != NULL)
@@ -94,10 +95,10 @@ int egpu_vcuda_track_put(struct egpu_vcuda_track *t, int kind, uint64_t key, int
     return 0;
 }
 
-bool egpu_vcuda_track_get(const struct egpu_vcuda_track *t, int kind, uint64_t key,
-                          struct egpu_vcuda_track_entry *out)
+bool egpu__vcuda_track_get(const struct egpu__vcuda_track *t, int kind, uint64_t key,
+                           struct egpu__vcuda_track_entry *out)
 {
-    const struct egpu_vcuda_track_entry *e = find(t, kind, key);
+    const struct egpu__vcuda_track_entry *e = find(t, kind, key);
 
     if (e == NULL)
         return false;
@@ -105,10 +106,10 @@ bool egpu_vcuda_track_get(const struct egpu_vcuda_track *t, int kind, uint64_t k
     return true;
 }
 
-bool egpu_vcuda_track_take(struct egpu_vcuda_track *t, int kind, uint64_t key,
-                           struct egpu_vcuda_track_entry *out)
+bool egpu__vcuda_track_take(struct egpu__vcuda_track *t, int kind, uint64_t key,
+                            struct egpu__vcuda_track_entry *out)
 {
-    struct egpu_vcuda_track_entry *e = find(t, kind, key);
+    struct egpu__vcuda_track_entry *e = find(t, kind, key);
     size_t i, j;
 
     if (e == NULL)
@@ -135,8 +136,8 @@ bool egpu_vcuda_track_take(struct egpu_vcuda_track *t, int kind, uint64_t key,
     return true;
 }
 
-size_t egpu_vcuda_track_drop_ctx(struct egpu_vcuda_track *t, uint64_t ctx,
-                                 uint64_t bytes_by_card[EGPU_VCUDA_MAX_CARDS])
+size_t egpu__vcuda_track_drop_ctx(struct egpu__vcuda_track *t, uint64_t ctx,
+                                  uint64_t bytes_by_card[EGPU_VCUDA_MAX_CARDS])
 {
     size_t n = 0;
 
@@ -145,13 +146,13 @@ size_t egpu_vcuda_track_drop_ctx(struct egpu_vcuda_track *t, uint64_t ctx,
     /* A take only ever moves an entry into the hole it leaves at i, so
      * looking at i again before moving on visits every entry once. */
     for (size_t i = 0; i <= t->mask;) {
-        struct egpu_vcuda_track_entry *e = &t->slots[i], gone;
+        struct egpu__vcuda_track_entry *e = &t->slots[i], gone;
 
         if (e->kind == 0 || e->ctx != ctx) {
             i++;
             continue;
         }
-        egpu_vcuda_track_take(t, e->kind, e->key, &gone);
+        egpu__vcuda_track_take(t, e->kind, e->key, &gone);
         if (gone.card >= 0 && gone.card < EGPU_VCUDA_MAX_CARDS)
             bytes_by_card[gone.card] += gone.bytes;
         n++;
@@ -159,14 +160,14 @@ size_t egpu_vcuda_track_drop_ctx(struct egpu_vcuda_track *t, uint64_t ctx,
     return n;
 }
 
-void egpu_vcuda_track_clear(struct egpu_vcuda_track *t)
+void egpu__vcuda_track_clear(struct egpu__vcuda_track *t)
 {
     if (t->slots)
         memset(t->slots, 0, (t->mask + 1) * sizeof(*t->slots));
     t->count = 0;
 }
 
-void egpu_vcuda_track_free(struct egpu_vcuda_track *t)
+void egpu__vcuda_track_free(struct egpu__vcuda_track *t)
 {
     egpu_free(t->slots);
     memset(t, 0, sizeof(*t));

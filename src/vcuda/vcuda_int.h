@@ -68,7 +68,7 @@ extern "C" {
 
 /* A card's 16-byte UUID as cuDeviceGetUuid gives it: the 32 hex digits of the
  * NVML/agent string "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", in order. */
-struct egpu_vcuda_uuid {
+struct egpu__vcuda_uuid {
     uint8_t b[16];
 };
 
@@ -77,28 +77,28 @@ struct egpu_vcuda_uuid {
 /* Parse "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (hex digits in either
  * case, dashes exactly there; "GPU-" required) into *out. Returns 0 or
  * -EINVAL (out unchanged). Source of the format: NVML's nvmlDeviceGetUUID. */
-int egpu_vcuda_uuid_parse(const char *s, struct egpu_vcuda_uuid *out) EGPU_MUST_CHECK;
+int egpu__vcuda_uuid_parse(const char *s, struct egpu__vcuda_uuid *out) EGPU_MUST_CHECK;
 
 /* Format u as "GPU-xxxxxxxx-..." (lowercase) into buf (at least
  * EGPU_VCUDA_UUID_STR_MAX bytes). Returns buf. */
-char *egpu_vcuda_uuid_format(const struct egpu_vcuda_uuid *u, char *buf);
+char *egpu__vcuda_uuid_format(const struct egpu__vcuda_uuid *u, char *buf);
 
 /* ------------------------------------------------------------------------ */
 /* Configuration (config.c)                                                 */
 
-enum egpu_vcuda_source {
+enum egpu__vcuda_source {
     EGPU_VCUDA_SRC_NONE = 0, /* neither file nor variables: no limits */
     EGPU_VCUDA_SRC_ENV = 1,  /* EGPU_VCUDA_* environment variables */
     EGPU_VCUDA_SRC_FILE = 2, /* <dir>/vcuda.conf */
 };
 
-struct egpu_vcuda_config {
-    char dir[PATH_MAX];            /* allocation directory (vcuda.conf lives here) */
-    char region_dir[PATH_MAX];     /* the shared regions' directory: <dir>/shared or dir */
-    enum egpu_vcuda_source source; /* where the settings came from */
-    bool fail_closed;              /* the configuration was broken: memory limit 0 */
-    unsigned ngpus;                /* cards the limits apply to; 0 = every visible card */
-    struct egpu_vcuda_uuid gpus[EGPU_VCUDA_MAX_CARDS];
+struct egpu__vcuda_config {
+    char dir[PATH_MAX];             /* allocation directory (vcuda.conf lives here) */
+    char region_dir[PATH_MAX];      /* the shared regions' directory: <dir>/shared or dir */
+    enum egpu__vcuda_source source; /* where the settings came from */
+    bool fail_closed;               /* the configuration was broken: memory limit 0 */
+    unsigned ngpus;                 /* cards the limits apply to; 0 = every visible card */
+    struct egpu__vcuda_uuid gpus[EGPU_VCUDA_MAX_CARDS];
     bool has_memory;         /* a memory limit applies */
     uint64_t memory_mib;     /* per card, MiB (0 only when failing closed) */
     bool has_core;           /* a compute limit applies */
@@ -110,24 +110,25 @@ struct egpu_vcuda_config {
 
 /* Fill *cfg with the defaults: no limits, dir and region_dir as given (may
  * be NULL: ""), context_mib EGPU_VCUDA_CONTEXT_MIB_DEFAULT, log level warn.
- * Touches no file (egpu_vcuda_config_load picks region_dir). */
-void egpu_vcuda_config_defaults(struct egpu_vcuda_config *cfg, const char *dir);
+ * Touches no file (egpu__vcuda_config_load picks region_dir). */
+void egpu__vcuda_config_defaults(struct egpu__vcuda_config *cfg, const char *dir);
 
 /* Apply one setting: key is one of EGPU_VCUDA_GPUS, EGPU_VCUDA_MEMORY_MIB
  * (MiB per card, 0..16777216; 0 = no memory limit), EGPU_VCUDA_CORE (percent, 1..100),
  * EGPU_VCUDA_CORE_LIMIT (percent, 1..100; checked against the core by
- * egpu_vcuda_config_check), EGPU_VCUDA_CONTEXT_MIB (MiB, 0..65536),
+ * egpu__vcuda_config_check), EGPU_VCUDA_CONTEXT_MIB (MiB, 0..65536),
  * EGPU_VCUDA_LOG_LEVEL (error|warn|info|debug). Numbers are decimal digits
  * only. Returns 0; -ENOENT for an unknown key, -EINVAL for a malformed value,
  * -ERANGE for a value out of range; err->msg names the key and the allowed
  * values. */
-int egpu_vcuda_config_set(struct egpu_vcuda_config *cfg, const char *key, const char *value,
-                          struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__vcuda_config_set(struct egpu__vcuda_config *cfg, const char *key, const char *value,
+                           struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Checks across keys once all are set: EGPU_VCUDA_CORE_LIMIT needs
  * EGPU_VCUDA_CORE and lies in core..100 (it defaults to the core).
  * Returns 0 or -EINVAL with err->msg naming the keys. */
-int egpu_vcuda_config_check(struct egpu_vcuda_config *cfg, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__vcuda_config_check(struct egpu__vcuda_config *cfg,
+                             struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Parse the text of a vcuda.conf (len bytes, need not be NUL-terminated):
  * lines KEY=VALUE with the keys above, blank lines and '#' comments;
@@ -137,13 +138,13 @@ int egpu_vcuda_config_check(struct egpu_vcuda_config *cfg, struct egpu_error *er
  * required. path names the file in messages. Returns 0, or a negative
  * errno with err->msg "<path> line N: <key>: <reason>"; on error *cfg holds
  * every line that parsed (so a valid EGPU_VCUDA_GPUS still says which cards). */
-int egpu_vcuda_config_parse(struct egpu_vcuda_config *cfg, const char *text, size_t len,
-                            const char *path, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__vcuda_config_parse(struct egpu__vcuda_config *cfg, const char *text, size_t len,
+                             const char *path, struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Switch *cfg to the documented safe behaviour after a broken configuration:
  * memory limit 0 MiB on the configured cards (every card when the card list
  * did not parse), no compute limit. */
-void egpu_vcuda_config_fail_closed(struct egpu_vcuda_config *cfg);
+void egpu__vcuda_config_fail_closed(struct egpu__vcuda_config *cfg);
 
 /* Load the configuration. default_dir is the fixed allocation directory
  * (EGPU_VCUDA_DEFAULT_DIR, "/etc/elastic-gpu", where the agent mounts it);
@@ -163,22 +164,23 @@ void egpu_vcuda_config_fail_closed(struct egpu_vcuda_config *cfg);
  * already failed closed. cfg->dir is the directory used; cfg->region_dir is
  * <cfg->dir>/shared when that is a directory (lstat, so not a link), else
  * cfg->dir (see the top of this file). */
-int egpu_vcuda_config_load(struct egpu_vcuda_config *cfg, const char *default_dir,
-                           char *const *envp, struct egpu_error *err);
+int egpu__vcuda_config_load(struct egpu__vcuda_config *cfg, const char *default_dir,
+                            char *const *envp, struct egpu_error *err);
 
 /* Whether the limits apply to the card with UUID u (always with no card list). */
-bool egpu_vcuda_config_covers(const struct egpu_vcuda_config *cfg, const struct egpu_vcuda_uuid *u);
+bool egpu__vcuda_config_covers(const struct egpu__vcuda_config *cfg,
+                               const struct egpu__vcuda_uuid *u);
 
 /* Position of u in the card list, or -1. */
-int egpu_vcuda_config_gpu_index(const struct egpu_vcuda_config *cfg,
-                                const struct egpu_vcuda_uuid *u);
+int egpu__vcuda_config_gpu_index(const struct egpu__vcuda_config *cfg,
+                                 const struct egpu__vcuda_uuid *u);
 
 /* ------------------------------------------------------------------------ */
 /* What an allocation counts (sizes.c)                                      */
 
 /* bytes rounded up to EGPU_VCUDA_GRANULARITY_BYTES; UINT64_MAX when that
  * overflows (such a request can never fit). */
-uint64_t egpu_vcuda_round(uint64_t bytes);
+uint64_t egpu__vcuda_round(uint64_t bytes);
 
 /* Bytes of a CUDA array: width x max(height,1) x max(depth,1) elements of
  * channels x the format's element size (CUDA driver API CUarray_format),
@@ -188,13 +190,13 @@ uint64_t egpu_vcuda_round(uint64_t bytes);
  * CUDA_ARRAY3D_SPARSE or CUDA_ARRAY3D_DEFERRED_MAPPING have no memory of
  * their own (their backing comes from cuMemCreate): 0. UINT64_MAX on
  * overflow. Not rounded. */
-uint64_t egpu_vcuda_array_bytes(uint64_t width, uint64_t height, uint64_t depth, int format,
-                                unsigned channels, unsigned flags, unsigned levels);
+uint64_t egpu__vcuda_array_bytes(uint64_t width, uint64_t height, uint64_t depth, int format,
+                                 unsigned channels, unsigned flags, unsigned levels);
 
 /* ------------------------------------------------------------------------ */
 /* Per-process map of counted objects (track.c)                             */
 
-enum egpu_vcuda_kind {
+enum egpu__vcuda_kind {
     EGPU_VCUDA_PTR = 1, /* device pointer: cuMemAlloc*, pitch, managed, async, pools */
     EGPU_VCUDA_VMM,     /* CUmemGenericAllocationHandle from cuMemCreate */
     EGPU_VCUDA_ARRAY,   /* CUarray */
@@ -203,47 +205,47 @@ enum egpu_vcuda_kind {
     EGPU_VCUDA_POOL,    /* CUmemoryPool from cuMemPoolCreate (0 bytes: remembers the card) */
 };
 
-struct egpu_vcuda_track_entry {
+struct egpu__vcuda_track_entry {
     uint64_t key;   /* pointer or handle value */
     uint64_t bytes; /* what it counted */
     uint64_t ctx;   /* CUcontext it lives in (freed with it); 0 = none */
-    uint8_t kind;   /* enum egpu_vcuda_kind; 0 = empty slot */
+    uint8_t kind;   /* enum egpu__vcuda_kind; 0 = empty slot */
     int8_t card;    /* the region's local card id */
 };
 
 /* Open addressing, linear probing, backward-shift deletion; not
  * thread-safe (hooks.c locks). Zero-initialised is a valid empty map. */
-struct egpu_vcuda_track {
-    struct egpu_vcuda_track_entry *slots; /* NULL until the first put */
-    size_t mask;                          /* size - 1 */
+struct egpu__vcuda_track {
+    struct egpu__vcuda_track_entry *slots; /* NULL until the first put */
+    size_t mask;                           /* size - 1 */
     size_t count;
 };
 
 /* Insert (kind, key) counted as bytes on card, made in context ctx (0 =
  * not bound to a context). Returns 0, -EEXIST (already there, unchanged) or
  * -ENOMEM (map unchanged). */
-int egpu_vcuda_track_put(struct egpu_vcuda_track *t, int kind, uint64_t key, int card,
-                         uint64_t bytes, uint64_t ctx) EGPU_MUST_CHECK;
+int egpu__vcuda_track_put(struct egpu__vcuda_track *t, int kind, uint64_t key, int card,
+                          uint64_t bytes, uint64_t ctx) EGPU_MUST_CHECK;
 /* Remove (kind, key), copying its entry to *out. Returns true when found. */
-bool egpu_vcuda_track_take(struct egpu_vcuda_track *t, int kind, uint64_t key,
-                           struct egpu_vcuda_track_entry *out);
+bool egpu__vcuda_track_take(struct egpu__vcuda_track *t, int kind, uint64_t key,
+                            struct egpu__vcuda_track_entry *out);
 /* Copy the entry of (kind, key) to *out without removing it. Returns true
  * when found. */
-bool egpu_vcuda_track_get(const struct egpu_vcuda_track *t, int kind, uint64_t key,
-                          struct egpu_vcuda_track_entry *out);
+bool egpu__vcuda_track_get(const struct egpu__vcuda_track *t, int kind, uint64_t key,
+                           struct egpu__vcuda_track_entry *out);
 /* Remove every entry made in context ctx (not 0), adding each one's bytes
  * to bytes_by_card[its card]. Returns how many were removed. */
-size_t egpu_vcuda_track_drop_ctx(struct egpu_vcuda_track *t, uint64_t ctx,
-                                 uint64_t bytes_by_card[EGPU_VCUDA_MAX_CARDS]);
+size_t egpu__vcuda_track_drop_ctx(struct egpu__vcuda_track *t, uint64_t ctx,
+                                  uint64_t bytes_by_card[EGPU_VCUDA_MAX_CARDS]);
 /* Forget every entry, keeping the memory (after fork, in the child). */
-void egpu_vcuda_track_clear(struct egpu_vcuda_track *t);
+void egpu__vcuda_track_clear(struct egpu__vcuda_track *t);
 /* Free the memory; *t is empty again. */
-void egpu_vcuda_track_free(struct egpu_vcuda_track *t);
+void egpu__vcuda_track_free(struct egpu__vcuda_track *t);
 
 /* ------------------------------------------------------------------------ */
 /* The shared region (region.c)                                             */
 
-struct egpu_vcuda_region;
+struct egpu__vcuda_region;
 
 /* Attach to <dir>/vcuda-memory.shm, creating it (mode 0666) or
  * re-initialising it when it is truncated, corrupted or of another version
@@ -253,7 +255,7 @@ struct egpu_vcuda_region;
  * mapped again (region.c, DESIGN). dir NULL or "": a region private to this
  * process and its forked children (anonymous shared memory). One handle per
  * process and file: two handles of one process on the same file share its
- * lock word. *out is the caller's, freed by egpu_vcuda_region_close.
+ * lock word. *out is the caller's, freed by egpu__vcuda_region_close.
  * The file is opened with O_NOFOLLOW | O_NONBLOCK and must be a regular
  * file with one link: a symbolic link, FIFO, device or hard link planted at
  * the name is refused (-ELOOP, -EINVAL). A process's own usage is its
@@ -263,67 +265,67 @@ struct egpu_vcuda_region;
  * Returns 0; -ENOMEM; or -errno when the file cannot be opened, sized or
  * mapped (err->msg names it). The caller must then fail closed: a region
  * per process would let N processes take N times the limit. */
-int egpu_vcuda_region_open(struct egpu_vcuda_region **out, const char *dir,
-                           struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__vcuda_region_open(struct egpu__vcuda_region **out, const char *dir,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Give this process's slot back (its usage leaves the totals) and free h.
  * NULL is a no-op. */
-void egpu_vcuda_region_close(struct egpu_vcuda_region *h);
+void egpu__vcuda_region_close(struct egpu__vcuda_region *h);
 
 /* Give this process's slot back without detaching (at exit). */
-void egpu_vcuda_region_leave(struct egpu_vcuda_region *h);
+void egpu__vcuda_region_leave(struct egpu__vcuda_region *h);
 
 /* The local id (0..EGPU_VCUDA_MAX_CARDS-1) of the card with UUID u, made on
  * first use (ids are this process's; the shared table is keyed by UUID).
  * Returns 0, or -ENOSPC when this process or the region already knows
  * EGPU_VCUDA_MAX_CARDS other cards. */
-int egpu_vcuda_region_card(struct egpu_vcuda_region *h, const struct egpu_vcuda_uuid *u,
-                           int *card) EGPU_MUST_CHECK;
+int egpu__vcuda_region_card(struct egpu__vcuda_region *h, const struct egpu__vcuda_uuid *u,
+                            int *card) EGPU_MUST_CHECK;
 
 /* Check-and-take: when the card's total plus bytes stays within
  * limit_bytes, add bytes to this process's slot and the total; otherwise
  * reclaim the slots of dead processes and check again. Returns 0, or
  * -ENOMEM (over the limit: nothing taken), -ENOSPC (no free process slot),
  * -EINVAL (bad card id), -EIO (the region could not be locked). */
-int egpu_vcuda_region_reserve(struct egpu_vcuda_region *h, int card, uint64_t bytes,
-                              uint64_t limit_bytes) EGPU_MUST_CHECK;
+int egpu__vcuda_region_reserve(struct egpu__vcuda_region *h, int card, uint64_t bytes,
+                               uint64_t limit_bytes) EGPU_MUST_CHECK;
 
 /* Give back bytes this process took on card (never more than it holds). */
-void egpu_vcuda_region_release(struct egpu_vcuda_region *h, int card, uint64_t bytes);
+void egpu__vcuda_region_release(struct egpu__vcuda_region *h, int card, uint64_t bytes);
 
 /* Bytes in use on card by all live processes (dead ones reclaimed first).
  * Returns 0, -EINVAL (bad card id) or -EIO. */
-int egpu_vcuda_region_used(struct egpu_vcuda_region *h, int card,
-                           uint64_t *used_bytes) EGPU_MUST_CHECK;
+int egpu__vcuda_region_used(struct egpu__vcuda_region *h, int card,
+                            uint64_t *used_bytes) EGPU_MUST_CHECK;
 
 /* Bytes this process holds on card (its own view, kept across re-initialisation). */
-uint64_t egpu_vcuda_region_mine(struct egpu_vcuda_region *h, int card);
+uint64_t egpu__vcuda_region_mine(struct egpu__vcuda_region *h, int card);
 
 /* Free the slots of processes that are gone: kill(pid, 0) fails with ESRCH,
  * /proc/<pid>/stat shows a zombie, or its start time differs (the pid was
  * reused). Returns the number of slots freed, or -EIO. */
-int egpu_vcuda_region_reclaim(struct egpu_vcuda_region *h);
+int egpu__vcuda_region_reclaim(struct egpu__vcuda_region *h);
 
 /* The region's generation (changes at every re-initialisation). */
-uint64_t egpu_vcuda_region_generation(struct egpu_vcuda_region *h);
+uint64_t egpu__vcuda_region_generation(struct egpu__vcuda_region *h);
 
 /* fork(2) handlers: prepare locks h's process-local lock, parent unlocks
  * it, child unlocks it and forgets the parent's slot and usage (the child
  * starts with nothing and takes a slot of its own on first use). */
-void egpu_vcuda_region_atfork_prepare(struct egpu_vcuda_region *h);
-void egpu_vcuda_region_atfork_parent(struct egpu_vcuda_region *h);
-void egpu_vcuda_region_atfork_child(struct egpu_vcuda_region *h);
+void egpu__vcuda_region_atfork_prepare(struct egpu__vcuda_region *h);
+void egpu__vcuda_region_atfork_parent(struct egpu__vcuda_region *h);
+void egpu__vcuda_region_atfork_child(struct egpu__vcuda_region *h);
 
 /* For unit tests only: take the shared lock and keep it (a process that
  * then dies leaves its lock word, which the next locker takes over and
  * recomputes the totals), and overwrite a card's total (a half-done
  * update). Return 0 or -errno. */
-int egpu_vcuda_region_debug_lock(struct egpu_vcuda_region *h);
-int egpu_vcuda_region_debug_set_total(struct egpu_vcuda_region *h, int card, uint64_t bytes);
+int egpu__vcuda_region_debug_lock(struct egpu__vcuda_region *h);
+int egpu__vcuda_region_debug_set_total(struct egpu__vcuda_region *h, int card, uint64_t bytes);
 /* For unit tests only: what a hostile process of the container can do
  * without the interposer: zero every card's total and every slot's bytes
  * in the mapping, without the lock. Returns 0. */
-int egpu_vcuda_region_debug_zero_usage(struct egpu_vcuda_region *h);
+int egpu__vcuda_region_debug_zero_usage(struct egpu__vcuda_region *h);
 
 /* ------------------------------------------------------------------------ */
 /* Truncated mappings (sigbus.c)                                            */
@@ -340,16 +342,16 @@ int egpu_vcuda_region_debug_zero_usage(struct egpu_vcuda_region *h);
  * sigaction(2) at the first call. Returns 0, -EINVAL (bad arguments),
  * -ENOSPC (EGPU_VCUDA_SIGBUS_MAX ranges watched already) or the -errno of
  * sigaction. Thread-safe. */
-int egpu_vcuda_sigbus_watch(void *base, size_t bytes, atomic_uint *faults) EGPU_MUST_CHECK;
+int egpu__vcuda_sigbus_watch(void *base, size_t bytes, atomic_uint *faults) EGPU_MUST_CHECK;
 
 /* Stop watching the range that starts at base (call it before unmapping
  * the range). No-op for NULL or a range not watched. */
-void egpu_vcuda_sigbus_unwatch(void *base);
+void egpu__vcuda_sigbus_unwatch(void *base);
 
 /* Start time of process pid in clock ticks since boot (/proc/<pid>/stat
  * field 22, proc(5)); *zombie set when its state is Z or X. Returns 0 or
  * -errno (-ENOENT: no such process). */
-int egpu_vcuda_proc_start(pid_t pid, uint64_t *start, bool *zombie) EGPU_MUST_CHECK;
+int egpu__vcuda_proc_start(pid_t pid, uint64_t *start, bool *zombie) EGPU_MUST_CHECK;
 
 #ifdef __cplusplus
 }

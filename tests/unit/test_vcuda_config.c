@@ -85,19 +85,19 @@ static int each_setup(void **state)
 
 static void uuid_round_trip(void **state)
 {
-    struct egpu_vcuda_uuid u;
+    struct egpu__vcuda_uuid u;
     char text[EGPU_VCUDA_UUID_STR_MAX];
 
     (void)state;
-    assert_int_equal(egpu_vcuda_uuid_parse(UUID0, &u), 0);
+    assert_int_equal(egpu__vcuda_uuid_parse(UUID0, &u), 0);
     assert_int_equal(u.b[0], 0x6d);
     assert_int_equal(u.b[3], 0x3e);
     assert_int_equal(u.b[15], 0x00);
-    assert_string_equal(egpu_vcuda_uuid_format(&u, text), UUID0);
+    assert_string_equal(egpu__vcuda_uuid_format(&u, text), UUID0);
     /* upper case parses to the same bytes, and formats in lower case */
-    assert_int_equal(egpu_vcuda_uuid_parse(UUID1, &u), 0);
+    assert_int_equal(egpu__vcuda_uuid_parse(UUID1, &u), 0);
     assert_int_equal(u.b[15], 0xab);
-    assert_string_equal(egpu_vcuda_uuid_format(&u, text),
+    assert_string_equal(egpu__vcuda_uuid_format(&u, text),
                         "GPU-6d0c1c3e-0000-4000-8000-0000000000ab");
 }
 
@@ -112,12 +112,12 @@ static void uuid_rejects_malformed(void **state)
         "GPU-6d0c1c3e-0000-4000-8000-00000000000g",  /* not hex */
         "GPU-6d0c1c3e-0000-4000-8000-000000000000 ", "",
     };
-    struct egpu_vcuda_uuid u;
+    struct egpu__vcuda_uuid u;
 
     (void)state;
     memset(&u, 0x5a, sizeof(u));
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        if (egpu_vcuda_uuid_parse(bad[i], &u) != -EINVAL)
+        if (egpu__vcuda_uuid_parse(bad[i], &u) != -EINVAL)
             fail_msg("accepted \"%s\"", bad[i]);
     }
     assert_int_equal(u.b[0], 0x5a); /* unchanged */
@@ -126,12 +126,12 @@ static void uuid_rejects_malformed(void **state)
 /* set(key, value) fails with code and a message naming key and "allowed". */
 static void expect_bad(const char *key, const char *value, int code)
 {
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
     int rc;
 
-    egpu_vcuda_config_defaults(&c, "/d");
-    rc = egpu_vcuda_config_set(&c, key, value, &err);
+    egpu__vcuda_config_defaults(&c, "/d");
+    rc = egpu__vcuda_config_set(&c, key, value, &err);
     if (rc != code)
         fail_msg("%s=%s: got %d, want %d (%s)", key, value, rc, code, err.msg);
     if (strstr(err.msg, key) == NULL || strstr(err.msg, "allowed") == NULL)
@@ -141,30 +141,30 @@ static void expect_bad(const char *key, const char *value, int code)
 
 static void keys_and_ranges(void **state)
 {
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
     (void)state;
-    egpu_vcuda_config_defaults(&c, "/d");
+    egpu__vcuda_config_defaults(&c, "/d");
     assert_int_equal(c.context_mib, 300);
     assert_int_equal(c.log_level, EGPU_LOG_WARN);
     assert_false(c.has_memory || c.has_core);
     /* 0: no GPU memory asked for, so no memory limit (only the core applies) */
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_MEMORY_MIB", "0", &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_MEMORY_MIB", "0", &err), 0);
     assert_false(c.has_memory);
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_MEMORY_MIB", "1", &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_MEMORY_MIB", "1", &err), 0);
     assert_true(c.has_memory);
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_MEMORY_MIB", "16777216", &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_MEMORY_MIB", "16777216", &err), 0);
     assert_true(c.has_memory);
     assert_int_equal(c.memory_mib, 16777216);
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_CORE", "1", &err), 0);
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_CORE", "100", &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CORE", "1", &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CORE", "100", &err), 0);
     assert_true(c.has_core);
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_CONTEXT_MIB", "0", &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CONTEXT_MIB", "0", &err), 0);
     assert_int_equal(c.context_mib, 0);
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_LOG_LEVEL", "debug", &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_LOG_LEVEL", "debug", &err), 0);
     assert_int_equal(c.log_level, EGPU_LOG_DEBUG);
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_GPUS", UUID0 "," UUID1, &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_GPUS", UUID0 "," UUID1, &err), 0);
     assert_int_equal(c.ngpus, 2);
 
     expect_bad("EGPU_VCUDA_MEMORY_MIB", "16777217", -ERANGE);
@@ -188,42 +188,42 @@ static void keys_and_ranges(void **state)
 
 static void core_limit_checks(void **state)
 {
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
     (void)state;
-    egpu_vcuda_config_defaults(&c, "/d");
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_CORE", "30", &err), 0);
-    assert_int_equal(egpu_vcuda_config_check(&c, &err), 0);
+    egpu__vcuda_config_defaults(&c, "/d");
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CORE", "30", &err), 0);
+    assert_int_equal(egpu__vcuda_config_check(&c, &err), 0);
     assert_int_equal(c.core_limit_pct, 30); /* defaults to the core */
 
-    egpu_vcuda_config_defaults(&c, "/d");
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_CORE", "30", &err), 0);
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_CORE_LIMIT", "20", &err), 0);
-    assert_int_equal(egpu_vcuda_config_check(&c, &err), -ERANGE);
+    egpu__vcuda_config_defaults(&c, "/d");
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CORE", "30", &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CORE_LIMIT", "20", &err), 0);
+    assert_int_equal(egpu__vcuda_config_check(&c, &err), -ERANGE);
     assert_non_null(strstr(err.msg, "EGPU_VCUDA_CORE_LIMIT=20"));
 
-    egpu_vcuda_config_defaults(&c, "/d");
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_CORE_LIMIT", "50", &err), 0);
-    assert_int_equal(egpu_vcuda_config_check(&c, &err), -EINVAL);
+    egpu__vcuda_config_defaults(&c, "/d");
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CORE_LIMIT", "50", &err), 0);
+    assert_int_equal(egpu__vcuda_config_check(&c, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "needs EGPU_VCUDA_CORE"));
 
-    egpu_vcuda_config_defaults(&c, "/d");
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_CORE", "30", &err), 0);
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_CORE_LIMIT", "80", &err), 0);
-    assert_int_equal(egpu_vcuda_config_check(&c, &err), 0);
+    egpu__vcuda_config_defaults(&c, "/d");
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CORE", "30", &err), 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CORE_LIMIT", "80", &err), 0);
+    assert_int_equal(egpu__vcuda_config_check(&c, &err), 0);
     assert_int_equal(c.core_limit_pct, 80);
 }
 
-static int parse_text(struct egpu_vcuda_config *c, const char *text, struct egpu_error *err)
+static int parse_text(struct egpu__vcuda_config *c, const char *text, struct egpu_error *err)
 {
-    egpu_vcuda_config_defaults(c, "/d");
-    return egpu_vcuda_config_parse(c, text, strlen(text), "/d/vcuda.conf", err);
+    egpu__vcuda_config_defaults(c, "/d");
+    return egpu__vcuda_config_parse(c, text, strlen(text), "/d/vcuda.conf", err);
 }
 
 static void parse_good_file(void **state)
 {
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
     const char *text = "# written by egpu-agent\n"
                        "\n"
@@ -250,13 +250,13 @@ static void parse_good_file(void **state)
 /* text fails to parse with a message holding every one of the words. */
 static void expect_parse_error(const char *text, size_t len, ...)
 {
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
     const char *word;
     va_list ap;
 
-    egpu_vcuda_config_defaults(&c, "/d");
-    if (egpu_vcuda_config_parse(&c, text, len, "/d/vcuda.conf", &err) == 0)
+    egpu__vcuda_config_defaults(&c, "/d");
+    if (egpu__vcuda_config_parse(&c, text, len, "/d/vcuda.conf", &err) == 0)
         fail_msg("accepted: %.*s", (int)len, text);
     if (strstr(err.msg, "/d/vcuda.conf") == NULL)
         fail_msg("message does not name the file: %s", err.msg);
@@ -296,7 +296,7 @@ static void parse_bad_files(void **state)
 
 static void parse_error_keeps_gpu_list(void **state)
 {
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
     (void)state;
@@ -308,7 +308,7 @@ static void parse_error_keeps_gpu_list(void **state)
         0);
     assert_non_null(strstr(err.msg, "line 1")); /* the first error is the one reported */
     assert_int_equal(c.ngpus, 1);
-    egpu_vcuda_config_fail_closed(&c);
+    egpu__vcuda_config_fail_closed(&c);
     assert_true(c.fail_closed && c.has_memory);
     assert_int_equal(c.memory_mib, 0);
     assert_false(c.has_core);
@@ -318,11 +318,11 @@ static void parse_error_keeps_gpu_list(void **state)
 static void load_nothing_is_no_limits(void **state)
 {
     char *envp[] = {"PATH=/usr/bin", "EGPU_VCUDA_DIR=", NULL};
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
     (void)state;
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
     assert_int_equal(c.source, EGPU_VCUDA_SRC_NONE);
     assert_false(c.has_memory || c.has_core || c.fail_closed);
 }
@@ -336,12 +336,12 @@ static void load_env(void **state)
                     "EGPU_VCUDA_GPUS=" UUID0,
                     "OTHER=1",
                     NULL};
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
     (void)state;
     snprintf(dir_var, sizeof(dir_var), "EGPU_VCUDA_DIR=%s", user_dir);
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
     assert_int_equal(c.source, EGPU_VCUDA_SRC_ENV);
     assert_string_equal(c.dir, user_dir);
     assert_int_equal(c.memory_mib, 2048);
@@ -355,18 +355,18 @@ static void load_bad_env_fails_closed(void **state)
     char *typo[] = {"EGPU_VCUDA_MEMORY_MB=2048", NULL};
     char *range[] = {"EGPU_VCUDA_GPUS=" UUID0, "EGPU_VCUDA_MEMORY_MIB=2048", "EGPU_VCUDA_CORE=0",
                      NULL};
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
     (void)state;
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, typo, &err), -ENOENT);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, typo, &err), -ENOENT);
     assert_non_null(strstr(err.msg, "EGPU_VCUDA_MEMORY_MB"));
     assert_non_null(strstr(err.msg, "failing closed"));
     assert_true(c.fail_closed && c.has_memory);
     assert_int_equal(c.memory_mib, 0);
     assert_int_equal(c.ngpus, 0); /* no card list: every card */
 
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, range, &err), -ERANGE);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, range, &err), -ERANGE);
     assert_non_null(strstr(err.msg, "EGPU_VCUDA_CORE=0"));
     assert_non_null(strstr(err.msg, "the configured cards"));
     assert_true(c.fail_closed);
@@ -378,13 +378,13 @@ static void load_file_wins_over_env(void **state)
 {
     char dir_var[160];
     char *envp[] = {dir_var, "EGPU_VCUDA_MEMORY_MIB=99999", "EGPU_VCUDA_CORE=100", NULL};
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
     (void)state;
     snprintf(dir_var, sizeof(dir_var), "EGPU_VCUDA_DIR=%s", user_dir);
     write_text(user_dir, "EGPU_VCUDA_MEMORY_MIB=1000\nEGPU_VCUDA_CORE=20\n");
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
     assert_int_equal(c.source, EGPU_VCUDA_SRC_FILE);
     assert_string_equal(c.dir, user_dir);
     assert_int_equal(c.memory_mib, 1000);
@@ -392,7 +392,7 @@ static void load_file_wins_over_env(void **state)
 
     /* the fixed directory's file wins even over EGPU_VCUDA_DIR's */
     write_text(fixed_dir, "EGPU_VCUDA_MEMORY_MIB=500\nEGPU_VCUDA_CORE=10\n");
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
     assert_string_equal(c.dir, fixed_dir);
     assert_int_equal(c.memory_mib, 500);
     assert_int_equal(c.core_pct, 10);
@@ -401,13 +401,13 @@ static void load_file_wins_over_env(void **state)
 static void load_broken_file_fails_closed(void **state)
 {
     char *envp[] = {"EGPU_VCUDA_MEMORY_MIB=99999", "EGPU_VCUDA_CORE=100", NULL};
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
     char path[256];
 
     (void)state;
     write_text(fixed_dir, "EGPU_VCUDA_GPUS=" UUID0 "\nEGPU_VCUDA_MEMORY_MIB=10");
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), -EINVAL);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "truncated"));
     assert_non_null(strstr(err.msg, fixed_dir));
     assert_true(c.fail_closed);
@@ -419,7 +419,7 @@ static void load_broken_file_fails_closed(void **state)
     remove_conf(fixed_dir);
     snprintf(path, sizeof(path), "%s/vcuda.conf", fixed_dir);
     assert_int_equal(mkdir(path, 0755), 0);
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), -EISDIR);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), -EISDIR);
     assert_non_null(strstr(err.msg, "unreadable"));
     assert_non_null(strstr(err.msg, path));
     assert_true(c.fail_closed);
@@ -430,7 +430,7 @@ static void load_broken_file_fails_closed(void **state)
 static void load_oversize_file_fails_closed(void **state)
 {
     char *envp[] = {NULL};
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
     char *big = malloc(EGPU_VCUDA_CONF_MAX_BYTES + 2);
 
@@ -441,7 +441,7 @@ static void load_oversize_file_fails_closed(void **state)
     big[EGPU_VCUDA_CONF_MAX_BYTES + 1] = '\0';
     write_text(fixed_dir, big);
     free(big);
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), -EFBIG);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), -EFBIG);
     assert_non_null(strstr(err.msg, "corrupted"));
     assert_true(c.fail_closed);
 }
@@ -451,7 +451,7 @@ static void load_oversize_file_fails_closed(void **state)
 static void load_link_or_fifo_fails_closed(void **state)
 {
     char *envp[] = {NULL};
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
     char path[256], target[256];
 
@@ -460,7 +460,7 @@ static void load_link_or_fifo_fails_closed(void **state)
     snprintf(path, sizeof(path), "%s/vcuda.conf", fixed_dir);
     snprintf(target, sizeof(target), "%s/vcuda.conf", user_dir);
     assert_int_equal(symlink(target, path), 0);
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), -ELOOP);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), -ELOOP);
     assert_non_null(strstr(err.msg, "symbolic link"));
     assert_non_null(strstr(err.msg, path));
     assert_true(c.fail_closed);
@@ -468,7 +468,7 @@ static void load_link_or_fifo_fails_closed(void **state)
     assert_int_equal(unlink(path), 0);
 
     assert_int_equal(mkfifo(path, 0644), 0); /* nobody writes: an open would block */
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), -EINVAL);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), -EINVAL);
     assert_non_null(strstr(err.msg, path));
     assert_true(c.fail_closed);
     assert_int_equal(unlink(path), 0);
@@ -481,7 +481,7 @@ static void load_region_dir(void **state)
 {
     char dir_var[160], shared[256], elsewhere[256];
     char *envp[] = {dir_var, "EGPU_VCUDA_MEMORY_MIB=1024", NULL};
-    struct egpu_vcuda_config c;
+    struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
     (void)state;
@@ -491,50 +491,50 @@ static void load_region_dir(void **state)
 
     /* The agent's file, no shared/: an older agent's dir, regions beside it. */
     write_text(fixed_dir, "EGPU_VCUDA_MEMORY_MIB=500\nEGPU_VCUDA_CORE=10\n");
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
     assert_string_equal(c.dir, fixed_dir);
     assert_string_equal(c.region_dir, fixed_dir);
 
     assert_int_equal(mkdir(shared, 01777), 0);
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
     assert_string_equal(c.region_dir, shared);
     assert_int_equal(rmdir(shared), 0);
 
     assert_int_equal(mkdir(elsewhere, 0755), 0);
     assert_int_equal(symlink(elsewhere, shared), 0);
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
     assert_string_equal(c.region_dir, fixed_dir);
     assert_int_equal(unlink(shared), 0);
     assert_int_equal(rmdir(elsewhere), 0);
 
     /* EGPU_VCUDA_DIR (tests, benches): the same rule. */
     remove_conf(fixed_dir);
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
     assert_int_equal(c.source, EGPU_VCUDA_SRC_ENV);
     assert_string_equal(c.region_dir, user_dir);
     snprintf(shared, sizeof(shared), "%s/shared", user_dir);
     assert_int_equal(mkdir(shared, 0755), 0);
-    assert_int_equal(egpu_vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
     assert_string_equal(c.region_dir, shared);
     assert_int_equal(rmdir(shared), 0);
 }
 
 static void covers_and_index(void **state)
 {
-    struct egpu_vcuda_config c;
-    struct egpu_vcuda_uuid u0, u1;
+    struct egpu__vcuda_config c;
+    struct egpu__vcuda_uuid u0, u1;
     struct egpu_error err = {0};
 
     (void)state;
-    assert_int_equal(egpu_vcuda_uuid_parse(UUID0, &u0), 0);
-    assert_int_equal(egpu_vcuda_uuid_parse(UUID1, &u1), 0);
-    egpu_vcuda_config_defaults(&c, "/d");
-    assert_true(egpu_vcuda_config_covers(&c, &u0)); /* no list: every card */
-    assert_int_equal(egpu_vcuda_config_set(&c, "EGPU_VCUDA_GPUS", UUID1, &err), 0);
-    assert_false(egpu_vcuda_config_covers(&c, &u0));
-    assert_true(egpu_vcuda_config_covers(&c, &u1));
-    assert_int_equal(egpu_vcuda_config_gpu_index(&c, &u1), 0);
-    assert_int_equal(egpu_vcuda_config_gpu_index(&c, &u0), -1);
+    assert_int_equal(egpu__vcuda_uuid_parse(UUID0, &u0), 0);
+    assert_int_equal(egpu__vcuda_uuid_parse(UUID1, &u1), 0);
+    egpu__vcuda_config_defaults(&c, "/d");
+    assert_true(egpu__vcuda_config_covers(&c, &u0)); /* no list: every card */
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_GPUS", UUID1, &err), 0);
+    assert_false(egpu__vcuda_config_covers(&c, &u0));
+    assert_true(egpu__vcuda_config_covers(&c, &u1));
+    assert_int_equal(egpu__vcuda_config_gpu_index(&c, &u1), 0);
+    assert_int_equal(egpu__vcuda_config_gpu_index(&c, &u0), -1);
 }
 
 int main(void)

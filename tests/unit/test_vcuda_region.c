@@ -38,7 +38,7 @@
 #define MIB (1ULL << 20)
 
 static char dir[64], path[128];
-static struct egpu_vcuda_uuid uuid_a, uuid_b;
+static struct egpu__vcuda_uuid uuid_a, uuid_b;
 static FILE *log_file;
 
 static int setup(void **state)
@@ -48,8 +48,8 @@ static int setup(void **state)
     if (mkdtemp(dir) == NULL)
         return -1;
     snprintf(path, sizeof(path), "%s/%s", dir, EGPU_VCUDA_REGION_NAME);
-    if (egpu_vcuda_uuid_parse("GPU-6d0c1c3e-0000-4000-8000-000000000000", &uuid_a) != 0 ||
-        egpu_vcuda_uuid_parse("GPU-6d0c1c3e-0000-4000-8000-000000000001", &uuid_b) != 0)
+    if (egpu__vcuda_uuid_parse("GPU-6d0c1c3e-0000-4000-8000-000000000000", &uuid_a) != 0 ||
+        egpu__vcuda_uuid_parse("GPU-6d0c1c3e-0000-4000-8000-000000000001", &uuid_b) != 0)
         return -1;
     egpu_log_level = EGPU_LOG_WARN;
     return 0;
@@ -95,61 +95,61 @@ static int log_lines(const char *word)
     return n;
 }
 
-static struct egpu_vcuda_region *open_region(const char *d, int *card)
+static struct egpu__vcuda_region *open_region(const char *d, int *card)
 {
-    struct egpu_vcuda_region *h = NULL;
+    struct egpu__vcuda_region *h = NULL;
     struct egpu_error err = {0};
 
-    if (egpu_vcuda_region_open(&h, d, &err) != 0)
+    if (egpu__vcuda_region_open(&h, d, &err) != 0)
         fail_msg("open: %s", err.msg);
     if (card != NULL)
-        assert_int_equal(egpu_vcuda_region_card(h, &uuid_a, card), 0);
+        assert_int_equal(egpu__vcuda_region_card(h, &uuid_a, card), 0);
     return h;
 }
 
-static uint64_t used_of(struct egpu_vcuda_region *h, int card)
+static uint64_t used_of(struct egpu__vcuda_region *h, int card)
 {
     uint64_t used = 0;
 
-    assert_int_equal(egpu_vcuda_region_used(h, card, &used), 0);
+    assert_int_equal(egpu__vcuda_region_used(h, card, &used), 0);
     return used;
 }
 
-static void check_and_take(struct egpu_vcuda_region *h)
+static void check_and_take(struct egpu__vcuda_region *h)
 {
     int a, b;
 
-    assert_int_equal(egpu_vcuda_region_card(h, &uuid_a, &a), 0);
-    assert_int_equal(egpu_vcuda_region_card(h, &uuid_b, &b), 0);
+    assert_int_equal(egpu__vcuda_region_card(h, &uuid_a, &a), 0);
+    assert_int_equal(egpu__vcuda_region_card(h, &uuid_b, &b), 0);
     assert_int_not_equal(a, b);
-    assert_int_equal(egpu_vcuda_region_card(h, &uuid_a, &b), 0); /* same card, same id */
+    assert_int_equal(egpu__vcuda_region_card(h, &uuid_a, &b), 0); /* same card, same id */
     assert_int_equal(a, b);
-    assert_int_equal(egpu_vcuda_region_card(h, &uuid_b, &b), 0);
-    assert_int_equal(egpu_vcuda_region_reserve(h, a, 60 * MIB, 100 * MIB), 0);
-    assert_int_equal(egpu_vcuda_region_reserve(h, a, 40 * MIB, 100 * MIB), 0);
-    assert_int_equal(egpu_vcuda_region_reserve(h, a, 2 * MIB, 100 * MIB), -ENOMEM);
-    assert_int_equal(egpu_vcuda_region_reserve(h, a, 0, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_card(h, &uuid_b, &b), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, a, 60 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, a, 40 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, a, 2 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(egpu__vcuda_region_reserve(h, a, 0, 100 * MIB), 0);
     assert_int_equal(used_of(h, a), 100 * MIB);
     /* the other card has its own limit */
-    assert_int_equal(egpu_vcuda_region_reserve(h, b, 100 * MIB, 100 * MIB), 0);
-    assert_int_equal(egpu_vcuda_region_reserve(h, b, 1, 100 * MIB), -ENOMEM);
-    egpu_vcuda_region_release(h, a, 40 * MIB);
+    assert_int_equal(egpu__vcuda_region_reserve(h, b, 100 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, b, 1, 100 * MIB), -ENOMEM);
+    egpu__vcuda_region_release(h, a, 40 * MIB);
     assert_int_equal(used_of(h, a), 60 * MIB);
-    assert_int_equal(egpu_vcuda_region_mine(h, a), 60 * MIB);
-    assert_int_equal(egpu_vcuda_region_reserve(h, a, 40 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_mine(h, a), 60 * MIB);
+    assert_int_equal(egpu__vcuda_region_reserve(h, a, 40 * MIB, 100 * MIB), 0);
     /* giving back more than held never goes below zero */
-    egpu_vcuda_region_release(h, a, 1000 * MIB);
+    egpu__vcuda_region_release(h, a, 1000 * MIB);
     assert_int_equal(used_of(h, a), 0);
     assert_int_equal(used_of(h, b), 100 * MIB);
     /* a request larger than the limit itself */
-    assert_int_equal(egpu_vcuda_region_reserve(h, a, 101 * MIB, 100 * MIB), -ENOMEM);
-    assert_int_equal(egpu_vcuda_region_reserve(h, 7, MIB, 100 * MIB), -EINVAL);
-    assert_int_equal(egpu_vcuda_region_reserve(h, -1, MIB, 100 * MIB), -EINVAL);
+    assert_int_equal(egpu__vcuda_region_reserve(h, a, 101 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(egpu__vcuda_region_reserve(h, 7, MIB, 100 * MIB), -EINVAL);
+    assert_int_equal(egpu__vcuda_region_reserve(h, -1, MIB, 100 * MIB), -EINVAL);
 }
 
 static void reserve_release_limit(void **state)
 {
-    struct egpu_vcuda_region *h = open_region(dir, NULL);
+    struct egpu__vcuda_region *h = open_region(dir, NULL);
     struct stat st;
 
     (void)state;
@@ -157,37 +157,37 @@ static void reserve_release_limit(void **state)
     assert_true(st.st_size > 0);
     assert_int_equal(st.st_mode & 0777, 0666);
     check_and_take(h);
-    egpu_vcuda_region_close(h);
+    egpu__vcuda_region_close(h);
     assert_int_equal(log_lines(""), 0); /* nothing to say about a fresh region */
     assert_int_equal(egpu_alloc_live(), 0);
 }
 
 static void private_region(void **state)
 {
-    struct egpu_vcuda_region *h = open_region(NULL, NULL);
+    struct egpu__vcuda_region *h = open_region(NULL, NULL);
     struct stat st;
 
     (void)state;
     check_and_take(h);
-    egpu_vcuda_region_close(h);
+    egpu__vcuda_region_close(h);
     assert_int_not_equal(stat(path, &st), 0); /* no file */
 }
 
 static void card_table_full(void **state)
 {
-    struct egpu_vcuda_region *h = open_region(dir, NULL);
-    struct egpu_vcuda_uuid u = uuid_a;
+    struct egpu__vcuda_region *h = open_region(dir, NULL);
+    struct egpu__vcuda_uuid u = uuid_a;
     int card;
 
     (void)state;
     for (int i = 0; i < EGPU_VCUDA_MAX_CARDS; i++) {
         u.b[15] = (uint8_t)(0x40 + i);
-        assert_int_equal(egpu_vcuda_region_card(h, &u, &card), 0);
+        assert_int_equal(egpu__vcuda_region_card(h, &u, &card), 0);
         assert_int_equal(card, i);
     }
     u.b[15] = 0x3f;
-    assert_int_equal(egpu_vcuda_region_card(h, &u, &card), -ENOSPC);
-    egpu_vcuda_region_close(h);
+    assert_int_equal(egpu__vcuda_region_card(h, &u, &card), -ENOSPC);
+    egpu__vcuda_region_close(h);
 }
 
 /* A child: run fn in a forked process with its own handle; its exit status
@@ -259,15 +259,15 @@ static void wait_zombie(pid_t pid)
 static int child_takes_50(void)
 {
     struct egpu_error err = {0};
-    struct egpu_vcuda_region *h = NULL;
+    struct egpu__vcuda_region *h = NULL;
     int card;
 
-    if (egpu_vcuda_region_open(&h, dir, &err) != 0 ||
-        egpu_vcuda_region_card(h, &uuid_a, &card) != 0)
+    if (egpu__vcuda_region_open(&h, dir, &err) != 0 ||
+        egpu__vcuda_region_card(h, &uuid_a, &card) != 0)
         return 1;
-    if (egpu_vcuda_region_reserve(h, card, 50 * MIB, 100 * MIB) != 0)
+    if (egpu__vcuda_region_reserve(h, card, 50 * MIB, 100 * MIB) != 0)
         return 2;
-    if (egpu_vcuda_region_reserve(h, card, 30 * MIB, 100 * MIB) != -ENOMEM)
+    if (egpu__vcuda_region_reserve(h, card, 30 * MIB, 100 * MIB) != -ENOMEM)
         return 3; /* 30 (parent) + 50 + 30 > 100 */
     child_send('r');
     child_wait();
@@ -277,41 +277,41 @@ static int child_takes_50(void)
 static void dead_process_reclaimed(void **state)
 {
     int card;
-    struct egpu_vcuda_region *h = open_region(dir, &card);
+    struct egpu__vcuda_region *h = open_region(dir, &card);
     pid_t pid;
 
     (void)state;
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 30 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 30 * MIB, 100 * MIB), 0);
     pid = spawn(child_takes_50);
     assert_int_equal(parent_wait(), 'r');
     assert_int_equal(used_of(h, card), 80 * MIB); /* both count against one limit */
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 21 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 21 * MIB, 100 * MIB), -ENOMEM);
     parent_send('x');
     wait_zombie(pid);
     /* a zombie holds no device memory: the next reservation that would
      * fail reclaims it */
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 70 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 70 * MIB, 100 * MIB), 0);
     assert_int_equal(used_of(h, card), 100 * MIB);
     assert_int_equal(reap(pid), 0);
-    egpu_vcuda_region_release(h, card, 100 * MIB);
+    egpu__vcuda_region_release(h, card, 100 * MIB);
     assert_int_equal(used_of(h, card), 0);
     assert_int_equal(log_lines(""), 0);
-    egpu_vcuda_region_close(h);
+    egpu__vcuda_region_close(h);
 }
 
 static int child_dies_holding_lock(void)
 {
     struct egpu_error err = {0};
-    struct egpu_vcuda_region *h = NULL;
+    struct egpu__vcuda_region *h = NULL;
     int card;
 
-    if (egpu_vcuda_region_open(&h, dir, &err) != 0 ||
-        egpu_vcuda_region_card(h, &uuid_a, &card) != 0 ||
-        egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB) != 0)
+    if (egpu__vcuda_region_open(&h, dir, &err) != 0 ||
+        egpu__vcuda_region_card(h, &uuid_a, &card) != 0 ||
+        egpu__vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB) != 0)
         return 1;
     /* a half-done update, then death with the lock held */
-    if (egpu_vcuda_region_debug_set_total(h, card, 999 * MIB) != 0 ||
-        egpu_vcuda_region_debug_lock(h) != 0)
+    if (egpu__vcuda_region_debug_set_total(h, card, 999 * MIB) != 0 ||
+        egpu__vcuda_region_debug_lock(h) != 0)
         return 2;
     return 0;
 }
@@ -319,18 +319,18 @@ static int child_dies_holding_lock(void)
 static void owner_died_recomputes(void **state)
 {
     int card;
-    struct egpu_vcuda_region *h = open_region(dir, &card);
+    struct egpu__vcuda_region *h = open_region(dir, &card);
 
     (void)state;
     assert_int_equal(reap(spawn(child_dies_holding_lock)), 0);
     /* EOWNERDEAD: totals from the slots (the dead child's 10 MiB still has
      * its slot), so 2 MiB fits under a 12 MiB limit without reclaiming */
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 2 * MIB, 12 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 2 * MIB, 12 * MIB), 0);
     /* reading usage reclaims the dead child */
     assert_int_equal(used_of(h, card), 2 * MIB);
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 12 * MIB), 0);
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 2 * MIB, 12 * MIB), -ENOMEM);
-    egpu_vcuda_region_close(h);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 10 * MIB, 12 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 2 * MIB, 12 * MIB), -ENOMEM);
+    egpu__vcuda_region_close(h);
 }
 
 static void write_at(off_t off, const void *p, size_t n)
@@ -346,19 +346,19 @@ static void write_at(off_t off, const void *p, size_t n)
  * with the path and word, and a region that works. */
 static void broken_file_case(void (*how)(void), const char *word)
 {
-    struct egpu_vcuda_region *h = open_region(dir, NULL);
+    struct egpu__vcuda_region *h = open_region(dir, NULL);
     int card;
 
-    egpu_vcuda_region_close(h);
+    egpu__vcuda_region_close(h);
     how();
     h = open_region(dir, &card);
     if (log_lines(word) != 1 || log_lines(path) != 1 || log_lines("re-initialising") != 1 ||
         log_lines("") != 1)
         fail_msg("want one line naming %s and \"%s\"", path, word);
     assert_int_equal(used_of(h, card), 0);
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 8 * MIB, 8 * MIB), 0);
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 2 * MIB, 8 * MIB), -ENOMEM);
-    egpu_vcuda_region_close(h);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 8 * MIB, 8 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 2 * MIB, 8 * MIB), -ENOMEM);
+    egpu__vcuda_region_close(h);
     fclose(log_file);
     log_file = tmpfile();
     egpu_log_set_stream(log_file);
@@ -417,17 +417,17 @@ static void broken_files_reinitialised(void **state)
 static int child_holds_40_then_reads(void)
 {
     struct egpu_error err = {0};
-    struct egpu_vcuda_region *h = NULL;
+    struct egpu__vcuda_region *h = NULL;
     uint64_t used = 0;
     int card;
 
-    if (egpu_vcuda_region_open(&h, dir, &err) != 0 ||
-        egpu_vcuda_region_card(h, &uuid_a, &card) != 0 ||
-        egpu_vcuda_region_reserve(h, card, 40 * MIB, 100 * MIB) != 0)
+    if (egpu__vcuda_region_open(&h, dir, &err) != 0 ||
+        egpu__vcuda_region_card(h, &uuid_a, &card) != 0 ||
+        egpu__vcuda_region_reserve(h, card, 40 * MIB, 100 * MIB) != 0)
         return 1;
     child_send('r');
     child_wait(); /* the parent corrupts and re-initialises the region */
-    if (egpu_vcuda_region_used(h, card, &used) != 0)
+    if (egpu__vcuda_region_used(h, card, &used) != 0)
         return 2;
     child_send('u');
     child_wait();
@@ -437,13 +437,13 @@ static int child_holds_40_then_reads(void)
 static void live_process_registers_again(void **state)
 {
     int card, card2;
-    struct egpu_vcuda_region *h = open_region(dir, &card), *h2;
+    struct egpu__vcuda_region *h = open_region(dir, &card), *h2;
     uint64_t gen;
     pid_t pid;
 
     (void)state;
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
-    gen = egpu_vcuda_region_generation(h);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
+    gen = egpu__vcuda_region_generation(h);
     pid = spawn(child_holds_40_then_reads);
     assert_int_equal(parent_wait(), 'r');
     assert_int_equal(used_of(h, card), 50 * MIB);
@@ -451,18 +451,18 @@ static void live_process_registers_again(void **state)
     /* a new process finds it corrupted and lays a new generation */
     h2 = open_region(dir, &card2);
     assert_int_equal(log_lines("re-initialising"), 1);
-    assert_true(egpu_vcuda_region_generation(h2) != gen);
+    assert_true(egpu__vcuda_region_generation(h2) != gen);
     parent_send('g');
     assert_int_equal(parent_wait(), 'u'); /* the child has used the region again */
     /* the child's 40 and (through h) this process's 10 are back */
     assert_int_equal(used_of(h, card), 50 * MIB);
     assert_int_equal(used_of(h2, card2), 50 * MIB);
-    assert_int_equal(egpu_vcuda_region_reserve(h2, card2, 52 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(egpu__vcuda_region_reserve(h2, card2, 52 * MIB, 100 * MIB), -ENOMEM);
     parent_send('x');
     assert_int_equal(reap(pid), 0);
     assert_int_equal(log_lines("re-initialising"), 1);
-    egpu_vcuda_region_close(h2);
-    egpu_vcuda_region_close(h);
+    egpu__vcuda_region_close(h2);
+    egpu__vcuda_region_close(h);
 }
 
 /* A hostile process zeroes the usage words behind this process's back:
@@ -470,25 +470,25 @@ static void live_process_registers_again(void **state)
 static void zeroed_usage_repaired_from_ledger(void **state)
 {
     int card;
-    struct egpu_vcuda_region *h = open_region(dir, &card);
+    struct egpu__vcuda_region *h = open_region(dir, &card);
 
     (void)state;
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 30 * MIB, 100 * MIB), 0);
-    assert_int_equal(egpu_vcuda_region_debug_zero_usage(h), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 30 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_debug_zero_usage(h), 0);
     /* 30 (the ledger) + 80 > 100 */
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 80 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 80 * MIB, 100 * MIB), -ENOMEM);
     assert_int_equal(used_of(h, card), 30 * MIB);
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 70 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 70 * MIB, 100 * MIB), 0);
     /* a total alone zeroed is recomputed from the slots */
-    assert_int_equal(egpu_vcuda_region_debug_set_total(h, card, 0), 0);
+    assert_int_equal(egpu__vcuda_region_debug_set_total(h, card, 0), 0);
     assert_int_equal(used_of(h, card), 100 * MIB);
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 2 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 2 * MIB, 100 * MIB), -ENOMEM);
     /* logged once per process at warning level (the second at info) */
     assert_int_equal(log_lines(""), 1);
     assert_int_equal(log_lines("this process's usage was changed behind the interposer's back: "
                                "repaired"),
                      1);
-    egpu_vcuda_region_close(h);
+    egpu__vcuda_region_close(h);
 }
 
 /* The usage of another, idle process is zeroed too: it cannot be known
@@ -497,24 +497,24 @@ static void zeroed_usage_repaired_from_ledger(void **state)
 static void zeroed_usage_waits_for_the_others(void **state)
 {
     int card;
-    struct egpu_vcuda_region *h = open_region(dir, &card);
+    struct egpu__vcuda_region *h = open_region(dir, &card);
     pid_t pid;
 
     (void)state;
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
     pid = spawn(child_holds_40_then_reads);
     assert_int_equal(parent_wait(), 'r');
-    assert_int_equal(egpu_vcuda_region_debug_zero_usage(h), 0);
+    assert_int_equal(egpu__vcuda_region_debug_zero_usage(h), 0);
     /* the child's 40 MiB are unknown now: refused, though 60 would fit */
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 40 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 40 * MIB, 100 * MIB), -ENOMEM);
     parent_send('g');
     assert_int_equal(parent_wait(), 'u'); /* the child has used the region again */
     assert_int_equal(used_of(h, card), 50 * MIB);
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 52 * MIB, 100 * MIB), -ENOMEM);
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 50 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 52 * MIB, 100 * MIB), -ENOMEM);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 50 * MIB, 100 * MIB), 0);
     parent_send('x');
     assert_int_equal(reap(pid), 0);
-    egpu_vcuda_region_close(h);
+    egpu__vcuda_region_close(h);
 }
 
 /* A symbolic link, hard link or FIFO planted at the region's name: the
@@ -523,14 +523,14 @@ static void zeroed_usage_waits_for_the_others(void **state)
 static void planted_names_refused(void **state)
 {
     char victim[160];
-    struct egpu_vcuda_region *h = NULL;
+    struct egpu__vcuda_region *h = NULL;
     struct egpu_error err = {0};
 
     (void)state;
     snprintf(victim, sizeof(victim), "%s/victim", dir);
     for (int k = 0; k < 3; k++) {
         tu_plant(path, victim, k);
-        assert_true(egpu_vcuda_region_open(&h, dir, &err) < 0);
+        assert_true(egpu__vcuda_region_open(&h, dir, &err) < 0);
         assert_non_null(strstr(err.msg, path));
         assert_non_null(strstr(err.msg, k == 0   ? "symbolic link"
                                         : k == 1 ? "other hard links"
@@ -544,11 +544,11 @@ static void planted_names_refused(void **state)
 static void truncated_under_a_live_process(void **state)
 {
     int card;
-    struct egpu_vcuda_region *h = open_region(dir, &card);
+    struct egpu__vcuda_region *h = open_region(dir, &card);
     struct stat st;
 
     (void)state;
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
     assert_int_equal(truncate(path, 0), 0);
     /* the next access faults: no death by SIGBUS (sigbus.c), the file is
      * mapped, sized and laid again, and this process's usage registered
@@ -557,18 +557,18 @@ static void truncated_under_a_live_process(void **state)
     assert_int_equal(stat(path, &st), 0);
     assert_true(st.st_size > 0);
     assert_int_equal(log_lines("truncated"), 1);
-    egpu_vcuda_region_close(h);
+    egpu__vcuda_region_close(h);
 }
 
 static void truncated_to_half_under_a_live_process(void **state)
 {
     int card;
-    struct egpu_vcuda_region *h = open_region(dir, &card);
+    struct egpu__vcuda_region *h = open_region(dir, &card);
     struct stat st;
     off_t full;
 
     (void)state;
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
     assert_int_equal(stat(path, &st), 0);
     full = st.st_size;
     assert_int_equal(truncate(path, full / 2), 0);
@@ -579,41 +579,41 @@ static void truncated_to_half_under_a_live_process(void **state)
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_size, full);
     assert_int_equal(log_lines("truncated"), 1);
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 92 * MIB, 100 * MIB), -ENOMEM);
-    egpu_vcuda_region_close(h);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 92 * MIB, 100 * MIB), -ENOMEM);
+    egpu__vcuda_region_close(h);
 }
 
 static void replaced_under_a_live_process(void **state)
 {
     int card;
-    struct egpu_vcuda_region *h = open_region(dir, &card);
+    struct egpu__vcuda_region *h = open_region(dir, &card);
     struct stat st;
 
     (void)state;
-    assert_int_equal(egpu_vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
+    assert_int_equal(egpu__vcuda_region_reserve(h, card, 10 * MIB, 100 * MIB), 0);
     assert_int_equal(unlink(path), 0);
     usleep(150000); /* the file is looked at every 100 ms (no system call in between) */
     assert_int_equal(used_of(h, card), 10 * MIB);
     assert_int_equal(stat(path, &st), 0); /* made again, with our usage in it */
-    egpu_vcuda_region_close(h);
+    egpu__vcuda_region_close(h);
 }
 
-static struct egpu_vcuda_region *fork_region;
+static struct egpu__vcuda_region *fork_region;
 static int fork_card;
 
 static int forked_child(void)
 {
-    struct egpu_vcuda_region *h = fork_region;
+    struct egpu__vcuda_region *h = fork_region;
     uint64_t used = 0;
 
-    egpu_vcuda_region_atfork_child(h);
-    if (egpu_vcuda_region_mine(h, fork_card) != 0)
+    egpu__vcuda_region_atfork_child(h);
+    if (egpu__vcuda_region_mine(h, fork_card) != 0)
         return 1; /* the parent's usage is not the child's */
-    if (egpu_vcuda_region_reserve(h, fork_card, 50 * MIB, 100 * MIB) != 0)
+    if (egpu__vcuda_region_reserve(h, fork_card, 50 * MIB, 100 * MIB) != 0)
         return 2;
-    if (egpu_vcuda_region_used(h, fork_card, &used) != 0 || used != 80 * MIB)
+    if (egpu__vcuda_region_used(h, fork_card, &used) != 0 || used != 80 * MIB)
         return 3; /* the parent's 30 still count */
-    if (egpu_vcuda_region_reserve(h, fork_card, 30 * MIB, 100 * MIB) != -ENOMEM)
+    if (egpu__vcuda_region_reserve(h, fork_card, 30 * MIB, 100 * MIB) != -ENOMEM)
         return 4;
     return 0; /* dies holding 50 */
 }
@@ -624,14 +624,14 @@ static void fork_child_starts_empty(void **state)
 
     (void)state;
     fork_region = open_region(dir, &fork_card);
-    assert_int_equal(egpu_vcuda_region_reserve(fork_region, fork_card, 30 * MIB, 100 * MIB), 0);
-    egpu_vcuda_region_atfork_prepare(fork_region);
+    assert_int_equal(egpu__vcuda_region_reserve(fork_region, fork_card, 30 * MIB, 100 * MIB), 0);
+    egpu__vcuda_region_atfork_prepare(fork_region);
     fflush(NULL);
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0)
         _exit(forked_child());
-    egpu_vcuda_region_atfork_parent(fork_region);
+    egpu__vcuda_region_atfork_parent(fork_region);
     {
         int status = -1;
 
@@ -639,9 +639,9 @@ static void fork_child_starts_empty(void **state)
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 0);
     }
-    assert_int_equal(egpu_vcuda_region_mine(fork_region, fork_card), 30 * MIB);
+    assert_int_equal(egpu__vcuda_region_mine(fork_region, fork_card), 30 * MIB);
     assert_int_equal(used_of(fork_region, fork_card), 30 * MIB); /* the child's 50 reclaimed */
-    egpu_vcuda_region_close(fork_region);
+    egpu__vcuda_region_close(fork_region);
 }
 
 static void proc_start_times(void **state)
@@ -650,12 +650,12 @@ static void proc_start_times(void **state)
     bool zombie = true;
 
     (void)state;
-    assert_int_equal(egpu_vcuda_proc_start(getpid(), &start, &zombie), 0);
+    assert_int_equal(egpu__vcuda_proc_start(getpid(), &start, &zombie), 0);
     assert_true(start > 0);
     assert_false(zombie);
-    assert_int_equal(egpu_vcuda_proc_start(getpid(), &again, &zombie), 0);
+    assert_int_equal(egpu__vcuda_proc_start(getpid(), &again, &zombie), 0);
     assert_int_equal(start, again);
-    assert_int_equal(egpu_vcuda_proc_start(0x3ffffff0, &start, &zombie), -ENOENT);
+    assert_int_equal(egpu__vcuda_proc_start(0x3ffffff0, &start, &zombie), -ENOENT);
 }
 
 int main(void)

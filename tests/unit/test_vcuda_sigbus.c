@@ -78,7 +78,7 @@ static void truncated_mapping_reads_zeros(void **state)
     unsigned char *p = map_file(&fd);
 
     (void)state;
-    assert_int_equal(egpu_vcuda_sigbus_watch(p, BYTES, &faults), 0);
+    assert_int_equal(egpu__vcuda_sigbus_watch(p, BYTES, &faults), 0);
     assert_int_equal(peek(p, 2 * 4096), 0x5a);
     assert_int_equal(ftruncate(fd, 4096), 0); /* pages 1.. are gone */
     assert_int_equal(peek(p, 0), 0x5a);       /* page 0 is still the file's */
@@ -92,7 +92,7 @@ static void truncated_mapping_reads_zeros(void **state)
     assert_int_equal(atomic_load(&faults), 1);
     /* the file did not see the write; a new mapping sees the file */
     assert_int_equal(ftruncate(fd, BYTES), 0);
-    egpu_vcuda_sigbus_unwatch(p);
+    egpu__vcuda_sigbus_unwatch(p);
     munmap(p, BYTES);
     p = mmap(NULL, BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     assert_true(p != MAP_FAILED);
@@ -136,7 +136,7 @@ static void other_faults_are_chained(void **state)
     (void)state;
     install_theirs(&old);
     watched = map_file(&fd_w);
-    assert_int_equal(egpu_vcuda_sigbus_watch(watched, BYTES, &faults), 0);
+    assert_int_equal(egpu__vcuda_sigbus_watch(watched, BYTES, &faults), 0);
     assert_int_equal(sigaction(SIGBUS, NULL, &mine), 0);
     assert_true(mine.sa_sigaction != theirs); /* ours is on top */
     assert_int_equal(unlink(path), 0);
@@ -152,8 +152,8 @@ static void other_faults_are_chained(void **state)
     /* a handler installed after ours: ours comes back on top at the next
      * watch and hands it the faults that are not ours */
     install_theirs(NULL);
-    egpu_vcuda_sigbus_unwatch(watched);
-    assert_int_equal(egpu_vcuda_sigbus_watch(watched, BYTES, &faults), 0);
+    egpu__vcuda_sigbus_unwatch(watched);
+    assert_int_equal(egpu__vcuda_sigbus_watch(watched, BYTES, &faults), 0);
     assert_int_equal(sigaction(SIGBUS, NULL, &mine), 0);
     assert_true(mine.sa_sigaction != theirs);
     theirs_called = 0;
@@ -166,7 +166,7 @@ static void other_faults_are_chained(void **state)
     assert_int_equal(ftruncate(fd_w, 0), 0);
     assert_int_equal(peek(watched, 4096), 0);
     assert_int_equal(atomic_load(&faults), 1);
-    egpu_vcuda_sigbus_unwatch(watched);
+    egpu__vcuda_sigbus_unwatch(watched);
     munmap(watched, BYTES);
     munmap(other, BYTES);
     close(fd_w);
@@ -186,8 +186,8 @@ static void unwatched_is_not_repaired(void **state)
     (void)state;
     install_theirs(&old);
     p = map_file(&fd);
-    assert_int_equal(egpu_vcuda_sigbus_watch(p, BYTES, &faults), 0);
-    egpu_vcuda_sigbus_unwatch(p);
+    assert_int_equal(egpu__vcuda_sigbus_watch(p, BYTES, &faults), 0);
+    egpu__vcuda_sigbus_unwatch(p);
     assert_int_equal(sigaction(SIGBUS, NULL, &mine), 0);
     assert_true(mine.sa_sigaction != theirs); /* ours, passing it on */
     assert_int_equal(ftruncate(fd, 0), 0);
@@ -232,7 +232,7 @@ static void handler_loop_ends(void **state)
         int fd_w, fd_o;
 
         watched = map_file(&fd_w);
-        if (egpu_vcuda_sigbus_watch(watched, BYTES, &faults) != 0)
+        if (egpu__vcuda_sigbus_watch(watched, BYTES, &faults) != 0)
             _exit(2);
         memset(&sa, 0, sizeof(sa));
         sa.sa_sigaction = chaining;
@@ -240,8 +240,8 @@ static void handler_loop_ends(void **state)
         sigemptyset(&sa.sa_mask);
         if (sigaction(SIGBUS, &sa, &chained_prev) != 0)
             _exit(3);
-        egpu_vcuda_sigbus_unwatch(watched);
-        if (egpu_vcuda_sigbus_watch(watched, BYTES, &faults) != 0) /* ours on top again */
+        egpu__vcuda_sigbus_unwatch(watched);
+        if (egpu__vcuda_sigbus_watch(watched, BYTES, &faults) != 0) /* ours on top again */
             _exit(4);
         unlink(path);
         other = map_file(&fd_o);
@@ -265,22 +265,22 @@ static void bad_arguments(void **state)
 
     (void)state;
     assert_true(p != MAP_FAILED);
-    assert_int_equal(egpu_vcuda_sigbus_watch(NULL, 4096, &faults), -EINVAL);
-    assert_int_equal(egpu_vcuda_sigbus_watch(p, 0, &faults), -EINVAL);
-    assert_int_equal(egpu_vcuda_sigbus_watch(p, 4096, NULL), -EINVAL);
-    assert_int_equal(egpu_vcuda_sigbus_watch((char *)p + 1, 100, &faults), -EINVAL);
+    assert_int_equal(egpu__vcuda_sigbus_watch(NULL, 4096, &faults), -EINVAL);
+    assert_int_equal(egpu__vcuda_sigbus_watch(p, 0, &faults), -EINVAL);
+    assert_int_equal(egpu__vcuda_sigbus_watch(p, 4096, NULL), -EINVAL);
+    assert_int_equal(egpu__vcuda_sigbus_watch((char *)p + 1, 100, &faults), -EINVAL);
     /* the table is full after EGPU_VCUDA_SIGBUS_MAX ranges */
     for (int i = 0; i < EGPU_VCUDA_SIGBUS_MAX; i++) {
         watched[i] = (char *)p + 0; /* the same range may be watched once per slot */
-        if (egpu_vcuda_sigbus_watch(watched[i], 4096, &faults) == 0)
+        if (egpu__vcuda_sigbus_watch(watched[i], 4096, &faults) == 0)
             n++;
     }
     assert_int_equal(n, EGPU_VCUDA_SIGBUS_MAX);
-    assert_int_equal(egpu_vcuda_sigbus_watch(p, 4096, &faults), -ENOSPC);
-    egpu_vcuda_sigbus_unwatch(p); /* every slot of that range */
-    assert_int_equal(egpu_vcuda_sigbus_watch(p, 4096, &faults), 0);
-    egpu_vcuda_sigbus_unwatch(p);
-    egpu_vcuda_sigbus_unwatch(NULL);
+    assert_int_equal(egpu__vcuda_sigbus_watch(p, 4096, &faults), -ENOSPC);
+    egpu__vcuda_sigbus_unwatch(p); /* every slot of that range */
+    assert_int_equal(egpu__vcuda_sigbus_watch(p, 4096, &faults), 0);
+    egpu__vcuda_sigbus_unwatch(p);
+    egpu__vcuda_sigbus_unwatch(NULL);
     munmap(p, 4096);
 }
 

@@ -46,7 +46,7 @@ struct sim_proc {
     uint64_t hiccup_every; /* every so many launches, the host is 1 ms late between the
                               timing event and the launch (0: never) */
     struct thr_step step;
-    struct egpu_vcuda_launch l;
+    struct egpu__vcuda_launch l;
 };
 
 struct sim_event {
@@ -183,7 +183,7 @@ static uint64_t overlap(uint64_t a, uint64_t b, uint64_t lo, uint64_t hi)
 }
 
 /* The launch: the card runs one kernel at a time, in launch order. */
-static CUresult sim_launch(const struct egpu_vcuda_launch *l)
+static CUresult sim_launch(const struct egpu__vcuda_launch *l)
 {
     struct sim_proc *p = l->ctx;
     uint64_t now, start, end;
@@ -204,7 +204,7 @@ static CUresult sim_launch(const struct egpu_vcuda_launch *l)
     return CUDA_SUCCESS;
 }
 
-static const struct egpu_vcuda_throttle_fns sim_fns = {
+static const struct egpu__vcuda_throttle_fns sim_fns = {
     .ctx_get_device = sim_ctx_get_device,
     .event_create = sim_event_create,
     .event_record = sim_event_record,
@@ -244,9 +244,9 @@ static const char *cdir(int container)
     return dirs[container];
 }
 
-static struct egpu_vcuda_throttle_config sim_config(int container, unsigned core, unsigned limit)
+static struct egpu__vcuda_throttle_config sim_config(int container, unsigned core, unsigned limit)
 {
-    struct egpu_vcuda_throttle_config cfg = {
+    struct egpu__vcuda_throttle_config cfg = {
         .dir = cdir(container), .core_pct = core, .core_limit_pct = limit, .cards = 1};
 
     for (int i = 0; i < EGPU_VCUDA_MAX_CARDS; i++)
@@ -277,7 +277,7 @@ static void sim_reset(void)
 static struct sim_proc *sim_add(int owner, unsigned core, unsigned limit, uint64_t blocks,
                                 uint64_t nspb, uint64_t start, uint64_t stop)
 {
-    struct egpu_vcuda_throttle_config cfg = sim_config(owner, core, limit);
+    struct egpu__vcuda_throttle_config cfg = sim_config(owner, core, limit);
     struct sim_proc *p = &sim.p[sim.nproc];
     bool first = true;
 
@@ -300,12 +300,12 @@ static struct sim_proc *sim_add(int owner, unsigned core, unsigned limit, uint64
     p->start_ns = SIM_T0 + start;
     p->stop_ns = SIM_T0 + stop;
     p->next_ns = p->start_ns;
-    p->l = (struct egpu_vcuda_launch){.blocks = blocks,
-                                      .threads = 256,
-                                      .fn = (CUfunction)(uintptr_t)(0x5000 + 16 * sim.nproc),
-                                      .stream = (CUstream)(uintptr_t)(0x100 + sim.nproc),
-                                      .launch = sim_launch,
-                                      .ctx = p};
+    p->l = (struct egpu__vcuda_launch){.blocks = blocks,
+                                       .threads = 256,
+                                       .fn = (CUfunction)(uintptr_t)(0x5000 + 16 * sim.nproc),
+                                       .stream = (CUstream)(uintptr_t)(0x100 + sim.nproc),
+                                       .launch = sim_launch,
+                                       .ctx = p};
     sim.nproc++;
     return p;
 }
@@ -405,8 +405,8 @@ static int count_lines(const char *text)
 /* Each bad field is refused with -EINVAL and one log line naming it. */
 static void test_config_rejected(void **state)
 {
-    struct egpu_vcuda_throttle_config cfg = sim_config(0, 30, 0);
-    struct egpu_vcuda_throttle_config bad;
+    struct egpu__vcuda_throttle_config cfg = sim_config(0, 30, 0);
+    struct egpu__vcuda_throttle_config bad;
     char *text = NULL;
     size_t len = 0;
     FILE *log = open_memstream(&text, &len);
@@ -415,24 +415,24 @@ static void test_config_rejected(void **state)
     assert_non_null(log);
     egpu_log_set_stream(log);
     bad = cfg, bad.core_pct = 0;
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
-    assert_false(atomic_load(&egpu_vcuda_throttle_active));
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
+    assert_false(atomic_load(&egpu__vcuda_throttle_active));
     bad = cfg, bad.core_pct = 101;
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
     bad = cfg, bad.core_limit_pct = 20; /* below core */
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
     bad = cfg, bad.core_limit_pct = 101;
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
     bad = cfg, bad.cards = 0;
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
     bad = cfg, bad.cards = EGPU_VCUDA_MAX_CARDS + 1;
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
     bad = cfg, bad.card_of_device[3] = 1; /* only card 0 exists */
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
     bad = cfg, bad.fns.event_query = NULL;
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), -EINVAL);
-    assert_int_equal(egpu_vcuda_throttle_init(NULL), -EINVAL);
-    assert_false(atomic_load(&egpu_vcuda_throttle_active));
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
+    assert_int_equal(egpu__vcuda_throttle_init(NULL), -EINVAL);
+    assert_false(atomic_load(&egpu__vcuda_throttle_active));
     egpu_log_set_stream(NULL);
     fclose(log);
     assert_non_null(strstr(text, "bad core=0 (allowed 1..100 percent)"));
@@ -448,16 +448,16 @@ static void test_config_rejected(void **state)
     free(text);
     /* 100% holds nothing: the wrappers keep the fast path. */
     bad = cfg, bad.core_pct = 100;
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), 0);
-    assert_false(atomic_load(&egpu_vcuda_throttle_active));
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), 0);
+    assert_false(atomic_load(&egpu__vcuda_throttle_active));
     /* ctx_get_current is optional. */
     bad = cfg, bad.fns.ctx_get_current = NULL;
-    assert_int_equal(egpu_vcuda_throttle_init(&bad), 0);
-    assert_true(atomic_load(&egpu_vcuda_throttle_active));
-    assert_int_equal(egpu_vcuda_throttle_init(&cfg), 0);
-    assert_true(atomic_load(&egpu_vcuda_throttle_active));
+    assert_int_equal(egpu__vcuda_throttle_init(&bad), 0);
+    assert_true(atomic_load(&egpu__vcuda_throttle_active));
+    assert_int_equal(egpu__vcuda_throttle_init(&cfg), 0);
+    assert_true(atomic_load(&egpu__vcuda_throttle_active));
     thr_close(&g_thr);
-    atomic_store(&egpu_vcuda_throttle_active, false);
+    atomic_store(&egpu__vcuda_throttle_active, false);
 }
 
 /* One process saturating the card is held to its share. */
@@ -798,7 +798,7 @@ static void test_per_thread_stream(void **state)
  * truncated or corrupted, and a directory that cannot hold it leaves each
  * process on its own bucket. */
 /* A launch the controller must not make (it failed closed). */
-static CUresult refuse_launch(const struct egpu_vcuda_launch *l)
+static CUresult refuse_launch(const struct egpu__vcuda_launch *l)
 {
     (void)l;
     fail_msg("a launch went through a closed controller");
@@ -807,7 +807,7 @@ static CUresult refuse_launch(const struct egpu_vcuda_launch *l)
 
 static void test_region_file(void **state)
 {
-    struct egpu_vcuda_throttle_config cfg = sim_config(2, 40, 0);
+    struct egpu__vcuda_throttle_config cfg = sim_config(2, 40, 0);
     struct thr *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
     char path[400], *text = NULL;
     size_t len = 0;
@@ -855,7 +855,7 @@ static void test_region_file(void **state)
     assert_true(a->closed);
     assert_null(a->region);
     {
-        struct egpu_vcuda_launch l = {.blocks = 1, .threads = 1, .launch = refuse_launch};
+        struct egpu__vcuda_launch l = {.blocks = 1, .threads = 1, .launch = refuse_launch};
 
         assert_int_equal(thr_launch(a, &l), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
     }
@@ -880,7 +880,7 @@ static void test_region_file(void **state)
  * with one error line instead of counting each process on its own. */
 static void test_region_planted(void **state)
 {
-    struct egpu_vcuda_throttle_config cfg = sim_config(1, 40, 0);
+    struct egpu__vcuda_throttle_config cfg = sim_config(1, 40, 0);
     char path[400], victim[400];
     struct thr *a = calloc(1, sizeof(*a));
     const char *kinds[] = {"symlink", "hardlink", "fifo"};
@@ -896,7 +896,7 @@ static void test_region_planted(void **state)
     snprintf(path, sizeof(path), "%s/vcuda-core.shm", cfg.dir);
     snprintf(victim, sizeof(victim), "%s/victim", cfg.dir);
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
-        struct egpu_vcuda_launch l = {.blocks = 1, .threads = 1, .launch = refuse_launch};
+        struct egpu__vcuda_launch l = {.blocks = 1, .threads = 1, .launch = refuse_launch};
 
         tu_plant(path, victim, (int)k);
         assert_int_equal(thr_open(a, &cfg), 0);
@@ -926,7 +926,7 @@ static void test_region_planted(void **state)
  * again; one warning per process, the rest at debug level. */
 static void test_region_truncated_live(void **state)
 {
-    struct egpu_vcuda_throttle_config cfg = sim_config(3, 40, 0);
+    struct egpu__vcuda_throttle_config cfg = sim_config(3, 40, 0);
     struct thr *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
     char path[400], *text = NULL;
     size_t len = 0;
@@ -938,8 +938,8 @@ static void test_region_truncated_live(void **state)
     assert_non_null(log);
     egpu_log_set_stream(log);
     egpu_log_level = EGPU_LOG_WARN;
-    cfg.watch = egpu_vcuda_sigbus_watch;
-    cfg.unwatch = egpu_vcuda_sigbus_unwatch;
+    cfg.watch = egpu__vcuda_sigbus_watch;
+    cfg.unwatch = egpu__vcuda_sigbus_unwatch;
     snprintf(path, sizeof(path), "%s/vcuda-core.shm", cfg.dir);
     (void)unlink(path);
     assert_int_equal(thr_open(a, &cfg), 0);
@@ -996,14 +996,14 @@ static void *rt_thread(void *arg)
 
     sim_cur = a->index;
     while (mono_ns() < a->until)
-        if (egpu_vcuda_throttle_launch(&p->l) != CUDA_SUCCESS)
+        if (egpu__vcuda_throttle_launch(&p->l) != CUDA_SUCCESS)
             return (void *)1;
     return NULL;
 }
 
 static void rt_setup(int nthreads, unsigned core)
 {
-    struct egpu_vcuda_throttle_config cfg = sim_config(3, core, 0);
+    struct egpu__vcuda_throttle_config cfg = sim_config(3, core, 0);
     char path[400];
 
     sim_reset();
@@ -1016,21 +1016,21 @@ static void rt_setup(int nthreads, unsigned core)
 
         p->blocks = 100;
         p->nspb = 1000;
-        p->l = (struct egpu_vcuda_launch){.blocks = 100,
-                                          .threads = 128,
-                                          .fn = (CUfunction)(uintptr_t)0x7000,
-                                          .stream = (CUstream)(uintptr_t)(0x100 + i),
-                                          .launch = sim_launch,
-                                          .ctx = p};
+        p->l = (struct egpu__vcuda_launch){.blocks = 100,
+                                           .threads = 128,
+                                           .fn = (CUfunction)(uintptr_t)0x7000,
+                                           .stream = (CUstream)(uintptr_t)(0x100 + i),
+                                           .launch = sim_launch,
+                                           .ctx = p};
     }
-    assert_int_equal(egpu_vcuda_throttle_init(&cfg), 0);
-    assert_true(atomic_load(&egpu_vcuda_throttle_active));
+    assert_int_equal(egpu__vcuda_throttle_init(&cfg), 0);
+    assert_true(atomic_load(&egpu__vcuda_throttle_active));
 }
 
 static void rt_teardown(void)
 {
     thr_close(&g_thr);
-    atomic_store(&egpu_vcuda_throttle_active, false);
+    atomic_store(&egpu__vcuda_throttle_active, false);
     assert_int_equal(sim.events_live, 0);
     sim.realtime = false;
 }
@@ -1077,7 +1077,7 @@ static void test_realtime_fork(void **state)
     rt_setup(1, 50);
     sim_cur = 0;
     for (int i = 0; i < 8; i++) /* learning launches: timed, samples in flight */
-        assert_int_equal(egpu_vcuda_throttle_launch(&sim.p[0].l), CUDA_SUCCESS);
+        assert_int_equal(egpu__vcuda_throttle_launch(&sim.p[0].l), CUDA_SUCCESS);
     assert_true(atomic_load(&g_thr.stats.sampled) > 0);
     tat_before = atomic_load(&g_thr.region->card[0].tat_ns);
     pid = fork();
@@ -1085,13 +1085,13 @@ static void test_realtime_fork(void **state)
     if (pid == 0) {
         int bad = 0;
 
-        egpu_vcuda_throttle_atfork_child();
+        egpu__vcuda_throttle_atfork_child();
         for (unsigned i = 0; i < THR_SAMPLE_SLOTS; i++)
             bad |= atomic_load(&g_thr.samples[i].state) != SAMPLE_FREE;
         bad |= atomic_load(&g_thr.pc[0].issued_ns) != 0;
         bad |= g_thr.pid != (int32_t)getpid();
         for (int i = 0; i < 20; i++)
-            bad |= egpu_vcuda_throttle_launch(&sim.p[0].l) != CUDA_SUCCESS;
+            bad |= egpu__vcuda_throttle_launch(&sim.p[0].l) != CUDA_SUCCESS;
         _exit(bad ? 1 : 0);
     }
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -1116,7 +1116,7 @@ struct mock {
     CUresult (*stream_sync)(CUstream);
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                        unsigned, CUstream, void **, void **);
-    struct egpu_vcuda_throttle_fns fns;
+    struct egpu__vcuda_throttle_fns fns;
 };
 
 static bool mock_open(struct mock *m)
@@ -1173,7 +1173,7 @@ struct mock_launch {
 
 static struct mock mock;
 
-static CUresult mock_do_launch(const struct egpu_vcuda_launch *l)
+static CUresult mock_do_launch(const struct egpu__vcuda_launch *l)
 {
     const struct mock_launch *ml = l->ctx;
 
@@ -1184,9 +1184,9 @@ static CUresult mock_do_launch(const struct egpu_vcuda_launch *l)
  * device clock through its events. Loose bounds: real time on a loaded machine. */
 static void test_mock_driver(void **state)
 {
-    struct egpu_vcuda_throttle_config cfg = sim_config(1, 30, 0);
+    struct egpu__vcuda_throttle_config cfg = sim_config(1, 30, 0);
     struct mock_launch ml = {.m = &mock, .grid = 200};
-    struct egpu_vcuda_launch l;
+    struct egpu__vcuda_launch l;
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
@@ -1209,16 +1209,16 @@ static void test_mock_driver(void **state)
     cfg.fns = mock.fns;
     snprintf(path, sizeof(path), "%s/vcuda-core.shm", cfg.dir);
     (void)unlink(path);
-    assert_int_equal(egpu_vcuda_throttle_init(&cfg), 0);
-    l = (struct egpu_vcuda_launch){.blocks = ml.grid,
-                                   .threads = 128,
-                                   .fn = ml.fn,
-                                   .stream = stream,
-                                   .launch = mock_do_launch,
-                                   .ctx = &ml};
+    assert_int_equal(egpu__vcuda_throttle_init(&cfg), 0);
+    l = (struct egpu__vcuda_launch){.blocks = ml.grid,
+                                    .threads = 128,
+                                    .fn = ml.fn,
+                                    .stream = stream,
+                                    .launch = mock_do_launch,
+                                    .ctx = &ml};
     t0 = mono_ns();
     while (mono_ns() - t0 < SEC) {
-        assert_int_equal(egpu_vcuda_throttle_launch(&l), CUDA_SUCCESS);
+        assert_int_equal(egpu__vcuda_throttle_launch(&l), CUDA_SUCCESS);
         launches++;
     }
     assert_int_equal(mock.stream_sync(stream), CUDA_SUCCESS);
@@ -1230,7 +1230,7 @@ static void test_mock_driver(void **state)
     assert_true(atomic_load(&g_thr.stats.samples_done) > 0);
     assert_int_equal(atomic_load(&g_thr.stats.samples_lost), 0);
     thr_close(&g_thr);
-    atomic_store(&egpu_vcuda_throttle_active, false);
+    atomic_store(&egpu__vcuda_throttle_active, false);
 }
 
 int main(void)
