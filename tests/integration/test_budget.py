@@ -20,9 +20,7 @@ import re
 import signal
 import time
 
-import pytest
-
-from test_controller import G, V, Controller, wait  # noqa: F401
+from test_controller import G, V, ctl, wait  # noqa: F401
 from test_scheduler import api  # noqa: F401
 
 FIN = "elasticgpu.io/metering"
@@ -125,23 +123,10 @@ def metering_start(api, name):
     return None
 
 
-@pytest.fixture
-def ctls(build_dir, api, tmp_path):  # noqa: F811
-    started = []
-
-    def start(name, extra=LEASE):
-        c = Controller(build_dir, api, tmp_path, name, extra)
-        started.append(c)
-        return c
-    yield start
-    for c in started:
-        c.stop(signal.SIGKILL)
-
-
-def test_exact_across_kills_and_failover(api, ctls):  # noqa: F811
+def test_exact_across_kills_and_failover(api, ctl):  # noqa: F811
     api.node("n1")
     mkbudget(api, "team", 100000, period="Daily")
-    replicas = {"a": ctls("a0"), "b": ctls("b0")}
+    replicas = {"a": ctl("a0", LEASE), "b": ctl("b0", LEASE)}
     wait(lambda: metering_start(api, "team"), "metering started")
     rng = random.Random(13)
     names = [f"p{i:03d}" for i in range(300)]
@@ -169,7 +154,7 @@ def test_exact_across_kills_and_failover(api, ctls):  # noqa: F811
             leaders.add(key)
             replicas[key].stop(signal.SIGKILL)
             kills += 1
-            replicas[key] = ctls(f"{key}{kills}")
+            replicas[key] = ctl(f"{key}{kills}", LEASE)
         time.sleep(rng.uniform(0.3, 1.2))
     assert kills == 5, kills
     leaders.add(wait(leader, "a leader", timeout=20))
@@ -195,12 +180,12 @@ def test_exact_across_kills_and_failover(api, ctls):  # noqa: F811
     assert abs(b["status"]["used"] - got / 360000) < 0.001
 
 
-def test_pod_deleted_while_no_controller_runs(api, ctls):  # noqa: F811
+def test_pod_deleted_while_no_controller_runs(api, ctl):  # noqa: F811
     api.node("n1")
     mkbudget(api, "team", 100)
     gpu_pod(api, "p", 40)
     bind(api, "p")
-    c = ctls("c0", ("--leader-elect", "false", "--meter-seconds", "1"))
+    c = ctl("c0", ("--leader-elect", "false", "--meter-seconds", "1"))
     wait(lambda: metering_start(api, "team"), "metering started")
     c.stop(signal.SIGKILL)
     time.sleep(1)
@@ -209,7 +194,7 @@ def test_pod_deleted_while_no_controller_runs(api, ctls):  # noqa: F811
     assert p["metadata"]["finalizers"] == [FIN]  # held: nobody has metered its end
     core, start, end = span(p)
     time.sleep(2)
-    ctls("c1", ("--leader-elect", "false", "--meter-seconds", "1"))
+    ctl("c1", ("--leader-elect", "false", "--meter-seconds", "1"))
     wait(lambda: "p" not in pods(api), "the pod released once metered")
     b = budget(api, "team")
     frm = metering_start(api, "team")
@@ -221,12 +206,12 @@ def test_pod_deleted_while_no_controller_runs(api, ctls):  # noqa: F811
     assert got == core * (end - max(start, frm))
 
 
-def test_over_budget(api, ctls):  # noqa: F811
+def test_over_budget(api, ctl):  # noqa: F811
     api.node("n1")
     mkbudget(api, "small", 0.001)  # 3.6 s of a whole card
     gpu_pod(api, "p", 100)
     bind(api, "p")
-    c = ctls("c0", ("--leader-elect", "false", "--meter-seconds", "1"))
+    c = ctl("c0", ("--leader-elect", "false", "--meter-seconds", "1"))
     wait(lambda: (budget(api, "small").get("status") or {}).get("state") == "OverBudget",
          "OverBudget", timeout=20)
     b = budget(api, "small")
@@ -242,12 +227,12 @@ def test_over_budget(api, ctls):  # noqa: F811
                     '{namespace="default",name="small"}') <= 0
 
 
-def test_bad_zone_and_deleted_budget_release_pods(api, ctls):  # noqa: F811
+def test_bad_zone_and_deleted_budget_release_pods(api, ctl):  # noqa: F811
     api.node("n1")
     mkbudget(api, "mars", 10, period="Daily", timeZone="Mars/Olympus")
     gpu_pod(api, "p", 30)
     bind(api, "p")
-    ctls("c0", ("--leader-elect", "false", "--meter-seconds", "1"))
+    ctl("c0", ("--leader-elect", "false", "--meter-seconds", "1"))
 
     def cond():
         st = budget(api, "mars").get("status") or {}
