@@ -21,6 +21,10 @@ struct kp_table {
 
 void kp_table_init(struct kp_table *t, size_t ncols);
 void kp_table_free(struct kp_table *t);
+/* Start t with the heading row of the columns 0..n of head (n <=
+ * KP_COLS_MAX) whose bit is not set in hide; col[c] gets column c's place
+ * in t, SIZE_MAX when hidden. */
+void kp_table_start(struct kp_table *t, const char *const *head, int n, unsigned hide, size_t *col);
 /* Start a new row of empty cells. A failure (-ENOMEM) is kept in t->err
  * and makes kp_table_print fail; the row is then not added. */
 void kp_table_row(struct kp_table *t);

@@ -200,19 +200,13 @@ static int inspect_table(const struct egpu_api_gpu *const *v, size_t n, bool wid
     static const char *const head[IC_N] = {"NODE", "GPU",         "MODEL",     "HEALTH",
                                            "CORE", "MEMORY(MiB)", "USED(MiB)", "UTIL(%)",
                                            "UUID", "POD",         "CONTAINER", "CLAIM"};
-    size_t col[IC_N], ncols = 0;
+    size_t col[IC_N];
     struct totals node = {0}, all = {0};
     size_t nodes = 0;
     struct kp_table t;
     int rc;
 
-    for (int c = 0; c < IC_N; c++)
-        col[c] = (!wide && (c == IC_USED || c == IC_UTIL || c == IC_UUID)) ? SIZE_MAX : ncols++;
-    kp_table_init(&t, ncols);
-    kp_table_row(&t);
-    for (int c = 0; c < IC_N; c++)
-        if (col[c] != SIZE_MAX)
-            kp_table_set(&t, col[c], "%s", head[c]);
+    kp_table_start(&t, head, IC_N, wide ? 0 : 1u << IC_USED | 1u << IC_UTIL | 1u << IC_UUID, col);
     for (size_t i = 0; i < n; i++) {
         const struct egpu_api_gpu *g = v[i];
         struct card_sum s = card_sum(g);
@@ -432,18 +426,12 @@ static int claims_table(struct egpu_kubectl_claim_row *rows, size_t n, bool all_
     static const char *const head[CC_N] = {"NAMESPACE",   "NAME",     "PHASE",      "REQUEST",
                                            "MEMORY(MiB)", "CLASS",    "ELASTICGPU", "NODE",
                                            "GPU",         "CAPACITY", "MODEL",      "AGE"};
-    size_t col[CC_N], ncols = 0;
+    size_t col[CC_N];
     struct kp_table t;
     int rc;
 
-    for (int c = 0; c < CC_N; c++)
-        col[c] = ((c == CC_NS && !all_ns) || (!wide && (c == CC_CAP || c == CC_MODEL))) ? SIZE_MAX
-                                                                                        : ncols++;
-    kp_table_init(&t, ncols);
-    kp_table_row(&t);
-    for (int c = 0; c < CC_N; c++)
-        if (col[c] != SIZE_MAX)
-            kp_table_set(&t, col[c], "%s", head[c]);
+    kp_table_start(&t, head, CC_N,
+                   (all_ns ? 0 : 1u << CC_NS) | (wide ? 0 : 1u << CC_CAP | 1u << CC_MODEL), col);
     for (size_t i = 0; i < n; i++) {
         const struct egpu_api_claim *c = rows[i].claim;
         const struct egpu_api_egpu *e = rows[i].egpu;
@@ -589,18 +577,12 @@ static int budgets_table(const struct egpu_api_budget *const *v, size_t n, bool 
     static const char *const head[BC_N] = {"NAMESPACE", "NAME",     "GPU-HOURS",    "USED",
                                            "REMAINING", "STATE",    "PERIOD",       "START",
                                            "END",       "TIMEZONE", "METERED-UNTIL"};
-    size_t col[BC_N], ncols = 0;
+    size_t col[BC_N];
     struct kp_table t;
     int rc;
 
-    for (int c = 0; c < BC_N; c++)
-        col[c] = ((c == BC_NS && !all_ns) || (!wide && (c == BC_ZONE || c == BC_UNTIL))) ? SIZE_MAX
-                                                                                         : ncols++;
-    kp_table_init(&t, ncols);
-    kp_table_row(&t);
-    for (int c = 0; c < BC_N; c++)
-        if (col[c] != SIZE_MAX)
-            kp_table_set(&t, col[c], "%s", head[c]);
+    kp_table_start(&t, head, BC_N,
+                   (all_ns ? 0 : 1u << BC_NS) | (wide ? 0 : 1u << BC_ZONE | 1u << BC_UNTIL), col);
     for (size_t i = 0; i < n; i++) {
         const struct egpu_api_budget *b = v[i];
         int64_t used = egpu_api_budget_used_milli(b);

@@ -11,6 +11,20 @@
 
 #include "kubectl_int.h"
 
+void kp_table_start(struct kp_table *t, const char *const *head, int n, unsigned hide, size_t *col)
+{
+    size_t ncols = 0;
+
+    for (int c = 0; c < n; c++)
+        col[c] = (hide >> c) & 1u ? SIZE_MAX : ncols++;
+    kp_table_init(t, ncols);
+    kp_table_row(t);
+    for (int c = 0; c < n; c++) {
+        if (col[c] != SIZE_MAX)
+            kp_table_set(t, col[c], "%s", head[c]);
+    }
+}
+
 void kp_table_init(struct kp_table *t, size_t ncols)
 {
     memset(t, 0, sizeof(*t));
