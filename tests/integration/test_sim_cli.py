@@ -267,3 +267,16 @@ def test_unhealthy_names_a_card(sim, tmp_path, fixtures, arg):
                         "<sn>-gpu<index>, a node of the node CSV and an index below its gpu "
                         "count, comma-separated)\n")
     assert p.stdout == "" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(trace_dir() is None, reason="openb trace not present (make data)")
+def test_no_published_rows_with_unhealthy_cards(sim, tmp_path):
+    """The paper's figures are for the whole cluster: with cards marked
+    unhealthy the table shows none, and --max-deviation has nothing to check."""
+    p = run(sim, "--trace-dir", str(trace_dir()), "--policy", "fgd", "--no-plot",
+            "--unhealthy", "openb-node-0227-gpu0", "--max-deviation", "1",
+            "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "egpu-sim: --unhealthy: 1 cards take no new pod" in p.stdout.splitlines()
+    assert not [l for l in p.stdout.splitlines() if l.startswith(("  published", "  difference"))]
+    assert "check: nothing to check" in p.stdout
