@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "egpu/api.h"
 #include "egpu/core.h"
 #include "egpu/kube.h"
 
@@ -38,8 +39,8 @@ extern "C" {
 #define EGPU_NVML_LIBRARY   "libnvidia-ml.so.1"  /* dlopen name of NVML */
 #define EGPU_FAKE_GPUS_ENV  "EGPU_FAKE_GPUS"     /* fake spec when no --fake-gpus is given */
 #define EGPU_GPU_LABEL_NODE "elasticgpu.io/node" /* label on every GPU object: its node */
-#define EGPU_GPU_HEALTHY    "Healthy"            /* status.health values */
-#define EGPU_GPU_UNHEALTHY  "Unhealthy"
+#define EGPU_GPU_HEALTHY    EGPU_API_GPU_HEALTHY /* status.health values (egpu/api.h) */
+#define EGPU_GPU_UNHEALTHY  EGPU_API_GPU_UNHEALTHY
 #define EGPU_GPU_MODEL_MAX  128  /* model name incl. NUL (CRD: maxLength 127) */
 #define EGPU_GPU_REASON_MAX 128  /* why a card is unhealthy, incl. NUL */
 #define EGPU_GPU_INDEX_MAX  1023 /* highest spec.index the CRD accepts */

@@ -822,9 +822,11 @@ void egpu_api_meter_add(const struct egpu_api_meter_pod *p, int64_t from_s, int6
 #define EGPU_API_GPU_SHARES_MAX 512 /* status.allocated entries kept; more is EGPU_ERANGE */
 #define EGPU_API_GPU_MIB_MAX    4294967295LL /* spec.memory, MiB, at most */
 
-/* status.health of a card that takes new pods (egpu-agent writes it); any
- * other value set: egpu-scheduler gives the card no new pod. */
-#define EGPU_API_GPU_HEALTHY "Healthy"
+/* status.health of a card that takes new pods, and of one that does not
+ * (egpu-agent writes them); any value other than Healthy set:
+ * egpu-scheduler gives the card no new pod. */
+#define EGPU_API_GPU_HEALTHY   "Healthy"
+#define EGPU_API_GPU_UNHEALTHY "Unhealthy"
 
 /* One status.allocated entry: a container holding a share of the card. */
 struct egpu_api_gpu_share {
