@@ -648,9 +648,10 @@ static void priority_scores(const struct egpu_verdict *v, const char *const *nam
         }
     }
     for (size_t i = 0; i < n; i++) {
-        uint8_t s = hi > lo ? (uint8_t)(10.0 * (v[i].score - lo) / (hi - lo) + 0.5) : 9;
+        double f = hi > lo ? 10.0 * (v[i].score - lo) / (hi - lo) + 0.5 : 9.0;
 
-        score[i] = !v[i].ok ? 0 : i == first ? 10 : s < 9 ? s : 9;
+        /* Only the nodes that fit are scaled: another's score may lie outside [lo, hi]. */
+        score[i] = !v[i].ok ? 0 : i == first ? 10 : f < 9.0 ? (uint8_t)(f > 0.0 ? f : 0.0) : 9;
     }
 }
 
