@@ -512,19 +512,30 @@ static json_t *claim_json(const struct egpu_kubectl_claim_row *r)
     return o;
 }
 
+/* A sorted copy of n elements of size bytes at src (cmp as qsort's), for
+ * egpu_free; NULL when out of memory. */
+static void *sorted_copy(const void *src, size_t n, size_t size,
+                         int (*cmp)(const void *, const void *))
+{
+    void *v = egpu_calloc(n ? n : 1, size);
+
+    if (v != NULL && n > 0) {
+        memcpy(v, src, n * size);
+        qsort(v, n, size, cmp);
+    }
+    return v;
+}
+
 int egpu_kubectl_claims(const struct egpu_kubectl_claim_row *rows, size_t n, bool all_ns,
                         int64_t now_s, enum egpu_kubectl_output fmt, struct egpu_buf *out)
 {
-    struct egpu_kubectl_claim_row *v = egpu_calloc(n ? n : 1, sizeof(*v));
+    struct egpu_kubectl_claim_row *v = sorted_copy(rows, n, sizeof(*v), claim_cmp);
     json_t *doc, *items;
     bool ok;
     int rc;
 
     if (v == NULL)
         return -ENOMEM;
-    if (n)
-        memcpy(v, rows, n * sizeof(*v));
-    qsort(v, n, sizeof(*v), claim_cmp);
     if (fmt != EGPU_KUBECTL_JSON) {
         rc = claims_table(v, n, all_ns, fmt == EGPU_KUBECTL_WIDE, now_s, out);
         egpu_free(v);
@@ -651,16 +662,13 @@ static json_t *budget_json(const struct egpu_api_budget *b)
 int egpu_kubectl_budgets(const struct egpu_api_budget *const *budgets, size_t n, bool all_ns,
                          enum egpu_kubectl_output fmt, struct egpu_buf *out)
 {
-    const struct egpu_api_budget **v = egpu_calloc(n ? n : 1, sizeof(*v));
+    const struct egpu_api_budget **v = sorted_copy(budgets, n, sizeof(*v), budget_cmp);
     json_t *doc, *items;
     bool ok;
     int rc;
 
     if (v == NULL)
         return -ENOMEM;
-    if (n)
-        memcpy(v, budgets, n * sizeof(*v));
-    qsort(v, n, sizeof(*v), budget_cmp);
     if (fmt != EGPU_KUBECTL_JSON) {
         rc = budgets_table(v, n, all_ns, fmt == EGPU_KUBECTL_WIDE, out);
         egpu_free(v);
