@@ -1,8 +1,9 @@
 """Static checks of the deployment manifests under deploy/: the kustomize base
 renders offline with kubectl, the CRDs are valid structural v1 CRDs, and the
-pieces of the scheduler's and the controller's deployments agree with each
-other and with what egpu-scheduler and egpu-controller do (their API calls,
-their flags, their HTTP endpoints).
+pieces of the scheduler's and the controller's deployments and the agent's
+DaemonSet agree with each other and with what egpu-scheduler,
+egpu-controller and egpu-agent do (their API calls, their flags, their HTTP
+endpoints, the host paths the agent opens).
 
 Nothing here talks to a cluster. Skipped when kubectl is missing, except
 under CI=true, where that fails. The webhook's part of deploy/ has its own
@@ -38,7 +39,7 @@ CLUSTER_KINDS = {"Namespace", "CustomResourceDefinition", "ClusterRole", "Cluste
                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                  "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "PriorityClass"}
 NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service",
-                    "Deployment", "Secret", "NetworkPolicy", "PodDisruptionBudget"}
+                    "Deployment", "DaemonSet", "Secret", "NetworkPolicy", "PodDisruptionBudget"}
 
 # Every (apiGroup, resource, verb) egpu-scheduler uses: src/scheduler/api.c
 # (informers on nodes, pods, GPUs, ElasticGPUs, claims and classes; GET +
@@ -84,6 +85,28 @@ CONTROLLER_NEEDS = {
     (GROUP, "gpubudgets/status", "update"),
     ("", "events", "create"),
 }
+# Every (apiGroup, resource, verb) egpu-agent uses, from src/agent:
+#   inventory.c egpu_inventory_publish: LIST of the node's GPU objects (by
+#     label elasticgpu.io/node), POST of a new card's, GET of one a POST
+#     found already there (409), merge PATCH of spec and labels, DELETE of a
+#     card that is gone; sync_status and egpu_inventory_report_used: merge
+#     PATCH of status (gpus/status: health, capacity, used)
+#   prestart.c node_pods: LIST of pods (field selector spec.nodeName);
+#     egpu__prestart_run: GET of the pod owning the IDs; patch_allocated:
+#     merge PATCH of its elasticgpu.io/allocated annotation;
+#     post_mismatch_event -> src/kube/event.c: POST of core/v1 events
+# No informer, so no watch; no Lease (one agent per node, no election).
+AGENT_NEEDS = {
+    (GROUP, "gpus", "list"), (GROUP, "gpus", "get"), (GROUP, "gpus", "create"),
+    (GROUP, "gpus", "patch"), (GROUP, "gpus", "delete"),
+    (GROUP, "gpus/status", "patch"),
+    ("", "pods", "list"), ("", "pods", "get"), ("", "pods", "patch"),
+    ("", "events", "create"),
+}
+AGENT_PORT_DEFAULT = 9400  # egpu-agent --port default
+# What the agent's code needs beyond a dropped-ALL root: deploy/agent/daemonset.yaml
+# says why each (fchown of a dir taken back; the cleanup of shared/ trees).
+AGENT_CAPS = {"CHOWN", "DAC_OVERRIDE", "FOWNER"}
 CONTROLLER_LEASE_DEFAULT = "elastic-gpu-controller"  # egpu-controller --lease-name default
 CONTROLLER_PORT_DEFAULT = 9090  # egpu-controller --port default
 LEASE_VERBS = {"get", "create", "update"}  # client-go style leader election
@@ -228,7 +251,7 @@ def test_renders_all_parts(objs):
     kinds = {o["kind"] for o in objs}
     for k in ("Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
               "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Service", "Deployment",
-              "Secret", "NetworkPolicy"):
+              "DaemonSet", "Secret", "NetworkPolicy"):
         assert k in kinds, f"deploy/ renders no {k}"
     one(objs, "Namespace", NS)
 
@@ -926,3 +949,274 @@ def test_controller_flags_exist(objs):
                        capture_output=True, text=True, timeout=20, env=env)
     assert r.returncode not in (0, 2), f"exit {r.returncode}: {r.stderr}"
     assert "/nonexistent/kubeconfig" in r.stderr, r.stderr
+
+
+# --- the agent ----------------------------------------------------------------------
+
+def agent_daemonset(objs):
+    dss = [d for d in find(objs, "DaemonSet")
+           if any(c["name"] == "egpu-agent" for c in d["spec"]["template"]["spec"]["containers"])]
+    assert len(dss) == 1, "expected one DaemonSet running egpu-agent"
+    ds = dss[0]
+    return ds, container(ds["spec"]["template"]["spec"], "egpu-agent")
+
+
+def agent_exe():
+    build = os.environ.get("EGPU_BUILD", str(ROOT / "build"))
+    exe = os.path.join(build, "src/agent/egpu-agent")
+    if not os.access(exe, os.X_OK):
+        pytest.fail(f"{exe} not built: run `make build` first")
+    return exe
+
+
+def agent_help():
+    r = subprocess.run([agent_exe(), "--help"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def agent_path_flag(args, help_text, name):
+    """The path egpu-agent uses for flag name: the DaemonSet's, else the
+    default its --help gives."""
+    v = flag(args, name)
+    if v is not None:
+        return v
+    text = help_text.split(name, 1)[1].split("\n  --")[0]
+    m = re.search(r"default (/[^\s;)]+)", text)
+    assert m, f"egpu-agent --help gives no default path for {name}"
+    return m.group(1)
+
+
+def host_path_at(spec, c, path):
+    """The host path behind container path path in container c (a hostPath
+    volume mounted at path or a folder above it), or None."""
+    vols = {v["name"]: v for v in spec.get("volumes", [])}
+    best = None
+    for m in c.get("volumeMounts", []):
+        mp = m["mountPath"].rstrip("/")
+        if (path == mp or path.startswith(mp + "/")) and "hostPath" in vols[m["name"]]:
+            if best is None or len(mp) > len(best[0]):
+                best = (mp, vols[m["name"]]["hostPath"]["path"].rstrip("/"), m)
+    if best is None:
+        return None
+    mp, hp, m = best
+    return hp + path[len(mp):], m
+
+
+def trusted_agent_user(objs):
+    """The user the admission policy and egpu-webhook --agent-user trust as
+    the only writer of elasticgpu.io/allocated."""
+    pol = one(objs, "ValidatingAdmissionPolicy")
+    var = {v["name"]: v["expression"] for v in pol["spec"]["variables"]}
+    policy_user = var["agent"].strip("'\"")
+    wh = [c for d in find(objs, "Deployment") for c in d["spec"]["template"]["spec"]["containers"]
+          if c["name"] == "egpu-webhook"]
+    assert len(wh) == 1
+    webhook_user = flag(wh[0].get("command", [])[1:] + wh[0].get("args", []), "--agent-user")
+    assert webhook_user == policy_user, (webhook_user, policy_user)
+    return policy_user
+
+
+def test_agent_daemonset(objs):
+    ds, c = agent_daemonset(objs)
+    assert ds["metadata"]["namespace"] == NS
+    pod = ds["spec"]["template"]
+    assert all(pod["metadata"]["labels"].get(k) == v
+               for k, v in ds["spec"]["selector"]["matchLabels"].items())
+    assert PART_OF[0] not in ds["spec"]["selector"]["matchLabels"]
+    spec = pod["spec"]
+    assert [x["name"] for x in spec["containers"]] == ["egpu-agent"]
+    assert c["command"] == ["/usr/local/bin/egpu-agent"]
+
+    # Its identity is the one the rest of deploy/ trusts with the
+    # elasticgpu.io/allocated annotation, and the pod gets its token.
+    user = trusted_agent_user(objs)
+    assert user == f"system:serviceaccount:{NS}:{spec['serviceAccountName']}", user
+    one(objs, "ServiceAccount", spec["serviceAccountName"], NS)
+    assert spec.get("automountServiceAccountToken") is True
+
+    # The same image as the other components (the kustomization's images
+    # entry), for the agent and the init container that installs the
+    # interposer from it.
+    sched = container(scheduler_deployment(objs)["spec"]["template"]["spec"], "egpu-scheduler")
+    _, ctl = controller_deployment(objs)
+    assert c["image"] == sched["image"] == ctl["image"]
+    for ic in spec.get("initContainers", []):
+        assert ic["image"] == c["image"], ic["name"]
+
+    # Only GPU nodes, tainted or not; NODE_NAME (--node-name) is the node.
+    assert spec.get("nodeSelector"), "the agent must run only on GPU nodes"
+    assert any(t.get("key") == "nvidia.com/gpu" and t.get("effect") == "NoSchedule"
+               and t.get("operator") == "Exists" for t in spec.get("tolerations", []))
+    env = {e["name"]: e for e in c.get("env", [])}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    args = c.get("command", [])[1:] + c.get("args", [])
+    assert flag(args, "--node-name") is None and flag(args, "--no-api") is None
+    assert flag(args, "--fake-gpus") is None and "EGPU_FAKE_GPUS" not in env
+
+    # The probes reach the port it serves them on, over plain HTTP.
+    port = int(flag(args, "--port") or AGENT_PORT_DEFAULT)
+    assert flag(args, "--listen") in (None, "0.0.0.0"), "the kubelet probes the pod address"
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = c[probe]["httpGet"]
+        assert get["path"] == path
+        assert container_port(c, get["port"]) == port
+        assert get.get("scheme", "HTTP") == "HTTP"
+    res = c.get("resources", {})
+    assert res.get("requests", {}).get("cpu") and res.get("requests", {}).get("memory")
+    assert res.get("limits", {}).get("memory")
+
+    # Least privilege: root (the kubelet's sockets and directories are
+    # root's), every capability dropped but those the code needs, nothing
+    # else of the host's.
+    for x in [c] + spec.get("initContainers", []):
+        sc = x.get("securityContext", {})
+        assert sc.get("allowPrivilegeEscalation") is False, x["name"]
+        assert sc.get("readOnlyRootFilesystem") is True, x["name"]
+        assert not sc.get("privileged"), x["name"]
+        assert "ALL" in sc.get("capabilities", {}).get("drop", []), x["name"]
+    assert set(c["securityContext"]["capabilities"].get("add", [])) <= AGENT_CAPS
+    for ic in spec.get("initContainers", []):
+        assert not ic["securityContext"]["capabilities"].get("add"), ic["name"]
+    for k in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not spec.get(k), k
+    assert spec.get("securityContext", {}).get("seccompProfile", {}).get("type") == \
+        "RuntimeDefault"
+
+
+def test_agent_mounts_cover_its_paths(objs):
+    """Every host path egpu-agent opens, or hands the kubelet to mount into
+    a container, is mounted from the host at the same path; the interposer
+    it names is on the host where the init container puts it, copied from
+    where the image holds it."""
+    ds, c = agent_daemonset(objs)
+    spec = ds["spec"]["template"]["spec"]
+    args = c.get("command", [])[1:] + c.get("args", [])
+    help_text = agent_help()
+    vols = {v["name"]: v for v in spec["volumes"]}
+    for name, writes in (("--device-plugin-dir", True), ("--alloc-root", True),
+                         ("--pod-resources-socket", False)):
+        path = agent_path_flag(args, help_text, name).rstrip("/")
+        found = host_path_at(spec, c, path)
+        assert found, f"{name} {path} is not mounted from the host"
+        host, m = found
+        assert host == path, f"{name}: {path} in the container is {host} on the host"
+        assert not m.get("readOnly") or not writes, f"{name} {path} is mounted read-only"
+    # Only hostPath volumes the agent needs, none of / or /dev.
+    for v in spec["volumes"]:
+        if "hostPath" in v:
+            assert v["hostPath"]["path"].rstrip("/") not in ("", "/dev", "/var/lib/kubelet",
+                                                             "/proc", "/sys"), v
+
+    interposer = agent_path_flag(args, help_text, "--interposer")
+    installers = [ic for ic in spec.get("initContainers", [])
+                  if interposer.rsplit("/", 1)[1] in " ".join(ic.get("command", []) +
+                                                              ic.get("args", []))]
+    assert len(installers) == 1, "no init container installs the interposer"
+    ic = installers[0]
+    script = " ".join(ic.get("command", []) + ic.get("args", []))
+    host_dir = interposer.rsplit("/", 1)[0]
+    mounts = [m for m in ic["volumeMounts"]
+              if vols[m["name"]].get("hostPath", {}).get("path", "").rstrip("/") == host_dir]
+    assert len(mounts) == 1 and not mounts[0].get("readOnly"), \
+        f"the init container does not write {host_dir} of the host"
+    dest = mounts[0]["mountPath"].rstrip("/") + "/" + interposer.rsplit("/", 1)[1]
+    assert re.search(r"mv -f \S+ " + re.escape(dest) + r"(\s|$)", script), \
+        f"the init container does not rename a copy into {dest}: {script}"
+    # The image holds the library there: the Dockerfile copies the build's
+    # install of lib/elastic-gpu (src/vcuda/CMakeLists.txt) to that folder.
+    src = re.search(r"cp (\S+) ", script).group(1)
+    assert src == interposer, (src, interposer)
+    assert "install(TARGETS egpu-vcuda LIBRARY DESTINATION lib/elastic-gpu)" in \
+        (ROOT / "src" / "vcuda" / "CMakeLists.txt").read_text()
+    copies = [rest.split() for instr, rest in dockerfile_stages()[-1]["lines"] if instr == "COPY"]
+    assert any(a[0] == "--from=build" and a[1].rstrip("/") == "/out/usr/local/lib/elastic-gpu"
+               and a[2].rstrip("/") == host_dir for a in copies), copies
+
+
+def test_agent_least_privilege(objs):
+    """All egpu-agent is bound to is one ClusterRole granting exactly the
+    calls its code makes (AGENT_NEEDS), without wildcards or names, and no
+    namespaced role: everything needed is granted, nothing more."""
+    ds, _ = agent_daemonset(objs)
+    sa = ds["spec"]["template"]["spec"]["serviceAccountName"]
+    rules = rules_of(objs, sa)
+    assert rules, f"{sa} is bound to nothing"
+    assert all(ns is None for _, ns in rules), "egpu-agent needs no namespaced role"
+    rs = [r for r, _ in rules]
+    for r in rs:
+        for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+            assert "*" not in r.get(field, []), f"wildcard in {field}: {r}"
+        assert not r.get("nonResourceURLs") and not r.get("resourceNames"), r
+    missing = {n for n in AGENT_NEEDS if not allows(rs, *n)}
+    assert not missing, f"egpu-agent lacks what its code uses: {sorted(missing)}"
+    extra = granted(rs) - AGENT_NEEDS
+    assert not extra, f"egpu-agent is granted more than its code uses: {sorted(extra)}"
+    crbs = [b for b in find(objs, "ClusterRoleBinding") if bound_to(b, sa, NS)]
+    assert len(crbs) == 1 and [s["name"] for s in crbs[0]["subjects"]] == [sa]
+
+
+def test_agent_needs_match_its_code():
+    """AGENT_NEEDS follows src/agent: each kube call there, by resource and
+    verb, is in the table, and each entry of the table has a call."""
+    calls = {
+        "egpu_kube_list": "list", "egpu_kube_get": "get", "egpu_kube_create": "create",
+        "egpu_kube_patch": "patch", "egpu_kube_delete": "delete", "egpu_kube_update": "update",
+        "egpu_kube_watch": "watch", "egpu_kube_patch_status": "patch",
+        "egpu_kube_update_status": "update",
+    }
+    resources = {"egpu_kube_gpus": (GROUP, "gpus"), "egpu_kube_pods": ("", "pods")}
+    found = set()
+    for f in sorted((ROOT / "src" / "agent").glob("*.c")):
+        text = f.read_text()
+        for m in re.finditer(r"\b(egpu_kube_[a-z_]+)\(\s*[^,]+,\s*&(egpu_kube_[a-z]+)", text):
+            fn, res = m.group(1), m.group(2)
+            assert fn in calls, f"{f.name}: {fn} on {res}: extend this test"
+            assert res in resources, f"{f.name}: {fn} on {res}: extend this test"
+            g, r = resources[res]
+            found.add((g, r + ("/status" if fn.endswith("_status") else ""), calls[fn]))
+        if re.search(r"\begpu_kube_event_post\(", text):
+            found.add(("", "events", "create"))
+        assert "egpu_informer" not in text, f"{f.name} starts an informer (list + watch)"
+    assert found == AGENT_NEEDS, sorted(found ^ AGENT_NEEDS)
+
+
+def test_agent_network_policy(objs):
+    ds, c = agent_daemonset(objs)
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    pols = [p for p in find(objs, "NetworkPolicy", namespace=NS)
+            if all(labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())]
+    assert len(pols) == 1, "expected one NetworkPolicy selecting the agent pods"
+    spec = pols[0]["spec"]
+    assert "Ingress" in spec["policyTypes"]
+    allowed = set()
+    for rule in spec.get("ingress", []):
+        assert rule.get("ports"), f"an ingress rule opens every port: {rule}"
+        allowed |= {(p.get("protocol", "TCP"), p["port"]) for p in rule["ports"]}
+    args = c.get("command", [])[1:] + c.get("args", [])
+    assert allowed == {("TCP", int(flag(args, "--port") or AGENT_PORT_DEFAULT))}
+
+
+def test_agent_flags_exist(objs):
+    """Every flag and variable the DaemonSet gives egpu-agent is one its
+    --help lists, and the binary accepts them with their values: it gets
+    past its flags (a bad flag or value exits 2 first) and stops at NVML,
+    which is not here."""
+    _, c = agent_daemonset(objs)
+    args = c.get("command", [])[1:] + c.get("args", [])
+    help_text = agent_help()
+    listed = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)", help_text, re.M))
+    assert "--port" in listed and "--alloc-root" in listed, "unexpected --help layout"
+    assert f"default {AGENT_PORT_DEFAULT}" in help_text.split("--port", 1)[1].split("\n  --")[0]
+    for a in args:
+        if a.startswith("--"):
+            assert a.split("=")[0] in listed, f"egpu-agent has no flag {a}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EGPU_")}
+    for e in c.get("env", []):
+        if not e["name"].startswith("NVIDIA_"):  # for the NVIDIA Container Toolkit
+            assert e["name"] in help_text, f"egpu-agent --help names no {e['name']}"
+        env[e["name"]] = e.get("value", "gpu-node-1")  # a fieldRef gives the node's name
+    r = subprocess.run([agent_exe(), *args, "--nvml-library", "/nonexistent/libnvidia-ml.so.1"],
+                       capture_output=True, text=True, timeout=20, env=env)
+    assert r.returncode not in (0, 2), f"exit {r.returncode}: {r.stderr}"
+    assert "/nonexistent/libnvidia-ml.so.1" in r.stderr, r.stderr
