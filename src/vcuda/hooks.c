@@ -222,6 +222,7 @@ static void cuda_init(void)
     HELPER(event_destroy, lib, "cuEventDestroy_v2");
     HELPER(exchange_capture_mode, lib, "cuThreadExchangeStreamCaptureMode");
     HELPER(stream_is_capturing, lib, "cuStreamIsCapturing");
+    HELPER(stream_query, lib, "cuStreamQuery");
     cuda_lib = lib;
     in_init = false;
     atomic_store_explicit(&cuda_done, true, memory_order_release);
@@ -275,7 +276,7 @@ static void throttle_start(const int *throttle_card, unsigned cards)
         .cards = cards,
         .fns = {h->ctx_get_device, h->event_create, h->event_record, h->event_query,
                 h->event_elapsed_time, h->event_destroy, h->ctx_get_current,
-                h->exchange_capture_mode, h->stream_is_capturing},
+                h->exchange_capture_mode, h->stream_is_capturing, h->stream_query},
         .watch = egpu__vcuda_sigbus_watch,
         .unwatch = egpu__vcuda_sigbus_unwatch,
     };

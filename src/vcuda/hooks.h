@@ -65,6 +65,7 @@ struct egpu__vcuda_helpers {
     CUresult (*event_destroy)(CUevent event);
     CUresult (*exchange_capture_mode)(CUstreamCaptureMode *mode); /* may be NULL */
     CUresult (*stream_is_capturing)(CUstream stream, CUstreamCaptureStatus *status); /* ditto */
+    CUresult (*stream_query)(CUstream stream);                                       /* ditto */
     int (*nvml_device_get_uuid)(struct egpu_nvml_device *dev, char *uuid, unsigned int len);
 };
 

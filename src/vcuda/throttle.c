@@ -33,6 +33,23 @@
  * process) for a moment when the container's queue is empty. A class never
  * timed is estimated at this process's device ns per block on the card.
  *
+ * The submission gap. A start event recorded on an idle stream runs at
+ * once; the card then waits for the kernel, which reaches it only at the end
+ * of the launch call (a few microseconds on a real driver). So the span of a
+ * kernel shorter than that is mostly the host's time: an H100 showed 1 us
+ * kernels spanning about 5 us, and a 30% container using 9% of the card was
+ * charged 45% and slowed to two thirds of its speed. A timed launch asks
+ * cuStreamQuery first; on an idle stream the launch call's own time (from
+ * after the start event was recorded to after the launch returned) is the
+ * gap. A class keeps two estimates: the span (the minimum of its spans, which
+ * the queue counts, as work may wait that long) and the device time it is
+ * charged (the minimum of its spans less the class's shortest gap of the
+ * last second, a thread preempted inside the call making one gap long while
+ * the card was busy; never less than a quarter of the span, as a start
+ * event may also have waited behind another container's work). Launches are
+ * timed per THR_SAMPLE_NS of device work, so a short kernel is timed about
+ * once in 200 launches, not once in 40.
+ *
  * Charging. One token bucket per card lives in a region shared by all
  * processes of the container (<dir>/vcuda-core.shm), kept as a single
  * 64-bit "theoretical arrival time" (GCRA): the wall time at which the
@@ -111,8 +128,9 @@
  * cuCtxGetCurrent, a probe of a process-local hash table (fixed size, mapped
  * at init), an atomic add, two compare-and-swaps on the shared card's cache
  * line (bucket, queue end), no lock, no allocation, no system call. A timed
- * launch adds cuStreamIsCapturing, two cuEventRecord calls, two clock reads
- * and a scan of the process's 32 sample slots. Figures:
+ * launch adds cuStreamIsCapturing, cuStreamQuery (in the relaxed capture
+ * mode), two cuEventRecord calls, three clock reads and a scan of the
+ * process's 32 sample slots. Figures:
  * bench/vcuda/vcuda_overhead.
  *
  * Threads and fork: process-wide structures are updated with atomics;
@@ -199,10 +217,15 @@ struct thr_class {
     CUcontext ctx;
     uint64_t blocks;
     uint64_t threads;
-    _Atomic uint64_t est_ns;         /* device ns of one launch (valid once samples > 0) */
-    _Atomic uint32_t samples;        /* completed samples */
-    _Atomic uint64_t clear_ns;       /* last launch timed with nothing of others ahead */
-    _Atomic uint64_t win[THR_WIN_N]; /* per sub-window: epoch << 40 | minimum ns */
+    _Atomic uint64_t est_ns;          /* span of one launch: the minimum of its spans (valid
+                                         once samples > 0); the queue counts it */
+    _Atomic uint64_t dev_ns;          /* device ns of one launch: the minimum of its spans less
+                                         the host's submission gap (<= est_ns); charged */
+    _Atomic uint32_t samples;         /* completed samples */
+    _Atomic uint64_t clear_ns;        /* last launch timed with nothing of others ahead */
+    _Atomic uint64_t win[THR_WIN_N];  /* per sub-window: epoch << 40 | minimum span, ns */
+    _Atomic uint64_t dwin[THR_WIN_N]; /* the same for the spans less the submission gap */
+    _Atomic uint64_t gwin[THR_WIN_N]; /* the same for the submission gaps (gap_seen) */
 };
 
 enum { SAMPLE_FREE, SAMPLE_BUSY, SAMPLE_PENDING };
@@ -227,6 +250,11 @@ struct thr_sample {
                           earlier work on the same stream */
     uint64_t host_ns;  /* from before the start event to after the launch: any delay of
                           the host's between them (a preempted thread) is in the span */
+    uint64_t gap_ns;   /* from after the start event was recorded to after the launch
+                          returned: what the device waited for the kernel when the start
+                          event ran at once (gap_seen) */
+    bool gap_seen;     /* the stream was idle when the start event was recorded: the card
+                          ran it at once and then waited for the kernel */
 };
 
 /* This process's view of one card. */
@@ -291,7 +319,8 @@ struct thr_admit {
     struct thr_class *k; /* NULL: class table full, or the device could not be read */
     int card;            /* -1: not limited, launch directly */
     uint64_t blocks;
-    uint64_t est_ns;    /* estimated device ns */
+    uint64_t est_ns;    /* estimated span, device ns: for the queue */
+    uint64_t dev_ns;    /* estimated device ns without the submission gap: charged */
     uint64_t queue_ns;  /* what it counts for in the queue bound (est_ns, or more when unknown) */
     uint64_t charge_ns; /* wall ns the bucket moved */
     unsigned rate_pct;
@@ -479,14 +508,15 @@ static void thr_classify(struct thr *t, const struct egpu__vcuda_launch *l, CUco
     a->card = card < 0 ? -1 : card;
 }
 
-/* Record a measured span m_ns of class k at now; returns the new estimate. */
-static uint64_t class_observe(struct thr_class *k, uint64_t m_ns, uint64_t now)
+/* Put m_ns into the sliding minimum win (THR_WIN_N sub-windows) at now;
+ * returns the minimum over the last second. */
+static uint64_t window_observe(_Atomic uint64_t *win, uint64_t m_ns, uint64_t now)
 {
     uint64_t ep = (now >> THR_WIN_SHIFT) & THR_WIN_EP_MASK;
-    _Atomic uint64_t *w = &k->win[(now >> THR_WIN_SHIFT) % THR_WIN_N];
+    _Atomic uint64_t *w = &win[(now >> THR_WIN_SHIFT) % THR_WIN_N];
     uint64_t packed, cur, best = UINT64_MAX;
 
-    m_ns = clamp_u64(m_ns, THR_MIN_COST_NS, THR_WIN_VAL_MASK); /* never 0: 0 marks empty */
+    m_ns = clamp_u64(m_ns, 1, THR_WIN_VAL_MASK); /* never 0: 0 marks empty */
     packed = ep << THR_WIN_VAL_BITS | m_ns;
     cur = atomic_load_explicit(w, memory_order_relaxed);
     do {
@@ -495,16 +525,30 @@ static uint64_t class_observe(struct thr_class *k, uint64_t m_ns, uint64_t now)
     } while (!atomic_compare_exchange_weak_explicit(w, &cur, packed, memory_order_relaxed,
                                                     memory_order_relaxed));
     for (unsigned i = 0; i < THR_WIN_N; i++) {
-        uint64_t v = atomic_load_explicit(&k->win[i], memory_order_relaxed);
+        uint64_t v = atomic_load_explicit(&win[i], memory_order_relaxed);
         uint64_t age = (ep - (v >> THR_WIN_VAL_BITS)) & THR_WIN_EP_MASK;
 
         if (v != 0 && age < THR_WIN_N && (v & THR_WIN_VAL_MASK) < best) /* 0: never written */
             best = v & THR_WIN_VAL_MASK;
     }
-    if (best == UINT64_MAX) /* the sub-window moved on meanwhile */
-        best = m_ns;
+    return best == UINT64_MAX ? m_ns : best; /* UINT64_MAX: the sub-window moved on meanwhile */
+}
+
+/* Record a measured span m_ns of class k at now, d_ns without the host's
+ * submission gap (d_ns <= m_ns); returns the new span estimate and sets
+ * *dev_ns to the new device-time estimate (never above the span's). */
+static uint64_t class_observe(struct thr_class *k, uint64_t m_ns, uint64_t d_ns, uint64_t now,
+                              uint64_t *dev_ns)
+{
+    uint64_t best = window_observe(k->win, m_ns, now);
+    uint64_t dev = window_observe(k->dwin, d_ns, now);
+
+    if (dev > best)
+        dev = best;
     atomic_store_explicit(&k->est_ns, best, memory_order_relaxed);
+    atomic_store_explicit(&k->dev_ns, dev, memory_order_relaxed);
     atomic_fetch_add_explicit(&k->samples, 1, memory_order_relaxed);
+    *dev_ns = dev;
     return best;
 }
 
@@ -513,14 +557,19 @@ static uint64_t est_floor(uint64_t est_ns)
     return est_ns < THR_MIN_COST_NS ? THR_MIN_COST_NS : est_ns;
 }
 
-/* The device ns a launches for, before it runs. */
-static uint64_t estimate(const struct thr *t, const struct thr_admit *a)
+/* The span a launches for, before it runs (for the queue), and in *dev_ns
+ * the device ns it is charged: the class's estimates once it was timed;
+ * before that, this process's device ns per block on the card for both. */
+static uint64_t estimate(const struct thr *t, const struct thr_admit *a, uint64_t *dev_ns)
 {
     uint64_t est;
 
-    if (a->k && atomic_load_explicit(&a->k->samples, memory_order_relaxed) > 0)
+    if (a->k && atomic_load_explicit(&a->k->samples, memory_order_relaxed) > 0) {
+        *dev_ns = est_floor(atomic_load_explicit(&a->k->dev_ns, memory_order_relaxed));
         return est_floor(atomic_load_explicit(&a->k->est_ns, memory_order_relaxed));
+    }
     est = a->blocks * atomic_load_explicit(&t->pc[a->card].nspb_milli, memory_order_relaxed) / 1000;
+    *dev_ns = est_floor(est);
     return est_floor(est);
 }
 
@@ -615,20 +664,44 @@ static void idle_observe(struct thr_card *pc, const struct thr_sample *s, uint64
     }
 }
 
+/* The device time in a span of m_ns of sample s at now. When the card ran
+ * the start event before the kernel was there (gap_seen: the stream was
+ * idle), it then waited for the host to submit the kernel: a launch call of
+ * a few microseconds, as long as a short kernel or longer. That wait is not
+ * the kernel's and is taken out: the shortest such gap of the class over
+ * the last second (a thread preempted inside the launch call, after the
+ * kernel was submitted, makes one gap long while the card was busy), and
+ * never more than 3/4 of the span (a start event that ran late, behind
+ * another container's work, is corrected by at most that). */
+static uint64_t device_span(const struct thr_sample *s, uint64_t m_ns, uint64_t now)
+{
+    uint64_t gap, d;
+
+    if (!s->gap_seen)
+        return m_ns;
+    gap = s->k ? window_observe(s->k->gwin, s->gap_ns, now) : s->gap_ns;
+    d = m_ns > gap ? m_ns - gap : 0;
+    if (d < m_ns / 4)
+        d = m_ns / 4;
+    return est_floor(d);
+}
+
 /* A sample s (owned) completed with a span of ms milliseconds. */
 static void sample_done(struct thr *t, struct thr_sample *s, float ms, uint64_t now)
 {
     struct thr_card *pc = &t->pc[s->card];
-    uint64_t m = (uint64_t)((double)ms * 1e6 + 0.5), est, done;
+    uint64_t m = (uint64_t)((double)ms * 1e6 + 0.5), d, est, dev, done;
     uint32_t known = s->k ? atomic_load_explicit(&s->k->samples, memory_order_relaxed) : 0;
 
     if (m < THR_MIN_COST_NS)
         m = THR_MIN_COST_NS;
-    est = s->k ? class_observe(s->k, m, now) : m;
+    d = device_span(s, m, now);
+    dev = d;
+    est = s->k ? class_observe(s->k, m, d, now, &dev) : m;
     if (s->blocks > 0)
         atomic_store_explicit(&pc->nspb_milli, est * 1000 / s->blocks, memory_order_relaxed);
-    if (est != s->charged_ns)
-        bucket_adjust(t, s->card, ((int64_t)est - (int64_t)s->charged_ns) * 100 / s->rate_pct, now);
+    if (dev != s->charged_ns)
+        bucket_adjust(t, s->card, ((int64_t)dev - (int64_t)s->charged_ns) * 100 / s->rate_pct, now);
     done = atomic_load_explicit(&pc->completed_ns, memory_order_relaxed);
     while (done < s->issued_ns &&
            !atomic_compare_exchange_weak_explicit(&pc->completed_ns, &done, s->issued_ns,
@@ -682,6 +755,25 @@ static void thr_poll(struct thr *t, uint64_t now)
         (void)t->fns.exchange_capture_mode(&mode); /* it was accepted a moment ago */
 }
 
+/* Whether stream has nothing left to run (cuStreamQuery): a start event
+ * recorded on it now runs at once, and the card then waits for the kernel's
+ * submission, which the span holds. Asked in the relaxed capture mode, as
+ * thr_poll asks; false when the driver has no cuStreamQuery (the span is
+ * then taken whole). */
+static bool stream_idle(struct thr *t, CUstream stream)
+{
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    bool relaxed, idle;
+
+    if (!t->fns.stream_query)
+        return false;
+    relaxed = t->fns.exchange_capture_mode && t->fns.exchange_capture_mode(&mode) == CUDA_SUCCESS;
+    idle = t->fns.stream_query(stream) == CUDA_SUCCESS;
+    if (relaxed)
+        (void)t->fns.exchange_capture_mode(&mode);
+    return idle;
+}
+
 /* Launch l timed by sample s (owned); s goes PENDING, or back to FREE when
  * the events could not be used, the stream's capture status could not be
  * read (the launch goes untimed), or the stream is capturing a graph (then
@@ -696,6 +788,7 @@ static CUresult sample_launch(struct thr *t, struct thr_sample *s,
      * there, never on the legacy stream, which would synchronise the others. */
     CUstream stream = l->stream == NULL && l->per_thread ? CU_STREAM_PER_THREAD : l->stream;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    uint64_t after;
     CUresult rc;
 
     if (t->fns.stream_is_capturing) {
@@ -720,13 +813,17 @@ static CUresult sample_launch(struct thr *t, struct thr_sample *s,
         s->ctx = ctx;
         s->card = a->card;
     }
+    s->gap_seen = stream_idle(t, stream);
     s->host_ns = t->clock();
     if (t->fns.event_record(s->start, stream) != CUDA_SUCCESS) {
         sample_drop_events(t, s);
         goto unsampled;
     }
+    s->gap_ns = t->clock();
     rc = l->launch(l);
-    s->host_ns = t->clock() - s->host_ns;
+    after = t->clock();
+    s->host_ns = after - s->host_ns;
+    s->gap_ns = after - s->gap_ns;
     if (rc != CUDA_SUCCESS || t->fns.event_record(s->end, stream) != CUDA_SUCCESS) {
         if (rc == CUDA_SUCCESS)
             sample_drop_events(t, s);
@@ -735,7 +832,7 @@ static CUresult sample_launch(struct thr *t, struct thr_sample *s,
     }
     s->k = a->k;
     s->blocks = a->blocks;
-    s->charged_ns = a->est_ns;
+    s->charged_ns = a->dev_ns;
     s->issued_ns = issued;
     s->launch_ns = now;
     s->rate_pct = a->rate_pct;
@@ -805,7 +902,7 @@ static uint64_t thr_try(struct thr *t, struct thr_admit *a, CUstream l_stream, u
     struct thr_card *pc = &t->pc[a->card];
     uint64_t issued, done, out, wait;
 
-    a->est_ns = estimate(t, a);
+    a->est_ns = estimate(t, a, &a->dev_ns);
     /* A class never timed counts as the whole queue bound in the queue, so
      * that at most two launches of an unknown kernel are in flight; the
      * bucket is charged the estimate, corrected when the first one is timed. */
@@ -847,7 +944,7 @@ static uint64_t thr_try(struct thr *t, struct thr_admit *a, CUstream l_stream, u
         }
     }
     a->rate_pct = rate_pct(t, pc, a->card, now);
-    a->charge_ns = a->est_ns * 100 / a->rate_pct;
+    a->charge_ns = a->dev_ns * 100 / a->rate_pct;
     if (a->charge_ns > THR_MAX_DEBT_NS)
         a->charge_ns = THR_MAX_DEBT_NS;
     wait = bucket_take(t, a->card, a->charge_ns, now);
@@ -900,7 +997,10 @@ static CUresult thr_issue(struct thr *t, const struct egpu__vcuda_launch *l, CUc
 
     if (issued >= due && (clear || issued >= due + 3 * THR_SAMPLE_NS)) {
         sample = true;
-        atomic_store_explicit(&pc->next_sample_ns, issued + THR_SAMPLE_NS, memory_order_relaxed);
+        /* THR_SAMPLE_NS of device work: issued counts spans, which hold the
+         * submission gap of short kernels (est_ns / dev_ns <= 4). */
+        atomic_store_explicit(&pc->next_sample_ns, issued + THR_SAMPLE_NS * a->est_ns / a->dev_ns,
+                              memory_order_relaxed);
     } else if (clear && a->k &&
                elapsed_over(now, atomic_load_explicit(&a->k->clear_ns, memory_order_relaxed),
                             THR_CLEAR_NS)) {

@@ -52,7 +52,11 @@ extern "C" {
  *   stream_is_capturing (cuStreamIsCapturing): a launch the controller
  *     would time is checked first, and a launch into a capture (recorded in
  *     a graph, not run now) is neither timed (no event is recorded into the
- *     capture) nor charged; when the query fails, the launch is not timed. */
+ *     capture) nor charged; when the query fails, the launch is not timed;
+ *   stream_query (cuStreamQuery): a timed launch on an idle stream has the
+ *     host's submission time in its span (the card ran the start event at
+ *     once and waited for the kernel); the controller takes that gap out of
+ *     the device time it charges. Without it, spans are charged whole. */
 struct egpu__vcuda_throttle_fns {
     CUresult (*ctx_get_device)(CUdevice *dev);
     CUresult (*event_create)(CUevent *event, unsigned int flags);
@@ -63,6 +67,7 @@ struct egpu__vcuda_throttle_fns {
     CUresult (*ctx_get_current)(CUcontext *ctx);                                     /* optional */
     CUresult (*exchange_capture_mode)(CUstreamCaptureMode *mode);                    /* optional */
     CUresult (*stream_is_capturing)(CUstream stream, CUstreamCaptureStatus *status); /* optional */
+    CUresult (*stream_query)(CUstream stream);                                       /* optional */
 };
 
 struct egpu__vcuda_throttle_config {
