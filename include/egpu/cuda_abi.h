@@ -203,6 +203,19 @@ typedef struct CUmemPoolProps_st {
     unsigned char reserved[54];
 } CUmemPoolProps;
 
+/* cuMemPoolGetAttribute / cuMemPoolSetAttribute (cuda.h CUmemPool_attribute).
+ * The REUSE_* values are int; the others cuuint64_t, in bytes. */
+typedef enum CUmemPool_attribute_enum {
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,    /* reserved memory kept at a synchronisation */
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5, /* device memory the pool holds */
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,    /* its high-water mark (set to 0 to reset) */
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,     /* allocated from the pool and not freed */
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+} CUmemPool_attribute;
+
 /* cuCtxCreate_v4's parameters (CUDA 12.5+); NULL is accepted. */
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 
@@ -315,6 +328,11 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool p
                                  CUstream stream);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
                                       CUstream stream);
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev);
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev);
 
 CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
 CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc);
@@ -359,6 +377,8 @@ CUresult cuLaunchGridAsync(CUfunction fn, int grid_width, int grid_height, CUstr
 CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
 CUresult cuStreamSynchronize(CUstream stream);
 CUresult cuStreamSynchronize_ptsz(CUstream stream);
+CUresult cuStreamQuery(CUstream stream);
+CUresult cuStreamQuery_ptsz(CUstream stream);
 CUresult cuStreamDestroy_v2(CUstream stream);
 CUresult cuEventCreate(CUevent *event, unsigned int flags);
 CUresult cuEventRecord(CUevent event, CUstream stream);

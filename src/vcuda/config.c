@@ -172,8 +172,10 @@ int egpu__vcuda_config_set(struct egpu__vcuda_config *cfg, const char *key, cons
         return rc;
     case K_CONTEXT:
         rc = parse_number(key, value, 0, EGPU_VCUDA_CONTEXT_MIB_MAX, &v, err);
-        if (rc == 0)
+        if (rc == 0) {
             cfg->context_mib = v;
+            cfg->has_context_mib = true;
+        }
         return rc;
     case K_LOG_LEVEL:
         if (strcmp(value, "error") == 0 || strcmp(value, "warn") == 0 ||

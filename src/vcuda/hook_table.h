@@ -51,6 +51,8 @@
     X(CUDA, cuMemPoolDestroy)                     \
     X(CUDA, cuMemAllocFromPoolAsync)              \
     X(CUDA, cuMemAllocFromPoolAsync_ptsz)         \
+    X(CUDA, cuMemPoolTrimTo)                      \
+    X(CUDA, cuMemPoolSetAttribute)                \
     X(CUDA, cuArrayCreate_v2)                     \
     X(CUDA, cuArray3DCreate_v2)                   \
     X(CUDA, cuArrayDestroy)                       \

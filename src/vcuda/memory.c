@@ -14,17 +14,55 @@
  *   cuMemAlloc_v2, cuMemAllocManaged    size, current device
  *   cuMemAllocPitch_v2                  pitch x height (taken as width x
  *                                       height, then adjusted to the pitch)
- *   cuMemAllocAsync(_ptsz)              size, current device (the stream's)
- *   cuMemAllocFromPoolAsync(_ptsz)      size, the pool's device
  *   cuMemCreate / cuMemRelease          size, prop->location (a device)
  *   cuArrayCreate_v2, cuArray3DCreate_v2, cuMipmappedArrayCreate
  *                                       texels x element size (sizes.c)
+ *   cuMemAllocAsync(_ptsz)              the reservation of the pool they
+ *   cuMemAllocFromPoolAsync(_ptsz)      come from (see POOLS)
  *   cuCtxCreate_v2/_v3/_v4, first cuDevicePrimaryCtxRetain of a device
- *                                       EGPU_VCUDA_CONTEXT_MIB
+ *                                       the context's footprint (CONTEXTS)
  * Destroying a context (or releasing a primary context for the last time,
  * or resetting it) also gives back what was allocated in it (device
- * pointers and arrays): the driver frees them. cuMemCreate, async and pool
- * memory is not bound to a context and stays counted until freed.
+ * pointers and arrays): the driver frees them. cuMemCreate and pool memory
+ * is not bound to a context and stays counted until freed.
+ *
+ * CONTEXTS. A context's own device memory shows in no allocation call and
+ * depends on the GPU, the driver and its settings (523.6 MiB for a bare
+ * context on an H100, issue 15). EGPU_VCUDA_CONTEXT_MIB, when configured,
+ * is counted as is.
+ * Otherwise the estimate (the last footprint this process measured on the
+ * device, else the model's figure from cuDeviceGetName, else 300 MiB) is
+ * taken first, so nothing is made over the limit, then the context is made
+ * and measured: the drop in the card's free memory (the real NVML
+ * nvmlDeviceGetMemoryInfo: cuMemGetInfo needs a context, and the first one
+ * of a process has none before it) across the real call, rounded up to
+ * 2 MiB, under an flock of <region dir>/vcuda-context.lock that every
+ * process of the container takes around a context creation. The count then
+ * moves to the measured figure (over the limit: the context is destroyed
+ * again and the call fails). Processes of other containers are not held by
+ * the lock: what they allocate or free meanwhile is the residual error,
+ * bounded by refusing a figure below 64 MiB or above 4x the model's (the
+ * estimate counts then). No NVML, or the lock held for 2 s: the estimate.
+ *
+ * POOLS. A memory pool reserves device memory beyond what is allocated from
+ * it (rounding to its chunks, freed blocks kept up to its release
+ * threshold), and that reservation is what the card lends it. So what a
+ * pool counts is its reservation, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+ * read with the real cuMemPoolGetAttribute: after each allocation from it
+ * the growth is taken (over the limit, even after re-reading every pool:
+ * the block is freed, the context synchronised, the pool trimmed back to
+ * what it counted, and CUDA_ERROR_OUT_OF_MEMORY); after cuMemFreeAsync,
+ * cuMemFree, cuMemPoolTrimTo, cuMemPoolSetAttribute(RELEASE_THRESHOLD) and
+ * in cuMemGetInfo every known pool is read again and what it released is
+ * given back (the driver releases at synchronisations, which are not
+ * hooked: until the next such call the count is high, never low). The
+ * allocation is made before its growth is known, so for the microseconds
+ * until it is undone the card holds that growth beyond the limit. A pool
+ * destroyed with blocks still allocated keeps their bytes counted until the
+ * process ends (the pool can no longer be asked when they are freed).
+ * Pools are cuMemAllocAsync's (cuDeviceGetMemPool of the current device)
+ * and those of cuMemPoolCreate, at most 64 per process; without
+ * cuMemPoolGetAttribute each block counts its size, as before.
  *
  * cuMemGetInfo_v2, cuDeviceTotalMem_v2, nvmlDeviceGetMemoryInfo(_v2):
  * total = min(limit, the card's real total), used = the container's usage
@@ -33,10 +71,18 @@
  *
  * No memory limit configured: every wrapper calls the real function at once.
  */
+#define _GNU_SOURCE /* RTLD_NOLOAD */
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "egpu/log.h"
 #include "hooks.h"
@@ -46,16 +92,32 @@ static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;   /* primary contexts
 static struct egpu__vcuda_track objects;
 static unsigned primary_refs[EGPU_VCUDA_MAX_CARDS]; /* by CUdevice */
 static CUcontext primary_ctx[EGPU_VCUDA_MAX_CARDS];
+static uint64_t primary_bytes[EGPU_VCUDA_MAX_CARDS]; /* what each primary context counts */
+static _Atomic uint64_t ctx_measured[EGPU_VCUDA_MAX_CARDS]; /* last footprint measured, bytes */
+
+/* Memory pools this process allocated from: each counts its reservation. */
+#define MAX_POOLS 64
+struct pool_charge {
+    CUmemoryPool pool;
+    int card;
+    uint64_t bytes; /* the reservation counted: RESERVED_MEM_CURRENT when last read */
+    bool gone;      /* destroyed with blocks still allocated: bytes stay counted */
+};
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER; /* pools, npools */
+static struct pool_charge pools[MAX_POOLS];
+static unsigned npools;
 
 void egpu__vcuda_memory_atfork_prepare(void)
 {
     pthread_mutex_lock(&ctx_mu);
+    pthread_mutex_lock(&pool_mu);
     pthread_mutex_lock(&track_mu);
 }
 
 void egpu__vcuda_memory_atfork_parent(void)
 {
     pthread_mutex_unlock(&track_mu);
+    pthread_mutex_unlock(&pool_mu);
     pthread_mutex_unlock(&ctx_mu);
 }
 
@@ -64,8 +126,54 @@ void egpu__vcuda_memory_atfork_child(void)
     egpu__vcuda_track_clear(&objects);
     memset(primary_refs, 0, sizeof(primary_refs));
     memset(primary_ctx, 0, sizeof(primary_ctx));
+    memset(primary_bytes, 0, sizeof(primary_bytes));
+    memset(pools, 0, sizeof(pools));
+    npools = 0;
     pthread_mutex_unlock(&track_mu);
+    pthread_mutex_unlock(&pool_mu);
     pthread_mutex_unlock(&ctx_mu);
+}
+
+/* ---- driver and NVML calls made here, not hooked ---- */
+
+/* Resolved once, after libcuda is loaded, with the real dlsym; each may be
+ * NULL (an older driver, no NVML), and what needs it is then skipped. */
+static struct {
+    CUresult (*pool_get_attribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+    CUresult (*device_get_mem_pool)(CUmemoryPool *pool, CUdevice dev);
+    CUresult (*ctx_synchronize)(void);
+    CUresult (*device_get_name)(char *name, int len, CUdevice dev);
+    int (*nvml_count)(unsigned int *count);
+    int (*nvml_by_index)(unsigned int index, struct egpu_nvml_device **dev);
+    int (*nvml_uuid)(struct egpu_nvml_device *dev, char *uuid, unsigned int len);
+    int (*nvml_memory)(struct egpu_nvml_device *dev, struct egpu_nvml_memory *mem);
+    bool nvml; /* NVML loaded and initialised: contexts can be measured */
+} drv;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+
+#define DRV(field, lib, name) \
+    (drv.field = (__typeof__(drv.field))((lib) ? egpu__vcuda_real_dlsym((lib), (name)) : NULL))
+
+static void drv_init(void)
+{
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* loaded by hooks.c */
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    int (*nvml_init)(void);
+
+    DRV(pool_get_attribute, cuda, "cuMemPoolGetAttribute");
+    DRV(device_get_mem_pool, cuda, "cuDeviceGetMemPool");
+    DRV(ctx_synchronize, cuda, "cuCtxSynchronize");
+    DRV(device_get_name, cuda, "cuDeviceGetName");
+    DRV(nvml_count, nvml, "nvmlDeviceGetCount_v2");
+    DRV(nvml_by_index, nvml, "nvmlDeviceGetHandleByIndex_v2");
+    DRV(nvml_uuid, nvml, "nvmlDeviceGetUUID");
+    DRV(nvml_memory, nvml, "nvmlDeviceGetMemoryInfo"); /* the real one, not our wrapper */
+    nvml_init = (int (*)(void))(nvml ? egpu__vcuda_real_dlsym(nvml, "nvmlInit_v2") : NULL);
+    /* Never shut down: NVML counts its initialisations, the application's stay its own. */
+    drv.nvml = nvml_init && drv.nvml_count && drv.nvml_by_index && drv.nvml_uuid &&
+               drv.nvml_memory && nvml_init() == EGPU_NVML_SUCCESS;
+    if (!drv.nvml)
+        egpu_log(EGPU_LOG_INFO, "no NVML: context footprints are estimated, not measured");
 }
 
 /* Whether allocations are counted at all (initialising on first use). */
@@ -119,6 +227,16 @@ static void give(int card, uint64_t bytes)
         egpu__vcuda_region_release(egpu__vcuda_state.region, card, bytes);
 }
 
+/* Move what card counts for one object from `from` to `to` bytes.
+ * CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY with nothing changed. */
+static CUresult recount(int card, uint64_t from, uint64_t to)
+{
+    if (to > from)
+        return take(card, to - from);
+    give(card, from - to);
+    return CUDA_SUCCESS;
+}
+
 /* Remember (kind, key) as bytes on card in ctx. Returns 0 or -ENOMEM. An
  * older entry with the same key (freed by a path we did not see) is given
  * back first. */
@@ -145,16 +263,6 @@ static bool forget(int kind, uint64_t key, struct egpu__vcuda_track_entry *e)
 
     pthread_mutex_lock(&track_mu);
     found = egpu__vcuda_track_take(&objects, kind, key, e);
-    pthread_mutex_unlock(&track_mu);
-    return found;
-}
-
-static bool lookup(int kind, uint64_t key, struct egpu__vcuda_track_entry *e)
-{
-    bool found;
-
-    pthread_mutex_lock(&track_mu);
-    found = egpu__vcuda_track_get(&objects, kind, key, e);
     pthread_mutex_unlock(&track_mu);
     return found;
 }
@@ -351,36 +459,160 @@ EGPU_VCUDA_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, un
     return alloc_ptr(current_card(), current_ctx(), call_managed, &c);
 }
 
+/* ---- memory pools: what counts is the reservation ---- */
+
+/* The row of pool (not destroyed), or -1. pool_mu held. */
+static int pool_find(CUmemoryPool pool)
+{
+    for (unsigned i = 0; i < npools; i++) {
+        if (pools[i].pool == pool && !pools[i].gone)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* The row of pool, added (counting nothing yet) on card when new; -1 when
+ * the table is full. pool_mu held. */
+static int pool_add(CUmemoryPool pool, int card)
+{
+    int i = pool_find(pool);
+
+    if (i >= 0 || npools == MAX_POOLS)
+        return i;
+    pools[npools] = (struct pool_charge){.pool = pool, .card = card};
+    return (int)npools++;
+}
+
+/* Count pool row i's reservation as the driver reports it now: take the
+ * growth, give back the shrinkage. CUDA_ERROR_OUT_OF_MEMORY when the growth
+ * does not fit the limit (nothing taken then); a reservation that cannot be
+ * read leaves the count as it was. pool_mu held. */
+static CUresult pool_sync(unsigned i)
+{
+    cuuint64_t reserved = 0;
+
+    if (pools[i].gone ||
+        drv.pool_get_attribute(pools[i].pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) !=
+            CUDA_SUCCESS)
+        return CUDA_SUCCESS;
+    reserved = egpu__vcuda_round(reserved);
+    if (recount(pools[i].card, pools[i].bytes, reserved) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pools[i].bytes = reserved;
+    return CUDA_SUCCESS;
+}
+
+/* Re-read every pool: what the driver released (at a synchronisation,
+ * under the release threshold) is given back. pool_mu held. */
+static void pools_sync(void)
+{
+    for (unsigned i = 0; i < npools; i++)
+        (void)pool_sync(i); /* a pool that grew behind our back counts at its next allocation */
+}
+
+/* pools_sync for callers that do not hold pool_mu; cheap with no pools. */
+static void pools_refresh(void)
+{
+    pthread_mutex_lock(&pool_mu);
+    if (npools > 0 && drv.pool_get_attribute != NULL)
+        pools_sync();
+    pthread_mutex_unlock(&pool_mu);
+}
+
+/* A stream-ordered allocation from pool on card: the real call, then the
+ * pool's reservation is counted (its growth, if any). When the growth does
+ * not fit the limit, even after re-reading every pool, the block is freed,
+ * the pool trimmed back to what it counted, and the call fails with
+ * CUDA_ERROR_OUT_OF_MEMORY. Without cuMemPoolGetAttribute or a free row,
+ * the block's size counts instead (alloc_ptr). */
+static CUresult alloc_pool(int card, CUmemoryPool pool, CUresult (*call)(const struct call *c),
+                           const struct call *c)
+{
+    CUresult r;
+    int i;
+
+    if (card == -1 || c->dptr == NULL)
+        return call(c);
+    pthread_once(&drv_once, drv_init);
+    pthread_mutex_lock(&pool_mu);
+    i = pool != NULL && drv.pool_get_attribute != NULL ? pool_add(pool, card) : -1;
+    if (i < 0) {
+        pthread_mutex_unlock(&pool_mu);
+        return alloc_ptr(card, 0, call, c);
+    }
+    if (card == EGPU_VCUDA_CARD_CLOSED || egpu__vcuda_state.region == NULL) {
+        pthread_mutex_unlock(&pool_mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    r = call(c);
+    if (r == CUDA_SUCCESS && pool_sync((unsigned)i) != CUDA_SUCCESS) {
+        pools_sync();
+        if (pool_sync((unsigned)i) != CUDA_SUCCESS) {
+            (void)EGPU_VCUDA_REAL(cuMemFreeAsync)(*c->dptr, c->stream);
+            if (drv.ctx_synchronize != NULL) /* the free completes: the trim can release it */
+                (void)drv.ctx_synchronize();
+            if (EGPU_VCUDA_REAL(cuMemPoolTrimTo) != NULL)
+                (void)EGPU_VCUDA_REAL(cuMemPoolTrimTo)(pool, (size_t)pools[i].bytes);
+            (void)pool_sync((unsigned)i); /* only shrinks now */
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    pthread_mutex_unlock(&pool_mu);
+    return r;
+}
+
+/* The current pool of the current context's device (cuMemAllocAsync's),
+ * NULL when it cannot be found. */
+static CUmemoryPool current_pool(void)
+{
+    CUmemoryPool pool = NULL;
+    CUdevice dev;
+
+    pthread_once(&drv_once, drv_init);
+    if (drv.device_get_mem_pool == NULL || egpu__vcuda_helpers.ctx_get_device == NULL ||
+        egpu__vcuda_helpers.ctx_get_device(&dev) != CUDA_SUCCESS ||
+        drv.device_get_mem_pool(&pool, dev) != CUDA_SUCCESS)
+        return NULL;
+    return pool;
+}
+
 EGPU_VCUDA_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream)
 {
     struct call c = {.dptr = dptr, .bytes = bytes, .stream = stream};
+    int card;
 
     if (!HAVE_REAL(cuMemAllocAsync))
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!counting())
         return call_async(&c);
-    return alloc_ptr(current_card(), 0, call_async, &c);
+    card = current_card();
+    return alloc_pool(card, card == -1 ? NULL : current_pool(), call_async, &c);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream stream)
 {
     struct call c = {.dptr = dptr, .bytes = bytes, .stream = stream};
+    int card;
 
     if (!HAVE_REAL(cuMemAllocAsync_ptsz))
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!counting())
         return call_async_ptsz(&c);
-    return alloc_ptr(current_card(), 0, call_async_ptsz, &c);
+    card = current_card();
+    return alloc_pool(card, card == -1 ? NULL : current_pool(), call_async_ptsz, &c);
 }
 
-/* The pool's card (remembered at cuMemPoolCreate), else the current one. */
+/* The pool's card (from cuMemPoolCreate), else the current one. */
 static int pool_card(CUmemoryPool pool)
 {
-    struct egpu__vcuda_track_entry e;
+    int i, card = -1;
 
-    if (lookup(EGPU_VCUDA_POOL, (uint64_t)(uintptr_t)pool, &e))
-        return e.card;
-    return current_card();
+    pthread_mutex_lock(&pool_mu);
+    i = pool_find(pool);
+    if (i >= 0)
+        card = pools[i].card;
+    pthread_mutex_unlock(&pool_mu);
+    return i >= 0 ? card : current_card();
 }
 
 EGPU_VCUDA_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes,
@@ -392,7 +624,7 @@ EGPU_VCUDA_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t byt
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!counting())
         return call_from_pool(&c);
-    return alloc_ptr(pool_card(pool), 0, call_from_pool, &c);
+    return alloc_pool(pool_card(pool), pool, call_from_pool, &c);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes,
@@ -404,7 +636,7 @@ EGPU_VCUDA_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!counting())
         return call_from_pool_ptsz(&c);
-    return alloc_ptr(pool_card(pool), 0, call_from_pool_ptsz, &c);
+    return alloc_pool(pool_card(pool), pool, call_from_pool_ptsz, &c);
 }
 
 static uint64_t mul_sat(uint64_t a, uint64_t b)
@@ -472,27 +704,45 @@ EGPU_VCUDA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     struct call c = {.key = dptr};
 
+    CUresult r;
+
     if (!HAVE_REAL(cuMemFree_v2))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return counting() ? freed(EGPU_VCUDA_PTR, call_free, &c) : call_free(&c);
+    if (!counting())
+        return call_free(&c);
+    r = freed(EGPU_VCUDA_PTR, call_free, &c);
+    pools_refresh(); /* a pool's block may be freed this way too */
+    return r;
 }
 
 EGPU_VCUDA_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
 {
     struct call c = {.key = dptr, .stream = stream};
 
+    CUresult r;
+
     if (!HAVE_REAL(cuMemFreeAsync))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return counting() ? freed(EGPU_VCUDA_PTR, call_free_async, &c) : call_free_async(&c);
+    if (!counting())
+        return call_free_async(&c);
+    r = freed(EGPU_VCUDA_PTR, call_free_async, &c);
+    pools_refresh();
+    return r;
 }
 
 EGPU_VCUDA_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
 {
     struct call c = {.key = dptr, .stream = stream};
 
+    CUresult r;
+
     if (!HAVE_REAL(cuMemFreeAsync_ptsz))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return counting() ? freed(EGPU_VCUDA_PTR, call_free_async_ptsz, &c) : call_free_async_ptsz(&c);
+    if (!counting())
+        return call_free_async_ptsz(&c);
+    r = freed(EGPU_VCUDA_PTR, call_free_async_ptsz, &c);
+    pools_refresh();
+    return r;
 }
 
 /* ---- virtual memory management ---- */
@@ -537,15 +787,10 @@ EGPU_VCUDA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 
 /* ---- memory pools ---- */
 
-static CUresult call_pool_destroy(const struct call *c)
-{
-    return EGPU_VCUDA_REAL(cuMemPoolDestroy)((CUmemoryPool)(uintptr_t)c->key);
-}
-
 EGPU_VCUDA_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
     CUresult r;
-    int card;
+    int card, i;
 
     if (!HAVE_REAL(cuMemPoolCreate))
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -554,7 +799,13 @@ EGPU_VCUDA_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolPr
         props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return r;
     card = egpu__vcuda_device_card(props->location.id);
-    if (card != -1 && remember(EGPU_VCUDA_POOL, (uint64_t)(uintptr_t)*pool, card, 0, 0) != 0) {
+    if (card == -1)
+        return r;
+    pthread_mutex_lock(&pool_mu);
+    i = pool_add(*pool, card);
+    pthread_mutex_unlock(&pool_mu);
+    if (i < 0) {
+        egpu_log(EGPU_LOG_ERROR, "more than %d memory pools: failing cuMemPoolCreate", MAX_POOLS);
         (void)EGPU_VCUDA_REAL(cuMemPoolDestroy)(*pool);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -563,13 +814,75 @@ EGPU_VCUDA_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolPr
 
 EGPU_VCUDA_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
-    struct call c = {.key = (uint64_t)(uintptr_t)pool};
+    cuuint64_t used = 0;
+    CUresult r;
+    int i;
 
-    /* Blocks still allocated from the pool stay counted until freed: the
-     * driver keeps them until then too. */
     if (!HAVE_REAL(cuMemPoolDestroy))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return counting() ? freed(EGPU_VCUDA_POOL, call_pool_destroy, &c) : call_pool_destroy(&c);
+    if (!counting())
+        return EGPU_VCUDA_REAL(cuMemPoolDestroy)(pool);
+    pthread_once(&drv_once, drv_init);
+    pthread_mutex_lock(&pool_mu);
+    i = pool_find(pool);
+    if (i >= 0 && drv.pool_get_attribute != NULL &&
+        drv.pool_get_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
+        used = pools[i].bytes;
+    r = EGPU_VCUDA_REAL(cuMemPoolDestroy)(pool);
+    if (r == CUDA_SUCCESS && i >= 0) {
+        /* Blocks still allocated stay with the driver until freed, but the
+         * pool can no longer be asked: they count until the process ends. */
+        used = egpu__vcuda_round(used);
+        if (used < pools[i].bytes) {
+            give(pools[i].card, pools[i].bytes - used);
+            pools[i].bytes = used;
+        }
+        pools[i].gone = true;
+        if (pools[i].bytes == 0)
+            pools[i] = pools[--npools];
+    }
+    pthread_mutex_unlock(&pool_mu);
+    return r;
+}
+
+/* After a call that may shrink pool's reservation: count it again. */
+static void pool_changed(CUmemoryPool pool)
+{
+    int i;
+
+    if (!counting())
+        return;
+    pthread_once(&drv_once, drv_init);
+    pthread_mutex_lock(&pool_mu);
+    i = pool_find(pool);
+    if (i >= 0 && drv.pool_get_attribute != NULL)
+        (void)pool_sync((unsigned)i); /* a growth here counts at the next allocation */
+    pthread_mutex_unlock(&pool_mu);
+}
+
+EGPU_VCUDA_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep)
+{
+    CUresult r;
+
+    if (!HAVE_REAL(cuMemPoolTrimTo))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    r = EGPU_VCUDA_REAL(cuMemPoolTrimTo)(pool, min_bytes_to_keep);
+    if (r == CUDA_SUCCESS)
+        pool_changed(pool);
+    return r;
+}
+
+EGPU_VCUDA_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                                 void *value)
+{
+    CUresult r;
+
+    if (!HAVE_REAL(cuMemPoolSetAttribute))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    r = EGPU_VCUDA_REAL(cuMemPoolSetAttribute)(pool, attr, value);
+    if (r == CUDA_SUCCESS && attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+        pool_changed(pool);
+    return r;
 }
 
 /* ---- arrays ---- */
@@ -690,17 +1003,204 @@ static CUresult call_ctx_v4(const struct call *c)
     return EGPU_VCUDA_REAL(cuCtxCreate_v4)(c->pctx, c->params, c->flags, c->dev);
 }
 
-/* A new context on c->dev counts EGPU_VCUDA_CONTEXT_MIB. */
+/* ---- a context's footprint ---- */
+
+#define CTX_FLOOR_BYTES (64ULL << 20) /* no real context takes less: a lower figure is noise */
+#define CTX_CEIL_FACTOR 4             /* nor more than 4x its model's figure */
+#define CTX_LOCK_WAIT_MS 2000         /* then give up measuring: the estimate counts */
+
+/* Device memory a context takes by model, measured: cuDeviceGetName
+ * contains the key. Other models count EGPU_VCUDA_CONTEXT_MIB_DEFAULT. */
+static const struct {
+    const char *key;
+    uint64_t mib;
+} ctx_models[] = {
+    {"H100", 524}, /* a bare context measured 523.6 MiB (bench_gpu_mem, issue 15) */
+    {"H200", 524}, /* the same GPU (GH100) with more memory */
+};
+
+/* What a context on dev counts by its model, bytes. */
+static uint64_t ctx_model_bytes(CUdevice dev)
+{
+    char name[256];
+
+    pthread_once(&drv_once, drv_init);
+    if (drv.device_get_name != NULL && drv.device_get_name(name, sizeof(name), dev) == 0) {
+        for (size_t i = 0; i < sizeof(ctx_models) / sizeof(ctx_models[0]); i++) {
+            if (strstr(name, ctx_models[i].key) != NULL)
+                return ctx_models[i].mib << 20;
+        }
+    }
+    return (uint64_t)EGPU_VCUDA_CONTEXT_MIB_DEFAULT << 20;
+}
+
+/* What a new context on dev counts before it is measured: the configured
+ * EGPU_VCUDA_CONTEXT_MIB, else the last footprint measured on dev by this
+ * process, else the model's figure. */
+static uint64_t ctx_estimate(CUdevice dev)
+{
+    uint64_t m;
+
+    if (egpu__vcuda_state.cfg.has_context_mib)
+        return egpu__vcuda_state.ctx_bytes;
+    m = dev >= 0 && dev < EGPU_VCUDA_MAX_CARDS ? ctx_measured[dev] : 0;
+    return m > 0 ? m : ctx_model_bytes(dev);
+}
+
+/* A measurement under way: the container's context lock, and the card's
+ * free memory (real NVML) before the context was made. */
+struct ctx_probe {
+    int fd; /* the lock file, -1: not measuring */
+    struct egpu_nvml_device *nv;
+    uint64_t free_before;
+};
+
+/* NVML's handle of the card dev, found by UUID; NULL when none. */
+static struct egpu_nvml_device *nvml_of(CUdevice dev)
+{
+    struct egpu__vcuda_uuid want, got;
+    char text[EGPU_NVML_UUID_BUFFER_SIZE];
+    unsigned n = 0;
+    CUuuid cu;
+
+    if (egpu__vcuda_helpers.device_get_uuid == NULL ||
+        egpu__vcuda_helpers.device_get_uuid(&cu, dev) != CUDA_SUCCESS ||
+        drv.nvml_count(&n) != EGPU_NVML_SUCCESS)
+        return NULL;
+    memcpy(want.b, cu.bytes, sizeof(want.b));
+    for (unsigned i = 0; i < n; i++) {
+        struct egpu_nvml_device *nv;
+
+        if (drv.nvml_by_index(i, &nv) == EGPU_NVML_SUCCESS &&
+            drv.nvml_uuid(nv, text, sizeof(text)) == EGPU_NVML_SUCCESS &&
+            egpu__vcuda_uuid_parse(text, &got) == 0 && memcmp(got.b, want.b, 16) == 0)
+            return nv;
+    }
+    return NULL;
+}
+
+/* <region dir>/vcuda-context.lock, locked (flock, exclusive); -1 when it
+ * cannot be opened (a link, not a regular file) or stays held. */
+static int ctx_lock(void)
+{
+    char path[PATH_MAX + 32];
+    struct stat st;
+    int fd;
+
+    if (egpu__vcuda_state.cfg.region_dir[0] == '\0' ||
+        snprintf(path, sizeof(path), "%s/%s", egpu__vcuda_state.cfg.region_dir,
+                 EGPU_VCUDA_CONTEXT_LOCK_NAME) >= (int)sizeof(path))
+        return -1;
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -1;
+    }
+    (void)fchmod(fd, 0666); /* every process of the container, whatever its umask */
+    for (int ms = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; ms++) {
+        struct timespec one_ms = {0, 1000000};
+
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            ms = CTX_LOCK_WAIT_MS;
+        if (ms >= CTX_LOCK_WAIT_MS) {
+            close(fd);
+            return -1;
+        }
+        nanosleep(&one_ms, NULL);
+    }
+    return fd;
+}
+
+/* Start measuring a context about to be made on dev: m->fd is -1 when it
+ * cannot be (configured figure, no NVML, no lock). */
+static void ctx_probe_begin(CUdevice dev, struct ctx_probe *m)
+{
+    struct egpu_nvml_memory mem;
+
+    m->fd = -1;
+    if (egpu__vcuda_state.cfg.has_context_mib)
+        return;
+    pthread_once(&drv_once, drv_init);
+    if (!drv.nvml || (m->nv = nvml_of(dev)) == NULL)
+        return;
+    m->fd = ctx_lock();
+    if (m->fd < 0)
+        return;
+    if (drv.nvml_memory(m->nv, &mem) != EGPU_NVML_SUCCESS) {
+        close(m->fd); /* closing drops the flock */
+        m->fd = -1;
+        return;
+    }
+    m->free_before = mem.free;
+}
+
+/* End the measurement (made: the context was created). Returns the bytes
+ * the context counts: the drop in the card's free memory rounded up to the
+ * granularity, when measured and within [CTX_FLOOR_BYTES, CTX_CEIL_FACTOR x
+ * the model's figure]; else estimate. */
+static uint64_t ctx_probe_end(CUdevice dev, struct ctx_probe *m, bool made, uint64_t estimate)
+{
+    struct egpu_nvml_memory mem;
+    uint64_t drop = 0, model;
+
+    if (m->fd < 0)
+        return estimate;
+    if (made && drv.nvml_memory(m->nv, &mem) == EGPU_NVML_SUCCESS && mem.free < m->free_before)
+        drop = egpu__vcuda_round(m->free_before - mem.free);
+    close(m->fd);
+    if (!made)
+        return estimate;
+    model = ctx_model_bytes(dev);
+    if (drop < CTX_FLOOR_BYTES || drop > CTX_CEIL_FACTOR * model) {
+        egpu_log(EGPU_LOG_INFO,
+                 "context footprint dev=%d measured_bytes=%llu out of range: counting %llu", dev,
+                 (unsigned long long)drop, (unsigned long long)estimate);
+        return estimate;
+    }
+    ctx_measured[dev] = drop;
+    egpu_log(EGPU_LOG_DEBUG, "context footprint dev=%d measured_bytes=%llu", dev,
+             (unsigned long long)drop);
+    return drop;
+}
+
+/* A new context on c->dev counts its footprint: the estimate is taken
+ * first (over the limit: nothing is made), the context made and measured,
+ * and the count moved to the measured figure (over the limit then: the
+ * context is destroyed again). */
 static CUresult create_ctx(CUresult (*call)(const struct call *c), const struct call *c)
 {
+    struct ctx_probe m;
+    uint64_t est, bytes, key;
+    CUresult r;
     int card = -1;
 
     if (counting() && c->pctx != NULL)
         card = egpu__vcuda_device_card(c->dev);
     if (card == -1)
         return call(c);
-    return counted(card, egpu__vcuda_state.ctx_bytes, 0, EGPU_VCUDA_CTX, call, key_ctx, undo_ctx,
-                   c);
+    est = ctx_estimate(c->dev);
+    if (take(card, est) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx_probe_begin(c->dev, &m);
+    r = call(c);
+    bytes = ctx_probe_end(c->dev, &m, r == CUDA_SUCCESS, est);
+    if (r != CUDA_SUCCESS) {
+        give(card, est);
+        return r;
+    }
+    key = key_ctx(c);
+    if (recount(card, est, bytes) != CUDA_SUCCESS) {
+        (void)undo_ctx(key);
+        give(card, est);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (remember(EGPU_VCUDA_CTX, key, card, bytes, 0) == 0)
+        return CUDA_SUCCESS;
+    (void)undo_ctx(key);
+    give(card, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -767,7 +1267,8 @@ static int primary_card(CUdevice dev)
 
 EGPU_VCUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    uint64_t bytes = egpu__vcuda_state.ctx_bytes;
+    struct ctx_probe m;
+    uint64_t est = 0, bytes;
     bool first;
     CUresult r;
     int card;
@@ -778,20 +1279,36 @@ EGPU_VCUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice de
     if (card == -1)
         return EGPU_VCUDA_REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
     /* Held across the real call: two threads retaining at once must count
-     * the primary context once. */
+     * the primary context once. The first retain makes the context: it is
+     * measured as cuCtxCreate's are (create_ctx). */
     pthread_mutex_lock(&ctx_mu);
     first = primary_refs[dev] == 0;
-    if (first && take(card, bytes) != CUDA_SUCCESS) {
-        pthread_mutex_unlock(&ctx_mu);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (first) {
+        est = ctx_estimate(dev);
+        if (take(card, est) != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&ctx_mu);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        ctx_probe_begin(dev, &m);
     }
     r = EGPU_VCUDA_REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
+    if (first) {
+        bytes = ctx_probe_end(dev, &m, r == CUDA_SUCCESS, est);
+        if (r != CUDA_SUCCESS) {
+            give(card, est);
+        } else if (recount(card, est, bytes) != CUDA_SUCCESS) {
+            if (EGPU_VCUDA_REAL(cuDevicePrimaryCtxRelease_v2) != NULL)
+                (void)EGPU_VCUDA_REAL(cuDevicePrimaryCtxRelease_v2)(dev);
+            give(card, est);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            primary_bytes[dev] = bytes;
+        }
+    }
     if (r == CUDA_SUCCESS) {
         primary_refs[dev]++;
         if (pctx)
             primary_ctx[dev] = *pctx;
-    } else if (first) {
-        give(card, bytes);
     }
     pthread_mutex_unlock(&ctx_mu);
     return r;
@@ -813,7 +1330,8 @@ EGPU_VCUDA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     if (r == CUDA_SUCCESS && primary_refs[dev] > 0 && --primary_refs[dev] == 0) {
         gone = (uint64_t)(uintptr_t)primary_ctx[dev];
         primary_ctx[dev] = NULL;
-        give(card, egpu__vcuda_state.ctx_bytes);
+        give(card, primary_bytes[dev]);
+        primary_bytes[dev] = 0;
     }
     pthread_mutex_unlock(&ctx_mu);
     if (gone)
@@ -871,6 +1389,8 @@ EGPU_VCUDA_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_byt
 
     if (!HAVE_REAL(cuMemGetInfo_v2))
         return CUDA_ERROR_NOT_INITIALIZED;
+    if (counting())
+        pools_refresh(); /* what the pools released at a synchronisation is free again */
     r = EGPU_VCUDA_REAL(cuMemGetInfo_v2)(free_bytes, total_bytes);
     if (r != CUDA_SUCCESS || free_bytes == NULL || total_bytes == NULL || !counting() ||
         (card = current_card()) == -1)

@@ -58,10 +58,11 @@ extern "C" {
 #define EGPU_VCUDA_SHARED_SUBDIR       "shared" /* the regions' directory below the conf's */
 #define EGPU_VCUDA_REGION_NAME         "vcuda-memory.shm"
 #define EGPU_VCUDA_CORE_REGION_NAME    "vcuda-core.shm"
-#define EGPU_VCUDA_CONTEXT_MIB_DEFAULT 300      /* device memory one context counts */
+#define EGPU_VCUDA_CONTEXT_MIB_DEFAULT 300      /* a context's charge when unmeasured, unknown model */
 #define EGPU_VCUDA_MEMORY_MIB_MAX      16777216 /* 16 TiB: largest accepted limit per card */
 #define EGPU_VCUDA_CONTEXT_MIB_MAX     65536
 #define EGPU_VCUDA_CONF_MAX_BYTES      65536 /* a larger vcuda.conf is corrupted */
+#define EGPU_VCUDA_CONTEXT_LOCK_NAME   "vcuda-context.lock" /* serialises context measuring */
 
 /* ------------------------------------------------------------------------ */
 /* GPU UUIDs (config.c)                                                     */
@@ -105,6 +106,7 @@ struct egpu__vcuda_config {
     unsigned core_pct;       /* 1..100 */
     unsigned core_limit_pct; /* core_pct..100 */
     uint64_t context_mib;    /* device memory counted per context, MiB */
+    bool has_context_mib;    /* EGPU_VCUDA_CONTEXT_MIB given: charge it, measure nothing */
     int log_level;           /* EGPU_LOG_* */
 };
 
@@ -202,7 +204,7 @@ enum egpu__vcuda_kind {
     EGPU_VCUDA_ARRAY,   /* CUarray */
     EGPU_VCUDA_MIPMAP,  /* CUmipmappedArray */
     EGPU_VCUDA_CTX,     /* CUcontext from cuCtxCreate */
-    EGPU_VCUDA_POOL,    /* CUmemoryPool from cuMemPoolCreate (0 bytes: remembers the card) */
+    EGPU_VCUDA_POOL,    /* unused since memory.c keeps its pools in a table of its own */
 };
 
 struct egpu__vcuda_track_entry {

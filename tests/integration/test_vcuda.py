@@ -261,6 +261,8 @@ PROC_CASES = [
     ("cuMemFreeAsync", 12040, 2, "cuMemFreeAsync_ptsz"),
     ("cuMemPoolCreate", 12040, 0, "cuMemPoolCreate"),
     ("cuMemPoolDestroy", 12040, 0, "cuMemPoolDestroy"),
+    ("cuMemPoolTrimTo", 12040, 0, "cuMemPoolTrimTo"),
+    ("cuMemPoolSetAttribute", 12040, 0, "cuMemPoolSetAttribute"),
     ("cuMemAllocFromPoolAsync", 12040, 0, "cuMemAllocFromPoolAsync"),
     ("cuMemAllocFromPoolAsync", 12040, 2, "cuMemAllocFromPoolAsync_ptsz"),
     ("cuArrayCreate", 12040, 0, "cuArrayCreate_v2"),
@@ -427,6 +429,149 @@ def test_context_mib_setting(world):
     assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
     assert meminfo(probe) == (924 * MIB, 1024 * MIB)
     assert probe.close() == 0
+
+
+def test_context_footprint_is_measured(world):
+    """No EGPU_VCUDA_CONTEXT_MIB: a context counts what it really took (the
+    card's free memory before and after, through NVML), so the limit holds in
+    device memory. A 300 MiB constant let real use pass 1024 MiB by 224."""
+    conf = mem_conf(1024)
+    conf["EGPU_MOCK_CUDA_CONTEXT_MIB"] = "524"
+    probe = Probe(world, conf=conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert mock_used(world) == 524 * MIB
+    assert meminfo(probe) == (500 * MIB, 1024 * MIB)
+    assert probe("fill mem %d" % (100 * MIB)) == ["fill", "5", str(OOM)]
+    assert mock_used(world) == 1024 * MIB  # real use reaches the limit, never passes it
+    assert probe("freeall") == ["freeall", "5", "0"]
+    assert probe.rc("ctx 0 v2") == OOM  # a second 524 MiB context does not fit 500
+    assert mock_used(world) == 524 * MIB
+    assert probe.close() == 0
+    # a second process measures its own, with the first one's context still there
+    conf["EGPU_VCUDA_MEMORY_MIB"] = "2048"
+    a, b = Probe(world, conf=conf), Probe(world, conf=conf)
+    assert a.rc("init") == 0 and a.rc("ctx 0 primary") == 0 and a.rc("ctx 0 v2") == 0
+    assert b.rc("init") == 0 and b.rc("ctx 0 primary") == 0
+    assert meminfo(a) == (2048 * MIB - 3 * 524 * MIB, 2048 * MIB)
+    # b's next context is checked against what b measured: 4 x 524 > 2048
+    assert b.rc("ctx 0 v2") == OOM
+    assert mock_used(world) == 3 * 524 * MIB
+    assert a.close() == 0 and b.close() == 0
+
+
+def test_context_mib_overrides_measuring(world):
+    conf = mem_conf(1024, context_mib=300)
+    conf["EGPU_MOCK_CUDA_CONTEXT_MIB"] = "524"
+    probe = Probe(world, conf=conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert meminfo(probe) == (724 * MIB, 1024 * MIB)  # configured: counted as given
+    assert probe.close() == 0
+
+
+@pytest.mark.parametrize("name,want_mib", [("NVIDIA H100 80GB HBM3", 524),
+                                           ("NVIDIA A100-SXM4-80GB", 300)])
+def test_context_by_model_without_nvml(world, tmp_path, name, want_mib):
+    """Without NVML nothing can be measured: the model's figure counts."""
+    lib = tmp_path / "cuda-only"
+    lib.mkdir()
+    (lib / "libcuda.so.1").symlink_to(world["paths"]["mock"] / "libcuda.so.1")
+    conf = mem_conf(1024)
+    conf.update({"LD_LIBRARY_PATH": str(lib), "EGPU_MOCK_CUDA_CONTEXT_MIB": "524",
+                 "EGPU_MOCK_NVML_GPUS": f"{name}:81559:{UUID0}"})
+    probe = Probe(world, conf=conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert meminfo(probe)[0] == (1024 - want_mib) * MIB
+    assert probe.close() == 0
+
+
+# A driver-API client through ctypes (dlsym of the interposer's wrappers):
+# memory pools, which vcuda_probe does not drive. One line per step:
+# "<step> <CUresult> <the mock card's real used bytes> <free cuMemGetInfo reports>".
+POOL_CLIENT = r"""
+import ctypes, os, re, subprocess, sys
+from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
+cu = ctypes.CDLL("libcuda.so.1")
+MIB = 1 << 20
+
+class Props(ctypes.Structure):  # CUmemPoolProps
+    _fields_ = [("allocType", c_int), ("handleTypes", c_int), ("locType", c_int),
+                ("locId", c_int), ("win32", c_void_p), ("maxSize", c_size_t),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 54)]
+
+def used():
+    out = subprocess.run([os.environ["MOCKCTL"], os.environ["EGPU_MOCK_CUDA_STATE"]],
+                         capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"^card 0 .*used_bytes=(\d+)", out, re.M).group(1))
+
+def say(step, rc):
+    free, total = c_size_t(), c_size_t()
+    assert cu.cuMemGetInfo_v2(byref(free), byref(total)) == 0
+    print(step, rc, used(), free.value, flush=True)
+
+assert cu.cuInit(0) == 0
+ctx = c_void_p()
+assert cu.cuDevicePrimaryCtxRetain(byref(ctx), 0) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+dflt = c_void_p()
+assert cu.cuDeviceGetDefaultMemPool(byref(dflt), 0) == 0
+keep_all = c_uint64(2**64 - 1)
+assert cu.cuMemPoolSetAttribute(dflt, 4, byref(keep_all)) == 0  # RELEASE_THRESHOLD
+# 1. small blocks: the pool reserves 32 MiB chunks, more than is allocated
+ptrs, rc = [], 0
+while rc == 0:
+    p = c_uint64()
+    rc = cu.cuMemAllocAsync(byref(p), c_size_t(1), None)
+    if rc == 0:
+        ptrs.append(p.value)
+say("small %d" % len(ptrs), rc)
+# 2. all freed: the pool keeps it all reserved (threshold UINT64_MAX)
+for p in ptrs:
+    assert cu.cuMemFreeAsync(c_uint64(p), None) == 0
+say("freed", 0)
+# 3. another pool cannot take what the default pool still holds
+props = Props(allocType=1, locType=1, locId=0)
+pool = c_void_p()
+assert cu.cuMemPoolCreate(byref(pool), byref(props)) == 0
+big = c_uint64()
+say("other", cu.cuMemAllocFromPoolAsync(byref(big), c_size_t(1024 * MIB), pool, None))
+# 4. trimming the default pool gives its reservation back
+assert cu.cuMemPoolTrimTo(dflt, c_size_t(0)) == 0
+say("trimmed", 0)
+say("other", cu.cuMemAllocFromPoolAsync(byref(big), c_size_t(1024 * MIB), pool, None))
+# 5. freed under a high threshold, released when it is lowered
+assert cu.cuMemPoolSetAttribute(pool, 4, byref(keep_all)) == 0
+assert cu.cuMemFreeAsync(big, None) == 0
+say("kept", 0)
+assert cu.cuMemPoolSetAttribute(pool, 4, byref(c_uint64(0))) == 0
+say("released", 0)
+assert cu.cuMemPoolDestroy(pool) == 0
+"""
+
+
+def test_pool_reservation_counted(world):
+    """A pool's reservation counts, not just what is allocated from it: with
+    the release threshold at UINT64_MAX and 32 MiB chunks the card's real
+    use never passes the 4096 MiB limit. Counting allocations alone let it
+    reach 4108 MiB at step 1 and 5132 MiB at step 3."""
+    limit = 4096 * MIB
+    env = make_env(world, dict(mem_conf(4096), EGPU_MOCK_CUDA_POOL_CHUNK_MIB="32",
+                               MOCKCTL=str(world["paths"]["mockctl"])))
+    out = subprocess.run([os.sys.executable, "-c", POOL_CLIENT], env=env, text=True,
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    steps = [line.split() for line in out.stdout.splitlines()]
+    for step in steps:
+        assert int(step[-2]) <= limit, steps  # the real device memory, at every step
+    ctx = CTX_MIB * MIB
+    small = steps[0]
+    # 32 MiB chunks within 4096 - 300 MiB: 118 chunks of 16 two-MiB blocks
+    assert small[:3] == ["small", str(118 * 16), str(OOM)], small
+    assert int(small[3]) == ctx + 118 * 32 * MIB and int(small[4]) == limit - int(small[3])
+    assert steps[1][2:] == small[3:]  # nothing released: all still reserved
+    assert steps[2][1:3] == [str(OOM), small[3]], steps[2]
+    assert steps[3][2:] == [str(ctx), str(limit - ctx)]  # trimmed: given back
+    assert steps[4][1:3] == ["0", str(ctx + 1024 * MIB)]
+    assert steps[5][2:] == [str(ctx + 1024 * MIB), str(limit - ctx - 1024 * MIB)]  # kept
+    assert steps[6][2:] == [str(ctx), str(limit - ctx)]  # released
 
 
 def test_memory_queries_report_the_limit(world):

@@ -19,6 +19,9 @@
  *                              cuInit); unset or empty: private state
  *   EGPU_MOCK_CUDA_CONTEXT_MIB device memory each context takes, MiB
  *                              (default 300; read at each context creation)
+ *   EGPU_MOCK_CUDA_POOL_CHUNK_MIB  what a memory pool's reservation grows by
+ *                              at least, MiB (default 2, the granularity;
+ *                              read at each growth)
  *   EGPU_MOCK_CUDA_BLOCK_NS    device time per thread block of a launch, ns
  *                              (default 1000; read by cuModuleGetFunction)
  *   EGPU_MOCK_CUDA_KERNEL_NS   "name=ns_per_block,..." per kernel name
@@ -45,9 +48,28 @@
  * memory back at once (the driver would wait for its last unmap); cuMemUnmap
  * takes exactly one mapping. cuCtxDestroy and the last primary-context release
  * free the context's allocations, arrays, streams, events and modules, but not
- * cuMemCreate, async or pool memory (as the driver documents). A freed async
- * block returns at cuMemFreeAsync; cuMemPoolDestroy returns what the pool
- * still holds.
+ * cuMemCreate, async or pool memory (as the driver documents).
+ *
+ * Memory pools. Stream-ordered memory comes from a pool: cuMemAllocAsync's
+ * from the device's default pool (cuDeviceGetDefaultMemPool, which
+ * cuDeviceGetMemPool also returns: there is no cuDeviceSetMemPool here),
+ * cuMemAllocFromPoolAsync's from the pool named. As the driver's, a pool
+ * reserves device memory from the card and hands blocks out of that
+ * reservation: a block that does not fit in what the pool holds unused
+ * grows the reservation by what is missing rounded up to
+ * EGPU_MOCK_CUDA_POOL_CHUNK_MIB (or by exactly what is missing when the card
+ * cannot give the whole chunk). Freeing a block (cuMemFreeAsync, or
+ * cuMemFree) keeps it reserved up to the pool's release threshold
+ * (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, default 0): the driver releases what
+ * is above it at the next synchronisation, the mock at once, at the free
+ * (and when the threshold is set). cuMemPoolTrimTo releases the unused
+ * reservation down to its argument. cuMemPoolGetAttribute reports
+ * RESERVED_MEM_CURRENT (what the card lends the pool: its real footprint),
+ * USED_MEM_CURRENT, their _HIGH marks and RELEASE_THRESHOLD;
+ * cuMemPoolSetAttribute sets RELEASE_THRESHOLD and resets the marks (to 0
+ * only); the REUSE_* policies read 1 and are accepted. cuMemPoolDestroy frees
+ * the blocks still allocated and returns the reservation (the driver would
+ * wait for their frees); a default pool cannot be destroyed.
  *
  * Time. A launch (cuLaunchKernel, cuLaunchKernelEx,
  * cuLaunchCooperativeKernel and their _ptsz, each device's launch of
@@ -75,7 +97,8 @@
  * CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD), or NULL and
  * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when the capture was invalidated.
  * The potentially unsafe calls the mock knows (cuEventQuery,
- * cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize) follow the
+ * cuEventSynchronize, cuStreamQuery, cuStreamSynchronize, cuCtxSynchronize)
+ * follow the
  * rules of cuThreadExchangeStreamCaptureMode: made in a thread whose mode
  * forbids them while a capture is going on, they fail with
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the captures they
@@ -191,8 +214,17 @@ struct obj {
             char name[NAME_LEN];
         } func;
         struct {
-            uint64_t pool; /* 0: not from an explicit pool */
+            uint64_t pool; /* the pool of a stream-ordered block, 0: none */
         } mem;
+        struct {
+            /* The pool's reservation is the object's bytes (taken from the
+             * card, given back when it shrinks or the pool goes). */
+            uint64_t used;           /* blocks allocated and not freed, rounded */
+            uint64_t used_high;      /* high-water marks */
+            uint64_t reserved_high;
+            uint64_t threshold;      /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, bytes */
+            bool is_default;         /* a device's default pool: cannot be destroyed */
+        } pool;
         struct {
             void *p;
         } host;
@@ -207,6 +239,7 @@ static struct {
     unsigned tag;
     uint64_t next_addr, next_handle;
     uint64_t primary[EGPU_MOCK_CARDS_MAX]; /* primary context key per card, 0: none */
+    uint64_t default_pool[EGPU_MOCK_CARDS_MAX]; /* default memory pool key per card, 0: none yet */
     uint64_t captures[CAPTURES_MAX];       /* streams capturing (keys), 0: free */
     unsigned threads;                      /* thread ids handed out */
     struct obj *buckets[BUCKETS];
@@ -412,6 +445,7 @@ static CUresult ctx_footprint(struct obj *c)
 }
 
 static CUresult unsafe_call(void); /* stream capture, below */
+static void mem_release(struct obj *o); /* stream-ordered memory, below */
 
 /* ---- fork ---- */
 
@@ -440,6 +474,7 @@ static void atfork_child(void)
     if (g.dev.st != NULL)
         egpu_mock_dev_close(&g.dev); /* the parent keeps its lock: it holds the file too */
     memset(g.primary, 0, sizeof(g.primary));
+    memset(g.default_pool, 0, sizeof(g.default_pool));
     memset(g.captures, 0, sizeof(g.captures));
     g.initialised = false;
     g.generation++;
@@ -974,7 +1009,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
     o = lookup(dptr, K_MEM);
     if (o == NULL)
         return end(CUDA_ERROR_INVALID_VALUE);
-    obj_release(o);
+    mem_release(o);
     return end(CUDA_SUCCESS);
 }
 
@@ -1299,7 +1334,8 @@ static void capture_forget(uint64_t key)
 }
 
 /* Locked: whether the calling thread may make a potentially unsafe call now
- * (cuEventQuery, cuEventSynchronize, cuStreamSynchronize, cuCtxSynchronize):
+ * (cuEventQuery, cuEventSynchronize, cuStreamQuery, cuStreamSynchronize,
+ * cuCtxSynchronize):
  * not in its mode GLOBAL while another thread captures in GLOBAL mode, nor in
  * GLOBAL or THREAD_LOCAL while it captures itself in a mode other than
  * RELAXED. A call made anyway fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
@@ -1418,12 +1454,113 @@ CUresult cuStreamSynchronize_ptsz(CUstream stream)
     return stream_sync(stream, true);
 }
 
+/* CUDA_SUCCESS when everything launched on the stream has run, else
+ * CUDA_ERROR_NOT_READY; a potentially unsafe call, as cuEventQuery. */
+static CUresult stream_query(CUstream stream, bool ptsz)
+{
+    struct target t;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = resolve_stream(stream, ptsz, &t);
+    if (r == CUDA_SUCCESS)
+        r = unsafe_call();
+    if (r == CUDA_SUCCESS && target_end(&t) > egpu_mock_now_ns())
+        r = CUDA_ERROR_NOT_READY;
+    return end(r);
+}
+
+CUresult cuStreamQuery(CUstream stream)
+{
+    return stream_query(stream, false);
+}
+
+CUresult cuStreamQuery_ptsz(CUstream stream)
+{
+    return stream_query(stream, true);
+}
+
 /* ---- stream-ordered memory ---- */
+
+/* The default pool of card, made on first use; NULL when out of memory. */
+static struct obj *default_pool(unsigned card)
+{
+    struct obj *p = g.default_pool[card] != 0 ? lookup(g.default_pool[card], K_POOL) : NULL;
+
+    if (p != NULL)
+        return p;
+    p = obj_new(K_POOL, new_handle());
+    if (p == NULL)
+        return NULL;
+    p->card = card;
+    p->u.pool.is_default = true;
+    g.default_pool[card] = p->key;
+    return p;
+}
+
+/* Grow pool p's reservation by at least need bytes (a multiple of the
+ * granularity): a chunk when the card has it, else exactly need. */
+static CUresult pool_grow(struct obj *p, uint64_t need)
+{
+    uint64_t chunk_mib = env_u64("EGPU_MOCK_CUDA_POOL_CHUNK_MIB", 2);
+    uint64_t chunk = chunk_mib > 0 && chunk_mib < (1ull << 40) ? chunk_mib << 20 : need;
+    uint64_t grow = need;
+    int r;
+
+    if (need <= UINT64_MAX - chunk)
+        grow = (need + chunk - 1) / chunk * chunk;
+    r = egpu_mock_mem_take(&g.dev, p->card, grow);
+    if (r == -ENOMEM && grow > need) {
+        grow = need;
+        r = egpu_mock_mem_take(&g.dev, p->card, grow);
+    }
+    if (r == -ENOMEM)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != 0)
+        return CUDA_ERROR_UNKNOWN;
+    p->bytes += grow;
+    if (p->bytes > p->u.pool.reserved_high)
+        p->u.pool.reserved_high = p->bytes;
+    return CUDA_SUCCESS;
+}
+
+/* Release pool p's unused reservation down to max(in use, keep). */
+static void pool_release(struct obj *p, uint64_t keep)
+{
+    uint64_t target = round_granularity(keep);
+
+    if (target == 0 && keep > 0)
+        target = UINT64_MAX; /* keep overflowed: keep everything */
+    if (target < p->u.pool.used)
+        target = p->u.pool.used;
+    if (p->bytes > target) {
+        egpu_mock_mem_give(&g.dev, p->card, p->bytes - target);
+        p->bytes = target;
+    }
+}
+
+/* Free device pointer o: a pool's block goes back to its pool, which keeps
+ * it reserved up to its release threshold. */
+static void mem_release(struct obj *o)
+{
+    struct obj *p = o->u.mem.pool != 0 ? lookup(o->u.mem.pool, K_POOL) : NULL;
+    uint64_t block = round_granularity(o->size);
+
+    obj_release(o);
+    if (p == NULL)
+        return;
+    p->u.pool.used -= block < p->u.pool.used ? block : p->u.pool.used;
+    pool_release(p, p->u.pool.used > UINT64_MAX - p->u.pool.threshold
+                        ? UINT64_MAX
+                        : p->u.pool.used + p->u.pool.threshold);
+}
 
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, struct obj *pool, CUstream stream,
                             bool ptsz)
 {
     struct target t;
+    uint64_t block = round_granularity(bytes);
     struct obj *o;
     CUresult r;
 
@@ -1432,10 +1569,27 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, struct obj *pool, C
     r = resolve_stream(stream, ptsz, &t);
     if (r != CUDA_SUCCESS)
         return r;
-    r = device_alloc(K_MEM, pool != NULL ? pool->card : t.ctx->card, bytes, 0, &o);
-    if (r != CUDA_SUCCESS)
-        return r;
-    o->u.mem.pool = pool != NULL ? pool->key : 0;
+    if (pool == NULL)
+        pool = default_pool(t.ctx->card);
+    if (pool == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (block == 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (pool->u.pool.used + block > pool->bytes) {
+        r = pool_grow(pool, pool->u.pool.used + block - pool->bytes);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    o = obj_new(K_MEM, g.next_addr);
+    if (o == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY; /* the growth stays reserved, as a pool's would */
+    g.next_addr += block;
+    o->card = pool->card;
+    o->size = bytes;
+    o->u.mem.pool = pool->key;
+    pool->u.pool.used += block;
+    if (pool->u.pool.used > pool->u.pool.used_high)
+        pool->u.pool.used_high = pool->u.pool.used;
     *dptr = o->key;
     return CUDA_SUCCESS;
 }
@@ -1473,7 +1627,7 @@ static CUresult mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz)
     o = lookup(dptr, K_MEM);
     if (o == NULL)
         return end(CUDA_ERROR_INVALID_VALUE);
-    obj_release(o);
+    mem_release(o);
     return end(CUDA_SUCCESS);
 }
 
@@ -1516,7 +1670,7 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
     if (r != CUDA_SUCCESS)
         return r;
     p = lookup((uint64_t)(uintptr_t)pool, K_POOL);
-    if (p == NULL)
+    if (p == NULL || p->u.pool.is_default)
         return end(CUDA_ERROR_INVALID_VALUE);
     for (unsigned b = 0; b < BUCKETS; b++) {
         struct obj *o = g.buckets[b];
@@ -1545,6 +1699,126 @@ static CUresult alloc_from_pool(CUdeviceptr *dptr, size_t bytes, CUmemoryPool po
     if (p == NULL)
         return end(CUDA_ERROR_INVALID_VALUE);
     return end(alloc_async(dptr, bytes, p, stream, ptsz));
+}
+
+/* begin() plus the pool named (*p). */
+static CUresult begin_pool(CUmemoryPool pool, struct obj **p)
+{
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    *p = lookup((uint64_t)(uintptr_t)pool, K_POOL);
+    if (*p == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    struct obj *p;
+    uint64_t v;
+    CUresult r = begin_pool(pool, &p);
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (value == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *(int *)value = 1;
+        return end(CUDA_SUCCESS);
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        v = p->u.pool.threshold;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+        v = p->bytes;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        v = p->u.pool.reserved_high;
+        break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        v = p->u.pool.used;
+        break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        v = p->u.pool.used_high;
+        break;
+    default:
+        return end(CUDA_ERROR_INVALID_VALUE);
+    }
+    memcpy(value, &v, sizeof(v)); /* cuuint64_t */
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    struct obj *p;
+    uint64_t v = 0;
+    CUresult r = begin_pool(pool, &p);
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (value == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        return end(CUDA_SUCCESS);
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        memcpy(&v, value, sizeof(v));
+        p->u.pool.threshold = v;
+        pool_release(p, p->u.pool.used > UINT64_MAX - v ? UINT64_MAX : p->u.pool.used + v);
+        return end(CUDA_SUCCESS);
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        memcpy(&v, value, sizeof(v));
+        if (v != 0)
+            return end(CUDA_ERROR_INVALID_VALUE);
+        if (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+            p->u.pool.reserved_high = p->bytes;
+        else
+            p->u.pool.used_high = p->u.pool.used;
+        return end(CUDA_SUCCESS);
+    default:
+        return end(CUDA_ERROR_INVALID_VALUE);
+    }
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep)
+{
+    struct obj *p;
+    CUresult r = begin_pool(pool, &p);
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    pool_release(p, min_bytes_to_keep);
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    struct obj *p;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (pool == NULL)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    if (!valid_device(dev))
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    p = default_pool((unsigned)dev);
+    if (p == NULL)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    *pool = (CUmemoryPool)(uintptr_t)p->key;
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    return cuDeviceGetDefaultMemPool(pool, dev); /* no cuDeviceSetMemPool here */
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
@@ -2465,6 +2739,11 @@ static const struct proc_entry {
     E("cuMemPoolDestroy", 11020, 0, cuMemPoolDestroy),
     E("cuMemAllocFromPoolAsync", 11020, 0, cuMemAllocFromPoolAsync),
     E("cuMemAllocFromPoolAsync", 11020, PT, cuMemAllocFromPoolAsync_ptsz),
+    E("cuMemPoolGetAttribute", 11020, 0, cuMemPoolGetAttribute),
+    E("cuMemPoolSetAttribute", 11020, 0, cuMemPoolSetAttribute),
+    E("cuMemPoolTrimTo", 11020, 0, cuMemPoolTrimTo),
+    E("cuDeviceGetDefaultMemPool", 11020, 0, cuDeviceGetDefaultMemPool),
+    E("cuDeviceGetMemPool", 11020, 0, cuDeviceGetMemPool),
     E("cuArrayCreate", 3020, 0, cuArrayCreate_v2),
     E("cuArray3DCreate", 3020, 0, cuArray3DCreate_v2),
     E("cuArrayDestroy", 2000, 0, cuArrayDestroy),
@@ -2487,6 +2766,8 @@ static const struct proc_entry {
     E("cuStreamCreate", 2000, 0, cuStreamCreate),
     E("cuStreamSynchronize", 2000, 0, cuStreamSynchronize),
     E("cuStreamSynchronize", 7000, PT, cuStreamSynchronize_ptsz),
+    E("cuStreamQuery", 2000, 0, cuStreamQuery),
+    E("cuStreamQuery", 7000, PT, cuStreamQuery_ptsz),
     E("cuStreamDestroy", 4000, 0, cuStreamDestroy_v2),
     E("cuEventCreate", 2000, 0, cuEventCreate),
     E("cuEventRecord", 2000, 0, cuEventRecord),
