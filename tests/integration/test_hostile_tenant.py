@@ -33,7 +33,7 @@ from test_agent import (  # noqa: F401 (fixtures, used by name)
 from test_deploy import KUBECTL
 from test_scheduler import ASSIGNED, api, args, assigned, cluster, sched  # noqa: F401
 from test_vcuda import (CTX_MIB, MIB, OOM, Probe, card_share, core_conf,  # noqa: F401
-                        log_lines, mem_conf, meminfo, mock_used, paths, world)
+                        log_lines, mem_conf, meminfo, mock_used, mockctl, paths, world)
 
 
 # ============================================================================
@@ -852,6 +852,46 @@ def test_other_launch_entry_points_get_only_the_core_share(world, what, lookup, 
     assert 20 <= share <= 40, f"{entry} got {share:.1f}% of the card at a 30% limit"
     assert probe.close() == 0
     assert log_lines(probe.stderr()) == []
+
+
+def card_launches(world):
+    """Kernel launches each card has run so far (the mock's count), card 0 and 1."""
+    out = mockctl(world)
+    return [int(re.search(rf"^card {c} .*launches=(\d+)", out, re.M).group(1)) for c in (0, 1)]
+
+
+def test_multi_device_cooperative_launch_is_refused_under_a_core_limit(world):
+    """cuLaunchCooperativeKernelMultiDevice over two cards cannot be held to
+    the container's share (the controller holds one launch on one device at
+    a time), so under a compute limit it is refused whole: rc 801
+    (CUDA_ERROR_NOT_SUPPORTED), nothing runs on either card, and one warning
+    says why, however often it is tried. Without a limit the same call runs
+    on both cards (the mock has two: EGPU_MOCK_NVML_GPUS' default), so the
+    refusal is the interposer's."""
+    kernel = {"EGPU_MOCK_CUDA_KERNEL_NS": "k=1000000"}
+    free = Probe(world, lookup="dlsym", conf=kernel)
+    assert free.rc("init") == 0
+    assert free.rc("ctx 0 primary") == 0 and free.rc("ctx 1 primary") == 0
+    before = card_launches(world)
+    assert free("multi2 k 4") == ["multi2", "0"], free.stderr()
+    after = card_launches(world)
+    assert after[0] > before[0] and after[1] > before[1], (before, after)
+    assert free.close() == 0
+    assert log_lines(free.stderr()) == []
+
+    probe = Probe(world, lookup="dlsym", conf=dict(core_conf(30), **kernel))
+    assert probe.rc("init") == 0
+    assert probe.rc("ctx 0 primary") == 0 and probe.rc("ctx 1 primary") == 0
+    before = card_launches(world)
+    for _ in range(3):
+        assert probe("multi2 k 4") == ["multi2", "801"]
+    assert card_launches(world) == before, "a refused launch ran on a card"
+    assert probe.rc("launch") == 0  # one device at a time is still served
+    assert probe.close() == 0
+    lines = log_lines(probe.stderr())
+    assert len(lines) == 1, lines
+    assert "cuLaunchCooperativeKernelMultiDevice over 2 devices refused" in lines[0], lines
+    assert "CUDA_ERROR_NOT_SUPPORTED" in lines[0], lines
 
 
 # ---- finding 5: the shared accounting ----

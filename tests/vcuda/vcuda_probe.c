@@ -67,6 +67,10 @@
  *                               -> spin <rc>
  *   stop                        stop and join that thread
  *                               -> stop <rounds> <first failing rc, 0 for none>
+ *   multi2 <kernel> <blocks>    one cuLaunchCooperativeKernelMultiDevice over two
+ *                               devices: the contexts of the last two "ctx" commands,
+ *                               each with its own function and stream; both streams
+ *                               synchronised when it ran -> multi2 <rc>
  *   quit
  *
  * <s> is a stream made by "stream" (0, 1, ...) or "-" for stream 0; <kernel>
@@ -765,6 +769,41 @@ static bool other_launch(const char *what)
     return false;
 }
 
+/* "multi2": kernel name over blocks blocks (one thread each), launched at
+ * once on the devices of the last two contexts made, through
+ * cuLaunchCooperativeKernelMultiDevice; a function and a stream of each
+ * context, as the driver requires. The newest context is current after. */
+static CUresult launch_multi_two(const char *name, unsigned blocks)
+{
+    static const char image[] = "mock module";
+    CUDA_LAUNCH_PARAMS p[2];
+    CUresult r = nctx >= 2 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+
+    memset(p, 0, sizeof(p));
+    for (int i = 0; i < 2 && r == CUDA_SUCCESS; i++) {
+        CUmodule mod = NULL;
+
+        p[i] = (CUDA_LAUNCH_PARAMS){NULL, blocks, 1, 1, 1, 1, 1, 0, NULL, NULL};
+        r = api.ctx_set_current(ctxs[nctx - 2 + i].ctx);
+        if (r == CUDA_SUCCESS)
+            r = api.module_load(&mod, image);
+        if (r == CUDA_SUCCESS)
+            r = api.module_get_function(&p[i].function, mod, name);
+        if (r == CUDA_SUCCESS)
+            r = api.stream_create(&p[i].hStream, 0);
+    }
+    if (r == CUDA_SUCCESS)
+        r = api.launch_multi(p, 2, 0);
+    for (int i = 0; i < 2 && r == CUDA_SUCCESS; i++) {
+        r = api.ctx_set_current(ctxs[nctx - 2 + i].ctx);
+        if (r == CUDA_SUCCESS)
+            r = api.stream_synchronize(p[i].hStream);
+    }
+    if (nctx > 0)
+        (void)api.ctx_set_current(ctxs[nctx - 1].ctx); /* as before, whatever failed */
+    return r;
+}
+
 /* The launch loop of "spin", in a thread of its own. */
 static struct {
     pthread_t tid;
@@ -1056,6 +1095,8 @@ static void run(FILE *in)
             for (long i = strtol(a2, NULL, 10); i > 0 && r == CUDA_SUCCESS; i--)
                 r = graph_launch(stream_arg(a1), strcmp(a3, "ptsz") == 0);
             printf("graphlaunch %d\n", r);
+        } else if (strcmp(cmd, "multi2") == 0) {
+            printf("multi2 %d\n", launch_multi_two(a1, (unsigned)strtoul(a2, NULL, 10)));
         } else if (strcmp(cmd, "spin") == 0) {
             printf("spin %d\n", spin_start(a1, a2, (unsigned)strtoul(a3, NULL, 10)));
         } else if (strcmp(cmd, "stop") == 0) {
