@@ -469,6 +469,67 @@ static void test_ten_is_the_placers_choice(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* fuzz_extender's find (e33ad4c, docs/fuzzing.md): prioritize maps the
+ * scores of the nodes that fit onto 0..9, linearly from their lowest (lo)
+ * to their highest (hi). A node that does not fit has score 0, below lo
+ * when every fitting node scores above 0, and its scaled score was cast to
+ * uint8_t while negative: undefined. The reply was right all the same, so
+ * only UBSan's float-cast-overflow catches the old code: clang's
+ * -fsanitize=undefined has it (the fuzz build: -14.1 for "full" and "gone"
+ * here), gcc's, which `make asan` uses, does not. Here, for binpack,
+ * three nodes fit, none empty ("low" 10%, "mid" 20%, "high" 40% of their
+ * card used), and "full" (80%) and "gone" (no such node) do not. The reply
+ * scores "high" 10 and "mid" 1..9; "low" (the lowest that fits, 0) and the
+ * two that do not fit are left out (0 to kube-scheduler). */
+static void test_unfit_node_below_the_fitting_scores(void **state)
+{
+    const long live = egpu_alloc_live(); /* whole test: nothing left behind */
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_extender *x = new_extender(c, EGPU_POLICY_BINPACK);
+    const char *const fwd[] = {"full", "low", "gone", "mid", "high"};
+    const char *const rev[] = {"high", "mid", "gone", "low", "full"};
+    char *body;
+    json_t *out;
+
+    (void)state;
+    add_gpu_node(c, "low", 1);
+    add_gpu_node(c, "mid", 1);
+    add_gpu_node(c, "high", 1);
+    add_gpu_node(c, "full", 1);
+    use_card(c, "l", "low", 10);
+    use_card(c, "m", "mid", 20);
+    use_card(c, "h", "high", 40);
+    use_card(c, "f", "full", 80);
+    for (int order = 0; order < 2; order++) {
+        body = tu_extender_args(make_pod("p", 30, 1024), order ? rev : fwd, 5, false);
+        out = call(egpu_extender_prioritize, x, body, 200);
+        assert_int_equal(json_array_size(out), 2);
+        for (size_t i = 0; i < json_array_size(out); i++) {
+            json_t *e = json_array_get(out, i);
+            const char *host = json_string_value(json_object_get(e, "Host"));
+            json_int_t sc = json_integer_value(json_object_get(e, "Score"));
+
+            if (strcmp(host, "high") == 0) {
+                assert_int_equal(sc, 10);
+            } else {
+                assert_string_equal(host, "mid");
+                assert_true(sc >= 1 && sc <= 9);
+            }
+        }
+        json_decref(out);
+        /* filter agrees: only the best passes. */
+        out = call(egpu_extender_filter, x, body, 200);
+        assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 1);
+        assert_string_equal(json_string_value(json_array_get(json_object_get(out, "NodeNames"), 0)),
+                            "high");
+        json_decref(out);
+        free(body);
+    }
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 static void test_odd_names_round_trip(void **state)
 {
     const long live = egpu_alloc_live(); /* whole test: nothing left behind */
@@ -1168,6 +1229,7 @@ int main(void)
         cmocka_unit_test(test_decode_fixtures),
         cmocka_unit_test(test_malformed_bodies),
         cmocka_unit_test(test_ten_is_the_placers_choice),
+        cmocka_unit_test(test_unfit_node_below_the_fitting_scores),
         cmocka_unit_test(test_odd_names_round_trip),
         cmocka_unit_test(test_escape_every_position),
         cmocka_unit_test(test_nodelist_form),
