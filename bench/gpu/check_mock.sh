@@ -3,7 +3,7 @@
 # the mock driver (tests/mock) with the interposer preloaded, so their plumbing (lookup paths,
 # workers, commands, tables) is checked on machines without a GPU. Run by ctest when the mock
 # and the interposer are part of the build.
-#   BINDIR   where bench_gpu_mem, bench_gpu_compute and bench_gpu_overhead are
+#   BINDIR   where bench_gpu_mem, bench_gpu_compute, bench_gpu_overhead and bench_gpu_tiny are
 #   MOCKDIR  the directory holding the mock libcuda.so.1 and libnvidia-ml.so.1
 #   VCUDA    libegpu-vcuda.so
 # What must hold: bench_gpu_mem passes every check (the mock is exact; the SIGKILL target is
@@ -67,4 +67,19 @@ cat "$work/overhead.out"
 n=$(grep -cE '^(driver|interposer).* +[0-9]+\.[0-9] ' "$work/overhead.out")
 [ "$n" -eq 8 ] || fail "bench_gpu_overhead: $n of 8 rows have figures"
 grep -q 'FAIL' "$work/overhead.out" && fail "bench_gpu_overhead: a configuration failed"
+
+echo "== bench_gpu_tiny"
+# A 4 us launch call, as a real driver's, and 1 us kernels: the driver's loop keeps the card
+# about 8% busy, under both limits.
+EGPU_MOCK_CUDA_STATE=$work/tiny.state EGPU_MOCK_CUDA_SUBMIT_NS=4000 EGPU_MOCK_CUDA_BLOCK_NS=1000 \
+    "$bindir/bench_gpu_tiny" --rounds 1 --launches 20000 --host-us 8 --calls 2000 \
+    >"$work/tiny.out" 2>&1
+rc=$?
+cat "$work/tiny.out"
+[ $rc -le 1 ] || fail "bench_gpu_tiny exited $rc"
+n=$(grep -cE '^(driver|interposer).* +[0-9]+ +[0-9]+\.[0-9]% +[0-9]+ +[0-9]+\.[0-9]%' "$work/tiny.out")
+[ "$n" -eq 3 ] || fail "bench_gpu_tiny: $n of 3 rows have figures"
+n=$(grep -cE '^(cu|clock_gettime).* +[0-9]+\.[0-9]$' "$work/tiny.out")
+[ "$n" -eq 8 ] || fail "bench_gpu_tiny: $n of 8 driver calls timed"
+grep -q 'FAIL' "$work/tiny.out" && fail "bench_gpu_tiny: a configuration failed"
 exit $status

@@ -1,7 +1,8 @@
 #!/bin/sh
-# bench/gpu/run.sh - the interposer measured on a real NVIDIA GPU (issue 5 point 4): runs
-# bench_gpu_mem (memory limit, context footprint), bench_gpu_compute (compute share) and
-# bench_gpu_overhead (cost per call) and prints their tables. Without a GPU each prints one
+# bench/gpu/run.sh - the interposer measured on a real NVIDIA GPU (issue 5 point 4, issue 15):
+# runs bench_gpu_mem (memory limit, context footprint, pool reservations), bench_gpu_compute
+# (compute share), bench_gpu_overhead (cost per call) and bench_gpu_tiny (short kernels under a
+# limit, the driver calls' costs) and prints their tables. Without a GPU each prints one
 # line "no NVIDIA GPU: <reason>; skipping" and the script exits 0.
 #
 # Usage: bench/gpu/run.sh [--quick] [BUILD_DIR]
@@ -35,7 +36,7 @@ done
 
 bindir=$build/bench/gpu
 [ -x "$bindir/bench_gpu_mem" ] || bindir=$build
-for p in mem compute overhead; do
+for p in mem compute overhead tiny; do
     if [ ! -x "$bindir/bench_gpu_$p" ]; then
         echo "run.sh: $build/bench/gpu/bench_gpu_$p not built (cmake --build $build)" >&2
         exit 2
@@ -49,10 +50,12 @@ fi
 mem_args=""
 compute_args=""
 overhead_args=""
+tiny_args=""
 if [ $quick -eq 1 ]; then
     mem_args="--lookups direct,proc"
     compute_args="--window-s 2 --warmup-s 1"
     overhead_args="--rounds 1 --batches 50 --alloc-reps 2"
+    tiny_args="--rounds 1 --launches 10000 --calls 2000"
 fi
 
 status=0
@@ -68,4 +71,6 @@ run "$bindir/bench_gpu_mem" $mem_args
 run "$bindir/bench_gpu_compute" $compute_args
 # shellcheck disable=SC2086
 run "$bindir/bench_gpu_overhead" $overhead_args
+# shellcheck disable=SC2086
+run "$bindir/bench_gpu_tiny" $tiny_args
 exit $status

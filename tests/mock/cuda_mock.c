@@ -26,6 +26,9 @@
  *                              (default 1000; read by cuModuleGetFunction)
  *   EGPU_MOCK_CUDA_KERNEL_NS   "name=ns_per_block,..." per kernel name
  *                              (read by cuModuleGetFunction)
+ *   EGPU_MOCK_CUDA_SUBMIT_NS   host time of a kernel launch call, ns, spent
+ *                              before the kernel reaches the card (default
+ *                              0; read at the first launch)
  *   EGPU_MOCK_CUDA_GRAPH_NS    device time of a launch of a graph with no
  *                              captured work (cuGraphCreate), ns (default
  *                              1000000; read by cuGraphInstantiateWithFlags)
@@ -138,6 +141,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -219,11 +223,11 @@ struct obj {
         struct {
             /* The pool's reservation is the object's bytes (taken from the
              * card, given back when it shrinks or the pool goes). */
-            uint64_t used;           /* blocks allocated and not freed, rounded */
-            uint64_t used_high;      /* high-water marks */
+            uint64_t used;      /* blocks allocated and not freed, rounded */
+            uint64_t used_high; /* high-water marks */
             uint64_t reserved_high;
-            uint64_t threshold;      /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, bytes */
-            bool is_default;         /* a device's default pool: cannot be destroyed */
+            uint64_t threshold; /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, bytes */
+            bool is_default;    /* a device's default pool: cannot be destroyed */
         } pool;
         struct {
             void *p;
@@ -238,10 +242,10 @@ static struct {
     struct egpu_mock_dev dev;
     unsigned tag;
     uint64_t next_addr, next_handle;
-    uint64_t primary[EGPU_MOCK_CARDS_MAX]; /* primary context key per card, 0: none */
+    uint64_t primary[EGPU_MOCK_CARDS_MAX];      /* primary context key per card, 0: none */
     uint64_t default_pool[EGPU_MOCK_CARDS_MAX]; /* default memory pool key per card, 0: none yet */
-    uint64_t captures[CAPTURES_MAX];       /* streams capturing (keys), 0: free */
-    unsigned threads;                      /* thread ids handed out */
+    uint64_t captures[CAPTURES_MAX];            /* streams capturing (keys), 0: free */
+    unsigned threads;                           /* thread ids handed out */
     struct obj *buckets[BUCKETS];
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -444,7 +448,7 @@ static CUresult ctx_footprint(struct obj *c)
     return CUDA_SUCCESS;
 }
 
-static CUresult unsafe_call(void); /* stream capture, below */
+static CUresult unsafe_call(void);      /* stream capture, below */
 static void mem_release(struct obj *o); /* stream-ordered memory, below */
 
 /* ---- fork ---- */
@@ -2079,14 +2083,36 @@ CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name)
     return end(CUDA_SUCCESS);
 }
 
+/* The host time of a launch call, EGPU_MOCK_CUDA_SUBMIT_NS (read at the
+ * first launch; default 0): the call spins that long before the kernel
+ * reaches the card, as a real driver's launch call does. */
+static void submit_delay(void)
+{
+    static _Atomic int64_t submit_ns = -1;
+    int64_t ns = atomic_load_explicit(&submit_ns, memory_order_relaxed);
+    uint64_t until;
+
+    if (ns < 0) {
+        ns = (int64_t)(env_u64("EGPU_MOCK_CUDA_SUBMIT_NS", 0) & INT64_MAX);
+        atomic_store_explicit(&submit_ns, ns, memory_order_relaxed);
+    }
+    if (ns == 0)
+        return;
+    until = egpu_mock_now_ns() + (uint64_t)ns;
+    while (egpu_mock_now_ns() < until)
+        ;
+}
+
 static CUresult launch(CUfunction fn, const unsigned grid[3], const unsigned block[3],
                        CUstream stream, bool ptsz)
 {
     struct target t;
     struct obj *f;
     uint64_t blocks, cost, end_ns;
-    CUresult r = begin();
+    CUresult r;
 
+    submit_delay();
+    r = begin();
     if (r != CUDA_SUCCESS)
         return r;
     f = lookup((uint64_t)(uintptr_t)fn, K_FUNC);
