@@ -14,7 +14,11 @@
  *      --chunk-mib allocations succeed until the next would pass the limit, and that one
  *      fails with CUDA_ERROR_OUT_OF_MEMORY and takes nothing; freeing gives it all back;
  *   3. four processes of one container sharing one limit;
- *   4. how long the memory of a SIGKILLed process takes to come back (target: 1 s).
+ *   4. how long the memory of a SIGKILLed process takes to come back (target: 1 s);
+ *   5. a memory pool's reservation (issue 15): a process under --limit-mib fills a pool
+ *      whose release threshold is UINT64_MAX with --chunk-mib blocks, frees them (the pool
+ *      keeps them reserved), then fills the default pool (cuMemAllocAsync); the card's real
+ *      used memory, seen by a process without the interposer, must stay within the limit.
  * A row passes or fails on its own checks; the program exits 1 when one fails.
  *
  * DESIGN: the parent does no CUDA work beyond the skip test. Every measurement runs in a
@@ -334,6 +338,62 @@ static void cmd_alloc(struct worker *w, const char *path, uint64_t chunk, uint64
                    fb, fa);
 }
 
+/* "poolhold chunk max": a pool keeping everything freed (threshold UINT64_MAX) filled
+ * with chunk-byte blocks and emptied, then the default pool filled. Holds the second
+ * blocks until "free"; the pool is destroyed at exit. */
+static void cmd_poolhold(struct worker *w, uint64_t chunk, uint64_t max)
+{
+    CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = w->dev}};
+    cuuint64_t keep_all = UINT64_MAX;
+    CUresult rc = CUDA_SUCCESS, rc2 = CUDA_SUCCESS;
+    uint64_t n1 = 0, n2 = 0;
+
+    if (w->cu.mem_pool_create == NULL || w->cu.mem_pool_set_attribute == NULL ||
+        w->cu.mem_alloc_from_pool_async == NULL || w->cu.mem_alloc_async == NULL) {
+        gpubench_reply("err unsupported: the driver has no memory pools");
+        return;
+    }
+    if (w->pool == NULL && (rc = w->cu.mem_pool_create(&w->pool, &props)) != CUDA_SUCCESS) {
+        gpubench_reply("err cuMemPoolCreate %s", gpubench_cu_name(&w->cu, rc));
+        return;
+    }
+    rc = w->cu.mem_pool_set_attribute(w->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all);
+    if (rc != CUDA_SUCCESS || free_all(w) != CUDA_SUCCESS) {
+        gpubench_reply("err cuMemPoolSetAttribute %s", gpubench_cu_name(&w->cu, rc));
+        return;
+    }
+    if (w->nheld + max > w->cap) {
+        struct held *nh = realloc(w->held, (w->nheld + max) * sizeof(*nh));
+
+        if (nh == NULL) {
+            gpubench_reply("err out of host memory");
+            return;
+        }
+        w->held = nh;
+        w->cap = w->nheld + max;
+    }
+    for (; n1 < max; n1++) {
+        CUdeviceptr p;
+
+        rc = w->cu.mem_alloc_from_pool_async(&p, chunk, w->pool, w->stream);
+        if (rc != CUDA_SUCCESS)
+            break;
+        w->held[w->nheld++] = (struct held){.kind = P_POOL, .ptr = p};
+    }
+    (void)free_all(w); /* synchronises: the pool keeps it all reserved */
+    for (; n2 < max; n2++) {
+        CUdeviceptr p;
+
+        rc2 = w->cu.mem_alloc_async(&p, chunk, w->stream);
+        if (rc2 != CUDA_SUCCESS)
+            break;
+        w->held[w->nheld++] = (struct held){.kind = P_ASYNC, .ptr = p};
+    }
+    (void)w->cu.stream_synchronize(w->stream);
+    gpubench_reply("ok n1=%" PRIu64 " n2=%" PRIu64 " code=%d code2=%d", n1, n2, rc, rc2);
+}
+
 static void cmd_free(struct worker *w)
 {
     size_t f, t;
@@ -465,6 +525,8 @@ static int worker_main(const struct options *o)
             cmd_free(&w);
         else if (sscanf(line, "ctxs %" SCNu64, &a) == 1)
             cmd_ctxs(&w, a);
+        else if (sscanf(line, "poolhold %" SCNu64 " %" SCNu64, &a, &b) == 2)
+            cmd_poolhold(&w, a, b);
         else if (sscanf(line, "watch %" SCNu64 " %" SCNu64 " %" SCNu64, &a, &b, &c) == 3)
             cmd_watch(&w, a, b, c);
         else if (strcmp(line, "exit") == 0)
@@ -655,9 +717,17 @@ static uint64_t footprint(struct bench *b, uint64_t *charged)
         }
         *charged = before > after ? before - after : 0;
         if (total == b->o->limit_mib * 8 * MIB) {
+            /* Measured (no EGPU_VCUDA_CONTEXT_MIB) or configured, it must not fall short of
+             * the footprint: 2 MiB or 2% of slack for the worker's stream and noise. */
+            uint64_t slack = worst / 50 > 2 * MIB ? worst / 50 : 2 * MIB;
+            bool enough = worst == 0 || *charged + slack >= worst;
+
             printf("the interposer charges %.1f MiB per process context "
-                   "(EGPU_VCUDA_CONTEXT_MIB; seen by cuMemGetInfo under a %" PRIu64 " MiB limit)\n",
+                   "(seen by cuMemGetInfo under a %" PRIu64 " MiB limit)\n",
                    mib(*charged), b->o->limit_mib * 8);
+            printf("context charged %.1f MiB vs measured %.1f MiB: %s\n", mib(*charged),
+                   mib(worst), enough ? "PASS" : "FAIL (each process can pass the limit by the gap)");
+            check(b, enough);
         } else {
             printf("FAIL under a %" PRIu64 " MiB limit cuMemGetInfo reports %.1f MiB total: "
                    "the interposer is not limiting this process\n",
@@ -671,6 +741,63 @@ static uint64_t footprint(struct bench *b, uint64_t *charged)
     }
     gpubench_tmpdir_remove(dir);
     return worst;
+}
+
+/* Section 5: a pool keeping what is freed (release threshold UINT64_MAX), then the default
+ * pool, in one interposed process under the limit; the card's real used memory is read by a
+ * process without the interposer, before and after. */
+static void pool_row(struct bench *b)
+{
+    const uint64_t chunk = b->o->chunk_mib * MIB, max = b->o->limit_mib / b->o->chunk_mib + 16;
+    struct gpubench_child f, c;
+    char line[512], dir[4096];
+    uint64_t before = 0, after = 0, used;
+    bool ok;
+
+    printf("\n== memory pool reservation (release threshold UINT64_MAX), limit %" PRIu64
+           " MiB, %" PRIu64 " MiB blocks\n",
+           b->o->limit_mib, b->o->chunk_mib);
+    if (worker_start(b, &f, GPUBENCH_DLSYM, NULL, 0, line, sizeof(line)) != 0) {
+        printf("FAIL observer: %s\n", line);
+        check(b, false);
+        return;
+    }
+    if (gpubench_tmpdir_make(dir, sizeof(dir)) != 0 || call(&f, line, sizeof(line), "info") != 0) {
+        printf("FAIL %s\n", line);
+        check(b, false);
+        worker_stop(&f);
+        return;
+    }
+    before = kv(line, "free");
+    if (worker_start(b, &c, GPUBENCH_DLSYM, dir, b->o->limit_mib, line, sizeof(line)) != 0) {
+        printf("FAIL %s\n", line);
+        check(b, false);
+        worker_stop(&f);
+        gpubench_tmpdir_remove(dir);
+        return;
+    }
+    if (call(&c, line, sizeof(line), "poolhold %" PRIu64 " %" PRIu64, chunk, max) != 0) {
+        if (strncmp(line, "err unsupported", 15) == 0)
+            printf("skipped (%s)\n", line + 4);
+        else
+            printf("FAIL %s\n", line);
+        check(b, strncmp(line, "err unsupported", 15) == 0);
+    } else {
+        printf("pool: %" PRIu64 " x %" PRIu64 " MiB allocated and freed (kept reserved); "
+               "then default pool: %" PRIu64 " x %" PRIu64 " MiB\n",
+               kv(line, "n1"), b->o->chunk_mib, kv(line, "n2"), b->o->chunk_mib);
+        if (call(&f, line, sizeof(line), "info") == 0)
+            after = kv(line, "free");
+        used = before > after ? before - after : 0;
+        ok = after != 0 && used <= b->o->limit_mib * MIB;
+        printf("the process's real device memory (context included): %.1f MiB of %" PRIu64
+               " MiB: %s\n",
+               mib(used), b->o->limit_mib, ok ? "PASS" : "FAIL");
+        check(b, ok);
+    }
+    worker_stop(&c);
+    worker_stop(&f);
+    gpubench_tmpdir_remove(dir);
 }
 
 /* The "next" column: what the call after the last success returned, short. */
@@ -1024,6 +1151,7 @@ int main(int argc, char **argv)
         shared_mib = o.limit_mib;
     shared_limit(&b, shared_mib);
     killed_process(&b, shared_mib);
+    pool_row(&b);
 
     printf("\nmemory: %d of %d checks passed\n", b.checks - b.failed, b.checks);
     return b.failed == 0 ? 0 : 1;

@@ -87,6 +87,8 @@ static const struct entry entries[] = {
     ENTRY("cuMemPoolCreate", "cuMemPoolCreate", mem_pool_create, true),
     ENTRY("cuMemPoolDestroy", "cuMemPoolDestroy", mem_pool_destroy, true),
     ENTRY("cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", mem_alloc_from_pool_async, true),
+    ENTRY("cuMemPoolSetAttribute", "cuMemPoolSetAttribute", mem_pool_set_attribute, true),
+    ENTRY("cuMemPoolTrimTo", "cuMemPoolTrimTo", mem_pool_trim_to, true),
     ENTRY("cuArrayCreate_v2", "cuArrayCreate", array_create, false),
     ENTRY("cuArray3DCreate_v2", "cuArray3DCreate", array3d_create, false),
     ENTRY("cuArrayDestroy", "cuArrayDestroy", array_destroy, false),

@@ -69,6 +69,8 @@ struct gpubench_cuda {
     CUresult (*mem_pool_destroy)(CUmemoryPool pool);
     CUresult (*mem_alloc_from_pool_async)(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
                                           CUstream stream);
+    CUresult (*mem_pool_set_attribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+    CUresult (*mem_pool_trim_to)(CUmemoryPool pool, size_t min_bytes_to_keep);
     CUresult (*array_create)(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc);
     CUresult (*array3d_create)(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc);
     CUresult (*array_destroy)(CUarray array);
