@@ -490,7 +490,7 @@ static int usage(const char *argv0)
             "usage: %s [--vcuda PATH] [--device N] [--window-s S] [--warmup-s S]\n"
             "          [--kernel-us N] [--blocks N] [--depth N] [--lookup direct|dlsym|proc]\n"
             "          [--cases driver,1x10,1x30,1x50,1x90,4x10,4x30,4x50,4x90,pair]\n"
-            "          [--pair A,B]\n",
+            "          [--pair A,B]   (B 100: B without a limit, to see what A's slices cost)\n",
             argv0);
     return 2;
 }
@@ -540,7 +540,8 @@ static int parse_args(int argc, char **argv, struct options *o)
             continue;
         else if (strcmp(a, "--pair") == 0 &&
                  sscanf(val, "%" SCNu64 ",%" SCNu64, &o->pair_a, &o->pair_b) == 2 &&
-                 o->pair_a >= 1 && o->pair_b >= 1 && o->pair_a + o->pair_b <= 100)
+                 o->pair_a >= 1 && o->pair_a < 100 && o->pair_b >= 1 &&
+                 (o->pair_a + o->pair_b <= 100 || o->pair_b == 100))
             continue;
         else
             return -EINVAL;

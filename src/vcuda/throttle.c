@@ -155,12 +155,21 @@
 #include "egpu/log.h"
 #include "throttle.h"
 
-/* Tunables (see DESIGN above). Times in nanoseconds. */
-#define THR_MS_NS          1000000ull
-#define THR_TAU_NS         (25 * THR_MS_NS) /* the bucket: how far ahead of now charges may run */
+/* Tunables (see DESIGN above). Times in nanoseconds. The bucket, its batch
+ * and the queue bound may be set at build time (-DTHR_TAU_NS=...), for
+ * measuring variants on a card (bench/gpu); the defaults are what ships. */
+#define THR_MS_NS 1000000ull
+#ifndef THR_TAU_NS
+#define THR_TAU_NS (25 * THR_MS_NS) /* the bucket: how far ahead of now charges may run */
+#endif
+#ifndef THR_BATCH_NS
+#define THR_BATCH_NS 0ull /* a refused launch waits until this much more than its charge fits */
+#endif
+#ifndef THR_QUEUE_NS
+#define THR_QUEUE_NS (4 * THR_MS_NS) /* queued device work per process and card */
+#endif
 #define THR_MAX_DEBT_NS    (10000 * THR_MS_NS) /* the most one launch moves the bucket */
 #define THR_CORRUPT_NS     (60000 * THR_MS_NS) /* a bucket further ahead is reset */
-#define THR_QUEUE_NS       (4 * THR_MS_NS)     /* queued device work per process and card */
 #define THR_QUEUE_WAIT_NS  (200 * THR_MS_NS)   /* longest wait for the queue to drain */
 #define THR_SAMPLE_NS      200000ull           /* estimated device work between timed launches */
 #define THR_CLEAR_NS       (50 * THR_MS_NS)    /* a clear timed launch per class this often */
@@ -412,7 +421,7 @@ static uint64_t bucket_take(struct thr *t, int card, uint64_t charge_ns, uint64_
             continue;
         }
         if (cur > now + THR_TAU_NS)
-            return cur - now - THR_TAU_NS;
+            return cur - now - THR_TAU_NS + THR_BATCH_NS;
         base = cur > now ? cur : now;
         if (atomic_compare_exchange_weak_explicit(tat, &cur, base + charge_ns, memory_order_relaxed,
                                                   memory_order_relaxed))
