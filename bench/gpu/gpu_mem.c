@@ -725,8 +725,8 @@ static uint64_t footprint(struct bench *b, uint64_t *charged)
             printf("the interposer charges %.1f MiB per process context "
                    "(seen by cuMemGetInfo under a %" PRIu64 " MiB limit)\n",
                    mib(*charged), b->o->limit_mib * 8);
-            printf("context charged %.1f MiB vs measured %.1f MiB: %s\n", mib(*charged),
-                   mib(worst), enough ? "PASS" : "FAIL (each process can pass the limit by the gap)");
+            printf("context charged %.1f MiB vs measured %.1f MiB: %s\n", mib(*charged), mib(worst),
+                   enough ? "PASS" : "FAIL (each process can pass the limit by the gap)");
             check(b, enough);
         } else {
             printf("FAIL under a %" PRIu64 " MiB limit cuMemGetInfo reports %.1f MiB total: "

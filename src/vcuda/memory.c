@@ -92,7 +92,7 @@ static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;   /* primary contexts
 static struct egpu__vcuda_track objects;
 static unsigned primary_refs[EGPU_VCUDA_MAX_CARDS]; /* by CUdevice */
 static CUcontext primary_ctx[EGPU_VCUDA_MAX_CARDS];
-static uint64_t primary_bytes[EGPU_VCUDA_MAX_CARDS]; /* what each primary context counts */
+static uint64_t primary_bytes[EGPU_VCUDA_MAX_CARDS];        /* what each primary context counts */
 static _Atomic uint64_t ctx_measured[EGPU_VCUDA_MAX_CARDS]; /* last footprint measured, bytes */
 
 /* Memory pools this process allocated from: each counts its reservation. */
@@ -491,9 +491,8 @@ static CUresult pool_sync(unsigned i)
 {
     cuuint64_t reserved = 0;
 
-    if (pools[i].gone ||
-        drv.pool_get_attribute(pools[i].pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) !=
-            CUDA_SUCCESS)
+    if (pools[i].gone || drv.pool_get_attribute(pools[i].pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                                                &reserved) != CUDA_SUCCESS)
         return CUDA_SUCCESS;
     reserved = egpu__vcuda_round(reserved);
     if (recount(pools[i].card, pools[i].bytes, reserved) != CUDA_SUCCESS)
@@ -1005,9 +1004,9 @@ static CUresult call_ctx_v4(const struct call *c)
 
 /* ---- a context's footprint ---- */
 
-#define CTX_FLOOR_BYTES (64ULL << 20) /* no real context takes less: a lower figure is noise */
-#define CTX_CEIL_FACTOR 4             /* nor more than 4x its model's figure */
-#define CTX_LOCK_WAIT_MS 2000         /* then give up measuring: the estimate counts */
+#define CTX_FLOOR_BYTES  (64ULL << 20) /* no real context takes less: a lower figure is noise */
+#define CTX_CEIL_FACTOR  4             /* nor more than 4x its model's figure */
+#define CTX_LOCK_WAIT_MS 2000          /* then give up measuring: the estimate counts */
 
 /* Device memory a context takes by model, measured: cuDeviceGetName
  * contains the key. Other models count EGPU_VCUDA_CONTEXT_MIB_DEFAULT. */

@@ -58,10 +58,10 @@ extern "C" {
 #define EGPU_VCUDA_SHARED_SUBDIR       "shared" /* the regions' directory below the conf's */
 #define EGPU_VCUDA_REGION_NAME         "vcuda-memory.shm"
 #define EGPU_VCUDA_CORE_REGION_NAME    "vcuda-core.shm"
-#define EGPU_VCUDA_CONTEXT_MIB_DEFAULT 300      /* a context's charge when unmeasured, unknown model */
+#define EGPU_VCUDA_CONTEXT_MIB_DEFAULT 300 /* a context's charge when unmeasured, unknown model */
 #define EGPU_VCUDA_MEMORY_MIB_MAX      16777216 /* 16 TiB: largest accepted limit per card */
 #define EGPU_VCUDA_CONTEXT_MIB_MAX     65536
-#define EGPU_VCUDA_CONF_MAX_BYTES      65536 /* a larger vcuda.conf is corrupted */
+#define EGPU_VCUDA_CONF_MAX_BYTES      65536                /* a larger vcuda.conf is corrupted */
 #define EGPU_VCUDA_CONTEXT_LOCK_NAME   "vcuda-context.lock" /* serialises context measuring */
 
 /* ------------------------------------------------------------------------ */
