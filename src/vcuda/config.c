@@ -37,13 +37,15 @@ enum key_id {
     K_CORE,
     K_CORE_LIMIT,
     K_CONTEXT,
+    K_CONTEXT_EXTRA,
     K_LOG_LEVEL,
     K_COUNT,
 };
 
 static const char *const key_names[K_COUNT] = {
     "EGPU_VCUDA_GPUS",       "EGPU_VCUDA_MEMORY_MIB",  "EGPU_VCUDA_CORE",
-    "EGPU_VCUDA_CORE_LIMIT", "EGPU_VCUDA_CONTEXT_MIB", "EGPU_VCUDA_LOG_LEVEL",
+    "EGPU_VCUDA_CORE_LIMIT", "EGPU_VCUDA_CONTEXT_MIB", "EGPU_VCUDA_CONTEXT_EXTRA_MIB",
+    "EGPU_VCUDA_LOG_LEVEL",
 };
 
 static int key_lookup(const char *key)
@@ -177,6 +179,11 @@ int egpu__vcuda_config_set(struct egpu__vcuda_config *cfg, const char *key, cons
             cfg->has_context_mib = true;
         }
         return rc;
+    case K_CONTEXT_EXTRA:
+        rc = parse_number(key, value, 0, EGPU_VCUDA_CONTEXT_MIB_MAX, &v, err);
+        if (rc == 0)
+            cfg->ctx_extra_mib = v;
+        return rc;
     case K_LOG_LEVEL:
         if (strcmp(value, "error") == 0 || strcmp(value, "warn") == 0 ||
             strcmp(value, "info") == 0 || strcmp(value, "debug") == 0)
@@ -188,7 +195,7 @@ int egpu__vcuda_config_set(struct egpu__vcuda_config *cfg, const char *key, cons
         return egpu_error_set(err, -ENOENT,
                               "%.64s: unknown key (allowed EGPU_VCUDA_GPUS, EGPU_VCUDA_MEMORY_MIB, "
                               "EGPU_VCUDA_CORE, EGPU_VCUDA_CORE_LIMIT, EGPU_VCUDA_CONTEXT_MIB, "
-                              "EGPU_VCUDA_LOG_LEVEL)",
+                              "EGPU_VCUDA_CONTEXT_EXTRA_MIB, EGPU_VCUDA_LOG_LEVEL)",
                               key);
     }
 }

@@ -131,6 +131,7 @@ static void config_init(void)
     st->memory = cfg->has_memory;
     st->limit_bytes = cfg->memory_mib << 20;
     st->ctx_bytes = cfg->context_mib << 20;
+    st->ctx_extra_bytes = cfg->ctx_extra_mib << 20;
     if (st->memory) {
         rc = egpu__vcuda_region_open(&st->region, cfg->region_dir, &err);
         if (rc) {
@@ -163,10 +164,10 @@ static void config_init(void)
             snprintf(memory, sizeof(memory), "none");
         egpu_log(EGPU_LOG_INFO,
                  "limits source=%s dir=%s regions=%s gpus=%s memory_mib=%s core_pct=%u "
-                 "core_limit_pct=%u context_mib=%llu",
+                 "core_limit_pct=%u context_mib=%llu context_extra_mib=%llu",
                  cfg->source == EGPU_VCUDA_SRC_FILE ? "file" : "env", cfg->dir, cfg->region_dir,
                  cfg->ngpus ? gpus : "all", memory, cfg->core_pct, cfg->core_limit_pct,
-                 (unsigned long long)cfg->context_mib);
+                 (unsigned long long)cfg->context_mib, (unsigned long long)cfg->ctx_extra_mib);
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     }
     in_init = false;

@@ -74,6 +74,7 @@ struct egpu__vcuda_state {
     bool memory;                       /* a memory limit applies (cfg.has_memory) */
     uint64_t limit_bytes;              /* per card */
     uint64_t ctx_bytes;                /* counted per context */
+    uint64_t ctx_extra_bytes;          /* counted per process and card with contexts there */
     struct egpu__vcuda_region *region; /* NULL when no memory limit */
     /* CUdevice (0..15) -> the region's local card id, -1 = not limited;
      * valid once devices_ready. */

@@ -20,7 +20,9 @@
  *   cuMemAllocAsync(_ptsz)              the reservation of the pool they
  *   cuMemAllocFromPoolAsync(_ptsz)      come from (see POOLS)
  *   cuCtxCreate_v2/_v3/_v4, first cuDevicePrimaryCtxRetain of a device
- *                                       the context's footprint (CONTEXTS)
+ *                                       the context's footprint, and the
+ *                                       process's extra with its first
+ *                                       context on the card (CONTEXTS)
  * Destroying a context (or releasing a primary context for the last time,
  * or resetting it) also gives back what was allocated in it (device
  * pointers and arrays): the driver frees them. cuMemCreate and pool memory
@@ -43,6 +45,15 @@
  * the lock: what they allocate or free meanwhile is the residual error,
  * bounded by refusing a figure below 64 MiB or above 4x the model's (the
  * estimate counts then). No NVML, or the lock held for 2 s: the estimate.
+ * EGPU_VCUDA_CONTEXT_EXTRA_MIB is what the driver takes later on its own
+ * (module code loaded lazily at a kernel's first launch: about 95 MiB for
+ * PyTorch 2.11), which no hooked call shows. It is counted per process and
+ * card, on top of whatever the context counts (measured, estimated or
+ * EGPU_VCUDA_CONTEXT_MIB): taken with the first context the process makes
+ * on the card (a context that does not fit with it is refused), held while
+ * the process has a context there (ctx_live; a primary context counts once
+ * however often retained), given back when its last one goes. A second
+ * context of the process on the card is not charged it again.
  *
  * POOLS. A memory pool reserves device memory beyond what is allocated from
  * it (rounding to its chunks, freed blocks kept up to its release
@@ -94,6 +105,7 @@ static unsigned primary_refs[EGPU_VCUDA_MAX_CARDS]; /* by CUdevice */
 static CUcontext primary_ctx[EGPU_VCUDA_MAX_CARDS];
 static uint64_t primary_bytes[EGPU_VCUDA_MAX_CARDS];        /* what each primary context counts */
 static _Atomic uint64_t ctx_measured[EGPU_VCUDA_MAX_CARDS]; /* last footprint measured, bytes */
+static unsigned ctx_live[EGPU_VCUDA_MAX_CARDS]; /* by card: counted contexts (a primary once) */
 
 /* Memory pools this process allocated from: each counts its reservation. */
 #define MAX_POOLS 64
@@ -127,6 +139,7 @@ void egpu__vcuda_memory_atfork_child(void)
     memset(primary_refs, 0, sizeof(primary_refs));
     memset(primary_ctx, 0, sizeof(primary_ctx));
     memset(primary_bytes, 0, sizeof(primary_bytes));
+    memset(ctx_live, 0, sizeof(ctx_live));
     memset(pools, 0, sizeof(pools));
     npools = 0;
     pthread_mutex_unlock(&track_mu);
@@ -1164,12 +1177,56 @@ static uint64_t ctx_probe_end(CUdevice dev, struct ctx_probe *m, bool made, uint
     return drop;
 }
 
-/* A new context on c->dev counts its footprint: the estimate is taken
+/* One more counted context of this process on card: the first one takes
+ * EGPU_VCUDA_CONTEXT_EXTRA_MIB (see CONTEXTS). Caller holds ctx_mu.
+ * CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY with nothing changed. */
+static CUresult ctx_extra_enter(int card)
+{
+    uint64_t extra = egpu__vcuda_state.ctx_extra_bytes;
+
+    if (card < 0 || card >= EGPU_VCUDA_MAX_CARDS)
+        return CUDA_SUCCESS; /* not counted, or closed: the context's own take fails */
+    if (ctx_live[card] == 0 && extra > 0 && take(card, extra) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx_live[card]++;
+    return CUDA_SUCCESS;
+}
+
+/* One counted context of this process on card fewer (or one that was never
+ * made): the last one gives the extra back. Caller holds ctx_mu. */
+static void ctx_extra_leave(int card)
+{
+    if (card < 0 || card >= EGPU_VCUDA_MAX_CARDS || ctx_live[card] == 0)
+        return;
+    if (--ctx_live[card] == 0)
+        give(card, egpu__vcuda_state.ctx_extra_bytes);
+}
+
+static CUresult ctx_extra_enter_locked(int card)
+{
+    CUresult r;
+
+    pthread_mutex_lock(&ctx_mu);
+    r = ctx_extra_enter(card);
+    pthread_mutex_unlock(&ctx_mu);
+    return r;
+}
+
+static void ctx_extra_leave_locked(int card)
+{
+    pthread_mutex_lock(&ctx_mu);
+    ctx_extra_leave(card);
+    pthread_mutex_unlock(&ctx_mu);
+}
+
+/* A new context on c->dev counts its footprint: the process's extra on the
+ * card when it is its first context there, and the estimate, are taken
  * first (over the limit: nothing is made), the context made and measured,
  * and the count moved to the measured figure (over the limit then: the
- * context is destroyed again). */
+ * context is destroyed again, the extra given back). */
 static CUresult create_ctx(CUresult (*call)(const struct call *c), const struct call *c)
 {
+    struct egpu__vcuda_track_entry old;
     struct ctx_probe m;
     uint64_t est, bytes, key;
     CUresult r;
@@ -1179,26 +1236,39 @@ static CUresult create_ctx(CUresult (*call)(const struct call *c), const struct 
         card = egpu__vcuda_device_card(c->dev);
     if (card == -1)
         return call(c);
-    est = ctx_estimate(c->dev);
-    if (take(card, est) != CUDA_SUCCESS)
+    if (ctx_extra_enter_locked(card) != CUDA_SUCCESS)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    est = ctx_estimate(c->dev);
+    if (take(card, est) != CUDA_SUCCESS) {
+        ctx_extra_leave_locked(card);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     ctx_probe_begin(c->dev, &m);
     r = call(c);
     bytes = ctx_probe_end(c->dev, &m, r == CUDA_SUCCESS, est);
     if (r != CUDA_SUCCESS) {
         give(card, est);
+        ctx_extra_leave_locked(card);
         return r;
     }
     key = key_ctx(c);
     if (recount(card, est, bytes) != CUDA_SUCCESS) {
         (void)undo_ctx(key);
         give(card, est);
+        ctx_extra_leave_locked(card);
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (forget(EGPU_VCUDA_CTX, key, &old)) {
+        /* A context with this handle went by a path not hooked: it is no
+         * longer one of the process's contexts on its card. */
+        give(old.card, old.bytes);
+        ctx_extra_leave_locked(old.card);
     }
     if (remember(EGPU_VCUDA_CTX, key, card, bytes, 0) == 0)
         return CUDA_SUCCESS;
     (void)undo_ctx(key);
     give(card, bytes);
+    ctx_extra_leave_locked(card);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -1250,8 +1320,10 @@ EGPU_VCUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
             (void)remember(EGPU_VCUDA_CTX, key, e.card, e.bytes, 0);
         return r;
     }
-    if (found)
+    if (found) {
         give(e.card, e.bytes);
+        ctx_extra_leave_locked(e.card);
+    }
     drop_ctx(key);
     return r;
 }
@@ -1279,12 +1351,17 @@ EGPU_VCUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice de
         return EGPU_VCUDA_REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
     /* Held across the real call: two threads retaining at once must count
      * the primary context once. The first retain makes the context: it is
-     * measured as cuCtxCreate's are (create_ctx). */
+     * measured as cuCtxCreate's are (create_ctx), extra included. */
     pthread_mutex_lock(&ctx_mu);
     first = primary_refs[dev] == 0;
     if (first) {
+        if (ctx_extra_enter(card) != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&ctx_mu);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
         est = ctx_estimate(dev);
         if (take(card, est) != CUDA_SUCCESS) {
+            ctx_extra_leave(card);
             pthread_mutex_unlock(&ctx_mu);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -1295,10 +1372,12 @@ EGPU_VCUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice de
         bytes = ctx_probe_end(dev, &m, r == CUDA_SUCCESS, est);
         if (r != CUDA_SUCCESS) {
             give(card, est);
+            ctx_extra_leave(card);
         } else if (recount(card, est, bytes) != CUDA_SUCCESS) {
             if (EGPU_VCUDA_REAL(cuDevicePrimaryCtxRelease_v2) != NULL)
                 (void)EGPU_VCUDA_REAL(cuDevicePrimaryCtxRelease_v2)(dev);
             give(card, est);
+            ctx_extra_leave(card);
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             primary_bytes[dev] = bytes;
@@ -1331,6 +1410,7 @@ EGPU_VCUDA_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         primary_ctx[dev] = NULL;
         give(card, primary_bytes[dev]);
         primary_bytes[dev] = 0;
+        ctx_extra_leave(card);
     }
     pthread_mutex_unlock(&ctx_mu);
     if (gone)

@@ -107,6 +107,7 @@ struct egpu__vcuda_config {
     unsigned core_limit_pct; /* core_pct..100 */
     uint64_t context_mib;    /* device memory counted per context, MiB */
     bool has_context_mib;    /* EGPU_VCUDA_CONTEXT_MIB given: charge it, measure nothing */
+    uint64_t ctx_extra_mib;  /* EGPU_VCUDA_CONTEXT_EXTRA_MIB: per process and card, MiB */
     int log_level;           /* EGPU_LOG_* */
 };
 
@@ -119,6 +120,7 @@ void egpu__vcuda_config_defaults(struct egpu__vcuda_config *cfg, const char *dir
  * (MiB per card, 0..16777216; 0 = no memory limit), EGPU_VCUDA_CORE (percent, 1..100),
  * EGPU_VCUDA_CORE_LIMIT (percent, 1..100; checked against the core by
  * egpu__vcuda_config_check), EGPU_VCUDA_CONTEXT_MIB (MiB, 0..65536),
+ * EGPU_VCUDA_CONTEXT_EXTRA_MIB (MiB, 0..65536; default 0),
  * EGPU_VCUDA_LOG_LEVEL (error|warn|info|debug). Numbers are decimal digits
  * only. Returns 0; -ENOENT for an unknown key, -EINVAL for a malformed value,
  * -ERANGE for a value out of range; err->msg names the key and the allowed

@@ -468,6 +468,80 @@ def test_context_mib_overrides_measuring(world):
     assert probe.close() == 0
 
 
+def test_context_extra_mib(world):
+    """EGPU_VCUDA_CONTEXT_EXTRA_MIB: what the driver takes beyond a context as
+    measured (module code loaded lazily at a kernel's first launch: about
+    95 MiB for PyTorch 2.11) is added to the first context a process makes
+    on a card, so allocations stop that much earlier; the process's other
+    contexts on the card are not charged it again, and it comes back with
+    the last one."""
+    conf = mem_conf(1024, context_extra_mib=96)
+    conf["EGPU_MOCK_CUDA_CONTEXT_MIB"] = "524"
+    probe = Probe(world, conf=conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert mock_used(world) == 524 * MIB  # the driver took the context only
+    assert meminfo(probe) == ((1024 - 524 - 96) * MIB, 1024 * MIB)  # used: measured + 96
+    assert probe("fill mem %d" % (4 * MIB)) == ["fill", str(404 // 4), str(OOM)]  # not 125
+    assert mock_used(world) == (1024 - 96) * MIB  # room left for the lazily loaded code
+    assert probe("freeall") == ["freeall", str(404 // 4), "0"]
+    assert probe.rc("ctx 0 primary") == 0  # retained again: nothing more
+    assert meminfo(probe)[0] == 404 * MIB
+    assert probe.rc("ctxdestroy") == 0 and probe.rc("ctxdestroy") == 0  # the last release
+    assert mock_used(world) == 0
+    assert probe.rc("ctx 0 primary") == 0  # the extra came back, and is taken again once
+    assert meminfo(probe)[0] == 404 * MIB
+    assert probe.close() == 0
+    # a second context of the same process on the card: its own footprint only
+    conf["EGPU_VCUDA_MEMORY_MIB"] = "2048"
+    probe = Probe(world, conf=conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 v2") == 0
+    assert meminfo(probe)[0] == (2048 - 524 - 96) * MIB
+    assert probe.rc("ctx 0 primary") == 0
+    assert meminfo(probe)[0] == (2048 - 2 * 524 - 96) * MIB
+    assert probe.rc("ctxdestroy") == 0  # the primary goes; the v2 context still holds it
+    assert meminfo(probe)[0] == (2048 - 524 - 96) * MIB
+    assert probe.rc("ctxdestroy") == 0  # the last context goes, and the extra with it
+    assert mock_used(world) == 0
+    assert probe.rc("ctx 0 v3") == 0
+    assert meminfo(probe)[0] == (2048 - 524 - 96) * MIB
+    assert probe.close() == 0
+    # each process is charged it once: two processes, 2 x (524 + 96)
+    a, b = Probe(world, conf=conf), Probe(world, conf=conf)
+    assert a.rc("init") == 0 and a.rc("ctx 0 primary") == 0
+    assert b.rc("init") == 0 and b.rc("ctx 0 primary") == 0
+    assert meminfo(a)[0] == (2048 - 2 * (524 + 96)) * MIB
+    assert a.close() == 0 and b.close() == 0
+
+
+def test_context_extra_mib_refuses_a_context(world):
+    """A context that fits alone but not with the extra is refused, released
+    again, and nothing stays counted; a later one that fits is charged the
+    extra once."""
+    conf = mem_conf(600, context_extra_mib=96)
+    conf["EGPU_MOCK_CUDA_CONTEXT_MIB"] = "524"
+    a = Probe(world, conf=conf)
+    assert a.rc("init") == 0
+    assert a.rc("ctx 0 primary") == OOM  # 524 + 96 > 600
+    assert a.rc("ctx 0 v2") == OOM
+    assert a.rc("ctx 0 primary") == OOM  # the failed tries left nothing behind
+    assert mock_used(world) == 0  # made, measured, released again
+    # a, still running, holds nothing: b's context with 76 MiB extra fills the limit exactly
+    b = Probe(world, conf=dict(conf, EGPU_VCUDA_CONTEXT_EXTRA_MIB="76"))
+    assert b.rc("init") == 0 and b.rc("ctx 0 primary") == 0
+    assert meminfo(b) == (0, 600 * MIB)
+    assert a.close() == 0 and b.close() == 0
+
+
+def test_context_extra_mib_adds_to_context_mib(world):
+    """With EGPU_VCUDA_CONTEXT_MIB set (counted as given), the extra adds to it."""
+    conf = mem_conf(1024, context_mib=300, context_extra_mib=96)
+    conf["EGPU_MOCK_CUDA_CONTEXT_MIB"] = "524"
+    probe = Probe(world, conf=conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert meminfo(probe) == ((1024 - 300 - 96) * MIB, 1024 * MIB)
+    assert probe.close() == 0
+
+
 @pytest.mark.parametrize("name,want_mib", [("NVIDIA H100 80GB HBM3", 524),
                                            ("NVIDIA A100-SXM4-80GB", 300)])
 def test_context_by_model_without_nvml(world, tmp_path, name, want_mib):

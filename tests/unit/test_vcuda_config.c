@@ -147,6 +147,7 @@ static void keys_and_ranges(void **state)
     (void)state;
     egpu__vcuda_config_defaults(&c, "/d");
     assert_int_equal(c.context_mib, 300);
+    assert_int_equal(c.ctx_extra_mib, 0);
     assert_int_equal(c.log_level, EGPU_LOG_WARN);
     assert_false(c.has_memory || c.has_core);
     /* 0: no GPU memory asked for, so no memory limit (only the core applies) */
@@ -162,6 +163,13 @@ static void keys_and_ranges(void **state)
     assert_true(c.has_core);
     assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CONTEXT_MIB", "0", &err), 0);
     assert_int_equal(c.context_mib, 0);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CONTEXT_EXTRA_MIB", "96", &err), 0);
+    assert_int_equal(c.ctx_extra_mib, 96);
+    assert_int_equal(c.context_mib, 0); /* the extra adds to the context; it replaces nothing */
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CONTEXT_EXTRA_MIB", "65536", &err), 0);
+    assert_int_equal(c.ctx_extra_mib, 65536);
+    assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_CONTEXT_EXTRA_MIB", "0", &err), 0);
+    assert_int_equal(c.ctx_extra_mib, 0);
     assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_LOG_LEVEL", "debug", &err), 0);
     assert_int_equal(c.log_level, EGPU_LOG_DEBUG);
     assert_int_equal(egpu__vcuda_config_set(&c, "EGPU_VCUDA_GPUS", UUID0 "," UUID1, &err), 0);
@@ -178,6 +186,10 @@ static void keys_and_ranges(void **state)
     expect_bad("EGPU_VCUDA_CORE", "5.5", -EINVAL);
     expect_bad("EGPU_VCUDA_CORE_LIMIT", "101", -ERANGE);
     expect_bad("EGPU_VCUDA_CONTEXT_MIB", "65537", -ERANGE);
+    expect_bad("EGPU_VCUDA_CONTEXT_EXTRA_MIB", "65537", -ERANGE);
+    expect_bad("EGPU_VCUDA_CONTEXT_EXTRA_MIB", "96MiB", -EINVAL);
+    expect_bad("EGPU_VCUDA_CONTEXT_EXTRA_MIB", "-1", -EINVAL);
+    expect_bad("EGPU_VCUDA_CONTEXT_EXTRA_MIB", "", -EINVAL);
     expect_bad("EGPU_VCUDA_LOG_LEVEL", "verbose", -EINVAL);
     expect_bad("EGPU_VCUDA_LOG_LEVEL", "3", -EINVAL);
     expect_bad("EGPU_VCUDA_GPUS", "GPU-123", -EINVAL);
@@ -233,6 +245,7 @@ static void parse_good_file(void **state)
                        "\t# the burst ceiling\n"
                        "EGPU_VCUDA_CORE_LIMIT=60\n"
                        "EGPU_VCUDA_CONTEXT_MIB=250\n"
+                       "EGPU_VCUDA_CONTEXT_EXTRA_MIB=96\n"
                        "EGPU_VCUDA_LOG_LEVEL=info\n";
 
     (void)state;
@@ -243,6 +256,7 @@ static void parse_good_file(void **state)
     assert_int_equal(c.core_pct, 30);
     assert_int_equal(c.core_limit_pct, 60);
     assert_int_equal(c.context_mib, 250);
+    assert_int_equal(c.ctx_extra_mib, 96);
     assert_int_equal(c.log_level, EGPU_LOG_INFO);
     assert_false(c.fail_closed);
 }
@@ -292,6 +306,13 @@ static void parse_bad_files(void **state)
         "allowed 1..100");
     BAD("EGPU_VCUDA_MEMORY_MIB=4096\nEGPU_VCUDA_CORE=30\nEGPU_VCUDA_CORE_LIMIT=10\n",
         "EGPU_VCUDA_CORE_LIMIT");
+    BAD("EGPU_VCUDA_MEMORY_MIB=4096\nEGPU_VCUDA_CORE=30\nEGPU_VCUDA_CONTEXT_EXTRA_MIB=96\n"
+        "EGPU_VCUDA_CONTEXT_EXTRA_MIB=128\n",
+        "line 4", "EGPU_VCUDA_CONTEXT_EXTRA_MIB", "twice");
+    BAD("EGPU_VCUDA_MEMORY_MIB=4096\nEGPU_VCUDA_CORE=30\nEGPU_VCUDA_CONTEXT_EXTRA_MIB=70000\n",
+        "line 3", "EGPU_VCUDA_CONTEXT_EXTRA_MIB=70000", "out of range", "allowed 0..65536");
+    BAD("EGPU_VCUDA_MEMORY_MIB=4096\nEGPU_VCUDA_CORE=30\nEGPU_VCUDA_CONTEXT_EXTRA_MIB=9x\n",
+        "line 3", "EGPU_VCUDA_CONTEXT_EXTRA_MIB", "not a decimal number", "allowed 0..65536");
 }
 
 static void parse_error_keeps_gpu_list(void **state)
@@ -334,6 +355,7 @@ static void load_env(void **state)
                     "EGPU_VCUDA_MEMORY_MIB=2048",
                     "EGPU_VCUDA_CORE=40",
                     "EGPU_VCUDA_GPUS=" UUID0,
+                    "EGPU_VCUDA_CONTEXT_EXTRA_MIB=96",
                     "OTHER=1",
                     NULL};
     struct egpu__vcuda_config c;
@@ -348,6 +370,7 @@ static void load_env(void **state)
     assert_int_equal(c.core_pct, 40);
     assert_int_equal(c.core_limit_pct, 40);
     assert_int_equal(c.ngpus, 1);
+    assert_int_equal(c.ctx_extra_mib, 96);
 }
 
 static void load_bad_env_fails_closed(void **state)
@@ -355,6 +378,7 @@ static void load_bad_env_fails_closed(void **state)
     char *typo[] = {"EGPU_VCUDA_MEMORY_MB=2048", NULL};
     char *range[] = {"EGPU_VCUDA_GPUS=" UUID0, "EGPU_VCUDA_MEMORY_MIB=2048", "EGPU_VCUDA_CORE=0",
                      NULL};
+    char *extra[] = {"EGPU_VCUDA_MEMORY_MIB=2048", "EGPU_VCUDA_CONTEXT_EXTRA_MIB=0x60", NULL};
     struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
@@ -372,12 +396,19 @@ static void load_bad_env_fails_closed(void **state)
     assert_true(c.fail_closed);
     assert_int_equal(c.ngpus, 1);
     assert_int_equal(c.memory_mib, 0);
+
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, extra, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "environment: EGPU_VCUDA_CONTEXT_EXTRA_MIB=\"0x60\""));
+    assert_non_null(strstr(err.msg, "allowed 0..65536"));
+    assert_true(c.fail_closed);
+    assert_int_equal(c.memory_mib, 0);
 }
 
 static void load_file_wins_over_env(void **state)
 {
     char dir_var[160];
-    char *envp[] = {dir_var, "EGPU_VCUDA_MEMORY_MIB=99999", "EGPU_VCUDA_CORE=100", NULL};
+    char *envp[] = {dir_var, "EGPU_VCUDA_MEMORY_MIB=99999", "EGPU_VCUDA_CORE=100",
+                    "EGPU_VCUDA_CONTEXT_EXTRA_MIB=500", NULL};
     struct egpu__vcuda_config c;
     struct egpu_error err = {0};
 
@@ -389,6 +420,7 @@ static void load_file_wins_over_env(void **state)
     assert_string_equal(c.dir, user_dir);
     assert_int_equal(c.memory_mib, 1000);
     assert_int_equal(c.core_pct, 20);
+    assert_int_equal(c.ctx_extra_mib, 0); /* the file's (unset), not the environment's */
 
     /* the fixed directory's file wins even over EGPU_VCUDA_DIR's */
     write_text(fixed_dir, "EGPU_VCUDA_MEMORY_MIB=500\nEGPU_VCUDA_CORE=10\n");
