@@ -91,6 +91,12 @@ static const char usage[] =
     "                              (EGPU_DEVICE_LIST_STRATEGY; default envvar)\n"
     "  --interposer PATH           the CUDA interposer on the host (EGPU_INTERPOSER;\n"
     "                              default /usr/local/lib/elastic-gpu/libegpu-vcuda.so)\n"
+    "  --context-extra-mib N       MiB of device memory each process's driver takes beyond\n"
+    "                              its context as measured (module code loaded lazily at a\n"
+    "                              kernel's first launch), charged once per process and card;\n"
+    "                              written into each container's vcuda.conf as\n"
+    "                              EGPU_VCUDA_CONTEXT_EXTRA_MIB (EGPU_CONTEXT_EXTRA_MIB;\n"
+    "                              0..65536, default 0; PyTorch 2.11: 96)\n"
     "  --listen ADDR               HTTP address (EGPU_LISTEN; default 0.0.0.0)\n"
     "  --port N                    HTTP port for /healthz, /readyz, /metrics (EGPU_PORT;\n"
     "                              default 9400; 0 = any free port, logged)\n"
@@ -121,6 +127,7 @@ enum {
     O_CLEANUP,
     O_INTERPOSER,
     O_STRATEGY,
+    O_CONTEXT_EXTRA,
 };
 
 struct options {
@@ -137,6 +144,7 @@ struct options {
     unsigned cleanup_s;
     const char *interposer;
     enum egpu_plugin_strategy strategy;
+    unsigned ctx_extra_mib; /* EGPU_VCUDA_CONTEXT_EXTRA_MIB for vcuda.conf, 0 = not written */
 };
 
 /* Apply one of the agent's own settings (from a flag or a variable named by
@@ -189,6 +197,12 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
         else
             return bad("%s \"%s\": expected envvar, cdi or device-nodes", who, v);
         return 0;
+    case O_CONTEXT_EXTRA:
+        if (egpu_cli_parse_u64(v, 0, EGPU_PLUGIN_CTX_EXTRA_MAX, &u))
+            return bad("%s \"%s\": expected MiB in 0..%d (0 = none)", who, v,
+                       EGPU_PLUGIN_CTX_EXTRA_MAX);
+        o->ctx_extra_mib = (unsigned)u;
+        return 0;
     default:
         return bad("unknown setting");
     }
@@ -210,6 +224,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"cleanup-interval", required_argument, O_CLEANUP, "EGPU_CLEANUP_INTERVAL"},
         {"interposer", required_argument, O_INTERPOSER, "EGPU_INTERPOSER"},
         {"device-list-strategy", required_argument, O_STRATEGY, "EGPU_DEVICE_LIST_STRATEGY"},
+        {"context-extra-mib", required_argument, O_CONTEXT_EXTRA, "EGPU_CONTEXT_EXTRA_MIB"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-agent",
                                  .usage = usage,
@@ -591,7 +606,8 @@ static int start(void *data, struct egpu_error *err)
                                      .node = a->node,
                                      .gpus = a->gpus,
                                      .kube = a->kube,
-                                     .strategy = a->o.strategy};
+                                     .strategy = a->o.strategy,
+                                     .ctx_extra_mib = a->o.ctx_extra_mib};
     rc = egpu__plugin_new(&pc, &a->plugin, err);
     if (!rc)
         rc = register_metrics(a, err);

@@ -77,6 +77,7 @@ struct egpu_plugin {
     struct egpu_kube *kube;
     struct egpu_grpc_server *srv;
     enum egpu_plugin_strategy strategy;
+    unsigned ctx_extra_mib; /* for vcuda.conf (PreStartContainer) */
     bool running;
     pthread_mutex_t alloc_lock; /* Allocate's mkdir vs. the cleanup's removal */
     bool cleanup_failed;        /* the last cleanup's PodResources List failed */
@@ -1117,7 +1118,8 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
         struct egpu_prestart_config pc = {.kube = p->kube,
                                           .node = p->node,
                                           .pod_resources = p->pod_resources,
-                                          .alloc_root = p->alloc_root};
+                                          .alloc_root = p->alloc_root,
+                                          .ctx_extra_mib = p->ctx_extra_mib};
 
         rc = egpu__prestart_run(&pc, cards, ncards, r->devices_ids, r->n_devices_ids, &mismatch,
                                 wrote, st);
@@ -1172,6 +1174,7 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
     p->gpus = cfg->gpus;
     p->kube = cfg->kube;
     p->strategy = cfg->strategy;
+    p->ctx_extra_mib = cfg->ctx_extra_mib;
     p->dir = dup_or(cfg->dir, "/var/lib/kubelet/device-plugins");
     p->alloc_root = dup_or(cfg->alloc_root, "/var/lib/elastic-gpu/alloc");
     p->interposer = dup_or(cfg->interposer, EGPU_PLUGIN_INTERPOSER);

@@ -36,6 +36,7 @@
 #define EGPU_PLUGIN_VCUDA_FILE    "vcuda.conf"       /* the interposer's limits, same dir */
 #define EGPU_PLUGIN_SHARED_DIR    "shared"           /* the container's writable subdir */
 #define EGPU_PLUGIN_INTERPOSER    "/usr/local/lib/elastic-gpu/libegpu-vcuda.so"
+#define EGPU_PLUGIN_CTX_EXTRA_MAX 65536 /* MiB: EGPU_VCUDA_CONTEXT_EXTRA_MIB's range */
 #define EGPU_PLUGIN_DIR_NAME_LEN  16    /* hex digits of an allocation dir's name */
 #define EGPU_PLUGIN_LIMITS_MAX    16384 /* bytes: a larger limits.json is not the agent's */
 #define EGPU_PLUGIN_RM_BUDGET_MS  2000  /* wall time one allocation dir's removal may take */
@@ -68,6 +69,7 @@ struct egpu_plugin_config {
     struct egpu_gpus *gpus;    /* borrowed; must outlive the plugin */
     struct egpu_kube *kube;    /* borrowed, may be NULL (--no-api: no pod lookups) */
     enum egpu_plugin_strategy strategy;
+    unsigned ctx_extra_mib; /* vcuda.conf's EGPU_VCUDA_CONTEXT_EXTRA_MIB, MiB; 0: not written */
 };
 
 struct egpu_plugin; /* opaque */

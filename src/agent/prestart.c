@@ -25,8 +25,10 @@
  * (docs/vcuda.md; Allocate mounts it read-only into the container):
  *   EGPU_VCUDA_GPUS=<uuid>[,<uuid>...]  EGPU_VCUDA_MEMORY_MIB=<mib>
  *   EGPU_VCUDA_CORE=<pct>  EGPU_VCUDA_CORE_LIMIT=<pct>
+ *   [EGPU_VCUDA_CONTEXT_EXTRA_MIB=<mib>]
  * one per line; the core limit is the pod annotation
- * elasticgpu.io/gpu-core-limit (core..100), or the core when absent.
+ * elasticgpu.io/gpu-core-limit (core..100), or the core when absent; the
+ * context extra is --context-extra-mib, written only when above 0.
  *
  * Units: core in percent of one card, memory in MiB per card.
  */
@@ -462,7 +464,7 @@ static int core_limit_of(const json_t *pod, const struct owner *o, unsigned core
 /* vcuda.conf's text for container c (see the file's header), into b. */
 static int vcuda_conf_of(const struct owner *o, const struct egpu_assigned *a,
                          const struct egpu_assigned_container *c, unsigned core_limit,
-                         struct egpu_buf *b)
+                         unsigned ctx_extra_mib, struct egpu_buf *b)
 {
     int rc = egpu_buf_printf(b,
                              "# Written by egpu-agent for pod %s/%s container %s; read by "
@@ -476,6 +478,8 @@ static int vcuda_conf_of(const struct owner *o, const struct egpu_assigned *a,
                              "\nEGPU_VCUDA_MEMORY_MIB=%u\nEGPU_VCUDA_CORE=%u\n"
                              "EGPU_VCUDA_CORE_LIMIT=%u\n",
                              c->mem_mib, c->core_pct, core_limit);
+    if (rc == 0 && ctx_extra_mib > 0)
+        rc = egpu_buf_printf(b, "EGPU_VCUDA_CONTEXT_EXTRA_MIB=%u\n", ctx_extra_mib);
     return rc;
 }
 
@@ -609,7 +613,7 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     }
     limits = limits_of(&o, a, c, true);
     text = limits != NULL ? json_dumps(limits, JSON_COMPACT) : NULL;
-    if (text == NULL || vcuda_conf_of(&o, a, c, core_limit, &conf) != 0) {
+    if (text == NULL || vcuda_conf_of(&o, a, c, core_limit, cfg->ctx_extra_mib, &conf) != 0) {
         rc = -ENOMEM;
         goto out;
     }

@@ -21,6 +21,7 @@ struct egpu_prestart_config {
     const char *node;          /* this node */
     const char *pod_resources; /* PodResources socket path */
     const char *alloc_root;    /* allocation dirs go below it */
+    unsigned ctx_extra_mib;    /* vcuda.conf's EGPU_VCUDA_CONTEXT_EXTRA_MIB; 0: not written */
 };
 
 #define EGPU_PRESTART_EVENT_REASON "AllocationMismatch" /* the pod's Warning event */

@@ -394,7 +394,7 @@ def api_env(agent_bin):
     yield from _api_env(agent_bin)
 
 
-def _api_env(agent_bin, alloc_root=None):
+def _api_env(agent_bin, alloc_root=None, extra=()):
     base = tempfile.mkdtemp(prefix="egpu-agent-")
     server = subprocess.Popen(["/usr/bin/python3", str(ROOT / "tests/apiserver/server.py"),
                                "--port", "0", "--token", TOKEN],
@@ -412,7 +412,7 @@ def _api_env(agent_bin, alloc_root=None):
     api = Api(m.group(1))
     kubelet = FakeKubelet(os.path.join(base, "device-plugins")).start()
     agent = Agent(agent_bin, base, api=kubeconfig,
-                  alloc_root=alloc_root and os.path.join(base, alloc_root))
+                  alloc_root=alloc_root and os.path.join(base, alloc_root), extra=extra)
     try:
         kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
         yield api, kubelet, agent
@@ -484,6 +484,40 @@ def test_shared_container_follows_assignment(api_env):
     assert stat.S_IMODE(os.lstat(mount.host_path).st_mode) == 0o1777
     names = [m.container_path for m in adm.container_response.mounts]
     assert names.index("/etc/elastic-gpu") < names.index("/etc/elastic-gpu/shared")
+
+
+def test_context_extra_mib_reaches_vcuda_conf(agent_bin):
+    """--context-extra-mib N > 0 goes into every container's vcuda.conf as
+    EGPU_VCUDA_CONTEXT_EXTRA_MIB=N, a line of its own (without the flag the
+    key is absent: test_shared_container_follows_assignment)."""
+    gen = _api_env(agent_bin, extra=("--context-extra-mib", "96"))
+    api, kubelet, agent = next(gen)
+    try:
+        u = api.uuids()
+        api.pod("torch", [("main", 30, 4096, [u[0]])])
+        adm = kubelet.admit(RES, 30, pod="torch", container="main", check=True)
+        conf, _ = vcuda_conf_of(adm)
+        assert conf == {"EGPU_VCUDA_GPUS": u[0], "EGPU_VCUDA_MEMORY_MIB": "4096",
+                        "EGPU_VCUDA_CORE": "30", "EGPU_VCUDA_CORE_LIMIT": "30",
+                        "EGPU_VCUDA_CONTEXT_EXTRA_MIB": "96"}
+        alloc = mounts(adm.container_response)["/etc/elastic-gpu"].host_path
+        with open(os.path.join(alloc, "vcuda.conf")) as f:
+            text = f.read()
+        assert text.endswith("\nEGPU_VCUDA_CONTEXT_EXTRA_MIB=96\n"), text
+    finally:
+        gen.close()
+
+
+@pytest.mark.parametrize("value", ["65537", "96MiB", "-1", ""])
+def test_context_extra_mib_bad_value(agent_bin, value):
+    r = subprocess.run([agent_bin, "--no-api", "--context-extra-mib", value],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "--context-extra-mib" in r.stderr and "0..65536" in r.stderr, r.stderr
+    r = subprocess.run([agent_bin, "--no-api"], capture_output=True, text=True,
+                       env={**os.environ, "EGPU_CONTEXT_EXTRA_MIB": value or "x"})
+    assert r.returncode == 2, r.stderr
+    assert "EGPU_CONTEXT_EXTRA_MIB" in r.stderr and "0..65536" in r.stderr, r.stderr
 
 
 def test_core_limit_annotation(api_env):

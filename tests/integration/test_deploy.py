@@ -1053,6 +1053,10 @@ def test_agent_daemonset(objs):
     args = c.get("command", [])[1:] + c.get("args", [])
     assert flag(args, "--node-name") is None and flag(args, "--no-api") is None
     assert flag(args, "--fake-gpus") is None and "EGPU_FAKE_GPUS" not in env
+    # The context extra, when shown, is a value the agent takes (0..65536 MiB).
+    extra = flag(args, "--context-extra-mib")
+    assert extra is None or (extra.isdigit() and int(extra) <= 65536), extra
+    assert extra is None or "--context-extra-mib" in agent_help()
 
     # The probes reach the port it serves them on, over plain HTTP.
     port = int(flag(args, "--port") or AGENT_PORT_DEFAULT)
