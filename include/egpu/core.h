@@ -213,6 +213,8 @@ struct egpu_gpu {
     char *unhealthy;          /* NULL: takes pods. Else the card takes no new pod (placement */
                               /* sees it full; pods on it stay counted) and this says which */
                               /* card and why, e.g. "gpu-1-gpu0 (Unhealthy)" (owned) */
+    uint16_t load_pct;        /* measured load 0..100 (egpu_load_pct), EGPU_LOAD_UNKNOWN */
+                              /* when none is known; read only by load-aware placers */
 };
 
 struct egpu_label {
@@ -246,6 +248,8 @@ struct egpu_gpu_spec {
     uint32_t mem_mib;
     const char *unhealthy; /* NULL or "": healthy; else the card takes no new pod, and */
                            /* this names it and why for refusals (copied) */
+    bool load_known;       /* false (a zeroed spec): load unknown; else load_pct holds */
+    uint16_t load_pct;     /* measured load 0..100, see egpu_load_pct */
 };
 
 struct egpu_node_spec {
@@ -321,6 +325,37 @@ void egpu_cluster_nodes(const struct egpu_cluster *c, const char *const *names, 
 
 /* Label value on node, or NULL. */
 const char *egpu_node_label(const struct egpu_node *n, const char *key);
+
+/* Measured load (src/core/load.c). What the node agents report of a card
+ * (GPU status.used: NVML utilization and memory in use) is a measurement,
+ * not an allocation: the allocated shares above stay the only truth for
+ * fitting, and a load-aware placer (egpu_placer_config.load_aware) reads
+ * the load only to break exact ties. A card's load is one number, percent:
+ * the higher of its utilization and the share of its memory in use. A card
+ * with no (fresh) report has EGPU_LOAD_UNKNOWN, the largest value, so an
+ * unknown load is never preferred over a known one, however high: unknown
+ * counts as busy, never as idle. */
+#define EGPU_LOAD_UNKNOWN UINT16_MAX
+
+/* The load of a card from its report: max(util_pct, 100 * used_mib /
+ * mem_mib) clamped to 0..100, from the parts given (has_util, has_mem; the
+ * memory part needs mem_mib > 0). EGPU_LOAD_UNKNOWN when neither is given. */
+uint16_t egpu_load_pct(bool has_util, int64_t util_pct, bool has_mem, int64_t used_mib,
+                       uint32_t mem_mib);
+
+/* Set card gpu (position in n->gpus) of node n to load_pct (0..100 or
+ * EGPU_LOAD_UNKNOWN; more than 100 counts as 100). A change renews the
+ * node's generation, so memoised scores and picks are made again; setting
+ * the value it has changes nothing. Returns 0, or -EINVAL for no such card. */
+int egpu_cluster_set_load(struct egpu_cluster *c, struct egpu_node *n, uint32_t gpu,
+                          uint16_t load_pct) EGPU_MUST_CHECK;
+
+struct egpu_pick;
+
+/* The load a pod would meet on node with pick: the highest load of the
+ * cards picked (EGPU_LOAD_UNKNOWN when one of them is unknown, or the pick
+ * has no card). Lower is better; equal loads tie. */
+uint16_t egpu_pick_load(const struct egpu_node *n, const struct egpu_pick *pick);
 
 /* Free compute on card g of n, in milli-GPU. */
 static inline uint32_t egpu_gpu_free_core(const struct egpu_gpu *g)
@@ -517,6 +552,11 @@ struct egpu_placer_config {
     uint64_t seed;                        /* random policy and tie-breaking */
     const struct egpu_workload *workload; /* required by FGD; borrowed, must outlive the placer */
     bool memo; /* cache each node's score per request shape (deterministic policies) */
+    /* Break exact ties by measured load (egpu_gpu.load_pct): between cards the
+     * card policy scores alike, the less loaded card; between nodes of equal
+     * score, the node whose picked cards are less loaded (egpu_pick_load),
+     * before the per-seed hash. false: loads are never read. */
+    bool load_aware;
 };
 
 struct egpu_placer;
@@ -544,6 +584,7 @@ int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
 struct egpu_verdict {
     double score; /* as egpu_placer_score; 0 when !ok */
     bool ok;
+    uint16_t load; /* with load_aware: egpu_pick_load of the pick; else EGPU_LOAD_UNKNOWN */
 };
 
 #define EGPU_NO_SLOT UINT32_MAX /* in a slot list: a name with no node */
@@ -560,7 +601,8 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
                              struct egpu_verdict *out);
 
 /* Choose the node and cards for r across cluster c: the node with the
- * highest score; ties go to the node ranked first by a per-seed hash of the
+ * highest score; ties go (with load_aware) to the lowest egpu_pick_load,
+ * then to the node ranked first by a per-seed hash of the
  * node names (a fixed random order for each seed, as in the FGD paper's
  * simulator). Writes *node and *pick on success. Returns 0 or EGPU_ENOFIT. */
 int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,

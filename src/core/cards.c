@@ -10,6 +10,12 @@
  * left after placement (ties: less memory left, then lower index); spread the
  * most; random any that fits, uniformly; FGD the card whose use grows the
  * node's fragmentation for the target workload least (ties: lower index).
+ *
+ * Load awareness (egpu_placer_config.load_aware): where a policy other than
+ * random ties two cards exactly (binpack/best-fit/spread: the same compute
+ * and memory left; FGD: the same fragmentation; whole cards: any two free
+ * ones), the card with the lower measured load (egpu_gpu.load_pct, unknown
+ * last) is taken before the lower index. Without it no load is read.
  */
 #include <stdio.h>
 #include <string.h>
@@ -49,7 +55,7 @@ static void add_share(struct egpu_pick *pick, struct scratch *s, uint16_t contai
     s->held[gpu] = true;
 }
 
-static bool pick_whole(enum egpu_policy_kind kind, struct egpu_rng *rng,
+static bool pick_whole(enum egpu_policy_kind kind, bool load_aware, struct egpu_rng *rng,
                        const struct egpu_node *node, uint16_t ci,
                        const struct egpu_container_request *cr, struct scratch *s,
                        struct egpu_pick *pick, char *why, size_t why_len)
@@ -76,6 +82,16 @@ static bool pick_whole(enum egpu_policy_kind kind, struct egpu_rng *rng,
             free_cards[i] = free_cards[j];
             free_cards[j] = t;
         }
+    } else if (load_aware) {
+        /* The least loaded free cards first; equal loads by index (stable). */
+        for (uint32_t i = 1; i < nfree; i++) {
+            uint16_t g = free_cards[i];
+            uint32_t j = i;
+
+            for (; j > 0 && node->gpus[free_cards[j - 1]].load_pct > node->gpus[g].load_pct; j--)
+                free_cards[j] = free_cards[j - 1];
+            free_cards[j] = g;
+        }
     }
     for (uint32_t i = 0; i < cr->ncards; i++) {
         uint16_t g = free_cards[i];
@@ -85,17 +101,27 @@ static bool pick_whole(enum egpu_policy_kind kind, struct egpu_rng *rng,
     return true;
 }
 
-/* Is card a (after placement) better than card b for the policy? */
-static bool better_card(enum egpu_policy_kind kind, const struct scratch *s, uint32_t a, uint32_t b)
+/* Is card a less loaded than card b (with load awareness)? */
+static bool less_loaded(const struct egpu_node *node, bool load_aware, uint32_t a, uint32_t b)
 {
-    uint32_t ca = s->view.free_milli[a], cb = s->view.free_milli[b];
-
-    if (kind == EGPU_POLICY_SPREAD)
-        return ca > cb || (ca == cb && s->free_mem[a] > s->free_mem[b]);
-    return ca < cb || (ca == cb && s->free_mem[a] < s->free_mem[b]);
+    return load_aware && node->gpus[a].load_pct < node->gpus[b].load_pct;
 }
 
-static bool pick_share(enum egpu_policy_kind kind, const struct egpu_workload *w,
+/* Is card a (after placement) better than card b for the policy? */
+static bool better_card(enum egpu_policy_kind kind, bool load_aware, const struct egpu_node *node,
+                        const struct scratch *s, uint32_t a, uint32_t b)
+{
+    uint32_t ca = s->view.free_milli[a], cb = s->view.free_milli[b];
+    uint32_t ma = s->free_mem[a], mb = s->free_mem[b];
+
+    if (ca == cb && ma == mb)
+        return less_loaded(node, load_aware, a, b);
+    if (kind == EGPU_POLICY_SPREAD)
+        return ca > cb || (ca == cb && ma > mb);
+    return ca < cb || (ca == cb && ma < mb);
+}
+
+static bool pick_share(enum egpu_policy_kind kind, bool load_aware, const struct egpu_workload *w,
                        struct egpu_rng *rng, const struct egpu_node *node, uint16_t ci,
                        const struct egpu_container_request *cr, struct scratch *s,
                        struct egpu_pick *pick, char *why, size_t why_len)
@@ -127,31 +153,36 @@ static bool pick_share(enum egpu_policy_kind kind, const struct egpu_workload *w
     if (kind == EGPU_POLICY_RANDOM) {
         best = fits[egpu_rng_below(rng, nfits)];
     } else if (kind == EGPU_POLICY_FGD) {
-        double best_f = 0.0;
+        double best_f = 0.0, tried_f[EGPU_NODE_GPUS_MAX];
         uint32_t tried_free[EGPU_NODE_GPUS_MAX], ntried = 0;
 
         for (uint32_t i = 0; i < nfits; i++) {
             const uint32_t g = fits[i], before = s->view.free_milli[g];
-            bool seen = false;
+            uint32_t seen = ntried;
             double f;
 
-            /* Cards with equal free compute give equal fragmentation. */
-            for (uint32_t j = 0; j < ntried && !seen; j++)
-                seen = tried_free[j] == before;
-            if (seen)
+            /* Cards with equal free compute give equal fragmentation: a
+             * later one can win only on load. */
+            for (uint32_t j = 0; j < ntried && seen == ntried; j++)
+                seen = tried_free[j] == before ? j : ntried;
+            if (seen < ntried) {
+                if (tried_f[seen] == best_f && less_loaded(node, load_aware, g, best))
+                    best = g;
                 continue;
-            tried_free[ntried++] = before;
+            }
             s->view.free_milli[g] = before - cr->core_milli;
             f = egpu__frag_view(&s->view, w);
             s->view.free_milli[g] = before;
-            if (i == 0 || f < best_f) {
+            tried_free[ntried] = before;
+            tried_f[ntried++] = f;
+            if (i == 0 || f < best_f || (f == best_f && less_loaded(node, load_aware, g, best))) {
                 best_f = f;
                 best = g;
             }
         }
     } else {
         for (uint32_t i = 1; i < nfits; i++) {
-            if (better_card(kind, s, fits[i], best))
+            if (better_card(kind, load_aware, node, s, fits[i], best))
                 best = fits[i];
         }
     }
@@ -205,7 +236,7 @@ static void unhealthy_note(const struct egpu_node *node, char *why, size_t len)
     }
 }
 
-bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
+bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct egpu_workload *w,
                       struct egpu_rng *rng, const struct egpu_cluster *c,
                       const struct egpu_node *node, const struct egpu_pod_request *r,
                       struct egpu_pick *pick, struct egpu__node_view *after, char *why,
@@ -252,8 +283,8 @@ bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
     for (uint16_t ci = 0; ci < r->ncontainers; ci++) {
         const struct egpu_container_request *cr = &r->containers[ci];
         bool ok = cr->core_milli == EGPU_GPU_MILLI
-                      ? pick_whole(kind, rng, node, ci, cr, &s, pick, why, why_len)
-                      : pick_share(kind, w, rng, node, ci, cr, &s, pick, why, why_len);
+                      ? pick_whole(kind, load_aware, rng, node, ci, cr, &s, pick, why, why_len)
+                      : pick_share(kind, load_aware, w, rng, node, ci, cr, &s, pick, why, why_len);
 
         if (!ok) {
             unhealthy_note(node, why, why_len);

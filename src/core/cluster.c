@@ -291,6 +291,9 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
         g->model = (uint16_t)model;
         g->mem_mib = s->gpus[i].mem_mib;
         g->core_milli = EGPU_GPU_MILLI;
+        g->load_pct = !s->gpus[i].load_known      ? EGPU_LOAD_UNKNOWN
+                      : s->gpus[i].load_pct > 100 ? 100
+                                                  : s->gpus[i].load_pct;
         if (s->gpus[i].unhealthy != NULL && s->gpus[i].unhealthy[0] != '\0' &&
             (g->unhealthy = egpu_strdup(s->gpus[i].unhealthy)) == NULL)
             goto out_nomem;

@@ -12,6 +12,12 @@
  * while the generation matches. Shapes are (CPU, memory, GPU compute per
  * card, cards, GPU memory, allowed models) of single-container pods; the least
  * recently used shape is evicted past MEMO_CLASSES.
+ *
+ * Load awareness (cfg.load_aware, see load.c): the card tier breaks its
+ * exact ties by card load, and the node tier's exact score ties go to the
+ * lower egpu_pick_load before the hash. A card's load is part of its node's
+ * state (egpu_cluster_set_load renews the generation), so memoised entries
+ * stay exact. Without it no load is read and every choice is as before.
  */
 #include <errno.h>
 #include <string.h>
@@ -27,6 +33,7 @@ struct memo_entry {
     bool ok;
     uint8_t ncards;
     uint8_t gpus[MEMO_CARDS];
+    uint16_t load; /* egpu_pick_load of the pick (load-aware placers) */
 };
 
 struct memo_class {
@@ -179,14 +186,16 @@ static struct memo_class *memo_for(struct egpu_placer *p, const struct egpu_clus
     return memo_usable(p, r) ? memo_class(p, c, r) : NULL;
 }
 
-/* Evaluate node for r: feasibility, card-tier pick and node-tier score.
- * mc (may be NULL) is r's memo class from memo_for. */
+/* Evaluate node for r: feasibility, card-tier pick and node-tier score,
+ * and in *load (may be NULL) the pick's load with load awareness, else
+ * EGPU_LOAD_UNKNOWN. mc (may be NULL) is r's memo class from memo_for. */
 static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct memo_class *mc,
                      const struct egpu_node *node, const struct egpu_pod_request *r, double *score,
-                     struct egpu_pick *pick, char *why, size_t why_len)
+                     struct egpu_pick *pick, uint16_t *load, char *why, size_t why_len)
 {
     struct egpu__node_view after;
     struct memo_entry *e = NULL;
+    uint16_t l = EGPU_LOAD_UNKNOWN;
     bool ok;
 
     if (mc != NULL && why == NULL) {
@@ -195,17 +204,24 @@ static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct
             if (e->ok) {
                 *score = e->score;
                 pick_from_memo(node, r, e, pick);
+                if (load != NULL)
+                    *load = e->load;
             }
             return e->ok;
         }
     }
-    ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.workload, &p->rng, c, node, r, pick, &after,
-                          why, why_len);
+    ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.load_aware, p->cfg.workload, &p->rng, c, node,
+                          r, pick, &after, why, why_len);
     if (ok)
         *score = egpu__node_score(p->cfg.node_policy, p->cfg.workload, &p->rng, c, node, r, &after);
+    if (ok && p->cfg.load_aware)
+        l = egpu_pick_load(node, pick);
+    if (ok && load != NULL)
+        *load = l;
     if (e != NULL) {
         e->gen = node->gen;
         e->ok = ok;
+        e->load = l;
         e->score = ok ? *score : 0.0;
         e->ncards = ok ? (uint8_t)pick->nshares : 0;
         for (uint32_t i = 0; ok && i < pick->nshares; i++)
@@ -222,7 +238,7 @@ bool egpu_placer_can_host(struct egpu_placer *p, const struct egpu_cluster *c,
     double score;
 
     return evaluate(p, c, reason ? NULL : memo_for(p, c, r), node, r, &score, pick ? pick : &local,
-                    reason, reason_len);
+                    NULL, reason, reason_len);
 }
 
 int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
@@ -231,7 +247,7 @@ int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
 {
     struct egpu_pick local;
 
-    if (!evaluate(p, c, memo_for(p, c, r), node, r, score, pick ? pick : &local, NULL, 0))
+    if (!evaluate(p, c, memo_for(p, c, r), node, r, score, pick ? pick : &local, NULL, NULL, 0))
         return EGPU_ENOFIT;
     return 0;
 }
@@ -247,19 +263,22 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
         uint32_t slot = slots[i];
         const struct memo_entry *e;
 
-        out[i] = (struct egpu_verdict){.score = 0.0, .ok = false};
+        out[i] = (struct egpu_verdict){.score = 0.0, .ok = false, .load = EGPU_LOAD_UNKNOWN};
         if (slot == EGPU_NO_SLOT || slot >= c->nnodes) /* no node (a stale slot: none either) */
             continue;
         if (mc != NULL) {
             e = &mc->entries[slot];
             if (e->gen == c->gens[slot]) {
-                out[i] = (struct egpu_verdict){.score = e->score, .ok = e->ok};
+                out[i] = (struct egpu_verdict){.score = e->score, .ok = e->ok, .load = e->load};
                 continue;
             }
         }
-        out[i].ok = evaluate(p, c, mc, c->nodes[slot], r, &out[i].score, &pick, NULL, 0);
-        if (!out[i].ok)
+        out[i].ok =
+            evaluate(p, c, mc, c->nodes[slot], r, &out[i].score, &pick, &out[i].load, NULL, 0);
+        if (!out[i].ok) {
             out[i].score = 0.0;
+            out[i].load = EGPU_LOAD_UNKNOWN;
+        }
     }
 }
 
@@ -272,16 +291,21 @@ int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,
     struct egpu_pick cur;
     double best_score = 0.0;
     uint64_t best_rank = 0;
+    uint16_t best_load = EGPU_LOAD_UNKNOWN;
 
     for (size_t i = 0; i < c->nnodes; i++) {
         struct egpu_node *n = c->nodes[i];
+        uint16_t load;
         double s;
 
-        if (!evaluate(p, c, mc, n, r, &s, &cur, NULL, 0))
+        if (!evaluate(p, c, mc, n, r, &s, &cur, &load, NULL, 0))
             continue;
         if (best != NULL && s < best_score)
             continue;
-        if (best != NULL && s == best_score) {
+        /* load is EGPU_LOAD_UNKNOWN everywhere without load awareness. */
+        if (best != NULL && s == best_score && load > best_load)
+            continue;
+        if (best != NULL && s == best_score && load == best_load) {
             uint64_t rank = egpu_hash_str(n->name, p->cfg.seed);
 
             if (rank >= best_rank)
@@ -292,6 +316,7 @@ int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,
         }
         best = n;
         best_score = s;
+        best_load = load;
         pick->nshares = cur.nshares;
         memcpy(pick->shares, cur.shares, cur.nshares * sizeof(cur.shares[0]));
     }

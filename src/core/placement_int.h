@@ -11,12 +11,13 @@
 #include "frag_int.h"
 
 /* Card tier: choose cards on node (of cluster c) for every container of r
- * with policy kind.
+ * with policy kind; with load_aware, exact ties between cards go to the
+ * less loaded one (cards.c).
  * rng is used by EGPU_POLICY_RANDOM only; w by EGPU_POLICY_FGD only. On
  * success fills *pick and *after (the node state with r placed) and returns
  * true. On failure writes a one-line reason (if why != NULL) and returns
  * false. The node itself is not changed. */
-bool egpu__cards_pick(enum egpu_policy_kind kind, const struct egpu_workload *w,
+bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct egpu_workload *w,
                       struct egpu_rng *rng, const struct egpu_cluster *c,
                       const struct egpu_node *node, const struct egpu_pod_request *r,
                       struct egpu_pick *pick, struct egpu__node_view *after, char *why,
