@@ -15,7 +15,10 @@ before and while the process holds its most), so nothing the interposer reports 
   tiny      200,000 x.add_(1) on 1,000 elements, without the interposer and at core 30%:
             the time of the loop and the speed against the driver's              (point 3)
 
-Usage: bench/gpu/torch_check.py [--vcuda PATH] [--limit-mib N] [--tiny N]
+  --context-extra-mib N sets EGPU_VCUDA_CONTEXT_EXTRA_MIB=N in the mem and async runs (what
+  egpu-agent --context-extra-mib writes): the driver's memory beyond each process's context.
+
+Usage: bench/gpu/torch_check.py [--vcuda PATH] [--limit-mib N] [--context-extra-mib N] [--tiny N]
 Needs PyTorch with CUDA and nvidia-ml-py (pynvml); without them it says so and exits 0.
 Exit status: 0 when every check held (or nothing to run), 1 when one did not.
 """
@@ -104,6 +107,7 @@ def main():
     ap.add_argument("--vcuda", default=os.environ.get("EGPU_GPUBENCH_VCUDA",
                                                       "build/src/vcuda/libegpu-vcuda.so"))
     ap.add_argument("--limit-mib", type=int, default=4096)
+    ap.add_argument("--context-extra-mib", type=int, default=0)
     ap.add_argument("--tiny", type=int, default=200000)
     ap.add_argument("--core", type=int, default=30)
     a = ap.parse_args()
@@ -147,6 +151,8 @@ def main():
     for mode, extra in (("mem", {}), ("async",
                                       {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})):
         env = interposed(dict(extra, EGPU_VCUDA_MEMORY_MIB=str(a.limit_mib)))
+        if a.context_extra_mib:
+            env["EGPU_VCUDA_CONTEXT_EXTRA_MIB"] = str(a.context_extra_mib)
         lines, holds = run_child([mode], env, nvml, handle)
         if len(holds) != 2:
             print(f"{mode}: FAIL {lines[-3:]}")
@@ -155,7 +161,7 @@ def main():
         top = max(h[1] for h in holds)
         verdict = "PASS" if top <= a.limit_mib else "FAIL"
         bad += verdict == "FAIL"
-        print(f"{mode}: limit {a.limit_mib} MiB; tensors {kv(holds[0][2], 'mib')} then "
+        print(f"{mode}: limit {a.limit_mib} MiB, extra {a.context_extra_mib}; tensors {kv(holds[0][2], 'mib')} then "
               f"{kv(holds[1][2], 'mib')} MiB; real use at most {top:.0f} MiB "
               f"({top - a.limit_mib:+.0f}); {verdict}")
     secs = {}
