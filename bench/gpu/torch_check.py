@@ -161,7 +161,8 @@ def main():
         top = max(h[1] for h in holds)
         verdict = "PASS" if top <= a.limit_mib else "FAIL"
         bad += verdict == "FAIL"
-        print(f"{mode}: limit {a.limit_mib} MiB, extra {a.context_extra_mib}; tensors {kv(holds[0][2], 'mib')} then "
+        print(f"{mode}: limit {a.limit_mib} MiB, extra {a.context_extra_mib}; "
+              f"tensors {kv(holds[0][2], 'mib')} then "
               f"{kv(holds[1][2], 'mib')} MiB; real use at most {top:.0f} MiB "
               f"({top - a.limit_mib:+.0f}); {verdict}")
     secs = {}
