@@ -110,6 +110,25 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod,
                              struct egpu_error *err) EGPU_MUST_CHECK;
 int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, const char *name);
 
+/* Measured load (--load-aware; off in a new cache). On, each card's
+ * status.used as egpu-agent writes it (NVML utilization percent, memory in
+ * use MiB, updateTime) gives the placement core the card's load
+ * (egpu_load_pct) while the report is fresh: its updateTime no more than
+ * max_age_s old (a time ahead of the clock counts as now). A card with no
+ * status.used, neither figure, no or an unreadable updateTime, or one older
+ * than max_age_s has an unknown load, never an idle one. A report that
+ * changes only the load sets the card's load in the core (a new node
+ * generation when the value moves) and never rebuilds the node. Off, the
+ * core's loads stay unknown and nothing of status.used is read. */
+#define EGPU_SCHED_LOAD_MAX_AGE_DEFAULT 300 /* seconds: five missed one-minute reports */
+void egpu_sched_cache_set_load_aware(struct egpu_sched_cache *c, bool on, int64_t max_age_s);
+/* Turn the reports that have grown older than max_age_s by now_s (Unix
+ * seconds) unknown in the core (cache lock held). Cheap when none can have:
+ * the cache keeps the earliest time one may. The extender calls it before
+ * each verb with the clock; egpu_sched_cache_gpu_set judges with the clock
+ * too. */
+void egpu_sched_cache_expire_loads_locked(struct egpu_sched_cache *c, int64_t now_s);
+
 /* ElasticGPUs (elasticgpu.io/v1alpha1, decoded by egpu_api_egpu_decode):
  * the capacity each holds (egpu_api_egpu_reservation: phase Pending,
  * Available, Bound or Released; gpuShare{gpuName}: capacity gpu-core and
@@ -325,6 +344,8 @@ struct egpu_extender_config {
     uint64_t seed;                        /* random policy and ties */
     const struct egpu_workload *workload; /* FGD's target workload; NULL = built from the
                                              pods in the cache */
+    bool load_aware; /* --load-aware: placers break exact ties by measured load, and filter
+                        fails the tied nodes whose cards are more loaded */
 };
 
 /* Bind outcomes, for the bind failures metric. */
@@ -380,6 +401,9 @@ uint64_t egpu_extender_prioritize_reused(struct egpu_extender *x);
 /* Filter replies since start given from the one before (the same list and
  * verdicts) or made from it (the same nodes in another order). */
 uint64_t egpu_extender_filter_reused(struct egpu_extender *x);
+/* Filter calls since start (with load_aware) where measured load decided
+ * among nodes tied for the best score: a tied node failed for its load. */
+uint64_t egpu_extender_load_decided(struct egpu_extender *x);
 
 #ifdef __cplusplus
 }

@@ -33,11 +33,22 @@
  *     GPU object with the same UUID is left out (shadowed) and reported with
  *     -EEXIST, so it cannot drop the node it names or the owner's node from
  *     the core; it takes the card over only once the owner is gone.
+ *
+ * Measured load (--load-aware): a GPU object's status.used (NVML
+ * utilization and memory in use, updateTime) is kept beside the card, out
+ * of what decides a rebuild. A report that changes only the load sets the
+ * card's load in the core (egpu_cluster_set_load: a new node generation
+ * when the percent moves, nothing when it does not), so the one-a-minute
+ * reports of every card never rebuild a node or count its pods again. A
+ * report older than load_max_age_s is unknown; the earliest time one of
+ * the fresh ones expires is kept, so the check before each verb is one
+ * comparison until then (and one walk over the cards when it comes).
  */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "egpu/api.h"
 #include "egpu/kube.h"
@@ -54,6 +65,9 @@ struct gpu_info {
     char name[EGPU_K8S_NAME_MAX];     /* the GPU object's metadata.name */
     bool shadowed;                    /* another GPU object owns this UUID: left out of the core */
     char health[EGPU_API_HEALTH_MAX]; /* status.health when not EGPU_API_GPU_HEALTHY; "" healthy */
+    /* status.used, kept out of the comparison that decides a rebuild: */
+    uint16_t load_pct; /* egpu_load_pct of the report; EGPU_LOAD_UNKNOWN = none */
+    int64_t load_at_s; /* its updateTime, Unix seconds (no later than its arrival); 0 = none */
 };
 
 /* The GPU object that owns a card UUID (the first one seen with it). */
@@ -164,6 +178,9 @@ struct egpu_sched_cache {
     uint64_t resv_overfills;   /* times a reservation was found not to fit */
     size_t nshadowed;          /* GPU slots left out as duplicates */
     uint64_t assigned_ignored; /* changes to a recorded assigned annotation not believed */
+    bool load_aware;           /* give the core the cards' fresh loads */
+    int64_t load_max_age_s;    /* a report older than this is unknown */
+    int64_t load_expiry_s;     /* no fresh load turns stale before this; INT64_MAX = none */
 };
 
 struct egpu_sched_cache *egpu_sched_cache_new(void)
@@ -192,6 +209,8 @@ struct egpu_sched_cache *egpu_sched_cache_new(void)
         return NULL;
     }
     pthread_mutex_init(&c->lock, NULL);
+    c->load_max_age_s = EGPU_SCHED_LOAD_MAX_AGE_DEFAULT;
+    c->load_expiry_s = INT64_MAX;
     return c;
 }
 
@@ -542,6 +561,67 @@ static void resv_apply_node(struct egpu_sched_cache *c, struct node_info *ni, bo
     }
 }
 
+/* The load the core is to see for card g at now_s: the report's while it
+ * is fresh and load awareness is on, else unknown. */
+static uint16_t card_load(const struct egpu_sched_cache *c, const struct gpu_info *g, int64_t now_s)
+{
+    if (!c->load_aware || g->load_pct == EGPU_LOAD_UNKNOWN || g->load_at_s <= 0 ||
+        now_s - g->load_at_s > c->load_max_age_s)
+        return EGPU_LOAD_UNKNOWN;
+    return g->load_pct;
+}
+
+/* Note when card g's load, load (card_load's), turns stale. */
+static void note_expiry(struct egpu_sched_cache *c, const struct gpu_info *g, uint16_t load)
+{
+    if (load != EGPU_LOAD_UNKNOWN && g->load_at_s + c->load_max_age_s + 1 < c->load_expiry_s)
+        c->load_expiry_s = g->load_at_s + c->load_max_age_s + 1;
+}
+
+/* Give the core card g's load at now_s, if its node is in the core, and
+ * note when a fresh one turns stale. */
+static void load_push(struct egpu_sched_cache *c, struct node_info *ni, const struct gpu_info *g,
+                      int64_t now_s)
+{
+    struct egpu_node *n = egpu_cluster_node(c->cluster, ni->name);
+    uint16_t load = card_load(c, g, now_s);
+
+    note_expiry(c, g, load);
+    for (uint32_t i = 0; n != NULL && !g->shadowed && i < n->ngpus; i++) {
+        if (strcmp(n->gpus[i].uuid, g->uuid) == 0) {
+            if (egpu_cluster_set_load(c->cluster, n, i, load) != 0) /* i is a card of n */
+                egpu_log(EGPU_LOG_ERROR, "bug: no card %u on node=%s", i, n->name);
+            return;
+        }
+    }
+}
+
+void egpu_sched_cache_expire_loads_locked(struct egpu_sched_cache *c, int64_t now_s)
+{
+    struct node_info *ni;
+    size_t pos = 0;
+
+    if (now_s < c->load_expiry_s)
+        return;
+    c->load_expiry_s = INT64_MAX; /* load_push lowers it again for the loads still fresh */
+    while ((ni = egpu_map_next(c->nodes, &pos, NULL)) != NULL) {
+        for (uint32_t i = 0; i < ni->ngpus; i++) {
+            if (ni->gpus[i].load_pct != EGPU_LOAD_UNKNOWN)
+                load_push(c, ni, &ni->gpus[i], now_s);
+        }
+    }
+}
+
+void egpu_sched_cache_set_load_aware(struct egpu_sched_cache *c, bool on, int64_t max_age_s)
+{
+    pthread_mutex_lock(&c->lock);
+    c->load_aware = on;
+    c->load_max_age_s = max_age_s;
+    c->load_expiry_s = INT64_MIN; /* every card's load is given again */
+    egpu_sched_cache_expire_loads_locked(c, (int64_t)time(NULL));
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* Put node ni into the core as it is now, and count the pods placed on it.
  * Reservations keep what they held: those applied before are applied again
  * first (oldest first), then the pods are counted, then the reservations
@@ -555,6 +635,8 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
     struct egpu_node_spec spec = {
         .name = ni->name, .cpu_milli = ni->cpu_milli, .mem_mib = ni->mem_mib, .gpus = gpus};
     struct pod_entry *e;
+    int64_t now = c->load_aware ? (int64_t)time(NULL) : 0;
+    uint16_t load;
     int rc = 0;
 
     for (struct resv_entry *r = ni->resvs; r != NULL; r = r->next) {
@@ -587,6 +669,10 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
             .model = ni->gpus[i].model,
             .mem_mib = ni->gpus[i].mem_mib,
             .unhealthy = ni->gpus[i].health[0] != '\0' ? notes[spec.ngpus] : NULL};
+        load = card_load(c, &ni->gpus[i], now);
+        note_expiry(c, &ni->gpus[i], load);
+        gpus[spec.ngpus].load_known = load != EGPU_LOAD_UNKNOWN;
+        gpus[spec.ngpus].load_pct = load != EGPU_LOAD_UNKNOWN ? load : 0;
         spec.ngpus++;
     }
     rc = egpu_cluster_add_node(c->cluster, &spec, err);
@@ -735,7 +821,31 @@ struct gpu_fields {
     const char *name, *node, *uuid, *model;
     const char *health; /* status.health; NULL when not a string */
     int64_t index, mem_mib;
+    uint16_t load_pct; /* status.used's load, EGPU_LOAD_UNKNOWN when none */
+    int64_t load_at_s; /* status.used.updateTime, 0 = none or unreadable */
 };
+
+/* status.used as egpu-agent writes it, for the load. A malformed report
+ * counts as none (unknown): it is advisory, and never keeps a card out. */
+static void used_fields(const json_t *gpu, struct gpu_fields *f)
+{
+    const json_t *used = json_object_get(json_object_get(gpu, "status"), "used");
+    const json_t *util = json_object_get(used, "utilization"),
+                 *mem = json_object_get(used, "memory");
+    const char *at = str_at(used, "updateTime", NULL);
+
+    f->load_pct =
+        egpu_load_pct(json_is_integer(util), json_integer_value(util), json_is_integer(mem),
+                      json_integer_value(mem),
+                      f->mem_mib > 0 && f->mem_mib <= UINT32_MAX ? (uint32_t)f->mem_mib : 0);
+    f->load_at_s = 0;
+    if (f->load_pct == EGPU_LOAD_UNKNOWN || at == NULL ||
+        egpu_api_time_parse(at, "status.used.updateTime", &f->load_at_s, NULL) != 0 ||
+        f->load_at_s <= 0) {
+        f->load_pct = EGPU_LOAD_UNKNOWN;
+        f->load_at_s = 0;
+    }
+}
 
 static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error *err)
 {
@@ -768,6 +878,7 @@ static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error
         return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.model too long", name);
     f->index = json_integer_value(index);
     f->mem_mib = json_integer_value(mem);
+    used_fields(gpu, f);
     return 0;
 }
 
@@ -1255,8 +1366,19 @@ static void release_uuid(struct egpu_sched_cache *c, const char *uuid, const cha
     }
 }
 
+/* Are a and b the same card for placement, their loads aside? */
+static bool same_card(const struct gpu_info *a, const struct gpu_info *b)
+{
+    struct gpu_info t = *b;
+
+    t.load_pct = a->load_pct;
+    t.load_at_s = a->load_at_s;
+    return memcmp(a, &t, sizeof(t)) == 0;
+}
+
 int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, struct egpu_error *err)
 {
+    int64_t now;
     struct gpu_fields f;
     struct node_info *ni;
     struct gpu_info g = {0}, *slot;
@@ -1274,6 +1396,9 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
      * no new pod (none written yet: a new object, taken as healthy). */
     if (f.health != NULL && f.health[0] != '\0' && strcmp(f.health, EGPU_API_GPU_HEALTHY) != 0)
         snprintf(g.health, sizeof(g.health), "%s", f.health);
+    now = (int64_t)time(NULL);
+    g.load_pct = f.load_pct;
+    g.load_at_s = f.load_at_s < now ? f.load_at_s : now; /* ahead of our clock: now */
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, f.node, true);
     if (ni == NULL) {
@@ -1293,12 +1418,19 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     }
     g.shadowed = rc == -EEXIST;
     if (slot != NULL && slot->shadowed && g.shadowed) {
-        /* Left out of the core either way: its health is kept for when
-         * it takes the card over, nothing else changes. */
+        /* Left out of the core either way: its health and load are kept
+         * for when it takes the card over, nothing else changes. */
         memcpy(slot->health, g.health, sizeof(g.health));
+        slot->load_pct = g.load_pct;
+        slot->load_at_s = g.load_at_s;
     }
-    if (slot != NULL && memcmp(slot, &g, sizeof(g)) == 0) {
-        rc = 0; /* a status change placement does not read (allocated, used) */
+    if (slot != NULL && same_card(slot, &g)) {
+        /* A status change placement does not read (allocated), or one of
+         * the load alone: the core's card follows it, no rebuild. */
+        slot->load_pct = g.load_pct;
+        slot->load_at_s = g.load_at_s;
+        load_push(c, ni, slot, now);
+        rc = 0;
         goto out;
     }
     if (slot != NULL && strcmp(slot->uuid, g.uuid) != 0)

@@ -29,6 +29,14 @@
  * cluster's generation is unchanged, reads them instead of judging again;
  * its HostPriorityList is made from the one before, entries found by node
  * (plist.c). Allocations are per request (verdicts, slots), never per node.
+ *
+ * Load awareness (--load-aware): the placers break exact ties by the
+ * cards' measured load (src/core/load.c), the replay's choice among nodes
+ * of equal score is the one whose cards the pod would get are least loaded
+ * (then the hash, as before), and filter fails the tied nodes that are more
+ * loaded than it, each saying both loads. Reports that have grown stale
+ * are turned unknown (egpu_sched_cache_expire_loads_locked) before each
+ * verb judges.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -37,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
@@ -108,6 +117,7 @@ struct egpu_extender {
     struct egpu__plist plist;           /* the HostPriorityList made last */
     atomic_uint_least64_t plist_reused; /* prioritize replies made from it */
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
+    atomic_uint_least64_t load_decided; /* filter calls where load failed a tied node */
 };
 
 static void last_drop(struct last_filter *l);
@@ -186,6 +196,22 @@ uint64_t egpu_extender_prioritize_reused(struct egpu_extender *x)
     return atomic_load(&x->plist_reused);
 }
 
+uint64_t egpu_extender_load_decided(struct egpu_extender *x)
+{
+    return atomic_load(&x->load_decided);
+}
+
+/* Hold the cache for a verb: with load awareness, the reports that have
+ * grown stale since are made unknown first. */
+static struct egpu_cluster *lock_cache(struct egpu_extender *x)
+{
+    struct egpu_cluster *c = egpu_sched_cache_lock(x->cache);
+
+    if (x->cfg.load_aware)
+        egpu_sched_cache_expire_loads_locked(x->cache, (int64_t)time(NULL));
+    return c;
+}
+
 uint64_t egpu_extender_filter_reused(struct egpu_extender *x)
 {
     return x->replies != NULL ? egpu__replies_given(x->replies) : 0;
@@ -258,8 +284,11 @@ static struct egpu_placer *placer(struct egpu_extender *x, struct egpu_cluster *
                                   enum egpu_policy_kind node, enum egpu_policy_kind card,
                                   struct egpu_error *err)
 {
-    struct egpu_placer_config pc = {
-        .node_policy = node, .card_policy = card, .seed = x->cfg.seed, .memo = true};
+    struct egpu_placer_config pc = {.node_policy = node,
+                                    .card_policy = card,
+                                    .seed = x->cfg.seed,
+                                    .memo = true,
+                                    .load_aware = x->cfg.load_aware};
 
     if (node == EGPU_POLICY_FGD || card == EGPU_POLICY_FGD) {
         if (x->cfg.workload == NULL)
@@ -560,10 +589,11 @@ static int claim_judge(struct egpu_extender *x, struct egpu_placer *p, struct eg
 
     for (size_t i = 0; i < n; i++) {
         const struct egpu_node *node = egpu_cluster_node(c, names[i]);
+        struct egpu_pick pick;
         char text[2048];
         double score = 0;
 
-        v[i] = (struct egpu_verdict){0};
+        v[i] = (struct egpu_verdict){.load = EGPU_LOAD_UNKNOWN};
         if (why != NULL)
             why[i] = NULL;
         if (node == NULL) {
@@ -573,8 +603,11 @@ static int claim_judge(struct egpu_extender *x, struct egpu_placer *p, struct eg
         }
         if (!egpu_sched_cache_claim_node_ok_locked(x->cache, plan, names[i], text, sizeof(text))) {
             /* text says why */
-        } else if (egpu_placer_score(p, c, node, &plan->rest, &score, NULL) == 0) {
-            v[i] = (struct egpu_verdict){.score = score, .ok = true};
+        } else if (egpu_placer_score(p, c, node, &plan->rest, &score, &pick) == 0) {
+            v[i] = (struct egpu_verdict){.score = score,
+                                         .ok = true,
+                                         .load = x->cfg.load_aware ? egpu_pick_load(node, &pick)
+                                                                   : EGPU_LOAD_UNKNOWN};
             continue;
         } else if (why != NULL) {
             (void)egpu_placer_can_host(p, c, node, &plan->rest, NULL, text, sizeof(text));
@@ -596,11 +629,12 @@ static int claim_judge(struct egpu_extender *x, struct egpu_placer *p, struct eg
 
 /* The index of the node first in the replay's order among the feasible
  * ones of v and names (n each), or SIZE_MAX when none is feasible: the best
- * score, and among equal scores the lowest egpu_hash_str of the name with
+ * score, among equal scores (with load_aware) the lowest load, and then the
+ * lowest egpu_hash_str of the name with
  * seed, the earlier on equal hashes (egpu_placer_schedule's rule). A name is
  * hashed only when it ties the best so far. */
 static size_t replay_choice(const struct egpu_verdict *v, const char *const *names, size_t n,
-                            uint64_t seed)
+                            uint64_t seed, bool load_aware)
 {
     size_t best = SIZE_MAX;
     uint64_t best_rank = 0;
@@ -609,7 +643,12 @@ static size_t replay_choice(const struct egpu_verdict *v, const char *const *nam
     for (size_t i = 0; i < n; i++) {
         if (!v[i].ok || (best != SIZE_MAX && v[i].score < v[best].score))
             continue;
-        if (best != SIZE_MAX && v[i].score == v[best].score) {
+        if (load_aware && best != SIZE_MAX && v[i].score == v[best].score &&
+            v[i].load != v[best].load) {
+            if (v[i].load > v[best].load)
+                continue;
+            ranked = false; /* a new best on load alone */
+        } else if (best != SIZE_MAX && v[i].score == v[best].score) {
             uint64_t rank = egpu_hash_str(names[i], seed);
 
             if (!ranked)
@@ -634,9 +673,9 @@ static size_t replay_choice(const struct egpu_verdict *v, const char *const *nam
  * choice whenever its own plugins score the nodes alike. Nodes that cannot
  * host the pod score 0. v, names and score are arrays of n. */
 static void priority_scores(const struct egpu_verdict *v, const char *const *names, size_t n,
-                            uint64_t seed, uint8_t *score)
+                            uint64_t seed, bool load_aware, uint8_t *score)
 {
-    size_t first = replay_choice(v, names, n, seed);
+    size_t first = replay_choice(v, names, n, seed, load_aware);
     double lo = 0, hi = 0;
     bool any = false;
 
@@ -661,28 +700,63 @@ static const char *node_policy_name(const struct egpu_extender *x, const struct 
     return egpu_policy_name(p->has_node_policy ? p->node_policy : x->cfg.node_policy);
 }
 
+#define LOAD_TEXTS    102 /* a refusal for load per load value: 0..100 and unknown */
+#define LOAD_TEXT_MAX 320
+
+/* "5%", or "unknown" for EGPU_LOAD_UNKNOWN, into buf. */
+static const char *load_name(uint16_t load, char buf[16])
+{
+    if (load == EGPU_LOAD_UNKNOWN)
+        return "unknown (no fresh report)";
+    snprintf(buf, 16, "%u%%", (unsigned)load);
+    return buf;
+}
+
 /* Filter's narrowing: of the feasible nodes, only those tied for the best
  * exact score pass (the replay's choice is one of them, and kube-scheduler's
  * choice among them cannot lose the policy's ranking to its 0..10 scale);
  * each other feasible node fails with better (why[i] = better), a text
- * written here naming the node first in the replay's order. v is left as it
+ * written here naming the node first in the replay's order. With
+ * load_aware, of the tied nodes only those whose load equals the first's
+ * pass; each more loaded one fails with a text naming both loads, one per
+ * load value in *loaded (LOAD_TEXTS entries, allocated here on first need;
+ * the caller frees it). v is left as it
  * is: prioritize answers from it, as it would without filter. v, why and
- * names are arrays of n; better holds len bytes. */
-static void pass_best(const struct egpu_verdict *v, const char **why, const char *const *names,
-                      size_t n, uint64_t seed, const char *policy, char *better, size_t len)
+ * names are arrays of n; better holds len bytes. Returns whether load
+ * failed a node. */
+static bool pass_best(const struct egpu_verdict *v, const char **why, const char *const *names,
+                      size_t n, uint64_t seed, bool load_aware, const char *policy, char *better,
+                      size_t len, char (**loaded)[LOAD_TEXT_MAX])
 {
-    size_t first = replay_choice(v, names, n, seed);
+    size_t first = replay_choice(v, names, n, seed, load_aware);
+    bool by_load = false;
 
     if (first == SIZE_MAX)
-        return;
+        return false;
     snprintf(better, len,
              "node %s fits this pod better (node policy %s); filter passes only the nodes "
              "tied for the best score",
              names[first], policy);
     for (size_t i = 0; i < n; i++) {
-        if (v[i].ok && v[i].score != v[first].score)
+        if (v[i].ok && v[i].score != v[first].score) {
             why[i] = better;
+        } else if (load_aware && v[i].ok && v[i].load > v[first].load) {
+            size_t k = v[i].load == EGPU_LOAD_UNKNOWN ? LOAD_TEXTS - 1 : v[i].load;
+            char a[16], b[16];
+
+            if (*loaded == NULL && (*loaded = egpu_calloc(LOAD_TEXTS, LOAD_TEXT_MAX)) == NULL)
+                continue; /* out of memory: it passes, prioritize still ranks it lower */
+            if ((*loaded)[k][0] == '\0')
+                snprintf((*loaded)[k], LOAD_TEXT_MAX,
+                         "node %s fits this pod as well and its cards are less loaded (load %s "
+                         "against %s: the higher of GPU utilization and memory in use); filter "
+                         "passes only the least loaded of the nodes tied for the best score",
+                         names[first], load_name(v[first].load, a), load_name(v[i].load, b));
+            why[i] = (*loaded)[k];
+            by_load = true;
+        }
     }
+    return by_load;
 }
 
 /* A copy of the slots resolve gave last, for the n names just judged
@@ -707,7 +781,9 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_sched_claim_plan *plan = NULL;
     struct egpu_cluster *c;
     const char **why;
-    char better[512]; /* the reason of the nodes pass_best fails */
+    char better[512];                    /* the reason of the nodes pass_best fails */
+    char(*loaded)[LOAD_TEXT_MAX] = NULL; /* and of those it fails for their load */
+    bool by_load = false;
     uint32_t *slots = NULL;
     uint64_t gen = 0, members = 0, epoch = 0;
     bool gpu;
@@ -733,7 +809,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         egpu__wire_args_free(&a);
         return reply_error(reply, 500, "out of memory");
     }
-    c = egpu_sched_cache_lock(x->cache);
+    c = lock_cache(x);
     if (plan != NULL) {
         p = pod_placer(x, c, &a.pod, &err);
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
@@ -741,8 +817,8 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
             egpu_sched_cache_claim_plan_locked(x->cache, &a.pod, plan);
             rc = claim_judge(x, p, c, plan, a.names, a.n, v, why, &reasons);
             if (rc == 0)
-                pass_best(v, why, a.names, a.n, x->cfg.seed, node_policy_name(x, &a.pod), better,
-                          sizeof(better));
+                by_load = pass_best(v, why, a.names, a.n, x->cfg.seed, x->cfg.load_aware,
+                                    node_policy_name(x, &a.pod), better, sizeof(better), &loaded);
         }
     } else if (egpu_sched_pod_wants_gpu(&a.pod)) {
         p = pod_placer(x, c, &a.pod, &err);
@@ -750,8 +826,8 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         if (p != NULL && v != NULL) {
             rc = judge(x, p, c, &a.pod.req, a.list, a.names, a.n, v, why, &reasons);
             if (rc == 0)
-                pass_best(v, why, a.names, a.n, x->cfg.seed, node_policy_name(x, &a.pod), better,
-                          sizeof(better));
+                by_load = pass_best(v, why, a.names, a.n, x->cfg.seed, x->cfg.load_aware,
+                                    node_policy_name(x, &a.pod), better, sizeof(better), &loaded);
             gen = c->gen;
             epoch = x->placer_epoch;
             members = c->members;
@@ -768,6 +844,8 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     }
     /* The prioritize that follows for this pod answers from these verdicts. */
     status = egpu__replies_filter(x->replies, reply, &a, why, slots, members) == 0 ? 200 : 500;
+    if (status == 200 && by_load)
+        atomic_fetch_add(&x->load_decided, 1);
     if (status == 200 && v != NULL && plan == NULL) {
         (void)egpu_sched_cache_lock(x->cache);
         last_keep(x, &a, v, slots, p, epoch, gen);
@@ -776,6 +854,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         slots = NULL;
     }
 out:
+    egpu_free(loaded);
     egpu_buf_free(&reasons);
     egpu_free(why);
     egpu_free(v);
@@ -838,7 +917,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
         return reply_error(reply, 500, "out of memory");
     }
     plan = claimed(&a.pod) ? egpu_malloc(sizeof(*plan)) : NULL;
-    c = egpu_sched_cache_lock(x->cache);
+    c = lock_cache(x);
     if (egpu_sched_pod_wants_gpu(&a.pod) || plan != NULL)
         p = pod_placer(x, c, &a.pod, &err);
     if (claimed(&a.pod)) {
@@ -877,7 +956,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
         goto out;
     }
     /* Every node scores 0 for a pod without GPUs (v all zero: not ok). */
-    priority_scores(v, a.names, a.n, x->cfg.seed, score);
+    priority_scores(v, a.names, a.n, x->cfg.seed, x->cfg.load_aware, score);
     status = priorities(x, reply, &a, p != NULL ? slots : NULL, members, score) == 0 ? 200 : 500;
 out:
     egpu_free(plan);
@@ -1031,7 +1110,7 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
         egpu_free(assigned);
         return reply_error(reply, 500, "out of memory");
     }
-    c = egpu_sched_cache_lock(x->cache);
+    c = lock_cache(x);
     node = egpu_cluster_node(c, b.node);
     if (egpu_sched_cache_pod_locked(x->cache, b.ns, b.name) == NULL) {
         snprintf(msg, sizeof(msg), "pod %s/%s is not in the elastic-gpu cache", b.ns, b.name);

@@ -36,13 +36,13 @@ struct app {
     bool following;
     struct egpu_metrics *reg;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
-        *m_pods, *m_unresolved, *m_reused, *m_filter_reused, *m_skipped, *m_dup_gpus,
-        *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core, *m_reserved_mem,
-        *m_claims, *m_classes, *m_inside;
+        *m_pods, *m_unresolved, *m_reused, *m_filter_reused, *m_load_decided, *m_skipped,
+        *m_dup_gpus, *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core,
+        *m_reserved_mem, *m_claims, *m_classes, *m_inside;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
     unsigned long skipped_seen[SCHED_INFORMERS];
     uint64_t assigned_ignored_seen, resv_overfills_seen;
-    uint64_t reused_seen, filter_reused_seen;
+    uint64_t reused_seen, filter_reused_seen, load_decided_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
     pthread_mutex_t api_error_lock;
@@ -204,6 +204,11 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                  "node.",
                                  0, NULL, &a->m_filter_reused);
     if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_scheduler_load_decided_total",
+                                 "Filter calls (--load-aware) where measured load failed nodes "
+                                 "tied for the best score.",
+                                 0, NULL, &a->m_load_decided);
+    if (!rc)
         rc = egpu_metric_counter(a->reg, "egpu_scheduler_objects_skipped_total",
                                  "API objects left out of the cache, by kind: watch lines that "
                                  "were no event, objects without a usable name, and malformed "
@@ -296,6 +301,10 @@ static void refresh_metrics(struct app *a)
             (void)egpu_metric_add(a->m_filter_reused, NULL,
                                   (double)(reused - a->filter_reused_seen));
         a->filter_reused_seen = reused;
+        reused = egpu_extender_load_decided(a->x);
+        if (reused > a->load_decided_seen)
+            (void)egpu_metric_add(a->m_load_decided, NULL, (double)(reused - a->load_decided_seen));
+        a->load_decided_seen = reused;
     }
     for (int i = 0; i < SCHED_INFORMERS; i++) {
         const char *label[] = {egpu__sched_api_kind(i)};
@@ -372,7 +381,8 @@ static int start(void *data, struct egpu_error *err)
     struct egpu_extender_config xc = {.scheduler_name = a->o.scheduler_name,
                                       .node_policy = a->o.node_policy,
                                       .card_policy = a->o.card_policy,
-                                      .seed = a->o.seed};
+                                      .seed = a->o.seed,
+                                      .load_aware = a->o.load_aware};
     struct egpu_extender_ops ops = {.data = &a->api,
                                     .synced = egpu__sched_api_synced,
                                     .annotate = egpu__sched_api_annotate,
@@ -392,6 +402,10 @@ static int start(void *data, struct egpu_error *err)
     a->cache = egpu_sched_cache_new();
     if (a->cache == NULL)
         return egpu_error_set(err, -ENOMEM, "cache: out of memory");
+    egpu_sched_cache_set_load_aware(a->cache, a->o.load_aware, a->o.load_max_age_s);
+    if (a->o.load_aware)
+        egpu_log(EGPU_LOG_INFO, "load-aware: exact ties go to the less loaded cards max_age=%us",
+                 a->o.load_max_age_s);
     a->api.kube = a->kube;
     a->api.cache = a->cache;
     a->x = egpu_extender_new(&xc, a->cache, &ops, err);

@@ -56,6 +56,14 @@ static const char usage[] =
     "                          Pods override both with the annotations\n"
     "                          elasticgpu.io/node-policy and elasticgpu.io/card-policy.\n"
     "  --seed N                seed of the random policy and of ties (EGPU_SEED; 0)\n"
+    "  --load-aware[=BOOL]     among equally good placements, prefer the cards whose\n"
+    "                          measured load (GPU status.used from egpu-agent: the\n"
+    "                          higher of utilization and memory in use) is lowest;\n"
+    "                          fitting still counts allocated shares only\n"
+    "                          (EGPU_LOAD_AWARE; default false)\n"
+    "  --load-max-age S        a status.used whose updateTime is older than this is\n"
+    "                          unknown, never idle (EGPU_LOAD_MAX_AGE; 60..86400;\n"
+    "                          default 300)\n"
     "  --scheduler-name NAME   bind serves only pods with this spec.schedulerName\n"
     "                          (EGPU_SCHEDULER_NAME; default elastic-gpu-scheduler,\n"
     "                          kube-scheduler's profile in scheduler-config.yaml)\n"
@@ -99,6 +107,8 @@ enum {
     O_CARD_POLICY,
     O_SEED,
     O_SCHED_NAME,
+    O_LOAD_AWARE,
+    O_LOAD_MAX_AGE,
 };
 
 /* Apply one of the scheduler's own settings (from a flag or a variable
@@ -138,6 +148,18 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
                        EGPU_K8S_NAME_MAX - 1);
         o->scheduler_name = v;
         return 0;
+    case O_LOAD_AWARE:
+        /* --load-aware alone turns it on. */
+        if (v != NULL && egpu_cli_parse_bool(v, &o->load_aware))
+            return bad("%s \"%s\": expected true or false", who, v);
+        if (v == NULL)
+            o->load_aware = true;
+        return 0;
+    case O_LOAD_MAX_AGE:
+        if (egpu_cli_parse_u64(v, 60, 86400, &u))
+            return bad("%s \"%s\": expected seconds in 60..86400", who, v);
+        o->load_max_age_s = (unsigned)u;
+        return 0;
     default:
         return bad("unknown setting");
     }
@@ -153,6 +175,8 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"card-policy", required_argument, O_CARD_POLICY, "EGPU_CARD_POLICY"},
         {"seed", required_argument, O_SEED, "EGPU_SEED"},
         {"scheduler-name", required_argument, O_SCHED_NAME, "EGPU_SCHEDULER_NAME"},
+        {"load-aware", optional_argument, O_LOAD_AWARE, "EGPU_LOAD_AWARE"},
+        {"load-max-age", required_argument, O_LOAD_MAX_AGE, "EGPU_LOAD_MAX_AGE"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-scheduler",
                                  .usage = usage,
@@ -166,7 +190,8 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
     *o = (struct egpu_sched_options){.prefix = "",
                                      .node_policy = EGPU_POLICY_BINPACK,
                                      .card_policy = EGPU_POLICY_BINPACK,
-                                     .scheduler_name = EGPU_SCHEDULER_NAME_DEFAULT};
+                                     .scheduler_name = EGPU_SCHEDULER_NAME_DEFAULT,
+                                     .load_max_age_s = EGPU_SCHED_LOAD_MAX_AGE_DEFAULT};
     egpu_cli_server_defaults(&o->srv);
     o->srv.lease.name = "elastic-gpu-scheduler";
     o->srv.listen = "127.0.0.1";

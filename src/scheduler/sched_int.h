@@ -75,6 +75,8 @@ struct egpu_sched_options {
     enum egpu_policy_kind node_policy, card_policy;
     uint64_t seed;
     const char *scheduler_name; /* bind serves only pods with this spec.schedulerName */
+    bool load_aware;            /* break exact ties by the cards' measured load */
+    unsigned load_max_age_s;    /* a status.used older than this is unknown */
 };
 
 /* Parse argv (and the EGPU_* environment) into *o. Returns -1 to run, 0 when

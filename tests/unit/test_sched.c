@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "testutil.h"
 #include "sched_testutil.h"
@@ -664,6 +665,196 @@ static void test_unhealthy_cards_take_no_new_pod(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* A GPU object of card index on node with status.used as egpu-agent writes
+ * it: utilization percent, memory MiB, updateTime age_s seconds ago. */
+static void set_used(struct egpu_sched_cache *c, const char *node, int index, int util_pct,
+                     int mem_mib, int64_t age_s)
+{
+    struct egpu_error err = {0};
+    json_t *g = make_gpu(node, index, "A100", 40960);
+    char at[EGPU_API_TIME_MAX];
+
+    json_object_set_new(json_object_get(g, "status"), "used",
+                        json_pack("{s:i,s:i,s:s}", "memory", mem_mib, "utilization", util_pct,
+                                  "updateTime",
+                                  egpu_api_time_format((int64_t)time(NULL) - age_s, at)));
+    if (egpu_sched_cache_gpu_set(c, g, &err) != 0)
+        fail_msg("gpu: %s", err.msg);
+    json_decref(g);
+}
+
+/* The core's load of card g of node (EGPU_LOAD_UNKNOWN when none). */
+static uint16_t card_load(struct egpu_sched_cache *c, const char *node, int g)
+{
+    struct egpu_cluster *cl = egpu_sched_cache_lock(c);
+    struct egpu_node *n = egpu_cluster_node(cl, node);
+    uint16_t v = n ? n->gpus[g].load_pct : 0;
+
+    egpu_sched_cache_unlock(c);
+    return v;
+}
+
+/* filter and then prioritize for a 30% pod on node-a and node-b: returns
+ * the nodes filter passes ("node-a", "node-b" or "node-a,node-b"), with the
+ * failed node's FailedNodes reason in *why ("" when none) and the node
+ * prioritize gives 10 in ten (all copies, freed by the caller). */
+static char *filter_pass(struct egpu_extender *x, char **why, char **ten)
+{
+    const char *const nodes[] = {"node-a", "node-b"};
+    const int core30[] = {30}, none[] = {0};
+    char *body = tu_extender_args(make_pod("ns", "p", NULL, 1, core30, none), nodes, 2, false);
+    json_t *out = call(egpu_extender_filter, x, body, 200),
+           *pass = json_object_get(out, "NodeNames");
+    json_t *failed = json_object_get(out, "FailedNodes");
+    const char *fail = json_string_value(json_object_get(failed, "node-b"));
+    char list[64] = "";
+
+    if (fail == NULL)
+        fail = json_string_value(json_object_get(failed, "node-a"));
+    *why = strdup(fail ? fail : "");
+    for (size_t i = 0; i < json_array_size(pass); i++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? "," : "",
+                 json_string_value(json_array_get(pass, i)));
+    json_decref(out);
+    out = call(egpu_extender_prioritize, x, body, 200);
+    *ten = NULL;
+    for (size_t i = 0; i < json_array_size(out); i++) {
+        json_t *e = json_array_get(out, i);
+
+        if (json_integer_value(json_object_get(e, "Score")) == 10)
+            *ten = strdup(json_string_value(json_object_get(e, "Host")));
+    }
+    assert_non_null(*ten);
+    json_decref(out);
+    free(body);
+    return strdup(list);
+}
+
+/* Issue 14, point 6: --load-aware. Two identical empty nodes and a seed
+ * whose hash picks node-b; node-b's card reports 90% utilization, node-a's
+ * 5%. Load-aware: filter passes node-a alone and says why node-b fails,
+ * prioritize gives node-a 10. Off: both pass and node-b gets 10, as the
+ * hash says. A report older than the bound is unknown, never idle: then
+ * node-b's known 90% wins. Load-only reports never rebuild a node. */
+static void test_load_aware_breaks_ties(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new(), *d = egpu_sched_cache_new();
+    struct fake_api f = {0}, g = {0};
+    struct egpu_extender_ops ops = {
+        .data = &f, .synced = fake_synced, .annotate = fake_annotate, .bind = fake_bind};
+    struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_BINPACK,
+                                       .card_policy = EGPU_POLICY_BINPACK};
+    struct egpu_extender *x, *y;
+    struct egpu_error err = {0};
+    uint64_t members, gen;
+    char *why, *one, *ten;
+
+    (void)state;
+    while (egpu_hash_str("node-b", cfg.seed) > egpu_hash_str("node-a", cfg.seed))
+        cfg.seed++;
+    pthread_mutex_init(&f.lock, NULL);
+    pthread_mutex_init(&g.lock, NULL);
+    cfg.load_aware = true;
+    x = egpu_extender_new(&cfg, c, &ops, &err);
+    cfg.load_aware = false;
+    ops.data = &g;
+    y = egpu_extender_new(&cfg, d, &ops, &err);
+    assert_non_null(x);
+    assert_non_null(y);
+    egpu_sched_cache_set_load_aware(c, true, 300);
+    add_gpu_node(c, "node-a", 1);
+    add_gpu_node(c, "node-b", 1);
+    add_gpu_node(d, "node-a", 1);
+    add_gpu_node(d, "node-b", 1);
+    members = egpu_sched_cache_lock(c)->members;
+    egpu_sched_cache_unlock(c);
+    set_used(c, "node-a", 0, 5, 1024, 10);
+    set_used(c, "node-b", 0, 90, 1024, 10);
+    set_used(d, "node-a", 0, 5, 1024, 10);
+    set_used(d, "node-b", 0, 90, 1024, 10);
+    assert_int_equal(card_load(c, "node-a", 0), 5);
+    assert_int_equal(card_load(c, "node-b", 0), 90);
+    assert_int_equal(card_load(d, "node-a", 0), EGPU_LOAD_UNKNOWN); /* off: never read */
+    /* Load-only reports changed cards in place: no node left or came. */
+    assert_true(egpu_sched_cache_lock(c)->members == members);
+    egpu_sched_cache_unlock(c);
+
+    one = filter_pass(x, &why, &ten);
+    assert_string_equal(one, "node-a");
+    assert_string_equal(ten, "node-a");
+    assert_string_equal(why, "node node-a fits this pod as well and its cards are less loaded "
+                             "(load 5% against 90%: the higher of GPU utilization and memory "
+                             "in use); filter passes only the least loaded of the nodes tied "
+                             "for the best score");
+    assert_int_equal(egpu_extender_load_decided(x), 1);
+    free(one);
+    free(why);
+    free(ten);
+    one = filter_pass(y, &why, &ten);
+    assert_string_equal(one, "node-a,node-b"); /* both pass, the hash's node-b gets 10 */
+    assert_string_equal(ten, "node-b");
+    assert_string_equal(why, "");
+    assert_int_equal(egpu_extender_load_decided(y), 0);
+    free(one);
+    free(why);
+    free(ten);
+
+    /* The same report again changes nothing, not even the generation. */
+    gen = egpu_sched_cache_lock(c)->gen;
+    egpu_sched_cache_unlock(c);
+    set_used(c, "node-a", 0, 5, 1024, 10);
+    assert_true(egpu_sched_cache_lock(c)->gen == gen);
+    egpu_sched_cache_unlock(c);
+
+    /* node-a's report is 400 s old: unknown, so node-b's 90% is preferred. */
+    set_used(c, "node-a", 0, 5, 1024, 400);
+    assert_int_equal(card_load(c, "node-a", 0), EGPU_LOAD_UNKNOWN);
+    one = filter_pass(x, &why, &ten);
+    assert_string_equal(one, "node-b");
+    assert_string_equal(ten, "node-b");
+    assert_non_null(strstr(why, "(load 90% against unknown (no fresh report)"));
+    free(one);
+    free(why);
+    free(ten);
+
+    /* A fresh report grows stale as time passes, with no event. */
+    set_used(c, "node-a", 0, 5, 1024, 10);
+    assert_int_equal(card_load(c, "node-a", 0), 5);
+    (void)egpu_sched_cache_lock(c);
+    egpu_sched_cache_expire_loads_locked(c, (int64_t)time(NULL) + 200);
+    egpu_sched_cache_unlock(c);
+    assert_int_equal(card_load(c, "node-a", 0), 5);
+    (void)egpu_sched_cache_lock(c);
+    egpu_sched_cache_expire_loads_locked(c, (int64_t)time(NULL) + 300);
+    egpu_sched_cache_unlock(c);
+    assert_int_equal(card_load(c, "node-a", 0), EGPU_LOAD_UNKNOWN);
+    assert_int_equal(card_load(c, "node-b", 0), EGPU_LOAD_UNKNOWN);
+
+    /* No status.used at all: unknown. A health change rebuilds the node and
+     * keeps the fresh load. */
+    set_used(c, "node-b", 0, 90, 1024, 10);
+    set_health(c, "node-a", 0, "Healthy");
+    assert_int_equal(card_load(c, "node-a", 0), EGPU_LOAD_UNKNOWN);
+    set_used(c, "node-a", 0, 40, 1024, 10);
+    {
+        json_t *gj = make_gpu("node-a", 0, "A100", 40960);
+        char at[EGPU_API_TIME_MAX];
+
+        json_object_set_new(json_object_get(gj, "status"), "health", json_string("Unhealthy"));
+        json_object_set_new(json_object_get(gj, "status"), "used",
+                            json_pack("{s:i,s:i,s:s}", "memory", 1024, "utilization", 40,
+                                      "updateTime",
+                                      egpu_api_time_format((int64_t)time(NULL) - 10, at)));
+        assert_int_equal(egpu_sched_cache_gpu_set(c, gj, &err), 0);
+        json_decref(gj);
+    }
+    assert_int_equal(card_load(c, "node-a", 0), 40);
+    egpu_extender_free(x);
+    egpu_extender_free(y);
+    egpu_sched_cache_free(c);
+    egpu_sched_cache_free(d);
+}
+
 static void test_filter_and_prioritize(void **state)
 {
     struct egpu_sched_cache *c = egpu_sched_cache_new();
@@ -1161,6 +1352,7 @@ int main(void)
         cmocka_unit_test(test_filter_and_prioritize),
         cmocka_unit_test(test_unsynced_refusals),
         cmocka_unit_test(test_unhealthy_cards_take_no_new_pod),
+        cmocka_unit_test(test_load_aware_breaks_ties),
         cmocka_unit_test(test_filter_follows_node_set),
         cmocka_unit_test(test_bind_and_rollback),
         cmocka_unit_test(test_bind_refuses_foreign_and_gpu_less_pods),
