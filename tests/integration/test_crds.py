@@ -24,32 +24,24 @@ import copy
 import json
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, tool
 
 CORE, MEM, TFLOPS = "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory", "elasticgpu.io/gpu-tflops"
 API = "elasticgpu.io/v1alpha1"
 TIME = "2026-07-24T09:31:03Z"
 
 
-def tool(name, fallback=None):
-    path = shutil.which(name) or (fallback if fallback and os.access(fallback, os.X_OK) else None)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} is not installed (scripts/deps.sh)")
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 @pytest.fixture(scope="module")
 def schemas():
     """kind -> storage version's openAPIV3Schema, as kubectl renders deploy/crds."""
     import yaml
-    r = subprocess.run([tool("kubectl", "/usr/bin/kubectl"), "kustomize", str(ROOT / "deploy/crds")],
+    r = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / "deploy/crds")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     out = {}
@@ -663,7 +655,7 @@ def test_example_budget(schemas, objects_tool):
 
 
 def test_whole_deploy_renders():
-    r = subprocess.run([tool("kubectl", "/usr/bin/kubectl"), "kustomize", str(ROOT / "deploy")],
+    r = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / "deploy")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "elasticgpuclaims.elasticgpu.io" in r.stdout

@@ -10,14 +10,13 @@ under CI=true, where that fails. The webhook's part of deploy/ has its own
 module, test_deploy_webhook.py."""
 import os
 import re
-import shutil
 import subprocess
 import urllib.parse
 
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, find_tool
 
 DEPLOY = ROOT / "deploy"
 NS = "elastic-gpu-system"
@@ -113,8 +112,7 @@ LEASE_VERBS = {"get", "create", "update"}  # client-go style leader election
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients read
 KUBE_SCHEDULER_SECURE_PORT = 10259
 
-KUBECTL = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.access("/usr/bin/kubectl", os.X_OK)
-                                      else None)
+KUBECTL = find_tool("kubectl")  # tools/bin's (make deps), else PATH's
 # Under CI=true a missing kubectl fails every test (kustomize() asserts it).
 pytestmark = pytest.mark.skipif(KUBECTL is None and os.environ.get("CI") != "true",
                                 reason="kubectl is not installed")

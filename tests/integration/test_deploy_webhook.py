@@ -27,7 +27,6 @@ import base64
 import json
 import os
 import re
-import shutil
 import socket
 import ssl
 import stat
@@ -37,7 +36,7 @@ import threading
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, tool
 
 DEPLOY = ROOT / "deploy"
 WEBHOOK_DIR = DEPLOY / "webhook"
@@ -63,17 +62,10 @@ COMPAT_NVIDIA = ["nvidia.com/gpucores", "nvidia.com/gpumem"]
 CORE_LIMIT_ANNOTATIONS = ["tencent.com/vcuda-core-limit", "inspur.com/vcuda-core-limit"]
 
 
-def tool(name, fallback=None):
-    path = shutil.which(name) or (fallback if fallback and os.access(fallback, os.X_OK) else None)
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{name} is not installed (scripts/deps.sh)")
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 def kubectl():
-    return tool("kubectl", "/usr/bin/kubectl")
+    return tool("kubectl")
 
 
 def kustomize(path):

@@ -26,11 +26,10 @@ import grpc
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, tool
 from test_agent import (  # noqa: F401 (fixtures, used by name)
     RES, Agent, agent_bin, alloc_dir, allocate, api_env, cleanup_env, dp, mounts, scrape,
     wait_until)
-from test_deploy import KUBECTL
 from test_scheduler import ASSIGNED, api, args, assigned, cluster, sched  # noqa: F401
 from test_vcuda import (CTX_MIB, MIB, OOM, Probe, card_share, core_conf,  # noqa: F401
                         log_lines, mem_conf, meminfo, mock_used, mockctl, paths, world)
@@ -187,7 +186,7 @@ ALLOCATED = "elasticgpu.io/allocated"
 
 def rendered_policy():
     """deploy/ as kubectl renders it: the policy and its binding."""
-    out = subprocess.run([KUBECTL, "kustomize", str(ROOT / "deploy")], capture_output=True,
+    out = subprocess.run([tool("kubectl"), "kustomize", str(ROOT / "deploy")], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]

@@ -15,7 +15,8 @@
 - Errors: the server unreachable and a 403 are exit 1 with one line naming
   the server and the HTTP status; an unknown command, an unknown flag, a bad
   -o and an extra argument are exit 2 with the usage text.
-- The real kubectl runs it as a plugin: `kubectl egpu inspect --kubeconfig`
+- The real kubectl (tools/bin's 1.35 from `make deps`, else PATH's) runs it as
+  a plugin: `kubectl egpu inspect --kubeconfig`
   with the built kubectl-egpu on PATH prints what the binary prints. Under
   CI=true a missing kubectl fails that test instead of skipping it.
 """
@@ -26,7 +27,7 @@ import subprocess
 
 import pytest
 
-from test_deploy import KUBECTL
+from conftest import tool
 from test_scheduler import api  # noqa: F401 (the test API server fixture)
 
 G = "/apis/elasticgpu.io/v1alpha1"
@@ -453,10 +454,7 @@ def test_errors(api, plugin, tmp_path):  # noqa: F811
 
 
 def test_kubectl_runs_the_plugin(api, plugin, tmp_path):  # noqa: F811
-    if KUBECTL is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("kubectl is not installed (scripts/deps.sh)")
-        pytest.skip("kubectl is not installed")
+    kubectl = tool("kubectl")  # tools/bin's kubectl 1.35 (make deps), else PATH's
     cluster(api)
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -464,12 +462,12 @@ def test_kubectl_runs_the_plugin(api, plugin, tmp_path):  # noqa: F811
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)
     env["PATH"] = f"{bindir}:{env.get('PATH', '')}"
-    r = subprocess.run([KUBECTL, "egpu", "inspect", "--kubeconfig", api.kubeconfig],
+    r = subprocess.run([kubectl, "egpu", "inspect", "--kubeconfig", api.kubeconfig],
                        capture_output=True, text=True, timeout=60, env=env)
     assert (r.returncode, r.stdout) == (0, INSPECT), r.stderr
-    r = subprocess.run([KUBECTL, "plugin", "list"], capture_output=True, text=True, timeout=60,
+    r = subprocess.run([kubectl, "plugin", "list"], capture_output=True, text=True, timeout=60,
                        env=env)
     assert str(bindir / "kubectl-egpu") in r.stdout, r.stdout + r.stderr
-    r = subprocess.run([KUBECTL, "egpu", "nonsense"], capture_output=True, text=True,
+    r = subprocess.run([kubectl, "egpu", "nonsense"], capture_output=True, text=True,
                        timeout=60, env=env)
     assert r.returncode == 2 and "unknown command" in r.stderr
