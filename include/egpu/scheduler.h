@@ -256,11 +256,20 @@ const struct egpu_sched_pod *egpu_sched_cache_pod_locked(struct egpu_sched_cache
 /* Would placing pod on node with pick make a kubelet request ambiguous?
  * True when another pod placed on node and not yet allocated by the agent
  * has a container with the same gpu-core as one of pod's but other cards or
- * memory (DESIGN.md section 2.3); why then names that pod. */
+ * memory (DESIGN.md section 2.3); why then names that pod. bind refuses
+ * such a node and filter fails it (only the nodes of
+ * egpu_sched_cache_waiting_next_locked can be). */
 bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
                                           const struct egpu_sched_pod *pod,
                                           const struct egpu_node *node,
                                           const struct egpu_pick *pick, char *why, size_t len);
+
+/* The nodes where a pod is placed by its elasticgpu.io/assigned and not yet
+ * marked elasticgpu.io/allocated (not finished), one per call: start with
+ * *it NULL; NULL after the last. Kept as the pods change, so no node is
+ * walked: usually none or a few (pods between bind and the agent's mark).
+ * The name is borrowed, valid while locked and the cache unchanged. */
+const char *egpu_sched_cache_waiting_next_locked(struct egpu_sched_cache *c, const void **it);
 
 /* Reserve pick for pod on node (bind's decision, before the API writes) and
  * fill *out with the annotation to write. Until the pod's watch event shows

@@ -106,11 +106,13 @@ struct claim_entry {
 
 struct node_info {
     char name[EGPU_K8S_NAME_MAX];
-    struct pod_entry *pods;   /* pods placed here (list through pod_entry.next) */
-    struct resv_entry *resvs; /* ElasticGPUs naming this node, oldest first */
-    bool has_node;            /* the Node object is known */
-    json_t *labels;           /* its metadata.labels (a copy), NULL = none */
-    int64_t cpu_milli;        /* allocatable */
+    struct pod_entry *pods;          /* pods placed here (list through pod_entry.next) */
+    uint32_t waiting;                /* of which placed by an assignment and not yet allocated */
+    struct node_info *wprev, *wnext; /* egpu_sched_cache.waiting, while waiting > 0 */
+    struct resv_entry *resvs;        /* ElasticGPUs naming this node, oldest first */
+    bool has_node;                   /* the Node object is known */
+    json_t *labels;                  /* its metadata.labels (a copy), NULL = none */
+    int64_t cpu_milli;               /* allocatable */
     int64_t mem_mib;
     uint32_t ngpus;
     struct gpu_info gpus[EGPU_NODE_GPUS_MAX];
@@ -123,6 +125,7 @@ struct pod_entry {
     bool reserved;          /* placed by our bind; the watch has not confirmed it yet */
     bool unresolved;        /* counted without its cards (they could not be matched) */
     struct node_info *home; /* the node it is placed on, or NULL */
+    bool waiting;           /* counted in home->waiting (see is_waiting) */
     struct pod_entry *prev, *next;
     uint64_t parked; /* uncounted by park_users under this tag, to be counted again */
     uint32_t nuses;  /* pod.claims[i] is uses[i]'s claim */
@@ -178,6 +181,8 @@ struct egpu_sched_cache {
     uint64_t resv_overfills;   /* times a reservation was found not to fit */
     size_t nshadowed;          /* GPU slots left out as duplicates */
     uint64_t assigned_ignored; /* changes to a recorded assigned annotation not believed */
+    struct node_info *waiting; /* the nodes with waiting > 0 (few: pods between bind and
+                                * the agent's elasticgpu.io/allocated) */
     bool load_aware;           /* give the core the cards' fresh loads */
     int64_t load_max_age_s;    /* a report older than this is unknown */
     int64_t load_expiry_s;     /* no fresh load turns stale before this; INT64_MAX = none */
@@ -719,8 +724,62 @@ static void drop_if_empty(struct egpu_sched_cache *c, struct node_info *ni)
     egpu_free(ni);
 }
 
-/* Link e into the list of the node it is placed on now (after e->pod changed). */
+/* Whether e's pod is placed on its node by an assignment the agent has not
+ * marked allocated yet: the kubelet could confuse its containers with
+ * another pod's of the same gpu-core (egpu_sched_cache_is_ambiguous_locked). */
+static bool is_waiting(const struct pod_entry *e)
+{
+    return e->home != NULL && e->pod.has_assigned && !e->pod.allocated && !e->pod.terminal;
+}
+
+/* Take e out of its node's waiting count (before e->pod or e->home change). */
+static void waiting_drop(struct egpu_sched_cache *c, struct pod_entry *e)
+{
+    struct node_info *ni = e->home;
+
+    if (!e->waiting)
+        return;
+    e->waiting = false;
+    if (--ni->waiting > 0)
+        return;
+    if (ni->wprev != NULL)
+        ni->wprev->wnext = ni->wnext;
+    else
+        c->waiting = ni->wnext;
+    if (ni->wnext != NULL)
+        ni->wnext->wprev = ni->wprev;
+    ni->wprev = ni->wnext = NULL;
+}
+
+/* Count e in its node's waiting count when it waits (after a change). */
+static void waiting_add(struct egpu_sched_cache *c, struct pod_entry *e)
+{
+    struct node_info *ni = e->home;
+
+    if (e->waiting || !is_waiting(e))
+        return;
+    e->waiting = true;
+    if (ni->waiting++ > 0)
+        return;
+    ni->wprev = NULL;
+    ni->wnext = c->waiting;
+    if (ni->wnext != NULL)
+        ni->wnext->wprev = ni;
+    c->waiting = ni;
+}
+
+static void relink(struct egpu_sched_cache *c, struct pod_entry *e);
+
+/* Link e into the list of the node it is placed on now (after e->pod
+ * changed), and count it there as waiting or not. */
 static void rehome(struct egpu_sched_cache *c, struct pod_entry *e)
+{
+    waiting_drop(c, e);
+    relink(c, e);
+    waiting_add(c, e);
+}
+
+static void relink(struct egpu_sched_cache *c, struct pod_entry *e)
 {
     const char *target = target_of(&e->pod);
     struct node_info *old = e->home;
@@ -1599,7 +1658,9 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
         keep_assigned(c, e, p);
     if (same_placement(&e->pod, p) && p->req.ncontainers == e->pod.req.ncontainers &&
         same_claims(&e->pod, p)) {
+        waiting_drop(c, e);
         e->pod = *p; /* allocated flag, phase... */
+        waiting_add(c, e);
         goto out;
     }
     counted_on(e, was);
@@ -1713,9 +1774,9 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
                 assigned_cards(&q->assigned, j, theirs, sizeof(theirs));
                 if (strcmp(mine, theirs) != 0 || qc->mem_mib != cr->mem_mib) {
                     snprintf(why, len,
-                             "pod %s/%s waits on node %s for a container of the same gpu-core "
-                             "(%u) on other cards or memory; the kubelet could not tell the two "
-                             "apart, retry once it has started",
+                             "pod %s/%s placed on node %s is not yet allocated and asks the same "
+                             "gpu-core (%u%%) on other cards or memory; the kubelet's request "
+                             "would be ambiguous until it is (retry shortly)",
                              q->ns, q->name, node->name, pct);
                     return true;
                 }
@@ -1723,6 +1784,14 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
         }
     }
     return false;
+}
+
+const char *egpu_sched_cache_waiting_next_locked(struct egpu_sched_cache *c, const void **it)
+{
+    const struct node_info *ni = *it == NULL ? c->waiting : ((const struct node_info *)*it)->wnext;
+
+    *it = ni;
+    return ni != NULL ? ni->name : NULL;
 }
 
 int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egpu_sched_pod *pod,

@@ -520,26 +520,83 @@ static const char *refusal(struct egpu_extender *x, struct egpu_placer *p,
     return e->text != NULL ? e->text : buf;
 }
 
+/* Steer pod around the nodes bind would refuse as ambiguous (cache lock
+ * held): of nodes slots[0..n) that fit (v[i].ok), those where another pod
+ * is placed and not yet allocated and the card pick bind would make gives
+ * egpu_sched_cache_is_ambiguous_locked's answer (the same gpu-core on other
+ * cards or memory) get v[i].ok = false and, with steered (n entries, NULL
+ * when the reason is not wanted), steered[i] = the reason (the caller frees
+ * each). Only the nodes of egpu_sched_cache_waiting_next_locked are looked
+ * at, usually none, so a filter over 5,000 nodes pays one pointer test.
+ * Before the best-score tie set: a steered node must not hide another one
+ * that fits. Returns 0 or -ENOMEM. */
+static int steer(struct egpu_extender *x, struct egpu_placer *p, struct egpu_cluster *c,
+                 const struct egpu_sched_pod *pod, const uint32_t *slots, size_t n,
+                 struct egpu_verdict *v, char **steered)
+{
+    const void *it = NULL;
+    const char *name;
+    bool *mark = NULL;
+
+    while ((name = egpu_sched_cache_waiting_next_locked(x->cache, &it)) != NULL) {
+        const struct egpu_node *node = egpu_cluster_node(c, name);
+
+        if (node == NULL || node->slot >= c->cap)
+            continue;
+        if (mark == NULL && (mark = egpu_calloc(c->cap, sizeof(*mark))) == NULL)
+            return -ENOMEM;
+        mark[node->slot] = true;
+    }
+    for (size_t i = 0; mark != NULL && i < n; i++) {
+        struct egpu_node *node;
+        struct egpu_pick pick;
+        char text[1024];
+
+        if (!v[i].ok || slots[i] == EGPU_NO_SLOT || slots[i] >= c->cap || !mark[slots[i]])
+            continue;
+        node = c->nodes[slots[i]];
+        /* The pick bind would make (egpu_extender_bind). */
+        if (!egpu_placer_can_host(p, c, node, &pod->req, &pick, text, sizeof(text)) ||
+            !egpu_sched_cache_is_ambiguous_locked(x->cache, pod, node, &pick, text, sizeof(text)))
+            continue;
+        v[i].ok = false;
+        if (steered != NULL && (steered[i] = egpu_strdup(text)) == NULL) {
+            egpu_free(mark);
+            return -ENOMEM;
+        }
+    }
+    egpu_free(mark);
+    return 0;
+}
+
 /* Judge nodes names[0..n) for request r (cache lock held; list as for
  * resolve): v[i] gets
  * feasibility and score; why[i] (when why != NULL) NULL for a node that can
  * host the pod, else a reason whose text is appended to reasons. The
  * placer's memo answers both at once for a node that has not changed
  * (egpu_placer_score_slots), so only refusals cost more than a lookup.
- * Returns 0 or -ENOMEM. */
+ * With pod (may be NULL), the nodes where binding it would be ambiguous
+ * fail too (steer). Returns 0 or -ENOMEM. */
 static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_cluster *c,
-                 const struct egpu_pod_request *r, struct egpu__names *list,
-                 const char *const *names, size_t n, struct egpu_verdict *v, const char **why,
-                 struct egpu_buf *reasons)
+                 const struct egpu_sched_pod *pod, const struct egpu_pod_request *r,
+                 struct egpu__names *list, const char *const *names, size_t n,
+                 struct egpu_verdict *v, const char **why, struct egpu_buf *reasons)
 {
     static const char failed[] = ""; /* marker: reason text is in reasons */
     const uint32_t *slots = resolve(x, c, list, names, n);
+    char **steered = NULL; /* n reasons of steer, allocated when a node waits */
+    const void *it = NULL;
     size_t pos = 0;
     int rc = 0;
 
     if (slots == NULL)
         return -ENOMEM;
     egpu_placer_score_slots(p, c, r, slots, n, v);
+    if (pod != NULL && egpu_sched_cache_waiting_next_locked(x->cache, &it) != NULL) {
+        if (why != NULL && (steered = egpu_calloc(n ? n : 1, sizeof(*steered))) == NULL)
+            return -ENOMEM;
+        rc = steer(x, p, c, pod, slots, n, v, steered);
+    }
     for (size_t i = 0; why != NULL && i < n; i++) {
         const char *reason;
         char text[512];
@@ -553,11 +610,16 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
             continue;
         }
         /* Refused: the reason, which the placer's memo does not keep. */
-        reason = refusal(x, p, c, c->nodes[slots[i]], r, text, sizeof(text));
+        reason = steered != NULL && steered[i] != NULL
+                     ? steered[i]
+                     : refusal(x, p, c, c->nodes[slots[i]], r, text, sizeof(text));
         if (rc == 0)
             rc = egpu_buf_append(reasons, reason, strlen(reason) + 1);
         why[i] = failed;
     }
+    for (size_t i = 0; steered != NULL && i < n; i++)
+        egpu_free(steered[i]);
+    egpu_free(steered);
     for (size_t i = 0; rc == 0 && why != NULL && i < n; i++) {
         if (why[i] == failed) {
             why[i] = reasons->data + pos;
@@ -824,7 +886,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         p = pod_placer(x, c, &a.pod, &err);
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
         if (p != NULL && v != NULL) {
-            rc = judge(x, p, c, &a.pod.req, a.list, a.names, a.n, v, why, &reasons);
+            rc = judge(x, p, c, &a.pod, &a.pod.req, a.list, a.names, a.n, v, why, &reasons);
             if (rc == 0)
                 by_load = pass_best(v, why, a.names, a.n, x->cfg.seed, x->cfg.load_aware,
                                     node_policy_name(x, &a.pod), better, sizeof(better), &loaded);
@@ -944,8 +1006,8 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
             slots[done] = x->last.slots != NULL ? x->last.slots[k] : EGPU_NO_SLOT;
         }
         if (done < a.n)
-            rc = judge(x, p, c, &a.pod.req, a.list, a.names + done, a.n - done, v + done, NULL,
-                       NULL);
+            rc = judge(x, p, c, &a.pod, &a.pod.req, a.list, a.names + done, a.n - done, v + done,
+                       NULL, NULL);
         if (rc == 0 && done < a.n)
             memcpy(slots + done, x->resolved.slots, (a.n - done) * sizeof(*slots));
         members = c->members;

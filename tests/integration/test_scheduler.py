@@ -399,6 +399,50 @@ def test_ambiguity_rule(api, sched):
                                   '{reason="ambiguous"}') == 1)
 
 
+def test_filter_steers_around_an_ambiguous_node(api, sched):
+    """Issue 14, point 3. Two pods of the same core size, node-a and node-b
+    both fit. a is bound to node-a and not yet allocated; filter for b fails
+    node-a with the reason and passes node-b (binpack ranks the fuller
+    node-a first: before, filter passed node-a alone and bind refused it,
+    until a's container had started). Once the agent marks a allocated,
+    node-a passes again."""
+    cluster(api, nodes=("node-a", "node-b"), gpus=1)
+    s = sched()
+    s.wait_ready()
+    api.pod("a", 30, 1024)
+    b = api.pod("b", 30, 2048)
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_pods") == 2)
+    st, out = s.post("bind", {"PodName": "a", "PodNamespace": "default", "PodUID": "",
+                              "Node": "node-a"})
+    assert out["Error"] == ""
+    s.wait_until(lambda: assigned(api, "a") is not None)
+    st, out = s.post("filter", args(b, ["node-a", "node-b"]))
+    assert st == 200 and out["Error"] == ""
+    assert out["NodeNames"] == ["node-b"], out
+    assert out["FailedNodes"]["node-a"] == (
+        "pod default/a placed on node node-a is not yet allocated and asks the same gpu-core "
+        "(30%) on other cards or memory; the kubelet's request would be ambiguous until it is "
+        "(retry shortly)")
+    st, out = s.post("prioritize", args(b, ["node-b"]))
+    assert out == [{"Host": "node-b", "Score": 10}]
+    # bind keeps its refusal as the safety net.
+    st, out = s.post("bind", {"PodName": "b", "PodNamespace": "default", "PodUID": "",
+                              "Node": "node-a"})
+    assert "not yet allocated" in out["Error"]
+    # The agent marks a allocated: node-a, the fuller, passes again.
+    st, _ = api.call("PATCH", "/api/v1/namespaces/default/pods/a",
+                     {"metadata": {"annotations": {"elasticgpu.io/allocated": json.dumps(
+                         {"containers": {"main": {"gpus": ["GPU-node-a-0"], "core": 30,
+                                                  "memory": 1024}}})}}},
+                     ctype="application/merge-patch+json")
+    assert st == 200
+    s.wait_until(lambda: s.post("filter", args(b, ["node-a", "node-b"]))[1]["NodeNames"]
+                 == ["node-a"])
+    st, out = s.post("bind", {"PodName": "b", "PodNamespace": "default", "PodUID": "",
+                              "Node": "node-a"})
+    assert out["Error"] == ""
+
+
 def test_bad_input_gets_4xx_and_changes_nothing(api, sched):
     from prometheus_client.parser import text_string_to_metric_families
     cluster(api, nodes=("gpu-1",), gpus=1)

@@ -1183,6 +1183,147 @@ static void test_bind_refuses_ambiguity(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* filter for one pod on n1 and n2: the nodes it passes ("n1", "n2",
+ * "n1,n2" or ""), n1's FailedNodes reason in *why1 ("" when it passes) and
+ * the node prioritize gives 10 ("" when none), all copies. */
+static char *filter_two(struct egpu_extender *x, json_t *pod, char **why1, char **ten)
+{
+    const char *const nodes[] = {"n1", "n2"};
+    char *body = tu_extender_args(pod, nodes, 2, false);
+    json_t *out = call(egpu_extender_filter, x, body, 200),
+           *pass = json_object_get(out, "NodeNames");
+    const char *fail =
+        json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "n1"));
+    char list[64] = "";
+
+    *why1 = strdup(fail ? fail : "");
+    for (size_t i = 0; i < json_array_size(pass); i++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? "," : "",
+                 json_string_value(json_array_get(pass, i)));
+    json_decref(out);
+    out = call(egpu_extender_prioritize, x, body, 200);
+    *ten = strdup("");
+    for (size_t i = 0; i < json_array_size(out); i++) {
+        json_t *e = json_array_get(out, i);
+
+        if (json_integer_value(json_object_get(e, "Score")) == 10) {
+            free(*ten);
+            *ten = strdup(json_string_value(json_object_get(e, "Host")));
+        }
+    }
+    json_decref(out);
+    free(body);
+    return strdup(list);
+}
+
+/* Issue 14, point 3: filter steers around the node bind would refuse as
+ * ambiguous. Pod a (30%, 1024 MiB) is placed on n1's card and not yet
+ * allocated; b asks 30% with 2048 MiB. Binpack ranks n1 (the fuller node)
+ * first, so before, filter passed n1 alone (n2 "fits this pod better")
+ * and bind refused it. Now n1 fails with the reason, removed before the
+ * best-score tie set is made, so n2 passes and prioritize gives it 10;
+ * bind still refuses n1. Once a is allocated, n1 passes again (and is
+ * best). A pod of another core size is not affected. */
+static void test_filter_steers_around_ambiguity(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    const char *assigned_a = "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":30,"
+                             "\"memory\":1024,\"gpus\":[\"GPU-n1-0\"]}]}";
+    const int core30[] = {30}, core40[] = {40}, mem1[] = {1024}, mem2[] = {2048};
+    char *pass, *why, *ten, *body;
+    json_t *pod, *out;
+
+    (void)state;
+    add_gpu_node(c, "n1", 1);
+    add_gpu_node(c, "n2", 1);
+    pod = make_pod("ns", "a", "n1", 1, core30, mem1);
+    annotate_json(pod, EGPU_ANN_ASSIGNED, assigned_a);
+    set_pod(c, pod);
+    set_pod(c, make_pod("ns", "b", NULL, 1, core30, mem2));
+
+    pass = filter_two(x, make_pod("ns", "b", NULL, 1, core30, mem2), &why, &ten);
+    assert_string_equal(pass, "n2");
+    assert_string_equal(why, "pod ns/a placed on node n1 is not yet allocated and asks the same "
+                             "gpu-core (30%) on other cards or memory; the kubelet's request "
+                             "would be ambiguous until it is (retry shortly)");
+    assert_string_equal(ten, "n2");
+    free(pass);
+    free(why);
+    free(ten);
+    /* bind keeps its refusal as the safety net. */
+    body = bind_args("ns", "b", "n1");
+    out = call(egpu_extender_bind, x, body, 200);
+    assert_non_null(strstr(json_string_value(json_object_get(out, "Error")), "not yet allocated"));
+    json_decref(out);
+    free(body);
+    assert_int_equal(f.bind_calls, 0);
+
+    /* Another core size on the same card: nothing to confuse; n1 is best. */
+    pass = filter_two(x, make_pod("ns", "d", NULL, 1, core40, mem2), &why, &ten);
+    assert_string_equal(pass, "n1");
+    assert_string_equal(why, "");
+    assert_string_equal(ten, "n1");
+    free(pass);
+    free(why);
+    free(ten);
+
+    /* The agent marks a allocated: n1 passes again, and is the best. */
+    pod = make_pod("ns", "a", "n1", 1, core30, mem1);
+    annotate_json(pod, EGPU_ANN_ASSIGNED, assigned_a);
+    annotate_json(pod, EGPU_ANN_ALLOCATED, "{\"containers\":{\"c0\":{}}}");
+    set_pod(c, pod);
+    pass = filter_two(x, make_pod("ns", "b", NULL, 1, core30, mem2), &why, &ten);
+    assert_string_equal(pass, "n1");
+    assert_string_equal(why, "");
+    assert_string_equal(ten, "n1");
+    free(pass);
+    free(why);
+    free(ten);
+
+    /* A waits again when a new unallocated pod lands on n1; it goes away
+     * with the pod (deleted): n1 passes. */
+    pod = make_pod("ns", "e", "n1", 1, core30, mem1);
+    annotate_json(pod, EGPU_ANN_ASSIGNED,
+                  "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":30,"
+                  "\"memory\":1024,\"gpus\":[\"GPU-n1-0\"]}]}");
+    set_pod(c, pod);
+    pass = filter_two(x, make_pod("ns", "b", NULL, 1, core30, mem2), &why, &ten);
+    assert_string_equal(pass, "n2");
+    assert_non_null(strstr(why, "pod ns/e placed on node n1"));
+    free(pass);
+    free(why);
+    free(ten);
+    assert_int_equal(egpu_sched_cache_pod_delete(c, "ns", "e"), 0);
+    pass = filter_two(x, make_pod("ns", "b", NULL, 1, core30, mem2), &why, &ten);
+    assert_string_equal(pass, "n1");
+    free(pass);
+    free(why);
+    free(ten);
+
+    /* Only n1, and it is ambiguous: no node passes, with the reason. */
+    pod = make_pod("ns", "e", "n1", 1, core30, mem1);
+    annotate_json(pod, EGPU_ANN_ASSIGNED,
+                  "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":30,"
+                  "\"memory\":1024,\"gpus\":[\"GPU-n1-0\"]}]}");
+    set_pod(c, pod);
+    {
+        const char *const one[] = {"n1"};
+
+        body = tu_extender_args(make_pod("ns", "b", NULL, 1, core30, mem2), one, 1, false);
+        out = call(egpu_extender_filter, x, body, 200);
+        assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 0);
+        assert_non_null(
+            strstr(json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "n1")),
+                   "retry shortly"));
+        json_decref(out);
+        free(body);
+    }
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 /* The per-pod annotations override the flags' policies. One card is 50%
  * used, the other free: binpack puts a 30% pod on the used card, a pod
  * annotated card-policy=spread goes to the free one. */
@@ -1357,6 +1498,7 @@ int main(void)
         cmocka_unit_test(test_bind_and_rollback),
         cmocka_unit_test(test_bind_refuses_foreign_and_gpu_less_pods),
         cmocka_unit_test(test_bind_refuses_ambiguity),
+        cmocka_unit_test(test_filter_steers_around_ambiguity),
         cmocka_unit_test(test_policy_override_by_annotation),
         cmocka_unit_test(test_fgd_with_live_workload),
         cmocka_unit_test(test_concurrent_binds_never_overcommit),
