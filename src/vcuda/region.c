@@ -63,6 +63,10 @@
  * usage until that process's next call (docs/vcuda.md says what a hostile
  * process can do).
  *
+ * egpu-vcuda-inspect reads a copy of the file through
+ * egpu__vcuda_region_decode, with the same header checks, and judges a
+ * slot's process with egpu__vcuda_proc_is_alive as reclamation does.
+ *
  * Card ids given to callers are local to the process (the order it met the
  * cards), translated to the shared table's index per generation.
  *
@@ -89,7 +93,7 @@
 
 #define REGION_MAGIC          0x31414d55444356ULL /* "VCDUMA1" */
 #define REGION_VERSION        3 /* 2: the lock word replaced the robust mutex; 3: audit, confirmed */
-#define REGION_SLOTS          1024
+#define REGION_SLOTS          EGPU_VCUDA_REGION_SLOTS
 #define REGION_LOCK_TIMEOUT_S 5
 #define ENTER_TRIES           3
 #define MS_NS                 1000000ULL
@@ -328,23 +332,28 @@ int egpu__vcuda_proc_start(pid_t pid, uint64_t *start, bool *zombie)
     return 0;
 }
 
-/* Whether the process of slot sl is still there. */
-static bool slot_alive(const struct shm_slot *sl)
+bool egpu__vcuda_proc_is_alive(pid_t pid, uint64_t start_ticks)
 {
     uint64_t start = 0;
     bool zombie = false;
     int rc;
 
-    if (sl->pid <= 0)
+    if (pid <= 0)
         return false;
-    if (kill(sl->pid, 0) != 0 && errno == ESRCH)
+    if (kill(pid, 0) != 0 && errno == ESRCH)
         return false;
-    rc = egpu__vcuda_proc_start(sl->pid, &start, &zombie);
+    rc = egpu__vcuda_proc_start(pid, &start, &zombie);
     if (rc == -ENOENT)
         return false;
-    if (rc == 0 && (zombie || (sl->start != 0 && start != sl->start)))
+    if (rc == 0 && (zombie || (start_ticks != 0 && start != start_ticks)))
         return false;
     return true; /* alive, or /proc cannot tell: keep it */
+}
+
+/* Whether the process of slot sl is still there. */
+static bool slot_alive(const struct shm_slot *sl)
+{
+    return egpu__vcuda_proc_is_alive(sl->pid, sl->start);
 }
 
 static bool is_me(const struct egpu__vcuda_region *h, const struct shm_slot *sl)
@@ -1314,4 +1323,60 @@ int egpu__vcuda_region_debug_zero_usage(struct egpu__vcuda_region *h)
         memset(s->slots[i].bytes, 0, sizeof(s->slots[i].bytes));
     pthread_mutex_unlock(&h->mu);
     return 0;
+}
+
+size_t egpu__vcuda_region_file_bytes(void)
+{
+    return sizeof(struct shm);
+}
+
+int egpu__vcuda_region_decode(const void *buf, size_t len, struct egpu__vcuda_region_view *out,
+                              struct egpu_error *err)
+{
+    struct shm *s;
+    const char *why = NULL;
+    int rc = 0;
+
+    if (len != sizeof(struct shm))
+        return egpu_error_set(err, -EINVAL, "%s (size %zu bytes, expected %zu)",
+                              len < sizeof(struct shm) ? "truncated" : "of another layout", len,
+                              sizeof(struct shm));
+    /* A copy: buf need not be aligned, and header_ok reads it as the
+     * interposer reads its mapping. */
+    s = egpu_malloc(sizeof(*s));
+    if (s == NULL)
+        return egpu_error_set(err, -ENOMEM, "out of memory");
+    memcpy(s, buf, sizeof(*s));
+    if (!header_ok(s, NULL, &why)) {
+        rc = egpu_error_set(err, -EINVAL, "%s (magic=0x%llx version=%u size=%u slots_hwm=%u)", why,
+                            (unsigned long long)s->magic, s->version, s->size, s->slots_hwm);
+        goto out_free;
+    }
+    memset(out, 0, sizeof(*out));
+    out->generation = s->generation;
+    out->audit = s->audit;
+    out->lock = atomic_load_explicit(&s->lock, memory_order_relaxed);
+    out->slots_hwm = s->slots_hwm;
+    for (int c = 0; c < EGPU_VCUDA_MAX_CARDS; c++) {
+        memcpy(out->cards[c].uuid.b, s->cards[c].uuid, 16);
+        out->cards[c].in_use = s->cards[c].in_use != 0;
+        out->cards[c].total_bytes = s->cards[c].total_bytes;
+    }
+    /* The slots the interposer looks at: [0, slots_hwm), header_ok bounded it. */
+    for (uint32_t i = 0; i < s->slots_hwm; i++) {
+        const struct shm_slot *sl = &s->slots[i];
+        struct egpu__vcuda_region_view_slot *v = &out->slots[out->nslots];
+
+        if (sl->pid == 0)
+            continue;
+        v->index = i;
+        v->pid = sl->pid;
+        v->start = sl->start;
+        v->confirmed = sl->confirmed == s->audit;
+        memcpy(v->bytes, sl->bytes, sizeof(v->bytes));
+        out->nslots++;
+    }
+out_free:
+    egpu_free(s);
+    return rc;
 }

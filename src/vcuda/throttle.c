@@ -160,7 +160,8 @@
  * measuring variants on a card (bench/gpu); the defaults are what ships. */
 #define THR_MS_NS 1000000ull
 #ifndef THR_TAU_NS
-#define THR_TAU_NS (25 * THR_MS_NS) /* the bucket: how far ahead of now charges may run */
+/* the bucket: how far ahead of now charges may run */
+#define THR_TAU_NS EGPU_VCUDA_THROTTLE_TAU_NS
 #endif
 #ifndef THR_BATCH_NS
 #define THR_BATCH_NS 0ull /* a refused launch waits until this much more than its charge fits */
@@ -193,24 +194,9 @@
 
 #define THR_CHECK_NS (100 * THR_MS_NS) /* the region file is looked at this often */
 
-#define THR_MAGIC   0x45524f4355504745ull /* "EGPUCORE" */
-#define THR_VERSION 1u
-
-/* ---- The shared region: one per container (allocation directory). ---- */
-
-struct thr_shared_card {
-    _Alignas(64) _Atomic uint64_t tat_ns; /* bucket: wall time its charges are paid up to */
-    _Atomic uint64_t queue_end_ns;        /* when the container's queued work should be done */
-};
-
-struct thr_region {
-    uint64_t magic;    /* THR_MAGIC, written last */
-    uint32_t version;  /* THR_VERSION */
-    uint32_t bytes;    /* sizeof(struct thr_region) */
-    uint32_t core_pct; /* as configured by the process that initialised it (information) */
-    uint32_t core_limit_pct;
-    struct thr_shared_card card[EGPU_VCUDA_MAX_CARDS];
-};
+/* The shared region, one per container: struct thr_region in throttle.h
+ * (egpu-vcuda-inspect reads it too, and shows the bucket against these). */
+_Static_assert(THR_CORRUPT_NS == EGPU_VCUDA_THROTTLE_CORRUPT_NS, "throttle.h's copy");
 
 /* ---- Per process. ---- */
 

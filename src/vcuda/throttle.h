@@ -102,6 +102,34 @@ struct egpu__vcuda_launch {
                         CU_STREAM_PER_THREAD, never on the legacy stream) */
 };
 
+/* The shared region <dir>/vcuda-core.shm, one per container (allocation
+ * directory): a token bucket per limited card (throttle.c, Charging). Here
+ * so that egpu-vcuda-inspect reads the layout the controller writes. */
+#define THR_MAGIC   0x45524f4355504745ull /* "EGPUCORE" */
+#define THR_VERSION 1u
+
+/* A launch is admitted while the bucket is at most this far ahead of now
+ * (what ships; benches may build the controller with another THR_TAU_NS),
+ * and a bucket further ahead than the second is reset. */
+#define EGPU_VCUDA_THROTTLE_TAU_NS     (25 * 1000000ull)
+#define EGPU_VCUDA_THROTTLE_CORRUPT_NS (60000 * 1000000ull)
+
+struct thr_shared_card {
+    _Alignas(64) _Atomic uint64_t tat_ns; /* bucket: wall time its charges are paid up to */
+    _Atomic uint64_t queue_end_ns;        /* when the container's queued work should be done */
+};
+
+/* Cards are indexed by the limited card index: the position in
+ * EGPU_VCUDA_GPUS when it is set, else the order the visible cards have. */
+struct thr_region {
+    uint64_t magic;    /* THR_MAGIC, written last */
+    uint32_t version;  /* THR_VERSION */
+    uint32_t bytes;    /* sizeof(struct thr_region) */
+    uint32_t core_pct; /* as configured by the process that initialised it (information) */
+    uint32_t core_limit_pct;
+    struct thr_shared_card card[EGPU_VCUDA_MAX_CARDS];
+};
+
 /* True once init enabled throttling (core_pct < 100); read with relaxed
  * order on every launch. */
 extern atomic_bool egpu__vcuda_throttle_active;

@@ -331,6 +331,52 @@ int egpu__vcuda_region_debug_set_total(struct egpu__vcuda_region *h, int card, u
  * in the mapping, without the lock. Returns 0. */
 int egpu__vcuda_region_debug_zero_usage(struct egpu__vcuda_region *h);
 
+/* A read-only copy of a vcuda-memory.shm, for egpu-vcuda-inspect (which
+ * never maps the file writable, locks or repairs it). */
+#define EGPU_VCUDA_REGION_SLOTS 1024 /* process slots of the region */
+
+struct egpu__vcuda_region_view_card {
+    struct egpu__vcuda_uuid uuid;
+    bool in_use;          /* the entry names a card */
+    uint64_t total_bytes; /* as recorded (the interposer recomputes it from the live slots) */
+};
+
+struct egpu__vcuda_region_view_slot {
+    uint32_t index;                       /* position in the region, 0..EGPU_VCUDA_REGION_SLOTS-1 */
+    int32_t pid;                          /* in the container's pid namespace; never 0 */
+    uint64_t start;                       /* start time, clock ticks since boot; 0 = unknown */
+    bool confirmed;                       /* its owner vouched for it under the current audit */
+    uint64_t bytes[EGPU_VCUDA_MAX_CARDS]; /* by the region's card index */
+};
+
+struct egpu__vcuda_region_view {
+    uint64_t generation; /* new at every (re-)initialisation */
+    uint64_t audit;      /* new when usage was found changed behind the interposer's back */
+    uint64_t lock;       /* 0 = free, else holder pid << 32 | low 32 bits of its start */
+    uint32_t slots_hwm;  /* slots [0, slots_hwm) may be in use; <= EGPU_VCUDA_REGION_SLOTS */
+    struct egpu__vcuda_region_view_card cards[EGPU_VCUDA_MAX_CARDS];
+    unsigned nslots; /* slots[0, nslots) name a process, in region order */
+    struct egpu__vcuda_region_view_slot slots[EGPU_VCUDA_REGION_SLOTS];
+};
+
+/* Size of a vcuda-memory.shm of this version, bytes. */
+size_t egpu__vcuda_region_file_bytes(void);
+
+/* Decode the len bytes of a vcuda-memory.shm read from buf (any
+ * alignment; not trusted) into *out (caller-owned). The header is checked
+ * as the interposer checks it before each use (magic, version, size, check
+ * word, slot count); every index in *out is then in range by construction.
+ * Returns 0, or -EINVAL with err->msg the reason and the header's fields,
+ * or -ENOMEM. Nothing is written to buf or the file. */
+int egpu__vcuda_region_decode(const void *buf, size_t len, struct egpu__vcuda_region_view *out,
+                              struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Whether process pid, started start_ticks after boot (0 = unknown), is
+ * still there, as reclamation judges a slot: not when kill(pid, 0) fails
+ * with ESRCH, /proc/<pid>/stat shows a zombie or another start time; yes
+ * when /proc cannot tell. pid is looked up in the caller's pid namespace. */
+bool egpu__vcuda_proc_is_alive(pid_t pid, uint64_t start_ticks);
+
 /* ------------------------------------------------------------------------ */
 /* Truncated mappings (sigbus.c)                                            */
 

@@ -36,6 +36,11 @@ tests/vcuda/vcuda_probe.c, which answers one line per command.
   truncated over and over under running processes kill none of them (no
   SIGBUS), and the processes stay held to their share and their memory
   counted.
+* egpu-vcuda-inspect: the text and JSON reports of a container's regions
+  match what its processes hold (MiB per process and card, core and limit),
+  a SIGKILLed process's slot shows as dead, a truncated or garbage region
+  and a link planted at a region's name exit 1 naming the file, and the
+  tool never changes either file (bytes and mtime).
 """
 import os
 import pathlib
@@ -79,6 +84,7 @@ def paths(build_dir):
         "mock": build_dir / "tests" / "mock" / "cuda",
         "symbolic": build_dir / "tests" / "vcuda" / "cuda-symbolic",
         "mockctl": build_dir / "tests" / "mock" / "mockctl",
+        "inspect": build_dir / "src" / "vcuda" / "egpu-vcuda-inspect",
     }
     for k, v in p.items():
         if not v.exists():
@@ -1057,3 +1063,160 @@ def test_regions_truncated_under_running_processes(world):
         assert len(lines) <= 2, lines
         for line in lines:
             assert str(core) in line or str(memory) in line, line
+
+
+# ---- egpu-vcuda-inspect -------------------------------------------------
+
+def inspect(world, *args, check=None):
+    """egpu-vcuda-inspect ARGS on the allocation directory; (rc, stdout, stderr)."""
+    r = subprocess.run([str(world["paths"]["inspect"]), *args, str(world["dir"])],
+                       capture_output=True, text=True, timeout=LINE_TIMEOUT)
+    if check is not None:
+        assert r.returncode == check, (r.returncode, r.stdout, r.stderr)
+    return r.returncode, r.stdout, r.stderr
+
+
+def inspect_json(world):
+    import json
+    _, out, _ = inspect(world, "-o", "json", check=0)
+    return json.loads(out)
+
+
+def snapshot(paths):
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in paths}
+
+
+@pytest.fixture
+def held(world):
+    """The agent's layout (vcuda.conf, regions in shared/), two processes
+    holding memory and one launching kernels at 30% (limit 60%)."""
+    shared = world["dir"] / "shared"
+    shared.mkdir()
+    (world["dir"] / "vcuda.conf").write_text(
+        agent_conf(2048, core=30).replace("EGPU_VCUDA_CORE_LIMIT=30", "EGPU_VCUDA_CORE_LIMIT=60")
+        + "EGPU_VCUDA_CONTEXT_MIB=100\n")
+    a, b = Probe(world), Probe(world)
+    for p in (a, b):
+        assert p.rc("init") == 0 and p.rc("ctx 0 primary") == 0
+    assert a.rc("alloc mem %d" % (512 * MIB)) == 0
+    assert b.rc("alloc mem %d" % (256 * MIB)) == 0
+    assert a.rc("launch") == 0
+    yield {"a": a, "b": b, "memory": shared / "vcuda-memory.shm", "core": shared / "vcuda-core.shm"}
+    for p in (a, b):
+        if p.p.poll() is None:
+            assert p.close() == 0, p.stderr()
+
+
+def test_inspect_reports_what_processes_hold(world, held):
+    a, b = held["a"], held["b"]
+    before = snapshot([held["memory"], held["core"]])
+    rc, text, err = inspect(world)
+    assert rc == 0 and err == "", (rc, err)
+    assert f"regions   {world['dir'] / 'shared'}" in text
+    assert "memory 2048 MiB per card, core 30%, core limit 60%" in text
+    assert re.search(rf"card {UUID0}  limit 2048 MiB  used 968 MiB", text), text
+    assert re.search(rf"pid {a.p.pid} +612 MiB\n", text), text
+    assert re.search(rf"pid {b.p.pid} +356 MiB\n", text), text
+    assert "2 process slots: 2 live, 0 dead" in text
+    assert re.search(rf"card 0 {UUID0}  bucket ", text), text
+    assert "dead slot" not in text and "MiB  dead" not in text
+
+    doc = inspect_json(world)
+    assert doc["apiVersion"] == "egpu.vcuda-inspect/v1" and doc["kind"] == "VcudaInspect"
+    assert doc["regionDir"] == str(world["dir"] / "shared")
+    assert doc["config"] == {"file": str(world["dir"] / "vcuda.conf"), "gpus": [UUID0],
+                             "memory": 2048, "core": 30, "coreLimit": 60, "contextMib": 100,
+                             "contextExtraMib": 0}
+    mem = doc["memoryRegion"]
+    assert mem["present"] and mem["file"] == str(held["memory"]) and mem["lockHolder"] is None
+    assert [c["uuid"] for c in mem["cards"]] == [UUID0]
+    card = mem["cards"][0]
+    assert card["limit"] == 2048 and card["used"] == 968 and card["recordedTotal"] == 968
+    assert sorted((p["pid"], p["memory"], p["bytes"], p["alive"]) for p in card["processes"]) == \
+        sorted([(a.p.pid, 612, 612 * MIB, True), (b.p.pid, 356, 356 * MIB, True)])
+    assert sorted(p["pid"] for p in mem["processes"]) == sorted([a.p.pid, b.p.pid])
+    for p in mem["processes"]:
+        assert set(p) == {"slot", "pid", "hostPid", "startTicks", "alive", "confirmed"}
+        assert p["alive"] and p["hostPid"] == p["pid"] and p["startTicks"] > 0
+    core = doc["computeRegion"]
+    assert core["present"] and core["file"] == str(held["core"])
+    assert core["regionCore"] == 30 and core["regionCoreLimit"] == 60 and core["burstMs"] == 25
+    assert len(core["cards"]) == 1
+    c0 = core["cards"][0]
+    assert set(c0) == {"index", "uuid", "state", "bucketAheadMs", "queueEndMs"}
+    assert c0["index"] == 0 and c0["uuid"] == UUID0
+    assert c0["state"] in ("busy", "idle", "throttled") and c0["bucketAheadMs"] is not None
+    # read-only: neither file changed, byte for byte, nor its mtime
+    assert snapshot([held["memory"], held["core"]]) == before
+
+
+def test_inspect_shows_a_dead_process(world, held):
+    a, b = held["a"], held["b"]
+    b.kill()
+    assert b.p.wait(timeout=LINE_TIMEOUT) == -signal.SIGKILL
+    b.err.close()
+    rc, text, _ = inspect(world, check=0)
+    assert re.search(rf"pid {b.p.pid} +356 MiB  dead", text), text
+    assert re.search(rf"card {UUID0}  limit 2048 MiB  used 612 MiB", text), text
+    assert "2 process slots: 1 live, 1 dead" in text
+    assert re.search(rf"dead slot \d+: pid {b.p.pid}\n", text), text
+    doc = inspect_json(world)
+    alive = {p["pid"]: p["alive"] for p in doc["memoryRegion"]["processes"]}
+    assert alive == {a.p.pid: True, b.p.pid: False}
+    assert doc["memoryRegion"]["cards"][0]["used"] == 612
+    assert doc["memoryRegion"]["cards"][0]["recordedTotal"] == 968
+
+
+@pytest.mark.parametrize("region", ["memory", "core"])
+@pytest.mark.parametrize("how", ["truncated", "garbage", "symlink"])
+def test_inspect_refuses_bad_regions(world, held, region, how, tmp_path):
+    for p in (held["a"], held["b"]):
+        assert p.close() == 0
+    path = held[region]
+    if how == "truncated":
+        os.truncate(path, path.stat().st_size // 2)
+        word = "truncated"
+    elif how == "garbage":
+        path.write_bytes(os.urandom(path.stat().st_size))
+        word = "bad magic"
+    else:
+        target = tmp_path / "elsewhere"
+        target.write_bytes(path.read_bytes())
+        path.unlink()
+        path.symlink_to(target)
+        word = "symbolic link"
+    other = held["core" if region == "memory" else "memory"]
+    before = snapshot([other] + ([path] if how != "symlink" else [tmp_path / "elsewhere"]))
+    for fmt in ("text", "json"):
+        rc, out, err = inspect(world, "-o", fmt)
+        assert rc == 1 and out == "", (rc, out, err)
+        assert str(path) in err and word in err, err
+    assert snapshot(list(before)) == before
+    if how == "symlink":
+        assert path.is_symlink()
+
+
+def test_inspect_usage_and_missing(world, tmp_path):
+    exe = str(world["paths"]["inspect"])
+    r = subprocess.run([exe, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("Usage: egpu-vcuda-inspect")
+    for args in ([], ["-o", "yaml", str(world["dir"])], [str(world["dir"]), "x"], ["--bogus", "d"]):
+        r = subprocess.run([exe, *args], capture_output=True, text=True)
+        assert r.returncode == 2 and "Usage:" in r.stderr, (args, r.stderr)
+    r = subprocess.run([exe, str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert r.returncode == 1 and "nowhere" in r.stderr
+    # limits that call for a memory region, and none made yet: exit 1 naming it
+    (world["dir"] / "vcuda.conf").write_text(agent_conf(1024))
+    rc, out, err = inspect(world)
+    assert rc == 1 and str(world["dir"] / "vcuda-memory.shm") in err and "no such file" in err
+    # a broken vcuda.conf: exit 1 naming it
+    (world["dir"] / "vcuda.conf").write_text("EGPU_VCUDA_MEMORY_MIB=4GiB\n")
+    rc, out, err = inspect(world)
+    assert rc == 1 and "vcuda.conf" in err and "EGPU_VCUDA_MEMORY_MIB" in err, err
+    # no vcuda.conf and no region: nothing limited, nothing to show
+    (world["dir"] / "vcuda.conf").unlink()
+    doc = inspect_json(world)
+    assert doc["config"] == {"file": None, "gpus": None, "memory": None, "core": None,
+                             "coreLimit": None, "contextMib": None, "contextExtraMib": None}
+    assert doc["memoryRegion"]["present"] is False and doc["memoryRegion"]["cards"] == []
+    assert doc["computeRegion"]["present"] is False and doc["computeRegion"]["cards"] == []
