@@ -1,0 +1,51 @@
+{{/*
+Helpers of the elastic-gpu chart. The templates are deploy/'s manifests
+with these in place of what values.yaml sets.
+*/}}
+
+{{/* The namespace of every namespaced object. */}}
+{{- define "elastic-gpu.namespace" -}}
+{{- .Values.namespace.name -}}
+{{- end -}}
+
+{{/*
+Labels of every object: the one the kustomize base adds
+(app.kubernetes.io/part-of) and Helm's standard ones.
+*/}}
+{{- define "elastic-gpu.labels" -}}
+app.kubernetes.io/part-of: elastic-gpu
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Labels added to pod templates (never to selectors). */}}
+{{- define "elastic-gpu.podLabels" -}}
+app.kubernetes.io/part-of: elastic-gpu
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The Elastic GPU image: registry/repository:tag, tag defaulting to appVersion. */}}
+{{- define "elastic-gpu.image" -}}
+{{- $i := .Values.image -}}
+{{- printf "%s/%s:%s" $i.registry $i.repository (default .Chart.AppVersion $i.tag) -}}
+{{- end -}}
+
+{{- define "elastic-gpu.kubeSchedulerImage" -}}
+{{- $i := .Values.scheduler.kubeScheduler.image -}}
+{{- printf "%s/%s:%s" $i.registry $i.repository $i.tag -}}
+{{- end -}}
+
+{{/*
+The scheduler ConfigMap's name: elastic-gpu-scheduler-config and the hash
+kustomize's configMapGenerator gives it (sha256 of the JSON of kind, an
+empty name and data; its first 10 hex digits with 0, 1, 3, a, e spelled
+g, h, k, m, t), so both installs name it alike and a change of the
+configuration rolls the pods.
+*/}}
+{{- define "elastic-gpu.schedulerConfigName" -}}
+{{- $data := dict "scheduler-config.yaml" (include "elastic-gpu.schedulerConfig" .) -}}
+{{- $hash := toJson (dict "data" $data "kind" "ConfigMap" "name" "") | sha256sum | trunc 10 -}}
+elastic-gpu-scheduler-config-{{ $hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" }}
+{{- end -}}

@@ -1,0 +1,316 @@
+"""deploy/helm/elastic-gpu, the Helm chart, held to the kustomize base.
+
+- `helm template` with the default values renders the objects `kubectl
+  kustomize deploy/` does: the same kinds, names and namespaces, and the
+  same contents, with only these differences, each documented in the
+  chart's README.md:
+    * Helm's standard labels (app.kubernetes.io/managed-by, instance and
+      version, helm.sh/chart) on every templated object, and instance on
+      pod templates;
+    * the CRDs come from the chart's crds/ folder, which Helm never
+      templates, so they lack the app.kubernetes.io/part-of label kustomize
+      adds to everything;
+    * the admission policy and its binding have no metadata.namespace, where
+      kustomize writes "" (the API server's spelling of none);
+    * CEL expressions are compared with their whitespace collapsed: kustomize
+      writes the policy's folded (>-) expressions back with a blank line
+      added after each more-indented line, where Helm keeps the file's
+      value; CEL ignores whitespace.
+  The scheduler ConfigMap has the name kustomize's configMapGenerator gives
+  it, hash included.
+- The chart's crds/ holds exactly deploy/crds's files, byte for byte.
+- `helm lint --strict` passes, with the defaults and with every value set.
+- Disabling a component (scheduler, agent, webhook, controller, the
+  admission policy, the priority classes, the Namespace) removes exactly
+  the objects of its deploy/ folder and leaves the others as they were.
+- A value changes exactly the fields it should: the image's registry,
+  repository and tag (the four Elastic GPU containers, nothing else), the
+  agent's nodeSelector, the scheduler's node and card policy (egpu-scheduler
+  flags, which the binary accepts), and the namespace (every namespaced
+  object and every place that spells it).
+- Chart.yaml's appVersion is the images' tag of deploy/kustomization.yaml
+  and CMakeLists.txt's version; the chart's version is that version.
+
+helm and kubectl come from tools/bin (`make deps`), else PATH; a missing one
+skips these tests, except under CI=true, where it fails them.
+"""
+import copy
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import ROOT, tool
+
+DEPLOY = ROOT / "deploy"
+CHART = DEPLOY / "helm" / "elastic-gpu"
+NS = "elastic-gpu-system"
+RELEASE = "egpu"
+HELM_LABELS = {"app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
+               "app.kubernetes.io/version", "helm.sh/chart"}
+PART_OF = "app.kubernetes.io/part-of"
+IMAGE = "elastic-gpu"  # the image name deploy/'s manifests use, set by kustomization.yaml
+EGPU_CONTAINERS = {"egpu-scheduler", "egpu-webhook", "egpu-controller", "egpu-agent",
+                   "install-interposer"}
+# value that disables a component -> its folder under deploy/ (or file)
+COMPONENTS = {
+    "scheduler.enabled": "scheduler",
+    "agent.enabled": "agent",
+    "webhook.enabled": "webhook",
+    "controller.enabled": "controller",
+    "admissionPolicy.enabled": "admission",
+    "priorityClasses.enabled": "budgets",
+    "namespace.create": "namespace.yaml",
+}
+
+
+# --- helpers ------------------------------------------------------------------
+
+def run(argv):
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"{' '.join(argv)} failed:\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def load(text):
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def kustomize(path):
+    return load(run([tool("kubectl"), "kustomize", str(path)]))
+
+
+def helm_template(*sets, crds=True):
+    argv = [tool("helm"), "template", RELEASE, str(CHART)]
+    if crds:
+        argv.append("--include-crds")
+    for s in sets:
+        argv += ["--set", s]
+    return load(run(argv))
+
+
+def key(o):
+    return (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace") or None)
+
+
+def by_key(objs):
+    out = {}
+    for o in objs:
+        assert key(o) not in out, f"{key(o)} rendered twice"
+        out[key(o)] = o
+    return out
+
+
+def squash_cel(o):
+    """o with the whitespace of every CEL expression collapsed."""
+    if isinstance(o, dict):
+        return {k: re.sub(r"\s+", " ", v) if k == "expression" and isinstance(v, str)
+                else squash_cel(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [squash_cel(v) for v in o]
+    return o
+
+
+def strip_helm(o):
+    """o without the documented differences of a Helm rendering."""
+    o = squash_cel(copy.deepcopy(o))
+    metas = [o["metadata"]]
+    tmpl = (o.get("spec") or {}).get("template")
+    if isinstance(tmpl, dict) and "metadata" in tmpl:
+        metas.append(tmpl["metadata"])
+    for m in metas:
+        labels = m.get("labels") or {}
+        for k in HELM_LABELS:
+            labels.pop(k, None)
+    if o["metadata"].get("namespace") == "":
+        del o["metadata"]["namespace"]
+    if o["kind"] == "CustomResourceDefinition":
+        o["metadata"].get("labels", {}).pop(PART_OF, None)
+        if not o["metadata"].get("labels"):
+            o["metadata"].pop("labels", None)
+    return o
+
+
+def diff(a, b, path=""):
+    """The paths at which a and b differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a or k not in b:
+                out.append(f"{path}.{k}")
+            else:
+                out += diff(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [path]
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += diff(x, y, f"{path}[{i}]")
+        return out
+    return [] if a == b else [path]
+
+
+def changes(before, after):
+    """{key: [paths]} of every object that differs; added or removed objects too."""
+    b, a = by_key(before), by_key(after)
+    out = {}
+    for k in set(b) | set(a):
+        if k not in b or k not in a:
+            out[k] = ["<added>" if k in a else "<removed>"]
+            continue
+        d = diff(b[k], a[k])
+        if d:
+            out[k] = d
+    return out
+
+
+def pod_specs(o):
+    spec = o.get("spec") or {}
+    if "template" in spec and isinstance(spec["template"], dict):
+        return [spec["template"]["spec"]]
+    return []
+
+
+@pytest.fixture(scope="module")
+def base():
+    return kustomize(DEPLOY)
+
+
+@pytest.fixture(scope="module")
+def chart():
+    return helm_template()
+
+
+# --- the tests ----------------------------------------------------------------
+
+def test_default_values_render_the_kustomize_base(base, chart):
+    want = {k: strip_helm(o) for k, o in by_key(base).items()}
+    got = {k: strip_helm(o) for k, o in by_key(chart).items()}
+    assert sorted(got, key=str) == sorted(want, key=str)
+    for k in want:
+        assert got[k] == want[k], f"{k} differs at {diff(want[k], got[k])}"
+    # The documented differences are really there, and only on templated objects.
+    for o in chart:
+        labels = o["metadata"].get("labels") or {}
+        if o["kind"] == "CustomResourceDefinition":
+            assert not HELM_LABELS & set(labels) and PART_OF not in labels
+        else:
+            assert labels[PART_OF] == "elastic-gpu"
+            assert labels["app.kubernetes.io/managed-by"] == "Helm"
+            assert labels["app.kubernetes.io/instance"] == RELEASE
+    cms = [o for o in chart if o["kind"] == "ConfigMap"]
+    assert len(cms) == 1 and re.fullmatch(r"elastic-gpu-scheduler-config-[a-z0-9]{10}",
+                                          cms[0]["metadata"]["name"])
+
+
+def test_crds_are_deploy_crds():
+    ours = sorted(p.name for p in (CHART / "crds").iterdir())
+    theirs = sorted(p.name for p in (DEPLOY / "crds").glob("*.yaml")
+                    if p.name != "kustomization.yaml")
+    assert ours == theirs
+    for name in ours:
+        assert (CHART / "crds" / name).read_bytes() == (DEPLOY / "crds" / name).read_bytes(), \
+            f"crds/{name} differs from deploy/crds/{name}: copy it again"
+    # and they render only with the CRDs included
+    assert not [o for o in helm_template(crds=False) if o["kind"] == "CustomResourceDefinition"]
+
+
+def test_helm_lint_strict():
+    helm = tool("helm")
+    run([helm, "lint", "--strict", str(CHART)])
+    run([helm, "lint", "--strict", str(CHART), "--set", "image.tag=v9.9.9",
+         "--set", "scheduler.nodePolicy=fgd", "--set", "scheduler.cardPolicy=spread",
+         "--set", "namespace.name=gpu", "--set", "agent.nodeSelector.gpu=yes"])
+    run([helm, "lint", "--strict", str(CHART)] +
+        [a for k in COMPONENTS for a in ("--set", f"{k}=false")])
+
+
+def test_chart_version_matches_images_and_build():
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    kz = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    tag = next(i["newTag"] for i in kz["images"] if i["name"] == IMAGE)
+    cmake = re.search(r"project\(elastic_gpu VERSION ([0-9.]+)",
+                      (ROOT / "CMakeLists.txt").read_text()).group(1)
+    assert meta["appVersion"] == tag == f"v{cmake}"
+    assert meta["version"] == cmake
+
+
+@pytest.mark.parametrize("value", sorted(COMPONENTS))
+def test_disabling_a_component_removes_exactly_its_objects(chart, value):
+    src = DEPLOY / COMPONENTS[value]
+    own = {(o["kind"], o["metadata"]["name"])
+           for o in (kustomize(src) if src.is_dir() else load(src.read_text()))}
+    assert own
+    rest = helm_template(f"{value}=false")
+    before = {k: o for k, o in by_key(chart).items() if (k[0], k[1]) not in own}
+    assert len(before) == len(chart) - len(own)
+    assert by_key(rest) == before
+
+
+def test_image_values_change_exactly_the_images(chart):
+    after = helm_template("image.registry=registry.example.com",
+                          "image.repository=team/egpu", "image.tag=v0.2.0-rc1")
+    ch = changes(chart, after)
+    want = {}
+    for o in chart:
+        paths = []
+        for field in ("containers", "initContainers"):
+            for i, c in enumerate(pod_specs(o)[0].get(field, []) if pod_specs(o) else []):
+                if c["name"] in EGPU_CONTAINERS:
+                    paths.append(f".spec.template.spec.{field}[{i}].image")
+        if paths:
+            want[key(o)] = sorted(paths)
+    assert {k: sorted(v) for k, v in ch.items()} == want
+    assert len([p for v in want.values() for p in v]) == len(EGPU_CONTAINERS)
+    images = {c["image"] for o in after for s in pod_specs(o)
+              for c in s.get("containers", []) + s.get("initContainers", [])}
+    assert images == {"registry.example.com/team/egpu:v0.2.0-rc1",
+                      "registry.k8s.io/kube-scheduler:v1.32.0"}
+    # kube-scheduler's own image is a value of its own
+    ks = helm_template("scheduler.kubeScheduler.image.tag=v1.35.2")
+    assert list(changes(chart, ks).values()) == [[".spec.template.spec.containers[1].image"]]
+
+
+def test_node_selector_changes_only_the_agent(chart):
+    after = helm_template("agent.nodeSelector.elasticgpu\\.io/gpu-node=null",
+                          "agent.nodeSelector.node\\.example\\.com/gpu=a100")
+    ch = changes(chart, after)
+    assert list(ch) == [("DaemonSet", "egpu-agent", NS)]
+    assert all(p.startswith(".spec.template.spec.nodeSelector.") for p in ch[list(ch)[0]]), ch
+    ds = by_key(after)[("DaemonSet", "egpu-agent", NS)]
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"node.example.com/gpu": "a100"}
+
+
+def test_policies_change_only_the_scheduler_flags(chart, build_dir):
+    after = helm_template("scheduler.nodePolicy=fgd", "scheduler.cardPolicy=best-fit")
+    key_ = ("Deployment", "egpu-scheduler", NS)
+    assert changes(chart, after) == {key_: [".spec.template.spec.containers[0].args"]}
+    old = by_key(chart)[key_]["spec"]["template"]["spec"]["containers"][0]["args"]
+    new = by_key(after)[key_]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert new == old + ["--node-policy", "fgd", "--card-policy", "best-fit"]
+    assert "--node-policy" not in old and "--card-policy" not in old
+    # egpu-scheduler takes these names; a wrong one it refuses.
+    exe = str(build_dir / "src/scheduler/egpu-scheduler")
+    for args, ok in ((["--node-policy", "fgd", "--card-policy", "best-fit"], True),
+                     (["--node-policy", "fastest"], False)):
+        r = subprocess.run([exe, *args, "--help"], capture_output=True, text=True, timeout=30)
+        assert (r.returncode == 0) == ok, (args, r.returncode, r.stderr)
+
+
+def test_namespace_value_moves_every_namespaced_object(chart):
+    after = helm_template("namespace.name=gpu-team")
+    text = yaml.safe_dump_all(after)
+    assert NS not in text
+    for o in after:
+        ns = o["metadata"].get("namespace")
+        if key(o) == ("RoleBinding", "elastic-gpu-kube-scheduler-auth-reader", "kube-system"):
+            continue
+        assert ns in (None, "gpu-team"), key(o)
+    # the scheduler ConfigMap's hash changes with the namespace it names
+    unhashed = lambda k: (k[0], re.sub(r"-[a-z0-9]{10}$", "", k[1]) if k[0] == "ConfigMap" else k[1])
+    moved = {unhashed(k) for k in by_key(after) if k[2] == "gpu-team"}
+    before = {unhashed(k) for k in by_key(chart) if k[2] == NS}
+    assert moved == before
+    assert ("Namespace", "gpu-team", None) in by_key(after)
