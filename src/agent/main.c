@@ -269,7 +269,7 @@ struct app {
     struct egpu_service svc; /* /healthz, /readyz, /metrics on --listen:--port */
     struct egpu_metrics *reg;
     struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_allocs, *m_alloc_errors,
-        *m_prestarts, *m_registrations, *m_mismatches;
+        *m_prestarts, *m_registrations, *m_mismatches, *m_marks;
     struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_gpu_used, *m_ctr_core, *m_ctr_mem;
     struct ctr_key *ctrs; /* containers with limit gauges (set to 0 once gone) */
     size_t nctrs;
@@ -297,6 +297,7 @@ static int register_metrics(struct app *a, struct egpu_error *err)
 {
     static const char *const gpu_label[] = {"gpu"};
     static const char *const ctr_labels[] = {"namespace", "pod", "container"};
+    static const char *const at_label[] = {"at"};
     int rc;
 
     a->reg = egpu_metrics_new();
@@ -329,6 +330,12 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                  "PreStartContainer calls refused: device IDs on other GPUs than "
                                  "the scheduler assigned.",
                                  0, NULL, &a->m_mismatches);
+    if (!rc)
+        rc = egpu_metric_counter(a->reg, "egpu_agent_allocated_marks_total",
+                                 "Containers marked elasticgpu.io/allocated, by when: right after "
+                                 "Allocate (PodResources showed the owner) or at "
+                                 "PreStartContainer (the fallback).",
+                                 1, at_label, &a->m_marks);
     if (!rc)
         rc = egpu_metric_gauge(
             a->reg, "egpu_agent_gpu_allocated_core_percent",
@@ -464,6 +471,10 @@ static void refresh_metrics(struct app *a)
     (void)egpu_metric_add(a->m_registrations, NULL,
                           (double)(s.registrations - a->seen.registrations));
     (void)egpu_metric_add(a->m_mismatches, NULL, (double)(s.mismatches - a->seen.mismatches));
+    (void)egpu_metric_add(a->m_marks, (const char *const[]){"allocate"},
+                          (double)(s.marked_allocate - a->seen.marked_allocate));
+    (void)egpu_metric_add(a->m_marks, (const char *const[]){"prestart"},
+                          (double)(s.marked_prestart - a->seen.marked_prestart));
     a->seen = s;
     refresh_allocations(a);
 }

@@ -18,8 +18,13 @@
  *     container sharing a card (fewer than 100 IDs on it) also gets the
  *     interposer and /etc/ld.so.preload naming it, so unsetting LD_PRELOAD
  *     cannot escape the limits;
+ *   - after an Allocate, with an API server, marker.c's thread learns the
+ *     owner of the IDs from PodResources and marks it elasticgpu.io/allocated
+ *     (the kubelet records the IDs at admission; PreStartContainer comes
+ *     only after the image pull);
  *   - PreStartContainer: checks the IDs; with an API server prestart.c then
- *     finds the owner, checks the cards and writes limits.json;
+ *     finds the owner, checks the cards and writes limits.json (and marks
+ *     the container allocated when the marker did not);
  *   - egpu__plugin_cleanup: removes the allocation dirs whose IDs no
  *     container holds any more (PodResources List), never one in use.
  *
@@ -59,6 +64,7 @@
 #include "egpu/grpc.h"
 #include "egpu/log.h"
 #include "egpu/api.h"
+#include "marker_int.h"
 #include "plugin_int.h"
 #include "prestart_int.h"
 
@@ -79,8 +85,10 @@ struct egpu_plugin {
     enum egpu_plugin_strategy strategy;
     unsigned ctx_extra_mib; /* for vcuda.conf (PreStartContainer) */
     bool running;
-    pthread_mutex_t alloc_lock; /* Allocate's mkdir vs. the cleanup's removal */
-    bool cleanup_failed;        /* the last cleanup's PodResources List failed */
+    pthread_mutex_t alloc_lock;     /* Allocate's mkdir vs. the cleanup's removal */
+    pthread_mutex_t allocated_lock; /* each read-and-patch of elasticgpu.io/allocated */
+    struct egpu__marker *marker;    /* marks allocated after Allocate; NULL without kube */
+    bool cleanup_failed;            /* the last cleanup's PodResources List failed */
 
     pthread_mutex_t rec_lock;       /* guards the record */
     struct egpu_plugin_limits *rec; /* what PreStartContainer wrote, per dir */
@@ -1062,6 +1070,12 @@ static int on_allocate(void *data, const struct egpu_grpc_request *req, struct e
         resp.container_responses = ptrs;
         rc = pb_pack(&resp.base, reply);
     }
+    /* The kubelet records these IDs as the container's once this returns:
+     * the marker's thread learns the owner from PodResources and marks it
+     * allocated then, not at PreStartContainer (after the image pull). */
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        egpu__marker_add(p->marker, r->container_requests[i]->devices_ids,
+                         r->container_requests[i]->n_devices_ids);
 out:
     pthread_mutex_lock(&p->lock);
     if (rc == 0)
@@ -1093,7 +1107,7 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
     unsigned count[EGPU_NODE_GPUS_MAX];
     struct egpu_plugin_limits *wrote = egpu_calloc(1, sizeof(*wrote));
     size_t ncards;
-    bool mismatch = false;
+    bool mismatch = false, marked = false;
     int rc = 0;
 
     r = (V1beta1__PreStartContainerRequest *)pb_unpack(
@@ -1119,10 +1133,11 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
                                           .node = p->node,
                                           .pod_resources = p->pod_resources,
                                           .alloc_root = p->alloc_root,
-                                          .ctx_extra_mib = p->ctx_extra_mib};
+                                          .ctx_extra_mib = p->ctx_extra_mib,
+                                          .allocated_lock = &p->allocated_lock};
 
         rc = egpu__prestart_run(&pc, cards, ncards, r->devices_ids, r->n_devices_ids, &mismatch,
-                                wrote, st);
+                                &marked, wrote, st);
         /* The files are on disk even when the API server then failed: the
          * record says what is there. */
         if (wrote->dir[0] != '\0' && egpu__plugin_record(p, wrote) != 0)
@@ -1143,6 +1158,7 @@ out:
     else {
         pthread_mutex_lock(&p->lock);
         p->stats.prestarts++;
+        p->stats.marked_prestart += marked;
         pthread_mutex_unlock(&p->lock);
     }
     egpu_free(wrote);
@@ -1170,6 +1186,7 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
         return egpu_error_set(err, -ENOMEM, "device plugin: out of memory");
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->alloc_lock, NULL);
+    pthread_mutex_init(&p->allocated_lock, NULL);
     pthread_mutex_init(&p->rec_lock, NULL);
     p->gpus = cfg->gpus;
     p->kube = cfg->kube;
@@ -1196,6 +1213,19 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
     rc = egpu_gpus_list(p->gpus, p->cards, EGPU_NODE_GPUS_MAX, &p->ncards, err);
     if (!rc)
         record_load(p);
+    if (!rc && p->kube != NULL) {
+        struct egpu_prestart_config pc = {.kube = p->kube,
+                                          .node = p->node,
+                                          .pod_resources = p->pod_resources,
+                                          .alloc_root = p->alloc_root,
+                                          .ctx_extra_mib = p->ctx_extra_mib,
+                                          .allocated_lock = &p->allocated_lock};
+
+        rc = egpu__marker_new(&pc, &p->marker);
+        if (rc)
+            egpu_error_set(err, rc, "device plugin: the allocated marker's thread: %s",
+                           egpu_strerror(rc));
+    }
     if (!rc)
         rc = egpu_grpc_server_new(p->socket, 4, &p->srv, err);
     if (!rc)
@@ -1227,7 +1257,9 @@ void egpu__plugin_free(struct egpu_plugin *p)
     if (p == NULL)
         return;
     egpu_grpc_server_free(p->srv); /* stops it: every stream's close callback has run */
+    egpu__marker_free(p->marker);  /* after the server: no Allocate queues any more */
     pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->allocated_lock);
     pthread_mutex_destroy(&p->alloc_lock);
     pthread_mutex_destroy(&p->rec_lock);
     egpu_free(p->rec);
@@ -1353,8 +1385,12 @@ size_t egpu__plugin_cards(struct egpu_plugin *p, struct egpu_gpu_info *out, size
 
 void egpu__plugin_stats(struct egpu_plugin *p, struct egpu_plugin_stats *out)
 {
+    struct egpu__marker_stats ms;
+
+    egpu__marker_stats(p->marker, &ms);
     pthread_mutex_lock(&p->lock);
     *out = p->stats;
+    out->marked_allocate = ms.marked;
     out->cards = p->ncards;
     out->healthy = 0;
     for (size_t i = 0; i < p->ncards; i++)

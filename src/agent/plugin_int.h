@@ -95,13 +95,15 @@ typedef void (*egpu_plugin_limits_cb)(void *data, const struct egpu_plugin_limit
 
 /* Counters for /metrics. */
 struct egpu_plugin_stats {
-    unsigned long allocations;   /* Allocate container requests answered OK */
-    unsigned long alloc_errors;  /* refused */
-    unsigned long prestarts;     /* PreStartContainer answered OK */
-    unsigned long registrations; /* successful Register calls */
-    unsigned long mismatches;    /* PreStartContainer: IDs on other cards than assigned */
-    size_t cards;                /* cards listed */
-    size_t healthy;              /* of which healthy */
+    unsigned long allocations;     /* Allocate container requests answered OK */
+    unsigned long alloc_errors;    /* refused */
+    unsigned long prestarts;       /* PreStartContainer answered OK */
+    unsigned long registrations;   /* successful Register calls */
+    unsigned long mismatches;      /* PreStartContainer: IDs on other cards than assigned */
+    unsigned long marked_allocate; /* containers marked allocated right after Allocate */
+    unsigned long marked_prestart; /* containers PreStartContainer had to mark itself */
+    size_t cards;                  /* cards listed */
+    size_t healthy;                /* of which healthy */
 };
 
 /* Make a plugin (not serving yet) and list the cards once. Returns 0,

@@ -19,7 +19,12 @@
  *   {"pod","namespace","container","gpus":[uuids],"core":pct,"memory":mib}
  * and the pod gets elasticgpu.io/allocated (merge patch), a JSON object
  * {"containers":{"<name>":{"gpus":[...],"core":pct,"memory":mib}}} that
- * grows by one container per PreStartContainer.
+ * grows by one container at a time. Usually the container is there already:
+ * marker.c marks it right after Allocate (egpu__prestart_mark: the same
+ * owner from PodResources, the same checks), when the kubelet has fixed
+ * its IDs, not after the image pull; PreStartContainer marks what the
+ * marker could not. Each mark reads the pod afresh under one lock, so two
+ * never drop each other's container.
  *
  * Next to it goes vcuda.conf, the same limits for the interposer
  * (docs/vcuda.md; Allocate mounts it read-only into the container):
@@ -34,6 +39,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,6 +284,27 @@ int egpu__podres_list(const char *socket, V1__ListPodResourcesResponse **out,
     return 0;
 }
 
+/* The container of r holding every one of ids, into *o. Returns whether
+ * one does. */
+static bool owner_in(const V1__ListPodResourcesResponse *r, char *const *ids, size_t n,
+                     struct owner *o)
+{
+    for (size_t p = 0; p < r->n_pod_resources; p++) {
+        const V1__PodResources *pr = r->pod_resources[p];
+
+        for (size_t c = 0; c < pr->n_containers; c++) {
+            if (!owns_all(pr->containers[c], ids, n))
+                continue;
+            snprintf(o->ns, sizeof(o->ns), "%s", pr->namespace_ ? pr->namespace_ : "");
+            snprintf(o->pod, sizeof(o->pod), "%s", pr->name ? pr->name : "");
+            snprintf(o->container, sizeof(o->container), "%s",
+                     pr->containers[c]->name ? pr->containers[c]->name : "");
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Ask PodResources List who owns ids. Returns 0, -ENOENT (nobody) or the
  * gRPC call's code, with st set. */
 static int find_owner(const char *socket, char *const *ids, size_t n, struct owner *o,
@@ -293,23 +320,14 @@ static int find_owner(const char *socket, char *const *ids, size_t n, struct own
         return egpu_grpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
                                     "PreStartContainer: PodResources List on %s: %s", socket,
                                     err.msg);
-    rc = egpu_grpc_status_set(st, GRPC_STATUS_NOT_FOUND,
-                              "PreStartContainer: no container holds device ID %s (PodResources "
-                              "List on %s)",
-                              ids[0], socket);
-    for (size_t p = 0; p < r->n_pod_resources && rc != 0; p++) {
-        const V1__PodResources *pr = r->pod_resources[p];
-
-        for (size_t c = 0; c < pr->n_containers && rc != 0; c++) {
-            if (!owns_all(pr->containers[c], ids, n))
-                continue;
-            snprintf(o->ns, sizeof(o->ns), "%s", pr->namespace_ ? pr->namespace_ : "");
-            snprintf(o->pod, sizeof(o->pod), "%s", pr->name ? pr->name : "");
-            snprintf(o->container, sizeof(o->container), "%s",
-                     pr->containers[c]->name ? pr->containers[c]->name : "");
-            *st = (struct egpu_grpc_status){0};
-            rc = 0;
-        }
+    if (owner_in(r, ids, n, o)) {
+        *st = (struct egpu_grpc_status){0};
+        rc = 0;
+    } else {
+        rc = egpu_grpc_status_set(st, GRPC_STATUS_NOT_FOUND,
+                                  "PreStartContainer: no container holds device ID %s "
+                                  "(PodResources List on %s)",
+                                  ids[0], socket);
     }
     v1__list_pod_resources_response__free_unpacked(r, &egpu__pb_allocator);
     return rc;
@@ -483,16 +501,19 @@ static int vcuda_conf_of(const struct owner *o, const struct egpu_assigned *a,
     return rc;
 }
 
-/* Merge-patch elasticgpu.io/allocated of pod with this container added. */
+/* Merge-patch elasticgpu.io/allocated of pod with this container added.
+ * Returns 0 (*wrote says whether a patch was needed: false when the
+ * container is there with the same limits), or a negative code with err. */
 static int patch_allocated(struct egpu_kube *kube, const json_t *pod, const struct owner *o,
                            const struct egpu_assigned *a, const struct egpu_assigned_container *c,
-                           struct egpu_error *err)
+                           bool *wrote, struct egpu_error *err)
 {
-    json_t *doc = allocated_of(pod), *containers, *patch = NULL;
+    json_t *doc = allocated_of(pod), *containers, *patch = NULL, *entry;
     struct egpu_kube_status st;
     char *text = NULL;
     int rc = -ENOMEM;
 
+    *wrote = false;
     if (doc == NULL)
         doc = json_object();
     containers = json_object_get(doc, "containers");
@@ -501,8 +522,15 @@ static int patch_allocated(struct egpu_kube *kube, const json_t *pod, const stru
         if (json_object_set_new(doc, "containers", containers) != 0)
             goto out;
     }
-    if (json_object_set_new(containers, o->container, limits_of(o, a, c, false)) != 0)
+    entry = limits_of(o, a, c, false);
+    if (entry != NULL && json_equal(json_object_get(containers, o->container), entry)) {
+        json_decref(entry);
+        rc = 0; /* marked already (after Allocate, or by a PreStartContainer before) */
         goto out;
+    }
+    if (json_object_set_new(containers, o->container, entry) != 0)
+        goto out;
+    *wrote = true;
     text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
     if (text == NULL)
         goto out;
@@ -517,6 +545,29 @@ out:
     free(text);
     json_decref(patch);
     json_decref(doc);
+    return rc;
+}
+
+/* Add container c to the pod's elasticgpu.io/allocated as the pod is now:
+ * under cfg->allocated_lock (the mark after Allocate and PreStartContainer
+ * may run at once; each reads the pod afresh, so neither drops the other's
+ * container from the annotation). *wrote as patch_allocated. */
+static int mark_allocated(const struct egpu_prestart_config *cfg, const struct owner *o,
+                          const struct egpu_assigned *a, const struct egpu_assigned_container *c,
+                          bool *wrote, struct egpu_error *err)
+{
+    struct egpu_kube_status ks;
+    json_t *pod = NULL;
+    int rc;
+
+    if (cfg->allocated_lock != NULL)
+        pthread_mutex_lock(cfg->allocated_lock);
+    rc = egpu_kube_get(cfg->kube, &egpu_kube_pods, o->ns, o->pod, &pod, &ks, err);
+    if (rc == 0)
+        rc = patch_allocated(cfg->kube, pod, o, a, c, wrote, err);
+    if (cfg->allocated_lock != NULL)
+        pthread_mutex_unlock(cfg->allocated_lock);
+    json_decref(pod);
     return rc;
 }
 
@@ -537,7 +588,7 @@ static void record_of(const struct owner *o, const struct egpu_assigned *a,
 }
 
 int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
-                       size_t ncards, char *const *ids, size_t n, bool *mismatch,
+                       size_t ncards, char *const *ids, size_t n, bool *mismatch, bool *marked,
                        struct egpu_plugin_limits *wrote, struct egpu_grpc_status *st)
 {
     struct egpu_error err = {0};
@@ -549,7 +600,7 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     char dir[4096];
     char *text = NULL;
     struct egpu_buf conf;
-    bool created = false;
+    bool created = false, patched = false;
     unsigned core_limit = 100;
     int rc, dfd = -1;
 
@@ -634,7 +685,7 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     }
     if (wrote != NULL)
         record_of(&o, a, c, dir + strlen(cfg->alloc_root) + 1, wrote);
-    rc = patch_allocated(cfg->kube, pod, &o, a, c, &err);
+    rc = mark_allocated(cfg, &o, a, c, &patched, &err);
     if (rc) {
         rc = egpu_grpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
                                   "PreStartContainer: pod %s/%s: " EGPU_ANN_ALLOCATED
@@ -642,9 +693,13 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
                                   o.ns, o.pod, err.msg);
         goto out;
     }
+    if (marked != NULL)
+        *marked = patched;
     egpu_log(EGPU_LOG_INFO,
-             "limits written pod=%s/%s container=%s core=%u core_limit=%u memory=%u gpus=%u dir=%s",
-             o.ns, o.pod, o.container, c->core_pct, core_limit, c->mem_mib, c->ncards, dir);
+             "limits written pod=%s/%s container=%s core=%u core_limit=%u memory=%u gpus=%u dir=%s "
+             "allocated_marked_here=%s",
+             o.ns, o.pod, o.container, c->core_pct, core_limit, c->mem_mib, c->ncards, dir,
+             patched ? "true" : "false");
 out:
     if (dfd >= 0)
         close(dfd);
@@ -654,4 +709,53 @@ out:
     json_decref(pod);
     egpu_free(a);
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The mark right after Allocate                                            */
+
+int egpu__prestart_mark(const struct egpu_prestart_config *cfg,
+                        const V1__ListPodResourcesResponse *r, char *const *ids, size_t n,
+                        struct egpu_error *err)
+{
+    struct egpu_grpc_status st = {0};
+    struct egpu_kube_status ks;
+    struct egpu_assigned *a;
+    const struct egpu_assigned_container *c = NULL;
+    struct owner o;
+    json_t *pod = NULL;
+    unsigned core_limit;
+    bool wrote = false;
+    int rc;
+
+    if (!owner_in(r, ids, n, &o))
+        return 0;
+    a = egpu_malloc(sizeof(*a));
+    if (a == NULL)
+        return egpu_error_set(err, -ENOMEM, "out of memory");
+    rc = egpu_kube_get(cfg->kube, &egpu_kube_pods, o.ns, o.pod, &pod, &ks, err);
+    if (rc == 0 && assigned_of(pod, a, err) != 0)
+        rc =
+            egpu_error_set(err, -ENOENT, "pod %s/%s has no usable " EGPU_ANN_ASSIGNED, o.ns, o.pod);
+    for (uint32_t k = 0; rc == 0 && k < a->ncontainers && c == NULL; k++)
+        if (strcmp(a->containers[k].name, o.container) == 0)
+            c = &a->containers[k];
+    if (rc == 0 && c == NULL)
+        rc = egpu_error_set(err, -ENOENT, "pod %s/%s: " EGPU_ANN_ASSIGNED " has no container %s",
+                            o.ns, o.pod, o.container);
+    /* What PreStartContainer would refuse is not marked: it refuses it then
+     * (with its event), and allocated keeps meaning "limits accepted". */
+    if (rc == 0 && (check_cards(&o, a, c, ids, n, &st) != 0 ||
+                    (c->core_pct < 100 && core_limit_of(pod, &o, c->core_pct, &core_limit, &st))))
+        rc = egpu_error_set(err, -EINVAL, "%s", st.msg);
+    if (rc == 0)
+        rc = mark_allocated(cfg, &o, a, c, &wrote, err);
+    if (rc == 0)
+        egpu_log(EGPU_LOG_INFO,
+                 "marked allocated after Allocate pod=%s/%s container=%s core=%u gpus=%u "
+                 "patched=%s",
+                 o.ns, o.pod, o.container, c->core_pct, c->ncards, wrote ? "true" : "false");
+    json_decref(pod);
+    egpu_free(a);
+    return rc == 0 ? 1 : rc;
 }

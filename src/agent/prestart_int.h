@@ -6,6 +6,7 @@
 #ifndef EGPU_AGENT_PRESTART_INT_H
 #define EGPU_AGENT_PRESTART_INT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -22,6 +23,8 @@ struct egpu_prestart_config {
     const char *pod_resources; /* PodResources socket path */
     const char *alloc_root;    /* allocation dirs go below it */
     unsigned ctx_extra_mib;    /* vcuda.conf's EGPU_VCUDA_CONTEXT_EXTRA_MIB; 0: not written */
+    /* held around each read-and-patch of elasticgpu.io/allocated (NULL: none) */
+    pthread_mutex_t *allocated_lock;
 };
 
 #define EGPU_PRESTART_EVENT_REASON "AllocationMismatch" /* the pod's Warning event */
@@ -39,7 +42,8 @@ size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
 /* PreStartContainer with the API server: find the pod and container owning
  * ids (n) through PodResources List, read its assignment, check that the IDs
  * lie on the assigned card(s), write limits.json into the allocation dir
- * (atomically) and merge-patch elasticgpu.io/allocated on the pod. Returns 0
+ * (atomically) and merge-patch elasticgpu.io/allocated on the pod unless the
+ * mark after Allocate did (*marked, may be NULL: whether it patched). Returns 0
  * or a negative code with st set: FAILED_PRECONDITION for IDs on other cards
  * than assigned (nothing written), NOT_FOUND for IDs no container owns,
  * UNAVAILABLE when the kubelet or the API server cannot be reached. On
@@ -50,9 +54,23 @@ size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
  * say, for the agent's record, even when the pod's patch then fails;
  * otherwise *wrote is left as it was (the caller zeroes it). */
 int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
-                       size_t ncards, char *const *ids, size_t n, bool *mismatch,
+                       size_t ncards, char *const *ids, size_t n, bool *mismatch, bool *marked,
                        struct egpu_plugin_limits *wrote,
                        struct egpu_grpc_status *st) EGPU_MUST_CHECK;
+
+/* The mark right after Allocate (marker.c): when a container of r (a
+ * PodResources List answer, the kubelet's own record) holds every one of
+ * ids (n), read its pod's assignment and, when PreStartContainer would
+ * accept the IDs (on the assigned card(s), core per card, a usable
+ * gpu-core-limit), add the container to elasticgpu.io/allocated as
+ * PreStartContainer does. Nothing a tenant writes is believed: the owner
+ * comes from the kubelet, the assignment from the annotation only the
+ * scheduler may write. Returns 1 (marked, or marked already), 0 (no
+ * container of r holds the IDs yet) or a negative code with err (not
+ * marked: PreStartContainer decides). */
+int egpu__prestart_mark(const struct egpu_prestart_config *cfg,
+                        const V1__ListPodResourcesResponse *r, char *const *ids, size_t n,
+                        struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* PodResources List on socket (RESOURCE_EXHAUSTED, the kubelet's rate
  * limit, retried twice): the unpacked answer in *out (free with

@@ -937,3 +937,66 @@ def test_prestart_mismatch_event_and_counter(api_env):
     assert ev["source"] == {"component": "egpu-agent", "host": NODE}
     key = ("egpu_agent_allocation_mismatches_total", ())
     assert wait_until(lambda: scrape(agent).get(key) == 1, 5), scrape(agent)
+
+
+# --------------------------------------------------------------------------
+# elasticgpu.io/allocated right after Allocate (issue 14, point 3)
+
+MARKS = "egpu_agent_allocated_marks_total"
+
+
+def test_allocated_marked_right_after_allocate(api_env):
+    """The kubelet records a container's IDs at admission (Allocate) and
+    starts it only after its image is pulled (PreStartContainer). The agent
+    learns the owner from PodResources right after Allocate and writes
+    elasticgpu.io/allocated then, so the scheduler may bind another pod of the
+    same core to the node during the pull. Before, it was written only at
+    PreStartContainer."""
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    want = {"containers": {"main": {"gpus": [u[1]], "core": 30, "memory": 4096}}}
+    api.pod("early", [("main", 30, 4096, [u[1]])])
+    t0 = time.monotonic()
+    adm = kubelet.admit(RES, 30, pod="early", start=False, check=True)  # the image is pulling
+    assert adm.calls == ["GetPreferredAllocation", "Allocate"]
+    assert wait_until(lambda: api.allocated("early") is not None, 5), agent.text()
+    took = time.monotonic() - t0
+    assert api.allocated("early") == want
+    assert not adm.prestart_requests
+    assert not os.path.exists(os.path.join(alloc_dir(adm), "limits.json"))
+    assert "marked allocated after Allocate pod=default/early container=main" in agent.text()
+    # The pull is done: PreStartContainer writes the limits and finds the mark there.
+    kubelet.start_container(adm, check=True)
+    assert limits_of(agent, adm)["memory"] == 4096
+    assert api.allocated("early") == want
+    assert wait_until(lambda: scrape(agent).get((MARKS, (("at", "allocate"),))) == 1, 5)
+    assert scrape(agent).get((MARKS, (("at", "prestart"),)), 0) == 0
+    assert took < 3, took
+    # A second container of the pod is marked beside the first, none lost.
+    api.pod("two", [("a", 20, 1024, [u[0]]), ("b", 40, 2048, [u[1]])])
+    a = kubelet.admit(RES, 20, pod="two", container="a", start=False, check=True)
+    b = kubelet.admit(RES, 40, pod="two", container="b", start=False, check=True)
+    assert wait_until(lambda: set((api.allocated("two") or {}).get("containers", {}))
+                      == {"a", "b"}, 5), agent.text()
+    kubelet.start_container(b, check=True)
+    kubelet.start_container(a, check=True)
+    assert set(api.allocated("two")["containers"]) == {"a", "b"}
+
+
+def test_prestart_marks_when_podresources_does_not_show_it(api_env):
+    """PodResources never shows the owner (a kubelet that lists only running
+    pods): the agent gives up after its few tries and PreStartContainer still
+    writes elasticgpu.io/allocated, as before."""
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    api.pod("late", [("main", 30, 4096, [u[0]])])
+    adm = kubelet.admit(RES, 30, pod="late", record=False, start=False, check=True)
+    assert wait_until(lambda: "PodResources did not show the owner" in agent.text(), 10), \
+        agent.text()
+    assert api.allocated("late") is None
+    kubelet.set_pod_resources({"default/late": {"main": {RES: adm.devices}}})
+    kubelet.start_container(adm, check=True)
+    assert api.allocated("late") == {"containers": {"main": {
+        "gpus": [u[0]], "core": 30, "memory": 4096}}}
+    assert wait_until(lambda: scrape(agent).get((MARKS, (("at", "prestart"),))) == 1, 5)
+    assert scrape(agent).get((MARKS, (("at", "allocate"),)), 0) == 0

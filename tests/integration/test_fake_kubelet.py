@@ -367,6 +367,22 @@ def test_admission_in_kubelet_order(kubelet, plugins):
     assert kubelet.admit(RES, 2, pod="again", check=True).ok
 
 
+def test_admission_while_the_image_pulls(kubelet, plugins):
+    """start=False: Allocate and no PreStartContainer (the image is pulling);
+    PodResources List already shows the container's IDs, as the kubelet's
+    device manager records them at admission. start_container later makes
+    the one PreStartContainer."""
+    p = plugins(kubelet)
+    kubelet.wait_for_plugin(RES)
+    del p.calls[:]
+    adm = kubelet.admit(RES, 2, namespace="ml", pod="pull", container="main", start=False,
+                        check=True)
+    assert adm.calls == ["GetPreferredAllocation", "Allocate"] and p.methods() == adm.calls
+    assert flatten(list_pods(kubelet)) == {"ml/pull": {"main": {RES: sorted(adm.devices)}}}
+    kubelet.start_container(adm, check=True)
+    assert p.methods() == ["GetPreferredAllocation", "Allocate", "PreStartContainer"]
+
+
 def test_admission_without_optional_calls(kubelet, plugins):
     p = plugins(kubelet, pre_start=False, preferred=False)
     kubelet.wait_for_plugin(RES)

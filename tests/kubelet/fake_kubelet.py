@@ -17,8 +17,11 @@ and as kubelet's devicemanager does it:
   (:meth:`FakeKubelet.admit`): picks from the healthy devices not in use,
   calls ``GetPreferredAllocation`` (only if the plugin's options say so) with
   one container request, takes its preference, calls ``Allocate`` with exactly
-  one container request, then ``PreStartContainer`` (only if the options say
-  so); every request, response and error is kept in an :class:`Admission`;
+  one container request, records the IDs as the container's (PodResources
+  ``List`` shows them from then on, as the kubelet's podDevices), then, when
+  the container starts (at once, or later with ``start=False``: the image
+  pull), ``PreStartContainer`` (only if the options say so); every request,
+  response and error is kept in an :class:`Admission`;
 * serves ``v1.PodResourcesLister`` (``List``, ``GetAllocatableResources``,
   ``Get``) on ``<pod_resources_dir>/kubelet.sock`` from a state the test sets
   (:meth:`FakeKubelet.set_pod_resources`); a successful admission adds its
@@ -634,7 +637,7 @@ class FakeKubelet:
 
     def admit(self, resource: str, count: int, *, namespace: str = "default",
               pod: str = "pod", container: str = "main", must_include=(),
-              record: bool = True, check: bool = False) -> Admission:
+              record: bool = True, start: bool = True, check: bool = False) -> Admission:
         """Admits one container asking ``count`` devices of ``resource``, as the
         kubelet's device manager does, and returns the :class:`Admission`.
 
@@ -648,14 +651,23 @@ class FakeKubelet:
            remainder comes from the sorted available IDs.
         3. Allocate with exactly one ContainerAllocateRequest; an empty
            container_responses is an error.
-        4. If ``record``, the container joins the PodResources state.
-        5. :meth:`start_container`: PreStartContainer if pre_start_required.
+        4. If ``record``, the container joins the PodResources state, at once
+           after Allocate returns, as the kubelet's device manager inserts it
+           into podDevices (which List reads) in the same call.
+        5. If ``start``, :meth:`start_container`: PreStartContainer if
+           pre_start_required. On a node the container starts only after its
+           image is pulled, which may take minutes: ``start=False`` stops
+           here, as a pull in progress, and the test calls
+           :meth:`start_container` when the pull is done.
 
         ``check=True`` raises :class:`AdmissionError` on failure. Admissions are
         serialized, as the kubelet admits pods one at a time."""
         with self._admit_lock:
-            return self._admit(resource, count, namespace, pod, container, must_include,
-                               record, check)
+            adm = self._admit(resource, count, namespace, pod, container, must_include,
+                              record, check)
+        if adm.ok and adm.stage is None and start and "Allocate" in adm.calls:
+            return self.start_container(adm, check=check)
+        return adm
 
     def _admit(self, resource, count, namespace, pod, container, must_include, record, check):
         adm = Admission(resource=resource, namespace=namespace, pod=pod, container=container,
@@ -743,7 +755,7 @@ class FakeKubelet:
                 self._alloc_resp[(key, container, resource)] = \
                     resp.container_responses[0].SerializeToString()
         self._write_checkpoint()
-        return self.start_container(adm, check=check)
+        return adm
 
     def start_container(self, adm: Admission, check: bool = False) -> Admission:
         """A (re)start of the admitted container: PreStartContainer with its device
