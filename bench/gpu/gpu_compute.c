@@ -283,13 +283,6 @@ static int calib_measure(struct bench *b, double *ns)
 
 static int worker_spawn(struct bench *b, struct gpubench_child *c, const char *dir, unsigned core)
 {
-    static const char *const unset[] = {"LD_PRELOAD",
-                                        "EGPU_VCUDA_DIR",
-                                        "EGPU_VCUDA_MEMORY_MIB",
-                                        "EGPU_VCUDA_CORE",
-                                        "EGPU_VCUDA_CORE_LIMIT",
-                                        "EGPU_VCUDA_GPUS",
-                                        NULL};
     char dev[16], iters[32], blocks[16], depth[16], preload[4200], dirv[4200], corev[64],
         limitv[64];
     const char *set[5] = {NULL};
@@ -322,7 +315,7 @@ static int worker_spawn(struct bench *b, struct gpubench_child *c, const char *d
         set[2] = corev;
         set[3] = limitv;
     }
-    return gpubench_child_start(c, argv, set, unset);
+    return gpubench_child_start(c, argv, set, gpubench_limit_env);
 }
 
 /* Runs one case; prints its rows. */

@@ -568,13 +568,6 @@ static double mib(uint64_t bytes)
 static int worker_start(struct bench *b, struct gpubench_child *c, enum gpubench_lookup lookup,
                         const char *dir, uint64_t limit_mib, char *line, size_t len)
 {
-    static const char *const unset_plain[] = {"LD_PRELOAD",
-                                              "EGPU_VCUDA_DIR",
-                                              "EGPU_VCUDA_MEMORY_MIB",
-                                              "EGPU_VCUDA_CORE",
-                                              "EGPU_VCUDA_CORE_LIMIT",
-                                              "EGPU_VCUDA_GPUS",
-                                              NULL};
     char dev[16], preload[4200], dirv[4200], limit[64];
     const char *set[4] = {NULL};
     char *argv[] = {"bench_gpu_mem", "--worker", "--lookup", (char *)gpubench_lookup_name(lookup),
@@ -590,7 +583,7 @@ static int worker_start(struct bench *b, struct gpubench_child *c, enum gpubench
         set[1] = dirv;
         set[2] = limit;
     }
-    rc = gpubench_child_start(c, argv, set, unset_plain);
+    rc = gpubench_child_start(c, argv, set, gpubench_limit_env);
     if (rc != 0) {
         snprintf(line, len, "cannot start a worker: %s", strerror(-rc));
         return rc;

@@ -49,22 +49,6 @@ struct figures {
     double launch_ns, launch_instr, alloc_ns, alloc_instr, free_ns, free_instr;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n) (sorts v); -1 when n is 0. */
-static double median(double *v, size_t n)
-{
-    if (n == 0)
-        return -1;
-    qsort(v, n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ---- Worker ---- */
 
 static int worker_main(const struct options *o)
@@ -188,11 +172,11 @@ static int worker_main(const struct options *o)
     gpubench_reply(
         "ok launch_ns=%.1f launch_instr=%.1f alloc_ns=%.1f alloc_instr=%.1f free_ns=%.1f "
         "free_instr=%.1f ptx=%s",
-        median(per_batch, o->batches),
+        gpubench_median(per_batch, o->batches),
         instr_launch >= 0 && counted_launches ? (double)instr_launch / counted_launches : -1.0,
-        median(per_alloc, o->alloc_reps),
+        gpubench_median(per_alloc, o->alloc_reps),
         instr_alloc >= 0 && counted_allocs ? (double)instr_alloc / counted_allocs : -1.0,
-        median(per_free, o->alloc_reps),
+        gpubench_median(per_free, o->alloc_reps),
         instr_free >= 0 && counted_allocs ? (double)instr_free / counted_allocs : -1.0, ptx);
     gpubench_icount_close(&ic);
     (void)cu.stream_destroy(stream); /* exiting */
@@ -217,13 +201,6 @@ static const char *const config_names[NCONFIGS] = {
 static int run_config(const struct options *o, const char *vcuda, int cfg, struct figures *f,
                       char *line, size_t len)
 {
-    static const char *const unset[] = {"LD_PRELOAD",
-                                        "EGPU_VCUDA_DIR",
-                                        "EGPU_VCUDA_MEMORY_MIB",
-                                        "EGPU_VCUDA_CORE",
-                                        "EGPU_VCUDA_CORE_LIMIT",
-                                        "EGPU_VCUDA_GPUS",
-                                        NULL};
     char dev[16], batches[24], batch[24], pace[24], allocs[24], reps[24], kib[24];
     char preload[4200], dirv[4200], limit[64], dir[4096] = "";
     const char *set[6] = {NULL};
@@ -247,7 +224,6 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
                     "--alloc-kib",
                     kib,
                     NULL};
-    struct gpubench_child c;
     int rc;
 
     snprintf(dev, sizeof(dev), "%d", o->device);
@@ -275,20 +251,7 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
             set[3] = "EGPU_VCUDA_CORE_LIMIT=50";
         }
     }
-    rc = gpubench_child_start(&c, argv, set, unset);
-    if (rc == 0) {
-        rc = gpubench_child_recv(&c, line, len, STARTUP_MS + RUN_MS);
-        if (rc != 0)
-            snprintf(line, len, "no reply: %s", strerror(-rc));
-        else if (strncmp(line, "ok ", 3) != 0)
-            rc = -EIO;
-        if (rc == 0)
-            rc = gpubench_child_wait(&c, EXIT_MS, NULL);
-        else
-            gpubench_child_kill(&c);
-    } else {
-        snprintf(line, len, "cannot start a worker: %s", strerror(-rc));
-    }
+    rc = gpubench_worker_once(argv, set, STARTUP_MS + RUN_MS, EXIT_MS, line, len);
     if (dir[0] != '\0')
         gpubench_tmpdir_remove(dir);
     if (rc != 0)
@@ -435,7 +398,7 @@ int main(int argc, char **argv)
         double m[6];
 
         for (int k = 0; k < 6; k++)
-            m[k] = median(samples[cfg][k], got[cfg]);
+            m[k] = gpubench_median(samples[cfg][k], got[cfg]);
         med[cfg] = (struct figures){m[0], m[1], m[2], m[3], m[4], m[5]};
     }
 

@@ -70,22 +70,6 @@ static const char *const call_names[NCALLS] = {
     "cuEventQuery (done)",
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n) (sorts v); -1 when n is 0. */
-static double median(double *v, size_t n)
-{
-    if (n == 0)
-        return -1;
-    qsort(v, n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void spin_until(uint64_t t_ns)
 {
     while (gpubench_now_ns() < t_ns)
@@ -287,13 +271,6 @@ static const unsigned config_core[NCONFIGS] = {100, 30, 50};
 static int run_config(const struct options *o, const char *vcuda, int cfg, struct figures *f,
                       char *line, size_t len)
 {
-    static const char *const unset[] = {"LD_PRELOAD",
-                                        "EGPU_VCUDA_DIR",
-                                        "EGPU_VCUDA_MEMORY_MIB",
-                                        "EGPU_VCUDA_CORE",
-                                        "EGPU_VCUDA_CORE_LIMIT",
-                                        "EGPU_VCUDA_GPUS",
-                                        NULL};
     char dev[16], launches[24], host[24], calls[24];
     char preload[4200], dirv[4200], core[64], limit[64], dir[4096] = "";
     const char *set[5] = {NULL};
@@ -311,7 +288,6 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
                     "--calls",
                     calls,
                     NULL};
-    struct gpubench_child c;
     char key[8];
     int rc;
 
@@ -334,20 +310,7 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
         set[2] = core;
         set[3] = limit;
     }
-    rc = gpubench_child_start(&c, argv, set, unset);
-    if (rc == 0) {
-        rc = gpubench_child_recv(&c, line, len, STARTUP_MS + RUN_MS);
-        if (rc != 0)
-            snprintf(line, len, "no reply: %s", strerror(-rc));
-        else if (strncmp(line, "ok ", 3) != 0)
-            rc = -EIO;
-        if (rc == 0)
-            rc = gpubench_child_wait(&c, EXIT_MS, NULL);
-        else
-            gpubench_child_kill(&c);
-    } else {
-        snprintf(line, len, "cannot start a worker: %s", strerror(-rc));
-    }
+    rc = gpubench_worker_once(argv, set, STARTUP_MS + RUN_MS, EXIT_MS, line, len);
     if (dir[0] != '\0')
         gpubench_tmpdir_remove(dir);
     if (rc != 0)
@@ -467,7 +430,7 @@ int main(int argc, char **argv)
     }
     for (int cfg = 0; cfg < NCONFIGS; cfg++)
         for (int k = 0; k < 3 + NCALLS; k++)
-            med[cfg][k] = median(samples[cfg][k], got[cfg]);
+            med[cfg][k] = gpubench_median(samples[cfg][k], got[cfg]);
 
     printf("\nkernel device time (back to back): %.0f ns\n", med[0][2]);
     printf("\n%-26s %11s %10s %15s %10s\n", "short kernels", "launches/s", "speed",

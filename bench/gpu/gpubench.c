@@ -725,6 +725,50 @@ int gpubench_child_wait(struct gpubench_child *c, int timeout_ms, int *status)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -ECHILD;
 }
 
+const char *const gpubench_limit_env[] = {"LD_PRELOAD",
+                                          "EGPU_VCUDA_DIR",
+                                          "EGPU_VCUDA_MEMORY_MIB",
+                                          "EGPU_VCUDA_CORE",
+                                          "EGPU_VCUDA_CORE_LIMIT",
+                                          "EGPU_VCUDA_GPUS",
+                                          NULL};
+
+int gpubench_worker_once(char *const argv[], const char *const *set, int timeout_ms, int exit_ms,
+                         char *line, size_t len)
+{
+    struct gpubench_child c;
+    int rc = gpubench_child_start(&c, argv, set, gpubench_limit_env);
+
+    if (rc != 0) {
+        snprintf(line, len, "cannot start a worker: %s", strerror(-rc));
+        return rc;
+    }
+    rc = gpubench_child_recv(&c, line, len, timeout_ms);
+    if (rc != 0)
+        snprintf(line, len, "no reply: %s", strerror(-rc));
+    else if (strncmp(line, "ok ", 3) != 0)
+        rc = -EIO;
+    if (rc == 0)
+        return gpubench_child_wait(&c, exit_ms, NULL);
+    gpubench_child_kill(&c);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+double gpubench_median(double *v, size_t n)
+{
+    if (n == 0)
+        return -1;
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 void gpubench_child_kill(struct gpubench_child *c)
 {
     int st;

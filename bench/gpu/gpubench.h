@@ -228,6 +228,21 @@ int gpubench_child_wait(struct gpubench_child *c, int timeout_ms, int *status);
 /* Kills the child with SIGKILL and reaps it at once (so no zombie keeps its pid alive). */
 void gpubench_child_kill(struct gpubench_child *c);
 
+/* What a worker gets unset unless the program sets it: the preload and the limit keys
+ * (EGPU_VCUDA_CONTEXT_MIB, _CONTEXT_EXTRA_MIB and _LOG_LEVEL pass through). NULL-terminated. */
+extern const char *const gpubench_limit_env[];
+
+/* Runs a worker that answers with one line and exits: gpubench_child_start(argv, set,
+ * gpubench_limit_env), its line read into line (len bytes) within timeout_ms, which must start
+ * with "ok ", then reaped within exit_ms. Returns 0; else -errno with line saying why (the
+ * worker's own "err ..." line, "no reply: ...", or "cannot start a worker: ..."), the worker
+ * killed. */
+int gpubench_worker_once(char *const argv[], const char *const *set, int timeout_ms, int exit_ms,
+                         char *line, size_t len);
+
+/* The median of v[0..n) (sorts v in place); -1 when n is 0. */
+double gpubench_median(double *v, size_t n);
+
 /* Finds " key=" in a reply line and parses its value. Return 0, -ENOENT, -EINVAL. */
 /* A worker's answer to its parent: one printf-formatted line on stdout,
  * flushed at once (the parent reads it with gpubench_child_recv). */
