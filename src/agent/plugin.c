@@ -1097,6 +1097,18 @@ out:
 /* ------------------------------------------------------------------------ */
 /* PreStartContainer                                                        */
 
+/* What PreStartContainer and the allocation marker need of the plugin (borrowed: p outlives
+ * both). */
+static struct egpu_prestart_config prestart_config(struct egpu_plugin *p)
+{
+    return (struct egpu_prestart_config){.kube = p->kube,
+                                         .node = p->node,
+                                         .pod_resources = p->pod_resources,
+                                         .alloc_root = p->alloc_root,
+                                         .ctx_extra_mib = p->ctx_extra_mib,
+                                         .allocated_lock = &p->allocated_lock};
+}
+
 static int on_prestart(void *data, const struct egpu_grpc_request *req, struct egpu_buf *reply,
                        struct egpu_grpc_status *st)
 {
@@ -1129,12 +1141,7 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
     }
     rc = count_ids(cards, ncards, r->devices_ids, r->n_devices_ids, count, st);
     if (rc == 0 && p->kube != NULL) {
-        struct egpu_prestart_config pc = {.kube = p->kube,
-                                          .node = p->node,
-                                          .pod_resources = p->pod_resources,
-                                          .alloc_root = p->alloc_root,
-                                          .ctx_extra_mib = p->ctx_extra_mib,
-                                          .allocated_lock = &p->allocated_lock};
+        struct egpu_prestart_config pc = prestart_config(p);
 
         rc = egpu__prestart_run(&pc, cards, ncards, r->devices_ids, r->n_devices_ids, &mismatch,
                                 &marked, wrote, st);
@@ -1214,12 +1221,7 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
     if (!rc)
         record_load(p);
     if (!rc && p->kube != NULL) {
-        struct egpu_prestart_config pc = {.kube = p->kube,
-                                          .node = p->node,
-                                          .pod_resources = p->pod_resources,
-                                          .alloc_root = p->alloc_root,
-                                          .ctx_extra_mib = p->ctx_extra_mib,
-                                          .allocated_lock = &p->allocated_lock};
+        struct egpu_prestart_config pc = prestart_config(p);
 
         rc = egpu__marker_new(&pc, &p->marker);
         if (rc)
