@@ -4,8 +4,11 @@
 #   make build   configure and build into build/
 #   make demo    deps + build, then replay the openb trace with every policy (seed 42)
 #   make check   deps + build, then every test: unit (ctest), unit under ASan+UBSan
-#                (ctest), integration (pytest), formatting and source checks, and
+#                (ctest), the threaded unit tests under TSan (ctest -L tsan),
+#                integration (pytest), formatting and source checks, and
 #                a short smoke of every fuzz target (FUZZ_RUNS executions each)
+#   make tsan    the threaded unit tests under ThreadSanitizer (build-tsan;
+#                the list is EGPU_TSAN_TESTS in tests/CMakeLists.txt)
 #   make fuzz    the libFuzzer targets of tests/fuzz, FUZZ_SECONDS each
 #                (default 60; docs/fuzzing.md)
 #   make bench   benchmarks under bench/ (print figures; not part of check)
@@ -20,6 +23,7 @@
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS  ?= 10000
@@ -32,7 +36,7 @@ TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
               openb_pod_list_gpuspec10.csv
 
-.PHONY: all deps build demo check unit asan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
+.PHONY: all deps build demo check unit asan tsan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
 
 all: build
 
@@ -49,7 +53,7 @@ demo: build
 	@./$(BUILD)/egpu-sim --seeds 42 --policy all --out out
 
 check: build
-	@$(MAKE) --no-print-directory lint unit asan integration fuzz-smoke
+	@$(MAKE) --no-print-directory lint unit asan tsan integration fuzz-smoke
 
 unit:
 	@echo "== unit tests (ctest)"
@@ -62,6 +66,18 @@ asan:
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+# RelWithDebInfo: TSan at -O0 is several times slower, and gcc's value-range
+# warnings (-Wformat-truncation) misfire on TSan-instrumented code at -O0.
+# halt_on_error: the first race fails the test; ignore_noninstrumented_modules:
+# the system libraries are not built with TSan (tests/tsan.supp says more).
+tsan:
+	@echo "== threaded unit tests under ThreadSanitizer (ctest -L tsan)"
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEGPU_SANITIZE=thread \
+		-DEGPU_TESTS_ONLY=ON >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target egpu_tsan_tests
+	@cd $(TSAN_BUILD) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$(abspath tests/tsan.supp)" \
+		ctest --output-on-failure -j $(JOBS) -L tsan
 
 integration:
 	@echo "== integration tests (pytest)"
@@ -119,4 +135,4 @@ data:
 	done
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) out
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) out
