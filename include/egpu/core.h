@@ -201,6 +201,30 @@ int egpu_parse_gpu_mem_mib(const char *s, const char *field, int64_t *out,
 #define EGPU_UUID_MAX      64   /* NVML GPU UUID incl. NUL ("GPU-" + 36) */
 #define EGPU_MODEL_NONE    UINT16_MAX
 
+/* How closely two cards of one node are connected, as NVML's pair topology
+ * says (nvmlDeviceGetP2PStatus for NVLink, else
+ * nvmlDeviceGetTopologyCommonAncestor's nvmlGpuTopologyLevel_t): a higher
+ * value is closer. The GPU object's spec.topology names them (egpu/api.h
+ * egpu_api_topo_name). EGPU_TOPO_UNKNOWN is what a zeroed spec says. */
+enum egpu_topo_level {
+    EGPU_TOPO_UNKNOWN = 0, /* not published: ranks below every known link */
+    EGPU_TOPO_SYSTEM,      /* NVML_TOPOLOGY_SYSTEM: across NUMA nodes (SYS) */
+    EGPU_TOPO_NUMA_NODE,   /* NVML_TOPOLOGY_NODE: host bridges of one NUMA node (NODE) */
+    EGPU_TOPO_HOSTBRIDGE,  /* NVML_TOPOLOGY_HOSTBRIDGE: one PCIe host bridge (PHB) */
+    EGPU_TOPO_MULTIPLE,    /* NVML_TOPOLOGY_MULTIPLE: several PCIe switches (PXB) */
+    EGPU_TOPO_SINGLE,      /* NVML_TOPOLOGY_SINGLE: one PCIe switch (PIX) */
+    EGPU_TOPO_INTERNAL,    /* NVML_TOPOLOGY_INTERNAL: the same board (e.g. K80) */
+    EGPU_TOPO_NVLINK,      /* NVLink between the two (NV) */
+    EGPU_TOPO_LEVELS,      /* number of values */
+};
+
+/* One peer of a card in an egpu_gpu_spec: the card of NVML index
+ * peer_index on the same node, and the link to it. */
+struct egpu_gpu_link {
+    uint32_t peer_index;
+    uint8_t level; /* enum egpu_topo_level */
+};
+
 struct egpu_gpu {
     char uuid[EGPU_UUID_MAX];
     uint32_t index;           /* NVML index on its node */
@@ -215,6 +239,8 @@ struct egpu_gpu {
                               /* card and why, e.g. "gpu-1-gpu0 (Unhealthy)" (owned) */
     uint16_t load_pct;        /* measured load 0..100 (egpu_load_pct), EGPU_LOAD_UNKNOWN */
                               /* when none is known; read only by load-aware placers */
+    uint8_t link[EGPU_NODE_GPUS_MAX]; /* enum egpu_topo_level to the card at each position */
+                                      /* of node->gpus; read when node->has_topology */
 };
 
 struct egpu_label {
@@ -235,6 +261,7 @@ struct egpu_node {
     uint16_t model; /* model of its cards (EGPU_MODEL_NONE without cards) */
     uint32_t ngpus;
     struct egpu_gpu *gpus; /* ngpus entries, sorted by index */
+    bool has_topology;     /* some pair of cards has a known link (egpu_gpu.link) */
     size_t nlabels;
     struct egpu_label *labels;
     struct egpu_assignment *pods; /* pods placed here (intrusive list) */
@@ -250,6 +277,13 @@ struct egpu_gpu_spec {
                            /* this names it and why for refusals (copied) */
     bool load_known;       /* false (a zeroed spec): load unknown; else load_pct holds */
     uint16_t load_pct;     /* measured load 0..100, see egpu_load_pct */
+    /* Links to peer cards of this node (the GPU object's spec.topology; none:
+     * unknown). A peer index the node lacks, the card's own and
+     * EGPU_TOPO_UNKNOWN are passed over. When the two cards of a pair say
+     * different things, the farther link counts; when one says nothing, the
+     * other's. */
+    uint32_t nlinks;
+    const struct egpu_gpu_link *links; /* nlinks entries (borrowed, copied) */
 };
 
 struct egpu_node_spec {

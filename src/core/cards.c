@@ -16,6 +16,15 @@
  * and memory left; FGD: the same fragmentation; whole cards: any two free
  * ones), the card with the lower measured load (egpu_gpu.load_pct, unknown
  * last) is taken before the lower index. Without it no load is read.
+ *
+ * Topology (node->has_topology, from the GPU objects' spec.topology): a
+ * container of two or more whole cards gets, of the free cards, a set whose
+ * worst pair is best connected (NVLink, then the same board, one PCIe
+ * switch, several, one host bridge, one NUMA node, the system; unknown
+ * last), and among sets as good the one the policy's order (index, load,
+ * or the random draw) reaches first. A share or a single card is placed as
+ * without topology, and a node with no known link is never looked at, so a
+ * cluster without topology places exactly as before.
  */
 #include <stdio.h>
 #include <string.h>
@@ -55,6 +64,55 @@ static void add_share(struct egpu_pick *pick, struct scratch *s, uint16_t contai
     s->held[gpu] = true;
 }
 
+/* The closest link between card a and every card of set[0..n). */
+static uint8_t worst_link(const struct egpu_node *node, uint16_t a, const uint16_t *set, uint32_t n)
+{
+    uint8_t worst = EGPU_TOPO_NVLINK;
+
+    for (uint32_t i = 0; i < n; i++) {
+        if (node->gpus[a].link[set[i]] < worst)
+            worst = node->gpus[a].link[set[i]];
+    }
+    return worst;
+}
+
+/* Topology: put the k best connected cards of order[0..n) (the policy's
+ * order, best first) in front, in that order. The best set is the one
+ * whose worst pair is closest (egpu_topo_level; unknown is the farthest);
+ * among sets as good, the one the policy's order reaches first. For each
+ * level from NVLink down and each card in order as a start, the cards in
+ * order that reach every card taken so far at that level are added until k
+ * are found: exact where links of a level group the cards (NVLink islands,
+ * PCIe trees), a good set otherwise, and at most levels x n x n x k steps.
+ * When no level gives k cards, order stays as it is. */
+static void topo_order(const struct egpu_node *node, uint16_t *order, uint32_t n, uint32_t k)
+{
+    uint16_t set[EGPU_NODE_GPUS_MAX];
+
+    for (int level = EGPU_TOPO_NVLINK; level > EGPU_TOPO_UNKNOWN; level--) {
+        for (uint32_t start = 0; start < n; start++) {
+            bool in[EGPU_NODE_GPUS_MAX] = {false};
+            uint32_t m = 1, front = 0, back = k;
+
+            set[0] = order[start];
+            in[start] = true;
+            for (uint32_t i = 0; i < n && m < k; i++) {
+                if (i != start && worst_link(node, order[i], set, m) >= level) {
+                    set[m++] = order[i];
+                    in[i] = true;
+                }
+            }
+            if (m < k)
+                continue;
+            /* The set first, the rest after, each in the policy's order. */
+            for (uint32_t i = 0; i < n; i++)
+                set[in[i] ? front++ : back++] = order[i];
+            memcpy(order, set, n * sizeof(*order));
+            return;
+        }
+    }
+}
+
 static bool pick_whole(enum egpu_policy_kind kind, bool load_aware, struct egpu_rng *rng,
                        const struct egpu_node *node, uint16_t ci,
                        const struct egpu_container_request *cr, struct scratch *s,
@@ -74,8 +132,11 @@ static bool pick_whole(enum egpu_policy_kind kind, bool load_aware, struct egpu_
         return false;
     }
     if (kind == EGPU_POLICY_RANDOM) {
-        /* A uniform random subset: partial Fisher-Yates over the free cards. */
-        for (uint32_t i = 0; i < cr->ncards; i++) {
+        /* A uniform random subset: partial Fisher-Yates over the free cards
+         * (all of them when topology then chooses among them). */
+        uint32_t shuffled = node->has_topology && cr->ncards > 1 ? nfree : cr->ncards;
+
+        for (uint32_t i = 0; i < shuffled; i++) {
             uint32_t j = i + (uint32_t)egpu_rng_below(rng, nfree - i);
             uint16_t t = free_cards[i];
 
@@ -93,6 +154,8 @@ static bool pick_whole(enum egpu_policy_kind kind, bool load_aware, struct egpu_
             free_cards[j] = g;
         }
     }
+    if (node->has_topology && cr->ncards > 1)
+        topo_order(node, free_cards, nfree, cr->ncards);
     for (uint32_t i = 0; i < cr->ncards; i++) {
         uint16_t g = free_cards[i];
 

@@ -194,6 +194,11 @@ static int check_spec(const struct egpu_cluster *c, const struct egpu_node_spec 
         if (g->uuid != NULL && (g->uuid[0] == '\0' || strlen(g->uuid) >= EGPU_UUID_MAX))
             return egpu_error_set(err, -EINVAL, "node %s: card %u UUID must be 1..%d characters",
                                   s->name, g->index, EGPU_UUID_MAX - 1);
+        for (uint32_t l = 0; l < g->nlinks; l++) {
+            if (g->links == NULL || g->links[l].level >= EGPU_TOPO_LEVELS)
+                return egpu_error_set(err, -EINVAL, "node %s: card %u has a link of no known level",
+                                      s->name, g->index);
+        }
         for (uint32_t j = 0; j < i; j++) {
             if (s->gpus[j].index == g->index)
                 return egpu_error_set(err, -EINVAL, "node %s: card index %u appears twice", s->name,
@@ -208,6 +213,48 @@ static int cmp_gpu_index(const void *a, const void *b)
     const struct egpu_gpu *x = a, *y = b;
 
     return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Position of the card of NVML index in n->gpus (sorted), or n->ngpus. */
+static uint32_t position_of(const struct egpu_node *n, uint32_t index)
+{
+    uint32_t lo = 0, hi = n->ngpus;
+
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+
+        if (n->gpus[mid].index < index)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n->ngpus && n->gpus[lo].index == index ? lo : n->ngpus;
+}
+
+/* Fill egpu_gpu.link from the specs' links (n->gpus already sorted): each
+ * pair gets the farther of what its two cards say, or the one that says
+ * something. */
+static void set_links(struct egpu_node *n, const struct egpu_node_spec *s)
+{
+    for (uint32_t i = 0; i < s->ngpus; i++) {
+        const struct egpu_gpu_spec *g = &s->gpus[i];
+        uint32_t a = position_of(n, g->index);
+
+        for (uint32_t l = 0; l < g->nlinks; l++) {
+            uint32_t b = position_of(n, g->links[l].peer_index);
+            uint8_t level = g->links[l].level, *ab, *ba;
+
+            if (b == n->ngpus || b == a || level == EGPU_TOPO_UNKNOWN)
+                continue;
+            ab = &n->gpus[a].link[b];
+            ba = &n->gpus[b].link[a];
+            if (*ab == EGPU_TOPO_UNKNOWN || level < *ab)
+                *ab = level;
+            if (*ba == EGPU_TOPO_UNKNOWN || level < *ba)
+                *ba = level;
+            n->has_topology = true;
+        }
+    }
 }
 
 static void unindex_uuids(struct egpu_cluster *c, const struct egpu_node *n, uint32_t upto)
@@ -307,6 +354,7 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
         }
     }
     qsort(n->gpus, n->ngpus, sizeof(*n->gpus), cmp_gpu_index);
+    set_links(n, s);
     for (; indexed < n->ngpus; indexed++) {
         rc = egpu_map_put(c->by_uuid, n->gpus[indexed].uuid, n);
         if (rc == -EEXIST) {

@@ -1328,6 +1328,271 @@ static void test_memo_after_cluster_maxima_change(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* ---- Topology: multi-card containers on the best connected cards ---- */
+
+/* Two NVLink islands of 4, interleaved so that index order alone would
+ * cross them: {0,2,4,6} and {1,3,5,7}; across islands the system. */
+static uint8_t islands_interleaved(uint32_t a, uint32_t b)
+{
+    return a % 2 == b % 2 ? EGPU_TOPO_NVLINK : EGPU_TOPO_SYSTEM;
+}
+
+/* PCIe only: 0-1 and 2-3 behind one switch each, the rest one host bridge. */
+static uint8_t pcie_pairs(uint32_t a, uint32_t b)
+{
+    return a / 2 == b / 2 ? EGPU_TOPO_SINGLE : EGPU_TOPO_HOSTBRIDGE;
+}
+
+/* Every pair alike (what a node says when it has one PCIe tree). */
+static uint8_t all_system(uint32_t a, uint32_t b)
+{
+    (void)a;
+    (void)b;
+    return EGPU_TOPO_SYSTEM;
+}
+
+/* Add node name with ngpus V100s whose spec.topology says fn for every pair
+ * (each card lists all its peers). */
+static struct egpu_node *add_topo_node(struct egpu_cluster *c, const char *name, uint32_t ngpus,
+                                       uint8_t (*fn)(uint32_t a, uint32_t b))
+{
+    static struct egpu_gpu_link links[EGPU_NODE_GPUS_MAX][EGPU_NODE_GPUS_MAX];
+    struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
+    struct egpu_node_spec spec = {
+        .name = name, .cpu_milli = 64000, .mem_mib = 262144, .ngpus = ngpus, .gpus = gpus};
+    struct egpu_error err = {0};
+
+    for (uint32_t i = 0; i < ngpus; i++) {
+        uint32_t n = 0;
+
+        for (uint32_t j = 0; j < ngpus; j++) {
+            if (j != i)
+                links[i][n++] = (struct egpu_gpu_link){.peer_index = j, .level = fn(i, j)};
+        }
+        gpus[i] = (struct egpu_gpu_spec){
+            .index = i, .model = V100, .mem_mib = V100_MIB, .nlinks = n, .links = links[i]};
+    }
+    if (egpu_cluster_add_node(c, &spec, &err) != 0)
+        fail_msg("add node %s: %s", name, err.msg);
+    return egpu_cluster_node(c, name);
+}
+
+/* The cards of pick (positions), as a bit set. */
+static uint64_t pick_cards(const struct egpu_pick *pick)
+{
+    uint64_t set = 0;
+
+    for (uint32_t i = 0; i < pick->nshares; i++)
+        set |= 1ULL << pick->shares[i].gpu;
+    return set;
+}
+
+#define CARDS2(a, b)       ((1ULL << (a)) | (1ULL << (b)))
+#define CARDS4(a, b, c, d) (CARDS2(a, b) | CARDS2(c, d))
+
+/* 8 cards in two NVLink islands of 4, {0,2,4,6} and {1,3,5,7}, the system
+ * between them. For every policy but random (whose order is a draw):
+ *   4 cards: one island, the one the policy's order reaches first
+ *     ({0,2,4,6}: all free cards tie, lowest index first);
+ *   2 cards: an NVLink pair, {0,2} (not {0,1}, index order's);
+ *   1 card: card 0, as without topology;
+ *   with card 0 taken by a share: 2 cards {1,3} (index order: {1,2}); 4
+ *     cards {1,3,5,7}, the only whole island left (index order: 1,2,3,4);
+ *   with 0..3 taken: 2 cards {4,6} (index order: {4,5}); 4 cards: no
+ *     island is whole, so {4,5,6,7} in the policy's order.
+ * Random: every 2- and 4-card pick lies inside one island, over 50 seeds. */
+static void test_topology_nvlink_islands(void **state)
+{
+    static const struct egpu_typical_pod pods[] = {
+        {.cpu_milli = 0, .gpu_milli = 1000, .ncards = 2, .weight = 1.0},
+    };
+    static const enum egpu_policy_kind kinds[] = {EGPU_POLICY_BINPACK, EGPU_POLICY_SPREAD,
+                                                  EGPU_POLICY_BESTFIT, EGPU_POLICY_FGD};
+    const uint64_t island_a = CARDS4(0, 2, 4, 6), island_b = CARDS4(1, 3, 5, 7);
+    long live = egpu_alloc_live();
+    struct egpu_cluster *c = new_cluster();
+    struct egpu_node *n = add_topo_node(c, "nv8", 8, islands_interleaved);
+    struct egpu_pod_request one = tu_request(1000, 0, 100, 0);
+    struct egpu_pod_request two = tu_request(1000, 0, 200, 0);
+    struct egpu_pod_request four = tu_request(1000, 0, 400, 0);
+    struct egpu_workload w = {0};
+    struct egpu_pick pick = {0};
+
+    (void)state;
+    assert_true(n->has_topology);
+    assert_int_equal(n->gpus[0].link[2], EGPU_TOPO_NVLINK);
+    assert_int_equal(n->gpus[0].link[1], EGPU_TOPO_SYSTEM);
+    assert_int_equal(n->gpus[0].link[0], EGPU_TOPO_UNKNOWN);
+    make_workload(&w, pods, 1);
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        struct egpu_placer *p = new_placer(kinds[k], kinds[k], 1, &w, false);
+
+        assert_true(egpu_placer_can_host(p, c, n, &four, &pick, NULL, 0));
+        assert_int_equal(pick_cards(&pick), island_a);
+        assert_true(egpu_placer_can_host(p, c, n, &two, &pick, NULL, 0));
+        assert_int_equal(pick_cards(&pick), CARDS2(0, 2));
+        assert_true(egpu_placer_can_host(p, c, n, &one, &pick, NULL, 0));
+        assert_int_equal(pick_cards(&pick), 1ULL << 0);
+
+        tu_use_card(c, n, "share-0", 0, 30);
+        assert_true(egpu_placer_can_host(p, c, n, &two, &pick, NULL, 0));
+        assert_int_equal(pick_cards(&pick), CARDS2(1, 3));
+        assert_true(egpu_placer_can_host(p, c, n, &four, &pick, NULL, 0));
+        assert_int_equal(pick_cards(&pick), island_b);
+
+        tu_use_card(c, n, "share-1", 1, 30);
+        tu_use_card(c, n, "share-2", 2, 30);
+        tu_use_card(c, n, "share-3", 3, 30);
+        assert_true(egpu_placer_can_host(p, c, n, &two, &pick, NULL, 0));
+        assert_int_equal(pick_cards(&pick), CARDS2(4, 6));
+        assert_true(egpu_placer_can_host(p, c, n, &four, &pick, NULL, 0));
+        assert_int_equal(pick_cards(&pick), CARDS4(4, 5, 6, 7));
+        assert_int_equal(egpu_cluster_release(c, "share-0", NULL), 0);
+        assert_int_equal(egpu_cluster_release(c, "share-1", NULL), 0);
+        assert_int_equal(egpu_cluster_release(c, "share-2", NULL), 0);
+        assert_int_equal(egpu_cluster_release(c, "share-3", NULL), 0);
+        egpu_placer_free(p);
+    }
+    for (uint64_t seed = 1; seed <= 50; seed++) {
+        struct egpu_placer *p =
+            new_placer(EGPU_POLICY_RANDOM, EGPU_POLICY_RANDOM, seed, NULL, false);
+        uint64_t got;
+
+        assert_true(egpu_placer_can_host(p, c, n, &four, &pick, NULL, 0));
+        got = pick_cards(&pick);
+        assert_true(got == island_a || got == island_b);
+        assert_true(egpu_placer_can_host(p, c, n, &two, &pick, NULL, 0));
+        got = pick_cards(&pick);
+        assert_true((got & island_a) == got || (got & island_b) == got);
+        egpu_placer_free(p);
+    }
+    egpu_workload_free(&w);
+    egpu_cluster_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+/* PCIe levels rank too: 0-1 and 2-3 share a switch, the rest meet at the
+ * host bridge. With card 0 taken, index order's 2-card set {1,2} crosses
+ * the host bridge; {2,3} shares a switch and is taken. A 3-card container
+ * can only have a host-bridge pair: the policy's order, {1,2,3}. Links
+ * given by one card of a pair only count for both; two cards that
+ * disagree get the farther link. */
+static void test_topology_pcie_levels(void **state)
+{
+    long live = egpu_alloc_live();
+    struct egpu_cluster *c = new_cluster();
+    struct egpu_node *n = add_topo_node(c, "pcie4", 4, pcie_pairs);
+    struct egpu_pod_request two = tu_request(1000, 0, 200, 0);
+    struct egpu_pod_request three = tu_request(1000, 0, 300, 0);
+    struct egpu_placer *p = new_placer(EGPU_POLICY_BINPACK, EGPU_POLICY_BINPACK, 1, NULL, false);
+    struct egpu_pick pick = {0};
+
+    (void)state;
+    assert_true(egpu_placer_can_host(p, c, n, &two, &pick, NULL, 0));
+    assert_int_equal(pick_cards(&pick), CARDS2(0, 1));
+    tu_use_card(c, n, "share-0", 0, 30);
+    assert_true(egpu_placer_can_host(p, c, n, &two, &pick, NULL, 0));
+    assert_int_equal(pick_cards(&pick), CARDS2(2, 3));
+    assert_true(egpu_placer_can_host(p, c, n, &three, &pick, NULL, 0));
+    assert_int_equal(pick_cards(&pick), CARDS2(1, 2) | CARDS2(3, 3));
+    {
+        /* One-sided and disagreeing links. */
+        const struct egpu_gpu_link l0[] = {{.peer_index = 1, .level = EGPU_TOPO_NVLINK},
+                                           {.peer_index = 2, .level = EGPU_TOPO_NVLINK},
+                                           {.peer_index = 9, .level = EGPU_TOPO_NVLINK},
+                                           {.peer_index = 0, .level = EGPU_TOPO_NVLINK}};
+        const struct egpu_gpu_link l2[] = {{.peer_index = 0, .level = EGPU_TOPO_SINGLE}};
+        const struct egpu_gpu_link bad[] = {{.peer_index = 0, .level = EGPU_TOPO_LEVELS}};
+        struct egpu_gpu_spec g[3] = {
+            {.index = 0, .model = V100, .mem_mib = V100_MIB, .nlinks = 4, .links = l0},
+            {.index = 1, .model = V100, .mem_mib = V100_MIB},
+            {.index = 2, .model = V100, .mem_mib = V100_MIB, .nlinks = 1, .links = l2}};
+        struct egpu_node_spec spec = {.name = "odd", .cpu_milli = 1000, .ngpus = 3, .gpus = g};
+        struct egpu_error err = {0};
+        struct egpu_node *o;
+
+        assert_int_equal(egpu_cluster_add_node(c, &spec, &err), 0);
+        o = egpu_cluster_node(c, "odd");
+        assert_int_equal(o->gpus[1].link[0], EGPU_TOPO_NVLINK);
+        assert_int_equal(o->gpus[0].link[2], EGPU_TOPO_SINGLE);
+        assert_int_equal(o->gpus[2].link[0], EGPU_TOPO_SINGLE);
+        assert_int_equal(o->gpus[0].link[0], EGPU_TOPO_UNKNOWN);
+        assert_int_equal(o->gpus[1].link[2], EGPU_TOPO_UNKNOWN);
+        g[1].nlinks = 1;
+        g[1].links = bad;
+        spec.name = "bad";
+        g[0].uuid = "bad-0";
+        g[1].uuid = "bad-1";
+        g[2].uuid = "bad-2";
+        assert_int_equal(egpu_cluster_add_node(c, &spec, &err), -EINVAL);
+        assert_has(err.msg, "link");
+    }
+    egpu_placer_free(p);
+    egpu_cluster_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+/* A topology that ranks every pair alike changes no choice: 40 nodes of 8
+ * cards, one cluster with all pairs "system" and one without topology, take
+ * the same 400 random pods (shares, 1, 2, 4 and 8 cards) to the same nodes
+ * and cards under every deterministic policy (random draws its whole order
+ * where topology is known, so its stream differs). */
+static void test_topology_uniform_changes_nothing(void **state)
+{
+    static const enum egpu_policy_kind kinds[] = {EGPU_POLICY_BINPACK, EGPU_POLICY_SPREAD,
+                                                  EGPU_POLICY_BESTFIT, EGPU_POLICY_FGD};
+    static const int64_t cores[] = {20, 50, 100, 200, 400, 800};
+    long live = egpu_alloc_live();
+    struct egpu_workload w = {0};
+
+    (void)state;
+    make_workload(&w, memo_pods, sizeof(memo_pods) / sizeof(memo_pods[0]));
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        struct egpu_cluster *plain = new_cluster(), *topo = new_cluster();
+        struct egpu_placer *pp = new_placer(kinds[k], kinds[k], 7, &w, false);
+        struct egpu_placer *pt = new_placer(kinds[k], kinds[k], 7, &w, false);
+        struct egpu_rng rng;
+        size_t placed = 0;
+
+        egpu_rng_seed(&rng, 42);
+        for (int i = 0; i < 40; i++) {
+            char name[16];
+
+            snprintf(name, sizeof(name), "n%02d", i);
+            (void)tu_add_node(plain, name, 64000, 262144, 8, V100, V100_MIB);
+            (void)add_topo_node(topo, name, 8, all_system);
+        }
+        for (int i = 0; i < 400; i++) {
+            int64_t core = cores[egpu_rng_below(&rng, sizeof(cores) / sizeof(cores[0]))];
+            struct egpu_pod_request r = tu_request(1000, 1024, core, core < 100 ? 2048 : 0);
+            struct egpu_node *na = NULL, *nb = NULL;
+            struct egpu_pick a = {0}, b = {0};
+            char pod[16];
+            int ra = egpu_placer_schedule(pp, plain, &r, &na, &a);
+            int rb = egpu_placer_schedule(pt, topo, &r, &nb, &b);
+
+            assert_int_equal(ra, rb);
+            if (ra != 0)
+                continue;
+            assert_string_equal(na->name, nb->name);
+            assert_int_equal(a.nshares, b.nshares);
+            for (uint32_t s = 0; s < a.nshares; s++)
+                assert_int_equal(a.shares[s].gpu, b.shares[s].gpu);
+            snprintf(pod, sizeof(pod), "p%d", i);
+            assert_int_equal(egpu_cluster_assign(plain, pod, na, &r, &a, NULL), 0);
+            assert_int_equal(egpu_cluster_assign(topo, pod, nb, &r, &b, NULL), 0);
+            placed++;
+        }
+        assert_true(placed > 100);
+        egpu_placer_free(pp);
+        egpu_placer_free(pt);
+        egpu_cluster_free(plain);
+        egpu_cluster_free(topo);
+    }
+    egpu_workload_free(&w);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 /* FGD needs a target workload, at either tier. */
 static void test_placer_new_fgd_needs_workload(void **state)
 {
@@ -1389,6 +1654,9 @@ int main(void)
         cmocka_unit_test(test_schedule_enofit),
         cmocka_unit_test(test_schedule_tie_break_by_seed),
         cmocka_unit_test(test_placer_new_fgd_needs_workload),
+        cmocka_unit_test(test_topology_nvlink_islands),
+        cmocka_unit_test(test_topology_pcie_levels),
+        cmocka_unit_test(test_topology_uniform_changes_nothing),
         cmocka_unit_test(test_memo_matches_plain),
         /* Last: it exposes a use after free in placement.c (memo_reset). */
         cmocka_unit_test(test_memo_after_cluster_maxima_change),
