@@ -828,6 +828,31 @@ void egpu_api_meter_add(const struct egpu_api_meter_pod *p, int64_t from_s, int6
 #define EGPU_API_GPU_HEALTHY   "Healthy"
 #define EGPU_API_GPU_UNHEALTHY "Unhealthy"
 
+/* spec.topology: how the card reaches each other card of its node (written
+ * by egpu-agent from NVML's pair topology; a peer it cannot tell is left
+ * out). At most EGPU_API_GPU_PEERS_MAX entries, one per peer index. */
+#define EGPU_API_GPU_PEERS_MAX 63 /* EGPU_NODE_GPUS_MAX - 1: every other card of a node */
+
+struct egpu_api_gpu_peer {
+    uint32_t index;            /* the peer's spec.index, 0..1023 */
+    enum egpu_topo_level link; /* never EGPU_TOPO_UNKNOWN once decoded */
+};
+
+/* The CRD's name of a link: "NVLink", "Internal" (the same board),
+ * "SingleSwitch", "MultipleSwitches", "HostBridge", "NUMANode", "System";
+ * "unknown" for EGPU_TOPO_UNKNOWN or any other value (static). */
+const char *egpu_api_topo_name(enum egpu_topo_level link);
+
+/* spec.topology of spec (a GPU object's spec, borrowed; absent or null:
+ * none) into peers[0 .. *n) (caller-owned, EGPU_API_GPU_PEERS_MAX
+ * entries). Limits are the CRD's: a list of at most EGPU_API_GPU_PEERS_MAX
+ * objects, each with index 0..1023 and link one of the names above, no
+ * index twice. Returns 0, EGPU_ESYNTAX or EGPU_ERANGE naming the field
+ * ("spec.topology[2].link is \"NV\"; allowed: NVLink, Internal, ..."); *n
+ * and peers written only on success. */
+int egpu_api_gpu_topology_decode(const json_t *spec, struct egpu_api_gpu_peer *peers, size_t *n,
+                                 struct egpu_error *err) EGPU_MUST_CHECK;
+
 /* One status.allocated entry: a container holding a share of the card. */
 struct egpu_api_gpu_share {
     char ns[EGPU_NAMESPACE_MAX];             /* namespace (required) */
@@ -845,8 +870,10 @@ struct egpu_api_gpu {
     char uuid[EGPU_UUID_MAX];           /* spec.uuid (required) */
     char model[EGPU_API_GPU_MODEL_MAX]; /* spec.model; "" = not given */
     int64_t mem_mib;                    /* spec.memory, MiB; 0 when not given */
-    char health[EGPU_API_HEALTH_MAX];   /* status.health as written ("Healthy"); "" = none */
-    bool has_cap_core, has_cap_mem;     /* status.capacity.core / .memory given */
+    size_t npeers;                      /* spec.topology, in its order; 0 = none */
+    struct egpu_api_gpu_peer peers[EGPU_API_GPU_PEERS_MAX];
+    char health[EGPU_API_HEALTH_MAX]; /* status.health as written ("Healthy"); "" = none */
+    bool has_cap_core, has_cap_mem;   /* status.capacity.core / .memory given */
     int64_t cap_core_pct, cap_mem_mib;
     size_t nallocated;                    /* status.allocated, in its order */
     struct egpu_api_gpu_share *allocated; /* owned (egpu_api_gpu_clear); NULL when none */
@@ -859,7 +886,8 @@ struct egpu_api_gpu {
  * borrowed). Limits are the CRD's: index 0..1023, spec.memory
  * 0..EGPU_API_GPU_MIB_MAX, per container core 0..100, utilization 0..100,
  * every other number >= 0; text as long as the CRD allows, any character
- * but NUL. Beyond the CRD, at most EGPU_API_GPU_SHARES_MAX containers.
+ * but NUL; spec.topology as egpu_api_gpu_topology_decode reads it. Beyond
+ * the CRD, at most EGPU_API_GPU_SHARES_MAX containers.
  * Returns 0, EGPU_ESYNTAX (a
  * missing required field, a wrong JSON type, text too long) or EGPU_ERANGE
  * (a value out of range, more than EGPU_API_GPU_SHARES_MAX entries), naming

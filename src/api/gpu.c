@@ -1,7 +1,8 @@
 /* api/gpu.c - the GPU object (one physical card, published by egpu-agent,
  * its status.allocated written by egpu-controller), decoded for readers that
  * show it: spec, health, capacity, the containers holding a share of the
- * card, and what the card is using now. deploy/crds/elasticgpu.io_gpus.yaml
+ * card, what the card is using now, and how it reaches the other cards of
+ * its node (spec.topology). deploy/crds/elasticgpu.io_gpus.yaml
  * is the shape; every limit here is the CRD's. See "GPU" in egpu/api.h.
  */
 #include <errno.h>
@@ -10,6 +11,77 @@
 #include <string.h>
 
 #include "objects_int.h"
+
+/* Closest first, as the CRD's enum lists them. */
+static const char *const topo_names[] = {
+    "NVLink", "Internal", "SingleSwitch", "MultipleSwitches", "HostBridge", "NUMANode", "System"};
+#define NTOPO (sizeof(topo_names) / sizeof(topo_names[0]))
+
+const char *egpu_api_topo_name(enum egpu_topo_level link)
+{
+    if (link <= EGPU_TOPO_UNKNOWN || link > EGPU_TOPO_NVLINK)
+        return "unknown";
+    return topo_names[EGPU_TOPO_NVLINK - link];
+}
+
+static int peer_decode(const json_t *e, size_t i, struct egpu_api_gpu_peer *p,
+                       struct egpu_error *err)
+{
+    char path[64];
+    int64_t index;
+    int rc, link;
+
+    snprintf(path, sizeof(path), "spec.topology[%zu]", i);
+    if (!json_is_object(e))
+        return egpu_error_set(err, EGPU_ESYNTAX, "%s must be an object", path);
+    snprintf(path, sizeof(path), "spec.topology[%zu].index", i);
+    rc = egpu__api_int(e, "index", path, 0, 1023, NULL, &index, NULL, err);
+    if (rc)
+        return rc;
+    snprintf(path, sizeof(path), "spec.topology[%zu].link", i);
+    rc = egpu__api_enum(e, "link", path, topo_names, NTOPO, &link, NULL, err);
+    if (rc)
+        return rc;
+    p->index = (uint32_t)index;
+    p->link = (enum egpu_topo_level)(EGPU_TOPO_NVLINK - link);
+    return 0;
+}
+
+int egpu_api_gpu_topology_decode(const json_t *spec, struct egpu_api_gpu_peer *peers, size_t *n,
+                                 struct egpu_error *err)
+{
+    struct egpu_api_gpu_peer got[EGPU_API_GPU_PEERS_MAX];
+    const json_t *topo = json_object_get(spec, "topology"), *e;
+    size_t i;
+    int rc;
+
+    if (topo == NULL || json_is_null(topo)) {
+        *n = 0;
+        return 0;
+    }
+    if (!json_is_array(topo))
+        return egpu_error_set(err, EGPU_ESYNTAX, "spec.topology must be a list");
+    if (json_array_size(topo) > EGPU_API_GPU_PEERS_MAX)
+        return egpu_error_set(err, EGPU_ERANGE,
+                              "spec.topology has %zu entries; allowed: at most %d",
+                              json_array_size(topo), EGPU_API_GPU_PEERS_MAX);
+    json_array_foreach(topo, i, e)
+    {
+        rc = peer_decode(e, i, &got[i], err);
+        if (rc)
+            return rc;
+        for (size_t j = 0; j < i; j++) {
+            if (got[j].index == got[i].index)
+                return egpu_error_set(err, EGPU_ERANGE,
+                                      "spec.topology[%zu].index %u is given twice; allowed: one "
+                                      "entry per peer card",
+                                      i, got[i].index);
+        }
+    }
+    memcpy(peers, got, json_array_size(topo) * sizeof(*got));
+    *n = json_array_size(topo);
+    return 0;
+}
 
 void egpu_api_gpu_clear(struct egpu_api_gpu *g)
 {
@@ -141,6 +213,8 @@ int egpu_api_gpu_decode(const json_t *obj, struct egpu_api_gpu *out, struct egpu
     if (!rc)
         rc = egpu__api_int(spec, "memory", "spec.memory", 0, EGPU_API_GPU_MIB_MAX, NULL, &g.mem_mib,
                            &has, err);
+    if (!rc)
+        rc = egpu_api_gpu_topology_decode(spec, g.peers, &g.npeers, err);
     if (!rc)
         rc = egpu__api_object(obj, "status", "status", false, &status, err);
     if (!rc && status != NULL)

@@ -6,7 +6,8 @@
  * a JSON array of GPU objects (or one object).
  *
  * Invariants: a refused GPU gets EGPU_ESYNTAX or EGPU_ERANGE with a message
- * and *out untouched; a decoded one has index 0..1023, containers of core
+ * and *out untouched; a decoded one has index 0..1023, at most 63 peers in
+ * spec.topology (each index 0..1023 once, a known link), containers of core
  * 0..100 and memory >= 0, utilization 0..100; the table, the wide table and
  * the JSON document of the decoded cards all render; the table has one
  * line per card, per container and per node plus the header, a blank line
@@ -101,6 +102,13 @@ static int decode(const json_t *o, struct egpu_api_gpu *g)
         return rc;
     }
     FUZZ_CHECK(g->index >= 0 && g->index <= 1023);
+    FUZZ_CHECK(g->npeers <= EGPU_API_GPU_PEERS_MAX);
+    for (size_t i = 0; i < g->npeers; i++) {
+        FUZZ_CHECK(g->peers[i].index <= 1023);
+        FUZZ_CHECK(g->peers[i].link > EGPU_TOPO_UNKNOWN && g->peers[i].link <= EGPU_TOPO_NVLINK);
+        for (size_t j = 0; j < i; j++)
+            FUZZ_CHECK(g->peers[j].index != g->peers[i].index);
+    }
     FUZZ_CHECK(g->node_name[0] != '\0' && g->uuid[0] != '\0');
     FUZZ_CHECK(g->nallocated <= EGPU_API_GPU_SHARES_MAX);
     FUZZ_CHECK((g->nallocated == 0) == (g->allocated == NULL));

@@ -462,6 +462,27 @@ CASES["GPU"] = {
     "used utilization 101": gpu(status={"used": {"utilization": 101}}),
     "used memory negative": gpu(status={"used": {"memory": -1}}),
     "used time": gpu(status={"used": {"updateTime": "yesterday"}}),
+    # spec.topology (egpu-agent, from NVML's pair topology)
+    "topology": gpu({"topology": [{"index": 1, "link": "NVLink"}, {"index": 2, "link": "System"},
+                                  {"index": 3, "link": "SingleSwitch"}]}),
+    "topology every link": gpu({"topology": [{"index": i + 1, "link": l} for i, l in enumerate(
+        ["NVLink", "Internal", "SingleSwitch", "MultipleSwitches", "HostBridge", "NUMANode",
+         "System"])]}),
+    "topology empty": gpu({"topology": []}),
+    "topology 63": gpu({"topology": [{"index": i, "link": "System"} for i in range(1, 64)]}),
+    "topology 64": gpu({"topology": [{"index": i, "link": "System"} for i in range(1, 65)]}),
+    "topology twice": gpu({"topology": [{"index": 1, "link": "NVLink"},
+                                        {"index": 1, "link": "System"}]}),
+    "topology link NV": gpu({"topology": [{"index": 1, "link": "NV"}]}),
+    "topology link lower": gpu({"topology": [{"index": 1, "link": "nvlink"}]}),
+    "topology no link": gpu({"topology": [{"index": 1}]}),
+    "topology no index": gpu({"topology": [{"link": "NVLink"}]}),
+    "topology index 1023": gpu({"topology": [{"index": 1023, "link": "HostBridge"}]}),
+    "topology index 1024": gpu({"topology": [{"index": 1024, "link": "NVLink"}]}),
+    "topology index -1": gpu({"topology": [{"index": -1, "link": "NVLink"}]}),
+    "topology index text": gpu({"topology": [{"index": "1", "link": "NVLink"}]}),
+    "topology not a list": gpu({"topology": {"index": 1, "link": "NVLink"}}),
+    "topology entry text": gpu({"topology": ["NVLink"]}),
 }
 
 # "no node": {"nodeName": None} is a JSON null, which the API server drops.
@@ -577,6 +598,7 @@ def test_enums_are_the_decoders(schemas, objects_tool):
     assert enum_at(schemas["ElasticGPUClaim"], "status", "conditions", "[]", "status") == \
         names["conditionStatuses"]
     assert enum_at(schemas["GPUBudget"], "status", "state") == names["budgetStates"]
+    assert enum_at(schemas["GPU"], "spec", "topology", "[]", "link") == names["topologyLinks"]
     assert enum_at(schemas["GPUBudget"], "status", "conditions", "[]", "status") == \
         names["conditionStatuses"]
     # The decoder's absent period and time zone are the CRD's defaults.

@@ -53,6 +53,11 @@ static const char *provisioner(int i)
 {
     return egpu_api_provisioner_name((enum egpu_api_provisioner)i);
 }
+/* Closest first, as the CRD lists them. */
+static const char *topology_link(int i)
+{
+    return egpu_api_topo_name((enum egpu_topo_level)(EGPU_TOPO_NVLINK - i));
+}
 static const char *budget_state(int i)
 {
     return egpu_api_budget_state_name((enum egpu_api_budget_state)i);
@@ -123,11 +128,12 @@ int main(void)
     }
     results = json_array();
     json_array_foreach(objs, i, o) json_array_append_new(results, one(kind, o));
-    names = json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "claimPhases", names_of(claim_phase),
-                      "elasticGPUPhases", names_of(egpu_phase), "reclaimPolicies",
-                      names_of(reclaim), "bindingModes", names_of(binding), "provisioners",
-                      names_of(provisioner), "conditionStatuses", names_of(cond_status),
-                      "budgetStates", names_of(budget_state));
+    names =
+        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "claimPhases", names_of(claim_phase),
+                  "elasticGPUPhases", names_of(egpu_phase), "reclaimPolicies", names_of(reclaim),
+                  "bindingModes", names_of(binding), "provisioners", names_of(provisioner),
+                  "conditionStatuses", names_of(cond_status), "budgetStates",
+                  names_of(budget_state), "topologyLinks", names_of(topology_link));
     out = json_pack("{s:o,s:o}", "names", names, "results", results);
     if (out == NULL || json_dumpf(out, stdout, JSON_COMPACT) != 0)
         return 2;

@@ -11,11 +11,13 @@
 
 #include "egpu/api.h"
 
-#define HEAD "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'GPU', 'metadata': {'name': 'g'}, "
+#define HEAD  "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'GPU', 'metadata': {'name': 'g'}, "
 /* 64 and 65 bytes: status.health at the CRD's maxLength and one past it. */
-#define H64  "0123456789012345678901234567890123456789012345678901234567890123"
-#define H65  H64 "4"
-#define SPEC "'spec': {'nodeName': 'n1', 'index': 3, 'uuid': 'GPU-1', 'memory': 40960}"
+#define H64   "0123456789012345678901234567890123456789012345678901234567890123"
+#define H65   H64 "4"
+#define SPEC  "'spec': {'nodeName': 'n1', 'index': 3, 'uuid': 'GPU-1', 'memory': 40960}"
+/* A spec whose topology list the caller finishes: entries, then "]}}". */
+#define TSPEC "'spec': {'nodeName': 'n1', 'index': 0, 'uuid': 'GPU-1', 'topology': ["
 
 static void test_gpu_full(void **state)
 {
@@ -90,6 +92,56 @@ static void test_gpu_bare(void **state)
     json_decref(o);
 }
 
+/* spec.topology up to its bound, every link name, and one past the bound. */
+static void test_gpu_topology(void **state)
+{
+    static const char *const names[] = {
+        "NVLink",     "Internal", "SingleSwitch", "MultipleSwitches",
+        "HostBridge", "NUMANode", "System"};
+    struct egpu_api_gpu g;
+    struct egpu_error err = {0};
+    char buf[8192];
+    size_t used;
+    json_t *o;
+
+    (void)state;
+    used = (size_t)snprintf(buf, sizeof(buf), "%s", HEAD TSPEC);
+    for (int i = 0; i < 7; i++)
+        used += (size_t)snprintf(buf + used, sizeof(buf) - used, "%s{'index': %d, 'link': '%s'}",
+                                 i ? ", " : "", 10 + i, names[i]);
+    snprintf(buf + used, sizeof(buf) - used, "]}}");
+    o = tu_json(buf);
+    assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
+    assert_int_equal(g.npeers, 7);
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(g.peers[i].index, 10 + i);
+        assert_int_equal(g.peers[i].link, EGPU_TOPO_NVLINK - i);
+        assert_string_equal(egpu_api_topo_name(g.peers[i].link), names[i]);
+    }
+    assert_string_equal(egpu_api_topo_name(EGPU_TOPO_UNKNOWN), "unknown");
+    assert_string_equal(egpu_api_topo_name(EGPU_TOPO_LEVELS), "unknown");
+    egpu_api_gpu_clear(&g);
+    json_decref(o);
+
+    for (int n = 63; n <= 64; n++) {
+        used = (size_t)snprintf(buf, sizeof(buf), "%s", HEAD TSPEC);
+        for (int i = 0; i < n; i++)
+            used += (size_t)snprintf(buf + used, sizeof(buf) - used,
+                                     "%s{'index': %d, 'link': 'System'}", i ? ", " : "", i + 1);
+        snprintf(buf + used, sizeof(buf) - used, "]}}");
+        o = tu_json(buf);
+        if (n == 63) {
+            assert_int_equal(egpu_api_gpu_decode(o, &g, &err), 0);
+            assert_int_equal(g.npeers, 63);
+            egpu_api_gpu_clear(&g);
+        } else {
+            assert_int_equal(egpu_api_gpu_decode(o, &g, &err), EGPU_ERANGE);
+            assert_string_equal(err.msg, "spec.topology has 64 entries; allowed: at most 63");
+        }
+        json_decref(o);
+    }
+}
+
 static void test_gpu_rules(void **state)
 {
     static const struct {
@@ -134,6 +186,18 @@ static void test_gpu_rules(void **state)
          "2026-07-24T09:31:03Z"},
         {HEAD SPEC ", 'status': {'used': {'utilization': 101}}}", EGPU_ERANGE,
          "status.used.utilization is 101; allowed: a whole number 0..100"},
+        {HEAD TSPEC "{'index': 1}]}}", EGPU_ESYNTAX, "spec.topology[0].link is missing"},
+        {HEAD TSPEC "{'index': 1, 'link': 'NV'}]}}", EGPU_ERANGE,
+         "spec.topology[0].link is \"NV\"; allowed: NVLink, Internal, SingleSwitch, "
+         "MultipleSwitches, HostBridge, NUMANode, System"},
+        {HEAD TSPEC "{'index': 1, 'link': 'System'}, {'index': 1024, 'link': 'System'}]}}",
+         EGPU_ERANGE, "spec.topology[1].index is 1024; allowed: a whole number 0..1023"},
+        {HEAD TSPEC "{'link': 'System'}]}}", EGPU_ESYNTAX, "spec.topology[0].index is missing"},
+        {HEAD TSPEC "{'index': 2, 'link': 'System'}, {'index': 2, 'link': 'NVLink'}]}}",
+         EGPU_ERANGE, "spec.topology[1].index 2 is given twice; allowed: one entry per peer card"},
+        {HEAD TSPEC "'NVLink']}}", EGPU_ESYNTAX, "spec.topology[0] must be an object"},
+        {HEAD "'spec': {'nodeName': 'n1', 'index': 0, 'uuid': 'GPU-1', 'topology': {}}}",
+         EGPU_ESYNTAX, "spec.topology must be a list"},
     };
 
     (void)state;
@@ -161,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_gpu_full),
         cmocka_unit_test(test_gpu_bare),
         cmocka_unit_test(test_gpu_rules),
+        cmocka_unit_test(test_gpu_topology),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
