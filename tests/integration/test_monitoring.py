@@ -27,22 +27,27 @@ Helm chart's monitoring option (issue 16, "Observe").
 
 kubectl and helm come from tools/bin (`make deps`), else PATH; openssl from PATH. A
 missing one skips the tests that need it, except under CI=true, where it fails them.
+promtool, where installed, also parses every expression (skipped without it).
 """
 import json
 import os
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
+import urllib.request
 
 import pytest
 import yaml
 
-from conftest import ROOT, tool
+from conftest import ROOT, find_tool, tool
 from test_helm import by_key, diff, helm_template, kustomize, run, strip_helm
 from test_scheduler import api, sched  # noqa: F401 (the test API server, egpu-scheduler)
 from test_controller import ctl  # noqa: F401 (egpu-controller)
 from test_webhook import Webhook, cert  # noqa: F401 (egpu-webhook and its certificate)
+from test_agent import Agent  # also puts tests/kubelet on sys.path
+from fake_kubelet import FakeKubelet  # noqa: E402
 
 DEPLOY = ROOT / "deploy"
 MONITORING = DEPLOY / "monitoring"
@@ -187,6 +192,26 @@ def dashboard_metrics(dash):
     return out
 
 
+def test_promtool_parses_every_expression(dashboard, tmp_path):
+    """Prometheus's own parser, where promtool is installed (tools/bin or PATH; Debian's
+    package prometheus has it). Not one of scripts/deps.sh's tools: skipped without it,
+    under CI too. Grafana's variables are given values first."""
+    promtool = find_tool("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed")
+    subst = {"$__rate_interval": "5m", "$__range": "1h", "$node": ".*", "$namespace": ".*"}
+    rules = []
+    for i, (where, expr) in enumerate(queries(dashboard)):
+        for k, v in subst.items():
+            expr = expr.replace(k, v)
+        rules.append({"record": f"dashboard:expr:{i}", "expr": expr})
+    f = tmp_path / "rules.yaml"
+    f.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    r = subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and f"{len(rules)} rules found" in r.stdout, r.stdout + r.stderr
+
+
 def test_dashboard_is_valid_grafana_json(dashboard):
     d = dashboard
     assert d["schemaVersion"] >= 39 and d["uid"] and d["title"] and d["description"]
@@ -277,17 +302,9 @@ def test_dashboard_metrics_are_registered_in_the_source(dashboard):
     assert not missing, f"no source registers {missing}"
 
 
-def test_dashboard_metrics_are_exported_by_the_binaries(dashboard, build_dir, api, sched,  # noqa: F811
-                                                        ctl, cert, tmp_path):  # noqa: F811
+def test_dashboard_metrics_are_exported_by_the_binaries(  # noqa: F811 (fixtures imported)
+        dashboard, build_dir, api, sched, ctl, cert, tmp_path):
     """Scrape each binary's /metrics: the families it lists, samples or not."""
-    import urllib.request
-    sys_path_kubelet = str(ROOT / "tests" / "kubelet")
-    import sys
-    if sys_path_kubelet not in sys.path:
-        sys.path.insert(0, sys_path_kubelet)
-    from fake_kubelet import FakeKubelet
-    from test_agent import Agent
-
     def get(url):
         with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
             assert r.status == 200
