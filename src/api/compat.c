@@ -250,9 +250,11 @@ static int container_map(const json_t *map, bool init, uint32_t ci, bool limits,
 }
 
 /* Warnings for container cname's conversions: one per name, from the
- * edits made for its first converted map. */
+ * edits made for its first converted map. limited: the pod sets a core
+ * limit itself (ours or a compatible name), so a memory-only container is
+ * not given one. */
 static void warn_container(struct egpu_api_compat_result *r, size_t first, const char *cname,
-                           const struct egpu_api_compat_opts *o)
+                           const struct egpu_api_compat_opts *o, bool limited)
 {
     bool limits = r->edits[first].limits;
 
@@ -265,7 +267,12 @@ static void warn_container(struct egpu_api_compat_result *r, size_t first, const
                 unit = names[k].family == ALIYUN ? (o->aliyun_mem_mib == 1 ? "MiB" : "GiB")
                                                  : names[k].unit;
         }
-        if (e->from[0] == '\0')
+        if (e->from[0] == '\0' && limited)
+            warn(r,
+                 "container \"%s\": asks GPU memory only; given " EGPU_RES_GPU_CORE " %s, "
+                 "and the pod's own core limit applies",
+                 cname, e->value);
+        else if (e->from[0] == '\0')
             warn(r,
                  "container \"%s\": asks GPU memory only; given " EGPU_RES_GPU_CORE " %s and "
                  "the pod " EGPU_ANN_CORE_LIMIT " 100, so it may use the whole card while it "
@@ -300,7 +307,8 @@ static bool has_ours(const json_t *res)
 }
 
 static int containers(const json_t *spec, bool init, const struct egpu_api_compat_opts *o,
-                      struct egpu_api_compat_result *r, bool *memory_only, struct egpu_error *err)
+                      bool limited, struct egpu_api_compat_result *r, bool *memory_only,
+                      struct egpu_error *err)
 {
     const json_t *list = json_object_get(spec, init ? "initContainers" : "containers"), *c;
     size_t i;
@@ -327,7 +335,7 @@ static int containers(const json_t *spec, bool init, const struct egpu_api_compa
         if (rc)
             return rc;
         if (r->nedits > first)
-            warn_container(r, first, cname, o);
+            warn_container(r, first, cname, o, limited);
     }
     return 0;
 }
@@ -351,15 +359,18 @@ int egpu_api_compat_convert(const json_t *spec, const json_t *annotations,
 {
     static const struct egpu_api_compat_opts defaults = {0};
     const struct egpu_api_compat_opts *o = opts != NULL ? opts : &defaults;
-    bool memory_only = false, has_limit;
+    bool memory_only = false, has_limit, limited;
     int rc;
 
     memset(out, 0, sizeof(*out));
     if (!json_is_object(spec))
         return egpu_error_set(err, EGPU_ESYNTAX, "spec must be an object");
-    rc = containers(spec, false, o, out, &memory_only, err);
+    limited = json_object_get(annotations, EGPU_ANN_CORE_LIMIT) != NULL;
+    for (size_t i = 0; i < 2; i++)
+        limited = limited || json_object_get(annotations, core_limit_names[i]) != NULL;
+    rc = containers(spec, false, o, limited, out, &memory_only, err);
     if (!rc)
-        rc = containers(spec, true, o, out, &memory_only, err);
+        rc = containers(spec, true, o, limited, out, &memory_only, err);
     if (rc) {
         memset(out, 0, sizeof(*out));
         return rc;

@@ -284,6 +284,15 @@ static void test_compatible_names(void **state)
          "container \"c\": asks GPU memory only; given elasticgpu.io/gpu-core 1 and the pod "
          "elasticgpu.io/gpu-core-limit 100, so it may use the whole card while it is idle",
          NULL},
+        {"aliyun GiB, the pod's own core limit",
+         RL("{\"aliyun.com/gpu-mem\":\"3\"}"),
+         "{\"tencent.com/vcuda-core-limit\":\"60\"}",
+         {0},
+         RL("{\"elasticgpu.io/gpu-core\":\"1\",\"elasticgpu.io/gpu-memory\":\"3072\"}"),
+         "{\"elasticgpu.io/gpu-core-limit\":\"60\"}",
+         "container \"c\": asks GPU memory only; given elasticgpu.io/gpu-core 1, and the pod's own "
+         "core limit applies",
+         NULL},
         {"aliyun MiB", L("{\"aliyun.com/gpu-mem\":\"3000\"}"), NULL, mib,
          L("{\"elasticgpu.io/gpu-core\":\"1\",\"elasticgpu.io/gpu-memory\":\"3000\"}"),
          "{\"elasticgpu.io/gpu-core-limit\":\"100\"}", NULL, NULL},
