@@ -65,6 +65,11 @@ struct gpu_info {
     char name[EGPU_K8S_NAME_MAX];     /* the GPU object's metadata.name */
     bool shadowed;                    /* another GPU object owns this UUID: left out of the core */
     char health[EGPU_API_HEALTH_MAX]; /* status.health when not EGPU_API_GPU_HEALTHY; "" healthy */
+    /* spec.topology (owned, NULL when none; allocated, as most cards have
+     * none and a node holds 64 slots): compared by content, so a change
+     * rebuilds the node. */
+    uint32_t npeers;
+    struct egpu_api_gpu_peer *peers;
     /* status.used, kept out of the comparison that decides a rebuild: */
     uint16_t load_pct; /* egpu_load_pct of the report; EGPU_LOAD_UNKNOWN = none */
     int64_t load_at_s; /* its updateTime, Unix seconds (no later than its arrival); 0 = none */
@@ -236,8 +241,11 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
 
     if (c == NULL)
         return;
-    while ((ni = egpu_map_next(c->nodes, &pos, NULL)) != NULL)
+    while ((ni = egpu_map_next(c->nodes, &pos, NULL)) != NULL) {
         json_decref(ni->labels);
+        for (uint32_t i = 0; i < ni->ngpus; i++)
+            egpu_free(ni->gpus[i].peers);
+    }
     egpu_cluster_free(c->cluster);
     free_values(c->nodes);
     free_values(c->pods);
@@ -637,6 +645,7 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
     struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
     static _Thread_local char notes[EGPU_NODE_GPUS_MAX]
                                    [EGPU_K8S_NAME_MAX + EGPU_API_HEALTH_MAX + 4];
+    static _Thread_local struct egpu_gpu_link links[EGPU_NODE_GPUS_MAX][EGPU_API_GPU_PEERS_MAX];
     struct egpu_node_spec spec = {
         .name = ni->name, .cpu_milli = ni->cpu_milli, .mem_mib = ni->mem_mib, .gpus = gpus};
     struct pod_entry *e;
@@ -674,6 +683,13 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
             .model = ni->gpus[i].model,
             .mem_mib = ni->gpus[i].mem_mib,
             .unhealthy = ni->gpus[i].health[0] != '\0' ? notes[spec.ngpus] : NULL};
+        /* spec.topology: the core passes over peers the node lacks. */
+        for (uint32_t k = 0; k < ni->gpus[i].npeers; k++)
+            links[spec.ngpus][k] =
+                (struct egpu_gpu_link){.peer_index = ni->gpus[i].peers[k].index,
+                                       .level = (uint8_t)ni->gpus[i].peers[k].link};
+        gpus[spec.ngpus].nlinks = ni->gpus[i].npeers;
+        gpus[spec.ngpus].links = links[spec.ngpus];
         load = card_load(c, &ni->gpus[i], now);
         note_expiry(c, &ni->gpus[i], load);
         gpus[spec.ngpus].load_known = load != EGPU_LOAD_UNKNOWN;
@@ -882,6 +898,8 @@ struct gpu_fields {
     int64_t index, mem_mib;
     uint16_t load_pct; /* status.used's load, EGPU_LOAD_UNKNOWN when none */
     int64_t load_at_s; /* status.used.updateTime, 0 = none or unreadable */
+    size_t npeers;     /* spec.topology; 0 when none or refused */
+    struct egpu_api_gpu_peer peers[EGPU_API_GPU_PEERS_MAX];
 };
 
 /* status.used as egpu-agent writes it, for the load. A malformed report
@@ -908,6 +926,7 @@ static void used_fields(const json_t *gpu, struct gpu_fields *f)
 
 static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error *err)
 {
+    struct egpu_error terr = {0};
     const json_t *spec = json_object_get(gpu, "spec");
     const json_t *index = json_object_get(spec, "index"), *mem = json_object_get(spec, "memory");
     const char *name = str_at(gpu, "metadata", "name");
@@ -938,6 +957,12 @@ static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error
     f->index = json_integer_value(index);
     f->mem_mib = json_integer_value(mem);
     used_fields(gpu, f);
+    /* spec.topology only steers multi-card picks: one the CRD would refuse
+     * counts as none (logged), and the card is still placed. */
+    if (egpu_api_gpu_topology_decode(spec, f->peers, &f->npeers, &terr) != 0) {
+        egpu_log(EGPU_LOG_WARN, "GPU topology ignored gpu=%s reason=\"%s\"", name, terr.msg);
+        f->npeers = 0;
+    }
     return 0;
 }
 
@@ -1432,7 +1457,9 @@ static bool same_card(const struct gpu_info *a, const struct gpu_info *b)
 
     t.load_pct = a->load_pct;
     t.load_at_s = a->load_at_s;
-    return memcmp(a, &t, sizeof(t)) == 0;
+    t.peers = a->peers;
+    return memcmp(a, &t, sizeof(t)) == 0 &&
+           (a->npeers == 0 || memcmp(a->peers, b->peers, a->npeers * sizeof(*a->peers)) == 0);
 }
 
 int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, struct egpu_error *err)
@@ -1458,6 +1485,13 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     now = (int64_t)time(NULL);
     g.load_pct = f.load_pct;
     g.load_at_s = f.load_at_s < now ? f.load_at_s : now; /* ahead of our clock: now */
+    if (f.npeers > 0) {
+        g.peers = egpu_malloc(f.npeers * sizeof(*g.peers));
+        if (g.peers == NULL)
+            return egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
+        memcpy(g.peers, f.peers, f.npeers * sizeof(*g.peers));
+        g.npeers = (uint32_t)f.npeers;
+    }
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, f.node, true);
     if (ni == NULL) {
@@ -1499,7 +1533,10 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     else if (slot->shadowed)
         c->nshadowed--;
     c->nshadowed += g.shadowed;
+    if (slot->peers != NULL) /* a new slot is zeroed (calloc, or a deleted card's moved) */
+        egpu_free(slot->peers);
     *slot = g;
+    g.peers = NULL; /* the slot owns them now */
     if (g.shadowed) {
         /* Left out of the core, so the node as it was stands. */
         rc = egpu_error_set(err, -EEXIST,
@@ -1512,6 +1549,7 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     rc = rebuild(c, ni, err);
 out:
     pthread_mutex_unlock(&c->lock);
+    egpu_free(g.peers); /* not taken by a slot */
     return rc;
 }
 
@@ -1533,8 +1571,10 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
         *slot = ni->gpus[--ni->ngpus];
         if (gone.shadowed)
             c->nshadowed--;
+        memset(&ni->gpus[ni->ngpus], 0, sizeof(ni->gpus[0])); /* moved: owns nothing */
         rc = gone.shadowed ? 0 : rebuild(c, ni, err);
         release_uuid(c, gone.uuid, gone.name);
+        egpu_free(gone.peers);
         drop_if_empty(c, ni);
     }
     pthread_mutex_unlock(&c->lock);

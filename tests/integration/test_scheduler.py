@@ -677,3 +677,42 @@ def test_unhealthy_cards_take_no_new_pod(api, sched):
     assert assigned(api, "b")["containers"][0]["gpus"] == ["GPU-" + other.replace("-gpu", "-")]
     s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent",
                                   '{node="gpu-1"}') == 70)
+
+
+def test_multi_card_pod_gets_an_nvlink_pair(api, sched):
+    """Issue 14, point 5: a node of 8 cards in two NVLink islands, {0,2,4,6}
+    and {1,3,5,7} (the system between them), published in spec.topology after
+    the scheduler has the cards (egpu-agent adds it on its next sync, so the
+    node is rebuilt when topology changes): a 2-card pod is bound to an NVLink
+    pair, and a 4-card pod to the other island whole. On the code before,
+    index order gave cards 0 and 1, across the islands."""
+    cluster(api, nodes=("nv8",), gpus=8)
+    two = api.pod("two", 200)
+    api.pod("four", 400)
+    s = sched()
+    s.wait_ready()
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_pods") == 2)
+    for i in range(8):
+        topo = [{"index": j, "link": "NVLink" if i % 2 == j % 2 else "System"}
+                for j in range(8) if j != i]
+        st, out = api.call("PATCH", f"/apis/elasticgpu.io/v1alpha1/gpus/nv8-gpu{i}",
+                           {"spec": {"topology": topo}}, ctype="application/merge-patch+json")
+        assert st == 200, out
+    # One GPU watch delivers events in order: once a card created after the
+    # patches is counted, every patch is in the cache.
+    api.node("marker")
+    api.gpu("marker", 0)
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_gpus") == 9)
+    st, out = s.post("filter", args(two, ["nv8"]))
+    assert st == 200 and out["NodeNames"] == ["nv8"], out
+    st, out = s.post("bind", {"PodName": "two", "PodNamespace": "default", "PodUID": "",
+                              "Node": "nv8"})
+    assert (st, out) == (200, {"Error": ""})
+    assert assigned(api, "two")["containers"][0]["gpus"] == ["GPU-nv8-0", "GPU-nv8-2"]
+    s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent",
+                                  '{node="nv8"}') == 200)
+    st, out = s.post("bind", {"PodName": "four", "PodNamespace": "default", "PodUID": "",
+                              "Node": "nv8"})
+    assert (st, out) == (200, {"Error": ""})
+    assert sorted(assigned(api, "four")["containers"][0]["gpus"]) == \
+        ["GPU-nv8-1", "GPU-nv8-3", "GPU-nv8-5", "GPU-nv8-7"]
