@@ -46,6 +46,10 @@ struct egpu_trace {
     size_t nnodes;
     struct egpu_trace_pod *pods; /* sorted by name */
     size_t npods;
+    /* egpu-sim --topology islands:N: every node's cards in NVLink islands of
+     * N by index (index / N alike), the system between islands, as
+     * spec.topology would say; 0 = no topology (the trace has none). */
+    uint32_t topology_islands;
 };
 
 /* Load a node CSV and a pod CSV into *t (zeroed first). The header row names

@@ -49,6 +49,11 @@ static const char usage[] =
     "                      <sn>-gpu0..<sn>-gpu<gpu-1>; gpu-memory is ignored (the trace has none)\n"
     "  --unhealthy LIST    cards that take no new pod, as a GPU object that is not Healthy:\n"
     "                      comma-separated <sn>-gpu<index> (e.g. n-a-gpu0,n-a-gpu1)\n"
+    "  --topology islands:N  every node's cards in NVLink islands of N (by index; the\n"
+    "                      system between islands), as GPU objects' spec.topology would\n"
+    "                      say, so containers of several whole cards get the best\n"
+    "                      connected ones; prints how many lie inside one island at the\n"
+    "                      end (default: no topology, as in the trace)\n"
     "  --card-dump FILE    write each replay's final state per card as CSV (policy, seed,\n"
     "                      node, card, capacity, reserved and pods' milli-GPU, pods)\n"
     "  --jobs N            replays run in parallel (default: online CPUs)\n"
@@ -73,7 +78,8 @@ struct options {
     const char *workload_pods;
     const char *reservations;
     const char *card_dump;
-    const char *unhealthy; /* --unhealthy LIST, or NULL */
+    uint32_t topology_islands; /* --topology islands:N; 0 = none */
+    const char *unhealthy;     /* --unhealthy LIST, or NULL */
     const char *out;
     double inflate;
     double coverage;
@@ -196,6 +202,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         O_RESV,
         O_CARDS,
         O_UNHEALTHY,
+        O_TOPOLOGY,
         O_VERSION
     };
     static const struct option longopts[] = {
@@ -214,6 +221,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"reservations", required_argument, NULL, O_RESV},
         {"card-dump", required_argument, NULL, O_CARDS},
         {"unhealthy", required_argument, NULL, O_UNHEALTHY},
+        {"topology", required_argument, NULL, O_TOPOLOGY},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -288,6 +296,13 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_UNHEALTHY:
             o->unhealthy = optarg;
             break;
+        case O_TOPOLOGY:
+            if (strncmp(optarg, "islands:", 8) != 0 ||
+                egpu_cli_parse_u64(optarg + 8, 1, EGPU_NODE_GPUS_MAX, &u))
+                return bad("--topology \"%s\": expected islands:N with N in 1..%d", optarg,
+                           EGPU_NODE_GPUS_MAX);
+            o->topology_islands = (uint32_t)u;
+            break;
         case O_CARDS:
             o->card_dump = optarg;
             break;
@@ -310,10 +325,40 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 /* --card-dump: rows from every replay's thread into one file. */
 struct card_dump {
-    FILE *f;
+    FILE *f; /* NULL without --card-dump */
     pthread_mutex_t lock;
     bool header_done;
+    bool count_islands; /* --topology: count the containers below */
+    uint64_t multi;     /* containers on 2+ whole cards at the end of a replay */
+    uint64_t in_island; /* of which every pair of cards is joined by NVLink */
 };
+
+/* Containers of c on 2+ whole cards, and those inside one NVLink island. */
+static void count_islands(const struct egpu_cluster *c, uint64_t *multi, uint64_t *in_island)
+{
+    for (size_t i = 0; i < c->nnodes; i++) {
+        const struct egpu_node *n = c->nodes[i];
+
+        for (const struct egpu_assignment *a = n->pods; a != NULL; a = a->next) {
+            for (uint32_t s = 0; s < a->nshares; s++) {
+                uint32_t k = 0;
+                bool inside = true;
+
+                if (a->shares[s].core_milli != EGPU_GPU_MILLI ||
+                    (s > 0 && a->shares[s - 1].container == a->shares[s].container))
+                    continue; /* a share, or not the container's first card */
+                for (uint32_t t = s;
+                     t < a->nshares && a->shares[t].container == a->shares[s].container; t++, k++) {
+                    for (uint32_t u = s; u < t; u++)
+                        inside = inside && n->gpus[a->shares[t].gpu].link[a->shares[u].gpu] ==
+                                               EGPU_TOPO_NVLINK;
+                }
+                *multi += k > 1;
+                *in_island += k > 1 && inside;
+            }
+        }
+    }
+}
 
 static void dump_cards(void *ud, const struct egpu_replay_config *cfg, const struct egpu_cluster *c)
 {
@@ -326,8 +371,12 @@ static void dump_cards(void *ud, const struct egpu_replay_config *cfg, const str
         snprintf(label, sizeof(label), "%s/%s", egpu_policy_name(cfg->node_policy),
                  egpu_policy_name(cfg->card_policy));
     pthread_mutex_lock(&d->lock);
-    egpu_sim_card_rows(d->f, label, cfg->seed, c, !d->header_done);
-    d->header_done = true;
+    if (d->f != NULL) {
+        egpu_sim_card_rows(d->f, label, cfg->seed, c, !d->header_done);
+        d->header_done = true;
+    }
+    if (d->count_islands)
+        count_islands(c, &d->multi, &d->in_island);
     pthread_mutex_unlock(&d->lock);
 }
 
@@ -505,6 +554,7 @@ int main(int argc, char **argv)
         goto fail;
     if (o.unhealthy != NULL && egpu_trace_mark_unhealthy(&trace, o.unhealthy, &err))
         goto fail;
+    trace.topology_islands = o.topology_islands;
     if (build_workload(&trace, o.workload_pods ? wl_csv : NULL, node_csv, o.coverage, &workload,
                        &err))
         goto fail;
@@ -536,9 +586,15 @@ int main(int argc, char **argv)
             egpu_error_set(&err, -errno, "--card-dump %s: %s", o.card_dump, strerror(errno));
             goto fail;
         }
+    }
+    if (o.card_dump != NULL || o.topology_islands > 0) {
         pthread_mutex_init(&cards.lock, NULL);
+        cards.count_islands = o.topology_islands > 0;
         pool.cards = &cards;
     }
+    if (o.topology_islands > 0)
+        printf("egpu-sim: --topology: every node's cards in NVLink islands of %u\n",
+               o.topology_islands);
     printf("egpu-sim: target workload: %zu typical pods covering %.0f%% of %s; inflate %.2fx; "
            "%zu seed(s) from %llu; %zu policies; %ld jobs\n\n",
            workload.n, 100.0 * o.coverage, o.workload_pods ? o.workload_pods : o.pods, o.inflate,
@@ -568,6 +624,11 @@ int main(int argc, char **argv)
     }
     wall = egpu_sim_now() - t0;
     egpu_report_table(stdout, o.policies, o.npolicies);
+    if (o.topology_islands > 0)
+        printf("\negpu-sim: --topology islands:%u: %llu of %llu containers on several whole "
+               "cards at the end of the replays lie inside one NVLink island\n",
+               o.topology_islands, (unsigned long long)cards.in_island,
+               (unsigned long long)cards.multi);
     if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {
         egpu_error_set(&err, -errno, "--out %s: %s", o.out, strerror(errno));
         goto fail;
@@ -598,13 +659,12 @@ int main(int argc, char **argv)
 fail:
     fprintf(stderr, "egpu-sim: %s\n", err.msg[0] ? err.msg : egpu_strerror(err.code));
 out:
-    if (cards.f != NULL) {
-        if (fclose(cards.f) != 0 && status == 0) {
-            fprintf(stderr, "egpu-sim: --card-dump %s: %s\n", o.card_dump, strerror(errno));
-            status = 2;
-        }
-        pthread_mutex_destroy(&cards.lock);
+    if (cards.f != NULL && fclose(cards.f) != 0 && status == 0) {
+        fprintf(stderr, "egpu-sim: --card-dump %s: %s\n", o.card_dump, strerror(errno));
+        status = 2;
     }
+    if (pool.cards != NULL)
+        pthread_mutex_destroy(&cards.lock);
     egpu_sim_reservations_free(&resv);
     for (size_t i = 0; i < o.npolicies; i++)
         egpu_free(o.policies[i].runs);

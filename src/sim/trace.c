@@ -401,6 +401,8 @@ int egpu_trace_cluster(const struct egpu_trace *t, struct egpu_cluster **out,
 {
     struct egpu_cluster *c = egpu_cluster_new();
     struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
+    static _Thread_local struct egpu_topo_link links[EGPU_NODE_GPUS_MAX][EGPU_NODE_GPUS_MAX];
+    const uint32_t isl = t->topology_islands;
 
     if (c == NULL)
         return egpu_error_set(err, -ENOMEM, "cluster: out of memory");
@@ -424,6 +426,13 @@ int egpu_trace_cluster(const struct egpu_trace *t, struct egpu_cluster **out,
                          g);
                 gpus[g].unhealthy = notes[g];
             }
+            for (uint32_t p = 0; isl > 0 && p < n->ngpus; p++) {
+                if (p != g)
+                    links[g][gpus[g].nlinks++] = (struct egpu_topo_link){
+                        .peer_index = p,
+                        .level = g / isl == p / isl ? EGPU_TOPO_NVLINK : EGPU_TOPO_SYSTEM};
+            }
+            gpus[g].links = links[g];
         }
         rc = egpu_cluster_add_node(c, &spec, err);
         if (rc) {
