@@ -64,6 +64,11 @@ struct egpu_gpu_info {
     bool has_util;                  /* util_pct was measured (NVML reports it for this card) */
     bool healthy;
     char reason[EGPU_GPU_REASON_MAX]; /* why not healthy, e.g. "XID 79"; "" when healthy */
+    /* With has_links (egpu_inventory_sync sets it; egpu_gpus_list does not),
+     * links[j] is the enum egpu_gpu_link to the card at position j of the same
+     * list; published as spec.topology. Without it nothing is published. */
+    bool has_links;
+    uint8_t links[EGPU_NODE_GPUS_MAX];
 };
 
 /* How two cards reach each other, closest first (the rows of
@@ -211,6 +216,9 @@ int egpu_inventory_node_label(const char *node, char *out, size_t len,
  *   is deleted and created again, so its old allocations go with it; an
  *   object of the right name but without the label is adopted; one that
  *   belongs to another node is left alone and reported as -EEXIST;
+ * - spec.topology: per card with has_links, {index, link} of every other
+ *   identified card whose link is known, by peer index (egpu_api_topo_name
+ *   names: NVLink, Internal, SingleSwitch, ...); absent when none is known;
  * - per card: merge-patches the status subresource where health or capacity
  *   differ (Healthy: core 100, memory = memory; Unhealthy: core 0, memory
  *   0), leaving status.allocated and status.used to their writers;
@@ -226,7 +234,9 @@ int egpu_inventory_publish(struct egpu_kube *kc, const char *node,
                            struct egpu_inventory_stats *stats,
                            struct egpu_error *err) EGPU_MUST_CHECK;
 
-/* List g's cards and publish them for node. Returns what egpu_gpus_list or
+/* List g's cards, read the link between every two identified cards
+ * (egpu_gpus_link; one it cannot read is left unknown: the card is still
+ * published) and publish them for node. Returns what egpu_gpus_list or
  * egpu_inventory_publish returns (nothing is published when listing
  * fails, so an NVML failure never deletes objects). */
 int egpu_inventory_sync(struct egpu_kube *kc, struct egpu_gpus *g, const char *node,

@@ -162,7 +162,9 @@ struct publish {
     struct egpu_kube *kc;
     const char *node;
     char label[LABEL_VALUE_MAX + 1];
-    json_t *items;                   /* this node's listed objects (borrowed from the list) */
+    json_t *items;                     /* this node's listed objects (borrowed from the list) */
+    const struct egpu_gpu_info *cards; /* what is published, ncards entries */
+    size_t ncards;
     bool *listed_kept;               /* per item: a card still has it */
     struct egpu_inventory_stats *st; /* counts */
 };
@@ -191,11 +193,73 @@ static const char *node_of(const json_t *obj)
     return str_at(obj, "spec", "nodeName");
 }
 
+/* The agent's link as the CRD's level (egpu/core.h); EGPU_TOPO_UNKNOWN for
+ * EGPU_LINK_UNKNOWN. */
+static enum egpu_topo_level topo_level(uint8_t link)
+{
+    switch ((enum egpu_gpu_link)link) {
+    case EGPU_LINK_NVLINK:
+        return EGPU_TOPO_NVLINK;
+    case EGPU_LINK_BOARD:
+        return EGPU_TOPO_INTERNAL;
+    case EGPU_LINK_PIX:
+        return EGPU_TOPO_SINGLE;
+    case EGPU_LINK_PXB:
+        return EGPU_TOPO_MULTIPLE;
+    case EGPU_LINK_PHB:
+        return EGPU_TOPO_HOSTBRIDGE;
+    case EGPU_LINK_NODE:
+        return EGPU_TOPO_NUMA_NODE;
+    case EGPU_LINK_SYS:
+        return EGPU_TOPO_SYSTEM;
+    case EGPU_LINK_UNKNOWN:
+        break;
+    }
+    return EGPU_TOPO_UNKNOWN;
+}
+
+/* spec.topology of card i of p->cards into *out: a new list, or NULL when
+ * no link is known. Returns 0 or -ENOMEM. */
+static int topology_json(const struct publish *p, size_t i, json_t **out)
+{
+    const struct egpu_gpu_info *c = &p->cards[i];
+    json_t *list = NULL, *e;
+
+    *out = NULL;
+    for (size_t j = 0; c->has_links && j < p->ncards; j++) {
+        enum egpu_topo_level level = topo_level(c->links[j]);
+
+        if (j == i || level == EGPU_TOPO_UNKNOWN || p->cards[j].uuid[0] == '\0')
+            continue;
+        if (list == NULL && (list = json_array()) == NULL)
+            return -ENOMEM;
+        e = json_pack("{s:I, s:s}", "index", (json_int_t)p->cards[j].index, "link",
+                      egpu_api_topo_name(level));
+        if (json_array_append_new(list, e) != 0) { /* e NULL or not appended: freed */
+            json_decref(list);
+            return -ENOMEM;
+        }
+    }
+    *out = list;
+    return 0;
+}
+
 static bool spec_matches(const struct publish *p, const json_t *obj, const struct egpu_gpu_info *c)
 {
     const json_t *spec = json_object_get(obj, "spec");
     const json_t *labels = json_object_get(json_object_get(obj, "metadata"), "labels");
 
+    const json_t *has = json_object_get(spec, "topology");
+    json_t *topo = NULL;
+    bool same_topo;
+
+    if (topology_json(p, (size_t)(c - p->cards), &topo) != 0)
+        return false; /* patched, which then reports the lack of memory */
+    same_topo = topo == NULL ? has == NULL || (json_is_array(has) && json_array_size(has) == 0)
+                             : json_equal(has, topo) == 1;
+    json_decref(topo);
+    if (!same_topo)
+        return false;
     return str_eq(str_at(spec, "nodeName", NULL), p->node) &&
            int_eq(json_object_get(spec, "index"), c->index) &&
            str_eq(str_at(spec, "uuid", NULL), c->uuid) &&
@@ -214,11 +278,29 @@ static bool status_matches(const json_t *obj, const char *health, long long core
            int_eq(json_object_get(cap, "memory"), mem_mib);
 }
 
-static json_t *spec_json(const struct publish *p, const struct egpu_gpu_info *c)
+/* The spec the agent writes for c; with for_patch, a topology none is known
+ * of is null (a merge patch then removes one written before). NULL when out
+ * of memory. */
+static json_t *spec_json(const struct publish *p, const struct egpu_gpu_info *c, bool for_patch)
 {
-    return json_pack("{s:s, s:I, s:s, s:s, s:I}", "nodeName", p->node, "index",
-                     (json_int_t)c->index, "uuid", c->uuid, "model", c->model, "memory",
-                     (json_int_t)c->mem_mib);
+    json_t *topo = NULL, *spec;
+
+    if (topology_json(p, (size_t)(c - p->cards), &topo) != 0)
+        return NULL;
+    if (topo == NULL && for_patch)
+        topo = json_null();
+    spec =
+        json_pack("{s:s, s:I, s:s, s:s, s:I}", "nodeName", p->node, "index", (json_int_t)c->index,
+                  "uuid", c->uuid, "model", c->model, "memory", (json_int_t)c->mem_mib);
+    if (spec == NULL) {
+        json_decref(topo);
+        return NULL;
+    }
+    if (topo != NULL && json_object_set_new(spec, "topology", topo) != 0) { /* takes topo */
+        json_decref(spec);
+        return NULL;
+    }
+    return spec;
 }
 
 static int out_of_memory(struct egpu_error *err, const char *name)
@@ -231,7 +313,7 @@ static int create_gpu(struct publish *p, const char *name, const struct egpu_gpu
 {
     json_t *obj = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:o*}", "apiVersion", GPU_API_VERSION,
                             "kind", "GPU", "metadata", "name", name, "labels", EGPU_GPU_LABEL_NODE,
-                            p->label, "spec", spec_json(p, c));
+                            p->label, "spec", spec_json(p, c, false));
     int rc;
 
     if (obj == NULL || json_object_get(obj, "spec") == NULL) {
@@ -265,7 +347,7 @@ static int patch_spec(struct publish *p, const char *name, const struct egpu_gpu
                       json_t **cur, struct egpu_error *err)
 {
     json_t *patch = json_pack("{s:{s:{s:s}}, s:o*}", "metadata", "labels", EGPU_GPU_LABEL_NODE,
-                              p->label, "spec", spec_json(p, c));
+                              p->label, "spec", spec_json(p, c, true));
     json_t *out = NULL;
     int rc;
 
@@ -427,7 +509,7 @@ int egpu_inventory_publish(struct egpu_kube *kc, const char *node,
                            struct egpu_inventory_stats *stats, struct egpu_error *err)
 {
     struct egpu_inventory_stats st = {0};
-    struct publish p = {.kc = kc, .node = node, .st = &st};
+    struct publish p = {.kc = kc, .node = node, .st = &st, .cards = cards, .ncards = n};
     struct egpu_kube_list_opts opts = {0};
     struct egpu_error cerr = {0};
     char selector[sizeof(EGPU_GPU_LABEL_NODE) + LABEL_VALUE_MAX + 2];
@@ -487,6 +569,33 @@ out:
     return rc;
 }
 
+/* The link between every two identified cards into their links[]; one the
+ * backend cannot read stays unknown (the error is logged, the card is
+ * published without it). */
+static void read_links(struct egpu_gpus *g, struct egpu_gpu_info *cards, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        cards[i].has_links = true;
+        memset(cards[i].links, EGPU_LINK_UNKNOWN, sizeof(cards[i].links));
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = i + 1; j < n; j++) {
+            struct egpu_error err = {0};
+            enum egpu_gpu_link link = EGPU_LINK_UNKNOWN;
+
+            if (cards[i].uuid[0] == '\0' || cards[j].uuid[0] == '\0')
+                continue;
+            if (egpu_gpus_link(g, cards[i].index, cards[j].index, &link, &err) != 0) {
+                egpu_log(EGPU_LOG_WARN, "GPU link unknown a=%u b=%u reason=\"%s\"", cards[i].index,
+                         cards[j].index, err.msg);
+                continue;
+            }
+            cards[i].links[j] = (uint8_t)link;
+            cards[j].links[i] = (uint8_t)link;
+        }
+    }
+}
+
 int egpu_inventory_sync(struct egpu_kube *kc, struct egpu_gpus *g, const char *node,
                         struct egpu_inventory_stats *stats, struct egpu_error *err)
 {
@@ -499,6 +608,8 @@ int egpu_inventory_sync(struct egpu_kube *kc, struct egpu_gpus *g, const char *n
     if (cards == NULL)
         return egpu_error_set(err, -ENOMEM, "GPU inventory: out of memory");
     rc = egpu_gpus_list(g, cards, EGPU_NODE_GPUS_MAX, &n, err);
+    if (rc == 0)
+        read_links(g, cards, n);
     if (rc == 0)
         rc = egpu_inventory_publish(kc, node, cards, n, stats, err);
     egpu_free(cards);

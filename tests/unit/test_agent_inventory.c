@@ -233,6 +233,77 @@ static void test_rerun_and_restart_write_nothing(void **state)
     assert_int_equal(all, 2); /* one list per run */
 }
 
+/* spec.topology of GPU object name as "index:link,..." into buf. */
+static const char *topology_of(const char *name, char *buf, size_t len)
+{
+    json_t *obj = get_gpu(name), *e;
+    size_t used = 0, i;
+
+    buf[0] = '\0';
+    assert_non_null(obj);
+    json_array_foreach(json_object_get(json_object_get(obj, "spec"), "topology"), i, e)
+    {
+        used += (size_t)snprintf(buf + used, len - used, "%s%lld:%s", i ? "," : "",
+                                 (long long)json_integer_value(json_object_get(e, "index")),
+                                 json_string_value(json_object_get(e, "link")));
+    }
+    json_decref(obj);
+    return buf;
+}
+
+/* Issue 14, point 5: each GPU object's spec.topology says how it reaches
+ * every other card, as the backend's pair links say (the fake: the host
+ * bridge within its group until set); a rerun writes nothing; a changed link
+ * patches the two cards it joins; an unidentified card is nobody's peer. */
+static void test_topology_published(void **state)
+{
+    struct egpu_inventory_stats st;
+    struct egpu_error err = {0};
+    struct egpu_gpus *g = NULL;
+    char buf[512];
+
+    (void)state;
+    assert_int_equal(egpu_gpus_open_fake("4xA100-80GB", "node-a", &g, &err), 0);
+    assert_int_equal(egpu_gpus_fake_set_link(g, 0, 1, EGPU_LINK_NVLINK, &err), 0);
+    assert_int_equal(egpu_gpus_fake_set_link(g, 2, 3, EGPU_LINK_NVLINK, &err), 0);
+    assert_int_equal(egpu_gpus_fake_set_link(g, 0, 3, EGPU_LINK_PIX, &err), 0);
+    assert_int_equal(egpu_inventory_sync(srv.kc, g, "node-a", &st, &err), 0);
+    assert_int_equal(st.created, 4);
+    assert_string_equal(topology_of("node-a-gpu0", buf, sizeof(buf)),
+                        "1:NVLink,2:HostBridge,3:SingleSwitch");
+    assert_string_equal(topology_of("node-a-gpu3", buf, sizeof(buf)),
+                        "0:SingleSwitch,1:HostBridge,2:NVLink");
+    assert_int_equal(egpu_inventory_sync(srv.kc, g, "node-a", &st, &err), 0);
+    assert_int_equal(st.unchanged, 4);
+    assert_int_equal(egpu_gpus_fake_set_link(g, 1, 0, EGPU_LINK_SYS, &err), 0);
+    assert_int_equal(egpu_inventory_sync(srv.kc, g, "node-a", &st, &err), 0);
+    assert_int_equal(st.updated, 2);
+    assert_int_equal(st.unchanged, 2);
+    assert_string_equal(topology_of("node-a-gpu1", buf, sizeof(buf)),
+                        "0:System,2:HostBridge,3:HostBridge");
+    egpu_gpus_free(g);
+
+    /* Cards published by hand, without links: no topology. */
+    {
+        struct egpu_gpu_info c[2] = {
+            {.uuid = "GPU-x0", .index = 0, .model = "A100", .mem_mib = 1024, .healthy = true},
+            {.uuid = "GPU-x1", .index = 1, .model = "A100", .mem_mib = 1024, .healthy = true}};
+
+        assert_int_equal(egpu_inventory_publish(srv.kc, "node-b", c, 2, &st, &err), 0);
+        assert_string_equal(topology_of("node-b-gpu0", buf, sizeof(buf)), "");
+        c[0].has_links = c[1].has_links = true;
+        memset(c[0].links, EGPU_LINK_UNKNOWN, sizeof(c[0].links));
+        memset(c[1].links, EGPU_LINK_UNKNOWN, sizeof(c[1].links));
+        c[0].links[1] = c[1].links[0] = EGPU_LINK_BOARD;
+        c[1].uuid[0] = '\0'; /* lost before it was identified */
+        assert_int_equal(egpu_inventory_publish(srv.kc, "node-b", c, 2, &st, &err), 0);
+        assert_string_equal(topology_of("node-b-gpu0", buf, sizeof(buf)), "");
+        memcpy(c[1].uuid, "GPU-x1", 7);
+        assert_int_equal(egpu_inventory_publish(srv.kc, "node-b", c, 2, &st, &err), 0);
+        assert_string_equal(topology_of("node-b-gpu0", buf, sizeof(buf)), "1:Internal");
+    }
+}
+
 static void test_removed_card_deleted(void **state)
 {
     struct egpu_inventory_stats st;
@@ -243,7 +314,8 @@ static void test_removed_card_deleted(void **state)
     publish_ok("3xA100-80GB", "node-a", &st);
     publish_ok("1xA100-80GB", "node-a", &st);
     assert_int_equal(st.deleted, 2);
-    assert_int_equal(st.unchanged, 1);
+    /* Its peers gone, card 0's spec.topology is removed. */
+    assert_int_equal(st.updated, 1);
     assert_null(get_gpu("node-a-gpu1"));
     assert_null(get_gpu("node-a-gpu2"));
     obj = get_gpu("node-a-gpu0");
@@ -716,6 +788,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_input_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_used_reported_when_it_moves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_topology_published, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_node_name_published, setup, teardown),
     };
 
