@@ -220,7 +220,7 @@ enum egpu_topo_level {
 
 /* One peer of a card in an egpu_gpu_spec: the card of NVML index
  * peer_index on the same node, and the link to it. */
-struct egpu_gpu_link {
+struct egpu_topo_link {
     uint32_t peer_index;
     uint8_t level; /* enum egpu_topo_level */
 };
@@ -283,7 +283,7 @@ struct egpu_gpu_spec {
      * different things, the farther link counts; when one says nothing, the
      * other's. */
     uint32_t nlinks;
-    const struct egpu_gpu_link *links; /* nlinks entries (borrowed, copied) */
+    const struct egpu_topo_link *links; /* nlinks entries (borrowed, copied) */
 };
 
 struct egpu_node_spec {

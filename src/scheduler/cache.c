@@ -645,7 +645,7 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
     struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
     static _Thread_local char notes[EGPU_NODE_GPUS_MAX]
                                    [EGPU_K8S_NAME_MAX + EGPU_API_HEALTH_MAX + 4];
-    static _Thread_local struct egpu_gpu_link links[EGPU_NODE_GPUS_MAX][EGPU_API_GPU_PEERS_MAX];
+    static _Thread_local struct egpu_topo_link links[EGPU_NODE_GPUS_MAX][EGPU_API_GPU_PEERS_MAX];
     struct egpu_node_spec spec = {
         .name = ni->name, .cpu_milli = ni->cpu_milli, .mem_mib = ni->mem_mib, .gpus = gpus};
     struct pod_entry *e;
@@ -686,8 +686,8 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
         /* spec.topology: the core passes over peers the node lacks. */
         for (uint32_t k = 0; k < ni->gpus[i].npeers; k++)
             links[spec.ngpus][k] =
-                (struct egpu_gpu_link){.peer_index = ni->gpus[i].peers[k].index,
-                                       .level = (uint8_t)ni->gpus[i].peers[k].link};
+                (struct egpu_topo_link){.peer_index = ni->gpus[i].peers[k].index,
+                                        .level = (uint8_t)ni->gpus[i].peers[k].link};
         gpus[spec.ngpus].nlinks = ni->gpus[i].npeers;
         gpus[spec.ngpus].links = links[spec.ngpus];
         load = card_load(c, &ni->gpus[i], now);

@@ -1356,7 +1356,7 @@ static uint8_t all_system(uint32_t a, uint32_t b)
 static struct egpu_node *add_topo_node(struct egpu_cluster *c, const char *name, uint32_t ngpus,
                                        uint8_t (*fn)(uint32_t a, uint32_t b))
 {
-    static struct egpu_gpu_link links[EGPU_NODE_GPUS_MAX][EGPU_NODE_GPUS_MAX];
+    static struct egpu_topo_link links[EGPU_NODE_GPUS_MAX][EGPU_NODE_GPUS_MAX];
     struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
     struct egpu_node_spec spec = {
         .name = name, .cpu_milli = 64000, .mem_mib = 262144, .ngpus = ngpus, .gpus = gpus};
@@ -1367,7 +1367,7 @@ static struct egpu_node *add_topo_node(struct egpu_cluster *c, const char *name,
 
         for (uint32_t j = 0; j < ngpus; j++) {
             if (j != i)
-                links[i][n++] = (struct egpu_gpu_link){.peer_index = j, .level = fn(i, j)};
+                links[i][n++] = (struct egpu_topo_link){.peer_index = j, .level = fn(i, j)};
         }
         gpus[i] = (struct egpu_gpu_spec){
             .index = i, .model = V100, .mem_mib = V100_MIB, .nlinks = n, .links = links[i]};
@@ -1497,12 +1497,12 @@ static void test_topology_pcie_levels(void **state)
     assert_int_equal(pick_cards(&pick), CARDS2(1, 2) | CARDS2(3, 3));
     {
         /* One-sided and disagreeing links. */
-        const struct egpu_gpu_link l0[] = {{.peer_index = 1, .level = EGPU_TOPO_NVLINK},
-                                           {.peer_index = 2, .level = EGPU_TOPO_NVLINK},
-                                           {.peer_index = 9, .level = EGPU_TOPO_NVLINK},
-                                           {.peer_index = 0, .level = EGPU_TOPO_NVLINK}};
-        const struct egpu_gpu_link l2[] = {{.peer_index = 0, .level = EGPU_TOPO_SINGLE}};
-        const struct egpu_gpu_link bad[] = {{.peer_index = 0, .level = EGPU_TOPO_LEVELS}};
+        const struct egpu_topo_link l0[] = {{.peer_index = 1, .level = EGPU_TOPO_NVLINK},
+                                            {.peer_index = 2, .level = EGPU_TOPO_NVLINK},
+                                            {.peer_index = 9, .level = EGPU_TOPO_NVLINK},
+                                            {.peer_index = 0, .level = EGPU_TOPO_NVLINK}};
+        const struct egpu_topo_link l2[] = {{.peer_index = 0, .level = EGPU_TOPO_SINGLE}};
+        const struct egpu_topo_link bad[] = {{.peer_index = 0, .level = EGPU_TOPO_LEVELS}};
         struct egpu_gpu_spec g[3] = {
             {.index = 0, .model = V100, .mem_mib = V100_MIB, .nlinks = 4, .links = l0},
             {.index = 1, .model = V100, .mem_mib = V100_MIB},
