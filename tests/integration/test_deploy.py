@@ -10,6 +10,7 @@ under CI=true, where that fails. The webhook's part of deploy/ has its own
 module, test_deploy_webhook.py."""
 import os
 import re
+import shutil
 import subprocess
 import urllib.parse
 
@@ -724,9 +725,59 @@ def test_example_pod(objs):
         assert k not in req or str(req[k]) == str(limits[k])
 
 
-# --- the image ----------------------------------------------------------------------
+# --- the images -----------------------------------------------------------------------
+#
+# deploy/Dockerfile: one build stage, and one runtime stage per component,
+# each the --target of one image. These tests read it as text (Docker cannot
+# run here) and hold it to scripts/deps.sh, to the CMake build, to `ldd` of
+# the binaries in $EGPU_BUILD with dpkg on this machine (Debian 12, as the
+# images are), to the manifests' users and to the version.
+
+# runtime stage (docker build --target) -> its image name in deploy/'s
+# manifests (kustomization.yaml's images entries set registry and tag)
+STAGE_IMAGES = {"scheduler": "egpu-scheduler", "agent": "egpu-agent",
+                "webhook": "egpu-webhook", "controller": "egpu-controller"}
+# The one runtime stage that runs as root, and why: the kubelet's sockets and
+# directories are root's (deploy/agent/daemonset.yaml, which drops every
+# capability but AGENT_CAPS). The others run as 65532.
+ROOT_STAGES = {"agent"}
+NONROOT_UID = 65532
+# Packages of debian:bookworm-slim the runtime stages rely on without
+# installing them (all Essential or priority required, in every slim image):
+SLIM_BASE = {
+    "libc6",      # libc.so.6, libm.so.6 and ld-linux-x86-64.so.2, which every binary links
+    "dash",       # /bin/sh of the agent's init container
+    "coreutils",  # its cp, chmod and mv
+    "passwd",     # groupadd and useradd of the non-root stages
+}
+# Packages a runtime stage installs for something other than a library its
+# binary links, and the stages that may: ca-certificates where the binary
+# talks HTTPS to the API server (libcurl; a kubeconfig whose server has no CA
+# of its own uses the system's), tzdata where GLib reads time zones (the
+# controller's GPUBudget spec.timeZone, docs/budgets.md).
+RUNTIME_EXTRA = {"ca-certificates": {"scheduler", "agent", "webhook", "controller"},
+                 "tzdata": {"controller"}}
+# The toolchain of the build stage; every other package there must provide
+# a pkg-config module, header or program the CMake build asks for.
+BUILD_TOOLCHAIN = {"build-essential", "cmake", "pkg-config"}
+
+
+def dockerfile_args():
+    """The ARGs declared before the first FROM, with their defaults."""
+    args = {}
+    for line in (DEPLOY / "Dockerfile").read_text().splitlines():
+        line = line.strip()
+        if line.upper().startswith("FROM "):
+            break
+        m = re.match(r"ARG\s+(\w+)(?:=(\S*))?$", line)
+        if m:
+            args[m.group(1)] = m.group(2)
+    return args
+
 
 def dockerfile_stages():
+    """[{name, from (ARGs expanded), from_raw, lines: [(INSTR, rest)]}] in order."""
+    args = dockerfile_args()
     stages, cur = [], None
     text = (DEPLOY / "Dockerfile").read_text().replace("\\\n", " ")
     for line in text.splitlines():
@@ -735,16 +786,26 @@ def dockerfile_stages():
             continue
         instr, _, rest = line.partition(" ")
         if instr.upper() == "FROM":
-            cur = {"from": rest.split()[0], "lines": []}
+            words = rest.split()
+            raw = words[0]
+            expanded = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args[m.group(1) or m.group(2)], raw)
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+            cur = {"name": name, "from": expanded, "from_raw": raw, "lines": []}
             stages.append(cur)
         elif cur is not None:
-            cur["lines"].append((instr.upper(), rest.strip()))
+            cur["lines"].append((instr.upper(), re.sub(r"\s+", " ", rest.strip())))
     return stages
 
 
-def apt_packages(stage):
+def stage(name):
+    found = [s for s in dockerfile_stages() if s["name"] == name]
+    assert len(found) == 1, f"deploy/Dockerfile has no stage {name}"
+    return found[0]
+
+
+def apt_packages(stage_):
     pkgs = set()
-    for instr, rest in stage["lines"]:
+    for instr, rest in stage_["lines"]:
         if instr != "RUN":
             continue
         for m in re.finditer(r"apt-get install ([^&;|]*)", rest):
@@ -752,29 +813,365 @@ def apt_packages(stage):
     return pkgs
 
 
-def test_dockerfile():
+def stage_user(stage_):
+    """(uid, gid) of a stage's last USER, as strings; ("0", "0") without one."""
+    users = [rest for instr, rest in stage_["lines"] if instr == "USER"]
+    if not users:
+        return "0", "0"
+    uid, _, gid = users[-1].partition(":")
+    return uid, gid or uid
+
+
+def copies_from_build(stage_):
+    """(source, destination) of each COPY --from=build of a stage."""
+    out = []
+    for instr, rest in stage_["lines"]:
+        if instr == "COPY" and rest.startswith("--from=build "):
+            src, dest = rest.split()[1:3]
+            out.append((src, dest))
+    return out
+
+
+def deps_list(var):
+    text = (ROOT / "scripts" / "deps.sh").read_text()
+    m = re.search(rf'^{var}="([^"]*)"', text, re.M)
+    assert m, f"scripts/deps.sh has no {var}"
+    return set(m.group(1).split())
+
+
+def build_tree():
+    d = os.environ.get("EGPU_BUILD", str(ROOT / "build"))
+    if not os.path.isfile(os.path.join(d, "src/scheduler/egpu-scheduler")):
+        pytest.fail(f"{d}: binaries not built: run `make build` first")
+    return d
+
+
+def installed_files(build):
+    """What `cmake --install` of the build puts under the prefix, from its
+    cmake_install.cmake files: {"bin/egpu-agent": <file in the build>, ...}."""
+    out = {}
+    for root, _, files in os.walk(build):
+        if "cmake_install.cmake" not in files:
+            continue
+        text = open(os.path.join(root, "cmake_install.cmake")).read()
+        for m in re.finditer(r'file\(INSTALL DESTINATION "\$\{CMAKE_INSTALL_PREFIX\}/([^"]+)" '
+                             r'TYPE \w+ FILES "([^"]+)"', text):
+            out[m.group(1) + "/" + os.path.basename(m.group(2))] = m.group(2)
+    return out
+
+
+def stage_files(stage_, build):
+    """The build's files a runtime stage copies: {installed path: build file}."""
+    inst = installed_files(build)
+    out = {}
+    for src, _ in copies_from_build(stage_):
+        assert src.startswith("/out/usr/local/"), src
+        rel = src[len("/out/usr/local/"):].rstrip("/")
+        got = {k: v for k, v in inst.items() if k == rel or k.startswith(rel + "/")}
+        assert got, f"stage {stage_['name']}: COPY {src}: the build installs nothing there"
+        out.update(got)
+    return out
+
+
+_dpkg_cache = {}
+
+
+def dpkg_owner(path):
+    """The Debian package that ships path (its real path too, for merged /usr)."""
+    for p in (path, os.path.realpath(path), "/usr" + path if path.startswith("/lib") else path):
+        if p in _dpkg_cache:
+            return _dpkg_cache[p]
+        r = subprocess.run(["dpkg", "-S", p], capture_output=True, text=True)
+        if r.returncode == 0:
+            pkg = r.stdout.splitlines()[0].split(":")[0]
+            _dpkg_cache[p] = pkg
+            return pkg
+    raise AssertionError(f"dpkg -S: no package ships {path}")
+
+
+def dpkg_closure(pkgs):
+    """pkgs and every package they depend on, as installed on this machine."""
+    seen, todo = set(), list(pkgs)
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Depends}, ${Pre-Depends}", p],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            continue
+        for dep in r.stdout.split(","):
+            for alt in dep.split("|"):
+                name = alt.strip().split(" ")[0].split(":")[0]
+                if name:
+                    todo.append(name)
+    return seen
+
+
+def needed_libs(elf):
+    """(direct: the packages of its DT_NEEDED libraries, all: of everything ldd loads)."""
+    r = subprocess.run(["ldd", elf], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "not found" not in r.stdout, f"{elf}: {r.stdout}"
+    paths = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"\s*(\S+) => (/\S+)", line) or re.match(r"\s*()(/\S+) \(", line)
+        if m:
+            paths[os.path.basename(m.group(1) or m.group(2))] = m.group(2)
+    d = subprocess.run(["readelf", "-d", elf], capture_output=True, text=True, check=True)
+    direct = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", d.stdout)
+    for lib in direct:
+        assert lib in paths, f"{elf}: ldd does not resolve {lib}"
+    return ({dpkg_owner(paths[lib]) for lib in direct},
+            {dpkg_owner(p) for p in paths.values()})
+
+
+def dockerignore_lets_in(path):
+    """Whether deploy/Dockerfile.dockerignore lets path (of the context) in:
+    the last pattern matching it or a folder above it decides."""
+    import fnmatch
+    parts = path.strip("/").split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    ok = True
+    for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        neg = line.startswith("!")
+        pat = line.lstrip("!").strip("/")
+        if pat.startswith("**/"):
+            hit = any(fnmatch.fnmatch(p, pat[3:]) for p in parts)
+        else:
+            hit = any(fnmatch.fnmatch(p, pat) for p in prefixes)
+        if hit:
+            ok = neg
+    return ok
+
+
+def test_dockerfile_stages():
+    """A build stage and the runtime stages, every one on the Debian release
+    of the DEBIAN_RELEASE ARG (bookworm-slim), none with another spelled out."""
     stages = dockerfile_stages()
-    assert len(stages) >= 2
+    args = dockerfile_args()
+    assert stages[0]["name"] == "build"
+    assert [s["name"] for s in stages[1:]] == list(STAGE_IMAGES)
     for s in stages:
-        assert s["from"].startswith("debian:12") or s["from"].startswith("debian:bookworm")
-    deps = (ROOT / "scripts" / "deps.sh").read_text()
-    deps_pkgs = set(re.search(r'PKGS="([^"]*)"', deps).group(1).split())
-    build, runtime = apt_packages(stages[0]), apt_packages(stages[-1])
-    assert {"cmake", "build-essential"} <= build <= deps_pkgs
-    assert runtime == {"libcurl4", "libjansson4", "libyajl2", "libmicrohttpd12", "libyaml-0-2",
-                       "libcsv3", "ca-certificates"}
-    users = [rest for instr, rest in stages[-1]["lines"] if instr == "USER"]
-    assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
-    assert any(instr == "COPY" and "--from=" in rest for instr, rest in stages[-1]["lines"])
-    # The build stage has every file the top-level build includes, and the
-    # build context lets it in.
-    copied = {rest.split()[0].rstrip("/") for instr, rest in stages[0]["lines"] if instr == "COPY"}
-    allowed = {line[1:].rstrip("/") for line in
-               (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
-               if line.startswith("!")}
-    for inc in re.findall(r"include\(([^)$]+)\)", (ROOT / "CMakeLists.txt").read_text()):
-        top = inc.split("/")[0]
-        assert top in copied and top in allowed, inc
+        assert s["from_raw"] == "debian:${DEBIAN_RELEASE}-slim", (s["name"], s["from_raw"])
+        assert s["from"] == "debian:bookworm-slim", s["from"]
+    assert args["DEBIAN_RELEASE"] == "bookworm"
+
+
+def test_build_stage_installs_deps_build_packages():
+    """(a) The build stage installs exactly scripts/deps.sh's BUILD_PKGS, a
+    part of what `make deps` installs, and each of them is the toolchain or
+    provides what CMake asks for (a pkg-config module, libcsv, protoc-c):
+    nothing test-only (cmocka, clang, python, ...)."""
+    build = apt_packages(stage("build"))
+    want = deps_list("BUILD_PKGS")
+    assert build == want, f"build stage {sorted(build ^ want)} vs deps.sh BUILD_PKGS"
+    assert want <= deps_list("PKGS")
+    assert "libcmocka-dev" not in build
+    cmake_text = "\n".join(p.read_text() for p in
+                           [ROOT / "CMakeLists.txt", *ROOT.glob("src/*/CMakeLists.txt"),
+                            *ROOT.glob("proto/CMakeLists.txt"), *ROOT.glob("bench/*/CMakeLists.txt")])
+    modules = set(re.findall(r"pkg_check_modules\(\w+ REQUIRED (?:IMPORTED_TARGET )?([\w.+-]+)\)",
+                             cmake_text))
+    assert {"grpc", "libprotobuf-c", "glib-2.0", "gnutls", "libcurl"} <= modules, modules
+    provides = {}
+    for mod in modules:
+        r = subprocess.run(["pkg-config", "--path", mod], capture_output=True, text=True)
+        assert r.returncode == 0, f"pkg-config {mod}: {r.stderr}"
+        provides[dpkg_owner(r.stdout.strip())] = mod
+    assert "find_path(CSV_INCLUDE_DIR csv.h)" in cmake_text
+    provides[dpkg_owner("/usr/include/csv.h")] = "csv.h"
+    assert "find_program(PROTOC_C NAMES protoc-c" in cmake_text
+    provides[dpkg_owner("/usr/bin/protoc-c")] = "protoc-c"
+    assert set(provides) <= build, f"the build stage lacks {sorted(set(provides) - build)}"
+    assert build - BUILD_TOOLCHAIN <= set(provides), \
+        f"the build needs none of {sorted(build - BUILD_TOOLCHAIN - set(provides))}"
+
+
+def build_stage_cmake():
+    """(the -D options of the build stage's cmake, the --target list)."""
+    runs = [rest for instr, rest in stage("build")["lines"] if instr == "RUN" and "cmake -S" in rest]
+    assert len(runs) == 1
+    opts = re.findall(r"(-D\S+)", runs[0])
+    m = re.search(r"cmake --build \S+(?: -j\S+)? --target ([^&]+)", runs[0])
+    assert m, runs[0]
+    assert "cmake --install" in runs[0] and "DESTDIR=/out" in runs[0], runs[0]
+    return opts, set(m.group(1).split())
+
+
+def test_build_stage_copies_what_cmake_reads(tmp_path):
+    """(a) The sources the build stage COPYs, and only those, configure with
+    its cmake options (-DEGPU_BUILD_TESTS=OFF: no cmocka, no unit tests), and
+    the context lets each in; it builds every target with an install rule,
+    so `cmake --install` finds them all."""
+    lines = stage("build")["lines"]
+    workdir = [rest for instr, rest in lines if instr == "WORKDIR"][-1]
+    srcdir = tmp_path / "src"
+    srcdir.mkdir()
+    copied = []
+    for instr, rest in lines:
+        if instr != "COPY":
+            continue
+        src, dest = rest.split()
+        assert dockerignore_lets_in(src), f"Dockerfile.dockerignore keeps out {src}"
+        assert (ROOT / src).exists(), src
+        copied.append(src.rstrip("/"))
+        target = srcdir / (src if dest == "./" else dest)
+        if (ROOT / src).is_dir():
+            shutil.copytree(ROOT / src, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / src, target)
+    assert workdir == "/src"
+    for need in ("CMakeLists.txt", "cmake", "include", "src", "proto"):
+        assert need in copied, f"the build stage does not copy {need}"
+    # Every top folder the build names (add_subdirectory, includes, sources
+    # by ${CMAKE_SOURCE_DIR}) is in the copy.
+    cmake_files = [p for p in srcdir.rglob("CMakeLists.txt")] + list(srcdir.glob("cmake/*.cmake"))
+    for p in cmake_files:
+        for ref in re.findall(r"\$\{CMAKE_SOURCE_DIR\}/([\w./-]+)", p.read_text()):
+            if ref.startswith("tests/") and p.parent.name in ("tests", "fuzz"):
+                continue  # tests/ itself, which EGPU_BUILD_TESTS=OFF leaves out
+            assert (srcdir / ref).exists(), f"{p.relative_to(srcdir)} reads {ref}, not copied"
+    opts, targets = build_stage_cmake()
+    assert "-DEGPU_BUILD_TESTS=OFF" in opts
+    r = subprocess.run(["cmake", "-S", str(srcdir), "-B", str(tmp_path / "b"), *opts],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"cmake with the build stage's sources failed:\n{r.stderr[-3000:]}"
+    assert "cmocka" not in (tmp_path / "b" / "CMakeCache.txt").read_text().replace(
+        "needs cmocka", "")
+    # The --target list is every target `cmake --install` installs.
+    inst = installed_files(str(tmp_path / "b"))
+    want = set()
+    for rel in inst:
+        name = os.path.basename(rel)
+        m = re.match(r"lib(.+)\.so$", name)
+        want.add(m.group(1) if m else name)
+    assert targets == want, f"--target {sorted(targets)} vs installed {sorted(want)}"
+    assert {"egpu-scheduler", "egpu-agent", "egpu-webhook", "egpu-controller",
+            "egpu-vcuda", "egpu-vcuda-inspect"} <= targets
+
+
+@pytest.mark.parametrize("name", list(STAGE_IMAGES))
+def test_runtime_stage_has_its_libraries(name):
+    """(b) A runtime stage's packages are those of the libraries its binaries
+    link (readelf's NEEDED, resolved by ldd and dpkg -S on this Debian 12
+    machine) plus RUNTIME_EXTRA, no -dev package and nothing else; every
+    library ldd loads comes from those packages, their dependencies or the
+    slim base."""
+    with open("/etc/os-release") as f:
+        assert "VERSION_CODENAME=bookworm" in f.read(), "the ldd check needs a Debian 12 machine"
+    build = build_tree()
+    s = stage(name)
+    pkgs = apt_packages(s)
+    assert pkgs, f"stage {name} installs nothing"
+    dev = {p for p in pkgs if p.endswith("-dev")}
+    assert not dev, f"stage {name} installs -dev packages {sorted(dev)}"
+    files = stage_files(s, build)
+    assert f"bin/{STAGE_IMAGES[name]}" in files, f"stage {name} lacks its binary"
+    closure = dpkg_closure(pkgs | SLIM_BASE)
+    linked = set()
+    for rel, elf in sorted(files.items()):
+        direct, everything = needed_libs(elf)
+        missing = direct - pkgs - SLIM_BASE
+        assert not missing, f"stage {name}: {rel} links libraries of {sorted(missing)}"
+        assert everything <= closure, \
+            f"stage {name}: {rel} loads libraries of {sorted(everything - closure)}"
+        linked |= direct
+    extra = {p for p in pkgs - linked if name not in RUNTIME_EXTRA.get(p, ())}
+    assert not extra, f"stage {name} installs {sorted(extra)}, which nothing of it links"
+    for p, stages in RUNTIME_EXTRA.items():
+        assert (p in pkgs) == (name in stages), (name, p)
+
+
+def test_runtime_stage_users_match_manifests(objs):
+    """(c) Each runtime stage's USER is the user its pods run as: 65532 and
+    runAsNonRoot for all but ROOT_STAGES, root (runAsUser 0, runAsNonRoot
+    false) for the agent and its init container; each stage's image is used."""
+    used = set()
+    for o in find(objs, "Deployment") + find(objs, "DaemonSet"):
+        spec = o["spec"]["template"]["spec"]
+        pod_sc = spec.get("securityContext", {})
+        for c in spec["containers"] + spec.get("initContainers", []):
+            repo = c["image"].rsplit(":", 1)[0].rsplit("/", 1)[-1]
+            stages = [s for s, img in STAGE_IMAGES.items() if img == repo]
+            if not stages:
+                continue
+            used.add(stages[0])
+            sc = c.get("securityContext", {})
+            uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
+            gid = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
+            non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
+            s_uid, s_gid = stage_user(stage(stages[0]))
+            where = f"{o['kind']} {o['metadata']['name']} {c['name']} (stage {stages[0]})"
+            if stages[0] in ROOT_STAGES:
+                assert (s_uid, s_gid) == ("0", "0"), where
+                assert uid == 0 and non_root is False, where
+            else:
+                assert (s_uid, s_gid) == (str(NONROOT_UID), str(NONROOT_UID)), where
+                assert non_root is True and uid == NONROOT_UID, where
+                assert gid in (None, NONROOT_UID), where
+    assert used == set(STAGE_IMAGES), f"stages no manifest uses: {set(STAGE_IMAGES) - used}"
+
+
+def test_images_and_versions_in_one_place(objs):
+    """(d) The manifests' images are the Dockerfile's targets under one tag:
+    kustomization.yaml's images, the chart's values and appVersion, the
+    Dockerfile's EGPU_VERSION (checked against CMakeLists.txt in the build
+    too) and CMakeLists.txt's project VERSION agree."""
+    version = dockerfile_args()["EGPU_VERSION"]
+    cmake = re.search(r"project\(elastic_gpu VERSION ([0-9.]+)",
+                      (ROOT / "CMakeLists.txt").read_text()).group(1)
+    assert version == cmake, (version, cmake)
+    assert any('grep -q "^project(elastic_gpu VERSION ${EGPU_VERSION} " CMakeLists.txt' in rest
+               for instr, rest in stage("build")["lines"] if instr == "RUN")
+    for name in STAGE_IMAGES:
+        lines = stage(name)["lines"]
+        assert ("ARG", "EGPU_VERSION") in lines, name
+        label = " ".join(rest for instr, rest in lines if instr == "LABEL")
+        assert 'org.opencontainers.image.version="${EGPU_VERSION}"' in label, name
+        assert f'org.opencontainers.image.title="{STAGE_IMAGES[name]}"' in label, name
+        assert [rest for instr, rest in lines if instr == "ENTRYPOINT"] == \
+            [f'["/usr/local/bin/{STAGE_IMAGES[name]}"]'], name
+    kz = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    entries = {i["name"]: i for i in kz["images"]}
+    assert set(entries) == set(STAGE_IMAGES.values())
+    chart = DEPLOY / "helm" / "elastic-gpu"
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    assert meta["appVersion"] == f"v{version}" and meta["version"] == version
+    for comp, name in STAGE_IMAGES.items():
+        e = entries[name]
+        assert e["newTag"] == f"v{version}", e
+        assert e["newName"].rsplit("/", 1)[1] == name, e
+        assert e["newName"] == f"{values['image']['registry']}/{values[comp]['image']['repository']}"
+    assert values["image"]["tag"] in ("", f"v{version}")
+    # Every Elastic GPU container of the rendered base names one of them.
+    ours = 0
+    for o in find(objs, "Deployment") + find(objs, "DaemonSet"):
+        spec = o["spec"]["template"]["spec"]
+        for c in spec["containers"] + spec.get("initContainers", []):
+            if c["image"].startswith("registry.k8s.io/kube-scheduler:"):
+                continue
+            repo, _, tag = c["image"].rpartition(":")
+            assert repo in {e["newName"] for e in entries.values()}, c["image"]
+            assert tag == f"v{version}", c["image"]
+            ours += 1
+    assert ours == 5  # scheduler, webhook, controller, agent and its init container
+
+
+def test_agent_image_carries_the_interposer():
+    """The agent stage has egpu-agent, egpu-vcuda-inspect and libegpu-vcuda.so,
+    where the DaemonSet's init container copies it from."""
+    files = stage_files(stage("agent"), build_tree())
+    assert {"bin/egpu-agent", "bin/egpu-vcuda-inspect",
+            "lib/elastic-gpu/libegpu-vcuda.so"} <= set(files), sorted(files)
+    for name in set(STAGE_IMAGES) - {"agent"}:
+        assert set(stage_files(stage(name), build_tree())) == {f"bin/{STAGE_IMAGES[name]}"}, name
 
 
 # --- the controller -------------------------------------------------------------------
@@ -815,9 +1212,11 @@ def test_controller_deployment(objs):
     assert spec["serviceAccountName"] == "egpu-controller"
     one(objs, "ServiceAccount", "egpu-controller", NS)
     assert c["command"] == ["/usr/local/bin/egpu-controller"]
-    # The same image as the extender's (the kustomization's images entry).
+    # Its own image, the Dockerfile's controller target, tagged as the
+    # extender's (the kustomization's images entries).
     sched = container(scheduler_deployment(objs)["spec"]["template"]["spec"], "egpu-scheduler")
-    assert c["image"] == sched["image"]
+    assert c["image"].rsplit(":", 1)[0].endswith("/" + STAGE_IMAGES["controller"])
+    assert c["image"].rsplit(":", 1)[1] == sched["image"].rsplit(":", 1)[1]
 
     # Two replicas, one reconciling: leader election on.
     args = c.get("command", [])[1:] + c.get("args", [])
@@ -1033,12 +1432,12 @@ def test_agent_daemonset(objs):
     one(objs, "ServiceAccount", spec["serviceAccountName"], NS)
     assert spec.get("automountServiceAccountToken") is True
 
-    # The same image as the other components (the kustomization's images
-    # entry), for the agent and the init container that installs the
+    # Its own image (the Dockerfile's agent target), tagged as the other
+    # components', for the agent and the init container that installs the
     # interposer from it.
     sched = container(scheduler_deployment(objs)["spec"]["template"]["spec"], "egpu-scheduler")
-    _, ctl = controller_deployment(objs)
-    assert c["image"] == sched["image"] == ctl["image"]
+    assert c["image"].rsplit(":", 1)[0].endswith("/" + STAGE_IMAGES["agent"])
+    assert c["image"].rsplit(":", 1)[1] == sched["image"].rsplit(":", 1)[1]
     for ic in spec.get("initContainers", []):
         assert ic["image"] == c["image"], ic["name"]
 
@@ -1131,9 +1530,9 @@ def test_agent_mounts_cover_its_paths(objs):
     assert src == interposer, (src, interposer)
     assert "install(TARGETS egpu-vcuda LIBRARY DESTINATION lib/elastic-gpu)" in \
         (ROOT / "src" / "vcuda" / "CMakeLists.txt").read_text()
-    copies = [rest.split() for instr, rest in dockerfile_stages()[-1]["lines"] if instr == "COPY"]
-    assert any(a[0] == "--from=build" and a[1].rstrip("/") == "/out/usr/local/lib/elastic-gpu"
-               and a[2].rstrip("/") == host_dir for a in copies), copies
+    copies = copies_from_build(stage("agent"))
+    assert any(a.rstrip("/") == "/out/usr/local/lib/elastic-gpu" and b.rstrip("/") == host_dir
+               for a, b in copies), copies
 
 
 def test_agent_least_privilege(objs):

@@ -598,8 +598,12 @@ def test_webhook_deployment(objs):
     assert str(ru["maxUnavailable"]) == "0" and int(ru["maxSurge"]) >= 1
 
     assert c["command"] == ["/usr/local/bin/egpu-webhook"]
+    # Its own image (deploy/Dockerfile's webhook target), tagged as the
+    # scheduler's (test_deploy.py checks names and tags against the Dockerfile).
     sched = one(objs, "Deployment", "egpu-scheduler")["spec"]["template"]["spec"]["containers"]
-    assert c["image"] == [x for x in sched if x["name"] == "egpu-scheduler"][0]["image"]
+    sched_image = [x for x in sched if x["name"] == "egpu-scheduler"][0]["image"]
+    assert c["image"].rsplit(":", 1)[0].endswith("/egpu-webhook")
+    assert c["image"].rsplit(":", 1)[1] == sched_image.rsplit(":", 1)[1]
     args = container_args(c)
     assert flag(args, "--port") == "9443" and flag(args, "--health-port") == "9444"
     assert flag(args, "--listen") == flag(args, "--health-listen") == "0.0.0.0"

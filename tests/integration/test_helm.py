@@ -23,13 +23,16 @@
 - Disabling a component (scheduler, agent, webhook, controller, the
   admission policy, the priority classes, the Namespace) removes exactly
   the objects of its deploy/ folder and leaves the others as they were.
-- A value changes exactly the fields it should: the image's registry,
-  repository and tag (the four Elastic GPU containers, nothing else), the
+- A value changes exactly the fields it should: the images' registry and
+  tag and each component's repository (the five Elastic GPU containers,
+  nothing else; a component's repository only its own), the
   agent's nodeSelector, the scheduler's node and card policy (egpu-scheduler
   flags, which the binary accepts), and the namespace (every namespaced
   object and every place that spells it).
 - Chart.yaml's appVersion is the images' tag of deploy/kustomization.yaml
-  and CMakeLists.txt's version; the chart's version is that version.
+  and CMakeLists.txt's version; the chart's version is that version. Each
+  component's repository ends in the name of its image in deploy/
+  (test_deploy.py holds those to deploy/Dockerfile's targets).
 
 helm and kubectl come from tools/bin (`make deps`), else PATH; a missing one
 skips these tests, except under CI=true, where it fails them.
@@ -50,7 +53,10 @@ RELEASE = "egpu"
 HELM_LABELS = {"app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
                "app.kubernetes.io/version", "helm.sh/chart"}
 PART_OF = "app.kubernetes.io/part-of"
-IMAGE = "elastic-gpu"  # the image name deploy/'s manifests use, set by kustomization.yaml
+# component value -> the image name deploy/'s manifests use (set by
+# kustomization.yaml's images entries), one per deploy/Dockerfile target
+IMAGES = {"scheduler": "egpu-scheduler", "agent": "egpu-agent", "webhook": "egpu-webhook",
+          "controller": "egpu-controller"}
 EGPU_CONTAINERS = {"egpu-scheduler", "egpu-webhook", "egpu-controller", "egpu-agent",
                    "install-interposer"}
 # value that disables a component -> its folder under deploy/ (or file)
@@ -230,11 +236,17 @@ def test_helm_lint_strict():
 def test_chart_version_matches_images_and_build():
     meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
     kz = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
-    tag = next(i["newTag"] for i in kz["images"] if i["name"] == IMAGE)
+    assert sorted(i["name"] for i in kz["images"]) == sorted(IMAGES.values())
+    tags = {i["newTag"] for i in kz["images"]}
     cmake = re.search(r"project\(elastic_gpu VERSION ([0-9.]+)",
                       (ROOT / "CMakeLists.txt").read_text()).group(1)
-    assert meta["appVersion"] == tag == f"v{cmake}"
+    assert tags == {meta["appVersion"]} and meta["appVersion"] == f"v{cmake}"
     assert meta["version"] == cmake
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for comp, name in IMAGES.items():
+        kz_name = next(i["newName"] for i in kz["images"] if i["name"] == name)
+        assert kz_name == f"{values['image']['registry']}/{values[comp]['image']['repository']}"
+        assert kz_name.rsplit("/", 1)[1] == name
 
 
 @pytest.mark.parametrize("value", sorted(COMPONENTS))
@@ -250,8 +262,8 @@ def test_disabling_a_component_removes_exactly_its_objects(chart, value):
 
 
 def test_image_values_change_exactly_the_images(chart):
-    after = helm_template("image.registry=registry.example.com",
-                          "image.repository=team/egpu", "image.tag=v0.2.0-rc1")
+    after = helm_template("image.registry=registry.example.com", "image.tag=v0.2.0-rc1",
+                          *[f"{c}.image.repository=team/{n}" for c, n in IMAGES.items()])
     ch = changes(chart, after)
     want = {}
     for o in chart:
@@ -266,8 +278,14 @@ def test_image_values_change_exactly_the_images(chart):
     assert len([p for v in want.values() for p in v]) == len(EGPU_CONTAINERS)
     images = {c["image"] for o in after for s in pod_specs(o)
               for c in s.get("containers", []) + s.get("initContainers", [])}
-    assert images == {"registry.example.com/team/egpu:v0.2.0-rc1",
-                      "registry.k8s.io/kube-scheduler:v1.32.0"}
+    assert images == {f"registry.example.com/team/{n}:v0.2.0-rc1" for n in IMAGES.values()} | \
+        {"registry.k8s.io/kube-scheduler:v1.32.0"}
+    # A component's repository changes its own containers' images alone.
+    for comp, name in IMAGES.items():
+        one = helm_template(f"{comp}.image.repository=team/x")
+        ch = changes(chart, one)
+        assert ch and all(k[1] == f"egpu-{comp}" for k in ch), (comp, ch)
+        assert all(p.endswith(".image") for v in ch.values() for p in v), ch
     # kube-scheduler's own image is a value of its own
     ks = helm_template("scheduler.kubeScheduler.image.tag=v1.35.2")
     assert list(changes(chart, ks).values()) == [[".spec.template.spec.containers[1].image"]]

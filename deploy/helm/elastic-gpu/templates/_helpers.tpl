@@ -26,10 +26,15 @@ app.kubernetes.io/part-of: elastic-gpu
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The Elastic GPU image: registry/repository:tag, tag defaulting to appVersion. */}}
+{{/*
+A component's Elastic GPU image: image.registry/<component>.image.repository:image.tag,
+the tag defaulting to appVersion. Called with (list . "scheduler").
+*/}}
 {{- define "elastic-gpu.image" -}}
-{{- $i := .Values.image -}}
-{{- printf "%s/%s:%s" $i.registry $i.repository (default .Chart.AppVersion $i.tag) -}}
+{{- $root := index . 0 -}}
+{{- $i := $root.Values.image -}}
+{{- $repo := (index $root.Values (index . 1)).image.repository -}}
+{{- printf "%s/%s:%s" $i.registry $repo (default $root.Chart.AppVersion $i.tag) -}}
 {{- end -}}
 
 {{- define "elastic-gpu.kubeSchedulerImage" -}}
