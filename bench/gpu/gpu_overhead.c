@@ -291,11 +291,7 @@ static int usage(const char *argv0)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    static const struct {
-        const char *name;
-        size_t off;
-        uint64_t min, max;
-    } nums[] = {
+    static const struct gpubench_num_flag nums[] = {
         {"--rounds", offsetof(struct options, rounds), 1, MAX_ROUNDS},
         {"--batches", offsetof(struct options, batches), 1, 1000000},
         {"--batch", offsetof(struct options, batch), 1, 512},
@@ -318,17 +314,11 @@ static int parse_args(int argc, char **argv, struct options *o)
     o->limit_mib = 8192;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *val = argv[i + 1];
-        bool done = false;
+        int got = gpubench_num_flag(nums, sizeof(nums) / sizeof(nums[0]), a, val, o);
 
-        for (size_t k = 0; k < sizeof(nums) / sizeof(nums[0]) && !done; k++) {
-            if (strcmp(a, nums[k].name) == 0) {
-                if (gpubench_parse_u64(val, nums[k].min, nums[k].max, &v) != 0)
-                    return -EINVAL;
-                memcpy((char *)o + nums[k].off, &v, sizeof(v));
-                done = true;
-            }
-        }
-        if (done)
+        if (got < 0)
+            return -EINVAL;
+        if (got > 0)
             continue;
         if (strcmp(a, "--worker") == 0)
             o->worker = true;

@@ -761,6 +761,22 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+int gpubench_num_flag(const struct gpubench_num_flag *flags, size_t n, const char *flag,
+                      const char *val, void *opts)
+{
+    uint64_t v;
+
+    for (size_t k = 0; k < n; k++) {
+        if (strcmp(flag, flags[k].name) != 0)
+            continue;
+        if (gpubench_parse_u64(val, flags[k].min, flags[k].max, &v) != 0)
+            return -EINVAL;
+        memcpy((char *)opts + flags[k].off, &v, sizeof(v));
+        return 1;
+    }
+    return 0;
+}
+
 double gpubench_median(double *v, size_t n)
 {
     if (n == 0)

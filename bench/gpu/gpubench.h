@@ -243,6 +243,19 @@ int gpubench_worker_once(char *const argv[], const char *const *set, int timeout
 /* The median of v[0..n) (sorts v in place); -1 when n is 0. */
 double gpubench_median(double *v, size_t n);
 
+/* A numeric flag: its name and where its uint64_t lives in a program's options struct. */
+struct gpubench_num_flag {
+    const char *name; /* "--rounds" */
+    size_t off;       /* offsetof(struct options, rounds) */
+    uint64_t min, max;
+};
+
+/* If flag is one of flags[0..n), parses val (decimal, min..max) into the uint64_t at
+ * (char *)opts + its off. Returns 1 when it was one and parsed, 0 when it is none of them,
+ * -EINVAL when it was one and val is bad. */
+int gpubench_num_flag(const struct gpubench_num_flag *flags, size_t n, const char *flag,
+                      const char *val, void *opts);
+
 /* Finds " key=" in a reply line and parses its value. Return 0, -ENOENT, -EINVAL. */
 /* A worker's answer to its parent: one printf-formatted line on stdout,
  * flushed at once (the parent reads it with gpubench_child_recv). */
