@@ -1,4 +1,5 @@
-/* agent/plugin_int.h - the kubelet device plugin of egpu-agent (plugin.c),
+/* agent/plugin_int.h - the kubelet device plugin of egpu-agent (plugin.c and
+ * the files plugin_impl_int.h lists: one per verb),
  * private to src/agent.
  *
  * The plugin advertises elasticgpu.io/gpu-core as 100 device IDs per card,
