@@ -15,6 +15,7 @@ it publishes, the card the controller reserves, the UUID the scheduler
 assigns and the card the interposer limits are one card. node-b has room
 too: the pod must still go where its claim is."""
 import base64
+import contextlib
 import json
 import os
 import pathlib
@@ -40,7 +41,8 @@ def review(obj, op="CREATE"):
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "request": {"uid": UID, "kind": {"group": "", "version": "v1", "kind": "Pod"},
                         "resource": {"group": "", "version": "v1", "resource": "pods"},
-                        "name": obj["metadata"]["name"], "namespace": "default",
+                        "name": obj["metadata"]["name"],
+                        "namespace": obj["metadata"].get("namespace", "default"),
                         "operation": op, "userInfo": {"username": "alice"}, "object": obj,
                         "oldObject": None, "dryRun": False}}
 
@@ -49,36 +51,53 @@ def admit(w, route, obj):
     return w.review(route, review(obj))
 
 
-@pytest.fixture
-def node_a(build_dir, api, agent_bin, paths):  # noqa: F811
-    """node-a: a Node labelled pool=e2e, its agent over the mock's two A100
-    80GB cards (published as GPU objects), and a fake kubelet."""
+@contextlib.contextmanager
+def mock_node(api, agent_bin, paths, name, labels, cards=None):  # noqa: F811
+    """A GPU node: a Node object with labels, its egpu-agent over the mock
+    NVML (tests/mock) of its own simulated machine (a state file the node's
+    processes under the interposer share; cards: EGPU_MOCK_NVML_GPUS, default
+    the mock's two A100 80GB), publishing its GPU objects, and a fake kubelet.
+    Yields {"base", "state", "kubelet", "agent", "gpus" (name: GPU object)}."""
     base = tempfile.mkdtemp(prefix="egpu-e2e-")  # short: unix socket paths
     state = os.path.join(base, "mock.state")
     st, out = api.call("POST", "/api/v1/nodes", {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "node-a", "labels": {"pool": "e2e"}},
+        "metadata": {"name": name, "labels": dict(labels)},
         "status": {"allocatable": {"cpu": "64", "memory": "256Gi"}}})
     assert st == 201, out
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EGPU_", "LD_"))}
     env["EGPU_MOCK_CUDA_STATE"] = state
+    if cards:
+        env["EGPU_MOCK_NVML_GPUS"] = cards
     kubelet = FakeKubelet(os.path.join(base, "device-plugins")).start()
-    agent = Agent(agent_bin, base, api=api.kubeconfig, env=env,
-                  gpus=("--nvml-library", str(paths["mock"] / "libnvidia-ml.so.1")))
+    agent = None
     try:
+        agent = Agent(agent_bin, base, api=api.kubeconfig, env=env,
+                      gpus=("--nvml-library", str(paths["mock"] / "libnvidia-ml.so.1")),
+                      extra=("--node-name", name))  # the last --node-name wins
         kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
 
         def gpus():
             st, out = api.call("GET", f"{G}/gpus")
             return {g["metadata"]["name"]: g for g in out["items"]
-                    if g["spec"]["nodeName"] == "node-a"} if st == 200 else {}
-        found = wait(lambda: len(gpus()) == 2 and gpus(), "node-a's GPU objects")
-        yield {"base": base, "state": state, "kubelet": kubelet, "agent": agent, "gpus": found}
+                    if g["spec"]["nodeName"] == name} if st == 200 else {}
+        found = wait(lambda: len(gpus()) == 2 and gpus(), f"{name}'s GPU objects")
+        yield {"base": base, "state": state, "kubelet": kubelet, "agent": agent,
+               "gpus": found, "cards": cards}
         assert agent.stop() == 0, agent.text()
     finally:
-        agent.stop()
+        if agent is not None:
+            agent.stop()
         kubelet.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def node_a(build_dir, api, agent_bin, paths):  # noqa: F811
+    """node-a: a Node labelled pool=e2e, its agent over the mock's two A100
+    80GB cards (published as GPU objects), and a fake kubelet."""
+    with mock_node(api, agent_bin, paths, "node-a", {"pool": "e2e"}) as node:
+        yield node
 
 
 def test_claim_to_interposer(api, ctl, sched, node_a, cert, build_dir, tmp_path, paths):  # noqa: F811

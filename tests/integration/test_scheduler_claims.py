@@ -105,7 +105,8 @@ def schedule(s, p, nodes=NODES):
     st, scores = s.post("prioritize", {"Pod": p, "Nodes": None, "NodeNames": passed})
     assert st == 200, scores
     best = max(passed, key=lambda n: next((h["Score"] for h in scores if h["Host"] == n), -1))
-    body = {"PodName": p["metadata"]["name"], "PodNamespace": "default",
+    body = {"PodName": p["metadata"]["name"],
+            "PodNamespace": p["metadata"].get("namespace", "default"),
             "PodUID": p["metadata"]["uid"], "Node": best}
     for _ in range(100):
         st, out = s.post("bind", body)
