@@ -3,82 +3,85 @@
  *
  * The kubelet sends, per container, the available IDs, the IDs it must
  * include and how many it wants (the container's gpu-core); it does not say
- * which pod. With an API server, the IDs of the card(s) the scheduler
- * assigned to a pending container of that size (prestart.c); otherwise, or
- * when no pending pod matches, keeps a container on as few cards as
- * possible (whole free cards for multiples of 100, else the fullest card
- * that still fits: binpack), starting from the must-include IDs.
+ * which pod. The answer, per container:
+ *   1. with an API server, the IDs of the card(s) the scheduler assigned
+ *      (elasticgpu.io/assigned) to the pending, not yet allocated container
+ *      of this node asking exactly that many (prestart.c): the scheduler's
+ *      decision, already made;
+ *   2. otherwise, or when no such container matches, the card(s) the
+ *      placement core picks (choose.c: egpu_placer_can_host with
+ *      EGPU_CHOOSE_CARD_POLICY, the rule egpu-scheduler's bind picks cards
+ *      with) on this node's cards as the agent knows them: free compute from
+ *      the IDs offered, memory in use from the agent's record; must-include
+ *      IDs first;
+ *   3. when the core finds no card(s) with the room (or the size is no
+ *      gpu-core), no preference, logged with the core's reason: the kubelet
+ *      then picks among the available IDs itself, as the API allows.
+ * Out of memory fails the call (RESOURCE_EXHAUSTED; the kubelet fails the
+ * pod's admission with the message) rather than answer a preference nobody
+ * chose.
  */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "choose_int.h"
 #include "deviceplugin/v1beta1/api.pb-c.h"
 #include "egpu/log.h"
 #include "plugin_impl_int.h"
 #include "prestart_int.h"
 
-/* Pick size IDs from avail (n) with must (nmust) first, into out (the
- * caller's array of borrowed pointers, room for size). Returns the count. */
-static size_t prefer_binpack(const struct egpu_gpu_info *cards, size_t ncards, char *const *avail,
-                             size_t n, char *const *must, size_t nmust, size_t size, char **out)
+/* Memory MiB the record gives containers on each card. */
+struct mem_sum {
+    const struct egpu_gpu_info *cards;
+    size_t ncards;
+    uint64_t mib[EGPU_NODE_GPUS_MAX];
+};
+
+static void add_limits(void *data, const struct egpu_plugin_limits *l)
 {
-    /* by_card[c][s]: the available ID string of card c slot s, or NULL */
-    char *(*by_card)[EGPU_PLUGIN_IDS_PER_CARD] = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*by_card));
-    unsigned free_ids[EGPU_NODE_GPUS_MAX] = {0};
-    size_t got = 0;
-    struct egpu_grpc_status st;
+    struct mem_sum *m = data;
 
-    if (by_card == NULL)
-        return 0;
-    for (size_t i = 0; i < nmust && got < size; i++)
-        out[got++] = must[i];
-    for (size_t i = 0; i < n; i++) {
-        size_t c;
-        unsigned s;
-        bool dup = false;
+    for (uint32_t g = 0; g < l->ngpus; g++)
+        for (size_t c = 0; c < m->ncards; c++)
+            if (strcmp(m->cards[c].uuid, l->gpus[g]) == 0)
+                m->mib[c] += l->mem_mib;
+}
 
-        if (egpu__plugin_parse_id(cards, ncards, avail[i], &c, &s, &st) != 0 ||
-            by_card[c][s] != NULL)
-            continue;
-        for (size_t m = 0; m < nmust; m++)
-            dup = dup || strcmp(must[m], avail[i]) == 0;
-        if (dup)
-            continue;
-        by_card[c][s] = avail[i];
-        free_ids[c]++;
-    }
-    while (got < size) {
-        size_t need = size - got, best = SIZE_MAX;
+/* The core's choice for one container into out (room for size); *got the
+ * count, 0 for no preference. Returns 0 or -ENOMEM with st set. */
+static int prefer_core(struct egpu_plugin *p, const struct egpu_gpu_info *cards, size_t ncards,
+                       const V1beta1__ContainerPreferredAllocationRequest *c, size_t size,
+                       char **out, size_t *got, struct egpu_grpc_status *st)
+{
+    struct mem_sum *m = egpu_calloc(1, sizeof(*m));
+    struct egpu_error err = {0};
+    int rc;
 
-        for (size_t c = 0; c < ncards; c++) {
-            if (free_ids[c] == 0)
-                continue;
-            if (need >= EGPU_PLUGIN_IDS_PER_CARD) {
-                /* whole cards first; else the emptiest card */
-                if (best == SIZE_MAX || free_ids[c] > free_ids[best])
-                    best = c;
-            } else if (free_ids[c] >= need) {
-                /* binpack: the fullest card that still fits */
-                if (best == SIZE_MAX || free_ids[best] < need || free_ids[c] < free_ids[best])
-                    best = c;
-            } else if (best == SIZE_MAX ||
-                       (free_ids[best] < need && free_ids[c] > free_ids[best])) {
-                best = c; /* nothing fits: the card with most room */
-            }
-        }
-        if (best == SIZE_MAX)
-            break;
-        for (unsigned s = 0; s < EGPU_PLUGIN_IDS_PER_CARD && got < size; s++) {
-            if (by_card[best][s] != NULL) {
-                out[got++] = by_card[best][s];
-                by_card[best][s] = NULL;
-                free_ids[best]--;
-            }
-        }
-    }
-    egpu_free(by_card);
-    return got;
+    *got = 0;
+    if (m == NULL)
+        return egpu_grpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "GetPreferredAllocation: out of memory");
+    m->cards = cards;
+    m->ncards = ncards;
+    egpu__plugin_each_limits(p, add_limits, m);
+    rc = egpu__choose_ids(EGPU_CHOOSE_CARD_POLICY, cards, ncards, m->mib, c->available_deviceids,
+                          c->n_available_deviceids, c->must_include_deviceids,
+                          c->n_must_include_deviceids, size, out, got, &err);
+    egpu_free(m);
+    if (rc == -ENOMEM)
+        return egpu_grpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "GetPreferredAllocation: out of memory");
+    if (rc)
+        egpu_log(EGPU_LOG_INFO,
+                 "GetPreferredAllocation: no preference size=%zu available=%zu policy=%s "
+                 "reason=\"%s\"",
+                 size, c->n_available_deviceids, egpu_policy_name(EGPU_CHOOSE_CARD_POLICY),
+                 err.msg);
+    else if (*got > 0)
+        egpu_log(EGPU_LOG_INFO, "preferred by the card policy policy=%s size=%zu first=%s",
+                 egpu_policy_name(EGPU_CHOOSE_CARD_POLICY), size, out[0]);
+    return 0;
 }
 
 int egpu__plugin_on_preferred(void *data, const struct egpu_grpc_request *req,
@@ -127,15 +130,19 @@ int egpu__plugin_on_preferred(void *data, const struct egpu_grpc_request *req,
             cr[i].n_deviceids = egpu__prestart_prefer(
                 p->kube, p->node, cards, ncards, c->available_deviceids, c->n_available_deviceids,
                 c->must_include_deviceids, c->n_must_include_deviceids, size, cr[i].deviceids);
-        if (cr[i].n_deviceids == 0)
-            cr[i].n_deviceids = prefer_binpack(cards, ncards, c->available_deviceids,
-                                               c->n_available_deviceids, c->must_include_deviceids,
-                                               c->n_must_include_deviceids, size, cr[i].deviceids);
+        if (cr[i].n_deviceids == 0) {
+            rc = prefer_core(p, cards, ncards, c, size, cr[i].deviceids, &cr[i].n_deviceids, st);
+            if (rc)
+                goto out;
+        }
     }
     resp.n_container_responses = r->n_container_requests;
     resp.container_responses = crp;
     rc = egpu__pb_pack(&resp.base, reply);
 out:
+    if (rc)
+        egpu_log(EGPU_LOG_WARN, "GetPreferredAllocation refused error=\"%s\"",
+                 st->msg[0] ? st->msg : egpu_strerror(rc));
     for (size_t i = 0; cr != NULL && r != NULL && i < r->n_container_requests; i++)
         egpu_free(cr[i].deviceids);
     egpu_free(crp);

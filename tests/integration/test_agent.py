@@ -16,7 +16,8 @@ Without an API server (--no-api):
 
 With the test API server (tests/apiserver/server.py) and pods carrying
 elasticgpu.io/assigned: GetPreferredAllocation steers the kubelet to the
-assigned card(s); PreStartContainer finds the owner through PodResources,
+assigned card(s), and a container no assignment names to the card the
+placement core picks (or to no preference when none has room); PreStartContainer finds the owner through PodResources,
 writes limits.json and elasticgpu.io/allocated, for a shared container, a
 whole card, two cards, two containers of one pod, and two pods of equal core
 and different memory; IDs on another card than assigned fail
@@ -484,6 +485,32 @@ def test_shared_container_follows_assignment(api_env):
     assert stat.S_IMODE(os.lstat(mount.host_path).st_mode) == 0o1777
     names = [m.container_path for m in adm.container_response.mounts]
     assert names.index("/etc/elastic-gpu") < names.index("/etc/elastic-gpu/shared")
+
+
+def test_preference_without_assignment_is_the_cores(api_env):
+    """A container no assignment names (no pending pod asks its size) gets the
+    card the placement core picks, as egpu-scheduler's bind would: with equal
+    free compute (70 IDs on each card), binpack leaves the least memory, so the
+    card whose containers hold 60000 MiB (the agent's record), not the lower
+    index the agent's own rule took before. A share no card has room for gets
+    no preference (logged), not IDs spread over two cards."""
+    api, kubelet, agent = api_env
+    u = api.uuids()
+    # One after the other, as the scheduler's ambiguity rule binds them.
+    api.pod("light", [("main", 30, 1024, [u[0]])])
+    assert card_set(kubelet.admit(RES, 30, pod="light", check=True).devices) == {u[0]}
+    api.pod("heavy", [("main", 30, 60000, [u[1]])])
+    assert card_set(kubelet.admit(RES, 30, pod="heavy", check=True).devices) == {u[1]}
+    stray = kubelet.admit(RES, 20, pod="stray", start=False, check=True)
+    preferred = stray.preferred_response.container_responses[0].deviceIDs
+    assert len(preferred) == 20 and card_set(preferred) == {u[1]}
+    assert set(stray.devices) == set(preferred)
+    assert "preferred by the card policy policy=binpack size=20" in agent.text()
+    # 70 free on one card, 50 on the other: no card has room for 80.
+    wide = kubelet.admit(RES, 80, pod="wide", start=False, check=True)
+    assert list(wide.preferred_response.container_responses[0].deviceIDs) == []
+    assert re.search(r"GetPreferredAllocation: no preference size=80 .*"
+                     r'reason="no card with 80% core', agent.text()), agent.text()
 
 
 def test_context_extra_mib_reaches_vcuda_conf(agent_bin):
