@@ -11,7 +11,10 @@
  * waits, refreshing the GPU gauges every 200 ms. SIGTERM or SIGINT stops
  * it: both servers stop (requests in flight end), the informers stop, and
  * it exits 0. The servers, the probes, the signals and that order are
- * src/net/service.c's, as in every component.
+ * src/net/service.c's, as in every component. With --self-signed, the
+ * serving certificate is made or read from its Secret before the HTTPS
+ * server starts, and selfsigned.c's thread keeps it, and the
+ * configurations' caBundle, current.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -50,6 +53,7 @@ struct app {
     struct egpu_kube_informer *budgets_inf; /* GPUBudgets, all namespaces */
     struct egpu_kube_informer *classes_inf; /* PriorityClasses */
     struct egpu_webhook_budgets budgets;    /* budget_list, class_get */
+    struct wh_selfsigned *ss;               /* --self-signed: the certificate's keeper */
     struct egpu_service svc; /* HTTPS: the routes, /healthz, /readyz; HTTP: the probes */
     struct egpu_metrics *reg;
     struct egpu_metric *m_requests, *m_conversions, *m_gpus, *m_largest, *m_models;
@@ -261,6 +265,9 @@ static int start(void *data, struct egpu_error *err)
     a->budgets =
         (struct egpu_webhook_budgets){.list = budget_list, .priority_class = class_get, .ud = a};
     a->o.cfg.budgets = &a->budgets;
+    /* --self-signed: the files exist before the HTTPS server reads them */
+    if (!rc && a->o.ss.enabled)
+        rc = wh_selfsigned_new(&a->o.ss, a->kube, a->o.srv.tls_cert, a->o.srv.tls_key, &a->ss, err);
     if (!rc)
         rc = register_metrics(a, err);
     sc.reg = a->reg;
@@ -284,6 +291,8 @@ static int start(void *data, struct egpu_error *err)
         rc = egpu_kube_informer_start(a->classes_inf, err);
     if (!rc)
         rc = egpu_service_start(&a->svc, err);
+    if (!rc && a->ss != NULL)
+        rc = wh_selfsigned_start(a->ss, err);
     if (!rc)
         egpu_log(EGPU_LOG_INFO,
                  "serving addr=%s port=%u health_addr=%s health_port=%u scheduler_name=%s "
@@ -302,6 +311,7 @@ static void finish(void *data)
     struct app *a = data;
 
     egpu_service_stop(&a->svc);
+    wh_selfsigned_free(a->ss);
     egpu_kube_informer_free(a->inf);
     egpu_kube_informer_free(a->claims_inf);
     egpu_kube_informer_free(a->budgets_inf);

@@ -62,6 +62,40 @@ static const char usage[] =
     "                          elasticgpu.io/metering from a pod (EGPU_CONTROLLER_USER;\n"
     "                          default\n"
     "                          " EGPU_WEBHOOK_CONTROLLER_USER ")\n"
+    "  --self-signed           make, keep and renew the serving certificate itself\n"
+    "                          (EGPU_SELF_SIGNED; true turns it on): a CA and the\n"
+    "                          certificate in the Secret --self-signed-secret, written\n"
+    "                          to --tls-cert and --tls-key (one directory, made 0700),\n"
+    "                          the CA in every webhook's caBundle; no cert-manager or\n"
+    "                          certs.sh needed\n"
+    "  --self-signed-secret NAME\n"
+    "                          that Secret (EGPU_SELF_SIGNED_SECRET; default\n"
+    "                          egpu-webhook-tls)\n"
+    "  --self-signed-namespace NS\n"
+    "                          its namespace and the Service's\n"
+    "                          (EGPU_SELF_SIGNED_NAMESPACE; default: the kubeconfig's or\n"
+    "                          the service account's)\n"
+    "  --self-signed-service NAME\n"
+    "                          the Service: the certificate is for NAME, NAME.NS,\n"
+    "                          NAME.NS.svc and NAME.NS.svc.cluster.local\n"
+    "                          (EGPU_SELF_SIGNED_SERVICE; default egpu-webhook)\n"
+    "  --self-signed-configuration NAME\n"
+    "                          the Mutating- and ValidatingWebhookConfiguration whose\n"
+    "                          caBundle it keeps (EGPU_SELF_SIGNED_CONFIGURATION;\n"
+    "                          default elastic-gpu-webhook)\n"
+    "  --self-signed-ca-validity D\n"
+    "                          a new CA's life, N followed by s, m, h or d\n"
+    "                          (EGPU_SELF_SIGNED_CA_VALIDITY; default 3650d)\n"
+    "  --self-signed-cert-validity D\n"
+    "                          a new serving certificate's life\n"
+    "                          (EGPU_SELF_SIGNED_CERT_VALIDITY; default 365d)\n"
+    "  --self-signed-renew-before D\n"
+    "                          make the certificate, or the CA, again this long before\n"
+    "                          it ends (EGPU_SELF_SIGNED_RENEW_BEFORE; default 30d;\n"
+    "                          less than both validities)\n"
+    "  --self-signed-check-interval D\n"
+    "                          read the Secret and the caBundles again this often\n"
+    "                          (EGPU_SELF_SIGNED_CHECK_INTERVAL; default 1h)\n"
     "  --watch-unhealthy-seconds S\n"
     "                          not ready while a list and watch (GPU objects, claims,\n"
     "                          budgets, PriorityClasses) has kept failing this long\n"
@@ -99,6 +133,15 @@ enum {
     O_SCHED_USER,
     O_AGENT_USER,
     O_CONTROLLER_USER,
+    O_SELF_SIGNED,
+    O_SS_SECRET,
+    O_SS_NAMESPACE,
+    O_SS_SERVICE,
+    O_SS_CONFIGURATION,
+    O_SS_CA_VALIDITY,
+    O_SS_CERT_VALIDITY,
+    O_SS_RENEW_BEFORE,
+    O_SS_CHECK,
 };
 
 static int apply_name(const char *who, const char *v, const char *what, const char **out)
@@ -110,11 +153,49 @@ static int apply_name(const char *who, const char *v, const char *what, const ch
     return 0;
 }
 
+#define DURATION_MAX_S ((int64_t)100 * 365 * 86400) /* 100 years */
+
+/* The flags of --self-signed. */
+static int apply_ss(struct wh_ss_options *ss, int opt, const char *v, const char *who)
+{
+    int64_t *d = opt == O_SS_CA_VALIDITY     ? &ss->ca_validity_s
+                 : opt == O_SS_CERT_VALIDITY ? &ss->cert_validity_s
+                 : opt == O_SS_RENEW_BEFORE  ? &ss->renew_before_s
+                                             : &ss->check_s;
+
+    switch (opt) {
+    case O_SELF_SIGNED:
+        if (v == NULL) { /* the flag itself takes no value */
+            ss->enabled = true;
+            return 0;
+        }
+        if (egpu_cli_parse_bool(v, &ss->enabled))
+            return bad("%s \"%s\": expected true or false", who, v);
+        return 0;
+    case O_SS_SECRET:
+        return apply_name(who, v, "a Secret name", &ss->secret);
+    case O_SS_NAMESPACE:
+        return apply_name(who, v, "a namespace", &ss->ns);
+    case O_SS_SERVICE:
+        if (strlen(v) > 63)
+            return bad("%s \"%s\": expected a Service name of 1..63 characters", who, v);
+        return apply_name(who, v, "a Service name", &ss->service);
+    case O_SS_CONFIGURATION:
+        return apply_name(who, v, "a webhook configuration name", &ss->configuration);
+    default:
+        if (wh_ss_parse_duration(v, 1, DURATION_MAX_S, d))
+            return bad("%s \"%s\": expected a duration: N followed by s, m, h or d "
+                       "(e.g. 30d), 1s..36500d",
+                       who, v);
+        return 0;
+    }
+}
+
 /* Apply one of the webhook's own settings (from a flag or a variable named
  * by who); the common ones are egpu_cli_parse_server's. */
 static int apply(void *ctx, int opt, const char *v, const char *who)
 {
-    struct egpu_webhook_config *cfg = ctx;
+    struct egpu_webhook_config *cfg = &((struct wh_options *)ctx)->cfg;
     uint64_t u;
 
     switch (opt) {
@@ -145,6 +226,16 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected a gpu-core percent in 1..99", who, v);
         cfg->memory_only_core = (uint32_t)u;
         return 0;
+    case O_SELF_SIGNED:
+    case O_SS_SECRET:
+    case O_SS_NAMESPACE:
+    case O_SS_SERVICE:
+    case O_SS_CONFIGURATION:
+    case O_SS_CA_VALIDITY:
+    case O_SS_CERT_VALIDITY:
+    case O_SS_RENEW_BEFORE:
+    case O_SS_CHECK:
+        return apply_ss(&((struct wh_options *)ctx)->ss, opt, v, who);
     default:
         return bad("unknown setting");
     }
@@ -161,6 +252,20 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
         {"scheduler-user", required_argument, O_SCHED_USER, "EGPU_SCHEDULER_USER"},
         {"agent-user", required_argument, O_AGENT_USER, "EGPU_AGENT_USER"},
         {"controller-user", required_argument, O_CONTROLLER_USER, "EGPU_CONTROLLER_USER"},
+        {"self-signed", no_argument, O_SELF_SIGNED, "EGPU_SELF_SIGNED"},
+        {"self-signed-secret", required_argument, O_SS_SECRET, "EGPU_SELF_SIGNED_SECRET"},
+        {"self-signed-namespace", required_argument, O_SS_NAMESPACE, "EGPU_SELF_SIGNED_NAMESPACE"},
+        {"self-signed-service", required_argument, O_SS_SERVICE, "EGPU_SELF_SIGNED_SERVICE"},
+        {"self-signed-configuration", required_argument, O_SS_CONFIGURATION,
+         "EGPU_SELF_SIGNED_CONFIGURATION"},
+        {"self-signed-ca-validity", required_argument, O_SS_CA_VALIDITY,
+         "EGPU_SELF_SIGNED_CA_VALIDITY"},
+        {"self-signed-cert-validity", required_argument, O_SS_CERT_VALIDITY,
+         "EGPU_SELF_SIGNED_CERT_VALIDITY"},
+        {"self-signed-renew-before", required_argument, O_SS_RENEW_BEFORE,
+         "EGPU_SELF_SIGNED_RENEW_BEFORE"},
+        {"self-signed-check-interval", required_argument, O_SS_CHECK,
+         "EGPU_SELF_SIGNED_CHECK_INTERVAL"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-webhook",
                                  .usage = usage,
@@ -169,7 +274,8 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
                                  .flags = flags,
                                  .nflags = sizeof(flags) / sizeof(flags[0]),
                                  .apply = apply,
-                                 .ctx = &o->cfg};
+                                 .ctx = o};
+    int rc;
 
     *o = (struct wh_options){.cfg = {.scheduler_name = EGPU_SCHEDULER_NAME,
                                      .set_scheduler_name = true,
@@ -177,11 +283,26 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
                                      .memory_only_core = 1,
                                      .scheduler_user = EGPU_WEBHOOK_SCHEDULER_USER,
                                      .agent_user = EGPU_WEBHOOK_AGENT_USER,
-                                     .controller_user = EGPU_WEBHOOK_CONTROLLER_USER}};
+                                     .controller_user = EGPU_WEBHOOK_CONTROLLER_USER},
+                             .ss = {.secret = "egpu-webhook-tls",
+                                    .service = "egpu-webhook",
+                                    .configuration = "elastic-gpu-webhook",
+                                    .ca_validity_s = (int64_t)3650 * 86400,
+                                    .cert_validity_s = (int64_t)365 * 86400,
+                                    .renew_before_s = (int64_t)30 * 86400,
+                                    .check_s = 3600}};
     egpu_cli_server_defaults(&o->srv);
     o->srv.port = 9443;
     o->srv.health_port = 9444;
     o->srv.max_connections = 1024;
     o->srv.max_body_bytes = 8u << 20;
-    return egpu_cli_parse_server(argc, argv, &spec, &o->srv);
+    rc = egpu_cli_parse_server(argc, argv, &spec, &o->srv);
+    if (rc == -1 && o->ss.enabled &&
+        (o->ss.renew_before_s >= o->ss.cert_validity_s ||
+         o->ss.renew_before_s >= o->ss.ca_validity_s))
+        return bad("--self-signed-renew-before (%llds) must be less than "
+                   "--self-signed-cert-validity (%llds) and --self-signed-ca-validity (%llds)",
+                   (long long)o->ss.renew_before_s, (long long)o->ss.cert_validity_s,
+                   (long long)o->ss.ca_validity_s);
+    return rc;
 }

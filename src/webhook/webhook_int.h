@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "egpu/api.h"
 #include "egpu/cli.h"
@@ -276,9 +277,107 @@ void wh_facts_put(const struct wh_facts_snap *s);
 /* ------------------------------------------------------------------------ */
 /* Options (options.c)                                                      */
 
+/* ------------------------------------------------------------------------ */
+/* Self-signed serving certificate (certs.c: the PKI; selfsigned.c: the      */
+/* Secret, the configurations' caBundle, the served files)                  */
+
+#define WH_SS_NAMES    4   /* DNS names of the serving certificate */
+#define WH_SS_NAME_MAX 256 /* one name, bytes incl. NUL */
+
+struct wh_ss_options {
+    bool enabled;              /* --self-signed */
+    const char *ns;            /* the Secret's and the Service's; NULL = the client's */
+    const char *secret;        /* Secret holding ca.crt, ca.key, tls.crt, tls.key */
+    const char *service;       /* the Service the API server calls */
+    const char *configuration; /* name of both webhook configurations */
+    int64_t ca_validity_s;     /* a new CA's life, seconds */
+    int64_t cert_validity_s;   /* a new serving certificate's life, seconds */
+    int64_t renew_before_s;    /* make either again this long before it ends */
+    int64_t check_s;           /* read the Secret and the caBundles this often */
+};
+
+/* A duration "N" followed by s, m, h or d (e.g. 30d, 8760h, 90s) into
+ * *out_s, seconds in min_s..max_s. Returns 0, -EINVAL (not that form) or
+ * -ERANGE; *out_s only on success. */
+int wh_ss_parse_duration(const char *s, int64_t min_s, int64_t max_s,
+                         int64_t *out_s) EGPU_MUST_CHECK;
+
+/* The serving certificate's DNS names for Service svc in namespace ns:
+ * svc, svc.ns, svc.ns.svc, svc.ns.svc.cluster.local. Returns 0, -EINVAL
+ * (an empty name) or -ENAMETOOLONG. */
+int wh_ss_dns_names(const char *svc, const char *ns,
+                    char names[WH_SS_NAMES][WH_SS_NAME_MAX]) EGPU_MUST_CHECK;
+
+/* Whether a certificate ending at not_after_s must be made again at now_s. */
+bool wh_ss_is_due(int64_t not_after_s, int64_t now_s, int64_t renew_before_s);
+
+/* Standard base64 (GnuTLS) of len bytes into *out, or of a base64 string
+ * into *out (NUL added) and *len. *out is egpu_malloc'd (caller
+ * egpu_free()s). Return 0, -EINVAL or -ENOMEM; *out only on success. */
+int wh_b64_encode(const void *data, size_t len, char **out) EGPU_MUST_CHECK;
+int wh_b64_decode(const char *b64, char **out, size_t *len) EGPU_MUST_CHECK;
+
+/* The PEM texts of the Secret (each egpu_malloc'd, or NULL). */
+struct wh_pki {
+    char *ca_crt;  /* CA bundle: the current CA first, then older ones still valid */
+    char *ca_key;  /* the current CA's key */
+    char *tls_crt; /* the serving certificate */
+    char *tls_key; /* its key */
+};
+
+/* What wh_pki_check found. */
+struct wh_pki_info {
+    int64_t ca_not_after_s;  /* the current CA's end, Unix seconds */
+    int64_t tls_not_after_s; /* the serving certificate's */
+    unsigned nca;            /* certificates in ca_crt */
+    bool tls_matches;        /* signed by the current CA and naming every name */
+};
+
+/* Free p's texts and zero it. */
+void wh_pki_clear(struct wh_pki *p);
+
+/* A new CA (CN=cn, ECDSA P-256, valid validity_s from now_s) into
+ * p->ca_crt (that certificate alone) and p->ca_key, replacing them. */
+int wh_pki_new_ca(const char *cn, int64_t now_s, int64_t validity_s, struct wh_pki *p,
+                  struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* A new serving key and certificate for names[0..n) signed by p's current
+ * CA, valid validity_s from now_s but never past the CA, into p->tls_crt
+ * and p->tls_key, replacing them. */
+int wh_pki_new_leaf(struct wh_pki *p, const char names[][WH_SS_NAME_MAX], size_t n, int64_t now_s,
+                    int64_t validity_s, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Parse all of p and fill *out. Returns 0, or -EINVAL when a part is
+ * missing or does not parse, or a key is not its certificate's (err says
+ * which). */
+int wh_pki_check(const struct wh_pki *p, const char names[][WH_SS_NAME_MAX], size_t n,
+                 struct wh_pki_info *out, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The CA bundle newer (PEM) followed by the certificates of older that
+ * have not ended at now_s, into *out (egpu_malloc'd). */
+int wh_pki_bundle_join(const char *newer, const char *older, int64_t now_s, char **out,
+                       struct egpu_error *err) EGPU_MUST_CHECK;
+
+struct egpu_kube;
+struct wh_selfsigned;
+
+/* The keeper of the Secret, the caBundles and the files cert_file and
+ * key_file (in one directory, made 0700 when missing). new makes the first
+ * pass: reads or creates the Secret, patches the caBundles, writes the
+ * files; it fails when the Secret cannot be read or written or the files
+ * cannot be. kc is borrowed for *out's life. */
+int wh_selfsigned_new(const struct wh_ss_options *o, struct egpu_kube *kc, const char *cert_file,
+                      const char *key_file, struct wh_selfsigned **out,
+                      struct egpu_error *err) EGPU_MUST_CHECK;
+/* Start the thread that does that again every check_s. */
+int wh_selfsigned_start(struct wh_selfsigned *s, struct egpu_error *err) EGPU_MUST_CHECK;
+/* Stop the thread (if started) and free s. NULL is a no-op. */
+void wh_selfsigned_free(struct wh_selfsigned *s);
+
 struct wh_options {
     struct egpu_cli_server srv; /* the flags every server shares (egpu/cli.h) */
     struct egpu_webhook_config cfg;
+    struct wh_ss_options ss;
 };
 
 /* Parse argv (and the EGPU_* environment) into *o. Returns -1 to run, 0 when

@@ -24,6 +24,9 @@ crd_lease_leader_election_notes.md) to the letter:
   ResourceQuota admission plugin's message, counting the requests of the
   pods that have not finished, a container's limit standing for a missing
   request; the quota's ``status.used`` follows each admitted pod);
+  ``secrets`` (stored as given); ``admissionregistration.k8s.io/v1``
+  ``mutatingwebhookconfigurations`` and ``validatingwebhookconfigurations``
+  (stored, never called);
   ``coordination.k8s.io/v1`` ``leases``; ``scheduling.k8s.io/v1``
   ``priorityclasses`` (stored as given: no value or globalDefault checks);
   and the project's custom resources in
@@ -758,6 +761,11 @@ RESOURCES = [
                      "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
                      "reportingComponent", "source", "type"]),
     Resource("", "v1", "bindings", "Binding", True, verbs=["create"]),
+    Resource("", "v1", "secrets", "Secret", True, fields=["type"]),
+    Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+             "MutatingWebhookConfiguration", False),
+    Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+             "ValidatingWebhookConfiguration", False),
     Resource("", "v1", "resourcequotas", "ResourceQuota", True, short=["quota"],
              subresources=["status"]),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, columns=LEASE_COLUMNS,
@@ -1186,6 +1194,7 @@ SMP_MERGE_KEYS = {
     "topologySpreadConstraints": "topologyKey", "readinessGates": "conditionType",
     "resourceClaims": "name", "schedulingGates": "name", "resizePolicy": "resourceName",
     "containerStatuses": "name", "initContainerStatuses": "name", "podIPs": "ip", "hostIPs": "ip",
+    "webhooks": "name",  # admissionregistration/v1 Mutating- and ValidatingWebhookConfiguration
 }
 SMP_PRIMITIVE_MERGE = {"finalizers", "podCIDRs"}
 _DELETE = object()

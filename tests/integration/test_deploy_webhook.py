@@ -695,11 +695,26 @@ def test_webhook_network_policy(objs):
     assert allowed == {9443, 9444}
 
 
-def test_webhook_rbac(objs):
-    """ServiceAccount egpu-webhook may get, list and watch GPU objects and
-    ElasticGPUClaims (the claims pods use, src/webhook/claims.c), list and
-    watch GPUBudgets and PriorityClasses (src/webhook/budgets.c), and
-    nothing else, anywhere."""
+# The API calls egpu-webhook makes, as (API group, resource, verb, object name or None
+# for any, namespace or "*" for a cluster-wide grant): src/webhook/main.c's
+# informers and claims.c's GET of a claim; with --self-signed, selfsigned.c's.
+# The ServiceAccount's grants must be exactly these, no more and no fewer.
+CALLS = {("elasticgpu.io", res, v, None, "*") for res in ("gpus", "elasticgpuclaims")
+         for v in ("get", "list", "watch")} | \
+    {(g, res, v, None, "*") for g, res in (("elasticgpu.io", "gpubudgets"),
+                                           ("scheduling.k8s.io", "priorityclasses"))
+     for v in ("list", "watch")}
+SELF_SIGNED_CALLS = {
+    ("", "secrets", "get", SECRET, NS),  # read the CA and the certificate
+    ("", "secrets", "update", SECRET, NS),  # renew (resourceVersion precondition)
+    ("", "secrets", "create", None, NS),  # first start; RBAC cannot name a created object
+} | {("admissionregistration.k8s.io", res, v, CONFIG, "*")
+     for res in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+     for v in ("get", "patch")}  # compare and put back caBundle
+
+
+def webhook_grants(objs):
+    """Every (group, resource, verb, name, namespace) granted to ServiceAccount egpu-webhook."""
     sa = one(objs, "ServiceAccount", "egpu-webhook")
     assert sa["metadata"]["namespace"] == NS
     assert sa["automountServiceAccountToken"] is False
@@ -709,16 +724,78 @@ def test_webhook_rbac(objs):
                    and s.get("namespace") == NS for s in b["subjects"]):
             continue
         ref = b["roleRef"]
+        scope = b["metadata"]["namespace"] if b["kind"] == "RoleBinding" else "*"
         role = one(objs, ref["kind"], ref["name"])
+        if ref["kind"] == "Role":
+            assert role["metadata"]["namespace"] == scope
         for r in role["rules"]:
-            assert not r.get("resourceNames") and not r.get("nonResourceURLs")
-            grants |= {(g, res, v) for g in r["apiGroups"] for res in r["resources"]
-                       for v in r["verbs"]}
-    assert grants == {("elasticgpu.io", res, v) for res in ("gpus", "elasticgpuclaims")
-                      for v in ("get", "list", "watch")} | \
-        {(g, res, v) for g, res in (("elasticgpu.io", "gpubudgets"),
-                                    ("scheduling.k8s.io", "priorityclasses"))
-         for v in ("list", "watch")}
+            assert not r.get("nonResourceURLs")
+            assert "*" not in r["verbs"] and "*" not in r["resources"]
+            grants |= {(g, res, v, n, scope) for g in r["apiGroups"] for res in r["resources"]
+                       for v in r["verbs"] for n in (r.get("resourceNames") or [None])}
+    return grants
+
+
+def test_webhook_rbac(objs):
+    """Without --self-signed, ServiceAccount egpu-webhook may get, list and
+    watch GPU objects and ElasticGPUClaims (the claims pods use,
+    src/webhook/claims.c), list and watch GPUBudgets and PriorityClasses
+    (src/webhook/budgets.c), and nothing else, anywhere: no Secrets."""
+    assert webhook_grants(objs) == CALLS
+
+
+def test_webhook_calls_in_the_code():
+    """The table's --self-signed calls are the ones selfsigned.c makes: each
+    egpu_kube_* call on the Secret and on the configurations, and no other."""
+    src = (ROOT / "src/webhook/selfsigned.c").read_text()
+    calls = set(re.findall(r"egpu_kube_(\w+)\(s->kc, &?(\w+)", src))
+    verbs = {"get": "get", "create": "create", "update": "update", "patch": "patch"}
+    assert calls == {("get", "secrets"), ("create", "secrets"), ("update", "secrets"),
+                     ("get", "res"), ("patch", "res")}, calls
+    assert {verbs[v] for v, r in calls if r == "secrets"} == \
+        {c[2] for c in SELF_SIGNED_CALLS if c[1] == "secrets"}
+    assert {verbs[v] for v, r in calls if r == "res"} == \
+        {c[2] for c in SELF_SIGNED_CALLS if c[0] == "admissionregistration.k8s.io"}
+    for res in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        assert f'"{res}"' in src
+
+
+def self_signed_overlay(tmp_path):
+    rel = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {rel}\ncomponents:\n  - {rel}/webhook/self-signed\n")
+    return kustomize(tmp_path)
+
+
+def test_self_signed_component(tmp_path):
+    """deploy/ with webhook/self-signed: egpu-webhook runs with --self-signed,
+    writes its files into a directory of its own in an emptyDir (no Secret
+    volume, which would wait for a Secret that does not exist yet), and its
+    grants are the table's, both ways: every call granted, nothing more."""
+    objs = self_signed_overlay(tmp_path)
+    assert webhook_grants(objs) == CALLS | SELF_SIGNED_CALLS
+    _, spec, c = webhook_deployment(objs)
+    args = container_args(c)
+    assert "--self-signed" in args
+    cert, key = flag(args, "--tls-cert"), flag(args, "--tls-key")
+    assert os.path.dirname(cert) == os.path.dirname(key) == f"{TLS_DIR}/self-signed"
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert not any("secret" in v for v in vols.values())
+    mounts = [m for m in c["volumeMounts"] if m["mountPath"] == TLS_DIR]
+    assert len(mounts) == 1 and not mounts[0].get("readOnly")
+    assert "emptyDir" in vols[mounts[0]["name"]]
+    # the defaults of --self-signed name what deploy/ has
+    text = (ROOT / "src/webhook/options.c").read_text()
+    for default in (f'.secret = "{SECRET}"', f'.service = "{SERVICE}"',
+                    f'.configuration = "{CONFIG}"'):
+        assert default in text, default
+    assert one(objs, "Service", SERVICE)["metadata"]["namespace"] == NS
+    for a in args:
+        if a.startswith("--"):
+            assert re.search(r'"  ' + re.escape(a) + r"[ \\]", text), a
+    # the configurations are those of deploy/, untouched
+    assert webhooks(objs).keys() == EXPECTED.keys()
 
 
 # --- certs.sh ----------------------------------------------------------------------

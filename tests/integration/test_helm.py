@@ -38,6 +38,7 @@ helm and kubectl come from tools/bin (`make deps`), else PATH; a missing one
 skips these tests, except under CI=true, where it fails them.
 """
 import copy
+import os
 import re
 import subprocess
 
@@ -332,3 +333,22 @@ def test_namespace_value_moves_every_namespaced_object(chart):
     before = {unhashed(k) for k in by_key(chart) if k[2] == NS}
     assert moved == before
     assert ("Namespace", "gpu-team", None) in by_key(after)
+
+
+@pytest.mark.parametrize("mode,component", [("self-signed", "webhook/self-signed"),
+                                            ("cert-manager", "webhook/cert-manager")])
+def test_webhook_certificates_render_the_component(mode, component, tmp_path):
+    """webhook.certificates=self-signed (cert-manager) renders deploy/ with the
+    kustomize Component deploy/webhook/self-signed (cert-manager): the same
+    objects, field by field; secret, the default, is the base alone."""
+    rel = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {rel}\ncomponents:\n  - {rel}/{component}\n")
+    want = {k: strip_helm(o) for k, o in by_key(kustomize(tmp_path)).items()}
+    got = {k: strip_helm(o) for k, o in by_key(helm_template(f"webhook.certificates={mode}")).items()}
+    assert sorted(got, key=str) == sorted(want, key=str)
+    for k in want:
+        assert got[k] == want[k], f"{k} differs at {diff(want[k], got[k])}"
+    moved = helm_template(f"webhook.certificates={mode}", "namespace.name=gpu-team")
+    assert NS not in yaml.safe_dump_all(moved)
