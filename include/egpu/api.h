@@ -925,6 +925,15 @@ void egpu_api_gpu_clear(struct egpu_api_gpu *g);
  * holds capacity (*out filled), false when it holds none (*out zeroed). */
 bool egpu_api_egpu_reservation(const struct egpu_api_egpu *e, struct egpu_reservation *out);
 
+/* Can a container of request cr, placed on exactly r's cards, run inside
+ * reservation r (an ElasticGPU its claim is bound to) and be counted there,
+ * not beside it: the same number of cards, whole cards for whole cards, else
+ * at most r's core and memory per card? The rule both the scheduler's cache
+ * and egpu-controller's inventory count claim pods by (each also lets one
+ * pod at a time inside one ElasticGPU, and only on the ElasticGPU's cards). */
+bool egpu_api_resv_can_hold(const struct egpu_reservation *r,
+                            const struct egpu_container_request *cr);
+
 #ifdef __cplusplus
 }
 #endif

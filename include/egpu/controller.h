@@ -1,7 +1,7 @@
 /* egpu/controller.h - the pure parts of egpu-controller: its work queue,
  * and the inventory it provisions from (the cluster of GPU objects and
- * Nodes, existing ElasticGPUs counted as allocated, and the choice of node
- * and card for a claim).
+ * Nodes, existing ElasticGPUs and what pods hold counted as allocated, and
+ * the choice of node and card for a claim).
  *
  * The controller binds ElasticGPUClaims to ElasticGPUs as the
  * PersistentVolume controller binds claims to volumes (DESIGN.md section 2,
@@ -95,6 +95,9 @@ struct egpu_ctl_inventory {
     struct egpu_map *by_name;    /* GPU name -> struct egpu_ctl_card */
     size_t skipped;              /* GPU objects left out (malformed, unhealthy, model,
                                     node missing or not selected, mixed models) */
+    json_t *pods;                /* pod key -> {"n": containers held, "in": [ElasticGPU
+                                    names it is counted inside]} */
+    json_t *occupants;           /* ElasticGPU name -> the pod key counted inside it */
 };
 
 /* Build *inv from gpus (a JSON array of GPU objects: spec.nodeName, index,
@@ -137,6 +140,25 @@ int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu
  * when none is counted. This and egpu_ctl_inventory_reserve keep an
  * inventory current as ElasticGPUs change, without rebuilding it. */
 void egpu_ctl_inventory_unreserve(struct egpu_ctl_inventory *inv, const char *name);
+
+/* Count what pod (key "<ns>/<name>") holds, as its elasticgpu.io/assigned
+ * a says (egpu_ctl_pod_holds), replacing what was counted for it before.
+ * Each container is held under "pod:<key>#<i>" on the cards of a that are
+ * in inv (another class's cards: nothing to count). A container whose
+ * claim is bound to an ElasticGPU (egpus[i], its name; NULL, or egpus
+ * NULL: none) is counted inside that ElasticGPU instead - nothing more is
+ * held - when that ElasticGPU is counted in inv on exactly the container's
+ * cards, no other pod is inside it, and egpu_api_resv_can_hold says it
+ * fits: the scheduler's cache's rule, so a claim pod is never counted
+ * twice. Returns 0, or the first container's error (EGPU_ENOFIT: a pod
+ * where inv has no room for it; -ENOMEM), the others counted anyway. */
+int egpu_ctl_inventory_count_pod(struct egpu_ctl_inventory *inv, const char *key,
+                                 const struct egpu_assigned *a, const char *const *egpus,
+                                 struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Stop counting pod key (finished, deleted, or about to be counted again):
+ * its room is free again. Nothing happens when none is counted. */
+void egpu_ctl_inventory_uncount_pod(struct egpu_ctl_inventory *inv, const char *key);
 
 /* Free what inv holds and zero it. */
 void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv);
@@ -229,6 +251,17 @@ struct egpu_ctl_gpu_index;
  * is {} then too, so a bad annotation never counts. A claim annotation that
  * does not decode only leaves the claims out. -ENOMEM: *out NULL. */
 int egpu_ctl_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error *err);
+
+/* What pod (a core/v1 Pod, borrowed) holds: *a, decoded from its
+ * elasticgpu.io/assigned, and its claim annotations into pc[0..max), *npc
+ * of them. A pod that holds nothing - not bound, Succeeded or Failed, no
+ * annotation - gets a->ncontainers 0. Returns 0, or EGPU_ESYNTAX /
+ * EGPU_ERANGE when the annotation does not decode or names another node
+ * than spec.nodeName (a->ncontainers 0: a bad annotation never counts). A
+ * claim annotation that does not decode only leaves the claims out. The
+ * one reading of a pod's holdings for GPU status and the inventory. */
+int egpu_ctl_pod_holds(const json_t *pod, struct egpu_assigned *a, struct egpu_api_pod_claim *pc,
+                       size_t max, size_t *npc, struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Sort a status.allocated array in place: by namespace, pod, container,
  * then podUID, core, memory and claim. Returns 0 or -EINVAL (not an

@@ -8,6 +8,11 @@
  * operator deletes the ElasticGPU; Delete frees it when the object goes).
  * This is the one reading of it: the scheduler's cache and the trace replay
  * both apply its result with egpu_cluster_reserve.
+ *
+ * A pod's container that uses the claim runs inside that capacity: the one
+ * rule of when it is counted there rather than beside it
+ * (egpu_api_resv_can_hold) is here too, read by the scheduler's cache and by
+ * egpu-controller's inventory, so neither counts a share twice or misses one.
  */
 #include <string.h>
 
@@ -28,4 +33,14 @@ bool egpu_api_egpu_reservation(const struct egpu_api_egpu *e, struct egpu_reserv
     for (uint32_t i = 0; i < e->ngpus; i++)
         out->uuids[i] = e->gpu_names[i];
     return true;
+}
+
+bool egpu_api_resv_can_hold(const struct egpu_reservation *r,
+                            const struct egpu_container_request *cr)
+{
+    if (cr->ncards != r->ncards)
+        return false;
+    if (r->core_milli == EGPU_GPU_MILLI || cr->core_milli == EGPU_GPU_MILLI)
+        return r->core_milli == cr->core_milli;
+    return cr->core_milli <= r->core_milli && cr->mem_mib <= r->mem_mib;
 }

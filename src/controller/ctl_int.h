@@ -85,6 +85,9 @@ void ctl_index_free(struct ctl *c);
  * a GPU, Node or class changed what provisioning may use. */
 void ctl_index_note_egpu(struct ctl *c, const char *name, bool deleted);
 void ctl_index_note_capacity(struct ctl *c);
+/* Informer threads: pod changed (deleted: a delete event); what it holds
+ * is counted again in the inventories at the next refresh. */
+void ctl_index_note_pod(struct ctl *c, const json_t *pod, bool deleted);
 /* Does an update from old to obj (GPU, Node or class) change capacity:
  * a GPU's spec or health, a Node's labels, a class's fields? */
 bool ctl_capacity_changed(const json_t *old, const json_t *obj);

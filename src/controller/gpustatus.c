@@ -96,17 +96,44 @@ static int add_entries(json_t *res, const char *ns, const char *name, const char
     return 0;
 }
 
-int egpu_ctl_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error *err)
+int egpu_ctl_pod_holds(const json_t *pod, struct egpu_assigned *a, struct egpu_api_pod_claim *pc,
+                       size_t max, size_t *npc, struct egpu_error *err)
 {
     const json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
     const char *text = egpu_api_str(json_object_get(ann, EGPU_ANN_ASSIGNED));
-    const char *ns = str_at(pod, "metadata", "namespace");
-    const char *name = str_at(pod, "metadata", "name");
     const char *bound = str_at(pod, "spec", "nodeName");
     const char *phase = str_at(pod, "status", "phase");
+    struct egpu_error cerr = {0};
+    int rc;
+
+    a->ncontainers = 0;
+    a->ncards = 0;
+    *npc = 0;
+    if (text == NULL || str_at(pod, "metadata", "namespace") == NULL ||
+        str_at(pod, "metadata", "name") == NULL || bound == NULL || bound[0] == '\0' ||
+        (phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
+        return 0; /* not bound, finished, or never scheduled by us */
+    rc = egpu_assigned_decode(text, a, err);
+    if (rc == 0 && strcmp(a->node, bound) != 0)
+        rc = egpu_error_set(err, EGPU_ERANGE,
+                            "%s: node: \"%.64s\", but the pod is bound to node \"%.64s\"",
+                            EGPU_ANN_ASSIGNED, a->node, bound);
+    if (rc != 0) {
+        a->ncontainers = 0;
+        a->ncards = 0;
+        return rc;
+    }
+    if (egpu_api_pod_claims(pod, pc, max, npc, &cerr) != 0)
+        *npc = 0; /* the webhook refuses such pods; the allocation still counts */
+    return 0;
+}
+
+int egpu_ctl_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error *err)
+{
+    const char *ns = str_at(pod, "metadata", "namespace");
+    const char *name = str_at(pod, "metadata", "name");
     struct egpu_api_pod_claim *pc = NULL;
     struct egpu_assigned *a = NULL;
-    struct egpu_error cerr = {0};
     json_t *res = json_object();
     size_t npc = 0;
     int rc = 0;
@@ -114,25 +141,14 @@ int egpu_ctl_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error 
     *out = NULL;
     if (res == NULL)
         return egpu_error_set(err, -ENOMEM, "GPU status: out of memory");
-    if (text == NULL || ns == NULL || name == NULL || bound == NULL || bound[0] == '\0' ||
-        (phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))) {
-        *out = res; /* not bound, finished, or never scheduled by us */
-        return 0;
-    }
     a = egpu_malloc(sizeof(*a));
     pc = egpu_calloc(EGPU_API_POD_CLAIMS_MAX, sizeof(*pc));
     if (a == NULL || pc == NULL) {
         rc = egpu_error_set(err, -ENOMEM, "GPU status: out of memory");
         goto out;
     }
-    rc = egpu_assigned_decode(text, a, err);
-    if (rc == 0 && strcmp(a->node, bound) != 0)
-        rc = egpu_error_set(err, EGPU_ERANGE,
-                            "%s: node: \"%.64s\", but the pod is bound to node \"%.64s\"",
-                            EGPU_ANN_ASSIGNED, a->node, bound);
-    if (rc == 0 && egpu_api_pod_claims(pod, pc, EGPU_API_POD_CLAIMS_MAX, &npc, &cerr) != 0)
-        npc = 0; /* the webhook refuses such pods; the allocation still counts */
-    if (rc == 0)
+    rc = egpu_ctl_pod_holds(pod, a, pc, EGPU_API_POD_CLAIMS_MAX, &npc, err);
+    if (rc == 0 && a->ncontainers > 0)
         rc = add_entries(res, ns, name, str_at(pod, "metadata", "uid"), a, pc, npc, err);
     if (rc == -ENOMEM)
         egpu_error_set(err, rc, "GPU status: out of memory");

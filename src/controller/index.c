@@ -14,6 +14,15 @@
  * Node objects change rarely, and never on the hot path of provisioning).
  * ElasticGPUs this controller creates are counted at once (assumed), before
  * their watch event, so the next claim never lands in the same room.
+ *
+ * Pods count too: the pod informer's events (the one gpustatus.c reads)
+ * note a pod's key; refresh reads the noted pods from the cache and counts
+ * what each holds (egpu_ctl_pod_holds, the same reading as GPU status) in
+ * every inventory, in O(its cards): a finished or deleted pod frees its
+ * room. A pod that uses a claim is counted inside the claim's ElasticGPU
+ * (egpu_ctl_inventory_count_pod); so, as the scheduler's cache parks a
+ * claim's users, a change of an ElasticGPU first uncounts the pods of the
+ * claim(s) it serves, then counts them again once it is applied.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,17 +38,26 @@ struct cls_inv {
 
 struct ctl_index {
     pthread_mutex_t mu;
-    json_t *changed; /* under mu: ElasticGPU name -> true (deleted) or false */
-    bool dirty;      /* under mu: capacity changed, inventories to rebuild */
-    bool lost;       /* under mu: a note was lost (out of memory): start again */
+    json_t *changed;      /* under mu: ElasticGPU name -> true (deleted) or false */
+    bool dirty;           /* under mu: capacity changed, inventories to rebuild */
+    bool lost;            /* under mu: a note was lost (out of memory): start again */
+    json_t *pods_changed; /* under mu: pod key "<ns>/<name>" -> true (deleted) or false */
+    bool pods_lost;       /* under mu: a pod note was lost: read every pod again */
     /* the worker's */
     bool ready;        /* every ElasticGPU of the cache applied once */
     json_t *uid_of;    /* ElasticGPU name -> its claimRef's uid */
     json_t *by_uid;    /* claim uid -> ElasticGPU name */
     json_t *available; /* names of Available ElasticGPUs -> true */
+    json_t *claim_of;  /* ElasticGPU name -> "<ns>/<claim>" of its claimRef */
     size_t ninv;
     struct cls_inv *invs;
     struct egpu_api_egpu *scratch;
+    bool pods_ready;               /* every pod of the cache read once */
+    json_t *pods;                  /* pod key -> ["<ns>/<claim>", ...]: pods that hold cards */
+    json_t *claim_pods;            /* "<ns>/<claim>" -> {pod key: true}: who uses each claim */
+    struct egpu_assigned *pa;      /* scratch: a pod's decoded annotation */
+    struct egpu_api_pod_claim *pc; /* scratch: its claims */
+    size_t npc;
 };
 
 int ctl_index_new(struct ctl *c)
@@ -53,10 +71,17 @@ int ctl_index_new(struct ctl *c)
     x->uid_of = json_object();
     x->by_uid = json_object();
     x->available = json_object();
+    x->claim_of = json_object();
     x->scratch = egpu_malloc(sizeof(*x->scratch));
+    x->pods_changed = json_object();
+    x->pods = json_object();
+    x->claim_pods = json_object();
+    x->pa = egpu_malloc(sizeof(*x->pa));
+    x->pc = egpu_calloc(EGPU_API_POD_CLAIMS_MAX, sizeof(*x->pc));
     c->idx = x;
     if (x->changed == NULL || x->uid_of == NULL || x->by_uid == NULL || x->available == NULL ||
-        x->scratch == NULL)
+        x->claim_of == NULL || x->scratch == NULL || x->pods_changed == NULL || x->pods == NULL ||
+        x->claim_pods == NULL || x->pa == NULL || x->pc == NULL)
         return -ENOMEM;
     return 0;
 }
@@ -81,7 +106,13 @@ void ctl_index_free(struct ctl *c)
     json_decref(x->uid_of);
     json_decref(x->by_uid);
     json_decref(x->available);
+    json_decref(x->claim_of);
     egpu_free(x->scratch);
+    json_decref(x->pods_changed);
+    json_decref(x->pods);
+    json_decref(x->claim_pods);
+    egpu_free(x->pa);
+    egpu_free(x->pc);
     pthread_mutex_destroy(&x->mu);
     egpu_free(x);
     c->idx = NULL;
@@ -96,6 +127,23 @@ void ctl_index_note_egpu(struct ctl *c, const char *name, bool deleted)
     pthread_mutex_lock(&x->mu);
     if (json_object_set_new(x->changed, name, json_boolean(deleted)) != 0)
         x->lost = true; /* out of memory: start again from the whole cache */
+    pthread_mutex_unlock(&x->mu);
+}
+
+void ctl_index_note_pod(struct ctl *c, const json_t *pod, bool deleted)
+{
+    const json_t *meta = json_object_get(pod, "metadata");
+    const char *ns = egpu_api_str(json_object_get(meta, "namespace"));
+    const char *name = egpu_api_str(json_object_get(meta, "name"));
+    struct ctl_index *x = c->idx;
+    char key[EGPU_NAMESPACE_MAX + EGPU_K8S_NAME_MAX + 1];
+
+    if (x == NULL || ns == NULL || name == NULL ||
+        snprintf(key, sizeof(key), "%s/%s", ns, name) >= (int)sizeof(key))
+        return;
+    pthread_mutex_lock(&x->mu);
+    if (json_object_set_new(x->pods_changed, key, json_boolean(deleted)) != 0)
+        x->pods_lost = true; /* out of memory: read every pod again */
     pthread_mutex_unlock(&x->mu);
 }
 
@@ -146,9 +194,136 @@ bool ctl_capacity_changed(const json_t *old, const json_t *obj)
     return false;
 }
 
+/* Decode pod (NULL: gone) into x->pa and x->pc; false when it holds no
+ * cards. */
+static bool pod_decode(struct ctl_index *x, const char *key, const json_t *pod)
+{
+    struct egpu_error err = {0};
+
+    x->pa->ncontainers = 0;
+    x->npc = 0;
+    if (pod == NULL)
+        return false;
+    if (egpu_ctl_pod_holds(pod, x->pa, x->pc, EGPU_API_POD_CLAIMS_MAX, &x->npc, &err) != 0)
+        egpu_log(EGPU_LOG_WARN,
+                 "pod's GPU allocation not counted in provisioning pod=%s error=\"%s\"", key,
+                 err.msg);
+    return x->pa->ncontainers > 0;
+}
+
+/* The ElasticGPU serving container i's claim in x->pc (the one whose
+ * claimRef names the claim's uid), or NULL. Borrowed from x->by_uid. */
+static const char *serving_egpu(struct ctl *c, const char *ns, uint32_t i)
+{
+    const char *claim =
+        egpu_api_pod_claim_of(c->idx->pc, c->idx->npc, c->idx->pa->containers[i].name);
+    json_t *obj = claim != NULL ? egpu_kube_informer_get(c->inf[CTL_CLAIMS], ns, claim) : NULL;
+    const char *uid = egpu_api_str(json_object_get(json_object_get(obj, "metadata"), "uid"));
+    const char *name = uid != NULL ? egpu_api_str(json_object_get(c->idx->by_uid, uid)) : NULL;
+
+    json_decref(obj);
+    return name;
+}
+
+/* Count pod key (decoded in x->pa) in inv. */
+static void pod_count_in(struct ctl *c, struct cls_inv *ci, const char *key, const char *ns)
+{
+    struct ctl_index *x = c->idx;
+    const char *egpus[EGPU_CONTAINERS_MAX] = {0};
+    struct egpu_error err = {0};
+
+    for (uint32_t i = 0; i < x->pa->ncontainers && i < EGPU_CONTAINERS_MAX; i++)
+        egpus[i] = serving_egpu(c, ns, i);
+    if (egpu_ctl_inventory_count_pod(&ci->inv, key, x->pa, egpus, &err) != 0)
+        egpu_log(EGPU_LOG_WARN, "pod not fully counted in class %s: %s", ci->name, err.msg);
+}
+
+/* Stop keeping pod key: out of every inventory and the claim map. */
+static void pod_forget(struct ctl *c, const char *key)
+{
+    struct ctl_index *x = c->idx;
+    json_t *claims = json_object_get(x->pods, key), *v;
+    size_t i;
+
+    for (size_t k = 0; k < x->ninv; k++)
+        egpu_ctl_inventory_uncount_pod(&x->invs[k].inv, key);
+    json_array_foreach(claims, i, v)
+    {
+        json_t *users = json_object_get(x->claim_pods, json_string_value(v));
+
+        (void)json_object_del(users, key); /* absent: nothing to do */
+        if (users != NULL && json_object_size(users) == 0)
+            (void)json_object_del(x->claim_pods, json_string_value(v));
+    }
+    (void)json_object_del(x->pods, key); /* absent: nothing to do */
+}
+
+/* Pod key is now pod (NULL: gone): keep it and count it in every inventory
+ * when it holds cards. */
+static void pod_apply(struct ctl *c, const char *key, const json_t *pod)
+{
+    struct ctl_index *x = c->idx;
+    char ns[EGPU_NAMESPACE_MAX];
+    json_t *claims;
+    size_t nslen = strcspn(key, "/");
+
+    pod_forget(c, key);
+    if (nslen >= sizeof(ns) || !pod_decode(x, key, pod))
+        return;
+    memcpy(ns, key, nslen);
+    ns[nslen] = '\0';
+    claims = json_array();
+    if (claims == NULL || json_object_set_new(x->pods, key, claims) != 0) {
+        x->pods_ready = false; /* out of memory: read every pod again */
+        return;
+    }
+    for (size_t i = 0; i < x->npc; i++) {
+        char ck[EGPU_NAMESPACE_MAX + EGPU_K8S_NAME_MAX + 1];
+        json_t *users;
+
+        snprintf(ck, sizeof(ck), "%s/%s", ns, x->pc[i].claim);
+        users = json_object_get(x->claim_pods, ck);
+        if (users == NULL && json_object_set_new(x->claim_pods, ck, json_object()) != 0)
+            x->pods_ready = false;
+        users = json_object_get(x->claim_pods, ck);
+        if (users == NULL || json_object_set_new(users, key, json_true()) != 0 ||
+            json_array_append_new(claims, json_string(ck)) != 0)
+            x->pods_ready = false;
+    }
+    for (size_t k = 0; k < x->ninv; k++)
+        pod_count_in(c, &x->invs[k], key, ns);
+}
+
+/* The pod from the cache by its key (new reference), or NULL. */
+static json_t *pod_get(struct ctl *c, const char *key)
+{
+    char ns[EGPU_NAMESPACE_MAX];
+    size_t nslen = strcspn(key, "/");
+
+    if (key[nslen] != '/' || nslen >= sizeof(ns))
+        return NULL;
+    memcpy(ns, key, nslen);
+    ns[nslen] = '\0';
+    return egpu_kube_informer_get(c->inf[CTL_PODS], ns, key + nslen + 1);
+}
+
+/* The pods that use the claim ElasticGPU e serves (NULL: none), added to
+ * keys (an object). */
+static void users_of(struct ctl *c, const struct egpu_api_egpu *e, json_t *keys)
+{
+    char ck[EGPU_NAMESPACE_MAX + EGPU_K8S_NAME_MAX + 1];
+
+    if (e == NULL || !e->has_claim_ref)
+        return;
+    snprintf(ck, sizeof(ck), "%s/%s", e->claim_ns, e->claim_name);
+    if (json_object_get(c->idx->claim_pods, ck) != NULL &&
+        json_object_update(keys, json_object_get(c->idx->claim_pods, ck)) != 0)
+        c->idx->pods_ready = false;
+}
+
 /* Count (or stop counting) ElasticGPU name, now e (NULL: gone), in every
  * inventory and map. */
-static void apply_decoded(struct ctl *c, const char *name, const struct egpu_api_egpu *e)
+static void apply_inner(struct ctl *c, const char *name, const struct egpu_api_egpu *e)
 {
     struct ctl_index *x = c->idx;
     const char *old = egpu_api_str(json_object_get(x->uid_of, name));
@@ -162,10 +337,18 @@ static void apply_decoded(struct ctl *c, const char *name, const struct egpu_api
         (void)json_object_del(x->uid_of, name);
     }
     (void)json_object_del(x->available, name);
+    (void)json_object_del(x->claim_of, name);
     for (size_t i = 0; i < x->ninv; i++)
         egpu_ctl_inventory_unreserve(&x->invs[i].inv, name);
     if (e == NULL)
         return;
+    if (e->has_claim_ref) {
+        char ck[EGPU_NAMESPACE_MAX + EGPU_K8S_NAME_MAX + 1];
+
+        snprintf(ck, sizeof(ck), "%s/%s", e->claim_ns, e->claim_name);
+        if (json_object_set_new(x->claim_of, name, json_string(ck)) != 0)
+            x->ready = false;
+    }
     if (e->has_claim_ref && e->claim_uid[0] != '\0' &&
         (json_object_set_new(x->uid_of, name, json_string(e->claim_uid)) != 0 ||
          json_object_set_new(x->by_uid, e->claim_uid, json_string(name)) != 0))
@@ -182,6 +365,38 @@ static void apply_decoded(struct ctl *c, const char *name, const struct egpu_api
     }
 }
 
+/* apply_inner, with the pods of the claims ElasticGPU name served (was) and
+ * serves (e) uncounted around it, so none is counted beside it while it
+ * holds their room, nor inside it once it holds none. */
+static void apply_decoded(struct ctl *c, const char *name, const struct egpu_api_egpu *e)
+{
+    struct ctl_index *x = c->idx;
+    json_t *users = json_object(), *v, *pod;
+    const char *old = egpu_api_str(json_object_get(x->claim_of, name)), *key;
+
+    if (users == NULL) {
+        x->pods_ready = false;
+    } else {
+        if (old != NULL && json_object_get(x->claim_pods, old) != NULL &&
+            json_object_update(users, json_object_get(x->claim_pods, old)) != 0)
+            x->pods_ready = false;
+        users_of(c, e, users);
+        json_object_foreach(users, key, v)
+        {
+            for (size_t k = 0; k < x->ninv; k++)
+                egpu_ctl_inventory_uncount_pod(&x->invs[k].inv, key);
+        }
+    }
+    apply_inner(c, name, e);
+    json_object_foreach(users, key, v)
+    {
+        pod = pod_get(c, key);
+        pod_apply(c, key, pod);
+        json_decref(pod);
+    }
+    json_decref(users);
+}
+
 /* Apply the cache's state of ElasticGPU name (obj, NULL when the cache has
  * none; deleted: a delete event was noted). */
 static void apply(struct ctl *c, const char *name, const json_t *obj, bool deleted)
@@ -196,10 +411,53 @@ static void apply(struct ctl *c, const char *name, const json_t *obj, bool delet
                                                                                   : NULL);
 }
 
+/* Apply the pod notes taken (pods, swapped out under the lock), or read
+ * every pod of the cache again when one was lost. */
+static void refresh_pods(struct ctl *c, json_t *pods)
+{
+    struct ctl_index *x = c->idx;
+    json_t *all, *o, *v;
+    const char *key;
+    size_t i;
+
+    if (x->pods_ready) {
+        json_object_foreach(pods, key, v)
+        {
+            o = json_is_true(v) ? NULL : pod_get(c, key);
+            pod_apply(c, key, o);
+            json_decref(o);
+        }
+        return;
+    }
+    all = egpu_kube_informer_list(c->inf[CTL_PODS]);
+    if (all == NULL)
+        return;
+    json_object_foreach(x->pods, key, v)
+    {
+        for (size_t k = 0; k < x->ninv; k++)
+            egpu_ctl_inventory_uncount_pod(&x->invs[k].inv, key);
+    }
+    (void)json_object_clear(x->pods);
+    (void)json_object_clear(x->claim_pods);
+    x->pods_ready = true;
+    json_array_foreach(all, i, o)
+    {
+        const json_t *meta = json_object_get(o, "metadata");
+        const char *ns = egpu_api_str(json_object_get(meta, "namespace"));
+        const char *name = egpu_api_str(json_object_get(meta, "name"));
+        char pk[EGPU_NAMESPACE_MAX + EGPU_K8S_NAME_MAX + 1];
+
+        if (ns != NULL && name != NULL &&
+            snprintf(pk, sizeof(pk), "%s/%s", ns, name) < (int)sizeof(pk))
+            pod_apply(c, pk, o);
+    }
+    json_decref(all);
+}
+
 void ctl_index_refresh(struct ctl *c)
 {
     struct ctl_index *x = c->idx;
-    json_t *changed = json_object(), *v, *all, *o;
+    json_t *changed = json_object(), *pods = json_object(), *v, *all, *o;
     const char *name;
     bool dirty;
     size_t i;
@@ -216,6 +474,17 @@ void ctl_index_refresh(struct ctl *c)
     if (x->lost)
         x->ready = false;
     x->lost = false;
+    if (pods != NULL) {
+        json_t *t = x->pods_changed;
+
+        x->pods_changed = pods;
+        pods = t;
+    } else {
+        x->pods_lost = true;
+    }
+    if (x->pods_lost)
+        x->pods_ready = false;
+    x->pods_lost = false;
     dirty = x->dirty;
     x->dirty = false;
     pthread_mutex_unlock(&x->mu);
@@ -227,6 +496,7 @@ void ctl_index_refresh(struct ctl *c)
             (void)json_object_clear(x->uid_of);
             (void)json_object_clear(x->by_uid);
             (void)json_object_clear(x->available);
+            (void)json_object_clear(x->claim_of);
             drop_inventories(x);
             x->ready = true;
             json_array_foreach(all, i, o)
@@ -248,6 +518,8 @@ void ctl_index_refresh(struct ctl *c)
         }
     }
     json_decref(changed);
+    refresh_pods(c, pods);
+    json_decref(pods);
 }
 
 void ctl_index_created(struct ctl *c, json_t *obj)
@@ -308,6 +580,18 @@ struct egpu_ctl_inventory *ctl_index_inventory(struct ctl *c, const struct egpu_
                 egpu_ctl_inventory_reserve(&n->inv, x->scratch, &e) == EGPU_ENOFIT)
                 egpu_log(EGPU_LOG_WARN, "ElasticGPU %s not counted in class %s: %s", key, n->name,
                          e.msg);
+        }
+        json_object_foreach(x->pods, key, o)
+        {
+            json_t *pod = pod_get(c, key);
+
+            if (pod_decode(x, key, pod)) {
+                char ns[EGPU_NAMESPACE_MAX];
+
+                snprintf(ns, sizeof(ns), "%.*s", (int)strcspn(key, "/"), key);
+                pod_count_in(c, n, key, ns);
+            }
+            json_decref(pod);
         }
         rc = 0;
     }

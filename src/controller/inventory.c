@@ -1,6 +1,6 @@
 /* controller/inventory.c - the cards a class may provision from, as a
- * placement-core cluster, with existing ElasticGPUs counted as allocated
- * (egpu/controller.h).
+ * placement-core cluster, with existing ElasticGPUs and what pods hold
+ * counted as allocated (egpu/controller.h).
  *
  * The same core the scheduler and the replay run (src/core) then chooses
  * node and card, so a provisioned ElasticGPU lands where the scheduler's
@@ -12,6 +12,15 @@
  * applied by the shared code the scheduler's cache and the replay run too
  * (egpu_api_egpu_reservation, egpu_cluster_reserve), so all three count the
  * same phases and the same capacity.
+ *
+ * Pods count too: what a running pod's elasticgpu.io/assigned (the
+ * scheduler's record) puts on a card is taken, else a claim could be
+ * provisioned on a card pods already fill and the scheduler would refuse
+ * its reservation. A container that uses a claim runs inside that claim's
+ * ElasticGPU and is counted there, not again beside it, by the scheduler's
+ * cache's rule (egpu_api_resv_can_hold, one pod per ElasticGPU, exactly its
+ * cards). Each container is held under its own key, so a pod is counted
+ * and uncounted in O(its cards) on each of its events.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -142,9 +151,11 @@ int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
     inv->by_uuid = egpu_map_new();
     inv->by_name = egpu_map_new();
     inv->cards = egpu_calloc(n ? n : 1, sizeof(*inv->cards));
+    inv->pods = json_object();
+    inv->occupants = json_object();
     all = egpu_calloc(n ? n : 1, sizeof(*all));
     if (inv->cluster == NULL || inv->by_uuid == NULL || inv->by_name == NULL ||
-        inv->cards == NULL || all == NULL) {
+        inv->cards == NULL || inv->pods == NULL || inv->occupants == NULL || all == NULL) {
         egpu_free(all);
         return egpu_error_set(err, -ENOMEM, "inventory: out of memory");
     }
@@ -212,12 +223,133 @@ void egpu_ctl_inventory_unreserve(struct egpu_ctl_inventory *inv, const char *na
         return; /* none counted under that name */
 }
 
+/* The key pod key's container i is held under: never an ElasticGPU's (no
+ * name holds a '/'), nor the selection trial's. */
+static int pod_key(char *buf, size_t len, const char *key, uint32_t i)
+{
+    int n = snprintf(buf, len, "pod:%s#%u", key, i);
+
+    return n > 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
+}
+
+/* Is container ac of pod key (on node n) counted inside ElasticGPU name:
+ * counted in inv on n on exactly ac's cards, holding no other pod, and
+ * large enough (egpu_api_resv_can_hold)? */
+static bool is_inside(const struct egpu_ctl_inventory *inv, const char *key,
+                      const struct egpu_node *n, const struct egpu_assigned *a,
+                      const struct egpu_assigned_container *ac, const char *name)
+{
+    const struct egpu_container_request cr = {.core_milli = ac->core_pct >= 100 ? EGPU_GPU_MILLI
+                                                                                : ac->core_pct * 10,
+                                              .ncards = ac->ncards,
+                                              .mem_mib = ac->mem_mib};
+    const char *occupant = egpu_api_str(json_object_get(inv->occupants, name));
+    const struct egpu_assignment *asg;
+    struct egpu_reservation r = {0};
+    char rk[EGPU_CTL_RESV_KEY_MAX];
+
+    snprintf(rk, sizeof(rk), EGPU_CTL_RESV_PREFIX "%s", name);
+    asg = egpu_cluster_assignment(inv->cluster, rk);
+    if (asg == NULL || asg->node != n || asg->nshares == 0 ||
+        (occupant != NULL && strcmp(occupant, key) != 0))
+        return false;
+    r.core_milli = asg->shares[0].core_milli;
+    r.mem_mib = asg->shares[0].mem_mib;
+    r.ncards = asg->nshares;
+    if (!egpu_api_resv_can_hold(&r, &cr))
+        return false;
+    for (uint32_t s = 0; s < asg->nshares; s++) {
+        const char *uuid = n->gpus[asg->shares[s].gpu].uuid;
+        bool mine = false;
+
+        for (uint32_t g = 0; g < ac->ncards && !mine; g++)
+            mine = strcmp(a->uuids[ac->first_card + g], uuid) == 0;
+        if (!mine)
+            return false;
+    }
+    return true;
+}
+
+int egpu_ctl_inventory_count_pod(struct egpu_ctl_inventory *inv, const char *key,
+                                 const struct egpu_assigned *a, const char *const *egpus,
+                                 struct egpu_error *err)
+{
+    struct egpu_node *n;
+    json_t *in, *rec;
+    int first = 0;
+
+    egpu_ctl_inventory_uncount_pod(inv, key);
+    n = egpu_cluster_node(inv->cluster, a->node);
+    if (n == NULL || a->ncontainers == 0)
+        return 0; /* holds nothing, or on no node of this inventory */
+    in = json_array();
+    rec = json_pack("{s:I, s:o}", "n", (json_int_t)a->ncontainers, "in", in);
+    if (rec == NULL || json_object_set_new(inv->pods, key, rec) != 0)
+        return egpu_error_set(err, -ENOMEM, "inventory: out of memory");
+    for (uint32_t i = 0; i < a->ncontainers; i++) {
+        const struct egpu_assigned_container *ac = &a->containers[i];
+        const char *name = egpus != NULL ? egpus[i] : NULL;
+        struct egpu_reservation r = {.core_milli =
+                                         ac->core_pct >= 100 ? EGPU_GPU_MILLI : ac->core_pct * 10,
+                                     .mem_mib = ac->mem_mib};
+        char pk[EGPU_CTL_RESV_KEY_MAX + EGPU_NAMESPACE_MAX + 16];
+        struct egpu_error e = {0};
+        int rc = 0;
+
+        if (name != NULL && is_inside(inv, key, n, a, ac, name)) {
+            if (json_object_set_new(inv->occupants, name, json_string(key)) != 0 ||
+                json_array_append_new(in, json_string(name)) != 0)
+                rc = egpu_error_set(&e, -ENOMEM, "inventory: out of memory");
+        } else {
+            for (uint32_t g = 0; g < ac->ncards; g++) {
+                const struct egpu_ctl_card *c =
+                    egpu_map_get(inv->by_uuid, a->uuids[ac->first_card + g]);
+
+                if (c != NULL && strcmp(c->node, a->node) == 0)
+                    r.uuids[r.ncards++] = c->uuid;
+            }
+            if (r.ncards > 0 && pod_key(pk, sizeof(pk), key, i) == 0)
+                rc = egpu_cluster_reserve(inv->cluster, pk, n, &r, &e);
+        }
+        if (rc != 0 && first == 0)
+            first = egpu_error_set(err, rc, "pod %s container %s: %s", key, ac->name, e.msg);
+    }
+    return first;
+}
+
+void egpu_ctl_inventory_uncount_pod(struct egpu_ctl_inventory *inv, const char *key)
+{
+    const json_t *rec = json_object_get(inv->pods, key), *v;
+    json_int_t n = json_integer_value(json_object_get(rec, "n"));
+    char pk[EGPU_CTL_RESV_KEY_MAX + EGPU_NAMESPACE_MAX + 16];
+    size_t i;
+
+    if (rec == NULL)
+        return;
+    for (json_int_t c = 0; c < n; c++) {
+        if (pod_key(pk, sizeof(pk), key, (uint32_t)c) == 0 &&
+            egpu_cluster_release(inv->cluster, pk, NULL) != 0)
+            continue; /* counted inside its ElasticGPU, or on no card of inv */
+    }
+    json_array_foreach(json_object_get(rec, "in"), i, v)
+    {
+        const char *name = json_string_value(v);
+        const char *occupant = egpu_api_str(json_object_get(inv->occupants, name));
+
+        if (occupant != NULL && strcmp(occupant, key) == 0)
+            (void)json_object_del(inv->occupants, name); /* present: cannot fail */
+    }
+    (void)json_object_del(inv->pods, key); /* present: cannot fail */
+}
+
 void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv)
 {
     egpu_cluster_free(inv->cluster);
     egpu_map_free(inv->by_uuid);
     egpu_map_free(inv->by_name);
     egpu_free(inv->cards);
+    json_decref(inv->pods);
+    json_decref(inv->occupants);
     memset(inv, 0, sizeof(*inv));
 }
 

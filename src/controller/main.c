@@ -208,17 +208,20 @@ UPDATE_OF(on_claim)
 UPDATE_OF(on_egpu)
 UPDATE_OF(on_pod)
 
-/* Pods and GPUs also feed GPU status.allocated (gpustatus.c). */
+/* Pods and GPUs also feed GPU status.allocated (gpustatus.c); pods also
+ * what the inventories count as held (index.c). */
 static void on_pod_add(void *ud, const json_t *o)
 {
     on_pod(ud, o);
     ctl_gs_pod(ud, o, false);
+    ctl_index_note_pod(ud, o, false);
 }
 
 static void on_pod_changed(void *ud, const json_t *old, const json_t *o)
 {
     on_pod_update(ud, old, o);
     ctl_gs_pod(ud, o, false);
+    ctl_index_note_pod(ud, o, false);
     on_pod_metering(ud, o);
 }
 
@@ -226,6 +229,7 @@ static void on_pod_delete(void *ud, const json_t *o)
 {
     on_pod(ud, o);
     ctl_gs_pod(ud, o, true);
+    ctl_index_note_pod(ud, o, true);
 }
 
 static void on_gpu_add(void *ud, const json_t *o)

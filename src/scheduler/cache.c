@@ -350,15 +350,14 @@ static struct resv_entry *claim_resv(const struct claim_entry *ce)
     return best;
 }
 
-/* Does container request cr fit inside ElasticGPU r: the same number of
- * cards, whole cards for whole cards, else at most r's core and memory? */
+/* Does container request cr fit inside ElasticGPU r (egpu_api_resv_can_hold,
+ * the rule egpu-controller's inventory counts by too)? */
 static bool fits_inside(const struct resv_entry *r, const struct egpu_container_request *cr)
 {
-    if (cr->ncards != r->ncards)
-        return false;
-    if (r->core_milli == EGPU_GPU_MILLI || cr->core_milli == EGPU_GPU_MILLI)
-        return r->core_milli == cr->core_milli;
-    return cr->core_milli <= r->core_milli && cr->mem_mib <= r->mem_mib;
+    const struct egpu_reservation rv = {
+        .core_milli = r->core_milli, .mem_mib = r->mem_mib, .ncards = r->ncards};
+
+    return egpu_api_resv_can_hold(&rv, cr);
 }
 
 /* The card UUID of r's card k (r applied: its GPU objects are known). */

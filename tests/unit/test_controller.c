@@ -2,7 +2,9 @@
  * (src/controller/queue.c, inventory.c, place.c): the work queue's dedup,
  * processing, delays and backoff; the inventory built from GPU objects and
  * Nodes with a class's models and nodeSelector and existing ElasticGPUs
- * counted, and kept current by unreserve and reserve; the node and card
+ * counted, and kept current by unreserve and reserve; pods counted from
+ * their elasticgpu.io/assigned (claim pods inside their ElasticGPU, never
+ * twice) and uncounted when they finish; the node and card
  * chosen for claims of each kind; and a scheduler's selection checked.
  *
  * Objects are written with ' for " (tu_json() swaps them) to stay readable. */
@@ -550,6 +552,143 @@ static void test_inventory_unreserve(void **state)
     assert_int_equal(egpu_alloc_live(), 0);
 }
 
+/* Decode pod text's holdings (egpu_ctl_pod_holds) into *a. */
+static void pod_holds(const char *text, struct egpu_assigned *a)
+{
+    struct egpu_api_pod_claim pc[EGPU_API_POD_CLAIMS_MAX];
+    struct egpu_error err = {0};
+    json_t *o = tu_json(text);
+    size_t npc = 0;
+
+    if (egpu_ctl_pod_holds(o, a, pc, EGPU_API_POD_CLAIMS_MAX, &npc, &err) != 0)
+        fail_msg("pod: %s", err.msg);
+    json_decref(o);
+}
+
+#define POD(phase, assigned)                                                           \
+    "{'metadata':{'namespace':'t','name':'p','annotations':{'elasticgpu.io/assigned':" \
+    "'" assigned "'}},'spec':{'nodeName':'n1'},'status':{'phase':'" phase "'}}"
+#define N1_FULL                                                                               \
+    "{\\'node\\':\\'n1\\',\\'containers\\':[{\\'name\\':\\'a\\',\\'core\\':100,\\'memory\\':" \
+    "40960,\\'gpus\\':[\\'U10\\',\\'U11\\']}]}"
+
+/* A class's inventory on n1 only (zone a, A100). */
+static void build_n1(struct egpu_ctl_inventory *inv)
+{
+    static struct egpu_api_class a100a;
+
+    decode_class("{'metadata':{'name':'a'},'provisioner':'gpushare.provisioner.elasticgpu.io',"
+                 "'parameters':{'models':'A100','nodeSelector':'zone=a'}}",
+                 &a100a);
+    build(&a100a, inv);
+}
+
+/* The bug: a card that pods fill was offered to an Immediate claim. Now
+ * what a running pod's elasticgpu.io/assigned holds is counted; the claim
+ * goes elsewhere, or nowhere with the lack of room named; the pod's end
+ * frees the card again. */
+static void test_inventory_counts_pods(void **state)
+{
+    struct egpu_assigned *a = egpu_malloc(sizeof(*a));
+    struct egpu_ctl_inventory inv;
+    struct egpu_api_claim c;
+    struct egpu_ctl_choice ch;
+    struct egpu_error err = {0};
+    const struct egpu_node *n1;
+
+    (void)state;
+    decode_claim(CLAIM("'elasticgpu.io/gpu-core':30,'elasticgpu.io/gpu-memory':4096"), &c);
+    /* Whole cards: both of n1's, held by one container. */
+    pod_holds(POD("Running", N1_FULL), a);
+    assert_int_equal(a->ncontainers, 1);
+    build(NULL, &inv);
+    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, NULL, &err), 0);
+    n1 = egpu_cluster_node(inv.cluster, "n1");
+    assert_int_equal(n1->gpus[0].used_core_milli, 1000);
+    assert_int_equal(n1->gpus[1].used_core_milli, 1000);
+    assert_int_equal(egpu_ctl_place(&inv, &c, &share_cls, &ch, &err), 0);
+    assert_string_not_equal(ch.node, "n1"); /* binpack would have taken n1 first */
+    egpu_ctl_inventory_free(&inv);
+
+    /* The only cards a class may use are full: Pending, the room named. */
+    build_n1(&inv);
+    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, NULL, &err), 0);
+    assert_int_equal(egpu_ctl_place(&inv, &c, NULL, &ch, &err), EGPU_ENOFIT);
+    assert_string_equal(err.msg, "no card has 30% of its compute and 4096 MiB free among the 2 "
+                                 "cards class (none) may use");
+    /* Counting again replaces; uncounting frees. */
+    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, NULL, &err), 0);
+    n1 = egpu_cluster_node(inv.cluster, "n1");
+    assert_int_equal(n1->gpus[0].used_core_milli, 1000);
+    egpu_ctl_inventory_uncount_pod(&inv, "t/p");
+    assert_int_equal(n1->gpus[0].used_core_milli, 0);
+    assert_int_equal(inv.cluster->npods, 0);
+    egpu_ctl_inventory_uncount_pod(&inv, "t/p"); /* none counted: nothing happens */
+    assert_int_equal(egpu_ctl_place(&inv, &c, NULL, &ch, &err), 0);
+    assert_string_equal(ch.node, "n1");
+    egpu_ctl_inventory_free(&inv);
+
+    /* A finished pod holds nothing. */
+    pod_holds(POD("Succeeded", N1_FULL), a);
+    assert_int_equal(a->ncontainers, 0);
+    pod_holds(POD("Failed", N1_FULL), a);
+    assert_int_equal(a->ncontainers, 0);
+    egpu_free(a);
+    assert_int_equal(egpu_alloc_live(), 0);
+}
+
+/* A claim pod inside its ElasticGPU is counted once: inside it, while the
+ * ElasticGPU is counted on exactly its cards and it fits; a second pod of
+ * the same claim, or one on other cards, is counted beside. */
+static void test_inventory_claim_pod_inside(void **state)
+{
+    struct egpu_assigned *a = egpu_malloc(sizeof(*a)), *b = egpu_malloc(sizeof(*b));
+    const char *const in[] = {"e1"};
+    struct egpu_ctl_inventory inv;
+    struct egpu_api_egpu e1;
+    struct egpu_error err = {0};
+    const struct egpu_node *n1;
+
+    (void)state;
+    decode_egpu("{'metadata':{'name':'e1'},'spec':{'capacity':{'elasticgpu.io/gpu-core':30,"
+                "'elasticgpu.io/gpu-memory':4096},'nodeName':'n1','gpuShare':{'gpuName':'n1-g0'},"
+                "'claimRef':{'namespace':'t','name':'c'}}}",
+                &e1);
+    pod_holds(POD("Running", "{\\'node\\':\\'n1\\',\\'containers\\':[{\\'name\\':\\'a\\',"
+                             "\\'core\\':30,\\'memory\\':4096,\\'gpus\\':[\\'U10\\']}]}"),
+              a);
+    pod_holds(POD("Running", "{\\'node\\':\\'n1\\',\\'containers\\':[{\\'name\\':\\'a\\',"
+                             "\\'core\\':30,\\'memory\\':4096,\\'gpus\\':[\\'U11\\']}]}"),
+              b);
+    build(NULL, &inv);
+    n1 = egpu_cluster_node(inv.cluster, "n1");
+    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &e1, &err), 0);
+    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, in, &err), 0);
+    assert_int_equal(n1->gpus[0].used_core_milli, 300); /* once, not 600 */
+    assert_int_equal(n1->gpus[0].used_mem_mib, 4096);
+    /* A second user of the claim on the same card is counted beside. */
+    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/q", a, in, &err), 0);
+    assert_int_equal(n1->gpus[0].used_core_milli, 600);
+    egpu_ctl_inventory_uncount_pod(&inv, "t/q");
+    assert_int_equal(n1->gpus[0].used_core_milli, 300);
+    /* On other cards than its ElasticGPU's: beside, on those cards. */
+    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/r", b, in, &err), 0);
+    assert_int_equal(n1->gpus[1].used_core_milli, 300);
+    egpu_ctl_inventory_uncount_pod(&inv, "t/r");
+    /* The first pod leaves: its ElasticGPU still holds the room. */
+    egpu_ctl_inventory_uncount_pod(&inv, "t/p");
+    assert_int_equal(n1->gpus[0].used_core_milli, 300);
+    assert_null(json_object_get(inv.occupants, "e1"));
+    /* Larger than its ElasticGPU (another shape): beside. */
+    a->containers[0].core_pct = 50;
+    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, in, &err), 0);
+    assert_int_equal(n1->gpus[0].used_core_milli, 800);
+    egpu_ctl_inventory_free(&inv);
+    egpu_free(a);
+    egpu_free(b);
+    assert_int_equal(egpu_alloc_live(), 0);
+}
+
 static void test_provisioned_name(void **state)
 {
     char buf[EGPU_K8S_NAME_MAX];
@@ -584,6 +723,8 @@ int main(void)
         cmocka_unit_test(test_place_tflops),
         cmocka_unit_test(test_place_at_selection),
         cmocka_unit_test(test_inventory_unreserve),
+        cmocka_unit_test(test_inventory_counts_pods),
+        cmocka_unit_test(test_inventory_claim_pod_inside),
         cmocka_unit_test(test_provisioned_name),
     };
 
