@@ -67,7 +67,9 @@ static void offer(struct node *n, size_t c, unsigned from, unsigned to)
 
     memcpy(uuid, n->cards[c].uuid, sizeof(uuid)); /* snprintf's source apart from n */
     for (unsigned s = from; s < to; s++) {
-        snprintf(n->ids[n->navail], sizeof(n->ids[0]), "%s-%02u", uuid, s);
+        int len = snprintf(n->ids[n->navail], sizeof(n->ids[0]), "%s-%02u", uuid, s);
+
+        assert_true(len > 0 && (size_t)len < sizeof(n->ids[0]));
         n->avail[n->navail] = n->ids[n->navail];
         n->navail++;
     }
