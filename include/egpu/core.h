@@ -59,6 +59,13 @@ const char *egpu_strerror(int code);
  * Never allocates. Returns code, so `return egpu_error_set(...)` is one line. */
 int egpu_error_set(struct egpu_error *err, int code, const char *fmt, ...) EGPU_PRINTF(3, 4);
 
+/* egpu_error_set with the code -errno and `: <strerror(errno)>` after the
+ * printf-formatted message, errno read before anything else runs (so the
+ * formatting cannot change it; strerror_r, so threads do not share a
+ * buffer). For a failed system call: `return egpu_error_errno(err, "open %s",
+ * path);`. Never allocates. Returns -errno (EIO when errno is 0). */
+int egpu_error_errno(struct egpu_error *err, const char *fmt, ...) EGPU_PRINTF(2, 3);
+
 /* Put `prefix: ` in front of the message already in *err (err may be NULL),
  * cutting the end to fit. Returns code, the error being passed on. */
 int egpu_error_prefix(struct egpu_error *err, int code, const char *fmt, ...) EGPU_PRINTF(3, 4);

@@ -156,7 +156,7 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
     pthread_mutex_lock(&p->alloc_lock);
     rc = egpu__plugin_open_alloc_dir(p->alloc_root, o->dir, true, shared, &created, &dfd, &err);
     if (rc == 0 && !created && futimens(dfd, NULL) != 0)
-        rc = egpu_error_set(&err, -errno, "allocation dir %s: touch: %s", o->dir, strerror(errno));
+        rc = egpu_error_errno(&err, "allocation dir %s: touch", o->dir);
     if (rc == 0 && shared) {
         snprintf(text, sizeof(text), "%s\n", p->interposer);
         rc = egpu__fs_write_at(dfd, o->dir, EGPU_PLUGIN_PRELOAD_FILE, text, strlen(text), 0644,

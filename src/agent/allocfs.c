@@ -81,7 +81,7 @@ int egpu__fs_write_at(int dfd, const char *dir, const char *name, const void *te
         fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
                     0600);
         if (fd < 0 && errno != EEXIST)
-            return egpu_error_set(err, -errno, "create %s/%s: %s", dir, tmp, strerror(errno));
+            return egpu_error_errno(err, "create %s/%s", dir, tmp);
     }
     if (fd < 0)
         return egpu_error_set(err, -EEXIST, "create %s/%s: 8 random names taken", dir, tmp);

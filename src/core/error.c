@@ -49,6 +49,29 @@ int egpu_error_set(struct egpu_error *err, int code, const char *fmt, ...)
     return code;
 }
 
+int egpu_error_errno(struct egpu_error *err, const char *fmt, ...)
+{
+    int e = errno != 0 ? errno : EIO;
+    size_t n;
+    va_list ap;
+
+    if (err == NULL)
+        return -e;
+    err->code = -e;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+    va_end(ap);
+    n = strlen(err->msg);
+    if (n + 3 < sizeof(err->msg)) {
+        memcpy(err->msg + n, ": ", 3);
+        int r = strerror_r(e, err->msg + n + 2, sizeof(err->msg) - n - 2);
+
+        if (r != 0 && r != ERANGE) /* ERANGE: the text, cut to fit */
+            snprintf(err->msg + n + 2, sizeof(err->msg) - n - 2, "error %d", e);
+    }
+    return -e;
+}
+
 int egpu_error_prefix(struct egpu_error *err, int code, const char *fmt, ...)
 {
     char head[EGPU_ERRMSG_MAX];

@@ -840,10 +840,9 @@ static int prepare_path(const char *path, struct egpu_error *err)
         if (!S_ISSOCK(st.st_mode))
             return egpu_error_set(err, -EEXIST, "grpc server: %s exists and is not a socket", path);
         if (unlink(path) != 0)
-            return egpu_error_set(err, -errno, "grpc server: remove stale socket %s: %s", path,
-                                  strerror(errno));
+            return egpu_error_errno(err, "grpc server: remove stale socket %s", path);
     } else if (errno != ENOENT) {
-        return egpu_error_set(err, -errno, "grpc server: %s: %s", path, strerror(errno));
+        return egpu_error_errno(err, "grpc server: %s", path);
     }
     if (slash == NULL)
         snprintf(dir, sizeof(dir), ".");
@@ -852,8 +851,7 @@ static int prepare_path(const char *path, struct egpu_error *err)
     else
         snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
     if (access(dir, W_OK | X_OK) != 0)
-        return egpu_error_set(err, -errno, "grpc server: socket directory %s: %s", dir,
-                              strerror(errno));
+        return egpu_error_errno(err, "grpc server: socket directory %s", dir);
     return 0;
 }
 

@@ -716,9 +716,9 @@ static int read_pem(const char *path, char **out, size_t *len, struct file_id *i
 
     fd = open(path, O_RDONLY | O_CLOEXEC); /* no O_NOFOLLOW: see "TLS credentials" */
     if (fd < 0)
-        return egpu_error_set(err, -errno, "open %s: %s", path, strerror(errno));
+        return egpu_error_errno(err, "open %s", path);
     if (fstat(fd, &st) != 0) {
-        rc = egpu_error_set(err, -errno, "stat %s: %s", path, strerror(errno));
+        rc = egpu_error_errno(err, "stat %s", path);
         close(fd);
         return rc;
     }
@@ -729,7 +729,7 @@ static int read_pem(const char *path, char **out, size_t *len, struct file_id *i
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            rc = egpu_error_set(err, -errno, "read %s: %s", path, strerror(errno));
+            rc = egpu_error_errno(err, "read %s", path);
             break;
         }
         if (n == 0)

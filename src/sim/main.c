@@ -583,7 +583,7 @@ int main(int argc, char **argv)
     if (o.card_dump != NULL) {
         cards.f = fopen(o.card_dump, "w");
         if (cards.f == NULL) {
-            egpu_error_set(&err, -errno, "--card-dump %s: %s", o.card_dump, strerror(errno));
+            egpu_error_errno(&err, "--card-dump %s", o.card_dump);
             goto fail;
         }
     }
@@ -630,7 +630,7 @@ int main(int argc, char **argv)
                o.topology_islands, (unsigned long long)cards.in_island,
                (unsigned long long)cards.multi);
     if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {
-        egpu_error_set(&err, -errno, "--out %s: %s", o.out, strerror(errno));
+        egpu_error_errno(&err, "--out %s", o.out);
         goto fail;
     }
     snprintf(path, sizeof(path), "%s/replay_curve.csv", o.out);

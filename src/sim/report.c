@@ -63,7 +63,7 @@ static int open_out(const char *path, FILE **f, struct egpu_error *err)
 {
     *f = fopen(path, "w");
     if (*f == NULL)
-        return egpu_error_set(err, -errno, "%s: %s", path, strerror(errno));
+        return egpu_error_errno(err, "%s", path);
     return 0;
 }
 

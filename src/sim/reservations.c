@@ -186,7 +186,7 @@ int egpu_sim_reservations_load(const char *path, const struct egpu_trace *t,
         FILE *f = fopen(path, "r");
 
         if (f == NULL) {
-            rc = egpu_error_set(err, -errno, "%s: %s", path, strerror(errno));
+            rc = egpu_error_errno(err, "%s", path);
         } else {
             fclose(f);
             rc = egpu_error_set(err, EGPU_ESYNTAX, "%s:%d:%d: not JSON: %s", path, jerr.line,

@@ -238,7 +238,7 @@ static int load(const char *path, enum table table, struct egpu_trace *t, struct
 
     f = fopen(path, "r");
     if (f == NULL)
-        return egpu_error_set(err, -errno, "%s: %s", path, strerror(errno));
+        return egpu_error_errno(err, "%s", path);
     l = egpu_calloc(1, sizeof(*l));
     if (l == NULL || csv_init(&csv, CSV_STRICT | CSV_APPEND_NULL) != 0) {
         egpu_free(l);

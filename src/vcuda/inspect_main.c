@@ -90,7 +90,7 @@ static long read_region(const char *path, void *buf, size_t cap, struct egpu_err
         return egpu_error_set(err, -errno, "%s: %s", path,
                               errno == ENOENT ? "no such file" : strerror(errno));
     if (fstat(pfd, &st) != 0) {
-        rc = egpu_error_set(err, -errno, "%s: fstat: %s", path, strerror(errno));
+        rc = egpu_error_errno(err, "%s: fstat", path);
         goto out_pfd;
     }
     if (S_ISLNK(st.st_mode)) {
@@ -108,7 +108,7 @@ static long read_region(const char *path, void *buf, size_t cap, struct egpu_err
     if (fd < 0 && errno == EPERM) /* O_NOATIME needs the file's owner or CAP_FOWNER */
         fd = open(proc, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
-        rc = egpu_error_set(err, -errno, "%s: cannot open for reading: %s", path, strerror(errno));
+        rc = egpu_error_errno(err, "%s: cannot open for reading", path);
         goto out_pfd;
     }
     if (fstat(fd, &st2) != 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino) {
@@ -121,7 +121,7 @@ static long read_region(const char *path, void *buf, size_t cap, struct egpu_err
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            rc = egpu_error_set(err, -errno, "%s: read: %s", path, strerror(errno));
+            rc = egpu_error_errno(err, "%s: read", path);
             goto out_fd;
         }
         if (n == 0)

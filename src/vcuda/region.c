@@ -761,12 +761,12 @@ static int attach_file(struct egpu__vcuda_region *h, const char *path, bool rema
     (void)fchmod(fd, 0666);
     while (flock(fd, LOCK_EX) != 0) {
         if (errno != EINTR) {
-            rc = egpu_error_set(err, -errno, "shared region %s: flock: %s", path, strerror(errno));
+            rc = egpu_error_errno(err, "shared region %s: flock", path);
             goto fail;
         }
     }
     if (fstat(fd, st) != 0) {
-        rc = egpu_error_set(err, -errno, "shared region %s: fstat: %s", path, strerror(errno));
+        rc = egpu_error_errno(err, "shared region %s: fstat", path);
         goto unlock;
     }
     created = st->st_size == 0 && !remap;
@@ -775,8 +775,7 @@ static int attach_file(struct egpu__vcuda_region *h, const char *path, bool rema
             why =
                 st->st_size < (off_t)sizeof(struct shm) ? "truncated" : "of another layout (size)";
         if (ftruncate(fd, (off_t)sizeof(struct shm)) != 0) {
-            rc = egpu_error_set(err, -errno, "shared region %s: cannot size it: %s", path,
-                                strerror(errno));
+            rc = egpu_error_errno(err, "shared region %s: cannot size it", path);
             goto unlock;
         }
         if (fstat(fd, st) != 0) {
@@ -786,7 +785,7 @@ static int attach_file(struct egpu__vcuda_region *h, const char *path, bool rema
     }
     s = map_watched(h, fd, path);
     if (s == NULL) {
-        rc = egpu_error_set(err, -errno, "shared region %s: mmap: %s", path, strerror(errno));
+        rc = egpu_error_errno(err, "shared region %s: mmap", path);
         goto unlock;
     }
     if (created) {
@@ -1021,7 +1020,7 @@ int egpu__vcuda_region_open(struct egpu__vcuda_region **out, const char *dir,
                        -1, 0);
 
         if (p == MAP_FAILED) {
-            rc = egpu_error_set(err, -errno, "private region: mmap: %s", strerror(errno));
+            rc = egpu_error_errno(err, "private region: mmap");
             goto fail;
         }
         h->s = p;

@@ -314,7 +314,7 @@ static int write_tmp(struct wh_selfsigned *s, const char *base, const char *text
              rnd[4], rnd[5], rnd[6], rnd[7]);
     fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
-        return egpu_error_set(err, -errno, "create %s/%s: %s", s->dir, tmp, strerror(errno));
+        return egpu_error_errno(err, "create %s/%s", s->dir, tmp);
     while (off < n) {
         ssize_t w = write(fd, text + off, n - off);
 
@@ -367,12 +367,12 @@ static int files_sync(struct wh_selfsigned *s, const struct wh_pki *p, struct eg
      * looks at most once a second and keeps the old pair if it ever reads a
      * key without its certificate. */
     if (!rc && renameat(s->dirfd, tmp_key, s->dirfd, s->key_base) != 0) {
-        rc = egpu_error_set(err, -errno, "rename %s/%s: %s", s->dir, s->key_base, strerror(errno));
+        rc = egpu_error_errno(err, "rename %s/%s", s->dir, s->key_base);
         (void)unlinkat(s->dirfd, tmp_key, 0); /* the rename failed: still a stray */
         (void)unlinkat(s->dirfd, tmp_crt, 0); /* as above */
     }
     if (!rc && renameat(s->dirfd, tmp_crt, s->dirfd, s->cert_base) != 0) {
-        rc = egpu_error_set(err, -errno, "rename %s/%s: %s", s->dir, s->cert_base, strerror(errno));
+        rc = egpu_error_errno(err, "rename %s/%s", s->dir, s->cert_base);
         (void)unlinkat(s->dirfd, tmp_crt, 0); /* as above */
     }
     if (rc) {
@@ -454,12 +454,12 @@ static int open_dir(struct wh_selfsigned *s, const char *cert_file, const char *
                               "directory (%s, %s)",
                               cert_file, key_file);
     if (mkdir(s->dir, 0700) != 0 && errno != EEXIST)
-        return egpu_error_set(err, -errno, "mkdir %s: %s", s->dir, strerror(errno));
+        return egpu_error_errno(err, "mkdir %s", s->dir);
     s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (s->dirfd < 0)
-        return egpu_error_set(err, -errno, "open %s: %s", s->dir, strerror(errno));
+        return egpu_error_errno(err, "open %s", s->dir);
     if (fstat(s->dirfd, &st) != 0)
-        return egpu_error_set(err, -errno, "stat %s: %s", s->dir, strerror(errno));
+        return egpu_error_errno(err, "stat %s", s->dir);
     if (st.st_uid != geteuid() || (st.st_mode & 077) != 0)
         return egpu_error_set(err, -EPERM,
                               "directory %s: owner uid %u, mode %03o; --self-signed writes its "
