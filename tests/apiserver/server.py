@@ -1667,6 +1667,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise ApiError(413, "RequestEntityTooLarge", "the request is too large")
         return self.rfile.read(n) if n > 0 else b""
 
+    def send_response(self, code, message=None):
+        entry = getattr(self, "log_entry", None)
+        if entry is not None:  # the request log's entry of this API request: its answer
+            entry["code"] = code
+            self.log_entry = None
+        super().send_response(code, message)
+
     def send_json(self, code, obj, headers=None):
         data = dumps(obj)
         self.send_response(code)
@@ -1689,6 +1696,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.raw_query = url.query
             q = urllib.parse.parse_qs(url.query, keep_blank_values=True)
             self.q = {k: v[0] for k, v in q.items()}
+            self.log_entry = None  # set by handle_api for an API request
             try:
                 body = self.read_body()
             except ApiError as e:
@@ -1784,12 +1792,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # ---- the API -----------------------------------------------------------
     def handle_api(self, method, body):
         control = self.control
+        entry = {"method": method, "path": self.url_path, "query": self.raw_query,
+                 "content_type": self.headers.get("Content-Type") or "",
+                 "authorization": self.headers.get("Authorization") or "",
+                 "user_agent": self.headers.get("User-Agent") or ""}
+        self.log_entry = entry  # send_response adds the status code it answered
         with control.lock:
-            control.requests.append({
-                "method": method, "path": self.url_path, "query": self.raw_query,
-                "content_type": self.headers.get("Content-Type") or "",
-                "authorization": self.headers.get("Authorization") or "",
-                "user_agent": self.headers.get("User-Agent") or ""})
+            control.requests.append(entry)
             down = control.down
             tokens = list(control.tokens)
         if down:

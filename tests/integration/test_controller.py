@@ -210,8 +210,12 @@ def delete_claim(api, name, ns="default"):
 
 
 def posts_of_egpus(api):
+    """The ElasticGPU creations the API server accepted (201). A POST answered 409 made
+    nothing: the controller sends one when an ElasticGPU it made before a crash is not in its
+    cache yet, and takes the stored one (claim.c)."""
     _, reqs = api.control("requests", method="GET")
-    return [r for r in reqs if r["method"] == "POST" and r["path"] == f"{G}/elasticgpus"]
+    return [r for r in reqs if r["method"] == "POST" and r["path"] == f"{G}/elasticgpus"
+            and r.get("code") == 201]
 
 
 def test_immediate_provision_bind_then_delete(api, ctl):
