@@ -224,6 +224,10 @@ static void cuda_init(void)
     HELPER(exchange_capture_mode, lib, "cuThreadExchangeStreamCaptureMode");
     HELPER(stream_is_capturing, lib, "cuStreamIsCapturing");
     HELPER(stream_query, lib, "cuStreamQuery");
+    HELPER(pool_get_attribute, lib, "cuMemPoolGetAttribute");
+    HELPER(device_get_mem_pool, lib, "cuDeviceGetMemPool");
+    HELPER(ctx_synchronize, lib, "cuCtxSynchronize");
+    HELPER(device_get_name, lib, "cuDeviceGetName");
     cuda_lib = lib;
     in_init = false;
     atomic_store_explicit(&cuda_done, true, memory_order_release);
@@ -250,6 +254,9 @@ static void nvml_init(void)
         egpu_log(EGPU_LOG_WARN, "cannot load libnvidia-ml.so.1: %s", dlerror());
     resolve_lib(lib, EGPU_VCUDA_LIB_NVML);
     HELPER(nvml_device_get_uuid, lib, "nvmlDeviceGetUUID");
+    HELPER(nvml_init, lib, "nvmlInit_v2");
+    HELPER(nvml_device_get_count, lib, "nvmlDeviceGetCount_v2");
+    HELPER(nvml_device_get_handle, lib, "nvmlDeviceGetHandleByIndex_v2");
     nvml_lib = lib;
     in_init = false;
     atomic_store_explicit(&nvml_done, true, memory_order_release);

@@ -66,7 +66,15 @@ struct egpu__vcuda_helpers {
     CUresult (*exchange_capture_mode)(CUstreamCaptureMode *mode); /* may be NULL */
     CUresult (*stream_is_capturing)(CUstream stream, CUstreamCaptureStatus *status); /* ditto */
     CUresult (*stream_query)(CUstream stream);                                       /* ditto */
+    CUresult (*pool_get_attribute)(CUmemoryPool pool, CUmemPool_attribute attr,
+                                   void *value);                       /* ditto */
+    CUresult (*device_get_mem_pool)(CUmemoryPool *pool, CUdevice dev); /* ditto */
+    CUresult (*ctx_synchronize)(void);                                 /* ditto */
+    CUresult (*device_get_name)(char *name, int len, CUdevice dev);    /* ditto */
     int (*nvml_device_get_uuid)(struct egpu_nvml_device *dev, char *uuid, unsigned int len);
+    int (*nvml_init)(void);                            /* may be NULL */
+    int (*nvml_device_get_count)(unsigned int *count); /* ditto */
+    int (*nvml_device_get_handle)(unsigned int index, struct egpu_nvml_device **dev); /* ditto */
 };
 
 struct egpu__vcuda_state {

@@ -82,8 +82,7 @@
  *
  * No memory limit configured: every wrapper calls the real function at once.
  */
-#define _GNU_SOURCE /* RTLD_NOLOAD */
-#include <dlfcn.h>
+#define _GNU_SOURCE /* flock */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -149,43 +148,23 @@ void egpu__vcuda_memory_atfork_child(void)
 
 /* ---- driver and NVML calls made here, not hooked ---- */
 
-/* Resolved once, after libcuda is loaded, with the real dlsym; each may be
- * NULL (an older driver, no NVML), and what needs it is then skipped. */
-static struct {
-    CUresult (*pool_get_attribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
-    CUresult (*device_get_mem_pool)(CUmemoryPool *pool, CUdevice dev);
-    CUresult (*ctx_synchronize)(void);
-    CUresult (*device_get_name)(char *name, int len, CUdevice dev);
-    int (*nvml_count)(unsigned int *count);
-    int (*nvml_by_index)(unsigned int index, struct egpu_nvml_device **dev);
-    int (*nvml_uuid)(struct egpu_nvml_device *dev, char *uuid, unsigned int len);
-    int (*nvml_memory)(struct egpu_nvml_device *dev, struct egpu_nvml_memory *mem);
-    bool nvml; /* NVML loaded and initialised: contexts can be measured */
-} drv;
+/* The driver and NVML calls made here but not hooked are egpu__vcuda_helpers
+ * (hooks.c resolves them with the rest; each may be NULL: an older driver,
+ * no NVML, and what needs it is then skipped). NVML is initialised once, the
+ * first time a pool or a context needs the driver, and never shut down: NVML
+ * counts its initialisations, the application's stay its own. */
+static bool nvml_ready; /* NVML loaded and initialised: contexts can be measured */
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
-
-#define DRV(field, lib, name) \
-    (drv.field = (__typeof__(drv.field))((lib) ? egpu__vcuda_real_dlsym((lib), (name)) : NULL))
 
 static void drv_init(void)
 {
-    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* loaded by hooks.c */
-    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    int (*nvml_init)(void);
+    const struct egpu__vcuda_helpers *h = &egpu__vcuda_helpers;
 
-    DRV(pool_get_attribute, cuda, "cuMemPoolGetAttribute");
-    DRV(device_get_mem_pool, cuda, "cuDeviceGetMemPool");
-    DRV(ctx_synchronize, cuda, "cuCtxSynchronize");
-    DRV(device_get_name, cuda, "cuDeviceGetName");
-    DRV(nvml_count, nvml, "nvmlDeviceGetCount_v2");
-    DRV(nvml_by_index, nvml, "nvmlDeviceGetHandleByIndex_v2");
-    DRV(nvml_uuid, nvml, "nvmlDeviceGetUUID");
-    DRV(nvml_memory, nvml, "nvmlDeviceGetMemoryInfo"); /* the real one, not our wrapper */
-    nvml_init = (int (*)(void))(nvml ? egpu__vcuda_real_dlsym(nvml, "nvmlInit_v2") : NULL);
-    /* Never shut down: NVML counts its initialisations, the application's stay its own. */
-    drv.nvml = nvml_init && drv.nvml_count && drv.nvml_by_index && drv.nvml_uuid &&
-               drv.nvml_memory && nvml_init() == EGPU_NVML_SUCCESS;
-    if (!drv.nvml)
+    (void)egpu__vcuda_cuda();
+    nvml_ready = egpu__vcuda_nvml() && h->nvml_init && h->nvml_device_get_count &&
+                 h->nvml_device_get_handle && h->nvml_device_get_uuid &&
+                 EGPU_VCUDA_REAL(nvmlDeviceGetMemoryInfo) && h->nvml_init() == EGPU_NVML_SUCCESS;
+    if (!nvml_ready)
         egpu_log(EGPU_LOG_INFO, "no NVML: context footprints are estimated, not measured");
 }
 
@@ -504,8 +483,9 @@ static CUresult pool_sync(unsigned i)
 {
     cuuint64_t reserved = 0;
 
-    if (pools[i].gone || drv.pool_get_attribute(pools[i].pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                                                &reserved) != CUDA_SUCCESS)
+    if (pools[i].gone ||
+        egpu__vcuda_helpers.pool_get_attribute(pools[i].pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                                               &reserved) != CUDA_SUCCESS)
         return CUDA_SUCCESS;
     reserved = egpu__vcuda_round(reserved);
     if (recount(pools[i].card, pools[i].bytes, reserved) != CUDA_SUCCESS)
@@ -526,7 +506,7 @@ static void pools_sync(void)
 static void pools_refresh(void)
 {
     pthread_mutex_lock(&pool_mu);
-    if (npools > 0 && drv.pool_get_attribute != NULL)
+    if (npools > 0 && egpu__vcuda_helpers.pool_get_attribute != NULL)
         pools_sync();
     pthread_mutex_unlock(&pool_mu);
 }
@@ -547,7 +527,7 @@ static CUresult alloc_pool(int card, CUmemoryPool pool, CUresult (*call)(const s
         return call(c);
     pthread_once(&drv_once, drv_init);
     pthread_mutex_lock(&pool_mu);
-    i = pool != NULL && drv.pool_get_attribute != NULL ? pool_add(pool, card) : -1;
+    i = pool != NULL && egpu__vcuda_helpers.pool_get_attribute != NULL ? pool_add(pool, card) : -1;
     if (i < 0) {
         pthread_mutex_unlock(&pool_mu);
         return alloc_ptr(card, 0, call, c);
@@ -561,8 +541,9 @@ static CUresult alloc_pool(int card, CUmemoryPool pool, CUresult (*call)(const s
         pools_sync();
         if (pool_sync((unsigned)i) != CUDA_SUCCESS) {
             (void)EGPU_VCUDA_REAL(cuMemFreeAsync)(*c->dptr, c->stream);
-            if (drv.ctx_synchronize != NULL) /* the free completes: the trim can release it */
-                (void)drv.ctx_synchronize();
+            if (egpu__vcuda_helpers.ctx_synchronize !=
+                NULL) /* the free completes: the trim can release it */
+                (void)egpu__vcuda_helpers.ctx_synchronize();
             if (EGPU_VCUDA_REAL(cuMemPoolTrimTo) != NULL)
                 (void)EGPU_VCUDA_REAL(cuMemPoolTrimTo)(pool, (size_t)pools[i].bytes);
             (void)pool_sync((unsigned)i); /* only shrinks now */
@@ -581,9 +562,10 @@ static CUmemoryPool current_pool(void)
     CUdevice dev;
 
     pthread_once(&drv_once, drv_init);
-    if (drv.device_get_mem_pool == NULL || egpu__vcuda_helpers.ctx_get_device == NULL ||
+    if (egpu__vcuda_helpers.device_get_mem_pool == NULL ||
+        egpu__vcuda_helpers.ctx_get_device == NULL ||
         egpu__vcuda_helpers.ctx_get_device(&dev) != CUDA_SUCCESS ||
-        drv.device_get_mem_pool(&pool, dev) != CUDA_SUCCESS)
+        egpu__vcuda_helpers.device_get_mem_pool(&pool, dev) != CUDA_SUCCESS)
         return NULL;
     return pool;
 }
@@ -837,8 +819,9 @@ EGPU_VCUDA_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     pthread_once(&drv_once, drv_init);
     pthread_mutex_lock(&pool_mu);
     i = pool_find(pool);
-    if (i >= 0 && drv.pool_get_attribute != NULL &&
-        drv.pool_get_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
+    if (i >= 0 && egpu__vcuda_helpers.pool_get_attribute != NULL &&
+        egpu__vcuda_helpers.pool_get_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) !=
+            CUDA_SUCCESS)
         used = pools[i].bytes;
     r = EGPU_VCUDA_REAL(cuMemPoolDestroy)(pool);
     if (r == CUDA_SUCCESS && i >= 0) {
@@ -867,7 +850,7 @@ static void pool_changed(CUmemoryPool pool)
     pthread_once(&drv_once, drv_init);
     pthread_mutex_lock(&pool_mu);
     i = pool_find(pool);
-    if (i >= 0 && drv.pool_get_attribute != NULL)
+    if (i >= 0 && egpu__vcuda_helpers.pool_get_attribute != NULL)
         (void)pool_sync((unsigned)i); /* a growth here counts at the next allocation */
     pthread_mutex_unlock(&pool_mu);
 }
@@ -1037,7 +1020,8 @@ static uint64_t ctx_model_bytes(CUdevice dev)
     char name[256];
 
     pthread_once(&drv_once, drv_init);
-    if (drv.device_get_name != NULL && drv.device_get_name(name, sizeof(name), dev) == 0) {
+    if (egpu__vcuda_helpers.device_get_name != NULL &&
+        egpu__vcuda_helpers.device_get_name(name, sizeof(name), dev) == 0) {
         for (size_t i = 0; i < sizeof(ctx_models) / sizeof(ctx_models[0]); i++) {
             if (strstr(name, ctx_models[i].key) != NULL)
                 return ctx_models[i].mib << 20;
@@ -1077,14 +1061,14 @@ static struct egpu_nvml_device *nvml_of(CUdevice dev)
 
     if (egpu__vcuda_helpers.device_get_uuid == NULL ||
         egpu__vcuda_helpers.device_get_uuid(&cu, dev) != CUDA_SUCCESS ||
-        drv.nvml_count(&n) != EGPU_NVML_SUCCESS)
+        egpu__vcuda_helpers.nvml_device_get_count(&n) != EGPU_NVML_SUCCESS)
         return NULL;
     memcpy(want.b, cu.bytes, sizeof(want.b));
     for (unsigned i = 0; i < n; i++) {
         struct egpu_nvml_device *nv;
 
-        if (drv.nvml_by_index(i, &nv) == EGPU_NVML_SUCCESS &&
-            drv.nvml_uuid(nv, text, sizeof(text)) == EGPU_NVML_SUCCESS &&
+        if (egpu__vcuda_helpers.nvml_device_get_handle(i, &nv) == EGPU_NVML_SUCCESS &&
+            egpu__vcuda_helpers.nvml_device_get_uuid(nv, text, sizeof(text)) == EGPU_NVML_SUCCESS &&
             egpu__vcuda_uuid_parse(text, &got) == 0 && memcmp(got.b, want.b, 16) == 0)
             return nv;
     }
@@ -1135,12 +1119,12 @@ static void ctx_probe_begin(CUdevice dev, struct ctx_probe *m)
     if (egpu__vcuda_state.cfg.has_context_mib)
         return;
     pthread_once(&drv_once, drv_init);
-    if (!drv.nvml || (m->nv = nvml_of(dev)) == NULL)
+    if (!nvml_ready || (m->nv = nvml_of(dev)) == NULL)
         return;
     m->fd = ctx_lock();
     if (m->fd < 0)
         return;
-    if (drv.nvml_memory(m->nv, &mem) != EGPU_NVML_SUCCESS) {
+    if (EGPU_VCUDA_REAL(nvmlDeviceGetMemoryInfo)(m->nv, &mem) != EGPU_NVML_SUCCESS) {
         close(m->fd); /* closing drops the flock */
         m->fd = -1;
         return;
@@ -1159,7 +1143,8 @@ static uint64_t ctx_probe_end(CUdevice dev, struct ctx_probe *m, bool made, uint
 
     if (m->fd < 0)
         return estimate;
-    if (made && drv.nvml_memory(m->nv, &mem) == EGPU_NVML_SUCCESS && mem.free < m->free_before)
+    if (made && EGPU_VCUDA_REAL(nvmlDeviceGetMemoryInfo)(m->nv, &mem) == EGPU_NVML_SUCCESS &&
+        mem.free < m->free_before)
         drop = egpu__vcuda_round(m->free_before - mem.free);
     close(m->fd);
     if (!made)
