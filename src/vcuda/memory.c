@@ -43,8 +43,10 @@
  * moves to the measured figure (over the limit: the context is destroyed
  * again and the call fails). Processes of other containers are not held by
  * the lock: what they allocate or free meanwhile is the residual error,
- * bounded by refusing a figure below 64 MiB or above 4x the model's (the
- * estimate counts then). No NVML, or the lock held for 2 s: the estimate.
+ * bounded by counting never less than the model's figure (so a process of
+ * the container freeing memory during another's measurement cannot shrink
+ * its charge) and refusing a figure above 4x the model's (the estimate
+ * counts then). No NVML, or the lock held for 2 s: the estimate.
  * EGPU_VCUDA_CONTEXT_EXTRA_MIB is what the driver takes later on its own
  * (module code loaded lazily at a kernel's first launch: about 95 MiB for
  * PyTorch 2.11), which no hooked call shows. It is counted per process and
@@ -1000,9 +1002,8 @@ static CUresult call_ctx_v4(const struct call *c)
 
 /* ---- a context's footprint ---- */
 
-#define CTX_FLOOR_BYTES  (64ULL << 20) /* no real context takes less: a lower figure is noise */
-#define CTX_CEIL_FACTOR  4             /* nor more than 4x its model's figure */
-#define CTX_LOCK_WAIT_MS 2000          /* then give up measuring: the estimate counts */
+#define CTX_CEIL_FACTOR  4    /* no real context takes more than 4x its model's figure */
+#define CTX_LOCK_WAIT_MS 2000 /* then give up measuring: the estimate counts */
 
 /* Device memory a context takes by model, measured: cuDeviceGetName
  * contains the key. Other models count EGPU_VCUDA_CONTEXT_MIB_DEFAULT. */
@@ -1134,8 +1135,10 @@ static void ctx_probe_begin(CUdevice dev, struct ctx_probe *m)
 
 /* End the measurement (made: the context was created). Returns the bytes
  * the context counts: the drop in the card's free memory rounded up to the
- * granularity, when measured and within [CTX_FLOOR_BYTES, CTX_CEIL_FACTOR x
- * the model's figure]; else estimate. */
+ * granularity, never below the model's figure (another process of the
+ * container freeing memory meanwhile, which the lock does not hold, would
+ * shrink the drop: a measurement only ever raises the charge), when measured
+ * and not above CTX_CEIL_FACTOR x the model's figure; else estimate. */
 static uint64_t ctx_probe_end(CUdevice dev, struct ctx_probe *m, bool made, uint64_t estimate)
 {
     struct egpu_nvml_memory mem;
@@ -1150,15 +1153,17 @@ static uint64_t ctx_probe_end(CUdevice dev, struct ctx_probe *m, bool made, uint
     if (!made)
         return estimate;
     model = ctx_model_bytes(dev);
-    if (drop < CTX_FLOOR_BYTES || drop > CTX_CEIL_FACTOR * model) {
+    if (drop > CTX_CEIL_FACTOR * model) {
         egpu_log(EGPU_LOG_INFO,
                  "context footprint dev=%d measured_bytes=%llu out of range: counting %llu", dev,
                  (unsigned long long)drop, (unsigned long long)estimate);
         return estimate;
     }
+    egpu_log(EGPU_LOG_DEBUG, "context footprint dev=%d measured_bytes=%llu model_bytes=%llu", dev,
+             (unsigned long long)drop, (unsigned long long)model);
+    if (drop < model)
+        drop = model;
     ctx_measured[dev] = drop;
-    egpu_log(EGPU_LOG_DEBUG, "context footprint dev=%d measured_bytes=%llu", dev,
-             (unsigned long long)drop);
     return drop;
 }
 

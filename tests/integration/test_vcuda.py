@@ -465,6 +465,21 @@ def test_context_footprint_is_measured(world):
     assert a.close() == 0 and b.close() == 0
 
 
+def test_context_measured_never_below_the_model(world):
+    """A measured drop smaller than the model's figure (300 MiB for the mock's
+    A100s) is not believed: a process of the container freeing memory while
+    another's context is measured (the lock holds only context creations)
+    would make the drop small and that context's charge with it. Real use
+    then stays under the limit, never over it."""
+    conf = mem_conf(1024)
+    conf["EGPU_MOCK_CUDA_CONTEXT_MIB"] = "100"
+    probe = Probe(world, conf=conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert mock_used(world) == 100 * MIB
+    assert meminfo(probe) == (724 * MIB, 1024 * MIB)  # counted 300, not the 100 measured
+    assert probe.close() == 0
+
+
 def test_context_mib_overrides_measuring(world):
     conf = mem_conf(1024, context_mib=300)
     conf["EGPU_MOCK_CUDA_CONTEXT_MIB"] = "524"
