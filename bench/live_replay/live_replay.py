@@ -25,14 +25,22 @@ Per arrival, as kube-scheduler does it:
      (0 for a node not in the list), the best total wins and ties are broken at random by
      reservoir sampling (random.Random(seed)), as schedule_one.go's selectHost;
      kube-scheduler's in-tree score plugins are left out;
-  4. a pod asking no GPU is not the extender's (deploy/'s managedResources): kube-scheduler
-     alone places it, modelled as a seeded random node among those of step 2, and binds it
-     with pods/binding as the DefaultBinder does (egpu-sim places such pods by its policy:
-     this is where the two differ by design; --gpu-pods-only leaves them out of both);
+  4. a pod asking no GPU goes through steps 3 and 5 too: egpu-scheduler runs with
+     --pods-without-gpu place, as behind a kube-scheduler whose extender config has no
+     managedResources (docs/scheduler.md, "Pods without GPUs"), and judges it by the node
+     policy on its cpu and memory as egpu-sim does. With --cpu-pods kube-scheduler it is
+     not the extender's (deploy/'s managedResources): kube-scheduler alone places it,
+     modelled as a seeded random node among those of step 2, and binds it with
+     pods/binding as the DefaultBinder does; --gpu-pods-only leaves them out of both;
   5. POST /bind; a bind refused (the pod not yet in the extender's cache, or the ambiguity
      rule) is tried again after 5 ms, up to --bind-tries times;
-  6. a simulated kubelet admission: the pod is patched with elasticgpu.io/allocated and
-     status phase Running with its container running.
+  6. a simulated kubelet admission: a GPU pod is patched with elasticgpu.io/allocated (as
+     the node agent marks it), every pod with status phase Running with its container
+     running. A filter that steered around a node because a pod placed there is not yet
+     marked allocated in egpu-scheduler's cache (the reason says "not yet allocated") is
+     sent again 1 ms later, up to --bind-tries times, as arrivals spaced wider than the
+     watch's lag would find the cache: so the figures do not depend on how loaded the
+     machine is.
 
 The allocation ratio is the GPU compute of the pods bound over the cluster's, recorded after
 every arrival into the bucket of the arrived percent (rounded), averaged per bucket, as
@@ -229,6 +237,7 @@ def metrics(health):
     return body.decode() if isinstance(body, bytes) else ""
 
 
+
 # --- the two replays ---------------------------------------------------------------------
 
 def run_sim(sim, tmp, seed, inflate):
@@ -313,7 +322,11 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                              "model": n["model"], "memory": 16384}})
                 assert st == 201, obj
         sched, log, url, health = start_scheduler(args.scheduler, kubeconfig, tmp, args.seed,
-                                                  args.scheduler_args)
+                                                  (["--pods-without-gpu", "place"]
+                                                   if args.cpu_pods == "extender" else [])
+                                                  + (["--target-workload", args.target]
+                                                     if args.target else [])
+                                                  + args.scheduler_args)
         deadline = time.time() + 60
         while True:
             st, _ = Conn(health).call("GET", "/readyz")
@@ -330,7 +343,7 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
         buckets = Buckets()
         arrived = used = 0
         failed = retries = bind_errors = 0
-        ties_sum = ties_many = cpu_random = 0
+        ties_sum = ties_many = cpu_random = waits = 0
         t1 = time.time()
         for i, idx in enumerate(order):
             p = pods[idx]
@@ -340,25 +353,32 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
             assert st == 201, obj
             feasible = [n for n in names if free[n][0] >= p["cpu"] and free[n][1] >= p["mem"]]
             host = None
-            if feasible and p["num_gpu"] == 0:
+            if feasible and p["num_gpu"] == 0 and args.cpu_pods == "kube-scheduler":
                 # Not the extender's (managedResources): kube-scheduler's own choice among
                 # the nodes where it fits, its score plugins left out, so a seeded random one.
                 host, _ = select_host([], feasible, rnd)
                 cpu_random += 1
             elif feasible:
                 a = {"Pod": obj, "Nodes": None, "NodeNames": feasible}
-                st, fr = ext.call("POST", "/filter", a)
-                assert st == 200, (st, fr)
+                for k in range(args.bind_tries):
+                    st, fr = ext.call("POST", "/filter", a)
+                    assert st == 200, (st, fr)
+                    if not any("not yet allocated" in why
+                               for why in (fr.get("FailedNodes") or {}).values()):
+                        break
+                    waits += 1
+                    time.sleep(0.001)
                 passed = fr.get("NodeNames") or []
                 if passed:
                     a["NodeNames"] = passed
                     st, pl = ext.call("POST", "/prioritize", a)
                     assert st == 200, (st, pl)
                     host, ties = select_host(pl, passed, rnd)
-                    ties_sum += ties
-                    ties_many += ties > 1
+                    if p["num_gpu"] > 0:
+                        ties_sum += ties
+                        ties_many += ties > 1
             bound = False
-            if host is not None and p["num_gpu"] == 0:
+            if host is not None and p["num_gpu"] == 0 and args.cpu_pods == "kube-scheduler":
                 st, b = api.call("POST", f"/api/v1/namespaces/{NS}/pods/{name}/binding", {
                     "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": host}})
@@ -378,9 +398,12 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                 free[host][0] -= p["cpu"]
                 free[host][1] -= p["mem"]
                 used += p["gpu"]
-                st, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}",
-                                 {"metadata": {"annotations": {"elasticgpu.io/allocated": "true"}}},
-                                 "application/merge-patch+json")
+                st = 200
+                if p["num_gpu"] > 0:
+                    st, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}",
+                                     {"metadata": {"annotations":
+                                                   {"elasticgpu.io/allocated": "true"}}},
+                                     "application/merge-patch+json")
                 st2, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status",
                                   {"status": {"phase": "Running", "containerStatuses": [
                                       {"name": "main", "ready": True, "restartCount": 0,
@@ -402,7 +425,7 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
         errors = [l for l in open(log) if l[:1] in "EF"]
         return dict(buckets=buckets, failed=failed, retries=retries, bind_errors=bind_errors,
                     elapsed=elapsed, setup=setup, ties_mean=ties_sum / max(1, len(order) - cpu_random),
-                    ties_many=ties_many, cpu_random=cpu_random, sched_core=sched_core, used=used, errors=errors,
+                    ties_many=ties_many, cpu_random=cpu_random, waits=waits, sched_core=sched_core, used=used, errors=errors,
                     final_arrived=100.0 * arrived / capacity_milli)
     finally:
         for p in (sched, api_proc):
@@ -426,6 +449,12 @@ def main():
                     help="keep every N-th node and every N-th pod (default 4; 1 = all)")
     ap.add_argument("--gpu-pods-only", action="store_true",
                     help="leave out the pods asking no GPU (both replays)")
+    ap.add_argument("--cpu-pods", choices=("extender", "kube-scheduler"), default="extender",
+                    help="who places the pods asking no GPU: the extender (egpu-scheduler "
+                    "--pods-without-gpu place; default) or kube-scheduler alone")
+    ap.add_argument("--learn-workload", action="store_true",
+                    help="let egpu-scheduler build FGD's target workload from the pods it has "
+                    "seen (its default) instead of --target-workload with egpu-sim's")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--inflate", type=float, default=1.3)
     ap.add_argument("--bind-tries", type=int, default=400)
@@ -461,9 +490,13 @@ def main():
               f"{capacity // 1000} GPUs, {len(pods)} trace pods, {len(order)} arrivals "
               f"(inflate {args.inflate}, seed {args.seed}); egpu-sim replayed the same "
               f"subsample and the same {sim['arrivals']} arrivals")
+        args.target = None if args.learn_workload else \
+            os.path.join(tmp, "sim-out", "target_workload.json")
         r = live(args, nodes, pods, order, capacity, tmp)
         print(f"  egpu-scheduler: --node-policy fgd --card-policy fgd --seed {args.seed} "
-              f"{' '.join(args.scheduler_args)}".rstrip())
+              + ("--pods-without-gpu place " if args.cpu_pods == "extender" else "")
+              + ("--target-workload <egpu-sim's target_workload.json> " if args.target else "")
+              + f"{' '.join(args.scheduler_args)}".rstrip())
         print(f"{'':24}{'alloc@80':>10}{'alloc@90':>10}{'alloc@100':>10}{'alloc@130':>10}"
               f"{'failed':>8}")
         simv = [float(sim[f"alloc{x}"]) for x in CHECKPOINTS]
@@ -481,8 +514,14 @@ def main():
               f"{100.0 * r['used'] / capacity:.2f}% (egpu-sim {float(sim['final_alloc_pct']):.2f}%);"
               f" egpu_scheduler_allocated_core_percent summed {r['sched_core']:.0f} of "
               f"{capacity // 10} (bench's count {r['used'] // 10})")
-        print(f"  live: {r['cpu_random']} pods asking no GPU placed by kube-scheduler alone (a "
-              "seeded random node where cpu and memory fit; egpu-sim places them by its policy)")
+        if args.cpu_pods == "kube-scheduler":
+            print(f"  live: {r['cpu_random']} pods asking no GPU placed by kube-scheduler alone "
+                  "(a seeded random node where cpu and memory fit; egpu-sim places them by its "
+                  "policy)")
+        else:
+            print("  live: pods asking no GPU judged by the extender (--pods-without-gpu place)")
+        print(f"  live: filters sent again because a node waited for a pod's allocated mark "
+              f"{r['waits']}")
         print(f"  live: nodes tied for kube-scheduler's best total, mean {r['ties_mean']:.2f} per "
               f"GPU pod; GPU pods with more than one {r['ties_many']}; bind retries {r['retries']}, "
               f"binds given up {r['bind_errors']}; E/F lines in egpu-scheduler's log "

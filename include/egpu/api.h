@@ -934,6 +934,56 @@ bool egpu_api_egpu_reservation(const struct egpu_api_egpu *e, struct egpu_reserv
 bool egpu_api_resv_can_hold(const struct egpu_reservation *r,
                             const struct egpu_container_request *cr);
 
+/* ------------------------------------------------------------------------ */
+/* TargetWorkload (src/api/workload.c)                                      */
+/*
+ * FGD's target workload pinned by the operator, as a JSON document (the
+ * file egpu-sim writes as target_workload.json, egpu-scheduler reads with
+ * --target-workload):
+ *
+ *   {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "TargetWorkload",
+ *    "typicalPods": [{"cpuMilli": 8000, "gpuMilli": 500, "gpus": 1,
+ *                     "models": "V100M16|V100M32", "weight": 0.25}, ...]}
+ *
+ * Each typical pod (FGD paper, section 4.1): cpuMilli, its CPU in
+ * milli-cores (0..10^9); gpuMilli, what it asks of each card in milli-GPU
+ * (0 = no GPU, 1..1000); gpus, how many cards (0 with gpuMilli 0, 1 for a
+ * share, 1..EGPU_API_WORKLOAD_GPUS_MAX whole cards with gpuMilli 1000);
+ * models, the GPU models it may use, '|'-separated, absent or "" = any;
+ * weight, its share of the workload (a number >= 0; renormalised, at least
+ * one above 0). Any other key is refused.
+ */
+#define EGPU_API_WORKLOAD_PODS_MAX   4096 /* typicalPods entries */
+#define EGPU_API_WORKLOAD_GPUS_MAX   64   /* gpus of one typical pod */
+#define EGPU_API_WORKLOAD_MODELS_MAX 1024 /* models, bytes incl. NUL */
+
+struct egpu_api_typical_pod {
+    int64_t cpu_milli;  /* milli-cores */
+    uint32_t gpu_milli; /* per card, milli-GPU; 0 = no GPU */
+    uint32_t gpus;      /* cards */
+    char models[EGPU_API_WORKLOAD_MODELS_MAX]; /* '|'-separated model names; "" = any */
+    double weight;                             /* >= 0 */
+};
+
+struct egpu_api_workload {
+    size_t n;
+    struct egpu_api_typical_pod *pods; /* n entries (egpu_free via egpu_api_workload_free) */
+};
+
+/* Decode a TargetWorkload document (above) into *out. Returns 0, or
+ * EGPU_ESYNTAX / EGPU_ERANGE naming the field (e.g. "typicalPods[3].gpus:
+ * 3 whole cards need gpuMilli 1000, not 500") with the allowed values, or
+ * -ENOMEM; *out is then empty. Free *out with egpu_api_workload_free. */
+int egpu_api_workload_decode(const json_t *doc, struct egpu_api_workload *out,
+                             struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The TargetWorkload document of w (a new reference; NULL when out of
+ * memory). The typical pods keep their order; "models" is left out when "". */
+json_t *egpu_api_workload_encode(const struct egpu_api_workload *w);
+
+/* Free what *w holds and empty it. NULL is a no-op. */
+void egpu_api_workload_free(struct egpu_api_workload *w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -299,6 +299,8 @@ const char *egpu_sched_resv_state_name(enum egpu_sched_resv_state s);
  * cached, pods counted on a node, pods whose cards could not be resolved. */
 struct egpu_sched_cache_stats {
     size_t nodes, gpus, pods, placed, unresolved;
+    size_t waiting; /* pods placed by an assignment and not yet marked allocated by the agent
+                       (the ambiguity window; a node with one steers same-size pods away) */
     size_t reservations[EGPU_SCHED_RESV_STATES]; /* ElasticGPUs cached, by state */
     uint64_t reserved_core_milli;                /* held by applied ones, milli-GPU */
     uint64_t reserved_mem_mib;                   /* and MiB (whole cards: all their memory) */
@@ -351,10 +353,18 @@ struct egpu_extender_config {
     enum egpu_policy_kind node_policy;    /* default node tier */
     enum egpu_policy_kind card_policy;    /* default card tier */
     uint64_t seed;                        /* random policy and ties */
-    const struct egpu_workload *workload; /* FGD's target workload; NULL = built from the
-                                             pods in the cache */
+    const struct egpu_workload *workload; /* FGD's target workload; NULL = target's, else
+                                             built from the pods in the cache */
+    const struct egpu_api_workload *target; /* --target-workload: the operator's target
+                                               workload (borrowed, outlives the extender;
+                                               model names resolved against the cache's
+                                               cluster at first use); NULL = none */
     bool load_aware; /* --load-aware: placers break exact ties by measured load, and filter
                         fails the tied nodes whose cards are more loaded */
+    bool place_cpu_pods; /* --pods-without-gpu place: a pod that asks for no GPU is judged,
+                            scored and bound by the node policy as egpu-sim places it (its
+                            CPU and memory against each node's allocatable); false: it passes
+                            every filter, scores 0 and bind refuses it */
 };
 
 /* Bind outcomes, for the bind failures metric. */

@@ -741,10 +741,12 @@ static void drop_if_empty(struct egpu_sched_cache *c, struct node_info *ni)
 
 /* Whether e's pod is placed on its node by an assignment the agent has not
  * marked allocated yet: the kubelet could confuse its containers with
- * another pod's of the same gpu-core (egpu_sched_cache_is_ambiguous_locked). */
+ * another pod's of the same gpu-core (egpu_sched_cache_is_ambiguous_locked).
+ * A pod our bind placed without cards (--pods-without-gpu place) never waits. */
 static bool is_waiting(const struct pod_entry *e)
 {
-    return e->home != NULL && e->pod.has_assigned && !e->pod.allocated && !e->pod.terminal;
+    return e->home != NULL && e->pod.has_assigned && e->pod.assigned.ncontainers > 0 &&
+           !e->pod.allocated && !e->pod.terminal;
 }
 
 /* Take e out of its node's waiting count (before e->pod or e->home change). */
@@ -1954,6 +1956,7 @@ void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched
     while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
         out->placed += e->counted;
         out->unresolved += e->unresolved;
+        out->waiting += e->waiting;
         for (uint32_t i = 0; i < e->pod.req.ncontainers; i++)
             out->inside += e->inside[i] != NULL;
     }

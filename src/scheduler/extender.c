@@ -108,6 +108,7 @@ struct egpu_extender {
     uint64_t placer_epoch;     /* counts drop_placers, so a new placer at an old address differs */
     struct egpu_workload live; /* FGD target workload built from cached pods */
     size_t live_pods;          /* pods in the cache when live was built */
+    bool target_failed;        /* cfg.target could not be used (logged) */
     struct last_filter last;
     struct resolved resolved;
     struct reasons_memo reasons;
@@ -259,6 +260,35 @@ static int filter_refused(struct egpu_buf *reply, const char *msg)
 /* ------------------------------------------------------------------------ */
 /* Placers and the live target workload (cache lock held)                   */
 
+/* x->live from cfg.target (--target-workload). Returns 0, or an error
+ * (logged once; the caller then builds it from the cached pods). */
+static int pinned_workload(struct egpu_extender *x, struct egpu_cluster *c)
+{
+    const struct egpu_api_workload *t = x->cfg.target;
+    struct egpu_typical_pod *pods = egpu_calloc(t->n ? t->n : 1, sizeof(*pods));
+    struct egpu_error err = {0};
+    int rc = pods == NULL ? egpu_error_set(&err, -ENOMEM, "out of memory") : 0;
+
+    for (size_t i = 0; rc == 0 && i < t->n; i++) {
+        pods[i] = (struct egpu_typical_pod){.cpu_milli = t->pods[i].cpu_milli,
+                                            .gpu_milli = t->pods[i].gpu_milli,
+                                            .ncards = t->pods[i].gpus,
+                                            .weight = t->pods[i].weight};
+        rc = egpu_cluster_model_mask(c, t->pods[i].models, &pods[i].model_mask, &err);
+        if (rc)
+            egpu_error_prefix(&err, rc, "typicalPods[%zu].models", i);
+    }
+    if (rc == 0 && (rc = egpu_workload_from_list(pods, t->n, &x->live)) != 0)
+        egpu_error_set(&err, rc, "%s", egpu_strerror(rc));
+    egpu_free(pods);
+    if (rc != 0 && !x->target_failed)
+        egpu_log(EGPU_LOG_ERROR,
+                 "target workload unusable, built from the cached pods instead error=\"%s\"",
+                 err.msg);
+    x->target_failed = rc != 0;
+    return rc;
+}
+
 static void refresh_live_workload(struct egpu_extender *x, struct egpu_cluster *c)
 {
     struct egpu_sched_cache_stats st;
@@ -268,7 +298,11 @@ static void refresh_live_workload(struct egpu_extender *x, struct egpu_cluster *
         {.gpu_milli = 1000, .ncards = 1, .weight = 1},
     };
 
-    (void)c;
+    if (x->cfg.target != NULL && !x->target_failed) {
+        /* Pinned: built once, its model names resolved in c's model table. */
+        if (x->live.n > 0 || pinned_workload(x, c) == 0)
+            return;
+    }
     egpu_sched_cache_stats_locked(x->cache, &st);
     if (x->live.n > 0 && st.pods < x->live_pods + WORKLOAD_REFRESH_PODS)
         return;
@@ -636,6 +670,14 @@ static bool claimed(const struct egpu_sched_pod *pod)
     return pod->nclaims > 0 || pod->claims_error[0] != '\0';
 }
 
+/* Is the pod judged by the node policy? One that asks for a GPU is; one
+ * that asks for none only with --pods-without-gpu place (cfg.place_cpu_pods):
+ * then its CPU and memory decide, as egpu-sim places such a pod. */
+static bool judged(const struct egpu_extender *x, const struct egpu_sched_pod *pod)
+{
+    return egpu_sched_pod_wants_gpu(pod) || x->cfg.place_cpu_pods;
+}
+
 /* Judge a pod that uses claims on nodes names[0..n) (cache lock held): a
  * node passes when the plan allows it (the bound claims' node, the
  * WaitForFirstConsumer classes' nodes) and the placer finds room there for
@@ -864,7 +906,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     egpu_buf_init(&reasons, a.n * 2048 + 1);
     /* A pod that uses claims is judged by its plan, also when its claimed
      * containers ask nothing (the plan says why it cannot go anywhere). */
-    gpu = egpu_sched_pod_wants_gpu(&a.pod) || claimed(&a.pod);
+    gpu = judged(x, &a.pod) || claimed(&a.pod);
     if (claimed(&a.pod) && (plan = egpu_malloc(sizeof(*plan))) == NULL) {
         egpu_buf_free(&reasons);
         egpu_free(why);
@@ -882,7 +924,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                 by_load = pass_best(v, why, a.names, a.n, x->cfg.seed, x->cfg.load_aware,
                                     node_policy_name(x, &a.pod), better, sizeof(better), &loaded);
         }
-    } else if (egpu_sched_pod_wants_gpu(&a.pod)) {
+    } else if (judged(x, &a.pod)) {
         p = pod_placer(x, c, &a.pod, &err);
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
         if (p != NULL && v != NULL) {
@@ -897,7 +939,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
             slots = rc == 0 ? slots_copy(x, a.n) : NULL;
         }
     }
-    /* A pod without GPUs is not ours to judge: every node passes (why all NULL). */
+    /* A pod without GPUs, unless judged: every node passes (why all NULL). */
     egpu_sched_cache_unlock(x->cache);
     if (gpu && (p == NULL || v == NULL || rc != 0)) {
         status =
@@ -980,7 +1022,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     }
     plan = claimed(&a.pod) ? egpu_malloc(sizeof(*plan)) : NULL;
     c = lock_cache(x);
-    if (egpu_sched_pod_wants_gpu(&a.pod) || plan != NULL)
+    if (judged(x, &a.pod) || plan != NULL)
         p = pod_placer(x, c, &a.pod, &err);
     if (claimed(&a.pod)) {
         /* Judged afresh: only the plan's nodes score. */
@@ -1017,7 +1059,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
         status = reply_error(reply, 500, "out of memory");
         goto out;
     }
-    /* Every node scores 0 for a pod without GPUs (v all zero: not ok). */
+    /* Every node scores 0 for a pod not judged (v all zero: not ok). */
     priority_scores(v, a.names, a.n, x->cfg.seed, x->cfg.load_aware, score);
     status = priorities(x, reply, &a, p != NULL ? slots : NULL, members, score) == 0 ? 200 : 500;
 out:
@@ -1162,6 +1204,7 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
     uint32_t nmarks = 0;
     char msg[2048], *text = NULL;
     enum egpu_bind_result result = EGPU_BIND_OK;
+    bool cards;
 
     if (parse_bind(body, len, &b, msg, sizeof(msg)) != 0)
         return bind_fail(x, EGPU_BIND_BAD_REQUEST, reply, 400, msg);
@@ -1197,10 +1240,11 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
                      "scheduler's pod to bind",
                      b.ns, b.name, shown, x->scheduler_name);
             result = EGPU_BIND_NOT_OURS;
-        } else if (!egpu_sched_pod_wants_gpu(pod)) {
+        } else if (!judged(x, pod)) {
             snprintf(msg, sizeof(msg),
                      "pod %s/%s asks for no " EGPU_RES_GPU_CORE
-                     ": the extender binds only pods that ask for a GPU",
+                     ": the extender binds only pods that ask for a GPU "
+                     "(--pods-without-gpu pass)",
                      b.ns, b.name);
             result = EGPU_BIND_NOT_OURS;
         }
@@ -1251,9 +1295,12 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
                  "claim marked for provisioning claim=%s/%s pod=%s/%s node=%s gpus=%s", b.ns,
                  marks[i].claim, b.ns, b.name, b.node, marks[i].gpus);
     }
-    text = egpu_assigned_encode(assigned);
-    if (text == NULL ||
-        x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED, text, &err) != 0) {
+    /* A pod without GPUs (--pods-without-gpu place) has no cards to name:
+     * the Binding alone places it; the cache counts it from its nodeName. */
+    cards = assigned->ncontainers > 0 || nmarks > 0 || plan != NULL;
+    text = cards ? egpu_assigned_encode(assigned) : NULL;
+    if (cards && (text == NULL || x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED,
+                                                  text, &err) != 0)) {
         snprintf(msg, sizeof(msg), "annotating pod %s/%s: %s", b.ns, b.name,
                  text ? err.msg : "out of memory");
         (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);
@@ -1265,7 +1312,8 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
 
         snprintf(msg, sizeof(msg), "binding pod %s/%s to %s: %s", b.ns, b.name, b.node, err.msg);
         result = EGPU_BIND_BINDING;
-        if (x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED, NULL, &uerr) != 0)
+        if (cards &&
+            x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED, NULL, &uerr) != 0)
             egpu_log(EGPU_LOG_WARN, "could not remove annotation pod=%s/%s error=\"%s\"", b.ns,
                      b.name, uerr.msg);
         (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);

@@ -28,6 +28,7 @@ struct app {
     struct egpu_kube_config *kcfg;
     struct egpu_kube *kube;
     struct egpu_sched_cache *cache;
+    struct egpu_api_workload target; /* --target-workload's typical pods; n = 0: none */
     struct egpu_sched_api api;
     struct egpu_extender *x;
     struct egpu_kube_elector *el;
@@ -36,7 +37,7 @@ struct app {
     bool following;
     struct egpu_metrics *reg;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
-        *m_pods, *m_unresolved, *m_reused, *m_filter_reused, *m_load_decided, *m_skipped,
+        *m_pods, *m_unresolved, *m_waiting, *m_reused, *m_filter_reused, *m_load_decided, *m_skipped,
         *m_dup_gpus, *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core,
         *m_reserved_mem, *m_claims, *m_classes, *m_inside;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
@@ -194,6 +195,11 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                "node's GPUs).",
                                0, NULL, &a->m_unresolved);
     if (!rc)
+        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_waiting_pods",
+                               "Pods placed by bind whose cards the node agent has not marked "
+                               "allocated yet (elasticgpu.io/allocated).",
+                               0, NULL, &a->m_waiting);
+    if (!rc)
         rc = egpu_metric_counter(a->reg, "egpu_scheduler_prioritize_reused_total",
                                  "Prioritize replies made from the one before, with only the "
                                  "changed scores encoded again.",
@@ -318,6 +324,7 @@ static void refresh_metrics(struct app *a)
     (void)egpu_metric_set(a->m_gpus, NULL, (double)st.gpus);
     (void)egpu_metric_set(a->m_pods, NULL, (double)st.pods);
     (void)egpu_metric_set(a->m_unresolved, NULL, (double)st.unresolved);
+    (void)egpu_metric_set(a->m_waiting, NULL, (double)st.waiting);
     (void)egpu_metric_set(a->m_dup_gpus, NULL, (double)st.duplicate_gpus);
     (void)egpu_metric_add(a->m_assigned_ignored, NULL,
                           (double)(st.assigned_ignored - a->assigned_ignored_seen));
@@ -375,6 +382,26 @@ static void on_stopped_leading(void *ud)
     egpu_log(EGPU_LOG_WARN, "stopped leading: no more binds");
 }
 
+/* Read --target-workload FILE (a TargetWorkload JSON document, trusted as
+ * the operator's configuration) into a->target. 0 or an error naming it. */
+static int load_target(struct app *a, struct egpu_error *err)
+{
+    json_error_t jerr;
+    json_t *doc = json_load_file(a->o.target_workload, JSON_REJECT_DUPLICATES, &jerr);
+    int rc;
+
+    if (doc == NULL)
+        return egpu_error_set(err, EGPU_ESYNTAX, "--target-workload %s: line %d: %s",
+                              a->o.target_workload, jerr.line, jerr.text);
+    rc = egpu_api_workload_decode(doc, &a->target, err);
+    json_decref(doc);
+    if (rc)
+        return egpu_error_prefix(err, rc, "--target-workload %s", a->o.target_workload);
+    egpu_log(EGPU_LOG_INFO, "target workload pinned file=%s typical_pods=%zu",
+             a->o.target_workload, a->target.n);
+    return 0;
+}
+
 static int start(void *data, struct egpu_error *err)
 {
     struct app *a = data;
@@ -382,7 +409,8 @@ static int start(void *data, struct egpu_error *err)
                                       .node_policy = a->o.node_policy,
                                       .card_policy = a->o.card_policy,
                                       .seed = a->o.seed,
-                                      .load_aware = a->o.load_aware};
+                                      .load_aware = a->o.load_aware,
+                                      .place_cpu_pods = a->o.place_cpu_pods};
     struct egpu_extender_ops ops = {.data = &a->api,
                                     .synced = egpu__sched_api_synced,
                                     .annotate = egpu__sched_api_annotate,
@@ -394,6 +422,12 @@ static int start(void *data, struct egpu_error *err)
     egpu_http_handler_cb handlers[] = {on_filter, on_prioritize, on_bind};
     int rc;
 
+    if (a->o.target_workload != NULL) {
+        rc = load_target(a, err);
+        if (rc)
+            return rc;
+        xc.target = &a->target;
+    }
     rc = egpu_kube_config_load(a->o.srv.kubeconfig, a->o.srv.context, &a->kcfg, err);
     if (!rc)
         rc = egpu_kube_new(a->kcfg, &a->kube, err);
@@ -403,6 +437,9 @@ static int start(void *data, struct egpu_error *err)
     if (a->cache == NULL)
         return egpu_error_set(err, -ENOMEM, "cache: out of memory");
     egpu_sched_cache_set_load_aware(a->cache, a->o.load_aware, a->o.load_max_age_s);
+    if (a->o.place_cpu_pods)
+        egpu_log(EGPU_LOG_INFO, "pods without GPUs: judged, scored and bound by the node policy "
+                                "(--pods-without-gpu place)");
     if (a->o.load_aware)
         egpu_log(EGPU_LOG_INFO, "load-aware: exact ties go to the less loaded cards max_age=%us",
                  a->o.load_max_age_s);
@@ -480,6 +517,7 @@ static void finish(void *data)
         egpu__follower_destroy(&a->follow);
     egpu_metrics_free(a->reg);
     egpu_extender_free(a->x);
+    egpu_api_workload_free(&a->target);
     egpu_sched_cache_free(a->cache);
     egpu_kube_free(a->kube);
     egpu_kube_config_free(a->kcfg);

@@ -64,6 +64,16 @@ static const char usage[] =
     "  --load-max-age S        a status.used whose updateTime is older than this is\n"
     "                          unknown, never idle (EGPU_LOAD_MAX_AGE; 60..86400;\n"
     "                          default 300)\n"
+    "  --pods-without-gpu M    pass: a pod asking no GPU passes every filter, scores 0\n"
+    "                          and bind refuses it (kube-scheduler places it alone);\n"
+    "                          place: it is judged, scored and bound by the node policy\n"
+    "                          on its CPU and memory, as egpu-sim places it (for a\n"
+    "                          kube-scheduler whose extender config has no\n"
+    "                          managedResources) (EGPU_PODS_WITHOUT_GPU; default pass)\n"
+    "  --target-workload FILE  FGD's target workload: a TargetWorkload JSON document\n"
+    "                          (typical pods with weights, as egpu-sim writes it in\n"
+    "                          target_workload.json; docs/scheduler.md) instead of\n"
+    "                          one built from the pods seen so far (EGPU_TARGET_WORKLOAD)\n"
     "  --scheduler-name NAME   bind serves only pods with this spec.schedulerName\n"
     "                          (EGPU_SCHEDULER_NAME; default elastic-gpu-scheduler,\n"
     "                          kube-scheduler's profile in scheduler-config.yaml)\n"
@@ -109,6 +119,8 @@ enum {
     O_SCHED_NAME,
     O_LOAD_AWARE,
     O_LOAD_MAX_AGE,
+    O_PODS_WITHOUT_GPU,
+    O_TARGET_WORKLOAD,
 };
 
 /* Apply one of the scheduler's own settings (from a flag or a variable
@@ -160,6 +172,16 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected seconds in 60..86400", who, v);
         o->load_max_age_s = (unsigned)u;
         return 0;
+    case O_PODS_WITHOUT_GPU:
+        if (strcmp(v, "pass") != 0 && strcmp(v, "place") != 0)
+            return bad("%s \"%s\": expected pass or place", who, v);
+        o->place_cpu_pods = strcmp(v, "place") == 0;
+        return 0;
+    case O_TARGET_WORKLOAD:
+        if (v[0] == '\0')
+            return bad("%s: expected a file name", who);
+        o->target_workload = v;
+        return 0;
     default:
         return bad("unknown setting");
     }
@@ -177,6 +199,8 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"scheduler-name", required_argument, O_SCHED_NAME, "EGPU_SCHEDULER_NAME"},
         {"load-aware", optional_argument, O_LOAD_AWARE, "EGPU_LOAD_AWARE"},
         {"load-max-age", required_argument, O_LOAD_MAX_AGE, "EGPU_LOAD_MAX_AGE"},
+        {"pods-without-gpu", required_argument, O_PODS_WITHOUT_GPU, "EGPU_PODS_WITHOUT_GPU"},
+        {"target-workload", required_argument, O_TARGET_WORKLOAD, "EGPU_TARGET_WORKLOAD"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-scheduler",
                                  .usage = usage,

@@ -77,6 +77,8 @@ struct egpu_sched_options {
     const char *scheduler_name; /* bind serves only pods with this spec.schedulerName */
     bool load_aware;            /* break exact ties by the cards' measured load */
     unsigned load_max_age_s;    /* a status.used older than this is unknown */
+    bool place_cpu_pods;        /* --pods-without-gpu place */
+    const char *target_workload; /* --target-workload FILE, or NULL */
 };
 
 /* Parse argv (and the EGPU_* environment) into *o. Returns -1 to run, 0 when

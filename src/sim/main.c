@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "egpu/api.h"
 #include "egpu/cli.h"
 #include "egpu/sim.h"
 
@@ -450,10 +451,43 @@ static int run_pool(struct pool *pool, long jobs)
     return pool->rc;
 }
 
-/* The workload's pods as requests against a cluster built like each replay's. */
+/* w as the TargetWorkload document egpu-scheduler --target-workload reads
+ * (egpu/api.h), model ids named from c's table; NULL when out of memory. */
+static json_t *target_document(const struct egpu_workload *w, const struct egpu_cluster *c)
+{
+    struct egpu_api_workload t = {.n = w->n, .pods = egpu_calloc(w->n ? w->n : 1, sizeof(*t.pods))};
+    json_t *doc = NULL;
+
+    for (size_t i = 0; t.pods != NULL && i < w->n; i++) {
+        struct egpu_api_typical_pod *p = &t.pods[i];
+        size_t len = 0;
+
+        *p = (struct egpu_api_typical_pod){.cpu_milli = w->pods[i].cpu_milli,
+                                           .gpu_milli = w->pods[i].gpu_milli,
+                                           .gpus = w->pods[i].ncards,
+                                           .weight = w->pods[i].weight};
+        for (int m = 0; m < EGPU_MODELS_MAX; m++) {
+            if (!(w->pods[i].model_mask >> m & 1) || c->models[m] == NULL)
+                continue;
+            len += (size_t)snprintf(p->models + len, len < sizeof(p->models) ? sizeof(p->models) - len : 0,
+                                    "%s%s", len ? "|" : "", c->models[m]);
+        }
+        if (len >= sizeof(p->models)) {
+            egpu_free(t.pods);
+            return NULL;
+        }
+    }
+    if (t.pods != NULL)
+        doc = egpu_api_workload_encode(&t);
+    egpu_free(t.pods);
+    return doc;
+}
+
+/* The workload's pods as requests against a cluster built like each replay's;
+ * *doc: the same as a TargetWorkload document (a new reference). */
 static int build_workload(const struct egpu_trace *t, const char *workload_csv,
                           const char *node_csv, double coverage, struct egpu_workload *w,
-                          struct egpu_error *err)
+                          json_t **doc, struct egpu_error *err)
 {
     struct egpu_trace wt = {0};
     const struct egpu_trace *src = t;
@@ -486,6 +520,8 @@ static int build_workload(const struct egpu_trace *t, const char *workload_csv,
         if (rc)
             egpu_error_set(err, rc, "workload: %s", egpu_strerror(rc));
     }
+    if (rc == 0 && (*doc = target_document(w, c)) == NULL)
+        rc = egpu_error_set(err, -ENOMEM, "workload: out of memory");
 out:
     egpu_free(reqs);
     egpu_cluster_free(c);
@@ -531,6 +567,7 @@ int main(int argc, char **argv)
     static struct options o;
     struct egpu_trace trace = {0};
     struct egpu_workload workload = {0};
+    json_t *target = NULL; /* the workload as a TargetWorkload document */
     struct egpu_sim_reservations resv = {0};
     struct card_dump cards = {0};
     struct egpu_error err = {0};
@@ -556,7 +593,7 @@ int main(int argc, char **argv)
         goto fail;
     trace.topology_islands = o.topology_islands;
     if (build_workload(&trace, o.workload_pods ? wl_csv : NULL, node_csv, o.coverage, &workload,
-                       &err))
+                       &target, &err))
         goto fail;
     for (size_t i = 0; i < trace.nnodes; i++)
         ngpus += trace.nodes[i].ngpus;
@@ -639,7 +676,13 @@ int main(int argc, char **argv)
     snprintf(path, sizeof(path), "%s/replay_runs.csv", o.out);
     if (egpu_report_summary_csv(path, o.policies, o.npolicies, o.seeds, &err))
         goto fail;
-    printf("\nwrote %s/replay_curve.csv, %s/replay_runs.csv", o.out, o.out);
+    snprintf(path, sizeof(path), "%s/target_workload.json", o.out);
+    if (json_dump_file(target, path, JSON_INDENT(1) | JSON_REAL_PRECISION(17)) != 0) {
+        egpu_error_set(&err, -EIO, "%s: write failed", path);
+        goto fail;
+    }
+    printf("\nwrote %s/replay_curve.csv, %s/replay_runs.csv, %s/target_workload.json", o.out,
+           o.out, o.out);
     if (o.card_dump != NULL)
         printf(", %s", o.card_dump);
     if (o.plot) {
@@ -669,6 +712,7 @@ out:
     for (size_t i = 0; i < o.npolicies; i++)
         egpu_free(o.policies[i].runs);
     egpu_workload_free(&workload);
+    json_decref(target);
     egpu_trace_free(&trace);
     return status;
 }
