@@ -26,7 +26,7 @@ FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 FUZZ_RUNS=${FUZZ_RUNS:-10000}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 CC_FUZZ=${CC_FUZZ:-}
-ALL_TARGETS="quantity assigned pod_request status vcuda_config kubeconfig watch extender admission claims budget gpustatus selection kubectl vcuda_inspect"
+ALL_TARGETS="quantity assigned pod_request status vcuda_config kubeconfig watch extender admission claims budget gpustatus selection kubectl vcuda_inspect workload"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 
 # Longest input libFuzzer makes, per target (its default is 4096 bytes).

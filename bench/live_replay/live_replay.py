@@ -343,7 +343,7 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
         buckets = Buckets()
         arrived = used = 0
         failed = retries = bind_errors = 0
-        ties_sum = ties_many = cpu_random = waits = 0
+        ties_sum = ties_many = cpu_random = waits = gpu_picked = 0
         t1 = time.time()
         for i, idx in enumerate(order):
             p = pods[idx]
@@ -377,6 +377,7 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                     if p["num_gpu"] > 0:
                         ties_sum += ties
                         ties_many += ties > 1
+                        gpu_picked += 1
             bound = False
             if host is not None and p["num_gpu"] == 0 and args.cpu_pods == "kube-scheduler":
                 st, b = api.call("POST", f"/api/v1/namespaces/{NS}/pods/{name}/binding", {
@@ -424,7 +425,7 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                          if l.startswith("egpu_scheduler_allocated_core_percent{"))
         errors = [l for l in open(log) if l[:1] in "EF"]
         return dict(buckets=buckets, failed=failed, retries=retries, bind_errors=bind_errors,
-                    elapsed=elapsed, setup=setup, ties_mean=ties_sum / max(1, len(order) - cpu_random),
+                    elapsed=elapsed, setup=setup, ties_mean=ties_sum / max(1, gpu_picked),
                     ties_many=ties_many, cpu_random=cpu_random, waits=waits, sched_core=sched_core, used=used, errors=errors,
                     final_arrived=100.0 * arrived / capacity_milli)
     finally:

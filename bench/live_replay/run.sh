@@ -16,10 +16,13 @@
 #
 # Usage: bench/live_replay/run.sh [--every N] [--pods FILE] [more driver flags]
 #   --every N    keep every N-th node and pod of the trace (default 4: 304 nodes, 1,548
-#                GPUs, 2,711 arrivals, about 30 s on a 2-core machine; 1 = the whole trace,
-#                10,792 arrivals, about 4 minutes). egpu-sim replays the same subsample.
-#   --gpu-pods-only  leave the pods asking no GPU out of both replays (kube-scheduler alone
-#                places those, not the extender: see live_replay.py)
+#                GPUs, 2,711 arrivals, about 10 s on a 2-core machine; 1 = the whole trace,
+#                10,792 arrivals, about 90 s). egpu-sim replays the same subsample.
+#   --gpu-pods-only  leave the pods asking no GPU out of both replays
+#   --cpu-pods kube-scheduler  place the pods asking no GPU as kube-scheduler alone would
+#                (default: the extender, egpu-scheduler --pods-without-gpu place)
+#   --learn-workload  the extender builds FGD's target workload from the pods it has seen
+#                (default: --target-workload with egpu-sim's target_workload.json)
 #   --pods FILE  the pod list in the trace directory (default openb_pod_list_default.csv)
 #   --trace-dir DIR, --seed N, --inflate F, --progress, --keep, --scheduler-args ...: see
 #   `python3 bench/live_replay/live_replay.py --help`
@@ -32,7 +35,7 @@ build=${EGPU_BUILD:-build}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
 case "${1:-}" in
 -h | --help)
-    sed -n '2,28p' "$0"
+    sed -n '2,31p' "$0"
     exit 0
     ;;
 esac

@@ -958,9 +958,9 @@ bool egpu_api_resv_can_hold(const struct egpu_reservation *r,
 #define EGPU_API_WORKLOAD_MODELS_MAX 1024 /* models, bytes incl. NUL */
 
 struct egpu_api_typical_pod {
-    int64_t cpu_milli;  /* milli-cores */
-    uint32_t gpu_milli; /* per card, milli-GPU; 0 = no GPU */
-    uint32_t gpus;      /* cards */
+    int64_t cpu_milli;                         /* milli-cores */
+    uint32_t gpu_milli;                        /* per card, milli-GPU; 0 = no GPU */
+    uint32_t gpus;                             /* cards */
     char models[EGPU_API_WORKLOAD_MODELS_MAX]; /* '|'-separated model names; "" = any */
     double weight;                             /* >= 0 */
 };

@@ -347,20 +347,20 @@ struct egpu_extender_ops {
 #define EGPU_SCHEDULER_NAME_DEFAULT "elastic-gpu-scheduler"
 
 struct egpu_extender_config {
-    const char *scheduler_name;           /* bind serves only pods whose spec.schedulerName is
-                                             this (copied); NULL or "" =
-                                             EGPU_SCHEDULER_NAME_DEFAULT */
-    enum egpu_policy_kind node_policy;    /* default node tier */
-    enum egpu_policy_kind card_policy;    /* default card tier */
-    uint64_t seed;                        /* random policy and ties */
-    const struct egpu_workload *workload; /* FGD's target workload; NULL = target's, else
-                                             built from the pods in the cache */
+    const char *scheduler_name;             /* bind serves only pods whose spec.schedulerName is
+                                               this (copied); NULL or "" =
+                                               EGPU_SCHEDULER_NAME_DEFAULT */
+    enum egpu_policy_kind node_policy;      /* default node tier */
+    enum egpu_policy_kind card_policy;      /* default card tier */
+    uint64_t seed;                          /* random policy and ties */
+    const struct egpu_workload *workload;   /* FGD's target workload; NULL = target's, else
+                                               built from the pods in the cache */
     const struct egpu_api_workload *target; /* --target-workload: the operator's target
                                                workload (borrowed, outlives the extender;
                                                model names resolved against the cache's
                                                cluster at first use); NULL = none */
-    bool load_aware; /* --load-aware: placers break exact ties by measured load, and filter
-                        fails the tied nodes whose cards are more loaded */
+    bool load_aware;     /* --load-aware: placers break exact ties by measured load, and filter
+                            fails the tied nodes whose cards are more loaded */
     bool place_cpu_pods; /* --pods-without-gpu place: a pod that asks for no GPU is judged,
                             scored and bound by the node policy as egpu-sim places it (its
                             CPU and memory against each node's allocatable); false: it passes

@@ -22,15 +22,17 @@ static int int_field(const json_t *o, const char *key, size_t i, int64_t lo, int
     if (v == NULL && !required)
         return 0;
     if (v == NULL)
-        return egpu_error_set(err, EGPU_ESYNTAX, "typicalPods[%zu].%s: missing (an integer %lld..%lld)",
-                              i, key, (long long)lo, (long long)hi);
+        return egpu_error_set(err, EGPU_ESYNTAX,
+                              "typicalPods[%zu].%s: missing (an integer %lld..%lld)", i, key,
+                              (long long)lo, (long long)hi);
     if (!json_is_integer(v))
-        return egpu_error_set(err, EGPU_ESYNTAX, "typicalPods[%zu].%s: must be an integer %lld..%lld",
-                              i, key, (long long)lo, (long long)hi);
+        return egpu_error_set(err, EGPU_ESYNTAX,
+                              "typicalPods[%zu].%s: must be an integer %lld..%lld", i, key,
+                              (long long)lo, (long long)hi);
     *out = json_integer_value(v);
     if (*out < lo || *out > hi)
-        return egpu_error_set(err, EGPU_ERANGE, "typicalPods[%zu].%s: %lld is outside %lld..%lld", i,
-                              key, (long long)*out, (long long)lo, (long long)hi);
+        return egpu_error_set(err, EGPU_ERANGE, "typicalPods[%zu].%s: %lld is outside %lld..%lld",
+                              i, key, (long long)*out, (long long)lo, (long long)hi);
     return 0;
 }
 
@@ -70,10 +72,11 @@ static int typical_pod(const json_t *o, size_t i, struct egpu_api_typical_pod *p
                               "or both above 0",
                               i, (long long)milli, (long long)gpus);
     if (gpus > 1 && milli != 1000)
-        return egpu_error_set(err, EGPU_ERANGE,
-                              "typicalPods[%zu].gpus: %lld whole cards need gpuMilli 1000, not %lld "
-                              "(a share is one card)",
-                              i, (long long)gpus, (long long)milli);
+        return egpu_error_set(
+            err, EGPU_ERANGE,
+            "typicalPods[%zu].gpus: %lld whole cards need gpuMilli 1000, not %lld "
+            "(a share is one card)",
+            i, (long long)gpus, (long long)milli);
     v = json_object_get(o, "models");
     models = v != NULL ? egpu_api_str(v) : "";
     if (models == NULL || strlen(models) >= sizeof(p->models))
@@ -82,11 +85,12 @@ static int typical_pod(const json_t *o, size_t i, struct egpu_api_typical_pod *p
                               "separated by '|', at most %d bytes",
                               i, EGPU_API_WORKLOAD_MODELS_MAX - 1);
     v = json_object_get(o, "weight");
-    if (v == NULL || !json_is_number(v) || !isfinite(json_number_value(v)) ||
-        json_number_value(v) < 0)
-        return egpu_error_set(err, v == NULL || !json_is_number(v) ? EGPU_ESYNTAX : EGPU_ERANGE,
-                              "typicalPods[%zu].weight: %s (a number >= 0)", i,
-                              v == NULL ? "missing" : "must be a finite number >= 0");
+    if (v == NULL || !json_is_number(v))
+        return egpu_error_set(err, EGPU_ESYNTAX, "typicalPods[%zu].weight: %s (a number >= 0)", i,
+                              v == NULL ? "missing" : "not a number");
+    if (!isfinite(json_number_value(v)) || json_number_value(v) < 0)
+        return egpu_error_set(err, EGPU_ERANGE, "typicalPods[%zu].weight: %g is below 0", i,
+                              json_number_value(v));
     p->cpu_milli = cpu;
     p->gpu_milli = (uint32_t)milli;
     p->gpus = (uint32_t)gpus;
@@ -138,8 +142,9 @@ int egpu_api_workload_decode(const json_t *doc, struct egpu_api_workload *out,
         total += out->pods[i].weight;
     }
     if (rc == 0 && !(total > 0))
-        rc = egpu_error_set(err, EGPU_ERANGE, "typicalPods: every weight is 0; at least one must "
-                                              "be above 0");
+        rc = egpu_error_set(err, EGPU_ERANGE,
+                            "typicalPods: every weight is 0; at least one must "
+                            "be above 0");
     if (rc) {
         egpu_api_workload_free(out);
         return rc;
@@ -154,9 +159,9 @@ json_t *egpu_api_workload_encode(const struct egpu_api_workload *w)
 
     for (size_t i = 0; list != NULL && i < w->n; i++) {
         const struct egpu_api_typical_pod *p = &w->pods[i];
-        json_t *o = json_pack("{s:I,s:I,s:I,s:f}", "cpuMilli", (json_int_t)p->cpu_milli,
-                              "gpuMilli", (json_int_t)p->gpu_milli, "gpus", (json_int_t)p->gpus,
-                              "weight", p->weight);
+        json_t *o =
+            json_pack("{s:I,s:I,s:I,s:f}", "cpuMilli", (json_int_t)p->cpu_milli, "gpuMilli",
+                      (json_int_t)p->gpu_milli, "gpus", (json_int_t)p->gpus, "weight", p->weight);
 
         if (o != NULL && p->models[0] != '\0' &&
             json_object_set_new(o, "models", json_string(p->models)) != 0) {

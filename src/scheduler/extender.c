@@ -1299,8 +1299,8 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
      * the Binding alone places it; the cache counts it from its nodeName. */
     cards = assigned->ncontainers > 0 || nmarks > 0 || plan != NULL;
     text = cards ? egpu_assigned_encode(assigned) : NULL;
-    if (cards && (text == NULL || x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED,
-                                                  text, &err) != 0)) {
+    if (cards && (text == NULL ||
+                  x->ops.annotate(x->ops.data, b.ns, b.name, EGPU_ANN_ASSIGNED, text, &err) != 0)) {
         snprintf(msg, sizeof(msg), "annotating pod %s/%s: %s", b.ns, b.name,
                  text ? err.msg : "out of memory");
         (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);

@@ -37,8 +37,8 @@ struct app {
     bool following;
     struct egpu_metrics *reg;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
-        *m_pods, *m_unresolved, *m_waiting, *m_reused, *m_filter_reused, *m_load_decided, *m_skipped,
-        *m_dup_gpus, *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core,
+        *m_pods, *m_unresolved, *m_waiting, *m_reused, *m_filter_reused, *m_load_decided,
+        *m_skipped, *m_dup_gpus, *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core,
         *m_reserved_mem, *m_claims, *m_classes, *m_inside;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
     unsigned long skipped_seen[SCHED_INFORMERS];
@@ -397,8 +397,8 @@ static int load_target(struct app *a, struct egpu_error *err)
     json_decref(doc);
     if (rc)
         return egpu_error_prefix(err, rc, "--target-workload %s", a->o.target_workload);
-    egpu_log(EGPU_LOG_INFO, "target workload pinned file=%s typical_pods=%zu",
-             a->o.target_workload, a->target.n);
+    egpu_log(EGPU_LOG_INFO, "target workload pinned file=%s typical_pods=%zu", a->o.target_workload,
+             a->target.n);
     return 0;
 }
 

@@ -74,10 +74,10 @@ struct egpu_sched_options {
     const char *prefix;         /* path prefix of the verbs, "" or "/scheduler" */
     enum egpu_policy_kind node_policy, card_policy;
     uint64_t seed;
-    const char *scheduler_name; /* bind serves only pods with this spec.schedulerName */
-    bool load_aware;            /* break exact ties by the cards' measured load */
-    unsigned load_max_age_s;    /* a status.used older than this is unknown */
-    bool place_cpu_pods;        /* --pods-without-gpu place */
+    const char *scheduler_name;  /* bind serves only pods with this spec.schedulerName */
+    bool load_aware;             /* break exact ties by the cards' measured load */
+    unsigned load_max_age_s;     /* a status.used older than this is unknown */
+    bool place_cpu_pods;         /* --pods-without-gpu place */
     const char *target_workload; /* --target-workload FILE, or NULL */
 };
 

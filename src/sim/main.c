@@ -469,8 +469,9 @@ static json_t *target_document(const struct egpu_workload *w, const struct egpu_
         for (int m = 0; m < EGPU_MODELS_MAX; m++) {
             if (!(w->pods[i].model_mask >> m & 1) || c->models[m] == NULL)
                 continue;
-            len += (size_t)snprintf(p->models + len, len < sizeof(p->models) ? sizeof(p->models) - len : 0,
-                                    "%s%s", len ? "|" : "", c->models[m]);
+            len += (size_t)snprintf(p->models + len,
+                                    len < sizeof(p->models) ? sizeof(p->models) - len : 0, "%s%s",
+                                    len ? "|" : "", c->models[m]);
         }
         if (len >= sizeof(p->models)) {
             egpu_free(t.pods);
@@ -681,8 +682,8 @@ int main(int argc, char **argv)
         egpu_error_set(&err, -EIO, "%s: write failed", path);
         goto fail;
     }
-    printf("\nwrote %s/replay_curve.csv, %s/replay_runs.csv, %s/target_workload.json", o.out,
-           o.out, o.out);
+    printf("\nwrote %s/replay_curve.csv, %s/replay_runs.csv, %s/target_workload.json", o.out, o.out,
+           o.out);
     if (o.card_dump != NULL)
         printf(", %s", o.card_dump);
     if (o.plot) {

@@ -78,8 +78,12 @@ static struct egpu_extender *extender(struct egpu_sched_cache *c)
 {
     struct egpu_extender_ops ops = {
         .synced = synced, .annotate = annotate, .annotate_claim = annotate_claim, .bind = bind};
-    struct egpu_extender_config cfg = {
-        .node_policy = EGPU_POLICY_BINPACK, .card_policy = EGPU_POLICY_BINPACK, .seed = 1};
+    /* place_cpu_pods: pods asking no GPU are judged and bound too, the longer
+     * path (--pods-without-gpu pass only lets them through). */
+    struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_BINPACK,
+                                       .card_policy = EGPU_POLICY_BINPACK,
+                                       .seed = 1,
+                                       .place_cpu_pods = true};
     struct egpu_error err = {0};
     struct egpu_extender *x = egpu_extender_new(&cfg, c, &ops, &err);
 

@@ -1416,6 +1416,200 @@ static void test_fgd_with_live_workload(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* A pod of this scheduler asking cpu (a quantity) and no GPU. */
+static json_t *cpu_pod(const char *name, const char *cpu, const char *node)
+{
+    const int none[] = {0};
+    json_t *pod = make_pod("ns", name, node, 1, none, none);
+
+    json_object_set_new(
+        json_object_get(
+            json_object_get(
+                json_array_get(json_object_get(json_object_get(pod, "spec"), "containers"), 0),
+                "resources"),
+            "requests"),
+        "cpu", json_string(cpu));
+    return pod;
+}
+
+static int64_t node_cpu_used(struct egpu_sched_cache *c, const char *node)
+{
+    struct egpu_cluster *cl = egpu_sched_cache_lock(c);
+    int64_t v = egpu_cluster_node(cl, node)->used_cpu_milli;
+
+    egpu_sched_cache_unlock(c);
+    return v;
+}
+
+/* Issue 14, point 1: with --pods-without-gpu place a pod that asks no GPU
+ * is the node policy's to place, as egpu-sim places it: "small" (4 CPUs)
+ * fails filter with the CPU it lacks, one node gets 10, bind binds it with
+ * no elasticgpu.io/assigned, the cache counts its CPU at once and it never
+ * waits for an allocated mark; a node too small is refused at bind. With
+ * pass (the default) every node passes, none scores and bind refuses. */
+static void test_pods_without_gpu_placed(void **state)
+{
+    const char *const nodes[] = {"small", "big1", "big2"};
+    struct egpu_extender_ops ops;
+    struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_BINPACK,
+                                       .card_policy = EGPU_POLICY_BINPACK,
+                                       .seed = 1,
+                                       .place_cpu_pods = true};
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_sched_cache_stats st;
+    struct egpu_error err = {0};
+    struct fake_api f = {0};
+    struct egpu_extender *x, *pass;
+    uint64_t counts[EGPU_BIND_RESULTS];
+    json_t *out, *n = make_node("small", "4", "256Gi");
+    const char *why;
+    char *ten = NULL;
+    char *body;
+
+    (void)state;
+    assert_int_equal(egpu_sched_cache_node_set(c, n, &err), 0);
+    json_decref(n);
+    add_gpu_node(c, "big1", 1);
+    add_gpu_node(c, "big2", 1);
+    set_pod(c, cpu_pod("bound", "50", "big1")); /* big1: 14 CPUs left */
+    pass = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    ops = (struct egpu_extender_ops){
+        .data = &f, .synced = fake_synced, .annotate = fake_annotate, .bind = fake_bind};
+    x = egpu_extender_new(&cfg, c, &ops, &err);
+    assert_non_null(x);
+    set_pod(c, cpu_pod("cpu8", "8", NULL));
+    body = tu_extender_args(cpu_pod("cpu8", "8", NULL), nodes, 3, false);
+    /* pass: every node passes, nothing scores, bind refuses. */
+    out = call(egpu_extender_filter, pass, body, 200);
+    assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 3);
+    json_decref(out);
+    out = call(egpu_extender_prioritize, pass, body, 200);
+    assert_int_equal(json_array_size(out), 0);
+    json_decref(out);
+    /* place: small fails naming the CPU, one of the others gets 10. */
+    out = call(egpu_extender_filter, x, body, 200);
+    why = json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "small"));
+    assert_non_null(why);
+    assert_non_null(strstr(why, "cpu"));
+    assert_true(json_array_size(json_object_get(out, "NodeNames")) >= 1);
+    json_decref(out);
+    out = call(egpu_extender_prioritize, x, body, 200);
+    for (size_t i = 0; i < json_array_size(out); i++)
+        if (json_integer_value(json_object_get(json_array_get(out, i), "Score")) == 10)
+            ten = strdup(json_string_value(json_object_get(json_array_get(out, i), "Host")));
+    assert_non_null(ten);
+    assert_true(strcmp(ten, "big1") == 0 || strcmp(ten, "big2") == 0);
+    json_decref(out);
+    free(body);
+    body = bind_args("ns", "cpu8", ten);
+    json_decref(call(egpu_extender_bind, pass, body, 200)); /* pass: not ours */
+    assert_int_equal(f.bind_calls, 0);
+    json_decref(call(egpu_extender_bind, x, body, 200));
+    assert_int_equal(f.bind_calls, 1);
+    assert_int_equal(f.annotate_calls, 0); /* no cards to name */
+    assert_int_equal(node_cpu_used(c, ten), strcmp(ten, "big1") == 0 ? 58000 : 8000);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.waiting, 0);
+    free(body);
+    /* One too big for small is refused at bind, naming the CPU. */
+    set_pod(c, cpu_pod("cpu6", "6", NULL));
+    body = bind_args("ns", "cpu6", "small");
+    out = call(egpu_extender_bind, x, body, 200);
+    assert_non_null(strstr(json_string_value(json_object_get(out, "Error")), "cpu"));
+    json_decref(out);
+    free(body);
+    egpu_extender_bind_counts(x, counts);
+    assert_int_equal(counts[EGPU_BIND_OK], 1);
+    assert_int_equal(counts[EGPU_BIND_NO_FIT], 1);
+    assert_int_equal(node_cpu_used(c, "small"), 0);
+    /* The watch then shows it bound (nodeName, no annotation): counted once. */
+    set_pod(c, cpu_pod("cpu8", "8", ten));
+    assert_int_equal(node_cpu_used(c, ten), strcmp(ten, "big1") == 0 ? 58000 : 8000);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.waiting, 0);
+    free(ten);
+    egpu_extender_free(x);
+    egpu_extender_free(pass);
+    egpu_sched_cache_free(c);
+    pthread_mutex_destroy(&f.lock);
+}
+
+/* The node FGD gives 10 for a 50% pod between "a" (its card 30% used) and
+ * "b" (a free card), with target (NULL: learned from the cached pods). */
+static char *fgd_choice(const struct egpu_api_workload *target)
+{
+    const char *const nodes[] = {"a", "b"};
+    const int core30[] = {30}, core50[] = {50}, core100[] = {100}, none[] = {0};
+    struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_FGD,
+                                       .card_policy = EGPU_POLICY_FGD,
+                                       .seed = 1,
+                                       .target = target};
+    struct egpu_extender_ops ops = {.synced = fake_synced, .data = NULL};
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_error err = {0};
+    struct fake_api f = {0};
+    struct egpu_extender *x;
+    char *ten = NULL, *body;
+    json_t *out, *pod;
+
+    ops.data = &f;
+    add_gpu_node(c, "a", 1);
+    add_gpu_node(c, "b", 1);
+    pod = make_pod("ns", "used", "a", 1, core30, none);
+    annotate_json(pod, EGPU_ANN_ASSIGNED,
+                  "{\"node\":\"a\",\"containers\":[{\"name\":\"c0\",\"core\":30,"
+                  "\"memory\":0,\"gpus\":[\"GPU-a-0\"]}]}");
+    annotate_json(pod, EGPU_ANN_ALLOCATED, "true");
+    set_pod(c, pod);
+    for (int i = 0; i < 8; i++) { /* what a learned workload sees: whole cards */
+        char name[16];
+
+        snprintf(name, sizeof(name), "whole%d", i);
+        set_pod(c, make_pod("ns", name, NULL, 1, core100, none));
+    }
+    x = egpu_extender_new(&cfg, c, &ops, &err);
+    assert_non_null(x);
+    body = tu_extender_args(make_pod("ns", "half", NULL, 1, core50, none), nodes, 2, false);
+    out = call(egpu_extender_prioritize, x, body, 200);
+    for (size_t i = 0; i < json_array_size(out); i++)
+        if (json_integer_value(json_object_get(json_array_get(out, i), "Score")) == 10)
+            ten = strdup(json_string_value(json_object_get(json_array_get(out, i), "Host")));
+    assert_non_null(ten);
+    json_decref(out);
+    free(body);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+    return ten;
+}
+
+/* --target-workload: FGD measures fragmentation against the operator's
+ * typical pods, not the cached ones. A 50% pod beside a card 30% used:
+ * against whole cards (learned here from eight pending 100% pods, or
+ * pinned) it goes onto the used card, keeping b whole; against 30% pods
+ * it goes onto b, since 20% left on a's card would fit none of them. A
+ * typical pod's model names are resolved in the cluster's model table. */
+static void test_target_workload_pins_fgd(void **state)
+{
+    struct egpu_api_typical_pod small[] = {
+        {.gpu_milli = 300, .gpus = 1, .weight = 1, .models = "A100|H100"}};
+    struct egpu_api_typical_pod whole[] = {{.gpu_milli = 1000, .gpus = 1, .weight = 1}};
+    struct egpu_api_workload ws = {.n = 1, .pods = small}, ww = {.n = 1, .pods = whole};
+    const long live = egpu_alloc_live();
+    char *learned, *pinned_small, *pinned_whole;
+
+    (void)state;
+    learned = fgd_choice(NULL);
+    pinned_whole = fgd_choice(&ww);
+    pinned_small = fgd_choice(&ws);
+    assert_string_equal(learned, "a");
+    assert_string_equal(pinned_whole, "a");
+    assert_string_equal(pinned_small, "b");
+    free(learned);
+    free(pinned_whole);
+    free(pinned_small);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 struct racer {
     struct egpu_extender *x;
     int index;
@@ -1501,6 +1695,8 @@ int main(void)
         cmocka_unit_test(test_filter_steers_around_ambiguity),
         cmocka_unit_test(test_policy_override_by_annotation),
         cmocka_unit_test(test_fgd_with_live_workload),
+        cmocka_unit_test(test_pods_without_gpu_placed),
+        cmocka_unit_test(test_target_workload_pins_fgd),
         cmocka_unit_test(test_concurrent_binds_never_overcommit),
     };
 
