@@ -80,7 +80,8 @@ enum egpu_cli_group {
     EGPU_CLI_KUBE = 1u << 5,   /* --kubeconfig FILE, --context NAME (EGPU_KUBECONFIG,
                                   EGPU_CONTEXT; $KUBECONFIG is egpu_kube_config_load's) */
     EGPU_CLI_WATCH = 1u << 6,  /* --watch-unhealthy-seconds S (1..3600) */
-    EGPU_CLI_LOG = 1u << 7,    /* --log-level L, --v N (EGPU_LOG_LEVEL, EGPU_V) */
+    EGPU_CLI_LOG = 1u << 7,    /* --log-level L, --v N (EGPU_LOG_LEVEL, EGPU_V): egpu/log.h's
+                                  egpu_log_parse_level and egpu_log_parse_v */
     EGPU_CLI_ALL = 0xffu,      /* all of the above: a server with its own routes beside the
                                   probes */
     EGPU_CLI_LEASE = 1u << 8,  /* leader election on a Lease: --leader-elect BOOL,
@@ -90,6 +91,22 @@ enum egpu_cli_group {
                                   --retry-period (seconds, 1..3600); with leader election
                                   on, lease-duration > renew-deadline > 1.2 x retry-period */
 };
+
+/* The --help entries of --v and --log-level (EGPU_CLI_LOG), the same in
+ * every server's usage text: IND is the string literal of spaces that
+ * indents the usage's descriptions (each line of text is at most 50
+ * columns, so up to 30 columns of IND keep it within 80). */
+#define EGPU_CLI_LOG_HELP(IND)                                               \
+    "  --v N\n" IND "klog verbosity, 0..10 (EGPU_V; default 2),\n" IND       \
+    "the same in every Elastic GPU binary. 0:\n" IND                         \
+    "errors, warnings and what an operator always\n" IND                     \
+    "wants (start, stop, addresses served,\n" IND                            \
+    "leadership, certificates, card health); 2:\n" IND                       \
+    "also one line per event (a pod bound, a\n" IND                          \
+    "container allocated, a request denied); 4:\n" IND                       \
+    "also debugging detail (each request served)\n"                          \
+    "  --log-level L\n" IND "the same by name (EGPU_LOG_LEVEL): error\n" IND \
+    "(errors only), warn (and warnings), info\n" IND "(= --v 2) or debug (= --v 4)\n"
 
 /* The common settings, as struct egpu_http_config and the probes use them.
  * Strings are borrowed from argv or the environment. */
@@ -106,7 +123,7 @@ struct egpu_cli_server {
     const char *tls_cert, *tls_key; /* PEM files; NULL = plain HTTP */
     const char *kubeconfig, *context;
     long watch_unhealthy_ms; /* not ready while a list or watch has failed this long */
-    int log_level;           /* EGPU_LOG_* */
+    int log_level;           /* EGPU_LOG_* level, i.e. klog verbosity (egpu/log.h) */
     struct egpu_cli_lease {  /* EGPU_CLI_LEASE */
         bool elect;          /* only the Lease holder acts */
         const char *ns;      /* NULL: the client's namespace */
@@ -144,8 +161,8 @@ struct egpu_cli_spec {
 
 /* The defaults every server shares: listen and health_listen "0.0.0.0", the
  * HTTP limits of egpu/net.h (256 connections, 32 per client, 120 s idle,
- * 10 s per request), 2 threads, a 1 MiB body, 30 s of failing watch, info
- * logs, leader election on with client-go's timings (15 s lease, 10 s
+ * 10 s per request), 2 threads, a 1 MiB body, 30 s of failing watch, logs
+ * at EGPU_LOG_INFO (--v 2), leader election on with client-go's timings (15 s lease, 10 s
  * renew deadline, 2 s retry); no ports, TLS, kubeconfig or Lease name. A
  * component sets its own after this. */
 void egpu_cli_server_defaults(struct egpu_cli_server *s);

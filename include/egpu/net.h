@@ -444,10 +444,11 @@ void egpu_service_free(struct egpu_service *svc);
 
 /* A component's process, from its parsed options to its exit status. */
 struct egpu_service_main {
-    const char *prog; /* "egpu-scheduler": the log component and the error prefix */
-    int log_level;    /* EGPU_LOG_* */
+    const char *prog; /* "egpu-scheduler": the log component */
+    int log_level;    /* EGPU_LOG_* level, i.e. klog verbosity (egpu/log.h) */
     /* Build and start everything; 0, or an error with err set (then the
-     * process prints "<prog>: <message>", calls finish and exits 1). */
+     * process logs "start failed: <message>" as an error, calls finish
+     * and exits 1). */
     int (*start)(void *app, struct egpu_error *err);
     /* Either run, which returns once egpu_service_stopping() is true, */
     void (*run)(void *app);
@@ -458,7 +459,8 @@ struct egpu_service_main {
     void (*finish)(void *app);
 };
 
-/* Set the log level and component, stop on SIGTERM and SIGINT (ignore
+/* Set the log level and component, log "starting version=<EGPU_VERSION>
+ * v=<level>" (EGPU_LOG_NOTICE), stop on SIGTERM and SIGINT (ignore
  * SIGPIPE: a peer gone mid-reply fails that write only), start, run or
  * tick until a signal, log "stopping", finish. Returns the exit status: 0,
  * or 1 when start failed. */

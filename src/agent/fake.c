@@ -239,7 +239,7 @@ int egpu__fake_open(const char *spec, const char *node, void **impl, struct egpu
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&f->cond, &attr);
     pthread_condattr_destroy(&attr);
-    egpu_log(EGPU_LOG_INFO, "fake GPUs spec=\"%s\" cards=%zu", spec, f->n);
+    egpu_log(EGPU_LOG_NOTICE, "fake GPUs spec=\"%s\" cards=%zu", spec, f->n);
     *impl = f;
     return 0;
 }
@@ -326,7 +326,7 @@ int egpu__fake_set_health(void *impl, uint32_t index, bool healthy, const char *
     c->healthy = healthy;
     snprintf(c->reason, sizeof(c->reason), "%s",
              healthy ? "" : (reason != NULL ? reason : "set by test"));
-    egpu_log(EGPU_LOG_INFO, "fake GPU health set index=%u health=%s reason=\"%s\"", index,
+    egpu_log(EGPU_LOG_NOTICE, "fake GPU health set index=%u health=%s reason=\"%s\"", index,
              healthy ? EGPU_GPU_HEALTHY : EGPU_GPU_UNHEALTHY, c->reason);
     pthread_mutex_unlock(&f->lock);
     return 0;

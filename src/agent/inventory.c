@@ -392,7 +392,7 @@ static int sync_status(struct publish *p, const char *name, const json_t *cur, b
     p->st->status_updated++;
     *wrote = true;
     if (healthy)
-        egpu_log(EGPU_LOG_INFO, "GPU health name=%s health=%s", name, health);
+        egpu_log(EGPU_LOG_NOTICE, "GPU health name=%s health=%s", name, health);
     else
         egpu_log(EGPU_LOG_WARN, "GPU health name=%s health=%s reason=\"%s\"", name, health,
                  reason[0] ? reason : "unknown");

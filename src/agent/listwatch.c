@@ -163,7 +163,7 @@ int egpu__plugin_refresh(struct egpu_plugin *p, bool *changed, struct egpu_error
         pthread_mutex_unlock(&p->lock);
         if (diff)
             for (size_t i = 0; i < n; i++)
-                egpu_log(EGPU_LOG_INFO, "gpu index=%u uuid=%s health=%s reason=\"%s\"",
+                egpu_log(EGPU_LOG_NOTICE, "gpu index=%u uuid=%s health=%s reason=\"%s\"",
                          cards[i].index, cards[i].uuid,
                          cards[i].healthy ? EGPU_GPU_HEALTHY : EGPU_GPU_UNHEALTHY, cards[i].reason);
     }

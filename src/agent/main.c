@@ -108,8 +108,8 @@ static const char usage[] =
     "                              (EGPU_IDLE_TIMEOUT; default 120)\n"
     "  --request-timeout S         close one whose request has not all come S seconds\n"
     "                              after its first byte (EGPU_REQUEST_TIMEOUT; default 10)\n"
-    "  --log-level L               error, warn, info, debug (EGPU_LOG_LEVEL; default info)\n"
-    "  --v N                       klog verbosity 0..10: 4 and above is debug (EGPU_V)\n"
+    /* --v and --log-level, the same in every server */
+    EGPU_CLI_LOG_HELP("                              ") /* egpu/cli.h */
     "  -h, --help                  show this help\n"
     "  --version                   show the version\n";
 
@@ -629,7 +629,7 @@ static int start(void *data, struct egpu_error *err)
         rc = egpu_service_start(&a->svc, err);
     if (rc)
         return rc;
-    egpu_log(EGPU_LOG_INFO, "serving addr=%s port=%u node=%s backend=%s api=%s", a->o.srv.listen,
+    egpu_log(EGPU_LOG_NOTICE, "serving addr=%s port=%u node=%s backend=%s api=%s", a->o.srv.listen,
              egpu_http_server_port(a->svc.hsrv), a->node,
              egpu_gpus_kind(a->gpus) == EGPU_GPUS_FAKE ? "fake" : "nvml",
              a->kube != NULL ? "true" : "false");
@@ -672,7 +672,7 @@ static void run(void *data)
 
                     if (ev->len > 0 && strcmp(ev->name, EGPU_PLUGIN_KUBELET) == 0 &&
                         (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
-                        egpu_log(EGPU_LOG_INFO, "kubelet.sock created: registering again");
+                        egpu_log(EGPU_LOG_NOTICE, "kubelet.sock created: registering again");
                         need_serve = need_register = true;
                         next_try = 0;
                     }
@@ -681,7 +681,7 @@ static void run(void *data)
             }
         }
         if (!need_serve && !egpu__plugin_socket_exists(a->plugin)) {
-            egpu_log(EGPU_LOG_INFO, "socket %s/%s gone: serving again", a->o.dp_dir,
+            egpu_log(EGPU_LOG_NOTICE, "socket %s/%s gone: serving again", a->o.dp_dir,
                      EGPU_PLUGIN_SOCKET);
             need_serve = need_register = true;
         }

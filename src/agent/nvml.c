@@ -213,7 +213,7 @@ static void setup_events(struct nvml *n, unsigned count)
     int r;
 
     if (!has_events_api(api)) {
-        egpu_log(EGPU_LOG_INFO, "NVML has no event API: GPU health from probes only");
+        egpu_log(EGPU_LOG_NOTICE, "NVML has no event API: GPU health from probes only");
         return;
     }
     r = api->event_set_create(&set);
@@ -266,7 +266,7 @@ int egpu__nvml_open(const char *library, void **impl, struct egpu_error *err)
     }
     pthread_mutex_init(&n->lock, NULL);
     setup_events(n, count);
-    egpu_log(EGPU_LOG_INFO, "NVML loaded lib=%s cards=%u health=%s", lib, count,
+    egpu_log(EGPU_LOG_NOTICE, "NVML loaded lib=%s cards=%u health=%s", lib, count,
              n->events != NULL ? "xid-events+probes" : "probes");
     *impl = n;
     return 0;
@@ -363,7 +363,7 @@ static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
             egpu_log(EGPU_LOG_WARN, "GPU probe failed index=%u uuid=%s err=\"%s\"", i,
                      k->uuid[0] ? k->uuid : "unknown", fault);
         else if (k->fault[0] != '\0')
-            egpu_log(EGPU_LOG_INFO, "GPU probe passes again index=%u uuid=%s", i, k->uuid);
+            egpu_log(EGPU_LOG_NOTICE, "GPU probe passes again index=%u uuid=%s", i, k->uuid);
         memcpy(k->fault, fault, sizeof(fault));
     }
     if (k->known) {

@@ -375,7 +375,7 @@ int egpu__plugin_serve(struct egpu_plugin *p, struct egpu_error *err)
     if (rc)
         return rc;
     p->running = true;
-    egpu_log(EGPU_LOG_INFO, "device plugin serving socket=%s", p->socket);
+    egpu_log(EGPU_LOG_NOTICE, "device plugin serving socket=%s", p->socket);
     return 0;
 }
 
@@ -408,7 +408,7 @@ int egpu__plugin_register(struct egpu_plugin *p, struct egpu_error *err)
         pthread_mutex_lock(&p->lock);
         p->stats.registrations++;
         pthread_mutex_unlock(&p->lock);
-        egpu_log(EGPU_LOG_INFO, "registered kubelet=%s resource=%s endpoint=%s", p->kubelet,
+        egpu_log(EGPU_LOG_NOTICE, "registered kubelet=%s resource=%s endpoint=%s", p->kubelet,
                  EGPU_RES_GPU_CORE, EGPU_PLUGIN_SOCKET);
     }
     return rc;

@@ -193,6 +193,6 @@ void egpu__plugin_record_load(struct egpu_plugin *p)
     if (d != NULL)
         closedir(d);
     if (loaded || skipped)
-        egpu_log(EGPU_LOG_INFO, "allocations recorded from disk loaded=%zu skipped=%zu", loaded,
+        egpu_log(EGPU_LOG_NOTICE, "allocations recorded from disk loaded=%zu skipped=%zu", loaded,
                  skipped);
 }

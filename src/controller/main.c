@@ -315,7 +315,7 @@ static void *worker(void *data)
             continue;
         }
         if (!was_leading) {
-            egpu_log(EGPU_LOG_INFO, "reconciling: caches synced and leading");
+            egpu_log(EGPU_LOG_NOTICE, "reconciling: caches synced and leading");
             enqueue_all(c, CTL_CLAIMS, false);
             enqueue_all(c, CTL_EGPUS, false);
             enqueue_all(c, CTL_BUDGETS, false);
@@ -458,7 +458,7 @@ static void on_started_leading(void *ud)
 {
     struct ctl *c = ud;
 
-    egpu_log(EGPU_LOG_INFO, "started leading identity=%s", egpu_kube_elector_identity(c->el));
+    egpu_log(EGPU_LOG_NOTICE, "started leading identity=%s", egpu_kube_elector_identity(c->el));
     atomic_store(&c->leading, true);
 }
 
@@ -466,7 +466,7 @@ static void on_stopped_leading(void *ud)
 {
     struct ctl *c = ud;
 
-    egpu_log(EGPU_LOG_INFO, "stopped leading");
+    egpu_log(EGPU_LOG_NOTICE, "stopped leading");
     atomic_store(&c->leading, false);
 }
 
@@ -549,7 +549,7 @@ static int start(void *data, struct egpu_error *err)
     if (!rc)
         rc = egpu_service_start(&c->svc, err);
     if (!rc)
-        egpu_log(EGPU_LOG_INFO,
+        egpu_log(EGPU_LOG_NOTICE,
                  "serving addr=%s port=%u resync_s=%ld leader_elect=%s lease=%s/%s identity=%s",
                  c->o.srv.listen, egpu_http_server_port(c->svc.hsrv), c->o.resync_ms / 1000,
                  c->o.srv.lease.elect ? "true" : "false",

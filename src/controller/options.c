@@ -47,8 +47,8 @@ static const char usage[] =
     "  --max-per-client N      from one address at most (EGPU_MAX_PER_CLIENT; default 32)\n"
     "  --idle-timeout S        (EGPU_IDLE_TIMEOUT; default 120)\n"
     "  --request-timeout S     (EGPU_REQUEST_TIMEOUT; default 10)\n"
-    "  --log-level L           error, warn, info, debug (EGPU_LOG_LEVEL; default info)\n"
-    "  --v N                   klog verbosity 0..10: 4 and above is debug (EGPU_V)\n"
+    /* --v and --log-level, the same in every server */
+    EGPU_CLI_LOG_HELP("                          ") /* egpu/cli.h */
     "  -h, --help              show this help\n"
     "  --version               show the version\n"
     "\n"

@@ -188,7 +188,7 @@ static void report_leader(struct egpu_kube_elector *el, const char *holder)
     if (strcmp(holder, el->reported) == 0)
         return;
     snprintf(el->reported, sizeof(el->reported), "%s", holder);
-    egpu_log(EGPU_LOG_INFO, "new leader lease=%s/%s holder=\"%s\"", el->ns, el->name, holder);
+    egpu_log(EGPU_LOG_NOTICE, "new leader lease=%s/%s holder=\"%s\"", el->ns, el->name, holder);
     if (el->cfg.on_new_leader != NULL)
         el->cfg.on_new_leader(el->cfg.ud, holder);
 }
@@ -358,7 +358,8 @@ static void release(struct egpu_kube_elector *el)
         json_decref(got);
     }
     if (rc == 0)
-        egpu_log(EGPU_LOG_INFO, "released lease=%s/%s identity=%s", el->ns, el->name, el->identity);
+        egpu_log(EGPU_LOG_NOTICE, "released lease=%s/%s identity=%s", el->ns, el->name,
+                 el->identity);
     else
         egpu_log(EGPU_LOG_WARN, "lease release failed lease=%s/%s err=\"%s\"", el->ns, el->name,
                  err.msg);
@@ -410,7 +411,7 @@ static void *elector_main(void *arg)
             continue;
         }
         atomic_store(&el->leader, true);
-        egpu_log(EGPU_LOG_INFO, "started leading lease=%s/%s identity=%s", el->ns, el->name,
+        egpu_log(EGPU_LOG_NOTICE, "started leading lease=%s/%s identity=%s", el->ns, el->name,
                  el->identity);
         if (el->cfg.on_started_leading != NULL)
             el->cfg.on_started_leading(el->cfg.ud);
@@ -418,7 +419,7 @@ static void *elector_main(void *arg)
         if (egpu__kube_worker_stopping(&el->worker) && el->cfg.release_on_cancel)
             release(el);
         atomic_store(&el->leader, false);
-        egpu_log(EGPU_LOG_INFO, "stopped leading lease=%s/%s identity=%s", el->ns, el->name,
+        egpu_log(EGPU_LOG_NOTICE, "stopped leading lease=%s/%s identity=%s", el->ns, el->name,
                  el->identity);
         if (el->cfg.on_stopped_leading != NULL)
             el->cfg.on_stopped_leading(el->cfg.ud);

@@ -270,9 +270,9 @@ static int apply_common(const char *prog, struct egpu_cli_server *s, int opt, co
                                         v);
         return 0;
     case O_V:
-        if (egpu_cli_parse_u64(v, 0, 10, &u))
-            return egpu_cli_usage_error(prog, "%s \"%s\": expected a verbosity in 0..10", who, v);
-        s->log_level = u >= 4 ? EGPU_LOG_DEBUG : EGPU_LOG_INFO;
+        if (egpu_log_parse_v(v, &s->log_level))
+            return egpu_cli_usage_error(prog, "%s \"%s\": expected a verbosity in 0..%d", who, v,
+                                        EGPU_LOG_V_MAX);
         return 0;
     case O_LEADER:
         if (egpu_cli_parse_bool(v, &s->lease.elect))

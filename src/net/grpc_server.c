@@ -1015,7 +1015,7 @@ int egpu_grpc_server_start(struct egpu_grpc_server *srv, struct egpu_error *err)
         return egpu_error_set(err, rc, "grpc server: cannot start on %s: %s", addr,
                               egpu_strerror(rc));
     }
-    egpu_log(EGPU_LOG_INFO, "grpc serving socket=%s threads=%u methods=%zu", srv->path,
+    egpu_log(EGPU_LOG_NOTICE, "grpc serving socket=%s threads=%u methods=%zu", srv->path,
              srv->nthreads, srv->nmethods);
     return 0;
 }
@@ -1026,7 +1026,7 @@ void egpu_grpc_server_stop(struct egpu_grpc_server *srv)
         return;
     teardown(srv);
     srv->running = false;
-    egpu_log(EGPU_LOG_INFO, "grpc stopped socket=%s", srv->path);
+    egpu_log(EGPU_LOG_NOTICE, "grpc stopped socket=%s", srv->path);
 }
 
 void egpu_grpc_server_free(struct egpu_grpc_server *srv)

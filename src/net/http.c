@@ -919,7 +919,7 @@ static void tls_refresh(struct egpu_http_server *srv)
     srv->tls_bad = false;
     srv->tls_reloads++;
     atomic_store(&srv->tls_gen, p->gen);
-    egpu_log(EGPU_LOG_INFO,
+    egpu_log(EGPU_LOG_NOTICE,
              "TLS certificate reloaded cert=%s generation=%" PRIu64 " not_after=%" PRId64,
              srv->cert_file, p->gen, p->not_after_s);
 }
@@ -1490,7 +1490,7 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
     }
     info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = info ? info->port : srv->cfg.port;
-    egpu_log(EGPU_LOG_INFO,
+    egpu_log(EGPU_LOG_NOTICE,
              "serving addr=%s port=%u tls=%s threads=%u max_connections=%u max_per_client=%u "
              "idle_timeout_s=%u request_timeout_s=%u",
              srv->bind_addr ? srv->bind_addr : "0.0.0.0", (unsigned)srv->port,

@@ -125,8 +125,10 @@ int egpu_service_main(const struct egpu_service_main *m, void *app)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    egpu_log(EGPU_LOG_NOTICE, "starting version=%s v=%d", EGPU_VERSION, egpu_log_level);
     if (m->start(app, &err) != 0) {
-        fprintf(stderr, "%s: %s\n", m->prog, err.msg[0] ? err.msg : egpu_strerror(err.code));
+        egpu_log(EGPU_LOG_ERROR, "start failed: %s",
+                 err.msg[0] ? err.msg : egpu_strerror(err.code));
         egpu_service_request_stop();
         m->finish(app);
         return 1;
@@ -141,7 +143,7 @@ int egpu_service_main(const struct egpu_service_main *m, void *app)
             m->tick(app);
         nanosleep(&ts, NULL);
     }
-    egpu_log(EGPU_LOG_INFO, "stopping");
+    egpu_log(EGPU_LOG_NOTICE, "stopping");
     egpu_service_request_stop();
     m->finish(app);
     return 0;

@@ -147,7 +147,7 @@ static void probe_api(struct app *a)
         if (atomic_exchange(&a->api_ok, false))
             egpu_log(EGPU_LOG_WARN, "API server unreachable error=\"%s\"", err.msg);
     } else if (!atomic_exchange(&a->api_ok, true)) {
-        egpu_log(EGPU_LOG_INFO, "API server reachable");
+        egpu_log(EGPU_LOG_NOTICE, "API server reachable");
     }
 }
 
@@ -373,7 +373,7 @@ static void refresh_metrics(struct app *a)
 static void on_started_leading(void *ud)
 {
     (void)ud;
-    egpu_log(EGPU_LOG_INFO, "started leading: binding pods");
+    egpu_log(EGPU_LOG_NOTICE, "started leading: binding pods");
 }
 
 static void on_stopped_leading(void *ud)
@@ -441,7 +441,7 @@ static int start(void *data, struct egpu_error *err)
         egpu_log(EGPU_LOG_INFO, "pods without GPUs: judged, scored and bound by the node policy "
                                 "(--pods-without-gpu place)");
     if (a->o.load_aware)
-        egpu_log(EGPU_LOG_INFO, "load-aware: exact ties go to the less loaded cards max_age=%us",
+        egpu_log(EGPU_LOG_NOTICE, "load-aware: exact ties go to the less loaded cards max_age=%us",
                  a->o.load_max_age_s);
     a->api.kube = a->kube;
     a->api.cache = a->cache;
@@ -494,7 +494,7 @@ static int start(void *data, struct egpu_error *err)
     if (!rc)
         rc = egpu_service_start(&a->svc, err);
     if (!rc)
-        egpu_log(EGPU_LOG_INFO,
+        egpu_log(EGPU_LOG_NOTICE,
                  "serving addr=%s port=%u health_addr=%s health_port=%u prefix=\"%s\" "
                  "node_policy=%s card_policy=%s leader_elect=%s follow_lease=%s pod=%s",
                  a->o.srv.listen, egpu_http_server_port(a->svc.srv), a->o.srv.health_listen,

@@ -294,7 +294,7 @@ static int start(void *data, struct egpu_error *err)
     if (!rc && a->ss != NULL)
         rc = wh_selfsigned_start(a->ss, err);
     if (!rc)
-        egpu_log(EGPU_LOG_INFO,
+        egpu_log(EGPU_LOG_NOTICE,
                  "serving addr=%s port=%u health_addr=%s health_port=%u scheduler_name=%s "
                  "set_scheduler_name=%s compat_nvidia=%s aliyun_gpu_mem_mib=%u "
                  "memory_only_core=%u controller_user=%s",

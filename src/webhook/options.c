@@ -110,8 +110,8 @@ static const char usage[] =
     "                          long after its first byte (EGPU_REQUEST_TIMEOUT; default 10)\n"
     "  --threads N             HTTPS threads (EGPU_THREADS; default 2)\n"
     "  --max-body BYTES        largest AdmissionReview (EGPU_MAX_BODY; default 8388608)\n"
-    "  --log-level L           error, warn, info, debug (EGPU_LOG_LEVEL; default info)\n"
-    "  --v N                   klog verbosity 0..10: 4 and above is debug (EGPU_V)\n"
+    /* --v and --log-level, the same in every server */
+    EGPU_CLI_LOG_HELP("                          ") /* egpu/cli.h */
     "  -h, --help              show this help\n"
     "  --version               show the version\n"
     "\n"

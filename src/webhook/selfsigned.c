@@ -218,12 +218,12 @@ static int secret_sync(struct wh_selfsigned *s, int64_t now, struct wh_pki *p,
                 rc = egpu_kube_create(s->kc, &secrets, s->ns, sec, NULL, NULL, err);
             json_decref(sec);
             if (rc == -EEXIST) { /* another replica made it first: use theirs */
-                egpu_log(EGPU_LOG_INFO, "self-signed secret=%s/%s created by another replica",
+                egpu_log(EGPU_LOG_NOTICE, "self-signed secret=%s/%s created by another replica",
                          s->ns, s->o.secret);
                 continue;
             }
             if (!rc)
-                egpu_log(EGPU_LOG_INFO, "self-signed secret=%s/%s created (new CA)", s->ns,
+                egpu_log(EGPU_LOG_NOTICE, "self-signed secret=%s/%s created (new CA)", s->ns,
                          s->o.secret);
             return rc;
         }
@@ -239,13 +239,13 @@ static int secret_sync(struct wh_selfsigned *s, int64_t now, struct wh_pki *p,
             rc = egpu_kube_update(s->kc, &secrets, s->ns, s->o.secret, sec, NULL, NULL, err);
         json_decref(sec);
         if (rc == EGPU_KUBE_ECONFLICT) { /* another replica renewed it: use theirs */
-            egpu_log(EGPU_LOG_INFO, "self-signed secret=%s/%s renewed by another replica", s->ns,
+            egpu_log(EGPU_LOG_NOTICE, "self-signed secret=%s/%s renewed by another replica", s->ns,
                      s->o.secret);
             continue;
         }
         if (!rc && what != RENEW_NONE)
-            egpu_log(EGPU_LOG_INFO, "self-signed secret=%s/%s renewed=\"%s\" reason=\"%s\"", s->ns,
-                     s->o.secret, what_name[what], why);
+            egpu_log(EGPU_LOG_NOTICE, "self-signed secret=%s/%s renewed=\"%s\" reason=\"%s\"",
+                     s->ns, s->o.secret, what_name[what], why);
         return rc;
     }
     return egpu_error_set(err, -EAGAIN, "Secret %s/%s: changed by others %d times in a row", s->ns,
@@ -293,7 +293,7 @@ static int ca_bundle_sync(struct wh_selfsigned *s, const struct egpu_kube_resour
         rc = egpu_kube_patch(s->kc, res, NULL, s->o.configuration, EGPU_KUBE_STRATEGIC_PATCH, patch,
                              NULL, NULL, err);
         if (!rc)
-            egpu_log(EGPU_LOG_INFO, "self-signed caBundle set %s/%s webhooks=%zu", res->plural,
+            egpu_log(EGPU_LOG_NOTICE, "self-signed caBundle set %s/%s webhooks=%zu", res->plural,
                      s->o.configuration, json_array_size(list));
     }
     json_decref(patch);
@@ -384,7 +384,7 @@ static int files_sync(struct wh_selfsigned *s, const struct wh_pki *p, struct eg
     egpu_free(s->served_key);
     s->served_crt = crt;
     s->served_key = key;
-    egpu_log(EGPU_LOG_INFO, "self-signed serving files written cert=%s/%s key=%s/%s", s->dir,
+    egpu_log(EGPU_LOG_NOTICE, "self-signed serving files written cert=%s/%s key=%s/%s", s->dir,
              s->cert_base, s->dir, s->key_base);
     return 0;
 }

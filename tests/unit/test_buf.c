@@ -1,9 +1,8 @@
-/* tests/unit/test_buf.c - bounded buffers and the klog log line. */
+/* tests/unit/test_buf.c - bounded buffers (the log line is test_log.c's). */
 #include <errno.h>
 #include <stdlib.h>
 
 #include "testutil.h"
-#include "egpu/log.h"
 
 static void test_append_and_bound(void **state)
 {
@@ -59,41 +58,11 @@ static void test_out_of_memory_and_take(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
-static void test_log_line(void **state)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    int level;
-
-    (void)state;
-    assert_non_null(f);
-    egpu_log_set_stream(f);
-    egpu_log_set_component("egpu-test");
-    egpu_log(EGPU_LOG_INFO, "placed pod=%s node=%s", "ns/a", "gpu-1");
-    egpu_log(EGPU_LOG_DEBUG, "hidden at the default level");
-    egpu_log_set_stream(NULL);
-    fclose(f);
-    /* "I1122 03:15:04.123456      77 test_buf.c:NN] egpu-test: placed ..." */
-    assert_int_equal(text[0], 'I');
-    assert_non_null(strstr(text, " test_buf.c:"));
-    assert_non_null(strstr(text, "] egpu-test: placed pod=ns/a node=gpu-1\n"));
-    assert_null(strstr(text, "hidden"));
-    assert_int_equal(strchr(text, '\n') - text + 1, (long)len);
-    free(text);
-    assert_int_equal(egpu_log_parse_level("debug", &level), 0);
-    assert_int_equal(level, EGPU_LOG_DEBUG);
-    assert_int_equal(egpu_log_parse_level("1", &level), 0);
-    assert_int_equal(level, EGPU_LOG_WARN);
-    assert_int_equal(egpu_log_parse_level("verbose", &level), -EINVAL);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_and_bound),
         cmocka_unit_test(test_out_of_memory_and_take),
-        cmocka_unit_test(test_log_line),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

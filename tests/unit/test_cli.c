@@ -328,6 +328,13 @@ static void test_server_flag_and_variable(void **state)
     assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv")), -1);
     assert_int_equal(s.log_level, EGPU_LOG_DEBUG);
     assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv", "--v", "3")), -1);
+    assert_int_equal(s.log_level, 3); /* the verbosity is the level (egpu/log.h) */
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv", "--v=0")), -1);
+    assert_int_equal(s.log_level, EGPU_LOG_NOTICE);
+    /* --log-level and --v set the same thing: the last one wins. */
+    assert_int_equal(
+        parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv", "--v", "0", "--log-level", "info")),
+        -1);
     assert_int_equal(s.log_level, EGPU_LOG_INFO);
     unsetenv("EGPU_V");
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
