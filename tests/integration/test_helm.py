@@ -27,8 +27,10 @@
   tag and each component's repository (the five Elastic GPU containers,
   nothing else; a component's repository only its own), the
   agent's nodeSelector, the scheduler's node and card policy (egpu-scheduler
-  flags, which the binary accepts), and the namespace (every namespaced
-  object and every place that spells it).
+  flags, which the binary accepts), the agent's --context-extra-mib
+  (agent.contextExtraMib: its one argument, which egpu-agent accepts; a
+  value it would refuse fails the rendering), and the namespace (every
+  namespaced object and every place that spells it).
 - Chart.yaml's appVersion is the images' tag of deploy/kustomization.yaml
   and CMakeLists.txt's version; the chart's version is that version. Each
   component's repository ends in the name of its image in deploy/
@@ -229,7 +231,8 @@ def test_helm_lint_strict():
     run([helm, "lint", "--strict", str(CHART)])
     run([helm, "lint", "--strict", str(CHART), "--set", "image.tag=v9.9.9",
          "--set", "scheduler.nodePolicy=fgd", "--set", "scheduler.cardPolicy=spread",
-         "--set", "namespace.name=gpu", "--set", "agent.nodeSelector.gpu=yes"])
+         "--set", "namespace.name=gpu", "--set", "agent.nodeSelector.gpu=yes",
+         "--set", "agent.contextExtraMib=96"])
     run([helm, "lint", "--strict", str(CHART)] +
         [a for k in COMPONENTS for a in ("--set", f"{k}=false")])
 
@@ -352,3 +355,47 @@ def test_webhook_certificates_render_the_component(mode, component, tmp_path):
         assert got[k] == want[k], f"{k} differs at {diff(want[k], got[k])}"
     moved = helm_template(f"webhook.certificates={mode}", "namespace.name=gpu-team")
     assert NS not in yaml.safe_dump_all(moved)
+
+
+def agent_args(objs):
+    ds = by_key(objs)[("DaemonSet", "egpu-agent", NS)]
+    (c,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "egpu-agent"]
+    return c["args"]
+
+
+def test_context_extra_mib_changes_only_the_agent_flag(base, chart, build_dir):
+    """agent.contextExtraMib is egpu-agent --context-extra-mib: its default is
+    deploy/agent's, it changes that one argument and nothing else, the agent
+    takes what it renders, and a value the agent would refuse fails the
+    rendering instead of becoming a default."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    old = agent_args(chart)
+    i = old.index("--context-extra-mib") + 1
+    assert agent_args(base)[i - 1:i + 1] == ["--context-extra-mib",
+                                             str(values["agent"]["contextExtraMib"])]
+    exe = str(build_dir / "src/agent/egpu-agent")
+    for v, want in (("96", "96"), ("65536", "65536"), ("0", "0"), ("007", "7")):
+        for how in ("--set", "--set-string"):
+            after = load(run([tool("helm"), "template", RELEASE, str(CHART), "--include-crds", how,
+                              f"agent.contextExtraMib={v}"]))
+            ch = changes(chart, after)
+            if want == old[i]:
+                assert ch == {}, (v, ch)
+                continue
+            assert ch == {("DaemonSet", "egpu-agent", NS):
+                          [f".spec.template.spec.containers[0].args[{i}]"]}, (v, ch)
+            new = agent_args(after)
+            assert new[:i] + new[i + 1:] == old[:i] + old[i + 1:] and new[i] == want, (v, new)
+        r = subprocess.run([exe, "--context-extra-mib", want, "--help"], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 0, (want, r.stderr)
+    for bad in ("65537", "-1", "1.5", "96MiB", ""):
+        r = subprocess.run([tool("helm"), "template", RELEASE, str(CHART), "--set-string",
+                            f"agent.contextExtraMib={bad}"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode != 0, bad
+        assert f'agent.contextExtraMib is "{bad}": expected MiB, a whole number in 0..65536' \
+            in r.stderr, r.stderr
+        a = subprocess.run([exe, "--context-extra-mib", bad, "--help"], capture_output=True,
+                           text=True, timeout=30)
+        assert a.returncode == 2, (bad, a.stdout)  # egpu-agent refuses it too

@@ -37,6 +37,19 @@ the tag defaulting to appVersion. Called with (list . "scheduler").
 {{- printf "%s/%s:%s" $i.registry $repo (default $root.Chart.AppVersion $i.tag) -}}
 {{- end -}}
 
+{{/*
+agent.contextExtraMib as egpu-agent --context-extra-mib takes it, a whole
+number of MiB in 0..65536; anything else fails the rendering, as the flag
+would fail the agent, instead of becoming a default.
+*/}}
+{{- define "elastic-gpu.contextExtraMib" -}}
+{{- $v := toString .Values.agent.contextExtraMib -}}
+{{- if or (not (regexMatch "^[0-9]{1,5}$" $v)) (gt (atoi $v) 65536) -}}
+{{- fail (printf "agent.contextExtraMib is %q: expected MiB, a whole number in 0..65536 (egpu-agent --context-extra-mib)" $v) -}}
+{{- end -}}
+{{- atoi $v -}}
+{{- end -}}
+
 {{- define "elastic-gpu.kubeSchedulerImage" -}}
 {{- $i := .Values.scheduler.kubeScheduler.image -}}
 {{- printf "%s/%s:%s" $i.registry $i.repository $i.tag -}}
