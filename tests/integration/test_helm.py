@@ -31,6 +31,9 @@
   (agent.contextExtraMib: its one argument, which egpu-agent accepts; a
   value it would refuse fails the rendering), and the namespace (every
   namespaced object and every place that spells it).
+- scheduler.mode=main renders deploy/ with the Component
+  deploy/scheduler/main-scheduler (and with each webhook certificates
+  Component beside it), field by field; another mode fails.
 - Chart.yaml's appVersion is the images' tag of deploy/kustomization.yaml
   and CMakeLists.txt's version; the chart's version is that version. Each
   component's repository ends in the name of its image in deploy/
@@ -232,7 +235,7 @@ def test_helm_lint_strict():
     run([helm, "lint", "--strict", str(CHART), "--set", "image.tag=v9.9.9",
          "--set", "scheduler.nodePolicy=fgd", "--set", "scheduler.cardPolicy=spread",
          "--set", "namespace.name=gpu", "--set", "agent.nodeSelector.gpu=yes",
-         "--set", "agent.contextExtraMib=96"])
+         "--set", "agent.contextExtraMib=96", "--set", "scheduler.mode=main"])
     run([helm, "lint", "--strict", str(CHART)] +
         [a for k in COMPONENTS for a in ("--set", f"{k}=false")])
 
@@ -399,3 +402,42 @@ def test_context_extra_mib_changes_only_the_agent_flag(base, chart, build_dir):
         a = subprocess.run([exe, "--context-extra-mib", bad, "--help"], capture_output=True,
                            text=True, timeout=30)
         assert a.returncode == 2, (bad, a.stdout)  # egpu-agent refuses it too
+
+
+@pytest.mark.parametrize("certs", ["secret", "self-signed", "cert-manager"])
+def test_scheduler_mode_main_renders_the_component(certs, tmp_path):
+    """scheduler.mode=main renders deploy/ with the kustomize Component
+    deploy/scheduler/main-scheduler (and the webhook certificates' Component
+    beside it), field by field, and with another namespace names it
+    everywhere, the extender stanza's URL included."""
+    rel = os.path.relpath(DEPLOY, tmp_path)
+    comps = ["scheduler/main-scheduler"] + ([] if certs == "secret" else [f"webhook/{certs}"])
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {rel}\ncomponents:\n" + "".join(f"  - {rel}/{c}\n" for c in comps))
+    sets = ["scheduler.mode=main", f"webhook.certificates={certs}"]
+    want = {k: strip_helm(o) for k, o in by_key(kustomize(tmp_path)).items()}
+    got = {k: strip_helm(o) for k, o in by_key(helm_template(*sets)).items()}
+    assert sorted(got, key=str) == sorted(want, key=str)
+    for k in want:
+        assert got[k] == want[k], f"{k} differs at {diff(want[k], got[k])}"
+    moved = helm_template(*sets, "namespace.name=gpu-team")
+    assert NS not in yaml.safe_dump_all(moved)
+    (cm,) = [o for o in moved if o["kind"] == "ConfigMap"]
+    (ext,) = yaml.safe_load(cm["data"]["extenders.yaml"])["extenders"]
+    assert ext["urlPrefix"] == "https://egpu-scheduler.gpu-team.svc:8888"
+    assert ext["tlsConfig"]["serverName"] == "egpu-scheduler.gpu-team.svc"
+
+
+def test_scheduler_mode_is_checked(chart):
+    """second is the default; main keeps the policy values; anything else
+    fails the rendering."""
+    assert by_key(helm_template("scheduler.mode=second")) == by_key(chart)
+    main = by_key(helm_template("scheduler.mode=main", "scheduler.nodePolicy=fgd"))
+    dep = main[("Deployment", "egpu-scheduler", NS)]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--node-policy") + 1] == "fgd" and "--tls-cert" in args
+    r = subprocess.run([tool("helm"), "template", RELEASE, str(CHART), "--set",
+                        "scheduler.mode=both"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert 'scheduler.mode is "both": expected second or main' in r.stderr, r.stderr

@@ -50,6 +50,19 @@ would fail the agent, instead of becoming a default.
 {{- atoi $v -}}
 {{- end -}}
 
+{{/*
+"true" when scheduler.mode is main (the extender in the cluster's own
+kube-scheduler, as the Component deploy/scheduler/main-scheduler), "" when
+it is second (deploy/'s second scheduler); any other mode fails.
+*/}}
+{{- define "elastic-gpu.mainScheduler" -}}
+{{- $m := .Values.scheduler.mode -}}
+{{- if not (has $m (list "second" "main")) -}}
+{{- fail (printf "scheduler.mode is %q: expected second or main" $m) -}}
+{{- end -}}
+{{- if eq $m "main" }}true{{ end -}}
+{{- end -}}
+
 {{- define "elastic-gpu.kubeSchedulerImage" -}}
 {{- $i := .Values.scheduler.kubeScheduler.image -}}
 {{- printf "%s/%s:%s" $i.registry $i.repository $i.tag -}}
