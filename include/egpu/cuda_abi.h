@@ -285,6 +285,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev); /* CUDA 11.0+; cudaDeviceReset calls it */
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext *ctx);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+CUresult cuCtxPopCurrent_v2(CUcontext *ctx);
 CUresult cuCtxGetDevice(CUdevice *dev);
 CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx); /* CUDA 13.0+; NULL: current */
 CUresult cuCtxSynchronize(void);

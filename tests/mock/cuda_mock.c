@@ -29,6 +29,21 @@
  *   EGPU_MOCK_CUDA_SUBMIT_NS   host time of a kernel launch call, ns, spent
  *                              before the kernel reaches the card (default
  *                              0; read at the first launch)
+ *   EGPU_MOCK_CUDA_CALL_NS     host time of a call, ns, spent (spinning) at
+ *                              the entry point before it does anything
+ *                              else, as a real driver's call takes: a list
+ *                              of "<name>=<ns>" (the entry point and its
+ *                              _v2, _ptsz, _ptds variants) and "real" (the
+ *                              figures of real_latency below, an H200's:
+ *                              cuCtxGetCurrent, cuCtxGetDevice,
+ *                              cuStreamIsCapturing,
+ *                              cuThreadExchangeStreamCaptureMode,
+ *                              cuStreamQuery, cuEventRecord, cuEventQuery
+ *                              and cuEventElapsedTime), later items winning
+ *                              (default: none; read at each entry point's
+ *                              first call). A launch's own host time is
+ *                              EGPU_MOCK_CUDA_SUBMIT_NS (a launch named here
+ *                              spends both)
  *   EGPU_MOCK_CUDA_GRAPH_NS    device time of a launch of a graph with no
  *                              captured work (cuGraphCreate), ns (default
  *                              1000000; read by cuGraphInstantiateWithFlags)
@@ -134,6 +149,12 @@
  * CUDA_ERROR_NO_DEVICE from cuInit with no cards; CUDA_ERROR_UNKNOWN when the
  * state file cannot be opened (cuInit says why on stderr) or locked.
  *
+ * Calls. Every exported entry point counts the calls the process makes to
+ * it (ENTRY, the first statement of each): egpu_mock_calls and
+ * egpu_mock_calls_at (cuda_mock.h) read the counts, so a test can say which
+ * driver calls a program made, and how many. An entry point that forwards to
+ * another does so through a static function, so each call counts once.
+ *
  * Processes: after fork the child starts with no CUDA state (cuInit again);
  * its parent's memory stays its parent's. Threads: one lock serialises the
  * calls of a process; the current context is per thread.
@@ -149,6 +170,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda_mock.h"
 #include "egpu/cuda_abi.h"
 #include "mock_device.h"
 
@@ -159,6 +181,7 @@
 #define HANDLE_BASE    0x10000ull        /* first fake handle */
 #define DRIVER_VERSION 12040
 #define CAPTURES_MAX   64 /* streams capturing at once per process */
+#define CTX_STACK_MAX  16 /* contexts pushed under the current one per thread */
 
 enum kind {
     K_CTX = 1,
@@ -250,6 +273,8 @@ static struct {
 } g = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local uint64_t tls_ctx;
+static _Thread_local uint64_t tls_stack[CTX_STACK_MAX]; /* below tls_ctx: cuCtxPushCurrent_v2 */
+static _Thread_local unsigned tls_depth;
 static _Thread_local unsigned tls_generation;
 static _Thread_local unsigned tls_thread;                  /* thread_id(), 0: none yet */
 static _Thread_local CUstreamCaptureMode tls_capture_mode; /* GLOBAL (0) to start with */
@@ -341,6 +366,181 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
     errno = 0;
     v = strtoull(s, &e, 10);
     return errno != 0 || *e != '\0' ? dflt : (uint64_t)v;
+}
+
+/* ---- entry points: call counts and modelled latencies ---- */
+
+/* One exported entry point, as ENTRY() declares it. */
+struct entry {
+    const char *name;           /* the function's own name (__func__) */
+    _Atomic uint64_t calls;     /* by this process */
+    _Atomic int64_t latency_ns; /* host time spent at each call; -1: not read yet */
+    atomic_flag listed;         /* on the list below */
+    struct entry *_Atomic next; /* the list of entry points called so far */
+};
+
+static struct entry *_Atomic entries; /* newest first */
+
+/* What EGPU_MOCK_CUDA_CALL_NS=real gives: ns per call of a real driver's
+ * calls, as bench/gpu's bench_gpu_tiny measured them on an H200 (driver
+ * 580.159.04, CUDA 13.0; docs/vcuda.md, "On a real GPU"), the host time of
+ * a call in a loop of the same call. cuEventElapsedTime and cuCtxGetDevice
+ * were not measured there: they are taken as cuEventQuery (both read the
+ * device's progress) and cuCtxGetCurrent (both read the thread's context). */
+static const struct {
+    const char *name;
+    int64_t ns;
+} real_latency[] = {
+    {"cuCtxGetCurrent", 14},     {"cuCtxGetDevice", 14},
+    {"cuStreamIsCapturing", 28}, {"cuThreadExchangeStreamCaptureMode", 13},
+    {"cuStreamQuery", 300},      {"cuEventRecord", 1363},
+    {"cuEventQuery", 287},       {"cuEventElapsedTime", 287},
+};
+
+/* Whether item (n bytes, a name of EGPU_MOCK_CUDA_CALL_NS) names entry
+ * point name: the same, or name is its _v2, _ptsz, _ptds or _v2_ptsz
+ * variant. */
+static bool latency_names(const char *item, size_t n, const char *name)
+{
+    static const char *const tails[] = {"", "_v2", "_ptsz", "_ptds", "_v2_ptsz"};
+
+    if (strncmp(item, name, n) != 0)
+        return false;
+    for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++)
+        if (strcmp(name + n, tails[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The host latency of entry point name, ns: the last item of
+ * EGPU_MOCK_CUDA_CALL_NS that sets it, else 0. The variable is a list of
+ * items separated by commas: "real" (every figure of real_latency) or
+ * "<name>=<ns>". A malformed item is skipped. */
+static int64_t latency_of(const char *name)
+{
+    const char *s = getenv("EGPU_MOCK_CUDA_CALL_NS");
+    int64_t ns = 0;
+
+    while (s != NULL && *s != '\0') {
+        size_t len = strcspn(s, ",");
+        const char *eq = memchr(s, '=', len);
+
+        if (eq == NULL && len == 4 && strncmp(s, "real", 4) == 0) {
+            for (size_t i = 0; i < sizeof(real_latency) / sizeof(real_latency[0]); i++)
+                if (latency_names(real_latency[i].name, strlen(real_latency[i].name), name))
+                    ns = real_latency[i].ns;
+        } else if (eq != NULL && latency_names(s, (size_t)(eq - s), name)) {
+            char *e;
+            long long v = strtoll(eq + 1, &e, 10);
+
+            if (e == s + len && e > eq + 1 && v >= 0)
+                ns = v;
+        }
+        s += len;
+        if (*s == ',')
+            s++;
+    }
+    return ns;
+}
+
+static void spin_iters(uint64_t n)
+{
+    for (volatile uint64_t i = 0; i < n; i++)
+        ;
+}
+
+/* Spin (not sleep: a driver call keeps its thread) for about ns
+ * nanoseconds. A clock read costs tens of ns in a virtual machine (58 ns on
+ * the development VM), as much as the shortest calls modelled: those (under
+ * SPIN_CLOCK_NS) spin a loop timed once per process (the fastest of three
+ * runs of 2^18 iterations, about 1 ms in all) for as many iterations, which
+ * a CPU shared with other work runs slower; longer ones spin on the clock. */
+#define SPIN_CLOCK_NS 256
+
+static void spin_ns(uint64_t ns)
+{
+    static _Atomic uint64_t iters_per_ms; /* 0: not timed yet */
+    uint64_t per_ms = atomic_load_explicit(&iters_per_ms, memory_order_relaxed);
+
+    if (ns >= SPIN_CLOCK_NS) {
+        uint64_t until = egpu_mock_now_ns() + ns;
+
+        while (egpu_mock_now_ns() < until)
+            ;
+        return;
+    }
+    if (per_ms == 0) {
+        uint64_t best = UINT64_MAX;
+
+        for (int k = 0; k < 3; k++) {
+            uint64_t t0 = egpu_mock_now_ns(), t;
+
+            spin_iters(1u << 18);
+            t = egpu_mock_now_ns() - t0;
+            best = t > 0 && t < best ? t : best;
+        }
+        per_ms = ((1ull << 18) * 1000000ull) / best;
+        per_ms = per_ms > 0 ? per_ms : 1;
+        atomic_store_explicit(&iters_per_ms, per_ms, memory_order_relaxed);
+    }
+    spin_iters(ns * per_ms / 1000000u);
+}
+
+/* The first thing every exported entry point does (ENTRY): count the call,
+ * and spend the entry point's modelled latency. The first call of an entry
+ * point lists it and reads its latency. */
+static void entry_enter(struct entry *e)
+{
+    int64_t ns = atomic_load_explicit(&e->latency_ns, memory_order_relaxed);
+
+    atomic_fetch_add_explicit(&e->calls, 1, memory_order_relaxed);
+    if (ns < 0) {
+        if (!atomic_flag_test_and_set(&e->listed)) {
+            struct entry *head = atomic_load(&entries);
+
+            do
+                atomic_store_explicit(&e->next, head, memory_order_relaxed);
+            while (!atomic_compare_exchange_weak(&entries, &head, e));
+        }
+        ns = latency_of(e->name); /* the same in every thread that races here */
+        atomic_store_explicit(&e->latency_ns, ns, memory_order_relaxed);
+    }
+    if (ns > 0)
+        spin_ns((uint64_t)ns);
+}
+
+#define ENTRY()                                                              \
+    do {                                                                     \
+        static struct entry entry_ = {                                       \
+            .name = __func__, .latency_ns = -1, .listed = ATOMIC_FLAG_INIT}; \
+        entry_enter(&entry_);                                                \
+    } while (0)
+
+uint64_t egpu_mock_calls(const char *name)
+{
+    uint64_t n = 0;
+
+    for (struct entry *e = atomic_load(&entries); e != NULL;
+         e = atomic_load_explicit(&e->next, memory_order_relaxed))
+        if (name == NULL || strcmp(e->name, name) == 0)
+            n += atomic_load_explicit(&e->calls, memory_order_relaxed);
+    return n;
+}
+
+const char *egpu_mock_calls_at(unsigned i, uint64_t *calls)
+{
+    struct entry *e = atomic_load(&entries);
+    unsigned n = 0;
+
+    for (struct entry *p = e; p != NULL; p = atomic_load_explicit(&p->next, memory_order_relaxed))
+        n++;
+    if (i >= n)
+        return NULL;
+    for (unsigned k = n - 1; k > i; k--) /* the list is newest first */
+        e = atomic_load_explicit(&e->next, memory_order_relaxed);
+    if (calls != NULL)
+        *calls = atomic_load_explicit(&e->calls, memory_order_relaxed);
+    return e->name;
 }
 
 static bool valid_device(CUdevice dev)
@@ -495,6 +695,7 @@ static void register_atfork(void)
 
 CUresult cuInit(unsigned int flags)
 {
+    ENTRY();
     const char *tag = getenv("EGPU_MOCK_CUDA_TAG");
     char pidtag[32];
     int r;
@@ -535,6 +736,7 @@ CUresult cuInit(unsigned int flags)
 
 CUresult cuDriverGetVersion(int *version)
 {
+    ENTRY();
     uint64_t v = env_u64("EGPU_MOCK_CUDA_VERSION", DRIVER_VERSION);
 
     if (version == NULL)
@@ -594,11 +796,13 @@ static CUresult error_lookup(CUresult error, const char **str, bool name)
 
 CUresult cuGetErrorString(CUresult error, const char **str)
 {
+    ENTRY();
     return error_lookup(error, str, false);
 }
 
 CUresult cuGetErrorName(CUresult error, const char **str)
 {
+    ENTRY();
     return error_lookup(error, str, true);
 }
 
@@ -606,6 +810,7 @@ CUresult cuGetErrorName(CUresult error, const char **str)
 
 CUresult cuDeviceGet(CUdevice *dev, int ordinal)
 {
+    ENTRY();
     CUresult r = begin();
 
     if (r != CUDA_SUCCESS)
@@ -620,6 +825,7 @@ CUresult cuDeviceGet(CUdevice *dev, int ordinal)
 
 CUresult cuDeviceGetCount(int *count)
 {
+    ENTRY();
     CUresult r = begin();
 
     if (r != CUDA_SUCCESS)
@@ -632,6 +838,7 @@ CUresult cuDeviceGetCount(int *count)
 
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
+    ENTRY();
     CUresult r = begin();
 
     if (r != CUDA_SUCCESS)
@@ -646,7 +853,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 
 /* The UUID's 16 bytes; a configured UUID not of the GPU-<32 hex> form gives
  * zeros ending in the card index. */
-CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+static CUresult device_get_uuid(CUuuid *uuid, CUdevice dev)
 {
     unsigned char b[16] = {0};
     CUresult r = begin();
@@ -663,13 +870,21 @@ CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
     return end(CUDA_SUCCESS);
 }
 
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    ENTRY();
+    return device_get_uuid(uuid, dev);
+}
+
 CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
-    return cuDeviceGetUuid(uuid, dev);
+    ENTRY();
+    return device_get_uuid(uuid, dev);
 }
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
+    ENTRY();
     CUresult r = begin();
 
     if (r != CUDA_SUCCESS)
@@ -686,6 +901,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
  * block; the PCI bus id is the card index + 1. Others: INVALID_VALUE. */
 CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev)
 {
+    ENTRY();
     CUresult r = begin();
 
     if (r != CUDA_SUCCESS)
@@ -749,6 +965,7 @@ static CUresult ctx_create(CUcontext *ctx, CUdevice dev)
 
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev)
 {
+    ENTRY();
     (void)flags; /* scheduling and mapping flags change nothing here */
     return ctx_create(ctx, dev);
 }
@@ -756,6 +973,7 @@ CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev)
 CUresult cuCtxCreate_v3(CUcontext *ctx, CUexecAffinityParam *params, int nparams,
                         unsigned int flags, CUdevice dev)
 {
+    ENTRY();
     (void)flags;
     if (nparams < 0 || (nparams > 0 && params == NULL))
         return CUDA_ERROR_INVALID_VALUE;
@@ -764,6 +982,7 @@ CUresult cuCtxCreate_v3(CUcontext *ctx, CUexecAffinityParam *params, int nparams
 
 CUresult cuCtxCreate_v4(CUcontext *ctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
+    ENTRY();
     (void)params; /* affinity and CIG parameters change nothing here */
     (void)flags;
     return ctx_create(ctx, dev);
@@ -771,6 +990,7 @@ CUresult cuCtxCreate_v4(CUcontext *ctx, CUctxCreateParams *params, unsigned int 
 
 CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
+    ENTRY();
     struct obj *c;
     CUresult r = begin();
 
@@ -788,6 +1008,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 {
+    ENTRY();
     struct obj *c;
     CUresult r = begin();
 
@@ -820,6 +1041,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
+    ENTRY();
     struct obj *c;
     CUresult r = begin();
 
@@ -839,6 +1061,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 CUresult cuCtxSetCurrent(CUcontext ctx)
 {
+    ENTRY();
     CUresult r = begin();
 
     if (r != CUDA_SUCCESS)
@@ -855,6 +1078,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
 
 CUresult cuCtxGetCurrent(CUcontext *ctx)
 {
+    ENTRY();
     struct obj *c;
     CUresult r = begin();
 
@@ -867,13 +1091,53 @@ CUresult cuCtxGetCurrent(CUcontext *ctx)
     return end(CUDA_SUCCESS);
 }
 
+/* The thread's context stack: the current context is its top (tls_ctx),
+ * the contexts pushed under it wait in tls_stack. cuCtxCreate and
+ * cuCtxDestroy only set and clear the top here. */
+CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    ENTRY();
+    struct obj *c;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    c = current_ctx();
+    if (ctx == NULL || ctx_usable((uint64_t)(uintptr_t)ctx) == NULL)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    if (tls_generation != g.generation)
+        tls_depth = 0; /* a fork child: the parent's stack is not its own */
+    if (tls_depth == CTX_STACK_MAX)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    tls_stack[tls_depth++] = c != NULL ? c->key : 0;
+    set_current((uint64_t)(uintptr_t)ctx);
+    return end(CUDA_SUCCESS);
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
+{
+    ENTRY();
+    struct obj *c;
+    CUresult r = begin();
+
+    if (r != CUDA_SUCCESS)
+        return r;
+    c = current_ctx();
+    if (c == NULL)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    if (ctx != NULL)
+        *ctx = (CUcontext)(uintptr_t)c->key;
+    set_current(tls_depth > 0 ? tls_stack[--tls_depth] : 0);
+    return end(CUDA_SUCCESS);
+}
+
 /* The context ctx names, or the current one for NULL. */
 static struct obj *ctx_or_current(CUcontext ctx)
 {
     return ctx == NULL ? current_ctx() : ctx_usable((uint64_t)(uintptr_t)ctx);
 }
 
-CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
+static CUresult ctx_get_device(CUdevice *dev, CUcontext ctx)
 {
     struct obj *c;
     CUresult r = begin();
@@ -889,12 +1153,19 @@ CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
     return end(CUDA_SUCCESS);
 }
 
-CUresult cuCtxGetDevice(CUdevice *dev)
+CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
 {
-    return cuCtxGetDevice_v2(dev, NULL);
+    ENTRY();
+    return ctx_get_device(dev, ctx);
 }
 
-CUresult cuCtxSynchronize_v2(CUcontext ctx)
+CUresult cuCtxGetDevice(CUdevice *dev)
+{
+    ENTRY();
+    return ctx_get_device(dev, NULL);
+}
+
+static CUresult ctx_synchronize(CUcontext ctx)
 {
     struct obj *c;
     uint64_t until;
@@ -914,9 +1185,16 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
+CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    ENTRY();
+    return ctx_synchronize(ctx);
+}
+
 CUresult cuCtxSynchronize(void)
 {
-    return cuCtxSynchronize_v2(NULL);
+    ENTRY();
+    return ctx_synchronize(NULL);
 }
 
 /* ---- device memory ---- */
@@ -936,6 +1214,7 @@ static CUresult begin_ctx(struct obj **c)
 
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
+    ENTRY();
     struct egpu_mock_card *card;
     struct obj *c;
     uint64_t used;
@@ -973,12 +1252,14 @@ static CUresult mem_alloc(CUdeviceptr *dptr, uint64_t bytes)
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
+    ENTRY();
     return mem_alloc(dptr, bytes);
 }
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width_bytes, size_t height,
                             unsigned int element_bytes)
 {
+    ENTRY();
     uint64_t p, total;
     CUresult r;
 
@@ -998,6 +1279,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width_bytes
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 {
+    ENTRY();
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
         return CUDA_ERROR_INVALID_VALUE;
     return mem_alloc(dptr, bytes);
@@ -1005,6 +1287,7 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
+    ENTRY();
     struct obj *c, *o;
     CUresult r = begin_ctx(&c);
 
@@ -1019,6 +1302,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 
 CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags)
 {
+    ENTRY();
     unsigned all =
         CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
     struct obj *c, *o;
@@ -1045,6 +1329,7 @@ CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags)
 
 CUresult cuMemFreeHost(void *p)
 {
+    ENTRY();
     struct obj *c, *o;
     CUresult r = begin_ctx(&c);
 
@@ -1084,33 +1369,40 @@ static CUresult mem_touch(CUdeviceptr dptr, size_t n, bool host_needed, const vo
 
 CUresult cuMemsetD8_v2(CUdeviceptr dptr, unsigned char value, size_t n)
 {
+    ENTRY();
     (void)value;
     return mem_touch(dptr, n, false, NULL);
 }
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes)
 {
+    ENTRY();
     return mem_touch(dst, bytes, true, src);
 }
 
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes)
 {
+    ENTRY();
     return mem_touch(src, bytes, true, dst);
 }
 
 CUresult cuMemsetD8_v2_ptds(CUdeviceptr dptr, unsigned char value, size_t n)
 {
-    return cuMemsetD8_v2(dptr, value, n);
+    ENTRY();
+    (void)value;
+    return mem_touch(dptr, n, false, NULL);
 }
 
 CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t bytes)
 {
-    return cuMemcpyHtoD_v2(dst, src, bytes);
+    ENTRY();
+    return mem_touch(dst, bytes, true, src);
 }
 
 CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t bytes)
 {
-    return cuMemcpyDtoH_v2(dst, src, bytes);
+    ENTRY();
+    return mem_touch(src, bytes, true, dst);
 }
 
 /* ---- virtual memory management ---- */
@@ -1128,6 +1420,7 @@ static CUresult prop_device(const CUmemLocation *loc, CUmemAllocationType type, 
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                        CUmemAllocationGranularity_flags option)
 {
+    ENTRY();
     unsigned card;
     CUresult r = begin();
 
@@ -1146,6 +1439,7 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
                      const CUmemAllocationProp *prop, unsigned long long flags)
 {
+    ENTRY();
     unsigned card;
     struct obj *o;
     CUresult r = begin();
@@ -1165,6 +1459,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t bytes,
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
+    ENTRY();
     struct obj *o;
     CUresult r = begin();
 
@@ -1180,6 +1475,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t bytes, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags)
 {
+    ENTRY();
     uint64_t align = alignment > EGPU_MOCK_GRANULARITY ? alignment : EGPU_MOCK_GRANULARITY;
     struct obj *o;
     uint64_t base;
@@ -1203,6 +1499,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t bytes, size_t alignment, C
 
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t bytes)
 {
+    ENTRY();
     struct obj *o;
     CUresult r = begin();
 
@@ -1233,6 +1530,7 @@ static struct obj *range_find(enum kind kind, uint64_t p, uint64_t n, bool overl
 CUresult cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags)
 {
+    ENTRY();
     struct obj *h, *o;
     CUresult r = begin();
 
@@ -1254,6 +1552,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset, CUmemGenericAllo
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t bytes)
 {
+    ENTRY();
     struct obj *o;
     CUresult r = begin();
 
@@ -1389,6 +1688,7 @@ static CUresult capture_add(struct obj *s, uint64_t cost_ns)
 
 CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
 {
+    ENTRY();
     struct obj *c, *s;
     CUresult r = begin_ctx(&c);
 
@@ -1406,6 +1706,7 @@ CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
 
 CUresult cuStreamDestroy_v2(CUstream stream)
 {
+    ENTRY();
     struct obj *s;
     CUresult r = begin();
 
@@ -1450,11 +1751,13 @@ static CUresult stream_sync(CUstream stream, bool ptsz)
 
 CUresult cuStreamSynchronize(CUstream stream)
 {
+    ENTRY();
     return stream_sync(stream, false);
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream stream)
 {
+    ENTRY();
     return stream_sync(stream, true);
 }
 
@@ -1477,11 +1780,13 @@ static CUresult stream_query(CUstream stream, bool ptsz)
 
 CUresult cuStreamQuery(CUstream stream)
 {
+    ENTRY();
     return stream_query(stream, false);
 }
 
 CUresult cuStreamQuery_ptsz(CUstream stream)
 {
+    ENTRY();
     return stream_query(stream, true);
 }
 
@@ -1609,11 +1914,13 @@ static CUresult mem_alloc_async(CUdeviceptr *dptr, size_t bytes, CUstream stream
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream)
 {
+    ENTRY();
     return mem_alloc_async(dptr, bytes, stream, false);
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream stream)
 {
+    ENTRY();
     return mem_alloc_async(dptr, bytes, stream, true);
 }
 
@@ -1637,16 +1944,19 @@ static CUresult mem_free_async(CUdeviceptr dptr, CUstream stream, bool ptsz)
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
 {
+    ENTRY();
     return mem_free_async(dptr, stream, false);
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
 {
+    ENTRY();
     return mem_free_async(dptr, stream, true);
 }
 
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
+    ENTRY();
     unsigned card;
     struct obj *o;
     CUresult r = begin();
@@ -1668,6 +1978,7 @@ CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
+    ENTRY();
     struct obj *p;
     CUresult r = begin();
 
@@ -1720,6 +2031,7 @@ static CUresult begin_pool(CUmemoryPool pool, struct obj **p)
 
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
+    ENTRY();
     struct obj *p;
     uint64_t v;
     CUresult r = begin_pool(pool, &p);
@@ -1758,6 +2070,7 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
+    ENTRY();
     struct obj *p;
     uint64_t v = 0;
     CUresult r = begin_pool(pool, &p);
@@ -1793,6 +2106,7 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep)
 {
+    ENTRY();
     struct obj *p;
     CUresult r = begin_pool(pool, &p);
 
@@ -1802,7 +2116,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t min_bytes_to_keep)
     return end(CUDA_SUCCESS);
 }
 
-CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+static CUresult device_default_pool(CUmemoryPool *pool, CUdevice dev)
 {
     struct obj *p;
     CUresult r = begin();
@@ -1820,20 +2134,29 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
     return end(CUDA_SUCCESS);
 }
 
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    ENTRY();
+    return device_default_pool(pool, dev);
+}
+
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    return cuDeviceGetDefaultMemPool(pool, dev); /* no cuDeviceSetMemPool here */
+    ENTRY();
+    return device_default_pool(pool, dev); /* no cuDeviceSetMemPool here */
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
                                  CUstream stream)
 {
+    ENTRY();
     return alloc_from_pool(dptr, bytes, pool, stream, false);
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
                                       CUstream stream)
 {
+    ENTRY();
     return alloc_from_pool(dptr, bytes, pool, stream, true);
 }
 
@@ -1895,6 +2218,7 @@ static CUresult array_create(enum kind kind, uint64_t bytes, uint64_t *key)
 
 CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
 {
+    ENTRY();
     uint64_t key;
     CUresult r;
 
@@ -1909,6 +2233,7 @@ CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
 
 CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
+    ENTRY();
     uint64_t key;
     CUresult r;
 
@@ -1938,6 +2263,7 @@ static CUresult array_destroy(uint64_t key, enum kind kind)
 
 CUresult cuArrayDestroy(CUarray array)
 {
+    ENTRY();
     return array_destroy((uint64_t)(uintptr_t)array, K_ARRAY);
 }
 
@@ -1946,6 +2272,7 @@ CUresult cuArrayDestroy(CUarray array)
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc,
                                 unsigned int levels)
 {
+    ENTRY();
     uint64_t total = 0, key, largest;
     unsigned max_levels = 0;
     CUresult r;
@@ -1981,6 +2308,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *array, const CUDA_ARRAY3D_DESC
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray array)
 {
+    ENTRY();
     return array_destroy((uint64_t)(uintptr_t)array, K_MIPMAP);
 }
 
@@ -1988,6 +2316,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray array)
 
 CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
+    ENTRY();
     struct obj *c, *m;
     CUresult r = begin_ctx(&c);
 
@@ -2005,6 +2334,7 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image)
 
 CUresult cuModuleUnload(CUmodule module)
 {
+    ENTRY();
     struct obj *m;
     CUresult r = begin();
 
@@ -2061,6 +2391,7 @@ static uint64_t kernel_cost(const char *name)
 
 CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name)
 {
+    ENTRY();
     struct obj *m, *f;
     CUresult r = begin();
 
@@ -2142,6 +2473,7 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
                         unsigned int block_z, unsigned int shared_bytes, CUstream stream,
                         void **params, void **extra)
 {
+    ENTRY();
     const unsigned grid[3] = {grid_x, grid_y, grid_z}, block[3] = {block_x, block_y, block_z};
 
     (void)shared_bytes; /* the kernel's arguments and shared memory are not simulated */
@@ -2155,6 +2487,7 @@ CUresult cuLaunchKernel_ptsz(CUfunction fn, unsigned int grid_x, unsigned int gr
                              unsigned int block_z, unsigned int shared_bytes, CUstream stream,
                              void **params, void **extra)
 {
+    ENTRY();
     const unsigned grid[3] = {grid_x, grid_y, grid_z}, block[3] = {block_x, block_y, block_z};
 
     (void)shared_bytes;
@@ -2180,6 +2513,7 @@ static CUresult launch_ex(const CUlaunchConfig *config, CUfunction fn, bool ptsz
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction fn, void **params, void **extra)
 {
+    ENTRY();
     (void)params;
     (void)extra;
     return launch_ex(config, fn, false);
@@ -2188,6 +2522,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction fn, void **pa
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction fn, void **params,
                                void **extra)
 {
+    ENTRY();
     (void)params;
     (void)extra;
     return launch_ex(config, fn, true);
@@ -2198,6 +2533,7 @@ CUresult cuLaunchCooperativeKernel(CUfunction fn, unsigned int grid_x, unsigned 
                                    unsigned int block_z, unsigned int shared_bytes, CUstream stream,
                                    void **params)
 {
+    ENTRY();
     const unsigned grid[3] = {grid_x, grid_y, grid_z}, block[3] = {block_x, block_y, block_z};
 
     (void)shared_bytes; /* co-residency of the blocks is not simulated */
@@ -2210,6 +2546,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction fn, unsigned int grid_x, unsi
                                         unsigned int block_y, unsigned int block_z,
                                         unsigned int shared_bytes, CUstream stream, void **params)
 {
+    ENTRY();
     const unsigned grid[3] = {grid_x, grid_y, grid_z}, block[3] = {block_x, block_y, block_z};
 
     (void)shared_bytes;
@@ -2222,6 +2559,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction fn, unsigned int grid_x, unsi
 CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int num_devices,
                                               unsigned int flags)
 {
+    ENTRY();
     CUresult r = CUDA_SUCCESS;
 
     (void)flags; /* CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE/POST_LAUNCH_SYNC */
@@ -2239,6 +2577,7 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned
 
 CUresult cuFuncSetBlockShape(CUfunction fn, int x, int y, int z)
 {
+    ENTRY();
     struct obj *f;
     CUresult r = begin();
 
@@ -2279,16 +2618,19 @@ static CUresult launch_grid(CUfunction fn, int width, int height, CUstream strea
 
 CUresult cuLaunch(CUfunction fn)
 {
+    ENTRY();
     return launch_grid(fn, 1, 1, NULL);
 }
 
 CUresult cuLaunchGrid(CUfunction fn, int grid_width, int grid_height)
 {
+    ENTRY();
     return launch_grid(fn, grid_width, grid_height, NULL);
 }
 
 CUresult cuLaunchGridAsync(CUfunction fn, int grid_width, int grid_height, CUstream stream)
 {
+    ENTRY();
     return launch_grid(fn, grid_width, grid_height, stream);
 }
 
@@ -2296,6 +2638,7 @@ CUresult cuLaunchGridAsync(CUfunction fn, int grid_width, int grid_height, CUstr
 
 CUresult cuEventCreate(CUevent *event, unsigned int flags)
 {
+    ENTRY();
     const unsigned all = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
     struct obj *c, *e;
     CUresult r = begin_ctx(&c);
@@ -2345,11 +2688,13 @@ static CUresult event_record(CUevent event, CUstream stream, bool ptsz)
 
 CUresult cuEventRecord(CUevent event, CUstream stream)
 {
+    ENTRY();
     return event_record(event, stream, false);
 }
 
 CUresult cuEventRecord_ptsz(CUevent event, CUstream stream)
 {
+    ENTRY();
     return event_record(event, stream, true);
 }
 
@@ -2362,6 +2707,7 @@ static CUresult event_get(CUevent event, struct obj **e)
 
 CUresult cuEventQuery(CUevent event)
 {
+    ENTRY();
     struct obj *e;
     CUresult r = begin();
 
@@ -2379,6 +2725,7 @@ CUresult cuEventQuery(CUevent event)
 
 CUresult cuEventSynchronize(CUevent event)
 {
+    ENTRY();
     struct obj *e;
     uint64_t until;
     CUresult r = begin();
@@ -2398,7 +2745,7 @@ CUresult cuEventSynchronize(CUevent event)
     return CUDA_SUCCESS;
 }
 
-CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end_event)
+static CUresult event_elapsed(float *ms, CUevent start, CUevent end_event)
 {
     struct obj *a, *b;
     uint64_t now = egpu_mock_now_ns();
@@ -2418,13 +2765,21 @@ CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end_event)
     return end(CUDA_SUCCESS);
 }
 
+CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end_event)
+{
+    ENTRY();
+    return event_elapsed(ms, start, end_event);
+}
+
 CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end_event)
 {
-    return cuEventElapsedTime(ms, start, end_event);
+    ENTRY();
+    return event_elapsed(ms, start, end_event);
 }
 
 CUresult cuEventDestroy_v2(CUevent event)
 {
+    ENTRY();
     struct obj *e;
     CUresult r = begin();
 
@@ -2475,11 +2830,13 @@ static CUresult begin_capture(CUstream stream, CUstreamCaptureMode mode, bool pt
 
 CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode)
 {
+    ENTRY();
     return begin_capture(stream, mode, false);
 }
 
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode)
 {
+    ENTRY();
     return begin_capture(stream, mode, true);
 }
 
@@ -2520,11 +2877,13 @@ static CUresult end_capture(CUstream stream, CUgraph *graph, bool ptsz)
 
 CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph)
 {
+    ENTRY();
     return end_capture(stream, graph, false);
 }
 
 CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph *graph)
 {
+    ENTRY();
     return end_capture(stream, graph, true);
 }
 
@@ -2546,16 +2905,19 @@ static CUresult is_capturing(CUstream stream, CUstreamCaptureStatus *status, boo
 
 CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status)
 {
+    ENTRY();
     return is_capturing(stream, status, false);
 }
 
 CUresult cuStreamIsCapturing_ptsz(CUstream stream, CUstreamCaptureStatus *status)
 {
+    ENTRY();
     return is_capturing(stream, status, true);
 }
 
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
+    ENTRY();
     CUstreamCaptureMode old;
     CUresult r = begin();
 
@@ -2572,6 +2934,7 @@ CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 
 CUresult cuGraphCreate(CUgraph *graph, unsigned int flags)
 {
+    ENTRY();
     struct obj *gr;
     CUresult r = begin();
 
@@ -2588,6 +2951,7 @@ CUresult cuGraphCreate(CUgraph *graph, unsigned int flags)
 
 CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *count)
 {
+    ENTRY();
     struct obj *gr;
     CUresult r = begin();
 
@@ -2609,6 +2973,7 @@ CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *count)
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
 {
+    ENTRY();
     const unsigned long long all =
         CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
         CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
@@ -2660,16 +3025,19 @@ static CUresult graph_launch(CUgraphExec exec, CUstream stream, bool ptsz)
 
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream)
 {
+    ENTRY();
     return graph_launch(exec, stream, false);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream)
 {
+    ENTRY();
     return graph_launch(exec, stream, true);
 }
 
 CUresult cuGraphExecDestroy(CUgraphExec exec)
 {
+    ENTRY();
     struct obj *x;
     CUresult r = begin();
 
@@ -2684,6 +3052,7 @@ CUresult cuGraphExecDestroy(CUgraphExec exec)
 
 CUresult cuGraphDestroy(CUgraph graph)
 {
+    ENTRY();
     struct obj *gr;
     CUresult r = begin();
 
@@ -2733,6 +3102,8 @@ static const struct proc_entry {
     E("cuDevicePrimaryCtxRelease", 11000, 0, cuDevicePrimaryCtxRelease_v2),
     E("cuCtxSetCurrent", 4000, 0, cuCtxSetCurrent),
     E("cuCtxGetCurrent", 4000, 0, cuCtxGetCurrent),
+    E("cuCtxPushCurrent", 4000, 0, cuCtxPushCurrent_v2),
+    E("cuCtxPopCurrent", 4000, 0, cuCtxPopCurrent_v2),
     E("cuCtxGetDevice", 2000, 0, cuCtxGetDevice),
     E("cuCtxGetDevice", 13000, 0, cuCtxGetDevice_v2),
     E("cuCtxSynchronize", 2000, 0, cuCtxSynchronize),
@@ -2857,11 +3228,13 @@ static CUresult proc_lookup(const char *symbol, void **pfn, int cuda_version, cu
 
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags)
 {
+    ENTRY();
     return proc_lookup(symbol, pfn, cuda_version, flags, NULL);
 }
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status)
 {
+    ENTRY();
     return proc_lookup(symbol, pfn, cuda_version, flags, status);
 }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "cuda_mock.h"
 #include "egpu/cuda_abi.h"
 #include "mock_device.h"
 
@@ -56,6 +57,8 @@
     X(cuDevicePrimaryCtxRelease_v2)  \
     X(cuCtxSetCurrent)               \
     X(cuCtxGetCurrent)               \
+    X(cuCtxPushCurrent_v2)           \
+    X(cuCtxPopCurrent_v2)            \
     X(cuCtxGetDevice)                \
     X(cuCtxGetDevice_v2)             \
     X(cuCtxSynchronize)              \
@@ -573,6 +576,83 @@ static void test_contexts(void **state)
     assert_int_equal(cu.cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
     assert_int_equal(cu.cuCtxSetCurrent(p0), CUDA_ERROR_INVALID_CONTEXT);
     assert_int_equal(cu.cuCtxSetCurrent((CUcontext)(uintptr_t)0xdead0), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+/* The context stack: cuCtxPushCurrent_v2 puts a context over the current
+ * one, cuCtxPopCurrent_v2 takes it off and gives it back. */
+static void test_context_stack(void **state)
+{
+    CUcontext p0, p1, cur;
+
+    (void)state;
+    assert_int_equal(cu.cuInit(0), CUDA_SUCCESS);
+    assert_int_equal(cu.cuDevicePrimaryCtxRetain(&p0, 0), CUDA_SUCCESS);
+    assert_int_equal(cu.cuDevicePrimaryCtxRetain(&p1, 1), CUDA_SUCCESS);
+    assert_int_equal(cu.cuCtxSetCurrent(p0), CUDA_SUCCESS);
+    assert_int_equal(cu.cuCtxPushCurrent_v2(p1), CUDA_SUCCESS);
+    assert_int_equal(cu.cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, p1);
+    assert_int_equal(cu.cuCtxPushCurrent_v2((CUcontext)(uintptr_t)0xdead0),
+                     CUDA_ERROR_INVALID_CONTEXT);
+    assert_int_equal(cu.cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, p1);
+    assert_int_equal(cu.cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, p0);
+    assert_int_equal(cu.cuCtxPopCurrent_v2(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, p0);
+    assert_int_equal(cu.cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+    assert_null(cur);
+    assert_int_equal(cu.cuCtxPopCurrent_v2(&cur), CUDA_ERROR_INVALID_CONTEXT);
+    primary_release(0);
+    primary_release(1);
+}
+
+/* Every entry point counts the calls made to it, once each, also through
+ * one that forwards to another's work (cuCtxGetDevice and _v2); and spends
+ * the host time EGPU_MOCK_CUDA_CALL_NS gives it at its first call. */
+static void test_call_counts(void **state)
+{
+    __typeof__(egpu_mock_calls) *calls = NULL;
+    __typeof__(egpu_mock_calls_at) *calls_at = NULL;
+    CUresult (*exchange)(CUstreamCaptureMode * mode) = NULL;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    uint64_t total, one, v2, n, t0;
+    bool listed = false;
+    const char *name;
+    CUcontext p0;
+    CUdevice dev;
+
+    (void)state;
+    assert_int_equal(load_symbol(libcuda, "egpu_mock_calls", &calls), 0);
+    assert_int_equal(load_symbol(libcuda, "egpu_mock_calls_at", &calls_at), 0);
+    assert_int_equal(load_symbol(libcuda, "cuThreadExchangeStreamCaptureMode", &exchange), 0);
+    assert_int_equal(cu.cuInit(0), CUDA_SUCCESS);
+    assert_int_equal(cu.cuDevicePrimaryCtxRetain(&p0, 0), CUDA_SUCCESS);
+    assert_int_equal(cu.cuCtxSetCurrent(p0), CUDA_SUCCESS);
+    total = calls(NULL);
+    one = calls("cuCtxGetDevice");
+    v2 = calls("cuCtxGetDevice_v2");
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cu.cuCtxGetDevice(&dev), CUDA_SUCCESS);
+    assert_int_equal(cu.cuCtxGetDevice_v2(&dev, NULL), CUDA_SUCCESS);
+    assert_int_equal(calls("cuCtxGetDevice"), one + 3);
+    assert_int_equal(calls("cuCtxGetDevice_v2"), v2 + 1);
+    assert_int_equal(calls(NULL), total + 4);
+    assert_int_equal(calls("cuNoSuchCall"), 0);
+    for (unsigned i = 0; (name = calls_at(i, &n)) != NULL; i++)
+        if (strcmp(name, "cuCtxGetDevice") == 0)
+            listed = n == one + 3;
+    assert_true(listed);
+    assert_null(calls_at(100000, &n));
+    /* A call never made before reads its host time now: 3 ms here. */
+    setenv("EGPU_MOCK_CUDA_CALL_NS", "bogus,cuThreadExchangeStreamCaptureMode=3000000", 1);
+    t0 = now_ns();
+    assert_int_equal(exchange(&mode), CUDA_SUCCESS);
+    assert_true(now_ns() - t0 >= 3 * MS);
+    unsetenv("EGPU_MOCK_CUDA_CALL_NS");
+    assert_int_equal(exchange(&mode), CUDA_SUCCESS); /* back to the thread's mode */
+    assert_int_equal(calls("cuThreadExchangeStreamCaptureMode"), 2);
+    primary_release(0);
 }
 
 /* Every allocation path takes its size rounded up to 2 MiB from its card
@@ -1322,6 +1402,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_init),
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_contexts),
+        cmocka_unit_test(test_context_stack),
+        cmocka_unit_test(test_call_counts),
         cmocka_unit_test(test_memory_paths),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_proc_address),
