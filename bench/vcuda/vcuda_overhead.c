@@ -28,11 +28,23 @@
  * (--separate-threads=yes), as perf_event_open counts only that thread. The
  * table then says "(callgrind)". Without either, "n/a" and why.
  *
+ * Driver calls. A real driver's calls cost hundreds of ns where the mock's
+ * cost tens, so the mock is given a real driver's host time per call
+ * (EGPU_MOCK_CUDA_CALL_NS, tests/mock/cuda_mock.c; --driver-latency, default
+ * "real": an H200's figures), and the first mode prints what its calls then
+ * cost here. Every mode also prints the driver calls made inside the timed
+ * launch loops per launch, by entry point, from the mock's own counts
+ * (egpu_mock_calls_at): what the interposer calls around a launch, and how
+ * often.
+ *
  *   vcuda_overhead [--launches N] [--allocs N] [--batches N] [--interposer PATH]
  *                  [--mock-dir DIR] [--valgrind PATH|none]
+ *                  [--driver-latency real|none|NAME=NS,...]
  *
  * --valgrind: the valgrind to count instructions with when the hardware
  * counter is missing (default: "valgrind" found in PATH; "none": do not).
+ * --driver-latency: EGPU_MOCK_CUDA_CALL_NS for the mock in every mode
+ * ("none": the mock's own cost only, as before issue 15).
  *
  * Exit status: 0, 1 when a mode could not be measured, 2 for a usage error.
  */
@@ -87,6 +99,7 @@ struct opts {
     const char *mock_dir;
     const char *valgrind; /* NULL: no callgrind */
     bool valgrind_none;   /* --valgrind none */
+    const char *latency;  /* EGPU_MOCK_CUDA_CALL_NS for the mock; NULL: none */
     char self[4096];
     char valgrind_found[4096];
 };
@@ -148,6 +161,82 @@ static double median(double *v, unsigned n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+#define CALLS_MAX 64 /* entry points counted */
+
+/* The driver calls made inside the measured launch loops, per entry point,
+ * from the mock driver's own counts (egpu_mock_calls_at, tests/mock/cuda_mock.h):
+ * what the interposer calls around each launch, and how often. */
+struct call_counts {
+    const char *(*at)(unsigned i, uint64_t *calls); /* NULL: the driver keeps no counts */
+    unsigned n;
+    const char *name[CALLS_MAX]; /* the mock's static strings */
+    uint64_t before[CALLS_MAX];
+    uint64_t sum[CALLS_MAX]; /* calls inside the loops */
+};
+
+static unsigned call_slot(struct call_counts *c, const char *name)
+{
+    unsigned i = 0;
+
+    while (i < c->n && c->name[i] != name)
+        i++;
+    if (i == c->n && c->n < CALLS_MAX) {
+        c->name[c->n] = name;
+        c->before[c->n] = c->sum[c->n] = 0;
+        c->n++;
+    }
+    return i;
+}
+
+/* What the mock's modelled calls cost from here (EGPU_MOCK_CUDA_CALL_NS), ns
+ * per call, the median of 101 batches of 100 calls: printed as "model=
+ * name=ns"..., so the table says what host time the driver's calls really
+ * had on this machine. */
+static void model_check(const struct bench_driver *d)
+{
+    static const char *const names[] = {"cuCtxGetCurrent", "cuEventRecord", "cuEventQuery"};
+    double per[101], ns[3];
+    CUcontext ctx;
+    CUevent ev;
+    CUresult rc = CUDA_SUCCESS;
+
+    if (d->event_create(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+        return;
+    for (int c = 0; c < 3; c++) {
+        for (unsigned b = 0; b < 101; b++) {
+            uint64_t t0 = bench_now_ns();
+
+            for (unsigned i = 0; i < 100 && rc == CUDA_SUCCESS; i++)
+                rc = c == 0   ? d->get_current(&ctx)
+                     : c == 1 ? d->event_record(ev, d->stream)
+                              : d->event_query(ev);
+            per[b] = (double)(bench_now_ns() - t0) / 100;
+        }
+        ns[c] = median(per, 101);
+    }
+    if (rc == CUDA_SUCCESS)
+        printf("model= %s=%.0f %s=%.0f %s=%.0f\n", names[0], ns[0], names[1], ns[1], names[2],
+               ns[2]);
+    (void)d->event_destroy(ev); /* the process ends soon */
+}
+
+/* Take the counts as a loop starts (mark) or ends (add what it made). */
+static void calls_read(struct call_counts *c, bool add)
+{
+    const char *name;
+    uint64_t v;
+
+    for (unsigned i = 0; c->at && (name = c->at(i, &v)) != NULL; i++) {
+        unsigned k = call_slot(c, name);
+
+        if (k == CALLS_MAX)
+            break;
+        if (add)
+            c->sum[k] += v - c->before[k];
+        c->before[k] = v;
+    }
+}
+
 /* The measured loops. Each is a function of its own, called through a
  * volatile pointer so that the compiler neither inlines it nor clones it
  * under another name: callgrind finds it by name (loop_names). Each returns
@@ -197,13 +286,16 @@ static int child_main(int argc, char **argv)
     double ns[NCALLS][BATCHES_MAX], instr[NCALLS][BATCHES_MAX];
     CUdeviceptr *ptrs = calloc(allocs, sizeof(*ptrs));
     struct bench_driver d;
+    struct call_counts *counts = calloc(1, sizeof(*counts));
     char err[256];
     int fd;
 
-    if (ptrs == NULL || batches > BATCHES_MAX || bench_driver_open(&d, err, sizeof(err)) != 0) {
-        fprintf(stderr, "vcuda_overhead child: %s\n", ptrs ? err : "out of memory");
+    if (ptrs == NULL || counts == NULL || batches > BATCHES_MAX ||
+        bench_driver_open(&d, err, sizeof(err)) != 0) {
+        fprintf(stderr, "vcuda_overhead child: %s\n", ptrs && counts ? err : "out of memory");
         return 1;
     }
+    *(void **)&counts->at = dlsym(d.lib, "egpu_mock_calls_at"); /* the mock's; NULL otherwise */
     fd = cg ? -1 : counter_open();
     if (fd < 0 && !cg)
         printf("counter=perf_event_open(PERF_COUNT_HW_INSTRUCTIONS): %s (%s)\n", strerror(errno),
@@ -213,6 +305,8 @@ static int child_main(int argc, char **argv)
                    ? "not permitted: see /proc/sys/kernel/perf_event_paranoid, or a seccomp filter"
                : errno == ENOSYS ? "the kernel has no perf events"
                                  : "unexpected");
+    if (counts->at && !cg && !bench_driver_interposed(&d))
+        model_check(&d);
     for (unsigned i = 0; i < 2 * launches; i++) /* warm up: kernel learned, paths resolved */
         if (d.launch(d.fn, 1, 1, 1, 32, 1, 1, 0, d.stream, NULL, NULL) != CUDA_SUCCESS)
             return 1;
@@ -221,12 +315,14 @@ static int child_main(int argc, char **argv)
         uint64_t t0, t1;
 
         bench_sleep_until(bench_now_ns() + 20000000ull); /* the bucket refills */
+        calls_read(counts, false);
         counter_start(fd);
         t0 = bench_now_ns();
         if (launches_fn(&d, launches) != 0)
             return 1;
         t1 = bench_now_ns();
         instr[CALL_LAUNCH][b] = (double)counter_stop(fd) / launches;
+        calls_read(counts, true);
         ns[CALL_LAUNCH][b] = (double)(t1 - t0) / launches;
         (void)d.stream_sync(d.stream);
 
@@ -249,6 +345,13 @@ static int child_main(int argc, char **argv)
         printf("%s ns=%.2f instr=%.1f\n", call_names[c], median(ns[c], batches),
                fd >= 0 ? median(instr[c], batches) : -1.0);
     printf("interposed=%d\n", bench_driver_interposed(&d) ? 1 : 0);
+    printf("calls=");
+    for (unsigned i = 0; i < counts->n; i++)
+        if (counts->sum[i] > 0)
+            printf(" %s=%.4f", counts->name[i],
+                   (double)counts->sum[i] / ((double)launches * batches));
+    printf("\n");
+    free(counts);
     free(ptrs);
     return 0;
 }
@@ -335,11 +438,13 @@ static int cg_collect(const char *dir, const unsigned calls[NCALLS], struct figu
 }
 
 /* Run mode m in a child, with an allocation directory of its own; fills
- * fig[] and why (the counter's absence). With cg, the child runs under
- * callgrind (o->valgrind) for at most CG_BATCHES_MAX batches: only the
- * instructions are filled, from its dumps, and why says what went wrong. */
+ * fig[], per_launch (per_launch_len bytes: the driver calls per launch,
+ * " name=rate"..., when the driver counts them; may be NULL) and why (the
+ * counter's absence). With cg, the child runs under callgrind
+ * (o->valgrind) for at most CG_BATCHES_MAX batches: only the instructions
+ * are filled, from its dumps, and why says what went wrong. */
 static int run_mode(const struct opts *o, const struct mode *m, bool cg, struct figure fig[NCALLS],
-                    char *why, size_t whylen)
+                    char *per_launch, size_t per_launch_len, char *why, size_t whylen)
 {
     char out[4096], arg[3][16], ld[8192], dir[] = "/tmp/vcuda-overhead-XXXXXX", cmd[128];
     char cgdir[] = "/tmp/vcuda-overhead-cg-XXXXXX", cgopt[2 * NCALLS + 1][128];
@@ -383,6 +488,10 @@ static int run_mode(const struct opts *o, const struct mode *m, bool cg, struct 
         close(fd[1]);
         unsetenv("EGPU_MOCK_CUDA_STATE"); /* a private mock state */
         setenv("EGPU_MOCK_CUDA_BLOCK_NS", "1", 1);
+        if (o->latency)
+            setenv("EGPU_MOCK_CUDA_CALL_NS", o->latency, 1);
+        else
+            unsetenv("EGPU_MOCK_CUDA_CALL_NS");
         setenv("EGPU_VCUDA_DIR", dir, 1); /* empty: the environment configures */
         unsetenv("EGPU_VCUDA_GPUS");
         unsetenv("EGPU_VCUDA_CORE_LIMIT");
@@ -433,6 +542,10 @@ static int run_mode(const struct opts *o, const struct mode *m, bool cg, struct 
                 snprintf(why, whylen, "%s", line + 8);
             else if (sscanf(line, "interposed=%d", &interposed) == 1)
                 continue;
+            else if (strncmp(line, "calls=", 6) == 0 && per_launch != NULL)
+                snprintf(per_launch, per_launch_len, "%s", line + 6);
+            else if (strncmp(line, "model=", 6) == 0)
+                printf("  the mock's calls, ns each (%s, alone):%s\n", m->name, line + 6);
             for (int c = 0; c < NCALLS && !cg; c++) {
                 size_t k = strlen(call_names[c]);
 
@@ -456,6 +569,28 @@ static int run_mode(const struct opts *o, const struct mode *m, bool cg, struct 
     if (system(cmd) != 0)
         fprintf(stderr, "vcuda_overhead: could not remove %s %s\n", dir, cg ? cgdir : "");
     return rc;
+}
+
+/* One mode's line of the driver calls table: each entry point's calls per
+ * launch, then their sum besides the launch itself. calls: " name=rate"...
+ * as the child printed them; NULL: the mode was not measured. */
+static void print_calls(const char *mode, const char *calls)
+{
+    double besides = 0, rate;
+    char name[128];
+    int used;
+
+    printf("  %-20s", mode);
+    if (calls == NULL || calls[0] == '\0') {
+        printf(" %s\n", calls ? "no counts (a driver without egpu_mock_calls_at)" : "-");
+        return;
+    }
+    for (const char *p = calls; sscanf(p, " %127[^=]=%lf%n", name, &rate, &used) == 2; p += used) {
+        printf(" %s=%.4f", name, rate);
+        if (strcmp(name, call_names[CALL_LAUNCH]) != 0)
+            besides += rate;
+    }
+    printf("\n  %-20s besides the launch: %.4f calls per launch\n", "", besides);
 }
 
 /* The first executable "valgrind" in PATH, into buf (len bytes); NULL if none. */
@@ -486,7 +621,8 @@ static int parse(int argc, char **argv, struct opts *o)
                        .allocs = 500,
                        .batches = 15,
                        .interposer = EGPU_BENCH_BUILD "/src/vcuda/libegpu-vcuda.so",
-                       .mock_dir = EGPU_BENCH_BUILD "/tests/mock/cuda"};
+                       .mock_dir = EGPU_BENCH_BUILD "/tests/mock/cuda",
+                       .latency = "real"};
     n = readlink("/proc/self/exe", o->self, sizeof(o->self) - 1);
     if (n <= 0)
         return -1;
@@ -503,6 +639,8 @@ static int parse(int argc, char **argv, struct opts *o)
             o->interposer = argv[i + 1];
         else if (strcmp(argv[i], "--mock-dir") == 0)
             o->mock_dir = argv[i + 1];
+        else if (strcmp(argv[i], "--driver-latency") == 0)
+            o->latency = strcmp(argv[i + 1], "none") == 0 ? NULL : argv[i + 1];
         else if (strcmp(argv[i], "--valgrind") == 0) {
             o->valgrind_none = strcmp(argv[i + 1], "none") == 0;
             o->valgrind = o->valgrind_none ? NULL : argv[i + 1];
@@ -519,7 +657,7 @@ static int parse(int argc, char **argv, struct opts *o)
 int main(int argc, char **argv)
 {
     struct figure fig[NMODES][NCALLS];
-    char why[512] = "", cg_why[512] = "";
+    char why[512] = "", cg_why[512] = "", calls[NMODES][1024] = {{0}};
     bool ok[NMODES], cg = false;
     double core_added, spread = -1;
     size_t spread_at[2] = {0, 0}; /* mode, call */
@@ -531,7 +669,8 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr,
                 "usage: vcuda_overhead [--launches N] [--allocs N] [--batches N<=%d] "
-                "[--interposer PATH] [--mock-dir DIR] [--valgrind PATH|none]\n",
+                "[--interposer PATH] [--mock-dir DIR] [--valgrind PATH|none]\n"
+                "                      [--driver-latency real|none|NAME=NS,...]\n",
                 BATCHES_MAX);
         return 2;
     }
@@ -540,7 +679,8 @@ int main(int argc, char **argv)
         return 1;
     }
     for (size_t m = 0; m < NMODES; m++) {
-        ok[m] = run_mode(&o, &modes[m], false, fig[m], why, sizeof(why)) == 0;
+        ok[m] = run_mode(&o, &modes[m], false, fig[m], calls[m], sizeof(calls[m]), why,
+                         sizeof(why)) == 0;
         if (!ok[m]) {
             fprintf(stderr, "vcuda_overhead: mode \"%s\" could not be measured\n", modes[m].name);
             failed = 1;
@@ -557,7 +697,7 @@ int main(int argc, char **argv)
         for (size_t m = 0; m < NMODES && cg; m++) {
             if (!ok[m])
                 continue;
-            if (run_mode(&o, &modes[m], true, f, cg_why, sizeof(cg_why)) != 0) {
+            if (run_mode(&o, &modes[m], true, f, NULL, 0, cg_why, sizeof(cg_why)) != 0) {
                 cg = false;
                 break;
             }
@@ -576,8 +716,10 @@ int main(int argc, char **argv)
                     fig[m][c].instr = -1;
     }
     printf("vcuda_overhead: median of %u batches; %u launches or %u allocations of 2 MiB per "
-           "batch;\n  the mock driver (%s) alone, then behind %s\n",
-           o.batches, o.launches, o.allocs, o.mock_dir, o.interposer);
+           "batch;\n  the mock driver (%s) alone, then behind %s;\n  the mock's host time "
+           "per call (EGPU_MOCK_CUDA_CALL_NS): %s\n",
+           o.batches, o.launches, o.allocs, o.mock_dir, o.interposer,
+           o.latency ? o.latency : "none");
     if (cg)
         printf("  instructions: user-space Ir of the calling thread under callgrind (%s), "
                "median of %u batches\n",
@@ -611,6 +753,9 @@ int main(int argc, char **argv)
                why, spread, call_names[spread_at[1]], modes[spread_at[0]].name);
     else if (why[0])
         printf("instructions n/a: %s; %s\n", why, cg_why);
+    printf("driver calls per cuLaunchKernel in the timed loops (the mock's counts):\n");
+    for (size_t m = 0; m < NMODES; m++)
+        print_calls(modes[m].name, ok[m] ? calls[m] : NULL);
     if (ok[0] && ok[3]) {
         core_added = fig[3][CALL_LAUNCH].ns - fig[0][CALL_LAUNCH].ns;
         printf("target: under 100 ns added per launch when not throttled: %+.1f ns with a core "
