@@ -115,7 +115,6 @@ static int worker_inproc_init(const struct bench_driver *d, unsigned core, unsig
         .fns = {.ctx_get_device = d->get_device,
                 .event_create = d->event_create,
                 .event_record = d->event_record,
-                .event_query = d->event_query,
                 .event_elapsed_time = d->event_elapsed,
                 .event_destroy = d->event_destroy,
                 .ctx_get_current = d->get_current},

@@ -6,6 +6,9 @@
  * cuLaunchKernel_ptsz). From this one list come:
  *   - the wrapper: a function of the same name in memory.c, launch.c or
  *     hooks.c (the prototype from egpu/cuda_abi.h or nvml_abi.h);
+ *     cuCtxSetCurrent, cuCtxPushCurrent_v2 and cuCtxPopCurrent_v2 are hooked
+ *     only to tell the compute limit that the thread's context changed
+ *     (launch.c);
  *   - the slot holding the real entry point (struct egpu__vcuda_real, hooks.h);
  *   - the name -> wrapper table that dlsym and cuGetProcAddress use (hooks.c);
  *   - the linker version script (exports.map.in): the library exports these
@@ -35,6 +38,9 @@
     X(CUDA, cuDevicePrimaryCtxRetain)             \
     X(CUDA, cuDevicePrimaryCtxRelease_v2)         \
     X(CUDA, cuDevicePrimaryCtxReset_v2)           \
+    X(CUDA, cuCtxSetCurrent)                      \
+    X(CUDA, cuCtxPushCurrent_v2)                  \
+    X(CUDA, cuCtxPopCurrent_v2)                   \
     X(CUDA, cuMemGetInfo_v2)                      \
     X(CUDA, cuDeviceTotalMem_v2)                  \
     X(CUDA, cuMemAlloc_v2)                        \

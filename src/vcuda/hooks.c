@@ -218,7 +218,6 @@ static void cuda_init(void)
     HELPER(device_get_uuid, lib, "cuDeviceGetUuid");
     HELPER(event_create, lib, "cuEventCreate");
     HELPER(event_record, lib, "cuEventRecord");
-    HELPER(event_query, lib, "cuEventQuery");
     HELPER(event_elapsed_time, lib, "cuEventElapsedTime");
     HELPER(event_destroy, lib, "cuEventDestroy_v2");
     HELPER(exchange_capture_mode, lib, "cuThreadExchangeStreamCaptureMode");
@@ -282,9 +281,9 @@ static void throttle_start(const int *throttle_card, unsigned cards)
         .core_pct = cfg->core_pct,
         .core_limit_pct = cfg->core_limit_pct,
         .cards = cards,
-        .fns = {h->ctx_get_device, h->event_create, h->event_record, h->event_query,
-                h->event_elapsed_time, h->event_destroy, h->ctx_get_current,
-                h->exchange_capture_mode, h->stream_is_capturing, h->stream_query},
+        .fns = {h->ctx_get_device, h->event_create, h->event_record, h->event_elapsed_time,
+                h->event_destroy, h->ctx_get_current, h->exchange_capture_mode,
+                h->stream_is_capturing, h->stream_query},
         .watch = egpu__vcuda_sigbus_watch,
         .unwatch = egpu__vcuda_sigbus_unwatch,
     };
@@ -295,8 +294,8 @@ static void throttle_start(const int *throttle_card, unsigned cards)
         egpu_log(EGPU_LOG_WARN, "compute limit: no visible card is among EGPU_VCUDA_GPUS");
         return;
     }
-    if (!h->ctx_get_device || !h->event_create || !h->event_record || !h->event_query ||
-        !h->event_elapsed_time || !h->event_destroy) {
+    if (!h->ctx_get_device || !h->event_create || !h->event_record || !h->event_elapsed_time ||
+        !h->event_destroy) {
         egpu_log(EGPU_LOG_ERROR, "compute limit off: libcuda.so.1 lacks the event calls it needs");
         return;
     }

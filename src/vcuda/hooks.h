@@ -60,7 +60,6 @@ struct egpu__vcuda_helpers {
     CUresult (*device_get_uuid)(CUuuid *uuid, CUdevice dev);
     CUresult (*event_create)(CUevent *event, unsigned int flags);
     CUresult (*event_record)(CUevent event, CUstream stream);
-    CUresult (*event_query)(CUevent event);
     CUresult (*event_elapsed_time)(float *ms, CUevent start, CUevent end);
     CUresult (*event_destroy)(CUevent event);
     CUresult (*exchange_capture_mode)(CUstreamCaptureMode *mode); /* may be NULL */
@@ -126,5 +125,11 @@ void egpu__vcuda_memory_atfork_child(void);
 /* The card id of dev: >= 0, -1 when no memory limit applies to it, or
  * EGPU_VCUDA_CARD_CLOSED. */
 int egpu__vcuda_device_card(CUdevice dev);
+
+/* The calling thread's current context may have changed (launch.c): the
+ * compute limit asks the driver for it again at the thread's next launch.
+ * Called after every hooked call that can change it, whatever it returned.
+ * One thread-local store. */
+void egpu__vcuda_ctx_changed(void);
 
 #endif /* EGPU_VCUDA_HOOKS_H */

@@ -32,6 +32,15 @@
  * current context, cannot hold it: while throttling it is refused with
  * CUDA_ERROR_NOT_SUPPORTED (logged once; deprecated since CUDA 11.3, the
  * same work goes through cuLaunchCooperativeKernel per device).
+ *
+ * The calls that change the calling thread's current context
+ * (cuCtxSetCurrent, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2) are wrapped
+ * here too, for the launch path alone: the compute limit keys a launch by
+ * its context, and asks the driver for it (cuCtxGetCurrent, a driver call)
+ * only at a thread's first launch and after such a call
+ * (egpu__vcuda_ctx_changed; memory.c's cuCtxCreate and cuCtxDestroy
+ * wrappers call it as well). Each makes the real call, then says so: one
+ * thread-local store.
  */
 #include <stdint.h>
 
@@ -537,6 +546,55 @@ EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARA
     if (LIKELY(!THROTTLING() && real != NULL))
         return real(list, num_devices, flags);
     return multi_slow(list, num_devices, flags);
+}
+
+void egpu__vcuda_ctx_changed(void)
+{
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+    egpu__vcuda_throttle_ctx_changed();
+#endif
+}
+
+EGPU_VCUDA_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    __typeof__(cuCtxSetCurrent) *real = EGPU_VCUDA_REAL(cuCtxSetCurrent);
+    CUresult rc;
+
+    if (real == NULL && egpu__vcuda_cuda())
+        real = EGPU_VCUDA_REAL(cuCtxSetCurrent);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    rc = real(ctx);
+    egpu__vcuda_ctx_changed();
+    return rc;
+}
+
+EGPU_VCUDA_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    __typeof__(cuCtxPushCurrent_v2) *real = EGPU_VCUDA_REAL(cuCtxPushCurrent_v2);
+    CUresult rc;
+
+    if (real == NULL && egpu__vcuda_cuda())
+        real = EGPU_VCUDA_REAL(cuCtxPushCurrent_v2);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    rc = real(ctx);
+    egpu__vcuda_ctx_changed();
+    return rc;
+}
+
+EGPU_VCUDA_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
+{
+    __typeof__(cuCtxPopCurrent_v2) *real = EGPU_VCUDA_REAL(cuCtxPopCurrent_v2);
+    CUresult rc;
+
+    if (real == NULL && egpu__vcuda_cuda())
+        real = EGPU_VCUDA_REAL(cuCtxPopCurrent_v2);
+    if (real == NULL)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    rc = real(ctx);
+    egpu__vcuda_ctx_changed();
+    return rc;
 }
 
 EGPU_VCUDA_EXPORT CUresult cuLaunch(CUfunction fn)

@@ -277,6 +277,15 @@ static void drop_ctx(uint64_t ctx)
  * expression reads the slot only after the loading). */
 #define HAVE_REAL(name) (egpu__vcuda_cuda() && EGPU_VCUDA_REAL(name) != NULL)
 
+/* A context was created (and made current) or destroyed (and popped when
+ * current): the compute limit asks the driver for the thread's current
+ * context again (egpu__vcuda_ctx_changed). Returns r. */
+static CUresult ctx_changed(CUresult r)
+{
+    egpu__vcuda_ctx_changed();
+    return r;
+}
+
 /* The arguments of one wrapped call, for the callbacks below: each makes
  * the real call with them, so the counting around it is written once. */
 struct call {
@@ -1268,7 +1277,7 @@ EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, C
 
     if (!HAVE_REAL(cuCtxCreate_v2))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return create_ctx(call_ctx_v2, &c);
+    return ctx_changed(create_ctx(call_ctx_v2, &c));
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int nparams,
@@ -1279,7 +1288,7 @@ EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *
 
     if (!HAVE_REAL(cuCtxCreate_v3))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return create_ctx(call_ctx_v3, &c);
+    return ctx_changed(create_ctx(call_ctx_v3, &c));
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params,
@@ -1289,18 +1298,16 @@ EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *pa
 
     if (!HAVE_REAL(cuCtxCreate_v4))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return create_ctx(call_ctx_v4, &c);
+    return ctx_changed(create_ctx(call_ctx_v4, &c));
 }
 
-EGPU_VCUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+static CUresult destroy_ctx(CUcontext ctx)
 {
     uint64_t key = (uint64_t)(uintptr_t)ctx;
     struct egpu__vcuda_track_entry e;
     CUresult r;
     bool found;
 
-    if (!HAVE_REAL(cuCtxDestroy_v2))
-        return CUDA_ERROR_NOT_INITIALIZED;
     if (!counting())
         return EGPU_VCUDA_REAL(cuCtxDestroy_v2)(ctx);
     found = forget(EGPU_VCUDA_CTX, key, &e);
@@ -1316,6 +1323,13 @@ EGPU_VCUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     }
     drop_ctx(key);
     return r;
+}
+
+EGPU_VCUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    if (!HAVE_REAL(cuCtxDestroy_v2))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return ctx_changed(destroy_ctx(ctx)); /* it pops ctx when it was current */
 }
 
 /* The card of dev for a primary-context call, -1 when not counted. */

@@ -10,8 +10,9 @@
  *
  * Measuring. Some launches are timed: a pair of events is recorded on the
  * launching stream just before and just after the launch, and collected
- * later without blocking (cuEventQuery, then cuEventElapsedTime) whenever a
- * launch is timed or waits. A kernel class is a function launched with one
+ * later without blocking (cuEventElapsedTime, which says
+ * CUDA_ERROR_NOT_READY until both have completed) whenever a launch is timed
+ * or waits. A kernel class is a function launched with one
  * grid size and block size in one context; a CUDA graph launch
  * (cuGraphLaunch) is a class of its own per executable graph (launch.c
  * describes it as one block of that "function"), timed and charged the
@@ -102,9 +103,10 @@
  * back). A launch not timed is not checked (that would cost a driver call
  * per launch): it is charged its estimate, at most THR_SAMPLE_NS of
  * estimated work between two timed ones of the process. The controller's
- * own cuEventQuery calls run in CU_STREAM_CAPTURE_MODE_RELAXED
- * (cuThreadExchangeStreamCaptureMode), so they never invalidate a capture
- * this or another thread makes in the global mode.
+ * own queries (cuEventElapsedTime, cuStreamQuery) run in
+ * CU_STREAM_CAPTURE_MODE_RELAXED (cuThreadExchangeStreamCaptureMode), so
+ * they never invalidate a capture this or another thread makes in the
+ * global mode; a timed launch makes them in one relaxed window.
  *
  * The region file. Every process of the container can write the
  * directory: the file is opened with O_NOFOLLOW | O_NONBLOCK and must be a
@@ -125,13 +127,40 @@
  * compare.
  *
  * Cost. The launch path with tokens available: a coarse clock read, a
- * cuCtxGetCurrent, a probe of a process-local hash table (fixed size, mapped
- * at init), an atomic add, two compare-and-swaps on the shared card's cache
- * line (bucket, queue end), no lock, no allocation, no system call. A timed
- * launch adds cuStreamIsCapturing, cuStreamQuery (in the relaxed capture
- * mode), two cuEventRecord calls, three clock reads and a scan of the
- * process's 32 sample slots. Figures:
- * bench/vcuda/vcuda_overhead.
+ * thread-local load (the thread's current context, thr_ctx), a probe of a
+ * process-local hash table (fixed size, mapped at init), an atomic add, two
+ * compare-and-swaps on the shared card's cache line (bucket, queue end): no
+ * driver call, no lock, no allocation, no system call. A timed launch (one
+ * per THR_SAMPLE_NS of estimated work, every launch of a class being
+ * learned) makes seven: cuCtxGetCurrent (the check of the cached context),
+ * cuThreadExchangeStreamCaptureMode twice (into the relaxed mode and out),
+ * cuEventElapsedTime for each sample pending (usually the previous one),
+ * cuStreamIsCapturing, cuStreamQuery and two cuEventRecord; plus three
+ * clock reads and a scan of the process's 32 sample slots. On a real
+ * driver they cost about 4 us, most of it the two cuEventRecord (1.4 us
+ * each on an H200), so about 20 ns a launch of a 1 us kernel.
+ * Figures: bench/vcuda/vcuda_overhead, which counts the mock driver's calls
+ * per launch and models their cost (EGPU_MOCK_CUDA_CALL_NS).
+ *
+ * The thread's context. It keys the kernel classes (a CUDA 12 CUkernel can
+ * be launched in any context), and was a cuCtxGetCurrent on every launch:
+ * 1.0 driver call per launch besides the launch, against 0.05 for the
+ * timed ones (vcuda_overhead over the mock). So each thread keeps the
+ * answer (thr_tls), and the interposer hooks the calls that change it
+ * (cuCtxSetCurrent, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, and the
+ * context creations and destructions it hooks anyway): each forgets the
+ * calling thread's answer (egpu__vcuda_throttle_ctx_changed). What it
+ * saves: 14 ns a launch on an H200 (cuCtxGetCurrent in a loop), 21 ns over
+ * the mock with the modelled latency. A change by a path that is not
+ * hooked (the unversioned pre-4.0 entry points, a driver that hands
+ * cuGetProcAddress a pointer other than its export) is caught at the
+ * thread's next timed launch, which asks the driver anyway and compares:
+ * that launch goes untimed, the process stops caching (logged once at info
+ * level), and at most one sampling interval of launches was charged as
+ * the class of the old context (the estimate, and the card, of that
+ * function there).
+ * What the cache reuses is identified by the controller's epoch
+ * (ctx_epoch), never repeated, not by a pointer.
  *
  * Threads and fork: process-wide structures are updated with atomics;
  * sample slots and classes are claimed with compare-and-swap. After fork the
@@ -277,6 +306,7 @@ struct thr_stats {
     _Atomic uint64_t bucket_sleeps; /* sleeps because the bucket was empty */
     _Atomic uint64_t queue_sleeps;  /* sleeps because the queue was full */
     _Atomic uint64_t queue_forced;  /* launches let through after THR_QUEUE_WAIT_NS */
+    _Atomic uint64_t ctx_queries;   /* cuCtxGetCurrent calls (thr_ctx, sample checks) */
 };
 
 struct thr {
@@ -308,6 +338,8 @@ struct thr {
     struct thr_stats stats;
     atomic_flag warned_reset;
     atomic_flag warned_queue;
+    atomic_flag warned_ctx;
+    _Atomic uint64_t ctx_epoch; /* this controller's id for thr_tls; 0: no caching */
 };
 
 /* What admission decided for one launch. */
@@ -330,7 +362,28 @@ enum thr_wait { THR_WAIT_NONE, THR_WAIT_BUCKET, THR_WAIT_QUEUE };
 
 atomic_bool egpu__vcuda_throttle_active;
 
-static struct thr g_thr = {.warned_reset = ATOMIC_FLAG_INIT, .warned_queue = ATOMIC_FLAG_INIT};
+static struct thr g_thr = {.warned_reset = ATOMIC_FLAG_INIT,
+                           .warned_queue = ATOMIC_FLAG_INIT,
+                           .warned_ctx = ATOMIC_FLAG_INIT};
+
+/* The current context of the calling thread as the driver last gave it to
+ * the controller whose ctx_epoch is epoch (0: none): see thr_ctx. Epochs
+ * come from thr_epochs and are never reused, so a thread's entry never
+ * passes for another controller's (tests run several in one thread) or for
+ * the parent's after fork. Initial-exec: one load off the thread pointer,
+ * no __tls_get_addr call (the library is preloaded; glibc keeps static TLS
+ * spare for a small block like this one even when it is dlopen'ed). */
+#if defined(__GNUC__)
+#define THR_TLS_MODEL __attribute__((tls_model("initial-exec")))
+#else
+#define THR_TLS_MODEL
+#endif
+static _Thread_local struct {
+    CUcontext ctx;
+    uint64_t epoch;
+} thr_tls THR_TLS_MODEL;
+
+static _Atomic uint64_t thr_epochs; /* the last epoch handed out */
 
 static uint64_t mono_ns(void)
 {
@@ -440,6 +493,63 @@ static void bucket_adjust(struct thr *t, int card, int64_t delta_ns, uint64_t no
         }
     } while (!atomic_compare_exchange_weak_explicit(tat, &cur, next, memory_order_relaxed,
                                                     memory_order_relaxed));
+}
+
+/* ---- The current context. ---- */
+
+/* The calling thread's current context into *ctx (NULL when the driver
+ * cannot say), which keys a launch's kernel class: a CUDA 12 CUkernel may
+ * be launched in any context, so the function alone does not name one. The
+ * driver is asked once per thread, then only after the thread's context may
+ * have changed: the hooked calls that can change it (cuCtxSetCurrent,
+ * cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, cuCtxCreate_v2/_v3/_v4,
+ * cuCtxDestroy_v2) call egpu__vcuda_throttle_ctx_changed on their way out.
+ * A change by a path that is not hooked (the unversioned pre-4.0 entry
+ * points) is caught at the thread's next timed launch (ctx_check), which
+ * turns the cache off for the process. Returns whether *ctx came from the
+ * cache (the driver was not asked). */
+static bool thr_ctx(struct thr *t, CUcontext *ctx)
+{
+    uint64_t ep = atomic_load_explicit(&t->ctx_epoch, memory_order_relaxed);
+
+    if (ep != 0 && thr_tls.epoch == ep) {
+        *ctx = thr_tls.ctx;
+        return true;
+    }
+    *ctx = NULL;
+    if (t->fns.ctx_get_current == NULL)
+        return false;
+    atomic_fetch_add_explicit(&t->stats.ctx_queries, 1, memory_order_relaxed);
+    if (t->fns.ctx_get_current(ctx) != CUDA_SUCCESS) {
+        *ctx = NULL; /* never cached: asked again at the next launch */
+        return false;
+    }
+    if (ep != 0) {
+        thr_tls.ctx = *ctx;
+        thr_tls.epoch = ep;
+    }
+    return false;
+}
+
+/* A launch about to be timed was classified under the cached context
+ * cached: ask the driver (a timed launch makes several driver calls
+ * anyway). Returns false when the thread's context had changed behind the
+ * hooks: then the cache is off for the process from now on (logged once),
+ * and the launch, classified under the wrong context, goes untimed. */
+static bool ctx_check(struct thr *t, CUcontext cached)
+{
+    CUcontext cur;
+
+    atomic_fetch_add_explicit(&t->stats.ctx_queries, 1, memory_order_relaxed);
+    if (t->fns.ctx_get_current(&cur) != CUDA_SUCCESS || cur == cached)
+        return true; /* a query that fails says nothing new */
+    atomic_store_explicit(&t->ctx_epoch, 0, memory_order_relaxed);
+    thr_tls.epoch = 0;
+    if (!atomic_flag_test_and_set(&t->warned_ctx))
+        egpu_log(EGPU_LOG_INFO,
+                 "current context changed by a call that is not hooked: asking the driver at "
+                 "every launch from now on");
+    return false;
 }
 
 /* ---- Kernel classes and their estimates. ---- */
@@ -708,20 +818,46 @@ static void sample_done(struct thr *t, struct thr_sample *s, float ms, uint64_t 
     atomic_fetch_add_explicit(&t->stats.samples_done, 1, memory_order_relaxed);
 }
 
-/* Collect the samples that completed (never blocks). The queries run in the
- * relaxed capture mode: in global mode, a cuEventQuery from any thread would
- * invalidate a graph capture in progress on another. */
-static void thr_poll(struct thr *t, uint64_t now)
-{
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    bool relaxed = false, any = false;
+/* The calling thread in the relaxed capture mode, and the mode it had. */
+struct thr_relaxed {
+    CUstreamCaptureMode mode; /* the thread's own, while on */
+    bool on;
+};
 
-    for (unsigned i = 0; i < THR_SAMPLE_SLOTS && !any; i++)
-        any = atomic_load_explicit(&t->samples[i].state, memory_order_relaxed) == SAMPLE_PENDING;
-    if (!any)
-        return;
-    if (t->fns.exchange_capture_mode)
-        relaxed = t->fns.exchange_capture_mode(&mode) == CUDA_SUCCESS;
+/* Put the calling thread in CU_STREAM_CAPTURE_MODE_RELAXED for the
+ * controller's queries (cuEventElapsedTime, cuStreamQuery): in the global
+ * mode, such a call from any thread would invalidate a graph capture in
+ * progress on another. Without cuThreadExchangeStreamCaptureMode (or when
+ * it fails) the thread stays as it is, and rx->on is false. */
+static void relaxed_enter(const struct thr *t, struct thr_relaxed *rx)
+{
+    rx->mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    rx->on =
+        t->fns.exchange_capture_mode && t->fns.exchange_capture_mode(&rx->mode) == CUDA_SUCCESS;
+}
+
+/* Back to the thread's own mode; does nothing when not in relaxed_enter's. */
+static void relaxed_leave(const struct thr *t, struct thr_relaxed *rx)
+{
+    if (rx->on)
+        (void)t->fns.exchange_capture_mode(&rx->mode); /* it was accepted a moment ago */
+    rx->on = false;
+}
+
+static bool any_pending(const struct thr *t)
+{
+    for (unsigned i = 0; i < THR_SAMPLE_SLOTS; i++)
+        if (atomic_load_explicit(&t->samples[i].state, memory_order_relaxed) == SAMPLE_PENDING)
+            return true;
+    return false;
+}
+
+/* Collect the samples that completed (never blocks), the calling thread in
+ * the relaxed capture mode (relaxed_enter). One driver call per pending
+ * sample: cuEventElapsedTime, which says CUDA_ERROR_NOT_READY itself until
+ * both events have completed (no cuEventQuery before it). */
+static void poll_relaxed(struct thr *t, uint64_t now)
+{
     for (unsigned i = 0; i < THR_SAMPLE_SLOTS; i++) {
         struct thr_sample *s = &t->samples[i];
         uint32_t st = SAMPLE_PENDING;
@@ -732,13 +868,12 @@ static void thr_poll(struct thr *t, uint64_t now)
             !atomic_compare_exchange_strong_explicit(&s->state, &st, SAMPLE_BUSY,
                                                      memory_order_acquire, memory_order_relaxed))
             continue;
-        r = t->fns.event_query(s->end);
+        r = t->fns.event_elapsed_time(&ms, s->start, s->end);
         if (r == CUDA_ERROR_NOT_READY) {
             atomic_store_explicit(&s->state, SAMPLE_PENDING, memory_order_release);
             continue;
         }
-        if (r == CUDA_SUCCESS && t->fns.event_elapsed_time(&ms, s->start, s->end) == CUDA_SUCCESS &&
-            ms >= 0) {
+        if (r == CUDA_SUCCESS && ms >= 0) {
             sample_done(t, s, ms, now);
         } else {
             sample_drop_events(t, s);
@@ -747,38 +882,35 @@ static void thr_poll(struct thr *t, uint64_t now)
         atomic_fetch_sub_explicit(&t->pc[s->card].pending, 1, memory_order_relaxed);
         atomic_store_explicit(&s->state, SAMPLE_FREE, memory_order_release);
     }
-    if (relaxed)                                   /* back to the thread's own mode */
-        (void)t->fns.exchange_capture_mode(&mode); /* it was accepted a moment ago */
 }
 
-/* Whether stream has nothing left to run (cuStreamQuery): a start event
- * recorded on it now runs at once, and the card then waits for the kernel's
- * submission, which the span holds. Asked in the relaxed capture mode, as
- * thr_poll asks; false when the driver has no cuStreamQuery (the span is
- * then taken whole). */
-static bool stream_idle(struct thr *t, CUstream stream)
+/* Collect the samples that completed (never blocks), in the relaxed capture
+ * mode; no driver call when none is pending. */
+static void thr_poll(struct thr *t, uint64_t now)
 {
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    bool relaxed, idle;
+    struct thr_relaxed rx;
 
-    if (!t->fns.stream_query)
-        return false;
-    relaxed = t->fns.exchange_capture_mode && t->fns.exchange_capture_mode(&mode) == CUDA_SUCCESS;
-    idle = t->fns.stream_query(stream) == CUDA_SUCCESS;
-    if (relaxed)
-        (void)t->fns.exchange_capture_mode(&mode);
-    return idle;
+    if (!any_pending(t))
+        return;
+    relaxed_enter(t, &rx);
+    poll_relaxed(t, now);
+    relaxed_leave(t, &rx);
 }
 
 /* Launch l timed by sample s (owned); s goes PENDING, or back to FREE when
  * the events could not be used, the stream's capture status could not be
  * read (the launch goes untimed), or the stream is capturing a graph (then
  * *captured: the launch was recorded into the graph and does not run now,
- * and no event is recorded into the capture). Returns the launch's result. */
+ * and no event is recorded into the capture). The thread comes in the
+ * relaxed capture mode of rx, if at all: whether the stream is idle is asked
+ * there (cuStreamQuery: a start event recorded on an idle stream runs at
+ * once, and the card then waits for the kernel's submission, which the span
+ * holds; without cuStreamQuery the span is taken whole), and the events and
+ * the launch go in the thread's own mode. Returns the launch's result. */
 static CUresult sample_launch(struct thr *t, struct thr_sample *s,
                               const struct egpu__vcuda_launch *l, CUcontext ctx,
                               const struct thr_admit *a, uint64_t issued, uint64_t now,
-                              bool *captured)
+                              struct thr_relaxed *rx, bool *captured)
 {
     /* A _ptsz launch on stream 0 runs on the thread's default stream: time it
      * there, never on the legacy stream, which would synchronise the others. */
@@ -809,7 +941,8 @@ static CUresult sample_launch(struct thr *t, struct thr_sample *s,
         s->ctx = ctx;
         s->card = a->card;
     }
-    s->gap_seen = stream_idle(t, stream);
+    s->gap_seen = t->fns.stream_query && t->fns.stream_query(stream) == CUDA_SUCCESS;
+    relaxed_leave(t, rx);
     s->host_ns = t->clock();
     if (t->fns.event_record(s->start, stream) != CUDA_SUCCESS) {
         sample_drop_events(t, s);
@@ -840,6 +973,7 @@ static CUresult sample_launch(struct thr *t, struct thr_sample *s,
     return rc;
 
 unsampled:
+    relaxed_leave(t, rx);
     atomic_store_explicit(&s->state, SAMPLE_FREE, memory_order_release);
     return l->launch(l);
 }
@@ -991,7 +1125,7 @@ static uint64_t queue_extend(struct thr *t, struct thr_card *pc, int card, CUstr
  * one per class every THR_CLEAR_NS, which keeps the minimum filter fed with
  * spans that hold no one else's work. */
 static CUresult thr_issue(struct thr *t, const struct egpu__vcuda_launch *l, CUcontext ctx,
-                          const struct thr_admit *a, uint64_t now)
+                          bool ctx_cached, const struct thr_admit *a, uint64_t now)
 {
     struct thr_card *pc = &t->pc[a->card];
     uint64_t issued =
@@ -1001,6 +1135,7 @@ static CUresult thr_issue(struct thr *t, const struct egpu__vcuda_launch *l, CUc
     uint64_t ahead = queue_extend(t, pc, a->card, l->stream, a->est_ns, now, &own);
     bool clear = ahead <= now || own;
     bool sample = a->learning || a->force_sample, captured = false;
+    struct thr_relaxed rx = {.on = false};
     struct thr_sample *s = NULL;
     CUresult rc;
 
@@ -1015,13 +1150,23 @@ static CUresult thr_issue(struct thr *t, const struct egpu__vcuda_launch *l, CUc
                             THR_CLEAR_NS)) {
         sample = true;
     }
+    if (sample && ctx_cached && !ctx_check(t, ctx))
+        sample = false; /* classified under a context that is not current */
     if (sample) {
-        thr_poll(t, now);
+        /* One relaxed window for the samples' collection and the stream's
+         * query (sample_launch leaves it before the events and the launch). */
+        if (t->fns.stream_query || any_pending(t))
+            relaxed_enter(t, &rx);
+        poll_relaxed(t, now);
         s = sample_claim(t);
     }
-    if (s)
+    if (s) {
         s->clear = clear;
-    rc = s ? sample_launch(t, s, l, ctx, a, issued, now, &captured) : l->launch(l);
+        rc = sample_launch(t, s, l, ctx, a, issued, now, &rx, &captured);
+    } else {
+        relaxed_leave(t, &rx);
+        rc = l->launch(l);
+    }
     if (rc != CUDA_SUCCESS || captured) { /* nothing runs now: give back what was charged */
         bucket_adjust(t, a->card, -(int64_t)a->charge_ns, now);
         atomic_fetch_sub_explicit(&pc->issued_ns, a->queue_ns, memory_order_relaxed);
@@ -1033,6 +1178,7 @@ static CUresult thr_issue(struct thr *t, const struct egpu__vcuda_launch *l, CUc
 struct thr_step {
     struct thr_admit a;
     CUcontext ctx;
+    bool ctx_cached;      /* ctx came from thr_tls, not from the driver */
     uint64_t queue_since; /* first wait for the queue, 0 = none yet */
     bool classified;
 };
@@ -1048,8 +1194,7 @@ static uint64_t thr_step(struct thr *t, const struct egpu__vcuda_launch *l, stru
     uint64_t wait;
 
     if (!p->classified) {
-        if (t->fns.ctx_get_current && t->fns.ctx_get_current(&p->ctx) != CUDA_SUCCESS)
-            p->ctx = NULL;
+        p->ctx_cached = thr_ctx(t, &p->ctx);
         thr_classify(t, l, p->ctx, &p->a);
         p->classified = true;
         if (p->a.card < 0) {
@@ -1081,7 +1226,7 @@ static uint64_t thr_step(struct thr *t, const struct egpu__vcuda_launch *l, stru
                                   1, memory_order_relaxed);
         return clamp_u64(wait, THR_SLEEP_MIN_NS, THR_SLEEP_MAX_NS);
     }
-    *rc = thr_issue(t, l, p->ctx, &p->a, now);
+    *rc = thr_issue(t, l, p->ctx, p->ctx_cached, &p->a, now);
     return 0;
 }
 
@@ -1285,8 +1430,8 @@ static int config_check(const struct egpu__vcuda_throttle_config *cfg)
             return -EINVAL;
         }
     }
-    if (!f->ctx_get_device || !f->event_create || !f->event_record || !f->event_query ||
-        !f->event_elapsed_time || !f->event_destroy) {
+    if (!f->ctx_get_device || !f->event_create || !f->event_record || !f->event_elapsed_time ||
+        !f->event_destroy) {
         egpu_log(EGPU_LOG_ERROR, "compute limit off: a driver entry point is missing (fns)");
         return -EINVAL;
     }
@@ -1318,6 +1463,8 @@ static int thr_open(struct thr *t, const struct egpu__vcuda_throttle_config *cfg
     atomic_flag_clear(&t->warned_queue);
     atomic_flag_clear(&t->checking);
     atomic_flag_clear(&t->warned_region);
+    atomic_flag_clear(&t->warned_ctx);
+    atomic_store(&t->ctx_epoch, atomic_fetch_add(&thr_epochs, 1) + 1);
     rc = config_check(cfg);
     if (rc)
         return rc;
@@ -1410,6 +1557,12 @@ void egpu__vcuda_throttle_stats(struct egpu__vcuda_throttle_stats *out)
     out->bucket_sleeps = atomic_load_explicit(&s->bucket_sleeps, memory_order_relaxed);
     out->queue_sleeps = atomic_load_explicit(&s->queue_sleeps, memory_order_relaxed);
     out->queue_forced = atomic_load_explicit(&s->queue_forced, memory_order_relaxed);
+    out->ctx_queries = atomic_load_explicit(&s->ctx_queries, memory_order_relaxed);
+}
+
+void egpu__vcuda_throttle_ctx_changed(void)
+{
+    thr_tls.epoch = 0;
 }
 
 void egpu__vcuda_throttle_atfork_child(void)
@@ -1417,7 +1570,9 @@ void egpu__vcuda_throttle_atfork_child(void)
     struct thr *t = &g_thr;
 
     t->pid = (int32_t)getpid();
-    atomic_flag_clear(&t->checking); /* a parent's thread may have been looking */
+    atomic_flag_clear(&t->checking);     /* a parent's thread may have been looking */
+    if (atomic_load(&t->ctx_epoch) != 0) /* the parent's contexts are not the child's */
+        atomic_store(&t->ctx_epoch, atomic_fetch_add(&thr_epochs, 1) + 1);
     memset(t->pc, 0, sizeof(t->pc));
     memset(t->samples, 0, sizeof(t->samples)); /* the parent's events are not ours */
     memset(&t->stats, 0, sizeof(t->stats));

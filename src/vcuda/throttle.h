@@ -40,15 +40,19 @@ extern "C" {
 
 /* The real driver entry points the controller uses to measure device time
  * (resolved by the interposer from the real libcuda; CUDA driver API). The
- * first six are required. The others may be NULL:
+ * first five are required (a sample is collected with cuEventElapsedTime
+ * alone, which says CUDA_ERROR_NOT_READY until both events completed). The
+ * others may be NULL:
  *   ctx_get_current (cuCtxGetCurrent): without it the controller assumes one
  *     context per device per process (it keys kernel estimates and timing
- *     events by device instead of by context);
+ *     events by device instead of by context); with it, each thread asks at
+ *     its first launch and after egpu__vcuda_throttle_ctx_changed, and
+ *     timed launches check the answer;
  *   exchange_capture_mode (cuThreadExchangeStreamCaptureMode): the
  *     controller collects its timing events in CU_STREAM_CAPTURE_MODE_RELAXED,
- *     so that its cuEventQuery never invalidates a graph capture this or
- *     another thread has going in global mode (PyTorch's default); without
- *     it, it cannot;
+ *     so that its cuEventElapsedTime and cuStreamQuery never invalidate a
+ *     graph capture this or another thread has going in global mode
+ *     (PyTorch's default); without it, it cannot;
  *   stream_is_capturing (cuStreamIsCapturing): a launch the controller
  *     would time is checked first, and a launch into a capture (recorded in
  *     a graph, not run now) is neither timed (no event is recorded into the
@@ -61,7 +65,6 @@ struct egpu__vcuda_throttle_fns {
     CUresult (*ctx_get_device)(CUdevice *dev);
     CUresult (*event_create)(CUevent *event, unsigned int flags);
     CUresult (*event_record)(CUevent event, CUstream stream);
-    CUresult (*event_query)(CUevent event);
     CUresult (*event_elapsed_time)(float *ms, CUevent start, CUevent end);
     CUresult (*event_destroy)(CUevent event);
     CUresult (*ctx_get_current)(CUcontext *ctx);                                     /* optional */
@@ -166,10 +169,22 @@ struct egpu__vcuda_throttle_stats {
     uint64_t bucket_sleeps; /* sleeps because the container was over its share */
     uint64_t queue_sleeps;  /* sleeps because too much work was queued on the device */
     uint64_t queue_forced;  /* launches let through after the queue did not drain */
+    uint64_t ctx_queries;   /* cuCtxGetCurrent calls: the thread's first launch, each launch
+                               after its context may have changed, each timed launch's
+                               check (the launches in between use the thread's cached
+                               answer) */
 };
 
 /* Copy the counters into *out (caller-owned). */
 void egpu__vcuda_throttle_stats(struct egpu__vcuda_throttle_stats *out);
+
+/* The calling thread's current context may have changed: every hooked
+ * call that can change it (cuCtxSetCurrent, cuCtxPushCurrent_v2,
+ * cuCtxPopCurrent_v2, cuCtxCreate_v2/_v3/_v4, cuCtxDestroy_v2) calls this
+ * after the real call, whatever it returned, so the thread's next launch
+ * asks the driver (cuCtxGetCurrent) instead of using the answer it cached.
+ * One thread-local store; safe before init and with throttling off. */
+void egpu__vcuda_throttle_ctx_changed(void);
 
 /* After fork, in the child: forget the parent's per-process state (kernel
  * estimates, timing events, queued work); keep the container's region. */

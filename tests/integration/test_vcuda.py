@@ -252,6 +252,9 @@ PROC_CASES = [
     ("cuCtxDestroy", 12040, 0, "cuCtxDestroy_v2"),
     ("cuDevicePrimaryCtxRetain", 11030, 0, "cuDevicePrimaryCtxRetain"),
     ("cuDevicePrimaryCtxRelease", 13000, 0, "cuDevicePrimaryCtxRelease_v2"),
+    ("cuCtxSetCurrent", 12040, 0, "cuCtxSetCurrent"),
+    ("cuCtxPushCurrent", 12040, 0, "cuCtxPushCurrent_v2"),
+    ("cuCtxPopCurrent", 13000, 0, "cuCtxPopCurrent_v2"),
     ("cuMemGetInfo", 11030, 0, "cuMemGetInfo_v2"),
     ("cuDeviceTotalMem", 12040, 0, "cuDeviceTotalMem_v2"),
     ("cuMemAlloc", 11030, 0, "cuMemAlloc_v2"),
@@ -1036,6 +1039,82 @@ def test_controller_keeps_a_global_capture_valid(world):
     assert probe.rc("sync 0") == 0
     assert probe.close() == 0
     assert log_lines(probe.stderr()) == []
+
+
+def mock_calls(probe):
+    """What the mock driver says the probe's process called: {name: calls}."""
+    a = probe("calls")
+    assert a[0] == "calls" and a[1:] != ["-"], a
+    return {k: int(v) for k, v in (f.split("=") for f in a[1:])}
+
+
+def calls_between(before, after):
+    return {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+
+
+@pytest.mark.parametrize("lookup", ["direct", "procaddr"])
+def test_throttled_launches_make_no_driver_call(world, lookup):
+    """With tokens available, a throttled launch makes no driver call of its
+    own: over 4,000 launches of a learned kernel at 50%, the driver sees the
+    4,000 launches and the timed ones' few calls (one launch in 200 here,
+    7 calls each), not a call per launch: cuCtxGetCurrent comes from the
+    thread's cache. A call added to every launch (or every few) fails it."""
+    n = 4000
+    conf = dict(core_conf(50), EGPU_MOCK_CUDA_KERNEL_NS="tiny=1")
+    probe = Probe(world, lookup=lookup, conf=conf)
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe("stream") == ["stream", "0", "0"]
+    assert probe("launchon 0 tiny 1 100")[1] == "0"  # learned
+    assert probe.rc("sync 0") == 0
+    before = mock_calls(probe)
+    assert probe(f"launchon 0 tiny 1 {n}")[1] == "0"
+    made = calls_between(before, mock_calls(probe))
+    assert made.pop("cuLaunchKernel") == n, made
+    assert sum(made.values()) <= n // 20, made
+    assert made.get("cuCtxGetCurrent", 0) <= n // 100, made
+    assert probe.close() == 0
+    assert log_lines(probe.stderr()) == []
+
+
+def buckets(world):
+    """Each card's bucket (the wall ns its charges are paid up to) in the
+    compute region (throttle.h, struct thr_region: card i at 64 + 64 i)."""
+    data = (world["dir"] / "vcuda-core.shm").read_bytes()
+    return [int.from_bytes(data[64 + 64 * i:72 + 64 * i], "little") for i in range(2)]
+
+
+def test_launches_follow_the_current_context(world):
+    """The launch path caches the thread's context and asks the driver again
+    only after a call that may change it: cuCtxSetCurrent,
+    cuCtxPushCurrent_v2 and cuCtxPopCurrent_v2 (hooked), cuCtxCreate. After
+    every switch the launches are charged to the card of the context they
+    run in, and the interposer never finds its cached context wrong (it
+    would say so at info level, and stop caching). Each launch of the 1 ms
+    kernel moves its card's bucket 2 ms at 50%; the other card's moves only
+    by the corrections of samples collected meanwhile (microseconds, once
+    the kernel is learned in both contexts)."""
+    conf = dict(core_conf(50, log_level="info"), EGPU_MOCK_CUDA_KERNEL_NS="big=1000000")
+    probe = Probe(world, conf=conf)
+    assert probe.rc("init") == 0
+    assert probe.rc("ctx 0 primary") == 0 and probe("stream") == ["stream", "0", "0"]
+    assert probe("launchon 0 big 1 6")[1] == "0" and probe.rc("sync 0") == 0  # learned
+    assert probe.rc("ctx 1 primary") == 0 and probe("stream") == ["stream", "0", "1"]
+    assert probe("launchon 1 big 1 6")[1] == "0" and probe.rc("sync 1") == 0
+    steps = [  # (switch, stream, card charged)
+        (None, "1", 1), ("push 0", "0", 0), ("pop", "1", 1), ("setctx 0", "0", 0),
+        ("setctx 1", "1", 1),
+    ]
+    for switch, stream, card in steps:
+        if switch:
+            assert probe.rc(switch) == 0, switch
+        before = buckets(world)
+        assert probe(f"launchon {stream} big 1 2")[1] == "0"
+        after = buckets(world)
+        assert after[card] - before[card] >= 2000000, (switch, before, after)
+        assert abs(after[1 - card] - before[1 - card]) < 200000, (switch, before, after)
+        assert probe.rc(f"sync {stream}") == 0
+    assert probe.close() == 0
+    assert "not hooked" not in probe.stderr(), probe.stderr()
 
 
 def truncate(path, how):

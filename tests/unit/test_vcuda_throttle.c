@@ -168,15 +168,6 @@ static CUresult sim_stream_query(CUstream s)
     return sim_now() >= p->stream_end ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-static CUresult sim_event_query(CUevent e)
-{
-    struct sim_event *ev = sim_ev(e);
-
-    if (!ev || !ev->recorded)
-        return CUDA_ERROR_INVALID_HANDLE;
-    return sim_now() >= ev->stamp ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
-}
-
 static CUresult sim_event_elapsed(float *ms, CUevent a, CUevent b)
 {
     struct sim_event *ea = sim_ev(a), *eb = sim_ev(b);
@@ -226,7 +217,6 @@ static const struct egpu__vcuda_throttle_fns sim_fns = {
     .ctx_get_device = sim_ctx_get_device,
     .event_create = sim_event_create,
     .event_record = sim_event_record,
-    .event_query = sim_event_query,
     .event_elapsed_time = sim_event_elapsed,
     .event_destroy = sim_event_destroy,
     .ctx_get_current = sim_ctx_get_current,
@@ -448,7 +438,7 @@ static void test_config_rejected(void **state)
     assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
     bad = cfg, bad.card_of_device[3] = 1; /* only card 0 exists */
     assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
-    bad = cfg, bad.fns.event_query = NULL;
+    bad = cfg, bad.fns.event_elapsed_time = NULL;
     assert_int_equal(egpu__vcuda_throttle_init(&bad), -EINVAL);
     assert_int_equal(egpu__vcuda_throttle_init(NULL), -EINVAL);
     assert_false(atomic_load(&egpu__vcuda_throttle_active));
@@ -813,15 +803,30 @@ static CUresult capture_status(CUstream stream, int *status)
     return CUDA_SUCCESS;
 }
 
-static CUresult capture_event_query(CUevent e)
+/* The controller's queries of the device's progress: made outside the
+ * relaxed mode while another thread captures in global mode, they would
+ * invalidate that capture. */
+static void capture_unsafe_call(void)
 {
     if (capture_global && capture_mode != 2)
         capture_broken = true;
-    return sim_event_query(e);
 }
 
-/* The controller's event queries never break another thread's capture, and
- * leave the thread's capture mode as they found it. */
+static CUresult capture_event_elapsed(float *ms, CUevent a, CUevent b)
+{
+    capture_unsafe_call();
+    return sim_event_elapsed(ms, a, b);
+}
+
+static CUresult capture_stream_query(CUstream s)
+{
+    capture_unsafe_call();
+    return sim_stream_query(s);
+}
+
+/* The controller's queries (cuEventElapsedTime, cuStreamQuery)
+ * never break another thread's capture, and leave the thread's capture mode
+ * as they found it. */
 static void test_capture_queries_relaxed(void **state)
 {
     struct sim_proc *p;
@@ -829,7 +834,8 @@ static void test_capture_queries_relaxed(void **state)
     (void)state;
     sim_reset();
     p = sim_add(0, 50, 0, 100, 1000, 0, SEC);
-    p->t->fns.event_query = capture_event_query;
+    p->t->fns.event_elapsed_time = capture_event_elapsed;
+    p->t->fns.stream_query = capture_stream_query;
     p->t->fns.exchange_capture_mode = capture_exchange;
     capture_global = true;
     capture_broken = false;
@@ -843,7 +849,6 @@ static void test_capture_queries_relaxed(void **state)
     sim_run(400 * MS);
     assert_true(capture_broken);
     capture_global = false;
-    p->t->fns.event_query = sim_event_query;
     sim_reset();
 }
 
@@ -1095,6 +1100,88 @@ static void test_region_truncated_live(void **state)
     free(text);
 }
 
+/* ---- The current context. ---- */
+
+static _Atomic unsigned ctx_calls;        /* cuCtxGetCurrent calls answered */
+static _Thread_local uintptr_t ctx_shift; /* moves the thread's context behind the hooks */
+
+static CUresult counting_ctx_get_current(CUcontext *ctx)
+{
+    atomic_fetch_add(&ctx_calls, 1);
+    *ctx = (CUcontext)(uintptr_t)(0x1000 + sim_cur + ctx_shift);
+    return CUDA_SUCCESS;
+}
+
+/* A launch makes no driver call for its context: the thread's context is
+ * asked for at its first launch, after a hooked call that may change it
+ * (egpu__vcuda_throttle_ctx_changed), and checked at timed launches. */
+static void test_ctx_cached(void **state)
+{
+    struct sim_proc *p;
+    CUresult rc = CUDA_ERROR_UNKNOWN;
+    unsigned calls;
+
+    (void)state;
+    sim_reset();
+    p = sim_add(0, 50, 0, 1, 1000, 0, SEC); /* 1 us kernels: one launch in 200 timed */
+    p->t->fns.ctx_get_current = counting_ctx_get_current;
+    atomic_store(&ctx_calls, 0);
+    sim_run(200 * MS);
+    calls = atomic_load(&ctx_calls);
+    assert_true(p->launches > 10000);
+    assert_true(calls >= 1 && calls * 50 < p->launches);
+    assert_true(calls <= 1 + atomic_load(&p->t->stats.sampled) + 2);
+    assert_int_equal(atomic_load(&p->t->stats.ctx_queries), calls);
+    /* A hooked call changed it: the next launch asks, once. */
+    egpu__vcuda_throttle_ctx_changed();
+    memset(&p->step, 0, sizeof(p->step));
+    assert_int_equal(thr_step(p->t, &p->l, &p->step, sim.now, &rc), 0);
+    assert_int_equal(rc, CUDA_SUCCESS);
+    assert_false(p->step.ctx_cached);
+    assert_int_equal(atomic_load(&ctx_calls), calls + 1);
+    memset(&p->step, 0, sizeof(p->step));
+    assert_int_equal(thr_step(p->t, &p->l, &p->step, sim.now, &rc), 0);
+    assert_true(p->step.ctx_cached);
+    sim_reset();
+}
+
+/* A context changed by a call that is not hooked is caught at the next
+ * timed launch: logged once, and from then on every launch asks. */
+static void test_ctx_changed_behind_hooks(void **state)
+{
+    struct sim_proc *p;
+    uint64_t launches;
+    unsigned calls;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&text, &len);
+
+    (void)state;
+    assert_non_null(log);
+    sim_reset();
+    p = sim_add(0, 50, 0, 1, 1000, 0, SEC);
+    p->t->fns.ctx_get_current = counting_ctx_get_current;
+    sim_run(100 * MS);
+    assert_int_not_equal(atomic_load(&p->t->ctx_epoch), 0);
+    egpu_log_set_stream(log);
+    egpu_log_level = EGPU_LOG_INFO;
+    ctx_shift = 0x100; /* another context, and no egpu__vcuda_throttle_ctx_changed */
+    sim_run(150 * MS); /* past a timed launch */
+    assert_int_equal(atomic_load(&p->t->ctx_epoch), 0);
+    launches = p->launches;
+    calls = atomic_load(&ctx_calls);
+    sim_run(200 * MS);
+    assert_true(atomic_load(&ctx_calls) - calls >= p->launches - launches);
+    ctx_shift = 0;
+    sim_reset();
+    egpu_log_level = EGPU_LOG_ERROR;
+    egpu_log_set_stream(NULL);
+    fclose(log);
+    assert_non_null(strstr(text, "current context changed by a call that is not hooked"));
+    assert_int_equal(count_lines(text), 1);
+    free(text);
+}
+
 /* ---- Real time: threads and fork through the public interface. ---- */
 
 struct rt_arg {
@@ -1205,6 +1292,7 @@ static void test_realtime_fork(void **state)
         bad |= g_thr.pid != (int32_t)getpid();
         for (int i = 0; i < 20; i++)
             bad |= egpu__vcuda_throttle_launch(&sim.p[0].l) != CUDA_SUCCESS;
+        bad |= atomic_load(&g_thr.stats.ctx_queries) == 0; /* its context is asked for afresh */
         _exit(bad ? 1 : 0);
     }
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -1267,7 +1355,6 @@ static bool mock_open(struct mock *m)
     SYM(fns.ctx_get_current, "cuCtxGetCurrent");
     SYM(fns.event_create, "cuEventCreate");
     SYM(fns.event_record, "cuEventRecord");
-    SYM(fns.event_query, "cuEventQuery");
     SYM(fns.event_elapsed_time, "cuEventElapsedTime");
     SYM(fns.event_destroy, "cuEventDestroy_v2");
     SYM(fns.stream_query, "cuStreamQuery");
@@ -1275,8 +1362,8 @@ static bool mock_open(struct mock *m)
     return m->init && m->device_get && m->retain && m->set_current && m->module_load &&
            m->get_function && m->stream_create && m->stream_sync && m->launch &&
            m->fns.ctx_get_device && m->fns.ctx_get_current && m->fns.event_create &&
-           m->fns.event_record && m->fns.event_query && m->fns.stream_query &&
-           m->fns.event_elapsed_time && m->fns.event_destroy;
+           m->fns.event_record && m->fns.stream_query && m->fns.event_elapsed_time &&
+           m->fns.event_destroy;
 }
 
 struct mock_launch {
@@ -1370,6 +1457,8 @@ int main(void)
         cmocka_unit_test(test_per_thread_stream),
         cmocka_unit_test(test_capture_queries_relaxed),
         cmocka_unit_test(test_capture_launch_not_charged),
+        cmocka_unit_test(test_ctx_cached),
+        cmocka_unit_test(test_ctx_changed_behind_hooks),
         cmocka_unit_test(test_region_file),
         cmocka_unit_test(test_region_planted),
         cmocka_unit_test(test_region_truncated_live),

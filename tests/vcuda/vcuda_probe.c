@@ -15,6 +15,11 @@
  *
  *   init                        cuInit(0)                  -> init <rc>
  *   ctx <dev> primary|v2|v3|v4  make a context current     -> ctx <rc>
+ *   setctx <i> | push <i> | pop cuCtxSetCurrent or cuCtxPushCurrent_v2 of the i-th
+ *                               context "ctx" made (0, 1, ...), or cuCtxPopCurrent_v2
+ *                               -> setctx|push|pop <rc>
+ *   calls                       the mock driver's call counts of this process
+ *                               (egpu_mock_calls_at) -> calls <name>=<n> ... ("-": none)
  *   ctxdestroy                  destroy (or release) the newest context made,
  *                               the one before it becomes current -> ctxdestroy <rc>
  *   alloc <path> <bytes>        one allocation             -> alloc <rc> <id> <pitch>
@@ -118,6 +123,8 @@ struct api {
     __typeof__(cuCtxCreate_v4) *ctx_create_v4;
     __typeof__(cuCtxDestroy_v2) *ctx_destroy;
     __typeof__(cuCtxSetCurrent) *ctx_set_current;
+    __typeof__(cuCtxPushCurrent_v2) *ctx_push;
+    __typeof__(cuCtxPopCurrent_v2) *ctx_pop;
     __typeof__(cuDevicePrimaryCtxRetain) *primary_retain;
     __typeof__(cuDevicePrimaryCtxRelease_v2) *primary_release;
     __typeof__(cuMemGetInfo_v2) *mem_get_info;
@@ -187,6 +194,8 @@ static const struct row rows[] = {
     ROW(ctx_create_v4, "cuCtxCreate_v4", NULL, 0),
     ROW(ctx_destroy, "cuCtxDestroy_v2", "cuCtxDestroy", 0),
     ROW(ctx_set_current, "cuCtxSetCurrent", "cuCtxSetCurrent", 0),
+    ROW(ctx_push, "cuCtxPushCurrent_v2", "cuCtxPushCurrent", 0),
+    ROW(ctx_pop, "cuCtxPopCurrent_v2", "cuCtxPopCurrent", 0),
     ROW(primary_retain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 0),
     ROW(primary_release, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 0),
     ROW(mem_get_info, "cuMemGetInfo_v2", "cuMemGetInfo", 0),
@@ -259,6 +268,9 @@ struct made_ctx {
 
 static struct made_ctx ctxs[16];
 static int nctx;
+static CUcontext cur_ctx;        /* the current context, as the probe made it */
+static CUcontext pushed_ctx[16]; /* the contexts "push" put cur_ctx over */
+static int npushed;
 static CUdevice ctx_dev; /* the device of the newest context */
 static CUmemoryPool pool;
 
@@ -274,6 +286,8 @@ static void load_direct(void)
         cuCtxCreate_v4,
         cuCtxDestroy_v2,
         cuCtxSetCurrent,
+        cuCtxPushCurrent_v2,
+        cuCtxPopCurrent_v2,
         cuDevicePrimaryCtxRetain,
         cuDevicePrimaryCtxRelease_v2,
         cuMemGetInfo_v2,
@@ -549,7 +563,39 @@ static CUresult make_ctx(int dev, const char *how)
     ctxs[nctx++] = (struct made_ctx){ctx, strcmp(how, "primary") == 0, d};
     ctx_dev = d;
     pool = NULL;
-    return api.ctx_set_current(ctx);
+    r = api.ctx_set_current(ctx);
+    if (r == CUDA_SUCCESS)
+        cur_ctx = ctx;
+    return r;
+}
+
+/* "setctx i" (cuCtxSetCurrent), "push i" (cuCtxPushCurrent_v2): context i
+ * of those "ctx" made becomes current; "pop" (cuCtxPopCurrent_v2): the one
+ * under it. The probe's kernels and streams follow (kernel_fn). */
+static CUresult switch_ctx(const char *how, const char *arg)
+{
+    long i = strtol(arg, NULL, 10);
+    CUcontext popped = NULL;
+    CUresult r;
+
+    if (strcmp(how, "pop") == 0) {
+        r = api.ctx_pop(&popped);
+        if (r == CUDA_SUCCESS)
+            cur_ctx = npushed > 0 ? pushed_ctx[--npushed] : NULL;
+        return r;
+    }
+    if (i < 0 || i >= nctx || npushed == (int)(sizeof(pushed_ctx) / sizeof(pushed_ctx[0])))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (strcmp(how, "push") == 0) {
+        r = api.ctx_push(ctxs[i].ctx);
+        if (r == CUDA_SUCCESS)
+            pushed_ctx[npushed++] = cur_ctx;
+    } else {
+        r = api.ctx_set_current(ctxs[i].ctx);
+    }
+    if (r == CUDA_SUCCESS)
+        cur_ctx = ctxs[i].ctx;
+    return r;
 }
 
 static CUresult destroy_ctx(void)
@@ -564,9 +610,12 @@ static CUresult destroy_ctx(void)
     if (r == CUDA_SUCCESS) {
         nctx--;
         pool = NULL;
+        cur_ctx = NULL;
         if (nctx > 0) {
             ctx_dev = ctxs[nctx - 1].dev;
             r = api.ctx_set_current(ctxs[nctx - 1].ctx);
+            if (r == CUDA_SUCCESS)
+                cur_ctx = ctxs[nctx - 1].ctx;
         }
     }
     return r;
@@ -638,6 +687,7 @@ static CUgraphExec exec; /* from instantiate */
 
 static struct {
     char name[64];
+    CUcontext ctx; /* the context current when it was loaded (cur_ctx) */
     CUfunction fn;
 } kernels[KERNELS_MAX];
 
@@ -663,7 +713,7 @@ static CUresult kernel_fn(const char *name, CUfunction *fn)
     int i;
 
     for (i = 0; i < KERNELS_MAX && kernels[i].fn != NULL; i++) {
-        if (strcmp(kernels[i].name, name) == 0) {
+        if (strcmp(kernels[i].name, name) == 0 && kernels[i].ctx == cur_ctx) {
             *fn = kernels[i].fn;
             return CUDA_SUCCESS;
         }
@@ -675,9 +725,32 @@ static CUresult kernel_fn(const char *name, CUfunction *fn)
         r = api.module_get_function(fn, mod, name);
     if (r == CUDA_SUCCESS) {
         snprintf(kernels[i].name, sizeof(kernels[i].name), "%s", name);
+        kernels[i].ctx = cur_ctx;
         kernels[i].fn = *fn;
     }
     return r;
+}
+
+/* "calls": the mock driver's count of every entry point this process
+ * called (tests/mock/cuda_mock.h), "calls <name>=<n>...", or "calls -"
+ * when the driver keeps none. The names are looked up in the driver as
+ * loaded (the interposer's dlsym passes them through). */
+static void mock_calls(void)
+{
+    const char *(*at)(unsigned, uint64_t *);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    const char *name;
+    uint64_t n;
+
+    *(void **)&at = h ? dlsym(h, "egpu_mock_calls_at") : NULL;
+    printf("calls");
+    if (at == NULL)
+        printf(" -");
+    for (unsigned i = 0; at && (name = at(i, &n)) != NULL; i++)
+        printf(" %s=%" PRIu64, name, n);
+    printf("\n");
+    if (h != NULL)
+        dlclose(h); /* RTLD_NOLOAD took a reference */
 }
 
 static uint64_t now_us(void)
@@ -996,6 +1069,11 @@ static void run(FILE *in)
             printf("init %d\n", api.init(0));
         } else if (strcmp(cmd, "ctx") == 0) {
             printf("ctx %d\n", make_ctx((int)strtol(a1, NULL, 10), a2));
+        } else if (strcmp(cmd, "setctx") == 0 || strcmp(cmd, "push") == 0 ||
+                   strcmp(cmd, "pop") == 0) {
+            printf("%s %d\n", cmd, switch_ctx(cmd, a1));
+        } else if (strcmp(cmd, "calls") == 0) {
+            mock_calls();
         } else if (strcmp(cmd, "ctxdestroy") == 0) {
             printf("ctxdestroy %d\n", destroy_ctx());
         } else if (strcmp(cmd, "alloc") == 0) {
