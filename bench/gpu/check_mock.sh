@@ -8,7 +8,8 @@
 #   VCUDA    libegpu-vcuda.so
 # What must hold: bench_gpu_mem passes every check (the mock is exact; the SIGKILL target is
 # relaxed to 30 s for a loaded CI machine); bench_gpu_compute and bench_gpu_overhead print a
-# figure for every row. Their targets are timing figures, not asserted here (STYLE: speed
+# figure for every row; the interposed workers' controllers made no driver call per launch
+# (their line at exit: issue 15). Their targets are timing figures, not asserted here (STYLE: speed
 # targets are for benchmarks, never timed tests).
 set -u
 bindir=$1
@@ -67,6 +68,10 @@ cat "$work/overhead.out"
 n=$(grep -cE '^(driver|interposer).* +[0-9]+\.[0-9] ' "$work/overhead.out")
 [ "$n" -eq 8 ] || fail "bench_gpu_overhead: $n of 8 rows have figures"
 grep -q 'FAIL' "$work/overhead.out" && fail "bench_gpu_overhead: a configuration failed"
+# With tokens available a launch makes no driver call of its own (issue 15): the controller
+# asks for the thread's context once, then at its timed launches only.
+grep -qE '^controller, core 50%: per launch [0-9.]+ timed, 0\.0[0-9]+ context queries' \
+    "$work/overhead.out" || fail "bench_gpu_overhead: no controller line, or a context query per launch"
 
 echo "== bench_gpu_tiny"
 # A 4 us launch call, as a real driver's, and 1 us kernels: the driver's loop keeps the card
@@ -80,6 +85,9 @@ cat "$work/tiny.out"
 n=$(grep -cE '^(driver|interposer).* +[0-9]+ +[0-9]+\.[0-9]% +[0-9]+ +[0-9]+\.[0-9]%' "$work/tiny.out")
 [ "$n" -eq 3 ] || fail "bench_gpu_tiny: $n of 3 rows have figures"
 n=$(grep -cE '^(cu|clock_gettime).* +[0-9]+\.[0-9]$' "$work/tiny.out")
-[ "$n" -eq 8 ] || fail "bench_gpu_tiny: $n of 8 driver calls timed"
+[ "$n" -eq 10 ] || fail "bench_gpu_tiny: $n of 10 driver calls timed"
 grep -q 'FAIL' "$work/tiny.out" && fail "bench_gpu_tiny: a configuration failed"
+n=$(grep -cE '^controller, core [35]0%: per launch [0-9.]+ timed, 0\.0[0-9]+ context queries' \
+    "$work/tiny.out")
+[ "$n" -eq 2 ] || fail "bench_gpu_tiny: $n of 2 controller lines without a context query per launch"
 exit $status

@@ -19,6 +19,11 @@
  * Instructions: perf_event_open(PERF_COUNT_HW_INSTRUCTIONS, user space only) around the same
  * loops, the calling thread only; "n/a" with the reason when the kernel refuses it.
  * Target (issue 5): under 100 ns added per launch when not throttled; exits 1 when missed.
+ * The core-50% workers run with EGPU_VCUDA_LOG_LEVEL=info and their stderr in a file, where
+ * the interposer says at exit what its compute controller did; the line "controller, core
+ * 50%" gives it per launch: launches timed with events, context queries (cuCtxGetCurrent),
+ * waits, and the driver calls made besides the launches (issue 15: none per launch with
+ * tokens available, about 8 per timed launch).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -38,6 +43,7 @@
 
 struct options {
     const char *vcuda;
+    const char *err; /* worker: its stderr goes to this file (--err) */
     int device;
     uint64_t rounds, batches, batch, pace_us, allocs, alloc_reps, alloc_kib, limit_mib;
     enum gpubench_lookup lookup;
@@ -47,7 +53,10 @@ struct options {
 /* Figures of one worker run; -1 = not measured. */
 struct figures {
     double launch_ns, launch_instr, alloc_ns, alloc_instr, free_ns, free_instr;
+    double launch_pmu[GPUBENCH_PMU_EVENTS]; /* per launch: cycles, cache and TLB misses */
 };
+
+#define NFIGS (6 + GPUBENCH_PMU_EVENTS)
 
 /* ---- Worker ---- */
 
@@ -55,6 +64,8 @@ static int worker_main(const struct options *o)
 {
     struct gpubench_cuda cu;
     struct gpubench_icount ic;
+    struct gpubench_pmu pmu;
+    double pmu_sum[GPUBENCH_PMU_EVENTS] = {0};
     CUdevice dev;
     CUcontext ctx;
     CUmodule module;
@@ -71,6 +82,10 @@ static int worker_main(const struct options *o)
     CUresult rc;
     const size_t bytes = o->alloc_kib * 1024;
 
+    if (o->err != NULL && gpubench_stderr_to(o->err) != 0) {
+        gpubench_reply("err --err %s: cannot write it", o->err);
+        return 1;
+    }
     if (gpubench_cuda_open(&cu, o->lookup, why, sizeof(why)) != 0 ||
         gpubench_cuda_attach(&cu, o->device, &dev, &ctx, why, sizeof(why)) != 0 ||
         gpubench_module_load(&cu, &module, &ptx, why, sizeof(why)) != 0) {
@@ -93,13 +108,16 @@ static int worker_main(const struct options *o)
         return 1;
     }
     gpubench_icount_open(&ic);
+    gpubench_pmu_open(&pmu);
 
     /* Launches; batch -1 warms up (module load, first launch) and is not counted. */
     for (int64_t bi = -1; bi < (int64_t)o->batches; bi++) {
+        double counts[GPUBENCH_PMU_EVENTS];
         uint64_t t0, t1;
         int64_t n;
 
         gpubench_icount_start(&ic);
+        gpubench_pmu_start(&pmu);
         t0 = gpubench_now_ns();
         for (uint64_t i = 0; i < o->batch; i++) {
             rc = cu.launch_kernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL);
@@ -107,6 +125,7 @@ static int worker_main(const struct options *o)
                 break;
         }
         t1 = gpubench_now_ns();
+        gpubench_pmu_stop(&pmu, counts);
         n = gpubench_icount_stop(&ic);
         if (rc == CUDA_SUCCESS)
             rc = cu.stream_synchronize(stream);
@@ -122,6 +141,8 @@ static int worker_main(const struct options *o)
             } else {
                 instr_launch = -1;
             }
+            for (int k = 0; k < GPUBENCH_PMU_EVENTS; k++)
+                pmu_sum[k] = counts[k] >= 0 && pmu_sum[k] >= 0 ? pmu_sum[k] + counts[k] : -1;
         }
         gpubench_sleep_until(gpubench_now_ns() + o->pace_us * 1000u);
     }
@@ -169,15 +190,19 @@ static int worker_main(const struct options *o)
             }
         }
     }
+    for (int k = 0; k < GPUBENCH_PMU_EVENTS; k++)
+        pmu_sum[k] = pmu_sum[k] >= 0 ? pmu_sum[k] / (double)(o->batches * o->batch) : -1;
+    gpubench_pmu_close(&pmu);
     gpubench_reply(
         "ok launch_ns=%.1f launch_instr=%.1f alloc_ns=%.1f alloc_instr=%.1f free_ns=%.1f "
-        "free_instr=%.1f ptx=%s",
+        "free_instr=%.1f pmu0=%.2f pmu1=%.2f pmu2=%.2f pmu3=%.2f pmu4=%.2f ptx=%s",
         gpubench_median(per_batch, o->batches),
         instr_launch >= 0 && counted_launches ? (double)instr_launch / counted_launches : -1.0,
         gpubench_median(per_alloc, o->alloc_reps),
         instr_alloc >= 0 && counted_allocs ? (double)instr_alloc / counted_allocs : -1.0,
         gpubench_median(per_free, o->alloc_reps),
-        instr_free >= 0 && counted_allocs ? (double)instr_free / counted_allocs : -1.0, ptx);
+        instr_free >= 0 && counted_allocs ? (double)instr_free / counted_allocs : -1.0, pmu_sum[0],
+        pmu_sum[1], pmu_sum[2], pmu_sum[3], pmu_sum[4], ptx);
     gpubench_icount_close(&ic);
     (void)cu.stream_destroy(stream); /* exiting */
     (void)cu.module_unload(module);  /* exiting */
@@ -198,11 +223,13 @@ static const char *const config_names[NCONFIGS] = {
     "interposer, core 50% (tokens)",
 };
 
+/* Run configuration cfg once into *f; for the core-50% one, add what its controller did
+ * to *stats. Returns 0, or -errno with the reason in line. */
 static int run_config(const struct options *o, const char *vcuda, int cfg, struct figures *f,
-                      char *line, size_t len)
+                      struct gpubench_vcuda_stats *stats, char *line, size_t len)
 {
     char dev[16], batches[24], batch[24], pace[24], allocs[24], reps[24], kib[24];
-    char preload[4200], dirv[4200], limit[64], dir[4096] = "";
+    char preload[4200], dirv[4200], limit[64], dir[4096] = "", err[4200];
     const char *set[6] = {NULL};
     char *argv[] = {"bench_gpu_overhead",
                     "--worker",
@@ -223,6 +250,8 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
                     reps,
                     "--alloc-kib",
                     kib,
+                    NULL, /* "--err", err for the core-50% configuration */
+                    NULL,
                     NULL};
     int rc;
 
@@ -249,9 +278,15 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
         } else if (cfg == 3) {
             set[2] = "EGPU_VCUDA_CORE=50";
             set[3] = "EGPU_VCUDA_CORE_LIMIT=50";
+            set[4] = "EGPU_VCUDA_LOG_LEVEL=info"; /* the controller's line at exit */
+            snprintf(err, sizeof(err), "%s/worker.err", dir);
+            argv[sizeof(argv) / sizeof(argv[0]) - 3] = "--err";
+            argv[sizeof(argv) / sizeof(argv[0]) - 2] = err;
         }
     }
     rc = gpubench_worker_once(argv, set, STARTUP_MS + RUN_MS, EXIT_MS, line, len);
+    if (cfg == 3 && gpubench_vcuda_stats_add(err, stats) != 0)
+        fprintf(stderr, "bench_gpu_overhead: %s holds no line of the controller at exit\n", err);
     if (dir[0] != '\0')
         gpubench_tmpdir_remove(dir);
     if (rc != 0)
@@ -263,6 +298,13 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
         gpubench_kv_f64(line, "free_ns", &f->free_ns) != 0 ||
         gpubench_kv_f64(line, "free_instr", &f->free_instr) != 0)
         return -EIO;
+    for (int k = 0; k < GPUBENCH_PMU_EVENTS; k++) {
+        char key[8];
+
+        snprintf(key, sizeof(key), "pmu%d", k);
+        if (gpubench_kv_f64(line, key, &f->launch_pmu[k]) != 0)
+            return -EIO;
+    }
     return 0;
 }
 
@@ -324,6 +366,8 @@ static int parse_args(int argc, char **argv, struct options *o)
             o->worker = true;
         else if (strcmp(a, "--vcuda") == 0)
             o->vcuda = val;
+        else if (strcmp(a, "--err") == 0)
+            o->err = val;
         else if (strcmp(a, "--device") == 0 && gpubench_parse_u64(val, 0, 63, &v) == 0)
             o->device = (int)v;
         else if (strcmp(a, "--lookup") == 0 && gpubench_lookup_parse(val, &o->lookup) == 0)
@@ -336,13 +380,15 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 int main(int argc, char **argv)
 {
-    static double samples[NCONFIGS][6][MAX_ROUNDS];
+    static double samples[NCONFIGS][NFIGS][MAX_ROUNDS];
     struct options o;
     struct figures med[NCONFIGS];
     const char *vcuda;
     char why[512], line[512];
     unsigned got[NCONFIGS] = {0};
+    struct gpubench_vcuda_stats stats = {0};
     struct gpubench_icount ic;
+    struct gpubench_pmu pmu;
     int missed = 0, failed = 0;
 
     if (parse_args(argc, argv, &o) != 0)
@@ -366,11 +412,15 @@ int main(int argc, char **argv)
     if (ic.fd < 0)
         printf("instructions: n/a (%s)\n", ic.why);
     gpubench_icount_close(&ic);
+    gpubench_pmu_open(&pmu);
+    if (pmu.why[0] != '\0')
+        printf("hardware counters: %s\n", pmu.why);
+    gpubench_pmu_close(&pmu);
     for (uint64_t r = 0; r < o.rounds; r++) {
         for (int cfg = 0; cfg < NCONFIGS; cfg++) {
             struct figures f;
 
-            if (run_config(&o, vcuda, cfg, &f, line, sizeof(line)) != 0) {
+            if (run_config(&o, vcuda, cfg, &f, &stats, line, sizeof(line)) != 0) {
                 printf("%s, round %" PRIu64 ": FAIL %s\n", config_names[cfg], r + 1, line);
                 failed++;
                 continue;
@@ -381,15 +431,18 @@ int main(int argc, char **argv)
             samples[cfg][3][got[cfg]] = f.alloc_instr;
             samples[cfg][4][got[cfg]] = f.free_ns;
             samples[cfg][5][got[cfg]] = f.free_instr;
+            for (int k = 0; k < GPUBENCH_PMU_EVENTS; k++)
+                samples[cfg][6 + k][got[cfg]] = f.launch_pmu[k];
             got[cfg]++;
         }
     }
     for (int cfg = 0; cfg < NCONFIGS; cfg++) {
-        double m[6];
+        double m[NFIGS];
 
-        for (int k = 0; k < 6; k++)
+        for (int k = 0; k < NFIGS; k++)
             m[k] = gpubench_median(samples[cfg][k], got[cfg]);
-        med[cfg] = (struct figures){m[0], m[1], m[2], m[3], m[4], m[5]};
+        med[cfg] = (struct figures){m[0], m[1], m[2], m[3], m[4], m[5], {0}};
+        memcpy(med[cfg].launch_pmu, m + 6, sizeof(med[cfg].launch_pmu));
     }
 
     printf("\n%-30s %9s %8s %9s %8s\n", "cuLaunchKernel", "ns", "added", "instr", "added");
@@ -407,6 +460,21 @@ int main(int argc, char **argv)
         }
         printf("\n");
     }
+    /* What the CPU spends per launch beyond instructions: stalls show as cycles, their causes
+     * as cache and TLB misses (rows indented: not the ns rows above). */
+    printf("\n%-32s", "cuLaunchKernel, per launch");
+    for (int k = 0; k < GPUBENCH_PMU_EVENTS; k++)
+        printf(" %9s %8s", gpubench_pmu_names[k], "added");
+    printf("\n");
+    for (int cfg = 0; cfg < NCONFIGS; cfg++) {
+        printf("  %-30s", config_names[cfg]);
+        for (int k = 0; k < GPUBENCH_PMU_EVENTS && got[cfg] > 0; k++)
+            print_cell(med[cfg].launch_pmu[k], med[0].launch_pmu[k], cfg == 0);
+        printf("%s\n", got[cfg] > 0 ? "" : " no figures");
+    }
+    /* Every launch of a worker goes through the controller: the warm-up batch too. */
+    gpubench_vcuda_stats_print("core 50%", &stats,
+                               (double)got[3] * (double)(o.batches + 1) * (double)o.batch);
     printf("\n%-30s %9s %8s %9s %8s %9s %8s %9s %8s\n", "cuMemAlloc_v2 / cuMemFree_v2", "alloc ns",
            "added", "instr", "added", "free ns", "added", "instr", "added");
     for (int cfg = 0; cfg < NCONFIGS; cfg++) {

@@ -19,11 +19,19 @@
  * the driver's speed while the driver's busy share is below its limit; exits 1 when one misses.
  *
  * Driver call costs. The driver's worker also times, over --calls calls each, the calls a timed
- * launch adds (cuStreamQuery, cuEventRecord, cuEventQuery, cuStreamIsCapturing,
- * cuThreadExchangeStreamCaptureMode) and those every throttled launch makes (cuCtxGetCurrent,
- * clock_gettime of CLOCK_MONOTONIC and CLOCK_MONOTONIC_COARSE), so the added ns per launch of
- * bench_gpu_overhead can be taken apart: a system call behind a clock read, or a driver call
- * that takes a lock, shows here.
+ * launch makes (cuStreamQuery, cuEventRecord, cuEventElapsedTime, cuStreamIsCapturing,
+ * cuThreadExchangeStreamCaptureMode, cuCtxGetCurrent; cuEventQuery, which it made before issue
+ * 15), the one a new kernel class makes (cuCtxGetDevice), and the clocks every throttled launch
+ * reads (clock_gettime of CLOCK_MONOTONIC and CLOCK_MONOTONIC_COARSE), so the added ns per launch
+ * of bench_gpu_overhead can be taken apart: a system call behind a clock read, or a driver call
+ * that takes a lock, shows here. They are the figures the mock driver's "real" latencies model
+ * (EGPU_MOCK_CUDA_CALL_NS, tests/mock/cuda_mock.c).
+ *
+ * What the controller did. The interposed workers run with EGPU_VCUDA_LOG_LEVEL=info and their
+ * stderr in a file, where the interposer says at exit what its compute controller did; the
+ * lines "controller, core 30%" and "core 50%" give it per launch: launches timed, context
+ * queries, first tries refused on the coarse clock, waits, and the driver calls made besides
+ * the launches.
  */
 #define _GNU_SOURCE /* CLOCK_MONOTONIC_COARSE */
 #include <dlfcn.h>
@@ -41,11 +49,12 @@
 #define EXIT_MS    30000
 #define MAX_ROUNDS 15
 #define NCONFIGS   3
-#define NCALLS     8
+#define NCALLS     10
 #define CALIB_N    1000
 
 struct options {
     const char *vcuda;
+    const char *err; /* worker: its stderr goes to this file (--err) */
     int device;
     uint64_t rounds, launches, host_us, calls;
     enum gpubench_lookup lookup;
@@ -68,6 +77,8 @@ static const char *const call_names[NCALLS] = {
     "cuStreamQuery (idle stream)",
     "cuEventRecord",
     "cuEventQuery (done)",
+    "cuEventElapsedTime (done)",
+    "cuCtxGetDevice",
 };
 
 static void spin_until(uint64_t t_ns)
@@ -86,6 +97,7 @@ struct calls {
     CUresult (*exchange_capture_mode)(CUstreamCaptureMode *mode);
     CUresult (*stream_query)(CUstream stream);
     CUresult (*event_query)(CUevent event);
+    CUresult (*ctx_get_device)(CUdevice *dev);
 };
 
 static void *sym(void *lib, const char *name)
@@ -93,12 +105,14 @@ static void *sym(void *lib, const char *name)
     return dlsym(lib, name);
 }
 
-/* ns per call of call number which, over n calls (stream idle, events recorded). */
+/* ns per call of call number which, over n calls (stream idle, events ev and ev1 recorded). */
 static double time_call(const struct gpubench_cuda *cu, const struct calls *c, int which,
-                        CUstream stream, CUevent ev, uint64_t n)
+                        CUstream stream, CUevent ev, CUevent ev1, uint64_t n)
 {
     struct timespec ts;
     CUcontext ctx;
+    CUdevice dev;
+    float ms;
     CUstreamCaptureStatus st;
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     uint64_t t0, t1;
@@ -106,10 +120,11 @@ static double time_call(const struct gpubench_cuda *cu, const struct calls *c, i
 
     if ((which == 0 && !c->ctx_get_current) || (which == 3 && !c->stream_is_capturing) ||
         (which == 4 && !c->exchange_capture_mode) || (which == 5 && !c->stream_query) ||
-        (which == 7 && !c->event_query))
+        (which == 7 && !c->event_query) || (which == 9 && !c->ctx_get_device))
         return -1;
-    if (which == 7 &&
-        (cu->event_record(ev, stream) != CUDA_SUCCESS || cu->event_synchronize(ev) != CUDA_SUCCESS))
+    if ((which == 7 || which == 8) && (cu->event_record(ev, stream) != CUDA_SUCCESS ||
+                                       cu->event_record(ev1, stream) != CUDA_SUCCESS ||
+                                       cu->event_synchronize(ev1) != CUDA_SUCCESS))
         return -1;
     t0 = gpubench_now_ns();
     for (uint64_t i = 0; i < n && rc == CUDA_SUCCESS; i++) {
@@ -136,8 +151,14 @@ static double time_call(const struct gpubench_cuda *cu, const struct calls *c, i
         case 6:
             rc = cu->event_record(ev, stream);
             break;
-        default:
+        case 7:
             rc = c->event_query(ev);
+            break;
+        case 8:
+            rc = cu->event_elapsed_time(&ms, ev, ev1);
+            break;
+        default:
+            rc = c->ctx_get_device(&dev);
             break;
         }
     }
@@ -162,9 +183,13 @@ static int worker_main(const struct options *o)
     void *params[] = {&cycles};
     uint64_t t0 = 0, t1, in_launch = 0;
     const char *ptx;
-    char why[256];
+    char why[256], kv[16 * NCALLS] = "";
     CUresult rc;
 
+    if (o->err != NULL && gpubench_stderr_to(o->err) != 0) {
+        gpubench_reply("err --err %s: cannot write it", o->err);
+        return 1;
+    }
     if (gpubench_cuda_open(&cu, o->lookup, why, sizeof(why)) != 0 ||
         gpubench_cuda_attach(&cu, o->device, &dev, &ctx, why, sizeof(why)) != 0 ||
         gpubench_module_load(&cu, &module, &ptx, why, sizeof(why)) != 0) {
@@ -216,8 +241,9 @@ static int worker_main(const struct options *o)
             (CUresult(*)(CUstreamCaptureMode *))sym(cu.lib, "cuThreadExchangeStreamCaptureMode");
         c.stream_query = (CUresult(*)(CUstream))sym(cu.lib, "cuStreamQuery");
         c.event_query = (CUresult(*)(CUevent))sym(cu.lib, "cuEventQuery");
+        c.ctx_get_device = (CUresult(*)(CUdevice *))sym(cu.lib, "cuCtxGetDevice");
         for (int i = 0; i < NCALLS; i++)
-            f.call_ns[i] = time_call(&cu, &c, i, stream, ev0, o->calls);
+            f.call_ns[i] = time_call(&cu, &c, i, stream, ev0, ev1, o->calls);
     }
 
     /* The loop; its first 1% warms up (the class is learned) and is not timed. */
@@ -246,11 +272,13 @@ static int worker_main(const struct options *o)
     }
     f.launches_per_s = (double)o->launches * 1e9 / (double)(t1 - t0);
     f.launch_call_ns = (double)in_launch / (double)o->launches;
-    gpubench_reply("ok per_s=%.1f call_ns=%.1f kernel_ns=%.1f c0=%.1f c1=%.1f c2=%.1f c3=%.1f "
-                   "c4=%.1f c5=%.1f c6=%.1f c7=%.1f ptx=%s",
-                   f.launches_per_s, f.launch_call_ns, f.kernel_ns, f.call_ns[0], f.call_ns[1],
-                   f.call_ns[2], f.call_ns[3], f.call_ns[4], f.call_ns[5], f.call_ns[6],
-                   f.call_ns[7], ptx);
+    for (int i = 0, used = 0; i < NCALLS && used >= 0 && (size_t)used < sizeof(kv); i++) {
+        int n = snprintf(kv + used, sizeof(kv) - (size_t)used, " c%d=%.1f", i, f.call_ns[i]);
+
+        used = n < 0 ? -1 : used + n;
+    }
+    gpubench_reply("ok per_s=%.1f call_ns=%.1f kernel_ns=%.1f%s ptx=%s", f.launches_per_s,
+                   f.launch_call_ns, f.kernel_ns, kv, ptx);
     (void)cu.event_destroy(ev0); /* exiting */
     (void)cu.event_destroy(ev1);
     (void)cu.stream_destroy(stream);
@@ -268,12 +296,14 @@ static const char *const config_names[NCONFIGS] = {
 };
 static const unsigned config_core[NCONFIGS] = {100, 30, 50};
 
+/* Run configuration cfg once into *f; for an interposed one, add what its controller did to
+ * *stats. Returns 0, or -errno with the reason in line. */
 static int run_config(const struct options *o, const char *vcuda, int cfg, struct figures *f,
-                      char *line, size_t len)
+                      struct gpubench_vcuda_stats *stats, char *line, size_t len)
 {
     char dev[16], launches[24], host[24], calls[24];
-    char preload[4200], dirv[4200], core[64], limit[64], dir[4096] = "";
-    const char *set[5] = {NULL};
+    char preload[4200], dirv[4200], core[64], limit[64], dir[4096] = "", err[4200];
+    const char *set[6] = {NULL};
     char *argv[] = {"bench_gpu_tiny",
                     "--worker",
                     cfg == 0 ? "costs" : "loop",
@@ -287,6 +317,8 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
                     host,
                     "--calls",
                     calls,
+                    NULL, /* "--err", err for the interposed configurations */
+                    NULL,
                     NULL};
     char key[8];
     int rc;
@@ -309,8 +341,14 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
         set[1] = dirv;
         set[2] = core;
         set[3] = limit;
+        set[4] = "EGPU_VCUDA_LOG_LEVEL=info"; /* the controller's line at exit */
+        snprintf(err, sizeof(err), "%s/worker.err", dir);
+        argv[sizeof(argv) / sizeof(argv[0]) - 3] = "--err";
+        argv[sizeof(argv) / sizeof(argv[0]) - 2] = err;
     }
     rc = gpubench_worker_once(argv, set, STARTUP_MS + RUN_MS, EXIT_MS, line, len);
+    if (cfg > 0 && gpubench_vcuda_stats_add(err, stats) != 0)
+        fprintf(stderr, "bench_gpu_tiny: %s holds no line of the controller at exit\n", err);
     if (dir[0] != '\0')
         gpubench_tmpdir_remove(dir);
     if (rc != 0)
@@ -364,6 +402,8 @@ static int parse_args(int argc, char **argv, struct options *o)
             o->costs = strcmp(val, "costs") == 0;
         } else if (strcmp(a, "--vcuda") == 0) {
             o->vcuda = val;
+        } else if (strcmp(a, "--err") == 0) {
+            o->err = val;
         } else if (strcmp(a, "--device") == 0 && gpubench_parse_u64(val, 0, 63, &v) == 0) {
             o->device = (int)v;
         } else if (strcmp(a, "--lookup") == 0 && gpubench_lookup_parse(val, &o->lookup) == 0) {
@@ -383,6 +423,7 @@ int main(int argc, char **argv)
     const char *vcuda;
     char why[512], line[1024];
     unsigned got[NCONFIGS] = {0};
+    struct gpubench_vcuda_stats stats[NCONFIGS] = {{0}};
     int missed = 0, failed = 0;
 
     if (parse_args(argc, argv, &o) != 0)
@@ -405,7 +446,7 @@ int main(int argc, char **argv)
         for (int cfg = 0; cfg < NCONFIGS; cfg++) {
             struct figures f;
 
-            if (run_config(&o, vcuda, cfg, &f, line, sizeof(line)) != 0) {
+            if (run_config(&o, vcuda, cfg, &f, &stats[cfg], line, sizeof(line)) != 0) {
                 printf("%s, round %" PRIu64 ": FAIL %s\n", config_names[cfg], r + 1, line);
                 failed++;
                 continue;
@@ -446,6 +487,9 @@ int main(int argc, char **argv)
         }
         printf("\n");
     }
+    for (int cfg = 1; cfg < NCONFIGS; cfg++) /* every launch, the warm-up's too */
+        gpubench_vcuda_stats_print(config_names[cfg] + strlen("interposer, "), &stats[cfg],
+                                   (double)got[cfg] * (double)(o.launches + o.launches / 100));
     printf("\n%-40s %9s\n", "driver call (no interposer)", "ns/call");
     for (int i = 0; i < NCALLS; i++) {
         if (med[0][3 + i] < 0)

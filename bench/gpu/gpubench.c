@@ -906,6 +906,72 @@ void gpubench_tmpdir_remove(const char *dir)
     (void)rmdir(dir); /* best effort, see the header */
 }
 
+int gpubench_stderr_to(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+    if (fd < 0)
+        return -errno;
+    if (dup2(fd, STDERR_FILENO) < 0) {
+        int err = errno;
+
+        close(fd);
+        return -err;
+    }
+    close(fd);
+    return 0;
+}
+
+int gpubench_vcuda_stats_add(const char *path, struct gpubench_vcuda_stats *sum)
+{
+    static const char key[] = "compute limit at exit ";
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int rc = -ENOENT;
+
+    if (f == NULL)
+        return -errno;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *at = strstr(line, key);
+        unsigned long long v[8];
+
+        if (at == NULL || sscanf(at + sizeof(key) - 1,
+                                 "timed=%llu collected=%llu lost=%llu ctx_queries=%llu "
+                                 "retries=%llu bucket_sleeps=%llu queue_sleeps=%llu "
+                                 "queue_forced=%llu",
+                                 &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8) {
+            fputs(line, stderr); /* the worker's own message */
+            continue;
+        }
+        sum->timed += (double)v[0];
+        sum->collected += (double)v[1];
+        sum->lost += (double)v[2];
+        sum->ctx_queries += (double)v[3];
+        sum->retries += (double)v[4];
+        sum->bucket_sleeps += (double)v[5];
+        sum->queue_sleeps += (double)v[6];
+        sum->queue_forced += (double)v[7];
+        rc = 0;
+    }
+    fclose(f);
+    return rc;
+}
+
+void gpubench_vcuda_stats_print(const char *label, const struct gpubench_vcuda_stats *s,
+                                double launches)
+{
+    if (launches <= 0) {
+        printf("controller, %s: no figures\n", label);
+        return;
+    }
+    printf("controller, %s: per launch %.4f timed, %.4f context queries, %.4f retries, "
+           "%.4f bucket waits, %.4f queue waits, %.4f forced; driver calls besides the "
+           "launch %.4f (%.0f launches)\n",
+           label, s->timed / launches, s->ctx_queries / launches, s->retries / launches,
+           s->bucket_sleeps / launches, s->queue_sleeps / launches, s->queue_forced / launches,
+           (7 * s->timed + s->ctx_queries) / launches, launches);
+}
+
 const char *gpubench_vcuda_path(const char *arg)
 {
     const char *env = getenv("EGPU_GPUBENCH_VCUDA");
@@ -964,26 +1030,91 @@ int gpubench_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
     return 0;
 }
 
-void gpubench_icount_open(struct gpubench_icount *ic)
+/* A counter of the calling thread, user space only, disabled; -1 with errno set when refused. */
+static int perf_open(uint32_t type, uint64_t config, uint64_t read_format)
 {
     struct perf_event_attr attr;
-    long fd;
 
-    memset(ic, 0, sizeof(*ic));
     memset(&attr, 0, sizeof(attr));
     attr.size = sizeof(attr);
-    attr.type = PERF_TYPE_HARDWARE;
-    attr.config = PERF_COUNT_HW_INSTRUCTIONS;
+    attr.type = type;
+    attr.config = config;
+    attr.read_format = read_format;
     attr.disabled = 1;
     attr.exclude_kernel = 1;
     attr.exclude_hv = 1;
-    fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
-    if (fd < 0) {
+    return (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
+}
+
+void gpubench_icount_open(struct gpubench_icount *ic)
+{
+    memset(ic, 0, sizeof(*ic));
+    ic->fd = perf_open(PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, 0);
+    if (ic->fd < 0)
         snprintf(ic->why, sizeof(ic->why), "perf_event_open: %s", strerror(errno));
-        ic->fd = -1;
-        return;
+}
+
+const char *const gpubench_pmu_names[GPUBENCH_PMU_EVENTS] = {"cycles", "L1i miss", "L1d miss",
+                                                             "iTLB miss", "dTLB miss"};
+
+/* perf_event_open(2): a generic cache event is id | op << 8 | result << 16. */
+#define PMU_CACHE_MISS(id) \
+    ((id) | PERF_COUNT_HW_CACHE_OP_READ << 8 | PERF_COUNT_HW_CACHE_RESULT_MISS << 16)
+
+void gpubench_pmu_open(struct gpubench_pmu *p)
+{
+    static const struct {
+        uint32_t type;
+        uint64_t config;
+    } ev[GPUBENCH_PMU_EVENTS] = {
+        {PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES},
+        {PERF_TYPE_HW_CACHE, PMU_CACHE_MISS(PERF_COUNT_HW_CACHE_L1I)},
+        {PERF_TYPE_HW_CACHE, PMU_CACHE_MISS(PERF_COUNT_HW_CACHE_L1D)},
+        {PERF_TYPE_HW_CACHE, PMU_CACHE_MISS(PERF_COUNT_HW_CACHE_ITLB)},
+        {PERF_TYPE_HW_CACHE, PMU_CACHE_MISS(PERF_COUNT_HW_CACHE_DTLB)},
+    };
+
+    memset(p, 0, sizeof(*p));
+    for (int i = 0; i < GPUBENCH_PMU_EVENTS; i++) {
+        p->fd[i] = perf_open(ev[i].type, ev[i].config,
+                             PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING);
+        if (p->fd[i] < 0 && p->why[0] == '\0')
+            snprintf(p->why, sizeof(p->why), "perf_event_open %s: %s", gpubench_pmu_names[i],
+                     strerror(errno));
     }
-    ic->fd = (int)fd;
+}
+
+void gpubench_pmu_start(struct gpubench_pmu *p)
+{
+    for (int i = 0; i < GPUBENCH_PMU_EVENTS; i++) {
+        if (p->fd[i] >= 0) {
+            ioctl(p->fd[i], PERF_EVENT_IOC_RESET, 0);
+            ioctl(p->fd[i], PERF_EVENT_IOC_ENABLE, 0);
+        }
+    }
+}
+
+void gpubench_pmu_stop(struct gpubench_pmu *p, double out[GPUBENCH_PMU_EVENTS])
+{
+    for (int i = 0; i < GPUBENCH_PMU_EVENTS; i++) {
+        uint64_t v[3] = {0, 0, 0}; /* value, time enabled, time running */
+
+        out[i] = -1;
+        if (p->fd[i] < 0)
+            continue;
+        ioctl(p->fd[i], PERF_EVENT_IOC_DISABLE, 0);
+        if (read(p->fd[i], v, sizeof(v)) == (ssize_t)sizeof(v) && v[2] > 0)
+            out[i] = (double)v[0] * ((double)v[1] / (double)v[2]);
+    }
+}
+
+void gpubench_pmu_close(struct gpubench_pmu *p)
+{
+    for (int i = 0; i < GPUBENCH_PMU_EVENTS; i++) {
+        if (p->fd[i] >= 0)
+            close(p->fd[i]);
+        p->fd[i] = -1;
+    }
 }
 
 void gpubench_icount_start(struct gpubench_icount *ic)

@@ -135,6 +135,14 @@ struct gpubench_icount {
     char why[128]; /* why the counter is unavailable, "" when it works */
 };
 
+/* Hardware counters of the calling thread, user space only (perf_event_open): what a call
+ * costs the CPU beyond its instructions. fd[i] is -1 when the kernel refuses counter i. */
+#define GPUBENCH_PMU_EVENTS 5 /* cycles, L1i misses, L1d misses, iTLB misses, dTLB misses */
+struct gpubench_pmu {
+    int fd[GPUBENCH_PMU_EVENTS];
+    char why[128]; /* why a counter is unavailable, "" when every one works */
+};
+
 /* ---- Driver ---- */
 
 /* Parses "direct", "dlsym" or "proc" into *out. Returns 0 or -EINVAL. */
@@ -303,6 +311,43 @@ void gpubench_icount_start(struct gpubench_icount *ic);
 /* Stops counting and returns the instructions since the last start, or -1 when unavailable. */
 int64_t gpubench_icount_stop(struct gpubench_icount *ic);
 void gpubench_icount_close(struct gpubench_icount *ic);
+
+/* What the interposer's compute controller did in one worker, from the line it logs at exit at
+ * info level ("compute limit at exit timed=... ", src/vcuda/hooks.c): launches timed with
+ * events (7 driver calls each), cuCtxGetCurrent calls (the launch path's context comes from a
+ * per-thread cache), first tries refused on the coarse clock and retried, launches that slept
+ * for the bucket or the queue, and launches let through a queue that did not drain. */
+struct gpubench_vcuda_stats {
+    double timed, collected, lost, ctx_queries, retries, bucket_sleeps, queue_sleeps, queue_forced;
+};
+
+/* Worker side: sends this process's stderr (the interposer's log) to path, created or
+ * truncated. Returns 0 or -errno. */
+int gpubench_stderr_to(const char *path);
+
+/* Parent side: adds the controller's figures from the worker's stderr file path (a worker
+ * run with EGPU_VCUDA_LOG_LEVEL=info and gpubench_stderr_to(path)) into *sum, and copies the
+ * file's other lines to stderr (the worker's own messages). Returns 0, -ENOENT when the file
+ * holds no such line (the worker was not throttled, or did not exit), or -errno. */
+int gpubench_vcuda_stats_add(const char *path, struct gpubench_vcuda_stats *sum);
+
+/* Prints one line: "controller, <label>: per launch ..." from s summed over launches
+ * launches: each figure per launch, and the driver calls the controller made per launch
+ * besides the launch itself (7 per timed launch, and the context queries). */
+void gpubench_vcuda_stats_print(const char *label, const struct gpubench_vcuda_stats *s,
+                                double launches);
+
+/* The counters' names, for tables: "cycles", "L1i miss", "L1d miss", "iTLB miss", "dTLB miss". */
+extern const char *const gpubench_pmu_names[GPUBENCH_PMU_EVENTS];
+
+/* Opens the counters (disabled). Never fails: a counter the kernel or the CPU refuses (no PMU
+ * in a VM, perf_event_paranoid, an event the CPU lacks) has fd -1, and p->why says why. */
+void gpubench_pmu_open(struct gpubench_pmu *p);
+void gpubench_pmu_start(struct gpubench_pmu *p);
+/* Stops counting; out[i] is counter i since the last start (scaled up when the kernel shared
+ * the hardware counter with others), or -1 when unavailable. */
+void gpubench_pmu_stop(struct gpubench_pmu *p, double out[GPUBENCH_PMU_EVENTS]);
+void gpubench_pmu_close(struct gpubench_pmu *p);
 
 /* The one line every program prints when the machine has no usable GPU, then exit 0. */
 #define GPUBENCH_SKIP_FMT "no NVIDIA GPU: %s; skipping\n"

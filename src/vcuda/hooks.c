@@ -429,9 +429,28 @@ EGPU_VCUDA_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, i
 }
 
 /* At exit the process's usage leaves the shared totals at once (a process
- * that is killed is reclaimed instead). */
+ * that is killed is reclaimed instead). At info level, a process the compute
+ * limit held says what its controller did: how many launches it timed (7
+ * driver calls each, beside the check of the context), how often it asked
+ * the driver for a thread's context (those checks included),
+ * how often a first try on the coarse clock was refused, and how often
+ * launches waited; bench/gpu shows it beside its figures. */
 __attribute__((destructor)) static void vcuda_fini(void)
 {
+#ifdef EGPU_VCUDA_HAVE_THROTTLE
+    if (atomic_load_explicit(&egpu__vcuda_throttle_active, memory_order_relaxed)) {
+        struct egpu__vcuda_throttle_stats st;
+
+        egpu__vcuda_throttle_stats(&st);
+        egpu_log(EGPU_LOG_INFO,
+                 "compute limit at exit timed=%llu collected=%llu lost=%llu ctx_queries=%llu "
+                 "retries=%llu bucket_sleeps=%llu queue_sleeps=%llu queue_forced=%llu",
+                 (unsigned long long)st.sampled, (unsigned long long)st.samples_done,
+                 (unsigned long long)st.samples_lost, (unsigned long long)st.ctx_queries,
+                 (unsigned long long)st.retries, (unsigned long long)st.bucket_sleeps,
+                 (unsigned long long)st.queue_sleeps, (unsigned long long)st.queue_forced);
+    }
+#endif
     if (atomic_load_explicit(&config_done, memory_order_acquire) && egpu__vcuda_state.region)
         egpu__vcuda_region_leave(egpu__vcuda_state.region);
 }

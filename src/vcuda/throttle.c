@@ -132,7 +132,7 @@
  * compare-and-swaps on the shared card's cache line (bucket, queue end): no
  * driver call, no lock, no allocation, no system call. A timed launch (one
  * per THR_SAMPLE_NS of estimated work, every launch of a class being
- * learned) makes seven: cuCtxGetCurrent (the check of the cached context),
+ * learned) makes eight: cuCtxGetCurrent (the check of the cached context),
  * cuThreadExchangeStreamCaptureMode twice (into the relaxed mode and out),
  * cuEventElapsedTime for each sample pending (usually the previous one),
  * cuStreamIsCapturing, cuStreamQuery and two cuEventRecord; plus three
@@ -307,6 +307,7 @@ struct thr_stats {
     _Atomic uint64_t queue_sleeps;  /* sleeps because the queue was full */
     _Atomic uint64_t queue_forced;  /* launches let through after THR_QUEUE_WAIT_NS */
     _Atomic uint64_t ctx_queries;   /* cuCtxGetCurrent calls (thr_ctx, sample checks) */
+    _Atomic uint64_t retries;       /* first tries refused on the coarse clock, tried again */
 };
 
 struct thr {
@@ -1255,6 +1256,8 @@ static CUresult thr_launch(struct thr *t, const struct egpu__vcuda_launch *l)
     while ((wait = thr_step(t, l, &p, now, &rc)) != 0) {
         if (exact)
             sleep_ns(wait);
+        else
+            atomic_fetch_add_explicit(&t->stats.retries, 1, memory_order_relaxed);
         exact = true;
         now = mono_ns();
     }
@@ -1558,6 +1561,7 @@ void egpu__vcuda_throttle_stats(struct egpu__vcuda_throttle_stats *out)
     out->queue_sleeps = atomic_load_explicit(&s->queue_sleeps, memory_order_relaxed);
     out->queue_forced = atomic_load_explicit(&s->queue_forced, memory_order_relaxed);
     out->ctx_queries = atomic_load_explicit(&s->ctx_queries, memory_order_relaxed);
+    out->retries = atomic_load_explicit(&s->retries, memory_order_relaxed);
 }
 
 void egpu__vcuda_throttle_ctx_changed(void)

@@ -173,6 +173,8 @@ struct egpu__vcuda_throttle_stats {
                                after its context may have changed, each timed launch's
                                check (the launches in between use the thread's cached
                                answer) */
+    uint64_t retries;       /* launches whose first try, on the coarse clock, was refused
+                               and which were tried again at once on the exact clock */
 };
 
 /* Copy the counters into *out (caller-owned). */
