@@ -1,8 +1,9 @@
 #!/bin/sh
 # bench/gpu/run.sh - the interposer measured on a real NVIDIA GPU (issue 5 point 4, issue 15):
 # runs bench_gpu_mem (memory limit, context footprint, pool reservations), bench_gpu_compute
-# (compute share), bench_gpu_overhead (cost per call) and bench_gpu_tiny (short kernels under a
-# limit, the driver calls' costs) and prints their tables. Without a GPU each prints one
+# (compute share), bench_gpu_overhead (cost per call; per throttled launch, the cycles and cache
+# misses added and the compute controller's driver calls) and bench_gpu_tiny (short kernels under
+# a limit, the driver calls' costs) and prints their tables. Without a GPU each prints one
 # line "no NVIDIA GPU: <reason>; skipping" and the script exits 0.
 #
 # Usage: bench/gpu/run.sh [--quick] [BUILD_DIR]
@@ -23,7 +24,7 @@ for arg in "$@"; do
     case "$arg" in
     --quick) quick=1 ;;
     -h | --help)
-        sed -n '2,18p' "$0"
+        sed -n '2,19p' "$0"
         exit 0
         ;;
     -*)
