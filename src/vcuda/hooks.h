@@ -128,8 +128,8 @@ int egpu__vcuda_device_card(CUdevice dev);
 
 /* The calling thread's current context may have changed (launch.c): the
  * compute limit asks the driver for it again at the thread's next launch.
- * Called after every hooked call that can change it, whatever it returned.
- * One thread-local store. */
-void egpu__vcuda_ctx_changed(void);
+ * Called after every hooked call that can change it, with what that call
+ * returned, whatever it was; returns r. One thread-local store. */
+CUresult egpu__vcuda_ctx_changed(CUresult r);
 
 #endif /* EGPU_VCUDA_HOOKS_H */

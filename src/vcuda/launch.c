@@ -548,53 +548,33 @@ EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARA
     return multi_slow(list, num_devices, flags);
 }
 
-void egpu__vcuda_ctx_changed(void)
+CUresult egpu__vcuda_ctx_changed(CUresult r)
 {
 #ifdef EGPU_VCUDA_HAVE_THROTTLE
     egpu__vcuda_throttle_ctx_changed();
 #endif
+    return r;
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-    __typeof__(cuCtxSetCurrent) *real = EGPU_VCUDA_REAL(cuCtxSetCurrent);
-    CUresult rc;
-
-    if (real == NULL && egpu__vcuda_cuda())
-        real = EGPU_VCUDA_REAL(cuCtxSetCurrent);
-    if (real == NULL)
+    if (!egpu__vcuda_cuda() || EGPU_VCUDA_REAL(cuCtxSetCurrent) == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
-    rc = real(ctx);
-    egpu__vcuda_ctx_changed();
-    return rc;
+    return egpu__vcuda_ctx_changed(EGPU_VCUDA_REAL(cuCtxSetCurrent)(ctx));
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
-    __typeof__(cuCtxPushCurrent_v2) *real = EGPU_VCUDA_REAL(cuCtxPushCurrent_v2);
-    CUresult rc;
-
-    if (real == NULL && egpu__vcuda_cuda())
-        real = EGPU_VCUDA_REAL(cuCtxPushCurrent_v2);
-    if (real == NULL)
+    if (!egpu__vcuda_cuda() || EGPU_VCUDA_REAL(cuCtxPushCurrent_v2) == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
-    rc = real(ctx);
-    egpu__vcuda_ctx_changed();
-    return rc;
+    return egpu__vcuda_ctx_changed(EGPU_VCUDA_REAL(cuCtxPushCurrent_v2)(ctx));
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
 {
-    __typeof__(cuCtxPopCurrent_v2) *real = EGPU_VCUDA_REAL(cuCtxPopCurrent_v2);
-    CUresult rc;
-
-    if (real == NULL && egpu__vcuda_cuda())
-        real = EGPU_VCUDA_REAL(cuCtxPopCurrent_v2);
-    if (real == NULL)
+    if (!egpu__vcuda_cuda() || EGPU_VCUDA_REAL(cuCtxPopCurrent_v2) == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
-    rc = real(ctx);
-    egpu__vcuda_ctx_changed();
-    return rc;
+    return egpu__vcuda_ctx_changed(EGPU_VCUDA_REAL(cuCtxPopCurrent_v2)(ctx));
 }
 
 EGPU_VCUDA_EXPORT CUresult cuLaunch(CUfunction fn)

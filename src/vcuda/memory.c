@@ -277,15 +277,6 @@ static void drop_ctx(uint64_t ctx)
  * expression reads the slot only after the loading). */
 #define HAVE_REAL(name) (egpu__vcuda_cuda() && EGPU_VCUDA_REAL(name) != NULL)
 
-/* A context was created (and made current) or destroyed (and popped when
- * current): the compute limit asks the driver for the thread's current
- * context again (egpu__vcuda_ctx_changed). Returns r. */
-static CUresult ctx_changed(CUresult r)
-{
-    egpu__vcuda_ctx_changed();
-    return r;
-}
-
 /* The arguments of one wrapped call, for the callbacks below: each makes
  * the real call with them, so the counting around it is written once. */
 struct call {
@@ -1277,7 +1268,7 @@ EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, C
 
     if (!HAVE_REAL(cuCtxCreate_v2))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return ctx_changed(create_ctx(call_ctx_v2, &c));
+    return egpu__vcuda_ctx_changed(create_ctx(call_ctx_v2, &c)); /* made current */
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int nparams,
@@ -1288,7 +1279,7 @@ EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *
 
     if (!HAVE_REAL(cuCtxCreate_v3))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return ctx_changed(create_ctx(call_ctx_v3, &c));
+    return egpu__vcuda_ctx_changed(create_ctx(call_ctx_v3, &c));
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params,
@@ -1298,7 +1289,7 @@ EGPU_VCUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *pa
 
     if (!HAVE_REAL(cuCtxCreate_v4))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return ctx_changed(create_ctx(call_ctx_v4, &c));
+    return egpu__vcuda_ctx_changed(create_ctx(call_ctx_v4, &c));
 }
 
 static CUresult destroy_ctx(CUcontext ctx)
@@ -1329,7 +1320,7 @@ EGPU_VCUDA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     if (!HAVE_REAL(cuCtxDestroy_v2))
         return CUDA_ERROR_NOT_INITIALIZED;
-    return ctx_changed(destroy_ctx(ctx)); /* it pops ctx when it was current */
+    return egpu__vcuda_ctx_changed(destroy_ctx(ctx)); /* it pops ctx when it was current */
 }
 
 /* The card of dev for a primary-context call, -1 when not counted. */
