@@ -678,14 +678,39 @@ static bool judged(const struct egpu_extender *x, const struct egpu_sched_pod *p
     return egpu_sched_pod_wants_gpu(pod) || x->cfg.place_cpu_pods;
 }
 
+/* Would bind refuse claim pod pod on node as ambiguous (cache lock held)?
+ * Only a node where a pod waits for its allocated mark is looked at: the
+ * pick bind would make there (the plan's rest by the placer, the claimed
+ * containers on their ElasticGPUs' cards) against the waiting pods'
+ * (egpu_sched_cache_is_ambiguous_locked), why (len bytes) saying so. */
+static bool claim_ambiguous(struct egpu_extender *x, struct egpu_placer *p,
+                            const struct egpu_cluster *c, const struct egpu_sched_pod *pod,
+                            const struct egpu_sched_claim_plan *plan, const struct egpu_node *node,
+                            char *why, size_t len)
+{
+    struct egpu_error err = {0};
+    struct egpu_pick rest, whole;
+    const void *it = NULL;
+    const char *name;
+
+    while ((name = egpu_sched_cache_waiting_next_locked(x->cache, &it)) != NULL &&
+           strcmp(name, node->name) != 0)
+        ;
+    return name != NULL && egpu_placer_can_host(p, c, node, &plan->rest, &rest, NULL, 0) &&
+           egpu_sched_cache_claim_pick_locked(x->cache, plan, node, &rest, &whole, &err) == 0 &&
+           egpu_sched_cache_is_ambiguous_locked(x->cache, pod, node, &whole, why, len);
+}
+
 /* Judge a pod that uses claims on nodes names[0..n) (cache lock held): a
  * node passes when the plan allows it (the bound claims' node, the
  * WaitForFirstConsumer classes' nodes) and the placer finds room there for
- * the plan's rest (the containers inside ElasticGPUs take no more room).
- * v[i] and why[i] (why may be NULL) as judge. Returns 0 or -ENOMEM. */
+ * the plan's rest (the containers inside ElasticGPUs take no more room),
+ * unless bind would refuse it as ambiguous (claim_ambiguous). v[i] and
+ * why[i] (why may be NULL) as judge. Returns 0 or -ENOMEM. */
 static int claim_judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_cluster *c,
-                       const struct egpu_sched_claim_plan *plan, const char *const *names, size_t n,
-                       struct egpu_verdict *v, const char **why, struct egpu_buf *reasons)
+                       const struct egpu_sched_pod *pod, const struct egpu_sched_claim_plan *plan,
+                       const char *const *names, size_t n, struct egpu_verdict *v, const char **why,
+                       struct egpu_buf *reasons)
 {
     static const char failed[] = ""; /* marker: reason text is in reasons */
     size_t pos = 0;
@@ -707,14 +732,17 @@ static int claim_judge(struct egpu_extender *x, struct egpu_placer *p, struct eg
         }
         if (!egpu_sched_cache_claim_node_ok_locked(x->cache, plan, names[i], text, sizeof(text))) {
             /* text says why */
-        } else if (egpu_placer_score(p, c, node, &plan->rest, &score, &pick) == 0) {
+        } else if (egpu_placer_score(p, c, node, &plan->rest, &score, &pick) != 0) {
+            if (why != NULL)
+                (void)egpu_placer_can_host(p, c, node, &plan->rest, NULL, text, sizeof(text));
+        } else if (claim_ambiguous(x, p, c, pod, plan, node, text, sizeof(text))) {
+            /* text says why: bind would refuse the node (steer's rule) */
+        } else {
             v[i] = (struct egpu_verdict){.score = score,
                                          .ok = true,
                                          .load = x->cfg.load_aware ? egpu_pick_load(node, &pick)
                                                                    : EGPU_LOAD_UNKNOWN};
             continue;
-        } else if (why != NULL) {
-            (void)egpu_placer_can_host(p, c, node, &plan->rest, NULL, text, sizeof(text));
         }
         if (why != NULL) {
             if (rc == 0)
@@ -919,7 +947,7 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
         if (p != NULL && v != NULL) {
             egpu_sched_cache_claim_plan_locked(x->cache, &a.pod, plan);
-            rc = claim_judge(x, p, c, plan, a.names, a.n, v, why, &reasons);
+            rc = claim_judge(x, p, c, &a.pod, plan, a.names, a.n, v, why, &reasons);
             if (rc == 0)
                 by_load = pass_best(v, why, a.names, a.n, x->cfg.seed, x->cfg.load_aware,
                                     node_policy_name(x, &a.pod), better, sizeof(better), &loaded);
@@ -1030,7 +1058,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
             rc = -ENOMEM;
         } else if (p != NULL) {
             egpu_sched_cache_claim_plan_locked(x->cache, &a.pod, plan);
-            rc = claim_judge(x, p, c, plan, a.names, a.n, v, NULL, NULL);
+            rc = claim_judge(x, p, c, &a.pod, plan, a.names, a.n, v, NULL, NULL);
         }
         p = NULL; /* no slots to reuse the list by */
     } else if (p != NULL) {

@@ -719,6 +719,59 @@ static void test_filter_and_bind_bound_claim(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* Issue 14 point 3 for pods that use claims: filter steers them around a
+ * node where bind would refuse them as ambiguous. w (50%, 8192 MiB, no
+ * claim) is placed on n2's card 0 and not yet allocated; p1's claim is
+ * bound to e1 on n2's card 1, the same gpu-core and memory on another
+ * card: the kubelet could confuse the two. Before, filter passed n2 and
+ * bind refused it; now filter fails n2 with bind's reason, and passes it
+ * again once w is allocated. */
+static void test_claim_pod_steered_around_ambiguity(void **state)
+{
+    struct egpu_sched_cache *c = cluster();
+    struct calls k = {0};
+    struct egpu_extender_ops ops = {.data = &k,
+                                    .synced = synced,
+                                    .annotate = fake_annotate,
+                                    .annotate_claim = fake_annotate_claim,
+                                    .bind = fake_bind};
+    struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_BINPACK,
+                                       .card_policy = EGPU_POLICY_BINPACK};
+    struct egpu_error err = {0};
+    struct egpu_extender *x = egpu_extender_new(&cfg, c, &ops, &err);
+    char pass[256], why1[1024], why2[1024], msg[2048];
+    json_t *pod, *w;
+
+    (void)state;
+    assert_non_null(x);
+    put(c, make_gpu("n2", 1));
+    put(c, make_claim("c1", 50, 8192, "", "e1"));
+    put(c, make_egpu("e1", "n2", "n2-gpu1", 50, 8192, "c1", "uid-c1"));
+    w = make_pod("w", 50, 8192, NULL, "n2", 0);
+    put(c, json_incref(w));
+    pod = make_pod("p1", 50, 8192, "c1", NULL, 0);
+    put(c, json_incref(pod));
+    filter(x, pod, pass, why1, why2);
+    assert_string_equal(pass, "");
+    assert_string_equal(why1, "claim c1 is bound to ElasticGPU e1 on node n2");
+    assert_non_null(strstr(why2, "pod team/w placed on node n2 is not yet allocated"));
+    assert_int_equal(bind(x, "p1", "n2", msg), 200);
+    assert_non_null(strstr(msg, "not yet allocated"));
+    assert_int_equal(k.annotated + k.bound, 0);
+    /* The agent marks w allocated: n2 passes and bind places p1 there. */
+    json_object_set_new(json_object_get(json_object_get(w, "metadata"), "annotations"),
+                        EGPU_ANN_ALLOCATED, json_string("true"));
+    put(c, w);
+    filter(x, pod, pass, why1, why2);
+    assert_string_equal(pass, "n2");
+    assert_string_equal(why2, "");
+    assert_int_equal(bind(x, "p1", "n2", msg), 200);
+    assert_string_equal(msg, "{\"Error\":\"\"}");
+    json_decref(pod);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 static void test_bind_wffc_marks_claim(void **state)
 {
     struct egpu_sched_cache *c = cluster();
@@ -782,6 +835,7 @@ int main(void)
         cmocka_unit_test_teardown(test_whole_cards_inside, check_leaks),
         cmocka_unit_test_teardown(test_any_order_equals_fresh, check_leaks),
         cmocka_unit_test_teardown(test_filter_and_bind_bound_claim, check_leaks),
+        cmocka_unit_test_teardown(test_claim_pod_steered_around_ambiguity, check_leaks),
         cmocka_unit_test_teardown(test_bind_wffc_marks_claim, check_leaks),
     };
 
