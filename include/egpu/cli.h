@@ -76,7 +76,10 @@ enum egpu_cli_group {
     EGPU_CLI_LIMITS = 1u << 2, /* --max-connections, --max-per-client, --idle-timeout,
                                   --request-timeout (EGPU_MAX_CONNECTIONS, ...) */
     EGPU_CLI_POOL = 1u << 3,   /* --threads N (1..64), --max-body BYTES (4096..1 GiB) */
-    EGPU_CLI_TLS = 1u << 4,    /* --tls-cert FILE, --tls-key FILE: both or neither */
+    EGPU_CLI_TLS = 1u << 4,    /* --tls-cert FILE, --tls-key FILE: both or neither;
+                                  --tls-client-ca FILE (needs them), --tls-client-cn NAME
+                                  (needs --tls-client-ca; 1..255 bytes) (EGPU_TLS_CERT,
+                                  EGPU_TLS_KEY, EGPU_TLS_CLIENT_CA, EGPU_TLS_CLIENT_CN) */
     EGPU_CLI_KUBE = 1u << 5,   /* --kubeconfig FILE, --context NAME (EGPU_KUBECONFIG,
                                   EGPU_CONTEXT; $KUBECONFIG is egpu_kube_config_load's) */
     EGPU_CLI_WATCH = 1u << 6,  /* --watch-unhealthy-seconds S (1..3600) */
@@ -121,6 +124,10 @@ struct egpu_cli_server {
     unsigned threads;               /* HTTP pool threads of the component's own server */
     size_t max_body_bytes;          /* largest request body it takes */
     const char *tls_cert, *tls_key; /* PEM files; NULL = plain HTTP */
+    const char *tls_client_ca;      /* PEM CA bundle clients' certificates must verify to
+                                       (mutual TLS); NULL = no client certificate asked */
+    const char *tls_client_cn;      /* the common name those certificates must have; NULL =
+                                       any */
     const char *kubeconfig, *context;
     long watch_unhealthy_ms; /* not ready while a list or watch has failed this long */
     int log_level;           /* EGPU_LOG_* level, i.e. klog verbosity (egpu/log.h) */
@@ -173,7 +180,8 @@ void egpu_cli_server_defaults(struct egpu_cli_server *s);
  * normally egpu_cli_server_defaults' values, where nothing sets it); an own
  * one goes to spec->apply. After the flags it checks the pairs: with
  * EGPU_CLI_TLS "--tls-cert and --tls-key go together" (or, with
- * tls_required, "are required (<why>)"), then with EGPU_CLI_HEALTH that
+ * tls_required, "are required (<why>)"), that --tls-client-ca comes with
+ * them and --tls-client-cn with --tls-client-ca, then with EGPU_CLI_HEALTH that
  * --port and --health-port differ unless --port is 0, then with
  * EGPU_CLI_LEASE and leader election on the Lease timings' order. Returns -1 to run, 0
  * after --help or --version ("<prog> EGPU_VERSION"), or 2 after bad usage (one line on stderr

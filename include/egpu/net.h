@@ -83,6 +83,15 @@ struct egpu_http_config {
                                    Read again when it changes: see "TLS" below */
     const char *tls_key_file;   /* PEM private key (PKCS#1, PKCS#8 or SEC1, unencrypted) of
                                    the leaf; needed iff tls_cert_file */
+    const char *tls_client_ca;  /* PEM file: a bundle of the CAs that sign clients'
+                                   certificates. With it, a client must present a
+                                   certificate that verifies to one of them (mutual TLS),
+                                   else its handshake fails; NULL = no client certificate
+                                   asked. Needs tls_cert_file. Read again when it changes:
+                                   see "TLS client certificates" below */
+    const char *tls_client_cn;  /* with tls_client_ca: the client certificate's subject
+                                   must have exactly one common name (CN), this one
+                                   (compared byte for byte); NULL = any name the CA signed */
 };
 
 /* What a handler sees. Every pointer is borrowed and valid only during the
@@ -145,15 +154,37 @@ struct egpu_http_server; /* opaque */
  * cert-manager's output), never a path a tenant can reach. */
 #define EGPU_HTTP_TLS_CHAIN_MAX 16 /* certificates in tls_cert_file */
 
+/* TLS client certificates. With tls_client_ca set, each handshake asks the
+ * client for its certificate (the request names no CA) and refuses the
+ * handshake unless the client presents a chain that verifies to a
+ * certificate of the bundle (as a trust anchor), whose leaf is valid now,
+ * allows TLS client authentication when it lists key purposes (extended key
+ * usage), and has the subject common name tls_client_cn when that is set.
+ * A refused client gets no response at all (its connection is closed during
+ * the handshake); should a connection ever reach a request without passing
+ * that check, the request is answered 403 and its handler never runs. Each
+ * refusal counts in egpu_http_tls_stats.clients_refused; the first and then
+ * every power-of-two-th one is logged as a warning, with the client address
+ * and reason (the rest at debug level). The bundle is read again like the
+ * certificate and key (at most once a second, at a handshake, when its
+ * inode, size, mtime or ctime changed; a bundle that does not parse leaves
+ * the previous one in service, counted and logged once). A new bundle
+ * applies to new connections; open ones keep the verdict they got. */
+#define EGPU_HTTP_TLS_CLIENT_CN_MAX 255 /* tls_client_cn, bytes */
+
 /* Create a stopped server from cfg (copied; cfg may be freed afterwards).
  * With TLS files set, both PEM files are read and checked now: the
  * certificates must parse and the key must be the leaf certificate's. On
  * success writes *out (free with egpu_http_server_free). Returns 0,
  * -EINVAL (bad bind_addr, a TLS file without the other, a certificate or
  * key file that does not parse, more than EGPU_HTTP_TLS_CHAIN_MAX
- * certificates, a key that does not match the certificate; err names the
- * file), -ENOTSUP (libmicrohttpd without TLS), -errno from reading a TLS
- * file, -EMSGSIZE (a TLS file over 1 MiB) or -ENOMEM. */
+ * certificates, a key that does not match the certificate, a client CA
+ * without tls_cert_file or with no certificate or a block that does not
+ * parse, tls_client_cn without a client CA, empty or longer than
+ * EGPU_HTTP_TLS_CLIENT_CN_MAX; err names the file), -ENOTSUP
+ * (libmicrohttpd without TLS), -errno from reading a TLS file, -EMSGSIZE (a
+ * TLS file over 1 MiB) or -ENOMEM. With a client CA, its file is read and
+ * checked now too. */
 int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_server **out,
                          struct egpu_error *err) EGPU_MUST_CHECK;
 
@@ -214,6 +245,10 @@ struct egpu_http_tls_stats {
     unsigned retained;        /* replaced pairs still held for connections opened
                                  before their replacement */
     int64_t not_after_s;      /* the served leaf certificate's notAfter, Unix seconds */
+    uint64_t ca_reloads;      /* client CA bundles replaced by a changed bundle */
+    uint64_t ca_failures;     /* changes of the client CA file that could not be used */
+    uint64_t clients_refused; /* connections refused for their client certificate (none,
+                                 untrusted, expired, not for clients, another name) */
 };
 
 /* Read srv's TLS counts into *out. Safe from any thread; never reads the

@@ -142,6 +142,8 @@ enum {
     O_MAX_BODY,
     O_CERT,
     O_KEY,
+    O_CLIENT_CA,
+    O_CLIENT_CN,
     O_KUBECONFIG,
     O_CONTEXT,
     O_WATCH_UNHEALTHY,
@@ -175,6 +177,8 @@ static const struct common_flag {
     {EGPU_CLI_POOL, "max-body", O_MAX_BODY, "EGPU_MAX_BODY"},
     {EGPU_CLI_TLS, "tls-cert", O_CERT, "EGPU_TLS_CERT"},
     {EGPU_CLI_TLS, "tls-key", O_KEY, "EGPU_TLS_KEY"},
+    {EGPU_CLI_TLS, "tls-client-ca", O_CLIENT_CA, "EGPU_TLS_CLIENT_CA"},
+    {EGPU_CLI_TLS, "tls-client-cn", O_CLIENT_CN, "EGPU_TLS_CLIENT_CN"},
     {EGPU_CLI_KUBE, "kubeconfig", O_KUBECONFIG, "EGPU_KUBECONFIG"},
     {EGPU_CLI_KUBE, "context", O_CONTEXT, "EGPU_CONTEXT"},
     {EGPU_CLI_WATCH, "watch-unhealthy-seconds", O_WATCH_UNHEALTHY, "EGPU_WATCH_UNHEALTHY_SECONDS"},
@@ -254,6 +258,15 @@ static int apply_common(const char *prog, struct egpu_cli_server *s, int opt, co
     case O_CERT:
     case O_KEY:
         *(opt == O_CERT ? &s->tls_cert : &s->tls_key) = v;
+        return 0;
+    case O_CLIENT_CA:
+        s->tls_client_ca = v;
+        return 0;
+    case O_CLIENT_CN:
+        if (v[0] == '\0' || strlen(v) > EGPU_HTTP_TLS_CLIENT_CN_MAX)
+            return egpu_cli_usage_error(prog, "%s \"%s\": expected a common name of 1..%d bytes",
+                                        who, v, EGPU_HTTP_TLS_CLIENT_CN_MAX);
+        s->tls_client_cn = v;
         return 0;
     case O_KUBECONFIG:
     case O_CONTEXT:
@@ -349,6 +362,12 @@ int egpu_cli_parse_server(int argc, char **argv, const struct egpu_cli_spec *spe
                                     spec->tls_required);
     if ((spec->groups & EGPU_CLI_TLS) && (s->tls_cert == NULL) != (s->tls_key == NULL))
         return egpu_cli_usage_error(spec->prog, "--tls-cert and --tls-key go together");
+    if ((spec->groups & EGPU_CLI_TLS) && s->tls_client_ca != NULL && s->tls_cert == NULL)
+        return egpu_cli_usage_error(spec->prog, "--tls-client-ca needs --tls-cert and --tls-key "
+                                                "(client certificates are asked for over HTTPS)");
+    if ((spec->groups & EGPU_CLI_TLS) && s->tls_client_cn != NULL && s->tls_client_ca == NULL)
+        return egpu_cli_usage_error(spec->prog, "--tls-client-cn needs --tls-client-ca (the CA "
+                                                "that signs the certificate it names)");
     if ((spec->groups & EGPU_CLI_HEALTH) && s->port != 0 && s->port == s->health_port)
         return egpu_cli_usage_error(spec->prog,
                                     "--port and --health-port must differ (both are %u)", s->port);

@@ -36,6 +36,7 @@ struct egpu_health {
     struct egpu_metric *tls_reloads;  /* egpu_http_tls_reloads_total */
     struct egpu_metric *tls_failures; /* egpu_http_tls_reload_failures_total */
     struct egpu_metric *tls_expiry;   /* egpu_http_tls_certificate_expiry_timestamp_seconds */
+    struct egpu_metric *tls_refused;  /* egpu_http_tls_clients_refused_total */
     pthread_mutex_t lock;             /* guards servers and seen */
     struct egpu_http_server *servers[SERVERS_MAX];
     struct egpu_http_conn_stats seen[SERVERS_MAX];    /* counts already added */
@@ -71,9 +72,12 @@ static void sync_connections(struct egpu_health *h)
         if (was->generation == 0)
             continue;
         egpu_http_server_tls_stats(h->servers[i], &now);
-        egpu_metric_add(h->tls_reloads, NULL, (double)(now.reloads - was->reloads));
+        egpu_metric_add(h->tls_reloads, NULL,
+                        (double)(now.reloads - was->reloads + now.ca_reloads - was->ca_reloads));
         egpu_metric_add(h->tls_failures, NULL,
-                        (double)(now.reload_failures - was->reload_failures));
+                        (double)(now.reload_failures - was->reload_failures + now.ca_failures -
+                                 was->ca_failures));
+        egpu_metric_add(h->tls_refused, NULL, (double)(now.clients_refused - was->clients_refused));
         if (now.not_after_s < expiry)
             expiry = now.not_after_s;
         *was = now;
@@ -176,14 +180,22 @@ static int register_tls(struct egpu_health *h, struct egpu_error *err)
     if (h->tls_reloads != NULL)
         return 0;
     rc = egpu_metric_counter(h->reg, "egpu_http_tls_reloads_total",
-                             "Times the HTTPS certificate and key were read again after their "
-                             "files changed and replaced the pair served to new connections.",
+                             "Times the HTTPS certificate and key (or the client CA bundle) were "
+                             "read again after their files changed and replaced what new "
+                             "connections get.",
                              0, NULL, &h->tls_reloads);
     if (rc == 0)
         rc = egpu_metric_counter(h->reg, "egpu_http_tls_reload_failures_total",
-                                 "Changes of the certificate or key files that could not be used "
-                                 "(each state of the files once); the previous pair stayed.",
+                                 "Changes of the certificate, key or client CA files that could "
+                                 "not be used (each state of the files once); the previous ones "
+                                 "stayed.",
                                  0, NULL, &h->tls_failures);
+    if (rc == 0)
+        rc = egpu_metric_counter(h->reg, "egpu_http_tls_clients_refused_total",
+                                 "Connections refused for their TLS client certificate (none, "
+                                 "not signed by the client CA, expired, not for clients, another "
+                                 "name); 0 without --tls-client-ca.",
+                                 0, NULL, &h->tls_refused);
     if (rc == 0)
         rc = egpu_metric_gauge(h->reg, "egpu_http_tls_certificate_expiry_timestamp_seconds",
                                "notAfter of the served HTTPS certificate, Unix seconds (the "

@@ -34,7 +34,6 @@
 #include <linux/tcp.h> /* TCP_INFO's tcpi_bytes_received */
 #include <pthread.h>
 #include <stdatomic.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -44,7 +43,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,14 +53,13 @@
 
 #include "egpu/log.h"
 #include "egpu/net.h"
+#include "tls_int.h"
 
-#define TLS_FILE_MAX         (1024 * 1024) /* a PEM file larger than this is not a certificate */
 #define TEXT_PLAIN           "text/plain; charset=utf-8"
 #define HTTP_SNDBUF          (1024 * 1024)        /* per connection send buffer, bytes */
 #define HTTP_CONN_MEMORY     ((size_t)256 * 1024) /* default per connection: headers, read buffer */
 #define WATCH_TICK_MS        250                  /* connection watchdog period */
-#define TCP_STATE_CLOSE_WAIT 8    /* tcpi_state: the peer sent FIN (Linux net/tcp_states.h) */
-#define TLS_CHECK_MS         1000 /* look at the TLS files at most this often, ms */
+#define TCP_STATE_CLOSE_WAIT 8 /* tcpi_state: the peer sent FIN (Linux net/tcp_states.h) */
 
 /* One open connection, as the watchdog sees it. A connection is idle
  * between requests (no byte since its last response, or since it opened),
@@ -83,6 +80,8 @@ struct conn {
     struct timespec since;  /* when it became idle, or its request's first byte was seen */
     bool receiving;         /* bytes past mark seen: since is the first sighting */
     bool fin_seen;          /* the peer had closed its side at the last tick */
+    bool client_trusted;    /* with a client CA: its certificate passed on_tls_verify (set on
+                               the connection's own pool thread, read there by begin) */
 };
 
 struct egpu_http_header {
@@ -98,15 +97,6 @@ struct tls_pair {
     uint64_t gen;          /* 1 for the pair read by egpu_http_server_new, +1 per reload */
     int64_t not_after_s;   /* the leaf's notAfter, Unix seconds */
     struct tls_pair *next; /* on the retired list */
-};
-
-/* What tells, cheaply, that a file changed: its stat(2). */
-struct file_id {
-    int err; /* errno of a failed stat, else 0 (the rest then zero) */
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime, ctime;
 };
 
 struct route {
@@ -141,16 +131,15 @@ struct egpu_http_server {
     pthread_t watch;
     atomic_uint_least64_t refused_total, refused_per_client, timed_out_idle, timed_out_slow;
     /* TLS (see "TLS credentials"); cert_file NULL = plain HTTP. */
-    char *cert_file, *key_file;             /* copies of the config's paths */
-    pthread_mutex_t tls_lock;               /* guards the fields below, except tls_gen */
-    struct tls_pair *tls_cur;               /* the pair new handshakes get */
-    struct tls_pair *retired;               /* pairs replaced, kept for connections opened before */
-    struct file_id cert_id, key_id;         /* the files tls_cur was read from */
-    struct file_id bad_cert_id, bad_key_id; /* the files' last state that failed to load */
-    bool tls_bad;                           /* bad_*_id hold such a state */
-    struct timespec tls_checked;            /* CLOCK_MONOTONIC of the last look */
-    uint64_t tls_reloads, tls_failures;
-    atomic_uint_least64_t tls_gen; /* tls_cur->gen, for conn_open without tls_lock */
+    char *cert_file, *key_file;        /* copies of the config's paths */
+    pthread_mutex_t tls_lock;          /* guards the fields below, except tls_gen */
+    struct tls_pair *tls_cur;          /* the pair new handshakes get */
+    struct tls_pair *retired;          /* pairs replaced, kept for connections opened before */
+    struct egpu__file_watch tls_watch; /* cert_file and key_file, as tls_cur read them */
+    atomic_uint_least64_t tls_gen;     /* tls_cur->gen, for conn_open without tls_lock */
+    /* Client certificates (see "TLS client certificates"); NULL = none asked. */
+    struct egpu__tls_client *tls_client;
+    atomic_uint_least64_t clients_refused;
 };
 
 /* One request, from its request line to its completion. */
@@ -646,24 +635,14 @@ void egpu_http_server_conn_stats(struct egpu_http_server *srv, struct egpu_http_
  * (MHD_OPTION_HTTPS_CERT_CALLBACK, GnuTLS's retrieve_function2), which
  * GnuTLS calls once per handshake for the chain and key to present. It
  * hands out tls_cur, the pair the server holds. So that the files' new pair
- * is served without a restart, the callback first looks at the files when
- * it last looked more than TLS_CHECK_MS ago: stat(2) of both paths, compared
- * with the inode, size, mtime and ctime of the files tls_cur was read from.
- * stat and not inotify: stat follows symbolic links, so a Secret volume's
- * update (the kubelet writes a new directory and swaps the ..data link that
- * tls.crt and tls.key resolve through) shows as a new inode, where an
- * inotify watch stays on the old inode and would have to watch each
- * directory on the path and be set again after every swap; inotify also
- * needs a thread of its own and misses changes on network filesystems. Two
- * stat calls a second, and only while handshakes happen, cost nothing; a
- * server that does no handshake needs no fresh certificate.
+ * is served without a restart, the callback first asks the files' watch
+ * (tls_files.c: stat(2) of both paths at most once per EGPU__TLS_CHECK_MS,
+ * which sees a Secret volume's swapped ..data link) whether they changed.
  *
  * A change is read whole (tls_pair_load): every certificate must parse and
- * the key must be the leaf's. A state of the files that fails is kept in
- * bad_*_id, so it is logged once and not read again until the files change
- * once more; meanwhile tls_cur stays in service. Neither file is opened with
- * O_NOFOLLOW: both are the operator's (a Secret volume is made of links),
- * never a path a tenant can reach.
+ * the key must be the leaf's. A state of the files that fails is kept by the
+ * watch, so it is logged once and not read again until the files change
+ * once more; meanwhile tls_cur stays in service.
  *
  * Lifetime: retrieve_function2 leaves the pair ours, and GnuTLS uses it
  * through the handshake after the callback returned. A replaced pair goes on
@@ -672,89 +651,6 @@ void egpu_http_server_conn_stats(struct egpu_http_server *srv, struct egpu_http_
  * uses that pair or a newer one. The watchdog frees a retired pair once
  * every open connection is younger than it (tls_prune); stopping frees them
  * all. */
-
-static void file_id_from(const struct stat *st, struct file_id *id)
-{
-    memset(id, 0, sizeof(*id));
-    id->dev = st->st_dev;
-    id->ino = st->st_ino;
-    id->size = st->st_size;
-    id->mtime = st->st_mtim;
-    id->ctime = st->st_ctim;
-}
-
-/* stat path (following links) into *id; a failure is an id too. */
-static void file_id_stat(const char *path, struct file_id *id)
-{
-    struct stat st;
-
-    if (stat(path, &st) != 0) {
-        memset(id, 0, sizeof(*id));
-        id->err = errno;
-        return;
-    }
-    file_id_from(&st, id);
-}
-
-static bool is_same_file(const struct file_id *a, const struct file_id *b)
-{
-    return a->err == b->err && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
-           a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
-}
-
-/* Read a PEM file whole into a NUL-terminated egpu_malloc'd string, and
- * the stat of what was read into *id. */
-static int read_pem(const char *path, char **out, size_t *len, struct file_id *id,
-                    struct egpu_error *err)
-{
-    struct egpu_buf b;
-    char chunk[4096];
-    struct stat st;
-    ssize_t n;
-    int fd, rc = 0;
-
-    fd = open(path, O_RDONLY | O_CLOEXEC); /* no O_NOFOLLOW: see "TLS credentials" */
-    if (fd < 0)
-        return egpu_error_errno(err, "open %s", path);
-    if (fstat(fd, &st) != 0) {
-        rc = egpu_error_errno(err, "stat %s", path);
-        close(fd);
-        return rc;
-    }
-    file_id_from(&st, id);
-    egpu_buf_init(&b, TLS_FILE_MAX);
-    for (;;) {
-        n = read(fd, chunk, sizeof(chunk));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = egpu_error_errno(err, "read %s", path);
-            break;
-        }
-        if (n == 0)
-            break;
-        rc = egpu_buf_append(&b, chunk, (size_t)n);
-        if (rc != 0) {
-            egpu_error_set(err, rc, "read %s: %s", path,
-                           rc == -EMSGSIZE ? "larger than 1 MiB" : egpu_strerror(rc));
-            break;
-        }
-    }
-    close(fd);
-    explicit_bzero(chunk, sizeof(chunk));
-    if (rc == 0 && b.len == 0)
-        rc = egpu_error_set(err, -EINVAL, "read %s: empty file", path);
-    if (rc != 0) {
-        if (b.data != NULL)
-            explicit_bzero(b.data, b.cap);
-        egpu_buf_free(&b);
-        return rc;
-    }
-    *len = b.len;
-    *out = egpu_buf_take(&b);
-    return 0;
-}
 
 static void tls_pair_free(struct tls_pair *p)
 {
@@ -825,10 +721,10 @@ out_crts:
 /* Read the pair from cert_file and key_file and check it: every
  * certificate parses, the key parses and is the leaf's. On success writes
  * *out (free with tls_pair_free) and the stat of the files read into
- * *cert_id and *key_id. Returns 0, -errno, -EMSGSIZE, -EINVAL or -ENOMEM,
+ * ids[0] (certificate) and ids[1] (key). Returns 0, -errno, -EMSGSIZE, -EINVAL or -ENOMEM,
  * with err naming the file. */
 static int tls_pair_load(const char *cert_file, const char *key_file, struct tls_pair **out,
-                         struct file_id *cert_id, struct file_id *key_id, struct egpu_error *err)
+                         struct egpu__file_id ids[2], struct egpu_error *err)
 {
     char *cert_pem = NULL, *key_pem = NULL;
     size_t cert_len = 0, key_len = 0;
@@ -836,9 +732,9 @@ static int tls_pair_load(const char *cert_file, const char *key_file, struct tls
     gnutls_datum_t d;
     int rc, g;
 
-    rc = read_pem(cert_file, &cert_pem, &cert_len, cert_id, err);
+    rc = egpu__read_pem(cert_file, &cert_pem, &cert_len, &ids[0], err);
     if (rc == 0)
-        rc = read_pem(key_file, &key_pem, &key_len, key_id, err);
+        rc = egpu__read_pem(key_file, &key_pem, &key_len, &ids[1], err);
     if (rc != 0)
         goto out;
     p = egpu_calloc(1, sizeof(*p));
@@ -879,31 +775,17 @@ out:
 }
 
 /* Read the pair again when the files changed, at most once per
- * TLS_CHECK_MS (tls_lock held). */
+ * EGPU__TLS_CHECK_MS (tls_lock held). */
 static void tls_refresh(struct egpu_http_server *srv)
 {
     struct egpu_error err = {0};
-    struct file_id cid, kid, got_cid, got_kid;
+    struct egpu__file_id got[2];
     struct tls_pair *p;
-    struct timespec now;
 
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (srv->tls_checked.tv_sec != 0 &&
-        seconds_between(&srv->tls_checked, &now) * 1000.0 < (double)TLS_CHECK_MS)
+    if (!egpu__file_watch_is_due(&srv->tls_watch))
         return;
-    srv->tls_checked = now;
-    file_id_stat(srv->cert_file, &cid);
-    file_id_stat(srv->key_file, &kid);
-    if (is_same_file(&cid, &srv->cert_id) && is_same_file(&kid, &srv->key_id))
-        return;
-    if (srv->tls_bad && is_same_file(&cid, &srv->bad_cert_id) &&
-        is_same_file(&kid, &srv->bad_key_id))
-        return; /* this state failed already, and was logged */
-    if (tls_pair_load(srv->cert_file, srv->key_file, &p, &got_cid, &got_kid, &err) != 0) {
-        srv->bad_cert_id = cid;
-        srv->bad_key_id = kid;
-        srv->tls_bad = true;
-        srv->tls_failures++;
+    if (tls_pair_load(srv->cert_file, srv->key_file, &p, got, &err) != 0) {
+        egpu__file_watch_failed(&srv->tls_watch);
         egpu_log(EGPU_LOG_WARN,
                  "TLS files changed but cannot be used; serving the previous certificate "
                  "generation=%" PRIu64 " err=\"%s\"",
@@ -914,37 +796,41 @@ static void tls_refresh(struct egpu_http_server *srv)
     srv->tls_cur->next = srv->retired;
     srv->retired = srv->tls_cur;
     srv->tls_cur = p;
-    srv->cert_id = got_cid;
-    srv->key_id = got_kid;
-    srv->tls_bad = false;
-    srv->tls_reloads++;
+    egpu__file_watch_loaded(&srv->tls_watch, got, false);
     atomic_store(&srv->tls_gen, p->gen);
     egpu_log(EGPU_LOG_NOTICE,
              "TLS certificate reloaded cert=%s generation=%" PRIu64 " not_after=%" PRId64,
              srv->cert_file, p->gen, p->not_after_s);
 }
 
+/* Our record of the connection a GnuTLS session belongs to, or NULL. The
+ * session's pointer is libmicrohttpd's connection (it sets it for its own
+ * PSK callback), whose socket context is our record of it (on_connection),
+ * which leads to the server. A connection without a record (the table was
+ * full, so it is being shut) has none. */
+static struct conn *conn_of_session(gnutls_session_t session)
+{
+    struct MHD_Connection *mc = gnutls_session_get_ptr(session);
+    const union MHD_ConnectionInfo *info;
+
+    info = mc != NULL ? MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+    return info != NULL ? info->socket_context : NULL;
+}
+
 /* GnuTLS's retrieve_function2, called once per handshake: present the
- * server's current pair. The session's pointer is libmicrohttpd's connection
- * (it sets it for its own PSK callback), whose socket context is our record
- * of it (on_connection), which leads to the server. A connection without a
- * record (the table was full, so it is being shut) gets no certificate and
- * its handshake fails. */
+ * server's current pair. A connection without a record gets no
+ * certificate and its handshake fails. */
 static int on_tls_cert(gnutls_session_t session, const gnutls_datum_t *req_ca_dn, int nreqs,
                        const gnutls_pk_algorithm_t *pk_algos, int pk_algos_length,
                        gnutls_pcert_st **pcert, unsigned int *pcert_length, gnutls_privkey_t *pkey)
 {
-    struct MHD_Connection *mc = gnutls_session_get_ptr(session);
-    const union MHD_ConnectionInfo *info;
+    struct conn *c = conn_of_session(session);
     struct egpu_http_server *srv;
-    struct conn *c;
 
     (void)req_ca_dn;
     (void)nreqs;
     (void)pk_algos;
     (void)pk_algos_length;
-    info = mc != NULL ? MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
-    c = info != NULL ? info->socket_context : NULL;
     if (c == NULL)
         return -1;
     srv = c->srv;
@@ -984,12 +870,76 @@ void egpu_http_server_tls_stats(struct egpu_http_server *srv, struct egpu_http_t
         return;
     pthread_mutex_lock(&srv->tls_lock);
     out->generation = srv->tls_cur->gen;
-    out->reloads = srv->tls_reloads;
-    out->reload_failures = srv->tls_failures;
+    out->reloads = srv->tls_watch.reloads;
+    out->reload_failures = srv->tls_watch.failures;
     out->not_after_s = srv->tls_cur->not_after_s;
     for (const struct tls_pair *p = srv->retired; p != NULL; p = p->next)
         out->retained++;
     pthread_mutex_unlock(&srv->tls_lock);
+    if (srv->tls_client != NULL)
+        egpu__tls_client_counts(srv->tls_client, &out->ca_reloads, &out->ca_failures);
+    out->clients_refused = atomic_load(&srv->clients_refused);
+}
+
+/* ------------------------------------------------------------------------ */
+/* TLS client certificates                                                  */
+
+/* DESIGN: with a client CA (tls_client_ca), a connection is served
+ * only once its client presented a certificate that egpu__tls_client_verify
+ * trusts. libmicrohttpd asks for client certificates only when given
+ * MHD_OPTION_HTTPS_MEM_TRUST, a CA fixed at start, so it is given none:
+ * client_cert_ask, called from on_connection (libmicrohttpd has made the
+ * connection's GnuTLS session by then and not begun its handshake), asks for
+ * a certificate itself and hooks on_tls_verify into the session. GnuTLS
+ * calls that once the client's Certificate message is in, with a chain or
+ * empty; a nonzero return fails the handshake, so an untrusted client never
+ * gets to send a request. The CA bundle is ours (tls_client.c), read again
+ * when its file changes, and the CertificateRequest names no CA, so a
+ * client that picks its certificate by those names (Go's crypto/tls, as in
+ * kube-scheduler) offers it whatever CA the bundle moves to.
+ *
+ * GNUTLS_CERT_REQUEST rather than REQUIRE, so that on_tls_verify also sees,
+ * refuses and counts a client that sends no certificate. And a belt to the
+ * braces: begin answers 403 to any request on a connection whose client did
+ * not pass on_tls_verify, should a handshake ever skip the callback (GnuTLS
+ * does for a resumed session; libmicrohttpd offers no resumption today). A
+ * verdict holds for the connection's life: a CA removed from the bundle
+ * stops new connections, not open ones. */
+
+/* GnuTLS's verify function of a session of a server with a client CA:
+ * 0 trusts the client, anything else fails the handshake. */
+static int on_tls_verify(gnutls_session_t session)
+{
+    struct conn *c = conn_of_session(session);
+    char why[160], addr[INET6_ADDRSTRLEN];
+    uint64_t n;
+
+    if (c == NULL)
+        return GNUTLS_E_CERTIFICATE_ERROR;
+    if (egpu__tls_client_verify(c->srv->tls_client, session, why, sizeof(why)) == 0) {
+        c->client_trusted = true;
+        return 0;
+    }
+    n = atomic_fetch_add(&c->srv->clients_refused, 1) + 1;
+    addr_text(c->addr, addr, sizeof(addr));
+    egpu_log(worth_logging(n) ? EGPU_LOG_WARN : EGPU_LOG_DEBUG,
+             "TLS client refused client=%s reason=\"%s\" refused=%" PRIu64, addr, why, n);
+    return GNUTLS_E_CERTIFICATE_ERROR;
+}
+
+/* Ask the client of a new connection for its certificate, checked by
+ * on_tls_verify. Without a session to ask (none is expected), the
+ * connection stays untrusted and begin refuses its requests. */
+static void client_cert_ask(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    gnutls_session_t session = info != NULL ? info->tls_session : NULL;
+
+    if (session == NULL)
+        return;
+    gnutls_certificate_server_set_request(session, GNUTLS_CERT_REQUEST);
+    gnutls_session_set_verify_function(session, on_tls_verify);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1061,6 +1011,10 @@ static enum MHD_Result begin(struct egpu_http_server *srv, struct call *call,
         path_known = true;
         if (method_matches(&srv->routes[i], method))
             call->route = &srv->routes[i];
+    }
+    if (srv->tls_client != NULL && (call->conn == NULL || !call->conn->client_trusted)) {
+        atomic_fetch_add(&srv->clients_refused, 1);
+        return send_text(conn, call, 403, NULL, "403 forbidden: no trusted client certificate\n");
     }
     if (!path_known)
         return send_text(conn, call, 404, NULL, "404 page not found\n");
@@ -1209,6 +1163,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         return;
     (void)setsockopt(info->connect_fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
     *socket_context = conn_open(srv, info->connect_fd, peer ? peer->client_addr : NULL);
+    if (srv->tls_client != NULL && *socket_context != NULL)
+        client_cert_ask(conn);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
@@ -1282,11 +1238,18 @@ static int parse_bind(struct egpu_http_server *srv, const char *addr, struct egp
 int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_server **out,
                          struct egpu_error *err)
 {
+    struct egpu__file_id ids[2];
     struct egpu_http_server *srv;
     int rc;
 
     if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
         return egpu_error_set(err, -EINVAL, "TLS needs both a certificate and a key file");
+    if (cfg->tls_client_ca != NULL && cfg->tls_cert_file == NULL)
+        return egpu_error_set(err, -EINVAL,
+                              "client certificates (a client CA) need TLS: a certificate and key");
+    if (cfg->tls_client_cn != NULL && cfg->tls_client_ca == NULL)
+        return egpu_error_set(err, -EINVAL,
+                              "a client certificate name needs a client CA to check it against");
     if (cfg->tls_cert_file != NULL && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
         return egpu_error_set(err, -ENOTSUP, "libmicrohttpd was built without TLS");
     srv = egpu_calloc(1, sizeof(*srv));
@@ -1307,6 +1270,8 @@ int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_se
     srv->cfg.bind_addr = NULL;
     srv->cfg.tls_cert_file = NULL;
     srv->cfg.tls_key_file = NULL;
+    srv->cfg.tls_client_ca = NULL;
+    srv->cfg.tls_client_cn = NULL;
     if (srv->cfg.threads == 0)
         srv->cfg.threads = EGPU_HTTP_THREADS_DEFAULT;
     if (srv->cfg.timeout_s == 0)
@@ -1340,12 +1305,19 @@ int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_se
             rc = egpu_error_set(err, -ENOMEM, "http server: out of memory");
             goto out_free;
         }
-        rc = tls_pair_load(srv->cert_file, srv->key_file, &srv->tls_cur, &srv->cert_id,
-                           &srv->key_id, err);
+        rc = tls_pair_load(srv->cert_file, srv->key_file, &srv->tls_cur, ids, err);
         if (rc != 0)
             goto out_free;
+        srv->tls_watch =
+            (struct egpu__file_watch){.paths = {srv->cert_file, srv->key_file}, .n = 2};
+        egpu__file_watch_loaded(&srv->tls_watch, ids, true);
         srv->tls_cur->gen = 1;
         atomic_store(&srv->tls_gen, 1);
+    }
+    if (cfg->tls_client_ca != NULL) {
+        rc = egpu__tls_client_new(cfg->tls_client_ca, cfg->tls_client_cn, &srv->tls_client, err);
+        if (rc != 0)
+            goto out_free;
     }
     *out = srv;
     return 0;
@@ -1552,6 +1524,7 @@ void egpu_http_server_free(struct egpu_http_server *srv)
     egpu_free(srv->routes);
     tls_prune(srv, UINT64_MAX);
     tls_pair_free(srv->tls_cur);
+    egpu__tls_client_free(srv->tls_client);
     egpu_free(srv->cert_file);
     egpu_free(srv->key_file);
     egpu_free(srv->bind_addr);

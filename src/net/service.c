@@ -70,7 +70,9 @@ int egpu_service_new(const struct egpu_service_config *cfg, struct egpu_service 
                                       .max_body_bytes = o->max_body_bytes,
                                       .conn_memory_bytes = cfg->conn_memory_bytes,
                                       .tls_cert_file = o->tls_cert,
-                                      .tls_key_file = o->tls_key};
+                                      .tls_key_file = o->tls_key,
+                                      .tls_client_ca = o->tls_client_ca,
+                                      .tls_client_cn = o->tls_client_cn};
 
         rc = egpu_http_server_new(&hc, &svc->srv, err);
         if (!rc && cfg->health_on_own)

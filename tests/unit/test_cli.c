@@ -235,6 +235,8 @@ static void test_server_defaults(void **state)
     assert_int_equal(s.threads, 2);
     assert_int_equal(s.max_body_bytes, 1 << 20);
     assert_null(s.tls_cert);
+    assert_null(s.tls_client_ca);
+    assert_null(s.tls_client_cn);
     assert_null(s.kubeconfig);
     assert_null(s.context);
     assert_int_equal(s.watch_unhealthy_ms, 30000);
@@ -257,6 +259,8 @@ static void test_server_flag_and_variable(void **state)
         {"EGPU_MAX_BODY", "16384"},
         {"EGPU_TLS_CERT", "env.crt"},
         {"EGPU_TLS_KEY", "env.key"},
+        {"EGPU_TLS_CLIENT_CA", "env-ca.crt"},
+        {"EGPU_TLS_CLIENT_CN", "env-cn"},
         {"EGPU_KUBECONFIG", "env.kc"},
         {"EGPU_CONTEXT", "env-ctx"},
         {"EGPU_WATCH_UNHEALTHY_SECONDS", "17"},
@@ -286,6 +290,8 @@ static void test_server_flag_and_variable(void **state)
     assert_int_equal(s.max_body_bytes, 16384);
     assert_string_equal(s.tls_cert, "env.crt");
     assert_string_equal(s.tls_key, "env.key");
+    assert_string_equal(s.tls_client_ca, "env-ca.crt");
+    assert_string_equal(s.tls_client_cn, "env-cn");
     assert_string_equal(s.kubeconfig, "env.kc");
     assert_string_equal(s.context, "env-ctx");
     assert_int_equal(s.watch_unhealthy_ms, 17000);
@@ -299,7 +305,8 @@ static void test_server_flag_and_variable(void **state)
                             "127.0.0.1", "--health-port", "8002", "--max-connections", "21",
                             "--max-per-client", "22", "--idle-timeout", "23", "--request-timeout",
                             "24", "--threads", "25", "--max-body", "8192", "--tls-cert", "flag.crt",
-                            "--tls-key", "flag.key", "--kubeconfig", "flag.kc", "--context",
+                            "--tls-key", "flag.key", "--tls-client-ca", "flag-ca.crt",
+                            "--tls-client-cn", "flag-cn", "--kubeconfig", "flag.kc", "--context",
                             "flag-ctx", "--watch-unhealthy-seconds", "27", "--log-level", "error",
                             "--name", "flag-name")),
         -1);
@@ -315,6 +322,8 @@ static void test_server_flag_and_variable(void **state)
     assert_int_equal(s.max_body_bytes, 8192);
     assert_string_equal(s.tls_cert, "flag.crt");
     assert_string_equal(s.tls_key, "flag.key");
+    assert_string_equal(s.tls_client_ca, "flag-ca.crt");
+    assert_string_equal(s.tls_client_cn, "flag-cn");
     assert_string_equal(s.kubeconfig, "flag.kc");
     assert_string_equal(s.context, "flag-ctx");
     assert_int_equal(s.watch_unhealthy_ms, 27000);
@@ -370,6 +379,9 @@ static void test_server_bad_values(void **state)
          "debug\nTry 'srv --help'.\n"},
         {"--v", "11", "srv: --v \"11\": expected a verbosity in 0..10\nTry 'srv --help'.\n"},
         {"--name", "", "srv: --name \"\": expected a name\nTry 'srv --help'.\n"},
+        {"--tls-client-cn", "",
+         "srv: --tls-client-cn \"\": expected a common name of 1..255 bytes\nTry 'srv "
+         "--help'.\n"},
     };
     struct own own = {0};
     struct egpu_cli_spec spec = spec_all(&own);
@@ -429,6 +441,27 @@ static void test_server_pairs(void **state)
     assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg),
                                    SARGS("srv", "--tls-cert", "c", "--tls-key", "k")),
                      -1);
+    /* A client CA needs the server's own pair; a client name needs the CA. */
+    spec.tls_required = NULL;
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(
+        parse_capture(&spec, &s, msg, sizeof(msg), SARGS("srv", "--tls-client-ca", "ca")), 2);
+    assert_string_equal(msg, "srv: --tls-client-ca needs --tls-cert and --tls-key (client "
+                             "certificates are asked for over HTTPS)\nTry 'srv --help'.\n");
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg),
+                                   SARGS("srv", "--tls-cert", "c", "--tls-key", "k",
+                                         "--tls-client-cn", "kube-scheduler")),
+                     2);
+    assert_string_equal(msg, "srv: --tls-client-cn needs --tls-client-ca (the CA that signs the "
+                             "certificate it names)\nTry 'srv --help'.\n");
+    egpu_cli_server_defaults(&s);
+    assert_int_equal(parse_capture(&spec, &s, msg, sizeof(msg),
+                                   SARGS("srv", "--tls-cert", "c", "--tls-key", "k",
+                                         "--tls-client-ca", "ca", "--tls-client-cn", "ks")),
+                     -1);
+    assert_string_equal(s.tls_client_ca, "ca");
+    assert_string_equal(s.tls_client_cn, "ks");
 }
 
 /* Only the groups a binary names are its flags and variables. */

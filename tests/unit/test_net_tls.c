@@ -1,5 +1,6 @@
 /* tests/unit/test_net_tls.c - the HTTPS server's certificate, read again
- * when its files change, against a real TLS client (libcurl).
+ * when its files change, and its check of clients' certificates (mutual
+ * TLS), against a real TLS client (libcurl over OpenSSL).
  *
  * Certificates are made at test time by openssl(1): two CAs and leaves
  * signed by each (EC P-256, SAN localhost and 127.0.0.1). The files sit in
@@ -11,8 +12,17 @@
  * certificate (it verifies against the second CA and not against the first),
  * that files that cannot be used (a half-written certificate, a key of
  * another certificate) leave the previous pair in service and are counted
- * once, and that a pair that does not match is refused at start. Without
- * openssl the tests skip, or fail when CI=true. */
+ * once, and that a pair that does not match is refused at start.
+ *
+ * With a client CA (tls_client_ca) the server serves a client whose
+ * certificate CA 1 signed for client use, and refuses, in TLS 1.3 and 1.2,
+ * a client without a certificate, one of CA 2, and CA 1's server
+ * certificate (not for clients), while it goes on serving the trusted one
+ * (a kept connection and new ones); with a pinned common name it refuses
+ * CA 1's client certificate of another name; a new CA bundle in the Secret
+ * volume turns the verdicts round for new connections, and a bad one is
+ * not taken; a bad CA file or name is refused at start. Without openssl
+ * the tests skip, or fail when CI=true. */
 #define _GNU_SOURCE /* mkdtemp */
 #include <errno.h>
 #include <inttypes.h>
@@ -36,6 +46,13 @@ struct pki {
     char leaf[3][128]; /* leaf1.crt (CA 1), leaf2.crt (CA 2), leaf3.crt (CA 1) */
     char lkey[3][128]; /* their keys */
     int version;       /* ..vN directories written so far */
+    /* pki_make_mtls: client certificates (extendedKeyUsage clientAuth) */
+    char client[3][128]; /* client1.crt (CA 1, CN kube-scheduler), client2.crt (CA 2, the
+                            same CN), client3.crt (CA 1, CN intruder) */
+    char ckey[3][128];   /* their keys */
+    char cavol[128];     /* a second Secret volume: ca.crt through ..data */
+    char cafile[160];    /* cavol/ca.crt */
+    int ca_version;      /* its ..vN directories */
 };
 
 struct reply {
@@ -143,29 +160,74 @@ static void copy_file(const char *from, const char *to)
     close(out);
 }
 
-/* Publish cert and key as the kubelet updates a Secret volume: a new
- * ..vN directory, then a new ..data link renamed over the old one. The first
- * call also makes tls.crt and tls.key, links through ..data. */
-static void pki_publish(struct pki *p, const char *cert, const char *key)
+/* Publish files (n of them, under names) into the Secret volume vol as the
+ * kubelet updates one: a new ..vN directory, then a new ..data link renamed
+ * over the old one. The first call (*version 0) also makes vol/<name>,
+ * links through ..data. */
+static void vol_publish(const char *vol, int *version, const char *const *names,
+                        const char *const *files, int n)
 {
     char dir[192], path[256], link[192], tmp[192];
 
-    p->version++;
-    snprintf(dir, sizeof(dir), "%s/..v%d", p->vol, p->version);
+    (*version)++;
+    snprintf(dir, sizeof(dir), "%s/..v%d", vol, *version);
     assert_int_equal(mkdir(dir, 0700), 0);
-    snprintf(path, sizeof(path), "%s/tls.crt", dir);
-    copy_file(cert, path);
-    snprintf(path, sizeof(path), "%s/tls.key", dir);
-    copy_file(key, path);
-    snprintf(link, sizeof(link), "..v%d", p->version);
-    snprintf(tmp, sizeof(tmp), "%s/..data_tmp", p->vol);
-    assert_int_equal(symlink(link, tmp), 0);
-    snprintf(path, sizeof(path), "%s/..data", p->vol);
-    assert_int_equal(rename(tmp, path), 0);
-    if (p->version == 1) {
-        assert_int_equal(symlink("..data/tls.crt", p->cert), 0);
-        assert_int_equal(symlink("..data/tls.key", p->key), 0);
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        copy_file(files[i], path);
     }
+    snprintf(link, sizeof(link), "..v%d", *version);
+    snprintf(tmp, sizeof(tmp), "%s/..data_tmp", vol);
+    assert_int_equal(symlink(link, tmp), 0);
+    snprintf(path, sizeof(path), "%s/..data", vol);
+    assert_int_equal(rename(tmp, path), 0);
+    for (int i = 0; i < n && *version == 1; i++) {
+        snprintf(link, sizeof(link), "..data/%s", names[i]);
+        snprintf(path, sizeof(path), "%s/%s", vol, names[i]);
+        assert_int_equal(symlink(link, path), 0);
+    }
+}
+
+/* Publish cert and key as the Secret volume's tls.crt and tls.key. */
+static void pki_publish(struct pki *p, const char *cert, const char *key)
+{
+    static const char *const names[] = {"tls.crt", "tls.key"};
+    const char *const files[] = {cert, key};
+
+    vol_publish(p->vol, &p->version, names, files, 2);
+}
+
+/* Publish ca as the second Secret volume's ca.crt (p->cafile). */
+static void pki_publish_ca(struct pki *p, const char *ca)
+{
+    static const char *const names[] = {"ca.crt"};
+
+    vol_publish(p->cavol, &p->ca_version, names, &ca, 1);
+}
+
+/* pki_make, then the client certificates and the CA volume (skips
+ * without openssl). */
+static void pki_make_mtls(struct pki *p)
+{
+    static const int issuer[3] = {0, 1, 0};
+    static const char *const cn[3] = {"kube-scheduler", "kube-scheduler", "intruder"};
+
+    need_openssl();
+    pki_make(p);
+    sh("printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' > %s/client.ext", p->dir);
+    for (int i = 0; i < 3; i++) {
+        snprintf(p->client[i], sizeof(p->client[i]), "%s/client%d.crt", p->dir, i + 1);
+        snprintf(p->ckey[i], sizeof(p->ckey[i]), "%s/client%d.key", p->dir, i + 1);
+        sh("openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+           "-subj /CN=%s -keyout %s -out %s/client%d.csr >/dev/null 2>&1 && "
+           "openssl x509 -req -in %s/client%d.csr -CA %s -CAkey %s/ca%d.key -set_serial %d "
+           "-days 1 -extfile %s/client.ext -out %s >/dev/null 2>&1",
+           cn[i], p->ckey[i], p->dir, i + 1, p->dir, i + 1, p->ca[issuer[i]], p->dir, issuer[i] + 1,
+           200 + i, p->dir, p->client[i]);
+    }
+    snprintf(p->cavol, sizeof(p->cavol), "%s/cavol", p->dir);
+    assert_int_equal(mkdir(p->cavol, 0700), 0);
+    snprintf(p->cafile, sizeof(p->cafile), "%s/ca.crt", p->cavol);
 }
 
 static void pki_remove(struct pki *p)
@@ -237,17 +299,58 @@ static bool verifies_with(uint16_t port, const char *ca)
     return false;
 }
 
-/* Start an HTTPS server of /hello on cert and key; with health, also the
- * health endpoints and metrics (free *health after the server). */
-static struct egpu_http_server *start(const char *cert, const char *key, struct egpu_metrics *reg,
-                                      struct egpu_health **health)
+/* A curl handle that presents cert and key (NULL: no certificate). */
+static CURL *client_new(const char *cert, const char *key)
 {
-    struct egpu_http_config cfg = {
-        .bind_addr = "127.0.0.1", .threads = 2, .tls_cert_file = cert, .tls_key_file = key};
+    CURL *h = curl_easy_init();
+
+    assert_non_null(h);
+    if (cert != NULL) {
+        curl_easy_setopt(h, CURLOPT_SSLCERT, cert);
+        curl_easy_setopt(h, CURLOPT_SSLKEY, key);
+    }
+    return h;
+}
+
+/* A new connection from a client that presents cert and key (NULL: no
+ * certificate), speaking TLS 1.2 at most when tls12, trusting ca: the
+ * status of GET /hello, or 0 when the server refused the client before any
+ * response (curl then reports the failed handshake or the connection
+ * closed under the first read, never a failure to connect). */
+static long hello_as(uint16_t port, const char *ca, const char *cert, const char *key, bool tls12)
+{
+    CURL *h = client_new(cert, key);
+    struct reply r;
+    CURLcode rc;
+
+    if (tls12)
+        curl_easy_setopt(h, CURLOPT_SSLVERSION,
+                         (long)(CURL_SSLVERSION_TLSv1_2 | CURL_SSLVERSION_MAX_TLSv1_2));
+    rc = get_hello(h, port, ca, &r, NULL, NULL);
+    curl_easy_cleanup(h);
+    if (rc != CURLE_OK) {
+        if (rc != CURLE_SSL_CONNECT_ERROR && rc != CURLE_RECV_ERROR && rc != CURLE_SEND_ERROR &&
+            rc != CURLE_GOT_NOTHING)
+            fail_msg("client refused by something else than TLS: curl %d %s", (int)rc,
+                     curl_easy_strerror(rc));
+        assert_int_equal(r.len, 0);
+        return 0;
+    }
+    if (r.status == 200)
+        assert_string_equal(r.body, "hello tls");
+    return r.status;
+}
+
+/* Start an HTTPS server of /hello on cfg's bind address, threads and TLS
+ * files; with health, also the health endpoints and metrics (free *health
+ * after the server). */
+static struct egpu_http_server *start_cfg(const struct egpu_http_config *cfg,
+                                          struct egpu_metrics *reg, struct egpu_health **health)
+{
     struct egpu_http_server *srv;
     struct egpu_error err = {0};
 
-    if (egpu_http_server_new(&cfg, &srv, &err) != 0)
+    if (egpu_http_server_new(cfg, &srv, &err) != 0)
         fail_msg("server new: %s", err.msg);
     assert_int_equal(egpu_http_server_route(srv, "GET", "/hello", on_hello, NULL), 0);
     if (health != NULL && egpu_health_new(srv, reg, NULL, NULL, health, &err) != 0)
@@ -255,6 +358,16 @@ static struct egpu_http_server *start(const char *cert, const char *key, struct 
     if (egpu_http_server_start(srv, &err) != 0)
         fail_msg("start: %s", err.msg);
     return srv;
+}
+
+/* start_cfg on cert and key, without client certificates. */
+static struct egpu_http_server *start(const char *cert, const char *key, struct egpu_metrics *reg,
+                                      struct egpu_health **health)
+{
+    struct egpu_http_config cfg = {
+        .bind_addr = "127.0.0.1", .threads = 2, .tls_cert_file = cert, .tls_key_file = key};
+
+    return start_cfg(&cfg, reg, health);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -469,6 +582,226 @@ static void test_bad_pair_at_start(void **state)
     pki_remove(&p);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Client certificates                                                      */
+
+static void test_client_certificate_required(void **state)
+{
+    struct egpu_http_config cfg = {.bind_addr = "127.0.0.1", .threads = 2};
+    struct egpu_http_tls_stats st;
+    struct egpu_http_server *srv;
+    struct egpu_metrics *reg;
+    struct egpu_health *health;
+    struct pki p;
+    struct reply r;
+    long connects, port_before, port_after, live = egpu_alloc_live();
+    uint16_t port;
+    CURL *kept;
+
+    (void)state;
+    pki_make_mtls(&p);
+    pki_publish(&p, p.leaf[0], p.lkey[0]); /* served: CA 1's server certificate */
+    cfg.tls_cert_file = p.cert;
+    cfg.tls_key_file = p.key;
+    cfg.tls_client_ca = p.ca[0];
+    reg = egpu_metrics_new();
+    assert_non_null(reg);
+    srv = start_cfg(&cfg, reg, &health);
+    port = egpu_http_server_port(srv);
+
+    /* The client CA 1 signed for client use is served, and keeps its connection. */
+    kept = client_new(p.client[0], p.ckey[0]);
+    assert_int_equal(get_hello(kept, port, p.ca[0], &r, &connects, &port_before), CURLE_OK);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "hello tls");
+    assert_int_equal(connects, 1);
+
+    /* Refused, in TLS 1.3 and in 1.2: no certificate, a client certificate
+     * of CA 2, and CA 1's server certificate (serverAuth only) offered as a
+     * client's. None gets a response. */
+    for (int tls12 = 0; tls12 < 2; tls12++) {
+        assert_int_equal(hello_as(port, p.ca[0], NULL, NULL, tls12), 0);
+        assert_int_equal(hello_as(port, p.ca[0], p.client[1], p.ckey[1], tls12), 0);
+        assert_int_equal(hello_as(port, p.ca[0], p.leaf[0], p.lkey[0], tls12), 0);
+        /* ... while the trusted client is served on new connections too. */
+        assert_int_equal(hello_as(port, p.ca[0], p.client[0], p.ckey[0], tls12), 200);
+    }
+    egpu_http_server_tls_stats(srv, &st);
+    assert_int_equal(st.clients_refused, 6);
+    assert_int_equal(st.ca_reloads, 0);
+
+    /* The kept connection still answers, on the same socket, and the
+     * metrics count the refusals. */
+    assert_int_equal(get_path(kept, port, p.ca[0], "/metrics", &r, &connects, &port_after),
+                     CURLE_OK);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(connects, 0);
+    assert_int_equal(port_after, port_before);
+    assert_non_null(strstr(r.body, "\negpu_http_tls_clients_refused_total 6\n"));
+    curl_easy_cleanup(kept);
+
+    egpu_http_server_free(srv);
+    egpu_health_free(health);
+    egpu_metrics_free(reg);
+    assert_int_equal(egpu_alloc_live(), live);
+    pki_remove(&p);
+}
+
+static void test_client_common_name_pinned(void **state)
+{
+    struct egpu_http_config cfg = {.bind_addr = "127.0.0.1", .tls_client_cn = "kube-scheduler"};
+    struct egpu_http_tls_stats st;
+    struct egpu_http_server *srv;
+    struct pki p;
+    long live = egpu_alloc_live();
+    uint16_t port;
+
+    (void)state;
+    pki_make_mtls(&p);
+    cfg.tls_cert_file = p.leaf[0];
+    cfg.tls_key_file = p.lkey[0];
+    cfg.tls_client_ca = p.ca[0];
+    srv = start_cfg(&cfg, NULL, NULL);
+    port = egpu_http_server_port(srv);
+    assert_int_equal(hello_as(port, p.ca[0], p.client[0], p.ckey[0], false), 200);
+    /* CA 1 signed it for client use, but for another name. */
+    assert_int_equal(hello_as(port, p.ca[0], p.client[2], p.ckey[2], false), 0);
+    assert_int_equal(hello_as(port, p.ca[0], p.client[2], p.ckey[2], true), 0);
+    assert_int_equal(hello_as(port, p.ca[0], p.client[0], p.ckey[0], true), 200);
+    egpu_http_server_tls_stats(srv, &st);
+    assert_int_equal(st.clients_refused, 2);
+    egpu_http_server_free(srv);
+
+    /* Without the pin, CA 1's certificate of that other name is served. */
+    cfg.tls_client_cn = NULL;
+    srv = start_cfg(&cfg, NULL, NULL);
+    assert_int_equal(hello_as(egpu_http_server_port(srv), p.ca[0], p.client[2], p.ckey[2], false),
+                     200);
+    egpu_http_server_free(srv);
+    assert_int_equal(egpu_alloc_live(), live);
+    pki_remove(&p);
+}
+
+static void test_client_ca_rotation(void **state)
+{
+    struct egpu_http_config cfg = {.bind_addr = "127.0.0.1", .threads = 2};
+    struct egpu_http_tls_stats st;
+    struct egpu_http_server *srv;
+    char garbage[128];
+    struct pki p;
+    struct reply r;
+    long connects, live = egpu_alloc_live();
+    uint16_t port;
+    CURL *kept;
+
+    (void)state;
+    pki_make_mtls(&p);
+    pki_publish_ca(&p, p.ca[0]);
+    cfg.tls_cert_file = p.leaf[0];
+    cfg.tls_key_file = p.lkey[0];
+    cfg.tls_client_ca = p.cafile;
+    srv = start_cfg(&cfg, NULL, NULL);
+    port = egpu_http_server_port(srv);
+    kept = client_new(p.client[0], p.ckey[0]);
+    assert_int_equal(get_hello(kept, port, p.ca[0], &r, &connects, NULL), CURLE_OK);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(hello_as(port, p.ca[0], p.client[1], p.ckey[1], false), 0);
+
+    /* The Secret now holds CA 2: its client is served, CA 1's is refused on
+     * new connections; the connection CA 1's client opened before keeps
+     * its verdict. */
+    pki_publish_ca(&p, p.ca[1]);
+    wait_check_period();
+    assert_int_equal(hello_as(port, p.ca[0], p.client[1], p.ckey[1], false), 200);
+    assert_int_equal(hello_as(port, p.ca[0], p.client[0], p.ckey[0], false), 0);
+    assert_int_equal(get_hello(kept, port, p.ca[0], &r, &connects, NULL), CURLE_OK);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(connects, 0);
+    curl_easy_cleanup(kept);
+    egpu_http_server_tls_stats(srv, &st);
+    assert_int_equal(st.ca_reloads, 1);
+    assert_int_equal(st.ca_failures, 0);
+    assert_int_equal(st.reloads, 0); /* the server's own pair is another matter */
+
+    /* A bundle that does not parse is not taken: CA 2 stays, counted once. */
+    snprintf(garbage, sizeof(garbage), "%s/garbage.crt", p.dir);
+    sh("printf -- '-----BEGIN CERTIFICATE-----\\nnot base64 at all\\n-----END CERTIFICATE-----\\n'"
+       " > %s",
+       garbage);
+    pki_publish_ca(&p, garbage);
+    wait_check_period();
+    assert_int_equal(hello_as(port, p.ca[0], p.client[1], p.ckey[1], false), 200);
+    assert_int_equal(hello_as(port, p.ca[0], p.client[0], p.ckey[0], false), 0);
+    wait_check_period();
+    assert_int_equal(hello_as(port, p.ca[0], p.client[1], p.ckey[1], false), 200);
+    egpu_http_server_tls_stats(srv, &st);
+    assert_int_equal(st.ca_reloads, 1);
+    assert_int_equal(st.ca_failures, 1);
+
+    /* Both CAs in one bundle: both clients are served. */
+    snprintf(garbage, sizeof(garbage), "%s/both.crt", p.dir);
+    sh("cat %s %s > %s", p.ca[0], p.ca[1], garbage);
+    pki_publish_ca(&p, garbage);
+    wait_check_period();
+    assert_int_equal(hello_as(port, p.ca[0], p.client[0], p.ckey[0], false), 200);
+    assert_int_equal(hello_as(port, p.ca[0], p.client[1], p.ckey[1], false), 200);
+    egpu_http_server_tls_stats(srv, &st);
+    assert_int_equal(st.ca_reloads, 2);
+
+    egpu_http_server_free(srv);
+    assert_int_equal(egpu_alloc_live(), live);
+    pki_remove(&p);
+}
+
+static void test_bad_client_ca_at_start(void **state)
+{
+    struct egpu_http_config cfg = {.bind_addr = "127.0.0.1"};
+    struct egpu_http_server *srv = NULL;
+    struct egpu_error err = {0};
+    char garbage[128], empty[128], cn[EGPU_HTTP_TLS_CLIENT_CN_MAX + 2];
+    struct pki p;
+    long live = egpu_alloc_live();
+
+    (void)state;
+    need_openssl();
+    pki_make(&p);
+    /* A client CA without a certificate and key of the server's own. */
+    cfg.tls_client_ca = p.ca[0];
+    assert_int_equal(egpu_http_server_new(&cfg, &srv, &err), -EINVAL);
+    cfg.tls_cert_file = p.leaf[0];
+    cfg.tls_key_file = p.lkey[0];
+    /* A file that holds no certificate, an empty one, one that is not there. */
+    snprintf(garbage, sizeof(garbage), "%s/garbage.pem", p.dir);
+    sh("echo 'this is not PEM' > %s", garbage);
+    cfg.tls_client_ca = garbage;
+    assert_int_equal(egpu_http_server_new(&cfg, &srv, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, garbage));
+    snprintf(empty, sizeof(empty), "%s/empty.pem", p.dir);
+    sh(": > %s", empty);
+    cfg.tls_client_ca = empty;
+    assert_int_equal(egpu_http_server_new(&cfg, &srv, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, empty));
+    cfg.tls_client_ca = "/nonexistent/ca.crt";
+    assert_int_equal(egpu_http_server_new(&cfg, &srv, &err), -ENOENT);
+    /* A name without a CA, an empty name, one too long. */
+    cfg.tls_client_ca = NULL;
+    cfg.tls_client_cn = "kube-scheduler";
+    assert_int_equal(egpu_http_server_new(&cfg, &srv, &err), -EINVAL);
+    cfg.tls_client_ca = p.ca[0];
+    cfg.tls_client_cn = "";
+    assert_int_equal(egpu_http_server_new(&cfg, &srv, &err), -EINVAL);
+    memset(cn, 'a', sizeof(cn) - 1);
+    cn[sizeof(cn) - 1] = '\0';
+    cfg.tls_client_cn = cn;
+    assert_int_equal(egpu_http_server_new(&cfg, &srv, &err), -EINVAL);
+    /* The longest name, and the CA bundle, are taken. */
+    cn[EGPU_HTTP_TLS_CLIENT_CN_MAX] = '\0';
+    assert_int_equal(egpu_http_server_new(&cfg, &srv, &err), 0);
+    egpu_http_server_free(srv);
+    assert_int_equal(egpu_alloc_live(), live);
+    pki_remove(&p);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -489,6 +822,10 @@ int main(void)
         cmocka_unit_test(test_rotation_keeps_connections),
         cmocka_unit_test(test_broken_rotation_keeps_the_old_pair),
         cmocka_unit_test(test_bad_pair_at_start),
+        cmocka_unit_test(test_client_certificate_required),
+        cmocka_unit_test(test_client_common_name_pinned),
+        cmocka_unit_test(test_client_ca_rotation),
+        cmocka_unit_test(test_bad_client_ca_at_start),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
