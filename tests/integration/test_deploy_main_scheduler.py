@@ -8,21 +8,29 @@ Offline, on `kubectl kustomize` of an overlay of deploy/ with the Component:
   come, and only the scheduler Deployment, Service and NetworkPolicy and the
   webhook Deployment change;
 - egpu-scheduler serves the verbs on the pod address over HTTPS with the
-  Secret's files, binds pods of default-scheduler and elects on a Lease it
-  may create, get and update, and nothing else is granted beyond deploy/;
+  Secret's files and asks clients for a certificate of the client CA
+  Secret's ca.crt (--tls-client-ca), binds pods of default-scheduler and
+  elects on a Lease it may create, get and update, and nothing else is
+  granted beyond deploy/;
 - the Service and the NetworkPolicy lead to and admit that port;
 - the extenders: stanza names that Service, port and scheme, the verbs
   egpu-scheduler serves (its --help), and the same nodeCacheCapable,
   ignorable, weight, timeout and managedResources as deploy/'s
-  KubeSchedulerConfiguration; its serverName is the host it calls;
+  KubeSchedulerConfiguration; its serverName is the host it calls, and its
+  tlsConfig gives kube-scheduler a client certificate and key;
 - egpu-webhook leaves schedulerName alone, and the binaries take the flags.
 
 Live, against the test API server: the operator guide's openssl commands
-make the Secret's files (a stand-in kubectl records the Secret), egpu-webhook
-runs with the Component's flags and egpu-scheduler with the Component's flags
-and those files, and a GPU pod goes through admission, filter and bind over
-HTTPS checked as kube-scheduler checks it (the stanza's serverName, the CA):
-it is bound, still of default-scheduler.
+make the Secrets' files and kube-scheduler's client certificate (a stand-in
+kubectl records the Secrets), egpu-webhook runs with the Component's flags
+and egpu-scheduler with the Component's flags and those files, and a GPU
+pod goes through admission, filter and bind over HTTPS checked as
+kube-scheduler checks it (the stanza's serverName, the CA) with the
+stanza's client certificate: it is bound, still of default-scheduler. With
+Python's ssl module as the peer, bind from a client without a certificate,
+with a client certificate of another CA, or with egpu-scheduler's own
+server certificate fails at the TLS handshake and binds nothing, while
+kube-scheduler's certificate binds.
 
 kubectl and openssl: a test that needs a missing one is skipped, except
 under CI=true, where it fails.
@@ -52,6 +60,7 @@ DEPLOY = ROOT / "deploy"
 COMPONENT = DEPLOY / "scheduler" / "main-scheduler"
 GUIDE = ROOT / "docs" / "operator-guide.md"
 SECRET = "egpu-scheduler-tls"
+CLIENT_CA_SECRET = "egpu-scheduler-client-ca"
 DEFAULT_SCHEDULER = "default-scheduler"
 # What the Component removes from deploy/, and what it adds and changes.
 GONE = {("ConfigMap", "elastic-gpu-scheduler-config"),
@@ -174,19 +183,22 @@ def test_egpu_scheduler_flags(objs):
     assert flag(args, "--follow-lease") is None
     assert flag(args, "--leader-elect") in (None, "true")
     assert flag(args, "--prefix") is None
-    # HTTPS with the files of the Secret egpu-scheduler-tls (kubernetes.io/tls keys)
+    # HTTPS with the files of the Secret egpu-scheduler-tls (kubernetes.io/tls
+    # keys); clients' certificates checked against the client CA Secret's ca.crt.
     vols = {v["name"]: v for v in spec["volumes"]}
-    for fl, key in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key")):
+    for fl, key, secret in (("--tls-cert", "tls.crt", SECRET), ("--tls-key", "tls.key", SECRET),
+                            ("--tls-client-ca", "ca.crt", CLIENT_CA_SECRET)):
         path = flag(args, fl)
         assert path and os.path.basename(path) == key, (fl, path)
         (m,) = [m for m in egpu["volumeMounts"]
                 if os.path.dirname(path) == m["mountPath"].rstrip("/")]
         assert m.get("readOnly") is True
-        assert vols[m["name"]]["secret"]["secretName"] == SECRET
+        assert vols[m["name"]]["secret"]["secretName"] == secret
         assert "items" not in vols[m["name"]]["secret"]
+        # The pod runs as 65532 with fsGroup 65532: 0440 lets it read the files.
+        assert vols[m["name"]]["secret"]["defaultMode"] == 0o440
+    assert flag(args, "--tls-client-cn") is None  # the CA is the extender's own
     assert "configMap" not in json.dumps(spec["volumes"])
-    # The pod runs as 65532 with fsGroup 65532: 0440 lets it read the key.
-    assert vols[m["name"]]["secret"]["defaultMode"] == 0o440
     assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsUser"]
     # Its readiness (leading) picks the pod the Service sends calls to.
     assert egpu["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -242,8 +254,16 @@ def test_extender_stanza_matches_what_egpu_scheduler_serves(base, objs, build_di
     assert url.scheme == "https" and ext["enableHTTPS"] is True  # it has --tls-cert
     assert url.hostname == f"egpu-scheduler.{NS}.svc" and url.port == port
     assert url.path in ("", "/")  # egpu-scheduler has no --prefix
-    assert ext["tlsConfig"]["serverName"] == url.hostname
-    assert ext["tlsConfig"]["caFile"] and not ext["tlsConfig"].get("insecure", False)
+    tls = ext["tlsConfig"]
+    assert tls["serverName"] == url.hostname
+    assert tls["caFile"] and not tls.get("insecure", False)
+    # kube-scheduler's client certificate, which --tls-client-ca asks for,
+    # beside the CA on the control plane.
+    assert flag(egpu_args(objs), "--tls-client-ca")
+    assert tls["certFile"] and tls["keyFile"] and tls["certFile"] != tls["keyFile"]
+    assert {os.path.dirname(tls[k]) for k in ("caFile", "certFile", "keyFile")} == \
+        {os.path.dirname(tls["caFile"])}
+    assert set(tls) == {"serverName", "caFile", "certFile", "keyFile"}
     # The verbs egpu-scheduler serves, from its --help, and no preempt.
     r = subprocess.run([str(build_dir / "src/scheduler/egpu-scheduler"), "--help"],
                        capture_output=True, text=True, timeout=10)
@@ -283,7 +303,7 @@ def test_binaries_take_the_flags(objs, build_dir):
 # --- live -----------------------------------------------------------------------
 
 def guide_cert_commands():
-    """The operator guide's shell block that makes the extender's certificate."""
+    """The operator guide's shell block that makes the extender's certificates."""
     blocks = re.findall(r"```sh\n(.*?)```", GUIDE.read_text(), re.S)
     (block,) = [b for b in blocks if f"create secret tls {SECRET}" in b]
     return re.sub(r"^ {3}", "", block, flags=re.M)
@@ -292,30 +312,35 @@ def guide_cert_commands():
 @pytest.fixture
 def guide_cert(tmp_path):
     """Run the guide's commands in a directory, kubectl replaced by a script
-    that records its arguments; return the directory."""
+    that records each call's arguments; return the directory."""
     need("openssl")
     d = tmp_path / "cert"
     d.mkdir()
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "kubectl").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$KUBECTL_ARGS"\n')
+    (fake / "kubectl").write_text('#!/bin/sh\necho "$*" >> "$KUBECTL_ARGS"\n')
     (fake / "kubectl").chmod(0o755)
     env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}",
                KUBECTL_ARGS=str(tmp_path / "kubectl.args"))
     r = subprocess.run(["sh", "-ec", guide_cert_commands()], cwd=d, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    kargs = (tmp_path / "kubectl.args").read_text().split("\n")[:-1]
-    assert kargs == ["-n", NS, "create", "secret", "tls", SECRET, "--cert", "tls.crt",
-                     "--key", "tls.key"]
+    calls = (tmp_path / "kubectl.args").read_text().splitlines()
+    assert calls == [f"-n {NS} create secret tls {SECRET} --cert tls.crt --key tls.key",
+                     f"-n {NS} create secret generic {CLIENT_CA_SECRET} --from-file ca.crt"]
+    for f in ("ca.crt", "tls.crt", "tls.key", "client.crt", "client.key"):
+        assert (d / f).is_file(), f
     return d
 
 
-def https_post(port, server_name, ca, path, body):
+def https_post(port, server_name, ca, path, body, client=None):
     """POST as kube-scheduler's extender client does with enableHTTPS and
-    tlsConfig {serverName, caFile}: to 127.0.0.1:port, the certificate
-    checked against serverName and the CA."""
+    tlsConfig {serverName, caFile, certFile, keyFile}: to 127.0.0.1:port,
+    the certificate checked against serverName and the CA, presenting the
+    client certificate and key of client (a pair of paths; None: none)."""
     ctx = ssl.create_default_context(cafile=str(ca))
+    if client is not None:
+        ctx.load_cert_chain(str(client[0]), str(client[1]))
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.sock = ctx.wrap_socket(sock, server_hostname=server_name)
@@ -349,6 +374,32 @@ def local(args, drop):
     return out
 
 
+def on_control_plane(guide_cert, path):
+    """The guide's file that the operator copies to path on the control plane
+    (step 2 copies ca.crt, client.crt and client.key there by name)."""
+    return guide_cert / os.path.basename(path)
+
+
+def component_scheduler(objs, api, build_dir, guide_cert, tmp_path):
+    """egpu-scheduler with the Component's flags (its own listen and ports),
+    the files of the Secrets made by the guide's commands in place of their
+    mounts; ready (it leads on its own Lease). Returns it and its verbs' port."""
+    egpu = local(egpu_args(objs), {"--listen", "--port", "--health-listen", "--health-port"})
+    mounts = [a for a in egpu if a.startswith("/etc/egpu-scheduler/")]
+    assert {os.path.basename(a) for a in mounts} == {"tls.crt", "tls.key", "ca.crt"}, mounts
+    egpu = [str(guide_cert / os.path.basename(a)) if a in mounts else a for a in egpu]
+    s = Scheduler(build_dir, api, tmp_path, "main", [*egpu, "--lease-namespace", NS])
+    s.wait_ready()
+    return s, int(s.url.rsplit(":", 1)[1])
+
+
+def kube_scheduler_client(objs, guide_cert):
+    """The client certificate and key the stanza gives kube-scheduler."""
+    tls = stanza(objs)["tlsConfig"]
+    return (on_control_plane(guide_cert, tls["certFile"]),
+            on_control_plane(guide_cert, tls["keyFile"]))
+
+
 def test_gpu_pod_placed_through_the_component(objs, api, cert, build_dir, guide_cert,  # noqa: F811
                                               tmp_path):
     ext = stanza(objs)
@@ -369,26 +420,24 @@ def test_gpu_pod_placed_through_the_component(objs, api, cert, build_dir, guide_
         w.stop()
     st, pod = api.call("POST", "/api/v1/namespaces/ml/pods", pod)
     assert st == 201, pod
-    # egpu-scheduler with the Component's flags and the guide's certificate
-    egpu = local(egpu_args(objs), {"--listen", "--port", "--health-listen", "--health-port"})
-    egpu = [str(guide_cert / os.path.basename(a)) if a.startswith("/etc/egpu-scheduler/tls/")
-            else a for a in egpu]
-    s = Scheduler(build_dir, api, tmp_path, "main", [*egpu, "--lease-namespace", NS])
+    # egpu-scheduler with the Component's flags and the guide's certificates;
+    # the client is kube-scheduler as the stanza configures it.
+    s, port = component_scheduler(objs, api, build_dir, guide_cert, tmp_path)
     try:
-        s.wait_ready()  # it leads on its own Lease
-        port = int(s.url.rsplit(":", 1)[1])
         prefix = urllib.parse.urlsplit(ext["urlPrefix"]).path.rstrip("/")
         server_name = ext["tlsConfig"]["serverName"]
-        ca = guide_cert / "ca.crt"
+        ca = on_control_plane(guide_cert, ext["tlsConfig"]["caFile"])
+        client = kube_scheduler_client(objs, guide_cert)
         st, out = https_post(port, server_name, ca, f"{prefix}/{ext['filterVerb']}",
-                             {"Pod": pod, "Nodes": None, "NodeNames": ["gpu-1", "gpu-2"]})
+                             {"Pod": pod, "Nodes": None, "NodeNames": ["gpu-1", "gpu-2"]},
+                             client)
         assert st == 200 and out["Error"] == "" and out["NodeNames"], out
         node = out["NodeNames"][0]
         deadline = time.time() + 10
         while True:
             st, out = https_post(port, server_name, ca, f"{prefix}/{ext['bindVerb']}",
                                  {"PodName": "train", "PodNamespace": "ml",
-                                  "PodUID": pod["metadata"]["uid"], "Node": node})
+                                  "PodUID": pod["metadata"]["uid"], "Node": node}, client)
             if st == 200 and out.get("Error") == "" or time.time() > deadline:
                 break
             time.sleep(0.1)
@@ -398,6 +447,79 @@ def test_gpu_pod_placed_through_the_component(objs, api, cert, build_dir, guide_
         assert got["spec"]["schedulerName"] == DEFAULT_SCHEDULER
         # A client that checks another name than the certificate's fails.
         with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
-            https_post(port, "egpu-scheduler.other.svc", ca, f"{prefix}/filter", {})
+            https_post(port, "egpu-scheduler.other.svc", ca, f"{prefix}/filter", {}, client)
+    finally:
+        s.stop()
+
+
+def refused_at_handshake(post):
+    """post() fails as a client the server refuses during the TLS handshake:
+    an alert or a closed connection where the response would be, never a
+    response and never a refused TCP connection (the server is up)."""
+    with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)) as e:
+        post()
+    assert not isinstance(e.value, ConnectionRefusedError), e.value
+    return e.value
+
+
+def test_bind_needs_the_client_certificate(objs, api, build_dir, guide_cert, tmp_path):
+    """The Component's egpu-scheduler binds for the holder of kube-scheduler's
+    client certificate only: a caller on the pod network without one, with a
+    client certificate of another CA, or with egpu-scheduler's own server
+    certificate (the same CA, not for clients) gets no response, binds
+    nothing and is counted; kube-scheduler's certificate binds the pod."""
+    need("openssl")
+    ext = stanza(objs)
+    cluster(api)
+    st, pod = api.call("POST", "/api/v1/namespaces/ml/pods", gpu_pod("victim", "ml"))
+    assert st == 201, pod
+    # Another CA's client certificate, made as the guide makes kube-scheduler's.
+    other = tmp_path / "other"
+    other.mkdir()
+    r = subprocess.run(["sh", "-ec", """
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+            -subj /CN=other-ca -keyout ca.key -out ca.crt
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -subj /CN=kube-scheduler -keyout client.key -out client.csr
+        printf 'extendedKeyUsage=clientAuth\\n' > client.ext
+        openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 \
+            -extfile client.ext -out client.crt
+        """], cwd=other, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    s, port = component_scheduler(objs, api, build_dir, guide_cert, tmp_path)
+    try:
+        prefix = urllib.parse.urlsplit(ext["urlPrefix"]).path.rstrip("/")
+        server_name = ext["tlsConfig"]["serverName"]
+        ca = on_control_plane(guide_cert, ext["tlsConfig"]["caFile"])
+        bind = {"PodName": "victim", "PodNamespace": "ml", "PodUID": pod["metadata"]["uid"],
+                "Node": "gpu-1"}
+
+        def post(client):
+            return https_post(port, server_name, ca, f"{prefix}/{ext['bindVerb']}", bind, client)
+
+        for client in (None, (other / "client.crt", other / "client.key"),
+                       (guide_cert / "tls.crt", guide_cert / "tls.key")):
+            refused_at_handshake(lambda: post(client))
+        st, got = api.call("GET", "/api/v1/namespaces/ml/pods/victim")
+        assert not got["spec"].get("nodeName"), got["spec"]
+        assert "elasticgpu.io/assigned" not in (got["metadata"].get("annotations") or {})
+        st, metrics = s.get("/metrics")
+        assert "\negpu_http_tls_clients_refused_total 3\n" in metrics, metrics
+        log = s.log.read_text()
+        assert 'TLS client refused client=127.0.0.1 reason="no client certificate"' in log, log
+        # kube-scheduler, with the stanza's certificate, binds it (bind may
+        # wait for the cache to see the pod).
+        client = kube_scheduler_client(objs, guide_cert)
+        deadline = time.time() + 10
+        while True:
+            st, out = post(client)
+            if st == 200 and out.get("Error") == "" or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert st == 200 and out.get("Error") == "", out
+        st, got = api.call("GET", "/api/v1/namespaces/ml/pods/victim")
+        assert got["spec"]["nodeName"] == "gpu-1"
+        st, metrics = s.get("/metrics")
+        assert "\negpu_http_tls_clients_refused_total 3\n" in metrics
     finally:
         s.stop()

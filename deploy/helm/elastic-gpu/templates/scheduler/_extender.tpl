@@ -27,6 +27,11 @@ extenders:
     tlsConfig:
       serverName: egpu-scheduler.{{ include "elastic-gpu.namespace" . }}.svc
       caFile: /etc/kubernetes/elastic-gpu/ca.crt    # the CA of the Secret egpu-scheduler-tls
+      # kube-scheduler's client certificate, signed for client use by the CA
+      # of the Secret egpu-scheduler-client-ca: egpu-scheduler refuses a
+      # caller without it (--tls-client-ca).
+      certFile: /etc/kubernetes/elastic-gpu/client.crt
+      keyFile: /etc/kubernetes/elastic-gpu/client.key
     managedResources:
       - name: elasticgpu.io/gpu-core
         ignoredByScheduler: false           # advertised by the node agent's device plugin
