@@ -34,6 +34,15 @@
 - scheduler.mode=main renders deploy/ with the Component
   deploy/scheduler/main-scheduler (and with each webhook certificates
   Component beside it), field by field; another mode fails.
+- scheduler.podsWithoutGpu=place adds egpu-scheduler --pods-without-gpu
+  place and takes managedResources out of kube-scheduler's extender entry,
+  its NodeResourcesFit ignoring elasticgpu.io/gpu-memory instead, and
+  nothing else; pass is the default; another value fails, and so does place
+  with mode main.
+- scheduler.targetWorkload renders its document into a ConfigMap (named by
+  its hash) mounted read-only and passed with --target-workload, and
+  nothing else; egpu-scheduler reads the rendered file; a document of the
+  wrong shape fails the rendering.
 - Chart.yaml's appVersion is the images' tag of deploy/kustomization.yaml
   and CMakeLists.txt's version; the chart's version is that version. Each
   component's repository ends in the name of its image in deploy/
@@ -43,6 +52,7 @@ helm and kubectl come from tools/bin (`make deps`), else PATH; a missing one
 skips these tests, except under CI=true, where it fails them.
 """
 import copy
+import json
 import os
 import re
 import subprocess
@@ -93,13 +103,28 @@ def kustomize(path):
     return load(run([tool("kubectl"), "kustomize", str(path)]))
 
 
-def helm_template(*sets, crds=True):
+def helm_template(*sets, crds=True, values=None):
+    """helm template with --set of each of sets, and values (a path) as -f."""
     argv = [tool("helm"), "template", RELEASE, str(CHART)]
     if crds:
         argv.append("--include-crds")
+    if values is not None:
+        argv += ["-f", str(values)]
     for s in sets:
         argv += ["--set", s]
     return load(run(argv))
+
+
+def helm_fails(*sets, values=None):
+    """helm template's error output for values it must refuse."""
+    argv = [tool("helm"), "template", RELEASE, str(CHART)]
+    if values is not None:
+        argv += ["-f", str(values)]
+    for s in sets:
+        argv += ["--set", s]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0, (sets, r.stdout[-2000:])
+    return r.stderr
 
 
 def key(o):
@@ -236,6 +261,11 @@ def test_helm_lint_strict():
          "--set", "scheduler.nodePolicy=fgd", "--set", "scheduler.cardPolicy=spread",
          "--set", "namespace.name=gpu", "--set", "agent.nodeSelector.gpu=yes",
          "--set", "agent.contextExtraMib=96", "--set", "scheduler.mode=main"])
+    run([helm, "lint", "--strict", str(CHART), "--set", "scheduler.podsWithoutGpu=place",
+         "--set", "scheduler.targetWorkload.apiVersion=elasticgpu.io/v1alpha1",
+         "--set", "scheduler.targetWorkload.kind=TargetWorkload",
+         "--set", "scheduler.targetWorkload.typicalPods[0].cpuMilli=2000",
+         "--set", "scheduler.targetWorkload.typicalPods[0].weight=1"])
     run([helm, "lint", "--strict", str(CHART)] +
         [a for k in COMPONENTS for a in ("--set", f"{k}=false")])
 
@@ -441,3 +471,178 @@ def test_scheduler_mode_is_checked(chart):
                         "scheduler.mode=both"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert 'scheduler.mode is "both": expected second or main' in r.stderr, r.stderr
+
+
+# --- pods without GPUs and the target workload ----------------------------------
+
+SCHED = ("Deployment", "egpu-scheduler", NS)
+
+
+def scheduler_args(objs):
+    return by_key(objs)[SCHED]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def kube_scheduler_config(objs):
+    """(the ConfigMap's key, the KubeSchedulerConfiguration it holds)."""
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap"
+             and o["metadata"]["name"].startswith("elastic-gpu-scheduler-config-")]
+    return key(cm), yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+
+
+def test_pods_without_gpu_place_drops_managed_resources(chart, build_dir):
+    """scheduler.podsWithoutGpu=place: egpu-scheduler --pods-without-gpu place,
+    and kube-scheduler's extender entry without managedResources (it would
+    call the extender only for pods asking one of them), its NodeResourcesFit
+    ignoring what ignoredByScheduler ignored; nothing else changes. pass is
+    the default; another value fails, as egpu-scheduler would refuse it; so
+    does place with mode main."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["scheduler"]["podsWithoutGpu"] == "pass"
+    assert by_key(helm_template("scheduler.podsWithoutGpu=pass")) == by_key(chart)
+    after = helm_template("scheduler.podsWithoutGpu=place")
+    old_cm, old = kube_scheduler_config(chart)
+    new_cm, new = kube_scheduler_config(after)
+    # The configuration's ConfigMap is renamed (its hash), so the pods roll.
+    assert old_cm != new_cm
+    assert changes(chart, after) == {
+        SCHED: [".spec.template.spec.containers[0].args",
+                ".spec.template.spec.volumes[0].configMap.name"],
+        old_cm: ["<removed>"], new_cm: ["<added>"]}
+    assert scheduler_args(after) == scheduler_args(chart) + ["--pods-without-gpu", "place"]
+    dep = by_key(after)[SCHED]["spec"]["template"]["spec"]
+    assert dep["volumes"][0]["configMap"]["name"] == new_cm[1]
+    # The extender entry: the same but for managedResources.
+    (old_ext,), (new_ext,) = old["extenders"], new["extenders"]
+    assert old_ext["managedResources"] and "managedResources" not in new_ext
+    assert new_ext == {k: v for k, v in old_ext.items() if k != "managedResources"}
+    # What ignoredByScheduler said, NodeResourcesFit says now.
+    ignored = [m["name"] for m in old_ext["managedResources"] if m["ignoredByScheduler"]]
+    assert ignored == ["elasticgpu.io/gpu-memory"]
+    (old_prof,), (new_prof,) = old["profiles"], new["profiles"]
+    assert "pluginConfig" not in old_prof
+    assert new_prof["pluginConfig"] == [{"name": "NodeResourcesFit",
+                                         "args": {"ignoredResources": ignored}}]
+    assert {k: v for k, v in new_prof.items() if k != "pluginConfig"} == old_prof
+    rest = lambda c: {k: v for k, v in c.items() if k not in ("extenders", "profiles")}
+    assert rest(new) == rest(old)
+    # egpu-scheduler takes the rendered flag, and refuses what the chart refuses.
+    exe = str(build_dir / "src/scheduler/egpu-scheduler")
+    r = subprocess.run([exe, *scheduler_args(after), "--help"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    for bad in ("maybe", "PLACE", "true", ""):
+        err = helm_fails(f"scheduler.podsWithoutGpu={bad}")
+        assert f'scheduler.podsWithoutGpu is "{bad}": expected pass or place' in err, err
+        if bad:
+            a = subprocess.run([exe, "--pods-without-gpu", bad, "--help"], capture_output=True,
+                               text=True, timeout=30)
+            assert a.returncode == 2, (bad, a.stdout)
+    err = helm_fails("scheduler.podsWithoutGpu=place", "scheduler.mode=main")
+    assert 'scheduler.podsWithoutGpu is "place" with scheduler.mode main' in err, err
+
+
+WORKLOAD = {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "TargetWorkload",
+            "typicalPods": [{"cpuMilli": 8000, "gpuMilli": 500, "gpus": 1, "weight": 0.25},
+                            {"cpuMilli": 4000, "gpuMilli": 1000, "gpus": 2,
+                             "models": "V100M16|V100M32", "weight": 0.5},
+                            {"cpuMilli": 2000, "weight": 0.25}]}
+
+
+def values_file(tmp_path, name, workload):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump({"scheduler": {"targetWorkload": workload}}))
+    return p
+
+
+def workload_configmap(objs):
+    cms = [o for o in objs if o["kind"] == "ConfigMap"
+           and o["metadata"]["name"].startswith("elastic-gpu-target-workload")]
+    assert len(cms) == 1, [o["metadata"]["name"] for o in cms]
+    return cms[0]
+
+
+def run_with_workload(build_dir, path):
+    """egpu-scheduler --target-workload path, with no API server to reach: it
+    reads the file first, so it logs the pinned workload (or why the file is
+    refused) and then stops at the kubeconfig, exit 1."""
+    r = subprocess.run([str(build_dir / "src/scheduler/egpu-scheduler"), "--target-workload",
+                        str(path), "--kubeconfig", str(path.parent / "no-kubeconfig"),
+                        "--port", "0", "--health-port", "0"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r.stderr
+    return r.stderr
+
+
+def test_target_workload_renders_a_configmap_egpu_scheduler_reads(chart, build_dir, tmp_path):
+    """scheduler.targetWorkload: the document, as JSON, in a ConfigMap named by
+    its hash, mounted read-only where --target-workload points; nothing else
+    changes. egpu-scheduler pins the rendered file; a document it refuses
+    (a field's value) is refused at its start, one of the wrong shape fails
+    the rendering; {} renders nothing."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["scheduler"]["targetWorkload"] == {}
+    after = helm_template(values=values_file(tmp_path, "w.yaml", WORKLOAD))
+    cm = workload_configmap(after)
+    name = cm["metadata"]["name"]
+    assert re.fullmatch(r"elastic-gpu-target-workload-[a-z0-9]{10}", name), name
+    assert cm["metadata"]["namespace"] == NS
+    assert list(cm["data"]) == ["target_workload.json"]
+    assert json.loads(cm["data"]["target_workload.json"]) == WORKLOAD
+    assert changes(chart, after) == {
+        SCHED: [".spec.template.spec.containers[0].args",
+                ".spec.template.spec.containers[0].volumeMounts",
+                ".spec.template.spec.volumes"],
+        key(cm): ["<added>"]}
+    old, args = scheduler_args(chart), scheduler_args(after)
+    path = args[args.index("--target-workload") + 1]
+    assert args == old + ["--target-workload", path]
+    spec = by_key(after)[SCHED]["spec"]["template"]["spec"]
+    mounts = [m for m in spec["containers"][0]["volumeMounts"]
+              if m["mountPath"].rstrip("/") == os.path.dirname(path)]
+    assert len(mounts) == 1 and mounts[0]["readOnly"] is True
+    (vol,) = [v for v in spec["volumes"] if v["name"] == mounts[0]["name"]]
+    assert vol["configMap"] == {"name": name}
+    assert os.path.basename(path) in cm["data"]
+    # egpu-scheduler reads the file as the pod would see it.
+    f = tmp_path / "mount" / os.path.basename(path)
+    f.parent.mkdir()
+    f.write_text(cm["data"][os.path.basename(path)])
+    log = run_with_workload(build_dir, f)
+    assert f"target workload pinned file={f} typical_pods=3" in log, log
+    # The same in mode main; a new document, a new name (the pods roll).
+    main = helm_template("scheduler.mode=main", values=values_file(tmp_path, "w.yaml", WORKLOAD))
+    assert workload_configmap(main)["metadata"]["name"] == name
+    assert "--target-workload" in scheduler_args(main)
+    other = copy.deepcopy(WORKLOAD)
+    other["typicalPods"][2]["cpuMilli"] = 4000
+    moved = helm_template(values=values_file(tmp_path, "o.yaml", other))
+    assert workload_configmap(moved)["metadata"]["name"] != name
+    # A field egpu-scheduler refuses renders (the chart checks the shape) and
+    # stops egpu-scheduler at start, naming it.
+    refused = copy.deepcopy(WORKLOAD)
+    refused["typicalPods"][0]["gpus"] = 3
+    bad = json.loads(workload_configmap(helm_template(
+        values=values_file(tmp_path, "r.yaml", refused)))["data"]["target_workload.json"])
+    f.write_text(json.dumps(bad))
+    log = run_with_workload(build_dir, f)
+    assert "typicalPods[0].gpus: 3 whole cards need gpuMilli 1000, not 500" in log, log
+    assert "target workload pinned" not in log
+    # The wrong shape fails the rendering.
+    shapes = [
+        ({**WORKLOAD, "apiVersion": "v1"},
+         'scheduler.targetWorkload.apiVersion is "v1": expected elasticgpu.io/v1alpha1'),
+        ({k: v for k, v in WORKLOAD.items() if k != "kind"},
+         'scheduler.targetWorkload.kind is "": expected TargetWorkload'),
+        ({**WORKLOAD, "typicalPods": []},
+         "scheduler.targetWorkload.typicalPods: expected a non-empty list"),
+        ({**WORKLOAD, "typicalPods": {"cpuMilli": 1}},
+         "scheduler.targetWorkload.typicalPods: expected a non-empty list"),
+        ({**WORKLOAD, "typicalPods": [{"cpuMilli": 1}, "small"]},
+         "scheduler.targetWorkload.typicalPods[1]: expected a map"),
+        ({**WORKLOAD, "weights": [1]}, "scheduler.targetWorkload.weights: unknown key"),
+        ("target_workload.json", "scheduler.targetWorkload is a string: expected a "
+                                 "TargetWorkload document"),
+    ]
+    for i, (doc, want) in enumerate(shapes):
+        err = helm_fails(values=values_file(tmp_path, f"bad{i}.yaml", doc))
+        assert want in err, (doc, err)

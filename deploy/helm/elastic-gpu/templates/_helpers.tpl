@@ -60,7 +60,62 @@ it is second (deploy/'s second scheduler); any other mode fails.
 {{- if not (has $m (list "second" "main")) -}}
 {{- fail (printf "scheduler.mode is %q: expected second or main" $m) -}}
 {{- end -}}
+{{- if and (eq $m "main") (include "elastic-gpu.placePodsWithoutGpu" .) -}}
+{{- fail "scheduler.podsWithoutGpu is \"place\" with scheduler.mode main: the main kube-scheduler would call egpu-scheduler for every pod of the cluster, its own included, and wait on it (ignorable: false); use mode second, where pods opt in with schedulerName elastic-gpu-scheduler" -}}
+{{- end -}}
 {{- if eq $m "main" }}true{{ end -}}
+{{- end -}}
+
+{{/*
+"true" when scheduler.podsWithoutGpu is place (egpu-scheduler
+--pods-without-gpu place; kube-scheduler's configuration then has no
+managedResources), "" when it is pass, the default, which renders no flag;
+anything else fails, as egpu-scheduler would refuse it.
+*/}}
+{{- define "elastic-gpu.placePodsWithoutGpu" -}}
+{{- $v := toString .Values.scheduler.podsWithoutGpu -}}
+{{- if not (has $v (list "pass" "place")) -}}
+{{- fail (printf "scheduler.podsWithoutGpu is %q: expected pass or place (egpu-scheduler --pods-without-gpu)" $v) -}}
+{{- end -}}
+{{- if eq $v "place" }}true{{ end -}}
+{{- end -}}
+
+{{/*
+scheduler.targetWorkload as the JSON document egpu-scheduler --target-workload
+reads, or "" when it is empty (no flag). Its shape is checked here: a map of
+apiVersion elasticgpu.io/v1alpha1, kind TargetWorkload and a non-empty list
+of typicalPods, each a map, and no other key (src/api/workload.c refuses
+them too); the typical pods' fields are egpu-scheduler's to check, at start.
+*/}}
+{{- define "elastic-gpu.targetWorkload" -}}
+{{- $w := .Values.scheduler.targetWorkload -}}
+{{- if not (kindIs "map" $w) -}}
+{{- fail (printf "scheduler.targetWorkload is a %s: expected a TargetWorkload document (a map), or {} for none" (kindOf $w)) -}}
+{{- end -}}
+{{- if $w -}}
+{{- range $k, $_ := $w -}}
+{{- if not (has $k (list "apiVersion" "kind" "typicalPods")) -}}
+{{- fail (printf "scheduler.targetWorkload.%s: unknown key; expected apiVersion, kind and typicalPods" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- $api := toString (default "" $w.apiVersion) -}}
+{{- if ne $api "elasticgpu.io/v1alpha1" -}}
+{{- fail (printf "scheduler.targetWorkload.apiVersion is %q: expected elasticgpu.io/v1alpha1" $api) -}}
+{{- end -}}
+{{- $kind := toString (default "" $w.kind) -}}
+{{- if ne $kind "TargetWorkload" -}}
+{{- fail (printf "scheduler.targetWorkload.kind is %q: expected TargetWorkload" $kind) -}}
+{{- end -}}
+{{- if or (not (kindIs "slice" $w.typicalPods)) (not $w.typicalPods) -}}
+{{- fail "scheduler.targetWorkload.typicalPods: expected a non-empty list of typical pods" -}}
+{{- end -}}
+{{- range $i, $p := $w.typicalPods -}}
+{{- if not (kindIs "map" $p) -}}
+{{- fail (printf "scheduler.targetWorkload.typicalPods[%d]: expected a map (cpuMilli, gpuMilli, gpus, models, weight)" $i) -}}
+{{- end -}}
+{{- end -}}
+{{- toPrettyJson $w -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "elastic-gpu.kubeSchedulerImage" -}}
@@ -69,14 +124,30 @@ it is second (deploy/'s second scheduler); any other mode fails.
 {{- end -}}
 
 {{/*
+A ConfigMap's name as kustomize's configMapGenerator makes it: the name, a
+dash and a hash of the data (sha256 of the JSON of kind, an empty name and
+data; its first 10 hex digits with 0, 1, 3, a, e spelled g, h, k, m, t), so
+a change of the data rolls the pods that mount it. Called with
+(list "<name>" <data dict>).
+*/}}
+{{- define "elastic-gpu.hashedName" -}}
+{{- $hash := toJson (dict "data" (index . 1) "kind" "ConfigMap" "name" "") | sha256sum | trunc 10 -}}
+{{ index . 0 }}-{{ $hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" }}
+{{- end -}}
+
+{{/*
 The scheduler ConfigMap's name: elastic-gpu-scheduler-config and the hash
-kustomize's configMapGenerator gives it (sha256 of the JSON of kind, an
-empty name and data; its first 10 hex digits with 0, 1, 3, a, e spelled
-g, h, k, m, t), so both installs name it alike and a change of the
-configuration rolls the pods.
+kustomize's configMapGenerator gives it, so both installs name it alike.
 */}}
 {{- define "elastic-gpu.schedulerConfigName" -}}
-{{- $data := dict "scheduler-config.yaml" (include "elastic-gpu.schedulerConfig" .) -}}
-{{- $hash := toJson (dict "data" $data "kind" "ConfigMap" "name" "") | sha256sum | trunc 10 -}}
-elastic-gpu-scheduler-config-{{ $hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" }}
+{{- include "elastic-gpu.hashedName" (list "elastic-gpu-scheduler-config" (dict "scheduler-config.yaml" (include "elastic-gpu.schedulerConfig" .))) -}}
+{{- end -}}
+
+{{/*
+The name of the target workload's ConfigMap (scheduler.targetWorkload),
+elastic-gpu-target-workload and the hash of its document, so that a new
+document rolls the scheduler pods (egpu-scheduler reads it once, at start).
+*/}}
+{{- define "elastic-gpu.targetWorkloadName" -}}
+{{- include "elastic-gpu.hashedName" (list "elastic-gpu-target-workload" (dict "target_workload.json" (include "elastic-gpu.targetWorkload" .))) -}}
 {{- end -}}

@@ -1,5 +1,10 @@
 {{/*
-deploy/scheduler/scheduler-config.yaml, the namespace from values.yaml.
+deploy/scheduler/scheduler-config.yaml, the namespace from values.yaml. With
+scheduler.podsWithoutGpu place the extender entry lists no
+managedResources (kube-scheduler calls an extender that lists them only
+for pods that ask one of them), and the profile's NodeResourcesFit ignores
+elasticgpu.io/gpu-memory instead, as ignoredByScheduler did: no node
+advertises it.
 */}}
 {{- define "elastic-gpu.schedulerConfig" -}}
 # kube-scheduler --config: a second scheduler, elastic-gpu-scheduler, whose
@@ -22,6 +27,15 @@ leaderElection:
 percentageOfNodesToScore: 100
 profiles:
   - schedulerName: elastic-gpu-scheduler
+{{- if include "elastic-gpu.placePodsWithoutGpu" . }}
+    # scheduler.podsWithoutGpu place: the extender's entry below has no
+    # managedResources, so this says what its ignoredByScheduler said.
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          ignoredResources:
+            - elasticgpu.io/gpu-memory        # not advertised by nodes; only the extender counts it
+{{- end }}
 # The extender is egpu-scheduler in the same pod, on loopback: nothing
 # outside the pod reaches its verbs (it listens on 127.0.0.1 only), and the
 # leading kube-scheduler calls its own pod's extender, which binds only while
@@ -35,10 +49,15 @@ extenders:
     nodeCacheCapable: true
     httpTimeout: 5s
     enableHTTPS: false
+{{- if include "elastic-gpu.placePodsWithoutGpu" . }}
+    # no managedResources: every pod of this scheduler reaches the extender
+    # (egpu-scheduler --pods-without-gpu place)
+{{- else }}
     managedResources:
       - name: elasticgpu.io/gpu-core
         ignoredByScheduler: false             # advertised by the node agent's device plugin
       - name: elasticgpu.io/gpu-memory
         ignoredByScheduler: true              # not advertised by nodes; only the extender counts it
+{{- end }}
     ignorable: false
 {{ end -}}
