@@ -5,7 +5,10 @@
  * keys in the Go encoder's order) to /filter, then the nodes that passed to
  * /prioritize. The extender runs in this process on the real HTTP server
  * (src/net, 2 threads) with a cache of N nodes of 8 cards, 0 to 8 of them 50%
- * used (binpack scores spread over 0..10); the client is libcurl on one
+ * used (binpack scores spread over 0..10) by pods the agent has marked
+ * allocated, as pods that have been running are (a node with a pod not yet
+ * allocated is one filter looks at for ambiguity, see steer in extender.c;
+ * only the churn pod below is such a pod); the client is libcurl on one
  * kept-alive connection, sending as kube-scheduler's Go client does (no
  * Expect: 100-continue). For N = 1,000 and 5,000 it prints p50 and p99 of
  * the filter+prioritize pair and of each verb, pairs and requests per
@@ -124,11 +127,14 @@ static int fill(struct egpu_sched_cache *c, int nodes, int full_every)
                      "{\"node\":\"%s\",\"containers\":[{\"name\":\"c\",\"core\":%d,"
                      "\"memory\":%d,\"gpus\":[\"%s\"]}]}",
                      name, full ? 100 : 50, full ? 40960 : 8192, uuid);
-            pod = json_pack("{s:{s:s,s:s,s:{s:s}},s:{s:s,s:[{s:s,s:{s:{s:s,s:s,s:s}}}]}}",
+            /* Running for a while: the agent has marked it allocated, so
+             * its node is not one bind would find ambiguous (steer). */
+            pod = json_pack("{s:{s:s,s:s,s:{s:s,s:s}},s:{s:s,s:[{s:s,s:{s:{s:s,s:s,s:s}}}]}}",
                             "metadata", "name", uuid, "namespace", "bench", "annotations",
-                            EGPU_ANN_ASSIGNED, ann, "spec", "nodeName", name, "containers", "name",
-                            "c", "resources", "requests", "cpu", "4", EGPU_RES_GPU_CORE,
-                            full ? "100" : "50", EGPU_RES_GPU_MEMORY, full ? "0" : "8192");
+                            EGPU_ANN_ASSIGNED, ann, EGPU_ANN_ALLOCATED, "true", "spec", "nodeName",
+                            name, "containers", "name", "c", "resources", "requests", "cpu", "4",
+                            EGPU_RES_GPU_CORE, full ? "100" : "50", EGPU_RES_GPU_MEMORY,
+                            full ? "0" : "8192");
             if (egpu_sched_cache_pod_set(c, pod, &err) != 0)
                 return -1;
             json_decref(pod);
@@ -380,7 +386,9 @@ static void run(int nodes, int iterations, int full_every, enum mode mode)
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
-    /* Every node passes in SHUFFLE runs, so prioritize names what filter got. */
+    /* SHUFFLE runs send prioritize every node, in filter's order: the
+     * largest prioritize, as when every node ties and passes filter (spread
+     * over an idle cluster); the others send the nodes that passed. */
     pbody = survivors(h, furl, body[0], &passed);
     if (pbody == NULL) {
         fprintf(stderr, "bench: filter reply has no NodeNames\n");

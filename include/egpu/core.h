@@ -316,7 +316,9 @@ struct egpu_cluster {
     struct egpu_map *by_uuid; /* GPU UUID -> node */
     char *models[EGPU_MODELS_MAX];
     uint16_t nmodels;
-    uint64_t gen;             /* last generation handed out */
+    uint64_t id;              /* this cluster's, never another's of the process (a cluster */
+                              /* made at a freed one's address has another id) */
+    uint64_t gen;             /* last generation handed out (node generations are per cluster) */
     uint64_t members;         /* stamp of the node set: changes on every add and remove, */
                               /* unique across clusters of the process (never reused) */
     uint64_t ngpus;           /* cards in the cluster */

@@ -415,11 +415,8 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
 void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_RESULTS]);
 
 /* Prioritize replies since start made from the one before (the same nodes,
- * the same nodes scoring 0), with only the changed scores encoded again. */
+ * in any order), with only the changed scores encoded again. */
 uint64_t egpu_extender_prioritize_reused(struct egpu_extender *x);
-/* Filter replies since start given from the one before (the same list and
- * verdicts) or made from it (the same nodes in another order). */
-uint64_t egpu_extender_filter_reused(struct egpu_extender *x);
 /* Filter calls since start (with load_aware) where measured load decided
  * among nodes tied for the best score: a tied node failed for its load. */
 uint64_t egpu_extender_load_decided(struct egpu_extender *x);

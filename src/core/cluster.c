@@ -16,8 +16,9 @@
 #include "egpu/core.h"
 #include "assign_int.h"
 
-/* Hands out membership stamps: one clock for every cluster of the process,
- * so a stamp never matches a cluster it was not taken from. */
+/* Hands out cluster ids and membership stamps: one clock for every cluster
+ * of the process, so a stamp or an id never matches a cluster it was not
+ * taken from. */
 static atomic_uint_least64_t members_clock;
 
 static uint64_t members_stamp(void)
@@ -38,6 +39,7 @@ struct egpu_cluster *egpu_cluster_new(void)
         egpu_cluster_free(c);
         return NULL;
     }
+    c->id = members_stamp();
     c->members = members_stamp();
     return c;
 }

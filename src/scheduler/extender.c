@@ -17,18 +17,22 @@
  *
  * Hot path (filter and prioritize, called for every pod with every
  * candidate node): ExtenderArgs are streamed by wire.c (yajl; only the Pod
- * goes through jansson), and a NodeNames text sent before is recognised and
- * its decoded list shared (names.c). Names are resolved to node slots once
- * per list (struct resolved), and egpu_placer_score_slots answers
- * feasibility and score for all of them from the placer's memo against the
- * cluster's packed node generations; only refused nodes pay for their
- * reason text, kept per node (struct reasons_memo). Filter's reply is kept
- * and given again for the same list and verdicts (replies.c). Filter keeps
- * its verdicts and the nodes' slots (struct last_filter), so the
- * prioritize that follows for the same pod, request and placer, while the
- * cluster's generation is unchanged, reads them instead of judging again;
- * its HostPriorityList is made from the one before, entries found by node
- * (plist.c). Allocations are per request (verdicts, slots), never per node.
+ * goes through jansson), the names are looked up in one pipelined batch
+ * (lookup_slots), and egpu_placer_score_slots answers feasibility and score
+ * for all of them from the placer's memo against the cluster's packed node
+ * generations; only refused nodes pay for their reason text. Allocations
+ * are per request (verdicts, slots), never per node.
+ *
+ * Two things are reused from one request to the next, each for its figure
+ * in bench_extender --one-core at 5,000 nodes in shuffled order (what
+ * kube-scheduler sends; the target is p99 under 2 ms): the placer's memo
+ * (src/core/placement.c; without it the pair costs 2.3-2.5 ms at p50 instead
+ * of 1.2-1.3) and prioritize's HostPriorityList made from the one before
+ * (plist.c; without it prioritize costs 0.65 ms at p50 instead of 0.36, the
+ * pair 1.7-1.8 ms at p99 instead of 1.5-1.75). Nothing else is kept: the
+ * NodeNames memo, the kept filter reply, filter's verdicts kept for
+ * prioritize and the slot and reason memos saved nothing there, or less
+ * than 0.13 ms at p50 (issue 17). Figures on the 2-core development VM.
  *
  * Load awareness (--load-aware): the placers break exact ties by the
  * cards' measured load (src/core/load.c), the replay's choice among nodes
@@ -50,53 +54,11 @@
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
 #include "plist_int.h"
-#include "replies_int.h"
 #include "wire_int.h"
 
 #define NPOLICIES             (EGPU_POLICY_FGD + 1)
 #define WORKLOAD_REFRESH_PODS 64 /* rebuild the live target workload after this many new pods */
 #define SLOT_AHEAD            8  /* nodes read ahead when looking up slots */
-
-/* What the last filter call decided, for the prioritize call that follows
- * it for the same pod (kube-scheduler makes them back to back). */
-struct last_filter {
-    char ns[EGPU_K8S_NAME_MAX], name[EGPU_K8S_NAME_MAX], uid[EGPU_K8S_NAME_MAX];
-    struct egpu_pod_request req;      /* with its model mask */
-    const struct egpu_placer *placer; /* compared, never used */
-    uint64_t placer_epoch;            /* egpu_extender.placer_epoch then */
-    uint64_t gen;                     /* the cluster's generation then */
-    size_t n;
-    struct egpu__names *list; /* the n names (a reference), NULL when nothing is kept */
-    const char **names;       /* list->names */
-    struct egpu_verdict *v;   /* n verdicts */
-    uint32_t *slots;          /* n node slots (valid while gen holds); NULL = unknown */
-};
-
-/* The nodes of the last names looked up (see resolve). */
-struct resolved {
-    uint64_t members;         /* the cluster's node-set stamp then; 0 = nothing kept */
-    size_t n;                 /* names */
-    struct egpu__names *list; /* the names as a shared list (a reference), or NULL */
-    const char **copy;        /* else a copy of them (egpu_strv_copy) */
-    const char *const *names; /* list->names or copy */
-    uint32_t *slots;          /* n node slots, EGPU_NO_SLOT for names not in the cluster */
-};
-
-/* One node's refusal reason for the last request judged (see refusal). */
-struct reason_entry {
-    uint64_t gen; /* the node's generation then */
-    char *text;   /* NULL = none kept */
-};
-
-/* Refusal reasons by node slot, for one placer, request and node set. */
-struct reasons_memo {
-    const struct egpu_placer *placer; /* compared, never used */
-    uint64_t placer_epoch;
-    uint64_t members; /* the cluster's node-set stamp */
-    struct egpu_pod_request req;
-    size_t n; /* entries */
-    struct reason_entry *e;
-};
 
 struct egpu_extender {
     struct egpu_extender_config cfg;
@@ -105,23 +67,16 @@ struct egpu_extender {
     struct egpu_extender_ops ops;
     /* Guarded by the cache lock: */
     struct egpu_placer *placers[NPOLICIES][NPOLICIES];
-    uint64_t placer_epoch;     /* counts drop_placers, so a new placer at an old address differs */
     struct egpu_workload live; /* FGD target workload built from cached pods */
     size_t live_pods;          /* pods in the cache when live was built */
     bool target_failed;        /* cfg.target could not be used (logged) */
-    struct last_filter last;
-    struct resolved resolved;
-    struct reasons_memo reasons;
-    struct egpu__names_memo *names;     /* the node lists sent last; may be NULL */
-    struct egpu__replies *replies;      /* the filter reply encoded last; may be NULL */
+    /* Not: */
     pthread_mutex_t plist_lock;         /* guards plist */
     struct egpu__plist plist;           /* the HostPriorityList made last */
     atomic_uint_least64_t plist_reused; /* prioritize replies made from it */
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
     atomic_uint_least64_t load_decided; /* filter calls where load failed a tied node */
 };
-
-static void last_drop(struct last_filter *l);
 
 const char *egpu_bind_result_name(enum egpu_bind_result r)
 {
@@ -155,9 +110,6 @@ struct egpu_extender *egpu_extender_new(const struct egpu_extender_config *cfg,
         return NULL;
     }
     egpu__plist_init(&x->plist);
-    /* Without the memos every list is decoded and encoded in full. */
-    x->names = egpu__names_memo_new();
-    x->replies = egpu__replies_new();
     return x;
 }
 
@@ -169,7 +121,6 @@ static void drop_placers(struct egpu_extender *x)
             x->placers[i][j] = NULL;
         }
     }
-    x->placer_epoch++;
 }
 
 void egpu_extender_free(struct egpu_extender *x)
@@ -178,16 +129,7 @@ void egpu_extender_free(struct egpu_extender *x)
         return;
     egpu__plist_free(&x->plist);
     pthread_mutex_destroy(&x->plist_lock);
-    egpu__names_memo_free(x->names);
-    egpu__replies_free(x->replies);
     drop_placers(x);
-    last_drop(&x->last);
-    egpu__names_unref(x->resolved.list);
-    egpu_free(x->resolved.copy);
-    egpu_free(x->resolved.slots);
-    for (size_t i = 0; i < x->reasons.n; i++)
-        egpu_free(x->reasons.e[i].text);
-    egpu_free(x->reasons.e);
     egpu_workload_free(&x->live);
     egpu_free(x);
 }
@@ -211,11 +153,6 @@ static struct egpu_cluster *lock_cache(struct egpu_extender *x)
     if (x->cfg.load_aware)
         egpu_sched_cache_expire_loads_locked(x->cache, (int64_t)time(NULL));
     return c;
-}
-
-uint64_t egpu_extender_filter_reused(struct egpu_extender *x)
-{
-    return x->replies != NULL ? egpu__replies_given(x->replies) : 0;
 }
 
 void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_RESULTS])
@@ -360,11 +297,11 @@ static int model_mask(struct egpu_cluster *c, struct egpu_sched_pod *p, struct e
 /* Decode ExtenderArgs. Returns 0, or an HTTP status with the reply written:
  * 400 for a body that is not ExtenderArgs; for filter, a Pod object whose
  * content is refused is a refusal of the pod (200 with Error). */
-static int decode_args(struct egpu_extender *x, const char *body, size_t len,
-                       struct egpu__wire_args *a, struct egpu_buf *reply, bool filter)
+static int decode_args(const char *body, size_t len, struct egpu__wire_args *a,
+                       struct egpu_buf *reply, bool filter)
 {
     struct egpu_error err = {0};
-    int rc = egpu__wire_args_decode(body, len, x->names, a, &err);
+    int rc = egpu__wire_args_decode(body, len, a, &err);
 
     if (rc == 0)
         return 0;
@@ -383,112 +320,16 @@ static struct egpu_placer *pod_placer(struct egpu_extender *x, struct egpu_clust
     return placer_for(x, c, pod, err);
 }
 
-static bool same_request(const struct egpu_pod_request *a, const struct egpu_pod_request *b)
+/* The slots of the nodes named names[0..n) into slots (n entries),
+ * EGPU_NO_SLOT for a name that is no node (cache lock held): one pipelined
+ * batch of look-ups. Returns 0 or -ENOMEM. */
+static int lookup_slots(const struct egpu_cluster *c, const char *const *names, size_t n,
+                        uint32_t *slots)
 {
-    return a->cpu_milli == b->cpu_milli && a->mem_mib == b->mem_mib &&
-           a->model_mask == b->model_mask && a->ncontainers == b->ncontainers &&
-           memcmp(a->containers, b->containers, a->ncontainers * sizeof(a->containers[0])) == 0;
-}
+    struct egpu_node **nodes = egpu_malloc((n ? n : 1) * sizeof(*nodes));
 
-/* Do the last filter's verdicts hold for pod now (cache lock held)? They do
- * while it was the same pod and request, judged by the same placer, and the
- * cluster has not changed since (its generation counts every node and
- * assignment change). */
-static bool last_holds(const struct egpu_extender *x, const struct egpu_cluster *c,
-                       const struct egpu_sched_pod *pod, const struct egpu_placer *p)
-{
-    const struct last_filter *l = &x->last;
-
-    return l->names != NULL && l->gen == c->gen && l->placer == p &&
-           l->placer_epoch == x->placer_epoch && same_request(&l->req, &pod->req) &&
-           strcmp(l->uid, pod->uid) == 0 && strcmp(l->name, pod->name) == 0 &&
-           strcmp(l->ns, pod->ns) == 0;
-}
-
-static void last_drop(struct last_filter *l)
-{
-    egpu__names_unref(l->list);
-    egpu_free(l->v);
-    egpu_free(l->slots);
-    l->list = NULL;
-    l->names = NULL;
-    l->v = NULL;
-    l->slots = NULL;
-    l->n = 0;
-}
-
-/* Keep filter's verdicts v for a's nodes, judged by p (of placer epoch
- * epoch) at generation gen, with their node slots (may be NULL): takes v,
- * slots and a reference to a's names (cache lock held). gen and epoch are
- * the ones read when p judged: the lock was let go since, and another call
- * may have dropped p and made a new placer at its address. */
-static void last_keep(struct egpu_extender *x, struct egpu__wire_args *a, struct egpu_verdict *v,
-                      uint32_t *slots, const struct egpu_placer *p, uint64_t epoch, uint64_t gen)
-{
-    struct last_filter *l = &x->last;
-
-    last_drop(l);
-    memcpy(l->ns, a->pod.ns, sizeof(l->ns));
-    memcpy(l->name, a->pod.name, sizeof(l->name));
-    memcpy(l->uid, a->pod.uid, sizeof(l->uid));
-    l->req = a->pod.req;
-    l->placer = p;
-    l->placer_epoch = epoch;
-    l->gen = gen;
-    l->n = a->n;
-    l->list = egpu__names_ref(a->list);
-    l->names = a->names;
-    l->v = v;
-    l->slots = slots;
-}
-
-/* Position of name among the last filter's nodes at or after *from, or
- * SIZE_MAX. kube-scheduler sends prioritize the nodes that passed, in
- * filter's order, so this is a forward walk that moves *from along. */
-static size_t last_find(const struct last_filter *l, const char *name, size_t *from)
-{
-    for (size_t k = *from; k < l->n; k++) {
-        if (strcmp(l->names[k], name) == 0) {
-            *from = k + 1;
-            return k;
-        }
-    }
-    return SIZE_MAX;
-}
-
-/* The slots of the nodes named names[0..n) (cache lock held); list (may be
- * NULL) is the shared list they are, when they are a whole one.
- * When the same candidates come again in the same order (a pod retried, the
- * prioritize after its filter) the last answer is kept and given again
- * while the names match (the same shared list, else a sequential compare)
- * and no node was added or
- * removed since (the cluster's members stamp: slots change only on
- * removals); otherwise the names are looked up in one pipelined batch and
- * the answer kept. The array belongs to x, valid until the next call under
- * the lock. Returns NULL when out of memory. */
-static const uint32_t *resolve(struct egpu_extender *x, const struct egpu_cluster *c,
-                               struct egpu__names *list, const char *const *names, size_t n)
-{
-    struct resolved *m = &x->resolved;
-    struct egpu_node **nodes;
-    const char **copy = NULL;
-    uint32_t *slots;
-
-    if (list != NULL && (list->names != names || list->n != n))
-        list = NULL;
-    if (m->members == c->members && m->n == n &&
-        ((list != NULL && m->list == list) || egpu_strv_equal(m->names, names, n)))
-        return m->slots;
-    if (list == NULL)
-        copy = egpu_strv_copy(names, n);
-    nodes = egpu_malloc((n ? n : 1) * sizeof(*nodes));
-    slots = egpu_malloc((n ? n : 1) * sizeof(*slots));
-    if ((list == NULL && copy == NULL) || nodes == NULL || slots == NULL) {
-        egpu_free(copy);
-        egpu_free(nodes);
-        egpu_free(slots);
-        return NULL;
-    }
+    if (nodes == NULL)
+        return -ENOMEM;
     egpu_cluster_nodes(c, names, n, nodes);
     /* Each node is a miss of its own: ask for a few at once. */
     for (size_t i = 0; i < n; i++) {
@@ -497,61 +338,7 @@ static const uint32_t *resolve(struct egpu_extender *x, const struct egpu_cluste
         slots[i] = nodes[i] != NULL ? (uint32_t)nodes[i]->slot : EGPU_NO_SLOT;
     }
     egpu_free(nodes);
-    egpu__names_unref(m->list);
-    egpu_free(m->copy);
-    egpu_free(m->slots);
-    *m = (struct resolved){.members = c->members,
-                           .n = n,
-                           .list = list ? egpu__names_ref(list) : NULL,
-                           .copy = copy,
-                           .names = list ? list->names : copy,
-                           .slots = slots};
-    return slots;
-}
-
-/* Why node cannot host r (cache lock held): the placer's reason, kept per
- * node slot while the placer, the request and the node set stay the same
- * and the node itself has not changed (its generation), so a pod that keeps
- * failing on the same nodes does not have every reason written again.
- * Returns the kept text, or buf (len bytes) when it could not be kept. */
-static const char *refusal(struct egpu_extender *x, struct egpu_placer *p,
-                           const struct egpu_cluster *c, const struct egpu_node *node,
-                           const struct egpu_pod_request *r, char *buf, size_t len)
-{
-    struct reasons_memo *m = &x->reasons;
-    struct reason_entry *e;
-
-    if (m->placer != p || m->placer_epoch != x->placer_epoch || m->members != c->members ||
-        !same_request(&m->req, r)) {
-        for (size_t i = 0; i < m->n; i++) {
-            egpu_free(m->e[i].text);
-            m->e[i].text = NULL;
-        }
-        m->placer = p;
-        m->placer_epoch = x->placer_epoch;
-        m->members = c->members;
-        m->req = *r;
-    }
-    if (node->slot >= m->n) {
-        size_t n = c->cap > node->slot ? c->cap : node->slot + 1;
-        struct reason_entry *grown = egpu_realloc(m->e, n * sizeof(*grown));
-
-        if (grown == NULL) {
-            (void)egpu_placer_can_host(p, c, node, r, NULL, buf, len);
-            return buf;
-        }
-        memset(grown + m->n, 0, (n - m->n) * sizeof(*grown));
-        m->e = grown;
-        m->n = n;
-    }
-    e = &m->e[node->slot];
-    if (e->text != NULL && e->gen == node->gen)
-        return e->text;
-    (void)egpu_placer_can_host(p, c, node, r, NULL, buf, len);
-    egpu_free(e->text);
-    e->text = egpu_strdup(buf);
-    e->gen = node->gen;
-    return e->text != NULL ? e->text : buf;
+    return 0;
 }
 
 /* Steer pod around the nodes bind would refuse as ambiguous (cache lock
@@ -603,27 +390,26 @@ static int steer(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
     return 0;
 }
 
-/* Judge nodes names[0..n) for request r (cache lock held; list as for
- * resolve): v[i] gets
+/* Judge nodes names[0..n) for request r (cache lock held): v[i] gets
  * feasibility and score; why[i] (when why != NULL) NULL for a node that can
  * host the pod, else a reason whose text is appended to reasons. The
  * placer's memo answers both at once for a node that has not changed
  * (egpu_placer_score_slots), so only refusals cost more than a lookup.
  * With pod (may be NULL), the nodes where binding it would be ambiguous
- * fail too (steer). Returns 0 or -ENOMEM. */
+ * fail too (steer). slots (n entries) gets the nodes' slots
+ * (lookup_slots). Returns 0 or -ENOMEM. */
 static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_cluster *c,
                  const struct egpu_sched_pod *pod, const struct egpu_pod_request *r,
-                 struct egpu__names *list, const char *const *names, size_t n,
-                 struct egpu_verdict *v, const char **why, struct egpu_buf *reasons)
+                 const char *const *names, size_t n, uint32_t *slots, struct egpu_verdict *v,
+                 const char **why, struct egpu_buf *reasons)
 {
     static const char failed[] = ""; /* marker: reason text is in reasons */
-    const uint32_t *slots = resolve(x, c, list, names, n);
-    char **steered = NULL; /* n reasons of steer, allocated when a node waits */
+    char **steered = NULL;           /* n reasons of steer, allocated when a node waits */
     const void *it = NULL;
     size_t pos = 0;
     int rc = 0;
 
-    if (slots == NULL)
+    if (lookup_slots(c, names, n, slots) != 0)
         return -ENOMEM;
     egpu_placer_score_slots(p, c, r, slots, n, v);
     if (pod != NULL && egpu_sched_cache_waiting_next_locked(x->cache, &it) != NULL) {
@@ -632,8 +418,8 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
         rc = steer(x, p, c, pod, slots, n, v, steered);
     }
     for (size_t i = 0; why != NULL && i < n; i++) {
-        const char *reason;
         char text[512];
+        const char *reason = text;
 
         if (v[i].ok) {
             why[i] = NULL;
@@ -644,9 +430,10 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
             continue;
         }
         /* Refused: the reason, which the placer's memo does not keep. */
-        reason = steered != NULL && steered[i] != NULL
-                     ? steered[i]
-                     : refusal(x, p, c, c->nodes[slots[i]], r, text, sizeof(text));
+        if (steered != NULL && steered[i] != NULL)
+            reason = steered[i];
+        else
+            (void)egpu_placer_can_host(p, c, c->nodes[slots[i]], r, NULL, text, sizeof(text));
         if (rc == 0)
             rc = egpu_buf_append(reasons, reason, strlen(reason) + 1);
         why[i] = failed;
@@ -891,17 +678,6 @@ static bool pass_best(const struct egpu_verdict *v, const char **why, const char
     return by_load;
 }
 
-/* A copy of the slots resolve gave last, for the n names just judged
- * (cache lock held), or NULL when out of memory. */
-static uint32_t *slots_copy(const struct egpu_extender *x, size_t n)
-{
-    uint32_t *s = egpu_malloc((n ? n : 1) * sizeof(*s));
-
-    if (s != NULL && n > 0)
-        memcpy(s, x->resolved.slots, n * sizeof(*s));
-    return s;
-}
-
 int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                          struct egpu_buf *reply)
 {
@@ -913,17 +689,16 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_sched_claim_plan *plan = NULL;
     struct egpu_cluster *c;
     const char **why;
+    uint32_t *slots = NULL;
     char better[512];                    /* the reason of the nodes pass_best fails */
     char(*loaded)[LOAD_TEXT_MAX] = NULL; /* and of those it fails for their load */
     bool by_load = false;
-    uint32_t *slots = NULL;
-    uint64_t gen = 0, members = 0, epoch = 0;
     bool gpu;
     int status, rc = 0;
 
     if (!synced(x))
         return filter_refused(reply, "elastic-gpu extender: node cache not synced yet");
-    status = decode_args(x, body, len, &a, reply, true);
+    status = decode_args(body, len, &a, reply, true);
     if (status)
         return status;
     why = egpu_calloc(a.n ? a.n : 1, sizeof(*why));
@@ -955,16 +730,13 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     } else if (judged(x, &a.pod)) {
         p = pod_placer(x, c, &a.pod, &err);
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
-        if (p != NULL && v != NULL) {
-            rc = judge(x, p, c, &a.pod, &a.pod.req, a.list, a.names, a.n, v, why, &reasons);
+        slots = v ? egpu_malloc((a.n ? a.n : 1) * sizeof(*slots)) : NULL;
+        rc = v != NULL && slots == NULL ? -ENOMEM : 0;
+        if (slots != NULL) {
+            rc = judge(x, p, c, &a.pod, &a.pod.req, a.names, a.n, slots, v, why, &reasons);
             if (rc == 0)
                 by_load = pass_best(v, why, a.names, a.n, x->cfg.seed, x->cfg.load_aware,
                                     node_policy_name(x, &a.pod), better, sizeof(better), &loaded);
-            gen = c->gen;
-            epoch = x->placer_epoch;
-            members = c->members;
-            /* The nodes' slots, for both replies (see priorities). */
-            slots = rc == 0 ? slots_copy(x, a.n) : NULL;
         }
     }
     /* A pod without GPUs, unless judged: every node passes (why all NULL). */
@@ -974,17 +746,9 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
             p == NULL ? filter_refused(reply, err.msg) : reply_error(reply, 500, "out of memory");
         goto out;
     }
-    /* The prioritize that follows for this pod answers from these verdicts. */
-    status = egpu__replies_filter(x->replies, reply, &a, why, slots, members) == 0 ? 200 : 500;
+    status = egpu__wire_filter_result(reply, &a, why) == 0 ? 200 : 500;
     if (status == 200 && by_load)
         atomic_fetch_add(&x->load_decided, 1);
-    if (status == 200 && v != NULL && plan == NULL) {
-        (void)egpu_sched_cache_lock(x->cache);
-        last_keep(x, &a, v, slots, p, epoch, gen);
-        egpu_sched_cache_unlock(x->cache);
-        v = NULL;
-        slots = NULL;
-    }
 out:
     egpu_free(loaded);
     egpu_buf_free(&reasons);
@@ -999,15 +763,15 @@ out:
 /* Append the HostPriorityList for a's nodes with score[] to reply: made
  * from the list made last when it is free (another prioritize may be using
  * it), where only the entries that changed are encoded again, found by
- * node through slots (may be NULL) of the node set members; else in full.
- * Returns 0, -ENOMEM or -EMSGSIZE. */
+ * node through slots of the node set members; else (slots NULL: no node was
+ * looked up) in full. Returns 0, -ENOMEM or -EMSGSIZE. */
 static int priorities(struct egpu_extender *x, struct egpu_buf *reply,
                       const struct egpu__wire_args *a, const uint32_t *slots, uint64_t members,
                       const uint8_t *score)
 {
     int rc;
 
-    if (pthread_mutex_trylock(&x->plist_lock) != 0)
+    if (slots == NULL || pthread_mutex_trylock(&x->plist_lock) != 0)
         return egpu__wire_priorities(reply, a, score);
     rc = egpu__plist_set(&x->plist, a->names, slots, members, score, a->n);
     if (rc == 1)
@@ -1035,7 +799,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
 
     if (!synced(x))
         return reply_error(reply, 503, "elastic-gpu extender: node cache not synced yet");
-    status = decode_args(x, body, len, &a, reply, false);
+    status = decode_args(body, len, &a, reply, false);
     if (status)
         return status;
     v = egpu_calloc(a.n ? a.n : 1, sizeof(*v));
@@ -1062,24 +826,7 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
         }
         p = NULL; /* no slots to reuse the list by */
     } else if (p != NULL) {
-        bool hit = last_holds(x, c, &a.pod, p);
-        size_t from = 0, done = 0;
-
-        /* Straight after filter for this pod, the verdicts are known; any
-         * node not found in order is judged afresh, with the rest. */
-        for (; hit && done < a.n; done++) {
-            size_t k = last_find(&x->last, a.names[done], &from);
-
-            if (k == SIZE_MAX)
-                break;
-            v[done] = x->last.v[k];
-            slots[done] = x->last.slots != NULL ? x->last.slots[k] : EGPU_NO_SLOT;
-        }
-        if (done < a.n)
-            rc = judge(x, p, c, &a.pod, &a.pod.req, a.list, a.names + done, a.n - done, v + done,
-                       NULL, NULL);
-        if (rc == 0 && done < a.n)
-            memcpy(slots + done, x->resolved.slots, (a.n - done) * sizeof(*slots));
+        rc = judge(x, p, c, &a.pod, &a.pod.req, a.names, a.n, slots, v, NULL, NULL);
         members = c->members;
     }
     egpu_sched_cache_unlock(x->cache);

@@ -37,13 +37,13 @@ struct app {
     bool following;
     struct egpu_metrics *reg;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
-        *m_pods, *m_unresolved, *m_waiting, *m_reused, *m_filter_reused, *m_load_decided,
-        *m_skipped, *m_dup_gpus, *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core,
-        *m_reserved_mem, *m_claims, *m_classes, *m_inside;
+        *m_pods, *m_unresolved, *m_waiting, *m_reused, *m_load_decided, *m_skipped, *m_dup_gpus,
+        *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core, *m_reserved_mem,
+        *m_claims, *m_classes, *m_inside;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
     unsigned long skipped_seen[SCHED_INFORMERS];
     uint64_t assigned_ignored_seen, resv_overfills_seen;
-    uint64_t reused_seen, filter_reused_seen, load_decided_seen;
+    uint64_t reused_seen, load_decided_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
     pthread_mutex_t api_error_lock;
@@ -205,11 +205,6 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                  "changed scores encoded again.",
                                  0, NULL, &a->m_reused);
     if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_scheduler_filter_reused_total",
-                                 "Filter replies given from the one before or made from it by "
-                                 "node.",
-                                 0, NULL, &a->m_filter_reused);
-    if (!rc)
         rc = egpu_metric_counter(a->reg, "egpu_scheduler_load_decided_total",
                                  "Filter calls (--load-aware) where measured load failed nodes "
                                  "tied for the best score.",
@@ -302,11 +297,6 @@ static void refresh_metrics(struct app *a)
         if (reused > a->reused_seen)
             (void)egpu_metric_add(a->m_reused, NULL, (double)(reused - a->reused_seen));
         a->reused_seen = reused;
-        reused = egpu_extender_filter_reused(a->x);
-        if (reused > a->filter_reused_seen)
-            (void)egpu_metric_add(a->m_filter_reused, NULL,
-                                  (double)(reused - a->filter_reused_seen));
-        a->filter_reused_seen = reused;
         reused = egpu_extender_load_decided(a->x);
         if (reused > a->load_decided_seen)
             (void)egpu_metric_add(a->m_load_decided, NULL, (double)(reused - a->load_decided_seen));

@@ -6,8 +6,13 @@
 #include "wire_int.h"
 
 #define PLIST_TEXT_MAX ((size_t)64 << 20) /* as the HTTP server's reply limit */
+#define NO_POS         UINT32_MAX         /* in by_slot: no entry for that node */
 
-uint32_t *egpu__slot_index(const uint32_t *slots, size_t n, size_t *nby)
+/* The index of a list by node: for nodes[0..n) given by their slots
+ * (EGPU_NO_SLOT for none), at[s] is the position of the node in slot s (the
+ * last one when named twice) or NO_POS, for s < *nby (set to the largest
+ * slot + 1). Returns the array (egpu_free it), or NULL when out of memory. */
+static uint32_t *slot_index(const uint32_t *slots, size_t n, size_t *nby)
 {
     uint32_t *at;
 
@@ -20,7 +25,7 @@ uint32_t *egpu__slot_index(const uint32_t *slots, size_t n, size_t *nby)
     if (at == NULL)
         return NULL;
     for (size_t s = 0; s < *nby; s++)
-        at[s] = EGPU__NO_POS;
+        at[s] = NO_POS;
     for (size_t i = 0; i < n; i++) {
         if (slots[i] != EGPU_NO_SLOT)
             at[slots[i]] = (uint32_t)i;
@@ -36,7 +41,6 @@ void egpu__plist_init(struct egpu__plist *pl)
 
 void egpu__plist_free(struct egpu__plist *pl)
 {
-    egpu_free(pl->names);
     egpu_free(pl->score);
     egpu_free(pl->at);
     egpu_free(pl->by_slot);
@@ -49,7 +53,6 @@ struct made {
     struct egpu_buf text;
     size_t *at;
     uint8_t *score;
-    const char **names;
     uint32_t *by_slot;
     size_t nby;
 };
@@ -59,14 +62,12 @@ static void made_free(struct made *m)
     egpu_buf_free(&m->text);
     egpu_free(m->at);
     egpu_free(m->score);
-    egpu_free(m->names);
     egpu_free(m->by_slot);
 }
 
-/* Allocate what a list of n names needs (names copied when slots is NULL,
- * else the node index sized for slots). 0 or -ENOMEM. */
-static int made_alloc(struct made *m, const char *const *names, const uint32_t *slots,
-                      const uint8_t *score, size_t n)
+/* Allocate what a list of n nodes needs, its node index made from slots.
+ * 0 or -ENOMEM. */
+static int made_alloc(struct made *m, const uint32_t *slots, const uint8_t *score, size_t n)
 {
     memset(m, 0, sizeof(*m));
     egpu_buf_init(&m->text, PLIST_TEXT_MAX);
@@ -76,26 +77,21 @@ static int made_alloc(struct made *m, const char *const *names, const uint32_t *
         return -ENOMEM;
     if (n)
         memcpy(m->score, score, n);
-    if (slots == NULL) {
-        m->names = egpu_strv_copy(names, n);
-        return m->names == NULL ? -ENOMEM : 0;
-    }
-    m->by_slot = egpu__slot_index(slots, n, &m->nby);
+    m->by_slot = slot_index(slots, n, &m->nby);
     return m->by_slot == NULL ? -ENOMEM : 0;
 }
 
-/* Make pl from m (taking it), for n names with the slots' stamp members. */
-static void adopt(struct egpu__plist *pl, struct made *m, size_t n, uint64_t members, bool slots)
+/* Make pl from m (taking it), for n nodes with the slots' stamp members. */
+static void adopt(struct egpu__plist *pl, struct made *m, size_t n, uint64_t members)
 {
     egpu__plist_free(pl);
     pl->text = m->text;
     pl->at = m->at;
     pl->score = m->score;
-    pl->names = m->names;
     pl->by_slot = m->by_slot;
     pl->nby = m->nby;
     pl->n = n;
-    pl->members = slots ? members : 0;
+    pl->members = members;
 }
 
 /* Encode the list in full, noting where each entry lies. */
@@ -125,28 +121,24 @@ static int encode(struct made *m, const char *const *names, const uint8_t *score
     return rc;
 }
 
-/* Position in pl of an entry that can stand for names[i] at score s: the
- * same node (position i itself, or found by slot) with the same score, or
- * EGPU__NO_POS. */
-static uint32_t old_entry(const struct egpu__plist *pl, bool by_pos, const uint32_t *slots,
-                          size_t i, uint8_t s)
+/* Position in pl of an entry that can stand for node i (in slot slots[i])
+ * at score s: the same node, found by its slot, with the same score, or
+ * NO_POS. */
+static uint32_t old_entry(const struct egpu__plist *pl, const uint32_t *slots, size_t i, uint8_t s)
 {
     uint32_t j;
 
-    if (by_pos)
-        j = (uint32_t)i;
-    else if (slots[i] == EGPU_NO_SLOT || slots[i] >= pl->nby)
-        return EGPU__NO_POS;
-    else
-        j = pl->by_slot[slots[i]];
-    return j != EGPU__NO_POS && pl->score[j] == s ? j : EGPU__NO_POS;
+    if (slots[i] == EGPU_NO_SLOT || slots[i] >= pl->nby)
+        return NO_POS;
+    j = pl->by_slot[slots[i]];
+    return j != NO_POS && pl->score[j] == s ? j : NO_POS;
 }
 
 /* Make m from pl: every listed entry copied from pl where an entry of the
  * same node and score was made in the same state (first or not), else
  * encoded again. */
-static int rebuild(const struct egpu__plist *pl, struct made *m, bool by_pos,
-                   const char *const *names, const uint32_t *slots, const uint8_t *score, size_t n)
+static int rebuild(const struct egpu__plist *pl, struct made *m, const char *const *names,
+                   const uint32_t *slots, const uint8_t *score, size_t n)
 {
     size_t old_first = 0;
     bool first = true;
@@ -161,8 +153,8 @@ static int rebuild(const struct egpu__plist *pl, struct made *m, bool by_pos,
         m->at[i] = m->text.len;
         if (score[i] == 0)
             continue;
-        j = old_entry(pl, by_pos, slots, i, score[i]);
-        if (j != EGPU__NO_POS && (j == old_first) == first)
+        j = old_entry(pl, slots, i, score[i]);
+        if (j != NO_POS && (j == old_first) == first)
             rc = egpu_buf_append(&m->text, pl->text.data + pl->at[j], pl->at[j + 1] - pl->at[j]);
         else
             rc = egpu__wire_priority_entry(&m->text, names[i], score[i], first);
@@ -189,29 +181,24 @@ static bool same_order(const struct egpu__plist *pl, const uint32_t *slots, size
 int egpu__plist_set(struct egpu__plist *pl, const char *const *names, const uint32_t *slots,
                     uint64_t members, const uint8_t *score, size_t n)
 {
-    bool by_pos = false, by_slot = false;
+    bool by_slot = pl->at != NULL && members != 0 && pl->members == members;
     size_t listed = 0, found = 0;
     struct made m;
     int rc;
 
-    if (pl->at != NULL && slots == NULL)
-        by_pos = pl->names != NULL && pl->n == n && egpu_strv_equal(pl->names, names, n);
-    if (pl->at != NULL && slots != NULL)
-        by_slot = pl->by_slot != NULL && members != 0 && pl->members == members;
-    if ((by_pos || (by_slot && same_order(pl, slots, n))) &&
-        (n == 0 || memcmp(score, pl->score, n) == 0))
+    if (by_slot && same_order(pl, slots, n) && (n == 0 || memcmp(score, pl->score, n) == 0))
         return 1; /* the very same list */
     /* Made from the last list only when most of it can be copied: encoding
      * entry by entry costs more per entry than one full encoding. */
-    for (size_t i = 0; (by_pos || by_slot) && i < n; i++) {
+    for (size_t i = 0; by_slot && i < n; i++) {
         if (score[i] != 0) {
             listed++;
-            found += old_entry(pl, by_pos, slots, i, score[i]) != EGPU__NO_POS;
+            found += old_entry(pl, slots, i, score[i]) != NO_POS;
         }
     }
-    rc = made_alloc(&m, names, slots, score, n);
-    if (rc == 0 && (by_pos || by_slot) && found * 2 >= listed) {
-        rc = rebuild(pl, &m, by_pos, names, slots, score, n);
+    rc = made_alloc(&m, slots, score, n);
+    if (rc == 0 && by_slot && found * 2 >= listed) {
+        rc = rebuild(pl, &m, names, slots, score, n);
         if (rc == 0)
             rc = 1;
     } else if (rc == 0) {
@@ -222,6 +209,6 @@ int egpu__plist_set(struct egpu__plist *pl, const char *const *names, const uint
         egpu__plist_free(pl);
         return rc;
     }
-    adopt(pl, &m, n, members, slots != NULL);
+    adopt(pl, &m, n, members);
     return rc;
 }

@@ -9,8 +9,6 @@
  * - NodeNames strings are copied into one arena (len + 1 bytes is always
  *   enough: a decoded string plus its NUL is shorter than its JSON text),
  *   with a table of pointers that grows by doubling;
- * - a NodeNames list sent before is recognised by its text when it is the
- *   body's last key (names.c) and not parsed again;
  * - the Pod value is only located (its byte range, from the parser's offset
  *   at its opening and closing brace) and that small sub-document alone is
  *   parsed by jansson for egpu_sched_pod_parse;
@@ -27,10 +25,10 @@
  *
  * Replies are written with yajl_gen into its own buffer, appended to the
  * reply once; the NodeList form, off the hot path, with jansson. The project
- * writes no JSON by hand: what is kept to spare the encoding (replies.c,
- * plist.c) is yajl_gen's own text, copied only into the state it was made
- * in. Memory: yajl allocates with malloc, and stops the process when that
- * fails (see y_check).
+ * writes no JSON by hand: what plist.c keeps to spare the encoding is
+ * yajl_gen's own text, copied only into the state it was made in. Memory:
+ * yajl allocates with malloc, and stops the process when that fails (see
+ * y_check).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -114,14 +112,10 @@ struct decoder {
     char *arena;
     size_t used, cap;
     struct list names, items;
-    size_t names_start, names_end; /* NodeNames' array text; end 0 = not last in the body */
-    size_t top_end;                /* just past the top-level object; 0 = not closed */
-    struct egpu__names *kept[EGPU__NAMES_KEPT]; /* references from the memo */
-    size_t nkept;
-    struct egpu__names *hit; /* the kept list NodeNames matched (one of kept) */
-    size_t item_off;         /* the item being read */
-    const char *item_name;   /* its metadata.name, or NULL */
-    const char *item_bad;    /* what is wrong with that name, or NULL */
+    size_t top_end;        /* just past the top-level object; 0 = not closed */
+    size_t item_off;       /* the item being read */
+    const char *item_name; /* its metadata.name, or NULL */
+    const char *item_bad;  /* what is wrong with that name, or NULL */
 };
 
 /* Offset in the body just past the token being reported. */
@@ -309,7 +303,6 @@ static enum role child_role(struct decoder *d, bool is_map)
         }
         if (key == K_NODENAMES) {
             list_reset(&d->names, true);
-            d->names_start = here(d) - 1;
             if (!is_map)
                 return R_NAMES;
             snprintf(d->names.msg, sizeof(d->names.msg),
@@ -382,8 +375,6 @@ static int close_container(struct decoder *d)
     role = d->roles[d->depth--];
     if (role == R_TOP) {
         d->top_end = here(d);
-    } else if (role == R_NAMES) {
-        d->names_end = here(d);
     } else if (role == R_POD) {
         d->pod_len = here(d) - d->pod_off;
         d->has_pod = true;
@@ -403,37 +394,6 @@ static size_t skip_ws(const char *s, size_t len, size_t i)
     return i;
 }
 
-/* Is the body from offset i on nothing but the top-level object's closing
- * brace (and whitespace)? */
-static bool only_close(const char *s, size_t len, size_t i)
-{
-    i = skip_ws(s, len, i);
-    return i < len && s[i] == '}' && skip_ws(s, len, i + 1) == len;
-}
-
-/* Just past a top-level "NodeNames" key: is the rest of the body a ':',
- * the text of a kept list and the closing brace? Then that list is the
- * answer (d->hit), and the rest needs no parsing: the same text was parsed
- * in full, also as the value of the last top-level key, when it was kept. */
-static bool kept_match(struct decoder *d)
-{
-    size_t len = d->len, i = skip_ws(d->body, len, here(d));
-
-    if (d->nkept == 0 || i >= len || d->body[i] != ':')
-        return false;
-    i = skip_ws(d->body, len, i + 1);
-    for (size_t k = 0; k < d->nkept; k++) {
-        const struct egpu__names *l = d->kept[k];
-
-        if (len - i > l->text_len && memcmp(d->body + i, l->text, l->text_len) == 0 &&
-            only_close(d->body, len, i + l->text_len)) {
-            d->hit = d->kept[k];
-            return true;
-        }
-    }
-    return false;
-}
-
 static bool is_key(const unsigned char *k, size_t len, const char *want)
 {
     return len == strlen(want) && memcmp(k, want, len) == 0;
@@ -448,15 +408,12 @@ static int on_key(void *ctx, const unsigned char *k, size_t len)
         return 1;
     switch (d->roles[d->depth]) {
     case R_TOP:
-        d->names_end = 0; /* a key after NodeNames: it is not the last */
         if (is_key(k, len, "Pod"))
             key = K_POD;
         else if (is_key(k, len, "Nodes"))
             key = K_NODES;
         else if (is_key(k, len, "NodeNames"))
             key = K_NODENAMES;
-        if (key == K_NODENAMES && kept_match(d))
-            return 0; /* the rest of the body is known: stop here */
         break;
     case R_NODES:
         key = is_key(k, len, "items") ? K_ITEMS : K_OTHER;
@@ -548,9 +505,7 @@ static int scan(struct decoder *d, size_t len, struct egpu_error *err)
     if (d->h == NULL)
         return egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
     st = yajl_parse(d->h, (const unsigned char *)d->body, len);
-    if (st == yajl_status_client_canceled && d->hit != NULL && !d->nomem)
-        st = yajl_status_ok; /* stopped at a kept NodeNames: the rest is known */
-    else if (st == yajl_status_ok)
+    if (st == yajl_status_ok)
         st = yajl_complete_parse(d->h);
     if (st == yajl_status_client_canceled || d->nomem)
         rc = egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
@@ -560,7 +515,7 @@ static int scan(struct decoder *d, size_t len, struct egpu_error *err)
         rc = egpu_error_set(err, EGPU_ESYNTAX, "ExtenderArgs: malformed JSON: empty body");
     else if (d->not_object)
         rc = egpu_error_set(err, EGPU_ESYNTAX, "ExtenderArgs: must be a JSON object");
-    else if (d->hit == NULL && skip_ws(d->body, len, d->top_end) != len)
+    else if (skip_ws(d->body, len, d->top_end) != len)
         /* yajl ends a parse at an unfinished token after the value (a
          * string left open) without an error: anything there is garbage. */
         rc = egpu_error_set(err, EGPU_ESYNTAX,
@@ -593,26 +548,8 @@ static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, bool 
     return 0;
 }
 
-/* The names of the list used, as a shared list (the kept one on a hit).
- * With keep_text, the NodeNames text goes with it when it was the body's
- * last key, so the memo can recognise it next time. NULL when out of memory. */
-static struct egpu__names *names_list(struct decoder *d, struct list *use, bool keep_text)
-{
-    struct egpu__names *l;
-    bool last = keep_text && use == &d->names && d->names_end != 0 &&
-                only_close(d->body, d->len, d->names_end);
-
-    if (d->hit != NULL)
-        return egpu__names_ref(d->hit);
-    l = egpu__names_new(use->names, use->n, d->arena, last ? d->body + d->names_start : NULL,
-                        last ? d->names_end - d->names_start : 0);
-    use->names = NULL;
-    d->arena = NULL;
-    return l;
-}
-
-int egpu__wire_args_decode(const char *body, size_t len, struct egpu__names_memo *memo,
-                           struct egpu__wire_args *a, struct egpu_error *err)
+int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args *a,
+                           struct egpu_error *err)
 {
     struct decoder *d = egpu_calloc(1, sizeof(*d));
     struct list *use = NULL;
@@ -623,7 +560,6 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__names_memo
         return egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
     d->body = body;
     d->len = len;
-    d->nkept = egpu__names_memo_get(memo, d->kept);
     d->cap = len + 1;
     d->arena = egpu_malloc(d->cap);
     if (d->arena == NULL) {
@@ -635,32 +571,27 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__names_memo
         rc = decode_pod(d, &a->pod, &a->pod_refused, err);
     if (rc)
         goto out;
-    if (d->names.present || d->hit != NULL)
+    if (d->names.present)
         use = &d->names;
     else if (d->items.present)
         use = &d->items;
     if (use == NULL)
         rc = egpu_error_set(err, EGPU_ESYNTAX,
                             "ExtenderArgs: NodeNames and Nodes.items are both missing");
-    else if (d->hit == NULL && use->msg[0] != '\0')
+    else if (use->msg[0] != '\0')
         rc = egpu_error_set(err, EGPU_ESYNTAX, "%s", use->msg);
     if (rc)
         goto out;
-    a->list = names_list(d, use, memo != NULL);
-    if (a->list == NULL) {
-        rc = egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
-        goto out;
-    }
-    egpu__names_memo_put(memo, a->list); /* kept, or now the most recent */
-    a->n = a->list->n;
-    a->names = a->list->names;
-    a->items = d->hit == NULL ? use->spans : NULL;
+    a->n = use->n;
+    a->names = use->names;
+    a->arena = d->arena;
+    a->items = use->spans;
     a->full = use == &d->items;
     a->body = body;
+    use->names = NULL;
     use->spans = NULL;
+    d->arena = NULL;
 out:
-    for (size_t k = 0; k < d->nkept; k++)
-        egpu__names_unref(d->kept[k]);
     list_free(&d->names);
     list_free(&d->items);
     egpu_free(d->arena);
@@ -670,10 +601,11 @@ out:
 
 void egpu__wire_args_free(struct egpu__wire_args *a)
 {
-    egpu__names_unref(a->list);
+    egpu_free(a->names);
+    egpu_free(a->arena);
     egpu_free(a->items);
-    a->list = NULL;
     a->names = NULL;
+    a->arena = NULL;
     a->items = NULL;
     a->n = 0;
 }
@@ -838,8 +770,8 @@ size_t egpu__wire_gen_len(yajl_gen g)
     return len;
 }
 
-int egpu__wire_filter_result_at(struct egpu_buf *reply, const struct egpu__wire_args *a,
-                                const char *const *why, size_t *at)
+int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_args *a,
+                             const char *const *why)
 {
     struct sink k = {.reply = reply};
     yajl_gen_status st;
@@ -852,22 +784,12 @@ int egpu__wire_filter_result_at(struct egpu_buf *reply, const struct egpu__wire_
         return -ENOMEM;
     st = filter_head(g);
     for (size_t i = 0; st == yajl_gen_status_ok && i < a->n; i++) {
-        if (at != NULL)
-            at[i] = egpu__wire_gen_len(g);
         if (why[i] == NULL)
             st = gen_str(g, a->names[i], strlen(a->names[i]));
     }
-    if (at != NULL)
-        at[a->n] = egpu__wire_gen_len(g);
     if (st == yajl_gen_status_ok)
         st = filter_tail(g, a, why);
     return gen_done(g, &k, st);
-}
-
-int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_args *a,
-                             const char *const *why)
-{
-    return egpu__wire_filter_result_at(reply, a, why, NULL);
 }
 
 /* Append the text a new generator writes for write(g, warg) once
@@ -894,56 +816,6 @@ static int gen_part(struct egpu_buf *out, yajl_gen_status (*prepare)(yajl_gen g,
     rc = st == yajl_gen_status_ok ? egpu_buf_append(out, buf + from, len - from) : -EINVAL;
     yajl_gen_free(g);
     return rc;
-}
-
-/* State: ExtenderFilterResult, inside NodeNames, after one entry when
- * *after_entry, else none. */
-static yajl_gen_status in_node_names(yajl_gen g, const void *after_entry)
-{
-    yajl_gen_status st = filter_head(g);
-
-    if (st == yajl_gen_status_ok && *(const bool *)after_entry)
-        st = GEN_LIT(g, "x");
-    return st;
-}
-
-/* Append what a generator in state "ExtenderFilterResult, inside NodeNames,
- * after another entry (after_entry) or none" writes for write(g, arg). */
-static int filter_part(struct egpu_buf *out, bool after_entry,
-                       yajl_gen_status (*write)(yajl_gen g, const void *arg), const void *arg)
-{
-    return gen_part(out, in_node_names, &after_entry, write, arg);
-}
-
-static yajl_gen_status write_name(yajl_gen g, const void *arg)
-{
-    return gen_str(g, arg, strlen(arg));
-}
-
-/* The tail's arguments. */
-struct tail_arg {
-    const struct egpu__wire_args *a;
-    const char *const *why;
-};
-
-static yajl_gen_status write_tail(yajl_gen g, const void *arg)
-{
-    const struct tail_arg *t = arg;
-
-    return filter_tail(g, t->a, t->why);
-}
-
-int egpu__wire_filter_entry(struct egpu_buf *out, const char *name, bool first)
-{
-    return filter_part(out, !first, write_name, name);
-}
-
-int egpu__wire_filter_tail(struct egpu_buf *out, const struct egpu__wire_args *a,
-                           const char *const *why, bool after_entry)
-{
-    struct tail_arg t = {.a = a, .why = why};
-
-    return filter_part(out, after_entry, write_tail, &t);
 }
 
 /* Scores are 0..10: their text is fixed, which spares yajl_gen_integer's

@@ -4,10 +4,10 @@
  * Private to src/scheduler. The decoder streams the body through yajl: node
  * names are copied into one arena, and only the Pod's bytes are handed to
  * jansson and egpu_sched_pod_parse. The encoders write with yajl_gen into
- * its own buffer and append that to the reply once; some also tell where
- * each entry lies, or write one part of a reply exactly as a full encoding
- * has it (for the replies kept in replies.c and plist.c). Nothing here
- * allocates per node except the amortised growth of the name table.
+ * its own buffer and append that to the reply once; some also write one
+ * entry of a HostPriorityList exactly as a full encoding has it (for the
+ * list kept in plist.c). Nothing here allocates per node except the
+ * amortised growth of the name table.
  */
 #ifndef EGPU_SCHED_WIRE_INT_H
 #define EGPU_SCHED_WIRE_INT_H
@@ -16,7 +16,6 @@
 #include <yajl/yajl_gen.h>
 
 #include "egpu/scheduler.h"
-#include "names_int.h"
 
 /* A byte range of the request body. */
 struct egpu__wire_span {
@@ -30,8 +29,8 @@ struct egpu__wire_span {
 struct egpu__wire_args {
     struct egpu_sched_pod pod;
     size_t n;                      /* node names */
-    const char **names;            /* n non-empty names, NUL-terminated: list->names */
-    struct egpu__names *list;      /* the names, a reference (shared when sent before) */
+    const char **names;            /* n non-empty names, NUL-terminated, into arena */
+    char *arena;                   /* every name's bytes */
     bool full;                     /* names come from Nodes.items (NodeList form) */
     struct egpu__wire_span *items; /* full form: n ranges of body; else NULL */
     const char *body;              /* borrowed: the request body items point into */
@@ -40,20 +39,15 @@ struct egpu__wire_args {
 
 /* Decode ExtenderArgs from body (len bytes, borrowed: a full-form *a points
  * into it). Top-level keys may come in any order and unknown ones are
- * ignored; a key given twice counts once, the last one. memo (may be NULL)
- * holds the lists decoded last: when NodeNames is the last key and its text
- * is byte for byte one of theirs, a->list is that list and the names are not
- * parsed again (the text was checked when it was decoded, in the same place
- * of the document); a NodeNames list decoded in full as the last key is put
- * in memo. Returns 0, or
+ * ignored; a key given twice counts once, the last one. Returns 0, or
  * EGPU_ESYNTAX / EGPU_ERANGE with err naming the problem ("ExtenderArgs:
  * malformed JSON: ...", "ExtenderArgs.Pod: metadata.name: missing",
  * "ExtenderArgs.NodeNames[3]: must be a string", ...), or -ENOMEM. On error
  * *a holds nothing to free but a->pod_refused: true when the body is JSON
  * whose Pod is an object that egpu_sched_pod_parse refused (the pod's fault,
  * not the caller's); on success free it with egpu__wire_args_free. */
-int egpu__wire_args_decode(const char *body, size_t len, struct egpu__names_memo *memo,
-                           struct egpu__wire_args *a, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args *a,
+                           struct egpu_error *err) EGPU_MUST_CHECK;
 void egpu__wire_args_free(struct egpu__wire_args *a);
 
 /* Append ExtenderFilterResult to reply: the nodes i of a with why[i] == NULL
@@ -63,23 +57,6 @@ void egpu__wire_args_free(struct egpu__wire_args *a);
  * may then hold part of the text. */
 int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_args *a,
                              const char *const *why) EGPU_MUST_CHECK;
-
-/* egpu__wire_filter_result, noting where each node's NodeNames entry lies
- * (at may be NULL, else n + 1 entries, offsets from the start of what is
- * appended): node i's entry, with its separator, is [at[i], at[i + 1]),
- * empty for a refused node; at[n] is where the array closes. */
-int egpu__wire_filter_result_at(struct egpu_buf *reply, const struct egpu__wire_args *a,
-                                const char *const *why, size_t *at) EGPU_MUST_CHECK;
-
-/* Parts of a NodeNames-form ExtenderFilterResult, each exactly the bytes a
- * full egpu__wire_filter_result writes there (made by yajl_gen in the same
- * state): one node's entry, with its separator unless first; the tail
- * after the entries (after_entry: at least one came before), with
- * FailedNodes for the nodes of a with why[i] != NULL. Each appends to out;
- * returns 0, -ENOMEM or -EMSGSIZE. */
-int egpu__wire_filter_entry(struct egpu_buf *out, const char *name, bool first) EGPU_MUST_CHECK;
-int egpu__wire_filter_tail(struct egpu_buf *out, const struct egpu__wire_args *a,
-                           const char *const *why, bool after_entry) EGPU_MUST_CHECK;
 
 /* Append HostPriorityList: [{"Host":names[i],"Score":score[i]}] for every
  * node of a with a score above 0, in order (kube-scheduler counts a host

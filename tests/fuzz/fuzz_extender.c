@@ -1,7 +1,7 @@
 /* tests/fuzz/fuzz_extender.c - the extender's verbs on raw bodies
  * (egpu_extender_filter/prioritize/bind in src/scheduler/extender.c, with
- * the ExtenderArgs decoder of wire.c, the NodeNames memo of names.c and the
- * kept replies of replies.c and plist.c), over a small in-memory cluster.
+ * the ExtenderArgs decoder of wire.c and the HostPriorityList kept by
+ * plist.c), over a small in-memory cluster.
  *
  * Input: a script of steps separated by "\n%%\n"; each step is one letter
  * and a body:
@@ -15,7 +15,7 @@
  * "now" (Immediate, the default) and "late" (WaitForFirstConsumer, nodes
  * zone=a); claim ns/c1 bound to ElasticGPU e1, 30% of n0-gpu1, and ns/c2 of
  * class late, Pending), so the steps after the first run on the extender's
- * kept lists and replies, and pods may use the claims.
+ * placer memo and kept HostPriorityList, and pods may use the claims.
  *
  * Invariants: every reply is JSON with a status the header documents; a
  * 400 leaks nothing and leaves the cache as it was; a filter or prioritize

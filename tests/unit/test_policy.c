@@ -1313,6 +1313,41 @@ static void test_memo_matches_plain(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* A memo is for one cluster, found by the cluster's id. Node generations
+ * count per cluster, so a cluster made where a freed one was (the same
+ * address: glibc hands the freed block back) has nodes with the very same
+ * generations as the old one's: its answers must still be its own. Node n
+ * has one card; on the first cluster it has a CPU pod, on the second the
+ * same number of changes (so the same generation) left 10% of its card. */
+static void test_memo_new_cluster_same_generations(void **state)
+{
+    long live = egpu_alloc_live();
+    struct egpu_placer *p = new_placer(EGPU_POLICY_BINPACK, EGPU_POLICY_BINPACK, 0, NULL, true);
+    struct egpu_pod_request r = tu_request(1000, 1024, 50, 0);
+    struct egpu_cluster *c = new_cluster();
+    struct egpu_node *n = tu_add_node(c, "n", 8000, 32768, 1, V100, V100_MIB);
+    uint32_t slot = 0;
+    struct egpu_verdict v;
+    uint64_t gen;
+
+    (void)state;
+    use_cpu(c, n, "cpu", 1000, 1024);
+    gen = n->gen;
+    egpu_placer_score_slots(p, c, &r, &slot, 1, &v);
+    assert_true(v.ok);
+    egpu_cluster_free(c);
+    c = new_cluster();
+    n = tu_add_node(c, "n", 8000, 32768, 1, V100, V100_MIB);
+    use_share(c, n, "gpu", 0, 90, 0);
+    assert_true(n->gen == gen);
+    egpu_placer_score_slots(p, c, &r, &slot, 1, &v);
+    assert_false(v.ok);
+    assert_false(egpu_placer_can_host(p, c, n, &r, NULL, NULL, 0));
+    egpu_placer_free(p);
+    egpu_cluster_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 /* The same with a node that changes the cluster's largest CPU and card
  * count, then leaves again. */
 static void test_memo_after_cluster_maxima_change(void **state)
@@ -1658,6 +1693,7 @@ int main(void)
         cmocka_unit_test(test_topology_pcie_levels),
         cmocka_unit_test(test_topology_uniform_changes_nothing),
         cmocka_unit_test(test_memo_matches_plain),
+        cmocka_unit_test(test_memo_new_cluster_same_generations),
         /* Last: it exposes a use after free in placement.c (memo_reset). */
         cmocka_unit_test(test_memo_after_cluster_maxima_change),
     };

@@ -1,15 +1,16 @@
 /* tests/unit/test_sched_wire.c - the extender's wire layer (src/scheduler/
- * wire.c) and the filter-to-prioritize verdict cache in extender.c.
+ * wire.c) and the HostPriorityList kept in plist.c.
  *
  * Decoding: keys in any order, unknown and nested look-alike keys, the
  * NodeList form, every malformed shape we could think of (truncated at every
  * byte, wrong types, non-string and oversized names), each with no leaked
  * egpu_malloc block. Encoding: odd node names (quotes, backslashes, control
- * characters, UTF-8) survive a round trip through the replies. The cache:
- * filter-then-prioritize scores equal prioritize alone, for the same nodes,
- * for the survivors, in another order, and after the cluster changed in
- * between. The kube-scheduler fixtures of shared/k8s-wire are decoded too
- * (skipped when that folder is absent).
+ * characters, UTF-8) survive a round trip through the replies. Prioritize
+ * after filter equals prioritize alone, for the same nodes, for the
+ * survivors, in another order, and after the cluster changed in between,
+ * and a list made from the last one is the full encoding's text. The
+ * kube-scheduler fixtures of shared/k8s-wire are decoded too (skipped when
+ * that folder is absent).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -173,7 +174,7 @@ static void test_decode_any_order_and_unknown_keys(void **state)
     struct egpu_error err = {0};
 
     (void)state;
-    if (egpu__wire_args_decode(body, strlen(body), NULL, &a, &err) != 0)
+    if (egpu__wire_args_decode(body, strlen(body), &a, &err) != 0)
         fail_msg("decode: %s", err.msg);
     assert_int_equal(a.n, 2);
     assert_false(a.full);
@@ -192,7 +193,7 @@ static void test_decode_any_order_and_unknown_keys(void **state)
                                     "{\"name\":\"first\"},\"spec\":{}},\"NodeNames\":[\"c\"],"
                                     "\"Pod\":{\"metadata\":{\"name\":\"second\"},\"spec\":{}}}";
 
-        assert_int_equal(egpu__wire_args_decode(twice, strlen(twice), NULL, &a, &err), 0);
+        assert_int_equal(egpu__wire_args_decode(twice, strlen(twice), &a, &err), 0);
         assert_int_equal(a.n, 1);
         assert_string_equal(a.names[0], "c");
         assert_string_equal(a.pod.name, "second");
@@ -203,7 +204,7 @@ static void test_decode_any_order_and_unknown_keys(void **state)
         static const char none[] = "{\"Pod\":{\"metadata\":{\"name\":\"p\"},\"spec\":{}},"
                                    "\"NodeNames\":[]}";
 
-        assert_int_equal(egpu__wire_args_decode(none, strlen(none), NULL, &a, &err), 0);
+        assert_int_equal(egpu__wire_args_decode(none, strlen(none), &a, &err), 0);
         assert_int_equal(a.n, 0);
         egpu__wire_args_free(&a);
     }
@@ -213,7 +214,7 @@ static void test_decode_any_order_and_unknown_keys(void **state)
         static const char ws[] = "{\"Pod\":{\"metadata\":{\"name\":\"p\"},\"spec\":{}},"
                                  "\"NodeNames\":[\"a\"]} \t\r\n\f\v";
 
-        assert_int_equal(egpu__wire_args_decode(ws, strlen(ws), NULL, &a, &err), 0);
+        assert_int_equal(egpu__wire_args_decode(ws, strlen(ws), &a, &err), 0);
         assert_int_equal(a.n, 1);
         egpu__wire_args_free(&a);
     }
@@ -242,7 +243,7 @@ static void test_decode_fixtures(void **state)
             continue;
         seen++;
         text = json_dumps(doc, JSON_INDENT(2)); /* whitespace everywhere */
-        if (egpu__wire_args_decode(text, strlen(text), NULL, &a, &err) != 0)
+        if (egpu__wire_args_decode(text, strlen(text), &a, &err) != 0)
             fail_msg("%s: %s", files[f], err.msg);
         names = json_object_get(doc, "NodeNames");
         items = json_object_get(json_object_get(doc, "Nodes"), "items");
@@ -643,7 +644,7 @@ static void test_escape_every_position(void **state)
         uint8_t score[7 * 21];
 
         memset(score, 5, sizeof(score));
-        assert_int_equal(egpu__wire_args_decode(body, strlen(body), NULL, &a, &err), 0);
+        assert_int_equal(egpu__wire_args_decode(body, strlen(body), &a, &err), 0);
         egpu_buf_init(&reply, 1 << 20);
         assert_int_equal(egpu__wire_priorities(&reply, &a, score), 0);
         out = json_loads(egpu_buf_str(&reply), 0, NULL);
@@ -968,45 +969,6 @@ static void test_cache_change_between_filter_and_prioritize(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
-/* Under the random policy each judgement draws new scores, which makes a
- * reuse visible: after one filter, prioritize answers the same twice (the
- * filter's draw); without it, each prioritize draws again. */
-static void test_prioritize_reads_filter_verdicts(void **state)
-{
-    const long live = egpu_alloc_live(); /* whole test: nothing left behind */
-    struct egpu_sched_cache *c = spread_cache();
-    struct egpu_extender *x = new_extender(c, EGPU_POLICY_RANDOM);
-    char names[NNODES][16];
-    const char *all[NNODES];
-    char *body, *a, *b;
-
-    (void)state;
-    node_names(names, all);
-    body = tu_extender_args(make_pod("p", 30, 1024), all, NNODES, false);
-    a = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
-    b = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
-    assert_string_not_equal(a, b);
-    free(a);
-    free(b);
-    json_decref(call(egpu_extender_filter, x, body, 200));
-    a = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
-    b = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
-    assert_string_equal(a, b);
-    free(a);
-    free(b);
-    /* Any change to the cluster ends the reuse. */
-    use_card(c, "late", "node-00", 10);
-    a = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
-    b = call_text(egpu_extender_prioritize, x, body, strlen(body), 200);
-    assert_string_not_equal(a, b);
-    free(a);
-    free(b);
-    free(body);
-    egpu_extender_free(x);
-    egpu_sched_cache_free(c);
-    assert_int_equal(egpu_alloc_live(), live);
-}
-
 /* Pods filtered and prioritized from several threads at once, interleaved:
  * every prioritize still gives the answer of a lone prioritize. */
 struct racer {
@@ -1035,8 +997,8 @@ static void *race(void *arg)
     return NULL;
 }
 
-/* A refused node's reason is kept while nothing changes, and follows the
- * node, the request and the node set when they do. */
+/* A refused node's reason follows the node, the request and the node set
+ * when they change. */
 static void test_refusal_reasons_follow_changes(void **state)
 {
     const long live = egpu_alloc_live(); /* whole test: nothing left behind */
@@ -1052,7 +1014,7 @@ static void test_refusal_reasons_follow_changes(void **state)
     use_card(c, "busy", "n1", 50);
     body60 = tu_extender_args(make_pod("p", 60, 1024), nodes, 2, false);
     body80 = tu_extender_args(make_pod("q", 80, 1024), nodes, 2, false);
-    for (int round = 0; round < 2; round++) { /* the second answer comes from what was kept */
+    for (int round = 0; round < 2; round++) { /* asked again: the same answer */
         out = call(egpu_extender_filter, x, body60, 200);
         assert_non_null(
             strstr(json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "n1")),
@@ -1130,12 +1092,13 @@ static void test_concurrent_pods(void **state)
 /* The HostPriorityList made from the last one is always the text
  * egpu__wire_priorities writes for the same names and scores. 400 steps of
  * random score changes (one node, a few, none, scores moving to and from 0,
- * the first entry changing), the names switching now and then; by position
- * (no slots), and by node with each step in another order (slots), where a
- * name with no node and a name given twice come along and the node set's
- * stamp changes now and then. Every step is compared byte for byte. */
-static void plist_run(bool by_node)
+ * the first entry changing), the names switching now and then, found by
+ * node with each step in another order (slots), where a name with no node
+ * and a name given twice come along and the node set's stamp changes now
+ * and then. Every step is compared byte for byte. */
+static void test_plist_matches_full_encoding(void **state)
 {
+    const long live = egpu_alloc_live();
     enum { N = 40, STEPS = 400 };
     struct egpu__plist pl;
     char names[2][N][24];
@@ -1151,7 +1114,8 @@ static void plist_run(bool by_node)
         for (int i = 0; i < N; i++)
             snprintf(names[k][i], sizeof(names[k][i]), k ? "other-%02d" : "node-\"%02d\"", i);
     }
-    egpu_rng_seed(&rng, by_node ? 11 : 7);
+    (void)state;
+    egpu_rng_seed(&rng, 11);
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < N; i++)
             score[k][i] = (uint8_t)egpu_rng_below(&rng, 11);
@@ -1162,7 +1126,7 @@ static void plist_run(bool by_node)
     for (int step = 0; step < STEPS; step++) {
         struct egpu__wire_args a = {.n = N, .names = list};
         int changes = (int)egpu_rng_below(&rng, 4), rc;
-        bool same_set = step % 97 != 96 && (!by_node || step % 53 != 52);
+        bool same_set = step % 97 != 96 && step % 53 != 52;
         struct egpu_buf want;
 
         for (int c = 0; c < changes; c++) {
@@ -1172,9 +1136,9 @@ static void plist_run(bool by_node)
         }
         if (step % 97 == 96)
             which = 1 - which;
-        if (by_node && step % 53 == 52)
-            members++; /* slots now mean other nodes: nothing is found by them */
-        for (int i = N - 1; by_node && i > 0; i--) { /* another order */
+        if (step % 53 == 52)
+            members++;                    /* slots now mean other nodes: nothing is found by them */
+        for (int i = N - 1; i > 0; i--) { /* another order */
             int k = (int)egpu_rng_below(&rng, (uint32_t)i + 1), t = order[i];
 
             order[i] = order[k];
@@ -1185,14 +1149,12 @@ static void plist_run(bool by_node)
             slots[i] = (uint32_t)(which * N + order[i]);
             now[i] = score[which][order[i]];
         }
-        if (by_node) {
-            list[7] = "no-such-node"; /* not a node: encoded, never found */
-            slots[7] = EGPU_NO_SLOT;
-            list[9] = list[8]; /* a name twice */
-            slots[9] = slots[8];
-            now[9] = now[8];
-        }
-        rc = egpu__plist_set(&pl, list, by_node ? slots : NULL, members, now, N);
+        list[7] = "no-such-node"; /* not a node: encoded, never found */
+        slots[7] = EGPU_NO_SLOT;
+        list[9] = list[8]; /* a name twice */
+        slots[9] = slots[8];
+        now[9] = now[8];
+        rc = egpu__plist_set(&pl, list, slots, members, now, N);
         assert_true(rc == 0 || rc == 1);
         egpu_buf_init(&want, 1 << 20);
         assert_int_equal(egpu__wire_priorities(&want, &a, now), 0);
@@ -1209,15 +1171,6 @@ static void plist_run(bool by_node)
     }
     assert_true(made_from_last > 300 && full >= 4);
     egpu__plist_free(&pl);
-}
-
-static void test_plist_matches_full_encoding(void **state)
-{
-    const long live = egpu_alloc_live();
-
-    (void)state;
-    plist_run(false);
-    plist_run(true);
     assert_int_equal(egpu_alloc_live(), live);
 }
 
@@ -1236,7 +1189,6 @@ int main(void)
         cmocka_unit_test(test_nodelist_form_echoes_bytes),
         cmocka_unit_test(test_filter_then_prioritize_same_scores),
         cmocka_unit_test(test_cache_change_between_filter_and_prioritize),
-        cmocka_unit_test(test_prioritize_reads_filter_verdicts),
         cmocka_unit_test(test_refusal_reasons_follow_changes),
         cmocka_unit_test(test_concurrent_pods),
     };
