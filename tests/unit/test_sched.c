@@ -1372,6 +1372,22 @@ static void test_policy_override_by_annotation(void **state)
 /* FGD in the extender: its target workload comes from the cached pods.
  * Card 0 holds 70%; a 30% pod fills it exactly (no fragment left), which FGD
  * prefers over opening the free card, and prioritize ranks that node first. */
+/* Pod ns/name of core percent placed on card 0 of node and allocated. */
+static void put_allocated(struct egpu_sched_cache *c, const char *name, const char *node, int core)
+{
+    const int cores[] = {core}, none[] = {0};
+    json_t *pod = make_pod("ns", name, node, 1, cores, none);
+    char ann[256];
+
+    snprintf(ann, sizeof(ann),
+             "{\"node\":\"%s\",\"containers\":[{\"name\":\"c0\",\"core\":%d,\"memory\":0,"
+             "\"gpus\":[\"GPU-%s-0\"]}]}",
+             node, core, node);
+    annotate_json(pod, EGPU_ANN_ASSIGNED, ann);
+    annotate_json(pod, EGPU_ANN_ALLOCATED, "true");
+    set_pod(c, pod);
+}
+
 static void test_fgd_with_live_workload(void **state)
 {
     struct egpu_sched_cache *c = egpu_sched_cache_new();
@@ -1381,18 +1397,13 @@ static void test_fgd_with_live_workload(void **state)
     const int core70[] = {70}, core30[] = {30}, none[] = {0};
     struct egpu_assigned a;
     struct egpu_error err = {0};
-    json_t *pod, *out;
+    json_t *out;
     char *body;
 
     (void)state;
     add_gpu_node(c, "n1", 2);
     add_gpu_node(c, "n2", 2);
-    pod = make_pod("ns", "big", "n1", 1, core70, none);
-    annotate_json(pod, EGPU_ANN_ASSIGNED,
-                  "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":70,"
-                  "\"memory\":0,\"gpus\":[\"GPU-n1-0\"]}]}");
-    annotate_json(pod, EGPU_ANN_ALLOCATED, "true");
-    set_pod(c, pod);
+    put_allocated(c, "big", "n1", 70);
     for (int i = 0; i < 4; i++) {
         char name[16];
 
@@ -1539,7 +1550,7 @@ static void test_pods_without_gpu_placed(void **state)
 static char *fgd_choice(const struct egpu_api_workload *target)
 {
     const char *const nodes[] = {"a", "b"};
-    const int core30[] = {30}, core50[] = {50}, core100[] = {100}, none[] = {0};
+    const int core50[] = {50}, core100[] = {100}, none[] = {0};
     struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_FGD,
                                        .card_policy = EGPU_POLICY_FGD,
                                        .seed = 1,
@@ -1550,17 +1561,12 @@ static char *fgd_choice(const struct egpu_api_workload *target)
     struct fake_api f = {0};
     struct egpu_extender *x;
     char *ten = NULL, *body;
-    json_t *out, *pod;
+    json_t *out;
 
     ops.data = &f;
     add_gpu_node(c, "a", 1);
     add_gpu_node(c, "b", 1);
-    pod = make_pod("ns", "used", "a", 1, core30, none);
-    annotate_json(pod, EGPU_ANN_ASSIGNED,
-                  "{\"node\":\"a\",\"containers\":[{\"name\":\"c0\",\"core\":30,"
-                  "\"memory\":0,\"gpus\":[\"GPU-a-0\"]}]}");
-    annotate_json(pod, EGPU_ANN_ALLOCATED, "true");
-    set_pod(c, pod);
+    put_allocated(c, "used", "a", 30);
     for (int i = 0; i < 8; i++) { /* what a learned workload sees: whole cards */
         char name[16];
 

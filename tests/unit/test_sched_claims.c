@@ -629,11 +629,10 @@ static int bind(struct egpu_extender *x, const char *pod, const char *node, char
     return status;
 }
 
-static void test_filter_and_bind_bound_claim(void **state)
+/* A binpack extender over c whose API calls k records. */
+static struct egpu_extender *claims_extender(struct egpu_sched_cache *c, struct calls *k)
 {
-    struct egpu_sched_cache *c = cluster();
-    struct calls k = {0};
-    struct egpu_extender_ops ops = {.data = &k,
+    struct egpu_extender_ops ops = {.data = k,
                                     .synced = synced,
                                     .annotate = fake_annotate,
                                     .annotate_claim = fake_annotate_claim,
@@ -641,7 +640,15 @@ static void test_filter_and_bind_bound_claim(void **state)
     struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_BINPACK,
                                        .card_policy = EGPU_POLICY_BINPACK};
     struct egpu_error err = {0};
-    struct egpu_extender *x = egpu_extender_new(&cfg, c, &ops, &err);
+
+    return egpu_extender_new(&cfg, c, &ops, &err);
+}
+
+static void test_filter_and_bind_bound_claim(void **state)
+{
+    struct egpu_sched_cache *c = cluster();
+    struct calls k = {0};
+    struct egpu_extender *x = claims_extender(c, &k);
     char pass[256], why1[1024], why2[1024], msg[2048];
     json_t *pod;
 
@@ -730,15 +737,7 @@ static void test_claim_pod_steered_around_ambiguity(void **state)
 {
     struct egpu_sched_cache *c = cluster();
     struct calls k = {0};
-    struct egpu_extender_ops ops = {.data = &k,
-                                    .synced = synced,
-                                    .annotate = fake_annotate,
-                                    .annotate_claim = fake_annotate_claim,
-                                    .bind = fake_bind};
-    struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_BINPACK,
-                                       .card_policy = EGPU_POLICY_BINPACK};
-    struct egpu_error err = {0};
-    struct egpu_extender *x = egpu_extender_new(&cfg, c, &ops, &err);
+    struct egpu_extender *x = claims_extender(c, &k);
     char pass[256], why1[1024], why2[1024], msg[2048];
     json_t *pod, *w;
 
@@ -776,15 +775,7 @@ static void test_bind_wffc_marks_claim(void **state)
 {
     struct egpu_sched_cache *c = cluster();
     struct calls k = {0};
-    struct egpu_extender_ops ops = {.data = &k,
-                                    .synced = synced,
-                                    .annotate = fake_annotate,
-                                    .annotate_claim = fake_annotate_claim,
-                                    .bind = fake_bind};
-    struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_BINPACK,
-                                       .card_policy = EGPU_POLICY_BINPACK};
-    struct egpu_error err = {0};
-    struct egpu_extender *x = egpu_extender_new(&cfg, c, &ops, &err);
+    struct egpu_extender *x = claims_extender(c, &k);
     char pass[256], why1[1024], why2[1024], msg[2048];
     json_t *pod;
 
