@@ -17,7 +17,8 @@ arrived percent are checked against egpu-sim's replay_runs.csv, so both ran the 
 
 Per arrival, as kube-scheduler does it:
   1. create the pod (gpu-core = gpu_milli/10 for a share, 100 x num_gpu for whole cards;
-     cpu and memory requests from the trace) in the test API server;
+     cpu and memory requests from the trace; its gpu_spec as elasticgpu.io/gpu-model) in
+     the test API server;
   2. its own filter NodeResourcesFit: the nodes where the pod's cpu and memory fit beside
      the pods bound so far (ignoredByScheduler for the GPU resources);
   3. a pod asking a GPU: POST /filter with those NodeNames (nodeCacheCapable), then POST
@@ -277,7 +278,12 @@ def pod_object(name, p):
         core = p["gpu_milli"] // 10 if p["num_gpu"] == 1 and p["gpu_milli"] < 1000 \
             else 100 * p["num_gpu"]
         res["elasticgpu.io/gpu-core"] = lim["elasticgpu.io/gpu-core"] = str(core)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
+    meta = {"name": name, "namespace": NS}
+    if p["spec"]:
+        # The trace's gpu_spec: the models the pod may use, '|'-separated, as the
+        # elasticgpu.io/gpu-model annotation takes them (egpu_cluster_model_mask).
+        meta["annotations"] = {"elasticgpu.io/gpu-model": p["spec"]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"schedulerName": "elastic-gpu-scheduler",
                      "containers": [{"name": "main", "image": "trace",
                                      "resources": {"requests": res, "limits": lim}}]}}
@@ -474,10 +480,9 @@ def main():
                   "gpus": int(r["gpu"]), "model": r.get("model") or ""} for r in raw_nodes]
         pods = sorted(({"name": r["name"], "cpu": int(r["cpu_milli"]),
                         "mem": int(r["memory_mib"]), "num_gpu": int(r["num_gpu"]),
-                        "gpu_milli": int(r["gpu_milli"])} for r in raw_pods),
+                        "gpu_milli": int(r["gpu_milli"]), "spec": r.get("gpu_spec") or ""}
+                       for r in raw_pods),
                       key=lambda p: p["name"].encode())
-        if any(r.get("gpu_spec") for r in raw_pods):
-            sys.exit("live_replay: pods with a gpu_spec are not modelled (use a trace without)")
         for p in pods:
             p["gpu"] = p["num_gpu"] * p["gpu_milli"]
         capacity = 1000 * sum(n["gpus"] for n in nodes)
