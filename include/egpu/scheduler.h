@@ -270,6 +270,8 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
  * walked: usually none or a few (pods between bind and the agent's mark).
  * The name is borrowed, valid while locked and the cache unchanged. */
 const char *egpu_sched_cache_waiting_next_locked(struct egpu_sched_cache *c, const void **it);
+/* Is node one of those (a pod placed there not yet marked allocated)? O(1). */
+bool egpu_sched_cache_node_waits_locked(struct egpu_sched_cache *c, const char *node);
 
 /* Reserve pick for pod on node (bind's decision, before the API writes) and
  * fill *out with the annotation to write. Until the pod's watch event shows

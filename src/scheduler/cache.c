@@ -1827,6 +1827,13 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
     return false;
 }
 
+bool egpu_sched_cache_node_waits_locked(struct egpu_sched_cache *c, const char *node)
+{
+    const struct node_info *ni = egpu_map_get(c->nodes, node);
+
+    return ni != NULL && ni->waiting > 0;
+}
+
 const char *egpu_sched_cache_waiting_next_locked(struct egpu_sched_cache *c, const void **it)
 {
     const struct node_info *ni = *it == NULL ? c->waiting : ((const struct node_info *)*it)->wnext;

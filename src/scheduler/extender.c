@@ -465,26 +465,40 @@ static bool judged(const struct egpu_extender *x, const struct egpu_sched_pod *p
     return egpu_sched_pod_wants_gpu(pod) || x->cfg.place_cpu_pods;
 }
 
+/* The pick bind makes for a pod that uses claims on node (cache lock held):
+ * the plan's rest by the placer, the claimed containers on their
+ * ElasticGPUs' cards, into *whole. False when it cannot, with the reason in
+ * msg (mlen bytes; msg may be NULL). */
+static bool claim_pick(struct egpu_extender *x, struct egpu_placer *p, const struct egpu_cluster *c,
+                       const struct egpu_sched_claim_plan *plan, const struct egpu_node *node,
+                       struct egpu_pick *whole, char *msg, size_t mlen)
+{
+    struct egpu_error err = {0};
+    struct egpu_pick rest;
+
+    if (!egpu_placer_can_host(p, c, node, &plan->rest, &rest, msg, mlen))
+        return false;
+    if (egpu_sched_cache_claim_pick_locked(x->cache, plan, node, &rest, whole, &err) != 0) {
+        if (msg != NULL)
+            snprintf(msg, mlen, "%s", err.msg);
+        return false;
+    }
+    return true;
+}
+
 /* Would bind refuse claim pod pod on node as ambiguous (cache lock held)?
  * Only a node where a pod waits for its allocated mark is looked at: the
- * pick bind would make there (the plan's rest by the placer, the claimed
- * containers on their ElasticGPUs' cards) against the waiting pods'
+ * pick bind would make there (claim_pick) against the waiting pods'
  * (egpu_sched_cache_is_ambiguous_locked), why (len bytes) saying so. */
 static bool claim_ambiguous(struct egpu_extender *x, struct egpu_placer *p,
                             const struct egpu_cluster *c, const struct egpu_sched_pod *pod,
                             const struct egpu_sched_claim_plan *plan, const struct egpu_node *node,
                             char *why, size_t len)
 {
-    struct egpu_error err = {0};
-    struct egpu_pick rest, whole;
-    const void *it = NULL;
-    const char *name;
+    struct egpu_pick whole;
 
-    while ((name = egpu_sched_cache_waiting_next_locked(x->cache, &it)) != NULL &&
-           strcmp(name, node->name) != 0)
-        ;
-    return name != NULL && egpu_placer_can_host(p, c, node, &plan->rest, &rest, NULL, 0) &&
-           egpu_sched_cache_claim_pick_locked(x->cache, plan, node, &rest, &whole, &err) == 0 &&
+    return egpu_sched_cache_node_waits_locked(x->cache, node->name) &&
+           claim_pick(x, p, c, plan, node, &whole, NULL, 0) &&
            egpu_sched_cache_is_ambiguous_locked(x->cache, pod, node, &whole, why, len);
 }
 
@@ -932,18 +946,10 @@ static enum egpu_bind_result claim_place(struct egpu_extender *x, struct egpu_pl
                                          struct egpu_pick *pick, struct claim_mark *marks,
                                          uint32_t *nmarks, char *msg, size_t mlen)
 {
-    struct egpu_error err = {0};
-    struct egpu_pick rest;
-
     egpu_sched_cache_claim_plan_locked(x->cache, pod, plan);
-    if (!egpu_sched_cache_claim_node_ok_locked(x->cache, plan, node->name, msg, mlen))
+    if (!egpu_sched_cache_claim_node_ok_locked(x->cache, plan, node->name, msg, mlen) ||
+        !claim_pick(x, p, c, plan, node, pick, msg, mlen))
         return EGPU_BIND_NO_FIT;
-    if (!egpu_placer_can_host(p, c, node, &plan->rest, &rest, msg, mlen))
-        return EGPU_BIND_NO_FIT;
-    if (egpu_sched_cache_claim_pick_locked(x->cache, plan, node, &rest, pick, &err) != 0) {
-        snprintf(msg, mlen, "%s", err.msg);
-        return EGPU_BIND_NO_FIT;
-    }
     for (*nmarks = 0; *nmarks < plan->nwait; (*nmarks)++) {
         struct claim_mark *m = &marks[*nmarks];
         struct egpu_buf names;
