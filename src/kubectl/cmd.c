@@ -145,6 +145,18 @@ static int parse(int argc, char **argv, struct kp *k)
     return -1;
 }
 
+/* s on stderr, a control character (C0, C1, BiDi) as '?' (kp_text_clean:
+ * an object's text must not reach the terminal as an escape sequence, add a
+ * line nor reorder the message). */
+static void put_clean(const char *s)
+{
+    char buf[EGPU_ERRMSG_MAX];
+
+    snprintf(buf, sizeof(buf), "%s", s);
+    kp_text_clean(buf);
+    fputs(buf, stderr);
+}
+
 /* List res (in ns; NULL = every namespace or cluster-scoped) into *items
  * (the list's items, a new reference). Returns 0, or 1 after the one-line
  * message. */
@@ -158,13 +170,19 @@ static int list(struct kp *k, const struct egpu_kube_resource *res, const char *
     memset(&st, 0, sizeof(st));
     rc = egpu_kube_list(k->kc, res, ns, NULL, &l, &st, &err);
     if (rc) {
-        if (st.code >= 100)
-            fprintf(stderr, KP_PROG ": listing %s.%s from %s: HTTP %d %s: %s\n", res->plural,
-                    res->group, k->cfg->server, st.code, st.reason[0] ? st.reason : "Error",
-                    st.message);
-        else
-            fprintf(stderr, KP_PROG ": cannot reach %s to list %s.%s: %s\n", k->cfg->server,
-                    res->plural, res->group, err.msg[0] ? err.msg : egpu_strerror(rc));
+        /* The API server's message may quote a tenant's object. */
+        if (st.code >= 100) {
+            fprintf(stderr, KP_PROG ": listing %s.%s from %s: HTTP %d ", res->plural, res->group,
+                    k->cfg->server, st.code);
+            put_clean(st.reason[0] ? st.reason : "Error");
+            fputs(": ", stderr);
+            put_clean(st.message);
+        } else {
+            fprintf(stderr, KP_PROG ": cannot reach %s to list %s.%s: ", k->cfg->server,
+                    res->plural, res->group);
+            put_clean(err.msg[0] ? err.msg : egpu_strerror(rc));
+        }
+        fputc('\n', stderr);
         return 1;
     }
     *items = json_incref(json_object_get(l, "items"));
@@ -183,14 +201,6 @@ static const char *obj_name(const json_t *o)
     const char *s = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name"));
 
     return s != NULL ? s : "?";
-}
-
-/* s on stderr, a control character as '?' (an object's text must not reach
- * the terminal as an escape sequence, nor add a line). */
-static void put_clean(const char *s)
-{
-    for (; *s != '\0'; s++)
-        fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, stderr);
 }
 
 static void warn_skip(const char *kind, const json_t *o, const struct egpu_error *err)

@@ -1,5 +1,6 @@
 /* kubectl/kubectl_int.h - what kubectl-egpu's files share: the table
- * layout (table.c). Private to src/kubectl. */
+ * layout (table.c) and the terminal-safe text (text.c). Private to
+ * src/kubectl. */
 #ifndef EGPU_KUBECTL_INT_H
 #define EGPU_KUBECTL_INT_H
 
@@ -34,5 +35,12 @@ void kp_table_set(struct kp_table *t, size_t col, const char *fmt, ...) EGPU_PRI
 /* Append the table to out, laid out (see table.c). Returns 0, t->err,
  * -EINVAL (more than KP_COLS_MAX columns), -ENOMEM or -EMSGSIZE. */
 int kp_table_print(const struct kp_table *t, struct egpu_buf *out) EGPU_MUST_CHECK;
+
+/* Make s (NUL-terminated, edited in place, never longer) safe to print:
+ * each C0 or C1 control, DEL, byte outside well-formed UTF-8, Unicode
+ * bidirectional control (U+061C, U+200E, U+200F, U+202A..U+202E,
+ * U+2066..U+2069) and line or paragraph separator (U+2028, U+2029) becomes
+ * one '?'; other text is kept (text.c). Never fails. */
+void kp_text_clean(char *s);
 
 #endif /* EGPU_KUBECTL_INT_H */

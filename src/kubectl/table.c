@@ -1,8 +1,9 @@
 /* kubectl/table.c - the tables kubectl-egpu prints, laid out as kubectl's
  * printers lay theirs out (text/tabwriter, padding 3, no minimum width):
  * every column as wide as its widest cell plus three spaces, the last cell
- * of a row unpadded, trailing blanks trimmed. Control characters in a cell
- * show as '?', so no object's text can add a line or reach the terminal.
+ * of a row unpadded, trailing blanks trimmed. Control characters (C0, C1,
+ * bidirectional) in a cell show as '?' (text.c), so no object's text can add
+ * a line, reorder a row or reach the terminal as a sequence.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -73,11 +74,10 @@ void kp_table_set(struct kp_table *t, size_t col, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    /* A control character (a newline, an escape sequence) in an object's
-     * text would break the table or drive the terminal: it shows as '?'. */
-    for (char *p = buf; *p != '\0'; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = '?';
+    /* A control character (a newline, an escape sequence, CSI U+009B, a
+     * BiDi override) in an object's text would break the table, drive the
+     * terminal or reorder the row: it shows as '?'. */
+    kp_text_clean(buf);
     cell = &t->cells[(t->nrows - 1) * t->ncols + col];
     egpu_free(*cell);
     *cell = egpu_strdup(buf);

@@ -5,7 +5,9 @@
   one through a claim; an idle Unhealthy card; a whole card), NODE keeping
   one node, -o wide (used memory, utilization, UUID), -o json (the document
   of docs/kubectl.md); an unknown node is exit 1, no GPU at all a note; an
-  object src/api refuses is left out with a warning, the rest shown.
+  object src/api refuses is left out with a warning, the rest shown; C1
+  controls (CSI U+009B, OSC U+009D, ST U+009C) and BiDi controls in
+  objects' text are '?' in tables, the original in -o json.
 - claims: -n, the kubeconfig context's namespace when none is given, -A,
   -o wide, -o json; the ElasticGPU's node and card.
 - budget: metered in budget, over budget, not metered yet; -n, -A, -o wide,
@@ -197,6 +199,39 @@ def test_bad_objects_are_left_out(api, plugin):  # noqa: F811
     assert r.stderr == ("kubectl-egpu: warning: ElasticGPUClaim team-a/odd left out: "
                         "spec.resources.requests.elasticgpu.io/gpu-core is 150; allowed: 1..99 "
                         "to share one card, or a multiple of 100 for whole cards\n")
+
+
+# Each C1 and BiDi control docs/kubectl.md names (U+2028/U+2029 add a line).
+C1_BIDI = [chr(c) for c in range(0x80, 0xa0)] + [
+    "\u061c", "\u200e", "\u200f", "\u2028", "\u2029", "\u202a", "\u202b", "\u202c",
+    "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"]
+
+
+def test_c1_and_bidi_are_escaped(api, plugin):  # noqa: F811
+    """A tenant's text (a pod, a container, a claim, a model) that holds C1
+    controls or BiDi overrides reaches the terminal as '?' (the warnings and
+    the API server's messages go through the same kp_text_clean: unit test
+    test_text_clean); -o json keeps it."""
+    gpu(api, "n1", 0, "A100\u009b2J\u202egpj.exe", 40960, {
+        "health": "Healthy\u009d0;pwned\u009c",
+        "allocated": [{"namespace": "ml", "pod": "p\u2066x\u2069", "container": "c\u200f",
+                       "core": 10, "memory": 1024, "claim": "k\u061c\u0085"}]})
+    r = subprocess.run([str(plugin), "inspect", "--kubeconfig", api.kubeconfig],
+                       capture_output=True, timeout=30)
+    out, err = r.stdout.decode("utf-8"), r.stderr.decode("utf-8")
+    assert r.returncode == 0, err
+    for c in C1_BIDI:
+        assert c not in out and c not in err, (hex(ord(c)), out, err)
+    assert b"\x9b" not in r.stdout and b"\x9b" not in r.stderr
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[1] == ["n1", "0", "A100?2J?gpj.exe", "Healthy?0;pwned?", "10/100",
+                       "1024/40960"]
+    assert rows[2] == ["10", "1024", "ml/p?x?", "c?", "k??"]
+    assert err == ""
+    doc = json.loads(ok(run(plugin, "inspect", "-o", "json", "--kubeconfig", api.kubeconfig)))
+    card = doc["nodes"][0]["gpus"][0]
+    assert card["model"] == "A100\u009b2J\u202egpj.exe"
+    assert card["pods"][0]["claim"] == "k\u061c\u0085"
 
 
 def claims_setup(api):

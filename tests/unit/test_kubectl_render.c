@@ -1,7 +1,8 @@
 /* tests/unit/test_kubectl_render.c - what kubectl-egpu prints (src/kubectl/
  * render.c, table.c) for fixed objects, byte for byte: inspect as a table,
  * wide and JSON, with a node filter; claims with and without -A, wide and
- * JSON; budgets metered, over budget and not yet metered; kubectl's ages.
+ * JSON; budgets metered, over budget and not yet metered; kubectl's ages;
+ * C0, C1 and BiDi controls as '?' (text.c).
  * Every object is decoded from its JSON by src/api's decoders, as the
  * plugin does. Objects are written with ' for " (tu_json() swaps them).
  */
@@ -15,6 +16,7 @@
 
 #include "egpu/api.h"
 #include "egpu/kubectl.h"
+#include "kubectl_int.h"
 
 #define GPU(name, node, idx, model, mem, status)                                          \
     "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'GPU', 'metadata': {'name': '" name \
@@ -525,6 +527,93 @@ static void test_control_characters(void **state)
     egpu_api_gpu_clear(&g);
 }
 
+/* C1 controls (CSI U+009B, OSC U+009D, ST U+009C) and BiDi controls (an
+ * override that makes "exe.jpg" read "gpj.exe", an isolate, the marks) in
+ * an object's text show as '?' in a table, one per character; -o json keeps
+ * the original strings. */
+static void test_c1_and_bidi(void **state)
+{
+    json_t *o = tu_json(GPU("g", "n\\u009b2J", "0", "A\\u202egpj.exe\\u202c", "100",
+                            ", 'status': {'health': '\\u009d0;pwned\\u009c', 'allocated': "
+                            "[{'namespace': 'a\\u2066b\\u2069', 'pod': 'p\\u200e\\u200f', "
+                            "'container': 'c\\u061c', 'core': 10, 'memory': 1, 'claim': "
+                            "'k\\u202a\\u202b\\u202d\\u2067\\u2068\\u2028\\u2029'}]}"));
+    struct egpu_api_gpu g;
+    struct egpu_error err = {0};
+    struct egpu_buf b;
+    json_t *doc, *card;
+
+    (void)state;
+    if (egpu_api_gpu_decode(o, &g, &err))
+        fail_msg("%s", err.msg);
+    json_decref(o);
+    egpu_buf_init(&b, EGPU_KUBECTL_OUT_MAX);
+    expect(egpu_kubectl_inspect(&g, 1, NULL, EGPU_KUBECTL_TABLE, &b), &b,
+           "NODE   GPU     MODEL        HEALTH      CORE           MEMORY(MiB)   POD        "
+           "CONTAINER   CLAIM\n"
+           "n?2J   0       A?gpj.exe?   ?0;pwned?   10/100         1/100\n"
+           "                                        10             1             a?b?/p??   "
+           "c?          k???????\n"
+           "n?2J   total                            10/100 (10%)   1/100 (1%)\n"
+           "\n"
+           "Cluster: 1 node, 1 GPU, core 10/100 (10%), memory 1/100 MiB (1%)\n");
+    egpu_buf_reset(&b);
+    assert_int_equal(egpu_kubectl_inspect(&g, 1, NULL, EGPU_KUBECTL_JSON, &b), 0);
+    doc = json_loads(egpu_buf_str(&b), 0, NULL);
+    assert_non_null(doc);
+    card = json_array_get(json_object_get(json_array_get(json_object_get(doc, "nodes"), 0), "gpus"),
+                          0);
+    assert_string_equal(json_string_value(json_object_get(card, "model")),
+                        "A\xe2\x80\xaegpj.exe\xe2\x80\xac");
+    assert_string_equal(json_string_value(json_object_get(card, "health")), "\xc2\x9d"
+                                                                            "0;pwned\xc2\x9c");
+    json_decref(doc);
+    egpu_buf_free(&b);
+    egpu_api_gpu_clear(&g);
+}
+
+/* kp_text_clean byte by byte: raw 0x80..0x9F and every other byte outside
+ * well-formed UTF-8 (overlong, surrogate, past U+10FFFF, cut short) are one
+ * '?' each; well-formed UTF-8 is kept, even where a continuation byte is
+ * 0x9B ("ě" is C4 9B). */
+static void test_text_clean(void **state)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"plain ascii", "plain ascii"},
+        {"a\x1b[2Jb\x7f\n", "a?[2Jb??"},
+        {"\x9b"
+         "2J\x9d\x9c\x80",
+         "?2J???"},
+        {"\xc2\x9b"
+         "2J\xc2\x80\xc2\x9f",
+         "?2J??"},
+        {"\xc2\xa0\xc3\xa9\xc4\x9b\xe6\x97\xa5\xf0\x9f\x98\x80",
+         "\xc2\xa0\xc3\xa9\xc4\x9b\xe6\x97\xa5\xf0\x9f\x98\x80"},
+        {"\xc1\x9b\xe0\x82\x9b", "?????"}, /* overlong forms of U+005B, U+009B */
+        {"\xed\xa0\x80", "???"},           /* a surrogate */
+        {"\xf4\x90\x80\x80\xff", "?????"}, /* past U+10FFFF; 0xFF */
+        {"\xe2\x80", "??"},                /* cut short */
+        {"x\xe2\x80\xae"
+         "y\xe2\x81\xa6z\xe2\x81\xa9\xe2\x80\x8e\xe2\x80\x8f\xd8\x9c",
+         "x?y?z????"},
+        {"\xe2\x80\xa8\xe2\x80\xa9\xe2\x80\xaa\xe2\x80\xad\xe2\x81\xa7\xe2\x81\xa8", "??????"},
+        {"\xe2\x80\x8d\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa", /* ZWJ, NNBSP, U+2065, U+206A kept */
+         "\xe2\x80\x8d\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[64];
+
+        snprintf(buf, sizeof(buf), "%s", cases[i].in);
+        kp_text_clean(buf);
+        if (strcmp(buf, cases[i].want) != 0)
+            fail_msg("case %zu: got \"%s\"", i, buf);
+    }
+}
+
 /* The CRD bounds no memory but a card's: sums saturate at INT64_MAX rather
  * than overflow (UBSan would stop the sanitizer build here). */
 static void test_huge_values(void **state)
@@ -618,6 +707,8 @@ int main(void)
         cmocka_unit_test(test_claims),
         cmocka_unit_test(test_budgets),
         cmocka_unit_test(test_control_characters),
+        cmocka_unit_test(test_c1_and_bidi),
+        cmocka_unit_test(test_text_clean),
         cmocka_unit_test(test_huge_values),
         cmocka_unit_test(test_age),
         cmocka_unit_test(test_out_of_memory),
