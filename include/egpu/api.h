@@ -157,6 +157,10 @@ struct egpu_api_facts {
     uint32_t max_card_mib;     /* largest card's memory, MiB; 0 = unknown (not checked) */
     size_t nmodels;            /* models known; 0 = unknown (not checked) */
     const char *const *models; /* GPU objects' spec.model values, borrowed */
+    /* MiB per gpu-core percent the webhook gives a share of one card that
+     * names no gpu-memory (--default-memory-per-core; the pods made from a
+     * template get it when created); 0 = none: such a share is refused */
+    uint32_t default_mem_per_core_mib;
 };
 
 #define EGPU_API_PROBLEMS_MAX 8
@@ -173,13 +177,29 @@ struct egpu_api_problems {
  * PodSpec, annotations its pod's (or template's) metadata.annotations (may
  * be NULL). Every container and init container is read with
  * egpu_api_container_gpu(strict); init containers may not ask for GPUs;
- * gpu-memory must fit the largest card known; the annotations must decode,
+ * gpu-memory must fit the largest card known; a share of one card (gpu-core
+ * 1..99) must name its gpu-memory unless facts->default_mem_per_core_mib
+ * (its memory would otherwise be neither booked nor limited: "container
+ * \"x\": elasticgpu.io/gpu-core is 30 (a share of one card) without
+ * elasticgpu.io/gpu-memory; allowed: ..."); the annotations must decode,
  * gpu-core-limit must lie between each shared container's gpu-core and 100,
  * and gpu-model must name models the cluster has (facts may be NULL: those
  * two checks are then skipped). Appends each problem to *out (which the
  * caller zeroes). Returns the number of problems found in this call. */
 size_t egpu_api_pod_validate(const json_t *spec, const json_t *annotations,
                              const struct egpu_api_facts *facts, struct egpu_api_problems *out);
+
+/* Give each container of spec (a PodSpec, edited in place) that asks a
+ * share of one card (gpu-core 1..99, as egpu_api_container_gpu reads it)
+ * and no gpu-memory the operator's default: gpu-memory core_pct *
+ * mib_per_core MiB (a quantity string) in resources.limits, and in
+ * resources.requests when that map holds the gpu-core. One sentence per
+ * container set goes to *notes ("container \"x\": elasticgpu.io/gpu-memory
+ * set to 12000 MiB, ..."), for the webhook's warnings. Containers that do
+ * not decode, whole cards and init containers are left alone (validation
+ * refuses them). Returns the number of containers set, or -ENOMEM. */
+int egpu_api_share_memory_default(json_t *spec, uint32_t mib_per_core,
+                                  struct egpu_api_problems *notes) EGPU_MUST_CHECK;
 
 /* Does spec (a PodSpec) ask any container or init container for an
  * elasticgpu.io resource, in requests or limits? */

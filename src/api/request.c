@@ -134,8 +134,7 @@ int egpu_api_container_gpu(const json_t *container, const char *name, bool stric
     if (strict && a.has_mem && a.mem_mib == 0)
         return egpu_error_set(err, EGPU_ERANGE,
                               "container \"%s\": " EGPU_RES_GPU_MEMORY
-                              " is 0; allowed: a whole number of MiB from 1, or no "
-                              "gpu-memory at all",
+                              " is 0; allowed: a whole number of MiB from 1",
                               name);
     if (strict && a.has_mem && a.core_pct >= 100)
         return egpu_error_set(err, EGPU_ERANGE,
@@ -349,6 +348,16 @@ static void check_containers(const json_t *spec, bool init, const struct egpu_ap
         (*ngpu)++;
         if (a.core_pct < 100 && a.core_pct > *max_share)
             *max_share = a.core_pct;
+        /* A share with no memory would be booked as 0 MiB and given 0 MiB
+         * by the interposer (vcuda.conf refuses "no limit" for a share). */
+        if (a.core_pct < 100 && !a.has_mem &&
+            (facts == NULL || facts->default_mem_per_core_mib == 0))
+            problem(out, found,
+                    "container \"%s\": " EGPU_RES_GPU_CORE " is %lld (a share of one card) "
+                    "without " EGPU_RES_GPU_MEMORY "; allowed: gpu-memory in MiB with every "
+                    "share, in requests and limits, e.g. " EGPU_RES_GPU_MEMORY ": \"4096\" (a "
+                    "share is booked and limited to the memory it names)",
+                    name, (long long)a.core_pct);
         if (facts != NULL && facts->max_card_mib > 0 && a.has_mem &&
             a.mem_mib > (int64_t)facts->max_card_mib)
             problem(out, found,
@@ -386,6 +395,58 @@ size_t egpu_api_pod_validate(const json_t *spec, const json_t *annotations,
                 a.core_limit, (long long)max_share);
     check_models(a.gpu_model, facts, out, &found);
     return found;
+}
+
+/* resources[kind][EGPU_RES_GPU_MEMORY] = text, making the map if needed. */
+static int set_memory(json_t *resources, const char *kind, const char *text)
+{
+    json_t *map = json_object_get(resources, kind);
+
+    if (!json_is_object(map)) {
+        map = json_object();
+        if (map == NULL || json_object_set_new(resources, kind, map) != 0)
+            return -ENOMEM;
+    }
+    return json_object_set_new(map, EGPU_RES_GPU_MEMORY, json_string(text)) != 0 ? -ENOMEM : 0;
+}
+
+int egpu_api_share_memory_default(json_t *spec, uint32_t mib_per_core,
+                                  struct egpu_api_problems *notes)
+{
+    const json_t *list = json_object_get(spec, "containers");
+    json_t *c;
+    size_t i, found = 0;
+    int n = 0;
+
+    if (mib_per_core == 0 || !json_is_array(list))
+        return 0;
+    json_array_foreach(list, i, c)
+    {
+        char name[EGPU_CONTAINER_NAME_MAX + 16], text[32];
+        json_t *res = json_object_get(c, "resources");
+        struct egpu_api_gpu_ask a;
+        struct egpu_error err = {0};
+        long long mib;
+
+        if (!json_is_object(c) ||
+            egpu_api_container_gpu(c, container_name(c, i, name, sizeof(name)), false, &a, &err) !=
+                0 ||
+            a.core_pct == 0 || a.core_pct >= 100 || a.has_mem)
+            continue;
+        mib = (long long)a.core_pct * mib_per_core;
+        snprintf(text, sizeof(text), "%lld", mib);
+        if (set_memory(res, "limits", text) != 0 ||
+            (json_object_get(json_object_get(res, "requests"), EGPU_RES_GPU_CORE) != NULL &&
+             set_memory(res, "requests", text) != 0))
+            return -ENOMEM;
+        problem(notes, &found,
+                "container \"%s\": " EGPU_RES_GPU_MEMORY " set to %lld MiB (" EGPU_RES_GPU_CORE
+                " %lld x %u MiB, the cluster's default memory per gpu-core percent); "
+                "name " EGPU_RES_GPU_MEMORY " in requests and limits to choose",
+                name, mib, (long long)a.core_pct, mib_per_core);
+        n++;
+    }
+    return n;
 }
 
 /* Does a resource map hold a key of our group? */

@@ -11,7 +11,9 @@
  * DESIGN: parsing is strict because a wrong limit is worse than none: an
  * unknown key, a malformed or out-of-range number, a duplicate key, a NUL
  * byte, a missing final newline (a truncated file) or a missing required key
- * is an error naming the file, the line and the key. A broken configuration
+ * is an error naming the file, the line and the key; so is a share of one
+ * card (EGPU_VCUDA_CORE 1..99) with EGPU_VCUDA_MEMORY_MIB=0 in vcuda.conf,
+ * whose memory the scheduler booked as 0 MiB. A broken configuration
  * fails closed (memory limit 0 on the configured cards) so a container can
  * never run unlimited because its limits file was damaged. The caller prints
  * the one message once.
@@ -154,8 +156,9 @@ int egpu__vcuda_config_set(struct egpu__vcuda_config *cfg, const char *key, cons
     case K_MEMORY:
         rc = parse_number(key, value, 0, EGPU_VCUDA_MEMORY_MIB_MAX, &v, err);
         if (rc == 0) {
-            /* 0: the container asked for no GPU memory (only gpu-core), so
-             * only the compute limit applies, as the scheduler counts it. */
+            /* 0: no memory limit; in vcuda.conf only with
+             * EGPU_VCUDA_CORE=100 (whole cards, which come with all their
+             * memory): egpu__vcuda_config_parse refuses it for a share. */
             cfg->has_memory = v > 0;
             cfg->memory_mib = v;
         }
@@ -318,6 +321,18 @@ int egpu__vcuda_config_parse(struct egpu__vcuda_config *cfg, const char *text, s
     rc = egpu__vcuda_config_check(cfg, err);
     if (rc)
         return egpu_error_prefix(err, rc, "%s", path);
+    /* The agent's file for a share of one card: 0 MiB is what the scheduler
+     * booked for it, so it is what applies (a broken file, failing
+     * closed), never "no limit": a share with no memory limit would take a
+     * card whose other tenants booked theirs. */
+    if (cfg->core_pct < 100 && !cfg->has_memory)
+        return egpu_error_set(err, -ERANGE,
+                              "%s: EGPU_VCUDA_MEMORY_MIB=0 with EGPU_VCUDA_CORE=%u: a share of one "
+                              "card needs a memory limit (the container asked "
+                              "elasticgpu.io/gpu-core without elasticgpu.io/gpu-memory); allowed: "
+                              "EGPU_VCUDA_MEMORY_MIB 1..%d with EGPU_VCUDA_CORE 1..99, or 0 with "
+                              "EGPU_VCUDA_CORE=100 (whole cards)",
+                              path, cfg->core_pct, EGPU_VCUDA_MEMORY_MIB_MAX);
     return 0;
 }
 

@@ -117,7 +117,8 @@ struct egpu__vcuda_config {
 void egpu__vcuda_config_defaults(struct egpu__vcuda_config *cfg, const char *dir);
 
 /* Apply one setting: key is one of EGPU_VCUDA_GPUS, EGPU_VCUDA_MEMORY_MIB
- * (MiB per card, 0..16777216; 0 = no memory limit), EGPU_VCUDA_CORE (percent, 1..100),
+ * (MiB per card, 0..16777216; 0 = no memory limit, which vcuda.conf allows
+ * only with EGPU_VCUDA_CORE=100), EGPU_VCUDA_CORE (percent, 1..100),
  * EGPU_VCUDA_CORE_LIMIT (percent, 1..100; checked against the core by
  * egpu__vcuda_config_check), EGPU_VCUDA_CONTEXT_MIB (MiB, 0..65536),
  * EGPU_VCUDA_CONTEXT_EXTRA_MIB (MiB, 0..65536; default 0),
@@ -139,7 +140,9 @@ int egpu__vcuda_config_check(struct egpu__vcuda_config *cfg,
  * whitespace around keys and values is ignored; every line ends with '\n'
  * (a last line without one means the file was truncated); no NUL bytes;
  * each key at most once; EGPU_VCUDA_MEMORY_MIB and EGPU_VCUDA_CORE are
- * required. path names the file in messages. Returns 0, or a negative
+ * required, and EGPU_VCUDA_MEMORY_MIB=0 only with EGPU_VCUDA_CORE=100 (a
+ * share of one card has a memory limit: -ERANGE). path names the file in
+ * messages. Returns 0, or a negative
  * errno with err->msg "<path> line N: <key>: <reason>"; on error *cfg holds
  * every line that parsed (so a valid EGPU_VCUDA_GPUS still says which cards). */
 int egpu__vcuda_config_parse(struct egpu__vcuda_config *cfg, const char *text, size_t len,

@@ -17,6 +17,10 @@
  *      what is refused: a claim missing, Lost or Pending with gpu-tflops,
  *      a container asking a GPU itself, a lookup the API server did not
  *      answer); one warning per container says where its GPU comes from;
+ *   3b. on a Pod, with --default-memory-per-core, each container that asks a
+ *      share of one card (gpu-core 1..99) and no gpu-memory gets gpu-core x
+ *      that many MiB, with a warning (egpu_api_share_memory_default); without
+ *      it /validate refuses such a share, naming gpu-memory;
  *   4. a Pod that now asks an elasticgpu.io resource and names no scheduler
  *      of its own (absent or "default-scheduler") gets --scheduler-name,
  *      unless --set-scheduler-name false (the extender then runs inside the
@@ -76,10 +80,11 @@ static bool names_scheduler(const json_t *spec)
     return s != NULL && s[0] != '\0' && strcmp(s, "default-scheduler") != 0;
 }
 
-/* The copy of the template's metadata and spec, rewritten. */
+/* The copy of the template's metadata and spec, rewritten; *notes gets the
+ * --default-memory-per-core warnings. */
 static int rewrite(const struct egpu_webhook_config *cfg, const struct wh_podpart *pp,
                    const struct egpu_api_compat_result *res, const struct wh_claim_use *uses,
-                   size_t nuses, json_t **meta, json_t **spec)
+                   size_t nuses, json_t **meta, json_t **spec, struct egpu_api_problems *notes)
 {
     int rc;
 
@@ -99,6 +104,12 @@ static int rewrite(const struct egpu_webhook_config *cfg, const struct wh_podpar
     }
     if (egpu_api_compat_apply(*spec, ann, res) != 0)
         return -ENOMEM; /* -EINVAL cannot be: res was made from this spec */
+    /* A Pod's share that names no memory gets the operator's default (a
+     * template is left alone: its pods get it when they are created, and a
+     * changed template would roll them all). Before the claims: a claimed
+     * container asks nothing itself. */
+    if (pp->is_pod && egpu_api_share_memory_default(*spec, cfg->default_mem_per_core, notes) < 0)
+        return -ENOMEM;
     rc = wh_claims_apply(*spec, uses, nuses);
     if (rc)
         return rc; /* -EINVAL cannot be either: uses were found in this spec */
@@ -135,7 +146,7 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
                                         .aliyun_mem_mib = cfg->aliyun_mem_mib,
                                         .memory_only_core = cfg->memory_only_core};
     struct wh_claim_use uses[EGPU_API_POD_CLAIMS_MAX];
-    struct egpu_api_problems problems = {0};
+    struct egpu_api_problems problems = {0}, notes = {0};
     struct egpu_api_compat_result *res;
     struct egpu_error err = {0};
     size_t nuses = 0;
@@ -173,7 +184,7 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
             return rc;
         }
     }
-    rc = rewrite(cfg, &pp, res, uses, nuses, &meta, &spec);
+    rc = rewrite(cfg, &pp, res, uses, nuses, &meta, &spec, &notes);
     if (!rc && pp.is_pod) {
         rc = wh_budget_apply(cfg, rv, meta, spec, &problems, v);
         if (!rc && problems.n > 0) {
@@ -189,6 +200,8 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
     if (!rc) {
         for (size_t i = 0; i < res->nwarnings && v->nwarnings < EGPU_API_PROBLEMS_MAX; i++)
             snprintf(v->warnings[v->nwarnings++], sizeof(v->warnings[0]), "%s", res->warnings[i]);
+        for (size_t i = 0; i < notes.n && v->nwarnings < EGPU_API_PROBLEMS_MAX; i++)
+            snprintf(v->warnings[v->nwarnings++], sizeof(v->warnings[0]), "%s", notes.msg[i]);
         for (size_t i = 0; i < res->nedits; i++)
             note_converted(v, res->edits[i].from);
         for (size_t i = 0; i < res->nannotations; i++)

@@ -60,6 +60,12 @@ static const char usage[] =
     "  --memory-only-core N    elasticgpu.io/gpu-core percent given to a container that\n"
     "                          asked GPU memory only, 1..99 (EGPU_MEMORY_ONLY_CORE;\n"
     "                          default 1)\n"
+    "  --default-memory-per-core MIB\n"
+    "                          elasticgpu.io/gpu-memory given to a pod's container that\n"
+    "                          asks a share of one card (gpu-core 1..99) and no\n"
+    "                          gpu-memory: gpu-core x MIB MiB, with a warning; 0..65536\n"
+    "                          (EGPU_DEFAULT_MEMORY_PER_CORE; default 0: such a pod is\n"
+    "                          refused, naming gpu-memory)\n"
     "  --scheduler-user NAME   the only user that may write elasticgpu.io/assigned\n"
     "                          (EGPU_SCHEDULER_USER; default\n"
     "                          " EGPU_WEBHOOK_SCHEDULER_USER ")\n"
@@ -138,6 +144,7 @@ enum {
     O_COMPAT_NVIDIA,
     O_ALIYUN_UNIT,
     O_MEM_ONLY_CORE,
+    O_DEFAULT_MEM_PER_CORE,
     O_SCHED_USER,
     O_AGENT_USER,
     O_CONTROLLER_USER,
@@ -234,6 +241,13 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected a gpu-core percent in 1..99", who, v);
         cfg->memory_only_core = (uint32_t)u;
         return 0;
+    case O_DEFAULT_MEM_PER_CORE:
+        if (egpu_cli_parse_u64(v, 0, WH_DEFAULT_MEM_PER_CORE_MAX, &u))
+            return bad("%s \"%s\": expected MiB per gpu-core percent in 0..65536 (0: refuse "
+                       "a share without gpu-memory)",
+                       who, v);
+        cfg->default_mem_per_core = (uint32_t)u;
+        return 0;
     case O_SELF_SIGNED:
     case O_SS_SECRET:
     case O_SS_NAMESPACE:
@@ -257,6 +271,8 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
         {"compat-nvidia", required_argument, O_COMPAT_NVIDIA, "EGPU_COMPAT_NVIDIA"},
         {"aliyun-gpu-mem-unit", required_argument, O_ALIYUN_UNIT, "EGPU_ALIYUN_GPU_MEM_UNIT"},
         {"memory-only-core", required_argument, O_MEM_ONLY_CORE, "EGPU_MEMORY_ONLY_CORE"},
+        {"default-memory-per-core", required_argument, O_DEFAULT_MEM_PER_CORE,
+         "EGPU_DEFAULT_MEMORY_PER_CORE"},
         {"scheduler-user", required_argument, O_SCHED_USER, "EGPU_SCHEDULER_USER"},
         {"agent-user", required_argument, O_AGENT_USER, "EGPU_AGENT_USER"},
         {"controller-user", required_argument, O_CONTROLLER_USER, "EGPU_CONTROLLER_USER"},

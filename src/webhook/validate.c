@@ -5,7 +5,9 @@
  * Rules, for a Pod and the pod template of a workload, on CREATE and UPDATE:
  *   - egpu_api_pod_validate (src/api, the rules every component applies):
  *     gpu-core 1..99 or 100*k, gpu-memory only with gpu-core and within the
- *     largest card the cluster has, no gpu-memory on whole cards, requests
+ *     largest card the cluster has, gpu-memory with every share of one card
+ *     (unless --default-memory-per-core, which /mutate writes into Pods),
+ *     no gpu-memory on whole cards, requests
  *     equal to limits, gpu-core-limit between the request and 100, gpu-model
  *     naming models the cluster has, the policy annotations, init
  *     containers too. Every problem found is reported, joined with "; ".
@@ -80,6 +82,8 @@ int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_fac
                 const struct wh_review *rv, struct wh_verdict *v)
 {
     struct egpu_api_problems now = {0}, before = {0}, refused = {0};
+    /* The cluster's facts and the operator's default memory of a share. */
+    struct egpu_api_facts f = facts != NULL ? *facts : (struct egpu_api_facts){0};
     struct wh_podpart pp, old;
 
     memset(v, 0, sizeof(*v));
@@ -94,11 +98,12 @@ int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_fac
         wh_claims_immutable(rv, &refused);
         wh_budget_finalizer_guard(cfg, rv, &refused);
     }
+    f.default_mem_per_core_mib = cfg->default_mem_per_core;
     if (pp.spec != NULL)
-        (void)egpu_api_pod_validate(pp.spec, pp.annotations, facts, &now);
+        (void)egpu_api_pod_validate(pp.spec, pp.annotations, &f, &now);
     if (rv->op == WH_UPDATE && now.n > 0 &&
         wh_podpart_find(rv->group, rv->version, rv->kind, rv->old_object, &old) && old.spec != NULL)
-        (void)egpu_api_pod_validate(old.spec, old.annotations, facts, &before);
+        (void)egpu_api_pod_validate(old.spec, old.annotations, &f, &before);
     for (size_t i = 0; i < now.n; i++) {
         if (!has_problem(&before, now.msg[i]))
             wh_problem_add(&refused, now.msg[i]);

@@ -19,9 +19,11 @@
 /* ------------------------------------------------------------------------ */
 /* AdmissionReview (review.c)                                               */
 
-#define WH_REVIEW_API_VERSION "admission.k8s.io/v1"
-#define WH_REVIEW_KIND        "AdmissionReview"
-#define WH_UID_MAX            256 /* request.uid, bytes incl. NUL (the API server's is 36) */
+#define WH_REVIEW_API_VERSION       "admission.k8s.io/v1"
+#define WH_REVIEW_KIND              "AdmissionReview"
+#define WH_UID_MAX                  256 /* request.uid, bytes incl. NUL (the API server's is 36) */
+/* --default-memory-per-core at most, MiB per gpu-core percent (6.4 TiB a card) */
+#define WH_DEFAULT_MEM_PER_CORE_MAX 65536
 
 enum wh_op { WH_CREATE, WH_UPDATE, WH_DELETE, WH_CONNECT };
 

@@ -6,6 +6,8 @@ server (tests/apiserver/server.py) holding GPU objects, called with curl.
   applied to the object with python3-jsonpatch, gives the elasticgpu.io
   names and schedulerName, with one warning per converted name; the same
   pass over the patched pod patches nothing.
+- A share of one card without gpu-memory is refused, or given gpu-core x
+  --default-memory-per-core MiB by /mutate.
 - A bad request is denied with the exact message users read; gpu-memory is
   checked against the largest card of the GPU objects, which follows the
   watch when a bigger card is added.
@@ -231,6 +233,41 @@ def test_gpu_pod_patched(webhook, api):  # noqa: F811
     assert "denied" not in w.log.read_text() and "stopping" in w.log.read_text()
 
 
+def test_share_without_memory(webhook, api):  # noqa: F811
+    """A share of one card that names no gpu-memory (here tencent's
+    vcuda-core alone) is refused by /validate naming gpu-memory, unless the
+    operator set --default-memory-per-core: /mutate then writes gpu-core x
+    MiB, with a warning, and the pod validates. Whole cards are left alone."""
+    gpus(api, 40960)
+    share = pod({"elasticgpu.io/gpu-core": "30"})
+    w = webhook()
+    w.wait_ready()
+    resp = w.review("/validate", review(share))
+    assert resp["allowed"] is False and resp["status"]["message"] == (
+        'container "train": elasticgpu.io/gpu-core is 30 (a share of one card) without '
+        'elasticgpu.io/gpu-memory; allowed: gpu-memory in MiB with every share, in requests and '
+        'limits, e.g. elasticgpu.io/gpu-memory: "4096" (a share is booked and limited to the '
+        'memory it names)')
+    assert w.stop() == 0
+    w = webhook(extra=("--default-memory-per-core", "400"))
+    w.wait_ready()
+    tencent = pod({"tencent.com/vcuda-core": "30"})
+    resp = w.review("/mutate", review(tencent))
+    assert resp["warnings"][-1] == (
+        'container "train": elasticgpu.io/gpu-memory set to 12000 MiB (elasticgpu.io/gpu-core 30 '
+        'x 400 MiB, the cluster\'s default memory per gpu-core percent); name '
+        'elasticgpu.io/gpu-memory in requests and limits to choose')
+    patched = jsonpatch.apply_patch(tencent, json.loads(base64.b64decode(resp["patch"])))
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == {
+        "elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "12000"}
+    assert w.review("/validate", review(patched)) == {"uid": UID, "allowed": True}
+    whole = pod({"elasticgpu.io/gpu-core": "100"})
+    whole["spec"]["schedulerName"] = "elastic-gpu-scheduler"
+    assert w.review("/mutate", review(whole)) == {"uid": UID, "allowed": True}
+    assert "default_memory_per_core_mib=400" in w.log.read_text()
+    assert w.stop() == 0
+
+
 def test_bad_request_denied(webhook, api):  # noqa: F811
     gpus(api, 40960, 24576)
     w = webhook()
@@ -253,12 +290,12 @@ def test_bad_request_denied(webhook, api):  # noqa: F811
     while w.review("/validate", review(big)) != {"uid": UID, "allowed": True}:
         assert time.time() < deadline, w.log.read_text()
         time.sleep(0.1)
-    resp = w.review("/validate", review(pod({"elasticgpu.io/gpu-core": "30"},
+    resp = w.review("/validate", review(pod({"elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "4096"},
                                             {"elasticgpu.io/gpu-model": "Tesla T4"})))
     assert resp["status"]["message"] == (
         'annotation elasticgpu.io/gpu-model names "Tesla T4"; allowed: the models the cluster '
         'has: NVIDIA A100-SXM4-40GB, NVIDIA H100')
-    resp = w.review("/validate", review(pod({"elasticgpu.io/gpu-core": "30"},
+    resp = w.review("/validate", review(pod({"elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "4096"},
                                             {"elasticgpu.io/assigned": "{}"})))
     assert resp["status"]["message"] == (
         'annotation elasticgpu.io/assigned is written only by the scheduler '
@@ -318,7 +355,7 @@ def test_malformed_body_and_keeps_serving(webhook, api):  # noqa: F811
         garbage = os.urandom(512)
         st, _, _ = w.curl(w.url + "/validate", garbage)
         assert st in (200, 400)
-    assert w.review("/validate", review(pod({"elasticgpu.io/gpu-core": "30"}))) == {
+    assert w.review("/validate", review(pod({"elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "4096"}))) == {
         "uid": UID, "allowed": True}
     assert w.metric("egpu_webhook_admission_requests_total",
                     '{route=\"mutate\",result=\"error\"}') == 1

@@ -34,7 +34,7 @@ G = "/apis/elasticgpu.io/v1alpha1"
 PC = "/apis/scheduling.k8s.io/v1/priorityclasses"
 FIN = "elasticgpu.io/metering"
 CTRL = "system:serviceaccount:elastic-gpu-system:egpu-controller"
-GPU = {"elasticgpu.io/gpu-core": "30"}
+GPU = {"elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "4096"}
 IN_MSG = ("namespace ml is within its GPU budget (GPUBudget team); the pod gets PriorityClass "
           "gpu-in-budget")
 OVER_MSG = ("namespace ml is over its GPU budget (GPUBudget team); the pod gets PriorityClass "

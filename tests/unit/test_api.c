@@ -77,7 +77,7 @@ static void test_validation_rules(void **state)
          C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/gpu-memory\":\"0\"}}"),
          NULL,
          "container \"train\": elasticgpu.io/gpu-memory is 0; allowed: a whole number of MiB from "
-         "1, or no gpu-memory at all"},
+         "1"},
         {"memory beyond the largest card",
          C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/gpu-memory\":"
             "\"90000\"}}"),
@@ -109,27 +109,41 @@ static void test_validation_rules(void **state)
          NULL,
          "init container \"setup\": elasticgpu.io/gpu-core is 101; allowed: 1..99 to share one "
          "card, or a multiple of 100 for whole cards"},
-        {"core limit below the share", C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\"}}"),
+        {"core limit below the share",
+         C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/"
+            "gpu-memory\":\"4096\"}}"),
          "{\"elasticgpu.io/gpu-core-limit\":\"20\"}",
          "annotation elasticgpu.io/gpu-core-limit is 20; allowed: 30..100 (at least the largest "
          "gpu-core of a shared container)"},
-        {"core limit above 100", C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\"}}"),
+        {"core limit above 100",
+         C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/"
+            "gpu-memory\":\"4096\"}}"),
          "{\"elasticgpu.io/gpu-core-limit\":\"120\"}",
          "annotation elasticgpu.io/gpu-core-limit is \"120\"; allowed: a whole percent from the "
          "containers' gpu-core up to 100"},
-        {"core limit in range", C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\"}}"),
+        {"core limit in range",
+         C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/"
+            "gpu-memory\":\"4096\"}}"),
          "{\"elasticgpu.io/gpu-core-limit\":\"80\"}", ""},
-        {"unknown model", C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\"}}"),
+        {"unknown model",
+         C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/"
+            "gpu-memory\":\"4096\"}}"),
          "{\"elasticgpu.io/gpu-model\":\"NVIDIA H100|NVIDIA H200\"}",
          "annotation elasticgpu.io/gpu-model names \"NVIDIA H200\"; allowed: the models the "
          "cluster has: NVIDIA A100-SXM4-80GB, NVIDIA H100"},
-        {"known models", C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\"}}"),
+        {"known models",
+         C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/"
+            "gpu-memory\":\"4096\"}}"),
          "{\"elasticgpu.io/gpu-model\":\"NVIDIA H100|NVIDIA A100-SXM4-80GB\"}", ""},
-        {"node policy", C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\"}}"),
+        {"node policy",
+         C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/"
+            "gpu-memory\":\"4096\"}}"),
          "{\"elasticgpu.io/node-policy\":\"pack\"}",
          "annotation elasticgpu.io/node-policy is \"pack\"; allowed: binpack, spread, best-fit, "
          "random, fgd"},
-        {"card policy", C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\"}}"),
+        {"card policy",
+         C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/"
+            "gpu-memory\":\"4096\"}}"),
          "{\"elasticgpu.io/card-policy\":\"fgd\",\"elasticgpu.io/node-policy\":\"spread\"}", ""},
         {"two problems at once",
          "{\"containers\":[{\"name\":\"a\",\"resources\":{\"limits\":{\"elasticgpu.io/gpu-core\":"
@@ -142,7 +156,16 @@ static void test_validation_rules(void **state)
          "to share one card"},
         {"mistyped resources", C1("{\"limits\":[1]}"), NULL,
          "container \"train\": resources.limits must be an object of quantities"},
-        {"integer quantity", C1("{\"limits\":{\"elasticgpu.io/gpu-core\":40}}"), NULL, ""},
+        {"integer quantity",
+         C1("{\"limits\":{\"elasticgpu.io/gpu-core\":40,\"elasticgpu.io/gpu-memory\":4096}}"), NULL,
+         ""},
+        {"share without memory", C1("{\"requests\":{\"elasticgpu.io/gpu-core\":\"30\"}}"), NULL,
+         "container \"train\": elasticgpu.io/gpu-core is 30 (a share of one card) without "
+         "elasticgpu.io/gpu-memory; allowed: gpu-memory in MiB with every share, in requests and "
+         "limits, e.g. elasticgpu.io/gpu-memory: \"4096\" (a share is booked and limited to the "
+         "memory it names)"},
+        {"whole cards without memory", C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"200\"}}"),
+         NULL, ""},
     };
     char got[4096];
 
@@ -152,11 +175,77 @@ static void test_validation_rules(void **state)
         if (strcmp(got, cases[i].want) != 0)
             fail_msg("%s:\n got  %s\n want %s", cases[i].what, got, cases[i].want);
     }
+    /* With the operator's default memory per core a share may name none
+     * (the webhook's /mutate writes it into the pod). */
+    {
+        struct egpu_api_facts dflt = facts;
+
+        dflt.default_mem_per_core_mib = 400;
+        problems_text(C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\"}}"), NULL, &dflt, got,
+                      sizeof(got));
+        assert_string_equal(got, "");
+    }
     /* Without facts the cluster-dependent checks are skipped. */
     problems_text(C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/gpu-memory\":"
                      "\"900000\"}}"),
                   "{\"elasticgpu.io/gpu-model\":\"X\"}", NULL, got, sizeof(got));
     assert_string_equal(got, "");
+}
+
+/* egpu_api_share_memory_default: each share that names no gpu-memory gets
+ * gpu-core x MiB in limits (and requests where the core is), one note each;
+ * a share with memory, whole cards, init containers and an undecodable
+ * container are left alone. */
+static void test_share_memory_default(void **state)
+{
+    json_t *s = parse("{\"containers\":["
+                      "{\"name\":\"a\",\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":"
+                      "\"30\"},\"limits\":{\"elasticgpu.io/gpu-core\":\"30\"}}},"
+                      "{\"name\":\"b\",\"resources\":{\"limits\":{\"elasticgpu.io/gpu-core\":5}}},"
+                      "{\"name\":\"c\",\"resources\":{\"limits\":{\"elasticgpu.io/gpu-core\":"
+                      "\"30\",\"elasticgpu.io/gpu-memory\":\"1000\"}}},"
+                      "{\"name\":\"d\",\"resources\":{\"limits\":{\"elasticgpu.io/gpu-core\":"
+                      "\"100\"}}},"
+                      "{\"name\":\"e\",\"resources\":{\"limits\":{\"elasticgpu.io/gpu-core\":"
+                      "\"x\"}}},{\"name\":\"f\"}],"
+                      "\"initContainers\":[{\"name\":\"i\",\"resources\":{\"limits\":"
+                      "{\"elasticgpu.io/gpu-core\":\"30\"}}}]}");
+    json_t *want =
+        parse("{\"containers\":["
+              "{\"name\":\"a\",\"resources\":{\"requests\":{\"elasticgpu.io/gpu-core\":"
+              "\"30\",\"elasticgpu.io/gpu-memory\":\"12000\"},\"limits\":{\"elasticgpu.io/"
+              "gpu-core\":\"30\",\"elasticgpu.io/gpu-memory\":\"12000\"}}},"
+              "{\"name\":\"b\",\"resources\":{\"limits\":{\"elasticgpu.io/gpu-core\":5,"
+              "\"elasticgpu.io/gpu-memory\":\"2000\"}}},"
+              "{\"name\":\"c\",\"resources\":{\"limits\":{\"elasticgpu.io/gpu-core\":"
+              "\"30\",\"elasticgpu.io/gpu-memory\":\"1000\"}}},"
+              "{\"name\":\"d\",\"resources\":{\"limits\":{\"elasticgpu.io/gpu-core\":"
+              "\"100\"}}},"
+              "{\"name\":\"e\",\"resources\":{\"limits\":{\"elasticgpu.io/gpu-core\":"
+              "\"x\"}}},{\"name\":\"f\"}],"
+              "\"initContainers\":[{\"name\":\"i\",\"resources\":{\"limits\":"
+              "{\"elasticgpu.io/gpu-core\":\"30\"}}}]}");
+    struct egpu_api_problems notes = {0};
+    char *got;
+
+    (void)state;
+    assert_int_equal(egpu_api_share_memory_default(s, 0, &notes), 0);
+    assert_int_equal(notes.n, 0);
+    assert_int_equal(egpu_api_share_memory_default(s, 400, &notes), 2);
+    got = json_dumps(s, JSON_SORT_KEYS);
+    if (!json_equal(s, want))
+        fail_msg("got %s", got);
+    free(got);
+    assert_int_equal(notes.n, 2);
+    assert_string_equal(notes.msg[0],
+                        "container \"a\": elasticgpu.io/gpu-memory set to 12000 MiB "
+                        "(elasticgpu.io/gpu-core 30 x 400 MiB, the cluster's default memory per "
+                        "gpu-core percent); name elasticgpu.io/gpu-memory in requests and limits "
+                        "to choose");
+    /* Now every share names its memory: nothing more to set, and it validates. */
+    assert_int_equal(egpu_api_share_memory_default(s, 400, &notes), 0);
+    json_decref(s);
+    json_decref(want);
 }
 
 static void test_problems_are_bounded(void **state)
@@ -171,7 +260,8 @@ static void test_problems_are_bounded(void **state)
     for (int i = 0; i < 20; i++)
         used += (size_t)snprintf(spec + used, sizeof(spec) - used,
                                  "%s{\"name\":\"c%d\",\"resources\":{\"limits\":{"
-                                 "\"elasticgpu.io/gpu-core\":\"30\"}}}",
+                                 "\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/"
+                                 "gpu-memory\":\"1\"}}}",
                                  i ? "," : "", i);
     snprintf(spec + used, sizeof(spec) - used, "]}");
     s = parse(spec);
@@ -489,9 +579,13 @@ static void test_annotations(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_validation_rules), cmocka_unit_test(test_problems_are_bounded),
-        cmocka_unit_test(test_compatible_names), cmocka_unit_test(test_converted_then_validated),
-        cmocka_unit_test(test_wants_gpu),        cmocka_unit_test(test_annotations),
+        cmocka_unit_test(test_validation_rules),
+        cmocka_unit_test(test_problems_are_bounded),
+        cmocka_unit_test(test_compatible_names),
+        cmocka_unit_test(test_converted_then_validated),
+        cmocka_unit_test(test_wants_gpu),
+        cmocka_unit_test(test_annotations),
+        cmocka_unit_test(test_share_memory_default),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -459,6 +459,35 @@ static void load_broken_file_fails_closed(void **state)
     assert_int_equal(rmdir(path), 0);
 }
 
+/* A share of one card (EGPU_VCUDA_CORE 1..99) with EGPU_VCUDA_MEMORY_MIB=0
+ * in the agent's file is what the scheduler booked as 0 MiB: it fails
+ * closed (0 MiB on its cards) instead of running with no memory limit
+ * beside tenants that booked theirs. Whole cards keep 0 = no limit. */
+static void load_share_without_memory_fails_closed(void **state)
+{
+    char *envp[] = {NULL};
+    struct egpu__vcuda_config c;
+    struct egpu_error err = {0};
+
+    (void)state;
+    write_text(fixed_dir,
+               "EGPU_VCUDA_GPUS=" UUID0 "\nEGPU_VCUDA_MEMORY_MIB=0\nEGPU_VCUDA_CORE=30\n");
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), -ERANGE);
+    assert_non_null(strstr(err.msg, "EGPU_VCUDA_MEMORY_MIB=0 with EGPU_VCUDA_CORE=30"));
+    assert_non_null(strstr(err.msg, "elasticgpu.io/gpu-memory"));
+    assert_non_null(strstr(err.msg, "failing closed"));
+    assert_true(c.fail_closed && c.has_memory);
+    assert_int_equal(c.memory_mib, 0);
+    assert_int_equal(c.ngpus, 1);
+
+    write_text(fixed_dir,
+               "EGPU_VCUDA_GPUS=" UUID0 "\nEGPU_VCUDA_MEMORY_MIB=0\nEGPU_VCUDA_CORE=100\n");
+    assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, envp, &err), 0);
+    assert_false(c.fail_closed || c.has_memory);
+    assert_true(c.has_core);
+    assert_int_equal(c.core_pct, 100);
+}
+
 static void load_oversize_file_fails_closed(void **state)
 {
     char *envp[] = {NULL};
@@ -584,6 +613,7 @@ int main(void)
         cmocka_unit_test_setup(load_bad_env_fails_closed, each_setup),
         cmocka_unit_test_setup(load_file_wins_over_env, each_setup),
         cmocka_unit_test_setup(load_broken_file_fails_closed, each_setup),
+        cmocka_unit_test_setup(load_share_without_memory_fails_closed, each_setup),
         cmocka_unit_test_setup(load_oversize_file_fails_closed, each_setup),
         cmocka_unit_test_setup(load_link_or_fifo_fails_closed, each_setup),
         cmocka_unit_test_setup(load_region_dir, each_setup),

@@ -17,7 +17,7 @@
 #define FIN     "elasticgpu.io/metering"
 #define IN_PC   "gpu-in-budget"
 #define OVER_PC "gpu-over-budget"
-#define GPU     "{'elasticgpu.io/gpu-core':'30'}"
+#define GPU     "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}"
 #define ADD_FIN "{'op':'add','path':'/metadata/finalizers','value':['" FIN "']}"
 #define CTRL    EGPU_WEBHOOK_CONTROLLER_USER
 #define OVER_MSG                                                                                \

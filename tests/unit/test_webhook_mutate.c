@@ -4,6 +4,7 @@
  * the reply's base64) and warnings out. Each patch is then applied to the
  * object as the API server would: the result must pass /validate, and a
  * second pass over it (reinvocationPolicy: IfNeeded) must make no patch.
+ * A share without gpu-memory: refused, or given --default-memory-per-core.
  */
 #include "webhook_testutil.h"
 
@@ -246,10 +247,15 @@ static void check_applied(const struct egpu_webhook_config *cfg, enum egpu_webho
                           const char *group)
 {
     json_t *doc = json_deep_copy(object);
+    struct egpu_webhook_config vcfg = *cfg;
     struct wt_reply again;
 
     assert_int_equal(wh_patch_apply(doc, ops), 0);
-    again = wt_call(cfg, EGPU_WEBHOOK_VALIDATE, NULL,
+    /* A share converted without memory (tencent.com/vcuda-core alone) is
+     * refused unless the operator set a default: test_share_memory. */
+    if (vcfg.default_mem_per_core == 0)
+        vcfg.default_mem_per_core = 1;
+    again = wt_call(&vcfg, EGPU_WEBHOOK_VALIDATE, NULL,
                     wt_review("CREATE", group, "v1", kind, "alice", json_incref(doc), NULL));
     wt_assert_allowed_minimal(&again);
     wt_free(&again);
@@ -447,13 +453,85 @@ static void test_real_pod_nothing_dropped(void **state)
     wt_free(&w);
 }
 
+/* A Pod's share that names no gpu-memory (here tencent.com/vcuda-core
+ * alone, as a tencent pod moving over asks): without
+ * --default-memory-per-core /validate refuses it naming gpu-memory; with
+ * it /mutate writes gpu-core x MiB with a warning, and the result passes
+ * /validate with no default at all. A template is not given memory (its
+ * pods are, when created); whole cards never. */
+static void test_share_memory(void **state)
+{
+    struct egpu_webhook_config none = {.set_scheduler_name = true};
+    struct egpu_webhook_config dflt = {.set_scheduler_name = true, .default_mem_per_core = 400};
+    json_t *pod = wt_pod("{'tencent.com/vcuda-core':'30'}", NULL, "default-scheduler");
+    json_t *doc, *warnings, *obj;
+    struct wt_reply w;
+
+    (void)state;
+    w = wt_call(&none, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", json_incref(pod), NULL));
+    wt_assert_json(w.ops, "[" RM("tencent.com~1vcuda-core") "," ADD(CORE, "30") "," SN "]");
+    doc = json_deep_copy(pod);
+    assert_int_equal(wh_patch_apply(doc, w.ops), 0);
+    wt_free(&w);
+    w = wt_call(&none, EGPU_WEBHOOK_VALIDATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", doc, NULL));
+    wt_assert_denied(&w, "container \"train\": elasticgpu.io/gpu-core is 30 (a share of one card) "
+                         "without elasticgpu.io/gpu-memory; allowed: gpu-memory in MiB with every "
+                         "share, in requests and limits, e.g. elasticgpu.io/gpu-memory: \"4096\" "
+                         "(a share is booked and limited to the memory it names)");
+    wt_free(&w);
+
+    w = wt_call(&dflt, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", json_incref(pod), NULL));
+    wt_assert_json(w.ops, "[" RM("tencent.com~1vcuda-core") "," ADD(CORE, "30") "," ADD(
+                              MEM, "12000") "," SN "]");
+    warnings = json_object_get(wt_response(&w), "warnings");
+    assert_int_equal(json_array_size(warnings), 2);
+    assert_string_equal(json_string_value(json_array_get(warnings, 1)),
+                        "container \"train\": elasticgpu.io/gpu-memory set to 12000 MiB "
+                        "(elasticgpu.io/gpu-core 30 x 400 MiB, the cluster's default memory per "
+                        "gpu-core percent); name elasticgpu.io/gpu-memory in requests and limits "
+                        "to choose");
+    check_applied(&none, EGPU_WEBHOOK_MUTATE, pod, w.ops, "Pod", "");
+    doc = json_deep_copy(pod);
+    assert_int_equal(wh_patch_apply(doc, w.ops), 0);
+    wt_free(&w);
+    w = wt_call(&none, EGPU_WEBHOOK_VALIDATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", doc, NULL));
+    wt_assert_allowed_minimal(&w);
+    wt_free(&w);
+    json_decref(pod);
+
+    /* Whole cards keep all their memory. */
+    pod = wt_pod("{'elasticgpu.io/gpu-core':'200'}", NULL, "elastic-gpu-scheduler");
+    w = wt_call(&dflt, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", pod, NULL));
+    wt_assert_allowed_minimal(&w);
+    wt_free(&w);
+
+    /* A template: converted, no memory added; it validates with the default. */
+    obj = wt_workload("Deployment", wt_pod("{'elasticgpu.io/gpu-core':'30'}", NULL, NULL));
+    w = wt_call(&dflt, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "apps", "v1", "Deployment", "u", json_incref(obj), NULL));
+    wt_assert_allowed_minimal(&w);
+    wt_free(&w);
+    w = wt_call(&dflt, EGPU_WEBHOOK_VALIDATE, NULL,
+                wt_review("CREATE", "apps", "v1", "Deployment", "u", json_incref(obj), NULL));
+    wt_assert_allowed_minimal(&w);
+    wt_free(&w);
+    w = wt_call(&none, EGPU_WEBHOOK_VALIDATE, NULL,
+                wt_review("CREATE", "apps", "v1", "Deployment", "u", obj, NULL));
+    assert_false(json_is_true(json_object_get(wt_response(&w), "allowed")));
+    wt_free(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_compatible_names),
-        cmocka_unit_test(test_scheduler_name),
-        cmocka_unit_test(test_templates),
-        cmocka_unit_test(test_real_pod_nothing_dropped),
+        cmocka_unit_test(test_compatible_names), cmocka_unit_test(test_scheduler_name),
+        cmocka_unit_test(test_templates),        cmocka_unit_test(test_real_pod_nothing_dropped),
+        cmocka_unit_test(test_share_memory),
     };
 
     egpu_log_level = -1;

@@ -27,6 +27,11 @@ static const struct vcase cases[] = {
     {"a shared card", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}", NULL,
      NULL},
     {"whole cards", "{'elasticgpu.io/gpu-core':'200'}", NULL, NULL},
+    {"a share without memory", "{'elasticgpu.io/gpu-core':'30'}", NULL,
+     "container \"train\": elasticgpu.io/gpu-core is 30 (a share of one card) without "
+     "elasticgpu.io/gpu-memory; allowed: gpu-memory in MiB with every share, in requests and "
+     "limits, e.g. elasticgpu.io/gpu-memory: \"4096\" (a share is booked and limited to the memory "
+     "it names)"},
     {"gpu-core 0.5", "{'elasticgpu.io/gpu-core':'500m'}", NULL,
      "container \"train\": elasticgpu.io/gpu-core is 500m; allowed: 1..99 to share one card, or a "
      "multiple of 100 for whole cards"},
@@ -46,30 +51,32 @@ static const struct vcase cases[] = {
      NULL,
      "container \"train\": elasticgpu.io/gpu-memory is 4Gi; allowed: a whole number of MiB, "
      "e.g. 4096"},
-    {"core-limit below the request", "{'elasticgpu.io/gpu-core':'30'}",
+    {"core-limit below the request",
+     "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/gpu-core-limit':'20'}",
      "annotation elasticgpu.io/gpu-core-limit is 20; allowed: 30..100 (at least the largest "
      "gpu-core of a shared container)"},
-    {"core-limit above 100", "{'elasticgpu.io/gpu-core':'30'}",
+    {"core-limit above 100", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/gpu-core-limit':'150'}",
      "annotation elasticgpu.io/gpu-core-limit is \"150\"; allowed: a whole percent from the "
      "containers' gpu-core up to 100"},
-    {"core-limit in range", "{'elasticgpu.io/gpu-core':'30'}",
+    {"core-limit in range", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/gpu-core-limit':'80'}", NULL},
-    {"a model the cluster has", "{'elasticgpu.io/gpu-core':'30'}",
+    {"a model the cluster has", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/gpu-model':'NVIDIA H100'}", NULL},
-    {"a model it has not", "{'elasticgpu.io/gpu-core':'30'}",
+    {"a model it has not", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/gpu-model':'NVIDIA H100|Tesla T4'}",
      "annotation elasticgpu.io/gpu-model names \"Tesla T4\"; allowed: the models the cluster has: "
      "NVIDIA A100-SXM4-40GB, NVIDIA H100"},
-    {"a bad node policy", "{'elasticgpu.io/gpu-core':'30'}", "{'elasticgpu.io/node-policy':'pack'}",
+    {"a bad node policy", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
+     "{'elasticgpu.io/node-policy':'pack'}",
      "annotation elasticgpu.io/node-policy is \"pack\"; allowed: binpack, spread, best-fit, "
      "random, fgd"},
-    {"a bad card policy", "{'elasticgpu.io/gpu-core':'30'}",
+    {"a bad card policy", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/card-policy':'tight'}",
      "annotation elasticgpu.io/card-policy is \"tight\"; allowed: binpack, spread, best-fit, "
      "random, fgd"},
-    {"good policies", "{'elasticgpu.io/gpu-core':'30'}",
+    {"good policies", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/node-policy':'spread','elasticgpu.io/card-policy':'fgd'}", NULL},
     {"two problems at once", "{'elasticgpu.io/gpu-core':'150'}",
      "{'elasticgpu.io/node-policy':'pack'}",
@@ -110,7 +117,8 @@ static void test_rules(void **state)
 /* Requests and limits that differ, and init containers asking GPUs. */
 static void test_requests_limits_init(void **state)
 {
-    json_t *pod = wt_pod("{'elasticgpu.io/gpu-core':'30'}", NULL, NULL);
+    json_t *pod =
+        wt_pod("{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}", NULL, NULL);
     json_t *c = json_array_get(json_object_get(json_object_get(pod, "spec"), "containers"), 0);
     struct wt_reply w;
 
@@ -178,7 +186,7 @@ static void test_system_annotations(void **state)
 {
     const char *sched = EGPU_WEBHOOK_SCHEDULER_USER, *agent = EGPU_WEBHOOK_AGENT_USER;
     const char *asg = "{'elasticgpu.io/assigned':'{}'}", *alc = "{'elasticgpu.io/allocated':'x'}";
-    const char *gpu = "{'elasticgpu.io/gpu-core':'30'}";
+    const char *gpu = "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}";
     struct egpu_webhook_config custom = {.scheduler_user = "sched", .agent_user = "agent"};
     struct wt_reply w;
 
