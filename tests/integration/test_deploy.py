@@ -1621,3 +1621,21 @@ def test_agent_flags_exist(objs):
                        capture_output=True, text=True, timeout=20, env=env)
     assert r.returncode not in (0, 2), f"exit {r.returncode}: {r.stderr}"
     assert "/nonexistent/libnvidia-ml.so.1" in r.stderr, r.stderr
+
+
+def test_kustomize_images_pin_by_digest(tmp_path):
+    """docs/operator-guide.md's pinning: an overlay's images entries with
+    digest: make every Elastic GPU container's image <name>@<digest>."""
+    names = ["egpu-scheduler", "egpu-agent", "egpu-webhook", "egpu-controller"]
+    digests = {n: "sha256:" + format(i + 10, "x") * 64 for i, n in enumerate(names)}
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY, tmp_path)],
+        "images": [{"name": f"ghcr.io/elastic-gpu/{n}", "digest": d}
+                   for n, d in digests.items()]}))
+    images = {c["image"] for o in kustomize(tmp_path)
+              for c in (o.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+                        + o.get("spec", {}).get("template", {}).get("spec", {})
+                        .get("initContainers", []))
+              if c["image"].startswith("ghcr.io/elastic-gpu/")}
+    assert images == {f"ghcr.io/elastic-gpu/{n}@{d}" for n, d in digests.items()}

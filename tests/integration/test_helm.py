@@ -646,3 +646,42 @@ def test_target_workload_renders_a_configmap_egpu_scheduler_reads(chart, build_d
     for i, (doc, want) in enumerate(shapes):
         err = helm_fails(values=values_file(tmp_path, f"bad{i}.yaml", doc))
         assert want in err, (doc, err)
+
+
+def test_image_digests_pin_the_images(chart):
+    """Each image has a digest value: set, the image is <repo>:<tag>@<digest>
+    (only that field changes); a digest that is not sha256: and 64 lowercase
+    hex digits fails the rendering, naming the value."""
+    dig = {c: "sha256:" + format(i + 10, "x") * 64 for i, c in enumerate(IMAGES)}
+    ks = "sha256:" + "f" * 64
+    after = helm_template(*[f"{c}.image.digest={d}" for c, d in dig.items()],
+                          f"scheduler.kubeScheduler.image.digest={ks}")
+    images = {c["image"] for o in after for s in pod_specs(o)
+              for c in s.get("containers", []) + s.get("initContainers", [])}
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert images == {f"ghcr.io/elastic-gpu/{n}:{version}@{dig[c]}" for c, n in IMAGES.items()} | \
+        {f"registry.k8s.io/kube-scheduler:v1.32.0@{ks}"}
+    assert all(p.endswith(".image") for v in changes(chart, after).values() for p in v)
+    for bad in ("sha256:abc", "sha256:" + "A" * 64, "md5:" + "0" * 64, "a" * 64,
+                "sha256:" + "0" * 64 + "\n"):
+        err = helm_fails(f"webhook.image.digest={bad}")
+        assert f"webhook.image.digest is {json.dumps(bad)}: expected sha256: and 64 lowercase " \
+            "hex digits" in err, err
+    assert "scheduler.kubeScheduler.image.digest is \"sha256:1\"" in helm_fails(
+        "scheduler.kubeScheduler.image.digest=sha256:1")
+
+
+def test_default_memory_per_core_is_the_webhook_flag(chart):
+    """webhook.defaultMemoryPerCore 0 (the default) renders deploy/webhook's
+    arguments; another value adds --default-memory-per-core and nothing else;
+    a value egpu-webhook would refuse fails the rendering."""
+    assert changes(chart, helm_template("webhook.defaultMemoryPerCore=0")) == {}
+    after = helm_template("webhook.defaultMemoryPerCore=400")
+    ch = changes(chart, after)
+    assert list(ch) == [("Deployment", "egpu-webhook", NS)], ch
+    dep = [o for o in after if o["kind"] == "Deployment" and o["metadata"]["name"] == "egpu-webhook"]
+    args = dep[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--default-memory-per-core") + 1] == "400"
+    for bad in ("65537", "-1", "4x"):
+        assert f'webhook.defaultMemoryPerCore is "{bad}"' in helm_fails(
+            f"webhook.defaultMemoryPerCore={bad}"), bad

@@ -27,14 +27,34 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/*
+"@<digest>" for an image's digest value (list "<value's name>" <digest>): ""
+when the digest is empty; "sha256:" and 64 lowercase hex digits otherwise,
+anything else fails the rendering (a digest that does not parse would make
+every pod of the component fail to pull).
+*/}}
+{{- define "elastic-gpu.digest" -}}
+{{- $name := index . 0 -}}
+{{- $d := toString (default "" (index . 1)) -}}
+{{- if $d -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" $d) -}}
+{{- fail (printf "%s is %q: expected sha256: and 64 lowercase hex digits, e.g. sha256:%s (docker buildx imagetools inspect <image> prints it)" $name $d (repeat 64 "0")) -}}
+{{- end -}}
+{{- printf "@%s" $d -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 A component's Elastic GPU image: image.registry/<component>.image.repository:image.tag,
-the tag defaulting to appVersion. Called with (list . "scheduler").
+the tag defaulting to appVersion, then "@<component>.image.digest" when that is
+set (the runtime then pulls that digest, whatever the tag now names).
+Called with (list . "scheduler").
 */}}
 {{- define "elastic-gpu.image" -}}
 {{- $root := index . 0 -}}
 {{- $i := $root.Values.image -}}
-{{- $repo := (index $root.Values (index . 1)).image.repository -}}
-{{- printf "%s/%s:%s" $i.registry $repo (default $root.Chart.AppVersion $i.tag) -}}
+{{- $c := (index $root.Values (index . 1)).image -}}
+{{- $digest := include "elastic-gpu.digest" (list (printf "%s.image.digest" (index . 1)) $c.digest) -}}
+{{- printf "%s/%s:%s%s" $i.registry $c.repository (default $root.Chart.AppVersion $i.tag) $digest -}}
 {{- end -}}
 
 {{/*
@@ -120,7 +140,20 @@ them too); the typical pods' fields are egpu-scheduler's to check, at start.
 
 {{- define "elastic-gpu.kubeSchedulerImage" -}}
 {{- $i := .Values.scheduler.kubeScheduler.image -}}
-{{- printf "%s/%s:%s" $i.registry $i.repository $i.tag -}}
+{{- $digest := include "elastic-gpu.digest" (list "scheduler.kubeScheduler.image.digest" $i.digest) -}}
+{{- printf "%s/%s:%s%s" $i.registry $i.repository $i.tag $digest -}}
+{{- end -}}
+
+{{/*
+webhook.defaultMemoryPerCore as egpu-webhook --default-memory-per-core takes
+it, MiB per gpu-core percent in 0..65536; anything else fails the rendering.
+*/}}
+{{- define "elastic-gpu.defaultMemoryPerCore" -}}
+{{- $v := toString .Values.webhook.defaultMemoryPerCore -}}
+{{- if or (not (regexMatch "^[0-9]{1,5}$" $v)) (gt (atoi $v) 65536) -}}
+{{- fail (printf "webhook.defaultMemoryPerCore is %q: expected MiB per gpu-core percent, a whole number in 0..65536 (egpu-webhook --default-memory-per-core)" $v) -}}
+{{- end -}}
+{{- atoi $v -}}
 {{- end -}}
 
 {{/*
