@@ -43,6 +43,12 @@ extern "C" {
 #define EGPU_WEBHOOK_AGENT_USER      "system:serviceaccount:elastic-gpu-system:egpu-agent"
 #define EGPU_WEBHOOK_CONTROLLER_USER "system:serviceaccount:elastic-gpu-system:egpu-controller"
 
+/* The seccomp profile a container with a gpu-core share (1..99) gets: a
+ * Localhost profile, relative to the kubelet's seccomp directory
+ * (/var/lib/kubelet/seccomp), that deploy/agent installs on every GPU node
+ * (deploy/agent/seccomp/shared-gpu.json; docs/security.md). */
+#define EGPU_WEBHOOK_SECCOMP_PROFILE "elastic-gpu/shared-gpu.json"
+
 /* The routes, in the order of egpu_webhook_route_path. */
 enum egpu_webhook_route {
     EGPU_WEBHOOK_MUTATE,
@@ -116,6 +122,9 @@ struct egpu_webhook_config {
     const char *controller_user; /* only user that may remove the finalizer
                                     elasticgpu.io/metering from a pod;
                                     NULL = EGPU_WEBHOOK_CONTROLLER_USER */
+    const char *seccomp_profile; /* the seccompProfile of shared-GPU containers: a
+                                    Localhost path, or "RuntimeDefault";
+                                    NULL = EGPU_WEBHOOK_SECCOMP_PROFILE */
 
     /* Where claims are looked up; NULL: a pod that uses one is refused. */
     const struct egpu_webhook_claims *claims;
