@@ -5,7 +5,9 @@
  * Four configurations, each in its own process, run --rounds times in turn (figures are
  * medians over the rounds, so a slow moment of the machine hits every configuration alike):
  *   driver (no interposer)
- *   interposer, no limits           LD_PRELOAD, an empty allocation directory
+ *   interposer, no limits           LD_PRELOAD, an empty allocation directory and
+ *                                   EGPU_VCUDA_CORE=100 (nothing limited; with no
+ *                                   configuration at all the interposer refuses CUDA)
  *   interposer, memory limit        + EGPU_VCUDA_MEMORY_MIB (--limit-mib, default 8192)
  *   interposer, core 50% (tokens)   + EGPU_VCUDA_CORE=50: throttling on, but the load stays
  *                                   far below the share, so no launch has to wait
@@ -272,7 +274,9 @@ static int run_config(const struct options *o, const char *vcuda, int cfg, struc
         snprintf(dirv, sizeof(dirv), "EGPU_VCUDA_DIR=%s", dir);
         set[0] = preload;
         set[1] = dirv;
-        if (cfg == 2) {
+        if (cfg == 1) {
+            set[2] = "EGPU_VCUDA_CORE=100";
+        } else if (cfg == 2) {
             snprintf(limit, sizeof(limit), "EGPU_VCUDA_MEMORY_MIB=%" PRIu64, o->limit_mib);
             set[2] = limit;
         } else if (cfg == 3) {

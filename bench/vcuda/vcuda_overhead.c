@@ -5,7 +5,9 @@
  *
  * Each mode runs in a process of its own (the preload is fixed at exec):
  *   mock direct            no interposer
- *   no limits              preloaded, no configuration: everything passes through
+ *   no limits              preloaded, EGPU_VCUDA_CORE=100: nothing limited, every hook
+ *                          passes straight through (with no configuration at all the
+ *                          interposer refuses CUDA)
  *   memory limit           preloaded, EGPU_VCUDA_MEMORY_MIB=65536
  *   core limit 50%         preloaded, EGPU_VCUDA_CORE=50, with tokens available
  *   memory + core limit    both
@@ -84,7 +86,7 @@ struct mode {
 };
 
 static const struct mode modes[] = {
-    {"mock direct", false, NULL, NULL},           {"no limits", true, NULL, NULL},
+    {"mock direct", false, NULL, NULL},           {"no limits", true, NULL, "100"},
     {"memory limit", true, "65536", NULL},        {"core limit 50%", true, NULL, "50"},
     {"memory + core limit", true, "65536", "50"},
 };

@@ -63,6 +63,7 @@ typedef struct CUuuid_st {
 #define CUDA_ERROR_NOT_FOUND       500
 #define CUDA_ERROR_NOT_READY       600
 #define CUDA_ERROR_ILLEGAL_ADDRESS 700
+#define CUDA_ERROR_NOT_PERMITTED   800
 #define CUDA_ERROR_NOT_SUPPORTED   801
 #define CUDA_ERROR_UNKNOWN         999
 

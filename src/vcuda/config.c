@@ -3,8 +3,9 @@
  * Where it comes from, in order: the agent's file <default dir>/vcuda.conf
  * (the allocation directory mounted read-only at /etc/elastic-gpu), which
  * no environment variable can override; a vcuda.conf in $EGPU_VCUDA_DIR;
- * the EGPU_VCUDA_* variables (use without Kubernetes); otherwise nothing,
- * and every hook passes straight through. The shared regions live in the
+ * the EGPU_VCUDA_* variables (use without Kubernetes); otherwise nothing
+ * (source EGPU_VCUDA_SRC_NONE), which the interposer treats as a broken
+ * configuration: it refuses every CUDA call (hooks.c). The shared regions live in the
  * directory's subdir shared/ when there is one (the agent's layout), else
  * in the directory itself (see vcuda_int.h).
  *
@@ -14,9 +15,10 @@
  * is an error naming the file, the line and the key; so is a share of one
  * card (EGPU_VCUDA_CORE 1..99) with EGPU_VCUDA_MEMORY_MIB=0 in vcuda.conf,
  * whose memory the scheduler booked as 0 MiB. A broken configuration
- * fails closed (memory limit 0 on the configured cards) so a container can
- * never run unlimited because its limits file was damaged. The caller prints
- * the one message once.
+ * fails closed (the record says memory limit 0 on the configured cards; the
+ * interposer refuses every CUDA call) so a container can never run
+ * unlimited because its limits file was damaged. The caller prints the one
+ * message once.
  *
  * Units: memory in MiB, compute in percent of one card.
  */
@@ -424,9 +426,7 @@ static int load_file(struct egpu__vcuda_config *cfg, const char *dir, struct egp
         rc = egpu__vcuda_config_parse(cfg, text, (size_t)len, path, err);
     if (rc) {
         egpu__vcuda_config_fail_closed(cfg);
-        return egpu_error_prefix(err, rc,
-                                 "bad configuration, failing closed (memory limit 0 MiB on %s)",
-                                 cfg->ngpus ? "the configured cards" : "every card");
+        return egpu_error_prefix(err, rc, "bad configuration, failing closed");
     }
     return 1;
 }
@@ -503,9 +503,7 @@ static int load(struct egpu__vcuda_config *cfg, const char *default_dir, char *c
     }
     if (rc) {
         egpu__vcuda_config_fail_closed(cfg);
-        return egpu_error_prefix(err, rc,
-                                 "bad configuration, failing closed (memory limit 0 MiB on %s)",
-                                 cfg->ngpus ? "the configured cards" : "every card");
+        return egpu_error_prefix(err, rc, "bad configuration, failing closed");
     }
     if (!cfg->has_memory && !cfg->has_core)
         cfg->source = EGPU_VCUDA_SRC_NONE; /* nothing to limit: every hook passes through */

@@ -18,6 +18,16 @@
  *     pointer it returns is the real entry of a hooked symbol, the wrapper
  *     replaces it.
  *
+ * No configuration is no licence: a process that cannot read and verify
+ * its configuration (no vcuda.conf, no EGPU_VCUDA_* limits, or a broken
+ * one) says so once on stderr and is refused every CUDA call: cuInit gets
+ * CUDA_ERROR_NOT_PERMITTED, libcuda.so.1 and libnvidia-ml.so.1 are never
+ * loaded (so every other hooked call gets CUDA_ERROR_NOT_INITIALIZED, and
+ * the driver, never initialised, refuses the unhooked ones the same way).
+ * The library is only ever preloaded into shared-GPU containers, so a
+ * missing file there means the allocation directory was hidden or never
+ * mounted (docs/security.md), never "no limit".
+ *
  * fork: the child forgets the parent's usage, slot and counted objects (its
  * device memory is its own; the parent's stays the parent's) and takes a
  * slot of its own on first use. At exit a process gives its slot back.
@@ -62,6 +72,7 @@ static atomic_bool config_done, cuda_done, nvml_done;
 static _Thread_local bool in_init; /* this thread is inside one of the onces */
 static void *cuda_lib, *nvml_lib;
 static bool any_limit;
+static bool refused; /* no usable configuration: every CUDA call is refused */
 static pthread_mutex_t devices_mu = PTHREAD_MUTEX_INITIALIZER;
 
 const struct egpu__vcuda_hook *egpu__vcuda_hook_find(const char *name)
@@ -125,8 +136,20 @@ static void config_init(void)
         st->dev_card[i] = -1;
     rc = egpu__vcuda_config_load(cfg, EGPU_VCUDA_DEFAULT_DIR, environ, &err);
     egpu_log_level = cfg->log_level;
-    if (rc)
-        egpu_log(EGPU_LOG_ERROR, "%s", err.msg);
+    if (rc == 0 && cfg->source == EGPU_VCUDA_SRC_NONE)
+        rc = egpu_error_set(&err, -ENOENT,
+                            "no configuration: no %s/%s (the agent's read-only allocation "
+                            "directory), no $EGPU_VCUDA_DIR/%s and no EGPU_VCUDA_* limits",
+                            EGPU_VCUDA_DEFAULT_DIR, EGPU_VCUDA_CONF_NAME, EGPU_VCUDA_CONF_NAME);
+    if (rc) {
+        /* Hidden, missing or damaged: no limit is known, so nothing runs. */
+        egpu_log(EGPU_LOG_ERROR,
+                 "%s; refusing every CUDA call (cuInit returns CUDA_ERROR_NOT_PERMITTED)", err.msg);
+        refused = true;
+        in_init = false;
+        atomic_store_explicit(&config_done, true, memory_order_release);
+        return;
+    }
     any_limit = cfg->has_memory || cfg->has_core;
     st->memory = cfg->has_memory;
     st->limit_bytes = cfg->memory_mib << 20;
@@ -184,6 +207,12 @@ bool egpu__vcuda_config_ready(void)
     return any_limit;
 }
 
+bool egpu__vcuda_refused(void)
+{
+    (void)egpu__vcuda_config_ready();
+    return refused;
+}
+
 /* Resolve name in lib with the real dlsym; NULL when absent. */
 static void *resolve(void *lib, const char *name)
 {
@@ -206,6 +235,10 @@ static void cuda_init(void)
     void *lib;
 
     (void)egpu__vcuda_config_ready();
+    if (refused) { /* every slot stays NULL: every hooked call is refused */
+        atomic_store_explicit(&cuda_done, true, memory_order_release);
+        return;
+    }
     in_init = true;
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL)
@@ -247,6 +280,10 @@ static void nvml_init(void)
     void *lib;
 
     (void)egpu__vcuda_config_ready();
+    if (refused) {
+        atomic_store_explicit(&nvml_done, true, memory_order_release);
+        return;
+    }
     in_init = true;
     lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL)
@@ -380,6 +417,8 @@ EGPU_VCUDA_EXPORT CUresult cuInit(unsigned int flags)
 {
     CUresult r;
 
+    if (egpu__vcuda_refused())
+        return CUDA_ERROR_NOT_PERMITTED; /* config_init said why on stderr */
     if (!egpu__vcuda_cuda() || EGPU_VCUDA_REAL(cuInit) == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     r = EGPU_VCUDA_REAL(cuInit)(flags);

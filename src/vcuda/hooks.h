@@ -96,6 +96,12 @@ extern struct egpu__vcuda_state egpu__vcuda_state;
 /* Read the configuration once (thread-safe). Returns whether any limit applies. */
 bool egpu__vcuda_config_ready(void);
 
+/* Whether the configuration could not be read and verified (none found, or
+ * a broken one; logged once at error level): then libcuda.so.1 and NVML are
+ * never loaded, every hooked CUDA call is refused and cuInit returns
+ * CUDA_ERROR_NOT_PERMITTED. Reads the configuration first (thread-safe). */
+bool egpu__vcuda_refused(void);
+
 /* Load libcuda.so.1 and resolve the real entry points once (thread-safe;
  * also reads the configuration). Returns whether libcuda is loaded. Called
  * again while that is under way on the same thread, it returns false. */

@@ -88,7 +88,7 @@ char *egpu__vcuda_uuid_format(const struct egpu__vcuda_uuid *u, char *buf);
 /* Configuration (config.c)                                                 */
 
 enum egpu__vcuda_source {
-    EGPU_VCUDA_SRC_NONE = 0, /* neither file nor variables: no limits */
+    EGPU_VCUDA_SRC_NONE = 0, /* neither file nor variables: the interposer refuses CUDA */
     EGPU_VCUDA_SRC_ENV = 1,  /* EGPU_VCUDA_* environment variables */
     EGPU_VCUDA_SRC_FILE = 2, /* <dir>/vcuda.conf */
 };
@@ -162,7 +162,8 @@ void egpu__vcuda_config_fail_closed(struct egpu__vcuda_config *cfg);
  *      file exists;
  *   3. else the EGPU_VCUDA_* variables (every one of them must be a known
  *      key; EGPU_VCUDA_DIR names the directory);
- *   4. nothing set: source NONE, no limits.
+ *   4. nothing set: source NONE, no limits known (returns 0: the inspector
+ *      reads a directory so; the interposer refuses every CUDA call).
  * vcuda.conf is opened with O_NOFOLLOW | O_NONBLOCK and must be a regular
  * file: a link, FIFO or device there is a broken configuration.
  * Returns 0 with *cfg ready; or a negative errno for a broken configuration

@@ -21,15 +21,20 @@
  *      share of one card (gpu-core 1..99) and no gpu-memory gets gpu-core x
  *      that many MiB, with a warning (egpu_api_share_memory_default); without
  *      it /validate refuses such a share, naming gpu-memory;
- *   4. a Pod that now asks an elasticgpu.io resource and names no scheduler
+ *   4. on a Pod, each container that now asks a gpu-core share (1..99)
+ *      and has no seccompProfile gets --seccomp-profile (seccomp.c), and a
+ *      Pod that asks for what lifts that guard (privileged, another
+ *      profile, SYS_ADMIN, the pod's Unconfined) is refused, naming the
+ *      field; a workload template is only checked, by /validate;
+ *   5. a Pod that now asks an elasticgpu.io resource and names no scheduler
  *      of its own (absent or "default-scheduler") gets --scheduler-name,
  *      unless --set-scheduler-name false (the extender then runs inside the
  *      main kube-scheduler);
- *   5. such a Pod, in a namespace with a GPUBudget, gets the budget's
+ *   6. such a Pod, in a namespace with a GPUBudget, gets the budget's
  *      PriorityClass for its state (priorityClassName, priority and
  *      preemptionPolicy together) and the finalizer elasticgpu.io/metering
  *      (budgets.c; a budget or class that cannot be looked up refuses it);
- *   6. the difference between the copy and the original becomes the JSON
+ *   7. the difference between the copy and the original becomes the JSON
  *      Patch (patch.c), and each converted name one `warnings` entry.
  * A Pod UPDATE is left alone: a pod's resources and schedulerName cannot
  * change after it was created, and a patch touching them would make the API
@@ -113,6 +118,11 @@ static int rewrite(const struct egpu_webhook_config *cfg, const struct wh_podpar
     rc = wh_claims_apply(*spec, uses, nuses);
     if (rc)
         return rc; /* -EINVAL cannot be either: uses were found in this spec */
+    if (pp->is_pod) {
+        rc = wh_seccomp_apply(cfg, *spec);
+        if (rc)
+            return rc;
+    }
     if (pp->is_pod && cfg->set_scheduler_name && !names_scheduler(*spec) &&
         egpu_api_spec_wants_gpu(*spec)) {
         const char *name = cfg->scheduler_name ? cfg->scheduler_name : EGPU_SCHEDULER_NAME;
@@ -186,6 +196,13 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
     }
     rc = rewrite(cfg, &pp, res, uses, nuses, &meta, &spec, &notes);
     if (!rc && pp.is_pod) {
+        /* On the converted spec: a compatible gpu-core share counts too. */
+        wh_seccomp_check(cfg, spec, &problems);
+        if (problems.n > 0) {
+            wh_deny_problems(v, &problems);
+            v->nwarnings = 0;
+            goto out;
+        }
         rc = wh_budget_apply(cfg, rv, meta, spec, &problems, v);
         if (!rc && problems.n > 0) {
             wh_deny_problems(v, &problems);

@@ -76,6 +76,13 @@ static const char usage[] =
     "                          elasticgpu.io/metering from a pod (EGPU_CONTROLLER_USER;\n"
     "                          default\n"
     "                          " EGPU_WEBHOOK_CONTROLLER_USER ")\n"
+    "  --seccomp-profile P     the seccompProfile a container asking a gpu-core share\n"
+    "                          (1..99) gets, refusing new user and mount namespaces:\n"
+    "                          a Localhost profile path relative to the kubelet's\n"
+    "                          seccomp directory, or RuntimeDefault where the runtime's\n"
+    "                          default refuses them (containerd; not CRI-O)\n"
+    "                          (EGPU_SECCOMP_PROFILE; default\n"
+    "                          " EGPU_WEBHOOK_SECCOMP_PROFILE ")\n"
     "  --self-signed           make, keep and renew the serving certificate itself\n"
     "                          (EGPU_SELF_SIGNED; true turns it on): a CA and the\n"
     "                          certificate in the Secret --self-signed-secret, written\n"
@@ -148,6 +155,7 @@ enum {
     O_SCHED_USER,
     O_AGENT_USER,
     O_CONTROLLER_USER,
+    O_SECCOMP_PROFILE,
     O_SELF_SIGNED,
     O_SS_SECRET,
     O_SS_NAMESPACE,
@@ -164,6 +172,27 @@ static int apply_name(const char *who, const char *v, const char *what, const ch
     if (v[0] == '\0' || strlen(v) >= EGPU_K8S_NAME_MAX)
         return bad("%s \"%s\": expected %s of 1..%d characters", who, v, what,
                    EGPU_K8S_NAME_MAX - 1);
+    *out = v;
+    return 0;
+}
+
+/* --seccomp-profile: RuntimeDefault, or a Localhost profile as the API
+ * server takes one (a path relative to the kubelet's seccomp directory,
+ * no "..", no leading "/"), of safe characters only. */
+static int apply_seccomp(const char *who, const char *v, const char **out)
+{
+    size_t n = strlen(v);
+
+    if (strcmp(v, "RuntimeDefault") == 0) {
+        *out = v;
+        return 0;
+    }
+    if (n == 0 || n > 255 || v[0] == '/' || strstr(v, "..") != NULL ||
+        strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/") != n)
+        return bad("%s \"%s\": expected RuntimeDefault or a Localhost profile: a path of "
+                   "1..255 characters (letters, digits, '.', '_', '-', '/') relative to the "
+                   "kubelet's seccomp directory, without \"..\"",
+                   who, v);
     *out = v;
     return 0;
 }
@@ -222,6 +251,8 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
         return apply_name(who, v, "a user name", &cfg->agent_user);
     case O_CONTROLLER_USER:
         return apply_name(who, v, "a user name", &cfg->controller_user);
+    case O_SECCOMP_PROFILE:
+        return apply_seccomp(who, v, &cfg->seccomp_profile);
     case O_SET_SCHED_NAME:
     case O_COMPAT_NVIDIA:
         if (egpu_cli_parse_bool(v, opt == O_SET_SCHED_NAME ? &cfg->set_scheduler_name
@@ -276,6 +307,7 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
         {"scheduler-user", required_argument, O_SCHED_USER, "EGPU_SCHEDULER_USER"},
         {"agent-user", required_argument, O_AGENT_USER, "EGPU_AGENT_USER"},
         {"controller-user", required_argument, O_CONTROLLER_USER, "EGPU_CONTROLLER_USER"},
+        {"seccomp-profile", required_argument, O_SECCOMP_PROFILE, "EGPU_SECCOMP_PROFILE"},
         {"self-signed", no_argument, O_SELF_SIGNED, "EGPU_SELF_SIGNED"},
         {"self-signed-secret", required_argument, O_SS_SECRET, "EGPU_SELF_SIGNED_SECRET"},
         {"self-signed-namespace", required_argument, O_SS_NAMESPACE, "EGPU_SELF_SIGNED_NAMESPACE"},
@@ -307,7 +339,8 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
                                      .memory_only_core = 1,
                                      .scheduler_user = EGPU_WEBHOOK_SCHEDULER_USER,
                                      .agent_user = EGPU_WEBHOOK_AGENT_USER,
-                                     .controller_user = EGPU_WEBHOOK_CONTROLLER_USER},
+                                     .controller_user = EGPU_WEBHOOK_CONTROLLER_USER,
+                                     .seccomp_profile = EGPU_WEBHOOK_SECCOMP_PROFILE},
                              .ss = {.secret = "egpu-webhook-tls",
                                     .service = "egpu-webhook",
                                     .configuration = "elastic-gpu-webhook",

@@ -14,6 +14,10 @@
  *     On UPDATE only problems the old object did not have already are
  *     refused: a rule made stricter, or a card that left the cluster, never
  *     blocks an unrelated edit (removing a finalizer, a label).
+ *   - the seccomp guard (seccomp.c): a container asking a gpu-core share
+ *     1..99 may not be privileged, run under another seccompProfile or add
+ *     SYS_ADMIN (or ALL), and its pod's seccompProfile may not be
+ *     Unconfined; on UPDATE, as above, only what is new is refused.
  *   - On a Pod, elasticgpu.io/assigned may be added, changed or removed only
  *     by --scheduler-user and elasticgpu.io/allocated only by --agent-user
  *     (DESIGN.md section 5: the scheduler and the agent believe them, so a
@@ -99,11 +103,16 @@ int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_fac
         wh_budget_finalizer_guard(cfg, rv, &refused);
     }
     f.default_mem_per_core_mib = cfg->default_mem_per_core;
-    if (pp.spec != NULL)
+    if (pp.spec != NULL) {
         (void)egpu_api_pod_validate(pp.spec, pp.annotations, &f, &now);
+        wh_seccomp_check(cfg, pp.spec, &now);
+    }
     if (rv->op == WH_UPDATE && now.n > 0 &&
-        wh_podpart_find(rv->group, rv->version, rv->kind, rv->old_object, &old) && old.spec != NULL)
+        wh_podpart_find(rv->group, rv->version, rv->kind, rv->old_object, &old) &&
+        old.spec != NULL) {
         (void)egpu_api_pod_validate(old.spec, old.annotations, &f, &before);
+        wh_seccomp_check(cfg, old.spec, &before);
+    }
     for (size_t i = 0; i < now.n; i++) {
         if (!has_problem(&before, now.msg[i]))
             wh_problem_add(&refused, now.msg[i]);

@@ -183,6 +183,25 @@ void wh_problem_add(struct egpu_api_problems *p, const char *msg);
 void wh_deny_problems(struct wh_verdict *v, const struct egpu_api_problems *p);
 
 /* ------------------------------------------------------------------------ */
+/* The seccomp guard of shared-GPU containers (seccomp.c)                   */
+
+/* cfg->seccomp_profile, or its default EGPU_WEBHOOK_SECCOMP_PROFILE. */
+const char *wh_seccomp_profile(const struct egpu_webhook_config *cfg);
+
+/* One problem in p for each thing in spec (a PodSpec) that would lift the
+ * seccomp guard of a container asking a gpu-core share 1..99, naming the
+ * field and the allowed values: privileged true, a seccompProfile other
+ * than ours, capabilities.add SYS_ADMIN or ALL; and the pod's
+ * seccompProfile Unconfined when it has such a container. */
+void wh_seccomp_check(const struct egpu_webhook_config *cfg, const json_t *spec,
+                      struct egpu_api_problems *p);
+
+/* Give each such container of spec (a copy of a Pod's PodSpec) without a
+ * seccompProfile ours, in its securityContext (made when absent); other
+ * members are kept. Returns 0 or -ENOMEM. */
+int wh_seccomp_apply(const struct egpu_webhook_config *cfg, json_t *spec) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
 /* Pods use claims (claims.c)                                               */
 
 /* One container that uses a claim, and what it gets. */

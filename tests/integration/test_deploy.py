@@ -1161,7 +1161,7 @@ def test_images_and_versions_in_one_place(objs):
             assert repo in {e["newName"] for e in entries.values()}, c["image"]
             assert tag == f"v{version}", c["image"]
             ours += 1
-    assert ours == 5  # scheduler, webhook, controller, agent and its init container
+    assert ours == 6  # scheduler, webhook, controller, agent and its two init containers
 
 
 def test_agent_image_carries_the_interposer():

@@ -868,7 +868,7 @@ def test_multi_device_cooperative_launch_is_refused_under_a_core_limit(world):
     on both cards (the mock has two: EGPU_MOCK_NVML_GPUS' default), so the
     refusal is the interposer's."""
     kernel = {"EGPU_MOCK_CUDA_KERNEL_NS": "k=1000000"}
-    free = Probe(world, lookup="dlsym", conf=kernel)
+    free = Probe(world, lookup="dlsym", conf=dict(kernel, EGPU_VCUDA_CORE="100"))  # no limit
     assert free.rc("init") == 0
     assert free.rc("ctx 0 primary") == 0 and free.rc("ctx 1 primary") == 0
     before = card_launches(world)

@@ -23,9 +23,12 @@ tests/vcuda/vcuda_probe.c, which answers one line per command.
 * Processes: four share one limit; a SIGKILLed process's memory returns
   within one second; a forked child is counted and its parent keeps its
   usage.
-* Bad input: no configuration passes everything through; a broken
-  vcuda.conf or variable gives one log line naming it and the key, and
-  fails closed (no device memory on the configured cards) without a crash;
+* Bad input: no configuration (the allocation directory hidden), a broken
+  vcuda.conf or a broken variable gives one log line naming it (and the
+  key) and refuses every CUDA call without a crash: cuInit gets
+  CUDA_ERROR_NOT_PERMITTED, every other hooked call
+  CUDA_ERROR_NOT_INITIALIZED, and the driver is never initialised; a
+  process that never touches CUDA stays silent;
   a corrupted, truncated or foreign-version shared region gives one log line
   and is re-initialised, keeping who holds memory: nothing is reserved until
   each live process has registered its usage again.
@@ -61,7 +64,13 @@ CTX_MIB = 300
 CARD_BYTES = 80 * 1024 * MIB  # the mock's default A100 80GB
 LINE_TIMEOUT = 30  # seconds for one answer, generous for a loaded CI machine
 OOM = 2
+NOT_INITIALIZED = 3
 INVALID_CONTEXT = 201
+NOT_PERMITTED = 800
+NVML_LIBRARY_NOT_FOUND = 12
+# A configuration that limits nothing (100% of every card, no memory limit),
+# for the tests of the lookup paths: without one the interposer refuses CUDA.
+UNLIMITED = {"EGPU_VCUDA_CORE": "100"}
 UUID0 = "GPU-6d0c1c3e-0000-4000-8000-000000000000"
 UUID1 = "GPU-6d0c1c3e-0000-4000-8000-000000000001"
 
@@ -222,7 +231,7 @@ def test_exports_are_the_table_and_dlsym(paths):
 
 
 def test_dlsym_gives_wrappers(world):
-    probe = Probe(world, lookup="dlsym")
+    probe = Probe(world, lookup="dlsym", conf=UNLIMITED)
     mock_has = {n for lib, n in hooked_names() if lib == "CUDA"} - {"cuDevicePrimaryCtxReset_v2"}
     for lib, name in hooked_names():
         a = probe(f"sym {name}")
@@ -299,7 +308,7 @@ def test_get_proc_address_gives_wrappers(world, symbolic):
     covered = {want for *_, want in PROC_CASES}
     missing = {n for lib, n in hooked_names() if lib == "CUDA"} - covered
     assert missing == {"cuDevicePrimaryCtxReset_v2"}, missing  # not in the mock driver
-    probe = Probe(world, lookup="dlsym", symbolic=symbolic)
+    probe = Probe(world, lookup="dlsym", conf=UNLIMITED, symbolic=symbolic)
     for name, version, flags, want in PROC_CASES:
         a = probe(f"procaddr {name} {version} {flags}")
         assert a[1:] == ["0", "0", f"libegpu-vcuda.so:{want}"], (name, version, flags, a)
@@ -806,17 +815,48 @@ def test_fork_child_counted_parent_kept(world):
 
 # ---- bad input ----
 
-def test_no_configuration_passes_through(world):
+def assert_refused(probe, cards=(0, 1)):
+    """Every CUDA call of probe is refused and the driver never ran."""
+    assert probe.rc("init") == NOT_PERMITTED
+    for card in cards:
+        assert probe.rc(f"ctx {card} primary") == NOT_INITIALIZED
+        assert probe.rc(f"ctx {card} v2") == NOT_INITIALIZED
+        assert probe("totalmem %d" % card)[1] == str(NOT_INITIALIZED)
+    assert probe.rc("alloc mem 1") == NOT_INITIALIZED
+    assert probe.rc("alloc managed %d" % (10 * 1024 * MIB)) == NOT_INITIALIZED
+    assert probe("meminfo")[1] == str(NOT_INITIALIZED)
+    assert probe.rc("launch") != 0
+    assert int(probe("nvml 0")[5]) == NVML_LIBRARY_NOT_FOUND  # the hooked v2 query
+    calls = dict(c.split("=") for c in probe("calls")[1:] if "=" in c)
+    assert calls.get("cuInit", "0") == "0", calls  # the real driver was never initialised
+    assert "cuMemAlloc_v2" not in calls and "cuLaunchKernel" not in calls, calls
+
+
+def test_no_configuration_refuses_every_call(world):
+    """The allocation directory hidden (a tmpfs over /etc/elastic-gpu in a
+    namespace of the container's own): no limit is known, so nothing runs."""
     probe = Probe(world)
-    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
-    assert probe.rc("alloc mem %d" % (10 * 1024 * MIB)) == 0
-    free, total = meminfo(probe)
-    assert total == CARD_BYTES and free == CARD_BYTES - 10 * 1024 * MIB - CTX_MIB * MIB
-    assert probe("nvml 0")[2] == str(CARD_BYTES)
-    assert probe.rc("launch") == 0
-    assert probe.close() == 0
-    assert probe.stderr() == ""
+    assert_refused(probe)
+    assert probe.close() == 0  # never a crash
+    lines = log_lines(probe.stderr())
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("E") and re.search(r"egpu-vcuda\[\d+\]", lines[0]), lines[0]
+    for word in ("no configuration", "/etc/elastic-gpu/vcuda.conf", "EGPU_VCUDA_DIR",
+                 "refusing every CUDA call", "CUDA_ERROR_NOT_PERMITTED"):
+        assert word in lines[0], (word, lines[0])
     assert not (world["dir"] / "vcuda-memory.shm").exists()
+    # a CUDA 11.3+ runtime looks cuInit up with cuGetProcAddress_v2: refused too
+    p = world["paths"]
+    out = subprocess.run([str(p["probe"]), "--lookup", "procaddr"], input="init\n",
+                         env=make_env(world), capture_output=True, text=True,
+                         timeout=LINE_TIMEOUT)
+    assert out.returncode == 1 and out.stdout == "", out
+    assert "refusing every CUDA call" in out.stderr, out.stderr
+    assert re.search(r"cuGetProcAddress_v2 \w+ \d+: %d" % NOT_INITIALIZED, out.stderr), out.stderr
+    # a process that never touches CUDA is not disturbed, and says nothing
+    out = subprocess.run(["/bin/sh", "-c", "echo hello"], env=make_env(world),
+                         capture_output=True, text=True, timeout=LINE_TIMEOUT)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "hello\n", "")
 
 
 def agent_conf(memory_mib, core=100, gpus=UUID0):
@@ -871,32 +911,23 @@ def test_broken_config_fails_closed(world, name, content, word):
         conf.write_bytes(content)
     # the environment would allow everything: the broken file still wins
     probe = Probe(world, conf=mem_conf(99999))
-    assert probe.rc("init") == 0
-    assert probe.rc("ctx 0 primary") == OOM
-    assert probe.rc("ctx 0 v2") == OOM
-    assert probe.rc("alloc mem 1") == INVALID_CONTEXT  # no context: no memory either
-    assert probe("totalmem 0") == ["totalmem", "0", "0"]
-    assert probe("nvml 0")[1:5] == ["0", "0", "0", "0"]
-    listed = name not in ("garbage", "binary", "unreadable")  # the card list survived
-    if listed:
-        # only the configured card is closed; the other works unlimited
-        assert probe.rc("ctx 1 primary") == 0
-        assert probe.rc("alloc mem %d" % (4096 * MIB)) == 0
+    assert_refused(probe)  # every card, the ones the file did not list too
     assert probe.close() == 0  # never a crash
     lines = log_lines(probe.stderr())
     assert len(lines) == 1, lines
     assert str(conf) in lines[0] and word in lines[0] and "failing closed" in lines[0], lines
+    assert "refusing every CUDA call (cuInit returns CUDA_ERROR_NOT_PERMITTED)" in lines[0]
     assert re.search(r"egpu-vcuda\[\d+\]", lines[0]), lines[0]
     assert lines[0].startswith("E"), lines[0]
 
 
 def test_bad_environment_fails_closed(world):
     probe = Probe(world, conf={"EGPU_VCUDA_MEMORY_MIB": "lots"})
-    assert probe.rc("init") == 0
-    assert probe.rc("ctx 0 primary") == OOM
+    assert_refused(probe)
     assert probe.close() == 0
     lines = log_lines(probe.stderr())
     assert len(lines) == 1 and "EGPU_VCUDA_MEMORY_MIB" in lines[0] and "environment" in lines[0]
+    assert "refusing every CUDA call" in lines[0], lines
 
 
 def break_region(region, how):

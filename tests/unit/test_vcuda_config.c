@@ -392,7 +392,6 @@ static void load_bad_env_fails_closed(void **state)
 
     assert_int_equal(egpu__vcuda_config_load(&c, fixed_dir, range, &err), -ERANGE);
     assert_non_null(strstr(err.msg, "EGPU_VCUDA_CORE=0"));
-    assert_non_null(strstr(err.msg, "the configured cards"));
     assert_true(c.fail_closed);
     assert_int_equal(c.ngpus, 1);
     assert_int_equal(c.memory_mib, 0);

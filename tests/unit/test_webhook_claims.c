@@ -325,7 +325,9 @@ static void test_two_containers(void **state)
                "elasticgpu.io~1gpu-memory','value':'8192'},{'op':'add','path':'/spec/containers/"
                "0/resources/requests/elasticgpu.io~1gpu-core','value':'30'},{'op':'add','path':"
                "'/spec/containers/0/resources/requests/elasticgpu.io~1gpu-memory','value':'8192'"
-               "},{'op':'replace','path':'/spec/containers/2/resources','value':{'requests':{"
+               "},{'op':'add','path':'/spec/containers/0/securityContext','value':{"
+               "'seccompProfile':" WT_SECCOMP "}},"
+               "{'op':'replace','path':'/spec/containers/2/resources','value':{'requests':{"
                "'elasticgpu.io/gpu-core':'200'},'limits':{'elasticgpu.io/gpu-core':'200'}}}]");
     assert_int_equal(f.fresh_gets, 0);
     check_applied(&cfg, pod, w.ops);

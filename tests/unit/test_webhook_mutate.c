@@ -411,8 +411,8 @@ static void test_templates(void **state)
 
 /* The fixture's real pod (defaulted, managedFields, volumes, tolerations)
  * with gpu-manager's names in requests and limits: the patch names only the
- * four resource keys and schedulerName, and applied it leaves every other
- * field as it was. */
+ * four resource keys, the shared container's seccompProfile and
+ * schedulerName, and applied it leaves every other field as it was. */
 static void test_real_pod_nothing_dropped(void **state)
 {
     json_t *review = wt_wire("admission_review_request_pod_create.json");
@@ -434,7 +434,9 @@ static void test_real_pod_nothing_dropped(void **state)
                    CORE, "50") ","
                                "{'op':'remove','path':'/spec/containers/0/resources/requests/"
                                "tencent.com~1vcuda-core'},{'op':'add','path':'/spec/containers/0/"
-                               "resources/requests/elasticgpu.io~1gpu-core','value':'50'}," SN "]");
+                               "resources/requests/elasticgpu.io~1gpu-core','value':'50'},"
+                               "{'op':'add','path':'/spec/containers/0/securityContext','value':"
+                               "{'seccompProfile':" WT_SECCOMP "}}," SN "]");
     doc = json_deep_copy(pod);
     assert_int_equal(wh_patch_apply(doc, w.ops), 0);
     want = json_deep_copy(pod);
@@ -443,6 +445,9 @@ static void test_real_pod_nothing_dropped(void **state)
         "resources");
     json_object_set_new(res, "limits", wt_json("{'elasticgpu.io/gpu-core':'50'}"));
     json_object_set_new(res, "requests", wt_json("{'elasticgpu.io/gpu-core':'50'}"));
+    json_object_set_new(
+        json_array_get(json_object_get(json_object_get(want, "spec"), "containers"), 0),
+        "securityContext", wt_json("{'seccompProfile':" WT_SECCOMP "}"));
     json_object_set_new(json_object_get(want, "spec"), "schedulerName",
                         json_string("elastic-gpu-scheduler"));
     assert_true(json_equal(doc, want));

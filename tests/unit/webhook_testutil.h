@@ -109,14 +109,20 @@ static inline char *wt_review(const char *op, const char *group, const char *ver
     return text;
 }
 
+/* The seccompProfile /mutate gives a container asking a gpu-core share. */
+#define WT_SECCOMP "{'type':'Localhost','localhostProfile':'elastic-gpu/shared-gpu.json'}"
+
 /* A Pod with one container "train" whose resources.limits are limits (JSON
  * with '), annotations (may be NULL) and spec.schedulerName sched (NULL:
- * none). */
+ * none). The container has the seccompProfile of a shared-GPU container
+ * already (WT_SECCOMP), so the rows about other rules see no seccomp op;
+ * test_webhook_seccomp.c removes it. */
 static inline json_t *wt_pod(const char *limits, const char *annotations, const char *sched)
 {
     json_t *pod = wt_json("{'apiVersion':'v1','kind':'Pod','metadata':{'name':'p','namespace':"
                           "'ml','labels':{'app':'x'}},'spec':{'containers':[{'name':'train',"
-                          "'image':'registry/train:1','resources':{}}],'restartPolicy':'Never'}}");
+                          "'image':'registry/train:1','resources':{},'securityContext':{"
+                          "'seccompProfile':" WT_SECCOMP "}}],'restartPolicy':'Never'}}");
     json_t *spec = json_object_get(pod, "spec");
 
     if (limits != NULL)
