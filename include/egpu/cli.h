@@ -71,15 +71,19 @@ int egpu_cli_parse(int argc, char **argv, const struct option *longopts, int ver
  * message for a bad value is the same in every binary. */
 enum egpu_cli_group {
     EGPU_CLI_LISTEN = 1u << 0, /* --listen ADDR, --port N (EGPU_LISTEN, EGPU_PORT) */
-    EGPU_CLI_HEALTH = 1u << 1, /* --health-listen ADDR, --health-port N (EGPU_HEALTH_*);
-                                  --port and --health-port must then differ */
-    EGPU_CLI_LIMITS = 1u << 2, /* --max-connections, --max-per-client, --idle-timeout,
-                                  --request-timeout (EGPU_MAX_CONNECTIONS, ...) */
+    EGPU_CLI_HEALTH = 1u << 1, /* --health-listen ADDR, --health-port N,
+                                  --health-max-per-client N (EGPU_HEALTH_*); --port and
+                                  --health-port must then differ */
+    EGPU_CLI_LIMITS = 1u << 2, /* --max-connections, --max-per-client (on --port),
+                                  --idle-timeout, --request-timeout (EGPU_MAX_CONNECTIONS,
+                                  ...) */
     EGPU_CLI_POOL = 1u << 3,   /* --threads N (1..64), --max-body BYTES (4096..1 GiB) */
     EGPU_CLI_TLS = 1u << 4,    /* --tls-cert FILE, --tls-key FILE: both or neither;
                                   --tls-client-ca FILE (needs them), --tls-client-cn NAME
-                                  (needs --tls-client-ca; 1..255 bytes) (EGPU_TLS_CERT,
-                                  EGPU_TLS_KEY, EGPU_TLS_CLIENT_CA, EGPU_TLS_CLIENT_CN) */
+                                  (needs --tls-client-ca; 1..255 bytes), --handshake-timeout
+                                  S (1..3600) (EGPU_TLS_CERT, EGPU_TLS_KEY,
+                                  EGPU_TLS_CLIENT_CA, EGPU_TLS_CLIENT_CN,
+                                  EGPU_HANDSHAKE_TIMEOUT) */
     EGPU_CLI_KUBE = 1u << 5,   /* --kubeconfig FILE, --context NAME (EGPU_KUBECONFIG,
                                   EGPU_CONTEXT; $KUBECONFIG is egpu_kube_config_load's) */
     EGPU_CLI_WATCH = 1u << 6,  /* --watch-unhealthy-seconds S (1..3600) */
@@ -114,13 +118,15 @@ enum egpu_cli_group {
 /* The common settings, as struct egpu_http_config and the probes use them.
  * Strings are borrowed from argv or the environment. */
 struct egpu_cli_server {
-    const char *listen;        /* address of the component's own server */
-    unsigned port;             /* its port; 0 = any free port */
-    const char *health_listen; /* EGPU_CLI_HEALTH: address of /healthz, /readyz, /metrics */
-    unsigned health_port;      /* their port; 0 = any free port */
-    unsigned max_connections;  /* open connections per port at most */
-    unsigned max_per_client;   /* from one client address at most */
+    const char *listen;             /* address of the component's own server */
+    unsigned port;                  /* its port; 0 = any free port */
+    const char *health_listen;      /* EGPU_CLI_HEALTH: address of /healthz, /readyz, /metrics */
+    unsigned health_port;           /* their port; 0 = any free port */
+    unsigned max_connections;       /* open connections per port at most */
+    unsigned max_per_client;        /* from one client address to --port at most */
+    unsigned health_max_per_client; /* from one client address to --health-port at most */
     unsigned idle_timeout_s, request_timeout_s;
+    unsigned handshake_timeout_s;   /* TLS: close a connection not through its handshake */
     unsigned threads;               /* HTTP pool threads of the component's own server */
     size_t max_body_bytes;          /* largest request body it takes */
     const char *tls_cert, *tls_key; /* PEM files; NULL = plain HTTP */
@@ -167,11 +173,11 @@ struct egpu_cli_spec {
 };
 
 /* The defaults every server shares: listen and health_listen "0.0.0.0", the
- * HTTP limits of egpu/net.h (256 connections, 32 per client, 120 s idle,
- * 10 s per request), 2 threads, a 1 MiB body, 30 s of failing watch, logs
- * at EGPU_LOG_INFO (--v 2), leader election on with client-go's timings (15 s lease, 10 s
- * renew deadline, 2 s retry); no ports, TLS, kubeconfig or Lease name. A
- * component sets its own after this. */
+ * HTTP limits of egpu/net.h (256 connections, 32 per client on either port,
+ * 120 s idle, 10 s per request, 5 s per TLS handshake), 2 threads, a 1 MiB body, 30 s of failing
+ * watch, logs at EGPU_LOG_INFO (--v 2), leader election on with client-go's timings (15 s lease, 10
+ * s renew deadline, 2 s retry); no ports, TLS, kubeconfig or Lease name. A component sets its own
+ * after this. */
 void egpu_cli_server_defaults(struct egpu_cli_server *s);
 
 /* Parse a server's command line with egpu_cli_parse: the variables of the

@@ -39,59 +39,68 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* HTTP server (src/net/http.c)                                             */
 
-#define EGPU_HTTP_THREADS_DEFAULT           2             /* pool threads */
-#define EGPU_HTTP_TIMEOUT_S_DEFAULT         120           /* idle connection timeout */
-#define EGPU_HTTP_REQUEST_TIMEOUT_S_DEFAULT 10            /* whole request, first byte to last */
-#define EGPU_HTTP_CONNECTIONS_DEFAULT       256           /* open connections, all clients */
-#define EGPU_HTTP_PER_CLIENT_DEFAULT        32            /* open connections, one client address */
-#define EGPU_HTTP_BODY_MAX_DEFAULT          (1024 * 1024) /* request body, bytes */
-#define EGPU_HTTP_RESP_MAX_DEFAULT          (64 * 1024 * 1024) /* response body, bytes */
-#define EGPU_HTTP_TYPE_MAX                  128                /* Content-Type, bytes incl. NUL */
-#define EGPU_HTTP_RESP_HEADERS_MAX          32                 /* extra headers on one response */
+#define EGPU_HTTP_THREADS_DEFAULT             2   /* pool threads */
+#define EGPU_HTTP_TIMEOUT_S_DEFAULT           120 /* idle connection timeout */
+#define EGPU_HTTP_REQUEST_TIMEOUT_S_DEFAULT   10  /* whole request, first byte to last */
+#define EGPU_HTTP_CONNECTIONS_DEFAULT         256 /* open connections, all clients */
+#define EGPU_HTTP_PER_CLIENT_DEFAULT          32  /* open connections, one client address */
+#define EGPU_HTTP_HANDSHAKE_TIMEOUT_S_DEFAULT 5   /* TLS handshake, from the connection */
+#define EGPU_HTTP_BODY_MAX_DEFAULT            (1024 * 1024)      /* request body, bytes */
+#define EGPU_HTTP_RESP_MAX_DEFAULT            (64 * 1024 * 1024) /* response body, bytes */
+#define EGPU_HTTP_TYPE_MAX                    128                /* Content-Type, bytes incl. NUL */
+#define EGPU_HTTP_RESP_HEADERS_MAX            32                 /* extra headers on one response */
 
 /* Server settings. Zero fields take the defaults above, so
  * `struct egpu_http_config cfg = {.port = 8080};` is a complete config.
  * Strings are borrowed: egpu_http_server_new copies what it keeps. */
 struct egpu_http_config {
-    const char *bind_addr;      /* IPv4 or IPv6 literal; NULL or "" = every IPv4
-                                   address (0.0.0.0); "::" = every address, IPv6
-                                   and IPv4 (dual stack) */
-    uint16_t port;              /* TCP port; 0 = an ephemeral port chosen by the
-                                   kernel (see egpu_http_server_port) */
-    unsigned threads;           /* pool threads serving connections; 0 = 2 */
-    unsigned timeout_s;         /* close a kept-alive connection that sent nothing for this
-                                   long after its last response (or since it opened); 0 =
-                                   120, longer than the 90 s a Go client keeps an idle
-                                   connection for reuse */
-    unsigned request_timeout_s; /* close a connection whose request has not fully arrived
-                                   this long after its first byte came (a client trickling
-                                   its headers or body, "slowloris"); 0 = 10 */
-    unsigned max_connections;   /* open connections at most; one more is refused (closed at
-                                   once); 0 = 256 */
-    unsigned max_per_client;    /* open connections from one client IP address at most
-                                   (IPv6: the whole address); 0 = 32 */
-    size_t max_body_bytes;      /* larger request bodies get 413; 0 = 1 MiB */
-    size_t max_resp_bytes;      /* most a handler may write; 0 = 64 MiB */
-    size_t conn_memory_bytes;   /* libmicrohttpd's memory per connection (headers and read
-                                   buffer), bytes; 0 = 256 KiB, which reads a large body
-                                   (kube-scheduler's ~85 KB ExtenderArgs) in few wake-ups.
-                                   libmicrohttpd 0.9.75 clears all of it after every request
-                                   on a kept-alive connection, so a server of small requests
-                                   (admission reviews) does better with 32 KiB */
-    const char *tls_cert_file;  /* PEM certificate chain for HTTPS, leaf first (at most
-                                   EGPU_HTTP_TLS_CHAIN_MAX certificates); NULL = HTTP.
-                                   Read again when it changes: see "TLS" below */
-    const char *tls_key_file;   /* PEM private key (PKCS#1, PKCS#8 or SEC1, unencrypted) of
-                                   the leaf; needed iff tls_cert_file */
-    const char *tls_client_ca;  /* PEM file: a bundle of the CAs that sign clients'
-                                   certificates. With it, a client must present a
-                                   certificate that verifies to one of them (mutual TLS),
-                                   else its handshake fails; NULL = no client certificate
-                                   asked. Needs tls_cert_file. Read again when it changes:
-                                   see "TLS client certificates" below */
-    const char *tls_client_cn;  /* with tls_client_ca: the client certificate's subject
-                                   must have exactly one common name (CN), this one
-                                   (compared byte for byte); NULL = any name the CA signed */
+    const char *bind_addr;        /* IPv4 or IPv6 literal; NULL or "" = every IPv4
+                                     address (0.0.0.0); "::" = every address, IPv6
+                                     and IPv4 (dual stack) */
+    uint16_t port;                /* TCP port; 0 = an ephemeral port chosen by the
+                                     kernel (see egpu_http_server_port) */
+    unsigned threads;             /* pool threads serving connections; 0 = 2 */
+    unsigned timeout_s;           /* close a kept-alive connection that sent nothing for this
+                                     long after its last response (or since it opened); 0 =
+                                     120, longer than the 90 s a Go client keeps an idle
+                                     connection for reuse */
+    unsigned request_timeout_s;   /* close a connection whose request has not fully arrived
+                                     this long after its first byte came (a client trickling
+                                     its headers or body, "slowloris"), also when that byte
+                                     came with the connection itself, before the server first
+                                     looked at it; 0 = 10 */
+    unsigned handshake_timeout_s; /* with TLS: close a connection whose client has not
+                                   finished its handshake (its Finished message read) this
+                                   long after the connection opened, whether it sent
+                                   nothing, part of a ClientHello or all but its last
+                                   flight; 0 = 5. Unused without TLS */
+    unsigned max_connections;     /* open connections at most; one more is refused (closed at
+                                     once); 0 = 256 */
+    unsigned max_per_client;      /* open connections from one client IP address at most
+                                     (IPv6: the whole address), counted from accept(2), before
+                                     and during a TLS handshake too; 0 = 32 */
+    size_t max_body_bytes;        /* larger request bodies get 413; 0 = 1 MiB */
+    size_t max_resp_bytes;        /* most a handler may write; 0 = 64 MiB */
+    size_t conn_memory_bytes;     /* libmicrohttpd's memory per connection (headers and read
+                                     buffer), bytes; 0 = 256 KiB, which reads a large body
+                                     (kube-scheduler's ~85 KB ExtenderArgs) in few wake-ups.
+                                     libmicrohttpd 0.9.75 clears all of it after every request
+                                     on a kept-alive connection, so a server of small requests
+                                     (admission reviews) does better with 32 KiB */
+    const char *tls_cert_file;    /* PEM certificate chain for HTTPS, leaf first (at most
+                                     EGPU_HTTP_TLS_CHAIN_MAX certificates); NULL = HTTP.
+                                     Read again when it changes: see "TLS" below */
+    const char *tls_key_file;     /* PEM private key (PKCS#1, PKCS#8 or SEC1, unencrypted) of
+                                     the leaf; needed iff tls_cert_file */
+    const char *tls_client_ca;    /* PEM file: a bundle of the CAs that sign clients'
+                                     certificates. With it, a client must present a
+                                     certificate that verifies to one of them (mutual TLS),
+                                     else its handshake fails; NULL = no client certificate
+                                     asked. Needs tls_cert_file. Read again when it changes:
+                                     see "TLS client certificates" below */
+    const char *tls_client_cn;    /* with tls_client_ca: the client certificate's subject
+                                     must have exactly one common name (CN), this one
+                                     (compared byte for byte); NULL = any name the CA signed */
 };
 
 /* What a handler sees. Every pointer is borrowed and valid only during the
@@ -151,7 +160,10 @@ struct egpu_http_server; /* opaque */
  * of the files. Open connections keep the session they negotiated; a
  * replaced pair is kept until every connection opened before its
  * replacement has closed. The files are the operator's (a Secret volume,
- * cert-manager's output), never a path a tenant can reach. */
+ * cert-manager's output), never a path a tenant can reach. Only TLS 1.2 and
+ * TLS 1.3 are negotiated (the GnuTLS priority string EGPU__TLS_PRIORITIES
+ * of src/net/tls_int.h, the one place it is written): a client that offers
+ * only TLS 1.0 or 1.1 fails its handshake. */
 #define EGPU_HTTP_TLS_CHAIN_MAX 16 /* certificates in tls_cert_file */
 
 /* TLS client certificates. With tls_client_ca set, each handshake asks the
@@ -222,12 +234,13 @@ uint16_t egpu_http_server_port(const struct egpu_http_server *srv);
 /* What the server did to connections since it was made (counts survive a
  * stop and start). refused_*: connections closed on arrival because max_connections
  * (total) or max_per_client (per_client) were reached; timed_out_*: connections
- * closed because they sat idle past timeout_s (idle) or their request had not
- * fully arrived request_timeout_s after its first byte (slow); open: connections
- * open now. */
+ * closed because they sat idle past timeout_s (idle), their request had not
+ * fully arrived request_timeout_s after its first byte (slow), or their TLS
+ * handshake had not finished handshake_timeout_s after they opened
+ * (handshake); open: connections open now. */
 struct egpu_http_conn_stats {
     uint64_t refused_total, refused_per_client;
-    uint64_t timed_out_idle, timed_out_slow;
+    uint64_t timed_out_idle, timed_out_slow, timed_out_handshake;
     unsigned open;
 };
 
@@ -445,10 +458,10 @@ struct egpu_service {
 
 struct egpu_service_config {
     const struct egpu_cli_server *opts; /* borrowed; must outlive the service */
-    bool own_server;          /* true: srv on opts->listen:port (opts' threads, max body, TLS;
-                                 one address may hold all --max-connections) and hsrv on
-                                 opts->health_listen:health_port; false: only hsrv, on
-                                 opts->listen:port */
+    bool own_server;          /* true: srv on opts->listen:port (opts' threads, max body, TLS,
+                                 handshake timeout, max_per_client) and hsrv on
+                                 opts->health_listen:health_port (health_max_per_client);
+                                 false: only hsrv, on opts->listen:port (max_per_client) */
     bool health_on_own;       /* with own_server: /healthz and /readyz on srv too (a webhook's
                                  probes over HTTPS) */
     struct egpu_metrics *reg; /* rendered on /metrics; borrowed */

@@ -101,13 +101,16 @@ static const char usage[] =
     "  --port N                    HTTP port for /healthz, /readyz, /metrics (EGPU_PORT;\n"
     "                              default 9400; 0 = any free port, logged)\n"
     "  --max-connections N         open HTTP connections at most (EGPU_MAX_CONNECTIONS;\n"
-    "                              default 256); one more is refused and counted\n"
+    "                              default 64); one more is refused and counted\n"
     "  --max-per-client N          from one client address at most (EGPU_MAX_PER_CLIENT;\n"
-    "                              default 32)\n"
+    "                              default 8: the kubelet's probes and a Prometheus\n"
+    "                              open one or two each, one pod never holds the port)\n"
     "  --idle-timeout S            close an idle connection after S seconds\n"
-    "                              (EGPU_IDLE_TIMEOUT; default 120)\n"
+    "                              (EGPU_IDLE_TIMEOUT; default 30: probes do not keep\n"
+    "                              theirs, a scraper opens a new one)\n"
     "  --request-timeout S         close one whose request has not all come S seconds\n"
-    "                              after its first byte (EGPU_REQUEST_TIMEOUT; default 10)\n"
+    "                              after its first byte, even one sent with the\n"
+    "                              connection (EGPU_REQUEST_TIMEOUT; default 5)\n"
     /* --v and --log-level, the same in every server */
     EGPU_CLI_LOG_HELP("                              ") /* egpu/cli.h */
     "  -h, --help                  show this help\n"
@@ -243,6 +246,11 @@ static int parse_options(int argc, char **argv, struct options *o)
                           .interposer = EGPU_PLUGIN_INTERPOSER};
     egpu_cli_server_defaults(&o->srv);
     o->srv.port = 9400;
+    /* Its callers: the kubelet's probes and a Prometheus or two. */
+    o->srv.max_connections = 64;
+    o->srv.max_per_client = 8;
+    o->srv.idle_timeout_s = 30;
+    o->srv.request_timeout_s = 5;
     rc = egpu_cli_parse_server(argc, argv, &spec, &o->srv);
     if (rc != -1)
         return rc;

@@ -43,10 +43,12 @@ static const char usage[] =
     "  --watch-unhealthy-seconds S\n"
     "                          not ready while a list and watch has kept failing this\n"
     "                          long (EGPU_WATCH_UNHEALTHY_SECONDS; default 30)\n"
-    "  --max-connections N     open connections at most (EGPU_MAX_CONNECTIONS; default 256)\n"
-    "  --max-per-client N      from one address at most (EGPU_MAX_PER_CLIENT; default 32)\n"
-    "  --idle-timeout S        (EGPU_IDLE_TIMEOUT; default 120)\n"
-    "  --request-timeout S     (EGPU_REQUEST_TIMEOUT; default 10)\n"
+    "  --max-connections N     open connections at most (EGPU_MAX_CONNECTIONS; default 64)\n"
+    "  --max-per-client N      from one address at most (EGPU_MAX_PER_CLIENT; default 8:\n"
+    "                          the kubelet and Prometheus open one or two each)\n"
+    "  --idle-timeout S        (EGPU_IDLE_TIMEOUT; default 30)\n"
+    "  --request-timeout S     from a request's first byte, even one sent with the\n"
+    "                          connection (EGPU_REQUEST_TIMEOUT; default 5)\n"
     /* --v and --log-level, the same in every server */
     EGPU_CLI_LOG_HELP("                          ") /* egpu/cli.h */
     "  -h, --help              show this help\n"
@@ -103,5 +105,10 @@ int ctl_options_parse(int argc, char **argv, struct ctl_options *o)
     egpu_cli_server_defaults(&o->srv);
     o->srv.lease.name = "elastic-gpu-controller";
     o->srv.port = 9090;
+    /* Its callers: the kubelet's probes and a Prometheus or two. */
+    o->srv.max_connections = 64;
+    o->srv.max_per_client = 8;
+    o->srv.idle_timeout_s = 30;
+    o->srv.request_timeout_s = 5;
     return egpu_cli_parse_server(argc, argv, &spec, &o->srv);
 }

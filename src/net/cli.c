@@ -134,6 +134,7 @@ enum {
     O_PORT,
     O_HEALTH_LISTEN,
     O_HEALTH_PORT,
+    O_HEALTH_PER_CLIENT,
     O_MAX_CONN,
     O_MAX_PER_CLIENT,
     O_IDLE_TIMEOUT,
@@ -144,6 +145,7 @@ enum {
     O_KEY,
     O_CLIENT_CA,
     O_CLIENT_CN,
+    O_HANDSHAKE_TIMEOUT,
     O_KUBECONFIG,
     O_CONTEXT,
     O_WATCH_UNHEALTHY,
@@ -169,6 +171,7 @@ static const struct common_flag {
     {EGPU_CLI_LISTEN, "port", O_PORT, "EGPU_PORT"},
     {EGPU_CLI_HEALTH, "health-listen", O_HEALTH_LISTEN, "EGPU_HEALTH_LISTEN"},
     {EGPU_CLI_HEALTH, "health-port", O_HEALTH_PORT, "EGPU_HEALTH_PORT"},
+    {EGPU_CLI_HEALTH, "health-max-per-client", O_HEALTH_PER_CLIENT, "EGPU_HEALTH_MAX_PER_CLIENT"},
     {EGPU_CLI_LIMITS, "max-connections", O_MAX_CONN, "EGPU_MAX_CONNECTIONS"},
     {EGPU_CLI_LIMITS, "max-per-client", O_MAX_PER_CLIENT, "EGPU_MAX_PER_CLIENT"},
     {EGPU_CLI_LIMITS, "idle-timeout", O_IDLE_TIMEOUT, "EGPU_IDLE_TIMEOUT"},
@@ -179,6 +182,7 @@ static const struct common_flag {
     {EGPU_CLI_TLS, "tls-key", O_KEY, "EGPU_TLS_KEY"},
     {EGPU_CLI_TLS, "tls-client-ca", O_CLIENT_CA, "EGPU_TLS_CLIENT_CA"},
     {EGPU_CLI_TLS, "tls-client-cn", O_CLIENT_CN, "EGPU_TLS_CLIENT_CN"},
+    {EGPU_CLI_TLS, "handshake-timeout", O_HANDSHAKE_TIMEOUT, "EGPU_HANDSHAKE_TIMEOUT"},
     {EGPU_CLI_KUBE, "kubeconfig", O_KUBECONFIG, "EGPU_KUBECONFIG"},
     {EGPU_CLI_KUBE, "context", O_CONTEXT, "EGPU_CONTEXT"},
     {EGPU_CLI_WATCH, "watch-unhealthy-seconds", O_WATCH_UNHEALTHY, "EGPU_WATCH_UNHEALTHY_SECONDS"},
@@ -201,8 +205,10 @@ void egpu_cli_server_defaults(struct egpu_cli_server *s)
                                   .health_listen = "0.0.0.0",
                                   .max_connections = EGPU_HTTP_CONNECTIONS_DEFAULT,
                                   .max_per_client = EGPU_HTTP_PER_CLIENT_DEFAULT,
+                                  .health_max_per_client = EGPU_HTTP_PER_CLIENT_DEFAULT,
                                   .idle_timeout_s = EGPU_HTTP_TIMEOUT_S_DEFAULT,
                                   .request_timeout_s = EGPU_HTTP_REQUEST_TIMEOUT_S_DEFAULT,
+                                  .handshake_timeout_s = EGPU_HTTP_HANDSHAKE_TIMEOUT_S_DEFAULT,
                                   .threads = EGPU_HTTP_THREADS_DEFAULT,
                                   .max_body_bytes = EGPU_HTTP_BODY_MAX_DEFAULT,
                                   .watch_unhealthy_ms = 30000,
@@ -240,6 +246,10 @@ static int apply_common(const char *prog, struct egpu_cli_server *s, int opt, co
         return egpu_cli_http_limit(prog, who, v, false, &s->max_connections);
     case O_MAX_PER_CLIENT:
         return egpu_cli_http_limit(prog, who, v, false, &s->max_per_client);
+    case O_HEALTH_PER_CLIENT:
+        return egpu_cli_http_limit(prog, who, v, false, &s->health_max_per_client);
+    case O_HANDSHAKE_TIMEOUT:
+        return egpu_cli_http_limit(prog, who, v, true, &s->handshake_timeout_s);
     case O_IDLE_TIMEOUT:
         return egpu_cli_http_limit(prog, who, v, true, &s->idle_timeout_s);
     case O_REQUEST_TIMEOUT:

@@ -63,6 +63,8 @@ static void sync_connections(struct egpu_health *h)
                         (double)(now.timed_out_idle - was->timed_out_idle));
         egpu_metric_add(h->timed_out, (const char *const[]){"slow"},
                         (double)(now.timed_out_slow - was->timed_out_slow));
+        egpu_metric_add(h->timed_out, (const char *const[]){"handshake"},
+                        (double)(now.timed_out_handshake - was->timed_out_handshake));
         open += now.open;
         *was = now;
     }
@@ -156,8 +158,10 @@ static int register_connections(struct egpu_health *h, struct egpu_error *err)
     if (rc == 0)
         rc = egpu_metric_counter(h->reg, "egpu_http_connections_timed_out_total",
                                  "Connections closed because they sat idle past the idle timeout "
-                                 "(idle) or their request had not fully arrived within the "
-                                 "request timeout of its first byte (slow).",
+                                 "(idle), their request had not fully arrived within the "
+                                 "request timeout of its first byte (slow), or their TLS "
+                                 "handshake had not finished within the handshake timeout of "
+                                 "the connection (handshake).",
                                  1, reason, &h->timed_out);
     if (rc == 0)
         rc = egpu_metric_gauge(h->reg, "egpu_http_connections_open",
@@ -169,6 +173,7 @@ static int register_connections(struct egpu_health *h, struct egpu_error *err)
     egpu_metric_add(h->refused, (const char *const[]){"per_client"}, 0);
     egpu_metric_add(h->timed_out, (const char *const[]){"idle"}, 0);
     egpu_metric_add(h->timed_out, (const char *const[]){"slow"}, 0);
+    egpu_metric_add(h->timed_out, (const char *const[]){"handshake"}, 0);
     return 0;
 }
 

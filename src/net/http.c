@@ -42,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/sockios.h> /* SIOCINQ */
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,11 +63,14 @@
 #define WATCH_TICK_MS        250                  /* connection watchdog period */
 #define TCP_STATE_CLOSE_WAIT 8 /* tcpi_state: the peer sent FIN (Linux net/tcp_states.h) */
 
-/* One open connection, as the watchdog sees it. A connection is idle
- * between requests (no byte since its last response, or since it opened),
+/* One open connection, as the watchdog sees it. A TLS connection is
+ * handshaking from accept(2) until its client's Finished message is read;
+ * then, and a plain one from accept(2), it is idle between requests (no
+ * byte since its last response, since its handshake or since it opened),
  * receiving once a byte of a request came (TCP_INFO's bytes_received passed
- * the mark taken at the last response), and answering from the time its
- * handler runs until the response is sent. */
+ * the mark: 0 for a plain connection's first request, the bytes read by the
+ * end of the handshake or of the last response), and answering from the
+ * time its handler runs until the response is sent. */
 enum conn_state { CONN_FREE, CONN_WAITING, CONN_ANSWERING, CONN_CLOSING };
 
 struct conn {
@@ -74,10 +79,11 @@ struct conn {
     uint64_t tls_gen;             /* srv->tls_gen when it opened: the oldest pair it may use */
     int fd;
     uint64_t id;            /* which connection holds the record (srv->next_conn_id) */
-    bool mark_pending;      /* idle again: the watchdog takes the mark at its next look */
+    bool handshaken;        /* plain HTTP, or its TLS client's Finished was read */
     unsigned char addr[16]; /* client IP, IPv4 as ::ffff:a.b.c.d */
-    uint64_t mark;          /* bytes_received when it became idle */
-    struct timespec since;  /* when it became idle, or its request's first byte was seen */
+    uint64_t mark;          /* bytes read by the server when it became idle */
+    struct timespec since;  /* when it opened or became idle, or its request's first byte
+                               was seen */
     bool receiving;         /* bytes past mark seen: since is the first sighting */
     bool fin_seen;          /* the peer had closed its side at the last tick */
     bool client_trusted;    /* with a client CA: its certificate passed on_tls_verify (set on
@@ -129,7 +135,8 @@ struct egpu_http_server {
     bool stop_watch;
     bool watching; /* watchdog thread running */
     pthread_t watch;
-    atomic_uint_least64_t refused_total, refused_per_client, timed_out_idle, timed_out_slow;
+    atomic_uint_least64_t refused_total, refused_per_client, timed_out_idle, timed_out_slow,
+        timed_out_handshake;
     /* TLS (see "TLS credentials"); cert_file NULL = plain HTTP. */
     char *cert_file, *key_file;        /* copies of the config's paths */
     pthread_mutex_t tls_lock;          /* guards the fields below, except tls_gen */
@@ -334,10 +341,24 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, struct call *call,
  * connection's. Its inactivity timeout resets on every byte, which a client
  * that trickles its headers one byte at a time never lets expire; so a
  * watchdog thread looks at every connection each WATCH_TICK_MS and closes
- * (shutdown(2); the pool thread then sees the end and closes it) one that is
- * idle past timeout_s, or whose request's first byte (TCP_INFO's
- * bytes_received passing the mark taken when it went idle) came more than
- * request_timeout_s ago without the request being complete. Counts in and
+ * (shutdown(2); the pool thread then sees the end and closes it) a TLS one
+ * whose handshake has not finished handshake_timeout_s after it opened, one
+ * that is idle past timeout_s, or one whose request's first byte (TCP_INFO's
+ * bytes_received passing the mark) came more than request_timeout_s ago
+ * without the request being complete.
+ *
+ * The mark is what the server had read when the connection went idle,
+ * taken on the pool thread at that moment (bytes_read: bytes_received less
+ * what still waits in the socket), never at the watchdog's next look: a
+ * mark taken there counted the bytes that came in between as old, so a
+ * client that sent a partial request with its connection (or right after a
+ * response) was dropped at timeout_s instead of request_timeout_s. A plain
+ * connection's first mark is 0, so every byte it ever sent counts. A TLS
+ * connection's is taken when its client's Finished message is read (a
+ * GnuTLS handshake hook, on_tls_finished), and GnuTLS reads a stream a
+ * record at a time, so the request's bytes that follow are not in it. A
+ * request whose bytes libmicrohttpd read together with the previous one
+ * (pipelined) is seen by on_uri once its request line is in. Counts in and
  * out of the table race with each other across pool threads, so a burst can
  * pass a limit by at most threads - 1 connections. */
 
@@ -375,6 +396,22 @@ static uint64_t bytes_received(int fd, bool *peer_closed)
         return UINT64_MAX;
     *peer_closed = ti.tcpi_state == TCP_STATE_CLOSE_WAIT;
     return ti.tcpi_bytes_received;
+}
+
+/* Bytes of fd's TCP connection the server has read: those the kernel
+ * received (TCP_INFO) less those still waiting in the socket (SIOCINQ), in
+ * that order, so a byte that lands between the two counts as not read yet.
+ * 0 when it cannot tell (every byte then counts as new: the stricter
+ * timeout). */
+static uint64_t bytes_read(int fd)
+{
+    bool peer_closed;
+    uint64_t got = bytes_received(fd, &peer_closed);
+    int inq = 0;
+
+    if (got == UINT64_MAX || ioctl(fd, SIOCINQ, &inq) != 0 || inq < 0 || (uint64_t)inq > got)
+        return 0;
+    return got - (uint64_t)inq;
 }
 
 static double seconds_between(const struct timespec *a, const struct timespec *b)
@@ -450,7 +487,8 @@ static struct conn *conn_open(struct egpu_http_server *srv, int fd, const struct
         c->tls_gen = atomic_load(&srv->tls_gen);
         c->fd = fd;
         c->id = ++srv->next_conn_id;
-        c->mark_pending = true;
+        c->handshaken = srv->cert_file == NULL; /* TLS: on_tls_finished */
+        c->mark = 0;
         addr_key(peer, c->addr);
         clock_gettime(CLOCK_MONOTONIC, &c->since);
         srv->nconns++;
@@ -477,13 +515,17 @@ static void conn_close(struct egpu_http_server *srv, struct conn *c)
  * its answer goes out), or its response is done (CONN_WAITING: idle again). */
 static void conn_set_state(struct egpu_http_server *srv, struct conn *c, enum conn_state state)
 {
+    uint64_t mark;
+
     if (c == NULL)
         return;
+    /* c->fd is this connection's while its pool thread runs this. */
+    mark = state == CONN_WAITING ? bytes_read(c->fd) : 0;
     pthread_mutex_lock(&srv->conn_lock);
     if (c->state == CONN_WAITING || c->state == CONN_ANSWERING) {
         c->state = state;
         if (state == CONN_WAITING) {
-            c->mark_pending = true;
+            c->mark = mark;
             c->receiving = false;
             c->fin_seen = false;
             clock_gettime(CLOCK_MONOTONIC, &c->since);
@@ -492,11 +534,34 @@ static void conn_set_state(struct egpu_http_server *srv, struct conn *c, enum co
     pthread_mutex_unlock(&srv->conn_lock);
 }
 
-/* Close c for a timeout (conn_lock held). */
-static void conn_time_out(struct egpu_http_server *srv, struct conn *c, bool slow, double seconds)
+/* A request line came on c (on_uri): its request is arriving, if the
+ * watchdog has not seen its bytes yet (they came with the previous
+ * request's, so they were read before the mark). */
+static void conn_request_seen(struct egpu_http_server *srv, struct conn *c)
 {
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&srv->conn_lock);
+    if (c->state == CONN_WAITING && !c->receiving) {
+        c->handshaken = true; /* a request comes after the handshake, hook or none */
+        c->receiving = true;
+        clock_gettime(CLOCK_MONOTONIC, &c->since);
+    }
+    pthread_mutex_unlock(&srv->conn_lock);
+}
+
+enum timeout_reason { TIMEOUT_IDLE, TIMEOUT_SLOW, TIMEOUT_HANDSHAKE };
+
+/* Close c for a timeout (conn_lock held). */
+static void conn_time_out(struct egpu_http_server *srv, struct conn *c, enum timeout_reason why,
+                          double seconds)
+{
+    static const char *const names[] = {"idle", "slow", "handshake"};
+    atomic_uint_least64_t *count = why == TIMEOUT_SLOW        ? &srv->timed_out_slow
+                                   : why == TIMEOUT_HANDSHAKE ? &srv->timed_out_handshake
+                                                              : &srv->timed_out_idle;
     char text[INET6_ADDRSTRLEN];
-    uint64_t n = atomic_fetch_add(slow ? &srv->timed_out_slow : &srv->timed_out_idle, 1) + 1;
+    uint64_t n = atomic_fetch_add(count, 1) + 1;
 
     (void)shutdown(c->fd, SHUT_RDWR);
     c->state = CONN_CLOSING;
@@ -504,7 +569,7 @@ static void conn_time_out(struct egpu_http_server *srv, struct conn *c, bool slo
         addr_text(c->addr, text, sizeof(text));
         egpu_log(EGPU_LOG_WARN,
                  "connection timed out client=%s reason=%s seconds=%.1f count=%" PRIu64, text,
-                 slow ? "slow" : "idle", seconds, n);
+                 names[why], seconds, n);
     }
 }
 
@@ -569,20 +634,23 @@ static void watch_tick(struct egpu_http_server *srv, struct watch_item *items)
             continue;
         }
         c->fin_seen = items[k].peer_closed;
-        if (c->mark_pending) {
-            c->mark = got;
-            c->mark_pending = false;
+        t = seconds_between(&c->since, &now);
+        if (!c->handshaken) {
+            /* A TLS client that has not finished its handshake: silent,
+             * part of a ClientHello, or stopped mid-way. */
+            if (t >= (double)srv->cfg.handshake_timeout_s)
+                conn_time_out(srv, c, TIMEOUT_HANDSHAKE, t);
+            continue;
         }
         if (got != UINT64_MAX && got > c->mark && !c->receiving) {
             c->receiving = true;
             c->since = now;
             continue;
         }
-        t = seconds_between(&c->since, &now);
         if (c->receiving && t >= (double)srv->cfg.request_timeout_s)
-            conn_time_out(srv, c, true, t);
+            conn_time_out(srv, c, TIMEOUT_SLOW, t);
         else if (!c->receiving && t >= (double)srv->cfg.timeout_s)
-            conn_time_out(srv, c, false, t);
+            conn_time_out(srv, c, TIMEOUT_IDLE, t);
     }
 }
 
@@ -623,6 +691,7 @@ void egpu_http_server_conn_stats(struct egpu_http_server *srv, struct egpu_http_
     out->refused_per_client = atomic_load(&srv->refused_per_client);
     out->timed_out_idle = atomic_load(&srv->timed_out_idle);
     out->timed_out_slow = atomic_load(&srv->timed_out_slow);
+    out->timed_out_handshake = atomic_load(&srv->timed_out_handshake);
     pthread_mutex_lock(&srv->conn_lock);
     out->open = srv->nconns;
     pthread_mutex_unlock(&srv->conn_lock);
@@ -943,6 +1012,54 @@ static void client_cert_ask(struct MHD_Connection *conn)
 }
 
 /* ------------------------------------------------------------------------ */
+/* TLS handshake deadline                                                   */
+
+/* GnuTLS's handshake hook (gnutls_handshake_hook_func), after each Finished
+ * message: when it is the client's (incoming), the client has done its
+ * part of the handshake (TLS 1.2 and 1.3 alike; libmicrohttpd offers no
+ * resumption). The connection leaves the handshake deadline and becomes
+ * idle, its mark the bytes read so far (the handshake's; GnuTLS reads a
+ * record at a time, so a request's bytes sent with the Finished still
+ * count as new). Runs on the connection's pool thread. */
+static int on_tls_finished(gnutls_session_t session, unsigned htype, unsigned when,
+                           unsigned incoming, const gnutls_datum_t *msg)
+{
+    struct conn *c = conn_of_session(session);
+    uint64_t mark;
+
+    (void)htype;
+    (void)when;
+    (void)msg;
+    if (c == NULL || !incoming)
+        return 0;
+    mark = bytes_read(c->fd);
+    pthread_mutex_lock(&c->srv->conn_lock);
+    if (c->state == CONN_WAITING && !c->handshaken) {
+        c->handshaken = true;
+        c->mark = mark;
+        c->receiving = false;
+        c->fin_seen = false;
+        clock_gettime(CLOCK_MONOTONIC, &c->since);
+    }
+    pthread_mutex_unlock(&c->srv->conn_lock);
+    return 0;
+}
+
+/* Watch a new TLS connection's handshake (called from on_connection, before
+ * the handshake begins, like client_cert_ask). Without a session to hook
+ * (none is expected) the connection never counts as handshaken and the
+ * watchdog closes it at the deadline. */
+static void tls_watch_handshake(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+
+    if (info != NULL && info->tls_session != NULL)
+        gnutls_handshake_set_hook_function(info->tls_session, GNUTLS_HANDSHAKE_FINISHED,
+                                           GNUTLS_HOOK_POST, on_tls_finished);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Request processing                                                       */
 
 const char *egpu_http_request_header(const struct egpu_http_request *req, const char *name)
@@ -1126,6 +1243,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     call->srv = cls;
     info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     call->conn = info != NULL ? info->socket_context : NULL;
+    conn_request_seen(call->srv, call->conn);
     call->uri = egpu_strdup(uri);
     if (call->uri == NULL) {
         egpu_free(call);
@@ -1163,6 +1281,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         return;
     (void)setsockopt(info->connect_fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
     *socket_context = conn_open(srv, info->connect_fd, peer ? peer->client_addr : NULL);
+    if (srv->cert_file != NULL && *socket_context != NULL)
+        tls_watch_handshake(conn);
     if (srv->tls_client != NULL && *socket_context != NULL)
         client_cert_ask(conn);
 }
@@ -1278,6 +1398,8 @@ int egpu_http_server_new(const struct egpu_http_config *cfg, struct egpu_http_se
         srv->cfg.timeout_s = EGPU_HTTP_TIMEOUT_S_DEFAULT;
     if (srv->cfg.request_timeout_s == 0)
         srv->cfg.request_timeout_s = EGPU_HTTP_REQUEST_TIMEOUT_S_DEFAULT;
+    if (srv->cfg.handshake_timeout_s == 0)
+        srv->cfg.handshake_timeout_s = EGPU_HTTP_HANDSHAKE_TIMEOUT_S_DEFAULT;
     if (srv->cfg.max_connections == 0)
         srv->cfg.max_connections = EGPU_HTTP_CONNECTIONS_DEFAULT;
     if (srv->cfg.max_per_client == 0)
@@ -1398,7 +1520,7 @@ static void stop_watchdog(struct egpu_http_server *srv);
 
 int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
 {
-    struct MHD_OptionItem opts[10];
+    struct MHD_OptionItem opts[12];
     const union MHD_DaemonInfo *info;
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     size_t n = 0;
@@ -1443,6 +1565,9 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
         /* No certificate of its own: each handshake asks on_tls_cert. */
         flags |= MHD_USE_TLS;
         opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0, (void *)on_tls_cert};
+        /* TLS 1.2 and 1.3 only (tls_int.h). */
+        opts[n++] =
+            (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)EGPU__TLS_PRIORITIES};
     }
     opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 
@@ -1464,10 +1589,11 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
     srv->port = info ? info->port : srv->cfg.port;
     egpu_log(EGPU_LOG_NOTICE,
              "serving addr=%s port=%u tls=%s threads=%u max_connections=%u max_per_client=%u "
-             "idle_timeout_s=%u request_timeout_s=%u",
+             "idle_timeout_s=%u request_timeout_s=%u handshake_timeout_s=%u",
              srv->bind_addr ? srv->bind_addr : "0.0.0.0", (unsigned)srv->port,
              srv->cert_file ? "yes" : "no", srv->cfg.threads, srv->cfg.max_connections,
-             srv->cfg.max_per_client, srv->cfg.timeout_s, srv->cfg.request_timeout_s);
+             srv->cfg.max_per_client, srv->cfg.timeout_s, srv->cfg.request_timeout_s,
+             srv->cfg.handshake_timeout_s);
     return 0;
 }
 

@@ -7,10 +7,14 @@
  * --health-listen:--health-port, or, with no routes of its own (the agent),
  * only the health endpoints on --listen:--port. The two servers are made
  * from the common flags (struct egpu_cli_server) here, so their limits mean
- * the same in every binary. The own server's callers are few and known (a
- * kube-scheduler in the same pod, the API servers): one address may hold
- * all its connections, so its per-client cap is --max-connections; the
- * health port faces any prober and keeps --max-per-client.
+ * the same in every binary. Each port has its own per-address cap, set by
+ * the component to fit the port's real callers: the own server's
+ * (--max-per-client) for the few known clients (a kube-scheduler, the API
+ * servers: one address opens many connections), the health port's
+ * (--health-max-per-client) for probers (the kubelet, Prometheus: a
+ * connection or two each). A component with no routes of its own serves
+ * the health endpoints on --port under --max-per-client. No cap is
+ * --max-connections: one address (one pod) never holds a whole port.
  *
  * Order: the main thread parses, installs the signal handlers, starts, then
  * waits for SIGTERM or SIGINT; teardown stops both servers first (no
@@ -55,7 +59,8 @@ int egpu_service_new(const struct egpu_service_config *cfg, struct egpu_service 
                                   .timeout_s = o->idle_timeout_s,
                                   .request_timeout_s = o->request_timeout_s,
                                   .max_connections = o->max_connections,
-                                  .max_per_client = o->max_per_client};
+                                  .max_per_client = cfg->own_server ? o->health_max_per_client
+                                                                    : o->max_per_client};
     int rc = 0;
 
     memset(svc, 0, sizeof(*svc));
@@ -66,7 +71,8 @@ int egpu_service_new(const struct egpu_service_config *cfg, struct egpu_service 
                                       .timeout_s = o->idle_timeout_s,
                                       .request_timeout_s = o->request_timeout_s,
                                       .max_connections = o->max_connections,
-                                      .max_per_client = o->max_connections,
+                                      .max_per_client = o->max_per_client,
+                                      .handshake_timeout_s = o->handshake_timeout_s,
                                       .max_body_bytes = o->max_body_bytes,
                                       .conn_memory_bytes = cfg->conn_memory_bytes,
                                       .tls_cert_file = o->tls_cert,

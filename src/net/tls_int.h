@@ -31,6 +31,14 @@
 #define EGPU__TLS_CHECK_MS  1000          /* look at the files at most this often, ms */
 #define EGPU__TLS_WATCH_MAX 2             /* files one watch follows */
 
+/* The GnuTLS priority string of every TLS server of the project
+ * (MHD_OPTION_HTTPS_PRIORITIES in http.c): GnuTLS's NORMAL set of ciphers,
+ * key exchanges and signatures, with the protocol versions cut to TLS 1.3
+ * and TLS 1.2 (NORMAL alone also offers TLS 1.0 and 1.1, which BSI TR-02102
+ * and RFC 8996 retire). Syntax: the GnuTLS manual, "Priority strings". The
+ * API servers and kube-scheduler (Go's crypto/tls) speak both. */
+#define EGPU__TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+
 /* What tells, cheaply, that a file changed: its stat(2) (following links). */
 struct egpu__file_id {
     int err; /* errno of a failed stat, else 0 (the rest then zero) */

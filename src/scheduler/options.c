@@ -37,12 +37,20 @@ static const char usage[] =
     "                          free port, logged); must differ from --port\n"
     "  --max-connections N     open connections per port at most (EGPU_MAX_CONNECTIONS;\n"
     "                          default 256)\n"
-    "  --max-per-client N      open connections from one address to the health port\n"
-    "                          at most (EGPU_MAX_PER_CLIENT; default 32)\n"
+    "  --max-per-client N      open connections from one address to the verbs' port at\n"
+    "                          most (EGPU_MAX_PER_CLIENT; default 128: kube-scheduler\n"
+    "                          binds in parallel, one pod never holds the port)\n"
+    "  --health-max-per-client N\n"
+    "                          the same for the health port (EGPU_HEALTH_MAX_PER_CLIENT;\n"
+    "                          default 32: the kubelet and Prometheus open one or two)\n"
     "  --idle-timeout S        close a connection idle this long (EGPU_IDLE_TIMEOUT;\n"
-    "                          default 120)\n"
+    "                          default 120: past the 90 s kube-scheduler keeps one idle)\n"
     "  --request-timeout S     close a connection whose request has not all come this\n"
-    "                          long after its first byte (EGPU_REQUEST_TIMEOUT; default 10)\n"
+    "                          long after its first byte, even one sent with the\n"
+    "                          connection (EGPU_REQUEST_TIMEOUT; default 10)\n"
+    "  --handshake-timeout S   with --tls-cert: close a connection whose TLS handshake\n"
+    "                          has not finished this long after it opened\n"
+    "                          (EGPU_HANDSHAKE_TIMEOUT; default 5)\n"
     "  --prefix PATH           path before the verbs, e.g. /scheduler serves\n"
     "                          /scheduler/filter (EGPU_PREFIX; default none)\n"
     "  --tls-cert FILE         serve HTTPS with this PEM certificate (EGPU_TLS_CERT)\n"
@@ -230,6 +238,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
     o->srv.port = 8888;
     o->srv.health_port = 8889;
     o->srv.max_body_bytes = 16u << 20;
+    o->srv.max_per_client = 128;
     rc = egpu_cli_parse_server(argc, argv, &spec, &o->srv);
     if (rc != -1)
         return rc;

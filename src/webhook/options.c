@@ -123,12 +123,21 @@ static const char usage[] =
     "                          (EGPU_WATCH_UNHEALTHY_SECONDS; default 30)\n"
     "  --max-connections N     open connections per port at most (EGPU_MAX_CONNECTIONS;\n"
     "                          default 1024)\n"
-    "  --max-per-client N      open connections from one address to the health port\n"
-    "                          at most (EGPU_MAX_PER_CLIENT; default 32)\n"
+    "  --max-per-client N      open connections from one address to the HTTPS port at\n"
+    "                          most (EGPU_MAX_PER_CLIENT; default 256: an API server\n"
+    "                          opens many, one pod never holds the port)\n"
+    "  --health-max-per-client N\n"
+    "                          the same for the health port (EGPU_HEALTH_MAX_PER_CLIENT;\n"
+    "                          default 32: Prometheus opens one or two)\n"
     "  --idle-timeout S        close a connection idle this long (EGPU_IDLE_TIMEOUT;\n"
-    "                          default 120)\n"
+    "                          default 120: past the 90 s an API server keeps one idle,\n"
+    "                          so the API server closes first)\n"
     "  --request-timeout S     close a connection whose request has not all come this\n"
-    "                          long after its first byte (EGPU_REQUEST_TIMEOUT; default 10)\n"
+    "                          long after its first byte, even one sent with the\n"
+    "                          connection (EGPU_REQUEST_TIMEOUT; default 10)\n"
+    "  --handshake-timeout S   close a connection whose TLS handshake has not finished\n"
+    "                          this long after it opened (EGPU_HANDSHAKE_TIMEOUT;\n"
+    "                          default 5)\n"
     "  --threads N             HTTPS threads (EGPU_THREADS; default 2)\n"
     "  --max-body BYTES        largest AdmissionReview (EGPU_MAX_BODY; default 8388608)\n"
     /* --v and --log-level, the same in every server */
@@ -352,6 +361,7 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
     o->srv.port = 9443;
     o->srv.health_port = 9444;
     o->srv.max_connections = 1024;
+    o->srv.max_per_client = 256;
     o->srv.max_body_bytes = 8u << 20;
     rc = egpu_cli_parse_server(argc, argv, &spec, &o->srv);
     if (rc == -1 && o->ss.enabled &&

@@ -1639,3 +1639,41 @@ def test_kustomize_images_pin_by_digest(tmp_path):
                         .get("initContainers", []))
               if c["image"].startswith("ghcr.io/elastic-gpu/")}
     assert images == {f"ghcr.io/elastic-gpu/{n}@{d}" for n, d in digests.items()}
+
+
+# Issue 22: each port admits only whom it serves. The pod's own node (the
+# kubelet's probes) is always admitted by a NetworkPolicy, so a rule names
+# only the other callers.
+PROMETHEUS_PEER = {"namespaceSelector": {},
+                   "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+
+
+def port_peers(pol):
+    """{port: [peer, ...]} of a NetworkPolicy; a rule without "from" (open to
+    every address) fails the test."""
+    out = {}
+    for rule in pol["spec"]["ingress"]:
+        assert rule.get("from"), f"a rule admits anyone: {rule}"
+        for p in rule["ports"]:
+            out.setdefault(p["port"], []).extend(rule["from"])
+    return out
+
+
+def assert_no_pod_reaches(peers, pod_cidrs):
+    """The peers admit no pod: ipBlocks only, each excepting the pod CIDRs of
+    its address family."""
+    for peer in peers:
+        assert set(peer) == {"ipBlock"}, f"a pod selector reaches the port: {peer}"
+        block = peer["ipBlock"]
+        if block["cidr"] in ("0.0.0.0/0", "::/0"):
+            fam = ":" in block["cidr"]
+            assert set(block.get("except", [])) == {c for c in pod_cidrs if (":" in c) == fam}
+
+
+def test_network_policies_admit_each_port_only_from_whom_it_serves(objs):
+    web = port_peers(one(objs, "NetworkPolicy", "egpu-webhook", NS))
+    assert set(web) == {9443, 9444}
+    assert_no_pod_reaches(web[9443], ["10.244.0.0/16", "fd00:10:244::/56"])
+    assert web[9444] == [PROMETHEUS_PEER]
+    agent = port_peers(one(objs, "NetworkPolicy", "egpu-agent", NS))
+    assert agent == {9400: [PROMETHEUS_PEER]}

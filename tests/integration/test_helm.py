@@ -685,3 +685,30 @@ def test_default_memory_per_core_is_the_webhook_flag(chart):
     for bad in ("65537", "-1", "4x"):
         assert f'webhook.defaultMemoryPerCore is "{bad}"' in helm_fails(
             f"webhook.defaultMemoryPerCore={bad}"), bad
+
+
+def test_network_policy_values_set_who_reaches_the_webhook_and_agent(chart):
+    """Issue 22: networkPolicy.podCIDRs are the addresses the webhook's HTTPS
+    port excepts, networkPolicy.apiServerCIDRs replace them by a list of the
+    only admitted addresses, and networkPolicy.prometheus selects who scrapes
+    the webhook's and the agent's metrics ports; nothing else changes."""
+    def pol(objs, name):
+        (p,) = [o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == name]
+        return p["spec"]["ingress"]
+
+    got = helm_template("networkPolicy.podCIDRs={10.0.0.0/14,fd12::/48}")
+    assert pol(got, "egpu-webhook")[0]["from"] == [
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/14"]}},
+        {"ipBlock": {"cidr": "::/0", "except": ["fd12::/48"]}}]
+    got = helm_template("networkPolicy.apiServerCIDRs={192.0.2.10/32,192.0.2.11/32}")
+    assert pol(got, "egpu-webhook")[0]["from"] == [{"ipBlock": {"cidr": "192.0.2.10/32"}},
+                                                   {"ipBlock": {"cidr": "192.0.2.11/32"}}]
+    got = helm_template("networkPolicy.prometheus.podSelector.matchLabels.app=prom",
+                        "networkPolicy.prometheus.namespaceSelector.matchLabels.team=mon")
+    peer = {"namespaceSelector": {"matchLabels": {"team": "mon"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
+                                            "app": "prom"}}}
+    assert pol(got, "egpu-webhook")[1]["from"] == [peer]
+    assert pol(got, "egpu-agent")[0]["from"] == [peer]
+    changed = {k for k, o in by_key(got).items() if by_key(chart).get(k) != o}
+    assert {k[1] for k in changed} == {"egpu-webhook", "egpu-agent"}, changed

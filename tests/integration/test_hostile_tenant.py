@@ -535,6 +535,91 @@ def test_slowloris_is_dropped_after_the_request_timeout(api, extender):
     assert x.metric("egpu_http_connections_timed_out_total", '{reason="slow"}') == 1
 
 
+# Issue 22, point 3: one pod floods the webhook's HTTPS port (failurePolicy
+# Fail: while its reviews fail, no GPU pod is admitted cluster-wide).
+
+def partial_client_hello():
+    """A TLS record header announcing a 512-byte ClientHello and its first
+    bytes; the rest never comes."""
+    return bytes([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]) + b"\x42" * 16
+
+
+def test_one_pod_cannot_hold_the_webhook_port(build_dir, api, tmp_path):  # noqa: F811
+    """A pod (127.0.1.5) opens 1,100 connections to egpu-webhook's HTTPS
+    port, silent or stopped inside a ClientHello, and holds them; the API
+    server (127.0.0.3) still gets every AdmissionReview answered, on its
+    kept-alive connection and on new ones, within a second each. The pod
+    holds at most --max-per-client (256); the rest are refused and counted,
+    and the held ones are closed at --handshake-timeout (5 s). Before the
+    fix the pod held all 1,024 and the API server's new connections were
+    refused."""
+    from test_webhook_tls import Pki, Webhook, need, post, review
+    import http.client
+    import ssl as ssl_mod
+    need("openssl")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    pki = Pki(tmp_path)
+    pki.publish(0)
+    w = Webhook(build_dir, api, tmp_path, pki)
+    ctx = ssl_mod.create_default_context(cafile=pki.ca[0])
+
+    def apiserver():
+        return http.client.HTTPSConnection("127.0.0.1", w.port, context=ctx, timeout=5,
+                                           source_address=("127.0.0.3", 0))
+    try:
+        kept = apiserver()
+        st, _ = post(kept, review())
+        assert st == 200
+        socks = flood(w.port, 1100, ["127.0.1.5"])
+        hello = partial_client_hello()
+        for s in socks[::2]:
+            try:
+                s.send(hello)
+            except OSError:
+                pass  # refused: closed by the server
+        try:
+            time.sleep(0.5)
+            t0 = time.time()
+            for i in range(20):
+                conn = kept if i % 2 == 0 else apiserver()
+                t = time.time()
+                body = review()
+                st, reply = post(conn, body)
+                assert st == 200 and reply["response"]["uid"] == body["request"]["uid"], reply
+                assert time.time() - t < 1.0, f"review {i} took {time.time() - t:.2f} s"
+                if conn is not kept:
+                    conn.close()
+            assert time.time() - t0 < 10
+            refused = port_metric(w.health_port, "egpu_http_connections_refused_total",
+                             '{reason="per_client"}')
+            assert refused is not None and refused >= 1100 - 256 - 8, refused
+            # The held ones never finish a handshake: closed at 5 s.
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                n = port_metric(w.health_port, "egpu_http_connections_timed_out_total",
+                           '{reason="handshake"}')
+                if n is not None and n >= 240:
+                    break
+                time.sleep(0.25)
+            assert n is not None and n >= 240, n
+        finally:
+            for s in socks:
+                s.close()
+            kept.close()
+    finally:
+        w.stop()
+
+
+def port_metric(port, name, labels):
+    """The value of name{labels} on 127.0.0.1:port/metrics, or None."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(r"^" + re.escape(name + labels) + r" (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
 # ============================================================================
 # Finding 2: the node agent
 #

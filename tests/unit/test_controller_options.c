@@ -61,10 +61,10 @@ static void test_defaults(void **state)
     assert_int_equal(o.srv.port, 9090);
     assert_null(o.srv.kubeconfig);
     assert_null(o.srv.context);
-    assert_int_equal(o.srv.max_connections, 256);
-    assert_int_equal(o.srv.max_per_client, 32);
-    assert_int_equal(o.srv.idle_timeout_s, 120);
-    assert_int_equal(o.srv.request_timeout_s, 10);
+    assert_int_equal(o.srv.max_connections, 64);
+    assert_int_equal(o.srv.max_per_client, 8);
+    assert_int_equal(o.srv.idle_timeout_s, 30);
+    assert_int_equal(o.srv.request_timeout_s, 5);
     assert_int_equal(o.srv.watch_unhealthy_ms, 30000);
     assert_int_equal(o.srv.log_level, EGPU_LOG_INFO);
     assert_true(o.srv.lease.elect);

@@ -21,6 +21,7 @@
 #include <curl/curl.h>
 
 #include "testutil.h"
+#include "egpu/cli.h"
 #include "egpu/net.h"
 
 #define BODY_MAX 1024 /* the test servers' max_body_bytes */
@@ -861,6 +862,146 @@ static void test_slow_and_idle_connections(void **state)
     fixture_stop(&f);
 }
 
+/* A server of /hello with the limits of cfg (bind address 127.0.0.1). */
+static void start_with(struct fixture *f, struct egpu_http_config cfg)
+{
+    struct egpu_error err = {0};
+
+    memset(f, 0, sizeof(*f));
+    f->live = egpu_alloc_live();
+    cfg.bind_addr = "127.0.0.1";
+    assert_int_equal(egpu_http_server_new(&cfg, &f->srv, &err), 0);
+    assert_int_equal(egpu_http_server_route(f->srv, "GET", "/hello", on_hello, NULL), 0);
+    f->reg = egpu_metrics_new();
+    assert_non_null(f->reg);
+    assert_int_equal(egpu_health_new(f->srv, f->reg, NULL, NULL, &f->health, &err), 0);
+    assert_int_equal(egpu_http_server_start(f->srv, &err), 0);
+    f->port = egpu_http_server_port(f->srv);
+}
+
+/* Seconds until the server closes fd, at most limit_s (then limit_s). */
+static double seconds_to_close(int fd, double limit_s)
+{
+    double t0 = now_s();
+
+    while (now_s() - t0 < limit_s) {
+        if (closed_within(fd, 100))
+            return now_s() - t0;
+    }
+    return limit_s;
+}
+
+/* Issue 22, point 4: the request timeout runs from a request's first byte
+ * also when that byte came with the connection (before the watchdog first
+ * looked at it), and when it came right after a response on a kept-alive
+ * connection: a partial request sent at once is dropped at
+ * request_timeout_s (1), not at the idle timeout (4). Before the fix the
+ * watchdog took its mark at its first look, counted those bytes as old and
+ * dropped both at 4 s as idle. */
+static void test_partial_request_sent_at_once(void **state)
+{
+    static const char part[] = "GET /hello HTTP/1.1\r\nHost: x\r\nX-Pad: a";
+    static const char whole[] = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+    struct fixture f;
+    char buf[512];
+    double t;
+    int fd;
+
+    (void)state;
+    start_with(&f, (struct egpu_http_config){
+                       .threads = 2, .timeout_s = 4, .request_timeout_s = 1, .max_per_client = 8});
+    /* With the connection: connect and send in one go. */
+    fd = connect_from("127.0.0.2", f.port);
+    assert_int_equal(send(fd, part, sizeof(part) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(part) - 1);
+    t = seconds_to_close(fd, 6.0);
+    close(fd);
+    assert_true(t >= 0.9 && t < 2.5); /* 1 s, a tick or two of 0.25 s late at most */
+    assert_int_equal(conn_stats(&f).timed_out_slow, 1);
+    assert_int_equal(conn_stats(&f).timed_out_idle, 0);
+    /* Right after a response on a kept-alive connection. */
+    fd = connect_from("127.0.0.2", f.port);
+    assert_int_equal(send(fd, whole, sizeof(whole) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(whole) - 1);
+    assert_true(recv(fd, buf, sizeof(buf), 0) > 0);
+    assert_int_equal(send(fd, part, sizeof(part) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(part) - 1);
+    t = seconds_to_close(fd, 6.0);
+    close(fd);
+    assert_true(t >= 0.7 && t < 2.5);
+    assert_int_equal(conn_stats(&f).timed_out_slow, 2);
+    assert_int_equal(conn_stats(&f).timed_out_idle, 0);
+    /* A whole request pipelined with a partial one: the second is slow too. */
+    fd = connect_from("127.0.0.2", f.port);
+    snprintf(buf, sizeof(buf), "%s%s", whole, part);
+    assert_int_equal(send(fd, buf, strlen(buf), MSG_NOSIGNAL), (ssize_t)strlen(buf));
+    t = seconds_to_close(fd, 6.0);
+    close(fd);
+    assert_true(t < 2.5);
+    assert_int_equal(conn_stats(&f).timed_out_slow, 3);
+    /* A connection that sends nothing is still idle, closed at 4 s. */
+    fd = connect_from("127.0.0.2", f.port);
+    t = seconds_to_close(fd, 7.0);
+    close(fd);
+    assert_true(t >= 3.9 && t < 5.5);
+    assert_int_equal(conn_stats(&f).timed_out_idle, 1);
+    fixture_stop(&f);
+}
+
+/* Issue 22, point 3: a service's own port (the webhook's HTTPS, the
+ * extender's verbs) caps what one address holds at --max-per-client, and
+ * its health port at --health-max-per-client; before, the own port's cap
+ * was --max-connections, so one pod could hold it all. */
+static void test_service_caps_each_port_per_client(void **state)
+{
+    struct egpu_cli_server o;
+    struct egpu_service svc;
+    struct egpu_error err = {0};
+    struct egpu_service_config cfg = {.opts = &o, .own_server = true};
+    struct egpu_http_conn_stats st;
+    long live = egpu_alloc_live();
+    int fds[8], n = 0, extra;
+    uint16_t port, hport;
+
+    (void)state;
+    egpu_cli_server_defaults(&o);
+    cfg.reg = egpu_metrics_new();
+    assert_non_null(cfg.reg);
+    o.listen = o.health_listen = "127.0.0.1";
+    o.port = o.health_port = 0;
+    o.max_connections = 20;
+    o.max_per_client = 3;
+    o.health_max_per_client = 2;
+    assert_int_equal(egpu_service_new(&cfg, &svc, &err), 0);
+    assert_int_equal(egpu_service_start(&svc, &err), 0);
+    port = egpu_http_server_port(svc.srv);
+    hport = egpu_http_server_port(svc.hsrv);
+    for (int i = 0; i < 3; i++)
+        fds[n++] = connect_from("127.0.0.2", port);
+    for (int i = 0; i < 2; i++)
+        fds[n++] = connect_from("127.0.0.2", hport);
+    usleep(200000);
+    for (int i = 0; i < n; i++)
+        assert_false(closed_within(fds[i], 0));
+    extra = connect_from("127.0.0.2", port);
+    assert_true(closed_within(extra, 2000));
+    close(extra);
+    extra = connect_from("127.0.0.2", hport);
+    assert_true(closed_within(extra, 2000));
+    close(extra);
+    egpu_http_server_conn_stats(svc.srv, &st);
+    assert_int_equal(st.refused_per_client, 1);
+    egpu_http_server_conn_stats(svc.hsrv, &st);
+    assert_int_equal(st.refused_per_client, 1);
+    /* Another address still gets in on both. */
+    extra = connect_from("127.0.0.3", port);
+    assert_false(closed_within(extra, 300));
+    close(extra);
+    while (n > 0)
+        close(fds[--n]);
+    egpu_service_stop(&svc);
+    egpu_service_free(&svc);
+    egpu_metrics_free(cfg.reg);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 static void test_config_and_lifecycle(void **state)
 {
     struct fixture f;
@@ -1079,6 +1220,8 @@ int main(void)
         cmocka_unit_test(test_connection_limits),
         cmocka_unit_test(test_watchdog_sleeps),
         cmocka_unit_test(test_slow_and_idle_connections),
+        cmocka_unit_test(test_partial_request_sent_at_once),
+        cmocka_unit_test(test_service_caps_each_port_per_client),
         cmocka_unit_test(test_config_and_lifecycle),
         cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_https),

@@ -21,11 +21,21 @@
  * (a kept connection and new ones); with a pinned common name it refuses
  * CA 1's client certificate of another name; a new CA bundle in the Secret
  * volume turns the verdicts round for new connections, and a bad one is
- * not taken; a bad CA file or name is refused at start. Without openssl
- * the tests skip, or fail when CI=true. */
+ * not taken; a bad CA file or name is refused at start.
+ *
+ * Issue 22: only TLS 1.2 and 1.3 are negotiated (a client of TLS 1.0 or 1.1
+ * only fails its handshake), and a connection that has not finished its
+ * handshake handshake_timeout_s after it opened (silent, or stopped inside
+ * its ClientHello) is closed and counted, while one that finished it and
+ * then waits stays open until the idle timeout. Without openssl the tests
+ * skip, or fail when CI=true. */
 #define _GNU_SOURCE /* mkdtemp */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -370,8 +380,219 @@ static struct egpu_http_server *start(const char *cert, const char *key, struct 
     return start_cfg(&cfg, reg, health);
 }
 
+/* A TCP connection from 127.0.0.2 to 127.0.0.1:port. */
+static int tcp_connect(uint16_t port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET}, to = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    to.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&to, sizeof(to)), 0);
+    return fd;
+}
+
+static double mono_s(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Seconds until the server closes fd (EOF or reset; bytes it sends, such
+ * as an alert, are read and dropped), at most limit_s. */
+static double seconds_to_close(int fd, double limit_s)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    double t0 = mono_s();
+    char buf[512];
+
+    while (mono_s() - t0 < limit_s) {
+        if (poll(&p, 1, 100) == 1 && recv(fd, buf, sizeof(buf), 0) <= 0)
+            return mono_s() - t0;
+    }
+    return limit_s;
+}
+
+/* Only the TLS versions vmin..vmax (CURL_SSLVERSION_*) offered, with
+ * OpenSSL's security level 0 so that the client itself offers TLS 1.0 and
+ * 1.1: does GET /hello succeed? */
+static bool hello_with_versions(uint16_t port, const char *ca, long vmin, long vmax)
+{
+    CURL *h = curl_easy_init();
+    struct reply r;
+    CURLcode rc;
+
+    assert_non_null(h);
+    curl_easy_setopt(h, CURLOPT_SSLVERSION, vmin | vmax);
+    curl_easy_setopt(h, CURLOPT_SSL_CIPHER_LIST, "DEFAULT:@SECLEVEL=0");
+    rc = get_hello(h, port, ca, &r, NULL, NULL);
+    curl_easy_cleanup(h);
+    if (rc == CURLE_OK)
+        assert_int_equal(r.status, 200);
+    else
+        assert_int_equal(rc, CURLE_SSL_CONNECT_ERROR);
+    return rc == CURLE_OK;
+}
+
+/* A TLS connection made with CONNECT_ONLY (handshake done, no request),
+ * then idle for wait_ms, then GET /hello sent by hand on it: the reply's
+ * first bytes, or "" when the server had closed it. */
+static void hello_after_handshake(uint16_t port, const char *ca, long version, long wait_ms,
+                                  char *out, size_t cap)
+{
+    static const char req[] = "GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    CURL *h = curl_easy_init();
+    char url[64];
+    size_t n = 0, got;
+    double t0;
+
+    assert_non_null(h);
+    snprintf(url, sizeof(url), "https://localhost:%u/", (unsigned)port);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+    curl_easy_setopt(h, CURLOPT_CAPATH, NULL);
+    curl_easy_setopt(h, CURLOPT_SSLVERSION, version);
+    curl_easy_setopt(h, CURLOPT_CONNECT_ONLY, 1L);
+    assert_int_equal(curl_easy_perform(h), CURLE_OK);
+    usleep((useconds_t)wait_ms * 1000);
+    out[0] = '\0';
+    if (curl_easy_send(h, req, sizeof(req) - 1, &got) == CURLE_OK) {
+        t0 = mono_s();
+        while (n + 1 < cap && mono_s() - t0 < 5.0) {
+            CURLcode rc = curl_easy_recv(h, out + n, cap - 1 - n, &got);
+
+            if (rc == CURLE_AGAIN) {
+                usleep(10000);
+                continue;
+            }
+            if (rc != CURLE_OK || got == 0)
+                break;
+            n += got;
+            out[n] = '\0';
+            if (strstr(out, "hello tls") != NULL)
+                break;
+        }
+    }
+    curl_easy_cleanup(h);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Tests                                                                    */
+
+/* Issue 22, point 6: TLS 1.2 and 1.3 only. Before, a client offering only
+ * TLS 1.0 or 1.1 was served in it. */
+static void test_tls_versions(void **state)
+{
+    struct egpu_http_server *srv;
+    struct pki p;
+    long live = egpu_alloc_live();
+    uint16_t port;
+
+    (void)state;
+    need_openssl();
+    pki_make(&p);
+    pki_publish(&p, p.leaf[0], p.lkey[0]);
+    srv = start(p.cert, p.key, NULL, NULL);
+    port = egpu_http_server_port(srv);
+    assert_false(
+        hello_with_versions(port, p.ca[0], CURL_SSLVERSION_TLSv1_0, CURL_SSLVERSION_MAX_TLSv1_0));
+    assert_false(
+        hello_with_versions(port, p.ca[0], CURL_SSLVERSION_TLSv1_1, CURL_SSLVERSION_MAX_TLSv1_1));
+    assert_false(
+        hello_with_versions(port, p.ca[0], CURL_SSLVERSION_TLSv1_0, CURL_SSLVERSION_MAX_TLSv1_1));
+    assert_true(
+        hello_with_versions(port, p.ca[0], CURL_SSLVERSION_TLSv1_2, CURL_SSLVERSION_MAX_TLSv1_2));
+    assert_true(
+        hello_with_versions(port, p.ca[0], CURL_SSLVERSION_TLSv1_3, CURL_SSLVERSION_MAX_TLSv1_3));
+    /* A client of 1.0..1.3 gets 1.2 or better, not refused. */
+    assert_true(
+        hello_with_versions(port, p.ca[0], CURL_SSLVERSION_TLSv1_0, CURL_SSLVERSION_MAX_DEFAULT));
+    egpu_http_server_free(srv);
+    assert_int_equal(egpu_alloc_live(), live);
+    pki_remove(&p);
+}
+
+/* Issue 22, point 3: a connection that has not finished its TLS handshake
+ * handshake_timeout_s (1) after it opened is closed and counted: one that
+ * sends nothing and one that stops inside its ClientHello (before, they
+ * were held to the idle timeout, 4 s here, or the request timeout). A
+ * client that finished its handshake, in TLS 1.2 or 1.3, and then waits 2 s
+ * before its request is served on the same connection. */
+static void test_handshake_deadline(void **state)
+{
+    /* A TLS record header (handshake, TLS 1.0 record version, 512 bytes)
+     * and the start of a ClientHello: the rest never comes. */
+    static const unsigned char part[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00,
+                                         0x01, 0xfc, 0x03, 0x03, 0x11, 0x22, 0x33};
+    struct egpu_http_config cfg = {.bind_addr = "127.0.0.1",
+                                   .threads = 2,
+                                   .timeout_s = 4,
+                                   .request_timeout_s = 3,
+                                   .handshake_timeout_s = 1};
+    struct egpu_http_conn_stats st;
+    struct egpu_http_server *srv;
+    struct egpu_metrics *reg;
+    struct egpu_health *health;
+    struct reply r;
+    struct pki p;
+    char out[1024];
+    double t;
+    long live = egpu_alloc_live();
+    uint16_t port;
+    CURL *h;
+    int fd;
+
+    (void)state;
+    need_openssl();
+    pki_make(&p);
+    pki_publish(&p, p.leaf[0], p.lkey[0]);
+    cfg.tls_cert_file = p.cert;
+    cfg.tls_key_file = p.key;
+    reg = egpu_metrics_new();
+    assert_non_null(reg);
+    srv = start_cfg(&cfg, reg, &health);
+    port = egpu_http_server_port(srv);
+
+    fd = tcp_connect(port); /* silent */
+    t = seconds_to_close(fd, 6.0);
+    close(fd);
+    assert_true(t >= 0.9 && t < 2.5);
+    fd = tcp_connect(port); /* part of a ClientHello, at once */
+    assert_int_equal(send(fd, part, sizeof(part), MSG_NOSIGNAL), (ssize_t)sizeof(part));
+    t = seconds_to_close(fd, 6.0);
+    close(fd);
+    assert_true(t >= 0.9 && t < 2.5);
+    egpu_http_server_conn_stats(srv, &st);
+    assert_int_equal(st.timed_out_handshake, 2);
+    assert_int_equal(st.timed_out_idle + st.timed_out_slow, 0);
+
+    hello_after_handshake(port, p.ca[0],
+                          (long)(CURL_SSLVERSION_TLSv1_2 | CURL_SSLVERSION_MAX_TLSv1_2), 2000, out,
+                          sizeof(out));
+    assert_non_null(strstr(out, "hello tls"));
+    hello_after_handshake(port, p.ca[0],
+                          (long)(CURL_SSLVERSION_TLSv1_3 | CURL_SSLVERSION_MAX_TLSv1_3), 2000, out,
+                          sizeof(out));
+    assert_non_null(strstr(out, "hello tls"));
+    egpu_http_server_conn_stats(srv, &st);
+    assert_int_equal(st.timed_out_handshake, 2);
+
+    h = curl_easy_init();
+    assert_int_equal(get_path(h, port, p.ca[0], "/metrics", &r, NULL, NULL), CURLE_OK);
+    assert_non_null(
+        strstr(r.body, "egpu_http_connections_timed_out_total{reason=\"handshake\"} 2\n"));
+    curl_easy_cleanup(h);
+    egpu_http_server_free(srv);
+    egpu_health_free(health);
+    egpu_metrics_free(reg);
+    assert_int_equal(egpu_alloc_live(), live);
+    pki_remove(&p);
+}
 
 static void test_rotation_keeps_connections(void **state)
 {
@@ -826,6 +1047,8 @@ int main(void)
         cmocka_unit_test(test_client_common_name_pinned),
         cmocka_unit_test(test_client_ca_rotation),
         cmocka_unit_test(test_bad_client_ca_at_start),
+        cmocka_unit_test(test_tls_versions),
+        cmocka_unit_test(test_handshake_deadline),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -184,3 +184,12 @@ document rolls the scheduler pods (egpu-scheduler reads it once, at start).
 {{- define "elastic-gpu.targetWorkloadName" -}}
 {{- include "elastic-gpu.hashedName" (list "elastic-gpu-target-workload" (dict "target_workload.json" (include "elastic-gpu.targetWorkload" .))) -}}
 {{- end -}}
+
+{{/*
+The peer a NetworkPolicy admits to a metrics port: the pods
+.Values.networkPolicy.prometheus selects (a list of one NetworkPolicyPeer).
+*/}}
+{{- define "elastic-gpu.prometheusPeer" -}}
+- namespaceSelector: {{ .Values.networkPolicy.prometheus.namespaceSelector | toJson }}
+  podSelector: {{ .Values.networkPolicy.prometheus.podSelector | toJson }}
+{{- end }}
