@@ -209,7 +209,7 @@ struct egpu_api_compat_opts {
 struct egpu_api_compat_edit {
     bool init;
     uint32_t container;
-    bool limits;    /* false: resources.requests */
+    bool limits;         /* false: resources.requests */
     char from[128];      /* the other system's resource name */
     char from_value[32]; /* its quantity as the pod wrote it, in its units, e.g. "4" */
     const char *to;      /* EGPU_RES_GPU_CORE, EGPU_RES_GPU_MEMORY, or NULL */

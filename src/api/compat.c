@@ -70,10 +70,10 @@ bool egpu_api_compat_known(const char *name, bool nvidia)
 /* What one resource map (requests or limits) of a container holds. */
 struct found {
     const struct compat_name *core, *mem;
-    int64_t core_v, mem_v;   /* in the other system's units */
-    bool has_count;          /* nvidia.com/gpu given */
+    int64_t core_v, mem_v; /* in the other system's units */
+    bool has_count;        /* nvidia.com/gpu given */
     int64_t count;
-    bool has_aliyun_count;   /* aliyun.com/gpu-count given beside aliyun.com/gpu-mem */
+    bool has_aliyun_count; /* aliyun.com/gpu-count given beside aliyun.com/gpu-mem */
     int64_t aliyun_count;
 };
 

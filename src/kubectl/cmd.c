@@ -86,7 +86,7 @@ static int parse(int argc, char **argv, struct kp *k)
         {"all-namespaces", no_argument, NULL, 'A'},
         {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
+        {"version", no_argument, NULL, 'V'}, /* EGPU_VERSION_LINE */
         {NULL, 0, NULL, 0},
     };
     int c;

@@ -114,8 +114,7 @@ static size_t warnings_with(const char *text, const char *needle)
         size_t len = end ? (size_t)(end - l) : strlen(l);
         char line[1024];
 
-        snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1),
-                 l);
+        snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), l);
         n += line[0] == 'W' && strstr(line, needle) != NULL;
         l = end ? end + 1 : NULL;
     }
