@@ -2,6 +2,11 @@
 #
 #   make deps    install missing Debian packages (as root), else print the apt-get line
 #   make build   configure and build into build/
+#   make install build, then cmake --install: the binaries (egpu-scheduler,
+#                egpu-agent, egpu-webhook, egpu-controller, egpu-sim,
+#                egpu-vcuda-inspect, the kubectl plugin kubectl-egpu) into
+#                $(PREFIX)/bin, the interposer into $(PREFIX)/lib/elastic-gpu
+#                (PREFIX defaults to /usr/local; run as root there)
 #   make demo    deps + build, then replay the openb trace with every policy (seed 42)
 #   make check   deps + build, then every test: unit (ctest), unit under ASan+UBSan
 #                (ctest), the threaded unit tests under TSan (ctest -L tsan),
@@ -29,6 +34,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RUNS  ?= 10000
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON     ?= /usr/bin/python3
+PREFIX     ?= /usr/local
 DATA_DIR   ?= data/openb
 TRACE_URL  ?= https://raw.githubusercontent.com/alibaba/clusterdata/master/cluster-trace-gpu-v2023/csv
 TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
@@ -36,7 +42,7 @@ TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
               openb_pod_list_gpuspec10.csv
 
-.PHONY: all deps build demo check unit asan tsan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
+.PHONY: all deps build install demo check unit asan tsan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
 
 all: build
 
@@ -46,6 +52,9 @@ deps:
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 demo: build
 	@if [ -z "$$EGPU_TRACE_DIR" ] && [ ! -d ../shared/data/openb ] && [ ! -d data/openb ]; then \

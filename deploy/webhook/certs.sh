@@ -224,9 +224,18 @@ fi
 for kind in mutating validating; do
     res=${kind}webhookconfiguration
     say "reading $res $CONFIG"
+    # kubectl's own error decides what to say: the API server's NotFound
+    # means deploy/ is not applied; anything else (no cluster reachable, no
+    # kubeconfig, no rights) is quoted as kubectl summed it up.
     # shellcheck disable=SC2086
-    names=$($KUBECTL get "$res" "$CONFIG" -o jsonpath='{range .webhooks[*]}{.name}{"\n"}{end}') ||
-        die "$res $CONFIG not found: apply deploy/ first (kubectl apply -k deploy/)"
+    if ! names=$($KUBECTL get "$res" "$CONFIG" \
+        -o jsonpath='{range .webhooks[*]}{.name}{"\n"}{end}' 2>"$DIR/kubectl.err"); then
+        if grep -q '(NotFound)' "$DIR/kubectl.err"; then
+            die "$res $CONFIG not found: apply deploy/ first (kubectl apply -k deploy/)"
+        fi
+        # kubectl's last line is its summary (klog's retries come before it).
+        die "cannot read $res $CONFIG from the cluster: $KUBECTL: $(grep . "$DIR/kubectl.err" | tail -n 1 | cut -c 1-500) (check that the kubeconfig, or KUBECTL, names a reachable cluster)"
+    fi
     count=$(printf '%s\n' "$names" | grep -c . || true)
     [ "$count" -gt 0 ] || die "$res $CONFIG has no webhooks"
     # shellcheck disable=SC2086

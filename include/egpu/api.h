@@ -229,10 +229,11 @@ struct egpu_api_compat_opts {
 struct egpu_api_compat_edit {
     bool init;
     uint32_t container;
-    bool limits;    /* false: resources.requests */
-    char from[128]; /* the other system's resource name */
-    const char *to; /* EGPU_RES_GPU_CORE, EGPU_RES_GPU_MEMORY, or NULL */
-    char value[32]; /* the converted quantity, e.g. "4096" */
+    bool limits;         /* false: resources.requests */
+    char from[128];      /* the other system's resource name */
+    char from_value[32]; /* its quantity as the pod wrote it, in its units, e.g. "4" */
+    const char *to;      /* EGPU_RES_GPU_CORE, EGPU_RES_GPU_MEMORY, or NULL */
+    char value[32];      /* the converted quantity, e.g. "4096" */
 };
 
 /* One rewrite of an annotation: `from` removed ("" = nothing removed), `to`
@@ -247,7 +248,7 @@ struct egpu_api_compat_annotation {
 
 #define EGPU_API_COMPAT_EDITS_MAX 128
 
-/* What converting one pod spec does. About 27 KiB: allocate it, rather
+/* What converting one pod spec does. About 31 KiB: allocate it, rather
  * than putting it on a server thread's stack. */
 struct egpu_api_compat_result {
     size_t nedits;
@@ -269,7 +270,12 @@ struct egpu_api_compat_result {
  * other names are left alone. Writes *out (zeroed first). Returns 0, or
  * EGPU_ERANGE / EGPU_ESYNTAX naming the container, the other system's name,
  * its value and why it has no equivalent (e.g. nvidia.com/gpu 2 with
- * nvidia.com/gpumem: several shared cards). */
+ * nvidia.com/gpumem: several shared cards; aliyun.com/gpu-count 2 with
+ * aliyun.com/gpu-mem). gpushare's card count aliyun.com/gpu-count (1) beside
+ * aliyun.com/gpu-mem is removed, as HAMi's nvidia.com/gpu is: no device
+ * plugin advertises it once gpushare is gone. Each warning names the unit
+ * of both sides where they differ ("aliyun.com/gpu-mem 4 (GiB) rewritten to
+ * elasticgpu.io/gpu-memory 4096 (MiB)"), else the one unit. */
 int egpu_api_compat_convert(const json_t *spec, const json_t *annotations,
                             const struct egpu_api_compat_opts *opts,
                             struct egpu_api_compat_result *out,

@@ -146,7 +146,12 @@ struct egpu_cli_server {
 };
 
 /* The version every binary prints for --version. */
-#define EGPU_VERSION "0.1.0"
+#define EGPU_VERSION            "0.1.0"
+/* What --version prints, for the binary named by the string literal PROG:
+ * "<prog> <version>\n", as egpu_cli_parse_server does. For the binaries
+ * with their own flag parsing (egpu-sim, kubectl-egpu, egpu-vcuda-inspect,
+ * which links no src/net). */
+#define EGPU_VERSION_LINE(PROG) PROG " " EGPU_VERSION "\n"
 
 /* One of a server's own flags and the variable that sets the same thing. */
 struct egpu_cli_flag {

@@ -121,7 +121,12 @@ int egpu_kube_config_in_cluster(const char *sa_dir, struct egpu_kube_config **ou
 /* The config a component uses (kubectl's order): the file given by
  * --kubeconfig (kubeconfig not NULL), else $KUBECONFIG, else ~/.kube/config if
  * it exists, else in-cluster. context as in egpu_kube_config_from_kubeconfig.
- * Returns what the chosen loader returns. */
+ * Returns what the chosen loader returns; when it falls through to
+ * in-cluster and that fails, the message names every place tried first:
+ * "no kubeconfig: --kubeconfig not given; $KUBECONFIG not set;
+ * /home/u/.kube/config: no such file; in-cluster: unable to load in-cluster
+ * configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be
+ * defined". */
 int egpu_kube_config_load(const char *kubeconfig, const char *context,
                           struct egpu_kube_config **out, struct egpu_error *err) EGPU_MUST_CHECK;
 

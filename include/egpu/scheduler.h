@@ -314,6 +314,18 @@ struct egpu_sched_cache_stats {
     size_t inside;             /* containers counted inside their claim's ElasticGPU */
 };
 void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
+
+/* Tell c that every informer has listed its kind once (the caller polls
+ * its informers' has_synced). Until then a pod counted without its cards
+ * is logged at debug only: the first lists come in any order (a pod
+ * before its node's GPU objects, a node's cards one by one), and those
+ * states clear by themselves. This call logs, once, a warning per pod
+ * still counted without its cards (the first 20, then one line with how
+ * many; or an info line "cache synced" when there is none); from then on
+ * a pod that becomes so is warned about once, until its cards are matched
+ * again. egpu_sched_cache_stats' unresolved counts them at any time.
+ * Later calls do nothing. */
+void egpu_sched_cache_synced(struct egpu_sched_cache *c);
 void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
 
 /* FGD's target workload from the cached pods (egpu_workload_from_requests,

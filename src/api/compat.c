@@ -44,6 +44,8 @@ static const struct compat_name names[] = {
 };
 
 #define NVIDIA_GPU "nvidia.com/gpu" /* HAMi's card count; NVIDIA's device plugin's too */
+#define ALIYUN_GPU_COUNT \
+    "aliyun.com/gpu-count" /* gpushare's card count, beside aliyun.com/gpu-mem */
 
 static const char *const core_limit_names[] = {
     "tencent.com/vcuda-core-limit",
@@ -71,6 +73,8 @@ struct found {
     int64_t core_v, mem_v; /* in the other system's units */
     bool has_count;        /* nvidia.com/gpu given */
     int64_t count;
+    bool has_aliyun_count; /* aliyun.com/gpu-count given beside aliyun.com/gpu-mem */
+    int64_t aliyun_count;
 };
 
 /* Integer value of map[name] (a quantity string or an integer). */
@@ -130,11 +134,22 @@ static int scan(const json_t *map, const char *cname, const struct egpu_api_comp
                 return rc;
         }
     }
+    if (f->mem != NULL && f->mem->family == ALIYUN &&
+        json_object_get(map, ALIYUN_GPU_COUNT) != NULL) {
+        int rc = int_value(map, ALIYUN_GPU_COUNT, cname, "cards", &f->aliyun_count, err);
+
+        if (rc)
+            return rc;
+        f->has_aliyun_count = true;
+    }
     return 0;
 }
 
+/* An edit of container ci: from (its quantity from_value, -1 = none) becomes
+ * to value. */
 static int add_edit(struct egpu_api_compat_result *r, bool init, uint32_t ci, bool limits,
-                    const char *from, const char *to, int64_t value, struct egpu_error *err)
+                    const char *from, int64_t from_value, const char *to, int64_t value,
+                    struct egpu_error *err)
 {
     struct egpu_api_compat_edit *e;
 
@@ -147,6 +162,8 @@ static int add_edit(struct egpu_api_compat_result *r, bool init, uint32_t ci, bo
     e->container = ci;
     e->limits = limits;
     snprintf(e->from, sizeof(e->from), "%s", from);
+    if (from_value >= 0)
+        snprintf(e->from_value, sizeof(e->from_value), "%lld", (long long)from_value);
     e->to = to;
     snprintf(e->value, sizeof(e->value), "%lld", (long long)value);
     return 0;
@@ -186,6 +203,12 @@ static int convert(const struct found *f, const char *cname, const struct egpu_a
     }
     if (f->core != NULL)
         *core = f->core_v;
+    if (f->has_aliyun_count && f->aliyun_count != 1)
+        return egpu_error_set(err, EGPU_ERANGE,
+                              "container \"%s\": " ALIYUN_GPU_COUNT " is %lld with %s; allowed: 1 "
+                              "(aliyun.com/gpu-mem is the memory of one shared card; Elastic GPU "
+                              "shares at most one card per container), or no " ALIYUN_GPU_COUNT,
+                              cname, (long long)f->aliyun_count, f->mem->name);
     if ((f->core != NULL && f->core->family == NVIDIA) ||
         (f->mem != NULL && f->mem->family == NVIDIA)) {
         /* HAMi: nvidia.com/gpu cards, each with gpucores percent and
@@ -237,16 +260,24 @@ static int container_map(const json_t *map, bool init, uint32_t ci, bool limits,
         return rc;
     *memory_only |= mo;
     if (f.core != NULL)
-        rc = add_edit(r, init, ci, limits, f.core->name, core >= 0 ? EGPU_RES_GPU_CORE : NULL, core,
-                      err);
+        rc = add_edit(r, init, ci, limits, f.core->name, f.core_v,
+                      core >= 0 ? EGPU_RES_GPU_CORE : NULL, core, err);
     else if (core >= 0)
-        rc = add_edit(r, init, ci, limits, "", EGPU_RES_GPU_CORE, core, err);
+        rc = add_edit(r, init, ci, limits, "", -1, EGPU_RES_GPU_CORE, core, err);
     if (!rc && f.mem != NULL)
-        rc = add_edit(r, init, ci, limits, f.mem->name, mem >= 0 ? EGPU_RES_GPU_MEMORY : NULL, mem,
-                      err);
+        rc = add_edit(r, init, ci, limits, f.mem->name, f.mem_v,
+                      mem >= 0 ? EGPU_RES_GPU_MEMORY : NULL, mem, err);
     if (!rc && f.has_count)
-        rc = add_edit(r, init, ci, limits, NVIDIA_GPU, NULL, 0, err);
+        rc = add_edit(r, init, ci, limits, NVIDIA_GPU, f.count, NULL, 0, err);
+    if (!rc && f.has_aliyun_count)
+        rc = add_edit(r, init, ci, limits, ALIYUN_GPU_COUNT, f.aliyun_count, NULL, 0, err);
     return rc;
+}
+
+/* The unit of one of our resources, as the warnings name it. */
+static const char *to_unit(const char *to)
+{
+    return strcmp(to, EGPU_RES_GPU_MEMORY) == 0 ? "MiB" : "percent of a card";
 }
 
 /* Warnings for container cname's conversions: one per name, from the
@@ -281,7 +312,12 @@ static void warn_container(struct egpu_api_compat_result *r, size_t first, const
         else if (e->to == NULL)
             warn(r, "container \"%s\": %s removed (%s)", cname, e->from,
                  strcmp(e->from, NVIDIA_GPU) == 0 ? "the card count is in " EGPU_RES_GPU_CORE
-                                                  : "whole cards come with all their memory");
+                 : strcmp(e->from, ALIYUN_GPU_COUNT) == 0
+                     ? "gpushare's card count; aliyun.com/gpu-mem is one shared card's memory"
+                     : "whole cards come with all their memory");
+        else if (strcmp(unit, to_unit(e->to)) != 0) /* name both units: 4 GiB is 4096 MiB */
+            warn(r, "container \"%s\": %s %s (%s) rewritten to %s %s (%s)", cname, e->from,
+                 e->from_value, unit, e->to, e->value, to_unit(e->to));
         else
             warn(r, "container \"%s\": %s rewritten to %s %s (%s)", cname, e->from, e->to, e->value,
                  unit);

@@ -774,6 +774,7 @@ int egpu_kube_config_load(const char *kubeconfig, const char *context,
     const char *env = getenv("KUBECONFIG");
     const char *home = getenv("HOME");
     char path[4096];
+    int rc;
 
     if (kubeconfig != NULL && kubeconfig[0] != '\0')
         return egpu_kube_config_from_kubeconfig(kubeconfig, context, out, err);
@@ -783,5 +784,14 @@ int egpu_kube_config_load(const char *kubeconfig, const char *context,
         (size_t)snprintf(path, sizeof(path), "%s/.kube/config", home) < sizeof(path) &&
         exists(path))
         return egpu_kube_config_from_kubeconfig(path, context, out, err);
-    return egpu_kube_config_in_cluster(NULL, out, err);
+    rc = egpu_kube_config_in_cluster(NULL, out, err);
+    if (rc == 0)
+        return 0;
+    /* Not only the last place tried: every one, in kubectl's order. */
+    return egpu_error_prefix(
+        err, rc, "no kubeconfig: --kubeconfig not given; $KUBECONFIG %s%.256s%s; %s%s; in-cluster",
+        env == NULL || env[0] == '\0' ? "not set" : "\"", env != NULL ? env : "",
+        env == NULL || env[0] == '\0' ? "" : "\" names no file that exists",
+        home == NULL || home[0] == '\0' ? "$HOME not set, so no ~/.kube/config" : path,
+        home == NULL || home[0] == '\0' ? "" : ": no such file");
 }

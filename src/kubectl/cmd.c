@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "egpu/cli.h"
 #include "egpu/kube.h"
 #include "egpu/log.h"
 #include "kubectl_int.h"
@@ -44,6 +45,7 @@ static const char usage[] =
     "  -A, --all-namespaces   claims and budget: every namespace\n"
     "  -o, --output FORMAT    wide (more columns) or json (docs/kubectl.md)\n"
     "  -h, --help             show this help\n"
+    "  --version              show the version\n"
     "\n"
     "Exit status: 0; 1 when the API server answers with an error or cannot be\n"
     "reached; 2 on bad usage.\n";
@@ -73,7 +75,8 @@ static int bad_usage(const char *fmt, ...)
     return 2;
 }
 
-/* Parse argv into *k. Returns -1 to run, 0 after --help, 2 on bad usage. */
+/* Parse argv into *k. Returns -1 to run, 0 after --help or --version, 2 on
+ * bad usage. */
 static int parse(int argc, char **argv, struct kp *k)
 {
     static const struct option opts[] = {
@@ -83,6 +86,7 @@ static int parse(int argc, char **argv, struct kp *k)
         {"all-namespaces", no_argument, NULL, 'A'},
         {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'}, /* EGPU_VERSION_LINE */
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -115,6 +119,9 @@ static int parse(int argc, char **argv, struct kp *k)
             break;
         case 'h':
             fputs(usage, stdout);
+            return 0;
+        case 'V':
+            fputs(EGPU_VERSION_LINE(KP_PROG), stdout);
             return 0;
         case ':':
             return bad_usage("flag %s needs a value", argv[optind - 1]);

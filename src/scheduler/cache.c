@@ -129,6 +129,7 @@ struct pod_entry {
     bool counted;           /* holds an assignment in the core under key */
     bool reserved;          /* placed by our bind; the watch has not confirmed it yet */
     bool unresolved;        /* counted without its cards (they could not be matched) */
+    bool warned;            /* unresolved, and logged as a warning (after the sync) */
     struct node_info *home; /* the node it is placed on, or NULL */
     bool waiting;           /* counted in home->waiting (see is_waiting) */
     struct pod_entry *prev, *next;
@@ -191,6 +192,7 @@ struct egpu_sched_cache {
     bool load_aware;           /* give the core the cards' fresh loads */
     int64_t load_max_age_s;    /* a report older than this is unknown */
     int64_t load_expiry_s;     /* no fresh load turns stale before this; INT64_MAX = none */
+    bool synced;               /* egpu_sched_cache_synced was called: every kind listed once */
 };
 
 struct egpu_sched_cache *egpu_sched_cache_new(void)
@@ -431,6 +433,14 @@ static void split_inside(const struct pod_entry *e, const struct egpu_node *n,
     pick->nshares = ns;
 }
 
+/* Why e (which wants a GPU) could not be matched to its node's cards. */
+static const char *unresolved_why(const struct pod_entry *e)
+{
+    return e->pod.has_assigned        ? "annotation names cards or containers the node lacks"
+           : e->pod.assigned_error[0] ? e->pod.assigned_error
+                                      : "bound without " EGPU_ANN_ASSIGNED;
+}
+
 /* Count entry e on node n in the core: its placement (annotation) read into
  * a pick, the containers counted inside their claim's ElasticGPU taken out.
  * Returns 0, or egpu_cluster_assign's error (e then holds nothing). */
@@ -445,16 +455,21 @@ static int count_on(struct egpu_sched_cache *c, struct pod_entry *e, struct egpu
     e->unresolved = false;
     memset(in, 0, sizeof(in));
     if (egpu_sched_pod_wants_gpu(&e->pod) && !pick_of(&e->pod, n, &pick)) {
-        egpu_log(EGPU_LOG_WARN, "counting pod without its cards pod=%s node=%s reason=\"%s\"",
-                 e->key, n->name,
-                 e->pod.has_assigned        ? "annotation names cards or containers the node lacks"
-                 : e->pod.assigned_error[0] ? e->pod.assigned_error
-                                            : "bound without " EGPU_ANN_ASSIGNED);
+        /* Before the sync this is mostly the first lists arriving in any
+         * order (a pod before its node's GPU objects): debug only, and
+         * egpu_sched_cache_synced reports what is left. After it, one
+         * warning per pod, until its cards are matched again. */
+        egpu_log(c->synced && !e->warned ? EGPU_LOG_WARN : EGPU_LOG_DEBUG,
+                 "counting pod without its cards pod=%s node=%s reason=\"%s\"", e->key, n->name,
+                 unresolved_why(e));
+        e->warned = c->synced;
         req.ncontainers = 0;
         pick.nshares = 0;
         e->unresolved = true;
-    } else if (e->nuses > 0) {
-        split_inside(e, n, &req, &pick, in);
+    } else {
+        e->warned = false;
+        if (e->nuses > 0)
+            split_inside(e, n, &req, &pick, in);
     }
     rc = egpu_cluster_assign(c->cluster, e->key, n, &req, &pick, err);
     if (rc) {
@@ -1971,6 +1986,39 @@ void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched
     while ((ce = egpu_map_next(c->claims, &pos, NULL)) != NULL)
         out->claims += ce->known;
     out->classes = egpu_map_count(c->classes);
+}
+
+#define SYNC_WARN_PODS 20 /* pods named one by one at the sync; the rest are counted */
+
+void egpu_sched_cache_synced(struct egpu_sched_cache *c)
+{
+    struct pod_entry *e;
+    size_t pos = 0, n = 0;
+
+    pthread_mutex_lock(&c->lock);
+    if (c->synced) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    c->synced = true;
+    while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
+        const char *node = target_of(&e->pod);
+
+        if (!e->unresolved)
+            continue;
+        if (n++ < SYNC_WARN_PODS)
+            egpu_log(EGPU_LOG_WARN, "counting pod without its cards pod=%s node=%s reason=\"%s\"",
+                     e->key, node != NULL ? node : "", unresolved_why(e));
+        e->warned = true;
+    }
+    if (n > 0)
+        egpu_log(EGPU_LOG_WARN,
+                 "cache synced with pods counted without their cards pods=%zu unresolved=%zu "
+                 "named=%zu (egpu_scheduler_cache_unresolved_pods)",
+                 egpu_map_count(c->pods), n, n < SYNC_WARN_PODS ? n : (size_t)SYNC_WARN_PODS);
+    else
+        egpu_log(EGPU_LOG_INFO, "cache synced pods=%zu unresolved=0", egpu_map_count(c->pods));
+    pthread_mutex_unlock(&c->lock);
 }
 
 void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out)

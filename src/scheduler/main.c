@@ -35,6 +35,7 @@ struct app {
     struct egpu_service svc;      /* the verbs (--listen, --port); the probes (--health-*) */
     struct egpu__follower follow; /* with --follow-lease */
     bool following;
+    bool cache_synced; /* egpu_sched_cache_synced called (tick) */
     struct egpu_metrics *reg;
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
         *m_pods, *m_unresolved, *m_waiting, *m_reused, *m_load_decided, *m_skipped, *m_dup_gpus,
@@ -514,7 +515,8 @@ static void finish(void *data)
 }
 
 /* Every second: probe the API server (for /readyz), read the followed
- * Lease, refresh the gauges. */
+ * Lease, tell the cache once its informers have synced, refresh the
+ * gauges. */
 static void tick(void *data)
 {
     struct app *a = data;
@@ -522,6 +524,10 @@ static void tick(void *data)
     probe_api(a);
     if (a->following)
         egpu__follower_poll(&a->follow);
+    if (!a->cache_synced && egpu__sched_api_synced(&a->api)) {
+        egpu_sched_cache_synced(a->cache); /* logs what the first lists left wrong, once */
+        a->cache_synced = true;
+    }
     refresh_metrics(a);
 }
 

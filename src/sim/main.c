@@ -56,10 +56,15 @@ static const char usage[] =
     "                      connected ones; prints how many lie inside one island at the\n"
     "                      end (default: no topology, as in the trace)\n"
     "  --card-dump FILE    write each replay's final state per card as CSV (policy, seed,\n"
-    "                      node, card, capacity, reserved and pods' milli-GPU, pods)\n"
+    "                      node, card, capacity, reserved and pods' milli-GPU, pods); FILE\n"
+    "                      may be in --out DIR, which is made first\n"
     "  --jobs N            replays run in parallel (default: online CPUs)\n"
-    "  --out DIR           where replay_curve.csv, replay_curve.png and replay_runs.csv go\n"
-    "                      (default out)\n"
+    "  --out DIR           where the outputs go, made if missing (default out):\n"
+    "                      replay_curve.csv (allocation and fragmentation per arrived\n"
+    "                      percent), replay_runs.csv (one row per policy and seed),\n"
+    "                      target_workload.json (the FGD target workload, as the\n"
+    "                      TargetWorkload document egpu-scheduler --target-workload\n"
+    "                      reads) and replay_curve.png (gnuplot)\n"
     "  --no-plot           do not draw the PNG\n"
     "  --max-deviation P   exit 1 if a policy with published figures is more than P points\n"
     "                      from the published allocation ratio at 100% arrived\n"
@@ -311,7 +316,7 @@ static int parse_args(int argc, char **argv, struct options *o)
             fputs(usage, stdout);
             return 0;
         case O_VERSION:
-            printf("egpu-sim 0.1.0\n");
+            fputs(EGPU_VERSION_LINE("egpu-sim"), stdout);
             return 0;
         default:
             return bad("unknown or incomplete option \"%s\"", argv[optind - 1]);
@@ -618,6 +623,11 @@ int main(int argc, char **argv)
                (unsigned long long)(1000 * ngpus),
                resv.memory_dropped ? "; gpu-memory ignored (the trace has none)" : "");
     }
+    /* --out first: --card-dump may name a file in it (out/cards.csv). */
+    if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {
+        egpu_error_errno(&err, "--out %s", o.out);
+        goto fail;
+    }
     if (o.card_dump != NULL) {
         cards.f = fopen(o.card_dump, "w");
         if (cards.f == NULL) {
@@ -667,10 +677,6 @@ int main(int argc, char **argv)
                "cards at the end of the replays lie inside one NVLink island\n",
                o.topology_islands, (unsigned long long)cards.in_island,
                (unsigned long long)cards.multi);
-    if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {
-        egpu_error_errno(&err, "--out %s", o.out);
-        goto fail;
-    }
     snprintf(path, sizeof(path), "%s/replay_curve.csv", o.out);
     if (egpu_report_csv(path, o.policies, o.npolicies, &err))
         goto fail;

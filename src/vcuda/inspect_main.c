@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "egpu/cli.h" /* EGPU_VERSION_LINE only: this binary links no src/net */
 #include "egpu/log.h"
 #include "inspect.h"
 
@@ -56,6 +57,7 @@ static const char usage_text[] =
     "\n"
     "  -o, --output FORMAT   text (default) or json (apiVersion " EGPU_VCUDA_INSPECT_API ")\n"
     "  -h, --help            this help\n"
+    "  --version             the version\n"
     "\n"
     "Exit status: 0; 1 when DIR, vcuda.conf or a region is missing, unreadable or corrupted\n"
     "(the message names the file); 2 for bad usage.\n";
@@ -252,6 +254,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     static struct egpu__vcuda_region_view mem; /* about 150 KiB */
@@ -272,6 +275,10 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "+o:h", opts, NULL)) != -1) {
         if (c == 'h') {
             fputs(usage_text, stdout);
+            return 0;
+        }
+        if (c == 'V') {
+            fputs(EGPU_VERSION_LINE(PROG), stdout);
             return 0;
         }
         if (c == 'o' && strcmp(optarg, "json") == 0)

@@ -171,7 +171,7 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
     if (!wh_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp) || pp.spec == NULL ||
         (pp.is_pod && rv->op != WH_CREATE))
         return 0;
-    res = egpu_malloc(sizeof(*res)); /* about 27 KiB: not on a pool thread's stack */
+    res = egpu_malloc(sizeof(*res)); /* about 31 KiB: not on a pool thread's stack */
     if (res == NULL)
         return -ENOMEM;
     rc = egpu_api_compat_convert(pp.spec, pp.annotations, &opts, res, &err);

@@ -956,6 +956,36 @@ def test_certs_live_run_keeps_the_old_ca(tmp_path):
         assert f"certs.sh: run: {fake} {' '.join(c['args'])}" in r.stdout
 
 
+def test_certs_unreachable_cluster_is_not_called_not_found(tmp_path):
+    """Issue 23, point D: with no cluster to reach, certs.sh says it cannot
+    read the configuration and quotes kubectl's reason (the server it tried),
+    instead of saying the configuration is not found; the API server's
+    NotFound still says to apply deploy/ first."""
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}))
+    r = run_certs("--dir", str(tmp_path / "d"),
+                  env={"KUBECTL": tool("kubectl"), "KUBECONFIG": str(kc)})
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "not found" not in line, line
+    assert line.startswith(f"certs.sh: cannot read mutatingwebhookconfiguration {CONFIG} "
+                           "from the cluster: "), line
+    assert "127.0.0.1:1" in line and "reachable cluster" in line, line
+    fake = tmp_path / "kubectl"
+    fake.write_text("#!/bin/sh\necho 'Error from server (NotFound): "
+                    f"mutatingwebhookconfigurations.admissionregistration.k8s.io \"{CONFIG}\" "
+                    "not found' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    r = run_certs("--dir", str(tmp_path / "d2"), env={"KUBECTL": str(fake)})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (f"certs.sh: mutatingwebhookconfiguration {CONFIG} not found: "
+                                "apply deploy/ first (kubectl apply -k deploy/)"), r.stderr
+
+
 @pytest.mark.parametrize("args,msg", [
     (["--days", "0"], "--days is '0'"),
     (["--days", "x"], "--days is 'x'"),

@@ -43,6 +43,10 @@
   its hash) mounted read-only and passed with --target-workload, and
   nothing else; egpu-scheduler reads the rendered file; a document of the
   wrong shape fails the rendering.
+- values.schema.json makes every value with a fixed set of values an enum
+  (the literals the templates compare it with; the policies egpu-scheduler
+  takes) and every switch a boolean: each allowed value renders, anything
+  else fails naming the value's path and the allowed ones.
 - Chart.yaml's appVersion is the images' tag of deploy/kustomization.yaml
   and CMakeLists.txt's version; the chart's version is that version. Each
   component's repository ends in the name of its image in deploy/
@@ -115,9 +119,13 @@ def helm_template(*sets, crds=True, values=None):
     return load(run(argv))
 
 
-def helm_fails(*sets, values=None):
-    """helm template's error output for values it must refuse."""
+def helm_fails(*sets, values=None, skip_schema=False):
+    """helm template's error output for values it must refuse; skip_schema:
+    without values.schema.json (--skip-schema-validation), so that the
+    templates' own checks answer."""
     argv = [tool("helm"), "template", RELEASE, str(CHART)]
+    if skip_schema:
+        argv.append("--skip-schema-validation")
     if values is not None:
         argv += ["-f", str(values)]
     for s in sets:
@@ -467,10 +475,78 @@ def test_scheduler_mode_is_checked(chart):
     dep = main[("Deployment", "egpu-scheduler", NS)]
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--node-policy") + 1] == "fgd" and "--tls-cert" in args
-    r = subprocess.run([tool("helm"), "template", RELEASE, str(CHART), "--set",
-                        "scheduler.mode=both"], capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
-    assert 'scheduler.mode is "both": expected second or main' in r.stderr, r.stderr
+    err = helm_fails("scheduler.mode=both")
+    assert "at '/scheduler/mode': value must be one of 'second', 'main'" in err, err
+    err = helm_fails("scheduler.mode=both", skip_schema=True)
+    assert 'scheduler.mode is "both": expected second or main' in err, err
+
+
+def schema_enums(node, path=""):
+    """{values path "a.b": its enum} and [paths of the booleans] of values.schema.json."""
+    enums, bools = {}, []
+    if "enum" in node:
+        enums[path] = node["enum"]
+    if node.get("type") == "boolean":
+        bools.append(path)
+    for k, sub in node.get("properties", {}).items():
+        e, b = schema_enums(sub, f"{path}.{k}" if path else k)
+        enums.update(e)
+        bools += b
+    return enums, bools
+
+
+def test_every_enumerated_value_is_checked(build_dir):
+    """Issue 23, point D: values.schema.json makes every value that takes one
+    of a fixed set an enum and every switch a boolean, so `--set
+    webhook.certificates=bogus` (or certmanager) and
+    `scheduler.nodePolicy=pack` fail naming the value and the allowed ones,
+    instead of rendering the default with status 0. Each enum is what the
+    templates compare the value with (every `eq .Values.X "..."` of the
+    templates is an enum of the schema that holds its literal) and what the
+    binary takes (the policies are egpu-scheduler's); each allowed value
+    renders."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    enums, bools = schema_enums(schema)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    # Every literal the templates compare a value with is allowed by the schema.
+    compared = {}
+    for f in (CHART / "templates").rglob("*"):
+        if f.is_file():
+            for v, lit in re.findall(r'\beq \.Values\.([A-Za-z.]+) "([^"]*)"', f.read_text()):
+                compared.setdefault(v, set()).add(lit)
+    assert compared, "no comparison found in the templates"
+    for v, lits in compared.items():
+        assert v in enums, f"the templates compare {v} with {sorted(lits)}; the schema has no enum"
+        assert lits <= set(enums[v]), (v, lits, enums[v])
+    assert set(enums) >= {"webhook.certificates", "scheduler.nodePolicy", "scheduler.cardPolicy",
+                          "scheduler.mode", "scheduler.podsWithoutGpu", "image.pullPolicy"}
+    # The policies are the names egpu-scheduler takes (its error lists them).
+    r = subprocess.run([str(build_dir / "src/scheduler/egpu-scheduler"), "--node-policy", "pack"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    allowed = re.search(r"allowed: ([a-z, -]+)", r.stderr).group(1).split(", ")
+    for v in ("scheduler.nodePolicy", "scheduler.cardPolicy"):
+        assert enums[v] == [""] + allowed, (v, enums[v], allowed)
+    assert enums["image.pullPolicy"] == ["Always", "IfNotPresent", "Never"]
+    # Each default is allowed, each allowed value renders, anything else fails.
+    for v, allowed_values in enums.items():
+        default = values
+        for part in v.split("."):
+            default = default[part]
+        assert default in allowed_values, (v, default)
+        for ok in allowed_values:
+            if ok != default:
+                run([tool("helm"), "template", RELEASE, str(CHART), "--set-string", f"{v}={ok}"])
+        shown = ", ".join(f"'{a}'" for a in allowed_values)
+        for bad in ("bogus", "certmanager", "pack"):
+            err = helm_fails(f"{v}={bad}")
+            path = "/" + v.replace(".", "/")
+            assert f"at '{path}': value must be one of {shown}" in err, err
+    for v in bools:
+        assert v.endswith(".enabled") or v == "namespace.create", v
+        err = helm_fails(f"{v}=flase")
+        assert f"at '/{v.replace('.', '/')}': got string, want boolean" in err, err
+    assert set(COMPONENTS) <= set(bools)
 
 
 # --- pods without GPUs and the target workload ----------------------------------
@@ -532,6 +608,8 @@ def test_pods_without_gpu_place_drops_managed_resources(chart, build_dir):
     assert r.returncode == 0, r.stderr
     for bad in ("maybe", "PLACE", "true", ""):
         err = helm_fails(f"scheduler.podsWithoutGpu={bad}")
+        assert "at '/scheduler/podsWithoutGpu': value must be one of 'pass', 'place'" in err, err
+        err = helm_fails(f"scheduler.podsWithoutGpu={bad}", skip_schema=True)
         assert f'scheduler.podsWithoutGpu is "{bad}": expected pass or place' in err, err
         if bad:
             a = subprocess.run([exe, "--pods-without-gpu", bad, "--help"], capture_output=True,

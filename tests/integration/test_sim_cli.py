@@ -258,6 +258,42 @@ def test_unhealthy_cards_take_no_new_pod(sim, tmp_path, fixtures):
     assert sum(v[1] for v in after.values()) > 0, after
 
 
+def test_card_dump_into_a_new_out_folder(sim, tmp_path, fixtures):
+    """Issue 23, point 9: --card-dump DIR/FILE with DIR the --out folder,
+    which does not exist yet: the folder is made first and the dump lands
+    there beside the other outputs; a folder that is not --out and does not
+    exist is an error naming the flag and the file."""
+    d = small_trace(tmp_path, fixtures)
+    out = tmp_path / "new" / "out"
+    (tmp_path / "new").mkdir()
+    p = run(sim, "--trace-dir", str(d), "--policy", "binpack", "--no-plot", "--out", str(out),
+            "--card-dump", str(out / "cards.csv"))
+    assert p.returncode == 0, p.stderr
+    assert card_rows(out / "cards.csv"), (out / "cards.csv").read_text()
+    assert (out / "replay_curve.csv").exists() and (out / "target_workload.json").exists()
+    p = run(sim, "--trace-dir", str(d), "--policy", "binpack", "--no-plot",
+            "--out", str(tmp_path / "o2"), "--card-dump", str(tmp_path / "nope" / "cards.csv"))
+    assert p.returncode == 2
+    assert p.stderr.startswith(f"egpu-sim: --card-dump {tmp_path / 'nope' / 'cards.csv'}: "), \
+        p.stderr
+
+
+def test_help_names_every_output(sim, tmp_path, fixtures):
+    """Issue 23, point D: --help names each file the run writes to --out,
+    target_workload.json included: the files a run lists on its "wrote" line."""
+    d = small_trace(tmp_path, fixtures)
+    p = run(sim, "--trace-dir", str(d), "--policy", "binpack", "--out", str(tmp_path / "out"))
+    assert p.returncode == 0, p.stderr
+    (wrote,) = [l for l in p.stdout.splitlines() if l.startswith("wrote ")]
+    files = [os.path.basename(w.strip()) for w in wrote[len("wrote "):].split(",")]
+    assert "target_workload.json" in files, files
+    if shutil.which("gnuplot"):
+        assert "replay_curve.png" in files, files
+    help_text = " ".join(run(sim, "--help").stdout.split())
+    for f in files + ["replay_curve.png"]:
+        assert f in help_text, f
+
+
 @pytest.mark.parametrize("arg", ["n-a-gpu4", "n-c-gpu0", "n-z-gpu0", "n-a-gpu+1", "n-a", ""])
 def test_unhealthy_names_a_card(sim, tmp_path, fixtures, arg):
     d = small_trace(tmp_path, fixtures)

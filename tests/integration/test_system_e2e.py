@@ -276,8 +276,8 @@ def run_story(api, ctl, sched, w, s, nodes, gpus, paths, plugin, tl, e):  # noqa
     assert warns == [
         'container "main": tencent.com/vcuda-core rewritten to elasticgpu.io/gpu-core 30 '
         '(percent of a card)',
-        'container "main": tencent.com/vcuda-memory rewritten to elasticgpu.io/gpu-memory 4096 '
-        '(1 = 256 MiB)'], warns
+        'container "main": tencent.com/vcuda-memory 16 (1 = 256 MiB) rewritten to '
+        'elasticgpu.io/gpu-memory 4096 (MiB)'], warns
     want = {"elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "4096"}
     assert vpod["spec"]["containers"][0]["resources"] == {"requests": want, "limits": want}
     assert vpod["spec"]["schedulerName"] == "elastic-gpu-scheduler"

@@ -187,8 +187,8 @@ def test_gpu_pod_patched(webhook, api):  # noqa: F811
     assert resp["warnings"] == [
         'container "train": tencent.com/vcuda-core rewritten to elasticgpu.io/gpu-core 30 '
         '(percent of a card)',
-        'container "train": tencent.com/vcuda-memory rewritten to elasticgpu.io/gpu-memory 4096 '
-        '(1 = 256 MiB)',
+        'container "train": tencent.com/vcuda-memory 16 (1 = 256 MiB) rewritten to '
+        'elasticgpu.io/gpu-memory 4096 (MiB)',
         'annotation tencent.com/vcuda-core-limit rewritten to elasticgpu.io/gpu-core-limit 60 '
         '(percent of a card)']
     ops = json.loads(base64.b64decode(resp["patch"]))
@@ -265,6 +265,35 @@ def test_share_without_memory(webhook, api):  # noqa: F811
     whole["spec"]["schedulerName"] = "elastic-gpu-scheduler"
     assert w.review("/mutate", review(whole)) == {"uid": UID, "allowed": True}
     assert "default_memory_per_core_mib=400" in w.log.read_text()
+
+
+def test_gpushare_pod_loses_its_card_count(webhook, api):  # noqa: F811
+    """Issue 23, points 5 and 6: a gpushare pod's aliyun.com/gpu-count goes
+    with its aliyun.com/gpu-mem (no device plugin advertises it once
+    gpushare's is gone, so the pod would stay Pending), with a warning; the
+    memory's warning names the unit of each side; a count of several cards
+    is refused, naming the field and what is allowed."""
+    gpus(api, 40960)
+    w = webhook()
+    w.wait_ready()
+    obj = pod({"aliyun.com/gpu-mem": "4", "aliyun.com/gpu-count": "1"})
+    resp = w.review("/mutate", review(obj))
+    assert resp["allowed"] is True, resp
+    assert 'container "train": aliyun.com/gpu-mem 4 (GiB) rewritten to elasticgpu.io/gpu-memory ' \
+        '4096 (MiB)' in resp["warnings"], resp["warnings"]
+    assert 'container "train": aliyun.com/gpu-count removed (gpushare\'s card count; ' \
+        'aliyun.com/gpu-mem is one shared card\'s memory)' in resp["warnings"], resp["warnings"]
+    patched = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(resp["patch"])))
+    ours = {"elasticgpu.io/gpu-core": "1", "elasticgpu.io/gpu-memory": "4096"}
+    assert patched["spec"]["containers"][0]["resources"] == {"limits": ours, "requests": ours}
+    assert w.review("/validate", review(patched)) == {"uid": UID, "allowed": True}
+    resp = w.review("/mutate", review(pod({"aliyun.com/gpu-mem": "4",
+                                           "aliyun.com/gpu-count": "2"})))
+    assert resp["allowed"] is False
+    assert resp["status"]["message"].endswith(
+        'container "train": aliyun.com/gpu-count is 2 with aliyun.com/gpu-mem; allowed: 1 '
+        '(aliyun.com/gpu-mem is the memory of one shared card; Elastic GPU shares at most one '
+        'card per container), or no aliyun.com/gpu-count'), resp
     assert w.stop() == 0
 
 

@@ -9,6 +9,7 @@
 
 #include "testutil.h"
 #include "sched_testutil.h"
+#include "egpu/log.h"
 #include "egpu/scheduler.h"
 
 #define WIRE EGPU_SOURCE_DIR "/../shared/k8s-wire/"
@@ -101,6 +102,93 @@ static uint32_t card_used(struct egpu_sched_cache *c, const char *node, int g)
 
     egpu_sched_cache_unlock(c);
     return v;
+}
+
+/* Lines of text that are warnings (klog 'W') holding needle. */
+static size_t warnings_with(const char *text, const char *needle)
+{
+    size_t n = 0;
+
+    for (const char *l = text; l != NULL && *l != '\0';) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        char line[1024];
+
+        snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), l);
+        n += line[0] == 'W' && strstr(line, needle) != NULL;
+        l = end ? end + 1 : NULL;
+    }
+    return n;
+}
+
+/* Issue 23, point 8: a restart sees the pods before the GPU objects, and a
+ * node's 8 cards one by one, so each pod is counted without its cards up to
+ * 8 times on the way. None of that is a warning: at the sync, one warning
+ * for the pod that is still wrong and one line with the count; after it,
+ * one warning per pod that becomes so, not one per rebuild. */
+static void test_sync_logs_only_what_stays_unresolved(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_sched_cache_stats st;
+    const int core[] = {30}, mem[] = {1024};
+    struct egpu_error err = {0};
+    char *text = NULL, ann[256];
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    json_t *pod, *g;
+
+    (void)state;
+    assert_non_null(f);
+    egpu_log_set_stream(f);
+    for (int i = 0; i < 4; i++) {
+        char name[8];
+
+        snprintf(name, sizeof(name), "p%d", i);
+        /* p0..p2 on the node's last card; p3 on a card it does not have. */
+        snprintf(ann, sizeof(ann),
+                 "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":30,"
+                 "\"memory\":1024,\"gpus\":[\"GPU-n1-%d\"]}]}",
+                 i < 3 ? 7 : 9);
+        pod = make_pod("ns", name, "n1", 1, core, mem);
+        annotate_json(pod, EGPU_ANN_ASSIGNED, ann);
+        set_pod(c, pod);
+    }
+    add_gpu_node(c, "n1", 8);
+    fflush(f);
+    assert_int_equal(warnings_with(text, "counting pod without its cards"), 0);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.unresolved, 1);
+    assert_int_equal(card_used(c, "n1", 7), 900);
+    /* The sync: the one pod still wrong, and how many. */
+    egpu_sched_cache_synced(c);
+    fflush(f);
+    assert_int_equal(warnings_with(text, "counting pod without its cards pod=ns/p3 node=n1"), 1);
+    assert_int_equal(warnings_with(text, "counting pod without its cards"), 1);
+    assert_int_equal(warnings_with(text, "cache synced with pods counted without their cards "
+                                         "pods=4 unresolved=1 named=1"),
+                     1);
+    egpu_sched_cache_synced(c); /* once only */
+    /* A spec change rebuilds the node and counts every pod again: p3 is
+     * still wrong, and not warned about again. */
+    g = make_gpu("n1", 0, "A100", 81920);
+    assert_int_equal(egpu_sched_cache_gpu_set(c, g, &err), 0);
+    json_decref(g);
+    fflush(f);
+    assert_int_equal(warnings_with(text, "counting pod without its cards"), 1);
+    assert_int_equal(warnings_with(text, "cache synced"), 1);
+    /* Its last card deleted, p0..p2 become wrong after the sync: one
+     * warning each. */
+    g = make_gpu("n1", 7, "A100", 40960);
+    assert_int_equal(egpu_sched_cache_gpu_delete(c, g, &err), 0);
+    json_decref(g);
+    fflush(f);
+    assert_int_equal(warnings_with(text, "counting pod without its cards"), 4);
+    egpu_sched_cache_stats(c, &st);
+    assert_int_equal(st.unresolved, 4);
+    egpu_log_set_stream(NULL);
+    fclose(f);
+    free(text);
+    egpu_sched_cache_free(c);
 }
 
 static void test_assigned_round_trip(void **state)
@@ -1687,6 +1775,7 @@ int main(void)
         cmocka_unit_test(test_pod_parse),
         cmocka_unit_test(test_wire_fixture_pod),
         cmocka_unit_test(test_cache_counts_and_rebuilds),
+        cmocka_unit_test(test_sync_logs_only_what_stays_unresolved),
         cmocka_unit_test(test_cache_keeps_recorded_assignment),
         cmocka_unit_test(test_cache_duplicate_uuid_drops_only_the_duplicate),
         cmocka_unit_test(test_pod_parse_nul),

@@ -52,8 +52,8 @@ static const struct mcase cases[] = {
          CORE, "30") "," ADD(MEM, "4096") "," SN "]",
      {"container \"train\": tencent.com/vcuda-core rewritten to elasticgpu.io/gpu-core 30 "
       "(percent of a card)",
-      "container \"train\": tencent.com/vcuda-memory rewritten to elasticgpu.io/gpu-memory 4096 "
-      "(1 = 256 MiB)"},
+      "container \"train\": tencent.com/vcuda-memory 16 (1 = 256 MiB) rewritten to "
+      "elasticgpu.io/gpu-memory 4096 (MiB)"},
      NULL},
     {"inspur core and memory",
      EGPU_WEBHOOK_MUTATE,
@@ -65,8 +65,8 @@ static const struct mcase cases[] = {
          CORE, "50") "," ADD(MEM, "2048") "," SN "]",
      {"container \"train\": inspur.com/vcuda-core rewritten to elasticgpu.io/gpu-core 50 "
       "(percent of a card)",
-      "container \"train\": inspur.com/vcuda-memory rewritten to elasticgpu.io/gpu-memory 2048 "
-      "(1 = 256 MiB)"},
+      "container \"train\": inspur.com/vcuda-memory 8 (1 = 256 MiB) rewritten to "
+      "elasticgpu.io/gpu-memory 2048 (MiB)"},
      NULL},
     {"aliyun GiB (memory only)",
      EGPU_WEBHOOK_MUTATE,
@@ -76,8 +76,9 @@ static const struct mcase cases[] = {
      NULL,
      "[" ANN_LIMIT100 "," RM("aliyun.com~1gpu-mem") "," ADD(CORE, "1") "," ADD(MEM, "8192") "," SN
                                                                                             "]",
-     {MEMORY_ONLY, "container \"train\": aliyun.com/gpu-mem rewritten to elasticgpu.io/gpu-memory "
-                   "8192 (GiB)"},
+     /* Issue 23, point 6: each side's unit, not "8192 (GiB)". */
+     {MEMORY_ONLY, "container \"train\": aliyun.com/gpu-mem 8 (GiB) rewritten to "
+                   "elasticgpu.io/gpu-memory 8192 (MiB)"},
      NULL},
     {"aliyun MiB",
      EGPU_WEBHOOK_MUTATE,
@@ -90,6 +91,32 @@ static const struct mcase cases[] = {
      {MEMORY_ONLY, "container \"train\": aliyun.com/gpu-mem rewritten to elasticgpu.io/gpu-memory "
                    "3000 (MiB)"},
      NULL},
+    /* Issue 23, point 5: gpushare's card count goes with gpushare. */
+    {"aliyun with its card count",
+     EGPU_WEBHOOK_MUTATE,
+     false,
+     0,
+     "{'aliyun.com/gpu-mem':'4','aliyun.com/gpu-count':'1'}",
+     NULL,
+     "[" ANN_LIMIT100 "," RM("aliyun.com~1gpu-mem") "," RM("aliyun.com~1gpu-count") "," ADD(
+         CORE, "1") "," ADD(MEM, "4096") "," SN "]",
+     {MEMORY_ONLY,
+      "container \"train\": aliyun.com/gpu-mem 4 (GiB) rewritten to elasticgpu.io/gpu-memory "
+      "4096 (MiB)",
+      "container \"train\": aliyun.com/gpu-count removed (gpushare's card count; "
+      "aliyun.com/gpu-mem is one shared card's memory)"},
+     NULL},
+    {"aliyun with two cards: denied",
+     EGPU_WEBHOOK_MUTATE,
+     false,
+     0,
+     "{'aliyun.com/gpu-mem':'4','aliyun.com/gpu-count':'2'}",
+     NULL,
+     NULL,
+     {NULL},
+     "container \"train\": aliyun.com/gpu-count is 2 with aliyun.com/gpu-mem; allowed: 1 "
+     "(aliyun.com/gpu-mem is the memory of one shared card; Elastic GPU shares at most one card "
+     "per container), or no aliyun.com/gpu-count"},
     {"elastic-gpu percent",
      EGPU_WEBHOOK_MUTATE,
      false,
