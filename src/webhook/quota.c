@@ -242,7 +242,7 @@ static int check(const struct egpu_webhook_config *cfg, const char *ns, const ch
                  const char *skip_uid, struct held ask, const char *what,
                  struct egpu_api_problems *p)
 {
-    char why[EGPU_ERRMSG_MAX] = "", msg[2 * EGPU_API_PROBLEM_MAX];
+    char why[EGPU_ERRMSG_MAX] = "", msg[4 * EGPU_API_PROBLEM_MAX];
     char req[256], used[256], lim[256];
     json_t *quotas = NULL;
     struct tally t;
