@@ -824,11 +824,61 @@ struct egpu_api_meter_pod {
 };
 
 /* Read pod (a v1 Pod, borrowed) into *out. A pod that asks no GPU, or is not
- * bound yet, reads as core_pct 0 or start_s 0: it is charged nothing.
- * Returns 0, or the first error of egpu_api_container_gpu (lenient) or
+ * bound yet, reads as core_pct 0 or start_s 0: it is charged nothing. A
+ * container that uses an ElasticGPUClaim (egpuc.elasticgpu.io/<container>,
+ * read with egpu_api_pod_claims) is left out: it is charged with its claim
+ * (egpu_api_meter_pod_holds, egpu_api_meter_holds_add); when the claim
+ * annotations do not decode, every container is the pod's own. Returns 0,
+ * or the first error of egpu_api_container_gpu (lenient) or
  * egpu_api_time_parse naming the field. */
 int egpu_api_meter_pod_read(const json_t *pod, struct egpu_api_meter_pod *out,
                             struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* What a namespace holds through one of its ElasticGPUClaims: either the
+ * reservation of an ElasticGPU whose claimRef names the claim (Bound, or
+ * Released once the claim is gone: a Retain ElasticGPU counts against the
+ * namespace that made it until it is deleted), or a container of a pod
+ * that uses the claim. */
+struct egpu_api_meter_hold {
+    char claim[EGPU_K8S_NAME_MAX]; /* the claim's name in the namespace */
+    bool reserved;                 /* true: an ElasticGPU; false: a pod's container */
+    struct egpu_api_meter_pod m;   /* its gpu-core, gpu-memory and seconds */
+};
+
+/* The containers of pod (a v1 Pod, borrowed; read as egpu_api_meter_pod_read
+ * reads it) that use a claim, as holds (reserved false, the pod's bound and
+ * end seconds) into out[0..max), *n of them. Returns 0 (none when the claim
+ * annotations do not decode), or egpu_api_meter_pod_read's errors. */
+int egpu_api_meter_pod_holds(const json_t *pod, struct egpu_api_meter_hold *out, size_t max,
+                             size_t *n, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ElasticGPU obj (borrowed, with a claimRef: the caller picks those of the
+ * namespace) as a hold (reserved true) of the claim its claimRef names:
+ * spec.capacity's gpu-core (100 per whole card) and a share's gpu-memory,
+ * from the later of its metadata.creationTimestamp and claim_created_s
+ * (the creationTimestamp of the claim whose uid its claimRef carries, 0
+ * when that claim is gone: an ElasticGPU made for a claim is never older
+ * than it, and one bound by hand is not charged for before its claim
+ * existed) to its metadata.deletionTimestamp (INT64_MAX while not being
+ * deleted). A Failed one (its node gone) holds nothing: start_s 0. Only
+ * fields the API server and egpu-controller write. Returns 0, EGPU_ESYNTAX
+ * or EGPU_ERANGE (egpu_api_egpu_decode's, or a timestamp naming its field,
+ * or no claimRef), -ENOMEM. */
+int egpu_api_meter_egpu_read(const json_t *obj, int64_t claim_created_s,
+                             struct egpu_api_meter_hold *out,
+                             struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Add what holds h[0..n) charge over [from_s, to_s) to *core_pct_s and
+ * *mem_mib_s. Per claim (h[].claim), at every second: the larger of what
+ * its ElasticGPUs reserve and what the containers using it hold, gpu-core
+ * and gpu-memory each. So a claim is charged from the moment it reserves
+ * capacity until it releases it, with or without pods; a pod inside it
+ * costs nothing more; and pods that use one claim beyond its capacity (two
+ * pods of one claim, or a pod while the claim is Lost) are charged what
+ * they hold. Integers only, additive over adjacent spans (cut [from, to)
+ * anywhere and the sums are the same). Returns 0 or -ENOMEM. */
+int egpu_api_meter_holds_add(const struct egpu_api_meter_hold *h, size_t n, int64_t from_s,
+                             int64_t to_s, int64_t *core_pct_s, int64_t *mem_mib_s) EGPU_MUST_CHECK;
 
 /* Add what p uses over [from_s, to_s) (its overlap with [start_s, end_s))
  * to *core_pct_s and *mem_mib_s. Nothing when the overlap is empty. */

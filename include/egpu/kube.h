@@ -184,6 +184,7 @@ extern const struct egpu_kube_resource egpu_kube_pods;              /* v1 pods *
 extern const struct egpu_kube_resource egpu_kube_nodes;             /* v1 nodes */
 extern const struct egpu_kube_resource egpu_kube_namespaces;        /* v1 namespaces */
 extern const struct egpu_kube_resource egpu_kube_events;            /* v1 events */
+extern const struct egpu_kube_resource egpu_kube_resourcequotas;    /* v1 resourcequotas */
 extern const struct egpu_kube_resource egpu_kube_leases;            /* coordination.k8s.io/v1 */
 extern const struct egpu_kube_resource egpu_kube_gpus;              /* elasticgpu.io/v1alpha1 GPU */
 extern const struct egpu_kube_resource egpu_kube_elasticgpus;       /* ElasticGPU */

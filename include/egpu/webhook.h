@@ -108,6 +108,27 @@ struct egpu_webhook_budgets {
     void *ud;
 };
 
+/* Where the webhook reads what a namespace holds against its ResourceQuotas
+ * of requests.elasticgpu.io/gpu-core and gpu-memory (webhook/quota.c): list
+ * gives, from the API server (a consistent LIST, not a cache: a claim
+ * admitted a moment ago must be counted), the items of what in namespace ns
+ * (a non-empty C string; ignored for ElasticGPUs, which are cluster-scoped
+ * and may come from a cache): 0 and *out, a new JSON array (maybe empty) the
+ * caller json_decref()s; -ENOMEM; any other negative code when they cannot
+ * be told, with err saying why. Called on the HTTPS server's pool threads,
+ * concurrently: it must be thread-safe. */
+enum egpu_webhook_quota_list {
+    EGPU_WEBHOOK_LIST_QUOTAS,      /* v1 ResourceQuotas */
+    EGPU_WEBHOOK_LIST_CLAIMS,      /* ElasticGPUClaims */
+    EGPU_WEBHOOK_LIST_PODS,        /* v1 Pods */
+    EGPU_WEBHOOK_LIST_ELASTICGPUS, /* ElasticGPUs, all of them */
+};
+struct egpu_webhook_quota {
+    int (*list)(void *ud, enum egpu_webhook_quota_list what, const char *ns, json_t **out,
+                struct egpu_error *err);
+    void *ud;
+};
+
 /* What the handlers need to know; strings borrowed for the config's use. */
 struct egpu_webhook_config {
     const char *scheduler_name;  /* set on GPU pods; NULL = EGPU_SCHEDULER_NAME */
@@ -133,6 +154,9 @@ struct egpu_webhook_config {
     /* Where GPUBudgets and PriorityClasses are looked up; NULL: budgets are
      * not enforced (no priority class set, no finalizer added). */
     const struct egpu_webhook_budgets *budgets;
+    /* Where ResourceQuotas, claims, pods and ElasticGPUs are read for the
+     * quota of claims; NULL: claims are not held to quotas. */
+    const struct egpu_webhook_quota *quota;
 };
 
 /* What one request's answer is. */

@@ -14,6 +14,17 @@
  * metered to their end (or that never got a card) lose it, and so do all
  * of them once the namespace has no budget left. The key comes back every
  * --meter-seconds.
+ *
+ * Claims (issue 22): the namespace is also charged for what it holds
+ * through its ElasticGPUClaims, with or without pods: every ElasticGPU of
+ * the informer's cache whose claimRef is in the namespace (Bound, or
+ * Released and kept by Retain until it is deleted) from the later of its
+ * and its claim's creation to its deletion, and the containers that use a
+ * claim, per claim the larger of the two at each second
+ * (egpu_api_meter_holds_add), so a claim and its pod are never counted
+ * twice. Those ElasticGPUs get the finalizer elasticgpu.io/metering
+ * (provisioned ones at creation, claim.c; others here), lost once metered
+ * to their deletion, as pods are.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -83,7 +94,7 @@ static void events_of(struct ctl *c, const struct egpu_api_budget *b,
  * not decode, or names an unknown time zone: it then holds no pod back).
  * Returns 0 or the client's error (the namespace is retried). */
 static int meter_one(struct ctl *c, const json_t *obj, const struct egpu_api_meter_pod *m, size_t n,
-                     int64_t now, int64_t *until)
+                     const struct egpu_api_meter_hold *h, size_t nh, int64_t now, int64_t *until)
 {
     struct egpu_api_budget *b = egpu_malloc(sizeof(*b));
     struct egpu_error err = {0};
@@ -102,7 +113,11 @@ static int meter_one(struct ctl *c, const json_t *obj, const struct egpu_api_met
         return 0; /* the API server's schema keeps these out; nothing to write into */
     }
     ctl_now(stamp, sizeof(stamp));
-    rc = ctl_meter_step(b, m, n, now, &st, &err);
+    rc = ctl_meter_step(b, m, n, h, nh, now, &st, &err);
+    if (rc == -ENOMEM) {
+        egpu_free(b);
+        return rc;
+    }
     ok = rc == 0;
     if (!ok) {
         /* An unknown time zone: say so on the object; nothing is counted. */
@@ -184,6 +199,96 @@ static bool done_metering(const struct meter_pod *p, int64_t until, bool budgets
     return p->m.end_s != INT64_MAX && p->m.end_s <= until;
 }
 
+/* Drop (add false) or add the metering finalizer of ElasticGPU obj. */
+static void egpu_finalizer(struct ctl *c, const json_t *obj, bool add)
+{
+    const json_t *meta = json_object_get(obj, "metadata"), *f;
+    const char *name = egpu_api_str(json_object_get(meta, "name"));
+    json_t *keep = json_array(), *enc;
+    size_t i;
+
+    json_array_foreach(json_object_get(meta, "finalizers"), i, f)
+    {
+        const char *s = egpu_api_str(f);
+
+        if (s == NULL || strcmp(s, EGPU_FINALIZER_METERING) != 0)
+            json_array_append(keep, (json_t *)f);
+    }
+    if (add)
+        json_array_append_new(keep, json_string(EGPU_FINALIZER_METERING));
+    enc = json_pack("{s:{s:o}}", "metadata", "finalizers", keep);
+    if (enc != NULL && ctl_put(c, &egpu_kube_elasticgpus, obj, enc, "finalizers", NULL) == 0)
+        egpu_log(EGPU_LOG_INFO, "metering finalizer %s elasticgpu=%s", add ? "added" : "removed",
+                 name != NULL ? name : "");
+    json_decref(enc);
+}
+
+/* The creationTimestamp of the claim of ElasticGPU e's claimRef when a claim
+ * with its uid is in the cache, else 0. */
+static int64_t claim_created(struct ctl *c, const json_t *egpu)
+{
+    const json_t *ref = json_object_get(json_object_get(egpu, "spec"), "claimRef");
+    const char *ns = egpu_api_str(json_object_get(ref, "namespace"));
+    const char *name = egpu_api_str(json_object_get(ref, "name"));
+    const char *uid = egpu_api_str(json_object_get(ref, "uid"));
+    json_t *cl;
+    const char *cuid, *created;
+    int64_t t = 0;
+
+    if (ns == NULL || name == NULL || uid == NULL || uid[0] == '\0')
+        return 0;
+    cl = egpu_kube_informer_get(c->inf[CTL_CLAIMS], ns, name);
+    cuid = egpu_api_str(json_object_get(json_object_get(cl, "metadata"), "uid"));
+    created = egpu_api_str(json_object_get(json_object_get(cl, "metadata"), "creationTimestamp"));
+    if (cuid != NULL && strcmp(cuid, uid) == 0 && created != NULL &&
+        egpu_api_time_parse(created, "metadata.creationTimestamp", &t, NULL) != 0)
+        t = 0;
+    json_decref(cl);
+    return t;
+}
+
+/* The ElasticGPUs of the cache whose claimRef is in ns (new reference), or
+ * NULL. */
+static json_t *egpus_of(struct ctl *c, const char *ns)
+{
+    json_t *all = egpu_kube_informer_list(c->inf[CTL_EGPUS]), *out = json_array(), *o;
+    size_t i;
+
+    if (all == NULL || out == NULL) {
+        json_decref(all);
+        json_decref(out);
+        return NULL;
+    }
+    json_array_foreach(all, i, o)
+    {
+        const char *rns = egpu_api_str(
+            json_object_get(json_object_get(json_object_get(o, "spec"), "claimRef"), "namespace"));
+
+        if (rns != NULL && strcmp(rns, ns) == 0)
+            json_array_append(out, o);
+    }
+    json_decref(all);
+    return out;
+}
+
+bool ctl_budget_exists(struct ctl *c, const char *ns)
+{
+    json_t *all = egpu_kube_informer_list(c->inf[CTL_BUDGETS]), *o;
+    bool yes = false;
+    size_t i;
+
+    json_array_foreach(all, i, o)
+    {
+        const char *bns =
+            egpu_api_str(json_object_get(json_object_get(o, "metadata"), "namespace"));
+
+        if (bns != NULL && ns != NULL && strcmp(bns, ns) == 0)
+            yes = true;
+    }
+    json_decref(all);
+    return yes;
+}
+
 /* The GPUBudgets of ns, sorted by name (new reference), or NULL. */
 static json_t *budgets_of(struct ctl *c, const char *ns)
 {
@@ -207,60 +312,121 @@ static json_t *budgets_of(struct ctl *c, const char *ns)
     return out;
 }
 
+/* Append what pod (readable) holds through claims to *h (grown as needed). */
+static int add_pod_holds(const json_t *pod, struct egpu_api_meter_hold **h, size_t *nh, size_t *cap)
+{
+    struct egpu_error err = {0};
+    struct egpu_api_meter_hold *grown;
+    size_t k = 0;
+
+    if (*cap - *nh < EGPU_API_POD_CLAIMS_MAX) {
+        grown = egpu_realloc(*h, (*cap + EGPU_API_POD_CLAIMS_MAX + 16) * sizeof(**h));
+        if (grown == NULL)
+            return -ENOMEM;
+        *h = grown;
+        *cap += EGPU_API_POD_CLAIMS_MAX + 16;
+    }
+    if (egpu_api_meter_pod_holds(pod, *h + *nh, EGPU_API_POD_CLAIMS_MAX, &k, &err) == 0)
+        *nh += k;
+    return 0;
+}
+
 int ctl_budget_sync(struct ctl *c, const char *ns)
 {
     struct egpu_kube_status kst = {0};
     struct egpu_error err = {0};
     struct meter_pod *pods = NULL;
     struct egpu_api_meter_pod *m = NULL;
-    json_t *budgets = budgets_of(c, ns), *list = NULL, *o;
+    struct egpu_api_meter_hold *h = NULL, *eh = NULL;
+    json_t *budgets = budgets_of(c, ns), *list = NULL, *egpus = egpus_of(c, ns), *o;
     int64_t now = (int64_t)time(NULL), until = INT64_MAX, u;
-    size_t n = 0, nm = 0, i;
+    size_t n = 0, nm = 0, nh = 0, hcap = 0, ne = 0, i;
+    bool have;
     int rc;
 
-    if (budgets == NULL)
+    if (budgets == NULL || egpus == NULL) {
+        json_decref(budgets);
+        json_decref(egpus);
         return -ENOMEM;
+    }
+    have = json_array_size(budgets) > 0;
     rc = egpu_kube_list(c->kube, &egpu_kube_pods, ns, NULL, &list, &kst, &err);
     if (rc) {
         egpu_log(EGPU_LOG_WARN, "namespace=%s: cannot list pods to meter: %s", ns, err.msg);
         json_decref(budgets);
+        json_decref(egpus);
         return rc;
     }
     n = json_array_size(json_object_get(list, "items"));
+    ne = json_array_size(egpus);
     pods = egpu_calloc(n + 1, sizeof(*pods));
     m = egpu_calloc(n + 1, sizeof(*m));
-    if (pods == NULL || m == NULL) {
+    eh = egpu_calloc(ne + 1, sizeof(*eh));
+    hcap = ne;
+    h = egpu_calloc(hcap + 1, sizeof(*h));
+    if (pods == NULL || m == NULL || eh == NULL || h == NULL) {
         rc = -ENOMEM;
         goto out;
+    }
+    json_array_foreach(egpus, i, o)
+    {
+        if (egpu_api_meter_egpu_read(o, claim_created(c, o), &eh[i], &err) == 0) {
+            h[nh++] = eh[i];
+        } else {
+            eh[i].m.start_s = -1; /* unreadable: holds no finalizer back */
+            egpu_log(EGPU_LOG_WARN, "elasticgpu=%s not metered: %s",
+                     egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name")),
+                     err.msg);
+        }
     }
     json_array_foreach(json_object_get(list, "items"), i, o)
     {
         pods[i].obj = o;
         pods[i].readable = egpu_api_meter_pod_read(o, &pods[i].m, &err) == 0;
-        if (pods[i].readable)
+        if (pods[i].readable) {
             m[nm++] = pods[i].m;
-        else
+            rc = add_pod_holds(o, &h, &nh, &hcap);
+            if (rc)
+                goto out;
+        } else {
             egpu_log(EGPU_LOG_WARN, "pod=%s/%s not metered: %s", ns,
                      egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name")),
                      err.msg);
+        }
     }
     json_array_foreach(budgets, i, o)
     {
-        rc = meter_one(c, o, m, nm, now, &u);
+        rc = meter_one(c, o, m, nm, h, nh, now, &u);
         if (rc)
             goto out; /* retried: no finalizer goes before every budget has counted */
         if (u < until)
             until = u;
     }
     for (i = 0; i < n; i++) {
-        if (holds_finalizer(pods[i].obj) &&
-            done_metering(&pods[i], until, json_array_size(budgets) > 0))
+        if (holds_finalizer(pods[i].obj) && done_metering(&pods[i], until, have))
             release(c, pods[i].obj);
+    }
+    json_array_foreach(egpus, i, o)
+    {
+        bool deleting =
+            json_object_get(json_object_get(o, "metadata"), "deletionTimestamp") != NULL;
+        bool done =
+            !have || eh[i].m.start_s <= 0 || (eh[i].m.end_s != INT64_MAX && eh[i].m.end_s <= until);
+
+        if (holds_finalizer(o) && deleting && done)
+            egpu_finalizer(c, o, false);
+        else if (holds_finalizer(o) && !have)
+            egpu_finalizer(c, o, false);
+        else if (!holds_finalizer(o) && have && !deleting)
+            egpu_finalizer(c, o, true);
     }
 out:
     egpu_free(pods);
     egpu_free(m);
+    egpu_free(h);
+    egpu_free(eh);
     json_decref(list);
     json_decref(budgets);
+    json_decref(egpus);
     return rc;
 }

@@ -33,7 +33,10 @@ struct ctl_meter_step {
  * (Unix seconds) over pods[0..n), the namespace's pods as they are now
  * (egpu_api_meter_pod_read; a pod deleted since the last step must still be
  * among them: the webhook's metering finalizer keeps it until it is metered
- * to its end). A budget never metered starts at now_s with nothing used (no
+ * to its end), and holds[0..nholds) what the namespace holds through its
+ * claims (egpu_api_meter_pod_holds of those pods and egpu_api_meter_egpu_read
+ * of the ElasticGPUs whose claimRef is in the namespace, charged per claim by
+ * egpu_api_meter_holds_add). A budget never metered starts at now_s with nothing used (no
  * usage before it existed is charged). Else each pod is charged its overlap
  * with [metering.until, now_s), cut at every period boundary in between;
  * at each boundary the usage is reset and the next period begins, so a pod
@@ -43,8 +46,9 @@ struct ctl_meter_step {
  * before metering.until (the clock went back) counts nothing. Then
  * status.state is set from the usage. Integers only: the result is the same
  * however the span is cut into steps. Returns 0, or ctl_budget_period's
- * EGPU_ERANGE (b is then unchanged). */
+ * EGPU_ERANGE or -ENOMEM (b is then unchanged). */
 int ctl_meter_step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *pods, size_t n,
-                   int64_t now_s, struct ctl_meter_step *out, struct egpu_error *err);
+                   const struct egpu_api_meter_hold *holds, size_t nholds, int64_t now_s,
+                   struct ctl_meter_step *out, struct egpu_error *err);
 
 #endif /* EGPU_CONTROLLER_BUDGET_INT_H */

@@ -409,6 +409,14 @@ static int create_and_bind(struct claim_ctx *x, const struct egpu_api_class *cls
     e->reclaim_policy = cls->reclaim_policy;
     enc = egpu_api_egpu_encode(e);
     ann = json_pack("{s:s}", EGPU_ANN_PROVISIONED_BY, egpu_api_provisioner_name(cls->provisioner));
+    /* A namespace with a GPUBudget is charged for it until it is gone
+     * (budget.c): the finalizer keeps it until metered to its deletion. */
+    if (enc != NULL && ctl_budget_exists(c, cl->meta.ns) &&
+        json_object_set_new(json_object_get(enc, "metadata"), "finalizers",
+                            json_pack("[s]", EGPU_FINALIZER_METERING)) != 0) {
+        json_decref(enc);
+        enc = NULL;
+    }
     if (enc == NULL || ann == NULL ||
         json_object_set_new(json_object_get(enc, "metadata"), "annotations", ann) != 0) {
         json_decref(enc);

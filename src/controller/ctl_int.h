@@ -75,6 +75,8 @@ int ctl_egpu_sync(struct ctl *c, const char *name);
 /* Meter the GPUBudgets of namespace ns and release the pods metered to
  * their end (budget.c). Returns 0 or the client's error. */
 int ctl_budget_sync(struct ctl *c, const char *ns);
+/* Has namespace ns a GPUBudget in the informer's cache (budget.c)? */
+bool ctl_budget_exists(struct ctl *c, const char *ns);
 
 /* ---- index.c: what the worker keeps between reconciles ---- */
 

@@ -113,10 +113,26 @@ static void on_egpu(void *ud, const json_t *o)
     struct ctl *c = ud;
     const json_t *ref = json_object_get(json_object_get(o, "spec"), "claimRef");
 
+    const char *rns = egpu_api_str(json_object_get(ref, "namespace"));
+    const json_t *f, *meta = json_object_get(o, "metadata");
+    bool fin = false;
+    size_t i;
+
     ctl_index_note_egpu(c, meta_str(o, "name"), false);
     ctl_enqueue_egpu(c, meta_str(o, "name"));
-    ctl_enqueue_claim(c, egpu_api_str(json_object_get(ref, "namespace")),
-                      egpu_api_str(json_object_get(ref, "name")));
+    ctl_enqueue_claim(c, rns, egpu_api_str(json_object_get(ref, "name")));
+    json_array_foreach(json_object_get(meta, "finalizers"), i, f)
+    {
+        const char *s = egpu_api_str(f);
+
+        fin = fin || (s != NULL && strcmp(s, EGPU_FINALIZER_METERING) == 0);
+    }
+    /* Meter the claim's namespace now: an ElasticGPU being deleted may be
+     * released once metered; one of a budgeted namespace without the
+     * finalizer gets it before it can go unmetered. */
+    if (rns != NULL && ((fin && json_object_get(meta, "deletionTimestamp") != NULL) ||
+                        (!fin && ctl_budget_exists(c, rns))))
+        ctl_enqueue_budgets(c, rns);
 }
 
 static void on_egpu_delete(void *ud, const json_t *o)

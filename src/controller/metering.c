@@ -20,7 +20,8 @@ static int set_period(struct egpu_api_budget *b, int64_t t, struct egpu_error *e
 }
 
 int ctl_meter_step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *pods, size_t n,
-                   int64_t now_s, struct ctl_meter_step *out, struct egpu_error *err)
+                   const struct egpu_api_meter_hold *holds, size_t nholds, int64_t now_s,
+                   struct ctl_meter_step *out, struct egpu_error *err)
 {
     struct egpu_api_budget next = *b;
     enum egpu_api_budget_state state;
@@ -53,6 +54,9 @@ int ctl_meter_step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *p
 
             for (size_t i = 0; i < n; i++)
                 egpu_api_meter_add(&pods[i], t, seg, &next.core_pct_s, &next.mem_mib_s);
+            rc = egpu_api_meter_holds_add(holds, nholds, t, seg, &next.core_pct_s, &next.mem_mib_s);
+            if (rc)
+                return rc;
             t = seg;
             if (t == next.period_end_s) {
                 out->ended_start_s = next.period_start_s;

@@ -17,6 +17,7 @@ const struct egpu_kube_resource egpu_kube_pods = {"", "v1", "pods", true};
 const struct egpu_kube_resource egpu_kube_nodes = {"", "v1", "nodes", false};
 const struct egpu_kube_resource egpu_kube_namespaces = {"", "v1", "namespaces", false};
 const struct egpu_kube_resource egpu_kube_events = {"", "v1", "events", true};
+const struct egpu_kube_resource egpu_kube_resourcequotas = {"", "v1", "resourcequotas", true};
 const struct egpu_kube_resource egpu_kube_leases = {"coordination.k8s.io", "v1", "leases", true};
 const struct egpu_kube_resource egpu_kube_gpus = {"elasticgpu.io", "v1alpha1", "gpus", false};
 const struct egpu_kube_resource egpu_kube_elasticgpus = {"elasticgpu.io", "v1alpha1", "elasticgpus",

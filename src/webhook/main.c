@@ -53,6 +53,8 @@ struct app {
     struct egpu_kube_informer *budgets_inf; /* GPUBudgets, all namespaces */
     struct egpu_kube_informer *classes_inf; /* PriorityClasses */
     struct egpu_webhook_budgets budgets;    /* budget_list, class_get */
+    struct egpu_kube_informer *egpus_inf;   /* ElasticGPUs: the Released ones count */
+    struct egpu_webhook_quota quota;        /* quota_list: claims against quotas */
     struct wh_selfsigned *ss;               /* --self-signed: the certificate's keeper */
     struct egpu_service svc; /* HTTPS: the routes, /healthz, /readyz; HTTP: the probes */
     struct egpu_metrics *reg;
@@ -148,13 +150,45 @@ static int class_get(void *ud, const char *name, json_t **out, struct egpu_error
     return *out != NULL ? 0 : -ENOENT;
 }
 
+/* What a namespace holds against its quotas (egpu_webhook_quota.list): a
+ * live LIST of its ResourceQuotas, claims or pods; ElasticGPUs from the
+ * informer's cache. Any thread. */
+static int quota_list(void *ud, enum egpu_webhook_quota_list what, const char *ns, json_t **out,
+                      struct egpu_error *err)
+{
+    static const struct egpu_kube_resource *const res[] = {
+        [EGPU_WEBHOOK_LIST_QUOTAS] = &egpu_kube_resourcequotas,
+        [EGPU_WEBHOOK_LIST_CLAIMS] = &egpu_kube_elasticgpuclaims,
+        [EGPU_WEBHOOK_LIST_PODS] = &egpu_kube_pods,
+    };
+    struct app *a = ud;
+    json_t *list = NULL, *items;
+    int rc;
+
+    if (what == EGPU_WEBHOOK_LIST_ELASTICGPUS) {
+        *out = egpu_kube_informer_list(a->egpus_inf);
+        return *out != NULL ? 0 : -ENOMEM;
+    }
+    if ((unsigned)what >= sizeof(res) / sizeof(res[0]))
+        return -EINVAL;
+    rc = egpu_kube_list(a->lookup, res[what], ns, NULL, &list, NULL, err);
+    if (rc)
+        return rc;
+    items = json_object_get(list, "items");
+    *out = json_is_array(items) ? json_incref(items) : json_array();
+    json_decref(list);
+    return *out != NULL ? 0 : -ENOMEM;
+}
+
 static bool ready(void *data, char *why, size_t len)
 {
-    static const char *const kind[] = {"GPU", "ElasticGPUClaim", "GPUBudget", "PriorityClass"};
+    static const char *const kind[] = {"GPU", "ElasticGPUClaim", "GPUBudget", "PriorityClass",
+                                       "ElasticGPU"};
     static const char *const listed[] = {"GPU objects", "ElasticGPUClaims", "GPUBudgets",
-                                         "PriorityClasses"};
+                                         "PriorityClasses", "ElasticGPUs"};
     struct app *a = data;
-    struct egpu_kube_informer *infs[] = {a->inf, a->claims_inf, a->budgets_inf, a->classes_inf};
+    struct egpu_kube_informer *infs[] = {a->inf, a->claims_inf, a->budgets_inf, a->classes_inf,
+                                         a->egpus_inf};
 
     for (size_t i = 0; i < sizeof(infs) / sizeof(infs[0]); i++) {
         if (!egpu_kube_informer_has_synced(infs[i])) {
@@ -231,6 +265,7 @@ static int start(void *data, struct egpu_error *err)
     struct egpu_kube_informer_opts cio = {.res = &egpu_kube_elasticgpuclaims};
     struct egpu_kube_informer_opts bio = {.res = &egpu_kube_gpubudgets};
     struct egpu_kube_informer_opts pio = {.res = &egpu_kube_priorityclasses};
+    struct egpu_kube_informer_opts eio = {.res = &egpu_kube_elasticgpus};
     struct egpu_kube_informer_cbs ccbs = {0}; /* read by lookups, nothing to follow */
     struct egpu_kube_informer_cbs cbs = {.on_add = wh_facts_on_add,
                                          .on_update = wh_facts_on_update,
@@ -260,11 +295,15 @@ static int start(void *data, struct egpu_error *err)
         rc = egpu_kube_informer_new(a->kube, &bio, &ccbs, &a->budgets_inf, err);
     if (!rc)
         rc = egpu_kube_informer_new(a->kube, &pio, &ccbs, &a->classes_inf, err);
+    if (!rc)
+        rc = egpu_kube_informer_new(a->kube, &eio, &ccbs, &a->egpus_inf, err);
     a->claims = (struct egpu_webhook_claims){.get = claim_get, .ud = a};
     a->o.cfg.claims = &a->claims;
     a->budgets =
         (struct egpu_webhook_budgets){.list = budget_list, .priority_class = class_get, .ud = a};
     a->o.cfg.budgets = &a->budgets;
+    a->quota = (struct egpu_webhook_quota){.list = quota_list, .ud = a};
+    a->o.cfg.quota = &a->quota;
     /* --self-signed: the files exist before the HTTPS server reads them */
     if (!rc && a->o.ss.enabled)
         rc = wh_selfsigned_new(&a->o.ss, a->kube, a->o.srv.tls_cert, a->o.srv.tls_key, &a->ss, err);
@@ -289,6 +328,8 @@ static int start(void *data, struct egpu_error *err)
         rc = egpu_kube_informer_start(a->budgets_inf, err);
     if (!rc)
         rc = egpu_kube_informer_start(a->classes_inf, err);
+    if (!rc)
+        rc = egpu_kube_informer_start(a->egpus_inf, err);
     if (!rc)
         rc = egpu_service_start(&a->svc, err);
     if (!rc && a->ss != NULL)
@@ -316,6 +357,7 @@ static void finish(void *data)
     egpu_kube_informer_free(a->inf);
     egpu_kube_informer_free(a->claims_inf);
     egpu_kube_informer_free(a->budgets_inf);
+    egpu_kube_informer_free(a->egpus_inf);
     egpu_kube_informer_free(a->classes_inf);
     egpu_service_free(&a->svc);
     egpu_metrics_free(a->reg);

@@ -30,8 +30,12 @@
  *     only by --controller-user (budgets.c): the controller removes it once
  *     it has metered the pod to its end, and a pod owner removing it would
  *     take the pod's last seconds out of the namespace's budget.
+ *   - An ElasticGPUClaim CREATE, or an UPDATE raising what it holds, and a
+ *     Pod CREATE, are held to the namespace's ResourceQuotas with its
+ *     claims counted (quota.c).
  * DELETE, CONNECT and subresources pass.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -94,6 +98,13 @@ int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_fac
     v->allowed = true;
     if (rv->sub_resource[0] != '\0' || (rv->op != WH_CREATE && rv->op != WH_UPDATE))
         return 0;
+    if (wh_quota_is_claim(rv)) { /* quota.c: claims count against the namespace's quota */
+        if (wh_quota_claim(cfg, rv, &refused) != 0)
+            return -ENOMEM;
+        if (refused.n > 0)
+            wh_deny_problems(v, &refused);
+        return 0;
+    }
     if (!wh_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp))
         return 0;
     if (pp.is_pod)
@@ -119,6 +130,8 @@ int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_fac
     }
     if (refused.n > 0 && before.n == 0)
         refused.more += now.more; /* beyond those kept (with old ones, not comparable) */
+    if (refused.n == 0 && pp.is_pod && wh_quota_pod(cfg, rv, &refused) != 0)
+        return -ENOMEM;
     if (refused.n > 0)
         wh_deny_problems(v, &refused);
     return 0;

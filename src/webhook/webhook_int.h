@@ -270,6 +270,36 @@ void wh_budget_finalizer_guard(const struct egpu_webhook_config *cfg, const stru
                                struct egpu_api_problems *p);
 
 /* ------------------------------------------------------------------------ */
+/* Claims against ResourceQuotas (quota.c)                                  */
+
+/* Is rv about an elasticgpu.io ElasticGPUClaim? */
+bool wh_quota_is_claim(const struct wh_review *rv);
+
+/* On an ElasticGPUClaim CREATE, or an UPDATE that raises what it holds (a
+ * Bound claim its status.capacity, a Pending one its requests, gpu-tflops
+ * as 99): one problem in p when that would take namespace request.namespace
+ * past a ResourceQuota without scopes on requests.elasticgpu.io/gpu-core or
+ * gpu-memory, counting its claims (not Lost), the ElasticGPUs whose claimRef
+ * names a claim of it that is gone (Released, not Failed), and its
+ * unfinished pods' containers that use no claim (those that do ask what
+ * their claim holds, counted once, with it).
+ * The sentence is the quota plugin's ("ElasticGPUClaim \"b\" is forbidden:
+ * exceeded quota: gpu-quota, requested: requests.elasticgpu.io/gpu-core=99,
+ * used: requests.elasticgpu.io/gpu-core=99, limited:
+ * requests.elasticgpu.io/gpu-core=100 (used: ...)"); a read through
+ * cfg->quota that fails adds one problem too (fail closed). Nothing when
+ * cfg->quota is NULL. Returns 0 or -ENOMEM. */
+int wh_quota_claim(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
+                   struct egpu_api_problems *p) EGPU_MUST_CHECK;
+
+/* On a Pod CREATE: the same for what the pod's containers that use no claim
+ * ask, against everything the namespace holds (so claims count against the
+ * quota for pods too, which the API server's quota plugin cannot see).
+ * Returns 0 or -ENOMEM. */
+int wh_quota_pod(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
+                 struct egpu_api_problems *p) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
 /* What the cluster has (facts.c)                                           */
 
 struct egpu_kube;

@@ -2,7 +2,8 @@
  * meter.c, time.c): a budget a namespace's owner writes, and pods whose
  * fields the controller meters.
  *
- * Input: byte 0 picks (mod 3) a GPUBudget, a Pod to meter, or a time text;
+ * Input: byte 0 picks (mod 3) a GPUBudget, a Pod to meter (also read as
+ * claim holds and as an ElasticGPU, issue 22), or a time text;
  * the rest is the JSON object or the text.
  *
  * Invariants: a refused budget gets EGPU_ESYNTAX or EGPU_ERANGE with a
@@ -77,6 +78,32 @@ static void pod(const json_t *o)
     FUZZ_CHECK(c1 == c2 && m1 == m2 && c1 >= 0 && m1 >= 0);
 }
 
+/* The same object read as a pod's claim holds and as an ElasticGPU's: the
+ * charge of the holds is additive over a cut, never negative (issue 22). */
+static void holds(const json_t *o)
+{
+    struct egpu_api_meter_hold h[EGPU_API_POD_CLAIMS_MAX + 1];
+    struct egpu_error err = {0};
+    int64_t c1 = 0, m1 = 0, c2 = 0, m2 = 0, from = 0, mid, to;
+    size_t n = 0;
+
+    if (egpu_api_meter_pod_holds(o, h, EGPU_API_POD_CLAIMS_MAX, &n, &err) != 0)
+        n = 0;
+    if (egpu_api_meter_egpu_read(o, 0, &h[n], &err) == 0)
+        n++;
+    for (size_t i = 0; i < n; i++) {
+        FUZZ_CHECK(h[i].m.core_pct >= 0 && h[i].m.mem_mib >= 0 && h[i].m.start_s >= 0);
+        if (h[i].m.start_s > 1000 && (from == 0 || h[i].m.start_s - 1000 < from))
+            from = h[i].m.start_s - 1000;
+    }
+    mid = from + 1234;
+    to = from + 86400 * 400LL;
+    FUZZ_CHECK(egpu_api_meter_holds_add(h, n, from, to, &c1, &m1) == 0);
+    FUZZ_CHECK(egpu_api_meter_holds_add(h, n, from, mid, &c2, &m2) == 0);
+    FUZZ_CHECK(egpu_api_meter_holds_add(h, n, mid, to, &c2, &m2) == 0);
+    FUZZ_CHECK(c1 == c2 && m1 == m2 && c1 >= 0 && m1 >= 0);
+}
+
 static void time_text(const uint8_t *data, size_t size)
 {
     char text[128], buf[EGPU_API_TIME_MAX];
@@ -111,8 +138,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     if (k == 0)
         budget(o);
-    else
+    else {
         pod(o);
+        holds(o);
+    }
     json_decref(o);
     FUZZ_CHECK(egpu_alloc_live() == live);
     return 0;

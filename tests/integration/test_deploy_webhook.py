@@ -50,6 +50,7 @@ TLS_DIR = "/etc/egpu-webhook/tls"
 MUTATE, MUTATE_NV, VALIDATE = ("mutate.webhook.elasticgpu.io",
                                "mutate-nvidia.webhook.elasticgpu.io",
                                "validate.webhook.elasticgpu.io")
+CLAIMS = "claims.webhook.elasticgpu.io"
 NV_LABEL = "elasticgpu.io/compat-nvidia"
 
 # The compatible names of the contract (DESIGN.md section 1, docs/webhook.md).
@@ -97,6 +98,12 @@ def webhooks(objs):
             assert w["name"] not in out
             out[w["name"]] = (kind, w)
     return out
+
+
+def pod_webhooks(objs):
+    """The webhooks of pods and pod templates, which filter with matchConditions
+    (all but the claims' one)."""
+    return {n: w for n, w in webhooks(objs).items() if n != CLAIMS}
 
 
 def flag(args, name):
@@ -163,6 +170,14 @@ EXPECTED = {
             {"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
              "resources": ["pods"], "scope": "Namespaced"}, *WORKLOADS],
         "namespaceSelector": {"matchExpressions": [SYSTEM_NS]}}),
+    # Claims against the namespace's ResourceQuota (src/webhook/quota.c): every
+    # claim CREATE and UPDATE, no matchConditions.
+    CLAIMS: ("ValidatingWebhookConfiguration", {
+        **COMMON, "name": CLAIMS, "clientConfig": service("/validate"),
+        "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["elasticgpu.io"],
+                   "apiVersions": ["v1alpha1"], "resources": ["elasticgpuclaims"],
+                   "scope": "Namespaced"}],
+        "namespaceSelector": {"matchExpressions": [SYSTEM_NS]}}),
 }
 
 
@@ -175,9 +190,10 @@ def test_webhook_configurations_exact(objs):
         gkind, w = got[name]
         assert gkind == kind, name
         w = dict(w)
-        conds = w.pop("matchConditions")
+        conds = w.pop("matchConditions", [])
         assert w == want, f"{name}:\n got  {w}\n want {want}"
-        assert [c["name"] for c in conds] == ["names-gpu-resource-or-annotation"], name
+        assert [c["name"] for c in conds] == (
+            [] if name == CLAIMS else ["names-gpu-resource-or-annotation"]), name
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         meta = one(objs, kind, CONFIG)["metadata"]
         assert not meta.get("namespace"), f"{kind} is cluster-scoped"
@@ -227,8 +243,8 @@ def test_webhook_configurations_valid(objs):
             for e in w["namespaceSelector"]["matchExpressions"]:
                 assert e["operator"] in ("In", "NotIn", "Exists", "DoesNotExist")
                 assert bool(e.get("values")) == (e["operator"] in ("In", "NotIn"))
-            conds = w["matchConditions"]
-            assert 0 < len(conds) <= 64
+            conds = w.get("matchConditions", [])
+            assert (0 < len(conds) <= 64) if w["name"] != CLAIMS else not conds
             assert len({c["name"] for c in conds}) == len(conds)
             for c in conds:
                 assert QUALIFIED.match(c["name"]), c["name"]
@@ -490,7 +506,7 @@ def rule_covers(w, obj, op):
 @pytest.fixture(scope="module")
 def match_results(objs):
     out = {}
-    for name, (_, w) in webhooks(objs).items():
+    for name, (_, w) in pod_webhooks(objs).items():
         cases = [{"name": n, "object": obj, "oldObject": old, "request": request_for(obj, op)}
                  for n, (obj, op, old, _) in CASES.items()]
         out[name] = evaluate(w, cases)
@@ -541,7 +557,7 @@ def test_match_condition_names_match_the_code(objs):
     """The names in the conditions are exactly the contract's compatible
     names (and src/api/compat.c's table, once it is there): a name the
     webhook converts but the condition left out would never reach it."""
-    whs = webhooks(objs)
+    whs = pod_webhooks(objs)
     lists = {}
     for name, (_, w) in whs.items():
         expr = w["matchConditions"][0]["expression"]
@@ -570,7 +586,7 @@ def test_match_conditions_cost_linear(objs):
     many = {f"example.com/r{i}": "1" for i in range(20)}
     big = pod([ctr(f"c{i}", requests=many, limits=many) for i in range(100)],
               annotations={f"example.com/a{i}": "x" for i in range(200)})
-    for name, (_, w) in webhooks(objs).items():
+    for name, (_, w) in pod_webhooks(objs).items():
         r = evaluate(w, [{"name": "big", "object": big, "oldObject": big,
                           "request": request_for(big, "UPDATE")}])["big"]
         assert r["error"] is None and r["match"] is False, (name, r)
@@ -702,8 +718,10 @@ def test_webhook_network_policy(objs):
 CALLS = {("elasticgpu.io", res, v, None, "*") for res in ("gpus", "elasticgpuclaims")
          for v in ("get", "list", "watch")} | \
     {(g, res, v, None, "*") for g, res in (("elasticgpu.io", "gpubudgets"),
-                                           ("scheduling.k8s.io", "priorityclasses"))
-     for v in ("list", "watch")}
+                                           ("scheduling.k8s.io", "priorityclasses"),
+                                           ("elasticgpu.io", "elasticgpus"))
+     for v in ("list", "watch")} | \
+    {("", res, "list", None, "*") for res in ("resourcequotas", "pods")}  # quota.c's live LISTs
 SELF_SIGNED_CALLS = {
     ("", "secrets", "get", SECRET, NS),  # read the CA and the certificate
     ("", "secrets", "update", SECRET, NS),  # renew (resourceVersion precondition)
@@ -1079,7 +1097,7 @@ def test_docs_overlays_render(tmp_path):
             f"resources:\n  - {rel}\n" + b)
         got.append({n: w for n, (_, w) in webhooks(kustomize(tmp_path)).items()})
     hami, ignore = got
-    assert sorted(hami) == [MUTATE_NV, VALIDATE]
+    assert sorted(hami) == [CLAIMS, MUTATE_NV, VALIDATE]
     assert hami[MUTATE_NV]["namespaceSelector"] == {"matchExpressions": [SYSTEM_NS]}
     assert ignore[VALIDATE]["failurePolicy"] == "Ignore"
     assert ignore[MUTATE]["failurePolicy"] == ignore[MUTATE_NV]["failurePolicy"] == "Fail"

@@ -289,6 +289,93 @@ static void test_meter_add(void **state)
     }
 }
 
+/* A claim is charged per second the larger of its ElasticGPU's reservation
+ * and its pods: a bound claim with no pod its capacity; a pod inside it
+ * nothing more; two pods of one claim both; a Released one until deleted;
+ * additive over any cuts (issue 22). */
+static void test_meter_claim_holds(void **state)
+{
+    struct egpu_api_meter_hold h[4] = {
+        {"a", true, {.core_pct = 99, .mem_mib = 0, .start_s = 1000, .end_s = 5000}},
+        {"a", false, {.core_pct = 99, .mem_mib = 0, .start_s = 2000, .end_s = 3000}},
+        {"a", false, {.core_pct = 99, .mem_mib = 0, .start_s = 2500, .end_s = INT64_MAX}},
+        {"b", true, {.core_pct = 50, .mem_mib = 10, .start_s = 0, .end_s = INT64_MAX}},
+    };
+    /* a: 99 over [1000, 2500), 198 over [2500, 3000), 99 over [3000, 5000) and
+     * 99 after (the second pod alone, its claim's ElasticGPU gone); b: Failed */
+    int64_t want = 99 * 1500 + 198 * 500 + 99 * 2000 + 99 * 5000, core = 0, mem = 0;
+
+    (void)state;
+    assert_int_equal(egpu_api_meter_holds_add(h, 4, 0, 10000, &core, &mem), 0);
+    assert_int_equal(core, want);
+    assert_int_equal(mem, 0);
+    for (int64_t step = 1; step < 3000; step = step * 3 + 7) {
+        int64_t c = 0, m = 0;
+
+        for (int64_t t = 0; t < 10000; t += step)
+            assert_int_equal(
+                egpu_api_meter_holds_add(h, 4, t, t + step < 10000 ? t + step : 10000, &c, &m), 0);
+        assert_int_equal(c, want);
+    }
+    h[3].m.start_s = 100; /* b held: 50 and 10 MiB */
+    core = mem = 0;
+    assert_int_equal(egpu_api_meter_holds_add(h + 3, 1, 0, 1100, &core, &mem), 0);
+    assert_int_equal(core, 50 * 1000);
+    assert_int_equal(mem, 10 * 1000);
+}
+
+/* An ElasticGPU as a hold: capacity, from the later creation, to its
+ * deletion; Failed holds nothing; a pod's claim containers are holds and
+ * not the pod's own. */
+static void test_meter_egpu_and_pod_holds(void **state)
+{
+    struct egpu_api_meter_hold h[4];
+    struct egpu_api_meter_pod p;
+    struct egpu_error err = {0};
+    size_t n = 0;
+    json_t *o = tu_json(
+        "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'ElasticGPU', 'metadata': {'name': "
+        "'e1', 'creationTimestamp': '1970-01-01T00:16:40Z', 'deletionTimestamp': "
+        "'1970-01-01T00:33:20Z'}, 'spec': {'capacity': {'elasticgpu.io/gpu-core': 99, "
+        "'elasticgpu.io/gpu-memory': 4096}, 'nodeName': 'n1', 'gpuShare': {'gpuName': 'g'}, "
+        "'claimRef': {'namespace': 'ml', 'name': 'a', 'uid': 'u'}}, 'status': {'phase': "
+        "'Released'}}");
+
+    (void)state;
+    assert_int_equal(egpu_api_meter_egpu_read(o, 0, &h[0], &err), 0);
+    assert_string_equal(h[0].claim, "a");
+    assert_true(h[0].reserved);
+    assert_int_equal(h[0].m.core_pct, 99);
+    assert_int_equal(h[0].m.mem_mib, 4096);
+    assert_int_equal(h[0].m.start_s, 1000);
+    assert_int_equal(h[0].m.end_s, 2000);
+    assert_int_equal(egpu_api_meter_egpu_read(o, 1500, &h[0], &err), 0);
+    assert_int_equal(h[0].m.start_s, 1500);
+    json_object_set_new(json_object_get(o, "status"), "phase", json_string("Failed"));
+    assert_int_equal(egpu_api_meter_egpu_read(o, 0, &h[0], &err), 0);
+    assert_int_equal(h[0].m.start_s, 0);
+    json_object_del(json_object_get(o, "spec"), "claimRef");
+    assert_int_equal(egpu_api_meter_egpu_read(o, 0, &h[0], &err), EGPU_ERANGE);
+    json_decref(o);
+
+    o = tu_json("{'metadata': {'namespace': 'ml', 'annotations': {'egpuc.elasticgpu.io/a': "
+                "'c1'}}, 'spec': {'nodeName': 'n1', 'containers': [{'name': 'a', 'resources': "
+                "{'requests': {'elasticgpu.io/gpu-core': '99'}}}, {'name': 'b', 'resources': "
+                "{'requests': {'elasticgpu.io/gpu-core': '20'}}}]}, 'status': {'conditions': "
+                "[{'type': 'PodScheduled', 'status': 'True', 'lastTransitionTime': "
+                "'1970-01-01T00:16:40Z'}]}}");
+    assert_int_equal(egpu_api_meter_pod_read(o, &p, &err), 0);
+    assert_int_equal(p.core_pct, 20); /* b alone: a is charged with its claim */
+    assert_int_equal(egpu_api_meter_pod_holds(o, h, 4, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(h[0].claim, "c1");
+    assert_false(h[0].reserved);
+    assert_int_equal(h[0].m.core_pct, 99);
+    assert_int_equal(h[0].m.start_s, 1000);
+    assert_int_equal(h[0].m.end_s, INT64_MAX);
+    json_decref(o);
+}
+
 static void test_time_and_duration(void **state)
 {
     static const struct {
@@ -397,9 +484,14 @@ static void test_condition_set(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_budget_rules),   cmocka_unit_test(test_budget_fields),
-        cmocka_unit_test(test_used_and_state), cmocka_unit_test(test_meter_pod),
-        cmocka_unit_test(test_meter_add),      cmocka_unit_test(test_time_and_duration),
+        cmocka_unit_test(test_budget_rules),
+        cmocka_unit_test(test_budget_fields),
+        cmocka_unit_test(test_used_and_state),
+        cmocka_unit_test(test_meter_pod),
+        cmocka_unit_test(test_meter_add),
+        cmocka_unit_test(test_meter_claim_holds),
+        cmocka_unit_test(test_meter_egpu_and_pod_holds),
+        cmocka_unit_test(test_time_and_duration),
         cmocka_unit_test(test_condition_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

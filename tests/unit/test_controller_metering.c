@@ -64,7 +64,7 @@ static void step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *p, 
 {
     struct egpu_error err = {0};
 
-    if (ctl_meter_step(b, p, n, now, st, &err) != 0)
+    if (ctl_meter_step(b, p, n, NULL, 0, now, st, &err) != 0)
         fail_msg("step at %lld: %s", (long long)now, err.msg);
 }
 
@@ -200,7 +200,8 @@ static void test_state_start_and_clock(void **state)
 
         snprintf(b.time_zone, sizeof(b.time_zone), "Nowhere/Land");
         snprintf(before.time_zone, sizeof(before.time_zone), "Nowhere/Land");
-        assert_int_equal(ctl_meter_step(&b, &pod, 1, T0 + 9 * 3600, &st, &err), EGPU_ERANGE);
+        assert_int_equal(ctl_meter_step(&b, &pod, 1, NULL, 0, T0 + 9 * 3600, &st, &err),
+                         EGPU_ERANGE);
         assert_memory_equal(&b, &before, sizeof(b));
     }
 }
