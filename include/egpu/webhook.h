@@ -131,23 +131,23 @@ struct egpu_webhook_quota {
 
 /* What the handlers need to know; strings borrowed for the config's use. */
 struct egpu_webhook_config {
-    const char *scheduler_name;  /* set on GPU pods; NULL = EGPU_SCHEDULER_NAME */
-    bool set_scheduler_name;     /* false: leave spec.schedulerName alone */
-    bool compat_nvidia;          /* rewrite HAMi's nvidia.com names on /mutate too */
-    uint32_t aliyun_mem_mib;     /* MiB in one aliyun.com/gpu-mem; 0 = 1024 */
-    uint32_t memory_only_core;   /* gpu-core percent for a memory-only ask; 0 = 1 */
+    const char *scheduler_name;    /* set on GPU pods; NULL = EGPU_SCHEDULER_NAME */
+    bool set_scheduler_name;       /* false: leave spec.schedulerName alone */
+    bool compat_nvidia;            /* rewrite HAMi's nvidia.com names on /mutate too */
+    uint32_t aliyun_mem_mib;       /* MiB in one aliyun.com/gpu-mem; 0 = 1024 */
+    uint32_t memory_only_core;     /* gpu-core percent for a memory-only ask; 0 = 1 */
     uint32_t default_mem_per_core; /* MiB per gpu-core percent given to a pod's share
                                       that names no gpu-memory; 0 = refuse such a share */
-    const char *scheduler_user;  /* only user that may write elasticgpu.io/assigned;
-                                    NULL = EGPU_WEBHOOK_SCHEDULER_USER */
-    const char *agent_user;      /* only user that may write elasticgpu.io/allocated;
-                                    NULL = EGPU_WEBHOOK_AGENT_USER */
-    const char *controller_user; /* only user that may remove the finalizer
-                                    elasticgpu.io/metering from a pod;
-                                    NULL = EGPU_WEBHOOK_CONTROLLER_USER */
-    const char *seccomp_profile; /* the seccompProfile of shared-GPU containers: a
-                                    Localhost path, or "RuntimeDefault";
-                                    NULL = EGPU_WEBHOOK_SECCOMP_PROFILE */
+    const char *scheduler_user;    /* only user that may write elasticgpu.io/assigned;
+                                      NULL = EGPU_WEBHOOK_SCHEDULER_USER */
+    const char *agent_user;        /* only user that may write elasticgpu.io/allocated;
+                                      NULL = EGPU_WEBHOOK_AGENT_USER */
+    const char *controller_user;   /* only user that may remove the finalizer
+                                      elasticgpu.io/metering from a pod;
+                                      NULL = EGPU_WEBHOOK_CONTROLLER_USER */
+    const char *seccomp_profile;   /* the seccompProfile of shared-GPU containers: a
+                                      Localhost path, or "RuntimeDefault";
+                                      NULL = EGPU_WEBHOOK_SECCOMP_PROFILE */
 
     /* Where claims are looked up; NULL: a pod that uses one is refused. */
     const struct egpu_webhook_claims *claims;

@@ -26,7 +26,11 @@
  * the driver, never initialised, refuses the unhooked ones the same way).
  * The library is only ever preloaded into shared-GPU containers, so a
  * missing file there means the allocation directory was hidden or never
- * mounted (docs/security.md), never "no limit".
+ * mounted (docs/security.md), never "no limit". And when the agent's
+ * /etc/ld.so.preload names the library (preload.c), the environment is no
+ * source at all: with /etc/elastic-gpu hidden, EGPU_VCUDA_DIR pointing at a
+ * vcuda.conf of the tenant's or EGPU_VCUDA_* limits of its own change
+ * nothing, and every CUDA call is refused the same.
  *
  * fork: the child forgets the parent's usage, slot and counted objects (its
  * device memory is its own; the parent's stays the parent's) and takes a
@@ -37,6 +41,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -122,11 +127,27 @@ static void atfork_child(void)
 #endif
 }
 
+/* Whether this library was loaded through the agent's ld.so.preload: the
+ * list at EGPU_VCUDA_PRELOAD_PATH names it. $EGPU_LD_SO_PRELOAD names
+ * another list read the same way (for tests, which cannot write the host's
+ * /etc/ld.so.preload): it can only add this answer, never take it away. */
+static bool agent_preloaded(void)
+{
+    const char *extra = getenv("EGPU_LD_SO_PRELOAD");
+    Dl_info self;
+
+    if (dladdr((void *)&agent_preloaded, &self) == 0 || self.dli_fname == NULL)
+        return false;
+    return egpu__vcuda_preloaded(EGPU_VCUDA_PRELOAD_PATH, self.dli_fname) ||
+           (extra != NULL && egpu__vcuda_preloaded(extra, self.dli_fname));
+}
+
 static void config_init(void)
 {
     struct egpu__vcuda_state *st = &egpu__vcuda_state;
     struct egpu__vcuda_config *cfg = &st->cfg;
     struct egpu_error err = {0};
+    bool managed;
     int rc;
 
     in_init = true;
@@ -134,9 +155,17 @@ static void config_init(void)
     egpu_log_level = EGPU_LOG_WARN;
     for (int i = 0; i < EGPU_VCUDA_MAX_CARDS; i++)
         st->dev_card[i] = -1;
-    rc = egpu__vcuda_config_load(cfg, EGPU_VCUDA_DEFAULT_DIR, environ, &err);
+    managed = agent_preloaded();
+    /* Loaded by the agent's ld.so.preload: only the agent's file counts. */
+    rc = egpu__vcuda_config_load(cfg, EGPU_VCUDA_DEFAULT_DIR, managed ? NULL : environ, &err);
     egpu_log_level = cfg->log_level;
-    if (rc == 0 && cfg->source == EGPU_VCUDA_SRC_NONE)
+    if (rc == 0 && cfg->source == EGPU_VCUDA_SRC_NONE && managed)
+        rc = egpu_error_set(&err, -ENOENT,
+                            "no configuration: no %s/%s (the agent's read-only allocation "
+                            "directory), and %s loads the interposer, so no $EGPU_VCUDA_DIR or "
+                            "EGPU_VCUDA_* variable stands in for it",
+                            EGPU_VCUDA_DEFAULT_DIR, EGPU_VCUDA_CONF_NAME, EGPU_VCUDA_PRELOAD_PATH);
+    else if (rc == 0 && cfg->source == EGPU_VCUDA_SRC_NONE)
         rc = egpu_error_set(&err, -ENOENT,
                             "no configuration: no %s/%s (the agent's read-only allocation "
                             "directory), no $EGPU_VCUDA_DIR/%s and no EGPU_VCUDA_* limits",

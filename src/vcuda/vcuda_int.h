@@ -55,6 +55,7 @@ extern "C" {
 #define EGPU_VCUDA_MAX_CARDS           16 /* cards one process can have limited (and CUDA ordinals seen) */
 #define EGPU_VCUDA_GRANULARITY_BYTES   (2ULL << 20) /* every allocation counts a multiple of this */
 #define EGPU_VCUDA_CONF_NAME           "vcuda.conf"
+#define EGPU_VCUDA_PRELOAD_PATH        "/etc/ld.so.preload" /* the agent mounts its list here */
 #define EGPU_VCUDA_SHARED_SUBDIR       "shared" /* the regions' directory below the conf's */
 #define EGPU_VCUDA_REGION_NAME         "vcuda-memory.shm"
 #define EGPU_VCUDA_CORE_REGION_NAME    "vcuda-core.shm"
@@ -174,6 +175,15 @@ void egpu__vcuda_config_fail_closed(struct egpu__vcuda_config *cfg);
  * cfg->dir (see the top of this file). */
 int egpu__vcuda_config_load(struct egpu__vcuda_config *cfg, const char *default_dir,
                             char *const *envp, struct egpu_error *err);
+
+/* Whether the ld.so.preload(8) list at path (NUL-terminated; normally
+ * EGPU_VCUDA_PRELOAD_PATH) names the shared object self (its path as the
+ * dynamic loader has it, dladdr's dli_fname): an entry equal to self, or
+ * with the same last path component. Reads at most 64 KiB; path is opened
+ * O_NOFOLLOW and must be a regular file. Returns false for no file, a link,
+ * a FIFO, an unreadable one, a list that does not name self, or self NULL
+ * or empty; never fails otherwise. Allocates nothing that outlives it. */
+bool egpu__vcuda_preloaded(const char *path, const char *self);
 
 /* Whether the limits apply to the card with UUID u (always with no card list). */
 bool egpu__vcuda_config_covers(const struct egpu__vcuda_config *cfg,

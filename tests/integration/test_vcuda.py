@@ -859,6 +859,36 @@ def test_no_configuration_refuses_every_call(world):
     assert (out.returncode, out.stdout, out.stderr) == (0, "hello\n", "")
 
 
+def test_hidden_configuration_ignores_the_environment(world, tmp_path):
+    """Issue 22 point 1: loaded through the agent's /etc/ld.so.preload (here
+    a list named by EGPU_LD_SO_PRELOAD, which can only add that), with
+    /etc/elastic-gpu hidden, neither EGPU_VCUDA_* limits nor a vcuda.conf of
+    the tenant's in $EGPU_VCUDA_DIR stand in for the agent's file: every
+    CUDA call is refused. Without the list, the same variables configure it
+    (use without Kubernetes)."""
+    p = world["paths"]
+    preload = tmp_path / "ld.so.preload"
+    preload.write_text("/usr/lib/other.so\n" + str(p["lib"]) + "\n")
+    (world["dir"] / "vcuda.conf").write_text(agent_conf(999999))
+    probe = Probe(world, conf={"EGPU_LD_SO_PRELOAD": str(preload)})
+    assert_refused(probe)
+    assert probe.close() == 0
+    lines = log_lines(probe.stderr())
+    assert len(lines) == 1, lines
+    for word in ("no configuration", "/etc/elastic-gpu/vcuda.conf",
+                 "/etc/ld.so.preload loads the interposer", "refusing every CUDA call"):
+        assert word in lines[0], (word, lines[0])
+    (world["dir"] / "vcuda.conf").unlink()
+    probe = Probe(world, conf=dict(mem_conf(999999), EGPU_LD_SO_PRELOAD=str(preload)))
+    assert_refused(probe)
+    assert probe.close() == 0
+    # a list that names another library proves nothing: the variables count
+    preload.write_text("/usr/lib/other.so\n")
+    probe = Probe(world, conf=dict(mem_conf(1024), EGPU_LD_SO_PRELOAD=str(preload)))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe.close() == 0
+
+
 def agent_conf(memory_mib, core=100, gpus=UUID0):
     """vcuda.conf exactly as egpu-agent writes it (src/agent/prestart.c)."""
     return ("# Written by egpu-agent for pod default/p container c; read by libegpu-vcuda.so.\n"
@@ -875,8 +905,16 @@ def test_agent_written_config(world):
     assert probe("totalmem 1") == ["totalmem", "0", str(CARD_BYTES)]  # not in the file's list
     assert probe.close() == 0
     assert probe.stderr() == ""
-    # memory 0: the container asked for gpu-core only, so no memory limit
+    # memory 0 with a share of one card: the scheduler booked 0 MiB, so this
+    # is a broken configuration (issue 22 point 5), never "no memory limit"
     (world["dir"] / "vcuda.conf").write_text(agent_conf(0, core=30))
+    probe = Probe(world)
+    assert_refused(probe)
+    assert probe.close() == 0
+    lines = log_lines(probe.stderr())
+    assert len(lines) == 1 and "refusing every CUDA call" in lines[0], lines
+    # memory 0 on a whole card: all of the card's memory
+    (world["dir"] / "vcuda.conf").write_text(agent_conf(0, core=100))
     probe = Probe(world)
     assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
     assert probe.rc("alloc mem %d" % (10 * 1024 * MIB)) == 0

@@ -403,6 +403,59 @@ static void load_bad_env_fails_closed(void **state)
     assert_int_equal(c.memory_mib, 0);
 }
 
+static void preloaded_names_the_interposer(void **state)
+{
+    const char *self = "/usr/local/lib/elastic-gpu/libegpu-vcuda.so";
+    char path[200], link[200];
+    struct {
+        const char *text;
+        bool want;
+    } rows[] = {
+        {"/usr/local/lib/elastic-gpu/libegpu-vcuda.so\n", true},
+        {"/usr/local/lib/elastic-gpu/libegpu-vcuda.so", true}, /* no final newline */
+        {"/lib/a.so:/lib/b.so /mnt/libegpu-vcuda.so", true},   /* same name, other path */
+        {"\t/lib/a.so\n\n  /usr/local/lib/elastic-gpu/libegpu-vcuda.so  \n", true},
+        {"/lib/a.so\n", false},
+        {"/usr/local/lib/elastic-gpu/libegpu-vcuda.so.bak\n", false},
+        {"/usr/local/lib/elastic-gpu/xlibegpu-vcuda.so\n", false},
+        {"/usr/local/lib/elastic-gpu/\n", false},
+        {"", false},
+    };
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/ld.so.preload", user_dir);
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        FILE *f = fopen(path, "w");
+
+        assert_non_null(f);
+        fputs(rows[i].text, f);
+        fclose(f);
+        if (egpu__vcuda_preloaded(path, self) != rows[i].want)
+            fail_msg("row %zu: '%s' should %sname the interposer", i, rows[i].text,
+                     rows[i].want ? "" : "not ");
+    }
+    /* a NUL ends an entry */
+    {
+        FILE *f = fopen(path, "w");
+
+        assert_non_null(f);
+        fwrite("/lib/a.so\0/x/libegpu-vcuda.so", 1, 30, f);
+        fclose(f);
+        assert_true(egpu__vcuda_preloaded(path, self));
+    }
+    assert_false(egpu__vcuda_preloaded(path, NULL));
+    assert_false(egpu__vcuda_preloaded(path, ""));
+    assert_false(egpu__vcuda_preloaded(NULL, self));
+    /* a link to a list naming it is not the agent's file */
+    snprintf(link, sizeof(link), "%s/ld.so.preload.link", user_dir);
+    unlink(link);
+    assert_int_equal(symlink(path, link), 0);
+    assert_false(egpu__vcuda_preloaded(link, self));
+    unlink(link);
+    unlink(path);
+    assert_false(egpu__vcuda_preloaded(path, self)); /* none */
+}
+
 static void load_file_wins_over_env(void **state)
 {
     char dir_var[160];
@@ -610,6 +663,7 @@ int main(void)
         cmocka_unit_test_setup(load_nothing_is_no_limits, each_setup),
         cmocka_unit_test_setup(load_env, each_setup),
         cmocka_unit_test_setup(load_bad_env_fails_closed, each_setup),
+        cmocka_unit_test_setup(preloaded_names_the_interposer, each_setup),
         cmocka_unit_test_setup(load_file_wins_over_env, each_setup),
         cmocka_unit_test_setup(load_broken_file_fails_closed, each_setup),
         cmocka_unit_test_setup(load_share_without_memory_fails_closed, each_setup),
