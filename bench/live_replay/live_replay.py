@@ -309,6 +309,124 @@ def select_host(plist, feasible, rnd):
     return best, ties
 
 
+# kube-scheduler's defaults for a pod's score when it requests none (pkg/scheduler/util,
+# GetNonzeroRequests): 100 milli-CPU, 200 MiB.
+NONZERO_CPU, NONZERO_MEM = 100, 200
+
+
+def kube_score(strategy, node, free, p, gpu_used):
+    """kube-scheduler's resource scores for pod p on node (its allocatable in node, what is
+    left in free, the milli-GPU its pods request in gpu_used): NodeResourcesFit (scoringStrategy
+    LeastAllocated, the default, or MostAllocated; cpu and memory, weight 1 each; with
+    gpu-most-allocated, MostAllocated on elasticgpu.io/gpu-core alone, which the agent
+    advertises as 100 per card) plus NodeResourcesBalancedAllocation (cpu and memory), each
+    0..100 with the plugins' integer arithmetic, weight 1 each."""
+    fracs, fit = [], 0
+    if strategy == "gpu-most-allocated":
+        cap = 100 * node["gpus"]
+        fit = 2 * (gpu_used // 10 * 100 // cap) if cap else 0
+    for cap, left, req, nz in ((node["cpu"], free[0], p["cpu"], NONZERO_CPU),
+                               (node["mem"], free[1], p["mem"], NONZERO_MEM)):
+        requested = cap - left + (req or nz)
+        if strategy == "gpu-most-allocated":
+            pass
+        elif strategy == "most-allocated":
+            fit += min(requested, cap) * 100 // cap if cap else 0
+        else:
+            fit += (cap - requested) * 100 // cap if cap and requested <= cap else 0
+        fracs.append(min(requested / cap, 1.0) if cap else 1.0)
+    balanced = int((1 - abs(fracs[0] - fracs[1]) / 2) * 100)
+    return fit // 2 + balanced
+
+
+def bursts(order, pods, k, window):
+    """The arrival order grouped into bursts of up to k same-size replicas: each burst is the
+    first arrival not yet taken and the next ones of the same GPU request (num_gpu, gpu_milli,
+    gpu_spec) among the following window arrivals, as a Deployment's replicas arrive together.
+    Returns lists of positions in order."""
+    key = lambda i: (pods[order[i]]["num_gpu"], pods[order[i]]["gpu_milli"],
+                     pods[order[i]]["spec"])
+    taken, out = [False] * len(order), []
+    for i in range(len(order)):
+        if taken[i]:
+            continue
+        b = [i]
+        taken[i] = True
+        for j in range(i + 1, min(len(order), i + 1 + window)):
+            if len(b) == k:
+                break
+            if not taken[j] and key(j) == key(i):
+                b.append(j)
+                taken[j] = True
+        out.append(b)
+    return out
+
+
+def waiting_pods(health):
+    for l in metrics(health).splitlines():
+        if l.startswith("egpu_scheduler_cache_waiting_pods"):
+            return int(float(l.split()[-1]))
+    return None
+
+
+def arrival_mode(args, order, pods, create, attempt, record, mark, st_, lag_rnd, health, t1):
+    """--mark-lag: pods arrive in bursts (--burst same-size replicas, --burst-gap ms apart) on
+    a virtual clock; each scheduling cycle takes --cycle ms; a bound GPU pod is marked
+    elasticgpu.io/allocated a uniformly drawn --mark-lag LO-HI ms after its bind (the kubelet's
+    admission and Allocate, the agent's mark, the watch), and before each cycle the marks due
+    are written and the bench waits until egpu-scheduler's cache shows exactly the pods still
+    waiting (egpu_scheduler_cache_waiting_pods), so the figures do not depend on the machine's
+    load. A pod no node passed while a node was steered around for a pod not yet allocated is
+    kube-scheduler's unschedulable pod: tried again after its backoff (1 s, doubling to 10 s),
+    at most --bind-tries times; a pod that fits nowhere otherwise fails, as in the replay."""
+    import heapq
+    lo, hi = args.mark_lag
+    queue, marks, seq = [], [], 0
+    for b, group in enumerate(bursts(order, pods, args.burst, 8 * args.burst)):
+        for pos in group:
+            heapq.heappush(queue, (b * args.burst_gap, seq, pos, 0, None))
+            seq += 1
+    clock, waiting, done = 0.0, 0, 0
+    while queue:
+        t, _, pos, tries, made = heapq.heappop(queue)
+        clock = max(clock, t)
+        marked = False
+        while marks and marks[0][0] <= clock:
+            mark(heapq.heappop(marks)[1])
+            waiting -= 1
+            marked = True
+        # bind counts its pod as waiting at once; a mark reaches the cache by the watch.
+        for _ in range(10000 if marked else 0):
+            if waiting_pods(health) == waiting:
+                break
+            time.sleep(0.002)
+        else:
+            st_["unmarked"] += marked
+        if made is None:
+            made = create(pos, order[pos])
+            st_["arrived"] += made[1]["gpu"]
+        name, p, obj = made
+        bound, _, steered = attempt(name, p, obj, False)
+        clock += args.cycle
+        if bound and p["num_gpu"] > 0:
+            heapq.heappush(marks, (clock + lag_rnd.uniform(lo, hi), name))
+            waiting += 1
+        st_["requeued_placed"] += bound and tries > 0
+        if not bound and steered and tries + 1 < args.bind_tries:
+            st_["requeued"] += tries == 0
+            backoff = min(1000.0 * 2 ** tries, 10000.0)
+            heapq.heappush(queue, (clock + backoff, seq, pos, tries + 1, made))
+            seq += 1
+        elif not bound:
+            st_["failed"] += 1
+        record()
+        done += tries == 0
+        if args.progress and tries == 0 and done % 1000 == 0:
+            print(f"  {done}/{len(order)} arrivals, {done / (time.time() - t1):.1f} pods/s",
+                  file=sys.stderr, flush=True)
+    st_["virtual_s"] = clock / 1000.0
+
+
 def live(args, nodes, pods, order, capacity_milli, tmp):
     api_proc, api_url, kubeconfig = start_api(tmp)
     sched = None
@@ -344,36 +462,51 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
         setup = time.time() - t0
         ext = Conn(url)
         rnd = random.Random(args.seed)
+        lag_rnd = random.Random(args.seed + 1)  # its own stream: rnd's draws stay the replay's
+        bynode = {n["sn"]: n for n in nodes}
         free = {n["sn"]: [n["cpu"], n["mem"]] for n in nodes}
+        gpu_used = {n["sn"]: 0 for n in nodes}
         names = [n["sn"] for n in nodes]
         buckets = Buckets()
-        arrived = used = 0
-        failed = retries = bind_errors = 0
-        ties_sum = ties_many = cpu_random = waits = gpu_picked = 0
-        t1 = time.time()
-        for i, idx in enumerate(order):
-            p = pods[idx]
-            name = p["name"] if i < len(pods) else f"{p['name']}-clone-{i}"
-            arrived += p["gpu"]
-            st, obj = api.call("POST", f"/api/v1/namespaces/{NS}/pods", pod_object(name, p))
-            assert st == 201, obj
+        st_ = dict(arrived=0, used=0, failed=0, retries=0, bind_errors=0, ties_sum=0,
+                   ties_many=0, cpu_random=0, waits=0, gpu_picked=0, steered=0, requeued=0,
+                   requeued_placed=0, unmarked=0)
+
+        def mark(name):
+            st, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}",
+                             {"metadata": {"annotations": {"elasticgpu.io/allocated": "true"}}},
+                             "application/merge-patch+json")
+            assert st == 200, st
+
+        def attempt(name, p, obj, resend):
+            """One scheduling cycle of pod p: kube-scheduler's filter, prioritize, bind (and
+            the kubelet's Running). Returns (bound, host, steered): steered when a node failed
+            filter for a pod there not yet allocated. With resend, such a filter is sent again
+            1 ms later (the watch's lag, not a real wait)."""
             feasible = [n for n in names if free[n][0] >= p["cpu"] and free[n][1] >= p["mem"]]
-            host = None
-            if feasible and p["num_gpu"] == 0 and args.cpu_pods == "kube-scheduler":
+            host, steered = None, False
+            if feasible and p["num_gpu"] == 0 and args.cpu_pods != "extender":
                 # Not the extender's (managedResources): kube-scheduler's own choice among
-                # the nodes where it fits, its score plugins left out, so a seeded random one.
-                host, _ = select_host([], feasible, rnd)
-                cpu_random += 1
+                # the nodes where it fits: a seeded random one (its score plugins left out),
+                # or by its resource scores (kube_score), ties at random.
+                plist = [] if args.cpu_pods == "kube-scheduler" else \
+                    [{"Host": n, "Score": kube_score(args.cpu_pods, bynode[n], free[n], p,
+                                                 gpu_used[n])}
+                     for n in feasible]
+                host, _ = select_host(plist, feasible, rnd)
+                st_["cpu_random"] += 1
             elif feasible:
                 a = {"Pod": obj, "Nodes": None, "NodeNames": feasible}
-                for k in range(args.bind_tries):
+                for k in range(args.bind_tries if resend else 1):
                     st, fr = ext.call("POST", "/filter", a)
                     assert st == 200, (st, fr)
-                    if not any("not yet allocated" in why
-                               for why in (fr.get("FailedNodes") or {}).values()):
+                    steered = any("not yet allocated" in why
+                                  for why in (fr.get("FailedNodes") or {}).values())
+                    if not steered or not resend:
                         break
-                    waits += 1
+                    st_["waits"] += 1
                     time.sleep(0.001)
+                st_["steered"] += steered
                 passed = fr.get("NodeNames") or []
                 if passed:
                     a["NodeNames"] = passed
@@ -381,11 +514,11 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                     assert st == 200, (st, pl)
                     host, ties = select_host(pl, passed, rnd)
                     if p["num_gpu"] > 0:
-                        ties_sum += ties
-                        ties_many += ties > 1
-                        gpu_picked += 1
+                        st_["ties_sum"] += ties
+                        st_["ties_many"] += ties > 1
+                        st_["gpu_picked"] += 1
             bound = False
-            if host is not None and p["num_gpu"] == 0 and args.cpu_pods == "kube-scheduler":
+            if host is not None and p["num_gpu"] == 0 and args.cpu_pods != "extender":
                 st, b = api.call("POST", f"/api/v1/namespaces/{NS}/pods/{name}/binding", {
                     "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": host}})
@@ -398,19 +531,16 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                     if st == 200 and isinstance(b, dict) and not b.get("Error"):
                         bound = True
                         break
-                    retries += 1
+                    st_["retries"] += 1
                     time.sleep(0.005)
-                bind_errors += not bound
+                st_["bind_errors"] += not bound
             if bound:
                 free[host][0] -= p["cpu"]
                 free[host][1] -= p["mem"]
-                used += p["gpu"]
-                st = 200
-                if p["num_gpu"] > 0:
-                    st, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}",
-                                     {"metadata": {"annotations":
-                                                   {"elasticgpu.io/allocated": "true"}}},
-                                     "application/merge-patch+json")
+                st_["used"] += p["gpu"]
+                gpu_used[host] += p["gpu"]
+                if p["num_gpu"] > 0 and args.mark_lag is None:
+                    mark(name)
                 st2, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status",
                                   {"status": {"phase": "Running", "containerStatuses": [
                                       {"name": "main", "ready": True, "restartCount": 0,
@@ -418,22 +548,43 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                                        "state": {"running": {"startedAt":
                                                              "2026-01-01T00:00:00Z"}}}]}},
                                   "application/merge-patch+json")
-                assert st == 200 and st2 == 200, (st, st2)
-            else:
-                failed += 1
-            buckets.add(100.0 * arrived / capacity_milli, 100.0 * used / capacity_milli)
-            if args.progress and (i + 1) % 1000 == 0:
-                print(f"  {i + 1}/{len(order)} arrivals, {(i + 1) / (time.time() - t1):.1f} "
-                      "pods/s", file=sys.stderr, flush=True)
+                assert st2 == 200, st2
+            return bound, host, steered
+
+        def record():
+            buckets.add(100.0 * st_["arrived"] / capacity_milli,
+                        100.0 * st_["used"] / capacity_milli)
+
+        def create(i, idx):
+            p = pods[idx]
+            name = p["name"] if i < len(pods) else f"{p['name']}-clone-{i}"
+            st, obj = api.call("POST", f"/api/v1/namespaces/{NS}/pods", pod_object(name, p))
+            assert st == 201, obj
+            return name, p, obj
+
+        t1 = time.time()
+        if args.mark_lag is None:
+            for i, idx in enumerate(order):
+                name, p, obj = create(i, idx)
+                st_["arrived"] += p["gpu"]
+                bound, _, _ = attempt(name, p, obj, True)
+                st_["failed"] += not bound
+                record()
+                if args.progress and (i + 1) % 1000 == 0:
+                    print(f"  {i + 1}/{len(order)} arrivals, {(i + 1) / (time.time() - t1):.1f} "
+                          "pods/s", file=sys.stderr, flush=True)
+        else:
+            arrival_mode(args, order, pods, create, attempt, record, mark, st_, lag_rnd, health,
+                         t1)
         elapsed = time.time() - t1
         time.sleep(1.5)  # the last binds reach the cache's metrics through the watch
         sched_core = sum(float(l.split()[-1]) for l in metrics(health).splitlines()
                          if l.startswith("egpu_scheduler_allocated_core_percent{"))
         errors = [l for l in open(log) if l[:1] in "EF"]
-        return dict(buckets=buckets, failed=failed, retries=retries, bind_errors=bind_errors,
-                    elapsed=elapsed, setup=setup, ties_mean=ties_sum / max(1, gpu_picked),
-                    ties_many=ties_many, cpu_random=cpu_random, waits=waits, sched_core=sched_core, used=used, errors=errors,
-                    final_arrived=100.0 * arrived / capacity_milli)
+        return dict(st_, buckets=buckets, elapsed=elapsed, setup=setup,
+                    ties_mean=st_["ties_sum"] / max(1, st_["gpu_picked"]),
+                    sched_core=sched_core, errors=errors,
+                    final_arrived=100.0 * st_["arrived"] / capacity_milli)
     finally:
         for p in (sched, api_proc):
             if p is not None and p.poll() is None:
@@ -456,9 +607,26 @@ def main():
                     help="keep every N-th node and every N-th pod (default 4; 1 = all)")
     ap.add_argument("--gpu-pods-only", action="store_true",
                     help="leave out the pods asking no GPU (both replays)")
-    ap.add_argument("--cpu-pods", choices=("extender", "kube-scheduler"), default="extender",
+    ap.add_argument("--cpu-pods", default="extender",
+                    choices=("extender", "kube-scheduler", "least-allocated", "most-allocated",
+                             "gpu-most-allocated"),
                     help="who places the pods asking no GPU: the extender (egpu-scheduler "
-                    "--pods-without-gpu place; default) or kube-scheduler alone")
+                    "--pods-without-gpu place; default) or kube-scheduler alone: "
+                    "kube-scheduler = a seeded random node where they fit; least-allocated = "
+                    "its default profile's NodeResourcesFit (LeastAllocated) and "
+                    "NodeResourcesBalancedAllocation scores; most-allocated = the same with "
+                    "NodeResourcesFit's scoringStrategy MostAllocated; gpu-most-allocated = "
+                    "MostAllocated on elasticgpu.io/gpu-core alone")
+    ap.add_argument("--mark-lag", default=None, metavar="LO[-HI]",
+                    help="arrival mode: virtual ms from a GPU pod's bind to its "
+                    "elasticgpu.io/allocated mark, drawn uniformly (e.g. 200-1000); 0 = marked "
+                    "before the next cycle. Without it: marked at once, every pod in turn")
+    ap.add_argument("--burst", type=int, default=1,
+                    help="with --mark-lag: same-size replicas arriving together (default 1)")
+    ap.add_argument("--burst-gap", type=float, default=1000.0,
+                    help="with --mark-lag: virtual ms between bursts (default 1000)")
+    ap.add_argument("--cycle", type=float, default=10.0,
+                    help="with --mark-lag: virtual ms per scheduling cycle (default 10)")
     ap.add_argument("--learn-workload", action="store_true",
                     help="let egpu-scheduler build FGD's target workload from the pods it has "
                     "seen (its default) instead of --target-workload with egpu-sim's")
@@ -470,6 +638,13 @@ def main():
     ap.add_argument("--scheduler-args", nargs=argparse.REMAINDER, default=[],
                     help="more egpu-scheduler flags (the rest of the line)")
     args = ap.parse_args()
+    if args.mark_lag is not None:
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?", args.mark_lag)
+        if not m or float(m.group(2) or m.group(1)) < float(m.group(1)):
+            ap.error(f"--mark-lag {args.mark_lag!r}: expected LO or LO-HI milliseconds, LO <= HI")
+        args.mark_lag = (float(m.group(1)), float(m.group(2) or m.group(1)))
+    if args.burst < 1 or args.burst_gap < 0 or args.cycle <= 0:
+        ap.error("--burst must be >= 1, --burst-gap >= 0 and --cycle > 0")
     if not os.path.isdir(args.trace_dir):
         sys.exit(f"live_replay: no trace at {args.trace_dir} (--trace-dir, $EGPU_TRACE_DIR)")
     tmp = tempfile.mkdtemp(prefix="egpu-live-replay-")
@@ -520,14 +695,27 @@ def main():
               f"{100.0 * r['used'] / capacity:.2f}% (egpu-sim {float(sim['final_alloc_pct']):.2f}%);"
               f" egpu_scheduler_allocated_core_percent summed {r['sched_core']:.0f} of "
               f"{capacity // 10} (bench's count {r['used'] // 10})")
-        if args.cpu_pods == "kube-scheduler":
+        if args.cpu_pods != "extender":
+            how = {"kube-scheduler": "a seeded random node where cpu and memory fit",
+                   "least-allocated": "NodeResourcesFit LeastAllocated + BalancedAllocation",
+                   "most-allocated": "NodeResourcesFit MostAllocated + BalancedAllocation",
+                   "gpu-most-allocated": "NodeResourcesFit MostAllocated on "
+                                         "elasticgpu.io/gpu-core + BalancedAllocation"}
             print(f"  live: {r['cpu_random']} pods asking no GPU placed by kube-scheduler alone "
-                  "(a seeded random node where cpu and memory fit; egpu-sim places them by its "
-                  "policy)")
+                  f"({how[args.cpu_pods]}; egpu-sim places them by its policy)")
         else:
             print("  live: pods asking no GPU judged by the extender (--pods-without-gpu place)")
-        print(f"  live: filters sent again because a node waited for a pod's allocated mark "
-              f"{r['waits']}")
+        if args.mark_lag is None:
+            print(f"  live: filters sent again because a node waited for a pod's allocated "
+                  f"mark {r['waits']}")
+        else:
+            print(f"  arrival mode: mark lag {args.mark_lag[0]:g}-{args.mark_lag[1]:g} ms, bursts "
+                  f"of {args.burst} same-size replicas {args.burst_gap:g} ms apart, {args.cycle:g} "
+                  f"ms a cycle ({r['virtual_s']:.0f} virtual s); filters that steered around a "
+                  f"node for a pod not yet allocated {r['steered']}; pods sent back to "
+                  f"kube-scheduler's queue (nowhere else to go) {r['requeued']}, placed on a "
+                  f"later try {r['requeued_placed']}; cycles whose cache never showed the marks "
+                  f"{r['unmarked']}")
         print(f"  live: nodes tied for kube-scheduler's best total, mean {r['ties_mean']:.2f} per "
               f"GPU pod; GPU pods with more than one {r['ties_many']}; bind retries {r['retries']}, "
               f"binds given up {r['bind_errors']}; E/F lines in egpu-scheduler's log "

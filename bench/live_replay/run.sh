@@ -19,8 +19,12 @@
 #                GPUs, 2,711 arrivals, about 10 s on a 2-core machine; 1 = the whole trace,
 #                10,792 arrivals, about 90 s). egpu-sim replays the same subsample.
 #   --gpu-pods-only  leave the pods asking no GPU out of both replays
-#   --cpu-pods kube-scheduler  place the pods asking no GPU as kube-scheduler alone would
-#                (default: the extender, egpu-scheduler --pods-without-gpu place)
+#   --cpu-pods WHO  who places the pods asking no GPU: extender (default: egpu-scheduler
+#                --pods-without-gpu place) or kube-scheduler alone: kube-scheduler (a seeded
+#                random node), least-allocated (its default scores), most-allocated,
+#                gpu-most-allocated (MostAllocated on elasticgpu.io/gpu-core)
+#   --mark-lag LO-HI, --burst K  arrival mode: a virtual clock, bursts of K same-size
+#                replicas, each GPU pod marked allocated LO..HI ms after its bind (README.md)
 #   --learn-workload  the extender builds FGD's target workload from the pods it has seen
 #                (default: --target-workload with egpu-sim's target_workload.json)
 #   --pods FILE  the pod list in the trace directory (default openb_pod_list_default.csv)
@@ -35,7 +39,7 @@ build=${EGPU_BUILD:-build}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
 case "${1:-}" in
 -h | --help)
-    sed -n '2,31p' "$0"
+    sed -n '2,35p' "$0"
     exit 0
     ;;
 esac
