@@ -73,6 +73,12 @@
  * time its handler runs until the response is sent. */
 enum conn_state { CONN_FREE, CONN_WAITING, CONN_ANSWERING, CONN_CLOSING };
 
+/* An open connection's address and slot, sorted by address (evict_pick). */
+struct held {
+    unsigned char addr[16];
+    unsigned slot;
+};
+
 struct conn {
     enum conn_state state;
     struct egpu_http_server *srv; /* for on_tls_cert, which gets only the connection */
@@ -130,6 +136,7 @@ struct egpu_http_server {
     pthread_mutex_t conn_lock; /* guards conns, nconns, stop_watch */
     pthread_cond_t watch_cond;
     struct conn *conns; /* table of cap_conns slots */
+    struct held *held;  /* cap_conns entries: evict_pick's scratch, under conn_lock */
     unsigned cap_conns, nconns;
     uint64_t next_conn_id; /* under conn_lock */
     bool stop_watch;
@@ -360,7 +367,20 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, struct call *call,
  * request whose bytes libmicrohttpd read together with the previous one
  * (pipelined) is seen by on_uri once its request line is in. Counts in and
  * out of the table race with each other across pool threads, so a burst can
- * pass a limit by at most threads - 1 connections. */
+ * pass a limit by at most threads - 1 connections.
+ *
+ * A full port is not first come, first served: per-address caps stop one
+ * address, not max_connections / max_per_client of them (8 pods fill the
+ * agent's 64 at 8 each), and the kubelet's probe, one connection from the
+ * node, would then be refused until one of theirs closed. So a newcomer
+ * that finds the port full takes a slot from the address holding the most
+ * connections, if that address holds more than the newcomer's does: that
+ * address's oldest connection waiting for its request (silent or
+ * handshaking before one still receiving; never one being answered) is
+ * closed and counted as refused for the total (evict_pick). An address
+ * that holds no connection thus gets in while any address holds two or
+ * more, and attackers on k addresses keep at most max_connections / k
+ * each; only max_connections addresses holding one each fill the port. */
 
 static void addr_key(const struct sockaddr *sa, unsigned char key[16])
 {
@@ -426,32 +446,104 @@ static bool worth_logging(uint64_t n)
     return n != 0 && (n & (n - 1)) == 0;
 }
 
+static int held_cmp(const void *a, const void *b)
+{
+    return memcmp(((const struct held *)a)->addr, ((const struct held *)b)->addr, 16);
+}
+
+/* Whether waiting connection c is a better one to evict than pick (NULL:
+ * none yet): one not receiving a request before one that is, then the
+ * oldest mark. */
+static bool evict_better(const struct conn *c, const struct conn *pick)
+{
+    if (pick == NULL || c->receiving != pick->receiving)
+        return pick == NULL || !c->receiving;
+    return c->since.tv_sec != pick->since.tv_sec ? c->since.tv_sec < pick->since.tv_sec
+                                                 : c->since.tv_nsec < pick->since.tv_nsec;
+}
+
+/* The port is full (conn_lock held): the connection to close so that a
+ * newcomer from an address holding `same` connections can come in (see
+ * DESIGN above), or NULL when no address holds more than `same` with one
+ * waiting. Connections already closing count for no address. O(n log n) in
+ * the open connections, only while the port is full. */
+static struct conn *evict_pick(struct egpu_http_server *srv, unsigned same)
+{
+    struct held *h = srv->held;
+    struct conn *victim = NULL;
+    unsigned n = 0, most = same;
+
+    for (unsigned i = 0; i < srv->cap_conns; i++) {
+        if (srv->conns[i].state == CONN_WAITING || srv->conns[i].state == CONN_ANSWERING) {
+            memcpy(h[n].addr, srv->conns[i].addr, 16);
+            h[n++].slot = i;
+        }
+    }
+    qsort(h, n, sizeof(*h), held_cmp);
+    for (unsigned i = 0, j; i < n; i = j) {
+        struct conn *pick = NULL;
+
+        for (j = i; j < n && memcmp(h[j].addr, h[i].addr, 16) == 0; j++) {
+            struct conn *c = &srv->conns[h[j].slot];
+
+            if (c->state == CONN_WAITING && evict_better(c, pick))
+                pick = c;
+        }
+        if (j - i > most && pick != NULL) {
+            most = j - i;
+            victim = pick;
+        }
+    }
+    return victim;
+}
+
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     struct egpu_http_server *srv = cls;
     unsigned char key[16];
-    unsigned same = 0, open;
+    unsigned same = 0, open, closing = 0;
     bool total = false, per_client = false;
-    char text[INET6_ADDRSTRLEN];
+    char text[INET6_ADDRSTRLEN], victim_text[INET6_ADDRSTRLEN];
+    struct conn *victim = NULL;
     uint64_t n;
 
     (void)addrlen;
     addr_key(addr, key);
     pthread_mutex_lock(&srv->conn_lock);
     open = srv->nconns;
-    if (open >= srv->cfg.max_connections) {
-        total = true;
-    } else {
-        for (unsigned i = 0; i < srv->cap_conns; i++) {
-            if (srv->conns[i].state != CONN_FREE && memcmp(srv->conns[i].addr, key, 16) == 0)
-                same++;
+    for (unsigned i = 0; i < srv->cap_conns; i++) {
+        if (srv->conns[i].state == CONN_FREE)
+            continue;
+        closing += srv->conns[i].state == CONN_CLOSING;
+        same += memcmp(srv->conns[i].addr, key, 16) == 0;
+    }
+    per_client = same >= srv->cfg.max_per_client;
+    if (open - closing >= srv->cfg.max_connections) {
+        /* Full: make room if an address holds more (a record must be free
+         * for the newcomer while the victim's is still closing). */
+        if (!per_client && open < srv->cap_conns)
+            victim = evict_pick(srv, same);
+        if (victim != NULL) {
+            (void)shutdown(victim->fd, SHUT_RDWR);
+            victim->state = CONN_CLOSING;
+            addr_text(victim->addr, victim_text, sizeof(victim_text));
+        } else {
+            total = true;
         }
-        per_client = same >= srv->cfg.max_per_client;
     }
     pthread_mutex_unlock(&srv->conn_lock);
-    if (!total && !per_client)
+    if (victim == NULL && !total && !per_client)
         return MHD_YES;
     addr_text(key, text, sizeof(text));
+    if (victim != NULL) {
+        n = atomic_fetch_add(&srv->refused_total, 1) + 1;
+        if (worth_logging(n))
+            egpu_log(EGPU_LOG_WARN,
+                     "connection evicted client=%s for=%s reason=total open=%u limit=%u "
+                     "refused=%" PRIu64,
+                     victim_text, text, open - closing, srv->cfg.max_connections, n);
+        return MHD_YES;
+    }
     if (total) {
         n = atomic_fetch_add(&srv->refused_total, 1) + 1;
         if (worth_logging(n))
@@ -1531,14 +1623,22 @@ int egpu_http_server_start(struct egpu_http_server *srv, struct egpu_error *err)
     /* Room for the limit and a burst racing past it (see on_accept). */
     srv->cap_conns = srv->cfg.max_connections + srv->cfg.threads + 8;
     srv->conns = egpu_calloc(srv->cap_conns, sizeof(*srv->conns));
-    if (srv->conns == NULL)
+    srv->held = egpu_calloc(srv->cap_conns, sizeof(*srv->held));
+    if (srv->conns == NULL || srv->held == NULL) {
+        egpu_free(srv->conns);
+        egpu_free(srv->held);
+        srv->conns = NULL;
+        srv->held = NULL;
         return egpu_error_set(err, -ENOMEM, "http server: out of memory");
+    }
     srv->nconns = 0;
     srv->stop_watch = false;
     rc = pthread_create(&srv->watch, NULL, watchdog, srv);
     if (rc != 0) {
         egpu_free(srv->conns);
+        egpu_free(srv->held);
         srv->conns = NULL;
+        srv->held = NULL;
         return egpu_error_set(err, -rc, "http server: cannot start its watchdog: %s", strerror(rc));
     }
     srv->watching = true;
@@ -1620,7 +1720,9 @@ static void stop_watchdog(struct egpu_http_server *srv)
 {
     join_watchdog(srv);
     egpu_free(srv->conns);
+    egpu_free(srv->held);
     srv->conns = NULL;
+    srv->held = NULL;
     srv->cap_conns = 0;
     srv->nconns = 0;
 }

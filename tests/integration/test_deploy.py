@@ -1677,3 +1677,12 @@ def test_network_policies_admit_each_port_only_from_whom_it_serves(objs):
     assert web[9444] == [PROMETHEUS_PEER]
     agent = port_peers(one(objs, "NetworkPolicy", "egpu-agent", NS))
     assert agent == {9400: [PROMETHEUS_PEER]}
+    controller = port_peers(one(objs, "NetworkPolicy", "egpu-controller", NS))
+    assert controller == {9090: [PROMETHEUS_PEER]}
+    # The scheduler's health port; kube-scheduler's secure port (its own
+    # authentication) stays open to its probes.
+    sched = one(objs, "NetworkPolicy", "egpu-scheduler", NS)["spec"]["ingress"]
+    assert port_peers({"spec": {"ingress": [r for r in sched if r.get("from")]}}) == {
+        8889: [PROMETHEUS_PEER]}
+    assert [r for r in sched if not r.get("from")] == [
+        {"ports": [{"port": KUBE_SCHEDULER_SECURE_PORT, "protocol": "TCP"}]}]

@@ -51,8 +51,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, tool
-from test_deploy import EGPU_LEASE_DEFAULT, EGPU_NEEDS, LEASE_VERBS, NS, allows, container, \
-    container_port, find, flag, one, rules_of, scheduler_config
+from test_deploy import EGPU_LEASE_DEFAULT, EGPU_NEEDS, LEASE_VERBS, NS, PROMETHEUS_PEER, allows, \
+    container, container_port, find, flag, one, rules_of, scheduler_config
 from test_scheduler import Scheduler, api, cluster  # noqa: F401 (api: the test API server)
 from test_webhook import Webhook, cert, need, review  # noqa: F401 (cert: the webhook's)
 
@@ -245,6 +245,12 @@ def test_service_and_network_policy(objs):
                      for k, v in p["spec"]["podSelector"]["matchLabels"].items())]
     allowed = {p["port"] for rule in pol["spec"]["ingress"] for p in rule["ports"]}
     assert allowed == {verbs, int(flag(egpu_args(objs), "--health-port"))}
+    # The verbs from anywhere (mutual TLS keeps callers out), the health
+    # port only from Prometheus pods (and the node), as in deploy/.
+    peers = {p["port"]: rule.get("from") for rule in pol["spec"]["ingress"]
+             for p in rule["ports"]}
+    assert peers[verbs] is None
+    assert peers[int(flag(egpu_args(objs), "--health-port"))] == [PROMETHEUS_PEER]
 
 
 def test_extender_stanza_matches_what_egpu_scheduler_serves(base, objs, build_dir):
@@ -333,22 +339,37 @@ def guide_cert(tmp_path):
     return d
 
 
-def https_post(port, server_name, ca, path, body, client=None):
-    """POST as kube-scheduler's extender client does with enableHTTPS and
-    tlsConfig {serverName, caFile, certFile, keyFile}: to 127.0.0.1:port,
-    the certificate checked against serverName and the CA, presenting the
-    client certificate and key of client (a pair of paths; None: none)."""
+def https_connection(port, server_name, ca, client=None, source=None):
+    """A connection as kube-scheduler's extender client makes it with
+    enableHTTPS and tlsConfig {serverName, caFile, certFile, keyFile}: to
+    127.0.0.1:port (from the address source, None: the kernel's choice), the
+    certificate checked against serverName and the CA, presenting the client
+    certificate and key of client (a pair of paths; None: none). Kept alive
+    until closed; the handshake is done on return."""
     ctx = ssl.create_default_context(cafile=str(ca))
     if client is not None:
         ctx.load_cert_chain(str(client[0]), str(client[1]))
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                    source_address=(source, 0) if source else None)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.sock = ctx.wrap_socket(sock, server_hostname=server_name)
+    return conn
+
+
+def conn_post(conn, path, body):
+    """POST body (JSON) on conn: (status, the JSON answer)."""
     conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
     r = conn.getresponse()
-    out = r.status, json.loads(r.read())
-    conn.close()
-    return out
+    return r.status, json.loads(r.read())
+
+
+def https_post(port, server_name, ca, path, body, client=None):
+    """POST on a new https_connection, then close it."""
+    conn = https_connection(port, server_name, ca, client)
+    try:
+        return conn_post(conn, path, body)
+    finally:
+        conn.close()
 
 
 def gpu_pod(name, ns):

@@ -65,6 +65,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, tool
+from test_deploy import PROMETHEUS_PEER
 
 DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "elastic-gpu"
@@ -769,7 +770,8 @@ def test_network_policy_values_set_who_reaches_the_webhook_and_agent(chart):
     """Issue 22: networkPolicy.podCIDRs are the addresses the webhook's HTTPS
     port excepts, networkPolicy.apiServerCIDRs replace them by a list of the
     only admitted addresses, and networkPolicy.prometheus selects who scrapes
-    the webhook's and the agent's metrics ports; nothing else changes."""
+    the webhook's, the agent's, the scheduler's and the controller's metrics
+    ports; nothing else changes."""
     def pol(objs, name):
         (p,) = [o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == name]
         return p["spec"]["ingress"]
@@ -788,5 +790,13 @@ def test_network_policy_values_set_who_reaches_the_webhook_and_agent(chart):
                                             "app": "prom"}}}
     assert pol(got, "egpu-webhook")[1]["from"] == [peer]
     assert pol(got, "egpu-agent")[0]["from"] == [peer]
+    assert pol(got, "egpu-scheduler")[0]["from"] == [peer]
+    assert pol(got, "egpu-controller")[0]["from"] == [peer]
     changed = {k for k, o in by_key(got).items() if by_key(chart).get(k) != o}
-    assert {k[1] for k in changed} == {"egpu-webhook", "egpu-agent"}, changed
+    assert {k[1] for k in changed} == {"egpu-webhook", "egpu-agent", "egpu-scheduler",
+                                       "egpu-controller"}, changed
+    # scheduler.mode=main: the verbs' 8888 from anywhere, 8889 still only
+    # from the scrapers.
+    main = pol(helm_template("scheduler.mode=main"), "egpu-scheduler")
+    assert main[0]["from"] == [PROMETHEUS_PEER] and main[0]["ports"][0]["port"] == 8889
+    assert main[1] == {"ports": [{"port": 8888, "protocol": "TCP"}]}

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import grpc
@@ -28,8 +29,9 @@ import yaml
 
 from conftest import ROOT, tool
 from test_agent import (  # noqa: F401 (fixtures, used by name)
-    RES, Agent, agent_bin, alloc_dir, allocate, api_env, cleanup_env, dp, mounts, scrape,
+    RES, Agent, agent_bin, alloc_dir, allocate, api_env, cleanup_env, dp, env, mounts, scrape,
     wait_until)
+from test_deploy_main_scheduler import guide_cert, objs  # noqa: F401 (fixtures)
 from test_scheduler import ASSIGNED, api, args, assigned, cluster, sched  # noqa: F401
 from test_vcuda import (CTX_MIB, MIB, OOM, Probe, card_share, core_conf,  # noqa: F401
                         log_lines, mem_conf, meminfo, mock_used, mockctl, paths, world)
@@ -455,9 +457,7 @@ def test_slow_connections_neither_stop_the_extender_nor_go_unnoticed(api, extend
     to the port a tenant reaches: kube-scheduler's calls on its kept-alive
     connection and the kubelet's probes are still answered, and the refusals
     are counted."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < 4096:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    enough_files()
     cluster(api, nodes=("gpu-1",), gpus=1)
     api.pod("p", 30)
     x = extender()
@@ -544,6 +544,38 @@ def partial_client_hello():
     return bytes([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]) + b"\x42" * 16
 
 
+def enough_files():
+    """Room for a flood's sockets: RLIMIT_NOFILE raised to 4,096 if below."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+
+
+def flood_handshakes(port, n, source):
+    """n connections from source to a TLS port (flood), every second one
+    stopped inside a ClientHello, the others silent; no certificate ever.
+    Returns the sockets (the caller closes)."""
+    socks = flood(port, n, [source])
+    hello = partial_client_hello()
+    for s in socks[::2]:
+        try:
+            s.send(hello)
+        except OSError:
+            pass  # refused: closed by the server
+    return socks
+
+
+def wait_metric(port, name, labels, least, timeout=10):
+    """Wait (at most timeout seconds) until name{labels} on port's /metrics
+    is at least least; return its last value (None: not there)."""
+    deadline = time.time() + timeout
+    while True:
+        n = port_metric(port, name, labels)
+        if (n is not None and n >= least) or time.time() > deadline:
+            return n
+        time.sleep(0.25)
+
+
 def test_one_pod_cannot_hold_the_webhook_port(build_dir, api, tmp_path):  # noqa: F811
     """A pod (127.0.1.5) opens 1,100 connections to egpu-webhook's HTTPS
     port, silent or stopped inside a ClientHello, and holds them; the API
@@ -557,9 +589,7 @@ def test_one_pod_cannot_hold_the_webhook_port(build_dir, api, tmp_path):  # noqa
     import http.client
     import ssl as ssl_mod
     need("openssl")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < 4096:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    enough_files()
     pki = Pki(tmp_path)
     pki.publish(0)
     w = Webhook(build_dir, api, tmp_path, pki)
@@ -572,13 +602,7 @@ def test_one_pod_cannot_hold_the_webhook_port(build_dir, api, tmp_path):  # noqa
         kept = apiserver()
         st, _ = post(kept, review())
         assert st == 200
-        socks = flood(w.port, 1100, ["127.0.1.5"])
-        hello = partial_client_hello()
-        for s in socks[::2]:
-            try:
-                s.send(hello)
-            except OSError:
-                pass  # refused: closed by the server
+        socks = flood_handshakes(w.port, 1100, "127.0.1.5")
         try:
             time.sleep(0.5)
             t0 = time.time()
@@ -596,13 +620,8 @@ def test_one_pod_cannot_hold_the_webhook_port(build_dir, api, tmp_path):  # noqa
                              '{reason="per_client"}')
             assert refused is not None and refused >= 1100 - 256 - 8, refused
             # The held ones never finish a handshake: closed at 5 s.
-            deadline = time.time() + 10
-            while time.time() < deadline:
-                n = port_metric(w.health_port, "egpu_http_connections_timed_out_total",
-                           '{reason="handshake"}')
-                if n is not None and n >= 240:
-                    break
-                time.sleep(0.25)
+            n = wait_metric(w.health_port, "egpu_http_connections_timed_out_total",
+                            '{reason="handshake"}', 240)
             assert n is not None and n >= 240, n
         finally:
             for s in socks:
@@ -612,12 +631,147 @@ def test_one_pod_cannot_hold_the_webhook_port(build_dir, api, tmp_path):  # noqa
         w.stop()
 
 
-def port_metric(port, name, labels):
-    """The value of name{labels} on 127.0.0.1:port/metrics, or None."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
+def port_metric(port, name, labels, source=None):
+    """The value of name{labels} on 127.0.0.1:port/metrics (asked from the
+    address source; None: the kernel's choice), or None."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5,
+                                      source_address=(source, 0) if source else None)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
     m = re.search(r"^" + re.escape(name + labels) + r" (\S+)$", text, re.M)
     return float(m.group(1)) if m else None
+
+
+def test_one_pod_cannot_hold_the_extenders_mtls_port(objs, api, build_dir,  # noqa: F811
+                                                     guide_cert, tmp_path):
+    """Main-scheduler mode (deploy/scheduler/main-scheduler's egpu-scheduler
+    flags: HTTPS on the pod address, --tls-client-ca): a pod (127.0.1.5)
+    opens 300 connections to the verbs' port with no certificate, half
+    silent, half stopped inside a ClientHello, and holds them; kube-scheduler
+    (127.0.0.3, the stanza's client certificate) still gets filter,
+    prioritize and bind answered, on its kept-alive connection and on new
+    ones, within 2 s each. The pod holds at most --max-per-client (128) of
+    the 256: the rest are refused and counted, and the held ones are closed
+    at --handshake-timeout (5 s) and counted. Before issue 22's src/net
+    change the pod held all 256 (the verbs' cap per address was the
+    total) until the idle timeout and kube-scheduler's new connections were
+    refused."""
+    from test_deploy_main_scheduler import (component_scheduler, conn_post, gpu_pod,
+                                            https_connection, kube_scheduler_client,
+                                            on_control_plane, stanza)
+    from test_webhook_tls import need
+    need("openssl")
+    enough_files()
+    ext = stanza(objs)
+    cluster(api)
+    st, pod = api.call("POST", "/api/v1/namespaces/ml/pods", gpu_pod("train", "ml"))
+    assert st == 201, pod
+    s, port = component_scheduler(objs, api, build_dir, guide_cert, tmp_path)
+    health = int(s.health_url.rsplit(":", 1)[1])
+    prefix = urllib.parse.urlsplit(ext["urlPrefix"]).path.rstrip("/")
+    ca = on_control_plane(guide_cert, ext["tlsConfig"]["caFile"])
+    client = kube_scheduler_client(objs, guide_cert)
+    filter_args = {"Pod": pod, "Nodes": None, "NodeNames": ["gpu-1", "gpu-2"]}
+
+    def kube_scheduler():
+        return https_connection(port, ext["tlsConfig"]["serverName"], ca, client,
+                                source="127.0.0.3")
+
+    def call(conn, verb, body):
+        t = time.time()
+        st, out = conn_post(conn, f"{prefix}/{ext[verb]}", body)
+        assert time.time() - t < 2.0, f"{verb} took {time.time() - t:.2f} s"
+        assert st == 200, out
+        return out
+    kept, socks = None, []
+    try:
+        kept = kube_scheduler()
+        assert call(kept, "filterVerb", filter_args)["Error"] == ""
+        socks = flood_handshakes(port, 300, "127.0.1.5")
+        time.sleep(0.5)
+        for i in range(6):
+            conn = kept if i % 2 == 0 else kube_scheduler()
+            out = call(conn, "filterVerb", filter_args)
+            assert out["Error"] == "" and out["NodeNames"], out
+            assert {h["Host"] for h in call(conn, "prioritizeVerb", filter_args)} == {"gpu-1", "gpu-2"}
+            if conn is not kept:
+                conn.close()
+        # bind, on a new connection (it may wait for the cache to see the pod).
+        bind = {"PodName": "train", "PodNamespace": "ml", "PodUID": pod["metadata"]["uid"],
+                "Node": "gpu-1"}
+        deadline = time.time() + 10
+        while True:
+            conn = kube_scheduler()
+            out = call(conn, "bindVerb", bind)
+            conn.close()
+            if out.get("Error") == "" or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert out.get("Error") == "", out
+        st, got = api.call("GET", "/api/v1/namespaces/ml/pods/train")
+        assert got["spec"]["nodeName"] == "gpu-1"
+        refused = port_metric(health, "egpu_http_connections_refused_total",
+                              '{reason="per_client"}')
+        assert refused is not None and refused >= 300 - 128 - 8, refused
+        n = wait_metric(health, "egpu_http_connections_timed_out_total", '{reason="handshake"}',
+                        120)
+        assert n is not None and n >= 120, n
+    finally:
+        for x in socks:
+            x.close()
+        if kept is not None:
+            kept.close()
+        s.stop()
+
+
+def test_pods_cannot_fill_the_agents_port(env):  # noqa: F811
+    """Eight pods (127.0.1.5 to 127.0.1.12) open 12 silent connections each
+    to egpu-agent's only port, three times over, which fills its 64 (8 each,
+    the rest refused); the kubelet's liveness probe from the
+    node's address (127.0.0.2: a new connection each time, timeoutSeconds 1)
+    still gets /healthz 200 within a second, every time: a newcomer on a
+    full port takes the oldest waiting connection of the address holding
+    the most, counted as refused for the total. Before, the port was first
+    come, first served and the probe's connection was refused (the kubelet
+    would restart the agent in a loop)."""
+    import http.client
+    enough_files()
+    _, agent = env
+    port = int(agent.url.rsplit(":", 1)[1])
+    pods = [f"127.0.1.{i}" for i in range(5, 13)]
+
+    def probe():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1,
+                                          source_address=("127.0.0.2", 0))
+        t = time.time()
+        try:
+            conn.request("GET", "/healthz")
+            return conn.getresponse().status, time.time() - t
+        except (OSError, http.client.HTTPException) as e:
+            return repr(e), time.time() - t
+        finally:
+            conn.close()
+    assert probe()[0] == 200
+    socks = []
+    try:
+        for _ in range(3):
+            socks += flood(port, 12 * len(pods), pods)
+            time.sleep(0.3)
+            for _ in range(3):
+                st, t = probe()
+                assert st == 200 and t < 1.0, (st, t, agent.text()[-2000:])
+        # Refused for the full port: each round's 32 past the 64, and the
+        # connection each probe took.
+        refused = port_metric(port, "egpu_http_connections_refused_total", '{reason="total"}',
+                              source="127.0.0.2")
+        assert refused is not None and refused >= 3 * 4 * len(pods) + 9, refused
+    finally:
+        for x in socks:
+            x.close()
 
 
 # ============================================================================
