@@ -674,7 +674,8 @@ enum egpu_api_fit {
     EGPU_API_FIT_OK,
     EGPU_API_FIT_DELETING, /* the ElasticGPU is being deleted */
     EGPU_API_FIT_TAKEN,    /* claimRef names another claim, or Bound with none */
-    EGPU_API_FIT_PHASE,    /* neither Available nor Bound (Pending, Released, Failed) */
+    EGPU_API_FIT_PHASE,    /* neither Available nor Bound (Released, Failed, or Pending
+                              without a claimRef carrying the claim's uid) */
     EGPU_API_FIT_CLASS,    /* spec.elasticGPUClassName is not the claim's class */
     EGPU_API_FIT_KIND,     /* its source is not what the class and the claim ask */
     EGPU_API_FIT_MODEL,    /* the class refuses the card's model, or has no peak for it */
@@ -691,7 +692,9 @@ const char *egpu_api_fit_name(enum egpu_api_fit f);
  * model of e's card(s) (a GPU object's spec.model; NULL or "" unknown: then
  * the class's models are not checked, and a TFLOPS claim does not fit).
  * Checked in the order of enum egpu_api_fit; the first failing check is
- * returned. The claim's kind: gpu-core 100*k or a physical class ask whole
+ * returned. A Pending ElasticGPU whose claimRef carries the claim's uid (one
+ * provisioned for it, not yet Bound) passes the phase check, so its binding
+ * gets the TFLOPS percent. The claim's kind: gpu-core 100*k or a physical class ask whole
  * cards (physicalGPU), anything else a share (gpuShare); the class's
  * provisioner must be that kind too. *core_pct (may be NULL) gets the
  * claim's gpu-core, its TFLOPS converted on model's peak, when it fits. */

@@ -61,6 +61,14 @@ static bool ref_is(const struct egpu_api_egpu *e, const struct egpu_api_claim *c
             strcmp(e->claim_uid, c->meta.uid) == 0);
 }
 
+/* Was e made for this very claim: its claimRef carries the claim's uid (a
+ * provisioned ElasticGPU, Pending until its binding writes Bound, or a
+ * binding a restart finishes)? */
+static bool made_for(const struct egpu_api_egpu *e, const struct egpu_api_claim *c)
+{
+    return e->has_claim_ref && e->claim_uid[0] != '\0' && strcmp(e->claim_uid, c->meta.uid) == 0;
+}
+
 enum egpu_api_fit egpu_api_egpu_fit(const struct egpu_api_egpu *e, const struct egpu_api_claim *c,
                                     const struct egpu_api_class *cls, const char *model,
                                     int64_t *core_pct)
@@ -74,7 +82,8 @@ enum egpu_api_fit egpu_api_egpu_fit(const struct egpu_api_egpu *e, const struct 
         return EGPU_API_FIT_DELETING;
     if (e->has_claim_ref ? !ref_is(e, c) : e->phase == EGPU_API_EGPU_BOUND)
         return EGPU_API_FIT_TAKEN;
-    if (e->phase != EGPU_API_EGPU_AVAILABLE && e->phase != EGPU_API_EGPU_BOUND)
+    if (e->phase != EGPU_API_EGPU_AVAILABLE && e->phase != EGPU_API_EGPU_BOUND &&
+        !(e->phase == EGPU_API_EGPU_PENDING && made_for(e, c)))
         return EGPU_API_FIT_PHASE;
     if (strcmp(e->class_name, c->class_name) != 0)
         return EGPU_API_FIT_CLASS;

@@ -436,6 +436,78 @@ def test_restart_between_steps(api, ctl, refused):
     assert len(posts_of_egpus(api)) == 1  # created once, before the kill
 
 
+def tflops_cluster(api):
+    """n1: two V100 (125 TFLOPS), n2: one A100 (312), and class fast with
+    both peaks."""
+    cluster(api, nodes=("n1",), model="V100")
+    cluster(api, nodes=("n2",), gpus=1, model="A100")
+    mkclass(api, "fast", params={"tflops.V100": "125", "tflops.A100": "312"})
+
+
+def tflops_bound(api, name, gpus, model, pct):
+    """Claim name is Bound to an ElasticGPU on one of gpus whose status gives
+    the card, its model and the TFLOPS' percent (docs/claims.md); returns it."""
+    cl = wait_phase(api, claim, name, "Bound")
+    e = wait_phase(api, egpu, cl["status"]["elasticGPUName"], "Bound")
+    assert e["spec"]["gpuShare"]["gpuName"] in gpus
+    assert e["status"]["gpuName"] == e["spec"]["gpuShare"]["gpuName"], e["status"]
+    assert e["status"]["model"] == model, e["status"]
+    assert e["status"]["corePercent"] == pct, e["status"]
+    assert cl["status"]["capacity"] == e["spec"]["capacity"]
+    return e
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_tflops_claim_provisioned_records_card_and_percent(api, ctl, restart):
+    """A provisioned ElasticGPU of a gpu-tflops claim is Pending until its
+    binding writes Bound: that write gives status.gpuName, model and
+    corePercent, and the claim's capacity is that percent. With restart the
+    API server refuses the Bound write, the controller is killed with the
+    ElasticGPU Pending, and the next one finishes the binding the same way."""
+    tflops_cluster(api)
+    if restart:
+        st, _ = api.control("fault", {"method": "PUT", "path": r"/elasticgpus/egpu-[^/]+/status$",
+                                      "code": 500, "count": -1})
+        assert st == 200
+    c = ctl()
+    uid = mkclaim(api, "v", tflops=100, cls="fast")["metadata"]["uid"]
+    if restart:
+        e = wait(lambda: egpu(api, f"egpu-{uid}"), "ElasticGPU created")
+        assert phase(e) in (None, "Pending")
+        time.sleep(1)  # a few refused retries
+        c.stop(signal.SIGKILL)
+        assert phase(claim(api, "v")) in (None, "Pending")
+        api.control("fault", None, "DELETE")
+        ctl("c2")
+    # 100 of a 125 V100 is 80% (the model needing the most percent first).
+    e = tflops_bound(api, "v", {"n1-gpu0", "n1-gpu1"}, "V100", 80)
+    assert e["metadata"]["name"] == f"egpu-{uid}"
+    assert e["spec"]["capacity"] == {"elasticgpu.io/gpu-core": 80}
+    # 200 needs 160% of a V100: the A100, 200/312 rounded up to 65%.
+    mkclaim(api, "a", tflops=200, cls="fast")
+    tflops_bound(api, "a", {"n2-gpu0"}, "A100", 65)
+    assert claim(api, "a")["status"]["capacity"] == {"elasticgpu.io/gpu-core": 65}
+    assert len(posts_of_egpus(api)) == 2
+
+
+def test_tflops_claim_on_a_hand_made_elasticgpu(api, ctl):
+    """An Available ElasticGPU made by hand: the TFLOPS claim binding to it
+    (named, or the best fit) gets the card, model and percent too; the claim's
+    capacity is the ElasticGPU's, as a PVC's is its PV's."""
+    tflops_cluster(api)
+    mkegpu(api, "hand", 90, gpu="n1-gpu1", cls="fast")
+    mkegpu(api, "big", 70, node="n2", gpu="n2-gpu0", cls="fast")
+    ctl()
+    wait_phase(api, egpu, "hand", "Available")
+    wait_phase(api, egpu, "big", "Available")
+    mkclaim(api, "named", tflops=100, cls="fast", egpu="hand")
+    tflops_bound(api, "named", {"n1-gpu1"}, "V100", 80)
+    assert claim(api, "named")["status"]["capacity"] == {"elasticgpu.io/gpu-core": 90}
+    mkclaim(api, "any", tflops=200, cls="fast")
+    tflops_bound(api, "any", {"n2-gpu0"}, "A100", 65)
+    assert len(posts_of_egpus(api)) == 2  # only the test's own
+
+
 def test_only_the_leader_reconciles(api, ctl):
     cluster(api, nodes=("n1",))
     mkclass(api, "share")

@@ -734,6 +734,24 @@ static void test_fit(void **state)
     assert_int_equal(egpu_api_egpu_fit(&x, &c30, &cls, NULL, NULL), EGPU_API_FIT_TAKEN);
     x = share("e1", 40, 8192, EGPU_API_EGPU_PENDING, "ml/train");
     assert_int_equal(egpu_api_egpu_fit(&x, &c30, &cls, NULL, NULL), EGPU_API_FIT_PHASE);
+    /* Pending with this claim's uid in claimRef: provisioned for it and not
+     * Bound yet. It fits, with the TFLOPS percent its binding records. */
+    x = share("egpu-u-1", 50, 0, EGPU_API_EGPU_PENDING, "ml/train");
+    snprintf(x.claim_uid, sizeof(x.claim_uid), "u-1");
+    core = -1;
+    assert_int_equal(egpu_api_egpu_fit(&x, &tf, &cls, "NVIDIA A100-SXM4-80GB", &core),
+                     EGPU_API_FIT_OK);
+    assert_int_equal(core, 50);
+    snprintf(x.claim_uid, sizeof(x.claim_uid), "u-2");
+    assert_int_equal(egpu_api_egpu_fit(&x, &tf, &cls, "NVIDIA A100-SXM4-80GB", NULL),
+                     EGPU_API_FIT_TAKEN);
+    snprintf(x.claim_uid, sizeof(x.claim_uid), "u-1");
+    x.phase = EGPU_API_EGPU_RELEASED;
+    assert_int_equal(egpu_api_egpu_fit(&x, &tf, &cls, "NVIDIA A100-SXM4-80GB", NULL),
+                     EGPU_API_FIT_PHASE);
+    x.phase = EGPU_API_EGPU_FAILED;
+    assert_int_equal(egpu_api_egpu_fit(&x, &tf, &cls, "NVIDIA A100-SXM4-80GB", NULL),
+                     EGPU_API_FIT_PHASE);
     x = e;
     snprintf(x.meta.deletion_timestamp, sizeof(x.meta.deletion_timestamp), "2026-07-24T00:00:00Z");
     assert_int_equal(egpu_api_egpu_fit(&x, &c30, &cls, NULL, NULL), EGPU_API_FIT_DELETING);
