@@ -247,11 +247,12 @@ static int64_t claim_created(struct ctl *c, const json_t *egpu)
     return t;
 }
 
-/* The ElasticGPUs of the cache whose claimRef is in ns (new reference), or
- * NULL. */
-static json_t *egpus_of(struct ctl *c, const char *ns)
+/* The objects of all (a list from an informer; its reference is taken)
+ * whose <parent>[.<child>].namespace is ns, in all's order (new
+ * reference), or NULL. */
+static json_t *in_namespace(json_t *all, const char *ns, const char *parent, const char *child)
 {
-    json_t *all = egpu_kube_informer_list(c->inf[CTL_EGPUS]), *out = json_array(), *o;
+    json_t *out = json_array(), *o;
     size_t i;
 
     if (all == NULL || out == NULL) {
@@ -261,14 +262,24 @@ static json_t *egpus_of(struct ctl *c, const char *ns)
     }
     json_array_foreach(all, i, o)
     {
-        const char *rns = egpu_api_str(
-            json_object_get(json_object_get(json_object_get(o, "spec"), "claimRef"), "namespace"));
+        json_t *at = json_object_get(o, parent);
+        const char *ons;
 
-        if (rns != NULL && strcmp(rns, ns) == 0)
+        if (child != NULL)
+            at = json_object_get(at, child);
+        ons = egpu_api_str(json_object_get(at, "namespace"));
+        if (ons != NULL && strcmp(ons, ns) == 0)
             json_array_append(out, o);
     }
     json_decref(all);
     return out;
+}
+
+/* The ElasticGPUs of the cache whose claimRef is in ns (new reference), or
+ * NULL. */
+static json_t *egpus_of(struct ctl *c, const char *ns)
+{
+    return in_namespace(egpu_kube_informer_list(c->inf[CTL_EGPUS]), ns, "spec", "claimRef");
 }
 
 bool ctl_budget_exists(struct ctl *c, const char *ns)
@@ -289,27 +300,10 @@ bool ctl_budget_exists(struct ctl *c, const char *ns)
     return yes;
 }
 
-/* The GPUBudgets of ns, sorted by name (new reference), or NULL. */
+/* The GPUBudgets of ns, in the informer's order (new reference), or NULL. */
 static json_t *budgets_of(struct ctl *c, const char *ns)
 {
-    json_t *all = egpu_kube_informer_list(c->inf[CTL_BUDGETS]), *out = json_array(), *o;
-    size_t i;
-
-    if (all == NULL || out == NULL) {
-        json_decref(all);
-        json_decref(out);
-        return NULL;
-    }
-    json_array_foreach(all, i, o)
-    {
-        const char *ons =
-            egpu_api_str(json_object_get(json_object_get(o, "metadata"), "namespace"));
-
-        if (ons != NULL && strcmp(ons, ns) == 0)
-            json_array_append(out, o);
-    }
-    json_decref(all);
-    return out;
+    return in_namespace(egpu_kube_informer_list(c->inf[CTL_BUDGETS]), ns, "metadata", NULL);
 }
 
 /* Append what pod (readable) holds through claims to *h (grown as needed). */

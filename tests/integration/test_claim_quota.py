@@ -37,10 +37,11 @@ CORE, MEM = "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"
 FIN = "elasticgpu.io/metering"
 
 
-def claim_obj(name, core, ns="ml"):
+def claim_obj(name, core, ns="ml", mem=None):
+    req = {CORE: core} if mem is None else {CORE: core, MEM: mem}
     return {"apiVersion": V, "kind": "ElasticGPUClaim",
             "metadata": {"name": name, "namespace": ns},
-            "spec": {"resources": {"requests": {CORE: core}}}}
+            "spec": {"resources": {"requests": req}}}
 
 
 def claim_review(obj, op="CREATE", old=None):
@@ -71,21 +72,22 @@ def test_quota_refuses_the_second_claim(webhook, api):  # noqa: F811
     mkquota(api, {"requests." + CORE: "100"})
     w = webhook()
     w.wait_ready()
-    assert admit_claim(w, api, claim_obj("a", 99))["allowed"] is True
+    # claim a names its memory: a pod using it is a share, which must name it
+    assert admit_claim(w, api, claim_obj("a", 99, mem=4096))["allowed"] is True
     resp = admit_claim(w, api, claim_obj("b", 99))
     assert resp["allowed"] is False and resp["status"]["code"] == 403
     assert resp["status"]["message"] == (
         'ElasticGPUClaim "b" is forbidden: exceeded quota: gpu-quota, requested: '
         "requests.elasticgpu.io/gpu-core=99, used: requests.elasticgpu.io/gpu-core=99, "
         "limited: requests.elasticgpu.io/gpu-core=100 (used: ElasticGPUClaims gpu-core 99 "
-        "gpu-memory 0, Released ElasticGPUs gpu-core 0 gpu-memory 0, pods without claims "
+        "gpu-memory 4096, Released ElasticGPUs gpu-core 0 gpu-memory 0, pods without claims "
         "gpu-core 0 gpu-memory 0)")
     # A pod asking 30 of its own: the API server's quota sees 0 used, the
     # webhook sees the claim.
     own = claimed_pod("a")
     own["metadata"]["annotations"] = {}
-    own["spec"]["containers"][0]["resources"] = {"requests": {CORE: "30"},
-                                                 "limits": {CORE: "30"}}
+    own["spec"]["containers"][0]["resources"] = {"requests": {CORE: "30", MEM: "4096"},
+                                                 "limits": {CORE: "30", MEM: "4096"}}
     resp = w.review("/validate", review(own))
     assert resp["allowed"] is False
     assert resp["status"]["message"].startswith(

@@ -79,7 +79,7 @@ PART_OF = "app.kubernetes.io/part-of"
 IMAGES = {"scheduler": "egpu-scheduler", "agent": "egpu-agent", "webhook": "egpu-webhook",
           "controller": "egpu-controller"}
 EGPU_CONTAINERS = {"egpu-scheduler", "egpu-webhook", "egpu-controller", "egpu-agent",
-                   "install-interposer"}
+                   "install-interposer", "install-seccomp-profile"}
 # value that disables a component -> its folder under deploy/ (or file)
 COMPONENTS = {
     "scheduler.enabled": "scheduler",

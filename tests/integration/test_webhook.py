@@ -202,6 +202,9 @@ def test_gpu_pod_patched(webhook, api):  # noqa: F811
     want["spec"]["schedulerName"] = "elastic-gpu-scheduler"
     ours = {"elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "4096"}
     want["spec"]["containers"][0]["resources"] = {"limits": ours, "requests": ours}
+    # a share runs under the profile that refuses new namespaces (the seccomp guard)
+    want["spec"]["containers"][0]["securityContext"] = {"seccompProfile": {
+        "type": "Localhost", "localhostProfile": "elastic-gpu/shared-gpu.json"}}
     assert patched == want
     # reinvocationPolicy: IfNeeded: the patched pod is left as it is, and it is valid
     assert w.review("/mutate", review(patched)) == {"uid": UID, "allowed": True}

@@ -169,11 +169,17 @@ def test_budget_state_sets_the_class(webhook, api):  # noqa: F811
     want_class(out, "team-high", 0, "PreemptLowerPriority")  # as it came
     assert out["metadata"]["finalizers"] == [FIN]
 
-    # another namespace, no budget: untouched
+    # another namespace, no budget: no class and no finalizer (only the seccomp guard's
+    # profile, which every share gets)
     other = gpu_pod()
     req = review(other)
     req["request"]["namespace"] = other["metadata"]["namespace"] = "prod"
-    assert w.review("/mutate", req) == {"uid": UID, "allowed": True}
+    resp = w.review("/mutate", req)
+    assert resp["allowed"] is True, resp
+    assert json.loads(base64.b64decode(resp["patch"])) == [{
+        "op": "add", "path": "/spec/containers/0/securityContext",
+        "value": {"seccompProfile": {"type": "Localhost",
+                                     "localhostProfile": "elastic-gpu/shared-gpu.json"}}}]
 
 
 def test_unmetered_budget_is_in_budget(webhook, api):  # noqa: F811

@@ -156,8 +156,9 @@ def webhook(build_dir, api, tmp_path, pki):  # noqa: F811 (api is the imported f
 
 
 def review(core="50"):
-    """An AdmissionReview of a pod CREATE asking elasticgpu.io/gpu-core=core, with a fresh uid."""
-    res = {"elasticgpu.io/gpu-core": core}
+    """An AdmissionReview of a pod CREATE asking elasticgpu.io/gpu-core=core (and 4096 MiB of
+    gpu-memory, which a share must name), with a fresh uid."""
+    res = {"elasticgpu.io/gpu-core": core, "elasticgpu.io/gpu-memory": "4096"}
     return {
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
