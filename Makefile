@@ -23,6 +23,9 @@
 #   make bench-live-replay  egpu-scheduler driven as kube-scheduler drives it through the
 #                default trace's arrivals, beside egpu-sim (bench/live_replay/run.sh;
 #                BENCH_ARGS=--every 1 for the whole trace)
+#   make k8s     build the real control plane the tests will start (kube-apiserver,
+#                kube-scheduler, kube-controller-manager, etcd) into tools/bin from the
+#                versions pinned in tools/go.mod (scripts/k8s-build.sh; needs go)
 #   make data    download the openb trace CSVs into data/openb (needs network;
 #                DATA_DIR and TRACE_URL override where to and where from)
 
@@ -42,12 +45,15 @@ TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
               openb_pod_list_gpuspec10.csv
 
-.PHONY: all deps build install demo check unit asan tsan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
+.PHONY: all k8s deps build install demo check unit asan tsan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
 
 all: build
 
 deps:
 	@sh scripts/deps.sh
+
+k8s:
+	@sh scripts/k8s-build.sh
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
