@@ -832,6 +832,14 @@ def test_prestart_limits_not_renamed_leaves_nothing(api_env):
     kubelet.set_pod_resources({"default/half": {"main": {RES: ids}}})
     p = kubelet.plugins[RES]
     alloc = mounts(allocate(p, ids).container_responses[0])["/etc/elastic-gpu"].host_path
+    # The agent marks the pod allocated right after Allocate (issue 14), on a
+    # thread of its own: wait for that mark and take it off, so that what
+    # the failed PreStartContainer writes, or not, is all there is to see.
+    assert wait_until(lambda: api.allocated("half") is not None, 5), agent.text()
+    st, out = api.call("PATCH", "/api/v1/namespaces/default/pods/half",
+                       {"metadata": {"annotations": {ALLOCATED: None}}},
+                       ctype="application/merge-patch+json")
+    assert st == 200 and api.allocated("half") is None, out
     os.makedirs(os.path.join(alloc, "limits.json", "x"))  # rename(2) onto it fails
     with pytest.raises(grpc.RpcError) as e:
         p.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=ids), timeout=30)

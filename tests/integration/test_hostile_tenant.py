@@ -355,9 +355,12 @@ def extender(build_dir, api, tmp_path):
 
 def own_address():
     """An IPv4 address of this host that is not loopback (what a pod on the
-    network would connect to), or None."""
+    network would connect to), or None. Asks iproute2's ip (scripts/deps.sh):
+    without it the test skips, or fails under CI=true, naming ip, not the
+    host's addresses."""
+    ip = tool("ip")
     try:
-        out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
+        out = subprocess.run([ip, "-4", "-o", "addr", "show", "scope", "global"],
                              capture_output=True, text=True, timeout=10).stdout
     except OSError:
         return None

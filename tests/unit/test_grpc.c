@@ -392,10 +392,8 @@ static void fixture_stop(void)
 
 static void need_python(void)
 {
-    if (!have_python) {
-        print_message("skipped: %s cannot import grpc (Debian package python3-grpcio)\n", PYTHON);
-        skip();
-    }
+    if (!have_python)
+        tu_skip(PYTHON " cannot import grpc (Debian package python3-grpcio)");
 }
 
 /* ------------------------------------------------------------------------ */

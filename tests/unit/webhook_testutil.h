@@ -24,6 +24,7 @@
 #include "egpu/core.h"
 #include "egpu/log.h"
 #include "egpu/webhook.h"
+#include "testutil.h"
 #include "webhook_int.h"
 
 #define WT_UID  "3c1d6b0e-9a7f-4e2d-b5c8-1f0e9d8c7b6a"
@@ -80,7 +81,7 @@ static inline json_t *wt_wire(const char *name)
     snprintf(path, sizeof(path), "%s%s", WT_WIRE, name);
     text = wt_read(path, NULL);
     if (text == NULL)
-        skip(); /* shared/k8s-wire is not beside this checkout */
+        tu_skip("shared/k8s-wire is not beside this checkout");
     v = json_loads(text, 0, NULL);
     assert_non_null(v);
     free(text);
