@@ -149,10 +149,14 @@ static int meter_one(struct ctl *c, const json_t *obj, const struct egpu_api_met
     return rc;
 }
 
-/* Drop the metering finalizer from pod (a v1 Pod of the list). */
-static void release(struct ctl *c, const json_t *pod)
+/* Drop (add false) or add the metering finalizer of obj, an object of res
+ * (a v1 Pod or an ElasticGPU) named kind in the log line. */
+static void set_finalizer(struct ctl *c, const struct egpu_kube_resource *res, const char *kind,
+                          const json_t *obj, bool add)
 {
-    const json_t *meta = json_object_get(pod, "metadata"), *f;
+    const json_t *meta = json_object_get(obj, "metadata"), *f;
+    const char *ns = egpu_api_str(json_object_get(meta, "namespace"));
+    const char *name = egpu_api_str(json_object_get(meta, "name"));
     json_t *keep = json_array(), *enc;
     size_t i;
 
@@ -163,11 +167,12 @@ static void release(struct ctl *c, const json_t *pod)
         if (s == NULL || strcmp(s, EGPU_FINALIZER_METERING) != 0)
             json_array_append(keep, (json_t *)f);
     }
+    if (add)
+        json_array_append_new(keep, json_string(EGPU_FINALIZER_METERING));
     enc = json_pack("{s:{s:o}}", "metadata", "finalizers", keep);
-    if (enc == NULL || ctl_put(c, &egpu_kube_pods, pod, enc, "finalizers", NULL) == 0)
-        egpu_log(EGPU_LOG_INFO, "metering finalizer removed pod=%s/%s",
-                 egpu_api_str(json_object_get(meta, "namespace")),
-                 egpu_api_str(json_object_get(meta, "name")));
+    if (enc != NULL && ctl_put(c, res, obj, enc, "finalizers", NULL) == 0)
+        egpu_log(EGPU_LOG_INFO, "metering finalizer %s %s=%s%s%s", add ? "added" : "removed", kind,
+                 ns != NULL ? ns : "", ns != NULL ? "/" : "", name != NULL ? name : "");
     json_decref(enc);
 }
 
@@ -197,30 +202,6 @@ static bool done_metering(const struct meter_pod *p, int64_t until, bool budgets
     if (p->m.start_s == 0) /* a pod being deleted is never bound */
         return json_object_get(json_object_get(p->obj, "metadata"), "deletionTimestamp") != NULL;
     return p->m.end_s != INT64_MAX && p->m.end_s <= until;
-}
-
-/* Drop (add false) or add the metering finalizer of ElasticGPU obj. */
-static void egpu_finalizer(struct ctl *c, const json_t *obj, bool add)
-{
-    const json_t *meta = json_object_get(obj, "metadata"), *f;
-    const char *name = egpu_api_str(json_object_get(meta, "name"));
-    json_t *keep = json_array(), *enc;
-    size_t i;
-
-    json_array_foreach(json_object_get(meta, "finalizers"), i, f)
-    {
-        const char *s = egpu_api_str(f);
-
-        if (s == NULL || strcmp(s, EGPU_FINALIZER_METERING) != 0)
-            json_array_append(keep, (json_t *)f);
-    }
-    if (add)
-        json_array_append_new(keep, json_string(EGPU_FINALIZER_METERING));
-    enc = json_pack("{s:{s:o}}", "metadata", "finalizers", keep);
-    if (enc != NULL && ctl_put(c, &egpu_kube_elasticgpus, obj, enc, "finalizers", NULL) == 0)
-        egpu_log(EGPU_LOG_INFO, "metering finalizer %s elasticgpu=%s", add ? "added" : "removed",
-                 name != NULL ? name : "");
-    json_decref(enc);
 }
 
 /* The creationTimestamp of the claim of ElasticGPU e's claimRef when a claim
@@ -398,7 +379,7 @@ int ctl_budget_sync(struct ctl *c, const char *ns)
     }
     for (i = 0; i < n; i++) {
         if (holds_finalizer(pods[i].obj) && done_metering(&pods[i], until, have))
-            release(c, pods[i].obj);
+            set_finalizer(c, &egpu_kube_pods, "pod", pods[i].obj, false);
     }
     json_array_foreach(egpus, i, o)
     {
@@ -408,11 +389,11 @@ int ctl_budget_sync(struct ctl *c, const char *ns)
             !have || eh[i].m.start_s <= 0 || (eh[i].m.end_s != INT64_MAX && eh[i].m.end_s <= until);
 
         if (holds_finalizer(o) && deleting && done)
-            egpu_finalizer(c, o, false);
+            set_finalizer(c, &egpu_kube_elasticgpus, "elasticgpu", o, false);
         else if (holds_finalizer(o) && !have)
-            egpu_finalizer(c, o, false);
+            set_finalizer(c, &egpu_kube_elasticgpus, "elasticgpu", o, false);
         else if (!holds_finalizer(o) && have && !deleting)
-            egpu_finalizer(c, o, true);
+            set_finalizer(c, &egpu_kube_elasticgpus, "elasticgpu", o, true);
     }
 out:
     egpu_free(pods);
