@@ -70,6 +70,11 @@ extern "C" {
  * from v. */
 const char *egpu_api_str(const json_t *v);
 
+/* Whether pod (a v1 Pod, or NULL) has finished: status.phase Succeeded or
+ * Failed, where the kubelet leaves a pod whose containers all ended for
+ * good (core/v1 PodPhase). A pod without a readable phase has not. */
+bool egpu_api_pod_finished(const json_t *pod);
+
 /* ------------------------------------------------------------------------ */
 /* The assignment annotation (src/api/assigned.c)                           */
 

@@ -111,11 +111,9 @@ static int assigned_of(const json_t *pod, struct egpu_assigned *a, struct egpu_e
 
 static bool is_pending_pod(const json_t *pod)
 {
-    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-
     if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL)
         return false;
-    return phase == NULL || (strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0);
+    return !egpu_api_pod_finished(pod);
 }
 
 /* Pick core IDs per card of c (all of each card when core is 100) from

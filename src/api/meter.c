@@ -43,7 +43,6 @@ static int bound_at(const json_t *pod, int64_t *out, struct egpu_error *err)
 static int ended_at(const json_t *pod, int64_t *out, struct egpu_error *err)
 {
     const json_t *status = json_object_get(pod, "status"), *cs;
-    const char *phase = egpu_api_str(json_object_get(status, "phase"));
     const char *del =
         egpu_api_str(json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp"));
     int64_t last = 0, t;
@@ -51,7 +50,7 @@ static int ended_at(const json_t *pod, int64_t *out, struct egpu_error *err)
     int rc;
 
     *out = INT64_MAX;
-    if (phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) {
+    if (egpu_api_pod_finished(pod)) {
         json_array_foreach(json_object_get(status, "containerStatuses"), i, cs)
         {
             const char *fin = egpu_api_str(json_object_get(

@@ -115,10 +115,8 @@ static bool pods_use(const json_t *items, const struct egpu_api_claim *cl)
     {
         const json_t *meta = json_object_get(p, "metadata");
         const char *ns = egpu_api_str(json_object_get(meta, "namespace"));
-        const char *phase = egpu_api_str(json_object_get(json_object_get(p, "status"), "phase"));
 
-        if (ns == NULL || strcmp(ns, cl->meta.ns) != 0 ||
-            (phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
+        if (ns == NULL || strcmp(ns, cl->meta.ns) != 0 || egpu_api_pod_finished(p))
             continue;
         if (egpu_api_pod_claims(p, pc, EGPU_API_POD_CLAIMS_MAX, &n, NULL) != 0)
             continue; /* the webhook admits no such pod */

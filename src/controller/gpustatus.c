@@ -102,7 +102,6 @@ int egpu_ctl_pod_holds(const json_t *pod, struct egpu_assigned *a, struct egpu_a
     const json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
     const char *text = egpu_api_str(json_object_get(ann, EGPU_ANN_ASSIGNED));
     const char *bound = str_at(pod, "spec", "nodeName");
-    const char *phase = str_at(pod, "status", "phase");
     struct egpu_error cerr = {0};
     int rc;
 
@@ -111,7 +110,7 @@ int egpu_ctl_pod_holds(const json_t *pod, struct egpu_assigned *a, struct egpu_a
     *npc = 0;
     if (text == NULL || str_at(pod, "metadata", "namespace") == NULL ||
         str_at(pod, "metadata", "name") == NULL || bound == NULL || bound[0] == '\0' ||
-        (phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
+        egpu_api_pod_finished(pod))
         return 0; /* not bound, finished, or never scheduled by us */
     rc = egpu_assigned_decode(text, a, err);
     if (rc == 0 && strcmp(a->node, bound) != 0)

@@ -199,11 +199,9 @@ static void on_budget_update(void *ud, const json_t *old, const json_t *o)
 static void on_pod_metering(struct ctl *c, const json_t *o)
 {
     const json_t *f, *meta = json_object_get(o, "metadata");
-    const char *phase = egpu_api_str(json_object_get(json_object_get(o, "status"), "phase"));
     size_t i;
 
-    if (json_object_get(meta, "deletionTimestamp") == NULL &&
-        (phase == NULL || (strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0)))
+    if (json_object_get(meta, "deletionTimestamp") == NULL && !egpu_api_pod_finished(o))
         return;
     json_array_foreach(json_object_get(meta, "finalizers"), i, f)
     {

@@ -268,7 +268,7 @@ static int pod_overhead(const json_t *spec, struct usage *u, struct egpu_error *
 int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct egpu_error *err)
 {
     struct egpu_sched_pod *p;
-    const json_t *meta, *spec, *status;
+    const json_t *meta, *spec;
     struct usage overhead;
     int rc;
 
@@ -276,7 +276,6 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
         return egpu_error_set(err, EGPU_ESYNTAX, "pod: must be a JSON object");
     meta = json_object_get(pod, "metadata");
     spec = json_object_get(pod, "spec");
-    status = json_object_get(pod, "status");
     if (!json_is_object(meta))
         return egpu_error_set(err, EGPU_ESYNTAX, "metadata: missing or not an object");
     if (!json_is_object(spec))
@@ -314,9 +313,7 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
     if (!rc)
         pod_claims(pod, p);
     if (!rc) {
-        const char *phase = json_string_value(json_object_get(status, "phase"));
-
-        p->terminal = phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
+        p->terminal = egpu_api_pod_finished(pod);
         p->deleting = json_is_string(json_object_get(meta, "deletionTimestamp"));
         *out = *p;
     }

@@ -81,14 +81,6 @@ static int quantity(const json_t *map, const char *key, int64_t *out, bool *has)
     return 0;
 }
 
-/* Is pod (v1) finished: phase Succeeded or Failed? */
-static bool finished(const json_t *pod)
-{
-    const char *phase = egpu_api_str(json_object_get(json_object_get(pod, "status"), "phase"));
-
-    return phase != NULL && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0);
-}
-
 /* What the containers of pod (v1 Pod or the object under review) ask: those
  * that use a claim into *claimed, the others into *own (either may be
  * NULL). */
@@ -188,7 +180,7 @@ static int tally(const struct egpu_webhook_config *cfg, const char *ns, const ch
     }
     json_array_foreach(pods, i, o)
     {
-        if (!finished(o))
+        if (!egpu_api_pod_finished(o))
             pod_asks(o, &t->own, NULL);
     }
 out:
