@@ -1381,6 +1381,20 @@ static CUresult mock_do_launch(const struct egpu__vcuda_launch *l)
     return ml->m->launch(ml->fn, ml->grid, 1, 1, 128, 1, 1, 0, l->stream, NULL, NULL);
 }
 
+/* The host's slack of test_mock_driver, in points of the card. The mock starts a
+ * kernel inside its launch call, not at the call's end as a real driver does, so
+ * the part of the call after that (returning through the mock and the test's
+ * launch function) is counted as submission gap and not charged: under 0.5 us a
+ * launch in the default build (30.8% measured, 8 runs with the other core busy),
+ * 4-5 us under ThreadSanitizer's instrumentation, about 2.5% of a 200 us launch
+ * (31.0-31.9% measured, 8 runs with the other core busy: one over 1 point failed
+ * CI). The default build keeps the tight bound. */
+#ifdef __SANITIZE_THREAD__
+#define MOCK_HOST_SLACK_PCT 3.0
+#else
+#define MOCK_HOST_SLACK_PCT 1.0
+#endif
+
 /* One process at 30% on the mock for 1 s: the controller measures the mock's
  * device clock through its events. Loose bounds: real time on a loaded machine. */
 static void test_mock_driver(void **state)
@@ -1426,8 +1440,8 @@ static void test_mock_driver(void **state)
     assert_int_equal(mock.stream_sync(stream), CUDA_SUCCESS);
     wall = mono_ns() - t0;
     busy_ns = launches * ml.grid * 1000;
-    /* 30% + the bucket's burst (7.5 ms) + the queue (1 ms) over 1 s, + 1 point. */
-    if (100.0 * (double)busy_ns / (double)wall > 30.0 + 0.85 + 1.0 ||
+    /* 30% + the bucket's burst (7.5 ms) + the queue (1 ms) over 1 s, + the host's slack. */
+    if (100.0 * (double)busy_ns / (double)wall > 30.0 + 0.85 + MOCK_HOST_SLACK_PCT ||
         100.0 * (double)busy_ns / (double)wall < 10.0)
         fail_msg(
             "%.2f%% of the mock card at 30%% (%llu launches of 200 us in %.3f s; timed %llu, "
