@@ -115,3 +115,40 @@ if ! tools_ok; then
         trap - EXIT
     fi
 fi
+
+# The real Kubernetes control plane the cluster tests start (tests/cluster/cluster.py):
+# kube-apiserver, kube-scheduler, kube-controller-manager and etcd, built into tools/bin
+# from the versions tools/go.mod pins (scripts/k8s-build.sh), once per version: Go's module
+# and build caches make it a matter of seconds after the first (cold) build. Go is a build
+# tool here. Where no go is found (a fresh Debian 12 has none, or 1.19 from golang-go),
+# Debian's golang-1.23-go from bookworm-backports, whose go fetches the toolchain go.mod
+# names from the module proxy (GOTOOLCHAIN=auto). Under CI=true a binary missing fails.
+k8s_fail() {
+    echo "deps: $*" >&2
+    if [ "${CI:-}" = true ]; then
+        exit 1
+    fi
+    echo "deps: the tests that need the real control plane will be skipped" >&2
+}
+go_ok() { sh scripts/k8s-build.sh --go >/dev/null 2>&1; }
+if ! sh scripts/k8s-build.sh --check >/dev/null 2>&1; then
+    if ! go_ok; then
+        if [ "$(id -u)" -ne 0 ]; then
+            k8s_fail "no go 1.21 or newer; run as root: apt-get install -y -t bookworm-backports golang-1.23-go (with bookworm-backports in the APT sources)"
+        else
+            echo "deps: installing golang-1.23-go from bookworm-backports"
+            if [ ! -f /etc/apt/sources.list.d/bookworm-backports.list ] &&
+                ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d; then
+                echo "deb http://deb.debian.org/debian bookworm-backports main" \
+                    >/etc/apt/sources.list.d/bookworm-backports.list
+            fi
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get update -q
+            apt-get install -y -q --no-install-recommends -t bookworm-backports golang-1.23-go
+        fi
+    fi
+    if go_ok; then
+        echo "deps: building the control plane into tools/bin (scripts/k8s-build.sh: a cold build takes 10-20 minutes on 2 cores)"
+        sh scripts/k8s-build.sh || k8s_fail "scripts/k8s-build.sh failed"
+    fi
+fi

@@ -6,6 +6,7 @@
 #
 #   sh scripts/k8s-build.sh          build what is missing or of another version, then check
 #   sh scripts/k8s-build.sh --check  only check: exit 1 naming what is missing or wrong
+#   sh scripts/k8s-build.sh --go     print the go it would build with (exit 1: none usable)
 #
 # Each binary is built once per pinned version: a binary whose --version says the pinned
 # version is kept. Go's module cache and build cache ($GOMODCACHE, $GOCACHE) make a rebuild
@@ -30,6 +31,21 @@ version_of() {
 want_of() { if [ "$1" = etcd ]; then echo "$ever"; else echo "$kver"; fi; }
 pkg_of() { if [ "$1" = etcd ]; then echo go.etcd.io/etcd/server/v3; else echo "k8s.io/kubernetes/cmd/$1"; fi; }
 
+# The go to build with: the first of PATH's, /usr/local/go's and Debian's golang-1.23-go
+# that is 1.21 or newer (older ones cannot take the pinned toolchain: GOTOOLCHAIN).
+gocmd=
+for g in go /usr/local/go/bin/go /usr/lib/go-1.23/bin/go; do
+	command -v "$g" >/dev/null 2>&1 || continue
+	case "$("$g" env GOVERSION 2>/dev/null)" in
+	go1.2[1-9]* | go1.[3-9][0-9]* | go[2-9]*) gocmd=$(command -v "$g") && break ;;
+	esac
+done
+if [ "${1:-}" = --go ]; then
+	[ -n "$gocmd" ] && echo "$gocmd"
+	[ -n "$gocmd" ]
+	exit
+fi
+
 names="kube-apiserver kube-scheduler kube-controller-manager etcd"
 missing=
 for n in $names; do
@@ -46,13 +62,7 @@ if [ "${1:-}" = --check ]; then
 	exit 1
 fi
 
-gocmd=
-for g in go /usr/local/go/bin/go /usr/lib/go-1.23/bin/go; do
-	command -v "$g" >/dev/null 2>&1 || continue
-	gocmd=$(command -v "$g")
-	break
-done
-[ -n "$gocmd" ] || { echo "k8s-build.sh: no go command (scripts/deps.sh installs golang-1.23-go from bookworm-backports)" >&2; exit 1; }
+[ -n "$gocmd" ] || { echo "k8s-build.sh: no go 1.21 or newer (scripts/deps.sh installs golang-1.23-go from bookworm-backports)" >&2; exit 1; }
 mkdir -p "$bin"
 start=$(date +%s)
 for n in $missing; do

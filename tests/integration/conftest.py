@@ -5,11 +5,14 @@ defaults to build/. kubectl and helm are looked for in tools/bin (where
 import os
 import pathlib
 import shutil
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOOLS_BIN = ROOT / "tools" / "bin"
+sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+import cluster as cluster_module  # noqa: E402  (tests/cluster/cluster.py)
 
 
 def find_tool(name):
@@ -90,3 +93,20 @@ def pytest_make_collect_report(collector):
     pytest.importorskip) fails under CI=true too."""
     outcome = yield
     _fail_skip_under_ci(outcome.get_result())
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """The real control plane (tests/cluster/cluster.py): etcd, kube-apiserver,
+    kube-controller-manager and kube-scheduler from tools/bin, one for the whole session
+    (tests share it, each in namespaces of its own). Without the binaries (`make k8s`, which
+    `make deps` runs) the tests that need it skip, except under CI=true, where they fail."""
+    missing = cluster_module.missing_binaries()
+    if missing:
+        msg = f"tools/bin lacks {', '.join(missing)} (`make k8s`, which `make deps` runs)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    c = cluster_module.Cluster(tmp_path_factory.mktemp("cluster")).start()
+    yield c
+    c.stop()

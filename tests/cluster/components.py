@@ -1,0 +1,104 @@
+"""Elastic GPU's binaries run against the real control plane as deploy/ runs them
+(issue 24, point 3), as host processes: there is no container runtime here.
+
+A component's command line is the one its Deployment in deploy/ gives the container (args,
+and env with literal values or the pod's namespace), changed only where a host process must
+differ, each change named by the caller: listen addresses to 127.0.0.1, ports to 0 (any free
+port, which the binary logs), TLS files to the test's. It authenticates with a token of the
+ServiceAccount deploy/ gives it (Cluster.sa_kubeconfig), so every call it makes meets the
+RBAC deploy/ grants it, as in a cluster."""
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import time
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NS = "elastic-gpu-system"
+
+
+def deploy_container(manifest, container):
+    """(args, env) of container in the Deployment or DaemonSet of deploy/ file manifest
+    (a path relative to deploy/): env holds the literal values, and the pod's namespace
+    for a fieldRef to metadata.namespace (elastic-gpu-system)."""
+    for doc in yaml.safe_load_all((ROOT / "deploy" / manifest).read_text()):
+        if not doc or doc.get("kind") not in ("Deployment", "DaemonSet"):
+            continue
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            if c["name"] != container:
+                continue
+            env = {}
+            for e in c.get("env") or []:
+                if "value" in e:
+                    env[e["name"]] = str(e["value"])
+                elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == \
+                        "metadata.namespace":
+                    env[e["name"]] = NS
+            return [str(a) for a in c.get("args") or []], env
+    raise LookupError(f"deploy/{manifest} has no container {container}")
+
+
+def replace_flags(args, changes):
+    """args with the value of each flag in changes (flag -> new value) replaced; a flag
+    not in args is an error (deploy/ changed: the test must be told)."""
+    out = list(args)
+    for flag, value in changes.items():
+        if flag not in out:
+            raise LookupError(f"{flag} is not among deploy/'s args {out}")
+        out[out.index(flag) + 1] = str(value)
+    return out
+
+
+class Component:
+    """One binary running against the cluster: exe with args, log in workdir/<name>.log,
+    its ports from its main.c "serving" log line: (port, health_port), or (port, None)
+    for one without a health port (health=False)."""
+
+    def __init__(self, name, exe, args, env, workdir, health=True, timeout=30):
+        self.name = name
+        self.log = pathlib.Path(workdir) / f"{name}.log"
+        self.proc = subprocess.Popen([str(exe), *args], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "w"),
+                                     env={**{k: v for k, v in os.environ.items()
+                                             if not k.startswith("EGPU_")}, **env})
+        deadline = time.monotonic() + timeout
+        self.ports = None
+        while time.monotonic() < deadline:
+            m = re.search(r"main\.c:\d+\] \S+: serving addr=\S+ port=(\d+)" +
+                          (r" health_addr=\S+ health_port=(\d+)" if health else "()"),
+                          self.log.read_text(errors="replace"))
+            if m:
+                self.ports = (int(m.group(1)), int(m.group(2)) if m.group(2) else None)
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if self.ports is None:
+            self.stop()
+            raise AssertionError(f"{name} did not start:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def webhook(cluster, build_dir, workdir, cert, key, extra=()):
+    """egpu-webhook as deploy/webhook/deployment.yaml runs it, with ServiceAccount
+    egpu-webhook's token; changed: --listen and --health-listen 127.0.0.1, --port and
+    --health-port 0, --tls-cert and --tls-key the files cert and key (a pre-made
+    certificate, as cert-manager leaves one)."""
+    args, env = deploy_container("webhook/deployment.yaml", "egpu-webhook")
+    args = replace_flags(args, {"--listen": "127.0.0.1", "--health-listen": "127.0.0.1",
+                                "--port": 0, "--health-port": 0, "--tls-cert": cert,
+                                "--tls-key": key})
+    kc = cluster.sa_kubeconfig(NS, "egpu-webhook")
+    return Component("egpu-webhook", build_dir / "src/webhook/egpu-webhook",
+                     [*args, "--kubeconfig", kc, *extra], env, workdir)

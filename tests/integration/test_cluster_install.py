@@ -1,0 +1,420 @@
+"""Elastic GPU installed into a real control plane (issue 24, points 1-3): etcd,
+kube-apiserver, kube-controller-manager and kube-scheduler built from tools/go.mod
+(tests/cluster/cluster.py, the `cluster` fixture), as an operator installs it.
+
+- The control plane is the pinned version, with RBAC and the Node authorizer on, and a
+  ServiceAccount token from the TokenRequest API authenticates as that ServiceAccount.
+- `kubectl apply --server-side -k deploy/`: every object accepted; every CRD Established
+  (structural schemas, CEL rules within the cost budget, selectableFields: what the test API
+  server never checked); every object deploy/ renders is there, as rendered.
+- In another cluster, `helm install` of deploy/helm/elastic-gpu: the same.
+- The ValidatingAdmissionPolicy guarding the system annotations, evaluated by the real API
+  server's CEL: a pod owner (a ServiceAccount with the `edit` ClusterRole in its namespace)
+  writing elasticgpu.io/assigned or elasticgpu.io/allocated onto a pod is refused with the
+  policy's message; the ServiceAccounts deploy/ gives egpu-scheduler and egpu-agent may
+  write them (their names in the policy are the real usernames); a pod owner's other edits go
+  through. No webhook answers in this module: the pods are ones its webhooks' matchConditions
+  let through, and the policy runs before validating webhooks."""
+import base64
+import json
+import pathlib
+import re
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+import yaml
+
+from conftest import ROOT, cluster_module as cl
+import components  # tests/cluster/components.py
+
+DEPLOY = ROOT / "deploy"
+CHART = DEPLOY / "helm" / "elastic-gpu"
+NS = "elastic-gpu-system"
+TENANT = "tenant-a"
+ASSIGNED = "elasticgpu.io/assigned"
+ALLOCATED = "elasticgpu.io/allocated"
+
+
+def pinned_kubernetes():
+    for line in (ROOT / "tools" / "go.mod").read_text().splitlines():
+        f = line.split()
+        if len(f) >= 2 and f[0] == "k8s.io/kubernetes" and f[1].startswith("v"):
+            return f[1]
+    raise AssertionError("tools/go.mod pins no k8s.io/kubernetes")
+
+
+def rendered(cluster, *cmd):
+    """The objects a command renders (kubectl kustomize, helm template), as dicts."""
+    text = cluster.kubectl(*cmd).stdout if cmd[0] == "kustomize" else cmd[1]
+    return [o for o in yaml.safe_load_all(text) if o]
+
+
+def ref(o):
+    """(apiVersion, kind, namespace, name) of object o; the namespace "" for a
+    cluster-scoped one."""
+    m = o["metadata"]
+    return o["apiVersion"], o["kind"], m.get("namespace") or "", m["name"]
+
+
+def api_path(cluster, o, default_ns=None, _cache={}):
+    """The REST path of object o, its resource found by discovery (cached per
+    apiVersion); a namespaced object that names no namespace is in default_ns (where
+    helm puts it)."""
+    api_version, kind, ns, name = ref(o)
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    key = (id(cluster), api_version)
+    if key not in _cache:
+        st, disc = cluster.call("GET", base)
+        assert st == 200, (api_version, disc)
+        _cache[key] = {r["kind"]: r for r in disc["resources"] if "/" not in r["name"]}
+    r = _cache[key][kind]
+    if r["namespaced"] and not ns and default_ns:
+        ns = default_ns
+    assert r["namespaced"] == bool(ns), f"{kind} {name}: namespace {ns!r} but namespaced=" \
+        f"{r['namespaced']}"
+    return base + (f"/namespaces/{ns}" if ns else "") + f"/{r['name']}/{name}"
+
+
+def subset(want, got, path=""):
+    """The places where want (a rendered object) is not in got (the API server's copy):
+    every key of want with the same value, got may have more (defaults, status). A key of
+    a zero value (false, 0, "", [], {}) may be missing: Go's omitempty drops it."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        return [d for k, v in want.items()
+                for d in (subset(v, got[k], f"{path}.{k}") if k in got
+                          else [] if v in (False, 0, "", [], {}, None) else [f"{path}.{k}"])]
+    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+        return [d for i, (a, b) in enumerate(zip(want, got)) for d in subset(a, b, f"{path}[{i}]")]
+    return [] if want == got or (isinstance(want, (int, float)) and str(want) == str(got)) \
+        else [f"{path}: {want!r} != {got!r}"]
+
+
+def check_installed(cluster, objs, default_ns=None):
+    """Every object of objs is in the API server as rendered (apart from what the API
+    server normalises: quantities, int-or-string), every CRD Established, and returns
+    the CRDs' names."""
+    missing, differ = [], []
+    for o in objs:
+        st, got = cluster.call("GET", api_path(cluster, o, default_ns))
+        if st != 200:
+            missing.append(f"{ref(o)}: {st}")
+            continue
+        diffs = subset({k: v for k, v in o.items() if k not in ("metadata", "status")},
+                       {k: v for k, v in got.items() if k != "metadata"})
+        diffs += subset({k: o["metadata"].get(k) or {} for k in ("labels", "annotations")},
+                        {k: got["metadata"].get(k) or {} for k in ("labels", "annotations")})
+        diffs = [d for d in diffs if not re.search(r"(cpu|memory|ephemeral-storage)'?: ", d)]
+        if diffs:
+            differ.append(f"{ref(o)}: {diffs[:5]}")
+    assert not missing, missing
+    assert not differ, differ
+    crds = [o["metadata"]["name"] for o in objs if o["kind"] == "CustomResourceDefinition"]
+    assert crds, "no CRD rendered"
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    *[f"crd/{n}" for n in crds])
+    for n in crds:
+        st, crd = cluster.call("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
+        conds = {c["type"]: c for c in crd["status"]["conditions"]}
+        assert conds["Established"]["status"] == "True", conds
+        assert conds["NamesAccepted"]["status"] == "True", conds
+        assert conds.get("NonStructuralSchema", {}).get("status") != "True", conds
+    return crds
+
+
+@pytest.fixture(scope="module")
+def kustomized(cluster):
+    """deploy/ applied with `kubectl apply --server-side -k`, as the README says, each
+    object checked there (check_installed), then the webhooks pointed at a closed port on
+    127.0.0.1 (point_webhooks: no webhook answers in this module). The objects it rendered
+    and the CRDs' names."""
+    r = cluster.kubectl("apply", "--server-side", "--field-manager", "elastic-gpu-test",
+                        "-k", str(DEPLOY))
+    assert "serverside-applied" in r.stdout, r.stdout
+    objs = rendered(cluster, "kustomize", str(DEPLOY))
+    crds = check_installed(cluster, objs)
+    point_webhooks(cluster, cl.free_port())
+    return {"objects": objs, "crds": crds}
+
+
+def point_webhooks(cluster, port, ca_bundle=None):
+    """Point every webhook of deploy/'s two configurations at https://127.0.0.1:port and
+    the path its Service reference names, the only change to them: no kube-proxy here
+    routes the Service's ClusterIP (and a port nothing listens on is a webhook that is
+    down). ca_bundle (PEM bytes) replaces the caBundle when given."""
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        path = f"/apis/admissionregistration.k8s.io/v1/{kind}/elastic-gpu-webhook"
+        st, cfg = cluster.call("GET", path)
+        assert st == 200, cfg
+        for w in cfg["webhooks"]:
+            cc = w["clientConfig"]
+            route = cc.pop("service")["path"] if "service" in cc else \
+                urllib.parse.urlsplit(cc["url"]).path
+            cc["url"] = f"https://127.0.0.1:{port}{route}"
+            if ca_bundle is not None:
+                cc["caBundle"] = base64.b64encode(ca_bundle).decode()
+        st, got = cluster.call("PUT", path, cfg)
+        assert st == 200, got
+
+
+def test_control_plane_is_the_pinned_release(cluster):
+    st, v = cluster.call("GET", "/version")
+    assert st == 200 and v["gitVersion"] == pinned_kubernetes(), v
+    st, text = cluster.call("GET", "/readyz?verbose")
+    assert st == 200
+    # RBAC and the Node authorizer are on: a ServiceAccount with no grant may not list pods
+    st, _ = cluster.call("POST", "/api/v1/namespaces/default/serviceaccounts", {
+        "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "nobody"}})
+    assert st == 201
+    token = cluster.token("default", "nobody")
+    st, who = cluster.call("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}, token=token)
+    assert st == 201, who
+    assert who["status"]["userInfo"]["username"] == "system:serviceaccount:default:nobody"
+    st, denied = cluster.call("GET", "/api/v1/pods", token=token)
+    assert st == 403, denied
+    assert 'User "system:serviceaccount:default:nobody" cannot list resource "pods"' in \
+        denied["message"], denied
+
+
+def test_kustomize_install_is_accepted_and_established(cluster, kustomized):
+    crds = kustomized["crds"]
+    want = sorted(p.stem.split("_", 1)[1] + ".elasticgpu.io" for p in
+                  (DEPLOY / "crds").glob("elasticgpu.io_*.yaml"))
+    assert sorted(crds) == want
+    # each CRD serves its kind: an empty list from the real API server
+    for o in kustomized["objects"]:
+        if o["kind"] != "CustomResourceDefinition":
+            continue
+        g, plural = o["spec"]["group"], o["spec"]["names"]["plural"]
+        for v in (v["name"] for v in o["spec"]["versions"] if v.get("served")):
+            # a CRD just Established may answer 429 (retryAfterSeconds 1) while its storage
+            # starts: kube-apiserver's own answer, which the components retry
+            deadline = time.monotonic() + 30
+            while True:
+                st, lst = cluster.call("GET", f"/apis/{g}/{v}/{plural}")
+                if st != 429 or time.monotonic() > deadline:
+                    break
+                time.sleep(lst.get("details", {}).get("retryAfterSeconds", 1))
+            assert st == 200 and lst["items"] == [], (plural, st, lst)
+    kinds = {o["kind"] for o in kustomized["objects"]}
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+            "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
+
+
+def policy_messages():
+    """The messages of deploy/admission's policy, by the annotation they guard."""
+    doc = next(d for d in yaml.safe_load_all((DEPLOY / "admission/system-annotations.yaml")
+                                             .read_text()) if d["kind"] ==
+               "ValidatingAdmissionPolicy")
+    out = {}
+    for v in doc["spec"]["validations"]:
+        for a in (ASSIGNED, ALLOCATED):
+            if f"'{a}'" in v["expression"]:
+                out[a] = " ".join(v["message"].split())
+    assert set(out) == {ASSIGNED, ALLOCATED}, out
+    return out
+
+
+@pytest.fixture(scope="module")
+def tenant(cluster, kustomized):
+    """Namespace tenant-a and its pod owner: ServiceAccount owner with the `edit`
+    ClusterRole there (what a team gets); a kubeconfig with its token."""
+    cluster.kubectl("create", "namespace", TENANT)
+    cluster.kubectl("-n", TENANT, "create", "serviceaccount", "owner")
+    cluster.kubectl("-n", TENANT, "create", "rolebinding", "owner-edit", "--clusterrole=edit",
+                    f"--serviceaccount={TENANT}:owner")
+    return cluster.sa_kubeconfig(TENANT, "owner")
+
+
+def plain_pod(name):
+    """A pod no webhook of deploy/ matches (no GPU resource, no elasticgpu.io annotation)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": TENANT, "labels": {"app": name}},
+            "spec": {"containers": [{"name": "main", "image": "busybox:1"}]}}
+
+
+def patch_annotation(cluster, token, name, key, value):
+    body = {"metadata": {"annotations": {key: value}}}
+    return cluster.call("PATCH", f"/api/v1/namespaces/{TENANT}/pods/{name}", body,
+                        ctype="application/merge-patch+json", token=token)
+
+
+def test_policy_refuses_a_pod_owner_writing_the_system_annotations(cluster, kustomized, tenant):
+    owner = json.loads(pathlib.Path(tenant).read_text())["users"][0]["user"]["token"]
+    msgs = policy_messages()
+    st, pod = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", plain_pod("p1"),
+                           token=owner)
+    assert st == 201, pod
+    for key in (ASSIGNED, ALLOCATED):
+        st, err = patch_annotation(cluster, owner, "p1", key, '{"node":"n1"}')
+        assert st == 403, (key, st, err)
+        assert err["reason"] == "Forbidden"
+        assert "ValidatingAdmissionPolicy 'elastic-gpu-system-annotations'" in err["message"], err
+        assert msgs[key] in err["message"], (msgs[key], err["message"])
+    # On CREATE the mutating webhook comes first: with none answering, failurePolicy Fail
+    # refuses the pod (docs/operator-guide.md), and it is not created.
+    bad = plain_pod("p2")
+    bad["metadata"]["annotations"] = {ALLOCATED: "{}"}
+    st, err = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", bad, token=owner)
+    assert st == 500 and 'failed calling webhook "mutate.webhook.elasticgpu.io"' in \
+        err["message"], (st, err)
+    assert cluster.call("GET", f"/api/v1/namespaces/{TENANT}/pods/p2")[0] == 404
+    # the owner's other edits go through
+    st, _ = patch_annotation(cluster, owner, "p1", "team/owner", "alice")
+    assert st == 200
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster, kustomized, build_dir, tmp_path_factory):
+    """egpu-webhook as deploy/ runs it (tests/cluster/components.py), serving a
+    certificate the cluster's CA signed for 127.0.0.1 (a pre-made one, as cert-manager
+    leaves it), and both configurations pointed at it with that CA as caBundle."""
+    d = tmp_path_factory.mktemp("webhook")
+    crt, key = cluster.pki.cert("egpu-webhook", "egpu-webhook.elastic-gpu-system.svc",
+                                sans=("IP:127.0.0.1",), server=True)
+    w = components.webhook(cluster, build_dir, d, crt, key)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # ready once its informers (GPUs, claims, budgets) have synced
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{w.ports[1]}/readyz",
+                                            timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, w.log.read_text()[-3000:]
+            time.sleep(0.2)
+        point_webhooks(cluster, w.ports[0], ca_bundle=cluster.pki.ca.read_bytes())
+        yield w
+    finally:
+        w.stop()
+
+
+def test_policy_lets_the_components_write_them(cluster, kustomized, tenant, webhook):
+    """egpu-scheduler's and egpu-agent's ServiceAccounts, as deploy/ makes them, with the
+    RBAC deploy/ grants: the policy's usernames are the real ones."""
+    owner = json.loads(pathlib.Path(tenant).read_text())["users"][0]["user"]["token"]
+    st, _ = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", plain_pod("p3"),
+                         token=owner)
+    assert st == 201
+    for sa, key in (("egpu-scheduler", ASSIGNED), ("egpu-agent", ALLOCATED)):
+        st, got = patch_annotation(cluster, cluster.token(NS, sa), "p3", key, '{"x":1}')
+        assert st == 200, (sa, st, got)
+        assert got["metadata"]["annotations"][key] == '{"x":1}'
+    # and once written, the owner may not change them, nor drop them
+    st, err = patch_annotation(cluster, owner, "p3", ASSIGNED, None)
+    assert st == 403, err
+
+
+@pytest.fixture(scope="module")
+def helm_cluster(tmp_path_factory):
+    """A second control plane of its own, for the chart: deploy/ and the chart make the
+    same cluster-scoped objects."""
+    c = cl.Cluster(tmp_path_factory.mktemp("helm-cluster"), scheduler=False).start()
+    yield c
+    c.stop()
+
+
+def test_helm_install_is_accepted_and_established(helm_cluster):
+    c = helm_cluster
+    r = c.helm("install", "egpu", str(CHART), "--namespace", NS, "--create-namespace",
+               "--wait=false")
+    assert "STATUS: deployed" in r.stdout, r.stdout
+    text = c.helm("get", "manifest", "egpu", "--namespace", NS).stdout
+    objs = [o for o in yaml.safe_load_all(text) if o]
+    crds = [o for o in yaml.safe_load_all("\n---\n".join(
+        p.read_text() for p in sorted((CHART / "crds").glob("*.yaml")))) if o]
+    check_installed(c, objs + crds, default_ns=NS)
+    st, rel = c.call("GET", f"/api/v1/namespaces/{NS}/secrets?labelSelector=owner%3Dhelm")
+    assert st == 200 and len(rel["items"]) == 1, rel
+
+
+def gpu_pod(name, resources, annotations=None):
+    """A pod as its owner writes it: the default scheduler, resources as requests and
+    limits."""
+    meta = {"name": name, "namespace": TENANT}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "main", "image": "trainer:1", "resources": {
+                "requests": dict(resources), "limits": dict(resources)}}]}}
+
+
+def admission_requests(w):
+    """egpu-webhook's egpu_webhook_admission_requests_total, summed over its labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{w.ports[1]}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("egpu_webhook_admission_requests_total"))
+
+
+def test_webhook_is_called_by_the_real_api_server(cluster, tenant, webhook):
+    """The API server calls egpu-webhook over TLS with the configuration's caBundle (the
+    cluster CA, which signed the pre-made certificate), as deploy/ configures the webhooks
+    (matchConditions, failurePolicy, reinvocation): a GPU pod of gpu-manager's names comes
+    out rewritten, sent to the second scheduler, under the seccomp guard; a bad request is
+    refused with the webhook's message; a pod that names no GPU never reaches it."""
+    owner = json.loads(pathlib.Path(tenant).read_text())["users"][0]["user"]["token"]
+    before = admission_requests(webhook)
+    st, pod = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", plain_pod("cpu-only"),
+                           token=owner)
+    assert st == 201, pod
+    assert admission_requests(webhook) == before, "matchConditions let a CPU pod through"
+    assert pod["spec"]["schedulerName"] == "default-scheduler"
+
+    st, pod = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", gpu_pod(
+        "share", {"tencent.com/vcuda-core": "30", "tencent.com/vcuda-memory": "16"}),
+        token=owner)
+    assert st == 201, pod
+    assert admission_requests(webhook) >= before + 2  # /mutate and /validate
+    c = pod["spec"]["containers"][0]
+    want = {"elasticgpu.io/gpu-core": "30", "elasticgpu.io/gpu-memory": "4096"}
+    assert c["resources"] == {"requests": want, "limits": want}, c["resources"]
+    assert pod["spec"]["schedulerName"] == "elastic-gpu-scheduler"
+    assert c["securityContext"]["seccompProfile"] == {
+        "type": "Localhost", "localhostProfile": "elastic-gpu/shared-gpu.json"}
+
+    st, err = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", gpu_pod(
+        "too-much", {"elasticgpu.io/gpu-core": "150", "elasticgpu.io/gpu-memory": "1024"}),
+        token=owner)
+    assert st in (400, 403, 422), (st, err)
+    assert 'admission webhook "' in err["message"] and "gpu-core" in err["message"] and \
+        "150" in err["message"], err
+    assert cluster.call("GET", f"/api/v1/namespaces/{TENANT}/pods/too-much")[0] == 404
+
+    # a workload's pod template has its names converted (docs/webhook.md: templates get
+    # no scheduler name, each pod does when it is created)
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "infer", "namespace": TENANT},
+           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "infer"}},
+                    "template": {"metadata": {"labels": {"app": "infer"}},
+                                 "spec": gpu_pod("x", {"tencent.com/vcuda-core": "20",
+                                                       "tencent.com/vcuda-memory": "8"})
+                                 ["spec"]}}}
+    st, got = cluster.call("POST", f"/apis/apps/v1/namespaces/{TENANT}/deployments", dep,
+                           token=owner)
+    assert st == 201, got
+    want = {"elasticgpu.io/gpu-core": "20", "elasticgpu.io/gpu-memory": "2048"}
+    assert got["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": want, "limits": want}, got["spec"]["template"]
+
+
+def test_components_calls_are_allowed_by_their_rbac(cluster, webhook):
+    """Every request egpu-webhook made with its ServiceAccount's token (the audit log's
+    record of them) was allowed by the RBAC deploy/ grants it, and one outside its grants is
+    forbidden."""
+    user = f"system:serviceaccount:{NS}:egpu-webhook"
+    events = cluster.audit(user)
+    assert events, f"no request of {user} in the audit log"
+    denied = [(e["verb"], e["requestURI"], e["responseStatus"]["code"]) for e in events
+              if e.get("responseStatus", {}).get("code") in (401, 403)]
+    assert not denied, denied
+    lists = {e["objectRef"]["resource"] for e in events
+             if e["verb"] in ("list", "watch") and "objectRef" in e}
+    assert {"gpus", "elasticgpuclaims", "gpubudgets", "priorityclasses"} <= lists, lists
+    st, err = cluster.call("GET", "/api/v1/namespaces/kube-system/secrets",
+                           token=cluster.token(NS, "egpu-webhook"))
+    assert st == 403, err
