@@ -23,9 +23,9 @@
 #   make bench-live-replay  egpu-scheduler driven as kube-scheduler drives it through the
 #                default trace's arrivals, beside egpu-sim (bench/live_replay/run.sh;
 #                BENCH_ARGS=--every 1 for the whole trace)
-#   make k8s     build the real control plane the tests will start (kube-apiserver,
+#   make k8s     build the real control plane the cluster tests start (kube-apiserver,
 #                kube-scheduler, kube-controller-manager, etcd) into tools/bin from the
-#                versions pinned in tools/go.mod (scripts/k8s-build.sh; needs go)
+#                versions pinned in tools/go.mod (scripts/k8s-build.sh; make deps runs it)
 #   make data    download the openb trace CSVs into data/openb (needs network;
 #                DATA_DIR and TRACE_URL override where to and where from)
 
