@@ -50,6 +50,11 @@ API_SANS = ("IP:127.0.0.1", "DNS:localhost", "IP:10.96.0.1", "DNS:kubernetes",
             "DNS:kubernetes.default.svc.cluster.local")
 
 
+# kube-controller-manager flags for a node lifecycle controller a test can watch: a node
+# whose Lease was not renewed for 10 s (the default is 50 s) is NotReady, checked every 2 s.
+FAST_NODE_MONITOR = ("--node-monitor-grace-period=10s", "--node-monitor-period=2s")
+
+
 class ClusterError(Exception):
     """The control plane could not start (the message names the process and ends with its
     log's last lines)."""
@@ -342,22 +347,28 @@ class Cluster:
         os.chmod(path, 0o600)
         return str(path)
 
-    def call(self, method, path, body=None, ctype="application/json", token=None):
-        """One request as the admin (or with bearer token): (HTTP status, the body decoded
-        from JSON, or its text when it is not JSON, or None when empty)."""
+    def call(self, method, path, body=None, ctype="application/json", token=None, cert=None):
+        """One request as the admin, or with bearer token, or with client certificate cert
+        ((crt, key) paths): (HTTP status, the body decoded from JSON, or its text when it
+        is not JSON, or None when empty)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", ctype)
         if token:
             req.add_header("Authorization", f"Bearer {token}")
-        ctx = self.ssl_context(None if token else (self.dir / "pki/admin.crt",
-                                                    self.dir / "pki/admin.key"))
+        ctx = self.ssl_context(None if token else cert or (self.dir / "pki/admin.crt",
+                                                            self.dir / "pki/admin.key"))
         try:
             with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
                 return r.status, decode(r.read())
         except urllib.error.HTTPError as e:
             return e.code, decode(e.read())
+
+    @property
+    def version(self):
+        """The API server's gitVersion (v1.36.3)."""
+        return self.call("GET", "/version")[1]["gitVersion"]
 
     def token(self, namespace, name, seconds=3600):
         """A token of ServiceAccount namespace/name (TokenRequest, authentication.k8s.io/v1),

@@ -7,12 +7,14 @@ differ, each change named by the caller: listen addresses to 127.0.0.1, ports to
 port, which the binary logs), TLS files to the test's. It authenticates with a token of the
 ServiceAccount deploy/ gives it (Cluster.sa_kubeconfig), so every call it makes meets the
 RBAC deploy/ grants it, as in a cluster."""
+import base64
 import os
 import pathlib
 import re
 import signal
 import subprocess
 import time
+import urllib.parse
 
 import yaml
 
@@ -102,3 +104,41 @@ def webhook(cluster, build_dir, workdir, cert, key, extra=()):
     kc = cluster.sa_kubeconfig(NS, "egpu-webhook")
     return Component("egpu-webhook", build_dir / "src/webhook/egpu-webhook",
                      [*args, "--kubeconfig", kc, *extra], env, workdir)
+
+
+def agent(cluster, build_dir, workdir, node, env, device_plugin_dir, pod_resources_socket,
+          alloc_root, interposer, nvml):
+    """egpu-agent as deploy/agent/daemonset.yaml runs it, with ServiceAccount egpu-agent's
+    token, for node (NODE_NAME, as the DaemonSet's fieldRef gives it); changed: --listen
+    127.0.0.1, --port 0, the kubelet's paths and the interposer's moved to the arguments
+    given; added: --nvml-library nvml (the mock's). No health port: (port, None)."""
+    args, denv = deploy_container("agent/daemonset.yaml", "egpu-agent")
+    args = replace_flags(args, {"--listen": "127.0.0.1", "--port": 0,
+                                "--device-plugin-dir": device_plugin_dir,
+                                "--pod-resources-socket": pod_resources_socket,
+                                "--alloc-root": alloc_root, "--interposer": interposer})
+    kc = cluster.sa_kubeconfig(NS, "egpu-agent", path=pathlib.Path(workdir) / "agent.kubeconfig")
+    denv = {k: v for k, v in denv.items() if not k.startswith("NVIDIA_")}
+    return Component("egpu-agent", build_dir / "src/agent/egpu-agent",
+                     [*args, "--kubeconfig", kc, "--nvml-library", nvml],
+                     {**denv, "NODE_NAME": node, **env}, workdir, health=False)
+
+
+def point_webhooks(cluster, port, ca_bundle=None):
+    """Point every webhook of deploy/'s two configurations at https://127.0.0.1:port and
+    the path its Service reference names, the only change to them: no kube-proxy here
+    routes the Service's ClusterIP (and a port nothing listens on is a webhook that is
+    down). ca_bundle (PEM bytes) replaces the caBundle when given."""
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        path = f"/apis/admissionregistration.k8s.io/v1/{kind}/elastic-gpu-webhook"
+        st, cfg = cluster.call("GET", path)
+        assert st == 200, cfg
+        for w in cfg["webhooks"]:
+            cc = w["clientConfig"]
+            route = cc.pop("service")["path"] if "service" in cc else \
+                urllib.parse.urlsplit(cc["url"]).path
+            cc["url"] = f"https://127.0.0.1:{port}{route}"
+            if ca_bundle is not None:
+                cc["caBundle"] = base64.b64encode(ca_bundle).decode()
+        st, got = cluster.call("PUT", path, cfg)
+        assert st == 200, got

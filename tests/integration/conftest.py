@@ -6,6 +6,7 @@ import os
 import pathlib
 import shutil
 import sys
+import time
 
 import pytest
 
@@ -99,7 +100,8 @@ def pytest_make_collect_report(collector):
 def cluster(tmp_path_factory):
     """The real control plane (tests/cluster/cluster.py): etcd, kube-apiserver,
     kube-controller-manager and kube-scheduler from tools/bin, one for the whole session
-    (tests share it, each in namespaces of its own). Without the binaries (`make k8s`, which
+    (tests share it, each in namespaces and nodes of its own). Its node lifecycle controller
+    acts within 10 s (FAST_NODE_MONITOR) instead of 50, so a test can watch it. Without the binaries (`make k8s`, which
     `make deps` runs) the tests that need it skip, except under CI=true, where they fail."""
     missing = cluster_module.missing_binaries()
     if missing:
@@ -107,6 +109,57 @@ def cluster(tmp_path_factory):
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)
-    c = cluster_module.Cluster(tmp_path_factory.mktemp("cluster")).start()
+    c = cluster_module.Cluster(tmp_path_factory.mktemp("cluster"),
+                               controller_manager_args=cluster_module.FAST_NODE_MONITOR).start()
     yield c
     c.stop()
+
+
+@pytest.fixture(scope="session")
+def deployed(cluster):
+    """deploy/ installed into the session's control plane as the README says (`kubectl
+    apply --server-side -k deploy/`), every CRD Established, and the webhooks of both
+    configurations pointed at a port on 127.0.0.1 where nothing listens (no kube-proxy here
+    routes their Service; a test that needs the webhook starts one and points them at it:
+    tests/cluster/components.py). The objects deploy/ renders (dicts)."""
+    import yaml
+    cluster.kubectl("apply", "--server-side", "--field-manager", "elastic-gpu-test",
+                    "-k", str(ROOT / "deploy"))
+    objs = [o for o in yaml.safe_load_all(cluster.kubectl("kustomize", str(ROOT / "deploy"))
+                                          .stdout) if o]
+    crds = [o["metadata"]["name"] for o in objs if o["kind"] == "CustomResourceDefinition"]
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    *[f"crd/{n}" for n in crds])
+    import components
+    components.point_webhooks(cluster, cluster_module.free_port())
+    return objs
+
+
+@pytest.fixture(scope="session")
+def webhook(cluster, deployed, build_dir, tmp_path_factory):
+    """egpu-webhook as deploy/ runs it (tests/cluster/components.py) against the session's
+    control plane, serving a certificate the cluster's CA signed for 127.0.0.1 (a pre-made
+    one, as cert-manager leaves it), and both configurations pointed at it with that CA as
+    caBundle: the API server calls it for every pod and workload its rules match."""
+    import urllib.request
+    import components
+    d = tmp_path_factory.mktemp("webhook")
+    crt, key = cluster.pki.cert("egpu-webhook", "egpu-webhook.elastic-gpu-system.svc",
+                                sans=("IP:127.0.0.1",), server=True)
+    w = components.webhook(cluster, build_dir, d, crt, key)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # ready once its informers (GPUs, claims, budgets) have synced
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{w.ports[1]}/readyz",
+                                            timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, w.log.read_text()[-3000:]
+            time.sleep(0.2)
+        components.point_webhooks(cluster, w.ports[0], ca_bundle=cluster.pki.ca.read_bytes())
+        yield w
+    finally:
+        w.stop()

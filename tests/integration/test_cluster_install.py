@@ -13,8 +13,10 @@ kube-apiserver, kube-controller-manager and kube-scheduler built from tools/go.m
   writing elasticgpu.io/assigned or elasticgpu.io/allocated onto a pod is refused with the
   policy's message; the ServiceAccounts deploy/ gives egpu-scheduler and egpu-agent may
   write them (their names in the policy are the real usernames); a pod owner's other edits go
-  through. No webhook answers in this module: the pods are ones its webhooks' matchConditions
-  let through, and the policy runs before validating webhooks."""
+  through: the policy runs before the validating webhook, so its message is the answer.
+- egpu-webhook as deploy/ runs it (conftest's `webhook`), called by the API server over TLS
+  with the configuration's caBundle, for pods and workloads; with it down, failurePolicy Fail
+  refuses a pod that names an elasticgpu.io annotation; its RBAC from the audit log."""
 import base64
 import json
 import pathlib
@@ -27,7 +29,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, cluster_module as cl
-import components  # tests/cluster/components.py
+import components  # noqa: E402  (tests/cluster/components.py)
 
 DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "elastic-gpu"
@@ -93,8 +95,9 @@ def subset(want, got, path=""):
 
 def check_installed(cluster, objs, default_ns=None):
     """Every object of objs is in the API server as rendered (apart from what the API
-    server normalises: quantities, int-or-string), every CRD Established, and returns
-    the CRDs' names."""
+    server normalises: quantities, zero values it omits; and the webhooks' clientConfig,
+    which the tests point at 127.0.0.1), every CRD Established, and returns the CRDs'
+    names."""
     missing, differ = [], []
     for o in objs:
         st, got = cluster.call("GET", api_path(cluster, o, default_ns))
@@ -106,6 +109,8 @@ def check_installed(cluster, objs, default_ns=None):
         diffs += subset({k: o["metadata"].get(k) or {} for k in ("labels", "annotations")},
                         {k: got["metadata"].get(k) or {} for k in ("labels", "annotations")})
         diffs = [d for d in diffs if not re.search(r"(cpu|memory|ephemeral-storage)'?: ", d)]
+        if o["kind"].endswith("WebhookConfiguration"):  # pointed at 127.0.0.1 (deployed)
+            diffs = [d for d in diffs if not re.match(r"\.webhooks\[\d+\]\.clientConfig\.", d)]
         if diffs:
             differ.append(f"{ref(o)}: {diffs[:5]}")
     assert not missing, missing
@@ -124,38 +129,12 @@ def check_installed(cluster, objs, default_ns=None):
 
 
 @pytest.fixture(scope="module")
-def kustomized(cluster):
-    """deploy/ applied with `kubectl apply --server-side -k`, as the README says, each
-    object checked there (check_installed), then the webhooks pointed at a closed port on
-    127.0.0.1 (point_webhooks: no webhook answers in this module). The objects it rendered
-    and the CRDs' names."""
-    r = cluster.kubectl("apply", "--server-side", "--field-manager", "elastic-gpu-test",
-                        "-k", str(DEPLOY))
-    assert "serverside-applied" in r.stdout, r.stdout
-    objs = rendered(cluster, "kustomize", str(DEPLOY))
-    crds = check_installed(cluster, objs)
-    point_webhooks(cluster, cl.free_port())
-    return {"objects": objs, "crds": crds}
-
-
-def point_webhooks(cluster, port, ca_bundle=None):
-    """Point every webhook of deploy/'s two configurations at https://127.0.0.1:port and
-    the path its Service reference names, the only change to them: no kube-proxy here
-    routes the Service's ClusterIP (and a port nothing listens on is a webhook that is
-    down). ca_bundle (PEM bytes) replaces the caBundle when given."""
-    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-        path = f"/apis/admissionregistration.k8s.io/v1/{kind}/elastic-gpu-webhook"
-        st, cfg = cluster.call("GET", path)
-        assert st == 200, cfg
-        for w in cfg["webhooks"]:
-            cc = w["clientConfig"]
-            route = cc.pop("service")["path"] if "service" in cc else \
-                urllib.parse.urlsplit(cc["url"]).path
-            cc["url"] = f"https://127.0.0.1:{port}{route}"
-            if ca_bundle is not None:
-                cc["caBundle"] = base64.b64encode(ca_bundle).decode()
-        st, got = cluster.call("PUT", path, cfg)
-        assert st == 200, got
+def kustomized(cluster, deployed):
+    """deploy/ as conftest's `deployed` applied it (`kubectl apply --server-side -k`, as
+    the README says, then the webhooks pointed at a closed port on 127.0.0.1: no webhook
+    answers until the `webhook` fixture starts one), each object checked there
+    (check_installed). The objects it rendered and the CRDs' names."""
+    return {"objects": deployed, "crds": check_installed(cluster, deployed)}
 
 
 def test_control_plane_is_the_pinned_release(cluster):
@@ -241,7 +220,8 @@ def patch_annotation(cluster, token, name, key, value):
                         ctype="application/merge-patch+json", token=token)
 
 
-def test_policy_refuses_a_pod_owner_writing_the_system_annotations(cluster, kustomized, tenant):
+def test_policy_refuses_a_pod_owner_writing_the_system_annotations(cluster, kustomized, tenant,
+                                                                   webhook):
     owner = json.loads(pathlib.Path(tenant).read_text())["users"][0]["user"]["token"]
     msgs = policy_messages()
     st, pod = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", plain_pod("p1"),
@@ -253,44 +233,22 @@ def test_policy_refuses_a_pod_owner_writing_the_system_annotations(cluster, kust
         assert err["reason"] == "Forbidden"
         assert "ValidatingAdmissionPolicy 'elastic-gpu-system-annotations'" in err["message"], err
         assert msgs[key] in err["message"], (msgs[key], err["message"])
-    # On CREATE the mutating webhook comes first: with none answering, failurePolicy Fail
-    # refuses the pod (docs/operator-guide.md), and it is not created.
+    # On CREATE the mutating webhook comes first: with none answering (the configurations
+    # pointed at a closed port for a moment), failurePolicy Fail refuses the pod
+    # (docs/operator-guide.md), and it is not created.
     bad = plain_pod("p2")
     bad["metadata"]["annotations"] = {ALLOCATED: "{}"}
-    st, err = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", bad, token=owner)
+    components.point_webhooks(cluster, cl.free_port())
+    try:
+        st, err = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", bad, token=owner)
+    finally:
+        components.point_webhooks(cluster, webhook.ports[0])
     assert st == 500 and 'failed calling webhook "mutate.webhook.elasticgpu.io"' in \
         err["message"], (st, err)
     assert cluster.call("GET", f"/api/v1/namespaces/{TENANT}/pods/p2")[0] == 404
     # the owner's other edits go through
     st, _ = patch_annotation(cluster, owner, "p1", "team/owner", "alice")
     assert st == 200
-
-
-@pytest.fixture(scope="module")
-def webhook(cluster, kustomized, build_dir, tmp_path_factory):
-    """egpu-webhook as deploy/ runs it (tests/cluster/components.py), serving a
-    certificate the cluster's CA signed for 127.0.0.1 (a pre-made one, as cert-manager
-    leaves it), and both configurations pointed at it with that CA as caBundle."""
-    d = tmp_path_factory.mktemp("webhook")
-    crt, key = cluster.pki.cert("egpu-webhook", "egpu-webhook.elastic-gpu-system.svc",
-                                sans=("IP:127.0.0.1",), server=True)
-    w = components.webhook(cluster, build_dir, d, crt, key)
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # ready once its informers (GPUs, claims, budgets) have synced
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{w.ports[1]}/readyz",
-                                            timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, w.log.read_text()[-3000:]
-            time.sleep(0.2)
-        point_webhooks(cluster, w.ports[0], ca_bundle=cluster.pki.ca.read_bytes())
-        yield w
-    finally:
-        w.stop()
 
 
 def test_policy_lets_the_components_write_them(cluster, kustomized, tenant, webhook):
