@@ -142,3 +142,17 @@ def point_webhooks(cluster, port, ca_bundle=None):
                 cc["caBundle"] = base64.b64encode(ca_bundle).decode()
         st, got = cluster.call("PUT", path, cfg)
         assert st == 200, got
+
+
+def controller(cluster, build_dir, workdir, name="egpu-controller", extra=()):
+    """egpu-controller as deploy/controller/deployment.yaml runs it (leader election on,
+    its Lease elastic-gpu-controller in elastic-gpu-system), with ServiceAccount
+    egpu-controller's token; changed: --listen 127.0.0.1, --port 0; extra flags after
+    (a later flag wins: a test's shorter lease times, for one). No health port: (port,
+    None)."""
+    args, env = deploy_container("controller/deployment.yaml", "egpu-controller")
+    args = replace_flags(args, {"--listen": "127.0.0.1", "--port": 0})
+    kc = cluster.sa_kubeconfig(NS, "egpu-controller",
+                               path=pathlib.Path(workdir) / f"{name}.kubeconfig")
+    return Component(name, build_dir / "src/controller/egpu-controller",
+                     [*args, "--kubeconfig", kc, *extra], env, workdir, health=False)
