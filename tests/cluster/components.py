@@ -22,11 +22,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 NS = "elastic-gpu-system"
 
 
-def deploy_container(manifest, container):
+def deploy_container(manifest, container, docs=None):
     """(args, env) of container in the Deployment or DaemonSet of deploy/ file manifest
-    (a path relative to deploy/): env holds the literal values, and the pod's namespace
-    for a fieldRef to metadata.namespace (elastic-gpu-system)."""
-    for doc in yaml.safe_load_all((ROOT / "deploy" / manifest).read_text()):
+    (a path relative to deploy/), or of the objects docs (dicts: what an overlay renders):
+    env holds the literal values, and the pod's namespace for a fieldRef to
+    metadata.namespace (elastic-gpu-system)."""
+    if docs is None:
+        docs = yaml.safe_load_all((ROOT / "deploy" / manifest).read_text())
+    for doc in docs:
         if not doc or doc.get("kind") not in ("Deployment", "DaemonSet"):
             continue
         for c in doc["spec"]["template"]["spec"]["containers"]:
@@ -40,7 +43,7 @@ def deploy_container(manifest, container):
                         "metadata.namespace":
                     env[e["name"]] = NS
             return [str(a) for a in c.get("args") or []], env
-    raise LookupError(f"deploy/{manifest} has no container {container}")
+    raise LookupError(f"{manifest} has no container {container}")
 
 
 def replace_flags(args, changes):
@@ -92,12 +95,13 @@ class Component:
                 self.proc.wait(timeout=10)
 
 
-def webhook(cluster, build_dir, workdir, cert, key, extra=()):
-    """egpu-webhook as deploy/webhook/deployment.yaml runs it, with ServiceAccount
-    egpu-webhook's token; changed: --listen and --health-listen 127.0.0.1, --port and
-    --health-port 0, --tls-cert and --tls-key the files cert and key (a pre-made
-    certificate, as cert-manager leaves one)."""
-    args, env = deploy_container("webhook/deployment.yaml", "egpu-webhook")
+def webhook(cluster, build_dir, workdir, cert, key, extra=(), docs=None):
+    """egpu-webhook as deploy/webhook/deployment.yaml runs it (or as the Deployment of docs,
+    what an overlay renders), with ServiceAccount egpu-webhook's token; changed: --listen
+    and --health-listen 127.0.0.1, --port and --health-port 0, --tls-cert and --tls-key the
+    files cert and key (a pre-made certificate, as cert-manager leaves one; with
+    --self-signed, where it writes its own)."""
+    args, env = deploy_container("webhook/deployment.yaml", "egpu-webhook", docs)
     args = replace_flags(args, {"--listen": "127.0.0.1", "--health-listen": "127.0.0.1",
                                 "--port": 0, "--health-port": 0, "--tls-cert": cert,
                                 "--tls-key": key})
@@ -124,11 +128,11 @@ def agent(cluster, build_dir, workdir, node, env, device_plugin_dir, pod_resourc
                      {**denv, "NODE_NAME": node, **env}, workdir, health=False)
 
 
-def point_webhooks(cluster, port, ca_bundle=None):
-    """Point every webhook of deploy/'s two configurations at https://127.0.0.1:port and
-    the path its Service reference names, the only change to them: no kube-proxy here
-    routes the Service's ClusterIP (and a port nothing listens on is a webhook that is
-    down). ca_bundle (PEM bytes) replaces the caBundle when given."""
+def point_webhooks(cluster, port, ca_bundle=None, host="127.0.0.1"):
+    """Point every webhook of deploy/'s two configurations at https://host:port and the
+    path its Service reference names, the only change to them: no kube-proxy here routes
+    the Service's ClusterIP (and a port nothing listens on is a webhook that is down).
+    ca_bundle (PEM bytes) replaces the caBundle when given."""
     for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
         path = f"/apis/admissionregistration.k8s.io/v1/{kind}/elastic-gpu-webhook"
         st, cfg = cluster.call("GET", path)
@@ -137,7 +141,7 @@ def point_webhooks(cluster, port, ca_bundle=None):
             cc = w["clientConfig"]
             route = cc.pop("service")["path"] if "service" in cc else \
                 urllib.parse.urlsplit(cc["url"]).path
-            cc["url"] = f"https://127.0.0.1:{port}{route}"
+            cc["url"] = f"https://{host}:{port}{route}"
             if ca_bundle is not None:
                 cc["caBundle"] = base64.b64encode(ca_bundle).decode()
         st, got = cluster.call("PUT", path, cfg)

@@ -37,6 +37,7 @@ NS = "elastic-gpu-system"
 TENANT = "tenant-a"
 ASSIGNED = "elasticgpu.io/assigned"
 ALLOCATED = "elasticgpu.io/allocated"
+FORBIDDEN_PROBE = "/api/v1/namespaces/kube-system/secrets"  # outside egpu-webhook's grants
 
 
 def pinned_kubernetes():
@@ -373,6 +374,65 @@ def test_components_calls_are_allowed_by_their_rbac(cluster, webhook):
     lists = {e["objectRef"]["resource"] for e in events
              if e["verb"] in ("list", "watch") and "objectRef" in e}
     assert {"gpus", "elasticgpuclaims", "gpubudgets", "priorityclasses"} <= lists, lists
-    st, err = cluster.call("GET", "/api/v1/namespaces/kube-system/secrets",
-                           token=cluster.token(NS, "egpu-webhook"))
+    st, err = cluster.call("GET", FORBIDDEN_PROBE, token=cluster.token(NS, "egpu-webhook"))
     assert st == 403, err
+
+
+def test_self_signed_webhook_keeps_its_own_ca_bundle(cluster, tenant, webhook, build_dir,
+                                                   tmp_path):
+    """deploy/webhook/self-signed added as an operator adds it (an overlay of deploy/ with
+    the Component): egpu-webhook, run with the overlay's arguments and
+    the Component's RBAC, makes its CA and certificate, keeps them in the Secret
+    egpu-webhook-tls, and sets its CA as caBundle of every webhook of both configurations;
+    the API server then calls it and trusts it. The test changes --self-signed-service to
+    localhost (the certificate's names, which the URL must match) besides what
+    components.webhook changes, and points the configurations at https://localhost:PORT;
+    afterwards the session's webhook is put back."""
+    import os
+    owner = json.loads(pathlib.Path(tenant).read_text())["users"][0]["user"]["token"]
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(DEPLOY, overlay)
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {base}\ncomponents:\n  - {base}/webhook/self-signed\n")
+    # What the Component adds to the cluster is its RBAC (the rest patches the Deployment,
+    # whose arguments this test runs): applied alone, as the session's webhooks point at
+    # 127.0.0.1 (an apply of the whole overlay would set clientConfig.service beside the
+    # url, which the API server refuses: exactly one of them).
+    docs = rendered(cluster, "kustomize", str(overlay))
+    cluster.kubectl("apply", "--server-side", "--field-manager", "elastic-gpu-test",
+                    "-f", str(DEPLOY / "webhook/self-signed/rbac.yaml"))
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    w = components.webhook(cluster, build_dir, tmp_path, tls / "self-signed" / "tls.crt",
+                           tls / "self-signed" / "tls.key", docs=docs,
+                           extra=("--self-signed-service", "localhost"))
+    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/" \
+           "elastic-gpu-webhook"
+    session_ca = base64.b64encode(cluster.pki.ca.read_bytes()).decode()
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            st, cfg = cluster.call("GET", path)
+            bundles = {x["clientConfig"].get("caBundle") for x in cfg["webhooks"]}
+            if len(bundles) == 1 and session_ca not in bundles and None not in bundles:
+                break
+            assert time.monotonic() < deadline, (bundles, w.log.read_text()[-2000:])
+            time.sleep(0.2)
+        st, secret = cluster.call("GET", f"/api/v1/namespaces/{NS}/secrets/egpu-webhook-tls")
+        assert st == 200 and {"tls.crt", "tls.key"} <= set(secret["data"]), st
+        components.point_webhooks(cluster, w.ports[0], host="localhost")
+        st, pod = cluster.call("POST", f"/api/v1/namespaces/{TENANT}/pods", gpu_pod(
+            "self-signed", {"elasticgpu.io/gpu-core": "10", "elasticgpu.io/gpu-memory": "512"}),
+            token=owner)
+        assert st == 201, pod
+        assert pod["spec"]["schedulerName"] == "elastic-gpu-scheduler"
+        denied = [e for e in cluster.audit(f"system:serviceaccount:{NS}:egpu-webhook")
+                  if e.get("responseStatus", {}).get("code") == 403
+                  and e["requestURI"] != FORBIDDEN_PROBE]
+        assert not denied, [(e["verb"], e["requestURI"]) for e in denied]
+    finally:
+        w.stop()
+        components.point_webhooks(cluster, webhook.ports[0],
+                                  ca_bundle=cluster.pki.ca.read_bytes())
