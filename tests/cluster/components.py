@@ -102,3 +102,32 @@ def webhook(cluster, build_dir, workdir, cert, key, extra=()):
     kc = cluster.sa_kubeconfig(NS, "egpu-webhook")
     return Component("egpu-webhook", build_dir / "src/webhook/egpu-webhook",
                      [*args, "--kubeconfig", kc, *extra], env, workdir)
+
+
+def scheduler(cluster, build_dir, workdir, name="egpu-scheduler", extra=()):
+    """egpu-scheduler as deploy/scheduler/deployment.yaml runs it (its args and env:
+    --follow-lease elastic-gpu-kube-scheduler, EGPU_LEASE_NAMESPACE the pod's namespace),
+    with ServiceAccount egpu-scheduler's token (--kubeconfig added: in the pod it reads
+    the token Secret mounted at the in-cluster path); changed: --port and --health-port 0
+    (free ports), --health-listen 127.0.0.1. --listen is 127.0.0.1 there already. extra:
+    more flags (e.g. --pod-name)."""
+    args, env = deploy_container("scheduler/deployment.yaml", "egpu-scheduler")
+    args = replace_flags(args, {"--port": 0, "--health-port": 0,
+                                "--health-listen": "127.0.0.1"})
+    assert args[args.index("--listen") + 1] == "127.0.0.1", args
+    kc = cluster.sa_kubeconfig(NS, "egpu-scheduler",
+                               path=pathlib.Path(workdir) / f"{name}.kubeconfig")
+    return Component(name, build_dir / "src/scheduler/egpu-scheduler",
+                     [*args, "--kubeconfig", kc, *extra], env, workdir)
+
+
+def kube_scheduler_config(extender_port):
+    """deploy/scheduler/scheduler-config.yaml (the file the kustomization's
+    configMapGenerator makes ConfigMap elastic-gpu-scheduler-config of) as a dict, the
+    extender's urlPrefix on extender_port instead of 8888: the only change
+    (Cluster.start_scheduler fills in clientConnection.kubeconfig)."""
+    cfg = yaml.safe_load((ROOT / "deploy/scheduler/scheduler-config.yaml").read_text())
+    (ext,) = cfg["extenders"]
+    assert ext["urlPrefix"] == "http://127.0.0.1:8888", ext
+    ext["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
+    return cfg
