@@ -294,7 +294,8 @@ class Cluster:
         path.write_text(json.dumps(cfg, indent=1))
         port = free_port()
         self._spawn(name, [
-            *([*wrap, BIN / "kube-scheduler"] if wrap else ["kube-scheduler"]), "--config", path, "--authentication-kubeconfig", sched,
+            *([*wrap, BIN / "kube-scheduler"] if wrap else ["kube-scheduler"]),
+            "--config", path, "--authentication-kubeconfig", sched,
             "--authorization-kubeconfig", sched, "--bind-address", "127.0.0.1",
             "--secure-port", port])
         insecure = ssl.create_default_context()

@@ -20,11 +20,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 NS = "elastic-gpu-system"
 
 
-def deploy_container(manifest, container):
+def deploy_container(manifest, container, docs=None):
     """(args, env) of container in the Deployment or DaemonSet of deploy/ file manifest
-    (a path relative to deploy/): env holds the literal values, and the pod's namespace
-    for a fieldRef to metadata.namespace (elastic-gpu-system)."""
-    for doc in yaml.safe_load_all((ROOT / "deploy" / manifest).read_text()):
+    (a path relative to deploy/), or of the objects docs (dicts: what an overlay
+    renders) when given: env holds the literal values, and the pod's namespace for a
+    fieldRef to metadata.namespace (elastic-gpu-system)."""
+    for doc in docs or yaml.safe_load_all((ROOT / "deploy" / manifest).read_text()):
         if not doc or doc.get("kind") not in ("Deployment", "DaemonSet"):
             continue
         for c in doc["spec"]["template"]["spec"]["containers"]:
@@ -38,7 +39,8 @@ def deploy_container(manifest, container):
                         "metadata.namespace":
                     env[e["name"]] = NS
             return [str(a) for a in c.get("args") or []], env
-    raise LookupError(f"deploy/{manifest} has no container {container}")
+    raise LookupError(f"{'the objects given' if docs else 'deploy/' + manifest} have no "
+                      f"container {container}")
 
 
 def replace_flags(args, changes):
@@ -104,17 +106,19 @@ def webhook(cluster, build_dir, workdir, cert, key, extra=()):
                      [*args, "--kubeconfig", kc, *extra], env, workdir)
 
 
-def scheduler(cluster, build_dir, workdir, name="egpu-scheduler", extra=()):
+def scheduler(cluster, build_dir, workdir, name="egpu-scheduler", extra=(), docs=None,
+              changes=None):
     """egpu-scheduler as deploy/scheduler/deployment.yaml runs it (its args and env:
     --follow-lease elastic-gpu-kube-scheduler, EGPU_LEASE_NAMESPACE the pod's namespace),
-    with ServiceAccount egpu-scheduler's token (--kubeconfig added: in the pod it reads
-    the token Secret mounted at the in-cluster path); changed: --port and --health-port 0
-    (free ports), --health-listen 127.0.0.1. --listen is 127.0.0.1 there already. extra:
-    more flags (e.g. --pod-name)."""
-    args, env = deploy_container("scheduler/deployment.yaml", "egpu-scheduler")
-    args = replace_flags(args, {"--port": 0, "--health-port": 0,
-                                "--health-listen": "127.0.0.1"})
-    assert args[args.index("--listen") + 1] == "127.0.0.1", args
+    or as the Deployment among docs (an overlay's rendered objects, e.g. with
+    main-scheduler/) does, with ServiceAccount egpu-scheduler's token (--kubeconfig
+    added: in the pod it reads the token Secret mounted at the in-cluster path); changed:
+    --listen and --health-listen 127.0.0.1 (the base's --listen is that already), --port
+    and --health-port 0 (free ports), and the flags in changes (e.g. the TLS files).
+    extra: more flags (e.g. --pod-name)."""
+    args, env = deploy_container("scheduler/deployment.yaml", "egpu-scheduler", docs)
+    args = replace_flags(args, {"--listen": "127.0.0.1", "--port": 0, "--health-port": 0,
+                                "--health-listen": "127.0.0.1", **(changes or {})})
     kc = cluster.sa_kubeconfig(NS, "egpu-scheduler",
                                path=pathlib.Path(workdir) / f"{name}.kubeconfig")
     return Component(name, build_dir / "src/scheduler/egpu-scheduler",
