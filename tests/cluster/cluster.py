@@ -172,7 +172,8 @@ class Cluster:
 
     def _spawn(self, name, args):
         log = open(self.dir / f"{name}.log", "w")
-        self.procs[name] = subprocess.Popen([str(BIN / args[0]), *map(str, args[1:])],
+        exe = str(args[0]) if os.path.isabs(str(args[0])) else str(BIN / args[0])
+        self.procs[name] = subprocess.Popen([exe, *map(str, args[1:])],
                                             stdin=subprocess.DEVNULL, stdout=log, env=clean_env(),
                                             stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
@@ -279,12 +280,16 @@ class Cluster:
         self._wait("kube-controller-manager", lambda: self.call(
             "GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200, 60)
 
-    def start_scheduler(self, config=None, name="kube-scheduler"):
+    def start_scheduler(self, config=None, name="kube-scheduler", kubeconfig=None, wrap=()):
         """Start kube-scheduler as process name with KubeSchedulerConfiguration config (a
-        dict; default: one default-scheduler profile), its identity system:kube-scheduler,
-        leader election off unless config sets it. Waits for its /healthz."""
-        sched = self.write_kubeconfig(self.dir / f"{name}.kubeconfig",
-                                      cert=self.pki.cert(name, "system:kube-scheduler"))
+        dict; default: one default-scheduler profile), leader election off unless config
+        sets it. Its identity: system:kube-scheduler (a client certificate), or whoever
+        kubeconfig (a path, e.g. sa_kubeconfig()'s) authenticates, for the API and for its
+        secure port's authentication and authorization, as an in-cluster kube-scheduler
+        uses its ServiceAccount for all three. wrap: a command line it runs under (e.g.
+        unshare). Waits for its /healthz."""
+        sched = kubeconfig or self.write_kubeconfig(
+            self.dir / f"{name}.kubeconfig", cert=self.pki.cert(name, "system:kube-scheduler"))
         cfg = json.loads(json.dumps(config or {}))
         cfg.setdefault("apiVersion", "kubescheduler.config.k8s.io/v1")
         cfg.setdefault("kind", "KubeSchedulerConfiguration")
@@ -294,7 +299,8 @@ class Cluster:
         path.write_text(json.dumps(cfg, indent=1))
         port = free_port()
         self._spawn(name, [
-            "kube-scheduler", "--config", path, "--authentication-kubeconfig", sched,
+            *([*wrap, BIN / "kube-scheduler"] if wrap else ["kube-scheduler"]),
+            "--config", path, "--authentication-kubeconfig", sched,
             "--authorization-kubeconfig", sched, "--bind-address", "127.0.0.1",
             "--secure-port", port])
         insecure = ssl.create_default_context()

@@ -24,12 +24,10 @@ NS = "elastic-gpu-system"
 
 def deploy_container(manifest, container, docs=None):
     """(args, env) of container in the Deployment or DaemonSet of deploy/ file manifest
-    (a path relative to deploy/), or of the objects docs (dicts: what an overlay renders):
-    env holds the literal values, and the pod's namespace for a fieldRef to
-    metadata.namespace (elastic-gpu-system)."""
-    if docs is None:
-        docs = yaml.safe_load_all((ROOT / "deploy" / manifest).read_text())
-    for doc in docs:
+    (a path relative to deploy/), or of the objects docs (dicts: what an overlay
+    renders) when given: env holds the literal values, and the pod's namespace for a
+    fieldRef to metadata.namespace (elastic-gpu-system)."""
+    for doc in docs or yaml.safe_load_all((ROOT / "deploy" / manifest).read_text()):
         if not doc or doc.get("kind") not in ("Deployment", "DaemonSet"):
             continue
         for c in doc["spec"]["template"]["spec"]["containers"]:
@@ -43,7 +41,8 @@ def deploy_container(manifest, container, docs=None):
                         "metadata.namespace":
                     env[e["name"]] = NS
             return [str(a) for a in c.get("args") or []], env
-    raise LookupError(f"{manifest} has no container {container}")
+    raise LookupError(f"{'the objects given' if docs else 'deploy/' + manifest} have no "
+                      f"container {container}")
 
 
 def replace_flags(args, changes):
@@ -160,3 +159,34 @@ def controller(cluster, build_dir, workdir, name="egpu-controller", extra=()):
                                path=pathlib.Path(workdir) / f"{name}.kubeconfig")
     return Component(name, build_dir / "src/controller/egpu-controller",
                      [*args, "--kubeconfig", kc, *extra], env, workdir, health=False)
+
+
+def scheduler(cluster, build_dir, workdir, name="egpu-scheduler", extra=(), docs=None,
+              changes=None):
+    """egpu-scheduler as deploy/scheduler/deployment.yaml runs it (its args and env:
+    --follow-lease elastic-gpu-kube-scheduler, EGPU_LEASE_NAMESPACE the pod's namespace),
+    or as the Deployment among docs (an overlay's rendered objects, e.g. with
+    main-scheduler/) does, with ServiceAccount egpu-scheduler's token (--kubeconfig
+    added: in the pod it reads the token Secret mounted at the in-cluster path); changed:
+    --listen and --health-listen 127.0.0.1 (the base's --listen is that already), --port
+    and --health-port 0 (free ports), and the flags in changes (e.g. the TLS files).
+    extra: more flags (e.g. --pod-name)."""
+    args, env = deploy_container("scheduler/deployment.yaml", "egpu-scheduler", docs)
+    args = replace_flags(args, {"--listen": "127.0.0.1", "--port": 0, "--health-port": 0,
+                                "--health-listen": "127.0.0.1", **(changes or {})})
+    kc = cluster.sa_kubeconfig(NS, "egpu-scheduler",
+                               path=pathlib.Path(workdir) / f"{name}.kubeconfig")
+    return Component(name, build_dir / "src/scheduler/egpu-scheduler",
+                     [*args, "--kubeconfig", kc, *extra], env, workdir)
+
+
+def kube_scheduler_config(extender_port):
+    """deploy/scheduler/scheduler-config.yaml (the file the kustomization's
+    configMapGenerator makes ConfigMap elastic-gpu-scheduler-config of) as a dict, the
+    extender's urlPrefix on extender_port instead of 8888: the only change
+    (Cluster.start_scheduler fills in clientConnection.kubeconfig)."""
+    cfg = yaml.safe_load((ROOT / "deploy/scheduler/scheduler-config.yaml").read_text())
+    (ext,) = cfg["extenders"]
+    assert ext["urlPrefix"] == "http://127.0.0.1:8888", ext
+    ext["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
+    return cfg
