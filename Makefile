@@ -26,6 +26,9 @@
 #   make k8s     build the real control plane the cluster tests start (kube-apiserver,
 #                kube-scheduler, kube-controller-manager, etcd) into tools/bin from the
 #                versions pinned in tools/go.mod (scripts/k8s-build.sh; make deps runs it)
+#   make cluster-demo  Elastic GPU on a real control plane: helm install, two nodes with
+#                fake GPUs, deploy/examples; prints the pods, kubectl egpu inspect and
+#                each placement, then stops (tests/cluster/demo.py; needs make deps)
 #   make data    download the openb trace CSVs into data/openb (needs network;
 #                DATA_DIR and TRACE_URL override where to and where from)
 
@@ -45,7 +48,7 @@ TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
               openb_pod_list_gpuspec10.csv
 
-.PHONY: all k8s deps build install demo check unit asan tsan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
+.PHONY: all k8s deps build install demo cluster-demo check unit asan tsan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
 
 all: build
 
@@ -66,6 +69,9 @@ demo: build
 	@if [ -z "$$EGPU_TRACE_DIR" ] && [ ! -d ../shared/data/openb ] && [ ! -d data/openb ]; then \
 		$(MAKE) --no-print-directory data; fi
 	@./$(BUILD)/egpu-sim --seeds 42 --policy all --out out
+
+cluster-demo: build
+	@EGPU_BUILD=$(abspath $(BUILD)) $(PYTHON) tests/cluster/demo.py
 
 check: build
 	@$(MAKE) --no-print-directory lint unit asan tsan integration fuzz-smoke

@@ -84,6 +84,24 @@ class Component:
             self.stop()
             raise AssertionError(f"{name} did not start:\n{self.log.read_text()[-3000:]}")
 
+    def ready(self, timeout=60):
+        """Wait until GET /readyz on the health port answers 200 (its informers have
+        synced); AssertionError with the log's end if not within timeout s."""
+        import urllib.request
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[1]}/readyz",
+                                            timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} not ready:\n"
+                                     f"{self.log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
     def stop(self, sig=signal.SIGTERM):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

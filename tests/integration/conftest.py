@@ -141,24 +141,13 @@ def webhook(cluster, deployed, build_dir, tmp_path_factory):
     control plane, serving a certificate the cluster's CA signed for 127.0.0.1 (a pre-made
     one, as cert-manager leaves it), and both configurations pointed at it with that CA as
     caBundle: the API server calls it for every pod and workload its rules match."""
-    import urllib.request
     import components
     d = tmp_path_factory.mktemp("webhook")
     crt, key = cluster.pki.cert("egpu-webhook", "egpu-webhook.elastic-gpu-system.svc",
                                 sans=("IP:127.0.0.1",), server=True)
     w = components.webhook(cluster, build_dir, d, crt, key)
     try:
-        deadline = time.monotonic() + 30
-        while True:  # ready once its informers (GPUs, claims, budgets) have synced
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{w.ports[1]}/readyz",
-                                            timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, w.log.read_text()[-3000:]
-            time.sleep(0.2)
+        w.ready()  # its informers (GPUs, claims, budgets) have synced
         components.point_webhooks(cluster, w.ports[0], ca_bundle=cluster.pki.ca.read_bytes())
         yield w
     finally:
