@@ -21,24 +21,21 @@ What differs from deploy/, and nothing else:
   configured: Lease elastic-gpu-kube-scheduler in elastic-gpu-system, which egpu-scheduler
   --follow-lease follows (both processes have this host's name, as both containers have
   their pod's).
-- nodes: no kubelet. The test creates two Node objects (cpu, memory, pods and
-  elasticgpu.io/gpu-core 200 = two cards), Ready, and keeps them so: a thread renews each
-  node's Lease in kube-node-lease and the Ready heartbeat, as a kubelet would, else the node
-  lifecycle controller taints them unreachable. Two GPU objects per node (40 GiB cards),
-  status.health Healthy, as egpu-agent publishes them.
+- nodes: tests/cluster/node.py's, two cards of 40 GiB each (the mock NVML): the fake
+  kubelet, with the kubelet's identity, registers the Node, renews its Lease and keeps it
+  Ready, and admits the pods bound to it through egpu-agent's device plugin; egpu-agent runs
+  as deploy/agent runs it and publishes the GPU objects.
 - the leader election test: a second pair, its kube-scheduler under its own host name
   egpu-pod-b (unshare --uts: a pod has its own) and egpu-scheduler --pod-name egpu-pod-b
   (in a pod the host name is the pod's name already).
 - the main-scheduler variant (deploy/scheduler/main-scheduler, in an overlay of deploy/, on a
   second control plane): see the main_env fixture for what differs."""
-import datetime
 import json
 import os
 import shutil
 import signal
 import ssl
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -49,6 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, cluster_module as cl
 import components  # tests/cluster/components.py
+import node as nodes  # tests/cluster/node.py
 
 NS = "elastic-gpu-system"
 TENANT = "sched-tenant"
@@ -58,10 +56,6 @@ CARDS = 2
 CARD_MIB = 40960
 SCHED_USER = f"system:serviceaccount:{NS}:egpu-scheduler"
 KUBE_SCHED_USER = f"system:serviceaccount:{NS}:elastic-gpu-kube-scheduler"
-
-
-def now():
-    return datetime.datetime.now(datetime.timezone.utc)
 
 
 def wait_for(cond, timeout=60, what="condition"):
@@ -74,88 +68,49 @@ def wait_for(cond, timeout=60, what="condition"):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def card_uuids(node):
+    """The UUIDs of node's CARDS cards (the mock NVML's), of its own."""
+    tag = format(NODES.index(node) + 10, "x")
+    return [f"GPU-6d0c1c3e-0000-4000-8000-0000000{tag}{i:03d}" for i in range(CARDS)]
+
+
+def card_list(node):
+    """EGPU_MOCK_NVML_GPUS for node: CARDS cards of CARD_MIB."""
+    return ",".join(f"NVIDIA A100-SXM4-40GB:{CARD_MIB}:{u}" for u in card_uuids(node))
+
+
 class Kubelets:
-    """What a kubelet does for each of NODES that the scheduler sees: the Node object (its
-    capacity and a Ready condition), its Lease in kube-node-lease renewed every 2 s and the
-    Ready heartbeat every 10 s, from a thread, until stop()."""
+    """The nodes of NODES (tests/cluster/node.py: the fake kubelet with the kubelet's
+    identity registers the Node, renews its Lease, keeps it Ready and runs the pods bound
+    to it through the device plugin; egpu-agent over the mock NVML publishes the GPU
+    objects), until stop(). errors: what any of them could not do."""
 
-    def __init__(self, cluster):
-        self.c = cluster
-        self.stopping = threading.Event()
-        self.errors = []
-        for n in NODES:
-            self.create(n)
-        self.beat()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
+    def __init__(self, cluster, build_dir):
+        self.nodes = []
+        try:
+            for n in NODES:
+                self.nodes.append(nodes.Node(cluster, n, build_dir, cards=card_list(n)).start())
+        except BaseException:
+            self.stop()
+            raise
 
-    def ready_condition(self):
-        t = now().strftime("%Y-%m-%dT%H:%M:%SZ")
-        return {"type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "kubelet is posting ready status (test)",
-                "lastHeartbeatTime": t, "lastTransitionTime": t}
-
-    def create(self, n):
-        cap = {"cpu": "64", "memory": "256Gi", "pods": "110",
-               "elasticgpu.io/gpu-core": str(100 * CARDS)}
-        st, obj = self.c.call("POST", "/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": n, "labels": {"kubernetes.io/hostname": n}},
-            "status": {"capacity": cap, "allocatable": cap,
-                       "conditions": [self.ready_condition()]}})
-        assert st == 201, obj
-        st, obj = self.c.call("POST", "/apis/coordination.k8s.io/v1/namespaces/"
-                              "kube-node-lease/leases", {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": n, "namespace": "kube-node-lease"},
-            "spec": {"holderIdentity": n, "leaseDurationSeconds": 40,
-                     "renewTime": now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")}})
-        assert st == 201, obj
-
-    def beat(self, heartbeat=True):
-        for n in NODES:
-            st, obj = self.c.call(
-                "PATCH", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{n}",
-                {"spec": {"renewTime": now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")}},
-                ctype="application/merge-patch+json")
-            if st != 200:
-                self.errors.append(f"lease {n}: {st} {obj}")
-            if heartbeat:
-                # conditions merge by type (strategic merge patch), as the kubelet's patch
-                st, obj = self.c.call("PATCH", f"/api/v1/nodes/{n}/status",
-                                      {"status": {"conditions": [self.ready_condition()]}},
-                                      ctype="application/strategic-merge-patch+json")
-                if st != 200:
-                    self.errors.append(f"node {n} status: {st} {obj}")
-
-    def run(self):
-        i = 0
-        while not self.stopping.wait(2):
-            i += 1
-            try:
-                self.beat(heartbeat=i % 5 == 0)
-            except Exception as e:  # noqa: BLE001  (reported by the tests)
-                self.errors.append(repr(e))
+    @property
+    def errors(self):
+        return [e for n in self.nodes for e in n.errors]
 
     def stop(self):
-        self.stopping.set()
-        self.thread.join(timeout=30)
+        for n in self.nodes:
+            n.stop()
 
 
 def gpu_objects(cluster):
-    for n in NODES:
-        for i in range(CARDS):
-            name = f"{n}-gpu{i}"
-            st, obj = cluster.call("POST", "/apis/elasticgpu.io/v1alpha1/gpus", {
-                "apiVersion": "elasticgpu.io/v1alpha1", "kind": "GPU",
-                "metadata": {"name": name, "labels": {"elasticgpu.io/node": n}},
-                "spec": {"nodeName": n, "index": i, "uuid": f"GPU-{n}-{i}",
-                         "model": "NVIDIA A100-SXM4-40GB", "memory": CARD_MIB}})
-            assert st == 201, obj
-            obj["status"] = {"health": "Healthy"}
-            st, obj = cluster.call("PUT", f"/apis/elasticgpu.io/v1alpha1/gpus/{name}/status",
-                                   obj)
-            assert st == 200, obj
+    """Wait for the GPU objects the agents publish: CARDS per node, Healthy."""
+    def healthy():
+        st, lst = cluster.call("GET", "/apis/elasticgpu.io/v1alpha1/gpus")
+        got = [g for g in lst.get("items", []) if g["spec"]["nodeName"] in NODES
+               and g.get("status", {}).get("health") == "Healthy"] if st == 200 else []
+        return len(got) == CARDS * len(NODES)
+    wait_for(healthy, 60, "the agents' GPU objects, Healthy")
 
 
 class Pair:
@@ -198,7 +153,7 @@ class Pair:
         self.ext.stop()
 
 
-def install(c, kustomization):
+def install(c, kustomization, build_dir):
     """kubectl apply --server-side -k kustomization (deploy/ or an overlay of it), the
     webhook configurations deleted (no egpu-webhook here), the nodes created and kept
     Ready (Kubelets, returned) with their GPU objects, untainted, and namespace TENANT with
@@ -211,7 +166,7 @@ def install(c, kustomization):
                          "elastic-gpu-webhook")
         assert st == 200, obj
     c.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/gpus.elasticgpu.io")
-    kubelets = Kubelets(c)
+    kubelets = Kubelets(c, build_dir)
     try:
         gpu_objects(c)
         # the TaintNodesByCondition admission plugin gives a new node the not-ready taint;
@@ -257,7 +212,7 @@ def env(tmp_path_factory, build_dir):
     kubelets = None
     pairs = []
     try:
-        kubelets = install(c, ROOT / "deploy")
+        kubelets = install(c, ROOT / "deploy", build_dir)
         pair = Pair(c, build_dir, d, "a")
         pairs.append(pair)
         wait_for(pair.ready, 60, "egpu-scheduler ready (its kube-scheduler leads)")
@@ -337,7 +292,7 @@ def test_pods_bound_through_the_extender(env):
         (ct,) = a["containers"]
         assert ct["name"] == "main" and ct["core"] == 30 and ct["memory"] == 4096, a
         (card,) = ct["gpus"]
-        assert card in {f"GPU-{a['node']}-{i}" for i in range(CARDS)}, a
+        assert card in set(card_uuids(a["node"])), a
         cards.append(card)
         assert any(c["type"] == "PodScheduled" and c["status"] == "True"
                    for c in p["status"]["conditions"])
@@ -448,8 +403,8 @@ def test_leader_election_fails_over_to_the_other_pair(env):
 
 
 def test_nodes_stayed_ready(env):
-    """The nodes the tests scheduled onto were Ready and untainted throughout (the
-    Kubelets thread's renewals all went through): the placements above were not shaped by
+    """The nodes the tests scheduled onto were Ready and untainted throughout (their Lease
+    renewals and status writes all went through): the placements above were not shaped by
     the node lifecycle controller."""
     k = env["kubelets"]
     assert not k.errors, k.errors
@@ -504,7 +459,7 @@ def main_env(tmp_path_factory, build_dir):
             "components:\n"
             f"  - {os.path.relpath(ROOT / 'deploy/scheduler/main-scheduler', overlay)}\n")
         docs = [o for o in yaml.safe_load_all(c.kubectl("kustomize", str(overlay)).stdout) if o]
-        kubelets = install(c, overlay)
+        kubelets = install(c, overlay, build_dir)
         pki = cl.Pki(d / "extender-pki")
         crt, key = pki.cert("egpu-scheduler-tls", "egpu-scheduler", server=True,
                             sans=(f"DNS:egpu-scheduler.{NS}.svc",))
@@ -554,7 +509,7 @@ def test_main_scheduler_binds_gpu_pods_through_the_extender(main_env):
     assert p["spec"]["schedulerName"] == "default-scheduler"
     a = assigned(p)
     assert a["node"] == p["spec"]["nodeName"] in NODES, a
-    assert a["containers"][0]["gpus"][0].startswith(f"GPU-{a['node']}-"), a
+    assert a["containers"][0]["gpus"][0] in card_uuids(a["node"]), a
     q = bound(main_env, "main-cpu")
     assert ASSIGNED not in (q["metadata"].get("annotations") or {}), q
     binders = {e["objectRef"]["name"]: e["user"]["username"] for e in c.audit()
