@@ -20,7 +20,9 @@ temporary folder:
 
 start() waits for the API server's /readyz, the other two's /healthz and the `default`
 ServiceAccount (pods cannot be created before it); stop() stops every process it started, by
-PID (SIGTERM, then SIGKILL after 10 s). Each process's output goes to <name>.log in the folder.
+PID (SIGTERM, then SIGKILL after 10 s), and each dies with the test process if that is
+killed before its teardown (with_parent). Each process's output goes to <name>.log in the
+folder.
 
 Clients: call() (urllib, the admin's client certificate), the admin kubeconfig
 (`kubeconfig`), kubectl() and helm() with it, and sa_kubeconfig(ns, name), a kubeconfig
@@ -66,6 +68,13 @@ def clean_env():
     webhook calls and kubectl for its own: every address here is on loopback."""
     return {k: v for k, v in os.environ.items()
             if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+
+
+def with_parent(argv):
+    """argv run so that it is killed (SIGKILL) when the process that started it dies:
+    under `setpriv --pdeathsig KILL` (util-linux, Essential on Debian). A test run that is
+    killed before its teardown thus leaves no control plane or component behind."""
+    return ["setpriv", "--pdeathsig", "KILL", "--", *map(str, argv)]
 
 
 def missing_binaries():
@@ -173,7 +182,7 @@ class Cluster:
     def _spawn(self, name, args):
         log = open(self.dir / f"{name}.log", "w")
         exe = str(args[0]) if os.path.isabs(str(args[0])) else str(BIN / args[0])
-        self.procs[name] = subprocess.Popen([exe, *map(str, args[1:])],
+        self.procs[name] = subprocess.Popen(with_parent([exe, *args[1:]]),
                                             stdin=subprocess.DEVNULL, stdout=log, env=clean_env(),
                                             stderr=subprocess.STDOUT, start_new_session=True)
         log.close()

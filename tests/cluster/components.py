@@ -8,7 +8,6 @@ port, which the binary logs), TLS files to the test's. It authenticates with a t
 ServiceAccount deploy/ gives it (Cluster.sa_kubeconfig), so every call it makes meets the
 RBAC deploy/ grants it, as in a cluster."""
 import base64
-import os
 import pathlib
 import re
 import signal
@@ -17,6 +16,8 @@ import time
 import urllib.parse
 
 import yaml
+
+import cluster as cluster_module  # tests/cluster/cluster.py
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NS = "elastic-gpu-system"
@@ -64,9 +65,10 @@ class Component:
     def __init__(self, name, exe, args, env, workdir, health=True, timeout=30):
         self.name = name
         self.log = pathlib.Path(workdir) / f"{name}.log"
-        self.proc = subprocess.Popen([str(exe), *args], stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(cluster_module.with_parent([exe, *args]),
+                                     stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=open(self.log, "w"),
-                                     env={**{k: v for k, v in os.environ.items()
+                                     env={**{k: v for k, v in cluster_module.clean_env().items()
                                              if not k.startswith("EGPU_")}, **env})
         deadline = time.monotonic() + timeout
         self.ports = None
