@@ -314,17 +314,19 @@ def select_host(plist, feasible, rnd):
 NONZERO_CPU, NONZERO_MEM = 100, 200
 
 
-def kube_score(strategy, node, free, p, gpu_used):
+def kube_score(strategy, node, free, p):
     """kube-scheduler's resource scores for pod p on node (its allocatable in node, what is
-    left in free, the milli-GPU its pods request in gpu_used): NodeResourcesFit (scoringStrategy
+    left in free): NodeResourcesFit (scoringStrategy
     LeastAllocated, the default, or MostAllocated; cpu and memory, weight 1 each; with
     gpu-most-allocated, MostAllocated on elasticgpu.io/gpu-core alone, which the agent
     advertises as 100 per card) plus NodeResourcesBalancedAllocation (cpu and memory), each
-    0..100 with the plugins' integer arithmetic, weight 1 each."""
+    0..100 with the plugins' integer arithmetic, weight 1 each. The pods scored here ask no
+    GPU, and kube-scheduler leaves an extended resource a pod does not request out of its
+    score (v1.36 pkg/scheduler/framework/plugins/noderesources/resource_allocation.go,
+    calculateNodeAllocatableRequest: "bypass scoring on it"; tests/integration/
+    test_cluster_cpu_pods.py shows it on the real kube-scheduler): so gpu-most-allocated,
+    whose only resource is gpu-core, gives every node a NodeResourcesFit score of 0."""
     fracs, fit = [], 0
-    if strategy == "gpu-most-allocated":
-        cap = 100 * node["gpus"]
-        fit = 2 * (gpu_used // 10 * 100 // cap) if cap else 0
     for cap, left, req, nz in ((node["cpu"], free[0], p["cpu"], NONZERO_CPU),
                                (node["mem"], free[1], p["mem"], NONZERO_MEM)):
         requested = cap - left + (req or nz)
@@ -465,7 +467,6 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
         lag_rnd = random.Random(args.seed + 1)  # its own stream: rnd's draws stay the replay's
         bynode = {n["sn"]: n for n in nodes}
         free = {n["sn"]: [n["cpu"], n["mem"]] for n in nodes}
-        gpu_used = {n["sn"]: 0 for n in nodes}
         names = [n["sn"] for n in nodes]
         buckets = Buckets()
         st_ = dict(arrived=0, used=0, failed=0, retries=0, bind_errors=0, ties_sum=0,
@@ -490,8 +491,7 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                 # the nodes where it fits: a seeded random one (its score plugins left out),
                 # or by its resource scores (kube_score), ties at random.
                 plist = [] if args.cpu_pods == "kube-scheduler" else \
-                    [{"Host": n, "Score": kube_score(args.cpu_pods, bynode[n], free[n], p,
-                                                 gpu_used[n])}
+                    [{"Host": n, "Score": kube_score(args.cpu_pods, bynode[n], free[n], p)}
                      for n in feasible]
                 host, _ = select_host(plist, feasible, rnd)
                 st_["cpu_random"] += 1
@@ -538,7 +538,6 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                 free[host][0] -= p["cpu"]
                 free[host][1] -= p["mem"]
                 st_["used"] += p["gpu"]
-                gpu_used[host] += p["gpu"]
                 if p["num_gpu"] > 0 and args.mark_lag is None:
                     mark(name)
                 st2, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status",
