@@ -289,14 +289,16 @@ class Cluster:
         self._wait("kube-controller-manager", lambda: self.call(
             "GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200, 60)
 
-    def start_scheduler(self, config=None, name="kube-scheduler", kubeconfig=None, wrap=()):
+    def start_scheduler(self, config=None, name="kube-scheduler", kubeconfig=None, wrap=(),
+                        args=()):
         """Start kube-scheduler as process name with KubeSchedulerConfiguration config (a
         dict; default: one default-scheduler profile), leader election off unless config
         sets it. Its identity: system:kube-scheduler (a client certificate), or whoever
         kubeconfig (a path, e.g. sa_kubeconfig()'s) authenticates, for the API and for its
         secure port's authentication and authorization, as an in-cluster kube-scheduler
         uses its ServiceAccount for all three. wrap: a command line it runs under (e.g.
-        unshare). Waits for its /healthz."""
+        unshare). args: more flags (e.g. --v=10, which logs each plugin's score). Waits for
+        its /healthz."""
         sched = kubeconfig or self.write_kubeconfig(
             self.dir / f"{name}.kubeconfig", cert=self.pki.cert(name, "system:kube-scheduler"))
         cfg = json.loads(json.dumps(config or {}))
@@ -311,7 +313,7 @@ class Cluster:
             *([*wrap, BIN / "kube-scheduler"] if wrap else ["kube-scheduler"]),
             "--config", path, "--authentication-kubeconfig", sched,
             "--authorization-kubeconfig", sched, "--bind-address", "127.0.0.1",
-            "--secure-port", port])
+            "--secure-port", port, *args])
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE

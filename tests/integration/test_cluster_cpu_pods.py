@@ -1,15 +1,26 @@
 """Pods that ask no GPU, left to kube-scheduler (issue 23 point 2), on the real kube-scheduler
-v1.36: the setting docs/operator-guide.md gives for keeping the default (`pass`) on GPU nodes
-that also run CPU pods, a KubeSchedulerConfiguration whose default-scheduler profile scores
-NodeResourcesFit MostAllocated on elasticgpu.io/gpu-core, is taken by the real kube-scheduler
-as the guide prints it, and does what the guide says: CPU pods go to the node whose cards are
-spent, where kube-scheduler's default profile (LeastAllocated) sends them to the other one,
-whose cards they would strand.
+v1.36: what docs/operator-guide.md's item "Keeping the default (`pass`) where GPU nodes also
+run CPU pods" says of kube-scheduler's settings holds on the real one.
+
+- Its default profile (LeastAllocated) sends CPU pods to the GPU node whose cards are free,
+  where they strand the cards.
+- NodeResourcesFit MostAllocated on elasticgpu.io/gpu-core alone does the same: kube-scheduler
+  leaves an extended resource a pod does not request out of the pod's score, so that setting
+  cannot see what the cards carry (an earlier guide recommended it, from a bench model that
+  scored it).
+- The guide's setting, MostAllocated on CPU and memory (its yaml block, as printed), sends
+  them to the node with the most CPU requested: here the one whose card a trainer holds.
 
 A control plane of this module's own, no kube-scheduler until each test starts one; two GPU
 nodes of tests/cluster/node.py (the fake kubelet and egpu-agent: elasticgpu.io/gpu-core 200
-each); on gpu-node-a a pod holding a whole card (bound by spec.nodeName: the placement is not
-what is tested here, kube-scheduler's cache counts its requests all the same)."""
+each, 64 CPUs, 256 GiB); on gpu-node-a a pod holding a whole card, 32 CPUs and 64 GiB (bound
+by spec.nodeName: its placement is not what is tested, kube-scheduler's cache counts its
+requests all the same). The scores each setting gives a CPU pod of 100m (NodeResourcesFit +
+NodeResourcesBalancedAllocation, 0..100 each; no other plugin tells the nodes apart here):
+LeastAllocated a 62 + 87, b 100 + 100; MostAllocated on CPU and memory a 37 + 87, b 0 + 100 (v1.36's BalancedAllocation may
+score both alike: the first term decides); MostAllocated on gpu-core alone 0 on both (it
+would be 50 on a if gpu-core were scored), which the test reads from kube-scheduler's own
+per-plugin scores."""
 import re
 import time
 
@@ -23,13 +34,20 @@ TENANT = "cpu-tenant"
 
 
 def guide_config():
-    """The KubeSchedulerConfiguration of docs/operator-guide.md's "Keeping the default"
-    item (the yaml block that sets MostAllocated on elasticgpu.io/gpu-core), as a dict."""
+    """The KubeSchedulerConfiguration of docs/operator-guide.md's "Keeping the default" item
+    (its one yaml block setting a MostAllocated scoringStrategy), as a dict."""
     text = (ROOT / "docs/operator-guide.md").read_text()
-    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S)
-              if "MostAllocated" in b and "elasticgpu.io/gpu-core" in b]
+    item = text[text.index("- **Keeping the default (`pass`)"):]
+    item = item[:item.index("\n- ", 1)]
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", item, re.S) if "MostAllocated" in b]
     assert len(blocks) == 1, blocks
     return yaml.safe_load(re.sub(r"^ {2}", "", blocks[0], flags=re.M))
+
+
+GPU_CORE_ONLY = {"profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [{
+    "name": "NodeResourcesFit", "args": {"scoringStrategy": {
+        "type": "MostAllocated", "resources": [{"name": "elasticgpu.io/gpu-core",
+                                                "weight": 1}]}}}]}]}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +73,8 @@ def world(tmp_path_factory, build_dir):
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer"},
             "spec": {"nodeName": "gpu-node-a", "containers": [{
                 "name": "main", "image": "trainer:1",
-                "resources": {"requests": {"cpu": "2", **whole}, "limits": whole}}]}})
+                "resources": {"requests": {"cpu": "32", "memory": "64Gi", **whole},
+                              "limits": whole}}]}})
         assert st == 201, out
         yield c
     finally:
@@ -88,9 +107,36 @@ def test_default_profile_sends_cpu_pods_to_the_free_cards(world):
         world.stop_process("default-profile")
 
 
-def test_guide_setting_sends_cpu_pods_where_the_cards_are_spent(world):
+def fit_scores(world, log, pod):
+    """NodeResourcesFit's score of each node for pod, from kube-scheduler's --v=10 log."""
+    text = (world.dir / log).read_text(errors="replace")
+    return dict(re.findall(rf'"Plugin scored node for pod" pod="{TENANT}/{pod}" '
+                           r'plugin="NodeResourcesFit" node="(\S+)" score=(\d+)', text))
+
+
+def test_most_allocated_on_gpu_core_cannot_see_the_cards(world):
+    """MostAllocated on gpu-core alone: NodeResourcesFit gives a CPU pod 0 on both nodes,
+    gpu-node-a's spent card not counted (kube-scheduler's own per-plugin scores, --v=10),
+    so the balance and the tie-breaking place it, not the cards."""
+    world.start_scheduler(GPU_CORE_ONLY, name="gpu-core-profile", args=("--v=10",))
+    try:
+        place(world, "gpu-core-0")
+        assert fit_scores(world, "gpu-core-profile.log", "gpu-core-0") == {
+            "gpu-node-a": "0", "gpu-node-b": "0"}
+        # the scorer saw no allocatable gpu-core at all: the resource was left out
+        assert re.search(r'logger="Score.NodeResourcesFit" pod="cpu-tenant/gpu-core-0" '
+                         r'node="gpu-node-a" resourceAllocationScorer="MostAllocated" '
+                         r'allocatableResource=\[0\] requestedResource=\[0\] resourceScore=0',
+                         (world.dir / "gpu-core-profile.log").read_text(errors="replace"))
+    finally:
+        world.stop_process("gpu-core-profile")
+
+
+def test_guide_setting_sends_cpu_pods_where_the_cpu_is_taken(world):
     cfg = guide_config()
     assert cfg["profiles"][0]["schedulerName"] == "default-scheduler"
+    assert {r["name"] for r in cfg["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
+            ["resources"]} == {"cpu", "memory"}
     world.start_scheduler(cfg, name="guide-profile")
     try:
         assert {place(world, f"guide-{i}") for i in range(3)} == {"gpu-node-a"}
