@@ -47,7 +47,14 @@ What this machine needs, and why (each set here):
 - `SystemdCgroup = false` and the kubelet's `cgroupDriver: cgroupfs`: no systemd runs here;
 - the kubelet's `failCgroupV1: false`: the host mounts cgroup v1 (the kubelet refuses v1
   unless told), `failSwapOn: false`; eviction and image GC thresholds near 100 %, so a busy
-  shared disk neither evicts the test pod nor deletes the local images.
+  shared disk neither evicts the test pod nor deletes the local images;
+- the kubelet's `makeIPTablesUtilChains: false`: by default it adds chains to the host's
+  iptables (KUBE-FIREWALL in INPUT and OUTPUT, dropping packets to 127.0.0.0/8 from other
+  sources, and KUBE-KUBELET-CANARY and KUBE-IPTABLES-HINT in filter, nat and mangle, IPv4
+  and IPv6) and keeps them there after it stops; stop() fails naming any KUBE- chain that
+  appeared all the same;
+- `volumePluginDir` and `podLogsDir` in the folder (by default /usr/libexec/kubernetes
+  and /var/log/pods).
 
 Paths the kubelet and containerd use whatever they are told (machine-wide, so only one
 RealNode runs on a machine at a time: LOCK is held from start to stop): the kubelet's
@@ -190,6 +197,19 @@ def host_address():
     raise ClusterError(f"no global IPv4 address on this host: {out}")
 
 
+def _kube_chains():
+    """The KUBE-* iptables chains now: {(command, table, chain)} (empty without iptables)."""
+    out = set()
+    for cmd in ("iptables", "ip6tables"):
+        if shutil.which(cmd) is None:
+            continue
+        for table in ("filter", "nat", "mangle"):
+            r = subprocess.run([cmd, "-t", table, "-S"], capture_output=True, text=True)
+            out |= {(cmd, table, line.split()[1]) for line in r.stdout.splitlines()
+                    if line.startswith("-N KUBE-")}
+    return out
+
+
 def _mounts():
     """The mount points now (/proc/self/mountinfo order: parents before children)."""
     out = []
@@ -291,6 +311,7 @@ class RealNode:
             raise ClusterError(f"another real node runs on this machine ({LOCK} is locked)")
         self._before = {"paths": {p for p in MACHINE_PATHS if os.path.lexists(p)},
                         "mounts": set(_mounts()), "cgroups": _cgroups(),
+                        "chains": _kube_chains(),
                         "ip_forward": pathlib.Path("/proc/sys/net/ipv4/ip_forward")
                         .read_text()}
         self.base = pathlib.Path(tempfile.mkdtemp(prefix="egpu-kl-"))  # short: sockets
@@ -421,7 +442,8 @@ state = "{ctd / 'state'}"
             "registerWithTaints": [{"key": TAINT, "value": "present", "effect": "NoSchedule"}],
             "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
                              "imagefs.available": "1%"},
-            "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98}
+            "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98,
+            "makeIPTablesUtilChains": False}
         (b / "kubelet-config.json").write_text(json.dumps(config, indent=1))
         self._spawn("kubelet", [KUBELET, "--config", b / "kubelet-config.json",
                                 "--kubeconfig", kubeconfig, "--root-dir", self.root_dir,
@@ -522,6 +544,9 @@ state = "{ctd / 'state'}"
                     p.unlink()
                 else:
                     shutil.rmtree(p, ignore_errors=True)
+        chains = _kube_chains() - self._before["chains"]
+        if chains:
+            errors.append(f"iptables chains the kubelet left: {sorted(chains)}")
         fwd = pathlib.Path("/proc/sys/net/ipv4/ip_forward")
         if fwd.read_text() != self._before["ip_forward"]:
             fwd.write_text(self._before["ip_forward"])
