@@ -14,6 +14,8 @@ the session's real control plane with deploy/ installed and egpu-webhook running
   interposer and egpu-webhook's seccomp profile filters the process.
 - Deleting the pod frees its devices: the kubelet's PodResources no longer holds them, the
   agent removes the allocation dir, and the pod is gone.
+- No request of the kubelet (system:node:<name>) or of egpu-agent was refused: the Node
+  authorizer, NodeRestriction and deploy/agent's RBAC allow what they do on a real node.
 
 Needs root, tools/bin/kubelet (`make k8s`) and containerd, runc and the CNI plugins
 (scripts/deps.sh): without them the module skips (a failure under CI=true)."""
@@ -236,3 +238,21 @@ def test_deleting_the_pod_frees_its_devices(cluster, real_node, tenant):
     wait(lambda: f"allocation dir removed dir={d}" in real_node.log("egpu-agent"),
          "the agent's cleanup of the allocation dir", timeout=30)
     assert not os.path.exists(d)
+
+
+def test_no_request_of_the_kubelet_or_the_agent_was_refused(cluster, real_node):
+    """Every request the real kubelet (system:node:<name>, Node authorizer and
+    NodeRestriction) and egpu-agent (ServiceAccount egpu-agent, deploy/agent's RBAC) made
+    against the API server was allowed: nothing answered 401 or 403."""
+    users = (f"system:node:{NODE}", f"system:serviceaccount:{NS}:egpu-agent")
+    events = [e for u in users for e in cluster.audit(u) if "objectRef" in e]
+    assert {e["user"]["username"] for e in events} == set(users), "no requests audited"
+    denied = [(e["user"]["username"], e["verb"], e["requestURI"],
+               e["responseStatus"]["code"]) for e in events
+              if e.get("responseStatus", {}).get("code") in (401, 403)]
+    assert not denied, denied
+    kinds = {(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource"))
+             for e in events}
+    assert {("create", "nodes", None), ("patch", "nodes", "status"),
+            ("patch", "pods", "status"), ("create", "gpus", None),
+            ("patch", "pods", None)} <= kinds, kinds
