@@ -232,7 +232,8 @@ class RealNode:
     the folder."""
 
     def __init__(self, cluster, name, build_dir, agent_env=None, log_dir=None):
-        self.cluster, self.name, self.build = cluster, name, pathlib.Path(build_dir)
+        self.cluster, self.name = cluster, name
+        self.build = pathlib.Path(build_dir).resolve()
         self.agent_env = dict(agent_env or {})
         self.log_dir = pathlib.Path(log_dir) if log_dir else None
         self.base = None
