@@ -34,12 +34,16 @@ RealNode(cluster, name, build_dir).start() makes, in a temporary folder of its o
   <root-dir>/pod-resources/kubelet.sock;
 
 and waits until the Node is Ready with allocatable elasticgpu.io/gpu-core (the device
-plugin's IDs: 100 per card). stop() cordons the node and deletes the pods still bound to it
-(the kubelet tears their sandboxes and network down), stops the agent and the kubelet, removes every
-container and stops containerd and any shim of its, each by PID, then unmounts what is
-mounted under the folder and under /var/run/netns since start, removes the bridge, the
-pod cgroups and every machine-wide path that did not exist before start, and the folder;
-last, the Node and its GPU objects.
+plugin's IDs: 100 per card; the kubelet writes it at its next node status update, up to
+10 s after the plugin registers). The Node is not labelled elasticgpu.io/gpu-node (the
+DaemonSet's nodeSelector), so deploy/'s DaemonSet leaves it to the agent run here.
+
+stop() cordons the node and deletes the pods still bound to it (the kubelet tears their
+sandboxes and network down), stops the agent and the kubelet, removes every container and
+stops containerd and any shim of its, each by PID, then unmounts what is mounted under the
+folder and under /var/run/netns since start, removes the bridge, the pod cgroups and every
+machine-wide path that did not exist before start, and the folder; last, the Node and its
+GPU objects. Each start's timings (s) are in RealNode.timings.
 
 What this machine needs, and why (each set here):
 - containerd's `restrict_oom_score_adj = true`: the tests run without CAP_SYS_RESOURCE in

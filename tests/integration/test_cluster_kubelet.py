@@ -17,6 +17,9 @@ the session's real control plane with deploy/ installed and egpu-webhook running
 - No request of the kubelet (system:node:<name>) or of egpu-agent was refused: the Node
   authorizer, NodeRestriction and deploy/agent's RBAC allow what they do on a real node.
 
+Changed from deploy/ for the test: egpu-agent's cleanup interval is 2 s instead of 60
+(EGPU_CLEANUP_INTERVAL), so the allocation dir's removal is seen within seconds.
+
 Needs root, tools/bin/kubelet (`make k8s`) and containerd, runc and the CNI plugins
 (scripts/deps.sh): without them the module skips (a failure under CI=true)."""
 import json
