@@ -24,7 +24,8 @@
 #                default trace's arrivals, beside egpu-sim (bench/live_replay/run.sh;
 #                BENCH_ARGS=--every 1 for the whole trace)
 #   make k8s     build the real control plane the cluster tests start (kube-apiserver,
-#                kube-scheduler, kube-controller-manager, etcd) into tools/bin from the
+#                kube-scheduler, kube-controller-manager, etcd, and the kubelet of
+#                tests/cluster/kubelet.py) into tools/bin from the
 #                versions pinned in tools/go.mod (scripts/k8s-build.sh; make deps runs it)
 #   make cluster-demo  Elastic GPU on a real control plane: helm install, two nodes with
 #                fake GPUs, deploy/examples; prints the pods, kubectl egpu inspect and

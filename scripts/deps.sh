@@ -17,8 +17,9 @@ BUILD_PKGS="build-essential cmake pkg-config libcsv-dev libcurl4-openssl-dev lib
 # the fuzz targets, the sanitizer builds, the benches and the demo add
 # (cmocka for the unit tests, protoc for the fake kubelet's Python stubs,
 # iproute2's ip for the host's own address in test_hostile_tenant.py: a
-# minimal image such as debian:12-slim does not have it).
-PKGS="build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev libcmocka-dev libcsv-dev libcurl4-openssl-dev libjansson-dev libyajl-dev libmicrohttpd-dev libgnutls28-dev libyaml-dev libgrpc-dev libprotobuf-c-dev libglib2.0-dev tzdata protobuf-c-compiler protobuf-compiler gnuplot-nox python3 python3-pytest python3-yaml python3-kubernetes python3-prometheus-client python3-grpcio python3-protobuf python3-jsonpatch curl ca-certificates openssl iproute2 unzip valgrind"
+# minimal image such as debian:12-slim does not have it; containerd, runc and
+# the CNI plugins for the one node with a real kubelet, tests/cluster/kubelet.py).
+PKGS="build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev libcmocka-dev libcsv-dev libcurl4-openssl-dev libjansson-dev libyajl-dev libmicrohttpd-dev libgnutls28-dev libyaml-dev libgrpc-dev libprotobuf-c-dev libglib2.0-dev tzdata protobuf-c-compiler protobuf-compiler gnuplot-nox python3 python3-pytest python3-yaml python3-kubernetes python3-prometheus-client python3-grpcio python3-protobuf python3-jsonpatch curl ca-certificates openssl iproute2 unzip valgrind containerd runc containernetworking-plugins"
 
 # Node.js and npm for tests/cel, from Debian unless the machine has them.
 command -v node >/dev/null 2>&1 || PKGS="$PKGS nodejs"

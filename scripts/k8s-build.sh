@@ -1,6 +1,7 @@
 #!/bin/sh
 # Builds the real Kubernetes control plane the tests start into tools/bin:
-# kube-apiserver, kube-scheduler, kube-controller-manager and etcd, from the versions pinned
+# kube-apiserver, kube-scheduler, kube-controller-manager and etcd, and the kubelet of the
+# one real node tests/cluster/kubelet.py runs, from the versions pinned
 # in tools/go.mod and tools/go.sum (scripts/k8s-gomod.sh writes them). Go is a build tool
 # here, never a product language: no Go code of ours is built.
 #
@@ -21,7 +22,7 @@ kver=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$mod")
 ever=$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ { print $2; exit }' "$mod")
 [ -n "$kver" ] && [ -n "$ever" ] || { echo "k8s-build.sh: tools/go.mod pins no kubernetes or etcd" >&2; exit 1; }
 
-# The version a binary prints: kube-* print "Kubernetes v1.36.3", etcd "etcd Version: 3.6.8".
+# The version a binary prints: kube-* and kubelet print "Kubernetes v1.36.3", etcd "etcd Version: 3.6.8".
 version_of() {
 	case $1 in
 	etcd) "$bin/etcd" --version 2>/dev/null | sed -n 's/^etcd Version: \(.*\)$/v\1/p' ;;
@@ -46,13 +47,13 @@ if [ "${1:-}" = --go ]; then
 	exit
 fi
 
-names="kube-apiserver kube-scheduler kube-controller-manager etcd"
+names="kube-apiserver kube-scheduler kube-controller-manager kubelet etcd"
 missing=
 for n in $names; do
 	[ "$(version_of "$n")" = "$(want_of "$n")" ] || missing="$missing $n"
 done
 if [ -z "$missing" ]; then
-	echo "tools/bin: kube-apiserver, kube-scheduler, kube-controller-manager $kver, etcd $ever"
+	echo "tools/bin: kube-apiserver, kube-scheduler, kube-controller-manager, kubelet $kver, etcd $ever"
 	exit 0
 fi
 if [ "${1:-}" = --check ]; then
@@ -72,7 +73,7 @@ for n in $missing; do
 	# build from the module gets the same with the same flags.
 	ld="-s -w"
 	case $n in
-	kube-*)
+	kube-* | kubelet)
 		v=k8s.io/component-base/version
 		ld="-s -w -X $v.gitVersion=$kver -X $v.gitMajor=1 -X $v.gitMinor=$(echo "$kver" | cut -d. -f2) -X $v.gitTreeState=clean"
 		;;

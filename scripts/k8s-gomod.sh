@@ -1,6 +1,7 @@
 #!/bin/sh
 # Writes tools/go.mod: the Go module that builds the real Kubernetes control plane the
-# tests run against (kube-apiserver, kube-scheduler, kube-controller-manager, etcd).
+# tests run against (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) and the
+# kubelet of tests/cluster/kubelet.py's real node.
 #
 #   sh scripts/k8s-gomod.sh VERSION     for example 1.36.3
 #
@@ -37,7 +38,7 @@ mods=$(awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$mod")
 	echo "go $goline"
 	echo
 	echo "tool ("
-	for t in cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager; do
+	for t in cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager cmd/kubelet; do
 		echo "	k8s.io/kubernetes/$t"
 	done
 	echo "	go.etcd.io/etcd/server/v3"

@@ -11,8 +11,11 @@ temporary folder:
 - etcd on two loopback ports (no fsync: a test cluster);
 - kube-apiserver with `--authorization-mode=Node,RBAC`, its default admission plugins plus
   NodeRestriction, an audit log (audit.log: every request at Metadata level, with the user and
-  the response code) and no endpoint reconciler (the `kubernetes` Service cannot have a
-  loopback endpoint);
+  the response code), no endpoint reconciler (the `kubernetes` Service cannot have a
+  loopback endpoint), and its kubelet client as kubeadm sets it up: a client certificate
+  (kube-apiserver-kubelet-client, group system:masters) for the kubelets' API (logs, exec)
+  and a node's InternalIP before its host name (--kubelet-preferred-address-types: a node's
+  name need not resolve; tests/cluster/kubelet.py's real kubelet serves on 127.0.0.1);
 - kube-controller-manager with ServiceAccount tokens and credentials per controller
   (namespaces, garbage collection, node lifecycle, ServiceAccounts and the rest of its default
   controllers);
@@ -225,6 +228,8 @@ class Cluster:
         pki = self.pki = Pki(self.dir / "pki")
         api_crt, api_key = pki.cert("apiserver", "kube-apiserver", sans=API_SANS, server=True)
         admin = pki.cert("admin", "elastic-gpu-test-admin", orgs=("system:masters",))
+        kubelet_client = pki.cert("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                                  orgs=("system:masters",))
         sa_key = pki.key("service-account")
         sa_pub = pki.public(sa_key)
         ctx = self.ssl_context(admin)
@@ -259,6 +264,9 @@ class Cluster:
             "--allow-privileged=true", "--endpoint-reconciler-type", "none",
             "--audit-log-path", self.audit_log, "--audit-policy-file", policy,
             "--audit-log-format", "json", "--audit-log-mode", "blocking",
+            "--kubelet-client-certificate", kubelet_client[0],
+            "--kubelet-client-key", kubelet_client[1],
+            "--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname",
             *self.apiserver_args])
         self._wait("kube-apiserver", lambda: self._get_ok(f"{self.url}/readyz", ctx), timeout)
         self.kubeconfig = self.write_kubeconfig(self.dir / "admin.kubeconfig", cert=admin)
