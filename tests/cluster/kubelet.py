@@ -137,6 +137,41 @@ def missing():
     return out
 
 
+def machine_cannot():
+    """Why this machine's kernel or sandbox cannot run containers at all, or None: new
+    mount, PID, network, UTS and IPC namespaces (runc makes each), an overlay mount
+    (containerd's snapshotter) and a cgroup of its own (the kubelet's kubepods). Not a
+    missing package: a machine that lacks these runs no container runtime whatever is
+    installed. Checked as root only (missing() names root otherwise)."""
+    if os.geteuid() != 0:
+        return None
+    r = subprocess.run(["unshare", "--mount", "--pid", "--net", "--uts", "--ipc", "--fork",
+                        "true"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"unshare of mount, PID, network, UTS and IPC namespaces: {r.stderr.strip()}"
+    d = pathlib.Path(tempfile.mkdtemp(prefix="egpu-overlay-probe-"))
+    try:
+        for x in ("lower", "upper", "work", "merged"):
+            (d / x).mkdir()
+        r = subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                            f"lowerdir={d}/lower,upperdir={d}/upper,workdir={d}/work",
+                            str(d / "merged")], capture_output=True, text=True)
+        if r.returncode != 0:
+            return f"an overlay mount: {r.stderr.strip()}"
+        subprocess.run(["umount", str(d / "merged")], capture_output=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    probe = CGROUP_ROOT / "pids" / f"egpu-probe-{os.getpid()}"
+    if not (CGROUP_ROOT / "pids").is_dir():
+        probe = CGROUP_ROOT / f"egpu-probe-{os.getpid()}"  # a unified (v2) hierarchy
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as e:
+        return f"a cgroup of its own ({probe}): {e.strerror}"
+    return None
+
+
 # ---- OCI image archives ---------------------------------------------------------------
 
 def _tar_add(tar, name, data, mode=0o644):

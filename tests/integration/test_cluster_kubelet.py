@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from conftest import cluster_module  # noqa: F401  (tests/cluster on sys.path)
+from conftest import MACHINE_CANNOT, cluster_module  # noqa: F401  (tests/cluster on sys.path)
 import components  # tests/cluster/components.py
 import kubelet as real  # tests/cluster/kubelet.py
 
@@ -52,6 +52,9 @@ def wait(pred, what, timeout=60):
 
 @pytest.fixture(scope="module")
 def real_node(cluster, deployed, webhook, build_dir, tmp_path_factory):
+    cannot = real.machine_cannot()
+    if cannot:  # the one skip CI=true keeps (conftest.py): the kernel, not the install
+        pytest.skip(f"{MACHINE_CANNOT}{cannot}")
     lacking = real.missing()
     if lacking:
         pytest.skip(f"a real kubelet node needs {', '.join(lacking)} (scripts/deps.sh, "
