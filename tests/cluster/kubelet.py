@@ -92,6 +92,7 @@ import tempfile
 import time
 
 import components
+import node  # default_cards
 from cluster import BIN, ROOT, ClusterError, free_port
 
 sys.path.insert(0, str(ROOT / "tests" / "kubelet"))
@@ -494,7 +495,7 @@ state = "{ctd / 'state'}"
 
         # egpu-agent on the kubelet's sockets
         env = {"EGPU_MOCK_CUDA_STATE": str(b / "mock.state"), "NODE_NAME": self.name,
-               **self.agent_env}
+               "EGPU_MOCK_NVML_GPUS": node.default_cards(self.name), **self.agent_env}
         self.agent = components.agent(
             self.cluster, self.build, b, node=self.name, env=env,
             device_plugin_dir=DEVICE_PLUGIN_DIR, pod_resources_socket=self.pod_resources_socket,

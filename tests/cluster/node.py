@@ -27,6 +27,7 @@ machine:
 
 Pods are found by listing with fieldSelector spec.nodeName every 0.3 s (the kubelet
 watches; a list is enough here and cannot miss a pod)."""
+import hashlib
 import json
 import os
 import pathlib
@@ -56,9 +57,18 @@ def now_micro():
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
+def default_cards(name):
+    """EGPU_MOCK_NVML_GPUS for node name: two A100 80GB with UUIDs of that node's own (the
+    mock's default cards have the same UUIDs on every machine, and egpu-scheduler rightly
+    leaves out a GPU object whose UUID another node's already has)."""
+    tag = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return ",".join(f"NVIDIA A100-SXM4-80GB:81920:GPU-6d0c1c3e-0000-4000-8000-{tag}{i:02d}"
+                    for i in range(2))
+
+
 class Node:
     """Node name of cluster (see the module's docstring). labels: the Node's labels;
-    cards: the mock NVML's cards (EGPU_MOCK_NVML_GPUS; default its two A100 80GB)."""
+    cards: the mock NVML's cards (EGPU_MOCK_NVML_GPUS; default default_cards(name))."""
 
     def __init__(self, cluster, name, build_dir, labels=None, cards=None, cpu="64",
                  memory="256Gi"):
@@ -143,9 +153,8 @@ class Node:
         self.kubelet = FakeKubelet(str(self.base / "device-plugins")).start()
         self._register()
         self._renew_lease()
-        env = {"EGPU_MOCK_CUDA_STATE": str(self.state), "NODE_NAME": self.name}
-        if self.cards:
-            env["EGPU_MOCK_NVML_GPUS"] = self.cards
+        env = {"EGPU_MOCK_CUDA_STATE": str(self.state), "NODE_NAME": self.name,
+               "EGPU_MOCK_NVML_GPUS": self.cards or default_cards(self.name)}
         self.agent = components.agent(
             self.cluster, self.build, self.base, node=self.name, env=env,
             device_plugin_dir=self.base / "device-plugins",
