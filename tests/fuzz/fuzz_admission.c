@@ -12,8 +12,8 @@
  * for memory; the answer is HTTP 400 in plain text, or a 200 AdmissionReview
  * (admission.k8s.io/v1) whose response.uid is request.uid; /validate never
  * patches; /mutate-place never denies and patches nothing but
- * spec.schedulerName (one operation, to the configured name); a patch decodes (base64, JSON) and applies to the request's
- * object; and a mutating route given the patched object makes no patch
+ * spec.schedulerName (one operation, to the configured name); a patch decodes (base64, JSON) and
+ * applies to the request's object; and a mutating route given the patched object makes no patch
  * (reinvocationPolicy: IfNeeded), claims resolved included. No leak
  * (LeakSanitizer).
  *
@@ -263,8 +263,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const json_t *op = json_array_get(ops, 0);
 
             FUZZ_CHECK(json_array_size(ops) == 1);
-            FUZZ_CHECK(strcmp(json_string_value(json_object_get(op, "path")),
-                              "/spec/schedulerName") == 0);
+            FUZZ_CHECK(
+                strcmp(json_string_value(json_object_get(op, "path")), "/spec/schedulerName") == 0);
             FUZZ_CHECK(json_is_string(json_object_get(op, "value")) &&
                        strcmp(json_string_value(json_object_get(op, "value")),
                               wh_scheduler_name(&cfg)) == 0);

@@ -97,9 +97,9 @@ static void test_gpu_pods_left_alone(void **state)
     /* requests only */
     pod = wt_pod(PLAIN, NULL, NULL);
     json_object_set_new(
-        json_object_get(json_array_get(json_object_get(json_object_get(pod, "spec"), "containers"),
-                                       0),
-                        "resources"),
+        json_object_get(
+            json_array_get(json_object_get(json_object_get(pod, "spec"), "containers"), 0),
+            "resources"),
         "requests", wt_json("{'elasticgpu.io/gpu-core':'50'}"));
     w = place(&on, "CREATE", pod, NULL);
     wt_assert_allowed_minimal(&w);
@@ -115,15 +115,15 @@ static void test_gpu_pods_left_alone(void **state)
     wt_free(&w);
     /* a plain init container: still a pod without GPU */
     pod = wt_pod(PLAIN, NULL, "default-scheduler");
-    json_object_set_new(json_object_get(pod, "spec"), "initContainers",
-                        wt_json("[{'name':'warm','image':'w:1','resources':{'limits':" PLAIN "}}]"));
+    json_object_set_new(
+        json_object_get(pod, "spec"), "initContainers",
+        wt_json("[{'name':'warm','image':'w:1','resources':{'limits':" PLAIN "}}]"));
     w = place(&on, "CREATE", pod, NULL);
     wt_assert_json(w.ops, "[{'op':'replace','path':'/spec/schedulerName','value':"
                           "'elastic-gpu-scheduler'}]");
     wt_free(&w);
     /* a container using an ElasticGPUClaim (its requests come from /mutate) */
-    w = place(&on, "CREATE", wt_pod(PLAIN, "{'egpuc.elasticgpu.io/train':'my-claim'}", NULL),
-              NULL);
+    w = place(&on, "CREATE", wt_pod(PLAIN, "{'egpuc.elasticgpu.io/train':'my-claim'}", NULL), NULL);
     wt_assert_allowed_minimal(&w);
     wt_free(&w);
     /* other annotations of ours ask nothing */
@@ -183,9 +183,9 @@ static void test_only_pod_create(void **state)
                           wt_json("{'kind':'ConfigMap','data':{'spec':'x'}}"), NULL));
     wt_assert_allowed_minimal(&w);
     wt_free(&w);
-    w = wt_call(&on, EGPU_WEBHOOK_MUTATE_PLACE, NULL,
-                wt_review("CREATE", "example.com", "v1", "Pod", "alice", wt_pod(PLAIN, NULL, NULL),
-                          NULL));
+    w = wt_call(
+        &on, EGPU_WEBHOOK_MUTATE_PLACE, NULL,
+        wt_review("CREATE", "example.com", "v1", "Pod", "alice", wt_pod(PLAIN, NULL, NULL), NULL));
     wt_assert_allowed_minimal(&w);
     wt_free(&w);
     /* a pod without a spec object, or without a spec */
