@@ -51,7 +51,7 @@ DRY_RUN=false
 KUBECTL=${KUBECTL:-kubectl}
 # The webhooks of each configuration in webhooks.yaml, for --dry-run (a
 # live run counts them on the cluster).
-DRY_MUTATING=2
+DRY_MUTATING=3
 DRY_VALIDATING=2
 
 say() { printf 'certs.sh: %s\n' "$*"; }

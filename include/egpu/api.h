@@ -210,6 +210,19 @@ int egpu_api_share_memory_default(json_t *spec, uint32_t mib_per_core,
  * elasticgpu.io resource, in requests or limits? */
 bool egpu_api_spec_wants_gpu(const json_t *spec);
 
+/* Does a pod ask a GPU in any way the mutating routes turn into elasticgpu.io
+ * resources? spec: its PodSpec; annotations: its metadata.annotations (may
+ * be NULL; a value that is not an object counts as none); both borrowed.
+ * True when a container or init container names, in resources.requests or
+ * limits, an elasticgpu.io resource or a compatible name
+ * (egpu_api_compat_known; HAMi's nvidia.com/gpucores and gpumem only with
+ * nvidia; nvidia.com/gpu alone never), or an annotation starts with
+ * EGPU_ANN_CLAIM_PREFIX (a container using an ElasticGPUClaim). The names
+ * are the ones the webhook configurations' matchConditions list
+ * (deploy/webhook/webhooks.yaml); values are not read, so a malformed
+ * quantity still counts as asked. */
+bool egpu_api_pod_asks_gpu(const json_t *spec, const json_t *annotations, bool nvidia);
+
 /* ------------------------------------------------------------------------ */
 /* Compatible names (src/api/compat.c)                                      */
 

@@ -1,7 +1,7 @@
 /* egpu/webhook.h - egpu-webhook, the admission webhook: AdmissionReview
  * (admission.k8s.io/v1) in, AdmissionReview out.
  *
- * Three routes (see docs/webhook.md):
+ * Four routes (see docs/webhook.md):
  *   POST /mutate          rewrite other GPU-sharing systems' names into
  *                         elasticgpu.io ones (units converted, one warning per
  *                         name), turn the ElasticGPUClaim a pod's container
@@ -12,6 +12,10 @@
  *                         budget's PriorityClass and the finalizer
  *                         elasticgpu.io/metering;
  *   POST /mutate-nvidia   the same, HAMi's nvidia.com names included;
+ *   POST /mutate-place    set spec.schedulerName of a Pod that asks no GPU
+ *                         and names no scheduler of its own, so that
+ *                         elastic-gpu-scheduler (egpu-scheduler
+ *                         --pods-without-gpu place) packs it too;
  *   POST /validate        refuse a bad GPU request with a message naming the
  *                         container, the field, the value and what is allowed,
  *                         and protect the system annotations, a pod's
@@ -54,8 +58,9 @@ enum egpu_webhook_route {
     EGPU_WEBHOOK_MUTATE,
     EGPU_WEBHOOK_MUTATE_NVIDIA,
     EGPU_WEBHOOK_VALIDATE,
+    EGPU_WEBHOOK_MUTATE_PLACE,
 };
-#define EGPU_WEBHOOK_ROUTES 3
+#define EGPU_WEBHOOK_ROUTES 4
 
 /* The outcome of one request, for metrics and logs. */
 enum egpu_webhook_result {
@@ -66,7 +71,8 @@ enum egpu_webhook_result {
 };
 #define EGPU_WEBHOOK_RESULTS 4
 
-/* "/mutate", "/mutate-nvidia", "/validate"; "mutate", ... without the slash
+/* "/mutate", "/mutate-nvidia", "/validate", "/mutate-place"; "mutate", ...
+ * without the slash
  * for metric labels (egpu_webhook_route_name). Static strings. */
 const char *egpu_webhook_route_path(enum egpu_webhook_route r);
 const char *egpu_webhook_route_name(enum egpu_webhook_route r);
@@ -131,8 +137,10 @@ struct egpu_webhook_quota {
 
 /* What the handlers need to know; strings borrowed for the config's use. */
 struct egpu_webhook_config {
-    const char *scheduler_name;    /* set on GPU pods; NULL = EGPU_SCHEDULER_NAME */
-    bool set_scheduler_name;       /* false: leave spec.schedulerName alone */
+    const char *scheduler_name;    /* set on GPU pods (and on /mutate-place's pods
+                                      without GPU); NULL = EGPU_SCHEDULER_NAME */
+    bool set_scheduler_name;       /* false: leave spec.schedulerName alone (on
+                                      /mutate-place too) */
     bool compat_nvidia;            /* rewrite HAMi's nvidia.com names on /mutate too */
     uint32_t aliyun_mem_mib;       /* MiB in one aliyun.com/gpu-mem; 0 = 1024 */
     uint32_t memory_only_core;     /* gpu-core percent for a memory-only ask; 0 = 1 */

@@ -449,8 +449,9 @@ int egpu_api_share_memory_default(json_t *spec, uint32_t mib_per_core,
     return n;
 }
 
-/* Does a resource map hold a key of our group? */
-static bool map_has_ours(const json_t *map)
+/* Does a resource map hold a key of our group, or (compat) a compatible
+ * name egpu_api_compat_convert rewrites (HAMi's only with nvidia)? */
+static bool map_has_gpu(const json_t *map, bool compat, bool nvidia)
 {
     const char *key;
     const json_t *v;
@@ -458,13 +459,16 @@ static bool map_has_ours(const json_t *map)
     json_object_foreach((json_t *)map, key, v)
     {
         (void)v;
-        if (strncmp(key, EGPU_API_GROUP "/", sizeof(EGPU_API_GROUP)) == 0)
+        if (strncmp(key, EGPU_API_GROUP "/", sizeof(EGPU_API_GROUP)) == 0 ||
+            (compat && egpu_api_compat_known(key, nvidia)))
             return true;
     }
     return false;
 }
 
-bool egpu_api_spec_wants_gpu(const json_t *spec)
+/* Does any container or init container of spec name such a resource, in
+ * requests or limits? */
+static bool spec_has_gpu(const json_t *spec, bool compat, bool nvidia)
 {
     static const char *const keys[] = {"containers", "initContainers"};
 
@@ -476,10 +480,31 @@ bool egpu_api_spec_wants_gpu(const json_t *spec)
         {
             const json_t *res = json_object_get(c, "resources");
 
-            if (map_has_ours(json_object_get(res, "requests")) ||
-                map_has_ours(json_object_get(res, "limits")))
+            if (map_has_gpu(json_object_get(res, "requests"), compat, nvidia) ||
+                map_has_gpu(json_object_get(res, "limits"), compat, nvidia))
                 return true;
         }
+    }
+    return false;
+}
+
+bool egpu_api_spec_wants_gpu(const json_t *spec)
+{
+    return spec_has_gpu(spec, false, false);
+}
+
+bool egpu_api_pod_asks_gpu(const json_t *spec, const json_t *annotations, bool nvidia)
+{
+    const char *key;
+    const json_t *v;
+
+    if (spec_has_gpu(spec, true, nvidia))
+        return true;
+    json_object_foreach((json_t *)annotations, key, v)
+    {
+        (void)v;
+        if (strncmp(key, EGPU_ANN_CLAIM_PREFIX, sizeof(EGPU_ANN_CLAIM_PREFIX) - 1) == 0)
+            return true;
     }
     return false;
 }

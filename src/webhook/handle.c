@@ -24,6 +24,8 @@ const char *egpu_webhook_route_path(enum egpu_webhook_route r)
         return "/mutate-nvidia";
     case EGPU_WEBHOOK_VALIDATE:
         return "/validate";
+    case EGPU_WEBHOOK_MUTATE_PLACE:
+        return "/mutate-place";
     }
     return "/";
 }
@@ -138,9 +140,12 @@ int egpu_webhook_handle(const struct egpu_webhook_config *cfg, enum egpu_webhook
         wh_review_free(&rv);
         return -ENOMEM;
     }
-    rc = r == EGPU_WEBHOOK_VALIDATE
-             ? wh_validate(cfg, facts, &rv, v)
-             : wh_mutate(cfg, r == EGPU_WEBHOOK_MUTATE_NVIDIA || cfg->compat_nvidia, &rv, v);
+    if (r == EGPU_WEBHOOK_VALIDATE)
+        rc = wh_validate(cfg, facts, &rv, v);
+    else if (r == EGPU_WEBHOOK_MUTATE_PLACE)
+        rc = wh_place(cfg, &rv, v);
+    else
+        rc = wh_mutate(cfg, r == EGPU_WEBHOOK_MUTATE_NVIDIA || cfg->compat_nvidia, &rv, v);
     if (!rc)
         rc = answer(r, &rv, v, out, reply);
     wh_verdict_free(v);

@@ -211,10 +211,11 @@ static int register_metrics(struct app *a, struct egpu_error *err)
     a->reg = egpu_metrics_new();
     if (a->reg == NULL)
         return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
-    rc = egpu_metric_counter(a->reg, "egpu_webhook_admission_requests_total",
-                             "AdmissionReviews answered, by route (mutate, mutate-nvidia, "
-                             "validate) and result (allowed, patched, denied, error).",
-                             2, route_result, &a->m_requests);
+    rc =
+        egpu_metric_counter(a->reg, "egpu_webhook_admission_requests_total",
+                            "AdmissionReviews answered, by route (mutate, mutate-nvidia, "
+                            "validate, mutate-place) and result (allowed, patched, denied, error).",
+                            2, route_result, &a->m_requests);
     if (!rc)
         rc = egpu_metric_counter(a->reg, "egpu_webhook_conversions_total",
                                  "Pods and templates whose compatible name was rewritten into an "

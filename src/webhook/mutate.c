@@ -77,12 +77,16 @@ static void deny(struct wh_verdict *v, int code, const char *reason, const char 
     snprintf(v->message, sizeof(v->message), "%s", msg);
 }
 
-/* Does the pod spec name a scheduler of its own? */
-static bool names_scheduler(const json_t *spec)
+bool wh_names_scheduler(const json_t *spec)
 {
     const char *s = egpu_api_str(json_object_get(spec, "schedulerName"));
 
     return s != NULL && s[0] != '\0' && strcmp(s, "default-scheduler") != 0;
+}
+
+const char *wh_scheduler_name(const struct egpu_webhook_config *cfg)
+{
+    return cfg->scheduler_name ? cfg->scheduler_name : EGPU_SCHEDULER_NAME;
 }
 
 /* The copy of the template's metadata and spec, rewritten; *notes gets the
@@ -123,11 +127,9 @@ static int rewrite(const struct egpu_webhook_config *cfg, const struct wh_podpar
         if (rc)
             return rc;
     }
-    if (pp->is_pod && cfg->set_scheduler_name && !names_scheduler(*spec) &&
+    if (pp->is_pod && cfg->set_scheduler_name && !wh_names_scheduler(*spec) &&
         egpu_api_spec_wants_gpu(*spec)) {
-        const char *name = cfg->scheduler_name ? cfg->scheduler_name : EGPU_SCHEDULER_NAME;
-
-        if (json_object_set_new(*spec, "schedulerName", json_string(name)) != 0)
+        if (json_object_set_new(*spec, "schedulerName", json_string(wh_scheduler_name(cfg))) != 0)
             return -ENOMEM;
     }
     return 0;

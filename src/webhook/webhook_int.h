@@ -1,7 +1,7 @@
 /* webhook/webhook_int.h - egpu-webhook's private parts: the AdmissionReview
  * decoder and encoder (review.c), the JSON Patch builder (patch.c), the
  * pod templates of workload kinds (template.c), the mutating and validating
- * rules (mutate.c, validate.c), the claims pods use (claims.c), the GPU
+ * rules (mutate.c, place.c, validate.c), the claims pods use (claims.c), the GPU
  * facts (facts.c) and the options. */
 #ifndef EGPU_WEBHOOK_INT_H
 #define EGPU_WEBHOOK_INT_H
@@ -170,6 +170,27 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
  * NULL): fills *v (zeroed first). Returns 0 or -ENOMEM. */
 int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
                 const struct wh_review *rv, struct wh_verdict *v) EGPU_MUST_CHECK;
+
+/* The rules of /mutate-place (place.c) for review rv: fills *v (zeroed
+ * first). A Pod CREATE (no subresource) whose spec names no scheduler of
+ * its own (wh_names_scheduler) and that asks no GPU (egpu_api_pod_asks_gpu
+ * with HAMi's names counted: those pods are /mutate-nvidia's or HAMi's)
+ * gets one JSON Patch operation setting spec.schedulerName to
+ * wh_scheduler_name(cfg); with cfg->set_scheduler_name false, and for
+ * anything else (a GPU pod, another scheduler, an UPDATE, another kind, a
+ * pod without a spec object), v is allowed with no patch. Never denies.
+ * Returns 0 or -ENOMEM. */
+int wh_place(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
+             struct wh_verdict *v) EGPU_MUST_CHECK;
+
+/* Does spec (a PodSpec) name a scheduler of its own: a schedulerName that is
+ * a non-empty string other than "default-scheduler" (which the API server
+ * writes into a pod that names none)? (mutate.c) */
+bool wh_names_scheduler(const json_t *spec);
+
+/* The scheduler name the mutating routes set: cfg->scheduler_name, or
+ * EGPU_SCHEDULER_NAME when NULL. Static or cfg's string. (mutate.c) */
+const char *wh_scheduler_name(const struct egpu_webhook_config *cfg);
 
 /* Free v->ops. */
 void wh_verdict_free(struct wh_verdict *v);

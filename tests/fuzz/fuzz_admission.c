@@ -1,17 +1,19 @@
 /* tests/fuzz/fuzz_admission.c - egpu-webhook's request path
- * (src/webhook: the AdmissionReview decoder, /mutate, /mutate-nvidia and
- * /validate, the reply encoder), driven through egpu_webhook_handle exactly
+ * (src/webhook: the AdmissionReview decoder, /mutate, /mutate-nvidia,
+ * /validate and /mutate-place, the reply encoder), driven through egpu_webhook_handle exactly
  * as the HTTPS server calls it.
  *
- * Input: one byte of settings (bits 0-1: the route, modulo 3; bit 2:
+ * Input: one byte of settings (bits 0-1: the route, in the order of
+ * enum egpu_webhook_route; bit 2:
  * --compat-nvidia; bit 3: --set-scheduler-name false; bit 4: aliyun in MiB;
  * bit 5: no GPU facts; bit 6: a claims source, the fake below, else none;
  * bit 7: a GPUBudgets source, the fake below, else none), then the request
  * body. Invariants: never fails but
  * for memory; the answer is HTTP 400 in plain text, or a 200 AdmissionReview
  * (admission.k8s.io/v1) whose response.uid is request.uid; /validate never
- * patches; a patch decodes (base64, JSON) and applies to the request's
- * object; and a mutating route given the patched object makes no patch
+ * patches; /mutate-place never denies and patches nothing but
+ * spec.schedulerName (one operation, to the configured name); a patch decodes (base64, JSON) and
+ * applies to the request's object; and a mutating route given the patched object makes no patch
  * (reinvocationPolicy: IfNeeded), claims resolved included. No leak
  * (LeakSanitizer).
  *
@@ -222,7 +224,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (size < 1)
         return 0;
-    r = (enum egpu_webhook_route)((data[0] & 3) % 3);
+    r = (enum egpu_webhook_route)(data[0] & 3);
     cfg.compat_nvidia = data[0] & 4;
     cfg.set_scheduler_name = !(data[0] & 8);
     cfg.aliyun_mem_mib = data[0] & 16 ? 1 : 0;
@@ -251,11 +253,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(json_is_boolean(json_object_get(resp, "allowed")));
     FUZZ_CHECK(json_is_true(json_object_get(resp, "allowed")) ==
                (reply.result == EGPU_WEBHOOK_ALLOWED || reply.result == EGPU_WEBHOOK_PATCHED));
+    FUZZ_CHECK(r != EGPU_WEBHOOK_MUTATE_PLACE || reply.result != EGPU_WEBHOOK_DENIED);
     if (json_object_get(resp, "patch") != NULL) {
         json_t *ops = decode_patch(json_string_value(json_object_get(resp, "patch")));
 
         FUZZ_CHECK(r != EGPU_WEBHOOK_VALIDATE);
         FUZZ_CHECK(reply.result == EGPU_WEBHOOK_PATCHED);
+        if (r == EGPU_WEBHOOK_MUTATE_PLACE) {
+            const json_t *op = json_array_get(ops, 0);
+
+            FUZZ_CHECK(json_array_size(ops) == 1);
+            FUZZ_CHECK(
+                strcmp(json_string_value(json_object_get(op, "path")), "/spec/schedulerName") == 0);
+            FUZZ_CHECK(json_is_string(json_object_get(op, "value")) &&
+                       strcmp(json_string_value(json_object_get(op, "value")),
+                              wh_scheduler_name(&cfg)) == 0);
+        }
         check_patch(&cfg, r, body, size - 1, ops);
         json_decref(ops);
     }

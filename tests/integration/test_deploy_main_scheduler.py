@@ -5,8 +5,10 @@ Offline, on `kubectl kustomize` of an overlay of deploy/ with the Component:
 - exactly the second scheduler's objects go (its kube-scheduler container,
   ServiceAccount, token, RBAC and ConfigMap, egpu-scheduler's read of its
   Lease), exactly egpu-scheduler's own Lease Role and the stanza's ConfigMap
-  come, and only the scheduler Deployment, Service and NetworkPolicy and the
-  webhook Deployment change;
+  come, and only the scheduler Deployment, Service and NetworkPolicy, the
+  webhook Deployment and the MutatingWebhookConfiguration change (the
+  latter loses exactly place.webhook.elasticgpu.io: there is no
+  elastic-gpu-scheduler to send pods without GPU to);
 - egpu-scheduler serves the verbs on the pod address over HTTPS with the
   Secret's files and asks clients for a certificate of the client CA
   Secret's ca.crt (--tls-client-ca), binds pods of default-scheduler and
@@ -76,7 +78,8 @@ GONE = {("ConfigMap", "elastic-gpu-scheduler-config"),
 ADDED = {("ConfigMap", "elastic-gpu-main-scheduler-extender"),
          ("Role", "elastic-gpu-scheduler-lease"), ("RoleBinding", "elastic-gpu-scheduler-lease")}
 CHANGED = {("Deployment", "egpu-scheduler"), ("Service", "egpu-scheduler"),
-           ("NetworkPolicy", "egpu-scheduler"), ("Deployment", "egpu-webhook")}
+           ("NetworkPolicy", "egpu-scheduler"), ("Deployment", "egpu-webhook"),
+           ("MutatingWebhookConfiguration", "elastic-gpu-webhook")}
 
 
 def kustomize(path):
@@ -296,6 +299,20 @@ def test_webhook_keeps_default_scheduler(objs, base):
     assert flag(old, "--scheduler-name") == "elastic-gpu-scheduler"
     rest = [a for a in args if a not in ("--set-scheduler-name", "false")]
     assert rest == [a for a in old if a not in ("--scheduler-name", "elastic-gpu-scheduler")]
+
+
+def test_place_webhook_goes(objs, base):
+    """The MutatingWebhookConfiguration loses place.webhook.elasticgpu.io, and only it:
+    /mutate-place would give pods without GPU elastic-gpu-scheduler, which the Component
+    removes (they would wait for ever)."""
+    (old,) = find(base, "MutatingWebhookConfiguration")
+    (new,) = find(objs, "MutatingWebhookConfiguration")
+    names = [w["name"] for w in old["webhooks"]]
+    assert "place.webhook.elasticgpu.io" in names
+    assert new["webhooks"] == [w for w in old["webhooks"]
+                               if w["name"] != "place.webhook.elasticgpu.io"]
+    assert {k: v for k, v in new.items() if k != "webhooks"} == \
+        {k: v for k, v in old.items() if k != "webhooks"}
 
 
 def test_binaries_take_the_flags(objs, build_dir):

@@ -10,7 +10,8 @@
   it calls a webhook, let through exactly the objects that name a GPU
   resource or annotation, over a table of pods, templates and malformed
   objects, and never fail to evaluate (an evaluation error would be a
-  webhook failure under failurePolicy Fail).
+  webhook failure under failurePolicy Fail); place.webhook's let through
+  exactly the pods that ask no GPU and name no scheduler of their own.
 - The Deployment, Service, NetworkPolicy, PodDisruptionBudget and RBAC agree
   with each other and with egpu-webhook's flags.
 - certs.sh --dry-run makes a serving certificate that openssl and a real TLS
@@ -51,6 +52,8 @@ MUTATE, MUTATE_NV, VALIDATE = ("mutate.webhook.elasticgpu.io",
                                "mutate-nvidia.webhook.elasticgpu.io",
                                "validate.webhook.elasticgpu.io")
 CLAIMS = "claims.webhook.elasticgpu.io"
+PLACE = "place.webhook.elasticgpu.io"
+PLACE_LABEL = "elasticgpu.io/pods-without-gpu"
 NV_LABEL = "elasticgpu.io/compat-nvidia"
 
 # The compatible names of the contract (DESIGN.md section 1, docs/webhook.md).
@@ -170,6 +173,14 @@ EXPECTED = {
             {"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
              "resources": ["pods"], "scope": "Namespaced"}, *WORKLOADS],
         "namespaceSelector": {"matchExpressions": [SYSTEM_NS]}}),
+    # Pods without GPU of the namespaces labelled for it get
+    # elastic-gpu-scheduler (src/webhook/place.c): pod CREATEs only, and
+    # failurePolicy Ignore (down: the default scheduler places them).
+    PLACE: ("MutatingWebhookConfiguration", {
+        **COMMON, "name": PLACE, "failurePolicy": "Ignore", "reinvocationPolicy": "Never",
+        "clientConfig": service("/mutate-place"), "rules": [POD_CREATE],
+        "namespaceSelector": {"matchLabels": {PLACE_LABEL: "place"},
+                              "matchExpressions": [SYSTEM_NS]}}),
     # Claims against the namespace's ResourceQuota (src/webhook/quota.c): every
     # claim CREATE and UPDATE, no matchConditions.
     CLAIMS: ("ValidatingWebhookConfiguration", {
@@ -193,7 +204,12 @@ def test_webhook_configurations_exact(objs):
         conds = w.pop("matchConditions", [])
         assert w == want, f"{name}:\n got  {w}\n want {want}"
         assert [c["name"] for c in conds] == (
-            [] if name == CLAIMS else ["names-gpu-resource-or-annotation"]), name
+            [] if name == CLAIMS else ["names-no-scheduler", "asks-no-gpu"] if name == PLACE
+            else ["names-gpu-resource-or-annotation"]), name
+    # place is the last mutating webhook: it sees a pod after /mutate gave a
+    # claim's pod its GPU, and nothing after it reinvokes.
+    mutating = one(objs, "MutatingWebhookConfiguration", CONFIG)["webhooks"]
+    assert [w["name"] for w in mutating] == [MUTATE, MUTATE_NV, PLACE]
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         meta = one(objs, kind, CONFIG)["metadata"]
         assert not meta.get("namespace"), f"{kind} is cluster-scoped"
@@ -339,10 +355,18 @@ ASSIGNED = {"elasticgpu.io/assigned": json.dumps({"node": "n1", "containers": []
 # name -> (object, operation, oldObject, {webhook: expected match}); a
 # webhook left out of the dict does not get that operation (its rules): the
 # mutating ones get no pod UPDATE.
-M, N, V = MUTATE, MUTATE_NV, VALIDATE
+M, N, V, P = MUTATE, MUTATE_NV, VALIDATE, PLACE
 
 
-def all3(x):
+def all3(x, place=None):
+    """The three GPU webhooks x; place (pod CREATEs only) the opposite, or
+    place when given."""
+    return {M: x, N: x, V: x, P: (not x) if place is None else place}
+
+
+def gpu_only(x):
+    """A workload or UPDATE case: the three GPU webhooks; place gets no
+    such request (its rules)."""
     return {M: x, N: x, V: x}
 
 
@@ -365,12 +389,12 @@ CASES = {
                              all3(False)),
     "nvidia.com/gpucores": (pod([ctr(limits={"nvidia.com/gpu": "1",
                                              "nvidia.com/gpucores": "30"})]), "CREATE", None,
-                            {M: False, N: True, V: False}),
+                            {M: False, N: True, V: False, P: False}),
     "nvidia.com/gpumem": (pod([ctr(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"})]),
-                          "CREATE", None, {M: False, N: True, V: False}),
+                          "CREATE", None, {M: False, N: True, V: False, P: False}),
     "nvidia.com/gpumem in an init container": (
         pod([ctr()], init=[ctr("i", requests={"nvidia.com/gpumem": "3000"})]), "CREATE", None,
-        {M: False, N: True, V: False}),
+        {M: False, N: True, V: False, P: False}),
     "nvidia.com/gpumem in a Deployment's template": (
         workload("Deployment", pod([ctr(limits={"nvidia.com/gpu": "1",
                                                 "nvidia.com/gpumem": "3000"})])),
@@ -380,23 +404,23 @@ CASES = {
                                                           "tencent.com/vcuda": "1"})]),
                                          "CREATE", None, all3(False)),
     "annotation elasticgpu.io/gpu-model": (pod(annotations={"elasticgpu.io/gpu-model": "A100"}),
-                                           "CREATE", None, all3(True)),
+                                           "CREATE", None, all3(True, place=True)),
     "annotation egpuc.elasticgpu.io/<container>": (
         pod(annotations={"egpuc.elasticgpu.io/c": "my-claim"}), "CREATE", None, all3(True)),
     "forged elasticgpu.io/assigned on create": (pod(annotations=ASSIGNED), "CREATE", None,
-                                                all3(True)),
+                                                all3(True, place=True)),
     "Deployment, plain template": (workload("Deployment", pod([ctr(limits=PLAIN)])), "CREATE",
-                                   None, all3(False)),
+                                   None, gpu_only(False)),
     "Deployment UPDATE, template annotation tencent.com/vcuda-core-limit": (
         workload("Deployment", pod(annotations={"tencent.com/vcuda-core-limit": "50"})),
-        "UPDATE", None, all3(True)),
+        "UPDATE", None, gpu_only(True)),
     "CronJob, plain template": (workload("CronJob", pod([ctr(limits=PLAIN)])), "CREATE", None,
-                                all3(False)),
+                                gpu_only(False)),
     "CronJob, GPU template": (workload("CronJob", pod([ctr(limits=GPU)])), "CREATE", None,
-                              all3(True)),
+                              gpu_only(True)),
     "CronJob, GPU init container in template": (
         workload("CronJob", pod([ctr()], init=[ctr("i", limits={"aliyun.com/gpu-mem": "2"})])),
-        "UPDATE", None, all3(True)),
+        "UPDATE", None, gpu_only(True)),
     # System-annotation protection: every UPDATE that carries them, or
     # carried them, reaches /validate.
     "pod UPDATE keeping elasticgpu.io/assigned": (pod(annotations=ASSIGNED), "UPDATE",
@@ -435,14 +459,17 @@ CASES = {
 }
 for _kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
     CASES[f"{_kind}, GPU template"] = (workload(_kind, pod([ctr(limits=GPU)])), "CREATE", None,
-                                       all3(True))
+                                       gpu_only(True))
 for _name in COMPAT:
     CASES[f"compatible name {_name}"] = (pod([ctr(limits={_name: "2"})]), "CREATE", None,
                                          all3(True))
     CASES[f"compatible name {_name}, Deployment"] = (
-        workload("Deployment", pod([ctr(requests={_name: "2"})])), "CREATE", None, all3(True))
+        workload("Deployment", pod([ctr(requests={_name: "2"})])), "CREATE", None,
+        gpu_only(True))
 for _name in CORE_LIMIT_ANNOTATIONS:
-    CASES[f"annotation {_name}"] = (pod(annotations={_name: "60"}), "CREATE", None, all3(True))
+    # asks no GPU by itself: place still sends the pod to elastic-gpu-scheduler
+    CASES[f"annotation {_name}"] = (pod(annotations={_name: "60"}), "CREATE", None,
+                                    all3(True, place=True))
 
 # Objects with fields absent, null or of the wrong type: false, never an
 # error (the API server would count an error as a failed call).
@@ -476,12 +503,34 @@ _broken = {
         "kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": None}}}},
     "object null": None,
 }
+# place lets through every Pod with a spec object that names no GPU,
+# however broken the rest: /mutate-place judges it again (and the API
+# server never sends such a pod).
+_place_false = {"no spec", "spec null", "spec a string", "object null"}
 for _name, _obj in _broken.items():
+    _is_pod = (_obj or {}).get("kind", "Pod") == "Pod"
     CASES[f"malformed: {_name}"] = (_obj, "CREATE", None,
-                                    all3(False))
+                                    all3(False, place=_name not in _place_false) if _is_pod
+                                    else gpu_only(False))
     CASES[f"malformed UPDATE: {_name}"] = (
-        _obj, "UPDATE", _obj, {V: False} if (_obj or {}).get("kind", "Pod") == "Pod"
-        else all3(False))
+        _obj, "UPDATE", _obj, {V: False} if _is_pod else gpu_only(False))
+# schedulerName: place sends only a pod that names none, "" or
+# default-scheduler (the API server's default); the GPU webhooks do not look.
+for _sched, _want in (("default-scheduler", True), ("", True), ("volcano", False),
+                      ("elastic-gpu-scheduler", False), (5, False), (None, False)):
+    _p = pod([ctr(requests=PLAIN)])
+    _p["spec"]["schedulerName"] = _sched
+    CASES[f"plain pod, schedulerName {_sched!r}"] = (_p, "CREATE", None,
+                                                     all3(False, place=_want))
+    _g = pod([ctr(limits=GPU)])
+    _g["spec"]["schedulerName"] = _sched
+    CASES[f"gpu pod, schedulerName {_sched!r}"] = (_g, "CREATE", None, all3(True, place=False))
+# A GPU init container beside a plain container: not place's; a plain one is.
+CASES["plain container, GPU init container in requests"] = (
+    pod([ctr(requests=PLAIN)], init=[ctr("i", requests={"elasticgpu.io/gpu-core": "10"})]),
+    "CREATE", None, all3(True))
+CASES["plain container and init container"] = (
+    pod([ctr(requests=PLAIN)], init=[ctr("i", limits=PLAIN)]), "CREATE", None, all3(False))
 # A malformed container beside a GPU one does not hide it.
 CASES["resources null beside a GPU container"] = (
     pod([ctr("a", resources=None), None, ctr("b", limits=GPU)]), "CREATE", None, all3(True))
@@ -560,7 +609,7 @@ def test_match_condition_names_match_the_code(objs):
     whs = pod_webhooks(objs)
     lists = {}
     for name, (_, w) in whs.items():
-        expr = w["matchConditions"][0]["expression"]
+        expr = " ".join(c["expression"] for c in w["matchConditions"])
         lists[name] = set(re.findall(r"'([a-z0-9.-]+/[a-z0-9-]+)'", expr))
     resources = set(COMPAT)
     for name in (MUTATE, VALIDATE):
@@ -568,6 +617,11 @@ def test_match_condition_names_match_the_code(objs):
                               "elasticgpu.io/metering"} == \
             resources | set(CORE_LIMIT_ANNOTATIONS), name
     assert lists[MUTATE_NV] == resources | set(COMPAT_NVIDIA) | set(CORE_LIMIT_ANNOTATIONS)
+    # place's: every resource name the others count, HAMi's too; no annotation
+    # but the claims' prefix (which the regex does not catch)
+    assert lists[PLACE] == resources | set(COMPAT_NVIDIA)
+    assert "a.startsWith('egpuc.elasticgpu.io/')" in whs[PLACE][1]["matchConditions"][1][
+        "expression"]
     compat_c = ROOT / "src/api/compat.c"
     if compat_c.exists():
         rows = re.findall(r'\{"([^"]+)",\s*(?:CORE|MEMORY),\s*(PLAIN|ALIYUN|NVIDIA)',
@@ -581,7 +635,8 @@ def test_match_condition_names_match_the_code(objs):
 
 def test_match_conditions_cost_linear(objs):
     """A pod with 100 containers of 20 resource names each, none a GPU one,
-    and 200 annotations: still false, no error (a runaway cost would show
+    and 200 annotations: still false (true for place, whose pods ask no
+    GPU), no error (a runaway cost would show
     as an error or a timeout here)."""
     many = {f"example.com/r{i}": "1" for i in range(20)}
     big = pod([ctr(f"c{i}", requests=many, limits=many) for i in range(100)],
@@ -589,7 +644,9 @@ def test_match_conditions_cost_linear(objs):
     for name, (_, w) in pod_webhooks(objs).items():
         r = evaluate(w, [{"name": "big", "object": big, "oldObject": big,
                           "request": request_for(big, "UPDATE")}])["big"]
-        assert r["error"] is None and r["match"] is False, (name, r)
+        # place's conditions say "asks no GPU": true for this pod (its rules
+        # send it no UPDATE, but its conditions read only the object)
+        assert r["error"] is None and r["match"] is (name == PLACE), (name, r)
 
 
 # --- the Deployment and its neighbours ------------------------------------------
@@ -1097,7 +1154,7 @@ def test_docs_overlays_render(tmp_path):
             f"resources:\n  - {rel}\n" + b)
         got.append({n: w for n, (_, w) in webhooks(kustomize(tmp_path)).items()})
     hami, ignore = got
-    assert sorted(hami) == [CLAIMS, MUTATE_NV, VALIDATE]
+    assert sorted(hami) == [CLAIMS, MUTATE_NV, PLACE, VALIDATE]
     assert hami[MUTATE_NV]["namespaceSelector"] == {"matchExpressions": [SYSTEM_NS]}
     assert ignore[VALIDATE]["failurePolicy"] == "Ignore"
     assert ignore[MUTATE]["failurePolicy"] == ignore[MUTATE_NV]["failurePolicy"] == "Fail"

@@ -14,6 +14,8 @@ server (tests/apiserver/server.py) holding GPU objects, called with curl.
 - /readyz says 503 until the GPU objects are listed and once their watch
   has failed for --watch-unhealthy-seconds, 200 otherwise; /metrics counts requests by route
   and result, conversions by name, and the GPU facts.
+- POST /mutate-place gives a pod asking no GPU the scheduler name, and
+  nothing else; GPU pods, other schedulers and UPDATEs are left alone.
 - A malformed body gets HTTP 400 with a plain-text reason, plain HTTP on the
   TLS port gets no answer, and the server keeps serving; SIGTERM exits 0.
 
@@ -234,6 +236,57 @@ def test_gpu_pod_patched(webhook, api):  # noqa: F811
     assert w.metric("egpu_webhook_conversions_total", '{name="nvidia.com/gpucores"}') == 1
     assert w.stop() == 0
     assert "denied" not in w.log.read_text() and "stopping" in w.log.read_text()
+
+
+def test_place_route_over_tls(webhook, api):  # noqa: F811
+    """POST /mutate-place over HTTPS: a pod asking no GPU that names no
+    scheduler (or default-scheduler) gets a patch that, applied, sets
+    spec.schedulerName to --scheduler-name and nothing else; a GPU pod (a
+    GPU init container), a pod naming another scheduler and a pod UPDATE get
+    no patch; a malformed body gets HTTP 400 as on /mutate; /metrics counts
+    each by route mutate-place. With --set-scheduler-name false nothing is
+    patched."""
+    w = webhook(extra=("--scheduler-name", "packer"))
+    w.wait_ready()
+    cpu = pod({"cpu": "2", "memory": "4Gi"}, {"team": "ml"})
+    resp = w.review("/mutate-place", review(cpu))
+    assert resp["allowed"] is True and resp["patchType"] == "JSONPatch"
+    assert "warnings" not in resp
+    ops = json.loads(base64.b64decode(resp["patch"]))
+    assert ops == [{"op": "replace", "path": "/spec/schedulerName", "value": "packer"}]
+    patched = jsonpatch.apply_patch(cpu, ops)
+    want = json.loads(json.dumps(cpu))
+    want["spec"]["schedulerName"] = "packer"
+    assert patched == want
+    assert w.review("/mutate-place", review(patched)) == {"uid": UID, "allowed": True}
+    unnamed = json.loads(json.dumps(cpu))
+    del unnamed["spec"]["schedulerName"]
+    resp = w.review("/mutate-place", review(unnamed))
+    assert json.loads(base64.b64decode(resp["patch"])) == [
+        {"op": "add", "path": "/spec/schedulerName", "value": "packer"}]
+    gpu_init = json.loads(json.dumps(cpu))
+    gpu_init["spec"]["initContainers"] = [{"name": "warm", "image": "w:1", "resources": {
+        "limits": {"elasticgpu.io/gpu-core": "10", "elasticgpu.io/gpu-memory": "1024"}}}]
+    assert w.review("/mutate-place", review(gpu_init)) == {"uid": UID, "allowed": True}
+    volcano = json.loads(json.dumps(cpu))
+    volcano["spec"]["schedulerName"] = "volcano"
+    assert w.review("/mutate-place", review(volcano)) == {"uid": UID, "allowed": True}
+    assert w.review("/mutate-place", review(cpu, op="UPDATE", old=cpu)) == {
+        "uid": UID, "allowed": True}
+    st, ctype, body = w.curl(w.url + "/mutate-place", b'{"request":')
+    assert st == 400 and ctype.startswith("text/plain")
+    assert body == b"AdmissionReview: body is not JSON: unexpected token near end of file " \
+                   b"(line 1, column 11)\n"
+    m = "egpu_webhook_admission_requests_total"
+    assert w.metric(m, '{route="mutate-place",result="patched"}') == 2
+    assert w.metric(m, '{route="mutate-place",result="allowed"}') == 4
+    assert w.metric(m, '{route="mutate-place",result="error"}') == 1
+    assert w.metric(m, '{route="mutate",result="patched"}') is None  # counted apart
+    assert w.stop() == 0
+    off = webhook(extra=("--set-scheduler-name", "false"))
+    off.wait_ready()
+    assert off.review("/mutate-place", review(cpu)) == {"uid": UID, "allowed": True}
+    assert off.stop() == 0
 
 
 def test_share_without_memory(webhook, api):  # noqa: F811

@@ -185,7 +185,7 @@ def test_first_start_creates_secret_and_ca_bundles(start, cluster, tmp_path):
     assert sorted(data) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
     assert len(pems(data["ca.crt"])) == 1
     bundles = ca_bundles(cluster)
-    assert len(bundles) == 4  # mutate, mutate-nvidia, validate and claims
+    assert len(bundles) == 5  # mutate, mutate-nvidia, place, validate and claims
     assert set(bundles.values()) == {data["ca.crt"]}
     # the files it serves, in a private directory
     st = os.stat(w.dir)

@@ -9,8 +9,10 @@
 static const struct egpu_webhook_config cfg = {.set_scheduler_name = true};
 
 /* The fixture request (example.com/vgpu: none of our names) on every route
- * is answered exactly as admission_review_response_allow_minimal.json: the
- * same JSON, and the same bytes as the fixture dumped compact. */
+ * but /mutate-place is answered exactly as
+ * admission_review_response_allow_minimal.json: the same JSON, and the same
+ * bytes as the fixture dumped compact. /mutate-place, whose pods are those
+ * that ask no GPU, gives it the scheduler. */
 static void test_fixture_request_allow_minimal(void **state)
 {
     json_t *req = wt_wire("admission_review_request_pod_create.json");
@@ -21,7 +23,18 @@ static void test_fixture_request_allow_minimal(void **state)
     (void)state;
     for (int r = 0; r < EGPU_WEBHOOK_ROUTES; r++) {
         struct wt_reply w = wt_run(&cfg, (enum egpu_webhook_route)r, NULL, body, strlen(body));
-        char *got_sorted = json_dumps(w.doc, JSON_COMPACT | JSON_SORT_KEYS);
+        char *got_sorted;
+
+        if (r == EGPU_WEBHOOK_MUTATE_PLACE) {
+            /* The fixture's pod asks no GPU of ours (example.com/vgpu):
+             * /mutate-place gives it the scheduler, and nothing else. */
+            assert_int_equal(w.result, EGPU_WEBHOOK_PATCHED);
+            wt_assert_json(w.ops, "[{'op':'replace','path':'/spec/schedulerName','value':"
+                                  "'elastic-gpu-scheduler'}]");
+            wt_free(&w);
+            continue;
+        }
+        got_sorted = json_dumps(w.doc, JSON_COMPACT | JSON_SORT_KEYS);
 
         assert_int_equal(w.status, 200);
         assert_true(json_equal(w.doc, want));
