@@ -80,6 +80,19 @@ def with_parent(argv):
     return ["setpriv", "--pdeathsig", "KILL", "--", *map(str, argv)]
 
 
+def wait_until(pred, what, timeout=60, every=0.2):
+    """pred()'s first true value, asked every `every` s for up to timeout s; TimeoutError
+    naming what when none came."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(every)
+
+
 def missing_binaries():
     """The names of BINARIES not in tools/bin (`make k8s` builds them)."""
     return [n for n in BINARIES if not os.access(BIN / n, os.X_OK)]

@@ -55,19 +55,12 @@ PODS = {"default/egpu-example": "a 30% share with 4096 MiB",
 T0 = time.monotonic()
 
 
+def wait(pred, what, timeout=120):
+    return cl.wait_until(pred, what, timeout, every=0.3)
+
+
 def step(text):
     print(f"[{time.monotonic() - T0:6.1f}s] {text}", flush=True)
-
-
-def wait(pred, what, timeout=120):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 def get(c, path):

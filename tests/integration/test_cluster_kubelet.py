@@ -32,22 +32,13 @@ import pytest
 from conftest import MACHINE_CANNOT, cluster_module  # noqa: F401  (tests/cluster on sys.path)
 import components  # tests/cluster/components.py
 import kubelet as real  # tests/cluster/kubelet.py
+from cluster import wait_until as wait  # noqa: E402
 
 NS = "elastic-gpu-system"
 TENANT = "kubelet-tenant"
 NODE = "real-gpu-node"
 GPU_CORE = "elasticgpu.io/gpu-core"
 CLEANUP_S = 2  # the agent's --cleanup-interval here (EGPU_CLEANUP_INTERVAL; deploy/: 60)
-
-
-def wait(pred, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")

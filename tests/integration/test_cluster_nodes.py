@@ -22,19 +22,10 @@ import pytest
 
 from conftest import cluster_module  # noqa: F401  (tests/cluster on sys.path)
 import node as nodes  # tests/cluster/node.py
+from cluster import wait_until as wait  # noqa: E402
 
 NS = "elastic-gpu-system"
 TENANT = "node-tenant"
-
-
-def wait(pred, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
