@@ -22,7 +22,6 @@ score both alike: the first term decides); MostAllocated on gpu-core alone 0 on 
 would be 50 on a if gpu-core were scored), which the test reads from kube-scheduler's own
 per-plugin scores."""
 import re
-import time
 
 import pytest
 import yaml
@@ -63,11 +62,9 @@ def world(tmp_path_factory, build_dir):
         for n in ("gpu-node-a", "gpu-node-b"):
             made.append(nodes.Node(c, n, build_dir).start())
         c.kubectl("create", "namespace", TENANT)
-        deadline = time.monotonic() + 90
-        while any(c.call("GET", f"/api/v1/nodes/{n}")[1]["spec"].get("taints")
-                  for n in ("gpu-node-a", "gpu-node-b")):  # not-ready until Ready is seen
-            assert time.monotonic() < deadline, "nodes still tainted"
-            time.sleep(0.5)
+        cl.wait_until(lambda: not any(  # not-ready until the node controller sees Ready
+            c.call("GET", f"/api/v1/nodes/{n}")[1]["spec"].get("taints")
+            for n in ("gpu-node-a", "gpu-node-b")), "nodes untainted", 90, every=0.5)
         whole = {"elasticgpu.io/gpu-core": "100"}
         st, out = c.call("POST", f"/api/v1/namespaces/{TENANT}/pods", {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer"},
@@ -90,13 +87,8 @@ def place(c, name):
         "spec": {"containers": [{"name": "main", "image": "web:1",
                                  "resources": {"requests": {"cpu": "100m"}}}]}})
     assert st == 201, out
-    deadline = time.monotonic() + 60
-    while True:
-        node = c.call("GET", f"/api/v1/namespaces/{TENANT}/pods/{name}")[1]["spec"].get("nodeName")
-        if node:
-            return node
-        assert time.monotonic() < deadline, f"{name} not bound"
-        time.sleep(0.2)
+    return cl.wait_until(lambda: c.call("GET", f"/api/v1/namespaces/{TENANT}/pods/{name}")[1]
+                         ["spec"].get("nodeName"), f"{name} bound")
 
 
 def test_default_profile_sends_cpu_pods_to_the_free_cards(world):

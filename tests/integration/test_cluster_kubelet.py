@@ -162,7 +162,7 @@ def test_gpu_pod_runs_under_the_real_kubelet(cluster, real_node, pair, tenant, b
         return p if p and p["status"].get("phase") == "Running" else None
     try:
         p = wait(running, "pod share Running", timeout=90)
-    except AssertionError:
+    except TimeoutError:  # wait_until's: add what the kubelet and the agent said
         raise AssertionError(f"{json.dumps(get_pod(cluster, 'share'))[:3000]}\n--- kubelet\n"
                              f"{real_node.log('kubelet')[-4000:]}\n--- egpu-agent\n"
                              f"{real_node.log('egpu-agent')[-3000:]}")
@@ -204,7 +204,7 @@ def test_gpu_pod_runs_under_the_real_kubelet(cluster, real_node, pair, tenant, b
         return r.returncode == 0 and "<==" in r.stdout and r.stdout
     try:
         out = wait(logs, "the container's output", timeout=30)
-    except AssertionError:
+    except TimeoutError:  # wait_until's: add what the kubelet and the agent said
         raise AssertionError(f"kubectl logs: rc {last[0].returncode}: {last[0].stdout[-1500:]}"
                              f"{last[0].stderr[-1500:]}\n--- kubelet\n"
                              f"{real_node.log('kubelet')[-3000:]}")

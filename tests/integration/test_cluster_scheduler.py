@@ -21,7 +21,7 @@ What differs from deploy/, and nothing else:
   configured: Lease elastic-gpu-kube-scheduler in elastic-gpu-system, which egpu-scheduler
   --follow-lease follows (both processes have this host's name, as both containers have
   their pod's).
-- nodes: tests/cluster/node.py's, two cards of 40 GiB each (the mock NVML): the fake
+- nodes: tests/cluster/node.py's, CARDS (3) cards of 40 GiB each (the mock NVML): the fake
   kubelet, with the kubelet's identity, registers the Node, renews its Lease and keeps it
   Ready, and admits the pods bound to it through egpu-agent's device plugin; egpu-agent runs
   as deploy/agent runs it and publishes the GPU objects.
@@ -36,7 +36,6 @@ import shutil
 import signal
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 
@@ -52,20 +51,18 @@ NS = "elastic-gpu-system"
 TENANT = "sched-tenant"
 ASSIGNED = "elasticgpu.io/assigned"
 NODES = ("gpu-node-a", "gpu-node-b")
-CARDS = 2
+# Three cards a node: the four 30% shares of the first test take 120 gpu-core of one node,
+# and the whole-card pod of the second must still pass kube-scheduler's own NodeResourcesFit
+# (100 gpu-core free) on both nodes to meet the extender's refusal on each; with two cards
+# it depended on where the shares had landed.
+CARDS = 3
 CARD_MIB = 40960
 SCHED_USER = f"system:serviceaccount:{NS}:egpu-scheduler"
 KUBE_SCHED_USER = f"system:serviceaccount:{NS}:elastic-gpu-kube-scheduler"
 
 
 def wait_for(cond, timeout=60, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return cl.wait_until(cond, what, timeout)
 
 
 def card_uuids(node):
