@@ -4,7 +4,9 @@ defaults to build/. kubectl and helm are looked for in tools/bin (where
 `make deps` puts kubectl 1.35 and helm 4.1) before PATH."""
 import os
 import pathlib
+import re
 import shutil
+import subprocess
 import sys
 import time
 
@@ -161,3 +163,83 @@ def webhook(cluster, deployed, build_dir, tmp_path_factory):
         yield w
     finally:
         w.stop()
+
+
+@pytest.fixture
+def fault_api(tmp_path):
+    """The project's test API server (tests/apiserver/server.py, apis.Api), one per test,
+    for a test that needs a fault the real control plane cannot be made to show (its
+    /_control/ API: injected errors, dropped watches, compaction, down): each test that asks
+    for it says which fault in its docstring. api.kubeconfig names it with its token, default
+    namespace elastic-gpu."""
+    from apis import TOKEN, Api
+    proc = subprocess.Popen(["/usr/bin/python3", str(ROOT / "tests/apiserver/server.py"),
+                             "--port", "0", "--token", TOKEN, "--bookmark-interval", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline().strip()
+    m = re.match(r"listening on (http://127\.0\.0\.1:\d+)$", line)
+    assert m, line
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: t, cluster: {{server: '{m.group(1)}'}}}}]\n"
+        f"users: [{{name: u, user: {{token: {TOKEN}}}}}]\n"
+        "contexts: [{name: t, context: {cluster: t, user: u, namespace: elastic-gpu}}]\n"
+        "current-context: t\n")
+    a = Api(m.group(1))
+    a.kubeconfig = str(kubeconfig)
+    yield a
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+# The kinds of deploy/ that make the elasticgpu.io contract and each component's identity:
+# what the `kube` control plane gets (not the Deployments, the webhook configurations, the
+# ValidatingAdmissionPolicy or the PriorityClasses: the tests that use it start the
+# components as host processes and make their own admission objects).
+CONTRACT_KINDS = ("CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole",
+                  "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory):
+    """A second real control plane (tests/cluster/cluster.py) for the component tests that
+    once ran against the test API server (apis.RealApi): no kube-scheduler (the tests drive
+    the extender as kube-scheduler does; test_cluster_scheduler.py runs the real one), with
+    deploy/'s CRDs (Established and serving), namespace, ServiceAccounts and RBAC
+    (CONTRACT_KINDS), so each component can run with its own ServiceAccount's token. Apart
+    from `cluster` so that no webhook configuration or admission policy of the deployed
+    system stands between these tests and the API server. Missing binaries skip, or fail
+    under CI=true, as for `cluster`."""
+    import yaml
+    missing = cluster_module.missing_binaries()
+    if missing:
+        msg = f"tools/bin lacks {', '.join(missing)} (`make k8s`, which `make deps` runs)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    c = cluster_module.Cluster(tmp_path_factory.mktemp("kube"), scheduler=False).start()
+    try:
+        objs = [o for o in yaml.safe_load_all(c.kubectl("kustomize", str(ROOT / "deploy")).stdout)
+                if o and o["kind"] in CONTRACT_KINDS]
+        c.kubectl("apply", "--server-side", "--field-manager", "elastic-gpu-test", "-f", "-",
+                  stdin="\n---\n".join(yaml.safe_dump(o) for o in objs))
+        crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+        c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                  *[f"crd/{o['metadata']['name']}" for o in crds])
+        for o in crds:  # a CRD just Established answers 429 for a moment
+            path = f"/apis/{o['spec']['group']}/{o['spec']['versions'][0]['name']}/" \
+                   f"{o['spec']['names']['plural']}"
+            cluster_module.wait_until(lambda: c.call("GET", path)[0] == 200, f"GET {path}")
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def kube_api(kube):
+    """apis.RealApi over the `kube` control plane, emptied of what earlier tests made."""
+    from apis import RealApi
+    a = RealApi(kube)
+    a.reset()
+    return a

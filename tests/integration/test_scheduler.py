@@ -14,87 +14,17 @@ import urllib.request
 
 import pytest
 
+from apis import TOKEN, Api  # noqa: F401 (re-exported for the modules importing them)
 from conftest import ROOT
 
-TOKEN = "sched-test-token"
 ASSIGNED = "elasticgpu.io/assigned"
 
 
-class Api:
-    """A minimal client of the test API server (urllib, bearer token)."""
-
-    def __init__(self, url):
-        self.url = url
-
-    def call(self, method, path, body=None, ctype="application/json", token=TOKEN):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        if token:
-            req.add_header("Authorization", f"Bearer {token}")
-        if data is not None:
-            req.add_header("Content-Type", ctype)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null")
-
-    def control(self, what, body=None, method="POST"):
-        return self.call(method, "/_control/" + what, body if body is not None else {}, token=None)
-
-    def node(self, name, cpu="64", memory="256Gi"):
-        st, _ = self.call("POST", "/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-            "status": {"allocatable": {"cpu": cpu, "memory": memory}}})
-        assert st == 201
-
-    def gpu(self, node, index, model="A100", memory=40960):
-        st, _ = self.call("POST", "/apis/elasticgpu.io/v1alpha1/gpus", {
-            "apiVersion": "elasticgpu.io/v1alpha1", "kind": "GPU",
-            "metadata": {"name": f"{node}-gpu{index}"},
-            "spec": {"nodeName": node, "index": index, "uuid": f"GPU-{node}-{index}",
-                     "model": model, "memory": memory}})
-        assert st == 201
-
-    def pod(self, name, core, memory=0, ns="default"):
-        res = {"cpu": "1", "elasticgpu.io/gpu-core": str(core)}
-        if memory:
-            res["elasticgpu.io/gpu-memory"] = str(memory)
-        st, obj = self.call("POST", f"/api/v1/namespaces/{ns}/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-            "spec": {"schedulerName": "elastic-gpu-scheduler",
-                     "containers": [{"name": "main", "image": "busybox",
-                                     "resources": {"requests": res, "limits": {
-                                         k: v for k, v in res.items() if k != "cpu"}}}]}})
-        assert st == 201, obj
-        return obj
-
-    def get_pod(self, name, ns="default"):
-        st, obj = self.call("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-        assert st == 200
-        return obj
-
-
 @pytest.fixture
-def api(tmp_path):
-    proc = subprocess.Popen(["/usr/bin/python3", str(ROOT / "tests/apiserver/server.py"),
-                             "--port", "0", "--token", TOKEN, "--bookmark-interval", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = proc.stdout.readline().strip()
-    m = re.match(r"listening on (http://127\.0\.0\.1:\d+)$", line)
-    assert m, line
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: t, cluster: {{server: '{m.group(1)}'}}}}]\n"
-        f"users: [{{name: u, user: {{token: {TOKEN}}}}}]\n"
-        "contexts: [{name: t, context: {cluster: t, user: u, namespace: elastic-gpu}}]\n"
-        "current-context: t\n")
-    a = Api(m.group(1))
-    a.kubeconfig = str(kubeconfig)
-    yield a
-    proc.terminate()
-    proc.wait(timeout=10)
+def api(fault_api):
+    """The test API server (conftest.py's fault_api): the tests here that need its faults
+    (dropped watches, 410s, 409s, down) and the modules that import this fixture."""
+    return fault_api
 
 
 class Scheduler:
