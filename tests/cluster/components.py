@@ -200,6 +200,76 @@ def scheduler(cluster, build_dir, workdir, name="egpu-scheduler", extra=(), docs
                      [*args, "--kubeconfig", kc, *extra], env, workdir)
 
 
+class SchedulerPair:
+    """egpu-scheduler and its kube-scheduler, as one pod of deploy/scheduler runs them:
+    scheduler() (process egpu-NAME) and a kube-scheduler (process kube-NAME) with
+    kube_scheduler_config() on its port and ServiceAccount elastic-gpu-kube-scheduler's
+    token. wrap: kube-scheduler's command line runs under it (e.g. unshare --uts, a host name
+    of its own); extra: egpu-scheduler's extra flags."""
+
+    def __init__(self, cluster, build_dir, workdir, name, wrap=(), extra=()):
+        self.c, self.build, self.dir = cluster, build_dir, pathlib.Path(workdir)
+        self.name, self.extra = name, tuple(extra)
+        self.ext = scheduler(cluster, build_dir, workdir, name=f"egpu-{name}", extra=extra)
+        self.kube = f"kube-{name}"
+        self.restarts = 0
+        kc = cluster.sa_kubeconfig(NS, "elastic-gpu-kube-scheduler",
+                                   path=self.dir / f"kube-{name}.kubeconfig")
+        try:
+            cluster.start_scheduler(kube_scheduler_config(self.ext.ports[0]), name=self.kube,
+                                    kubeconfig=kc, wrap=wrap)
+        except BaseException:
+            self.ext.stop()
+            raise
+
+    @property
+    def health(self):
+        """egpu-scheduler's health URL (/healthz, /readyz, /metrics)."""
+        return f"http://127.0.0.1:{self.ext.ports[1]}"
+
+    def get(self, path):
+        """GET path of the health port: (status, text), (None, "") when it does not answer."""
+        import urllib.error
+        import urllib.request
+        try:
+            with urllib.request.urlopen(self.health + path, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return None, ""
+
+    def ready(self):
+        return self.get("/readyz")[0] == 200
+
+    def metric(self, name, node=None):
+        """Sample name (with label node when given) of egpu-scheduler's /metrics, or None."""
+        from prometheus_client.parser import text_string_to_metric_families
+        _, text = self.get("/metrics")
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name == name and s.labels.get("node") == node:
+                    return s.value
+        return None
+
+    def kill_extender(self, sig=signal.SIGKILL):
+        """Stop egpu-scheduler with sig (its kube-scheduler keeps running and calling it)."""
+        self.ext.stop(sig)
+
+    def start_extender(self):
+        """Start egpu-scheduler again on the extender port kube-scheduler's configuration
+        names, as the kubelet restarts a container of the pod; its log is egpu-NAME-N.log
+        for the Nth restart."""
+        port = self.ext.ports[0]
+        self.restarts += 1
+        self.ext = scheduler(self.c, self.build, self.dir, name=f"egpu-{self.name}-{self.restarts}",
+                             extra=self.extra, changes={"--port": port})
+
+    def stop(self):
+        self.c.stop_process(self.kube)
+        self.ext.stop()
+
+
 def kube_scheduler_config(extender_port):
     """deploy/scheduler/scheduler-config.yaml (the file the kustomization's
     configMapGenerator makes ConfigMap elastic-gpu-scheduler-config of) as a dict, the

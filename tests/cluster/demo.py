@@ -110,11 +110,7 @@ def run(build, keep):
         components.point_webhooks(c, w.ports[0], ca_bundle=c.pki.ca.read_bytes())
         ctl = components.controller(c, build, work)
         started.append(ctl)
-        s = components.scheduler(c, build, work)
-        started.append(s)
-        c.start_scheduler(components.kube_scheduler_config(s.ports[0]),
-                          name="elastic-gpu-kube-scheduler",
-                          kubeconfig=c.sa_kubeconfig(NS, "elastic-gpu-kube-scheduler"))
+        started.append(components.SchedulerPair(c, build, work, "elastic-gpu"))
         step("egpu-webhook, egpu-controller, egpu-scheduler and its kube-scheduler running, "
              "each with its ServiceAccount")
 

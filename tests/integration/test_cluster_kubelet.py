@@ -63,17 +63,13 @@ def pair(cluster, deployed, tmp_path_factory, build_dir):
     """egpu-scheduler and its kube-scheduler, as deploy/scheduler's pod runs them
     (components.scheduler; kube-scheduler with deploy/'s scheduler-config.yaml, the
     extender on egpu-scheduler's port, ServiceAccount elastic-gpu-kube-scheduler)."""
-    d = tmp_path_factory.mktemp("kubelet-pair")
-    ext = components.scheduler(cluster, build_dir, d, name="egpu-scheduler-kubelet")
-    kc = cluster.sa_kubeconfig(NS, "elastic-gpu-kube-scheduler", path=d / "kube.kubeconfig")
+    p = components.SchedulerPair(cluster, build_dir, tmp_path_factory.mktemp("kubelet-pair"),
+                                 "scheduler-kubelet")
     try:
-        cluster.start_scheduler(components.kube_scheduler_config(ext.ports[0]),
-                                name="kube-scheduler-kubelet", kubeconfig=kc)
-        ext.ready()
-        yield ext
+        p.ext.ready()
+        yield p.ext
     finally:
-        cluster.stop_process("kube-scheduler-kubelet")
-        ext.stop()
+        p.stop()
 
 
 def gpus_of(cluster, node):

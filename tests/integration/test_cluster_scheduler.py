@@ -41,7 +41,6 @@ import urllib.request
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, cluster_module as cl
 import components  # tests/cluster/components.py
@@ -110,44 +109,7 @@ def gpu_objects(cluster):
     wait_for(healthy, 60, "the agents' GPU objects, Healthy")
 
 
-class Pair:
-    """egpu-scheduler and its kube-scheduler, as one pod of deploy/scheduler runs them."""
-
-    def __init__(self, cluster, build_dir, workdir, name, wrap=(), extra=()):
-        self.c = cluster
-        self.name = name
-        self.ext = components.scheduler(cluster, build_dir, workdir, name=f"egpu-{name}",
-                                        extra=extra)
-        self.health = f"http://127.0.0.1:{self.ext.ports[1]}"
-        kc = cluster.sa_kubeconfig(NS, "elastic-gpu-kube-scheduler",
-                                   path=workdir / f"kube-{name}.kubeconfig")
-        self.kube = f"kube-{name}"
-        cluster.start_scheduler(components.kube_scheduler_config(self.ext.ports[0]),
-                                name=self.kube, kubeconfig=kc, wrap=wrap)
-
-    def get(self, path):
-        try:
-            with urllib.request.urlopen(self.health + path, timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError:
-            return None, ""
-
-    def ready(self):
-        return self.get("/readyz")[0] == 200
-
-    def metric(self, name, node=None):
-        _, text = self.get("/metrics")
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                if s.name == name and s.labels.get("node") == node:
-                    return s.value
-        return None
-
-    def stop(self):
-        self.c.stop_process(self.kube)
-        self.ext.stop()
+Pair = components.SchedulerPair
 
 
 def install(c, kustomization, build_dir):
