@@ -426,6 +426,23 @@ class Cluster:
         return self.write_kubeconfig(path, token=self.token(namespace, name),
                                      namespace=namespace)
 
+    def namespace(self, name, labels=None):
+        """Namespace name (with labels) made, or kept when it exists, and its ServiceAccount
+        default waited for: kube-controller-manager makes it, and no pod is admitted in the
+        namespace before (the ServiceAccount admission plugin). ClusterError if not in 60 s."""
+        meta = {"name": name, **({"labels": dict(labels)} if labels else {})}
+        st, obj = self.call("POST", "/api/v1/namespaces",
+                            {"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+        if st not in (201, 409):
+            raise ClusterError(f"namespace {name}: {st} {obj}")
+        try:
+            wait_until(lambda: self.call(
+                "GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] == 200,
+                f"namespace {name}'s ServiceAccount default")
+        except TimeoutError as e:
+            raise ClusterError(str(e)) from None
+        return name
+
     def _tool(self, name, args, kubeconfig, timeout, check, stdin):
         exe = BIN / name
         r = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True,

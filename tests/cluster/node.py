@@ -39,6 +39,7 @@ import time
 import traceback
 
 import components
+from cluster import wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "kubelet"))
@@ -268,12 +269,15 @@ class Node:
 
     def pod(self, ns, name, timeout=60, phase="Running"):
         """Wait until pod ns/name is in phase on this node; the pod."""
-        deadline = time.monotonic() + timeout
-        while True:
+        last = {}
+
+        def in_phase():
             st, p = self.cluster.call("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-            if st == 200 and p.get("status", {}).get("phase") == phase:
-                return p
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{ns}/{name} not {phase} on {self.name}: "
-                                     f"{json.dumps(p)[:2000]}; node errors {self.errors}")
-            time.sleep(0.2)
+            last["pod"] = p
+            return st == 200 and p.get("status", {}).get("phase") == phase and p
+        try:
+            return wait_until(in_phase, f"{ns}/{name} {phase}", timeout)
+        except TimeoutError:
+            raise AssertionError(f"{ns}/{name} not {phase} on {self.name}: "
+                                 f"{json.dumps(last.get('pod'))[:2000]}; node errors "
+                                 f"{self.errors}") from None

@@ -172,14 +172,7 @@ class RealApi(Api):
         """Namespace name exists (created when missing) and has its default ServiceAccount."""
         if name in self._namespaces:
             return
-        st, obj = self.cluster.call("POST", "/api/v1/namespaces", {
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-        assert st in (201, 409), obj
-        deadline = time.monotonic() + 30
-        while self.cluster.call(
-                "GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] != 200:
-            assert time.monotonic() < deadline, f"namespace {name}: no default ServiceAccount"
-            time.sleep(0.1)
+        self.cluster.namespace(name)
         self._namespaces.add(name)
 
     def component_kubeconfig(self, service_account):

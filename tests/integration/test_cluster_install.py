@@ -414,14 +414,14 @@ def test_self_signed_webhook_keeps_its_own_ca_bundle(cluster, tenant, webhook, b
            "elastic-gpu-webhook"
     session_ca = base64.b64encode(cluster.pki.ca.read_bytes()).decode()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            st, cfg = cluster.call("GET", path)
+        def own_bundle():
+            cfg = cluster.call("GET", path)[1]
             bundles = {x["clientConfig"].get("caBundle") for x in cfg["webhooks"]}
-            if len(bundles) == 1 and session_ca not in bundles and None not in bundles:
-                break
-            assert time.monotonic() < deadline, (bundles, w.log.read_text()[-2000:])
-            time.sleep(0.2)
+            return len(bundles) == 1 and session_ca not in bundles and None not in bundles
+        try:
+            cl.wait_until(own_bundle, "the webhook's own caBundle on every webhook", 30)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n{w.log.read_text()[-2000:]}") from None
         st, secret = cluster.call("GET", f"/api/v1/namespaces/{NS}/secrets/egpu-webhook-tls")
         assert st == 200 and {"tls.crt", "tls.key"} <= set(secret["data"]), st
         components.point_webhooks(cluster, w.ports[0], host="localhost")

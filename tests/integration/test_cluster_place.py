@@ -14,7 +14,6 @@ point 2): deploy/ as conftest's `deployed` applied it, egpu-webhook as deploy/ r
   /mutate-place either.
 - With no webhook answering, failurePolicy Ignore creates the CPU pod as written, with
   default-scheduler: nothing is refused."""
-import time
 import urllib.request
 
 import pytest
@@ -48,16 +47,7 @@ def pod(name, sched=None, resources=None):
 def namespaces(cluster, deployed):
     """place-on, labelled for the place webhook, and place-off, not; both removed after."""
     for ns, labels in ((ON, {LABEL: "place"}), (OFF, {})):
-        st, got = cluster.call("POST", "/api/v1/namespaces", {
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": ns, "labels": labels}})
-        assert st == 201, got
-    # Pods need the namespace's ServiceAccount default, which kube-controller-manager makes.
-    deadline = time.monotonic() + 60
-    for ns in (ON, OFF):
-        while cluster.call("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default")[0] != 200:
-            assert time.monotonic() < deadline, f"no ServiceAccount default in {ns}"
-            time.sleep(0.2)
+        cluster.namespace(ns, labels)
     yield
     for ns in (ON, OFF):
         cluster.call("DELETE", f"/api/v1/namespaces/{ns}")

@@ -132,8 +132,7 @@ def install(c, kustomization, build_dir):
         # the node lifecycle controller takes it away once it sees the node Ready
         wait_for(lambda: all(not (c.call("GET", f"/api/v1/nodes/{n}")[1]["spec"]
                                   .get("taints")) for n in NODES), 90, "nodes untainted")
-        assert c.call("POST", "/api/v1/namespaces", {
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}})[0] == 201
+        c.namespace(TENANT)
         assert c.call("POST", f"/api/v1/namespaces/{TENANT}/serviceaccounts", {
             "apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": "owner"}})[0] == 201

@@ -237,11 +237,7 @@ def test_system_end_to_end(system, build_dir, paths, plugin):  # noqa: F811
 def story(world, build_dir, paths, plugin, tl):  # noqa: F811
     c = world["cluster"]
     # The budget, the claim class and two GPU nodes.
-    st, out = c.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                     "metadata": {"name": "lab"}})
-    assert st == 201, out
-    wait(lambda: get(c, "/api/v1/namespaces/lab/serviceaccounts/default"),
-         "namespace lab's default ServiceAccount")
+    c.namespace("lab")
     st, out = c.call("POST", f"{G}/namespaces/lab/gpubudgets", {
         "apiVersion": "elasticgpu.io/v1alpha1", "kind": "GPUBudget",
         "metadata": {"name": "lab", "namespace": "lab"},
