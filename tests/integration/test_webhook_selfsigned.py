@@ -394,3 +394,28 @@ def test_bad_flags(build_dir, args, msg):
                         "--tls-key", "k", "--self-signed", *args],
                        capture_output=True, text=True, timeout=10)
     assert p.returncode == 2 and msg in p.stderr, p.stderr
+
+
+def test_needs_the_components_rbac(build_dir, kube_api, tmp_path):
+    """deploy/webhook/rbac.yaml alone grants egpu-webhook no Secrets (its certificate comes
+    as a volume): without the self-signed Component's rbac.yaml, the real API server refuses
+    it the Secret, it says so and serves nothing, and no Secret is made."""
+    install_configurations(kube_api)
+    try:
+        p = subprocess.run(
+            [str(build_dir / "src/webhook/egpu-webhook"), "--kubeconfig",
+             kube_api.component_kubeconfig("egpu-webhook"), "--listen", "127.0.0.1", "--port",
+             "0", "--health-listen", "127.0.0.1", "--health-port", "0",
+             "--tls-cert", str(tmp_path / "tls" / "tls.crt"),
+             "--tls-key", str(tmp_path / "tls" / "tls.key"),
+             "--self-signed", "--self-signed-namespace", NS],
+            capture_output=True, text=True, timeout=60)
+    finally:
+        for path in CFG_PATH.values():
+            kube_api.call("DELETE", path)
+    assert p.returncode != 0, p.stderr
+    assert f"start failed: GET {SECRET_PATH}: 403 Forbidden" in p.stderr, p.stderr
+    assert 'User "system:serviceaccount:elastic-gpu-system:egpu-webhook" cannot get resource ' \
+        '"secrets"' in p.stderr, p.stderr
+    assert "serving addr=" not in p.stderr, p.stderr
+    assert kube_api.call("GET", SECRET_PATH)[0] == 404
