@@ -25,6 +25,8 @@ webhook's caBundle of the Mutating- and ValidatingWebhookConfiguration
 - CA renewal: with a short CA, the new CA replaces the old one and caBundle
   holds both while the old one is valid.
 - A caBundle changed by someone else is put back at the next check.
+- Without the Component's rbac.yaml (deploy/webhook/rbac.yaml alone) the
+  real API server refuses it the Secret (403) and it exits, serving nothing.
 """
 import base64
 import http.client
