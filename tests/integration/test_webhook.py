@@ -1,6 +1,10 @@
 """egpu-webhook as the API server uses it: the real binary over HTTPS (an
-openssl-made certificate), its GPU facts listed and watched from the test API
-server (tests/apiserver/server.py) holding GPU objects, called with curl.
+openssl-made certificate), its GPU facts listed and watched from the real
+control plane (the `kube` fixture: kube-apiserver with deploy/'s CRDs and
+RBAC) holding GPU objects, as its ServiceAccount egpu-webhook (so with the
+grants of deploy/webhook/rbac.yaml), called with curl. Only the test of an
+API server going away runs on the test API server (tests/apiserver/server.py,
+`fault_api`), which can be made to stop answering.
 
 - A GPU pod CREATE in gpu-manager's names is patched: the base64 JSON Patch,
   applied to the object with python3-jsonpatch, gives the elasticgpu.io
@@ -33,9 +37,13 @@ import time
 import jsonpatch
 import pytest
 
-from test_scheduler import api  # noqa: F401 (the test API server fixture)
-
 UID = "7e0b7a4e-52f1-4a40-9d58-0c1d2e3f4a5b"
+
+
+@pytest.fixture
+def api(kube_api):
+    """The real control plane (apis.RealApi) these tests run on."""
+    return kube_api
 
 
 def need(tool):
@@ -59,6 +67,9 @@ def cert(tmp_path_factory):
 
 
 class Webhook:
+    """egpu-webhook started with kubeconfig (for a real control plane, one of its
+    ServiceAccount: api.component_kubeconfig("egpu-webhook")) and cert's pair."""
+
     def __init__(self, build_dir, kubeconfig, cert, tmp_path, extra=()):
         exe = build_dir / "src/webhook/egpu-webhook"
         if not exe.exists():
@@ -143,7 +154,8 @@ def webhook(build_dir, api, cert, tmp_path):  # noqa: F811
     started = []
 
     def start(extra=(), kubeconfig=None):
-        w = Webhook(build_dir, kubeconfig or api.kubeconfig, cert, tmp_path, extra)
+        w = Webhook(build_dir, kubeconfig or api.component_kubeconfig("egpu-webhook"), cert,
+                    tmp_path, extra)
         started.append(w)
         return w
     yield start
@@ -179,6 +191,10 @@ def gpus(api, *mems):
 
 
 def test_gpu_pod_patched(webhook, api):  # noqa: F811
+    """A GPU pod in gpu-manager's (tencent), gpushare's (aliyun) and HAMi's (nvidia, on
+    /mutate-nvidia only) names is patched into elasticgpu.io's, with the scheduler's name and
+    the seccomp guard's profile, one warning per converted name; the patched pod passes
+    /mutate unchanged and /validate; /metrics counts each route's results and each name."""
     gpus(api, 40960)
     w = webhook()
     w.wait_ready()
@@ -354,6 +370,10 @@ def test_gpushare_pod_loses_its_card_count(webhook, api):  # noqa: F811
 
 
 def test_bad_request_denied(webhook, api):  # noqa: F811
+    """Bad requests are denied with the exact message users read: a gpu-core neither a
+    share nor whole cards, more gpu-memory than the largest card the control plane's GPU
+    objects have (allowed once the watch brings a bigger card), a model the cluster has
+    not, an elasticgpu.io/assigned annotation from a user other than the scheduler."""
     gpus(api, 40960, 24576)
     w = webhook()
     w.wait_ready()
@@ -392,8 +412,13 @@ def test_bad_request_denied(webhook, api):  # noqa: F811
 
 
 def test_readyz(webhook, api, tmp_path):  # noqa: F811
+    """/readyz (on the health port and the TLS port) says 503, naming why, while the GPU
+    objects cannot be listed (an API server where nothing listens), /healthz 200 all the
+    same; with the GPUs of the control plane listed it says ok and /metrics gives their
+    count, largest card and models."""
     dead = tmp_path / "dead.kubeconfig"
-    dead.write_text(open(api.kubeconfig).read().replace(api.url, "http://127.0.0.1:9"))
+    kubeconfig = api.component_kubeconfig("egpu-webhook")
+    dead.write_text(open(kubeconfig).read().replace(api.url, "http://127.0.0.1:9"))
     w = webhook(kubeconfig=str(dead))
     body = w.wait_ready(503)
     assert "not ready: GPU objects not listed yet" in body
@@ -408,20 +433,32 @@ def test_readyz(webhook, api, tmp_path):  # noqa: F811
     w.wait_metric("egpu_webhook_gpus", 1)
     w.wait_metric("egpu_webhook_largest_card_mib", 16384)
     w.wait_metric("egpu_webhook_gpu_models", 1)
-    # the API server goes away: not ready once the watch has failed for
-    # --watch-unhealthy-seconds (2), still serving from what it knows; ready again after
-    api.control("down", {"down": True})
-    api.control("drop-watches")
+
+
+def test_readyz_when_the_api_server_goes_away(webhook, fault_api):  # noqa: F811
+    """On the test API server (fault_api), which can be made to stop answering and drop
+    its watches at once (down, drop-watches): the webhook is not ready once the watch of
+    GPUs has failed for --watch-unhealthy-seconds (2), still answers from what it knows
+    (the largest card it listed), and is ready again once the server is back."""
+    gpus(fault_api, 16384)
+    w = webhook(kubeconfig=fault_api.kubeconfig)
+    assert w.wait_ready(200).strip() == "ok"
+    w.wait_metric("egpu_webhook_largest_card_mib", 16384)
+    fault_api.control("down", {"down": True})
+    fault_api.control("drop-watches")
     body = w.wait_ready(503, timeout=20)
     assert "not ready: the list and watch of GPU objects has failed for" in body
     resp = w.review("/validate", review(pod({"elasticgpu.io/gpu-core": "50",
                                              "elasticgpu.io/gpu-memory": "20000"})))
     assert "up to 16384 MiB" in resp["status"]["message"]
-    api.control("down", {"down": False})
+    fault_api.control("down", {"down": False})
     w.wait_ready(200, timeout=40)
 
 
 def test_malformed_body_and_keeps_serving(webhook, api):  # noqa: F811
+    """A body that is not JSON gets HTTP 400 with a plain-text reason, a review without its
+    fields a 400 status in the reply, plain HTTP on the TLS port and random bytes break
+    nothing: the server keeps serving, counts them, and exits 0 on SIGTERM."""
     w = webhook()
     w.wait_ready()
     st, ctype, body = w.curl(w.url + "/mutate", b'{"request":')

@@ -1,6 +1,8 @@
-"""GPU budgets at admission: egpu-webhook (the real binary over HTTPS)
-against the test API server (tests/apiserver/server.py) holding a GPUBudget
-and two PriorityClasses (scheduling.k8s.io/v1), which it lists and watches.
+"""GPU budgets at admission: egpu-webhook (the real binary over HTTPS, as its
+ServiceAccount egpu-webhook) against the real control plane (the `kube`
+fixture) holding a GPUBudget and two PriorityClasses (scheduling.k8s.io/v1),
+which it lists and watches. Only the /readyz test, which needs a list that
+fails, runs on the test API server (tests/apiserver/server.py, `fault_api`).
 
 - A GPU pod of namespace ml, as the API server hands it over (its Priority
   plugin has set spec.priority 0 and preemptionPolicy), gets the in-budget
@@ -8,7 +10,8 @@ and two PriorityClasses (scheduling.k8s.io/v1), which it lists and watches.
   priority (the class's value) and preemptionPolicy together and adds the
   finalizer elasticgpu.io/metering; it passes /validate, and a second
   /mutate patches nothing. Created in the API server and deleted, the pod
-  stays (Terminating) until the finalizer goes.
+  stays (Terminating) until the finalizer goes; the real API server's
+  Priority admission plugin accepts the priority the patch wrote.
 - The budget's status.state flipped to OverBudget: the next pod gets the
   over-budget class (its value and preemptionPolicy Never), with a warning
   saying so; a pod naming its own class has it replaced.
@@ -27,8 +30,7 @@ import time
 import jsonpatch
 import pytest
 
-from test_scheduler import api  # noqa: F401 (the test API server fixture)
-from test_webhook import UID, cert, gpus, pod, review, webhook  # noqa: F401 (fixtures)
+from test_webhook import UID, api, cert, gpus, pod, review, webhook  # noqa: F401 (fixtures)
 
 G = "/apis/elasticgpu.io/v1alpha1"
 PC = "/apis/scheduling.k8s.io/v1/priorityclasses"
@@ -42,6 +44,7 @@ OVER_MSG = ("namespace ml is over its GPU budget (GPUBudget team); the pod gets 
 
 
 def priority_class(api, name, value, policy=None):  # noqa: F811
+    """Create PriorityClass name (value, preemptionPolicy policy) on api (Api or RealApi)."""
     obj = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
            "metadata": {"name": name}, "value": value}
     if policy:
@@ -118,6 +121,12 @@ def want_class(out, name, value, policy):
 
 
 def test_budget_state_sets_the_class(webhook, api):  # noqa: F811
+    """The budget's state picks the class: InBudget gives gpu-in-budget (value, policy and
+    the metering finalizer), and the pod so patched is created by the real API server and,
+    deleted, stays Terminating under the finalizer, which /validate lets only the controller
+    remove; OverBudget gives gpu-over-budget (replacing a class of the pod's own, saying
+    so); the over-budget class deleted, the pod keeps its own priority with a warning; a
+    namespace without a budget gets no class."""
     setup_budget(api)
     w = webhook()
     w.wait_ready()
@@ -183,6 +192,7 @@ def test_budget_state_sets_the_class(webhook, api):  # noqa: F811
 
 
 def test_unmetered_budget_is_in_budget(webhook, api):  # noqa: F811
+    """A GPUBudget whose status the controller has not written yet counts as InBudget."""
     setup_budget(api, state=None)
     w = webhook()
     w.wait_ready()
@@ -193,10 +203,14 @@ def test_unmetered_budget_is_in_budget(webhook, api):  # noqa: F811
 @pytest.mark.parametrize("plural,kind", [
     (r"^/apis/elasticgpu\.io/v1alpha1/gpubudgets$", "GPUBudgets"),
     (r"^/apis/scheduling\.k8s\.io/v1/priorityclasses$", "PriorityClasses")])
-def test_readyz_waits_for_budgets_and_classes(webhook, api, plural, kind):  # noqa: F811
+def test_readyz_waits_for_budgets_and_classes(webhook, fault_api, plural, kind):  # noqa: F811
+    """/readyz says 503, naming the kind, until GPUBudgets (or PriorityClasses) are listed,
+    then ok. On the test API server (fault_api): it answers that list 503 on demand, which a
+    real one does not."""
+    api = fault_api
     gpus(api, 40960)
     api.control("fault", {"method": "GET", "path": plural, "code": 503, "count": -1})
-    w = webhook()
+    w = webhook(kubeconfig=api.kubeconfig)
     deadline = time.time() + 15
     while True:
         st, _, body = w.curl(w.health + "/readyz")

@@ -1,6 +1,9 @@
-"""Pods use claims: egpu-webhook (the real binary over HTTPS) against the
-test API server (tests/apiserver/server.py) holding ElasticGPUClaims, which
-it lists and watches, and GETs when its cache does not have one yet.
+"""Pods use claims: egpu-webhook (the real binary over HTTPS, as its
+ServiceAccount egpu-webhook) against the real control plane (the `kube`
+fixture) holding ElasticGPUClaims, which it lists and watches, and GETs when
+its cache does not have one yet (the API server's audit log shows which it
+asked for). The tests that need a fault run on the test API server
+(tests/apiserver/server.py, `fault_api`), each saying which.
 
 - /mutate turns a pod's annotation egpuc.elasticgpu.io/<container>: <claim>
   into that container's elasticgpu.io requests and limits: a Bound gpushare
@@ -21,15 +24,44 @@ curl and openssl: missing, a test fails under CI=true and is skipped otherwise.
 import base64
 import json
 import time
+import urllib.parse
 
 import jsonpatch
 
-from test_scheduler import api  # noqa: F401 (the test API server fixture)
-from test_webhook import UID, cert, gpus, pod, review, webhook  # noqa: F401 (fixtures)
+from test_webhook import UID, api, cert, gpus, pod, review, webhook  # noqa: F401 (fixtures)
 
 G = "/apis/elasticgpu.io/v1alpha1"
 ANN = "egpuc.elasticgpu.io/train"
 CORE, MEM = "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"
+WEBHOOK_USER = "system:serviceaccount:elastic-gpu-system:egpu-webhook"
+
+
+def requests_during(api, fn):  # noqa: F811
+    """fn()'s result, and the requests the webhook made of api meanwhile, as
+    [{"method", "path"}]: the test API server's request log, or the real API
+    server's audit log (its events of the webhook's ServiceAccount), read once a
+    request of ours made after fn() is in it."""
+    if not api.real:
+        api.control("requests", method="DELETE")
+        out = fn()
+        _, reqs = api.control("requests", method="GET")
+        return out, [{"method": r["method"], "path": r["path"]} for r in reqs]
+    before = len(api.cluster.audit())
+    out = fn()
+    mark = f"/api/v1/namespaces/ml/configmaps/audit-mark-{time.monotonic_ns()}"
+    api.call("GET", mark)
+    deadline = time.time() + 30
+    while True:
+        events = api.cluster.audit()[before:]
+        if any(e.get("requestURI") == mark for e in events):
+            break
+        assert time.time() < deadline, f"{mark} never in the audit log"
+        time.sleep(0.05)
+    methods = {"get": "GET", "list": "GET", "watch": "GET", "create": "POST",
+               "update": "PUT", "patch": "PATCH", "delete": "DELETE"}
+    return out, [{"method": methods.get(e["verb"], e["verb"]),
+                  "path": urllib.parse.urlsplit(e["requestURI"]).path}
+                 for e in events if e["user"]["username"] == WEBHOOK_USER]
 
 
 def make_claim(api, name, requests, status=None, ns="ml"):  # noqa: F811
@@ -93,9 +125,7 @@ def claim_cached(w, api, name, ns="ml"):  # noqa: F811
     deadline = time.time() + 10
     path = f"{G}/namespaces/{ns}/elasticgpuclaims/{name}"
     while True:
-        api.control("requests", method="DELETE")
-        resp = w.review("/mutate", review(claimed_pod(name)))
-        _, reqs = api.control("requests", method="GET")
+        resp, reqs = requests_during(api, lambda: w.review("/mutate", review(claimed_pod(name))))
         if resp["allowed"] and not any(r["path"] == path for r in reqs):
             return
         assert time.time() < deadline, (resp, reqs)
@@ -103,6 +133,10 @@ def claim_cached(w, api, name, ns="ml"):  # noqa: F811
 
 
 def test_claims_resolved(webhook, api):  # noqa: F811
+    """Bound gpushare, TFLOPS and whole-card claims and a Pending core claim give the
+    container their requests and limits (with a warning naming the claim), from the cache;
+    a Pending claim is checked with the API server (a live GET) before its requests are
+    taken; Bound since, it gives its capacity."""
     gpus(api, 40960, 81920)
     make_claim(api, "notebook", {CORE: 30, MEM: 8192}, bound("egpu-nb", 30, 8192))
     make_claim(api, "inference", {"elasticgpu.io/gpu-tflops": 100, MEM: 16384},
@@ -125,8 +159,10 @@ def test_claims_resolved(webhook, api):  # noqa: F811
     out, _ = patched(w, claimed_pod("ml/trainer"))
     want_resources(out, {CORE: "200"})
 
-    # WaitForFirstConsumer: Pending until the pod is placed, its requests go
-    out, warnings = patched(w, claimed_pod("later"))
+    # WaitForFirstConsumer: Pending until the pod is placed, its requests go; the cache's
+    # Pending is checked with the API server first (a live GET, which its RBAC allows)
+    (out, warnings), reqs = requests_during(api, lambda: patched(w, claimed_pod("later")))
+    assert {"method": "GET", "path": f"{G}/namespaces/ml/elasticgpuclaims/later"} in reqs, reqs
     want_resources(out, {CORE: "40", MEM: "4096"})
     assert warnings == ['container "train": elasticgpu.io/gpu-core 40 and '
                         'elasticgpu.io/gpu-memory 4096 from ElasticGPUClaim ml/later (Pending: '
@@ -139,9 +175,14 @@ def test_claims_resolved(webhook, api):  # noqa: F811
     want_resources(out, {CORE: "50", MEM: "4096"})
 
 
-def test_claim_created_right_before_the_pod(webhook, api):  # noqa: F811
+def test_claim_created_right_before_the_pod(webhook, fault_api):  # noqa: F811
+    """A claim the webhook's cache has not got yet is found by a live GET and the pod
+    admitted. On the test API server (fault_api): the webhook's watch of claims is dropped
+    and its next list held back 4 s (drop-watches, a delayed fault), which a real one
+    cannot be made to do, so the claim is surely not in the cache."""
+    api = fault_api
     gpus(api, 40960)
-    w = webhook()
+    w = webhook(kubeconfig=api.kubeconfig)
     w.wait_ready()
     # the webhook's watch of claims is cut and its next watch held back for
     # 4 s: a claim created now is in the API server but not in its cache
@@ -159,6 +200,9 @@ def test_claim_created_right_before_the_pod(webhook, api):  # noqa: F811
 
 
 def test_claims_denied(webhook, api):  # noqa: F811
+    """Denied with the exact message: a claim missing, Lost, in another namespace, Pending
+    with gpu-tflops, a container using a claim that asks a GPU itself, a claim for an
+    unknown container; on UPDATE a changed claim annotation (other changes pass)."""
     gpus(api, 40960)
     make_claim(api, "notebook", {CORE: 30, MEM: 8192}, bound("egpu-nb", 30, 8192))
     make_claim(api, "gone", {CORE: 30}, {"phase": "Lost", "elasticGPUName": "egpu-gone"})
@@ -202,8 +246,22 @@ def test_claims_denied(webhook, api):  # noqa: F811
     assert w.review("/validate", review(relabelled, op="UPDATE", old=old)) == {
         "uid": UID, "allowed": True}
 
-    # the API server does not answer: a claim not in the cache is refused
-    # (fail closed), one in the cache still resolves
+    assert w.metric("egpu_webhook_admission_requests_total",
+                    '{route="mutate",result="denied"}') == 7
+    assert w.metric("egpu_webhook_admission_requests_total",
+                    '{route="validate",result="denied"}') == 1
+
+
+def test_claim_lookup_fails_closed(webhook, fault_api):  # noqa: F811
+    """The API server does not answer: a claim not in the cache is refused (fail closed),
+    saying why, one in the cache still resolves. On the test API server (fault_api), which
+    can be made to stop answering (down)."""
+    api = fault_api
+    gpus(api, 40960)
+    make_claim(api, "notebook", {CORE: 30, MEM: 8192}, bound("egpu-nb", 30, 8192))
+    w = webhook(kubeconfig=api.kubeconfig)
+    w.wait_ready()
+    claim_cached(w, api, "notebook")
     api.control("down", {"down": True})
     msg = denied(w, claimed_pod("unseen"))
     assert msg.startswith(f"annotation {ANN}: cannot look up ElasticGPUClaim ml/unseen (GET "), msg
@@ -213,15 +271,19 @@ def test_claims_denied(webhook, api):  # noqa: F811
     want_resources(out, {CORE: "30", MEM: "8192"})
     api.control("down", {"down": False})
     assert w.metric("egpu_webhook_admission_requests_total",
-                    '{route="mutate",result="denied"}') >= 8
+                    '{route="mutate",result="denied"}') == 1
 
 
-def test_readyz_waits_for_claims(webhook, api):  # noqa: F811
+def test_readyz_waits_for_claims(webhook, fault_api):  # noqa: F811
+    """/readyz says 503, naming the claims, until they are listed, then ok. On the test API
+    server (fault_api): it answers the list of claims 503 on demand, which a real one does
+    not."""
+    api = fault_api
     gpus(api, 40960)
     # the first list of claims is held back: not ready, saying why
     api.control("fault", {"method": "GET", "path": r"^/apis/elasticgpu\.io/v1alpha1/"
                           r"elasticgpuclaims$", "code": 503, "count": -1})
-    w = webhook()
+    w = webhook(kubeconfig=api.kubeconfig)
     deadline = time.time() + 15
     while True:
         st, _, body = w.curl(w.health + "/readyz")
@@ -234,12 +296,14 @@ def test_readyz_waits_for_claims(webhook, api):  # noqa: F811
     assert w.wait_ready(200, timeout=40).strip() == "ok"
 
 
-def test_lookup_gives_up_before_the_api_server_does(webhook, api):  # noqa: F811
+def test_lookup_gives_up_before_the_api_server_does(webhook, fault_api):  # noqa: F811
     """A GET of a claim that hangs is given up after 3 s, below the API
     server's 5 s timeoutSeconds for the webhook: the user reads why, and the
-    pod is refused (fail closed)."""
+    pod is refused (fail closed). On the test API server (fault_api): it holds
+    that GET 8 s on demand (a delayed fault), a slow server a real one is not."""
+    api = fault_api
     gpus(api, 40960)
-    w = webhook()
+    w = webhook(kubeconfig=api.kubeconfig)
     w.wait_ready()
     api.control("fault", {"method": "GET", "path": r"/namespaces/ml/elasticgpuclaims/late$",
                           "code": 0, "delay_ms": 8000, "count": 1})

@@ -1,4 +1,8 @@
-"""egpu-webhook --self-signed against the test API server (tests/apiserver/server.py).
+"""egpu-webhook --self-signed against the real control plane (the `kube`
+fixture), as its ServiceAccount egpu-webhook with the grants deploy/'s
+Component webhook/self-signed adds (its rbac.yaml, applied here): so a call
+that RBAC refuses fails the test. The racing test, which needs a POST held
+back, runs on the test API server (tests/apiserver/server.py, `fault_api`).
 
 The real egpu-webhook makes its own CA and serving certificate, keeps them in
 the Secret elastic-gpu-system/egpu-webhook-tls, writes them to the files it
@@ -21,6 +25,8 @@ webhook's caBundle of the Mutating- and ValidatingWebhookConfiguration
 - CA renewal: with a short CA, the new CA replaces the old one and caBundle
   holds both while the old one is valid.
 - A caBundle changed by someone else is put back at the next check.
+- Without the Component's rbac.yaml (deploy/webhook/rbac.yaml alone) the
+  real API server refuses it the Secret (403) and it exits, serving nothing.
 """
 import base64
 import http.client
@@ -36,7 +42,6 @@ import time
 import pytest
 
 from conftest import ROOT
-from test_scheduler import api  # noqa: F401 (the test API server fixture)
 from test_webhook_tls import HOST, review
 
 NS = "elastic-gpu-system"
@@ -66,15 +71,34 @@ def configurations():
     return out
 
 
-@pytest.fixture
-def cluster(api):  # noqa: F811 (api is the imported fixture)
+SELF_SIGNED_RBAC = ROOT / "deploy/webhook/self-signed/rbac.yaml"
+
+
+def install_configurations(api):
+    """The two configurations created on api (Api or RealApi), caBundle-free."""
     for d in configurations():
         st, body = api.call("POST", CFG_PATH[d["kind"]].rsplit("/", 1)[0], d)
         assert st == 201, body
     return api
 
 
+@pytest.fixture
+def cluster(kube_api):
+    """The real control plane with the two configurations and the self-signed Component's
+    RBAC (removed again afterwards, so other modules' egpu-webhook has deploy/'s grants
+    alone). The configurations are deleted afterwards too: no Service egpu-webhook is there
+    to answer their failurePolicy Fail webhooks."""
+    kube_api.cluster.kubectl("apply", "--server-side", "-f", str(SELF_SIGNED_RBAC))
+    install_configurations(kube_api)
+    yield kube_api
+    for path in CFG_PATH.values():
+        kube_api.call("DELETE", path)
+    kube_api.cluster.kubectl("delete", "--ignore-not-found", "-f", str(SELF_SIGNED_RBAC))
+
+
 class Webhook:
+    """egpu-webhook --self-signed against api (Api or RealApi), as its ServiceAccount."""
+
     def __init__(self, build_dir, api, tmp_path, name="w1", extra=()):
         exe = build_dir / "src/webhook/egpu-webhook"
         if not exe.exists():
@@ -83,8 +107,8 @@ class Webhook:
         (tmp_path / name).mkdir()
         self.log = tmp_path / f"{name}.log"
         self.proc = subprocess.Popen(
-            [str(exe), "--kubeconfig", api.kubeconfig, "--listen", "127.0.0.1", "--port", "0",
-             "--health-listen", "127.0.0.1", "--health-port", "0",
+            [str(exe), "--kubeconfig", api.component_kubeconfig("egpu-webhook"), "--listen",
+             "127.0.0.1", "--port", "0", "--health-listen", "127.0.0.1", "--health-port", "0",
              "--tls-cert", str(self.dir / "tls.crt"), "--tls-key", str(self.dir / "tls.key"),
              "--self-signed", "--self-signed-namespace", NS, *extra],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
@@ -179,6 +203,10 @@ def wait_for(what, fn, timeout=30):
 
 
 def test_first_start_creates_secret_and_ca_bundles(start, cluster, tmp_path):
+    """First start: the Secret (kubernetes.io/tls, CA and pair) is created, all five webhooks'
+    caBundle is its CA, the files are served from a 0700 directory, and a client trusting
+    only the caBundle connects by the Service's name (the four names in the certificate);
+    one trusting other CAs does not."""
     w = start()
     s, data = secret(cluster)
     assert s["type"] == "kubernetes.io/tls"
@@ -207,6 +235,7 @@ def test_first_start_creates_secret_and_ca_bundles(start, cluster, tmp_path):
 
 
 def test_second_replica_uses_the_same_ca(start, cluster, tmp_path):
+    """A second replica reads the Secret the first created: the same CA and pair, no new CA."""
     w1 = start("w1")
     _, first = secret(cluster)
     w2 = start("w2")
@@ -222,11 +251,13 @@ def test_second_replica_uses_the_same_ca(start, cluster, tmp_path):
     assert "created" not in w2.log.read_text()
 
 
-def test_racing_create_ends_with_one_ca(build_dir, start, cluster, tmp_path):
+def test_racing_create_ends_with_one_ca(build_dir, fault_api, tmp_path):
     """The webhook's POST of the Secret is held 2 s; meanwhile another replica
     (a POST of our own, its certificate made here by the webhook itself from
     a first run in another namespace) creates it: the webhook gets 409
-    AlreadyExists and uses that one."""
+    AlreadyExists and uses that one. On the test API server (fault_api): it
+    holds that POST back on demand (a delayed fault), which a real one cannot."""
+    cluster = install_configurations(fault_api)
     w0 = Webhook(build_dir, cluster, tmp_path, "w0", ("--self-signed-namespace", "elsewhere"))
     # a valid Secret for elastic-gpu-system made by a first webhook under another name
     st, other = cluster.call("GET", f"/api/v1/namespaces/elsewhere/secrets/{SECRET}")
@@ -239,7 +270,9 @@ def test_racing_create_ends_with_one_ca(build_dir, start, cluster, tmp_path):
               "metadata": {"name": SECRET, "namespace": NS}, "data": other["data"]}
     # their certificate names egpu-webhook.elsewhere...: the webhook renews the
     # serving certificate under *their* CA, and never makes a CA of its own
-    t = threading.Thread(target=lambda: start("w1"))
+    started = []
+    t = threading.Thread(target=lambda: started.append(Webhook(build_dir, cluster, tmp_path,
+                                                               "w1")))
     t.start()
 
     def webhook_posted():
@@ -256,9 +289,13 @@ def test_racing_create_ends_with_one_ca(build_dir, start, cluster, tmp_path):
     assert set(ca_bundles(cluster).values()) == {their_ca}
     log = (tmp_path / "w1.log").read_text()
     assert "created by another replica" in log, log
+    assert len(started) == 1, log
+    started[0].stop()
 
 
 def test_renewal_keeps_connections(start, cluster, tmp_path):
+    """A 20 s certificate renewed 12 s before its end: the Secret gets a new pair under the same
+    CA, new connections get it, a kept connection answers on in its session."""
     w = start(extra=("--self-signed-cert-validity", "20s", "--self-signed-renew-before", "12s",
                      "--self-signed-check-interval", "1s"))
     _, data = secret(cluster)
@@ -283,6 +320,8 @@ def test_renewal_keeps_connections(start, cluster, tmp_path):
 
 
 def test_ca_renewal_overlaps(start, cluster, tmp_path):
+    """A short CA is renewed: the Secret's ca.crt holds the new CA then the old one, every
+    caBundle follows, and new connections verify against the new CA alone."""
     w = start(extra=("--self-signed-ca-validity", "40s", "--self-signed-cert-validity", "40s",
                      "--self-signed-renew-before", "30s", "--self-signed-check-interval", "1s"))
     _, data = secret(cluster)
@@ -313,6 +352,8 @@ def _verifies(port, ctx):
 
 
 def test_changed_ca_bundle_is_put_back(start, cluster):
+    """A caBundle someone else changed (a JSON patch on the real API server) is put back at the
+    next check."""
     start(extra=("--self-signed-check-interval", "1s"))
     _, data = secret(cluster)
     st, body = cluster.call(
@@ -327,11 +368,14 @@ def test_changed_ca_bundle_is_put_back(start, cluster):
 
 
 def test_refuses_a_shared_directory(build_dir, cluster, tmp_path):
+    """A --tls-key directory others may write (0777) is refused, naming mode 0700, before any key
+    is written."""
     d = tmp_path / "shared"
     d.mkdir()
     os.chmod(d, 0o777)
     p = subprocess.run(
-        [str(build_dir / "src/webhook/egpu-webhook"), "--kubeconfig", cluster.kubeconfig,
+        [str(build_dir / "src/webhook/egpu-webhook"), "--kubeconfig",
+         cluster.component_kubeconfig("egpu-webhook"),
          "--listen", "127.0.0.1", "--port", "0", "--health-listen", "127.0.0.1",
          "--health-port", "0", "--tls-cert", str(d / "tls.crt"), "--tls-key",
          str(d / "tls.key"), "--self-signed", "--self-signed-namespace", NS],
@@ -347,7 +391,33 @@ def test_refuses_a_shared_directory(build_dir, cluster, tmp_path):
     (["--self-signed-service", ""], "expected a Service name"),
 ])
 def test_bad_flags(build_dir, args, msg):
+    """Bad --self-signed-* flags exit 2 naming what is wrong (no API server is needed)."""
     p = subprocess.run([str(build_dir / "src/webhook/egpu-webhook"), "--tls-cert", "c",
                         "--tls-key", "k", "--self-signed", *args],
                        capture_output=True, text=True, timeout=10)
     assert p.returncode == 2 and msg in p.stderr, p.stderr
+
+
+def test_needs_the_components_rbac(build_dir, kube_api, tmp_path):
+    """deploy/webhook/rbac.yaml alone grants egpu-webhook no Secrets (its certificate comes
+    as a volume): without the self-signed Component's rbac.yaml, the real API server refuses
+    it the Secret, it says so and serves nothing, and no Secret is made."""
+    install_configurations(kube_api)
+    try:
+        p = subprocess.run(
+            [str(build_dir / "src/webhook/egpu-webhook"), "--kubeconfig",
+             kube_api.component_kubeconfig("egpu-webhook"), "--listen", "127.0.0.1", "--port",
+             "0", "--health-listen", "127.0.0.1", "--health-port", "0",
+             "--tls-cert", str(tmp_path / "tls" / "tls.crt"),
+             "--tls-key", str(tmp_path / "tls" / "tls.key"),
+             "--self-signed", "--self-signed-namespace", NS],
+            capture_output=True, text=True, timeout=60)
+    finally:
+        for path in CFG_PATH.values():
+            kube_api.call("DELETE", path)
+    assert p.returncode != 0, p.stderr
+    assert f"start failed: GET {SECRET_PATH}: 403 Forbidden" in p.stderr, p.stderr
+    assert 'User "system:serviceaccount:elastic-gpu-system:egpu-webhook" cannot get resource ' \
+        '"secrets"' in p.stderr, p.stderr
+    assert "serving addr=" not in p.stderr, p.stderr
+    assert kube_api.call("GET", SECRET_PATH)[0] == 404
