@@ -13,7 +13,13 @@ The agent reads its cards from the mock NVML (tests/mock) through the same
 state file the process under the interposer later uses, so the GPU objects
 it publishes, the card the controller reserves, the UUID the scheduler
 assigns and the card the interposer limits are one card. node-b has room
-too: the pod must still go where its claim is."""
+too: the pod must still go where its claim is.
+
+On the real control plane (kube_api: deploy/'s CRDs and RBAC), each component with its
+ServiceAccount's token (egpu-controller, egpu-webhook, egpu-scheduler, egpu-agent), so
+each call it makes is one its Role grants. The `kube` control plane has no webhook
+configuration: the test sends the AdmissionReview itself and applies the patch the
+webhook answers, as the API server would."""
 import base64
 import contextlib
 import json
@@ -29,12 +35,19 @@ import pytest
 from test_agent import RES, Agent, agent_bin, card_set, mounts, vcuda_conf_of  # noqa: F401
 from test_agent import FakeKubelet
 from test_controller import G, claim, ctl, egpu, mkclass, mkclaim, wait, wait_phase  # noqa: F401
-from test_scheduler import api, sched  # noqa: F401
+from test_scheduler import sched  # noqa: F401
 from test_vcuda import CTX_MIB, MIB, OOM, Probe, card_share, log_lines, paths  # noqa: F401
 from test_webhook import UID, Webhook, cert, need  # noqa: F401
 
 
 KERNEL_NS = "k=1000000"  # each launch: one 1 ms block of kernel "k"
+
+
+@pytest.fixture
+def api(kube_api):
+    """The real control plane (conftest.py's kube_api), for this module's test and the
+    components it starts (ctl, sched)."""
+    return kube_api
 
 
 def review(obj, op="CREATE"):
@@ -72,7 +85,7 @@ def mock_node(api, agent_bin, paths, name, labels, cards=None):  # noqa: F811
     kubelet = FakeKubelet(os.path.join(base, "device-plugins")).start()
     agent = None
     try:
-        agent = Agent(agent_bin, base, api=api.kubeconfig, env=env,
+        agent = Agent(agent_bin, base, api=api.component_kubeconfig("egpu-agent"), env=env,
                       gpus=("--nvml-library", str(paths["mock"] / "libnvidia-ml.so.1")),
                       extra=("--node-name", name))  # the last --node-name wins
         kubelet.wait_for_devices(RES, lambda d: len(d) == 200, timeout=15)
@@ -101,6 +114,12 @@ def node_a(build_dir, api, agent_bin, paths):  # noqa: F811
 
 
 def test_claim_to_interposer(api, ctl, sched, node_a, cert, build_dir, tmp_path, paths):  # noqa: F811
+    """A claim bound by egpu-controller to a slice of a node-a card; a pod naming it
+    admitted by egpu-webhook (its requests set to the claim's); egpu-scheduler binds it to
+    that node and card though node-b has room, and the controller lists the container on
+    the card; the agent, through the fake kubelet, hands it that card's vcuda.conf; and a
+    process under the interposer over the mock driver holds the claim's memory and no
+    more, and about the claim's 30% of the card."""
     need("curl")
     # node-b: as much room, no claim there.
     api.node("node-b")
@@ -119,7 +138,7 @@ def test_claim_to_interposer(api, ctl, sched, node_a, cert, build_dir, tmp_path,
 
     # 2. The pod names the claim and asks nothing itself: the webhook fills
     # its container's requests from the claim, as the API server would apply.
-    w = Webhook(build_dir, api.kubeconfig, cert, tmp_path)
+    w = Webhook(build_dir, api.component_kubeconfig("egpu-webhook"), cert, tmp_path)
     try:
         w.wait_ready()
         pod = {"apiVersion": "v1", "kind": "Pod",

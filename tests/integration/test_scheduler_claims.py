@@ -1,5 +1,6 @@
-"""egpu-scheduler and pods that use claims (issue 12), against the test API
-server, driven as kube-scheduler drives an extender: filter over every node,
+"""egpu-scheduler and pods that use claims (issue 12), against the real
+control plane (kube_api; egpu-scheduler with its ServiceAccount's token),
+driven as kube-scheduler drives an extender: filter over every node,
 prioritize over those that passed, bind to the best.
 
 A pod whose container uses a bound claim (egpuc.elasticgpu.io/<container>,
@@ -15,7 +16,16 @@ import json
 import re
 import time
 
-from test_scheduler import api, cluster, sched  # noqa: F401 (fixtures)
+import pytest
+
+from test_scheduler import cluster, sched  # noqa: F401 (fixtures)
+
+
+@pytest.fixture
+def api(kube_api):
+    """The real control plane (conftest.py's kube_api): every test here; sched starts
+    egpu-scheduler with its ServiceAccount's token."""
+    return kube_api
 
 G = "/apis/elasticgpu.io/v1alpha1"
 V = "elasticgpu.io/v1alpha1"
@@ -155,6 +165,10 @@ def assigned(api, name):
 
 
 def test_bound_claim_goes_exactly_into_its_elasticgpu(api, sched):
+    """A pod of a bound claim goes to its ElasticGPU's node and card, though the other
+    node is empty, and is counted inside it (the node holds 50%, not 100%); other pods
+    fill the node but never the reserved half; a second pod of the claim is refused
+    naming the first, and takes the same slice once the first is deleted."""
     cluster(api, nodes=NODES, gpus=2)
     mkclass(api, "share", "Immediate")
     cl = mkclaim(api, "train", 50, 8192, "share")
@@ -201,7 +215,8 @@ def test_bound_claim_goes_exactly_into_its_elasticgpu(api, sched):
     assert failed["gpu-2"] == ("claim train is in use by pod default/trainer on node gpu-2; "
                                "a claim serves one running pod at a time")
     # The first finishes: the second goes into the same slice.
-    st, _ = api.call("DELETE", "/api/v1/namespaces/default/pods/trainer")
+    st, _ = api.call("DELETE", "/api/v1/namespaces/default/pods/trainer",
+                     {"gracePeriodSeconds": 0})  # no kubelet here to finish a graceful one
     assert st == 200
     s.wait_until(lambda: schedule(s, second)[0] == "gpu-2")
     assert assigned(api, "trainer-2")[1]["containers"][0]["gpus"] == ["GPU-gpu-2-1"]
@@ -210,6 +225,9 @@ def test_bound_claim_goes_exactly_into_its_elasticgpu(api, sched):
 
 
 def test_wait_for_first_consumer_claim_is_placed_and_annotated(api, sched):
+    """An Immediate claim not bound yet is refused until it is; a WaitForFirstConsumer
+    claim's pod goes to a node its class's nodeSelector allows, the claim is annotated
+    with that node and card, and the ElasticGPU provisioned there takes the pod inside."""
     node(api, "gpu-1", "cpu")
     node(api, "gpu-2", "gpu")
     for n in NODES:
