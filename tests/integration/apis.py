@@ -196,24 +196,31 @@ class RealApi(Api):
         kube-system, the default ServiceAccounts and their namespaces, system PriorityClasses,
         deploy/'s contract). Finalizers are removed first, pods are deleted with
         gracePeriodSeconds 0 (no kubelet is there to finish a graceful deletion), and each
-        kind is waited for until its list is empty."""
+        kind is waited for until its list is empty. What appears meanwhile is deleted too:
+        kube-controller-manager's node controller posts its RemovingNode event about a
+        deleted node seconds after the deletion."""
         for path, namespaced in _RESET:
-            for obj in self._leftovers(path):
-                if not self._resettable(path, obj, namespaced):
-                    continue
-                meta = obj["metadata"]
-                ns = meta.get("namespace")
-                item = self._item(path, ns, meta["name"])
-                if meta.get("finalizers"):
-                    self.cluster.call("PATCH", item, {"metadata": {"finalizers": None}},
-                                      "application/merge-patch+json")
-                self.cluster.call("DELETE", item, {"apiVersion": "v1", "kind": "DeleteOptions",
-                                                   "gracePeriodSeconds": 0})
+            self._delete_all(path, namespaced)
         deadline = time.monotonic() + 30
         for path, namespaced in _RESET:
-            while [o for o in self._leftovers(path) if self._resettable(path, o, namespaced)]:
+            while self._delete_all(path, namespaced):
                 assert time.monotonic() < deadline, f"reset: {path} not empty after 30 s"
                 time.sleep(0.1)
+
+    def _delete_all(self, path, namespaced):
+        """Delete what path lists that reset() empties; whether there was any."""
+        left = [o for o in self._leftovers(path) if self._resettable(path, o, namespaced)]
+        for obj in left:
+            meta = obj["metadata"]
+            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                continue  # going already
+            item = self._item(path, meta.get("namespace"), meta["name"])
+            if meta.get("finalizers"):
+                self.cluster.call("PATCH", item, {"metadata": {"finalizers": None}},
+                                  "application/merge-patch+json")
+            self.cluster.call("DELETE", item, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                               "gracePeriodSeconds": 0})
+        return bool(left)
 
     def _resettable(self, path, obj, namespaced):
         meta = obj["metadata"]

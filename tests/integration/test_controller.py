@@ -1,5 +1,10 @@
-"""egpu-controller against the test API server (tests/apiserver/server.py),
-which keeps finalizers and deletionTimestamp as the real one does.
+"""egpu-controller against the real control plane (conftest.py's kube_api:
+kube-apiserver, etcd and kube-controller-manager, deploy/'s CRDs and RBAC), running
+with the token of its ServiceAccount egpu-controller, so every request it makes is
+one deploy/controller/rbac.yaml grants. Tests that need a fault the real API server
+cannot be made to show (a write refused with a 500 until the controller is killed, a
+pod list that fails while the watches are cut) take the test API server (fault_api,
+tests/apiserver/server.py) and say so.
 
 - Immediate classes provision an ElasticGPU named egpu-<claim uid> on a card
   the placement core chose, bind it (claimRef first, then the claim's
@@ -35,7 +40,13 @@ import urllib.request
 
 import pytest
 
-from test_scheduler import api  # noqa: F401 (the test API server fixture)
+
+@pytest.fixture
+def api(kube_api):
+    """The real control plane (conftest.py's kube_api), emptied before each test; its audit
+    log read from here on (posts_of_egpus)."""
+    kube_api.audit_start = kube_api.cluster.audit_log.stat().st_size
+    return kube_api
 
 G = "/apis/elasticgpu.io/v1alpha1"
 V = "elasticgpu.io/v1alpha1"
@@ -50,7 +61,7 @@ class Controller:
             pytest.fail(f"{exe} not built: run `make build` first")
         self.log = tmp_path / f"{name}.log"
         self.proc = subprocess.Popen(
-            [str(exe), "--kubeconfig", api.kubeconfig, "--listen", "127.0.0.1", "--port", "0",
+            [str(exe), "--kubeconfig", api.component_kubeconfig("egpu-controller"), "--listen", "127.0.0.1", "--port", "0",
              "--resync-seconds", "1", *extra],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
         deadline = time.time() + 15
@@ -86,7 +97,12 @@ class Controller:
 
 
 @pytest.fixture
-def ctl(build_dir, api, tmp_path):  # noqa: F811
+def ctl(build_dir, request, tmp_path):
+    """start(name, extra): an egpu-controller against the test's API server, with its
+    ServiceAccount's token (component_kubeconfig): fault_api when the test asks for it (a
+    test that needs a fault), else the module's `api` fixture. Killed at the end."""
+    api = request.getfixturevalue("fault_api" if "fault_api" in request.fixturenames
+                                  else "api")
     started = []
 
     def start(name="c1", extra=("--leader-elect", "false")):
@@ -98,7 +114,7 @@ def ctl(build_dir, api, tmp_path):  # noqa: F811
         c.stop(signal.SIGKILL)
 
 
-def wait(pred, what, timeout=15):
+def wait(pred, what, timeout=30):
     deadline = time.time() + timeout
     while time.time() < deadline:
         v = pred()
@@ -199,7 +215,7 @@ def reasons(api, name, ns="default", want=()):
     return get()
 
 
-def wait_phase(api, get, name, want, timeout=15):
+def wait_phase(api, get, name, want, timeout=30):
     return wait(lambda: (o := get(api, name)) and phase(o) == want and o,
                 f"{name} {want}: now {phase(get(api, name))}", timeout)
 
@@ -210,12 +226,40 @@ def delete_claim(api, name, ns="default"):
 
 
 def posts_of_egpus(api):
-    """The ElasticGPU creations the API server accepted (201). A POST answered 409 made
-    nothing: the controller sends one when an ElasticGPU it made before a crash is not in its
-    cache yet, and takes the stored one (claim.c)."""
+    """The ElasticGPU creations the API server accepted (201) since the test began. A POST
+    answered 409 made nothing: the controller sends one when an ElasticGPU it made before a
+    crash is not in its cache yet, and takes the stored one (claim.c). On the real control
+    plane, from its audit log (from where the `api` fixture found it); on the test API
+    server, from its request log."""
+    if api.real:
+        return [e for e in audit_since(api) if e.get("verb") == "create"
+                and (e.get("objectRef") or {}).get("apiGroup") == "elasticgpu.io"
+                and e["objectRef"].get("resource") == "elasticgpus"
+                and not e["objectRef"].get("subresource")
+                and (e.get("responseStatus") or {}).get("code") == 201]
     _, reqs = api.control("requests", method="GET")
     return [r for r in reqs if r["method"] == "POST" and r["path"] == f"{G}/elasticgpus"
             and r.get("code") == 201]
+
+
+def audit_since(api):
+    """The real control plane's audit events (ResponseComplete) since api was made (the
+    kube_api fixture makes one per test, after emptying the cluster)."""
+    log = api.cluster.audit_log
+    start = getattr(api, "audit_start", None)
+    if start is None:
+        raise AssertionError("audit_since: api.audit_start not set (the `api` fixture sets it)")
+    out = []
+    with open(log, "rb") as f:
+        f.seek(start)
+        for line in f.read().splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("stage") == "ResponseComplete":
+                out.append(ev)
+    return out
 
 
 def test_immediate_provision_bind_then_delete(api, ctl):
@@ -347,11 +391,16 @@ def test_finalizer_holds_claim_while_pod_runs(api, ctl):
     wait(lambda: egpu(api, name) is None, "ElasticGPU deleted")
 
 
-def test_finalizer_asks_the_api_server_before_letting_go(api, ctl):
-    # The controller's pod watch lags (here: cut, and every new pod watch or
-    # cluster-wide list fails): a pod created just before the claim's
-    # deletion is not in its cache. It must ask the API server before it
-    # removes the finalizer, or the claim is deleted under that pod.
+def test_finalizer_asks_the_api_server_before_letting_go(fault_api, ctl):
+    """The controller's pod watch lags (here: cut, and every new pod watch or
+    cluster-wide list fails): a pod created just before the claim's
+    deletion is not in its cache. It must ask the API server before it
+    removes the finalizer, or the claim is deleted under that pod.
+
+    On the test API server (fault_api): it needs two faults the real one cannot
+    be made to show, every watch dropped and the cluster-wide pod list answering
+    500 while a namespace's list still works."""
+    api = fault_api
     cluster(api, nodes=("n1",))
     mkclass(api, "share")
     ctl()
@@ -406,11 +455,15 @@ def test_lost_and_failed(api, ctl):
 
 
 @pytest.mark.parametrize("refused", ["claim-status", "egpu-status"])
-def test_restart_between_steps(api, ctl, refused):
+def test_restart_between_steps(fault_api, ctl, refused):
     """The API server refuses the binding's next write (claim status, or the
     ElasticGPU's phase right after its creation); the controller is killed
     with the binding half done, restarted, and finishes it with the
-    ElasticGPU it created: nothing lost, nothing done twice."""
+    ElasticGPU it created: nothing lost, nothing done twice.
+
+    On the test API server (fault_api): it needs a fault the real one cannot be
+    made to show, one kind of write answered 500 while every other one works."""
+    api = fault_api
     cluster(api, nodes=("n1",))
     mkclass(api, "share")
     path = (r"/elasticgpuclaims/c/status$" if refused == "claim-status"
@@ -457,13 +510,24 @@ def tflops_bound(api, name, gpus, model, pct):
     return e
 
 
-@pytest.mark.parametrize("restart", [False, True])
-def test_tflops_claim_provisioned_records_card_and_percent(api, ctl, restart):
+def test_tflops_claim_provisioned_records_card_and_percent(api, ctl):
     """A provisioned ElasticGPU of a gpu-tflops claim is Pending until its
     binding writes Bound: that write gives status.gpuName, model and
-    corePercent, and the claim's capacity is that percent. With restart the
-    API server refuses the Bound write, the controller is killed with the
-    ElasticGPU Pending, and the next one finishes the binding the same way."""
+    corePercent, and the claim's capacity is that percent."""
+    tflops_provisioned(api, ctl, restart=False)
+
+
+def test_tflops_claim_provisioned_after_a_restart(fault_api, ctl):
+    """As test_tflops_claim_provisioned_records_card_and_percent, but the API
+    server refuses the Bound write, the controller is killed with the
+    ElasticGPU Pending, and the next one finishes the binding the same way.
+
+    On the test API server (fault_api): it needs a fault the real one cannot be
+    made to show, the ElasticGPU's status writes answered 500."""
+    tflops_provisioned(fault_api, ctl, restart=True)
+
+
+def tflops_provisioned(api, ctl, restart):
     tflops_cluster(api)
     if restart:
         st, _ = api.control("fault", {"method": "PUT", "path": r"/elasticgpus/egpu-[^/]+/status$",
@@ -509,12 +573,20 @@ def test_tflops_claim_on_a_hand_made_elasticgpu(api, ctl):
 
 
 def test_only_the_leader_reconciles(api, ctl):
+    """Two controllers with the same ServiceAccount: only the holder of the Lease
+    elastic-gpu-controller (the only one its Role lets it read and renew) in its
+    namespace reconciles and posts events; killing it hands the Lease and the work
+    over to the other."""
     cluster(api, nodes=("n1",))
     mkclass(api, "share")
     lease = ("--leader-elect", "true", "--lease-duration", "3", "--renew-deadline", "2",
-             "--retry-period", "1", "--lease-name", "egpu-ctl-test")
+             "--retry-period", "1")
     a = ctl("a", lease)
     wait(lambda: a.metric("egpu_controller_leader") == 1, "a leads")
+    ident = re.search(r"started leading identity=(\S+)", a.log.read_text()).group(1)
+    holder = lambda: api.call("GET", "/apis/coordination.k8s.io/v1/namespaces/"  # noqa: E731
+                              "elastic-gpu-system/leases/elastic-gpu-controller")[1]
+    assert holder()["spec"]["holderIdentity"] == ident
     b = ctl("b", lease)
     mkclaim(api, "x", core=10)
     wait_phase(api, claim, "x", "Bound")
@@ -524,7 +596,8 @@ def test_only_the_leader_reconciles(api, ctl):
     wait(lambda: "event kind=ElasticGPUClaim object=default/x reason=Bound" in a.log.read_text(),
          "a's event")
     a.stop(signal.SIGKILL)
-    wait(lambda: b.metric("egpu_controller_leader") == 1, "b takes over", timeout=15)
+    wait(lambda: b.metric("egpu_controller_leader") == 1, "b takes over", timeout=30)
+    assert holder()["spec"]["holderIdentity"] != ident
     mkclaim(api, "y", core=10)
     wait_phase(api, claim, "y", "Bound")
     wait(lambda: "event kind=ElasticGPUClaim object=default/y reason=Bound" in b.log.read_text(),
@@ -642,10 +715,14 @@ def test_wait_for_first_consumer_refuses_a_bad_selection(api, ctl):
         "gpuName": "n1-gpu1"}
 
 
-def test_wait_for_first_consumer_restart_between_selection_and_binding(api, ctl):
+def test_wait_for_first_consumer_restart_between_selection_and_binding(fault_api, ctl):
     """The controller is SIGKILLed after it created the ElasticGPU for a
     selection and before the binding's writes went through (the API server
-    refuses them); restarted, it binds that ElasticGPU: one, created once."""
+    refuses them); restarted, it binds that ElasticGPU: one, created once.
+
+    On the test API server (fault_api): it needs a fault the real one cannot be
+    made to show, the ElasticGPU's writes answered 500 while its creation works."""
+    api = fault_api
     cluster(api, nodes=("n1",))
     mkclass(api, "late", mode="WaitForFirstConsumer")
     st, _ = api.control("fault", {"method": "PUT", "path": r"/elasticgpus/egpu-[^/]+(/status)?$",
@@ -764,7 +841,9 @@ def test_selection_wins_over_an_available_elasticgpu_elsewhere(api, ctl):
 
 
 def mkheld_pod(api, name, node, uuids, core=100, mem=40960, ns="default", claims=None):
-    """A pod the scheduler bound: spec.nodeName and elasticgpu.io/assigned."""
+    """A pod the scheduler bound: spec.nodeName and elasticgpu.io/assigned, Running (its
+    status written through .../status, as a kubelet does: a real API server drops the
+    status of a pod it creates)."""
     ann = {"elasticgpu.io/assigned": json.dumps({
         "node": node, "containers": [{"name": "main", "core": core, "memory": mem,
                                       "gpus": list(uuids)}]})}
@@ -776,6 +855,10 @@ def mkheld_pod(api, name, node, uuids, core=100, mem=40960, ns="default", claims
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
         "status": {"phase": "Running"}})
     assert st == 201, pod
+    if phase(pod) != "Running":
+        pod["status"] = {"phase": "Running"}
+        st, pod = api.call("PUT", f"/api/v1/namespaces/{ns}/pods/{name}/status", pod)
+        assert st == 200, pod
     return pod
 
 
