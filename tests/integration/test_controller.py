@@ -263,6 +263,11 @@ def audit_since(api):
 
 
 def test_immediate_provision_bind_then_delete(api, ctl):
+    """An Immediate claim gets an ElasticGPU egpu-<claim uid> provisioned on one of
+    the cards and bound both ways (claimRef, then the claim's status, finalizer and
+    condition), with its events and metrics; a second claim binpacks onto the same
+    card; deleting a claim no pod uses releases and deletes its ElasticGPU
+    (reclaimPolicy Delete). Two ElasticGPUs created, each once."""
     cluster(api)
     mkclass(api, "share")
     c = ctl()
@@ -303,6 +308,10 @@ def test_immediate_provision_bind_then_delete(api, ctl):
 
 
 def test_retain_keeps_released_and_whole_cards(api, ctl):
+    """The physical provisioner gives a 200% claim two whole cards of one node; a
+    claim for more cards than are left fails with a condition naming the lack; under
+    reclaimPolicy Retain the deleted claim's ElasticGPU stays Released and keeps its
+    cards."""
     cluster(api, nodes=("n1",), gpus=2)
     mkclass(api, "whole", provisioner=PHYS, reclaim="Retain")
     ctl()
@@ -326,6 +335,8 @@ def test_retain_keeps_released_and_whole_cards(api, ctl):
 
 
 def test_wait_for_first_consumer_stays_pending(api, ctl):
+    """A WaitForFirstConsumer claim no scheduler has placed stays Pending, with a
+    condition and an event saying why, and nothing is provisioned."""
     cluster(api)
     mkclass(api, "late", mode="WaitForFirstConsumer")
     ctl()
@@ -340,6 +351,10 @@ def test_wait_for_first_consumer_stays_pending(api, ctl):
 
 
 def test_named_and_best_fit_binding(api, ctl):
+    """A claim without a class takes the default class and binds the smallest
+    Available ElasticGPU that holds it; a claim naming one binds that one; naming a
+    missing or a taken one leaves the claim Pending with the reason. Nothing is
+    provisioned."""
     cluster(api, nodes=("n1",))
     mkclass(api, "share", default=True)
     mkegpu(api, "small", 20)
@@ -366,6 +381,9 @@ def test_named_and_best_fit_binding(api, ctl):
 
 
 def test_finalizer_holds_claim_while_pod_runs(api, ctl):
+    """The protection finalizer holds a deleted claim while a pod of its namespace
+    that has not finished names it (the ElasticGPU stays Bound); the pod's
+    Succeeded lets the claim go and its ElasticGPU be reclaimed."""
     cluster(api, nodes=("n1",))
     mkclass(api, "share")
     ctl()
@@ -426,6 +444,10 @@ def test_finalizer_asks_the_api_server_before_letting_go(fault_api, ctl):
 
 
 def test_lost_and_failed(api, ctl):
+    """A Bound claim whose ElasticGPU is deleted by hand becomes Lost (condition,
+    event); an ElasticGPU whose node has neither a Node nor GPU objects becomes
+    Failed (NodeLost), not before the Node goes, and Available again when the node
+    comes back."""
     cluster(api, nodes=("n1", "n2"), gpus=1)
     mkclass(api, "share", reclaim="Retain")
     mkegpu(api, "on-n2", 50, node="n2", gpu="n2-gpu0", reclaim="Retain")
@@ -621,6 +643,9 @@ def annotations(obj):
 
 
 def test_wait_for_first_consumer_provisions_where_selected(api, ctl):
+    """A WaitForFirstConsumer claim is provisioned exactly on the node and cards the
+    scheduler's selected-node and selected-gpus annotations name (a share on one
+    card, or whole cards for the physical provisioner), and bound."""
     cluster(api)
     mkclass(api, "late", mode="WaitForFirstConsumer")
     mkclass(api, "late-whole", provisioner=PHYS, mode="WaitForFirstConsumer")
@@ -656,6 +681,10 @@ def test_wait_for_first_consumer_provisions_where_selected(api, ctl):
 
 
 def test_wait_for_first_consumer_refuses_a_bad_selection(api, ctl):
+    """A selection the class forbids (a node its nodeSelector excludes, a card of
+    such a node or one that does not exist, more cards than the claim asks) or a
+    card without room is refused: a SelectionRejected condition and event, the
+    annotations removed, nothing provisioned; the next good selection binds."""
     cluster(api, nodes=("n1",), gpus=2)
     api.node("n2")
     st, node = api.call("GET", "/api/v1/nodes/n2")
@@ -749,6 +778,9 @@ def test_wait_for_first_consumer_restart_between_selection_and_binding(fault_api
 
 
 def test_retained_elasticgpu_freed_by_an_administrator_binds_again(api, ctl):
+    """A Released ElasticGPU under Retain holds its card; once an administrator
+    clears its spec.claimRef it is Available and the claim waiting for room binds
+    to it instead of a new one being provisioned."""
     cluster(api, nodes=("n1",), gpus=1)
     mkclass(api, "keep", reclaim="Retain")
     ctl()
@@ -764,9 +796,14 @@ def test_retained_elasticgpu_freed_by_an_administrator_binds_again(api, ctl):
          "ProvisioningFailed")
     # The administrator clears spec.claimRef: Available, and the waiting
     # claim binds to it instead of a new one being made.
-    del e["spec"]["claimRef"]
-    st, out = api.call("PUT", f"{G}/elasticgpus/{name}", e)
-    assert st == 200, out
+    def free():
+        e = egpu(api, name)
+        del e["spec"]["claimRef"]
+        st, out = api.call("PUT", f"{G}/elasticgpus/{name}", e)
+        assert st in (200, 409), out  # 409: the controller wrote it since the GET
+        return st == 200
+    assert phase(e) == "Released"
+    wait(free, "the administrator's PUT")
     cl = wait_phase(api, claim, "second", "Bound")
     assert cl["status"]["elasticGPUName"] == name
     e = egpu(api, name)
@@ -816,6 +853,10 @@ def test_kept_inventory_follows_every_change(api, ctl):
 
 
 def test_selection_wins_over_an_available_elasticgpu_elsewhere(api, ctl):
+    """A WaitForFirstConsumer claim whose first pod is placed on n2 gets an
+    ElasticGPU provisioned there, not the class's Available one on n1 (the pod and
+    its GPU would be on two nodes); without a selection it binds the Available
+    one at once."""
     # The claim's first pod is placed on n2: an Available ElasticGPU of the
     # class on n1 would leave the pod and its GPU on two nodes.
     cluster(api)
