@@ -1,10 +1,11 @@
 """egpu-controller against the real control plane (conftest.py's kube_api:
 kube-apiserver, etcd and kube-controller-manager, deploy/'s CRDs and RBAC), running
 with the token of its ServiceAccount egpu-controller, so every request it makes is
-one deploy/controller/rbac.yaml grants. Tests that need a fault the real API server
-cannot be made to show (a write refused with a 500 until the controller is killed, a
-pod list that fails while the watches are cut) take the test API server (fault_api,
-tests/apiserver/server.py) and say so.
+one deploy/controller/rbac.yaml grants. A refused write is made there by taking the
+right away from that ClusterRole for the while (403). The one test that needs faults
+the real API server cannot be made to show (a cluster-wide pod list that fails while
+the watches are cut) takes the test API server (fault_api, tests/apiserver/server.py)
+and says so.
 
 - Immediate classes provision an ElasticGPU named egpu-<claim uid> on a card
   the placement core chose, bind it (claimRef first, then the claim's
@@ -26,8 +27,9 @@ tests/apiserver/server.py) and say so.
 - A Bound claim whose ElasticGPU is deleted by hand becomes Lost; an
   ElasticGPU whose node left (no Node, no GPU objects) becomes Failed.
 - Restart safety: the controller is SIGKILLed with a binding half done (the
-  API server refusing the next write), restarted, and finishes it: one
-  ElasticGPU, created once.
+  API server refusing the next write: 403, the right taken away from its
+  ClusterRole for the while), restarted, and finishes it: one ElasticGPU,
+  created once.
 - Two controllers: only the Lease holder reconciles; killing it hands over.
 """
 import json
@@ -223,6 +225,79 @@ def wait_phase(api, get, name, want, timeout=30):
 def delete_claim(api, name, ns="default"):
     st, out = api.call("DELETE", f"{G}/namespaces/{ns}/elasticgpuclaims/{name}")
     assert st == 200, out
+
+
+CONTROLLER_ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/elastic-gpu-controller"
+CONTROLLER_SA = ("system:serviceaccount:elastic-gpu-system:egpu-controller",
+                 ["system:serviceaccounts", "system:serviceaccounts:elastic-gpu-system",
+                  "system:authenticated"])
+
+
+def may(api, resource, verb):
+    """Whether egpu-controller's ServiceAccount may verb resource ("elasticgpus/status")
+    of elasticgpu.io now, by a SubjectAccessReview (the API server's own authorizer)."""
+    res, _, sub = resource.partition("/")
+    st, out = api.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": CONTROLLER_SA[0], "groups": CONTROLLER_SA[1],
+                 "resourceAttributes": {"group": "elasticgpu.io", "resource": res,
+                                        "subresource": sub, "verb": verb, "name": "x",
+                                        "namespace": "default"}}})
+    assert st == 201, out
+    return bool(out["status"].get("allowed"))
+
+
+@pytest.fixture
+def revoke(api):
+    """revoke((resource, verb), ...): takes those rights away from egpu-controller's
+    ClusterRole (deploy/controller/rbac.yaml) on the real control plane, until the API
+    server's authorizer refuses them (403), so a write of the controller is refused as
+    any real API server refuses it after a bad RBAC change; revoke.restore() gives them
+    back (so does the end of the test)."""
+    saved = []
+
+    def put_rules(rules):
+        def put():
+            st, role = api.call("GET", CONTROLLER_ROLE)
+            assert st == 200, role
+            role["rules"] = rules
+            st, out = api.call("PUT", CONTROLLER_ROLE, role)
+            assert st in (200, 409), out
+            return st == 200
+        wait(put, "the ClusterRole written")
+
+    def take(*rights):
+        st, role = api.call("GET", CONTROLLER_ROLE)
+        assert st == 200, role
+        assert not saved, "revoke once per test"
+        saved.append((role["rules"], rights))
+        rules = []
+        for rule in role["rules"]:
+            for res in rule["resources"]:
+                verbs = [v for v in rule["verbs"] if (res, v) not in rights]
+                if verbs:
+                    rules.append({**rule, "resources": [res], "verbs": verbs})
+        put_rules(rules)
+        wait(lambda: not any(may(api, r, v) for r, v in rights), f"{rights} refused")
+
+    def restore():
+        if saved:
+            rules, rights = saved.pop()
+            put_rules(rules)
+            wait(lambda: all(may(api, r, v) for r, v in rights), f"{rights} allowed again")
+    take.restore = restore
+    yield take
+    restore()
+
+
+def refused_writes(api, resource):
+    """The controller's writes of resource ("elasticgpus/status") the real API server
+    answered 403 since the test began (its audit log)."""
+    res, _, sub = resource.partition("/")
+    return [e for e in audit_since(api) if e["user"]["username"] == CONTROLLER_SA[0]
+            and (e.get("responseStatus") or {}).get("code") == 403
+            and (e.get("objectRef") or {}).get("resource") == res
+            and (e["objectRef"].get("subresource") or "") == sub]
 
 
 def posts_of_egpus(api):
@@ -477,31 +552,27 @@ def test_lost_and_failed(api, ctl):
 
 
 @pytest.mark.parametrize("refused", ["claim-status", "egpu-status"])
-def test_restart_between_steps(fault_api, ctl, refused):
+def test_restart_between_steps(api, ctl, revoke, refused):
     """The API server refuses the binding's next write (claim status, or the
-    ElasticGPU's phase right after its creation); the controller is killed
-    with the binding half done, restarted, and finishes it with the
-    ElasticGPU it created: nothing lost, nothing done twice.
-
-    On the test API server (fault_api): it needs a fault the real one cannot be
-    made to show, one kind of write answered 500 while every other one works."""
-    api = fault_api
+    ElasticGPU's phase right after its creation: 403, the right taken away from
+    the controller's ClusterRole); the controller is killed with the binding
+    half done, restarted with the right given back, and finishes it with the
+    ElasticGPU it created: nothing lost, nothing done twice."""
     cluster(api, nodes=("n1",))
     mkclass(api, "share")
-    path = (r"/elasticgpuclaims/c/status$" if refused == "claim-status"
-            else r"/elasticgpus/egpu-[^/]+/status$")
-    st, _ = api.control("fault", {"method": "PUT", "path": path, "code": 500, "count": -1})
-    assert st == 200
+    right = ("elasticgpuclaims/status" if refused == "claim-status" else "elasticgpus/status",
+             "update")
+    revoke(right)
     c = ctl()
     uid = mkclaim(api, "c", core=40, mem=1024)["metadata"]["uid"]
     name = f"egpu-{uid}"
     e = wait(lambda: egpu(api, name), "ElasticGPU created")
     if refused == "claim-status":
         wait_phase(api, egpu, name, "Bound")
-    time.sleep(1)  # a few refused retries
+    wait(lambda: len(refused_writes(api, right[0])) >= 2, "a few refused retries")
     c.stop(signal.SIGKILL)
     assert phase(claim(api, "c")) in (None, "Pending")
-    api.control("fault", None, "DELETE")
+    revoke.restore()
     ctl("c2")
     cl = wait_phase(api, claim, "c", "Bound")
     assert cl["status"]["elasticGPUName"] == name
@@ -532,38 +603,27 @@ def tflops_bound(api, name, gpus, model, pct):
     return e
 
 
-def test_tflops_claim_provisioned_records_card_and_percent(api, ctl):
+@pytest.mark.parametrize("restart", [False, True])
+def test_tflops_claim_provisioned_records_card_and_percent(api, ctl, revoke, restart):
     """A provisioned ElasticGPU of a gpu-tflops claim is Pending until its
     binding writes Bound: that write gives status.gpuName, model and
-    corePercent, and the claim's capacity is that percent."""
-    tflops_provisioned(api, ctl, restart=False)
-
-
-def test_tflops_claim_provisioned_after_a_restart(fault_api, ctl):
-    """As test_tflops_claim_provisioned_records_card_and_percent, but the API
-    server refuses the Bound write, the controller is killed with the
-    ElasticGPU Pending, and the next one finishes the binding the same way.
-
-    On the test API server (fault_api): it needs a fault the real one cannot be
-    made to show, the ElasticGPU's status writes answered 500."""
-    tflops_provisioned(fault_api, ctl, restart=True)
-
-
-def tflops_provisioned(api, ctl, restart):
+    corePercent, and the claim's capacity is that percent. With restart the
+    API server refuses the Bound write (403: the right taken away from the
+    controller's ClusterRole), the controller is killed with the ElasticGPU
+    Pending, and the next one, the right given back, finishes the binding the
+    same way."""
     tflops_cluster(api)
     if restart:
-        st, _ = api.control("fault", {"method": "PUT", "path": r"/elasticgpus/egpu-[^/]+/status$",
-                                      "code": 500, "count": -1})
-        assert st == 200
+        revoke(("elasticgpus/status", "update"))
     c = ctl()
     uid = mkclaim(api, "v", tflops=100, cls="fast")["metadata"]["uid"]
     if restart:
         e = wait(lambda: egpu(api, f"egpu-{uid}"), "ElasticGPU created")
         assert phase(e) in (None, "Pending")
-        time.sleep(1)  # a few refused retries
+        wait(lambda: len(refused_writes(api, "elasticgpus/status")) >= 2, "refused retries")
         c.stop(signal.SIGKILL)
         assert phase(claim(api, "v")) in (None, "Pending")
-        api.control("fault", None, "DELETE")
+        revoke.restore()
         ctl("c2")
     # 100 of a 125 V100 is 80% (the model needing the most percent first).
     e = tflops_bound(api, "v", {"n1-gpu0", "n1-gpu1"}, "V100", 80)
@@ -744,29 +804,26 @@ def test_wait_for_first_consumer_refuses_a_bad_selection(api, ctl):
         "gpuName": "n1-gpu1"}
 
 
-def test_wait_for_first_consumer_restart_between_selection_and_binding(fault_api, ctl):
+def test_wait_for_first_consumer_restart_between_selection_and_binding(api, ctl, revoke):
     """The controller is SIGKILLed after it created the ElasticGPU for a
     selection and before the binding's writes went through (the API server
-    refuses them); restarted, it binds that ElasticGPU: one, created once.
-
-    On the test API server (fault_api): it needs a fault the real one cannot be
-    made to show, the ElasticGPU's writes answered 500 while its creation works."""
-    api = fault_api
+    refuses them: 403, the update of ElasticGPUs and of their status taken
+    away from its ClusterRole); restarted, the rights given back, it binds
+    that ElasticGPU: one, created once."""
     cluster(api, nodes=("n1",))
     mkclass(api, "late", mode="WaitForFirstConsumer")
-    st, _ = api.control("fault", {"method": "PUT", "path": r"/elasticgpus/egpu-[^/]+(/status)?$",
-                                  "code": 500, "count": -1})
-    assert st == 200
+    revoke(("elasticgpus", "update"), ("elasticgpus/status", "update"))
     c = ctl()
     uid = mkclaim(api, "c", core=40, cls="late")["metadata"]["uid"]
     name = f"egpu-{uid}"
     wait(lambda: cond(claim(api, "c")), "condition")
     select(api, "c", "n1", "n1-gpu1")
     wait(lambda: egpu(api, name), "ElasticGPU created")
-    time.sleep(1)  # a few refused retries
+    wait(lambda: len(refused_writes(api, "elasticgpus")) + len(refused_writes(
+        api, "elasticgpus/status")) >= 2, "a few refused retries")
     c.stop(signal.SIGKILL)
     assert phase(claim(api, "c")) == "Pending"
-    api.control("fault", None, "DELETE")
+    revoke.restore()
     ctl("c2")
     cl = wait_phase(api, claim, "c", "Bound")
     assert cl["status"]["elasticGPUName"] == name
