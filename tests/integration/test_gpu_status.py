@@ -16,24 +16,34 @@ written by egpu-agent from NVML (here the mock libnvidia-ml.so.1).
   own GPU objects from NVML, with updateTime, and nothing more while they
   stay the same.
 
+All on the real control plane (conftest.py's kube_api), egpu-controller and
+egpu-agent each with its ServiceAccount's token, so their writes of GPU status are
+the ones deploy/'s RBAC grants.
+
 Trust: the controller believes elasticgpu.io/assigned because only
 egpu-scheduler can write it (deploy/admission/system-annotations.yaml
 refuses anyone else setting or changing it, test_deploy checks the policy);
-the test API server runs no admission, so a test cannot show an owner's
-edit refused here. What the controller does check is what a stale or broken
-annotation could get wrong: it must decode and name the node the pod is
-bound to.
+the kube_api control plane has no admission policy installed (test_deploy and
+the cluster tests show it), so a test cannot show an owner's edit refused
+here. What the controller does check is what a stale or broken annotation
+could get wrong: it must decode and name the node the pod is bound to.
 """
 import json
 import time
 
 import pytest
 
-from test_scheduler import api  # noqa: F401 (the test API server fixture)
 from test_controller import ctl, wait, cluster  # noqa: F401 (fixtures and helpers)
 
 G = "/apis/elasticgpu.io/v1alpha1"
 ASSIGNED = "elasticgpu.io/assigned"
+NOW = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+
+
+@pytest.fixture
+def api(kube_api):
+    """The real control plane (conftest.py's kube_api), emptied before each test."""
+    return kube_api
 
 
 def mkpod(api, name, containers, node="n1", ns="default", claims=None, assigned_node=None,
@@ -84,6 +94,12 @@ def set_phase(api, name, phase, ns="default"):
 
 
 def test_allocated_from_assigned_pods(api, ctl):  # noqa: F811
+    """Each GPU's status.allocated is exactly the sorted entries of the pods bound to
+    its node whose elasticgpu.io/assigned names it; unbound, misplaced and garbled
+    annotations are left out (the last two logged); a change that leaves the entries
+    as they were writes nothing; finished pods leave, and deleted ones once the
+    deletion is final (gracePeriodSeconds 0, as a kubelet ends it: none runs here),
+    not while they are only terminating."""
     cluster(api, nodes=("n1",))
     c = ctl()
     p1 = mkpod(api, "train", [("main", 30, 4096, [0])], claims={"main": "team-a"})
@@ -121,17 +137,27 @@ def test_allocated_from_assigned_pods(api, ctl):  # noqa: F811
     set_phase(api, "train", "Succeeded")
     settle(api, "n1-gpu0", [gpu0[0], gpu0[2]], "without the finished pod")
     assert allocated(api, "n1-gpu1") == gpu1
+    # A bound pod deleted with its grace period is only terminating until its kubelet
+    # finishes it (none runs here): its cards are still in use, its entries stay.
     st, out = api.call("DELETE", "/api/v1/namespaces/other/pods/whole")
+    assert st == 200 and out["metadata"].get("deletionTimestamp"), out
+    time.sleep(1.5)  # resyncs
+    assert allocated(api, "n1-gpu0") == [gpu0[0], gpu0[2]]
+    assert allocated(api, "n1-gpu1") == gpu1
+    # The kubelet's final deletion (gracePeriodSeconds 0): they leave.
+    st, out = api.call("DELETE", "/api/v1/namespaces/other/pods/whole", NOW)
     assert st == 200, out
     settle(api, "n1-gpu0", [entry(p2, "side", 50, 2048)], "without the deleted pod")
     settle(api, "n1-gpu1", [entry(p2, "web", 20, 1024)], "without the deleted pod")
-    st, out = api.call("DELETE", "/api/v1/namespaces/default/pods/serve")
+    st, out = api.call("DELETE", "/api/v1/namespaces/default/pods/serve", NOW)
     assert st == 200, out
     settle(api, "n1-gpu0", [], "empty")
     settle(api, "n1-gpu1", [], "empty")
 
 
 def test_hand_edit_repaired_and_late_gpu(api, ctl):  # noqa: F811
+    """A hand edit of status.allocated is put back, and a GPU object published after
+    its pods gets their entries when it comes."""
     api.node("n1")
     api.gpu("n1", 0)
     c = ctl()
@@ -154,6 +180,7 @@ def test_hand_edit_repaired_and_late_gpu(api, ctl):  # noqa: F811
 
 
 def test_only_leader_writes(api, ctl):  # noqa: F811
+    """Of two controllers sharing the Lease, only the leader writes GPU status."""
     cluster(api, nodes=("n1",))
     lease = ("--leader-elect", "true", "--lease-duration", "3", "--renew-deadline", "2",
              "--retry-period", "1")
@@ -177,7 +204,8 @@ def test_agent_writes_used_from_nvml(api, build_dir, tmp_path):  # noqa: F811
     assert mock.exists(), f"{mock} not built"
     env = dict(os.environ, EGPU_MOCK_NVML_GPUS="NVIDIA A100-SXM4-80GB:81920,Tesla T4:15360")
     base = str(tmp_path)
-    agent = Agent(str(build_dir / "src/agent/egpu-agent"), base, api=api.kubeconfig,
+    agent = Agent(str(build_dir / "src/agent/egpu-agent"), base,
+                  api=api.component_kubeconfig("egpu-agent"),
                   gpus=("--nvml-library", str(mock)), env=env)
     try:
         def used(name):
