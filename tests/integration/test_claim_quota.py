@@ -5,7 +5,11 @@ A tenant whose namespace has a quota of requests.elasticgpu.io/gpu-core 100
 and a budget bound claims of 99%: the quota counted none of them and the
 budget metered nothing, with no pod or with one. Now:
 
-- egpu-webhook (the real binary, over HTTPS, against the test API server's
+Both against the real control plane (the `kube` fixture: kube-apiserver's own quota
+admission counts the pods), each component with its ServiceAccount's token (its RBAC in
+deploy/).
+
+- egpu-webhook (the real binary, over HTTPS, against the API server's
   ResourceQuota, claims, pods and ElasticGPUs) refuses the second claim of
   99 with the quota plugin's figures; a pod asking 30 of its own is refused
   the same way (the claim counts for pods too); a pod that uses the first
@@ -25,12 +29,11 @@ import time
 
 import jsonpatch
 
-from test_budget import budget, mkbudget, ts
-from test_controller import G, V, claim, cluster, ctl, egpu, mkclass, mkclaim, wait, \
+from test_budget import api, budget, ctl, mkbudget, ts  # noqa: F401 (fixtures)
+from test_controller import G, V, claim, cluster, egpu, mkclass, mkclaim, wait, \
     wait_phase  # noqa: F401
-from test_quota import mkquota
-from test_scheduler import api  # noqa: F401
-from test_webhook import UID, cert, review, webhook  # noqa: F401
+from test_quota import mkquota, webhook  # noqa: F401 (webhook: with its ServiceAccount)
+from test_webhook import UID, cert, review  # noqa: F401
 from test_webhook_claims import claimed_pod
 
 CORE, MEM = "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"
