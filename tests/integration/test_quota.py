@@ -3,16 +3,16 @@ and gpu-memory holds a namespace to a total, and a pod written with another
 system's names is counted under ours once egpu-webhook has rewritten it
 (the quota is checked after the mutating webhooks).
 
-The API server's side is the real one's (the `kube` control plane: kube-apiserver's
-ResourceQuota admission plugin and kube-controller-manager's quota controller), which the
-test API server's emulation (tests/apiserver/server.py) is written after: the plugin's 403
-message, requests of unfinished pods, a limit standing for a missing request. Where the real
+Each test runs on the real control plane (the `kube` fixture: kube-apiserver's
+ResourceQuota admission plugin and kube-controller-manager's quota controller) and, with the
+same assertions, on the test API server, whose emulation of both (tests/apiserver/server.py)
+the tests on fault_api rely on: the plugin's 403 message, requests of unfinished pods, a limit standing for a missing request. Where the real
 one is asynchronous the tests wait for it: a new quota's status is filled by the controller
 (until then the plugin refuses every pod it would count: "status unknown for quota"), and a
-pod that finishes is taken off status.used by the controller, not by the plugin."""
+pod that finishes or is deleted is taken off status.used by the controller, not by the
+plugin."""
 import base64
 import json
-import types
 
 import jsonpatch
 import pytest
@@ -23,10 +23,12 @@ from test_webhook import UID, Webhook, cert, need, review  # noqa: F401
 CORE, MEM = "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"
 
 
-@pytest.fixture
-def api(kube_api):
-    """The real control plane (apis.RealApi)."""
-    return kube_api
+@pytest.fixture(params=["real", "emulated"])
+def api(request):
+    """The real control plane (apis.RealApi), and the test API server: the same assertions
+    on both are the check that the test API server's emulation of the quota plugin and
+    controller (which the tests on fault_api rely on) is the real one's."""
+    return request.getfixturevalue("kube_api" if request.param == "real" else "fault_api")
 
 
 @pytest.fixture
@@ -100,6 +102,30 @@ def test_quota_holds_the_namespace(api):  # noqa: F811
     st, out = api.call("POST", "/api/v1/namespaces/other/pods",
                        pod("c", {CORE: "500"}, ns="other"))
     assert st == 201, out
+
+
+def test_pod_held_by_a_finalizer_once_deleted_holds_nothing(api):  # noqa: F811
+    """A pod deleted with a grace period of 0 but held by a finalizer (the webhook's
+    elasticgpu.io/metering, until egpu-controller has metered it) no longer counts: its
+    deletion's grace period is over (the quota evaluator's QuotaV1Pod), so the next pod
+    fits."""
+    mkquota(api, {"requests." + CORE: "100"})
+    held = pod("held", {CORE: "80"})
+    held["metadata"]["finalizers"] = ["elasticgpu.io/metering"]
+    st, out = api.call("POST", "/api/v1/namespaces/ml/pods", held)
+    assert st == 201, out
+    st, out = api.call("POST", "/api/v1/namespaces/ml/pods", pod("next", {CORE: "80"}))
+    assert st == 403, out
+    st, out = api.call("DELETE", "/api/v1/namespaces/ml/pods/held",
+                       {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+    assert st == 200 and out["metadata"]["finalizers"] == ["elasticgpu.io/metering"], out
+    wait(lambda: quota(api)["status"]["used"]["requests." + CORE] == "0",
+         "the deleted pod taken off status.used", timeout=60)
+    st, out = api.call("POST", "/api/v1/namespaces/ml/pods", pod("next", {CORE: "80"}))
+    assert st == 201, out
+    st, out = api.call("PATCH", "/api/v1/namespaces/ml/pods/held",
+                       {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+    assert st == 200, out
 
 
 def test_rewritten_pods_count_under_our_names(api, webhook):  # noqa: F811
