@@ -3,14 +3,14 @@ and gpu-memory holds a namespace to a total, and a pod written with another
 system's names is counted under ours once egpu-webhook has rewritten it
 (the quota is checked after the mutating webhooks).
 
-Each test runs on the real control plane (the `kube` fixture: kube-apiserver's
-ResourceQuota admission plugin and kube-controller-manager's quota controller) and, with the
-same assertions, on the test API server, whose emulation of both (tests/apiserver/server.py)
-the tests on fault_api rely on: the plugin's 403 message, requests of unfinished pods, a limit standing for a missing request. Where the real
-one is asynchronous the tests wait for it: a new quota's status is filled by the controller
-(until then the plugin refuses every pod it would count: "status unknown for quota"), and a
-pod that finishes or is deleted is taken off status.used by the controller, not by the
-plugin."""
+Each test runs on the real control plane (the `kube` fixture: kube-apiserver's ResourceQuota
+admission plugin and kube-controller-manager's quota controller) and, with the same
+assertions, on the test API server, whose emulation of both (tests/apiserver/server.py) the
+tests on fault_api rely on: the plugin's 403 message, requests of unfinished pods, a limit
+standing for a missing request. Where the real one is asynchronous the tests wait for it: a
+new quota's status is filled by the controller (until then the plugin refuses every pod it
+would count: "status unknown for quota"), and a pod that finishes or is deleted is taken off
+status.used by the controller, not by the plugin."""
 import base64
 import json
 
