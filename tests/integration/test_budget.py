@@ -249,8 +249,8 @@ def test_pod_deleted_while_no_controller_runs(api, ctl):  # noqa: F811
 
 def test_over_budget(api, ctl):  # noqa: F811
     """A budget of 3.6 card-seconds and a whole card held: OverBudget in its state, a
-    Warning event OverBudget saying the PriorityClass could not be got (none exists here),
-    and the metrics say so."""
+    Warning event OverBudget naming the PriorityClass new GPU pods get, and the metrics say
+    so."""
     api.node("n1")
     mkbudget(api, "small", 0.001)  # 3.6 s of a whole card
     gpu_pod(api, "p", 100)
