@@ -16,7 +16,8 @@
  *     not Failed, until an operator deletes it or clears its claimRef;
  *   - every unfinished pod's containers that use no claim, their requests
  *     (a limit standing for a missing one), as the quota plugin counts
- *     them; a container that uses a claim (egpuc.elasticgpu.io/<container>)
+ *     them (not a pod deleted past its grace period: pod_counts); a
+ *     container that uses a claim (egpuc.elasticgpu.io/<container>)
  *     asks what its claim holds and is counted with the claim: so a claim
  *     and its pod are never counted twice. (Counted from a live LIST of the
  *     pods, not the quota's status.used, which lags a deletion.)
@@ -34,6 +35,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "webhook_int.h"
 
@@ -109,6 +111,27 @@ static void pod_asks(const json_t *pod, struct held *own, struct held *claimed)
     }
 }
 
+/* Whether pod counts against its namespace's quotas, as the quota plugin
+ * counts it (QuotaV1Pod): not once it has finished, nor once the grace
+ * period of its deletion is over (a pod the finalizer elasticgpu.io/metering
+ * holds after its deletion, until egpu-controller has metered it, holds
+ * nothing in status.used). */
+static bool pod_counts(const json_t *pod)
+{
+    const json_t *md = json_object_get(pod, "metadata");
+    const char *del = egpu_api_str(json_object_get(md, "deletionTimestamp"));
+    const json_t *grace = json_object_get(md, "deletionGracePeriodSeconds");
+    struct egpu_error err = {0};
+    int64_t at;
+
+    if (egpu_api_pod_finished(pod))
+        return false;
+    if (del == NULL || !json_is_integer(grace) ||
+        egpu_api_time_parse(del, "metadata.deletionTimestamp", &at, &err) != 0)
+        return true;
+    return (int64_t)time(NULL) <= at + json_integer_value(grace);
+}
+
 /* What the namespace holds besides the object under review. */
 struct tally {
     struct held claims;   /* claims not Lost, but the one under review */
@@ -180,7 +203,7 @@ static int tally(const struct egpu_webhook_config *cfg, const char *ns, const ch
     }
     json_array_foreach(pods, i, o)
     {
-        if (!egpu_api_pod_finished(o))
+        if (pod_counts(o))
             pod_asks(o, &t->own, NULL);
     }
 out:

@@ -22,8 +22,10 @@ crd_lease_leader_election_notes.md) to the letter:
   (``status``; a pod create that would take a namespace past a quota's
   ``hard`` ``requests.<resource>`` or ``pods`` is refused 403 with the
   ResourceQuota admission plugin's message, counting the requests of the
-  pods that have not finished, a container's limit standing for a missing
-  request; the quota's ``status.used`` follows each admitted pod);
+  pods that count (not finished, not deleted past their grace period: the
+  evaluator's QuotaV1Pod), a container's limit standing for a missing
+  request; the quota controller's ``status.hard`` and ``status.used`` follow
+  each write of a quota or of a pod of its namespace);
   ``secrets`` (stored as given); ``admissionregistration.k8s.io/v1``
   ``mutatingwebhookconfigurations`` and ``validatingwebhookconfigurations``
   (stored, never called);
@@ -123,6 +125,13 @@ Simplified, compared with a real kube-apiserver:
   naming it for nodes, events and leases; a pod with finalizers is marked as a
   custom resource is, with ``deletionGracePeriodSeconds`` 0, where a real
   server would give a scheduled pod its grace period and wait for the kubelet).
+* ResourceQuota: the quota controller's status is written at once (a real
+  one writes it a moment later: until then a new quota refuses every pod it
+  would count, "status unknown for quota", and a finished or deleted pod still
+  counts in ``status.used``), and admission counts the pods as they stand
+  rather than from ``status.used``; only ``pods`` and ``requests.<name>`` are
+  counted (no ``limits.``, bare ``cpu``/``memory``, ``count/``, scopes or
+  scopeSelector).
 * custom resources are not validated against a schema and nothing is pruned
   or defaulted; built-in types get a few defaults (pods: the usual spec
   defaults, requests from limits, ``status.phase=Pending``, ``qosClass``)
@@ -271,6 +280,35 @@ def pod_requests(pod):
             if q is not None:
                 use["requests." + name] = use.get("requests." + name, 0) + q
     return use
+
+
+def quota_counts(pod):
+    """Whether a pod counts against its namespace's quotas (the quota evaluator's
+    QuotaV1Pod): not once it has finished, nor once its deletion's grace period is over
+    (deletionTimestamp + deletionGracePeriodSeconds past: a pod held by a finalizer with a
+    grace period of 0 no longer counts)."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    md = pod.get("metadata") or {}
+    deleted = parse_rfc3339(md.get("deletionTimestamp"))
+    grace = md.get("deletionGracePeriodSeconds")
+    if deleted is not None and grace is not None:
+        end = deleted + datetime.timedelta(seconds=int(grace))
+        return datetime.datetime.now(datetime.timezone.utc) <= end
+    return True
+
+
+def quota_status(quota, pods):
+    """status (hard, used) of quota over pods (those that count), as the quota controller
+    writes it: used has a value for each name of hard the emulation counts."""
+    hard = dict((quota.get("spec") or {}).get("hard") or {})
+    used = {k: 0 for k, v in hard.items()
+            if (k == "pods" or k.startswith("requests.")) and quantity(v) is not None}
+    for p in pods:
+        for k, v in pod_requests(p).items():
+            if k in used:
+                used[k] += v
+    return {"hard": hard, "used": used}
 
 
 def success_status(code):
@@ -1413,7 +1451,23 @@ class Store:
             if w.res is res and (w.ns is None or w.ns == ns):
                 w.queue.append(ev)
         self.cond.notify_all()
+        if res is PODS or (res is QUOTAS and etype != "DELETED"):
+            self.refresh_quotas(ns)
         return obj
+
+    def refresh_quotas(self, ns):
+        """The quota controller's part, at once: each ResourceQuota of ns whose status
+        (hard, used over the pods that count) has changed is written with it (a MODIFIED
+        event). The real controller does it a moment after the write; until it has, a new
+        quota refuses every pod ("status unknown for quota") and a pod that finished still
+        counts in status.used."""
+        quotas = self.current(QUOTAS, ns)
+        pods = [p for p in self.current(PODS, ns).values() if quota_counts(p)] if quotas else []
+        for _, q in sorted(quotas.items()):
+            st = quota_status(q, pods)
+            st["used"] = {k: quantity_text(v) for k, v in st["used"].items()}
+            if {k: q.get("status", {}).get(k) for k in st} != st:
+                self.commit(QUOTAS, "MODIFIED", {**q, "status": st}, q)
 
     def drop_watches(self, mode):
         with self.cond:
@@ -2162,12 +2216,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 md.pop("generation", None)
             if self.dry_run():
                 return self.send_json(201, normalize(obj))
+            del quotas  # status.used follows in Store.refresh_quotas
             stored = store.commit(res, "ADDED", obj, None)
-            for q, used in quotas:
-                new = copy.deepcopy(q)
-                new.setdefault("status", {})["hard"] = dict(q["spec"].get("hard") or {})
-                new["status"]["used"] = {k: quantity_text(v) for k, v in used.items()}
-                store.commit(QUOTAS, "MODIFIED", new, q)
         self.send_json(201, stored)
 
     def admit_quota(self, ns, pod):
@@ -2175,17 +2225,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         [(quota, used after it)] to record, or ApiError 403 with the
         plugin's message for the first quota it would exceed."""
         want = pod_requests(pod)
-        live = [p for p in self.store.current(PODS, ns).values()
-                if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        live = [p for p in self.store.current(PODS, ns).values() if quota_counts(p)]
         out = []
         for (_, qname), q in sorted(self.store.current(QUOTAS, ns).items()):
-            hard = {k: quantity(v) for k, v in ((q.get("spec") or {}).get("hard") or {}).items()
-                    if (k == "pods" or k.startswith("requests.")) and quantity(v) is not None}
-            used = {k: 0 for k in hard}
-            for p in live:
-                for k, v in pod_requests(p).items():
-                    if k in used:
-                        used[k] += v
+            used = quota_status(q, live)["used"]
+            hard = {k: quantity(q["spec"]["hard"][k]) for k in used}
             over = sorted(k for k in hard if k in want and used[k] + want[k] > hard[k])
             if over:
                 def show(d):

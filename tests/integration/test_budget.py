@@ -1,8 +1,10 @@
-"""GPUBudget metering by egpu-controller against the test API server
-(issue 13): pods bound through the binding subresource (which sets
-PodScheduled's lastTransitionTime, as the real one does), finished through
-their status, deleted while holding the webhook's elasticgpu.io/metering
-finalizer.
+"""GPUBudget metering by egpu-controller against the real control plane (the `kube`
+fixture; issue 13, issue 24): egpu-controller runs with its ServiceAccount's token, so its
+RBAC (deploy/controller/rbac.yaml) is exercised, its Lease the one deploy/ grants
+(elastic-gpu-controller). Pods are bound through the binding subresource (which sets
+PodScheduled's lastTransitionTime), finished through their status, deleted while holding the
+webhook's elasticgpu.io/metering finalizer, with gracePeriodSeconds 0: no kubelet runs here
+to end a graceful deletion, whose deletionTimestamp would be the end of its grace period.
 
 - Exact across restarts and failover: 300 pods with staggered binds, ends
   and deletions while the leader is SIGKILLed five times and the Lease
@@ -19,13 +21,39 @@ import random
 import re
 import signal
 import time
+import types
 
-from test_controller import G, V, ctl, wait  # noqa: F401
-from test_scheduler import api  # noqa: F401
+import pytest
+
+from test_controller import G, V, Controller, wait  # noqa: F401
 
 FIN = "elasticgpu.io/metering"
+# The Lease is deploy/'s (--lease-name's default, elastic-gpu-controller): the only one the
+# ServiceAccount may get and update.
 LEASE = ("--leader-elect", "true", "--lease-duration", "3", "--renew-deadline", "2",
-         "--retry-period", "1", "--lease-name", "egpu-budget-test", "--meter-seconds", "1")
+         "--retry-period", "1", "--meter-seconds", "1")
+
+
+@pytest.fixture
+def api(kube_api):
+    """The real control plane (apis.RealApi)."""
+    return kube_api
+
+
+@pytest.fixture
+def ctl(build_dir, api, tmp_path):
+    """test_controller's fixture, but each egpu-controller runs with the token of its
+    ServiceAccount egpu-controller, not the admin's."""
+    started = []
+    kc = types.SimpleNamespace(kubeconfig=api.component_kubeconfig("egpu-controller"))
+
+    def start(name="c1", extra=("--leader-elect", "false")):
+        c = Controller(build_dir, kc, tmp_path, name, extra)
+        started.append(c)
+        return c
+    yield start
+    for c in started:
+        c.stop(signal.SIGKILL)
 
 
 def ts(text):
@@ -77,8 +105,11 @@ def finish(api, name, ns="default"):
 
 
 def delete(api, name, ns="default"):
-    """DELETE the pod; the object as it stands then (deletionTimestamp set)."""
-    st, out = api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
+    """DELETE the pod with gracePeriodSeconds 0 (as the kubelet does once its containers
+    have stopped; none runs here); the object as it stands then (deletionTimestamp set:
+    now, the end of a grace period of 0)."""
+    st, out = api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
+                       {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
     assert st in (200, 202), out
     return out
 
@@ -124,6 +155,10 @@ def metering_start(api, name):
 
 
 def test_exact_across_kills_and_failover(api, ctl):  # noqa: F811
+    """300 pods bound, finished and deleted at random while the leader is SIGKILLed five
+    times and the Lease moves between the two replicas: the budget's coreSeconds is, to
+    the percent-second, what the pods' own timestamps give over the metered span, and each
+    deleted pod is released (its finalizer dropped) and gone."""
     api.node("n1")
     mkbudget(api, "team", 100000, period="Daily")
     replicas = {"a": ctl("a0", LEASE), "b": ctl("b0", LEASE)}
@@ -185,6 +220,8 @@ def test_exact_across_kills_and_failover(api, ctl):  # noqa: F811
 
 
 def test_pod_deleted_while_no_controller_runs(api, ctl):  # noqa: F811
+    """A pod deleted while no controller runs stays (the metering finalizer) until the next
+    controller has charged it up to its deletionTimestamp, and nothing after."""
     api.node("n1")
     mkbudget(api, "team", 100)
     gpu_pod(api, "p", 40)
@@ -211,6 +248,9 @@ def test_pod_deleted_while_no_controller_runs(api, ctl):  # noqa: F811
 
 
 def test_over_budget(api, ctl):  # noqa: F811
+    """A budget of 3.6 card-seconds and a whole card held: OverBudget in its state, a
+    Warning event OverBudget naming the PriorityClass new GPU pods get, and the metrics say
+    so."""
     api.node("n1")
     mkbudget(api, "small", 0.001)  # 3.6 s of a whole card
     gpu_pod(api, "p", 100)
@@ -232,6 +272,8 @@ def test_over_budget(api, ctl):  # noqa: F811
 
 
 def test_bad_zone_and_deleted_budget_release_pods(api, ctl):  # noqa: F811
+    """A budget whose time zone does not exist is Ready False InvalidTimeZone and holds no
+    pod; once every budget of the namespace is deleted, a running pod's finalizer goes."""
     api.node("n1")
     mkbudget(api, "mars", 10, period="Daily", timeZone="Mars/Olympus")
     gpu_pod(api, "p", 30)

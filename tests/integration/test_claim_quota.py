@@ -5,7 +5,11 @@ A tenant whose namespace has a quota of requests.elasticgpu.io/gpu-core 100
 and a budget bound claims of 99%: the quota counted none of them and the
 budget metered nothing, with no pod or with one. Now:
 
-- egpu-webhook (the real binary, over HTTPS, against the test API server's
+Both against the real control plane (the `kube` fixture: kube-apiserver's own quota
+admission counts the pods), each component with its ServiceAccount's token (its RBAC in
+deploy/).
+
+- egpu-webhook (the real binary, over HTTPS, against the API server's
   ResourceQuota, claims, pods and ElasticGPUs) refuses the second claim of
   99 with the quota plugin's figures; a pod asking 30 of its own is refused
   the same way (the claim counts for pods too); a pod that uses the first
@@ -25,12 +29,11 @@ import time
 
 import jsonpatch
 
-from test_budget import budget, mkbudget, ts
-from test_controller import G, V, claim, cluster, ctl, egpu, mkclass, mkclaim, wait, \
+from test_budget import api, budget, ctl, mkbudget, ts  # noqa: F401 (fixtures)
+from test_controller import G, V, claim, cluster, egpu, mkclass, mkclaim, wait, \
     wait_phase  # noqa: F401
-from test_quota import mkquota
-from test_scheduler import api  # noqa: F401
-from test_webhook import UID, cert, review, webhook  # noqa: F401
+from test_quota import mkquota, webhook  # noqa: F401 (webhook: with its ServiceAccount)
+from test_webhook import UID, cert, review  # noqa: F401
 from test_webhook_claims import claimed_pod
 
 CORE, MEM = "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"
@@ -177,3 +180,44 @@ def test_budget_meters_claims_without_pods(api, ctl):  # noqa: F811
     m = wait(lambda: charged(deleted + 2), "metered past the deletion", timeout=20)
     assert m["coreSeconds"] == 99 * (deleted - max(created, start))
     c.stop()
+
+
+def test_pod_held_after_its_deletion_no_longer_counts(webhook, api):  # noqa: F811
+    """A bound pod force-deleted (grace period 0: its node's kubelet is gone, say) but held
+    by the finalizer elasticgpu.io/metering until egpu-controller has metered it holds
+    nothing against the quota, for the API server's quota plugin (QuotaV1Pod: its grace
+    period is over, though its phase is still Pending) and so for the webhook: a claim its
+    80 left no room for fits once it is deleted, while it is still there. (Bound, so that
+    kube-controller-manager's pod GC, which marks an unbound terminating pod Failed, leaves
+    its phase alone.)"""
+    mkquota(api, {"requests." + CORE: "100"})
+    api.node("n1")
+    w = webhook()
+    w.wait_ready()
+    held = claimed_pod("none")
+    held["metadata"].update(name="held", annotations={}, finalizers=[FIN])
+    held["spec"]["containers"][0]["resources"] = {"requests": {CORE: "80", MEM: "4096"},
+                                                  "limits": {CORE: "80", MEM: "4096"}}
+    st, out = api.call("POST", "/api/v1/namespaces/ml/pods", held)
+    assert st == 201, out
+    st, out = api.call("POST", "/api/v1/namespaces/ml/pods/held/binding", {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "held", "namespace": "ml"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}})
+    assert st == 201, out
+    resp = w.review("/validate", claim_review(claim_obj("x", 30)))
+    assert resp["allowed"] is False and "pods without claims gpu-core 80" in \
+        resp["status"]["message"], resp
+    st, out = api.call("DELETE", "/api/v1/namespaces/ml/pods/held",
+                       {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+    assert st == 200 and out["metadata"]["finalizers"] == [FIN], out
+    wait(lambda: api.call("GET", "/api/v1/namespaces/ml/resourcequotas/gpu-quota")[1]
+         ["status"]["used"]["requests." + CORE] == "0",
+         "the quota controller takes the held pod off status.used", timeout=60)
+    wait(lambda: admit_claim(w, api, claim_obj("x", 30))["allowed"],
+         "the webhook no longer counts the held pod (past its grace period)", timeout=20)
+    st, out = api.call("GET", "/api/v1/namespaces/ml/pods/held")
+    assert st == 200 and out["metadata"]["deletionTimestamp"], out  # still there, held
+    assert out["status"]["phase"] == "Pending", out  # not finished: counted before the fix
+    st, out = api.call("PATCH", "/api/v1/namespaces/ml/pods/held",
+                       {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+    assert st == 200, out
