@@ -432,8 +432,20 @@ def run_story(world, paths, plugin, tl):  # noqa: F811
     # allocations from the API server, and whole-pod goes only to a card with nothing on it.
     pair.start_extender()
     wait(pair.ready, "egpu-scheduler ready again")
-    wait(lambda: scheduler_figures(pair) == before, "the cache rebuilt as before the kill",
-         timeout=30)
+    def rebuilt():
+        # before the kill, plus whole-pod once kube-scheduler's retry has bound it (it may
+        # be bound before the gauges are first read: a whole card, the card's memory)
+        want = dict(before)
+        p = get_pod(c, "whole-pod")
+        text = (p["metadata"].get("annotations") or {}).get(ASSIGNED)
+        if text:
+            a = json.loads(text)
+            (u,) = a["containers"][0]["gpus"]
+            for k, v in ((("allocated_core_percent", a["node"]), 100),
+                         (("allocated_memory_mib", a["node"]), gpus[u][1]["spec"]["memory"])):
+                want[k] = (want[k] or 0) + v
+        return scheduler_figures(pair) == want
+    wait(rebuilt, "the cache rebuilt as before the kill (and whole-pod)", timeout=30)
     tl("-", "egpu-scheduler restarted, cache rebuilt: core per node " + ", ".join(
         f"{n} {before[('allocated_core_percent', n)]:.0f}%" for n in NODES) + ", as before")
     wnode, a, adm, _ = running(world, "whole-pod", tl)
