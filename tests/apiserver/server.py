@@ -42,8 +42,9 @@ crd_lease_leader_election_notes.md) to the letter:
   preconditions) and deletecollection.
 * finalizers and deletion as the generic registry does them: DELETE of an
   object whose ``metadata.finalizers`` is not empty only marks it (a MODIFIED
-  event; ``deletionTimestamp`` now, ``deletionGracePeriodSeconds`` 0,
-  ``generation`` + 1 the first time if it has one) and answers 200 with the
+  event; ``deletionTimestamp`` now, ``deletionGracePeriodSeconds`` 0, or for a
+  bound pod its grace period, see below; ``generation`` + 1 the first time if it
+  has one) and answers 200 with the
   object, for every resource (202 only with the deprecated
   ``orphanDependents: false``); a repeated DELETE changes nothing. While it is
   being deleted, an update or patch cannot add finalizers (422 Invalid,
