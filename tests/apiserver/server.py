@@ -44,8 +44,9 @@ crd_lease_leader_election_notes.md) to the letter:
   preconditions) and deletecollection.
 * finalizers and deletion as the generic registry does them: DELETE of an
   object whose ``metadata.finalizers`` is not empty only marks it (a MODIFIED
-  event; ``deletionTimestamp`` now, ``deletionGracePeriodSeconds`` 0,
-  ``generation`` + 1 the first time if it has one) and answers 200 with the
+  event; ``deletionTimestamp`` now, ``deletionGracePeriodSeconds`` 0, or for a
+  bound pod its grace period, see below; ``generation`` + 1 the first time if it
+  has one) and answers 200 with the
   object, for every resource (202 only with the deprecated
   ``orphanDependents: false``); a repeated DELETE changes nothing. While it is
   being deleted, an update or patch cannot add finalizers (422 Invalid,
@@ -119,12 +120,19 @@ Simplified, compared with a real kube-apiserver:
   objects at once, finalizers or not), no garbage collector (``propagationPolicy``
   and ``orphanDependents`` are accepted, but the ``orphan`` and
   ``foregroundDeletion`` finalizers are never added, as nothing would remove
-  them), no graceful deletion (DELETE of an object without finalizers removes
-  it at once, pods included; like the real registries it answers with the
-  object for pods, namespaces and custom resources, and with a Success Status
-  naming it for nodes, events and leases; a pod with finalizers is marked as a
-  custom resource is, with ``deletionGracePeriodSeconds`` 0, where a real
-  server would give a scheduled pod its grace period and wait for the kubelet).
+  them); DELETE of an object without finalizers removes it at once, answering,
+  like the real registries, with the object for pods, namespaces and custom
+  resources and with a Success Status naming it for nodes, events and leases.
+  Pods alone are deleted gracefully, as the pod registry does (rest.BeforeDelete
+  and CheckGracefulDelete): a bound pod (``spec.nodeName``) not yet finished gets
+  ``deletionTimestamp`` now + grace and ``deletionGracePeriodSeconds`` grace (the
+  DeleteOptions' ``gracePeriodSeconds``, else ``spec.terminationGracePeriodSeconds``),
+  a MODIFIED event and 200 with the pod, and stays until a DELETE with
+  ``gracePeriodSeconds`` 0 (the kubelet's); a second DELETE may shorten the grace
+  (``deletionTimestamp`` moves earlier), never extend it. An unbound or finished pod,
+  or one deleted with grace 0, is marked with grace 0 (MODIFIED) and then removed
+  (DELETED) unless it has finalizers. Nothing ever deletes a pod when its grace period
+  ends (no kubelet, no pod garbage collector).
 * ResourceQuota: the quota controller's status is written at once (a real
   one writes it a moment later: until then a new quota refuses every pod it
   would count, "status unknown for quota", and a finished or deleted pod still
@@ -2486,6 +2494,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         false), whatever the resource returns for a real deletion. Namespaces are removed at
         once, with their objects (no namespace lifecycle)."""
         store = self.store
+        if res is PODS:
+            return self.delete_pod(old, opts)
         if res is not NAMESPACES and old["metadata"].get("finalizers"):
             new = copy.deepcopy(old)
             mark_as_deleting(new["metadata"])
@@ -2499,6 +2509,82 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.dry_run():
             return 200, old, True
         return 200, self.remove(res, old), True
+
+    def delete_pod(self, old, opts):
+        """Delete pod old as the pod registry does (the caller holds the lock): rest.BeforeDelete
+        with podStrategy.CheckGracefulDelete, then the Store's
+        updateForGracefulDeletionAndFinalizers. The grace period is the DeleteOptions'
+        gracePeriodSeconds, else spec.terminationGracePeriodSeconds; 0 when the pod is not
+        bound (no spec.nodeName) or has finished (Succeeded/Failed); a negative one is 1.
+        A pod not yet being deleted gets deletionTimestamp now + grace and
+        deletionGracePeriodSeconds grace (generation + 1 when it has one), written as a
+        MODIFIED event; with grace 0 and no finalizers it is then removed (DELETED, carrying
+        that deletionTimestamp). A pod already being deleted with a grace period left: a
+        shorter gracePeriodSeconds moves deletionTimestamp earlier by the difference (0
+        removes it unless it has finalizers), a longer, equal or missing one changes nothing.
+        One whose grace period is 0 (or unset) is removed, or, with finalizers, marked as
+        markAsDeleting does. Replies 200 with the pod (202 only with orphanDependents
+        false while it stays)."""
+        store = self.store
+        md = old["metadata"]
+        grace = opts.get("gracePeriodSeconds")
+        if grace is not None:
+            try:
+                grace = int(grace)
+            except (TypeError, ValueError):
+                raise err_bad_request("DeleteOptions.gracePeriodSeconds: expected an integer")
+            if grace < 0:
+                grace = 1
+        kept = 202 if opts.get("orphanDependents") is False else 200
+        new = copy.deepcopy(old)
+        nmd = new["metadata"]
+        current = parse_rfc3339(md.get("deletionTimestamp"))
+        dgps = md.get("deletionGracePeriodSeconds")
+        if dgps is not None and int(dgps) < 0:
+            nmd["deletionGracePeriodSeconds"] = dgps = 1
+        if current is not None and dgps not in (None, 0):
+            if grace is None or grace >= int(dgps):
+                return kept, old, False  # graceful deletion pending: nothing changes
+            start = current - datetime.timedelta(seconds=int(dgps))
+            nmd["deletionTimestamp"] = (start + datetime.timedelta(seconds=grace)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")
+            nmd["deletionGracePeriodSeconds"] = grace
+            period = grace
+        elif current is not None:
+            # grace period already 0 (or unset): delete now, or mark when finalizers wait
+            if md.get("finalizers"):
+                mark_as_deleting(nmd)
+                if json_equal(normalize(new), old):
+                    return kept, old, False
+                if self.dry_run():
+                    return kept, normalize(new), False
+                return kept, store.commit(PODS, "MODIFIED", new, old), False
+            if self.dry_run():
+                return 200, old, True
+            return 200, self.remove(PODS, old), True
+        else:
+            spec = old.get("spec") or {}
+            period = grace if grace is not None else int(spec.get("terminationGracePeriodSeconds")
+                                                          or 0)
+            if not spec.get("nodeName"):
+                period = 0
+            if (old.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                period = 0
+            if period < 0:
+                period = 1
+            now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+            nmd["deletionTimestamp"] = (now + datetime.timedelta(seconds=period)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")
+            nmd["deletionGracePeriodSeconds"] = period
+            if int(md.get("generation") or 0) > 0:
+                nmd["generation"] = int(md["generation"]) + 1
+        if self.dry_run():
+            out = normalize(new)
+            return (kept, out, False) if period > 0 or md.get("finalizers") else (200, out, True)
+        out = store.commit(PODS, "MODIFIED", new, old)
+        if period > 0 or md.get("finalizers"):
+            return kept, out, False
+        return 200, self.remove(PODS, out), True
 
     def remove(self, res, old):
         """Delete old (the caller holds the lock); a namespace takes its objects with it,

@@ -901,10 +901,13 @@ def test_watch_events_selectors_and_bookmarks(srv):
                    "application/merge-patch+json"))
     ok(srv.request("POST", base, pod("b", labels={"app": "x"})), 201)
     ok(srv.request("DELETE", f"{base}/b"))
-    events = [e for e in read_events(resp, 5) if e["type"] != "BOOKMARK"][:3]
-    # a stops matching: DELETED with its last matching state; "other" never shows
+    events = [e for e in read_events(resp, 6) if e["type"] != "BOOKMARK"][:4]
+    # a stops matching: DELETED with its last matching state; "other" never shows; the
+    # pod registry marks b (deletionTimestamp, grace 0 as it is not bound) before it
+    # removes it, as the real one does
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == \
-        [("DELETED", "a"), ("ADDED", "b"), ("DELETED", "b")]
+        [("DELETED", "a"), ("ADDED", "b"), ("MODIFIED", "b"), ("DELETED", "b")]
+    assert events[2]["object"]["metadata"]["deletionGracePeriodSeconds"] == 0
     assert events[0]["object"]["metadata"]["labels"] == {"app": "x"}
     bm = [e for e in read_events(resp, 3) if e["type"] == "BOOKMARK"]
     assert bm, "no BOOKMARK within 3 events"
@@ -1087,9 +1090,11 @@ def test_delete_returns_object_and_preconditions(srv):
     d = ok(srv.request("DELETE", f"{base}/p", {"preconditions": {"uid": p["metadata"]["uid"]}}))
     assert d["metadata"]["name"] == "p"
     assert int(d["metadata"]["resourceVersion"]) > int(p["metadata"]["resourceVersion"])
-    ev = read_events(resp, 1)
+    ev = read_events(resp, 2)
     conn.close()
-    assert ev[0]["type"] == "DELETED" and ev[0]["object"] == d
+    # the pod registry marks the (unbound) pod for deletion, grace 0, then removes it
+    assert ev[0]["type"] == "MODIFIED" and ev[0]["object"]["metadata"]["deletionTimestamp"]
+    assert ev[1]["type"] == "DELETED" and ev[1]["object"] == d
     assert srv.request("DELETE", f"{base}/p")[0] == 404
     # deletecollection with a selector
     for n, app in (("a", "x"), ("b", "y")):
@@ -1210,3 +1215,116 @@ def test_optimistic_concurrency_under_load(srv):
     assert [e["object"]["spec"]["leaseTransitions"] for e in events] == list(range(1, 91))
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert rvs == sorted(rvs) and len(set(rvs)) == 90
+
+
+def _ts(s):
+    import datetime
+    return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def check_graceful_pod_deletion(call, ns):
+    """The pod registry's graceful deletion, as call(method, path, body) -> (code, body)
+    sees it; shared by the test API server's test and the real control plane's
+    (test_apiserver_real.py), so the two are shown to agree. No kubelet runs: a bound pod
+    stays Pending on its node."""
+    base = f"/api/v1/namespaces/{ns}/pods"
+    mp = "application/merge-patch+json"
+
+    def make(name, node="gpu-node-1", **spec):
+        code, out = call("POST", base, pod(name, ns=ns, node=node, **spec))
+        assert code == 201, out
+        return out
+
+    def gone(name):
+        return call("GET", f"{base}/{name}", None)[0] == 404
+
+    # A bound pod: the first DELETE only marks it, with its terminationGracePeriodSeconds.
+    make("bound", terminationGracePeriodSeconds=30)
+    before = time.time()
+    code, out = call("DELETE", f"{base}/bound", None)
+    assert code == 200 and out["kind"] == "Pod", out
+    md = out["metadata"]
+    assert md["deletionGracePeriodSeconds"] == 30, md
+    assert before + 30 - 2 <= _ts(md["deletionTimestamp"]) <= time.time() + 30 + 1, md
+    code, held = call("GET", f"{base}/bound", None)
+    assert code == 200 and held["metadata"]["deletionTimestamp"] == md["deletionTimestamp"]
+    # A longer grace does not extend it; a shorter one moves deletionTimestamp earlier.
+    code, out = call("DELETE", f"{base}/bound", {"gracePeriodSeconds": 60})
+    assert code == 200 and out["metadata"]["deletionTimestamp"] == md["deletionTimestamp"]
+    assert out["metadata"]["deletionGracePeriodSeconds"] == 30
+    code, out = call("DELETE", f"{base}/bound", {"gracePeriodSeconds": 10})
+    assert code == 200 and out["metadata"]["deletionGracePeriodSeconds"] == 10, out
+    assert _ts(md["deletionTimestamp"]) - _ts(out["metadata"]["deletionTimestamp"]) == 20
+    assert not gone("bound")
+    # The kubelet's final DELETE (grace 0) removes it.
+    code, out = call("DELETE", f"{base}/bound", {"gracePeriodSeconds": 0})
+    assert code == 200 and out["metadata"]["name"] == "bound", out
+    assert gone("bound")
+
+    # The DeleteOptions' grace wins over the pod's; an unbound pod goes at once, so does a
+    # finished one, and any pod deleted with grace 0.
+    make("own", terminationGracePeriodSeconds=30)
+    code, out = call("DELETE", f"{base}/own", {"gracePeriodSeconds": 5})
+    assert code == 200 and out["metadata"]["deletionGracePeriodSeconds"] == 5, out
+    assert call("DELETE", f"{base}/own", {"gracePeriodSeconds": 0})[0] == 200 and gone("own")
+    make("unbound", node=None)
+    code, out = call("DELETE", f"{base}/unbound", None)
+    assert code == 200 and out["metadata"]["name"] == "unbound" and gone("unbound"), out
+    make("done")
+    code, out = call("PATCH", f"{base}/done/status", ({"status": {"phase": "Succeeded"}}, mp))
+    assert code == 200 and out["status"]["phase"] == "Succeeded", out
+    assert call("DELETE", f"{base}/done", None)[0] == 200 and gone("done")
+    make("forced")
+    assert call("DELETE", f"{base}/forced", {"gracePeriodSeconds": 0})[0] == 200
+    assert gone("forced")
+
+    # Finalizers: grace 0 only marks a pod that has some, and removing them deletes it;
+    # removing them during a grace period leaves it for the kubelet's DELETE.
+    fin = {"metadata": {"finalizers": ["example.com/hold"]}}
+    for name, grace in (("held-now", 0), ("held-grace", 30)):
+        p = pod(name, ns=ns, node="gpu-node-1")
+        p["metadata"].update(fin["metadata"])
+        code, out = call("POST", base, p)
+        assert code == 201, out
+        code, out = call("DELETE", f"{base}/{name}", {"gracePeriodSeconds": grace})
+        assert code == 200 and out["metadata"]["deletionGracePeriodSeconds"] == grace, out
+        assert out["metadata"]["finalizers"] == ["example.com/hold"]
+        assert not gone(name)
+        code, out = call("PATCH", f"{base}/{name}", ({"metadata": {"finalizers": None}}, mp))
+        assert code == 200, out
+        if grace == 0:
+            assert gone(name)
+        else:
+            assert not gone(name)
+            assert call("DELETE", f"{base}/{name}", {"gracePeriodSeconds": 0})[0] == 200
+            assert gone(name)
+
+
+def test_pod_graceful_deletion(srv):
+    """A bound pod is deleted gracefully as by the real pod registry (deletionTimestamp
+    now + grace, shortened but never extended by a second DELETE, removed by the
+    kubelet's grace 0), an unbound, finished or force-deleted one at once; finalizers
+    combine as in the generic registry. The same checks pass on the real control plane
+    (test_apiserver_real.py). Also: the watch sees MODIFIED (marked) then DELETED."""
+    def call(method, path, body):
+        ctype = "application/json"
+        if isinstance(body, tuple):
+            body, ctype = body
+        code, out, _ = srv.request(method, path, body, ctype) if body is not None else \
+            srv.request(method, path)
+        return code, out
+
+    conn, resp = open_watch(srv, "/api/v1/namespaces/ml-team/pods?watch=1")
+    check_graceful_pod_deletion(call, "ml-team")
+    events = []
+    while not any(e["type"] == "DELETED" and e["object"]["metadata"]["name"] == "held-grace"
+                  for e in events):
+        got = read_events(resp, 1)
+        assert got, events
+        events += got
+    bound = [(e["type"], e["object"]["metadata"].get("deletionGracePeriodSeconds"))
+             for e in events if e["object"]["metadata"]["name"] == "bound"]
+    assert bound == [("ADDED", None), ("MODIFIED", 30), ("MODIFIED", 10), ("MODIFIED", 0),
+                     ("DELETED", 0)], bound
+    conn.close()

@@ -105,12 +105,18 @@ def finish(api, name, ns="default"):
 
 
 def delete(api, name, ns="default"):
-    """DELETE the pod with gracePeriodSeconds 0 (as the kubelet does once its containers
-    have stopped; none runs here); the object as it stands then (deletionTimestamp set:
-    now, the end of a grace period of 0)."""
-    st, out = api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
-                       {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+    """The owner's DELETE of the pod and, when the pod registry gave it a grace period
+    (bound, not finished), the DELETE with gracePeriodSeconds 0 its kubelet sends once it
+    has stopped it (no kubelet runs here): that moves deletionTimestamp back to the
+    owner's DELETE. The object as it stands then (deletionTimestamp set, the finalizer
+    holding it)."""
+    path = f"/api/v1/namespaces/{ns}/pods/{name}"
+    st, out = api.call("DELETE", path)
     assert st in (200, 202), out
+    if out["metadata"].get("deletionGracePeriodSeconds"):
+        st, out = api.call("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                            "gracePeriodSeconds": 0})
+        assert st == 200, out
     return out
 
 

@@ -101,7 +101,12 @@ def test_load_aware_prefers_the_less_loaded_node(api, sched):
     report(api, "node-a", 95)
     report(api, "node-b", 2)
     st, out = api.call("DELETE", "/api/v1/namespaces/default/pods/p")
+    assert st == 200 and out["metadata"]["deletionTimestamp"], out
+    # the pod is bound: it is gone once its kubelet (none runs here) has stopped it
+    st, out = api.call("DELETE", "/api/v1/namespaces/default/pods/p",
+                       {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
     assert st == 200
+    assert api.call("GET", "/api/v1/namespaces/default/pods/p")[0] == 404
     wait_load_seen(s, api, "node-b")
 
 
