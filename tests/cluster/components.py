@@ -129,6 +129,24 @@ def webhook(cluster, build_dir, workdir, cert, key, extra=(), docs=None):
                      [*args, "--kubeconfig", kc, *extra], env, workdir)
 
 
+def served_webhook(cluster, build_dir, workdir):
+    """webhook() serving a certificate the cluster's CA signed for egpu-webhook's Service
+    name and 127.0.0.1 (a pre-made one, as cert-manager leaves it), ready (its informers
+    synced), and deploy/'s two webhook configurations pointed at it with that CA as
+    caBundle (point_webhooks): the API server calls it for every pod and workload their
+    rules match. The Component (the caller stops it)."""
+    crt, key = cluster.pki.cert("egpu-webhook", "egpu-webhook.elastic-gpu-system.svc",
+                                sans=("IP:127.0.0.1",), server=True)
+    w = webhook(cluster, build_dir, workdir, crt, key)
+    try:
+        w.ready()
+        point_webhooks(cluster, w.ports[0], ca_bundle=cluster.pki.ca.read_bytes())
+    except BaseException:
+        w.stop()
+        raise
+    return w
+
+
 def agent(cluster, build_dir, workdir, node, env, device_plugin_dir, pod_resources_socket,
           alloc_root, interposer, nvml):
     """egpu-agent as deploy/agent/daemonset.yaml runs it, with ServiceAccount egpu-agent's

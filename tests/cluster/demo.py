@@ -102,12 +102,7 @@ def run(build, keep):
         c.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         step(f"installed: {len(crds)} CRDs Established")
 
-        crt, key = c.pki.cert("egpu-webhook", "egpu-webhook.elastic-gpu-system.svc",
-                              sans=("IP:127.0.0.1",), server=True)
-        w = components.webhook(c, build, work, crt, key)
-        started.append(w)
-        w.ready()
-        components.point_webhooks(c, w.ports[0], ca_bundle=c.pki.ca.read_bytes())
+        started.append(components.served_webhook(c, build, work))
         ctl = components.controller(c, build, work)
         started.append(ctl)
         started.append(components.SchedulerPair(c, build, work, "elastic-gpu"))

@@ -75,12 +75,16 @@ class Api:
                      "model": model, "memory": memory}})
         assert st == 201, obj
 
-    def pod(self, name, core, memory=0, ns="default"):
+    def pod(self, name, core, memory=0, ns="default", annotations=None):
+        """Pod ns/name for elastic-gpu-scheduler, one container "main" asking core percent
+        and memory MiB (none when 0), with annotations; the created object."""
         res = {"cpu": "1", "elasticgpu.io/gpu-core": str(core)}
         if memory:
             res["elasticgpu.io/gpu-memory"] = str(memory)
+        meta = {"name": name, "namespace": ns, **({"annotations": dict(annotations)}
+                                                   if annotations else {})}
         st, obj = self.call("POST", f"/api/v1/namespaces/{ns}/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+            "apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"schedulerName": "elastic-gpu-scheduler",
                      "containers": [{"name": "main", "image": "busybox",
                                      "resources": {"requests": res, "limits": {

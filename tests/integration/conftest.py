@@ -107,6 +107,41 @@ def pytest_make_collect_report(collector):
     _fail_skip_under_ci(outcome.get_result())
 
 
+def need_control_plane():
+    """Skip the test when tools/bin lacks a control-plane binary (`make k8s`), or fail it
+    under CI=true."""
+    missing = cluster_module.missing_binaries()
+    if missing:
+        msg = f"tools/bin lacks {', '.join(missing)} (`make k8s`, which `make deps` runs)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+def install_deploy(c):
+    """deploy/ installed into control plane c as the README says (`kubectl apply
+    --server-side -k deploy/`), every CRD Established and serving (a CRD just Established
+    answers 429 for a moment). The objects deploy/ renders (dicts)."""
+    import yaml
+    c.kubectl("apply", "--server-side", "--field-manager", "elastic-gpu-test",
+              "-k", str(ROOT / "deploy"))
+    objs = [o for o in yaml.safe_load_all(c.kubectl("kustomize", str(ROOT / "deploy")).stdout)
+            if o]
+    crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+    c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+              *[f"crd/{o['metadata']['name']}" for o in crds])
+    wait_serving(c, crds)
+    return objs
+
+
+def wait_serving(c, crds):
+    """Wait until each CRD of crds (dicts) answers a LIST with 200."""
+    for o in crds:
+        path = f"/apis/{o['spec']['group']}/{o['spec']['versions'][0]['name']}/" \
+               f"{o['spec']['names']['plural']}"
+        cluster_module.wait_until(lambda: c.call("GET", path)[0] == 200, f"GET {path}")
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     """The real control plane (tests/cluster/cluster.py): etcd, kube-apiserver,
@@ -114,12 +149,7 @@ def cluster(tmp_path_factory):
     (tests share it, each in namespaces and nodes of its own). Its node lifecycle controller
     acts within 10 s (FAST_NODE_MONITOR) instead of 50, so a test can watch it. Without the binaries (`make k8s`, which
     `make deps` runs) the tests that need it skip, except under CI=true, where they fail."""
-    missing = cluster_module.missing_binaries()
-    if missing:
-        msg = f"tools/bin lacks {', '.join(missing)} (`make k8s`, which `make deps` runs)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need_control_plane()
     c = cluster_module.Cluster(tmp_path_factory.mktemp("cluster"),
                                controller_manager_args=cluster_module.FAST_NODE_MONITOR).start()
     yield c
@@ -133,14 +163,7 @@ def deployed(cluster):
     configurations pointed at a port on 127.0.0.1 where nothing listens (no kube-proxy here
     routes their Service; a test that needs the webhook starts one and points them at it:
     tests/cluster/components.py). The objects deploy/ renders (dicts)."""
-    import yaml
-    cluster.kubectl("apply", "--server-side", "--field-manager", "elastic-gpu-test",
-                    "-k", str(ROOT / "deploy"))
-    objs = [o for o in yaml.safe_load_all(cluster.kubectl("kustomize", str(ROOT / "deploy"))
-                                          .stdout) if o]
-    crds = [o["metadata"]["name"] for o in objs if o["kind"] == "CustomResourceDefinition"]
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    *[f"crd/{n}" for n in crds])
+    objs = install_deploy(cluster)
     import components
     components.point_webhooks(cluster, cluster_module.free_port())
     return objs
@@ -153,16 +176,9 @@ def webhook(cluster, deployed, build_dir, tmp_path_factory):
     one, as cert-manager leaves it), and both configurations pointed at it with that CA as
     caBundle: the API server calls it for every pod and workload its rules match."""
     import components
-    d = tmp_path_factory.mktemp("webhook")
-    crt, key = cluster.pki.cert("egpu-webhook", "egpu-webhook.elastic-gpu-system.svc",
-                                sans=("IP:127.0.0.1",), server=True)
-    w = components.webhook(cluster, build_dir, d, crt, key)
-    try:
-        w.ready()  # its informers (GPUs, claims, budgets) have synced
-        components.point_webhooks(cluster, w.ports[0], ca_bundle=cluster.pki.ca.read_bytes())
-        yield w
-    finally:
-        w.stop()
+    w = components.served_webhook(cluster, build_dir, tmp_path_factory.mktemp("webhook"))
+    yield w
+    w.stop()
 
 
 @pytest.fixture
@@ -212,12 +228,7 @@ def kube(tmp_path_factory):
     system stands between these tests and the API server. Missing binaries skip, or fail
     under CI=true, as for `cluster`."""
     import yaml
-    missing = cluster_module.missing_binaries()
-    if missing:
-        msg = f"tools/bin lacks {', '.join(missing)} (`make k8s`, which `make deps` runs)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need_control_plane()
     c = cluster_module.Cluster(tmp_path_factory.mktemp("kube"), scheduler=False).start()
     try:
         objs = [o for o in yaml.safe_load_all(c.kubectl("kustomize", str(ROOT / "deploy")).stdout)
@@ -227,10 +238,7 @@ def kube(tmp_path_factory):
         crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
         c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                   *[f"crd/{o['metadata']['name']}" for o in crds])
-        for o in crds:  # a CRD just Established answers 429 for a moment
-            path = f"/apis/{o['spec']['group']}/{o['spec']['versions'][0]['name']}/" \
-                   f"{o['spec']['names']['plural']}"
-            cluster_module.wait_until(lambda: c.call("GET", path)[0] == 200, f"GET {path}")
+        wait_serving(c, crds)
         yield c
     finally:
         c.stop()

@@ -53,6 +53,8 @@ import urllib.request
 import grpc
 import pytest
 
+import apis
+
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "kubelet"))
@@ -339,23 +341,11 @@ ASSIGNED = "elasticgpu.io/assigned"
 ALLOCATED = "elasticgpu.io/allocated"
 
 
-class Api:
-    """A minimal client of the test API server (urllib, bearer token)."""
+class Api(apis.Api):
+    """apis.Api with this module's token."""
 
-    def __init__(self, url):
-        self.url = url
-
-    def call(self, method, path, body=None, ctype="application/json"):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {TOKEN}")
-        if data is not None:
-            req.add_header("Content-Type", ctype)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null")
+    def call(self, method, path, body=None, ctype="application/json", token=TOKEN):
+        return super().call(method, path, body, ctype, token)
 
     def uuids(self):
         st, obj = self.call("GET", "/apis/elasticgpu.io/v1alpha1/gpus")

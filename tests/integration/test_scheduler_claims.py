@@ -89,20 +89,8 @@ def mkegpu(api, name, node, gpu, core, mem, cl, cls):
 def pod(api, name, core, mem=0, uses=None):
     """A pod of one container "main" asking core and mem; uses: the claim
     it uses (the webhook has set its requests to the claim's)."""
-    res = {"cpu": "1", "elasticgpu.io/gpu-core": str(core)}
-    if mem:
-        res["elasticgpu.io/gpu-memory"] = str(mem)
-    meta = {"name": name, "namespace": "default"}
-    if uses:
-        meta["annotations"] = {"egpuc.elasticgpu.io/main": uses}
-    st, obj = api.call("POST", "/api/v1/namespaces/default/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": meta,
-        "spec": {"schedulerName": "elastic-gpu-scheduler",
-                 "containers": [{"name": "main", "image": "busybox",
-                                 "resources": {"requests": res, "limits": {
-                                     k: v for k, v in res.items() if k != "cpu"}}}]}})
-    assert st == 201, obj
-    return obj
+    return api.pod(name, core, mem, annotations={"egpuc.elasticgpu.io/main": uses} if uses
+                   else None)
 
 
 # Filter's refusal of a node where a pod bound before is not marked

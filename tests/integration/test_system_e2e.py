@@ -59,9 +59,8 @@ import urllib.parse
 import urllib.request
 
 import pytest
-import yaml
 
-from conftest import ROOT, cluster_module as cl
+from conftest import cluster_module as cl, install_deploy, need_control_plane
 from test_agent import ALLOCATED, RES, card_set, mounts, vcuda_conf_of
 from test_controller import mkclaim, mkclass
 from test_kubectl_egpu import plugin  # noqa: F401 (fixture)
@@ -102,30 +101,14 @@ def system(build_dir, tmp_path_factory):
     """The control plane with deploy/ applied, egpu-webhook (configurations pointed at it,
     its CA as caBundle), egpu-controller and the scheduler pair running, each with its
     ServiceAccount. Yields {cluster, dir, webhook, controller, pair}."""
-    missing = cl.missing_binaries()
-    if missing:
-        msg = f"tools/bin lacks {', '.join(missing)} (`make k8s`, which `make deps` runs)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    need_control_plane()
     d = tmp_path_factory.mktemp("system")
     c = cl.Cluster(d / "cluster", controller_manager_args=cl.FAST_NODE_MONITOR).start()
     started = []
     try:
-        c.kubectl("apply", "--server-side", "--field-manager", "elastic-gpu-test",
-                  "-k", str(ROOT / "deploy"))
-        crds = [o["metadata"]["name"] for o in yaml.safe_load_all(
-            c.kubectl("kustomize", str(ROOT / "deploy")).stdout)
-            if o and o["kind"] == "CustomResourceDefinition"]
-        c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                  *[f"crd/{n}" for n in crds])
-        wait(lambda: c.call("GET", f"{G}/gpubudgets")[0] == 200, "the CRDs serving")
-        crt, key = c.pki.cert("egpu-webhook", "egpu-webhook.elastic-gpu-system.svc",
-                              sans=("IP:127.0.0.1",), server=True)
-        w = components.webhook(c, build_dir, d, crt, key)
+        install_deploy(c)
+        w = components.served_webhook(c, build_dir, d)
         started.append(w)
-        w.ready()
-        components.point_webhooks(c, w.ports[0], ca_bundle=c.pki.ca.read_bytes())
         ctl = components.controller(c, build_dir, d, extra=("--meter-seconds", "1"))
         started.append(ctl)
         pair = components.SchedulerPair(c, build_dir, d, "system")

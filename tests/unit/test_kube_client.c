@@ -386,13 +386,13 @@ static void test_watch_from_rv_with_bookmarks(void **state)
     tks_create_pod(&srv, "w", "a");
     tks_label_pod(&srv, "w", "a", "step", "1");
     tks_create_pod(&srv, "other", "elsewhere");
-    tks_delete_pod(&srv, "w", "a");
-    rv_del = rv0 + 4;
+    tks_delete_pod(&srv, "w", "a"); /* two writes: deletionTimestamp, then the removal */
+    rv_del = rv0 + 5;
     /* From rv0: only the later changes in namespace w, then a bookmark. */
     snprintf(wo.resource_version, sizeof(wo.resource_version), "%ld", rv0);
     assert_int_equal(egpu_kube_watch(srv.kc, &egpu_kube_pods, "w", &wo, on_event, &seen, &st, &err),
                      0);
-    assert_string_equal(seen.log, "ADDED a;MODIFIED a;DELETED a;");
+    assert_string_equal(seen.log, "ADDED a;MODIFIED a;MODIFIED a;DELETED a;");
     assert_true(seen.bookmarks >= 1);
     /* The RV to resume from is the bookmark's, not older than the delete. */
     assert_true(strtol(wo.resource_version, NULL, 10) >= rv_del);
