@@ -21,11 +21,10 @@ import random
 import re
 import signal
 import time
-import types
 
 import pytest
 
-from test_controller import G, V, Controller, wait  # noqa: F401
+from test_controller import G, V, ctl, wait  # noqa: F401 (ctl: a fixture, on this module's api)
 
 FIN = "elasticgpu.io/metering"
 # The Lease is deploy/'s (--lease-name's default, elastic-gpu-controller): the only one the
@@ -38,22 +37,6 @@ LEASE = ("--leader-elect", "true", "--lease-duration", "3", "--renew-deadline", 
 def api(kube_api):
     """The real control plane (apis.RealApi)."""
     return kube_api
-
-
-@pytest.fixture
-def ctl(build_dir, api, tmp_path):
-    """test_controller's fixture, but each egpu-controller runs with the token of its
-    ServiceAccount egpu-controller, not the admin's."""
-    started = []
-    kc = types.SimpleNamespace(kubeconfig=api.component_kubeconfig("egpu-controller"))
-
-    def start(name="c1", extra=("--leader-elect", "false")):
-        c = Controller(build_dir, kc, tmp_path, name, extra)
-        started.append(c)
-        return c
-    yield start
-    for c in started:
-        c.stop(signal.SIGKILL)
 
 
 def ts(text):
