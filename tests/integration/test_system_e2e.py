@@ -55,7 +55,6 @@ import signal
 import subprocess
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 
 import pytest
