@@ -36,10 +36,10 @@
 extern "C" {
 #endif
 
-#define EGPU_NVML_LIBRARY   "libnvidia-ml.so.1"  /* dlopen name of NVML */
-#define EGPU_FAKE_GPUS_ENV  "EGPU_FAKE_GPUS"     /* fake spec when no --fake-gpus is given */
-#define EGPU_GPU_LABEL_NODE "elasticgpu.io/node" /* label on every GPU object: its node */
-#define EGPU_GPU_HEALTHY    EGPU_API_GPU_HEALTHY /* status.health values (egpu/api.h) */
+#define EGPU_NVML_LIBRARY   "libnvidia-ml.so.1"    /* dlopen name of NVML */
+#define EGPU_FAKE_GPUS_ENV  "EGPU_FAKE_GPUS"       /* fake spec when no --fake-gpus is given */
+#define EGPU_GPU_LABEL_NODE EGPU_API_GROUP "/node" /* label on every GPU object: its node */
+#define EGPU_GPU_HEALTHY    EGPU_API_GPU_HEALTHY   /* status.health values (egpu/api.h) */
 #define EGPU_GPU_UNHEALTHY  EGPU_API_GPU_UNHEALTHY
 #define EGPU_GPU_MODEL_MAX  128  /* model name incl. NUL (CRD: maxLength 127) */
 #define EGPU_GPU_REASON_MAX 128  /* why a card is unhealthy, incl. NUL */

@@ -33,33 +33,37 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* Names (src/api/names.c)                                                  */
 
+/* The API group, its one served version (a CRD's versions[].name, the URL
+ * segment after /apis/elasticgpu.io/), and the two as an object's
+ * apiVersion. Every elasticgpu.io name below is built from the group. */
 #define EGPU_API_GROUP         "elasticgpu.io"
-#define EGPU_API_VERSION       "elasticgpu.io/v1alpha1"
-#define EGPU_SCHEDULER_NAME    "elastic-gpu-scheduler"    /* spec.schedulerName of GPU pods */
-#define EGPU_RES_GPU_CORE      "elasticgpu.io/gpu-core"   /* percent of one card */
-#define EGPU_RES_GPU_MEMORY    "elasticgpu.io/gpu-memory" /* MiB per card */
+#define EGPU_API_VERSION_NAME  "v1alpha1"
+#define EGPU_API_VERSION       EGPU_API_GROUP "/" EGPU_API_VERSION_NAME
+#define EGPU_SCHEDULER_NAME    "elastic-gpu-scheduler"      /* spec.schedulerName of GPU pods */
+#define EGPU_RES_GPU_CORE      EGPU_API_GROUP "/gpu-core"   /* percent of one card */
+#define EGPU_RES_GPU_MEMORY    EGPU_API_GROUP "/gpu-memory" /* MiB per card */
 /* The scheduler's decision, written by bind (format below). */
-#define EGPU_ANN_ASSIGNED      "elasticgpu.io/assigned"
+#define EGPU_ANN_ASSIGNED      EGPU_API_GROUP "/assigned"
 /* Written by the node agent once the kubelet allocated the pod's devices. */
-#define EGPU_ANN_ALLOCATED     "elasticgpu.io/allocated"
+#define EGPU_ANN_ALLOCATED     EGPU_API_GROUP "/allocated"
 /* Per-pod overrides of the tier policies (egpu_policy_parse names), and the
  * allowed GPU models ("A|B", as GPU objects' spec.model). */
-#define EGPU_ANN_NODE_POLICY   "elasticgpu.io/node-policy"
-#define EGPU_ANN_CARD_POLICY   "elasticgpu.io/card-policy"
-#define EGPU_ANN_GPU_MODEL     "elasticgpu.io/gpu-model"
+#define EGPU_ANN_NODE_POLICY   EGPU_API_GROUP "/node-policy"
+#define EGPU_ANN_CARD_POLICY   EGPU_API_GROUP "/card-policy"
+#define EGPU_ANN_GPU_MODEL     EGPU_API_GROUP "/gpu-model"
 /* The compute ceiling of every shared container of the pod, percent of a
  * card, from its gpu-core up to 100: the interposer lets it burst up to this
  * while the card is otherwise idle (absent: no burst). */
-#define EGPU_ANN_CORE_LIMIT    "elasticgpu.io/gpu-core-limit"
+#define EGPU_ANN_CORE_LIMIT    EGPU_API_GROUP "/gpu-core-limit"
 /* egpuc.elasticgpu.io/<container>: <claim name>: the container's GPU comes
  * from that ElasticGPUClaim in the pod's namespace. */
-#define EGPU_ANN_CLAIM_PREFIX  "egpuc.elasticgpu.io/"
+#define EGPU_ANN_CLAIM_PREFIX  "egpuc." EGPU_API_GROUP "/"
 /* On an ElasticGPUClaim of a WaitForFirstConsumer class: where the scheduler
  * placed the first pod that uses it, for the controller to provision there
  * (as volume.kubernetes.io/selected-node on a PVC). The node's name, and
  * the GPU object names of the card(s), comma-separated. */
-#define EGPU_ANN_SELECTED_NODE "elasticgpu.io/selected-node"
-#define EGPU_ANN_SELECTED_GPUS "elasticgpu.io/selected-gpus"
+#define EGPU_ANN_SELECTED_NODE EGPU_API_GROUP "/selected-node"
+#define EGPU_ANN_SELECTED_GPUS EGPU_API_GROUP "/selected-gpus"
 
 #define EGPU_K8S_NAME_MAX       254 /* DNS subdomain 253 + NUL */
 #define EGPU_CONTAINER_NAME_MAX 64  /* DNS label 63 + NUL */
@@ -355,19 +359,19 @@ bool egpu_api_compat_known(const char *name, bool nvidia);
 /* Held by the webhook on a GPU pod of a namespace with a GPUBudget, until the
  * controller has metered the pod to its end: a pod deleted while the
  * controller is down is still charged up to the second it ended. */
-#define EGPU_FINALIZER_METERING         "elasticgpu.io/metering"
+#define EGPU_FINALIZER_METERING         EGPU_API_GROUP "/metering"
 /* A new resource of claims: compute in TFLOPS (a positive JSON number, at
  * most 1000000; kept in thousandths), which becomes the core percent of the
  * card the claim lands on (egpu_api_tflops_to_core). */
-#define EGPU_RES_GPU_TFLOPS             "elasticgpu.io/gpu-tflops"
+#define EGPU_RES_GPU_TFLOPS             EGPU_API_GROUP "/gpu-tflops"
 /* The provisioners: a slice (core and memory) of one card, or whole cards. */
-#define EGPU_PROVISIONER_GPUSHARE       "gpushare.provisioner.elasticgpu.io"
-#define EGPU_PROVISIONER_PHYSICAL       "physical.provisioner.elasticgpu.io"
+#define EGPU_PROVISIONER_GPUSHARE       "gpushare.provisioner." EGPU_API_GROUP
+#define EGPU_PROVISIONER_PHYSICAL       "physical.provisioner." EGPU_API_GROUP
 /* Held on a claim while a pod uses it, as kubernetes.io/pvc-protection. */
-#define EGPU_FINALIZER_CLAIM_PROTECTION "elasticgpu.io/claim-protection"
+#define EGPU_FINALIZER_CLAIM_PROTECTION EGPU_API_GROUP "/claim-protection"
 /* On an ElasticGPUClass: "true" makes it the class of claims that name none
  * (as storageclass.kubernetes.io/is-default-class); any other value: not. */
-#define EGPU_ANN_DEFAULT_CLASS          "elasticgpu.io/is-default-class"
+#define EGPU_ANN_DEFAULT_CLASS          EGPU_API_GROUP "/is-default-class"
 
 #define EGPU_NAMESPACE_MAX      64      /* DNS label 63 + NUL */
 #define EGPU_API_UID_MAX        64      /* metadata.uid, claimRef.uid */

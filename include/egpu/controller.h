@@ -215,7 +215,7 @@ int egpu_ctl_provisioned_name(const char *uid, char *buf, size_t len);
 /* The annotation a provisioned ElasticGPU carries: the provisioner's name
  * (as pv.kubernetes.io/provisioned-by). reclaimPolicy Delete deletes only
  * ElasticGPUs that carry it. */
-#define EGPU_ANN_PROVISIONED_BY "elasticgpu.io/provisioned-by"
+#define EGPU_ANN_PROVISIONED_BY EGPU_API_GROUP "/provisioned-by"
 
 /* ------------------------------------------------------------------------ */
 /* GPU status.allocated (src/controller/gpustatus.c)                        */

@@ -575,18 +575,42 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
 /* ------------------------------------------------------------------------ */
 /* Policies and placement (src/core/policy.c, src/core/placement.c)         */
 
-enum egpu_policy_kind {
-    EGPU_POLICY_BINPACK, /* fill the fullest node / card first */
-    EGPU_POLICY_SPREAD,  /* the emptiest node / card first */
-    EGPU_POLICY_BESTFIT, /* least resources left after placement */
-    EGPU_POLICY_RANDOM,  /* uniformly at random among those that fit (seeded) */
-    EGPU_POLICY_FGD,     /* least growth of fragmentation for the target workload */
-};
+/* Every policy, once, in enum order: X(ID, "name", "text before the name
+ * in EGPU_POLICY_NAMES") for each.
+ *   binpack   fill the fullest node / card first
+ *   spread    the emptiest node / card first
+ *   best-fit  least resources left after placement
+ *   random    uniformly at random among those that fit (seeded)
+ *   fgd       least growth of fragmentation for the target workload
+ * The enum, EGPU_POLICY_COUNT, EGPU_POLICY_NAMES and the names that
+ * egpu_policy_name and egpu_policy_parse know (src/core/policy.c) all come
+ * from this list, so the flags' help, the errors and the parser cannot drift
+ * apart. */
+#define EGPU_POLICY_LIST(X)      \
+    X(BINPACK, "binpack", "")    \
+    X(SPREAD, "spread", ", ")    \
+    X(BESTFIT, "best-fit", ", ") \
+    X(RANDOM, "random", ", ")    \
+    X(FGD, "fgd", ", ")
 
-/* Policy by name: "binpack", "spread", "best-fit" (or "bestfit"), "random",
- * "fgd". Returns 0 or -EINVAL naming the allowed values. */
+#define EGPU__POLICY_ENUM(id, name, sep) EGPU_POLICY_##id,
+#define EGPU__POLICY_ONE(id, name, sep)  +1
+#define EGPU__POLICY_NAME(id, name, sep) sep name
+
+enum egpu_policy_kind { EGPU_POLICY_LIST(EGPU__POLICY_ENUM) };
+
+/* How many policies there are: the kinds are 0..EGPU_POLICY_COUNT-1. */
+#define EGPU_POLICY_COUNT (0 EGPU_POLICY_LIST(EGPU__POLICY_ONE))
+/* "binpack, spread, best-fit, random, fgd": a string literal, for help texts
+ * and error messages. */
+#define EGPU_POLICY_NAMES EGPU_POLICY_LIST(EGPU__POLICY_NAME)
+
+/* Policy by name: one of EGPU_POLICY_NAMES, or "bestfit" for best-fit.
+ * Returns 0 or -EINVAL naming the allowed values; writes *out only on 0. */
 int egpu_policy_parse(const char *name, enum egpu_policy_kind *out,
                       struct egpu_error *err) EGPU_MUST_CHECK;
+/* The name of kind k, a static string; "unknown" when k is not below
+ * EGPU_POLICY_COUNT. */
 const char *egpu_policy_name(enum egpu_policy_kind k);
 
 struct egpu_placer_config {

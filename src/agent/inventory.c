@@ -34,7 +34,6 @@
 #include "egpu/agent.h"
 #include "egpu/log.h"
 
-#define GPU_API_VERSION   "elasticgpu.io/v1alpha1"
 #define LABEL_VALUE_MAX   63 /* characters of a label value */
 #define LABEL_HASHED_KEEP 46 /* node characters kept in a hashed label value */
 #define FULL_CORE_PCT     100
@@ -311,7 +310,7 @@ static int out_of_memory(struct egpu_error *err, const char *name)
 static int create_gpu(struct publish *p, const char *name, const struct egpu_gpu_info *c,
                       json_t **out, struct egpu_error *err)
 {
-    json_t *obj = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:o*}", "apiVersion", GPU_API_VERSION,
+    json_t *obj = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:o*}", "apiVersion", EGPU_API_VERSION,
                             "kind", "GPU", "metadata", "name", name, "labels", EGPU_GPU_LABEL_NODE,
                             p->label, "spec", spec_json(p, c, false));
     int rc;

@@ -9,7 +9,7 @@
  * an error rather than a silently ignored setting:
  *   models:          "A|B", card models the class may use (GPU spec.model)
  *   nodeSelector:    a label selector on nodes, kubectl's text form
- *   policy:          binpack, spread, best-fit, random or fgd (both tiers)
+ *   policy:          a policy name, EGPU_POLICY_NAMES (both tiers)
  *   tflops.<model>:  "<peak TFLOPS>" of that model, digits with up to 3
  *                    decimals, for claims that ask elasticgpu.io/gpu-tflops
  * A model in models or tflops.<model> names a GPU object's spec.model
@@ -24,7 +24,7 @@
 
 #define PEAK_PREFIX    "tflops."
 #define PARAMS_ALLOWED "allowed: models, nodeSelector, policy, tflops.<model>"
-#define POLICY_ALLOWED "allowed: binpack, spread, best-fit, random, fgd"
+#define POLICY_ALLOWED "allowed: " EGPU_POLICY_NAMES
 #define MODELS_EXAMPLE "e.g. \"NVIDIA A100-SXM4-80GB|NVIDIA H100\""
 #define SELECTOR_GRAMMAR                                                                     \
     "allowed: a label selector such as \"zone=a,pool in (x,y)\": requirements separated by " \

@@ -184,9 +184,8 @@ static int policy_of(const json_t *ann, const char *key, bool *has, enum egpu_po
     s = egpu_api_str(v);
     if (s == NULL || egpu_policy_parse(s, out, &perr) != 0)
         return egpu_error_set(err, EGPU_ERANGE,
-                              "annotation %s is \"%.64s\"; allowed: binpack, spread, best-fit, "
-                              "random, fgd",
-                              key, s != NULL ? s : "(not text)");
+                              "annotation %s is \"%.64s\"; allowed: " EGPU_POLICY_NAMES, key,
+                              s != NULL ? s : "(not text)");
     *has = true;
     return 0;
 }

@@ -26,11 +26,9 @@
 
 #include "placement_int.h"
 
-static const char *const names[] = {
-    [EGPU_POLICY_BINPACK] = "binpack",  [EGPU_POLICY_SPREAD] = "spread",
-    [EGPU_POLICY_BESTFIT] = "best-fit", [EGPU_POLICY_RANDOM] = "random",
-    [EGPU_POLICY_FGD] = "fgd",
-};
+#define NAME_OF(id, name, sep) [EGPU_POLICY_##id] = name,
+
+static const char *const names[EGPU_POLICY_COUNT] = {EGPU_POLICY_LIST(NAME_OF)};
 
 int egpu_policy_parse(const char *name, enum egpu_policy_kind *out, struct egpu_error *err)
 {
@@ -44,8 +42,7 @@ int egpu_policy_parse(const char *name, enum egpu_policy_kind *out, struct egpu_
         *out = EGPU_POLICY_BESTFIT;
         return 0;
     }
-    return egpu_error_set(err, -EINVAL,
-                          "unknown policy \"%s\" (allowed: binpack, spread, best-fit, random, fgd)",
+    return egpu_error_set(err, -EINVAL, "unknown policy \"%s\" (allowed: " EGPU_POLICY_NAMES ")",
                           name);
 }
 

@@ -19,15 +19,16 @@ const struct egpu_kube_resource egpu_kube_namespaces = {"", "v1", "namespaces", 
 const struct egpu_kube_resource egpu_kube_events = {"", "v1", "events", true};
 const struct egpu_kube_resource egpu_kube_resourcequotas = {"", "v1", "resourcequotas", true};
 const struct egpu_kube_resource egpu_kube_leases = {"coordination.k8s.io", "v1", "leases", true};
-const struct egpu_kube_resource egpu_kube_gpus = {"elasticgpu.io", "v1alpha1", "gpus", false};
-const struct egpu_kube_resource egpu_kube_elasticgpus = {"elasticgpu.io", "v1alpha1", "elasticgpus",
-                                                         false};
-const struct egpu_kube_resource egpu_kube_elasticgpuclaims = {"elasticgpu.io", "v1alpha1",
-                                                              "elasticgpuclaims", true};
-const struct egpu_kube_resource egpu_kube_elasticgpuclasses = {"elasticgpu.io", "v1alpha1",
-                                                               "elasticgpuclasses", false};
-const struct egpu_kube_resource egpu_kube_gpubudgets = {"elasticgpu.io", "v1alpha1", "gpubudgets",
-                                                        true};
+const struct egpu_kube_resource egpu_kube_gpus = {EGPU_API_GROUP, EGPU_API_VERSION_NAME,
+                                                  EGPU_PLURAL_GPUS, false};
+const struct egpu_kube_resource egpu_kube_elasticgpus = {EGPU_API_GROUP, EGPU_API_VERSION_NAME,
+                                                         EGPU_PLURAL_ELASTICGPUS, false};
+const struct egpu_kube_resource egpu_kube_elasticgpuclaims = {EGPU_API_GROUP, EGPU_API_VERSION_NAME,
+                                                              EGPU_PLURAL_ELASTICGPUCLAIMS, true};
+const struct egpu_kube_resource egpu_kube_elasticgpuclasses = {
+    EGPU_API_GROUP, EGPU_API_VERSION_NAME, EGPU_PLURAL_ELASTICGPUCLASSES, false};
+const struct egpu_kube_resource egpu_kube_gpubudgets = {EGPU_API_GROUP, EGPU_API_VERSION_NAME,
+                                                        EGPU_PLURAL_GPUBUDGETS, true};
 const struct egpu_kube_resource egpu_kube_priorityclasses = {"scheduling.k8s.io", "v1",
                                                              "priorityclasses", false};
 

@@ -80,7 +80,7 @@ static void warn_duplicate(struct egpu_sched_api *api, const json_t *obj, const 
 {
     const json_t *meta = json_object_get(obj, "metadata");
     struct egpu_kube_event ev = {.kind = "GPU",
-                                 .api_version = "elasticgpu.io/v1alpha1",
+                                 .api_version = EGPU_API_VERSION,
                                  .name = egpu_kube_str(json_object_get(meta, "name")),
                                  .uid = egpu_kube_str(json_object_get(meta, "uid")),
                                  .warning = true,

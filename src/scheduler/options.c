@@ -66,7 +66,7 @@ static const char usage[] =
     "  --kubeconfig FILE       kubeconfig (EGPU_KUBECONFIG; default $KUBECONFIG, else\n"
     "                          ~/.kube/config, else the in-cluster service account)\n"
     "  --context NAME          kubeconfig context (EGPU_CONTEXT; default: current-context)\n"
-    "  --node-policy P         node tier: binpack, spread, best-fit, random, fgd\n"
+    "  --node-policy P         node tier: " EGPU_POLICY_NAMES "\n"
     "                          (EGPU_NODE_POLICY; default binpack)\n"
     "  --card-policy P         card tier, same names (EGPU_CARD_POLICY; default binpack)\n"
     "                          Pods override both with the annotations\n"

@@ -38,7 +38,7 @@ static const char usage[] =
     "  --workload-pods FILE  compute the FGD target workload from this pod CSV instead of\n"
     "                      the replayed one\n"
     "  --policy LIST       comma-separated policies, each NAME (both tiers) or NODE/CARD;\n"
-    "                      names: binpack, spread, best-fit, random, fgd; \"all\" = every\n"
+    "                      names: " EGPU_POLICY_NAMES "; \"all\" = every\n"
     "                      name (default all)\n"
     "  --seeds LIST        seeds: N, A..B, or a comma-separated list (default 42)\n"
     "  --inflate F         grow arrivals to F x cluster GPU capacity (default 1.3)\n"
@@ -133,14 +133,13 @@ static int parse_seeds(const char *arg, struct options *o)
 
 static int add_policy(struct options *o, const char *tok, struct egpu_error *err)
 {
-    static const char *const all[] = {"binpack", "spread", "best-fit", "random", "fgd"};
     struct egpu_policy_runs *p;
     char node[32], *slash;
     int rc;
 
     if (strcmp(tok, "all") == 0) {
-        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-            rc = add_policy(o, all[i], err);
+        for (int i = 0; i < EGPU_POLICY_COUNT; i++) {
+            rc = add_policy(o, egpu_policy_name((enum egpu_policy_kind)i), err);
             if (rc)
                 return rc;
         }

@@ -130,7 +130,8 @@ static void container_names(const json_t *spec, char *buf, size_t len)
  * name the route converts? */
 static bool gpu_name(const char *name, bool nvidia)
 {
-    return strncmp(name, "elasticgpu.io/", 14) == 0 || egpu_api_compat_known(name, nvidia);
+    return strncmp(name, EGPU_API_GROUP "/", sizeof(EGPU_API_GROUP)) == 0 ||
+           egpu_api_compat_known(name, nvidia);
 }
 
 /* The GPU names container c asks, "a, b" into buf; false when none. */

@@ -223,7 +223,7 @@ static int register_metrics(struct app *a, struct egpu_error *err)
                                  1, name, &a->m_conversions);
     if (!rc)
         rc = egpu_metric_gauge(a->reg, "egpu_webhook_gpus",
-                               "GPU objects known (elasticgpu.io/v1alpha1 gpus).", 0, NULL,
+                               "GPU objects known (" EGPU_API_VERSION " gpus).", 0, NULL,
                                &a->m_gpus);
     if (!rc)
         rc = egpu_metric_gauge(a->reg, "egpu_webhook_largest_card_mib",

@@ -326,7 +326,7 @@ static int check(const struct egpu_webhook_config *cfg, const char *ns, const ch
 
 bool wh_quota_is_claim(const struct wh_review *rv)
 {
-    return strcmp(rv->group, "elasticgpu.io") == 0 &&
+    return strcmp(rv->group, EGPU_API_GROUP) == 0 &&
            strcmp(rv->kind, EGPU_KIND_ELASTICGPUCLAIM) == 0;
 }
 

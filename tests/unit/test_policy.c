@@ -186,6 +186,43 @@ static void test_policy_parse_and_name(void **state)
     }
 }
 
+/* The one list of policies (EGPU_POLICY_LIST in egpu/core.h): every kind
+ * below EGPU_POLICY_COUNT has a name that parses back to it, the names joined
+ * with ", " are EGPU_POLICY_NAMES, and that is the text the --help of
+ * egpu-scheduler and egpu-sim and the errors show (the errors' whole text:
+ * test_api.c, test_api_claims.c, test_webhook_validate.c, test_sim_cli.py). */
+static void test_policy_names_enumerated(void **state)
+{
+    char joined[256] = "", msg[EGPU_ERRMSG_MAX];
+    struct egpu_error err = {0};
+    enum egpu_policy_kind out;
+    size_t used = 0;
+
+    (void)state;
+    assert_int_equal(EGPU_POLICY_COUNT, 5);
+    for (int k = 0; k < EGPU_POLICY_COUNT; k++) {
+        const char *name = egpu_policy_name((enum egpu_policy_kind)k);
+        int n;
+
+        assert_non_null(name);
+        assert_string_not_equal(name, "unknown");
+        out = (enum egpu_policy_kind)99;
+        assert_int_equal(egpu_policy_parse(name, &out, NULL), 0);
+        assert_int_equal(out, k);
+        assert_string_equal(egpu_policy_name(out), name);
+        n = snprintf(joined + used, sizeof(joined) - used, "%s%s", k ? ", " : "", name);
+        assert_true(n > 0 && (size_t)n < sizeof(joined) - used);
+        used += (size_t)n;
+    }
+    assert_string_equal(egpu_policy_name((enum egpu_policy_kind)EGPU_POLICY_COUNT), "unknown");
+    assert_string_equal(joined, EGPU_POLICY_NAMES);
+    assert_string_equal(EGPU_POLICY_NAMES, "binpack, spread, best-fit, random, fgd");
+    /* The parser's error names them as the help text does. */
+    assert_int_equal(egpu_policy_parse("packing", &out, &err), -EINVAL);
+    snprintf(msg, sizeof(msg), "unknown policy \"packing\" (allowed: %s)", joined);
+    assert_string_equal(err.msg, msg);
+}
+
 /* Binpack = mean used fraction of CPU, memory and GPU after placement; spread
  * is its negation. Four nodes of 16000m CPU, 65536 MiB, 2 cards; request
  * 2000m, 8192 MiB, 20%:
@@ -1673,6 +1710,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_parse_and_name),
+        cmocka_unit_test(test_policy_names_enumerated),
         cmocka_unit_test(test_binpack_spread_node_choice),
         cmocka_unit_test(test_bestfit_node_choice),
         cmocka_unit_test(test_card_choice_per_policy),
