@@ -26,7 +26,7 @@
  * nodes (each with its reason) and prioritize gets only the survivors. The
  * first line is the floor under all of it: an empty POST's round trip.
  * --one-core keeps client and server on one core, which takes a VM's
- * cross-core wake-ups out of the figures. Target (issue 3): p99 under 2 ms
+ * cross-core wake-ups out of the figures. Target: p99 under 2 ms
  * at 5,000 nodes. Figures, not a test.
  */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */

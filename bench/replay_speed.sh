@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/replay_speed.sh - speed and memory of the whole 10-seed FGD replay of
-# the openb default trace (issue 2: under 60 s and under 200 MiB peak on a
-# 2-core machine). Prints the figures and how they compare with the targets;
+# the openb default trace (the targets: under 60 s and under 200 MiB peak on
+# a 2-core machine). Prints the figures and how they compare with the targets;
 # exits 1 when a target is missed. Usage: bench/replay_speed.sh [egpu-sim]
 set -eu
 sim=${1:-build/egpu-sim}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """egpu-controller's reconcile throughput and latency against the test API server
-(tests/apiserver/server.py), issue 12 point 4.
+(tests/apiserver/server.py).
 
 Starts the test API server, creates --nodes Nodes with --cards GPU objects each (A100,
 40960 MiB) and one ElasticGPUClass (gpushare.provisioner.elasticgpu.io, Immediate, Delete),

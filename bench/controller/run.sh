@@ -1,6 +1,6 @@
 #!/bin/sh
-# bench/controller/run.sh - egpu-controller's reconcile throughput and latency (issue 12,
-# point 4): the test API server (tests/apiserver/server.py) with 1,000 Nodes of 8 GPU objects
+# bench/controller/run.sh - egpu-controller's reconcile throughput and latency:
+# the test API server (tests/apiserver/server.py) with 1,000 Nodes of 8 GPU objects
 # each and one ElasticGPUClass (gpushare, Immediate), egpu-controller, then 10,000
 # ElasticGPUClaims created as fast as 4 kept-alive connections can. A watch on the claims
 # times each one from its POST to status.phase Bound.

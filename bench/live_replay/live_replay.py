@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The live scheduling path against the replay (issue 14, point 1).
+"""The live scheduling path against the replay.
 
 Drives the real egpu-scheduler over HTTP as kube-scheduler does, through a trace variant's
 arrival sequence, and prints the GPU allocation ratio at 80/90/100/130% arrived beside

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/live_replay/run.sh - the live scheduling path against the replay (issue 14, point 1):
+# bench/live_replay/run.sh - the live scheduling path against the replay:
 # egpu-scheduler driven over HTTP as kube-scheduler drives it (create the pod in the test API
 # server, filter, prioritize, kube-scheduler's choice: score x weight 1 x 10 with ties broken
 # at random by a seeded reservoir sample, bind, a simulated kubelet admission) through the

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/webhook/run.sh - egpu-webhook under load over TLS (issue 11, point 4): a throwaway CA
+# bench/webhook/run.sh - egpu-webhook under load over TLS: a throwaway CA
 # and server certificate (openssl), the test API server (tests/apiserver/server.py) with a few
 # GPU objects, egpu-webhook on one CPU and webhook_load on the other, then three runs:
 #

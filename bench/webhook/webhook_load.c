@@ -1,4 +1,4 @@
-/* bench/webhook/webhook_load.c - load generator for egpu-webhook (issue 11, point 4).
+/* bench/webhook/webhook_load.c - load generator for egpu-webhook.
  *
  * What kube-apiserver does for every GPU pod created: POST an AdmissionReview
  * (admission.k8s.io/v1, CREATE of a pod with one container asking

@@ -1,5 +1,4 @@
-/* agent/marker.c - elasticgpu.io/allocated right after Allocate (issue 14,
- * point 3).
+/* agent/marker.c - elasticgpu.io/allocated right after Allocate.
  *
  * The scheduler refuses to bind a second pod of the same gpu-core to a node
  * while a first one is placed there and not marked allocated (DESIGN.md 2.3:

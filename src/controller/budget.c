@@ -15,7 +15,7 @@
  * of them once the namespace has no budget left. The key comes back every
  * --meter-seconds.
  *
- * Claims (issue 22): the namespace is also charged for what it holds
+ * Claims: the namespace is also charged for what it holds
  * through its ElasticGPUClaims, with or without pods: every ElasticGPU of
  * the informer's cache whose claimRef is in the namespace (Bound, or
  * Released and kept by Retain until it is deleted) from the later of its

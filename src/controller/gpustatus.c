@@ -1,5 +1,5 @@
 /* controller/gpustatus.c - GPU.status.allocated, kept current from the
- * scheduler's decisions (issue 12, "GPU status").
+ * scheduler's decisions.
  *
  * Source of truth: the elasticgpu.io/assigned annotation of each pod, which
  * only egpu-scheduler's bind writes (deploy/admission's policy refuses

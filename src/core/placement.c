@@ -16,7 +16,8 @@
  * memory, allowed models) of single-container pods; the least recently used
  * shape is evicted past MEMO_CLASSES. What it is worth: the extender's
  * filter+prioritize over 5,000 nodes in shuffled order costs 1.2-1.3 ms at
- * p50 with it and 2.3-2.5 ms without (bench_extender --one-core, issue 17).
+ * p50 with it and 2.3-2.5 ms without (bench_extender --one-core, on the
+ * 2-core development VM; docs/scheduler.md).
  *
  * Load awareness (cfg.load_aware, see load.c): the card tier breaks its
  * exact ties by card load, and the node tier's exact score ties go to the

@@ -10,7 +10,8 @@
  * one too. What it is worth: prioritize over 5,000 nodes in shuffled order
  * costs 0.36 ms at p50 with it and 0.65 ms without, and the
  * filter+prioritize pair 1.5-1.75 ms at p99 with it and 1.7-1.8 ms without,
- * against a target of 2 ms (bench_extender --one-core, issue 17).
+ * against a target of 2 ms (bench_extender --one-core, on the 2-core
+ * development VM; docs/scheduler.md).
  *
  * The text is always byte for byte what egpu__wire_priorities writes for the
  * same names and scores: every byte comes from yajl_gen. An entry is copied

@@ -1,5 +1,5 @@
-/* webhook/budgets.c - GPU budgets at admission (issue 13, "enforcement
- * without deleting anything"): a GPU pod created in a namespace that has a
+/* webhook/budgets.c - GPU budgets at admission, enforced without deleting
+ * anything: a GPU pod created in a namespace that has a
  * GPUBudget gets the budget's PriorityClass for the namespace's state and
  * the finalizer elasticgpu.io/metering; /validate keeps that finalizer for
  * the controller to remove.

@@ -1,5 +1,5 @@
 /* webhook/quota.c - ElasticGPUClaims count against their namespace's
- * ResourceQuotas (issue 22).
+ * ResourceQuotas.
  *
  * Kubernetes' ResourceQuota counts pods' requests.elasticgpu.io/gpu-core and
  * gpu-memory (docs/budgets.md) but knows nothing of a custom resource's

@@ -1,4 +1,4 @@
-"""A real Kubernetes control plane on loopback, started and stopped by the tests (issue 24).
+"""A real Kubernetes control plane on loopback, started and stopped by the tests.
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler, the binaries `make k8s`
 builds into tools/bin from the versions tools/go.mod pins, run as host processes in one

@@ -1,5 +1,5 @@
-"""Elastic GPU's binaries run against the real control plane as deploy/ runs them
-(issue 24, point 3), as host processes: there is no container runtime here.
+"""Elastic GPU's binaries run against the real control plane as deploy/ runs them,
+as host processes: there is no container runtime here.
 
 A component's command line is the one its Deployment in deploy/ gives the container (args,
 and env with literal values or the pod's namespace), changed only where a host process must

@@ -1,5 +1,4 @@
-"""make cluster-demo: Elastic GPU on a real Kubernetes control plane, end to end (issue 24,
-point 6).
+"""make cluster-demo: Elastic GPU on a real Kubernetes control plane, end to end.
 
 1. Starts the control plane of tests/cluster/cluster.py (etcd, kube-apiserver,
    kube-controller-manager, kube-scheduler v1.36.3 from tools/bin) in a temporary folder.

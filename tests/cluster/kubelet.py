@@ -1,4 +1,4 @@
-"""One GPU node with the REAL kubelet (issue 24, point 5b), beside tests/cluster/node.py's
+"""One GPU node with the REAL kubelet, beside tests/cluster/node.py's
 nodes of the fake kubelet.
 
 RealNode(cluster, name, build_dir).start() makes, in a temporary folder of its own:

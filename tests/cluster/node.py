@@ -1,4 +1,4 @@
-"""A GPU node of the real control plane, without a container runtime (issue 24, point 5).
+"""A GPU node of the real control plane, without a container runtime.
 
 The project's fake kubelet (tests/kubelet/fake_kubelet.py) stands in for the kubelet, never
 for the API server. A Node here is what a kubelet and the egpu-agent DaemonSet make of a

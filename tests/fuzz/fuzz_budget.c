@@ -3,7 +3,7 @@
  * fields the controller meters.
  *
  * Input: byte 0 picks (mod 3) a GPUBudget, a Pod to meter (also read as
- * claim holds and as an ElasticGPU, issue 22), or a time text;
+ * claim holds and as an ElasticGPU), or a time text;
  * the rest is the JSON object or the text.
  *
  * Invariants: a refused budget gets EGPU_ESYNTAX or EGPU_ERANGE with a
@@ -79,7 +79,7 @@ static void pod(const json_t *o)
 }
 
 /* The same object read as a pod's claim holds and as an ElasticGPU's: the
- * charge of the holds is additive over a cut, never negative (issue 22). */
+ * charge of the holds is additive over a cut, never negative. */
 static void holds(const json_t *o)
 {
     struct egpu_api_meter_hold h[EGPU_API_POD_CLAIMS_MAX + 1];

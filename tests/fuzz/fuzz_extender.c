@@ -221,7 +221,7 @@ static void run_verb(struct egpu_extender *x, struct egpu_sched_cache *c, char v
     egpu_buf_init(&reply, 16 << 20);
     status = fn(x, body, len, &reply);
     /* Refusals are 200 with the protocol's Error; 400 only for a body that is not the
-     * protocol's (issue 14, point 4). */
+     * protocol's. */
     if (!(status == 200 || status == 400 || status == 500)) {
         fprintf(stderr, "%c: status %d: %.*s\n", verb, status, (int)reply.len, reply.data);
         abort();

@@ -11,7 +11,7 @@
   ServiceAccount deploy/ gives a component, so a component under test has exactly its RBAC.
 
 A test written against this interface runs on either; the real one is the default for every
-behaviour it can show (issue 24). What the test API server simplifies (its docstring's
+behaviour it can show. What the test API server simplifies (its docstring's
 "Simplified" list) the real one does not: where a test relied on a simplification, it was
 rewritten to do what a real client must (write status through /status, create its
 namespaces, delete a bound pod with gracePeriodSeconds 0 when no kubelet is there to finish

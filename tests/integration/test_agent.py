@@ -822,7 +822,7 @@ def test_prestart_limits_not_renamed_leaves_nothing(api_env):
     kubelet.set_pod_resources({"default/half": {"main": {RES: ids}}})
     p = kubelet.plugins[RES]
     alloc = mounts(allocate(p, ids).container_responses[0])["/etc/elastic-gpu"].host_path
-    # The agent marks the pod allocated right after Allocate (issue 14), on a
+    # The agent marks the pod allocated right after Allocate, on a
     # thread of its own: wait for that mark and take it off, so that what
     # the failed PreStartContainer writes, or not, is all there is to see.
     assert wait_until(lambda: api.allocated("half") is not None, 5), agent.text()
@@ -965,7 +965,7 @@ def test_prestart_mismatch_event_and_counter(api_env):
 
 
 # --------------------------------------------------------------------------
-# elasticgpu.io/allocated right after Allocate (issue 14, point 3)
+# elasticgpu.io/allocated right after Allocate
 
 MARKS = "egpu_agent_allocated_marks_total"
 

@@ -1,5 +1,5 @@
 """GPUBudget metering by egpu-controller against the real control plane (the `kube`
-fixture; issue 13, issue 24): egpu-controller runs with its ServiceAccount's token, so its
+fixture): egpu-controller runs with its ServiceAccount's token, so its
 RBAC (deploy/controller/rbac.yaml) is exercised, its Lease the one deploy/ grants
 (elastic-gpu-controller). Pods are bound through the binding subresource (which sets
 PodScheduled's lastTransitionTime), finished through their status, deleted while holding the

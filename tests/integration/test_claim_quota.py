@@ -1,5 +1,5 @@
-"""ElasticGPUClaims count against their namespace's ResourceQuota and GPUBudget
-(issue 22, point 2): the reviewer's attack, replayed.
+"""ElasticGPUClaims count against their namespace's ResourceQuota and GPUBudget:
+a reviewer's attack, replayed.
 
 A tenant whose namespace has a quota of requests.elasticgpu.io/gpu-core 100
 and a budget bound claims of 99%: the quota counted none of them and the

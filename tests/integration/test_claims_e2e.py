@@ -1,4 +1,4 @@
-"""A claim end to end (issue 12, point 2), every part the real binary:
+"""A claim end to end, every part the real binary:
 
   ElasticGPUClaim --egpu-controller--> ElasticGPU on a card of node-a
   pod with egpuc.elasticgpu.io/main --egpu-webhook--> the claim's requests

@@ -1,4 +1,4 @@
-"""egpu-controller against the real control plane (issue 24, point 6): run as
+"""egpu-controller against the real control plane: run as
 deploy/controller/deployment.yaml runs it, with ServiceAccount egpu-controller's token
 (tests/cluster/components.py), over a GPU node of tests/cluster/node.py (the fake kubelet
 and egpu-agent, which publishes the GPU objects).

@@ -1,4 +1,4 @@
-"""Pods that ask no GPU, left to kube-scheduler (issue 23 point 2), on the real kube-scheduler
+"""Pods that ask no GPU, left to kube-scheduler, on the real kube-scheduler
 v1.36: what docs/operator-guide.md's item "Keeping the default (`pass`) where GPU nodes also
 run CPU pods" says of kube-scheduler's settings holds on the real one.
 

@@ -1,4 +1,4 @@
-"""`make cluster-demo` (tests/cluster/demo.py, issue 24 point 6) runs to the end on the real
+"""`make cluster-demo` (tests/cluster/demo.py) runs to the end on the real
 control plane: helm install, the binaries with their ServiceAccounts, two nodes with fake
 GPUs, every example of deploy/examples placed and Running, and what it prints is true:
 `kubectl get pods -o wide` lists each pod Running on a node, `kubectl egpu inspect` shows

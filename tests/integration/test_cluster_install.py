@@ -1,4 +1,4 @@
-"""Elastic GPU installed into a real control plane (issue 24, points 1-3): etcd,
+"""Elastic GPU installed into a real control plane: etcd,
 kube-apiserver, kube-controller-manager and kube-scheduler built from tools/go.mod
 (tests/cluster/cluster.py, the `cluster` fixture), as an operator installs it.
 

@@ -1,4 +1,4 @@
-"""A GPU node with the REAL kubelet (issue 24, point 5b): kubelet v1.36.3, containerd and
+"""A GPU node with the REAL kubelet: kubelet v1.36.3, containerd and
 runc run a GPU pod that egpu-scheduler placed, through egpu-agent's device plugin, against
 the session's real control plane with deploy/ installed and egpu-webhook running
 (tests/cluster/kubelet.py says what the node is and what differs from a real one).

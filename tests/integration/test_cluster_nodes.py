@@ -1,4 +1,4 @@
-"""GPU nodes of the real control plane (issue 24, point 5): the fake kubelet of
+"""GPU nodes of the real control plane: the fake kubelet of
 tests/kubelet with the kubelet's identity (system:node:<name>, group system:nodes) and
 egpu-agent as deploy/agent/daemonset.yaml runs it with ServiceAccount egpu-agent's token
 (tests/cluster/node.py says what each does and what differs from deploy/).

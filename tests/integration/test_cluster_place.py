@@ -1,5 +1,5 @@
-"""place.webhook.elasticgpu.io (POST /mutate-place) called by the real API server (issue 23,
-point 2): deploy/ as conftest's `deployed` applied it, egpu-webhook as deploy/ runs it
+"""place.webhook.elasticgpu.io (POST /mutate-place) called by the real API server:
+deploy/ as conftest's `deployed` applied it, egpu-webhook as deploy/ runs it
 (conftest's `webhook`, the configurations pointed at it with the cluster CA).
 
 - In a namespace labelled elasticgpu.io/pods-without-gpu=place, a pod that asks no GPU and

@@ -1,4 +1,4 @@
-"""The extender under the real kube-scheduler (issue 24, point 4): egpu-scheduler and a
+"""The extender under the real kube-scheduler: egpu-scheduler and a
 stock kube-scheduler v1.36 (tools/bin) run as deploy/scheduler/ runs them, against a real
 control plane of this module's own (tests/cluster/cluster.py, no default kube-scheduler:
 only the pair below schedules), with Elastic GPU installed by

@@ -1641,7 +1641,7 @@ def test_kustomize_images_pin_by_digest(tmp_path):
     assert images == {f"ghcr.io/elastic-gpu/{n}@{d}" for n, d in digests.items()}
 
 
-# Issue 22: each port admits only whom it serves. The pod's own node (the
+# Each port admits only whom it serves. The pod's own node (the
 # kubelet's probes) is always admitted by a NetworkPolicy, so a rule names
 # only the other callers.
 PROMETHEUS_PEER = {"namespaceSelector": {},

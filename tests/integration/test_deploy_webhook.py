@@ -1032,7 +1032,7 @@ def test_certs_live_run_keeps_the_old_ca(tmp_path):
 
 
 def test_certs_unreachable_cluster_is_not_called_not_found(tmp_path):
-    """Issue 23, point D: with no cluster to reach, certs.sh says it cannot
+    """With no cluster to reach, certs.sh says it cannot
     read the configuration and quotes kubectl's reason (the server it tried),
     instead of saying the configuration is not found; the API server's
     NotFound still says to apply deploy/ first."""

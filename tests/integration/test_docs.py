@@ -1,4 +1,4 @@
-"""The docs held to the code they describe (issue 23: what a new user trips on).
+"""The docs held to the code they describe, where a new user trips.
 
 - README.md's first commands work on a fresh Debian 12, which has no make:
   the line before them names the one package to install first, and the

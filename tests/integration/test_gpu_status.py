@@ -1,4 +1,4 @@
-"""GPU status (issue 12): GPU.status.allocated, written by egpu-controller
+"""GPU status: GPU.status.allocated, written by egpu-controller
 from the pods' elasticgpu.io/assigned annotations, and GPU.status.used,
 written by egpu-agent from NVML (here the mock libnvidia-ml.so.1).
 

@@ -497,7 +497,7 @@ def schema_enums(node, path=""):
 
 
 def test_every_enumerated_value_is_checked(build_dir):
-    """Issue 23, point D: values.schema.json makes every value that takes one
+    """values.schema.json makes every value that takes one
     of a fixed set an enum and every switch a boolean, so `--set
     webhook.certificates=bogus` (or certmanager) and
     `scheduler.nodePolicy=pack` fail naming the value and the allowed ones,
@@ -767,7 +767,7 @@ def test_default_memory_per_core_is_the_webhook_flag(chart):
 
 
 def test_network_policy_values_set_who_reaches_the_webhook_and_agent(chart):
-    """Issue 22: networkPolicy.podCIDRs are the addresses the webhook's HTTPS
+    """networkPolicy.podCIDRs are the addresses the webhook's HTTPS
     port excepts, networkPolicy.apiServerCIDRs replace them by a list of the
     only admitted addresses, and networkPolicy.prometheus selects who scrapes
     the webhook's, the agent's, the scheduler's and the controller's metrics

@@ -1,4 +1,4 @@
-"""The hostile tenant (issue 10): a pod owner, and every process inside a GPU
+"""The hostile tenant: a pod owner, and every process inside a GPU
 container, tries to stop GPU scheduling, write host files, bind pods or lift
 its limits. One section per component, each against the real binary with the
 project's own test API server, fake kubelet and mock driver; every test here
@@ -40,7 +40,7 @@ from test_vcuda import (CTX_MIB, MIB, OOM, Probe, card_share, core_conf,  # noqa
 # ============================================================================
 # Findings 1 and 4: the scheduler
 #
-# Issue 10, findings 1 and 4, played by a hostile tenant against the real
+# Played by a hostile tenant against the real
 # egpu-scheduler and the test API server: one object a pod owner writes must
 # not stop GPU scheduling, and an owner's edit of the scheduler's recorded
 # decision must not free its card in the scheduler's books.
@@ -269,7 +269,7 @@ def test_admission_policy_keeps_system_annotations_to_their_writers():
 # ============================================================================
 # Finding 3: the extender
 #
-# Issue 10, finding 3, played by a hostile tenant against the real
+# Played by a hostile tenant against the real
 # egpu-scheduler and the test API server: anyone who reaches the extender
 # must not bind any pod to any node, nor stop it answering with slow
 # connections.
@@ -538,7 +538,7 @@ def test_slowloris_is_dropped_after_the_request_timeout(api, extender):
     assert x.metric("egpu_http_connections_timed_out_total", '{reason="slow"}') == 1
 
 
-# Issue 22, point 3: one pod floods the webhook's HTTPS port (failurePolicy
+# One pod floods the webhook's HTTPS port (failurePolicy
 # Fail: while its reviews fail, no GPU pod is admitted cluster-wide).
 
 def partial_client_hello():
@@ -659,8 +659,8 @@ def test_one_pod_cannot_hold_the_extenders_mtls_port(objs, api, build_dir,  # no
     prioritize and bind answered, on its kept-alive connection and on new
     ones, within 2 s each. The pod holds at most --max-per-client (128) of
     the 256: the rest are refused and counted, and the held ones are closed
-    at --handshake-timeout (5 s) and counted. Before issue 22's src/net
-    change the pod held all 256 (the verbs' cap per address was the
+    at --handshake-timeout (5 s) and counted. Before src/net capped
+    connections per address the pod held all 256 (the verbs' cap per address was the
     total) until the idle timeout and kube-scheduler's new connections were
     refused."""
     from test_deploy_main_scheduler import (component_scheduler, conn_post, gpu_pod,
@@ -780,7 +780,7 @@ def test_pods_cannot_fill_the_agents_port(env):  # noqa: F811
 # ============================================================================
 # Finding 2: the node agent
 #
-# The hostile tenant against egpu-agent (issue 10, finding 2): the agent runs
+# The hostile tenant against egpu-agent: the agent runs
 # as root and writes a container's limits; the container's processes are
 # adversaries that write wherever their mounts let them.
 #
@@ -1049,7 +1049,7 @@ def test_rewriting_files_does_not_change_metrics(api_env, agent_bin):
 # ============================================================================
 # Findings 5 and 6: the CUDA interposer
 #
-# Issue 10, findings 5 and 6: a hostile tenant inside a GPU container
+# A hostile tenant inside a GPU container
 # against the CUDA interposer libegpu-vcuda.so (preloaded over the mock
 # driver, driven through tests/vcuda/vcuda_probe.c as test_vcuda.py does).
 #

@@ -8,10 +8,10 @@
 - With PREFIX/bin on PATH, `kubectl egpu` runs the installed plugin.
 - Every installed binary answers --version with "<name> <version>", the
   version of CMakeLists.txt's project(), and kubectl-egpu's and
-  egpu-vcuda-inspect's --help list the flag (issue 23, point D: both took it
-  for an unknown flag).
+  egpu-vcuda-inspect's --help list the flag (both once took it for an unknown
+  flag).
 - kubectl-egpu with no kubeconfig anywhere names every place it looked, not
-  only the in-cluster error (issue 23, point D).
+  only the in-cluster error.
 """
 import os
 import re

@@ -1,5 +1,5 @@
 """deploy/monitoring: the Grafana dashboard, the ServiceMonitors and PodMonitor, and the
-Helm chart's monitoring option (issue 16, "Observe").
+Helm chart's monitoring option.
 
 - Every PromQL expression of the dashboard (the panels' targets, those of collapsed rows
   included, and the template variables' label_values queries) names only metrics the

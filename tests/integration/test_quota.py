@@ -1,4 +1,4 @@
-"""Quotas on GPU (issue 13): a ResourceQuota on requests.elasticgpu.io/gpu-core
+"""Quotas on GPU: a ResourceQuota on requests.elasticgpu.io/gpu-core
 and gpu-memory holds a namespace to a total, and a pod written with another
 system's names is counted under ours once egpu-webhook has rewritten it
 (the quota is checked after the mutating webhooks).

@@ -402,7 +402,7 @@ def test_ambiguity_rule(kube_api, sched):
 
 
 def test_filter_steers_around_an_ambiguous_node(kube_api, sched):
-    """Issue 14, point 3. Two pods of the same core size, node-a and node-b
+    """Two pods of the same core size, node-a and node-b
     both fit. a is bound to node-a and not yet allocated; filter for b fails
     node-a with the reason and passes node-b (binpack ranks the fuller
     node-a first: before, filter passed node-a alone and bind refused it,
@@ -448,7 +448,7 @@ def test_filter_steers_around_an_ambiguous_node(kube_api, sched):
 def test_bad_input_gets_4xx_and_changes_nothing(kube_api, sched):
     """Malformed requests get 400 with what is wrong, an oversized body 413, and refusals
     the protocol carries (a pod or node the cache lacks, a bad Pod) HTTP 200 with the
-    protocol's Error (issue 14, point 4); none of them allocates anything, a good filter
+    protocol's Error; none of them allocates anything, a good filter
     still passes, and /metrics parses as Prometheus text."""
     from prometheus_client.parser import text_string_to_metric_families
     cluster(kube_api, nodes=("gpu-1",), gpus=1)
@@ -469,7 +469,7 @@ def test_bad_input_gets_4xx_and_changes_nothing(kube_api, sched):
         st, out = s.post(verb, None, raw=raw)
         assert st == code, (verb, raw, out)
         assert needle in json.dumps(out), (verb, out)
-    # Issue 14, point 4: a refusal of a request that is the protocol's is
+    # A refusal of a request that is the protocol's is
     # HTTP 200 with the protocol's Error, so kube-scheduler shows the text
     # (any other status shows only "code <n>").
     refusals = [
@@ -510,7 +510,7 @@ def test_leader_election_failover(kube_api, sched):
     s2.wait_until(lambda: s2.metric("egpu_scheduler_cache_pods") == 1)
     st, out = s2.post("bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "",
                                "Node": "gpu-1"})
-    # A refusal with the protocol's Error (issue 14, point 4).
+    # A refusal with the protocol's Error.
     assert st == 200 and out["Error"].startswith("egpu-scheduler ") and \
         out["Error"].endswith(" is not the leader"), out
     assert assigned(kube_api, "p") is None
@@ -662,7 +662,7 @@ def set_health(api, gpu, health):
 
 
 def test_unhealthy_cards_take_no_new_pod(kube_api, sched):
-    """Issue 14, point 2: once its GPU objects say Unhealthy, a node's cards
+    """Once its GPU objects say Unhealthy, a node's cards
     take no new pod: filter fails the node naming the cards and their
     status.health, bind refuses it, the pod already there stays counted, and
     a card Healthy again takes the next pod."""
@@ -703,7 +703,7 @@ def test_unhealthy_cards_take_no_new_pod(kube_api, sched):
 
 
 def test_multi_card_pod_gets_an_nvlink_pair(kube_api, sched):
-    """Issue 14, point 5: a node of 8 cards in two NVLink islands, {0,2,4,6}
+    """A node of 8 cards in two NVLink islands, {0,2,4,6}
     and {1,3,5,7} (the system between them), published in spec.topology after
     the scheduler has the cards (egpu-agent adds it on its next sync, so the
     node is rebuilt when topology changes): a 2-card pod is bound to an NVLink

@@ -1,4 +1,4 @@
-"""egpu-scheduler and pods that use claims (issue 12), against the real
+"""egpu-scheduler and pods that use claims, against the real
 control plane (kube_api; egpu-scheduler with its ServiceAccount's token),
 driven as kube-scheduler drives an extender: filter over every node,
 prioritize over those that passed, bind to the best.

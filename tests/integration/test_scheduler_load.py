@@ -1,4 +1,4 @@
-"""egpu-scheduler --load-aware (issue 14, point 6) against the test API server: among
+"""egpu-scheduler --load-aware against the test API server: among
 placements the node policy scores exactly alike, the one whose cards the agents report
 less loaded (GPU status.used: utilization, memory in use, updateTime) is chosen, before
 the seeded hash of the node name. Two empty identical nodes; the seed is one whose hash

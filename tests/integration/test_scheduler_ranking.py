@@ -1,4 +1,4 @@
-"""egpu-scheduler's choice survives kube-scheduler (issue 14, point 1): kube-scheduler sees
+"""egpu-scheduler's choice survives kube-scheduler: kube-scheduler sees
 extender scores 0..10 only, adds score x weight x 10 to each node's total and breaks ties
 at random. The node the placement policy ranks first must be the one kube-scheduler's rule
 picks, whatever its random tie-break draws: filter passes only the nodes tied for the best

@@ -1,4 +1,4 @@
-"""The live path makes the replay's choices (issue 14, point 1), end to end with the real
+"""The live path makes the replay's choices, end to end with the real
 binaries: egpu-sim writes the FGD target workload it measured fragmentation against
 (target_workload.json), egpu-scheduler --target-workload reads that file, and with
 --pods-without-gpu place a pod asking no GPU goes through filter, prioritize and bind like

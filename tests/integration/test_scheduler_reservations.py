@@ -1,4 +1,4 @@
-"""egpu-scheduler and ElasticGPUs (issue 12): the capacity an ElasticGPU
+"""egpu-scheduler and ElasticGPUs: the capacity an ElasticGPU
 holds counts as allocated in the scheduler's cache, built by list+watch from
 the API server's elasticgpus. A pod that would fit only into reserved
 capacity is filtered out, and fits once the ElasticGPU is Failed or deleted;
@@ -191,7 +191,7 @@ def test_malformed_elasticgpu_is_skipped(fault_api, sched):
 def test_ready_waits_for_elasticgpus(fault_api, sched):
     """Until the first list of ElasticGPUs comes, the cache is not synced:
     /readyz says 503 and filter refuses with the protocol's Error (HTTP 200,
-    so kube-scheduler shows the text: issue 14, point 4). Needs the test API server
+    so kube-scheduler shows the text). Needs the test API server
     (fault_api): every list of ElasticGPUs answered 500 until the fault is lifted, which a
     real API server does not do on demand."""
     cluster(fault_api, nodes=("gpu-1",), gpus=1)

@@ -50,7 +50,7 @@ def test_help(sim):
                  "--unhealthy"):
         assert flag in p.stdout
     assert "EGPU_TRACE_DIR" in p.stdout
-    # Issue 14, point 7: the usage is printed as is, so a percent sign is one.
+    # The usage is printed as is, so a percent sign is one.
     assert "%%" not in p.stdout
     assert ("                      from the published allocation ratio at 100% arrived"
             in p.stdout.splitlines())
@@ -121,7 +121,7 @@ def test_small_trace_outputs(sim, tmp_path, fixtures):
     rows = table_rows(p.stdout)
     for name in POLICIES:
         assert name in rows
-    # Issue 14, point 7: a 3-node trace is not the paper's, whatever its file names:
+    # A 3-node trace is not the paper's, whatever its file names:
     # no published figures, no difference.
     assert "published" not in p.stdout and "difference" not in p.stdout
     with open(out / "replay_curve.csv") as f:
@@ -151,7 +151,7 @@ def test_node_and_card_policies_separately(sim, tmp_path, fixtures):
 
 @pytest.mark.skipif(trace_dir() is None, reason="openb trace not present (make data)")
 def test_published_figures_reproduced(sim, tmp_path):
-    """Issue 2, point 3: FGD and BestFit, seeds 42..51, within 1.0 point of the
+    """FGD and BestFit, seeds 42..51, within 1.0 point of the
     published allocation ratio at 100% arrived (95.23% and 92.86%)."""
     p = run(sim, "--trace-dir", str(trace_dir()), "--seeds", "42..51",
              "--policy", "fgd,best-fit", "--max-deviation", "1.0", "--no-plot",
@@ -181,7 +181,7 @@ def test_max_deviation_fails_when_exceeded(sim, tmp_path):
 
 
 def test_max_deviation_without_published_figures(sim, tmp_path, fixtures):
-    """Issue 14, point 7: on a trace nothing was published for, --max-deviation
+    """On a trace nothing was published for, --max-deviation
     checks nothing and says so (the old code compared it with the default
     trace's figures and failed)."""
     d = small_trace(tmp_path, fixtures)
@@ -202,7 +202,7 @@ def test_max_deviation_without_published_figures(sim, tmp_path, fixtures):
     ("openb_pod_list_gpuspec10.csv", "76.66     85.83     94.66     94.95"),
 ])
 def test_published_row_per_variant(sim, tmp_path, pods, published):
-    """Issue 14, point 7: each variant shows its own published figures
+    """Each variant shows its own published figures
     (shared/data/openb/README.md), under fgd only (nothing was published for
     binpack)."""
     p = run(sim, "--trace-dir", str(trace_dir()), "--pods", pods, "--policy", "fgd,binpack",
@@ -218,7 +218,7 @@ def test_published_row_per_variant(sim, tmp_path, pods, published):
 
 @pytest.mark.skipif(trace_dir() is None, reason="openb trace not present (make data)")
 def test_no_difference_where_the_run_has_no_value(sim, tmp_path):
-    """Issue 14, point 7: arrivals stop at 95%, so the run has no alloc@100 and
+    """Arrivals stop at 95%, so the run has no alloc@100 and
     alloc@130: the difference shows "-" there, not -1 minus the published
     figure, and --max-deviation fails saying why."""
     p = run(sim, "--trace-dir", str(trace_dir()), "--policy", "fgd", "--inflate", "0.95",
@@ -239,7 +239,7 @@ def card_rows(path):
 
 
 def test_unhealthy_cards_take_no_new_pod(sim, tmp_path, fixtures):
-    """Issue 14, point 2: --unhealthy marks cards as a GPU object that is not
+    """--unhealthy marks cards as a GPU object that is not
     Healthy: no pod lands there, the rest of the cluster takes them. Without
     the flag the same replay puts pods on those cards."""
     d = small_trace(tmp_path, fixtures)
@@ -259,7 +259,7 @@ def test_unhealthy_cards_take_no_new_pod(sim, tmp_path, fixtures):
 
 
 def test_card_dump_into_a_new_out_folder(sim, tmp_path, fixtures):
-    """Issue 23, point 9: --card-dump DIR/FILE with DIR the --out folder,
+    """--card-dump DIR/FILE with DIR the --out folder,
     which does not exist yet: the folder is made first and the dump lands
     there beside the other outputs; a folder that is not --out and does not
     exist is an error naming the flag and the file."""
@@ -279,7 +279,7 @@ def test_card_dump_into_a_new_out_folder(sim, tmp_path, fixtures):
 
 
 def test_help_names_every_output(sim, tmp_path, fixtures):
-    """Issue 23, point D: --help names each file the run writes to --out,
+    """--help names each file the run writes to --out,
     target_workload.json included: the files a run lists on its "wrote" line."""
     d = small_trace(tmp_path, fixtures)
     p = run(sim, "--trace-dir", str(d), "--policy", "binpack", "--out", str(tmp_path / "out"))
@@ -327,7 +327,7 @@ def topology_line(stdout):
 
 
 def test_topology_islands(sim, tmp_path, fixtures):
-    """Issue 14, point 5: --topology islands:N puts every node's cards in
+    """--topology islands:N puts every node's cards in
     NVLink islands of N; containers of several whole cards then land inside
     one island wherever one has room (20 seeds, every policy, the small
     trace's 4-card node: all but the few placed when no island was free).

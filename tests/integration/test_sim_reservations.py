@@ -1,4 +1,4 @@
-"""egpu-sim --reservations (issue 12): pre-existing ElasticGPUs hold their
+"""egpu-sim --reservations: pre-existing ElasticGPUs hold their
 capacity before the first pod of the replay, and no pod is ever placed into
 it (checked card by card with --card-dump, for every policy and several
 seeds, against the same replay without them); the allocation ratio counts

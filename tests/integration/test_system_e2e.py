@@ -1,4 +1,4 @@
-"""The whole system, end to end (issues 16 and 24), on a real Kubernetes control plane: etcd,
+"""The whole system, end to end, on a real Kubernetes control plane: etcd,
 kube-apiserver, kube-controller-manager and kube-scheduler v1.36 (tests/cluster/cluster.py),
 deploy/ installed with `kubectl apply --server-side -k deploy/` as the README says, and every
 part of Elastic GPU the real binary, as deploy/ runs it, with its own ServiceAccount

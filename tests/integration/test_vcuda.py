@@ -860,7 +860,7 @@ def test_no_configuration_refuses_every_call(world):
 
 
 def test_hidden_configuration_ignores_the_environment(world, tmp_path):
-    """Issue 22 point 1: loaded through the agent's /etc/ld.so.preload (here
+    """Loaded through the agent's /etc/ld.so.preload (here
     a list named by EGPU_LD_SO_PRELOAD, which can only add that), with
     /etc/elastic-gpu hidden, neither EGPU_VCUDA_* limits nor a vcuda.conf of
     the tenant's in $EGPU_VCUDA_DIR stand in for the agent's file: every
@@ -906,7 +906,7 @@ def test_agent_written_config(world):
     assert probe.close() == 0
     assert probe.stderr() == ""
     # memory 0 with a share of one card: the scheduler booked 0 MiB, so this
-    # is a broken configuration (issue 22 point 5), never "no memory limit"
+    # is a broken configuration, never "no memory limit"
     (world["dir"] / "vcuda.conf").write_text(agent_conf(0, core=30))
     probe = Probe(world)
     assert_refused(probe)

@@ -340,7 +340,7 @@ def test_share_without_memory(webhook, api):  # noqa: F811
 
 
 def test_gpushare_pod_loses_its_card_count(webhook, api):  # noqa: F811
-    """Issue 23, points 5 and 6: a gpushare pod's aliyun.com/gpu-count goes
+    """A gpushare pod's aliyun.com/gpu-count goes
     with its aliyun.com/gpu-mem (no device plugin advertises it once
     gpushare's is gone, so the pod would stay Pending), with a warning; the
     memory's warning names the unit of each side; a count of several cards

@@ -251,7 +251,7 @@ static const char *topology_of(const char *name, char *buf, size_t len)
     return buf;
 }
 
-/* Issue 14, point 5: each GPU object's spec.topology says how it reaches
+/* Each GPU object's spec.topology says how it reaches
  * every other card, as the backend's pair links say (the fake: the host
  * bridge within its group until set); a rerun writes nothing; a changed link
  * patches the two cards it joins; an unidentified card is nobody's peer. */

@@ -292,7 +292,7 @@ static void test_meter_add(void **state)
 /* A claim is charged per second the larger of its ElasticGPU's reservation
  * and its pods: a bound claim with no pod its capacity; a pod inside it
  * nothing more; two pods of one claim both; a Released one until deleted;
- * additive over any cuts (issue 22). */
+ * additive over any cuts. */
 static void test_meter_claim_holds(void **state)
 {
     struct egpu_api_meter_hold h[4] = {

@@ -1,5 +1,5 @@
-/* tests/unit/test_card_health.c - unhealthy cards in the placement core
- * (issue 14, point 2): a card added with egpu_gpu_spec.unhealthy takes no new
+/* tests/unit/test_card_health.c - unhealthy cards in the placement core:
+ * a card added with egpu_gpu_spec.unhealthy takes no new
  * pod (the card tier sees it full, for shares and whole cards, and the
  * fragmentation measure counts no idle compute on it), a refusal names it
  * with its note, and pods already on it are counted as on any card.

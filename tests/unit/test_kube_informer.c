@@ -319,7 +319,7 @@ static void test_server_down_then_back(void **state)
     pthread_mutex_destroy(&r.mu);
 }
 
-/* Issue 10, finding 1: a "\u0000" in an annotation value decodes (list and
+/* A "\u0000" in an annotation value decodes (list and
  * watch), so the informer neither rejects the object nor wedges on it; and
  * egpu_kube_informer_unhealthy_ms follows a run of failures. */
 static void test_nul_and_health(void **state)

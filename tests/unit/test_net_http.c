@@ -911,7 +911,7 @@ static double seconds_to_close(int fd, double limit_s)
     return limit_s;
 }
 
-/* Issue 22, point 4: the request timeout runs from a request's first byte
+/* The request timeout runs from a request's first byte
  * also when that byte came with the connection (before the watchdog first
  * looked at it), and when it came right after a response on a kept-alive
  * connection: a partial request sent at once is dropped at
@@ -965,7 +965,7 @@ static void test_partial_request_sent_at_once(void **state)
     fixture_stop(&f);
 }
 
-/* Issue 22, point 3: a service's own port (the webhook's HTTPS, the
+/* A service's own port (the webhook's HTTPS, the
  * extender's verbs) caps what one address holds at --max-per-client, and
  * its health port at --health-max-per-client; before, the own port's cap
  * was --max-connections, so one pod could hold it all. */

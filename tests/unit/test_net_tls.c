@@ -23,7 +23,7 @@
  * volume turns the verdicts round for new connections, and a bad one is
  * not taken; a bad CA file or name is refused at start.
  *
- * Issue 22: only TLS 1.2 and 1.3 are negotiated (a client of TLS 1.0 or 1.1
+ * Only TLS 1.2 and 1.3 are negotiated (a client of TLS 1.0 or 1.1
  * only fails its handshake), and a connection that has not finished its
  * handshake handshake_timeout_s after it opened (silent, or stopped inside
  * its ClientHello) is closed and counted, while one that finished it and
@@ -478,7 +478,7 @@ static void hello_after_handshake(uint16_t port, const char *ca, long version, l
 /* ------------------------------------------------------------------------ */
 /* Tests                                                                    */
 
-/* Issue 22, point 6: TLS 1.2 and 1.3 only. Before, a client offering only
+/* TLS 1.2 and 1.3 only. Before, a client offering only
  * TLS 1.0 or 1.1 was served in it. */
 static void test_tls_versions(void **state)
 {
@@ -511,7 +511,7 @@ static void test_tls_versions(void **state)
     pki_remove(&p);
 }
 
-/* Issue 22, point 3: a connection that has not finished its TLS handshake
+/* A connection that has not finished its TLS handshake
  * handshake_timeout_s (1) after it opened is closed and counted: one that
  * sends nothing and one that stops inside its ClientHello (before, they
  * were held to the idle timeout, 4 s here, or the request timeout). A

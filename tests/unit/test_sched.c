@@ -121,7 +121,7 @@ static size_t warnings_with(const char *text, const char *needle)
     return n;
 }
 
-/* Issue 23, point 8: a restart sees the pods before the GPU objects, and a
+/* A restart sees the pods before the GPU objects, and a
  * node's 8 cards one by one, so each pod is counted without its cards up to
  * 8 times on the way. None of that is a warning: at the sync, one warning
  * for the pod that is still wrong and one line with the count; after it,
@@ -429,7 +429,7 @@ static void set_assigned(struct egpu_sched_cache *c, const char *node, int core,
     set_pod(c, pod);
 }
 
-/* Issue 10, finding 4: after bind, a pod owner edits its pod's
+/* After bind, a pod owner edits its pod's
  * elasticgpu.io/assigned (core 80 -> 1, other card, removed, unreadable);
  * the cache keeps the decision it recorded, so the card stays full. */
 static void test_cache_keeps_recorded_assignment(void **state)
@@ -475,7 +475,7 @@ static void test_cache_keeps_recorded_assignment(void **state)
     egpu_sched_cache_free(c);
 }
 
-/* Issue 10, finding 4: a GPU object repeating another card's UUID drops
+/* A GPU object repeating another card's UUID drops
  * only itself, never the node it names or the owner's node. */
 static void test_cache_duplicate_uuid_drops_only_the_duplicate(void **state)
 {
@@ -695,7 +695,7 @@ static void set_health(struct egpu_sched_cache *c, const char *node, int index, 
     json_decref(g);
 }
 
-/* Issue 14, point 2: a card whose GPU object is not Healthy takes no new
+/* A card whose GPU object is not Healthy takes no new
  * pod. filter fails a node with only such cards, naming them and their
  * status.health; bind refuses to place there; pods already on them stay
  * counted; a card that is Healthy again takes pods again. */
@@ -818,7 +818,7 @@ static char *filter_pass(struct egpu_extender *x, char **why, char **ten)
     return strdup(list);
 }
 
-/* Issue 14, point 6: --load-aware. Two identical empty nodes and a seed
+/* --load-aware. Two identical empty nodes and a seed
  * whose hash picks node-b; node-b's card reports 90% utilization, node-a's
  * 5%. Load-aware: filter passes node-a alone and says why node-b fails,
  * prioritize gives node-a 10. Off: both pass and node-b gets 10, as the
@@ -1304,7 +1304,7 @@ static char *filter_two(struct egpu_extender *x, json_t *pod, char **why1, char 
     return strdup(list);
 }
 
-/* Issue 14, point 3: filter steers around the node bind would refuse as
+/* Filter steers around the node bind would refuse as
  * ambiguous. Pod a (30%, 1024 MiB) is placed on n1's card and not yet
  * allocated; b asks 30% with 2048 MiB. Binpack ranks n1 (the fuller node)
  * first, so before, filter passed n1 alone (n2 "fits this pod better")
@@ -1540,7 +1540,7 @@ static int64_t node_cpu_used(struct egpu_sched_cache *c, const char *node)
     return v;
 }
 
-/* Issue 14, point 1: with --pods-without-gpu place a pod that asks no GPU
+/* With --pods-without-gpu place a pod that asks no GPU
  * is the node policy's to place, as egpu-sim places it: "small" (4 CPUs)
  * fails filter with the CPU it lacks, one node gets 10, bind binds it with
  * no elasticgpu.io/assigned, the cache counts its CPU at once and it never

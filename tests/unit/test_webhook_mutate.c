@@ -76,7 +76,7 @@ static const struct mcase cases[] = {
      NULL,
      "[" ANN_LIMIT100 "," RM("aliyun.com~1gpu-mem") "," ADD(CORE, "1") "," ADD(MEM, "8192") "," SN
                                                                                             "]",
-     /* Issue 23, point 6: each side's unit, not "8192 (GiB)". */
+     /* Each side's unit, not "8192 (GiB)". */
      {MEMORY_ONLY, "container \"train\": aliyun.com/gpu-mem 8 (GiB) rewritten to "
                    "elasticgpu.io/gpu-memory 8192 (MiB)"},
      NULL},
@@ -91,7 +91,7 @@ static const struct mcase cases[] = {
      {MEMORY_ONLY, "container \"train\": aliyun.com/gpu-mem rewritten to elasticgpu.io/gpu-memory "
                    "3000 (MiB)"},
      NULL},
-    /* Issue 23, point 5: gpushare's card count goes with gpushare. */
+    /* gpushare's card count goes with gpushare. */
     {"aliyun with its card count",
      EGPU_WEBHOOK_MUTATE,
      false,
