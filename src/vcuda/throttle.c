@@ -82,7 +82,7 @@
 
 #define THR_CHECK_NS (100 * THR_MS_NS) /* the region file is looked at this often */
 
-/* The shared region, one per container: struct thr_region in throttle.h
+/* The shared region, one per container: struct egpu__vcuda_throttle_region in throttle.h
  * (egpu-vcuda-inspect reads it too, and shows the bucket against these). */
 _Static_assert(THR_CORRUPT_NS == EGPU_VCUDA_THROTTLE_CORRUPT_NS, "throttle.h's copy");
 
@@ -170,7 +170,7 @@ struct thr_stats {
 };
 
 struct thr {
-    struct thr_region *region;
+    struct egpu__vcuda_throttle_region *region;
     size_t region_bytes;
     bool region_file; /* false: per-process (anonymous) region */
     bool closed;      /* the shared region could not be used: launches on limited cards refused */
@@ -1125,7 +1125,7 @@ static CUresult thr_launch(struct thr *t, const struct egpu__vcuda_launch *l)
 
 /* ---- Setting up. ---- */
 
-static void region_init(struct thr_region *r, const struct thr *t)
+static void region_init(struct egpu__vcuda_throttle_region *r, const struct thr *t)
 {
     memset(r, 0, sizeof(*r));
     r->version = THR_VERSION;
@@ -1136,7 +1136,7 @@ static void region_init(struct thr_region *r, const struct thr *t)
     r->magic = THR_MAGIC;
 }
 
-static bool region_valid(const struct thr_region *r)
+static bool region_valid(const struct egpu__vcuda_throttle_region *r)
 {
     return r->magic == THR_MAGIC && r->version == THR_VERSION && r->bytes == sizeof(*r);
 }
@@ -1148,11 +1148,12 @@ static bool region_valid(const struct thr_region *r)
  * it was truncated). A file re-initialised is logged, or, with reinit, why
  * is left in *reinit for the caller to say (else *reinit = NULL). Returns
  * the mapping or NULL with errno set (reason logged by the caller). */
-static struct thr_region *region_map_file(struct thr *t, struct thr_region *at, bool again,
-                                          const char **reinit)
+static struct egpu__vcuda_throttle_region *region_map_file(struct thr *t,
+                                                           struct egpu__vcuda_throttle_region *at,
+                                                           bool again, const char **reinit)
 {
     const char *why = NULL;
-    struct thr_region *r;
+    struct egpu__vcuda_throttle_region *r;
     struct stat sb;
     int fd, saved, rc;
 
@@ -1237,7 +1238,7 @@ static void region_check(struct thr *t, uint64_t now)
         why = "deleted";
     else if ((gone = st.st_dev != t->dev || st.st_ino != t->ino))
         why = "replaced";
-    else if ((size_t)st.st_size < sizeof(struct thr_region))
+    else if ((size_t)st.st_size < sizeof(struct egpu__vcuda_throttle_region))
         why = "truncated";
     if (why != NULL) {
         const char *reinit = NULL;
@@ -1367,7 +1368,7 @@ static int thr_open(struct thr *t, const struct egpu__vcuda_throttle_config *cfg
         }
     }
     if (!t->region) { /* shared with children forked later: they are the same container */
-        p = mmap(NULL, sizeof(struct thr_region), PROT_READ | PROT_WRITE,
+        p = mmap(NULL, sizeof(struct egpu__vcuda_throttle_region), PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) {
             egpu_log(EGPU_LOG_ERROR, "compute limit off: no memory for its region err=\"%s\"",
@@ -1377,7 +1378,7 @@ static int thr_open(struct thr *t, const struct egpu__vcuda_throttle_config *cfg
         t->region = p;
         region_init(t->region, t);
     }
-    t->region_bytes = sizeof(struct thr_region);
+    t->region_bytes = sizeof(struct egpu__vcuda_throttle_region);
     atomic_store(&t->next_check_ns, mono_ns() + THR_CHECK_NS);
     p = mmap(NULL, THR_CLASS_SLOTS * sizeof(*t->classes), PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -118,20 +118,20 @@ struct egpu__vcuda_launch {
 #define EGPU_VCUDA_THROTTLE_TAU_NS     (25 * 1000000ull)
 #define EGPU_VCUDA_THROTTLE_CORRUPT_NS (60000 * 1000000ull)
 
-struct thr_shared_card {
+struct egpu__vcuda_throttle_card {
     _Alignas(64) _Atomic uint64_t tat_ns; /* bucket: wall time its charges are paid up to */
     _Atomic uint64_t queue_end_ns;        /* when the container's queued work should be done */
 };
 
 /* Cards are indexed by the limited card index: the position in
  * EGPU_VCUDA_GPUS when it is set, else the order the visible cards have. */
-struct thr_region {
+struct egpu__vcuda_throttle_region {
     uint64_t magic;    /* THR_MAGIC, written last */
     uint32_t version;  /* THR_VERSION */
-    uint32_t bytes;    /* sizeof(struct thr_region) */
+    uint32_t bytes;    /* sizeof(struct egpu__vcuda_throttle_region) */
     uint32_t core_pct; /* as configured by the process that initialised it (information) */
     uint32_t core_limit_pct;
-    struct thr_shared_card card[EGPU_VCUDA_MAX_CARDS];
+    struct egpu__vcuda_throttle_card card[EGPU_VCUDA_MAX_CARDS];
 };
 
 /* True once init enabled throttling (core_pct < 100); read with relaxed

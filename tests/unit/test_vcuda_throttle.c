@@ -960,7 +960,7 @@ static void test_region_file(void **state)
     /* Garbage of the right size. */
     f = fopen(path, "r+");
     assert_non_null(f);
-    for (size_t i = 0; i < sizeof(struct thr_region); i++)
+    for (size_t i = 0; i < sizeof(struct egpu__vcuda_throttle_region); i++)
         fputc(0xa5, f);
     fclose(f);
     assert_int_equal(thr_open(a, &cfg), 0);
@@ -1077,7 +1077,7 @@ static void test_region_truncated_live(void **state)
     atomic_store(&a->region->card[0].tat_ns, 777);
     assert_int_equal(atomic_load(&b->region->card[0].tat_ns), 777); /* one bucket again */
     /* Truncated to half (the same page: no fault): the look finds it short. */
-    assert_int_equal(truncate(path, (off_t)sizeof(struct thr_region) / 2), 0);
+    assert_int_equal(truncate(path, (off_t)sizeof(struct egpu__vcuda_throttle_region) / 2), 0);
     region_check(a, mono_ns());
     assert_int_equal(atomic_load(&a->faults), 0);
     assert_int_equal(a->region->magic, THR_MAGIC);
