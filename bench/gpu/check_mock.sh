@@ -9,8 +9,8 @@
 # What must hold: bench_gpu_mem passes every check (the mock is exact; the SIGKILL target is
 # relaxed to 30 s for a loaded CI machine); bench_gpu_compute and bench_gpu_overhead print a
 # figure for every row; the interposed workers' controllers made no driver call per launch
-# (their line at exit; a thread caches its context). Their targets are timing figures, not asserted here (STYLE: speed
-# targets are for benchmarks, never timed tests).
+# (their line at exit; each thread caches its context). Their targets are timing figures, not
+# asserted here (STYLE: speed targets are for benchmarks, never timed tests).
 set -u
 bindir=$1
 mockdir=$2
