@@ -54,9 +54,11 @@
 #if defined(__GNUC__)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define NOINLINE  __attribute__((noinline))
+#define INLINE    inline __attribute__((always_inline))
 #else
 #define LIKELY(x) (x)
 #define NOINLINE
+#define INLINE inline
 #endif
 
 #define THROTTLING() atomic_load_explicit(&egpu__vcuda_throttle_active, memory_order_relaxed)
@@ -194,9 +196,10 @@ static CUresult refuse_multi(const struct egpu__vcuda_launch *l)
  * library is loaded here. Then, while throttling, held(l) answers:
  * egpu__vcuda_throttle_launch (admit l, then make it), l->launch (made at
  * once: nothing to describe it by) or refuse_multi; otherwise l->launch(l)
- * makes the call. Returns what that returned. */
-static CUresult launch_slow(void **slot, void **real, const struct egpu__vcuda_launch *l,
-                            CUresult (*held)(const struct egpu__vcuda_launch *l))
+ * makes the call. Returns what that returned. Inlined into each slow path,
+ * so that held and l->launch are direct calls there. */
+static INLINE CUresult launch_slow(void **slot, void **real, const struct egpu__vcuda_launch *l,
+                                   CUresult (*held)(const struct egpu__vcuda_launch *l))
 {
     if (slot == NULL || (*real = __atomic_load_n(slot, __ATOMIC_RELAXED)) == NULL) {
         if (!egpu__vcuda_cuda())
