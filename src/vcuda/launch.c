@@ -194,9 +194,10 @@ static CUresult refuse_multi(const struct egpu__vcuda_launch *l)
  * stored in *real, where l->launch finds it. slot NULL: the entry point's
  * call loads its own (the pre-4.0 launches, call_legacy), and only the
  * library is loaded here. Then, while throttling, held(l) answers:
- * egpu__vcuda_throttle_launch (admit l, then make it), l->launch (made at
- * once: nothing to describe it by) or refuse_multi; otherwise l->launch(l)
- * makes the call. Returns what that returned. Inlined into each slow path,
+ * egpu__vcuda_throttle_launch (admit l, then make it), hold_ex or
+ * hold_multi (the same, once they read what describes the launch),
+ * l->launch (made at once: nothing to describe it by) or refuse_multi;
+ * otherwise l->launch(l) makes the call. Returns what that returned. Inlined into each slow path,
  * so that held and l->launch are direct calls there. */
 static INLINE CUresult launch_slow(void **slot, void **real, const struct egpu__vcuda_launch *l,
                                    CUresult (*held)(const struct egpu__vcuda_launch *l))
@@ -230,10 +231,23 @@ static CUresult kernel_launch(struct kernel_args *a, void **slot,
     return launch_slow(slot, &a->real, &l, egpu__vcuda_throttle_launch);
 }
 
-/* A cuLaunchKernelEx(_ptsz): described by its config (none: made at once). */
+/* While throttling, a cuLaunchKernelEx(_ptsz) with a config: described by
+ * it (read only now, as the driver would read it), then held. */
+static CUresult hold_ex(const struct egpu__vcuda_launch *l)
+{
+    const CUlaunchConfig *c = ((const struct kernel_ex_args *)l->ctx)->config;
+    struct egpu__vcuda_launch d = *l;
+
+    d.blocks = (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ;
+    d.threads = (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ;
+    d.stream = c->hStream;
+    return egpu__vcuda_throttle_launch(&d);
+}
+
+/* A cuLaunchKernelEx(_ptsz): held as its config describes it (none: made at
+ * once). */
 static CUresult kernel_ex_launch(struct kernel_ex_args *a, bool per_thread)
 {
-    const CUlaunchConfig *c = a->config;
     struct egpu__vcuda_launch l = {
         .fn = a->fn,
         .launch = call_kernel_ex,
@@ -241,14 +255,9 @@ static CUresult kernel_ex_launch(struct kernel_ex_args *a, bool per_thread)
         .per_thread = per_thread,
     };
 
-    if (c != NULL) {
-        l.blocks = (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ;
-        l.threads = (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ;
-        l.stream = c->hStream;
-    }
     return launch_slow(per_thread ? &egpu__vcuda_real.cuLaunchKernelEx_ptsz
                                   : &egpu__vcuda_real.cuLaunchKernelEx,
-                       &a->real, &l, c != NULL ? egpu__vcuda_throttle_launch : call_kernel_ex);
+                       &a->real, &l, a->config != NULL ? hold_ex : call_kernel_ex);
 }
 
 /* A graph launch: one unit of device work, charged per executable graph. */
@@ -270,9 +279,23 @@ static NOINLINE CUresult graph_slow(CUgraphExec exec, CUstream stream, bool per_
                        &a.real, &l, egpu__vcuda_throttle_launch);
 }
 
-/* A multi-device cooperative launch: over one device that device's
+/* While throttling, a multi-device launch over one device: that device's
+ * cooperative launch, described by its parameters (read only now), held. */
+static CUresult hold_multi(const struct egpu__vcuda_launch *l)
+{
+    const CUDA_LAUNCH_PARAMS *p = &((const struct multi_args *)l->ctx)->list[0];
+    struct egpu__vcuda_launch d = *l;
+
+    d.blocks = (uint64_t)p->gridDimX * p->gridDimY * p->gridDimZ;
+    d.threads = (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ;
+    d.fn = p->function;
+    d.stream = p->hStream;
+    return egpu__vcuda_throttle_launch(&d);
+}
+
+/* A multi-device cooperative launch: over one device held as that device's
  * cooperative launch; over several, refused while throttling; without a
- * list, made at once. */
+ * list or devices, made at once. */
 static NOINLINE CUresult multi_slow(CUDA_LAUNCH_PARAMS *list, unsigned int num_devices,
                                     unsigned int flags)
 {
@@ -280,17 +303,10 @@ static NOINLINE CUresult multi_slow(CUDA_LAUNCH_PARAMS *list, unsigned int num_d
     struct egpu__vcuda_launch l = {.launch = call_multi, .ctx = &a};
     CUresult (*held)(const struct egpu__vcuda_launch *) = call_multi;
 
-    if (list != NULL && num_devices == 1) {
-        const CUDA_LAUNCH_PARAMS *p = &list[0];
-
-        l.blocks = (uint64_t)p->gridDimX * p->gridDimY * p->gridDimZ;
-        l.threads = (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ;
-        l.fn = p->function;
-        l.stream = p->hStream;
-        held = egpu__vcuda_throttle_launch;
-    } else if (list != NULL && num_devices > 1) {
+    if (list != NULL && num_devices == 1)
+        held = hold_multi;
+    else if (list != NULL && num_devices > 1)
         held = refuse_multi;
-    }
     return launch_slow(&egpu__vcuda_real.cuLaunchCooperativeKernelMultiDevice, &a.real, &l, held);
 }
 
