@@ -9,8 +9,8 @@
 # What must hold: bench_gpu_mem passes every check (the mock is exact; the SIGKILL target is
 # relaxed to 30 s for a loaded CI machine); bench_gpu_compute and bench_gpu_overhead print a
 # figure for every row; the interposed workers' controllers made no driver call per launch
-# (their line at exit: issue 15). Their targets are timing figures, not asserted here (STYLE: speed
-# targets are for benchmarks, never timed tests).
+# (their line at exit; each thread caches its context). Their targets are timing figures, not
+# asserted here (STYLE: speed targets are for benchmarks, never timed tests).
 set -u
 bindir=$1
 mockdir=$2
@@ -68,7 +68,7 @@ cat "$work/overhead.out"
 n=$(grep -cE '^(driver|interposer).* +[0-9]+\.[0-9] ' "$work/overhead.out")
 [ "$n" -eq 8 ] || fail "bench_gpu_overhead: $n of 8 rows have figures"
 grep -q 'FAIL' "$work/overhead.out" && fail "bench_gpu_overhead: a configuration failed"
-# With tokens available a launch makes no driver call of its own (issue 15): the controller
+# With tokens available a launch makes no driver call of its own: the controller
 # asks for the thread's context once, then at its timed launches only.
 grep -qE '^controller, core 50%: per launch [0-9.]+ timed, 0\.0[0-9]+ context queries' \
     "$work/overhead.out" || fail "bench_gpu_overhead: no controller line, or a context query per launch"

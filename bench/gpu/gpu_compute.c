@@ -1,5 +1,5 @@
 /* bench/gpu/gpu_compute.c - bench_gpu_compute: the interposer's compute limit on a real NVIDIA
- * GPU (issue 5 point 4, the "compute" third). Measures the share of the card's time that a
+ * GPU (the "compute" third of bench/gpu). Measures the share of the card's time that a
  * container's processes get, against its EGPU_VCUDA_CORE target, for 10, 30, 50 and 90% with
  * one and with four processes, and for two containers (10% and 90%) on one card, each over a
  * --window-s window (default 10 s), and prints a table with the error in points. Target: every

@@ -1,5 +1,5 @@
 /* bench/gpu/gpu_mem.c - bench_gpu_mem: the interposer's memory limit on a real NVIDIA GPU
- * (issue 5 point 4, the "memory" third), and the device memory a CUDA context takes.
+ * (the "memory" third of bench/gpu), and the device memory a CUDA context takes.
  *
  * Prints, for device --device (default 0):
  *   1. the context footprint, measured without the interposer with cuMemGetInfo: how much
@@ -15,7 +15,8 @@
  *      fails with CUDA_ERROR_OUT_OF_MEMORY and takes nothing; freeing gives it all back;
  *   3. four processes of one container sharing one limit;
  *   4. how long the memory of a SIGKILLed process takes to come back (target: 1 s);
- *   5. a memory pool's reservation (issue 15): a process under --limit-mib fills a pool
+ *   5. a memory pool's reservation (pools keep freed memory reserved, unseen by a
+ *      count of allocations): a process under --limit-mib fills a pool
  *      whose release threshold is UINT64_MAX with --chunk-mib blocks, frees them (the pool
  *      keeps them reserved), then fills the default pool (cuMemAllocAsync); the card's real
  *      used memory, seen by a process without the interposer, must stay within the limit.

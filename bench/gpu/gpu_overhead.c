@@ -1,6 +1,6 @@
 /* bench/gpu/gpu_overhead.c - bench_gpu_overhead: what the interposer adds to each
- * cuLaunchKernel and each cuMemAlloc_v2 / cuMemFree_v2 on a real NVIDIA GPU (issue 5 point 4,
- * the "overhead" third), in nanoseconds and in user-space instructions of the calling thread.
+ * cuLaunchKernel and each cuMemAlloc_v2 / cuMemFree_v2 on a real NVIDIA GPU (the "overhead"
+ * third of bench/gpu), in nanoseconds and in user-space instructions of the calling thread.
  *
  * Four configurations, each in its own process, run --rounds times in turn (figures are
  * medians over the rounds, so a slow moment of the machine hits every configuration alike):
@@ -20,12 +20,12 @@
  * many cuMemFree_v2; the figure is the median over rounds of the per-call mean.
  * Instructions: perf_event_open(PERF_COUNT_HW_INSTRUCTIONS, user space only) around the same
  * loops, the calling thread only; "n/a" with the reason when the kernel refuses it.
- * Target (issue 5): under 100 ns added per launch when not throttled; exits 1 when missed.
+ * Target: under 100 ns added per launch when not throttled; exits 1 when missed.
  * The core-50% workers run with EGPU_VCUDA_LOG_LEVEL=info and their stderr in a file, where
  * the interposer says at exit what its compute controller did; the line "controller, core
  * 50%" gives it per launch: launches timed with events, context queries (cuCtxGetCurrent),
- * waits, and the driver calls made besides the launches (issue 15: none per launch with
- * tokens available, about 8 per timed launch).
+ * waits, and the driver calls made besides the launches (none per launch with tokens
+ * available, since each thread caches its context; about 8 per timed launch).
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -1,5 +1,6 @@
 /* bench/gpu/gpu_tiny.c - bench_gpu_tiny: short kernels under a compute limit on a real NVIDIA
- * GPU (issue 15, points 3 and 5), and what each driver call the compute controller makes costs.
+ * GPU (kernels shorter than a launch call were charged their host time), and what each driver
+ * call the compute controller makes costs.
  *
  * Short kernels. A framework's host loop launches kernels far shorter than one launch call
  * (PyTorch's x.add_(1) on 1,000 elements: about 1 us of device time for several us of host

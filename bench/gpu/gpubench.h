@@ -19,7 +19,7 @@
 
 #include "egpu/cuda_abi.h"
 
-/* How the program finds the driver's entry points (issue 5: each must be hooked). */
+/* How the program finds the driver's entry points (the interposer must hook each). */
 enum gpubench_lookup {
     GPUBENCH_DIRECT, /* dlsym(RTLD_DEFAULT, "cuMemAlloc_v2") after dlopen(RTLD_GLOBAL): what a
                       * program linked with -lcuda binds to; an LD_PRELOADed interposer's

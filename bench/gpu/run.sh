@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/gpu/run.sh - the interposer measured on a real NVIDIA GPU (issue 5 point 4, issue 15):
+# bench/gpu/run.sh - the interposer measured on a real NVIDIA GPU:
 # runs bench_gpu_mem (memory limit, context footprint, pool reservations), bench_gpu_compute
 # (compute share), bench_gpu_overhead (cost per call; per throttled launch, the cycles and cache
 # misses added and the compute controller's driver calls) and bench_gpu_tiny (short kernels under

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/gpu/torch_check.py - PyTorch under libegpu-vcuda.so on a real NVIDIA GPU (issue 15).
+"""bench/gpu/torch_check.py - PyTorch under libegpu-vcuda.so on a real NVIDIA GPU.
 
 What PyTorch users meet, measured from outside the process with NVML (the card's used memory
 before and while the process holds its most), so nothing the interposer reports is believed:

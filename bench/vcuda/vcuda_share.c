@@ -1,5 +1,5 @@
-/* bench/vcuda/vcuda_share.c - the compute limit measured (issue 5, point 2):
- * the share of device time each container gets against its target.
+/* bench/vcuda/vcuda_share.c - the compute limit measured: the share of
+ * device time each container gets against its target (within 2 points).
  *
  * Every case runs real processes over the mock driver with one shared
  * device state (EGPU_MOCK_CUDA_STATE: one simulated card timeline for all

@@ -47,9 +47,7 @@
 
 #include "egpu/log.h"
 #include "hooks.h"
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
 #include "throttle.h"
-#endif
 
 #ifndef EGPU_VCUDA_DEFAULT_DIR
 #define EGPU_VCUDA_DEFAULT_DIR "/etc/elastic-gpu"
@@ -122,9 +120,7 @@ static void atfork_child(void)
     egpu__vcuda_region_atfork_child(egpu__vcuda_state.region);
     egpu__vcuda_memory_atfork_child();
     pthread_mutex_unlock(&devices_mu);
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
     egpu__vcuda_throttle_atfork_child();
-#endif
 }
 
 /* Whether this library was loaded through the agent's ld.so.preload: the
@@ -337,7 +333,6 @@ bool egpu__vcuda_nvml(void)
     return nvml_lib != NULL;
 }
 
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
 static void throttle_start(const int *throttle_card, unsigned cards)
 {
     const struct egpu__vcuda_config *cfg = &egpu__vcuda_state.cfg;
@@ -367,7 +362,6 @@ static void throttle_start(const int *throttle_card, unsigned cards)
     }
     (void)egpu__vcuda_throttle_init(&tc); /* logs its own errors; throttling stays off */
 }
-#endif /* EGPU_VCUDA_HAVE_THROTTLE */
 
 void egpu__vcuda_devices_setup(void)
 {
@@ -422,12 +416,8 @@ void egpu__vcuda_devices_setup(void)
         egpu_log(EGPU_LOG_INFO, "device %d %s: limited memory_card=%d compute_card=%d", i, text,
                  st->dev_card[dev], throttle_card[dev]);
     }
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
     if (st->cfg.has_core)
         throttle_start(throttle_card, st->cfg.ngpus ? st->cfg.ngpus : limited);
-#else
-    (void)throttle_card;
-#endif
     atomic_store_explicit(&st->devices_ready, true, memory_order_release);
 out:
     pthread_mutex_unlock(&devices_mu);
@@ -505,7 +495,6 @@ EGPU_VCUDA_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, i
  * launches waited; bench/gpu shows it beside its figures. */
 __attribute__((destructor)) static void vcuda_fini(void)
 {
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
     if (atomic_load_explicit(&egpu__vcuda_throttle_active, memory_order_relaxed)) {
         struct egpu__vcuda_throttle_stats st;
 
@@ -518,7 +507,6 @@ __attribute__((destructor)) static void vcuda_fini(void)
                  (unsigned long long)st.retries, (unsigned long long)st.bucket_sleeps,
                  (unsigned long long)st.queue_sleeps, (unsigned long long)st.queue_forced);
     }
-#endif
     if (atomic_load_explicit(&config_done, memory_order_acquire) && egpu__vcuda_state.region)
         egpu__vcuda_region_leave(egpu__vcuda_state.region);
 }

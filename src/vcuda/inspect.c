@@ -38,13 +38,13 @@
 
 size_t egpu__vcuda_core_file_bytes(void)
 {
-    return sizeof(struct thr_region);
+    return sizeof(struct egpu__vcuda_throttle_region);
 }
 
 int egpu__vcuda_core_decode(const void *buf, size_t len, struct egpu__vcuda_core_view *out,
                             struct egpu_error *err)
 {
-    struct thr_region r; /* a copy: buf need not be aligned */
+    struct egpu__vcuda_throttle_region r; /* a copy: buf need not be aligned */
 
     if (len < sizeof(r))
         return egpu_error_set(err, -EINVAL, "truncated (size %zu bytes, expected %zu)", len,

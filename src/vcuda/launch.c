@@ -11,8 +11,11 @@
  * launch in a struct egpu__vcuda_launch whose launch callback makes the real
  * call with the wrapper's own arguments, and egpu__vcuda_throttle_launch
  * admits it (sleeping while the container is over its share) and calls it
- * exactly once. The slow paths are kept out of line so the fast path stays
- * small.
+ * exactly once. Every entry point's slow path is the same helper,
+ * launch_slow: load the library when the real entry point's slot is still
+ * empty, then hand the description to the controller or make the call; an
+ * entry point differs only by its description, its slot and its callback.
+ * The slow paths are kept out of line so the fast path stays small.
  *
  * A graph launch is one unit of device work to the controller: it is
  * described as fn = the executable graph, blocks = 1, threads = 0, so its
@@ -46,27 +49,25 @@
 
 #include "egpu/log.h"
 #include "hooks.h"
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
 #include "throttle.h"
-#endif
 
 #if defined(__GNUC__)
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define NOINLINE  __attribute__((noinline))
+#define INLINE    inline __attribute__((always_inline))
 #else
 #define LIKELY(x) (x)
 #define NOINLINE
+#define INLINE inline
 #endif
 
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
 #define THROTTLING() atomic_load_explicit(&egpu__vcuda_throttle_active, memory_order_relaxed)
-#else
-#define THROTTLING() false
-#endif
 
-/* The arguments of a cuLaunchKernel(_ptsz) call, kept for the callback. */
+/* The arguments of a cuLaunchKernel(_ptsz) or cuLaunchCooperativeKernel(_ptsz)
+ * call, kept for the callback (extra: NULL for a cooperative launch). real
+ * is the entry point launch_slow loaded, of that call's type. */
 struct kernel_args {
-    __typeof__(cuLaunchKernel) *real;
+    void *real;
     CUfunction fn;
     unsigned int grid[3], block[3], shared_bytes;
     CUstream stream;
@@ -75,7 +76,7 @@ struct kernel_args {
 
 /* The arguments of a cuLaunchKernelEx(_ptsz) call. */
 struct kernel_ex_args {
-    __typeof__(cuLaunchKernelEx) *real;
+    void *real;
     const CUlaunchConfig *config;
     CUfunction fn;
     void **params, **extra;
@@ -83,55 +84,73 @@ struct kernel_ex_args {
 
 /* The arguments of a cuGraphLaunch(_ptsz) call. */
 struct graph_args {
-    __typeof__(cuGraphLaunch) *real;
+    void *real;
     CUgraphExec exec;
     CUstream stream;
 };
 
-/* The arguments of a cuLaunchCooperativeKernel(_ptsz) call. */
-struct coop_args {
-    __typeof__(cuLaunchCooperativeKernel) *real;
-    CUfunction fn;
-    unsigned int grid[3], block[3], shared_bytes;
-    CUstream stream;
-    void **params;
-};
-
 /* The arguments of a cuLaunchCooperativeKernelMultiDevice call. */
 struct multi_args {
-    __typeof__(cuLaunchCooperativeKernelMultiDevice) *real;
+    void *real;
     CUDA_LAUNCH_PARAMS *list;
     unsigned int num_devices, flags;
 };
 
 /* The arguments of a cuLaunch, cuLaunchGrid or cuLaunchGridAsync call. */
-struct grid_args {
+struct legacy_args {
     CUfunction fn;
     int width, height; /* cuLaunchGrid(Async) */
     CUstream stream;   /* cuLaunchGridAsync */
     int which;         /* 0 cuLaunch, 1 cuLaunchGrid, 2 cuLaunchGridAsync */
 };
 
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
+/* The real calls, each with its wrapper's arguments (l->ctx). */
+static CUresult call_kernel(const struct egpu__vcuda_launch *l)
+{
+    const struct kernel_args *a = l->ctx;
+
+    return ((__typeof__(cuLaunchKernel) *)a->real)(a->fn, a->grid[0], a->grid[1], a->grid[2],
+                                                   a->block[0], a->block[1], a->block[2],
+                                                   a->shared_bytes, a->stream, a->params, a->extra);
+}
+
 static CUresult call_coop(const struct egpu__vcuda_launch *l)
 {
-    const struct coop_args *a = l->ctx;
+    const struct kernel_args *a = l->ctx;
 
-    return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
-                   a->shared_bytes, a->stream, a->params);
+    return ((__typeof__(cuLaunchCooperativeKernel) *)a->real)(
+        a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
+        a->shared_bytes, a->stream, a->params);
+}
+
+static CUresult call_kernel_ex(const struct egpu__vcuda_launch *l)
+{
+    const struct kernel_ex_args *a = l->ctx;
+
+    return ((__typeof__(cuLaunchKernelEx) *)a->real)(a->config, a->fn, a->params, a->extra);
+}
+
+static CUresult call_graph(const struct egpu__vcuda_launch *l)
+{
+    const struct graph_args *a = l->ctx;
+
+    return ((__typeof__(cuGraphLaunch) *)a->real)(a->exec, a->stream);
 }
 
 static CUresult call_multi(const struct egpu__vcuda_launch *l)
 {
     const struct multi_args *a = l->ctx;
 
-    return a->real(a->list, a->num_devices, a->flags);
+    return ((__typeof__(cuLaunchCooperativeKernelMultiDevice) *)a->real)(a->list, a->num_devices,
+                                                                         a->flags);
 }
-#endif /* EGPU_VCUDA_HAVE_THROTTLE */
 
-/* The real call of a pre-4.0 launch (its slot loaded; NULL: not there). */
-static CUresult call_grid_real(const struct grid_args *a)
+/* The real call of a pre-4.0 launch, which loads its own slot (NULL: not
+ * there, CUDA_ERROR_NOT_INITIALIZED). */
+static CUresult call_legacy(const struct egpu__vcuda_launch *l)
 {
+    const struct legacy_args *a = l->ctx;
+
     switch (a->which) {
     case 0: {
         __typeof__(cuLaunch) *real = EGPU_VCUDA_REAL(cuLaunch);
@@ -151,222 +170,162 @@ static CUresult call_grid_real(const struct grid_args *a)
     }
 }
 
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
-static CUresult call_grid(const struct egpu__vcuda_launch *l)
+/* What a throttling controller answers for a multi-device launch over
+ * several devices, which it cannot hold (logged once). */
+static CUresult refuse_multi(const struct egpu__vcuda_launch *l)
 {
-    return call_grid_real(l->ctx);
+    const struct multi_args *a = l->ctx;
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+
+    if (!atomic_flag_test_and_set(&warned))
+        egpu_log(EGPU_LOG_WARN,
+                 "cuLaunchCooperativeKernelMultiDevice over %u devices refused "
+                 "(CUDA_ERROR_NOT_SUPPORTED): the compute limit holds one launch on one "
+                 "device at a time; launch with cuLaunchCooperativeKernel on each device",
+                 a->num_devices);
+    return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-static CUresult call_kernel(const struct egpu__vcuda_launch *l)
+/* Everything but the fast path, for every launch entry point: the library
+ * not loaded yet, or throttling. slot is the real entry point's slot in
+ * egpu__vcuda_real (the _ptsz one for a per-thread entry point); when it is
+ * empty the library is loaded first, and when it stays empty the launch
+ * gets CUDA_ERROR_NOT_INITIALIZED without being made. What it held is
+ * stored in *real, where l->launch finds it. slot NULL: the entry point's
+ * call loads its own (the pre-4.0 launches, call_legacy), and only the
+ * library is loaded here. Then, while throttling, held(l) answers:
+ * egpu__vcuda_throttle_launch (admit l, then make it), hold_ex or
+ * hold_multi (the same, once they read what describes the launch),
+ * l->launch (made at once: nothing to describe it by) or refuse_multi;
+ * otherwise l->launch(l) makes the call. Returns what that returned. Inlined into each slow path,
+ * so that held and l->launch are direct calls there. */
+static INLINE CUresult launch_slow(void **slot, void **real, const struct egpu__vcuda_launch *l,
+                                   CUresult (*held)(const struct egpu__vcuda_launch *l))
 {
-    const struct kernel_args *a = l->ctx;
-
-    return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
-                   a->shared_bytes, a->stream, a->params, a->extra);
-}
-
-static CUresult call_kernel_ex(const struct egpu__vcuda_launch *l)
-{
-    const struct kernel_ex_args *a = l->ctx;
-
-    return a->real(a->config, a->fn, a->params, a->extra);
-}
-
-static CUresult call_graph(const struct egpu__vcuda_launch *l)
-{
-    const struct graph_args *a = l->ctx;
-
-    return a->real(a->exec, a->stream);
-}
-#endif /* EGPU_VCUDA_HAVE_THROTTLE */
-
-/* Everything but the fast path: the library not loaded yet, or throttling. */
-static NOINLINE CUresult launch_slow(struct kernel_args *a, bool per_thread)
-{
-    a->real = per_thread ? EGPU_VCUDA_REAL(cuLaunchKernel_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernel);
-    if (a->real == NULL) {
+    if (slot == NULL || (*real = __atomic_load_n(slot, __ATOMIC_RELAXED)) == NULL) {
         if (!egpu__vcuda_cuda())
             return CUDA_ERROR_NOT_INITIALIZED;
-        a->real =
-            per_thread ? EGPU_VCUDA_REAL(cuLaunchKernel_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernel);
-        if (a->real == NULL)
+        if (slot != NULL && (*real = __atomic_load_n(slot, __ATOMIC_RELAXED)) == NULL)
             return CUDA_ERROR_NOT_INITIALIZED;
     }
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
-    if (THROTTLING()) {
-        struct egpu__vcuda_launch l = {
-            .blocks = (uint64_t)a->grid[0] * a->grid[1] * a->grid[2],
-            .threads = (uint64_t)a->block[0] * a->block[1] * a->block[2],
-            .fn = a->fn,
-            .stream = a->stream,
-            .launch = call_kernel,
-            .ctx = a,
-            .per_thread = per_thread,
-        };
-
-        return egpu__vcuda_throttle_launch(&l);
-    }
-#endif
-    return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
-                   a->shared_bytes, a->stream, a->params, a->extra);
+    if (THROTTLING())
+        return held(l);
+    return l->launch(l);
 }
 
-static NOINLINE CUresult launch_ex_slow(struct kernel_ex_args *a, bool per_thread)
+/* A kernel or cooperative launch, through the slot of the entry point
+ * taken (per_thread: its _ptsz form) and its call. */
+static CUresult kernel_launch(struct kernel_args *a, void **slot,
+                              CUresult (*call)(const struct egpu__vcuda_launch *l), bool per_thread)
 {
-    a->real =
-        per_thread ? EGPU_VCUDA_REAL(cuLaunchKernelEx_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernelEx);
-    if (a->real == NULL) {
-        if (!egpu__vcuda_cuda())
-            return CUDA_ERROR_NOT_INITIALIZED;
-        a->real =
-            per_thread ? EGPU_VCUDA_REAL(cuLaunchKernelEx_ptsz) : EGPU_VCUDA_REAL(cuLaunchKernelEx);
-        if (a->real == NULL)
-            return CUDA_ERROR_NOT_INITIALIZED;
-    }
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
-    if (THROTTLING() && a->config != NULL) {
-        const CUlaunchConfig *c = a->config;
-        struct egpu__vcuda_launch l = {
-            .blocks = (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ,
-            .threads = (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ,
-            .fn = a->fn,
-            .stream = c->hStream,
-            .launch = call_kernel_ex,
-            .ctx = a,
-            .per_thread = per_thread,
-        };
+    struct egpu__vcuda_launch l = {
+        .blocks = (uint64_t)a->grid[0] * a->grid[1] * a->grid[2],
+        .threads = (uint64_t)a->block[0] * a->block[1] * a->block[2],
+        .fn = a->fn,
+        .stream = a->stream,
+        .launch = call,
+        .ctx = a,
+        .per_thread = per_thread,
+    };
 
-        return egpu__vcuda_throttle_launch(&l);
-    }
-#endif
-    return a->real(a->config, a->fn, a->params, a->extra);
+    return launch_slow(slot, &a->real, &l, egpu__vcuda_throttle_launch);
 }
 
+/* While throttling, a cuLaunchKernelEx(_ptsz) with a config: described by
+ * it (read only now, as the driver would read it), then held. */
+static CUresult hold_ex(const struct egpu__vcuda_launch *l)
+{
+    const CUlaunchConfig *c = ((const struct kernel_ex_args *)l->ctx)->config;
+    struct egpu__vcuda_launch d = *l;
+
+    d.blocks = (uint64_t)c->gridDimX * c->gridDimY * c->gridDimZ;
+    d.threads = (uint64_t)c->blockDimX * c->blockDimY * c->blockDimZ;
+    d.stream = c->hStream;
+    return egpu__vcuda_throttle_launch(&d);
+}
+
+/* A cuLaunchKernelEx(_ptsz): held as its config describes it (none: made at
+ * once). */
+static CUresult kernel_ex_launch(struct kernel_ex_args *a, bool per_thread)
+{
+    struct egpu__vcuda_launch l = {
+        .fn = a->fn,
+        .launch = call_kernel_ex,
+        .ctx = a,
+        .per_thread = per_thread,
+    };
+
+    return launch_slow(per_thread ? &egpu__vcuda_real.cuLaunchKernelEx_ptsz
+                                  : &egpu__vcuda_real.cuLaunchKernelEx,
+                       &a->real, &l, a->config != NULL ? hold_ex : call_kernel_ex);
+}
+
+/* A graph launch: one unit of device work, charged per executable graph. */
 static NOINLINE CUresult graph_slow(CUgraphExec exec, CUstream stream, bool per_thread)
 {
-    struct graph_args a = {per_thread ? EGPU_VCUDA_REAL(cuGraphLaunch_ptsz)
-                                      : EGPU_VCUDA_REAL(cuGraphLaunch),
-                           exec, stream};
+    struct graph_args a = {NULL, exec, stream};
+    struct egpu__vcuda_launch l = {
+        .blocks = 1,
+        .threads = 0,
+        .fn = (CUfunction)(void *)exec,
+        .stream = stream,
+        .launch = call_graph,
+        .ctx = &a,
+        .per_thread = per_thread,
+    };
 
-    if (a.real == NULL) {
-        if (!egpu__vcuda_cuda())
-            return CUDA_ERROR_NOT_INITIALIZED;
-        a.real = per_thread ? EGPU_VCUDA_REAL(cuGraphLaunch_ptsz) : EGPU_VCUDA_REAL(cuGraphLaunch);
-        if (a.real == NULL)
-            return CUDA_ERROR_NOT_INITIALIZED;
-    }
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
-    if (THROTTLING()) {
-        struct egpu__vcuda_launch l = {
-            .blocks = 1,
-            .threads = 0,
-            .fn = (CUfunction)(void *)exec,
-            .stream = stream,
-            .launch = call_graph,
-            .ctx = &a,
-            .per_thread = per_thread,
-        };
-
-        return egpu__vcuda_throttle_launch(&l);
-    }
-#endif
-    return a.real(exec, stream);
+    return launch_slow(per_thread ? &egpu__vcuda_real.cuGraphLaunch_ptsz
+                                  : &egpu__vcuda_real.cuGraphLaunch,
+                       &a.real, &l, egpu__vcuda_throttle_launch);
 }
 
-static NOINLINE CUresult coop_slow(struct coop_args *a, bool per_thread)
+/* While throttling, a multi-device launch over one device: that device's
+ * cooperative launch, described by its parameters (read only now), held. */
+static CUresult hold_multi(const struct egpu__vcuda_launch *l)
 {
-    a->real = per_thread ? EGPU_VCUDA_REAL(cuLaunchCooperativeKernel_ptsz)
-                         : EGPU_VCUDA_REAL(cuLaunchCooperativeKernel);
-    if (a->real == NULL) {
-        if (!egpu__vcuda_cuda())
-            return CUDA_ERROR_NOT_INITIALIZED;
-        a->real = per_thread ? EGPU_VCUDA_REAL(cuLaunchCooperativeKernel_ptsz)
-                             : EGPU_VCUDA_REAL(cuLaunchCooperativeKernel);
-        if (a->real == NULL)
-            return CUDA_ERROR_NOT_INITIALIZED;
-    }
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
-    if (THROTTLING()) {
-        struct egpu__vcuda_launch l = {
-            .blocks = (uint64_t)a->grid[0] * a->grid[1] * a->grid[2],
-            .threads = (uint64_t)a->block[0] * a->block[1] * a->block[2],
-            .fn = a->fn,
-            .stream = a->stream,
-            .launch = call_coop,
-            .ctx = a,
-            .per_thread = per_thread,
-        };
+    const CUDA_LAUNCH_PARAMS *p = &((const struct multi_args *)l->ctx)->list[0];
+    struct egpu__vcuda_launch d = *l;
 
-        return egpu__vcuda_throttle_launch(&l);
-    }
-#endif
-    return a->real(a->fn, a->grid[0], a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2],
-                   a->shared_bytes, a->stream, a->params);
+    d.blocks = (uint64_t)p->gridDimX * p->gridDimY * p->gridDimZ;
+    d.threads = (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ;
+    d.fn = p->function;
+    d.stream = p->hStream;
+    return egpu__vcuda_throttle_launch(&d);
 }
 
+/* A multi-device cooperative launch: over one device held as that device's
+ * cooperative launch; over several, refused while throttling; without a
+ * list or devices, made at once. */
 static NOINLINE CUresult multi_slow(CUDA_LAUNCH_PARAMS *list, unsigned int num_devices,
                                     unsigned int flags)
 {
-    struct multi_args a = {EGPU_VCUDA_REAL(cuLaunchCooperativeKernelMultiDevice), list, num_devices,
-                           flags};
+    struct multi_args a = {NULL, list, num_devices, flags};
+    struct egpu__vcuda_launch l = {.launch = call_multi, .ctx = &a};
+    CUresult (*held)(const struct egpu__vcuda_launch *) = call_multi;
 
-    if (a.real == NULL) {
-        if (!egpu__vcuda_cuda())
-            return CUDA_ERROR_NOT_INITIALIZED;
-        a.real = EGPU_VCUDA_REAL(cuLaunchCooperativeKernelMultiDevice);
-        if (a.real == NULL)
-            return CUDA_ERROR_NOT_INITIALIZED;
-    }
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
-    if (THROTTLING() && list != NULL && num_devices == 1) {
-        const CUDA_LAUNCH_PARAMS *p = &list[0];
-        struct egpu__vcuda_launch l = {
-            .blocks = (uint64_t)p->gridDimX * p->gridDimY * p->gridDimZ,
-            .threads = (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ,
-            .fn = p->function,
-            .stream = p->hStream,
-            .launch = call_multi,
-            .ctx = &a,
-        };
-
-        return egpu__vcuda_throttle_launch(&l);
-    }
-    if (THROTTLING() && list != NULL && num_devices > 1) {
-        static atomic_flag warned = ATOMIC_FLAG_INIT;
-
-        if (!atomic_flag_test_and_set(&warned))
-            egpu_log(EGPU_LOG_WARN,
-                     "cuLaunchCooperativeKernelMultiDevice over %u devices refused "
-                     "(CUDA_ERROR_NOT_SUPPORTED): the compute limit holds one launch on one "
-                     "device at a time; launch with cuLaunchCooperativeKernel on each device",
-                     num_devices);
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
-#endif
-    return a.real(list, num_devices, flags);
+    if (list != NULL && num_devices == 1)
+        held = hold_multi;
+    else if (list != NULL && num_devices > 1)
+        held = refuse_multi;
+    return launch_slow(&egpu__vcuda_real.cuLaunchCooperativeKernelMultiDevice, &a.real, &l, held);
 }
 
-static NOINLINE CUresult grid_slow(struct grid_args *a)
+/* A pre-4.0 launch: grid 1 x 1 (cuLaunch) or width x height, block shape
+ * unknown (cuFuncSetBlockShape's, not seen here). */
+static NOINLINE CUresult legacy_slow(struct legacy_args *a)
 {
-    if (!egpu__vcuda_cuda())
-        return CUDA_ERROR_NOT_INITIALIZED;
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
-    if (THROTTLING()) {
-        uint64_t w = a->which == 0 ? 1 : (uint64_t)(a->width > 0 ? a->width : 0);
-        uint64_t h = a->which == 0 ? 1 : (uint64_t)(a->height > 0 ? a->height : 0);
-        struct egpu__vcuda_launch l = {
-            .blocks = w * h,
-            .threads = 0, /* cuFuncSetBlockShape's, not seen here */
-            .fn = a->fn,
-            .stream = a->stream,
-            .launch = call_grid,
-            .ctx = a,
-        };
+    uint64_t w = a->which == 0 ? 1 : (uint64_t)(a->width > 0 ? a->width : 0);
+    uint64_t h = a->which == 0 ? 1 : (uint64_t)(a->height > 0 ? a->height : 0);
+    struct egpu__vcuda_launch l = {
+        .blocks = w * h,
+        .threads = 0,
+        .fn = a->fn,
+        .stream = a->stream,
+        .launch = call_legacy,
+        .ctx = a,
+    };
 
-        return egpu__vcuda_throttle_launch(&l);
-    }
-#endif
-    return call_grid_real(a);
+    return launch_slow(NULL, NULL, &l, egpu__vcuda_throttle_launch);
 }
 
 /* The out-of-line halves of the wrappers below: the same arguments, so the
@@ -381,7 +340,7 @@ static NOINLINE CUresult kernel_slow(CUfunction fn, unsigned int grid_x, unsigne
         NULL,   fn,   {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes, stream,
         params, extra};
 
-    return launch_slow(&a, false);
+    return kernel_launch(&a, &egpu__vcuda_real.cuLaunchKernel, call_kernel, false);
 }
 
 static NOINLINE CUresult kernel_ptsz_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
@@ -394,7 +353,7 @@ static NOINLINE CUresult kernel_ptsz_slow(CUfunction fn, unsigned int grid_x, un
         NULL,   fn,   {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes, stream,
         params, extra};
 
-    return launch_slow(&a, true);
+    return kernel_launch(&a, &egpu__vcuda_real.cuLaunchKernel_ptsz, call_kernel, true);
 }
 
 static NOINLINE CUresult kernel_ex_slow(const CUlaunchConfig *config, CUfunction fn, void **params,
@@ -402,7 +361,7 @@ static NOINLINE CUresult kernel_ex_slow(const CUlaunchConfig *config, CUfunction
 {
     struct kernel_ex_args a = {NULL, config, fn, params, extra};
 
-    return launch_ex_slow(&a, false);
+    return kernel_ex_launch(&a, false);
 }
 
 static NOINLINE CUresult kernel_ex_ptsz_slow(const CUlaunchConfig *config, CUfunction fn,
@@ -410,7 +369,31 @@ static NOINLINE CUresult kernel_ex_ptsz_slow(const CUlaunchConfig *config, CUfun
 {
     struct kernel_ex_args a = {NULL, config, fn, params, extra};
 
-    return launch_ex_slow(&a, true);
+    return kernel_ex_launch(&a, true);
+}
+
+static NOINLINE CUresult coop_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                   unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                                   unsigned int block_z, unsigned int shared_bytes, CUstream stream,
+                                   void **params)
+{
+    struct kernel_args a = {
+        NULL,   fn,  {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes, stream,
+        params, NULL};
+
+    return kernel_launch(&a, &egpu__vcuda_real.cuLaunchCooperativeKernel, call_coop, false);
+}
+
+static NOINLINE CUresult coop_ptsz_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
+                                        unsigned int grid_z, unsigned int block_x,
+                                        unsigned int block_y, unsigned int block_z,
+                                        unsigned int shared_bytes, CUstream stream, void **params)
+{
+    struct kernel_args a = {
+        NULL,   fn,  {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes, stream,
+        params, NULL};
+
+    return kernel_launch(&a, &egpu__vcuda_real.cuLaunchCooperativeKernel_ptsz, call_coop, true);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
@@ -481,30 +464,6 @@ EGPU_VCUDA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream)
     return graph_slow(exec, stream, true);
 }
 
-static NOINLINE CUresult coop_plain_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
-                                         unsigned int grid_z, unsigned int block_x,
-                                         unsigned int block_y, unsigned int block_z,
-                                         unsigned int shared_bytes, CUstream stream, void **params)
-{
-    struct coop_args a = {
-        NULL,   fn,    {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes,
-        stream, params};
-
-    return coop_slow(&a, false);
-}
-
-static NOINLINE CUresult coop_ptsz_slow(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
-                                        unsigned int grid_z, unsigned int block_x,
-                                        unsigned int block_y, unsigned int block_z,
-                                        unsigned int shared_bytes, CUstream stream, void **params)
-{
-    struct coop_args a = {
-        NULL,   fn,    {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes,
-        stream, params};
-
-    return coop_slow(&a, true);
-}
-
 EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction fn, unsigned int grid_x,
                                                      unsigned int grid_y, unsigned int grid_z,
                                                      unsigned int block_x, unsigned int block_y,
@@ -517,8 +476,8 @@ EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction fn, unsigned int
     if (LIKELY(!THROTTLING() && real != NULL))
         return real(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream,
                     params);
-    return coop_plain_slow(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes,
-                           stream, params);
+    return coop_slow(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes, stream,
+                     params);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(
@@ -550,9 +509,7 @@ EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARA
 
 CUresult egpu__vcuda_ctx_changed(CUresult r)
 {
-#ifdef EGPU_VCUDA_HAVE_THROTTLE
     egpu__vcuda_throttle_ctx_changed();
-#endif
     return r;
 }
 
@@ -580,30 +537,30 @@ EGPU_VCUDA_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
 EGPU_VCUDA_EXPORT CUresult cuLaunch(CUfunction fn)
 {
     __typeof__(cuLaunch) *real = EGPU_VCUDA_REAL(cuLaunch);
-    struct grid_args a = {fn, 1, 1, NULL, 0};
+    struct legacy_args a = {fn, 1, 1, NULL, 0};
 
     if (LIKELY(!THROTTLING() && real != NULL))
         return real(fn);
-    return grid_slow(&a);
+    return legacy_slow(&a);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuLaunchGrid(CUfunction fn, int grid_width, int grid_height)
 {
     __typeof__(cuLaunchGrid) *real = EGPU_VCUDA_REAL(cuLaunchGrid);
-    struct grid_args a = {fn, grid_width, grid_height, NULL, 1};
+    struct legacy_args a = {fn, grid_width, grid_height, NULL, 1};
 
     if (LIKELY(!THROTTLING() && real != NULL))
         return real(fn, grid_width, grid_height);
-    return grid_slow(&a);
+    return legacy_slow(&a);
 }
 
 EGPU_VCUDA_EXPORT CUresult cuLaunchGridAsync(CUfunction fn, int grid_width, int grid_height,
                                              CUstream stream)
 {
     __typeof__(cuLaunchGridAsync) *real = EGPU_VCUDA_REAL(cuLaunchGridAsync);
-    struct grid_args a = {fn, grid_width, grid_height, stream, 2};
+    struct legacy_args a = {fn, grid_width, grid_height, stream, 2};
 
     if (LIKELY(!THROTTLING() && real != NULL))
         return real(fn, grid_width, grid_height, stream);
-    return grid_slow(&a);
+    return legacy_slow(&a);
 }

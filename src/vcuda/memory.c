@@ -30,8 +30,8 @@
  *
  * CONTEXTS. A context's own device memory shows in no allocation call and
  * depends on the GPU, the driver and its settings (523.6 MiB for a bare
- * context on an H100, issue 15). EGPU_VCUDA_CONTEXT_MIB, when configured,
- * is counted as is.
+ * context on an H100, measured by bench_gpu_mem). EGPU_VCUDA_CONTEXT_MIB,
+ * when configured, is counted as is.
  * Otherwise the estimate (the last footprint this process measured on the
  * device, else the model's figure from cuDeviceGetName, else 300 MiB) is
  * taken first, so nothing is made over the limit, then the context is made
@@ -1011,7 +1011,7 @@ static const struct {
     const char *key;
     uint64_t mib;
 } ctx_models[] = {
-    {"H100", 524}, /* a bare context measured 523.6 MiB (bench_gpu_mem, issue 15) */
+    {"H100", 524}, /* a bare context measured 523.6 MiB (bench_gpu_mem) */
     {"H200", 524}, /* the same GPU (GH100) with more memory */
 };
 

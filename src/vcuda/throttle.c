@@ -1,171 +1,30 @@
 /* vcuda/throttle.c - the compute limit: holds the kernel launches of every
  * process of a container to core percent of each card's time, and lets them
- * use up to the core limit while nobody else uses the card.
+ * use up to the core limit while nobody else uses the card. The design, its
+ * tunables and its figures: docs/vcuda.md, "Compute limit" (its last part,
+ * "Inside the controller", follows this file).
  *
- * DESIGN
+ * DESIGN, in short. What is limited is device time, measured with CUDA
+ * events: some launches are timed (every launch of a kernel class being
+ * learned, then one per THR_SAMPLE_NS of estimated work), and a class (one
+ * function, grid and block in one context; a graph per executable graph) is
+ * estimated at the minimum of its spans over the last second, less the
+ * host's submission gap. One token bucket per card, shared by the
+ * container's processes in <dir>/vcuda-core.shm, is a single 64-bit GCRA
+ * arrival time moved by one compare-and-swap per launch: a launch is
+ * admitted while it is at most THR_TAU_NS ahead of now, else it sleeps; a
+ * timed launch's span corrects what it was charged. A process may have at
+ * most THR_QUEUE_NS of work queued per card that no sample has shown done.
+ * Late spans (work that waited behind another container's) end a burst at
+ * the core limit. Launches into a capturing stream are neither timed nor
+ * charged. The region file is opened safely, watched for SIGBUS and mapped
+ * again when truncated, replaced or deleted; when it cannot be used, the
+ * controller fails closed. Each thread caches its current context.
  *
- * What is limited is device time: how long the card was busy with this
- * container's kernels. It is measured with CUDA events, not inferred from
- * NVML's coarse utilisation.
- *
- * Measuring. Some launches are timed: a pair of events is recorded on the
- * launching stream just before and just after the launch, and collected
- * later without blocking (cuEventElapsedTime, which says
- * CUDA_ERROR_NOT_READY until both have completed) whenever a launch is timed
- * or waits. A kernel class is a function launched with one
- * grid size and block size in one context; a CUDA graph launch
- * (cuGraphLaunch) is a class of its own per executable graph (launch.c
- * describes it as one block of that "function"), timed and charged the
- * same way. Every launch of a class not yet
- * timed THR_LEARN (4) times is timed, so unknown kernels are learned from
- * their first launches; after that, one launch per THR_SAMPLE_NS (200 us) of
- * estimated device work. A span between the two events is the kernel's own
- * time plus any time the card spent on other work queued ahead of it: other
- * containers' kernels, other processes' or streams' of this container.
- * Contention only ever adds, so a class's estimate is the minimum of its
- * spans over the last second (eight sub-windows of 134 ms, updated
- * lock-free): it follows the kernel's own cost and forgets an old, lower one
- * within a second. A span is "clear" when nothing of the container's was
- * queued ahead of the launch but this process's own earlier work on the same
- * stream; the processes of a container share an estimate of when its queued
- * work ends, per card, to tell. Clear spans are what keep the minimum right
- * when a container's processes keep the card busy together: a class with no
- * clear span for 400 ms waits (at most 5 ms, at most once per 100 ms per
- * process) for a moment when the container's queue is empty. A class never
- * timed is estimated at this process's device ns per block on the card.
- *
- * The submission gap. A start event recorded on an idle stream runs at
- * once; the card then waits for the kernel, which reaches it only at the end
- * of the launch call (a few microseconds on a real driver). So the span of a
- * kernel shorter than that is mostly the host's time: an H100 showed 1 us
- * kernels spanning about 5 us, and a 30% container using 9% of the card was
- * charged 45% and slowed to two thirds of its speed. A timed launch asks
- * cuStreamQuery first; on an idle stream the launch call's own time (from
- * after the start event was recorded to after the launch returned) is the
- * gap. A class keeps two estimates: the span (the minimum of its spans, which
- * the queue counts, as work may wait that long) and the device time it is
- * charged (the minimum of its spans less the class's shortest gap of the
- * last second, a thread preempted inside the call making one gap long while
- * the card was busy; never less than a quarter of the span, as a start
- * event may also have waited behind another container's work). Launches are
- * timed per THR_SAMPLE_NS of device work, so a short kernel is timed about
- * once in 200 launches, not once in 40.
- *
- * Charging. One token bucket per card lives in a region shared by all
- * processes of the container (<dir>/vcuda-core.shm), kept as a single
- * 64-bit "theoretical arrival time" (GCRA): the wall time at which the
- * container's charges so far are paid for at its rate. A launch of
- * estimated cost c device ns at rate r percent moves it forward by
- * c * 100 / r wall ns, from max(it, now); a launch is admitted while it is
- * at most THR_TAU_NS (25 ms) ahead of now (the bounded burst: r x 25 ms of
- * device time) and otherwise sleeps (nanosleep, at most 2 ms at a time,
- * collecting samples in between) until it is. When a timed launch comes
- * back, the difference between its class's new estimate and what it was
- * charged is charged or refunded the same way. Each update is one
- * compare-and-swap on one word, so a process dying mid-update leaves the
- * bucket whole, and no lock is held across processes. A bucket the
- * arithmetic cannot produce (over a minute ahead) is reset to now, logged
- * once. No launch is estimated below THR_MIN_COST_NS (1 us), and one launch
- * moves the bucket by at most THR_MAX_DEBT_NS (10 s).
- *
- * The device queue. Launches are asynchronous: work admitted now may run
- * much later, outside the window the bucket saw, and work a container has
- * queued delays everybody else's. So a process may have at most
- * max(THR_QUEUE_NS = 4 ms, one launch) of estimated work per card that no
- * collected sample has shown done; beyond that a launch sleeps until samples
- * complete (at most THR_QUEUE_WAIT_NS, 200 ms, in case the device waits on
- * the host: the launch then goes, logged once). A class never timed counts
- * as the whole bound, so at most two launches of an unknown kernel are in
- * flight. 4 ms keeps a card busy through a host that wakes a few ms late.
- *
- * Bursting (core limit above core). Queueing delay is also how others' work
- * shows: a clear span longer than 1.25 x the class's estimate + 20 us + the
- * host's own delay between the two events (a thread preempted there; timed
- * around them) waited behind another container's work. A process charges at
- * the core limit from when it has had a clear, not late, span since it last
- * stopped and none late for THR_IDLE_HOLD_NS (250 ms); it goes back to core
- * at the first late one, or when no clear span came for 250 ms (then nothing
- * would show contention). Reaction, measured by bench/vcuda_share: a
- * newcomer's work is seen within a sample or two (well under a millisecond
- * of device work); what the burster still gets is what it had queued (up to
- * 4 ms) plus its bucket's credit at core rate. Back to the limit 250 ms
- * after the card became free. While at core next to a container that leaves
- * the card partly idle, it tries the limit again every 250 ms and gives way
- * at the first late span. Each container sees only its own allocation
- * directory, so nothing card-wide is shared between containers.
- *
- * Graph capture. A launch into a stream that is capturing a graph does not
- * run: it is recorded in the graph, which runs (and is charged) when it is
- * launched. Every launch the controller would time is first checked with
- * cuStreamIsCapturing; one into a capture is neither timed (no event is
- * recorded into the capture, where the driver would make it part of the
- * graph and refuse to query it) nor charged (what admission took is given
- * back). A launch not timed is not checked (that would cost a driver call
- * per launch): it is charged its estimate, at most THR_SAMPLE_NS of
- * estimated work between two timed ones of the process. The controller's
- * own queries (cuEventElapsedTime, cuStreamQuery) run in
- * CU_STREAM_CAPTURE_MODE_RELAXED (cuThreadExchangeStreamCaptureMode), so
- * they never invalidate a capture this or another thread makes in the
- * global mode; a timed launch makes them in one relaxed window.
- *
- * The region file. Every process of the container can write the
- * directory: the file is opened with O_NOFOLLOW | O_NONBLOCK and must be a
- * regular file with one link, so a link planted at the name is never
- * followed or written; when it cannot be used the controller fails closed
- * (launches on limited cards refused), never falling back to a bucket per
- * process. Another process of the container may truncate, replace
- * or delete <dir>/vcuda-core.shm while launches run. The mapping is watched
- * for SIGBUS (cfg->watch, sigbus.c): an access to a page the truncation
- * removed completes on zeros (a bucket with nothing charged: at worst a
- * burst of THR_TAU_NS) instead of killing the process, and bumps a counter. The
- * launch path compares that counter and, every THR_CHECK_NS (100 ms, on the
- * coarse clock it reads anyway), looks at the file (one stat(2)); a file
- * that faulted, is short, was replaced or deleted is mapped again over the
- * same addresses (MAP_FIXED, so other threads never see a hole) and
- * re-initialised under flock when short or bad: one warning per process,
- * the rest at debug level. The check costs the launch path two loads and a
- * compare.
- *
- * Cost. The launch path with tokens available: a coarse clock read, a
- * thread-local load (the thread's current context, thr_ctx), a probe of a
- * process-local hash table (fixed size, mapped at init), an atomic add, two
- * compare-and-swaps on the shared card's cache line (bucket, queue end): no
- * driver call, no lock, no allocation, no system call. A timed launch (one
- * per THR_SAMPLE_NS of estimated work, every launch of a class being
- * learned) makes eight: cuCtxGetCurrent (the check of the cached context),
- * cuThreadExchangeStreamCaptureMode twice (into the relaxed mode and out),
- * cuEventElapsedTime for each sample pending (usually the previous one),
- * cuStreamIsCapturing, cuStreamQuery and two cuEventRecord; plus three
- * clock reads and a scan of the process's 32 sample slots. On a real
- * driver they cost about 4 us, most of it the two cuEventRecord (1.4 us
- * each on an H200), so about 20 ns a launch of a 1 us kernel.
- * Figures: bench/vcuda/vcuda_overhead, which counts the mock driver's calls
- * per launch and models their cost (EGPU_MOCK_CUDA_CALL_NS).
- *
- * The thread's context. It keys the kernel classes (a CUDA 12 CUkernel can
- * be launched in any context), and was a cuCtxGetCurrent on every launch:
- * 1.0 driver call per launch besides the launch, against 0.05 for the
- * timed ones (vcuda_overhead over the mock). So each thread keeps the
- * answer (thr_tls), and the interposer hooks the calls that change it
- * (cuCtxSetCurrent, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, and the
- * context creations and destructions it hooks anyway): each forgets the
- * calling thread's answer (egpu__vcuda_throttle_ctx_changed). What it
- * saves: 14 ns a launch on an H200 (cuCtxGetCurrent in a loop), 21 ns over
- * the mock with the modelled latency. A change by a path that is not
- * hooked (the unversioned pre-4.0 entry points, a driver that hands
- * cuGetProcAddress a pointer other than its export) is caught at the
- * thread's next timed launch, which asks the driver anyway and compares:
- * that launch goes untimed, the process stops caching (logged once at info
- * level), and at most one sampling interval of launches was charged as
- * the class of the old context (the estimate, and the card, of that
- * function there).
- * What the cache reuses is identified by the controller's epoch
- * (ctx_epoch), never repeated, not by a pointer.
- *
- * Threads and fork: process-wide structures are updated with atomics;
- * sample slots and classes are claimed with compare-and-swap. After fork the
- * child forgets the parent's estimates, events and queue (its contexts are
- * new) and keeps the container's bucket.
+ * Cost with tokens available: a coarse clock read, a thread-local load, a
+ * probe of a fixed hash table, an atomic add and two compare-and-swaps on
+ * the shared card's cache line; no driver call, lock, allocation or system
+ * call. A timed launch makes eight driver calls (bench/vcuda/vcuda_overhead).
  *
  * Units: device and wall times in nanoseconds (CLOCK_MONOTONIC, the same
  * clock in every process of the machine), shares in percent.
@@ -184,7 +43,7 @@
 #include "egpu/log.h"
 #include "throttle.h"
 
-/* Tunables (see DESIGN above). Times in nanoseconds. The bucket, its batch
+/* Tunables (docs/vcuda.md, "Inside the controller"). Times in nanoseconds. The bucket, its batch
  * and the queue bound may be set at build time (-DTHR_TAU_NS=...), for
  * measuring variants on a card (bench/gpu); the defaults are what ships. */
 #define THR_MS_NS 1000000ull
@@ -223,7 +82,7 @@
 
 #define THR_CHECK_NS (100 * THR_MS_NS) /* the region file is looked at this often */
 
-/* The shared region, one per container: struct thr_region in throttle.h
+/* The shared region, one per container: struct egpu__vcuda_throttle_region in throttle.h
  * (egpu-vcuda-inspect reads it too, and shows the bucket against these). */
 _Static_assert(THR_CORRUPT_NS == EGPU_VCUDA_THROTTLE_CORRUPT_NS, "throttle.h's copy");
 
@@ -311,7 +170,7 @@ struct thr_stats {
 };
 
 struct thr {
-    struct thr_region *region;
+    struct egpu__vcuda_throttle_region *region;
     size_t region_bytes;
     bool region_file; /* false: per-process (anonymous) region */
     bool closed;      /* the shared region could not be used: launches on limited cards refused */
@@ -1266,7 +1125,7 @@ static CUresult thr_launch(struct thr *t, const struct egpu__vcuda_launch *l)
 
 /* ---- Setting up. ---- */
 
-static void region_init(struct thr_region *r, const struct thr *t)
+static void region_init(struct egpu__vcuda_throttle_region *r, const struct thr *t)
 {
     memset(r, 0, sizeof(*r));
     r->version = THR_VERSION;
@@ -1277,7 +1136,7 @@ static void region_init(struct thr_region *r, const struct thr *t)
     r->magic = THR_MAGIC;
 }
 
-static bool region_valid(const struct thr_region *r)
+static bool region_valid(const struct egpu__vcuda_throttle_region *r)
 {
     return r->magic == THR_MAGIC && r->version == THR_VERSION && r->bytes == sizeof(*r);
 }
@@ -1289,11 +1148,12 @@ static bool region_valid(const struct thr_region *r)
  * it was truncated). A file re-initialised is logged, or, with reinit, why
  * is left in *reinit for the caller to say (else *reinit = NULL). Returns
  * the mapping or NULL with errno set (reason logged by the caller). */
-static struct thr_region *region_map_file(struct thr *t, struct thr_region *at, bool again,
-                                          const char **reinit)
+static struct egpu__vcuda_throttle_region *region_map_file(struct thr *t,
+                                                           struct egpu__vcuda_throttle_region *at,
+                                                           bool again, const char **reinit)
 {
     const char *why = NULL;
-    struct thr_region *r;
+    struct egpu__vcuda_throttle_region *r;
     struct stat sb;
     int fd, saved, rc;
 
@@ -1378,7 +1238,7 @@ static void region_check(struct thr *t, uint64_t now)
         why = "deleted";
     else if ((gone = st.st_dev != t->dev || st.st_ino != t->ino))
         why = "replaced";
-    else if ((size_t)st.st_size < sizeof(struct thr_region))
+    else if ((size_t)st.st_size < sizeof(struct egpu__vcuda_throttle_region))
         why = "truncated";
     if (why != NULL) {
         const char *reinit = NULL;
@@ -1508,7 +1368,7 @@ static int thr_open(struct thr *t, const struct egpu__vcuda_throttle_config *cfg
         }
     }
     if (!t->region) { /* shared with children forked later: they are the same container */
-        p = mmap(NULL, sizeof(struct thr_region), PROT_READ | PROT_WRITE,
+        p = mmap(NULL, sizeof(struct egpu__vcuda_throttle_region), PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) {
             egpu_log(EGPU_LOG_ERROR, "compute limit off: no memory for its region err=\"%s\"",
@@ -1518,7 +1378,7 @@ static int thr_open(struct thr *t, const struct egpu__vcuda_throttle_config *cfg
         t->region = p;
         region_init(t->region, t);
     }
-    t->region_bytes = sizeof(struct thr_region);
+    t->region_bytes = sizeof(struct egpu__vcuda_throttle_region);
     atomic_store(&t->next_check_ns, mono_ns() + THR_CHECK_NS);
     p = mmap(NULL, THR_CLASS_SLOTS * sizeof(*t->classes), PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -1,7 +1,8 @@
 /* src/vcuda/throttle.h - the compute limit of the interposer: holds the
  * kernel launches of all processes of a container to its share of each
  * card's time (core percent), bursting up to the core limit while the card
- * is otherwise idle. How it works: the comment at the top of throttle.c.
+ * is otherwise idle. How it works: docs/vcuda.md, "Compute limit" (a
+ * summary at the top of throttle.c).
  *
  * Contract between the launch wrappers (hooks, src/vcuda) and the
  * controller (throttle.c):
@@ -106,7 +107,7 @@ struct egpu__vcuda_launch {
 };
 
 /* The shared region <dir>/vcuda-core.shm, one per container (allocation
- * directory): a token bucket per limited card (throttle.c, Charging). Here
+ * directory): a token bucket per limited card (docs/vcuda.md, "Charging"). Here
  * so that egpu-vcuda-inspect reads the layout the controller writes. */
 #define THR_MAGIC   0x45524f4355504745ull /* "EGPUCORE" */
 #define THR_VERSION 1u
@@ -117,20 +118,20 @@ struct egpu__vcuda_launch {
 #define EGPU_VCUDA_THROTTLE_TAU_NS     (25 * 1000000ull)
 #define EGPU_VCUDA_THROTTLE_CORRUPT_NS (60000 * 1000000ull)
 
-struct thr_shared_card {
+struct egpu__vcuda_throttle_card {
     _Alignas(64) _Atomic uint64_t tat_ns; /* bucket: wall time its charges are paid up to */
     _Atomic uint64_t queue_end_ns;        /* when the container's queued work should be done */
 };
 
 /* Cards are indexed by the limited card index: the position in
  * EGPU_VCUDA_GPUS when it is set, else the order the visible cards have. */
-struct thr_region {
+struct egpu__vcuda_throttle_region {
     uint64_t magic;    /* THR_MAGIC, written last */
     uint32_t version;  /* THR_VERSION */
-    uint32_t bytes;    /* sizeof(struct thr_region) */
+    uint32_t bytes;    /* sizeof(struct egpu__vcuda_throttle_region) */
     uint32_t core_pct; /* as configured by the process that initialised it (information) */
     uint32_t core_limit_pct;
-    struct thr_shared_card card[EGPU_VCUDA_MAX_CARDS];
+    struct egpu__vcuda_throttle_card card[EGPU_VCUDA_MAX_CARDS];
 };
 
 /* True once init enabled throttling (core_pct < 100); read with relaxed
@@ -157,7 +158,7 @@ int egpu__vcuda_throttle_init(const struct egpu__vcuda_throttle_config *cfg);
 
 /* Admit l (may sleep), run l->launch(l) once and return its result. Never
  * allocates or locks when the container has device time left; see
- * throttle.c for what a sampled launch costs. */
+ * docs/vcuda.md ("Accuracy and cost") for what a sampled launch costs. */
 CUresult egpu__vcuda_throttle_launch(const struct egpu__vcuda_launch *l);
 
 /* What this process's controller did since init (or fork), for tests,

@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct egpu__vcuda_core_view core;
     struct egpu__vcuda_config cfg;
     struct egpu_error err = {0};
-    struct thr_region k;
+    struct egpu__vcuda_throttle_region k;
     unsigned char *buf;
     size_t len, n;
     bool mem_ok, core_ok;

@@ -1196,7 +1196,7 @@ def test_throttled_launches_make_no_driver_call(world, lookup):
 
 def buckets(world):
     """Each card's bucket (the wall ns its charges are paid up to) in the
-    compute region (throttle.h, struct thr_region: card i at 64 + 64 i)."""
+    compute region (throttle.h, struct egpu__vcuda_throttle_region: card i at 64 + 64 i)."""
     data = (world["dir"] / "vcuda-core.shm").read_bytes()
     return [int.from_bytes(data[64 + 64 * i:72 + 64 * i], "little") for i in range(2)]
 
