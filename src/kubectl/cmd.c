@@ -50,10 +50,10 @@ static const char usage[] =
     "Exit status: 0; 1 when the API server answers with an error or cannot be\n"
     "reached; 2 on bad usage.\n";
 
-enum kp_cmd { CMD_INSPECT, CMD_CLAIMS, CMD_BUDGET };
+enum subcommand { CMD_INSPECT, CMD_CLAIMS, CMD_BUDGET };
 
 struct kp {
-    enum kp_cmd cmd;
+    enum subcommand cmd;
     const char *node; /* inspect's NODE, or NULL */
     const char *kubeconfig, *context, *ns;
     bool all_ns;
@@ -67,7 +67,7 @@ static int bad_usage(const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, KP_PROG ": ");
+    fprintf(stderr, EGPU_KUBECTL_PROG ": ");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -121,7 +121,7 @@ static int parse(int argc, char **argv, struct kp *k)
             fputs(usage, stdout);
             return 0;
         case 'V':
-            fputs(EGPU_VERSION_LINE(KP_PROG), stdout);
+            fputs(EGPU_VERSION_LINE(EGPU_KUBECTL_PROG), stdout);
             return 0;
         case ':':
             return bad_usage("flag %s needs a value", argv[optind - 1]);
@@ -152,15 +152,15 @@ static int parse(int argc, char **argv, struct kp *k)
     return -1;
 }
 
-/* s on stderr, a control character (C0, C1, BiDi) as '?' (kp_text_clean:
- * an object's text must not reach the terminal as an escape sequence, add a
- * line nor reorder the message). */
+/* s on stderr, a control character (C0, C1, BiDi) as '?'
+ * (egpu__kubectl_text_clean: an object's text must not reach the terminal as
+ * an escape sequence, add a line nor reorder the message). */
 static void put_clean(const char *s)
 {
     char buf[EGPU_ERRMSG_MAX];
 
     snprintf(buf, sizeof(buf), "%s", s);
-    kp_text_clean(buf);
+    egpu__kubectl_text_clean(buf);
     fputs(buf, stderr);
 }
 
@@ -179,13 +179,13 @@ static int list(struct kp *k, const struct egpu_kube_resource *res, const char *
     if (rc) {
         /* The API server's message may quote a tenant's object. */
         if (st.code >= 100) {
-            fprintf(stderr, KP_PROG ": listing %s.%s from %s: HTTP %d ", res->plural, res->group,
-                    k->cfg->server, st.code);
+            fprintf(stderr, EGPU_KUBECTL_PROG ": listing %s.%s from %s: HTTP %d ", res->plural,
+                    res->group, k->cfg->server, st.code);
             put_clean(st.reason[0] ? st.reason : "Error");
             fputs(": ", stderr);
             put_clean(st.message);
         } else {
-            fprintf(stderr, KP_PROG ": cannot reach %s to list %s.%s: ", k->cfg->server,
+            fprintf(stderr, EGPU_KUBECTL_PROG ": cannot reach %s to list %s.%s: ", k->cfg->server,
                     res->plural, res->group);
             put_clean(err.msg[0] ? err.msg : egpu_strerror(rc));
         }
@@ -196,8 +196,8 @@ static int list(struct kp *k, const struct egpu_kube_resource *res, const char *
     json_decref(l);
     if (!json_is_array(*items)) {
         json_decref(*items);
-        fprintf(stderr, KP_PROG ": listing %s.%s from %s: the reply has no items\n", res->plural,
-                res->group, k->cfg->server);
+        fprintf(stderr, EGPU_KUBECTL_PROG ": listing %s.%s from %s: the reply has no items\n",
+                res->plural, res->group, k->cfg->server);
         return 1;
     }
     return 0;
@@ -214,7 +214,7 @@ static void warn_skip(const char *kind, const json_t *o, const struct egpu_error
 {
     const char *ns = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "namespace"));
 
-    fprintf(stderr, KP_PROG ": warning: %s ", kind);
+    fprintf(stderr, EGPU_KUBECTL_PROG ": warning: %s ", kind);
     if (ns != NULL) {
         put_clean(ns);
         fputc('/', stderr);
@@ -228,7 +228,7 @@ static void warn_skip(const char *kind, const json_t *o, const struct egpu_error
 static int emit(int rc, struct egpu_buf *out)
 {
     if (rc) {
-        fprintf(stderr, KP_PROG ": %s\n", egpu_strerror(rc));
+        fprintf(stderr, EGPU_KUBECTL_PROG ": %s\n", egpu_strerror(rc));
         return 1;
     }
     fwrite(egpu_buf_str(out), 1, out->len, stdout);
@@ -265,7 +265,7 @@ static int run_inspect(struct kp *k)
     json_decref(items);
     egpu_buf_init(&out, EGPU_KUBECTL_OUT_MAX);
     if (on_node == 0 && k->node != NULL) {
-        fprintf(stderr, KP_PROG ": no GPU objects on node \"%s\"\n", k->node);
+        fprintf(stderr, EGPU_KUBECTL_PROG ": no GPU objects on node \"%s\"\n", k->node);
         rc = 1;
     } else if (on_node == 0 && k->fmt != EGPU_KUBECTL_JSON) {
         fprintf(stderr, "No GPU objects found.\n");
@@ -429,13 +429,13 @@ int egpu_kubectl_main(int argc, char **argv)
      * the person reading a table. */
     egpu_log_level = EGPU_LOG_ERROR;
     if (egpu_kube_config_load(k.kubeconfig, k.context, &k.cfg, &err)) {
-        fprintf(stderr, KP_PROG ": %s\n", err.msg[0] ? err.msg : "no usable kubeconfig");
+        fprintf(stderr, EGPU_KUBECTL_PROG ": %s\n", err.msg[0] ? err.msg : "no usable kubeconfig");
         return 1;
     }
     if (k.ns == NULL)
         k.ns = k.cfg->ns != NULL && k.cfg->ns[0] != '\0' ? k.cfg->ns : "default";
     if (egpu_kube_new(k.cfg, &k.kc, &err)) {
-        fprintf(stderr, KP_PROG ": %s\n", err.msg);
+        fprintf(stderr, EGPU_KUBECTL_PROG ": %s\n", err.msg);
         egpu_kube_config_free(k.cfg);
         return 1;
     }

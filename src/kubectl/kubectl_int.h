@@ -9,38 +9,41 @@
 #include "egpu/core.h"
 #include "egpu/kubectl.h"
 
-#define KP_PROG     "kubectl-egpu"
-#define KP_COLS_MAX 16
-#define KP_PADDING  3 /* spaces between columns, as kubectl's tabwriter */
+#define EGPU_KUBECTL_PROG     "kubectl-egpu"
+#define EGPU_KUBECTL_COLS_MAX 16
+#define EGPU_KUBECTL_PADDING  3 /* spaces between columns, as kubectl's tabwriter */
 
 /* A table of text cells, nrows x ncols, filled row by row. */
-struct kp_table {
+struct egpu__kubectl_table {
     size_t ncols, nrows, cap;
     char **cells; /* owned; NULL cells print as "" */
-    int err;      /* the first failure of kp_table_row or kp_table_set, 0 = none */
+    int err; /* the first failure of egpu__kubectl_table_row or egpu__kubectl_table_set, 0 = none */
 };
 
-void kp_table_init(struct kp_table *t, size_t ncols);
-void kp_table_free(struct kp_table *t);
+void egpu__kubectl_table_init(struct egpu__kubectl_table *t, size_t ncols);
+void egpu__kubectl_table_free(struct egpu__kubectl_table *t);
 /* Start t with the heading row of the columns 0..n of head (n <=
- * KP_COLS_MAX) whose bit is not set in hide; col[c] gets column c's place
- * in t, SIZE_MAX when hidden. */
-void kp_table_start(struct kp_table *t, const char *const *head, int n, unsigned hide, size_t *col);
+ * EGPU_KUBECTL_COLS_MAX) whose bit is not set in hide; col[c] gets column c's
+ * place in t, SIZE_MAX when hidden. */
+void egpu__kubectl_table_start(struct egpu__kubectl_table *t, const char *const *head, int n,
+                               unsigned hide, size_t *col);
 /* Start a new row of empty cells. A failure (-ENOMEM) is kept in t->err
- * and makes kp_table_print fail; the row is then not added. */
-void kp_table_row(struct kp_table *t);
+ * and makes egpu__kubectl_table_print fail; the row is then not added. */
+void egpu__kubectl_table_row(struct egpu__kubectl_table *t);
 /* Set cell col of the last row to printf text (at most 1023 bytes). A
  * failure (-EINVAL: no row, col out of range; -ENOMEM) is kept in t->err. */
-void kp_table_set(struct kp_table *t, size_t col, const char *fmt, ...) EGPU_PRINTF(3, 4);
+void egpu__kubectl_table_set(struct egpu__kubectl_table *t, size_t col, const char *fmt, ...)
+    EGPU_PRINTF(3, 4);
 /* Append the table to out, laid out (see table.c). Returns 0, t->err,
- * -EINVAL (more than KP_COLS_MAX columns), -ENOMEM or -EMSGSIZE. */
-int kp_table_print(const struct kp_table *t, struct egpu_buf *out) EGPU_MUST_CHECK;
+ * -EINVAL (more than EGPU_KUBECTL_COLS_MAX columns), -ENOMEM or -EMSGSIZE. */
+int egpu__kubectl_table_print(const struct egpu__kubectl_table *t,
+                              struct egpu_buf *out) EGPU_MUST_CHECK;
 
 /* Make s (NUL-terminated, edited in place, never longer) safe to print:
  * each C0 or C1 control, DEL, byte outside well-formed UTF-8, Unicode
  * bidirectional control (U+061C, U+200E, U+200F, U+202A..U+202E,
  * U+2066..U+2069) and line or paragraph separator (U+2028, U+2029) becomes
  * one '?'; other text is kept (text.c). Never fails. */
-void kp_text_clean(char *s);
+void egpu__kubectl_text_clean(char *s);
 
 #endif /* EGPU_KUBECTL_INT_H */

@@ -182,16 +182,16 @@ enum {
     IC_N
 };
 
-static void inspect_total_row(struct kp_table *t, const size_t *col, const char *node,
+static void inspect_total_row(struct egpu__kubectl_table *t, const size_t *col, const char *node,
                               const struct totals *s)
 {
-    kp_table_row(t);
-    kp_table_set(t, col[IC_NODE], "%s", node);
-    kp_table_set(t, col[IC_GPU], "total");
-    kp_table_set(t, col[IC_CORE], "%" PRId64 "/%" PRId64 " (%" PRId64 "%%)", s->core, s->core_total,
-                 pct(s->core, s->core_total));
-    kp_table_set(t, col[IC_MEM], "%" PRId64 "/%" PRId64 " (%" PRId64 "%%)", s->mem, s->mem_total,
-                 pct(s->mem, s->mem_total));
+    egpu__kubectl_table_row(t);
+    egpu__kubectl_table_set(t, col[IC_NODE], "%s", node);
+    egpu__kubectl_table_set(t, col[IC_GPU], "total");
+    egpu__kubectl_table_set(t, col[IC_CORE], "%" PRId64 "/%" PRId64 " (%" PRId64 "%%)", s->core,
+                            s->core_total, pct(s->core, s->core_total));
+    egpu__kubectl_table_set(t, col[IC_MEM], "%" PRId64 "/%" PRId64 " (%" PRId64 "%%)", s->mem,
+                            s->mem_total, pct(s->mem, s->mem_total));
 }
 
 static int inspect_table(const struct egpu_api_gpu *const *v, size_t n, bool wide,
@@ -203,10 +203,11 @@ static int inspect_table(const struct egpu_api_gpu *const *v, size_t n, bool wid
     size_t col[IC_N];
     struct totals node = {0}, all = {0};
     size_t nodes = 0;
-    struct kp_table t;
+    struct egpu__kubectl_table t;
     int rc;
 
-    kp_table_start(&t, head, IC_N, wide ? 0 : 1u << IC_USED | 1u << IC_UTIL | 1u << IC_UUID, col);
+    egpu__kubectl_table_start(&t, head, IC_N,
+                              wide ? 0 : 1u << IC_USED | 1u << IC_UTIL | 1u << IC_UUID, col);
     for (size_t i = 0; i < n; i++) {
         const struct egpu_api_gpu *g = v[i];
         struct card_sum s = card_sum(g);
@@ -217,42 +218,42 @@ static int inspect_table(const struct egpu_api_gpu *const *v, size_t n, bool wid
         }
         totals_add(&node, g, s);
         totals_add(&all, g, s);
-        kp_table_row(&t);
-        kp_table_set(&t, col[IC_NODE], "%s", g->node_name);
-        kp_table_set(&t, col[IC_GPU], "%" PRId64, g->index);
-        kp_table_set(&t, col[IC_MODEL], "%s", g->model[0] ? g->model : NONE);
-        kp_table_set(&t, col[IC_HEALTH], "%s", g->health[0] ? g->health : "Unknown");
-        kp_table_set(&t, col[IC_CORE], "%" PRId64 "/100", s.core);
-        kp_table_set(&t, col[IC_MEM], "%" PRId64 "/%" PRId64, s.mem, g->mem_mib);
+        egpu__kubectl_table_row(&t);
+        egpu__kubectl_table_set(&t, col[IC_NODE], "%s", g->node_name);
+        egpu__kubectl_table_set(&t, col[IC_GPU], "%" PRId64, g->index);
+        egpu__kubectl_table_set(&t, col[IC_MODEL], "%s", g->model[0] ? g->model : NONE);
+        egpu__kubectl_table_set(&t, col[IC_HEALTH], "%s", g->health[0] ? g->health : "Unknown");
+        egpu__kubectl_table_set(&t, col[IC_CORE], "%" PRId64 "/100", s.core);
+        egpu__kubectl_table_set(&t, col[IC_MEM], "%" PRId64 "/%" PRId64, s.mem, g->mem_mib);
         if (wide) {
             if (g->has_used_mem)
-                kp_table_set(&t, col[IC_USED], "%" PRId64, g->used_mem_mib);
+                egpu__kubectl_table_set(&t, col[IC_USED], "%" PRId64, g->used_mem_mib);
             else
-                kp_table_set(&t, col[IC_USED], NONE);
+                egpu__kubectl_table_set(&t, col[IC_USED], NONE);
             if (g->has_used_util)
-                kp_table_set(&t, col[IC_UTIL], "%" PRId64, g->used_util_pct);
+                egpu__kubectl_table_set(&t, col[IC_UTIL], "%" PRId64, g->used_util_pct);
             else
-                kp_table_set(&t, col[IC_UTIL], NONE);
-            kp_table_set(&t, col[IC_UUID], "%s", g->uuid);
+                egpu__kubectl_table_set(&t, col[IC_UTIL], NONE);
+            egpu__kubectl_table_set(&t, col[IC_UUID], "%s", g->uuid);
         }
         for (size_t k = 0; k < g->nallocated; k++) {
             const struct egpu_api_gpu_share *a = &g->allocated[k];
 
-            kp_table_row(&t);
-            kp_table_set(&t, col[IC_CORE], "%" PRId64, a->core_pct);
+            egpu__kubectl_table_row(&t);
+            egpu__kubectl_table_set(&t, col[IC_CORE], "%" PRId64, a->core_pct);
             if (a->core_pct >= 100)
-                kp_table_set(&t, col[IC_MEM], "all");
+                egpu__kubectl_table_set(&t, col[IC_MEM], "all");
             else
-                kp_table_set(&t, col[IC_MEM], "%" PRId64, a->mem_mib);
-            kp_table_set(&t, col[IC_POD], "%s/%s", a->ns, a->pod);
-            kp_table_set(&t, col[IC_CONTAINER], "%s", a->container);
-            kp_table_set(&t, col[IC_CLAIM], "%s", a->claim[0] ? a->claim : NONE);
+                egpu__kubectl_table_set(&t, col[IC_MEM], "%" PRId64, a->mem_mib);
+            egpu__kubectl_table_set(&t, col[IC_POD], "%s/%s", a->ns, a->pod);
+            egpu__kubectl_table_set(&t, col[IC_CONTAINER], "%s", a->container);
+            egpu__kubectl_table_set(&t, col[IC_CLAIM], "%s", a->claim[0] ? a->claim : NONE);
         }
         if (i + 1 == n || strcmp(v[i + 1]->node_name, g->node_name) != 0)
             inspect_total_row(&t, col, g->node_name, &node);
     }
-    rc = kp_table_print(&t, out);
-    kp_table_free(&t);
+    rc = egpu__kubectl_table_print(&t, out);
+    egpu__kubectl_table_free(&t);
     if (!rc)
         rc = egpu_buf_printf(out,
                              "\nCluster: %zu node%s, %zu GPU%s, core %" PRId64 "/%" PRId64
@@ -427,48 +428,53 @@ static int claims_table(struct egpu_kubectl_claim_row *rows, size_t n, bool all_
                                            "MEMORY(MiB)", "CLASS",    "ELASTICGPU", "NODE",
                                            "GPU",         "CAPACITY", "MODEL",      "AGE"};
     size_t col[CC_N];
-    struct kp_table t;
+    struct egpu__kubectl_table t;
     int rc;
 
-    kp_table_start(&t, head, CC_N,
-                   (all_ns ? 0 : 1u << CC_NS) | (wide ? 0 : 1u << CC_CAP | 1u << CC_MODEL), col);
+    egpu__kubectl_table_start(
+        &t, head, CC_N, (all_ns ? 0 : 1u << CC_NS) | (wide ? 0 : 1u << CC_CAP | 1u << CC_MODEL),
+        col);
     for (size_t i = 0; i < n; i++) {
         const struct egpu_api_claim *c = rows[i].claim;
         const struct egpu_api_egpu *e = rows[i].egpu;
         char buf[EGPU_NODE_GPUS_MAX * 8 + EGPU_K8S_NAME_MAX], age[EGPU_KUBECTL_AGE_MAX];
 
-        kp_table_row(&t);
+        egpu__kubectl_table_row(&t);
         if (all_ns)
-            kp_table_set(&t, col[CC_NS], "%s", c->meta.ns);
-        kp_table_set(&t, col[CC_NAME], "%s", c->meta.name);
-        kp_table_set(&t, col[CC_PHASE], "%s", egpu_api_claim_phase_name(c->phase));
+            egpu__kubectl_table_set(&t, col[CC_NS], "%s", c->meta.ns);
+        egpu__kubectl_table_set(&t, col[CC_NAME], "%s", c->meta.name);
+        egpu__kubectl_table_set(&t, col[CC_PHASE], "%s", egpu_api_claim_phase_name(c->phase));
         claim_request(c, buf, sizeof(buf));
-        kp_table_set(&t, col[CC_REQ], "%s", buf);
+        egpu__kubectl_table_set(&t, col[CC_REQ], "%s", buf);
         if (c->has_mem)
-            kp_table_set(&t, col[CC_MEM], "%" PRId64, c->mem_mib);
+            egpu__kubectl_table_set(&t, col[CC_MEM], "%" PRId64, c->mem_mib);
         else
-            kp_table_set(&t, col[CC_MEM], NONE);
-        kp_table_set(&t, col[CC_CLASS], "%s", c->class_name[0] ? c->class_name : "<default>");
-        kp_table_set(&t, col[CC_EGPU], "%s", c->bound_egpu[0] ? c->bound_egpu : NONE);
-        kp_table_set(&t, col[CC_NODE], "%s", e != NULL ? e->node_name : NONE);
-        kp_table_set(&t, col[CC_GPU], "%s", e != NULL ? egpu_cards(e, buf, sizeof(buf)) : NONE);
+            egpu__kubectl_table_set(&t, col[CC_MEM], NONE);
+        egpu__kubectl_table_set(&t, col[CC_CLASS], "%s",
+                                c->class_name[0] ? c->class_name : "<default>");
+        egpu__kubectl_table_set(&t, col[CC_EGPU], "%s", c->bound_egpu[0] ? c->bound_egpu : NONE);
+        egpu__kubectl_table_set(&t, col[CC_NODE], "%s", e != NULL ? e->node_name : NONE);
+        egpu__kubectl_table_set(&t, col[CC_GPU], "%s",
+                                e != NULL ? egpu_cards(e, buf, sizeof(buf)) : NONE);
         if (wide) {
             if (c->has_cap_core && c->has_cap_mem)
-                kp_table_set(&t, col[CC_CAP], "%" PRId64 "%%/%" PRId64 "MiB", c->cap_core_pct,
-                             c->cap_mem_mib);
+                egpu__kubectl_table_set(&t, col[CC_CAP], "%" PRId64 "%%/%" PRId64 "MiB",
+                                        c->cap_core_pct, c->cap_mem_mib);
             else if (c->has_cap_core)
-                kp_table_set(&t, col[CC_CAP], "%" PRId64 "%%", c->cap_core_pct);
+                egpu__kubectl_table_set(&t, col[CC_CAP], "%" PRId64 "%%", c->cap_core_pct);
             else
-                kp_table_set(&t, col[CC_CAP], NONE);
-            kp_table_set(&t, col[CC_MODEL], "%s", e != NULL && e->model[0] ? e->model : NONE);
+                egpu__kubectl_table_set(&t, col[CC_CAP], NONE);
+            egpu__kubectl_table_set(&t, col[CC_MODEL], "%s",
+                                    e != NULL && e->model[0] ? e->model : NONE);
         }
         if (rows[i].created_s > 0)
-            kp_table_set(&t, col[CC_AGE], "%s", egpu_kubectl_age(now_s - rows[i].created_s, age));
+            egpu__kubectl_table_set(&t, col[CC_AGE], "%s",
+                                    egpu_kubectl_age(now_s - rows[i].created_s, age));
         else
-            kp_table_set(&t, col[CC_AGE], "<unknown>");
+            egpu__kubectl_table_set(&t, col[CC_AGE], "<unknown>");
     }
-    rc = kp_table_print(&t, out);
-    kp_table_free(&t);
+    rc = egpu__kubectl_table_print(&t, out);
+    egpu__kubectl_table_free(&t);
     return rc;
 }
 
@@ -589,40 +595,44 @@ static int budgets_table(const struct egpu_api_budget *const *v, size_t n, bool 
                                            "REMAINING", "STATE",    "PERIOD",       "START",
                                            "END",       "TIMEZONE", "METERED-UNTIL"};
     size_t col[BC_N];
-    struct kp_table t;
+    struct egpu__kubectl_table t;
     int rc;
 
-    kp_table_start(&t, head, BC_N,
-                   (all_ns ? 0 : 1u << BC_NS) | (wide ? 0 : 1u << BC_ZONE | 1u << BC_UNTIL), col);
+    egpu__kubectl_table_start(
+        &t, head, BC_N, (all_ns ? 0 : 1u << BC_NS) | (wide ? 0 : 1u << BC_ZONE | 1u << BC_UNTIL),
+        col);
     for (size_t i = 0; i < n; i++) {
         const struct egpu_api_budget *b = v[i];
         int64_t used = egpu_api_budget_used_milli(b);
         char x[48], ts[EGPU_API_TIME_MAX];
 
-        kp_table_row(&t);
+        egpu__kubectl_table_row(&t);
         if (all_ns)
-            kp_table_set(&t, col[BC_NS], "%s", b->meta.ns);
-        kp_table_set(&t, col[BC_NAME], "%s", b->meta.name);
-        kp_table_set(&t, col[BC_HOURS], "%s", milli_text(b->gpu_hours_milli, x, sizeof(x)));
-        kp_table_set(&t, col[BC_USED], "%s",
-                     b->has_metering ? milli_text(used, x, sizeof(x)) : NONE);
-        kp_table_set(&t, col[BC_REMAINING], "%s",
-                     b->has_metering ? milli_text(b->gpu_hours_milli - used, x, sizeof(x)) : NONE);
-        kp_table_set(&t, col[BC_STATE], "%s",
-                     b->has_state ? egpu_api_budget_state_name(b->state) : NONE);
-        kp_table_set(&t, col[BC_PERIOD], "%s", b->period_text);
-        kp_table_set(&t, col[BC_START], "%s",
-                     b->has_period ? egpu_api_time_format(b->period_start_s, ts) : NONE);
-        kp_table_set(&t, col[BC_END], "%s",
-                     b->has_period ? egpu_api_time_format(b->period_end_s, ts) : NONE);
+            egpu__kubectl_table_set(&t, col[BC_NS], "%s", b->meta.ns);
+        egpu__kubectl_table_set(&t, col[BC_NAME], "%s", b->meta.name);
+        egpu__kubectl_table_set(&t, col[BC_HOURS], "%s",
+                                milli_text(b->gpu_hours_milli, x, sizeof(x)));
+        egpu__kubectl_table_set(&t, col[BC_USED], "%s",
+                                b->has_metering ? milli_text(used, x, sizeof(x)) : NONE);
+        egpu__kubectl_table_set(
+            &t, col[BC_REMAINING], "%s",
+            b->has_metering ? milli_text(b->gpu_hours_milli - used, x, sizeof(x)) : NONE);
+        egpu__kubectl_table_set(&t, col[BC_STATE], "%s",
+                                b->has_state ? egpu_api_budget_state_name(b->state) : NONE);
+        egpu__kubectl_table_set(&t, col[BC_PERIOD], "%s", b->period_text);
+        egpu__kubectl_table_set(&t, col[BC_START], "%s",
+                                b->has_period ? egpu_api_time_format(b->period_start_s, ts) : NONE);
+        egpu__kubectl_table_set(&t, col[BC_END], "%s",
+                                b->has_period ? egpu_api_time_format(b->period_end_s, ts) : NONE);
         if (wide) {
-            kp_table_set(&t, col[BC_ZONE], "%s", b->time_zone);
-            kp_table_set(&t, col[BC_UNTIL], "%s",
-                         b->has_metering ? egpu_api_time_format(b->metered_until_s, ts) : NONE);
+            egpu__kubectl_table_set(&t, col[BC_ZONE], "%s", b->time_zone);
+            egpu__kubectl_table_set(&t, col[BC_UNTIL], "%s",
+                                    b->has_metering ? egpu_api_time_format(b->metered_until_s, ts)
+                                                    : NONE);
         }
     }
-    rc = kp_table_print(&t, out);
-    kp_table_free(&t);
+    rc = egpu__kubectl_table_print(&t, out);
+    egpu__kubectl_table_free(&t);
     return rc;
 }
 

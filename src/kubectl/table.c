@@ -12,27 +12,28 @@
 
 #include "kubectl_int.h"
 
-void kp_table_start(struct kp_table *t, const char *const *head, int n, unsigned hide, size_t *col)
+void egpu__kubectl_table_start(struct egpu__kubectl_table *t, const char *const *head, int n,
+                               unsigned hide, size_t *col)
 {
     size_t ncols = 0;
 
     for (int c = 0; c < n; c++)
         col[c] = (hide >> c) & 1u ? SIZE_MAX : ncols++;
-    kp_table_init(t, ncols);
-    kp_table_row(t);
+    egpu__kubectl_table_init(t, ncols);
+    egpu__kubectl_table_row(t);
     for (int c = 0; c < n; c++) {
         if (col[c] != SIZE_MAX)
-            kp_table_set(t, col[c], "%s", head[c]);
+            egpu__kubectl_table_set(t, col[c], "%s", head[c]);
     }
 }
 
-void kp_table_init(struct kp_table *t, size_t ncols)
+void egpu__kubectl_table_init(struct egpu__kubectl_table *t, size_t ncols)
 {
     memset(t, 0, sizeof(*t));
     t->ncols = ncols;
 }
 
-void kp_table_free(struct kp_table *t)
+void egpu__kubectl_table_free(struct egpu__kubectl_table *t)
 {
     for (size_t i = 0; i < t->nrows * t->ncols; i++)
         egpu_free(t->cells[i]);
@@ -40,7 +41,7 @@ void kp_table_free(struct kp_table *t)
     memset(t, 0, sizeof(*t));
 }
 
-void kp_table_row(struct kp_table *t)
+void egpu__kubectl_table_row(struct egpu__kubectl_table *t)
 {
     if (t->err)
         return;
@@ -59,7 +60,7 @@ void kp_table_row(struct kp_table *t)
     t->nrows++;
 }
 
-void kp_table_set(struct kp_table *t, size_t col, const char *fmt, ...)
+void egpu__kubectl_table_set(struct egpu__kubectl_table *t, size_t col, const char *fmt, ...)
 {
     char buf[1024];
     va_list ap;
@@ -77,7 +78,7 @@ void kp_table_set(struct kp_table *t, size_t col, const char *fmt, ...)
     /* A control character (a newline, an escape sequence, CSI U+009B, a
      * BiDi override) in an object's text would break the table, drive the
      * terminal or reorder the row: it shows as '?'. */
-    kp_text_clean(buf);
+    egpu__kubectl_text_clean(buf);
     cell = &t->cells[(t->nrows - 1) * t->ncols + col];
     egpu_free(*cell);
     *cell = egpu_strdup(buf);
@@ -85,14 +86,14 @@ void kp_table_set(struct kp_table *t, size_t col, const char *fmt, ...)
         t->err = -ENOMEM;
 }
 
-int kp_table_print(const struct kp_table *t, struct egpu_buf *out)
+int egpu__kubectl_table_print(const struct egpu__kubectl_table *t, struct egpu_buf *out)
 {
-    size_t width[KP_COLS_MAX] = {0};
+    size_t width[EGPU_KUBECTL_COLS_MAX] = {0};
     int rc = 0;
 
     if (t->err)
         return t->err;
-    if (t->ncols > KP_COLS_MAX)
+    if (t->ncols > EGPU_KUBECTL_COLS_MAX)
         return -EINVAL;
     for (size_t r = 0; r < t->nrows; r++)
         for (size_t c = 0; c < t->ncols; c++) {
@@ -117,7 +118,7 @@ int kp_table_print(const struct kp_table *t, struct egpu_buf *out)
             if (s == NULL)
                 s = "";
             if (c < last)
-                rc = egpu_buf_printf(out, "%-*s", (int)(width[c] + KP_PADDING), s);
+                rc = egpu_buf_printf(out, "%-*s", (int)(width[c] + EGPU_KUBECTL_PADDING), s);
             else
                 rc = egpu_buf_printf(out, "%s", s);
         }

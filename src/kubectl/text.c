@@ -68,7 +68,7 @@ static bool unsafe(uint32_t cp)
            cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
 }
 
-void kp_text_clean(char *s)
+void egpu__kubectl_text_clean(char *s)
 {
     const unsigned char *r = (const unsigned char *)s;
     unsigned char *w = (unsigned char *)s;

@@ -23,7 +23,7 @@
  * the controller is down would be gone before the controller saw its end.
  * With elasticgpu.io/metering the pod stays (Terminating) until the
  * controller has metered it to its end and removed the finalizer. Only the
- * controller may remove it (wh_budget_finalizer_guard, on /validate).
+ * controller may remove it (egpu__webhook_budget_finalizer_guard, on /validate).
  *
  * Which budget: the namespace's GPUBudget; with several, the first by name
  * (the others are ignored here; docs/webhook.md says so). Its state is
@@ -45,9 +45,9 @@
 #define PREEMPT_LOWER "PreemptLowerPriority"
 #define PREEMPT_NEVER "Never"
 
-static void warn(struct wh_verdict *v, const char *fmt, ...) EGPU_PRINTF(2, 3);
+static void warn(struct egpu__webhook_verdict *v, const char *fmt, ...) EGPU_PRINTF(2, 3);
 
-static void warn(struct wh_verdict *v, const char *fmt, ...)
+static void warn(struct egpu__webhook_verdict *v, const char *fmt, ...)
 {
     va_list ap;
 
@@ -148,8 +148,9 @@ static int set_class(json_t *spec, const char *name, json_int_t value, const cha
     return 1;
 }
 
-int wh_budget_apply(const struct egpu_webhook_config *cfg, const struct wh_review *rv, json_t *meta,
-                    json_t *spec, struct egpu_api_problems *p, struct wh_verdict *v)
+int egpu__webhook_budget_apply(const struct egpu_webhook_config *cfg,
+                               const struct egpu__webhook_review *rv, json_t *meta, json_t *spec,
+                               struct egpu_api_problems *p, struct egpu__webhook_verdict *v)
 {
     const struct egpu_webhook_budgets *src = cfg->budgets;
     struct egpu_api_budget *b = NULL;
@@ -174,7 +175,7 @@ int wh_budget_apply(const struct egpu_webhook_config *cfg, const struct wh_revie
                  "cannot read the GPUBudgets of namespace %s (%.300s); the pod is refused rather "
                  "than admitted outside its budget, try again",
                  rv->ns, err.msg);
-        wh_problem_add(p, msg);
+        egpu__webhook_problem_add(p, msg);
         return 0;
     }
     obj = first_by_name(list);
@@ -211,7 +212,7 @@ int wh_budget_apply(const struct egpu_webhook_config *cfg, const struct wh_revie
                      "cannot look up PriorityClass %.253s of GPUBudget %s/%.200s (%.200s); the pod "
                      "is refused rather than admitted outside its budget, try again",
                      cls, rv->ns, bname, err.msg);
-            wh_problem_add(p, msg);
+            egpu__webhook_problem_add(p, msg);
             rc = 0;
             goto out;
         }
@@ -283,18 +284,19 @@ static bool has_metering(const json_t *obj)
     return false;
 }
 
-void wh_budget_finalizer_guard(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
-                               struct egpu_api_problems *p)
+void egpu__webhook_budget_finalizer_guard(const struct egpu_webhook_config *cfg,
+                                          const struct egpu__webhook_review *rv,
+                                          struct egpu_api_problems *p)
 {
     const char *user = cfg->controller_user ? cfg->controller_user : EGPU_WEBHOOK_CONTROLLER_USER;
     char msg[2 * EGPU_API_PROBLEM_MAX];
 
-    if (rv->op != WH_UPDATE || !has_metering(rv->old_object) || has_metering(rv->object) ||
-        strcmp(rv->username, user) == 0)
+    if (rv->op != EGPU_WEBHOOK_OP_UPDATE || !has_metering(rv->old_object) ||
+        has_metering(rv->object) || strcmp(rv->username, user) == 0)
         return;
     snprintf(msg, sizeof(msg),
              "finalizer " EGPU_FINALIZER_METERING " is removed only by the controller (%.200s), "
              "once it has metered the pod's GPU time to its end; user \"%.128s\" may not remove it",
              user, rv->username);
-    wh_problem_add(p, msg);
+    egpu__webhook_problem_add(p, msg);
 }

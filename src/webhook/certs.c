@@ -31,16 +31,16 @@
 #define CERT_BACKDATE_S 60
 #define CA_BUNDLE_MAX   8 /* certificates in ca.crt; more is not ours */
 
-void wh_pki_clear(struct wh_pki *p)
+void egpu__webhook_pki_clear(struct egpu__webhook_pki *p)
 {
     egpu_free(p->ca_crt);
     egpu_free(p->ca_key);
     egpu_free(p->tls_crt);
     egpu_free(p->tls_key);
-    *p = (struct wh_pki){0};
+    *p = (struct egpu__webhook_pki){0};
 }
 
-int wh_ss_parse_duration(const char *s, int64_t min_s, int64_t max_s, int64_t *out_s)
+int egpu__webhook_ss_parse_duration(const char *s, int64_t min_s, int64_t max_s, int64_t *out_s)
 {
     unsigned long long n = 0;
     int64_t unit;
@@ -77,29 +77,30 @@ int wh_ss_parse_duration(const char *s, int64_t min_s, int64_t max_s, int64_t *o
     return 0;
 }
 
-int wh_ss_dns_names(const char *svc, const char *ns, char names[WH_SS_NAMES][WH_SS_NAME_MAX])
+int egpu__webhook_ss_dns_names(const char *svc, const char *ns,
+                               char names[EGPU_WEBHOOK_SS_NAMES][EGPU_WEBHOOK_SS_NAME_MAX])
 {
-    int n[WH_SS_NAMES];
+    int n[EGPU_WEBHOOK_SS_NAMES];
 
     if (svc == NULL || ns == NULL || svc[0] == '\0' || ns[0] == '\0')
         return -EINVAL;
-    n[0] = snprintf(names[0], WH_SS_NAME_MAX, "%s", svc);
-    n[1] = snprintf(names[1], WH_SS_NAME_MAX, "%s.%s", svc, ns);
-    n[2] = snprintf(names[2], WH_SS_NAME_MAX, "%s.%s.svc", svc, ns);
-    n[3] = snprintf(names[3], WH_SS_NAME_MAX, "%s.%s.svc.cluster.local", svc, ns);
-    for (int i = 0; i < WH_SS_NAMES; i++) {
-        if (n[i] < 0 || n[i] >= WH_SS_NAME_MAX)
+    n[0] = snprintf(names[0], EGPU_WEBHOOK_SS_NAME_MAX, "%s", svc);
+    n[1] = snprintf(names[1], EGPU_WEBHOOK_SS_NAME_MAX, "%s.%s", svc, ns);
+    n[2] = snprintf(names[2], EGPU_WEBHOOK_SS_NAME_MAX, "%s.%s.svc", svc, ns);
+    n[3] = snprintf(names[3], EGPU_WEBHOOK_SS_NAME_MAX, "%s.%s.svc.cluster.local", svc, ns);
+    for (int i = 0; i < EGPU_WEBHOOK_SS_NAMES; i++) {
+        if (n[i] < 0 || n[i] >= EGPU_WEBHOOK_SS_NAME_MAX)
             return -ENAMETOOLONG;
     }
     return 0;
 }
 
-bool wh_ss_is_due(int64_t not_after_s, int64_t now_s, int64_t renew_before_s)
+bool egpu__webhook_ss_is_due(int64_t not_after_s, int64_t now_s, int64_t renew_before_s)
 {
     return now_s >= not_after_s - renew_before_s;
 }
 
-int wh_b64_encode(const void *data, size_t len, char **out)
+int egpu__webhook_b64_encode(const void *data, size_t len, char **out)
 {
     gnutls_datum_t in = {(unsigned char *)(uintptr_t)data, (unsigned)len}, b64 = {NULL, 0};
     char *s;
@@ -118,7 +119,7 @@ int wh_b64_encode(const void *data, size_t len, char **out)
     return 0;
 }
 
-int wh_b64_decode(const char *b64, char **out, size_t *len)
+int egpu__webhook_b64_decode(const char *b64, char **out, size_t *len)
 {
     gnutls_datum_t in = {(unsigned char *)(uintptr_t)b64, (unsigned)strlen(b64)}, raw = {NULL, 0};
     char *s;
@@ -209,8 +210,8 @@ static int crt_base(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key, const char
     return g;
 }
 
-int wh_pki_new_ca(const char *cn, int64_t now_s, int64_t validity_s, struct wh_pki *p,
-                  struct egpu_error *err)
+int egpu__webhook_pki_new_ca(const char *cn, int64_t now_s, int64_t validity_s,
+                             struct egpu__webhook_pki *p, struct egpu_error *err)
 {
     gnutls_x509_privkey_t key;
     gnutls_x509_crt_t crt;
@@ -297,8 +298,9 @@ static bool is_key_of(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key)
            memcmp(a, b, na) == 0;
 }
 
-int wh_pki_new_leaf(struct wh_pki *p, const char names[][WH_SS_NAME_MAX], size_t n, int64_t now_s,
-                    int64_t validity_s, struct egpu_error *err)
+int egpu__webhook_pki_new_leaf(struct egpu__webhook_pki *p,
+                               const char names[][EGPU_WEBHOOK_SS_NAME_MAX], size_t n,
+                               int64_t now_s, int64_t validity_s, struct egpu_error *err)
 {
     gnutls_x509_crt_t *cas = NULL, crt = NULL;
     gnutls_x509_privkey_t ca_key = NULL, key = NULL;
@@ -378,8 +380,9 @@ out_free_ca:
     return rc;
 }
 
-int wh_pki_check(const struct wh_pki *p, const char names[][WH_SS_NAME_MAX], size_t n,
-                 struct wh_pki_info *out, struct egpu_error *err)
+int egpu__webhook_pki_check(const struct egpu__webhook_pki *p,
+                            const char names[][EGPU_WEBHOOK_SS_NAME_MAX], size_t n,
+                            struct egpu__webhook_pki_info *out, struct egpu_error *err)
 {
     gnutls_x509_crt_t *cas = NULL, *leaf = NULL;
     gnutls_x509_privkey_t ca_key = NULL, key = NULL;
@@ -433,8 +436,8 @@ out_free_cas:
     return rc;
 }
 
-int wh_pki_bundle_join(const char *newer, const char *older, int64_t now_s, char **out,
-                       struct egpu_error *err)
+int egpu__webhook_pki_bundle_join(const char *newer, const char *older, int64_t now_s, char **out,
+                                  struct egpu_error *err)
 {
     gnutls_x509_crt_t *crts = NULL;
     unsigned n = 0;

@@ -59,7 +59,7 @@ static void cut(char *dst, size_t len, const char *src)
     dst[n] = '\0';
 }
 
-void wh_problem_add(struct egpu_api_problems *p, const char *msg)
+void egpu__webhook_problem_add(struct egpu_api_problems *p, const char *msg)
 {
     if (p->n < EGPU_API_PROBLEMS_MAX)
         cut(p->msg[p->n++], sizeof(p->msg[0]), msg);
@@ -67,7 +67,7 @@ void wh_problem_add(struct egpu_api_problems *p, const char *msg)
         p->more++;
 }
 
-void wh_deny_problems(struct wh_verdict *v, const struct egpu_api_problems *p)
+void egpu__webhook_deny_problems(struct egpu__webhook_verdict *v, const struct egpu_api_problems *p)
 {
     size_t used = 0;
 
@@ -325,8 +325,9 @@ static bool resolve(const struct egpu_webhook_claims *src, const char *ns, const
     return false;
 }
 
-static void warn(struct wh_verdict *v, const char *ctr, const char *ns, const char *claim,
-                 const struct egpu_api_claim *c, const struct egpu_api_gpu_ask *ask)
+static void warn(struct egpu__webhook_verdict *v, const char *ctr, const char *ns,
+                 const char *claim, const struct egpu_api_claim *c,
+                 const struct egpu_api_gpu_ask *ask)
 {
     char mem[64] = "", from[600], msg[MSG_MAX];
 
@@ -347,16 +348,17 @@ static void warn(struct wh_verdict *v, const char *ctr, const char *ns, const ch
 
 /* pod's metadata.annotations with the namespace the pod is created in, as
  * egpu_api_pod_claims reads a pod (new reference; NULL when out of memory). */
-static json_t *claims_view(const struct wh_podpart *pp, const char *ns)
+static json_t *claims_view(const struct egpu__webhook_podpart *pp, const char *ns)
 {
     return json_pack("{s:{s:s, s:O}}", "metadata", "namespace", ns, "annotations",
                      pp->annotations != NULL ? pp->annotations : json_null());
 }
 
-int wh_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
-                      const struct wh_review *rv, const struct wh_podpart *pp,
-                      struct wh_claim_use *uses, size_t *n, struct egpu_api_problems *p,
-                      struct wh_verdict *v)
+int egpu__webhook_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
+                                 const struct egpu__webhook_review *rv,
+                                 const struct egpu__webhook_podpart *pp,
+                                 struct egpu__webhook_claim_use *uses, size_t *n,
+                                 struct egpu_api_problems *p, struct egpu__webhook_verdict *v)
 {
     struct egpu_api_pod_claim pc[EGPU_API_POD_CLAIMS_MAX];
     const char *ns =
@@ -378,14 +380,15 @@ int wh_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
     if (rc == -ENOMEM)
         return rc;
     if (rc) {
-        wh_problem_add(p, err.msg);
+        egpu__webhook_problem_add(p, err.msg);
         return 0;
     }
     if (npc == 0)
         return 0;
     if (!egpu_api_dns_label(ns)) {
-        wh_problem_add(p, "the pod's namespace is not known, so the ElasticGPUClaims its "
-                          "annotations " EGPU_ANN_CLAIM_PREFIX "<container> name cannot be found");
+        egpu__webhook_problem_add(
+            p, "the pod's namespace is not known, so the ElasticGPUClaims its "
+               "annotations " EGPU_ANN_CLAIM_PREFIX "<container> name cannot be found");
         return 0;
     }
     c = egpu_malloc(sizeof(*c)); /* about 16 KiB: not on a pool thread's stack */
@@ -394,7 +397,7 @@ int wh_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
     for (size_t i = 0; i < npc; i++) {
         char key[EGPU_CONTAINER_NAME_MAX + PREFIX_LEN], msg[MSG_MAX];
         char names[256];
-        struct wh_claim_use *u = &uses[*n];
+        struct egpu__webhook_claim_use *u = &uses[*n];
         long idx = container_index(pp->spec, pc[i].container);
         const json_t *ctr;
 
@@ -405,14 +408,14 @@ int wh_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
                      "annotation %.83s: the pod has no container \"%.63s\"; allowed: one of its "
                      "containers: %s",
                      key, pc[i].container, names);
-            wh_problem_add(p, msg);
+            egpu__webhook_problem_add(p, msg);
             continue;
         }
         memset(u, 0, sizeof(*u));
         if (!resolve(cfg->claims, ns, key, pc[i].claim, c, &u->ask, msg, sizeof(msg), &rc)) {
             if (rc)
                 break;
-            wh_problem_add(p, msg);
+            egpu__webhook_problem_add(p, msg);
             continue;
         }
         ctr = json_array_get(json_object_get(pp->spec, "containers"), (size_t)idx);
@@ -423,7 +426,7 @@ int wh_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
                      "container \"%.63s\" uses claim %.253s (annotation %.83s) and also "
                      "requests %s; remove one",
                      pc[i].container, pc[i].claim, key, names);
-            wh_problem_add(p, msg);
+            egpu__webhook_problem_add(p, msg);
             continue;
         }
         u->ctr = (size_t)idx;
@@ -457,7 +460,7 @@ static int set_res(json_t *c, const char *kind, const char *name, int64_t value)
     return json_object_set_new(map, name, json_string(text)) != 0 ? -ENOMEM : 0;
 }
 
-int wh_claims_apply(json_t *spec, const struct wh_claim_use *uses, size_t n)
+int egpu__webhook_claims_apply(json_t *spec, const struct egpu__webhook_claim_use *uses, size_t n)
 {
     static const char *const kinds[] = {"requests", "limits"};
     json_t *ctrs = json_object_get(spec, "containers");
@@ -485,7 +488,8 @@ static const json_t *ann_of(const json_t *obj, const char *key)
     return json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key);
 }
 
-static void immutable_one(const struct wh_review *rv, const char *key, struct egpu_api_problems *p)
+static void immutable_one(const struct egpu__webhook_review *rv, const char *key,
+                          struct egpu_api_problems *p)
 {
     const json_t *now = ann_of(rv->object, key), *before = ann_of(rv->old_object, key);
     const char *nv = egpu_api_str(now), *bv = egpu_api_str(before);
@@ -509,10 +513,11 @@ static void immutable_one(const struct wh_review *rv, const char *key, struct eg
                  "\"%.100s\"; the scheduler and the controller rely on the claims a pod was "
                  "created with); create a new pod",
                  key, bv ? bv : "?", nv ? nv : "?");
-    wh_problem_add(p, msg);
+    egpu__webhook_problem_add(p, msg);
 }
 
-void wh_claims_immutable(const struct wh_review *rv, struct egpu_api_problems *p)
+void egpu__webhook_claims_immutable(const struct egpu__webhook_review *rv,
+                                    struct egpu_api_problems *p)
 {
     const json_t *objs[2] = {rv->object, rv->old_object};
 

@@ -2,12 +2,13 @@
  * on it: the largest card's memory (gpu-memory must fit one card) and the
  * models there are (elasticgpu.io/gpu-model must name one of them).
  *
- * An informer on elasticgpu.io/v1alpha1 GPU objects calls wh_facts_on_* on
- * its thread; each GPU's spec.memory (MiB) and spec.model are kept by name
- * under a mutex. Requests take a snapshot: an immutable, reference-counted
- * view rebuilt only when a GPU's memory or model changed since the last one
- * (so the first list of thousands of GPUs costs one rebuild, at the first
- * request, not one per object), and read it without any lock.
+ * An informer on elasticgpu.io/v1alpha1 GPU objects calls
+ * egpu__webhook_facts_on_* on its thread; each GPU's spec.memory (MiB) and
+ * spec.model are kept by name under a mutex. Requests take a snapshot: an
+ * immutable, reference-counted view rebuilt only when a GPU's memory or model
+ * changed since the last one (so the first list of thousands of GPUs costs one
+ * rebuild, at the first request, not one per object), and read it without any
+ * lock.
  *
  * A GPU object with a missing or malformed spec.memory counts as a card of
  * unknown memory (it never lowers the largest), one without a model adds
@@ -31,20 +32,20 @@ struct card {
 };
 
 struct snap {
-    struct wh_facts_snap pub; /* first: callers see only this */
+    struct egpu__webhook_facts_snap pub; /* first: callers see only this */
     atomic_long refs;
     char **models;
 };
 
-struct wh_facts {
+struct egpu__webhook_facts {
     pthread_mutex_t lock; /* guards the rest */
     struct egpu_map *cards;
     struct snap *cur; /* the last view (one reference held here), NULL = rebuild */
 };
 
-struct wh_facts *wh_facts_new(void)
+struct egpu__webhook_facts *egpu__webhook_facts_new(void)
 {
-    struct wh_facts *f = egpu_calloc(1, sizeof(*f));
+    struct egpu__webhook_facts *f = egpu_calloc(1, sizeof(*f));
 
     if (f == NULL)
         return NULL;
@@ -65,7 +66,7 @@ static void snap_free(struct snap *s)
     egpu_free(s);
 }
 
-void wh_facts_put(const struct wh_facts_snap *pub)
+void egpu__webhook_facts_put(const struct egpu__webhook_facts_snap *pub)
 {
     struct snap *s = (struct snap *)pub;
 
@@ -73,7 +74,7 @@ void wh_facts_put(const struct wh_facts_snap *pub)
         snap_free(s);
 }
 
-void wh_facts_free(struct wh_facts *f)
+void egpu__webhook_facts_free(struct egpu__webhook_facts *f)
 {
     size_t pos = 0;
     struct card *c;
@@ -83,7 +84,7 @@ void wh_facts_free(struct wh_facts *f)
     while ((c = egpu_map_next(f->cards, &pos, NULL)) != NULL)
         egpu_free(c);
     egpu_map_free(f->cards);
-    wh_facts_put(f->cur ? &f->cur->pub : NULL);
+    egpu__webhook_facts_put(f->cur ? &f->cur->pub : NULL);
     pthread_mutex_destroy(&f->lock);
     egpu_free(f);
 }
@@ -109,15 +110,15 @@ static bool read_gpu(const json_t *gpu, struct card *c)
     return true;
 }
 
-/* Drop the current view so the next wh_facts_get rebuilds it. Lock held. */
-static void invalidate(struct wh_facts *f)
+/* Drop the current view so the next egpu__webhook_facts_get rebuilds it. Lock held. */
+static void invalidate(struct egpu__webhook_facts *f)
 {
     if (f->cur != NULL)
-        wh_facts_put(&f->cur->pub);
+        egpu__webhook_facts_put(&f->cur->pub);
     f->cur = NULL;
 }
 
-static void upsert(struct wh_facts *f, const json_t *gpu)
+static void upsert(struct egpu__webhook_facts *f, const json_t *gpu)
 {
     struct card c, *old, *n;
 
@@ -145,20 +146,20 @@ static void upsert(struct wh_facts *f, const json_t *gpu)
     pthread_mutex_unlock(&f->lock);
 }
 
-void wh_facts_on_add(void *ud, const json_t *gpu)
+void egpu__webhook_facts_on_add(void *ud, const json_t *gpu)
 {
     upsert(ud, gpu);
 }
 
-void wh_facts_on_update(void *ud, const json_t *old_gpu, const json_t *gpu)
+void egpu__webhook_facts_on_update(void *ud, const json_t *old_gpu, const json_t *gpu)
 {
     (void)old_gpu;
     upsert(ud, gpu);
 }
 
-void wh_facts_on_delete(void *ud, const json_t *gpu)
+void egpu__webhook_facts_on_delete(void *ud, const json_t *gpu)
 {
-    struct wh_facts *f = ud;
+    struct egpu__webhook_facts *f = ud;
     struct card c, *old;
 
     if (!read_gpu(gpu, &c))
@@ -179,7 +180,7 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* A new view of f's cards (lock held), or NULL when out of memory. */
-static struct snap *build(struct wh_facts *f)
+static struct snap *build(struct egpu__webhook_facts *f)
 {
     size_t pos = 0, n = egpu_map_count(f->cards), k = 0;
     struct snap *s = egpu_calloc(1, sizeof(*s));
@@ -220,7 +221,7 @@ static struct snap *build(struct wh_facts *f)
     return s;
 }
 
-const struct wh_facts_snap *wh_facts_get(struct wh_facts *f)
+const struct egpu__webhook_facts_snap *egpu__webhook_facts_get(struct egpu__webhook_facts *f)
 {
     struct snap *s;
 

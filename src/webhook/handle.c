@@ -56,28 +56,29 @@ static void set_type(struct egpu_webhook_reply *reply, int status, const char *t
     snprintf(reply->content_type, sizeof(reply->content_type), "%s", type);
 }
 
-static int answer(enum egpu_webhook_route r, const struct wh_review *rv, struct wh_verdict *v,
-                  struct egpu_buf *out, struct egpu_webhook_reply *reply)
+static int answer(enum egpu_webhook_route r, const struct egpu__webhook_review *rv,
+                  struct egpu__webhook_verdict *v, struct egpu_buf *out,
+                  struct egpu_webhook_reply *reply)
 {
     const char *warnings[EGPU_API_PROBLEMS_MAX];
-    struct wh_response resp = {.allowed = v->allowed,
-                               .code = v->code,
-                               .reason = v->reason,
-                               .message = v->message,
-                               .patch = v->ops,
-                               .warnings = warnings,
-                               .nwarnings = v->nwarnings};
+    struct egpu__webhook_response resp = {.allowed = v->allowed,
+                                          .code = v->code,
+                                          .reason = v->reason,
+                                          .message = v->message,
+                                          .patch = v->ops,
+                                          .warnings = warnings,
+                                          .nwarnings = v->nwarnings};
 
     char uid[64], ns[64], name[128], user[128], kind[64], msg[1024];
 
     for (size_t i = 0; i < v->nwarnings; i++)
         warnings[i] = v->warnings[i];
-    wh_printable(uid, sizeof(uid), rv->uid);
-    wh_printable(ns, sizeof(ns), rv->ns);
-    wh_printable(name, sizeof(name), rv->name);
-    wh_printable(user, sizeof(user), rv->username);
-    wh_printable(kind, sizeof(kind), rv->kind);
-    wh_printable(msg, sizeof(msg), v->message);
+    egpu__webhook_printable(uid, sizeof(uid), rv->uid);
+    egpu__webhook_printable(ns, sizeof(ns), rv->ns);
+    egpu__webhook_printable(name, sizeof(name), rv->name);
+    egpu__webhook_printable(user, sizeof(user), rv->username);
+    egpu__webhook_printable(kind, sizeof(kind), rv->kind);
+    egpu__webhook_printable(msg, sizeof(msg), v->message);
     reply->result = !v->allowed ? EGPU_WEBHOOK_DENIED
                     : v->ops    ? EGPU_WEBHOOK_PATCHED
                                 : EGPU_WEBHOOK_ALLOWED;
@@ -94,7 +95,7 @@ static int answer(enum egpu_webhook_route r, const struct wh_review *rv, struct 
                  "patched route=%s uid=%s kind=%s object=%s/%s ops=%zu converted=%zu dry_run=%d",
                  egpu_webhook_route_name(r), uid, kind, ns, name, json_array_size(v->ops),
                  v->nconverted, rv->dry_run);
-    return wh_response_encode(rv->uid, &resp, out, NULL);
+    return egpu__webhook_response_encode(rv->uid, &resp, out, NULL);
 }
 
 int egpu_webhook_handle(const struct egpu_webhook_config *cfg, enum egpu_webhook_route r,
@@ -102,13 +103,13 @@ int egpu_webhook_handle(const struct egpu_webhook_config *cfg, enum egpu_webhook
                         struct egpu_buf *out, struct egpu_webhook_reply *reply)
 {
     struct egpu_error err = {0};
-    struct wh_review rv;
-    struct wh_verdict *v;
+    struct egpu__webhook_review rv;
+    struct egpu__webhook_verdict *v;
     int rc;
 
     memset(reply, 0, sizeof(*reply));
     set_type(reply, 200, "application/json");
-    rc = wh_review_decode(body, len, &rv, &err);
+    rc = egpu__webhook_review_decode(body, len, &rv, &err);
     if (rc == EGPU_ESYNTAX) {
         reply->result = EGPU_WEBHOOK_ERROR;
         set_type(reply, 400, "text/plain; charset=utf-8");
@@ -117,39 +118,40 @@ int egpu_webhook_handle(const struct egpu_webhook_config *cfg, enum egpu_webhook
         return egpu_buf_printf(out, "%s\n", err.msg);
     }
     if (rc == EGPU_ERANGE) {
-        struct wh_response resp = {
+        struct egpu__webhook_response resp = {
             .allowed = false, .code = 400, .reason = "BadRequest", .message = err.msg};
 
         char uid[64], msg[EGPU_ERRMSG_MAX];
 
         reply->result = EGPU_WEBHOOK_ERROR;
-        wh_printable(uid, sizeof(uid), rv.uid);
-        wh_printable(msg, sizeof(msg), err.msg);
+        egpu__webhook_printable(uid, sizeof(uid), rv.uid);
+        egpu__webhook_printable(msg, sizeof(msg), err.msg);
         egpu_log(EGPU_LOG_WARN, "bad review route=%s uid=%s error=\"%s\"",
                  egpu_webhook_route_name(r), uid, msg);
-        rc = wh_response_encode(rv.uid, &resp, out, NULL);
-        wh_review_free(&rv);
+        rc = egpu__webhook_response_encode(rv.uid, &resp, out, NULL);
+        egpu__webhook_review_free(&rv);
         return rc;
     }
     if (rc) {
-        wh_review_free(&rv);
+        egpu__webhook_review_free(&rv);
         return rc;
     }
     v = egpu_malloc(sizeof(*v)); /* about 10 KiB of message and warnings */
     if (v == NULL) {
-        wh_review_free(&rv);
+        egpu__webhook_review_free(&rv);
         return -ENOMEM;
     }
     if (r == EGPU_WEBHOOK_VALIDATE)
-        rc = wh_validate(cfg, facts, &rv, v);
+        rc = egpu__webhook_validate(cfg, facts, &rv, v);
     else if (r == EGPU_WEBHOOK_MUTATE_PLACE)
-        rc = wh_place(cfg, &rv, v);
+        rc = egpu__webhook_place(cfg, &rv, v);
     else
-        rc = wh_mutate(cfg, r == EGPU_WEBHOOK_MUTATE_NVIDIA || cfg->compat_nvidia, &rv, v);
+        rc = egpu__webhook_mutate(cfg, r == EGPU_WEBHOOK_MUTATE_NVIDIA || cfg->compat_nvidia, &rv,
+                                  v);
     if (!rc)
         rc = answer(r, &rv, v, out, reply);
-    wh_verdict_free(v);
+    egpu__webhook_verdict_free(v);
     egpu_free(v);
-    wh_review_free(&rv);
+    egpu__webhook_review_free(&rv);
     return rc;
 }

@@ -42,11 +42,11 @@ struct route_ctx {
 };
 
 struct app {
-    struct wh_options o;
+    struct egpu__webhook_options o;
     struct egpu_kube_config *kcfg;
     struct egpu_kube *kube;
     struct egpu_kube *lookup; /* the live GETs of claims, with a short timeout */
-    struct wh_facts *facts;
+    struct egpu__webhook_facts *facts;
     struct egpu_kube_informer *inf;         /* GPU objects: the facts */
     struct egpu_kube_informer *claims_inf;  /* ElasticGPUClaims: what pods use */
     struct egpu_webhook_claims claims;      /* the lookup /mutate calls (claim_get) */
@@ -55,7 +55,7 @@ struct app {
     struct egpu_webhook_budgets budgets;    /* budget_list, class_get */
     struct egpu_kube_informer *egpus_inf;   /* ElasticGPUs: the Released ones count */
     struct egpu_webhook_quota quota;        /* quota_list: claims against quotas */
-    struct wh_selfsigned *ss;               /* --self-signed: the certificate's keeper */
+    struct egpu__webhook_selfsigned *ss;    /* --self-signed: the certificate's keeper */
     struct egpu_service svc; /* HTTPS: the routes, /healthz, /readyz; HTTP: the probes */
     struct egpu_metrics *reg;
     struct egpu_metric *m_requests, *m_conversions, *m_gpus, *m_largest, *m_models;
@@ -67,16 +67,16 @@ static int on_review(void *data, const struct egpu_http_request *req,
 {
     struct route_ctx *rc_ = data;
     struct app *a = rc_->a;
-    const struct wh_facts_snap *snap = NULL;
+    const struct egpu__webhook_facts_snap *snap = NULL;
     struct egpu_webhook_reply reply;
     const char *labels[2];
     int rc;
 
     if (rc_->r == EGPU_WEBHOOK_VALIDATE)
-        snap = wh_facts_get(a->facts);
+        snap = egpu__webhook_facts_get(a->facts);
     rc = egpu_webhook_handle(&a->o.cfg, rc_->r, snap ? &snap->facts : NULL, req->body,
                              req->body_len, &resp->body, &reply);
-    wh_facts_put(snap);
+    egpu__webhook_facts_put(snap);
     labels[0] = egpu_webhook_route_name(rc_->r);
     if (rc) {
         labels[1] = egpu_webhook_result_name(EGPU_WEBHOOK_ERROR);
@@ -242,14 +242,14 @@ static int register_metrics(struct app *a, struct egpu_error *err)
 static void refresh_metrics(void *data)
 {
     struct app *a = data;
-    const struct wh_facts_snap *s = wh_facts_get(a->facts);
+    const struct egpu__webhook_facts_snap *s = egpu__webhook_facts_get(a->facts);
 
     if (s == NULL)
         return;
     (void)egpu_metric_set(a->m_gpus, NULL, (double)s->ncards);
     (void)egpu_metric_set(a->m_largest, NULL, (double)s->facts.max_card_mib);
     (void)egpu_metric_set(a->m_models, NULL, (double)s->facts.nmodels);
-    wh_facts_put(s);
+    egpu__webhook_facts_put(s);
 }
 
 static int start(void *data, struct egpu_error *err)
@@ -268,9 +268,9 @@ static int start(void *data, struct egpu_error *err)
     struct egpu_kube_informer_opts pio = {.res = &egpu_kube_priorityclasses};
     struct egpu_kube_informer_opts eio = {.res = &egpu_kube_elasticgpus};
     struct egpu_kube_informer_cbs ccbs = {0}; /* read by lookups, nothing to follow */
-    struct egpu_kube_informer_cbs cbs = {.on_add = wh_facts_on_add,
-                                         .on_update = wh_facts_on_update,
-                                         .on_delete = wh_facts_on_delete};
+    struct egpu_kube_informer_cbs cbs = {.on_add = egpu__webhook_facts_on_add,
+                                         .on_update = egpu__webhook_facts_on_update,
+                                         .on_delete = egpu__webhook_facts_on_delete};
     int rc;
 
     rc = egpu_kube_config_load(a->o.srv.kubeconfig, a->o.srv.context, &a->kcfg, err);
@@ -285,7 +285,7 @@ static int start(void *data, struct egpu_error *err)
     }
     if (rc)
         return rc;
-    a->facts = wh_facts_new();
+    a->facts = egpu__webhook_facts_new();
     if (a->facts == NULL)
         return egpu_error_set(err, -ENOMEM, "facts: out of memory");
     cbs.ud = a->facts;
@@ -307,7 +307,8 @@ static int start(void *data, struct egpu_error *err)
     a->o.cfg.quota = &a->quota;
     /* --self-signed: the files exist before the HTTPS server reads them */
     if (!rc && a->o.ss.enabled)
-        rc = wh_selfsigned_new(&a->o.ss, a->kube, a->o.srv.tls_cert, a->o.srv.tls_key, &a->ss, err);
+        rc = egpu__webhook_selfsigned_new(&a->o.ss, a->kube, a->o.srv.tls_cert, a->o.srv.tls_key,
+                                          &a->ss, err);
     if (!rc)
         rc = register_metrics(a, err);
     sc.reg = a->reg;
@@ -334,7 +335,7 @@ static int start(void *data, struct egpu_error *err)
     if (!rc)
         rc = egpu_service_start(&a->svc, err);
     if (!rc && a->ss != NULL)
-        rc = wh_selfsigned_start(a->ss, err);
+        rc = egpu__webhook_selfsigned_start(a->ss, err);
     if (!rc)
         egpu_log(EGPU_LOG_NOTICE,
                  "serving addr=%s port=%u health_addr=%s health_port=%u scheduler_name=%s "
@@ -354,7 +355,7 @@ static void finish(void *data)
     struct app *a = data;
 
     egpu_service_stop(&a->svc);
-    wh_selfsigned_free(a->ss);
+    egpu__webhook_selfsigned_free(a->ss);
     egpu_kube_informer_free(a->inf);
     egpu_kube_informer_free(a->claims_inf);
     egpu_kube_informer_free(a->budgets_inf);
@@ -362,7 +363,7 @@ static void finish(void *data)
     egpu_kube_informer_free(a->classes_inf);
     egpu_service_free(&a->svc);
     egpu_metrics_free(a->reg);
-    wh_facts_free(a->facts);
+    egpu__webhook_facts_free(a->facts);
     egpu_kube_free(a->lookup);
     egpu_kube_free(a->kube);
     egpu_kube_config_free(a->kcfg);
@@ -376,7 +377,7 @@ int main(int argc, char **argv)
                                   .tick = refresh_metrics,
                                   .tick_ms = 200,
                                   .finish = finish};
-    int status = wh_options_parse(argc, argv, &a.o);
+    int status = egpu__webhook_options_parse(argc, argv, &a.o);
 
     if (status >= 0)
         return status;

@@ -51,13 +51,13 @@
 #include "egpu/log.h"
 #include "webhook_int.h"
 
-void wh_verdict_free(struct wh_verdict *v)
+void egpu__webhook_verdict_free(struct egpu__webhook_verdict *v)
 {
     json_decref(v->ops);
     v->ops = NULL;
 }
 
-static void note_converted(struct wh_verdict *v, const char *name)
+static void note_converted(struct egpu__webhook_verdict *v, const char *name)
 {
     if (name[0] == '\0')
         return;
@@ -69,7 +69,7 @@ static void note_converted(struct wh_verdict *v, const char *name)
         snprintf(v->converted[v->nconverted++], sizeof(v->converted[0]), "%s", name);
 }
 
-static void deny(struct wh_verdict *v, int code, const char *reason, const char *msg)
+static void deny(struct egpu__webhook_verdict *v, int code, const char *reason, const char *msg)
 {
     v->allowed = false;
     v->code = code;
@@ -77,23 +77,24 @@ static void deny(struct wh_verdict *v, int code, const char *reason, const char 
     snprintf(v->message, sizeof(v->message), "%s", msg);
 }
 
-bool wh_names_scheduler(const json_t *spec)
+bool egpu__webhook_names_scheduler(const json_t *spec)
 {
     const char *s = egpu_api_str(json_object_get(spec, "schedulerName"));
 
     return s != NULL && s[0] != '\0' && strcmp(s, "default-scheduler") != 0;
 }
 
-const char *wh_scheduler_name(const struct egpu_webhook_config *cfg)
+const char *egpu__webhook_scheduler_name(const struct egpu_webhook_config *cfg)
 {
     return cfg->scheduler_name ? cfg->scheduler_name : EGPU_SCHEDULER_NAME;
 }
 
 /* The copy of the template's metadata and spec, rewritten; *notes gets the
  * --default-memory-per-core warnings. */
-static int rewrite(const struct egpu_webhook_config *cfg, const struct wh_podpart *pp,
-                   const struct egpu_api_compat_result *res, const struct wh_claim_use *uses,
-                   size_t nuses, json_t **meta, json_t **spec, struct egpu_api_problems *notes)
+static int rewrite(const struct egpu_webhook_config *cfg, const struct egpu__webhook_podpart *pp,
+                   const struct egpu_api_compat_result *res,
+                   const struct egpu__webhook_claim_use *uses, size_t nuses, json_t **meta,
+                   json_t **spec, struct egpu_api_problems *notes)
 {
     int rc;
 
@@ -119,59 +120,62 @@ static int rewrite(const struct egpu_webhook_config *cfg, const struct wh_podpar
      * container asks nothing itself. */
     if (pp->is_pod && egpu_api_share_memory_default(*spec, cfg->default_mem_per_core, notes) < 0)
         return -ENOMEM;
-    rc = wh_claims_apply(*spec, uses, nuses);
+    rc = egpu__webhook_claims_apply(*spec, uses, nuses);
     if (rc)
         return rc; /* -EINVAL cannot be either: uses were found in this spec */
     if (pp->is_pod) {
-        rc = wh_seccomp_apply(cfg, *spec);
+        rc = egpu__webhook_seccomp_apply(cfg, *spec);
         if (rc)
             return rc;
     }
-    if (pp->is_pod && cfg->set_scheduler_name && !wh_names_scheduler(*spec) &&
+    if (pp->is_pod && cfg->set_scheduler_name && !egpu__webhook_names_scheduler(*spec) &&
         egpu_api_spec_wants_gpu(*spec)) {
-        if (json_object_set_new(*spec, "schedulerName", json_string(wh_scheduler_name(cfg))) != 0)
+        if (json_object_set_new(*spec, "schedulerName",
+                                json_string(egpu__webhook_scheduler_name(cfg))) != 0)
             return -ENOMEM;
     }
     return 0;
 }
 
-static int diff(const struct wh_podpart *pp, const json_t *meta, const json_t *spec, json_t *ops)
+static int diff(const struct egpu__webhook_podpart *pp, const json_t *meta, const json_t *spec,
+                json_t *ops)
 {
-    struct wh_pointer at = {0};
+    struct egpu__webhook_pointer at = {0};
     int rc = 0;
 
     for (size_t i = 0; i < pp->nsegs; i++)
         at.seg[at.n++] = pp->segs[i];
     at.seg[at.n++] = "metadata";
     if (pp->metadata != NULL || json_object_size(meta) > 0)
-        rc = wh_patch_diff(ops, &at, pp->metadata, meta);
+        rc = egpu__webhook_patch_diff(ops, &at, pp->metadata, meta);
     at.seg[at.n - 1] = "spec";
     if (!rc)
-        rc = wh_patch_diff(ops, &at, pp->spec, spec);
+        rc = egpu__webhook_patch_diff(ops, &at, pp->spec, spec);
     return rc;
 }
 
-int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct wh_review *rv,
-              struct wh_verdict *v)
+int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
+                         const struct egpu__webhook_review *rv, struct egpu__webhook_verdict *v)
 {
     struct egpu_api_compat_opts opts = {.nvidia = nvidia,
                                         .aliyun_mem_mib = cfg->aliyun_mem_mib,
                                         .memory_only_core = cfg->memory_only_core};
-    struct wh_claim_use uses[EGPU_API_POD_CLAIMS_MAX];
+    struct egpu__webhook_claim_use uses[EGPU_API_POD_CLAIMS_MAX];
     struct egpu_api_problems problems = {0}, notes = {0};
     struct egpu_api_compat_result *res;
     struct egpu_error err = {0};
     size_t nuses = 0;
     json_t *meta = NULL, *spec = NULL;
-    struct wh_podpart pp;
+    struct egpu__webhook_podpart pp;
     int rc;
 
     memset(v, 0, sizeof(*v));
     v->allowed = true;
-    if (rv->sub_resource[0] != '\0' || (rv->op != WH_CREATE && rv->op != WH_UPDATE))
+    if (rv->sub_resource[0] != '\0' ||
+        (rv->op != EGPU_WEBHOOK_OP_CREATE && rv->op != EGPU_WEBHOOK_OP_UPDATE))
         return 0;
-    if (!wh_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp) || pp.spec == NULL ||
-        (pp.is_pod && rv->op != WH_CREATE))
+    if (!egpu__webhook_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp) ||
+        pp.spec == NULL || (pp.is_pod && rv->op != EGPU_WEBHOOK_OP_CREATE))
         return 0;
     res = egpu_malloc(sizeof(*res)); /* about 31 KiB: not on a pool thread's stack */
     if (res == NULL)
@@ -187,10 +191,10 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
         return 0;
     }
     if (pp.is_pod) {
-        rc = wh_claims_resolve(cfg, nvidia, rv, &pp, uses, &nuses, &problems, v);
+        rc = egpu__webhook_claims_resolve(cfg, nvidia, rv, &pp, uses, &nuses, &problems, v);
         if (rc || problems.n > 0) {
             if (!rc)
-                wh_deny_problems(v, &problems);
+                egpu__webhook_deny_problems(v, &problems);
             v->nwarnings = 0;
             egpu_free(res);
             return rc;
@@ -199,15 +203,15 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
     rc = rewrite(cfg, &pp, res, uses, nuses, &meta, &spec, &notes);
     if (!rc && pp.is_pod) {
         /* On the converted spec: a compatible gpu-core share counts too. */
-        wh_seccomp_check(cfg, spec, &problems);
+        egpu__webhook_seccomp_check(cfg, spec, &problems);
         if (problems.n > 0) {
-            wh_deny_problems(v, &problems);
+            egpu__webhook_deny_problems(v, &problems);
             v->nwarnings = 0;
             goto out;
         }
-        rc = wh_budget_apply(cfg, rv, meta, spec, &problems, v);
+        rc = egpu__webhook_budget_apply(cfg, rv, meta, spec, &problems, v);
         if (!rc && problems.n > 0) {
-            wh_deny_problems(v, &problems);
+            egpu__webhook_deny_problems(v, &problems);
             v->nwarnings = 0;
             goto out;
         }
@@ -228,7 +232,7 @@ int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct w
     }
 out:
     if (rc || json_array_size(v->ops) == 0)
-        wh_verdict_free(v);
+        egpu__webhook_verdict_free(v);
     json_decref(meta);
     json_decref(spec);
     egpu_free(res);

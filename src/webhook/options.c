@@ -209,7 +209,7 @@ static int apply_seccomp(const char *who, const char *v, const char **out)
 #define DURATION_MAX_S ((int64_t)100 * 365 * 86400) /* 100 years */
 
 /* The flags of --self-signed. */
-static int apply_ss(struct wh_ss_options *ss, int opt, const char *v, const char *who)
+static int apply_ss(struct egpu__webhook_ss_options *ss, int opt, const char *v, const char *who)
 {
     int64_t *d = opt == O_SS_CA_VALIDITY     ? &ss->ca_validity_s
                  : opt == O_SS_CERT_VALIDITY ? &ss->cert_validity_s
@@ -236,7 +236,7 @@ static int apply_ss(struct wh_ss_options *ss, int opt, const char *v, const char
     case O_SS_CONFIGURATION:
         return apply_name(who, v, "a webhook configuration name", &ss->configuration);
     default:
-        if (wh_ss_parse_duration(v, 1, DURATION_MAX_S, d))
+        if (egpu__webhook_ss_parse_duration(v, 1, DURATION_MAX_S, d))
             return bad("%s \"%s\": expected a duration: N followed by s, m, h or d "
                        "(e.g. 30d), 1s..36500d",
                        who, v);
@@ -248,7 +248,7 @@ static int apply_ss(struct wh_ss_options *ss, int opt, const char *v, const char
  * by who); the common ones are egpu_cli_parse_server's. */
 static int apply(void *ctx, int opt, const char *v, const char *who)
 {
-    struct egpu_webhook_config *cfg = &((struct wh_options *)ctx)->cfg;
+    struct egpu_webhook_config *cfg = &((struct egpu__webhook_options *)ctx)->cfg;
     uint64_t u;
 
     switch (opt) {
@@ -282,7 +282,7 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
         cfg->memory_only_core = (uint32_t)u;
         return 0;
     case O_DEFAULT_MEM_PER_CORE:
-        if (egpu_cli_parse_u64(v, 0, WH_DEFAULT_MEM_PER_CORE_MAX, &u))
+        if (egpu_cli_parse_u64(v, 0, EGPU_WEBHOOK_DEFAULT_MEM_PER_CORE_MAX, &u))
             return bad("%s \"%s\": expected MiB per gpu-core percent in 0..65536 (0: refuse "
                        "a share without gpu-memory)",
                        who, v);
@@ -297,13 +297,13 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
     case O_SS_CERT_VALIDITY:
     case O_SS_RENEW_BEFORE:
     case O_SS_CHECK:
-        return apply_ss(&((struct wh_options *)ctx)->ss, opt, v, who);
+        return apply_ss(&((struct egpu__webhook_options *)ctx)->ss, opt, v, who);
     default:
         return bad("unknown setting");
     }
 }
 
-int wh_options_parse(int argc, char **argv, struct wh_options *o)
+int egpu__webhook_options_parse(int argc, char **argv, struct egpu__webhook_options *o)
 {
     static const struct egpu_cli_flag flags[] = {
         {"scheduler-name", required_argument, O_SCHED_NAME, "EGPU_SCHEDULER_NAME"},
@@ -342,21 +342,21 @@ int wh_options_parse(int argc, char **argv, struct wh_options *o)
                                  .ctx = o};
     int rc;
 
-    *o = (struct wh_options){.cfg = {.scheduler_name = EGPU_SCHEDULER_NAME,
-                                     .set_scheduler_name = true,
-                                     .aliyun_mem_mib = 1024,
-                                     .memory_only_core = 1,
-                                     .scheduler_user = EGPU_WEBHOOK_SCHEDULER_USER,
-                                     .agent_user = EGPU_WEBHOOK_AGENT_USER,
-                                     .controller_user = EGPU_WEBHOOK_CONTROLLER_USER,
-                                     .seccomp_profile = EGPU_WEBHOOK_SECCOMP_PROFILE},
-                             .ss = {.secret = "egpu-webhook-tls",
-                                    .service = "egpu-webhook",
-                                    .configuration = "elastic-gpu-webhook",
-                                    .ca_validity_s = (int64_t)3650 * 86400,
-                                    .cert_validity_s = (int64_t)365 * 86400,
-                                    .renew_before_s = (int64_t)30 * 86400,
-                                    .check_s = 3600}};
+    *o = (struct egpu__webhook_options){.cfg = {.scheduler_name = EGPU_SCHEDULER_NAME,
+                                                .set_scheduler_name = true,
+                                                .aliyun_mem_mib = 1024,
+                                                .memory_only_core = 1,
+                                                .scheduler_user = EGPU_WEBHOOK_SCHEDULER_USER,
+                                                .agent_user = EGPU_WEBHOOK_AGENT_USER,
+                                                .controller_user = EGPU_WEBHOOK_CONTROLLER_USER,
+                                                .seccomp_profile = EGPU_WEBHOOK_SECCOMP_PROFILE},
+                                        .ss = {.secret = "egpu-webhook-tls",
+                                               .service = "egpu-webhook",
+                                               .configuration = "elastic-gpu-webhook",
+                                               .ca_validity_s = (int64_t)3650 * 86400,
+                                               .cert_validity_s = (int64_t)365 * 86400,
+                                               .renew_before_s = (int64_t)30 * 86400,
+                                               .check_s = 3600}};
     egpu_cli_server_defaults(&o->srv);
     o->srv.port = 9443;
     o->srv.health_port = 9444;

@@ -1,13 +1,13 @@
 /* webhook/patch.c - RFC 6902 JSON Patch for the mutating webhook.
  *
- * The mutating rules never write operations by hand: they change a copy of
- * the part of the object they own (the pod template's metadata and spec)
- * with the shared conversion code, and wh_patch_diff turns the difference
+ * The mutating rules never write operations by hand: they change a copy of the
+ * part of the object they own (the pod template's metadata and spec) with the
+ * shared conversion code, and egpu__webhook_patch_diff turns the difference
  * into operations. So the patch does exactly what the conversion did, names
  * only the fields that changed (the API server applies it to the object as
- * stored, so nothing we do not own is dropped or reordered), and a second
- * pass over the patched object (reinvocationPolicy: IfNeeded) finds no
- * difference and makes no patch.
+ * stored, so nothing we do not own is dropped or reordered), and a second pass
+ * over the patched object (reinvocationPolicy: IfNeeded) finds no difference
+ * and makes no patch.
  *
  * DESIGN: pointers follow RFC 6901 (a key's "~" is written "~0" and its "/"
  * "~1"; so elasticgpu.io/gpu-core is .../elasticgpu.io~1gpu-core). A key
@@ -18,9 +18,9 @@
  * compared with json_equal before anything is walked, so the cost is the
  * size of what changed plus one comparison per level.
  *
- * wh_patch_apply is the inverse, as the API server runs it (add, remove,
- * replace): the tests and the fuzzer apply every patch to the object it was
- * made for and check the result.
+ * egpu__webhook_patch_apply is the inverse, as the API server runs it (add,
+ * remove, replace): the tests and the fuzzer apply every patch to the object
+ * it was made for and check the result.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,9 +29,9 @@
 
 #include "webhook_int.h"
 
-#define WH_POINTER_BYTES_MAX (64 * 1024) /* one path's text */
+#define POINTER_BYTES_MAX (64 * 1024) /* one path's text */
 
-int wh_pointer_text(const struct wh_pointer *p, struct egpu_buf *out)
+int egpu__webhook_pointer_text(const struct egpu__webhook_pointer *p, struct egpu_buf *out)
 {
     int rc = 0;
 
@@ -54,14 +54,15 @@ int wh_pointer_text(const struct wh_pointer *p, struct egpu_buf *out)
 }
 
 /* Append {"op":op,"path":<at>[,"value":value]} to ops; value is stolen. */
-static int add_op(json_t *ops, const char *op, const struct wh_pointer *at, json_t *value)
+static int add_op(json_t *ops, const char *op, const struct egpu__webhook_pointer *at,
+                  json_t *value)
 {
     struct egpu_buf path;
     json_t *o = NULL;
     int rc;
 
-    egpu_buf_init(&path, WH_POINTER_BYTES_MAX);
-    rc = wh_pointer_text(at, &path);
+    egpu_buf_init(&path, POINTER_BYTES_MAX);
+    rc = egpu__webhook_pointer_text(at, &path);
     if (rc == 0) {
         o = json_object();
         if (o == NULL || json_object_set_new(o, "op", json_string(op)) ||
@@ -75,14 +76,16 @@ static int add_op(json_t *ops, const char *op, const struct wh_pointer *at, json
     return rc == -EMSGSIZE ? -ENOMEM : rc;
 }
 
-static int add_copy(json_t *ops, const char *op, const struct wh_pointer *at, const json_t *v)
+static int add_copy(json_t *ops, const char *op, const struct egpu__webhook_pointer *at,
+                    const json_t *v)
 {
     json_t *copy = json_deep_copy(v);
 
     return copy == NULL ? -ENOMEM : add_op(ops, op, at, copy);
 }
 
-int wh_patch_diff(json_t *ops, struct wh_pointer *at, const json_t *old, const json_t *new)
+int egpu__webhook_patch_diff(json_t *ops, struct egpu__webhook_pointer *at, const json_t *old,
+                             const json_t *new)
 {
     const char *key;
     json_t *v;
@@ -92,7 +95,7 @@ int wh_patch_diff(json_t *ops, struct wh_pointer *at, const json_t *old, const j
         return add_copy(ops, "add", at, new);
     if (json_equal(old, new))
         return 0;
-    if (at->n < WH_PATH_MAX && json_is_object(old) && json_is_object(new)) {
+    if (at->n < EGPU_WEBHOOK_PATH_MAX && json_is_object(old) && json_is_object(new)) {
         size_t depth = at->n++;
 
         json_object_foreach((json_t *)old, key, v)
@@ -109,19 +112,19 @@ int wh_patch_diff(json_t *ops, struct wh_pointer *at, const json_t *old, const j
             if (rc)
                 break;
             at->seg[depth] = key;
-            rc = wh_patch_diff(ops, at, json_object_get(old, key), v);
+            rc = egpu__webhook_patch_diff(ops, at, json_object_get(old, key), v);
         }
         at->n = depth;
         return rc;
     }
-    if (at->n < WH_PATH_MAX && json_is_array(old) && json_is_array(new) &&
+    if (at->n < EGPU_WEBHOOK_PATH_MAX && json_is_array(old) && json_is_array(new) &&
         json_array_size(old) == json_array_size(new)) {
         size_t depth = at->n++;
 
         for (size_t i = 0; rc == 0 && i < json_array_size(new); i++) {
             snprintf(at->idx[depth], sizeof(at->idx[depth]), "%zu", i);
             at->seg[depth] = at->idx[depth];
-            rc = wh_patch_diff(ops, at, json_array_get(old, i), json_array_get(new, i));
+            rc = egpu__webhook_patch_diff(ops, at, json_array_get(old, i), json_array_get(new, i));
         }
         at->n = depth;
         return rc;
@@ -246,7 +249,7 @@ static int apply_at(json_t *parent, const char *name, const char *tok, json_t *v
     return -EINVAL;
 }
 
-int wh_patch_apply(json_t *doc, const json_t *ops)
+int egpu__webhook_patch_apply(json_t *doc, const json_t *ops)
 {
     size_t i;
     json_t *op;

@@ -13,9 +13,9 @@
  * checks the same again (a direct caller, a configuration edited by hand):
  *
  *   a Pod CREATE, no subresource, a spec object, no schedulerName of its own
- *   (absent, "" or "default-scheduler": wh_names_scheduler), asking no GPU
- *   (egpu_api_pod_asks_gpu: no elasticgpu.io or compatible resource in any
- *   container or init container, HAMi's names included, no ElasticGPUClaim
+ *   (absent, "" or "default-scheduler": egpu__webhook_names_scheduler), asking
+ *   no GPU (egpu_api_pod_asks_gpu: no elasticgpu.io or compatible resource in
+ *   any container or init container, HAMi's names included, no ElasticGPUClaim
  *   annotation): one JSON Patch operation setting spec.schedulerName to
  *   --scheduler-name;
  *   anything else (a GPU pod, which /mutate handles; another scheduler; an
@@ -32,34 +32,36 @@
 
 #include "webhook_int.h"
 
-int wh_place(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
-             struct wh_verdict *v)
+int egpu__webhook_place(const struct egpu_webhook_config *cfg,
+                        const struct egpu__webhook_review *rv, struct egpu__webhook_verdict *v)
 {
-    struct wh_pointer at = {.n = 1, .seg = {"spec"}};
-    struct wh_podpart pp;
+    struct egpu__webhook_pointer at = {.n = 1, .seg = {"spec"}};
+    struct egpu__webhook_podpart pp;
     json_t *want;
     int rc;
 
     memset(v, 0, sizeof(*v));
     v->allowed = true;
-    if (!cfg->set_scheduler_name || rv->op != WH_CREATE || rv->sub_resource[0] != '\0' ||
-        !wh_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp) || !pp.is_pod ||
-        !json_is_object(pp.spec) || wh_names_scheduler(pp.spec) ||
+    if (!cfg->set_scheduler_name || rv->op != EGPU_WEBHOOK_OP_CREATE ||
+        rv->sub_resource[0] != '\0' ||
+        !egpu__webhook_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp) ||
+        !pp.is_pod || !json_is_object(pp.spec) || egpu__webhook_names_scheduler(pp.spec) ||
         egpu_api_pod_asks_gpu(pp.spec, pp.annotations, true))
         return 0;
     /* A shallow copy: only schedulerName differs, every other member is the
-     * same value, which wh_patch_diff names nowhere. */
+     * same value, which egpu__webhook_patch_diff names nowhere. */
     want = json_copy((json_t *)pp.spec);
     v->ops = json_array();
     if (want == NULL || v->ops == NULL ||
-        json_object_set_new(want, "schedulerName", json_string(wh_scheduler_name(cfg))) != 0) {
+        json_object_set_new(want, "schedulerName",
+                            json_string(egpu__webhook_scheduler_name(cfg))) != 0) {
         json_decref(want);
-        wh_verdict_free(v);
+        egpu__webhook_verdict_free(v);
         return -ENOMEM;
     }
-    rc = wh_patch_diff(v->ops, &at, pp.spec, want);
+    rc = egpu__webhook_patch_diff(v->ops, &at, pp.spec, want);
     json_decref(want);
     if (rc || json_array_size(v->ops) == 0)
-        wh_verdict_free(v);
+        egpu__webhook_verdict_free(v);
     return rc;
 }

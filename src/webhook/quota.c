@@ -287,7 +287,7 @@ static int check(const struct egpu_webhook_config *cfg, const char *ns, const ch
                  "cannot read what namespace %s holds against its ResourceQuotas (%.300s); the %s "
                  "is refused rather than admitted past its quota, try again",
                  ns, why, what);
-        wh_problem_add(p, msg);
+        egpu__webhook_problem_add(p, msg);
         json_decref(quotas);
         return 0;
     }
@@ -305,7 +305,7 @@ static int check(const struct egpu_webhook_config *cfg, const char *ns, const ch
                   sizeof(req), &over) != 0) {
             snprintf(msg, sizeof(msg), "ResourceQuota %s/%.200s does not parse; the %s is refused",
                      ns, qname != NULL ? qname : "", what);
-            wh_problem_add(p, msg);
+            egpu__webhook_problem_add(p, msg);
             break;
         }
         if (!over)
@@ -317,28 +317,29 @@ static int check(const struct egpu_webhook_config *cfg, const char *ns, const ch
                  ", pods without claims gpu-core %" PRId64 " gpu-memory %" PRId64 ")",
                  what, qname != NULL ? qname : "", req, used, lim, t.claims.core, t.claims.mem,
                  t.released.core, t.released.mem, t.own.core, t.own.mem);
-        wh_problem_add(p, msg);
+        egpu__webhook_problem_add(p, msg);
         break;
     }
     json_decref(quotas);
     return 0;
 }
 
-bool wh_quota_is_claim(const struct wh_review *rv)
+bool egpu__webhook_quota_is_claim(const struct egpu__webhook_review *rv)
 {
     return strcmp(rv->group, EGPU_API_GROUP) == 0 &&
            strcmp(rv->kind, EGPU_KIND_ELASTICGPUCLAIM) == 0;
 }
 
-int wh_quota_claim(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
-                   struct egpu_api_problems *p)
+int egpu__webhook_quota_claim(const struct egpu_webhook_config *cfg,
+                              const struct egpu__webhook_review *rv, struct egpu_api_problems *p)
 {
     struct egpu_api_claim *c = NULL;
     struct held now, before = {0, 0}, ask;
     char what[EGPU_K8S_NAME_MAX + 32];
     int rc = 0;
 
-    if (rv->object == NULL || rv->ns[0] == '\0' || (rv->op != WH_CREATE && rv->op != WH_UPDATE))
+    if (rv->object == NULL || rv->ns[0] == '\0' ||
+        (rv->op != EGPU_WEBHOOK_OP_CREATE && rv->op != EGPU_WEBHOOK_OP_UPDATE))
         return 0;
     c = egpu_malloc(sizeof(*c));
     if (c == NULL)
@@ -346,7 +347,7 @@ int wh_quota_claim(const struct egpu_webhook_config *cfg, const struct wh_review
     if (egpu_api_claim_decode(rv->object, c, NULL) != 0)
         goto out; /* the CRD's schema judges it */
     now = claim_held(c);
-    if (rv->op == WH_UPDATE && rv->old_object != NULL &&
+    if (rv->op == EGPU_WEBHOOK_OP_UPDATE && rv->old_object != NULL &&
         egpu_api_claim_decode(rv->old_object, c, NULL) == 0)
         before = claim_held(c);
     if (now.core <= before.core && now.mem <= before.mem)
@@ -360,14 +361,14 @@ out:
     return rc;
 }
 
-int wh_quota_pod(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
-                 struct egpu_api_problems *p)
+int egpu__webhook_quota_pod(const struct egpu_webhook_config *cfg,
+                            const struct egpu__webhook_review *rv, struct egpu_api_problems *p)
 {
     struct held own = {0, 0};
     char what[EGPU_K8S_NAME_MAX + 32];
     json_t *view;
 
-    if (rv->op != WH_CREATE || rv->object == NULL || rv->ns[0] == '\0')
+    if (rv->op != EGPU_WEBHOOK_OP_CREATE || rv->object == NULL || rv->ns[0] == '\0')
         return 0;
     /* The pod as egpu_api_pod_claims reads it: with the review's namespace. */
     view = json_deep_copy(rv->object);

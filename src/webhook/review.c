@@ -30,9 +30,9 @@
 
 #include "webhook_int.h"
 
-#define WH_PATCH_BYTES_MAX ((size_t)4 << 20) /* a JSON Patch's text before base64 */
+#define PATCH_BYTES_MAX ((size_t)4 << 20) /* a JSON Patch's text before base64 */
 
-void wh_printable(char *dst, size_t len, const char *src)
+void egpu__webhook_printable(char *dst, size_t len, const char *src)
 {
     size_t i = 0;
 
@@ -43,7 +43,7 @@ void wh_printable(char *dst, size_t len, const char *src)
     dst[i] = '\0';
 }
 
-void wh_review_free(struct wh_review *r)
+void egpu__webhook_review_free(struct egpu__webhook_review *r)
 {
     json_decref(r->doc);
     memset(r, 0, sizeof(*r));
@@ -90,13 +90,13 @@ static int obj_field(const json_t *obj, const char *key, const char *field, cons
     return 0;
 }
 
-static int decode_op(const char *s, enum wh_op *out, struct egpu_error *err)
+static int decode_op(const char *s, enum egpu__webhook_op *out, struct egpu_error *err)
 {
     static const char *const names[] = {"CREATE", "UPDATE", "DELETE", "CONNECT"};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (strcmp(s, names[i]) == 0) {
-            *out = (enum wh_op)i;
+            *out = (enum egpu__webhook_op)i;
             return 0;
         }
     }
@@ -106,7 +106,8 @@ static int decode_op(const char *s, enum wh_op *out, struct egpu_error *err)
 }
 
 /* The request's fields after uid, apiVersion and kind. */
-static int decode_request(const json_t *req, struct wh_review *out, struct egpu_error *err)
+static int decode_request(const json_t *req, struct egpu__webhook_review *out,
+                          struct egpu_error *err)
 {
     const json_t *kind, *resource, *user;
     const char *op;
@@ -154,16 +155,18 @@ static int decode_request(const json_t *req, struct wh_review *out, struct egpu_
     if (dry != NULL && !json_is_null(dry) && !json_is_boolean(dry))
         return egpu_error_set(err, EGPU_ERANGE, "request.dryRun: expected true or false");
     out->dry_run = json_is_true(dry);
-    if ((out->op == WH_CREATE || out->op == WH_UPDATE) && out->object == NULL)
+    if ((out->op == EGPU_WEBHOOK_OP_CREATE || out->op == EGPU_WEBHOOK_OP_UPDATE) &&
+        out->object == NULL)
         return egpu_error_set(err, EGPU_ERANGE, "request.object: missing; a %s carries the object",
-                              out->op == WH_CREATE ? "CREATE" : "UPDATE");
-    if (out->op == WH_UPDATE && out->old_object == NULL)
+                              out->op == EGPU_WEBHOOK_OP_CREATE ? "CREATE" : "UPDATE");
+    if (out->op == EGPU_WEBHOOK_OP_UPDATE && out->old_object == NULL)
         return egpu_error_set(err, EGPU_ERANGE,
                               "request.oldObject: missing; an UPDATE carries the object before it");
     return 0;
 }
 
-int wh_review_decode(const char *body, size_t len, struct wh_review *out, struct egpu_error *err)
+int egpu__webhook_review_decode(const char *body, size_t len, struct egpu__webhook_review *out,
+                                struct egpu_error *err)
 {
     json_error_t jerr;
     const json_t *req;
@@ -177,7 +180,7 @@ int wh_review_decode(const char *body, size_t len, struct wh_review *out, struct
 
         if (json_error_code(&jerr) == json_error_out_of_memory)
             return egpu_error_set(err, -ENOMEM, "AdmissionReview: out of memory");
-        wh_printable(why, sizeof(why), jerr.text); /* it may quote the body */
+        egpu__webhook_printable(why, sizeof(why), jerr.text); /* it may quote the body */
         return egpu_error_set(err, EGPU_ESYNTAX,
                               "AdmissionReview: body is not JSON: %.200s (line %d, column %d)", why,
                               jerr.line, jerr.column);
@@ -196,7 +199,7 @@ int wh_review_decode(const char *body, size_t len, struct wh_review *out, struct
     }
     uid = json_object_get(req, "uid");
     s = egpu_api_str(uid);
-    if (s == NULL || s[0] == '\0' || strlen(s) >= WH_UID_MAX) {
+    if (s == NULL || s[0] == '\0' || strlen(s) >= EGPU_WEBHOOK_UID_MAX) {
         const char *why = uid == NULL            ? "missing"
                           : !json_is_string(uid) ? "not a string"
                           : s == NULL            ? "holds a NUL character"
@@ -206,21 +209,22 @@ int wh_review_decode(const char *body, size_t len, struct wh_review *out, struct
         json_decref(doc); /* why is static text */
         return egpu_error_set(err, EGPU_ESYNTAX,
                               "AdmissionReview: request.uid: %s; expected a string of 1..%d bytes",
-                              why, WH_UID_MAX - 1);
+                              why, EGPU_WEBHOOK_UID_MAX - 1);
     }
     out->doc = doc;
     out->uid = s;
     s = egpu_api_str(json_object_get(doc, "apiVersion"));
-    if (s == NULL || strcmp(s, WH_REVIEW_API_VERSION) != 0)
+    if (s == NULL || strcmp(s, EGPU_WEBHOOK_REVIEW_API_VERSION) != 0)
         return egpu_error_set(err, EGPU_ERANGE,
                               "AdmissionReview apiVersion \"%.64s\" is not served; expected "
-                              "\"" WH_REVIEW_API_VERSION "\" (admissionReviewVersions: [v1])",
+                              "\"" EGPU_WEBHOOK_REVIEW_API_VERSION
+                              "\" (admissionReviewVersions: [v1])",
                               s ? s : "");
     s = egpu_api_str(json_object_get(doc, "kind"));
-    if (s == NULL || strcmp(s, WH_REVIEW_KIND) != 0)
-        return egpu_error_set(err, EGPU_ERANGE,
-                              "kind \"%.64s\" is not served; expected \"" WH_REVIEW_KIND "\"",
-                              s ? s : "");
+    if (s == NULL || strcmp(s, EGPU_WEBHOOK_REVIEW_KIND) != 0)
+        return egpu_error_set(
+            err, EGPU_ERANGE,
+            "kind \"%.64s\" is not served; expected \"" EGPU_WEBHOOK_REVIEW_KIND "\"", s ? s : "");
     return decode_request(req, out, err);
 }
 
@@ -241,7 +245,7 @@ static json_t *patch_base64(const json_t *ops, int *rc)
     }
     in.data = (unsigned char *)text;
     in.size = (unsigned)strlen(text);
-    if (strlen(text) > WH_PATCH_BYTES_MAX) {
+    if (strlen(text) > PATCH_BYTES_MAX) {
         *rc = -EMSGSIZE;
     } else if (gnutls_base64_encode2(&in, &b64) != GNUTLS_E_SUCCESS) {
         *rc = -EINVAL;
@@ -260,7 +264,7 @@ static bool put(json_t *obj, const char *key, json_t *v)
     return v != NULL && json_object_set_new(obj, key, v) == 0;
 }
 
-static json_t *build_response(const char *uid, const struct wh_response *r, int *rc)
+static json_t *build_response(const char *uid, const struct egpu__webhook_response *r, int *rc)
 {
     json_t *resp = json_object();
     bool ok = resp != NULL && put(resp, "uid", json_string(uid)) &&
@@ -303,8 +307,8 @@ static json_t *build_response(const char *uid, const struct wh_response *r, int 
     return resp;
 }
 
-int wh_response_encode(const char *uid, const struct wh_response *r, struct egpu_buf *out,
-                       struct egpu_error *err)
+int egpu__webhook_response_encode(const char *uid, const struct egpu__webhook_response *r,
+                                  struct egpu_buf *out, struct egpu_error *err)
 {
     json_t *doc = json_object(), *resp;
     char *text = NULL;
@@ -312,8 +316,9 @@ int wh_response_encode(const char *uid, const struct wh_response *r, struct egpu
 
     resp = build_response(uid, r, &rc);
     if (doc == NULL || resp == NULL ||
-        !put(doc, "apiVersion", json_string(WH_REVIEW_API_VERSION)) ||
-        !put(doc, "kind", json_string(WH_REVIEW_KIND)) || json_object_set(doc, "response", resp))
+        !put(doc, "apiVersion", json_string(EGPU_WEBHOOK_REVIEW_API_VERSION)) ||
+        !put(doc, "kind", json_string(EGPU_WEBHOOK_REVIEW_KIND)) ||
+        json_object_set(doc, "response", resp))
         rc = rc ? rc : -ENOMEM;
     if (!rc) {
         text = json_dumps(doc, JSON_COMPACT);

@@ -40,14 +40,14 @@
 
 #include "webhook_int.h"
 
-const char *wh_seccomp_profile(const struct egpu_webhook_config *cfg)
+const char *egpu__webhook_seccomp_profile(const struct egpu_webhook_config *cfg)
 {
     return cfg->seccomp_profile ? cfg->seccomp_profile : EGPU_WEBHOOK_SECCOMP_PROFILE;
 }
 
 static bool runtime_default(const struct egpu_webhook_config *cfg)
 {
-    return strcmp(wh_seccomp_profile(cfg), "RuntimeDefault") == 0;
+    return strcmp(egpu__webhook_seccomp_profile(cfg), "RuntimeDefault") == 0;
 }
 
 /* Whether container (a core/v1 Container) asks a gpu-core share 1..99: the
@@ -75,7 +75,7 @@ static bool is_ours(const struct egpu_webhook_config *cfg, const json_t *profile
     if (runtime_default(cfg))
         return strcmp(type, "RuntimeDefault") == 0 && path == NULL;
     return strcmp(type, "Localhost") == 0 && path != NULL &&
-           strcmp(path, wh_seccomp_profile(cfg)) == 0;
+           strcmp(path, egpu__webhook_seccomp_profile(cfg)) == 0;
 }
 
 /* "[unset or ]type Localhost with localhostProfile elastic-gpu/shared-gpu.json" */
@@ -86,7 +86,7 @@ static void describe_ours(const struct egpu_webhook_config *cfg, bool or_unset, 
         snprintf(buf, len, "%stype RuntimeDefault", or_unset ? "unset or " : "");
     else
         snprintf(buf, len, "%stype Localhost with localhostProfile %s", or_unset ? "unset or " : "",
-                 wh_seccomp_profile(cfg));
+                 egpu__webhook_seccomp_profile(cfg));
 }
 
 /* A capability name as Kubernetes writes it ("SYS_ADMIN") or with the
@@ -117,7 +117,7 @@ static void check_container(const struct egpu_webhook_config *cfg, const json_t 
                  "a container with a gpu-core share (1..99) runs under a seccomp profile that "
                  "a privileged container escapes (allowed: false or unset)",
                  name, i);
-        wh_problem_add(p, msg);
+        egpu__webhook_problem_add(p, msg);
     }
     if (profile != NULL && !json_is_null(profile) && !is_ours(cfg, profile)) {
         const char *type = egpu_api_str(json_object_get(profile, "type"));
@@ -128,7 +128,7 @@ static void check_container(const struct egpu_webhook_config *cfg, const json_t 
                  "is %.40s; a container with a gpu-core share (1..99) must run under the "
                  "profile that refuses new namespaces (allowed: %s)",
                  name, i, type ? type : "not a string", ours);
-        wh_problem_add(p, msg);
+        egpu__webhook_problem_add(p, msg);
     }
     json_array_foreach(add, k, cap)
     {
@@ -141,12 +141,12 @@ static void check_container(const struct egpu_webhook_config *cfg, const json_t 
                  "has %.40s; a container with a gpu-core share (1..99) may not add SYS_ADMIN "
                  "or ALL (it could mount over /etc/elastic-gpu and leave its limits)",
                  name, i, s);
-        wh_problem_add(p, msg);
+        egpu__webhook_problem_add(p, msg);
     }
 }
 
-void wh_seccomp_check(const struct egpu_webhook_config *cfg, const json_t *spec,
-                      struct egpu_api_problems *p)
+void egpu__webhook_seccomp_check(const struct egpu_webhook_config *cfg, const json_t *spec,
+                                 struct egpu_api_problems *p)
 {
     const json_t *containers = json_object_get(spec, "containers");
     const json_t *pod_profile =
@@ -172,11 +172,11 @@ void wh_seccomp_check(const struct egpu_webhook_config *cfg, const json_t *spec,
                  "gpu-core share (1..99) runs its shared containers under the profile that "
                  "refuses new namespaces (allowed: %s)",
                  ours);
-        wh_problem_add(p, msg);
+        egpu__webhook_problem_add(p, msg);
     }
 }
 
-int wh_seccomp_apply(const struct egpu_webhook_config *cfg, json_t *spec)
+int egpu__webhook_seccomp_apply(const struct egpu_webhook_config *cfg, json_t *spec)
 {
     json_t *c;
     size_t i;
@@ -191,7 +191,7 @@ int wh_seccomp_apply(const struct egpu_webhook_config *cfg, json_t *spec)
         sc = json_object_get(c, "securityContext");
         have = json_object_get(sc, "seccompProfile");
         if (have != NULL && !json_is_null(have))
-            continue; /* ours already, or refused by wh_seccomp_check */
+            continue; /* ours already, or refused by egpu__webhook_seccomp_check */
         if (!json_is_object(sc)) {
             sc = json_object();
             if (sc == NULL || json_object_set_new(c, "securityContext", sc) != 0)
@@ -205,7 +205,7 @@ int wh_seccomp_apply(const struct egpu_webhook_config *cfg, json_t *spec)
                 return -ENOMEM;
         } else if (json_object_set_new(profile, "type", json_string("Localhost")) != 0 ||
                    json_object_set_new(profile, "localhostProfile",
-                                       json_string(wh_seccomp_profile(cfg))) != 0) {
+                                       json_string(egpu__webhook_seccomp_profile(cfg))) != 0) {
             return -ENOMEM;
         }
     }

@@ -24,8 +24,8 @@
  *      new inode at the next TLS connection and serves the new pair to new
  *      connections; open ones keep their session.
  *
- * Threads: wh_selfsigned_new runs the first pass on the caller's thread
- * (before the HTTPS server reads the files); later passes run on one
+ * Threads: egpu__webhook_selfsigned_new runs the first pass on the caller's
+ * thread (before the HTTPS server reads the files); later passes run on one
  * thread of this file. A failed later pass is logged as a warning and tried
  * again at the next interval, the files in service staying as they are.
  */
@@ -55,13 +55,13 @@ static const struct egpu_kube_resource mutating = {"admissionregistration.k8s.io
 static const struct egpu_kube_resource validating = {"admissionregistration.k8s.io", "v1",
                                                      "validatingwebhookconfigurations", false};
 
-/* The Secret's keys, in struct wh_pki's order. */
+/* The Secret's keys, in struct egpu__webhook_pki's order. */
 static const char *const data_keys[4] = {"ca.crt", "ca.key", "tls.crt", "tls.key"};
 
-struct wh_selfsigned {
-    struct wh_ss_options o;
+struct egpu__webhook_selfsigned {
+    struct egpu__webhook_ss_options o;
     char ns[EGPU_KUBE_NAME_MAX + 1];
-    char names[WH_SS_NAMES][WH_SS_NAME_MAX];
+    char names[EGPU_WEBHOOK_SS_NAMES][EGPU_WEBHOOK_SS_NAME_MAX];
     struct egpu_kube *kc;
     int dirfd;                     /* the directory of the served files */
     char dir[PATH_MAX];            /* its path, for messages */
@@ -75,7 +75,7 @@ struct wh_selfsigned {
     bool stop;
 };
 
-static char **pki_field(struct wh_pki *p, int i)
+static char **pki_field(struct egpu__webhook_pki *p, int i)
 {
     char **f[4] = {&p->ca_crt, &p->ca_key, &p->tls_crt, &p->tls_key};
 
@@ -83,7 +83,7 @@ static char **pki_field(struct wh_pki *p, int i)
 }
 
 /* The Secret's data into *p (fields absent or not base64 stay NULL). */
-static int pki_from_secret(const json_t *sec, struct wh_pki *p)
+static int pki_from_secret(const json_t *sec, struct egpu__webhook_pki *p)
 {
     const json_t *data = json_object_get(sec, "data");
 
@@ -94,7 +94,7 @@ static int pki_from_secret(const json_t *sec, struct wh_pki *p)
 
         if (b64 == NULL)
             continue;
-        rc = wh_b64_decode(b64, pki_field(p, i), &len);
+        rc = egpu__webhook_b64_decode(b64, pki_field(p, i), &len);
         if (rc == -ENOMEM)
             return rc;
         if (rc == 0 && strlen(*pki_field(p, i)) != len) { /* a NUL inside: not PEM */
@@ -106,7 +106,7 @@ static int pki_from_secret(const json_t *sec, struct wh_pki *p)
 }
 
 /* Set sec's data to p's texts, base64. */
-static int pki_to_secret(struct wh_pki *p, json_t *sec)
+static int pki_to_secret(struct egpu__webhook_pki *p, json_t *sec)
 {
     json_t *data = json_object();
 
@@ -114,7 +114,7 @@ static int pki_to_secret(struct wh_pki *p, json_t *sec)
         return -ENOMEM;
     for (int i = 0; i < 4; i++) {
         char *b64;
-        int rc = wh_b64_encode(*pki_field(p, i), strlen(*pki_field(p, i)), &b64);
+        int rc = egpu__webhook_b64_encode(*pki_field(p, i), strlen(*pki_field(p, i)), &b64);
 
         if (rc)
             return rc;
@@ -126,7 +126,7 @@ static int pki_to_secret(struct wh_pki *p, json_t *sec)
     return 0;
 }
 
-static json_t *new_secret(const struct wh_selfsigned *s)
+static json_t *new_secret(const struct egpu__webhook_selfsigned *s)
 {
     return json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s}}, s:s}", "apiVersion", "v1", "kind",
                      "Secret", "metadata", "name", s->o.secret, "namespace", s->ns, "labels",
@@ -138,21 +138,23 @@ enum renew { RENEW_NONE, RENEW_TLS, RENEW_CA, RENEW_ALL };
 
 /* What p needs at now: nothing, a serving certificate, a CA (and so a
  * serving certificate), or everything (p unusable). */
-static enum renew what_to_renew(struct wh_selfsigned *s, const struct wh_pki *p, int64_t now,
-                                char *why, size_t len)
+static enum renew what_to_renew(struct egpu__webhook_selfsigned *s,
+                                const struct egpu__webhook_pki *p, int64_t now, char *why,
+                                size_t len)
 {
-    struct wh_pki_info info;
+    struct egpu__webhook_pki_info info;
     struct egpu_error cerr = {0};
 
-    if (wh_pki_check(p, (const char(*)[WH_SS_NAME_MAX])s->names, WH_SS_NAMES, &info, &cerr)) {
+    if (egpu__webhook_pki_check(p, (const char(*)[EGPU_WEBHOOK_SS_NAME_MAX])s->names,
+                                EGPU_WEBHOOK_SS_NAMES, &info, &cerr)) {
         snprintf(why, len, "unusable: %.200s", cerr.msg);
         return RENEW_ALL;
     }
-    if (wh_ss_is_due(info.ca_not_after_s, now, s->o.renew_before_s)) {
+    if (egpu__webhook_ss_is_due(info.ca_not_after_s, now, s->o.renew_before_s)) {
         snprintf(why, len, "the CA ends at %lld", (long long)info.ca_not_after_s);
         return RENEW_CA;
     }
-    if (wh_ss_is_due(info.tls_not_after_s, now, s->o.renew_before_s)) {
+    if (egpu__webhook_ss_is_due(info.tls_not_after_s, now, s->o.renew_before_s)) {
         snprintf(why, len, "the serving certificate ends at %lld", (long long)info.tls_not_after_s);
         return RENEW_TLS;
     }
@@ -163,21 +165,21 @@ static enum renew what_to_renew(struct wh_selfsigned *s, const struct wh_pki *p,
     return RENEW_NONE;
 }
 
-static int renew(struct wh_selfsigned *s, struct wh_pki *p, enum renew what, int64_t now,
-                 struct egpu_error *err)
+static int renew(struct egpu__webhook_selfsigned *s, struct egpu__webhook_pki *p, enum renew what,
+                 int64_t now, struct egpu_error *err)
 {
     int rc = 0;
 
     if (what == RENEW_ALL) {
-        wh_pki_clear(p);
-        rc = wh_pki_new_ca(CA_CN, now, s->o.ca_validity_s, p, err);
+        egpu__webhook_pki_clear(p);
+        rc = egpu__webhook_pki_new_ca(CA_CN, now, s->o.ca_validity_s, p, err);
     } else if (what == RENEW_CA) {
         char *old = p->ca_crt, *bundle = NULL;
 
         p->ca_crt = NULL;
-        rc = wh_pki_new_ca(CA_CN, now, s->o.ca_validity_s, p, err);
+        rc = egpu__webhook_pki_new_ca(CA_CN, now, s->o.ca_validity_s, p, err);
         if (!rc)
-            rc = wh_pki_bundle_join(p->ca_crt, old, now, &bundle, err);
+            rc = egpu__webhook_pki_bundle_join(p->ca_crt, old, now, &bundle, err);
         if (!rc) {
             egpu_free(p->ca_crt);
             p->ca_crt = bundle;
@@ -188,13 +190,13 @@ static int renew(struct wh_selfsigned *s, struct wh_pki *p, enum renew what, int
             egpu_free(old);
     }
     if (!rc)
-        rc = wh_pki_new_leaf(p, (const char(*)[WH_SS_NAME_MAX])s->names, WH_SS_NAMES, now,
-                             s->o.cert_validity_s, err);
+        rc = egpu__webhook_pki_new_leaf(p, (const char(*)[EGPU_WEBHOOK_SS_NAME_MAX])s->names,
+                                        EGPU_WEBHOOK_SS_NAMES, now, s->o.cert_validity_s, err);
     return rc;
 }
 
 /* Step 1: the Secret's PKI into *p, made or renewed as needed. */
-static int secret_sync(struct wh_selfsigned *s, int64_t now, struct wh_pki *p,
+static int secret_sync(struct egpu__webhook_selfsigned *s, int64_t now, struct egpu__webhook_pki *p,
                        struct egpu_error *err)
 {
     static const char *const what_name[] = {"none", "serving certificate", "CA", "all"};
@@ -205,7 +207,7 @@ static int secret_sync(struct wh_selfsigned *s, int64_t now, struct wh_pki *p,
         char why[EGPU_ERRMSG_MAX];
         int rc;
 
-        wh_pki_clear(p);
+        egpu__webhook_pki_clear(p);
         rc = egpu_kube_get(s->kc, &secrets, s->ns, s->o.secret, &sec, NULL, err);
         if (rc == -ENOENT) {
             rc = renew(s, p, RENEW_ALL, now, err);
@@ -254,7 +256,7 @@ static int secret_sync(struct wh_selfsigned *s, int64_t now, struct wh_pki *p,
 
 /* Step 2, for one configuration: every webhook's caBundle to want. A
  * configuration that does not exist (yet) is logged, not an error. */
-static int ca_bundle_sync(struct wh_selfsigned *s, const struct egpu_kube_resource *res,
+static int ca_bundle_sync(struct egpu__webhook_selfsigned *s, const struct egpu_kube_resource *res,
                           const char *want, struct egpu_error *err)
 {
     json_t *cfg = NULL, *patch, *list;
@@ -301,8 +303,8 @@ static int ca_bundle_sync(struct wh_selfsigned *s, const struct egpu_kube_resour
 }
 
 /* Write text to a new file in s's directory; its name into tmp. */
-static int write_tmp(struct wh_selfsigned *s, const char *base, const char *text, char *tmp,
-                     size_t len, struct egpu_error *err)
+static int write_tmp(struct egpu__webhook_selfsigned *s, const char *base, const char *text,
+                     char *tmp, size_t len, struct egpu_error *err)
 {
     unsigned char rnd[8];
     size_t n = strlen(text), off = 0;
@@ -341,7 +343,8 @@ static int write_tmp(struct wh_selfsigned *s, const char *base, const char *text
 }
 
 /* Step 3: the files, when they differ from p. */
-static int files_sync(struct wh_selfsigned *s, const struct wh_pki *p, struct egpu_error *err)
+static int files_sync(struct egpu__webhook_selfsigned *s, const struct egpu__webhook_pki *p,
+                      struct egpu_error *err)
 {
     char tmp_key[NAME_MAX + 1], tmp_crt[NAME_MAX + 1];
     char *crt, *key;
@@ -391,16 +394,16 @@ static int files_sync(struct wh_selfsigned *s, const struct wh_pki *p, struct eg
 
 /* One pass: steps 1, 2 and 3. caBundle failures are logged (the next pass
  * tries again) and do not stop the files from being written. */
-static int sync_once(struct wh_selfsigned *s, struct egpu_error *err)
+static int sync_once(struct egpu__webhook_selfsigned *s, struct egpu_error *err)
 {
     const struct egpu_kube_resource *cfgs[2] = {&mutating, &validating};
-    struct wh_pki p = {0};
+    struct egpu__webhook_pki p = {0};
     char *want = NULL;
     int rc;
 
     rc = secret_sync(s, (int64_t)time(NULL), &p, err);
     if (!rc)
-        rc = wh_b64_encode(p.ca_crt, strlen(p.ca_crt), &want);
+        rc = egpu__webhook_b64_encode(p.ca_crt, strlen(p.ca_crt), &want);
     for (int i = 0; !rc && i < 2; i++) {
         struct egpu_error cerr = {0};
 
@@ -411,7 +414,7 @@ static int sync_once(struct wh_selfsigned *s, struct egpu_error *err)
     if (!rc)
         rc = files_sync(s, &p, err);
     egpu_free(want);
-    wh_pki_clear(&p);
+    egpu__webhook_pki_clear(&p);
     return rc;
 }
 
@@ -438,7 +441,7 @@ static int split_path(const char *path, char *dir, size_t len, char *base, size_
 
 /* Open (making it 0700 when missing) the directory of the files, and
  * refuse one another user owns or others may read or write. */
-static int open_dir(struct wh_selfsigned *s, const char *cert_file, const char *key_file,
+static int open_dir(struct egpu__webhook_selfsigned *s, const char *cert_file, const char *key_file,
                     struct egpu_error *err)
 {
     char kdir[PATH_MAX];
@@ -470,10 +473,11 @@ static int open_dir(struct wh_selfsigned *s, const char *cert_file, const char *
     return 0;
 }
 
-int wh_selfsigned_new(const struct wh_ss_options *o, struct egpu_kube *kc, const char *cert_file,
-                      const char *key_file, struct wh_selfsigned **out, struct egpu_error *err)
+int egpu__webhook_selfsigned_new(const struct egpu__webhook_ss_options *o, struct egpu_kube *kc,
+                                 const char *cert_file, const char *key_file,
+                                 struct egpu__webhook_selfsigned **out, struct egpu_error *err)
 {
-    struct wh_selfsigned *s = egpu_calloc(1, sizeof(*s));
+    struct egpu__webhook_selfsigned *s = egpu_calloc(1, sizeof(*s));
     const char *ns = o->ns != NULL ? o->ns : egpu_kube_namespace(kc);
     int rc;
 
@@ -485,12 +489,12 @@ int wh_selfsigned_new(const struct wh_ss_options *o, struct egpu_kube *kc, const
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     if (ns == NULL || ns[0] == '\0' || strlen(ns) >= sizeof(s->ns)) {
-        wh_selfsigned_free(s);
+        egpu__webhook_selfsigned_free(s);
         return egpu_error_set(err, -EINVAL,
                               "--self-signed: no namespace (--self-signed-namespace)");
     }
     snprintf(s->ns, sizeof(s->ns), "%s", ns);
-    rc = wh_ss_dns_names(o->service, s->ns, s->names);
+    rc = egpu__webhook_ss_dns_names(o->service, s->ns, s->names);
     if (rc)
         rc = egpu_error_set(err, rc, "--self-signed-service %s: %s", o->service, egpu_strerror(rc));
     if (!rc)
@@ -498,7 +502,7 @@ int wh_selfsigned_new(const struct wh_ss_options *o, struct egpu_kube *kc, const
     if (!rc)
         rc = sync_once(s, err);
     if (rc) {
-        wh_selfsigned_free(s);
+        egpu__webhook_selfsigned_free(s);
         return rc;
     }
     *out = s;
@@ -507,7 +511,7 @@ int wh_selfsigned_new(const struct wh_ss_options *o, struct egpu_kube *kc, const
 
 static void *run(void *data)
 {
-    struct wh_selfsigned *s = data;
+    struct egpu__webhook_selfsigned *s = data;
     struct timespec due;
 
     pthread_mutex_lock(&s->lock);
@@ -534,7 +538,7 @@ static void *run(void *data)
     return NULL;
 }
 
-int wh_selfsigned_start(struct wh_selfsigned *s, struct egpu_error *err)
+int egpu__webhook_selfsigned_start(struct egpu__webhook_selfsigned *s, struct egpu_error *err)
 {
     pthread_condattr_t ca;
     int rc;
@@ -552,7 +556,7 @@ int wh_selfsigned_start(struct wh_selfsigned *s, struct egpu_error *err)
     return 0;
 }
 
-void wh_selfsigned_free(struct wh_selfsigned *s)
+void egpu__webhook_selfsigned_free(struct egpu__webhook_selfsigned *s)
 {
     if (s == NULL)
         return;

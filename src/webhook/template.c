@@ -30,8 +30,8 @@ static const struct kind_entry kinds[] = {
     {"batch", "v1", "CronJob", cron, 4},
 };
 
-bool wh_podpart_find(const char *group, const char *version, const char *kind, const json_t *obj,
-                     struct wh_podpart *out)
+bool egpu__webhook_podpart_find(const char *group, const char *version, const char *kind,
+                                const json_t *obj, struct egpu__webhook_podpart *out)
 {
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         const struct kind_entry *k = &kinds[i];

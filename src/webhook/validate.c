@@ -56,8 +56,8 @@ static const json_t *annotation(const json_t *obj, const char *key)
 }
 
 /* Who may write the system annotation key, if the user may not. */
-static void system_annotations(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
-                               struct egpu_api_problems *p)
+static void system_annotations(const struct egpu_webhook_config *cfg,
+                               const struct egpu__webhook_review *rv, struct egpu_api_problems *p)
 {
     const struct {
         const char *key, *user, *who;
@@ -82,57 +82,60 @@ static void system_annotations(const struct egpu_webhook_config *cfg, const stru
         snprintf(msg, sizeof(msg),
                  "annotation %s is written only by %s (%s); user \"%.128s\" may not %s it",
                  rules[i].key, rules[i].who, rules[i].user, rv->username, did);
-        wh_problem_add(p, msg);
+        egpu__webhook_problem_add(p, msg);
     }
 }
 
-int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
-                const struct wh_review *rv, struct wh_verdict *v)
+int egpu__webhook_validate(const struct egpu_webhook_config *cfg,
+                           const struct egpu_api_facts *facts,
+                           const struct egpu__webhook_review *rv, struct egpu__webhook_verdict *v)
 {
     struct egpu_api_problems now = {0}, before = {0}, refused = {0};
     /* The cluster's facts and the operator's default memory of a share. */
     struct egpu_api_facts f = facts != NULL ? *facts : (struct egpu_api_facts){0};
-    struct wh_podpart pp, old;
+    struct egpu__webhook_podpart pp, old;
 
     memset(v, 0, sizeof(*v));
     v->allowed = true;
-    if (rv->sub_resource[0] != '\0' || (rv->op != WH_CREATE && rv->op != WH_UPDATE))
+    if (rv->sub_resource[0] != '\0' ||
+        (rv->op != EGPU_WEBHOOK_OP_CREATE && rv->op != EGPU_WEBHOOK_OP_UPDATE))
         return 0;
-    if (wh_quota_is_claim(rv)) { /* quota.c: claims count against the namespace's quota */
-        if (wh_quota_claim(cfg, rv, &refused) != 0)
+    if (egpu__webhook_quota_is_claim(
+            rv)) { /* quota.c: claims count against the namespace's quota */
+        if (egpu__webhook_quota_claim(cfg, rv, &refused) != 0)
             return -ENOMEM;
         if (refused.n > 0)
-            wh_deny_problems(v, &refused);
+            egpu__webhook_deny_problems(v, &refused);
         return 0;
     }
-    if (!wh_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp))
+    if (!egpu__webhook_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp))
         return 0;
     if (pp.is_pod)
         system_annotations(cfg, rv, &refused);
-    if (pp.is_pod && rv->op == WH_UPDATE) {
-        wh_claims_immutable(rv, &refused);
-        wh_budget_finalizer_guard(cfg, rv, &refused);
+    if (pp.is_pod && rv->op == EGPU_WEBHOOK_OP_UPDATE) {
+        egpu__webhook_claims_immutable(rv, &refused);
+        egpu__webhook_budget_finalizer_guard(cfg, rv, &refused);
     }
     f.default_mem_per_core_mib = cfg->default_mem_per_core;
     if (pp.spec != NULL) {
         (void)egpu_api_pod_validate(pp.spec, pp.annotations, &f, &now);
-        wh_seccomp_check(cfg, pp.spec, &now);
+        egpu__webhook_seccomp_check(cfg, pp.spec, &now);
     }
-    if (rv->op == WH_UPDATE && now.n > 0 &&
-        wh_podpart_find(rv->group, rv->version, rv->kind, rv->old_object, &old) &&
+    if (rv->op == EGPU_WEBHOOK_OP_UPDATE && now.n > 0 &&
+        egpu__webhook_podpart_find(rv->group, rv->version, rv->kind, rv->old_object, &old) &&
         old.spec != NULL) {
         (void)egpu_api_pod_validate(old.spec, old.annotations, &f, &before);
-        wh_seccomp_check(cfg, old.spec, &before);
+        egpu__webhook_seccomp_check(cfg, old.spec, &before);
     }
     for (size_t i = 0; i < now.n; i++) {
         if (!has_problem(&before, now.msg[i]))
-            wh_problem_add(&refused, now.msg[i]);
+            egpu__webhook_problem_add(&refused, now.msg[i]);
     }
     if (refused.n > 0 && before.n == 0)
         refused.more += now.more; /* beyond those kept (with old ones, not comparable) */
-    if (refused.n == 0 && pp.is_pod && wh_quota_pod(cfg, rv, &refused) != 0)
+    if (refused.n == 0 && pp.is_pod && egpu__webhook_quota_pod(cfg, rv, &refused) != 0)
         return -ENOMEM;
     if (refused.n > 0)
-        wh_deny_problems(v, &refused);
+        egpu__webhook_deny_problems(v, &refused);
     return 0;
 }

@@ -19,23 +19,29 @@
 /* ------------------------------------------------------------------------ */
 /* AdmissionReview (review.c)                                               */
 
-#define WH_REVIEW_API_VERSION       "admission.k8s.io/v1"
-#define WH_REVIEW_KIND              "AdmissionReview"
-#define WH_UID_MAX                  256 /* request.uid, bytes incl. NUL (the API server's is 36) */
+#define EGPU_WEBHOOK_REVIEW_API_VERSION       "admission.k8s.io/v1"
+#define EGPU_WEBHOOK_REVIEW_KIND              "AdmissionReview"
+/* request.uid, bytes incl. NUL (the API server's is 36) */
+#define EGPU_WEBHOOK_UID_MAX                  256
 /* --default-memory-per-core at most, MiB per gpu-core percent (6.4 TiB a card) */
-#define WH_DEFAULT_MEM_PER_CORE_MAX 65536
+#define EGPU_WEBHOOK_DEFAULT_MEM_PER_CORE_MAX 65536
 
-enum wh_op { WH_CREATE, WH_UPDATE, WH_DELETE, WH_CONNECT };
+enum egpu__webhook_op {
+    EGPU_WEBHOOK_OP_CREATE,
+    EGPU_WEBHOOK_OP_UPDATE,
+    EGPU_WEBHOOK_OP_DELETE,
+    EGPU_WEBHOOK_OP_CONNECT
+};
 
 /* A decoded AdmissionReview request. Strings and objects are borrowed from
  * doc; a string field that is absent reads "". */
-struct wh_review {
-    json_t *doc;                        /* the whole review (owned; wh_review_free) */
+struct egpu__webhook_review {
+    json_t *doc;                        /* the whole review (owned; egpu__webhook_review_free) */
     const char *uid;                    /* request.uid, 1..255 bytes */
     const char *group, *version, *kind; /* request.kind; group "" is the core group */
     const char *resource;               /* request.resource.resource, e.g. "pods" */
     const char *sub_resource;           /* request.subResource, "" for the object itself */
-    enum wh_op op;                      /* request.operation */
+    enum egpu__webhook_op op;           /* request.operation */
     const char *ns, *name;              /* request.namespace, request.name */
     const char *username;               /* request.userInfo.username */
     const json_t *object;               /* request.object; NULL when absent or null */
@@ -55,20 +61,20 @@ struct wh_review {
  *                text; *out holds nothing to free;
  *   -ENOMEM.
  * err names the field and what was expected. Free *out with
- * wh_review_free in every case (a no-op when it holds nothing). */
-int wh_review_decode(const char *body, size_t len, struct wh_review *out,
-                     struct egpu_error *err) EGPU_MUST_CHECK;
+ * egpu__webhook_review_free in every case (a no-op when it holds nothing). */
+int egpu__webhook_review_decode(const char *body, size_t len, struct egpu__webhook_review *out,
+                                struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Copy src into dst (len bytes incl. NUL, cut to fit) with every control
  * character and '"' replaced by '?', for log lines and plain-text replies
  * that quote outside input. */
-void wh_printable(char *dst, size_t len, const char *src);
+void egpu__webhook_printable(char *dst, size_t len, const char *src);
 
 /* Drop r's document and zero r. */
-void wh_review_free(struct wh_review *r);
+void egpu__webhook_review_free(struct egpu__webhook_review *r);
 
 /* An AdmissionResponse to encode. */
-struct wh_response {
+struct egpu__webhook_response {
     bool allowed;
     int code;            /* denial: status.code (403, 400) */
     const char *reason;  /* denial: status.reason ("Forbidden", "BadRequest") */
@@ -85,26 +91,27 @@ struct wh_response {
  * auditAnnotations, warnings}} to out, compact, keys in that order and each
  * optional one only when it has something. Returns 0, -ENOMEM, -EMSGSIZE
  * (out full) or -EINVAL (base64 failed). */
-int wh_response_encode(const char *uid, const struct wh_response *r, struct egpu_buf *out,
-                       struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__webhook_response_encode(const char *uid, const struct egpu__webhook_response *r,
+                                  struct egpu_buf *out, struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
 /* JSON Patch (patch.c)                                                     */
 
-#define WH_PATH_MAX 32 /* segments of the pointers we build */
+#define EGPU_WEBHOOK_PATH_MAX 32 /* segments of the pointers we build */
 
 /* A JSON Pointer (RFC 6901) under construction: object keys are borrowed,
  * array indexes written into idx. */
-struct wh_pointer {
+struct egpu__webhook_pointer {
     size_t n;
-    const char *seg[WH_PATH_MAX];
-    char idx[WH_PATH_MAX][24];
+    const char *seg[EGPU_WEBHOOK_PATH_MAX];
+    char idx[EGPU_WEBHOOK_PATH_MAX][24];
 };
 
 /* Append the pointer text of p to out: "/" before each segment, "~" as
  * "~0" and "/" as "~1" (in that order, so "a~1" is "a~01"). Returns 0 or
  * what egpu_buf_append returns. */
-int wh_pointer_text(const struct wh_pointer *p, struct egpu_buf *out) EGPU_MUST_CHECK;
+int egpu__webhook_pointer_text(const struct egpu__webhook_pointer *p,
+                               struct egpu_buf *out) EGPU_MUST_CHECK;
 
 /* Append to ops (a JSON array) the RFC 6902 operations that turn old into
  * new at pointer at: keys only in old are removed, keys only in new added
@@ -113,16 +120,16 @@ int wh_pointer_text(const struct wh_pointer *p, struct egpu_buf *out) EGPU_MUST_
  * element by element (arrays of different length are replaced whole). So a
  * field neither side changed is never named, and nothing else is dropped.
  * old NULL means "absent" (new is added whole). A difference deeper than
- * WH_PATH_MAX segments replaces its subtree at that depth. Returns 0 or
- * -ENOMEM. */
-int wh_patch_diff(json_t *ops, struct wh_pointer *at, const json_t *old,
-                  const json_t *new) EGPU_MUST_CHECK;
+ * EGPU_WEBHOOK_PATH_MAX segments replaces its subtree at that depth. Returns 0
+ * or -ENOMEM. */
+int egpu__webhook_patch_diff(json_t *ops, struct egpu__webhook_pointer *at, const json_t *old,
+                             const json_t *new) EGPU_MUST_CHECK;
 
-/* Apply ops (RFC 6902 add, remove, replace: the ones wh_patch_diff makes)
- * to doc in place, as the API server will. Returns 0, -EINVAL (an operation
- * that does not fit doc) or -ENOMEM. For tests and the fuzzer, which check
- * that a patch does what it says. */
-int wh_patch_apply(json_t *doc, const json_t *ops) EGPU_MUST_CHECK;
+/* Apply ops (RFC 6902 add, remove, replace: the ones egpu__webhook_patch_diff
+ * makes) to doc in place, as the API server will. Returns 0, -EINVAL (an
+ * operation that does not fit doc) or -ENOMEM. For tests and the fuzzer, which
+ * check that a patch does what it says. */
+int egpu__webhook_patch_apply(json_t *doc, const json_t *ops) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
 /* Pod templates (template.c)                                               */
@@ -130,7 +137,7 @@ int wh_patch_apply(json_t *doc, const json_t *ops) EGPU_MUST_CHECK;
 /* Where the pod (template) of an object of kind group/version/kind lies:
  * the pointer segments from the object's root to the PodTemplateSpec-like
  * part holding metadata and spec ("" for a Pod itself). */
-struct wh_podpart {
+struct egpu__webhook_podpart {
     bool is_pod;             /* a core/v1 Pod */
     const char *const *segs; /* static; segments to the template */
     size_t nsegs;
@@ -142,14 +149,14 @@ struct wh_podpart {
 /* Find the pod part of obj for kind group/version/kind. Returns true and
  * writes *out when the kind is one we handle (Pod, the apps/v1 workloads,
  * batch/v1 Job and CronJob), else false. */
-bool wh_podpart_find(const char *group, const char *version, const char *kind, const json_t *obj,
-                     struct wh_podpart *out);
+bool egpu__webhook_podpart_find(const char *group, const char *version, const char *kind,
+                                const json_t *obj, struct egpu__webhook_podpart *out);
 
 /* ------------------------------------------------------------------------ */
 /* The rules (mutate.c, validate.c)                                         */
 
 /* One verdict: allowed (with ops and warnings) or denied with message. */
-struct wh_verdict {
+struct egpu__webhook_verdict {
     bool allowed;
     int code;           /* when denied */
     const char *reason; /* when denied, static */
@@ -163,70 +170,76 @@ struct wh_verdict {
 
 /* The mutating rules for review rv: fills *v (zeroed first). Returns 0 or
  * -ENOMEM. */
-int wh_mutate(const struct egpu_webhook_config *cfg, bool nvidia, const struct wh_review *rv,
-              struct wh_verdict *v) EGPU_MUST_CHECK;
+int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
+                         const struct egpu__webhook_review *rv,
+                         struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;
 
 /* The validating rules for review rv with the cluster's facts (may be
  * NULL): fills *v (zeroed first). Returns 0 or -ENOMEM. */
-int wh_validate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
-                const struct wh_review *rv, struct wh_verdict *v) EGPU_MUST_CHECK;
+int egpu__webhook_validate(const struct egpu_webhook_config *cfg,
+                           const struct egpu_api_facts *facts,
+                           const struct egpu__webhook_review *rv,
+                           struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;
 
-/* The rules of /mutate-place (place.c) for review rv: fills *v (zeroed
- * first). A Pod CREATE (no subresource) whose spec names no scheduler of
- * its own (wh_names_scheduler) and that asks no GPU (egpu_api_pod_asks_gpu
- * with HAMi's names counted: those pods are /mutate-nvidia's or HAMi's)
- * gets one JSON Patch operation setting spec.schedulerName to
- * wh_scheduler_name(cfg); with cfg->set_scheduler_name false, and for
- * anything else (a GPU pod, another scheduler, an UPDATE, another kind, a
+/* The rules of /mutate-place (place.c) for review rv: fills *v (zeroed first).
+ * A Pod CREATE (no subresource) whose spec names no scheduler of its own
+ * (egpu__webhook_names_scheduler) and that asks no GPU (egpu_api_pod_asks_gpu
+ * with HAMi's names counted: those pods are /mutate-nvidia's or HAMi's) gets
+ * one JSON Patch operation setting spec.schedulerName to
+ * egpu__webhook_scheduler_name(cfg); with cfg->set_scheduler_name false, and
+ * for anything else (a GPU pod, another scheduler, an UPDATE, another kind, a
  * pod without a spec object), v is allowed with no patch. Never denies.
  * Returns 0 or -ENOMEM. */
-int wh_place(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
-             struct wh_verdict *v) EGPU_MUST_CHECK;
+int egpu__webhook_place(const struct egpu_webhook_config *cfg,
+                        const struct egpu__webhook_review *rv,
+                        struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;
 
 /* Does spec (a PodSpec) name a scheduler of its own: a schedulerName that is
  * a non-empty string other than "default-scheduler" (which the API server
  * writes into a pod that names none)? (mutate.c) */
-bool wh_names_scheduler(const json_t *spec);
+bool egpu__webhook_names_scheduler(const json_t *spec);
 
 /* The scheduler name the mutating routes set: cfg->scheduler_name, or
  * EGPU_SCHEDULER_NAME when NULL. Static or cfg's string. (mutate.c) */
-const char *wh_scheduler_name(const struct egpu_webhook_config *cfg);
+const char *egpu__webhook_scheduler_name(const struct egpu_webhook_config *cfg);
 
 /* Free v->ops. */
-void wh_verdict_free(struct wh_verdict *v);
+void egpu__webhook_verdict_free(struct egpu__webhook_verdict *v);
 
 /* Add msg (cut to EGPU_API_PROBLEM_MAX) to p, or count it in p->more when p
  * is full (claims.c). */
-void wh_problem_add(struct egpu_api_problems *p, const char *msg);
+void egpu__webhook_problem_add(struct egpu_api_problems *p, const char *msg);
 
 /* Deny v with code 403 "Forbidden" and p's problems joined with "; ", then
  * "; and N more" (claims.c). */
-void wh_deny_problems(struct wh_verdict *v, const struct egpu_api_problems *p);
+void egpu__webhook_deny_problems(struct egpu__webhook_verdict *v,
+                                 const struct egpu_api_problems *p);
 
 /* ------------------------------------------------------------------------ */
 /* The seccomp guard of shared-GPU containers (seccomp.c)                   */
 
 /* cfg->seccomp_profile, or its default EGPU_WEBHOOK_SECCOMP_PROFILE. */
-const char *wh_seccomp_profile(const struct egpu_webhook_config *cfg);
+const char *egpu__webhook_seccomp_profile(const struct egpu_webhook_config *cfg);
 
 /* One problem in p for each thing in spec (a PodSpec) that would lift the
  * seccomp guard of a container asking a gpu-core share 1..99, naming the
  * field and the allowed values: privileged true, a seccompProfile other
  * than ours, capabilities.add SYS_ADMIN or ALL; and the pod's
  * seccompProfile Unconfined when it has such a container. */
-void wh_seccomp_check(const struct egpu_webhook_config *cfg, const json_t *spec,
-                      struct egpu_api_problems *p);
+void egpu__webhook_seccomp_check(const struct egpu_webhook_config *cfg, const json_t *spec,
+                                 struct egpu_api_problems *p);
 
 /* Give each such container of spec (a copy of a Pod's PodSpec) without a
  * seccompProfile ours, in its securityContext (made when absent); other
  * members are kept. Returns 0 or -ENOMEM. */
-int wh_seccomp_apply(const struct egpu_webhook_config *cfg, json_t *spec) EGPU_MUST_CHECK;
+int egpu__webhook_seccomp_apply(const struct egpu_webhook_config *cfg,
+                                json_t *spec) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
 /* Pods use claims (claims.c)                                               */
 
 /* One container that uses a claim, and what it gets. */
-struct wh_claim_use {
+struct egpu__webhook_claim_use {
     size_t ctr;                              /* its index in spec.containers */
     char container[EGPU_CONTAINER_NAME_MAX]; /* its name */
     struct egpu_api_gpu_ask ask;             /* gpu-core and gpu-memory from the claim */
@@ -243,22 +256,26 @@ struct wh_claim_use {
  * gpu-tflops, malformed, the lookup unanswered, the container asking a GPU
  * itself); egpu_api_pod_claims's error is added as it is. Each use to write
  * adds one warning to v. Returns 0 (problems or not) or -ENOMEM. */
-int wh_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
-                      const struct wh_review *rv, const struct wh_podpart *pp,
-                      struct wh_claim_use *uses, size_t *n, struct egpu_api_problems *p,
-                      struct wh_verdict *v) EGPU_MUST_CHECK;
+int egpu__webhook_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
+                                 const struct egpu__webhook_review *rv,
+                                 const struct egpu__webhook_podpart *pp,
+                                 struct egpu__webhook_claim_use *uses, size_t *n,
+                                 struct egpu_api_problems *p,
+                                 struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;
 
 /* Write uses[0..n) into spec (a copy of the pod's PodSpec): gpu-core and,
  * when given, gpu-memory as decimal strings, in both resources.requests and
  * resources.limits of each container not yet done (extended resources need
  * both, equal). Returns 0, -EINVAL (a use whose container is not in spec)
  * or -ENOMEM. */
-int wh_claims_apply(json_t *spec, const struct wh_claim_use *uses, size_t n) EGPU_MUST_CHECK;
+int egpu__webhook_claims_apply(json_t *spec, const struct egpu__webhook_claim_use *uses,
+                               size_t n) EGPU_MUST_CHECK;
 
 /* On a Pod UPDATE in rv: one problem in p for each egpuc.elasticgpu.io/
  * annotation that was added, changed or removed (they are fixed at the
  * pod's creation). */
-void wh_claims_immutable(const struct wh_review *rv, struct egpu_api_problems *p);
+void egpu__webhook_claims_immutable(const struct egpu__webhook_review *rv,
+                                    struct egpu_api_problems *p);
 
 /* ------------------------------------------------------------------------ */
 /* GPU budgets (budgets.c)                                                  */
@@ -280,21 +297,23 @@ void wh_claims_immutable(const struct wh_review *rv, struct egpu_api_problems *p
  * (the patch seen again) is left as it is, with no warning. A lookup
  * that cannot be answered adds one problem to p (the pod is refused:
  * budgets are not dodged by a moment's failure). Returns 0 or -ENOMEM. */
-int wh_budget_apply(const struct egpu_webhook_config *cfg, const struct wh_review *rv, json_t *meta,
-                    json_t *spec, struct egpu_api_problems *p,
-                    struct wh_verdict *v) EGPU_MUST_CHECK;
+int egpu__webhook_budget_apply(const struct egpu_webhook_config *cfg,
+                               const struct egpu__webhook_review *rv, json_t *meta, json_t *spec,
+                               struct egpu_api_problems *p,
+                               struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;
 
 /* On a Pod UPDATE in rv: one problem in p when the finalizer
  * elasticgpu.io/metering was removed by a user other than
  * cfg->controller_user (budgets.c). */
-void wh_budget_finalizer_guard(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
-                               struct egpu_api_problems *p);
+void egpu__webhook_budget_finalizer_guard(const struct egpu_webhook_config *cfg,
+                                          const struct egpu__webhook_review *rv,
+                                          struct egpu_api_problems *p);
 
 /* ------------------------------------------------------------------------ */
 /* Claims against ResourceQuotas (quota.c)                                  */
 
 /* Is rv about an elasticgpu.io ElasticGPUClaim? */
-bool wh_quota_is_claim(const struct wh_review *rv);
+bool egpu__webhook_quota_is_claim(const struct egpu__webhook_review *rv);
 
 /* On an ElasticGPUClaim CREATE, or an UPDATE that raises what it holds (a
  * Bound claim its status.capacity, a Pending one its requests, gpu-tflops
@@ -310,41 +329,44 @@ bool wh_quota_is_claim(const struct wh_review *rv);
  * requests.elasticgpu.io/gpu-core=100 (used: ...)"); a read through
  * cfg->quota that fails adds one problem too (fail closed). Nothing when
  * cfg->quota is NULL. Returns 0 or -ENOMEM. */
-int wh_quota_claim(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
-                   struct egpu_api_problems *p) EGPU_MUST_CHECK;
+int egpu__webhook_quota_claim(const struct egpu_webhook_config *cfg,
+                              const struct egpu__webhook_review *rv,
+                              struct egpu_api_problems *p) EGPU_MUST_CHECK;
 
 /* On a Pod CREATE: the same for what the pod's containers that use no claim
  * ask, against everything the namespace holds (so claims count against the
  * quota for pods too, which the API server's quota plugin cannot see).
  * Returns 0 or -ENOMEM. */
-int wh_quota_pod(const struct egpu_webhook_config *cfg, const struct wh_review *rv,
-                 struct egpu_api_problems *p) EGPU_MUST_CHECK;
+int egpu__webhook_quota_pod(const struct egpu_webhook_config *cfg,
+                            const struct egpu__webhook_review *rv,
+                            struct egpu_api_problems *p) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
 /* What the cluster has (facts.c)                                           */
 
 struct egpu_kube;
-struct wh_facts;
+struct egpu__webhook_facts;
 
 /* One immutable view of the cluster's GPUs, shared by the requests that
  * took it (reference counted). facts.models points into it. */
-struct wh_facts_snap {
+struct egpu__webhook_facts_snap {
     struct egpu_api_facts facts; /* max_card_mib, nmodels, models */
     size_t ncards;               /* GPU objects known */
 };
 
 /* GPU facts fed by egpu_kube_informer_cbs (facts.c), for main.c and tests:
  * create, feed (the informer callbacks, or directly in tests), read. */
-struct wh_facts *wh_facts_new(void);
-void wh_facts_free(struct wh_facts *f);
-/* Informer callbacks; ud is the struct wh_facts. */
-void wh_facts_on_add(void *ud, const json_t *gpu);
-void wh_facts_on_update(void *ud, const json_t *old_gpu, const json_t *gpu);
-void wh_facts_on_delete(void *ud, const json_t *gpu);
+struct egpu__webhook_facts *egpu__webhook_facts_new(void);
+void egpu__webhook_facts_free(struct egpu__webhook_facts *f);
+/* Informer callbacks; ud is the struct egpu__webhook_facts. */
+void egpu__webhook_facts_on_add(void *ud, const json_t *gpu);
+void egpu__webhook_facts_on_update(void *ud, const json_t *old_gpu, const json_t *gpu);
+void egpu__webhook_facts_on_delete(void *ud, const json_t *gpu);
 /* The current view (rebuilt here when GPUs changed since the last one), a
- * reference the caller drops with wh_facts_put; NULL when out of memory. */
-const struct wh_facts_snap *wh_facts_get(struct wh_facts *f);
-void wh_facts_put(const struct wh_facts_snap *s);
+ * reference the caller drops with egpu__webhook_facts_put; NULL when out of
+ * memory. */
+const struct egpu__webhook_facts_snap *egpu__webhook_facts_get(struct egpu__webhook_facts *f);
+void egpu__webhook_facts_put(const struct egpu__webhook_facts_snap *s);
 
 /* ------------------------------------------------------------------------ */
 /* Options (options.c)                                                      */
@@ -353,10 +375,10 @@ void wh_facts_put(const struct wh_facts_snap *s);
 /* Self-signed serving certificate (certs.c: the PKI; selfsigned.c: the      */
 /* Secret, the configurations' caBundle, the served files)                  */
 
-#define WH_SS_NAMES    4   /* DNS names of the serving certificate */
-#define WH_SS_NAME_MAX 256 /* one name, bytes incl. NUL */
+#define EGPU_WEBHOOK_SS_NAMES    4   /* DNS names of the serving certificate */
+#define EGPU_WEBHOOK_SS_NAME_MAX 256 /* one name, bytes incl. NUL */
 
-struct wh_ss_options {
+struct egpu__webhook_ss_options {
     bool enabled;              /* --self-signed */
     const char *ns;            /* the Secret's and the Service's; NULL = the client's */
     const char *secret;        /* Secret holding ca.crt, ca.key, tls.crt, tls.key */
@@ -371,34 +393,35 @@ struct wh_ss_options {
 /* A duration "N" followed by s, m, h or d (e.g. 30d, 8760h, 90s) into
  * *out_s, seconds in min_s..max_s. Returns 0, -EINVAL (not that form) or
  * -ERANGE; *out_s only on success. */
-int wh_ss_parse_duration(const char *s, int64_t min_s, int64_t max_s,
-                         int64_t *out_s) EGPU_MUST_CHECK;
+int egpu__webhook_ss_parse_duration(const char *s, int64_t min_s, int64_t max_s,
+                                    int64_t *out_s) EGPU_MUST_CHECK;
 
 /* The serving certificate's DNS names for Service svc in namespace ns:
  * svc, svc.ns, svc.ns.svc, svc.ns.svc.cluster.local. Returns 0, -EINVAL
  * (an empty name) or -ENAMETOOLONG. */
-int wh_ss_dns_names(const char *svc, const char *ns,
-                    char names[WH_SS_NAMES][WH_SS_NAME_MAX]) EGPU_MUST_CHECK;
+int egpu__webhook_ss_dns_names(const char *svc, const char *ns,
+                               char names[EGPU_WEBHOOK_SS_NAMES][EGPU_WEBHOOK_SS_NAME_MAX])
+    EGPU_MUST_CHECK;
 
 /* Whether a certificate ending at not_after_s must be made again at now_s. */
-bool wh_ss_is_due(int64_t not_after_s, int64_t now_s, int64_t renew_before_s);
+bool egpu__webhook_ss_is_due(int64_t not_after_s, int64_t now_s, int64_t renew_before_s);
 
 /* Standard base64 (GnuTLS) of len bytes into *out, or of a base64 string
  * into *out (NUL added) and *len. *out is egpu_malloc'd (caller
  * egpu_free()s). Return 0, -EINVAL or -ENOMEM; *out only on success. */
-int wh_b64_encode(const void *data, size_t len, char **out) EGPU_MUST_CHECK;
-int wh_b64_decode(const char *b64, char **out, size_t *len) EGPU_MUST_CHECK;
+int egpu__webhook_b64_encode(const void *data, size_t len, char **out) EGPU_MUST_CHECK;
+int egpu__webhook_b64_decode(const char *b64, char **out, size_t *len) EGPU_MUST_CHECK;
 
 /* The PEM texts of the Secret (each egpu_malloc'd, or NULL). */
-struct wh_pki {
+struct egpu__webhook_pki {
     char *ca_crt;  /* CA bundle: the current CA first, then older ones still valid */
     char *ca_key;  /* the current CA's key */
     char *tls_crt; /* the serving certificate */
     char *tls_key; /* its key */
 };
 
-/* What wh_pki_check found. */
-struct wh_pki_info {
+/* What egpu__webhook_pki_check found. */
+struct egpu__webhook_pki_info {
     int64_t ca_not_after_s;  /* the current CA's end, Unix seconds */
     int64_t tls_not_after_s; /* the serving certificate's */
     unsigned nca;            /* certificates in ca_crt */
@@ -406,54 +429,60 @@ struct wh_pki_info {
 };
 
 /* Free p's texts and zero it. */
-void wh_pki_clear(struct wh_pki *p);
+void egpu__webhook_pki_clear(struct egpu__webhook_pki *p);
 
 /* A new CA (CN=cn, ECDSA P-256, valid validity_s from now_s) into
  * p->ca_crt (that certificate alone) and p->ca_key, replacing them. */
-int wh_pki_new_ca(const char *cn, int64_t now_s, int64_t validity_s, struct wh_pki *p,
-                  struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__webhook_pki_new_ca(const char *cn, int64_t now_s, int64_t validity_s,
+                             struct egpu__webhook_pki *p, struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* A new serving key and certificate for names[0..n) signed by p's current
  * CA, valid validity_s from now_s but never past the CA, into p->tls_crt
  * and p->tls_key, replacing them. */
-int wh_pki_new_leaf(struct wh_pki *p, const char names[][WH_SS_NAME_MAX], size_t n, int64_t now_s,
-                    int64_t validity_s, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__webhook_pki_new_leaf(struct egpu__webhook_pki *p,
+                               const char names[][EGPU_WEBHOOK_SS_NAME_MAX], size_t n,
+                               int64_t now_s, int64_t validity_s,
+                               struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Parse all of p and fill *out. Returns 0, or -EINVAL when a part is
  * missing or does not parse, or a key is not its certificate's (err says
  * which). */
-int wh_pki_check(const struct wh_pki *p, const char names[][WH_SS_NAME_MAX], size_t n,
-                 struct wh_pki_info *out, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__webhook_pki_check(const struct egpu__webhook_pki *p,
+                            const char names[][EGPU_WEBHOOK_SS_NAME_MAX], size_t n,
+                            struct egpu__webhook_pki_info *out,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* The CA bundle newer (PEM) followed by the certificates of older that
  * have not ended at now_s, into *out (egpu_malloc'd). */
-int wh_pki_bundle_join(const char *newer, const char *older, int64_t now_s, char **out,
-                       struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__webhook_pki_bundle_join(const char *newer, const char *older, int64_t now_s, char **out,
+                                  struct egpu_error *err) EGPU_MUST_CHECK;
 
 struct egpu_kube;
-struct wh_selfsigned;
+struct egpu__webhook_selfsigned;
 
 /* The keeper of the Secret, the caBundles and the files cert_file and
  * key_file (in one directory, made 0700 when missing). new makes the first
  * pass: reads or creates the Secret, patches the caBundles, writes the
  * files; it fails when the Secret cannot be read or written or the files
  * cannot be. kc is borrowed for *out's life. */
-int wh_selfsigned_new(const struct wh_ss_options *o, struct egpu_kube *kc, const char *cert_file,
-                      const char *key_file, struct wh_selfsigned **out,
-                      struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__webhook_selfsigned_new(const struct egpu__webhook_ss_options *o, struct egpu_kube *kc,
+                                 const char *cert_file, const char *key_file,
+                                 struct egpu__webhook_selfsigned **out,
+                                 struct egpu_error *err) EGPU_MUST_CHECK;
 /* Start the thread that does that again every check_s. */
-int wh_selfsigned_start(struct wh_selfsigned *s, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu__webhook_selfsigned_start(struct egpu__webhook_selfsigned *s,
+                                   struct egpu_error *err) EGPU_MUST_CHECK;
 /* Stop the thread (if started) and free s. NULL is a no-op. */
-void wh_selfsigned_free(struct wh_selfsigned *s);
+void egpu__webhook_selfsigned_free(struct egpu__webhook_selfsigned *s);
 
-struct wh_options {
+struct egpu__webhook_options {
     struct egpu_cli_server srv; /* the flags every server shares (egpu/cli.h) */
     struct egpu_webhook_config cfg;
-    struct wh_ss_options ss;
+    struct egpu__webhook_ss_options ss;
 };
 
 /* Parse argv (and the EGPU_* environment) into *o. Returns -1 to run, 0 when
  * --help or --version was answered, 2 on a bad flag (message printed). */
-int wh_options_parse(int argc, char **argv, struct wh_options *o);
+int egpu__webhook_options_parse(int argc, char **argv, struct egpu__webhook_options *o);
 
 #endif /* EGPU_WEBHOOK_INT_H */

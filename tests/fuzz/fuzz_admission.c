@@ -199,7 +199,7 @@ static void check_patch(const struct egpu_webhook_config *cfg, enum egpu_webhook
     FUZZ_CHECK(req != NULL);
     obj = json_deep_copy(json_object_get(req, "object"));
     FUZZ_CHECK(obj != NULL);
-    FUZZ_CHECK(wh_patch_apply(obj, ops) == 0);
+    FUZZ_CHECK(egpu__webhook_patch_apply(obj, ops) == 0);
     FUZZ_CHECK(json_object_set_new(req, "object", obj) == 0);
     text = json_dumps(review, JSON_COMPACT);
     FUZZ_CHECK(text != NULL);
@@ -267,7 +267,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 strcmp(json_string_value(json_object_get(op, "path")), "/spec/schedulerName") == 0);
             FUZZ_CHECK(json_is_string(json_object_get(op, "value")) &&
                        strcmp(json_string_value(json_object_get(op, "value")),
-                              wh_scheduler_name(&cfg)) == 0);
+                              egpu__webhook_scheduler_name(&cfg)) == 0);
         }
         check_patch(&cfg, r, body, size - 1, ops);
         json_decref(ops);

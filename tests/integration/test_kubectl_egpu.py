@@ -210,7 +210,7 @@ C1_BIDI = [chr(c) for c in range(0x80, 0xa0)] + [
 def test_c1_and_bidi_are_escaped(api, plugin):  # noqa: F811
     """A tenant's text (a pod, a container, a claim, a model) that holds C1
     controls or BiDi overrides reaches the terminal as '?' (the warnings and
-    the API server's messages go through the same kp_text_clean: unit test
+    the API server's messages go through the same egpu__kubectl_text_clean: unit test
     test_text_clean); -o json keeps it."""
     gpu(api, "n1", 0, "A100\u009b2J\u202egpj.exe", 40960, {
         "health": "Healthy\u009d0;pwned\u009c",

@@ -572,10 +572,10 @@ static void test_c1_and_bidi(void **state)
     egpu_api_gpu_clear(&g);
 }
 
-/* kp_text_clean byte by byte: raw 0x80..0x9F and every other byte outside
- * well-formed UTF-8 (overlong, surrogate, past U+10FFFF, cut short) are one
- * '?' each; well-formed UTF-8 is kept, even where a continuation byte is
- * 0x9B ("ě" is C4 9B). */
+/* egpu__kubectl_text_clean byte by byte: raw 0x80..0x9F and every other byte
+ * outside well-formed UTF-8 (overlong, surrogate, past U+10FFFF, cut short)
+ * are one '?' each; well-formed UTF-8 is kept, even where a continuation byte
+ * is 0x9B ("ě" is C4 9B). */
 static void test_text_clean(void **state)
 {
     static const struct {
@@ -608,7 +608,7 @@ static void test_text_clean(void **state)
         char buf[64];
 
         snprintf(buf, sizeof(buf), "%s", cases[i].in);
-        kp_text_clean(buf);
+        egpu__kubectl_text_clean(buf);
         if (strcmp(buf, cases[i].want) != 0)
             fail_msg("case %zu: got \"%s\"", i, buf);
     }

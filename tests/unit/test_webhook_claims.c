@@ -215,7 +215,7 @@ static void check_applied(const struct egpu_webhook_config *cfg, const json_t *p
     json_t *doc = json_deep_copy(pod);
     struct wt_reply again;
 
-    assert_int_equal(wh_patch_apply(doc, ops), 0);
+    assert_int_equal(egpu__webhook_patch_apply(doc, ops), 0);
     again = wt_call(cfg, EGPU_WEBHOOK_VALIDATE, NULL,
                     wt_review("CREATE", "", "v1", "Pod", "alice", json_incref(doc), NULL));
     wt_assert_allowed_minimal(&again);

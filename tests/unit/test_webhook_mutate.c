@@ -277,7 +277,7 @@ static void check_applied(const struct egpu_webhook_config *cfg, enum egpu_webho
     struct egpu_webhook_config vcfg = *cfg;
     struct wt_reply again;
 
-    assert_int_equal(wh_patch_apply(doc, ops), 0);
+    assert_int_equal(egpu__webhook_patch_apply(doc, ops), 0);
     /* A share converted without memory (tencent.com/vcuda-core alone) is
      * refused unless the operator set a default: test_share_memory. */
     if (vcfg.default_mem_per_core == 0)
@@ -465,7 +465,7 @@ static void test_real_pod_nothing_dropped(void **state)
                                "{'op':'add','path':'/spec/containers/0/securityContext','value':"
                                "{'seccompProfile':" WT_SECCOMP "}}," SN "]");
     doc = json_deep_copy(pod);
-    assert_int_equal(wh_patch_apply(doc, w.ops), 0);
+    assert_int_equal(egpu__webhook_patch_apply(doc, w.ops), 0);
     want = json_deep_copy(pod);
     res = json_object_get(
         json_array_get(json_object_get(json_object_get(want, "spec"), "containers"), 0),
@@ -504,7 +504,7 @@ static void test_share_memory(void **state)
                 wt_review("CREATE", "", "v1", "Pod", "alice", json_incref(pod), NULL));
     wt_assert_json(w.ops, "[" RM("tencent.com~1vcuda-core") "," ADD(CORE, "30") "," SN "]");
     doc = json_deep_copy(pod);
-    assert_int_equal(wh_patch_apply(doc, w.ops), 0);
+    assert_int_equal(egpu__webhook_patch_apply(doc, w.ops), 0);
     wt_free(&w);
     w = wt_call(&none, EGPU_WEBHOOK_VALIDATE, NULL,
                 wt_review("CREATE", "", "v1", "Pod", "alice", doc, NULL));
@@ -527,7 +527,7 @@ static void test_share_memory(void **state)
                         "to choose");
     check_applied(&none, EGPU_WEBHOOK_MUTATE, pod, w.ops, "Pod", "");
     doc = json_deep_copy(pod);
-    assert_int_equal(wh_patch_apply(doc, w.ops), 0);
+    assert_int_equal(egpu__webhook_patch_apply(doc, w.ops), 0);
     wt_free(&w);
     w = wt_call(&none, EGPU_WEBHOOK_VALIDATE, NULL,
                 wt_review("CREATE", "", "v1", "Pod", "alice", doc, NULL));

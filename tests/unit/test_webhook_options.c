@@ -8,10 +8,10 @@
 
 #include "webhook_testutil.h"
 
-static int parse(struct wh_options *o, int argc, const char **argv)
+static int parse(struct egpu__webhook_options *o, int argc, const char **argv)
 {
     optind = 0; /* getopt_long starts again */
-    return wh_options_parse(argc, (char **)argv, o);
+    return egpu__webhook_options_parse(argc, (char **)argv, o);
 }
 
 #define ARGS(...)                                                                   \
@@ -22,7 +22,7 @@ static int parse(struct wh_options *o, int argc, const char **argv)
 
 static void test_defaults(void **state)
 {
-    struct wh_options o;
+    struct egpu__webhook_options o;
 
     (void)state;
     assert_int_equal(parse(&o, ARGS("egpu-webhook", "--tls-cert", "c", "--tls-key", "k")), -1);
@@ -50,7 +50,7 @@ static void test_defaults(void **state)
 
 static void test_flags_and_variables(void **state)
 {
-    struct wh_options o;
+    struct egpu__webhook_options o;
 
     (void)state;
     setenv("EGPU_TLS_CERT", "/env/tls.crt", 1);
@@ -104,7 +104,7 @@ static void test_bad_values_exit_2(void **state)
         {"--max-body", "10"},
         {"--threads", "0"},
     };
-    struct wh_options o;
+    struct egpu__webhook_options o;
     FILE *saved = stderr;
 
     (void)state;

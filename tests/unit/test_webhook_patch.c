@@ -7,13 +7,13 @@
 
 static void assert_pointer(const char *const *segs, size_t n, const char *want)
 {
-    struct wh_pointer p = {0};
+    struct egpu__webhook_pointer p = {0};
     struct egpu_buf b;
 
     for (size_t i = 0; i < n; i++)
         p.seg[p.n++] = segs[i];
     egpu_buf_init(&b, 4096);
-    assert_int_equal(wh_pointer_text(&p, &b), 0);
+    assert_int_equal(egpu__webhook_pointer_text(&p, &b), 0);
     assert_string_equal(egpu_buf_str(&b), want);
     egpu_buf_free(&b);
 }
@@ -37,18 +37,18 @@ static void assert_diff(const char *old_text, const char *new_text, const char *
 {
     json_t *old = old_text ? wt_json(old_text) : NULL, *new = wt_json(new_text);
     json_t *ops = json_array(), *doc;
-    struct wh_pointer at = {0};
+    struct egpu__webhook_pointer at = {0};
 
     if (prefix != NULL)
         at.seg[at.n++] = prefix;
-    assert_int_equal(wh_patch_diff(ops, &at, old, new), 0);
+    assert_int_equal(egpu__webhook_patch_diff(ops, &at, old, new), 0);
     assert_int_equal(at.n, prefix != NULL ? 1 : 0);
     wt_assert_json(ops, want);
     doc = json_pack("{s:o}", prefix ? prefix : "x", old ? json_deep_copy(old) : json_object());
     if (old != NULL && prefix != NULL) {
         json_t *want_doc = json_pack("{s:O}", prefix, new);
 
-        assert_int_equal(wh_patch_apply(doc, ops), 0);
+        assert_int_equal(egpu__webhook_patch_apply(doc, ops), 0);
         assert_true(json_equal(doc, want_doc));
         json_decref(want_doc);
     }
@@ -92,7 +92,7 @@ static void test_diff(void **state)
 static void test_diff_deep(void **state)
 {
     json_t *old = json_string("x"), *new = json_string("y"), *ops = json_array();
-    struct wh_pointer at = {0};
+    struct egpu__webhook_pointer at = {0};
     char *text;
 
     (void)state;
@@ -100,11 +100,11 @@ static void test_diff_deep(void **state)
         old = json_pack("{s:o}", "k", old);
         new = json_pack("{s:o}", "k", new);
     }
-    assert_int_equal(wh_patch_diff(ops, &at, old, new), 0);
+    assert_int_equal(egpu__webhook_patch_diff(ops, &at, old, new), 0);
     assert_int_equal(json_array_size(ops), 1);
     text = json_dumps(ops, JSON_COMPACT);
     assert_non_null(strstr(text, "\"op\":\"replace\""));
-    assert_int_equal(wh_patch_apply(old, ops), 0);
+    assert_int_equal(egpu__webhook_patch_apply(old, ops), 0);
     assert_true(json_equal(old, new));
     free(text);
     json_decref(ops);
@@ -134,7 +134,7 @@ static void test_apply_errors(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         json_t *ops = wt_json(bad[i]);
 
-        assert_int_equal(wh_patch_apply(doc, ops), -EINVAL);
+        assert_int_equal(egpu__webhook_patch_apply(doc, ops), -EINVAL);
         json_decref(ops);
     }
     {
@@ -143,7 +143,7 @@ static void test_apply_errors(void **state)
                               "{'op':'remove','path':'/list/1'},{'op':'add','path':'/a~1b',"
                               "'value':{'x':1}},{'op':'replace','path':'/a','value':2}]");
 
-        assert_int_equal(wh_patch_apply(doc, ops), 0);
+        assert_int_equal(egpu__webhook_patch_apply(doc, ops), 0);
         wt_assert_json(doc, "{'a':2,'list':[0,2,3],'a/b':{'x':1}}");
         json_decref(ops);
     }

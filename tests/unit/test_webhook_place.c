@@ -52,7 +52,7 @@ static void test_cpu_pod_gets_the_scheduler(void **state)
                      rows[i].op, name);
             wt_assert_json(w.ops, ops);
             got = json_deep_copy(pod);
-            assert_int_equal(wh_patch_apply(got, w.ops), 0);
+            assert_int_equal(egpu__webhook_patch_apply(got, w.ops), 0);
             want = json_deep_copy(pod);
             json_object_set_new(json_object_get(want, "spec"), "schedulerName", json_string(name));
             assert_true(json_equal(got, want));

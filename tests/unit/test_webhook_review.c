@@ -58,14 +58,14 @@ static void test_encode_patch_fixture(void **state)
     json_t *want = wt_wire("admission_review_response_patch.json");
     json_t *ops = wt_wire("admission_patch_decoded.json");
     const json_t *resp = json_object_get(want, "response");
-    struct wh_response r = {
+    struct egpu__webhook_response r = {
         .allowed = true, .patch = ops, .audit = json_object_get(resp, "auditAnnotations")};
     struct egpu_buf out;
     json_t *got;
 
     (void)state;
     egpu_buf_init(&out, 1 << 20);
-    assert_int_equal(wh_response_encode(WT_UID, &r, &out, NULL), 0);
+    assert_int_equal(egpu__webhook_response_encode(WT_UID, &r, &out, NULL), 0);
     got = json_loads(egpu_buf_str(&out), 0, NULL);
     assert_non_null(got);
     assert_true(json_equal(got, want));
@@ -86,19 +86,19 @@ static void test_encode_deny_fixture(void **state)
     const json_t *st = json_object_get(resp, "status");
     const char *warnings[] = {
         json_string_value(json_array_get(json_object_get(resp, "warnings"), 0))};
-    struct wh_response r = {.allowed = false,
-                            .code = 403,
-                            .reason = "Forbidden",
-                            .message = json_string_value(json_object_get(st, "message")),
-                            .warnings = warnings,
-                            .nwarnings = 1};
+    struct egpu__webhook_response r = {.allowed = false,
+                                       .code = 403,
+                                       .reason = "Forbidden",
+                                       .message = json_string_value(json_object_get(st, "message")),
+                                       .warnings = warnings,
+                                       .nwarnings = 1};
     struct egpu_buf out;
     char *a, *b;
     json_t *got;
 
     (void)state;
     egpu_buf_init(&out, 1 << 20);
-    assert_int_equal(wh_response_encode(WT_UID, &r, &out, NULL), 0);
+    assert_int_equal(egpu__webhook_response_encode(WT_UID, &r, &out, NULL), 0);
     got = json_loads(egpu_buf_str(&out), 0, NULL);
     a = json_dumps(got, JSON_COMPACT | JSON_SORT_KEYS);
     b = json_dumps(want, JSON_COMPACT | JSON_SORT_KEYS);
@@ -295,11 +295,11 @@ static void test_printable(void **state)
     char out[16];
 
     (void)state;
-    wh_printable(out, sizeof(out),
-                 "a\nb\"c\x7f"
-                 "d");
+    egpu__webhook_printable(out, sizeof(out),
+                            "a\nb\"c\x7f"
+                            "d");
     assert_string_equal(out, "a?b?c?d");
-    wh_printable(out, 4, "abcdef");
+    egpu__webhook_printable(out, 4, "abcdef");
     assert_string_equal(out, "abc");
 }
 

@@ -45,7 +45,7 @@ static void test_mutate_sets_the_profile(void **state)
     /* applied as the API server would, it passes /validate and a second
      * pass makes no patch */
     doc = json_deep_copy(pod);
-    assert_int_equal(wh_patch_apply(doc, w.ops), 0);
+    assert_int_equal(egpu__webhook_patch_apply(doc, w.ops), 0);
     wt_free(&w);
     w = call(&cfg, EGPU_WEBHOOK_VALIDATE, "CREATE", json_incref(doc), NULL);
     wt_assert_allowed_minimal(&w);

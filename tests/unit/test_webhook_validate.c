@@ -282,8 +282,8 @@ static json_t *gpu_obj(const char *name, const char *model, int mem)
  * before a change unchanged by it. */
 static void test_facts(void **state)
 {
-    struct wh_facts *f = wh_facts_new();
-    const struct wh_facts_snap *s, *old;
+    struct egpu__webhook_facts *f = egpu__webhook_facts_new();
+    const struct egpu__webhook_facts_snap *s, *old;
     json_t *a = gpu_obj("n1-0", "NVIDIA H100", 81920), *b = gpu_obj("n1-1", "NVIDIA H100", 81920);
     json_t *c = gpu_obj("n2-0", "NVIDIA A100-SXM4-40GB", 40960);
     json_t *bad = wt_json("{'metadata':{'name':'n3-0'},'spec':{'memory':'lots'}}");
@@ -291,35 +291,35 @@ static void test_facts(void **state)
 
     (void)state;
     assert_non_null(f);
-    s = wh_facts_get(f);
+    s = egpu__webhook_facts_get(f);
     assert_int_equal(s->ncards, 0);
     assert_int_equal(s->facts.max_card_mib, 0);
     assert_int_equal(s->facts.nmodels, 0);
-    wh_facts_put(s);
-    wh_facts_on_add(f, a);
-    wh_facts_on_add(f, b);
-    wh_facts_on_add(f, c);
-    wh_facts_on_add(f, bad);
-    wh_facts_on_add(f, noname);
-    old = wh_facts_get(f);
+    egpu__webhook_facts_put(s);
+    egpu__webhook_facts_on_add(f, a);
+    egpu__webhook_facts_on_add(f, b);
+    egpu__webhook_facts_on_add(f, c);
+    egpu__webhook_facts_on_add(f, bad);
+    egpu__webhook_facts_on_add(f, noname);
+    old = egpu__webhook_facts_get(f);
     assert_int_equal(old->ncards, 4);
     assert_int_equal(old->facts.max_card_mib, 81920);
     assert_int_equal(old->facts.nmodels, 2);
     assert_string_equal(old->facts.models[0], "NVIDIA A100-SXM4-40GB");
     assert_string_equal(old->facts.models[1], "NVIDIA H100");
-    assert_ptr_equal(wh_facts_get(f), old); /* unchanged: the same view */
-    wh_facts_put(old);
-    wh_facts_on_delete(f, a);
-    wh_facts_on_update(f, b, c = (json_decref(c), gpu_obj("n1-1", "NVIDIA L4", 24576)));
-    s = wh_facts_get(f);
+    assert_ptr_equal(egpu__webhook_facts_get(f), old); /* unchanged: the same view */
+    egpu__webhook_facts_put(old);
+    egpu__webhook_facts_on_delete(f, a);
+    egpu__webhook_facts_on_update(f, b, c = (json_decref(c), gpu_obj("n1-1", "NVIDIA L4", 24576)));
+    s = egpu__webhook_facts_get(f);
     assert_int_equal(s->ncards, 3);
     assert_int_equal(s->facts.max_card_mib, 40960);
     assert_int_equal(s->facts.nmodels, 2);
     assert_string_equal(s->facts.models[1], "NVIDIA L4");
     assert_int_equal(old->facts.max_card_mib, 81920); /* still readable */
-    wh_facts_put(old);
-    wh_facts_put(s);
-    wh_facts_free(f);
+    egpu__webhook_facts_put(old);
+    egpu__webhook_facts_put(s);
+    egpu__webhook_facts_free(f);
     json_decref(a);
     json_decref(b);
     json_decref(c);
