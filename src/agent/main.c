@@ -1,5 +1,7 @@
 /* agent/main.c - egpu-agent, the node agent: GPU inventory and the kubelet
- * device plugin for elasticgpu.io/gpu-core.
+ * device plugin for elasticgpu.io/gpu-core. A thin main: options, wiring
+ * and the main loop; the rest is the egpu_agent library (CMakeLists.txt
+ * lists its files).
  *
  * Start: parse flags (exit 2 on bad usage), open the GPU backend (NVML, or
  * fake with --fake-gpus; exit 1 with the backend's message when it cannot be
@@ -10,20 +12,19 @@
  * Threads: the main thread watches the device-plugin dir with inotify and
  * (re)registers: a new kubelet.sock (a kubelet restart wipes every socket
  * there and creates it again) or our own socket gone means serve again and
- * Register again, retried every second until the kubelet answers. A health
- * thread waits on egpu_gpus_wait and, on a change (or every 10 s, for the
- * probes of a backend without events), lists the cards again: the plugin
- * sends the new device list on ListAndWatch and the inventory republishes;
- * after every probe it reports the cards' use from NVML (status.used,
- * written only when it moved: egpu_inventory_report_used).
+ * Register again, retried every second until the kubelet answers. The
+ * health watcher (health.c) runs on a thread of its own: on a GPU change or
+ * every 10 s it lists the cards again, the plugin sends the new device list
+ * on ListAndWatch, the inventory republishes and status.used is reported.
  * The main thread also removes allocation dirs no container holds any more
- * (egpu__plugin_cleanup) at start and every --cleanup-interval seconds; a
- * dir younger than the interval is kept. Every second it also refreshes
- * the metrics, the allocation gauges from the plugin's record of what
- * PreStartContainer wrote (never from a file a container can write, so
- * nothing in the loop opens a path a container can reach). SIGTERM or
- * SIGINT stops both and exits 0 (the server, the probes, the signals and
- * the teardown order are src/net/service.c's, as in every component).
+ * (egpu__plugin_cleanup, cleanup.c) at start and every --cleanup-interval
+ * seconds; a dir younger than the interval is kept. Every second it also
+ * refreshes the metrics (metrics.c), the allocation gauges from the
+ * plugin's record of what PreStartContainer wrote (never from a file a
+ * container can write, so nothing in the loop opens a path a container can
+ * reach). SIGTERM or SIGINT stops both and exits 0 (the server, the probes,
+ * the signals and the teardown order are src/net/service.c's, as in every
+ * component).
  *
  * Restart: nothing the agent needs lives only in its memory. The kubelet
  * tracks which IDs it gave; the allocation dirs (named by the IDs) and
@@ -55,12 +56,11 @@
 #include "egpu/log.h"
 #include "egpu/net.h"
 #include "egpu/api.h"
+#include "health_int.h"
 #include "metrics_int.h"
 #include "plugin_int.h"
 
-#define HEALTH_WAIT_MS    1000  /* one egpu_gpus_wait */
-#define HEALTH_PROBE_MS   10000 /* list again at least this often */
-#define REGISTER_RETRY_MS 1000  /* between Register attempts */
+#define REGISTER_RETRY_MS 1000 /* between Register attempts */
 
 static const char usage[] =
     "Usage: egpu-agent [OPTION]...\n"
@@ -273,9 +273,9 @@ struct app {
     struct egpu_metrics *reg;
     struct egpu__agent_metrics met; /* the agent's series in reg (metrics.c) */
     atomic_bool registered;
+    struct egpu__health health; /* the health watcher's state (health.c) */
     pthread_t health_thread;
     bool health_started;
-    struct egpu_inventory_used used; /* status.used last written (health thread only) */
 };
 
 static bool ready(void *data, char *why, size_t len)
@@ -291,116 +291,12 @@ static bool ready(void *data, char *why, size_t len)
     return true;
 }
 
-static void publish(struct app *a)
-{
-    struct egpu_inventory_stats st;
-    struct egpu_error err = {0};
-
-    if (a->kube == NULL)
-        return;
-    if (egpu_inventory_sync(a->kube, a->gpus, a->node, &st, &err) != 0)
-        egpu_log(EGPU_LOG_WARN, "GPU objects not published error=\"%s\"", err.msg);
-    else if (st.created || st.updated || st.status_updated || st.deleted)
-        egpu_log(EGPU_LOG_INFO, "GPU objects published created=%u updated=%u status=%u deleted=%u",
-                 st.created, st.updated, st.status_updated, st.deleted);
-}
-
-/* status.used of this node's GPU objects, from NVML: on every probe, each
- * card written only when egpu_inventory_used_due says so. */
-static void report_used(struct app *a)
-{
-    struct egpu_gpu_info *cards;
-    struct egpu_error err = {0};
-    unsigned written = 0;
-    size_t n = 0;
-
-    if (a->kube == NULL)
-        return;
-    cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
-    if (cards == NULL)
-        return;
-    if (egpu_gpus_list(a->gpus, cards, EGPU_NODE_GPUS_MAX, &n, &err) != 0 ||
-        egpu_inventory_report_used(a->kube, &a->used, a->node, cards, n, &written, &err) != 0)
-        egpu_log(EGPU_LOG_WARN, "GPU use not reported error=\"%s\"", err.msg);
-    else if (written > 0)
-        egpu_log(EGPU_LOG_DEBUG, "GPU use reported cards=%u", written);
-    egpu_free(cards);
-}
-
 static long now_ms(void)
 {
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* --fake-health-file: when the file changed (mtime or size), apply its
- * lines to the fake backend. Returns how many cards it set. */
-static int apply_fake_health(struct app *a, struct timespec *seen_mtime, off_t *seen_size)
-{
-    char line[256];
-    struct stat st;
-    FILE *f;
-    int set = 0;
-
-    if (a->o.fake_health == NULL || egpu_gpus_kind(a->gpus) != EGPU_GPUS_FAKE ||
-        stat(a->o.fake_health, &st) != 0)
-        return 0;
-    if (st.st_mtim.tv_sec == seen_mtime->tv_sec && st.st_mtim.tv_nsec == seen_mtime->tv_nsec &&
-        st.st_size == *seen_size)
-        return 0;
-    *seen_mtime = st.st_mtim;
-    *seen_size = st.st_size;
-    f = fopen(a->o.fake_health, "r");
-    if (f == NULL)
-        return 0;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        char state[16] = "", reason[128] = "";
-        struct egpu_error err = {0};
-        unsigned index;
-        int n = sscanf(line, "%u %15s %127[^\n]", &index, state, reason);
-
-        if (n < 2 || (strcmp(state, "healthy") != 0 && strcmp(state, "unhealthy") != 0))
-            continue;
-        if (egpu_gpus_fake_set_health(a->gpus, index, strcmp(state, "healthy") == 0,
-                                      n == 3 ? reason : NULL, &err) != 0)
-            egpu_log(EGPU_LOG_WARN, "--fake-health-file: line ignored error=\"%s\"", err.msg);
-        else
-            set++;
-    }
-    fclose(f);
-    return set;
-}
-
-static void *health_main(void *data)
-{
-    struct app *a = data;
-    long last = now_ms();
-    struct timespec mtime = {0};
-    off_t size = -1;
-
-    report_used(a);
-    while (!egpu_service_stopping()) {
-        struct egpu_error err = {0};
-        int n = egpu_gpus_wait(a->gpus, HEALTH_WAIT_MS, &err);
-        bool changed = false;
-
-        if (n < 0) {
-            egpu_log(EGPU_LOG_WARN, "health wait failed error=\"%s\"", err.msg);
-            n = 0;
-        }
-        n += apply_fake_health(a, &mtime, &size);
-        if (n == 0 && now_ms() - last < HEALTH_PROBE_MS)
-            continue;
-        last = now_ms();
-        if (egpu__plugin_refresh(a->plugin, &changed, &err) != 0)
-            egpu_log(EGPU_LOG_WARN, "GPU list failed error=\"%s\"", err.msg);
-        else if (changed)
-            publish(a);
-        report_used(a);
-    }
-    return NULL;
 }
 
 static int start(void *data, struct egpu_error *err)
@@ -414,13 +310,16 @@ static int start(void *data, struct egpu_error *err)
     rc = egpu_gpus_open(&gc, &a->gpus, err);
     if (rc)
         return rc;
+    a->health =
+        (struct egpu__health){.gpus = a->gpus, .node = a->node, .fake_health = a->o.fake_health};
     if (!a->o.no_api) {
         rc = egpu_kube_config_load(a->o.srv.kubeconfig, a->o.srv.context, &a->kcfg, err);
         if (!rc)
             rc = egpu_kube_new(a->kcfg, &a->kube, err);
         if (rc)
             return rc;
-        publish(a);
+        a->health.kube = a->kube;
+        egpu__health_publish(&a->health);
     }
     pc = (struct egpu_plugin_config){.dir = a->o.dp_dir,
                                      .alloc_root = a->o.alloc_root,
@@ -453,7 +352,8 @@ static int start(void *data, struct egpu_error *err)
     rc = egpu__plugin_serve(a->plugin, err);
     if (rc)
         return rc;
-    rc = pthread_create(&a->health_thread, NULL, health_main, a);
+    a->health.plugin = a->plugin;
+    rc = pthread_create(&a->health_thread, NULL, egpu__health_main, &a->health);
     if (rc)
         return egpu_error_set(err, -rc, "health thread: %s", strerror(rc));
     a->health_started = true;
