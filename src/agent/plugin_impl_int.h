@@ -13,7 +13,7 @@
  * what PreStartContainer wrote), podresources_int.h (PodResources List),
  * cleanup_int.h (removing the dirs no container holds), marker_int.h (the
  * mark after Allocate), pb_int.h (the protobuf-c glue). What main.c,
- * metrics.c, prestart.c and marker.c see of the plugin is plugin_int.h.
+ * metrics.c, health.c and prestart.c see of the plugin is plugin_int.h.
  */
 #ifndef EGPU_AGENT_PLUGIN_IMPL_INT_H
 #define EGPU_AGENT_PLUGIN_IMPL_INT_H
