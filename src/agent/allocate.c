@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "allocdir_int.h"
 #include "allocfs_int.h"
 #include "deviceplugin/v1beta1/api.pb-c.h"
 #include "egpu/log.h"
@@ -113,8 +114,9 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
                         struct egpu_grpc_status *st)
 {
     static char env_visible[] = "NVIDIA_VISIBLE_DEVICES", env_dir[] = "EGPU_ALLOC_DIR",
-                container_dir[] = EGPU_PLUGIN_CONTAINER_DIR, preload_path[] = "/etc/ld.so.preload",
-                shared_path[] = EGPU_PLUGIN_CONTAINER_DIR "/" EGPU_PLUGIN_SHARED_DIR;
+                container_dir[] = EGPU_ALLOCDIR_CONTAINER_DIR,
+                preload_path[] = "/etc/ld.so.preload",
+                shared_path[] = EGPU_ALLOCDIR_CONTAINER_DIR "/" EGPU_ALLOCDIR_SHARED_DIR;
     unsigned count[EGPU_NODE_GPUS_MAX];
     struct egpu_error err = {0};
     bool shared = false, created = false;
@@ -142,8 +144,8 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
                      cards[i].uuid);
         used += (size_t)w;
     }
-    rc = egpu__plugin_alloc_dir(p->alloc_root, c->devices_ids, c->n_devices_ids, o->dir,
-                                sizeof(o->dir));
+    rc = egpu__allocdir_path(p->alloc_root, c->devices_ids, c->n_devices_ids, o->dir,
+                             sizeof(o->dir));
     if (rc)
         return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL,
                                     "Allocate: allocation dir below %s: %s", p->alloc_root,
@@ -154,19 +156,19 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
      * sticky like /tmp) is where the container's processes, whatever their
      * user, create the interposer's regions. */
     pthread_mutex_lock(&p->alloc_lock);
-    rc = egpu__plugin_open_alloc_dir(p->alloc_root, o->dir, true, shared, &created, &dfd, &err);
+    rc = egpu__allocdir_open(p->alloc_root, o->dir, true, shared, &created, &dfd, &err);
     if (rc == 0 && !created && futimens(dfd, NULL) != 0)
         rc = egpu_error_errno(&err, "allocation dir %s: touch", o->dir);
     if (rc == 0 && shared) {
         snprintf(text, sizeof(text), "%s\n", p->interposer);
-        rc = egpu__fs_write_at(dfd, o->dir, EGPU_PLUGIN_PRELOAD_FILE, text, strlen(text), 0644,
+        rc = egpu__fs_write_at(dfd, o->dir, EGPU_ALLOCDIR_PRELOAD_FILE, text, strlen(text), 0644,
                                &err);
-        snprintf(o->preload, sizeof(o->preload), "%s/%s", o->dir, EGPU_PLUGIN_PRELOAD_FILE);
-        snprintf(o->shared_host, sizeof(o->shared_host), "%s/%s", o->dir, EGPU_PLUGIN_SHARED_DIR);
+        snprintf(o->preload, sizeof(o->preload), "%s/%s", o->dir, EGPU_ALLOCDIR_PRELOAD_FILE);
+        snprintf(o->shared_host, sizeof(o->shared_host), "%s/%s", o->dir, EGPU_ALLOCDIR_SHARED_DIR);
     }
     if (dfd >= 0)
         close(dfd);
-    if (rc && created && egpu__plugin_remove_alloc_dir(p->alloc_root, o->dir) != 0)
+    if (rc && created && egpu__allocdir_remove(p->alloc_root, o->dir) != 0)
         egpu_log(EGPU_LOG_WARN, "allocation dir not removed after a failed Allocate dir=%s",
                  o->dir);
     pthread_mutex_unlock(&p->alloc_lock);

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gpus_int.h"
 
@@ -40,14 +39,6 @@ const char *egpu_gpu_link_name(enum egpu_gpu_link link)
         break;
     }
     return "unknown";
-}
-
-void egpu__gpus_sleep_ms(long timeout_ms)
-{
-    struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        continue;
 }
 
 static int wrap(enum egpu_gpus_kind kind, const struct egpu__gpus_ops *ops, void *impl,

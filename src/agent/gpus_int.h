@@ -35,7 +35,4 @@ int egpu__fake_set_health(void *impl, uint32_t index, bool healthy, const char *
 int egpu__fake_set_link(void *impl, uint32_t a, uint32_t b, enum egpu_gpu_link link,
                         struct egpu_error *err);
 
-/* Sleep timeout_ms (>= 0), resuming after signals. */
-void egpu__gpus_sleep_ms(long timeout_ms);
-
 #endif /* EGPU_GPUS_INT_H */

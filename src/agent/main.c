@@ -1,5 +1,7 @@
 /* agent/main.c - egpu-agent, the node agent: GPU inventory and the kubelet
- * device plugin for elasticgpu.io/gpu-core.
+ * device plugin for elasticgpu.io/gpu-core. A thin main: options, wiring
+ * and the main loop; the rest is the egpu_agent library (CMakeLists.txt
+ * lists its files).
  *
  * Start: parse flags (exit 2 on bad usage), open the GPU backend (NVML, or
  * fake with --fake-gpus; exit 1 with the backend's message when it cannot be
@@ -10,20 +12,19 @@
  * Threads: the main thread watches the device-plugin dir with inotify and
  * (re)registers: a new kubelet.sock (a kubelet restart wipes every socket
  * there and creates it again) or our own socket gone means serve again and
- * Register again, retried every second until the kubelet answers. A health
- * thread waits on egpu_gpus_wait and, on a change (or every 10 s, for the
- * probes of a backend without events), lists the cards again: the plugin
- * sends the new device list on ListAndWatch and the inventory republishes;
- * after every probe it reports the cards' use from NVML (status.used,
- * written only when it moved: egpu_inventory_report_used).
+ * Register again, retried every second until the kubelet answers. The
+ * health watcher (health.c) runs on a thread of its own: on a GPU change or
+ * every 10 s it lists the cards again, the plugin sends the new device list
+ * on ListAndWatch, the inventory republishes and status.used is reported.
  * The main thread also removes allocation dirs no container holds any more
- * (egpu__plugin_cleanup) at start and every --cleanup-interval seconds; a
- * dir younger than the interval is kept. Every second it also refreshes
- * the metrics, the allocation gauges from the plugin's record of what
- * PreStartContainer wrote (never from a file a container can write, so
- * nothing in the loop opens a path a container can reach). SIGTERM or
- * SIGINT stops both and exits 0 (the server, the probes, the signals and
- * the teardown order are src/net/service.c's, as in every component).
+ * (egpu__plugin_cleanup, cleanup.c) at start and every --cleanup-interval
+ * seconds; a dir younger than the interval is kept. Every second it also
+ * refreshes the metrics (metrics.c), the allocation gauges from the
+ * plugin's record of what PreStartContainer wrote (never from a file a
+ * container can write, so nothing in the loop opens a path a container can
+ * reach). SIGTERM or SIGINT stops both and exits 0 (the server, the probes,
+ * the signals and the teardown order are src/net/service.c's, as in every
+ * component).
  *
  * Restart: nothing the agent needs lives only in its memory. The kubelet
  * tracks which IDs it gave; the allocation dirs (named by the IDs) and
@@ -55,11 +56,11 @@
 #include "egpu/log.h"
 #include "egpu/net.h"
 #include "egpu/api.h"
+#include "health_int.h"
+#include "metrics_int.h"
 #include "plugin_int.h"
 
-#define HEALTH_WAIT_MS    1000  /* one egpu_gpus_wait */
-#define HEALTH_PROBE_MS   10000 /* list again at least this often */
-#define REGISTER_RETRY_MS 1000  /* between Register attempts */
+#define REGISTER_RETRY_MS 1000 /* between Register attempts */
 
 static const char usage[] =
     "Usage: egpu-agent [OPTION]...\n"
@@ -261,12 +262,6 @@ static int parse_options(int argc, char **argv, struct options *o)
 
 /* ------------------------------------------------------------------------ */
 
-/* One container's labels (namespace, pod, container). */
-struct ctr_key {
-    char v[3][EGPU_K8S_NAME_MAX];
-    bool live;
-};
-
 struct app {
     struct options o;
     char node[256];
@@ -276,16 +271,11 @@ struct app {
     struct egpu_plugin *plugin;
     struct egpu_service svc; /* /healthz, /readyz, /metrics on --listen:--port */
     struct egpu_metrics *reg;
-    struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_allocs, *m_alloc_errors,
-        *m_prestarts, *m_registrations, *m_mismatches, *m_marks;
-    struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_gpu_used, *m_ctr_core, *m_ctr_mem;
-    struct ctr_key *ctrs; /* containers with limit gauges (set to 0 once gone) */
-    size_t nctrs;
-    struct egpu_plugin_stats seen;
+    struct egpu__agent_metrics met; /* the agent's series in reg (metrics.c) */
     atomic_bool registered;
+    struct egpu__health health; /* the health watcher's state (health.c) */
     pthread_t health_thread;
     bool health_started;
-    struct egpu_inventory_used used; /* status.used last written (health thread only) */
 };
 
 static bool ready(void *data, char *why, size_t len)
@@ -301,302 +291,12 @@ static bool ready(void *data, char *why, size_t len)
     return true;
 }
 
-static int register_metrics(struct app *a, struct egpu_error *err)
-{
-    static const char *const gpu_label[] = {"gpu"};
-    static const char *const ctr_labels[] = {"namespace", "pod", "container"};
-    static const char *const at_label[] = {"at"};
-    int rc;
-
-    a->reg = egpu_metrics_new();
-    if (a->reg == NULL)
-        return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
-    rc = egpu_metric_gauge(a->reg, "egpu_agent_registered",
-                           "1 while the device plugin is registered with the kubelet.", 0, NULL,
-                           &a->m_registered);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpus", "GPUs the backend lists.", 0, NULL,
-                               &a->m_cards);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpus_healthy", "Healthy GPUs.", 0, NULL,
-                               &a->m_healthy);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_agent_allocations_total",
-                                 "Containers the device plugin allocated.", 0, NULL, &a->m_allocs);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_agent_allocation_errors_total",
-                                 "Allocate calls refused.", 0, NULL, &a->m_alloc_errors);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_agent_prestarts_total",
-                                 "PreStartContainer calls answered OK.", 0, NULL, &a->m_prestarts);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_agent_registrations_total",
-                                 "Successful registrations with the kubelet.", 0, NULL,
-                                 &a->m_registrations);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_agent_allocation_mismatches_total",
-                                 "PreStartContainer calls refused: device IDs on other GPUs than "
-                                 "the scheduler assigned.",
-                                 0, NULL, &a->m_mismatches);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_agent_allocated_marks_total",
-                                 "Containers marked elasticgpu.io/allocated, by when: right after "
-                                 "Allocate (PodResources showed the owner) or at "
-                                 "PreStartContainer (the fallback).",
-                                 1, at_label, &a->m_marks);
-    if (!rc)
-        rc = egpu_metric_gauge(
-            a->reg, "egpu_agent_gpu_allocated_core_percent",
-            "Core percent of the GPU given to live allocations (as PreStartContainer wrote).", 1,
-            gpu_label, &a->m_gpu_core);
-    if (!rc)
-        rc = egpu_metric_gauge(
-            a->reg, "egpu_agent_gpu_allocated_memory_mib",
-            "Memory MiB of the GPU given to live allocations (as PreStartContainer wrote).", 1,
-            gpu_label, &a->m_gpu_mem);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_agent_gpu_used_memory_mib",
-                               "Memory MiB in use on the GPU, as NVML reports it (0 for fake "
-                               "cards).",
-                               1, gpu_label, &a->m_gpu_used);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_agent_container_limit_core_percent",
-                               "A container's core limit, percent per GPU (0 once it is gone).", 3,
-                               ctr_labels, &a->m_ctr_core);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_agent_container_limit_memory_mib",
-                               "A container's memory limit, MiB per GPU (0 once it is gone).", 3,
-                               ctr_labels, &a->m_ctr_mem);
-    if (rc)
-        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
-    return 0;
-}
-
-/* Set the container gauges of key (adding it to the known ones). */
-static void set_container(struct app *a, const char *ns, const char *pod, const char *container,
-                          double core, double mem)
-{
-    struct ctr_key *k = NULL;
-    const char *values[3];
-
-    for (size_t i = 0; i < a->nctrs && k == NULL; i++)
-        if (strcmp(a->ctrs[i].v[0], ns) == 0 && strcmp(a->ctrs[i].v[1], pod) == 0 &&
-            strcmp(a->ctrs[i].v[2], container) == 0)
-            k = &a->ctrs[i];
-    if (k == NULL) {
-        struct ctr_key *grown = egpu_realloc(a->ctrs, (a->nctrs + 1) * sizeof(*grown));
-
-        if (grown == NULL)
-            return;
-        a->ctrs = grown;
-        k = &a->ctrs[a->nctrs++];
-        snprintf(k->v[0], sizeof(k->v[0]), "%s", ns);
-        snprintf(k->v[1], sizeof(k->v[1]), "%s", pod);
-        snprintf(k->v[2], sizeof(k->v[2]), "%s", container);
-    }
-    k->live = true;
-    values[0] = k->v[0];
-    values[1] = k->v[1];
-    values[2] = k->v[2];
-    (void)egpu_metric_set(a->m_ctr_core, values, core);
-    (void)egpu_metric_set(a->m_ctr_mem, values, mem);
-}
-
-/* What refresh_allocations adds up. */
-struct alloc_sum {
-    struct app *a;
-    const struct egpu_gpu_info *cards;
-    size_t ncards;
-    double core[EGPU_NODE_GPUS_MAX], mem[EGPU_NODE_GPUS_MAX];
-};
-
-static void add_limits(void *data, const struct egpu_plugin_limits *l)
-{
-    struct alloc_sum *s = data;
-
-    for (uint32_t g = 0; g < l->ngpus; g++) {
-        for (size_t i = 0; i < s->ncards; i++) {
-            if (strcmp(s->cards[i].uuid, l->gpus[g]) == 0) {
-                s->core[i] += l->core_pct;
-                s->mem[i] += l->mem_mib;
-            }
-        }
-    }
-    set_container(s->a, l->ns, l->pod, l->container, l->core_pct, l->mem_mib);
-}
-
-/* The allocation gauges from the agent's own record of what
- * PreStartContainer wrote (the cleanup drops the dirs no container holds),
- * never from a file a container could have written. */
-static void refresh_allocations(struct app *a)
-{
-    struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
-    struct alloc_sum *s = egpu_calloc(1, sizeof(*s));
-
-    if (cards == NULL || s == NULL) {
-        egpu_free(cards);
-        egpu_free(s);
-        return;
-    }
-    s->a = a;
-    s->cards = cards;
-    s->ncards = egpu__plugin_cards(a->plugin, cards, EGPU_NODE_GPUS_MAX);
-    for (size_t i = 0; i < a->nctrs; i++)
-        a->ctrs[i].live = false;
-    egpu__plugin_each_limits(a->plugin, add_limits, s);
-    for (size_t i = 0; i < s->ncards; i++) {
-        const char *values[1] = {cards[i].uuid};
-
-        if (cards[i].uuid[0] == '\0')
-            continue;
-        (void)egpu_metric_set(a->m_gpu_core, values, s->core[i]);
-        (void)egpu_metric_set(a->m_gpu_mem, values, s->mem[i]);
-        (void)egpu_metric_set(a->m_gpu_used, values, (double)cards[i].used_mem_mib);
-    }
-    for (size_t i = 0; i < a->nctrs; i++) {
-        const char *values[3] = {a->ctrs[i].v[0], a->ctrs[i].v[1], a->ctrs[i].v[2]};
-
-        if (a->ctrs[i].live)
-            continue;
-        (void)egpu_metric_set(a->m_ctr_core, values, 0);
-        (void)egpu_metric_set(a->m_ctr_mem, values, 0);
-    }
-    egpu_free(s);
-    egpu_free(cards);
-}
-
-static void refresh_metrics(struct app *a)
-{
-    struct egpu_plugin_stats s;
-
-    egpu__plugin_stats(a->plugin, &s);
-    (void)egpu_metric_set(a->m_registered, NULL, atomic_load(&a->registered) ? 1.0 : 0.0);
-    (void)egpu_metric_set(a->m_cards, NULL, (double)s.cards);
-    (void)egpu_metric_set(a->m_healthy, NULL, (double)s.healthy);
-    (void)egpu_metric_add(a->m_allocs, NULL, (double)(s.allocations - a->seen.allocations));
-    (void)egpu_metric_add(a->m_alloc_errors, NULL, (double)(s.alloc_errors - a->seen.alloc_errors));
-    (void)egpu_metric_add(a->m_prestarts, NULL, (double)(s.prestarts - a->seen.prestarts));
-    (void)egpu_metric_add(a->m_registrations, NULL,
-                          (double)(s.registrations - a->seen.registrations));
-    (void)egpu_metric_add(a->m_mismatches, NULL, (double)(s.mismatches - a->seen.mismatches));
-    (void)egpu_metric_add(a->m_marks, (const char *const[]){"allocate"},
-                          (double)(s.marked_allocate - a->seen.marked_allocate));
-    (void)egpu_metric_add(a->m_marks, (const char *const[]){"prestart"},
-                          (double)(s.marked_prestart - a->seen.marked_prestart));
-    a->seen = s;
-    refresh_allocations(a);
-}
-
-static void publish(struct app *a)
-{
-    struct egpu_inventory_stats st;
-    struct egpu_error err = {0};
-
-    if (a->kube == NULL)
-        return;
-    if (egpu_inventory_sync(a->kube, a->gpus, a->node, &st, &err) != 0)
-        egpu_log(EGPU_LOG_WARN, "GPU objects not published error=\"%s\"", err.msg);
-    else if (st.created || st.updated || st.status_updated || st.deleted)
-        egpu_log(EGPU_LOG_INFO, "GPU objects published created=%u updated=%u status=%u deleted=%u",
-                 st.created, st.updated, st.status_updated, st.deleted);
-}
-
-/* status.used of this node's GPU objects, from NVML: on every probe, each
- * card written only when egpu_inventory_used_due says so. */
-static void report_used(struct app *a)
-{
-    struct egpu_gpu_info *cards;
-    struct egpu_error err = {0};
-    unsigned written = 0;
-    size_t n = 0;
-
-    if (a->kube == NULL)
-        return;
-    cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
-    if (cards == NULL)
-        return;
-    if (egpu_gpus_list(a->gpus, cards, EGPU_NODE_GPUS_MAX, &n, &err) != 0 ||
-        egpu_inventory_report_used(a->kube, &a->used, a->node, cards, n, &written, &err) != 0)
-        egpu_log(EGPU_LOG_WARN, "GPU use not reported error=\"%s\"", err.msg);
-    else if (written > 0)
-        egpu_log(EGPU_LOG_DEBUG, "GPU use reported cards=%u", written);
-    egpu_free(cards);
-}
-
 static long now_ms(void)
 {
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* --fake-health-file: when the file changed (mtime or size), apply its
- * lines to the fake backend. Returns how many cards it set. */
-static int apply_fake_health(struct app *a, struct timespec *seen_mtime, off_t *seen_size)
-{
-    char line[256];
-    struct stat st;
-    FILE *f;
-    int set = 0;
-
-    if (a->o.fake_health == NULL || egpu_gpus_kind(a->gpus) != EGPU_GPUS_FAKE ||
-        stat(a->o.fake_health, &st) != 0)
-        return 0;
-    if (st.st_mtim.tv_sec == seen_mtime->tv_sec && st.st_mtim.tv_nsec == seen_mtime->tv_nsec &&
-        st.st_size == *seen_size)
-        return 0;
-    *seen_mtime = st.st_mtim;
-    *seen_size = st.st_size;
-    f = fopen(a->o.fake_health, "r");
-    if (f == NULL)
-        return 0;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        char state[16] = "", reason[128] = "";
-        struct egpu_error err = {0};
-        unsigned index;
-        int n = sscanf(line, "%u %15s %127[^\n]", &index, state, reason);
-
-        if (n < 2 || (strcmp(state, "healthy") != 0 && strcmp(state, "unhealthy") != 0))
-            continue;
-        if (egpu_gpus_fake_set_health(a->gpus, index, strcmp(state, "healthy") == 0,
-                                      n == 3 ? reason : NULL, &err) != 0)
-            egpu_log(EGPU_LOG_WARN, "--fake-health-file: line ignored error=\"%s\"", err.msg);
-        else
-            set++;
-    }
-    fclose(f);
-    return set;
-}
-
-static void *health_main(void *data)
-{
-    struct app *a = data;
-    long last = now_ms();
-    struct timespec mtime = {0};
-    off_t size = -1;
-
-    report_used(a);
-    while (!egpu_service_stopping()) {
-        struct egpu_error err = {0};
-        int n = egpu_gpus_wait(a->gpus, HEALTH_WAIT_MS, &err);
-        bool changed = false;
-
-        if (n < 0) {
-            egpu_log(EGPU_LOG_WARN, "health wait failed error=\"%s\"", err.msg);
-            n = 0;
-        }
-        n += apply_fake_health(a, &mtime, &size);
-        if (n == 0 && now_ms() - last < HEALTH_PROBE_MS)
-            continue;
-        last = now_ms();
-        if (egpu__plugin_refresh(a->plugin, &changed, &err) != 0)
-            egpu_log(EGPU_LOG_WARN, "GPU list failed error=\"%s\"", err.msg);
-        else if (changed)
-            publish(a);
-        report_used(a);
-    }
-    return NULL;
 }
 
 static int start(void *data, struct egpu_error *err)
@@ -610,13 +310,16 @@ static int start(void *data, struct egpu_error *err)
     rc = egpu_gpus_open(&gc, &a->gpus, err);
     if (rc)
         return rc;
+    a->health =
+        (struct egpu__health){.gpus = a->gpus, .node = a->node, .fake_health = a->o.fake_health};
     if (!a->o.no_api) {
         rc = egpu_kube_config_load(a->o.srv.kubeconfig, a->o.srv.context, &a->kcfg, err);
         if (!rc)
             rc = egpu_kube_new(a->kcfg, &a->kube, err);
         if (rc)
             return rc;
-        publish(a);
+        a->health.kube = a->kube;
+        egpu__health_publish(&a->health);
     }
     pc = (struct egpu_plugin_config){.dir = a->o.dp_dir,
                                      .alloc_root = a->o.alloc_root,
@@ -628,8 +331,13 @@ static int start(void *data, struct egpu_error *err)
                                      .strategy = a->o.strategy,
                                      .ctx_extra_mib = a->o.ctx_extra_mib};
     rc = egpu__plugin_new(&pc, &a->plugin, err);
+    if (!rc) {
+        a->reg = egpu_metrics_new();
+        if (a->reg == NULL)
+            rc = egpu_error_set(err, -ENOMEM, "metrics: out of memory");
+    }
     if (!rc)
-        rc = register_metrics(a, err);
+        rc = egpu__agent_metrics_register(&a->met, a->reg, err);
     sc.reg = a->reg;
     if (!rc)
         rc = egpu_service_new(&sc, &a->svc, err);
@@ -644,7 +352,8 @@ static int start(void *data, struct egpu_error *err)
     rc = egpu__plugin_serve(a->plugin, err);
     if (rc)
         return rc;
-    rc = pthread_create(&a->health_thread, NULL, health_main, a);
+    a->health.plugin = a->plugin;
+    rc = pthread_create(&a->health_thread, NULL, egpu__health_main, &a->health);
     if (rc)
         return egpu_error_set(err, -rc, "health thread: %s", strerror(rc));
     a->health_started = true;
@@ -695,7 +404,7 @@ static void run(void *data)
         }
         now = now_ms();
         if (now >= next_metrics) {
-            refresh_metrics(a);
+            egpu__agent_metrics_refresh(&a->met, a->plugin, atomic_load(&a->registered));
             next_metrics = now + 1000;
         }
         if (a->o.cleanup_s > 0 && now >= next_cleanup) {
@@ -741,7 +450,7 @@ static void finish(void *data)
     egpu__plugin_free(a->plugin);
     egpu_service_free(&a->svc);
     egpu_metrics_free(a->reg);
-    egpu_free(a->ctrs);
+    egpu__agent_metrics_close(&a->met);
     egpu_kube_free(a->kube);
     egpu_kube_config_free(a->kcfg);
     egpu_gpus_free(a->gpus);

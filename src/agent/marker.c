@@ -29,6 +29,7 @@
 
 #include "egpu/log.h"
 #include "marker_int.h"
+#include "pb_int.h"
 
 #define MARK_TRIES     6
 #define MARK_FIRST_MS  50
@@ -79,7 +80,9 @@ static void run_due(struct egpu__marker *m, struct job *list, int64_t now)
     struct egpu_error err = {0};
     struct job *keep = NULL, *next;
     unsigned long marked = 0, gave_up = 0, failed = 0;
-    int lrc = egpu__podres_list(m->cfg.pod_resources, &r, &err);
+    egpu__podres_list_fn podres =
+        m->cfg.podres_list != NULL ? m->cfg.podres_list : egpu__podres_list;
+    int lrc = podres(m->cfg.pod_resources, &r, &err);
 
     if (lrc != 0)
         egpu_log(EGPU_LOG_DEBUG, "allocated mark: PodResources List failed error=\"%s\"", err.msg);

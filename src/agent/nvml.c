@@ -471,6 +471,15 @@ static int nvml_link(void *impl, uint32_t a, uint32_t b, enum egpu_gpu_link *out
     return 0;
 }
 
+/* Sleep timeout_ms (>= 0), resuming after signals. */
+static void sleep_ms(long timeout_ms)
+{
+    struct timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        continue;
+}
+
 static long now_ms(void)
 {
     struct timespec ts;
@@ -527,7 +536,7 @@ static int nvml_wait(void *impl, long timeout_ms, struct egpu_error *err)
 
     (void)err;
     if (n->events == NULL) {
-        egpu__gpus_sleep_ms(timeout_ms);
+        sleep_ms(timeout_ms);
         return 0;
     }
     for (;;) {
@@ -547,7 +556,7 @@ static int nvml_wait(void *impl, long timeout_ms, struct egpu_error *err)
             (void)n->api.event_set_free(n->events); /* the set is abandoned either way */
             n->events = NULL;
             left = deadline - now_ms();
-            egpu__gpus_sleep_ms(left > 0 ? left : 0);
+            sleep_ms(left > 0 ? left : 0);
             return 0;
         }
         if (r == NVML_SUCCESS && (d.eventType & nvmlEventTypeXidCriticalError) != 0) {

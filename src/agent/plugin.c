@@ -15,9 +15,9 @@
  * A kubelet restart wipes the socket dir: main.c sees it (inotify) and calls
  * egpu__plugin_serve and egpu__plugin_register again.
  *
- * Also here: the protobuf-c glue (messages from proto/, unpacked and packed
- * with an allocator on egpu_malloc) and the device-ID helpers every verb
- * uses. Errors the kubelet shows in pod events name the offending ID.
+ * Also here: the device-ID helpers every verb uses (errors the kubelet
+ * shows in pod events name the offending ID), and the plugin's record and
+ * cleanup (record.c, cleanup.c) on its allocation dirs.
  */
 #include <errno.h>
 #include <limits.h>
@@ -29,60 +29,9 @@
 #include "deviceplugin/v1beta1/api.pb-c.h"
 #include "egpu/log.h"
 #include "egpu/api.h"
+#include "cleanup_int.h"
 #include "plugin_impl_int.h"
 #include "prestart_int.h"
-
-/* ------------------------------------------------------------------------ */
-/* protobuf-c glue                                                          */
-
-static void *pb_alloc(void *data, size_t size)
-{
-    (void)data;
-    return egpu_malloc(size);
-}
-
-static void pb_free(void *data, void *p)
-{
-    (void)data;
-    egpu_free(p);
-}
-
-ProtobufCAllocator egpu__pb_allocator = {pb_alloc, pb_free, NULL};
-
-struct pb_sink {
-    ProtobufCBuffer base;
-    struct egpu_buf *b;
-    int rc;
-};
-
-static void pb_append(ProtobufCBuffer *base, size_t len, const uint8_t *data)
-{
-    struct pb_sink *s = (struct pb_sink *)base;
-
-    if (s->rc == 0)
-        s->rc = egpu_buf_append(s->b, data, len);
-}
-
-/* Pack m at the end of b. Returns 0, -EMSGSIZE or -ENOMEM. */
-int egpu__pb_pack(const ProtobufCMessage *m, struct egpu_buf *b)
-{
-    struct pb_sink s = {.base = {.append = pb_append}, .b = b, .rc = 0};
-
-    protobuf_c_message_pack_to_buffer(m, &s.base);
-    return s.rc;
-}
-
-ProtobufCMessage *egpu__pb_unpack(const ProtobufCMessageDescriptor *d,
-                                  const struct egpu_grpc_request *req)
-{
-    return protobuf_c_message_unpack(d, &egpu__pb_allocator, req->len, (const uint8_t *)req->data);
-}
-
-void egpu__pb_unpacked_free(ProtobufCMessage *m)
-{
-    if (m != NULL)
-        protobuf_c_message_free_unpacked(m, &egpu__pb_allocator);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Device IDs                                                               */
@@ -190,6 +139,7 @@ static struct egpu_prestart_config prestart_config(struct egpu_plugin *p)
     return (struct egpu_prestart_config){.kube = p->kube,
                                          .node = p->node,
                                          .pod_resources = p->pod_resources,
+                                         .podres_list = p->podres_list,
                                          .alloc_root = p->alloc_root,
                                          .ctx_extra_mib = p->ctx_extra_mib,
                                          .allocated_lock = &p->allocated_lock};
@@ -203,7 +153,7 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
     V1beta1__PreStartContainerResponse resp = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
     struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
     unsigned count[EGPU_NODE_GPUS_MAX];
-    struct egpu_plugin_limits *wrote = egpu_calloc(1, sizeof(*wrote));
+    struct egpu__alloc_limits *wrote = egpu_calloc(1, sizeof(*wrote));
     size_t ncards;
     bool mismatch = false, marked = false;
     int rc = 0;
@@ -233,7 +183,7 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
                                 &marked, wrote, st);
         /* The files are on disk even when the API server then failed: the
          * record says what is there. */
-        if (wrote->dir[0] != '\0' && egpu__plugin_record(p, wrote) != 0)
+        if (wrote->dir[0] != '\0' && egpu__record_put(&p->rec, wrote) != 0)
             egpu_log(EGPU_LOG_WARN, "allocation not recorded (out of memory) pod=%s/%s dir=%s",
                      wrote->ns, wrote->pod, wrote->dir);
     }
@@ -280,11 +230,12 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->alloc_lock, NULL);
     pthread_mutex_init(&p->allocated_lock, NULL);
-    pthread_mutex_init(&p->rec_lock, NULL);
+    egpu__record_init(&p->rec);
     p->gpus = cfg->gpus;
     p->kube = cfg->kube;
     p->strategy = cfg->strategy;
     p->ctx_extra_mib = cfg->ctx_extra_mib;
+    p->podres_list = cfg->podres_list;
     p->dir = dup_or(cfg->dir, "/var/lib/kubelet/device-plugins");
     p->alloc_root = dup_or(cfg->alloc_root, "/var/lib/elastic-gpu/alloc");
     p->interposer = dup_or(cfg->interposer, EGPU_PLUGIN_INTERPOSER);
@@ -305,7 +256,7 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
     }
     rc = egpu_gpus_list(p->gpus, p->cards, EGPU_NODE_GPUS_MAX, &p->ncards, err);
     if (!rc)
-        egpu__plugin_record_load(p);
+        egpu__record_load(&p->rec, p->alloc_root);
     if (!rc && p->kube != NULL) {
         struct egpu_prestart_config pc = prestart_config(p);
 
@@ -351,8 +302,7 @@ void egpu__plugin_free(struct egpu_plugin *p)
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->allocated_lock);
     pthread_mutex_destroy(&p->alloc_lock);
-    pthread_mutex_destroy(&p->rec_lock);
-    egpu_free(p->rec);
+    egpu__record_close(&p->rec);
     egpu_free(p->dir);
     egpu_free(p->alloc_root);
     egpu_free(p->interposer);
@@ -368,7 +318,7 @@ int egpu__plugin_serve(struct egpu_plugin *p, struct egpu_error *err)
     if (p->running)
         egpu_grpc_server_stop(p->srv);
     p->running = false;
-    rc = egpu__plugin_mkdir_p(p->dir);
+    rc = egpu__allocdir_mkdir_p(p->dir);
     if (rc)
         return egpu_error_set(err, rc, "--device-plugin-dir %s: %s", p->dir, egpu_strerror(rc));
     rc = egpu_grpc_server_start(p->srv, err);
@@ -445,4 +395,21 @@ void egpu__plugin_stats(struct egpu_plugin *p, struct egpu_plugin_stats *out)
     for (size_t i = 0; i < p->ncards; i++)
         out->healthy += p->cards[i].healthy;
     pthread_mutex_unlock(&p->lock);
+}
+
+void egpu__plugin_each_limits(struct egpu_plugin *p, egpu__record_cb cb, void *data)
+{
+    egpu__record_each(&p->rec, cb, data);
+}
+
+int egpu__plugin_cleanup(struct egpu_plugin *p, long grace_s, unsigned *removed,
+                         struct egpu_error *err)
+{
+    struct egpu__cleanup_config cc = {.alloc_root = p->alloc_root,
+                                      .pod_resources = p->pod_resources,
+                                      .podres_list = p->podres_list,
+                                      .alloc_lock = &p->alloc_lock,
+                                      .record = &p->rec};
+
+    return egpu__cleanup_run(&cc, grace_s, &p->cleanup_failed, removed, err);
 }

@@ -1,16 +1,19 @@
 /* agent/plugin_impl_int.h - what the files of the device plugin share,
- * private to them: the plugin object, the protobuf-c glue, the device-ID
- * helpers and each verb's gRPC handler, registered by plugin.c.
+ * private to them: the plugin object, the device-ID helpers and each verb's
+ * gRPC handler, registered by plugin.c.
  *
  *   plugin.c     the object, its life cycle, kubelet registration,
  *                GetDevicePluginOptions and PreStartContainer's handler
  *   listwatch.c  ListAndWatch and the health updates sent on it
  *   preferred.c  GetPreferredAllocation
  *   allocate.c   Allocate
- *   allocdir.c   the allocation dirs: names, layout, cleanup
- *   record.c     the agent's record of what PreStartContainer wrote
  *
- * What main.c, prestart.c and marker.c see of the plugin is plugin_int.h.
+ * What they use and a DRA kubelet plugin would share has headers of its
+ * own: allocdir_int.h (the allocation dirs), record_int.h (the record of
+ * what PreStartContainer wrote), podresources_int.h (PodResources List),
+ * cleanup_int.h (removing the dirs no container holds), marker_int.h (the
+ * mark after Allocate), pb_int.h (the protobuf-c glue). What main.c,
+ * metrics.c, health.c and prestart.c see of the plugin is plugin_int.h.
  */
 #ifndef EGPU_AGENT_PLUGIN_IMPL_INT_H
 #define EGPU_AGENT_PLUGIN_IMPL_INT_H
@@ -20,11 +23,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include <protobuf-c/protobuf-c.h>
-
 #include "egpu/grpc.h"
 #include "marker_int.h"
+#include "pb_int.h"
 #include "plugin_int.h"
+#include "record_int.h"
 
 #define EGPU_PLUGIN_STREAMS_MAX 16 /* ListAndWatch streams open at once (the kubelet keeps one) */
 
@@ -33,6 +36,7 @@ struct egpu_plugin {
     char *alloc_root;
     char *interposer;
     char *pod_resources;
+    egpu__podres_list_fn podres_list; /* NULL: egpu__podres_list */
     char *node;
     char socket[PATH_MAX];
     char kubelet[PATH_MAX];
@@ -47,9 +51,7 @@ struct egpu_plugin {
     struct egpu__marker *marker;    /* marks allocated after Allocate; NULL without kube */
     bool cleanup_failed;            /* the last cleanup's PodResources List failed */
 
-    pthread_mutex_t rec_lock;       /* guards the record */
-    struct egpu_plugin_limits *rec; /* what PreStartContainer wrote, per dir */
-    size_t nrec, caprec;
+    struct egpu__record rec; /* what PreStartContainer wrote, per dir */
 
     pthread_mutex_t lock; /* guards what follows */
     struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
@@ -58,19 +60,6 @@ struct egpu_plugin {
     size_t nstreams;
     struct egpu_plugin_stats stats;
 };
-
-/* protobuf-c glue (plugin.c) ---------------------------------------------- */
-
-/* Pack m at the end of b. Returns 0, -EMSGSIZE or -ENOMEM. */
-int egpu__pb_pack(const ProtobufCMessage *m, struct egpu_buf *b) EGPU_MUST_CHECK;
-
-/* The request's message unpacked as d, or NULL (malformed, or out of
- * memory). Free with egpu__pb_unpacked_free. */
-ProtobufCMessage *egpu__pb_unpack(const ProtobufCMessageDescriptor *d,
-                                  const struct egpu_grpc_request *req);
-
-/* Free an unpacked message. NULL is a no-op. */
-void egpu__pb_unpacked_free(ProtobufCMessage *m);
 
 /* Device IDs (plugin.c) ---------------------------------------------------- */
 
@@ -88,18 +77,6 @@ size_t egpu__plugin_snapshot(struct egpu_plugin *p, struct egpu_gpu_info *cards)
  * code with st set. */
 int egpu__plugin_count_ids(const struct egpu_gpu_info *cards, size_t ncards, char *const *ids,
                            size_t n, unsigned *count, struct egpu_grpc_status *st) EGPU_MUST_CHECK;
-
-/* Allocation dirs and the record (allocdir.c, record.c) ------------------- */
-
-/* Whether name is an allocation dir's: 16 lowercase hex digits. */
-bool egpu__plugin_is_alloc_name(const char *name);
-
-/* Forget the record of the dir name (the cleanup removed it). */
-void egpu__plugin_record_drop(struct egpu_plugin *p, const char *name);
-
-/* The record at start: the limits.json of every allocation dir that is the
- * agent's own (owner and mode: no container can have written it). */
-void egpu__plugin_record_load(struct egpu_plugin *p);
 
 /* The verbs' handlers (egpu_grpc_server_unary/_stream callbacks; data is the
  * plugin) ---------------------------------------------------------------- */

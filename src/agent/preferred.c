@@ -38,7 +38,7 @@ struct mem_sum {
     uint64_t mib[EGPU_NODE_GPUS_MAX];
 };
 
-static void add_limits(void *data, const struct egpu_plugin_limits *l)
+static void add_limits(void *data, const struct egpu__alloc_limits *l)
 {
     struct mem_sum *m = data;
 

@@ -51,13 +51,13 @@
 #include "egpu/cli.h"
 #include "egpu/log.h"
 #include "egpu/api.h"
+#include "allocdir_int.h"
 #include "allocfs_int.h"
+#include "pb_int.h"
 #include "plugin_int.h"
 #include "prestart_int.h"
 
-#define PODRES_TIMEOUT_MS 5000 /* one PodResources List */
-#define PODRES_TRIES      3    /* RESOURCE_EXHAUSTED (rate limit) is retried */
-#define OWNER_NAME_MAX    EGPU_K8S_NAME_MAX
+#define OWNER_NAME_MAX EGPU_K8S_NAME_MAX
 
 /* Whether id is "<uuid>-<nn>"; *slot gets nn. */
 static bool id_on_card(const char *id, const char *uuid, unsigned *slot)
@@ -251,37 +251,6 @@ static bool owns_all(const V1__ContainerResources *c, char *const *ids, size_t n
     return true;
 }
 
-int egpu__podres_list(const char *socket, V1__ListPodResourcesResponse **out,
-                      struct egpu_error *err)
-{
-    struct egpu_buf reply;
-    V1__ListPodResourcesResponse *r = NULL;
-    int rc = 0;
-
-    egpu_buf_init(&reply, EGPU_GRPC_MSG_MAX);
-    for (int t = 0; t < PODRES_TRIES; t++) {
-        struct timespec ts = {.tv_nsec = 200 * 1000 * 1000};
-
-        egpu_buf_reset(&reply);
-        rc = egpu_grpc_call(socket, "/v1.PodResourcesLister/List", NULL, 0, PODRES_TIMEOUT_MS,
-                            &reply, err);
-        if (rc != -EBUSY)
-            break;
-        nanosleep(&ts, NULL);
-    }
-    if (rc == 0)
-        r = v1__list_pod_resources_response__unpack(&egpu__pb_allocator, reply.len,
-                                                    reply.len > 0 ? (const uint8_t *)reply.data
-                                                                  : (const uint8_t *)"");
-    egpu_buf_free(&reply);
-    if (rc)
-        return rc;
-    if (r == NULL)
-        return egpu_error_set(err, -EPROTO, "PodResources List on %s: reply is malformed", socket);
-    *out = r;
-    return 0;
-}
-
 /* The container of r holding every one of ids, into *o. Returns whether
  * one does. */
 static bool owner_in(const V1__ListPodResourcesResponse *r, char *const *ids, size_t n,
@@ -303,14 +272,16 @@ static bool owner_in(const V1__ListPodResourcesResponse *r, char *const *ids, si
     return false;
 }
 
-/* Ask PodResources List who owns ids. Returns 0, -ENOENT (nobody) or the
- * gRPC call's code, with st set. */
-static int find_owner(const char *socket, char *const *ids, size_t n, struct owner *o,
-                      struct egpu_grpc_status *st)
+/* Ask PodResources List (cfg's) who owns ids. Returns 0, -ENOENT (nobody)
+ * or the gRPC call's code, with st set. */
+static int find_owner(const struct egpu_prestart_config *cfg, char *const *ids, size_t n,
+                      struct owner *o, struct egpu_grpc_status *st)
 {
+    const char *socket = cfg->pod_resources;
+    egpu__podres_list_fn list = cfg->podres_list != NULL ? cfg->podres_list : egpu__podres_list;
     struct egpu_error err = {0};
     V1__ListPodResourcesResponse *r = NULL;
-    int rc = egpu__podres_list(socket, &r, &err);
+    int rc = list(socket, &r, &err);
 
     if (rc == -EPROTO)
         return egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "PreStartContainer: %s", err.msg);
@@ -572,7 +543,7 @@ static int mark_allocated(const struct egpu_prestart_config *cfg, const struct o
 /* The record of what was written for container c into the dir name. */
 static void record_of(const struct owner *o, const struct egpu_assigned *a,
                       const struct egpu_assigned_container *c, const char *name,
-                      struct egpu_plugin_limits *out)
+                      struct egpu__alloc_limits *out)
 {
     memset(out, 0, sizeof(*out));
     snprintf(out->dir, sizeof(out->dir), "%s", name);
@@ -587,7 +558,7 @@ static void record_of(const struct owner *o, const struct egpu_assigned *a,
 
 int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
                        size_t ncards, char *const *ids, size_t n, bool *mismatch, bool *marked,
-                       struct egpu_plugin_limits *wrote, struct egpu_grpc_status *st)
+                       struct egpu__alloc_limits *wrote, struct egpu_grpc_status *st)
 {
     struct egpu_error err = {0};
     struct egpu_kube_status ks;
@@ -607,7 +578,7 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     (void)ncards;
     if (a == NULL)
         return -ENOMEM;
-    rc = find_owner(cfg->pod_resources, ids, n, &o, st);
+    rc = find_owner(cfg, ids, n, &o, st);
     if (rc)
         goto out;
     rc = egpu_kube_get(cfg->kube, &egpu_kube_pods, o.ns, o.pod, &pod, &ks, &err);
@@ -650,12 +621,12 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
         if (rc)
             goto out;
     }
-    rc = egpu__plugin_alloc_dir(cfg->alloc_root, ids, n, dir, sizeof(dir));
+    rc = egpu__allocdir_path(cfg->alloc_root, ids, n, dir, sizeof(dir));
     if (rc)
         egpu_error_set(&err, rc, "allocation dir below %s: %s", cfg->alloc_root, egpu_strerror(rc));
     else
-        rc = egpu__plugin_open_alloc_dir(cfg->alloc_root, dir, true, c->core_pct < 100, &created,
-                                         &dfd, &err);
+        rc = egpu__allocdir_open(cfg->alloc_root, dir, true, c->core_pct < 100, &created, &dfd,
+                                 &err);
     if (rc) {
         rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "PreStartContainer: %s", err.msg);
         goto out;
@@ -669,15 +640,15 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
     /* vcuda.conf, then limits.json; when the second fails the first goes, so
      * a failed call leaves the dir as it was. The dir is the agent's alone
      * (0755): no container can plant anything at these names. */
-    rc = egpu__fs_write_at(dfd, dir, EGPU_PLUGIN_VCUDA_FILE, conf.data, conf.len, 0644, &err);
+    rc = egpu__fs_write_at(dfd, dir, EGPU_ALLOCDIR_VCUDA_FILE, conf.data, conf.len, 0644, &err);
     if (rc == 0) {
-        rc = egpu__fs_write_at(dfd, dir, EGPU_PLUGIN_LIMITS_FILE, text, strlen(text), 0644, &err);
+        rc = egpu__fs_write_at(dfd, dir, EGPU_ALLOCDIR_LIMITS_FILE, text, strlen(text), 0644, &err);
         if (rc != 0)
-            (void)unlinkat(dfd, EGPU_PLUGIN_VCUDA_FILE, 0); /* best effort: the rename failed */
+            (void)unlinkat(dfd, EGPU_ALLOCDIR_VCUDA_FILE, 0); /* best effort: the rename failed */
     }
     if (rc) {
         rc = egpu_grpc_status_set(st, GRPC_STATUS_INTERNAL, "PreStartContainer: %s", err.msg);
-        if (created && egpu__plugin_remove_alloc_dir(cfg->alloc_root, dir) != 0)
+        if (created && egpu__allocdir_remove(cfg->alloc_root, dir) != 0)
             egpu_log(EGPU_LOG_WARN, "allocation dir not removed after a failed write dir=%s", dir);
         goto out;
     }

@@ -13,16 +13,17 @@
 #include "egpu/agent.h"
 #include "egpu/grpc.h"
 #include "egpu/kube.h"
-#include "plugin_int.h"
-#include "podresources/v1/api.pb-c.h"
+#include "podresources_int.h"
+#include "record_int.h"
 
 /* What PreStartContainer needs; all borrowed. */
 struct egpu_prestart_config {
-    struct egpu_kube *kube;    /* API client */
-    const char *node;          /* this node */
-    const char *pod_resources; /* PodResources socket path */
-    const char *alloc_root;    /* allocation dirs go below it */
-    unsigned ctx_extra_mib;    /* vcuda.conf's EGPU_VCUDA_CONTEXT_EXTRA_MIB; 0: not written */
+    struct egpu_kube *kube;           /* API client */
+    const char *node;                 /* this node */
+    const char *pod_resources;        /* PodResources socket path */
+    egpu__podres_list_fn podres_list; /* NULL: egpu__podres_list on pod_resources */
+    const char *alloc_root;           /* allocation dirs go below it */
+    unsigned ctx_extra_mib; /* vcuda.conf's EGPU_VCUDA_CONTEXT_EXTRA_MIB; 0: not written */
     /* held around each read-and-patch of elasticgpu.io/allocated (NULL: none) */
     pthread_mutex_t *allocated_lock;
 };
@@ -55,7 +56,7 @@ size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
  * otherwise *wrote is left as it was (the caller zeroes it). */
 int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu_gpu_info *cards,
                        size_t ncards, char *const *ids, size_t n, bool *mismatch, bool *marked,
-                       struct egpu_plugin_limits *wrote,
+                       struct egpu__alloc_limits *wrote,
                        struct egpu_grpc_status *st) EGPU_MUST_CHECK;
 
 /* The mark right after Allocate (marker.c): when a container of r (a
@@ -71,12 +72,5 @@ int egpu__prestart_run(const struct egpu_prestart_config *cfg, const struct egpu
 int egpu__prestart_mark(const struct egpu_prestart_config *cfg,
                         const V1__ListPodResourcesResponse *r, char *const *ids, size_t n,
                         struct egpu_error *err) EGPU_MUST_CHECK;
-
-/* PodResources List on socket (RESOURCE_EXHAUSTED, the kubelet's rate
- * limit, retried twice): the unpacked answer in *out (free with
- * v1__list_pod_resources_response__free_unpacked and egpu__pb_allocator).
- * Returns 0, what egpu_grpc_call returns, or -EPROTO (malformed reply). */
-int egpu__podres_list(const char *socket, V1__ListPodResourcesResponse **out,
-                      struct egpu_error *err) EGPU_MUST_CHECK;
 
 #endif /* EGPU_AGENT_PRESTART_INT_H */

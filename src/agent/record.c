@@ -1,11 +1,11 @@
 /* agent/record.c - the agent's record of what PreStartContainer wrote into
- * each allocation dir, the source of the allocation metrics.
+ * each allocation dir, the source of the allocation metrics (record_int.h).
  *
- * Kept in memory (one entry per dir, under rec_lock) and rebuilt at start
+ * Kept in memory (one entry per dir, under the record's lock) and rebuilt at start
  * from the limits.json of every allocation dir that is the agent's own:
- * regular files of at most EGPU_PLUGIN_LIMITS_MAX bytes, owned by the agent
+ * regular files of at most EGPU_ALLOCDIR_LIMITS_MAX bytes, owned by the agent
  * and writable by nobody else, in a dir of the agent's with mode 0755. No
- * file a container can write is ever believed. The cleanup (allocdir.c)
+ * file a container can write is ever believed. The cleanup (cleanup.c)
  * drops the entry of a dir it removes.
  */
 #include <dirent.h>
@@ -21,56 +21,70 @@
 
 #include "allocfs_int.h"
 #include "egpu/log.h"
-#include "plugin_impl_int.h"
+#include "record_int.h"
 
-int egpu__plugin_record(struct egpu_plugin *p, const struct egpu_plugin_limits *l)
+void egpu__record_init(struct egpu__record *r)
+{
+    pthread_mutex_init(&r->lock, NULL);
+    r->items = NULL;
+    r->n = r->cap = 0;
+}
+
+void egpu__record_close(struct egpu__record *r)
+{
+    pthread_mutex_destroy(&r->lock);
+    egpu_free(r->items);
+    r->items = NULL;
+    r->n = r->cap = 0;
+}
+
+int egpu__record_put(struct egpu__record *r, const struct egpu__alloc_limits *l)
 {
     int rc = 0;
 
-    pthread_mutex_lock(&p->rec_lock);
-    for (size_t i = 0; i < p->nrec; i++) {
-        if (strcmp(p->rec[i].dir, l->dir) == 0) {
-            p->rec[i] = *l;
-            pthread_mutex_unlock(&p->rec_lock);
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->n; i++) {
+        if (strcmp(r->items[i].dir, l->dir) == 0) {
+            r->items[i] = *l;
+            pthread_mutex_unlock(&r->lock);
             return 0;
         }
     }
-    if (p->nrec == p->caprec) {
-        size_t cap = p->caprec ? p->caprec * 2 : 16;
-        struct egpu_plugin_limits *grown = egpu_realloc(p->rec, cap * sizeof(*grown));
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 16;
+        struct egpu__alloc_limits *grown = egpu_realloc(r->items, cap * sizeof(*grown));
 
         if (grown == NULL)
             rc = -ENOMEM;
         else {
-            p->rec = grown;
-            p->caprec = cap;
+            r->items = grown;
+            r->cap = cap;
         }
     }
     if (rc == 0)
-        p->rec[p->nrec++] = *l;
-    pthread_mutex_unlock(&p->rec_lock);
+        r->items[r->n++] = *l;
+    pthread_mutex_unlock(&r->lock);
     return rc;
 }
 
-/* Forget the record of the dir name (the cleanup removed it). */
-void egpu__plugin_record_drop(struct egpu_plugin *p, const char *name)
+void egpu__record_drop(struct egpu__record *r, const char *name)
 {
-    pthread_mutex_lock(&p->rec_lock);
-    for (size_t i = 0; i < p->nrec; i++) {
-        if (strcmp(p->rec[i].dir, name) == 0) {
-            p->rec[i] = p->rec[--p->nrec];
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->n; i++) {
+        if (strcmp(r->items[i].dir, name) == 0) {
+            r->items[i] = r->items[--r->n];
             break;
         }
     }
-    pthread_mutex_unlock(&p->rec_lock);
+    pthread_mutex_unlock(&r->lock);
 }
 
-void egpu__plugin_each_limits(struct egpu_plugin *p, egpu_plugin_limits_cb cb, void *data)
+void egpu__record_each(struct egpu__record *r, egpu__record_cb cb, void *data)
 {
-    pthread_mutex_lock(&p->rec_lock);
-    for (size_t i = 0; i < p->nrec; i++)
-        cb(data, &p->rec[i]);
-    pthread_mutex_unlock(&p->rec_lock);
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->n; i++)
+        cb(data, &r->items[i]);
+    pthread_mutex_unlock(&r->lock);
 }
 
 /* Copy the string field key of doc into out (cap bytes). */
@@ -87,8 +101,7 @@ static int string_field(const json_t *doc, const char *key, char *out, size_t ca
     return 0;
 }
 
-int egpu__plugin_limits_decode(const char *text, struct egpu_plugin_limits *out,
-                               struct egpu_error *err)
+int egpu__record_decode(const char *text, struct egpu__alloc_limits *out, struct egpu_error *err)
 {
     json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
     const json_t *gpus, *core, *mem, *g;
@@ -138,29 +151,26 @@ int egpu__plugin_limits_decode(const char *text, struct egpu_plugin_limits *out,
     return rc;
 }
 
-/* The record at start: the limits.json of every allocation dir that is the
- * agent's own (owner and mode: no container can have written it). A dir an
- * older agent made writable is not believed; its next PreStartContainer
- * records it. */
-void egpu__plugin_record_load(struct egpu_plugin *p)
+/* A dir an older agent made writable is not believed; its next
+ * PreStartContainer records it. */
+void egpu__record_load(struct egpu__record *r, const char *alloc_root)
 {
-    DIR *d = opendir(p->alloc_root);
+    DIR *d = opendir(alloc_root);
     const struct dirent *e;
     size_t loaded = 0, skipped = 0;
 
     while (d != NULL && (e = readdir(d)) != NULL) {
-        struct egpu_plugin_limits *l;
+        struct egpu__alloc_limits *l;
         struct egpu_error err = {0};
         struct stat st;
         char *text = NULL;
         size_t len;
         int fd, rc;
 
-        if (!egpu__plugin_is_alloc_name(e->d_name) ||
-            egpu__fs_open_dir(dirfd(d), e->d_name, &fd) != 0)
+        if (!egpu__allocdir_is_name(e->d_name) || egpu__fs_open_dir(dirfd(d), e->d_name, &fd) != 0)
             continue;
         rc = fstat(fd, &st) == 0 && egpu__fs_is_private(&st) && (st.st_mode & 07777) == 0755
-                 ? egpu__fs_read_at(fd, EGPU_PLUGIN_LIMITS_FILE, EGPU_PLUGIN_LIMITS_MAX, &text,
+                 ? egpu__fs_read_at(fd, EGPU_ALLOCDIR_LIMITS_FILE, EGPU_ALLOCDIR_LIMITS_MAX, &text,
                                     &len, &st)
                  : -EPERM;
         close(fd);
@@ -172,17 +182,17 @@ void egpu__plugin_record_load(struct egpu_plugin *p)
         if (rc == 0 && l == NULL)
             rc = -ENOMEM;
         if (rc == 0)
-            rc = egpu__plugin_limits_decode(text, l, &err);
+            rc = egpu__record_decode(text, l, &err);
         if (rc == 0) {
-            memcpy(l->dir, e->d_name, EGPU_PLUGIN_DIR_NAME_LEN + 1);
-            rc = egpu__plugin_record(p, l);
+            memcpy(l->dir, e->d_name, EGPU_ALLOCDIR_NAME_LEN + 1);
+            rc = egpu__record_put(r, l);
         }
         if (rc == 0)
             loaded++;
         else {
             skipped++;
-            egpu_log(EGPU_LOG_WARN, "allocation not recorded dir=%s/%s/%s error=\"%s\"",
-                     p->alloc_root, e->d_name, EGPU_PLUGIN_LIMITS_FILE,
+            egpu_log(EGPU_LOG_WARN, "allocation not recorded dir=%s/%s/%s error=\"%s\"", alloc_root,
+                     e->d_name, EGPU_ALLOCDIR_LIMITS_FILE,
                      err.msg[0]     ? err.msg
                      : rc == -EPERM ? "not the agent's own (owner or mode)"
                                     : egpu_strerror(rc));

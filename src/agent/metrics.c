@@ -1,0 +1,207 @@
+/* agent/metrics.c - the agent's own series on /metrics (metrics_int.h):
+ * registered once into the registry the service serves, then refreshed
+ * (every second, by the main loop) from the plugin's counters and from its
+ * record of what PreStartContainer wrote (record.c), never from a file a
+ * container could have written. A container's limit gauges go to 0 once
+ * its entry has left the record (the cleanup dropped its dir), so a
+ * scraper sees it leave. Units: percent of a card, MiB.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "egpu/log.h"
+#include "metrics_int.h"
+
+int egpu__agent_metrics_register(struct egpu__agent_metrics *m, struct egpu_metrics *reg,
+                                 struct egpu_error *err)
+{
+    static const char *const gpu_label[] = {"gpu"};
+    static const char *const ctr_labels[] = {"namespace", "pod", "container"};
+    static const char *const at_label[] = {"at"};
+    int rc;
+
+    *m = (struct egpu__agent_metrics){.reg = reg};
+    rc = egpu_metric_gauge(m->reg, "egpu_agent_registered",
+                           "1 while the device plugin is registered with the kubelet.", 0, NULL,
+                           &m->m_registered);
+    if (!rc)
+        rc = egpu_metric_gauge(m->reg, "egpu_agent_gpus", "GPUs the backend lists.", 0, NULL,
+                               &m->m_cards);
+    if (!rc)
+        rc = egpu_metric_gauge(m->reg, "egpu_agent_gpus_healthy", "Healthy GPUs.", 0, NULL,
+                               &m->m_healthy);
+    if (!rc)
+        rc = egpu_metric_counter(m->reg, "egpu_agent_allocations_total",
+                                 "Containers the device plugin allocated.", 0, NULL, &m->m_allocs);
+    if (!rc)
+        rc = egpu_metric_counter(m->reg, "egpu_agent_allocation_errors_total",
+                                 "Allocate calls refused.", 0, NULL, &m->m_alloc_errors);
+    if (!rc)
+        rc = egpu_metric_counter(m->reg, "egpu_agent_prestarts_total",
+                                 "PreStartContainer calls answered OK.", 0, NULL, &m->m_prestarts);
+    if (!rc)
+        rc = egpu_metric_counter(m->reg, "egpu_agent_registrations_total",
+                                 "Successful registrations with the kubelet.", 0, NULL,
+                                 &m->m_registrations);
+    if (!rc)
+        rc = egpu_metric_counter(m->reg, "egpu_agent_allocation_mismatches_total",
+                                 "PreStartContainer calls refused: device IDs on other GPUs than "
+                                 "the scheduler assigned.",
+                                 0, NULL, &m->m_mismatches);
+    if (!rc)
+        rc = egpu_metric_counter(m->reg, "egpu_agent_allocated_marks_total",
+                                 "Containers marked elasticgpu.io/allocated, by when: right after "
+                                 "Allocate (PodResources showed the owner) or at "
+                                 "PreStartContainer (the fallback).",
+                                 1, at_label, &m->m_marks);
+    if (!rc)
+        rc = egpu_metric_gauge(
+            m->reg, "egpu_agent_gpu_allocated_core_percent",
+            "Core percent of the GPU given to live allocations (as PreStartContainer wrote).", 1,
+            gpu_label, &m->m_gpu_core);
+    if (!rc)
+        rc = egpu_metric_gauge(
+            m->reg, "egpu_agent_gpu_allocated_memory_mib",
+            "Memory MiB of the GPU given to live allocations (as PreStartContainer wrote).", 1,
+            gpu_label, &m->m_gpu_mem);
+    if (!rc)
+        rc = egpu_metric_gauge(m->reg, "egpu_agent_gpu_used_memory_mib",
+                               "Memory MiB in use on the GPU, as NVML reports it (0 for fake "
+                               "cards).",
+                               1, gpu_label, &m->m_gpu_used);
+    if (!rc)
+        rc = egpu_metric_gauge(m->reg, "egpu_agent_container_limit_core_percent",
+                               "A container's core limit, percent per GPU (0 once it is gone).", 3,
+                               ctr_labels, &m->m_ctr_core);
+    if (!rc)
+        rc = egpu_metric_gauge(m->reg, "egpu_agent_container_limit_memory_mib",
+                               "A container's memory limit, MiB per GPU (0 once it is gone).", 3,
+                               ctr_labels, &m->m_ctr_mem);
+    if (rc)
+        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
+    return 0;
+}
+
+/* Set the container gauges of key (adding it to the known ones). */
+static void set_container(struct egpu__agent_metrics *m, const char *ns, const char *pod,
+                          const char *container, double core, double mem)
+{
+    struct egpu__agent_ctr *k = NULL;
+    const char *values[3];
+
+    for (size_t i = 0; i < m->nctrs && k == NULL; i++)
+        if (strcmp(m->ctrs[i].v[0], ns) == 0 && strcmp(m->ctrs[i].v[1], pod) == 0 &&
+            strcmp(m->ctrs[i].v[2], container) == 0)
+            k = &m->ctrs[i];
+    if (k == NULL) {
+        struct egpu__agent_ctr *grown = egpu_realloc(m->ctrs, (m->nctrs + 1) * sizeof(*grown));
+
+        if (grown == NULL)
+            return;
+        m->ctrs = grown;
+        k = &m->ctrs[m->nctrs++];
+        snprintf(k->v[0], sizeof(k->v[0]), "%s", ns);
+        snprintf(k->v[1], sizeof(k->v[1]), "%s", pod);
+        snprintf(k->v[2], sizeof(k->v[2]), "%s", container);
+    }
+    k->live = true;
+    values[0] = k->v[0];
+    values[1] = k->v[1];
+    values[2] = k->v[2];
+    (void)egpu_metric_set(m->m_ctr_core, values, core);
+    (void)egpu_metric_set(m->m_ctr_mem, values, mem);
+}
+
+/* What refresh_allocations adds up. */
+struct alloc_sum {
+    struct egpu__agent_metrics *m;
+    const struct egpu_gpu_info *cards;
+    size_t ncards;
+    double core[EGPU_NODE_GPUS_MAX], mem[EGPU_NODE_GPUS_MAX];
+};
+
+static void add_limits(void *data, const struct egpu__alloc_limits *l)
+{
+    struct alloc_sum *s = data;
+
+    for (uint32_t g = 0; g < l->ngpus; g++) {
+        for (size_t i = 0; i < s->ncards; i++) {
+            if (strcmp(s->cards[i].uuid, l->gpus[g]) == 0) {
+                s->core[i] += l->core_pct;
+                s->mem[i] += l->mem_mib;
+            }
+        }
+    }
+    set_container(s->m, l->ns, l->pod, l->container, l->core_pct, l->mem_mib);
+}
+
+/* The allocation gauges from the agent's own record of what
+ * PreStartContainer wrote (the cleanup drops the dirs no container holds),
+ * never from a file a container could have written. */
+static void refresh_allocations(struct egpu__agent_metrics *m, struct egpu_plugin *p)
+{
+    struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
+    struct alloc_sum *s = egpu_calloc(1, sizeof(*s));
+
+    if (cards == NULL || s == NULL) {
+        egpu_free(cards);
+        egpu_free(s);
+        return;
+    }
+    s->m = m;
+    s->cards = cards;
+    s->ncards = egpu__plugin_cards(p, cards, EGPU_NODE_GPUS_MAX);
+    for (size_t i = 0; i < m->nctrs; i++)
+        m->ctrs[i].live = false;
+    egpu__plugin_each_limits(p, add_limits, s);
+    for (size_t i = 0; i < s->ncards; i++) {
+        const char *values[1] = {cards[i].uuid};
+
+        if (cards[i].uuid[0] == '\0')
+            continue;
+        (void)egpu_metric_set(m->m_gpu_core, values, s->core[i]);
+        (void)egpu_metric_set(m->m_gpu_mem, values, s->mem[i]);
+        (void)egpu_metric_set(m->m_gpu_used, values, (double)cards[i].used_mem_mib);
+    }
+    for (size_t i = 0; i < m->nctrs; i++) {
+        const char *values[3] = {m->ctrs[i].v[0], m->ctrs[i].v[1], m->ctrs[i].v[2]};
+
+        if (m->ctrs[i].live)
+            continue;
+        (void)egpu_metric_set(m->m_ctr_core, values, 0);
+        (void)egpu_metric_set(m->m_ctr_mem, values, 0);
+    }
+    egpu_free(s);
+    egpu_free(cards);
+}
+
+void egpu__agent_metrics_refresh(struct egpu__agent_metrics *m, struct egpu_plugin *p,
+                                 bool registered)
+{
+    struct egpu_plugin_stats s;
+
+    egpu__plugin_stats(p, &s);
+    (void)egpu_metric_set(m->m_registered, NULL, registered ? 1.0 : 0.0);
+    (void)egpu_metric_set(m->m_cards, NULL, (double)s.cards);
+    (void)egpu_metric_set(m->m_healthy, NULL, (double)s.healthy);
+    (void)egpu_metric_add(m->m_allocs, NULL, (double)(s.allocations - m->seen.allocations));
+    (void)egpu_metric_add(m->m_alloc_errors, NULL, (double)(s.alloc_errors - m->seen.alloc_errors));
+    (void)egpu_metric_add(m->m_prestarts, NULL, (double)(s.prestarts - m->seen.prestarts));
+    (void)egpu_metric_add(m->m_registrations, NULL,
+                          (double)(s.registrations - m->seen.registrations));
+    (void)egpu_metric_add(m->m_mismatches, NULL, (double)(s.mismatches - m->seen.mismatches));
+    (void)egpu_metric_add(m->m_marks, (const char *const[]){"allocate"},
+                          (double)(s.marked_allocate - m->seen.marked_allocate));
+    (void)egpu_metric_add(m->m_marks, (const char *const[]){"prestart"},
+                          (double)(s.marked_prestart - m->seen.marked_prestart));
+    m->seen = s;
+    refresh_allocations(m, p);
+}
+
+void egpu__agent_metrics_close(struct egpu__agent_metrics *m)
+{
+    egpu_free(m->ctrs);
+    m->ctrs = NULL;
+    m->nctrs = 0;
+}
