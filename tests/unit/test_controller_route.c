@@ -24,7 +24,7 @@ static int group_setup(void **state)
 
 /* A controller with its queue, index, GPU status and informers (started,
  * synced), as main.c's start makes them, without a worker. */
-static void ctl_up(struct egpu__controller *c)
+static void controller_up(struct egpu__controller *c)
 {
     struct egpu_error err = {0};
 
@@ -42,7 +42,7 @@ static void ctl_up(struct egpu__controller *c)
         assert_int_equal(egpu_kube_informer_wait_synced(c->inf[i], 5000), 0);
 }
 
-static void ctl_down(struct egpu__controller *c)
+static void controller_down(struct egpu__controller *c)
 {
     egpu_controller_queue_shutdown(c->queue);
     for (int i = 0; i < EGPU__CONTROLLER_NINF; i++)
@@ -131,7 +131,7 @@ static void test_informers_queue_keys(void **state)
     json_t *extra = NULL;
 
     (void)state;
-    ctl_up(&c);
+    controller_up(&c);
     /* A pod using a claim queues the claim. */
     create(&egpu_kube_pods, NS,
            "{'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'p1', 'namespace': 'route',"
@@ -170,7 +170,7 @@ static void test_informers_queue_keys(void **state)
            " 'spec': {'nodeName': 'n1', 'index': 0, 'uuid': 'GPU-1', 'model': 'A100',"
            " 'memory': 40960}}");
     expect_keys(&c, (const char *const[]){"g/n1/GPU-1", "c/" NS "/claim-b", "e/eg1", NULL}, NULL);
-    ctl_down(&c);
+    controller_down(&c);
 }
 
 /* The callbacks themselves: changes that concern nothing queue nothing. */
@@ -195,7 +195,7 @@ static void test_callbacks_ignore_noise(void **state)
                           " 'deletionTimestamp': '2026-01-01T00:00:00Z'}}");
 
     (void)state;
-    ctl_up(&c);
+    controller_up(&c);
     /* A claim still Pending: what a change of capacity queues again. */
     create(&egpu_kube_elasticgpuclaims, NS,
            "{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'ElasticGPUClaim',"
@@ -231,7 +231,7 @@ static void test_callbacks_ignore_noise(void **state)
     egpu__controller_enqueue_egpu(&c, NULL);
     egpu__controller_enqueue_budgets(&c, "");
     expect_keys(&c, (const char *const[]){NULL}, NULL);
-    ctl_down(&c);
+    controller_down(&c);
     json_decref(gpu);
     json_decref(gpu2);
     json_decref(gpu3);
