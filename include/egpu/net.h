@@ -521,6 +521,14 @@ struct egpu_service_metric {
 int egpu_service_metrics_new(const struct egpu_service_metric *m, size_t n,
                              struct egpu_metrics **reg, struct egpu_error *err) EGPU_MUST_CHECK;
 
+/* Register m[0..n) in reg (borrowed), in that order, as
+ * egpu_service_metrics_new does in its new registry: for the families a
+ * component's library adds to the registry its main made. Returns 0 or the
+ * first failed registration's error ("metrics: <strerror>"; the families
+ * before it stay registered, those after it are not). */
+int egpu_service_metrics_add(struct egpu_metrics *reg, const struct egpu_service_metric *m,
+                             size_t n, struct egpu_error *err) EGPU_MUST_CHECK;
+
 struct egpu_kube_elector_config; /* egpu/kube.h: a leader elector's settings */
 
 /* The elector settings of the common lease flags (struct egpu_cli_server's

@@ -452,23 +452,19 @@ static void enqueue_card(struct egpu__controller *c, const char *key)
 
 int egpu__controller_gs_init(struct egpu__controller *c, struct egpu_error *err)
 {
-    int rc;
+    const struct egpu_service_metric m[] = {
+        {EGPU_SERVICE_COUNTER, "egpu_controller_gpu_status_writes_total",
+         "Merge patches of a GPU object's status.allocated that the API server accepted.", 0, NULL,
+         0, NULL, &c->m_gs_writes},
+        {EGPU_SERVICE_COUNTER, "egpu_controller_gpu_status_errors_total",
+         "Merge patches of a GPU object's status.allocated that failed (retried with backoff).", 0,
+         NULL, 0, NULL, &c->m_gs_errors},
+    };
 
     c->gs = egpu_controller_gpu_index_new();
     if (c->gs == NULL)
         return egpu_error_set(err, -ENOMEM, "GPU status: out of memory");
-    rc = egpu_metric_counter(c->reg, "egpu_controller_gpu_status_writes_total",
-                             "Merge patches of a GPU object's status.allocated that the API "
-                             "server accepted.",
-                             0, NULL, &c->m_gs_writes);
-    if (!rc)
-        rc = egpu_metric_counter(c->reg, "egpu_controller_gpu_status_errors_total",
-                                 "Merge patches of a GPU object's status.allocated that failed "
-                                 "(retried with backoff).",
-                                 0, NULL, &c->m_gs_errors);
-    if (rc)
-        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
-    return 0;
+    return egpu_service_metrics_add(c->reg, m, sizeof(m) / sizeof(m[0]), err);
 }
 
 void egpu__controller_gs_free(struct egpu__controller *c)

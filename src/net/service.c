@@ -17,8 +17,8 @@
  * --max-connections: one address (one pod) never holds a whole port.
  *
  * Set-up the components share is here too, so it is written once: the
- * registry of their /metrics families (egpu_service_metrics_new, from a
- * table of them) and the leader elector's settings from the common lease
+ * registry of their /metrics families (egpu_service_metrics_new and
+ * _add, from a table of them) and the leader elector's settings from the common lease
  * flags (egpu_service_elector_config; the elector itself is src/kube's,
  * above this layer, so the component makes and starts it).
  *
@@ -128,25 +128,22 @@ void egpu_service_free(struct egpu_service *svc)
     memset(svc, 0, sizeof(*svc));
 }
 
-int egpu_service_metrics_new(const struct egpu_service_metric *m, size_t n,
-                             struct egpu_metrics **reg, struct egpu_error *err)
+int egpu_service_metrics_add(struct egpu_metrics *reg, const struct egpu_service_metric *m,
+                             size_t n, struct egpu_error *err)
 {
     int rc = 0;
 
-    *reg = egpu_metrics_new();
-    if (*reg == NULL)
-        return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
     for (size_t i = 0; rc == 0 && i < n; i++) {
         switch (m[i].type) {
         case EGPU_SERVICE_COUNTER:
-            rc = egpu_metric_counter(*reg, m[i].name, m[i].help, m[i].nlabels, m[i].labels,
-                                     m[i].out);
+            rc =
+                egpu_metric_counter(reg, m[i].name, m[i].help, m[i].nlabels, m[i].labels, m[i].out);
             break;
         case EGPU_SERVICE_GAUGE:
-            rc = egpu_metric_gauge(*reg, m[i].name, m[i].help, m[i].nlabels, m[i].labels, m[i].out);
+            rc = egpu_metric_gauge(reg, m[i].name, m[i].help, m[i].nlabels, m[i].labels, m[i].out);
             break;
         case EGPU_SERVICE_HISTOGRAM:
-            rc = egpu_metric_histogram(*reg, m[i].name, m[i].help, m[i].nlabels, m[i].labels,
+            rc = egpu_metric_histogram(reg, m[i].name, m[i].help, m[i].nlabels, m[i].labels,
                                        m[i].nbounds, m[i].bounds, m[i].out);
             break;
         default:
@@ -156,6 +153,15 @@ int egpu_service_metrics_new(const struct egpu_service_metric *m, size_t n,
     if (rc)
         return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
     return 0;
+}
+
+int egpu_service_metrics_new(const struct egpu_service_metric *m, size_t n,
+                             struct egpu_metrics **reg, struct egpu_error *err)
+{
+    *reg = egpu_metrics_new();
+    if (*reg == NULL)
+        return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
+    return egpu_service_metrics_add(*reg, m, n, err);
 }
 
 void egpu_service_elector_config(const struct egpu_cli_server *opts, const char *default_ns,

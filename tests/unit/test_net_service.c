@@ -1,7 +1,8 @@
 /* tests/unit/test_net_service.c - the set-up src/net/service.c does for
  * every component: the registry made from a table of families (types,
  * labels, buckets and registration order as /metrics shows them, and the
- * errors), and the leader elector's settings from the common lease flags.
+ * errors), families added to a registry made before, and the leader elector's settings from the
+ * common lease flags.
  */
 #include <errno.h>
 
@@ -108,6 +109,43 @@ static void test_metrics_errors(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* Families a library adds to the registry its main made follow the main's,
+ * in table order; a refusal keeps those before it. */
+static void test_metrics_add(void **state)
+{
+    long live = egpu_alloc_live();
+    struct egpu_metric *a = NULL, *b = NULL, *c = NULL;
+    const struct egpu_service_metric first[] = {
+        {EGPU_SERVICE_GAUGE, "main_gauge", "", 0, NULL, 0, NULL, &a},
+    };
+    const struct egpu_service_metric more[] = {
+        {EGPU_SERVICE_COUNTER, "lib_writes_total", "", 0, NULL, 0, NULL, &b},
+        {EGPU_SERVICE_HISTOGRAM, "lib_seconds", "", 0, NULL, 0, NULL, &c}, /* no bounds: le=+Inf */
+        {EGPU_SERVICE_COUNTER, "lib_bad", "", 0, NULL, 0, NULL, NULL},
+    };
+    struct egpu_metrics *reg = NULL;
+    struct egpu_error err = {0};
+    char *text;
+
+    (void)state;
+    assert_int_equal(egpu_service_metrics_new(first, 1, &reg, &err), 0);
+    assert_int_equal(egpu_service_metrics_add(reg, more, 2, &err), 0);
+    text = render(reg);
+    assert_string_equal(text, "# TYPE main_gauge gauge\nmain_gauge 0\n"
+                              "# TYPE lib_writes_total counter\nlib_writes_total 0\n"
+                              "# TYPE lib_seconds histogram\n"
+                              "lib_seconds_bucket{le=\"+Inf\"} 0\n"
+                              "lib_seconds_sum 0\nlib_seconds_count 0\n");
+    egpu_free(text);
+    /* The same table again: the same families (a shared registry). */
+    assert_int_equal(egpu_service_metrics_add(reg, more, 2, &err), 0);
+    /* A counter without _total is refused, with the error in err. */
+    assert_int_equal(egpu_service_metrics_add(reg, more + 2, 1, &err), -EINVAL);
+    assert_string_equal(err.msg, "metrics: Invalid argument");
+    egpu_metrics_free(reg);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 /* The lease flags as the elector's settings; the namespace defaults to the
  * client's. */
 static void test_elector_config(void **state)
@@ -149,6 +187,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metrics_table),
         cmocka_unit_test(test_metrics_errors),
+        cmocka_unit_test(test_metrics_add),
         cmocka_unit_test(test_elector_config),
     };
 
