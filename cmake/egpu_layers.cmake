@@ -38,10 +38,6 @@ set(EGPU_COMPONENT_controller_LIBS egpu_controller)
 set(EGPU_COMPONENT_kubectl_LIBS egpu_kubectl)
 set(EGPU_COMPONENT_sim_LIBS egpu_sim)
 set(EGPU_COMPONENT_vcuda_LIBS egpu_vcuda_core)
-# The program of a component whose library calls back into it (egpu.c's
-# ctl_enqueue_claim is main.c's): its layer check links that main instead of
-# tests/layering/layer_main.c.
-set(EGPU_COMPONENT_controller_PROGRAM ${CMAKE_CURRENT_LIST_DIR}/../src/controller/main.c)
 # What each component may link below itself.
 foreach(c sched agent webhook controller kubectl sim)
   set(EGPU_COMPONENT_${c}_BELOW egpu_kube egpu_net egpu_api egpu_core)
@@ -161,11 +157,7 @@ function(egpu_layers_check)
       continue()
     endif()
     list(JOIN whole " " whole)
-    if(DEFINED EGPU_COMPONENT_${c}_PROGRAM)
-      add_executable(egpu_layer_${c} ${EGPU_COMPONENT_${c}_PROGRAM})
-    else()
-      add_executable(egpu_layer_${c} ${EGPU_LAYERS_MAIN})
-    endif()
+    add_executable(egpu_layer_${c} ${EGPU_LAYERS_MAIN})
     target_link_options(egpu_layer_${c} PRIVATE
                         "SHELL:-Wl,--whole-archive ${whole} -Wl,--no-whole-archive")
     egpu_link_component(egpu_layer_${c} ${c})

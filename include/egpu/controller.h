@@ -5,9 +5,10 @@
  *
  * The controller binds ElasticGPUClaims to ElasticGPUs as the
  * PersistentVolume controller binds claims to volumes (DESIGN.md section 2,
- * item 5; docs/claims.md). Its I/O (informers, writes, events, leader
- * election) lives in src/controller/main.c and reconcile*.c; what is here
- * does no I/O, so unit tests drive it directly.
+ * item 5; docs/claims.md). Its I/O (the informers and their routing,
+ * the worker, the reconcilers' writes and events, leader election) lives
+ * in src/controller's other files (controller_int.h) and main.c; what is
+ * here does no I/O, so unit tests drive it directly.
  *
  * Errors are 0 or a negative code (-errno or EGPU_E*), with a message in
  * *err (may be NULL).
@@ -37,45 +38,46 @@ extern "C" {
  * Delayed adds wait on a timer; add_backoff delays a key by its own failure
  * count (base * 2^failures, at most max), which forget clears. Thread-safe.
  */
-struct egpu_ctl_queue;
+struct egpu_controller_queue;
 
 /* A queue whose backoff goes from base_ms doubling to max_ms (0: 5 ms and
  * 60000 ms). NULL when out of memory. */
-struct egpu_ctl_queue *egpu_ctl_queue_new(long base_ms, long max_ms);
+struct egpu_controller_queue *egpu_controller_queue_new(long base_ms, long max_ms);
 /* Shut down (waiting gets return -ESHUTDOWN) and free. NULL is a no-op;
  * no thread may be inside a call. */
-void egpu_ctl_queue_free(struct egpu_ctl_queue *q);
+void egpu_controller_queue_free(struct egpu_controller_queue *q);
 
 /* Queue key now (no-op when it already waits). Returns 0, -ENOMEM or
  * -ESHUTDOWN. */
-int egpu_ctl_queue_add(struct egpu_ctl_queue *q, const char *key);
+int egpu_controller_queue_add(struct egpu_controller_queue *q, const char *key);
 /* Queue key after delay_ms (<= 0: now). A key already waiting on a timer
  * keeps the earlier time. Returns 0, -ENOMEM or -ESHUTDOWN. */
-int egpu_ctl_queue_add_after(struct egpu_ctl_queue *q, const char *key, long delay_ms);
+int egpu_controller_queue_add_after(struct egpu_controller_queue *q, const char *key,
+                                    long delay_ms);
 /* Queue key after its backoff and count one more failure of it. Returns
- * the delay used (ms, >= 0) or a negative code as egpu_ctl_queue_add. */
-long egpu_ctl_queue_add_backoff(struct egpu_ctl_queue *q, const char *key);
+ * the delay used (ms, >= 0) or a negative code as egpu_controller_queue_add. */
+long egpu_controller_queue_add_backoff(struct egpu_controller_queue *q, const char *key);
 /* Forget key's failures (after a success). */
-void egpu_ctl_queue_forget(struct egpu_ctl_queue *q, const char *key);
+void egpu_controller_queue_forget(struct egpu_controller_queue *q, const char *key);
 /* Failures of key counted since the last forget. */
-unsigned egpu_ctl_queue_failures(struct egpu_ctl_queue *q, const char *key);
+unsigned egpu_controller_queue_failures(struct egpu_controller_queue *q, const char *key);
 
 /* Wait up to timeout_ms (< 0: forever) for a key; *key gets it (caller
- * egpu_free()s it, and calls egpu_ctl_queue_done with it). Returns 0,
+ * egpu_free()s it, and calls egpu_controller_queue_done with it). Returns 0,
  * -ETIMEDOUT or -ESHUTDOWN. */
-int egpu_ctl_queue_get(struct egpu_ctl_queue *q, long timeout_ms, char **key);
+int egpu_controller_queue_get(struct egpu_controller_queue *q, long timeout_ms, char **key);
 /* key's processing ended; queue it again if it was added meanwhile. */
-void egpu_ctl_queue_done(struct egpu_ctl_queue *q, const char *key);
+void egpu_controller_queue_done(struct egpu_controller_queue *q, const char *key);
 /* Keys ready now, plus those waiting on a timer (the depth metric). */
-size_t egpu_ctl_queue_len(struct egpu_ctl_queue *q);
+size_t egpu_controller_queue_len(struct egpu_controller_queue *q);
 /* Wake every waiting get with -ESHUTDOWN; later adds fail. */
-void egpu_ctl_queue_shutdown(struct egpu_ctl_queue *q);
+void egpu_controller_queue_shutdown(struct egpu_controller_queue *q);
 
 /* ------------------------------------------------------------------------ */
 /* Inventory and provisioning (src/controller/inventory.c, place.c)          */
 
 /* One GPU object the inventory holds. */
-struct egpu_ctl_card {
+struct egpu_controller_card {
     char name[EGPU_K8S_NAME_MAX]; /* the GPU object's metadata.name */
     char node[EGPU_K8S_NAME_MAX]; /* spec.nodeName */
     char uuid[EGPU_UUID_MAX];     /* spec.uuid */
@@ -85,19 +87,19 @@ struct egpu_ctl_card {
 };
 
 /* The cards a class may provision from, as a placement-core cluster. */
-struct egpu_ctl_inventory {
+struct egpu_controller_inventory {
     struct egpu_cluster *cluster; /* nodes: those with a Node object, matching the class's
                                      nodeSelector, with their healthy cards of allowed
                                      models (one model per node, as the core needs) */
     size_t ncards;
-    struct egpu_ctl_card *cards; /* every card in cluster, in GPU-list order */
-    struct egpu_map *by_uuid;    /* spec.uuid -> struct egpu_ctl_card */
-    struct egpu_map *by_name;    /* GPU name -> struct egpu_ctl_card */
-    size_t skipped;              /* GPU objects left out (malformed, unhealthy, model,
-                                    node missing or not selected, mixed models) */
-    json_t *pods;                /* pod key -> {"n": containers held, "in": [ElasticGPU
-                                    names it is counted inside]} */
-    json_t *occupants;           /* ElasticGPU name -> the pod key counted inside it */
+    struct egpu_controller_card *cards; /* every card in cluster, in GPU-list order */
+    struct egpu_map *by_uuid;           /* spec.uuid -> struct egpu_controller_card */
+    struct egpu_map *by_name;           /* GPU name -> struct egpu_controller_card */
+    size_t skipped;                     /* GPU objects left out (malformed, unhealthy, model,
+                                           node missing or not selected, mixed models) */
+    json_t *pods;                       /* pod key -> {"n": containers held, "in": [ElasticGPU
+                                           names it is counted inside]} */
+    json_t *occupants;                  /* ElasticGPU name -> the pod key counted inside it */
 };
 
 /* Build *inv from gpus (a JSON array of GPU objects: spec.nodeName, index,
@@ -106,20 +108,21 @@ struct egpu_ctl_inventory {
  * its models (egpu_api_class_allows_model) and nodeSelector (matched on the
  * Node's labels). Nodes get unbounded CPU and memory: an ElasticGPU reserves
  * card capacity only. Returns 0, or -ENOMEM / EGPU_ELIMIT (more than
- * EGPU_MODELS_MAX models); *inv is freed with egpu_ctl_inventory_free either
+ * EGPU_MODELS_MAX models); *inv is freed with egpu_controller_inventory_free either
  * way. */
-int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
-                             const struct egpu_api_class *cls, struct egpu_ctl_inventory *inv,
-                             struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_controller_inventory_build(const json_t *gpus, const json_t *nodes,
+                                    const struct egpu_api_class *cls,
+                                    struct egpu_controller_inventory *inv,
+                                    struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* The assignment key of an ElasticGPU's reservation in an inventory:
- * EGPU_CTL_RESV_PREFIX + its name (the scheduler's form; never a pod key,
+ * EGPU_CONTROLLER_RESV_PREFIX + its name (the scheduler's form; never a pod key,
  * which holds a '/'), and the room it takes with the terminating NUL. */
-#define EGPU_CTL_RESV_PREFIX  "elasticgpu:"
-#define EGPU_CTL_RESV_KEY_MAX (sizeof(EGPU_CTL_RESV_PREFIX) - 1 + EGPU_K8S_NAME_MAX)
+#define EGPU_CONTROLLER_RESV_PREFIX  "elasticgpu:"
+#define EGPU_CONTROLLER_RESV_KEY_MAX (sizeof(EGPU_CONTROLLER_RESV_PREFIX) - 1 + EGPU_K8S_NAME_MAX)
 
 /* Count ElasticGPU e's reservation as allocated, under key
- * EGPU_CTL_RESV_PREFIX "<name>": what egpu_api_egpu_reservation says e
+ * EGPU_CONTROLLER_RESV_PREFIX "<name>": what egpu_api_egpu_reservation says e
  * holds (phase Pending, Available, Bound or Released, deleting or not: its
  * gpu-core and gpu-memory on its gpuShare card, or its physicalGPU cards
  * whole; Failed: nothing), applied with egpu_cluster_reserve, as the
@@ -132,17 +135,18 @@ int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
  * does not fit what is left (two ElasticGPUs overcommit a card; err names
  * the card, what is free and what e asks); EGPU_EALLOCATED when counted
  * already; -ENOMEM. */
-int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu_api_egpu *e,
-                               struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_controller_inventory_reserve(struct egpu_controller_inventory *inv,
+                                      const struct egpu_api_egpu *e,
+                                      struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Stop counting the reservation of the ElasticGPU called name (held under
- * EGPU_CTL_RESV_PREFIX "<name>"): its room is free again. Nothing happens
- * when none is counted. This and egpu_ctl_inventory_reserve keep an
+ * EGPU_CONTROLLER_RESV_PREFIX "<name>"): its room is free again. Nothing happens
+ * when none is counted. This and egpu_controller_inventory_reserve keep an
  * inventory current as ElasticGPUs change, without rebuilding it. */
-void egpu_ctl_inventory_unreserve(struct egpu_ctl_inventory *inv, const char *name);
+void egpu_controller_inventory_unreserve(struct egpu_controller_inventory *inv, const char *name);
 
 /* Count what pod (key "<ns>/<name>") holds, as its elasticgpu.io/assigned
- * a says (egpu_ctl_pod_holds), replacing what was counted for it before.
+ * a says (egpu_controller_pod_holds), replacing what was counted for it before.
  * Each container is held under "pod:<key>#<i>" on the cards of a that are
  * in inv (another class's cards: nothing to count). A container whose
  * claim is bound to an ElasticGPU (egpus[i], its name; NULL, or egpus
@@ -152,19 +156,19 @@ void egpu_ctl_inventory_unreserve(struct egpu_ctl_inventory *inv, const char *na
  * fits: the scheduler's cache's rule, so a claim pod is never counted
  * twice. Returns 0, or the first container's error (EGPU_ENOFIT: a pod
  * where inv has no room for it; -ENOMEM), the others counted anyway. */
-int egpu_ctl_inventory_count_pod(struct egpu_ctl_inventory *inv, const char *key,
-                                 const struct egpu_assigned *a, const char *const *egpus,
-                                 struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_controller_inventory_count_pod(struct egpu_controller_inventory *inv, const char *key,
+                                        const struct egpu_assigned *a, const char *const *egpus,
+                                        struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Stop counting pod key (finished, deleted, or about to be counted again):
  * its room is free again. Nothing happens when none is counted. */
-void egpu_ctl_inventory_uncount_pod(struct egpu_ctl_inventory *inv, const char *key);
+void egpu_controller_inventory_uncount_pod(struct egpu_controller_inventory *inv, const char *key);
 
 /* Free what inv holds and zero it. */
-void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv);
+void egpu_controller_inventory_free(struct egpu_controller_inventory *inv);
 
 /* Where a claim is provisioned. */
-struct egpu_ctl_choice {
+struct egpu_controller_choice {
     char node[EGPU_K8S_NAME_MAX];
     enum egpu_api_provisioner source;
     uint32_t ngpus;
@@ -185,9 +189,9 @@ struct egpu_ctl_choice {
  * 0, or EGPU_ENOFIT / EGPU_ERANGE with err saying why in one sentence for
  * the claim's condition (no card fits, the claim's kind is not the
  * class's, no model has a peak, TFLOPS above every card), or -ENOMEM. */
-int egpu_ctl_place(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
-                   const struct egpu_api_class *cls, struct egpu_ctl_choice *out,
-                   struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_controller_place(struct egpu_controller_inventory *inv, const struct egpu_api_claim *c,
+                          const struct egpu_api_class *cls, struct egpu_controller_choice *out,
+                          struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Check the placement the scheduler selected for claim c of class cls (a
  * WaitForFirstConsumer claim's annotations EGPU_ANN_SELECTED_NODE, node,
@@ -200,17 +204,18 @@ int egpu_ctl_place(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *
  * less than 100% of it; and the cards must have the room (what existing
  * ElasticGPUs hold counted). These annotations can be written by the
  * claim's owner, so they are a wish and nothing more. On success *out is
- * filled as egpu_ctl_place fills it and inv is unchanged. Returns 0, or
+ * filled as egpu_controller_place fills it and inv is unchanged. Returns 0, or
  * EGPU_ERANGE (malformed or not allowed) / EGPU_ENOFIT (no room) with err
  * saying why in one sentence for the claim's condition, or -ENOMEM. */
-int egpu_ctl_place_at(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
-                      const struct egpu_api_class *cls, const char *node, const char *gpus,
-                      struct egpu_ctl_choice *out, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_controller_place_at(struct egpu_controller_inventory *inv, const struct egpu_api_claim *c,
+                             const struct egpu_api_class *cls, const char *node, const char *gpus,
+                             struct egpu_controller_choice *out,
+                             struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* The name of the ElasticGPU provisioned for the claim of uid:
  * "egpu-<uid>" into buf (len bytes). A retry after a crash finds the one
  * made before instead of making a second. Returns 0 or -ENAMETOOLONG. */
-int egpu_ctl_provisioned_name(const char *uid, char *buf, size_t len);
+int egpu_controller_provisioned_name(const char *uid, char *buf, size_t len);
 
 /* The annotation a provisioned ElasticGPU carries: the provisioner's name
  * (as pv.kubernetes.io/provisioned-by). reclaimPolicy Delete deletes only
@@ -238,9 +243,11 @@ int egpu_ctl_provisioned_name(const char *uid, char *buf, size_t len);
  * a pod event reports only the cards whose entries changed. Thread-safe
  * (one mutex): informer threads update it while the worker reads it.
  */
-struct egpu_ctl_gpu_index;
+struct egpu_controller_gpu_index;
 
-#define EGPU_CTL_CARD_KEY_MAX (EGPU_K8S_NAME_MAX + EGPU_UUID_MAX) /* with the '/' and NUL */
+#define EGPU_CONTROLLER_CARD_KEY_MAX                            \
+    (EGPU_K8S_NAME_MAX + EGPU_UUID_MAX) /* with the '/' and NUL \
+                                         */
 
 /* The entries pod (a core/v1 Pod, borrowed) contributes, as a new JSON
  * object (caller json_decref()s) mapping card keys to arrays of entries in
@@ -250,7 +257,7 @@ struct egpu_ctl_gpu_index;
  * another node than spec.nodeName, or a card's key would be too long: *out
  * is {} then too, so a bad annotation never counts. A claim annotation that
  * does not decode only leaves the claims out. -ENOMEM: *out NULL. */
-int egpu_ctl_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error *err);
+int egpu_controller_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error *err);
 
 /* What pod (a core/v1 Pod, borrowed) holds: *a, decoded from its
  * elasticgpu.io/assigned, and its claim annotations into pc[0..max), *npc
@@ -260,50 +267,52 @@ int egpu_ctl_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error 
  * than spec.nodeName (a->ncontainers 0: a bad annotation never counts). A
  * claim annotation that does not decode only leaves the claims out. The
  * one reading of a pod's holdings for GPU status and the inventory. */
-int egpu_ctl_pod_holds(const json_t *pod, struct egpu_assigned *a, struct egpu_api_pod_claim *pc,
-                       size_t max, size_t *npc, struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_controller_pod_holds(const json_t *pod, struct egpu_assigned *a,
+                              struct egpu_api_pod_claim *pc, size_t max, size_t *npc,
+                              struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Sort a status.allocated array in place: by namespace, pod, container,
  * then podUID, core, memory and claim. Returns 0 or -EINVAL (not an
  * array). */
-int egpu_ctl_gpu_allocated_sort(json_t *list);
+int egpu_controller_gpu_allocated_sort(json_t *list);
 
 /* Do two status.allocated values say the same (NULL, absent and [] are
  * equal; otherwise json_equal)? */
-bool egpu_ctl_gpu_allocated_equal(const json_t *a, const json_t *b);
+bool egpu_controller_gpu_allocated_equal(const json_t *a, const json_t *b);
 
 /* A new, empty index; NULL when out of memory. */
-struct egpu_ctl_gpu_index *egpu_ctl_gpu_index_new(void);
+struct egpu_controller_gpu_index *egpu_controller_gpu_index_new(void);
 /* NULL is a no-op. */
-void egpu_ctl_gpu_index_free(struct egpu_ctl_gpu_index *ix);
+void egpu_controller_gpu_index_free(struct egpu_controller_gpu_index *ix);
 
 /* Pod ns/name is now pod (NULL: deleted). *touched (may be NULL) gets a new
  * JSON array of the card keys whose entries changed (caller json_decref()s;
- * [] when none). Returns 0, or what egpu_ctl_pod_gpu_entries returns (the
+ * [] when none). Returns 0, or what egpu_controller_pod_gpu_entries returns (the
  * pod's entries are dropped then, and *touched names the cards that held
  * them), or -ENOMEM (the pod's old entries stay). */
-int egpu_ctl_gpu_index_pod(struct egpu_ctl_gpu_index *ix, const char *ns, const char *name,
-                           const json_t *pod, json_t **touched, struct egpu_error *err);
+int egpu_controller_gpu_index_pod(struct egpu_controller_gpu_index *ix, const char *ns,
+                                  const char *name, const json_t *pod, json_t **touched,
+                                  struct egpu_error *err);
 
 /* GPU object gpu (borrowed) was added or changed (deleted false) or deleted
  * (true): remember which object holds its card key. The card key into key
- * (EGPU_CTL_CARD_KEY_MAX bytes) for the caller to queue. Returns 0, or
+ * (EGPU_CONTROLLER_CARD_KEY_MAX bytes) for the caller to queue. Returns 0, or
  * EGPU_ESYNTAX when gpu lacks metadata.name, spec.nodeName or spec.uuid, or
  * they are too long (nothing remembered), or -ENOMEM. */
-int egpu_ctl_gpu_index_gpu(struct egpu_ctl_gpu_index *ix, const json_t *gpu, bool deleted,
-                           char *key, size_t len, struct egpu_error *err);
+int egpu_controller_gpu_index_gpu(struct egpu_controller_gpu_index *ix, const json_t *gpu,
+                                  bool deleted, char *key, size_t len, struct egpu_error *err);
 
 /* The name of the GPU object holding card key into name (len bytes). False
  * when none does (yet). */
-bool egpu_ctl_gpu_index_gpu_name(struct egpu_ctl_gpu_index *ix, const char *key, char *name,
-                                 size_t len);
+bool egpu_controller_gpu_index_gpu_name(struct egpu_controller_gpu_index *ix, const char *key,
+                                        char *name, size_t len);
 
 /* Every card key of a GPU object, as a new JSON array (NULL: no memory). */
-json_t *egpu_ctl_gpu_index_cards(struct egpu_ctl_gpu_index *ix);
+json_t *egpu_controller_gpu_index_cards(struct egpu_controller_gpu_index *ix);
 
 /* What status.allocated of card key should be: a new, sorted JSON array
  * ([] when nothing holds the card; NULL when out of memory). */
-json_t *egpu_ctl_gpu_index_allocated(struct egpu_ctl_gpu_index *ix, const char *key);
+json_t *egpu_controller_gpu_index_allocated(struct egpu_controller_gpu_index *ix, const char *key);
 
 #ifdef __cplusplus
 }

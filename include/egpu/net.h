@@ -490,6 +490,60 @@ void egpu_service_stop(struct egpu_service *svc);
  * zero *svc. */
 void egpu_service_free(struct egpu_service *svc);
 
+/* The kind of a family in a struct egpu_service_metric. */
+enum egpu_service_metric_type {
+    EGPU_SERVICE_COUNTER,   /* egpu_metric_counter */
+    EGPU_SERVICE_GAUGE,     /* egpu_metric_gauge */
+    EGPU_SERVICE_HISTOGRAM, /* egpu_metric_histogram */
+};
+
+/* One family a component shows on its /metrics (see egpu_metric_counter for
+ * the rules on names, help and labels). */
+struct egpu_service_metric {
+    enum egpu_service_metric_type type;
+    const char *name;
+    const char *help;
+    size_t nlabels;
+    const char *const *labels; /* NULL when nlabels is 0 */
+    size_t nbounds;            /* histograms: their upper bounds; else 0, NULL */
+    const double *bounds;
+    struct egpu_metric **out; /* gets the family (valid until egpu_metrics_free) */
+};
+
+/* Make a component's registry: *reg gets a new one (caller-owned, freed
+ * with egpu_metrics_free, on error too: it may hold some families), then
+ * m[0..n) are registered in it in that order (the order /metrics shows
+ * them in; the service's egpu_http_* families follow, from
+ * egpu_service_new). Returns 0, -ENOMEM ("metrics: out of memory"; *reg
+ * NULL), or the first failed registration's error ("metrics: <strerror>":
+ * -EINVAL, -EEXIST, EGPU_ELIMIT, -ENOMEM; the families after it are not
+ * registered). */
+int egpu_service_metrics_new(const struct egpu_service_metric *m, size_t n,
+                             struct egpu_metrics **reg, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Register m[0..n) in reg (borrowed), in that order, as
+ * egpu_service_metrics_new does in its new registry: for the families a
+ * component's library adds to the registry its main made. Returns 0 or the
+ * first failed registration's error ("metrics: <strerror>"; the families
+ * before it stay registered, those after it are not). */
+int egpu_service_metrics_add(struct egpu_metrics *reg, const struct egpu_service_metric *m,
+                             size_t n, struct egpu_error *err) EGPU_MUST_CHECK;
+
+struct egpu_kube_elector_config; /* egpu/kube.h: a leader elector's settings */
+
+/* The elector settings of the common lease flags (struct egpu_cli_server's
+ * lease: --lease-namespace, --lease-name, --lease-duration, --renew-deadline,
+ * --retry-period, all in ms) into *ec, which is zeroed first: ns
+ * opts->lease.ns, or default_ns (the client's namespace,
+ * egpu_kube_namespace) when unset; release_on_cancel true (a leader that
+ * stops gives the Lease up, so another takes over in about a second);
+ * identity NULL (hostname and a random UUID). Strings are borrowed from
+ * opts and default_ns (egpu_kube_elector_new copies them). The caller sets
+ * the callbacks and ud, then calls egpu_kube_elector_new and _start when
+ * opts->lease.elect. */
+void egpu_service_elector_config(const struct egpu_cli_server *opts, const char *default_ns,
+                                 struct egpu_kube_elector_config *ec);
+
 /* A component's process, from its parsed options to its exit status. */
 struct egpu_service_main {
     const char *prog; /* "egpu-scheduler": the log component */

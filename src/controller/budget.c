@@ -4,7 +4,7 @@
  * One step of a namespace: a consistent LIST of its pods (so a pod bound a
  * moment ago is there, whatever the pod informer has heard), each read with
  * egpu_api_meter_pod_read (its GPU ask, PodScheduled's time, its end); then
- * for every GPUBudget of the namespace, ctl_meter_step from its status's
+ * for every GPUBudget of the namespace, egpu__controller_meter_step from its status's
  * checkpoint to now and a PUT of its status guarded by resourceVersion: a
  * stale leader's write fails with 409 and nothing is counted twice; a
  * write that did not happen leaves the checkpoint where it was, so nothing
@@ -33,7 +33,7 @@
 #include <time.h>
 
 #include "budget_int.h"
-#include "ctl_int.h"
+#include "controller_int.h"
 #include "egpu/log.h"
 
 #define COND_READY "Ready"
@@ -45,7 +45,7 @@ struct meter_pod {
     struct egpu_api_meter_pod m;
 };
 
-static void metrics_of(struct ctl *c, const struct egpu_api_budget *b)
+static void metrics_of(struct egpu__controller *c, const struct egpu_api_budget *b)
 {
     const char *const labels[2] = {b->meta.ns, b->meta.name};
     int64_t used = egpu_api_budget_used_milli(b);
@@ -57,48 +57,50 @@ static void metrics_of(struct ctl *c, const struct egpu_api_budget *b)
                           b->has_state && b->state == EGPU_API_BUDGET_OVER_BUDGET ? 1.0 : 0.0);
 }
 
-static void events_of(struct ctl *c, const struct egpu_api_budget *b,
-                      const struct ctl_meter_step *st)
+static void events_of(struct egpu__controller *c, const struct egpu_api_budget *b,
+                      const struct egpu__controller_meter_step *st)
 {
     char t1[EGPU_API_TIME_MAX], t2[EGPU_API_TIME_MAX];
     int64_t used = egpu_api_budget_used_milli(b);
 
     if (st->started)
-        ctl_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, false,
-                  "MeteringStarted",
-                  "GPU pods of namespace %s are metered from %s; this %s period "
-                  "ends %s",
-                  b->meta.ns, egpu_api_time_format(b->metered_until_s, t1), b->period_text,
-                  egpu_api_time_format(b->period_end_s, t2));
+        egpu__controller_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, false,
+                               "MeteringStarted",
+                               "GPU pods of namespace %s are metered from %s; this %s period "
+                               "ends %s",
+                               b->meta.ns, egpu_api_time_format(b->metered_until_s, t1),
+                               b->period_text, egpu_api_time_format(b->period_end_s, t2));
     if (st->rollovers > 0)
-        ctl_event(
+        egpu__controller_event(
             c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, false, "PeriodReset",
             "a new period began at %s; %.3f GPU-hours were used in the one "
             "from %s",
             egpu_api_time_format(b->period_start_s, t1), (double)st->ended_used_milli / 1000.0,
             egpu_api_time_format(st->ended_start_s, t2));
     if (st->state_changed && !st->started && b->state == EGPU_API_BUDGET_OVER_BUDGET)
-        ctl_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, true, "OverBudget",
-                  "namespace %s used %.3f of %.3f GPU-hours this period; new GPU pods "
-                  "get PriorityClass %s",
-                  b->meta.ns, (double)used / 1000.0, (double)b->gpu_hours_milli / 1000.0,
-                  b->over_class);
+        egpu__controller_event(
+            c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, true, "OverBudget",
+            "namespace %s used %.3f of %.3f GPU-hours this period; new GPU pods "
+            "get PriorityClass %s",
+            b->meta.ns, (double)used / 1000.0, (double)b->gpu_hours_milli / 1000.0, b->over_class);
     else if (st->state_changed && !st->started)
-        ctl_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, false, "InBudget",
-                  "namespace %s is within its %.3f GPU-hours again (%.3f used)", b->meta.ns,
-                  (double)b->gpu_hours_milli / 1000.0, (double)used / 1000.0);
+        egpu__controller_event(
+            c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, false, "InBudget",
+            "namespace %s is within its %.3f GPU-hours again (%.3f used)", b->meta.ns,
+            (double)b->gpu_hours_milli / 1000.0, (double)used / 1000.0);
 }
 
 /* Meter budget obj over m[0..n) and write its status. *until gets the
  * checkpoint now stored, or INT64_MAX when the budget cannot meter (it does
  * not decode, or names an unknown time zone: it then holds no pod back).
  * Returns 0 or the client's error (the namespace is retried). */
-static int meter_one(struct ctl *c, const json_t *obj, const struct egpu_api_meter_pod *m, size_t n,
+static int meter_one(struct egpu__controller *c, const json_t *obj,
+                     const struct egpu_api_meter_pod *m, size_t n,
                      const struct egpu_api_meter_hold *h, size_t nh, int64_t now, int64_t *until)
 {
     struct egpu_api_budget *b = egpu_malloc(sizeof(*b));
     struct egpu_error err = {0};
-    struct ctl_meter_step st;
+    struct egpu__controller_meter_step st;
     char stamp[EGPU_API_TIME_MAX];
     json_t *enc;
     bool changed, ok;
@@ -112,8 +114,8 @@ static int meter_one(struct ctl *c, const json_t *obj, const struct egpu_api_met
         egpu_free(b);
         return 0; /* the API server's schema keeps these out; nothing to write into */
     }
-    ctl_now(stamp, sizeof(stamp));
-    rc = ctl_meter_step(b, m, n, h, nh, now, &st, &err);
+    egpu__controller_now(stamp, sizeof(stamp));
+    rc = egpu__controller_meter_step(b, m, n, h, nh, now, &st, &err);
     if (rc == -ENOMEM) {
         egpu_free(b);
         return rc;
@@ -125,8 +127,8 @@ static int meter_one(struct ctl *c, const json_t *obj, const struct egpu_api_met
             egpu_api_condition_set(b->conditions, &b->nconditions, COND_READY, EGPU_API_COND_FALSE,
                                    "InvalidTimeZone", err.msg, b->meta.generation, stamp);
         if (changed)
-            ctl_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid, true,
-                      "InvalidTimeZone", "%s", err.msg);
+            egpu__controller_event(c, EGPU_KIND_GPUBUDGET, b->meta.ns, b->meta.name, b->meta.uid,
+                                   true, "InvalidTimeZone", "%s", err.msg);
     } else {
         (void)egpu_api_condition_set(b->conditions, &b->nconditions, COND_READY, EGPU_API_COND_TRUE,
                                      "Metered", "the namespace's GPU pods are metered",
@@ -137,7 +139,8 @@ static int meter_one(struct ctl *c, const json_t *obj, const struct egpu_api_met
     rc = 0;
     if (changed) {
         enc = egpu_api_budget_encode(b);
-        rc = enc == NULL ? -ENOMEM : ctl_put(c, &egpu_kube_gpubudgets, obj, enc, "status", NULL);
+        rc = enc == NULL ? -ENOMEM
+                         : egpu__controller_put(c, &egpu_kube_gpubudgets, obj, enc, "status", NULL);
         json_decref(enc);
     }
     if (rc == 0 && ok) {
@@ -151,8 +154,8 @@ static int meter_one(struct ctl *c, const json_t *obj, const struct egpu_api_met
 
 /* Drop (add false) or add the metering finalizer of obj, an object of res
  * (a v1 Pod or an ElasticGPU) named kind in the log line. */
-static void set_finalizer(struct ctl *c, const struct egpu_kube_resource *res, const char *kind,
-                          const json_t *obj, bool add)
+static void set_finalizer(struct egpu__controller *c, const struct egpu_kube_resource *res,
+                          const char *kind, const json_t *obj, bool add)
 {
     const json_t *meta = json_object_get(obj, "metadata"), *f;
     const char *ns = egpu_api_str(json_object_get(meta, "namespace"));
@@ -170,7 +173,7 @@ static void set_finalizer(struct ctl *c, const struct egpu_kube_resource *res, c
     if (add)
         json_array_append_new(keep, json_string(EGPU_FINALIZER_METERING));
     enc = json_pack("{s:{s:o}}", "metadata", "finalizers", keep);
-    if (enc != NULL && ctl_put(c, res, obj, enc, "finalizers", NULL) == 0)
+    if (enc != NULL && egpu__controller_put(c, res, obj, enc, "finalizers", NULL) == 0)
         egpu_log(EGPU_LOG_INFO, "metering finalizer %s %s=%s%s%s", add ? "added" : "removed", kind,
                  ns != NULL ? ns : "", ns != NULL ? "/" : "", name != NULL ? name : "");
     json_decref(enc);
@@ -206,7 +209,7 @@ static bool done_metering(const struct meter_pod *p, int64_t until, bool budgets
 
 /* The creationTimestamp of the claim of ElasticGPU e's claimRef when a claim
  * with its uid is in the cache, else 0. */
-static int64_t claim_created(struct ctl *c, const json_t *egpu)
+static int64_t claim_created(struct egpu__controller *c, const json_t *egpu)
 {
     const json_t *ref = json_object_get(json_object_get(egpu, "spec"), "claimRef");
     const char *ns = egpu_api_str(json_object_get(ref, "namespace"));
@@ -218,7 +221,7 @@ static int64_t claim_created(struct ctl *c, const json_t *egpu)
 
     if (ns == NULL || name == NULL || uid == NULL || uid[0] == '\0')
         return 0;
-    cl = egpu_kube_informer_get(c->inf[CTL_CLAIMS], ns, name);
+    cl = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_CLAIMS], ns, name);
     cuid = egpu_api_str(json_object_get(json_object_get(cl, "metadata"), "uid"));
     created = egpu_api_str(json_object_get(json_object_get(cl, "metadata"), "creationTimestamp"));
     if (cuid != NULL && strcmp(cuid, uid) == 0 && created != NULL &&
@@ -258,14 +261,15 @@ static json_t *in_namespace(json_t *all, const char *ns, const char *parent, con
 
 /* The ElasticGPUs of the cache whose claimRef is in ns (new reference), or
  * NULL. */
-static json_t *egpus_of(struct ctl *c, const char *ns)
+static json_t *egpus_of(struct egpu__controller *c, const char *ns)
 {
-    return in_namespace(egpu_kube_informer_list(c->inf[CTL_EGPUS]), ns, "spec", "claimRef");
+    return in_namespace(egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_EGPUS]), ns, "spec",
+                        "claimRef");
 }
 
-bool ctl_budget_exists(struct ctl *c, const char *ns)
+bool egpu__controller_budget_exists(struct egpu__controller *c, const char *ns)
 {
-    json_t *all = egpu_kube_informer_list(c->inf[CTL_BUDGETS]), *o;
+    json_t *all = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_BUDGETS]), *o;
     bool yes = false;
     size_t i;
 
@@ -282,9 +286,10 @@ bool ctl_budget_exists(struct ctl *c, const char *ns)
 }
 
 /* The GPUBudgets of ns, in the informer's order (new reference), or NULL. */
-static json_t *budgets_of(struct ctl *c, const char *ns)
+static json_t *budgets_of(struct egpu__controller *c, const char *ns)
 {
-    return in_namespace(egpu_kube_informer_list(c->inf[CTL_BUDGETS]), ns, "metadata", NULL);
+    return in_namespace(egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_BUDGETS]), ns, "metadata",
+                        NULL);
 }
 
 /* Append what pod (readable) holds through claims to *h (grown as needed). */
@@ -306,7 +311,7 @@ static int add_pod_holds(const json_t *pod, struct egpu_api_meter_hold **h, size
     return 0;
 }
 
-int ctl_budget_sync(struct ctl *c, const char *ns)
+int egpu__controller_budget_sync(struct egpu__controller *c, const char *ns)
 {
     struct egpu_kube_status kst = {0};
     struct egpu_error err = {0};

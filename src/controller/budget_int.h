@@ -16,11 +16,11 @@
  * ("spec.timeZone is \"Mars/Olympus\"; allowed: a zone of the tz database,
  * e.g. UTC, Europe/Berlin or America/New_York") or the instant is out of
  * GLib's range (years 1..9999). */
-int ctl_budget_period(const struct egpu_api_budget *b, int64_t now_s, int64_t *start, int64_t *end,
-                      struct egpu_error *err);
+int egpu__controller_budget_period(const struct egpu_api_budget *b, int64_t now_s, int64_t *start,
+                                   int64_t *end, struct egpu_error *err);
 
 /* What one metering step did. */
-struct ctl_meter_step {
+struct egpu__controller_meter_step {
     bool started;             /* b had no metering: it starts now, at 0 */
     uint32_t rollovers;       /* periods that ended within the step (usage reset at each) */
     int64_t ended_start_s;    /* rollovers > 0: the start of the last period that ended */
@@ -45,10 +45,11 @@ struct ctl_meter_step {
  * recomputed around metering.until, keeping what was counted. A now_s
  * before metering.until (the clock went back) counts nothing. Then
  * status.state is set from the usage. Integers only: the result is the same
- * however the span is cut into steps. Returns 0, or ctl_budget_period's
+ * however the span is cut into steps. Returns 0, or egpu__controller_budget_period's
  * EGPU_ERANGE or -ENOMEM (b is then unchanged). */
-int ctl_meter_step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *pods, size_t n,
-                   const struct egpu_api_meter_hold *holds, size_t nholds, int64_t now_s,
-                   struct ctl_meter_step *out, struct egpu_error *err);
+int egpu__controller_meter_step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *pods,
+                                size_t n, const struct egpu_api_meter_hold *holds, size_t nholds,
+                                int64_t now_s, struct egpu__controller_meter_step *out,
+                                struct egpu_error *err);
 
 #endif /* EGPU_CONTROLLER_BUDGET_INT_H */

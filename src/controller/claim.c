@@ -21,21 +21,21 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl_int.h"
+#include "controller_int.h"
 #include "egpu/log.h"
 
 #define COND_BOUND "Bound"
 
 struct claim_ctx {
-    struct ctl *c;
+    struct egpu__controller *c;
     json_t *obj; /* the claim as stored */
     struct egpu_api_claim *cl;
 };
 
 static void claim_event(struct claim_ctx *x, bool warning, const char *reason, const char *msg)
 {
-    ctl_event(x->c, EGPU_KIND_ELASTICGPUCLAIM, x->cl->meta.ns, x->cl->meta.name, x->cl->meta.uid,
-              warning, reason, "%s", msg);
+    egpu__controller_event(x->c, EGPU_KIND_ELASTICGPUCLAIM, x->cl->meta.ns, x->cl->meta.name,
+                           x->cl->meta.uid, warning, reason, "%s", msg);
 }
 
 /* Set condition Bound on cl; true when it changed. */
@@ -59,7 +59,7 @@ static bool set_cond(struct egpu_api_claim *cl, bool bound, const char *reason, 
         snprintf(k->type, sizeof(k->type), COND_BOUND);
     }
     if (k->status != s || k->last_transition_time[0] == '\0')
-        ctl_now(k->last_transition_time, sizeof(k->last_transition_time));
+        egpu__controller_now(k->last_transition_time, sizeof(k->last_transition_time));
     k->status = s;
     k->observed_generation = cl->meta.generation;
     snprintf(k->reason, sizeof(k->reason), "%s", reason);
@@ -84,7 +84,7 @@ static int write_status(struct claim_ctx *x)
 
     if (enc == NULL)
         return -ENOMEM;
-    rc = ctl_put(x->c, &egpu_kube_elasticgpuclaims, x->obj, enc, "status", &out);
+    rc = egpu__controller_put(x->c, &egpu_kube_elasticgpuclaims, x->obj, enc, "status", &out);
     json_decref(enc);
     if (rc == 0) {
         json_decref(x->obj);
@@ -135,9 +135,9 @@ static bool pods_use(const json_t *items, const struct egpu_api_claim *cl)
  * reached the informer yet, and removing the finalizer then would delete a
  * claim a pod is about to use (the same check as Kubernetes' PVC protection
  * controller). */
-static int in_use(struct ctl *c, const struct egpu_api_claim *cl)
+static int in_use(struct egpu__controller *c, const struct egpu_api_claim *cl)
 {
-    json_t *pods = egpu_kube_informer_list(c->inf[CTL_PODS]), *list = NULL;
+    json_t *pods = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_PODS]), *list = NULL;
     struct egpu_kube_status st;
     struct egpu_error err;
     bool used;
@@ -194,7 +194,7 @@ static int protect(struct claim_ctx *x, bool *done)
     enc = egpu_api_claim_encode(x->cl);
     if (enc == NULL)
         return -ENOMEM;
-    rc = ctl_put(x->c, &egpu_kube_elasticgpuclaims, x->obj, enc, "finalizers", &out);
+    rc = egpu__controller_put(x->c, &egpu_kube_elasticgpuclaims, x->obj, enc, "finalizers", &out);
     json_decref(enc);
     if (rc == 0) {
         egpu_log(EGPU_LOG_INFO, "%s finalizer claim=%s/%s", *done ? "removed" : "added", m->ns,
@@ -208,10 +208,10 @@ static int protect(struct claim_ctx *x, bool *done)
 
 /* The claim's class: its own, or the default one (the first by name of
  * those annotated default). NULL with *why set when there is none. */
-static struct egpu_api_class *class_of(struct ctl *c, const struct egpu_api_claim *cl, char *why,
-                                       size_t len)
+static struct egpu_api_class *class_of(struct egpu__controller *c, const struct egpu_api_claim *cl,
+                                       char *why, size_t len)
 {
-    json_t *all = egpu_kube_informer_list(c->inf[CTL_CLASSES]), *o;
+    json_t *all = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_CLASSES]), *o;
     struct egpu_api_class *best = NULL, *k = egpu_malloc(sizeof(*k));
     size_t i;
 
@@ -249,8 +249,9 @@ static int bind_egpu(struct claim_ctx *x, json_t **eobj, struct egpu_api_egpu *e
         snprintf(e->claim_name, sizeof(e->claim_name), "%s", cl->meta.name);
         snprintf(e->claim_uid, sizeof(e->claim_uid), "%s", cl->meta.uid);
         enc = egpu_api_egpu_encode(e);
-        rc =
-            enc != NULL ? ctl_put(x->c, &egpu_kube_elasticgpus, *eobj, enc, "spec", &out) : -ENOMEM;
+        rc = enc != NULL
+                 ? egpu__controller_put(x->c, &egpu_kube_elasticgpus, *eobj, enc, "spec", &out)
+                 : -ENOMEM;
         json_decref(enc);
         if (rc)
             return rc;
@@ -260,7 +261,7 @@ static int bind_egpu(struct claim_ctx *x, json_t **eobj, struct egpu_api_egpu *e
             return -EPROTO;
     }
     if (cl->tflops_milli > 0 && e->ngpus > 0) {
-        ctl_gpu_model(x->c, e->gpu_names[0], model, sizeof(model));
+        egpu__controller_gpu_model(x->c, e->gpu_names[0], model, sizeof(model));
         if (egpu_api_egpu_fit(e, cl, cls, model, &pct) != EGPU_API_FIT_OK)
             pct = 0;
     }
@@ -275,14 +276,16 @@ static int bind_egpu(struct claim_ctx *x, json_t **eobj, struct egpu_api_egpu *e
     }
     enc = egpu_api_egpu_encode(e);
     out = NULL;
-    rc = enc != NULL ? ctl_put(x->c, &egpu_kube_elasticgpus, *eobj, enc, "status", &out) : -ENOMEM;
+    rc = enc != NULL
+             ? egpu__controller_put(x->c, &egpu_kube_elasticgpus, *eobj, enc, "status", &out)
+             : -ENOMEM;
     json_decref(enc);
     if (rc)
         return rc;
     json_decref(*eobj);
     *eobj = out;
-    ctl_event(x->c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, e->meta.uid, false, "Bound",
-              "bound to ElasticGPUClaim %s/%s", cl->meta.ns, cl->meta.name);
+    egpu__controller_event(x->c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, e->meta.uid, false,
+                           "Bound", "bound to ElasticGPUClaim %s/%s", cl->meta.ns, cl->meta.name);
     return 0;
 }
 
@@ -313,17 +316,17 @@ static int bind(struct claim_ctx *x, json_t **eobj, struct egpu_api_egpu *e,
 
 /* An ElasticGPU whose claimRef carries this claim's uid: a binding begun
  * before a restart (or a provisioned one). Returns it, or NULL. */
-static struct egpu_api_egpu *half_bound(struct ctl *c, const struct egpu_api_claim *cl,
+static struct egpu_api_egpu *half_bound(struct egpu__controller *c, const struct egpu_api_claim *cl,
                                         json_t **eobj)
 {
     char name[EGPU_K8S_NAME_MAX];
-    const char *n[2] = {NULL, ctl_index_egpu_of_uid(c, cl->meta.uid)};
+    const char *n[2] = {NULL, egpu__controller_index_egpu_of_uid(c, cl->meta.uid)};
     struct egpu_api_egpu *e;
 
-    if (egpu_ctl_provisioned_name(cl->meta.uid, name, sizeof(name)) == 0)
+    if (egpu_controller_provisioned_name(cl->meta.uid, name, sizeof(name)) == 0)
         n[0] = name;
     for (int i = 0; i < 2; i++) {
-        if (n[i] == NULL || (e = ctl_egpu_get(c, n[i], eobj)) == NULL)
+        if (n[i] == NULL || (e = egpu__controller_egpu_get(c, n[i], eobj)) == NULL)
             continue;
         if (e->has_claim_ref && strcmp(e->claim_uid, cl->meta.uid) == 0)
             return e;
@@ -335,10 +338,11 @@ static struct egpu_api_egpu *half_bound(struct ctl *c, const struct egpu_api_cla
 }
 
 /* The best Available ElasticGPU of cls for the claim, or NULL. */
-static struct egpu_api_egpu *best_available(struct ctl *c, const struct egpu_api_claim *cl,
+static struct egpu_api_egpu *best_available(struct egpu__controller *c,
+                                            const struct egpu_api_claim *cl,
                                             const struct egpu_api_class *cls, json_t **eobj)
 {
-    json_t *avail = ctl_index_available(c), *o, *v;
+    json_t *avail = egpu__controller_index_available(c), *o, *v;
     size_t n = json_object_size(avail), m = 0;
     const char *name;
     struct egpu_api_egpu *dec = egpu_calloc(n ? n : 1, sizeof(*dec)), *e = NULL;
@@ -350,7 +354,7 @@ static struct egpu_api_egpu *best_available(struct ctl *c, const struct egpu_api
     if (dec != NULL && ptr != NULL && models != NULL && mptr != NULL) {
         json_object_foreach(avail, name, v)
         {
-            o = egpu_kube_informer_get(c->inf[CTL_EGPUS], NULL, name);
+            o = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_EGPUS], NULL, name);
             if (o == NULL || egpu_api_egpu_decode(o, &dec[m], NULL) != 0 ||
                 dec[m].phase != EGPU_API_EGPU_AVAILABLE) {
                 json_decref(o);
@@ -358,14 +362,14 @@ static struct egpu_api_egpu *best_available(struct ctl *c, const struct egpu_api
             }
             json_decref(o);
             ptr[m] = &dec[m];
-            mptr[m] = dec[m].ngpus
-                          ? ctl_gpu_model(c, dec[m].gpu_names[0], models[m], EGPU_MODEL_MAX)
-                          : "";
+            mptr[m] = dec[m].ngpus ? egpu__controller_gpu_model(c, dec[m].gpu_names[0], models[m],
+                                                                EGPU_MODEL_MAX)
+                                   : "";
             m++;
         }
         best = egpu_api_best_fit(ptr, mptr, m, cl, cls);
         if (best >= 0)
-            e = ctl_egpu_get(c, dec[best].meta.name, eobj);
+            e = egpu__controller_egpu_get(c, dec[best].meta.name, eobj);
     }
     egpu_free(dec);
     egpu_free(ptr);
@@ -378,9 +382,9 @@ static struct egpu_api_egpu *best_available(struct ctl *c, const struct egpu_api
  * uid>, so a retry after a crash finds it instead of making a second), count
  * it in the inventories at once, and bind it. */
 static int create_and_bind(struct claim_ctx *x, const struct egpu_api_class *cls,
-                           const struct egpu_ctl_choice *ch)
+                           const struct egpu_controller_choice *ch)
 {
-    struct ctl *c = x->c;
+    struct egpu__controller *c = x->c;
     struct egpu_api_claim *cl = x->cl;
     struct egpu_api_egpu *e = egpu_calloc(1, sizeof(*e));
     struct egpu_error err = {0};
@@ -390,7 +394,7 @@ static int create_and_bind(struct claim_ctx *x, const struct egpu_api_class *cls
 
     if (e == NULL)
         return -ENOMEM;
-    (void)egpu_ctl_provisioned_name(cl->meta.uid, e->meta.name, sizeof(e->meta.name));
+    (void)egpu_controller_provisioned_name(cl->meta.uid, e->meta.name, sizeof(e->meta.name));
     e->core_pct = ch->core_pct;
     e->has_mem = ch->source == EGPU_API_PROVISIONER_GPUSHARE && ch->mem_mib > 0;
     e->mem_mib = e->has_mem ? ch->mem_mib : 0;
@@ -409,7 +413,7 @@ static int create_and_bind(struct claim_ctx *x, const struct egpu_api_class *cls
     ann = json_pack("{s:s}", EGPU_ANN_PROVISIONED_BY, egpu_api_provisioner_name(cls->provisioner));
     /* A namespace with a GPUBudget is charged for it until it is gone
      * (budget.c): the finalizer keeps it until metered to its deletion. */
-    if (enc != NULL && ctl_budget_exists(c, cl->meta.ns) &&
+    if (enc != NULL && egpu__controller_budget_exists(c, cl->meta.ns) &&
         json_object_set_new(json_object_get(enc, "metadata"), "finalizers",
                             json_pack("[s]", EGPU_FINALIZER_METERING)) != 0) {
         json_decref(enc);
@@ -427,13 +431,14 @@ static int create_and_bind(struct claim_ctx *x, const struct egpu_api_class *cls
         /* Made before a crash, and not in the cache yet: take the stored one. */
         rc = egpu_kube_get(c->kube, &egpu_kube_elasticgpus, NULL, e->meta.name, &out, &st, &err);
     } else if (rc == 0) {
-        ctl_event(c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, NULL, false, "Provisioned",
-                  "provisioned by %s for ElasticGPUClaim %s/%s on node %s, GPU %s%s",
-                  egpu_api_provisioner_name(cls->provisioner), cl->meta.ns, cl->meta.name,
-                  e->node_name, e->gpu_names[0], e->ngpus > 1 ? " and more" : "");
+        egpu__controller_event(
+            c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, NULL, false, "Provisioned",
+            "provisioned by %s for ElasticGPUClaim %s/%s on node %s, GPU %s%s",
+            egpu_api_provisioner_name(cls->provisioner), cl->meta.ns, cl->meta.name, e->node_name,
+            e->gpu_names[0], e->ngpus > 1 ? " and more" : "");
     }
     if (rc == 0)
-        ctl_index_created(c, out); /* counted before its watch event comes */
+        egpu__controller_index_created(c, out); /* counted before its watch event comes */
     if (rc == 0 && egpu_api_egpu_decode(out, e, &err) != 0)
         rc = -EPROTO;
     if (rc == 0 && strcmp(e->claim_uid, cl->meta.uid) != 0)
@@ -453,13 +458,13 @@ static int create_and_bind(struct claim_ctx *x, const struct egpu_api_class *cls
 static int provision(struct claim_ctx *x, const struct egpu_api_class *cls)
 {
     struct egpu_error err = {0};
-    struct egpu_ctl_inventory *inv = ctl_index_inventory(x->c, cls, &err);
-    struct egpu_ctl_choice ch;
+    struct egpu_controller_inventory *inv = egpu__controller_index_inventory(x->c, cls, &err);
+    struct egpu_controller_choice ch;
     int rc;
 
     if (inv == NULL)
         return err.code ? err.code : -ENOMEM;
-    rc = egpu_ctl_place(inv, x->cl, cls, &ch, &err);
+    rc = egpu_controller_place(inv, x->cl, cls, &ch, &err);
     if (rc == EGPU_ENOFIT || rc == EGPU_ERANGE)
         return pending(x, true, "ProvisioningFailed", err.msg);
     if (rc)
@@ -482,7 +487,7 @@ static int unselect(struct claim_ctx *x)
     enc = json_pack("{s:{s:o}}", "metadata", "annotations", ann);
     if (enc == NULL)
         return -ENOMEM;
-    rc = ctl_put(x->c, &egpu_kube_elasticgpuclaims, x->obj, enc, "annotations", &out);
+    rc = egpu__controller_put(x->c, &egpu_kube_elasticgpuclaims, x->obj, enc, "annotations", &out);
     json_decref(enc);
     if (rc == 0) {
         egpu_log(EGPU_LOG_INFO, "removed the selection claim=%s/%s", x->cl->meta.ns,
@@ -496,20 +501,20 @@ static int unselect(struct claim_ctx *x)
 /* Provision a WaitForFirstConsumer claim where the scheduler placed its
  * first pod (node and gpus, from the claim's annotations). Those can be
  * written by the claim's owner too, so the selection is checked like any
- * placement (egpu_ctl_place_at); refused, the claim says why (condition
+ * placement (egpu_controller_place_at); refused, the claim says why (condition
  * and event) and loses the annotations, for the scheduler to choose again. */
 static int provision_selected(struct claim_ctx *x, const struct egpu_api_class *cls,
                               const char *node, const char *gpus)
 {
     struct egpu_error err = {0};
-    struct egpu_ctl_inventory *inv = ctl_index_inventory(x->c, cls, &err);
-    struct egpu_ctl_choice ch;
+    struct egpu_controller_inventory *inv = egpu__controller_index_inventory(x->c, cls, &err);
+    struct egpu_controller_choice ch;
     char why[2048];
     int rc;
 
     if (inv == NULL)
         return err.code ? err.code : -ENOMEM;
-    rc = egpu_ctl_place_at(inv, x->cl, cls, node, gpus, &ch, &err);
+    rc = egpu_controller_place_at(inv, x->cl, cls, node, gpus, &ch, &err);
     if (rc == EGPU_ENOFIT || rc == EGPU_ERANGE) {
         snprintf(why, sizeof(why),
                  "the scheduler's selection (node %.253s, GPUs %.256s) was refused: %s; it is "
@@ -525,7 +530,7 @@ static int provision_selected(struct claim_ctx *x, const struct egpu_api_class *
 
 static int sync_pending(struct claim_ctx *x)
 {
-    struct ctl *c = x->c;
+    struct egpu__controller *c = x->c;
     struct egpu_api_claim *cl = x->cl;
     struct egpu_api_class *cls = NULL;
     struct egpu_api_egpu *e;
@@ -534,7 +539,7 @@ static int sync_pending(struct claim_ctx *x)
     enum egpu_api_fit fit;
     int rc;
 
-    ctl_index_refresh(c);
+    egpu__controller_index_refresh(c);
     e = half_bound(c, cl, &eobj);
     if (cl->class_name[0] != '\0' || e == NULL)
         cls = class_of(c, cl, why, sizeof(why));
@@ -543,7 +548,7 @@ static int sync_pending(struct claim_ctx *x)
         goto out;
     }
     if (cl->egpu_name[0] != '\0') {
-        e = ctl_egpu_get(c, cl->egpu_name, &eobj);
+        e = egpu__controller_egpu_get(c, cl->egpu_name, &eobj);
         if (e == NULL) {
             snprintf(why, sizeof(why), "ElasticGPU %s not found", cl->egpu_name);
             rc = pending(x, true, "ElasticGPUNotFound", why);
@@ -554,7 +559,8 @@ static int sync_pending(struct claim_ctx *x)
             cls = NULL; /* named without a class: only the ElasticGPU's own class "" fits */
         }
         fit = egpu_api_egpu_fit(
-            e, cl, cls, e->ngpus ? ctl_gpu_model(c, e->gpu_names[0], model, sizeof(model)) : "",
+            e, cl, cls,
+            e->ngpus ? egpu__controller_gpu_model(c, e->gpu_names[0], model, sizeof(model)) : "",
             NULL);
         if (fit != EGPU_API_FIT_OK) {
             snprintf(why, sizeof(why), "ElasticGPU %s does not fit the claim: %s", e->meta.name,
@@ -612,10 +618,10 @@ out:
  * when it lost claimRef or phase, else the claim is Lost. */
 static int sync_bound(struct claim_ctx *x)
 {
-    struct ctl *c = x->c;
+    struct egpu__controller *c = x->c;
     struct egpu_api_claim *cl = x->cl;
     json_t *eobj = NULL;
-    struct egpu_api_egpu *e = ctl_egpu_get(c, cl->bound_egpu, &eobj);
+    struct egpu_api_egpu *e = egpu__controller_egpu_get(c, cl->bound_egpu, &eobj);
     struct egpu_kube_status st = {0};
     char why[1024];
     int rc = 0;
@@ -652,13 +658,13 @@ static int sync_bound(struct claim_ctx *x)
     return rc;
 }
 
-int ctl_claim_sync(struct ctl *c, const char *ns, const char *name)
+int egpu__controller_claim_sync(struct egpu__controller *c, const char *ns, const char *name)
 {
     struct claim_ctx x = {.c = c};
     bool done = false;
     int rc;
 
-    x.cl = ctl_claim_get(c, ns, name, &x.obj);
+    x.cl = egpu__controller_claim_get(c, ns, name, &x.obj);
     if (x.cl == NULL)
         return 0;
     rc = protect(&x, &done);

@@ -19,20 +19,20 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl_int.h"
+#include "controller_int.h"
 #include "egpu/log.h"
 
 /* Does node name still exist: a Node object, or a GPU object on it? */
-static bool node_present(struct ctl *c, const char *name)
+static bool node_present(struct egpu__controller *c, const char *name)
 {
-    json_t *n = egpu_kube_informer_get(c->inf[CTL_NODES], NULL, name), *gpus, *g;
+    json_t *n = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_NODES], NULL, name), *gpus, *g;
     bool found = n != NULL;
     size_t i;
 
     json_decref(n);
     if (found)
         return true;
-    gpus = egpu_kube_informer_list(c->inf[CTL_GPUS]);
+    gpus = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_GPUS]);
     if (gpus == NULL)
         return true; /* out of memory: do not fail anything */
     json_array_foreach(gpus, i, g)
@@ -50,9 +50,9 @@ static bool node_present(struct ctl *c, const char *name)
 
 /* Does the claim of e's claimRef exist with its uid? Asks the API server
  * when the cache has no such claim. Returns 1, 0 or a negative code. */
-static int claim_exists(struct ctl *c, const struct egpu_api_egpu *e)
+static int claim_exists(struct egpu__controller *c, const struct egpu_api_egpu *e)
 {
-    json_t *o = egpu_kube_informer_get(c->inf[CTL_CLAIMS], e->claim_ns, e->claim_name);
+    json_t *o = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_CLAIMS], e->claim_ns, e->claim_name);
     const char *uid;
     int rc, yes;
 
@@ -70,7 +70,7 @@ static int claim_exists(struct ctl *c, const struct egpu_api_egpu *e)
     return yes;
 }
 
-static int set_phase(struct ctl *c, json_t *obj, struct egpu_api_egpu *e,
+static int set_phase(struct egpu__controller *c, json_t *obj, struct egpu_api_egpu *e,
                      enum egpu_api_egpu_phase p, bool warning, const char *reason, const char *msg)
 {
     json_t *enc;
@@ -86,16 +86,16 @@ static int set_phase(struct ctl *c, json_t *obj, struct egpu_api_egpu *e,
     enc = egpu_api_egpu_encode(e);
     if (enc == NULL)
         return -ENOMEM;
-    rc = ctl_put(c, &egpu_kube_elasticgpus, obj, enc, "status", NULL);
+    rc = egpu__controller_put(c, &egpu_kube_elasticgpus, obj, enc, "status", NULL);
     json_decref(enc);
     if (rc == 0)
-        ctl_event(c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, e->meta.uid, warning, reason, "%s",
-                  msg);
+        egpu__controller_event(c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, e->meta.uid, warning,
+                               reason, "%s", msg);
     return rc;
 }
 
 /* The claim is gone: Released, then the reclaim policy. */
-static int release(struct ctl *c, json_t *obj, struct egpu_api_egpu *e)
+static int release(struct egpu__controller *c, json_t *obj, struct egpu_api_egpu *e)
 {
     const json_t *ann = json_object_get(json_object_get(obj, "metadata"), "annotations");
     bool provisioned = egpu_api_str(json_object_get(ann, EGPU_ANN_PROVISIONED_BY)) != NULL;
@@ -126,17 +126,18 @@ static int release(struct ctl *c, json_t *obj, struct egpu_api_egpu *e)
         return 0;
     if (rc)
         return rc;
-    ctl_event(c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, e->meta.uid, false, "Deleted",
-              "ElasticGPUClaim %s/%s is gone and reclaimPolicy is Delete: deleted with its "
-              "reservation",
-              e->claim_ns, e->claim_name);
+    egpu__controller_event(
+        c, EGPU_KIND_ELASTICGPU, NULL, e->meta.name, e->meta.uid, false, "Deleted",
+        "ElasticGPUClaim %s/%s is gone and reclaimPolicy is Delete: deleted with its "
+        "reservation",
+        e->claim_ns, e->claim_name);
     return 0;
 }
 
-int ctl_egpu_sync(struct ctl *c, const char *name)
+int egpu__controller_egpu_sync(struct egpu__controller *c, const char *name)
 {
     json_t *obj = NULL;
-    struct egpu_api_egpu *e = ctl_egpu_get(c, name, &obj);
+    struct egpu_api_egpu *e = egpu__controller_egpu_get(c, name, &obj);
     char msg[1024];
     int rc = 0, exists;
 
@@ -158,7 +159,7 @@ int ctl_egpu_sync(struct ctl *c, const char *name)
         snprintf(msg, sizeof(msg), "reserved for ElasticGPUClaim %s/%s", e->claim_ns,
                  e->claim_name);
         rc = set_phase(c, obj, e, EGPU_API_EGPU_AVAILABLE, false, "Available", msg);
-        ctl_enqueue_claim(c, e->claim_ns, e->claim_name);
+        egpu__controller_enqueue_claim(c, e->claim_ns, e->claim_name);
         goto out;
     }
     exists = claim_exists(c, e);
@@ -174,7 +175,7 @@ int ctl_egpu_sync(struct ctl *c, const char *name)
                      e->claim_name);
             rc = set_phase(c, obj, e, EGPU_API_EGPU_BOUND, false, "Bound", msg);
         }
-        ctl_enqueue_claim(c, e->claim_ns, e->claim_name);
+        egpu__controller_enqueue_claim(c, e->claim_ns, e->claim_name);
         goto out;
     }
     rc = release(c, obj, e);

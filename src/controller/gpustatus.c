@@ -11,7 +11,7 @@
  *
  * Two parts. The pure one (egpu/controller.h) turns a pod into its entries
  * per card and keeps an index of them: card key "<node>/<uuid>" -> pod ->
- * entries, and card key -> GPU object name. The I/O one (ctl_gs_*) feeds
+ * entries, and card key -> GPU object name. The I/O one (egpu__controller_gs_*) feeds
  * the index from the informers' pod and GPU events, queues "g/<card key>"
  * for each card whose entries changed (a pod event touches only the cards
  * it names, and only when its entries changed: a status update of a
@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl_int.h"
+#include "controller_int.h"
 #include "egpu/controller.h"
 #include "egpu/log.h"
 
@@ -76,12 +76,12 @@ static int add_entries(json_t *res, const char *ns, const char *name, const char
         const char *claim = egpu_api_pod_claim_of(pc, npc, ac->name);
 
         for (uint32_t g = 0; g < ac->ncards; g++) {
-            char key[EGPU_CTL_CARD_KEY_MAX];
+            char key[EGPU_CONTROLLER_CARD_KEY_MAX];
             json_t *list, *e;
 
             if (card_key(a->node, a->uuids[ac->first_card + g], key, sizeof(key)) != 0)
                 return egpu_error_set(err, EGPU_ERANGE, "%s: node and UUID over %d characters",
-                                      EGPU_ANN_ASSIGNED, EGPU_CTL_CARD_KEY_MAX - 2);
+                                      EGPU_ANN_ASSIGNED, EGPU_CONTROLLER_CARD_KEY_MAX - 2);
             list = json_object_get(res, key);
             if (list == NULL) {
                 list = json_array();
@@ -96,8 +96,9 @@ static int add_entries(json_t *res, const char *ns, const char *name, const char
     return 0;
 }
 
-int egpu_ctl_pod_holds(const json_t *pod, struct egpu_assigned *a, struct egpu_api_pod_claim *pc,
-                       size_t max, size_t *npc, struct egpu_error *err)
+int egpu_controller_pod_holds(const json_t *pod, struct egpu_assigned *a,
+                              struct egpu_api_pod_claim *pc, size_t max, size_t *npc,
+                              struct egpu_error *err)
 {
     const json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
     const char *text = egpu_api_str(json_object_get(ann, EGPU_ANN_ASSIGNED));
@@ -127,7 +128,7 @@ int egpu_ctl_pod_holds(const json_t *pod, struct egpu_assigned *a, struct egpu_a
     return 0;
 }
 
-int egpu_ctl_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error *err)
+int egpu_controller_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error *err)
 {
     const char *ns = str_at(pod, "metadata", "namespace");
     const char *name = str_at(pod, "metadata", "name");
@@ -146,7 +147,7 @@ int egpu_ctl_pod_gpu_entries(const json_t *pod, json_t **out, struct egpu_error 
         rc = egpu_error_set(err, -ENOMEM, "GPU status: out of memory");
         goto out;
     }
-    rc = egpu_ctl_pod_holds(pod, a, pc, EGPU_API_POD_CLAIMS_MAX, &npc, err);
+    rc = egpu_controller_pod_holds(pod, a, pc, EGPU_API_POD_CLAIMS_MAX, &npc, err);
     if (rc == 0 && a->ncontainers > 0)
         rc = add_entries(res, ns, name, str_at(pod, "metadata", "uid"), a, pc, npc, err);
     if (rc == -ENOMEM)
@@ -199,7 +200,7 @@ static int cmp_entry(const void *pa, const void *pb)
     return c;
 }
 
-int egpu_ctl_gpu_allocated_sort(json_t *list)
+int egpu_controller_gpu_allocated_sort(json_t *list)
 {
     size_t n = json_array_size(list);
     json_t **v;
@@ -220,7 +221,7 @@ int egpu_ctl_gpu_allocated_sort(json_t *list)
     return 0;
 }
 
-bool egpu_ctl_gpu_allocated_equal(const json_t *a, const json_t *b)
+bool egpu_controller_gpu_allocated_equal(const json_t *a, const json_t *b)
 {
     bool a_none = a == NULL || json_is_null(a) || (json_is_array(a) && json_array_size(a) == 0);
     bool b_none = b == NULL || json_is_null(b) || (json_is_array(b) && json_array_size(b) == 0);
@@ -230,16 +231,16 @@ bool egpu_ctl_gpu_allocated_equal(const json_t *a, const json_t *b)
     return json_equal((json_t *)a, (json_t *)b) != 0;
 }
 
-struct egpu_ctl_gpu_index {
+struct egpu_controller_gpu_index {
     pthread_mutex_t lock;
     json_t *pods;  /* "ns/name" -> {card key: [entries]}, only pods with entries */
     json_t *cards; /* card key -> {"ns/name": [entries]} */
     json_t *gpus;  /* card key -> GPU object name */
 };
 
-struct egpu_ctl_gpu_index *egpu_ctl_gpu_index_new(void)
+struct egpu_controller_gpu_index *egpu_controller_gpu_index_new(void)
 {
-    struct egpu_ctl_gpu_index *ix = egpu_calloc(1, sizeof(*ix));
+    struct egpu_controller_gpu_index *ix = egpu_calloc(1, sizeof(*ix));
 
     if (ix == NULL)
         return NULL;
@@ -247,14 +248,14 @@ struct egpu_ctl_gpu_index *egpu_ctl_gpu_index_new(void)
     ix->cards = json_object();
     ix->gpus = json_object();
     if (ix->pods == NULL || ix->cards == NULL || ix->gpus == NULL) {
-        egpu_ctl_gpu_index_free(ix);
+        egpu_controller_gpu_index_free(ix);
         return NULL;
     }
     pthread_mutex_init(&ix->lock, NULL);
     return ix;
 }
 
-void egpu_ctl_gpu_index_free(struct egpu_ctl_gpu_index *ix)
+void egpu_controller_gpu_index_free(struct egpu_controller_gpu_index *ix)
 {
     if (ix == NULL)
         return;
@@ -267,7 +268,8 @@ void egpu_ctl_gpu_index_free(struct egpu_ctl_gpu_index *ix)
 }
 
 /* Under the lock: card key's entries of pod pk become list (NULL: none). */
-static int card_set(struct egpu_ctl_gpu_index *ix, const char *key, const char *pk, json_t *list)
+static int card_set(struct egpu_controller_gpu_index *ix, const char *key, const char *pk,
+                    json_t *list)
 {
     json_t *card = json_object_get(ix->cards, key);
 
@@ -285,8 +287,9 @@ static int card_set(struct egpu_ctl_gpu_index *ix, const char *key, const char *
     return json_object_set(card, pk, list) != 0 ? -ENOMEM : 0;
 }
 
-int egpu_ctl_gpu_index_pod(struct egpu_ctl_gpu_index *ix, const char *ns, const char *name,
-                           const json_t *pod, json_t **touched, struct egpu_error *err)
+int egpu_controller_gpu_index_pod(struct egpu_controller_gpu_index *ix, const char *ns,
+                                  const char *name, const json_t *pod, json_t **touched,
+                                  struct egpu_error *err)
 {
     char pk[POD_KEY_MAX];
     json_t *now = NULL, *old, *changed = json_array(), *list;
@@ -304,7 +307,7 @@ int egpu_ctl_gpu_index_pod(struct egpu_ctl_gpu_index *ix, const char *ns, const 
                               "GPU status: pod namespace or name missing or too long");
     }
     if (pod != NULL)
-        rc = egpu_ctl_pod_gpu_entries(pod, &now, err);
+        rc = egpu_controller_pod_gpu_entries(pod, &now, err);
     else
         now = json_object();
     if (now == NULL) {
@@ -351,8 +354,8 @@ int egpu_ctl_gpu_index_pod(struct egpu_ctl_gpu_index *ix, const char *ns, const 
     return rc;
 }
 
-int egpu_ctl_gpu_index_gpu(struct egpu_ctl_gpu_index *ix, const json_t *gpu, bool deleted,
-                           char *key, size_t len, struct egpu_error *err)
+int egpu_controller_gpu_index_gpu(struct egpu_controller_gpu_index *ix, const json_t *gpu,
+                                  bool deleted, char *key, size_t len, struct egpu_error *err)
 {
     const char *name = str_at(gpu, "metadata", "name");
     const char *node = str_at(gpu, "spec", "nodeName");
@@ -361,7 +364,7 @@ int egpu_ctl_gpu_index_gpu(struct egpu_ctl_gpu_index *ix, const json_t *gpu, boo
 
     if (name == NULL || node == NULL || uuid == NULL || name[0] == '\0' || node[0] == '\0' ||
         uuid[0] == '\0' || card_key(node, uuid, key, len) != 0 ||
-        strlen(key) >= EGPU_CTL_CARD_KEY_MAX)
+        strlen(key) >= EGPU_CONTROLLER_CARD_KEY_MAX)
         return egpu_error_set(err, EGPU_ESYNTAX,
                               "GPU %.64s: metadata.name, spec.nodeName or spec.uuid missing or "
                               "too long",
@@ -379,8 +382,8 @@ int egpu_ctl_gpu_index_gpu(struct egpu_ctl_gpu_index *ix, const json_t *gpu, boo
     return rc;
 }
 
-bool egpu_ctl_gpu_index_gpu_name(struct egpu_ctl_gpu_index *ix, const char *key, char *name,
-                                 size_t len)
+bool egpu_controller_gpu_index_gpu_name(struct egpu_controller_gpu_index *ix, const char *key,
+                                        char *name, size_t len)
 {
     bool found = false;
     const char *s;
@@ -395,7 +398,7 @@ bool egpu_ctl_gpu_index_gpu_name(struct egpu_ctl_gpu_index *ix, const char *key,
     return found;
 }
 
-json_t *egpu_ctl_gpu_index_cards(struct egpu_ctl_gpu_index *ix)
+json_t *egpu_controller_gpu_index_cards(struct egpu_controller_gpu_index *ix)
 {
     json_t *keys = json_array(), *v;
     const char *key;
@@ -415,7 +418,7 @@ json_t *egpu_ctl_gpu_index_cards(struct egpu_ctl_gpu_index *ix)
     return keys;
 }
 
-json_t *egpu_ctl_gpu_index_allocated(struct egpu_ctl_gpu_index *ix, const char *key)
+json_t *egpu_controller_gpu_index_allocated(struct egpu_controller_gpu_index *ix, const char *key)
 {
     json_t *all = json_array(), *list;
     const char *pk;
@@ -429,7 +432,7 @@ json_t *egpu_ctl_gpu_index_allocated(struct egpu_ctl_gpu_index *ix, const char *
         rc |= json_array_extend(all, list);
     }
     pthread_mutex_unlock(&ix->lock);
-    if (rc != 0 || egpu_ctl_gpu_allocated_sort(all) != 0) {
+    if (rc != 0 || egpu_controller_gpu_allocated_sort(all) != 0) {
         json_decref(all);
         return NULL;
     }
@@ -439,42 +442,38 @@ json_t *egpu_ctl_gpu_index_allocated(struct egpu_ctl_gpu_index *ix, const char *
 /* ------------------------------------------------------------------------ */
 /* The controller's side                                                    */
 
-static void enqueue_card(struct ctl *c, const char *key)
+static void enqueue_card(struct egpu__controller *c, const char *key)
 {
-    char qkey[EGPU_CTL_CARD_KEY_MAX + 2];
+    char qkey[EGPU_CONTROLLER_CARD_KEY_MAX + 2];
 
     snprintf(qkey, sizeof(qkey), "g/%s", key);
-    (void)egpu_ctl_queue_add(c->queue, qkey);
+    (void)egpu_controller_queue_add(c->queue, qkey);
 }
 
-int ctl_gs_init(struct ctl *c, struct egpu_error *err)
+int egpu__controller_gs_init(struct egpu__controller *c, struct egpu_error *err)
 {
-    int rc;
+    const struct egpu_service_metric m[] = {
+        {EGPU_SERVICE_COUNTER, "egpu_controller_gpu_status_writes_total",
+         "Merge patches of a GPU object's status.allocated that the API server accepted.", 0, NULL,
+         0, NULL, &c->m_gs_writes},
+        {EGPU_SERVICE_COUNTER, "egpu_controller_gpu_status_errors_total",
+         "Merge patches of a GPU object's status.allocated that failed (retried with backoff).", 0,
+         NULL, 0, NULL, &c->m_gs_errors},
+    };
 
-    c->gs = egpu_ctl_gpu_index_new();
+    c->gs = egpu_controller_gpu_index_new();
     if (c->gs == NULL)
         return egpu_error_set(err, -ENOMEM, "GPU status: out of memory");
-    rc = egpu_metric_counter(c->reg, "egpu_controller_gpu_status_writes_total",
-                             "Merge patches of a GPU object's status.allocated that the API "
-                             "server accepted.",
-                             0, NULL, &c->m_gs_writes);
-    if (!rc)
-        rc = egpu_metric_counter(c->reg, "egpu_controller_gpu_status_errors_total",
-                                 "Merge patches of a GPU object's status.allocated that failed "
-                                 "(retried with backoff).",
-                                 0, NULL, &c->m_gs_errors);
-    if (rc)
-        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
-    return 0;
+    return egpu_service_metrics_add(c->reg, m, sizeof(m) / sizeof(m[0]), err);
 }
 
-void ctl_gs_free(struct ctl *c)
+void egpu__controller_gs_free(struct egpu__controller *c)
 {
-    egpu_ctl_gpu_index_free(c->gs);
+    egpu_controller_gpu_index_free(c->gs);
     c->gs = NULL;
 }
 
-void ctl_gs_pod(struct ctl *c, const json_t *pod, bool deleted)
+void egpu__controller_gs_pod(struct egpu__controller *c, const json_t *pod, bool deleted)
 {
     const char *ns = str_at(pod, "metadata", "namespace"), *name = str_at(pod, "metadata", "name");
     struct egpu_error err = {0};
@@ -484,7 +483,7 @@ void ctl_gs_pod(struct ctl *c, const json_t *pod, bool deleted)
 
     if (c->gs == NULL)
         return;
-    rc = egpu_ctl_gpu_index_pod(c->gs, ns, name, deleted ? NULL : pod, &touched, &err);
+    rc = egpu_controller_gpu_index_pod(c->gs, ns, name, deleted ? NULL : pod, &touched, &err);
     if (rc)
         egpu_log(rc == -ENOMEM ? EGPU_LOG_ERROR : EGPU_LOG_WARN,
                  "pod's GPU allocation not counted pod=%s/%s error=\"%s\"", ns ? ns : "",
@@ -493,17 +492,18 @@ void ctl_gs_pod(struct ctl *c, const json_t *pod, bool deleted)
     json_decref(touched);
 }
 
-void ctl_gs_gpu(struct ctl *c, const json_t *old, const json_t *gpu, bool deleted)
+void egpu__controller_gs_gpu(struct egpu__controller *c, const json_t *old, const json_t *gpu,
+                             bool deleted)
 {
-    char key[EGPU_CTL_CARD_KEY_MAX];
+    char key[EGPU_CONTROLLER_CARD_KEY_MAX];
     struct egpu_error err = {0};
 
     if (c->gs == NULL)
         return;
-    if (old != NULL && egpu_ctl_gpu_index_gpu(c->gs, old, true, key, sizeof(key), &err) == 0 &&
-        !deleted)
+    if (old != NULL &&
+        egpu_controller_gpu_index_gpu(c->gs, old, true, key, sizeof(key), &err) == 0 && !deleted)
         enqueue_card(c, key); /* its UUID may have changed: both cards */
-    if (egpu_ctl_gpu_index_gpu(c->gs, gpu, deleted, key, sizeof(key), &err) != 0) {
+    if (egpu_controller_gpu_index_gpu(c->gs, gpu, deleted, key, sizeof(key), &err) != 0) {
         egpu_log(EGPU_LOG_WARN, "GPU object left out of GPU status error=\"%s\"", err.msg);
         return;
     }
@@ -511,38 +511,38 @@ void ctl_gs_gpu(struct ctl *c, const json_t *old, const json_t *gpu, bool delete
         enqueue_card(c, key);
 }
 
-void ctl_gs_enqueue_all(struct ctl *c)
+void egpu__controller_gs_enqueue_all(struct egpu__controller *c)
 {
-    json_t *keys = c->gs != NULL ? egpu_ctl_gpu_index_cards(c->gs) : NULL, *k;
+    json_t *keys = c->gs != NULL ? egpu_controller_gpu_index_cards(c->gs) : NULL, *k;
     size_t i;
 
     json_array_foreach(keys, i, k) enqueue_card(c, json_string_value(k));
     json_decref(keys);
 }
 
-int ctl_gs_sync(struct ctl *c, const char *key)
+int egpu__controller_gs_sync(struct egpu__controller *c, const char *key)
 {
-    char name[EGPU_K8S_NAME_MAX], want_key[EGPU_CTL_CARD_KEY_MAX];
+    char name[EGPU_K8S_NAME_MAX], want_key[EGPU_CONTROLLER_CARD_KEY_MAX];
     struct egpu_error err = {0};
     json_t *gpu, *want = NULL, *patch = NULL;
     int rc = 0;
 
-    if (!egpu_ctl_gpu_index_gpu_name(c->gs, key, name, sizeof(name)))
+    if (!egpu_controller_gpu_index_gpu_name(c->gs, key, name, sizeof(name)))
         return 0; /* no GPU object for this card (yet): its add queues it */
-    gpu = egpu_kube_informer_get(c->inf[CTL_GPUS], NULL, name);
+    gpu = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_GPUS], NULL, name);
     if (gpu == NULL ||
         card_key(str_at(gpu, "spec", "nodeName") ? str_at(gpu, "spec", "nodeName") : "",
                  str_at(gpu, "spec", "uuid") ? str_at(gpu, "spec", "uuid") : "", want_key,
                  sizeof(want_key)) != 0 ||
         strcmp(want_key, key) != 0)
         goto out; /* gone or changed since: its event queues what it holds now */
-    want = egpu_ctl_gpu_index_allocated(c->gs, key);
+    want = egpu_controller_gpu_index_allocated(c->gs, key);
     if (want == NULL) {
         rc = -ENOMEM;
         goto out;
     }
-    if (egpu_ctl_gpu_allocated_equal(json_object_get(json_object_get(gpu, "status"), "allocated"),
-                                     want))
+    if (egpu_controller_gpu_allocated_equal(
+            json_object_get(json_object_get(gpu, "status"), "allocated"), want))
         goto out;
     patch = json_pack("{s:{s:O}}", "status", "allocated", want);
     if (patch == NULL) {

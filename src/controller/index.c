@@ -1,7 +1,7 @@
 /* controller/index.c - what the worker keeps between reconciles, so that
  * provisioning costs O(cards considered) instead of rebuilding everything
  * from the caches for every claim:
- *   - one placement inventory per class (egpu_ctl_inventory: its cards,
+ *   - one placement inventory per class (egpu_controller_inventory: its cards,
  *     every ElasticGPU's reservation counted), built on first use and kept;
  *   - the claim uid each ElasticGPU's claimRef names, and the other way;
  *   - the names of the Available ElasticGPUs (what binding chooses from).
@@ -17,10 +17,10 @@
  *
  * Pods count too: the pod informer's events (the one gpustatus.c reads)
  * note a pod's key; refresh reads the noted pods from the cache and counts
- * what each holds (egpu_ctl_pod_holds, the same reading as GPU status) in
+ * what each holds (egpu_controller_pod_holds, the same reading as GPU status) in
  * every inventory, in O(its cards): a finished or deleted pod frees its
  * room. A pod that uses a claim is counted inside the claim's ElasticGPU
- * (egpu_ctl_inventory_count_pod); so, as the scheduler's cache parks a
+ * (egpu_controller_inventory_count_pod); so, as the scheduler's cache parks a
  * claim's users, a change of an ElasticGPU first uncounts the pods of the
  * claim(s) it serves, then counts them again once it is applied.
  */
@@ -28,15 +28,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl_int.h"
+#include "controller_int.h"
 #include "egpu/log.h"
 
 struct cls_inv {
     char name[EGPU_K8S_NAME_MAX];
-    struct egpu_ctl_inventory inv;
+    struct egpu_controller_inventory inv;
 };
 
-struct ctl_index {
+struct egpu__controller_index {
     pthread_mutex_t mu;
     json_t *changed;      /* under mu: ElasticGPU name -> true (deleted) or false */
     bool dirty;           /* under mu: capacity changed, inventories to rebuild */
@@ -60,9 +60,9 @@ struct ctl_index {
     size_t npc;
 };
 
-int ctl_index_new(struct ctl *c)
+int egpu__controller_index_new(struct egpu__controller *c)
 {
-    struct ctl_index *x = egpu_calloc(1, sizeof(*x));
+    struct egpu__controller_index *x = egpu_calloc(1, sizeof(*x));
 
     if (x == NULL)
         return -ENOMEM;
@@ -86,18 +86,18 @@ int ctl_index_new(struct ctl *c)
     return 0;
 }
 
-static void drop_inventories(struct ctl_index *x)
+static void drop_inventories(struct egpu__controller_index *x)
 {
     for (size_t i = 0; i < x->ninv; i++)
-        egpu_ctl_inventory_free(&x->invs[i].inv);
+        egpu_controller_inventory_free(&x->invs[i].inv);
     egpu_free(x->invs);
     x->invs = NULL;
     x->ninv = 0;
 }
 
-void ctl_index_free(struct ctl *c)
+void egpu__controller_index_free(struct egpu__controller *c)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
 
     if (x == NULL)
         return;
@@ -118,9 +118,9 @@ void ctl_index_free(struct ctl *c)
     c->idx = NULL;
 }
 
-void ctl_index_note_egpu(struct ctl *c, const char *name, bool deleted)
+void egpu__controller_index_note_egpu(struct egpu__controller *c, const char *name, bool deleted)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
 
     if (x == NULL || name == NULL || name[0] == '\0')
         return;
@@ -130,12 +130,12 @@ void ctl_index_note_egpu(struct ctl *c, const char *name, bool deleted)
     pthread_mutex_unlock(&x->mu);
 }
 
-void ctl_index_note_pod(struct ctl *c, const json_t *pod, bool deleted)
+void egpu__controller_index_note_pod(struct egpu__controller *c, const json_t *pod, bool deleted)
 {
     const json_t *meta = json_object_get(pod, "metadata");
     const char *ns = egpu_api_str(json_object_get(meta, "namespace"));
     const char *name = egpu_api_str(json_object_get(meta, "name"));
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     char key[EGPU_NAMESPACE_MAX + EGPU_K8S_NAME_MAX + 1];
 
     if (x == NULL || ns == NULL || name == NULL ||
@@ -147,9 +147,9 @@ void ctl_index_note_pod(struct ctl *c, const json_t *pod, bool deleted)
     pthread_mutex_unlock(&x->mu);
 }
 
-void ctl_index_note_capacity(struct ctl *c)
+void egpu__controller_index_note_capacity(struct egpu__controller *c)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
 
     if (x == NULL)
         return;
@@ -170,7 +170,7 @@ static bool differs(const json_t *o, const json_t *n, const char *a, const char 
     return !((x == NULL && y == NULL) || (x != NULL && y != NULL && json_equal(x, y)));
 }
 
-bool ctl_capacity_changed(const json_t *old, const json_t *obj)
+bool egpu__controller_capacity_changed(const json_t *old, const json_t *obj)
 {
     /* GPU: spec and health; Node: labels; class: its fields, and the
      * default-class annotation. Status writes (a GPU's status.allocated, a
@@ -196,7 +196,7 @@ bool ctl_capacity_changed(const json_t *old, const json_t *obj)
 
 /* Decode pod (NULL: gone) into x->pa and x->pc; false when it holds no
  * cards. */
-static bool pod_decode(struct ctl_index *x, const char *key, const json_t *pod)
+static bool pod_decode(struct egpu__controller_index *x, const char *key, const json_t *pod)
 {
     struct egpu_error err = {0};
 
@@ -204,7 +204,7 @@ static bool pod_decode(struct ctl_index *x, const char *key, const json_t *pod)
     x->npc = 0;
     if (pod == NULL)
         return false;
-    if (egpu_ctl_pod_holds(pod, x->pa, x->pc, EGPU_API_POD_CLAIMS_MAX, &x->npc, &err) != 0)
+    if (egpu_controller_pod_holds(pod, x->pa, x->pc, EGPU_API_POD_CLAIMS_MAX, &x->npc, &err) != 0)
         egpu_log(EGPU_LOG_WARN,
                  "pod's GPU allocation not counted in provisioning pod=%s error=\"%s\"", key,
                  err.msg);
@@ -213,11 +213,12 @@ static bool pod_decode(struct ctl_index *x, const char *key, const json_t *pod)
 
 /* The ElasticGPU serving container i's claim in x->pc (the one whose
  * claimRef names the claim's uid), or NULL. Borrowed from x->by_uid. */
-static const char *serving_egpu(struct ctl *c, const char *ns, uint32_t i)
+static const char *serving_egpu(struct egpu__controller *c, const char *ns, uint32_t i)
 {
     const char *claim =
         egpu_api_pod_claim_of(c->idx->pc, c->idx->npc, c->idx->pa->containers[i].name);
-    json_t *obj = claim != NULL ? egpu_kube_informer_get(c->inf[CTL_CLAIMS], ns, claim) : NULL;
+    json_t *obj =
+        claim != NULL ? egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_CLAIMS], ns, claim) : NULL;
     const char *uid = egpu_api_str(json_object_get(json_object_get(obj, "metadata"), "uid"));
     const char *name = uid != NULL ? egpu_api_str(json_object_get(c->idx->by_uid, uid)) : NULL;
 
@@ -226,27 +227,28 @@ static const char *serving_egpu(struct ctl *c, const char *ns, uint32_t i)
 }
 
 /* Count pod key (decoded in x->pa) in inv. */
-static void pod_count_in(struct ctl *c, struct cls_inv *ci, const char *key, const char *ns)
+static void pod_count_in(struct egpu__controller *c, struct cls_inv *ci, const char *key,
+                         const char *ns)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     const char *egpus[EGPU_CONTAINERS_MAX] = {0};
     struct egpu_error err = {0};
 
     for (uint32_t i = 0; i < x->pa->ncontainers && i < EGPU_CONTAINERS_MAX; i++)
         egpus[i] = serving_egpu(c, ns, i);
-    if (egpu_ctl_inventory_count_pod(&ci->inv, key, x->pa, egpus, &err) != 0)
+    if (egpu_controller_inventory_count_pod(&ci->inv, key, x->pa, egpus, &err) != 0)
         egpu_log(EGPU_LOG_WARN, "pod not fully counted in class %s: %s", ci->name, err.msg);
 }
 
 /* Stop keeping pod key: out of every inventory and the claim map. */
-static void pod_forget(struct ctl *c, const char *key)
+static void pod_forget(struct egpu__controller *c, const char *key)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     json_t *claims = json_object_get(x->pods, key), *v;
     size_t i;
 
     for (size_t k = 0; k < x->ninv; k++)
-        egpu_ctl_inventory_uncount_pod(&x->invs[k].inv, key);
+        egpu_controller_inventory_uncount_pod(&x->invs[k].inv, key);
     json_array_foreach(claims, i, v)
     {
         json_t *users = json_object_get(x->claim_pods, json_string_value(v));
@@ -260,9 +262,9 @@ static void pod_forget(struct ctl *c, const char *key)
 
 /* Pod key is now pod (NULL: gone): keep it and count it in every inventory
  * when it holds cards. */
-static void pod_apply(struct ctl *c, const char *key, const json_t *pod)
+static void pod_apply(struct egpu__controller *c, const char *key, const json_t *pod)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     char ns[EGPU_NAMESPACE_MAX];
     json_t *claims;
     size_t nslen = strcspn(key, "/");
@@ -295,7 +297,7 @@ static void pod_apply(struct ctl *c, const char *key, const json_t *pod)
 }
 
 /* The pod from the cache by its key (new reference), or NULL. */
-static json_t *pod_get(struct ctl *c, const char *key)
+static json_t *pod_get(struct egpu__controller *c, const char *key)
 {
     char ns[EGPU_NAMESPACE_MAX];
     size_t nslen = strcspn(key, "/");
@@ -304,12 +306,12 @@ static json_t *pod_get(struct ctl *c, const char *key)
         return NULL;
     memcpy(ns, key, nslen);
     ns[nslen] = '\0';
-    return egpu_kube_informer_get(c->inf[CTL_PODS], ns, key + nslen + 1);
+    return egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_PODS], ns, key + nslen + 1);
 }
 
 /* The pods that use the claim ElasticGPU e serves (NULL: none), added to
  * keys (an object). */
-static void users_of(struct ctl *c, const struct egpu_api_egpu *e, json_t *keys)
+static void users_of(struct egpu__controller *c, const struct egpu_api_egpu *e, json_t *keys)
 {
     char ck[EGPU_NAMESPACE_MAX + EGPU_K8S_NAME_MAX + 1];
 
@@ -323,9 +325,9 @@ static void users_of(struct ctl *c, const struct egpu_api_egpu *e, json_t *keys)
 
 /* Count (or stop counting) ElasticGPU name, now e (NULL: gone), in every
  * inventory and map. */
-static void apply_inner(struct ctl *c, const char *name, const struct egpu_api_egpu *e)
+static void apply_inner(struct egpu__controller *c, const char *name, const struct egpu_api_egpu *e)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     const char *old = egpu_api_str(json_object_get(x->uid_of, name));
     struct egpu_error err = {0};
 
@@ -339,7 +341,7 @@ static void apply_inner(struct ctl *c, const char *name, const struct egpu_api_e
     (void)json_object_del(x->available, name);
     (void)json_object_del(x->claim_of, name);
     for (size_t i = 0; i < x->ninv; i++)
-        egpu_ctl_inventory_unreserve(&x->invs[i].inv, name);
+        egpu_controller_inventory_unreserve(&x->invs[i].inv, name);
     if (e == NULL)
         return;
     if (e->has_claim_ref) {
@@ -357,7 +359,7 @@ static void apply_inner(struct ctl *c, const char *name, const struct egpu_api_e
         json_object_set_new(x->available, name, json_true()) != 0)
         x->ready = false;
     for (size_t i = 0; i < x->ninv; i++) {
-        int rc = egpu_ctl_inventory_reserve(&x->invs[i].inv, e, &err);
+        int rc = egpu_controller_inventory_reserve(&x->invs[i].inv, e, &err);
 
         if (rc != 0 && rc != -ENOENT && rc != EGPU_EALLOCATED)
             egpu_log(EGPU_LOG_WARN, "ElasticGPU %s not counted in class %s: %s", name,
@@ -368,9 +370,10 @@ static void apply_inner(struct ctl *c, const char *name, const struct egpu_api_e
 /* apply_inner, with the pods of the claims ElasticGPU name served (was) and
  * serves (e) uncounted around it, so none is counted beside it while it
  * holds their room, nor inside it once it holds none. */
-static void apply_decoded(struct ctl *c, const char *name, const struct egpu_api_egpu *e)
+static void apply_decoded(struct egpu__controller *c, const char *name,
+                          const struct egpu_api_egpu *e)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     json_t *users = json_object(), *v, *pod;
     const char *old = egpu_api_str(json_object_get(x->claim_of, name)), *key;
 
@@ -384,7 +387,7 @@ static void apply_decoded(struct ctl *c, const char *name, const struct egpu_api
         json_object_foreach(users, key, v)
         {
             for (size_t k = 0; k < x->ninv; k++)
-                egpu_ctl_inventory_uncount_pod(&x->invs[k].inv, key);
+                egpu_controller_inventory_uncount_pod(&x->invs[k].inv, key);
         }
     }
     apply_inner(c, name, e);
@@ -399,9 +402,9 @@ static void apply_decoded(struct ctl *c, const char *name, const struct egpu_api
 
 /* Apply the cache's state of ElasticGPU name (obj, NULL when the cache has
  * none; deleted: a delete event was noted). */
-static void apply(struct ctl *c, const char *name, const json_t *obj, bool deleted)
+static void apply(struct egpu__controller *c, const char *name, const json_t *obj, bool deleted)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
 
     if (obj == NULL && !deleted && json_object_get(c->assumed, name) != NULL)
         return; /* created by us, its watch event still to come */
@@ -413,9 +416,9 @@ static void apply(struct ctl *c, const char *name, const json_t *obj, bool delet
 
 /* Apply the pod notes taken (pods, swapped out under the lock), or read
  * every pod of the cache again when one was lost. */
-static void refresh_pods(struct ctl *c, json_t *pods)
+static void refresh_pods(struct egpu__controller *c, json_t *pods)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     json_t *all, *o, *v;
     const char *key;
     size_t i;
@@ -429,13 +432,13 @@ static void refresh_pods(struct ctl *c, json_t *pods)
         }
         return;
     }
-    all = egpu_kube_informer_list(c->inf[CTL_PODS]);
+    all = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_PODS]);
     if (all == NULL)
         return;
     json_object_foreach(x->pods, key, v)
     {
         for (size_t k = 0; k < x->ninv; k++)
-            egpu_ctl_inventory_uncount_pod(&x->invs[k].inv, key);
+            egpu_controller_inventory_uncount_pod(&x->invs[k].inv, key);
     }
     (void)json_object_clear(x->pods);
     (void)json_object_clear(x->claim_pods);
@@ -454,9 +457,9 @@ static void refresh_pods(struct ctl *c, json_t *pods)
     json_decref(all);
 }
 
-void ctl_index_refresh(struct ctl *c)
+void egpu__controller_index_refresh(struct egpu__controller *c)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     json_t *changed = json_object(), *pods = json_object(), *v, *all, *o;
     const char *name;
     bool dirty;
@@ -491,7 +494,7 @@ void ctl_index_refresh(struct ctl *c)
     if (dirty)
         drop_inventories(x);
     if (!x->ready) {
-        all = egpu_kube_informer_list(c->inf[CTL_EGPUS]);
+        all = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_EGPUS]);
         if (all != NULL) {
             (void)json_object_clear(x->uid_of);
             (void)json_object_clear(x->by_uid);
@@ -512,7 +515,7 @@ void ctl_index_refresh(struct ctl *c)
     } else {
         json_object_foreach(changed, name, v)
         {
-            o = egpu_kube_informer_get(c->inf[CTL_EGPUS], NULL, name);
+            o = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_EGPUS], NULL, name);
             apply(c, name, o, json_is_true(v));
             json_decref(o);
         }
@@ -522,9 +525,9 @@ void ctl_index_refresh(struct ctl *c)
     json_decref(pods);
 }
 
-void ctl_index_created(struct ctl *c, json_t *obj)
+void egpu__controller_index_created(struct egpu__controller *c, json_t *obj)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     const char *name = egpu_api_str(json_object_get(json_object_get(obj, "metadata"), "name"));
 
     if (name == NULL || egpu_api_egpu_decode(obj, x->scratch, NULL) != 0)
@@ -533,10 +536,11 @@ void ctl_index_created(struct ctl *c, json_t *obj)
     apply_decoded(c, name, x->scratch);
 }
 
-struct egpu_ctl_inventory *ctl_index_inventory(struct ctl *c, const struct egpu_api_class *cls,
-                                               struct egpu_error *err)
+struct egpu_controller_inventory *egpu__controller_index_inventory(struct egpu__controller *c,
+                                                                   const struct egpu_api_class *cls,
+                                                                   struct egpu_error *err)
 {
-    struct ctl_index *x = c->idx;
+    struct egpu__controller_index *x = c->idx;
     struct cls_inv *n;
     json_t *gpus, *nodes, *egpus, *o;
     const char *key;
@@ -556,19 +560,19 @@ struct egpu_ctl_inventory *ctl_index_inventory(struct ctl *c, const struct egpu_
     n = &x->invs[x->ninv];
     memset(n, 0, sizeof(*n));
     snprintf(n->name, sizeof(n->name), "%s", cls->meta.name);
-    gpus = egpu_kube_informer_list(c->inf[CTL_GPUS]);
-    nodes = egpu_kube_informer_list(c->inf[CTL_NODES]);
-    egpus = egpu_kube_informer_list(c->inf[CTL_EGPUS]);
+    gpus = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_GPUS]);
+    nodes = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_NODES]);
+    egpus = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_EGPUS]);
     rc = gpus == NULL || nodes == NULL || egpus == NULL
              ? egpu_error_set(err, -ENOMEM, "inventory: out of memory")
-             : egpu_ctl_inventory_build(gpus, nodes, cls, &n->inv, err);
+             : egpu_controller_inventory_build(gpus, nodes, cls, &n->inv, err);
     if (rc == 0) {
         struct egpu_error e = {0};
 
         json_array_foreach(egpus, i, o)
         {
             rc = egpu_api_egpu_decode(o, x->scratch, NULL) == 0
-                     ? egpu_ctl_inventory_reserve(&n->inv, x->scratch, &e)
+                     ? egpu_controller_inventory_reserve(&n->inv, x->scratch, &e)
                      : 0;
             if (rc != 0 && rc != -ENOENT && rc != EGPU_EALLOCATED)
                 egpu_log(EGPU_LOG_WARN, "ElasticGPU %s not counted in class %s: %s",
@@ -577,7 +581,7 @@ struct egpu_ctl_inventory *ctl_index_inventory(struct ctl *c, const struct egpu_
         json_object_foreach(c->assumed, key, o)
         {
             if (egpu_api_egpu_decode(o, x->scratch, NULL) == 0 &&
-                egpu_ctl_inventory_reserve(&n->inv, x->scratch, &e) == EGPU_ENOFIT)
+                egpu_controller_inventory_reserve(&n->inv, x->scratch, &e) == EGPU_ENOFIT)
                 egpu_log(EGPU_LOG_WARN, "ElasticGPU %s not counted in class %s: %s", key, n->name,
                          e.msg);
         }
@@ -599,19 +603,19 @@ struct egpu_ctl_inventory *ctl_index_inventory(struct ctl *c, const struct egpu_
     json_decref(nodes);
     json_decref(egpus);
     if (rc) {
-        egpu_ctl_inventory_free(&n->inv);
+        egpu_controller_inventory_free(&n->inv);
         return NULL;
     }
     x->ninv++;
     return &n->inv;
 }
 
-const char *ctl_index_egpu_of_uid(struct ctl *c, const char *uid)
+const char *egpu__controller_index_egpu_of_uid(struct egpu__controller *c, const char *uid)
 {
     return egpu_api_str(json_object_get(c->idx->by_uid, uid));
 }
 
-json_t *ctl_index_available(struct ctl *c)
+json_t *egpu__controller_index_available(struct egpu__controller *c)
 {
     return c->idx->available;
 }

@@ -49,7 +49,7 @@ static bool copy_text(char *dst, size_t len, const char *src)
 }
 
 /* Read GPU object g into *c. False when it is malformed or unhealthy. */
-static bool card_read(const json_t *g, struct egpu_ctl_card *c)
+static bool card_read(const json_t *g, struct egpu_controller_card *c)
 {
     const json_t *spec = json_object_get(g, "spec");
     const json_t *idx = json_object_get(spec, "index"), *mem = json_object_get(spec, "memory");
@@ -75,7 +75,7 @@ static bool card_read(const json_t *g, struct egpu_ctl_card *c)
 
 static int by_node_index(const void *a, const void *b)
 {
-    const struct egpu_ctl_card *x = a, *y = b;
+    const struct egpu_controller_card *x = a, *y = b;
     int c = strcmp(x->node, y->node);
 
     return c != 0 ? c : (x->index > y->index) - (x->index < y->index);
@@ -99,7 +99,8 @@ static const json_t *node_named(const json_t *nodes, const char *name)
 
 /* Add cards[0..n) (one node, sorted by index) to inv's cluster. Returns 0
  * (added, or left out and counted in skipped) or -ENOMEM / EGPU_ELIMIT. */
-static int add_node(struct egpu_ctl_inventory *inv, const struct egpu_ctl_card *cards, size_t n)
+static int add_node(struct egpu_controller_inventory *inv, const struct egpu_controller_card *cards,
+                    size_t n)
 {
     struct egpu_gpu_spec specs[EGPU_NODE_GPUS_MAX];
     struct egpu_node_spec ns = {.name = cards[0].node,
@@ -127,7 +128,7 @@ static int add_node(struct egpu_ctl_inventory *inv, const struct egpu_ctl_card *
     if (rc)
         return rc;
     for (size_t i = 0; i < n; i++) {
-        struct egpu_ctl_card *c = &inv->cards[inv->ncards++];
+        struct egpu_controller_card *c = &inv->cards[inv->ncards++];
 
         *c = cards[i];
         if (egpu_map_put(inv->by_uuid, c->uuid, c) != 0 ||
@@ -137,12 +138,12 @@ static int add_node(struct egpu_ctl_inventory *inv, const struct egpu_ctl_card *
     return 0;
 }
 
-int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
-                             const struct egpu_api_class *cls, struct egpu_ctl_inventory *inv,
-                             struct egpu_error *err)
+int egpu_controller_inventory_build(const json_t *gpus, const json_t *nodes,
+                                    const struct egpu_api_class *cls,
+                                    struct egpu_controller_inventory *inv, struct egpu_error *err)
 {
     size_t n = json_array_size(gpus), nread = 0, i;
-    struct egpu_ctl_card *all = NULL;
+    struct egpu_controller_card *all = NULL;
     const json_t *g;
     int rc = 0;
 
@@ -161,7 +162,7 @@ int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
     }
     json_array_foreach(gpus, i, g)
     {
-        struct egpu_ctl_card *c = &all[nread];
+        struct egpu_controller_card *c = &all[nread];
 
         if (card_read(g, c) && (cls == NULL || egpu_api_class_allows_model(cls, c->model)))
             nread++;
@@ -188,18 +189,18 @@ int egpu_ctl_inventory_build(const json_t *gpus, const json_t *nodes,
     return 0;
 }
 
-int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu_api_egpu *e,
-                               struct egpu_error *err)
+int egpu_controller_inventory_reserve(struct egpu_controller_inventory *inv,
+                                      const struct egpu_api_egpu *e, struct egpu_error *err)
 {
     struct egpu_reservation r;
     struct egpu_node *node = NULL;
     uint32_t kept = 0;
-    char key[EGPU_CTL_RESV_KEY_MAX];
+    char key[EGPU_CONTROLLER_RESV_KEY_MAX];
 
     if (!egpu_api_egpu_reservation(e, &r))
         return 0; /* Failed: it holds nothing */
     for (uint32_t i = 0; i < r.ncards; i++) {
-        const struct egpu_ctl_card *c = egpu_map_get(inv->by_name, r.uuids[i]);
+        const struct egpu_controller_card *c = egpu_map_get(inv->by_name, r.uuids[i]);
         struct egpu_node *n = c != NULL ? egpu_cluster_node(inv->cluster, c->node) : NULL;
 
         if (n == NULL || (node != NULL && n != node))
@@ -210,15 +211,15 @@ int egpu_ctl_inventory_reserve(struct egpu_ctl_inventory *inv, const struct egpu
     if (node == NULL)
         return -ENOENT;
     r.ncards = kept;
-    snprintf(key, sizeof(key), EGPU_CTL_RESV_PREFIX "%s", e->meta.name);
+    snprintf(key, sizeof(key), EGPU_CONTROLLER_RESV_PREFIX "%s", e->meta.name);
     return egpu_cluster_reserve(inv->cluster, key, node, &r, err);
 }
 
-void egpu_ctl_inventory_unreserve(struct egpu_ctl_inventory *inv, const char *name)
+void egpu_controller_inventory_unreserve(struct egpu_controller_inventory *inv, const char *name)
 {
-    char key[EGPU_CTL_RESV_KEY_MAX];
+    char key[EGPU_CONTROLLER_RESV_KEY_MAX];
 
-    if (snprintf(key, sizeof(key), EGPU_CTL_RESV_PREFIX "%s", name) < (int)sizeof(key) &&
+    if (snprintf(key, sizeof(key), EGPU_CONTROLLER_RESV_PREFIX "%s", name) < (int)sizeof(key) &&
         egpu_cluster_release(inv->cluster, key, NULL) != 0)
         return; /* none counted under that name */
 }
@@ -235,7 +236,7 @@ static int pod_key(char *buf, size_t len, const char *key, uint32_t i)
 /* Is container ac of pod key (on node n) counted inside ElasticGPU name:
  * counted in inv on n on exactly ac's cards, holding no other pod, and
  * large enough (egpu_api_resv_can_hold)? */
-static bool is_inside(const struct egpu_ctl_inventory *inv, const char *key,
+static bool is_inside(const struct egpu_controller_inventory *inv, const char *key,
                       const struct egpu_node *n, const struct egpu_assigned *a,
                       const struct egpu_assigned_container *ac, const char *name)
 {
@@ -246,9 +247,9 @@ static bool is_inside(const struct egpu_ctl_inventory *inv, const char *key,
     const char *occupant = egpu_api_str(json_object_get(inv->occupants, name));
     const struct egpu_assignment *asg;
     struct egpu_reservation r = {0};
-    char rk[EGPU_CTL_RESV_KEY_MAX];
+    char rk[EGPU_CONTROLLER_RESV_KEY_MAX];
 
-    snprintf(rk, sizeof(rk), EGPU_CTL_RESV_PREFIX "%s", name);
+    snprintf(rk, sizeof(rk), EGPU_CONTROLLER_RESV_PREFIX "%s", name);
     asg = egpu_cluster_assignment(inv->cluster, rk);
     if (asg == NULL || asg->node != n || asg->nshares == 0 ||
         (occupant != NULL && strcmp(occupant, key) != 0))
@@ -270,15 +271,15 @@ static bool is_inside(const struct egpu_ctl_inventory *inv, const char *key,
     return true;
 }
 
-int egpu_ctl_inventory_count_pod(struct egpu_ctl_inventory *inv, const char *key,
-                                 const struct egpu_assigned *a, const char *const *egpus,
-                                 struct egpu_error *err)
+int egpu_controller_inventory_count_pod(struct egpu_controller_inventory *inv, const char *key,
+                                        const struct egpu_assigned *a, const char *const *egpus,
+                                        struct egpu_error *err)
 {
     struct egpu_node *n;
     json_t *in, *rec;
     int first = 0;
 
-    egpu_ctl_inventory_uncount_pod(inv, key);
+    egpu_controller_inventory_uncount_pod(inv, key);
     n = egpu_cluster_node(inv->cluster, a->node);
     if (n == NULL || a->ncontainers == 0)
         return 0; /* holds nothing, or on no node of this inventory */
@@ -292,7 +293,7 @@ int egpu_ctl_inventory_count_pod(struct egpu_ctl_inventory *inv, const char *key
         struct egpu_reservation r = {.core_milli =
                                          ac->core_pct >= 100 ? EGPU_GPU_MILLI : ac->core_pct * 10,
                                      .mem_mib = ac->mem_mib};
-        char pk[EGPU_CTL_RESV_KEY_MAX + EGPU_NAMESPACE_MAX + 16];
+        char pk[EGPU_CONTROLLER_RESV_KEY_MAX + EGPU_NAMESPACE_MAX + 16];
         struct egpu_error e = {0};
         int rc = 0;
 
@@ -302,7 +303,7 @@ int egpu_ctl_inventory_count_pod(struct egpu_ctl_inventory *inv, const char *key
                 rc = egpu_error_set(&e, -ENOMEM, "inventory: out of memory");
         } else {
             for (uint32_t g = 0; g < ac->ncards; g++) {
-                const struct egpu_ctl_card *c =
+                const struct egpu_controller_card *c =
                     egpu_map_get(inv->by_uuid, a->uuids[ac->first_card + g]);
 
                 if (c != NULL && strcmp(c->node, a->node) == 0)
@@ -317,11 +318,11 @@ int egpu_ctl_inventory_count_pod(struct egpu_ctl_inventory *inv, const char *key
     return first;
 }
 
-void egpu_ctl_inventory_uncount_pod(struct egpu_ctl_inventory *inv, const char *key)
+void egpu_controller_inventory_uncount_pod(struct egpu_controller_inventory *inv, const char *key)
 {
     const json_t *rec = json_object_get(inv->pods, key), *v;
     json_int_t n = json_integer_value(json_object_get(rec, "n"));
-    char pk[EGPU_CTL_RESV_KEY_MAX + EGPU_NAMESPACE_MAX + 16];
+    char pk[EGPU_CONTROLLER_RESV_KEY_MAX + EGPU_NAMESPACE_MAX + 16];
     size_t i;
 
     if (rec == NULL)
@@ -342,7 +343,7 @@ void egpu_ctl_inventory_uncount_pod(struct egpu_ctl_inventory *inv, const char *
     (void)json_object_del(inv->pods, key); /* present: cannot fail */
 }
 
-void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv)
+void egpu_controller_inventory_free(struct egpu_controller_inventory *inv)
 {
     egpu_cluster_free(inv->cluster);
     egpu_map_free(inv->by_uuid);
@@ -353,7 +354,7 @@ void egpu_ctl_inventory_free(struct egpu_ctl_inventory *inv)
     memset(inv, 0, sizeof(*inv));
 }
 
-int egpu_ctl_provisioned_name(const char *uid, char *buf, size_t len)
+int egpu_controller_provisioned_name(const char *uid, char *buf, size_t len)
 {
     int n = snprintf(buf, len, "egpu-%s", uid);
 

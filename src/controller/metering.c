@@ -1,5 +1,5 @@
 /* controller/metering.c - one metering step of a GPUBudget (see
- * ctl_meter_step in budget_int.h): pure, so the controller, its restarts
+ * egpu__controller_meter_step in budget_int.h): pure, so the controller, its restarts
  * and the tests with a clock of their own all count the same seconds. */
 #include <string.h>
 
@@ -9,7 +9,7 @@
 static int set_period(struct egpu_api_budget *b, int64_t t, struct egpu_error *err)
 {
     int64_t start, end;
-    int rc = ctl_budget_period(b, t, &start, &end, err);
+    int rc = egpu__controller_budget_period(b, t, &start, &end, err);
 
     if (rc)
         return rc;
@@ -19,9 +19,10 @@ static int set_period(struct egpu_api_budget *b, int64_t t, struct egpu_error *e
     return 0;
 }
 
-int ctl_meter_step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *pods, size_t n,
-                   const struct egpu_api_meter_hold *holds, size_t nholds, int64_t now_s,
-                   struct ctl_meter_step *out, struct egpu_error *err)
+int egpu__controller_meter_step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *pods,
+                                size_t n, const struct egpu_api_meter_hold *holds, size_t nholds,
+                                int64_t now_s, struct egpu__controller_meter_step *out,
+                                struct egpu_error *err)
 {
     struct egpu_api_budget next = *b;
     enum egpu_api_budget_state state;
@@ -40,7 +41,7 @@ int ctl_meter_step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *p
         out->started = true;
     } else {
         t = next.metered_until_s;
-        rc = ctl_budget_period(&next, t, &start, &end, err);
+        rc = egpu__controller_budget_period(&next, t, &start, &end, err);
         if (rc)
             return rc;
         if (!next.has_period || start != next.period_start_s || end != next.period_end_s) {

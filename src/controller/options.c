@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl_int.h"
+#include "controller_int.h"
 #include "egpu/log.h"
 
 static const char usage[] =
@@ -58,7 +58,7 @@ static const char usage[] =
     "no watch has failed longer than --watch-unhealthy-seconds) and /metrics\n"
     "(Prometheus text format 0.0.4) over HTTP on --listen:--port.\n";
 
-#define bad(...) egpu_cli_usage_error(CTL_PROG, __VA_ARGS__)
+#define bad(...) egpu_cli_usage_error(EGPU__CONTROLLER_PROG, __VA_ARGS__)
 
 enum {
     O_RESYNC = 256,
@@ -67,7 +67,7 @@ enum {
 
 static int apply(void *ctx, int opt, const char *v, const char *who)
 {
-    struct ctl_options *o = ctx;
+    struct egpu__controller_options *o = ctx;
     uint64_t u;
 
     switch (opt) {
@@ -86,13 +86,13 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
     }
 }
 
-int ctl_options_parse(int argc, char **argv, struct ctl_options *o)
+int egpu__controller_options_parse(int argc, char **argv, struct egpu__controller_options *o)
 {
     static const struct egpu_cli_flag flags[] = {
         {"resync-seconds", required_argument, O_RESYNC, "EGPU_RESYNC_SECONDS"},
         {"meter-seconds", required_argument, O_METER, "EGPU_METER_SECONDS"},
     };
-    struct egpu_cli_spec spec = {.prog = CTL_PROG,
+    struct egpu_cli_spec spec = {.prog = EGPU__CONTROLLER_PROG,
                                  .usage = usage,
                                  .groups = EGPU_CLI_LISTEN | EGPU_CLI_LIMITS | EGPU_CLI_KUBE |
                                            EGPU_CLI_LEASE | EGPU_CLI_WATCH | EGPU_CLI_LOG,
@@ -101,7 +101,7 @@ int ctl_options_parse(int argc, char **argv, struct ctl_options *o)
                                  .apply = apply,
                                  .ctx = o};
 
-    *o = (struct ctl_options){.resync_ms = 30000, .meter_ms = 30000};
+    *o = (struct egpu__controller_options){.resync_ms = 30000, .meter_ms = 30000};
     egpu_cli_server_defaults(&o->srv);
     o->srv.lease.name = "elastic-gpu-controller";
     o->srv.port = 9090;

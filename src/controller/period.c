@@ -18,8 +18,8 @@ static GDateTime *midnight(GTimeZone *tz, const GDate *date)
                            0, 0, 0);
 }
 
-int ctl_budget_period(const struct egpu_api_budget *b, int64_t now_s, int64_t *start, int64_t *end,
-                      struct egpu_error *err)
+int egpu__controller_budget_period(const struct egpu_api_budget *b, int64_t now_s, int64_t *start,
+                                   int64_t *end, struct egpu_error *err)
 {
     GDateTime *utc, *local = NULL, *first = NULL, *next = NULL;
     GTimeZone *tz;

@@ -31,9 +31,9 @@ static int by_pct_desc(const void *a, const void *b)
 }
 
 /* Place r in inv with cls's policy; fill out's node and cards. */
-static int schedule(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
+static int schedule(struct egpu_controller_inventory *inv, const struct egpu_api_claim *c,
                     const struct egpu_api_class *cls, const struct egpu_pod_request *r,
-                    struct egpu_ctl_choice *out, struct egpu_error *err)
+                    struct egpu_controller_choice *out, struct egpu_error *err)
 {
     enum egpu_policy_kind pol = cls != NULL && cls->has_policy ? cls->policy : EGPU_POLICY_BINPACK;
     struct egpu_typical_pod shape = {.gpu_milli = r->containers[0].core_milli,
@@ -67,7 +67,7 @@ static int schedule(struct egpu_ctl_inventory *inv, const struct egpu_api_claim 
     snprintf(out->node, sizeof(out->node), "%s", node->name);
     out->ngpus = 0;
     for (uint32_t i = 0; i < pick.nshares; i++) {
-        const struct egpu_ctl_card *card =
+        const struct egpu_controller_card *card =
             egpu_map_get(inv->by_uuid, node->gpus[pick.shares[i].gpu].uuid);
 
         if (card == NULL)
@@ -83,7 +83,7 @@ static const char *class_name(const struct egpu_api_class *cls)
     return cls != NULL ? cls->meta.name : "(none)";
 }
 
-static int no_fit(const struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
+static int no_fit(const struct egpu_controller_inventory *inv, const struct egpu_api_claim *c,
                   const struct egpu_api_class *cls, int64_t pct, struct egpu_error *err)
 {
     char mem[48] = "";
@@ -101,9 +101,9 @@ static int no_fit(const struct egpu_ctl_inventory *inv, const struct egpu_api_cl
                           pct, mem, inv->ncards, class_name(cls));
 }
 
-static int place_tflops(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
+static int place_tflops(struct egpu_controller_inventory *inv, const struct egpu_api_claim *c,
                         const struct egpu_api_class *cls, struct egpu_pod_request *r,
-                        struct egpu_ctl_choice *out, struct egpu_error *err)
+                        struct egpu_controller_choice *out, struct egpu_error *err)
 {
     struct model_try tries[EGPU_MODELS_MAX];
     struct egpu_error first = {0};
@@ -158,9 +158,9 @@ static int kind_error(const struct egpu_api_class *cls, enum egpu_api_provisione
                               : "shares of one card (" EGPU_PROVISIONER_GPUSHARE ")");
 }
 
-int egpu_ctl_place(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
-                   const struct egpu_api_class *cls, struct egpu_ctl_choice *out,
-                   struct egpu_error *err)
+int egpu_controller_place(struct egpu_controller_inventory *inv, const struct egpu_api_claim *c,
+                          const struct egpu_api_class *cls, struct egpu_controller_choice *out,
+                          struct egpu_error *err)
 {
     enum egpu_api_provisioner kind =
         c->core_pct >= 100 ? EGPU_API_PROVISIONER_PHYSICAL : EGPU_API_PROVISIONER_GPUSHARE;
@@ -189,11 +189,11 @@ int egpu_ctl_place(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *
 
 /* The key a selection is tried under: never an ElasticGPU's (no name holds
  * a parenthesis) nor a pod's. */
-#define TRIAL_KEY EGPU_CTL_RESV_PREFIX "(selection)"
+#define TRIAL_KEY EGPU_CONTROLLER_RESV_PREFIX "(selection)"
 
-int egpu_ctl_place_at(struct egpu_ctl_inventory *inv, const struct egpu_api_claim *c,
-                      const struct egpu_api_class *cls, const char *node, const char *gpus,
-                      struct egpu_ctl_choice *out, struct egpu_error *err)
+int egpu_controller_place_at(struct egpu_controller_inventory *inv, const struct egpu_api_claim *c,
+                             const struct egpu_api_class *cls, const char *node, const char *gpus,
+                             struct egpu_controller_choice *out, struct egpu_error *err)
 {
     enum egpu_api_provisioner kind =
         c->core_pct >= 100 ? EGPU_API_PROVISIONER_PHYSICAL : EGPU_API_PROVISIONER_GPUSHARE;
@@ -215,7 +215,7 @@ int egpu_ctl_place_at(struct egpu_ctl_inventory *inv, const struct egpu_api_clai
                               node, class_name(cls));
     for (;;) {
         size_t len = strcspn(p, ",");
-        const struct egpu_ctl_card *card;
+        const struct egpu_controller_card *card;
         char name[EGPU_K8S_NAME_MAX];
 
         if (len == 0 || len >= sizeof(name))

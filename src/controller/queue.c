@@ -23,7 +23,7 @@ struct ent {
     unsigned failures;
 };
 
-struct egpu_ctl_queue {
+struct egpu_controller_queue {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct egpu_map *ents;
@@ -43,9 +43,9 @@ static long long now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-struct egpu_ctl_queue *egpu_ctl_queue_new(long base_ms, long max_ms)
+struct egpu_controller_queue *egpu_controller_queue_new(long base_ms, long max_ms)
 {
-    struct egpu_ctl_queue *q = egpu_calloc(1, sizeof(*q));
+    struct egpu_controller_queue *q = egpu_calloc(1, sizeof(*q));
     pthread_condattr_t ca;
 
     if (q == NULL)
@@ -65,7 +65,7 @@ struct egpu_ctl_queue *egpu_ctl_queue_new(long base_ms, long max_ms)
     return q;
 }
 
-void egpu_ctl_queue_free(struct egpu_ctl_queue *q)
+void egpu_controller_queue_free(struct egpu_controller_queue *q)
 {
     size_t pos = 0;
     struct ent *e;
@@ -86,7 +86,7 @@ void egpu_ctl_queue_free(struct egpu_ctl_queue *q)
 
 /* ---- heap of timers, by due time ---- */
 
-static void heap_swap(struct egpu_ctl_queue *q, size_t a, size_t b)
+static void heap_swap(struct egpu_controller_queue *q, size_t a, size_t b)
 {
     struct ent *t = q->heap[a];
 
@@ -96,7 +96,7 @@ static void heap_swap(struct egpu_ctl_queue *q, size_t a, size_t b)
     q->heap[b]->heap_idx = (long)b;
 }
 
-static void heap_up(struct egpu_ctl_queue *q, size_t i)
+static void heap_up(struct egpu_controller_queue *q, size_t i)
 {
     while (i > 0 && q->heap[(i - 1) / 2]->due_ms > q->heap[i]->due_ms) {
         heap_swap(q, i, (i - 1) / 2);
@@ -104,7 +104,7 @@ static void heap_up(struct egpu_ctl_queue *q, size_t i)
     }
 }
 
-static void heap_down(struct egpu_ctl_queue *q, size_t i)
+static void heap_down(struct egpu_controller_queue *q, size_t i)
 {
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
@@ -120,7 +120,7 @@ static void heap_down(struct egpu_ctl_queue *q, size_t i)
     }
 }
 
-static int heap_push(struct egpu_ctl_queue *q, struct ent *e)
+static int heap_push(struct egpu_controller_queue *q, struct ent *e)
 {
     if (q->nheap == q->heap_cap) {
         size_t cap = q->heap_cap ? q->heap_cap * 2 : 16;
@@ -137,7 +137,7 @@ static int heap_push(struct egpu_ctl_queue *q, struct ent *e)
     return 0;
 }
 
-static void heap_remove(struct egpu_ctl_queue *q, struct ent *e)
+static void heap_remove(struct egpu_controller_queue *q, struct ent *e)
 {
     size_t i = (size_t)e->heap_idx;
 
@@ -152,7 +152,7 @@ static void heap_remove(struct egpu_ctl_queue *q, struct ent *e)
 
 /* ---- entries and the ready ring ---- */
 
-static void ent_drop_if_idle(struct egpu_ctl_queue *q, struct ent *e)
+static void ent_drop_if_idle(struct egpu_controller_queue *q, struct ent *e)
 {
     if (e->queued || e->processing || e->heap_idx >= 0 || e->failures > 0)
         return;
@@ -161,7 +161,7 @@ static void ent_drop_if_idle(struct egpu_ctl_queue *q, struct ent *e)
     egpu_free(e);
 }
 
-static struct ent *ent_get(struct egpu_ctl_queue *q, const char *key)
+static struct ent *ent_get(struct egpu_controller_queue *q, const char *key)
 {
     struct ent *e = egpu_map_get(q->ents, key);
 
@@ -180,7 +180,7 @@ static struct ent *ent_get(struct egpu_ctl_queue *q, const char *key)
     return e;
 }
 
-static int ready_push(struct egpu_ctl_queue *q, struct ent *e)
+static int ready_push(struct egpu_controller_queue *q, struct ent *e)
 {
     if (q->nready == q->cap) {
         size_t cap = q->cap ? q->cap * 2 : 16;
@@ -202,7 +202,7 @@ static int ready_push(struct egpu_ctl_queue *q, struct ent *e)
 }
 
 /* add's work, under the lock. */
-static int add_locked(struct egpu_ctl_queue *q, struct ent *e)
+static int add_locked(struct egpu_controller_queue *q, struct ent *e)
 {
     if (e->processing) {
         e->dirty = true;
@@ -215,12 +215,12 @@ static int add_locked(struct egpu_ctl_queue *q, struct ent *e)
     return ready_push(q, e);
 }
 
-int egpu_ctl_queue_add(struct egpu_ctl_queue *q, const char *key)
+int egpu_controller_queue_add(struct egpu_controller_queue *q, const char *key)
 {
-    return egpu_ctl_queue_add_after(q, key, 0);
+    return egpu_controller_queue_add_after(q, key, 0);
 }
 
-static int add_after_locked(struct egpu_ctl_queue *q, const char *key, long delay_ms)
+static int add_after_locked(struct egpu_controller_queue *q, const char *key, long delay_ms)
 {
     struct ent *e;
     int rc;
@@ -250,7 +250,7 @@ static int add_after_locked(struct egpu_ctl_queue *q, const char *key, long dela
     return rc;
 }
 
-int egpu_ctl_queue_add_after(struct egpu_ctl_queue *q, const char *key, long delay_ms)
+int egpu_controller_queue_add_after(struct egpu_controller_queue *q, const char *key, long delay_ms)
 {
     int rc;
 
@@ -260,7 +260,7 @@ int egpu_ctl_queue_add_after(struct egpu_ctl_queue *q, const char *key, long del
     return rc;
 }
 
-long egpu_ctl_queue_add_backoff(struct egpu_ctl_queue *q, const char *key)
+long egpu_controller_queue_add_backoff(struct egpu_controller_queue *q, const char *key)
 {
     struct ent *e;
     long delay;
@@ -283,7 +283,7 @@ long egpu_ctl_queue_add_backoff(struct egpu_ctl_queue *q, const char *key)
     return rc ? rc : delay;
 }
 
-void egpu_ctl_queue_forget(struct egpu_ctl_queue *q, const char *key)
+void egpu_controller_queue_forget(struct egpu_controller_queue *q, const char *key)
 {
     struct ent *e;
 
@@ -296,7 +296,7 @@ void egpu_ctl_queue_forget(struct egpu_ctl_queue *q, const char *key)
     pthread_mutex_unlock(&q->lock);
 }
 
-unsigned egpu_ctl_queue_failures(struct egpu_ctl_queue *q, const char *key)
+unsigned egpu_controller_queue_failures(struct egpu_controller_queue *q, const char *key)
 {
     struct ent *e;
     unsigned n;
@@ -310,7 +310,7 @@ unsigned egpu_ctl_queue_failures(struct egpu_ctl_queue *q, const char *key)
 
 /* Move every timer that is due to the ready ring; the earliest one left in
  * *next_ms (-1: none). */
-static void fire_timers(struct egpu_ctl_queue *q, long long *next_ms)
+static void fire_timers(struct egpu_controller_queue *q, long long *next_ms)
 {
     long long now = now_ms();
 
@@ -326,7 +326,7 @@ static void fire_timers(struct egpu_ctl_queue *q, long long *next_ms)
     *next_ms = q->nheap > 0 ? q->heap[0]->due_ms : -1;
 }
 
-int egpu_ctl_queue_get(struct egpu_ctl_queue *q, long timeout_ms, char **key)
+int egpu_controller_queue_get(struct egpu_controller_queue *q, long timeout_ms, char **key)
 {
     long long deadline = timeout_ms >= 0 ? now_ms() + timeout_ms : -1;
     int rc = 0;
@@ -375,7 +375,7 @@ int egpu_ctl_queue_get(struct egpu_ctl_queue *q, long timeout_ms, char **key)
     return rc;
 }
 
-void egpu_ctl_queue_done(struct egpu_ctl_queue *q, const char *key)
+void egpu_controller_queue_done(struct egpu_controller_queue *q, const char *key)
 {
     struct ent *e;
 
@@ -391,7 +391,7 @@ void egpu_ctl_queue_done(struct egpu_ctl_queue *q, const char *key)
     pthread_mutex_unlock(&q->lock);
 }
 
-size_t egpu_ctl_queue_len(struct egpu_ctl_queue *q)
+size_t egpu_controller_queue_len(struct egpu_controller_queue *q)
 {
     size_t n;
 
@@ -401,7 +401,7 @@ size_t egpu_ctl_queue_len(struct egpu_ctl_queue *q)
     return n;
 }
 
-void egpu_ctl_queue_shutdown(struct egpu_ctl_queue *q)
+void egpu_controller_queue_shutdown(struct egpu_controller_queue *q)
 {
     pthread_mutex_lock(&q->lock);
     q->shutdown = true;

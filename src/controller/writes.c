@@ -8,11 +8,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "ctl_int.h"
+#include "controller_int.h"
 #include "egpu/log.h"
 
-int ctl_put(struct ctl *c, const struct egpu_kube_resource *res, const json_t *orig,
-            const json_t *enc, const char *which, json_t **out)
+int egpu__controller_put(struct egpu__controller *c, const struct egpu_kube_resource *res,
+                         const json_t *orig, const json_t *enc, const char *which, json_t **out)
 {
     json_t *obj = json_deep_copy(orig), *meta, *v, *obj_part;
     const char *ns = egpu_api_str(json_object_get(json_object_get(orig, "metadata"), "namespace"));
@@ -49,8 +49,9 @@ nomem:
     return -ENOMEM;
 }
 
-void ctl_event(struct ctl *c, const char *kind, const char *ns, const char *name, const char *uid,
-               bool warning, const char *reason, const char *fmt, ...)
+void egpu__controller_event(struct egpu__controller *c, const char *kind, const char *ns,
+                            const char *name, const char *uid, bool warning, const char *reason,
+                            const char *fmt, ...)
 {
     char msg[1024];
     struct egpu_error err = {0};
@@ -62,7 +63,7 @@ void ctl_event(struct ctl *c, const char *kind, const char *ns, const char *name
                                  .warning = warning,
                                  .reason = reason,
                                  .message = msg,
-                                 .component = CTL_PROG};
+                                 .component = EGPU__CONTROLLER_PROG};
     va_list ap;
 
     va_start(ap, fmt);
@@ -75,7 +76,7 @@ void ctl_event(struct ctl *c, const char *kind, const char *ns, const char *name
                  err.msg);
 }
 
-void ctl_now(char *buf, size_t len)
+void egpu__controller_now(char *buf, size_t len)
 {
     time_t t = time(NULL);
     struct tm tm;
@@ -84,9 +85,10 @@ void ctl_now(char *buf, size_t len)
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-struct egpu_api_egpu *ctl_egpu_get(struct ctl *c, const char *name, json_t **obj)
+struct egpu_api_egpu *egpu__controller_egpu_get(struct egpu__controller *c, const char *name,
+                                                json_t **obj)
 {
-    json_t *o = egpu_kube_informer_get(c->inf[CTL_EGPUS], NULL, name);
+    json_t *o = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_EGPUS], NULL, name);
     struct egpu_api_egpu *e;
     struct egpu_error err = {0};
 
@@ -107,9 +109,10 @@ struct egpu_api_egpu *ctl_egpu_get(struct ctl *c, const char *name, json_t **obj
     return e;
 }
 
-struct egpu_api_claim *ctl_claim_get(struct ctl *c, const char *ns, const char *name, json_t **obj)
+struct egpu_api_claim *egpu__controller_claim_get(struct egpu__controller *c, const char *ns,
+                                                  const char *name, json_t **obj)
 {
-    json_t *o = egpu_kube_informer_get(c->inf[CTL_CLAIMS], ns, name);
+    json_t *o = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_CLAIMS], ns, name);
     struct egpu_api_claim *cl;
     struct egpu_error err = {0};
 
@@ -130,9 +133,10 @@ struct egpu_api_claim *ctl_claim_get(struct ctl *c, const char *ns, const char *
     return cl;
 }
 
-const char *ctl_gpu_model(struct ctl *c, const char *name, char *buf, size_t len)
+const char *egpu__controller_gpu_model(struct egpu__controller *c, const char *name, char *buf,
+                                       size_t len)
 {
-    json_t *g = egpu_kube_informer_get(c->inf[CTL_GPUS], NULL, name);
+    json_t *g = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_GPUS], NULL, name);
     const char *m = egpu_api_str(json_object_get(json_object_get(g, "spec"), "model"));
 
     snprintf(buf, len, "%s", m != NULL ? m : "");

@@ -16,6 +16,12 @@
  * the health endpoints on --port under --max-per-client. No cap is
  * --max-connections: one address (one pod) never holds a whole port.
  *
+ * Set-up the components share is here too, so it is written once: the
+ * registry of their /metrics families (egpu_service_metrics_new and
+ * _add, from a table of them) and the leader elector's settings from the common lease
+ * flags (egpu_service_elector_config; the elector itself is src/kube's,
+ * above this layer, so the component makes and starts it).
+ *
  * Order: the main thread parses, installs the signal handlers, starts, then
  * waits for SIGTERM or SIGINT; teardown stops both servers first (no
  * handler runs after), then the component stops what the handlers read
@@ -29,6 +35,7 @@
 #include <time.h>
 
 #include "egpu/cli.h"
+#include "egpu/kube.h"
 #include "egpu/log.h"
 #include "egpu/net.h"
 
@@ -119,6 +126,54 @@ void egpu_service_free(struct egpu_service *svc)
     egpu_http_server_free(svc->srv);
     egpu_http_server_free(svc->hsrv);
     memset(svc, 0, sizeof(*svc));
+}
+
+int egpu_service_metrics_add(struct egpu_metrics *reg, const struct egpu_service_metric *m,
+                             size_t n, struct egpu_error *err)
+{
+    int rc = 0;
+
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        switch (m[i].type) {
+        case EGPU_SERVICE_COUNTER:
+            rc =
+                egpu_metric_counter(reg, m[i].name, m[i].help, m[i].nlabels, m[i].labels, m[i].out);
+            break;
+        case EGPU_SERVICE_GAUGE:
+            rc = egpu_metric_gauge(reg, m[i].name, m[i].help, m[i].nlabels, m[i].labels, m[i].out);
+            break;
+        case EGPU_SERVICE_HISTOGRAM:
+            rc = egpu_metric_histogram(reg, m[i].name, m[i].help, m[i].nlabels, m[i].labels,
+                                       m[i].nbounds, m[i].bounds, m[i].out);
+            break;
+        default:
+            rc = -EINVAL;
+        }
+    }
+    if (rc)
+        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
+    return 0;
+}
+
+int egpu_service_metrics_new(const struct egpu_service_metric *m, size_t n,
+                             struct egpu_metrics **reg, struct egpu_error *err)
+{
+    *reg = egpu_metrics_new();
+    if (*reg == NULL)
+        return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
+    return egpu_service_metrics_add(*reg, m, n, err);
+}
+
+void egpu_service_elector_config(const struct egpu_cli_server *opts, const char *default_ns,
+                                 struct egpu_kube_elector_config *ec)
+{
+    memset(ec, 0, sizeof(*ec));
+    ec->ns = opts->lease.ns != NULL ? opts->lease.ns : default_ns;
+    ec->name = opts->lease.name;
+    ec->lease_duration_ms = opts->lease.duration_ms;
+    ec->renew_deadline_ms = opts->lease.renew_deadline_ms;
+    ec->retry_period_ms = opts->lease.retry_period_ms;
+    ec->release_on_cancel = true;
 }
 
 int egpu_service_main(const struct egpu_service_main *m, void *app)

@@ -158,114 +158,77 @@ static int register_metrics(struct app *a, struct egpu_error *err)
     static const char *const node[] = {"node"};
     static const char *const kind[] = {"kind"};
     static const char *const state[] = {"state"};
-    int rc;
+    const struct egpu_service_metric m[] = {
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_binds_total", "Pods bound.", 0, NULL, 0, NULL,
+         &a->m_binds},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_bind_failures_total",
+         "Binds refused or failed, by reason.", 1, result, 0, NULL, &a->m_bind_failures},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_allocated_core_percent",
+         "GPU compute allocated on a node, percent of one card (200 = two whole cards).", 1, node,
+         0, NULL, &a->m_core},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_allocated_memory_mib",
+         "GPU memory allocated on a node, MiB.", 1, node, 0, NULL, &a->m_mem},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_leader",
+         "1 while this instance holds the Lease (or leader election is off).", 0, NULL, 0, NULL,
+         &a->m_leader},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_cache_nodes", "Nodes in the cache.", 0, NULL, 0, NULL,
+         &a->m_nodes},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_cache_gpus", "GPUs in the cache.", 0, NULL, 0, NULL,
+         &a->m_gpus},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_cache_pods", "Pods in the cache.", 0, NULL, 0, NULL,
+         &a->m_pods},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_cache_unresolved_pods",
+         "Pods counted without their cards (annotation does not match the node's GPUs).", 0, NULL,
+         0, NULL, &a->m_unresolved},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_cache_waiting_pods",
+         "Pods placed by bind whose cards the node agent has not marked allocated yet "
+         "(elasticgpu.io/allocated).",
+         0, NULL, 0, NULL, &a->m_waiting},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_prioritize_reused_total",
+         "Prioritize replies made from the one before, with only the changed scores encoded again.",
+         0, NULL, 0, NULL, &a->m_reused},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_load_decided_total",
+         "Filter calls (--load-aware) where measured load failed nodes tied for the best score.", 0,
+         NULL, 0, NULL, &a->m_load_decided},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_objects_skipped_total",
+         "API objects left out of the cache, by kind: watch lines that were no event, objects "
+         "without a usable name, and malformed objects (each is logged).",
+         1, kind, 0, NULL, &a->m_skipped},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_cache_duplicate_gpus",
+         "GPU objects left out of placement because another GPU object already names their UUID (a "
+         "Warning event DuplicateGPU is posted on each).",
+         0, NULL, 0, NULL, &a->m_dup_gpus},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_assigned_changes_ignored_total",
+         "Changes to a bound pod's elasticgpu.io/assigned annotation that the cache did not "
+         "believe (the decision recorded at bind stands).",
+         0, NULL, 0, NULL, &a->m_assigned_ignored},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_reservations",
+         "ElasticGPUs in the cache by state: applied (their capacity counts as allocated), waiting "
+         "(their node or GPU object is not known yet), overfill (their cards lack the room: not "
+         "applied), off (Failed: hold nothing).",
+         1, state, 0, NULL, &a->m_resvs},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_reservation_overfills_total",
+         "Times an ElasticGPU's reservation was found not to fit its cards (each is logged; it is "
+         "tried again when capacity is freed).",
+         0, NULL, 0, NULL, &a->m_resv_overfills},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_reserved_core_percent",
+         "GPU compute held by applied ElasticGPUs, percent of one card (part of "
+         "egpu_scheduler_allocated_core_percent).",
+         0, NULL, 0, NULL, &a->m_reserved_core},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_reserved_memory_mib",
+         "GPU memory held by applied ElasticGPUs, MiB (whole cards: all their memory).", 0, NULL, 0,
+         NULL, &a->m_reserved_mem},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_cache_claims", "ElasticGPUClaims in the cache.", 0,
+         NULL, 0, NULL, &a->m_claims},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_cache_classes", "ElasticGPUClasses in the cache.", 0,
+         NULL, 0, NULL, &a->m_classes},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_claimed_containers_inside",
+         "Containers counted inside their claim's ElasticGPU (their share is part of "
+         "egpu_scheduler_reserved_core_percent, not added to it).",
+         0, NULL, 0, NULL, &a->m_inside},
+    };
 
-    a->reg = egpu_metrics_new();
-    if (a->reg == NULL)
-        return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
-    rc = egpu_metric_counter(a->reg, "egpu_scheduler_binds_total", "Pods bound.", 0, NULL,
-                             &a->m_binds);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_scheduler_bind_failures_total",
-                                 "Binds refused or failed, by reason.", 1, result,
-                                 &a->m_bind_failures);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_allocated_core_percent",
-                               "GPU compute allocated on a node, percent of one card (200 = two "
-                               "whole cards).",
-                               1, node, &a->m_core);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_allocated_memory_mib",
-                               "GPU memory allocated on a node, MiB.", 1, node, &a->m_mem);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_leader",
-                               "1 while this instance holds the Lease (or leader election is off).",
-                               0, NULL, &a->m_leader);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_nodes", "Nodes in the cache.", 0, NULL,
-                               &a->m_nodes);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_gpus", "GPUs in the cache.", 0, NULL,
-                               &a->m_gpus);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_pods", "Pods in the cache.", 0, NULL,
-                               &a->m_pods);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_unresolved_pods",
-                               "Pods counted without their cards (annotation does not match the "
-                               "node's GPUs).",
-                               0, NULL, &a->m_unresolved);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_waiting_pods",
-                               "Pods placed by bind whose cards the node agent has not marked "
-                               "allocated yet (elasticgpu.io/allocated).",
-                               0, NULL, &a->m_waiting);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_scheduler_prioritize_reused_total",
-                                 "Prioritize replies made from the one before, with only the "
-                                 "changed scores encoded again.",
-                                 0, NULL, &a->m_reused);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_scheduler_load_decided_total",
-                                 "Filter calls (--load-aware) where measured load failed nodes "
-                                 "tied for the best score.",
-                                 0, NULL, &a->m_load_decided);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_scheduler_objects_skipped_total",
-                                 "API objects left out of the cache, by kind: watch lines that "
-                                 "were no event, objects without a usable name, and malformed "
-                                 "objects (each is logged).",
-                                 1, kind, &a->m_skipped);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_duplicate_gpus",
-                               "GPU objects left out of placement because another GPU object "
-                               "already names their UUID (a Warning event DuplicateGPU is posted "
-                               "on each).",
-                               0, NULL, &a->m_dup_gpus);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_scheduler_assigned_changes_ignored_total",
-                                 "Changes to a bound pod's elasticgpu.io/assigned annotation that "
-                                 "the cache did not believe (the decision recorded at bind "
-                                 "stands).",
-                                 0, NULL, &a->m_assigned_ignored);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_reservations",
-                               "ElasticGPUs in the cache by state: applied (their capacity counts "
-                               "as allocated), waiting (their node or GPU object is not known "
-                               "yet), overfill (their cards lack the room: not applied), off "
-                               "(Failed: hold nothing).",
-                               1, state, &a->m_resvs);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_scheduler_reservation_overfills_total",
-                                 "Times an ElasticGPU's reservation was found not to fit its "
-                                 "cards (each is logged; it is tried again when capacity is "
-                                 "freed).",
-                                 0, NULL, &a->m_resv_overfills);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_reserved_core_percent",
-                               "GPU compute held by applied ElasticGPUs, percent of one card "
-                               "(part of egpu_scheduler_allocated_core_percent).",
-                               0, NULL, &a->m_reserved_core);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_reserved_memory_mib",
-                               "GPU memory held by applied ElasticGPUs, MiB (whole cards: all "
-                               "their memory).",
-                               0, NULL, &a->m_reserved_mem);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_claims",
-                               "ElasticGPUClaims in the cache.", 0, NULL, &a->m_claims);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_cache_classes",
-                               "ElasticGPUClasses in the cache.", 0, NULL, &a->m_classes);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_scheduler_claimed_containers_inside",
-                               "Containers counted inside their claim's ElasticGPU (their share "
-                               "is part of egpu_scheduler_reserved_core_percent, not added to "
-                               "it).",
-                               0, NULL, &a->m_inside);
-    if (rc)
-        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
-    return 0;
+    return egpu_service_metrics_new(m, sizeof(m) / sizeof(m[0]), &a->reg, err);
 }
 
 /* Is the node named values[0] in cluster data, with cards? */
@@ -467,16 +430,11 @@ static int start(void *data, struct egpu_error *err)
     if (!rc)
         rc = egpu__sched_api_start(&a->api, err);
     if (!rc && a->o.srv.lease.elect) {
-        struct egpu_kube_elector_config ec = {
-            .ns = a->o.srv.lease.ns ? a->o.srv.lease.ns : egpu_kube_namespace(a->kube),
-            .name = a->o.srv.lease.name,
-            .lease_duration_ms = a->o.srv.lease.duration_ms,
-            .renew_deadline_ms = a->o.srv.lease.renew_deadline_ms,
-            .retry_period_ms = a->o.srv.lease.retry_period_ms,
-            .release_on_cancel = true,
-            .on_started_leading = on_started_leading,
-            .on_stopped_leading = on_stopped_leading,
-        };
+        struct egpu_kube_elector_config ec;
+
+        egpu_service_elector_config(&a->o.srv, egpu_kube_namespace(a->kube), &ec);
+        ec.on_started_leading = on_started_leading;
+        ec.on_stopped_leading = on_stopped_leading;
 
         rc = egpu_kube_elector_new(a->kube, &ec, &a->el, err);
         if (!rc)

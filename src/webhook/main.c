@@ -206,37 +206,27 @@ static int register_metrics(struct app *a, struct egpu_error *err)
 {
     static const char *const route_result[] = {"route", "result"};
     static const char *const name[] = {"name"};
-    int rc;
+    const struct egpu_service_metric m[] = {
+        {EGPU_SERVICE_COUNTER, "egpu_webhook_admission_requests_total",
+         "AdmissionReviews answered, by route (mutate, mutate-nvidia, validate, mutate-place) and "
+         "result (allowed, patched, denied, error).",
+         2, route_result, 0, NULL, &a->m_requests},
+        {EGPU_SERVICE_COUNTER, "egpu_webhook_conversions_total",
+         "Pods and templates whose compatible name was rewritten into an elasticgpu.io one, by "
+         "that name.",
+         1, name, 0, NULL, &a->m_conversions},
+        {EGPU_SERVICE_GAUGE, "egpu_webhook_gpus", "GPU objects known (" EGPU_API_VERSION " gpus).",
+         0, NULL, 0, NULL, &a->m_gpus},
+        {EGPU_SERVICE_GAUGE, "egpu_webhook_largest_card_mib",
+         "Memory of the largest GPU known, MiB (gpu-memory above it is refused; 0 = none known, "
+         "not checked).",
+         0, NULL, 0, NULL, &a->m_largest},
+        {EGPU_SERVICE_GAUGE, "egpu_webhook_gpu_models",
+         "GPU models known (elasticgpu.io/gpu-model must name one).", 0, NULL, 0, NULL,
+         &a->m_models},
+    };
 
-    a->reg = egpu_metrics_new();
-    if (a->reg == NULL)
-        return egpu_error_set(err, -ENOMEM, "metrics: out of memory");
-    rc =
-        egpu_metric_counter(a->reg, "egpu_webhook_admission_requests_total",
-                            "AdmissionReviews answered, by route (mutate, mutate-nvidia, "
-                            "validate, mutate-place) and result (allowed, patched, denied, error).",
-                            2, route_result, &a->m_requests);
-    if (!rc)
-        rc = egpu_metric_counter(a->reg, "egpu_webhook_conversions_total",
-                                 "Pods and templates whose compatible name was rewritten into an "
-                                 "elasticgpu.io one, by that name.",
-                                 1, name, &a->m_conversions);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_webhook_gpus",
-                               "GPU objects known (" EGPU_API_VERSION " gpus).", 0, NULL,
-                               &a->m_gpus);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_webhook_largest_card_mib",
-                               "Memory of the largest GPU known, MiB (gpu-memory above it is "
-                               "refused; 0 = none known, not checked).",
-                               0, NULL, &a->m_largest);
-    if (!rc)
-        rc = egpu_metric_gauge(a->reg, "egpu_webhook_gpu_models",
-                               "GPU models known (elasticgpu.io/gpu-model must name one).", 0, NULL,
-                               &a->m_models);
-    if (rc)
-        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
-    return 0;
+    return egpu_service_metrics_new(m, sizeof(m) / sizeof(m[0]), &a->reg, err);
 }
 
 static void refresh_metrics(void *data)

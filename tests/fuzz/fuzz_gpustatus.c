@@ -51,41 +51,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *name = egpu_api_str(json_object_get(json_object_get(pod, "metadata"), "name"));
     struct egpu_error err = {0};
     json_t *out = NULL, *added = NULL, *gone = NULL, *k, *alloc;
-    struct egpu_ctl_gpu_index *ix;
+    struct egpu_controller_gpu_index *ix;
     size_t i;
     int rc;
 
-    rc = egpu_ctl_pod_gpu_entries(pod, &out, &err);
+    rc = egpu_controller_pod_gpu_entries(pod, &out, &err);
     FUZZ_CHECK(json_is_object(out));
     if (rc == 0)
         check_entries(pod, out);
     else
         FUZZ_CHECK(err.msg[0] != '\0' && json_object_size(out) == 0);
-    ix = egpu_ctl_gpu_index_new();
+    ix = egpu_controller_gpu_index_new();
     FUZZ_CHECK(ix != NULL);
-    rc = egpu_ctl_gpu_index_pod(ix, ns, name, pod, &added, &err);
+    rc = egpu_controller_gpu_index_pod(ix, ns, name, pod, &added, &err);
     if (ns != NULL && name != NULL && rc != -EINVAL) {
         FUZZ_CHECK(json_array_size(added) == json_object_size(out));
         json_array_foreach(added, i, k)
         {
-            alloc = egpu_ctl_gpu_index_allocated(ix, json_string_value(k));
-            FUZZ_CHECK(alloc != NULL && egpu_ctl_gpu_allocated_sort(alloc) == 0);
+            alloc = egpu_controller_gpu_index_allocated(ix, json_string_value(k));
+            FUZZ_CHECK(alloc != NULL && egpu_controller_gpu_allocated_sort(alloc) == 0);
             FUZZ_CHECK(json_array_size(alloc) ==
                        json_array_size(json_object_get(out, json_string_value(k))));
             json_decref(alloc);
         }
-        FUZZ_CHECK(egpu_ctl_gpu_index_pod(ix, ns, name, NULL, &gone, &err) == 0);
+        FUZZ_CHECK(egpu_controller_gpu_index_pod(ix, ns, name, NULL, &gone, &err) == 0);
         FUZZ_CHECK(json_array_size(gone) == json_array_size(added));
         json_array_foreach(gone, i, k)
         {
-            alloc = egpu_ctl_gpu_index_allocated(ix, json_string_value(k));
+            alloc = egpu_controller_gpu_index_allocated(ix, json_string_value(k));
             FUZZ_CHECK(alloc != NULL && json_array_size(alloc) == 0);
             json_decref(alloc);
         }
     }
     json_decref(added);
     json_decref(gone);
-    egpu_ctl_gpu_index_free(ix);
+    egpu_controller_gpu_index_free(ix);
     json_decref(out);
     json_decref(pod);
     FUZZ_CHECK(egpu_alloc_live() == live);

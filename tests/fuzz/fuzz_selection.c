@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_selection.c - a WaitForFirstConsumer claim's selection
- * (egpu_ctl_place_at, src/controller/place.c): the annotations
+ * (egpu_controller_place_at, src/controller/place.c): the annotations
  * elasticgpu.io/selected-node and selected-gpus, which the claim's owner can
  * write as well as the scheduler.
  *
@@ -17,7 +17,7 @@
 #include "fuzz.h"
 #include "egpu/controller.h"
 
-static struct egpu_ctl_inventory inv;
+static struct egpu_controller_inventory inv;
 static struct egpu_api_class classes[4];
 static struct egpu_api_claim claims[3];
 
@@ -82,9 +82,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         FUZZ_CHECK(egpu_api_claim_decode(o, &claims[i], NULL) == 0);
         json_decref(o);
     }
-    FUZZ_CHECK(egpu_ctl_inventory_build(gpus, nodes, NULL, &inv, NULL) == 0);
+    FUZZ_CHECK(egpu_controller_inventory_build(gpus, nodes, NULL, &inv, NULL) == 0);
     FUZZ_CHECK(egpu_api_egpu_decode(held, &e, NULL) == 0);
-    FUZZ_CHECK(egpu_ctl_inventory_reserve(&inv, &e, NULL) == 0);
+    FUZZ_CHECK(egpu_controller_inventory_reserve(&inv, &e, NULL) == 0);
     json_decref(gpus);
     json_decref(nodes);
     json_decref(held);
@@ -95,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const struct egpu_api_claim *c;
     const struct egpu_api_class *cls;
-    struct egpu_ctl_choice ch;
+    struct egpu_controller_choice ch;
     struct egpu_error err = {0};
     uint64_t used = inv.cluster->used_core_milli;
     size_t npods = inv.cluster->npods;
@@ -114,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     *gpus++ = '\0';
-    rc = egpu_ctl_place_at(&inv, c, cls, text, gpus, &ch, &err);
+    rc = egpu_controller_place_at(&inv, c, cls, text, gpus, &ch, &err);
     FUZZ_CHECK(rc == 0 || rc == EGPU_ERANGE || rc == EGPU_ENOFIT);
     FUZZ_CHECK(inv.cluster->used_core_milli == used && inv.cluster->npods == npods);
     if (rc != 0) {
@@ -126,7 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         FUZZ_CHECK(n != NULL && strcmp(ch.node, text) == 0 && ch.ngpus == want);
         for (uint32_t i = 0; i < ch.ngpus; i++) {
-            const struct egpu_ctl_card *card = egpu_map_get(inv.by_name, ch.gpu_names[i]);
+            const struct egpu_controller_card *card = egpu_map_get(inv.by_name, ch.gpu_names[i]);
 
             FUZZ_CHECK(card != NULL && strcmp(card->node, text) == 0);
             for (uint32_t k = 0; k < i; k++)

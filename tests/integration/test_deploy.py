@@ -61,12 +61,12 @@ EGPU_NEEDS = {
 #   egpu.c claim_exists: GET of a claim its cache lacks; claim.c: GET of an
 #     ElasticGPU (a Bound claim's, before calling it Lost; the one a retried
 #     provision already made), POST (provision), DELETE (reclaimPolicy Delete)
-#   writes.c ctl_put, whole-object PUTs: a claim's finalizers (update), its
+#   writes.c egpu__controller_put, whole-object PUTs: a claim's finalizers (update), its
 #     status (elasticgpuclaims/status), an ElasticGPU's spec.claimRef
 #     (update) and status (elasticgpus/status)
-#   gpustatus.c ctl_gs_sync: merge PATCH of a GPU's status.allocated
+#   gpustatus.c egpu__controller_gs_sync: merge PATCH of a GPU's status.allocated
 #     (gpus/status), its only PATCH
-#   writes.c ctl_event -> src/kube/event.c: POST of core/v1 events
+#   writes.c egpu__controller_event -> src/kube/event.c: POST of core/v1 events
 # Its Lease is a Role of its own namespace (CONTROLLER_LEASE_VERBS).
 CONTROLLER_NEEDS = {
     (GROUP, "elasticgpuclaims", "list"), (GROUP, "elasticgpuclaims", "watch"),

@@ -8,8 +8,8 @@ Helm chart's monitoring option.
   kubelet, each scraped on /metrics, where every registered family is listed by its
   # TYPE line even before it has a sample (a histogram as its _bucket, _sum and _count
   series). The same names are also checked against the families the sources register
-  (egpu_metric_counter/gauge/histogram), which needs no binary. Every function the
-  expressions call is a PromQL function.
+  (egpu_metric_counter/gauge/histogram, or a row of an egpu_service_metrics_new table),
+  which needs no binary. Every function the expressions call is a PromQL function.
 - The dashboard is valid JSON of a current Grafana schema, with unique panel ids, a
   `datasource` template variable of type prometheus that every panel and target uses,
   no Grafana variable that is not defined, panels that do not overlap, and a description
@@ -248,6 +248,8 @@ def test_readme_names_every_panel(dashboard):
 # --- what the binaries export -------------------------------------------------
 
 REGISTER = re.compile(r'egpu_metric_(counter|gauge|histogram)\(\s*[\w>.-]+\s*,\s*"(\w+)"')
+# A row of an egpu_service_metrics_new table (src/net/service.c): {EGPU_SERVICE_GAUGE, "name", ...}
+REGISTER_TABLE = re.compile(r'\{\s*EGPU_SERVICE_(COUNTER|GAUGE|HISTOGRAM)\s*,\s*"(\w+)"')
 
 
 def exposed(families):
@@ -261,8 +263,11 @@ def exposed(families):
 def source_families():
     fams = {}
     for f in sorted((ROOT / "src").rglob("*.c")):
-        for typ, name in REGISTER.findall(f.read_text()):
+        text = f.read_text()
+        for typ, name in REGISTER.findall(text):
             fams[name] = typ
+        for typ, name in REGISTER_TABLE.findall(text):
+            fams[name] = typ.lower()
     return fams
 
 

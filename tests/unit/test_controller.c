@@ -27,102 +27,102 @@ static long long mono_ms(void)
 
 /* ---- queue ---- */
 
-static void expect_get(struct egpu_ctl_queue *qu, const char *want)
+static void expect_get(struct egpu_controller_queue *qu, const char *want)
 {
     char *k = NULL;
 
-    assert_int_equal(egpu_ctl_queue_get(qu, 0, &k), 0);
+    assert_int_equal(egpu_controller_queue_get(qu, 0, &k), 0);
     assert_string_equal(k, want);
     egpu_free(k);
 }
 
 static void test_queue_fifo_dedup(void **state)
 {
-    struct egpu_ctl_queue *qu = egpu_ctl_queue_new(0, 0);
+    struct egpu_controller_queue *qu = egpu_controller_queue_new(0, 0);
     char *k = NULL;
 
     (void)state;
-    assert_int_equal(egpu_ctl_queue_add(qu, "a"), 0);
-    assert_int_equal(egpu_ctl_queue_add(qu, "b"), 0);
-    assert_int_equal(egpu_ctl_queue_add(qu, "a"), 0); /* waits already: once */
-    assert_int_equal(egpu_ctl_queue_len(qu), 2);
+    assert_int_equal(egpu_controller_queue_add(qu, "a"), 0);
+    assert_int_equal(egpu_controller_queue_add(qu, "b"), 0);
+    assert_int_equal(egpu_controller_queue_add(qu, "a"), 0); /* waits already: once */
+    assert_int_equal(egpu_controller_queue_len(qu), 2);
     expect_get(qu, "a");
     expect_get(qu, "b");
-    assert_int_equal(egpu_ctl_queue_get(qu, 0, &k), -ETIMEDOUT);
-    egpu_ctl_queue_done(qu, "a");
-    egpu_ctl_queue_done(qu, "b");
-    assert_int_equal(egpu_ctl_queue_len(qu), 0);
-    egpu_ctl_queue_free(qu);
+    assert_int_equal(egpu_controller_queue_get(qu, 0, &k), -ETIMEDOUT);
+    egpu_controller_queue_done(qu, "a");
+    egpu_controller_queue_done(qu, "b");
+    assert_int_equal(egpu_controller_queue_len(qu), 0);
+    egpu_controller_queue_free(qu);
     assert_int_equal(egpu_alloc_live(), 0);
 }
 
 static void test_queue_added_while_processing(void **state)
 {
-    struct egpu_ctl_queue *qu = egpu_ctl_queue_new(0, 0);
+    struct egpu_controller_queue *qu = egpu_controller_queue_new(0, 0);
     char *k = NULL;
 
     (void)state;
-    assert_int_equal(egpu_ctl_queue_add(qu, "a"), 0);
+    assert_int_equal(egpu_controller_queue_add(qu, "a"), 0);
     expect_get(qu, "a");
     /* Added while a worker holds it: not handed out twice at once. */
-    assert_int_equal(egpu_ctl_queue_add(qu, "a"), 0);
-    assert_int_equal(egpu_ctl_queue_get(qu, 0, &k), -ETIMEDOUT);
-    egpu_ctl_queue_done(qu, "a"); /* queued again now */
+    assert_int_equal(egpu_controller_queue_add(qu, "a"), 0);
+    assert_int_equal(egpu_controller_queue_get(qu, 0, &k), -ETIMEDOUT);
+    egpu_controller_queue_done(qu, "a"); /* queued again now */
     expect_get(qu, "a");
-    egpu_ctl_queue_done(qu, "a");
-    assert_int_equal(egpu_ctl_queue_get(qu, 0, &k), -ETIMEDOUT);
-    egpu_ctl_queue_free(qu);
+    egpu_controller_queue_done(qu, "a");
+    assert_int_equal(egpu_controller_queue_get(qu, 0, &k), -ETIMEDOUT);
+    egpu_controller_queue_free(qu);
     assert_int_equal(egpu_alloc_live(), 0);
 }
 
 static void test_queue_delay_and_backoff(void **state)
 {
-    struct egpu_ctl_queue *qu = egpu_ctl_queue_new(20, 80);
+    struct egpu_controller_queue *qu = egpu_controller_queue_new(20, 80);
     long long t0 = mono_ms();
     char *k = NULL;
 
     (void)state;
-    assert_int_equal(egpu_ctl_queue_add_after(qu, "late", 60), 0);
-    assert_int_equal(egpu_ctl_queue_add_after(qu, "soon", 10), 0);
-    assert_int_equal(egpu_ctl_queue_len(qu), 2);
-    assert_int_equal(egpu_ctl_queue_get(qu, 1000, &k), 0);
+    assert_int_equal(egpu_controller_queue_add_after(qu, "late", 60), 0);
+    assert_int_equal(egpu_controller_queue_add_after(qu, "soon", 10), 0);
+    assert_int_equal(egpu_controller_queue_len(qu), 2);
+    assert_int_equal(egpu_controller_queue_get(qu, 1000, &k), 0);
     assert_string_equal(k, "soon");
     assert_true(mono_ms() - t0 >= 10);
-    egpu_ctl_queue_done(qu, k);
+    egpu_controller_queue_done(qu, k);
     egpu_free(k);
     /* An add now beats the timer. */
-    assert_int_equal(egpu_ctl_queue_add(qu, "late"), 0);
+    assert_int_equal(egpu_controller_queue_add(qu, "late"), 0);
     expect_get(qu, "late");
     assert_true(mono_ms() - t0 < 60);
-    egpu_ctl_queue_done(qu, "late");
-    assert_int_equal(egpu_ctl_queue_get(qu, 100, &k), -ETIMEDOUT); /* the timer went too */
+    egpu_controller_queue_done(qu, "late");
+    assert_int_equal(egpu_controller_queue_get(qu, 100, &k), -ETIMEDOUT); /* the timer went too */
     /* Backoff: 20, 40, 80, 80 (max), then forget starts over. */
-    assert_int_equal(egpu_ctl_queue_add_backoff(qu, "x"), 20);
+    assert_int_equal(egpu_controller_queue_add_backoff(qu, "x"), 20);
     t0 = mono_ms();
-    assert_int_equal(egpu_ctl_queue_get(qu, 1000, &k), 0);
+    assert_int_equal(egpu_controller_queue_get(qu, 1000, &k), 0);
     assert_true(mono_ms() - t0 >= 19);
-    egpu_ctl_queue_done(qu, k);
+    egpu_controller_queue_done(qu, k);
     egpu_free(k);
-    assert_int_equal(egpu_ctl_queue_add_backoff(qu, "x"), 40);
-    assert_int_equal(egpu_ctl_queue_get(qu, 1000, &k), 0);
-    egpu_ctl_queue_done(qu, k);
+    assert_int_equal(egpu_controller_queue_add_backoff(qu, "x"), 40);
+    assert_int_equal(egpu_controller_queue_get(qu, 1000, &k), 0);
+    egpu_controller_queue_done(qu, k);
     egpu_free(k);
-    assert_int_equal(egpu_ctl_queue_add_backoff(qu, "x"), 80);
-    assert_int_equal(egpu_ctl_queue_get(qu, 1000, &k), 0);
-    egpu_ctl_queue_done(qu, k);
+    assert_int_equal(egpu_controller_queue_add_backoff(qu, "x"), 80);
+    assert_int_equal(egpu_controller_queue_get(qu, 1000, &k), 0);
+    egpu_controller_queue_done(qu, k);
     egpu_free(k);
-    assert_int_equal(egpu_ctl_queue_add_backoff(qu, "x"), 80);
-    assert_int_equal(egpu_ctl_queue_failures(qu, "x"), 4);
-    egpu_ctl_queue_forget(qu, "x");
-    assert_int_equal(egpu_ctl_queue_failures(qu, "x"), 0);
-    assert_int_equal(egpu_ctl_queue_get(qu, 1000, &k), 0);
-    egpu_ctl_queue_done(qu, k);
+    assert_int_equal(egpu_controller_queue_add_backoff(qu, "x"), 80);
+    assert_int_equal(egpu_controller_queue_failures(qu, "x"), 4);
+    egpu_controller_queue_forget(qu, "x");
+    assert_int_equal(egpu_controller_queue_failures(qu, "x"), 0);
+    assert_int_equal(egpu_controller_queue_get(qu, 1000, &k), 0);
+    egpu_controller_queue_done(qu, k);
     egpu_free(k);
-    assert_int_equal(egpu_ctl_queue_add_backoff(qu, "x"), 20);
-    egpu_ctl_queue_shutdown(qu);
-    assert_int_equal(egpu_ctl_queue_get(qu, -1, &k), -ESHUTDOWN);
-    assert_int_equal(egpu_ctl_queue_add(qu, "y"), -ESHUTDOWN);
-    egpu_ctl_queue_free(qu);
+    assert_int_equal(egpu_controller_queue_add_backoff(qu, "x"), 20);
+    egpu_controller_queue_shutdown(qu);
+    assert_int_equal(egpu_controller_queue_get(qu, -1, &k), -ESHUTDOWN);
+    assert_int_equal(egpu_controller_queue_add(qu, "y"), -ESHUTDOWN);
+    egpu_controller_queue_free(qu);
     assert_int_equal(egpu_alloc_live(), 0);
 }
 
@@ -191,12 +191,12 @@ static void decode_egpu(const char *text, struct egpu_api_egpu *e)
 
 static struct egpu_api_class share_cls, phys_cls;
 
-static void build(const struct egpu_api_class *cls, struct egpu_ctl_inventory *inv)
+static void build(const struct egpu_api_class *cls, struct egpu_controller_inventory *inv)
 {
     json_t *g = gpus(), *n = nodes();
     struct egpu_error err = {0};
 
-    if (egpu_ctl_inventory_build(g, n, cls, inv, &err) != 0)
+    if (egpu_controller_inventory_build(g, n, cls, inv, &err) != 0)
         fail_msg("build: %s", err.msg);
     json_decref(g);
     json_decref(n);
@@ -205,7 +205,7 @@ static void build(const struct egpu_api_class *cls, struct egpu_ctl_inventory *i
 static void test_inventory_filters(void **state)
 {
     struct egpu_api_class a100a;
-    struct egpu_ctl_inventory inv;
+    struct egpu_controller_inventory inv;
 
     (void)state;
     build(NULL, &inv);
@@ -215,7 +215,7 @@ static void test_inventory_filters(void **state)
     assert_int_equal(inv.cluster->nnodes, 3);
     assert_non_null(egpu_map_get(inv.by_name, "v-g0"));
     assert_null(egpu_map_get(inv.by_name, "gone-g0"));
-    egpu_ctl_inventory_free(&inv);
+    egpu_controller_inventory_free(&inv);
 
     decode_class("{'metadata':{'name':'a'},'provisioner':'gpushare.provisioner.elasticgpu.io',"
                  "'parameters':{'models':'A100','nodeSelector':'zone=a'}}",
@@ -224,13 +224,13 @@ static void test_inventory_filters(void **state)
     assert_int_equal(inv.ncards, 2);
     assert_int_equal(inv.cluster->nnodes, 1);
     assert_non_null(egpu_cluster_node(inv.cluster, "n1"));
-    egpu_ctl_inventory_free(&inv);
+    egpu_controller_inventory_free(&inv);
     assert_int_equal(egpu_alloc_live(), 0);
 }
 
 static void test_reserve_counts_existing(void **state)
 {
-    struct egpu_ctl_inventory inv;
+    struct egpu_controller_inventory inv;
     struct egpu_api_egpu share, whole, other, over, failed, released;
     struct egpu_error err = {0};
     const struct egpu_node *n1;
@@ -258,47 +258,47 @@ static void test_reserve_counts_existing(void **state)
                 "'status':{'phase':'Released'}}",
                 &released);
     build(NULL, &inv);
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &share, &err), 0);
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &whole, &err), 0);
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &share, &err), 0);
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &whole, &err), 0);
     assert_non_null(egpu_cluster_assignment(inv.cluster, "elasticgpu:s"));
     assert_non_null(egpu_cluster_assignment(inv.cluster, "elasticgpu:w"));
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &share, &err), EGPU_EALLOCATED);
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &other, &err), -ENOENT);
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &over, &err), EGPU_ENOFIT);
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &share, &err), EGPU_EALLOCATED);
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &other, &err), -ENOENT);
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &over, &err), EGPU_ENOFIT);
     assert_non_null(strstr(err.msg, "has 400 milli-GPU"));
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &failed, &err), 0);
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &failed, &err), 0);
     assert_null(egpu_cluster_assignment(inv.cluster, "elasticgpu:f"));
     n1 = egpu_cluster_node(inv.cluster, "n1");
     assert_int_equal(n1->gpus[0].used_core_milli, 1000);
     assert_int_equal(n1->gpus[0].used_mem_mib, 40960);
     assert_int_equal(n1->gpus[1].used_core_milli, 600);
     assert_int_equal(n1->gpus[1].used_mem_mib, 1000);
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &released, &err), 0);
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &released, &err), 0);
     assert_int_equal(n1->gpus[1].used_core_milli, 900);
     assert_int_equal(n1->gpus[1].used_mem_mib, 1500);
-    egpu_ctl_inventory_free(&inv);
+    egpu_controller_inventory_free(&inv);
     assert_int_equal(egpu_alloc_live(), 0);
 }
 
 static void place(const struct egpu_api_class *cls, const char *claim,
                   const struct egpu_api_egpu *const *existing, size_t n, int want_rc,
-                  struct egpu_ctl_choice *out, struct egpu_error *err)
+                  struct egpu_controller_choice *out, struct egpu_error *err)
 {
-    struct egpu_ctl_inventory inv;
+    struct egpu_controller_inventory inv;
     struct egpu_api_claim c;
 
     decode_claim(claim, &c);
     build(cls, &inv);
     for (size_t i = 0; i < n; i++) {
         struct egpu_error e = {0};
-        int rc = egpu_ctl_inventory_reserve(&inv, existing[i], &e);
+        int rc = egpu_controller_inventory_reserve(&inv, existing[i], &e);
 
         if (rc != 0 && rc != -ENOENT)
             fail_msg("reserve %s: %s", existing[i]->meta.name, e.msg);
     }
     memset(err, 0, sizeof(*err));
-    assert_int_equal(egpu_ctl_place(&inv, &c, cls, out, err), want_rc);
-    egpu_ctl_inventory_free(&inv);
+    assert_int_equal(egpu_controller_place(&inv, &c, cls, out, err), want_rc);
+    egpu_controller_inventory_free(&inv);
 }
 
 #define CLAIM(req)                                                                               \
@@ -307,7 +307,7 @@ static void place(const struct egpu_api_class *cls, const char *claim,
 
 static void test_place_binpack_share(void **state)
 {
-    struct egpu_ctl_choice ch;
+    struct egpu_controller_choice ch;
     struct egpu_error err;
     struct egpu_api_egpu used;
     const struct egpu_api_egpu *ex[] = {&used};
@@ -340,7 +340,7 @@ static void test_place_binpack_share(void **state)
 
 static void test_place_physical_and_kind(void **state)
 {
-    struct egpu_ctl_choice ch;
+    struct egpu_controller_choice ch;
     struct egpu_error err;
     struct egpu_api_egpu used;
     const struct egpu_api_egpu *ex[] = {&used};
@@ -368,7 +368,7 @@ static void test_place_physical_and_kind(void **state)
 static void test_place_tflops(void **state)
 {
     struct egpu_api_class cls, nopeak;
-    struct egpu_ctl_choice ch;
+    struct egpu_controller_choice ch;
     struct egpu_error err;
 
     (void)state;
@@ -400,10 +400,10 @@ static void test_place_tflops(void **state)
  * placement: each way it can be wrong, with the sentence the claim's
  * condition gets; a good one is taken as it is, and inv is unchanged. */
 static void place_at(const struct egpu_api_class *cls, const char *claim, const char *node,
-                     const char *gpus, int want_rc, struct egpu_ctl_choice *out,
+                     const char *gpus, int want_rc, struct egpu_controller_choice *out,
                      struct egpu_error *err)
 {
-    struct egpu_ctl_inventory inv;
+    struct egpu_controller_inventory inv;
     struct egpu_api_claim c;
     struct egpu_api_egpu used;
     struct egpu_error e = {0};
@@ -413,10 +413,10 @@ static void place_at(const struct egpu_api_class *cls, const char *claim, const 
                 "'elasticgpu.io/gpu-memory':1000},'nodeName':'n1','gpuShare':{'gpuName':'n1-g0'}}}",
                 &used);
     build(cls, &inv);
-    if (egpu_ctl_inventory_reserve(&inv, &used, &e) != 0 && e.code != -ENOENT)
+    if (egpu_controller_inventory_reserve(&inv, &used, &e) != 0 && e.code != -ENOENT)
         fail_msg("reserve: %s", e.msg);
     memset(err, 0, sizeof(*err));
-    assert_int_equal(egpu_ctl_place_at(&inv, &c, cls, node, gpus, out, err), want_rc);
+    assert_int_equal(egpu_controller_place_at(&inv, &c, cls, node, gpus, out, err), want_rc);
     if (want_rc == 0) {
         /* Only the ElasticGPU's reservation is held: the trial left nothing. */
         const struct egpu_node *n = egpu_cluster_node(inv.cluster, node);
@@ -426,13 +426,13 @@ static void place_at(const struct egpu_api_class *cls, const char *claim, const 
             assert_int_equal(n->gpus[i].used_core_milli,
                              strcmp(node, "n1") == 0 && i == 0 ? 800 : 0);
     }
-    egpu_ctl_inventory_free(&inv);
+    egpu_controller_inventory_free(&inv);
 }
 
 static void test_place_at_selection(void **state)
 {
     struct egpu_api_class a, tf;
-    struct egpu_ctl_choice ch;
+    struct egpu_controller_choice ch;
     struct egpu_error err;
 
     (void)state;
@@ -522,7 +522,7 @@ static void test_place_at_selection(void **state)
  * size. */
 static void test_inventory_unreserve(void **state)
 {
-    struct egpu_ctl_inventory inv;
+    struct egpu_controller_inventory inv;
     struct egpu_api_egpu s, bigger;
     struct egpu_error err = {0};
     const struct egpu_node *n1;
@@ -536,23 +536,23 @@ static void test_inventory_unreserve(void **state)
                 &bigger);
     build(NULL, &inv);
     n1 = egpu_cluster_node(inv.cluster, "n1");
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &s, &err), 0);
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &s, &err), 0);
     assert_int_equal(n1->gpus[1].used_core_milli, 600);
     assert_int_equal(n1->gpus[1].used_mem_mib, 1000);
-    egpu_ctl_inventory_unreserve(&inv, "s");
+    egpu_controller_inventory_unreserve(&inv, "s");
     assert_int_equal(n1->gpus[1].used_core_milli, 0);
     assert_int_equal(n1->gpus[1].used_mem_mib, 0);
     assert_null(egpu_cluster_assignment(inv.cluster, "elasticgpu:s"));
-    egpu_ctl_inventory_unreserve(&inv, "s"); /* nothing counted: nothing happens */
-    egpu_ctl_inventory_unreserve(&inv, "never");
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &bigger, &err), 0);
+    egpu_controller_inventory_unreserve(&inv, "s"); /* nothing counted: nothing happens */
+    egpu_controller_inventory_unreserve(&inv, "never");
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &bigger, &err), 0);
     assert_int_equal(n1->gpus[1].used_core_milli, 900);
     assert_int_equal(inv.cluster->npods, 1);
-    egpu_ctl_inventory_free(&inv);
+    egpu_controller_inventory_free(&inv);
     assert_int_equal(egpu_alloc_live(), 0);
 }
 
-/* Decode pod text's holdings (egpu_ctl_pod_holds) into *a. */
+/* Decode pod text's holdings (egpu_controller_pod_holds) into *a. */
 static void pod_holds(const char *text, struct egpu_assigned *a)
 {
     struct egpu_api_pod_claim pc[EGPU_API_POD_CLAIMS_MAX];
@@ -560,7 +560,7 @@ static void pod_holds(const char *text, struct egpu_assigned *a)
     json_t *o = tu_json(text);
     size_t npc = 0;
 
-    if (egpu_ctl_pod_holds(o, a, pc, EGPU_API_POD_CLAIMS_MAX, &npc, &err) != 0)
+    if (egpu_controller_pod_holds(o, a, pc, EGPU_API_POD_CLAIMS_MAX, &npc, &err) != 0)
         fail_msg("pod: %s", err.msg);
     json_decref(o);
 }
@@ -573,7 +573,7 @@ static void pod_holds(const char *text, struct egpu_assigned *a)
     "40960,\\'gpus\\':[\\'U10\\',\\'U11\\']}]}"
 
 /* A class's inventory on n1 only (zone a, A100). */
-static void build_n1(struct egpu_ctl_inventory *inv)
+static void build_n1(struct egpu_controller_inventory *inv)
 {
     static struct egpu_api_class a100a;
 
@@ -590,9 +590,9 @@ static void build_n1(struct egpu_ctl_inventory *inv)
 static void test_inventory_counts_pods(void **state)
 {
     struct egpu_assigned *a = egpu_malloc(sizeof(*a));
-    struct egpu_ctl_inventory inv;
+    struct egpu_controller_inventory inv;
     struct egpu_api_claim c;
-    struct egpu_ctl_choice ch;
+    struct egpu_controller_choice ch;
     struct egpu_error err = {0};
     const struct egpu_node *n1;
 
@@ -602,31 +602,31 @@ static void test_inventory_counts_pods(void **state)
     pod_holds(POD("Running", N1_FULL), a);
     assert_int_equal(a->ncontainers, 1);
     build(NULL, &inv);
-    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, NULL, &err), 0);
+    assert_int_equal(egpu_controller_inventory_count_pod(&inv, "t/p", a, NULL, &err), 0);
     n1 = egpu_cluster_node(inv.cluster, "n1");
     assert_int_equal(n1->gpus[0].used_core_milli, 1000);
     assert_int_equal(n1->gpus[1].used_core_milli, 1000);
-    assert_int_equal(egpu_ctl_place(&inv, &c, &share_cls, &ch, &err), 0);
+    assert_int_equal(egpu_controller_place(&inv, &c, &share_cls, &ch, &err), 0);
     assert_string_not_equal(ch.node, "n1"); /* binpack would have taken n1 first */
-    egpu_ctl_inventory_free(&inv);
+    egpu_controller_inventory_free(&inv);
 
     /* The only cards a class may use are full: Pending, the room named. */
     build_n1(&inv);
-    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, NULL, &err), 0);
-    assert_int_equal(egpu_ctl_place(&inv, &c, NULL, &ch, &err), EGPU_ENOFIT);
+    assert_int_equal(egpu_controller_inventory_count_pod(&inv, "t/p", a, NULL, &err), 0);
+    assert_int_equal(egpu_controller_place(&inv, &c, NULL, &ch, &err), EGPU_ENOFIT);
     assert_string_equal(err.msg, "no card has 30% of its compute and 4096 MiB free among the 2 "
                                  "cards class (none) may use");
     /* Counting again replaces; uncounting frees. */
-    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, NULL, &err), 0);
+    assert_int_equal(egpu_controller_inventory_count_pod(&inv, "t/p", a, NULL, &err), 0);
     n1 = egpu_cluster_node(inv.cluster, "n1");
     assert_int_equal(n1->gpus[0].used_core_milli, 1000);
-    egpu_ctl_inventory_uncount_pod(&inv, "t/p");
+    egpu_controller_inventory_uncount_pod(&inv, "t/p");
     assert_int_equal(n1->gpus[0].used_core_milli, 0);
     assert_int_equal(inv.cluster->npods, 0);
-    egpu_ctl_inventory_uncount_pod(&inv, "t/p"); /* none counted: nothing happens */
-    assert_int_equal(egpu_ctl_place(&inv, &c, NULL, &ch, &err), 0);
+    egpu_controller_inventory_uncount_pod(&inv, "t/p"); /* none counted: nothing happens */
+    assert_int_equal(egpu_controller_place(&inv, &c, NULL, &ch, &err), 0);
     assert_string_equal(ch.node, "n1");
-    egpu_ctl_inventory_free(&inv);
+    egpu_controller_inventory_free(&inv);
 
     /* A finished pod holds nothing. */
     pod_holds(POD("Succeeded", N1_FULL), a);
@@ -644,7 +644,7 @@ static void test_inventory_claim_pod_inside(void **state)
 {
     struct egpu_assigned *a = egpu_malloc(sizeof(*a)), *b = egpu_malloc(sizeof(*b));
     const char *const in[] = {"e1"};
-    struct egpu_ctl_inventory inv;
+    struct egpu_controller_inventory inv;
     struct egpu_api_egpu e1;
     struct egpu_error err = {0};
     const struct egpu_node *n1;
@@ -662,28 +662,28 @@ static void test_inventory_claim_pod_inside(void **state)
               b);
     build(NULL, &inv);
     n1 = egpu_cluster_node(inv.cluster, "n1");
-    assert_int_equal(egpu_ctl_inventory_reserve(&inv, &e1, &err), 0);
-    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, in, &err), 0);
+    assert_int_equal(egpu_controller_inventory_reserve(&inv, &e1, &err), 0);
+    assert_int_equal(egpu_controller_inventory_count_pod(&inv, "t/p", a, in, &err), 0);
     assert_int_equal(n1->gpus[0].used_core_milli, 300); /* once, not 600 */
     assert_int_equal(n1->gpus[0].used_mem_mib, 4096);
     /* A second user of the claim on the same card is counted beside. */
-    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/q", a, in, &err), 0);
+    assert_int_equal(egpu_controller_inventory_count_pod(&inv, "t/q", a, in, &err), 0);
     assert_int_equal(n1->gpus[0].used_core_milli, 600);
-    egpu_ctl_inventory_uncount_pod(&inv, "t/q");
+    egpu_controller_inventory_uncount_pod(&inv, "t/q");
     assert_int_equal(n1->gpus[0].used_core_milli, 300);
     /* On other cards than its ElasticGPU's: beside, on those cards. */
-    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/r", b, in, &err), 0);
+    assert_int_equal(egpu_controller_inventory_count_pod(&inv, "t/r", b, in, &err), 0);
     assert_int_equal(n1->gpus[1].used_core_milli, 300);
-    egpu_ctl_inventory_uncount_pod(&inv, "t/r");
+    egpu_controller_inventory_uncount_pod(&inv, "t/r");
     /* The first pod leaves: its ElasticGPU still holds the room. */
-    egpu_ctl_inventory_uncount_pod(&inv, "t/p");
+    egpu_controller_inventory_uncount_pod(&inv, "t/p");
     assert_int_equal(n1->gpus[0].used_core_milli, 300);
     assert_null(json_object_get(inv.occupants, "e1"));
     /* Larger than its ElasticGPU (another shape): beside. */
     a->containers[0].core_pct = 50;
-    assert_int_equal(egpu_ctl_inventory_count_pod(&inv, "t/p", a, in, &err), 0);
+    assert_int_equal(egpu_controller_inventory_count_pod(&inv, "t/p", a, in, &err), 0);
     assert_int_equal(n1->gpus[0].used_core_milli, 800);
-    egpu_ctl_inventory_free(&inv);
+    egpu_controller_inventory_free(&inv);
     egpu_free(a);
     egpu_free(b);
     assert_int_equal(egpu_alloc_live(), 0);
@@ -694,10 +694,10 @@ static void test_provisioned_name(void **state)
     char buf[EGPU_K8S_NAME_MAX];
 
     (void)state;
-    assert_int_equal(egpu_ctl_provisioned_name("1b4e28ba", buf, sizeof(buf)), 0);
+    assert_int_equal(egpu_controller_provisioned_name("1b4e28ba", buf, sizeof(buf)), 0);
     assert_string_equal(buf, "egpu-1b4e28ba");
-    assert_int_equal(egpu_ctl_provisioned_name("", buf, sizeof(buf)), -ENAMETOOLONG);
-    assert_int_equal(egpu_ctl_provisioned_name("abcdef", buf, 8), -ENAMETOOLONG);
+    assert_int_equal(egpu_controller_provisioned_name("", buf, sizeof(buf)), -ENAMETOOLONG);
+    assert_int_equal(egpu_controller_provisioned_name("abcdef", buf, 8), -ENAMETOOLONG);
 }
 
 static int setup(void **state)

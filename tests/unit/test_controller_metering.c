@@ -60,11 +60,11 @@ static void round_trip(struct egpu_api_budget *b)
 }
 
 static void step(struct egpu_api_budget *b, const struct egpu_api_meter_pod *p, size_t n,
-                 int64_t now, struct ctl_meter_step *st)
+                 int64_t now, struct egpu__controller_meter_step *st)
 {
     struct egpu_error err = {0};
 
-    if (ctl_meter_step(b, p, n, NULL, 0, now, st, &err) != 0)
+    if (egpu__controller_meter_step(b, p, n, NULL, 0, now, st, &err) != 0)
         fail_msg("step at %lld: %s", (long long)now, err.msg);
 }
 
@@ -72,7 +72,7 @@ static void test_synthetic_day(void **state)
 {
     static struct egpu_api_meter_pod pods[NPODS];
     struct egpu_api_budget b;
-    struct ctl_meter_step st;
+    struct egpu__controller_meter_step st;
     int64_t want_core = 0, want_mem = 0, next_core = 0, now;
     const int64_t start = T0 + 3600; /* the budget is first seen at 01:00 */
 
@@ -142,7 +142,7 @@ static void test_rollover_while_running(void **state)
         {.core_pct = 200, .start_s = T0 + DAY - 60, .end_s = T0 + DAY + 120},
     };
     struct egpu_api_budget b;
-    struct ctl_meter_step st;
+    struct egpu__controller_meter_step st;
 
     (void)state;
     daily(&b, 1);
@@ -169,7 +169,7 @@ static void test_state_start_and_clock(void **state)
 {
     struct egpu_api_meter_pod pod = {.core_pct = 100, .start_s = T0, .end_s = INT64_MAX};
     struct egpu_api_budget b;
-    struct ctl_meter_step st;
+    struct egpu__controller_meter_step st;
 
     (void)state;
     daily(&b, 1); /* 1 GPU-hour a day */
@@ -200,8 +200,9 @@ static void test_state_start_and_clock(void **state)
 
         snprintf(b.time_zone, sizeof(b.time_zone), "Nowhere/Land");
         snprintf(before.time_zone, sizeof(before.time_zone), "Nowhere/Land");
-        assert_int_equal(ctl_meter_step(&b, &pod, 1, NULL, 0, T0 + 9 * 3600, &st, &err),
-                         EGPU_ERANGE);
+        assert_int_equal(
+            egpu__controller_meter_step(&b, &pod, 1, NULL, 0, T0 + 9 * 3600, &st, &err),
+            EGPU_ERANGE);
         assert_memory_equal(&b, &before, sizeof(b));
     }
 }

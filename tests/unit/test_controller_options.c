@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../src/controller/ctl_int.h"
+#include "../../src/controller/controller_int.h"
 #include "egpu/log.h"
 
 #define ARGS(...)                                                                   \
@@ -21,8 +21,9 @@
     }
 
 /* Parse with stdout and stderr caught: out gets what was printed on them
- * (stdout first). Returns what ctl_options_parse returns. */
-static int parse_out(struct ctl_options *o, char *out, size_t len, int argc, const char **argv)
+ * (stdout first). Returns what egpu__controller_options_parse returns. */
+static int parse_out(struct egpu__controller_options *o, char *out, size_t len, int argc,
+                     const char **argv)
 {
     FILE *so = stdout, *se = stderr, *f = tmpfile();
     size_t n;
@@ -31,7 +32,7 @@ static int parse_out(struct ctl_options *o, char *out, size_t len, int argc, con
     assert_non_null(f);
     stdout = f;
     stderr = f;
-    rc = ctl_options_parse(argc, (char **)argv, o);
+    rc = egpu__controller_options_parse(argc, (char **)argv, o);
     fflush(f);
     stdout = so;
     stderr = se;
@@ -42,7 +43,7 @@ static int parse_out(struct ctl_options *o, char *out, size_t len, int argc, con
     return rc;
 }
 
-static int parse(struct ctl_options *o, int argc, const char **argv)
+static int parse(struct egpu__controller_options *o, int argc, const char **argv)
 {
     char out[8192];
 
@@ -51,7 +52,7 @@ static int parse(struct ctl_options *o, int argc, const char **argv)
 
 static void test_defaults(void **state)
 {
-    struct ctl_options o;
+    struct egpu__controller_options o;
 
     (void)state;
     assert_int_equal(parse(&o, ARGS("egpu-controller")), -1);
@@ -77,7 +78,7 @@ static void test_defaults(void **state)
 
 static void test_every_flag(void **state)
 {
-    struct ctl_options o;
+    struct egpu__controller_options o;
 
     (void)state;
     assert_int_equal(
@@ -124,7 +125,7 @@ static void test_variables_and_flag_wins(void **state)
         {"EGPU_IDLE_TIMEOUT", "61"},     {"EGPU_REQUEST_TIMEOUT", "6"},
         {"EGPU_LOG_LEVEL", "error"},
     };
-    struct ctl_options o;
+    struct egpu__controller_options o;
 
     (void)state;
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
@@ -190,7 +191,7 @@ static void test_help_and_version(void **state)
         "--help",
         "--version",
     };
-    struct ctl_options o;
+    struct egpu__controller_options o;
     char out[8192];
 
     (void)state;
@@ -255,7 +256,7 @@ static void test_refusals(void **state)
         {"--max-body", "4096", "unknown or incomplete option \"--max-body\""},
         {"--health-port", "9", "unknown or incomplete option \"--health-port\""},
     };
-    struct ctl_options o;
+    struct egpu__controller_options o;
     char out[1024], want[1024];
 
     (void)state;

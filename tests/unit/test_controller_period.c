@@ -37,12 +37,12 @@ static void test_calendar_periods(void **state)
         memset(&b, 0, sizeof(b));
         b.period = rows[i].period;
         snprintf(b.time_zone, sizeof(b.time_zone), "%s", rows[i].zone);
-        assert_int_equal(ctl_budget_period(&b, rows[i].now, &s, &e, &err), 0);
+        assert_int_equal(egpu__controller_budget_period(&b, rows[i].now, &s, &e, &err), 0);
         if (s != rows[i].start || e != rows[i].end)
             fail_msg("row %zu (%s): got [%lld, %lld), want [%lld, %lld)", i, rows[i].zone,
                      (long long)s, (long long)e, (long long)rows[i].start, (long long)rows[i].end);
         /* The instant that ends a period starts the next one. */
-        assert_int_equal(ctl_budget_period(&b, e, &s, &e, &err), 0);
+        assert_int_equal(egpu__controller_budget_period(&b, e, &s, &e, &err), 0);
         assert_int_equal(s, rows[i].end);
     }
 }
@@ -58,12 +58,12 @@ static void test_duration_periods(void **state)
     b.period = EGPU_API_PERIOD_DURATION;
     b.period_s = 12 * 3600;
     snprintf(b.time_zone, sizeof(b.time_zone), "Europe/Berlin"); /* not used */
-    assert_int_equal(ctl_budget_period(&b, 1795523696, &s, &e, &err), 0);
+    assert_int_equal(egpu__controller_budget_period(&b, 1795523696, &s, &e, &err), 0);
     assert_int_equal(s, 1795521600); /* 2026-11-24T12:00:00Z */
     assert_int_equal(e, 1795521600 + 12 * 3600);
-    assert_int_equal(ctl_budget_period(&b, 1795521600, &s, &e, &err), 0);
+    assert_int_equal(egpu__controller_budget_period(&b, 1795521600, &s, &e, &err), 0);
     assert_int_equal(s, 1795521600);
-    assert_int_equal(ctl_budget_period(&b, 1795521599, &s, &e, &err), 0);
+    assert_int_equal(egpu__controller_budget_period(&b, 1795521599, &s, &e, &err), 0);
     assert_int_equal(e, 1795521600);
 }
 
@@ -77,7 +77,7 @@ static void test_unknown_zone(void **state)
     memset(&b, 0, sizeof(b));
     b.period = EGPU_API_PERIOD_DAILY;
     snprintf(b.time_zone, sizeof(b.time_zone), "Mars/Olympus_Mons");
-    assert_int_equal(ctl_budget_period(&b, 1795523696, &s, &e, &err), EGPU_ERANGE);
+    assert_int_equal(egpu__controller_budget_period(&b, 1795523696, &s, &e, &err), EGPU_ERANGE);
     assert_string_equal(err.msg, "spec.timeZone is \"Mars/Olympus_Mons\"; allowed: a zone of the "
                                  "tz database, e.g. UTC, Europe/Berlin or America/New_York");
     assert_int_equal(s, 7);

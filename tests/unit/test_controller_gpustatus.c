@@ -1,4 +1,4 @@
-/* tests/unit/test_ctl_gpustatus.c - GPU status.allocated built from pods
+/* tests/unit/test_controller_gpustatus.c - GPU status.allocated built from pods
  * (src/controller/gpustatus.c's pure part): the entries one pod gives per
  * card, the pods that give none (not bound, finished, annotation broken or
  * naming another node), the order, and the index that reports only the
@@ -63,7 +63,7 @@ static void test_entries_of_a_pod(void **state)
     json_t *out = NULL;
 
     (void)state;
-    assert_int_equal(egpu_ctl_pod_gpu_entries(p, &out, &err), 0);
+    assert_int_equal(egpu_controller_pod_gpu_entries(p, &out, &err), 0);
     assert_json(out, "{'n1/GPU-a':["
                      "{'namespace':'ml','pod':'job','podUID':'uid-job','container':'train',"
                      "'core':30,'memory':4096,'claim':'team-a'},"
@@ -100,7 +100,7 @@ static void test_pods_that_give_nothing(void **state)
         json_t *p = pod("ml", "job", rows[i].node, rows[i].phase, rows[i].assigned, "");
         json_t *out = NULL;
 
-        assert_int_equal(egpu_ctl_pod_gpu_entries(p, &out, &err), rows[i].rc);
+        assert_int_equal(egpu_controller_pod_gpu_entries(p, &out, &err), rows[i].rc);
         assert_non_null(out);
         assert_int_equal(json_object_size(out), 0);
         if (rows[i].msg[0] != '\0' && strncmp(err.msg, rows[i].msg, strlen(rows[i].msg)) != 0)
@@ -120,32 +120,33 @@ static void test_sort_and_equal(void **state)
     json_t *empty = tu_json("[]"), *null = json_null();
 
     (void)state;
-    assert_int_equal(egpu_ctl_gpu_allocated_sort(list), 0);
+    assert_int_equal(egpu_controller_gpu_allocated_sort(list), 0);
     assert_json(list, "[{'namespace':'a','pod':'b','container':'c'},"
                       "{'namespace':'a','pod':'b','container':'y','core':10},"
                       "{'namespace':'a','pod':'b','container':'y','core':20},"
                       "{'namespace':'a','pod':'z','container':'y'},"
                       "{'namespace':'b','pod':'a','container':'x'}]");
-    assert_int_equal(egpu_ctl_gpu_allocated_sort(null), -EINVAL);
-    assert_true(egpu_ctl_gpu_allocated_equal(NULL, empty));
-    assert_true(egpu_ctl_gpu_allocated_equal(null, empty));
-    assert_false(egpu_ctl_gpu_allocated_equal(NULL, list));
-    assert_false(egpu_ctl_gpu_allocated_equal(list, empty));
-    assert_true(egpu_ctl_gpu_allocated_equal(list, list));
+    assert_int_equal(egpu_controller_gpu_allocated_sort(null), -EINVAL);
+    assert_true(egpu_controller_gpu_allocated_equal(NULL, empty));
+    assert_true(egpu_controller_gpu_allocated_equal(null, empty));
+    assert_false(egpu_controller_gpu_allocated_equal(NULL, list));
+    assert_false(egpu_controller_gpu_allocated_equal(list, empty));
+    assert_true(egpu_controller_gpu_allocated_equal(list, list));
     json_decref(list);
     json_decref(empty);
 }
 
 /* Index ix's pod event; asserts it touched exactly the cards want (q form
  * JSON array, any order). */
-static void pod_event(struct egpu_ctl_gpu_index *ix, const char *name, json_t *p, const char *want)
+static void pod_event(struct egpu_controller_gpu_index *ix, const char *name, json_t *p,
+                      const char *want)
 {
     struct egpu_error err = {0};
     json_t *touched = NULL, *w = tu_json(want);
     size_t i;
     json_t *k;
 
-    assert_int_equal(egpu_ctl_gpu_index_pod(ix, "ml", name, p, &touched, &err), 0);
+    assert_int_equal(egpu_controller_gpu_index_pod(ix, "ml", name, p, &touched, &err), 0);
     assert_int_equal(json_array_size(touched), json_array_size(w));
     json_array_foreach(w, i, k)
     {
@@ -163,12 +164,12 @@ static void pod_event(struct egpu_ctl_gpu_index *ix, const char *name, json_t *p
 
 static void test_index_touches_only_changed_cards(void **state)
 {
-    struct egpu_ctl_gpu_index *ix = egpu_ctl_gpu_index_new();
+    struct egpu_controller_gpu_index *ix = egpu_controller_gpu_index_new();
     json_t *gpu =
         tu_json("{'metadata':{'name':'n1-gpu0'},'spec':{'nodeName':'n1','uuid':'GPU-a'}}");
     json_t *bad = tu_json("{'metadata':{'name':'x'},'spec':{'nodeName':'n1'}}");
     struct egpu_error err = {0};
-    char key[EGPU_CTL_CARD_KEY_MAX], name[EGPU_K8S_NAME_MAX];
+    char key[EGPU_CONTROLLER_CARD_KEY_MAX], name[EGPU_K8S_NAME_MAX];
     json_t *alloc, *cards;
 
     (void)state;
@@ -186,7 +187,7 @@ static void test_index_touches_only_changed_cards(void **state)
                   "\\'memory\\':1,\\'gpus\\':[\\'GPU-b\\']}]}",
                   ""),
               "['n1/GPU-b']");
-    alloc = egpu_ctl_gpu_index_allocated(ix, "n1/GPU-b");
+    alloc = egpu_controller_gpu_index_allocated(ix, "n1/GPU-b");
     assert_json(alloc, "[{'namespace':'ml','pod':'b','podUID':'uid-b','container':'m','core':20,"
                        "'memory':1},"
                        "{'namespace':'ml','pod':'job','podUID':'uid-job','container':'side',"
@@ -199,50 +200,52 @@ static void test_index_touches_only_changed_cards(void **state)
     /* Finished: both its cards. */
     pod_event(ix, "job", pod("ml", "job", "n1", "Succeeded", TWO_CONTAINERS, ""),
               "['n1/GPU-a','n1/GPU-b']");
-    alloc = egpu_ctl_gpu_index_allocated(ix, "n1/GPU-a");
+    alloc = egpu_controller_gpu_index_allocated(ix, "n1/GPU-a");
     assert_json(alloc, "[]");
     json_decref(alloc);
     /* Deleted: its card; deleted again: nothing. */
     pod_event(ix, "b", NULL, "['n1/GPU-b']");
     pod_event(ix, "b", NULL, "[]");
-    alloc = egpu_ctl_gpu_index_allocated(ix, "n1/GPU-b");
+    alloc = egpu_controller_gpu_index_allocated(ix, "n1/GPU-b");
     assert_json(alloc, "[]");
     json_decref(alloc);
 
     /* GPU objects: their card keys. */
-    assert_false(egpu_ctl_gpu_index_gpu_name(ix, "n1/GPU-a", name, sizeof(name)));
-    assert_int_equal(egpu_ctl_gpu_index_gpu(ix, gpu, false, key, sizeof(key), &err), 0);
+    assert_false(egpu_controller_gpu_index_gpu_name(ix, "n1/GPU-a", name, sizeof(name)));
+    assert_int_equal(egpu_controller_gpu_index_gpu(ix, gpu, false, key, sizeof(key), &err), 0);
     assert_string_equal(key, "n1/GPU-a");
-    assert_true(egpu_ctl_gpu_index_gpu_name(ix, "n1/GPU-a", name, sizeof(name)));
+    assert_true(egpu_controller_gpu_index_gpu_name(ix, "n1/GPU-a", name, sizeof(name)));
     assert_string_equal(name, "n1-gpu0");
-    cards = egpu_ctl_gpu_index_cards(ix);
+    cards = egpu_controller_gpu_index_cards(ix);
     assert_json(cards, "['n1/GPU-a']");
     json_decref(cards);
-    assert_int_equal(egpu_ctl_gpu_index_gpu(ix, bad, false, key, sizeof(key), &err), EGPU_ESYNTAX);
-    assert_int_equal(egpu_ctl_gpu_index_gpu(ix, gpu, true, key, sizeof(key), &err), 0);
-    assert_false(egpu_ctl_gpu_index_gpu_name(ix, "n1/GPU-a", name, sizeof(name)));
+    assert_int_equal(egpu_controller_gpu_index_gpu(ix, bad, false, key, sizeof(key), &err),
+                     EGPU_ESYNTAX);
+    assert_int_equal(egpu_controller_gpu_index_gpu(ix, gpu, true, key, sizeof(key), &err), 0);
+    assert_false(egpu_controller_gpu_index_gpu_name(ix, "n1/GPU-a", name, sizeof(name)));
     json_decref(gpu);
     json_decref(bad);
-    egpu_ctl_gpu_index_free(ix);
+    egpu_controller_gpu_index_free(ix);
 }
 
 static void test_index_drops_a_broken_annotation(void **state)
 {
-    struct egpu_ctl_gpu_index *ix = egpu_ctl_gpu_index_new();
+    struct egpu_controller_gpu_index *ix = egpu_controller_gpu_index_new();
     struct egpu_error err = {0};
     json_t *p = pod("ml", "job", "n1", NULL, "{}", ""), *touched = NULL, *alloc;
 
     (void)state;
     pod_event(ix, "job", pod("ml", "job", "n1", NULL, TWO_CONTAINERS, ""),
               "['n1/GPU-a','n1/GPU-b']");
-    assert_int_equal(egpu_ctl_gpu_index_pod(ix, "ml", "job", p, &touched, &err), EGPU_ESYNTAX);
+    assert_int_equal(egpu_controller_gpu_index_pod(ix, "ml", "job", p, &touched, &err),
+                     EGPU_ESYNTAX);
     assert_int_equal(json_array_size(touched), 2);
-    alloc = egpu_ctl_gpu_index_allocated(ix, "n1/GPU-a");
+    alloc = egpu_controller_gpu_index_allocated(ix, "n1/GPU-a");
     assert_json(alloc, "[]");
     json_decref(alloc);
     json_decref(touched);
     json_decref(p);
-    egpu_ctl_gpu_index_free(ix);
+    egpu_controller_gpu_index_free(ix);
 }
 
 int main(void)
