@@ -71,7 +71,8 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out,
 bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p);
 
 /* ------------------------------------------------------------------------ */
-/* The cluster cache (src/scheduler/cache.c)                                 */
+/* The cluster cache (src/scheduler/cache.c; its ElasticGPUs, claims and    */
+/* classes in src/scheduler/claims.c)                                       */
 
 /* Every node's CPU, memory and cards, and every pod's allocation, kept from
  * the informers' events. Pods count on the node named in their

@@ -15,14 +15,22 @@
  * events for the pod until the watch shows the annotation (or bind undoes
  * it), so two binds never see the same free capacity.
  *
- * ElasticGPUs hold their capacity as reservations (egpu__sched_resv). A pod's
- * container that uses a claim (egpu__sched_claim_use, linked into its egpu__sched_claim) and
- * sits on that claim's ElasticGPU's cards is counted inside the reservation
- * (egpu__sched_pod_entry.inside, egpu__sched_resv.occupant: one pod per ElasticGPU), so its
- * share is held once. Everything that can change which ElasticGPU serves a
- * claim, or whether it is applied, first uncounts the claim's pods
- * (egpu__sched_park_users), then changes, then counts them again (unpark_users,
- * egpu__sched_claim_settle): no moment holds a share twice, whatever the event order.
+ * ElasticGPUs hold their capacity as reservations (egpu__sched_resv). A
+ * pod's container that uses a claim (egpu__sched_claim_use, linked into its
+ * egpu__sched_claim) and sits on that claim's ElasticGPU's cards is counted
+ * inside the reservation (egpu__sched_pod_entry.inside,
+ * egpu__sched_resv.occupant: one pod per ElasticGPU), so its share is held
+ * once. Everything that can change which ElasticGPU serves a claim, or
+ * whether it is applied, first uncounts the claim's pods
+ * (egpu__sched_park_users), then changes, then counts them again
+ * (unpark_users, egpu__sched_claim_settle): no moment holds a share twice,
+ * whatever the event order.
+ *
+ * The ElasticGPU, claim and class events, the claim plans and their
+ * judging live in claims.c. This file keeps what counting a pod needs: a
+ * reservation's applying (a node's rebuild applies them again, and applying
+ * one parks its claim's users), the claims' users and the helpers claims.c
+ * asks through cache_int.h; it calls nothing of claims.c.
  *
  * What tenants can change is not believed blindly (DESIGN.md section 5):
  *   - the elasticgpu.io/assigned annotation of a bound pod is a decision we
@@ -379,8 +387,9 @@ static void count(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 }
 
 /* The node e is counted on, copied into was (EGPU_K8S_NAME_MAX bytes; ""
- * when e holds nothing), before an uncount: after it, egpu__sched_resv_retry(c, was)
- * lets the reservations there that did not fit try again. */
+ * when e holds nothing), before an uncount: after it,
+ * egpu__sched_resv_retry(c, was) lets the reservations there that did not
+ * fit try again. */
 static void counted_on(const struct egpu__sched_pod_entry *e, char *was)
 {
     const char *t = e->counted ? egpu__sched_target_of(&e->pod) : NULL;

@@ -32,7 +32,8 @@
  * pair 1.7-1.8 ms at p99 instead of 1.5-1.75). Nothing else is kept: the
  * NodeNames memo, the kept filter reply, filter's verdicts kept for
  * prioritize and the slot and reason memos saved nothing there, or less
- * than 0.13 ms at p50 (issue 17). Figures on the 2-core development VM.
+ * than 0.13 ms at p50 (each was tried, measured the same way and taken out
+ * again). Figures on the 2-core development VM.
  *
  * Load awareness (--load-aware): the placers break exact ties by the
  * cards' measured load (src/core/load.c), the replay's choice among nodes
