@@ -610,7 +610,8 @@ static bool claim_ambiguous(struct egpu_sched_cache *cache, struct egpu_placer *
  * WaitForFirstConsumer classes' nodes) and the placer finds room there for
  * the plan's rest (the containers inside ElasticGPUs take no more room),
  * unless bind would refuse it as ambiguous (claim_ambiguous). v[i] and
- * why[i] (why may be NULL) as judge. Returns 0 or -ENOMEM. */
+ * why[i] (why may be NULL) as the extender's judge writes them for a pod
+ * without claims. Returns 0 or -ENOMEM. */
 int egpu__sched_claims_judge(struct egpu_sched_cache *cache, struct egpu_placer *p,
                              struct egpu_cluster *c, const struct egpu_sched_pod *pod,
                              bool load_aware, struct egpu_sched_claim_plan *plan,
@@ -642,7 +643,8 @@ int egpu__sched_claims_judge(struct egpu_sched_cache *cache, struct egpu_placer 
             if (why != NULL)
                 (void)egpu_placer_can_host(p, c, node, &plan->rest, NULL, text, sizeof(text));
         } else if (claim_ambiguous(cache, p, c, pod, plan, node, text, sizeof(text))) {
-            /* text says why: bind would refuse the node (steer's rule) */
+            /* text says why: bind would refuse the node (the rule of the
+             * extender's steer) */
         } else {
             v[i] = (struct egpu_verdict){.score = score,
                                          .ok = true,

@@ -14,6 +14,8 @@
  * names the pod and the node, and nothing else in it is believed.
  * Placers (one per node/card policy pair, made on first use) live under the
  * cache lock too, since they cache per-node results of the cache's cluster.
+ * A pod that uses claims is judged by the claims' room (claims.c), which
+ * the verbs ask through its door (claims_int.h) under the same lock.
  *
  * Hot path (filter and prioritize, called for every pod with every
  * candidate node): ExtenderArgs are streamed by wire.c (yajl; only the Pod
