@@ -71,7 +71,8 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out,
 bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p);
 
 /* ------------------------------------------------------------------------ */
-/* The cluster cache (src/scheduler/cache.c)                                 */
+/* The cluster cache (src/scheduler/cache.c; its ElasticGPUs, claims and    */
+/* classes in src/scheduler/claims.c)                                       */
 
 /* Every node's CPU, memory and cards, and every pod's allocation, kept from
  * the informers' events. Pods count on the node named in their
@@ -178,73 +179,6 @@ int egpu_sched_cache_class_set(struct egpu_sched_cache *c, const json_t *cls,
                                struct egpu_error *err) EGPU_MUST_CHECK;
 int egpu_sched_cache_class_delete(struct egpu_sched_cache *c, const char *name);
 
-/* Where a pod that uses claims may go (filter, prioritize and bind), made
- * by egpu_sched_cache_claim_plan_locked under the cache lock. About 20 KiB:
- * allocate it. */
-struct egpu_sched_claim_plan {
-    uint32_t nclaims;             /* the pod's claims (0: the pod uses none); 1 when
-                                     its claim annotations are unreadable */
-    char error[2048];             /* a reason every node fails with, or "" */
-    char node[EGPU_K8S_NAME_MAX]; /* the node its bound claims' ElasticGPUs are on, "" = any */
-    char node_why[2048];          /* why every other node fails */
-    struct egpu_pod_request rest; /* the pod's request less the containers inside
-                                     ElasticGPUs: what is placed beside (model mask as the
-                                     pod's) */
-    uint32_t rest_of[EGPU_CONTAINERS_MAX]; /* rest.containers[i] is the pod's rest_of[i] */
-    uint32_t ninside;                      /* containers of bound claims */
-    uint32_t nwait;                        /* containers of WaitForFirstConsumer claims */
-    struct {
-        uint32_t container;           /* index in the pod's request */
-        char egpu[EGPU_K8S_NAME_MAX]; /* the ElasticGPU it goes inside */
-    } inside[EGPU_CONTAINERS_MAX];
-    struct {
-        uint32_t container;                 /* index in the pod's request, placed by it */
-        char claim[EGPU_K8S_NAME_MAX];      /* the claim, to annotate at bind */
-        char class_name[EGPU_K8S_NAME_MAX]; /* its class (nodeSelector, models) */
-    } wait[EGPU_CONTAINERS_MAX];
-};
-
-/* Plan pod (a cached or filter-decoded pod) into *plan. For each claimed
- * container, in order, the first problem found goes into plan->error:
- * the container asks no gpu-core; another pod placed and not finished uses
- * the claim ("claim X is in use by pod ns/p on node n; ..."); the claim's
- * ElasticGPU is not applied (its state and reason) or is smaller than the
- * container's request; two bound claims on different nodes; the claim is
- * not found; it is bound to an ElasticGPU not seen yet; its class is not
- * found (or no default class); the class is Immediate ("claim X is not
- * bound yet ..."); the class's provisioner is not the container's kind
- * (whole cards or a share). A bound claim fixes plan->node and puts the
- * container in inside[] (and out of rest); a WaitForFirstConsumer claim
- * puts it in wait[] (placed by its own request). */
-void egpu_sched_cache_claim_plan_locked(struct egpu_sched_cache *c,
-                                        const struct egpu_sched_pod *pod,
-                                        struct egpu_sched_claim_plan *plan);
-
-/* May a pod of plan go to node (by name)? False with why (len bytes) when
- * plan->error is set, node is not plan->node, or a WaitForFirstConsumer
- * claim's class does not allow the node (nodeSelector over its labels, or
- * models over its cards' model). */
-bool egpu_sched_cache_claim_node_ok_locked(struct egpu_sched_cache *c,
-                                           const struct egpu_sched_claim_plan *plan,
-                                           const char *node, char *why, size_t len);
-
-/* The pod's whole pick on node: rest's shares (a pick for plan->rest) with
- * their containers mapped back, and each inside container on its
- * ElasticGPU's card(s). Returns 0, or -EINVAL when an ElasticGPU is no
- * longer applied on node (message names it). */
-int egpu_sched_cache_claim_pick_locked(struct egpu_sched_cache *c,
-                                       const struct egpu_sched_claim_plan *plan,
-                                       const struct egpu_node *node, const struct egpu_pick *rest,
-                                       struct egpu_pick *out,
-                                       struct egpu_error *err) EGPU_MUST_CHECK;
-
-/* Append the GPU object names of container's cards in pick on node to out,
- * comma-separated (EGPU_ANN_SELECTED_GPUS). Returns 0, -ENOENT (a card
- * whose GPU object the cache lacks) or egpu_buf_append's error. */
-int egpu_sched_cache_gpu_names_locked(struct egpu_sched_cache *c, const struct egpu_node *node,
-                                      const struct egpu_pick *pick, uint32_t container,
-                                      struct egpu_buf *out) EGPU_MUST_CHECK;
-
 /* Hold the cache; returns its cluster, valid until egpu_sched_cache_unlock. */
 struct egpu_cluster *egpu_sched_cache_lock(struct egpu_sched_cache *c);
 void egpu_sched_cache_unlock(struct egpu_sched_cache *c);
@@ -270,8 +204,6 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
  * walked: usually none or a few (pods between bind and the agent's mark).
  * The name is borrowed, valid while locked and the cache unchanged. */
 const char *egpu_sched_cache_waiting_next_locked(struct egpu_sched_cache *c, const void **it);
-/* Is node one of those (a pod placed there not yet marked allocated)? O(1). */
-bool egpu_sched_cache_node_waits_locked(struct egpu_sched_cache *c, const char *node);
 
 /* Reserve pick for pod on node (bind's decision, before the API writes) and
  * fill *out with the annotation to write. Until the pod's watch event shows

@@ -15,14 +15,22 @@
  * events for the pod until the watch shows the annotation (or bind undoes
  * it), so two binds never see the same free capacity.
  *
- * ElasticGPUs hold their capacity as reservations (resv_entry). A pod's
- * container that uses a claim (claim_use, linked into its claim_entry) and
- * sits on that claim's ElasticGPU's cards is counted inside the reservation
- * (pod_entry.inside, resv_entry.occupant: one pod per ElasticGPU), so its
- * share is held once. Everything that can change which ElasticGPU serves a
- * claim, or whether it is applied, first uncounts the claim's pods
- * (park_users), then changes, then counts them again (unpark_users,
- * claim_settle): no moment holds a share twice, whatever the event order.
+ * ElasticGPUs hold their capacity as reservations (egpu__sched_resv). A
+ * pod's container that uses a claim (egpu__sched_claim_use, linked into its
+ * egpu__sched_claim) and sits on that claim's ElasticGPU's cards is counted
+ * inside the reservation (egpu__sched_pod_entry.inside,
+ * egpu__sched_resv.occupant: one pod per ElasticGPU), so its share is held
+ * once. Everything that can change which ElasticGPU serves a claim, or
+ * whether it is applied, first uncounts the claim's pods
+ * (egpu__sched_park_users), then changes, then counts them again
+ * (unpark_users, egpu__sched_claim_settle): no moment holds a share twice,
+ * whatever the event order.
+ *
+ * The ElasticGPU, claim and class events, the claim plans and their
+ * judging live in claims.c. This file keeps what counting a pod needs: a
+ * reservation's applying (a node's rebuild applies them again, and applying
+ * one parks its claim's users), the claims' users and the helpers claims.c
+ * asks through cache_int.h; it calls nothing of claims.c.
  *
  * What tenants can change is not believed blindly (DESIGN.md section 5):
  *   - the elasticgpu.io/assigned annotation of a bound pod is a decision we
@@ -54,145 +62,12 @@
 #include "egpu/kube.h"
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
-
-#define POD_KEY_MAX (2 * EGPU_K8S_NAME_MAX)
-
-struct gpu_info {
-    char uuid[EGPU_UUID_MAX];
-    uint32_t index;
-    char model[128];
-    uint32_t mem_mib;
-    char name[EGPU_K8S_NAME_MAX];     /* the GPU object's metadata.name */
-    bool shadowed;                    /* another GPU object owns this UUID: left out of the core */
-    char health[EGPU_API_HEALTH_MAX]; /* status.health when not EGPU_API_GPU_HEALTHY; "" healthy */
-    /* spec.topology (owned, NULL when none; allocated, as most cards have
-     * none and a node holds 64 slots): compared by content, so a change
-     * rebuilds the node. */
-    uint32_t npeers;
-    struct egpu_api_gpu_peer *peers;
-    /* status.used, kept out of the comparison that decides a rebuild: */
-    uint16_t load_pct; /* egpu_load_pct of the report; EGPU_LOAD_UNKNOWN = none */
-    int64_t load_at_s; /* its updateTime, Unix seconds (no later than its arrival); 0 = none */
-};
+#include "cache_int.h"
 
 /* The GPU object that owns a card UUID (the first one seen with it). */
 struct gpu_owner {
     char uuid[EGPU_UUID_MAX]; /* the key in egpu_sched_cache.owners */
     char name[EGPU_K8S_NAME_MAX];
-};
-
-struct pod_entry;
-struct resv_entry;
-struct claim_entry;
-
-/* One claimed container of a pod (egpuc.elasticgpu.io/<container>), linked
- * into its claim's list of users. */
-struct claim_use {
-    struct pod_entry *pod;
-    struct claim_entry *ce;
-    struct claim_use *prev, *next; /* ce->uses */
-};
-
-/* An ElasticGPUClaim as far as the scheduler needs it: what the claims
- * informer says of it (known), the pods whose containers use it and the
- * ElasticGPUs whose spec.claimRef names it. Kept while any of the three
- * refers to it, under "namespace/name". */
-struct claim_entry {
-    char key[2 * EGPU_K8S_NAME_MAX];
-    char ns[EGPU_NAMESPACE_MAX], name[EGPU_K8S_NAME_MAX];
-    bool known; /* the claim object is cached */
-    char uid[EGPU_API_UID_MAX];
-    char class_name[EGPU_K8S_NAME_MAX]; /* spec.elasticGPUClassName, "" = the default class */
-    enum egpu_api_claim_phase phase;
-    char bound_egpu[EGPU_K8S_NAME_MAX]; /* status.elasticGPUName */
-    struct claim_use *uses;
-    struct resv_entry *resvs; /* through resv_entry.claim_next */
-};
-
-struct node_info {
-    char name[EGPU_K8S_NAME_MAX];
-    struct pod_entry *pods;          /* pods placed here (list through pod_entry.next) */
-    uint32_t waiting;                /* of which placed by an assignment and not yet allocated */
-    struct node_info *wprev, *wnext; /* egpu_sched_cache.waiting, while waiting > 0 */
-    struct resv_entry *resvs;        /* ElasticGPUs naming this node, oldest first */
-    bool has_node;                   /* the Node object is known */
-    json_t *labels;                  /* its metadata.labels (a copy), NULL = none */
-    int64_t cpu_milli;               /* allocatable */
-    int64_t mem_mib;
-    uint32_t ngpus;
-    struct gpu_info gpus[EGPU_NODE_GPUS_MAX];
-};
-
-struct pod_entry {
-    char key[POD_KEY_MAX]; /* "namespace/name" */
-    struct egpu_sched_pod pod;
-    bool counted;           /* holds an assignment in the core under key */
-    bool reserved;          /* placed by our bind; the watch has not confirmed it yet */
-    bool unresolved;        /* counted without its cards (they could not be matched) */
-    bool warned;            /* unresolved, and logged as a warning (after the sync) */
-    struct node_info *home; /* the node it is placed on, or NULL */
-    bool waiting;           /* counted in home->waiting (see is_waiting) */
-    struct pod_entry *prev, *next;
-    uint64_t parked; /* uncounted by park_users under this tag, to be counted again */
-    uint32_t nuses;  /* pod.claims[i] is uses[i]'s claim */
-    struct claim_use uses[EGPU_API_POD_CLAIMS_MAX];
-    /* container i of pod.req counted inside this ElasticGPU (whose occupant
-     * this pod is), not beside it; NULL = beside (or not counted) */
-    struct resv_entry *inside[EGPU_CONTAINERS_MAX];
-};
-
-/* ElasticGPU reservations (egpu_api_egpu_reservation): capacity held on
- * cards for a claim. Each is an assignment in the core under "elasticgpu:"
- * + its name (pod keys always hold a '/', so the two never meet). */
-#define RESV_PREFIX     "elasticgpu:"
-#define RESV_PREFIX_LEN (sizeof(RESV_PREFIX) - 1)
-
-#define RESV_OFF      EGPU_SCHED_RESV_OFF
-#define RESV_WAITING  EGPU_SCHED_RESV_WAITING
-#define RESV_APPLIED  EGPU_SCHED_RESV_APPLIED
-#define RESV_OVERFILL EGPU_SCHED_RESV_OVERFILL
-
-struct resv_entry {
-    char key[RESV_PREFIX_LEN + EGPU_K8S_NAME_MAX]; /* RESV_PREFIX + metadata.name */
-    const char *name;                              /* key + RESV_PREFIX_LEN: the map's key */
-    uint64_t seq;                                  /* arrival order: older ones are applied first */
-    char node[EGPU_K8S_NAME_MAX];                  /* spec.nodeName */
-    struct node_info *home;                        /* node_info of node */
-    struct resv_entry *next;                       /* home->resvs, by seq */
-    bool holds;                                    /* egpu_api_egpu_reservation said so */
-    enum egpu_sched_resv_state state, reported;    /* now, and as last logged */
-    bool was_applied;                              /* rebuild(): held before the node was rebuilt */
-    uint64_t held_mem_mib;                /* memory held while applied (whole cards: theirs) */
-    uint32_t core_milli, mem_mib, ncards; /* struct egpu_reservation's */
-    struct claim_entry *claim;            /* spec.claimRef's claim, or NULL */
-    struct resv_entry *claim_next;        /* claim->resvs */
-    char claim_uid[EGPU_API_UID_MAX];     /* spec.claimRef.uid, "" = any */
-    bool released;                        /* phase Released: its claim is gone, it serves none */
-    struct pod_entry *occupant;           /* the pod with a container counted inside it */
-    char why[EGPU_ERRMSG_MAX];            /* why it is not applied (waiting, overfill, off) */
-    char gpus[][EGPU_K8S_NAME_MAX];       /* ncards GPU object names */
-};
-
-struct egpu_sched_cache {
-    pthread_mutex_t lock;
-    struct egpu_cluster *cluster;
-    struct egpu_map *nodes;    /* name -> struct node_info */
-    struct egpu_map *pods;     /* key -> struct pod_entry */
-    struct egpu_map *owners;   /* GPU UUID -> struct gpu_owner */
-    struct egpu_map *resvs;    /* ElasticGPU name -> struct resv_entry */
-    struct egpu_map *claims;   /* "namespace/name" -> struct claim_entry */
-    struct egpu_map *classes;  /* ElasticGPUClass name -> struct egpu_api_class */
-    uint64_t park_seq;         /* last park_users tag handed out */
-    uint64_t resv_seq;         /* last resv_entry.seq handed out */
-    uint64_t resv_overfills;   /* times a reservation was found not to fit */
-    size_t nshadowed;          /* GPU slots left out as duplicates */
-    uint64_t assigned_ignored; /* changes to a recorded assigned annotation not believed */
-    struct node_info *waiting; /* the nodes with waiting > 0 (few: pods between bind and
-                                * the agent's elasticgpu.io/allocated) */
-    bool load_aware;           /* give the core the cards' fresh loads */
-    int64_t load_max_age_s;    /* a report older than this is unknown */
-    int64_t load_expiry_s;     /* no fresh load turns stale before this; INT64_MAX = none */
-    bool synced;               /* egpu_sched_cache_synced was called: every kind listed once */
 };
 
 struct egpu_sched_cache *egpu_sched_cache_new(void)
@@ -239,7 +114,7 @@ static void free_values(struct egpu_map *m)
 void egpu_sched_cache_free(struct egpu_sched_cache *c)
 {
     size_t pos = 0;
-    struct node_info *ni;
+    struct egpu__sched_node *ni;
 
     if (c == NULL)
         return;
@@ -271,7 +146,7 @@ void egpu_sched_cache_unlock(struct egpu_sched_cache *c)
 }
 
 /* The node a pod counts on, or NULL when it is not placed. */
-static const char *target_of(const struct egpu_sched_pod *p)
+const char *egpu__sched_target_of(const struct egpu_sched_pod *p)
 {
     if (p->terminal)
         return NULL;
@@ -330,17 +205,17 @@ static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
 
 /* ---- Claims: which ElasticGPU a claimed container is counted inside ---- */
 
-static struct gpu_info *slot_named(struct node_info *ni, const char *name);
+static struct egpu__sched_gpu *slot_named(struct egpu__sched_node *ni, const char *name);
 
 /* The ElasticGPU that serves claim ce: one whose spec.claimRef names it, not
  * Released (its claim is gone), whose claimRef.uid is the claim's (when
  * both are known); the one the claim's status.elasticGPUName names first,
  * else the oldest. NULL when none. */
-static struct resv_entry *claim_resv(const struct claim_entry *ce)
+struct egpu__sched_resv *egpu__sched_claim_resv(const struct egpu__sched_claim *ce)
 {
-    struct resv_entry *best = NULL;
+    struct egpu__sched_resv *best = NULL;
 
-    for (struct resv_entry *r = ce != NULL ? ce->resvs : NULL; r != NULL; r = r->claim_next) {
+    for (struct egpu__sched_resv *r = ce != NULL ? ce->resvs : NULL; r != NULL; r = r->claim_next) {
         if (r->released ||
             (ce->known && ce->uid[0] && r->claim_uid[0] && strcmp(ce->uid, r->claim_uid) != 0))
             continue;
@@ -354,7 +229,8 @@ static struct resv_entry *claim_resv(const struct claim_entry *ce)
 
 /* Does container request cr fit inside ElasticGPU r (egpu_api_resv_can_hold,
  * the rule egpu-controller's inventory counts by too)? */
-static bool fits_inside(const struct resv_entry *r, const struct egpu_container_request *cr)
+bool egpu__sched_fits_inside(const struct egpu__sched_resv *r,
+                             const struct egpu_container_request *cr)
 {
     const struct egpu_reservation rv = {
         .core_milli = r->core_milli, .mem_mib = r->mem_mib, .ncards = r->ncards};
@@ -363,15 +239,15 @@ static bool fits_inside(const struct resv_entry *r, const struct egpu_container_
 }
 
 /* The card UUID of r's card k (r applied: its GPU objects are known). */
-static const char *resv_uuid(const struct resv_entry *r, uint32_t k)
+const char *egpu__sched_resv_uuid(const struct egpu__sched_resv *r, uint32_t k)
 {
-    const struct gpu_info *g = r->home != NULL ? slot_named(r->home, r->gpus[k]) : NULL;
+    const struct egpu__sched_gpu *g = r->home != NULL ? slot_named(r->home, r->gpus[k]) : NULL;
 
     return g != NULL ? g->uuid : "";
 }
 
 /* Position of GPU container name in p's request, or UINT32_MAX. */
-static uint32_t container_of(const struct egpu_sched_pod *p, const char *name)
+uint32_t egpu__sched_container_of(const struct egpu_sched_pod *p, const char *name)
 {
     for (uint32_t i = 0; i < p->req.ncontainers; i++) {
         if (strcmp(p->containers[i], name) == 0)
@@ -385,21 +261,21 @@ static uint32_t container_of(const struct egpu_sched_pod *p, const char *name)
  * other pod, the container's cards in pick are exactly its cards and its
  * request fits inside it. in[i] gets that ElasticGPU for container i of
  * e's request (NULL: counted beside). */
-static void split_inside(const struct pod_entry *e, const struct egpu_node *n,
+static void split_inside(const struct egpu__sched_pod_entry *e, const struct egpu_node *n,
                          struct egpu_pod_request *req, struct egpu_pick *pick,
-                         struct resv_entry *in[EGPU_CONTAINERS_MAX])
+                         struct egpu__sched_resv *in[EGPU_CONTAINERS_MAX])
 {
     uint32_t map[EGPU_CONTAINERS_MAX], nc = 0, ns = 0;
     bool any = false;
 
     memset(in, 0, EGPU_CONTAINERS_MAX * sizeof(in[0]));
     for (uint32_t u = 0; u < e->nuses; u++) {
-        struct resv_entry *r = claim_resv(e->uses[u].ce);
-        uint32_t ci = container_of(&e->pod, e->pod.claims[u].container), found = 0;
+        struct egpu__sched_resv *r = egpu__sched_claim_resv(e->uses[u].ce);
+        uint32_t ci = egpu__sched_container_of(&e->pod, e->pod.claims[u].container), found = 0;
 
         if (r == NULL || ci == UINT32_MAX || r->state != RESV_APPLIED ||
             strcmp(r->node, n->name) != 0 || (r->occupant != NULL && r->occupant != e) ||
-            !fits_inside(r, &req->containers[ci]))
+            !egpu__sched_fits_inside(r, &req->containers[ci]))
             continue;
         for (uint32_t s = 0; s < pick->nshares; s++) {
             bool mine = false;
@@ -407,7 +283,7 @@ static void split_inside(const struct pod_entry *e, const struct egpu_node *n,
             if (pick->shares[s].container != ci)
                 continue;
             for (uint32_t k = 0; k < r->ncards && !mine; k++)
-                mine = strcmp(n->gpus[pick->shares[s].gpu].uuid, resv_uuid(r, k)) == 0;
+                mine = strcmp(n->gpus[pick->shares[s].gpu].uuid, egpu__sched_resv_uuid(r, k)) == 0;
             found += mine ? 1 : EGPU_PICK_SHARES_MAX; /* a card not its: never equal */
         }
         if (found != r->ncards)
@@ -434,7 +310,7 @@ static void split_inside(const struct pod_entry *e, const struct egpu_node *n,
 }
 
 /* Why e (which wants a GPU) could not be matched to its node's cards. */
-static const char *unresolved_why(const struct pod_entry *e)
+static const char *unresolved_why(const struct egpu__sched_pod_entry *e)
 {
     return e->pod.has_assigned        ? "annotation names cards or containers the node lacks"
            : e->pod.assigned_error[0] ? e->pod.assigned_error
@@ -444,11 +320,11 @@ static const char *unresolved_why(const struct pod_entry *e)
 /* Count entry e on node n in the core: its placement (annotation) read into
  * a pick, the containers counted inside their claim's ElasticGPU taken out.
  * Returns 0, or egpu_cluster_assign's error (e then holds nothing). */
-static int count_on(struct egpu_sched_cache *c, struct pod_entry *e, struct egpu_node *n,
-                    struct egpu_error *err)
+static int count_on(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e,
+                    struct egpu_node *n, struct egpu_error *err)
 {
     struct egpu_pod_request req = e->pod.req;
-    struct resv_entry *in[EGPU_CONTAINERS_MAX];
+    struct egpu__sched_resv *in[EGPU_CONTAINERS_MAX];
     struct egpu_pick pick = {0};
     int rc;
 
@@ -494,9 +370,9 @@ static int count_on(struct egpu_sched_cache *c, struct pod_entry *e, struct egpu
  * that uses a claim is counted inside the claim's ElasticGPU when that is
  * applied on the same cards (split_inside), so the card is never counted
  * twice; else beside it, as any pod. */
-static void count(struct egpu_sched_cache *c, struct pod_entry *e)
+static void count(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 {
-    const char *target = target_of(&e->pod);
+    const char *target = egpu__sched_target_of(&e->pod);
     struct egpu_node *n = target ? egpu_cluster_node(c->cluster, target) : NULL;
     struct egpu_error err = {0};
 
@@ -511,20 +387,19 @@ static void count(struct egpu_sched_cache *c, struct pod_entry *e)
 }
 
 /* The node e is counted on, copied into was (EGPU_K8S_NAME_MAX bytes; ""
- * when e holds nothing), before an uncount: after it, resv_retry(c, was)
- * lets the reservations there that did not fit try again. */
-static void counted_on(const struct pod_entry *e, char *was)
+ * when e holds nothing), before an uncount: after it,
+ * egpu__sched_resv_retry(c, was) lets the reservations there that did not
+ * fit try again. */
+static void counted_on(const struct egpu__sched_pod_entry *e, char *was)
 {
-    const char *t = e->counted ? target_of(&e->pod) : NULL;
+    const char *t = e->counted ? egpu__sched_target_of(&e->pod) : NULL;
 
     snprintf(was, EGPU_K8S_NAME_MAX, "%s", t != NULL ? t : "");
 }
 
-static void resv_retry(struct egpu_sched_cache *c, const char *node);
-
 /* e holds nothing in the core any more (released, or its node removed):
  * forget the ElasticGPUs it was counted inside. */
-static void forget_count(struct pod_entry *e)
+static void forget_count(struct egpu__sched_pod_entry *e)
 {
     for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++) {
         if (e->inside[i] != NULL && e->inside[i]->occupant == e)
@@ -535,7 +410,7 @@ static void forget_count(struct pod_entry *e)
     e->unresolved = false;
 }
 
-static void uncount(struct egpu_sched_cache *c, struct pod_entry *e)
+static void uncount(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 {
     if (e->counted && egpu_cluster_release(c->cluster, e->key, NULL) != 0)
         egpu_log(EGPU_LOG_ERROR, "bug: counted pod held nothing pod=%s", e->key);
@@ -547,16 +422,17 @@ static void uncount(struct egpu_sched_cache *c, struct pod_entry *e)
  * exactly them again once their claim's ElasticGPU has changed: each is
  * then counted inside or beside it as it is then, never both. Returns the
  * tag (0 when ce is NULL). */
-static uint64_t park_users(struct egpu_sched_cache *c, struct claim_entry *ce, const char *node)
+uint64_t egpu__sched_park_users(struct egpu_sched_cache *c, struct egpu__sched_claim *ce,
+                                const char *node)
 {
     uint64_t tag;
 
     if (ce == NULL)
         return 0;
     tag = ++c->park_seq;
-    for (struct claim_use *u = ce->uses; u != NULL; u = u->next) {
-        struct pod_entry *e = u->pod;
-        const char *t = target_of(&e->pod);
+    for (struct egpu__sched_claim_use *u = ce->uses; u != NULL; u = u->next) {
+        struct egpu__sched_pod_entry *e = u->pod;
+        const char *t = egpu__sched_target_of(&e->pod);
 
         if (!e->counted || e->parked != 0 || (node != NULL && (t == NULL || strcmp(t, node))))
             continue;
@@ -566,9 +442,10 @@ static uint64_t park_users(struct egpu_sched_cache *c, struct claim_entry *ce, c
     return tag;
 }
 
-static void unpark_users(struct egpu_sched_cache *c, struct claim_entry *ce, uint64_t tag)
+static void unpark_users(struct egpu_sched_cache *c, struct egpu__sched_claim *ce, uint64_t tag)
 {
-    for (struct claim_use *u = ce != NULL ? ce->uses : NULL; tag != 0 && u != NULL; u = u->next) {
+    for (struct egpu__sched_claim_use *u = ce != NULL ? ce->uses : NULL; tag != 0 && u != NULL;
+         u = u->next) {
         if (u->pod->parked == tag) {
             u->pod->parked = 0;
             count(c, u->pod);
@@ -576,21 +453,21 @@ static void unpark_users(struct egpu_sched_cache *c, struct claim_entry *ce, uin
     }
 }
 
-static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r);
-
 /* Apply the reservations of ni that hold capacity and are not applied; with
  * held_before, only those that were applied before ni was rebuilt. */
-static void resv_apply_node(struct egpu_sched_cache *c, struct node_info *ni, bool held_before)
+static void resv_apply_node(struct egpu_sched_cache *c, struct egpu__sched_node *ni,
+                            bool held_before)
 {
-    for (struct resv_entry *r = ni->resvs; r != NULL; r = r->next) {
+    for (struct egpu__sched_resv *r = ni->resvs; r != NULL; r = r->next) {
         if (!held_before || r->was_applied)
-            resv_apply(c, r);
+            egpu__sched_resv_apply(c, r);
     }
 }
 
 /* The load the core is to see for card g at now_s: the report's while it
  * is fresh and load awareness is on, else unknown. */
-static uint16_t card_load(const struct egpu_sched_cache *c, const struct gpu_info *g, int64_t now_s)
+static uint16_t card_load(const struct egpu_sched_cache *c, const struct egpu__sched_gpu *g,
+                          int64_t now_s)
 {
     if (!c->load_aware || g->load_pct == EGPU_LOAD_UNKNOWN || g->load_at_s <= 0 ||
         now_s - g->load_at_s > c->load_max_age_s)
@@ -599,7 +476,7 @@ static uint16_t card_load(const struct egpu_sched_cache *c, const struct gpu_inf
 }
 
 /* Note when card g's load, load (card_load's), turns stale. */
-static void note_expiry(struct egpu_sched_cache *c, const struct gpu_info *g, uint16_t load)
+static void note_expiry(struct egpu_sched_cache *c, const struct egpu__sched_gpu *g, uint16_t load)
 {
     if (load != EGPU_LOAD_UNKNOWN && g->load_at_s + c->load_max_age_s + 1 < c->load_expiry_s)
         c->load_expiry_s = g->load_at_s + c->load_max_age_s + 1;
@@ -607,8 +484,8 @@ static void note_expiry(struct egpu_sched_cache *c, const struct gpu_info *g, ui
 
 /* Give the core card g's load at now_s, if its node is in the core, and
  * note when a fresh one turns stale. */
-static void load_push(struct egpu_sched_cache *c, struct node_info *ni, const struct gpu_info *g,
-                      int64_t now_s)
+static void load_push(struct egpu_sched_cache *c, struct egpu__sched_node *ni,
+                      const struct egpu__sched_gpu *g, int64_t now_s)
 {
     struct egpu_node *n = egpu_cluster_node(c->cluster, ni->name);
     uint16_t load = card_load(c, g, now_s);
@@ -625,7 +502,7 @@ static void load_push(struct egpu_sched_cache *c, struct node_info *ni, const st
 
 void egpu_sched_cache_expire_loads_locked(struct egpu_sched_cache *c, int64_t now_s)
 {
-    struct node_info *ni;
+    struct egpu__sched_node *ni;
     size_t pos = 0;
 
     if (now_s < c->load_expiry_s)
@@ -654,7 +531,7 @@ void egpu_sched_cache_set_load_aware(struct egpu_sched_cache *c, bool on, int64_
  * first (oldest first), then the pods are counted, then the reservations
  * that were waiting or did not fit are tried again, so rebuilding a node
  * never moves capacity from a pod to a reservation or back. */
-static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu_error *err)
+static int rebuild(struct egpu_sched_cache *c, struct egpu__sched_node *ni, struct egpu_error *err)
 {
     struct egpu_gpu_spec gpus[EGPU_NODE_GPUS_MAX];
     static _Thread_local char notes[EGPU_NODE_GPUS_MAX]
@@ -662,12 +539,12 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
     static _Thread_local struct egpu_topo_link links[EGPU_NODE_GPUS_MAX][EGPU_API_GPU_PEERS_MAX];
     struct egpu_node_spec spec = {
         .name = ni->name, .cpu_milli = ni->cpu_milli, .mem_mib = ni->mem_mib, .gpus = gpus};
-    struct pod_entry *e;
+    struct egpu__sched_pod_entry *e;
     int64_t now = c->load_aware ? (int64_t)time(NULL) : 0;
     uint16_t load;
     int rc = 0;
 
-    for (struct resv_entry *r = ni->resvs; r != NULL; r = r->next) {
+    for (struct egpu__sched_resv *r = ni->resvs; r != NULL; r = r->next) {
         r->was_applied = r->state == RESV_APPLIED;
         if (r->was_applied)
             r->state = RESV_WAITING; /* the node's removal below releases it */
@@ -726,9 +603,9 @@ static int rebuild(struct egpu_sched_cache *c, struct node_info *ni, struct egpu
     return 0;
 }
 
-static struct node_info *node_info(struct egpu_sched_cache *c, const char *name, bool create)
+static struct egpu__sched_node *node_info(struct egpu_sched_cache *c, const char *name, bool create)
 {
-    struct node_info *ni = egpu_map_get(c->nodes, name);
+    struct egpu__sched_node *ni = egpu_map_get(c->nodes, name);
 
     if (ni != NULL || !create)
         return ni;
@@ -746,7 +623,7 @@ static struct node_info *node_info(struct egpu_sched_cache *c, const char *name,
 }
 
 /* Forget ni when nothing refers to it any more. */
-static void drop_if_empty(struct egpu_sched_cache *c, struct node_info *ni)
+static void drop_if_empty(struct egpu_sched_cache *c, struct egpu__sched_node *ni)
 {
     if (ni->has_node || ni->ngpus > 0 || ni->pods != NULL || ni->resvs != NULL)
         return;
@@ -758,16 +635,16 @@ static void drop_if_empty(struct egpu_sched_cache *c, struct node_info *ni)
  * marked allocated yet: the kubelet could confuse its containers with
  * another pod's of the same gpu-core (egpu_sched_cache_is_ambiguous_locked).
  * A pod our bind placed without cards (--pods-without-gpu place) never waits. */
-static bool is_waiting(const struct pod_entry *e)
+static bool is_waiting(const struct egpu__sched_pod_entry *e)
 {
     return e->home != NULL && e->pod.has_assigned && e->pod.assigned.ncontainers > 0 &&
            !e->pod.allocated && !e->pod.terminal;
 }
 
 /* Take e out of its node's waiting count (before e->pod or e->home change). */
-static void waiting_drop(struct egpu_sched_cache *c, struct pod_entry *e)
+static void waiting_drop(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 {
-    struct node_info *ni = e->home;
+    struct egpu__sched_node *ni = e->home;
 
     if (!e->waiting)
         return;
@@ -784,9 +661,9 @@ static void waiting_drop(struct egpu_sched_cache *c, struct pod_entry *e)
 }
 
 /* Count e in its node's waiting count when it waits (after a change). */
-static void waiting_add(struct egpu_sched_cache *c, struct pod_entry *e)
+static void waiting_add(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 {
-    struct node_info *ni = e->home;
+    struct egpu__sched_node *ni = e->home;
 
     if (e->waiting || !is_waiting(e))
         return;
@@ -800,21 +677,21 @@ static void waiting_add(struct egpu_sched_cache *c, struct pod_entry *e)
     c->waiting = ni;
 }
 
-static void relink(struct egpu_sched_cache *c, struct pod_entry *e);
+static void relink(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e);
 
 /* Link e into the list of the node it is placed on now (after e->pod
  * changed), and count it there as waiting or not. */
-static void rehome(struct egpu_sched_cache *c, struct pod_entry *e)
+static void rehome(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 {
     waiting_drop(c, e);
     relink(c, e);
     waiting_add(c, e);
 }
 
-static void relink(struct egpu_sched_cache *c, struct pod_entry *e)
+static void relink(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 {
-    const char *target = target_of(&e->pod);
-    struct node_info *old = e->home;
+    const char *target = egpu__sched_target_of(&e->pod);
+    struct egpu__sched_node *old = e->home;
 
     if (old != NULL && target != NULL && strcmp(old->name, target) == 0)
         return;
@@ -861,7 +738,7 @@ int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
     const char *cpu = str_at(alloc, "cpu", NULL), *mem = str_at(alloc, "memory", NULL);
     const json_t *labels = json_object_get(json_object_get(node, "metadata"), "labels");
     int64_t cpu_milli = 0, mem_mib = 0;
-    struct node_info *ni;
+    struct egpu__sched_node *ni;
     int rc = 0;
 
     if (name == NULL || name[0] == '\0' || strlen(name) >= EGPU_K8S_NAME_MAX)
@@ -893,7 +770,7 @@ int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
 
 int egpu_sched_cache_node_delete(struct egpu_sched_cache *c, const char *name)
 {
-    struct node_info *ni;
+    struct egpu__sched_node *ni;
 
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, name, false);
@@ -968,7 +845,7 @@ static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error
         json_integer_value(mem) > UINT32_MAX)
         return egpu_error_set(err, EGPU_ESYNTAX,
                               "GPU %s: spec.memory must be an integer number of MiB", name);
-    if (f->model != NULL && strlen(f->model) >= sizeof(((struct gpu_info *)0)->model))
+    if (f->model != NULL && strlen(f->model) >= sizeof(((struct egpu__sched_gpu *)0)->model))
         return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.model too long", name);
     f->index = json_integer_value(index);
     f->mem_mib = json_integer_value(mem);
@@ -983,7 +860,7 @@ static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error
 }
 
 /* The slot of GPU object name on ni, or NULL. */
-static struct gpu_info *slot_named(struct node_info *ni, const char *name)
+static struct egpu__sched_gpu *slot_named(struct egpu__sched_node *ni, const char *name)
 {
     for (uint32_t i = 0; ni != NULL && i < ni->ngpus; i++) {
         if (strcmp(ni->gpus[i].name, name) == 0)
@@ -1003,7 +880,7 @@ const char *egpu_sched_resv_state_name(enum egpu_sched_resv_state st)
 
 /* Record r's new state; log it when it differs from what was last logged
  * (a rebuild that puts r back as it was logs nothing). */
-static void resv_note(struct egpu_sched_cache *c, struct resv_entry *r,
+static void resv_note(struct egpu_sched_cache *c, struct egpu__sched_resv *r,
                       enum egpu_sched_resv_state st, const char *why)
 {
     r->state = st;
@@ -1041,7 +918,7 @@ static void resv_note(struct egpu_sched_cache *c, struct resv_entry *r,
  * applied when they come: rebuild() runs when a node or GPU arrives), and
  * its cards must have the room (else it is an overfill: not applied,
  * counted and logged; never a negative free). */
-static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
+void egpu__sched_resv_apply(struct egpu_sched_cache *c, struct egpu__sched_resv *r)
 {
     struct egpu_node *n = egpu_cluster_node(c->cluster, r->node);
     struct egpu_reservation res = {
@@ -1063,7 +940,7 @@ static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
         return;
     }
     for (uint32_t i = 0; i < r->ncards; i++) {
-        const struct gpu_info *g = slot_named(r->home, r->gpus[i]);
+        const struct egpu__sched_gpu *g = slot_named(r->home, r->gpus[i]);
 
         if (g == NULL || g->shadowed) {
             snprintf(why, sizeof(why), "GPU %.200s is %s on node %.200s", r->gpus[i],
@@ -1075,7 +952,7 @@ static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
     }
     /* Its claim's users counted here beside it give their share back first,
      * and are counted again after: inside it when it holds, else beside. */
-    tag = park_users(c, r->claim, r->node);
+    tag = egpu__sched_park_users(c, r->claim, r->node);
     rc = egpu_cluster_reserve(c->cluster, r->key, n, &res, &err);
     if (rc == 0) {
         r->held_mem_mib = 0;
@@ -1094,7 +971,7 @@ static void resv_apply(struct egpu_sched_cache *c, struct resv_entry *r)
 }
 
 /* Give back what r holds in the core (state becomes waiting, unlogged). */
-static void resv_release(struct egpu_sched_cache *c, struct resv_entry *r)
+void egpu__sched_resv_release(struct egpu_sched_cache *c, struct egpu__sched_resv *r)
 {
     if (r->state != RESV_APPLIED)
         return;
@@ -1108,18 +985,18 @@ static void resv_release(struct egpu_sched_cache *c, struct resv_entry *r)
 
 /* Capacity on node name was freed: try its waiting and overfilled
  * reservations again, oldest first. */
-static void resv_retry(struct egpu_sched_cache *c, const char *node)
+void egpu__sched_resv_retry(struct egpu_sched_cache *c, const char *node)
 {
-    struct node_info *ni = node != NULL ? egpu_map_get(c->nodes, node) : NULL;
+    struct egpu__sched_node *ni = node != NULL ? egpu_map_get(c->nodes, node) : NULL;
 
     if (ni != NULL)
         resv_apply_node(c, ni, false);
 }
 
 /* Link r into its node's list, by seq. Returns 0 or -ENOMEM. */
-static int resv_link(struct egpu_sched_cache *c, struct resv_entry *r)
+int egpu__sched_resv_link(struct egpu_sched_cache *c, struct egpu__sched_resv *r)
 {
-    struct resv_entry **at;
+    struct egpu__sched_resv **at;
 
     r->home = node_info(c, r->node, true);
     if (r->home == NULL)
@@ -1131,9 +1008,9 @@ static int resv_link(struct egpu_sched_cache *c, struct resv_entry *r)
     return 0;
 }
 
-static void resv_unlink(struct egpu_sched_cache *c, struct resv_entry *r)
+void egpu__sched_resv_unlink(struct egpu_sched_cache *c, struct egpu__sched_resv *r)
 {
-    struct resv_entry **at;
+    struct egpu__sched_resv **at;
 
     if (r->home == NULL)
         return;
@@ -1150,11 +1027,11 @@ static void resv_unlink(struct egpu_sched_cache *c, struct resv_entry *r)
 
 /* The entry of claim ns/name; created when create (NULL when out of memory
  * or the names are too long). */
-static struct claim_entry *claim_get(struct egpu_sched_cache *c, const char *ns, const char *name,
-                                     bool create)
+struct egpu__sched_claim *egpu__sched_claim_get(struct egpu_sched_cache *c, const char *ns,
+                                                const char *name, bool create)
 {
     char key[2 * EGPU_K8S_NAME_MAX];
-    struct claim_entry *ce;
+    struct egpu__sched_claim *ce;
 
     if (strlen(ns) >= EGPU_NAMESPACE_MAX || strlen(name) >= EGPU_K8S_NAME_MAX)
         return NULL;
@@ -1176,7 +1053,7 @@ static struct claim_entry *claim_get(struct egpu_sched_cache *c, const char *ns,
 }
 
 /* Forget ce when nothing refers to it any more. */
-static void claim_drop_if_unused(struct egpu_sched_cache *c, struct claim_entry *ce)
+void egpu__sched_claim_drop_if_unused(struct egpu_sched_cache *c, struct egpu__sched_claim *ce)
 {
     if (ce == NULL || ce->known || ce->uses != NULL || ce->resvs != NULL)
         return;
@@ -1187,12 +1064,13 @@ static void claim_drop_if_unused(struct egpu_sched_cache *c, struct claim_entry 
 /* Link e's claimed containers (e->pod.claims) into their claims' lists. A
  * claim that cannot be tracked (out of memory) leaves that container
  * beside, as any pod's. */
-static void uses_link(struct egpu_sched_cache *c, struct pod_entry *e)
+static void uses_link(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 {
     e->nuses = 0;
     for (uint32_t i = 0; i < e->pod.nclaims; i++) {
-        struct claim_entry *ce = claim_get(c, e->pod.ns, e->pod.claims[i].claim, true);
-        struct claim_use *u = &e->uses[e->nuses];
+        struct egpu__sched_claim *ce =
+            egpu__sched_claim_get(c, e->pod.ns, e->pod.claims[i].claim, true);
+        struct egpu__sched_claim_use *u = &e->uses[e->nuses];
 
         if (ce == NULL) {
             egpu_log(EGPU_LOG_ERROR, "out of memory: claim not tracked pod=%s claim=%s", e->key,
@@ -1210,10 +1088,10 @@ static void uses_link(struct egpu_sched_cache *c, struct pod_entry *e)
     }
 }
 
-static void uses_unlink(struct egpu_sched_cache *c, struct pod_entry *e)
+static void uses_unlink(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 {
     for (uint32_t i = 0; i < e->nuses; i++) {
-        struct claim_use *u = &e->uses[i];
+        struct egpu__sched_claim_use *u = &e->uses[i];
 
         if (u->prev != NULL)
             u->prev->next = u->next;
@@ -1221,195 +1099,28 @@ static void uses_unlink(struct egpu_sched_cache *c, struct pod_entry *e)
             u->ce->uses = u->next;
         if (u->next != NULL)
             u->next->prev = u->prev;
-        claim_drop_if_unused(c, u->ce);
+        egpu__sched_claim_drop_if_unused(c, u->ce);
     }
     e->nuses = 0;
-}
-
-static void resv_claim_link(struct resv_entry *r, struct claim_entry *ce)
-{
-    r->claim = ce;
-    if (ce != NULL) {
-        r->claim_next = ce->resvs;
-        ce->resvs = r;
-    }
-}
-
-static void resv_claim_unlink(struct resv_entry *r)
-{
-    struct resv_entry **at;
-
-    if (r->claim == NULL)
-        return;
-    for (at = &r->claim->resvs; *at != NULL && *at != r; at = &(*at)->claim_next)
-        ;
-    if (*at == r)
-        *at = r->claim_next;
-    r->claim_next = NULL;
-    r->claim = NULL;
 }
 
 /* Claim ce's users were parked under tag while its ElasticGPUs changed:
  * apply those that can hold now, count the users again (inside or beside),
  * then let the reservations on their nodes try the capacity freed. */
-static void claim_settle(struct egpu_sched_cache *c, struct claim_entry *ce, uint64_t tag)
+void egpu__sched_claim_settle(struct egpu_sched_cache *c, struct egpu__sched_claim *ce,
+                              uint64_t tag)
 {
     if (ce == NULL)
         return;
-    for (struct resv_entry *r = ce->resvs; r != NULL; r = r->claim_next)
-        resv_apply(c, r);
+    for (struct egpu__sched_resv *r = ce->resvs; r != NULL; r = r->claim_next)
+        egpu__sched_resv_apply(c, r);
     unpark_users(c, ce, tag);
-    for (struct claim_use *u = ce->uses; u != NULL; u = u->next) {
-        const char *t = target_of(&u->pod->pod);
+    for (struct egpu__sched_claim_use *u = ce->uses; u != NULL; u = u->next) {
+        const char *t = egpu__sched_target_of(&u->pod->pod);
 
         if (t != NULL)
-            resv_retry(c, t);
+            egpu__sched_resv_retry(c, t);
     }
-}
-
-/* Does r already say what e holds (same node, cards, amounts, holding,
- * claim)? */
-static bool resv_same(const struct resv_entry *r, const struct egpu_api_egpu *e, bool holds,
-                      const struct egpu_reservation *res)
-{
-    const struct claim_entry *ce = r->claim;
-
-    if (r->holds != holds || strcmp(r->node, e->node_name) != 0 || r->ncards != res->ncards ||
-        r->core_milli != res->core_milli || r->mem_mib != res->mem_mib)
-        return false;
-    if ((ce != NULL) != e->has_claim_ref ||
-        (ce != NULL && (strcmp(ce->ns, e->claim_ns) != 0 || strcmp(ce->name, e->claim_name) != 0 ||
-                        strcmp(r->claim_uid, e->claim_uid) != 0)) ||
-        r->released != (e->phase == EGPU_API_EGPU_RELEASED))
-        return false;
-    for (uint32_t i = 0; i < r->ncards; i++) {
-        if (strcmp(r->gpus[i], res->uuids[i]) != 0)
-            return false;
-    }
-    return true;
-}
-
-int egpu_sched_cache_egpu_set(struct egpu_sched_cache *c, const json_t *obj, struct egpu_error *err)
-{
-    struct egpu_api_egpu *e = egpu_malloc(sizeof(*e));
-    struct resv_entry *r = NULL, *old;
-    struct claim_entry *ce_old = NULL, *ce_new = NULL;
-    struct egpu_reservation res;
-    char old_node[EGPU_K8S_NAME_MAX] = "";
-    uint64_t tag_old = 0, tag_new = 0;
-    bool holds;
-    int rc;
-
-    if (e == NULL)
-        return egpu_error_set(err, -ENOMEM, "ElasticGPU: out of memory");
-    rc = egpu_api_egpu_decode(obj, e, err);
-    if (rc) {
-        egpu_free(e);
-        return rc;
-    }
-    /* Also when e has no cards yet (a decoded one always has): nothing held. */
-    holds = egpu_api_egpu_reservation(e, &res);
-    if (!holds)
-        res.ncards = e->ngpus, res.core_milli = 0, res.mem_mib = 0;
-    for (uint32_t i = 0; i < e->ngpus; i++)
-        res.uuids[i] = e->gpu_names[i];
-    pthread_mutex_lock(&c->lock);
-    old = egpu_map_get(c->resvs, e->meta.name);
-    if (old != NULL && resv_same(old, e, holds, &res))
-        goto out; /* a status change that holds the same: nothing moves */
-    if (e->has_claim_ref) {
-        ce_new = claim_get(c, e->claim_ns, e->claim_name, true);
-        if (ce_new == NULL) {
-            rc = egpu_error_set(err, -ENOMEM, "ElasticGPU %s: out of memory", e->meta.name);
-            goto out;
-        }
-    }
-    r = egpu_calloc(1, sizeof(*r) + (size_t)e->ngpus * sizeof(r->gpus[0]));
-    if (r == NULL) {
-        claim_drop_if_unused(c, ce_new);
-        rc = egpu_error_set(err, -ENOMEM, "ElasticGPU %s: out of memory", e->meta.name);
-        goto out;
-    }
-    snprintf(r->key, sizeof(r->key), RESV_PREFIX "%s", e->meta.name);
-    r->name = r->key + RESV_PREFIX_LEN;
-    memcpy(r->node, e->node_name, sizeof(r->node));
-    r->holds = holds;
-    r->core_milli = res.core_milli;
-    r->mem_mib = res.mem_mib;
-    r->ncards = e->ngpus;
-    for (uint32_t i = 0; i < e->ngpus; i++)
-        memcpy(r->gpus[i], e->gpu_names[i], sizeof(r->gpus[i]));
-    r->seq = old != NULL ? old->seq : ++c->resv_seq;
-    r->reported = old != NULL ? old->reported : RESV_OFF;
-    r->state = RESV_WAITING;
-    r->released = e->phase == EGPU_API_EGPU_RELEASED;
-    snprintf(r->claim_uid, sizeof(r->claim_uid), "%s", e->claim_uid);
-    /* The pods of its claims give back what they hold, and are counted
-     * again once it is in place: inside it or beside it, never both. */
-    tag_new = park_users(c, ce_new, NULL);
-    if (old != NULL) {
-        /* Changed: give back what it held, then hold what it says now. */
-        ce_old = old->claim != ce_new ? old->claim : NULL;
-        tag_old = park_users(c, ce_old, NULL);
-        memcpy(old_node, old->node, sizeof(old_node));
-        resv_release(c, old);
-        resv_unlink(c, old);
-        resv_claim_unlink(old);
-        (void)egpu_map_del(c->resvs, old->name); /* present: just found */
-        egpu_free(old);
-    }
-    rc = egpu_map_put(c->resvs, r->name, r);
-    if (rc == 0 && resv_link(c, r) != 0) {
-        (void)egpu_map_del(c->resvs, r->name);
-        rc = -ENOMEM;
-    }
-    if (rc) {
-        egpu_free(r);
-        rc = egpu_error_set(err, -ENOMEM, "ElasticGPU %s: out of memory", e->meta.name);
-    } else {
-        resv_claim_link(r, ce_new);
-        if (old == NULL && !holds)
-            r->reported = RESV_OFF; /* a new Failed one: nothing to say */
-        resv_apply(c, r);
-    }
-    claim_settle(c, ce_new, tag_new);
-    claim_settle(c, ce_old, tag_old);
-    if (old_node[0] != '\0')
-        resv_retry(c, old_node);
-    claim_drop_if_unused(c, ce_old);
-    claim_drop_if_unused(c, ce_new);
-out:
-    pthread_mutex_unlock(&c->lock);
-    egpu_free(e);
-    return rc;
-}
-
-int egpu_sched_cache_egpu_delete(struct egpu_sched_cache *c, const char *name)
-{
-    char node[EGPU_K8S_NAME_MAX];
-    struct claim_entry *ce;
-    struct resv_entry *r;
-    uint64_t tag;
-
-    pthread_mutex_lock(&c->lock);
-    r = egpu_map_get(c->resvs, name);
-    if (r != NULL) {
-        memcpy(node, r->node, sizeof(node));
-        ce = r->claim;
-        tag = park_users(c, ce, NULL);
-        if (r->state == RESV_APPLIED)
-            egpu_log(EGPU_LOG_INFO, "reservation freed elasticgpu=%s node=%s", r->name, r->node);
-        resv_release(c, r);
-        resv_unlink(c, r);
-        resv_claim_unlink(r);
-        (void)egpu_map_del(c->resvs, r->name); /* present: just found */
-        egpu_free(r);
-        claim_settle(c, ce, tag);
-        resv_retry(c, node);
-        claim_drop_if_unused(c, ce);
-    }
-    pthread_mutex_unlock(&c->lock);
-    return 0;
 }
 
 /* Make GPU object name the owner of uuid unless another object owns it.
@@ -1441,7 +1152,7 @@ static int claim_uuid(struct egpu_sched_cache *c, const char *uuid, const char *
 static void release_uuid(struct egpu_sched_cache *c, const char *uuid, const char *name)
 {
     struct gpu_owner *o = egpu_map_get(c->owners, uuid);
-    struct node_info *ni;
+    struct egpu__sched_node *ni;
     const char *owner;
     size_t pos = 0;
 
@@ -1451,7 +1162,7 @@ static void release_uuid(struct egpu_sched_cache *c, const char *uuid, const cha
     egpu_free(o);
     while (c->nshadowed > 0 && (ni = egpu_map_next(c->nodes, &pos, NULL)) != NULL) {
         for (uint32_t i = 0; i < ni->ngpus; i++) {
-            struct gpu_info *g = &ni->gpus[i];
+            struct egpu__sched_gpu *g = &ni->gpus[i];
 
             if (!g->shadowed || strcmp(g->uuid, uuid) != 0 ||
                 claim_uuid(c, uuid, g->name, &owner) != 0)
@@ -1467,9 +1178,9 @@ static void release_uuid(struct egpu_sched_cache *c, const char *uuid, const cha
 }
 
 /* Are a and b the same card for placement, their loads aside? */
-static bool same_card(const struct gpu_info *a, const struct gpu_info *b)
+static bool same_card(const struct egpu__sched_gpu *a, const struct egpu__sched_gpu *b)
 {
-    struct gpu_info t = *b;
+    struct egpu__sched_gpu t = *b;
 
     t.load_pct = a->load_pct;
     t.load_at_s = a->load_at_s;
@@ -1482,8 +1193,8 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
 {
     int64_t now;
     struct gpu_fields f;
-    struct node_info *ni;
-    struct gpu_info g = {0}, *slot;
+    struct egpu__sched_node *ni;
+    struct egpu__sched_gpu g = {0}, *slot;
     const char *owner = NULL;
     int rc = gpu_fields(gpu, &f, err);
 
@@ -1573,8 +1284,8 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
                                 struct egpu_error *err)
 {
     struct gpu_fields f;
-    struct node_info *ni;
-    struct gpu_info *slot, gone;
+    struct egpu__sched_node *ni;
+    struct egpu__sched_gpu *slot, gone;
     int rc = gpu_fields(gpu, &f, err);
 
     if (rc)
@@ -1600,7 +1311,7 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
 /* Same placement: node and annotation (what count() reads) are equal. */
 static bool same_placement(const struct egpu_sched_pod *a, const struct egpu_sched_pod *b)
 {
-    const char *ta = target_of(a), *tb = target_of(b);
+    const char *ta = egpu__sched_target_of(a), *tb = egpu__sched_target_of(b);
 
     if ((ta == NULL) != (tb == NULL) || (ta && strcmp(ta, tb) != 0))
         return false;
@@ -1619,7 +1330,7 @@ static bool same_assigned(const struct egpu_sched_pod *a, const struct egpu_sche
  * and p changes that: the decision was recorded at bind and nobody else may
  * move it (a pod owner could otherwise free its card in our books and have
  * another pod bound onto it). Keep the recorded one in p. */
-static void keep_assigned(struct egpu_sched_cache *c, const struct pod_entry *e,
+static void keep_assigned(struct egpu_sched_cache *c, const struct egpu__sched_pod_entry *e,
                           struct egpu_sched_pod *p)
 {
     c->assigned_ignored++;
@@ -1645,7 +1356,7 @@ static bool same_claims(const struct egpu_sched_pod *a, const struct egpu_sched_
 
 /* The claims whose ElasticGPU e is counted inside, into out (at most
  * EGPU_CONTAINERS_MAX), before e is uncounted. Returns how many. */
-static uint32_t occupied(const struct pod_entry *e, struct claim_entry **out)
+static uint32_t occupied(const struct egpu__sched_pod_entry *e, struct egpu__sched_claim **out)
 {
     uint32_t n = 0;
 
@@ -1658,21 +1369,21 @@ static uint32_t occupied(const struct pod_entry *e, struct claim_entry **out)
 
 /* e was counted inside the ElasticGPUs of claims ce[0..n) and is not any
  * more: another pod using the claim, counted beside, moves inside. */
-static void settle_freed(struct egpu_sched_cache *c, struct claim_entry **ce, uint32_t n)
+static void settle_freed(struct egpu_sched_cache *c, struct egpu__sched_claim **ce, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
-        struct resv_entry *r = claim_resv(ce[i]);
+        struct egpu__sched_resv *r = egpu__sched_claim_resv(ce[i]);
 
         if (r != NULL && r->occupant == NULL)
-            claim_settle(c, ce[i], park_users(c, ce[i], NULL));
+            egpu__sched_claim_settle(c, ce[i], egpu__sched_park_users(c, ce[i], NULL));
     }
 }
 
 int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, struct egpu_error *err)
 {
     struct egpu_sched_pod *p = egpu_malloc(sizeof(*p));
-    struct claim_entry *freed[EGPU_CONTAINERS_MAX];
-    struct pod_entry *e;
+    struct egpu__sched_claim *freed[EGPU_CONTAINERS_MAX];
+    struct egpu__sched_pod_entry *e;
     char key[POD_KEY_MAX], was[EGPU_K8S_NAME_MAX];
     uint32_t nfreed;
     int rc;
@@ -1727,7 +1438,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     uses_link(c, e);
     rehome(c, e);
     count(c, e);
-    resv_retry(c, was);
+    egpu__sched_resv_retry(c, was);
     settle_freed(c, freed, nfreed);
 out:
     pthread_mutex_unlock(&c->lock);
@@ -1738,8 +1449,8 @@ out:
 int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, const char *name)
 {
     char key[POD_KEY_MAX], was[EGPU_K8S_NAME_MAX];
-    struct claim_entry *freed[EGPU_CONTAINERS_MAX];
-    struct pod_entry *e;
+    struct egpu__sched_claim *freed[EGPU_CONTAINERS_MAX];
+    struct egpu__sched_pod_entry *e;
     uint32_t nfreed;
 
     pod_key(key, ns, name);
@@ -1754,7 +1465,7 @@ int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, cons
         rehome(c, e);
         (void)egpu_map_del(c->pods, e->key); /* present: just found */
         egpu_free(e);
-        resv_retry(c, was);
+        egpu__sched_resv_retry(c, was);
         settle_freed(c, freed, nfreed);
     }
     pthread_mutex_unlock(&c->lock);
@@ -1765,7 +1476,7 @@ const struct egpu_sched_pod *egpu_sched_cache_pod_locked(struct egpu_sched_cache
                                                          const char *name)
 {
     char key[POD_KEY_MAX];
-    struct pod_entry *e;
+    struct egpu__sched_pod_entry *e;
 
     pod_key(key, ns, name);
     e = egpu_map_get(c->pods, key);
@@ -1806,8 +1517,8 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
                                           const struct egpu_pick *pick, char *why, size_t len)
 {
     char mine[EGPU_NODE_GPUS_MAX * EGPU_UUID_MAX], theirs[EGPU_NODE_GPUS_MAX * EGPU_UUID_MAX];
-    const struct node_info *ni = egpu_map_get(c->nodes, node->name);
-    const struct pod_entry *e;
+    const struct egpu__sched_node *ni = egpu_map_get(c->nodes, node->name);
+    const struct egpu__sched_pod_entry *e;
 
     for (e = ni ? ni->pods : NULL; e != NULL; e = e->next) {
         const struct egpu_sched_pod *q = &e->pod;
@@ -1842,16 +1553,17 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
     return false;
 }
 
-bool egpu_sched_cache_node_waits_locked(struct egpu_sched_cache *c, const char *node)
+bool egpu__sched_cache_node_waits(struct egpu_sched_cache *c, const char *node)
 {
-    const struct node_info *ni = egpu_map_get(c->nodes, node);
+    const struct egpu__sched_node *ni = egpu_map_get(c->nodes, node);
 
     return ni != NULL && ni->waiting > 0;
 }
 
 const char *egpu_sched_cache_waiting_next_locked(struct egpu_sched_cache *c, const void **it)
 {
-    const struct node_info *ni = *it == NULL ? c->waiting : ((const struct node_info *)*it)->wnext;
+    const struct egpu__sched_node *ni =
+        *it == NULL ? c->waiting : ((const struct egpu__sched_node *)*it)->wnext;
 
     *it = ni;
     return ni != NULL ? ni->name : NULL;
@@ -1864,7 +1576,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
     struct egpu_assigned *a = out;
     char key[POD_KEY_MAX];
     struct egpu_assigned before;
-    struct pod_entry *e;
+    struct egpu__sched_pod_entry *e;
     bool created = false, had;
     int rc;
 
@@ -1872,7 +1584,8 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
     e = egpu_map_get(c->pods, key);
     if (e != NULL && e->counted)
         return egpu_error_set(err, EGPU_EALLOCATED, "pod %s is already placed on node %s", key,
-                              target_of(&e->pod) ? target_of(&e->pod) : "?");
+                              egpu__sched_target_of(&e->pod) ? egpu__sched_target_of(&e->pod)
+                                                             : "?");
     memset(a, 0, sizeof(*a));
     snprintf(a->node, sizeof(a->node), "%s", node->name);
     a->ncontainers = pod->req.ncontainers;
@@ -1930,8 +1643,8 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
 int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const char *name)
 {
     char key[POD_KEY_MAX], was[EGPU_K8S_NAME_MAX];
-    struct claim_entry *freed[EGPU_CONTAINERS_MAX];
-    struct pod_entry *e;
+    struct egpu__sched_claim *freed[EGPU_CONTAINERS_MAX];
+    struct egpu__sched_pod_entry *e;
     uint32_t nfreed;
     int rc = EGPU_ENOTALLOC;
 
@@ -1945,7 +1658,7 @@ int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const
         e->pod.has_assigned = false;
         e->reserved = false;
         rehome(c, e);
-        resv_retry(c, was);
+        egpu__sched_resv_retry(c, was);
         settle_freed(c, freed, nfreed);
         rc = 0;
     }
@@ -1955,9 +1668,9 @@ int egpu_sched_cache_unreserve(struct egpu_sched_cache *c, const char *ns, const
 
 void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out)
 {
-    const struct claim_entry *ce;
-    const struct pod_entry *e;
-    const struct resv_entry *r;
+    const struct egpu__sched_claim *ce;
+    const struct egpu__sched_pod_entry *e;
+    const struct egpu__sched_resv *r;
     size_t pos = 0;
 
     memset(out, 0, sizeof(*out));
@@ -1992,7 +1705,7 @@ void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched
 
 void egpu_sched_cache_synced(struct egpu_sched_cache *c)
 {
-    struct pod_entry *e;
+    struct egpu__sched_pod_entry *e;
     size_t pos = 0, n = 0;
 
     pthread_mutex_lock(&c->lock);
@@ -2002,7 +1715,7 @@ void egpu_sched_cache_synced(struct egpu_sched_cache *c)
     }
     c->synced = true;
     while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
-        const char *node = target_of(&e->pod);
+        const char *node = egpu__sched_target_of(&e->pod);
 
         if (!e->unresolved)
             continue;
@@ -2032,7 +1745,7 @@ int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c, struct egpu_wor
 {
     size_t n = egpu_map_count(c->pods), i = 0, pos = 0;
     struct egpu_pod_request *reqs;
-    const struct pod_entry *e;
+    const struct egpu__sched_pod_entry *e;
     int rc;
 
     if (n == 0)
@@ -2044,355 +1757,5 @@ int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c, struct egpu_wor
         reqs[i++] = e->pod.req;
     rc = egpu_workload_from_requests(reqs, n, 0.95, out);
     egpu_free(reqs);
-    return rc;
-}
-
-/* ---- ElasticGPUClaims and ElasticGPUClasses ---- */
-
-int egpu_sched_cache_claim_set(struct egpu_sched_cache *c, const json_t *obj,
-                               struct egpu_error *err)
-{
-    struct egpu_api_claim *cl = egpu_malloc(sizeof(*cl));
-    struct claim_entry *ce;
-    uint64_t tag;
-    int rc;
-
-    if (cl == NULL)
-        return egpu_error_set(err, -ENOMEM, "ElasticGPUClaim: out of memory");
-    rc = egpu_api_claim_decode(obj, cl, err);
-    if (rc) {
-        egpu_free(cl);
-        return rc;
-    }
-    pthread_mutex_lock(&c->lock);
-    ce = claim_get(c, cl->meta.ns, cl->meta.name, true);
-    if (ce == NULL) {
-        rc = egpu_error_set(err, -ENOMEM, "ElasticGPUClaim %s/%s: out of memory", cl->meta.ns,
-                            cl->meta.name);
-    } else if (!ce->known || strcmp(ce->uid, cl->meta.uid) != 0 ||
-               strcmp(ce->class_name, cl->class_name) != 0 || ce->phase != cl->phase ||
-               strcmp(ce->bound_egpu, cl->bound_egpu) != 0) {
-        /* Which ElasticGPU serves it may change: its users are counted again. */
-        tag = park_users(c, ce, NULL);
-        ce->known = true;
-        memcpy(ce->uid, cl->meta.uid, sizeof(ce->uid));
-        memcpy(ce->class_name, cl->class_name, sizeof(ce->class_name));
-        ce->phase = cl->phase;
-        memcpy(ce->bound_egpu, cl->bound_egpu, sizeof(ce->bound_egpu));
-        claim_settle(c, ce, tag);
-    }
-    pthread_mutex_unlock(&c->lock);
-    egpu_free(cl);
-    return rc;
-}
-
-int egpu_sched_cache_claim_delete(struct egpu_sched_cache *c, const char *ns, const char *name)
-{
-    struct claim_entry *ce;
-    uint64_t tag;
-
-    pthread_mutex_lock(&c->lock);
-    ce = claim_get(c, ns, name, false);
-    if (ce != NULL && ce->known) {
-        tag = park_users(c, ce, NULL);
-        ce->known = false;
-        ce->uid[0] = ce->class_name[0] = ce->bound_egpu[0] = '\0';
-        ce->phase = EGPU_API_CLAIM_PENDING;
-        claim_settle(c, ce, tag);
-        claim_drop_if_unused(c, ce);
-    }
-    pthread_mutex_unlock(&c->lock);
-    return 0;
-}
-
-int egpu_sched_cache_class_set(struct egpu_sched_cache *c, const json_t *obj,
-                               struct egpu_error *err)
-{
-    struct egpu_api_class *k = egpu_malloc(sizeof(*k)), *old;
-    int rc;
-
-    if (k == NULL)
-        return egpu_error_set(err, -ENOMEM, "ElasticGPUClass: out of memory");
-    rc = egpu_api_class_decode(obj, k, err);
-    if (rc) {
-        egpu_free(k);
-        return rc;
-    }
-    pthread_mutex_lock(&c->lock);
-    old = egpu_map_get(c->classes, k->meta.name);
-    if (old != NULL) {
-        (void)egpu_map_del(c->classes, old->meta.name); /* present: just found */
-        egpu_free(old);
-    }
-    if (egpu_map_put(c->classes, k->meta.name, k) != 0) {
-        egpu_free(k);
-        rc = egpu_error_set(err, -ENOMEM, "ElasticGPUClass: out of memory");
-    }
-    pthread_mutex_unlock(&c->lock);
-    return rc;
-}
-
-int egpu_sched_cache_class_delete(struct egpu_sched_cache *c, const char *name)
-{
-    struct egpu_api_class *k;
-
-    pthread_mutex_lock(&c->lock);
-    k = egpu_map_get(c->classes, name);
-    if (k != NULL) {
-        (void)egpu_map_del(c->classes, k->meta.name); /* present: just found */
-        egpu_free(k);
-    }
-    pthread_mutex_unlock(&c->lock);
-    return 0;
-}
-
-/* The class of a claim: the one it names, else the default (the first by
- * name of those annotated default, as egpu-controller picks it). NULL with
- * why written when there is none. */
-static const struct egpu_api_class *class_of(struct egpu_sched_cache *c,
-                                             const struct claim_entry *ce, char *why, size_t len)
-{
-    const struct egpu_api_class *k, *best = NULL;
-    char missing[EGPU_ERRMSG_MAX];
-    size_t pos = 0;
-
-    while ((k = egpu_map_next(c->classes, &pos, NULL)) != NULL) {
-        if (egpu_api_class_serves(k, ce->class_name, best))
-            best = k;
-    }
-    if (best == NULL)
-        snprintf(why, len, "claim %s: %s", ce->name,
-                 egpu_api_class_missing(ce->class_name, missing, sizeof(missing)));
-    return best;
-}
-
-/* Plan one claimed container (pod container ci, claim pc) into plan. */
-static void plan_claim(struct egpu_sched_cache *c, const struct egpu_sched_pod *pod,
-                       const struct egpu_api_pod_claim *pc, struct egpu_sched_claim_plan *plan,
-                       bool *in)
-{
-    struct claim_entry *ce = claim_get(c, pod->ns, pc->claim, false);
-    uint32_t ci = container_of(pod, pc->container);
-    const struct egpu_container_request *cr;
-    const struct egpu_api_class *cls;
-    struct resv_entry *r;
-    char *why = plan->error;
-    size_t len = sizeof(plan->error);
-
-    if (ci == UINT32_MAX) {
-        snprintf(why, len,
-                 "container %s uses claim %s (annotation " EGPU_ANN_CLAIM_PREFIX
-                 "%s) but asks no " EGPU_RES_GPU_CORE
-                 ": the webhook turns a claim into its container's requests",
-                 pc->container, pc->claim, pc->container);
-        return;
-    }
-    cr = &pod->req.containers[ci];
-    for (struct claim_use *u = ce != NULL ? ce->uses : NULL; u != NULL; u = u->next) {
-        const struct egpu_sched_pod *q = &u->pod->pod;
-
-        if ((strcmp(q->ns, pod->ns) != 0 || strcmp(q->name, pod->name) != 0) &&
-            target_of(q) != NULL) {
-            snprintf(why, len,
-                     "claim %s is in use by pod %s/%s on node %s; a claim serves one running "
-                     "pod at a time",
-                     pc->claim, q->ns, q->name, target_of(q));
-            return;
-        }
-    }
-    r = claim_resv(ce);
-    if (r != NULL) {
-        if (r->state != RESV_APPLIED) {
-            snprintf(why, len,
-                     "claim %s: its ElasticGPU %s on node %s holds nothing yet (%s): %.300s",
-                     pc->claim, r->name, r->node, egpu_sched_resv_state_name(r->state), r->why);
-            return;
-        }
-        if (!fits_inside(r, cr)) {
-            snprintf(why, len,
-                     "container %s asks %u milli-GPU x %u card(s) and %u MiB, more than its "
-                     "claim %s's ElasticGPU %s holds (%u milli-GPU x %u card(s), %u MiB)",
-                     pc->container, cr->core_milli, cr->ncards, cr->mem_mib, pc->claim, r->name,
-                     r->core_milli, r->ncards, r->mem_mib);
-            return;
-        }
-        if (plan->node[0] != '\0' && strcmp(plan->node, r->node) != 0) {
-            snprintf(why, len,
-                     "the pod's claims are bound to ElasticGPUs on different nodes (%s and "
-                     "claim %s's %s on %s)",
-                     plan->node, pc->claim, r->name, r->node);
-            return;
-        }
-        if (plan->node[0] == '\0') {
-            snprintf(plan->node, sizeof(plan->node), "%s", r->node);
-            snprintf(plan->node_why, sizeof(plan->node_why),
-                     "claim %s is bound to ElasticGPU %s on node %s", pc->claim, r->name, r->node);
-        }
-        plan->inside[plan->ninside].container = ci;
-        snprintf(plan->inside[plan->ninside].egpu, sizeof(plan->inside[0].egpu), "%s", r->name);
-        plan->ninside++;
-        in[ci] = true;
-        return;
-    }
-    if (ce == NULL || !ce->known) {
-        snprintf(why, len, "claim %s/%s not found", pod->ns, pc->claim);
-        return;
-    }
-    if (ce->bound_egpu[0] != '\0') {
-        snprintf(why, len,
-                 "claim %s is bound to ElasticGPU %s, which the scheduler has not seen (yet)",
-                 pc->claim, ce->bound_egpu);
-        return;
-    }
-    cls = class_of(c, ce, why, len);
-    if (cls == NULL)
-        return;
-    if (cls->binding_mode != EGPU_API_BINDING_WAIT_FOR_FIRST_CONSUMER) {
-        snprintf(why, len, "claim %s is not bound yet (class %s, bindingMode Immediate)", pc->claim,
-                 cls->meta.name);
-        return;
-    }
-    if ((cls->provisioner == EGPU_API_PROVISIONER_PHYSICAL) != (cr->core_milli == EGPU_GPU_MILLI)) {
-        snprintf(why, len, "container %s asks %s but claim %s's class %s provisions %s",
-                 pc->container,
-                 cr->core_milli == EGPU_GPU_MILLI ? "whole cards" : "a share of one card",
-                 pc->claim, cls->meta.name, egpu_api_provisioner_name(cls->provisioner));
-        return;
-    }
-    plan->wait[plan->nwait].container = ci;
-    snprintf(plan->wait[plan->nwait].claim, sizeof(plan->wait[0].claim), "%s", pc->claim);
-    snprintf(plan->wait[plan->nwait].class_name, sizeof(plan->wait[0].class_name), "%s",
-             cls->meta.name);
-    plan->nwait++;
-}
-
-void egpu_sched_cache_claim_plan_locked(struct egpu_sched_cache *c,
-                                        const struct egpu_sched_pod *pod,
-                                        struct egpu_sched_claim_plan *plan)
-{
-    bool in[EGPU_CONTAINERS_MAX] = {false};
-
-    memset(plan, 0, offsetof(struct egpu_sched_claim_plan, inside));
-    plan->rest = pod->req;
-    plan->nclaims = pod->nclaims;
-    if (pod->claims_error[0] != '\0') {
-        plan->nclaims = 1;
-        snprintf(plan->error, sizeof(plan->error), "%s", pod->claims_error);
-        return;
-    }
-    for (uint32_t i = 0; i < pod->nclaims && plan->error[0] == '\0'; i++)
-        plan_claim(c, pod, &pod->claims[i], plan, in);
-    plan->rest.ncontainers = 0;
-    for (uint32_t i = 0; i < pod->req.ncontainers; i++) {
-        if (!in[i]) {
-            plan->rest_of[plan->rest.ncontainers] = i;
-            plan->rest.containers[plan->rest.ncontainers++] = pod->req.containers[i];
-        }
-    }
-    if (plan->error[0] != '\0')
-        egpu_log(EGPU_LOG_DEBUG, "claim pod not placeable pod=%s/%s reason=\"%s\"", pod->ns,
-                 pod->name, plan->error);
-}
-
-bool egpu_sched_cache_claim_node_ok_locked(struct egpu_sched_cache *c,
-                                           const struct egpu_sched_claim_plan *plan,
-                                           const char *node, char *why, size_t len)
-{
-    const struct node_info *ni = egpu_map_get(c->nodes, node);
-
-    if (plan->error[0] != '\0') {
-        snprintf(why, len, "%s", plan->error);
-        return false;
-    }
-    if (plan->node[0] != '\0' && strcmp(plan->node, node) != 0) {
-        snprintf(why, len, "%s", plan->node_why);
-        return false;
-    }
-    for (uint32_t i = 0; i < plan->nwait; i++) {
-        const struct egpu_api_class *k = egpu_map_get(c->classes, plan->wait[i].class_name);
-        const char *model = NULL;
-        char sel[256];
-
-        for (uint32_t g = 0; ni != NULL && g < ni->ngpus && model == NULL; g++)
-            model = ni->gpus[g].shadowed ? NULL : ni->gpus[g].model;
-        if (k == NULL) {
-            snprintf(why, len, "claim %s: ElasticGPUClass %s not found", plan->wait[i].claim,
-                     plan->wait[i].class_name);
-            return false;
-        }
-        if (k->has_node_selector &&
-            !egpu_api_selector_matches(&k->node_selector, ni ? ni->labels : NULL)) {
-            (void)egpu_api_selector_format(&k->node_selector, sel, sizeof(sel));
-            snprintf(why, len, "claim %s: node %s is not one of class %s's nodes (nodeSelector %s)",
-                     plan->wait[i].claim, node, k->meta.name, sel);
-            return false;
-        }
-        if (k->models[0] != '\0' && (model == NULL || !egpu_api_class_allows_model(k, model))) {
-            snprintf(why, len, "claim %s: node %s's cards are %s; class %s allows %s",
-                     plan->wait[i].claim, node, model ? model : "none", k->meta.name, k->models);
-            return false;
-        }
-    }
-    return true;
-}
-
-int egpu_sched_cache_claim_pick_locked(struct egpu_sched_cache *c,
-                                       const struct egpu_sched_claim_plan *plan,
-                                       const struct egpu_node *node, const struct egpu_pick *rest,
-                                       struct egpu_pick *out, struct egpu_error *err)
-{
-    out->nshares = 0;
-    for (uint32_t s = 0; s < rest->nshares; s++) {
-        out->shares[out->nshares] = rest->shares[s];
-        out->shares[out->nshares++].container = (uint16_t)plan->rest_of[rest->shares[s].container];
-    }
-    for (uint32_t i = 0; i < plan->ninside; i++) {
-        const struct resv_entry *r = egpu_map_get(c->resvs, plan->inside[i].egpu);
-
-        if (r == NULL || r->state != RESV_APPLIED || strcmp(r->node, node->name) != 0)
-            return egpu_error_set(err, -EINVAL, "ElasticGPU %s is no longer held on node %s",
-                                  plan->inside[i].egpu, node->name);
-        for (uint32_t k = 0; k < r->ncards; k++) {
-            const char *uuid = resv_uuid(r, k);
-            uint32_t g = 0;
-
-            while (g < node->ngpus && strcmp(node->gpus[g].uuid, uuid) != 0)
-                g++;
-            if (g == node->ngpus || out->nshares == EGPU_PICK_SHARES_MAX)
-                return egpu_error_set(err, -EINVAL, "node %s lacks ElasticGPU %s's card %s",
-                                      node->name, r->name, r->gpus[k]);
-            out->shares[out->nshares++] = (struct egpu_share){
-                .container = (uint16_t)plan->inside[i].container,
-                .gpu = (uint16_t)g,
-                .core_milli = r->core_milli,
-                .mem_mib = r->core_milli == EGPU_GPU_MILLI ? node->gpus[g].mem_mib : r->mem_mib};
-        }
-    }
-    return 0;
-}
-
-int egpu_sched_cache_gpu_names_locked(struct egpu_sched_cache *c, const struct egpu_node *node,
-                                      const struct egpu_pick *pick, uint32_t container,
-                                      struct egpu_buf *out)
-{
-    const struct node_info *ni = egpu_map_get(c->nodes, node->name);
-    int rc = 0;
-
-    for (uint32_t s = 0; s < pick->nshares && rc == 0; s++) {
-        const char *uuid = node->gpus[pick->shares[s].gpu].uuid;
-        const char *name = NULL;
-
-        if (pick->shares[s].container != container)
-            continue;
-        for (uint32_t g = 0; ni != NULL && g < ni->ngpus && name == NULL; g++)
-            name = !ni->gpus[g].shadowed && strcmp(ni->gpus[g].uuid, uuid) == 0 ? ni->gpus[g].name
-                                                                                : NULL;
-        if (name == NULL)
-            return -ENOENT;
-        if (out->len > 0)
-            rc = egpu_buf_append(out, ",", 1);
-        if (rc == 0)
-            rc = egpu_buf_append(out, name, strlen(name));
-    }
     return rc;
 }

@@ -14,6 +14,8 @@
  * names the pod and the node, and nothing else in it is believed.
  * Placers (one per node/card policy pair, made on first use) live under the
  * cache lock too, since they cache per-node results of the cache's cluster.
+ * A pod that uses claims is judged by the claims' room (claims.c), which
+ * the verbs ask through its door (claims_int.h) under the same lock.
  *
  * Hot path (filter and prioritize, called for every pod with every
  * candidate node): ExtenderArgs are streamed by wire.c (yajl; only the Pod
@@ -32,7 +34,8 @@
  * pair 1.7-1.8 ms at p99 instead of 1.5-1.75). Nothing else is kept: the
  * NodeNames memo, the kept filter reply, filter's verdicts kept for
  * prioritize and the slot and reason memos saved nothing there, or less
- * than 0.13 ms at p50 (issue 17). Figures on the 2-core development VM.
+ * than 0.13 ms at p50 (each was tried, measured the same way and taken out
+ * again). Figures on the 2-core development VM.
  *
  * Load awareness (--load-aware): the placers break exact ties by the
  * cards' measured load (src/core/load.c), the replay's choice among nodes
@@ -53,6 +56,7 @@
 
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
+#include "claims_int.h"
 #include "plist_int.h"
 #include "wire_int.h"
 
@@ -281,8 +285,6 @@ static struct egpu_placer *placer_for(struct egpu_extender *x, struct egpu_clust
 /* ------------------------------------------------------------------------ */
 /* filter and prioritize                                                     */
 
-#define UNKNOWN_NODE "node unknown to the elastic-gpu cache (no Node object seen)"
-
 static bool synced(struct egpu_extender *x)
 {
     return x->ops.synced == NULL || x->ops.synced(x->ops.data);
@@ -426,7 +428,7 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
             continue;
         }
         if (slots[i] == EGPU_NO_SLOT) {
-            why[i] = UNKNOWN_NODE;
+            why[i] = EGPU__SCHED_UNKNOWN_NODE;
             continue;
         }
         /* Refused: the reason, which the placer's memo does not keep. */
@@ -451,7 +453,7 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
 }
 
 /* Does the pod use claims (egpuc.elasticgpu.io/<container>)? Such a pod is
- * judged by its claim plan (egpu_sched_cache_claim_plan_locked). */
+ * judged by its claim plan, at the claims' door (claims_int.h). */
 static bool claimed(const struct egpu_sched_pod *pod)
 {
     return pod->nclaims > 0 || pod->claims_error[0] != '\0';
@@ -463,101 +465,6 @@ static bool claimed(const struct egpu_sched_pod *pod)
 static bool judged(const struct egpu_extender *x, const struct egpu_sched_pod *pod)
 {
     return egpu_sched_pod_wants_gpu(pod) || x->cfg.place_cpu_pods;
-}
-
-/* The pick bind makes for a pod that uses claims on node (cache lock held):
- * the plan's rest by the placer, the claimed containers on their
- * ElasticGPUs' cards, into *whole. False when it cannot, with the reason in
- * msg (mlen bytes; msg may be NULL). */
-static bool claim_pick(struct egpu_extender *x, struct egpu_placer *p, const struct egpu_cluster *c,
-                       const struct egpu_sched_claim_plan *plan, const struct egpu_node *node,
-                       struct egpu_pick *whole, char *msg, size_t mlen)
-{
-    struct egpu_error err = {0};
-    struct egpu_pick rest;
-
-    if (!egpu_placer_can_host(p, c, node, &plan->rest, &rest, msg, mlen))
-        return false;
-    if (egpu_sched_cache_claim_pick_locked(x->cache, plan, node, &rest, whole, &err) != 0) {
-        if (msg != NULL)
-            snprintf(msg, mlen, "%s", err.msg);
-        return false;
-    }
-    return true;
-}
-
-/* Would bind refuse claim pod pod on node as ambiguous (cache lock held)?
- * Only a node where a pod waits for its allocated mark is looked at: the
- * pick bind would make there (claim_pick) against the waiting pods'
- * (egpu_sched_cache_is_ambiguous_locked), why (len bytes) saying so. */
-static bool claim_ambiguous(struct egpu_extender *x, struct egpu_placer *p,
-                            const struct egpu_cluster *c, const struct egpu_sched_pod *pod,
-                            const struct egpu_sched_claim_plan *plan, const struct egpu_node *node,
-                            char *why, size_t len)
-{
-    struct egpu_pick whole;
-
-    return egpu_sched_cache_node_waits_locked(x->cache, node->name) &&
-           claim_pick(x, p, c, plan, node, &whole, NULL, 0) &&
-           egpu_sched_cache_is_ambiguous_locked(x->cache, pod, node, &whole, why, len);
-}
-
-/* Judge a pod that uses claims on nodes names[0..n) (cache lock held): a
- * node passes when the plan allows it (the bound claims' node, the
- * WaitForFirstConsumer classes' nodes) and the placer finds room there for
- * the plan's rest (the containers inside ElasticGPUs take no more room),
- * unless bind would refuse it as ambiguous (claim_ambiguous). v[i] and
- * why[i] (why may be NULL) as judge. Returns 0 or -ENOMEM. */
-static int claim_judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_cluster *c,
-                       const struct egpu_sched_pod *pod, const struct egpu_sched_claim_plan *plan,
-                       const char *const *names, size_t n, struct egpu_verdict *v, const char **why,
-                       struct egpu_buf *reasons)
-{
-    static const char failed[] = ""; /* marker: reason text is in reasons */
-    size_t pos = 0;
-    int rc = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        const struct egpu_node *node = egpu_cluster_node(c, names[i]);
-        struct egpu_pick pick;
-        char text[2048];
-        double score = 0;
-
-        v[i] = (struct egpu_verdict){.load = EGPU_LOAD_UNKNOWN};
-        if (why != NULL)
-            why[i] = NULL;
-        if (node == NULL) {
-            if (why != NULL)
-                why[i] = UNKNOWN_NODE;
-            continue;
-        }
-        if (!egpu_sched_cache_claim_node_ok_locked(x->cache, plan, names[i], text, sizeof(text))) {
-            /* text says why */
-        } else if (egpu_placer_score(p, c, node, &plan->rest, &score, &pick) != 0) {
-            if (why != NULL)
-                (void)egpu_placer_can_host(p, c, node, &plan->rest, NULL, text, sizeof(text));
-        } else if (claim_ambiguous(x, p, c, pod, plan, node, text, sizeof(text))) {
-            /* text says why: bind would refuse the node (steer's rule) */
-        } else {
-            v[i] = (struct egpu_verdict){.score = score,
-                                         .ok = true,
-                                         .load = x->cfg.load_aware ? egpu_pick_load(node, &pick)
-                                                                   : EGPU_LOAD_UNKNOWN};
-            continue;
-        }
-        if (why != NULL) {
-            if (rc == 0)
-                rc = egpu_buf_append(reasons, text, strlen(text) + 1);
-            why[i] = failed;
-        }
-    }
-    for (size_t i = 0; rc == 0 && why != NULL && i < n; i++) {
-        if (why[i] == failed) {
-            why[i] = reasons->data + pos;
-            pos += strlen(why[i]) + 1;
-        }
-    }
-    return rc;
 }
 
 /* The index of the node first in the replay's order among the feasible
@@ -735,8 +642,8 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
         p = pod_placer(x, c, &a.pod, &err);
         v = p ? egpu_malloc((a.n ? a.n : 1) * sizeof(*v)) : NULL;
         if (p != NULL && v != NULL) {
-            egpu_sched_cache_claim_plan_locked(x->cache, &a.pod, plan);
-            rc = claim_judge(x, p, c, &a.pod, plan, a.names, a.n, v, why, &reasons);
+            rc = egpu__sched_claims_judge(x->cache, p, c, &a.pod, x->cfg.load_aware, plan, a.names,
+                                          a.n, v, why, &reasons);
             if (rc == 0)
                 by_load = pass_best(v, why, a.names, a.n, x->cfg.seed, x->cfg.load_aware,
                                     node_policy_name(x, &a.pod), better, sizeof(better), &loaded);
@@ -835,8 +742,8 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
         if (plan == NULL) {
             rc = -ENOMEM;
         } else if (p != NULL) {
-            egpu_sched_cache_claim_plan_locked(x->cache, &a.pod, plan);
-            rc = claim_judge(x, p, c, &a.pod, plan, a.names, a.n, v, NULL, NULL);
+            rc = egpu__sched_claims_judge(x->cache, p, c, &a.pod, x->cfg.load_aware, plan, a.names,
+                                          a.n, v, NULL, NULL);
         }
         p = NULL; /* no slots to reuse the list by */
     } else if (p != NULL) {
@@ -929,46 +836,6 @@ static int parse_bind(const char *body, size_t len, struct bind_args *b, char *m
     return 0;
 }
 
-/* A WaitForFirstConsumer claim to annotate with where bind put its pod. */
-struct claim_mark {
-    char claim[EGPU_K8S_NAME_MAX];
-    char *gpus; /* GPU object names, comma-separated (egpu_free) */
-};
-
-/* Place a pod that uses claims on node (cache lock held): the plan must
- * allow the node, the rest must fit there, and the containers inside
- * ElasticGPUs go onto their cards (*pick: the pod's whole pick). For each
- * WaitForFirstConsumer claim marks[i] gets the cards chosen (*nmarks).
- * Returns EGPU_BIND_OK, or the failure with msg written. */
-static enum egpu_bind_result claim_place(struct egpu_extender *x, struct egpu_placer *p,
-                                         struct egpu_cluster *c, const struct egpu_sched_pod *pod,
-                                         struct egpu_node *node, struct egpu_sched_claim_plan *plan,
-                                         struct egpu_pick *pick, struct claim_mark *marks,
-                                         uint32_t *nmarks, char *msg, size_t mlen)
-{
-    egpu_sched_cache_claim_plan_locked(x->cache, pod, plan);
-    if (!egpu_sched_cache_claim_node_ok_locked(x->cache, plan, node->name, msg, mlen) ||
-        !claim_pick(x, p, c, plan, node, pick, msg, mlen))
-        return EGPU_BIND_NO_FIT;
-    for (*nmarks = 0; *nmarks < plan->nwait; (*nmarks)++) {
-        struct claim_mark *m = &marks[*nmarks];
-        struct egpu_buf names;
-
-        egpu_buf_init(&names, 1 << 16);
-        memcpy(m->claim, plan->wait[*nmarks].claim, sizeof(m->claim));
-        if (egpu_sched_cache_gpu_names_locked(x->cache, node, pick, plan->wait[*nmarks].container,
-                                              &names) != 0 ||
-            (m->gpus = egpu_strdup(egpu_buf_str(&names))) == NULL) {
-            egpu_buf_free(&names);
-            snprintf(msg, mlen, "claim %s: the cards chosen on node %s could not be named",
-                     m->claim, node->name);
-            return EGPU_BIND_NO_FIT;
-        }
-        egpu_buf_free(&names);
-    }
-    return EGPU_BIND_OK;
-}
-
 int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
                        struct egpu_buf *reply)
 {
@@ -981,7 +848,7 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
     struct egpu_placer *p;
     struct egpu_pick pick;
     struct egpu_sched_claim_plan *plan = NULL;
-    struct claim_mark marks[EGPU_CONTAINERS_MAX];
+    struct egpu__sched_claim_mark marks[EGPU_CONTAINERS_MAX];
     uint32_t nmarks = 0;
     char msg[2048], *text = NULL;
     enum egpu_bind_result result = EGPU_BIND_OK;
@@ -1039,7 +906,8 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
             snprintf(msg, sizeof(msg), "out of memory");
             result = EGPU_BIND_NO_FIT;
         } else if (plan != NULL) {
-            result = claim_place(x, p, c, pod, node, plan, &pick, marks, &nmarks, msg, sizeof(msg));
+            result = egpu__sched_claims_place(x->cache, p, c, pod, node, plan, &pick, marks,
+                                              &nmarks, msg, sizeof(msg));
         } else if (!egpu_placer_can_host(p, c, node, &pod->req, &pick, msg, sizeof(msg))) {
             result = EGPU_BIND_NO_FIT;
         }

@@ -1,10 +1,11 @@
 /* tests/unit/test_sched_claims.c - pods that use claims in the extender
- * (issue 12): a claimed container placed on its ElasticGPU's card is counted
- * inside the ElasticGPU's reservation, never beside it as well, whatever the
- * order of the informers' events (the ElasticGPU before or after the pod,
- * deleted while the pod runs, a relist, a node rebuilt); one pod at a time
- * is counted inside; a WaitForFirstConsumer claim's pod counts beside until
- * its ElasticGPU appears, then inside. filter passes only the bound claim's
+ * (docs/scheduler.md "Pods that use claims"): a claimed container placed on
+ * its ElasticGPU's card is counted inside the ElasticGPU's reservation,
+ * never beside it as well, whatever the order of the informers' events (the
+ * ElasticGPU before or after the pod, deleted while the pod runs, a relist,
+ * a node rebuilt); one pod at a time is counted inside; a
+ * WaitForFirstConsumer claim's pod counts beside until its ElasticGPU
+ * appears, then inside. filter passes only the bound claim's
  * node, refuses a second pod of a claim, an unapplied ElasticGPU and an
  * Immediate claim not bound yet, and keeps a WaitForFirstConsumer claim's
  * pod on its class's nodes; bind gives the claimed container the

@@ -1,8 +1,9 @@
 /* tests/unit/test_sched_resv.c - ElasticGPU reservations in the extender's
- * cache (issue 12): the capacity an ElasticGPU holds counts as allocated on
- * its cards, in any order of informer events; Failed and deleted ones free
- * it; two that overfill a card leave the second out (never a negative free);
- * malformed ones change nothing; filter sees reserved capacity as taken.
+ * cache (what egpu-controller provisions for claims, docs/claims.md): the
+ * capacity an ElasticGPU holds counts as allocated on its cards, in any order
+ * of informer events; Failed and deleted ones free it; two that overfill a
+ * card leave the second out (never a negative free); malformed ones change
+ * nothing; filter sees reserved capacity as taken.
  * Also egpu_api_egpu_reservation and egpu_cluster_reserve, the shared parts.
  */
 #include <errno.h>
