@@ -243,14 +243,14 @@ static json_t *allocated_of(const char *name)
     return doc;
 }
 
-static struct egpu_prestart_config config(pthread_mutex_t *lock)
+static struct egpu__container_config config(pthread_mutex_t *lock)
 {
-    return (struct egpu_prestart_config){.kube = srv.kc,
-                                         .node = NODE,
-                                         .pod_resources = "/nonexistent/kubelet.sock",
-                                         .podres_list = fake_podres_list,
-                                         .alloc_root = alloc_root,
-                                         .allocated_lock = lock};
+    return (struct egpu__container_config){.kube = srv.kc,
+                                           .node = NODE,
+                                           .pod_resources = "/nonexistent/kubelet.sock",
+                                           .podres_list = fake_podres_list,
+                                           .alloc_root = alloc_root,
+                                           .allocated_lock = lock};
 }
 
 /* The text of <dir>/<name> into buf (len bytes). */
@@ -313,7 +313,7 @@ static bool alloc_root_empty(void)
 static void test_prestart_writes_allocation_dir(void **state)
 {
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    struct egpu_prestart_config cfg = config(&lock);
+    struct egpu__container_config cfg = config(&lock);
     struct egpu_grpc_status st = {0};
     struct egpu__alloc_limits wrote = {0};
     struct holder *h;
@@ -395,7 +395,7 @@ static void test_prestart_writes_allocation_dir(void **state)
  * vcuda.conf (test_context_extra_mib_reaches_vcuda_conf, the burst test). */
 static void test_prestart_core_limit_and_context_extra(void **state)
 {
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu_grpc_status st = {0};
     struct holder *h;
     char dir[256], text[4096], settings[1024], want[1024];
@@ -421,7 +421,7 @@ static void test_prestart_core_limit_and_context_extra(void **state)
  * FAILED_PRECONDITION, the annotation named, nothing written or marked. */
 static void test_prestart_refuses_unassigned(void **state)
 {
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu_grpc_status st = {0};
     struct egpu__alloc_limits wrote = {0};
     struct holder *h;
@@ -448,7 +448,7 @@ static void test_prestart_refuses_unassigned(void **state)
  * *mismatch set, a Warning event on the pod, nothing written. */
 static void test_prestart_refuses_other_card(void **state)
 {
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu_grpc_status st = {0};
     struct egpu_kube_list_opts lo = {.field_selector = "involvedObject.name=wrong"};
     struct holder *h;
@@ -476,7 +476,7 @@ static void test_prestart_refuses_other_card(void **state)
 /* IDs nobody holds: NOT_FOUND; a failing PodResources: UNAVAILABLE. */
 static void test_prestart_owner_unknown_or_kubelet_down(void **state)
 {
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu_grpc_status st = {0};
     struct holder *h;
 
@@ -508,7 +508,7 @@ static void count_entry(void *data, const struct egpu__alloc_limits *l)
 static void test_cleanup_frees_gone_pods_dir(void **state)
 {
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu__record rec;
     struct egpu__cleanup_config cc = {.alloc_root = alloc_root,
                                       .pod_resources = "/nonexistent/kubelet.sock",
