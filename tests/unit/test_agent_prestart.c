@@ -1,6 +1,6 @@
 /* tests/unit/test_agent_prestart.c - PreStartContainer and the cleanup,
- * driven through the agent's library (src/agent/prestart.c, cleanup.c,
- * plugin.c) against the test API server (tests/apiserver/server.py), with
+ * driven through the agent's library (src/agent/prestart.c, container.c,
+ * cleanup.c, plugin.c) against the test API server (tests/apiserver/server.py), with
  * the kubelet's PodResources List answered by this file (the
  * egpu__podres_list_fn of the configs) instead of a kubelet.
  *
