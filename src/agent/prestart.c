@@ -1,26 +1,17 @@
-/* agent/prestart.c - the API-server side of the device plugin's verbs
- * (DESIGN.md 2.3): what GetPreferredAllocation and PreStartContainer add to
- * the shared part of a container's allocation (container.c).
+/* agent/prestart.c - PreStartContainer's API-server side (DESIGN.md 2.3):
+ * what the device plugin adds to the shared part of a container's
+ * allocation (container.c).
  *
- * GetPreferredAllocation: the kubelet only says how many IDs a container
- * wants (its gpu-core) and which are free. The scheduler's choice is on the
- * pod (elasticgpu.io/assigned: per container its cards, core % and memory
- * MiB per card). So the agent lists the pods bound to this node and looks
- * for a container not yet allocated whose core * cards equals the size, and
- * prefers that many IDs on its card(s). The scheduler's ambiguity rule
- * (equal core, other cards or memory, both pending) means at most one
- * placement fits a size at a time; equal placements are interchangeable.
- *
- * PreStartContainer: the kubelet names only device IDs. Their exact owner
- * comes from the kubelet's PodResources List (never guessed), its
- * assignment from the pod. The IDs must lie on the assigned card(s), core
- * per card, else FAILED_PRECONDITION, a Warning event on the pod, and
- * nothing is written. Then container.c writes limits.json and vcuda.conf
- * into the allocation dir and marks the pod elasticgpu.io/allocated.
- * Usually the container is marked already: marker.c marks it right after
- * Allocate, when the kubelet has fixed its IDs, not after the image pull;
- * PreStartContainer marks what the marker could not. Each failure is
- * answered with its gRPC status code (prestart_int.h).
+ * The kubelet names only device IDs. Their exact owner comes from the
+ * kubelet's PodResources List (never guessed), its assignment from the pod.
+ * The IDs must lie on the assigned card(s), core per card, else
+ * FAILED_PRECONDITION, a Warning event on the pod, and nothing is written.
+ * Then container.c writes limits.json and vcuda.conf into the allocation
+ * dir and marks the pod elasticgpu.io/allocated. Usually the container is
+ * marked already: marker.c marks it right after Allocate, when the kubelet
+ * has fixed its IDs, not after the image pull; PreStartContainer marks what
+ * the marker could not. Each failure is answered with its gRPC status code
+ * (prestart_int.h).
  *
  * Units: core in percent of one card, memory in MiB per card.
  */
@@ -34,126 +25,7 @@
 #include "egpu/api.h"
 #include "container_int.h"
 #include "pb_int.h"
-#include "plugin_int.h"
 #include "prestart_int.h"
-
-static bool is_pending_pod(const json_t *pod)
-{
-    if (json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL)
-        return false;
-    return !egpu_api_pod_finished(pod);
-}
-
-/* Pick core IDs per card of c (all of each card when core is 100) from
- * avail and must, must first; out gets size pointers. Returns size, or 0
- * when a card lacks room or a must ID is elsewhere. */
-static size_t pick_on_cards(const struct egpu_assigned *a, const struct egpu_assigned_container *c,
-                            char *const *avail, size_t n, char *const *must, size_t nmust,
-                            size_t size, char **out)
-{
-    size_t got = 0;
-    unsigned slot;
-
-    for (size_t m = 0; m < nmust; m++) {
-        bool on = false;
-
-        for (uint32_t g = 0; g < c->ncards && !on; g++)
-            on = egpu__container_id_on_card(must[m], a->uuids[c->first_card + g], &slot);
-        if (!on)
-            return 0;
-    }
-    for (uint32_t g = 0; g < c->ncards; g++) {
-        const char *uuid = a->uuids[c->first_card + g];
-        char *slots[EGPU_PLUGIN_IDS_PER_CARD] = {NULL};
-        bool taken[EGPU_PLUGIN_IDS_PER_CARD] = {false};
-        unsigned have = 0;
-
-        for (size_t m = 0; m < nmust; m++) {
-            if (egpu__container_id_on_card(must[m], uuid, &slot) && !taken[slot] &&
-                have < c->core_pct) {
-                taken[slot] = true;
-                out[got++] = must[m];
-                have++;
-            }
-        }
-        for (size_t i = 0; i < n; i++)
-            if (egpu__container_id_on_card(avail[i], uuid, &slot) && !taken[slot])
-                slots[slot] = avail[i];
-        for (unsigned s = 0; s < EGPU_PLUGIN_IDS_PER_CARD && have < c->core_pct; s++) {
-            if (slots[s] != NULL && got < size) {
-                out[got++] = slots[s];
-                have++;
-            }
-        }
-        if (have < c->core_pct)
-            return 0;
-    }
-    return got == size ? size : 0;
-}
-
-/* The pods bound to node (new reference to the List), or NULL with err. */
-static json_t *node_pods(struct egpu_kube *kube, const char *node, struct egpu_error *err)
-{
-    char selector[EGPU_K8S_NAME_MAX + 32];
-    struct egpu_kube_list_opts lo = {.field_selector = selector};
-    struct egpu_kube_status st;
-    json_t *list = NULL;
-
-    snprintf(selector, sizeof(selector), "spec.nodeName=%s", node);
-    if (egpu_kube_list(kube, &egpu_kube_pods, NULL, &lo, &list, &st, err) != 0)
-        return NULL;
-    return list;
-}
-
-size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
-                             const struct egpu_gpu_info *cards, size_t ncards, char *const *avail,
-                             size_t n, char *const *must, size_t nmust, size_t size, char **out)
-{
-    struct egpu_error err = {0};
-    struct egpu_assigned *a = egpu_malloc(sizeof(*a));
-    json_t *list = a != NULL ? node_pods(kube, node, &err) : NULL;
-    const json_t *pod;
-    size_t i, got = 0;
-
-    (void)cards;
-    (void)ncards;
-    if (list == NULL) {
-        if (a != NULL)
-            egpu_log(EGPU_LOG_WARN,
-                     "GetPreferredAllocation: pods of node=%s not listed error=\"%s\"", node,
-                     err.msg);
-        egpu_free(a);
-        return 0;
-    }
-    json_array_foreach(json_object_get(list, "items"), i, pod)
-    {
-        if (!is_pending_pod(pod) || egpu__container_assigned(pod, a, &err) != 0)
-            continue;
-        for (uint32_t k = 0; k < a->ncontainers && got == 0; k++) {
-            const struct egpu_assigned_container *c = &a->containers[k];
-
-            if ((size_t)c->core_pct * c->ncards != size ||
-                egpu__container_is_allocated(pod, c->name))
-                continue;
-            got = pick_on_cards(a, c, avail, n, must, nmust, size, out);
-            if (got)
-                egpu_log(
-                    EGPU_LOG_INFO, "preferred pod=%s/%s container=%s size=%zu gpus=%u first=%s",
-                    json_string_value(
-                        json_object_get(json_object_get(pod, "metadata"), "namespace")),
-                    json_string_value(json_object_get(json_object_get(pod, "metadata"), "name")),
-                    c->name, size, c->ncards, a->uuids[c->first_card]);
-        }
-        if (got)
-            break;
-    }
-    json_decref(list);
-    egpu_free(a);
-    return got;
-}
-
-/* ------------------------------------------------------------------------ */
-/* PreStartContainer                                                        */
 
 /* Ask PodResources List (cfg's) who owns ids. Returns 0, -ENOENT (nobody)
  * or the gRPC call's code, with st set. */

@@ -1,8 +1,7 @@
-/* agent/prestart_int.h - the API-server side of the device plugin's verbs
- * (prestart.c), private to src/agent: steering GetPreferredAllocation to the
- * card(s) the scheduler assigned, and PreStartContainer's owner of the
- * kubelet's device IDs and gRPC answers around the shared part of a
- * container's allocation (container_int.h).
+/* agent/prestart_int.h - PreStartContainer's API-server side (prestart.c),
+ * private to src/agent: the owner of the kubelet's device IDs and the gRPC
+ * answers around the shared part of a container's allocation
+ * (container_int.h).
  */
 #ifndef EGPU_AGENT_PRESTART_INT_H
 #define EGPU_AGENT_PRESTART_INT_H
@@ -17,16 +16,6 @@
 #include "record_int.h"
 
 #define EGPU_PRESTART_EVENT_REASON "AllocationMismatch" /* the pod's Warning event */
-
-/* GetPreferredAllocation with the API server: find the pending pod on node
- * whose container was assigned exactly size IDs' worth (core * cards ==
- * size) and is not allocated yet, and pick size IDs of avail (n) on its
- * card(s), must (nmust) first, into out (room for size; borrowed pointers
- * into avail/must). Returns how many it picked: size, or 0 when no pod
- * matches or its cards lack room (the caller then chooses by itself). */
-size_t egpu__prestart_prefer(struct egpu_kube *kube, const char *node,
-                             const struct egpu_gpu_info *cards, size_t ncards, char *const *avail,
-                             size_t n, char *const *must, size_t nmust, size_t size, char **out);
 
 /* PreStartContainer with the API server: find the pod and container owning
  * ids (n) through PodResources List (cfg->podres_list on
