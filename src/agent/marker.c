@@ -10,7 +10,10 @@
  * minutes. So after each Allocate that succeeded, the IDs are queued here
  * and a thread of its own (Allocate's latency does not grow) asks
  * PodResources List who holds them and marks that container allocated as
- * PreStartContainer would (egpu__prestart_mark). PreStartContainer still
+ * PreStartContainer would (mark_owner: container.c's checks and mark).
+ * Nothing a tenant writes is believed: the owner comes from the kubelet,
+ * the assignment from the annotation only the scheduler may write.
+ * PreStartContainer still
  * marks it when this did not (its path is the fallback), and leaves the
  * annotation alone when it is there already.
  *
@@ -27,7 +30,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "egpu/log.h"
+#include "container_int.h"
 #include "marker_int.h"
 #include "pb_int.h"
 
@@ -44,7 +50,7 @@ struct job {
 };
 
 struct egpu__marker {
-    struct egpu_prestart_config cfg; /* borrowed strings: the plugin's */
+    struct egpu__container_config cfg; /* borrowed strings: the plugin's */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     pthread_t thread;
@@ -72,6 +78,57 @@ static void job_free(struct job *j)
     egpu_free(j);
 }
 
+/* When a container of r (a PodResources List answer) holds every one of
+ * ids (n), read its pod's assignment and, when PreStartContainer would
+ * accept the IDs (on the assigned card(s), core per card, a usable
+ * gpu-core-limit), add the container to elasticgpu.io/allocated as
+ * PreStartContainer does. Returns 1 (marked, or marked already), 0 (no
+ * container of r holds the IDs yet) or a negative code with err (not
+ * marked: PreStartContainer decides). */
+static int mark_owner(const struct egpu__container_config *cfg,
+                      const V1__ListPodResourcesResponse *r, char *const *ids, size_t n,
+                      struct egpu_error *err)
+{
+    struct egpu_error cerr = {0};
+    struct egpu_kube_status ks;
+    struct egpu_assigned *a;
+    const struct egpu_assigned_container *c = NULL;
+    struct egpu__container_ref o;
+    json_t *pod = NULL;
+    unsigned core_limit;
+    bool wrote = false;
+    int rc;
+
+    if (!egpu__container_owner(r, ids, n, &o))
+        return 0;
+    a = egpu_malloc(sizeof(*a));
+    if (a == NULL)
+        return egpu_error_set(err, -ENOMEM, "out of memory");
+    rc = egpu_kube_get(cfg->kube, &egpu_kube_pods, o.ns, o.pod, &pod, &ks, err);
+    if (rc == 0 && egpu__container_assigned(pod, a, err) != 0)
+        rc =
+            egpu_error_set(err, -ENOENT, "pod %s/%s has no usable " EGPU_ANN_ASSIGNED, o.ns, o.pod);
+    if (rc == 0 && (c = egpu__container_find(a, o.container)) == NULL)
+        rc = egpu_error_set(err, -ENOENT, "pod %s/%s: " EGPU_ANN_ASSIGNED " has no container %s",
+                            o.ns, o.pod, o.container);
+    /* What PreStartContainer would refuse is not marked: it refuses it then
+     * (with its event), and allocated keeps meaning "limits accepted". */
+    if (rc == 0 && (egpu__container_check_ids(&o, a, c, ids, n, &cerr) != 0 ||
+                    (c->core_pct < 100 &&
+                     egpu__container_core_limit(pod, &o, c->core_pct, &core_limit, &cerr))))
+        rc = egpu_error_set(err, -EINVAL, "PreStartContainer: %s", cerr.msg);
+    if (rc == 0)
+        rc = egpu__container_mark(cfg, &o, a, c, &wrote, err);
+    if (rc == 0)
+        egpu_log(EGPU_LOG_INFO,
+                 "marked allocated after Allocate pod=%s/%s container=%s core=%u gpus=%u "
+                 "patched=%s",
+                 o.ns, o.pod, o.container, c->core_pct, c->ncards, wrote ? "true" : "false");
+    json_decref(pod);
+    egpu_free(a);
+    return rc == 0 ? 1 : rc;
+}
+
 /* Try the jobs of list that are due at now with one List; the others, and
  * the due ones to try again, are put back. Called without the lock. */
 static void run_due(struct egpu__marker *m, struct job *list, int64_t now)
@@ -97,7 +154,7 @@ static void run_due(struct egpu__marker *m, struct job *list, int64_t now)
         }
         if (lrc == 0) {
             err = (struct egpu_error){0};
-            rc = egpu__prestart_mark(&m->cfg, r, j->ids, j->n, &err);
+            rc = mark_owner(&m->cfg, r, j->ids, j->n, &err);
         }
         if (rc == 1) {
             marked++;
@@ -176,7 +233,7 @@ static void *marker_main(void *arg)
     return NULL;
 }
 
-int egpu__marker_new(const struct egpu_prestart_config *cfg, struct egpu__marker **out)
+int egpu__marker_new(const struct egpu__container_config *cfg, struct egpu__marker **out)
 {
     struct egpu__marker *m = egpu_calloc(1, sizeof(*m));
     pthread_condattr_t ca;

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "prestart_int.h"
+#include "container_int.h"
 
 struct egpu__marker;
 
@@ -20,7 +20,7 @@ struct egpu__marker_stats {
 
 /* Start the marker's thread; cfg is copied (its strings and lock are
  * borrowed and must outlive the marker). Returns 0, -ENOMEM or -EAGAIN. */
-int egpu__marker_new(const struct egpu_prestart_config *cfg,
+int egpu__marker_new(const struct egpu__container_config *cfg,
                      struct egpu__marker **out) EGPU_MUST_CHECK;
 
 /* Stop the thread (a List in flight ends first) and free. NULL is a no-op. */

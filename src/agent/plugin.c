@@ -10,8 +10,9 @@
  *   - GetPreferredAllocation (preferred.c);
  *   - Allocate (allocate.c);
  *   - PreStartContainer (its handler here): checks the IDs; with an API
- *     server prestart.c then finds the owner, checks the cards and writes
- *     limits.json (and marks the container allocated when marker.c did not).
+ *     server prestart.c then finds the owner and container.c checks the
+ *     cards and writes limits.json (and marks the container allocated when
+ *     marker.c did not).
  * A kubelet restart wipes the socket dir: main.c sees it (inotify) and calls
  * egpu__plugin_serve and egpu__plugin_register again.
  *
@@ -134,15 +135,15 @@ static int on_options(void *data, const struct egpu_grpc_request *req, struct eg
 
 /* What PreStartContainer and the allocation marker need of the plugin (borrowed: p outlives
  * both). */
-static struct egpu_prestart_config prestart_config(struct egpu_plugin *p)
+static struct egpu__container_config container_config(struct egpu_plugin *p)
 {
-    return (struct egpu_prestart_config){.kube = p->kube,
-                                         .node = p->node,
-                                         .pod_resources = p->pod_resources,
-                                         .podres_list = p->podres_list,
-                                         .alloc_root = p->alloc_root,
-                                         .ctx_extra_mib = p->ctx_extra_mib,
-                                         .allocated_lock = &p->allocated_lock};
+    return (struct egpu__container_config){.kube = p->kube,
+                                           .node = p->node,
+                                           .pod_resources = p->pod_resources,
+                                           .podres_list = p->podres_list,
+                                           .alloc_root = p->alloc_root,
+                                           .ctx_extra_mib = p->ctx_extra_mib,
+                                           .allocated_lock = &p->allocated_lock};
 }
 
 static int on_prestart(void *data, const struct egpu_grpc_request *req, struct egpu_buf *reply,
@@ -177,7 +178,7 @@ static int on_prestart(void *data, const struct egpu_grpc_request *req, struct e
     }
     rc = egpu__plugin_count_ids(cards, ncards, r->devices_ids, r->n_devices_ids, count, st);
     if (rc == 0 && p->kube != NULL) {
-        struct egpu_prestart_config pc = prestart_config(p);
+        struct egpu__container_config pc = container_config(p);
 
         rc = egpu__prestart_run(&pc, cards, ncards, r->devices_ids, r->n_devices_ids, &mismatch,
                                 &marked, wrote, st);
@@ -258,7 +259,7 @@ int egpu__plugin_new(const struct egpu_plugin_config *cfg, struct egpu_plugin **
     if (!rc)
         egpu__record_load(&p->rec, p->alloc_root);
     if (!rc && p->kube != NULL) {
-        struct egpu_prestart_config pc = prestart_config(p);
+        struct egpu__container_config pc = container_config(p);
 
         rc = egpu__marker_new(&pc, &p->marker);
         if (rc)

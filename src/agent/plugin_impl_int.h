@@ -8,12 +8,15 @@
  *   preferred.c  GetPreferredAllocation
  *   allocate.c   Allocate
  *
+ * PreStartContainer's API-server side is prestart.c (prestart_int.h).
  * What they use and a DRA kubelet plugin would share has headers of its
- * own: allocdir_int.h (the allocation dirs), record_int.h (the record of
- * what PreStartContainer wrote), podresources_int.h (PodResources List),
- * cleanup_int.h (removing the dirs no container holds), marker_int.h (the
- * mark after Allocate), pb_int.h (the protobuf-c glue). What main.c,
- * metrics.c, health.c and prestart.c see of the plugin is plugin_int.h.
+ * own: container_int.h (one container's allocation: owner, assignment and
+ * checks, its files, the allocated mark), allocdir_int.h (the allocation
+ * dirs), record_int.h (the record of what was written there),
+ * podresources_int.h (PodResources List), cleanup_int.h (removing the dirs
+ * no container holds), marker_int.h (the mark after Allocate), pb_int.h
+ * (the protobuf-c glue). What main.c, metrics.c and health.c see of the
+ * plugin is plugin_int.h.
  */
 #ifndef EGPU_AGENT_PLUGIN_IMPL_INT_H
 #define EGPU_AGENT_PLUGIN_IMPL_INT_H

@@ -91,10 +91,11 @@ CONTROLLER_NEEDS = {
 #     found already there (409), merge PATCH of spec and labels, DELETE of a
 #     card that is gone; sync_status and egpu_inventory_report_used: merge
 #     PATCH of status (gpus/status: health, capacity, used)
-#   prestart.c node_pods: LIST of pods (field selector spec.nodeName);
-#     egpu__prestart_run: GET of the pod owning the IDs; patch_allocated:
-#     merge PATCH of its elasticgpu.io/allocated annotation;
+#   preferred.c node_pods: LIST of pods (field selector spec.nodeName);
+#   prestart.c egpu__prestart_run: GET of the pod owning the IDs;
 #     post_mismatch_event -> src/kube/event.c: POST of core/v1 events
+#   container.c egpu__container_mark: GET of the pod, merge PATCH of its
+#     elasticgpu.io/allocated annotation
 # No informer, so no watch; no Lease (one agent per node, no election).
 AGENT_NEEDS = {
     (GROUP, "gpus", "list"), (GROUP, "gpus", "get"), (GROUP, "gpus", "create"),

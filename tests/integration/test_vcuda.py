@@ -890,7 +890,7 @@ def test_hidden_configuration_ignores_the_environment(world, tmp_path):
 
 
 def agent_conf(memory_mib, core=100, gpus=UUID0):
-    """vcuda.conf exactly as egpu-agent writes it (src/agent/prestart.c)."""
+    """vcuda.conf exactly as egpu-agent writes it (src/agent/container.c)."""
     return ("# Written by egpu-agent for pod default/p container c; read by libegpu-vcuda.so.\n"
             f"EGPU_VCUDA_GPUS={gpus}\nEGPU_VCUDA_MEMORY_MIB={memory_mib}\n"
             f"EGPU_VCUDA_CORE={core}\nEGPU_VCUDA_CORE_LIMIT={core}\n")

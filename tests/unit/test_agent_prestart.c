@@ -1,6 +1,6 @@
 /* tests/unit/test_agent_prestart.c - PreStartContainer and the cleanup,
- * driven through the agent's library (src/agent/prestart.c, cleanup.c,
- * plugin.c) against the test API server (tests/apiserver/server.py), with
+ * driven through the agent's library (src/agent/prestart.c, container.c,
+ * cleanup.c, plugin.c) against the test API server (tests/apiserver/server.py), with
  * the kubelet's PodResources List answered by this file (the
  * egpu__podres_list_fn of the configs) instead of a kubelet.
  *
@@ -13,7 +13,9 @@
  * IDs no container holds NOT_FOUND, a PodResources failure UNAVAILABLE; none
  * of them writes a dir. The cleanup removes the dir of a pod that is gone
  * (and its record entry), keeps a held one and one within the grace, and
- * removes nothing when List fails. Through the plugin object and its gRPC
+ * removes nothing when List fails. The mark after Allocate (marker.c) marks
+ * a container whose IDs fit its assignment without PreStartContainer, and
+ * not one given another card. Through the plugin object and its gRPC
  * socket: PreStartContainer records what it wrote, the cleanup drops it.
  * No memory is left allocated by any test.
  */
@@ -23,15 +25,18 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test_kube_server.h"
 #include "allocdir_int.h"
 #include "allocfs_int.h"
 #include "cleanup_int.h"
+#include "container_int.h"
 #include "deviceplugin/v1beta1/api.pb-c.h"
 #include "egpu/agent.h"
 #include "egpu/log.h"
+#include "marker_int.h"
 #include "pb_int.h"
 #include "plugin_int.h"
 #include "prestart_int.h"
@@ -243,14 +248,14 @@ static json_t *allocated_of(const char *name)
     return doc;
 }
 
-static struct egpu_prestart_config config(pthread_mutex_t *lock)
+static struct egpu__container_config config(pthread_mutex_t *lock)
 {
-    return (struct egpu_prestart_config){.kube = srv.kc,
-                                         .node = NODE,
-                                         .pod_resources = "/nonexistent/kubelet.sock",
-                                         .podres_list = fake_podres_list,
-                                         .alloc_root = alloc_root,
-                                         .allocated_lock = lock};
+    return (struct egpu__container_config){.kube = srv.kc,
+                                           .node = NODE,
+                                           .pod_resources = "/nonexistent/kubelet.sock",
+                                           .podres_list = fake_podres_list,
+                                           .alloc_root = alloc_root,
+                                           .allocated_lock = lock};
 }
 
 /* The text of <dir>/<name> into buf (len bytes). */
@@ -313,7 +318,7 @@ static bool alloc_root_empty(void)
 static void test_prestart_writes_allocation_dir(void **state)
 {
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    struct egpu_prestart_config cfg = config(&lock);
+    struct egpu__container_config cfg = config(&lock);
     struct egpu_grpc_status st = {0};
     struct egpu__alloc_limits wrote = {0};
     struct holder *h;
@@ -395,7 +400,7 @@ static void test_prestart_writes_allocation_dir(void **state)
  * vcuda.conf (test_context_extra_mib_reaches_vcuda_conf, the burst test). */
 static void test_prestart_core_limit_and_context_extra(void **state)
 {
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu_grpc_status st = {0};
     struct holder *h;
     char dir[256], text[4096], settings[1024], want[1024];
@@ -421,7 +426,7 @@ static void test_prestart_core_limit_and_context_extra(void **state)
  * FAILED_PRECONDITION, the annotation named, nothing written or marked. */
 static void test_prestart_refuses_unassigned(void **state)
 {
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu_grpc_status st = {0};
     struct egpu__alloc_limits wrote = {0};
     struct holder *h;
@@ -448,7 +453,7 @@ static void test_prestart_refuses_unassigned(void **state)
  * *mismatch set, a Warning event on the pod, nothing written. */
 static void test_prestart_refuses_other_card(void **state)
 {
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu_grpc_status st = {0};
     struct egpu_kube_list_opts lo = {.field_selector = "involvedObject.name=wrong"};
     struct holder *h;
@@ -476,7 +481,7 @@ static void test_prestart_refuses_other_card(void **state)
 /* IDs nobody holds: NOT_FOUND; a failing PodResources: UNAVAILABLE. */
 static void test_prestart_owner_unknown_or_kubelet_down(void **state)
 {
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu_grpc_status st = {0};
     struct holder *h;
 
@@ -495,6 +500,50 @@ static void test_prestart_owner_unknown_or_kubelet_down(void **state)
     assert_true(alloc_root_empty());
 }
 
+/* The mark right after Allocate (marker.c), with no PreStartContainer: the
+ * container whose IDs lie on its assigned card is marked allocated, the one
+ * given another card is not (left to PreStartContainer, which refuses it),
+ * and the marker writes no file. */
+static void test_marker_marks_without_prestart(void **state)
+{
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    struct egpu__container_config cfg = config(&lock);
+    struct egpu__marker_stats ms = {0};
+    struct egpu__marker *m = NULL;
+    struct holder *early, *astray;
+    json_t *doc, *expect;
+
+    (void)state;
+    make_pod("early", "main", 30, 4096, 1, true, NULL);
+    make_pod("astray", "main", 40, 2048, 0, true, NULL);
+    early = hold("early", "main", 1, 0, 30);
+    astray = hold("astray", "main", 1, 30, 40); /* the kubelet gave the other card */
+    assert_int_equal(egpu__marker_new(&cfg, &m), 0);
+    egpu__marker_add(m, early->ids, early->n);
+    egpu__marker_add(m, astray->ids, astray->n);
+    for (int i = 0; i < 300 && ms.marked + ms.failed < 2; i++) {
+        struct timespec ts = {.tv_nsec = 10 * 1000 * 1000};
+
+        nanosleep(&ts, NULL);
+        egpu__marker_stats(m, &ms);
+    }
+    egpu__marker_free(m);
+    assert_int_equal(ms.marked, 1);
+    assert_int_equal(ms.failed, 1);
+    assert_int_equal(ms.gave_up, 0);
+    assert_int_equal(ms.dropped, 0);
+
+    doc = allocated_of("early");
+    expect = json_pack("{s:{s:{s:[s],s:i,s:i}}}", "containers", "main", "gpus", cards[1].uuid,
+                       "core", 30, "memory", 4096);
+    assert_true(json_equal(doc, expect));
+    json_decref(doc);
+    json_decref(expect);
+    doc = allocated_of("astray");
+    assert_null(doc);
+    assert_true(alloc_root_empty());
+}
+
 /* Count the record's entries. */
 static void count_entry(void *data, const struct egpu__alloc_limits *l)
 {
@@ -508,7 +557,7 @@ static void count_entry(void *data, const struct egpu__alloc_limits *l)
 static void test_cleanup_frees_gone_pods_dir(void **state)
 {
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    struct egpu_prestart_config cfg = config(NULL);
+    struct egpu__container_config cfg = config(NULL);
     struct egpu__record rec;
     struct egpu__cleanup_config cc = {.alloc_root = alloc_root,
                                       .pod_resources = "/nonexistent/kubelet.sock",
@@ -664,6 +713,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_prestart_refuses_other_card, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prestart_owner_unknown_or_kubelet_down, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_marker_marks_without_prestart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cleanup_frees_gone_pods_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plugin_prestart_and_cleanup, setup, teardown),
     };
