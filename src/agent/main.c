@@ -331,11 +331,8 @@ static int start(void *data, struct egpu_error *err)
                                      .strategy = a->o.strategy,
                                      .ctx_extra_mib = a->o.ctx_extra_mib};
     rc = egpu__plugin_new(&pc, &a->plugin, err);
-    if (!rc) {
-        a->reg = egpu_metrics_new();
-        if (a->reg == NULL)
-            rc = egpu_error_set(err, -ENOMEM, "metrics: out of memory");
-    }
+    if (!rc)
+        rc = egpu_service_metrics_new(NULL, 0, &a->reg, err);
     if (!rc)
         rc = egpu__agent_metrics_register(&a->met, a->reg, err);
     sc.reg = a->reg;

@@ -19,68 +19,48 @@ int egpu__agent_metrics_register(struct egpu__agent_metrics *m, struct egpu_metr
     static const char *const gpu_label[] = {"gpu"};
     static const char *const ctr_labels[] = {"namespace", "pod", "container"};
     static const char *const at_label[] = {"at"};
-    int rc;
+    const struct egpu_service_metric t[] = {
+        {EGPU_SERVICE_GAUGE, "egpu_agent_registered",
+         "1 while the device plugin is registered with the kubelet.", 0, NULL, 0, NULL,
+         &m->m_registered},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_gpus", "GPUs the backend lists.", 0, NULL, 0, NULL,
+         &m->m_cards},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_gpus_healthy", "Healthy GPUs.", 0, NULL, 0, NULL,
+         &m->m_healthy},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_allocations_total",
+         "Containers the device plugin allocated.", 0, NULL, 0, NULL, &m->m_allocs},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_allocation_errors_total", "Allocate calls refused.", 0,
+         NULL, 0, NULL, &m->m_alloc_errors},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_prestarts_total", "PreStartContainer calls answered OK.",
+         0, NULL, 0, NULL, &m->m_prestarts},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_registrations_total",
+         "Successful registrations with the kubelet.", 0, NULL, 0, NULL, &m->m_registrations},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_allocation_mismatches_total",
+         "PreStartContainer calls refused: device IDs on other GPUs than the scheduler assigned.",
+         0, NULL, 0, NULL, &m->m_mismatches},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_allocated_marks_total",
+         "Containers marked elasticgpu.io/allocated, by when: right after Allocate (PodResources "
+         "showed the owner) or at PreStartContainer (the fallback).",
+         1, at_label, 0, NULL, &m->m_marks},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_gpu_allocated_core_percent",
+         "Core percent of the GPU given to live allocations (as PreStartContainer wrote).", 1,
+         gpu_label, 0, NULL, &m->m_gpu_core},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_gpu_allocated_memory_mib",
+         "Memory MiB of the GPU given to live allocations (as PreStartContainer wrote).", 1,
+         gpu_label, 0, NULL, &m->m_gpu_mem},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_gpu_used_memory_mib",
+         "Memory MiB in use on the GPU, as NVML reports it (0 for fake cards).", 1, gpu_label, 0,
+         NULL, &m->m_gpu_used},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_container_limit_core_percent",
+         "A container's core limit, percent per GPU (0 once it is gone).", 3, ctr_labels, 0, NULL,
+         &m->m_ctr_core},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_container_limit_memory_mib",
+         "A container's memory limit, MiB per GPU (0 once it is gone).", 3, ctr_labels, 0, NULL,
+         &m->m_ctr_mem},
+    };
 
     *m = (struct egpu__agent_metrics){.reg = reg};
-    rc = egpu_metric_gauge(m->reg, "egpu_agent_registered",
-                           "1 while the device plugin is registered with the kubelet.", 0, NULL,
-                           &m->m_registered);
-    if (!rc)
-        rc = egpu_metric_gauge(m->reg, "egpu_agent_gpus", "GPUs the backend lists.", 0, NULL,
-                               &m->m_cards);
-    if (!rc)
-        rc = egpu_metric_gauge(m->reg, "egpu_agent_gpus_healthy", "Healthy GPUs.", 0, NULL,
-                               &m->m_healthy);
-    if (!rc)
-        rc = egpu_metric_counter(m->reg, "egpu_agent_allocations_total",
-                                 "Containers the device plugin allocated.", 0, NULL, &m->m_allocs);
-    if (!rc)
-        rc = egpu_metric_counter(m->reg, "egpu_agent_allocation_errors_total",
-                                 "Allocate calls refused.", 0, NULL, &m->m_alloc_errors);
-    if (!rc)
-        rc = egpu_metric_counter(m->reg, "egpu_agent_prestarts_total",
-                                 "PreStartContainer calls answered OK.", 0, NULL, &m->m_prestarts);
-    if (!rc)
-        rc = egpu_metric_counter(m->reg, "egpu_agent_registrations_total",
-                                 "Successful registrations with the kubelet.", 0, NULL,
-                                 &m->m_registrations);
-    if (!rc)
-        rc = egpu_metric_counter(m->reg, "egpu_agent_allocation_mismatches_total",
-                                 "PreStartContainer calls refused: device IDs on other GPUs than "
-                                 "the scheduler assigned.",
-                                 0, NULL, &m->m_mismatches);
-    if (!rc)
-        rc = egpu_metric_counter(m->reg, "egpu_agent_allocated_marks_total",
-                                 "Containers marked elasticgpu.io/allocated, by when: right after "
-                                 "Allocate (PodResources showed the owner) or at "
-                                 "PreStartContainer (the fallback).",
-                                 1, at_label, &m->m_marks);
-    if (!rc)
-        rc = egpu_metric_gauge(
-            m->reg, "egpu_agent_gpu_allocated_core_percent",
-            "Core percent of the GPU given to live allocations (as PreStartContainer wrote).", 1,
-            gpu_label, &m->m_gpu_core);
-    if (!rc)
-        rc = egpu_metric_gauge(
-            m->reg, "egpu_agent_gpu_allocated_memory_mib",
-            "Memory MiB of the GPU given to live allocations (as PreStartContainer wrote).", 1,
-            gpu_label, &m->m_gpu_mem);
-    if (!rc)
-        rc = egpu_metric_gauge(m->reg, "egpu_agent_gpu_used_memory_mib",
-                               "Memory MiB in use on the GPU, as NVML reports it (0 for fake "
-                               "cards).",
-                               1, gpu_label, &m->m_gpu_used);
-    if (!rc)
-        rc = egpu_metric_gauge(m->reg, "egpu_agent_container_limit_core_percent",
-                               "A container's core limit, percent per GPU (0 once it is gone).", 3,
-                               ctr_labels, &m->m_ctr_core);
-    if (!rc)
-        rc = egpu_metric_gauge(m->reg, "egpu_agent_container_limit_memory_mib",
-                               "A container's memory limit, MiB per GPU (0 once it is gone).", 3,
-                               ctr_labels, &m->m_ctr_mem);
-    if (rc)
-        return egpu_error_set(err, rc, "metrics: %s", egpu_strerror(rc));
-    return 0;
+    return egpu_service_metrics_add(reg, t, sizeof(t) / sizeof(t[0]), err);
 }
 
 /* Set the container gauges of key (adding it to the known ones). */

@@ -30,8 +30,8 @@ struct egpu__agent_metrics {
 };
 
 /* Register the agent's series (egpu_agent_*) in reg (borrowed: it must
- * outlive m) and fill *m. Returns 0, or what egpu_metric_gauge or
- * egpu_metric_counter returns, with err "metrics: <reason>". */
+ * outlive m) and fill *m, by egpu_service_metrics_add. Returns 0, or its
+ * error ("metrics: <reason>": -EINVAL, -EEXIST, EGPU_ELIMIT, -ENOMEM). */
 int egpu__agent_metrics_register(struct egpu__agent_metrics *m, struct egpu_metrics *reg,
                                  struct egpu_error *err) EGPU_MUST_CHECK;
 
