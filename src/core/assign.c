@@ -123,7 +123,8 @@ int egpu_cluster_assign(struct egpu_cluster *c, const char *pod, struct egpu_nod
 
     if (egpu_map_get(c->by_pod, pod) != NULL)
         return egpu_error_set(err, EGPU_EALLOCATED, "pod %s already holds an allocation", pod);
-    if (egpu_cluster_node(c, node->name) != node)
+    /* In c exactly when it stands at its slot (cluster.c keeps node->slot). */
+    if (node->slot >= c->nnodes || c->nodes[node->slot] != node)
         return egpu_error_set(err, -EINVAL, "pod %s: node %s is not in the cluster", pod,
                               node->name);
     if (pick->nshares > EGPU_PICK_SHARES_MAX || !egpu__pick_fits(node, r, pick, why, sizeof(why)))

@@ -259,6 +259,32 @@ static struct egpu_pod_request with_container(struct egpu_pod_request r, int64_t
     return r;
 }
 
+/* A node of another cluster, even one of the same name and slot, is
+ * refused: the pod is not assigned and neither cluster changes. */
+static void test_assign_refuses_node_of_another_cluster(void **state)
+{
+    struct egpu_cluster *c = egpu_cluster_new(), *other = egpu_cluster_new();
+    struct egpu_node *mine, *theirs;
+    struct egpu_pod_request r = tu_request(1000, 2048, 30, 4096);
+    struct egpu_pick p;
+    struct egpu_error err = {0};
+
+    (void)state;
+    mine = tu_add_node(c, "n", 32000, 65536, 2, "A", CARD_MIB);
+    theirs = tu_add_node(other, "n", 32000, 65536, 2, "A", CARD_MIB);
+    assert_int_equal(mine->slot, theirs->slot);
+    p = pick_on(theirs, &r, (const uint16_t[]){0});
+    assign_refused(c, "ns/p", theirs, &r, &p, -EINVAL);
+    assert_int_equal(egpu_cluster_assign(c, "ns/p", theirs, &r, &p, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "is not in the cluster"));
+    assert_null(egpu_cluster_assignment(other, "ns/p"));
+    check_all_free(other);
+    assign_ok(c, "ns/p", mine, &r, (const uint16_t[]){0});
+    check_consistent(c);
+    egpu_cluster_free(c);
+    egpu_cluster_free(other);
+}
+
 /* Cards given out of index order come back sorted, with derived UUIDs,
  * copied labels and updated cluster totals. */
 static void test_add_node_with_gpus(void **state)
@@ -1455,6 +1481,7 @@ int main(void)
         cmocka_unit_test(test_add_node_error_keeps_model_table),
         cmocka_unit_test(test_model_ids_and_mask),
         cmocka_unit_test(test_assign_release_totals_exact),
+        cmocka_unit_test(test_assign_refuses_node_of_another_cluster),
         cmocka_unit_test(test_card_full_refuses_more),
         cmocka_unit_test(test_whole_card_exclusive),
         cmocka_unit_test(test_pick_mismatch_rejected),
