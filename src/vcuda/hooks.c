@@ -222,6 +222,12 @@ static void config_init(void)
     atomic_store_explicit(&config_done, true, memory_order_release);
 }
 
+CUresult egpu__vcuda_ctx_changed(CUresult r)
+{
+    egpu__vcuda_throttle_ctx_changed();
+    return r;
+}
+
 bool egpu__vcuda_config_ready(void)
 {
     if (!atomic_load_explicit(&config_done, memory_order_acquire)) {

@@ -132,7 +132,7 @@ void egpu__vcuda_memory_atfork_child(void);
  * EGPU_VCUDA_CARD_CLOSED. */
 int egpu__vcuda_device_card(CUdevice dev);
 
-/* The calling thread's current context may have changed (launch.c): the
+/* The calling thread's current context may have changed: the
  * compute limit asks the driver for it again at the thread's next launch.
  * Called after every hooked call that can change it, with what that call
  * returned, whatever it was; returns r. One thread-local store. */

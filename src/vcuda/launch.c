@@ -41,8 +41,8 @@
  * here too, for the launch path alone: the compute limit keys a launch by
  * its context, and asks the driver for it (cuCtxGetCurrent, a driver call)
  * only at a thread's first launch and after such a call
- * (egpu__vcuda_ctx_changed; memory.c's cuCtxCreate and cuCtxDestroy
- * wrappers call it as well). Each makes the real call, then says so: one
+ * (egpu__vcuda_ctx_changed, hooks.c's; memory.c's cuCtxCreate and
+ * cuCtxDestroy wrappers call it as well). Each makes the real call, then says so: one
  * thread-local store.
  */
 #include <stdint.h>
@@ -505,12 +505,6 @@ EGPU_VCUDA_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARA
     if (LIKELY(!THROTTLING() && real != NULL))
         return real(list, num_devices, flags);
     return multi_slow(list, num_devices, flags);
-}
-
-CUresult egpu__vcuda_ctx_changed(CUresult r)
-{
-    egpu__vcuda_throttle_ctx_changed();
-    return r;
 }
 
 EGPU_VCUDA_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
