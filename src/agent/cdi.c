@@ -32,7 +32,6 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,7 +229,7 @@ static bool is_abs_path(const char *p)
     return p != NULL && p[0] == '/' && strlen(p) < PATH_MAX - 32;
 }
 
-/* Check device i of c (is_shared: it shares its card). */
+/* Check device i of c, and that no device before it has its name. */
 static int check_device(const struct egpu__cdi_claim *c, size_t i, struct egpu_error *err)
 {
     const struct egpu__cdi_device *d = &c->devices[i];
@@ -347,7 +346,10 @@ int egpu__cdi_spec_build(const struct egpu__cdi_claim *c, json_t **out, struct e
     }
     for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++)
         add(nodes, device_node(ctl[i]), &oom);
-    if (edits == NULL || json_object_set_new(edits, "deviceNodes", nodes) != 0)
+    if (edits == NULL) {
+        json_decref(nodes);
+        oom = true;
+    } else if (json_object_set_new(edits, "deviceNodes", nodes) != 0)
         oom = true;
     if (shared && edits != NULL) {
         json_t *mounts = json_array();
@@ -632,7 +634,7 @@ int egpu__cdi_spec_check(const json_t *spec, struct egpu_error *err)
         snprintf(at, sizeof(at), "devices[%zu]", i);
         rc = check_keys(d, at, dkeys, "name, annotations, containerEdits", err);
         if (rc == 0)
-            rc = check_label("device name", name, SIZE_MAX, false, err);
+            rc = check_label("device name", name, EGPU_CDI_ID_MAX, false, err);
         for (size_t k = 0; rc == 0 && k < i; k++)
             if (strcmp(json_string_value(json_object_get(json_array_get(devices, k), "name")),
                        name) == 0)
