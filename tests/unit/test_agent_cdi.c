@@ -22,9 +22,9 @@
  * check. The file: written atomically (a new inode, mode 0644, nothing
  * left beside it), replaced, a link or directory at its name and a linked
  * or foreign-writable CDI dir refused (the link's target untouched),
- * removed idempotently. Bad input (claim UID, device, driver, limits) is
- * refused with a message naming the field and what is allowed, and writes
- * nothing.
+ * removed idempotently; no fd is left open. Bad input (claim UID, device,
+ * driver, limits) is refused with a message naming the field and what is
+ * allowed, and writes nothing.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -56,6 +56,21 @@ static char root[64];
 static char cdi_dir[128];
 static long live_at_start;
 static char share_dir[PATH_MAX];
+static int fds_at_start;
+
+/* Open fds of this process. */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+
+    if (d == NULL)
+        return -1;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
 
 static int setup(void **state)
 {
@@ -70,6 +85,7 @@ static int setup(void **state)
     if (egpu__allocdir_path(ALLOC_ROOT, ids, 2, share_dir, sizeof(share_dir)) != 0)
         return -1;
     live_at_start = egpu_alloc_live();
+    fds_at_start = open_fds();
     return 0;
 }
 
@@ -77,6 +93,7 @@ static int teardown(void **state)
 {
     (void)state;
     assert_int_equal(egpu_alloc_live(), live_at_start);
+    assert_int_equal(open_fds(), fds_at_start); /* no fd left open, on success or failure */
     return egpu__fs_remove_tree(AT_FDCWD, root, 0) == 0 ? 0 : -1;
 }
 
