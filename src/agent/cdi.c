@@ -466,7 +466,9 @@ static int check_node(const json_t *n, const char *where, struct egpu_error *err
 {
     static const char *const keys[] = {"path",     "hostPath",    "type", "major", "minor",
                                        "fileMode", "permissions", "uid",  "gid",   NULL};
+    static const char *const numbers[] = {"major", "minor", "fileMode", "uid", "gid"};
     const char *perm = json_string_value(json_object_get(n, "permissions"));
+    const json_t *type = json_object_get(n, "type");
     int rc = check_keys(n, where, keys,
                         "path, hostPath, type, major, minor, fileMode, permissions, uid, gid", err);
 
@@ -474,6 +476,16 @@ static int check_node(const json_t *n, const char *where, struct egpu_error *err
         return rc;
     if (!is_abs_string(json_object_get(n, "path")))
         return egpu_error_set(err, -EINVAL, "%s: path missing or not absolute", where);
+    if (type != NULL && (!json_is_string(type) || strlen(json_string_value(type)) != 1 ||
+                         strchr("bcup", json_string_value(type)[0]) == NULL))
+        return egpu_error_set(err, -EINVAL, "%s: type (allowed: b, c, u or p)", where);
+    for (size_t i = 0; i < sizeof(numbers) / sizeof(numbers[0]); i++) {
+        const json_t *v = json_object_get(n, numbers[i]);
+
+        if (v != NULL && (!json_is_integer(v) || json_integer_value(v) < 0))
+            return egpu_error_set(err, -EINVAL, "%s: %s (allowed: an integer, 0 or more)", where,
+                                  numbers[i]);
+    }
     if (perm != NULL && strspn(perm, "rwm") != strlen(perm) && strcmp(perm, "none") != 0)
         return egpu_error_set(
             err, -EINVAL, "%s: permissions \"%.16s\" (allowed: r, w and m, or none)", where, perm);
@@ -523,6 +535,19 @@ static int check_hook(const json_t *h, const char *where, struct egpu_error *err
     return 0;
 }
 
+/* Whether the containerEdits object e edits anything (a CDI loader refuses
+ * a device without edits: "invalid device, empty device edits"). */
+static bool has_edits(const json_t *e)
+{
+    static const char *const lists[] = {"env",    "deviceNodes",    "hooks",
+                                        "mounts", "additionalGids", "netDevices"};
+
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
+        if (json_array_size(json_object_get(e, lists[i])) > 0)
+            return true;
+    return json_object_get(e, "intelRdt") != NULL;
+}
+
 /* Check the containerEdits object e (may be absent) found at where. */
 static int check_edits(const json_t *e, const char *where, struct egpu_error *err)
 {
@@ -537,6 +562,12 @@ static int check_edits(const json_t *e, const char *where, struct egpu_error *er
         return 0;
     rc = check_keys(e, where, keys,
                     "env, deviceNodes, hooks, mounts, intelRdt, additionalGids, netDevices", err);
+    for (size_t k = 0; rc == 0 && keys[k] != NULL; k++) {
+        const json_t *l = json_object_get(e, keys[k]);
+
+        if (l != NULL && strcmp(keys[k], "intelRdt") != 0 && !json_is_array(l))
+            rc = egpu_error_set(err, -EINVAL, "%s.%s: not an array", where, keys[k]);
+    }
     json_array_foreach(json_object_get(e, "env"), i, v)
     {
         const char *s = json_string_value(v);
@@ -640,6 +671,9 @@ int egpu__cdi_spec_check(const json_t *spec, struct egpu_error *err)
                        name) == 0)
                 rc = egpu_error_set(err, -EINVAL, "%s: name %.128s repeated", at, name);
         snprintf(at, sizeof(at), "devices[%zu].containerEdits", i);
+        if (rc == 0 && !has_edits(json_object_get(d, "containerEdits")))
+            rc = egpu_error_set(err, -EINVAL,
+                                "%s: missing or empty (allowed: at least one edit per device)", at);
         if (rc == 0)
             rc = check_edits(json_object_get(d, "containerEdits"), at, err);
         if (rc)

@@ -106,8 +106,10 @@ const char *egpu__cdi_min_version(const json_t *spec);
 /* Check spec (borrowed) against what a CDI loader refuses: unknown keys,
  * a cdiVersion unknown or below egpu__cdi_min_version, a kind that is not
  * vendor/class by the CDI rules, no devices, a device name breaking them or
- * repeated, an env entry without a '=' after its first character, a device
- * node without an absolute path or with permissions other than r, w, m, a
+ * repeated, a device without edits, an env entry without a '=' after its
+ * first character, a device node without an absolute path, with a type
+ * other than b, c, u, p, a number field that is no integer >= 0, or
+ * permissions other than r, w, m, a
  * mount without hostPath or containerPath, a hook without a known hookName
  * or an absolute path. Returns 0 or -EINVAL with err naming the field. */
 int egpu__cdi_spec_check(const json_t *spec, struct egpu_error *err) EGPU_MUST_CHECK;

@@ -375,6 +375,22 @@ static void test_spec_follows_cdi_rules(void **state)
     dev = json_array_get(json_object_get(t, "devices"), 0);
     json_array_append_new(at(dev, "containerEdits", "env"), json_string("=x"));
     check_is(t, -EINVAL, "env[6]");
+    json_object_set_new(json_object_get(dev, "containerEdits"), "env", json_string("A=b"));
+    check_is(t, -EINVAL, "devices[0].containerEdits.env: not an array");
+    json_decref(t);
+    t = json_deep_copy(ours);
+    json_object_del(json_array_get(json_object_get(t, "devices"), 0), "containerEdits");
+    check_is(t, -EINVAL, "devices[0].containerEdits: missing or empty");
+    json_decref(t);
+    t = json_deep_copy(ours);
+    json_object_set_new(json_array_get(at(t, "containerEdits", "deviceNodes"), 0), "type",
+                        json_string("x"));
+    check_is(t, -EINVAL, "containerEdits.deviceNodes[0]: type");
+    json_object_set_new(json_array_get(at(t, "containerEdits", "deviceNodes"), 0), "type",
+                        json_string("c"));
+    json_object_set_new(json_array_get(at(t, "containerEdits", "deviceNodes"), 0), "major",
+                        json_string("195"));
+    check_is(t, -EINVAL, "containerEdits.deviceNodes[0]: major");
     json_decref(t);
     t = json_deep_copy(ours);
     json_object_set_new(json_array_get(at(t, "containerEdits", "deviceNodes"), 0), "permissions",
