@@ -15,7 +15,10 @@
  * /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools, rw as allocate.c
  * gives them, and the interposer read-only when a device shares its card.
  * Every variable is set per device (no spec-level env): which of two CDI
- * devices wins a name both set is not specified (cdi_notes.md 3).
+ * devices wins a name both set is not specified (cdi_notes.md 3). A share
+ * of a card comes alone in its claim: beside another device in one
+ * container, one allocation dir at /etc/elastic-gpu would hide the other's
+ * vcuda.conf, and a card missing from EGPU_VCUDA_GPUS runs unlimited.
  *
  * DESIGN: a CDI loader refuses a whole spec for an unknown key, an unknown
  * cdiVersion or one below what the fields need, and a runtime built on an
@@ -287,6 +290,19 @@ static int check_claim(const struct egpu__cdi_claim *c, char *vendor, struct egp
             return rc;
         shared = shared || c->devices[i].core_pct < 100;
     }
+    /* Every device mounts its dir at /etc/elastic-gpu, and the interposer
+     * reads the one vcuda.conf there: with a second device beside a share
+     * in one container, one dir hides the other and the share's card would
+     * run unlimited. Whole cards need no limits, so they may come in any
+     * number. */
+    for (size_t i = 0; shared && c->ndevices > 1 && i < c->ndevices; i++)
+        if (c->devices[i].core_pct < 100)
+            return egpu_error_set(err, -EINVAL,
+                                  "claim %s: device %s shares its card (core %u%%) beside %zu "
+                                  "other devices (allowed: a share alone in its claim, or whole "
+                                  "cards only)",
+                                  c->claim_uid, c->devices[i].device, c->devices[i].core_pct,
+                                  c->ndevices - 1);
     if (shared && !is_abs_path(c->interposer))
         return egpu_error_set(err, -EINVAL,
                               "interposer \"%.128s\" (allowed: an absolute path shorter than %d)",

@@ -89,9 +89,11 @@ int egpu__cdi_device_id(const char *driver, const char *uid, const char *device,
  * cdiVersion the lowest the fields need (egpu__cdi_min_version), kind,
  * devices and containerEdits as this header's opening says. Checks c
  * first: the driver, claim UID and device names against the CDI rules,
- * 1..EGPU_CDI_DEVICES_MAX devices with distinct names, core 1..100, core
- * limit core..100 or 0, memory >= 1 MiB for a share, absolute
- * allocation dirs and interposer. Returns 0, -EINVAL with err naming the
+ * 1..EGPU_CDI_DEVICES_MAX devices with distinct names, a share of a card
+ * (core below 100) alone in its claim (every device mounts its dir at
+ * /etc/elastic-gpu, where the interposer reads one vcuda.conf), core
+ * 1..100, core limit core..100 or 0, memory >= 1 MiB for a share,
+ * absolute allocation dirs and interposer. Returns 0, -EINVAL with err naming the
  * field, its value and what is allowed, or -ENOMEM. */
 int egpu__cdi_spec_build(const struct egpu__cdi_claim *c, json_t **out,
                          struct egpu_error *err) EGPU_MUST_CHECK;

@@ -22,7 +22,8 @@
  * check. The file: written atomically (a new inode, mode 0644, nothing
  * left beside it), replaced, a link or directory at its name and a linked
  * or foreign-writable CDI dir refused (the link's target untouched),
- * removed idempotently; no fd is left open. Bad input (claim UID, device,
+ * removed idempotently; no fd is left open. Whole cards come in any number;
+ * a share only alone in its claim. Bad input (claim UID, device,
  * driver, limits) is refused with a message naming the field and what is
  * allowed, and writes nothing.
  */
@@ -601,7 +602,7 @@ static void test_bad_input_refused(void **state)
     expect_refused(&c, "0 devices");
 }
 
-static void test_whole_card_and_two_devices(void **state)
+static void test_whole_cards_and_a_share(void **state)
 {
     struct egpu__cdi_device d[2] = {dev0(), dev0()};
     struct egpu__cdi_claim c = claim_of(d, 2);
@@ -610,45 +611,57 @@ static void test_whole_card_and_two_devices(void **state)
     json_t *spec, *dev, *mounts;
 
     (void)state;
-    d[0].core_pct = 100;
-    d[0].mem_mib = 81559;
+    /* Two whole cards: each its node and its dir, no shared/, no preload,
+     * no interposer at all. */
+    for (int i = 0; i < 2; i++) {
+        d[i].core_pct = 100;
+        d[i].mem_mib = 81559;
+    }
     d[1].device = "gpu-1";
     d[1].uuid = GPU1;
     d[1].minor = 1;
-    d[1].core_limit = 60;
-    c.ctx_extra_mib = 300;
     spec = build(&c);
     check_is(spec, 0, NULL);
-    /* The whole card: its node and its dir, no shared/, no preload. */
-    dev = json_array_get(json_object_get(spec, "devices"), 0);
-    assert_string_equal(json_string_value(json_object_get(dev, "name")), CLAIM_UID "-gpu-0");
-    mounts = at(dev, "containerEdits", "mounts");
-    assert_int_equal(json_array_size(mounts), 1);
-    assert_non_null(mount_at(mounts, EGPU_ALLOCDIR_CONTAINER_DIR));
-    assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_CORE"), "100");
-    assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_MEMORY_MIB"),
-                        "81559");
-    /* The share: its own node, limits and preload. */
-    dev = json_array_get(json_object_get(spec, "devices"), 1);
+    for (size_t i = 0; i < 2; i++) {
+        dev = json_array_get(json_object_get(spec, "devices"), i);
+        mounts = at(dev, "containerEdits", "mounts");
+        assert_int_equal(json_array_size(mounts), 1);
+        assert_non_null(mount_at(mounts, EGPU_ALLOCDIR_CONTAINER_DIR));
+        assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_CORE"), "100");
+        assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_MEMORY_MIB"),
+                            "81559");
+    }
     assert_string_equal(json_string_value(json_object_get(dev, "name")), CLAIM_UID "-gpu-1");
     assert_string_equal(json_string_value(json_object_get(
                             json_array_get(at(dev, "containerEdits", "deviceNodes"), 0), "path")),
                         "/dev/nvidia1");
     assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_GPUS"), GPU1);
-    assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_CORE_LIMIT"), "60");
-    assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_CONTEXT_EXTRA_MIB"),
-                        "300");
-    assert_non_null(mount_at(at(dev, "containerEdits", "mounts"), "/etc/ld.so.preload"));
-    /* The interposer once, at spec level, since a device shares its card. */
-    assert_int_equal(json_array_size(at(spec, "containerEdits", "mounts")), 1);
+    assert_null(at(spec, "containerEdits", "mounts"));
     json_decref(spec);
     assert_int_equal(egpu__cdi_spec_write(cdi_dir, &c, ids, &err), 0);
     assert_string_equal(ids[0], "k8s.gpu.elasticgpu.io/claim=" CLAIM_UID "-gpu-0");
     assert_string_equal(ids[1], "k8s.gpu.elasticgpu.io/claim=" CLAIM_UID "-gpu-1");
-    /* Whole cards only: no interposer at all. */
+    /* A share beside another device: one dir at /etc/elastic-gpu would
+     * hide the other's vcuda.conf, so the claim is refused. */
+    d[1].core_pct = 40;
+    d[1].mem_mib = 2048;
+    d[1].core_limit = 60;
+    assert_int_equal(egpu__cdi_spec_build(&c, &spec, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "device gpu-1 shares its card"));
+    assert_non_null(strstr(err.msg, "allowed: a share alone in its claim"));
+    /* The share alone: its limits, the context extra, its preload. */
+    c.devices = &d[1];
     c.ndevices = 1;
+    c.ctx_extra_mib = 300;
     spec = build(&c);
-    assert_null(at(spec, "containerEdits", "mounts"));
+    check_is(spec, 0, NULL);
+    dev = json_array_get(json_object_get(spec, "devices"), 0);
+    assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_CORE"), "40");
+    assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_CORE_LIMIT"), "60");
+    assert_string_equal(env_get(at(dev, "containerEdits", "env"), "EGPU_VCUDA_CONTEXT_EXTRA_MIB"),
+                        "300");
+    assert_non_null(mount_at(at(dev, "containerEdits", "mounts"), "/etc/ld.so.preload"));
+    assert_int_equal(json_array_size(at(spec, "containerEdits", "mounts")), 1);
     json_decref(spec);
 }
 
@@ -661,7 +674,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_refuses_links, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_is_idempotent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_whole_card_and_two_devices, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_whole_cards_and_a_share, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
