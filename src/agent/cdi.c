@@ -47,8 +47,7 @@
 #include "allocfs_int.h"
 #include "cdi_int.h"
 
-#define PRELOAD_PATH "/etc/ld.so.preload"
-#define ENV_MAX      (PATH_MAX + 64) /* one "NAME=VALUE" */
+#define ENV_MAX (PATH_MAX + 64) /* one "NAME=VALUE" */
 
 /* The versions a CDI loader knows (specs-go/version.go), oldest first. */
 static const char *const versions[] = {"0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0",
@@ -327,7 +326,7 @@ static json_t *device_entry(const struct egpu__cdi_claim *c, const struct egpu__
     add_env(env, oom, "EGPU_VCUDA_CORE_LIMIT=%u", d->core_limit ? d->core_limit : d->core_pct);
     if (c->ctx_extra_mib > 0)
         add_env(env, oom, "EGPU_VCUDA_CONTEXT_EXTRA_MIB=%u", c->ctx_extra_mib);
-    add_env(env, oom, "EGPU_ALLOC_DIR=%s", EGPU_ALLOCDIR_CONTAINER_DIR);
+    add_env(env, oom, EGPU_ALLOCDIR_ENV_DIR "=%s", EGPU_ALLOCDIR_CONTAINER_DIR);
     snprintf(path, sizeof(path), "/dev/nvidia%u", (unsigned)d->minor);
     add(nodes, device_node(path), oom);
     /* Parents before children: the runtime sorts by depth anyway. */
@@ -336,7 +335,7 @@ static json_t *device_entry(const struct egpu__cdi_claim *c, const struct egpu__
         snprintf(path, sizeof(path), "%s/%s", d->alloc_dir, EGPU_ALLOCDIR_SHARED_DIR);
         add(mounts, bind_mount(path, shared_path, false), oom);
         snprintf(path, sizeof(path), "%s/%s", d->alloc_dir, EGPU_ALLOCDIR_PRELOAD_FILE);
-        add(mounts, bind_mount(path, PRELOAD_PATH, true), oom);
+        add(mounts, bind_mount(path, EGPU_ALLOCDIR_CONTAINER_PRELOAD, true), oom);
     }
     return json_pack("{s:s,s:{s:o,s:o,s:o}}", "name", name, "containerEdits", "env", env,
                      "deviceNodes", nodes, "mounts", mounts);
@@ -344,7 +343,8 @@ static json_t *device_entry(const struct egpu__cdi_claim *c, const struct egpu__
 
 int egpu__cdi_spec_build(const struct egpu__cdi_claim *c, json_t **out, struct egpu_error *err)
 {
-    static const char *const ctl[] = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"};
+    static const char *const ctl[] = {EGPU_ALLOCDIR_DEV_CTL, EGPU_ALLOCDIR_DEV_UVM,
+                                      EGPU_ALLOCDIR_DEV_UVM_TOOLS};
     char vendor[EGPU_CDI_VENDOR_LEN + 1], kind[EGPU_CDI_VENDOR_LEN + 1 + EGPU_CDI_CLASS_LEN + 1];
     json_t *spec, *devices, *nodes, *edits;
     bool oom = false, shared = false;
