@@ -83,8 +83,8 @@ static void cdi_devices(const struct egpu_gpu_info *cards, size_t ncards, const 
 static void device_nodes(const struct egpu_gpu_info *cards, size_t ncards, const unsigned *count,
                          struct alloc_out *o)
 {
-    static char ctl[] = "/dev/nvidiactl", uvm[] = "/dev/nvidia-uvm",
-                uvm_tools[] = "/dev/nvidia-uvm-tools", rw[] = "rw";
+    static char ctl[] = EGPU_ALLOCDIR_DEV_CTL, uvm[] = EGPU_ALLOCDIR_DEV_UVM,
+                uvm_tools[] = EGPU_ALLOCDIR_DEV_UVM_TOOLS, rw[] = "rw";
     char *ctl_paths[CTL_NODES] = {ctl, uvm, uvm_tools};
     size_t n = 0;
 
@@ -113,9 +113,9 @@ static int allocate_one(struct egpu_plugin *p, const struct egpu_gpu_info *cards
                         const V1beta1__ContainerAllocateRequest *c, struct alloc_out *o,
                         struct egpu_grpc_status *st)
 {
-    static char env_visible[] = "NVIDIA_VISIBLE_DEVICES", env_dir[] = "EGPU_ALLOC_DIR",
+    static char env_visible[] = "NVIDIA_VISIBLE_DEVICES", env_dir[] = EGPU_ALLOCDIR_ENV_DIR,
                 container_dir[] = EGPU_ALLOCDIR_CONTAINER_DIR,
-                preload_path[] = "/etc/ld.so.preload",
+                preload_path[] = EGPU_ALLOCDIR_CONTAINER_PRELOAD,
                 shared_path[] = EGPU_ALLOCDIR_CONTAINER_DIR "/" EGPU_ALLOCDIR_SHARED_DIR;
     unsigned count[EGPU_NODE_GPUS_MAX];
     struct egpu_error err = {0};
