@@ -645,9 +645,6 @@ int egpu__dra_slice_publish(struct egpu_kube *kc, struct egpu__dra_slice_state *
         return rc;
     if (st == NULL)
         return egpu_error_set(err, -EINVAL, "ResourceSlice of node %s: no state", cfg->node);
-    rc = node_uid(&p, err);
-    if (rc)
-        return rc;
     snprintf(selector, sizeof(selector), "spec.nodeName=%s,spec.driver=%s", cfg->node,
              driver_of(cfg));
     opts.field_selector = selector;
@@ -660,6 +657,14 @@ int egpu__dra_slice_publish(struct egpu_kube *kc, struct egpu__dra_slice_state *
         return egpu_error_set(err, -EPROTO, "list ResourceSlices of node %s: no items", cfg->node);
     }
     keep = pick(&p, items);
+    /* The Node's uid again when the slice must be made or its owner is not
+     * the Node known: a Node deleted and registered again has a new uid, and
+     * a slice owned by the old one would be garbage-collected at once. */
+    if (keep == NULL || !has_owner(keep, st->node_uid))
+        st->node_uid[0] = '\0';
+    rc = node_uid(&p, err);
+    if (rc)
+        goto out;
     json_array_foreach(items, i, item)
     {
         const char *name = meta_str(item, "name");

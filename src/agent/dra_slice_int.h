@@ -125,12 +125,13 @@ struct egpu__dra_slice_stats {
  * gives it for cards[0 .. n) (borrowed), level-triggered, so every call
  * (periodic, on a health change, on the deletion the kubelet makes at its
  * start and 30 s after a plugin leaves) converges:
- * - the Node's uid (for the owner reference) is cfg->node_uid, else read
- *   once (GET nodes/<node>) and kept in st;
  * - lists the ResourceSlices with fieldSelector
  *   spec.nodeName=<node>,spec.driver=<driver>; the one whose pool is the
  *   node is kept, every other one deleted (a create whose reply was lost
  *   leaves a duplicate);
+ * - the Node's uid (for the owner reference) is cfg->node_uid, else read
+ *   (GET nodes/<node>) and kept in st, read again when the slice is to be
+ *   created or its owner is not that uid (a Node registered again);
  * - none: creates it (generation st->generation + 1, so a recreated pool
  *   never goes back); one whose spec, at its own generation, is what it
  *   should be (every field built present and equal; or exactly what the

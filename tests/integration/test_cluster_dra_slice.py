@@ -12,6 +12,8 @@ grants egpu-agent is what is checked:
 - a rerun writes nothing; an unhealthy card (XID) leaves the slice and the pool's
   generation goes up; a slice the kubelet deletes (DeleteCollection by spec.nodeName, as
   at its start) is created again, its generation above the last; a duplicate is deleted;
+- the slice is owned by its Node: the garbage collector deletes it with the Node, and a Node
+  registered again (a new uid) gets a slice of its own;
 - with the gate off on kube-apiserver (as on 1.34 and 1.35 by default) the dropped fields
   are found by reading back what was written, logged at warning level naming the field
   and the gate, and do not make every later publish write again;
@@ -23,6 +25,7 @@ import pytest
 
 from conftest import cluster_module  # noqa: F401  (tests/cluster on sys.path)
 from conftest import need_control_plane
+from cluster import wait_until as wait  # noqa: E402
 
 NS = "elastic-gpu-system"
 NODE = "dra-node-1"
@@ -178,6 +181,23 @@ def test_republished_on_change_and_after_deletion(cluster, node, build_dir, agen
     assert healed["generation"] == gen + 3, healed
     log = p.finish()
     assert "ResourceSlice field dropped" not in log, log
+
+
+def test_the_slice_goes_with_its_node(cluster, node, build_dir, agent_kubeconfig):
+    """The owner reference at work: the garbage collector deletes the slice with its Node;
+    the Node registered again (a new uid) gets a new slice owned by it."""
+    assert slices(cluster, NODE)
+    st, obj = cluster.call("DELETE", f"/api/v1/nodes/{NODE}")
+    assert st == 200, obj
+    wait(lambda: not slices(cluster, NODE), "the garbage collector deleting the slice")
+    again = make_node(cluster, NODE)
+    assert again["metadata"]["uid"] != node["metadata"]["uid"]
+    p = Publisher(build_dir, agent_kubeconfig, NODE, ["publish"])
+    out = p.next()
+    p.finish()
+    assert out["created"] == 1, out
+    (s,) = slices(cluster, NODE)
+    assert [r["uid"] for r in s["metadata"]["ownerReferences"]] == [again["metadata"]["uid"]]
 
 
 def test_publisher_calls_are_allowed_by_the_agent_rbac(cluster, node):

@@ -107,8 +107,7 @@ AGENT_NEEDS = {
     (GROUP, "gpus/status", "patch"),
     ("", "pods", "list"), ("", "pods", "get"), ("", "pods", "patch"),
     ("", "events", "create"),
-    ("resource.k8s.io", "resourceslices", "list"), ("resource.k8s.io", "resourceslices", "create"),
-    ("resource.k8s.io", "resourceslices", "update"), ("resource.k8s.io", "resourceslices", "delete"),
+    *{("resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")},
     ("", "nodes", "get"),
 }
 AGENT_PORT_DEFAULT = 9400  # egpu-agent --port default
