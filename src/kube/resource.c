@@ -31,6 +31,8 @@ const struct egpu_kube_resource egpu_kube_gpubudgets = {EGPU_API_GROUP, EGPU_API
                                                         EGPU_PLURAL_GPUBUDGETS, true};
 const struct egpu_kube_resource egpu_kube_priorityclasses = {"scheduling.k8s.io", "v1",
                                                              "priorityclasses", false};
+const struct egpu_kube_resource egpu_kube_resourceslices = {"resource.k8s.io", "v1",
+                                                            "resourceslices", false};
 
 static bool unreserved(unsigned char c)
 {

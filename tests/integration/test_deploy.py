@@ -96,6 +96,10 @@ CONTROLLER_NEEDS = {
 #     post_mismatch_event -> src/kube/event.c: POST of core/v1 events
 #   container.c egpu__container_mark: GET of the pod, merge PATCH of its
 #     elasticgpu.io/allocated annotation
+#   dra_slice.c egpu__dra_slice_publish (DRA mode): LIST of the node's
+#     ResourceSlices (field selectors spec.nodeName, spec.driver), POST of
+#     the node's slice, PUT of it when its devices change, DELETE of a
+#     duplicate; GET of the node's Node (its uid, for the owner reference)
 # No informer, so no watch; no Lease (one agent per node, no election).
 AGENT_NEEDS = {
     (GROUP, "gpus", "list"), (GROUP, "gpus", "get"), (GROUP, "gpus", "create"),
@@ -103,6 +107,8 @@ AGENT_NEEDS = {
     (GROUP, "gpus/status", "patch"),
     ("", "pods", "list"), ("", "pods", "get"), ("", "pods", "patch"),
     ("", "events", "create"),
+    *{("resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")},
+    ("", "nodes", "get"),
 }
 AGENT_PORT_DEFAULT = 9400  # egpu-agent --port default
 # What the agent's code needs beyond a dropped-ALL root: deploy/agent/daemonset.yaml
@@ -1567,7 +1573,9 @@ def test_agent_needs_match_its_code():
         "egpu_kube_watch": "watch", "egpu_kube_patch_status": "patch",
         "egpu_kube_update_status": "update",
     }
-    resources = {"egpu_kube_gpus": (GROUP, "gpus"), "egpu_kube_pods": ("", "pods")}
+    resources = {"egpu_kube_gpus": (GROUP, "gpus"), "egpu_kube_pods": ("", "pods"),
+                 "egpu_kube_resourceslices": ("resource.k8s.io", "resourceslices"),
+                 "egpu_kube_nodes": ("", "nodes")}
     found = set()
     for f in sorted((ROOT / "src" / "agent").glob("*.c")):
         text = f.read_text()
