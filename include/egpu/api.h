@@ -39,6 +39,10 @@ extern "C" {
 #define EGPU_API_GROUP         "elasticgpu.io"
 #define EGPU_API_VERSION_NAME  "v1alpha1"
 #define EGPU_API_VERSION       EGPU_API_GROUP "/" EGPU_API_VERSION_NAME
+/* The DRA driver's name (resource.k8s.io/v1: a ResourceSlice's spec.driver,
+ * a DeviceClass selector's device.driver, the kubelet plugin's registration
+ * name, the CDI vendor k8s.<driver>): one name for every DRA-mode object. */
+#define EGPU_API_DRA_DRIVER    "gpu." EGPU_API_GROUP
 #define EGPU_SCHEDULER_NAME    "elastic-gpu-scheduler"      /* spec.schedulerName of GPU pods */
 #define EGPU_RES_GPU_CORE      EGPU_API_GROUP "/gpu-core"   /* percent of one card */
 #define EGPU_RES_GPU_MEMORY    EGPU_API_GROUP "/gpu-memory" /* MiB per card */

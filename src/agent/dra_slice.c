@@ -216,7 +216,7 @@ static bool is_published(const struct egpu_gpu_info *c)
 
 static const char *driver_of(const struct egpu__dra_slice_config *cfg)
 {
-    return cfg->driver != NULL && cfg->driver[0] != '\0' ? cfg->driver : EGPU_DRA_SLICE_DRIVER;
+    return cfg->driver != NULL && cfg->driver[0] != '\0' ? cfg->driver : EGPU_API_DRA_DRIVER;
 }
 
 static int check_config(const struct egpu__dra_slice_config *cfg, const struct egpu_gpu_info *cards,

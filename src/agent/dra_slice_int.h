@@ -28,7 +28,6 @@
 #include "egpu/agent.h"
 #include "egpu/kube.h"
 
-#define EGPU_DRA_SLICE_DRIVER     "gpu.elasticgpu.io" /* spec.driver (a placeholder name) */
 #define EGPU_DRA_SLICE_API        "resource.k8s.io/v1"
 #define EGPU_DRA_SLICE_UID_MAX    64  /* a Node's metadata.uid incl. NUL (36 characters) */
 #define EGPU_DRA_SLICE_PATH_MAX   160 /* a field path such as "spec.devices[3].capacity..." */
@@ -46,7 +45,7 @@ struct egpu__dra_slice_card {
 
 /* The slice of one node. Strings are borrowed for the call. */
 struct egpu__dra_slice_config {
-    const char *driver; /* spec.driver; NULL = EGPU_DRA_SLICE_DRIVER */
+    const char *driver; /* spec.driver; NULL = EGPU_API_DRA_DRIVER */
     const char *node;   /* spec.nodeName and spec.pool.name (required) */
     /* metadata.ownerReferences: the Node {apiVersion v1, kind Node, name,
      * uid, controller true}, so the garbage collector deletes the slice with

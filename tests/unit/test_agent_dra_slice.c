@@ -189,7 +189,7 @@ static void test_unpublishable_cards_left_out(void **state)
     assert_int_equal(json_integer_value(at(got, "spec", "pool", "generation")), 7);
     assert_int_equal(json_integer_value(at(got, "spec", "pool", "resourceSliceCount")), 1);
     assert_string_equal(json_string_value(at(got, "spec", "pool", "name")), "n1");
-    assert_string_equal(json_string_value(at(got, "spec", "driver", NULL)), EGPU_DRA_SLICE_DRIVER);
+    assert_string_equal(json_string_value(at(got, "spec", "driver", NULL)), EGPU_API_DRA_DRIVER);
     /* No uid: no owner reference; the optional attributes are absent. */
     assert_null(at(got, "metadata", "ownerReferences", NULL));
     assert_null(at(device(got, 0), "attributes", "driverVersion", NULL));
