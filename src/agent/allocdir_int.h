@@ -23,24 +23,24 @@
 
 #include "egpu/core.h"
 
-#define EGPU_ALLOCDIR_CONTAINER_DIR "/etc/elastic-gpu" /* the allocation dir in the container */
-#define EGPU_ALLOCDIR_PRELOAD_FILE  "ld.so.preload"    /* in the allocation dir */
-#define EGPU_ALLOCDIR_LIMITS_FILE   "limits.json"      /* in the allocation dir */
-#define EGPU_ALLOCDIR_VCUDA_FILE    "vcuda.conf"       /* the interposer's limits, same dir */
-#define EGPU_ALLOCDIR_SHARED_DIR    "shared"           /* the container's writable subdir */
-#define EGPU_ALLOCDIR_CONTAINER_PRELOAD                                                   \
-    "/etc/ld.so.preload"                             /* where the preload file is mounted \
-                                                      */
-#define EGPU_ALLOCDIR_ENV_DIR       "EGPU_ALLOC_DIR" /* env: the allocation dir in the container */
+#define EGPU_ALLOCDIR_CONTAINER_DIR     "/etc/elastic-gpu" /* the allocation dir in the container */
+#define EGPU_ALLOCDIR_PRELOAD_FILE      "ld.so.preload"    /* in the allocation dir */
+#define EGPU_ALLOCDIR_LIMITS_FILE       "limits.json"      /* in the allocation dir */
+#define EGPU_ALLOCDIR_VCUDA_FILE        "vcuda.conf"       /* the interposer's limits, same dir */
+#define EGPU_ALLOCDIR_SHARED_DIR        "shared"           /* the container's writable subdir */
+/* Where the preload file is mounted in the container, and the variable
+ * naming the allocation dir there. */
+#define EGPU_ALLOCDIR_CONTAINER_PRELOAD "/etc/ld.so.preload"
+#define EGPU_ALLOCDIR_ENV_DIR           "EGPU_ALLOC_DIR"
 /* The control device nodes a GPU container gets besides /dev/nvidia<minor>,
  * rw at the same path (device-plugin mode's Allocate and DRA mode's CDI
  * spec give the same ones). */
-#define EGPU_ALLOCDIR_DEV_CTL       "/dev/nvidiactl"
-#define EGPU_ALLOCDIR_DEV_UVM       "/dev/nvidia-uvm"
-#define EGPU_ALLOCDIR_DEV_UVM_TOOLS "/dev/nvidia-uvm-tools"
-#define EGPU_ALLOCDIR_NAME_LEN      16    /* hex digits of an allocation dir's name */
-#define EGPU_ALLOCDIR_LIMITS_MAX    16384 /* bytes: a larger limits.json is not the agent's */
-#define EGPU_ALLOCDIR_RM_BUDGET_MS  2000  /* wall time one allocation dir's removal may take */
+#define EGPU_ALLOCDIR_DEV_CTL           "/dev/nvidiactl"
+#define EGPU_ALLOCDIR_DEV_UVM           "/dev/nvidia-uvm"
+#define EGPU_ALLOCDIR_DEV_UVM_TOOLS     "/dev/nvidia-uvm-tools"
+#define EGPU_ALLOCDIR_NAME_LEN          16    /* hex digits of an allocation dir's name */
+#define EGPU_ALLOCDIR_LIMITS_MAX        16384 /* bytes: a larger limits.json is not the agent's */
+#define EGPU_ALLOCDIR_RM_BUDGET_MS      2000  /* wall time one allocation dir's removal may take */
 
 /* The allocation dir of ids (n of them, in any order) into out:
  * <alloc_root>/<16 hex digits of FNV-1a over the sorted IDs>. Allocate and
