@@ -116,8 +116,9 @@ int egpu__dra_registration_on_notify(void *data, const struct egpu_grpc_request 
     r->state.refusals += !registered;
     pthread_mutex_unlock(&r->lock);
     if (!registered) {
-        egpu_log(EGPU_LOG_WARN, "DRA plugin registration refused by the kubelet driver=%s error=\"%s\"",
-                 r->driver, error);
+        egpu_log(EGPU_LOG_WARN,
+                 "DRA plugin registration refused by the kubelet driver=%s error=\"%s\"", r->driver,
+                 error);
         return egpu_grpc_status_set(st, GRPC_STATUS_UNKNOWN, "failed registration process: %s",
                                     error);
     }
@@ -218,6 +219,10 @@ static int check_registry_dir(const char *dir, struct egpu_error *err)
         return egpu_error_set(err, rc, "DRA plugin registry dir %s cannot be created: %s", dir,
                               egpu_strerror(rc));
     rc = egpu__fs_open_dir(AT_FDCWD, dir, &fd);
+    /* Linux answers ENOTDIR, not ELOOP, for O_DIRECTORY | O_NOFOLLOW on a
+     * link: say which it is. */
+    if (rc == -ENOTDIR && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode))
+        rc = -ELOOP;
     if (rc)
         return egpu_error_set(err, rc, "DRA plugin registry dir %s: %s%s", dir, egpu_strerror(rc),
                               rc == -ELOOP ? " (a symbolic link)" : "");

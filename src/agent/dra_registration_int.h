@@ -23,14 +23,14 @@
 #include "egpu/core.h"
 #include "egpu/grpc.h"
 
-#define EGPU_DRA_REGISTRY_DIR     "/var/lib/kubelet/plugins_registry" /* the plugin watcher's */
-#define EGPU_DRA_PLUGIN_TYPE      "DRAPlugin"        /* PluginInfo.type of a DRA driver */
-#define EGPU_DRA_REG_SOCKET_SUFFIX "-reg.sock"       /* <driver>-reg.sock in the registry dir */
-#define EGPU_DRA_VERSION_V1       "v1.DRAPlugin"      /* k8s.io.kubelet.pkg.apis.dra.v1 */
-#define EGPU_DRA_VERSION_V1BETA1  "v1beta1.DRAPlugin" /* k8s.io.kubelet.pkg.apis.dra.v1beta1 */
-#define EGPU_DRA_DRIVER_MAX       63   /* driver name, bytes (ResourceSlice spec.driver) */
-#define EGPU_DRA_SOCKET_PATH_MAX  107  /* a unix socket path, bytes without the NUL */
-#define EGPU_DRA_REG_ERROR_MAX    512  /* the kubelet's error kept, bytes incl. NUL */
+#define EGPU_DRA_REGISTRY_DIR      "/var/lib/kubelet/plugins_registry" /* the plugin watcher's */
+#define EGPU_DRA_PLUGIN_TYPE       "DRAPlugin"         /* PluginInfo.type of a DRA driver */
+#define EGPU_DRA_REG_SOCKET_SUFFIX "-reg.sock"         /* <driver>-reg.sock in the registry dir */
+#define EGPU_DRA_VERSION_V1        "v1.DRAPlugin"      /* k8s.io.kubelet.pkg.apis.dra.v1 */
+#define EGPU_DRA_VERSION_V1BETA1   "v1beta1.DRAPlugin" /* k8s.io.kubelet.pkg.apis.dra.v1beta1 */
+#define EGPU_DRA_DRIVER_MAX        63  /* driver name, bytes (ResourceSlice spec.driver) */
+#define EGPU_DRA_SOCKET_PATH_MAX   107 /* a unix socket path, bytes without the NUL */
+#define EGPU_DRA_REG_ERROR_MAX     512 /* the kubelet's error kept, bytes incl. NUL */
 
 #define EGPU_DRA_METHOD_GET_INFO "/pluginregistration.Registration/GetInfo"
 #define EGPU_DRA_METHOD_NOTIFY   "/pluginregistration.Registration/NotifyRegistrationStatus"
@@ -44,12 +44,12 @@ struct egpu__dra_registration_config {
 
 /* What the kubelet said, as last recorded. */
 struct egpu__dra_registration_state {
-    bool notified;               /* a NotifyRegistrationStatus arrived */
-    bool registered;             /* its plugin_registered (false until one arrives) */
+    bool notified;                      /* a NotifyRegistrationStatus arrived */
+    bool registered;                    /* its plugin_registered (false until one arrives) */
     char error[EGPU_DRA_REG_ERROR_MAX]; /* its error text, cut to fit; "" when registered */
-    unsigned long get_info_calls; /* GetInfo calls answered */
-    unsigned long notifications;  /* NotifyRegistrationStatus calls decoded */
-    unsigned long refusals;       /* NotifyRegistrationStatus with plugin_registered false */
+    unsigned long get_info_calls;       /* GetInfo calls answered */
+    unsigned long notifications;        /* NotifyRegistrationStatus calls decoded */
+    unsigned long refusals;             /* NotifyRegistrationStatus with plugin_registered false */
 };
 
 struct egpu__dra_registration; /* opaque */
