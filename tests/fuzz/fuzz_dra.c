@@ -74,10 +74,33 @@ static void check_claims(size_t n, K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *
     }
 }
 
+static void check_claims_v1beta1(size_t n,
+                                 K8s__Io__Kubelet__Pkg__Apis__Dra__V1beta1__Claim **claims)
+{
+    for (size_t i = 0; i < n; i++) {
+        FUZZ_CHECK(claims[i] != NULL);
+        FUZZ_CHECK(claims[i]->namespace_ != NULL && claims[i]->uid != NULL &&
+                   claims[i]->name != NULL);
+    }
+}
+
 static void check_fields(const ProtobufCMessage *m)
 {
     if (m->descriptor ==
-        &k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor) {
+        &k8s__io__kubelet__pkg__apis__dra__v1beta1__node_prepare_resources_request__descriptor) {
+        const K8s__Io__Kubelet__Pkg__Apis__Dra__V1beta1__NodePrepareResourcesRequest *r =
+            (const void *)m;
+
+        check_claims_v1beta1(r->n_claims, r->claims);
+    } else if (
+        m->descriptor ==
+        &k8s__io__kubelet__pkg__apis__dra__v1beta1__node_unprepare_resources_request__descriptor) {
+        const K8s__Io__Kubelet__Pkg__Apis__Dra__V1beta1__NodeUnprepareResourcesRequest *r =
+            (const void *)m;
+
+        check_claims_v1beta1(r->n_claims, r->claims);
+    } else if (m->descriptor ==
+               &k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor) {
         const K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest *r =
             (const void *)m;
 
