@@ -26,7 +26,7 @@ FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 FUZZ_RUNS=${FUZZ_RUNS:-10000}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 CC_FUZZ=${CC_FUZZ:-}
-ALL_TARGETS="quantity assigned pod_request status vcuda_config kubeconfig watch extender admission claims budget gpustatus selection kubectl vcuda_inspect workload"
+ALL_TARGETS="quantity assigned pod_request status vcuda_config kubeconfig watch extender admission claims budget gpustatus selection kubectl vcuda_inspect workload dra"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 
 # Longest input libFuzzer makes, per target (its default is 4096 bytes).
@@ -90,6 +90,9 @@ run_one() {
     log="$FUZZ_BUILD/logs/$t.log"
     dict=""
     [ -f "tests/fuzz/dict/$t.dict" ] && dict="-dict=tests/fuzz/dict/$t.dict"
+    # Seeds read in place from shared/ beside the checkout, never copied in.
+    shared=""
+    [ "$t" = dra ] && [ -d ../shared/k8s-wire/dra/grpc ] && shared=../shared/k8s-wire/dra/grpc
     mkdir -p "$FUZZ_BUILD/logs" "$FUZZ_BUILD/artifacts/$t" "$corpus"
     rc=0
     # shellcheck disable=SC2086
@@ -97,7 +100,7 @@ run_one() {
         UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
         "$bin" -timeout=10 -max_len="$(max_len "$t")" -print_final_stats=1 \
         -artifact_prefix="$FUZZ_BUILD/artifacts/$t/" $dict "$@" \
-        "$corpus" "tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+        "$corpus" "tests/fuzz/corpus/$t" $shared >"$log" 2>&1 || rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
     secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -n 1)
     cov=$(grep -E '^#[0-9]+[[:space:]]+(DONE|INITED)' "$log" | tail -n 1 |
