@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "testutil.h"
+#include "pb_fixture.h"
 #include "pluginregistration/v1/api.pb-c.h"
 #include "dra/v1/api.pb-c.h"
 #include "dra/v1beta1/api.pb-c.h"
@@ -38,53 +39,11 @@
 #define ENDPOINT  "/var/lib/kubelet/plugins/gpu.elasticgpu.io/dra.sock"
 #define UID_ERROR "claim ml-team/train-job-0-gpu: uid mismatch (API server has 0b7e...)"
 
-struct fixture {
-    uint8_t *data;
-    size_t len;
-};
-
-/* Reads a whole fixture; skips the test when shared/k8s-wire is not there. */
-static struct fixture load(const char *path)
+/* Reads a whole fixture (tu_fixture_load: skipped, or failed under CI=true,
+ * when it is not there). */
+static struct tu_fixture load(const char *path)
 {
-    struct fixture fx = {0};
-    FILE *f = fopen(path, "rb");
-    long n;
-
-    if (f == NULL)
-        tu_skip("shared/k8s-wire/dra/grpc is not beside this checkout");
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
-    fx.data = malloc((size_t)n + 1); /* + 1: an empty message still gets a buffer */
-    assert_non_null(fx.data);
-    assert_int_equal(fread(fx.data, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    fx.len = (size_t)n;
-    return fx;
-}
-
-/* Decodes fx as desc, checking that the message decodes; the caller frees it. */
-static ProtobufCMessage *decode(const ProtobufCMessageDescriptor *desc, const struct fixture *fx)
-{
-    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, fx->len, fx->data);
-
-    if (m == NULL)
-        fail_msg("%s does not decode its fixture", desc->name);
-    return m;
-}
-
-/* Packs m and asserts the bytes are exactly the fixture's. */
-static void assert_packs_to(const ProtobufCMessage *m, const struct fixture *fx)
-{
-    size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t *out = malloc(n + 1);
-
-    assert_non_null(out);
-    assert_int_equal(n, fx->len);
-    assert_int_equal(protobuf_c_message_pack(m, out), n);
-    assert_memory_equal(out, fx->data, n);
-    free(out);
+    return tu_fixture_load(path, "shared/k8s-wire/dra/grpc is not beside this checkout");
 }
 
 /* The example claim ml-team/train-job-0-gpu. */
@@ -100,9 +59,9 @@ static void assert_claim(const char *ns, const char *uid, const char *name)
 
 static void test_plugin_info(void **state)
 {
-    struct fixture fx = load(GRPC "PluginInfo.bin");
-    Pluginregistration__PluginInfo *m =
-        (Pluginregistration__PluginInfo *)decode(&pluginregistration__plugin_info__descriptor, &fx);
+    struct tu_fixture fx = load(GRPC "PluginInfo.bin");
+    Pluginregistration__PluginInfo *m = (Pluginregistration__PluginInfo *)tu_pb_decode(
+        &pluginregistration__plugin_info__descriptor, &fx);
 
     (void)state;
     assert_string_equal(m->type, "DRAPlugin");
@@ -112,7 +71,7 @@ static void test_plugin_info(void **state)
     assert_string_equal(m->supported_versions[0], "v1.DRAPlugin");
     assert_string_equal(m->supported_versions[1], "v1beta1.DRAPlugin");
     assert_string_equal(m->supported_versions[2], "v1alpha1.DRAResourceHealth");
-    assert_packs_to(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     pluginregistration__plugin_info__free_unpacked(m, NULL);
     free(fx.data);
 }
@@ -120,7 +79,7 @@ static void test_plugin_info(void **state)
 /* Built field by field, as the agent answers GetInfo, it is the kubelet's bytes. */
 static void test_plugin_info_built(void **state)
 {
-    struct fixture fx = load(GRPC "PluginInfo.bin");
+    struct tu_fixture fx = load(GRPC "PluginInfo.bin");
     char type[] = "DRAPlugin", name[] = "gpu.elasticgpu.io", endpoint[] = ENDPOINT;
     char v1[] = "v1.DRAPlugin", v1beta1[] = "v1beta1.DRAPlugin",
          health[] = "v1alpha1.DRAResourceHealth";
@@ -133,20 +92,21 @@ static void test_plugin_info_built(void **state)
     m.endpoint = endpoint;
     m.n_supported_versions = 3;
     m.supported_versions = versions;
-    assert_packs_to(&m.base, &fx);
+    tu_pb_assert_packs_to(&m.base, &fx);
     free(fx.data);
 }
 
 static void test_registration_status(void **state)
 {
-    struct fixture fx = load(GRPC "RegistrationStatus.bin");
-    Pluginregistration__RegistrationStatus *m = (Pluginregistration__RegistrationStatus *)decode(
-        &pluginregistration__registration_status__descriptor, &fx);
+    struct tu_fixture fx = load(GRPC "RegistrationStatus.bin");
+    Pluginregistration__RegistrationStatus *m =
+        (Pluginregistration__RegistrationStatus *)tu_pb_decode(
+            &pluginregistration__registration_status__descriptor, &fx);
 
     (void)state;
     assert_true(m->plugin_registered);
     assert_string_equal(m->error, "");
-    assert_packs_to(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     pluginregistration__registration_status__free_unpacked(m, NULL);
     free(fx.data);
 }
@@ -158,16 +118,16 @@ static void test_empty_messages(void **state)
     Pluginregistration__RegistrationStatusResponse out =
         PLUGINREGISTRATION__REGISTRATION_STATUS_RESPONSE__INIT;
     V1alpha1__NodeWatchResourcesRequest w = V1ALPHA1__NODE_WATCH_RESOURCES_REQUEST__INIT;
-    struct fixture none = {.data = (uint8_t *)"", .len = 0};
+    struct tu_fixture none = {.data = (uint8_t *)"", .len = 0};
     ProtobufCMessage *m;
 
     (void)state;
     assert_int_equal(protobuf_c_message_get_packed_size(&in.base), 0);
     assert_int_equal(protobuf_c_message_get_packed_size(&out.base), 0);
     assert_int_equal(protobuf_c_message_get_packed_size(&w.base), 0);
-    m = decode(&pluginregistration__info_request__descriptor, &none);
+    m = tu_pb_decode(&pluginregistration__info_request__descriptor, &none);
     protobuf_c_message_free_unpacked(m, NULL);
-    m = decode(&pluginregistration__registration_status_response__descriptor, &none);
+    m = tu_pb_decode(&pluginregistration__registration_status_response__descriptor, &none);
     protobuf_c_message_free_unpacked(m, NULL);
 }
 
@@ -176,50 +136,52 @@ static void test_empty_messages(void **state)
 
 static void test_prepare_request(void **state)
 {
-    struct fixture fx = load(GRPC "NodePrepareResourcesRequest.bin");
+    struct tu_fixture fx = load(GRPC "NodePrepareResourcesRequest.bin");
     DRA1(NodePrepareResourcesRequest) *m =
-        (DRA1(NodePrepareResourcesRequest) *)decode(&d1(node_prepare_resources_request), &fx);
+        (DRA1(NodePrepareResourcesRequest) *)tu_pb_decode(&d1(node_prepare_resources_request), &fx);
     DRAB1(NodePrepareResourcesRequest) * b;
 
     (void)state;
     assert_int_equal(m->n_claims, 1);
     assert_claim(m->claims[0]->namespace_, m->claims[0]->uid, m->claims[0]->name);
-    assert_packs_to(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     protobuf_c_message_free_unpacked(&m->base, NULL);
     /* A 1.32/1.33 kubelet sends the same bytes on the v1beta1 path. */
-    b = (DRAB1(NodePrepareResourcesRequest) *)decode(&db1(node_prepare_resources_request), &fx);
+    b = (DRAB1(NodePrepareResourcesRequest) *)tu_pb_decode(&db1(node_prepare_resources_request),
+                                                           &fx);
     assert_int_equal(b->n_claims, 1);
     assert_claim(b->claims[0]->namespace_, b->claims[0]->uid, b->claims[0]->name);
-    assert_packs_to(&b->base, &fx);
+    tu_pb_assert_packs_to(&b->base, &fx);
     protobuf_c_message_free_unpacked(&b->base, NULL);
     free(fx.data);
 }
 
 static void test_unprepare_request(void **state)
 {
-    struct fixture fx = load(GRPC "NodeUnprepareResourcesRequest.bin");
-    DRA1(NodeUnprepareResourcesRequest) *m =
-        (DRA1(NodeUnprepareResourcesRequest) *)decode(&d1(node_unprepare_resources_request), &fx);
+    struct tu_fixture fx = load(GRPC "NodeUnprepareResourcesRequest.bin");
+    DRA1(NodeUnprepareResourcesRequest) *m = (DRA1(NodeUnprepareResourcesRequest) *)tu_pb_decode(
+        &d1(node_unprepare_resources_request), &fx);
     DRAB1(NodeUnprepareResourcesRequest) * b;
 
     (void)state;
     assert_int_equal(m->n_claims, 1);
     assert_claim(m->claims[0]->namespace_, m->claims[0]->uid, m->claims[0]->name);
-    assert_packs_to(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    b = (DRAB1(NodeUnprepareResourcesRequest) *)decode(&db1(node_unprepare_resources_request), &fx);
+    b = (DRAB1(NodeUnprepareResourcesRequest) *)tu_pb_decode(&db1(node_unprepare_resources_request),
+                                                             &fx);
     assert_int_equal(b->n_claims, 1);
     assert_claim(b->claims[0]->namespace_, b->claims[0]->uid, b->claims[0]->name);
-    assert_packs_to(&b->base, &fx);
+    tu_pb_assert_packs_to(&b->base, &fx);
     protobuf_c_message_free_unpacked(&b->base, NULL);
     free(fx.data);
 }
 
 static void test_prepare_response(void **state)
 {
-    struct fixture fx = load(GRPC "NodePrepareResourcesResponse.bin");
-    DRA1(NodePrepareResourcesResponse) *m =
-        (DRA1(NodePrepareResourcesResponse) *)decode(&d1(node_prepare_resources_response), &fx);
+    struct tu_fixture fx = load(GRPC "NodePrepareResourcesResponse.bin");
+    DRA1(NodePrepareResourcesResponse) *m = (DRA1(NodePrepareResourcesResponse) *)tu_pb_decode(
+        &d1(node_prepare_resources_response), &fx);
     DRA1(NodePrepareResourceResponse) * v;
     DRA1(Device) * d;
 
@@ -240,7 +202,7 @@ static void test_prepare_response(void **state)
     assert_int_equal(d->_share_id_case,
                      K8S__IO__KUBELET__PKG__APIS__DRA__V1__DEVICE___SHARE_ID_SHARE_ID);
     assert_string_equal(d->share_id, SHARE_ID);
-    assert_packs_to(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     protobuf_c_message_free_unpacked(&m->base, NULL);
     free(fx.data);
 }
@@ -248,7 +210,7 @@ static void test_prepare_response(void **state)
 /* What the agent will answer for the example claim, built field by field. */
 static void test_prepare_response_built(void **state)
 {
-    struct fixture fx = load(GRPC "NodePrepareResourcesResponse.bin");
+    struct tu_fixture fx = load(GRPC "NodePrepareResourcesResponse.bin");
     char req[] = "gpu", pool[] = "gpu-node-1", dev[] = "gpu-0", cdi[] = CDI_ID, share[] = SHARE_ID,
          uid[] = CLAIM_UID;
     char *reqs[] = {req}, *cdis[] = {cdi};
@@ -280,7 +242,7 @@ static void test_prepare_response_built(void **state)
     e.value = &v;
     m.n_claims = 1;
     m.claims = entries;
-    assert_packs_to(&m.base, &fx);
+    tu_pb_assert_packs_to(&m.base, &fx);
     /* Without a share ID, field 5 is not sent at all: 2 bytes of tag and
      * length and the 36 of the ID fewer (and 2 more: the reply's and the
      * entry's lengths then fit one varint byte), and it decodes as unset. */
@@ -300,9 +262,9 @@ static void test_prepare_response_built(void **state)
 /* The v1 reply read by a v1beta1 reader: share_id is an unknown field, kept. */
 static void test_prepare_response_as_v1beta1(void **state)
 {
-    struct fixture fx = load(GRPC "NodePrepareResourcesResponse.bin");
-    DRAB1(NodePrepareResourcesResponse) *m =
-        (DRAB1(NodePrepareResourcesResponse) *)decode(&db1(node_prepare_resources_response), &fx);
+    struct tu_fixture fx = load(GRPC "NodePrepareResourcesResponse.bin");
+    DRAB1(NodePrepareResourcesResponse) *m = (DRAB1(NodePrepareResourcesResponse) *)tu_pb_decode(
+        &db1(node_prepare_resources_response), &fx);
     DRAB1(Device) * d;
 
     (void)state;
@@ -315,16 +277,16 @@ static void test_prepare_response_as_v1beta1(void **state)
     assert_string_equal(d->cdi_device_ids[0], CDI_ID);
     assert_int_equal(d->base.n_unknown_fields, 1);
     assert_int_equal(d->base.unknown_fields[0].tag, 5);
-    assert_packs_to(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     protobuf_c_message_free_unpacked(&m->base, NULL);
     free(fx.data);
 }
 
 static void test_prepare_response_error(void **state)
 {
-    struct fixture fx = load(GRPC "NodePrepareResourcesResponse_error.bin");
-    DRA1(NodePrepareResourcesResponse) *m =
-        (DRA1(NodePrepareResourcesResponse) *)decode(&d1(node_prepare_resources_response), &fx);
+    struct tu_fixture fx = load(GRPC "NodePrepareResourcesResponse_error.bin");
+    DRA1(NodePrepareResourcesResponse) *m = (DRA1(NodePrepareResourcesResponse) *)tu_pb_decode(
+        &d1(node_prepare_resources_response), &fx);
 
     (void)state;
     assert_int_equal(m->n_claims, 1);
@@ -332,7 +294,7 @@ static void test_prepare_response_error(void **state)
     assert_non_null(m->claims[0]->value);
     assert_int_equal(m->claims[0]->value->n_devices, 0);
     assert_string_equal(m->claims[0]->value->error, UID_ERROR);
-    assert_packs_to(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     protobuf_c_message_free_unpacked(&m->base, NULL);
     free(fx.data);
 }
@@ -340,16 +302,16 @@ static void test_prepare_response_error(void **state)
 /* Success is an entry whose value is present and empty. */
 static void test_unprepare_response(void **state)
 {
-    struct fixture fx = load(GRPC "NodeUnprepareResourcesResponse.bin");
-    DRA1(NodeUnprepareResourcesResponse) *m =
-        (DRA1(NodeUnprepareResourcesResponse) *)decode(&d1(node_unprepare_resources_response), &fx);
+    struct tu_fixture fx = load(GRPC "NodeUnprepareResourcesResponse.bin");
+    DRA1(NodeUnprepareResourcesResponse) *m = (DRA1(NodeUnprepareResourcesResponse) *)tu_pb_decode(
+        &d1(node_unprepare_resources_response), &fx);
 
     (void)state;
     assert_int_equal(m->n_claims, 1);
     assert_string_equal(m->claims[0]->key, CLAIM_UID);
     assert_non_null(m->claims[0]->value);
     assert_string_equal(m->claims[0]->value->error, "");
-    assert_packs_to(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     protobuf_c_message_free_unpacked(&m->base, NULL);
     free(fx.data);
 }
@@ -359,8 +321,8 @@ static void test_unprepare_response(void **state)
 
 static void test_watch_response(void **state)
 {
-    struct fixture fx = load(GRPC "NodeWatchResourcesResponse.bin");
-    V1alpha1__NodeWatchResourcesResponse *m = (V1alpha1__NodeWatchResourcesResponse *)decode(
+    struct tu_fixture fx = load(GRPC "NodeWatchResourcesResponse.bin");
+    V1alpha1__NodeWatchResourcesResponse *m = (V1alpha1__NodeWatchResourcesResponse *)tu_pb_decode(
         &v1alpha1__node_watch_resources_response__descriptor, &fx);
 
     (void)state;
@@ -377,7 +339,7 @@ static void test_watch_response(void **state)
     assert_string_equal(m->devices[1]->device->device_name, "gpu-1");
     assert_int_equal(m->devices[1]->health, V1ALPHA1__HEALTH_STATUS__UNHEALTHY);
     assert_string_equal(m->devices[1]->message, "XID 79: GPU has fallen off the bus");
-    assert_packs_to(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     protobuf_c_message_free_unpacked(&m->base, NULL);
     free(fx.data);
 }
@@ -407,7 +369,7 @@ static void test_prefixes(void **state)
 
     (void)state;
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        struct fixture fx;
+        struct tu_fixture fx;
 
         snprintf(path, sizeof(path), GRPC "%s", all[i].file);
         fx = load(path);

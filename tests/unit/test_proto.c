@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "testutil.h"
+#include "pb_fixture.h"
 #include "deviceplugin/v1beta1/api.pb-c.h"
 #include "podresources/v1/api.pb-c.h"
 
@@ -27,53 +28,11 @@
 #define UUID0 "GPU-fef8089b-4820-abfc-e83e-94318197576e"
 #define UUID1 "GPU-5b4c2e1a-9d3f-4a7b-8c6e-1f2a3b4c5d6e"
 
-struct fixture {
-    uint8_t *data;
-    size_t len;
-};
-
-/* Reads a whole fixture; skips the test when shared/k8s-wire is not there. */
-static struct fixture load(const char *path)
+/* Reads a whole fixture (tu_fixture_load: skipped, or failed under CI=true,
+ * when it is not there). */
+static struct tu_fixture load(const char *path)
 {
-    struct fixture fx = {0};
-    FILE *f = fopen(path, "rb");
-    long n;
-
-    if (f == NULL)
-        tu_skip("shared/k8s-wire is not beside this checkout");
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
-    fx.data = malloc((size_t)n + 1); /* + 1: an empty message still gets a buffer */
-    assert_non_null(fx.data);
-    assert_int_equal(fread(fx.data, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    fx.len = (size_t)n;
-    return fx;
-}
-
-/* Decodes fx as desc, checking that the message decodes; the caller frees it. */
-static ProtobufCMessage *decode(const ProtobufCMessageDescriptor *desc, const struct fixture *fx)
-{
-    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, fx->len, fx->data);
-
-    if (m == NULL)
-        fail_msg("%s does not decode its fixture", desc->name);
-    return m;
-}
-
-/* Packs m again and asserts the bytes are exactly the fixture's. */
-static void assert_reencodes(const ProtobufCMessage *m, const struct fixture *fx)
-{
-    size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t *out = malloc(n + 1);
-
-    assert_non_null(out);
-    assert_int_equal(n, fx->len);
-    assert_int_equal(protobuf_c_message_pack(m, out), n);
-    assert_memory_equal(out, fx->data, n);
-    free(out);
+    return tu_fixture_load(path, "shared/k8s-wire is not beside this checkout");
 }
 
 /* A TopologyInfo of exactly one NUMA node, id numa. */
@@ -95,9 +54,9 @@ static void assert_one_numa_v1(const V1__TopologyInfo *t, int64_t numa)
 
 static void test_register_request(void **state)
 {
-    struct fixture fx = load(DP "RegisterRequest.bin");
+    struct tu_fixture fx = load(DP "RegisterRequest.bin");
     V1beta1__RegisterRequest *m =
-        (V1beta1__RegisterRequest *)decode(&v1beta1__register_request__descriptor, &fx);
+        (V1beta1__RegisterRequest *)tu_pb_decode(&v1beta1__register_request__descriptor, &fx);
 
     (void)state;
     assert_string_equal(m->version, "v1beta1");
@@ -106,7 +65,7 @@ static void test_register_request(void **state)
     assert_non_null(m->options);
     assert_false(m->options->pre_start_required);
     assert_true(m->options->get_preferred_allocation_available);
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1beta1__register_request__free_unpacked(m, NULL);
     free(fx.data);
 }
@@ -115,8 +74,8 @@ static void test_register_request(void **state)
  * and with the 5-byte gRPC header (flag 0, big-endian length) the captured frame. */
 static void test_register_request_built(void **state)
 {
-    struct fixture fx = load(DP "RegisterRequest.bin");
-    struct fixture frame = load(DP "RegisterRequest.grpc-frame.bin");
+    struct tu_fixture fx = load(DP "RegisterRequest.bin");
+    struct tu_fixture frame = load(DP "RegisterRequest.grpc-frame.bin");
     V1beta1__DevicePluginOptions opts = V1BETA1__DEVICE_PLUGIN_OPTIONS__INIT;
     V1beta1__RegisterRequest req = V1BETA1__REGISTER_REQUEST__INIT;
     uint8_t out[256];
@@ -146,14 +105,14 @@ static void test_register_request_built(void **state)
 
 static void test_device_plugin_options(void **state)
 {
-    struct fixture fx = load(DP "DevicePluginOptions.bin");
-    V1beta1__DevicePluginOptions *m =
-        (V1beta1__DevicePluginOptions *)decode(&v1beta1__device_plugin_options__descriptor, &fx);
+    struct tu_fixture fx = load(DP "DevicePluginOptions.bin");
+    V1beta1__DevicePluginOptions *m = (V1beta1__DevicePluginOptions *)tu_pb_decode(
+        &v1beta1__device_plugin_options__descriptor, &fx);
 
     (void)state;
     assert_false(m->pre_start_required);
     assert_true(m->get_preferred_allocation_available);
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1beta1__device_plugin_options__free_unpacked(m, NULL);
     free(fx.data);
 }
@@ -161,13 +120,13 @@ static void test_device_plugin_options(void **state)
 /* Empty is zero bytes, and so is the empty PreStartContainerResponse. */
 static void test_empty(void **state)
 {
-    struct fixture fx = load(DP "Empty.bin");
-    V1beta1__Empty *m = (V1beta1__Empty *)decode(&v1beta1__empty__descriptor, &fx);
+    struct tu_fixture fx = load(DP "Empty.bin");
+    V1beta1__Empty *m = (V1beta1__Empty *)tu_pb_decode(&v1beta1__empty__descriptor, &fx);
     V1beta1__PreStartContainerResponse psr = V1BETA1__PRE_START_CONTAINER_RESPONSE__INIT;
 
     (void)state;
     assert_int_equal(fx.len, 0);
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     assert_int_equal(v1beta1__pre_start_container_response__get_packed_size(&psr), 0);
     v1beta1__empty__free_unpacked(m, NULL);
     free(fx.data);
@@ -177,9 +136,9 @@ static void test_list_and_watch_response(void **state)
 {
     static const char *const ids[] = {UUID0 "-0", UUID0 "-1", UUID0 "-2",
                                       UUID0 "-3", UUID1 "-0", UUID1 "-1"};
-    struct fixture fx = load(DP "ListAndWatchResponse.bin");
-    V1beta1__ListAndWatchResponse *m =
-        (V1beta1__ListAndWatchResponse *)decode(&v1beta1__list_and_watch_response__descriptor, &fx);
+    struct tu_fixture fx = load(DP "ListAndWatchResponse.bin");
+    V1beta1__ListAndWatchResponse *m = (V1beta1__ListAndWatchResponse *)tu_pb_decode(
+        &v1beta1__list_and_watch_response__descriptor, &fx);
 
     (void)state;
     assert_int_equal(m->n_devices, 6);
@@ -192,15 +151,15 @@ static void test_list_and_watch_response(void **state)
         /* NUMA node 0 is an empty sub-message on the wire: the id reads as 0. */
         assert_one_numa(d->topology->n_nodes, d->topology->nodes, i < 4 ? 0 : 1);
     }
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1beta1__list_and_watch_response__free_unpacked(m, NULL);
     free(fx.data);
 }
 
 static void test_preferred_allocation_request(void **state)
 {
-    struct fixture fx = load(DP "PreferredAllocationRequest.bin");
-    V1beta1__PreferredAllocationRequest *m = (V1beta1__PreferredAllocationRequest *)decode(
+    struct tu_fixture fx = load(DP "PreferredAllocationRequest.bin");
+    V1beta1__PreferredAllocationRequest *m = (V1beta1__PreferredAllocationRequest *)tu_pb_decode(
         &v1beta1__preferred_allocation_request__descriptor, &fx);
     const V1beta1__ContainerPreferredAllocationRequest *c;
 
@@ -214,15 +173,15 @@ static void test_preferred_allocation_request(void **state)
     assert_string_equal(c->available_deviceids[3], UUID0 "-3");
     assert_int_equal(c->n_must_include_deviceids, 0);
     assert_int_equal(c->allocation_size, 2);
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1beta1__preferred_allocation_request__free_unpacked(m, NULL);
     free(fx.data);
 }
 
 static void test_preferred_allocation_response(void **state)
 {
-    struct fixture fx = load(DP "PreferredAllocationResponse.bin");
-    V1beta1__PreferredAllocationResponse *m = (V1beta1__PreferredAllocationResponse *)decode(
+    struct tu_fixture fx = load(DP "PreferredAllocationResponse.bin");
+    V1beta1__PreferredAllocationResponse *m = (V1beta1__PreferredAllocationResponse *)tu_pb_decode(
         &v1beta1__preferred_allocation_response__descriptor, &fx);
     const V1beta1__ContainerPreferredAllocationResponse *c;
 
@@ -232,16 +191,16 @@ static void test_preferred_allocation_response(void **state)
     assert_int_equal(c->n_deviceids, 2);
     assert_string_equal(c->deviceids[0], UUID0 "-0");
     assert_string_equal(c->deviceids[1], UUID0 "-1");
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1beta1__preferred_allocation_response__free_unpacked(m, NULL);
     free(fx.data);
 }
 
 static void test_allocate_request(void **state)
 {
-    struct fixture fx = load(DP "AllocateRequest.bin");
+    struct tu_fixture fx = load(DP "AllocateRequest.bin");
     V1beta1__AllocateRequest *m =
-        (V1beta1__AllocateRequest *)decode(&v1beta1__allocate_request__descriptor, &fx);
+        (V1beta1__AllocateRequest *)tu_pb_decode(&v1beta1__allocate_request__descriptor, &fx);
     const V1beta1__ContainerAllocateRequest *c;
 
     (void)state;
@@ -250,7 +209,7 @@ static void test_allocate_request(void **state)
     assert_int_equal(c->n_devices_ids, 2);
     assert_string_equal(c->devices_ids[0], UUID0 "-0");
     assert_string_equal(c->devices_ids[1], UUID0 "-1");
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1beta1__allocate_request__free_unpacked(m, NULL);
     free(fx.data);
 }
@@ -295,14 +254,14 @@ static void assert_container_allocate_response(const V1beta1__ContainerAllocateR
 
 static void test_allocate_response(void **state)
 {
-    struct fixture fx = load(DP "AllocateResponse.bin");
+    struct tu_fixture fx = load(DP "AllocateResponse.bin");
     V1beta1__AllocateResponse *m =
-        (V1beta1__AllocateResponse *)decode(&v1beta1__allocate_response__descriptor, &fx);
+        (V1beta1__AllocateResponse *)tu_pb_decode(&v1beta1__allocate_response__descriptor, &fx);
 
     (void)state;
     assert_int_equal(m->n_container_responses, 1);
     assert_container_allocate_response(m->container_responses[0]);
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1beta1__allocate_response__free_unpacked(m, NULL);
     free(fx.data);
 }
@@ -310,28 +269,28 @@ static void test_allocate_response(void **state)
 /* The form the kubelet checkpoints (base64 AllocResp): the bare inner message. */
 static void test_container_allocate_response(void **state)
 {
-    struct fixture fx = load(DP "ContainerAllocateResponse.bin");
-    V1beta1__ContainerAllocateResponse *m = (V1beta1__ContainerAllocateResponse *)decode(
+    struct tu_fixture fx = load(DP "ContainerAllocateResponse.bin");
+    V1beta1__ContainerAllocateResponse *m = (V1beta1__ContainerAllocateResponse *)tu_pb_decode(
         &v1beta1__container_allocate_response__descriptor, &fx);
 
     (void)state;
     assert_container_allocate_response(m);
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1beta1__container_allocate_response__free_unpacked(m, NULL);
     free(fx.data);
 }
 
 static void test_pre_start_container_request(void **state)
 {
-    struct fixture fx = load(DP "PreStartContainerRequest.bin");
-    V1beta1__PreStartContainerRequest *m = (V1beta1__PreStartContainerRequest *)decode(
+    struct tu_fixture fx = load(DP "PreStartContainerRequest.bin");
+    V1beta1__PreStartContainerRequest *m = (V1beta1__PreStartContainerRequest *)tu_pb_decode(
         &v1beta1__pre_start_container_request__descriptor, &fx);
 
     (void)state;
     assert_int_equal(m->n_devices_ids, 2);
     assert_string_equal(m->devices_ids[0], UUID0 "-0");
     assert_string_equal(m->devices_ids[1], UUID0 "-1");
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1beta1__pre_start_container_request__free_unpacked(m, NULL);
     free(fx.data);
 }
@@ -341,22 +300,22 @@ static void test_pre_start_container_request(void **state)
 
 static void test_list_pod_resources_request(void **state)
 {
-    struct fixture fx = load(PR "ListPodResourcesRequest.bin");
-    V1__ListPodResourcesRequest *m =
-        (V1__ListPodResourcesRequest *)decode(&v1__list_pod_resources_request__descriptor, &fx);
+    struct tu_fixture fx = load(PR "ListPodResourcesRequest.bin");
+    V1__ListPodResourcesRequest *m = (V1__ListPodResourcesRequest *)tu_pb_decode(
+        &v1__list_pod_resources_request__descriptor, &fx);
 
     (void)state;
     assert_int_equal(fx.len, 0);
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1__list_pod_resources_request__free_unpacked(m, NULL);
     free(fx.data);
 }
 
 static void test_list_pod_resources_response(void **state)
 {
-    struct fixture fx = load(PR "ListPodResourcesResponse.bin");
-    V1__ListPodResourcesResponse *m =
-        (V1__ListPodResourcesResponse *)decode(&v1__list_pod_resources_response__descriptor, &fx);
+    struct tu_fixture fx = load(PR "ListPodResourcesResponse.bin");
+    V1__ListPodResourcesResponse *m = (V1__ListPodResourcesResponse *)tu_pb_decode(
+        &v1__list_pod_resources_response__descriptor, &fx);
     const V1__PodResources *p;
     const V1__ContainerResources *c;
 
@@ -400,15 +359,15 @@ static void test_list_pod_resources_response(void **state)
     assert_int_equal(c->cpu_ids[0], 4);
     assert_int_equal(c->cpu_ids[1], 5);
 
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1__list_pod_resources_response__free_unpacked(m, NULL);
     free(fx.data);
 }
 
 static void test_allocatable_resources_response(void **state)
 {
-    struct fixture fx = load(PR "AllocatableResourcesResponse.bin");
-    V1__AllocatableResourcesResponse *m = (V1__AllocatableResourcesResponse *)decode(
+    struct tu_fixture fx = load(PR "AllocatableResourcesResponse.bin");
+    V1__AllocatableResourcesResponse *m = (V1__AllocatableResourcesResponse *)tu_pb_decode(
         &v1__allocatable_resources_response__descriptor, &fx);
     const V1__ContainerDevices *d;
 
@@ -426,21 +385,21 @@ static void test_allocatable_resources_response(void **state)
     for (size_t i = 0; i < m->n_cpu_ids; i++)
         assert_int_equal(m->cpu_ids[i], (int64_t)i);
     assert_int_equal(m->n_memory, 0);
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1__allocatable_resources_response__free_unpacked(m, NULL);
     free(fx.data);
 }
 
 static void test_get_pod_resources_request(void **state)
 {
-    struct fixture fx = load(PR "GetPodResourcesRequest.bin");
+    struct tu_fixture fx = load(PR "GetPodResourcesRequest.bin");
     V1__GetPodResourcesRequest *m =
-        (V1__GetPodResourcesRequest *)decode(&v1__get_pod_resources_request__descriptor, &fx);
+        (V1__GetPodResourcesRequest *)tu_pb_decode(&v1__get_pod_resources_request__descriptor, &fx);
 
     (void)state;
     assert_string_equal(m->pod_name, "train-job-0");
     assert_string_equal(m->pod_namespace, "ml-team");
-    assert_reencodes(&m->base, &fx);
+    tu_pb_assert_packs_to(&m->base, &fx);
     v1__get_pod_resources_request__free_unpacked(m, NULL);
     free(fx.data);
 }
@@ -453,7 +412,7 @@ static void test_get_pod_resources_request(void **state)
  * exactly that prefix; under ASan this also shows nothing reads past the end. */
 static void check_prefixes(const ProtobufCMessageDescriptor *desc, const char *path)
 {
-    struct fixture fx = load(path);
+    struct tu_fixture fx = load(path);
 
     for (size_t len = 0; len < fx.len; len++) {
         uint8_t *copy = malloc(len + 1); /* exactly len bytes readable */
@@ -463,9 +422,9 @@ static void check_prefixes(const ProtobufCMessageDescriptor *desc, const char *p
         memcpy(copy, fx.data, len);
         m = protobuf_c_message_unpack(desc, NULL, len, copy);
         if (m != NULL) {
-            struct fixture prefix = {copy, len};
+            struct tu_fixture prefix = {copy, len};
 
-            assert_reencodes(m, &prefix);
+            tu_pb_assert_packs_to(m, &prefix);
             protobuf_c_message_free_unpacked(m, NULL);
         }
         free(copy);
