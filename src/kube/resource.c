@@ -33,6 +33,8 @@ const struct egpu_kube_resource egpu_kube_priorityclasses = {"scheduling.k8s.io"
                                                              "priorityclasses", false};
 const struct egpu_kube_resource egpu_kube_resourceslices = {"resource.k8s.io", "v1",
                                                             "resourceslices", false};
+const struct egpu_kube_resource egpu_kube_resourceclaims = {"resource.k8s.io", "v1",
+                                                            "resourceclaims", true};
 
 static bool unreserved(unsigned char c)
 {

@@ -820,6 +820,9 @@ RESOURCES = [
              columns=[NAME_COL, ("Value", "integer", 0, lambda o: o.get("value")),
                       ("Global-Default", "boolean", 0, lambda o: bool(o.get("globalDefault"))),
                       AGE_COL]),
+    # DRA: the agent's NodePrepareResources GETs the claim (tests/unit/test_agent_dra_plugin.c
+    # creates it with its status.allocation, as the scheduler would have written it).
+    Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
     Resource(EGPU, "v1alpha1", "gpus", "GPU", False, subresources=["status"],
              custom=True, fields=["spec.nodeName"],
              columns=crd_columns(("Node", "string", ".spec.nodeName"),

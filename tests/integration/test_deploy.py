@@ -100,6 +100,8 @@ CONTROLLER_NEEDS = {
 #     ResourceSlices (field selectors spec.nodeName, spec.driver), POST of
 #     the node's slice, PUT of it when its devices change, DELETE of a
 #     duplicate; GET of the node's Node (its uid, for the owner reference)
+#   dra_plugin.c egpu__dra_plugin_prepare (DRA mode): GET of the
+#     ResourceClaim the kubelet names
 # No informer, so no watch; no Lease (one agent per node, no election).
 AGENT_NEEDS = {
     (GROUP, "gpus", "list"), (GROUP, "gpus", "get"), (GROUP, "gpus", "create"),
@@ -108,6 +110,7 @@ AGENT_NEEDS = {
     ("", "pods", "list"), ("", "pods", "get"), ("", "pods", "patch"),
     ("", "events", "create"),
     *{("resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")},
+    ("resource.k8s.io", "resourceclaims", "get"),
     ("", "nodes", "get"),
 }
 AGENT_PORT_DEFAULT = 9400  # egpu-agent --port default
@@ -1575,6 +1578,7 @@ def test_agent_needs_match_its_code():
     }
     resources = {"egpu_kube_gpus": (GROUP, "gpus"), "egpu_kube_pods": ("", "pods"),
                  "egpu_kube_resourceslices": ("resource.k8s.io", "resourceslices"),
+                 "egpu_kube_resourceclaims": ("resource.k8s.io", "resourceclaims"),
                  "egpu_kube_nodes": ("", "nodes")}
     found = set()
     for f in sorted((ROOT / "src" / "agent").glob("*.c")):

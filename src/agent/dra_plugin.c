@@ -1,0 +1,777 @@
+/* agent/dra_plugin.c - the DRA kubelet plugin's DRAPlugin service:
+ * NodePrepareResources and NodeUnprepareResources, v1 and v1beta1
+ * (dra_plugin_int.h), served by the project's gRPC server
+ * (src/net/grpc_server.c) as the registration is (dra_registration.c).
+ *
+ * Wire facts: ../shared/k8s-wire/dra/kubelet_plugin_notes.md (sections 3
+ * and 4) and dra_notes.md. v1beta1's messages are v1's without
+ * Device.share_id (field 5), so both versions are decoded and answered with
+ * v1's descriptors; share_id is only set in v1 answers.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dra/v1/api.pb-c.h"
+#include "egpu/api.h"
+#include "egpu/log.h"
+#include "allocdir_int.h"
+#include "allocfs_int.h"
+#include "cdi_int.h"
+#include "container_int.h"
+#include "dra_plugin_int.h"
+#include "pb_int.h"
+
+struct egpu__dra_plugin {
+    struct egpu_kube *kube;
+    char *node;
+    char *driver;
+    char *endpoint;
+    char *dra_root; /* <alloc_root>/dra */
+    char *cdi_dir;
+    char *interposer;
+    unsigned ctx_extra_mib;
+    struct egpu_grpc_server *srv;
+    bool running;
+    pthread_mutex_t lock; /* serializes prepare and unprepare; guards cards */
+    struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
+    size_t ncards;
+};
+
+/* ------------------------------------------------------------------------ */
+/* The record                                                               */
+
+/* The record's file name of uid (checked by egpu__cdi_check_uid) into out. */
+static void record_name(const char *uid, char *out, size_t len)
+{
+    snprintf(out, len, "%s%s.json", EGPU_DRA_PLUGIN_RECORD_PREFIX, uid);
+}
+
+/* Open <alloc_root>/dra (made when missing) into *fd. Returns 0 or -errno
+ * with err. */
+static int open_root(struct egpu__dra_plugin *p, bool create, int *fd, struct egpu_error *err)
+{
+    int rc = create ? egpu__allocdir_mkdir_p(p->dra_root) : 0;
+
+    if (rc == 0)
+        rc = egpu__fs_open_dir(AT_FDCWD, p->dra_root, fd);
+    if (rc && !(rc == -ENOENT && !create))
+        egpu_error_set(err, rc, "DRA allocation root %s: %s", p->dra_root, egpu_strerror(rc));
+    return rc;
+}
+
+/* The record of uid from the disk into *rec (new reference). Returns 0,
+ * -ENOENT (none), or another negative code with err (a record that is not
+ * the agent's or does not decode). */
+static int record_read(struct egpu__dra_plugin *p, const char *uid, json_t **rec,
+                       struct egpu_error *err)
+{
+    char name[EGPU_CDI_UID_LEN + 32], *text = NULL;
+    struct stat st;
+    json_error_t jerr;
+    size_t len;
+    json_t *doc;
+    int fd, rc;
+
+    rc = open_root(p, false, &fd, err);
+    if (rc)
+        return rc;
+    record_name(uid, name, sizeof(name));
+    rc = egpu__fs_read_at(fd, name, EGPU_DRA_PLUGIN_RECORD_MAX, &text, &len, &st);
+    close(fd);
+    if (rc == -ENOENT)
+        return rc;
+    if (rc)
+        return egpu_error_set(err, rc, "DRA claim record %s/%s: %s", p->dra_root, name,
+                              egpu_strerror(rc));
+    if (!egpu__fs_is_private(&st)) {
+        egpu_free(text);
+        return egpu_error_set(err, -EPERM, "DRA claim record %s/%s: not the agent's file",
+                              p->dra_root, name);
+    }
+    doc = json_loadb(text, len, 0, &jerr);
+    egpu_free(text);
+    if (doc == NULL || !json_is_array(json_object_get(doc, "devices")) ||
+        !json_is_string(json_object_get(doc, "uid")) ||
+        strcmp(json_string_value(json_object_get(doc, "uid")), uid) != 0) {
+        json_decref(doc);
+        return egpu_error_set(err, EGPU_ESYNTAX, "DRA claim record %s/%s: not a claim record",
+                              p->dra_root, name);
+    }
+    *rec = doc;
+    return 0;
+}
+
+/* Write rec as uid's record. Returns 0 or a negative code with err. */
+static int record_write(struct egpu__dra_plugin *p, const char *uid, const json_t *rec,
+                        struct egpu_error *err)
+{
+    char name[EGPU_CDI_UID_LEN + 32];
+    char *text = json_dumps(rec, JSON_COMPACT);
+    int fd = -1, rc;
+
+    if (text == NULL)
+        return egpu_error_set(err, -ENOMEM, "out of memory");
+    rc = open_root(p, true, &fd, err);
+    if (rc == 0) {
+        record_name(uid, name, sizeof(name));
+        rc = egpu__fs_write_at(fd, p->dra_root, name, text, strlen(text), 0644, err);
+        close(fd);
+    }
+    free(text);
+    return rc;
+}
+
+/* Remove the allocation dirs a record (or a half-made one) names. Returns
+ * 0 or the first failure's negative code (the rest are still removed). */
+static int remove_dirs(struct egpu__dra_plugin *p, const json_t *devices)
+{
+    size_t i;
+    json_t *d;
+    int first = 0;
+
+    json_array_foreach(devices, i, d)
+    {
+        const char *dir = json_string_value(json_object_get(d, "dir"));
+        int rc;
+
+        if (dir == NULL || dir[0] == '\0')
+            continue;
+        rc = egpu__allocdir_remove(p->dra_root, dir);
+        if (rc && first == 0)
+            first = rc;
+    }
+    return first;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Prepare                                                                  */
+
+/* The card of device "gpu-<index>" among p's cards, or NULL. */
+static const struct egpu_gpu_info *card_of(const struct egpu__dra_plugin *p, const char *device)
+{
+    char *end;
+    unsigned long idx;
+
+    if (strncmp(device, "gpu-", 4) != 0 || device[4] < '0' || device[4] > '9')
+        return NULL;
+    errno = 0;
+    idx = strtoul(device + 4, &end, 10);
+    if (errno != 0 || *end != '\0' || (device[4] == '0' && device[5] != '\0'))
+        return NULL;
+    for (size_t i = 0; i < p->ncards; i++)
+        if (p->cards[i].index == idx && p->cards[i].uuid[0] != '\0')
+            return &p->cards[i];
+    return NULL;
+}
+
+/* One result's consumedCapacity into *core and *mem (the header's
+ * defaults for what is absent). Returns 0 or a negative code with err. */
+static int capacity_of(const json_t *result, const char *device, const struct egpu_gpu_info *card,
+                       unsigned *core, unsigned *mem, struct egpu_error *err)
+{
+    const json_t *cc = json_object_get(result, "consumedCapacity");
+    const char *cores = json_string_value(json_object_get(cc, "cores"));
+    const char *memory = json_string_value(json_object_get(cc, "memory"));
+    int64_t v;
+    int rc;
+
+    *core = 100;
+    *mem = (unsigned)(card->mem_mib > UINT32_MAX ? UINT32_MAX : card->mem_mib);
+    if (cores != NULL) {
+        rc = egpu_parse_gpu_core_pct(cores, "consumedCapacity.cores", &v, err);
+        if (rc)
+            return rc;
+        if (v > 100)
+            return egpu_error_set(err, -EINVAL,
+                                  "device %s: consumedCapacity.cores %s is more than one card "
+                                  "(allowed: 1..100)",
+                                  device, cores);
+        *core = (unsigned)v;
+    }
+    if (memory != NULL) {
+        rc = egpu_parse_mem_mib(memory, "consumedCapacity.memory", &v, err);
+        if (rc)
+            return rc;
+        if (v < 1 || (uint64_t)v > card->mem_mib)
+            return egpu_error_set(err, -EINVAL,
+                                  "device %s: consumedCapacity.memory %s (%lld MiB) is not "
+                                  "1..%llu MiB, the card's memory",
+                                  device, memory, (long long)v, (unsigned long long)card->mem_mib);
+        *mem = (unsigned)v;
+    }
+    return 0;
+}
+
+/* Write device d's allocation dir as device-plugin mode does: vcuda.conf
+ * and limits.json (container.c; the claim stands for the pod, the device
+ * for the container), and for a share ld.so.preload. dir (len bytes) gets
+ * its path. Returns 0 or a negative code with err. */
+static int write_dir(struct egpu__dra_plugin *p, const char *ns, const char *claim,
+                     const struct egpu__cdi_device *d, char *id, char *dir, size_t len,
+                     struct egpu_error *err)
+{
+    struct egpu__container_config cfg = {.kube = p->kube,
+                                         .node = p->node,
+                                         .alloc_root = p->dra_root,
+                                         .ctx_extra_mib = p->ctx_extra_mib};
+    struct egpu__container_ref o;
+    struct egpu_assigned *a = egpu_calloc(1, sizeof(*a));
+    char text[PATH_MAX + 2];
+    char *ids[1] = {id};
+    int rc, dfd = -1;
+
+    if (a == NULL)
+        return egpu_error_set(err, -ENOMEM, "out of memory");
+    memset(&o, 0, sizeof(o));
+    snprintf(o.ns, sizeof(o.ns), "%s", ns);
+    snprintf(o.pod, sizeof(o.pod), "%s", claim);
+    snprintf(o.container, sizeof(o.container), "%s", d->device);
+    snprintf(a->node, sizeof(a->node), "%s", p->node);
+    a->ncontainers = 1;
+    a->ncards = 1;
+    snprintf(a->uuids[0], sizeof(a->uuids[0]), "%s", d->uuid);
+    snprintf(a->containers[0].name, sizeof(a->containers[0].name), "%s", d->device);
+    a->containers[0].core_pct = d->core_pct;
+    a->containers[0].mem_mib = d->mem_mib;
+    a->containers[0].ncards = 1;
+    rc = egpu__container_write(&cfg, &o, a, &a->containers[0], d->core_pct, ids, 1, NULL, dir, len,
+                               err);
+    egpu_free(a);
+    if (rc || d->core_pct >= 100)
+        return rc;
+    rc = egpu__allocdir_open(p->dra_root, dir, false, true, NULL, &dfd, err);
+    if (rc == 0) {
+        snprintf(text, sizeof(text), "%s\n", p->interposer);
+        rc = egpu__fs_write_at(dfd, dir, EGPU_ALLOCDIR_PRELOAD_FILE, text, strlen(text), 0644, err);
+        close(dfd);
+    }
+    if (rc && egpu__allocdir_remove(p->dra_root, dir) != 0)
+        egpu_log(EGPU_LOG_WARN, "DRA allocation dir not removed after a failed write dir=%s", dir);
+    return rc;
+}
+
+/* The results of the claim obj for this driver and pool into r->devices
+ * (cards and capacities; device names borrowed from obj) and rec's
+ * "devices" (request, pool, device, shareID). Returns 0 or a negative code
+ * with err. */
+static int results_of(struct egpu__dra_plugin *p, const json_t *obj, struct egpu__cdi_device *devs,
+                      size_t *n, json_t *recdevs, struct egpu_error *err)
+{
+    const json_t *results = json_object_get(
+        json_object_get(json_object_get(json_object_get(obj, "status"), "allocation"), "devices"),
+        "results");
+    size_t i;
+    json_t *r;
+
+    *n = 0;
+    json_array_foreach(results, i, r)
+    {
+        const char *driver = json_string_value(json_object_get(r, "driver"));
+        const char *pool = json_string_value(json_object_get(r, "pool"));
+        const char *device = json_string_value(json_object_get(r, "device"));
+        const char *request = json_string_value(json_object_get(r, "request"));
+        const char *share = json_string_value(json_object_get(r, "shareID"));
+        const struct egpu_gpu_info *card;
+        struct egpu__cdi_device *d;
+        int rc;
+
+        if (driver == NULL || strcmp(driver, p->driver) != 0 || pool == NULL ||
+            strcmp(pool, p->node) != 0)
+            continue;
+        if (device == NULL)
+            return egpu_error_set(err, -EINVAL, "allocation result %zu has no device", i);
+        card = card_of(p, device);
+        if (card == NULL)
+            return egpu_error_set(err, -EINVAL, "device %s is not a GPU of node %s", device,
+                                  p->node);
+        if (*n == EGPU_CDI_DEVICES_MAX)
+            return egpu_error_set(err, -EINVAL, "more than %d allocation results",
+                                  EGPU_CDI_DEVICES_MAX);
+        d = &devs[*n];
+        memset(d, 0, sizeof(*d));
+        d->device = device;
+        d->uuid = card->uuid;
+        d->minor = card->minor;
+        rc = capacity_of(r, device, card, &d->core_pct, &d->mem_mib, err);
+        if (rc)
+            return rc;
+        if (json_array_append_new(recdevs,
+                                  json_pack("{s:s,s:s,s:s,s:s}", "request",
+                                            request != NULL ? request : "", "pool", pool, "device",
+                                            device, "shareID", share != NULL ? share : "")) != 0)
+            return egpu_error_set(err, -ENOMEM, "out of memory");
+        (*n)++;
+    }
+    if (*n == 0)
+        return egpu_error_set(err, -EINVAL, "no allocation result of driver %s in pool %s",
+                              p->driver, p->node);
+    return 0;
+}
+
+/* Make the claim's dirs, spec and record (the header's opening), with the
+ * lock held. Returns 0 (*rec its record) or a negative code with err;
+ * nothing is left on failure. */
+static int prepare_new(struct egpu__dra_plugin *p, const char *ns, const char *uid,
+                       const char *name, json_t **rec, struct egpu_error *err)
+{
+    struct egpu__cdi_device *devs = egpu_calloc(EGPU_CDI_DEVICES_MAX, sizeof(*devs));
+    char(*ids)[EGPU_CDI_ID_MAX] = egpu_calloc(EGPU_CDI_DEVICES_MAX, sizeof(*ids));
+    char(*dirs)[PATH_MAX] = egpu_calloc(EGPU_CDI_DEVICES_MAX, sizeof(*dirs));
+    json_t *obj = NULL, *doc = NULL, *recdevs;
+    const char *got;
+    size_t n = 0, made = 0;
+    bool spec = false;
+    int rc;
+
+    doc = json_pack("{s:s,s:s,s:s,s:[]}", "uid", uid, "namespace", ns, "name", name, "devices");
+    if (devs == NULL || ids == NULL || dirs == NULL || doc == NULL) {
+        rc = egpu_error_set(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    recdevs = json_object_get(doc, "devices");
+    rc = egpu_kube_get(p->kube, &egpu_kube_resourceclaims, ns, name, &obj, NULL, err);
+    if (rc)
+        goto out;
+    got = json_string_value(json_object_get(json_object_get(obj, "metadata"), "uid"));
+    if (got == NULL || strcmp(got, uid) != 0) {
+        rc = egpu_error_set(err, -EINVAL,
+                            "ResourceClaim %s/%s has uid %s, the kubelet asked for uid %s", ns,
+                            name, got != NULL ? got : "(none)", uid);
+        goto out;
+    }
+    rc = results_of(p, obj, devs, &n, recdevs, err);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = egpu__cdi_device_id(p->driver, uid, devs[i].device, ids[i], sizeof(ids[i]), err);
+        if (rc == 0)
+            rc = write_dir(p, ns, name, &devs[i], ids[i], dirs[i], sizeof(dirs[i]), err);
+        if (rc == 0) {
+            devs[i].alloc_dir = dirs[i];
+            made++;
+        }
+    }
+    if (rc == 0) {
+        struct egpu__cdi_claim c = {.driver = p->driver,
+                                    .claim_uid = uid,
+                                    .interposer = p->interposer,
+                                    .ctx_extra_mib = p->ctx_extra_mib,
+                                    .devices = devs,
+                                    .ndevices = n};
+
+        rc = egpu__cdi_spec_write(p->cdi_dir, &c, ids, err);
+        spec = rc == 0;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        json_t *d = json_array_get(recdevs, i);
+
+        if (json_object_set_new(d, "cdi", json_string(ids[i])) != 0 ||
+            json_object_set_new(d, "dir", json_string(dirs[i])) != 0)
+            rc = egpu_error_set(err, -ENOMEM, "out of memory");
+    }
+    if (rc == 0)
+        rc = record_write(p, uid, doc, err);
+out:
+    if (rc) {
+        for (size_t i = 0; i < made; i++)
+            if (egpu__allocdir_remove(p->dra_root, dirs[i]) != 0)
+                egpu_log(EGPU_LOG_WARN, "DRA allocation dir not removed dir=%s", dirs[i]);
+        if (spec) {
+            struct egpu_error e2 = {0};
+
+            if (egpu__cdi_spec_remove(p->cdi_dir, p->driver, uid, &e2) != 0)
+                egpu_log(EGPU_LOG_WARN, "CDI spec not removed claim=%s error=\"%s\"", uid, e2.msg);
+        }
+        json_decref(doc);
+        doc = NULL;
+    }
+    *rec = doc;
+    json_decref(obj);
+    egpu_free(devs);
+    egpu_free(ids);
+    egpu_free(dirs);
+    return rc;
+}
+
+int egpu__dra_plugin_prepare(struct egpu__dra_plugin *p, const char *ns, const char *uid,
+                             const char *name, json_t **rec, struct egpu_error *err)
+{
+    int rc = egpu__cdi_check_uid(uid, err);
+
+    if (rc)
+        return rc;
+    if (ns == NULL || ns[0] == '\0' || name == NULL || name[0] == '\0')
+        return egpu_error_set(err, -EINVAL, "claim %s: no namespace or name", uid);
+    pthread_mutex_lock(&p->lock);
+    rc = record_read(p, uid, rec, err);
+    if (rc == -ENOENT) {
+        rc = prepare_new(p, ns, uid, name, rec, err);
+        if (rc == 0)
+            egpu_log(EGPU_LOG_NOTICE, "DRA claim prepared claim=%s/%s uid=%s devices=%zu", ns, name,
+                     uid, json_array_size(json_object_get(*rec, "devices")));
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Unprepare                                                                */
+
+int egpu__dra_plugin_unprepare(struct egpu__dra_plugin *p, const char *uid, struct egpu_error *err)
+{
+    char name[EGPU_CDI_UID_LEN + 32];
+    json_t *rec = NULL;
+    int rc = egpu__cdi_check_uid(uid, err), fd;
+
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&p->lock);
+    rc = record_read(p, uid, &rec, err);
+    if (rc == -ENOENT)
+        rc = 0; /* never prepared, or already undone: still no spec may stay */
+    if (rc == 0 && rec != NULL) {
+        rc = remove_dirs(p, json_object_get(rec, "devices"));
+        if (rc)
+            egpu_error_set(err, rc, "DRA claim %s: allocation dir not removed: %s", uid,
+                           egpu_strerror(rc));
+    }
+    if (rc == 0)
+        rc = egpu__cdi_spec_remove(p->cdi_dir, p->driver, uid, err);
+    if (rc == 0 && rec != NULL && open_root(p, false, &fd, err) == 0) {
+        record_name(uid, name, sizeof(name));
+        if (unlinkat(fd, name, 0) != 0 && errno != ENOENT)
+            rc = egpu_error_errno(err, "DRA claim record %s/%s", p->dra_root, name);
+        close(fd);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (rc == 0 && rec != NULL)
+        egpu_log(EGPU_LOG_NOTICE, "DRA claim unprepared uid=%s", uid);
+    json_decref(rec);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Handlers                                                                 */
+
+/* The answer's storage for one prepared claim; strings borrowed from rec. */
+struct prep_out {
+    json_t *rec;
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse__ClaimsEntry entry;
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourceResponse resp;
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Device dev[EGPU_CDI_DEVICES_MAX];
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Device *devp[EGPU_CDI_DEVICES_MAX];
+    char *req[EGPU_CDI_DEVICES_MAX];
+    char *cdi[EGPU_CDI_DEVICES_MAX];
+    struct egpu_error err;
+};
+
+/* Fill o's answer from o->rec (or o->err); v1 sets share_id. */
+static void prep_answer(struct prep_out *o, char *uid, bool v1)
+{
+    static const K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse__ClaimsEntry
+        entry0 =
+            K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__CLAIMS_ENTRY__INIT;
+    static const K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourceResponse resp0 =
+        K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCE_RESPONSE__INIT;
+    static const K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Device dev0 =
+        K8S__IO__KUBELET__PKG__APIS__DRA__V1__DEVICE__INIT;
+    json_t *devs = json_object_get(o->rec, "devices"), *d;
+    size_t i, n = 0;
+
+    o->entry = entry0;
+    o->resp = resp0;
+    o->entry.key = uid;
+    o->entry.value = &o->resp;
+    if (o->rec == NULL) {
+        o->resp.error = o->err.msg;
+        return;
+    }
+    json_array_foreach(devs, i, d)
+    {
+        const char *share = json_string_value(json_object_get(d, "shareID"));
+
+        if (n == EGPU_CDI_DEVICES_MAX)
+            break;
+        o->dev[n] = dev0;
+        o->req[n] = (char *)json_string_value(json_object_get(d, "request"));
+        o->cdi[n] = (char *)json_string_value(json_object_get(d, "cdi"));
+        if (o->req[n] != NULL && o->req[n][0] != '\0') {
+            o->dev[n].n_request_names = 1;
+            o->dev[n].request_names = &o->req[n];
+        }
+        o->dev[n].pool_name = (char *)json_string_value(json_object_get(d, "pool"));
+        o->dev[n].device_name = (char *)json_string_value(json_object_get(d, "device"));
+        if (o->cdi[n] != NULL) {
+            o->dev[n].n_cdi_device_ids = 1;
+            o->dev[n].cdi_device_ids = &o->cdi[n];
+        }
+        if (v1 && share != NULL && share[0] != '\0') {
+            o->dev[n]._share_id_case =
+                K8S__IO__KUBELET__PKG__APIS__DRA__V1__DEVICE___SHARE_ID_SHARE_ID;
+            o->dev[n].share_id = (char *)share;
+        }
+        if (o->dev[n].pool_name == NULL)
+            o->dev[n].pool_name = (char *)"";
+        if (o->dev[n].device_name == NULL)
+            o->dev[n].device_name = (char *)"";
+        o->devp[n] = &o->dev[n];
+        n++;
+    }
+    o->resp.n_devices = n;
+    o->resp.devices = o->devp;
+}
+
+static int on_prepare(struct egpu__dra_plugin *p, const struct egpu_grpc_request *req,
+                      struct egpu_buf *reply, struct egpu_grpc_status *st, bool v1)
+{
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse resp =
+        K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_RESPONSE__INIT;
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest *r =
+        (K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest *)egpu__pb_unpack(
+            &k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor, req);
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse__ClaimsEntry **ep = NULL;
+    struct prep_out *o = NULL;
+    int rc = 0;
+
+    if (r == NULL)
+        return egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "NodePrepareResources: request is not a "
+                                    "NodePrepareResourcesRequest");
+    if (r->n_claims > 0) {
+        o = egpu_calloc(r->n_claims, sizeof(*o));
+        ep = egpu_calloc(r->n_claims, sizeof(*ep));
+        if (o == NULL || ep == NULL) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < r->n_claims; i++) {
+        const K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *c = r->claims[i];
+
+        if (egpu__dra_plugin_prepare(p, c->namespace_, c->uid, c->name, &o[i].rec, &o[i].err) !=
+            0) {
+            o[i].rec = NULL;
+            egpu_log(EGPU_LOG_WARN, "DRA claim not prepared claim=%s/%s uid=%s error=\"%s\"",
+                     c->namespace_, c->name, c->uid, o[i].err.msg);
+        }
+        prep_answer(&o[i], c->uid, v1);
+        ep[i] = &o[i].entry;
+    }
+    resp.n_claims = r->n_claims;
+    resp.claims = ep;
+    rc = egpu__pb_pack(&resp.base, reply);
+out:
+    for (size_t i = 0; o != NULL && i < r->n_claims; i++)
+        json_decref(o[i].rec);
+    egpu_free(o);
+    egpu_free(ep);
+    egpu__pb_unpacked_free(&r->base);
+    return rc;
+}
+
+static int on_unprepare(struct egpu__dra_plugin *p, const struct egpu_grpc_request *req,
+                        struct egpu_buf *reply, struct egpu_grpc_status *st)
+{
+    static const K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse__ClaimsEntry
+        entry0 =
+            K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_RESPONSE__CLAIMS_ENTRY__INIT;
+    static const K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourceResponse resp0 =
+        K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCE_RESPONSE__INIT;
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse resp =
+        K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_UNPREPARE_RESOURCES_RESPONSE__INIT;
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest *r =
+        (K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesRequest *)egpu__pb_unpack(
+            &k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_request__descriptor,
+            req);
+    struct unprep_out {
+        K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse__ClaimsEntry entry;
+        K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourceResponse resp;
+        struct egpu_error err;
+    } *o = NULL;
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse__ClaimsEntry **ep = NULL;
+    int rc = 0;
+
+    if (r == NULL)
+        return egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "NodeUnprepareResources: request is not a "
+                                    "NodeUnprepareResourcesRequest");
+    if (r->n_claims > 0) {
+        o = egpu_calloc(r->n_claims, sizeof(*o));
+        ep = egpu_calloc(r->n_claims, sizeof(*ep));
+        if (o == NULL || ep == NULL) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < r->n_claims; i++) {
+        const K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *c = r->claims[i];
+
+        o[i].entry = entry0;
+        o[i].resp = resp0;
+        o[i].entry.key = c->uid;
+        o[i].entry.value = &o[i].resp;
+        if (egpu__dra_plugin_unprepare(p, c->uid, &o[i].err) != 0) {
+            o[i].resp.error = o[i].err.msg;
+            egpu_log(EGPU_LOG_WARN, "DRA claim not unprepared claim=%s/%s uid=%s error=\"%s\"",
+                     c->namespace_, c->name, c->uid, o[i].err.msg);
+        }
+        ep[i] = &o[i].entry;
+    }
+    resp.n_claims = r->n_claims;
+    resp.claims = ep;
+    rc = egpu__pb_pack(&resp.base, reply);
+out:
+    egpu_free(o);
+    egpu_free(ep);
+    egpu__pb_unpacked_free(&r->base);
+    return rc;
+}
+
+int egpu__dra_plugin_on_prepare_v1(void *data, const struct egpu_grpc_request *req,
+                                   struct egpu_buf *reply, struct egpu_grpc_status *st)
+{
+    return on_prepare(data, req, reply, st, true);
+}
+
+int egpu__dra_plugin_on_prepare_v1beta1(void *data, const struct egpu_grpc_request *req,
+                                        struct egpu_buf *reply, struct egpu_grpc_status *st)
+{
+    return on_prepare(data, req, reply, st, false);
+}
+
+int egpu__dra_plugin_on_unprepare_v1(void *data, const struct egpu_grpc_request *req,
+                                     struct egpu_buf *reply, struct egpu_grpc_status *st)
+{
+    return on_unprepare(data, req, reply, st);
+}
+
+int egpu__dra_plugin_on_unprepare_v1beta1(void *data, const struct egpu_grpc_request *req,
+                                          struct egpu_buf *reply, struct egpu_grpc_status *st)
+{
+    return on_unprepare(data, req, reply, st);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle                                                               */
+
+static bool absolute(const char *s)
+{
+    return s != NULL && s[0] == '/';
+}
+
+int egpu__dra_plugin_new(const struct egpu__dra_plugin_config *cfg, struct egpu__dra_plugin **out,
+                         struct egpu_error *err)
+{
+    const char *cdi = cfg->cdi_dir != NULL ? cfg->cdi_dir : EGPU_CDI_DIR;
+    struct egpu__dra_plugin *p;
+    char root[PATH_MAX];
+    int rc, n;
+
+    if (cfg->kube == NULL || cfg->node == NULL || cfg->node[0] == '\0')
+        return egpu_error_set(err, -EINVAL, "DRA plugin: no API client or node name");
+    if (!absolute(cfg->endpoint) || !absolute(cfg->alloc_root) || !absolute(cdi) ||
+        !absolute(cfg->interposer))
+        return egpu_error_set(err, -EINVAL,
+                              "DRA plugin: endpoint, allocation root, CDI dir and interposer "
+                              "must be absolute paths");
+    n = snprintf(root, sizeof(root), "%s/%s", cfg->alloc_root, EGPU_DRA_PLUGIN_SUBDIR);
+    if (n < 0 || (size_t)n >= sizeof(root))
+        return egpu_error_set(err, -ENAMETOOLONG, "DRA plugin: allocation root too long");
+    p = egpu_calloc(1, sizeof(*p));
+    if (p == NULL)
+        return egpu_error_set(err, -ENOMEM, "DRA plugin: out of memory");
+    pthread_mutex_init(&p->lock, NULL);
+    p->kube = cfg->kube;
+    p->ctx_extra_mib = cfg->ctx_extra_mib;
+    p->node = egpu_strdup(cfg->node);
+    p->driver = egpu_strdup(cfg->driver != NULL ? cfg->driver : EGPU_API_DRA_DRIVER);
+    p->endpoint = egpu_strdup(cfg->endpoint);
+    p->dra_root = egpu_strdup(root);
+    p->cdi_dir = egpu_strdup(cdi);
+    p->interposer = egpu_strdup(cfg->interposer);
+    if (p->node == NULL || p->driver == NULL || p->endpoint == NULL || p->dra_root == NULL ||
+        p->cdi_dir == NULL || p->interposer == NULL) {
+        egpu__dra_plugin_free(p);
+        return egpu_error_set(err, -ENOMEM, "DRA plugin: out of memory");
+    }
+    rc = egpu_grpc_server_new(p->endpoint, 4, &p->srv, err);
+    if (!rc)
+        rc = egpu_grpc_server_unary(p->srv, EGPU_DRA_METHOD_PREPARE_V1,
+                                    egpu__dra_plugin_on_prepare_v1, p);
+    if (!rc)
+        rc = egpu_grpc_server_unary(p->srv, EGPU_DRA_METHOD_UNPREPARE_V1,
+                                    egpu__dra_plugin_on_unprepare_v1, p);
+    if (!rc)
+        rc = egpu_grpc_server_unary(p->srv, EGPU_DRA_METHOD_PREPARE_V1BETA1,
+                                    egpu__dra_plugin_on_prepare_v1beta1, p);
+    if (!rc)
+        rc = egpu_grpc_server_unary(p->srv, EGPU_DRA_METHOD_UNPREPARE_V1BETA1,
+                                    egpu__dra_plugin_on_unprepare_v1beta1, p);
+    if (rc) {
+        if (err != NULL && err->code == 0)
+            egpu_error_set(err, rc, "DRA plugin: %s", egpu_strerror(rc));
+        egpu__dra_plugin_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+void egpu__dra_plugin_free(struct egpu__dra_plugin *p)
+{
+    if (p == NULL)
+        return;
+    egpu_grpc_server_free(p->srv);
+    pthread_mutex_destroy(&p->lock);
+    egpu_free(p->node);
+    egpu_free(p->driver);
+    egpu_free(p->endpoint);
+    egpu_free(p->dra_root);
+    egpu_free(p->cdi_dir);
+    egpu_free(p->interposer);
+    egpu_free(p);
+}
+
+void egpu__dra_plugin_set_cards(struct egpu__dra_plugin *p, const struct egpu_gpu_info *cards,
+                                size_t n)
+{
+    if (n > EGPU_NODE_GPUS_MAX)
+        n = EGPU_NODE_GPUS_MAX;
+    pthread_mutex_lock(&p->lock);
+    if (n > 0)
+        memcpy(p->cards, cards, n * sizeof(*cards));
+    p->ncards = n;
+    pthread_mutex_unlock(&p->lock);
+}
+
+int egpu__dra_plugin_serve(struct egpu__dra_plugin *p, struct egpu_error *err)
+{
+    int rc;
+
+    egpu__dra_plugin_stop(p);
+    rc = egpu_grpc_server_start(p->srv, err);
+    if (rc)
+        return rc;
+    p->running = true;
+    egpu_log(EGPU_LOG_NOTICE, "DRA plugin serving socket=%s driver=%s node=%s", p->endpoint,
+             p->driver, p->node);
+    return 0;
+}
+
+void egpu__dra_plugin_stop(struct egpu__dra_plugin *p)
+{
+    if (!p->running)
+        return;
+    egpu_grpc_server_stop(p->srv);
+    p->running = false;
+}
+
+const char *egpu__dra_plugin_socket(const struct egpu__dra_plugin *p)
+{
+    return p->endpoint;
+}

@@ -1,0 +1,130 @@
+/* agent/dra_plugin_int.h - the DRA kubelet plugin's DRAPlugin service
+ * (dra_plugin.c), private to src/agent: NodePrepareResources and
+ * NodeUnprepareResources, v1 and v1beta1, on the socket the registration's
+ * PluginInfo.endpoint names (dra_registration_int.h).
+ *
+ * Prepare, per claim of the request (a failing claim fails alone, in its
+ * response's error): GET the ResourceClaim, check its metadata.uid is the
+ * request's, take status.allocation.devices.results of this driver and of
+ * this node's pool, map each device "gpu-<index>" (dra_slice.c's names) to
+ * the node's card of that NVML index, read consumedCapacity cores (percent,
+ * 1..100; absent: 100) and memory (a quantity in bytes, rounded up to MiB;
+ * absent: the card's whole memory), write each device's allocation dir as
+ * device-plugin mode does (container.c's vcuda.conf and limits.json; for a
+ * share of a card ld.so.preload and shared/), the claim's CDI spec (cdi.c)
+ * and the claim's record, and answer the CDI device IDs.
+ *
+ * Layout: every DRA allocation dir lives below <alloc_root>/dra
+ * (EGPU_DRA_PLUGIN_SUBDIR), never directly in alloc_root, so the device
+ * plugin's cleanup (cleanup.c, which only looks at 16-hex-digit names right
+ * below alloc_root) and its record (record.c) never see them. The dir of a
+ * device is egpu__allocdir_path over its one CDI device ID. The claim's
+ * record is <alloc_root>/dra/claim-<uid>.json (mode 0644, written
+ * atomically by egpu__fs_write_at as the last step of a prepare):
+ * {"uid","namespace","name","devices":[{"request","pool","device",
+ * "shareID","cdi","dir"}]}. A prepare that finds the record answers from it
+ * and writes nothing (idempotency across agent restarts); unprepare removes
+ * the dirs, the CDI spec, then the record.
+ *
+ * Threads: the handlers run on the gRPC server's threads; one lock
+ * serializes prepares and unprepares (and guards the cards). new, serve,
+ * stop and free from one thread.
+ */
+#ifndef EGPU_AGENT_DRA_PLUGIN_INT_H
+#define EGPU_AGENT_DRA_PLUGIN_INT_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "egpu/agent.h"
+#include "egpu/core.h"
+#include "egpu/grpc.h"
+#include "egpu/kube.h"
+
+#define EGPU_DRA_PLUGIN_SUBDIR        "dra"    /* below alloc_root: DRA mode's dirs and records */
+#define EGPU_DRA_PLUGIN_RECORD_PREFIX "claim-" /* record file: claim-<uid>.json */
+#define EGPU_DRA_PLUGIN_RECORD_MAX    65536    /* bytes: a larger record is not the agent's */
+
+#define EGPU_DRA_METHOD_PREPARE_V1 "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
+#define EGPU_DRA_METHOD_UNPREPARE_V1 \
+    "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
+#define EGPU_DRA_METHOD_PREPARE_V1BETA1 \
+    "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources"
+#define EGPU_DRA_METHOD_UNPREPARE_V1BETA1 \
+    "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources"
+
+/* Settings; strings are copied by egpu__dra_plugin_new, kube is borrowed
+ * (it must outlive the plugin). */
+struct egpu__dra_plugin_config {
+    struct egpu_kube *kube; /* API client: GET of resourceclaims */
+    const char *node;       /* this node: the pool name of its results */
+    const char *driver;     /* NULL: EGPU_API_DRA_DRIVER */
+    const char *endpoint;   /* the DRAPlugin socket's path (absolute) */
+    const char *alloc_root; /* DRA dirs go below <alloc_root>/dra */
+    const char *cdi_dir;    /* NULL: EGPU_CDI_DIR */
+    const char *interposer; /* host path of libegpu-vcuda.so (absolute) */
+    unsigned ctx_extra_mib; /* vcuda.conf's EGPU_VCUDA_CONTEXT_EXTRA_MIB; 0: none */
+};
+
+struct egpu__dra_plugin; /* opaque */
+
+/* Make the DRAPlugin service (not serving yet) for cfg, with no cards. *out
+ * (free with egpu__dra_plugin_free) only on success. Returns 0, -EINVAL
+ * (no kube or node, an endpoint, alloc_root, cdi dir or interposer that is
+ * not absolute; err says which), -ENOMEM, or what egpu_grpc_server_new
+ * returns. */
+int egpu__dra_plugin_new(const struct egpu__dra_plugin_config *cfg, struct egpu__dra_plugin **out,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Stop serving (if serving) and free p. NULL is a no-op. */
+void egpu__dra_plugin_free(struct egpu__dra_plugin *p);
+
+/* Replace the node's cards (n of them, copied; at most EGPU_NODE_GPUS_MAX
+ * kept) that devices "gpu-<index>" are mapped to. Any thread. */
+void egpu__dra_plugin_set_cards(struct egpu__dra_plugin *p, const struct egpu_gpu_info *cards,
+                                size_t n);
+
+/* Serve DRAPlugin (v1 and v1beta1) on the endpoint. Returns 0 or what
+ * egpu_grpc_server_start returns, with err. */
+int egpu__dra_plugin_serve(struct egpu__dra_plugin *p, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Stop serving. Not serving: a no-op. */
+void egpu__dra_plugin_stop(struct egpu__dra_plugin *p);
+
+/* The DRAPlugin socket's path (borrowed from p). */
+const char *egpu__dra_plugin_socket(const struct egpu__dra_plugin *p);
+
+/* Prepare one claim (ns, uid, name, as the kubelet names it): the record
+ * (the header's opening) as a new JSON object into *rec (json_decref it),
+ * from the disk when it is there, else made as the opening says. Returns 0,
+ * or a negative code with err: -EINVAL (a uid breaking the CDI rules, a
+ * uid other than the claim's, no result of this driver and pool, a device
+ * this node lacks, bad consumedCapacity), EGPU_ESYNTAX or EGPU_ERANGE (a
+ * quantity), what egpu_kube_get returns (-ENOENT: no such claim), or a
+ * file operation's -errno; on failure nothing this call made is left. */
+int egpu__dra_plugin_prepare(struct egpu__dra_plugin *p, const char *ns, const char *uid,
+                             const char *name, json_t **rec,
+                             struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Undo egpu__dra_plugin_prepare for the claim uid: its allocation dirs
+ * (from its record), its CDI spec and its record. A claim never prepared is
+ * success. Returns 0, -EINVAL (a uid breaking the CDI rules) or the first
+ * removal's negative code, with err (what could be removed is). */
+int egpu__dra_plugin_unprepare(struct egpu__dra_plugin *p, const char *uid,
+                               struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The four handlers (egpu_grpc_unary_cb, data = p). A request that does not
+ * decode is INVALID_ARGUMENT; otherwise the answer is OK with one entry per
+ * claim (keyed by its uid), each with its devices or its error. Return 0 or
+ * the negative code of the status set in st, or -ENOMEM / -EMSGSIZE. */
+int egpu__dra_plugin_on_prepare_v1(void *data, const struct egpu_grpc_request *req,
+                                   struct egpu_buf *reply, struct egpu_grpc_status *st);
+int egpu__dra_plugin_on_unprepare_v1(void *data, const struct egpu_grpc_request *req,
+                                     struct egpu_buf *reply, struct egpu_grpc_status *st);
+int egpu__dra_plugin_on_prepare_v1beta1(void *data, const struct egpu_grpc_request *req,
+                                        struct egpu_buf *reply, struct egpu_grpc_status *st);
+int egpu__dra_plugin_on_unprepare_v1beta1(void *data, const struct egpu_grpc_request *req,
+                                          struct egpu_buf *reply, struct egpu_grpc_status *st);
+
+#endif /* EGPU_AGENT_DRA_PLUGIN_INT_H */

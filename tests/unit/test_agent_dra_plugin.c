@@ -1,0 +1,463 @@
+/* tests/unit/test_agent_dra_plugin.c - the DRA kubelet plugin's DRAPlugin
+ * service (src/agent/dra_plugin.c) on a temporary socket, called with the
+ * project's gRPC client as the kubelet calls it, against the test API server
+ * (tests/apiserver/server.py) holding the ResourceClaims.
+ *
+ * The claims are built from ../shared/k8s-wire/dra/resourceclaim_allocated.json,
+ * read in place at run time (never copied; a missing file skips, and fails
+ * under CI=true): 30 cores and 4Gi of gpu-0 in pool gpu-node-1. Prepare
+ * answers the claim's CDI device ID (v1 with the shareID, v1beta1 too),
+ * writes the CDI spec and the allocation dir below <alloc root>/dra with
+ * vcuda.conf (4096 MiB, core 30), ld.so.preload and shared/; a second
+ * prepare answers the same and rewrites nothing. In one request a claim
+ * naming gpu-9 gets an error naming gpu-9 while another succeeds, and a uid
+ * other than the claim's is an error. Unprepare removes spec, dir and
+ * record; an unknown claim is success. No memory is left allocated.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test_kube_server.h"
+#include "allocdir_int.h"
+#include "allocfs_int.h"
+#include "cdi_int.h"
+#include "dra/v1/api.pb-c.h"
+#include "dra_plugin_int.h"
+#include "egpu/agent.h"
+#include "egpu/grpc.h"
+#include "egpu/log.h"
+
+#define FIXTURE    EGPU_SOURCE_DIR "/../shared/k8s-wire/dra/resourceclaim_allocated.json"
+#define NODE       "gpu-node-1" /* the fixture's pool */
+#define NS         "default"
+#define INTERPOSER "/usr/lib/elastic-gpu/libegpu-vcuda.so"
+#define WAIT_MS    15000 /* generous: the tests share two busy cores with the build */
+
+#define claim_msg K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim
+
+static char root[64];
+static char alloc_root[128], dra_root[160], cdi_dir[128], sock[128];
+static struct egpu_gpus *gpus;
+static struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
+static size_t ncards;
+static struct egpu__dra_plugin *plugin;
+static long live_at_start;
+
+static int group_setup(void **state)
+{
+    struct egpu_error err = {0};
+    json_t *list = NULL;
+
+    (void)state;
+    egpu_log_level = -1;
+    if (tks_start(&srv, NULL) != 0)
+        return -1;
+    /* One request first, so the client's lazily made parts are not counted
+     * as a test's leak. */
+    if (egpu_kube_list(srv.kc, &egpu_kube_pods, NS, NULL, &list, NULL, NULL) != 0)
+        return -1;
+    json_decref(list);
+    if (egpu_gpus_open_fake("2xA100-80GB", NODE, &gpus, &err) != 0 ||
+        egpu_gpus_list(gpus, cards, EGPU_NODE_GPUS_MAX, &ncards, &err) != 0 || ncards != 2) {
+        fprintf(stderr, "fake GPUs: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    egpu_gpus_free(gpus);
+    return tks_group_teardown(state);
+}
+
+static int setup(void **state)
+{
+    struct egpu_error err = {0};
+    struct egpu__dra_plugin_config cfg = {0};
+
+    snprintf(root, sizeof(root), "/tmp/egpu-dra-plugin-XXXXXX");
+    if (mkdtemp(root) == NULL)
+        return -1;
+    snprintf(alloc_root, sizeof(alloc_root), "%s/alloc", root);
+    snprintf(dra_root, sizeof(dra_root), "%s/%s", alloc_root, EGPU_DRA_PLUGIN_SUBDIR);
+    snprintf(cdi_dir, sizeof(cdi_dir), "%s/cdi", root);
+    snprintf(sock, sizeof(sock), "%s/dra.sock", root);
+    live_at_start = egpu_alloc_live();
+    cfg.kube = srv.kc;
+    cfg.node = NODE;
+    cfg.endpoint = sock;
+    cfg.alloc_root = alloc_root;
+    cfg.cdi_dir = cdi_dir;
+    cfg.interposer = INTERPOSER;
+    if (egpu__dra_plugin_new(&cfg, &plugin, &err) != 0 ||
+        egpu__dra_plugin_serve(plugin, &err) != 0) {
+        fprintf(stderr, "DRA plugin: %s\n", err.msg);
+        return -1;
+    }
+    egpu__dra_plugin_set_cards(plugin, cards, ncards);
+    return tks_reset_test(state);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    egpu__dra_plugin_free(plugin);
+    plugin = NULL;
+    assert_int_equal(egpu_alloc_live(), live_at_start);
+    return egpu__fs_remove_tree(AT_FDCWD, root, 0) == 0 ? 0 : -1;
+}
+
+/* Create claim NS/name from the fixture, its one result naming device;
+ * its uid (as the server gave it) into uid (len bytes). */
+static void make_claim(const char *name, const char *device, char *uid, size_t len)
+{
+    struct egpu_error err = {0};
+    json_error_t jerr;
+    json_t *c = json_load_file(FIXTURE, 0, &jerr), *meta, *res, *out = NULL;
+
+    if (c == NULL)
+        tu_skip("../shared/k8s-wire/dra/resourceclaim_allocated.json is not beside this "
+                "checkout");
+    meta = json_object_get(c, "metadata");
+    assert_int_equal(json_object_set_new(meta, "name", json_string(name)), 0);
+    assert_int_equal(json_object_set_new(meta, "namespace", json_string(NS)), 0);
+    json_object_del(meta, "resourceVersion");
+    json_object_del(meta, "creationTimestamp");
+    json_object_del(meta, "uid");
+    res = json_array_get(
+        json_object_get(
+            json_object_get(json_object_get(json_object_get(c, "status"), "allocation"), "devices"),
+            "results"),
+        0);
+    assert_non_null(res);
+    assert_string_equal(json_string_value(json_object_get(res, "pool")), NODE);
+    assert_int_equal(json_object_set_new(res, "device", json_string(device)), 0);
+    if (egpu_kube_create(srv.kc, &egpu_kube_resourceclaims, NS, c, &out, NULL, &err) != 0)
+        fail_msg("create claim %s: %s", name, err.msg);
+    snprintf(uid, len, "%s",
+             json_string_value(json_object_get(json_object_get(out, "metadata"), "uid")));
+    assert_true(uid[0] != '\0');
+    json_decref(c);
+    json_decref(out);
+}
+
+/* The fixture's first result's shareID (static storage). */
+static const char *fixture_share_id(void)
+{
+    static char id[128];
+    json_error_t jerr;
+    json_t *c = json_load_file(FIXTURE, 0, &jerr);
+
+    if (c == NULL)
+        tu_skip("fixture missing");
+    snprintf(id, sizeof(id), "%s",
+             json_string_value(json_object_get(
+                 json_array_get(
+                     json_object_get(json_object_get(json_object_get(json_object_get(c, "status"),
+                                                                     "allocation"),
+                                                     "devices"),
+                                     "results"),
+                     0),
+                 "shareID")));
+    json_decref(c);
+    return id;
+}
+
+/* Call method with claims (n: namespace, uid, name each) packed as a v1
+ * Node(Un)PrepareResourcesRequest (both have claims = 1); the reply
+ * unpacked as desc (free with protobuf_c_message_free_unpacked). */
+static ProtobufCMessage *call(const char *method, const ProtobufCMessageDescriptor *desc,
+                              const char *const (*claims)[3], size_t n)
+{
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest r =
+        K8S__IO__KUBELET__PKG__APIS__DRA__V1__NODE_PREPARE_RESOURCES_REQUEST__INIT;
+    claim_msg c[4], *cp[4];
+    struct egpu_error err = {0};
+    struct egpu_buf reply;
+    uint8_t buf[4096];
+    ProtobufCMessage *m;
+    size_t len;
+
+    assert_true(n <= 4);
+    for (size_t i = 0; i < n; i++) {
+        claim_msg c0 = K8S__IO__KUBELET__PKG__APIS__DRA__V1__CLAIM__INIT;
+
+        c[i] = c0;
+        c[i].namespace_ = (char *)claims[i][0];
+        c[i].uid = (char *)claims[i][1];
+        c[i].name = (char *)claims[i][2];
+        cp[i] = &c[i];
+    }
+    r.n_claims = n;
+    r.claims = cp;
+    len = protobuf_c_message_pack(&r.base, buf);
+    egpu_buf_init(&reply, 1 << 16);
+    if (egpu_grpc_call(sock, method, buf, len, WAIT_MS, &reply, &err) != 0)
+        fail_msg("%s: %s", method, err.msg);
+    m = protobuf_c_message_unpack(desc, NULL, reply.len, (const uint8_t *)reply.data);
+    egpu_buf_free(&reply);
+    assert_non_null(m);
+    return m;
+}
+
+#define prep_resp   K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse
+#define prep_one    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourceResponse
+#define unprep_resp K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse
+
+static prep_resp *prepare(const char *method, const char *const (*claims)[3], size_t n)
+{
+    prep_resp *r = (prep_resp *)call(
+        method, &k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__descriptor,
+        claims, n);
+
+    assert_int_equal(r->n_claims, n);
+    return r;
+}
+
+static unprep_resp *unprepare(const char *const (*claims)[3], size_t n)
+{
+    unprep_resp *r = (unprep_resp *)call(
+        EGPU_DRA_METHOD_UNPREPARE_V1,
+        &k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__descriptor,
+        claims, n);
+
+    assert_int_equal(r->n_claims, n);
+    return r;
+}
+
+/* The answer of claim uid in r. */
+static const prep_one *answer_of(const prep_resp *r, const char *uid)
+{
+    for (size_t i = 0; i < r->n_claims; i++)
+        if (strcmp(r->claims[i]->key, uid) == 0)
+            return r->claims[i]->value;
+    fail_msg("no answer for claim %s", uid);
+    return NULL;
+}
+
+static void free_msg(void *m)
+{
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+
+/* The claim uid's expected CDI ID of device and its allocation dir. */
+static void expected(const char *uid, const char *device, char *id, char *dir, size_t len)
+{
+    struct egpu_error err = {0};
+    char *ids[1] = {id};
+
+    assert_int_equal(
+        egpu__cdi_device_id(EGPU_API_DRA_DRIVER, uid, device, id, EGPU_CDI_ID_MAX, &err), 0);
+    assert_int_equal(egpu__allocdir_path(dra_root, ids, 1, dir, len), 0);
+}
+
+static void spec_path(const char *uid, char *out, size_t len)
+{
+    char name[512];
+    struct egpu_error err = {0};
+
+    assert_int_equal(egpu__cdi_spec_name(EGPU_API_DRA_DRIVER, uid, name, sizeof(name), &err), 0);
+    snprintf(out, len, "%s/%s", cdi_dir, name);
+}
+
+static void read_file(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    size_t n;
+
+    if (f == NULL)
+        fail_msg("open %s: %s", path, strerror(errno));
+    n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+
+    return lstat(path, &st) == 0;
+}
+
+static void test_prepare_writes_spec_and_dir(void **state)
+{
+    char uid[128], id[EGPU_CDI_ID_MAX], dir[PATH_MAX], path[PATH_MAX + 32], text[8192];
+    struct stat spec1, conf1, spec2, conf2, st;
+    const prep_one *a;
+    prep_resp *r;
+
+    (void)state;
+    make_claim("train-job-0-gpu", "gpu-0", uid, sizeof(uid));
+    expected(uid, "gpu-0", id, dir, sizeof(dir));
+    {
+        const char *const claims[][3] = {{NS, uid, "train-job-0-gpu"}};
+
+        r = prepare(EGPU_DRA_METHOD_PREPARE_V1, claims, 1);
+        a = answer_of(r, uid);
+        assert_string_equal(a->error, "");
+        assert_int_equal(a->n_devices, 1);
+        assert_string_equal(a->devices[0]->device_name, "gpu-0");
+        assert_string_equal(a->devices[0]->pool_name, NODE);
+        assert_int_equal(a->devices[0]->n_request_names, 1);
+        assert_string_equal(a->devices[0]->request_names[0], "gpu");
+        assert_int_equal(a->devices[0]->n_cdi_device_ids, 1);
+        assert_string_equal(a->devices[0]->cdi_device_ids[0], id);
+        assert_int_equal(a->devices[0]->_share_id_case,
+                         K8S__IO__KUBELET__PKG__APIS__DRA__V1__DEVICE___SHARE_ID_SHARE_ID);
+        assert_string_equal(a->devices[0]->share_id, fixture_share_id());
+        free_msg(r);
+
+        /* The CDI spec names the device and mounts the dir. */
+        spec_path(uid, path, sizeof(path));
+        assert_int_equal(stat(path, &spec1), 0);
+        read_file(path, text, sizeof(text));
+        assert_non_null(strstr(text, "k8s.gpu.elasticgpu.io/claim"));
+        assert_non_null(strstr(text, dir));
+        assert_non_null(strstr(text, cards[0].uuid));
+
+        /* The allocation dir below <alloc root>/dra, as device-plugin mode's. */
+        assert_true(strncmp(dir, dra_root, strlen(dra_root)) == 0);
+        assert_int_equal(stat(dir, &st), 0);
+        assert_int_equal(st.st_mode & 07777, 0755);
+        snprintf(path, sizeof(path), "%s/%s", dir, EGPU_ALLOCDIR_VCUDA_FILE);
+        assert_int_equal(stat(path, &conf1), 0);
+        read_file(path, text, sizeof(text));
+        assert_non_null(strstr(text, "EGPU_VCUDA_MEMORY_MIB=4096\n"));
+        assert_non_null(strstr(text, "EGPU_VCUDA_CORE=30\n"));
+        assert_non_null(strstr(text, "EGPU_VCUDA_CORE_LIMIT=30\n"));
+        assert_non_null(strstr(text, cards[0].uuid));
+        snprintf(path, sizeof(path), "%s/%s", dir, EGPU_ALLOCDIR_LIMITS_FILE);
+        assert_true(exists(path));
+        snprintf(path, sizeof(path), "%s/%s", dir, EGPU_ALLOCDIR_PRELOAD_FILE);
+        read_file(path, text, sizeof(text));
+        assert_string_equal(text, INTERPOSER "\n");
+        snprintf(path, sizeof(path), "%s/%s", dir, EGPU_ALLOCDIR_SHARED_DIR);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_mode & 07777, 01777);
+
+        /* Again: the same answer, nothing rewritten (same inodes). */
+        r = prepare(EGPU_DRA_METHOD_PREPARE_V1, claims, 1);
+        a = answer_of(r, uid);
+        assert_string_equal(a->error, "");
+        assert_int_equal(a->n_devices, 1);
+        assert_string_equal(a->devices[0]->cdi_device_ids[0], id);
+        free_msg(r);
+        spec_path(uid, path, sizeof(path));
+        assert_int_equal(stat(path, &spec2), 0);
+        snprintf(path, sizeof(path), "%s/%s", dir, EGPU_ALLOCDIR_VCUDA_FILE);
+        assert_int_equal(stat(path, &conf2), 0);
+        assert_int_equal(spec1.st_ino, spec2.st_ino);
+        assert_int_equal(conf1.st_ino, conf2.st_ino);
+
+        /* v1beta1 answers the same IDs, without a shareID. */
+        r = prepare(EGPU_DRA_METHOD_PREPARE_V1BETA1, claims, 1);
+        a = answer_of(r, uid);
+        assert_string_equal(a->error, "");
+        assert_string_equal(a->devices[0]->cdi_device_ids[0], id);
+        assert_int_equal(a->devices[0]->_share_id_case,
+                         K8S__IO__KUBELET__PKG__APIS__DRA__V1__DEVICE___SHARE_ID__NOT_SET);
+        free_msg(r);
+    }
+}
+
+static void test_prepare_errors_per_claim(void **state)
+{
+    char good[128], bad[128], id[EGPU_CDI_ID_MAX], dir[PATH_MAX], path[PATH_MAX + 32];
+    const char *other = "0d5e0f7a-0000-4000-8000-000000000001";
+    const prep_one *a;
+    prep_resp *r;
+
+    (void)state;
+    make_claim("good", "gpu-1", good, sizeof(good));
+    make_claim("bad", "gpu-9", bad, sizeof(bad));
+    {
+        const char *const claims[][3] = {
+            {NS, bad, "bad"}, {NS, good, "good"}, {NS, other, "good"}, {NS, other, "missing"}};
+
+        r = prepare(EGPU_DRA_METHOD_PREPARE_V1, claims, 4);
+        a = answer_of(r, bad);
+        assert_non_null(strstr(a->error, "gpu-9"));
+        assert_int_equal(a->n_devices, 0);
+        a = answer_of(r, good);
+        assert_string_equal(a->error, "");
+        assert_int_equal(a->n_devices, 1);
+        expected(good, "gpu-1", id, dir, sizeof(dir));
+        assert_string_equal(a->devices[0]->cdi_device_ids[0], id);
+        /* The two entries of uid other: a uid mismatch, a claim not there. */
+        for (size_t i = 0; i < r->n_claims; i++)
+            if (strcmp(r->claims[i]->key, other) == 0)
+                assert_true(r->claims[i]->value->error[0] != '\0');
+        free_msg(r);
+    }
+    /* Nothing of the failed claims is left. */
+    spec_path(bad, path, sizeof(path));
+    assert_false(exists(path));
+    spec_path(other, path, sizeof(path));
+    assert_false(exists(path));
+    expected(bad, "gpu-9", id, dir, sizeof(dir));
+    assert_false(exists(dir));
+    /* The mismatch names both uids. */
+    {
+        struct egpu_error err = {0};
+        json_t *rec = NULL;
+
+        assert_int_equal(egpu__dra_plugin_prepare(plugin, NS, other, "good", &rec, &err), -EINVAL);
+        assert_null(rec);
+        assert_non_null(strstr(err.msg, other));
+        assert_non_null(strstr(err.msg, good));
+    }
+}
+
+static void test_unprepare_removes_everything(void **state)
+{
+    char uid[128], id[EGPU_CDI_ID_MAX], dir[PATH_MAX], spec[PATH_MAX + 32], rec[PATH_MAX];
+    const char *unknown = "5a1b2c3d-0000-4000-8000-00000000ffff";
+    unprep_resp *u;
+    prep_resp *r;
+
+    (void)state;
+    make_claim("train", "gpu-0", uid, sizeof(uid));
+    expected(uid, "gpu-0", id, dir, sizeof(dir));
+    spec_path(uid, spec, sizeof(spec));
+    snprintf(rec, sizeof(rec), "%s/%s%s.json", dra_root, EGPU_DRA_PLUGIN_RECORD_PREFIX, uid);
+    {
+        const char *const claims[][3] = {{NS, uid, "train"}};
+        const char *const both[][3] = {{NS, uid, "train"}, {NS, unknown, "gone"}};
+
+        r = prepare(EGPU_DRA_METHOD_PREPARE_V1, claims, 1);
+        assert_string_equal(answer_of(r, uid)->error, "");
+        free_msg(r);
+        assert_true(exists(spec));
+        assert_true(exists(dir));
+        assert_true(exists(rec));
+
+        u = unprepare(both, 2);
+        for (size_t i = 0; i < u->n_claims; i++)
+            assert_string_equal(u->claims[i]->value->error, "");
+        free_msg(u);
+        assert_false(exists(spec));
+        assert_false(exists(dir));
+        assert_false(exists(rec));
+
+        /* Again, and an unknown claim alone: success. */
+        u = unprepare(claims, 1);
+        assert_string_equal(u->claims[0]->value->error, "");
+        free_msg(u);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_prepare_writes_spec_and_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prepare_errors_per_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unprepare_removes_everything, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
