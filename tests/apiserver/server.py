@@ -1648,6 +1648,12 @@ class _EmptyReader:
         pass
 
 
+# What a write to a client that has closed its end raises: over TLS the
+# close shows as an SSL EOF (a watch client that hangs up mid-stream), not
+# as a broken pipe.
+CLIENT_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, ssl.SSLEOFError,
+               ssl.SSLZeroReturnError)
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "egpu-test-apiserver"
@@ -1771,7 +1777,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.handle_control(method, body)
                 return
             self.handle_api(method, body)
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+        except CLIENT_GONE:
             self.close_connection = True
         except ApiError as e:
             self.send_error_status(e)
@@ -2753,7 +2759,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
             self.stream(res, w, ls, fs, initial, start_rv, sie == "true", allow_bm, timeout,
                         table, include)
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, socket.timeout):
+        except CLIENT_GONE + (socket.timeout,):
             self.close_connection = True
         finally:
             with store.cond:
