@@ -26,6 +26,7 @@
 #include "cdi_int.h"
 #include "container_int.h"
 #include "dra_plugin_int.h"
+#include "dra_slice_int.h"
 #include "pb_int.h"
 
 struct egpu__dra_plugin {
@@ -153,17 +154,18 @@ static int remove_dirs(struct egpu__dra_plugin *p, const json_t *devices)
 /* ------------------------------------------------------------------------ */
 /* Prepare                                                                  */
 
-/* The card of device "gpu-<index>" among p's cards, or NULL. */
+/* The card of device "gpu-<index>" (dra_slice.c's names) among p's cards, or NULL. */
 static const struct egpu_gpu_info *card_of(const struct egpu__dra_plugin *p, const char *device)
 {
+    const size_t k = sizeof(EGPU_DRA_SLICE_DEVICE_PREFIX) - 1;
     char *end;
     unsigned long idx;
 
-    if (strncmp(device, "gpu-", 4) != 0 || device[4] < '0' || device[4] > '9')
+    if (strncmp(device, EGPU_DRA_SLICE_DEVICE_PREFIX, k) != 0 || device[k] < '0' || device[k] > '9')
         return NULL;
     errno = 0;
-    idx = strtoul(device + 4, &end, 10);
-    if (errno != 0 || *end != '\0' || (device[4] == '0' && device[5] != '\0'))
+    idx = strtoul(device + k, &end, 10);
+    if (errno != 0 || *end != '\0' || (device[k] == '0' && device[k + 1] != '\0'))
         return NULL;
     for (size_t i = 0; i < p->ncards; i++)
         if (p->cards[i].index == idx && p->cards[i].uuid[0] != '\0')

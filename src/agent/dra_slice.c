@@ -201,7 +201,7 @@ static json_t *device_of(const struct egpu__dra_slice_config *cfg,
 {
     char name[32], mem[32];
 
-    snprintf(name, sizeof(name), "gpu-%u", cards[i].index);
+    snprintf(name, sizeof(name), EGPU_DRA_SLICE_DEVICE_PREFIX "%u", cards[i].index);
     mib_quantity(cards[i].mem_mib, mem, sizeof(mem));
     return json_pack("{s:s, s:o, s:{s:o, s:o}, s:b}", "name", name, "attributes",
                      attributes_of(cfg, cards, n, i), "capacity", "cores",

@@ -28,10 +28,11 @@
 #include "egpu/agent.h"
 #include "egpu/kube.h"
 
-#define EGPU_DRA_SLICE_API        "resource.k8s.io/v1"
-#define EGPU_DRA_SLICE_UID_MAX    64  /* a Node's metadata.uid incl. NUL (36 characters) */
-#define EGPU_DRA_SLICE_PATH_MAX   160 /* a field path such as "spec.devices[3].capacity..." */
-#define EGPU_DRA_SLICE_STRING_MAX 64  /* bytes of a string attribute the API accepts */
+#define EGPU_DRA_SLICE_API           "resource.k8s.io/v1"
+#define EGPU_DRA_SLICE_DEVICE_PREFIX "gpu-" /* a device is gpu-<index>, the card's NVML index */
+#define EGPU_DRA_SLICE_UID_MAX       64     /* a Node's metadata.uid incl. NUL (36 characters) */
+#define EGPU_DRA_SLICE_PATH_MAX      160    /* a field path such as "spec.devices[3].capacity..." */
+#define EGPU_DRA_SLICE_STRING_MAX    64     /* bytes of a string attribute the API accepts */
 
 /* What a card's device publishes beyond struct egpu_gpu_info. Every field is
  * optional: NULL, 0 or -1 leaves its attribute out. */
