@@ -36,38 +36,56 @@ extern "C" {
 /* The API group, its one served version (a CRD's versions[].name, the URL
  * segment after /apis/elasticgpu.io/), and the two as an object's
  * apiVersion. Every elasticgpu.io name below is built from the group. */
-#define EGPU_API_GROUP         "elasticgpu.io"
-#define EGPU_API_VERSION_NAME  "v1alpha1"
-#define EGPU_API_VERSION       EGPU_API_GROUP "/" EGPU_API_VERSION_NAME
+#define EGPU_API_GROUP            "elasticgpu.io"
+#define EGPU_API_VERSION_NAME     "v1alpha1"
+#define EGPU_API_VERSION          EGPU_API_GROUP "/" EGPU_API_VERSION_NAME
 /* The DRA driver's name (resource.k8s.io/v1: a ResourceSlice's spec.driver,
  * a DeviceClass selector's device.driver, the kubelet plugin's registration
  * name, the CDI vendor k8s.<driver>): one name for every DRA-mode object. */
-#define EGPU_API_DRA_DRIVER    "gpu." EGPU_API_GROUP
-#define EGPU_SCHEDULER_NAME    "elastic-gpu-scheduler"      /* spec.schedulerName of GPU pods */
-#define EGPU_RES_GPU_CORE      EGPU_API_GROUP "/gpu-core"   /* percent of one card */
-#define EGPU_RES_GPU_MEMORY    EGPU_API_GROUP "/gpu-memory" /* MiB per card */
+#define EGPU_API_DRA_DRIVER       "gpu." EGPU_API_GROUP
+/* DRA mode's contract (resource.k8s.io/v1), used by the agent's
+ * ResourceSlice, the DeviceClasses of deploy/ and the chart, the webhook's
+ * ResourceClaimTemplates and the budgets on claims:
+ * - the two capacities of each device: cores, percent of the card's time
+ *   (0..100, step 1), and memory, a quantity of bytes (the card's MiB, step
+ *   1Mi); a request naming neither takes the whole card (requestPolicy
+ *   default);
+ * - the DeviceClasses: one for shares (a request with capacity), one for
+ *   whole cards (the class whose extendedResourceName is elasticgpu.io/gpu);
+ * - the node label that picks the agent's mode: value "dra" runs the DRA
+ *   DaemonSet (egpu-agent --mode dra) on that node, absent or any other
+ *   value the device-plugin DaemonSet. One mode per node. */
+#define EGPU_API_DRA_CAP_CORES    "cores"
+#define EGPU_API_DRA_CAP_MEMORY   "memory"
+#define EGPU_API_DRA_CLASS_SHARE  "gpu-share." EGPU_API_GROUP
+#define EGPU_API_DRA_CLASS_WHOLE  "gpu." EGPU_API_GROUP
+#define EGPU_LABEL_AGENT_MODE     EGPU_API_GROUP "/agent-mode"
+#define EGPU_LABEL_AGENT_MODE_DRA "dra"
+#define EGPU_SCHEDULER_NAME       "elastic-gpu-scheduler"      /* spec.schedulerName of GPU pods */
+#define EGPU_RES_GPU_CORE         EGPU_API_GROUP "/gpu-core"   /* percent of one card */
+#define EGPU_RES_GPU_MEMORY       EGPU_API_GROUP "/gpu-memory" /* MiB per card */
 /* The scheduler's decision, written by bind (format below). */
-#define EGPU_ANN_ASSIGNED      EGPU_API_GROUP "/assigned"
+#define EGPU_ANN_ASSIGNED         EGPU_API_GROUP "/assigned"
 /* Written by the node agent once the kubelet allocated the pod's devices. */
-#define EGPU_ANN_ALLOCATED     EGPU_API_GROUP "/allocated"
+#define EGPU_ANN_ALLOCATED        EGPU_API_GROUP "/allocated"
 /* Per-pod overrides of the tier policies (egpu_policy_parse names), and the
  * allowed GPU models ("A|B", as GPU objects' spec.model). */
-#define EGPU_ANN_NODE_POLICY   EGPU_API_GROUP "/node-policy"
-#define EGPU_ANN_CARD_POLICY   EGPU_API_GROUP "/card-policy"
-#define EGPU_ANN_GPU_MODEL     EGPU_API_GROUP "/gpu-model"
+#define EGPU_ANN_NODE_POLICY      EGPU_API_GROUP "/node-policy"
+#define EGPU_ANN_CARD_POLICY      EGPU_API_GROUP "/card-policy"
+#define EGPU_ANN_GPU_MODEL        EGPU_API_GROUP "/gpu-model"
 /* The compute ceiling of every shared container of the pod, percent of a
  * card, from its gpu-core up to 100: the interposer lets it burst up to this
  * while the card is otherwise idle (absent: no burst). */
-#define EGPU_ANN_CORE_LIMIT    EGPU_API_GROUP "/gpu-core-limit"
+#define EGPU_ANN_CORE_LIMIT       EGPU_API_GROUP "/gpu-core-limit"
 /* egpuc.elasticgpu.io/<container>: <claim name>: the container's GPU comes
  * from that ElasticGPUClaim in the pod's namespace. */
-#define EGPU_ANN_CLAIM_PREFIX  "egpuc." EGPU_API_GROUP "/"
+#define EGPU_ANN_CLAIM_PREFIX     "egpuc." EGPU_API_GROUP "/"
 /* On an ElasticGPUClaim of a WaitForFirstConsumer class: where the scheduler
  * placed the first pod that uses it, for the controller to provision there
  * (as volume.kubernetes.io/selected-node on a PVC). The node's name, and
  * the GPU object names of the card(s), comma-separated. */
-#define EGPU_ANN_SELECTED_NODE EGPU_API_GROUP "/selected-node"
-#define EGPU_ANN_SELECTED_GPUS EGPU_API_GROUP "/selected-gpus"
+#define EGPU_ANN_SELECTED_NODE    EGPU_API_GROUP "/selected-node"
+#define EGPU_ANN_SELECTED_GPUS    EGPU_API_GROUP "/selected-gpus"
 
 #define EGPU_K8S_NAME_MAX       254 /* DNS subdomain 253 + NUL */
 #define EGPU_CONTAINER_NAME_MAX 64  /* DNS label 63 + NUL */

@@ -179,8 +179,8 @@ static int capacity_of(const json_t *result, const char *device, const struct eg
                        unsigned *core, unsigned *mem, struct egpu_error *err)
 {
     const json_t *cc = json_object_get(result, "consumedCapacity");
-    const char *cores = json_string_value(json_object_get(cc, "cores"));
-    const char *memory = json_string_value(json_object_get(cc, "memory"));
+    const char *cores = json_string_value(json_object_get(cc, EGPU_API_DRA_CAP_CORES));
+    const char *memory = json_string_value(json_object_get(cc, EGPU_API_DRA_CAP_MEMORY));
     int64_t v;
     int rc;
 

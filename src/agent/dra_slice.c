@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "dra_slice_int.h"
+#include "egpu/api.h"
 #include "egpu/log.h"
 
 #define FULL_CORE_PCT   "100"
@@ -204,9 +205,9 @@ static json_t *device_of(const struct egpu__dra_slice_config *cfg,
     snprintf(name, sizeof(name), EGPU_DRA_SLICE_DEVICE_PREFIX "%u", cards[i].index);
     mib_quantity(cards[i].mem_mib, mem, sizeof(mem));
     return json_pack("{s:s, s:o, s:{s:o, s:o}, s:b}", "name", name, "attributes",
-                     attributes_of(cfg, cards, n, i), "capacity", "cores",
-                     capacity_of(FULL_CORE_PCT, "1", "1"), "memory", capacity_of(mem, "1Mi", "1Mi"),
-                     "allowMultipleAllocations", 1);
+                     attributes_of(cfg, cards, n, i), "capacity", EGPU_API_DRA_CAP_CORES,
+                     capacity_of(FULL_CORE_PCT, "1", "1"), EGPU_API_DRA_CAP_MEMORY,
+                     capacity_of(mem, "1Mi", "1Mi"), "allowMultipleAllocations", 1);
 }
 
 static bool is_published(const struct egpu_gpu_info *c)
