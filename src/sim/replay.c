@@ -108,6 +108,9 @@ static int run_init(struct run *r, struct egpu_error *err)
         .seed = cfg->seed,
         .workload = cfg->workload,
         .memo = true,
+        .dra = cfg->dra,
+        .dra_order = cfg->dra_order,
+        .dra_blind = cfg->dra_blind,
     };
     struct egpu_rng rng;
     int rc = egpu_trace_cluster(r->t, &r->c, err);
