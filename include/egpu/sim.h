@@ -187,6 +187,9 @@ struct egpu_replay_result {
     double final_alloc_pct;
     uint64_t reserved_milli; /* held by reservations from the start */
     double place_seconds;    /* time in placement (schedule + assign) */
+    /* DRA mode: placed pods whose cards (the allocator's) are not the ones
+     * the card policy would have chosen on the same node; 0 otherwise. */
+    size_t dra_other_cards;
     struct egpu_replay_bucket buckets[EGPU_REPLAY_PCT_MAX + 1];
 };
 

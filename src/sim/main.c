@@ -58,7 +58,9 @@ static const char usage[] =
     "  --dra               DRA mode: each pod's cards are what kube-scheduler's DRA\n"
     "                      allocator takes (first fit over the node's ResourceSlice devices,\n"
     "                      with backtracking, no scoring), the node is still the policy's\n"
-    "                      (the extender's prioritize); labels get \"+dra\", no published rows\n"
+    "                      (the extender's prioritize); labels get \"+dra\", no published\n"
+    "                      rows; prints for how many placed pods the allocator's cards are\n"
+    "                      not the ones the card tier would choose on the same node\n"
     "  --dra-order ORDER   with --dra, the slice's device order, one of:\n"
     "                      " EGPU_DRA_ORDER_NAMES "\n"
     "                      (default index, the agent's order: gpu-0, gpu-1, ...)\n"
@@ -727,6 +729,21 @@ int main(int argc, char **argv)
     }
     wall = egpu_sim_now() - t0;
     egpu_report_table(stdout, o.policies, o.npolicies);
+    for (size_t i = 0; o.dra && i < o.npolicies; i++) {
+        const struct egpu_policy_runs *p = &o.policies[i];
+        size_t other = 0, placed = 0;
+
+        for (size_t s = 0; s < p->nruns; s++) {
+            other += p->runs[s].dra_other_cards;
+            placed += p->runs[s].arrivals - p->runs[s].failed;
+        }
+        if (i == 0)
+            printf("\n");
+        printf("egpu-sim: --dra: %s: the allocator's cards are not the ones %s's card tier "
+               "would choose on the same node for %zu of %zu placed pods (%.2f%%)\n",
+               p->label, egpu_policy_name(p->card_policy), other, placed,
+               placed ? 100.0 * (double)other / (double)placed : 0.0);
+    }
     if (o.topology_islands > 0)
         printf("\negpu-sim: --topology islands:%u: %llu of %llu containers on several whole "
                "cards at the end of the replays lie inside one NVLink island\n",

@@ -414,13 +414,24 @@ def packed(cards):
         sum(1 for c in cards if 0 < c < 900) <= 1
 
 
+def other_cards(stdout):
+    """{label: (pods whose cards differ from the card tier's, placed pods)}."""
+    return {m.group(1): (int(m.group(3)), int(m.group(4))) for m in re.finditer(
+        r"^egpu-sim: --dra: (\S+): the allocator's cards are not the ones (\S+)'s card tier "
+        r"would choose on the same node for (\d+) of (\d+) placed pods \([\d.]+%\)$",
+        stdout, re.M)}
+
+
 def test_dra_cards_are_the_allocators(sim, tmp_path, fixtures):
     """In DRA mode the cards are the allocator's first fit over the slice's
     order, whatever the card policy says. 30% shares, half the capacity
     arriving, seeds 1..5: binpack's card tier packs each node's cards in
     index order, and so does --dra with index order under spread (whose card
     tier would spread them); --dra with least-allocated order spreads them
-    under binpack (every card of a node within one share of the others)."""
+    under binpack (every card of a node within one share of the others).
+    The count of pods whose cards differ from the card tier's own choice is
+    above 0 under spread and 0 under binpack, whose tightest card is the
+    first fit in index order here."""
     d = uniform_shares(tmp_path, fixtures)
     common = ("--trace-dir", str(d), "--seeds", "1..5", "--inflate", "0.5", "--no-plot",
               "--out", str(tmp_path / "o"))
@@ -437,6 +448,13 @@ def test_dra_cards_are_the_allocators(sim, tmp_path, fixtures):
            "over each node's devices in index order); nodes by the policy, the extender blind " \
            "to the allocator's cards (scoring its own)" in out.splitlines()
     assert "spread+dra" in table_rows(out)
+    # spread's card tier would have spread them: the allocator's cards differ.
+    (other, placed), = other_cards(out).values()
+    assert placed > 0 and other > 0, out
+    # binpack's tightest card is the first fit in index order for these shares.
+    p = run(sim, *common, "--policy", "binpack", "--dra")
+    assert p.returncode == 0, p.stderr
+    assert other_cards(p.stdout)["binpack+dra"][0] == 0, p.stdout
     busy = 0
     for (label, seed, node), cards in plain.items():
         if label == "binpack":
