@@ -729,11 +729,13 @@ int egpu__dra_plugin_unprepare(struct egpu__dra_plugin *p, const char *uid, stru
         if (err != NULL)
             memset(err, 0, sizeof(*err));
     }
-    if (rc == 0 && (rec != NULL || bad)) {
+    if (rc == 0) {
         /* A record's dirs are the ones its claim and devices give
-         * (egpu__dra_plugin_record_parse checked); without one, every dir
-         * the claim can have. */
-        rc = bad ? remove_claim_dirs(p, uid) : remove_dirs(p, json_object_get(rec, "devices"));
+         * (egpu__dra_plugin_record_parse checked); without one (never
+         * prepared, or a prepare that lost its record and failed to rebuild
+         * it), every dir the claim can have. */
+        rc = rec == NULL ? remove_claim_dirs(p, uid)
+                         : remove_dirs(p, json_object_get(rec, "devices"));
         if (rc)
             egpu_error_set(err, rc, "DRA claim %s: allocation dir not removed: %s", uid,
                            egpu_strerror(rc));

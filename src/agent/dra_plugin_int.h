@@ -165,8 +165,8 @@ int egpu__dra_plugin_record_parse(const char *driver, const char *dra_root, cons
 bool egpu__dra_plugin_is_share_id(const char *s);
 
 /* Undo egpu__dra_plugin_prepare for the claim uid: its allocation dirs
- * (from its record; without a record to believe, every dir the uid can
- * have on this node), its CDI spec and its record. A claim never prepared
+ * (from its record; without a record, or one not to believe, every dir
+ * the uid can have on this node), its CDI spec and its record. A claim never prepared
  * is success. Returns 0, -EINVAL (a uid breaking the CDI rules) or the first
  * removal's negative code, with err (what could be removed is). */
 int egpu__dra_plugin_unprepare(struct egpu__dra_plugin *p, const char *uid,

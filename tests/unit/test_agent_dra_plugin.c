@@ -796,6 +796,20 @@ static void test_bad_record_rebuilt_never_followed(void **state)
     }
     assert_true(exists(target));
     assert_nothing_of(uid);
+
+    /* The record gone (a rebuild that failed): unprepare still removes the
+     * claim's dir. */
+    assert_string_equal(prepare_one(NS, uid, "rec", &n), "");
+    assert_int_equal(unlink(rec), 0);
+    assert_true(exists(dir));
+    {
+        const char *const claims[][3] = {{NS, uid, "rec"}};
+        unprep_resp *u = unprepare(claims, 1);
+
+        assert_string_equal(u->claims[0]->value->error, "");
+        free_msg(u);
+    }
+    assert_nothing_of(uid);
 }
 
 int main(void)
