@@ -1107,6 +1107,59 @@ json_t *egpu_api_workload_encode(const struct egpu_api_workload *w);
 /* Free what *w holds and empty it. NULL is a no-op. */
 void egpu_api_workload_free(struct egpu_api_workload *w);
 
+/* ------------------------------------------------------------------------ */
+/* What a DRA claim asks and holds of this driver (src/api/dra_usage.c)     */
+/*
+ * Budgets and quotas on DRA mode (docs/budgets.md, "DRA mode"): what a
+ * ResourceClaim or ResourceClaimTemplate (resource.k8s.io/v1;
+ * ../shared/k8s-wire/dra/dra_notes.md sections 5 and 7) asks of this
+ * driver's two DeviceClasses, in gpu-core percent and gpu-memory MiB, and
+ * what an allocated claim holds, read from its status (written by
+ * kube-scheduler's allocator), never from the spec a tenant wrote.
+ */
+#define EGPU_API_DRA_USAGE_COUNT_MAX 128         /* devices of one request (the API's limit) */
+#define EGPU_API_DRA_USAGE_MEM_MAX   (1LL << 30) /* MiB of one device's memory request: 1 PiB */
+
+/* What a claim asks or holds of this driver's devices. */
+struct egpu_api_dra_usage {
+    int64_t cores;     /* percent of one card, summed over devices (a whole card 100) */
+    int64_t mem_mib;   /* MiB of memory named (a request or consumedCapacity), summed */
+    int64_t devices;   /* devices of this driver's classes (spec) or driver (status) */
+    int64_t mem_whole; /* of those, devices whose memory is not named: each takes its card's,
+                        * which is not counted in mem_mib (as a pod's share without gpu-memory) */
+};
+
+/* What ResourceClaimSpec spec (a ResourceClaim's .spec or a template's
+ * .spec.spec; field is its path for messages, e.g. "spec" or "spec.spec")
+ * asks of EGPU_API_DRA_CLASS_SHARE and EGPU_API_DRA_CLASS_WHOLE, into *out:
+ * each request's exactly (deviceClassName one of the two; any other class
+ * asks nothing of us), count devices (absent: 1; 1..EGPU_API_DRA_USAGE_COUNT_MAX;
+ * allocationMode absent or ExactCount), each device its capacity.requests
+ * cores (a whole number 0..100) and memory (bytes, rounded up to MiB, at most
+ * EGPU_API_DRA_USAGE_MEM_MAX MiB); a capacity not named is the card's
+ * requestPolicy default, the whole card: cores 100, memory counted in
+ * mem_whole. A request with firstAvailable counts the largest of its
+ * subrequests of our classes (per figure). A spec without devices asks
+ * nothing. Returns 0, or EGPU_ESYNTAX / EGPU_ERANGE naming the field (e.g.
+ * "spec.devices.requests[0].exactly.capacity.requests.cores is \"150\";
+ * allowed: a whole number 0..100 (percent of one card)") with the allowed
+ * values; *out is then zero. */
+int egpu_api_dra_spec_usage(const json_t *spec, const char *field, struct egpu_api_dra_usage *out,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* What ResourceClaim claim holds of driver EGPU_API_DRA_DRIVER, from its
+ * status only: each of status.allocation.devices.results[] whose driver is
+ * ours, its consumedCapacity cores and memory (memory only of a share,
+ * cores below 100; a whole card's, or a result without consumedCapacity, of
+ * a device that is not shared: cores 100 and the device in mem_whole, as a
+ * pod's whole cards count no gpu-memory). *allocated: status.allocation is set;
+ * *in_use: status.reservedFor is not empty (either may be NULL). Returns 0
+ * (nothing allocated: *out zero), or EGPU_ESYNTAX / EGPU_ERANGE naming the
+ * field (e.g. "status.allocation.devices.results[1].consumedCapacity.cores");
+ * *out is then zero. */
+int egpu_api_dra_claim_held(const json_t *claim, struct egpu_api_dra_usage *out, bool *allocated,
+                            bool *in_use, struct egpu_error *err) EGPU_MUST_CHECK;
+
 #ifdef __cplusplus
 }
 #endif
