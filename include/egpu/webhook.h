@@ -124,10 +124,12 @@ struct egpu_webhook_budgets {
  * be told, with err saying why. Called on the HTTPS server's pool threads,
  * concurrently: it must be thread-safe. */
 enum egpu_webhook_quota_list {
-    EGPU_WEBHOOK_LIST_QUOTAS,      /* v1 ResourceQuotas */
-    EGPU_WEBHOOK_LIST_CLAIMS,      /* ElasticGPUClaims */
-    EGPU_WEBHOOK_LIST_PODS,        /* v1 Pods */
-    EGPU_WEBHOOK_LIST_ELASTICGPUS, /* ElasticGPUs, all of them */
+    EGPU_WEBHOOK_LIST_QUOTAS,         /* v1 ResourceQuotas */
+    EGPU_WEBHOOK_LIST_CLAIMS,         /* ElasticGPUClaims */
+    EGPU_WEBHOOK_LIST_PODS,           /* v1 Pods */
+    EGPU_WEBHOOK_LIST_ELASTICGPUS,    /* ElasticGPUs, all of them */
+    EGPU_WEBHOOK_LIST_RESOURCECLAIMS, /* resource.k8s.io/v1 ResourceClaims (-ENOENT: the API
+                                       * server serves none, the same as an empty list) */
 };
 struct egpu_webhook_quota {
     int (*list)(void *ud, enum egpu_webhook_quota_list what, const char *ns, json_t **out,

@@ -80,6 +80,11 @@ static const json_t *first_by_name(const json_t *list)
     return best;
 }
 
+const json_t *egpu__webhook_budget_first(const json_t *list)
+{
+    return first_by_name(list);
+}
+
 /* A PriorityClass's value and preemptionPolicy (static string). Returns
  * true, or false with why (len bytes) naming the field that is wrong. */
 static bool class_decode(const json_t *pc, json_int_t *value, const char **policy, char *why,

@@ -160,6 +160,7 @@ static int quota_list(void *ud, enum egpu_webhook_quota_list what, const char *n
         [EGPU_WEBHOOK_LIST_QUOTAS] = &egpu_kube_resourcequotas,
         [EGPU_WEBHOOK_LIST_CLAIMS] = &egpu_kube_elasticgpuclaims,
         [EGPU_WEBHOOK_LIST_PODS] = &egpu_kube_pods,
+        [EGPU_WEBHOOK_LIST_RESOURCECLAIMS] = &egpu_kube_resourceclaims,
     };
     struct app *a = ud;
     json_t *list = NULL, *items;
@@ -169,7 +170,7 @@ static int quota_list(void *ud, enum egpu_webhook_quota_list what, const char *n
         *out = egpu_kube_informer_list(a->egpus_inf);
         return *out != NULL ? 0 : -ENOMEM;
     }
-    if ((unsigned)what >= sizeof(res) / sizeof(res[0]))
+    if ((unsigned)what >= sizeof(res) / sizeof(res[0]) || res[what] == NULL)
         return -EINVAL;
     rc = egpu_kube_list(a->lookup, res[what], ns, NULL, &list, NULL, err);
     if (rc)

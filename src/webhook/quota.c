@@ -21,6 +21,12 @@
  *     asks what its claim holds and is counted with the claim: so a claim
  *     and its pod are never counted twice. (Counted from a live LIST of the
  *     pods, not the quota's status.used, which lags a deletion.)
+ *   - every resource.k8s.io ResourceClaim asking this driver's classes
+ *     (DRA mode, dra_quota.c): an allocated one what its status says it
+ *     consumes, one not allocated yet what its spec asks
+ *     (egpu_api_dra_claim_held, egpu_api_dra_spec_usage), until it is
+ *     gone. A DRA-mode pod asks nothing of its own (its containers' GPU is
+ *     in its claims), so nothing is counted twice.
  * A claim CREATE, or an UPDATE that raises what the claim holds, whose
  * holding would take that total past a quota's hard limit is refused with
  * the quota plugin's figures (requested, used, limited) and what the used
@@ -137,6 +143,7 @@ struct tally {
     struct held claims;   /* claims not Lost, but the one under review */
     struct held released; /* ElasticGPUs of the namespace whose claim is gone */
     struct held own;      /* what unfinished pods' containers without a claim ask */
+    struct held dra;      /* ResourceClaims of this driver's classes, but the one under review */
 };
 
 static int list(const struct egpu_webhook_config *cfg, enum egpu_webhook_quota_list what,
@@ -150,12 +157,29 @@ static int list(const struct egpu_webhook_config *cfg, enum egpu_webhook_quota_l
     return rc;
 }
 
-/* Count the namespace's claims (skip: the name under review, or NULL),
- * Released ElasticGPUs and claim pods into *t. */
-static int tally(const struct egpu_webhook_config *cfg, const char *ns, const char *skip,
-                 const char *skip_uid, struct tally *t, char *why, size_t len)
+/* What ResourceClaim o holds: allocated, its status; else its spec. */
+static struct held dra_held(const json_t *o)
 {
-    json_t *claims = NULL, *pods = NULL, *egpus = NULL, *uids = json_object();
+    struct egpu_api_dra_usage u;
+    bool allocated = false;
+    struct held h = {0, 0};
+
+    if (egpu_api_dra_claim_held(o, &u, &allocated, NULL, NULL) != 0)
+        return h; /* the scheduler wrote it; an unreadable one holds nothing we can tell */
+    if (!allocated && egpu_api_dra_spec_usage(json_object_get(o, "spec"), "spec", &u, NULL) != 0)
+        return h; /* refused at its creation (dra_quota.c) */
+    h.core = u.cores;
+    h.mem = u.mem_mib;
+    return h;
+}
+
+/* Count the namespace's claims (skip: the name under review, or NULL;
+ * skip_rc: the ResourceClaim under review, or NULL), Released ElasticGPUs,
+ * claim pods and ResourceClaims into *t. */
+static int tally(const struct egpu_webhook_config *cfg, const char *ns, const char *skip,
+                 const char *skip_uid, const char *skip_rc, struct tally *t, char *why, size_t len)
+{
+    json_t *claims = NULL, *pods = NULL, *egpus = NULL, *rcs = NULL, *uids = json_object();
     struct egpu_api_claim *c = egpu_malloc(sizeof(*c)); /* about 16 KiB */
     struct egpu_api_egpu *e = egpu_malloc(sizeof(*e));  /* about 25 KiB */
     const json_t *o;
@@ -170,6 +194,11 @@ static int tally(const struct egpu_webhook_config *cfg, const char *ns, const ch
         rc = list(cfg, EGPU_WEBHOOK_LIST_PODS, ns, &pods, why, len);
     if (!rc)
         rc = list(cfg, EGPU_WEBHOOK_LIST_ELASTICGPUS, ns, &egpus, why, len);
+    if (!rc) {
+        rc = list(cfg, EGPU_WEBHOOK_LIST_RESOURCECLAIMS, ns, &rcs, why, len);
+        if (rc == -ENOENT) /* no resource.k8s.io/v1 here: no ResourceClaims */
+            rc = 0;
+    }
     if (rc)
         goto out;
     if (skip_uid != NULL && skip_uid[0] != '\0')
@@ -206,7 +235,19 @@ static int tally(const struct egpu_webhook_config *cfg, const char *ns, const ch
         if (pod_counts(o))
             pod_asks(o, &t->own, NULL);
     }
+    json_array_foreach(rcs, i, o)
+    {
+        const char *name = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name"));
+        struct held h;
+
+        if (skip_rc != NULL && name != NULL && strcmp(name, skip_rc) == 0)
+            continue;
+        h = dra_held(o);
+        t->dra.core += h.core;
+        t->dra.mem += h.mem;
+    }
 out:
+    json_decref(rcs);
     json_decref(claims);
     json_decref(pods);
     json_decref(egpus);
@@ -254,7 +295,7 @@ static int judge(const json_t *q, const char *key, int64_t ask, int64_t holds, c
 /* Judge ask (what the object under review adds) in namespace ns against
  * every quota; what: "ElasticGPUClaim x" or "pod x" for messages. */
 static int check(const struct egpu_webhook_config *cfg, const char *ns, const char *skip,
-                 const char *skip_uid, struct held ask, const char *what,
+                 const char *skip_uid, const char *skip_rc, struct held ask, const char *what,
                  struct egpu_api_problems *p)
 {
     char why[EGPU_ERRMSG_MAX] = "", msg[4 * EGPU_API_PROBLEM_MAX];
@@ -276,7 +317,7 @@ static int check(const struct egpu_webhook_config *cfg, const char *ns, const ch
             json_decref(quotas);
             return 0;
         }
-        rc = tally(cfg, ns, skip, skip_uid, &t, why, sizeof(why));
+        rc = tally(cfg, ns, skip, skip_uid, skip_rc, &t, why, sizeof(why));
     }
     if (rc == -ENOMEM) {
         json_decref(quotas);
@@ -299,10 +340,10 @@ static int check(const struct egpu_webhook_config *cfg, const char *ns, const ch
         if (!applies(q))
             continue;
         req[0] = used[0] = lim[0] = '\0';
-        if (judge(q, Q_CORE, ask.core, t.claims.core + t.released.core + t.own.core, req, used, lim,
-                  sizeof(req), &over) != 0 ||
-            judge(q, Q_MEM, ask.mem, t.claims.mem + t.released.mem + t.own.mem, req, used, lim,
-                  sizeof(req), &over) != 0) {
+        if (judge(q, Q_CORE, ask.core, t.claims.core + t.released.core + t.own.core + t.dra.core,
+                  req, used, lim, sizeof(req), &over) != 0 ||
+            judge(q, Q_MEM, ask.mem, t.claims.mem + t.released.mem + t.own.mem + t.dra.mem, req,
+                  used, lim, sizeof(req), &over) != 0) {
             snprintf(msg, sizeof(msg), "ResourceQuota %s/%.200s does not parse; the %s is refused",
                      ns, qname != NULL ? qname : "", what);
             egpu__webhook_problem_add(p, msg);
@@ -314,9 +355,10 @@ static int check(const struct egpu_webhook_config *cfg, const char *ns, const ch
                  "%s is forbidden: exceeded quota: %.200s, requested: %s, used: %s, limited: %s "
                  "(used: ElasticGPUClaims gpu-core %" PRId64 " gpu-memory %" PRId64
                  ", Released ElasticGPUs gpu-core %" PRId64 " gpu-memory %" PRId64
-                 ", pods without claims gpu-core %" PRId64 " gpu-memory %" PRId64 ")",
+                 ", pods without claims gpu-core %" PRId64 " gpu-memory %" PRId64
+                 ", ResourceClaims gpu-core %" PRId64 " gpu-memory %" PRId64 ")",
                  what, qname != NULL ? qname : "", req, used, lim, t.claims.core, t.claims.mem,
-                 t.released.core, t.released.mem, t.own.core, t.own.mem);
+                 t.released.core, t.released.mem, t.own.core, t.own.mem, t.dra.core, t.dra.mem);
         egpu__webhook_problem_add(p, msg);
         break;
     }
@@ -355,7 +397,7 @@ int egpu__webhook_quota_claim(const struct egpu_webhook_config *cfg,
     ask.core = now.core > before.core ? now.core : 0;
     ask.mem = now.mem > before.mem ? now.mem : 0;
     snprintf(what, sizeof(what), "ElasticGPUClaim \"%.253s\"", rv->name);
-    rc = check(cfg, rv->ns, rv->name, NULL, ask, what, p);
+    rc = check(cfg, rv->ns, rv->name, NULL, NULL, ask, what, p);
 out:
     egpu_free(c);
     return rc;
@@ -380,5 +422,16 @@ int egpu__webhook_quota_pod(const struct egpu_webhook_config *cfg,
     pod_asks(view, &own, NULL);
     json_decref(view);
     snprintf(what, sizeof(what), "pod \"%.253s\"", rv->name);
-    return check(cfg, rv->ns, NULL, NULL, own, what, p);
+    return check(cfg, rv->ns, NULL, NULL, NULL, own, what, p);
+}
+
+int egpu__webhook_quota_ask(const struct egpu_webhook_config *cfg, const char *ns,
+                            const char *skip_rc, int64_t core, int64_t mem, const char *what,
+                            struct egpu_api_problems *p)
+{
+    struct held ask = {core, mem};
+
+    if (ns == NULL || ns[0] == '\0')
+        return 0;
+    return check(cfg, ns, NULL, NULL, skip_rc, ask, what, p);
 }

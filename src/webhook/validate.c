@@ -33,6 +33,9 @@
  *   - An ElasticGPUClaim CREATE, or an UPDATE raising what it holds, and a
  *     Pod CREATE, are held to the namespace's ResourceQuotas with its
  *     claims counted (quota.c).
+ *   - A resource.k8s.io ResourceClaim or ResourceClaimTemplate CREATE asking
+ *     this driver's classes is held to the namespace's GPUBudget and
+ *     ResourceQuotas (dra_quota.c).
  * DELETE, CONNECT and subresources pass.
  */
 #include <errno.h>
@@ -103,6 +106,13 @@ int egpu__webhook_validate(const struct egpu_webhook_config *cfg,
     if (egpu__webhook_quota_is_claim(
             rv)) { /* quota.c: claims count against the namespace's quota */
         if (egpu__webhook_quota_claim(cfg, rv, &refused) != 0)
+            return -ENOMEM;
+        if (refused.n > 0)
+            egpu__webhook_deny_problems(v, &refused);
+        return 0;
+    }
+    if (egpu__webhook_dra_quota_is_dra(rv)) { /* dra_quota.c: DRA claims, budget and quota */
+        if (egpu__webhook_dra_quota(cfg, rv, &refused) != 0)
             return -ENOMEM;
         if (refused.n > 0)
             egpu__webhook_deny_problems(v, &refused);

@@ -341,6 +341,35 @@ int egpu__webhook_quota_pod(const struct egpu_webhook_config *cfg,
                             const struct egpu__webhook_review *rv,
                             struct egpu_api_problems *p) EGPU_MUST_CHECK;
 
+/* The same check for core gpu-core percent and mem gpu-memory MiB that
+ * what (e.g. "ResourceClaim \"c\"", for the message) asks in namespace ns,
+ * against everything the namespace holds but ResourceClaim skip_rc (the one
+ * under review; NULL: none). Returns 0 or -ENOMEM. */
+int egpu__webhook_quota_ask(const struct egpu_webhook_config *cfg, const char *ns,
+                            const char *skip_rc, int64_t core, int64_t mem, const char *what,
+                            struct egpu_api_problems *p) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* DRA claims against GPUBudgets and ResourceQuotas (dra_quota.c)           */
+
+/* Is rv about a resource.k8s.io ResourceClaim or ResourceClaimTemplate? */
+bool egpu__webhook_dra_quota_is_dra(const struct egpu__webhook_review *rv);
+
+/* On the CREATE of a ResourceClaim or ResourceClaimTemplate asking this
+ * driver's DeviceClasses (egpu_api_dra_spec_usage of its spec, a
+ * template's spec.spec): a spec that does not parse is one problem in p
+ * naming the field; so is a namespace whose GPUBudget (the first by name)
+ * is OverBudget (naming the budget, its used and gpuHours), and one over a
+ * ResourceQuota (egpu__webhook_quota_ask). Nothing for any other operation,
+ * or for an object asking nothing of this driver. Returns 0 or -ENOMEM. */
+int egpu__webhook_dra_quota(const struct egpu_webhook_config *cfg,
+                            const struct egpu__webhook_review *rv,
+                            struct egpu_api_problems *p) EGPU_MUST_CHECK;
+
+/* The GPUBudget of a namespace among list (its GPUBudgets): the first by
+ * metadata.name, or NULL; borrowed from list (budgets.c). */
+const json_t *egpu__webhook_budget_first(const json_t *list);
+
 /* ------------------------------------------------------------------------ */
 /* What the cluster has (facts.c)                                           */
 

@@ -153,37 +153,35 @@ static void test_claim_held(void **state)
         const char *claim;
         int64_t cores, mem, devices, whole;
         bool allocated, in_use;
-    } rows[] =
-        {
-            /* the spec says 99, the status 30: the status counts */
-            {"{'spec': " REQ(
-                 "{'name': 'gpu', 'exactly': {'deviceClassName': " SHARE ", "
-                 "'capacity': {'requests': {'cores': '99'}}}}") ", "
-                                                                "'status': {'allocation': "
-                                                                "{'devices': {'results': [" RESULT(
-                                                                    "gpu.elasticgpu.io",
-                                                                    ", 'consumedCapacity': "
-                                                                    "{'cores': '30', 'memory': "
-                                                                    "'4Gi'}") "]}}, "
-                                                                              "'reservedFor': "
-                                                                              "[{'resource': "
-                                                                              "'pods', 'name': "
-                                                                              "'p', 'uid': 'u'}]}}",
-             30, 4096, 1, 0, true, true},
-            /* two results, one another driver's; a whole card's memory is not counted */
-            {
-                "{'status': {'allocation': {'devices': {'results': [" RESULT(
-                    "gpu.elasticgpu.io", ", 'consumedCapacity': {'cores': '100', 'memory': "
-                                         "'81920Mi'}") ", " RESULT("gpu.nvidia.com",
-                                                                   "") ", " RESULT("gpu.elasticgpu."
-                                                                                   "io",
-                                                                                   "") "]}}}}",
-                200, 0, 2, 2, true, false},
-            /* not allocated: nothing, whatever the spec asks */
-            {"{'spec': " REQ("{'name': 'gpu', 'exactly': {'deviceClassName': " WHOLE
-                             ", 'count': 4}}") "}",
-             0, 0, 0, 0, false, false},
-        };
+    } rows[] = {
+        /* the spec says 99, the status 30: the status counts */
+        {"{'spec': " REQ(
+             "{'name': 'gpu', 'exactly': {'deviceClassName': " SHARE ", "
+             "'capacity': {'requests': {'cores': '99'}}}}") ", "
+                                                            "'status': {'allocation': "
+                                                            "{'devices': {'results': [" RESULT(
+                                                                "gpu.elasticgpu.io",
+                                                                ", 'consumedCapacity': "
+                                                                "{'cores': '30', 'memory': "
+                                                                "'4Gi'}") "]}}, "
+                                                                          "'reservedFor': "
+                                                                          "[{'resource': "
+                                                                          "'pods', 'name': "
+                                                                          "'p', 'uid': 'u'}]}}",
+         30, 4096, 1, 0, true, true},
+        /* two results, one another driver's; a whole card's memory is not counted */
+        {"{'status': {'allocation': {'devices': {'results': [" RESULT(
+             "gpu.elasticgpu.io",
+             ", 'consumedCapacity': {'cores': '100', 'memory': "
+             "'81920Mi'}") ", " RESULT("gpu.nvidia.com", "") ", " RESULT("gpu.elasticgpu."
+                                                                         "io",
+                                                                         "") "]}}}}",
+         200, 0, 2, 2, true, false},
+        /* not allocated: nothing, whatever the spec asks */
+        {"{'spec': " REQ("{'name': 'gpu', 'exactly': {'deviceClassName': " WHOLE
+                         ", 'count': 4}}") "}",
+         0, 0, 0, 0, false, false},
+    };
 
     (void)state;
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
