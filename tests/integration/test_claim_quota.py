@@ -84,7 +84,7 @@ def test_quota_refuses_the_second_claim(webhook, api):  # noqa: F811
         "requests.elasticgpu.io/gpu-core=99, used: requests.elasticgpu.io/gpu-core=99, "
         "limited: requests.elasticgpu.io/gpu-core=100 (used: ElasticGPUClaims gpu-core 99 "
         "gpu-memory 4096, Released ElasticGPUs gpu-core 0 gpu-memory 0, pods without claims "
-        "gpu-core 0 gpu-memory 0)")
+        "gpu-core 0 gpu-memory 0, ResourceClaims gpu-core 0 gpu-memory 0)")
     # A pod asking 30 of its own: the API server's quota sees 0 used, the
     # webhook sees the claim.
     own = claimed_pod("a")

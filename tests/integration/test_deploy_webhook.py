@@ -187,6 +187,12 @@ EXPECTED = {
         **COMMON, "name": CLAIMS, "clientConfig": service("/validate"),
         "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["elasticgpu.io"],
                    "apiVersions": ["v1alpha1"], "resources": ["elasticgpuclaims"],
+                   "scope": "Namespaced"},
+                  # DRA mode's claims and templates against the budget and quota
+                  # (src/webhook/dra_quota.c): CREATE only (their spec is immutable)
+                  {"operations": ["CREATE"], "apiGroups": ["resource.k8s.io"],
+                   "apiVersions": ["v1"],
+                   "resources": ["resourceclaims", "resourceclaimtemplates"],
                    "scope": "Namespaced"}],
         "namespaceSelector": {"matchExpressions": [SYSTEM_NS]}}),
 }
@@ -778,7 +784,8 @@ CALLS = {("elasticgpu.io", res, v, None, "*") for res in ("gpus", "elasticgpucla
                                            ("scheduling.k8s.io", "priorityclasses"),
                                            ("elasticgpu.io", "elasticgpus"))
      for v in ("list", "watch")} | \
-    {("", res, "list", None, "*") for res in ("resourcequotas", "pods")}  # quota.c's live LISTs
+    {("", res, "list", None, "*") for res in ("resourcequotas", "pods")} | \
+    {("resource.k8s.io", "resourceclaims", "list", None, "*")}  # quota.c's live LISTs
 SELF_SIGNED_CALLS = {
     ("", "secrets", "get", SECRET, NS),  # read the CA and the certificate
     ("", "secrets", "update", SECRET, NS),  # renew (resourceVersion precondition)
