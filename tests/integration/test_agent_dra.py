@@ -145,6 +145,13 @@ class DraAgent:
         except urllib.error.HTTPError as e:
             return e.code
 
+    def metric(self, name):
+        """The value of the series name (with its labels, as written) on /metrics."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+        return float(m.group(1)) if m else None
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -195,6 +202,19 @@ def test_registration_answers_get_info_and_notify(dra):
           reg_pb.RegistrationStatusResponse)
     wait("the registration logged", lambda: "kubelet registered the plugin" in agent.text())
     wait("/readyz 200", lambda: agent.readyz() == 200)
+    wait("egpu_agent_dra_registered 1", lambda: agent.metric("egpu_agent_dra_registered") == 1)
+    assert agent.metric("egpu_agent_dra_get_info_total") >= 1
+    assert agent.metric("egpu_agent_gpus") == 2 and agent.metric("egpu_agent_gpus_healthy") == 2
+    assert agent.metric("egpu_agent_dra_slice_devices") == 2
+    assert agent.metric('egpu_agent_dra_slice_publishes_total{result="ok"}') >= 1
+    # The kubelet refusing it: logged with its reason, the gauge back to 0.
+    with pytest.raises(grpc.RpcError) as e:
+        unary(agent.reg_socket, "/pluginregistration.Registration/NotifyRegistrationStatus",
+              reg_pb.RegistrationStatus(plugin_registered=False, error="no such version"),
+              reg_pb.RegistrationStatusResponse)
+    assert "no such version" in e.value.details()
+    wait("the refusal logged", lambda: 'error="no such version"' in agent.text())
+    wait("egpu_agent_dra_registered 0", lambda: agent.metric("egpu_agent_dra_registered") == 0)
 
 
 def test_slice_has_the_cards_shared(dra):
