@@ -1,7 +1,11 @@
-"""egpu-agent --mode dra (src/agent/dra_mode.c) against the project's test API server
-(tests/apiserver/server.py, one per test: the `fault_api` fixture), with fake cards
-(--fake-gpus 2xA100-80GB), over real unix sockets and real gRPC, the kubelet's side played
-by this test with the protobuf modules protoc makes from proto/ (as tests/kubelet does):
+"""egpu-agent --mode dra (src/agent/dra_mode.c) with fake cards (--fake-gpus 2xA100-80GB),
+over real unix sockets and real gRPC, the kubelet's side played by this test with the
+protobuf modules protoc makes from proto/ (as tests/kubelet does). Each test runs twice:
+against the real control plane (kube-apiserver v1.36.3 from tools/bin, the `kube_api`
+fixture; the agent with ServiceAccount egpu-agent-dra's token, so deploy/agent-dra's RBAC is
+what is checked, the informer's watch included: no call of the agent is forbidden) and
+against the project's test API server (tests/apiserver/server.py, the `fault_api` fixture:
+no fault is armed, it is there so the test runs where the control plane is not built):
 
 * the registration socket <registry>/gpu.elasticgpu.io-reg.sock answers GetInfo (type
   DRAPlugin, the driver, the DRAPlugin socket, v1 then v1beta1) and
@@ -164,13 +168,32 @@ class DraAgent:
         return self.proc.returncode
 
 
+@pytest.fixture(params=["real", "test"])
+def api(request):
+    """(Api, the agent's kubeconfig): the real control plane's with egpu-agent-dra's token,
+    or the test API server's. The node is made, and its slices are deleted after."""
+    if request.param == "real":
+        a = request.getfixturevalue("kube_api")
+        kubeconfig = a.component_kubeconfig("egpu-agent-dra")
+    else:
+        a = request.getfixturevalue("fault_api")
+        kubeconfig = a.kubeconfig
+    a.node(NODE)
+    yield a, kubeconfig
+    a.call("DELETE", SLICES + f"?fieldSelector=spec.nodeName%3D{NODE}")
+    a.call("DELETE", f"/api/v1/nodes/{NODE}")
+
+
 @pytest.fixture
-def dra(fault_api, agent_bin):
-    fault_api.node(NODE)
-    agent = DraAgent(agent_bin, fault_api.kubeconfig)
-    yield fault_api, agent
+def dra(api, agent_bin):
+    a, kubeconfig = api
+    agent = DraAgent(agent_bin, kubeconfig)
+    yield a, agent
     try:
         assert agent.stop() == 0, agent.text()
+        # Every call it made was allowed (the real control plane checks RBAC: a watch
+        # egpu-agent-dra may not make is logged "... is forbidden: User ...").
+        assert "forbidden" not in agent.text().lower(), agent.text()
     finally:
         shutil.rmtree(agent.base, ignore_errors=True)
 
@@ -282,9 +305,10 @@ def test_removed_sockets_are_served_again(dra):
     assert resp.claims["0b0c0d0e-0000-4000-8000-000000000001"].error == ""
 
 
-def test_prepare_and_unprepare_a_claim(dra):
+def test_prepare_and_unprepare_a_claim(dra, request):
     """An allocated claim of 30 % and 4 GiB of gpu-0, as kube-scheduler writes it."""
     api, agent = dra
+    request_cleanup = request.addfinalizer
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
              "metadata": {"name": "share", "namespace": "default"},
              "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
@@ -297,6 +321,13 @@ def test_prepare_and_unprepare_a_claim(dra):
     st, obj = api.call("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
                        claim)
     assert st == 201, obj
+    path = f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{obj['metadata']['name']}"
+    request_cleanup(lambda: api.call("DELETE", path))
+    if api.real:  # kube-scheduler writes status.allocation through /status
+        obj["status"] = claim["status"]
+        st, obj = api.call("PUT", path + "/status", obj)
+        assert st == 200, obj
+    assert obj["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
     uid = obj["metadata"]["uid"]
     req = dra_pb.NodePrepareResourcesRequest(
         claims=[dra_pb.Claim(namespace="default", uid=uid, name="share")])
@@ -323,15 +354,15 @@ def test_prepare_and_unprepare_a_claim(dra):
     assert not os.path.exists(spec_file)
 
 
-def test_sigterm_removes_both_sockets(fault_api, agent_bin):
-    fault_api.node(NODE)
-    agent = DraAgent(agent_bin, fault_api.kubeconfig)
+def test_sigterm_removes_both_sockets(api, agent_bin):
+    a, kubeconfig = api
+    agent = DraAgent(agent_bin, kubeconfig)
     try:
-        wait("one slice", lambda: one_slice(fault_api))
+        wait("one slice", lambda: one_slice(a))
         assert agent.stop() == 0, agent.text()
         assert not os.path.exists(agent.reg_socket)
         assert not os.path.exists(agent.socket)
-        assert one_slice(fault_api) is not None  # the kubelet wipes it 30 s later, not we
+        assert one_slice(a) is not None  # the kubelet wipes it 30 s later, not we
     finally:
         agent.stop()
         shutil.rmtree(agent.base, ignore_errors=True)
