@@ -20,6 +20,8 @@ no fault is armed, it is there so the test runs where the control plane is not b
 * a removed registration socket (a wiped registry dir) and a removed DRAPlugin socket are
   served again;
 * SIGTERM exits 0 with both sockets gone (the slice stays for the kubelet to wipe);
+* deploy/agent-dra's DeviceClasses are accepted by kube-apiserver and stored whole,
+  extendedResourceName included;
 * --mode bogus and EGPU_AGENT_MODE=bogus exit 2 naming the flag and the allowed values;
   --mode dra --no-api exits 2; --help lists the DRA mode's flags.
 
@@ -388,3 +390,28 @@ def test_help_lists_dra_flags(agent_bin):
                  "--slice-interval", "/var/lib/kubelet/plugins/gpu.elasticgpu.io/dra.sock",
                  "/var/lib/kubelet/plugins_registry", "/var/run/cdi"):
         assert flag in r.stdout
+
+
+def test_device_classes_are_served_as_written(kube_api, request):
+    """deploy/agent-dra's DeviceClasses on kube-apiserver v1.36.3: created (their CEL
+    compiles), stored with every field, extendedResourceName included (1.36 serves it:
+    DRAExtendedResource beta, on; a field the server does not serve would be dropped)."""
+    import yaml
+    docs = [d for d in yaml.safe_load_all(
+        (ROOT / "deploy" / "agent-dra" / "deviceclasses.yaml").read_text()) if d]
+    assert sorted(d["metadata"]["name"] for d in docs) == ["gpu-share.elasticgpu.io", DRIVER]
+    path = "/apis/resource.k8s.io/v1/deviceclasses"
+    for d in docs:
+        name = d["metadata"]["name"]
+        kube_api.call("DELETE", f"{path}/{name}")
+        request.addfinalizer(lambda name=name: kube_api.call("DELETE", f"{path}/{name}"))
+        st, obj = kube_api.call("POST", path, d)
+        assert st == 201, obj
+        assert obj["spec"] == d["spec"], obj["spec"]
+    st, obj = kube_api.call("GET", f"{path}/{DRIVER}")
+    assert st == 200 and obj["spec"]["extendedResourceName"] == "elasticgpu.io/gpu", obj
+    # A selector that does not compile is refused: the server checks the CEL.
+    bad = {**docs[0], "metadata": {"name": "bad.elasticgpu.io"},
+           "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]}}
+    st, obj = kube_api.call("POST", path, bad)
+    assert st == 422, obj
