@@ -6,8 +6,8 @@ label the DRA DaemonSet selects on) and Lease as Node does, and
 
 - egpu-agent --mode dra (agent_args(): fake cards, the fake backend's 2xH100-80GB by
   default, so no NVML is needed) with ServiceAccount egpu-agent's token, its kubelet paths
-  (the plugin registry, its plugin dir, the CDI dir, --alloc-root) and --interposer moved
-  into the node's folder; it publishes the node's ResourceSlice and registers with the
+  (the plugin registry, the DRAPlugin socket, the CDI dir, --alloc-root) and --interposer
+  moved into the node's folder; it publishes the node's ResourceSlice and registers with the
   kubelet's plugin watcher;
 - as its kubelet, tests/kubelet/fake_dra_manager.py's FakeDRAManager (registration, one
   NodePrepareResources per driver per pod with the 45 s deadline, NodeUnprepareResources
@@ -57,7 +57,7 @@ def agent_args(base, build_dir, fake_gpus):
     there): {flag: value}."""
     return {"--mode": "dra", "--fake-gpus": fake_gpus,
             "--plugin-registry-dir": base / "plugins_registry",
-            "--plugins-dir": base / "plugins",
+            "--dra-socket": base / "plugins" / DRIVER / "dra.sock",
             "--cdi-dir": base / "cdi",
             "--alloc-root": base / "alloc",
             "--interposer": pathlib.Path(build_dir) / "src" / "vcuda" / "libegpu-vcuda.so",
