@@ -129,6 +129,7 @@ class DRANode(Node):
         argv = []
         for flag, value in self.flags.items():
             argv += [flag, str(value)]
+        seen = len(self.manager.registrations)
         n = getattr(self, "_agent_starts", 0)
         self._agent_starts = n + 1
         self.agent = components.Component(
@@ -136,14 +137,20 @@ class DRANode(Node):
             self.build / "src/agent/egpu-agent", [*argv, "--kubeconfig", kc],
             {**denv, "NODE_NAME": self.name, "EGPU_MOCK_CUDA_STATE": str(self.state)},
             self.base, health=False, timeout=timeout)
-        self.manager.wait_for_plugin(DRIVER, timeout=timeout)
+        wait_until(lambda: any(r.ok and r.info.name == DRIVER
+                               for r in self.manager.registrations[seen:]),
+                   f"{self.name}'s agent registered with the kubelet", timeout)
         wait_until(lambda: self.slices(), f"the ResourceSlice of {self.name}", timeout)
         return self.agent
 
-    def stop_agent(self):
+    def stop_agent(self, timeout=30):
+        """Stop the agent (SIGTERM) and wait until the kubelet's plugin watcher saw its
+        registration socket go."""
         if self.agent:
             self.agent.stop()
             self.agent = None
+            wait_until(lambda: self.manager.plugin(DRIVER) is None,
+                       f"{self.name}'s plugin deregistered", timeout)
 
     def stop(self):
         self._stop.set()

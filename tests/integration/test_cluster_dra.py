@@ -601,8 +601,10 @@ def test_restart_gives_the_same_cdi_ids(dra, cluster, shared):
     s = wait(lambda: dra.slices(), "the agent publishing its slice again", 60)
     assert s[0]["metadata"]["uid"] != old_slice
 
+    kept = dra.slices()[0]["metadata"]["uid"]
     dra.stop_agent()
     dra.start_agent()
+    assert dra.slices()[0]["metadata"]["uid"] == kept   # within the kubelet's 30 s: kept
     first = len(dra.manager.calls)
     for u in uids:
         dra.manager.claims[u].prepared = False   # the pods synced again
