@@ -59,10 +59,11 @@ def replace_flags(args, changes):
 
 class Component:
     """One binary running against the cluster: exe with args, log in workdir/<name>.log,
-    its ports from its main.c "serving" log line: (port, health_port), or (port, None)
-    for one without a health port (health=False)."""
+    its ports from its main.c "serving" log line (source: the file that logs it, for a
+    mode whose own main logs it, e.g. "dra_mode" for egpu-agent --mode dra): (port,
+    health_port), or (port, None) for one without a health port (health=False)."""
 
-    def __init__(self, name, exe, args, env, workdir, health=True, timeout=30):
+    def __init__(self, name, exe, args, env, workdir, health=True, timeout=30, source="main"):
         self.name = name
         self.log = pathlib.Path(workdir) / f"{name}.log"
         self.proc = subprocess.Popen(cluster_module.with_parent([exe, *args]),
@@ -73,7 +74,7 @@ class Component:
         deadline = time.monotonic() + timeout
         self.ports = None
         while time.monotonic() < deadline:
-            m = re.search(r"main\.c:\d+\] \S+: serving addr=\S+ port=(\d+)" +
+            m = re.search(re.escape(source) + r"\.c:\d+\] \S+: serving addr=\S+ port=(\d+)" +
                           (r" health_addr=\S+ health_port=(\d+)" if health else "()"),
                           self.log.read_text(errors="replace"))
             if m:

@@ -136,7 +136,7 @@ class DRANode(Node):
             f"egpu-agent-{self.name}" + (f"-{n}" if n else ""),
             self.build / "src/agent/egpu-agent", [*argv, "--kubeconfig", kc],
             {**denv, "NODE_NAME": self.name, "EGPU_MOCK_CUDA_STATE": str(self.state)},
-            self.base, health=False, timeout=timeout)
+            self.base, health=False, timeout=timeout, source="dra_mode")
         wait_until(lambda: any(r.ok and r.info.name == DRIVER
                                for r in self.manager.registrations[seen:]),
                    f"{self.name}'s agent registered with the kubelet", timeout)
