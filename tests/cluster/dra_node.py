@@ -19,8 +19,10 @@ label the DRA DaemonSet selects on) and Lease as Node does, and
   a prepare that fails leaves the pod Pending, an Event FailedPrepareDynamicResources
   with the kubelet's message, and the node tries again 2 s later (the kubelet's pod worker
   backs off too); a pod being deleted ends (pod_ended: its claims unprepared when it was
-  their last pod) and is deleted with grace 0; every 5 s the manager reconciles against
-  the pods still bound here (the kubelet does every 60 s);
+  their last pod) and is deleted with grace 0, and so does a pod that is gone from the
+  list (deleted with grace 0 by its owner, which the kubelet learns from its watch) or
+  Succeeded or Failed; every 5 s the manager reconciles against the pods still bound
+  here (the kubelet does every 60 s);
 - restart_kubelet(): what a kubelet restart does: the manager stops, the node's
   ResourceSlices are deleted (DeleteCollection by spec.nodeName, as the kubelet at its
   start), and a new manager on the same state dir registers the plugin again and prepares
@@ -175,7 +177,12 @@ class DRANode(Node):
                                           self.get_claim).start()
             self._restarted = set(self.cdi)
         self.manager.wait_for_plugin(DRIVER, timeout=timeout)
-        wait_until(lambda: not self._restarted, "the running pods prepared again", timeout)
+        try:
+            wait_until(lambda: not self._restarted, "the running pods prepared again", timeout)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}: {sorted(self._restarted)} not prepared; prepare "
+                                 f"errors {self.prepare_errors}; node errors "
+                                 f"{self.errors}") from None
         return self.manager
 
     def _loop(self):
@@ -202,6 +209,11 @@ class DRANode(Node):
             self.errors.append(f"list pods: {st} {lst}")
             return
         active = []
+        listed = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p["metadata"]["uid"]
+                  for p in lst["items"]}
+        for key, uid in list(self.uids.items()):
+            if listed.get(key) != uid:  # gone at once (grace 0) or made again: it ended
+                self._end({"metadata": {"uid": uid}}, key)
         for pod in lst["items"]:
             m = pod["metadata"]
             key = f"{m['namespace']}/{m['name']}"
