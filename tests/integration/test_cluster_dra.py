@@ -614,6 +614,27 @@ def test_restart_gives_the_same_cdi_ids(dra, cluster, shared):
     assert dra.errors == []
 
 
+def test_a_v1beta1_kubelet_gets_the_same_ids(dra, cluster, shared, tmp_path):
+    """The agent serves DRAPlugin v1beta1 too: a kubelet that speaks only v1beta1 (1.32, 1.33)
+    registers it with that version, and its NodePrepareResources of pa's claim answers the
+    same device and CDI IDs."""
+    from fake_dra_manager import FakeDRAManager, V1BETA1
+    old = FakeDRAManager(str(dra.registry), str(tmp_path / "state"), dra.get_claim,
+                         kubelet_services=[V1BETA1]).start()
+    try:
+        p = old.wait_for_plugin(DRIVER, timeout=30)
+        assert p.version == V1BETA1, p
+        old.prepare_pod(pod_of(cluster, "pa"))
+        (call,) = old.calls_of("NodePrepareResources")
+        assert call.version == V1BETA1 and call.error is None, call
+        uid = shared["a"]["metadata"]["uid"]
+        (dev,) = old.claims[uid].devices[DRIVER]
+        assert dev["cdiDeviceIDs"] == dra.cdi[f"{NS}/pa"]["main"], dev
+        assert dev["deviceName"] == result(shared["a"])["device"], dev
+    finally:
+        old.stop()
+
+
 def test_unprepare_after_the_pod_ends(dra, cluster, shared):
     """(g) Deleting pa ends it: the manager calls NodeUnprepareResources for share-a (its
     last pod), and the agent removes the share's dirs, the CDI spec and its record; pb's
