@@ -166,6 +166,26 @@ def agent(cluster, build_dir, workdir, node, env, device_plugin_dir, pod_resourc
                      {**denv, "NODE_NAME": node, **env}, workdir, health=False)
 
 
+def dra_agent(cluster, build_dir, workdir, node, registry_dir, dra_socket, cdi_dir, alloc_root,
+              interposer, fake_gpus=None, nvml=None, env=None, name="egpu-agent", timeout=30):
+    """egpu-agent --mode dra (issue 26: the kubelet's DRA plugin) with deploy/agent's
+    container env and ServiceAccount egpu-agent's token, for node (NODE_NAME): the plugin
+    registry, the DRAPlugin socket, the CDI dir, the alloc root and the interposer as
+    given, --listen 127.0.0.1 and --port 0; fake cards (--fake-gpus) or the NVML library
+    nvml. Its log is workdir/<name>.log. No health port: (port, None)."""
+    _, denv = deploy_container("agent/daemonset.yaml", "egpu-agent")
+    denv = {k: v for k, v in denv.items() if not k.startswith("NVIDIA_")}
+    kc = cluster.sa_kubeconfig(NS, "egpu-agent", path=pathlib.Path(workdir) / f"{name}.kubeconfig")
+    args = ["--mode", "dra", "--listen", "127.0.0.1", "--port", "0",
+            "--plugin-registry-dir", registry_dir, "--dra-socket", dra_socket,
+            "--cdi-dir", cdi_dir, "--alloc-root", alloc_root, "--interposer", interposer,
+            "--kubeconfig", kc]
+    args += ["--fake-gpus", fake_gpus] if fake_gpus else ["--nvml-library", nvml]
+    return Component(name, build_dir / "src/agent/egpu-agent", [str(a) for a in args],
+                     {**denv, "NODE_NAME": node, **(env or {})}, workdir, health=False,
+                     timeout=timeout, source="dra_mode")
+
+
 def point_webhooks(cluster, port, ca_bundle=None, host="127.0.0.1"):
     """Point every webhook of deploy/'s two configurations at https://host:port and the
     path its Service reference names, the only change to them: no kube-proxy here routes

@@ -55,15 +55,14 @@ RECONCILE_S = 5.0
 
 
 def agent_args(base, build_dir, fake_gpus):
-    """egpu-agent's DRA-mode flags for a node in folder base (the kubelet's paths moved
-    there): {flag: value}."""
-    return {"--mode": "dra", "--fake-gpus": fake_gpus,
+    """egpu-agent --mode dra's paths and cards for a node in folder base (the kubelet's
+    paths moved there): {flag: value} (components.dra_agent adds the rest)."""
+    return {"--fake-gpus": fake_gpus,
             "--plugin-registry-dir": base / "plugins_registry",
             "--dra-socket": base / "plugins" / DRIVER / "dra.sock",
             "--cdi-dir": base / "cdi",
             "--alloc-root": base / "alloc",
-            "--interposer": pathlib.Path(build_dir) / "src" / "vcuda" / "libegpu-vcuda.so",
-            "--listen": "127.0.0.1", "--port": "0"}
+            "--interposer": pathlib.Path(build_dir) / "src" / "vcuda" / "libegpu-vcuda.so"}
 
 
 class DRANode(Node):
@@ -124,21 +123,15 @@ class DRANode(Node):
     def start_agent(self, timeout=60):
         """egpu-agent --mode dra for this node; waits until its plugin is registered and
         its ResourceSlice published."""
-        args, denv = components.deploy_container("agent/daemonset.yaml", "egpu-agent")
-        denv = {k: v for k, v in denv.items() if not k.startswith("NVIDIA_")}
-        kc = self.cluster.sa_kubeconfig(components.NS, "egpu-agent",
-                                        path=self.base / "agent.kubeconfig")
-        argv = []
-        for flag, value in self.flags.items():
-            argv += [flag, str(value)]
         seen = len(self.manager.registrations)
         n = getattr(self, "_agent_starts", 0)
         self._agent_starts = n + 1
-        self.agent = components.Component(
-            f"egpu-agent-{self.name}" + (f"-{n}" if n else ""),
-            self.build / "src/agent/egpu-agent", [*argv, "--kubeconfig", kc],
-            {**denv, "NODE_NAME": self.name, "EGPU_MOCK_CUDA_STATE": str(self.state)},
-            self.base, health=False, timeout=timeout, source="dra_mode")
+        f = self.flags
+        self.agent = components.dra_agent(
+            self.cluster, self.build, self.base, self.name, f["--plugin-registry-dir"],
+            f["--dra-socket"], f["--cdi-dir"], f["--alloc-root"], f["--interposer"],
+            fake_gpus=self.fake_gpus, name=f"egpu-agent-{self.name}" + (f"-{n}" if n else ""),
+            timeout=timeout)
         wait_until(lambda: any(r.ok and r.info.name == DRIVER
                                for r in self.manager.registrations[seen:]),
                    f"{self.name}'s agent registered with the kubelet", timeout)

@@ -659,6 +659,58 @@ def test_unprepare_after_the_pod_ends(dra, cluster, shared):
     assert dra.errors == []
 
 
+# ---- the real kubelet ------------------------------------------------------------------
+
+
+def test_the_real_kubelet_prepares_through_the_agent(cluster, dra, build_dir, tmp_path_factory):
+    """The real kubelet 1.36.3 (tests/cluster/kubelet.py, mode "dra") registers the agent
+    through its plugin watcher, and for a pod of a claim allocated on its node calls
+    NodePrepareResources: the agent writes the claim's CDI spec (which the pod's
+    containerd 1.6 does not apply) and the pod runs; after the pod ends the kubelet calls
+    NodeUnprepareResources and the spec and the agent's record go."""
+    import kubelet as real  # tests/cluster/kubelet.py
+    cannot = real.machine_cannot()
+    if cannot:
+        pytest.skip(f"{MACHINE_CANNOT}{cannot}")
+    lacking = real.missing()
+    if lacking:
+        pytest.skip(f"a real kubelet node needs {', '.join(lacking)} (scripts/deps.sh, "
+                    "`make k8s`)")
+    name = "dra-real-1"
+    n = real.RealNode(cluster, name, build_dir, mode="dra",
+                      log_dir=tmp_path_factory.mktemp("real-dra-logs")).start()
+    try:
+        make_claim(cluster, "real-a")
+        st, obj = cluster.call("POST", f"/api/v1/namespaces/{NS}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "preal", "namespace": NS},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": name},
+                     "tolerations": [real.TOLERATION],
+                     "containers": [{"name": "main", "image": real.TEST_IMAGE,
+                                     "imagePullPolicy": "Never",
+                                     "resources": {"claims": [{"name": "gpu"}]}}],
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": "real-a"}],
+                     "terminationGracePeriodSeconds": 1}})
+        assert st == 201, obj
+        wait(lambda: pod_of(cluster, "preal")["status"].get("phase") == "Running",
+             "preal Running on the real kubelet", 120)
+        c = claim_of(cluster, "real-a")
+        r = result(c)
+        assert r["pool"] == name and r["shareID"], r
+        uid = c["metadata"]["uid"]
+        spec = n.cdi_dir / f"k8s.{DRIVER}-claim_{uid}.json"
+        assert spec.exists(), sorted(os.listdir(n.cdi_dir))
+        assert cdi_problems(json.loads(spec.read_text())) == []
+        record = n.base / "alloc" / "dra" / f"claim-{uid}.json"
+        assert record.exists()
+        delete_pod(cluster, "preal")
+        wait(lambda: gone(cluster, f"/api/v1/namespaces/{NS}/pods/preal"), "preal gone", 90)
+        wait(lambda: not spec.exists() and not record.exists(),
+             "the kubelet unpreparing real-a", 90)
+        cluster.call("DELETE", f"{RES}/namespaces/{NS}/resourceclaims/real-a")
+    finally:
+        n.stop()
+
+
 # ---- the checks' own checks (no control plane) -----------------------------------------
 
 GOOD_SPEC = {  # the layout of cdi_notes.md section 5, with values of this file's own
