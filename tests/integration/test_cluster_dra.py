@@ -572,6 +572,7 @@ def test_process_held_to_the_share(dra, cluster, shared, build_dir, tmp_path):
         assert stop[2] == "0" and int(stop[1]) > 50, stop
         said = f"{share:.1f}% of the card, {own:.1f}% of the probe's own time " \
                f"({waited:.2f} s waiting for a CPU)"
+        print(f"a 30% + 4096 MiB share: {said}; {int(filled[1])} x 100 MiB fitted")
         assert share <= 40 and own >= 20, f"a 30% share got {said}"
     finally:
         rc = probe.close()
