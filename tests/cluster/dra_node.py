@@ -86,6 +86,7 @@ class DRANode(Node):
         self._restarted = set()  # pod keys to prepare again after a kubelet restart
         self._lock = threading.RLock()
         self._last_reconcile = 0.0
+        self.timings = {}        # seconds the last agent start, stop and kubelet restart took
 
     # ---- the kubelet's API reads ------------------------------------------------------
 
@@ -123,6 +124,7 @@ class DRANode(Node):
     def start_agent(self, timeout=60):
         """egpu-agent --mode dra for this node; waits until its plugin is registered and
         its ResourceSlice published."""
+        t = time.monotonic()
         seen = len(self.manager.registrations)
         n = getattr(self, "_agent_starts", 0)
         self._agent_starts = n + 1
@@ -135,17 +137,22 @@ class DRANode(Node):
         wait_until(lambda: any(r.ok and r.info.name == DRIVER
                                for r in self.manager.registrations[seen:]),
                    f"{self.name}'s agent registered with the kubelet", timeout)
+        self.timings["agent registered"] = round(time.monotonic() - t, 2)
         wait_until(lambda: self.slices(), f"the ResourceSlice of {self.name}", timeout)
+        self.timings["agent slice"] = round(time.monotonic() - t, 2)
         return self.agent
 
     def stop_agent(self, timeout=30):
         """Stop the agent (SIGTERM) and wait until the kubelet's plugin watcher saw its
         registration socket go."""
         if self.agent:
+            t = time.monotonic()
             self.agent.stop()
+            self.timings["agent stop"] = round(time.monotonic() - t, 2)
             self.agent = None
             wait_until(lambda: self.manager.plugin(DRIVER) is None,
                        f"{self.name}'s plugin deregistered", timeout)
+            self.timings["deregistered"] = round(time.monotonic() - t, 2)
 
     def stop(self):
         self._stop.set()
@@ -159,6 +166,7 @@ class DRANode(Node):
     def restart_kubelet(self, timeout=60):
         """The kubelet restarts (module docstring). Returns the new manager once the
         plugin is registered again and the pods prepared before are prepared again."""
+        t = time.monotonic()
         with self._lock:
             old = self.manager
             old.stop()
@@ -176,6 +184,7 @@ class DRANode(Node):
             raise AssertionError(f"{e}: {sorted(self._restarted)} not prepared; prepare "
                                  f"errors {self.prepare_errors}; node errors "
                                  f"{self.errors}") from None
+        self.timings["kubelet restart"] = round(time.monotonic() - t, 2)
         return self.manager
 
     def _loop(self):

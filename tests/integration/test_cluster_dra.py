@@ -613,6 +613,7 @@ def test_restart_gives_the_same_cdi_ids(dra, cluster, shared):
         {u: [i for v in before.values() for i in v["main"] if u in i] for u in uids}
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert dra.errors == []
+    print(f"restarts (s): {dra.timings}")
 
 
 def test_a_v1beta1_kubelet_gets_the_same_ids(dra, cluster, shared, tmp_path):
