@@ -454,6 +454,8 @@ def test_claim_over_every_card_stays_pending(dra, cluster, shared):
     pending = {i: s for i, s in states.items() if s != "bound"}
     assert pending, states
     assert len(states) - len(pending) <= 2, states
+    print(f"cores-60 pods: {len(states) - len(pending)} bound; pending: "
+          f"{[c['message'] for c in pending.values()]}")
     for i, cond in pending.items():
         assert cond["reason"] == "Unschedulable", cond
         assert "cannot allocate all claims" in cond["message"], cond
