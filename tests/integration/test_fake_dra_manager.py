@@ -15,7 +15,8 @@ written here in Python, over real unix sockets and real gRPC (grpcio on both sid
 * unprepare: only after the last pod using the claim ends, batched per driver; a failed
   unprepare is tried again by reconcile;
 * restart: a new manager on the same state dir prepares the claims of running pods again
-  and gets the same CDI IDs, and unprepares from its checkpoint."""
+  and gets the same CDI IDs, and unprepares from its checkpoint;
+* the deadline ends a prepare the plugin does not answer in time."""
 import os
 import pathlib
 import shutil
@@ -59,6 +60,7 @@ class TinyDRAPlugin:
         self.fail = {}
         self.skip = set(skip)
         self.grpc_error = None
+        self.hang_s = 0  # seconds each DRAPlugin call sleeps before answering
         self.lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         self.server.add_generic_rpc_handlers([fdm.registration_handler(self)])
@@ -114,6 +116,8 @@ class _Versioned:
         with self.p.lock:
             self.p.calls.append((f"/{self.service}/{method}", [c.uid for c in request.claims],
                                  context.time_remaining()))
+        if self.p.hang_s:
+            time.sleep(self.p.hang_s)
         if self.p.grpc_error:
             context.abort(grpc.StatusCode.UNAVAILABLE, self.p.grpc_error)
 
@@ -415,5 +419,29 @@ def test_restart_prepares_running_pods_again_with_the_same_ids(base):
         m.wait_for_plugin(DRIVER)
         assert sorted(m.pod_ended("pod-1")) == ["uid-a", "uid-b"]
         assert [sorted(c[1]) for c in p.of("NodeUnprepareResources")] == [["uid-a", "uid-b"]]
+    finally:
+        stop_all(m, p)
+
+
+def test_the_deadline_ends_a_hung_prepare(base, monkeypatch):
+    """The manager's deadline is real: a plugin that answers after it fails the pod with the
+    kubelet's DEADLINE_EXCEEDED message (the deadline shortened here from 45 s to 1 s), and
+    the claim stays unprepared for the next try."""
+    monkeypatch.setattr(fdm, "CALL_TIMEOUT_S", 1.0)
+    p = TinyDRAPlugin(base).start()
+    m = manager(base, World(claim("a", "uid-a", pods=["pod-1"])))
+    try:
+        m.wait_for_plugin(DRIVER)
+        p.hang_s = 3
+        t = time.monotonic()
+        with pytest.raises(PrepareError, match="NodePrepareResources: rpc error: code = "
+                                               "DEADLINE_EXCEEDED"):
+            m.prepare_pod(pod("p1", "pod-1", ["a"]))
+        assert time.monotonic() - t < 2.5
+        assert 0 < p.calls[0][2] <= 1.1, p.calls   # the plugin saw the 1 s deadline
+        assert not m.claims["uid-a"].prepared
+        p.hang_s = 0
+        m.prepare_pod(pod("p1", "pod-1", ["a"]))
+        assert m.claims["uid-a"].prepared and len(p.calls) == 2
     finally:
         stop_all(m, p)
