@@ -81,6 +81,10 @@ struct dra_mode {
     atomic_bool reg_serving;            /* the registration socket is served */
     atomic_bool plugin_serving;         /* the DRAPlugin socket is served */
     struct egpu__dra_slice_state slice; /* the main thread's alone */
+
+    /* /metrics (set by the main thread; the families live in metrics) */
+    struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_devices, *m_publishes, *m_get_info;
+    unsigned long seen_get_info; /* GetInfo calls already counted */
 };
 
 static long now_ms(void)
@@ -143,6 +147,50 @@ static int refresh(void *data, bool *changed, struct egpu_error *err)
     return 0;
 }
 
+/* The families of DRA mode's /metrics, in the order the page shows them. */
+static int metrics_new(struct dra_mode *m, struct egpu_error *err)
+{
+    static const char *const result_label[] = {"result"};
+    const struct egpu_service_metric t[] = {
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_registered",
+         "1 while the kubelet's last NotifyRegistrationStatus said the DRA plugin is registered.",
+         0, NULL, 0, NULL, &m->m_registered},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_gpus", "GPUs the backend lists.", 0, NULL, 0, NULL,
+         &m->m_cards},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_gpus_healthy", "Healthy GPUs.", 0, NULL, 0, NULL,
+         &m->m_healthy},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_slice_devices",
+         "Devices in the node's ResourceSlice as last published.", 0, NULL, 0, NULL, &m->m_devices},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_dra_slice_publishes_total",
+         "Publishes of the node's ResourceSlice, by result: ok or error.", 1, result_label, 0, NULL,
+         &m->m_publishes},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_dra_get_info_total",
+         "GetInfo calls the registration answered (the kubelet's plugin watcher).", 0, NULL, 0,
+         NULL, &m->m_get_info},
+    };
+
+    return egpu_service_metrics_new(t, sizeof(t) / sizeof(t[0]), &m->metrics, err);
+}
+
+/* The gauges and the GetInfo counter, from the registration and the cards. */
+static void metrics_refresh(struct dra_mode *m)
+{
+    struct egpu__dra_registration_state s;
+    size_t n, healthy = 0;
+
+    egpu__dra_registration_state(m->reg, &s);
+    (void)egpu_metric_set(m->m_registered, NULL, s.registered ? 1.0 : 0.0);
+    (void)egpu_metric_add(m->m_get_info, NULL, (double)(s.get_info_calls - m->seen_get_info));
+    m->seen_get_info = s.get_info_calls;
+    pthread_mutex_lock(&m->lock);
+    n = m->ncards;
+    for (size_t i = 0; i < n; i++)
+        healthy += m->cards[i].healthy;
+    pthread_mutex_unlock(&m->lock);
+    (void)egpu_metric_set(m->m_cards, NULL, (double)n);
+    (void)egpu_metric_set(m->m_healthy, NULL, (double)healthy);
+}
+
 /* Publish the slice for the cards as last listed; true when it holds. A
  * conflict (the slice changed between the list and the write) is tried
  * again at once, once. */
@@ -169,10 +217,12 @@ static bool publish(struct dra_mode *m)
         rc = egpu__dra_slice_publish(m->kube, &m->slice, &sc, cards, n, &st, &err);
     }
     egpu_free(cards);
+    (void)egpu_metric_inc(m->m_publishes, (const char *const[]){rc ? "error" : "ok"});
     if (rc) {
         egpu_log(EGPU_LOG_WARN, "ResourceSlice not published error=\"%s\"", err.msg);
         return false;
     }
+    (void)egpu_metric_set(m->m_devices, NULL, (double)st.devices);
     if (st.created || st.updated || st.deleted)
         egpu_log(EGPU_LOG_NOTICE,
                  "ResourceSlice published name=%s devices=%u generation=%lld created=%u "
@@ -280,7 +330,7 @@ static int start(void *data, struct egpu_error *err)
         return egpu_error_set(err, rc, "--cdi-dir: mkdir %s: %s", cdi, strerror(-rc));
     rc = make_parent(m->socket, err);
     if (!rc)
-        rc = egpu_service_metrics_new(NULL, 0, &m->metrics, err);
+        rc = metrics_new(m, err);
     sc.reg = m->metrics;
     if (!rc)
         rc = egpu_service_new(&sc, &m->svc, err);
@@ -367,6 +417,7 @@ static void run(void *data)
         nanosleep(&nap, NULL);
         now = now_ms();
         log_registration(m, &last);
+        metrics_refresh(m);
         if (!socket_exists(m->socket) && now >= next_serve) {
             if (atomic_load(&m->plugin_serving))
                 egpu_log(EGPU_LOG_NOTICE, "DRA plugin socket %s gone: serving again", m->socket);
