@@ -168,20 +168,24 @@ def agent(cluster, build_dir, workdir, node, env, device_plugin_dir, pod_resourc
 
 def dra_agent(cluster, build_dir, workdir, node, registry_dir, dra_socket, cdi_dir, alloc_root,
               interposer, fake_gpus=None, nvml=None, env=None, name="egpu-agent", timeout=30):
-    """egpu-agent --mode dra (issue 26: the kubelet's DRA plugin) with deploy/agent's
-    container env and ServiceAccount egpu-agent's token, for node (NODE_NAME): the plugin
-    registry, the DRAPlugin socket, the CDI dir, the alloc root and the interposer as
-    given, --listen 127.0.0.1 and --port 0; fake cards (--fake-gpus) or the NVML library
-    nvml. Its log is workdir/<name>.log. No health port: (port, None)."""
-    _, denv = deploy_container("agent/daemonset.yaml", "egpu-agent")
+    """egpu-agent --mode dra (issue 26: the kubelet's DRA plugin) as
+    deploy/agent-dra/daemonset.yaml runs it, with ServiceAccount egpu-agent-dra's token,
+    for node (NODE_NAME, as the DaemonSet's fieldRef gives it); changed: --listen
+    127.0.0.1, --port 0, the kubelet's paths (--plugin-registry-dir, --dra-socket,
+    --cdi-dir), --alloc-root and --interposer moved to the arguments given; added: fake
+    cards (--fake-gpus) or the NVML library nvml. Its log is workdir/<name>.log. No health
+    port: (port, None)."""
+    args, denv = deploy_container("agent-dra/daemonset.yaml", "egpu-agent")
+    args = replace_flags(args, {"--listen": "127.0.0.1", "--port": 0,
+                                "--plugin-registry-dir": registry_dir,
+                                "--dra-socket": dra_socket, "--cdi-dir": cdi_dir,
+                                "--alloc-root": alloc_root, "--interposer": interposer})
+    kc = cluster.sa_kubeconfig(NS, "egpu-agent-dra",
+                               path=pathlib.Path(workdir) / f"{name}.kubeconfig")
     denv = {k: v for k, v in denv.items() if not k.startswith("NVIDIA_")}
-    kc = cluster.sa_kubeconfig(NS, "egpu-agent", path=pathlib.Path(workdir) / f"{name}.kubeconfig")
-    args = ["--mode", "dra", "--listen", "127.0.0.1", "--port", "0",
-            "--plugin-registry-dir", registry_dir, "--dra-socket", dra_socket,
-            "--cdi-dir", cdi_dir, "--alloc-root", alloc_root, "--interposer", interposer,
-            "--kubeconfig", kc]
-    args += ["--fake-gpus", fake_gpus] if fake_gpus else ["--nvml-library", nvml]
-    return Component(name, build_dir / "src/agent/egpu-agent", [str(a) for a in args],
+    args += ["--kubeconfig", kc]
+    args += ["--fake-gpus", fake_gpus] if fake_gpus else ["--nvml-library", str(nvml)]
+    return Component(name, build_dir / "src/agent/egpu-agent", args,
                      {**denv, "NODE_NAME": node, **(env or {})}, workdir, health=False,
                      timeout=timeout, source="dra_mode")
 

@@ -4,10 +4,11 @@ What tests/cluster/node.py's Node is for device-plugin mode, DRANode is for DRA 
 (issue 26): the kubelet's identity, its Node (labelled elasticgpu.io/agent-mode=dra, the
 label the DRA DaemonSet selects on) and Lease as Node does, and
 
-- egpu-agent --mode dra (agent_args(): fake cards, the fake backend's 2xH100-80GB by
-  default, so no NVML is needed) with ServiceAccount egpu-agent's token, its kubelet paths
-  (the plugin registry, the DRAPlugin socket, the CDI dir, --alloc-root) and --interposer
-  moved into the node's folder; it publishes the node's ResourceSlice and registers with the
+- egpu-agent --mode dra as deploy/agent-dra's DaemonSet runs it (components.dra_agent:
+  ServiceAccount egpu-agent-dra's token), with fake cards (the fake backend's 2xH100-80GB
+  by default, so no NVML is needed) and its kubelet paths (the plugin registry, the
+  DRAPlugin socket, the CDI dir, --alloc-root) and --interposer moved into the node's
+  folder (agent_args()); it publishes the node's ResourceSlice and registers with the
   kubelet's plugin watcher;
 - as its kubelet, tests/kubelet/fake_dra_manager.py's FakeDRAManager (registration, one
   NodePrepareResources per driver per pod with the 45 s deadline, NodeUnprepareResources

@@ -330,7 +330,7 @@ def mockctl(build_dir, state, *args):
 
 @pytest.fixture(scope="module")
 def dra(cluster, deployed, build_dir):
-    """The session's control plane with deploy/ (egpu-agent's RBAC), DeviceClass
+    """The session's control plane with deploy/ (egpu-agent-dra's RBAC), DeviceClass
     gpu-share.elasticgpu.io (deploy/'s when it has one, else made here with the same CEL
     selector), namespace NS, and one DRANode with the agent's fake cards."""
     assert cluster.version.startswith("v1.36"), cluster.version  # DRAConsumableCapacity on
@@ -661,6 +661,20 @@ def test_unprepare_after_the_pod_ends(dra, cluster, shared):
     assert (dra.cdi_dir / f"k8s.{DRIVER}-claim_{ub}.json").exists()
     assert (dra.alloc_root / "dra" / f"claim-{ub}.json").exists()
     assert dra.errors == []
+
+
+def test_agent_calls_are_allowed_by_its_rbac(dra, cluster):
+    """Every request egpu-agent --mode dra made with ServiceAccount egpu-agent-dra's token (the
+    one deploy/agent-dra gives it) was allowed: its slice writes, the claims it read for
+    prepare, the node it read."""
+    user = "system:serviceaccount:elastic-gpu-system:egpu-agent-dra"
+    events = cluster.audit(user)
+    assert events, f"no request of {user} in the audit log"
+    denied = [(e["verb"], e["requestURI"], e["responseStatus"]["code"]) for e in events
+              if e.get("responseStatus", {}).get("code") in (401, 403)]
+    assert not denied, denied
+    seen = {(e["objectRef"].get("resource"), e["verb"]) for e in events if e.get("objectRef")}
+    assert {("resourceslices", "create"), ("resourceclaims", "get")} <= seen, seen
 
 
 # ---- the real kubelet ------------------------------------------------------------------
