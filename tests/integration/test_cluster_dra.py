@@ -47,7 +47,8 @@ NODE = "dra-gpu-1"
 MIB = 1 << 20
 OOM = 2
 RES = "/apis/resource.k8s.io/v1"
-CLASS_SELECTOR = ('device.driver == "gpu.elasticgpu.io" && '
+CLASS_SELECTOR = ('device.driver == "gpu.elasticgpu.io" && '  # deploy/agent-dra's
+                  '"type" in device.attributes["gpu.elasticgpu.io"] && '
                   'device.attributes["gpu.elasticgpu.io"].type == "gpu"')
 
 
