@@ -29,6 +29,10 @@ label the DRA DaemonSet selects on) and Lease as Node does, and
   start), and a new manager on the same state dir registers the plugin again and prepares
   the claims of the running pods again (the "prepared" flag is not checkpointed).
 
+The label makes deploy/agent-dra's DaemonSet (when installed) put its egpu-agent-dra pod
+here; it is set Running like any pod without claims: the agent runs here as a host process
+in its place.
+
 Pods are found by listing with fieldSelector spec.nodeName every 0.3 s, as Node does."""
 import json
 import os
