@@ -113,10 +113,10 @@ Cluster: 2 nodes, 3 GPUs, core 150/300 (50%), memory 94208/163840 MiB (57%)
 """
 
 INSPECT_N2_WIDE = """\
-NODE   GPU     MODEL   HEALTH    CORE             MEMORY(MiB)          USED(MiB)   UTIL(%)   UUID          POD      CONTAINER   CLAIM
-n2     0       H100    Healthy   100/100          81920/81920          <none>      <none>    GPU-n2-gpu0
-                                 100              all                                                      ml/big   main        <none>
-n2     total                     100/100 (100%)   81920/81920 (100%)
+NODE   MODE            GPU     MODEL   HEALTH    CORE             MEMORY(MiB)          USED(MiB)   UTIL(%)   UUID          POD      CONTAINER   CLAIM
+n2     device-plugin   0       H100    Healthy   100/100          81920/81920          <none>      <none>    GPU-n2-gpu0
+                                                 100              all                                                      ml/big   main        <none>
+n2                     total                     100/100 (100%)   81920/81920 (100%)
 
 Cluster: 1 node, 1 GPU, core 100/100 (100%), memory 81920/81920 MiB (100%)
 """
@@ -130,41 +130,43 @@ def test_inspect(api, plugin):  # noqa: F811
     assert ok(run(plugin, *kc, "inspect")) == INSPECT
     assert ok(run(plugin, "inspect", "n2", "-o", "wide", *kc)) == INSPECT_N2_WIDE
     wide = ok(run(plugin, "inspect", "-owide", *kc)).splitlines()
-    assert wide[0].split() == ["NODE", "GPU", "MODEL", "HEALTH", "CORE", "MEMORY(MiB)",
+    assert wide[0].split() == ["NODE", "MODE", "GPU", "MODEL", "HEALTH", "CORE", "MEMORY(MiB)",
                                "USED(MiB)", "UTIL(%)", "UUID", "POD", "CONTAINER", "CLAIM"]
-    assert wide[1].split() == ["n1", "0", "A100", "Healthy", "50/100", "12288/40960", "5000",
-                               "41", "GPU-n1-gpu0"]
-    assert wide[4].split() == ["n1", "1", "A100", "Unhealthy", "0/100", "0/40960", "0", "0",
-                               "GPU-n1-gpu1"]
+    assert wide[1].split() == ["n1", "device-plugin", "0", "A100", "Healthy", "50/100",
+                               "12288/40960", "5000", "41", "GPU-n1-gpu0"]
+    assert wide[4].split() == ["n1", "device-plugin", "1", "A100", "Unhealthy", "0/100",
+                               "0/40960", "0", "0", "GPU-n1-gpu1"]
 
 
 def test_inspect_json(api, plugin):  # noqa: F811
     cluster(api)
     doc = json.loads(ok(run(plugin, "inspect", "n1", "--output=json", "--kubeconfig",
                             api.kubeconfig)))
-    card0 = {"name": "n1-gpu0", "index": 0, "uuid": "GPU-n1-gpu0", "model": "A100",
+    card0 = {"name": "n1-gpu0", "device": None, "index": 0, "uuid": "GPU-n1-gpu0", "model": "A100",
              "health": "Healthy", "coreAllocated": 50, "coreTotal": 100,
              "memoryAllocated": 12288, "memoryTotal": 40960,
              "used": {"memory": 5000, "utilization": 41, "updateTime": "2026-07-24T09:31:03Z"},
              "pods": [{"namespace": "default", "pod": "infer", "container": "srv", "core": 20,
-                       "memory": 8192, "claim": None},
+                       "memory": 8192, "claim": None, "shareID": None, "reservedFor": ["infer"]},
                       {"namespace": "team-a", "pod": "train-0", "container": "main",
-                       "core": 30, "memory": 4096, "claim": "c1"}]}
-    card1 = {"name": "n1-gpu1", "index": 1, "uuid": "GPU-n1-gpu1", "model": "A100",
+                       "core": 30, "memory": 4096, "claim": "c1", "shareID": None,
+                       "reservedFor": ["train-0"]}]}
+    card1 = {"name": "n1-gpu1", "device": None, "index": 1, "uuid": "GPU-n1-gpu1", "model": "A100",
              "health": "Unhealthy", "coreAllocated": 0, "coreTotal": 100,
              "memoryAllocated": 0, "memoryTotal": 40960,
              "used": {"memory": 0, "utilization": 0, "updateTime": None}, "pods": []}
     totals = {"coreAllocated": 50, "coreTotal": 200, "memoryAllocated": 12288,
               "memoryTotal": 81920}
     assert doc == {"apiVersion": "egpu.kubectl/v1", "kind": "Inspect",
-                   "nodes": [{"name": "n1", "gpus": [card0, card1], **totals}], **totals}
+                   "nodes": [{"name": "n1", "mode": "device-plugin", "gpus": [card0, card1],
+                              **totals}], **totals}
     whole = json.loads(ok(run(plugin, "inspect", "-o", "json", "--kubeconfig", api.kubeconfig)))
     assert [n["name"] for n in whole["nodes"]] == ["n1", "n2"]
     assert (whole["coreAllocated"], whole["coreTotal"], whole["memoryAllocated"],
             whole["memoryTotal"]) == (150, 300, 94208, 163840)
     assert whole["nodes"][1]["gpus"][0]["pods"] == [
         {"namespace": "ml", "pod": "big", "container": "main", "core": 100, "memory": 0,
-         "claim": None}]
+         "claim": None, "shareID": None, "reservedFor": ["big"]}]
 
 
 def test_inspect_nothing(api, plugin):  # noqa: F811
