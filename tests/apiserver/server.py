@@ -823,8 +823,8 @@ RESOURCES = [
     # DRA: the agent's NodePrepareResources GETs the claim (tests/unit/test_agent_dra_plugin.c
     # creates it with its status.allocation, as the scheduler would have written it).
     Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
-    # kubectl-egpu inspect lists a DRA node's slices by driver (and node), as the agent does
-    # (resource/v1: ResourceSliceSelectorNodeName, ResourceSliceSelectorDriver).
+    # egpu-agent --mode dra publishes its node's slice (tests/integration/test_agent_dra.py),
+    # listed and watched by the field selectors kube-apiserver serves for it.
     Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False,
              fields=["spec.nodeName", "spec.driver"]),
     Resource(EGPU, "v1alpha1", "gpus", "GPU", False, subresources=["status"],
