@@ -71,7 +71,16 @@ void egpu_kubectl_dra_free(struct egpu_kubectl_dra *d)
     for (size_t i = 0; i < d->ncards; i++)
         card_clear(&d->cards[i]);
     egpu_free(d->cards);
+    egpu_free(d->pools);
     egpu_free(d);
+}
+
+bool egpu__kubectl_dra_has_node(const struct egpu_kubectl_dra *d, const char *node)
+{
+    for (size_t i = 0; d != NULL && i < d->npools; i++)
+        if (strcmp(d->pools[i].node, node) == 0)
+            return true;
+    return false;
 }
 
 size_t egpu_kubectl_dra_cards(const struct egpu_kubectl_dra *d, const char *node)
@@ -299,6 +308,7 @@ int egpu_kubectl_dra_add_slice(struct egpu_kubectl_dra *d, const json_t *slice,
                                struct egpu_error *err)
 {
     struct egpu__kubectl_dra_card base, *nc = NULL;
+    struct egpu__kubectl_dra_pool *pool_at = NULL;
     const json_t *spec, *pool, *devs, *dev, *gen;
     char driver[EGPU_K8S_NAME_MAX];
     size_t n, i, keep;
@@ -339,9 +349,18 @@ int egpu_kubectl_dra_add_slice(struct egpu_kubectl_dra *d, const json_t *slice,
     if ((rc = get_arr(spec, "devices", "spec.", SLICE_DEVICES_MAX, &devs, err)) != 0)
         return rc;
     /* The pool's newest generation is the only one that counts. */
-    for (i = 0; i < d->ncards; i++)
-        if (strcmp(d->cards[i].pool, base.pool) == 0 && d->cards[i].generation > base.generation)
-            return 0;
+    for (i = 0; i < d->npools; i++)
+        if (strcmp(d->pools[i].name, base.pool) == 0)
+            pool_at = &d->pools[i];
+    if (pool_at != NULL && pool_at->generation > base.generation)
+        return 0;
+    if (pool_at == NULL) {
+        struct egpu__kubectl_dra_pool *v = egpu_realloc(d->pools, (d->npools + 1) * sizeof(*v));
+
+        if (v == NULL)
+            return egpu_error_set(err, -ENOMEM, "out of memory");
+        d->pools = v; /* npools grows only once the slice is in */
+    }
     n = json_array_size(devs);
     if (n > 0) {
         nc = egpu_calloc(n, sizeof(*nc));
@@ -395,6 +414,12 @@ int egpu_kubectl_dra_add_slice(struct egpu_kubectl_dra *d, const json_t *slice,
         memcpy(&d->cards[d->ncards], nc, n * sizeof(*nc));
     d->ncards += n;
     egpu_free(nc);
+    if (pool_at == NULL) {
+        pool_at = &d->pools[d->npools++];
+        snprintf(pool_at->name, sizeof(pool_at->name), "%s", base.pool);
+    }
+    snprintf(pool_at->node, sizeof(pool_at->node), "%s", base.node);
+    pool_at->generation = base.generation;
     return 0;
 }
 

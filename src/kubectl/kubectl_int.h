@@ -78,11 +78,25 @@ struct egpu__kubectl_dra_card {
     struct egpu__kubectl_dra_share *shares; /* owned, sorted by namespace, claim, shareID */
 };
 
+/* A pool seen, with the newest generation of its slices (even one without
+ * devices: its node is still in DRA mode, and older slices still count for
+ * nothing). */
+struct egpu__kubectl_dra_pool {
+    char name[EGPU_K8S_NAME_MAX];
+    char node[EGPU_K8S_NAME_MAX];
+    int64_t generation;
+};
+
 struct egpu_kubectl_dra {
     char driver[EGPU_K8S_NAME_MAX];
     bool claims_added; /* no slice after a claim */
     size_t ncards, cap;
     struct egpu__kubectl_dra_card *cards; /* owned */
+    size_t npools;
+    struct egpu__kubectl_dra_pool *pools; /* owned */
 };
+
+/* Whether d (may be NULL) has a slice of node: the node is in DRA mode. */
+bool egpu__kubectl_dra_has_node(const struct egpu_kubectl_dra *d, const char *node);
 
 #endif /* EGPU_KUBECTL_INT_H */

@@ -487,14 +487,6 @@ static int inspect_json(const struct view *v, size_t n, struct egpu_buf *out)
     return dump(doc, out);
 }
 
-static bool is_dra_node(const struct egpu_kubectl_dra *d, const char *node)
-{
-    for (size_t i = 0; d != NULL && i < d->ncards; i++)
-        if (strcmp(d->cards[i].node, node) == 0)
-            return true;
-    return false;
-}
-
 int egpu_kubectl_inspect_all(const struct egpu_api_gpu *gpus, size_t n,
                              const struct egpu_kubectl_dra *dra, const char *node,
                              enum egpu_kubectl_output fmt, struct egpu_buf *out)
@@ -524,8 +516,9 @@ int egpu_kubectl_inspect_all(const struct egpu_api_gpu *gpus, size_t n,
     for (size_t j = 0; j < n; j++) {
         if (merged[j] || (node != NULL && strcmp(gpus[j].node_name, node) != 0))
             continue;
-        v[m++] = (struct view){
-            .node = gpus[j].node_name, .dra = is_dra_node(dra, gpus[j].node_name), .gpu = &gpus[j]};
+        v[m++] = (struct view){.node = gpus[j].node_name,
+                               .dra = egpu__kubectl_dra_has_node(dra, gpus[j].node_name),
+                               .gpu = &gpus[j]};
     }
     qsort(v, m, sizeof(*v), view_cmp);
     if (fmt == EGPU_KUBECTL_JSON)

@@ -321,6 +321,34 @@ static void test_generations(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* A pool's newest slice without devices (every card unhealthy) still
+ * outranks its older ones, and its node is in DRA mode: the node's GPU
+ * objects show under it. */
+static void test_empty_slice(void **state)
+{
+    struct egpu_kubectl_dra *d = egpu_kubectl_dra_new(NULL);
+    struct egpu_api_gpu g[NGPUS];
+    struct egpu_error err;
+    struct egpu_buf b;
+
+    (void)state;
+    decode_gpus(g);
+    assert_int_equal(add(d, true, SLICE("n2", "4", ""), &err), 0);
+    assert_int_equal(add(d, true, slice_objs[0], &err), 0);
+    assert_int_equal(egpu_kubectl_dra_cards(d, NULL), 0);
+    egpu_buf_init(&b, EGPU_KUBECTL_OUT_MAX);
+    expect(egpu_kubectl_inspect_all(g, NGPUS, d, "n2", EGPU_KUBECTL_TABLE, &b), &b,
+           "NODE   MODE   GPU     MODEL   HEALTH      CORE         MEMORY(MiB)     POD   CONTAINER "
+           "  CLAIM\n"
+           "n2     dra    0       H100    Healthy     0/100        0/81559\n"
+           "n2     dra    2       H100    Unhealthy   0/100        0/81559\n"
+           "n2            total                       0/200 (0%)   0/163118 (0%)\n"
+           "\n"
+           "Cluster: 1 node, 2 GPUs, core 0/200 (0%), memory 0/163118 MiB (0%)\n");
+    egpu_kubectl_dra_free(d);
+    clear_gpus(g);
+}
+
 /* Each malformed slice is refused with its field named, d left as it was. */
 static void test_bad_slices(void **state)
 {
@@ -660,10 +688,10 @@ static void test_out_of_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_inspect_table), cmocka_unit_test(test_inspect_json),
-        cmocka_unit_test(test_generations),   cmocka_unit_test(test_bad_slices),
-        cmocka_unit_test(test_bad_claims),    cmocka_unit_test(test_shared_fixtures),
-        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_inspect_table),   cmocka_unit_test(test_inspect_json),
+        cmocka_unit_test(test_generations),     cmocka_unit_test(test_empty_slice),
+        cmocka_unit_test(test_bad_slices),      cmocka_unit_test(test_bad_claims),
+        cmocka_unit_test(test_shared_fixtures), cmocka_unit_test(test_out_of_memory),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
