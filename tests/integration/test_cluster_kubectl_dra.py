@@ -219,8 +219,14 @@ def test_inspect_a_dra_node(cluster, deployed, build_dir):
                                   "shown"), r3.stderr
             assert NODE not in r3.stdout
     finally:
+        # Nothing left for later tests of the session: no pod, no claim allocated on a pool
+        # that is gone (kubectl-egpu would warn about it), no class, node or slice (the
+        # slice goes with its Node).
         for name in ("train", "infer", "whole"):
             cluster.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}-0?gracePeriodSeconds=0")
+            cluster.call("DELETE", f"{R}/namespaces/{NS}/resourceclaims/{name}")
         cluster.call("DELETE", f"{R}/deviceclasses/{CLASS}")
         cluster.call("DELETE", f"/api/v1/nodes/{NODE}")
+        wait(lambda: cluster.call("GET", f"{R}/namespaces/{NS}/resourceclaims")[1].get(
+            "items") == [], "the test's claims gone", 60)
     assert node["metadata"]["name"] == NODE
