@@ -10,6 +10,13 @@
  * then the usage text, on stderr). An object that does not decode is left
  * out with a warning naming it and the field, as one bad object must not
  * hide the rest.
+ *
+ * DRA mode (inspect): after the GPU objects, the ResourceSlices of
+ * EGPU_API_DRA_DRIVER (fieldSelector spec.driver, and spec.nodeName for
+ * NODE) and, when they hold a device, the ResourceClaims of every
+ * namespace (dra.c decodes both). Those two lists are optional: a 404 (no
+ * resource.k8s.io/v1, Kubernetes before 1.34) means no DRA node, a 403 a
+ * warning and the GPU objects alone; any other error is exit 1 as above.
  */
 #include <getopt.h>
 #include <stdarg.h>
@@ -31,7 +38,8 @@ static const char usage[] =
     "Commands:\n"
     "  inspect [NODE]   per node and card: model, health, core allocated/100, memory\n"
     "                   allocated/total MiB, the containers on it; totals per node\n"
-    "                   and for the cluster\n"
+    "                   and for the cluster; nodes in DRA mode from their\n"
+    "                   ResourceSlice and the allocated ResourceClaims\n"
     "  claims           ElasticGPUClaims: phase, request, class, ElasticGPU, its node\n"
     "                   and card, age\n"
     "  budget           GPUBudgets: GPU-hours, used, remaining, state, period\n"
