@@ -67,8 +67,7 @@ void egpu_kubectl_dra_free(struct egpu_kubectl_dra *d);
  * spec.driver must be d's, spec.nodeName a node (node-local slices only),
  * spec.pool {name, generation >= 0}; per device (at most 128): name (a DNS
  * label, unique in its pool), attributes uuid and productName (strings,
- * optional), index (int 0..1023; absent: the number of a name
- * "gpu-<index>", else unknown), capacity cores (a whole number 1..100,
+ * optional), index (int 0..1023; unknown when absent), capacity cores (a whole number 1..100,
  * percent; absent: 100) and memory (bytes, shown in MiB rounded up, at most
  * EGPU_API_GPU_MIB_MAX MiB; absent: 0), and taints (a device with a taint
  * of effect NoSchedule or NoExecute shows as "Tainted"). Of a pool, only
@@ -104,8 +103,9 @@ size_t egpu_kubectl_dra_cards(const struct egpu_kubectl_dra *d, const char *node
 /* egpu_kubectl_inspect over both modes: the cards of gpus[0..n) (GPU
  * objects, device-plugin mode) and of dra (NULL = none). A node with a
  * card in dra is in DRA mode: its cards are dra's, each merged with the GPU
- * object of the same node and UUID where there is one (health, status.used
- * and any device-plugin containers still in its status.allocated); a GPU
+ * object of the same node and UUID where there is one (its health where not
+ * Healthy, else "Tainted" for a device tainted NoSchedule or NoExecute;
+ * status.used; any device-plugin containers still in its status.allocated); a GPU
  * object of that node matching no device is shown as a card of its own.
  * Every other node is in device-plugin mode, as egpu_kubectl_inspect shows
  * it. The table gets a MODE column (dra, device-plugin) when a node shown

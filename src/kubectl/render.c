@@ -148,15 +148,21 @@ static const char *v_model(const struct view *v)
     return v->dc != NULL && (v->dc->model[0] || v->gpu == NULL) ? v->dc->model : v->gpu->model;
 }
 
-/* "" when nobody reported it. A tainted device is not to be scheduled on,
- * whatever the GPU object says; a device in the slice is one the agent
- * found healthy (an unhealthy card leaves it). */
+/* "" when nobody reported it. The GPU object's health where it is not
+ * Healthy (the agent taints an unhealthy card's device, or takes it out of
+ * the slice); a device with a taint that keeps pods off is not to be
+ * scheduled on whatever the GPU object says (an admin's DeviceTaintRule,
+ * say); an untainted device in the slice is one the agent found healthy. */
 static const char *v_health(const struct view *v)
 {
+    const char *h = v->gpu != NULL ? v->gpu->health : "";
+
+    if (h[0] && strcmp(h, "Healthy") != 0)
+        return h;
     if (v->dc != NULL && v->dc->tainted)
         return "Tainted";
-    if (v->gpu != NULL && v->gpu->health[0])
-        return v->gpu->health;
+    if (h[0])
+        return h;
     return v->dc != NULL ? "Healthy" : "";
 }
 

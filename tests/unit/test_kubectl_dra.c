@@ -349,6 +349,61 @@ static void test_empty_slice(void **state)
     clear_gpus(g);
 }
 
+/* HEALTH on a DRA node: the GPU object's where not Healthy (the agent's
+ * taint of an unhealthy card), else Tainted for a taint that keeps pods
+ * off, else Healthy. */
+static void test_health(void **state)
+{
+    static const char *const objs[] = {
+        GPU("h-gpu0", "h", "0", "A", "1024", ", 'status': {'health': 'Unhealthy'}"),
+        GPU("h-gpu1", "h", "1", "A", "1024", ", 'status': {'health': 'Healthy'}"),
+    };
+    static const char slice[] = SLICE(
+        "h", "1",
+        "{'name': 'gpu-0', 'attributes': {'index': {'int': 0}, 'uuid': {'string': 'GPU-h-gpu0'}}, "
+        "'taints': [{'key': 'gpu.elasticgpu.io/unhealthy', 'value': 'XID-79', 'effect': "
+        "'NoSchedule'}]}, "
+        "{'name': 'gpu-1', 'attributes': {'index': {'int': 1}, 'uuid': {'string': 'GPU-h-gpu1'}}, "
+        "'taints': [{'key': 'k', 'effect': 'NoExecute'}]}, "
+        "{'name': 'gpu-2', 'attributes': {'index': {'int': 2}}, 'taints': [{'key': 'k', "
+        "'effect': 'NoSchedule'}]}, "
+        "{'name': 'gpu-3', 'attributes': {'index': {'int': 3}}}");
+    static const char *const want[] = {"Unhealthy", "Tainted", "Tainted", "Healthy"};
+    struct egpu_kubectl_dra *d = egpu_kubectl_dra_new(NULL);
+    struct egpu_api_gpu g[2];
+    struct egpu_error err;
+    struct egpu_buf b;
+    json_t *doc, *c;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < 2; i++) {
+        json_t *o = tu_json(objs[i]);
+
+        if (egpu_api_gpu_decode(o, &g[i], &err))
+            fail_msg("%s", err.msg);
+        json_decref(o);
+    }
+    assert_int_equal(add(d, true, slice, &err), 0);
+    egpu_buf_init(&b, EGPU_KUBECTL_OUT_MAX);
+    assert_int_equal(egpu_kubectl_inspect_all(g, 2, d, NULL, EGPU_KUBECTL_JSON, &b), 0);
+    doc = json_loads(egpu_buf_str(&b), 0, NULL);
+    assert_non_null(doc);
+    assert_int_equal(json_array_size(json_object_get(doc, "nodes")), 1);
+    json_array_foreach(json_object_get(json_array_get(json_object_get(doc, "nodes"), 0), "gpus"), i,
+                       c)
+    {
+        assert_true(i < 4);
+        assert_string_equal(json_string_value(json_object_get(c, "health")), want[i]);
+    }
+    assert_int_equal(i, 4);
+    json_decref(doc);
+    egpu_buf_free(&b);
+    egpu_kubectl_dra_free(d);
+    egpu_api_gpu_clear(&g[0]);
+    egpu_api_gpu_clear(&g[1]);
+}
+
 /* Each malformed slice is refused with its field named, d left as it was. */
 static void test_bad_slices(void **state)
 {
@@ -688,10 +743,11 @@ static void test_out_of_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_inspect_table),   cmocka_unit_test(test_inspect_json),
-        cmocka_unit_test(test_generations),     cmocka_unit_test(test_empty_slice),
-        cmocka_unit_test(test_bad_slices),      cmocka_unit_test(test_bad_claims),
-        cmocka_unit_test(test_shared_fixtures), cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_inspect_table), cmocka_unit_test(test_inspect_json),
+        cmocka_unit_test(test_generations),   cmocka_unit_test(test_empty_slice),
+        cmocka_unit_test(test_health),        cmocka_unit_test(test_bad_slices),
+        cmocka_unit_test(test_bad_claims),    cmocka_unit_test(test_shared_fixtures),
+        cmocka_unit_test(test_out_of_memory),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
