@@ -1098,8 +1098,8 @@ bool egpu_api_resv_can_hold(const struct egpu_reservation *r,
  * character as \xXX, the rest up to U+FFFF as \uXXXX and above as
  * \UXXXXXXXX (no escape whose meaning differs between bytes and code
  * points). The literal is printable ASCII only and nothing in s can end
- * it; the gpu-model's '|' is a separator, never quoted. *out is
- * egpu_malloc'd (the caller egpu_free()s it), written only on success.
+ * it. *out is egpu_malloc'd (the caller egpu_free()s it), written only
+ * on success.
  * Returns 0, EGPU_ESYNTAX (s is not valid UTF-8: "byte 3 (0xFF) of the text
  * is not valid UTF-8; allowed: UTF-8 text"; overlong forms, surrogates and
  * code points past U+10FFFF included), EGPU_ERANGE (longer than
