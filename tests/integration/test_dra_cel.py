@@ -139,9 +139,11 @@ def test_model_selector_selects_the_named_models_only(claims_tool):
         for dev, m in (("h100", "NVIDIA H100"), ("a100", "NVIDIA A100-SXM4-40GB"),
                        ("other", "Tesla T4"), ("none", None)):
             cases.append({"name": f"{i}-{dev}", "expression": e, "device": device(m)})
-        # The injection text itself, as a device's model, is the one thing it selects.
+        # The injection text itself, as a device's model (cut to the API's 64 bytes, as
+        # the agent's slice holds it), is the one thing it selects.
         if i > 0:
-            cases.append({"name": f"{i}-self", "expression": e, "device": device(models[i])})
+            cases.append({"name": f"{i}-self", "expression": e,
+                          "device": device(models[i].encode()[:64].decode())})
     out = cel(cases)
     assert all(c["error"] is None for c in out.values()), out
     assert out["0-h100"]["value"] is True
@@ -181,3 +183,16 @@ def test_spec_selector_and_template_name(claims_tool):
     out = cel([{"name": "h100", "expression": ex["selectors"][0]["cel"]["expression"],
                 "device": device("NVIDIA H100")}])
     assert out["h100"]["value"] is True
+
+
+def test_long_model_matches_the_slice_cut(claims_tool):
+    """The agent's slice holds a model cut to the API's 64 bytes at a character boundary
+    (src/agent/dra_slice.c); the selector of the whole name selects that card."""
+    name = "NVIDIA " + "é" * 40  # 87 bytes: cut inside the 29th é
+    cut = name.encode()[:64].decode("utf-8", "ignore")
+    assert len(cut.encode()) == 63
+    [r] = c_side(claims_tool, selectors=[name.encode()])["selectors"]
+    out = cel([{"name": "cut", "expression": r["expression"], "device": device(cut)},
+               {"name": "whole", "expression": r["expression"], "device": device(name)}])
+    assert out["cut"]["value"] is True
+    assert out["whole"]["value"] is False
