@@ -198,6 +198,44 @@ static void test_two_containers(void **state)
     json_decref(doc);
 }
 
+/* Reinvoked after a later webhook added a GPU container: the claim made on
+ * the first pass is kept, the new container gets its own. */
+static void test_reinvoked_with_a_new_container(void **state)
+{
+    char first[EGPU_API_DRA_TEMPLATE_NAME_MAX], second[EGPU_API_DRA_TEMPLATE_NAME_MAX];
+    json_t *s1, *s2, *doc, *again, *claims;
+    char text[512];
+
+    (void)state;
+    template_of(30, 4096, NULL, &s1, first);
+    template_of(50, 1024, NULL, &s2, second);
+    doc = mutated(
+        &dra_cfg,
+        wt_pod("{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}", NULL, NULL),
+        NULL);
+    json_array_append_new(
+        json_object_get(json_object_get(doc, "spec"), "containers"),
+        wt_json(
+            "{'name':'sidecar','resources':{'limits':{'elasticgpu.io/gpu-core':'50',"
+            "'elasticgpu.io/gpu-memory':'1024'}},'securityContext':{'seccompProfile':" WT_SECCOMP
+            "}}"));
+    again = mutated(&dra_cfg, doc, NULL);
+    snprintf(text, sizeof(text),
+             "[{'name':'egpu-0','resourceClaimTemplateName':'%s'},"
+             "{'name':'egpu-1','resourceClaimTemplateName':'%s'}]",
+             first, second);
+    wt_assert_json(json_object_get(json_object_get(again, "spec"), "resourceClaims"), text);
+    claims = ann_claims(again);
+    assert_int_equal(json_object_size(claims), 2);
+    assert_true(json_equal(json_object_get(claims, first), s1));
+    assert_true(json_equal(json_object_get(claims, second), s2));
+    check_settled(&dra_cfg, again);
+    json_decref(claims);
+    json_decref(again);
+    json_decref(s1);
+    json_decref(s2);
+}
+
 static void check_mutate_denied(const char *limits, const char *annotations, const char *message)
 {
     struct wt_reply w = wt_call(
@@ -344,9 +382,13 @@ static void test_device_plugin_mode_unchanged(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_share),          cmocka_unit_test(test_compat_whole_and_models),
-        cmocka_unit_test(test_two_containers), cmocka_unit_test(test_denied),
-        cmocka_unit_test(test_guard),          cmocka_unit_test(test_device_plugin_mode_unchanged),
+        cmocka_unit_test(test_share),
+        cmocka_unit_test(test_compat_whole_and_models),
+        cmocka_unit_test(test_two_containers),
+        cmocka_unit_test(test_reinvoked_with_a_new_container),
+        cmocka_unit_test(test_denied),
+        cmocka_unit_test(test_guard),
+        cmocka_unit_test(test_device_plugin_mode_unchanged),
     };
 
     egpu_log_level = -1;
