@@ -20,6 +20,11 @@
  *                         container, the field, the value and what is allowed,
  *                         and protect the system annotations, a pod's
  *                         claim annotations and its metering finalizer.
+ * With --mode dra (egpu_webhook_config.mode), /mutate and /mutate-nvidia
+ * turn a Pod's GPU requests into ResourceClaimTemplates instead (listed in
+ * its annotation elasticgpu.io/dra-claims, src/webhook/dra.c) and set no
+ * schedulerName, PriorityClass or finalizer; /validate keeps that
+ * annotation as /mutate wrote it.
  * Pods are handled, and the pod templates of apps/v1 Deployments,
  * StatefulSets, DaemonSets and ReplicaSets, batch/v1 Jobs
  * (spec.template) and CronJobs (spec.jobTemplate.spec.template).
