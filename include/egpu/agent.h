@@ -234,6 +234,12 @@ int egpu_inventory_publish(struct egpu_kube *kc, const char *node,
                            struct egpu_inventory_stats *stats,
                            struct egpu_error *err) EGPU_MUST_CHECK;
 
+/* The link between every two identified cards of cards[0 .. n) (as
+ * egpu_gpus_list gave them) into their links[], has_links set on each; one
+ * the backend cannot read stays EGPU_LINK_UNKNOWN (logged at warning level;
+ * the card is still published). Call from the thread that lists. */
+void egpu_gpus_read_links(struct egpu_gpus *g, struct egpu_gpu_info *cards, size_t n);
+
 /* List g's cards, read the link between every two identified cards
  * (egpu_gpus_link; one it cannot read is left unknown: the card is still
  * published) and publish them for node. Returns what egpu_gpus_list or

@@ -2,7 +2,8 @@
  * backend's events (egpu_gpus_wait) and, on a change or every
  * HEALTH_PROBE_MS (the probes of a backend without events), lists the cards
  * again: the plugin sends the new device list on ListAndWatch
- * (egpu__plugin_refresh) and the GPU objects are published again. After
+ * (egpu__plugin_refresh; in DRA mode dra_mode.c's refresh, which re-publishes
+ * the ResourceSlice) and the GPU objects are published again. After
  * every probe it reports the cards' use from NVML (status.used, written
  * only when it moved: egpu_inventory_report_used). With the fake backend,
  * --fake-health-file's lines ("<index> healthy" or "<index> unhealthy
@@ -116,6 +117,7 @@ void *egpu__health_main(void *data)
         struct egpu_error err = {0};
         int n = egpu_gpus_wait(h->gpus, HEALTH_WAIT_MS, &err);
         bool changed = false;
+        int rc;
 
         if (n < 0) {
             egpu_log(EGPU_LOG_WARN, "health wait failed error=\"%s\"", err.msg);
@@ -125,7 +127,9 @@ void *egpu__health_main(void *data)
         if (n == 0 && now_ms() - last < HEALTH_PROBE_MS)
             continue;
         last = now_ms();
-        if (egpu__plugin_refresh(h->plugin, &changed, &err) != 0)
+        rc = h->refresh != NULL ? h->refresh(h->refresh_data, &changed, &err)
+                                : egpu__plugin_refresh(h->plugin, &changed, &err);
+        if (rc != 0)
             egpu_log(EGPU_LOG_WARN, "GPU list failed error=\"%s\"", err.msg);
         else if (changed)
             egpu__health_publish(h);

@@ -10,8 +10,13 @@
 
 /* The watcher's state; all pointers borrowed (they outlive the thread). */
 struct egpu__health {
-    struct egpu_gpus *gpus;          /* the backend */
-    struct egpu_plugin *plugin;      /* told of every card-list change */
+    struct egpu_gpus *gpus;     /* the backend */
+    struct egpu_plugin *plugin; /* told of every card-list change (device-plugin mode) */
+    /* DRA mode instead of plugin (dra_mode.c): when set, each probe calls
+     * refresh(refresh_data, &changed, err), which lists the cards and sets
+     * changed when the list differs; 0 or a negative code with err. */
+    int (*refresh)(void *data, bool *changed, struct egpu_error *err);
+    void *refresh_data;
     struct egpu_kube *kube;          /* NULL (--no-api): nothing is published */
     const char *node;                /* this node */
     const char *fake_health;         /* --fake-health-file, or NULL */
@@ -23,7 +28,7 @@ struct egpu__health {
 void egpu__health_publish(struct egpu__health *h);
 
 /* The watcher's thread (a pthread start routine; data is a struct
- * egpu__health, h->plugin set): runs until egpu_service_stopping(), then
+ * egpu__health, h->plugin or h->refresh set): runs until egpu_service_stopping(), then
  * returns NULL. */
 void *egpu__health_main(void *data);
 

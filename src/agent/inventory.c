@@ -568,10 +568,7 @@ out:
     return rc;
 }
 
-/* The link between every two identified cards into their links[]; one the
- * backend cannot read stays unknown (the error is logged, the card is
- * published without it). */
-static void read_links(struct egpu_gpus *g, struct egpu_gpu_info *cards, size_t n)
+void egpu_gpus_read_links(struct egpu_gpus *g, struct egpu_gpu_info *cards, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         cards[i].has_links = true;
@@ -608,7 +605,7 @@ int egpu_inventory_sync(struct egpu_kube *kc, struct egpu_gpus *g, const char *n
         return egpu_error_set(err, -ENOMEM, "GPU inventory: out of memory");
     rc = egpu_gpus_list(g, cards, EGPU_NODE_GPUS_MAX, &n, err);
     if (rc == 0)
-        read_links(g, cards, n);
+        egpu_gpus_read_links(g, cards, n);
     if (rc == 0)
         rc = egpu_inventory_publish(kc, node, cards, n, stats, err);
     egpu_free(cards);

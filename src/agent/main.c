@@ -1,7 +1,8 @@
 /* agent/main.c - egpu-agent, the node agent: GPU inventory and the kubelet
- * device plugin for elasticgpu.io/gpu-core. A thin main: options, wiring
- * and the main loop; the rest is the egpu_agent library (CMakeLists.txt
- * lists its files).
+ * device plugin for elasticgpu.io/gpu-core, or with --mode dra the kubelet's
+ * DRA plugin (dra_mode.c runs that mode; main.c only parses its flags). A
+ * thin main: options, wiring and the device plugin's main loop; the rest is
+ * the egpu_agent library (CMakeLists.txt lists its files).
  *
  * Start: parse flags (exit 2 on bad usage), open the GPU backend (NVML, or
  * fake with --fake-gpus; exit 1 with the backend's message when it cannot be
@@ -56,6 +57,7 @@
 #include "egpu/log.h"
 #include "egpu/net.h"
 #include "egpu/api.h"
+#include "dra_mode_int.h"
 #include "health_int.h"
 #include "metrics_int.h"
 #include "plugin_int.h"
@@ -65,8 +67,13 @@
 static const char usage[] =
     "Usage: egpu-agent [OPTION]...\n"
     "Elastic GPU's node agent: publishes this node's GPUs and is the kubelet device\n"
-    "plugin for elasticgpu.io/gpu-core (100 device IDs per card).\n"
+    "plugin for elasticgpu.io/gpu-core (100 device IDs per card), or with --mode dra\n"
+    "the kubelet's DRA plugin for " EGPU_API_DRA_DRIVER " (publishes the node's\n"
+    "ResourceSlice, prepares the claims' shares and their CDI specs).\n"
     "\n"
+    "  --mode MODE                 device-plugin or dra (EGPU_AGENT_MODE; default\n"
+    "                              device-plugin); one mode per node, chosen by the node\n"
+    "                              label " EGPU_LABEL_AGENT_MODE "=" EGPU_LABEL_AGENT_MODE_DRA "\n"
     "  --node-name NAME            this node (NODE_NAME; required with the API server)\n"
     "  --kubeconfig FILE           kubeconfig (EGPU_KUBECONFIG; default $KUBECONFIG, else\n"
     "                              ~/.kube/config, else the in-cluster service account)\n"
@@ -77,8 +84,8 @@ static const char usage[] =
     "                              \"<index> unhealthy [reason]\", applied when the file\n"
     "                              changes (EGPU_FAKE_HEALTH_FILE; for tests and demos)\n"
     "  --nvml-library PATH         NVML to load (EGPU_NVML_LIBRARY; default libnvidia-ml.so.1)\n"
-    "  --device-plugin-dir DIR     (EGPU_DEVICE_PLUGIN_DIR; default "
-    "/var/lib/kubelet/device-plugins)\n"
+    "  --device-plugin-dir DIR     device-plugin mode (EGPU_DEVICE_PLUGIN_DIR; default\n"
+    "                              /var/lib/kubelet/device-plugins)\n"
     "  --pod-resources-socket PATH (EGPU_POD_RESOURCES_SOCKET;\n"
     "                              default /var/lib/kubelet/pod-resources/kubelet.sock)\n"
     "  --alloc-root DIR            per-allocation dirs (EGPU_ALLOC_ROOT;\n"
@@ -90,6 +97,17 @@ static const char usage[] =
     "                              (NVIDIA_VISIBLE_DEVICES), cdi (CDI devices\n"
     "                              nvidia.com/gpu=<uuid>) or device-nodes (/dev/nvidia*)\n"
     "                              (EGPU_DEVICE_LIST_STRATEGY; default envvar)\n"
+    "  --dra-socket PATH           dra mode: the DRAPlugin socket (EGPU_DRA_SOCKET;\n"
+    "                              default " EGPU_DRA_MODE_SOCKET ")\n"
+    "  --plugin-registry-dir DIR   dra mode: the kubelet's plugin registry, where\n"
+    "                              " EGPU_API_DRA_DRIVER EGPU_DRA_REG_SOCKET_SUFFIX " is served\n"
+    "                              (EGPU_PLUGIN_REGISTRY_DIR; default\n"
+    "                              " EGPU_DRA_REGISTRY_DIR ")\n"
+    "  --cdi-dir DIR               dra mode: where the claims' CDI specs are written\n"
+    "                              (EGPU_CDI_DIR; default " EGPU_CDI_DIR ")\n"
+    "  --slice-interval N          dra mode: seconds between periodic publishes of the\n"
+    "                              ResourceSlice, beside those on a health change and on\n"
+    "                              its deletion (EGPU_SLICE_INTERVAL; 1..86400, default 30)\n"
     "  --interposer PATH           the CUDA interposer on the host (EGPU_INTERPOSER;\n"
     "                              default /usr/local/lib/elastic-gpu/libegpu-vcuda.so)\n"
     "  --context-extra-mib N       MiB of device memory each process's driver takes beyond\n"
@@ -132,6 +150,11 @@ enum {
     O_INTERPOSER,
     O_STRATEGY,
     O_CONTEXT_EXTRA,
+    O_MODE,
+    O_DRA_SOCKET,
+    O_REGISTRY_DIR,
+    O_CDI_DIR,
+    O_SLICE_INTERVAL,
 };
 
 struct options {
@@ -149,6 +172,9 @@ struct options {
     const char *interposer;
     enum egpu_plugin_strategy strategy;
     unsigned ctx_extra_mib; /* EGPU_VCUDA_CONTEXT_EXTRA_MIB for vcuda.conf, 0 = not written */
+    bool dra;               /* --mode dra */
+    const char *dra_socket, *registry_dir, *cdi_dir; /* dra mode; NULL: their defaults */
+    unsigned slice_interval_s;                       /* dra mode */
 };
 
 /* Apply one of the agent's own settings (from a flag or a variable named by
@@ -174,11 +200,26 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
     case O_NVML:
         o->nvml = v;
         return 0;
+    case O_MODE:
+        if (strcmp(v, "device-plugin") != 0 && strcmp(v, "dra") != 0)
+            return bad("%s \"%s\": expected device-plugin or dra", who, v);
+        o->dra = strcmp(v, "dra") == 0;
+        return 0;
     case O_DP_DIR:
     case O_ALLOC_ROOT:
+    case O_REGISTRY_DIR:
+    case O_CDI_DIR:
         if (v[0] != '/')
             return bad("%s \"%s\": expected an absolute directory", who, v);
-        *(opt == O_DP_DIR ? &o->dp_dir : &o->alloc_root) = v;
+        *(opt == O_DP_DIR       ? &o->dp_dir
+          : opt == O_ALLOC_ROOT ? &o->alloc_root
+          : opt == O_CDI_DIR    ? &o->cdi_dir
+                                : &o->registry_dir) = v;
+        return 0;
+    case O_SLICE_INTERVAL:
+        if (egpu_cli_parse_u64(v, 1, EGPU_DRA_MODE_INTERVAL_MAX, &u))
+            return bad("%s \"%s\": expected seconds in 1..%d", who, v, EGPU_DRA_MODE_INTERVAL_MAX);
+        o->slice_interval_s = (unsigned)u;
         return 0;
     case O_CLEANUP:
         if (egpu_cli_parse_u64(v, 0, 86400, &u))
@@ -187,9 +228,12 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
         return 0;
     case O_PR_SOCKET:
     case O_INTERPOSER:
+    case O_DRA_SOCKET:
         if (v[0] != '/')
             return bad("%s \"%s\": expected an absolute path", who, v);
-        *(opt == O_PR_SOCKET ? &o->pr_socket : &o->interposer) = v;
+        *(opt == O_PR_SOCKET    ? &o->pr_socket
+          : opt == O_INTERPOSER ? &o->interposer
+                                : &o->dra_socket) = v;
         return 0;
     case O_STRATEGY:
         if (strcmp(v, "envvar") == 0)
@@ -229,6 +273,11 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"interposer", required_argument, O_INTERPOSER, "EGPU_INTERPOSER"},
         {"device-list-strategy", required_argument, O_STRATEGY, "EGPU_DEVICE_LIST_STRATEGY"},
         {"context-extra-mib", required_argument, O_CONTEXT_EXTRA, "EGPU_CONTEXT_EXTRA_MIB"},
+        {"mode", required_argument, O_MODE, "EGPU_AGENT_MODE"},
+        {"dra-socket", required_argument, O_DRA_SOCKET, "EGPU_DRA_SOCKET"},
+        {"plugin-registry-dir", required_argument, O_REGISTRY_DIR, "EGPU_PLUGIN_REGISTRY_DIR"},
+        {"cdi-dir", required_argument, O_CDI_DIR, "EGPU_CDI_DIR"},
+        {"slice-interval", required_argument, O_SLICE_INTERVAL, "EGPU_SLICE_INTERVAL"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-agent",
                                  .usage = usage,
@@ -244,6 +293,7 @@ static int parse_options(int argc, char **argv, struct options *o)
                           .pr_socket = "/var/lib/kubelet/pod-resources/kubelet.sock",
                           .alloc_root = "/var/lib/elastic-gpu/alloc",
                           .cleanup_s = 60,
+                          .slice_interval_s = EGPU_DRA_MODE_INTERVAL_S,
                           .interposer = EGPU_PLUGIN_INTERPOSER};
     egpu_cli_server_defaults(&o->srv);
     o->srv.port = 9400;
@@ -255,6 +305,9 @@ static int parse_options(int argc, char **argv, struct options *o)
     rc = egpu_cli_parse_server(argc, argv, &spec, &o->srv);
     if (rc != -1)
         return rc;
+    if (o->dra && o->no_api)
+        return bad("--no-api: --mode dra needs the API server (its ResourceSlice and the "
+                   "claims it prepares)");
     if (!o->no_api && (o->node == NULL || o->node[0] == '\0'))
         return bad("--node-name (or NODE_NAME) is required unless --no-api is given");
     return -1;
@@ -462,6 +515,22 @@ int main(int argc, char **argv)
 
     if (status >= 0)
         return status;
+    if (a.o.dra) {
+        struct egpu__dra_mode_config dc = {.srv = &a.o.srv,
+                                           .node = a.o.node,
+                                           .fake = a.o.fake,
+                                           .fake_health = a.o.fake_health,
+                                           .nvml = a.o.nvml,
+                                           .alloc_root = a.o.alloc_root,
+                                           .interposer = a.o.interposer,
+                                           .cdi_dir = a.o.cdi_dir,
+                                           .socket = a.o.dra_socket,
+                                           .registry_dir = a.o.registry_dir,
+                                           .slice_interval_s = a.o.slice_interval_s,
+                                           .ctx_extra_mib = a.o.ctx_extra_mib};
+
+        return egpu__dra_mode_main(&dc);
+    }
     m.log_level = a.o.srv.log_level;
     if (a.o.node != NULL && a.o.node[0] != '\0')
         snprintf(a.node, sizeof(a.node), "%s", a.o.node);

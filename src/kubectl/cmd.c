@@ -10,6 +10,13 @@
  * then the usage text, on stderr). An object that does not decode is left
  * out with a warning naming it and the field, as one bad object must not
  * hide the rest.
+ *
+ * DRA mode (inspect): after the GPU objects, the ResourceSlices of
+ * EGPU_API_DRA_DRIVER (fieldSelector spec.driver, and spec.nodeName for
+ * NODE) and, when they hold a device, the ResourceClaims of every
+ * namespace (dra.c decodes both). Those two lists are optional: a 404 (no
+ * resource.k8s.io/v1, Kubernetes before 1.34) means no DRA node, a 403 a
+ * warning and the GPU objects alone; any other error is exit 1 as above.
  */
 #include <getopt.h>
 #include <stdarg.h>
@@ -31,7 +38,8 @@ static const char usage[] =
     "Commands:\n"
     "  inspect [NODE]   per node and card: model, health, core allocated/100, memory\n"
     "                   allocated/total MiB, the containers on it; totals per node\n"
-    "                   and for the cluster\n"
+    "                   and for the cluster; nodes in DRA mode from their\n"
+    "                   ResourceSlice and the allocated ResourceClaims\n"
     "  claims           ElasticGPUClaims: phase, request, class, ElasticGPU, its node\n"
     "                   and card, age\n"
     "  budget           GPUBudgets: GPU-hours, used, remaining, state, period\n"
@@ -164,18 +172,32 @@ static void put_clean(const char *s)
     fputs(buf, stderr);
 }
 
-/* List res (in ns; NULL = every namespace or cluster-scoped) into *items
- * (the list's items, a new reference). Returns 0, or 1 after the one-line
- * message. */
-static int list(struct kp *k, const struct egpu_kube_resource *res, const char *ns, json_t **items)
+/* List res (in ns; NULL = every namespace or cluster-scoped; fields: a
+ * fieldSelector or NULL) into *items (the list's items, a new reference).
+ * Returns 0, or 1 after the one-line message; with optional, 2 without a
+ * message when the server does not serve res (404: a cluster before
+ * resource.k8s.io/v1), and 2 after a warning when it forbids the list
+ * (403), so a user who may read GPU objects still sees them. */
+static int list_sel(struct kp *k, const struct egpu_kube_resource *res, const char *ns,
+                    const char *fields, bool optional, json_t **items)
 {
+    struct egpu_kube_list_opts opts = {.field_selector = fields};
     struct egpu_kube_status st;
     struct egpu_error err = {0};
     json_t *l = NULL;
     int rc;
 
     memset(&st, 0, sizeof(st));
-    rc = egpu_kube_list(k->kc, res, ns, NULL, &l, &st, &err);
+    rc = egpu_kube_list(k->kc, res, ns, &opts, &l, &st, &err);
+    if (rc && optional && st.code == 404)
+        return 2;
+    if (rc && optional && st.code == 403) {
+        fprintf(stderr,
+                EGPU_KUBECTL_PROG ": warning: listing %s.%s from %s: HTTP 403 Forbidden; DRA-mode "
+                                  "cards and shares are not shown\n",
+                res->plural, res->group, k->cfg->server);
+        return 2;
+    }
     if (rc) {
         /* The API server's message may quote a tenant's object. */
         if (st.code >= 100) {
@@ -203,6 +225,11 @@ static int list(struct kp *k, const struct egpu_kube_resource *res, const char *
     return 0;
 }
 
+static int list(struct kp *k, const struct egpu_kube_resource *res, const char *ns, json_t **items)
+{
+    return list_sel(k, res, ns, NULL, false, items);
+}
+
 static const char *obj_name(const json_t *o)
 {
     const char *s = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name"));
@@ -225,6 +252,23 @@ static void warn_skip(const char *kind, const json_t *o, const struct egpu_error
     fputc('\n', stderr);
 }
 
+/* A warning for an object shown in part: n of its parts left out, err
+ * naming the first. */
+static void warn_part(const char *kind, const json_t *o, int n, const struct egpu_error *err)
+{
+    const char *ns = egpu_api_str(json_object_get(json_object_get(o, "metadata"), "namespace"));
+
+    fprintf(stderr, EGPU_KUBECTL_PROG ": warning: %s ", kind);
+    if (ns != NULL) {
+        put_clean(ns);
+        fputc('/', stderr);
+    }
+    put_clean(obj_name(o));
+    fprintf(stderr, ": %d result%s left out: ", n, n == 1 ? "" : "s");
+    put_clean(err->msg);
+    fputc('\n', stderr);
+}
+
 static int emit(int rc, struct egpu_buf *out)
 {
     if (rc) {
@@ -235,9 +279,62 @@ static int emit(int rc, struct egpu_buf *out)
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/* The DRA-mode cards (the ResourceSlices of the driver, on node or every
+ * node) and the allocated ResourceClaims of every namespace into a new *out.
+ * Claims are read only when a slice gave a card. Returns 0 (a server
+ * without resource.k8s.io/v1, or one that forbids the lists, gives no
+ * cards: list_sel), or 1 after the message. */
+static int read_dra(struct kp *k, struct egpu_kubectl_dra **out)
+{
+    struct egpu_kubectl_dra *d = egpu_kubectl_dra_new(EGPU_API_DRA_DRIVER);
+    char fields[EGPU_K8S_NAME_MAX * 2 + 64];
+    json_t *items = NULL, *o;
+    size_t i;
+    int rc;
+
+    *out = d;
+    if (d == NULL)
+        return emit(-ENOMEM, NULL);
+    if (k->node != NULL)
+        snprintf(fields, sizeof(fields), "spec.driver=%s,spec.nodeName=%s", EGPU_API_DRA_DRIVER,
+                 k->node);
+    else
+        snprintf(fields, sizeof(fields), "spec.driver=%s", EGPU_API_DRA_DRIVER);
+    rc = list_sel(k, &egpu_kube_resourceslices, NULL, fields, true, &items);
+    if (rc)
+        return rc == 2 ? 0 : 1;
+    json_array_foreach(items, i, o)
+    {
+        struct egpu_error err = {0};
+
+        if (egpu_kubectl_dra_add_slice(d, o, &err))
+            warn_skip("ResourceSlice", o, &err);
+    }
+    json_decref(items);
+    items = NULL;
+    if (egpu_kubectl_dra_cards(d, NULL) == 0)
+        return 0;
+    rc = list_sel(k, &egpu_kube_resourceclaims, NULL, NULL, true, &items);
+    if (rc)
+        return rc == 2 ? 0 : 1;
+    json_array_foreach(items, i, o)
+    {
+        struct egpu_error err = {0};
+
+        rc = egpu_kubectl_dra_add_claim(d, o, &err);
+        if (rc < 0)
+            warn_skip("ResourceClaim", o, &err);
+        else if (rc > 0)
+            warn_part("ResourceClaim", o, rc, &err);
+    }
+    json_decref(items);
+    return 0;
+}
+
 static int run_inspect(struct kp *k)
 {
     struct egpu_api_gpu *gpus = NULL;
+    struct egpu_kubectl_dra *dra = NULL;
     struct egpu_buf out;
     json_t *items, *o;
     size_t n = 0, i, on_node = 0;
@@ -264,6 +361,11 @@ static int run_inspect(struct kp *k)
     }
     json_decref(items);
     egpu_buf_init(&out, EGPU_KUBECTL_OUT_MAX);
+    if (read_dra(k, &dra)) {
+        rc = 1;
+        goto done;
+    }
+    on_node += egpu_kubectl_dra_cards(dra, k->node);
     if (on_node == 0 && k->node != NULL) {
         fprintf(stderr, EGPU_KUBECTL_PROG ": no GPU objects on node \"%s\"\n", k->node);
         rc = 1;
@@ -271,11 +373,13 @@ static int run_inspect(struct kp *k)
         fprintf(stderr, "No GPU objects found.\n");
         rc = 0;
     } else {
-        rc = emit(egpu_kubectl_inspect(gpus, n, k->node, k->fmt, &out), &out);
+        rc = emit(egpu_kubectl_inspect_all(gpus, n, dra, k->node, k->fmt, &out), &out);
     }
+done:
     for (i = 0; i < n; i++)
         egpu_api_gpu_clear(&gpus[i]);
     egpu_free(gpus);
+    egpu_kubectl_dra_free(dra);
     egpu_buf_free(&out);
     return rc;
 }

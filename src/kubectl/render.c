@@ -118,38 +118,103 @@ static int64_t add(int64_t a, int64_t b)
 
 /* ---- inspect ---- */
 
-/* What one card holds, summed over its status.allocated. */
-struct card_sum {
-    int64_t core, mem; /* percent, MiB (a whole card: all of spec.memory) */
+/* One card as shown: a GPU object (device-plugin mode), a device of a
+ * node's ResourceSlice (DRA mode), or both (a DRA node's device and the GPU
+ * object of the same UUID). */
+struct view {
+    const char *node;
+    bool dra;                                /* the node is in DRA mode */
+    const struct egpu_api_gpu *gpu;          /* or NULL */
+    const struct egpu__kubectl_dra_card *dc; /* or NULL */
 };
 
-static struct card_sum card_sum(const struct egpu_api_gpu *g)
+static const char *v_name(const struct view *v)
+{
+    return v->gpu != NULL ? v->gpu->meta.name : v->dc->device;
+}
+
+static int64_t v_index(const struct view *v)
+{
+    return v->dc != NULL ? v->dc->index : v->gpu->index;
+}
+
+static const char *v_uuid(const struct view *v)
+{
+    return v->dc != NULL && (v->dc->uuid[0] || v->gpu == NULL) ? v->dc->uuid : v->gpu->uuid;
+}
+
+static const char *v_model(const struct view *v)
+{
+    return v->dc != NULL && (v->dc->model[0] || v->gpu == NULL) ? v->dc->model : v->gpu->model;
+}
+
+/* "" when nobody reported it. The GPU object's health where it is not
+ * Healthy (the agent taints an unhealthy card's device, or takes it out of
+ * the slice); a device with a taint that keeps pods off is not to be
+ * scheduled on whatever the GPU object says (an admin's DeviceTaintRule,
+ * say); an untainted device in the slice is one the agent found healthy. */
+static const char *v_health(const struct view *v)
+{
+    const char *h = v->gpu != NULL ? v->gpu->health : "";
+
+    if (h[0] && strcmp(h, "Healthy") != 0)
+        return h;
+    if (v->dc != NULL && v->dc->tainted)
+        return "Tainted";
+    if (h[0])
+        return h;
+    return v->dc != NULL ? "Healthy" : "";
+}
+
+static int64_t v_mem_total(const struct view *v)
+{
+    return v->dc != NULL ? v->dc->mem_mib : v->gpu->mem_mib;
+}
+
+static int64_t v_core_total(const struct view *v)
+{
+    return v->dc != NULL ? v->dc->core_total : 100;
+}
+
+/* What one card holds, summed over its device-plugin containers and its
+ * DRA shares. */
+struct card_sum {
+    int64_t core, mem; /* percent, MiB (a whole card: all of its memory) */
+};
+
+static struct card_sum card_sum(const struct view *v)
 {
     struct card_sum s = {0, 0};
     bool whole = false;
 
-    for (size_t i = 0; i < g->nallocated; i++) {
-        s.core = add(s.core, g->allocated[i].core_pct);
-        s.mem = add(s.mem, g->allocated[i].mem_mib);
-        if (g->allocated[i].core_pct >= 100)
+    for (size_t i = 0; v->gpu != NULL && i < v->gpu->nallocated; i++) {
+        s.core = add(s.core, v->gpu->allocated[i].core_pct);
+        s.mem = add(s.mem, v->gpu->allocated[i].mem_mib);
+        if (v->gpu->allocated[i].core_pct >= 100)
+            whole = true;
+    }
+    for (size_t i = 0; v->dc != NULL && i < v->dc->nshares; i++) {
+        s.core = add(s.core, v->dc->shares[i].core_pct);
+        s.mem = add(s.mem, v->dc->shares[i].mem_mib);
+        if (v->dc->shares[i].whole)
             whole = true;
     }
     if (whole)
-        s.mem = g->mem_mib;
+        s.mem = v_mem_total(v);
     return s;
 }
 
-static int gpu_cmp(const void *a, const void *b)
+static int view_cmp(const void *a, const void *b)
 {
-    const struct egpu_api_gpu *x = *(const struct egpu_api_gpu *const *)a;
-    const struct egpu_api_gpu *y = *(const struct egpu_api_gpu *const *)b;
-    int c = strcmp(x->node_name, y->node_name);
+    const struct view *x = a, *y = b;
+    uint64_t ix = (uint64_t)v_index(x), iy = (uint64_t)v_index(y); /* unknown (-1) last */
+    int c = strcmp(x->node, y->node);
 
     if (c)
         return c;
-    if (x->index != y->index)
-        return x->index < y->index ? -1 : 1;
-    return strcmp(x->meta.name, y->meta.name);
+    if (ix != iy)
+        return ix < iy ? -1 : 1;
+    return strcmp(v_name(x), v_name(y));
 }
 
 struct totals {
@@ -157,17 +222,23 @@ struct totals {
     size_t cards;
 };
 
-static void totals_add(struct totals *t, const struct egpu_api_gpu *g, struct card_sum s)
+static void totals_add(struct totals *t, const struct view *v, struct card_sum s)
 {
     t->core = add(t->core, s.core);
-    t->core_total = add(t->core_total, 100);
+    t->core_total = add(t->core_total, v_core_total(v));
     t->mem = add(t->mem, s.mem);
-    t->mem_total = add(t->mem_total, g->mem_mib);
+    t->mem_total = add(t->mem_total, v_mem_total(v));
     t->cards++;
+}
+
+static const char *mode_name(bool dra)
+{
+    return dra ? "dra" : "device-plugin";
 }
 
 enum {
     IC_NODE,
+    IC_MODE,
     IC_GPU,
     IC_MODEL,
     IC_HEALTH,
@@ -194,63 +265,101 @@ static void inspect_total_row(struct egpu__kubectl_table *t, const size_t *col, 
                             s->mem_total, pct(s->mem, s->mem_total));
 }
 
-static int inspect_table(const struct egpu_api_gpu *const *v, size_t n, bool wide,
-                         struct egpu_buf *out)
+static void card_row(struct egpu__kubectl_table *t, const size_t *col, const struct view *v,
+                     struct card_sum s, bool wide)
 {
-    static const char *const head[IC_N] = {"NODE", "GPU",         "MODEL",     "HEALTH",
-                                           "CORE", "MEMORY(MiB)", "USED(MiB)", "UTIL(%)",
-                                           "UUID", "POD",         "CONTAINER", "CLAIM"};
+    const struct egpu_api_gpu *g = v->gpu;
+
+    egpu__kubectl_table_row(t);
+    egpu__kubectl_table_set(t, col[IC_NODE], "%s", v->node);
+    if (col[IC_MODE] != SIZE_MAX)
+        egpu__kubectl_table_set(t, col[IC_MODE], "%s", mode_name(v->dra));
+    if (v_index(v) >= 0)
+        egpu__kubectl_table_set(t, col[IC_GPU], "%" PRId64, v_index(v));
+    else
+        egpu__kubectl_table_set(t, col[IC_GPU], "%s", v_name(v));
+    egpu__kubectl_table_set(t, col[IC_MODEL], "%s", v_model(v)[0] ? v_model(v) : NONE);
+    egpu__kubectl_table_set(t, col[IC_HEALTH], "%s", v_health(v)[0] ? v_health(v) : "Unknown");
+    egpu__kubectl_table_set(t, col[IC_CORE], "%" PRId64 "/%" PRId64, s.core, v_core_total(v));
+    egpu__kubectl_table_set(t, col[IC_MEM], "%" PRId64 "/%" PRId64, s.mem, v_mem_total(v));
+    if (!wide)
+        return;
+    if (g != NULL && g->has_used_mem)
+        egpu__kubectl_table_set(t, col[IC_USED], "%" PRId64, g->used_mem_mib);
+    else
+        egpu__kubectl_table_set(t, col[IC_USED], NONE);
+    if (g != NULL && g->has_used_util)
+        egpu__kubectl_table_set(t, col[IC_UTIL], "%" PRId64, g->used_util_pct);
+    else
+        egpu__kubectl_table_set(t, col[IC_UTIL], NONE);
+    egpu__kubectl_table_set(t, col[IC_UUID], "%s", v_uuid(v)[0] ? v_uuid(v) : NONE);
+}
+
+static void share_rows(struct egpu__kubectl_table *t, const size_t *col, const struct view *v)
+{
+    for (size_t k = 0; v->gpu != NULL && k < v->gpu->nallocated; k++) {
+        const struct egpu_api_gpu_share *a = &v->gpu->allocated[k];
+
+        egpu__kubectl_table_row(t);
+        egpu__kubectl_table_set(t, col[IC_CORE], "%" PRId64, a->core_pct);
+        if (a->core_pct >= 100)
+            egpu__kubectl_table_set(t, col[IC_MEM], "all");
+        else
+            egpu__kubectl_table_set(t, col[IC_MEM], "%" PRId64, a->mem_mib);
+        egpu__kubectl_table_set(t, col[IC_POD], "%s/%s", a->ns, a->pod);
+        egpu__kubectl_table_set(t, col[IC_CONTAINER], "%s", a->container);
+        egpu__kubectl_table_set(t, col[IC_CLAIM], "%s", a->claim[0] ? a->claim : NONE);
+    }
+    for (size_t k = 0; v->dc != NULL && k < v->dc->nshares; k++) {
+        const struct egpu__kubectl_dra_share *a = &v->dc->shares[k];
+
+        egpu__kubectl_table_row(t);
+        egpu__kubectl_table_set(t, col[IC_CORE], "%" PRId64, a->core_pct);
+        if (a->whole)
+            egpu__kubectl_table_set(t, col[IC_MEM], "all");
+        else
+            egpu__kubectl_table_set(t, col[IC_MEM], "%" PRId64, a->mem_mib);
+        if (a->npods > 1)
+            egpu__kubectl_table_set(t, col[IC_POD], "%s/%s (+%zu)", a->ns, a->pods[0],
+                                    a->npods - 1);
+        else
+            egpu__kubectl_table_set(t, col[IC_POD], "%s/%s", a->ns, a->npods ? a->pods[0] : NONE);
+        egpu__kubectl_table_set(t, col[IC_CONTAINER], NONE);
+        egpu__kubectl_table_set(t, col[IC_CLAIM], "%s", a->claim);
+    }
+}
+
+static int inspect_table(const struct view *v, size_t n, bool wide, struct egpu_buf *out)
+{
+    static const char *const head[IC_N] = {"NODE", "MODE",        "GPU",       "MODEL",   "HEALTH",
+                                           "CORE", "MEMORY(MiB)", "USED(MiB)", "UTIL(%)", "UUID",
+                                           "POD",  "CONTAINER",   "CLAIM"};
     size_t col[IC_N];
     struct totals node = {0}, all = {0};
     size_t nodes = 0;
+    bool any_dra = false;
     struct egpu__kubectl_table t;
+    unsigned hide = 0;
     int rc;
 
-    egpu__kubectl_table_start(&t, head, IC_N,
-                              wide ? 0 : 1u << IC_USED | 1u << IC_UTIL | 1u << IC_UUID, col);
+    for (size_t i = 0; i < n; i++)
+        any_dra = any_dra || v[i].dra;
+    if (!wide)
+        hide = 1u << IC_USED | 1u << IC_UTIL | 1u << IC_UUID | (any_dra ? 0 : 1u << IC_MODE);
+    egpu__kubectl_table_start(&t, head, IC_N, hide, col);
     for (size_t i = 0; i < n; i++) {
-        const struct egpu_api_gpu *g = v[i];
-        struct card_sum s = card_sum(g);
+        struct card_sum s = card_sum(&v[i]);
 
-        if (i == 0 || strcmp(v[i - 1]->node_name, g->node_name) != 0) {
+        if (i == 0 || strcmp(v[i - 1].node, v[i].node) != 0) {
             memset(&node, 0, sizeof(node));
             nodes++;
         }
-        totals_add(&node, g, s);
-        totals_add(&all, g, s);
-        egpu__kubectl_table_row(&t);
-        egpu__kubectl_table_set(&t, col[IC_NODE], "%s", g->node_name);
-        egpu__kubectl_table_set(&t, col[IC_GPU], "%" PRId64, g->index);
-        egpu__kubectl_table_set(&t, col[IC_MODEL], "%s", g->model[0] ? g->model : NONE);
-        egpu__kubectl_table_set(&t, col[IC_HEALTH], "%s", g->health[0] ? g->health : "Unknown");
-        egpu__kubectl_table_set(&t, col[IC_CORE], "%" PRId64 "/100", s.core);
-        egpu__kubectl_table_set(&t, col[IC_MEM], "%" PRId64 "/%" PRId64, s.mem, g->mem_mib);
-        if (wide) {
-            if (g->has_used_mem)
-                egpu__kubectl_table_set(&t, col[IC_USED], "%" PRId64, g->used_mem_mib);
-            else
-                egpu__kubectl_table_set(&t, col[IC_USED], NONE);
-            if (g->has_used_util)
-                egpu__kubectl_table_set(&t, col[IC_UTIL], "%" PRId64, g->used_util_pct);
-            else
-                egpu__kubectl_table_set(&t, col[IC_UTIL], NONE);
-            egpu__kubectl_table_set(&t, col[IC_UUID], "%s", g->uuid);
-        }
-        for (size_t k = 0; k < g->nallocated; k++) {
-            const struct egpu_api_gpu_share *a = &g->allocated[k];
-
-            egpu__kubectl_table_row(&t);
-            egpu__kubectl_table_set(&t, col[IC_CORE], "%" PRId64, a->core_pct);
-            if (a->core_pct >= 100)
-                egpu__kubectl_table_set(&t, col[IC_MEM], "all");
-            else
-                egpu__kubectl_table_set(&t, col[IC_MEM], "%" PRId64, a->mem_mib);
-            egpu__kubectl_table_set(&t, col[IC_POD], "%s/%s", a->ns, a->pod);
-            egpu__kubectl_table_set(&t, col[IC_CONTAINER], "%s", a->container);
-            egpu__kubectl_table_set(&t, col[IC_CLAIM], "%s", a->claim[0] ? a->claim : NONE);
-        }
-        if (i + 1 == n || strcmp(v[i + 1]->node_name, g->node_name) != 0)
-            inspect_total_row(&t, col, g->node_name, &node);
+        totals_add(&node, &v[i], s);
+        totals_add(&all, &v[i], s);
+        card_row(&t, col, &v[i], s, wide);
+        share_rows(&t, col, &v[i]);
+        if (i + 1 == n || strcmp(v[i + 1].node, v[i].node) != 0)
+            inspect_total_row(&t, col, v[i].node, &node);
     }
     rc = egpu__kubectl_table_print(&t, out);
     egpu__kubectl_table_free(&t);
@@ -273,39 +382,75 @@ static bool totals_json(json_t *o, const struct totals *t)
            put(o, "memoryTotal", json_integer(t->mem_total));
 }
 
-static json_t *card_json(const struct egpu_api_gpu *g, struct card_sum s)
+static bool str_or_null(json_t *o, const char *k, const char *s)
 {
-    json_t *o = json_object(), *pods = json_array(), *used;
-    bool ok = o != NULL && pods != NULL;
+    return put(o, k, s[0] ? json_string(s) : json_null());
+}
 
-    ok = ok && put(o, "name", json_string(g->meta.name)) &&
-         put(o, "index", json_integer(g->index)) && put(o, "uuid", json_string(g->uuid)) &&
-         put(o, "model", json_string(g->model)) &&
-         put(o, "health", g->health[0] ? json_string(g->health) : json_null()) &&
-         put(o, "coreAllocated", json_integer(s.core)) && put(o, "coreTotal", json_integer(100)) &&
+static json_t *shares_json(const struct view *v)
+{
+    json_t *pods = json_array();
+    bool ok = pods != NULL;
+
+    for (size_t k = 0; ok && v->gpu != NULL && k < v->gpu->nallocated; k++) {
+        const struct egpu_api_gpu_share *a = &v->gpu->allocated[k];
+        json_t *p = json_object(), *rf = json_array();
+
+        ok = p != NULL && rf != NULL && put(p, "namespace", json_string(a->ns)) &&
+             put(p, "pod", json_string(a->pod)) && put(p, "container", json_string(a->container)) &&
+             put(p, "core", json_integer(a->core_pct)) &&
+             put(p, "memory", json_integer(a->mem_mib)) && str_or_null(p, "claim", a->claim) &&
+             put(p, "shareID", json_null()) && json_array_append_new(rf, json_string(a->pod)) == 0;
+        ok = put(p, "reservedFor", rf) && ok;
+        ok = json_array_append_new(pods, p) == 0 && ok;
+    }
+    for (size_t k = 0; ok && v->dc != NULL && k < v->dc->nshares; k++) {
+        const struct egpu__kubectl_dra_share *a = &v->dc->shares[k];
+        json_t *p = json_object(), *rf = json_array();
+
+        ok = p != NULL && rf != NULL && put(p, "namespace", json_string(a->ns)) &&
+             put(p, "pod", a->npods ? json_string(a->pods[0]) : json_null()) &&
+             put(p, "container", json_null()) && put(p, "core", json_integer(a->core_pct)) &&
+             put(p, "memory", json_integer(a->whole ? 0 : a->mem_mib)) &&
+             put(p, "claim", json_string(a->claim)) && str_or_null(p, "shareID", a->share_id);
+        for (size_t j = 0; ok && j < a->npods; j++)
+            ok = json_array_append_new(rf, json_string(a->pods[j])) == 0;
+        ok = put(p, "reservedFor", rf) && ok;
+        ok = json_array_append_new(pods, p) == 0 && ok;
+    }
+    if (!ok) {
+        json_decref(pods);
+        return NULL;
+    }
+    return pods;
+}
+
+static json_t *card_json(const struct view *v, struct card_sum s)
+{
+    const struct egpu_api_gpu *g = v->gpu;
+    json_t *o = json_object(), *used;
+    bool ok = o != NULL;
+
+    ok = ok && put(o, "name", json_string(v_name(v))) &&
+         put(o, "device", v->dc != NULL ? json_string(v->dc->device) : json_null()) &&
+         put(o, "index", v_index(v) >= 0 ? json_integer(v_index(v)) : json_null()) &&
+         put(o, "uuid", json_string(v_uuid(v))) && put(o, "model", json_string(v_model(v))) &&
+         str_or_null(o, "health", v_health(v)) && put(o, "coreAllocated", json_integer(s.core)) &&
+         put(o, "coreTotal", json_integer(v_core_total(v))) &&
          put(o, "memoryAllocated", json_integer(s.mem)) &&
-         put(o, "memoryTotal", json_integer(g->mem_mib));
+         put(o, "memoryTotal", json_integer(v_mem_total(v)));
     if (ok) {
         used = json_object();
         ok = used != NULL &&
-             put(used, "memory", g->has_used_mem ? json_integer(g->used_mem_mib) : json_null()) &&
+             put(used, "memory",
+                 g != NULL && g->has_used_mem ? json_integer(g->used_mem_mib) : json_null()) &&
              put(used, "utilization",
-                 g->has_used_util ? json_integer(g->used_util_pct) : json_null()) &&
-             put(used, "updateTime", g->used_time[0] ? json_string(g->used_time) : json_null());
+                 g != NULL && g->has_used_util ? json_integer(g->used_util_pct) : json_null()) &&
+             put(used, "updateTime",
+                 g != NULL && g->used_time[0] ? json_string(g->used_time) : json_null());
         ok = put(o, "used", used) && ok;
     }
-    for (size_t k = 0; ok && k < g->nallocated; k++) {
-        const struct egpu_api_gpu_share *a = &g->allocated[k];
-        json_t *p = json_object();
-
-        ok = p != NULL && put(p, "namespace", json_string(a->ns)) &&
-             put(p, "pod", json_string(a->pod)) && put(p, "container", json_string(a->container)) &&
-             put(p, "core", json_integer(a->core_pct)) &&
-             put(p, "memory", json_integer(a->mem_mib)) &&
-             put(p, "claim", a->claim[0] ? json_string(a->claim) : json_null());
-        ok = json_array_append_new(pods, p) == 0 && ok;
-    }
-    ok = put(o, "pods", pods) && ok;
+    ok = ok && put(o, "pods", shares_json(v));
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -313,7 +458,7 @@ static json_t *card_json(const struct egpu_api_gpu *g, struct card_sum s)
     return o;
 }
 
-static int inspect_json(const struct egpu_api_gpu *const *v, size_t n, struct egpu_buf *out)
+static int inspect_json(const struct view *v, size_t n, struct egpu_buf *out)
 {
     json_t *doc = json_object(), *nodes = json_array(), *node = NULL, *cards = NULL;
     struct totals nt = {0}, all = {0};
@@ -323,21 +468,21 @@ static int inspect_json(const struct egpu_api_gpu *const *v, size_t n, struct eg
 
     ok = put(doc, "nodes", nodes) && ok;
     for (size_t i = 0; ok && i < n; i++) {
-        const struct egpu_api_gpu *g = v[i];
-        struct card_sum s = card_sum(g);
+        struct card_sum s = card_sum(&v[i]);
 
-        if (i == 0 || strcmp(v[i - 1]->node_name, g->node_name) != 0) {
+        if (i == 0 || strcmp(v[i - 1].node, v[i].node) != 0) {
             memset(&nt, 0, sizeof(nt));
             node = json_object();
             cards = json_array();
-            ok = node != NULL && cards != NULL && put(node, "name", json_string(g->node_name));
+            ok = node != NULL && cards != NULL && put(node, "name", json_string(v[i].node)) &&
+                 put(node, "mode", json_string(mode_name(v[i].dra)));
             ok = put(node, "gpus", cards) && ok;
             ok = json_array_append_new(nodes, node) == 0 && ok;
         }
-        totals_add(&nt, g, s);
-        totals_add(&all, g, s);
-        ok = ok && json_array_append_new(cards, card_json(g, s)) == 0;
-        if (ok && (i + 1 == n || strcmp(v[i + 1]->node_name, g->node_name) != 0))
+        totals_add(&nt, &v[i], s);
+        totals_add(&all, &v[i], s);
+        ok = ok && json_array_append_new(cards, card_json(&v[i], s)) == 0;
+        if (ok && (i + 1 == n || strcmp(v[i + 1].node, v[i].node) != 0))
             ok = totals_json(node, &nt);
     }
     ok = ok && totals_json(doc, &all);
@@ -348,25 +493,54 @@ static int inspect_json(const struct egpu_api_gpu *const *v, size_t n, struct eg
     return dump(doc, out);
 }
 
-int egpu_kubectl_inspect(const struct egpu_api_gpu *gpus, size_t n, const char *node,
-                         enum egpu_kubectl_output fmt, struct egpu_buf *out)
+int egpu_kubectl_inspect_all(const struct egpu_api_gpu *gpus, size_t n,
+                             const struct egpu_kubectl_dra *dra, const char *node,
+                             enum egpu_kubectl_output fmt, struct egpu_buf *out)
 {
-    const struct egpu_api_gpu **v = egpu_calloc(n ? n : 1, sizeof(*v));
-    size_t m = 0;
-    int rc;
+    size_t nd = dra != NULL ? dra->ncards : 0, m = 0;
+    struct view *v = egpu_calloc(n + nd + 1, sizeof(*v));
+    bool *merged = egpu_calloc(n + 1, sizeof(*merged));
+    int rc = -ENOMEM;
 
-    if (v == NULL)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        if (node == NULL || strcmp(gpus[i].node_name, node) == 0)
-            v[m++] = &gpus[i];
-    qsort(v, m, sizeof(*v), gpu_cmp);
+    if (v == NULL || merged == NULL)
+        goto out_free;
+    for (size_t i = 0; i < nd; i++) {
+        const struct egpu__kubectl_dra_card *dc = &dra->cards[i];
+
+        if (node != NULL && strcmp(dc->node, node) != 0)
+            continue;
+        v[m] = (struct view){.node = dc->node, .dra = true, .dc = dc};
+        for (size_t j = 0; dc->uuid[0] && j < n && v[m].gpu == NULL; j++) {
+            if (!merged[j] && strcmp(gpus[j].node_name, dc->node) == 0 &&
+                strcmp(gpus[j].uuid, dc->uuid) == 0) {
+                v[m].gpu = &gpus[j];
+                merged[j] = true;
+            }
+        }
+        m++;
+    }
+    for (size_t j = 0; j < n; j++) {
+        if (merged[j] || (node != NULL && strcmp(gpus[j].node_name, node) != 0))
+            continue;
+        v[m++] = (struct view){.node = gpus[j].node_name,
+                               .dra = egpu__kubectl_dra_has_node(dra, gpus[j].node_name),
+                               .gpu = &gpus[j]};
+    }
+    qsort(v, m, sizeof(*v), view_cmp);
     if (fmt == EGPU_KUBECTL_JSON)
         rc = inspect_json(v, m, out);
     else
         rc = inspect_table(v, m, fmt == EGPU_KUBECTL_WIDE, out);
+out_free:
+    egpu_free(merged);
     egpu_free(v);
     return rc;
+}
+
+int egpu_kubectl_inspect(const struct egpu_api_gpu *gpus, size_t n, const char *node,
+                         enum egpu_kubectl_output fmt, struct egpu_buf *out)
+{
+    return egpu_kubectl_inspect_all(gpus, n, NULL, node, fmt, out);
 }
 
 /* ---- claims ---- */

@@ -851,7 +851,9 @@ RESOURCES = [
     # DRA: the agent's NodePrepareResources GETs the claim (tests/unit/test_agent_dra_plugin.c
     # creates it with its status.allocation, as the scheduler would have written it).
     Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
-    # the agent's slice (tests/unit/test_agent_dra_slice.c: device taints with the gate off)
+    # the agent's slice: egpu-agent --mode dra publishes it (tests/integration/test_agent_dra.py),
+    # listed and watched by the field selectors kube-apiserver serves for it;
+    # tests/unit/test_agent_dra_slice.c turns device taints off with the gate
     ResourceSliceResource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False,
                           fields=["spec.nodeName", "spec.driver"]),
     Resource(EGPU, "v1alpha1", "gpus", "GPU", False, subresources=["status"],

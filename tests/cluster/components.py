@@ -59,10 +59,11 @@ def replace_flags(args, changes):
 
 class Component:
     """One binary running against the cluster: exe with args, log in workdir/<name>.log,
-    its ports from its main.c "serving" log line: (port, health_port), or (port, None)
-    for one without a health port (health=False)."""
+    its ports from its main.c "serving" log line (source: the file that logs it, for a
+    mode whose own main logs it, e.g. "dra_mode" for egpu-agent --mode dra): (port,
+    health_port), or (port, None) for one without a health port (health=False)."""
 
-    def __init__(self, name, exe, args, env, workdir, health=True, timeout=30):
+    def __init__(self, name, exe, args, env, workdir, health=True, timeout=30, source="main"):
         self.name = name
         self.log = pathlib.Path(workdir) / f"{name}.log"
         self.proc = subprocess.Popen(cluster_module.with_parent([exe, *args]),
@@ -73,7 +74,7 @@ class Component:
         deadline = time.monotonic() + timeout
         self.ports = None
         while time.monotonic() < deadline:
-            m = re.search(r"main\.c:\d+\] \S+: serving addr=\S+ port=(\d+)" +
+            m = re.search(re.escape(source) + r"\.c:\d+\] \S+: serving addr=\S+ port=(\d+)" +
                           (r" health_addr=\S+ health_port=(\d+)" if health else "()"),
                           self.log.read_text(errors="replace"))
             if m:
@@ -163,6 +164,30 @@ def agent(cluster, build_dir, workdir, node, env, device_plugin_dir, pod_resourc
     return Component("egpu-agent", build_dir / "src/agent/egpu-agent",
                      [*args, "--kubeconfig", kc, "--nvml-library", nvml],
                      {**denv, "NODE_NAME": node, **env}, workdir, health=False)
+
+
+def dra_agent(cluster, build_dir, workdir, node, registry_dir, dra_socket, cdi_dir, alloc_root,
+              interposer, fake_gpus=None, nvml=None, env=None, name="egpu-agent", timeout=30):
+    """egpu-agent --mode dra (issue 26: the kubelet's DRA plugin) as
+    deploy/agent-dra/daemonset.yaml runs it, with ServiceAccount egpu-agent-dra's token,
+    for node (NODE_NAME, as the DaemonSet's fieldRef gives it); changed: --listen
+    127.0.0.1, --port 0, the kubelet's paths (--plugin-registry-dir, --dra-socket,
+    --cdi-dir), --alloc-root and --interposer moved to the arguments given; added: fake
+    cards (--fake-gpus) or the NVML library nvml. Its log is workdir/<name>.log. No health
+    port: (port, None)."""
+    args, denv = deploy_container("agent-dra/daemonset.yaml", "egpu-agent")
+    args = replace_flags(args, {"--listen": "127.0.0.1", "--port": 0,
+                                "--plugin-registry-dir": registry_dir,
+                                "--dra-socket": dra_socket, "--cdi-dir": cdi_dir,
+                                "--alloc-root": alloc_root, "--interposer": interposer})
+    kc = cluster.sa_kubeconfig(NS, "egpu-agent-dra",
+                               path=pathlib.Path(workdir) / f"{name}.kubeconfig")
+    denv = {k: v for k, v in denv.items() if not k.startswith("NVIDIA_")}
+    args += ["--kubeconfig", kc]
+    args += ["--fake-gpus", fake_gpus] if fake_gpus else ["--nvml-library", str(nvml)]
+    return Component(name, build_dir / "src/agent/egpu-agent", args,
+                     {**denv, "NODE_NAME": node, **(env or {})}, workdir, health=False,
+                     timeout=timeout, source="dra_mode")
 
 
 def point_webhooks(cluster, port, ca_bundle=None, host="127.0.0.1"):

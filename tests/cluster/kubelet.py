@@ -33,6 +33,10 @@ RealNode(cluster, name, build_dir).start() makes, in a temporary folder of its o
   /var/lib/kubelet/device-plugins (the DaemonSet's own value) and --pod-resources-socket
   <root-dir>/pod-resources/kubelet.sock;
 
+(or, with mode="dra", egpu-agent --mode dra with fake cards on the kubelet's own plugin
+registry, <root-dir>/plugins_registry, waiting until the kubelet registered it and the
+node's ResourceSlice is there: components.dra_agent; CDI specs in <folder>/cdi, which
+containerd 1.6 does not read, so a container gets no CDI edit)
 and waits until the Node is Ready with allocatable elasticgpu.io/gpu-core (the device
 plugin's IDs: 100 per card; the kubelet writes it at its next node status update, up to
 10 s after the plugin registers). The Node is not labelled elasticgpu.io/gpu-node (the
@@ -104,6 +108,7 @@ TEST_IMAGE = "egpu.local/show:1"
 DEVICE_PLUGIN_DIR = pathlib.Path("/var/lib/kubelet/device-plugins")
 NETNS_DIR = pathlib.Path("/var/run/netns")
 GPU_CORE = "elasticgpu.io/gpu-core"
+DRA_DRIVER = "gpu.elasticgpu.io"
 TAINT = "elasticgpu.io/gpu"  # the node's NoSchedule taint: a pod for it tolerates TOLERATION
 TOLERATION = {"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}
 LOCK = pathlib.Path("/tmp/egpu-real-kubelet.lock")
@@ -271,8 +276,10 @@ class RealNode:
     stop() copies the logs (containerd.log, kubelet.log, egpu-agent.log) before it removes
     the folder."""
 
-    def __init__(self, cluster, name, build_dir, agent_env=None, log_dir=None):
+    def __init__(self, cluster, name, build_dir, agent_env=None, log_dir=None,
+                 mode="device-plugin"):
         self.cluster, self.name = cluster, name
+        self.mode = mode
         self.build = pathlib.Path(build_dir).resolve()
         self.agent_env = dict(agent_env or {})
         self.log_dir = pathlib.Path(log_dir) if log_dir else None
@@ -493,6 +500,10 @@ state = "{ctd / 'state'}"
         self._wait("the Node Ready", lambda: self.ready(), timeout)
         t = self._step("kubelet (Node Ready)", t)
 
+        if self.mode == "dra":
+            self._start_dra_agent(timeout, t)
+            self.timings["start"] = round(time.monotonic() - t0, 1)
+            return
         # egpu-agent on the kubelet's sockets
         env = {"EGPU_MOCK_CUDA_STATE": str(b / "mock.state"), "NODE_NAME": self.name,
                "EGPU_MOCK_NVML_GPUS": node.default_cards(self.name), **self.agent_env}
@@ -504,6 +515,35 @@ state = "{ctd / 'state'}"
         self._wait(f"allocatable {GPU_CORE}", lambda: self.allocatable(GPU_CORE), timeout)
         self._step("egpu-agent (allocatable gpu-core)", t)
         self.timings["start"] = round(time.monotonic() - t0, 1)
+
+    @property
+    def cdi_dir(self):
+        return self.base / "cdi"
+
+    def _start_dra_agent(self, timeout, t):
+        """mode "dra": egpu-agent --mode dra (the fake backend's two H100s) on the kubelet's
+        own plugin registry (<root-dir>/plugins_registry, where its plugin watcher looks)
+        with its DRAPlugin socket in <root-dir>/plugins/<driver>/; waits until the kubelet
+        registered it (the agent logs the kubelet's NotifyRegistrationStatus) and the node's
+        ResourceSlice is there (the kubelet deletes the node's slices at its start; the
+        agent publishes again)."""
+        self.agent = components.dra_agent(
+            self.cluster, self.build, self.base, self.name,
+            registry_dir=self.root_dir / "plugins_registry",
+            dra_socket=self.root_dir / "plugins" / DRA_DRIVER / "dra.sock",
+            cdi_dir=self.cdi_dir, alloc_root=self.base / "alloc",
+            interposer=self.build / "src" / "vcuda" / "libegpu-vcuda.so",
+            fake_gpus="2xH100-80GB", env=self.agent_env)
+        self._wait("the kubelet registering the DRA plugin",
+                   lambda: "kubelet registered the plugin" in self.agent.log.read_text(),
+                   timeout)
+
+        def published():
+            st, lst = self.cluster.call("GET", "/apis/resource.k8s.io/v1/resourceslices"
+                                        f"?fieldSelector=spec.nodeName%3D{self.name}")
+            return st == 200 and lst["items"]
+        self._wait("the node's ResourceSlice", published, timeout)
+        self._step("egpu-agent --mode dra (registered, slice published)", t)
 
     def node(self):
         st, n = self.cluster.call("GET", f"/api/v1/nodes/{self.name}")

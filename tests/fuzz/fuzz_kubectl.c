@@ -1,9 +1,20 @@
 /* tests/fuzz/fuzz_kubectl.c - GPU objects (src/api/gpu.c), which egpu-agent
- * and egpu-controller write and kubectl-egpu reads, and what kubectl-egpu
- * prints for them (src/kubectl/render.c, table.c).
+ * and egpu-controller write and kubectl-egpu reads, DRA mode's ResourceSlices
+ * and ResourceClaims (src/kubectl/dra.c), and what kubectl-egpu prints for
+ * them (src/kubectl/render.c, table.c).
  *
- * Input: byte 0 picks the node filter (bit 0: only node "n1"), the rest is
- * a JSON array of GPU objects (or one object).
+ * Input: byte 0 picks the node filter (bit 0: only node "n1") and the form
+ * of the rest (bit 1 clear: a JSON array of GPU objects, or one object; bit
+ * 1 set: an object {"gpus": [...], "slices": [...], "claims": [...]}, each
+ * list optional, slices added before claims as kubectl-egpu does).
+ *
+ * DRA invariants: a refused slice or claim gets EGPU_ESYNTAX or EGPU_ERANGE
+ * with a message and leaves the set as it was (cards, shares); a claim
+ * otherwise returns how many of its results name no card (>= 0); every
+ * card has an index -1..1023, cores 1..100 and memory 0..EGPU_API_GPU_MIB_MAX
+ * MiB, every share cores 0..100 and memory 0..EGPU_API_GPU_MIB_MAX; the
+ * renderings then hold the invariants below with the JSON's own count of
+ * cards, shares and nodes, and coreTotal is the sum of the cards'.
  *
  * Invariants: a refused GPU gets EGPU_ESYNTAX or EGPU_ERANGE with a message
  * and *out untouched; a decoded one has index 0..1023, at most 63 peers in
@@ -20,6 +31,7 @@
 #include "fuzz.h"
 #include "egpu/api.h"
 #include "egpu/kubectl.h"
+#include "../../src/kubectl/kubectl_int.h" /* the cards and shares, to check them */
 
 #define GPUS_MAX 64
 
@@ -85,6 +97,113 @@ static void render(const struct egpu_api_gpu *g, size_t n, const char *node)
     egpu_buf_free(&b);
 }
 
+/* The three renderings of g[0..n) and d: the table's lines and the JSON's
+ * sums, counted from the JSON document itself. */
+static void render_dra(const struct egpu_api_gpu *g, size_t n, const struct egpu_kubectl_dra *d,
+                       const char *node)
+{
+    size_t cards = 0, shares = 0, nodes;
+    int64_t core = 0, mem = 0, core_total = 0;
+    struct egpu_buf b;
+    json_t *doc, *v, *c;
+    size_t i, j;
+
+    egpu_buf_init(&b, EGPU_KUBECTL_OUT_MAX);
+    FUZZ_CHECK(egpu_kubectl_inspect_all(g, n, d, node, EGPU_KUBECTL_JSON, &b) == 0);
+    doc = json_loads(egpu_buf_str(&b), 0, NULL);
+    FUZZ_CHECK(doc != NULL);
+    nodes = json_array_size(json_object_get(doc, "nodes"));
+    json_array_foreach(json_object_get(doc, "nodes"), i, v)
+    {
+        const char *mode = json_string_value(json_object_get(v, "mode"));
+
+        FUZZ_CHECK(mode != NULL &&
+                   (strcmp(mode, "dra") == 0 || strcmp(mode, "device-plugin") == 0));
+        FUZZ_CHECK(node == NULL ||
+                   strcmp(json_string_value(json_object_get(v, "name")), node) == 0);
+        json_array_foreach(json_object_get(v, "gpus"), j, c)
+        {
+            cards++;
+            shares += json_array_size(json_object_get(c, "pods"));
+            core_total = sat_add(core_total, json_integer_value(json_object_get(c, "coreTotal")));
+        }
+        core = sat_add(core, json_integer_value(json_object_get(v, "coreAllocated")));
+        mem = sat_add(mem, json_integer_value(json_object_get(v, "memoryAllocated")));
+    }
+    FUZZ_CHECK(core == json_integer_value(json_object_get(doc, "coreAllocated")));
+    FUZZ_CHECK(mem == json_integer_value(json_object_get(doc, "memoryAllocated")));
+    FUZZ_CHECK(core_total == json_integer_value(json_object_get(doc, "coreTotal")));
+    json_decref(doc);
+    egpu_buf_reset(&b);
+    FUZZ_CHECK(egpu_kubectl_inspect_all(g, n, d, node, EGPU_KUBECTL_TABLE, &b) == 0);
+    FUZZ_CHECK(lines(egpu_buf_str(&b)) == 1 + cards + shares + nodes + 2);
+    egpu_buf_reset(&b);
+    FUZZ_CHECK(egpu_kubectl_inspect_all(g, n, d, node, EGPU_KUBECTL_WIDE, &b) == 0);
+    FUZZ_CHECK(lines(egpu_buf_str(&b)) == 1 + cards + shares + nodes + 2);
+    egpu_buf_free(&b);
+}
+
+static size_t dra_shares(const struct egpu_kubectl_dra *d)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < d->ncards; i++)
+        n += d->cards[i].nshares;
+    return n;
+}
+
+static void check_refused(int rc, const struct egpu_error *err)
+{
+    FUZZ_CHECK(rc == EGPU_ESYNTAX || rc == EGPU_ERANGE);
+    FUZZ_CHECK(err->msg[0] != '\0' && memchr(err->msg, '\0', sizeof(err->msg)) != NULL);
+}
+
+/* Slices, then claims, into d, each checked. */
+static void add_dra(struct egpu_kubectl_dra *d, const json_t *slices, const json_t *claims)
+{
+    const json_t *o;
+    size_t i;
+
+    json_array_foreach(slices, i, o)
+    {
+        struct egpu_error err = {0};
+        size_t before = d->ncards;
+        int rc = egpu_kubectl_dra_add_slice(d, o, &err);
+
+        if (rc) {
+            check_refused(rc, &err);
+            FUZZ_CHECK(d->ncards == before);
+        }
+    }
+    json_array_foreach(claims, i, o)
+    {
+        struct egpu_error err = {0};
+        size_t before = dra_shares(d);
+        int rc = egpu_kubectl_dra_add_claim(d, o, &err);
+
+        if (rc < 0) {
+            check_refused(rc, &err);
+            FUZZ_CHECK(dra_shares(d) == before);
+        } else {
+            FUZZ_CHECK(dra_shares(d) >= before);
+            FUZZ_CHECK(rc == 0 || err.msg[0] != '\0');
+        }
+    }
+    for (i = 0; i < d->ncards; i++) {
+        const struct egpu__kubectl_dra_card *c = &d->cards[i];
+
+        FUZZ_CHECK(c->index >= -1 && c->index <= 1023);
+        FUZZ_CHECK(c->core_total >= 1 && c->core_total <= 100);
+        FUZZ_CHECK(c->mem_mib >= 0 && c->mem_mib <= EGPU_API_GPU_MIB_MAX);
+        FUZZ_CHECK(c->node[0] != '\0' && c->device[0] != '\0');
+        for (size_t k = 0; k < c->nshares; k++) {
+            FUZZ_CHECK(c->shares[k].core_pct >= 0 && c->shares[k].core_pct <= 100);
+            FUZZ_CHECK(c->shares[k].mem_mib >= 0 && c->shares[k].mem_mib <= EGPU_API_GPU_MIB_MAX);
+            FUZZ_CHECK((c->shares[k].npods == 0) == (c->shares[k].pods == NULL));
+        }
+    }
+}
+
 static int decode(const json_t *o, struct egpu_api_gpu *g)
 {
     struct egpu_error err = {0};
@@ -141,16 +260,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     in = json_loadb((const char *)data + 1, size - 1, JSON_ALLOW_NUL, NULL);
     if (in == NULL)
         return 0;
-    if (json_is_array(in)) {
+    if (data[0] & 2) {
+        struct egpu_kubectl_dra *d = egpu_kubectl_dra_new(NULL);
+
+        FUZZ_CHECK(d != NULL);
+        json_array_foreach(json_object_get(in, "gpus"), i, o)
+        {
+            if (n < GPUS_MAX && decode(o, &g[n]) == 0)
+                n++;
+        }
+        add_dra(d, json_object_get(in, "slices"), json_object_get(in, "claims"));
+        render_dra(g, n, d, (data[0] & 1) ? "n1" : NULL);
+        egpu_kubectl_dra_free(d);
+    } else if (json_is_array(in)) {
         json_array_foreach(in, i, o)
         {
             if (n < GPUS_MAX && decode(o, &g[n]) == 0)
                 n++;
         }
-    } else if (decode(in, &g[0]) == 0) {
-        n = 1;
+        render(g, n, (data[0] & 1) ? "n1" : NULL);
+    } else {
+        if (decode(in, &g[0]) == 0)
+            n = 1;
+        render(g, n, (data[0] & 1) ? "n1" : NULL);
     }
-    render(g, n, (data[0] & 1) ? "n1" : NULL);
     for (i = 0; i < n; i++)
         egpu_api_gpu_clear(&g[i]);
     json_decref(in);

@@ -37,7 +37,8 @@ CRDS = {
 }
 CLUSTER_KINDS = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-                 "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "PriorityClass"}
+                 "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "PriorityClass",
+                 "DeviceClass"}
 NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service",
                     "Deployment", "DaemonSet", "Secret", "NetworkPolicy", "PodDisruptionBudget"}
 
@@ -102,7 +103,10 @@ CONTROLLER_NEEDS = {
 #     duplicate; GET of the node's Node (its uid, for the owner reference)
 #   dra_plugin.c egpu__dra_plugin_prepare (DRA mode): GET of the
 #     ResourceClaim the kubelet names
-# No informer, so no watch; no Lease (one agent per node, no election).
+# No watch in device-plugin mode; no Lease (one agent per node, no election).
+# (The DRA calls stay granted to egpu-agent while tests/cluster and
+# test_cluster_dra_slice.py run them with its token; --mode dra runs as
+# egpu-agent-dra, AGENT_DRA_NEEDS.)
 AGENT_NEEDS = {
     (GROUP, "gpus", "list"), (GROUP, "gpus", "get"), (GROUP, "gpus", "create"),
     (GROUP, "gpus", "patch"), (GROUP, "gpus", "delete"),
@@ -110,6 +114,22 @@ AGENT_NEEDS = {
     ("", "pods", "list"), ("", "pods", "get"), ("", "pods", "patch"),
     ("", "events", "create"),
     *{("resource.k8s.io", "resourceslices", v) for v in ("list", "create", "update", "delete")},
+    ("resource.k8s.io", "resourceclaims", "get"),
+    ("", "nodes", "get"),
+}
+# What egpu-agent --mode dra (deploy/agent-dra, ServiceAccount egpu-agent-dra) uses:
+#   inventory.c through health.c: the node's GPU objects, as above
+#   dra_slice.c egpu__dra_slice_publish: as above; dra_mode.c's informer on the
+#     node's ResourceSlices (LIST + WATCH, field selectors spec.nodeName and
+#     spec.driver): a slice the kubelet deletes is published again at once
+#   dra_plugin.c: GET of the ResourceClaim; dra_slice.c: GET of the Node
+# No pods, no events.
+AGENT_DRA_NEEDS = {
+    (GROUP, "gpus", "list"), (GROUP, "gpus", "get"), (GROUP, "gpus", "create"),
+    (GROUP, "gpus", "patch"), (GROUP, "gpus", "delete"),
+    (GROUP, "gpus/status", "patch"),
+    *{("resource.k8s.io", "resourceslices", v)
+      for v in ("list", "watch", "create", "update", "delete")},
     ("resource.k8s.io", "resourceclaims", "get"),
     ("", "nodes", "get"),
 }
@@ -1171,7 +1191,9 @@ def test_images_and_versions_in_one_place(objs):
             assert repo in {e["newName"] for e in entries.values()}, c["image"]
             assert tag == f"v{version}", c["image"]
             ours += 1
-    assert ours == 6  # scheduler, webhook, controller, agent and its two init containers
+    # scheduler, webhook, controller, and each agent (device-plugin, DRA) with its two
+    # init containers
+    assert ours == 9
 
 
 def test_agent_image_carries_the_interposer():
@@ -1360,12 +1382,27 @@ def test_controller_flags_exist(objs):
 
 # --- the agent ----------------------------------------------------------------------
 
+def agent_daemonsets(objs):
+    """{--mode value: (DaemonSet, its egpu-agent container)}: one per mode."""
+    out = {}
+    for d in find(objs, "DaemonSet"):
+        spec = d["spec"]["template"]["spec"]
+        if any(c["name"] == "egpu-agent" for c in spec["containers"]):
+            c = container(spec, "egpu-agent")
+            mode = flag(c.get("command", [])[1:] + c.get("args", []), "--mode") or \
+                "device-plugin"
+            assert mode not in out, f"two DaemonSets run egpu-agent --mode {mode}"
+            out[mode] = (d, c)
+    assert sorted(out) == ["device-plugin", "dra"], sorted(out)
+    return out
+
+
 def agent_daemonset(objs):
-    dss = [d for d in find(objs, "DaemonSet")
-           if any(c["name"] == "egpu-agent" for c in d["spec"]["template"]["spec"]["containers"])]
-    assert len(dss) == 1, "expected one DaemonSet running egpu-agent"
-    ds = dss[0]
-    return ds, container(ds["spec"]["template"]["spec"], "egpu-agent")
+    return agent_daemonsets(objs)["device-plugin"]
+
+
+def agent_dra_daemonset(objs):
+    return agent_daemonsets(objs)["dra"]
 
 
 def agent_exe():
@@ -1591,8 +1628,13 @@ def test_agent_needs_match_its_code():
             found.add((g, r + ("/status" if fn.endswith("_status") else ""), calls[fn]))
         if re.search(r"\begpu_kube_event_post\(", text):
             found.add(("", "events", "create"))
-        assert "egpu_informer" not in text, f"{f.name} starts an informer (list + watch)"
-    assert found == AGENT_NEEDS, sorted(found ^ AGENT_NEEDS)
+        if "egpu_kube_informer_new(" in text:  # list + watch of its opts' .res
+            for res in re.findall(r"\.res = &(egpu_kube_[a-z]+)", text):
+                assert res in resources, f"{f.name}: an informer on {res}: extend this test"
+                g, r = resources[res]
+                found |= {(g, r, "list"), (g, r, "watch")}
+    want = AGENT_NEEDS | AGENT_DRA_NEEDS
+    assert found == want, sorted(found ^ want)
 
 
 def test_agent_network_policy(objs):
@@ -1634,6 +1676,181 @@ def test_agent_flags_exist(objs):
                        capture_output=True, text=True, timeout=20, env=env)
     assert r.returncode not in (0, 2), f"exit {r.returncode}: {r.stderr}"
     assert "/nonexistent/libnvidia-ml.so.1" in r.stderr, r.stderr
+
+
+# --- the agent in DRA mode (deploy/agent-dra) -------------------------------------
+
+def api_h(name):
+    """The string macro name of include/egpu/api.h, its pieces (literals and
+    other macros, e.g. "gpu." EGPU_API_GROUP) joined."""
+    text = (ROOT / "include" / "egpu" / "api.h").read_text()
+    m = re.search(rf"^#define {name}\s+(.+?)\s*(/\*.*)?$", text, re.M)
+    assert m, f"api.h defines no {name}"
+    out = ""
+    for lit, ref in re.findall(r'"((?:[^"\\]|\\.)*)"|([A-Z_][A-Z0-9_]*)', m.group(1)):
+        out += lit if not ref else api_h(ref)
+    return out
+
+
+def test_one_agent_mode_per_node(objs):
+    """The device-plugin DaemonSet keeps off the nodes labelled for DRA mode,
+    and the DRA one runs only there (the label of api.h), on GPU nodes."""
+    label, dra = api_h("EGPU_LABEL_AGENT_MODE"), api_h("EGPU_LABEL_AGENT_MODE_DRA")
+    assert (label, dra) == ("elasticgpu.io/agent-mode", "dra")
+    dp, _ = agent_daemonset(objs)
+    terms = dp["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms and all({"key": label, "operator": "NotIn", "values": [dra]}
+                         in t["matchExpressions"] for t in terms), terms
+    ds, c = agent_dra_daemonset(objs)
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {**dp["spec"]["template"]["spec"]["nodeSelector"],
+                                    label: dra}
+    assert not spec.get("affinity")
+    args = c.get("command", [])[1:] + c.get("args", [])
+    assert flag(args, "--mode") == "dra"
+    assert ds["metadata"]["namespace"] == NS
+    assert all(ds["spec"]["template"]["metadata"]["labels"].get(k) == v
+               for k, v in ds["spec"]["selector"]["matchLabels"].items())
+    # The two DaemonSets' pods are told apart by their selectors.
+    assert ds["spec"]["selector"]["matchLabels"] != dp["spec"]["selector"]["matchLabels"]
+
+
+def test_agent_dra_daemonset(objs):
+    """As the device-plugin DaemonSet: its image, probes, root with the same
+    three capabilities, NODE_NAME; its own ServiceAccount, which is not the
+    one trusted with elasticgpu.io/allocated (DRA mode marks no pod)."""
+    dp, dpc = agent_daemonset(objs)
+    ds, c = agent_dra_daemonset(objs)
+    spec = ds["spec"]["template"]["spec"]
+    assert [x["name"] for x in spec["containers"]] == ["egpu-agent"]
+    assert c["command"] == dpc["command"] and c["image"] == dpc["image"]
+    for ic in spec.get("initContainers", []):
+        assert ic["image"] == c["image"], ic["name"]
+    assert [ic["name"] for ic in spec["initContainers"]] == \
+        [ic["name"] for ic in dp["spec"]["template"]["spec"]["initContainers"]]
+    sa = spec["serviceAccountName"]
+    assert sa == "egpu-agent-dra" and spec.get("automountServiceAccountToken") is True
+    one(objs, "ServiceAccount", sa, NS)
+    assert trusted_agent_user(objs) != f"system:serviceaccount:{NS}:{sa}"
+    env = {e["name"]: e for e in c.get("env", [])}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    args = c.get("command", [])[1:] + c.get("args", [])
+    assert flag(args, "--no-api") is None and flag(args, "--fake-gpus") is None
+    port = int(flag(args, "--port") or AGENT_PORT_DEFAULT)
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert c[probe]["httpGet"]["path"] == path
+        assert container_port(c, c[probe]["httpGet"]["port"]) == port
+    assert c["securityContext"] == dpc["securityContext"]
+    assert set(c["securityContext"]["capabilities"].get("add", [])) <= AGENT_CAPS
+    for k in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not spec.get(k), k
+    assert spec["tolerations"] == dp["spec"]["template"]["spec"]["tolerations"]
+
+
+def test_agent_dra_mounts_cover_its_paths(objs):
+    """Every host path egpu-agent --mode dra serves or writes (the registry
+    dir, the DRAPlugin socket's dir, the CDI dir, the allocation root) is
+    mounted writable from the host at the same path; the registration's
+    endpoint is the kubelet's plugins dir of the driver (api.h's name)."""
+    ds, c = agent_dra_daemonset(objs)
+    spec = ds["spec"]["template"]["spec"]
+    args = c.get("command", [])[1:] + c.get("args", [])
+    help_text = agent_help()
+    driver = api_h("EGPU_API_DRA_DRIVER")
+    assert driver == "gpu.elasticgpu.io"
+    paths = {name: agent_path_flag(args, help_text, name).rstrip("/")
+             for name in ("--plugin-registry-dir", "--dra-socket", "--cdi-dir", "--alloc-root")}
+    assert paths["--plugin-registry-dir"] == "/var/lib/kubelet/plugins_registry"
+    assert paths["--dra-socket"] == f"/var/lib/kubelet/plugins/{driver}/dra.sock"
+    paths["--dra-socket"] = paths["--dra-socket"].rsplit("/", 1)[0]
+    for name, path in paths.items():
+        found = host_path_at(spec, c, path)
+        assert found, f"{name} {path} is not mounted from the host"
+        host, m = found
+        assert host == path, f"{name}: {path} in the container is {host} on the host"
+        assert not m.get("readOnly"), f"{name} {path} is mounted read-only"
+    # Nothing of device-plugin mode, nothing broad.
+    mounted = {m["mountPath"].rstrip("/") for m in c["volumeMounts"]}
+    assert not mounted & {"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"}
+    for v in spec["volumes"]:
+        if "hostPath" in v:
+            assert v["hostPath"]["path"].rstrip("/") not in (
+                "", "/dev", "/var/lib/kubelet", "/var/lib/kubelet/plugins", "/proc", "/sys",
+                "/var/run"), v
+
+
+def test_agent_dra_least_privilege(objs):
+    """egpu-agent-dra is bound to one ClusterRole granting exactly what DRA
+    mode's code calls (AGENT_DRA_NEEDS), no wildcards, no names."""
+    ds, _ = agent_dra_daemonset(objs)
+    sa = ds["spec"]["template"]["spec"]["serviceAccountName"]
+    rules = rules_of(objs, sa)
+    assert rules and all(ns is None for _, ns in rules)
+    rs = [r for r, _ in rules]
+    for r in rs:
+        for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+            assert "*" not in r.get(field, []), f"wildcard in {field}: {r}"
+        assert not r.get("nonResourceURLs") and not r.get("resourceNames"), r
+    assert granted(rs) == AGENT_DRA_NEEDS, sorted(granted(rs) ^ AGENT_DRA_NEEDS)
+    crbs = [b for b in find(objs, "ClusterRoleBinding") if bound_to(b, sa, NS)]
+    assert len(crbs) == 1 and [s["name"] for s in crbs[0]["subjects"]] == [sa]
+
+
+def test_agent_dra_network_policy(objs):
+    ds, c = agent_dra_daemonset(objs)
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    pols = [p for p in find(objs, "NetworkPolicy", namespace=NS)
+            if all(labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())]
+    assert len(pols) == 1, "expected one NetworkPolicy selecting the DRA agent pods"
+    allowed = {(p.get("protocol", "TCP"), p["port"])
+               for rule in pols[0]["spec"].get("ingress", []) for p in rule["ports"]}
+    args = c.get("command", [])[1:] + c.get("args", [])
+    assert allowed == {("TCP", int(flag(args, "--port") or AGENT_PORT_DEFAULT))}
+
+
+def test_agent_dra_flags_exist(objs):
+    """The DRA DaemonSet's flags are egpu-agent's and it takes them with their
+    values: it gets past its flags (a bad one exits 2) and stops at NVML."""
+    _, c = agent_dra_daemonset(objs)
+    args = c.get("command", [])[1:] + c.get("args", [])
+    listed = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)", agent_help(), re.M))
+    for a in args:
+        if a.startswith("--"):
+            assert a.split("=")[0] in listed, f"egpu-agent has no flag {a}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EGPU_")}
+    env["NODE_NAME"] = "gpu-node-1"
+    r = subprocess.run([agent_exe(), *args, "--nvml-library", "/nonexistent/libnvidia-ml.so.1"],
+                       capture_output=True, text=True, timeout=20, env=env)
+    assert r.returncode not in (0, 2), f"exit {r.returncode}: {r.stderr}"
+    assert "/nonexistent/libnvidia-ml.so.1" in r.stderr, r.stderr
+
+
+def test_device_classes(objs):
+    """The share and whole-card DeviceClasses of api.h, each selecting by CEL
+    the devices of the driver with the attribute type "gpu" that
+    dra_slice.c publishes (testing the domain first); only the whole-card
+    class carries extendedResourceName (Kubernetes 1.36 serves it:
+    DRAExtendedResource beta, on)."""
+    driver = api_h("EGPU_API_DRA_DRIVER")
+    share, whole = api_h("EGPU_API_DRA_CLASS_SHARE"), api_h("EGPU_API_DRA_CLASS_WHOLE")
+    classes = {o["metadata"]["name"]: o for o in find(objs, "DeviceClass")}
+    assert sorted(classes) == sorted([share, whole])
+    slice_c = (ROOT / "src" / "agent" / "dra_slice.c").read_text()
+    assert re.search(r'set_attr\(attrs, "type", "string", json_string\("gpu"\)\)', slice_c)
+    for name, o in classes.items():
+        assert o["apiVersion"] == "resource.k8s.io/v1"
+        (sel,) = o["spec"]["selectors"]
+        expr = " ".join(sel["cel"]["expression"].split())
+        assert f'device.driver == "{driver}"' in expr, expr
+        assert f'"type" in device.attributes["{driver}"]' in expr, expr
+        assert f'device.attributes["{driver}"].type == "gpu"' in expr, expr
+        assert expr.index('"type" in') < expr.index(".type =="), "presence is tested first"
+    assert classes[whole]["spec"]["extendedResourceName"] == GROUP + "/gpu"
+    assert "extendedResourceName" not in classes[share]["spec"]
+    notes = ROOT.parent / "shared" / "k8s-wire" / "dra" / "dra_notes.md"
+    if notes.exists():
+        assert re.search(r"extendedResourceName.*beta/on 1\.36", notes.read_text())
 
 
 def test_kustomize_images_pin_by_digest(tmp_path):

@@ -84,6 +84,7 @@ EGPU_CONTAINERS = {"egpu-scheduler", "egpu-webhook", "egpu-controller", "egpu-ag
 COMPONENTS = {
     "scheduler.enabled": "scheduler",
     "agent.enabled": "agent",
+    "agentDra.enabled": "agent-dra",
     "webhook.enabled": "webhook",
     "controller.enabled": "controller",
     "admissionPolicy.enabled": "admission",
@@ -321,7 +322,9 @@ def test_image_values_change_exactly_the_images(chart):
         if paths:
             want[key(o)] = sorted(paths)
     assert {k: sorted(v) for k, v in ch.items()} == want
-    assert len([p for v in want.values() for p in v]) == len(EGPU_CONTAINERS)
+    # the DRA agent's DaemonSet (deploy/agent-dra) runs egpu-agent and its two init
+    # containers again
+    assert len([p for v in want.values() for p in v]) == len(EGPU_CONTAINERS) + 3
     images = {c["image"] for o in after for s in pod_specs(o)
               for c in s.get("containers", []) + s.get("initContainers", [])}
     assert images == {f"registry.example.com/team/{n}:v0.2.0-rc1" for n in IMAGES.values()} | \
@@ -330,7 +333,8 @@ def test_image_values_change_exactly_the_images(chart):
     for comp, name in IMAGES.items():
         one = helm_template(f"{comp}.image.repository=team/x")
         ch = changes(chart, one)
-        assert ch and all(k[1] == f"egpu-{comp}" for k in ch), (comp, ch)
+        own = {f"egpu-{comp}"} | ({"egpu-agent-dra"} if comp == "agent" else set())
+        assert ch and {k[1] for k in ch} == own, (comp, ch)
         assert all(p.endswith(".image") for v in ch.values() for p in v), ch
     # kube-scheduler's own image is a value of its own
     ks = helm_template("scheduler.kubeScheduler.image.tag=v1.35.2")
@@ -345,6 +349,24 @@ def test_node_selector_changes_only_the_agent(chart):
     assert all(p.startswith(".spec.template.spec.nodeSelector.") for p in ch[list(ch)[0]]), ch
     ds = by_key(after)[("DaemonSet", "egpu-agent", NS)]
     assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"node.example.com/gpu": "a100"}
+
+
+def test_dra_node_selector_changes_only_the_dra_agent(chart):
+    """agentDra.nodeSelector places the DRA agent alone; its default is the
+    GPU nodes labelled elasticgpu.io/agent-mode=dra, which the device-plugin
+    agent's NotIn affinity keeps it off."""
+    ds = by_key(chart)[("DaemonSet", "egpu-agent-dra", NS)]
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {
+        "elasticgpu.io/gpu-node": "true", "elasticgpu.io/agent-mode": "dra"}
+    dp = by_key(chart)[("DaemonSet", "egpu-agent", NS)]
+    (term,) = dp["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "elasticgpu.io/agent-mode", "operator": "NotIn",
+                                         "values": ["dra"]}]
+    after = helm_template("agentDra.nodeSelector.node\\.example\\.com/dra=yes")
+    ch = changes(chart, after)
+    assert list(ch) == [("DaemonSet", "egpu-agent-dra", NS)]
+    assert all(p.startswith(".spec.template.spec.nodeSelector.") for p in ch[list(ch)[0]]), ch
 
 
 def test_policies_change_only_the_scheduler_flags(chart, build_dir):
@@ -399,8 +421,8 @@ def test_webhook_certificates_render_the_component(mode, component, tmp_path):
     assert NS not in yaml.safe_dump_all(moved)
 
 
-def agent_args(objs):
-    ds = by_key(objs)[("DaemonSet", "egpu-agent", NS)]
+def agent_args(objs, name="egpu-agent"):
+    ds = by_key(objs)[("DaemonSet", name, NS)]
     (c,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "egpu-agent"]
     return c["args"]
 
@@ -413,6 +435,9 @@ def test_context_extra_mib_changes_only_the_agent_flag(base, chart, build_dir):
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     old = agent_args(chart)
     i = old.index("--context-extra-mib") + 1
+    old_dra = agent_args(chart, "egpu-agent-dra")  # DRA mode takes the same figure
+    j = old_dra.index("--context-extra-mib") + 1
+    assert old_dra[j] == old[i]
     assert agent_args(base)[i - 1:i + 1] == ["--context-extra-mib",
                                              str(values["agent"]["contextExtraMib"])]
     exe = str(build_dir / "src/agent/egpu-agent")
@@ -425,9 +450,12 @@ def test_context_extra_mib_changes_only_the_agent_flag(base, chart, build_dir):
                 assert ch == {}, (v, ch)
                 continue
             assert ch == {("DaemonSet", "egpu-agent", NS):
-                          [f".spec.template.spec.containers[0].args[{i}]"]}, (v, ch)
+                          [f".spec.template.spec.containers[0].args[{i}]"],
+                          ("DaemonSet", "egpu-agent-dra", NS):
+                          [f".spec.template.spec.containers[0].args[{j}]"]}, (v, ch)
             new = agent_args(after)
             assert new[:i] + new[i + 1:] == old[:i] + old[i + 1:] and new[i] == want, (v, new)
+            assert agent_args(after, "egpu-agent-dra")[j] == want
         r = subprocess.run([exe, "--context-extra-mib", want, "--help"], capture_output=True,
                            text=True, timeout=30)
         assert r.returncode == 0, (want, r.stderr)
@@ -790,11 +818,12 @@ def test_network_policy_values_set_who_reaches_the_webhook_and_agent(chart):
                                             "app": "prom"}}}
     assert pol(got, "egpu-webhook")[1]["from"] == [peer]
     assert pol(got, "egpu-agent")[0]["from"] == [peer]
+    assert pol(got, "egpu-agent-dra")[0]["from"] == [peer]
     assert pol(got, "egpu-scheduler")[0]["from"] == [peer]
     assert pol(got, "egpu-controller")[0]["from"] == [peer]
     changed = {k for k, o in by_key(got).items() if by_key(chart).get(k) != o}
-    assert {k[1] for k in changed} == {"egpu-webhook", "egpu-agent", "egpu-scheduler",
-                                       "egpu-controller"}, changed
+    assert {k[1] for k in changed} == {"egpu-webhook", "egpu-agent", "egpu-agent-dra",
+                                       "egpu-scheduler", "egpu-controller"}, changed
     # scheduler.mode=main: the verbs' 8888 from anywhere, 8889 still only
     # from the scrapers.
     main = pol(helm_template("scheduler.mode=main"), "egpu-scheduler")

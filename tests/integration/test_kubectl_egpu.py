@@ -8,6 +8,12 @@
   object src/api refuses is left out with a warning, the rest shown; C1
   controls (CSI U+009B, OSC U+009D, ST U+009C) and BiDi controls in
   objects' text are '?' in tables, the original in -o json.
+- inspect on DRA-mode nodes: cards from the node's ResourceSlice (the pool's newest
+  generation, this driver's only), shares from the allocated ResourceClaims of every
+  namespace (several pods, a card held whole), the exact table beside device-plugin nodes,
+  NODE, -o wide, -o json; a DRA node's GPU object gives health and use; a bad slice or
+  claim is left out with a warning; no resource.k8s.io/v1 (404) is no DRA node, a 403 a
+  warning, another error exit 1.
 - claims: -n, the kubeconfig context's namespace when none is given, -A,
   -o wide, -o json; the ElasticGPU's node and card.
 - budget: metered in budget, over budget, not metered yet; -n, -A, -o wide,
@@ -113,10 +119,10 @@ Cluster: 2 nodes, 3 GPUs, core 150/300 (50%), memory 94208/163840 MiB (57%)
 """
 
 INSPECT_N2_WIDE = """\
-NODE   GPU     MODEL   HEALTH    CORE             MEMORY(MiB)          USED(MiB)   UTIL(%)   UUID          POD      CONTAINER   CLAIM
-n2     0       H100    Healthy   100/100          81920/81920          <none>      <none>    GPU-n2-gpu0
-                                 100              all                                                      ml/big   main        <none>
-n2     total                     100/100 (100%)   81920/81920 (100%)
+NODE   MODE            GPU     MODEL   HEALTH    CORE             MEMORY(MiB)          USED(MiB)   UTIL(%)   UUID          POD      CONTAINER   CLAIM
+n2     device-plugin   0       H100    Healthy   100/100          81920/81920          <none>      <none>    GPU-n2-gpu0
+                                                 100              all                                                      ml/big   main        <none>
+n2                     total                     100/100 (100%)   81920/81920 (100%)
 
 Cluster: 1 node, 1 GPU, core 100/100 (100%), memory 81920/81920 MiB (100%)
 """
@@ -130,41 +136,43 @@ def test_inspect(api, plugin):  # noqa: F811
     assert ok(run(plugin, *kc, "inspect")) == INSPECT
     assert ok(run(plugin, "inspect", "n2", "-o", "wide", *kc)) == INSPECT_N2_WIDE
     wide = ok(run(plugin, "inspect", "-owide", *kc)).splitlines()
-    assert wide[0].split() == ["NODE", "GPU", "MODEL", "HEALTH", "CORE", "MEMORY(MiB)",
+    assert wide[0].split() == ["NODE", "MODE", "GPU", "MODEL", "HEALTH", "CORE", "MEMORY(MiB)",
                                "USED(MiB)", "UTIL(%)", "UUID", "POD", "CONTAINER", "CLAIM"]
-    assert wide[1].split() == ["n1", "0", "A100", "Healthy", "50/100", "12288/40960", "5000",
-                               "41", "GPU-n1-gpu0"]
-    assert wide[4].split() == ["n1", "1", "A100", "Unhealthy", "0/100", "0/40960", "0", "0",
-                               "GPU-n1-gpu1"]
+    assert wide[1].split() == ["n1", "device-plugin", "0", "A100", "Healthy", "50/100",
+                               "12288/40960", "5000", "41", "GPU-n1-gpu0"]
+    assert wide[4].split() == ["n1", "device-plugin", "1", "A100", "Unhealthy", "0/100",
+                               "0/40960", "0", "0", "GPU-n1-gpu1"]
 
 
 def test_inspect_json(api, plugin):  # noqa: F811
     cluster(api)
     doc = json.loads(ok(run(plugin, "inspect", "n1", "--output=json", "--kubeconfig",
                             api.kubeconfig)))
-    card0 = {"name": "n1-gpu0", "index": 0, "uuid": "GPU-n1-gpu0", "model": "A100",
+    card0 = {"name": "n1-gpu0", "device": None, "index": 0, "uuid": "GPU-n1-gpu0", "model": "A100",
              "health": "Healthy", "coreAllocated": 50, "coreTotal": 100,
              "memoryAllocated": 12288, "memoryTotal": 40960,
              "used": {"memory": 5000, "utilization": 41, "updateTime": "2026-07-24T09:31:03Z"},
              "pods": [{"namespace": "default", "pod": "infer", "container": "srv", "core": 20,
-                       "memory": 8192, "claim": None},
+                       "memory": 8192, "claim": None, "shareID": None, "reservedFor": ["infer"]},
                       {"namespace": "team-a", "pod": "train-0", "container": "main",
-                       "core": 30, "memory": 4096, "claim": "c1"}]}
-    card1 = {"name": "n1-gpu1", "index": 1, "uuid": "GPU-n1-gpu1", "model": "A100",
+                       "core": 30, "memory": 4096, "claim": "c1", "shareID": None,
+                       "reservedFor": ["train-0"]}]}
+    card1 = {"name": "n1-gpu1", "device": None, "index": 1, "uuid": "GPU-n1-gpu1", "model": "A100",
              "health": "Unhealthy", "coreAllocated": 0, "coreTotal": 100,
              "memoryAllocated": 0, "memoryTotal": 40960,
              "used": {"memory": 0, "utilization": 0, "updateTime": None}, "pods": []}
     totals = {"coreAllocated": 50, "coreTotal": 200, "memoryAllocated": 12288,
               "memoryTotal": 81920}
     assert doc == {"apiVersion": "egpu.kubectl/v1", "kind": "Inspect",
-                   "nodes": [{"name": "n1", "gpus": [card0, card1], **totals}], **totals}
+                   "nodes": [{"name": "n1", "mode": "device-plugin", "gpus": [card0, card1],
+                              **totals}], **totals}
     whole = json.loads(ok(run(plugin, "inspect", "-o", "json", "--kubeconfig", api.kubeconfig)))
     assert [n["name"] for n in whole["nodes"]] == ["n1", "n2"]
     assert (whole["coreAllocated"], whole["coreTotal"], whole["memoryAllocated"],
             whole["memoryTotal"]) == (150, 300, 94208, 163840)
     assert whole["nodes"][1]["gpus"][0]["pods"] == [
         {"namespace": "ml", "pod": "big", "container": "main", "core": 100, "memory": 0,
-         "claim": None}]
+         "claim": None, "shareID": None, "reservedFor": ["big"]}]
 
 
 def test_inspect_nothing(api, plugin):  # noqa: F811
@@ -199,6 +207,235 @@ def test_bad_objects_are_left_out(api, plugin):  # noqa: F811
     assert r.stderr == ("kubectl-egpu: warning: ElasticGPUClaim team-a/odd left out: "
                         "spec.resources.requests.elasticgpu.io/gpu-core is 150; allowed: 1..99 "
                         "to share one card, or a multiple of 100 for whole cards\n")
+
+
+R = "/apis/resource.k8s.io/v1"
+DRIVER = "gpu.elasticgpu.io"
+
+
+def dra_device(index, uuid, model, memory, **extra):
+    """A device as egpu-agent --mode dra publishes it (src/agent/dra_slice_int.h)."""
+    pol = {"cores": {"default": "100", "validRange": {"min": "1", "max": "100", "step": "1"}},
+           "memory": {"default": memory, "validRange": {"min": "1Mi", "max": memory,
+                                                         "step": "1Mi"}}}
+    return {"name": f"gpu-{index}",
+            "attributes": {"type": {"string": "gpu"}, "uuid": {"string": uuid},
+                           "index": {"int": index}, "minor": {"int": index},
+                           "productName": {"string": model}},
+            "capacity": {"cores": {"value": "100", "requestPolicy": pol["cores"]},
+                         "memory": {"value": memory, "requestPolicy": pol["memory"]}},
+            "allowMultipleAllocations": True, **extra}
+
+
+def dra_slice(api, node, devices, generation=1, driver=DRIVER, name=None):
+    created(api, f"{R}/resourceslices", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": name or f"0-{driver}-{node}-x{generation}"},
+        "spec": {"driver": driver, "nodeName": node,
+                 "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+                 "devices": devices}})
+
+
+def dra_claim(api, ns, name, results, pods=(), driver=DRIVER):
+    """A ResourceClaim as kube-scheduler leaves it allocated and reserved (the fixture
+    resourceclaim_allocated.json of ../shared/k8s-wire/dra)."""
+    res = []
+    for pool, device, share, cap in results:
+        r = {"request": "gpu", "driver": driver, "pool": pool, "device": device}
+        if share:
+            r["shareID"] = share
+        if cap is not None:
+            r["consumedCapacity"] = cap
+        res.append(r)
+    created(api, f"{R}/namespaces/{ns}/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu-share.elasticgpu.io", "allocationMode": "ExactCount",
+            "count": 1}}]}},
+        "status": {"allocation": {"devices": {"results": res}, "nodeSelector": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                    "values": [results[0][0]]}]}]}},
+                   "reservedFor": [{"resource": "pods", "name": p, "uid": f"uid-{p}"}
+                                   for p in pods]}})
+
+
+def dra_cluster(api):
+    """cluster()'s two device-plugin nodes, and n3 in DRA mode: gpu-0 holds two shares
+    (one claim used by two pods), gpu-1 a card not shared, given whole. Beside them: an
+    older generation of n3's pool, another driver's slice and claim, a claim not allocated."""
+    cluster(api)
+    claims_setup(api)  # the namespaces
+    dra_slice(api, "n3", [dra_device(0, "GPU-n3-0", "NVIDIA L4", "23034Mi"),
+                          dra_device(1, "GPU-n3-1", "NVIDIA L4", "22Gi")], generation=3)
+    dra_slice(api, "n3", [dra_device(7, "GPU-old", "old", "1Gi")], generation=2)
+    dra_slice(api, "n3", [dra_device(0, "GPU-nv", "NVIDIA L4", "23034Mi")],
+              driver="gpu.nvidia.com")
+    dra_claim(api, "ml", "train", [("n3", "gpu-0", "9c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a95",
+                                    {"cores": "30", "memory": "4Gi"})], ["train-0"])
+    dra_claim(api, "team-a", "infer", [("n3", "gpu-0", "1b7e", {"cores": "20",
+                                                                 "memory": "2048Mi"})],
+              ["infer-a", "infer-b"])
+    dra_claim(api, "ml", "whole", [("n3", "gpu-1", None, None)], ["big-1"])
+    dra_claim(api, "ml", "nvidia", [("n3", "gpu-0", "x", None)], ["p"], driver="gpu.nvidia.com")
+    created(api, f"{R}/namespaces/ml/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "pending", "namespace": "ml"}, "spec": {"devices": {"requests": []}}})
+
+
+INSPECT_DRA = """\
+NODE   MODE            GPU     MODEL       HEALTH      CORE             MEMORY(MiB)          POD                   CONTAINER   CLAIM
+n1     device-plugin   0       A100        Healthy     50/100           12288/40960
+                                                       20               8192                 default/infer         srv         <none>
+                                                       30               4096                 team-a/train-0        main        c1
+n1     device-plugin   1       A100        Unhealthy   0/100            0/40960
+n1                     total                           50/200 (25%)     12288/81920 (15%)
+n2     device-plugin   0       H100        Healthy     100/100          81920/81920
+                                                       100              all                  ml/big                main        <none>
+n2                     total                           100/100 (100%)   81920/81920 (100%)
+n3     dra             0       NVIDIA L4   Healthy     50/100           6144/23034
+                                                       30               4096                 ml/train-0            <none>      train
+                                                       20               2048                 team-a/infer-a (+1)   <none>      infer
+n3     dra             1       NVIDIA L4   Healthy     100/100          22528/22528
+                                                       100              all                  ml/big-1              <none>      whole
+n3                     total                           150/200 (75%)    28672/45562 (62%)
+
+Cluster: 3 nodes, 5 GPUs, core 300/500 (60%), memory 122880/209402 MiB (58%)
+"""
+
+
+def test_inspect_dra(api, plugin):  # noqa: F811
+    """DRA-mode cards come from the node's ResourceSlice (the pool's newest generation, this
+    driver's only) and their shares from the allocated ResourceClaims of every namespace,
+    beside the device-plugin nodes' GPU objects."""
+    dra_cluster(api)
+    kc = ("--kubeconfig", api.kubeconfig)
+    api.call("DELETE", "/_control/requests", token=None)
+    r = run(plugin, "inspect", *kc)
+    assert (r.returncode, r.stdout, r.stderr) == (0, INSPECT_DRA, "")
+    st, reqs = api.call("GET", "/_control/requests", token=None)
+    lists = [(q["path"], q["query"]) for q in reqs]
+    assert [p for p, _ in lists] == [f"{G}/gpus", f"{R}/resourceslices", f"{R}/resourceclaims"]
+    assert "fieldSelector=spec.driver%3Dgpu.elasticgpu.io" in lists[1][1], lists
+    # NODE: the slices of that node only.
+    api.call("DELETE", "/_control/requests", token=None)
+    r = run(plugin, "inspect", "n3", "-o", "wide", *kc)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert rows[0] == ["NODE", "MODE", "GPU", "MODEL", "HEALTH", "CORE", "MEMORY(MiB)",
+                       "USED(MiB)", "UTIL(%)", "UUID", "POD", "CONTAINER", "CLAIM"]
+    assert rows[1] == ["n3", "dra", "0", "NVIDIA", "L4", "Healthy", "50/100", "6144/23034",
+                       "<none>", "<none>", "GPU-n3-0"]
+    assert rows[-1] == ["Cluster:", "1", "node,", "2", "GPUs,", "core", "150/200", "(75%),",
+                        "memory", "28672/45562", "MiB", "(62%)"]
+    st, reqs = api.call("GET", "/_control/requests", token=None)
+    q = [x["query"] for x in reqs if x["path"] == f"{R}/resourceslices"]
+    assert len(q) == 1 and "spec.nodeName%3Dn3" in q[0] and "spec.driver" in q[0], q
+    doc = json.loads(ok(run(plugin, "inspect", "n3", "-o", "json", *kc)))
+    assert doc == {
+        "apiVersion": "egpu.kubectl/v1", "kind": "Inspect",
+        "nodes": [{"name": "n3", "mode": "dra", "gpus": [
+            {"name": "gpu-0", "device": "gpu-0", "index": 0, "uuid": "GPU-n3-0",
+             "model": "NVIDIA L4", "health": "Healthy", "coreAllocated": 50, "coreTotal": 100,
+             "memoryAllocated": 6144, "memoryTotal": 23034,
+             "used": {"memory": None, "utilization": None, "updateTime": None},
+             "pods": [{"namespace": "ml", "pod": "train-0", "container": None, "core": 30,
+                       "memory": 4096, "claim": "train",
+                       "shareID": "9c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a95",
+                       "reservedFor": ["train-0"]},
+                      {"namespace": "team-a", "pod": "infer-a", "container": None, "core": 20,
+                       "memory": 2048, "claim": "infer", "shareID": "1b7e",
+                       "reservedFor": ["infer-a", "infer-b"]}]},
+            {"name": "gpu-1", "device": "gpu-1", "index": 1, "uuid": "GPU-n3-1",
+             "model": "NVIDIA L4", "health": "Healthy", "coreAllocated": 100,
+             "coreTotal": 100, "memoryAllocated": 22528, "memoryTotal": 22528,
+             "used": {"memory": None, "utilization": None, "updateTime": None},
+             "pods": [{"namespace": "ml", "pod": "big-1", "container": None, "core": 100,
+                       "memory": 0, "claim": "whole", "shareID": None,
+                       "reservedFor": ["big-1"]}]}],
+            "coreAllocated": 150, "coreTotal": 200, "memoryAllocated": 28672,
+            "memoryTotal": 45562}],
+        "coreAllocated": 150, "coreTotal": 200, "memoryAllocated": 28672, "memoryTotal": 45562}
+
+
+def test_inspect_dra_merges_the_gpu_object(api, plugin):  # noqa: F811
+    """A DRA node's GPU object of the same UUID gives the card its health and use; one whose
+    card left the slice (unhealthy) is shown under the node's mode."""
+    dra_slice(api, "n4", [dra_device(0, "GPU-n4-gpu0", "A100", "40Gi")])
+    gpu(api, "n4", 0, "A100", 40960, {"health": "Healthy", "used": {"memory": 700,
+                                                                   "utilization": 9}})
+    gpu(api, "n4", 1, "A100", 40960, {"health": "Unhealthy"})
+    rows = [line.split() for line in
+            ok(run(plugin, "inspect", "-o", "wide", "--kubeconfig", api.kubeconfig)).splitlines()]
+    assert rows[1] == ["n4", "dra", "0", "A100", "Healthy", "0/100", "0/40960", "700", "9",
+                       "GPU-n4-gpu0"]
+    assert rows[2] == ["n4", "dra", "1", "A100", "Unhealthy", "0/100", "0/40960", "<none>",
+                       "<none>", "GPU-n4-gpu1"]
+    doc = json.loads(ok(run(plugin, "inspect", "-o", "json", "--kubeconfig", api.kubeconfig)))
+    assert [(g["name"], g["device"]) for g in doc["nodes"][0]["gpus"]] == [
+        ("n4-gpu0", "gpu-0"), ("n4-gpu1", None)]
+
+
+def test_inspect_dra_bad_objects(api, plugin):  # noqa: F811
+    """A slice or claim that does not decode is left out with a warning naming it and the
+    field; a claim's result on a device no slice has is left out alone; the rest is shown."""
+    dra_cluster(api)
+    dra_slice(api, "n5", [{"name": "gpu-0", "capacity": {"cores": {"value": "150"}}}])
+    dra_claim(api, "ml", "huge", [("n3", "gpu-0", "s", {"cores": "101"})], ["p"])
+    dra_claim(api, "ml", "stale", [("n3", "gpu-7", "s1", {"cores": "5", "memory": "1Gi"}),
+                                   ("n3", "gpu-1", "s2", {"cores": "5", "memory": "1Gi"})], ["q"])
+    r = run(plugin, "inspect", "n3", "--kubeconfig", api.kubeconfig)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (
+        "kubectl-egpu: warning: ResourceClaim ml/huge left out: status.allocation.devices."
+        'results[0].consumedCapacity.cores is "101"; allowed: a whole number 0..100 (percent '
+        "of the card)\n"
+        "kubectl-egpu: warning: ResourceClaim ml/stale: 1 result left out: status.allocation."
+        "devices.results: device gpu-7 of pool n3 is in no ResourceSlice of "
+        "gpu.elasticgpu.io\n")
+    assert "ml/q " in r.stdout and "ml/p " not in r.stdout
+    r = run(plugin, "inspect", "--kubeconfig", api.kubeconfig)
+    assert r.returncode == 0 and "n5" not in r.stdout
+    assert r.stderr.splitlines()[0] == (
+        "kubectl-egpu: warning: ResourceSlice 0-gpu.elasticgpu.io-n5-x1 left out: "
+        'spec.devices[0].capacity.cores.value is "150"; allowed: a whole number 1..100 '
+        "(percent of the card)")
+
+
+def test_inspect_dra_api_errors(api, plugin):  # noqa: F811
+    """No resource.k8s.io/v1 (404: before 1.34) is no DRA node; a user who may not list
+    slices or claims (403) still sees the GPU objects, with a warning; any other error is
+    exit 1 as for GPU objects. Without a DRA card no claim is listed."""
+    kc = ("--kubeconfig", api.kubeconfig)
+    cluster(api)
+    api.call("DELETE", "/_control/requests", token=None)
+    assert ok(run(plugin, "inspect", *kc)) == INSPECT
+    st, reqs = api.call("GET", "/_control/requests", token=None)
+    assert [q["path"] for q in reqs] == [f"{G}/gpus", f"{R}/resourceslices"]
+    api.control("fault", {"method": "GET", "path": "/resourceslices", "code": 404, "count": 1})
+    r = run(plugin, "inspect", *kc)
+    assert (r.returncode, r.stdout, r.stderr) == (0, INSPECT, "")
+    api.control("fault", {"method": "GET", "path": "/resourceslices", "code": 403, "count": 1})
+    r = run(plugin, "inspect", *kc)
+    assert (r.returncode, r.stdout) == (0, INSPECT)
+    assert r.stderr == (f"kubectl-egpu: warning: listing resourceslices.resource.k8s.io from "
+                        f"{api.url}: HTTP 403 Forbidden; DRA-mode cards and shares are not "
+                        "shown\n")
+    api.control("fault", {"method": "GET", "path": "/resourceslices", "code": 500, "count": 1})
+    r = run(plugin, "inspect", *kc)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (f"kubectl-egpu: listing resourceslices.resource.k8s.io from {api.url}: "
+                        "HTTP 500 InternalError: Internal error occurred: injected fault\n")
+    # Claims forbidden: the cards without their shares.
+    dra_slice(api, "n3", [dra_device(0, "GPU-n3-0", "NVIDIA L4", "23034Mi")])
+    api.control("fault", {"method": "GET", "path": "/resourceclaims", "code": 403, "count": 1})
+    r = run(plugin, "inspect", "n3", *kc)
+    assert r.returncode == 0 and r.stdout.splitlines()[1].split()[:3] == ["n3", "dra", "0"]
+    assert "resourceclaims.resource.k8s.io" in r.stderr and "403" in r.stderr
+    # A DRA node with its slice only is a node with GPUs.
+    api.call("DELETE", f"{G}/gpus/n1-gpu0")
+    r = run(plugin, "inspect", "n3", *kc)
+    assert r.returncode == 0 and r.stderr == ""
 
 
 # Each C1 and BiDi control docs/kubectl.md names (U+2028/U+2029 add a line).

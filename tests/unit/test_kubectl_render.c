@@ -105,25 +105,26 @@ static void test_inspect_table(void **state)
            "\n"
            "Cluster: 1 node, 1 GPU, core 100/100 (100%), memory 81920/81920 MiB (100%)\n");
     egpu_buf_init(&b, EGPU_KUBECTL_OUT_MAX);
-    expect(egpu_kubectl_inspect(g, NGPUS, NULL, EGPU_KUBECTL_WIDE, &b), &b,
-           "NODE   GPU     MODEL   HEALTH      CORE             MEMORY(MiB)          USED(MiB)   "
-           "UTIL(%)   UUID          POD              CONTAINER   CLAIM\n"
-           "n1     0       A100    Healthy     50/100           12288/40960          5000        "
-           "41        GPU-n1-gpu0\n"
-           "                                   20               8192                               "
-           "                      default/infer    srv         <none>\n"
-           "                                   30               4096                               "
-           "                      team-a/train-0   main        c1\n"
-           "n1     1       A100    Unhealthy   0/100            0/40960              0           0 "
-           "        GPU-n1-gpu1\n"
-           "n1     total                       50/200 (25%)     12288/81920 (15%)\n"
-           "n2     0       H100    Healthy     100/100          81920/81920          <none>      "
-           "<none>    GPU-n2-gpu0\n"
-           "                                   100              all                                "
-           "                      ml/big           main        <none>\n"
-           "n2     total                       100/100 (100%)   81920/81920 (100%)\n"
-           "\n"
-           "Cluster: 2 nodes, 3 GPUs, core 150/300 (50%), memory 94208/163840 MiB (57%)\n");
+    expect(
+        egpu_kubectl_inspect(g, NGPUS, NULL, EGPU_KUBECTL_WIDE, &b), &b,
+        "NODE   MODE            GPU     MODEL   HEALTH      CORE             MEMORY(MiB)          "
+        "USED(MiB)   UTIL(%)   UUID          POD              CONTAINER   CLAIM\n"
+        "n1     device-plugin   0       A100    Healthy     50/100           12288/40960          "
+        "5000        41        GPU-n1-gpu0\n"
+        "                                                   20               8192                  "
+        "                                   default/infer    srv         <none>\n"
+        "                                                   30               4096                  "
+        "                                   team-a/train-0   main        c1\n"
+        "n1     device-plugin   1       A100    Unhealthy   0/100            0/40960              "
+        "0           0         GPU-n1-gpu1\n"
+        "n1                     total                       50/200 (25%)     12288/81920 (15%)\n"
+        "n2     device-plugin   0       H100    Healthy     100/100          81920/81920          "
+        "<none>      <none>    GPU-n2-gpu0\n"
+        "                                                   100              all                   "
+        "                                   ml/big           main        <none>\n"
+        "n2                     total                       100/100 (100%)   81920/81920 (100%)\n"
+        "\n"
+        "Cluster: 2 nodes, 3 GPUs, core 150/300 (50%), memory 94208/163840 MiB (57%)\n");
     clear_gpus(g);
     assert_int_equal(egpu_alloc_live(), live);
 }
@@ -143,9 +144,11 @@ static void test_inspect_json(void **state)
            "  \"nodes\": [\n"
            "    {\n"
            "      \"name\": \"n1\",\n"
+           "      \"mode\": \"device-plugin\",\n"
            "      \"gpus\": [\n"
            "        {\n"
            "          \"name\": \"n1-gpu0\",\n"
+           "          \"device\": null,\n"
            "          \"index\": 0,\n"
            "          \"uuid\": \"GPU-n1-gpu0\",\n"
            "          \"model\": \"A100\",\n"
@@ -166,7 +169,11 @@ static void test_inspect_json(void **state)
            "              \"container\": \"srv\",\n"
            "              \"core\": 20,\n"
            "              \"memory\": 8192,\n"
-           "              \"claim\": null\n"
+           "              \"claim\": null,\n"
+           "              \"shareID\": null,\n"
+           "              \"reservedFor\": [\n"
+           "                \"infer\"\n"
+           "              ]\n"
            "            },\n"
            "            {\n"
            "              \"namespace\": \"team-a\",\n"
@@ -174,12 +181,17 @@ static void test_inspect_json(void **state)
            "              \"container\": \"main\",\n"
            "              \"core\": 30,\n"
            "              \"memory\": 4096,\n"
-           "              \"claim\": \"c1\"\n"
+           "              \"claim\": \"c1\",\n"
+           "              \"shareID\": null,\n"
+           "              \"reservedFor\": [\n"
+           "                \"train-0\"\n"
+           "              ]\n"
            "            }\n"
            "          ]\n"
            "        },\n"
            "        {\n"
            "          \"name\": \"n1-gpu1\",\n"
+           "          \"device\": null,\n"
            "          \"index\": 1,\n"
            "          \"uuid\": \"GPU-n1-gpu1\",\n"
            "          \"model\": \"A100\",\n"
@@ -643,7 +655,8 @@ static void test_huge_values(void **state)
     json_decref(doc);
     egpu_buf_reset(&b);
     assert_int_equal(egpu_kubectl_inspect(g, 2, NULL, EGPU_KUBECTL_WIDE, &b), 0);
-    assert_non_null(strstr(egpu_buf_str(&b), "n1     total                     40/200 (20%)   "
+    assert_non_null(strstr(egpu_buf_str(&b), "n1                     total                     "
+                                             "40/200 (20%)   "
                                              "9223372036854775807/8589934590 (107374182425%)"));
     egpu_buf_free(&b);
     egpu_api_gpu_clear(&g[0]);
