@@ -1258,6 +1258,18 @@ int egpu_api_dra_spec_usage(const json_t *spec, const char *field, struct egpu_a
 int egpu_api_dra_claim_held(const json_t *claim, struct egpu_api_dra_usage *out, bool *allocated,
                             bool *in_use, struct egpu_error *err) EGPU_MUST_CHECK;
 
+/* What ResourceClaim claim is charged for against its namespace's GPUBudget,
+ * as a pod is (struct egpu_api_meter_pod, egpu_api_meter_add): core_pct and
+ * mem_mib what egpu_api_dra_claim_held says it holds; start_s its
+ * status.allocation.allocationTimestamp when kube-scheduler wrote one, else
+ * its metadata.creationTimestamp (the API server's), 0 when not allocated
+ * (charged nothing); end_s its metadata.deletionTimestamp, else INT64_MAX.
+ * Nothing a tenant writes in its spec counts. Returns 0, or the errors of
+ * egpu_api_dra_claim_held and egpu_api_time_parse naming the field; *out is
+ * then zero. */
+int egpu_api_dra_meter_read(const json_t *claim, struct egpu_api_meter_pod *out,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+
 #ifdef __cplusplus
 }
 #endif

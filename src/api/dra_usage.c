@@ -245,3 +245,36 @@ int egpu_api_dra_claim_held(const json_t *claim, struct egpu_api_dra_usage *out,
         memset(out, 0, sizeof(*out));
     return rc;
 }
+
+int egpu_api_dra_meter_read(const json_t *claim, struct egpu_api_meter_pod *out,
+                            struct egpu_error *err)
+{
+    const json_t *md = json_object_get(claim, "metadata");
+    const char *at = egpu_api_str(json_object_get(
+        json_object_get(json_object_get(claim, "status"), "allocation"), "allocationTimestamp"));
+    const char *created = egpu_api_str(json_object_get(md, "creationTimestamp"));
+    const char *del = egpu_api_str(json_object_get(md, "deletionTimestamp"));
+    struct egpu_api_dra_usage u;
+    bool allocated = false;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    out->end_s = INT64_MAX;
+    rc = egpu_api_dra_claim_held(claim, &u, &allocated, NULL, err);
+    if (rc == 0 && allocated && u.devices > 0) {
+        if (at != NULL)
+            rc = egpu_api_time_parse(at, "status.allocation.allocationTimestamp", &out->start_s,
+                                     err);
+        else
+            rc = egpu_api_time_parse(created, "metadata.creationTimestamp", &out->start_s, err);
+        if (rc == 0 && del != NULL)
+            rc = egpu_api_time_parse(del, "metadata.deletionTimestamp", &out->end_s, err);
+        out->core_pct = u.cores;
+        out->mem_mib = u.mem_mib;
+    }
+    if (rc) {
+        memset(out, 0, sizeof(*out));
+        out->end_s = INT64_MAX;
+    }
+    return rc;
+}

@@ -25,6 +25,9 @@
  * twice. Those ElasticGPUs get the finalizer elasticgpu.io/metering
  * (provisioned ones at creation, claim.c; others here), lost once metered
  * to their deletion, as pods are.
+ *
+ * DRA mode: allocated ResourceClaims of the namespace on this driver are
+ * charged like pods, from their status (dra_metering.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -373,6 +376,11 @@ int egpu__controller_budget_sync(struct egpu__controller *c, const char *ns)
                      egpu_api_str(json_object_get(json_object_get(o, "metadata"), "name")),
                      err.msg);
         }
+    }
+    if (have) { /* DRA mode: allocated ResourceClaims, as pods (dra_metering.c) */
+        rc = egpu__controller_dra_meter_claims(c, ns, &m, &nm);
+        if (rc)
+            goto out;
     }
     json_array_foreach(budgets, i, o)
     {

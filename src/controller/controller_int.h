@@ -108,6 +108,13 @@ int egpu__controller_egpu_sync(struct egpu__controller *c, const char *name);
 /* Meter the GPUBudgets of namespace ns and release the pods metered to
  * their end (budget.c). Returns 0 or the client's error. */
 int egpu__controller_budget_sync(struct egpu__controller *c, const char *ns);
+/* Append to (*m)[0..*n) (egpu_realloc'd; grown as needed, room for one more
+ * kept) what each ResourceClaim of namespace ns allocated on this driver is
+ * charged (egpu_api_dra_meter_read), from a consistent LIST (dra_metering.c).
+ * Returns 0 (an API server without resource.k8s.io/v1 too), -ENOMEM or the
+ * client's error (the step is retried: nothing is counted short). */
+int egpu__controller_dra_meter_claims(struct egpu__controller *c, const char *ns,
+                                      struct egpu_api_meter_pod **m, size_t *n);
 /* Has namespace ns a GPUBudget in the informer's cache (budget.c)? */
 bool egpu__controller_budget_exists(struct egpu__controller *c, const char *ns);
 

@@ -68,6 +68,8 @@ EGPU_NEEDS = {
 #   gpustatus.c egpu__controller_gs_sync: merge PATCH of a GPU's status.allocated
 #     (gpus/status), its only PATCH
 #   writes.c egpu__controller_event -> src/kube/event.c: POST of core/v1 events
+#   dra_metering.c egpu__controller_dra_meter_claims: LIST of a budgeted
+#     namespace's resource.k8s.io/v1 ResourceClaims (DRA mode's metering)
 # Its Lease is a Role of its own namespace (CONTROLLER_LEASE_VERBS).
 CONTROLLER_NEEDS = {
     (GROUP, "elasticgpuclaims", "list"), (GROUP, "elasticgpuclaims", "watch"),
@@ -85,6 +87,7 @@ CONTROLLER_NEEDS = {
     (GROUP, "gpubudgets", "list"), (GROUP, "gpubudgets", "watch"),
     (GROUP, "gpubudgets/status", "update"),
     ("", "events", "create"),
+    ("resource.k8s.io", "resourceclaims", "list"),
 }
 # Every (apiGroup, resource, verb) egpu-agent uses, from src/agent:
 #   inventory.c egpu_inventory_publish: LIST of the node's GPU objects (by

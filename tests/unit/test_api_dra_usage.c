@@ -217,13 +217,51 @@ static void test_claim_held_refused(void **state)
     json_decref(c);
 }
 
+static void test_meter_read(void **state)
+{
+    json_t *c = tu_json(
+        "{'metadata': {'name': 'c', 'creationTimestamp': '2026-07-24T09:00:00Z', "
+        "'deletionTimestamp': '2026-07-24T10:00:00Z'}, "
+        "'spec': " REQ(
+            "{'name': 'gpu', 'exactly': {'deviceClassName': " SHARE ", "
+            "'capacity': {'requests': {'cores': '99'}}}}") ", "
+                                                           "'status': {'allocation': "
+                                                           "{'allocationTimestamp': "
+                                                           "'2026-07-24T09:30:00Z', "
+                                                           "'devices': {'results': [" RESULT(
+                                                               "gpu.elasticgpu.io",
+                                                               ", 'consumedCapacity': {'cores': "
+                                                               "'25', 'memory': "
+                                                               "'2Gi'}") "]}}}}");
+    struct egpu_api_meter_pod m;
+    struct egpu_error err = {0};
+
+    (void)state;
+    assert_int_equal(egpu_api_dra_meter_read(c, &m, &err), 0);
+    assert_int_equal(m.core_pct, 25); /* the status, not the spec's 99 */
+    assert_int_equal(m.mem_mib, 2048);
+    assert_int_equal(m.end_s - m.start_s, 1800); /* allocated 09:30, deleted 10:00 */
+    /* without allocationTimestamp: from its creation, running */
+    json_object_del(json_object_get(json_object_get(c, "status"), "allocation"),
+                    "allocationTimestamp");
+    json_object_del(json_object_get(c, "metadata"), "deletionTimestamp");
+    assert_int_equal(egpu_api_dra_meter_read(c, &m, &err), 0);
+    assert_int_equal(m.end_s, INT64_MAX);
+    assert_int_equal(m.start_s, 1784883600); /* its creation, 2026-07-24T09:00:00Z */
+    /* not allocated: nothing */
+    json_object_del(c, "status");
+    assert_int_equal(egpu_api_dra_meter_read(c, &m, &err), 0);
+    assert_int_equal(m.start_s, 0);
+    assert_int_equal(m.core_pct, 0);
+    json_decref(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_usage),
-        cmocka_unit_test(test_spec_refused),
-        cmocka_unit_test(test_claim_held),
-        cmocka_unit_test(test_claim_held_refused),
+        cmocka_unit_test(test_spec_usage), cmocka_unit_test(test_spec_refused),
+        cmocka_unit_test(test_claim_held), cmocka_unit_test(test_claim_held_refused),
+        cmocka_unit_test(test_meter_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
