@@ -1,22 +1,45 @@
 """DRA mode's ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1) held to the
 namespace's ResourceQuota of requests.elasticgpu.io/gpu-core and gpu-memory and to its
 GPUBudget (src/webhook/dra_quota.c, docs/budgets.md "DRA mode"): the quota of cores and
-memory Kubernetes' own ResourceQuota lacks (it counts devices, not shares of one).
+memory Kubernetes' own ResourceQuota lacks (it counts devices, not shares of one); and
+egpu-controller metering an allocated claim into the budget's status as it meters pods
+(src/controller/dra_metering.c): from what its status says it consumes, never its spec.
 
 egpu-webhook (the real binary, over HTTPS, with its ServiceAccount's token and RBAC from
 deploy/) answers /validate for claims and templates; a claim it admits is then created in
 the API server, so the next one is judged against it. Run on the test API server and on
 the real control plane (the same assertions).
 """
+import time
+
 import pytest
 
-from test_controller import G, V, wait  # noqa: F401
+from test_budget import ts
+from test_controller import G, V, ctl, wait  # noqa: F401 (ctl: a fixture, on this module's api)
 from test_quota import api, mkquota, webhook  # noqa: F401 (fixtures)
 from test_webhook import UID, cert  # noqa: F401
 
 CORE, MEM = "elasticgpu.io/gpu-core", "elasticgpu.io/gpu-memory"
 DRA = "/apis/resource.k8s.io/v1"
 SHARE, WHOLE = "gpu-share.elasticgpu.io", "gpu.elasticgpu.io"
+
+
+@pytest.fixture(autouse=True)
+def no_claims(api):  # noqa: F811
+    """The real control plane lives for the session and its cleanup between tests knows no
+    ResourceClaims: each test starts and ends with none in namespace ml."""
+    def clean():
+        st, out = api.call("GET", f"{DRA}/namespaces/ml/resourceclaims")
+        assert st == 200, out
+        for o in out.get("items") or []:
+            st, _ = api.call("DELETE", f"{DRA}/namespaces/ml/resourceclaims/"
+                             f"{o['metadata']['name']}")
+            assert st in (200, 202, 404)
+        wait(lambda: not (api.call("GET", f"{DRA}/namespaces/ml/resourceclaims")[1]
+                          .get("items")), "no ResourceClaims left in ml")
+    clean()
+    yield
+    clean()
 
 
 def spec(cores=None, mem=None, cls=SHARE, count=1):
@@ -151,6 +174,69 @@ def test_over_budget_refuses_new_claims(webhook, api):  # noqa: F811
     wait(lambda: w.review("/validate", dra_review(claim("x", spec(10))))["allowed"],
          "the webhook sees the budget InBudget", timeout=30)
     assert admit(w, api, claim("x", spec(10)))["allowed"] is True
+
+
+def test_allocated_claim_is_metered(api, ctl):  # noqa: F811
+    """A claim whose spec asks 99 cores but whose allocation (status, as kube-scheduler
+    writes it) consumes 30 cores and 4 GiB is charged 30 percent-seconds and 4096
+    MiB-seconds a second from its creation (no allocationTimestamp) back to the metering
+    step before the one that saw it allocated; a claim not allocated and another driver's
+    allocation cost nothing; once the claim is deleted the charge stops."""
+    obj = {"apiVersion": V, "kind": "GPUBudget", "metadata": {"name": "b", "namespace": "ml"},
+           "spec": {"gpuHours": 1, "overBudgetPriorityClassName": "gpu-over-budget"}}
+    st, out = api.call("POST", f"{G}/namespaces/ml/gpubudgets", obj)
+    assert st == 201, out
+    ctl(extra=("--leader-elect", "false", "--meter-seconds", "1"))
+
+    def budget():
+        st, out = api.call("GET", f"{G}/namespaces/ml/gpubudgets/b")
+        assert st == 200, out
+        return out
+    wait(lambda: budget().get("status", {}).get("metering"), "metering started")
+    start = ts(budget()["status"]["metering"]["until"])
+    for name, drv, cc in (("a", WHOLE, {"cores": "30", "memory": "4Gi"}),
+                          ("nv", "gpu.nvidia.com", {"cores": "50"}), ("pending", None, None)):
+        st, out = api.call("POST", f"{DRA}/namespaces/ml/resourceclaims",
+                           claim(name, spec(99) if drv != "gpu.nvidia.com" else
+                                 spec(cls="gpu.nvidia.com")))
+        assert st == 201, out
+        if drv is None:
+            continue
+        out["status"] = {"allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": drv, "pool": "n1",
+                                     "device": "gpu-0",
+                                     "shareID": "7e1c0a4e-1d1e-4c3a-9a38-3a4d2f6b9a10",
+                                     "consumedCapacity": cc}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}
+        path = f"{DRA}/namespaces/ml/resourceclaims/{name}"
+        st, got = api.call("PUT", path + "/status", out)
+        if st == 404:  # the test API server serves no status subresource of claims
+            st, got = api.call("PUT", path, out)
+        assert st == 200, got
+        out = got
+        if name == "a":
+            created = ts(out["metadata"]["creationTimestamp"])
+            allocated = int(time.time()) + 1  # the second after the status was written
+
+    def charged(after):
+        m = budget()["status"]["metering"]
+        return ts(m["until"]) >= after and m
+    m = wait(lambda: charged(created + 3), "three seconds metered", timeout=20)
+    # charged 30 and 4096 a second from its creation, as far back as the first metering
+    # step that saw it allocated reaches (one step before it was, at most)
+    k, rem = divmod(m["coreSeconds"], 30)
+    assert rem == 0 and m["memorySeconds"] == 4096 * k, m
+    assert ts(m["until"]) - allocated - 1 <= k <= ts(m["until"]) - max(created, start), \
+        (m, created, allocated)
+    st, out = api.call("DELETE", f"{DRA}/namespaces/ml/resourceclaims/a")
+    assert st == 200, out
+    gone = time.time()
+    m1 = wait(lambda: charged(int(gone) + 1), "metered past the deletion", timeout=20)
+    m2 = wait(lambda: charged(ts(m1["until"]) + 2), "two seconds more", timeout=20)
+    assert m2["coreSeconds"] == m1["coreSeconds"] >= m["coreSeconds"], (m, m1, m2)
+    # charged up to a step at most past its last metering before the deletion
+    assert m1["coreSeconds"] <= 30 * (int(gone) + 2 - max(created, start)), (m1, gone)
 
 
 if __name__ == "__main__":
