@@ -254,6 +254,10 @@ def test_slice_has_the_cards_shared(dra):
         assert d["capacity"]["cores"]["value"] == "100"
         assert d["capacity"]["memory"]["value"] == "80Gi"  # 81920 MiB, a fake A100-80GB
         assert d["attributes"]["uuid"]["string"].startswith("GPU-")
+        # what the fake backend tells of an A100 (dra_slice.c's egpu__dra_slice_attributes)
+        assert d["attributes"]["architecture"] == {"string": "Ampere"}
+        assert d["attributes"]["cudaComputeCapability"] == {"version": "8.0.0"}
+        assert d["attributes"]["driverVersion"] == {"version": "570.133.20"}
     owner = sl["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "Node" and owner["name"] == NODE
 
