@@ -314,6 +314,54 @@ json_t *egpu_controller_gpu_index_cards(struct egpu_controller_gpu_index *ix);
  * ([] when nothing holds the card; NULL when out of memory). */
 json_t *egpu_controller_gpu_index_allocated(struct egpu_controller_gpu_index *ix, const char *key);
 
+/* ------------------------------------------------------------------------ */
+/* DRA mode: a pod's ResourceClaimTemplates (src/controller/dra_spec.c)      */
+/*
+ * egpu-controller --mode dra makes the ResourceClaimTemplates (resource.k8s.io/v1,
+ * dra_notes.md section 5) that egpu-webhook's DRA mode names in a pod's
+ * annotation EGPU_ANN_DRA_CLAIMS, a JSON object {template name: the
+ * template's spec}, and in its spec.resourceClaims[].resourceClaimTemplateName.
+ * The annotation is read as a tenant's: its spec bodies are compared, never
+ * used (docs/claims.md, "DRA mode").
+ */
+
+/* The label of every ResourceClaimTemplate the controller makes; only those
+ * are garbage-collected. */
+#define EGPU_CONTROLLER_MANAGED_BY_KEY   "app.kubernetes.io/managed-by"
+#define EGPU_CONTROLLER_MANAGED_BY_VALUE "egpu-controller"
+/* Entries an annotation may hold at most: a pod's spec.resourceClaims holds
+ * at most 32 (core/v1 validation), and its text at most this many bytes. */
+#define EGPU_CONTROLLER_DRA_ENTRIES_MAX  32
+#define EGPU_CONTROLLER_DRA_TEXT_MAX     (64 * 1024)
+
+/* Decode the annotation's text (NUL-terminated) into *out: a new JSON object
+ * (caller json_decref()s) of at most EGPU_CONTROLLER_DRA_ENTRIES_MAX entries,
+ * each a non-empty name of at most 253 characters mapped to an object.
+ * Returns 0, or EGPU_ESYNTAX (longer than EGPU_CONTROLLER_DRA_TEXT_MAX, not a
+ * JSON object, an entry that is not an object, a bad name) or EGPU_ERANGE (too
+ * many entries), the message naming the annotation and what was wrong;
+ * *out is written only on success. */
+int egpu_controller_dra_entries(const char *text, json_t **out,
+                                struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The names of the ResourceClaimTemplates pod (a core/v1 Pod, borrowed)
+ * names in spec.resourceClaims[].resourceClaimTemplateName, as the keys of
+ * a new JSON object (values true; {} when none; NULL: out of memory). */
+json_t *egpu_controller_dra_pod_templates(const json_t *pod);
+
+/* Does the spec of a stored ResourceClaimTemplate, have (its "spec", as the
+ * API server returns it), say what want (the spec the controller makes)
+ * says? The API server fills defaults and canonicalizes quantities
+ * (dra_notes.md sections 5 and 7: "4096Mi" comes back "4Gi"), so: an object
+ * field absent on one side must be empty (null, "", [] or an object of
+ * such values: {"creationTimestamp": null}) or a default
+ * on the other (allocationMode "ExactCount", count 1, a toleration's
+ * operator "Equal"); arrays match element by element; strings under a
+ * "capacity" object match as quantities of equal value (egpu_quantity_parse);
+ * anything else must be equal. want and have borrowed; NULL matches only
+ * NULL. */
+bool egpu_controller_dra_spec_same(const json_t *want, const json_t *have);
+
 #ifdef __cplusplus
 }
 #endif

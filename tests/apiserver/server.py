@@ -823,6 +823,10 @@ RESOURCES = [
     # DRA: the agent's NodePrepareResources GETs the claim (tests/unit/test_agent_dra_plugin.c
     # creates it with its status.allocation, as the scheduler would have written it).
     Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
+    # egpu-controller --mode dra makes a pod's ResourceClaimTemplates and the DeviceClasses
+    # of ElasticGPUClasses (tests/integration/test_controller_dra.py).
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
     Resource(EGPU, "v1alpha1", "gpus", "GPU", False, subresources=["status"],
              custom=True, fields=["spec.nodeName"],
              columns=crd_columns(("Node", "string", ".spec.nodeName"),

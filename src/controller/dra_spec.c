@@ -1,0 +1,166 @@
+/* controller/dra_spec.c - the pure parts of the DRA-mode template
+ * reconciler (dra.c): decoding a pod's elasticgpu.io/dra-claims annotation as
+ * hostile input, the templates a pod names, and whether a stored
+ * ResourceClaimTemplate's spec says what the controller would make, across
+ * the API server's defaulting and quantity canonicalization
+ * (../shared/k8s-wire/dra/dra_notes.md sections 5 and 7). No I/O.
+ */
+#include <string.h>
+
+#include "egpu/controller.h"
+
+int egpu_controller_dra_entries(const char *text, json_t **out, struct egpu_error *err)
+{
+    json_error_t jerr;
+    json_t *obj, *v;
+    const char *name;
+
+    if (text == NULL || strlen(text) > EGPU_CONTROLLER_DRA_TEXT_MAX)
+        return egpu_error_set(err, EGPU_ESYNTAX,
+                              "annotation %s: longer than %d bytes; allowed: a JSON object of "
+                              "template names to specs",
+                              "elasticgpu.io/dra-claims", EGPU_CONTROLLER_DRA_TEXT_MAX);
+    obj = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (obj == NULL || !json_is_object(obj)) {
+        json_decref(obj);
+        return egpu_error_set(err, EGPU_ESYNTAX,
+                              "annotation %s: not a JSON object of template names to specs",
+                              "elasticgpu.io/dra-claims");
+    }
+    if (json_object_size(obj) > EGPU_CONTROLLER_DRA_ENTRIES_MAX) {
+        size_t n = json_object_size(obj);
+
+        json_decref(obj);
+        return egpu_error_set(err, EGPU_ERANGE, "annotation %s: %zu templates; allowed: at most %d",
+                              "elasticgpu.io/dra-claims", n, EGPU_CONTROLLER_DRA_ENTRIES_MAX);
+    }
+    json_object_foreach(obj, name, v)
+    {
+        size_t len = strlen(name);
+
+        if (len == 0 || len >= EGPU_K8S_NAME_MAX || !json_is_object(v)) {
+            json_decref(obj);
+            return egpu_error_set(err, EGPU_ESYNTAX,
+                                  "annotation %s: entry \"%.64s\": allowed: a name of 1..253 "
+                                  "characters mapped to a template spec object",
+                                  "elasticgpu.io/dra-claims", name);
+        }
+    }
+    *out = obj;
+    return 0;
+}
+
+json_t *egpu_controller_dra_pod_templates(const json_t *pod)
+{
+    const json_t *rc, *claims = json_object_get(json_object_get(pod, "spec"), "resourceClaims");
+    json_t *out = json_object();
+    size_t i;
+
+    if (out == NULL)
+        return NULL;
+    json_array_foreach(claims, i, rc)
+    {
+        const char *t = egpu_api_str(json_object_get(rc, "resourceClaimTemplateName"));
+
+        if (t != NULL && t[0] != '\0' && json_object_set_new(out, t, json_true()) != 0) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* null, "", [], or an object whose every value is empty ({"creationTimestamp":
+ * null}, the metadata the API server returns for a template spec without
+ * one). */
+static bool empty(const json_t *v)
+{
+    const char *k;
+    const json_t *x;
+
+    if (json_is_object(v)) {
+        json_object_foreach((json_t *)v, k, x)
+        {
+            if (!json_is_null(x) && !(json_is_string(x) && json_string_length(x) == 0) &&
+                !(json_is_array(x) && json_array_size(x) == 0) &&
+                !(json_is_object(x) && json_object_size(x) == 0))
+                return false;
+        }
+        return true;
+    }
+    return v == NULL || json_is_null(v) || (json_is_string(v) && json_string_length(v) == 0) ||
+           (json_is_array(v) && json_array_size(v) == 0);
+}
+
+/* What the API server fills in when a field is absent (ExactDeviceRequest,
+ * DeviceSubRequest, DeviceToleration of resource.k8s.io/v1). */
+static bool defaulted(const char *key, const json_t *v)
+{
+    if (strcmp(key, "allocationMode") == 0)
+        return json_is_string(v) && strcmp(json_string_value(v), "ExactCount") == 0;
+    if (strcmp(key, "count") == 0)
+        return json_is_integer(v) && json_integer_value(v) == 1;
+    if (strcmp(key, "operator") == 0)
+        return json_is_string(v) && strcmp(json_string_value(v), "Equal") == 0;
+    return false;
+}
+
+/* Two quantities of equal value, both in thousandths (exact), or equal text. */
+static bool same_quantity(const char *a, const char *b)
+{
+    struct egpu_quantity qa, qb;
+    int64_t va, vb;
+
+    if (strcmp(a, b) == 0)
+        return true;
+    if (egpu_quantity_parse(a, &qa, NULL) != 0 || egpu_quantity_parse(b, &qb, NULL) != 0)
+        return false;
+    if (egpu_quantity_to_units(&qa, -3, 0, EGPU_ROUND_EXACT, &va) != 0 ||
+        egpu_quantity_to_units(&qb, -3, 0, EGPU_ROUND_EXACT, &vb) != 0)
+        return false;
+    return va == vb;
+}
+
+static bool same(const json_t *want, const json_t *have, bool quantities, int depth)
+{
+    if (depth > 32)
+        return false;
+    if (want == NULL || have == NULL)
+        return want == have;
+    if (json_is_object(want) && json_is_object(have)) {
+        const char *k;
+        const json_t *v;
+
+        json_object_foreach((json_t *)want, k, v)
+        {
+            const json_t *h = json_object_get(have, k);
+
+            if (h == NULL ? !(empty(v) || defaulted(k, v))
+                          : !same(v, h, quantities || strcmp(k, "capacity") == 0, depth + 1))
+                return false;
+        }
+        json_object_foreach((json_t *)have, k, v)
+        {
+            if (json_object_get(want, k) == NULL && !empty(v) && !defaulted(k, v))
+                return false;
+        }
+        return true;
+    }
+    if (json_is_array(want) && json_is_array(have)) {
+        if (json_array_size(want) != json_array_size(have))
+            return false;
+        for (size_t i = 0; i < json_array_size(want); i++) {
+            if (!same(json_array_get(want, i), json_array_get(have, i), quantities, depth + 1))
+                return false;
+        }
+        return true;
+    }
+    if (quantities && json_is_string(want) && json_is_string(have))
+        return same_quantity(json_string_value(want), json_string_value(have));
+    return json_equal((json_t *)want, (json_t *)have);
+}
+
+bool egpu_controller_dra_spec_same(const json_t *want, const json_t *have)
+{
+    return same(want, have, false, 0);
+}

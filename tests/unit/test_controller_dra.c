@@ -1,0 +1,223 @@
+/* tests/unit/test_controller_dra.c - the pure parts of egpu-controller's DRA
+ * mode (src/controller/dra_spec.c): the elasticgpu.io/dra-claims annotation
+ * decoded as hostile input (too long, not an object, too many entries, bad
+ * names and bodies refused, each named), the templates a pod names, and the
+ * comparison of a stored ResourceClaimTemplate's spec with the one the
+ * controller makes, which holds across the API server's defaults and
+ * canonical quantities and catches every real difference.
+ */
+#include "testutil.h"
+
+#include "testjson.h"
+
+#include <stdlib.h>
+
+#include "egpu/controller.h"
+
+static void test_entries(void **state)
+{
+    struct egpu_error err = {0};
+    json_t *out = NULL;
+    char *big;
+
+    (void)state;
+    assert_int_equal(
+        egpu_controller_dra_entries("{\"egpu-ab\": {\"spec\": {}}, \"egpu-cd\": {}}", &out, &err),
+        0);
+    assert_int_equal(json_object_size(out), 2);
+    assert_true(json_is_object(json_object_get(out, "egpu-ab")));
+    json_decref(out);
+    out = NULL;
+    assert_int_equal(egpu_controller_dra_entries("{}", &out, &err), 0);
+    assert_int_equal(json_object_size(out), 0);
+    json_decref(out);
+    out = NULL;
+
+    assert_int_equal(egpu_controller_dra_entries("[1]", &out, &err), EGPU_ESYNTAX);
+    assert_string_equal(err.msg, "annotation elasticgpu.io/dra-claims: not a JSON object of "
+                                 "template names to specs");
+    assert_null(out);
+    assert_int_equal(egpu_controller_dra_entries("{\"a\": 1", &out, &err), EGPU_ESYNTAX);
+    assert_int_equal(egpu_controller_dra_entries("{\"a\": {}, \"a\": {}}", &out, &err),
+                     EGPU_ESYNTAX);
+    assert_int_equal(egpu_controller_dra_entries("{\"egpu-x\": \"spec\"}", &out, &err),
+                     EGPU_ESYNTAX);
+    assert_string_equal(err.msg, "annotation elasticgpu.io/dra-claims: entry \"egpu-x\": "
+                                 "allowed: a name of 1..253 characters mapped to a template "
+                                 "spec object");
+    assert_int_equal(egpu_controller_dra_entries("{\"\": {}}", &out, &err), EGPU_ESYNTAX);
+    assert_null(out);
+
+    /* 33 entries: one more than a pod may name. */
+    big = malloc(EGPU_CONTROLLER_DRA_TEXT_MAX + 2);
+    assert_non_null(big);
+    {
+        size_t n = 0;
+
+        n += (size_t)snprintf(big + n, 16, "{");
+        for (int i = 0; i < 33; i++)
+            n += (size_t)snprintf(big + n, 32, "%s\"t%d\": {}", i ? ", " : "", i);
+        snprintf(big + n, 4, "}");
+    }
+    assert_int_equal(egpu_controller_dra_entries(big, &out, &err), EGPU_ERANGE);
+    assert_string_equal(err.msg, "annotation elasticgpu.io/dra-claims: 33 templates; allowed: "
+                                 "at most 32");
+    /* A name of 254 characters. */
+    memset(big, 'a', EGPU_CONTROLLER_DRA_TEXT_MAX + 1);
+    big[0] = '{';
+    big[1] = '"';
+    snprintf(big + 2 + 254, 8, "\": {}}");
+    assert_int_equal(egpu_controller_dra_entries(big, &out, &err), EGPU_ESYNTAX);
+    /* Longer than the limit: refused before parsing. */
+    memset(big, ' ', EGPU_CONTROLLER_DRA_TEXT_MAX + 1);
+    big[0] = '{';
+    big[EGPU_CONTROLLER_DRA_TEXT_MAX] = '}';
+    big[EGPU_CONTROLLER_DRA_TEXT_MAX + 1] = '\0';
+    assert_int_equal(egpu_controller_dra_entries(big, &out, &err), EGPU_ESYNTAX);
+    assert_non_null(strstr(err.msg, "longer than 65536 bytes"));
+    big[EGPU_CONTROLLER_DRA_TEXT_MAX] = '\0';
+    big[EGPU_CONTROLLER_DRA_TEXT_MAX - 1] = '}';
+    assert_int_equal(egpu_controller_dra_entries(big, &out, &err), 0);
+    json_decref(out);
+    assert_int_equal(egpu_controller_dra_entries(NULL, &out, &err), EGPU_ESYNTAX);
+    free(big);
+}
+
+static void test_pod_templates(void **state)
+{
+    json_t *pod = tu_json("{'spec': {'resourceClaims': [{'name': 'gpu', "
+                          "'resourceClaimTemplateName': 'egpu-1'}, {'name': 'x', "
+                          "'resourceClaimName': 'shared'}, {'name': 'y', "
+                          "'resourceClaimTemplateName': 'egpu-2'}, {'name': 'z', "
+                          "'resourceClaimTemplateName': 7}]}}");
+    json_t *none = tu_json("{'spec': {'containers': []}}");
+    json_t *t = egpu_controller_dra_pod_templates(pod);
+
+    (void)state;
+    assert_int_equal(json_object_size(t), 2);
+    assert_non_null(json_object_get(t, "egpu-1"));
+    assert_non_null(json_object_get(t, "egpu-2"));
+    assert_null(json_object_get(t, "shared"));
+    json_decref(t);
+    t = egpu_controller_dra_pod_templates(none);
+    assert_int_equal(json_object_size(t), 0);
+    json_decref(t);
+    t = egpu_controller_dra_pod_templates(NULL);
+    assert_int_equal(json_object_size(t), 0);
+    json_decref(t);
+    json_decref(pod);
+    json_decref(none);
+}
+
+/* What the controller sends, and what the API server returns for it: the
+ * template's metadata {}, allocationMode and count filled in, the memory
+ * canonical. */
+#define WANT                                                                            \
+    "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': " \
+    "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '30', 'memory': "    \
+    "'4096Mi'}}}}], 'constraints': [{'requests': ['c0'], 'distinctAttribute': "         \
+    "'gpu.elasticgpu.io/uuid'}]}}}"
+#define STORED                                                                              \
+    "{'metadata': {'creationTimestamp': null}, 'spec': {'devices': {'requests': [{'name': " \
+    "'c0', 'exactly': {'deviceClassName': 'gpu-share.elasticgpu.io', 'allocationMode': "    \
+    "'ExactCount', 'count': 1, 'capacity': {'requests': {'cores': '30', 'memory': "         \
+    "'4Gi'}}}}], 'constraints': [{'requests': ['c0'], 'distinctAttribute': "                \
+    "'gpu.elasticgpu.io/uuid'}]}}}"
+
+static void test_spec_same(void **state)
+{
+    static const char *const differ[] = {
+        /* another capacity */
+        "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '31', 'memory': "
+        "'4Gi'}}}}], 'constraints': [{'requests': ['c0'], 'distinctAttribute': "
+        "'gpu.elasticgpu.io/uuid'}]}}}",
+        /* more memory */
+        "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '30', 'memory': "
+        "'5Gi'}}}}], 'constraints': [{'requests': ['c0'], 'distinctAttribute': "
+        "'gpu.elasticgpu.io/uuid'}]}}}",
+        /* the whole-card class */
+        "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': "
+        "'gpu.elasticgpu.io', 'capacity': {'requests': {'cores': '30', 'memory': "
+        "'4Gi'}}}}], 'constraints': [{'requests': ['c0'], 'distinctAttribute': "
+        "'gpu.elasticgpu.io/uuid'}]}}}",
+        /* two devices */
+        "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'count': 2, 'capacity': {'requests': {'cores': '30', "
+        "'memory': '4Gi'}}}}], 'constraints': [{'requests': ['c0'], 'distinctAttribute': "
+        "'gpu.elasticgpu.io/uuid'}]}}}",
+        /* a selector added */
+        "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'selectors': [{'cel': {'expression': 'true'}}], "
+        "'capacity': {'requests': {'cores': '30', 'memory': '4Gi'}}}}], 'constraints': "
+        "[{'requests': ['c0'], 'distinctAttribute': 'gpu.elasticgpu.io/uuid'}]}}}",
+        /* the constraint gone */
+        "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '30', 'memory': "
+        "'4Gi'}}}}]}}}",
+        /* a second request */
+        "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '30', 'memory': "
+        "'4Gi'}}}}, {'name': 'c1', 'exactly': {'deviceClassName': 'gpu.elasticgpu.io'}}], "
+        "'constraints': [{'requests': ['c0'], 'distinctAttribute': "
+        "'gpu.elasticgpu.io/uuid'}]}}}",
+        /* labels the claims get */
+        "{'metadata': {'labels': {'a': 'b'}}, 'spec': {'devices': {'requests': [{'name': "
+        "'c0', 'exactly': {'deviceClassName': 'gpu-share.elasticgpu.io', 'capacity': "
+        "{'requests': {'cores': '30', 'memory': '4Gi'}}}}], 'constraints': [{'requests': "
+        "['c0'], 'distinctAttribute': 'gpu.elasticgpu.io/uuid'}]}}}",
+        /* a field the controller does not set */
+        "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '30', 'memory': "
+        "'4Gi'}}}}], 'constraints': [{'requests': ['c0'], 'distinctAttribute': "
+        "'gpu.elasticgpu.io/uuid'}]}}, 'x': '1k'}",
+        /* not a quantity */
+        "{'spec': {'devices': {'requests': [{'name': 'c0', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': 'thirty', 'memory': "
+        "'4Gi'}}}}], 'constraints': [{'requests': ['c0'], 'distinctAttribute': "
+        "'gpu.elasticgpu.io/uuid'}]}}}",
+    };
+    json_t *want = tu_json(WANT), *stored = tu_json(STORED);
+
+    (void)state;
+    assert_true(egpu_controller_dra_spec_same(want, want));
+    assert_true(egpu_controller_dra_spec_same(want, stored));
+    assert_true(egpu_controller_dra_spec_same(stored, want));
+    for (size_t i = 0; i < sizeof(differ) / sizeof(differ[0]); i++) {
+        json_t *d = tu_json(differ[i]);
+
+        if (egpu_controller_dra_spec_same(want, d))
+            fail_msg("differ[%zu] taken as the same spec", i);
+        json_decref(d);
+    }
+    /* An allocationMode other than the default differs. */
+    {
+        json_t *all = json_deep_copy(stored);
+        json_t *ex = json_object_get(
+            json_array_get(json_object_get(json_object_get(json_object_get(all, "spec"), "devices"),
+                                           "requests"),
+                           0),
+            "exactly");
+
+        assert_int_equal(json_object_set_new(ex, "allocationMode", json_string("All")), 0);
+        assert_false(egpu_controller_dra_spec_same(want, all));
+        json_decref(all);
+    }
+    assert_true(egpu_controller_dra_spec_same(NULL, NULL));
+    assert_false(egpu_controller_dra_spec_same(want, NULL));
+    assert_false(egpu_controller_dra_spec_same(NULL, want));
+    json_decref(want);
+    json_decref(stored);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_entries),
+        cmocka_unit_test(test_pod_templates),
+        cmocka_unit_test(test_spec_same),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
