@@ -1058,6 +1058,98 @@ bool egpu_api_resv_can_hold(const struct egpu_reservation *r,
                             const struct egpu_container_request *cr);
 
 /* ------------------------------------------------------------------------ */
+/* DRA mode's claims (src/api/dra.c)                                        */
+/*
+ * In DRA mode (egpu-webhook --mode dra) a pod's elasticgpu.io request
+ * becomes, per GPU container, a ResourceClaimTemplate (resource.k8s.io/v1;
+ * ../shared/k8s-wire/dra/dra_notes.md section 5) whose spec.spec is the
+ * ResourceClaimSpec made here and whose name is made from that spec. The
+ * webhook creates nothing: it lists the templates a pod needs in the pod's
+ * annotation EGPU_ANN_DRA_CLAIMS, a JSON object {template name: claim
+ * spec}, and egpu-controller creates them in the pod's namespace, so a pod
+ * that admission then denies leaves no object behind. Text a tenant wrote
+ * enters a CEL expression only through egpu_api_cel_quote.
+ */
+
+/* On a Pod (set by egpu-webhook in DRA mode, fixed from then on): the
+ * ResourceClaimTemplates its spec.resourceClaims name, as a JSON object
+ * {"egpu-<hash>": <ResourceClaimSpec>, ...}. */
+#define EGPU_ANN_DRA_CLAIMS            EGPU_API_GROUP "/dra-claims"
+/* The one request of every template (containers[].resources.claims[].request). */
+#define EGPU_API_DRA_REQUEST           "gpu"
+/* Attributes of a device in the agent's ResourceSlice that selectors read:
+ * the card's model (a string, GPU objects' spec.model) and its UUID. */
+#define EGPU_API_DRA_ATTR_MODEL        "productName"
+#define EGPU_API_DRA_ATTR_UUID         "uuid"
+/* Template names: the prefix and 32 lower-case hex digits (SHA-256's first
+ * 128 bits); bytes incl. NUL. */
+#define EGPU_API_DRA_TEMPLATE_PREFIX   "egpu-"
+#define EGPU_API_DRA_TEMPLATE_NAME_MAX (sizeof(EGPU_API_DRA_TEMPLATE_PREFIX) - 1 + 32 + 1)
+/* The pod's spec.resourceClaims[].name of its i-th GPU container: "egpu-<i>". */
+#define EGPU_API_DRA_POD_CLAIM_PREFIX  "egpu-"
+#define EGPU_API_DRA_COUNT_MAX         32    /* whole cards in one request (the API's limit) */
+#define EGPU_API_CEL_TEXT_MAX          1024  /* bytes of text egpu_api_cel_quote takes */
+#define EGPU_API_CEL_EXPR_MAX          10240 /* a CEL selector's expression, bytes (the API's) */
+
+/* Quote s[0..len) (UTF-8, may hold NUL bytes; at most EGPU_API_CEL_TEXT_MAX
+ * bytes) as one CEL string literal (cel-spec's syntax: a double-quoted
+ * string): printable ASCII as it is, except " and \ (escaped \" and \\),
+ * newline, carriage return and tab as \n \r \t, every other ASCII
+ * character as \xXX, the rest up to U+FFFF as \uXXXX and above as
+ * \UXXXXXXXX (no escape whose meaning differs between bytes and code
+ * points). The literal is printable ASCII only and nothing in s can end
+ * it; the gpu-model's '|' is a separator, never quoted. *out is
+ * egpu_malloc'd (the caller egpu_free()s it), written only on success.
+ * Returns 0, EGPU_ESYNTAX (s is not valid UTF-8: "byte 3 (0xFF) of the text
+ * is not valid UTF-8; allowed: UTF-8 text"; overlong forms, surrogates and
+ * code points past U+10FFFF included), EGPU_ERANGE (longer than
+ * EGPU_API_CEL_TEXT_MAX) or -ENOMEM. */
+int egpu_api_cel_quote(const char *s, size_t len, char **out,
+                       struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The CEL selector of devices whose model is one of models (the
+ * EGPU_ANN_GPU_MODEL annotation's value, "A|B": models separated by '|'):
+ *   has(device.attributes["gpu.elasticgpu.io"].productName) &&
+ *   device.attributes["gpu.elasticgpu.io"].productName in ["A", "B"]
+ * each model quoted with egpu_api_cel_quote. A device without the attribute
+ * is not selected (no evaluation error). *out is egpu_malloc'd (caller
+ * egpu_free()s), only on success. Returns 0, EGPU_ERANGE (models empty,
+ * an empty model between bars, a model too long, an expression past
+ * EGPU_API_CEL_EXPR_MAX), EGPU_ESYNTAX (a model not valid UTF-8), each
+ * naming the annotation, or -ENOMEM. */
+int egpu_api_dra_model_selector(const char *models, char **out,
+                                struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The ResourceClaimSpec (resource.k8s.io/v1) of one container's ask (read
+ * by egpu_api_container_gpu; core_pct > 0) and models (as above; NULL or ""
+ * = any model): {"devices": {"requests": [{"name": "gpu", "exactly": {...}}]}}
+ * with, for a share of one card (core_pct 1..99), deviceClassName
+ * EGPU_API_DRA_CLASS_SHARE, count 1 and capacity.requests {"cores":
+ * "<core_pct>", "memory": "<mem_mib>Mi"} (memory only when has_mem; without
+ * it the device's default, the whole card's memory, is consumed); for k
+ * whole cards (core_pct 100 k, k <= EGPU_API_DRA_COUNT_MAX)
+ * EGPU_API_DRA_CLASS_WHOLE, count k and no capacity (each card consumes
+ * its whole default), plus, for k > 1, the constraint distinctAttribute
+ * "gpu.elasticgpu.io/uuid" on the request; allocationMode ExactCount
+ * always; selectors [{"cel": {"expression": <egpu_api_dra_model_selector>}}]
+ * when models are named. *out is a new reference (caller json_decref()s),
+ * only on success. Returns 0, EGPU_ERANGE (a core_pct or mem_mib outside
+ * those values, memory with whole cards), the selector's errors, or
+ * -ENOMEM. */
+int egpu_api_dra_claim_spec(const struct egpu_api_gpu_ask *ask, const char *models, json_t **out,
+                            struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The name of the ResourceClaimTemplate of spec (a ResourceClaimSpec as
+ * above, or any JSON object): "egpu-" followed by the first 128 bits, in
+ * lower-case hex, of the SHA-256 (GnuTLS) of spec's compact JSON text with
+ * every object's keys sorted, so the name depends on the content only, not
+ * on key order. Written to out (EGPU_API_DRA_TEMPLATE_NAME_MAX bytes).
+ * Returns 0, EGPU_ESYNTAX (spec not an object), -ENOMEM, or -EIO (GnuTLS
+ * refused the hash, its reason in err). */
+int egpu_api_dra_template_name(const json_t *spec, char out[EGPU_API_DRA_TEMPLATE_NAME_MAX],
+                               struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
 /* TargetWorkload (src/api/workload.c)                                      */
 /*
  * FGD's target workload pinned by the operator, as a JSON document (the
