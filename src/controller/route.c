@@ -205,6 +205,7 @@ UPDATE_OF(on_pod)
 static void on_pod_add(void *ud, const json_t *o)
 {
     on_pod(ud, o);
+    egpu__controller_dra_note_pod(ud, o);
     egpu__controller_gs_pod(ud, o, false);
     egpu__controller_index_note_pod(ud, o, false);
 }
@@ -212,6 +213,7 @@ static void on_pod_add(void *ud, const json_t *o)
 static void on_pod_changed(void *ud, const json_t *old, const json_t *o)
 {
     on_pod_update(ud, old, o);
+    egpu__controller_dra_note_pod(ud, o);
     egpu__controller_gs_pod(ud, o, false);
     egpu__controller_index_note_pod(ud, o, false);
     on_pod_metering(ud, o);
@@ -220,6 +222,7 @@ static void on_pod_changed(void *ud, const json_t *old, const json_t *o)
 static void on_pod_delete(void *ud, const json_t *o)
 {
     on_pod(ud, o);
+    egpu__controller_dra_note_pod(ud, o);
     egpu__controller_gs_pod(ud, o, true);
     egpu__controller_index_note_pod(ud, o, true);
 }
