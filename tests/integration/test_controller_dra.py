@@ -158,6 +158,13 @@ def test_template_created(api, ctl):
     mkpod(api, "p2", entries={name: spec})
     time.sleep(2)
     assert list(templates(api)) == [name]
+    # The stored template (defaulted and canonical on the real API server) is taken for
+    # the one the pods ask: no Warning of the controller's (kube-controller-manager's
+    # FailedResourceClaimCreation, the template missing until then, may precede it).
+    for pod in ("p1", "p2"):
+        assert not [e for e in events(api, pod) if e["type"] == "Warning" and
+                    e["source"].get("component") == "egpu-controller"], \
+            [(e["reason"], e["message"]) for e in events(api, pod)]
     if api.real:
         # kube-controller-manager makes each pod's claim from the template.
         def claim_of_p1():
