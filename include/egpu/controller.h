@@ -362,6 +362,30 @@ json_t *egpu_controller_dra_pod_templates(const json_t *pod);
  * NULL. */
 bool egpu_controller_dra_spec_same(const json_t *want, const json_t *have);
 
+/* ------------------------------------------------------------------------ */
+/* DRA mode: an ElasticGPUClass's DeviceClass (src/controller/dra_spec.c)    */
+
+/* The DeviceClass of ElasticGPUClass class_name: EGPU_CONTROLLER_DRA_CLASS_PREFIX
+ * and the class's name, into buf (len bytes). Returns 0, or -ENAMETOOLONG
+ * when that is longer than 253 characters (a DNS subdomain's limit) or len. */
+#define EGPU_CONTROLLER_DRA_CLASS_PREFIX "elasticgpu-"
+int egpu_controller_dra_class_name(const char *class_name, char *buf, size_t len) EGPU_MUST_CHECK;
+
+/* The DeviceClass (resource.k8s.io/v1, dra_notes.md section 4) that stands
+ * for cls (decoded, with its uid) in DRA mode, as a new object (caller
+ * json_decref()s): metadata.name egpu_controller_dra_class_name, the label
+ * EGPU_CONTROLLER_MANAGED_BY_KEY, one ownerReference to cls (controller:
+ * true; the garbage collector deletes the DeviceClass with the class), and
+ * spec.selectors: device.driver == EGPU_API_DRA_DRIVER, and, when cls names
+ * models, egpu_api_dra_model_selector over each model and "NVIDIA " + model
+ * (egpu_api_class_allows_model's rule). The class's nodeSelector and policy
+ * have no DeviceClass field: the allocator picks nodes and devices. Returns
+ * 0, -ENAMETOOLONG (the name), the selector's EGPU_ERANGE / EGPU_ESYNTAX
+ * (err prefixed with the class's parameters.models), or -ENOMEM; *out only
+ * on success. */
+int egpu_controller_dra_device_class(const struct egpu_api_class *cls, json_t **out,
+                                     struct egpu_error *err) EGPU_MUST_CHECK;
+
 #ifdef __cplusplus
 }
 #endif

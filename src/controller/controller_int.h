@@ -44,6 +44,7 @@ enum egpu__controller_inf {
 /* --mode dra's informers (dra.c): none without it. */
 enum egpu__controller_dra_inf {
     EGPU__CONTROLLER_DRA_TEMPLATES, /* resource.k8s.io/v1 ResourceClaimTemplates */
+    EGPU__CONTROLLER_DRA_CLASSES,   /* resource.k8s.io/v1 DeviceClasses */
     EGPU__CONTROLLER_DRA_NINF
 };
 
@@ -189,8 +190,16 @@ bool egpu__controller_dra_healthy(struct egpu__controller *c, long max_ms, char 
 /* Informer threads: pod (added, changed or deleted) carries EGPU_ANN_DRA_CLAIMS:
  * queue "t/<ns>/<name>" (--mode dra only). */
 void egpu__controller_dra_note_pod(struct egpu__controller *c, const json_t *pod);
-/* Queue every annotated pod's key and the collection key "T" (leading
- * starts, resync; --mode dra only). */
+/* Informer threads: ElasticGPUClass cls changed: queue "d/<name>" (--mode
+ * dra only). */
+void egpu__controller_dra_note_class(struct egpu__controller *c, const json_t *cls);
+/* Worker: make the DeviceClass of ElasticGPUClass name what
+ * egpu_controller_dra_device_class says (create; update one it owns that
+ * differs; one it does not own is left, with a Warning event on the class).
+ * Returns 0 or the client's error. */
+int egpu__controller_dra_class_sync(struct egpu__controller *c, const char *name);
+/* Queue every annotated pod's key, every class's "d/<name>" and the
+ * collection key "T" (leading starts, resync; --mode dra only). */
 void egpu__controller_dra_enqueue_all(struct egpu__controller *c);
 /* Worker: make the templates pod ns/name's annotation names (see dra.c).
  * Returns 0 or the client's error (the key is retried). */

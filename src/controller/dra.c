@@ -22,6 +22,10 @@
  *   EGPU_CONTROLLER_MANAGED_BY_VALUE. One that exists already with another
  *   spec (egpu_controller_dra_spec_same) is left as it is, with a Warning
  *   event on the pod. Each Warning is posted once per pod (dra_warned).
+ * - key "d/<class>" (--mode dra, every ElasticGPUClass): its DeviceClass
+ *   elasticgpu-<class> (egpu_controller_dra_device_class), owned by the
+ *   class so that the garbage collector deletes it with the class; one of
+ *   that name the class does not own is left, with a Warning event.
  * - key "T" (queued every resync): the templates of ours (the label) that no
  *   pod names are deleted once none has for --dra-template-gc-seconds, after
  *   a consistent LIST of the namespace's pods from the API server agrees
@@ -84,11 +88,35 @@ static void on_template_update(void *ud, const json_t *old, const json_t *o)
     on_template(ud, o);
 }
 
+/* A DeviceClass of ours changed or went: its class's key. */
+static void on_device_class(void *ud, const json_t *o)
+{
+    struct egpu__controller *c = ud;
+    const char *name = meta_str(o, "name");
+    char key[EGPU_K8S_NAME_MAX + 4];
+    size_t n = strlen(EGPU_CONTROLLER_DRA_CLASS_PREFIX);
+
+    if (name == NULL || strncmp(name, EGPU_CONTROLLER_DRA_CLASS_PREFIX, n) != 0 || name[n] == '\0')
+        return;
+    snprintf(key, sizeof(key), "d/%s", name + n);
+    (void)egpu_controller_queue_add(c->queue, key);
+}
+
+static void on_device_class_update(void *ud, const json_t *old, const json_t *o)
+{
+    (void)old;
+    on_device_class(ud, o);
+}
+
 int egpu__controller_dra_start(struct egpu__controller *c, struct egpu_error *err)
 {
-    const struct egpu_kube_informer_cbs cbs = {on_template, on_template_update, on_template, c};
-    struct egpu_kube_informer_opts io = {.res = &egpu_kube_resourceclaimtemplates};
-    int rc;
+    const struct egpu_kube_informer_cbs cbs[EGPU__CONTROLLER_DRA_NINF] = {
+        {on_template, on_template_update, on_template, c},
+        {on_device_class, on_device_class_update, on_device_class, c},
+    };
+    static const struct egpu_kube_resource *const res[EGPU__CONTROLLER_DRA_NINF] = {
+        &egpu_kube_resourceclaimtemplates, &egpu_kube_deviceclasses};
+    int rc = 0;
 
     if (!c->o.dra)
         return 0;
@@ -96,10 +124,13 @@ int egpu__controller_dra_start(struct egpu__controller *c, struct egpu_error *er
     c->dra_unref = json_object();
     if (c->dra_warned == NULL || c->dra_unref == NULL)
         return egpu_error_set(err, -ENOMEM, "out of memory");
-    rc = egpu_kube_informer_new(c->kube, &io, &cbs, &c->dra_inf[EGPU__CONTROLLER_DRA_TEMPLATES],
-                                err);
-    if (!rc)
-        rc = egpu_kube_informer_start(c->dra_inf[EGPU__CONTROLLER_DRA_TEMPLATES], err);
+    for (int i = 0; rc == 0 && i < EGPU__CONTROLLER_DRA_NINF; i++) {
+        struct egpu_kube_informer_opts io = {.res = res[i]};
+
+        rc = egpu_kube_informer_new(c->kube, &io, &cbs[i], &c->dra_inf[i], err);
+    }
+    for (int i = 0; rc == 0 && i < EGPU__CONTROLLER_DRA_NINF; i++)
+        rc = egpu_kube_informer_start(c->dra_inf[i], err);
     return rc;
 }
 
@@ -125,7 +156,8 @@ bool egpu__controller_dra_synced(struct egpu__controller *c)
 
 bool egpu__controller_dra_healthy(struct egpu__controller *c, long max_ms, char *why, size_t len)
 {
-    static const char *const kinds[EGPU__CONTROLLER_DRA_NINF] = {"ResourceClaimTemplate"};
+    static const char *const kinds[EGPU__CONTROLLER_DRA_NINF] = {"ResourceClaimTemplate",
+                                                                 "DeviceClass"};
 
     return !c->o.dra || egpu_kube_informers_healthy(c->dra_inf, kinds, EGPU__CONTROLLER_DRA_NINF,
                                                     max_ms, why, len);
@@ -147,17 +179,34 @@ void egpu__controller_dra_note_pod(struct egpu__controller *c, const json_t *pod
         enqueue_pod(c, meta_str(pod, "namespace"), meta_str(pod, "name"));
 }
 
+void egpu__controller_dra_note_class(struct egpu__controller *c, const json_t *cls)
+{
+    const char *name = meta_str(cls, "name");
+    char key[EGPU_K8S_NAME_MAX + 4];
+
+    if (!c->o.dra || name == NULL || name[0] == '\0')
+        return;
+    snprintf(key, sizeof(key), "d/%s", name);
+    (void)egpu_controller_queue_add(c->queue, key);
+}
+
 void egpu__controller_dra_enqueue_all(struct egpu__controller *c)
 {
-    json_t *all, *pod;
+    json_t *all, *o;
     size_t i;
 
     if (!c->o.dra)
         return;
     all = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_PODS]);
-    json_array_foreach(all, i, pod)
+    json_array_foreach(all, i, o)
     {
-        egpu__controller_dra_note_pod(c, pod);
+        egpu__controller_dra_note_pod(c, o);
+    }
+    json_decref(all);
+    all = egpu_kube_informer_list(c->inf[EGPU__CONTROLLER_CLASSES]);
+    json_array_foreach(all, i, o)
+    {
+        egpu__controller_dra_note_class(c, o);
     }
     json_decref(all);
     (void)egpu_controller_queue_add(c->queue, "T");
@@ -471,5 +520,123 @@ int egpu__controller_dra_gc(struct egpu__controller *c)
     }
     json_decref(named);
     json_decref(seen);
+    return rc;
+}
+
+/* ---- an ElasticGPUClass's DeviceClass ---- */
+
+static bool owned_by(const json_t *obj, const char *uid)
+{
+    const json_t *ref;
+    size_t i;
+
+    json_array_foreach(json_object_get(meta_of(obj), "ownerReferences"), i, ref)
+    {
+        const char *u = egpu_api_str(json_object_get(ref, "uid"));
+
+        if (u != NULL && uid[0] != '\0' && strcmp(u, uid) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A Warning event on ElasticGPUClass cls, once per uid and reason. */
+static void warn_class_once(struct egpu__controller *c, const struct egpu_api_class *cls,
+                            const char *reason, const char *msg)
+{
+    char ckey[EGPU_K8S_NAME_MAX + 8], wkey[EGPU_API_UID_MAX + 64];
+    json_t *seen;
+
+    snprintf(ckey, sizeof(ckey), "class/%s", cls->meta.name);
+    snprintf(wkey, sizeof(wkey), "%s %s", cls->meta.uid, reason);
+    seen = json_object_get(c->dra_warned, ckey);
+    if (seen == NULL) {
+        seen = json_object();
+        if (seen == NULL || json_object_set_new(c->dra_warned, ckey, seen) != 0)
+            return;
+    }
+    if (json_object_get(seen, wkey) != NULL)
+        return;
+    (void)json_object_set_new(seen, wkey, json_true());
+    egpu__controller_event(c, EGPU_KIND_ELASTICGPUCLASS, NULL, cls->meta.name, cls->meta.uid, true,
+                           reason, "%s", msg);
+}
+
+int egpu__controller_dra_class_sync(struct egpu__controller *c, const char *name)
+{
+    json_t *obj = egpu_kube_informer_get(c->inf[EGPU__CONTROLLER_CLASSES], NULL, name);
+    struct egpu_api_class *cls = NULL;
+    struct egpu_kube_status st = {0};
+    struct egpu_error err = {0};
+    json_t *want = NULL, *have = NULL;
+    const char *dname;
+    char msg[768];
+    int rc = 0;
+
+    if (obj == NULL) { /* gone: the garbage collector deletes its DeviceClass */
+        char ckey[EGPU_K8S_NAME_MAX + 8];
+
+        snprintf(ckey, sizeof(ckey), "class/%s", name);
+        (void)json_object_del(c->dra_warned, ckey);
+        return 0;
+    }
+    cls = egpu_malloc(sizeof(*cls));
+    if (cls == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (egpu_api_class_decode(obj, cls, &err) != 0) {
+        egpu_log(EGPU_LOG_WARN, "ElasticGPUClass %s: no DeviceClass: %s", name, err.msg);
+        goto out;
+    }
+    rc = egpu_controller_dra_device_class(cls, &want, &err);
+    if (rc == -ENOMEM)
+        goto out;
+    if (rc) {
+        snprintf(msg, sizeof(msg), "no DeviceClass made: %s", err.msg);
+        warn_class_once(c, cls, "DeviceClassRefused", msg);
+        rc = 0;
+        goto out;
+    }
+    dname = meta_str(want, "name");
+    have = egpu_kube_informer_get(c->dra_inf[EGPU__CONTROLLER_DRA_CLASSES], NULL, dname);
+    if (have == NULL) {
+        rc = egpu_kube_create(c->kube, &egpu_kube_deviceclasses, NULL, want, NULL, &st, &err);
+        if (rc == -EEXIST)
+            rc = 0; /* the informer will show it: compared then */
+        else if (rc)
+            egpu_log(EGPU_LOG_WARN, "DeviceClass %s not created: %s", dname, err.msg);
+        else
+            egpu_log(EGPU_LOG_INFO, "DeviceClass %s created for ElasticGPUClass %s", dname, name);
+        goto out;
+    }
+    if (!owned_by(have, cls->meta.uid)) {
+        snprintf(msg, sizeof(msg),
+                 "DeviceClass %s exists and is not this class's (no ownerReference to it); "
+                 "left as it is",
+                 dname);
+        warn_class_once(c, cls, "DeviceClassConflict", msg);
+        goto out;
+    }
+    if (!egpu_controller_dra_spec_same(json_object_get(want, "spec"),
+                                       json_object_get(have, "spec"))) {
+        json_t *put = json_deep_copy(have);
+
+        if (put == NULL || json_object_set(put, "spec", json_object_get(want, "spec")) != 0) {
+            json_decref(put);
+            rc = -ENOMEM;
+            goto out;
+        }
+        rc = egpu_kube_update(c->kube, &egpu_kube_deviceclasses, NULL, dname, put, NULL, &st, &err);
+        json_decref(put);
+        if (rc)
+            egpu_log(rc == EGPU_KUBE_ECONFLICT ? EGPU_LOG_DEBUG : EGPU_LOG_WARN,
+                     "DeviceClass %s not updated: %s", dname, err.msg);
+    }
+out:
+    json_decref(have);
+    json_decref(want);
+    egpu_free(cls);
+    json_decref(obj);
     return rc;
 }

@@ -5,6 +5,8 @@
  * the API server's defaulting and quantity canonicalization
  * (../shared/k8s-wire/dra/dra_notes.md sections 5 and 7). No I/O.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "egpu/controller.h"
@@ -163,4 +165,107 @@ static bool same(const json_t *want, const json_t *have, bool quantities, int de
 bool egpu_controller_dra_spec_same(const json_t *want, const json_t *have)
 {
     return same(want, have, false, 0);
+}
+
+int egpu_controller_dra_class_name(const char *class_name, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s%s", EGPU_CONTROLLER_DRA_CLASS_PREFIX, class_name);
+
+    if (n < 0 || (size_t)n >= len || n > EGPU_K8S_NAME_MAX - 1)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* models "A|B" as "A|NVIDIA A|B|NVIDIA B" (a model already "NVIDIA ..."
+ * once), egpu_malloc'd; NULL when out of memory. */
+static char *with_vendor(const char *models)
+{
+    static const char vendor[] = "NVIDIA ";
+    size_t n = 1, len = strlen(models);
+    const char *p = models;
+    char *out, *w;
+
+    for (const char *q = models; *q; q++)
+        n += *q == '|';
+    out = egpu_malloc(2 * len + n * (sizeof(vendor) + 1) + 1);
+    if (out == NULL)
+        return NULL;
+    w = out;
+    for (;;) {
+        const char *bar = strchr(p, '|');
+        size_t m = bar != NULL ? (size_t)(bar - p) : strlen(p);
+
+        if (w != out)
+            *w++ = '|';
+        memcpy(w, p, m);
+        w += m;
+        if (m > 0 && strncmp(p, vendor, sizeof(vendor) - 1) != 0) {
+            *w++ = '|';
+            memcpy(w, vendor, sizeof(vendor) - 1);
+            w += sizeof(vendor) - 1;
+            memcpy(w, p, m);
+            w += m;
+        }
+        if (bar == NULL)
+            break;
+        p = bar + 1;
+    }
+    *w = '\0';
+    return out;
+}
+
+int egpu_controller_dra_device_class(const struct egpu_api_class *cls, json_t **out,
+                                     struct egpu_error *err)
+{
+    char name[EGPU_K8S_NAME_MAX], *driver = NULL, *models = NULL, *expr = NULL;
+    char drv[128];
+    json_t *sel, *obj;
+    int rc;
+
+    rc = egpu_controller_dra_class_name(cls->meta.name, name, sizeof(name));
+    if (rc)
+        return egpu_error_set(err, rc,
+                              "ElasticGPUClass %.64s: DeviceClass %s%.64s... longer than 253 "
+                              "characters",
+                              cls->meta.name, EGPU_CONTROLLER_DRA_CLASS_PREFIX, cls->meta.name);
+    rc = egpu_api_cel_quote(EGPU_API_DRA_DRIVER, strlen(EGPU_API_DRA_DRIVER), &driver, err);
+    if (rc)
+        return rc;
+    snprintf(drv, sizeof(drv), "device.driver == %s", driver);
+    egpu_free(driver);
+    sel = json_pack("[{s:{s:s}}]", "cel", "expression", drv);
+    if (sel == NULL)
+        return -ENOMEM;
+    if (cls->models[0] != '\0') {
+        models = with_vendor(cls->models);
+        rc = models == NULL ? -ENOMEM : egpu_api_dra_model_selector(models, &expr, err);
+        egpu_free(models);
+        if (rc) {
+            json_decref(sel);
+            if (rc == EGPU_ERANGE || rc == EGPU_ESYNTAX) {
+                char why[EGPU_ERRMSG_MAX];
+
+                snprintf(why, sizeof(why), "%s", err != NULL ? err->msg : "");
+                return egpu_error_set(err, rc, "ElasticGPUClass %s parameters.models: %s",
+                                      cls->meta.name, why);
+            }
+            return rc;
+        }
+        rc = json_array_append_new(sel, json_pack("{s:{s:s}}", "cel", "expression", expr));
+        egpu_free(expr);
+        if (rc) {
+            json_decref(sel);
+            return -ENOMEM;
+        }
+    }
+    obj = json_pack("{s:s, s:s, s:{s:s, s:{s:s}, s:[{s:s, s:s, s:s, s:s, s:b}]}, s:{s:o}}",
+                    "apiVersion", "resource.k8s.io/v1", "kind", "DeviceClass", "metadata", "name",
+                    name, "labels", EGPU_CONTROLLER_MANAGED_BY_KEY,
+                    EGPU_CONTROLLER_MANAGED_BY_VALUE, "ownerReferences", "apiVersion",
+                    EGPU_API_VERSION, "kind", EGPU_KIND_ELASTICGPUCLASS, "name", cls->meta.name,
+                    "uid", cls->meta.uid, "controller", 1, "spec", "selectors", sel);
+    if (obj == NULL)
+        return -ENOMEM;
+    *out = obj;
+    return 0;
 }

@@ -43,6 +43,9 @@ static void process(struct egpu__controller *c, const char *key)
         memcpy(ns, key + 2, (size_t)(slash - key - 2));
         ns[slash - key - 2] = '\0';
         rc = egpu__controller_dra_sync(c, ns, slash + 1);
+    } else if (key[0] == 'd' && key[1] == '/') {
+        labels[0] = "DeviceClass";
+        rc = egpu__controller_dra_class_sync(c, key + 2);
     } else if (strcmp(key, "T") == 0) {
         labels[0] = "ResourceClaimTemplate";
         rc = egpu__controller_dra_gc(c);

@@ -18,6 +18,9 @@ with its ServiceAccount's token, so every call is one deploy/controller/rbac.yam
 - No annotation, or the controller in device-plugin mode (the default): no template.
 - Templates of ours no pod names are deleted after --dra-template-gc-seconds; one a pod
   still names, and one without our label, stay.
+- Each ElasticGPUClass gets its DeviceClass elasticgpu-<class> (the driver, the class's
+  models), owned by the class; one of that name it does not own is left with a Warning on
+  the class; device-plugin mode makes none.
 """
 import hashlib
 import json
@@ -248,3 +251,107 @@ def test_unused_templates_collected(api, ctl):
     wait(lambda: template(api, "orphan") is None, "orphan collected", timeout=30)
     time.sleep(2)
     assert set(templates(api)) == {kept, "users-own"}
+
+
+# --- an ElasticGPUClass's DeviceClass ---------------------------------------------------
+
+G = "/apis/elasticgpu.io/v1alpha1"
+
+
+def mkclass(api, name, models=None):
+    obj = {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
+           "metadata": {"name": name}, "provisioner": "gpushare.provisioner.elasticgpu.io"}
+    if models:
+        obj["parameters"] = {"models": models}
+    st, out = api.call("POST", f"{G}/elasticgpuclasses", obj)
+    assert st == 201, out
+    return out
+
+
+def device_class(api, name):
+    st, out = api.call("GET", f"{RES}/deviceclasses/{name}")
+    return out if st == 200 else None
+
+
+def exprs(dc):
+    return [s["cel"]["expression"] for s in dc["spec"]["selectors"]]
+
+
+@pytest.fixture
+def no_device_classes(api):
+    """The DeviceClasses the tests below make, gone before and after (cluster-scoped: the
+    real control plane's reset leaves them)."""
+    def clean():
+        st, out = api.call("GET", f"{RES}/deviceclasses")
+        assert st == 200, out
+        for d in out["items"]:
+            if d["metadata"]["name"].startswith("elasticgpu-"):
+                api.call("DELETE", f"{RES}/deviceclasses/{d['metadata']['name']}")
+        wait(lambda: not [d for d in api.call("GET", f"{RES}/deviceclasses")[1]["items"]
+                          if d["metadata"]["name"].startswith("elasticgpu-")],
+             "DeviceClasses gone")
+    clean()
+    yield
+    clean()
+
+
+def test_class_gets_its_device_class(api, no_device_classes, ctl):
+    """ElasticGPUClass -> DeviceClass elasticgpu-<class>: the driver, the class's models as
+    it matches them (with and without "NVIDIA "), owned by the class; one edited by hand
+    is put back. On the real control plane the API server compiles the CEL (a bad
+    expression is a 422) and its garbage collector deletes it with the class."""
+    cls = mkclass(api, "a100", models="A100-SXM4-80GB|NVIDIA H100")
+    mkclass(api, "any")
+    ctl()
+    dc = wait(lambda: device_class(api, "elasticgpu-a100"), "elasticgpu-a100")
+    assert exprs(dc) == [
+        'device.driver == "gpu.elasticgpu.io"',
+        'has(device.attributes["gpu.elasticgpu.io"].productName) && '
+        'device.attributes["gpu.elasticgpu.io"].productName in '
+        '["A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "NVIDIA H100"]']
+    ref, = dc["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == \
+        ("ElasticGPUClass", "a100", cls["metadata"]["uid"], True)
+    assert dc["metadata"]["labels"][MANAGED[0]] == MANAGED[1]
+    anydc = wait(lambda: device_class(api, "elasticgpu-any"), "elasticgpu-any")
+    assert exprs(anydc) == ['device.driver == "gpu.elasticgpu.io"']
+    # Edited by hand: put back.
+    dc["spec"]["selectors"] = [{"cel": {"expression": "true"}}]
+    st, out = api.call("PUT", f"{RES}/deviceclasses/elasticgpu-a100", dc)
+    assert st == 200, out
+    wait(lambda: len(exprs(device_class(api, "elasticgpu-a100"))) == 2, "selectors restored")
+    if api.real:
+        st, out = api.call("DELETE", f"{G}/elasticgpuclasses/a100")
+        assert st == 200, out
+        wait(lambda: device_class(api, "elasticgpu-a100") is None,
+             "the garbage collector deleting elasticgpu-a100", timeout=60)
+
+
+def test_foreign_device_class_left(api, no_device_classes, ctl):
+    st, mine = api.call("POST", f"{RES}/deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "elasticgpu-taken"},
+        "spec": {"selectors": [{"cel": {"expression": "true"}}]}})
+    assert st == 201, mine
+    mkclass(api, "taken")
+    ctl(("--mode", "dra", "--resync-seconds", "1"))
+
+    def warned():
+        st, out = api.call("GET", "/api/v1/namespaces/default/events")
+        assert st == 200
+        return [e for e in out["items"] if e["involvedObject"]["name"] == "taken"
+                and e["reason"] == "DeviceClassConflict"]
+    ev = wait(warned, "the Warning on the class")
+    assert ev[0]["type"] == "Warning" and "elasticgpu-taken" in ev[0]["message"]
+    time.sleep(3)
+    assert len(warned()) == 1 and warned()[0].get("count", 1) == 1
+    got = device_class(api, "elasticgpu-taken")
+    assert got["metadata"]["resourceVersion"] == mine["metadata"]["resourceVersion"]
+
+
+def test_device_plugin_mode_makes_no_device_class(api, no_device_classes, ctl):
+    mkclass(api, "quiet")
+    c = ctl(())
+    wait(lambda: c.get("/readyz")[0] == 200, "ready")
+    time.sleep(2)
+    assert device_class(api, "elasticgpu-quiet") is None

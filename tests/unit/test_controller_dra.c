@@ -10,6 +10,7 @@
 
 #include "testjson.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 #include "egpu/controller.h"
@@ -211,12 +212,101 @@ static void test_spec_same(void **state)
     json_decref(stored);
 }
 
+static void decode_class(const char *text, struct egpu_api_class *cls)
+{
+    struct egpu_error err = {0};
+    json_t *obj = tu_json(text);
+
+    if (egpu_api_class_decode(obj, cls, &err) != 0)
+        fail_msg("class: %s", err.msg);
+    json_decref(obj);
+}
+
+static const char *selector(const json_t *dc, size_t i)
+{
+    return json_string_value(json_object_get(
+        json_object_get(
+            json_array_get(json_object_get(json_object_get(dc, "spec"), "selectors"), i), "cel"),
+        "expression"));
+}
+
+static void test_device_class(void **state)
+{
+    static struct egpu_api_class cls;
+    struct egpu_error err = {0};
+    json_t *dc = NULL, *ref;
+    char name[EGPU_K8S_NAME_MAX], longname[300];
+
+    (void)state;
+    decode_class("{'apiVersion': 'elasticgpu.io/v1alpha1', 'kind': 'ElasticGPUClass', "
+                 "'metadata': {'name': 'shared-a100', 'uid': 'u-1'}, 'provisioner': "
+                 "'gpushare.provisioner.elasticgpu.io', 'parameters': {'models': "
+                 "'A100-SXM4-80GB|NVIDIA H100', 'nodeSelector': 'zone=a', 'policy': 'fgd'}}",
+                 &cls);
+    assert_int_equal(egpu_controller_dra_device_class(&cls, &dc, &err), 0);
+    assert_string_equal(json_string_value(json_object_get(dc, "kind")), "DeviceClass");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(dc, "metadata"), "name")),
+                        "elasticgpu-shared-a100");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(dc, "metadata"), "labels"),
+                            EGPU_CONTROLLER_MANAGED_BY_KEY)),
+                        "egpu-controller");
+    ref = json_array_get(json_object_get(json_object_get(dc, "metadata"), "ownerReferences"), 0);
+    assert_string_equal(json_string_value(json_object_get(ref, "uid")), "u-1");
+    assert_string_equal(json_string_value(json_object_get(ref, "kind")), "ElasticGPUClass");
+    assert_string_equal(json_string_value(json_object_get(ref, "name")), "shared-a100");
+    assert_true(json_is_true(json_object_get(ref, "controller")));
+    assert_string_equal(selector(dc, 0), "device.driver == \"gpu.elasticgpu.io\"");
+    /* Each model as the class matches it: as written, and with the vendor
+     * prefix GPU objects carry, once. */
+    assert_string_equal(selector(dc, 1),
+                        "has(device.attributes[\"gpu.elasticgpu.io\"].productName) && "
+                        "device.attributes[\"gpu.elasticgpu.io\"].productName in "
+                        "[\"A100-SXM4-80GB\", \"NVIDIA A100-SXM4-80GB\", \"NVIDIA H100\"]");
+    assert_null(selector(dc, 2));
+    json_decref(dc);
+    dc = NULL;
+
+    /* No models: the driver only. A hostile model stays one string. */
+    decode_class("{'metadata': {'name': 'any', 'uid': 'u-2'}, 'provisioner': "
+                 "'physical.provisioner.elasticgpu.io'}",
+                 &cls);
+    assert_int_equal(egpu_controller_dra_device_class(&cls, &dc, &err), 0);
+    assert_non_null(selector(dc, 0));
+    assert_null(selector(dc, 1));
+    json_decref(dc);
+    dc = NULL;
+    /* Whatever the decoder lets through, the builder quotes as one string. */
+    snprintf(cls.models, sizeof(cls.models), "%s", "x\"] && true && [\"");
+    if (egpu_controller_dra_device_class(&cls, &dc, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_non_null(strstr(selector(dc, 1), "in [\"x\\\"] && true && [\\\"\", "));
+    json_decref(dc);
+    dc = NULL;
+
+    /* Names: the prefix and the class's, at most 253 characters. */
+    assert_int_equal(egpu_controller_dra_class_name("a", name, sizeof(name)), 0);
+    assert_string_equal(name, "elasticgpu-a");
+    memset(longname, 'a', 242);
+    longname[242] = '\0';
+    assert_int_equal(egpu_controller_dra_class_name(longname, name, sizeof(name)), 0);
+    assert_int_equal(strlen(name), 253);
+    longname[242] = 'a';
+    longname[243] = '\0';
+    assert_int_equal(egpu_controller_dra_class_name(longname, name, sizeof(name)), -ENAMETOOLONG);
+    memcpy(cls.meta.name, longname, 244);
+    assert_int_equal(egpu_controller_dra_device_class(&cls, &dc, &err), -ENAMETOOLONG);
+    assert_null(dc);
+    assert_int_equal(egpu_controller_dra_class_name("a", name, 12), -ENAMETOOLONG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_entries),
         cmocka_unit_test(test_pod_templates),
         cmocka_unit_test(test_spec_same),
+        cmocka_unit_test(test_device_class),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
