@@ -386,6 +386,39 @@ int egpu_controller_dra_class_name(const char *class_name, char *buf, size_t len
 int egpu_controller_dra_device_class(const struct egpu_api_class *cls, json_t **out,
                                      struct egpu_error *err) EGPU_MUST_CHECK;
 
+/* ------------------------------------------------------------------------ */
+/* DRA mode: an ElasticGPUClaim's ResourceClaim (src/controller/dra_spec.c)  */
+
+/* The ResourceClaim (resource.k8s.io/v1) that stands for claim cl of class
+ * cls in DRA mode, as a new object (caller json_decref()s): name
+ * egpu_controller_dra_class_name(cl's name) in cl's namespace, the label
+ * EGPU_CONTROLLER_MANAGED_BY_KEY, one ownerReference to cl (the garbage
+ * collector deletes it with the claim), and the spec egpu_api_dra_claim_spec
+ * makes for cl's gpu-core and gpu-memory with deviceClassName the class's
+ * DeviceClass. Returns 0, EGPU_ERANGE (a gpu-tflops claim: DRA allocates
+ * capacity, not TFLOPS; a name too long; a share in a whole-card class or
+ * the other way) with err saying why in one sentence, or -ENOMEM. */
+int egpu_controller_dra_claim_object(const struct egpu_api_claim *cl,
+                                     const struct egpu_api_class *cls, json_t **out,
+                                     struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* What kube-scheduler allocated to a ResourceClaim, for this driver. */
+struct egpu_controller_dra_alloc {
+    bool allocated;                 /* status.allocation holds a result of this driver */
+    char node[EGPU_K8S_NAME_MAX];   /* allocation.nodeSelector's metadata.name ("" unknown) */
+    char pool[EGPU_K8S_NAME_MAX];   /* results[].pool */
+    char device[EGPU_K8S_NAME_MAX]; /* results[].device */
+    int64_t cores;                  /* consumedCapacity cores, percent (0: none given) */
+    int64_t mem_mib;                /* consumedCapacity memory, MiB, rounded up (0: none) */
+};
+
+/* Read rc's (a ResourceClaim, borrowed) status.allocation: the first
+ * result whose driver is EGPU_API_DRA_DRIVER, its consumedCapacity, and the
+ * node of the nodeSelector's matchFields metadata.name In [node]
+ * (dra_notes.md section 5). Fields too long or malformed are left out; no
+ * allocation, or none of this driver: out->allocated false. */
+void egpu_controller_dra_allocation(const json_t *rc, struct egpu_controller_dra_alloc *out);
+
 #ifdef __cplusplus
 }
 #endif

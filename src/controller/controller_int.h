@@ -45,6 +45,7 @@ enum egpu__controller_inf {
 enum egpu__controller_dra_inf {
     EGPU__CONTROLLER_DRA_TEMPLATES, /* resource.k8s.io/v1 ResourceClaimTemplates */
     EGPU__CONTROLLER_DRA_CLASSES,   /* resource.k8s.io/v1 DeviceClasses */
+    EGPU__CONTROLLER_DRA_CLAIMS,    /* resource.k8s.io/v1 ResourceClaims labelled ours */
     EGPU__CONTROLLER_DRA_NINF
 };
 
@@ -198,6 +199,14 @@ void egpu__controller_dra_note_class(struct egpu__controller *c, const json_t *c
  * differs; one it does not own is left, with a Warning event on the class).
  * Returns 0 or the client's error. */
 int egpu__controller_dra_class_sync(struct egpu__controller *c, const char *name);
+/* Worker, claim.c's --mode dra path: the ResourceClaim of claim cl of class
+ * cls (egpu_controller_dra_claim_object), created when missing, and what
+ * kube-scheduler allocated to it into *out. Returns 0; EGPU_ERANGE (the
+ * claim cannot be one) or -EEXIST (a ResourceClaim of that name the claim
+ * does not own), err saying why in one sentence; or the client's error. */
+int egpu__controller_dra_claim(struct egpu__controller *c, const struct egpu_api_claim *cl,
+                               const struct egpu_api_class *cls,
+                               struct egpu_controller_dra_alloc *out, struct egpu_error *err);
 /* Queue every annotated pod's key, every class's "d/<name>" and the
  * collection key "T" (leading starts, resync; --mode dra only). */
 void egpu__controller_dra_enqueue_all(struct egpu__controller *c);

@@ -26,6 +26,10 @@
  *   elasticgpu-<class> (egpu_controller_dra_device_class), owned by the
  *   class so that the garbage collector deletes it with the class; one of
  *   that name the class does not own is left, with a Warning event.
+ * - an ElasticGPUClaim (claim.c calls egpu__controller_dra_claim): its
+ *   ResourceClaim elasticgpu-<claim> (egpu_controller_dra_claim_object),
+ *   owned by the claim; what kube-scheduler allocated goes back on the
+ *   claim's status.
  * - key "T" (queued every resync): the templates of ours (the label) that no
  *   pod names are deleted once none has for --dra-template-gc-seconds, after
  *   a consistent LIST of the namespace's pods from the API server agrees
@@ -108,14 +112,39 @@ static void on_device_class_update(void *ud, const json_t *old, const json_t *o)
     on_device_class(ud, o);
 }
 
+/* A ResourceClaim of ours changed or went: its ElasticGPUClaim's key. */
+static void on_resource_claim(void *ud, const json_t *o)
+{
+    const json_t *ref;
+    size_t i;
+
+    json_array_foreach(json_object_get(meta_of(o), "ownerReferences"), i, ref)
+    {
+        const char *kind = egpu_api_str(json_object_get(ref, "kind"));
+
+        if (kind != NULL && strcmp(kind, EGPU_KIND_ELASTICGPUCLAIM) == 0)
+            egpu__controller_enqueue_claim(ud, meta_str(o, "namespace"),
+                                           egpu_api_str(json_object_get(ref, "name")));
+    }
+}
+
+static void on_resource_claim_update(void *ud, const json_t *old, const json_t *o)
+{
+    (void)old;
+    on_resource_claim(ud, o);
+}
+
 int egpu__controller_dra_start(struct egpu__controller *c, struct egpu_error *err)
 {
     const struct egpu_kube_informer_cbs cbs[EGPU__CONTROLLER_DRA_NINF] = {
         {on_template, on_template_update, on_template, c},
         {on_device_class, on_device_class_update, on_device_class, c},
+        {on_resource_claim, on_resource_claim_update, on_resource_claim, c},
     };
     static const struct egpu_kube_resource *const res[EGPU__CONTROLLER_DRA_NINF] = {
-        &egpu_kube_resourceclaimtemplates, &egpu_kube_deviceclasses};
+        &egpu_kube_resourceclaimtemplates, &egpu_kube_deviceclasses, &egpu_kube_resourceclaims};
+    static const char *const sel[EGPU__CONTROLLER_DRA_NINF] = {
+        NULL, NULL, EGPU_CONTROLLER_MANAGED_BY_KEY "=" EGPU_CONTROLLER_MANAGED_BY_VALUE};
     int rc = 0;
 
     if (!c->o.dra)
@@ -125,7 +154,7 @@ int egpu__controller_dra_start(struct egpu__controller *c, struct egpu_error *er
     if (c->dra_warned == NULL || c->dra_unref == NULL)
         return egpu_error_set(err, -ENOMEM, "out of memory");
     for (int i = 0; rc == 0 && i < EGPU__CONTROLLER_DRA_NINF; i++) {
-        struct egpu_kube_informer_opts io = {.res = res[i]};
+        struct egpu_kube_informer_opts io = {.res = res[i], .label_selector = sel[i]};
 
         rc = egpu_kube_informer_new(c->kube, &io, &cbs[i], &c->dra_inf[i], err);
     }
@@ -638,5 +667,42 @@ out:
     json_decref(want);
     egpu_free(cls);
     json_decref(obj);
+    return rc;
+}
+
+/* ---- an ElasticGPUClaim's ResourceClaim ---- */
+
+int egpu__controller_dra_claim(struct egpu__controller *c, const struct egpu_api_claim *cl,
+                               const struct egpu_api_class *cls,
+                               struct egpu_controller_dra_alloc *out, struct egpu_error *err)
+{
+    struct egpu_kube_status st = {0};
+    json_t *want = NULL, *have;
+    const char *name;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = egpu_controller_dra_claim_object(cl, cls, &want, err);
+    if (rc)
+        return rc;
+    name = meta_str(want, "name");
+    have = egpu_kube_informer_get(c->dra_inf[EGPU__CONTROLLER_DRA_CLAIMS], cl->meta.ns, name);
+    if (have == NULL) {
+        rc = egpu_kube_create(c->kube, &egpu_kube_resourceclaims, cl->meta.ns, want, &have, &st,
+                              err);
+        if (rc == -EEXIST) /* not ours (the informer sees only ours), or just made */
+            egpu_error_set(err, -EEXIST,
+                           "ResourceClaim %s exists and is not this claim's; left as it is", name);
+        else if (rc == 0)
+            egpu_log(EGPU_LOG_INFO, "ResourceClaim %s/%s created for ElasticGPUClaim %s",
+                     cl->meta.ns, name, cl->meta.name);
+    }
+    if (rc == 0 && !owned_by(have, cl->meta.uid))
+        rc = egpu_error_set(err, -EEXIST,
+                            "ResourceClaim %s exists and is not this claim's; left as it is", name);
+    if (rc == 0)
+        egpu_controller_dra_allocation(have, out);
+    json_decref(have);
+    json_decref(want);
     return rc;
 }

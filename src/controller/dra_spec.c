@@ -269,3 +269,109 @@ int egpu_controller_dra_device_class(const struct egpu_api_class *cls, json_t **
     *out = obj;
     return 0;
 }
+
+int egpu_controller_dra_claim_object(const struct egpu_api_claim *cl,
+                                     const struct egpu_api_class *cls, json_t **out,
+                                     struct egpu_error *err)
+{
+    struct egpu_api_gpu_ask ask = {
+        .core_pct = cl->core_pct, .mem_mib = cl->mem_mib, .has_mem = cl->has_mem};
+    char name[EGPU_K8S_NAME_MAX], dclass[EGPU_K8S_NAME_MAX];
+    bool share = cl->core_pct >= 1 && cl->core_pct <= 99;
+    json_t *spec = NULL, *req, *obj;
+    int rc;
+
+    if (cl->core_pct == 0)
+        return egpu_error_set(err, EGPU_ERANGE,
+                              "asks elasticgpu.io/gpu-tflops; allowed in DRA mode: gpu-core "
+                              "(and gpu-memory), the capacity the allocator counts");
+    if (share != (cls->provisioner == EGPU_API_PROVISIONER_GPUSHARE))
+        return egpu_error_set(err, EGPU_ERANGE, "asks %s, but class %s provisions %s",
+                              share ? "a share of one card" : "whole cards", cls->meta.name,
+                              share ? "whole cards" : "shares of one card");
+    if (egpu_controller_dra_class_name(cl->meta.name, name, sizeof(name)) != 0 ||
+        egpu_controller_dra_class_name(cls->meta.name, dclass, sizeof(dclass)) != 0)
+        return egpu_error_set(err, EGPU_ERANGE,
+                              "the claim's or its class's name with %s in front is longer "
+                              "than 253 characters",
+                              EGPU_CONTROLLER_DRA_CLASS_PREFIX);
+    rc = egpu_api_dra_claim_spec(&ask, NULL, &spec, err);
+    if (rc)
+        return rc;
+    req = json_object_get(
+        json_array_get(json_object_get(json_object_get(spec, "devices"), "requests"), 0),
+        "exactly");
+    if (req == NULL || json_object_set_new(req, "deviceClassName", json_string(dclass)) != 0) {
+        json_decref(spec);
+        return -ENOMEM;
+    }
+    obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}, s:[{s:s, s:s, s:s, s:s, s:b}]}, s:o}",
+                    "apiVersion", "resource.k8s.io/v1", "kind", "ResourceClaim", "metadata", "name",
+                    name, "namespace", cl->meta.ns, "labels", EGPU_CONTROLLER_MANAGED_BY_KEY,
+                    EGPU_CONTROLLER_MANAGED_BY_VALUE, "ownerReferences", "apiVersion",
+                    EGPU_API_VERSION, "kind", EGPU_KIND_ELASTICGPUCLAIM, "name", cl->meta.name,
+                    "uid", cl->meta.uid, "controller", 1, "spec", spec);
+    if (obj == NULL)
+        return -ENOMEM;
+    *out = obj;
+    return 0;
+}
+
+static void copy_str(char *dst, size_t len, const json_t *v)
+{
+    const char *s = egpu_api_str(v);
+
+    if (s != NULL && strlen(s) < len)
+        memcpy(dst, s, strlen(s) + 1);
+}
+
+static int64_t quantity_in(const json_t *v, int unit_bin)
+{
+    struct egpu_quantity q;
+    int64_t out = 0;
+
+    if (!json_is_string(v) || egpu_quantity_parse(json_string_value(v), &q, NULL) != 0 ||
+        q.negative || egpu_quantity_to_units(&q, 0, unit_bin, EGPU_ROUND_UP, &out) != 0)
+        return 0;
+    return out;
+}
+
+void egpu_controller_dra_allocation(const json_t *rc, struct egpu_controller_dra_alloc *out)
+{
+    const json_t *alloc = json_object_get(json_object_get(rc, "status"), "allocation");
+    const json_t *r, *term, *f;
+    size_t i, j, k;
+
+    memset(out, 0, sizeof(*out));
+    json_array_foreach(json_object_get(json_object_get(alloc, "devices"), "results"), i, r)
+    {
+        const char *drv = egpu_api_str(json_object_get(r, "driver"));
+        const json_t *cc = json_object_get(r, "consumedCapacity");
+
+        if (drv == NULL || strcmp(drv, EGPU_API_DRA_DRIVER) != 0)
+            continue;
+        out->allocated = true;
+        copy_str(out->pool, sizeof(out->pool), json_object_get(r, "pool"));
+        copy_str(out->device, sizeof(out->device), json_object_get(r, "device"));
+        out->cores = quantity_in(json_object_get(cc, EGPU_API_DRA_CAP_CORES), 0);
+        out->mem_mib = quantity_in(json_object_get(cc, EGPU_API_DRA_CAP_MEMORY), 20);
+        break;
+    }
+    json_array_foreach(json_object_get(json_object_get(alloc, "nodeSelector"), "nodeSelectorTerms"),
+                       i, term)
+    {
+        json_array_foreach(json_object_get(term, "matchFields"), j, f)
+        {
+            const char *key = egpu_api_str(json_object_get(f, "key"));
+            const char *op = egpu_api_str(json_object_get(f, "operator"));
+            const json_t *vals = json_object_get(f, "values");
+
+            if (key == NULL || op == NULL || strcmp(key, "metadata.name") != 0 ||
+                strcmp(op, "In") != 0 || json_array_size(vals) != 1)
+                continue;
+            k = 0;
+            copy_str(out->node, sizeof(out->node), json_array_get(vals, k));
+            return;
+        }
+    }
+}

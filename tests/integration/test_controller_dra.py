@@ -21,6 +21,10 @@ with its ServiceAccount's token, so every call is one deploy/controller/rbac.yam
 - Each ElasticGPUClass gets its DeviceClass elasticgpu-<class> (the driver, the class's
   models), owned by the class; one of that name it does not own is left with a Warning on
   the class; device-plugin mode makes none.
+- Each ElasticGPUClaim gets its ResourceClaim elasticgpu-<claim> (no ElasticGPU): Pending
+  until allocated, then Bound with the consumed capacity, device and node; one that cannot
+  be (a share in a whole-card class, a foreign ResourceClaim of that name) is Pending with
+  ProvisioningFailed.
 """
 import hashlib
 import json
@@ -355,3 +359,105 @@ def test_device_plugin_mode_makes_no_device_class(api, no_device_classes, ctl):
     wait(lambda: c.get("/readyz")[0] == 200, "ready")
     time.sleep(2)
     assert device_class(api, "elasticgpu-quiet") is None
+
+
+# --- an ElasticGPUClaim's ResourceClaim --------------------------------------------------
+
+def mkclaim(api, name, core, mem=None, cls="share"):
+    req = {"elasticgpu.io/gpu-core": core, **({"elasticgpu.io/gpu-memory": mem} if mem else {})}
+    st, out = api.call("POST", f"{G}/namespaces/{NS}/elasticgpuclaims", {
+        "apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"resources": {"requests": req}, "elasticGPUClassName": cls}})
+    assert st == 201, out
+    return out
+
+
+def egpu_claim(api, name):
+    st, out = api.call("GET", f"{G}/namespaces/{NS}/elasticgpuclaims/{name}")
+    return out if st == 200 else None
+
+
+def resource_claim(api, name):
+    st, out = api.call("GET", f"{RES}/namespaces/{NS}/resourceclaims/{name}")
+    return out if st == 200 else None
+
+
+def bound_cond(obj):
+    return next((c for c in (obj or {}).get("status", {}).get("conditions", [])
+                 if c["type"] == "Bound"), None)
+
+
+def test_claim_gets_its_resource_claim(api, no_device_classes, ctl):
+    """--mode dra: an ElasticGPUClaim becomes ResourceClaim elasticgpu-<claim> (its
+    gpu-core and gpu-memory as capacity requests, its class's DeviceClass), owned by it; no
+    ElasticGPU is made; it stays Pending (WaitForFirstConsumer) until the ResourceClaim is
+    allocated, then Bound with the consumed capacity and the device and node. Here the
+    allocation is written by hand as kube-scheduler writes it (status.allocation)."""
+    st, out = api.call("POST", f"{G}/elasticgpuclasses", {
+        "apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
+        "metadata": {"name": "share"}, "provisioner": "gpushare.provisioner.elasticgpu.io"})
+    assert st == 201, out
+    cl = mkclaim(api, "train", 30, 4096)
+    ctl(("--mode", "dra", "--resync-seconds", "1"))
+    rc = wait(lambda: resource_claim(api, "elasticgpu-train"), "the ResourceClaim")
+    ex = rc["spec"]["devices"]["requests"][0]["exactly"]
+    assert ex["deviceClassName"] == "elasticgpu-share"
+    assert ex["capacity"]["requests"]["cores"] == "30"
+    assert ex["capacity"]["requests"]["memory"] in ("4096Mi", "4Gi")
+    ref, = rc["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["uid"]) == \
+        ("ElasticGPUClaim", "train", cl["metadata"]["uid"])
+    c = wait(lambda: (o := egpu_claim(api, "train")) and bound_cond(o) and o, "a condition")
+    assert c["status"]["phase"] == "Pending"
+    assert bound_cond(c)["reason"] == "WaitForFirstConsumer"
+    assert "elasticgpu-train" in bound_cond(c)["message"]
+    st, out = api.call("GET", f"{G}/elasticgpus")
+    assert st == 200 and out["items"] == [], out
+    alloc = {"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": "gpu.elasticgpu.io",
+                                 "pool": "n1", "device": "gpu-0",
+                                 "shareID": "0b8c4b9e-6f6c-4c36-9d55-2b8f3f0c8a11",
+                                 "consumedCapacity": {"cores": "30", "memory": "4Gi"}}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}
+    path = f"{RES}/namespaces/{NS}/resourceclaims/elasticgpu-train"
+    st, out = api.call("PATCH", path + ("/status" if api.real else ""), {"status": alloc},
+                       "application/merge-patch+json")
+    assert st == 200, out
+    c = wait(lambda: (o := egpu_claim(api, "train")) and o["status"].get("phase") == "Bound"
+             and o, "Bound")
+    assert c["status"]["capacity"] == {"elasticgpu.io/gpu-core": 30,
+                                       "elasticgpu.io/gpu-memory": 4096}
+    assert bound_cond(c)["status"] == "True"
+    assert "device n1/gpu-0 on node n1" in bound_cond(c)["message"]
+
+
+def test_claim_that_cannot_be_a_resource_claim(api, no_device_classes, ctl):
+    """A share claim in a whole-card class, and a ResourceClaim of that name the claim does
+    not own: Pending with ProvisioningFailed saying why; the foreign one left."""
+    st, out = api.call("POST", f"{G}/elasticgpuclasses", {
+        "apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
+        "metadata": {"name": "whole"}, "provisioner": "physical.provisioner.elasticgpu.io"})
+    assert st == 201, out
+    st, out = api.call("POST", f"{G}/elasticgpuclasses", {
+        "apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
+        "metadata": {"name": "share"}, "provisioner": "gpushare.provisioner.elasticgpu.io"})
+    assert st == 201, out
+    mkclaim(api, "half", 50, cls="whole")
+    st, foreign = api.call("POST", f"{RES}/namespaces/{NS}/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "elasticgpu-taken", "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.elasticgpu.io"}}]}}})
+    assert st == 201, foreign
+    mkclaim(api, "taken", 30, 1024)
+    ctl()
+    for name, why in (("half", "class whole provisions whole cards"),
+                      ("taken", "ResourceClaim elasticgpu-taken exists and is not this claim's")):
+        c = wait(lambda: (o := egpu_claim(api, name)) and bound_cond(o) and o, name)
+        assert bound_cond(c)["reason"] == "ProvisioningFailed" and \
+            why in bound_cond(c)["message"], bound_cond(c)
+    assert resource_claim(api, "elasticgpu-half") is None
+    assert resource_claim(api, "elasticgpu-taken")["metadata"]["resourceVersion"] == \
+        foreign["metadata"]["resourceVersion"]

@@ -69,7 +69,8 @@ EGPU_NEEDS = {
 #   writes.c egpu__controller_event -> src/kube/event.c: POST of core/v1 events
 #   dra.c (--mode dra): list + watch of resourceclaimtemplates (informer), POST of a
 #     pod's templates, DELETE of unused ones of its own; list + watch of deviceclasses
-#     (informer), POST of an ElasticGPUClass's, PUT of one it owns that differs
+#     (informer), POST of an ElasticGPUClass's, PUT of one it owns that differs;
+#     list + watch of resourceclaims (informer, its own), POST of an ElasticGPUClaim's
 # Its Lease is a Role of its own namespace (CONTROLLER_LEASE_VERBS).
 CONTROLLER_NEEDS = {
     (GROUP, "elasticgpuclaims", "list"), (GROUP, "elasticgpuclaims", "watch"),
@@ -90,6 +91,7 @@ CONTROLLER_NEEDS = {
     *{("resource.k8s.io", "resourceclaimtemplates", v)
       for v in ("list", "watch", "create", "delete")},
     *{("resource.k8s.io", "deviceclasses", v) for v in ("list", "watch", "create", "update")},
+    *{("resource.k8s.io", "resourceclaims", v) for v in ("list", "watch", "create")},
 }
 # Every (apiGroup, resource, verb) egpu-agent uses, from src/agent:
 #   inventory.c egpu_inventory_publish: LIST of the node's GPU objects (by

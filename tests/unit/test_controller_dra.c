@@ -300,13 +300,125 @@ static void test_device_class(void **state)
     assert_int_equal(egpu_controller_dra_class_name("a", name, 12), -ENAMETOOLONG);
 }
 
+static void decode_claim(const char *text, struct egpu_api_claim *cl)
+{
+    struct egpu_error err = {0};
+    json_t *obj = tu_json(text);
+
+    if (egpu_api_claim_decode(obj, cl, &err) != 0)
+        fail_msg("claim: %s", err.msg);
+    json_decref(obj);
+}
+
+static void test_claim_object(void **state)
+{
+    static struct egpu_api_class share, whole;
+    static struct egpu_api_claim cl;
+    struct egpu_error err = {0};
+    json_t *rc = NULL, *want, *ref;
+
+    (void)state;
+    decode_class("{'metadata': {'name': 's', 'uid': 'u-s'}, 'provisioner': "
+                 "'gpushare.provisioner.elasticgpu.io'}",
+                 &share);
+    decode_class("{'metadata': {'name': 'w', 'uid': 'u-w'}, 'provisioner': "
+                 "'physical.provisioner.elasticgpu.io'}",
+                 &whole);
+    decode_claim("{'metadata': {'name': 'train', 'namespace': 'ml', 'uid': 'u-c'}, 'spec': "
+                 "{'resources': {'requests': {'elasticgpu.io/gpu-core': 30, "
+                 "'elasticgpu.io/gpu-memory': 4096}}}}",
+                 &cl);
+    assert_int_equal(egpu_controller_dra_claim_object(&cl, &share, &rc, &err), 0);
+    want = tu_json("{'devices': {'requests': [{'name': 'gpu', 'exactly': {'deviceClassName': "
+                   "'elasticgpu-s', 'allocationMode': 'ExactCount', 'count': 1, 'capacity': "
+                   "{'requests': {'cores': '30', 'memory': '4096Mi'}}}}]}}");
+    assert_true(json_equal(json_object_get(rc, "spec"), want));
+    json_decref(want);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(rc, "metadata"), "name")),
+                        "elasticgpu-train");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(rc, "metadata"), "namespace")), "ml");
+    ref = json_array_get(json_object_get(json_object_get(rc, "metadata"), "ownerReferences"), 0);
+    assert_string_equal(json_string_value(json_object_get(ref, "uid")), "u-c");
+    assert_string_equal(json_string_value(json_object_get(ref, "kind")), "ElasticGPUClaim");
+    json_decref(rc);
+    rc = NULL;
+    /* A share in a whole-card class, whole cards in a share class, TFLOPS. */
+    assert_int_equal(egpu_controller_dra_claim_object(&cl, &whole, &rc, &err), EGPU_ERANGE);
+    assert_string_equal(err.msg, "asks a share of one card, but class w provisions whole cards");
+    decode_claim("{'metadata': {'name': 'big', 'namespace': 'ml', 'uid': 'u-b'}, 'spec': "
+                 "{'resources': {'requests': {'elasticgpu.io/gpu-core': 200}}}}",
+                 &cl);
+    assert_int_equal(egpu_controller_dra_claim_object(&cl, &share, &rc, &err), EGPU_ERANGE);
+    assert_int_equal(egpu_controller_dra_claim_object(&cl, &whole, &rc, &err), 0);
+    assert_int_equal(
+        json_integer_value(json_object_get(
+            json_object_get(
+                json_array_get(
+                    json_object_get(json_object_get(json_object_get(rc, "spec"), "devices"),
+                                    "requests"),
+                    0),
+                "exactly"),
+            "count")),
+        2);
+    json_decref(rc);
+    rc = NULL;
+    decode_claim("{'metadata': {'name': 'fast', 'namespace': 'ml', 'uid': 'u-f'}, 'spec': "
+                 "{'resources': {'requests': {'elasticgpu.io/gpu-tflops': 50}}}}",
+                 &cl);
+    assert_int_equal(egpu_controller_dra_claim_object(&cl, &share, &rc, &err), EGPU_ERANGE);
+    assert_non_null(strstr(err.msg, "gpu-tflops"));
+    assert_null(rc);
+}
+
+static void test_allocation(void **state)
+{
+    struct egpu_controller_dra_alloc a;
+    json_t *rc = tu_json(
+        "{'status': {'allocation': {'devices': {'results': [{'driver': 'other.example.com', "
+        "'pool': 'x', 'device': 'y'}, {'request': 'gpu', 'driver': 'gpu.elasticgpu.io', "
+        "'pool': 'n1', 'device': 'gpu-1', 'consumedCapacity': {'cores': '30', 'memory': "
+        "'4Gi'}}]}, 'nodeSelector': {'nodeSelectorTerms': [{'matchFields': [{'key': "
+        "'metadata.name', 'operator': 'In', 'values': ['n1']}]}]}}}}");
+    json_t *none = tu_json("{'status': {}}");
+    json_t *foreign = tu_json("{'status': {'allocation': {'devices': {'results': [{'driver': "
+                              "'other.example.com', 'pool': 'x', 'device': 'y'}]}}}}");
+    json_t *odd = tu_json("{'status': {'allocation': {'devices': {'results': [{'driver': "
+                          "'gpu.elasticgpu.io', 'pool': 7, 'device': 'gpu-0', "
+                          "'consumedCapacity': {'cores': '-5', 'memory': '1.5Mi'}}]}}}}");
+
+    (void)state;
+    egpu_controller_dra_allocation(rc, &a);
+    assert_true(a.allocated);
+    assert_string_equal(a.pool, "n1");
+    assert_string_equal(a.device, "gpu-1");
+    assert_string_equal(a.node, "n1");
+    assert_int_equal(a.cores, 30);
+    assert_int_equal(a.mem_mib, 4096);
+    egpu_controller_dra_allocation(none, &a);
+    assert_false(a.allocated);
+    egpu_controller_dra_allocation(foreign, &a);
+    assert_false(a.allocated);
+    egpu_controller_dra_allocation(odd, &a);
+    assert_true(a.allocated);
+    assert_string_equal(a.pool, "");
+    assert_string_equal(a.node, "");
+    assert_int_equal(a.cores, 0);   /* negative: left out */
+    assert_int_equal(a.mem_mib, 2); /* rounded up */
+    egpu_controller_dra_allocation(NULL, &a);
+    assert_false(a.allocated);
+    json_decref(rc);
+    json_decref(none);
+    json_decref(foreign);
+    json_decref(odd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_entries),
-        cmocka_unit_test(test_pod_templates),
-        cmocka_unit_test(test_spec_same),
-        cmocka_unit_test(test_device_class),
+        cmocka_unit_test(test_entries),      cmocka_unit_test(test_pod_templates),
+        cmocka_unit_test(test_spec_same),    cmocka_unit_test(test_device_class),
+        cmocka_unit_test(test_claim_object), cmocka_unit_test(test_allocation),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
