@@ -41,11 +41,14 @@ int egpu_controller_dra_entries(const char *text, json_t **out, struct egpu_erro
         size_t len = strlen(name);
 
         if (len == 0 || len >= EGPU_K8S_NAME_MAX || !json_is_object(v)) {
+            /* the message first: name is obj's key */
+            int rc = egpu_error_set(err, EGPU_ESYNTAX,
+                                    "annotation %s: entry \"%.64s\": allowed: a name of 1..253 "
+                                    "characters mapped to a template spec object",
+                                    "elasticgpu.io/dra-claims", name);
+
             json_decref(obj);
-            return egpu_error_set(err, EGPU_ESYNTAX,
-                                  "annotation %s: entry \"%.64s\": allowed: a name of 1..253 "
-                                  "characters mapped to a template spec object",
-                                  "elasticgpu.io/dra-claims", name);
+            return rc;
         }
     }
     *out = obj;
