@@ -344,6 +344,15 @@ json_t *egpu_controller_gpu_index_allocated(struct egpu_controller_gpu_index *ix
 int egpu_controller_dra_entries(const char *text, json_t **out,
                                 struct egpu_error *err) EGPU_MUST_CHECK;
 
+/* The ask a template spec (an annotation entry's body, borrowed) says, read
+ * back from the shape egpu_api_dra_claim_spec makes: one request
+ * EGPU_API_DRA_REQUEST; EGPU_API_DRA_CLASS_SHARE with capacity.requests
+ * cores "<1..99>" and optionally memory "<n>Mi", or EGPU_API_DRA_CLASS_WHOLE
+ * with count k (core_pct 100 k). Only a start: the caller makes the spec
+ * again from *ask and compares. Returns 0 or EGPU_ESYNTAX (any other
+ * shape). */
+int egpu_controller_dra_ask_of(const json_t *spec, struct egpu_api_gpu_ask *ask) EGPU_MUST_CHECK;
+
 /* The names of the ResourceClaimTemplates pod (a core/v1 Pod, borrowed)
  * names in spec.resourceClaims[].resourceClaimTemplateName, as the keys of
  * a new JSON object (values true; {} when none; NULL: out of memory). */

@@ -11,9 +11,11 @@
  * - key "t/<ns>/<pod>" (a pod carrying the annotation): the annotation is
  *   read as a tenant's (the webhook guards it, but nothing here relies on
  *   that): its spec bodies are never used. The specs are made again from the
- *   pod's own request (each GPU container's elasticgpu.io resources and the
- *   pod's elasticgpu.io/gpu-model, through src/api's egpu_api_dra_claim_spec
- *   and egpu_api_dra_template_name, the webhook's own functions). An entry
+ *   pod's own request (each GPU container's elasticgpu.io resources, or,
+ *   once the webhook has rewritten them away, the ask each entry says, and
+ *   the pod's elasticgpu.io/gpu-model, through src/api's
+ *   egpu_api_dra_claim_spec and egpu_api_dra_template_name, the webhook's
+ *   own functions: want_of). An entry
  *   is made only when its name is one of those, its spec is that one, and
  *   the pod's spec.resourceClaims names it; else a Warning event on the pod
  *   names the template and why, and nothing is made. The template is then
@@ -243,11 +245,29 @@ void egpu__controller_dra_enqueue_all(struct egpu__controller *c)
 
 /* ---- one pod ---- */
 
-/* The specs the pod's own request makes: {template name: ResourceClaimSpec}
- * for each GPU container, as egpu-webhook makes them (src/api/dra.c). A
- * container whose request does not decode makes none (the webhook refused
- * such a pod). */
-static int want_of(const json_t *pod, json_t **out, struct egpu_error *err)
+/* Add spec (a new reference, taken) to want under its name. */
+static int want_add(json_t *want, json_t *spec, struct egpu_error *err)
+{
+    char name[EGPU_API_DRA_TEMPLATE_NAME_MAX];
+    int rc = egpu_api_dra_template_name(spec, name, err);
+
+    if (!rc && json_object_set_new(want, name, spec) != 0)
+        return -ENOMEM;
+    if (rc)
+        json_decref(spec);
+    return rc;
+}
+
+/* The specs the pod's own request makes: {template name: ResourceClaimSpec},
+ * as egpu-webhook makes them (src/api/dra.c), with the pod's
+ * elasticgpu.io/gpu-model. The request is each container's elasticgpu.io
+ * resources while the pod has them. egpu-webhook's DRA mode removes them
+ * (docs/webhook.md, "DRA mode"), so a pod without any is read from the
+ * entries: each entry's body is read back as an ask
+ * (egpu_controller_dra_ask_of) and its spec made again from that ask. Only a
+ * spec the webhook itself would make for some ask counts, never the body. An
+ * ask that does not decode makes nothing (the webhook refuses such a pod). */
+static int want_of(const json_t *pod, const json_t *entries, json_t **out, struct egpu_error *err)
 {
     const json_t *spec = json_object_get(pod, "spec"), *ct;
     struct egpu_api_pod_annotations pa;
@@ -261,30 +281,41 @@ static int want_of(const json_t *pod, json_t **out, struct egpu_error *err)
     if (egpu_api_pod_annotations(json_object_get(meta_of(pod), "annotations"), &pa, NULL) == 0 &&
         pa.gpu_model[0] != '\0')
         models = pa.gpu_model;
-    json_array_foreach(json_object_get(spec, "containers"), i, ct)
-    {
-        const char *cname = egpu_api_str(json_object_get(ct, "name"));
-        char name[EGPU_API_DRA_TEMPLATE_NAME_MAX];
-        struct egpu_api_gpu_ask ask;
-        json_t *cs = NULL;
+    if (egpu_api_spec_wants_gpu(spec)) {
+        json_array_foreach(json_object_get(spec, "containers"), i, ct)
+        {
+            const char *cname = egpu_api_str(json_object_get(ct, "name"));
+            struct egpu_api_gpu_ask ask;
+            json_t *cs = NULL;
 
-        if (egpu_api_container_gpu(ct, cname != NULL ? cname : "", false, &ask, NULL) != 0 ||
-            ask.core_pct == 0)
-            continue;
-        rc = egpu_api_dra_claim_spec(&ask, models, &cs, err);
-        if (rc == -ENOMEM)
-            break;
-        if (rc) { /* the webhook refuses such a container: nothing to make */
-            rc = 0;
-            continue;
+            if (egpu_api_container_gpu(ct, cname != NULL ? cname : "", false, &ask, NULL) != 0 ||
+                ask.core_pct == 0)
+                continue;
+            rc = egpu_api_dra_claim_spec(&ask, models, &cs, err);
+            if (rc == -ENOMEM)
+                break;
+            rc = rc ? 0 : want_add(want, cs, err); /* refused asks make nothing */
+            if (rc)
+                break;
         }
-        rc = egpu_api_dra_template_name(cs, name, err);
-        if (!rc && json_object_set_new(want, name, cs) != 0)
-            rc = -ENOMEM;
-        else if (rc)
-            json_decref(cs);
-        if (rc)
-            break;
+    } else {
+        const char *k;
+        const json_t *body;
+
+        json_object_foreach((json_t *)entries, k, body)
+        {
+            struct egpu_api_gpu_ask ask;
+            json_t *cs = NULL;
+
+            if (egpu_controller_dra_ask_of(body, &ask) != 0)
+                continue;
+            rc = egpu_api_dra_claim_spec(&ask, models, &cs, err);
+            if (rc == -ENOMEM)
+                break;
+            rc = rc ? 0 : want_add(want, cs, err);
+            if (rc)
+                break;
+        }
     }
     if (rc) {
         json_decref(want);
@@ -418,7 +449,7 @@ int egpu__controller_dra_sync(struct egpu__controller *c, const char *ns, const 
         warn_once(c, pod, "-", "ResourceClaimTemplateRefused", err.msg);
         goto out;
     }
-    rc = want_of(pod, &want, &err);
+    rc = want_of(pod, entries, &want, &err);
     if (rc) {
         egpu_log(EGPU_LOG_WARN, "pod %s/%s: its templates not made: %s", ns, name, err.msg);
         goto out;

@@ -55,6 +55,45 @@ int egpu_controller_dra_entries(const char *text, json_t **out, struct egpu_erro
     return 0;
 }
 
+int egpu_controller_dra_ask_of(const json_t *spec, struct egpu_api_gpu_ask *ask)
+{
+    const json_t *reqs = json_object_get(json_object_get(spec, "devices"), "requests");
+    const json_t *r = json_array_get(reqs, 0), *ex = json_object_get(r, "exactly");
+    const json_t *cap = json_object_get(json_object_get(ex, "capacity"), "requests");
+    const char *cls = egpu_api_str(json_object_get(ex, "deviceClassName"));
+    const char *name = egpu_api_str(json_object_get(r, "name"));
+    const char *cores = egpu_api_str(json_object_get(cap, EGPU_API_DRA_CAP_CORES));
+    const char *mem = egpu_api_str(json_object_get(cap, EGPU_API_DRA_CAP_MEMORY));
+    const json_t *count = json_object_get(ex, "count");
+    struct egpu_quantity q;
+    int64_t v;
+
+    memset(ask, 0, sizeof(*ask));
+    if (json_array_size(reqs) != 1 || cls == NULL || name == NULL ||
+        strcmp(name, EGPU_API_DRA_REQUEST) != 0)
+        return EGPU_ESYNTAX;
+    if (strcmp(cls, EGPU_API_DRA_CLASS_WHOLE) == 0) {
+        if (!json_is_integer(count) || json_integer_value(count) < 1 ||
+            json_integer_value(count) > EGPU_API_DRA_COUNT_MAX)
+            return EGPU_ESYNTAX;
+        ask->core_pct = 100 * json_integer_value(count);
+        return 0;
+    }
+    if (strcmp(cls, EGPU_API_DRA_CLASS_SHARE) != 0 || cores == NULL ||
+        egpu_quantity_parse(cores, &q, NULL) != 0 ||
+        egpu_quantity_to_units(&q, 0, 0, EGPU_ROUND_EXACT, &v) != 0 || v < 1 || v > 99)
+        return EGPU_ESYNTAX;
+    ask->core_pct = v;
+    if (mem != NULL) {
+        if (egpu_quantity_parse(mem, &q, NULL) != 0 || q.negative ||
+            egpu_quantity_to_units(&q, 0, 20, EGPU_ROUND_EXACT, &v) != 0 || v < 1)
+            return EGPU_ESYNTAX;
+        ask->mem_mib = v;
+        ask->has_mem = true;
+    }
+    return 0;
+}
+
 json_t *egpu_controller_dra_pod_templates(const json_t *pod)
 {
     const json_t *rc, *claims = json_object_get(json_object_get(pod, "spec"), "resourceClaims");

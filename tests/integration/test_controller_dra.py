@@ -183,6 +183,52 @@ def test_template_created(api, ctl):
         assert same_request(cl[0]["spec"], spec), cl[0]["spec"]
 
 
+def whole_spec(k):
+    ex = {"deviceClassName": "gpu.elasticgpu.io", "allocationMode": "ExactCount", "count": k}
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": ex}]}}
+    if k > 1:
+        spec["devices"]["constraints"] = [{"requests": ["gpu"],
+                                           "distinctAttribute": "gpu.elasticgpu.io/uuid"}]
+    return spec
+
+
+def mkrewritten(api, name, entries):
+    """Pod NS/name as egpu-webhook --mode dra leaves it (docs/webhook.md): no elasticgpu.io
+    resource left, container i's resources.claims egpu-<i>, the annotation entries."""
+    cs = [{"name": f"c{i}", "image": "busybox",
+           "resources": {"claims": [{"name": f"egpu-{i}", "request": "gpu"}]}}
+          for i in range(len(entries))]
+    st, obj = api.call("POST", f"/api/v1/namespaces/{NS}/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS,
+                     "annotations": {"elasticgpu.io/dra-claims": json.dumps(entries)}},
+        "spec": {"containers": cs,
+                 "resourceClaims": [{"name": f"egpu-{i}", "resourceClaimTemplateName": t}
+                                    for i, t in enumerate(entries)]}})
+    assert st == 201, obj
+    return obj
+
+
+def test_rewritten_pod_gets_canonical_templates_only(api, ctl):
+    """A pod the webhook rewrote has no elasticgpu.io request left: each entry's spec is made
+    again from the ask it says. A share and two whole cards are made; a spec the webhook
+    never makes (adminAccess, here with its own hash as name) is refused."""
+    share, whole = share_spec(40, 2048), whole_spec(2)
+    mkrewritten(api, "ok", {name_of(share): share, name_of(whole): whole})
+    admin = whole_spec(1)
+    admin["devices"]["requests"][0]["exactly"]["adminAccess"] = True
+    mkrewritten(api, "admin", {name_of(admin): admin})
+    ctl()
+    wait(lambda: template(api, name_of(share)) and template(api, name_of(whole)),
+         "both templates")
+    assert template(api, name_of(whole))["spec"]["spec"]["devices"]["requests"][0][
+        "exactly"]["count"] == 2
+    ev = wait(lambda: [e for e in events(api, "admin")
+                       if e["reason"] == "ResourceClaimTemplateRefused"], "the Warning")
+    assert name_of(admin) in ev[0]["message"]
+    assert template(api, name_of(admin)) is None
+
+
 def test_mismatches_refused_with_one_event(api, ctl):
     spec = share_spec(30, 4096)
     other = share_spec(50, 4096)

@@ -413,12 +413,64 @@ static void test_allocation(void **state)
     json_decref(odd);
 }
 
+static void test_ask_of(void **state)
+{
+    static const char *const bad[] = {
+        "{}",
+        "{'devices': {'requests': []}}",
+        "{'devices': {'requests': [{'name': 'x', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '30'}}}}]}}",
+        "{'devices': {'requests': [{'name': 'gpu', 'exactly': {'deviceClassName': "
+        "'other.example.com', 'capacity': {'requests': {'cores': '30'}}}}]}}",
+        "{'devices': {'requests': [{'name': 'gpu', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '100'}}}}]}}",
+        "{'devices': {'requests': [{'name': 'gpu', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '30.5'}}}}]}}",
+        "{'devices': {'requests': [{'name': 'gpu', 'exactly': {'deviceClassName': "
+        "'gpu-share.elasticgpu.io', 'capacity': {'requests': {'cores': '30', 'memory': "
+        "'100'}}}}]}}",
+        "{'devices': {'requests': [{'name': 'gpu', 'exactly': {'deviceClassName': "
+        "'gpu.elasticgpu.io', 'count': 33}}]}}",
+        "{'devices': {'requests': [{'name': 'gpu', 'exactly': {'deviceClassName': "
+        "'gpu.elasticgpu.io'}}]}}",
+        "{'devices': {'requests': [{'name': 'gpu', 'exactly': {'deviceClassName': "
+        "'gpu.elasticgpu.io', 'count': 1}}, {'name': 'gpu', 'exactly': {}}]}}",
+    };
+    struct egpu_api_gpu_ask ask;
+    json_t *s = tu_json("{'devices': {'requests': [{'name': 'gpu', 'exactly': "
+                        "{'deviceClassName': 'gpu-share.elasticgpu.io', 'capacity': "
+                        "{'requests': {'cores': '30', 'memory': '4Gi'}}}}]}}");
+
+    (void)state;
+    assert_int_equal(egpu_controller_dra_ask_of(s, &ask), 0);
+    assert_int_equal(ask.core_pct, 30);
+    assert_true(ask.has_mem);
+    assert_int_equal(ask.mem_mib, 4096);
+    json_decref(s);
+    s = tu_json("{'devices': {'requests': [{'name': 'gpu', 'exactly': {'deviceClassName': "
+                "'gpu.elasticgpu.io', 'count': 2, 'adminAccess': true}}]}}");
+    /* Read back as 2 cards; the caller's comparison with the spec made
+     * again refuses the adminAccess. */
+    assert_int_equal(egpu_controller_dra_ask_of(s, &ask), 0);
+    assert_int_equal(ask.core_pct, 200);
+    assert_false(ask.has_mem);
+    json_decref(s);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        json_t *b = tu_json(bad[i]);
+
+        if (egpu_controller_dra_ask_of(b, &ask) != EGPU_ESYNTAX)
+            fail_msg("bad[%zu] read as an ask", i);
+        json_decref(b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_entries),      cmocka_unit_test(test_pod_templates),
-        cmocka_unit_test(test_spec_same),    cmocka_unit_test(test_device_class),
-        cmocka_unit_test(test_claim_object), cmocka_unit_test(test_allocation),
+        cmocka_unit_test(test_ask_of),       cmocka_unit_test(test_spec_same),
+        cmocka_unit_test(test_device_class), cmocka_unit_test(test_claim_object),
+        cmocka_unit_test(test_allocation),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
