@@ -26,13 +26,13 @@ FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 FUZZ_RUNS=${FUZZ_RUNS:-10000}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 CC_FUZZ=${CC_FUZZ:-}
-ALL_TARGETS="quantity assigned pod_request status vcuda_config kubeconfig watch extender admission claims budget gpustatus selection kubectl vcuda_inspect workload dra"
+ALL_TARGETS="quantity assigned pod_request status vcuda_config kubeconfig watch extender admission claims budget gpustatus selection kubectl vcuda_inspect workload dra dra_claim"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 
 # Longest input libFuzzer makes, per target (its default is 4096 bytes).
 max_len() {
     case "$1" in
-    extender | watch | kubeconfig | admission) echo 16384 ;;
+    extender | watch | kubeconfig | admission | dra_claim) echo 16384 ;;
     *) echo 4096 ;;
     esac
 }
@@ -93,6 +93,7 @@ run_one() {
     # Seeds read in place from shared/ beside the checkout, never copied in.
     shared=""
     [ "$t" = dra ] && [ -d ../shared/k8s-wire/dra/grpc ] && shared=../shared/k8s-wire/dra/grpc
+    [ "$t" = dra_claim ] && [ -d ../shared/k8s-wire/dra ] && shared=../shared/k8s-wire/dra
     mkdir -p "$FUZZ_BUILD/logs" "$FUZZ_BUILD/artifacts/$t" "$corpus"
     rc=0
     # shellcheck disable=SC2086

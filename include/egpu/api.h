@@ -1081,6 +1081,9 @@ bool egpu_api_resv_can_hold(const struct egpu_reservation *r,
  * the card's model (a string, GPU objects' spec.model) and its UUID. */
 #define EGPU_API_DRA_ATTR_MODEL        "productName"
 #define EGPU_API_DRA_ATTR_UUID         "uuid"
+/* A string attribute's value, bytes at most (resource.k8s.io/v1's limit);
+ * the agent cuts a longer model there, at a UTF-8 character boundary. */
+#define EGPU_API_DRA_ATTR_STRING_MAX   64
 /* Template names: the prefix and 32 lower-case hex digits (SHA-256's first
  * 128 bits); bytes incl. NUL. */
 #define EGPU_API_DRA_TEMPLATE_PREFIX   "egpu-"
@@ -1098,8 +1101,8 @@ bool egpu_api_resv_can_hold(const struct egpu_reservation *r,
  * character as \xXX, the rest up to U+FFFF as \uXXXX and above as
  * \UXXXXXXXX (no escape whose meaning differs between bytes and code
  * points). The literal is printable ASCII only and nothing in s can end
- * it; the gpu-model's '|' is a separator, never quoted. *out is
- * egpu_malloc'd (the caller egpu_free()s it), written only on success.
+ * it. *out is egpu_malloc'd (the caller egpu_free()s it), written only
+ * on success.
  * Returns 0, EGPU_ESYNTAX (s is not valid UTF-8: "byte 3 (0xFF) of the text
  * is not valid UTF-8; allowed: UTF-8 text"; overlong forms, surrogates and
  * code points past U+10FFFF included), EGPU_ERANGE (longer than
@@ -1111,7 +1114,10 @@ int egpu_api_cel_quote(const char *s, size_t len, char **out,
  * EGPU_ANN_GPU_MODEL annotation's value, "A|B": models separated by '|'):
  *   has(device.attributes["gpu.elasticgpu.io"].productName) &&
  *   device.attributes["gpu.elasticgpu.io"].productName in ["A", "B"]
- * each model quoted with egpu_api_cel_quote. A device without the attribute
+ * each model quoted with egpu_api_cel_quote, after a model longer than
+ * EGPU_API_DRA_ATTR_STRING_MAX bytes is cut as the agent cuts the
+ * attribute (to at most that many bytes, ending on a UTF-8 character
+ * boundary) so it matches the card. A device without the attribute
  * is not selected (no evaluation error). *out is egpu_malloc'd (caller
  * egpu_free()s), only on success. Returns 0, EGPU_ERANGE (models empty,
  * an empty model between bars, a model too long, an expression past

@@ -613,6 +613,61 @@ int egpu_policy_parse(const char *name, enum egpu_policy_kind *out,
  * EGPU_POLICY_COUNT. */
 const char *egpu_policy_name(enum egpu_policy_kind k);
 
+/* DRA mode (src/core/dra.c). kube-scheduler's structured-parameters
+ * allocator (k8s.io/dynamic-resource-allocation/structured, 1.34+) picks a
+ * DRA node's cards: devices in slice order (pools by driver then pool name,
+ * slices by name), the first that fits each request of a claim, with
+ * backtracking across the claim's requests and devices, no scoring. The
+ * agent publishes one device per healthy card (src/agent/dra_slice.c), so
+ * the device order of the node's slice decides which card a pod gets.
+ * X(ID, "name", "text before the name in EGPU_DRA_ORDER_NAMES"):
+ *   index            by NVML index: "gpu-0", "gpu-1", ... (the agent's order)
+ *   most-allocated   most allocated compute first, then most allocated
+ *                    memory, then index: first fit is then a tightest fit
+ *   least-allocated  least allocated compute first, then least memory,
+ *                    then index: first fit is then an emptiest fit
+ * The last two are orders the agent could publish and republish as its
+ * cards fill. */
+#define EGPU_DRA_ORDER_LIST(X)                \
+    X(INDEX, "index", "")                     \
+    X(MOST_ALLOCATED, "most-allocated", ", ") \
+    X(LEAST_ALLOCATED, "least-allocated", ", ")
+
+#define EGPU__DRA_ORDER_ENUM(id, name, sep) EGPU_DRA_ORDER_##id,
+#define EGPU__DRA_ORDER_ONE(id, name, sep)  +1
+#define EGPU__DRA_ORDER_NAME(id, name, sep) sep name
+
+enum egpu_dra_order { EGPU_DRA_ORDER_LIST(EGPU__DRA_ORDER_ENUM) };
+
+/* How many orders there are, and "index, most-allocated, least-allocated"
+ * (a string literal, for help texts and errors). */
+#define EGPU_DRA_ORDER_COUNT (0 EGPU_DRA_ORDER_LIST(EGPU__DRA_ORDER_ONE))
+#define EGPU_DRA_ORDER_NAMES EGPU_DRA_ORDER_LIST(EGPU__DRA_ORDER_NAME)
+
+/* The most devices the allocator model tries for one pod on one node
+ * before it gives up (the pod does not fit there then): the search
+ * backtracks, and a pod of many shares on a node of many cards that fits
+ * none would otherwise try every arrangement. kube-scheduler bounds the
+ * same search by time instead. */
+#define EGPU_DRA_STEPS_MAX 100000
+
+/* Order by name: one of EGPU_DRA_ORDER_NAMES. Returns 0, or -EINVAL with
+ * *err naming the allowed values; writes *out only on 0. */
+int egpu_dra_order_parse(const char *name, enum egpu_dra_order *out,
+                         struct egpu_error *err) EGPU_MUST_CHECK;
+/* The name of order o, a static string; "unknown" for a value not listed. */
+const char *egpu_dra_order_name(enum egpu_dra_order o);
+
+/* The devices of node's slice in order: positions in node->gpus (not NVML
+ * indexes) of its healthy cards, written to out (caller-owned, room for
+ * node->ngpus entries; at most EGPU_NODE_GPUS_MAX). An unhealthy card is
+ * not in the slice. The state-dependent orders read the cards' allocated
+ * compute (milli-GPU) and memory (MiB) as they are now: a slice republished
+ * after every change. Returns the number of devices written (0 for a node
+ * without healthy cards), or -EINVAL for an order not in the list. Never
+ * allocates. */
+int egpu_dra_device_order(const struct egpu_node *node, enum egpu_dra_order order, uint16_t *out);
+
 struct egpu_placer_config {
     enum egpu_policy_kind node_policy;    /* which node */
     enum egpu_policy_kind card_policy;    /* which card(s) on that node */
@@ -624,11 +679,23 @@ struct egpu_placer_config {
      * score, the node whose picked cards are less loaded (egpu_pick_load),
      * before the per-seed hash. false: loads are never read. */
     bool load_aware;
+    /* DRA mode: the cards are the allocator's first fit over the node's
+     * devices in dra_order (egpu_dra_device_order), not card_policy's
+     * choice; the node is still node_policy's (the extender's prioritize).
+     * Load and topology do not steer that fit (the allocator knows
+     * neither). With dra_blind the node score is computed as if card_policy
+     * chose the cards (an extender blind to the allocator's choice), else
+     * with the allocator's cards (an extender that models it). false: none
+     * of the three is read. */
+    bool dra;
+    enum egpu_dra_order dra_order;
+    bool dra_blind;
 };
 
 struct egpu_placer;
 
-/* New placer, or NULL with *err set: -EINVAL (FGD without a workload) or -ENOMEM. */
+/* New placer, or NULL with *err set: -EINVAL (FGD without a workload, or
+ * with dra a dra_order not in EGPU_DRA_ORDER_LIST) or -ENOMEM. */
 struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg, struct egpu_error *err);
 void egpu_placer_free(struct egpu_placer *p);
 

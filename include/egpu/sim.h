@@ -159,6 +159,13 @@ struct egpu_replay_config {
     /* Pre-existing ElasticGPUs (NULL = none): held before the first pod
      * arrives, counted as allocated and as arrived at the start. */
     const struct egpu_sim_reservations *reservations;
+    /* DRA mode (egpu-sim --dra): the placer's dra, dra_order and dra_blind
+     * (egpu_placer_config): the allocator's first fit over the devices in
+     * dra_order picks the cards, node_policy the node; card_policy is then
+     * only what a blind extender scores with. false: the others unread. */
+    bool dra;
+    enum egpu_dra_order dra_order;
+    bool dra_blind;
     /* Called with the cluster as the replay leaves it (NULL = not called),
      * e.g. to write egpu_sim_card_rows; from the replay's thread. */
     void (*final)(void *ud, const struct egpu_replay_config *cfg, const struct egpu_cluster *c);
@@ -180,6 +187,9 @@ struct egpu_replay_result {
     double final_alloc_pct;
     uint64_t reserved_milli; /* held by reservations from the start */
     double place_seconds;    /* time in placement (schedule + assign) */
+    /* DRA mode: placed pods whose cards (the allocator's) are not the ones
+     * the card policy would have chosen on the same node; 0 otherwise. */
+    size_t dra_other_cards;
     struct egpu_replay_bucket buckets[EGPU_REPLAY_PCT_MAX + 1];
 };
 

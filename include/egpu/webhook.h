@@ -135,8 +135,16 @@ struct egpu_webhook_quota {
     void *ud;
 };
 
+/* How GPU pods get their GPUs (--mode). */
+enum egpu_webhook_mode {
+    EGPU_WEBHOOK_MODE_DEVICE_PLUGIN, /* elasticgpu.io extended resources, elastic-gpu-scheduler */
+    EGPU_WEBHOOK_MODE_DRA, /* ResourceClaimTemplates (resource.k8s.io/v1), kube-scheduler's
+                              allocator (webhook/dra.c, docs/webhook.md "DRA mode") */
+};
+
 /* What the handlers need to know; strings borrowed for the config's use. */
 struct egpu_webhook_config {
+    enum egpu_webhook_mode mode;   /* EGPU_WEBHOOK_MODE_DEVICE_PLUGIN (0) by default */
     const char *scheduler_name;    /* set on GPU pods (and on /mutate-place's pods
                                       without GPU); NULL = EGPU_SCHEDULER_NAME */
     bool set_scheduler_name;       /* false: leave spec.schedulerName alone (on

@@ -67,17 +67,95 @@ static int open_root(struct egpu__dra_plugin *p, bool create, int *fd, struct eg
     return rc;
 }
 
+/* Whether v is a string member key of o that is not empty. */
+static const char *rec_str(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+
+    return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+int egpu__dra_plugin_record_parse(const char *driver, const char *dra_root, const char *uid,
+                                  const char *text, size_t len, json_t **rec,
+                                  struct egpu_error *err)
+{
+    char id[EGPU_CDI_ID_MAX], dir[PATH_MAX];
+    char *ids[1] = {id};
+    json_error_t jerr;
+    const json_t *devs, *d;
+    const char *got;
+    json_t *doc;
+    size_t i;
+
+    doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (doc == NULL || !json_is_object(doc)) {
+        json_decref(doc);
+        return egpu_error_set(err, EGPU_ESYNTAX, "not a claim record: not a JSON object");
+    }
+    got = rec_str(doc, "uid");
+    devs = json_object_get(doc, "devices");
+    if (got == NULL || strcmp(got, uid) != 0 || rec_str(doc, "namespace") == NULL ||
+        rec_str(doc, "name") == NULL || !json_is_array(devs) || json_array_size(devs) == 0 ||
+        json_array_size(devs) > EGPU_CDI_DEVICES_MAX) {
+        json_decref(doc);
+        return egpu_error_set(err, EGPU_ESYNTAX,
+                              "not a claim record of uid %s: uid, namespace, name or "
+                              "devices (1..%d) missing or other",
+                              uid, EGPU_CDI_DEVICES_MAX);
+    }
+    /* Each device's CDI ID and dir must be the ones this claim and device
+     * give (the dir is what unprepare removes, so a record naming any other
+     * path is refused, never followed). */
+    json_array_foreach(devs, i, d)
+    {
+        const char *device = rec_str(d, "device"), *share;
+        struct egpu_error e2 = {0};
+
+        if (!json_is_object(d) || device == NULL ||
+            !json_is_string(json_object_get(d, "request")) || rec_str(d, "pool") == NULL ||
+            !json_is_string(json_object_get(d, "shareID")) || rec_str(d, "cdi") == NULL ||
+            rec_str(d, "dir") == NULL ||
+            egpu__cdi_device_id(driver, uid, device, id, sizeof(id), &e2) != 0 ||
+            egpu__allocdir_path(dra_root, ids, 1, dir, sizeof(dir)) != 0 ||
+            strcmp(id, rec_str(d, "cdi")) != 0 || strcmp(dir, rec_str(d, "dir")) != 0) {
+            json_decref(doc);
+            return egpu_error_set(err, EGPU_ESYNTAX,
+                                  "not a claim record of uid %s: device %zu is not one this "
+                                  "agent writes",
+                                  uid, i);
+        }
+        share = json_string_value(json_object_get(d, "shareID"));
+        if (share[0] != '\0' && !egpu__dra_plugin_is_share_id(share)) {
+            json_decref(doc);
+            return egpu_error_set(err, EGPU_ESYNTAX,
+                                  "not a claim record of uid %s: device %zu's shareID is not a UID",
+                                  uid, i);
+        }
+    }
+    *rec = doc;
+    return 0;
+}
+
+/* Whether rc, from record_read, says the record's entry is there but is not
+ * a record the agent wrote (a link, garbage, another owner, a directory):
+ * prepare rebuilds it, unprepare removes it. */
+static bool is_bad_record(int rc)
+{
+    return rc == EGPU_ESYNTAX || rc == -EPERM || rc == -ELOOP || rc == -EINVAL || rc == -EFBIG ||
+           rc == -EISDIR;
+}
+
 /* The record of uid from the disk into *rec (new reference). Returns 0,
- * -ENOENT (none), or another negative code with err (a record that is not
- * the agent's or does not decode). */
+ * -ENOENT (none), a code is_bad_record accepts (an entry that is not the
+ * agent's record: a symbolic link is never followed), or another negative
+ * code, with err. */
 static int record_read(struct egpu__dra_plugin *p, const char *uid, json_t **rec,
                        struct egpu_error *err)
 {
     char name[EGPU_CDI_UID_LEN + 32], *text = NULL;
+    struct egpu_error e2 = {0};
     struct stat st;
-    json_error_t jerr;
     size_t len;
-    json_t *doc;
     int fd, rc;
 
     rc = open_root(p, false, &fd, err);
@@ -96,16 +174,30 @@ static int record_read(struct egpu__dra_plugin *p, const char *uid, json_t **rec
         return egpu_error_set(err, -EPERM, "DRA claim record %s/%s: not the agent's file",
                               p->dra_root, name);
     }
-    doc = json_loadb(text, len, 0, &jerr);
+    rc = egpu__dra_plugin_record_parse(p->driver, p->dra_root, uid, text, len, rec, &e2);
     egpu_free(text);
-    if (doc == NULL || !json_is_array(json_object_get(doc, "devices")) ||
-        !json_is_string(json_object_get(doc, "uid")) ||
-        strcmp(json_string_value(json_object_get(doc, "uid")), uid) != 0) {
-        json_decref(doc);
-        return egpu_error_set(err, EGPU_ESYNTAX, "DRA claim record %s/%s: not a claim record",
-                              p->dra_root, name);
-    }
-    *rec = doc;
+    if (rc)
+        egpu_error_set(err, rc, "DRA claim record %s/%s: %s", p->dra_root, name, e2.msg);
+    return rc;
+}
+
+/* Remove uid's record entry, whatever it is (a link is removed, never
+ * followed). Returns 0 or a negative code with err. */
+static int record_remove(struct egpu__dra_plugin *p, const char *uid, struct egpu_error *err)
+{
+    char name[EGPU_CDI_UID_LEN + 32];
+    int fd, rc = open_root(p, false, &fd, err);
+
+    if (rc == -ENOENT)
+        return 0;
+    if (rc)
+        return rc;
+    record_name(uid, name, sizeof(name));
+    rc = egpu__fs_remove_tree(fd, name, 0);
+    close(fd);
+    if (rc)
+        return egpu_error_set(err, rc, "DRA claim record %s/%s: %s", p->dra_root, name,
+                              egpu_strerror(rc));
     return 0;
 }
 
@@ -154,8 +246,10 @@ static int remove_dirs(struct egpu__dra_plugin *p, const json_t *devices)
 /* ------------------------------------------------------------------------ */
 /* Prepare                                                                  */
 
-/* The card of device "gpu-<index>" (dra_slice.c's names) among p's cards, or NULL. */
-static const struct egpu_gpu_info *card_of(const struct egpu__dra_plugin *p, const char *device)
+/* The card of device "gpu-<index>" (dra_slice.c's names) among cards[0 ..
+ * n), or NULL. */
+static const struct egpu_gpu_info *card_of(const struct egpu_gpu_info *cards, size_t n,
+                                           const char *device)
 {
     const size_t k = sizeof(EGPU_DRA_SLICE_DEVICE_PREFIX) - 1;
     char *end;
@@ -167,45 +261,108 @@ static const struct egpu_gpu_info *card_of(const struct egpu__dra_plugin *p, con
     idx = strtoul(device + k, &end, 10);
     if (errno != 0 || *end != '\0' || (device[k] == '0' && device[k + 1] != '\0'))
         return NULL;
-    for (size_t i = 0; i < p->ncards; i++)
-        if (p->cards[i].index == idx && p->cards[i].uuid[0] != '\0')
-            return &p->cards[i];
+    for (size_t i = 0; i < n; i++)
+        if (cards[i].index == idx && cards[i].uuid[0] != '\0')
+            return &cards[i];
     return NULL;
 }
 
+bool egpu__dra_plugin_is_share_id(const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    if (s == NULL || strlen(s) != 36)
+        return false;
+    for (size_t i = 0; i < 36; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (s[i] != '-')
+                return false;
+        } else if (s[i] == '\0' || strchr(hex, s[i]) == NULL) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Whether s[0 .. n) is a DNS label: 1..63 of [a-z0-9-], no '-' at either end. */
+static bool is_dns_label(const char *s, size_t n)
+{
+    if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+            return false;
+    return true;
+}
+
+/* Whether s is a result's request as the API server validates it: a DNS
+ * label, or "<request>/<subrequest>" (a firstAvailable subrequest). */
+static bool is_request_name(const char *s)
+{
+    const char *slash = s != NULL ? strchr(s, '/') : NULL;
+
+    if (s == NULL)
+        return false;
+    if (slash == NULL)
+        return is_dns_label(s, strlen(s));
+    return is_dns_label(s, (size_t)(slash - s)) && is_dns_label(slash + 1, strlen(slash + 1));
+}
+
+/* One capacity of a result, a quantity string or absent; anything else is
+ * an error naming the field. */
+static int capacity_string(const json_t *cc, const char *key, const char *device, const char **out,
+                           struct egpu_error *err)
+{
+    const json_t *v = json_object_get(cc, key);
+
+    *out = NULL;
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return egpu_error_set(
+            err, -EINVAL, "device %s: consumedCapacity.%s is not a quantity string", device, key);
+    *out = json_string_value(v);
+    return 0;
+}
+
 /* One result's consumedCapacity into *core and *mem (the header's
- * defaults for what is absent). Returns 0 or a negative code with err. */
+ * defaults for what is absent). Returns 0 or -EINVAL with err naming the
+ * field, its value and the allowed range. */
 static int capacity_of(const json_t *result, const char *device, const struct egpu_gpu_info *card,
                        unsigned *core, unsigned *mem, struct egpu_error *err)
 {
     const json_t *cc = json_object_get(result, "consumedCapacity");
-    const char *cores = json_string_value(json_object_get(cc, EGPU_API_DRA_CAP_CORES));
-    const char *memory = json_string_value(json_object_get(cc, EGPU_API_DRA_CAP_MEMORY));
+    const char *cores, *memory;
+    struct egpu_error e2 = {0};
     int64_t v;
     int rc;
 
+    if (cc != NULL && !json_is_null(cc) && !json_is_object(cc))
+        return egpu_error_set(err, -EINVAL, "device %s: consumedCapacity is not an object", device);
+    rc = capacity_string(cc, EGPU_API_DRA_CAP_CORES, device, &cores, err);
+    if (rc == 0)
+        rc = capacity_string(cc, EGPU_API_DRA_CAP_MEMORY, device, &memory, err);
+    if (rc)
+        return rc;
     *core = 100;
     *mem = (unsigned)(card->mem_mib > UINT32_MAX ? UINT32_MAX : card->mem_mib);
     if (cores != NULL) {
-        rc = egpu_parse_gpu_core_pct(cores, "consumedCapacity.cores", &v, err);
-        if (rc)
-            return rc;
-        if (v > 100)
+        if (egpu_parse_gpu_core_pct(cores, "consumedCapacity.cores", &v, &e2) != 0 || v < 1 ||
+            v > 100)
             return egpu_error_set(err, -EINVAL,
-                                  "device %s: consumedCapacity.cores %s is more than one card "
-                                  "(allowed: 1..100)",
+                                  "device %s: consumedCapacity.cores \"%.32s\" is not a share "
+                                  "of one card (allowed: 1..100, percent)",
                                   device, cores);
         *core = (unsigned)v;
     }
     if (memory != NULL) {
-        rc = egpu_parse_mem_mib(memory, "consumedCapacity.memory", &v, err);
-        if (rc)
-            return rc;
-        if (v < 1 || (uint64_t)v > card->mem_mib)
+        if (egpu_parse_mem_mib(memory, "consumedCapacity.memory", &v, &e2) != 0 || v < 1 ||
+            (uint64_t)v > card->mem_mib)
             return egpu_error_set(err, -EINVAL,
-                                  "device %s: consumedCapacity.memory %s (%lld MiB) is not "
-                                  "1..%llu MiB, the card's memory",
-                                  device, memory, (long long)v, (unsigned long long)card->mem_mib);
+                                  "device %s: consumedCapacity.memory \"%.32s\" is not "
+                                  "1..%llu MiB, the card's memory (allowed: 1Mi..%lluMi)",
+                                  device, memory, (unsigned long long)card->mem_mib,
+                                  (unsigned long long)card->mem_mib);
         *mem = (unsigned)v;
     }
     return 0;
@@ -259,40 +416,64 @@ static int write_dir(struct egpu__dra_plugin *p, const char *ns, const char *cla
     return rc;
 }
 
-/* The results of the claim obj for this driver and pool into r->devices
- * (cards and capacities; device names borrowed from obj) and rec's
- * "devices" (request, pool, device, shareID). Returns 0 or a negative code
- * with err. */
-static int results_of(struct egpu__dra_plugin *p, const json_t *obj, struct egpu__cdi_device *devs,
-                      size_t *n, json_t *recdevs, struct egpu_error *err)
+int egpu__dra_plugin_results(const char *driver, const char *pool,
+                             const struct egpu_gpu_info *cards, size_t ncards, const json_t *claim,
+                             struct egpu__cdi_device *devs, size_t *n, json_t *recdevs,
+                             struct egpu_error *err)
 {
     const json_t *results = json_object_get(
-        json_object_get(json_object_get(json_object_get(obj, "status"), "allocation"), "devices"),
+        json_object_get(json_object_get(json_object_get(claim, "status"), "allocation"), "devices"),
         "results");
+    char other[160] = "";
     size_t i;
     json_t *r;
 
     *n = 0;
+    if (results != NULL && !json_is_array(results))
+        return egpu_error_set(err, -EINVAL,
+                              "status.allocation.devices.results is not a list of results");
     json_array_foreach(results, i, r)
     {
-        const char *driver = json_string_value(json_object_get(r, "driver"));
-        const char *pool = json_string_value(json_object_get(r, "pool"));
+        const char *drv = json_string_value(json_object_get(r, "driver"));
+        const char *pl = json_string_value(json_object_get(r, "pool"));
         const char *device = json_string_value(json_object_get(r, "device"));
         const char *request = json_string_value(json_object_get(r, "request"));
-        const char *share = json_string_value(json_object_get(r, "shareID"));
+        const json_t *sharev = json_object_get(r, "shareID");
+        const char *share = json_string_value(sharev);
         const struct egpu_gpu_info *card;
         struct egpu__cdi_device *d;
         int rc;
 
-        if (driver == NULL || strcmp(driver, p->driver) != 0 || pool == NULL ||
-            strcmp(pool, p->node) != 0)
+        /* Another driver's result, or one of this driver on another node:
+         * not this node's to prepare (the kubelet calls each driver with the
+         * whole claim). Named in the error when nothing is left. */
+        if (drv == NULL || strcmp(drv, driver) != 0 || pl == NULL || strcmp(pl, pool) != 0) {
+            if (other[0] == '\0')
+                snprintf(other, sizeof(other), " (result %zu is driver %.40s pool %.60s)", i,
+                         drv != NULL ? drv : "(none)", pl != NULL ? pl : "(none)");
             continue;
-        if (device == NULL)
+        }
+        if (device == NULL || device[0] == '\0')
             return egpu_error_set(err, -EINVAL, "allocation result %zu has no device", i);
-        card = card_of(p, device);
+        card = card_of(cards, ncards, device);
         if (card == NULL)
-            return egpu_error_set(err, -EINVAL, "device %s is not a GPU of node %s", device,
-                                  p->node);
+            return egpu_error_set(err, -EINVAL,
+                                  "device %.63s (allocation result %zu) is not a GPU of node %s",
+                                  device, i, pool);
+        if (!is_request_name(request))
+            return egpu_error_set(err, -EINVAL,
+                                  "device %s: allocation result %zu's request is not a request "
+                                  "name (allowed: a DNS label, or two joined by '/')",
+                                  device, i);
+        /* The scheduler's shareID is a fresh UUID (dra_notes.md 8); it is
+         * kept in the record and answered to the kubelet, so anything else
+         * is refused rather than carried. */
+        if ((sharev != NULL && !json_is_null(sharev) && share == NULL) ||
+            (share != NULL && share[0] != '\0' && !egpu__dra_plugin_is_share_id(share)))
+            return egpu_error_set(err, -EINVAL,
+                                  "device %s: allocation result %zu's shareID is not a UID "
+                                  "(allowed: 36 characters, 8-4-4-4-12 lowercase hex digits)",
+                                  device, i);
         if (*n == EGPU_CDI_DEVICES_MAX)
             return egpu_error_set(err, -EINVAL, "more than %d allocation results",
                                   EGPU_CDI_DEVICES_MAX);
@@ -304,17 +485,31 @@ static int results_of(struct egpu__dra_plugin *p, const json_t *obj, struct egpu
         rc = capacity_of(r, device, card, &d->core_pct, &d->mem_mib, err);
         if (rc)
             return rc;
-        if (json_array_append_new(recdevs,
-                                  json_pack("{s:s,s:s,s:s,s:s}", "request",
-                                            request != NULL ? request : "", "pool", pool, "device",
-                                            device, "shareID", share != NULL ? share : "")) != 0)
+        if (recdevs != NULL &&
+            json_array_append_new(recdevs, json_pack("{s:s,s:s,s:s,s:s}", "request", request,
+                                                     "pool", pl, "device", device, "shareID",
+                                                     share != NULL ? share : "")) != 0)
             return egpu_error_set(err, -ENOMEM, "out of memory");
         (*n)++;
     }
     if (*n == 0)
-        return egpu_error_set(err, -EINVAL, "no allocation result of driver %s in pool %s",
-                              p->driver, p->node);
+        return egpu_error_set(err, -EINVAL, "no allocation result of driver %s in pool %s%s",
+                              driver, pool, other);
     return 0;
+}
+
+/* Whether the claim uid's CDI spec file is there now. */
+static bool spec_exists(const struct egpu__dra_plugin *p, const char *uid)
+{
+    char name[EGPU_CDI_VENDOR_LEN + EGPU_CDI_UID_LEN + 32], path[PATH_MAX];
+    struct egpu_error e2 = {0};
+    struct stat st;
+    int n;
+
+    if (egpu__cdi_spec_name(p->driver, uid, name, sizeof(name), &e2) != 0)
+        return false;
+    n = snprintf(path, sizeof(path), "%s/%s", p->cdi_dir, name);
+    return n > 0 && (size_t)n < sizeof(path) && lstat(path, &st) == 0;
 }
 
 /* Make the claim's dirs, spec and record (the header's opening), with the
@@ -326,14 +521,15 @@ static int prepare_new(struct egpu__dra_plugin *p, const char *ns, const char *u
     struct egpu__cdi_device *devs = egpu_calloc(EGPU_CDI_DEVICES_MAX, sizeof(*devs));
     char(*ids)[EGPU_CDI_ID_MAX] = egpu_calloc(EGPU_CDI_DEVICES_MAX, sizeof(*ids));
     char(*dirs)[PATH_MAX] = egpu_calloc(EGPU_CDI_DEVICES_MAX, sizeof(*dirs));
+    bool *existed = egpu_calloc(EGPU_CDI_DEVICES_MAX, sizeof(*existed));
     json_t *obj = NULL, *doc = NULL, *recdevs;
     const char *got;
     size_t n = 0, made = 0;
-    bool spec = false;
+    bool spec = false, spec_existed = false;
     int rc;
 
     doc = json_pack("{s:s,s:s,s:s,s:[]}", "uid", uid, "namespace", ns, "name", name, "devices");
-    if (devs == NULL || ids == NULL || dirs == NULL || doc == NULL) {
+    if (devs == NULL || ids == NULL || dirs == NULL || existed == NULL || doc == NULL) {
         rc = egpu_error_set(err, -ENOMEM, "out of memory");
         goto out;
     }
@@ -348,9 +544,18 @@ static int prepare_new(struct egpu__dra_plugin *p, const char *ns, const char *u
                             name, got != NULL ? got : "(none)", uid);
         goto out;
     }
-    rc = results_of(p, obj, devs, &n, recdevs, err);
+    rc = egpu__dra_plugin_results(p->driver, p->node, p->cards, p->ncards, obj, devs, &n, recdevs,
+                                  err);
     for (size_t i = 0; rc == 0 && i < n; i++) {
+        char *idp[1] = {ids[i]};
+        struct stat st;
+
         rc = egpu__cdi_device_id(p->driver, uid, devs[i].device, ids[i], sizeof(ids[i]), err);
+        /* A dir already there is a share of this claim and device that an
+         * earlier prepare made (its record lost): it is written over, and
+         * kept on failure, as a container may be using its shared/. */
+        if (rc == 0 && egpu__allocdir_path(p->dra_root, idp, 1, dirs[i], sizeof(dirs[i])) == 0)
+            existed[i] = lstat(dirs[i], &st) == 0;
         if (rc == 0)
             rc = write_dir(p, ns, name, &devs[i], ids[i], dirs[i], sizeof(dirs[i]), err);
         if (rc == 0) {
@@ -366,8 +571,26 @@ static int prepare_new(struct egpu__dra_plugin *p, const char *ns, const char *u
                                     .devices = devs,
                                     .ndevices = n};
 
+        spec_existed = spec_exists(p, uid);
         rc = egpu__cdi_spec_write(p->cdi_dir, &c, ids, err);
         spec = rc == 0;
+    }
+    /* The claim again, just before the record commits the prepare: one
+     * deleted (or deleted and made again) meanwhile is not prepared. */
+    if (rc == 0) {
+        json_decref(obj);
+        obj = NULL;
+        rc = egpu_kube_get(p->kube, &egpu_kube_resourceclaims, ns, name, &obj, NULL, err);
+        if (rc == -ENOENT)
+            rc = egpu_error_set(err, -ENOENT,
+                                "ResourceClaim %s/%s (uid %s) was deleted while being prepared", ns,
+                                name, uid);
+        got = json_string_value(json_object_get(json_object_get(obj, "metadata"), "uid"));
+        if (rc == 0 && (got == NULL || strcmp(got, uid) != 0))
+            rc = egpu_error_set(err, -ENOENT,
+                                "ResourceClaim %s/%s (uid %s) was replaced by uid %s while "
+                                "being prepared",
+                                ns, name, uid, got != NULL ? got : "(none)");
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         json_t *d = json_array_get(recdevs, i);
@@ -381,9 +604,9 @@ static int prepare_new(struct egpu__dra_plugin *p, const char *ns, const char *u
 out:
     if (rc) {
         for (size_t i = 0; i < made; i++)
-            if (egpu__allocdir_remove(p->dra_root, dirs[i]) != 0)
+            if (!existed[i] && egpu__allocdir_remove(p->dra_root, dirs[i]) != 0)
                 egpu_log(EGPU_LOG_WARN, "DRA allocation dir not removed dir=%s", dirs[i]);
-        if (spec) {
+        if (spec && !spec_existed) {
             struct egpu_error e2 = {0};
 
             if (egpu__cdi_spec_remove(p->cdi_dir, p->driver, uid, &e2) != 0)
@@ -397,6 +620,7 @@ out:
     egpu_free(devs);
     egpu_free(ids);
     egpu_free(dirs);
+    egpu_free(existed);
     return rc;
 }
 
@@ -411,7 +635,31 @@ int egpu__dra_plugin_prepare(struct egpu__dra_plugin *p, const char *ns, const c
         return egpu_error_set(err, -EINVAL, "claim %s: no namespace or name", uid);
     pthread_mutex_lock(&p->lock);
     rc = record_read(p, uid, rec, err);
+    if (rc == 0) {
+        const char *rns = json_string_value(json_object_get(*rec, "namespace"));
+        const char *rname = json_string_value(json_object_get(*rec, "name"));
+
+        /* The record answers for uid only as the claim it was made for. */
+        if (strcmp(rns, ns) != 0 || strcmp(rname, name) != 0) {
+            rc = egpu_error_set(err, -EINVAL,
+                                "claim uid %s was prepared as ResourceClaim %s/%s, not %s/%s", uid,
+                                rns, rname, ns, name);
+            json_decref(*rec);
+            *rec = NULL;
+        }
+    } else if (is_bad_record(rc)) {
+        /* Not the agent's record (a link, garbage, another owner): never
+         * believed nor followed; removed, and made again from the API
+         * server, keeping the dirs a container may use. */
+        egpu_log(EGPU_LOG_WARN, "DRA claim record rebuilt claim=%s/%s uid=%s error=\"%s\"", ns,
+                 name, uid, err != NULL ? err->msg : "");
+        rc = record_remove(p, uid, err);
+        if (rc == 0)
+            rc = -ENOENT;
+    }
     if (rc == -ENOENT) {
+        if (err != NULL)
+            memset(err, 0, sizeof(*err));
         rc = prepare_new(p, ns, uid, name, rec, err);
         if (rc == 0)
             egpu_log(EGPU_LOG_NOTICE, "DRA claim prepared claim=%s/%s uid=%s devices=%zu", ns, name,
@@ -424,34 +672,80 @@ int egpu__dra_plugin_prepare(struct egpu__dra_plugin *p, const char *ns, const c
 /* ------------------------------------------------------------------------ */
 /* Unprepare                                                                */
 
+/* Remove the dir the claim uid has for device "gpu-<idx>" if there is one
+ * (for a record that cannot be believed, every index is tried). Returns 0
+ * or what egpu__allocdir_remove returns. */
+static int remove_claim_dir(struct egpu__dra_plugin *p, const char *uid, unsigned idx)
+{
+    char device[32], id[EGPU_CDI_ID_MAX], dir[PATH_MAX];
+    char *ids[1] = {id};
+    struct egpu_error e2 = {0};
+    struct stat st;
+
+    snprintf(device, sizeof(device), "%s%u", EGPU_DRA_SLICE_DEVICE_PREFIX, idx);
+    if (egpu__cdi_device_id(p->driver, uid, device, id, sizeof(id), &e2) != 0 ||
+        egpu__allocdir_path(p->dra_root, ids, 1, dir, sizeof(dir)) != 0 || lstat(dir, &st) != 0)
+        return 0;
+    return egpu__allocdir_remove(p->dra_root, dir);
+}
+
+/* remove_claim_dir for every index a card of this node can have. */
+static int remove_claim_dirs(struct egpu__dra_plugin *p, const char *uid)
+{
+    int first = 0, rc;
+
+    for (unsigned i = 0; i < EGPU_NODE_GPUS_MAX; i++) {
+        rc = remove_claim_dir(p, uid, i);
+        if (rc && first == 0)
+            first = rc;
+    }
+    for (size_t i = 0; i < p->ncards; i++) {
+        if (p->cards[i].index < EGPU_NODE_GPUS_MAX)
+            continue;
+        rc = remove_claim_dir(p, uid, p->cards[i].index);
+        if (rc && first == 0)
+            first = rc;
+    }
+    return first;
+}
+
 int egpu__dra_plugin_unprepare(struct egpu__dra_plugin *p, const char *uid, struct egpu_error *err)
 {
-    char name[EGPU_CDI_UID_LEN + 32];
     json_t *rec = NULL;
-    int rc = egpu__cdi_check_uid(uid, err), fd;
+    bool bad = false;
+    int rc = egpu__cdi_check_uid(uid, err);
 
     if (rc)
         return rc;
     pthread_mutex_lock(&p->lock);
     rc = record_read(p, uid, &rec, err);
-    if (rc == -ENOENT)
+    if (rc == -ENOENT) {
         rc = 0; /* never prepared, or already undone: still no spec may stay */
-    if (rc == 0 && rec != NULL) {
-        rc = remove_dirs(p, json_object_get(rec, "devices"));
+    } else if (is_bad_record(rc)) {
+        egpu_log(EGPU_LOG_WARN, "DRA claim record not believed uid=%s error=\"%s\"", uid,
+                 err != NULL ? err->msg : "");
+        bad = true;
+        rc = 0;
+        if (err != NULL)
+            memset(err, 0, sizeof(*err));
+    }
+    if (rc == 0) {
+        /* A record's dirs are the ones its claim and devices give
+         * (egpu__dra_plugin_record_parse checked); without one (never
+         * prepared, or a prepare that lost its record and failed to rebuild
+         * it), every dir the claim can have. */
+        rc = rec == NULL ? remove_claim_dirs(p, uid)
+                         : remove_dirs(p, json_object_get(rec, "devices"));
         if (rc)
             egpu_error_set(err, rc, "DRA claim %s: allocation dir not removed: %s", uid,
                            egpu_strerror(rc));
     }
     if (rc == 0)
         rc = egpu__cdi_spec_remove(p->cdi_dir, p->driver, uid, err);
-    if (rc == 0 && rec != NULL && open_root(p, false, &fd, err) == 0) {
-        record_name(uid, name, sizeof(name));
-        if (unlinkat(fd, name, 0) != 0 && errno != ENOENT)
-            rc = egpu_error_errno(err, "DRA claim record %s/%s", p->dra_root, name);
-        close(fd);
-    }
+    if (rc == 0 && (rec != NULL || bad))
+        rc = record_remove(p, uid, err);
     pthread_mutex_unlock(&p->lock);
-    if (rc == 0 && rec != NULL)
+    if (rc == 0 && (rec != NULL || bad))
         egpu_log(EGPU_LOG_NOTICE, "DRA claim unprepared uid=%s", uid);
     json_decref(rec);
     return rc;

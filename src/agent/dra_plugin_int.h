@@ -26,6 +26,25 @@
  * and writes nothing (idempotency across agent restarts); unprepare removes
  * the dirs, the CDI spec, then the record.
  *
+ * Trust (docs/security.md, "DRA mode"): the kubelet's request names the
+ * claim (namespace, name, uid); everything else comes from the API server's
+ * ResourceClaim, and only its status.allocation.devices.results of this
+ * driver and this node's pool (status is written by kube-scheduler, never
+ * by the claim's owner; the claim's spec and its opaque config are never
+ * read). Hostile or broken input is refused per claim with an error naming
+ * the field: a uid other than the claim's; a device this node lacks; a
+ * shareID that is not a UID; consumedCapacity cores outside 1..100 or
+ * memory outside 1 MiB..the card's. The claim is read again just before
+ * the record is written, so one deleted (or replaced) mid-prepare is an
+ * error and leaves nothing. A record is read with O_NOFOLLOW, must be a
+ * private regular file, and is believed only when every device's cdi and
+ * dir are the ones its uid and device give (so unprepare never removes a
+ * path a record names otherwise); an entry that is not such a record is
+ * removed and rebuilt by prepare (dirs already there are written over,
+ * never removed: a running container may use their shared/), and removed
+ * by unprepare together with every dir the claim can have. A record found
+ * for the uid answers only a request naming the same namespace and name.
+ *
  * Threads: the handlers run on the gRPC server's threads; one lock
  * serializes prepares and unprepares (and guards the cards). new, serve,
  * stop and free from one thread.
@@ -97,19 +116,58 @@ const char *egpu__dra_plugin_socket(const struct egpu__dra_plugin *p);
 
 /* Prepare one claim (ns, uid, name, as the kubelet names it): the record
  * (the header's opening) as a new JSON object into *rec (json_decref it),
- * from the disk when it is there, else made as the opening says. Returns 0,
- * or a negative code with err: -EINVAL (a uid breaking the CDI rules, a
- * uid other than the claim's, no result of this driver and pool, a device
- * this node lacks, bad consumedCapacity), EGPU_ESYNTAX or EGPU_ERANGE (a
- * quantity), what egpu_kube_get returns (-ENOENT: no such claim), or a
- * file operation's -errno; on failure nothing this call made is left. */
+ * from the disk when it is there, else made as the opening says (also when
+ * the entry there is not the agent's record: it is rebuilt). Returns 0, or
+ * a negative code with err: -EINVAL (a uid breaking the CDI rules, a uid
+ * other than the claim's, a record of uid made for another namespace or
+ * name, and what egpu__dra_plugin_results refuses), what egpu_kube_get
+ * returns (-ENOENT: no such claim, or one deleted or replaced before the
+ * prepare was recorded), or a file operation's -errno; on failure nothing
+ * this call made is left. */
 int egpu__dra_plugin_prepare(struct egpu__dra_plugin *p, const char *ns, const char *uid,
                              const char *name, json_t **rec,
                              struct egpu_error *err) EGPU_MUST_CHECK;
 
+struct egpu__cdi_device;
+
+/* The allocation results of claim (a ResourceClaim as the API server gives
+ * it, borrowed) of driver and pool (this node) into devs[0 .. *n) (room for
+ * EGPU_CDI_DEVICES_MAX; device and card strings borrowed from claim and
+ * cards) and, when recdevs is not NULL, one record device {request, pool,
+ * device, shareID} each appended to recdevs (a JSON array). Results of
+ * other drivers or pools are passed over. Each result of ours must name a
+ * device "gpu-<index>" of cards[0 .. ncards), a request (a DNS label, or
+ * two joined by '/'), a shareID that is absent, "" or a UID (36 characters,
+ * 8-4-4-4-12 lowercase hex), and consumedCapacity whose cores (absent: 100)
+ * is 1..100 and memory (bytes, rounded up to MiB; absent: the card's) is
+ * 1..the card's MiB. Pure (no I/O). Returns 0 (*n >= 1) or -EINVAL with err
+ * naming the device and field and what is allowed (no result of ours: the
+ * driver, the pool, and the first result passed over), or -ENOMEM. */
+int egpu__dra_plugin_results(const char *driver, const char *pool,
+                             const struct egpu_gpu_info *cards, size_t ncards, const json_t *claim,
+                             struct egpu__cdi_device *devs, size_t *n, json_t *recdevs,
+                             struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Decode text[0 .. len) (the file's bytes, not NUL-terminated) as the
+ * record of claim uid written by this agent for driver below dra_root
+ * (<alloc_root>/dra): the opening's shape, no duplicate keys, uid equal to
+ * uid, namespace and name non-empty, 1..EGPU_CDI_DEVICES_MAX devices each
+ * with request, pool, device, shareID ("" or a UID), and cdi and dir equal
+ * to egpu__cdi_device_id(driver, uid, device) and its egpu__allocdir_path.
+ * Pure. Returns 0 with the record in *rec (json_decref it), or EGPU_ESYNTAX
+ * with err saying what is wrong. */
+int egpu__dra_plugin_record_parse(const char *driver, const char *dra_root, const char *uid,
+                                  const char *text, size_t len, json_t **rec,
+                                  struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Whether s is a shareID as kube-scheduler makes it: a UID of 36
+ * characters, 8-4-4-4-12 lowercase hex digits. */
+bool egpu__dra_plugin_is_share_id(const char *s);
+
 /* Undo egpu__dra_plugin_prepare for the claim uid: its allocation dirs
- * (from its record), its CDI spec and its record. A claim never prepared is
- * success. Returns 0, -EINVAL (a uid breaking the CDI rules) or the first
+ * (from its record; without a record, or one not to believe, every dir
+ * the uid can have on this node), its CDI spec and its record. A claim never prepared
+ * is success. Returns 0, -EINVAL (a uid breaking the CDI rules) or the first
  * removal's negative code, with err (what could be removed is). */
 int egpu__dra_plugin_unprepare(struct egpu__dra_plugin *p, const char *uid,
                                struct egpu_error *err) EGPU_MUST_CHECK;

@@ -27,11 +27,13 @@
 #include "dra_slice_int.h"
 #include "egpu/api.h"
 #include "egpu/log.h"
+#include "gpus_int.h"
 
 #define FULL_CORE_PCT   "100"
 #define MIN_MEMORY_MIB  2 /* validRange: min 1Mi + step 1Mi <= value */
 #define SELECTOR_MAX    (EGPU_KUBE_NAME_MAX * 2 + 48)
 #define GATE_CONSUMABLE "DRAConsumableCapacity"
+#define GATE_TAINTS     "DRADeviceTaints"
 
 /* ------------------------------------------------------------------------ */
 /* Building                                                                 */
@@ -197,27 +199,76 @@ static json_t *capacity_of(const char *value, const char *min, const char *step)
                      "default", value, "validRange", "min", min, "max", value, "step", step);
 }
 
+static const char *driver_of(const struct egpu__dra_slice_config *cfg)
+{
+    return cfg->driver != NULL && cfg->driver[0] != '\0' ? cfg->driver : EGPU_API_DRA_DRIVER;
+}
+
+/* reason as a label value (dra_notes.md: a taint's value is one): at most
+ * 63 of [A-Za-z0-9._-], others as '-', starting and ending with a letter
+ * or digit; "" when nothing is left. */
+static void taint_value(const char *reason, char *out, size_t len)
+{
+    size_t n = 0;
+
+    for (const char *c = reason; *c != '\0' && n + 1 < len && n < 63; c++) {
+        bool alnum =
+            (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9');
+
+        if (n == 0 && !alnum)
+            continue;
+        out[n++] = alnum || *c == '.' || *c == '_' || *c == '-' ? *c : '-';
+    }
+    while (n > 0 &&
+           !((out[n - 1] >= 'a' && out[n - 1] <= 'z') || (out[n - 1] >= 'A' && out[n - 1] <= 'Z') ||
+             (out[n - 1] >= '0' && out[n - 1] <= '9')))
+        n--;
+    out[n] = '\0';
+}
+
+/* [{key, value (when the reason gives one), effect NoSchedule}] for an
+ * unhealthy card. */
+static json_t *taints_of(const struct egpu__dra_slice_config *cfg, const struct egpu_gpu_info *c)
+{
+    char key[EGPU_KUBE_NAME_MAX + 32], value[64];
+    json_t *t;
+
+    snprintf(key, sizeof(key), "%s/%s", driver_of(cfg), EGPU_DRA_SLICE_TAINT_UNHEALTHY);
+    taint_value(c->reason, value, sizeof(value));
+    t = json_pack("{s:s, s:s}", "key", key, "effect", EGPU_DRA_SLICE_TAINT_EFFECT);
+    if (t != NULL && value[0] != '\0' && json_object_set_new(t, "value", json_string(value)) != 0) {
+        json_decref(t);
+        return NULL;
+    }
+    return json_pack("[o]", t);
+}
+
 static json_t *device_of(const struct egpu__dra_slice_config *cfg,
                          const struct egpu_gpu_info *cards, size_t n, size_t i)
 {
     char name[32], mem[32];
+    json_t *d;
 
     snprintf(name, sizeof(name), EGPU_DRA_SLICE_DEVICE_PREFIX "%u", cards[i].index);
     mib_quantity(cards[i].mem_mib, mem, sizeof(mem));
-    return json_pack("{s:s, s:o, s:{s:o, s:o}, s:b}", "name", name, "attributes",
-                     attributes_of(cfg, cards, n, i), "capacity", EGPU_API_DRA_CAP_CORES,
-                     capacity_of(FULL_CORE_PCT, "1", "1"), EGPU_API_DRA_CAP_MEMORY,
-                     capacity_of(mem, "1Mi", "1Mi"), "allowMultipleAllocations", 1);
+    d = json_pack("{s:s, s:o, s:{s:o, s:o}, s:b}", "name", name, "attributes",
+                  attributes_of(cfg, cards, n, i), "capacity", EGPU_API_DRA_CAP_CORES,
+                  capacity_of(FULL_CORE_PCT, "1", "1"), EGPU_API_DRA_CAP_MEMORY,
+                  capacity_of(mem, "1Mi", "1Mi"), "allowMultipleAllocations", 1);
+    if (d != NULL && !cards[i].healthy &&
+        json_object_set_new(d, "taints", taints_of(cfg, &cards[i])) != 0) {
+        json_decref(d);
+        return NULL;
+    }
+    return d;
 }
 
-static bool is_published(const struct egpu_gpu_info *c)
+/* A card with an identity and room for the memory range; healthy, or
+ * unhealthy and tainted (cfg->taint_unhealthy). */
+static bool is_published(const struct egpu__dra_slice_config *cfg, const struct egpu_gpu_info *c)
 {
-    return c->healthy && c->uuid[0] != '\0' && c->mem_mib >= MIN_MEMORY_MIB;
-}
-
-static const char *driver_of(const struct egpu__dra_slice_config *cfg)
-{
-    return cfg->driver != NULL && cfg->driver[0] != '\0' ? cfg->driver : EGPU_API_DRA_DRIVER;
+    return (c->healthy || cfg->taint_unhealthy) && c->uuid[0] != '\0' &&
+           c->mem_mib >= MIN_MEMORY_MIB;
 }
 
 static int check_config(const struct egpu__dra_slice_config *cfg, const struct egpu_gpu_info *cards,
@@ -247,7 +298,7 @@ static json_t *spec_of(const struct egpu__dra_slice_config *cfg, const struct eg
 
     *ndev = 0;
     for (size_t i = 0; devices != NULL && i < n; i++) {
-        if (!is_published(&cards[i]))
+        if (!is_published(cfg, &cards[i]))
             continue;
         if (json_array_append_new(devices, device_of(cfg, cards, n, i)) != 0) {
             json_decref(devices); /* the device NULL or not appended: freed */
@@ -395,6 +446,33 @@ static bool covers(const json_t *want, const json_t *have)
 /* ------------------------------------------------------------------------ */
 /* Publishing                                                               */
 
+void egpu__dra_slice_attributes(struct egpu_gpus *g, const struct egpu_gpu_info *cards, size_t n,
+                                struct egpu__dra_slice_attrs *a, struct egpu__dra_slice_config *cfg)
+{
+    struct egpu__gpus_driver drv;
+
+    memset(a, 0, sizeof(*a));
+    egpu__gpus_driver(g, &drv);
+    snprintf(a->driver_version, sizeof(a->driver_version), "%s", drv.version);
+    cfg->driver_version = a->driver_version[0] != '\0' ? a->driver_version : NULL;
+    cfg->cuda_driver_version = drv.cuda_version;
+    for (size_t i = 0; i < n && i < EGPU_NODE_GPUS_MAX; i++) {
+        struct egpu__gpu_details d;
+
+        egpu__gpus_details(g, cards[i].index, &d);
+        snprintf(a->architecture[i], sizeof(a->architecture[i]), "%s", d.architecture);
+        snprintf(a->pci_bus_id[i], sizeof(a->pci_bus_id[i]), "%s", d.pci_bus_id);
+        a->extra[i].architecture = a->architecture[i];
+        a->extra[i].cc_major = d.cc_major;
+        a->extra[i].cc_minor = d.cc_minor;
+        a->extra[i].pci_bus_id = a->pci_bus_id[i];
+        a->extra[i].numa_node = d.numa_node;
+    }
+    for (size_t i = n; i < EGPU_NODE_GPUS_MAX; i++)
+        a->extra[i].numa_node = -1;
+    cfg->extra = a->extra;
+}
+
 void egpu__dra_slice_state_close(struct egpu__dra_slice_state *st)
 {
     if (st == NULL)
@@ -412,6 +490,7 @@ struct publish {
     size_t n;
     const char *uid; /* the Node's */
     struct egpu__dra_slice_stats *stats;
+    bool retaint; /* taints were dropped by the last write: write again without */
 };
 
 static const char *meta_str(const json_t *obj, const char *field)
@@ -473,9 +552,31 @@ static int node_uid(struct publish *p, struct egpu_error *err)
 
 static const char *gate_hint(const char *path)
 {
+    if (strstr(path, "taints") != NULL)
+        return "feature gate " GATE_TAINTS " disabled in the API server: unhealthy cards leave "
+               "the slice instead";
     return strstr(path, "allowMultipleAllocations") != NULL || strstr(path, "requestPolicy") != NULL
                ? "feature gate " GATE_CONSUMABLE " disabled in the API server"
                : "a feature gate of the API server is off";
+}
+
+/* Whether sent carries a device taint that stored lacks. */
+static bool taints_dropped(const json_t *sent, const json_t *stored)
+{
+    const json_t *sd = json_object_get(json_object_get(sent, "spec"), "devices");
+    const json_t *hd = json_object_get(json_object_get(stored, "spec"), "devices");
+    size_t i;
+    json_t *d;
+
+    json_array_foreach(sd, i, d)
+    {
+        const json_t *t = json_object_get(d, "taints");
+        const json_t *h = json_object_get(json_array_get(hd, i), "taints");
+
+        if (json_array_size(t) > 0 && json_array_size(h) < json_array_size(t))
+            return true;
+    }
+    return false;
 }
 
 /* After a write of sent that the server answered with stored (taken):
@@ -488,6 +589,14 @@ static void after_write(struct publish *p, json_t *sent, json_t *stored)
 
     if (name != NULL)
         snprintf(p->stats->name, sizeof(p->stats->name), "%s", name);
+    if (taints_dropped(sent, stored) && !p->st->no_taints) {
+        /* An unhealthy card must not stay in the slice untainted. */
+        p->st->no_taints = true;
+        p->retaint = true;
+        egpu_log(EGPU_LOG_WARN,
+                 "ResourceSlice device taints dropped by the API server name=%s reason=\"%s\"",
+                 name != NULL ? name : "?", gate_hint("taints"));
+    }
     if (egpu__dra_slice_dropped(sent, stored, NULL, path, sizeof(path))) {
         snprintf(p->stats->dropped, sizeof(p->stats->dropped), "%s", path);
         egpu_log(EGPU_LOG_WARN,
@@ -625,18 +734,17 @@ static const json_t *pick(const struct publish *p, const json_t *items)
     return best;
 }
 
+static int publish_once(struct publish *p, struct egpu_error *err);
+
 int egpu__dra_slice_publish(struct egpu_kube *kc, struct egpu__dra_slice_state *st,
                             const struct egpu__dra_slice_config *cfg,
                             const struct egpu_gpu_info *cards, size_t n,
                             struct egpu__dra_slice_stats *stats, struct egpu_error *err)
 {
     struct egpu__dra_slice_stats local = {0};
-    struct publish p = {.kc = kc, .st = st, .cfg = cfg, .cards = cards, .n = n};
-    struct egpu_kube_list_opts opts = {0};
-    char selector[SELECTOR_MAX];
-    const json_t *items, *keep;
-    json_t *list = NULL, *item;
-    size_t i;
+    struct egpu__dra_slice_config eff;
+    struct publish p = {.kc = kc, .st = st, .cfg = &eff, .cards = cards, .n = n};
+    char dropped[EGPU_DRA_SLICE_PATH_MAX];
     int rc;
 
     p.stats = stats != NULL ? stats : &local;
@@ -646,6 +754,34 @@ int egpu__dra_slice_publish(struct egpu_kube *kc, struct egpu__dra_slice_state *
         return rc;
     if (st == NULL)
         return egpu_error_set(err, -EINVAL, "ResourceSlice of node %s: no state", cfg->node);
+    eff = *cfg;
+    eff.taint_unhealthy = cfg->taint_unhealthy && !st->no_taints;
+    rc = publish_once(&p, err);
+    if (rc == 0 && p.retaint) {
+        /* The server dropped the taints: publish again, the unhealthy cards
+         * left out (what was dropped stays in stats->dropped). */
+        snprintf(dropped, sizeof(dropped), "%s", p.stats->dropped);
+        eff.taint_unhealthy = false;
+        p.retaint = false;
+        memset(p.stats, 0, sizeof(*p.stats));
+        rc = publish_once(&p, err);
+        snprintf(p.stats->dropped, sizeof(p.stats->dropped), "%s", dropped);
+    }
+    return rc;
+}
+
+static int publish_once(struct publish *p, struct egpu_error *err)
+{
+    const struct egpu__dra_slice_config *cfg = p->cfg;
+    struct egpu__dra_slice_state *st = p->st;
+    struct egpu_kube_list_opts opts = {0};
+    struct egpu_kube *kc = p->kc;
+    char selector[SELECTOR_MAX];
+    const json_t *items, *keep;
+    json_t *list = NULL, *item;
+    size_t i;
+    int rc;
+
     snprintf(selector, sizeof(selector), "spec.nodeName=%s,spec.driver=%s", cfg->node,
              driver_of(cfg));
     opts.field_selector = selector;
@@ -657,13 +793,13 @@ int egpu__dra_slice_publish(struct egpu_kube *kc, struct egpu__dra_slice_state *
         json_decref(list);
         return egpu_error_set(err, -EPROTO, "list ResourceSlices of node %s: no items", cfg->node);
     }
-    keep = pick(&p, items);
+    keep = pick(p, items);
     /* The Node's uid again when the slice must be made or its owner is not
      * the Node known: a Node deleted and registered again has a new uid, and
      * a slice owned by the old one would be garbage-collected at once. */
     if (keep == NULL || !has_owner(keep, st->node_uid))
         st->node_uid[0] = '\0';
-    rc = node_uid(&p, err);
+    rc = node_uid(p, err);
     if (rc)
         goto out;
     json_array_foreach(items, i, item)
@@ -672,11 +808,11 @@ int egpu__dra_slice_publish(struct egpu_kube *kc, struct egpu__dra_slice_state *
 
         if (item == keep || name == NULL)
             continue;
-        rc = delete_slice(&p, name, err);
+        rc = delete_slice(p, name, err);
         if (rc)
             goto out;
     }
-    rc = keep != NULL ? sync_slice(&p, keep, err) : create_slice(&p, err);
+    rc = keep != NULL ? sync_slice(p, keep, err) : create_slice(p, err);
 out:
     json_decref(list);
     return rc;

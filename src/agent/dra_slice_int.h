@@ -28,11 +28,16 @@
 #include "egpu/agent.h"
 #include "egpu/kube.h"
 
-#define EGPU_DRA_SLICE_API           "resource.k8s.io/v1"
-#define EGPU_DRA_SLICE_DEVICE_PREFIX "gpu-" /* a device is gpu-<index>, the card's NVML index */
-#define EGPU_DRA_SLICE_UID_MAX       64     /* a Node's metadata.uid incl. NUL (36 characters) */
-#define EGPU_DRA_SLICE_PATH_MAX      160    /* a field path such as "spec.devices[3].capacity..." */
-#define EGPU_DRA_SLICE_STRING_MAX    64     /* bytes of a string attribute the API accepts */
+#define EGPU_DRA_SLICE_API             "resource.k8s.io/v1"
+#define EGPU_DRA_SLICE_DEVICE_PREFIX   "gpu-" /* a device is gpu-<index>, the card's NVML index */
+#define EGPU_DRA_SLICE_UID_MAX         64     /* a Node's metadata.uid incl. NUL (36 characters) */
+#define EGPU_DRA_SLICE_PATH_MAX        160 /* a field path such as "spec.devices[3].capacity..." */
+#define EGPU_DRA_SLICE_STRING_MAX      64  /* bytes of a string attribute the API accepts */
+/* The device taint of an unhealthy card: key <driver>/unhealthy, value the
+ * card's reason as a label value ("XID-79"), effect NoSchedule (pods
+ * already running keep their share; new claims do not get the card). */
+#define EGPU_DRA_SLICE_TAINT_UNHEALTHY "unhealthy"
+#define EGPU_DRA_SLICE_TAINT_EFFECT    "NoSchedule"
 
 /* What a card's device publishes beyond struct egpu_gpu_info. Every field is
  * optional: NULL, 0 or -1 leaves its attribute out. */
@@ -63,7 +68,43 @@ struct egpu__dra_slice_config {
     uint32_t cuda_driver_version;
     /* Per card, indexed like the cards given (NULL = none for any card). */
     const struct egpu__dra_slice_card *extra;
+    /* true: an unhealthy card (one with a UUID and memory) stays in the
+     * slice with the device taint EGPU_DRA_SLICE_TAINT_* (spec.devices[].
+     * taints, gate DRADeviceTaints: beta and on by default in 1.36, alpha
+     * and off in 1.34 and 1.35; dra_notes.md) instead of leaving it; the
+     * DRA mode sets it. egpu__dra_slice_publish turns it off for good (in
+     * its state) once the API server drops the taints. false: unhealthy
+     * cards leave the slice. */
+    bool taint_unhealthy;
 };
+
+/* What egpu__dra_slice_attributes fills cfg's optional attributes from
+ * (cfg points into it: keep it as long as cfg is used). */
+struct egpu__dra_slice_attrs {
+    char driver_version[80];
+    char architecture[EGPU_NODE_GPUS_MAX][32];
+    char pci_bus_id[EGPU_NODE_GPUS_MAX][32];
+    struct egpu__dra_slice_card extra[EGPU_NODE_GPUS_MAX];
+};
+
+/* The optional attributes of the slice of cards[0 .. n) (the list
+ * egpu_gpus_list gave, in its order, as given to egpu__dra_slice_build or
+ * _publish next) from the backend g: sets cfg->driver_version and
+ * cfg->cuda_driver_version (driverVersion, cudaDriverVersion) and
+ * cfg->extra (per card: architecture, cudaComputeCapability, pciBusID,
+ * numaNode), all pointing into *a, which this overwrites. With NVML
+ * (nvml.c) each comes from its NVML call (nvmlSystemGetDriverVersion,
+ * nvmlSystemGetCudaDriverVersion_v2, nvmlDeviceGetArchitecture,
+ * nvmlDeviceGetCudaComputeCapability, nvmlDeviceGetPciInfo_v3,
+ * nvmlDeviceGetNumaNodeId) where the library has it and it succeeds; with
+ * the fake backend (fake.c) from the model's name (A100: Ampere 8.0, H100:
+ * Hopper 9.0, T4: Turing 7.5, ...), PCI bus 0000:<0x18 + index>:00.0, the
+ * spec group as NUMA node and driver 570.133.20 with CUDA 12.8. What the
+ * backend cannot tell is left out of the slice. Cards past
+ * EGPU_NODE_GPUS_MAX get none. Never fails; reads no clock; NVML calls only. */
+void egpu__dra_slice_attributes(struct egpu_gpus *g, const struct egpu_gpu_info *cards, size_t n,
+                                struct egpu__dra_slice_attrs *a,
+                                struct egpu__dra_slice_config *cfg);
 
 /* The ResourceSlice object for cfg and cards[0 .. n) (borrowed; the
  * inventory's list, in its order) at pool generation (>= 1), as a new
@@ -71,9 +112,10 @@ struct egpu__dra_slice_config {
  * {generateName "0-<driver>-<node>-" (the upstream helper's form: the API
  * server cuts a long one and adds 5 random characters), ownerReferences when
  * cfg->node_uid}, spec {driver, nodeName, pool {name, generation,
- * resourceSliceCount 1}, devices}. A device per card that is healthy, has a
- * UUID and at least 2 MiB (validRange min "1Mi" + step "1Mi" must fit);
- * others are left out (no device, no error). Attributes: type "gpu", uuid,
+ * resourceSliceCount 1}, devices}. A device per card that is healthy (or
+ * unhealthy, with cfg->taint_unhealthy: then with its taint), has a UUID
+ * and at least 2 MiB (validRange min "1Mi" + step "1Mi" must fit); others
+ * are left out (no device, no error). Attributes: type "gpu", uuid,
  * index, minor, productName (the model, cut to 64 bytes at a character
  * boundary), nvlinkIsland (int: the lowest index among the cards this one
  * reaches over NVLink, itself included; only with has_links), then the
@@ -104,6 +146,7 @@ struct egpu__dra_slice_state {
     char node_uid[EGPU_DRA_SLICE_UID_MAX]; /* the Node's uid once read ("" before) */
     json_t *sent;                          /* spec of the last write (owned), or NULL */
     json_t *stored;                        /* that spec as the server stored it (owned) */
+    bool no_taints; /* the server dropped device taints: unhealthy cards leave the slice */
 };
 
 /* Free what st holds and zero it. NULL is a no-op. */
@@ -144,6 +187,10 @@ struct egpu__dra_slice_stats {
  *   naming the field and, for allowMultipleAllocations or requestPolicy, the
  *   feature gate DRAConsumableCapacity, and is put in stats->dropped; the
  *   slice stays as stored (not an error: it is published, unshared).
+ *   Dropped device taints are the exception: an unhealthy card must not
+ *   stay untainted, so st->no_taints is set, a warning names the gate
+ *   DRADeviceTaints, and the slice is written again at once without the
+ *   unhealthy cards (and so on every later call).
  * Returns 0, -EINVAL (as egpu__dra_slice_build; cfg NULL), -ENOENT (no such
  * Node), EGPU_KUBE_ECONFLICT (the slice changed between list and write:
  * call again), -EPROTO (a list without items, a Node without uid), -ENOMEM

@@ -349,9 +349,71 @@ int egpu__fake_set_link(void *impl, uint32_t a, uint32_t b, enum egpu_gpu_link l
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Details for the DRA mode's slice attributes                              */
+
+/* What a model's first word (before any '-') says, as NVIDIA documents its
+ * products' compute capability (developer.nvidia.com/cuda-gpus). */
+static const struct fake_model {
+    const char *name;
+    const char *arch;
+    uint8_t cc_major, cc_minor;
+} fake_models[] = {
+    {"B200", "Blackwell", 10, 0}, {"B100", "Blackwell", 10, 0}, {"GB200", "Blackwell", 10, 0},
+    {"H100", "Hopper", 9, 0},     {"H200", "Hopper", 9, 0},     {"H800", "Hopper", 9, 0},
+    {"GH200", "Hopper", 9, 0},    {"L4", "Ada", 8, 9},          {"L40", "Ada", 8, 9},
+    {"L40S", "Ada", 8, 9},        {"A100", "Ampere", 8, 0},     {"A800", "Ampere", 8, 0},
+    {"A30", "Ampere", 8, 0},      {"A10", "Ampere", 8, 6},      {"A40", "Ampere", 8, 6},
+    {"A16", "Ampere", 8, 6},      {"A2", "Ampere", 8, 6},       {"T4", "Turing", 7, 5},
+    {"V100", "Volta", 7, 0},      {"P100", "Pascal", 6, 0},     {"P40", "Pascal", 6, 1},
+    {"P4", "Pascal", 6, 1},
+};
+
+/* Architecture and compute capability from the model's name (none for a
+ * model not in the table); PCI bus ID 0000:<0x18 + index>:00.0; NUMA node
+ * the card's spec group (the links say SYS, across NUMA nodes, between
+ * groups). */
+static void fake_details(void *impl, uint32_t index, struct egpu__gpu_details *out)
+{
+    struct fake *f = impl;
+    char word[EGPU_GPU_MODEL_MAX];
+    size_t len;
+
+    pthread_mutex_lock(&f->lock);
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->cards[i].index != index)
+            continue;
+        len = strcspn(f->cards[i].model, "-");
+        snprintf(word, sizeof(word), "%.*s", (int)len, f->cards[i].model);
+        for (size_t m = 0; m < sizeof(fake_models) / sizeof(fake_models[0]); m++) {
+            if (strcasecmp(word, fake_models[m].name) != 0)
+                continue;
+            snprintf(out->architecture, sizeof(out->architecture), "%s", fake_models[m].arch);
+            out->cc_major = fake_models[m].cc_major;
+            out->cc_minor = fake_models[m].cc_minor;
+            break;
+        }
+        snprintf(out->pci_bus_id, sizeof(out->pci_bus_id), "0000:%02x:00.0",
+                 (0x18u + index) & 0xffu);
+        out->numa_node = f->group[i];
+        break;
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* A fixed driver, the one the mock NVML reports (tests/mock/nvml_mock.c). */
+static void fake_driver(void *impl, struct egpu__gpus_driver *out)
+{
+    (void)impl;
+    snprintf(out->version, sizeof(out->version), "%s", "570.133.20");
+    out->cuda_version = 12080;
+}
+
 const struct egpu__gpus_ops egpu__fake_ops = {
     .list = fake_list,
     .link = fake_link,
     .wait = fake_wait,
     .free = fake_free,
+    .details = fake_details,
+    .driver = fake_driver,
 };

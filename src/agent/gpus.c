@@ -136,6 +136,24 @@ int egpu_gpus_link(struct egpu_gpus *g, uint32_t a, uint32_t b, enum egpu_gpu_li
     return g->ops->link(g->impl, a, b, out, err);
 }
 
+void egpu__gpus_details(struct egpu_gpus *g, uint32_t index, struct egpu__gpu_details *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->numa_node = -1;
+    if (g->ops->details != NULL)
+        g->ops->details(g->impl, index, out);
+    out->architecture[sizeof(out->architecture) - 1] = '\0';
+    out->pci_bus_id[sizeof(out->pci_bus_id) - 1] = '\0';
+}
+
+void egpu__gpus_driver(struct egpu_gpus *g, struct egpu__gpus_driver *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (g->ops->driver != NULL)
+        g->ops->driver(g->impl, out);
+    out->version[sizeof(out->version) - 1] = '\0';
+}
+
 int egpu_gpus_wait(struct egpu_gpus *g, long timeout_ms, struct egpu_error *err)
 {
     if (timeout_ms < 0)

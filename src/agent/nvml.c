@@ -63,6 +63,12 @@ static const struct nvml_sym nvml_syms[] = {
     NVML_SYM(device_get_utilization_rates, "nvmlDeviceGetUtilizationRates", false),
     NVML_SYM(device_get_topology_common_ancestor, "nvmlDeviceGetTopologyCommonAncestor", false),
     NVML_SYM(device_get_p2p_status, "nvmlDeviceGetP2PStatus", false),
+    NVML_SYM(system_get_driver_version, "nvmlSystemGetDriverVersion", false),
+    NVML_SYM(system_get_cuda_driver_version_v2, "nvmlSystemGetCudaDriverVersion_v2", false),
+    NVML_SYM(device_get_cuda_compute_capability, "nvmlDeviceGetCudaComputeCapability", false),
+    NVML_SYM(device_get_architecture, "nvmlDeviceGetArchitecture", false),
+    NVML_SYM(device_get_pci_info_v3, "nvmlDeviceGetPciInfo_v3", false),
+    NVML_SYM(device_get_numa_node_id, "nvmlDeviceGetNumaNodeId", false),
     NVML_SYM(event_set_create, "nvmlEventSetCreate", false),
     NVML_SYM(device_register_events, "nvmlDeviceRegisterEvents", false),
     NVML_SYM(event_set_wait_v2, "nvmlEventSetWait_v2", false),
@@ -574,9 +580,90 @@ static int nvml_wait(void *impl, long timeout_ms, struct egpu_error *err)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Details for the DRA mode's slice attributes                              */
+
+/* NVML's architecture number as its marketing name, or NULL. */
+static const char *arch_name(unsigned arch)
+{
+    static const char *const names[] = {
+        [NVML_DEVICE_ARCH_KEPLER] = "Kepler",
+        [NVML_DEVICE_ARCH_MAXWELL] = "Maxwell",
+        [NVML_DEVICE_ARCH_PASCAL] = "Pascal",
+        [NVML_DEVICE_ARCH_VOLTA] = "Volta",
+        [NVML_DEVICE_ARCH_TURING] = "Turing",
+        [NVML_DEVICE_ARCH_AMPERE] = "Ampere",
+        [NVML_DEVICE_ARCH_ADA] = "Ada",
+        [NVML_DEVICE_ARCH_HOPPER] = "Hopper",
+        [NVML_DEVICE_ARCH_BLACKWELL] = "Blackwell",
+    };
+
+    return arch < sizeof(names) / sizeof(names[0]) ? names[arch] : NULL;
+}
+
+/* Each call optional and best effort: a missing symbol or a failure
+ * leaves its field unknown. */
+static void nvml_details(void *impl, uint32_t index, struct egpu__gpu_details *out)
+{
+    struct nvml *n = impl;
+    const struct egpu_nvml_api *api = &n->api;
+    struct nvmlDevice_st *dev = NULL;
+    struct nvmlPciInfo_st pci;
+    unsigned u = 0;
+    int major = 0, minor = 0;
+
+    if (get_handle(n, index, &dev, NULL) != 0)
+        return;
+    if (api->device_get_cuda_compute_capability != NULL &&
+        api->device_get_cuda_compute_capability(dev, &major, &minor) == NVML_SUCCESS && major > 0 &&
+        minor >= 0) {
+        out->cc_major = (uint32_t)major;
+        out->cc_minor = (uint32_t)minor;
+    }
+    if (api->device_get_architecture != NULL &&
+        api->device_get_architecture(dev, &u) == NVML_SUCCESS && arch_name(u) != NULL)
+        snprintf(out->architecture, sizeof(out->architecture), "%s", arch_name(u));
+    memset(&pci, 0, sizeof(pci));
+    if (api->device_get_pci_info_v3 != NULL &&
+        api->device_get_pci_info_v3(dev, &pci) == NVML_SUCCESS && pci.domain <= 0xffff &&
+        pci.bus <= 0xff && pci.device <= 0x1f) {
+        /* The function is the busId's last digit ("...:18:00.0"). */
+        size_t len = strnlen(pci.busId, sizeof(pci.busId));
+        unsigned fn = len >= 2 && pci.busId[len - 2] == '.' && pci.busId[len - 1] >= '0' &&
+                              pci.busId[len - 1] <= '7'
+                          ? (unsigned)(pci.busId[len - 1] - '0')
+                          : 0;
+
+        snprintf(out->pci_bus_id, sizeof(out->pci_bus_id), "%04x:%02x:%02x.%u", pci.domain, pci.bus,
+                 pci.device, fn);
+    }
+    if (api->device_get_numa_node_id != NULL &&
+        api->device_get_numa_node_id(dev, &u) == NVML_SUCCESS && u <= 1023)
+        out->numa_node = (int)u;
+}
+
+static void nvml_driver(void *impl, struct egpu__gpus_driver *out)
+{
+    struct nvml *n = impl;
+    const struct egpu_nvml_api *api = &n->api;
+    char v[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+    int cuda = 0;
+
+    if (api->system_get_driver_version != NULL &&
+        api->system_get_driver_version(v, sizeof(v)) == NVML_SUCCESS) {
+        v[sizeof(v) - 1] = '\0';
+        snprintf(out->version, sizeof(out->version), "%s", v);
+    }
+    if (api->system_get_cuda_driver_version_v2 != NULL &&
+        api->system_get_cuda_driver_version_v2(&cuda) == NVML_SUCCESS && cuda > 0)
+        out->cuda_version = (uint32_t)cuda;
+}
+
 const struct egpu__gpus_ops egpu__nvml_ops = {
     .list = nvml_list,
     .link = nvml_link,
     .wait = nvml_wait,
     .free = nvml_free,
+    .details = nvml_details,
+    .driver = nvml_driver,
 };

@@ -50,6 +50,22 @@
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 #define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
 
+/* Buffer sizes for nvmlSystemGetDriverVersion and nvmlPciInfo_t, bytes. */
+#define NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE     32
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE  16
+
+/* nvmlDeviceArchitecture_t (unsigned int) */
+#define NVML_DEVICE_ARCH_KEPLER    2
+#define NVML_DEVICE_ARCH_MAXWELL   3
+#define NVML_DEVICE_ARCH_PASCAL    4
+#define NVML_DEVICE_ARCH_VOLTA     5
+#define NVML_DEVICE_ARCH_TURING    6
+#define NVML_DEVICE_ARCH_AMPERE    7
+#define NVML_DEVICE_ARCH_ADA       8
+#define NVML_DEVICE_ARCH_HOPPER    9
+#define NVML_DEVICE_ARCH_BLACKWELL 10
+
 /* nvmlGpuTopologyLevel_t */
 #define NVML_TOPOLOGY_INTERNAL   0  /* the same board, e.g. Tesla K80 */
 #define NVML_TOPOLOGY_SINGLE     10 /* one PCIe switch */
@@ -73,6 +89,17 @@ struct nvmlMemory_st {
     unsigned long long total;
     unsigned long long free;
     unsigned long long used;
+};
+
+/* nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it. */
+struct nvmlPciInfo_st {
+    char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId; /* device id << 16 | vendor id */
+    unsigned int pciSubSystemId;
+    char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE]; /* "00000000:18:00.0" */
 };
 
 /* nvmlUtilization_t: percent of the last sample period. */
@@ -106,6 +133,12 @@ int nvmlDeviceGetTopologyCommonAncestor(struct nvmlDevice_st *device1,
                                         struct nvmlDevice_st *device2, int *pathInfo);
 int nvmlDeviceGetP2PStatus(struct nvmlDevice_st *device1, struct nvmlDevice_st *device2,
                            int p2pIndex, int *p2pStatus);
+int nvmlSystemGetDriverVersion(char *version, unsigned int length);
+int nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
+int nvmlDeviceGetCudaComputeCapability(struct nvmlDevice_st *device, int *major, int *minor);
+int nvmlDeviceGetArchitecture(struct nvmlDevice_st *device, unsigned int *arch);
+int nvmlDeviceGetPciInfo_v3(struct nvmlDevice_st *device, struct nvmlPciInfo_st *pci);
+int nvmlDeviceGetNumaNodeId(struct nvmlDevice_st *device, unsigned int *node);
 int nvmlEventSetCreate(struct nvmlEventSet_st **set);
 int nvmlDeviceRegisterEvents(struct nvmlDevice_st *device, unsigned long long eventTypes,
                              struct nvmlEventSet_st *set);
@@ -134,6 +167,12 @@ struct egpu_nvml_api {
                                                int *level);
     int (*device_get_p2p_status)(struct nvmlDevice_st *a, struct nvmlDevice_st *b, int caps,
                                  int *status);
+    int (*system_get_driver_version)(char *version, unsigned int length);
+    int (*system_get_cuda_driver_version_v2)(int *version);
+    int (*device_get_cuda_compute_capability)(struct nvmlDevice_st *device, int *major, int *minor);
+    int (*device_get_architecture)(struct nvmlDevice_st *device, unsigned int *arch);
+    int (*device_get_pci_info_v3)(struct nvmlDevice_st *device, struct nvmlPciInfo_st *pci);
+    int (*device_get_numa_node_id)(struct nvmlDevice_st *device, unsigned int *node);
     int (*event_set_create)(struct nvmlEventSet_st **set);
     int (*device_register_events)(struct nvmlDevice_st *device, unsigned long long types,
                                   struct nvmlEventSet_st *set);

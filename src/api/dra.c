@@ -175,6 +175,13 @@ int egpu_api_dra_model_selector(const char *models, char **out, struct egpu_erro
                                   "annotation " EGPU_ANN_GPU_MODEL " names an empty model; "
                                   "allowed: GPU models separated by '|'");
         }
+        if (len > EGPU_API_DRA_ATTR_STRING_MAX) {
+            /* The slice holds the model cut as the API's limit makes every
+             * string attribute (src/agent/dra_slice.c): match that. */
+            len = EGPU_API_DRA_ATTR_STRING_MAX;
+            while (len > 0 && ((unsigned char)p[len] & 0xC0) == 0x80)
+                len--; /* p[len] continues a character: end before it */
+        }
         if (!first)
             rc = egpu_buf_append(&b, ", ", 2);
         if (!rc)

@@ -25,6 +25,15 @@
  * or the random draw) reaches first. A share or a single card is placed as
  * without topology, and a node with no known link is never looked at, so a
  * cluster without topology places exactly as before.
+ *
+ * DRA mode (egpu__cards_pick_dra): kube-scheduler's allocator chooses, not a
+ * policy. It tries the node's devices in slice order (egpu_dra_device_order)
+ * and gives each container's card(s) the first that fits, backtracking to
+ * the next device of an earlier container when a later one finds none, as
+ * the structured allocator does across a claim's requests. It knows no
+ * load and no topology. The search is capped at EGPU_DRA_STEPS_MAX devices
+ * tried, so a pod of many shares that fits no arrangement cannot stall a
+ * replay.
  */
 #include <stdio.h>
 #include <string.h>
@@ -299,20 +308,11 @@ static void unhealthy_note(const struct egpu_node *node, char *why, size_t len)
     }
 }
 
-bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct egpu_workload *w,
-                      struct egpu_rng *rng, const struct egpu_cluster *c,
-                      const struct egpu_node *node, const struct egpu_pod_request *r,
-                      struct egpu_pick *pick, struct egpu__node_view *after, char *why,
-                      size_t why_len)
+/* The checks every card choice starts with (GPUs, model, CPU, memory);
+ * true when r may fit node's cards, else a reason in why. */
+static bool node_admits(const struct egpu_cluster *c, const struct egpu_node *node,
+                        const struct egpu_pod_request *r, char *why, size_t why_len)
 {
-    struct scratch s;
-    char scratch_why[8];
-
-    if (why == NULL) {
-        why = scratch_why;
-        why_len = sizeof(scratch_why);
-    }
-    pick->nshares = 0;
     if (r->ncontainers > 0 && node->ngpus == 0) {
         snprintf(why, why_len, "node has no GPUs");
         return false;
@@ -335,14 +335,40 @@ bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct 
                  (long long)r->mem_mib, (long long)(node->mem_mib - node->used_mem_mib));
         return false;
     }
-    egpu__view_of(node, &s.view); /* an unhealthy card: no compute free */
+    return true;
+}
+
+/* The scratch copy of node's cards with r's CPU taken. */
+static void scratch_init(const struct egpu_node *node, const struct egpu_pod_request *r,
+                         struct scratch *s)
+{
+    egpu__view_of(node, &s->view); /* an unhealthy card: no compute free */
     for (uint32_t g = 0; g < node->ngpus; g++) {
         const struct egpu_gpu *gpu = &node->gpus[g];
 
-        s.free_mem[g] = gpu->unhealthy ? 0 : egpu_gpu_free_mem(gpu);
-        s.held[g] = gpu->nshares > 0 || gpu->unhealthy != NULL;
+        s->free_mem[g] = gpu->unhealthy ? 0 : egpu_gpu_free_mem(gpu);
+        s->held[g] = gpu->nshares > 0 || gpu->unhealthy != NULL;
     }
-    s.view.free_cpu_milli -= r->cpu_milli;
+    s->view.free_cpu_milli -= r->cpu_milli;
+}
+
+bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct egpu_workload *w,
+                      struct egpu_rng *rng, const struct egpu_cluster *c,
+                      const struct egpu_node *node, const struct egpu_pod_request *r,
+                      struct egpu_pick *pick, struct egpu__node_view *after, char *why,
+                      size_t why_len)
+{
+    struct scratch s;
+    char scratch_why[8];
+
+    if (why == NULL) {
+        why = scratch_why;
+        why_len = sizeof(scratch_why);
+    }
+    pick->nshares = 0;
+    if (!node_admits(c, node, r, why, why_len))
+        return false;
+    scratch_init(node, r, &s);
     for (uint16_t ci = 0; ci < r->ncontainers; ci++) {
         const struct egpu_container_request *cr = &r->containers[ci];
         bool ok = cr->core_milli == EGPU_GPU_MILLI
@@ -357,4 +383,129 @@ bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct 
     if (after != NULL)
         *after = s.view;
     return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* DRA mode: the allocator's first fit (egpu__cards_pick_dra)               */
+
+/* The search of egpu__cards_pick_dra: the node's devices in slice order, the
+ * scratch state of the cards and the steps taken so far. */
+struct dra_search {
+    const struct egpu_node *node;
+    const struct egpu_pod_request *r;
+    uint16_t order[EGPU_NODE_GPUS_MAX]; /* positions in node->gpus, slice order */
+    uint32_t n;
+    struct scratch s;
+    struct egpu_pick *pick;
+    uint64_t steps; /* devices tried */
+    bool capped;    /* steps passed EGPU_DRA_STEPS_MAX */
+};
+
+/* Can card g take one card of cr now? A share needs its compute and memory
+ * free (a device with allowMultipleAllocations: the capacities left); a
+ * whole card (a request naming neither capacity: the requestPolicy's
+ * default, all of it) needs a card nobody holds. */
+static bool dra_fits(const struct dra_search *d, uint16_t g,
+                     const struct egpu_container_request *cr)
+{
+    if (cr->core_milli == EGPU_GPU_MILLI)
+        return !d->s.held[g] && d->s.view.free_milli[g] == EGPU_GPU_MILLI &&
+               d->node->gpus[g].mem_mib >= cr->mem_mib;
+    return d->s.view.free_milli[g] >= cr->core_milli && d->s.free_mem[g] >= cr->mem_mib;
+}
+
+/* Give card k (of cr->ncards) of container ci, and everything after it, a
+ * device: the first in slice order that fits, from position from on for the
+ * further cards of one container (a set of whole cards is tried once, not
+ * in every order); when what follows finds none, the next device. True
+ * when every container has its cards (in d->pick); false when none fits or
+ * the steps ran out (d->capped). */
+static bool dra_place(struct dra_search *d, uint16_t ci, uint32_t k, uint32_t from)
+{
+    const struct egpu_container_request *cr;
+
+    if (ci == d->r->ncontainers)
+        return true;
+    cr = &d->r->containers[ci];
+    if (k == cr->ncards)
+        return dra_place(d, (uint16_t)(ci + 1), 0, 0);
+    if (cr->core_milli == EGPU_GPU_MILLI) {
+        /* Fewer free cards than the container still needs: no device of
+         * the loop below leads anywhere, so the allocator's outcome is the
+         * same without trying them. */
+        uint32_t nfree = 0;
+
+        for (uint32_t i = from; i < d->n; i++)
+            nfree += dra_fits(d, d->order[i], cr);
+        if (nfree < cr->ncards - k)
+            return false;
+    }
+    for (uint32_t i = from; i < d->n; i++) {
+        const uint16_t g = d->order[i];
+        const uint32_t mem =
+            cr->core_milli == EGPU_GPU_MILLI ? d->node->gpus[g].mem_mib : cr->mem_mib;
+        const bool held = d->s.held[g];
+
+        if (++d->steps > EGPU_DRA_STEPS_MAX) {
+            d->capped = true;
+            return false;
+        }
+        if (!dra_fits(d, g, cr))
+            continue;
+        add_share(d->pick, &d->s, ci, g, cr->core_milli, mem);
+        if (dra_place(d, ci, k + 1, cr->core_milli == EGPU_GPU_MILLI ? i + 1 : 0))
+            return true;
+        d->pick->nshares--; /* undo add_share: the next device */
+        d->s.view.free_milli[g] += cr->core_milli;
+        d->s.free_mem[g] += mem;
+        d->s.held[g] = held;
+        if (d->capped)
+            return false;
+    }
+    return false;
+}
+
+bool egpu__cards_pick_dra(enum egpu_dra_order order, const struct egpu_cluster *c,
+                          const struct egpu_node *node, const struct egpu_pod_request *r,
+                          struct egpu_pick *pick, struct egpu__node_view *after, char *why,
+                          size_t why_len)
+{
+    struct dra_search d = {.node = node, .r = r, .pick = pick};
+    char scratch_why[8];
+    int n;
+
+    if (why == NULL) {
+        why = scratch_why;
+        why_len = sizeof(scratch_why);
+    }
+    pick->nshares = 0;
+    if (!node_admits(c, node, r, why, why_len))
+        return false;
+    n = egpu_dra_device_order(node, order, d.order);
+    if (n < 0) {
+        snprintf(why, why_len, "unknown DRA device order %d", (int)order);
+        return false;
+    }
+    d.n = (uint32_t)n;
+    scratch_init(node, r, &d.s);
+    if (dra_place(&d, 0, 0, 0)) {
+        if (after != NULL)
+            *after = d.s.view;
+        return true;
+    }
+    pick->nshares = 0;
+    if (d.capped) {
+        snprintf(why, why_len,
+                 "the DRA allocator gave up after trying %d devices for the pod's %u containers",
+                 EGPU_DRA_STEPS_MAX, r->ncontainers);
+    } else if (why != scratch_why) {
+        /* The search tried every arrangement: no card choice fits, so the
+         * greedy card tier fails too, and says on which container. */
+        struct egpu_pick greedy;
+
+        if (egpu__cards_pick(EGPU_POLICY_BINPACK, false, NULL, NULL, c, node, r, &greedy, NULL, why,
+                             why_len))
+            snprintf(why, why_len, "no arrangement of the pod's containers on the node's cards");
+    }
+    return false;
 }

@@ -24,6 +24,14 @@
  * lower egpu_pick_load before the hash. A card's load is part of its node's
  * state (egpu_cluster_set_load renews the generation), so memoised entries
  * stay exact. Without it no load is read and every choice is as before.
+ *
+ * DRA mode (cfg.dra): the cards are the structured allocator's first fit
+ * (egpu__cards_pick_dra) and the node the node tier's, as kube-scheduler
+ * does with the extender's prioritize beside the DRA plugin. The node score
+ * is computed with the allocator's cards (the extender aware of them) or,
+ * with cfg.dra_blind, with the card tier's own choice (blind to them); the
+ * cards committed are the allocator's either way. The device order depends
+ * on the node's state only, so memoised entries stay exact.
  */
 #include <errno.h>
 #include <string.h>
@@ -68,6 +76,11 @@ struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg, struct
     if ((cfg->node_policy == EGPU_POLICY_FGD || cfg->card_policy == EGPU_POLICY_FGD) &&
         (cfg->workload == NULL || cfg->workload->n == 0)) {
         egpu_error_set(err, -EINVAL, "policy fgd needs a target workload");
+        return NULL;
+    }
+    if (cfg->dra && (size_t)cfg->dra_order >= EGPU_DRA_ORDER_COUNT) {
+        egpu_error_set(err, -EINVAL, "DRA device order %d: allowed: " EGPU_DRA_ORDER_NAMES,
+                       (int)cfg->dra_order);
         return NULL;
     }
     p = egpu_calloc(1, sizeof(*p));
@@ -216,8 +229,19 @@ static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct
             return e->ok;
         }
     }
-    ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.load_aware, p->cfg.workload, &p->rng, c, node,
-                          r, pick, &after, why, why_len);
+    if (!p->cfg.dra) {
+        ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.load_aware, p->cfg.workload, &p->rng, c,
+                              node, r, pick, &after, why, why_len);
+    } else {
+        ok = egpu__cards_pick_dra(p->cfg.dra_order, c, node, r, pick, &after, why, why_len);
+        if (ok && p->cfg.dra_blind) {
+            /* The extender scores the node with the cards it would choose. */
+            struct egpu_pick own;
+
+            ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.load_aware, p->cfg.workload, &p->rng,
+                                  c, node, r, &own, &after, why, why_len);
+        }
+    }
     if (ok)
         *score = egpu__node_score(p->cfg.node_policy, p->cfg.workload, &p->rng, c, node, r, &after);
     if (ok && p->cfg.load_aware)

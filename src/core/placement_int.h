@@ -23,6 +23,17 @@ bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct 
                       struct egpu_pick *pick, struct egpu__node_view *after, char *why,
                       size_t why_len);
 
+/* Card tier in DRA mode: the structured allocator's choice on node (of
+ * cluster c) for every container of r: first fit over the node's devices in
+ * order (egpu_dra_device_order), with backtracking across containers and
+ * cards, at most EGPU_DRA_STEPS_MAX devices tried (cards.c). Fills *pick and
+ * *after (may be NULL) and returns true, or writes a one-line reason (if
+ * why != NULL) and returns false. The node itself is not changed. */
+bool egpu__cards_pick_dra(enum egpu_dra_order order, const struct egpu_cluster *c,
+                          const struct egpu_node *node, const struct egpu_pod_request *r,
+                          struct egpu_pick *pick, struct egpu__node_view *after, char *why,
+                          size_t why_len);
+
 /* Node tier: score of node once r is placed as in after (higher is better).
  * rng is used by EGPU_POLICY_RANDOM only; w by EGPU_POLICY_FGD only. */
 double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *w,

@@ -55,6 +55,18 @@ static const char usage[] =
     "                      say, so containers of several whole cards get the best\n"
     "                      connected ones; prints how many lie inside one island at the\n"
     "                      end (default: no topology, as in the trace)\n"
+    "  --dra               DRA mode: each pod's cards are what kube-scheduler's DRA\n"
+    "                      allocator takes (first fit over the node's ResourceSlice devices,\n"
+    "                      with backtracking, no scoring), the node is still the policy's\n"
+    "                      (the extender's prioritize); labels get \"+dra\", no published\n"
+    "                      rows; prints for how many placed pods the allocator's cards are\n"
+    "                      not the ones the card tier would choose on the same node\n"
+    "  --dra-order ORDER   with --dra, the slice's device order, one of:\n"
+    "                      " EGPU_DRA_ORDER_NAMES "\n"
+    "                      (default index, the agent's order: gpu-0, gpu-1, ...)\n"
+    "  --dra-extender MODE with --dra, how the extender scores a node: blind (with its own\n"
+    "                      card choice, as it does today; the default) or aware (with the\n"
+    "                      card the allocator will take)\n"
     "  --card-dump FILE    write each replay's final state per card as CSV (policy, seed,\n"
     "                      node, card, capacity, reserved and pods' milli-GPU, pods); FILE\n"
     "                      may be in --out DIR, which is made first\n"
@@ -92,6 +104,10 @@ struct options {
     double max_deviation; /* < 0: off */
     long jobs;
     bool plot;
+    bool dra;                      /* --dra */
+    enum egpu_dra_order dra_order; /* --dra-order */
+    bool dra_blind;                /* --dra-extender blind (the default) */
+    bool dra_flags;                /* --dra-order or --dra-extender given */
     struct egpu_policy_runs policies[POLICIES_MAX];
     size_t npolicies;
     uint64_t seeds[SEEDS_MAX];
@@ -208,6 +224,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         O_CARDS,
         O_UNHEALTHY,
         O_TOPOLOGY,
+        O_DRA,
+        O_DRA_ORDER,
+        O_DRA_EXTENDER,
         O_VERSION
     };
     static const struct option longopts[] = {
@@ -227,6 +246,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"card-dump", required_argument, NULL, O_CARDS},
         {"unhealthy", required_argument, NULL, O_UNHEALTHY},
         {"topology", required_argument, NULL, O_TOPOLOGY},
+        {"dra", no_argument, NULL, O_DRA},
+        {"dra-order", required_argument, NULL, O_DRA_ORDER},
+        {"dra-extender", required_argument, NULL, O_DRA_EXTENDER},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -244,6 +266,8 @@ static int parse_args(int argc, char **argv, struct options *o)
     o->max_deviation = -1.0;
     o->jobs = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
     o->plot = true;
+    o->dra_order = EGPU_DRA_ORDER_INDEX;
+    o->dra_blind = true;
     o->seeds[0] = 42;
     o->nseeds = 1;
     opterr = 0;
@@ -311,6 +335,21 @@ static int parse_args(int argc, char **argv, struct options *o)
         case O_CARDS:
             o->card_dump = optarg;
             break;
+        case O_DRA:
+            o->dra = true;
+            break;
+        case O_DRA_ORDER:
+            if (egpu_dra_order_parse(optarg, &o->dra_order, &err))
+                return bad("--dra-order \"%s\": expected one of " EGPU_DRA_ORDER_NAMES, optarg);
+            o->dra_flags = true;
+            break;
+        case O_DRA_EXTENDER:
+            if (strcmp(optarg, "blind") == 0 || strcmp(optarg, "aware") == 0)
+                o->dra_blind = strcmp(optarg, "blind") == 0;
+            else
+                return bad("--dra-extender \"%s\": expected blind or aware", optarg);
+            o->dra_flags = true;
+            break;
         case 'h':
             fputs(usage, stdout);
             return 0;
@@ -323,8 +362,16 @@ static int parse_args(int argc, char **argv, struct options *o)
     }
     if (optind < argc)
         return bad("unexpected argument \"%s\"", argv[optind]);
+    if (o->dra_flags && !o->dra)
+        return bad("--dra-order and --dra-extender need --dra");
     if (!policies_given && parse_policies("all", o, &err))
         return bad("%s", err.msg);
+    for (size_t i = 0; o->dra && i < o->npolicies; i++) {
+        struct egpu_policy_runs *p = &o->policies[i];
+        size_t len = strlen(p->label);
+
+        snprintf(p->label + len, sizeof(p->label) - len, "+dra");
+    }
     return -1;
 }
 
@@ -371,10 +418,11 @@ static void dump_cards(void *ud, const struct egpu_replay_config *cfg, const str
     char label[64];
 
     if (cfg->node_policy == cfg->card_policy)
-        snprintf(label, sizeof(label), "%s", egpu_policy_name(cfg->node_policy));
+        snprintf(label, sizeof(label), "%s%s", egpu_policy_name(cfg->node_policy),
+                 cfg->dra ? "+dra" : "");
     else
-        snprintf(label, sizeof(label), "%s/%s", egpu_policy_name(cfg->node_policy),
-                 egpu_policy_name(cfg->card_policy));
+        snprintf(label, sizeof(label), "%s/%s%s", egpu_policy_name(cfg->node_policy),
+                 egpu_policy_name(cfg->card_policy), cfg->dra ? "+dra" : "");
     pthread_mutex_lock(&d->lock);
     if (d->f != NULL) {
         egpu_sim_card_rows(d->f, label, cfg->seed, c, !d->header_done);
@@ -420,6 +468,9 @@ static void *worker(void *arg)
             .inflate = o->inflate,
             .workload = pool->workload,
             .reservations = pool->reservations,
+            .dra = o->dra,
+            .dra_order = o->dra_order,
+            .dra_blind = o->dra_blind,
             .final = pool->cards != NULL ? dump_cards : NULL,
             .final_ud = pool->cards,
         };
@@ -642,6 +693,12 @@ int main(int argc, char **argv)
     if (o.topology_islands > 0)
         printf("egpu-sim: --topology: every node's cards in NVLink islands of %u\n",
                o.topology_islands);
+    if (o.dra)
+        printf("egpu-sim: --dra: cards as kube-scheduler's DRA allocator takes them (first fit "
+               "over each node's devices in %s order); nodes by the policy, the extender %s\n",
+               egpu_dra_order_name(o.dra_order),
+               o.dra_blind ? "blind to the allocator's cards (scoring its own)"
+                           : "aware of the allocator's cards");
     printf("egpu-sim: target workload: %zu typical pods covering %.0f%% of %s; inflate %.2fx; "
            "%zu seed(s) from %llu; %zu policies; %ld jobs\n\n",
            workload.n, 100.0 * o.coverage, o.workload_pods ? o.workload_pods : o.pods, o.inflate,
@@ -649,9 +706,10 @@ int main(int argc, char **argv)
     fflush(stdout);
     for (size_t i = 0; i < o.npolicies; i++) {
         o.policies[i].nruns = o.nseeds;
-        /* Published for the whole cluster: not for one with cards out. */
+        /* Published for the whole cluster and FGD's card choice: not for
+         * one with cards out, nor for the DRA allocator's cards. */
         o.policies[i].published =
-            o.unhealthy != NULL
+            o.unhealthy != NULL || o.dra
                 ? NULL
                 : egpu_replay_published(o.nodes, ngpus, o.pods, trace.npods,
                                         o.policies[i].node_policy, o.policies[i].card_policy);
@@ -671,6 +729,21 @@ int main(int argc, char **argv)
     }
     wall = egpu_sim_now() - t0;
     egpu_report_table(stdout, o.policies, o.npolicies);
+    for (size_t i = 0; o.dra && i < o.npolicies; i++) {
+        const struct egpu_policy_runs *p = &o.policies[i];
+        size_t other = 0, placed = 0;
+
+        for (size_t s = 0; s < p->nruns; s++) {
+            other += p->runs[s].dra_other_cards;
+            placed += p->runs[s].arrivals - p->runs[s].failed;
+        }
+        if (i == 0)
+            printf("\n");
+        printf("egpu-sim: --dra: %s: the allocator's cards are not the ones %s's card tier "
+               "would choose on the same node for %zu of %zu placed pods (%.2f%%)\n",
+               p->label, egpu_policy_name(p->card_policy), other, placed,
+               placed ? 100.0 * (double)other / (double)placed : 0.0);
+    }
     if (o.topology_islands > 0)
         printf("\negpu-sim: --topology islands:%u: %llu of %llu containers on several whole "
                "cards at the end of the replays lie inside one NVLink island\n",

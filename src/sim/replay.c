@@ -83,6 +83,7 @@ struct run {
     const struct egpu_replay_config *cfg;
     struct egpu_cluster *c;
     struct egpu_placer *placer;
+    struct egpu_placer *own;       /* DRA mode: the card policy's own choice, to compare */
     struct egpu_pod_request *reqs; /* per trace pod */
     double *node_frag;             /* per node slot, milli-GPU */
     double frag;                   /* sum of node_frag */
@@ -96,6 +97,7 @@ static void run_free(struct run *r)
     egpu_free(r->node_frag);
     egpu_free(r->reqs);
     egpu_placer_free(r->placer);
+    egpu_placer_free(r->own);
     egpu_cluster_free(r->c);
 }
 
@@ -108,6 +110,9 @@ static int run_init(struct run *r, struct egpu_error *err)
         .seed = cfg->seed,
         .workload = cfg->workload,
         .memo = true,
+        .dra = cfg->dra,
+        .dra_order = cfg->dra_order,
+        .dra_blind = cfg->dra_blind,
     };
     struct egpu_rng rng;
     int rc = egpu_trace_cluster(r->t, &r->c, err);
@@ -134,6 +139,12 @@ static int run_init(struct run *r, struct egpu_error *err)
     r->placer = egpu_placer_new(&pc, err);
     if (r->placer == NULL)
         return err ? err->code : -ENOMEM;
+    if (cfg->dra) {
+        pc.dra = false;
+        r->own = egpu_placer_new(&pc, err);
+        if (r->own == NULL)
+            return err ? err->code : -ENOMEM;
+    }
     /* The arrival order has its own stream (not the placer's), so policies
      * compared under one seed see the very same arrivals. */
     egpu_rng_seed(&rng, egpu_hash_str("arrivals", cfg->seed));
@@ -159,6 +170,23 @@ static void record(struct egpu_replay_result *out, const struct run *r, uint64_t
     out->buckets[bucket].frag_pct_sum += idle ? 100.0 * r->frag / (double)idle : 0.0;
     out->final_arrived_pct = arrived;
     out->final_alloc_pct = alloc;
+}
+
+/* Would own (the card policy without DRA) give r the cards of pick on node? */
+static bool same_cards(struct egpu_placer *own, const struct egpu_cluster *c,
+                       const struct egpu_node *node, const struct egpu_pod_request *r,
+                       const struct egpu_pick *pick)
+{
+    struct egpu_pick alt;
+
+    if (!egpu_placer_can_host(own, c, node, r, &alt, NULL, 0) || alt.nshares != pick->nshares)
+        return false;
+    for (uint32_t i = 0; i < alt.nshares; i++) {
+        if (alt.shares[i].container != pick->shares[i].container ||
+            alt.shares[i].gpu != pick->shares[i].gpu)
+            return false;
+    }
+    return true;
 }
 
 int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config *cfg,
@@ -195,6 +223,12 @@ int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config 
 
         arrived += egpu_pod_request_gpu_milli(req);
         rc = egpu_placer_schedule(r.placer, r.c, req, &node, &pick);
+        if (rc == 0 && r.own != NULL) {
+            double t1 = egpu_sim_now();
+
+            out->dra_other_cards += !same_cards(r.own, r.c, node, req, &pick);
+            t0 += egpu_sim_now() - t1; /* not placement time */
+        }
         if (rc == 0) {
             if (i < t->npods)
                 snprintf(key, sizeof(key), "%s", name);

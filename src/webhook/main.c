@@ -328,12 +328,13 @@ static int start(void *data, struct egpu_error *err)
         rc = egpu__webhook_selfsigned_start(a->ss, err);
     if (!rc)
         egpu_log(EGPU_LOG_NOTICE,
-                 "serving addr=%s port=%u health_addr=%s health_port=%u scheduler_name=%s "
+                 "serving addr=%s port=%u health_addr=%s health_port=%u mode=%s scheduler_name=%s "
                  "set_scheduler_name=%s compat_nvidia=%s aliyun_gpu_mem_mib=%u "
                  "memory_only_core=%u default_memory_per_core_mib=%u controller_user=%s",
                  a->o.srv.listen, egpu_http_server_port(a->svc.srv), a->o.srv.health_listen,
-                 egpu_http_server_port(a->svc.hsrv), a->o.cfg.scheduler_name,
-                 a->o.cfg.set_scheduler_name ? "true" : "false",
+                 egpu_http_server_port(a->svc.hsrv),
+                 a->o.cfg.mode == EGPU_WEBHOOK_MODE_DRA ? "dra" : "device-plugin",
+                 a->o.cfg.scheduler_name, a->o.cfg.set_scheduler_name ? "true" : "false",
                  a->o.cfg.compat_nvidia ? "true" : "false", a->o.cfg.aliyun_mem_mib,
                  a->o.cfg.memory_only_core, a->o.cfg.default_mem_per_core,
                  a->o.cfg.controller_user);

@@ -34,6 +34,10 @@
  *      PriorityClass for its state (priorityClassName, priority and
  *      preemptionPolicy together) and the finalizer elasticgpu.io/metering
  *      (budgets.c; a budget or class that cannot be looked up refuses it);
+ *   6b. in DRA mode (--mode dra) a Pod gets neither 5 nor 6: its GPU
+ *      requests become ResourceClaimTemplates and resourceClaims instead
+ *      (dra.c, which says what is rewritten), and a Pod using an
+ *      ElasticGPUClaim is refused;
  *   7. the difference between the copy and the original becomes the JSON
  *      Patch (patch.c), and each converted name one `warnings` entry.
  * A Pod UPDATE is left alone: a pod's resources and schedulerName cannot
@@ -128,8 +132,8 @@ static int rewrite(const struct egpu_webhook_config *cfg, const struct egpu__web
         if (rc)
             return rc;
     }
-    if (pp->is_pod && cfg->set_scheduler_name && !egpu__webhook_names_scheduler(*spec) &&
-        egpu_api_spec_wants_gpu(*spec)) {
+    if (pp->is_pod && cfg->mode != EGPU_WEBHOOK_MODE_DRA && cfg->set_scheduler_name &&
+        !egpu__webhook_names_scheduler(*spec) && egpu_api_spec_wants_gpu(*spec)) {
         if (json_object_set_new(*spec, "schedulerName",
                                 json_string(egpu__webhook_scheduler_name(cfg))) != 0)
             return -ENOMEM;
@@ -190,6 +194,15 @@ int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
         egpu_free(res);
         return 0;
     }
+    if (pp.is_pod && cfg->mode == EGPU_WEBHOOK_MODE_DRA &&
+        egpu__webhook_dra_uses_claims(pp.metadata)) {
+        deny(v, 403, "Forbidden",
+             "annotation " EGPU_ANN_CLAIM_PREFIX "<container>: ElasticGPUClaims are not served in "
+             "DRA mode (egpu-webhook --mode dra); allowed: elasticgpu.io/gpu-core and gpu-memory "
+             "requests, or a ResourceClaim of the pod's own");
+        egpu_free(res);
+        return 0;
+    }
     if (pp.is_pod) {
         rc = egpu__webhook_claims_resolve(cfg, nvidia, rv, &pp, uses, &nuses, &problems, v);
         if (rc || problems.n > 0) {
@@ -209,7 +222,11 @@ int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
             v->nwarnings = 0;
             goto out;
         }
-        rc = egpu__webhook_budget_apply(cfg, rv, meta, spec, &problems, v);
+        if (cfg->mode == EGPU_WEBHOOK_MODE_DRA) /* dra.c: claims, not budgets' classes */
+            rc = egpu__webhook_dra_rewrite(cfg, nvidia, meta, spec, &problems, v);
+        else
+            rc = egpu__webhook_budget_apply(cfg, rv, meta, spec, &problems, v);
+        rc = rc > 0 ? 0 : rc;
         if (!rc && problems.n > 0) {
             egpu__webhook_deny_problems(v, &problems);
             v->nwarnings = 0;

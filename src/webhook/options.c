@@ -46,6 +46,14 @@ static const char usage[] =
     "  --kubeconfig FILE       kubeconfig (EGPU_KUBECONFIG; default $KUBECONFIG, else\n"
     "                          ~/.kube/config, else the in-cluster service account)\n"
     "  --context NAME          kubeconfig context (EGPU_CONTEXT; default: current-context)\n"
+    "  --mode MODE             how GPU pods get their GPUs (EGPU_MODE): device-plugin\n"
+    "                          (the default: elasticgpu.io resources, placed by\n"
+    "                          elastic-gpu-scheduler) or dra (each GPU container's\n"
+    "                          request becomes a ResourceClaimTemplate, listed in the\n"
+    "                          pod's annotation elasticgpu.io/dra-claims for\n"
+    "                          egpu-controller to create, and a resourceClaims entry;\n"
+    "                          kube-scheduler's allocator places it; no schedulerName,\n"
+    "                          PriorityClass or metering finalizer is set)\n"
     "  --scheduler-name NAME   spec.schedulerName given to GPU pods that name none or\n"
     "                          default-scheduler (EGPU_SCHEDULER_NAME; default\n"
     "                          elastic-gpu-scheduler)\n"
@@ -174,6 +182,7 @@ enum {
     O_SS_CERT_VALIDITY,
     O_SS_RENEW_BEFORE,
     O_SS_CHECK,
+    O_MODE,
 };
 
 static int apply_name(const char *who, const char *v, const char *what, const char **out)
@@ -252,6 +261,14 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
     uint64_t u;
 
     switch (opt) {
+    case O_MODE:
+        if (strcmp(v, "device-plugin") == 0)
+            cfg->mode = EGPU_WEBHOOK_MODE_DEVICE_PLUGIN;
+        else if (strcmp(v, "dra") == 0)
+            cfg->mode = EGPU_WEBHOOK_MODE_DRA;
+        else
+            return bad("%s \"%s\": expected device-plugin or dra", who, v);
+        return 0;
     case O_SCHED_NAME:
         return apply_name(who, v, "a scheduler name", &cfg->scheduler_name);
     case O_SCHED_USER:
@@ -306,6 +323,7 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
 int egpu__webhook_options_parse(int argc, char **argv, struct egpu__webhook_options *o)
 {
     static const struct egpu_cli_flag flags[] = {
+        {"mode", required_argument, O_MODE, "EGPU_MODE"},
         {"scheduler-name", required_argument, O_SCHED_NAME, "EGPU_SCHEDULER_NAME"},
         {"set-scheduler-name", required_argument, O_SET_SCHED_NAME, "EGPU_SET_SCHEDULER_NAME"},
         {"compat-nvidia", required_argument, O_COMPAT_NVIDIA, "EGPU_COMPAT_NVIDIA"},

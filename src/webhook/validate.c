@@ -22,6 +22,10 @@
  *     by --scheduler-user and elasticgpu.io/allocated only by --agent-user
  *     (DESIGN.md section 5: the scheduler and the agent believe them, so a
  *     pod owner must not write them).
+ *   - On a Pod, elasticgpu.io/dra-claims (dra.c) may not be added, changed
+ *     or removed by an UPDATE, and on a CREATE must be what /mutate writes
+ *     in DRA mode (outside it a pod may not carry it): egpu-controller
+ *     creates the ResourceClaimTemplates it lists.
  *   - On a Pod UPDATE, no egpuc.elasticgpu.io/ annotation may be added,
  *     changed or removed (claims.c): /mutate turned them into the pod's
  *     requests at creation, and the scheduler and the controller rely on
@@ -110,8 +114,10 @@ int egpu__webhook_validate(const struct egpu_webhook_config *cfg,
     }
     if (!egpu__webhook_podpart_find(rv->group, rv->version, rv->kind, rv->object, &pp))
         return 0;
-    if (pp.is_pod)
+    if (pp.is_pod) {
         system_annotations(cfg, rv, &refused);
+        egpu__webhook_dra_guard(cfg, rv, &refused); /* dra.c */
+    }
     if (pp.is_pod && rv->op == EGPU_WEBHOOK_OP_UPDATE) {
         egpu__webhook_claims_immutable(rv, &refused);
         egpu__webhook_budget_finalizer_guard(cfg, rv, &refused);

@@ -342,6 +342,34 @@ int egpu__webhook_quota_pod(const struct egpu_webhook_config *cfg,
                             struct egpu_api_problems *p) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
+/* DRA mode (dra.c)                                                         */
+
+/* On a Pod being created in DRA mode (meta and spec: the copies mutate.c
+ * rewrites, compatible names already converted; nvidia: the route converts
+ * HAMi's names): when spec asks an elasticgpu.io resource, validate it
+ * (egpu_api_pod_validate with cfg's default memory; each problem goes to p
+ * and nothing is rewritten), then give each GPU container its claim
+ * egpu-<index> of a ResourceClaimTemplate (its GPU names removed from
+ * requests and limits), spec.resourceClaims the templates, and meta the
+ * annotation EGPU_ANN_DRA_CLAIMS; one warning per container to v. Returns
+ * the number of containers rewritten (0: none asks a GPU, or problems), or
+ * -ENOMEM. */
+int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia, json_t *meta,
+                              json_t *spec, struct egpu_api_problems *p,
+                              struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;
+
+/* Does meta (a pod's metadata, or NULL) carry an egpuc.elasticgpu.io/
+ * annotation (a container using an ElasticGPUClaim)? */
+bool egpu__webhook_dra_uses_claims(const json_t *meta);
+
+/* On a Pod CREATE or UPDATE in rv (/validate, every mode): one problem in p
+ * when an UPDATE adds, changes or removes EGPU_ANN_DRA_CLAIMS, or a CREATE
+ * carries one that is not what egpu__webhook_dra_rewrite writes for this
+ * pod (outside DRA mode: any). */
+void egpu__webhook_dra_guard(const struct egpu_webhook_config *cfg,
+                             const struct egpu__webhook_review *rv, struct egpu_api_problems *p);
+
+/* ------------------------------------------------------------------------ */
 /* What the cluster has (facts.c)                                           */
 
 struct egpu_kube;

@@ -109,6 +109,10 @@ Control API for the tests (no auth, JSON in and out, not in the request log):
                                  authorization, user_agent}] of the API requests
                                  so far, oldest first; DELETE clears it
   GET    /_control/watches       the number of open watch streams (a JSON number)
+  POST   /_control/gates         {"DRADeviceTaints": false}: feature gates of the API
+                                 server from now on (reset: all on); off, this one drops
+                                 ``spec.devices[].taints`` of ResourceSlices written, as
+                                 the real registry's dropDisabledFields does
   POST   /_control/token         {"tokens": ["..."]}: the accepted tokens from
                                  now on ([]: no auth), e.g. to test rotation
 
@@ -505,6 +509,30 @@ class Resource:
         pass
 
 
+# Feature gates the control API turns off (POST /_control/gates); missing = on.
+GATES = {}
+
+
+class ResourceSliceResource(Resource):
+    """resource.k8s.io/v1 ResourceSlice: with DRADeviceTaints off, the registry drops
+    spec.devices[].taints on create and update (dropDisabledDRADeviceTaintsFields)."""
+
+    def drop_disabled(self, obj):
+        if GATES.get("DRADeviceTaints", True):
+            return
+        for d in ((obj.get("spec") or {}).get("devices") or []):
+            if isinstance(d, dict):
+                d.pop("taints", None)
+
+    def prepare_create(self, obj):
+        super().prepare_create(obj)
+        self.drop_disabled(obj)
+
+    def validate(self, obj, old=None):
+        # called with the object about to be stored, on create and update alike
+        self.drop_disabled(obj)
+
+
 class PodResource(Resource):
     def prepare_create(self, obj):
         spec = obj.setdefault("spec", {})
@@ -827,6 +855,9 @@ RESOURCES = [
     # of ElasticGPUClasses (tests/integration/test_controller_dra.py).
     Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    # the agent's slice (tests/unit/test_agent_dra_slice.c: device taints with the gate off)
+    ResourceSliceResource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False,
+                          fields=["spec.nodeName", "spec.driver"]),
     Resource(EGPU, "v1alpha1", "gpus", "GPU", False, subresources=["status"],
              custom=True, fields=["spec.nodeName"],
              columns=crd_columns(("Node", "string", ".spec.nodeName"),
@@ -1511,6 +1542,7 @@ class Control:
         with self.lock:
             self.faults = []
             self.down = False
+            GATES.clear()
             self.requests = []
 
     def add_fault(self, spec):
@@ -1835,6 +1867,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif path == "/_control/compact" and method == "POST":
             rv = store.compact()
             self.send_json(200, {"ok": True, "resourceVersion": str(rv)})
+        elif path == "/_control/gates" and method == "POST":
+            a = arg()
+            if not isinstance(a, dict) or not all(isinstance(v, bool) for v in a.values()):
+                raise err_bad_request('control: expected {"<Gate>": true|false, ...}')
+            with control.lock:
+                GATES.update(a)
+            self.send_json(200, {"ok": True, "gates": dict(GATES)})
         elif path == "/_control/down" and method == "POST":
             a = arg()
             if not isinstance(a, dict) or not isinstance(a.get("down"), bool):

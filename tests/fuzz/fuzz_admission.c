@@ -7,15 +7,18 @@
  * enum egpu_webhook_route; bit 2:
  * --compat-nvidia; bit 3: --set-scheduler-name false; bit 4: aliyun in MiB;
  * bit 5: no GPU facts; bit 6: a claims source, the fake below, else none;
- * bit 7: a GPUBudgets source, the fake below, else none), then the request
- * body. Invariants: never fails but
+ * bit 7: a GPUBudgets source, the fake below, else none), a second byte
+ * (bit 0: --mode dra), then the request body. Invariants: never fails but
  * for memory; the answer is HTTP 400 in plain text, or a 200 AdmissionReview
  * (admission.k8s.io/v1) whose response.uid is request.uid; /validate never
  * patches; /mutate-place never denies and patches nothing but
  * spec.schedulerName (one operation, to the configured name); a patch decodes (base64, JSON) and
  * applies to the request's object; and a mutating route given the patched object makes no patch
- * (reinvocationPolicy: IfNeeded), claims resolved included. No leak
- * (LeakSanitizer).
+ * (reinvocationPolicy: IfNeeded), claims resolved included. In DRA mode a
+ * Pod's patch never sets spec.schedulerName, and the patched Pod passes
+ * /validate's guard of elasticgpu.io/dra-claims (each template named by
+ * its spec's hash, each spec one the webhook makes, each named by the
+ * pod's resourceClaims). No leak (LeakSanitizer).
  *
  * The claims source knows, in every namespace, the claims "bound" (Bound,
  * 30% and 8192 MiB), "whole" (Bound, two cards), "pending" (Pending, 40%
@@ -186,6 +189,22 @@ static json_t *decode_patch(const char *b64)
     return ops;
 }
 
+/* In DRA mode: a patched Pod CREATE (text: its review) holds a
+ * dra-claims annotation that /validate's guard accepts. */
+static void check_dra(const struct egpu_webhook_config *cfg, const char *text)
+{
+    struct egpu_api_problems p = {0};
+    struct egpu__webhook_review rv;
+    struct egpu_error err = {0};
+
+    if (egpu__webhook_review_decode(text, strlen(text), &rv, &err) == 0 &&
+        rv.op == EGPU_WEBHOOK_OP_CREATE && strcmp(rv.kind, "Pod") == 0 && rv.group[0] == '\0') {
+        egpu__webhook_dra_guard(cfg, &rv, &p);
+        FUZZ_CHECK(p.n == 0);
+    }
+    egpu__webhook_review_free(&rv);
+}
+
 /* The patch applies to the object, and mutating the result patches nothing. */
 static void check_patch(const struct egpu_webhook_config *cfg, enum egpu_webhook_route r,
                         const char *body, size_t len, const json_t *ops)
@@ -209,6 +228,8 @@ static void check_patch(const struct egpu_webhook_config *cfg, enum egpu_webhook
     FUZZ_CHECK(json_object_get(json_object_get(doc, "response"), "patch") == NULL);
     json_decref(doc);
     free(reply);
+    if (cfg->mode == EGPU_WEBHOOK_MODE_DRA)
+        check_dra(cfg, text);
     free(text);
     json_decref(review);
 }
@@ -222,7 +243,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *body, *text;
     json_t *doc, *in;
 
-    if (size < 1)
+    if (size < 2)
         return 0;
     r = (enum egpu_webhook_route)(data[0] & 3);
     cfg.compat_nvidia = data[0] & 4;
@@ -230,8 +251,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.aliyun_mem_mib = data[0] & 16 ? 1 : 0;
     cfg.claims = data[0] & 64 ? &source : NULL;
     cfg.budgets = data[0] & 128 ? &budgets : NULL;
-    body = fuzz_dup(data + 1, size - 1);
-    text = run(&cfg, r, data[0] & 32 ? NULL : &facts, body, size - 1, &reply);
+    cfg.mode = data[1] & 1 ? EGPU_WEBHOOK_MODE_DRA : EGPU_WEBHOOK_MODE_DEVICE_PLUGIN;
+    body = fuzz_dup(data + 2, size - 2);
+    text = run(&cfg, r, data[0] & 32 ? NULL : &facts, body, size - 2, &reply);
     if (reply.http_status == 400) {
         FUZZ_CHECK(strcmp(reply.content_type, "text/plain; charset=utf-8") == 0);
         FUZZ_CHECK(reply.result == EGPU_WEBHOOK_ERROR);
@@ -245,7 +267,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         strcmp(json_string_value(json_object_get(doc, "apiVersion")), "admission.k8s.io/v1") == 0);
     FUZZ_CHECK(strcmp(json_string_value(json_object_get(doc, "kind")), "AdmissionReview") == 0);
     resp = json_object_get(doc, "response");
-    in = json_loadb(body, size - 1, JSON_ALLOW_NUL, NULL);
+    in = json_loadb(body, size - 2, JSON_ALLOW_NUL, NULL);
     FUZZ_CHECK(in != NULL);
     FUZZ_CHECK(json_equal(json_object_get(resp, "uid"),
                           json_object_get(json_object_get(in, "request"), "uid")));
@@ -268,8 +290,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(json_is_string(json_object_get(op, "value")) &&
                        strcmp(json_string_value(json_object_get(op, "value")),
                               egpu__webhook_scheduler_name(&cfg)) == 0);
+        } else if (cfg.mode == EGPU_WEBHOOK_MODE_DRA) {
+            size_t i;
+            json_t *op;
+
+            json_array_foreach(ops, i, op)
+            {
+                const char *path = json_string_value(json_object_get(op, "path"));
+
+                FUZZ_CHECK(path == NULL || strcmp(path, "/spec/schedulerName") != 0);
+            }
         }
-        check_patch(&cfg, r, body, size - 1, ops);
+        check_patch(&cfg, r, body, size - 2, ops);
         json_decref(ops);
     }
     json_decref(doc);

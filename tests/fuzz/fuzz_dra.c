@@ -15,8 +15,14 @@
  * protobuf-c's overlong zero tag, is named in has_tag_zero). GetInfo answers 0
  * with the PluginInfo of this plugin or INVALID_ARGUMENT; NotifyRegistration-
  * Status answers 0, INVALID_ARGUMENT or UNKNOWN (a refusal), and the error
- * it keeps is terminated, one line and within its array. Nothing leaks
- * (egpu_alloc_live() is back where it was).
+ * it keeps is terminated, one line and within its array. The DRAPlugin
+ * handlers of src/agent/dra_plugin.c (NodePrepareResources and
+ * NodeUnprepareResources, v1 and v1beta1) take the same bytes, with an API
+ * server that cannot be reached and allocation and CDI dirs that do not
+ * exist (nothing is written): a request that decodes is answered OK with
+ * one entry per claim, keyed by its uid, and every prepare entry carries an
+ * error (no claim can be read); one that does not is INVALID_ARGUMENT.
+ * Nothing leaks (egpu_alloc_live() is back where it was).
  */
 #include <errno.h>
 
@@ -25,6 +31,7 @@
 #include "dra/v1beta1/api.pb-c.h"
 #include "dra-health/v1alpha1/api.pb-c.h"
 #include "pluginregistration/v1/api.pb-c.h"
+#include "dra_plugin_int.h"
 #include "dra_registration_int.h"
 #include "pb_int.h"
 
@@ -32,6 +39,8 @@
 #define ENDPOINT "/var/lib/kubelet/plugins/gpu.elasticgpu.io/dra.sock"
 
 static struct egpu__dra_registration *reg; /* made once, never served */
+static struct egpu_kube *kube;             /* an API server nobody listens for */
+static struct egpu__dra_plugin *plugin;    /* made once, never served */
 
 static const ProtobufCMessageDescriptor *const descs[] = {
     &pluginregistration__info_request__descriptor,
@@ -60,6 +69,32 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_quiet();
     egpu_log_level = EGPU_LOG_ERROR - 1; /* a refused registration is a WARN line: none here */
     FUZZ_CHECK(egpu__dra_registration_new(&cfg, &reg, NULL) == 0);
+    {
+        struct egpu_kube_config *kcfg = NULL;
+        struct egpu__dra_plugin_config pcfg = {
+            .node = "gpu-node-1",
+            .endpoint = "/nonexistent/plugins/" DRIVER "/dra.sock",
+            .alloc_root = "/nonexistent/alloc",
+            .cdi_dir = "/nonexistent/cdi",
+            .interposer = "/usr/lib/elastic-gpu/libegpu-vcuda.so",
+        };
+
+        /* Port 1 on loopback: every GET is refused at once, never retried. */
+        FUZZ_CHECK(egpu_kube_config_new("http://127.0.0.1:1", "fuzz", &kcfg, NULL) == 0);
+        FUZZ_CHECK(egpu_kube_new(kcfg, &kube, NULL) == 0);
+        egpu_kube_config_free(kcfg);
+        pcfg.kube = kube;
+        FUZZ_CHECK(egpu__dra_plugin_new(&pcfg, &plugin, NULL) == 0);
+        /* One refused GET first, so the client's lazily made parts are not
+         * counted as the first input's leak. */
+        {
+            json_t *rec = NULL;
+
+            FUZZ_CHECK(egpu__dra_plugin_prepare(plugin, "default",
+                                                "0d5e0f7a-0000-4000-8000-000000000001", "c", &rec,
+                                                NULL) != 0);
+        }
+    }
     return 0;
 }
 
@@ -244,6 +279,72 @@ static void registration(const char *data, size_t size)
     egpu_buf_free(&reply);
 }
 
+/* The four DRAPlugin handlers on raw request bytes. */
+static void dra_plugin(const char *data, size_t size)
+{
+    static const struct {
+        const char *method;
+        int (*fn)(void *, const struct egpu_grpc_request *, struct egpu_buf *,
+                  struct egpu_grpc_status *);
+        bool prepare;
+    } hs[] = {
+        {EGPU_DRA_METHOD_PREPARE_V1, egpu__dra_plugin_on_prepare_v1, true},
+        {EGPU_DRA_METHOD_PREPARE_V1BETA1, egpu__dra_plugin_on_prepare_v1beta1, true},
+        {EGPU_DRA_METHOD_UNPREPARE_V1, egpu__dra_plugin_on_unprepare_v1, false},
+        {EGPU_DRA_METHOD_UNPREPARE_V1BETA1, egpu__dra_plugin_on_unprepare_v1beta1, false},
+    };
+    const struct egpu_grpc_request raw = {.data = data, .len = size};
+    /* As the handlers decode it (prepare and unprepare requests have the
+     * same one field, claims). */
+    K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest *in =
+        (K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesRequest *)egpu__pb_unpack(
+            &k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_request__descriptor,
+            &raw);
+
+    for (size_t h = 0; h < sizeof(hs) / sizeof(hs[0]); h++) {
+        struct egpu_grpc_request req = {.method = hs[h].method, .data = data, .len = size};
+        struct egpu_grpc_status st = {0};
+        struct egpu_buf reply;
+        int rc;
+
+        egpu_buf_init(&reply, EGPU_GRPC_MSG_MAX);
+        rc = hs[h].fn(plugin, &req, &reply, &st);
+        if (in == NULL) {
+            FUZZ_CHECK(rc != 0 && st.code == GRPC_STATUS_INVALID_ARGUMENT);
+        } else if (hs[h].prepare) {
+            K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodePrepareResourcesResponse *out =
+                k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__unpack(
+                    &egpu__pb_allocator, reply.len,
+                    (const uint8_t *)(reply.data ? reply.data : ""));
+
+            FUZZ_CHECK(rc == 0 && out != NULL && out->n_claims == in->n_claims);
+            for (size_t i = 0; i < out->n_claims; i++) {
+                FUZZ_CHECK(strcmp(out->claims[i]->key, in->claims[i]->uid) == 0);
+                FUZZ_CHECK(out->claims[i]->value != NULL &&
+                           out->claims[i]->value->error[0] != '\0' &&
+                           out->claims[i]->value->n_devices == 0);
+            }
+            k8s__io__kubelet__pkg__apis__dra__v1__node_prepare_resources_response__free_unpacked(
+                out, &egpu__pb_allocator);
+        } else {
+            K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse *out =
+                k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__unpack(
+                    &egpu__pb_allocator, reply.len,
+                    (const uint8_t *)(reply.data ? reply.data : ""));
+
+            FUZZ_CHECK(rc == 0 && out != NULL && out->n_claims == in->n_claims);
+            for (size_t i = 0; i < out->n_claims; i++)
+                FUZZ_CHECK(strcmp(out->claims[i]->key, in->claims[i]->uid) == 0 &&
+                           out->claims[i]->value != NULL);
+            k8s__io__kubelet__pkg__apis__dra__v1__node_unprepare_resources_response__free_unpacked(
+                out, &egpu__pb_allocator);
+        }
+        egpu_buf_free(&reply);
+    }
+    if (in != NULL)
+        egpu__pb_unpacked_free(&in->base);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     long live = egpu_alloc_live();
@@ -253,6 +354,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < sizeof(descs) / sizeof(descs[0]); i++)
         round_trip(descs[i], exact, size);
     registration(copy, size);
+    dra_plugin(exact, size);
     FUZZ_CHECK(egpu_alloc_live() == live);
     free(exact);
     free(copy);

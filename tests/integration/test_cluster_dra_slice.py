@@ -17,6 +17,12 @@ grants egpu-agent is what is checked:
 - with the gate off on kube-apiserver (as on 1.34 and 1.35 by default) the dropped fields
   are found by reading back what was written, logged at warning level naming the field
   and the gate, and do not make every later publish write again;
+- the optional attributes the agent fills from its inventory (egpu__dra_slice_attributes:
+  driverVersion, cudaDriverVersion, cudaComputeCapability, architecture, pciBusID,
+  numaNode) are accepted and stored; with taint_unhealthy an unhealthy card stays, tainted
+  gpu.elasticgpu.io/unhealthy=XID-79:NoSchedule (gate DRADeviceTaints, beta and on in 1.36),
+  and with DRADeviceTaints off the server drops the taint, so the card leaves the slice and
+  a warning names the gate;
 - every request the publisher made as egpu-agent was allowed."""
 import json
 import subprocess
@@ -60,10 +66,10 @@ class Publisher:
     """egpu-dra-slice STEP... as a process: publish() runs one step "publish" and gives its
     JSON line; steps between go on its command line, so the run is prepared whole."""
 
-    def __init__(self, build_dir, kubeconfig, node, steps):
+    def __init__(self, build_dir, kubeconfig, node, steps, extra=()):
         self.proc = subprocess.Popen(
             [helper(build_dir), "--node", node, "--fake-gpus", FAKE,
-             "--driver-version", "570.133.20", "--cuda-driver-version", "12080",
+             "--driver-version", "570.133.20", "--cuda-driver-version", "12080", *extra,
              "--kubeconfig", kubeconfig, *steps],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -200,6 +206,37 @@ def test_the_slice_goes_with_its_node(cluster, node, build_dir, agent_kubeconfig
     assert [r["uid"] for r in s["metadata"]["ownerReferences"]] == [again["metadata"]["uid"]]
 
 
+def test_attributes_and_taints_are_stored(cluster, deployed, build_dir, agent_kubeconfig):
+    node = "dra-node-taints"
+    make_node(cluster, node)
+    try:
+        p = Publisher(build_dir, agent_kubeconfig, node, ["publish", "unhealthy:1", "publish"],
+                      extra=["--attributes", "--taint-unhealthy"])
+        first, second = p.next(), p.next()
+        log = p.finish()
+        assert first["rc"] == 0 and first["devices"] == 2 and first["dropped"] == "", first
+        assert second["rc"] == 0 and second["updated"] == 1 and second["devices"] == 2, second
+        assert second["dropped"] == "" and second["generation"] == 2, second
+        assert "DRADeviceTaints" not in log, log
+        (s,) = slices(cluster, node)
+        d0, d1 = s["spec"]["devices"]
+        a = d0["attributes"]
+        assert a["driverVersion"] == {"version": "570.133.20"}, a
+        assert a["cudaDriverVersion"] == {"version": "12.8.0"}, a
+        assert a["cudaComputeCapability"] == {"version": "9.0.0"}, a  # H100
+        assert a["architecture"] == {"string": "Hopper"}, a
+        assert a["pciBusID"] == {"string": "0000:18:00.0"}, a
+        assert a["numaNode"] == {"int": 0}, a
+        assert "taints" not in d0, d0
+        assert d1["name"] == "gpu-1", d1
+        (t,) = d1["taints"]
+        assert (t["key"], t.get("value"), t["effect"]) == (
+            f"{DRIVER}/unhealthy", "XID-79", "NoSchedule"), t
+        assert t.get("timeAdded"), t  # set by the server
+    finally:
+        cluster.call("DELETE", f"/api/v1/nodes/{node}")
+
+
 def test_publisher_calls_are_allowed_by_the_agent_rbac(cluster, node):
     user = f"system:serviceaccount:{NS}:egpu-agent"
     events = [e for e in cluster.audit(user) if e.get("objectRef", {}).get("resource") in
@@ -215,8 +252,9 @@ def test_publisher_calls_are_allowed_by_the_agent_rbac(cluster, node):
 @pytest.fixture(scope="module")
 def gate_off_cluster(tmp_path_factory):
     need_control_plane()
-    c = cluster_module.Cluster(tmp_path_factory.mktemp("cluster-gate-off"), scheduler=False,
-                               apiserver_args=["--feature-gates=DRAConsumableCapacity=false"])
+    c = cluster_module.Cluster(
+        tmp_path_factory.mktemp("cluster-gate-off"), scheduler=False,
+        apiserver_args=["--feature-gates=DRAConsumableCapacity=false,DRADeviceTaints=false"])
     c.start()
     yield c
     c.stop()
@@ -239,3 +277,22 @@ def test_dropped_fields_are_logged_once(gate_off_cluster, build_dir):
     (s,) = slices(c, NODE)
     assert "allowMultipleAllocations" not in s["spec"]["devices"][0], s
     assert "requestPolicy" not in s["spec"]["devices"][0]["capacity"]["cores"], s
+
+
+def test_unhealthy_card_leaves_when_taints_are_dropped(gate_off_cluster, build_dir):
+    c = gate_off_cluster
+    node = "dra-node-untainted"
+    make_node(c, node)
+    p = Publisher(build_dir, c.kubeconfig, node, ["publish", "unhealthy:1", "publish", "publish"],
+                  extra=["--taint-unhealthy"])
+    first, second, third = p.next(), p.next(), p.next()
+    log = p.finish()
+    assert first["rc"] == 0 and first["devices"] == 2, first
+    # the taint was dropped: written again at once without the card
+    assert second["rc"] == 0 and second["devices"] == 1, second
+    warns = [ln for ln in log.splitlines() if "device taints dropped" in ln]
+    assert len(warns) == 1 and warns[0].startswith("W") and "DRADeviceTaints" in warns[0], log
+    (s,) = slices(c, node)
+    assert [d["name"] for d in s["spec"]["devices"]] == ["gpu-0"], s
+    # and it stays so, with nothing written again
+    assert third["unchanged"] == 1 and third["devices"] == 1, third

@@ -430,6 +430,15 @@ CASES = {
     "pod UPDATE removing elasticgpu.io/allocated": (
         pod(annotations=None), "UPDATE", pod(annotations={"elasticgpu.io/allocated": "c"}),
         {V: True}),
+    # DRA mode's elasticgpu.io/dra-claims is fixed at creation: removing it
+    # reaches /validate (src/webhook/dra.c refuses it), and a pod carrying it
+    # reaches both on CREATE (the webhook overwrites or refuses it).
+    "pod UPDATE removing elasticgpu.io/dra-claims": (
+        pod(annotations={"team/x": "1"}), "UPDATE",
+        pod(annotations={"elasticgpu.io/dra-claims": "{}"}), {V: True}),
+    "pod CREATE with elasticgpu.io/dra-claims": (
+        pod(annotations={"elasticgpu.io/dra-claims": "{}"}), "CREATE", None,
+        all3(True, place=True)),
     # A pod's claim annotations are fixed at creation: removing one reaches
     # /validate too (src/webhook/claims.c refuses it).
     "pod UPDATE removing egpuc.elasticgpu.io/<container>": (
@@ -614,7 +623,7 @@ def test_match_condition_names_match_the_code(objs):
     resources = set(COMPAT)
     for name in (MUTATE, VALIDATE):
         assert lists[name] - {"elasticgpu.io/assigned", "elasticgpu.io/allocated",
-                              "elasticgpu.io/metering"} == \
+                              "elasticgpu.io/dra-claims", "elasticgpu.io/metering"} == \
             resources | set(CORE_LIMIT_ANNOTATIONS), name
     assert lists[MUTATE_NV] == resources | set(COMPAT_NVIDIA) | set(CORE_LIMIT_ANNOTATIONS)
     # place's: every resource name the others count, HAMi's too; no annotation

@@ -266,6 +266,38 @@ def test_admission_policy_keeps_system_annotations_to_their_writers():
             assert "only ServiceAccount elastic-gpu-system/egpu-" in msg, (n, msg)
 
 
+def test_admission_policy_keeps_dra_claims_fixed():
+    """DRA mode's elasticgpu.io/dra-claims (the pod's ResourceClaimTemplates, which
+    egpu-controller creates from it) cannot be added, changed or removed once the pod
+    exists, by anyone; on CREATE it passes (egpu-webhook's /validate judges it there)."""
+    policy, _ = rendered_policy()
+    dra = "elasticgpu.io/dra-claims"
+    claims = json.dumps({"egpu-5f75388cac51c537165fcf027a25a102": {"devices": {}}})
+    made = {dra: claims, "team/x": "1"}
+    cases = [
+        ("create with it", "CREATE", OWNER, {dra: claims}, None, True),
+        ("owner edits another annotation", "UPDATE", OWNER, {dra: claims, "team/x": "2"}, made,
+         True),
+        ("owner changes it", "UPDATE", OWNER, {dra: "{}", "team/x": "1"}, made, False),
+        ("owner removes it", "UPDATE", OWNER, {"team/x": "1"}, made, False),
+        ("owner removes every annotation", "UPDATE", OWNER, None, made, False),
+        ("owner adds it", "UPDATE", OWNER, {dra: claims}, {"team/x": "1"}, False),
+        ("owner adds it to a pod without annotations", "UPDATE", OWNER, {dra: claims}, None,
+         False),
+        ("scheduler changes it", "UPDATE", SCHED_SA, {dra: "{}"}, made, False),
+        ("agent removes it", "UPDATE", AGENT_SA, {"team/x": "1"}, made, False),
+    ]
+    results = evaluate(policy, [
+        {"name": n, "operation": op, "username": user, "object": pod_with(new),
+         "oldObject": pod_with(old) if op == "UPDATE" else None}
+        for n, op, user, new, old, _ in cases])
+    for n, _, _, _, _, allowed in cases:
+        assert results[n]["allowed"] == allowed, (n, results[n])
+        if not allowed:
+            assert "metadata.annotations[elasticgpu.io/dra-claims] names the pod's " \
+                "ResourceClaimTemplates" in results[n]["message"], (n, results[n])
+
+
 # ============================================================================
 # Finding 3: the extender
 #

@@ -17,6 +17,12 @@
  *   EGPU_MOCK_NVML_XID     "index:xid,..." events delivered in order by
  *                          nvmlEventSetWait_v2 (index '*': device NULL)
  *   EGPU_MOCK_NVML_NO_EVENTS  "1": nvmlDeviceRegisterEvents is not supported
+ *
+ * The optional details (not in the -DNVML_MOCK_NO_OPTIONAL variant): driver
+ * "570.133.20", CUDA 12080 (12.8), and per card compute capability 8.0,
+ * architecture Ampere, PCI bus ID 00000000:<0x18 + index>:00.0 and NUMA node
+ * index % 2; each call can be made to fail with EGPU_MOCK_NVML_FAIL (the
+ * system calls with index '*').
  *   EGPU_MOCK_CUDA_STATE   the mock CUDA driver's state file (tests/mock/mock_device.h);
  *                          read at each call
  *
@@ -470,6 +476,66 @@ static int pair_value(const struct pair_rule *rules, unsigned n, unsigned a, uns
             return rules[i].value;
     }
     return dflt;
+}
+
+int nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    int r = mock.inits == 0 ? NVML_ERROR_UNINITIALIZED : failure("nvmlSystemGetDriverVersion", -1);
+
+    return r != NVML_SUCCESS ? r : copy_text("570.133.20", version, length);
+}
+
+int nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    int r = mock.inits == 0 ? NVML_ERROR_UNINITIALIZED
+                            : failure("nvmlSystemGetCudaDriverVersion_v2", -1);
+
+    if (r == NVML_SUCCESS)
+        *cudaDriverVersion = 12080;
+    return r;
+}
+
+int nvmlDeviceGetCudaComputeCapability(struct nvmlDevice_st *device, int *major, int *minor)
+{
+    int r = device_call("nvmlDeviceGetCudaComputeCapability", device);
+
+    if (r == NVML_SUCCESS) {
+        *major = 8;
+        *minor = 0;
+    }
+    return r;
+}
+
+int nvmlDeviceGetArchitecture(struct nvmlDevice_st *device, unsigned int *arch)
+{
+    int r = device_call("nvmlDeviceGetArchitecture", device);
+
+    if (r == NVML_SUCCESS)
+        *arch = NVML_DEVICE_ARCH_AMPERE;
+    return r;
+}
+
+int nvmlDeviceGetPciInfo_v3(struct nvmlDevice_st *device, struct nvmlPciInfo_st *pci)
+{
+    int r = device_call("nvmlDeviceGetPciInfo_v3", device);
+
+    if (r == NVML_SUCCESS) {
+        memset(pci, 0, sizeof(*pci));
+        pci->bus = 0x18 + device->index;
+        snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", pci->bus);
+        snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", pci->bus);
+        pci->pciDeviceId = 0x20b510de;
+    }
+    return r;
+}
+
+int nvmlDeviceGetNumaNodeId(struct nvmlDevice_st *device, unsigned int *node)
+{
+    int r = device_call("nvmlDeviceGetNumaNodeId", device);
+
+    if (r == NVML_SUCCESS)
+        *node = device->index % 2;
+    return r;
 }
 
 int nvmlDeviceGetTopologyCommonAncestor(struct nvmlDevice_st *device1,

@@ -3,11 +3,14 @@
  * tests/integration/test_cluster_dra_slice.py (test code, never shipped).
  *
  *   egpu-dra-slice --node NODE --fake-gpus SPEC [--driver-version V]
- *                  [--cuda-driver-version N] [--node-uid UID]
- *                  (--print | --kubeconfig PATH STEP...)
+ *                  [--cuda-driver-version N] [--node-uid UID] [--attributes]
+ *                  [--taint-unhealthy] (--print | --kubeconfig PATH STEP...)
  *
  * The cards come from the agent's fake backend (egpu_gpus_open_fake,
- * egpu_gpus_list), as egpu-agent --fake-gpus lists them. --print writes the
+ * egpu_gpus_list), as egpu-agent --fake-gpus lists them. --attributes fills
+ * the optional attributes from the backend (egpu__dra_slice_attributes,
+ * over --driver-version and --cuda-driver-version); --taint-unhealthy sets
+ * the config's taint_unhealthy. --print writes the
  * slice egpu__dra_slice_build gives at generation 1 on stdout. With
  * --kubeconfig, each STEP in order:
  *   publish        egpu__dra_slice_publish (one state for the whole run),
@@ -30,6 +33,7 @@
 
 struct tool {
     struct egpu__dra_slice_config cfg;
+    struct egpu__dra_slice_attrs attrs;
     struct egpu__dra_slice_state st;
     struct egpu_gpus *gpus;
     struct egpu_kube *kc;
@@ -38,8 +42,8 @@ struct tool {
 static int usage(void)
 {
     fprintf(stderr, "usage: egpu-dra-slice --node NODE --fake-gpus SPEC [--driver-version V] "
-                    "[--cuda-driver-version N] [--node-uid UID] (--print | --kubeconfig PATH "
-                    "STEP...)\n");
+                    "[--cuda-driver-version N] [--node-uid UID] [--attributes] "
+                    "[--taint-unhealthy] (--print | --kubeconfig PATH STEP...)\n");
     return 2;
 }
 
@@ -127,13 +131,15 @@ int main(int argc, char **argv)
         {"node-uid", required_argument, NULL, 'u'},
         {"kubeconfig", required_argument, NULL, 'k'},
         {"print", no_argument, NULL, 'p'},
+        {"attributes", no_argument, NULL, 'a'},
+        {"taint-unhealthy", no_argument, NULL, 't'},
         {NULL, 0, NULL, 0},
     };
     struct tool t = {0};
     struct egpu_kube_config *kcfg = NULL;
     struct egpu_error err = {0};
     const char *spec = NULL, *kubeconfig = NULL;
-    bool print = false;
+    bool print = false, attributes = false;
     int c, rc = 0;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -159,6 +165,12 @@ int main(int argc, char **argv)
         case 'p':
             print = true;
             break;
+        case 'a':
+            attributes = true;
+            break;
+        case 't':
+            t.cfg.taint_unhealthy = true;
+            break;
         default:
             return usage();
         }
@@ -169,6 +181,17 @@ int main(int argc, char **argv)
     if (egpu_gpus_open_fake(spec, t.cfg.node, &t.gpus, &err) != 0) {
         fprintf(stderr, "egpu-dra-slice: %s\n", err.msg);
         return 2;
+    }
+    if (attributes) {
+        struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
+        size_t n = 0;
+
+        if (list_cards(&t, cards, &n, &err) != 0) {
+            fprintf(stderr, "egpu-dra-slice: %s\n", err.msg);
+            rc = 2;
+            goto out;
+        }
+        egpu__dra_slice_attributes(t.gpus, cards, n, &t.attrs, &t.cfg);
     }
     if (print) {
         rc = print_slice(&t);

@@ -284,6 +284,102 @@ static bool exists(const char *path)
     return lstat(path, &st) == 0;
 }
 
+/* Create claim ns/name from the fixture with its results replaced by
+ * results (stolen: a JSON array); its uid into uid (len bytes). */
+static void make_claim_results(const char *ns, const char *name, json_t *results, char *uid,
+                               size_t len)
+{
+    struct egpu_error err = {0};
+    json_error_t jerr;
+    json_t *c = json_load_file(FIXTURE, 0, &jerr), *meta, *out = NULL;
+
+    if (c == NULL)
+        tu_skip("../shared/k8s-wire/dra/resourceclaim_allocated.json is not beside this "
+                "checkout");
+    meta = json_object_get(c, "metadata");
+    assert_int_equal(json_object_set_new(meta, "name", json_string(name)), 0);
+    assert_int_equal(json_object_set_new(meta, "namespace", json_string(ns)), 0);
+    json_object_del(meta, "resourceVersion");
+    json_object_del(meta, "creationTimestamp");
+    json_object_del(meta, "uid");
+    assert_int_equal(
+        json_object_set_new(
+            json_object_get(json_object_get(json_object_get(c, "status"), "allocation"), "devices"),
+            "results", results),
+        0);
+    if (egpu_kube_create(srv.kc, &egpu_kube_resourceclaims, ns, c, &out, NULL, &err) != 0)
+        fail_msg("create claim %s/%s: %s", ns, name, err.msg);
+    snprintf(uid, len, "%s",
+             json_string_value(json_object_get(json_object_get(out, "metadata"), "uid")));
+    assert_true(uid[0] != '\0');
+    json_decref(c);
+    json_decref(out);
+}
+
+#define SHARE1 "9c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a95"
+
+/* One allocation result (consumedCapacity {cores, memory}, each left out
+ * when NULL), as a new object. */
+static json_t *result(const char *driver, const char *pool, const char *device, const char *share,
+                      const char *cores, const char *memory)
+{
+    json_t *r = json_pack("{s:s,s:s,s:s,s:s,s:{}}", "request", "gpu", "driver", driver, "pool",
+                          pool, "device", device, "consumedCapacity");
+    json_t *cc = json_object_get(r, "consumedCapacity");
+
+    assert_non_null(r);
+    if (share != NULL)
+        assert_int_equal(json_object_set_new(r, "shareID", json_string(share)), 0);
+    if (cores != NULL)
+        assert_int_equal(json_object_set_new(cc, "cores", json_string(cores)), 0);
+    if (memory != NULL)
+        assert_int_equal(json_object_set_new(cc, "memory", json_string(memory)), 0);
+    return r;
+}
+
+/* Prepare one claim through the v1 handler; its error (static storage, ""
+ * on success) and, on success, its device count in *ndev. */
+static const char *prepare_one(const char *ns, const char *uid, const char *name, size_t *ndev)
+{
+    static char error[512];
+    const char *const claims[][3] = {{ns, uid, name}};
+    prep_resp *r = prepare(EGPU_DRA_METHOD_PREPARE_V1, claims, 1);
+    const prep_one *a = answer_of(r, uid);
+
+    snprintf(error, sizeof(error), "%s", a->error);
+    if (ndev != NULL)
+        *ndev = a->n_devices;
+    free_msg(r);
+    return error;
+}
+
+/* Whether <alloc root>/dra holds nothing of claim uid: no record, no dir
+ * of any of the node's devices; and no CDI spec. */
+static void assert_nothing_of(const char *uid)
+{
+    char path[PATH_MAX + 32], id[EGPU_CDI_ID_MAX], dir[PATH_MAX], dev[16];
+
+    snprintf(path, sizeof(path), "%s/%s%s.json", dra_root, EGPU_DRA_PLUGIN_RECORD_PREFIX, uid);
+    assert_false(exists(path));
+    spec_path(uid, path, sizeof(path));
+    assert_false(exists(path));
+    for (unsigned i = 0; i < 4; i++) {
+        snprintf(dev, sizeof(dev), "gpu-%u", i);
+        expected(uid, dev, id, dir, sizeof(dir));
+        assert_false(exists(dir));
+    }
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    if (f == NULL)
+        fail_msg("open %s: %s", path, strerror(errno));
+    fputs(text, f);
+    fclose(f);
+}
+
 static void test_prepare_writes_spec_and_dir(void **state)
 {
     char uid[128], id[EGPU_CDI_ID_MAX], dir[PATH_MAX], path[PATH_MAX + 32], text[8192];
@@ -451,12 +547,283 @@ static void test_unprepare_removes_everything(void **state)
     }
 }
 
+/* Results of another driver, or of this driver in another node's pool, are
+ * not this node's: passed over; a claim with nothing else is an error that
+ * names what it found. */
+static void test_foreign_results_passed_over(void **state)
+{
+    char mixed[128], foreign[128], id[EGPU_CDI_ID_MAX], dir[PATH_MAX];
+    const char *e;
+    size_t n = 0;
+
+    (void)state;
+    make_claim_results(
+        NS, "mixed",
+        json_pack("[o,o,o]", result("gpu.other.example.com", NODE, "gpu-0", NULL, NULL, NULL),
+                  result(EGPU_API_DRA_DRIVER, "gpu-node-2", "gpu-0", SHARE1, "30", "4Gi"),
+                  result(EGPU_API_DRA_DRIVER, NODE, "gpu-1", SHARE1, "30", "4Gi")),
+        mixed, sizeof(mixed));
+    make_claim_results(
+        NS, "foreign",
+        json_pack("[o]", result(EGPU_API_DRA_DRIVER, "gpu-node-2", "gpu-0", SHARE1, "30", "4Gi")),
+        foreign, sizeof(foreign));
+    e = prepare_one(NS, mixed, "mixed", &n);
+    assert_string_equal(e, "");
+    assert_int_equal(n, 1);
+    expected(mixed, "gpu-1", id, dir, sizeof(dir));
+    assert_true(exists(dir));
+    expected(mixed, "gpu-0", id, dir, sizeof(dir));
+    assert_false(exists(dir));
+
+    e = prepare_one(NS, foreign, "foreign", NULL);
+    assert_non_null(strstr(e, "pool " NODE));
+    assert_non_null(strstr(e, "gpu-node-2"));
+    assert_nothing_of(foreign);
+}
+
+/* consumedCapacity beyond the card: an error naming the field and the
+ * allowed range, and nothing written. */
+static void test_capacity_beyond_card_refused(void **state)
+{
+    static const struct {
+        const char *cores, *memory, *field, *range;
+    } cases[] = {
+        {"101", "4Gi", "consumedCapacity.cores", "1..100"},
+        {"200", "4Gi", "consumedCapacity.cores", "1..100"},
+        {"0", "4Gi", "consumedCapacity.cores", "1..100"},
+        {"30", "81921Mi", "consumedCapacity.memory", "1..81920 MiB"},
+        {"30", "1Ti", "consumedCapacity.memory", "1..81920 MiB"},
+        {"30", "0", "consumedCapacity.memory", "1..81920 MiB"},
+    };
+    char uid[128], name[32];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *e;
+
+        snprintf(name, sizeof(name), "cap-%zu", i);
+        make_claim_results(NS, name,
+                           json_pack("[o]", result(EGPU_API_DRA_DRIVER, NODE, "gpu-0", SHARE1,
+                                                   cases[i].cores, cases[i].memory)),
+                           uid, sizeof(uid));
+        e = prepare_one(NS, uid, name, NULL);
+        if (strstr(e, cases[i].field) == NULL || strstr(e, cases[i].range) == NULL)
+            fail_msg("cores %s memory %s: error \"%s\" names no %s %s", cases[i].cores,
+                     cases[i].memory, e, cases[i].field, cases[i].range);
+        assert_nothing_of(uid);
+    }
+    /* A capacity that is no quantity string is no "absent" (the whole card). */
+    {
+        json_t *r = result(EGPU_API_DRA_DRIVER, NODE, "gpu-0", SHARE1, NULL, "4Gi");
+        const char *e;
+
+        assert_int_equal(
+            json_object_set_new(json_object_get(r, "consumedCapacity"), "cores", json_integer(30)),
+            0);
+        make_claim_results(NS, "cap-number", json_pack("[o]", r), uid, sizeof(uid));
+        e = prepare_one(NS, uid, "cap-number", NULL);
+        assert_non_null(strstr(e, "consumedCapacity.cores"));
+        assert_nothing_of(uid);
+    }
+}
+
+/* A shareID reaches the record and the kubelet: anything but a UID is
+ * refused, naming the field, and nothing is written. */
+static void test_bad_share_id_refused(void **state)
+{
+    static const char *const bad[] = {
+        "../../../../etc/ld.so.preload",
+        "9c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a9/",
+        "9C3E6F0A-51D7-4B2E-8F4A-0D6C2B7E1A95",
+        "9c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a95-",
+        "x",
+        "9c3e6f0a\n51d7-4b2e-8f4a-0d6c2b7e1a95",
+    };
+    char uid[128], name[32];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *e;
+
+        snprintf(name, sizeof(name), "share-%zu", i);
+        make_claim_results(
+            NS, name,
+            json_pack("[o]", result(EGPU_API_DRA_DRIVER, NODE, "gpu-0", bad[i], "30", "4Gi")), uid,
+            sizeof(uid));
+        e = prepare_one(NS, uid, name, NULL);
+        if (strstr(e, "shareID") == NULL)
+            fail_msg("shareID \"%s\": error \"%s\"", bad[i], e);
+        assert_nothing_of(uid);
+    }
+}
+
+/* Another namespace's claim: a request naming tenant B's claim with tenant
+ * A's uid is refused, before and after A's claim is prepared (the record
+ * of A's uid never answers for B's name). */
+static void test_other_namespace_claim_refused(void **state)
+{
+    char a[128], b[128];
+    const char *e;
+    size_t n = 0;
+
+    (void)state;
+    make_claim_results(
+        "team-a", "shared",
+        json_pack("[o]", result(EGPU_API_DRA_DRIVER, NODE, "gpu-0", SHARE1, "30", "4Gi")), a,
+        sizeof(a));
+    make_claim_results(
+        "team-b", "shared",
+        json_pack("[o]", result(EGPU_API_DRA_DRIVER, NODE, "gpu-1", SHARE1, "30", "4Gi")), b,
+        sizeof(b));
+    e = prepare_one("team-b", a, "shared", NULL);
+    assert_non_null(strstr(e, a));
+    assert_non_null(strstr(e, b));
+    assert_nothing_of(a);
+
+    assert_string_equal(prepare_one("team-a", a, "shared", &n), "");
+    assert_int_equal(n, 1);
+    e = prepare_one("team-b", a, "shared", &n);
+    assert_non_null(strstr(e, "team-a/shared"));
+    assert_non_null(strstr(e, "team-b/shared"));
+    /* A's share is still A's. */
+    assert_string_equal(prepare_one("team-a", a, "shared", &n), "");
+    assert_int_equal(n, 1);
+}
+
+/* A claim deleted between the agent's first read and its record: an
+ * error, and nothing of it on disk. The test API server answers the
+ * first GET and 404 to the second, as if the claim went meanwhile. */
+static void test_claim_deleted_mid_prepare(void **state)
+{
+    char uid[128];
+    const char *e;
+
+    (void)state;
+    make_claim("going", "gpu-0", uid, sizeof(uid));
+    tks_post(&srv, "fault",
+             "[{\"method\": \"GET\", \"path\": \"/resourceclaims/going$\", \"code\": 0, "
+             "\"count\": 1}, {\"method\": \"GET\", \"path\": \"/resourceclaims/going$\", "
+             "\"code\": 404, \"count\": 1}]");
+    e = prepare_one(NS, uid, "going", NULL);
+    assert_non_null(strstr(e, "deleted"));
+    assert_non_null(strstr(e, "going"));
+    assert_nothing_of(uid);
+    /* Gone before the first read: the same. */
+    tks_post(&srv, "fault",
+             "{\"method\": \"GET\", \"path\": \"/resourceclaims/going$\", \"code\": 404}");
+    e = prepare_one(NS, uid, "going", NULL);
+    assert_true(e[0] != '\0');
+    assert_nothing_of(uid);
+    /* And once it is back to normal, the claim prepares. */
+    assert_string_equal(prepare_one(NS, uid, "going", NULL), "");
+}
+
+/* The record replaced by a symbolic link or by garbage: never followed or
+ * believed; prepare rebuilds it and keeps the share's dir (a region file in
+ * shared/ survives), unprepare removes what the claim has; a record naming
+ * a dir other than its own is never used to remove it. */
+static void test_bad_record_rebuilt_never_followed(void **state)
+{
+    char uid[128], id[EGPU_CDI_ID_MAX], dir[PATH_MAX], rec[PATH_MAX], region[PATH_MAX + 64];
+    char target[PATH_MAX], victim[PATH_MAX], text[8192], forged[4096];
+    struct stat st, st2;
+    size_t n = 0;
+
+    (void)state;
+    make_claim("rec", "gpu-0", uid, sizeof(uid));
+    expected(uid, "gpu-0", id, dir, sizeof(dir));
+    snprintf(rec, sizeof(rec), "%s/%s%s.json", dra_root, EGPU_DRA_PLUGIN_RECORD_PREFIX, uid);
+    snprintf(region, sizeof(region), "%s/%s/region", dir, EGPU_ALLOCDIR_SHARED_DIR);
+    snprintf(target, sizeof(target), "%s/elsewhere.json", root);
+    snprintf(victim, sizeof(victim), "%s/victim", root);
+    assert_int_equal(mkdir(victim, 0755), 0);
+
+    assert_string_equal(prepare_one(NS, uid, "rec", &n), "");
+    write_file(region, "the interposer's region\n");
+    assert_int_equal(stat(dir, &st), 0);
+
+    /* A link to a file elsewhere: not followed, the file untouched. */
+    read_file(rec, text, sizeof(text));
+    write_file(target, text);
+    assert_int_equal(unlink(rec), 0);
+    assert_int_equal(symlink(target, rec), 0);
+    assert_string_equal(prepare_one(NS, uid, "rec", &n), "");
+    assert_int_equal(n, 1);
+    assert_int_equal(lstat(rec, &st2), 0);
+    assert_true(S_ISREG(st2.st_mode));
+    assert_true(exists(target));
+    assert_true(exists(region));
+    assert_int_equal(stat(dir, &st2), 0);
+    assert_int_equal(st.st_ino, st2.st_ino);
+
+    /* Garbage: rebuilt, the share kept. */
+    write_file(rec, "{\"uid\": \"");
+    assert_string_equal(prepare_one(NS, uid, "rec", &n), "");
+    assert_int_equal(n, 1);
+    read_file(rec, text, sizeof(text));
+    assert_non_null(strstr(text, id));
+    assert_true(exists(region));
+
+    /* A record in the right shape whose dir is another path: unprepare
+     * does not believe it (the victim stays) and removes the claim's own. */
+    snprintf(forged, sizeof(forged),
+             "{\"uid\":\"%s\",\"namespace\":\"%s\",\"name\":\"rec\",\"devices\":[{"
+             "\"request\":\"gpu\",\"pool\":\"%s\",\"device\":\"gpu-0\",\"shareID\":\"\","
+             "\"cdi\":\"%s\",\"dir\":\"%s/../../victim\"}]}",
+             uid, NS, NODE, id, dra_root);
+    write_file(rec, forged);
+    {
+        const char *const claims[][3] = {{NS, uid, "rec"}};
+        unprep_resp *u = unprepare(claims, 1);
+
+        assert_string_equal(u->claims[0]->value->error, "");
+        free_msg(u);
+    }
+    assert_true(exists(victim));
+    assert_true(exists(target));
+    assert_nothing_of(uid);
+
+    /* Unprepare over a link: the link goes, its target stays. */
+    assert_string_equal(prepare_one(NS, uid, "rec", &n), "");
+    assert_int_equal(unlink(rec), 0);
+    assert_int_equal(symlink(target, rec), 0);
+    {
+        const char *const claims[][3] = {{NS, uid, "rec"}};
+        unprep_resp *u = unprepare(claims, 1);
+
+        assert_string_equal(u->claims[0]->value->error, "");
+        free_msg(u);
+    }
+    assert_true(exists(target));
+    assert_nothing_of(uid);
+
+    /* The record gone (a rebuild that failed): unprepare still removes the
+     * claim's dir. */
+    assert_string_equal(prepare_one(NS, uid, "rec", &n), "");
+    assert_int_equal(unlink(rec), 0);
+    assert_true(exists(dir));
+    {
+        const char *const claims[][3] = {{NS, uid, "rec"}};
+        unprep_resp *u = unprepare(claims, 1);
+
+        assert_string_equal(u->claims[0]->value->error, "");
+        free_msg(u);
+    }
+    assert_nothing_of(uid);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_prepare_writes_spec_and_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepare_errors_per_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unprepare_removes_everything, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_results_passed_over, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_capacity_beyond_card_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_share_id_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_namespace_claim_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_deleted_mid_prepare, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_record_rebuilt_never_followed, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

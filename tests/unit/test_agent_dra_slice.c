@@ -9,12 +9,24 @@
  * as a whole), its generateName and its owner reference. The publishing
  * half (list, create, update, delete on a real API server) is
  * tests/integration/test_cluster_dra_slice.py.
+ *
+ * The optional attributes from the inventory (egpu__dra_slice_attributes):
+ * the fake backend's from its spec's models, the NVML backend's from the
+ * mock libnvidia-ml.so.1 (EGPU_NVML_MOCK_DIR), a failing or missing call
+ * leaving its attribute out. Unhealthy cards: tainted with
+ * taint_unhealthy; with the test API server's DRADeviceTaints gate off
+ * (POST /_control/gates) the taint is dropped, so publish writes the slice
+ * again without the card and logs a warning naming the gate.
  */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "testutil.h"
+#include "test_kube_server.h"
 #include "dra_slice_int.h"
+#include "egpu/log.h"
+
+#define MOCK_FULL  EGPU_NVML_MOCK_DIR "/nvml-mock/libnvidia-ml.so.1"
+#define MOCK_NOOPT EGPU_NVML_MOCK_DIR "/nvml-mock-noopt/libnvidia-ml.so.1"
 
 #define FIXTURE EGPU_SOURCE_DIR "/../shared/k8s-wire/dra/resourceslice_gpu_consumable.json"
 
@@ -422,6 +434,236 @@ static void test_dropped_fields_named(void **state)
     json_decref(fx);
 }
 
+/* The attribute attr of device i of the built slice, of kind ("string",
+ * "version", "int"), or NULL. */
+static const json_t *attr(const json_t *slice, size_t i, const char *name, const char *kind)
+{
+    return at(device(slice, i), "attributes", name, kind);
+}
+
+static void test_attributes_from_fake_cards(void **state)
+{
+    struct egpu__dra_slice_config cfg = {.node = "n1"};
+    struct egpu__dra_slice_attrs *a = calloc(1, sizeof(*a));
+    struct egpu_gpu_info cards[4];
+    struct egpu_error err = {0};
+    struct egpu_gpus *g = NULL;
+    size_t n = 0;
+    json_t *got;
+
+    (void)state;
+    assert_non_null(a);
+    assert_int_equal(egpu_gpus_open_fake("2xA100-80GB,1xT4-16GB,1xMystery-8GB", "n1", &g, &err), 0);
+    assert_int_equal(egpu_gpus_list(g, cards, 4, &n, &err), 0);
+    assert_int_equal(n, 4);
+    egpu__dra_slice_attributes(g, cards, n, a, &cfg);
+    got = build(&cfg, cards, n, 1);
+    assert_string_equal(json_string_value(attr(got, 0, "driverVersion", "version")), "570.133.20");
+    assert_string_equal(json_string_value(attr(got, 0, "cudaDriverVersion", "version")), "12.8.0");
+    assert_string_equal(json_string_value(attr(got, 0, "cudaComputeCapability", "version")),
+                        "8.0.0");
+    assert_string_equal(json_string_value(attr(got, 0, "architecture", "string")), "Ampere");
+    assert_string_equal(json_string_value(attr(got, 0, "pciBusID", "string")), "0000:18:00.0");
+    assert_string_equal(json_string_value(attr(got, 1, "pciBusID", "string")), "0000:19:00.0");
+    assert_int_equal(json_integer_value(attr(got, 0, "numaNode", "int")), 0);
+    /* The T4, in the second group (SYS from the first: another NUMA node). */
+    assert_string_equal(json_string_value(attr(got, 2, "cudaComputeCapability", "version")),
+                        "7.5.0");
+    assert_string_equal(json_string_value(attr(got, 2, "architecture", "string")), "Turing");
+    assert_int_equal(json_integer_value(attr(got, 2, "numaNode", "int")), 1);
+    /* A model the table does not know: no capability, no architecture. */
+    assert_null(attr(got, 3, "cudaComputeCapability", "version"));
+    assert_null(attr(got, 3, "architecture", "string"));
+    assert_non_null(attr(got, 3, "pciBusID", "string"));
+    json_decref(got);
+    egpu_gpus_free(g);
+    free(a);
+}
+
+static void test_attributes_from_nvml(void **state)
+{
+    struct egpu__dra_slice_config cfg = {.node = "n1"};
+    struct egpu__dra_slice_attrs *a = calloc(1, sizeof(*a));
+    struct egpu_gpu_info cards[4];
+    struct egpu_error err = {0};
+    struct egpu_gpus *g = NULL;
+    size_t n = 0;
+    json_t *got;
+
+    (void)state;
+    assert_non_null(a);
+    setenv("EGPU_MOCK_NVML_GPUS", "NVIDIA A100-SXM4-80GB:81920,NVIDIA A100-SXM4-80GB:81920", 1);
+    setenv("EGPU_MOCK_NVML_FAIL",
+           "nvmlDeviceGetCudaComputeCapability@1=3,nvmlDeviceGetNumaNodeId@1=3", 1);
+    if (egpu_gpus_open_nvml(MOCK_FULL, &g, &err) != 0)
+        fail_msg("NVML mock: %s", err.msg);
+    assert_int_equal(egpu_gpus_list(g, cards, 4, &n, &err), 0);
+    assert_int_equal(n, 2);
+    egpu__dra_slice_attributes(g, cards, n, a, &cfg);
+    got = build(&cfg, cards, n, 1);
+    assert_string_equal(json_string_value(attr(got, 0, "driverVersion", "version")), "570.133.20");
+    assert_string_equal(json_string_value(attr(got, 0, "cudaDriverVersion", "version")), "12.8.0");
+    assert_string_equal(json_string_value(attr(got, 0, "cudaComputeCapability", "version")),
+                        "8.0.0");
+    assert_string_equal(json_string_value(attr(got, 0, "architecture", "string")), "Ampere");
+    /* NVML's "00000000:18:00.0" as the 4-digit-domain form. */
+    assert_string_equal(json_string_value(attr(got, 0, "pciBusID", "string")), "0000:18:00.0");
+    assert_int_equal(json_integer_value(attr(got, 0, "numaNode", "int")), 0);
+    /* Card 1's failing calls leave their attributes out, the rest stays. */
+    assert_null(attr(got, 1, "cudaComputeCapability", "version"));
+    assert_null(attr(got, 1, "numaNode", "int"));
+    assert_string_equal(json_string_value(attr(got, 1, "pciBusID", "string")), "0000:19:00.0");
+    json_decref(got);
+    egpu_gpus_free(g);
+
+    /* A library without the optional calls: none of those attributes. */
+    unsetenv("EGPU_MOCK_NVML_FAIL");
+    if (egpu_gpus_open_nvml(MOCK_NOOPT, &g, &err) != 0)
+        fail_msg("NVML mock (no optional calls): %s", err.msg);
+    assert_int_equal(egpu_gpus_list(g, cards, 4, &n, &err), 0);
+    egpu__dra_slice_attributes(g, cards, n, a, &cfg);
+    assert_null(cfg.driver_version);
+    got = build(&cfg, cards, n, 1);
+    assert_null(attr(got, 0, "driverVersion", "version"));
+    assert_null(attr(got, 0, "cudaComputeCapability", "version"));
+    assert_null(attr(got, 0, "pciBusID", "string"));
+    assert_null(attr(got, 0, "numaNode", "int"));
+    assert_non_null(attr(got, 0, "uuid", "string"));
+    json_decref(got);
+    egpu_gpus_free(g);
+    unsetenv("EGPU_MOCK_NVML_GPUS");
+    free(a);
+}
+
+static void test_unhealthy_card_tainted(void **state)
+{
+    struct egpu__dra_slice_config cfg = {.node = "n1", .taint_unhealthy = true};
+    struct egpu_gpu_info cards[3] = {card(0, UUID0, H100, 81559), card(1, UUID1, H100, 81559),
+                                     card(2, "", H100, 81559)};
+    const json_t *t;
+    json_t *got;
+
+    (void)state;
+    cards[1].healthy = false;
+    snprintf(cards[1].reason, sizeof(cards[1].reason), "XID 79");
+    cards[2].healthy = false; /* never read: no identity, still left out */
+    got = build(&cfg, cards, 3, 1);
+    assert_int_equal(json_array_size(at(got, "spec", "devices", NULL)), 2);
+    assert_null(json_object_get(device(got, 0), "taints"));
+    assert_string_equal(json_string_value(json_object_get(device(got, 1), "name")), "gpu-1");
+    t = json_array_get(json_object_get(device(got, 1), "taints"), 0);
+    assert_int_equal(json_array_size(json_object_get(device(got, 1), "taints")), 1);
+    assert_string_equal(json_string_value(json_object_get(t, "key")),
+                        EGPU_API_DRA_DRIVER "/unhealthy");
+    assert_string_equal(json_string_value(json_object_get(t, "value")), "XID-79");
+    assert_string_equal(json_string_value(json_object_get(t, "effect")), "NoSchedule");
+    json_decref(got);
+    /* A reason that is no label value is made one, or left out. */
+    snprintf(cards[1].reason, sizeof(cards[1].reason), "  nvmlDeviceGetUUID: GPU is lost! ");
+    got = build(&cfg, cards, 2, 1);
+    t = json_array_get(json_object_get(device(got, 1), "taints"), 0);
+    assert_string_equal(json_string_value(json_object_get(t, "value")),
+                        "nvmlDeviceGetUUID--GPU-is-lost");
+    json_decref(got);
+    snprintf(cards[1].reason, sizeof(cards[1].reason), "!!");
+    got = build(&cfg, cards, 2, 1);
+    t = json_array_get(json_object_get(device(got, 1), "taints"), 0);
+    assert_null(json_object_get(t, "value"));
+    json_decref(got);
+}
+
+/* The node's one slice as the test API server holds it. */
+static json_t *stored_slice(void)
+{
+    struct egpu_error err = {0};
+    json_t *list = NULL, *s;
+
+    if (egpu_kube_list(srv.kc, &egpu_kube_resourceslices, NULL, NULL, &list, NULL, &err) != 0)
+        fail_msg("list slices: %s", err.msg);
+    assert_int_equal(json_array_size(json_object_get(list, "items")), 1);
+    s = json_incref(json_array_get(json_object_get(list, "items"), 0));
+    json_decref(list);
+    return s;
+}
+
+static void publish_unhealthy(bool gate, const char *log_path)
+{
+    struct egpu__dra_slice_config cfg = {
+        .node = "n1", .node_uid = "3f0e1d2c-0000-4000-8000-000000000001", .taint_unhealthy = true};
+    struct egpu_gpu_info cards[2] = {card(0, UUID0, H100, 81559), card(1, UUID1, H100, 81559)};
+    struct egpu__dra_slice_state st = {0};
+    struct egpu__dra_slice_stats stats;
+    struct egpu_error err = {0};
+    FILE *log = fopen(log_path, "w+");
+    char text[4096];
+    size_t len;
+    json_t *s;
+
+    assert_non_null(log);
+    tks_reset(&srv);
+    if (!gate)
+        tks_post(&srv, "gates", "{\"DRADeviceTaints\": false}");
+    cards[1].healthy = false;
+    snprintf(cards[1].reason, sizeof(cards[1].reason), "XID 79");
+    egpu_log_set_stream(log);
+    egpu_log_level = EGPU_LOG_WARN;
+    if (egpu__dra_slice_publish(srv.kc, &st, &cfg, cards, 2, &stats, &err) != 0)
+        fail_msg("publish: %s", err.msg);
+    s = stored_slice();
+    if (gate) {
+        /* The card stays, tainted; nothing dropped. */
+        assert_int_equal(json_array_size(at(s, "spec", "devices", NULL)), 2);
+        assert_non_null(json_object_get(device(s, 1), "taints"));
+        assert_string_equal(stats.dropped, "");
+        assert_false(st.no_taints);
+    } else {
+        /* The taint is dropped: the card leaves, the drop is named. */
+        assert_int_equal(json_array_size(at(s, "spec", "devices", NULL)), 1);
+        assert_string_equal(json_string_value(json_object_get(device(s, 0), "name")), "gpu-0");
+        assert_non_null(strstr(stats.dropped, "taints"));
+        assert_true(st.no_taints);
+        assert_int_equal(stats.devices, 1);
+    }
+    json_decref(s);
+    /* Again: nothing to write either way. */
+    if (egpu__dra_slice_publish(srv.kc, &st, &cfg, cards, 2, &stats, &err) != 0)
+        fail_msg("publish again: %s", err.msg);
+    assert_int_equal(stats.unchanged, 1);
+    fflush(log);
+    egpu_log_set_stream(NULL);
+    egpu_log_level = -1;
+    rewind(log);
+    len = fread(text, 1, sizeof(text) - 1, log);
+    text[len] = '\0';
+    fclose(log);
+    if (gate)
+        assert_null(strstr(text, "DRADeviceTaints"));
+    else
+        assert_non_null(strstr(text, "DRADeviceTaints"));
+    egpu__dra_slice_state_close(&st);
+}
+
+static void test_taints_kept_with_gate_on(void **state)
+{
+    (void)state;
+    publish_unhealthy(true, "/tmp/egpu-dra-slice-taints-on.log");
+    (void)remove("/tmp/egpu-dra-slice-taints-on.log");
+}
+
+static void test_card_leaves_when_taints_dropped(void **state)
+{
+    (void)state;
+    publish_unhealthy(false, "/tmp/egpu-dra-slice-taints-off.log");
+    (void)remove("/tmp/egpu-dra-slice-taints-off.log");
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    egpu_log_level = -1;
+    return tks_start(&srv, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -433,7 +675,12 @@ int main(void)
         cmocka_unit_test(test_product_name_cut),
         cmocka_unit_test(test_bad_input_refused),
         cmocka_unit_test(test_dropped_fields_named),
+        cmocka_unit_test(test_attributes_from_fake_cards),
+        cmocka_unit_test(test_attributes_from_nvml),
+        cmocka_unit_test(test_unhealthy_card_tainted),
+        cmocka_unit_test(test_taints_kept_with_gate_on),
+        cmocka_unit_test(test_card_leaves_when_taints_dropped),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, group_setup, tks_group_teardown);
 }

@@ -124,6 +124,16 @@ static void test_model_selector(void **state)
     out = NULL;
     assert_int_equal(egpu_api_dra_model_selector("\"] || true || [\"", &out, &err), EGPU_ERANGE);
     out = NULL;
+    /* A model past the API's 64 bytes is cut as the slice's attribute is:
+     * at 64 bytes, or before the character that straddles them. */
+#define D60 "012345678901234567890123456789012345678901234567890123456789"
+    assert_int_equal(
+        egpu_api_dra_model_selector(D60 "0123XYZ|" D60 "012\xc3\xa9|" D60 "01\xc3\xa9", &out, &err),
+        0);
+    assert_string_equal(out, "has(" ATTR ") && " ATTR " in [\"" D60 "0123\", \"" D60 "012\", \"" D60
+                             "01\\u00E9\"]");
+    egpu_free(out);
+    out = NULL;
     assert_int_equal(egpu_api_dra_model_selector("", &out, &err), EGPU_ERANGE);
     assert_non_null(strstr(err.msg, "annotation elasticgpu.io/gpu-model is empty"));
     assert_int_equal(egpu_api_dra_model_selector("A100||H100", &out, &err), EGPU_ERANGE);

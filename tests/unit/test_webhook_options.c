@@ -36,6 +36,7 @@ static void test_defaults(void **state)
     assert_null(o.srv.context);
     assert_string_equal(o.cfg.scheduler_name, "elastic-gpu-scheduler");
     assert_true(o.cfg.set_scheduler_name);
+    assert_int_equal(o.cfg.mode, EGPU_WEBHOOK_MODE_DEVICE_PLUGIN);
     assert_false(o.cfg.compat_nvidia);
     assert_int_equal(o.cfg.aliyun_mem_mib, 1024);
     assert_int_equal(o.cfg.memory_only_core, 1);
@@ -86,6 +87,15 @@ static void test_flags_and_variables(void **state)
     unsetenv("EGPU_TLS_KEY");
     unsetenv("EGPU_COMPAT_NVIDIA");
     unsetenv("EGPU_SCHEDULER_NAME");
+    /* --mode, and EGPU_MODE with the flag winning. */
+    setenv("EGPU_MODE", "dra", 1);
+    assert_int_equal(parse(&o, ARGS("egpu-webhook", "--tls-cert", "c", "--tls-key", "k")), -1);
+    assert_int_equal(o.cfg.mode, EGPU_WEBHOOK_MODE_DRA);
+    assert_int_equal(parse(&o, ARGS("egpu-webhook", "--tls-cert", "c", "--tls-key", "k", "--mode",
+                                    "device-plugin")),
+                     -1);
+    assert_int_equal(o.cfg.mode, EGPU_WEBHOOK_MODE_DEVICE_PLUGIN);
+    unsetenv("EGPU_MODE");
 }
 
 static void test_bad_values_exit_2(void **state)
@@ -96,6 +106,8 @@ static void test_bad_values_exit_2(void **state)
         {"--memory-only-core", "100"},
         {"--set-scheduler-name", "yes"},
         {"--compat-nvidia", "1x"},
+        {"--mode", "DRA"},
+        {"--mode", ""},
         {"--port", "65536"},
         {"--scheduler-name", ""},
         {"--scheduler-user", ""},

@@ -1,0 +1,398 @@
+/* webhook/dra.c - egpu-webhook --mode dra: a pod's elasticgpu.io requests
+ * become ResourceClaims made from ResourceClaimTemplates (resource.k8s.io/v1),
+ * which kube-scheduler's allocator places on the agent's ResourceSlices.
+ *
+ * On a Pod CREATE (/mutate and /mutate-nvidia), once mutate.c has converted
+ * the compatible names (so tencent.com/, aliyun.com/, HAMi's ... ask as
+ * elasticgpu.io ones), and the request passed egpu_api_pod_validate (the
+ * rules /validate would apply, which can no longer see the request once it
+ * is rewritten), each container i that asks a GPU gets:
+ *   - its elasticgpu.io resources, and any compatible name still there,
+ *     removed from resources.requests and resources.limits;
+ *   - resources.claims entry {name: egpu-<i>, request: gpu};
+ * and the pod gets, per such container:
+ *   - spec.resourceClaims entry {name: egpu-<i>, resourceClaimTemplateName:
+ *     egpu-<hash>}, the template whose spec.spec is the container's
+ *     ResourceClaimSpec (egpu_api_dra_claim_spec: cores percent and memory
+ *     Mi of a share, a count of whole cards, a CEL selector on the models of
+ *     elasticgpu.io/gpu-model, quoted) and whose name is made from it
+ *     (egpu_api_dra_template_name), so equal asks share one template;
+ *   - the annotation elasticgpu.io/dra-claims, {template name: claim spec}
+ *     (compact, keys sorted), which egpu-controller reads to create the
+ *     templates. The webhook creates nothing itself: a pod that a later
+ *     admission step denies leaves no object behind, and dry runs are
+ *     answered the same.
+ * A pod owner's own dra-claims annotation is overwritten; entries of it
+ * that no resourceClaims entry names are dropped. The pass over the
+ * patched pod (reinvocationPolicy: IfNeeded) finds no GPU request left and
+ * changes nothing. Device-plugin mode's schedulerName, PriorityClass and
+ * metering finalizer are not given (mutate.c): kube-scheduler places the
+ * pod, and budgets on claims are held elsewhere. A pod using an
+ * ElasticGPUClaim (egpuc.elasticgpu.io/) is refused: that claim's ElasticGPU
+ * holds capacity the allocator cannot see.
+ *
+ * On /validate (every mode): the annotation is fixed once the pod exists (an
+ * UPDATE may not add, change or remove it), and on a Pod CREATE it must be
+ * what this file writes: each entry a spec this file makes for some ask with
+ * the pod's own gpu-model annotation, under the name made from it, named by
+ * one of the pod's resourceClaims. Outside DRA mode a pod may not carry it.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "webhook_int.h"
+
+#define GROUP_PREFIX "elasticgpu.io/"
+
+static const json_t *annotations_of(const json_t *meta)
+{
+    const json_t *a = json_object_get(meta, "annotations");
+
+    return json_is_object(a) ? a : NULL;
+}
+
+static const char *models_of(const json_t *meta)
+{
+    return egpu_api_str(json_object_get(annotations_of(meta), EGPU_ANN_GPU_MODEL));
+}
+
+/* Remove the GPU names from one of a container's resource maps. */
+static void strip_names(json_t *map, bool nvidia)
+{
+    const char *key;
+    json_t *val;
+    void *tmp;
+
+    if (!json_is_object(map))
+        return;
+    json_object_foreach_safe(map, tmp, key, val)
+    {
+        (void)val;
+        if (strncmp(key, GROUP_PREFIX, sizeof(GROUP_PREFIX) - 1) == 0 ||
+            egpu_api_compat_known(key, nvidia))
+            (void)json_object_del(map, key); /* the key is there: cannot fail */
+    }
+}
+
+/* Set the entry named name of the array arr[key] of obj (made when absent)
+ * to entry (taken), replacing one of that name. */
+static int set_named(json_t *obj, const char *key, const char *name, json_t *entry)
+{
+    json_t *arr = json_object_get(obj, key);
+    size_t i;
+    json_t *e;
+
+    if (entry == NULL)
+        return -ENOMEM;
+    if (!json_is_array(arr)) {
+        arr = json_array();
+        if (arr == NULL || json_object_set_new(obj, key, arr) != 0) {
+            json_decref(entry);
+            return -ENOMEM;
+        }
+    }
+    json_array_foreach(arr, i, e)
+    {
+        const char *n = egpu_api_str(json_object_get(e, "name"));
+
+        if (n != NULL && strcmp(n, name) == 0)
+            return json_array_set_new(arr, i, entry) == 0 ? 0 : -ENOMEM;
+    }
+    return json_array_append_new(arr, entry) == 0 ? 0 : -ENOMEM;
+}
+
+/* Is name a resourceClaimTemplateName of spec's resourceClaims? */
+static bool names_template(const json_t *spec, const char *name)
+{
+    const json_t *rc = json_object_get(spec, "resourceClaims");
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(rc, i, e)
+    {
+        const char *t = egpu_api_str(json_object_get(e, "resourceClaimTemplateName"));
+
+        if (t != NULL && strcmp(t, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void problem(struct egpu_api_problems *p, const char *fmt, ...) EGPU_PRINTF(2, 3);
+
+static void problem(struct egpu_api_problems *p, const char *fmt, ...)
+{
+    char msg[EGPU_API_PROBLEM_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    egpu__webhook_problem_add(p, msg);
+}
+
+static void warn(struct egpu__webhook_verdict *v, const char *fmt, ...) EGPU_PRINTF(2, 3);
+
+static void warn(struct egpu__webhook_verdict *v, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (v->nwarnings >= EGPU_API_PROBLEMS_MAX)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(v->warnings[v->nwarnings++], sizeof(v->warnings[0]), fmt, ap);
+    va_end(ap);
+}
+
+/* Container c (index i, name) asks ask: its claim. */
+static int rewrite_one(json_t *spec, json_t *c, size_t i, const char *name,
+                       const struct egpu_api_gpu_ask *ask, const char *models, bool nvidia,
+                       json_t *claims, struct egpu_api_problems *p, struct egpu__webhook_verdict *v)
+{
+    char tmpl[EGPU_API_DRA_TEMPLATE_NAME_MAX], pod_claim[32];
+    struct egpu_error err = {0};
+    json_t *cs = NULL, *res;
+    int rc;
+
+    rc = egpu_api_dra_claim_spec(ask, models, &cs, &err);
+    if (rc == 0)
+        rc = egpu_api_dra_template_name(cs, tmpl, &err);
+    if (rc == EGPU_ESYNTAX || rc == EGPU_ERANGE || rc == -EIO) {
+        problem(p, "container \"%s\": %s", name, err.msg);
+        json_decref(cs);
+        return 0;
+    }
+    if (rc) {
+        json_decref(cs);
+        return rc;
+    }
+    snprintf(pod_claim, sizeof(pod_claim), EGPU_API_DRA_POD_CLAIM_PREFIX "%zu", i);
+    if (json_object_set_new(claims, tmpl, cs) != 0)
+        return -ENOMEM;
+    res = json_object_get(c, "resources"); /* an object: egpu_api_container_gpu read it */
+    strip_names(json_object_get(res, "requests"), nvidia);
+    strip_names(json_object_get(res, "limits"), nvidia);
+    rc = set_named(res, "claims", pod_claim,
+                   json_pack("{s:s, s:s}", "name", pod_claim, "request", EGPU_API_DRA_REQUEST));
+    if (!rc)
+        rc = set_named(
+            spec, "resourceClaims", pod_claim,
+            json_pack("{s:s, s:s}", "name", pod_claim, "resourceClaimTemplateName", tmpl));
+    if (!rc && ask->core_pct < 100)
+        warn(v,
+             "container \"%s\": " EGPU_RES_GPU_CORE " %lld%s%lld MiB now come from "
+             "ResourceClaimTemplate %s (pod claim %s, request " EGPU_API_DRA_REQUEST ")",
+             name, (long long)ask->core_pct, ask->has_mem ? " and gpu-memory " : "",
+             ask->has_mem ? (long long)ask->mem_mib : 0LL, tmpl, pod_claim);
+    else if (!rc)
+        warn(v,
+             "container \"%s\": %lld whole card(s) now come from ResourceClaimTemplate %s "
+             "(pod claim %s, request " EGPU_API_DRA_REQUEST ")",
+             name, (long long)(ask->core_pct / 100), tmpl, pod_claim);
+    return rc;
+}
+
+int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia, json_t *meta,
+                              json_t *spec, struct egpu_api_problems *p,
+                              struct egpu__webhook_verdict *v)
+{
+    struct egpu_api_facts f = {.default_mem_per_core_mib = cfg->default_mem_per_core};
+    const char *models = models_of(meta), *key;
+    json_t *claims, *old, *ann, *c, *val;
+    json_t *ctrs = json_object_get(spec, "containers");
+    size_t before = p->n, i;
+    void *tmp;
+    char *text;
+    int rc = 0, n = 0;
+
+    if (!egpu_api_spec_wants_gpu(spec))
+        return 0;
+    if (egpu_api_pod_validate(spec, annotations_of(meta), &f, p) > 0)
+        return 0;
+    claims = json_object();
+    if (claims == NULL)
+        return -ENOMEM;
+    json_array_foreach(ctrs, i, c)
+    {
+        struct egpu_api_gpu_ask ask;
+        struct egpu_error err = {0};
+        const char *name = egpu_api_str(json_object_get(c, "name"));
+
+        if (name == NULL)
+            name = "";
+        if (egpu_api_container_gpu(c, name, true, &ask, &err) != 0 || ask.core_pct == 0)
+            continue; /* validated above: no error left; no GPU asked */
+        rc = rewrite_one(spec, c, i, name, &ask, models, nvidia, claims, p, v);
+        if (rc)
+            break;
+        n++;
+    }
+    if (rc || p->n > before) {
+        json_decref(claims);
+        return rc;
+    }
+    /* Keep what an earlier pass wrote for the claims the pod still names. */
+    key = egpu_api_str(json_object_get(annotations_of(meta), EGPU_ANN_DRA_CLAIMS));
+    old = key != NULL ? json_loads(key, 0, NULL) : NULL;
+    if (json_is_object(old)) {
+        json_object_foreach_safe(old, tmp, key, val)
+        {
+            if (json_object_get(claims, key) == NULL && names_template(spec, key) &&
+                json_object_set(claims, key, val) != 0)
+                rc = -ENOMEM;
+        }
+    }
+    json_decref(old);
+    text = rc ? NULL : json_dumps(claims, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(claims);
+    if (text == NULL)
+        return -ENOMEM;
+    ann = json_object_get(meta, "annotations");
+    if (!json_is_object(ann)) {
+        ann = json_object();
+        if (ann == NULL || json_object_set_new(meta, "annotations", ann) != 0)
+            rc = -ENOMEM;
+    }
+    if (!rc && json_object_set_new(ann, EGPU_ANN_DRA_CLAIMS, json_string(text)) != 0)
+        rc = -ENOMEM;
+    free(text); /* jansson's allocator */
+    return rc ? rc : n;
+}
+
+bool egpu__webhook_dra_uses_claims(const json_t *meta)
+{
+    const json_t *ann = annotations_of(meta);
+    const char *key;
+    json_t *val;
+
+    json_object_foreach((json_t *)ann, key, val)
+    {
+        (void)val;
+        if (strncmp(key, EGPU_ANN_CLAIM_PREFIX, sizeof(EGPU_ANN_CLAIM_PREFIX) - 1) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* /validate                                                                */
+
+/* The ask spec (a claim spec from the annotation) was made for, read back:
+ * 0, or -1 when it is not of a shape this file makes. */
+static int ask_of(const json_t *spec, struct egpu_api_gpu_ask *ask)
+{
+    const json_t *ex = json_object_get(
+        json_array_get(json_object_get(json_object_get(spec, "devices"), "requests"), 0),
+        "exactly");
+    const json_t *req = json_object_get(json_object_get(ex, "capacity"), "requests");
+    const char *cls = egpu_api_str(json_object_get(ex, "deviceClassName"));
+    const char *cores = egpu_api_str(json_object_get(req, EGPU_API_DRA_CAP_CORES));
+    const char *mem = egpu_api_str(json_object_get(req, EGPU_API_DRA_CAP_MEMORY));
+    json_int_t count = json_integer_value(json_object_get(ex, "count"));
+    long long x;
+    char tail[4];
+
+    memset(ask, 0, sizeof(*ask));
+    if (cls == NULL)
+        return -1;
+    if (strcmp(cls, EGPU_API_DRA_CLASS_WHOLE) == 0) {
+        if (count < 1 || count > EGPU_API_DRA_COUNT_MAX)
+            return -1;
+        ask->core_pct = 100 * (int64_t)count;
+        return 0;
+    }
+    if (strcmp(cls, EGPU_API_DRA_CLASS_SHARE) != 0 || cores == NULL ||
+        sscanf(cores, "%lld%1s", &x, tail) != 1 || x < 1 || x > 99)
+        return -1;
+    ask->core_pct = x;
+    if (mem != NULL) {
+        if (sscanf(mem, "%lldMi%1s", &x, tail) != 1 || x < 1)
+            return -1;
+        ask->mem_mib = x;
+        ask->has_mem = true;
+    }
+    return 0;
+}
+
+/* On a Pod CREATE: the annotation's text, as this file writes it. */
+static void check_created(const struct egpu_webhook_config *cfg, const json_t *obj,
+                          const char *text, struct egpu_api_problems *p)
+{
+    const json_t *meta = json_object_get(obj, "metadata"), *spec = json_object_get(obj, "spec");
+    const char *models = models_of(meta), *key;
+    json_t *claims, *val;
+
+    if (cfg->mode != EGPU_WEBHOOK_MODE_DRA) {
+        problem(p, "annotation " EGPU_ANN_DRA_CLAIMS " is written only by egpu-webhook in DRA mode "
+                   "(--mode dra); a pod may not set it");
+        return;
+    }
+    claims = json_loads(text, 0, NULL);
+    if (!json_is_object(claims)) {
+        problem(p, "annotation " EGPU_ANN_DRA_CLAIMS " is not a JSON object; allowed: what "
+                   "egpu-webhook writes, {template name: claim spec}");
+        json_decref(claims);
+        return;
+    }
+    json_object_foreach(claims, key, val)
+    {
+        char want[EGPU_API_DRA_TEMPLATE_NAME_MAX];
+        struct egpu_api_gpu_ask ask;
+        struct egpu_error err = {0};
+        json_t *made = NULL;
+        bool ok;
+
+        ok = ask_of(val, &ask) == 0 && egpu_api_dra_claim_spec(&ask, models, &made, &err) == 0 &&
+             json_equal(made, val) && egpu_api_dra_template_name(made, want, &err) == 0 &&
+             strcmp(want, key) == 0;
+        json_decref(made);
+        if (!ok)
+            problem(p,
+                    "annotation " EGPU_ANN_DRA_CLAIMS " entry \"%.64s\" is not a claim spec "
+                    "egpu-webhook makes under that name; allowed: what egpu-webhook writes",
+                    key);
+        else if (!names_template(spec, key))
+            problem(p,
+                    "annotation " EGPU_ANN_DRA_CLAIMS " names template \"%s\", which no "
+                    "spec.resourceClaims entry of the pod uses",
+                    key);
+    }
+    json_decref(claims);
+}
+
+void egpu__webhook_dra_guard(const struct egpu_webhook_config *cfg,
+                             const struct egpu__webhook_review *rv, struct egpu_api_problems *p)
+{
+    const json_t *now = json_object_get(annotations_of(json_object_get(rv->object, "metadata")),
+                                        EGPU_ANN_DRA_CLAIMS);
+    const json_t *before = json_object_get(
+        annotations_of(json_object_get(rv->old_object, "metadata")), EGPU_ANN_DRA_CLAIMS);
+    const char *text = egpu_api_str(now);
+
+    if (rv->op == EGPU_WEBHOOK_OP_UPDATE) {
+        char user[128];
+
+        if ((now == NULL && before == NULL) ||
+            (now != NULL && before != NULL && json_equal(now, before)))
+            return;
+        egpu__webhook_printable(user, sizeof(user), rv->username);
+        problem(p,
+                "annotation " EGPU_ANN_DRA_CLAIMS " names the pod's ResourceClaimTemplates and is "
+                "fixed when the pod is created; user \"%s\" may not %s it",
+                user,
+                before == NULL ? "add"
+                : now == NULL  ? "remove"
+                               : "change");
+        return;
+    }
+    if (now == NULL)
+        return;
+    if (text == NULL) {
+        problem(p, "annotation " EGPU_ANN_DRA_CLAIMS " is not a string");
+        return;
+    }
+    check_created(cfg, rv->object, text, p);
+}

@@ -1,0 +1,396 @@
+/* tests/unit/test_webhook_dra.c - egpu-webhook --mode dra (src/webhook/dra.c)
+ * through the real handler: a GPU pod's patch applied as the API server
+ * would, and the pod that results, whole: its GPU names gone from requests
+ * and limits, a resources.claims entry per GPU container, the
+ * resourceClaims naming egpu-<hash> templates and the annotation
+ * elasticgpu.io/dra-claims listing their specs (src/api's own, so the name
+ * is checked against the spec). Then /validate on it (allowed), a second
+ * pass (no patch), and the guard of the annotation: forged on CREATE,
+ * changed or removed on UPDATE, carried outside DRA mode.
+ */
+#include "webhook_testutil.h"
+
+static const struct egpu_webhook_config dra_cfg = {.mode = EGPU_WEBHOOK_MODE_DRA,
+                                                   .set_scheduler_name = true};
+
+/* The template name of the spec egpu_api_dra_claim_spec makes for ask. */
+static void template_of(int64_t core, int64_t mem, const char *models, json_t **spec,
+                        char name[EGPU_API_DRA_TEMPLATE_NAME_MAX])
+{
+    struct egpu_api_gpu_ask ask = {.core_pct = core, .mem_mib = mem, .has_mem = mem > 0};
+    struct egpu_error err = {0};
+
+    assert_int_equal(egpu_api_dra_claim_spec(&ask, models, spec, &err), 0);
+    assert_int_equal(egpu_api_dra_template_name(*spec, name, &err), 0);
+}
+
+/* The pod mutated on route r with cfg: the patch applied (the result is
+ * returned; the reply's warnings to *warnings when not NULL). */
+static json_t *mutated(const struct egpu_webhook_config *cfg, json_t *pod, json_t **warnings)
+{
+    json_t *doc = json_deep_copy(pod);
+    struct wt_reply w = wt_call(cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                                wt_review("CREATE", "", "v1", "Pod", "alice", pod, NULL));
+
+    assert_int_equal(w.status, 200);
+    if (!json_is_true(json_object_get(wt_response(&w), "allowed")))
+        fail_msg("denied: %s", w.text);
+    assert_non_null(w.ops);
+    assert_int_equal(w.result, EGPU_WEBHOOK_PATCHED);
+    assert_int_equal(egpu__webhook_patch_apply(doc, w.ops), 0);
+    if (warnings != NULL)
+        *warnings = json_incref(json_object_get(wt_response(&w), "warnings"));
+    wt_free(&w);
+    return doc;
+}
+
+/* /validate (CREATE) allows doc, and /mutate again makes no patch. */
+static void check_settled(const struct egpu_webhook_config *cfg, const json_t *doc)
+{
+    struct wt_reply w;
+
+    w = wt_call(cfg, EGPU_WEBHOOK_VALIDATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", json_deep_copy(doc), NULL));
+    wt_assert_allowed_minimal(&w);
+    wt_free(&w);
+    w = wt_call(cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", json_deep_copy(doc), NULL));
+    wt_assert_allowed_minimal(&w);
+    wt_free(&w);
+}
+
+static json_t *ann_claims(const json_t *pod)
+{
+    const char *t = json_string_value(json_object_get(
+        json_object_get(json_object_get(pod, "metadata"), "annotations"), EGPU_ANN_DRA_CLAIMS));
+
+    assert_non_null(t);
+    return json_loads(t, 0, NULL);
+}
+
+static void test_share(void **state)
+{
+    json_t *spec, *doc, *claims, *warnings, *ctr, *want;
+    char name[EGPU_API_DRA_TEMPLATE_NAME_MAX], text[512];
+
+    (void)state;
+    template_of(30, 4096, NULL, &spec, name);
+    doc = mutated(&dra_cfg,
+                  wt_pod("{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096',"
+                         "'cpu':'2'}",
+                         NULL, NULL),
+                  &warnings);
+    ctr = json_array_get(json_object_get(json_object_get(doc, "spec"), "containers"), 0);
+    wt_assert_json(json_object_get(ctr, "resources"),
+                   "{'limits':{'cpu':'2'},'claims':[{'name':'egpu-0','request':'gpu'}]}");
+    /* kube-scheduler places it: no schedulerName (set_scheduler_name is on). */
+    assert_null(json_object_get(json_object_get(doc, "spec"), "schedulerName"));
+    /* The seccomp guard of a shared container stays. */
+    assert_non_null(json_object_get(json_object_get(ctr, "securityContext"), "seccompProfile"));
+    snprintf(text, sizeof(text), "[{'name':'egpu-0','resourceClaimTemplateName':'%s'}]", name);
+    wt_assert_json(json_object_get(json_object_get(doc, "spec"), "resourceClaims"), text);
+    claims = ann_claims(doc);
+    want = json_pack("{s:O}", name, spec);
+    assert_true(json_equal(claims, want));
+    snprintf(text, sizeof(text),
+             "container \"train\": elasticgpu.io/gpu-core 30 and gpu-memory 4096 MiB now come "
+             "from ResourceClaimTemplate %s (pod claim egpu-0, request gpu)",
+             name);
+    assert_int_equal(json_array_size(warnings), 1);
+    assert_string_equal(json_string_value(json_array_get(warnings, 0)), text);
+    check_settled(&dra_cfg, doc);
+    json_decref(want);
+    json_decref(claims);
+    json_decref(warnings);
+    json_decref(spec);
+    json_decref(doc);
+}
+
+/* Compatible names are converted first, then rewritten; whole cards with a
+ * model get a count and the quoted selector. */
+static void test_compat_whole_and_models(void **state)
+{
+    char name[EGPU_API_DRA_TEMPLATE_NAME_MAX];
+    json_t *spec, *doc, *claims, *res;
+
+    (void)state;
+    template_of(30, 4096, NULL, &spec, name);
+    doc = mutated(
+        &dra_cfg,
+        wt_pod("{'tencent.com/vcuda-core':'30','tencent.com/vcuda-memory':'16'}", NULL, NULL),
+        NULL);
+    res = json_object_get(
+        json_array_get(json_object_get(json_object_get(doc, "spec"), "containers"), 0),
+        "resources");
+    wt_assert_json(json_object_get(res, "limits"), "{}");
+    claims = ann_claims(doc);
+    assert_true(json_equal(json_object_get(claims, name), spec));
+    check_settled(&dra_cfg, doc);
+    json_decref(claims);
+    json_decref(spec);
+    json_decref(doc);
+
+    /* A hostile model stays one literal of the selector's list. */
+    template_of(200, 0, "H100|\"] + [true] + [\"", &spec, name);
+    doc = mutated(&dra_cfg,
+                  wt_pod("{'elasticgpu.io/gpu-core':'200'}",
+                         "{'elasticgpu.io/gpu-model':'H100|\\\"] + [true] + [\\\"'}", NULL),
+                  NULL);
+    claims = ann_claims(doc);
+    assert_true(json_equal(json_object_get(claims, name), spec));
+    res = json_object_get(
+        json_array_get(json_object_get(json_object_get(spec, "devices"), "requests"), 0),
+        "exactly");
+    assert_int_equal(json_integer_value(json_object_get(res, "count")), 2);
+    assert_string_equal(json_string_value(json_object_get(res, "deviceClassName")),
+                        "gpu.elasticgpu.io");
+    assert_string_equal(
+        json_string_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(res, "selectors"), 0), "cel"),
+            "expression")),
+        "has(device.attributes[\"gpu.elasticgpu.io\"].productName) && "
+        "device.attributes[\"gpu.elasticgpu.io\"].productName in "
+        "[\"H100\", \"\\\"] + [true] + [\\\"\"]");
+    check_settled(&dra_cfg, doc);
+    json_decref(claims);
+    json_decref(spec);
+    json_decref(doc);
+}
+
+/* Containers 0 and 2 ask the same share, 1 none: one template, two claims;
+ * requests go too; a tenant's own dra-claims annotation is overwritten. */
+static void test_two_containers(void **state)
+{
+    char name[EGPU_API_DRA_TEMPLATE_NAME_MAX], text[512];
+    json_t *spec, *pod, *doc, *claims, *ctrs;
+
+    (void)state;
+    template_of(50, 1024, NULL, &spec, name);
+    pod = wt_json(
+        "{'apiVersion':'v1','kind':'Pod','metadata':{'name':'p','namespace':'ml',"
+        "'annotations':{'elasticgpu.io/dra-claims':'{\\\"egpu-0\\\":{}}'}},"
+        "'spec':{'containers':["
+        "{'name':'a','resources':{'requests':{'elasticgpu.io/gpu-core':'50',"
+        "'elasticgpu.io/gpu-memory':'1024'},'limits':{'elasticgpu.io/gpu-core':'50',"
+        "'elasticgpu.io/gpu-memory':'1024'}},'securityContext':{'seccompProfile':" WT_SECCOMP "}},"
+        "{'name':'b','resources':{'limits':{'cpu':'1'}}},"
+        "{'name':'c','resources':{'limits':{'elasticgpu.io/gpu-core':'50',"
+        "'elasticgpu.io/gpu-memory':'1024'}},'securityContext':{'seccompProfile':" WT_SECCOMP
+        "}}]}}");
+    doc = mutated(&dra_cfg, pod, NULL);
+    ctrs = json_object_get(json_object_get(doc, "spec"), "containers");
+    wt_assert_json(json_object_get(json_array_get(ctrs, 0), "resources"),
+                   "{'requests':{},'limits':{},'claims':[{'name':'egpu-0','request':'gpu'}]}");
+    wt_assert_json(json_object_get(json_array_get(ctrs, 1), "resources"), "{'limits':{'cpu':'1'}}");
+    wt_assert_json(json_object_get(json_array_get(ctrs, 2), "resources"),
+                   "{'limits':{},'claims':[{'name':'egpu-2','request':'gpu'}]}");
+    snprintf(text, sizeof(text),
+             "[{'name':'egpu-0','resourceClaimTemplateName':'%s'},"
+             "{'name':'egpu-2','resourceClaimTemplateName':'%s'}]",
+             name, name);
+    wt_assert_json(json_object_get(json_object_get(doc, "spec"), "resourceClaims"), text);
+    claims = ann_claims(doc);
+    assert_int_equal(json_object_size(claims), 1);
+    assert_true(json_equal(json_object_get(claims, name), spec));
+    check_settled(&dra_cfg, doc);
+    json_decref(claims);
+    json_decref(spec);
+    json_decref(doc);
+}
+
+/* Reinvoked after a later webhook added a GPU container: the claim made on
+ * the first pass is kept, the new container gets its own. */
+static void test_reinvoked_with_a_new_container(void **state)
+{
+    char first[EGPU_API_DRA_TEMPLATE_NAME_MAX], second[EGPU_API_DRA_TEMPLATE_NAME_MAX];
+    json_t *s1, *s2, *doc, *again, *claims;
+    char text[512];
+
+    (void)state;
+    template_of(30, 4096, NULL, &s1, first);
+    template_of(50, 1024, NULL, &s2, second);
+    doc = mutated(
+        &dra_cfg,
+        wt_pod("{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}", NULL, NULL),
+        NULL);
+    json_array_append_new(
+        json_object_get(json_object_get(doc, "spec"), "containers"),
+        wt_json(
+            "{'name':'sidecar','resources':{'limits':{'elasticgpu.io/gpu-core':'50',"
+            "'elasticgpu.io/gpu-memory':'1024'}},'securityContext':{'seccompProfile':" WT_SECCOMP
+            "}}"));
+    again = mutated(&dra_cfg, doc, NULL);
+    snprintf(text, sizeof(text),
+             "[{'name':'egpu-0','resourceClaimTemplateName':'%s'},"
+             "{'name':'egpu-1','resourceClaimTemplateName':'%s'}]",
+             first, second);
+    wt_assert_json(json_object_get(json_object_get(again, "spec"), "resourceClaims"), text);
+    claims = ann_claims(again);
+    assert_int_equal(json_object_size(claims), 2);
+    assert_true(json_equal(json_object_get(claims, first), s1));
+    assert_true(json_equal(json_object_get(claims, second), s2));
+    check_settled(&dra_cfg, again);
+    json_decref(claims);
+    json_decref(again);
+    json_decref(s1);
+    json_decref(s2);
+}
+
+static void check_mutate_denied(const char *limits, const char *annotations, const char *message)
+{
+    struct wt_reply w = wt_call(
+        &dra_cfg, EGPU_WEBHOOK_MUTATE, NULL,
+        wt_review("CREATE", "", "v1", "Pod", "alice", wt_pod(limits, annotations, NULL), NULL));
+
+    wt_assert_denied(&w, message);
+    wt_free(&w);
+}
+
+/* What /validate would refuse is refused here: it cannot see the request
+ * once rewritten. A claim's pod is not served in DRA mode. */
+static void test_denied(void **state)
+{
+    (void)state;
+    check_mutate_denied("{'elasticgpu.io/gpu-core':'150'}", NULL,
+                        "container \"train\": elasticgpu.io/gpu-core is 150; allowed: 1..99 to "
+                        "share one card, or a multiple of 100 for whole cards");
+    check_mutate_denied("{'elasticgpu.io/gpu-core':'30'}", NULL,
+                        "container \"train\": elasticgpu.io/gpu-core is 30 (a share of one card) "
+                        "without elasticgpu.io/gpu-memory; allowed: gpu-memory in MiB with every "
+                        "share, in requests and limits, e.g. elasticgpu.io/gpu-memory: \"4096\" "
+                        "(a share is booked and limited to the memory it names)");
+    check_mutate_denied(NULL, "{'egpuc.elasticgpu.io/train':'c1'}",
+                        "annotation egpuc.elasticgpu.io/<container>: ElasticGPUClaims are not "
+                        "served in DRA mode (egpu-webhook --mode dra); allowed: "
+                        "elasticgpu.io/gpu-core and gpu-memory requests, or a ResourceClaim of "
+                        "the pod's own");
+}
+
+static void check_validate(const struct egpu_webhook_config *cfg, const char *op, json_t *obj,
+                           json_t *old, const char *message)
+{
+    struct wt_reply w = wt_call(cfg, EGPU_WEBHOOK_VALIDATE, NULL,
+                                wt_review(op, "", "v1", "Pod", "alice", obj, old));
+
+    if (message == NULL)
+        wt_assert_allowed_minimal(&w);
+    else
+        wt_assert_denied(&w, message);
+    wt_free(&w);
+}
+
+static void set_ann(json_t *pod, const char *value)
+{
+    json_t *ann = json_object_get(json_object_get(pod, "metadata"), "annotations");
+
+    if (value == NULL)
+        json_object_del(ann, EGPU_ANN_DRA_CLAIMS);
+    else
+        json_object_set_new(ann, EGPU_ANN_DRA_CLAIMS, json_string(value));
+}
+
+/* The annotation on /validate: forged on CREATE, touched on UPDATE, carried
+ * outside DRA mode. */
+static void test_guard(void **state)
+{
+    struct egpu_webhook_config dp = {.set_scheduler_name = true};
+    char name[EGPU_API_DRA_TEMPLATE_NAME_MAX], text[1024];
+    json_t *spec, *doc, *forged, *caps, *wrapped;
+    char *t;
+
+    (void)state;
+    template_of(30, 4096, NULL, &spec, name);
+    doc = mutated(
+        &dra_cfg,
+        wt_pod("{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}", NULL, NULL),
+        NULL);
+    /* Forged: more cores under the same name (a spec the webhook could make,
+     * but not under that name). */
+    forged = json_deep_copy(doc);
+    caps = json_deep_copy(spec);
+    json_object_set_new(
+        json_object_get(
+            json_object_get(
+                json_object_get(
+                    json_array_get(json_object_get(json_object_get(caps, "devices"), "requests"),
+                                   0),
+                    "exactly"),
+                "capacity"),
+            "requests"),
+        "cores", json_string("31"));
+    wrapped = json_pack("{s:o}", name, caps);
+    t = json_dumps(wrapped, JSON_COMPACT);
+    json_decref(wrapped);
+    set_ann(forged, t);
+    free(t);
+    snprintf(text, sizeof(text),
+             "annotation elasticgpu.io/dra-claims entry \"%s\" is not a claim spec egpu-webhook "
+             "makes under that name; allowed: what egpu-webhook writes",
+             name);
+    check_validate(&dra_cfg, "CREATE", forged, NULL, text);
+    /* Not JSON. */
+    forged = json_deep_copy(doc);
+    set_ann(forged, "{");
+    check_validate(&dra_cfg, "CREATE", forged, NULL,
+                   "annotation elasticgpu.io/dra-claims is not a JSON object; allowed: what "
+                   "egpu-webhook writes, {template name: claim spec}");
+    /* Outside DRA mode, a pod may not carry it at all. */
+    check_validate(&dp, "CREATE", json_deep_copy(doc), NULL,
+                   "annotation elasticgpu.io/dra-claims is written only by egpu-webhook in DRA "
+                   "mode (--mode dra); a pod may not set it");
+    /* UPDATE: unchanged passes (in either mode), removed or changed not. */
+    check_validate(&dra_cfg, "UPDATE", json_deep_copy(doc), json_deep_copy(doc), NULL);
+    check_validate(&dp, "UPDATE", json_deep_copy(doc), json_deep_copy(doc), NULL);
+    forged = json_deep_copy(doc);
+    set_ann(forged, NULL);
+    check_validate(&dra_cfg, "UPDATE", forged, json_deep_copy(doc),
+                   "annotation elasticgpu.io/dra-claims names the pod's ResourceClaimTemplates "
+                   "and is fixed when the pod is created; user \"alice\" may not remove it");
+    forged = json_deep_copy(doc);
+    set_ann(forged, "{}");
+    check_validate(&dp, "UPDATE", forged, json_deep_copy(doc),
+                   "annotation elasticgpu.io/dra-claims names the pod's ResourceClaimTemplates "
+                   "and is fixed when the pod is created; user \"alice\" may not change it");
+    forged = json_deep_copy(doc);
+    set_ann(doc, NULL);
+    check_validate(&dra_cfg, "UPDATE", forged, json_deep_copy(doc),
+                   "annotation elasticgpu.io/dra-claims names the pod's ResourceClaimTemplates "
+                   "and is fixed when the pod is created; user \"alice\" may not add it");
+    json_decref(spec);
+    json_decref(doc);
+}
+
+/* Device-plugin mode (the default) is untouched: the same pod keeps its
+ * resources and gets the scheduler. */
+static void test_device_plugin_mode_unchanged(void **state)
+{
+    struct egpu_webhook_config dp = {.set_scheduler_name = true};
+    json_t *doc;
+
+    (void)state;
+    doc = mutated(
+        &dp,
+        wt_pod("{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}", NULL, NULL),
+        NULL);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(doc, "spec"), "schedulerName")),
+        "elastic-gpu-scheduler");
+    assert_null(json_object_get(json_object_get(doc, "spec"), "resourceClaims"));
+    json_decref(doc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_share),
+        cmocka_unit_test(test_compat_whole_and_models),
+        cmocka_unit_test(test_two_containers),
+        cmocka_unit_test(test_reinvoked_with_a_new_container),
+        cmocka_unit_test(test_denied),
+        cmocka_unit_test(test_guard),
+        cmocka_unit_test(test_device_plugin_mode_unchanged),
+    };
+
+    egpu_log_level = -1;
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
