@@ -658,7 +658,8 @@ static int sync_bound(struct claim_ctx *x)
     return rc;
 }
 
-/* --mode dra: the claim is a ResourceClaim (dra.c), allocated by
+/* --mode dra: a claim neither bound to nor naming an ElasticGPU is a
+ * ResourceClaim (dra.c), allocated by
  * kube-scheduler with the first pod that uses it; its status follows what
  * was allocated (phase Bound, the consumed capacity, the device and node in
  * condition Bound's message), Pending until then. */
@@ -721,7 +722,9 @@ int egpu__controller_claim_sync(struct egpu__controller *c, const char *ns, cons
     if (x.cl == NULL)
         return 0;
     rc = protect(&x, &done);
-    if (rc == 0 && !done && c->o.dra) {
+    /* A claim bound to an ElasticGPU, or naming one, stays on it in DRA mode
+     * too: switching modes moves no capacity that is held already. */
+    if (rc == 0 && !done && c->o.dra && x.cl->bound_egpu[0] == '\0' && x.cl->egpu_name[0] == '\0') {
         rc = sync_dra(&x);
     } else if (rc == 0 && !done) {
         if (x.cl->phase == EGPU_API_CLAIM_BOUND)

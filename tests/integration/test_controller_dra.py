@@ -507,3 +507,24 @@ def test_claim_that_cannot_be_a_resource_claim(api, no_device_classes, ctl):
     assert resource_claim(api, "elasticgpu-half") is None
     assert resource_claim(api, "elasticgpu-taken")["metadata"]["resourceVersion"] == \
         foreign["metadata"]["resourceVersion"]
+
+
+def test_claim_naming_an_elastic_gpu_keeps_to_it(api, no_device_classes, ctl):
+    """A claim that names an ElasticGPU stays on the ElasticGPU path in DRA mode (here:
+    Pending, ElasticGPUNotFound) and gets no ResourceClaim."""
+    st, out = api.call("POST", f"{G}/elasticgpuclasses", {
+        "apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
+        "metadata": {"name": "share"}, "provisioner": "gpushare.provisioner.elasticgpu.io"})
+    assert st == 201, out
+    st, out = api.call("POST", f"{G}/namespaces/{NS}/elasticgpuclaims", {
+        "apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClaim",
+        "metadata": {"name": "pinned", "namespace": NS},
+        "spec": {"resources": {"requests": {"elasticgpu.io/gpu-core": 30}},
+                 "elasticGPUClassName": "share", "elasticGPUName": "eg-1"}})
+    assert st == 201, out
+    mkclaim(api, "free", 30, 1024)
+    ctl()
+    c = wait(lambda: (o := egpu_claim(api, "pinned")) and bound_cond(o) and o, "a condition")
+    assert bound_cond(c)["reason"] == "ElasticGPUNotFound", bound_cond(c)
+    wait(lambda: resource_claim(api, "elasticgpu-free"), "the free claim's ResourceClaim")
+    assert resource_claim(api, "elasticgpu-pinned") is None
