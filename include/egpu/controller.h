@@ -314,6 +314,120 @@ json_t *egpu_controller_gpu_index_cards(struct egpu_controller_gpu_index *ix);
  * ([] when nothing holds the card; NULL when out of memory). */
 json_t *egpu_controller_gpu_index_allocated(struct egpu_controller_gpu_index *ix, const char *key);
 
+/* ------------------------------------------------------------------------ */
+/* DRA mode: a pod's ResourceClaimTemplates (src/controller/dra_spec.c)      */
+/*
+ * egpu-controller --mode dra makes the ResourceClaimTemplates (resource.k8s.io/v1,
+ * dra_notes.md section 5) that egpu-webhook's DRA mode names in a pod's
+ * annotation EGPU_ANN_DRA_CLAIMS, a JSON object {template name: the
+ * template's spec}, and in its spec.resourceClaims[].resourceClaimTemplateName.
+ * The annotation is read as a tenant's: its spec bodies are compared, never
+ * used (docs/claims.md, "DRA mode").
+ */
+
+/* The label of every ResourceClaimTemplate the controller makes; only those
+ * are garbage-collected. */
+#define EGPU_CONTROLLER_MANAGED_BY_KEY   "app.kubernetes.io/managed-by"
+#define EGPU_CONTROLLER_MANAGED_BY_VALUE "egpu-controller"
+/* Entries an annotation may hold at most: a pod's spec.resourceClaims holds
+ * at most 32 (core/v1 validation), and its text at most this many bytes. */
+#define EGPU_CONTROLLER_DRA_ENTRIES_MAX  32
+#define EGPU_CONTROLLER_DRA_TEXT_MAX     (64 * 1024)
+
+/* Decode the annotation's text (NUL-terminated) into *out: a new JSON object
+ * (caller json_decref()s) of at most EGPU_CONTROLLER_DRA_ENTRIES_MAX entries,
+ * each a non-empty name of at most 253 characters mapped to an object.
+ * Returns 0, or EGPU_ESYNTAX (longer than EGPU_CONTROLLER_DRA_TEXT_MAX, not a
+ * JSON object, an entry that is not an object, a bad name) or EGPU_ERANGE (too
+ * many entries), the message naming the annotation and what was wrong;
+ * *out is written only on success. */
+int egpu_controller_dra_entries(const char *text, json_t **out,
+                                struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* The ask a template spec (an annotation entry's body, borrowed) says, read
+ * back from the shape egpu_api_dra_claim_spec makes: one request
+ * EGPU_API_DRA_REQUEST; EGPU_API_DRA_CLASS_SHARE with capacity.requests
+ * cores "<1..99>" and optionally memory "<n>Mi", or EGPU_API_DRA_CLASS_WHOLE
+ * with count k (core_pct 100 k). Only a start: the caller makes the spec
+ * again from *ask and compares. Returns 0 or EGPU_ESYNTAX (any other
+ * shape). */
+int egpu_controller_dra_ask_of(const json_t *spec, struct egpu_api_gpu_ask *ask) EGPU_MUST_CHECK;
+
+/* The names of the ResourceClaimTemplates pod (a core/v1 Pod, borrowed)
+ * names in spec.resourceClaims[].resourceClaimTemplateName, as the keys of
+ * a new JSON object (values true; {} when none; NULL: out of memory). */
+json_t *egpu_controller_dra_pod_templates(const json_t *pod);
+
+/* Does the spec of a stored ResourceClaimTemplate, have (its "spec", as the
+ * API server returns it), say what want (the spec the controller makes)
+ * says? The API server fills defaults and canonicalizes quantities
+ * (dra_notes.md sections 5 and 7: "4096Mi" comes back "4Gi"), so: an object
+ * field absent on one side must be empty (null, "", [] or an object of
+ * such values: {"creationTimestamp": null}) or a default
+ * on the other (allocationMode "ExactCount", count 1, a toleration's
+ * operator "Equal"); arrays match element by element; strings under a
+ * "capacity" object match as quantities of equal value (egpu_quantity_parse);
+ * anything else must be equal. want and have borrowed; NULL matches only
+ * NULL. */
+bool egpu_controller_dra_spec_same(const json_t *want, const json_t *have);
+
+/* ------------------------------------------------------------------------ */
+/* DRA mode: an ElasticGPUClass's DeviceClass (src/controller/dra_spec.c)    */
+
+/* The DeviceClass of ElasticGPUClass class_name: EGPU_CONTROLLER_DRA_CLASS_PREFIX
+ * and the class's name, into buf (len bytes). Returns 0, or -ENAMETOOLONG
+ * when that is longer than 253 characters (a DNS subdomain's limit) or len. */
+#define EGPU_CONTROLLER_DRA_CLASS_PREFIX "elasticgpu-"
+int egpu_controller_dra_class_name(const char *class_name, char *buf, size_t len) EGPU_MUST_CHECK;
+
+/* The DeviceClass (resource.k8s.io/v1, dra_notes.md section 4) that stands
+ * for cls (decoded, with its uid) in DRA mode, as a new object (caller
+ * json_decref()s): metadata.name egpu_controller_dra_class_name, the label
+ * EGPU_CONTROLLER_MANAGED_BY_KEY, one ownerReference to cls (controller:
+ * true; the garbage collector deletes the DeviceClass with the class), and
+ * spec.selectors: device.driver == EGPU_API_DRA_DRIVER, and, when cls names
+ * models, egpu_api_dra_model_selector over each model and "NVIDIA " + model
+ * (egpu_api_class_allows_model's rule). The class's nodeSelector and policy
+ * have no DeviceClass field: the allocator picks nodes and devices. Returns
+ * 0, -ENAMETOOLONG (the name), the selector's EGPU_ERANGE / EGPU_ESYNTAX
+ * (err prefixed with the class's parameters.models), or -ENOMEM; *out only
+ * on success. */
+int egpu_controller_dra_device_class(const struct egpu_api_class *cls, json_t **out,
+                                     struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
+/* DRA mode: an ElasticGPUClaim's ResourceClaim (src/controller/dra_spec.c)  */
+
+/* The ResourceClaim (resource.k8s.io/v1) that stands for claim cl of class
+ * cls in DRA mode, as a new object (caller json_decref()s): name
+ * egpu_controller_dra_class_name(cl's name) in cl's namespace, the label
+ * EGPU_CONTROLLER_MANAGED_BY_KEY, one ownerReference to cl (the garbage
+ * collector deletes it with the claim), and the spec egpu_api_dra_claim_spec
+ * makes for cl's gpu-core and gpu-memory with deviceClassName the class's
+ * DeviceClass. Returns 0, EGPU_ERANGE (a gpu-tflops claim: DRA allocates
+ * capacity, not TFLOPS; a name too long; a share in a whole-card class or
+ * the other way) with err saying why in one sentence, or -ENOMEM. */
+int egpu_controller_dra_claim_object(const struct egpu_api_claim *cl,
+                                     const struct egpu_api_class *cls, json_t **out,
+                                     struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* What kube-scheduler allocated to a ResourceClaim, for this driver. */
+struct egpu_controller_dra_alloc {
+    bool allocated;                 /* status.allocation holds a result of this driver */
+    char node[EGPU_K8S_NAME_MAX];   /* allocation.nodeSelector's metadata.name ("" unknown) */
+    char pool[EGPU_K8S_NAME_MAX];   /* results[].pool */
+    char device[EGPU_K8S_NAME_MAX]; /* results[].device */
+    int64_t cores;                  /* consumedCapacity cores, percent (0: none given) */
+    int64_t mem_mib;                /* consumedCapacity memory, MiB, rounded up (0: none) */
+};
+
+/* Read rc's (a ResourceClaim, borrowed) status.allocation: the first
+ * result whose driver is EGPU_API_DRA_DRIVER, its consumedCapacity, and the
+ * node of the nodeSelector's matchFields metadata.name In [node]
+ * (dra_notes.md section 5). Fields too long or malformed are left out; no
+ * allocation, or none of this driver: out->allocated false. */
+void egpu_controller_dra_allocation(const json_t *rc, struct egpu_controller_dra_alloc *out);
+
 #ifdef __cplusplus
 }
 #endif

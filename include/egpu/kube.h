@@ -194,6 +194,8 @@ extern const struct egpu_kube_resource egpu_kube_gpubudgets;        /* GPUBudget
 extern const struct egpu_kube_resource egpu_kube_priorityclasses;   /* scheduling.k8s.io/v1 */
 extern const struct egpu_kube_resource egpu_kube_resourceslices;    /* resource.k8s.io/v1 */
 extern const struct egpu_kube_resource egpu_kube_resourceclaims;    /* resource.k8s.io/v1 */
+extern const struct egpu_kube_resource egpu_kube_resourceclaimtemplates; /* resource.k8s.io/v1 */
+extern const struct egpu_kube_resource egpu_kube_deviceclasses;          /* resource.k8s.io/v1 */
 
 /* A client for cfg (copied; cfg may be freed afterwards). Makes no request.
  * Returns 0, -EINVAL (no server) or -ENOMEM; *out only on success. Thread

@@ -73,14 +73,21 @@ struct dra_mode {
     bool health_started;
     char selector[2 * EGPU_KUBE_NAME_MAX + 64]; /* the informer's field selector */
 
-    pthread_mutex_t lock;               /* guards cards and ncards */
-    struct egpu_gpu_info *cards;        /* EGPU_NODE_GPUS_MAX slots: the cards as last listed */
-    size_t ncards;                      /* listed */
-    atomic_bool dirty;                  /* publish at the next turn */
-    atomic_bool published;              /* the last publish succeeded */
-    atomic_bool reg_serving;            /* the registration socket is served */
-    atomic_bool plugin_serving;         /* the DRAPlugin socket is served */
-    struct egpu__dra_slice_state slice; /* the main thread's alone */
+    pthread_mutex_t lock;        /* guards cards and ncards */
+    struct egpu_gpu_info *cards; /* EGPU_NODE_GPUS_MAX slots: the cards as last listed */
+    size_t ncards;               /* listed */
+    /* The slice's optional attributes (driverVersion, cudaComputeCapability,
+     * ...) of the cards as last listed: made by refresh (the lister), read by
+     * publish for the whole of its write, both under attrs_lock. attr_cfg's
+     * pointers point into *attrs; the pair is replaced, never edited. */
+    pthread_mutex_t attrs_lock;
+    struct egpu__dra_slice_attrs *attrs;    /* owned, or NULL before the first list */
+    struct egpu__dra_slice_config attr_cfg; /* driver_version, cuda_driver_version, extra */
+    atomic_bool dirty;                      /* publish at the next turn */
+    atomic_bool published;                  /* the last publish succeeded */
+    atomic_bool reg_serving;                /* the registration socket is served */
+    atomic_bool plugin_serving;             /* the DRAPlugin socket is served */
+    struct egpu__dra_slice_state slice;     /* the main thread's alone */
 
     /* /metrics (set by the main thread; the families live in metrics) */
     struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_devices, *m_publishes, *m_get_info;
@@ -105,6 +112,28 @@ static bool card_differs(const struct egpu_gpu_info *a, const struct egpu_gpu_in
            a->has_links != b->has_links || memcmp(a->links, b->links, n) != 0;
 }
 
+/* Make the slice's optional attributes of cards[0 .. n) from the backend
+ * (NVML calls: the lister's thread only) and put them in place of the old
+ * ones. Out of memory keeps the old ones (the slice then lacks or misplaces
+ * optional attributes until the next change; never an error). */
+static void set_attributes(struct dra_mode *m, const struct egpu_gpu_info *cards, size_t n)
+{
+    struct egpu__dra_slice_attrs *a = egpu_calloc(1, sizeof(*a)), *old;
+    struct egpu__dra_slice_config cfg = {0};
+
+    if (a == NULL) {
+        egpu_log(EGPU_LOG_WARN, "ResourceSlice attributes not read error=\"out of memory\"");
+        return;
+    }
+    egpu__dra_slice_attributes(m->gpus, cards, n, a, &cfg);
+    pthread_mutex_lock(&m->attrs_lock);
+    old = m->attrs;
+    m->attrs = a;
+    m->attr_cfg = cfg;
+    pthread_mutex_unlock(&m->attrs_lock);
+    egpu_free(old);
+}
+
 /* The health watcher's probe (struct egpu__health.refresh), also called
  * once by start: list the cards and their links; when they differ from the
  * last list, hand them to the plugin and mark the slice dirty. */
@@ -125,9 +154,13 @@ static int refresh(void *data, bool *changed, struct egpu_error *err)
     }
     egpu_gpus_read_links(m->gpus, cards, n);
     pthread_mutex_lock(&m->lock);
-    *changed = n != m->ncards;
+    *changed = n != m->ncards || m->attrs == NULL;
     for (size_t i = 0; i < n && !*changed; i++)
         *changed = card_differs(&cards[i], &m->cards[i], n);
+    pthread_mutex_unlock(&m->lock);
+    if (*changed)
+        set_attributes(m, cards, n);
+    pthread_mutex_lock(&m->lock);
     if (*changed) {
         memcpy(m->cards, cards, n * sizeof(*cards));
         m->ncards = n;
@@ -196,7 +229,10 @@ static void metrics_refresh(struct dra_mode *m)
  * again at once, once. */
 static bool publish(struct dra_mode *m)
 {
-    struct egpu__dra_slice_config sc = {.driver = EGPU_API_DRA_DRIVER, .node = m->cfg->node};
+    /* An unhealthy card stays with a device taint (gate DRADeviceTaints);
+     * where the API server drops taints, dra_slice.c leaves it out. */
+    struct egpu__dra_slice_config sc = {
+        .driver = EGPU_API_DRA_DRIVER, .node = m->cfg->node, .taint_unhealthy = true};
     struct egpu__dra_slice_stats st;
     struct egpu_error err = {0};
     struct egpu_gpu_info *cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*cards));
@@ -211,11 +247,16 @@ static bool publish(struct dra_mode *m)
     n = m->ncards;
     memcpy(cards, m->cards, n * sizeof(*cards));
     pthread_mutex_unlock(&m->lock);
+    pthread_mutex_lock(&m->attrs_lock);
+    sc.driver_version = m->attr_cfg.driver_version;
+    sc.cuda_driver_version = m->attr_cfg.cuda_driver_version;
+    sc.extra = m->attr_cfg.extra;
     rc = egpu__dra_slice_publish(m->kube, &m->slice, &sc, cards, n, &st, &err);
     if (rc == EGPU_KUBE_ECONFLICT) {
         err = (struct egpu_error){0};
         rc = egpu__dra_slice_publish(m->kube, &m->slice, &sc, cards, n, &st, &err);
     }
+    pthread_mutex_unlock(&m->attrs_lock);
     egpu_free(cards);
     (void)egpu_metric_inc(m->m_publishes, (const char *const[]){rc ? "error" : "ok"});
     if (rc) {
@@ -483,7 +524,9 @@ static void finish(void *data)
     egpu_kube_config_free(m->kcfg);
     egpu_gpus_free(m->gpus);
     egpu_free(m->cards);
+    egpu_free(m->attrs);
     pthread_mutex_destroy(&m->lock);
+    pthread_mutex_destroy(&m->attrs_lock);
 }
 
 int egpu__dra_mode_main(const struct egpu__dra_mode_config *cfg)
@@ -497,6 +540,7 @@ int egpu__dra_mode_main(const struct egpu__dra_mode_config *cfg)
                           .registry_dir = cfg->registry_dir != NULL ? cfg->registry_dir
                                                                     : EGPU_DRA_REGISTRY_DIR};
     pthread_mutex_init(&m.lock, NULL);
+    pthread_mutex_init(&m.attrs_lock, NULL);
     snprintf(m.selector, sizeof(m.selector), "spec.nodeName=%s,spec.driver=%s", cfg->node,
              EGPU_API_DRA_DRIVER);
     sm.log_level = cfg->srv->log_level;

@@ -415,8 +415,11 @@ bool egpu__dra_slice_dropped(const json_t *sent, const json_t *stored, const cha
 }
 
 /* Every field of want is in have with an equal value; arrays have the same
- * length. */
-static bool covers(const json_t *want, const json_t *have)
+ * length. Fields the server adds are passed over, except where only the
+ * agent writes: a device's attributes and capacity maps hold exactly want's
+ * keys, and a device's taints are there only when want has them (so a card
+ * healthy again, or an attribute no longer known, is written over). */
+static bool covers_in(const json_t *want, const json_t *have, const char *key_of_want)
 {
     if (json_is_object(want)) {
         const char *key;
@@ -424,9 +427,16 @@ static bool covers(const json_t *want, const json_t *have)
 
         if (!json_is_object(have))
             return false;
+        if (key_of_want != NULL &&
+            (strcmp(key_of_want, "attributes") == 0 || strcmp(key_of_want, "capacity") == 0) &&
+            json_object_size(want) != json_object_size(have))
+            return false;
+        if (json_object_get(want, "taints") == NULL &&
+            json_array_size(json_object_get(have, "taints")) > 0)
+            return false;
         json_object_foreach((json_t *)want, key, v)
         {
-            if (!covers(v, json_object_get(have, key)))
+            if (!covers_in(v, json_object_get(have, key), key))
                 return false;
         }
         return true;
@@ -435,12 +445,17 @@ static bool covers(const json_t *want, const json_t *have)
         if (!json_is_array(have) || json_array_size(want) != json_array_size(have))
             return false;
         for (size_t i = 0; i < json_array_size(want); i++) {
-            if (!covers(json_array_get(want, i), json_array_get(have, i)))
+            if (!covers_in(json_array_get(want, i), json_array_get(have, i), NULL))
                 return false;
         }
         return true;
     }
     return have != NULL && json_equal(want, have) == 1;
+}
+
+static bool covers(const json_t *want, const json_t *have)
+{
+    return covers_in(want, have, NULL);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -658,6 +658,60 @@ static int sync_bound(struct claim_ctx *x)
     return rc;
 }
 
+/* --mode dra: a claim neither bound to nor naming an ElasticGPU is a
+ * ResourceClaim (dra.c), allocated by
+ * kube-scheduler with the first pod that uses it; its status follows what
+ * was allocated (phase Bound, the consumed capacity, the device and node in
+ * condition Bound's message), Pending until then. */
+static int sync_dra(struct claim_ctx *x)
+{
+    struct egpu_api_claim *cl = x->cl;
+    struct egpu_controller_dra_alloc a;
+    struct egpu_error err = {0};
+    struct egpu_api_class *cls;
+    char why[1280], rcname[EGPU_K8S_NAME_MAX];
+    bool changed;
+    int rc;
+
+    cls = class_of(x->c, cl, why, sizeof(why));
+    if (cls == NULL)
+        return pending(x, true, "ClassNotFound", why);
+    rc = egpu__controller_dra_claim(x->c, cl, cls, &a, &err);
+    egpu_free(cls);
+    if (rc == EGPU_ERANGE || rc == -EEXIST)
+        return pending(x, true, "ProvisioningFailed", err.msg);
+    if (rc)
+        return rc;
+    if (egpu_controller_dra_class_name(cl->meta.name, rcname, sizeof(rcname)) != 0)
+        return pending(x, true, "ProvisioningFailed", "name too long");
+    if (!a.allocated) {
+        snprintf(why, sizeof(why),
+                 "ResourceClaim %s waits for kube-scheduler to allocate it with the first pod "
+                 "that uses it",
+                 rcname);
+        return pending(x, false, "WaitForFirstConsumer", why);
+    }
+    snprintf(why, sizeof(why), "ResourceClaim %s allocated: device %s/%s on node %s", rcname,
+             a.pool, a.device, a.node[0] ? a.node : "(not given)");
+    changed = cl->phase != EGPU_API_CLAIM_BOUND;
+    changed = set_cond(cl, true, COND_BOUND, why) || changed;
+    if (a.cores > 0 && (!cl->has_cap_core || cl->cap_core_pct != a.cores)) {
+        cl->has_cap_core = true;
+        cl->cap_core_pct = a.cores;
+        changed = true;
+    }
+    if (a.mem_mib > 0 && (!cl->has_cap_mem || cl->cap_mem_mib != a.mem_mib)) {
+        cl->has_cap_mem = true;
+        cl->cap_mem_mib = a.mem_mib;
+        changed = true;
+    }
+    if (!changed)
+        return 0;
+    cl->phase = EGPU_API_CLAIM_BOUND;
+    claim_event(x, false, COND_BOUND, why);
+    return write_status(x);
+}
+
 int egpu__controller_claim_sync(struct egpu__controller *c, const char *ns, const char *name)
 {
     struct claim_ctx x = {.c = c};
@@ -668,7 +722,11 @@ int egpu__controller_claim_sync(struct egpu__controller *c, const char *ns, cons
     if (x.cl == NULL)
         return 0;
     rc = protect(&x, &done);
-    if (rc == 0 && !done) {
+    /* A claim bound to an ElasticGPU, or naming one, stays on it in DRA mode
+     * too: switching modes moves no capacity that is held already. */
+    if (rc == 0 && !done && c->o.dra && x.cl->bound_egpu[0] == '\0' && x.cl->egpu_name[0] == '\0') {
+        rc = sync_dra(&x);
+    } else if (rc == 0 && !done) {
         if (x.cl->phase == EGPU_API_CLAIM_BOUND)
             rc = sync_bound(&x);
         else if (x.cl->phase == EGPU_API_CLAIM_PENDING)

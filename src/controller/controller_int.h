@@ -22,6 +22,8 @@ struct egpu__controller_options {
     struct egpu_cli_server srv;
     long resync_ms; /* every key queued again this often */
     long meter_ms;  /* each namespace with a GPUBudget metered this often */
+    bool dra;       /* --mode dra: also the DRA reconcilers (dra.c) */
+    long dra_gc_ms; /* a ResourceClaimTemplate of ours no pod names is deleted after this */
 };
 
 /* Parse argv into *o. Returns -1 to run, else the exit status (0 after
@@ -37,6 +39,14 @@ enum egpu__controller_inf {
     EGPU__CONTROLLER_PODS,
     EGPU__CONTROLLER_BUDGETS,
     EGPU__CONTROLLER_NINF
+};
+
+/* --mode dra's informers (dra.c): none without it. */
+enum egpu__controller_dra_inf {
+    EGPU__CONTROLLER_DRA_TEMPLATES, /* resource.k8s.io/v1 ResourceClaimTemplates */
+    EGPU__CONTROLLER_DRA_CLASSES,   /* resource.k8s.io/v1 DeviceClasses */
+    EGPU__CONTROLLER_DRA_CLAIMS,    /* resource.k8s.io/v1 ResourceClaims labelled ours */
+    EGPU__CONTROLLER_DRA_NINF
 };
 
 struct egpu__controller {
@@ -62,6 +72,12 @@ struct egpu__controller {
     struct egpu_controller_gpu_index *gs;                                   /* gpustatus.c */
     struct egpu_metric *m_gs_writes, *m_gs_errors;                          /* gpustatus.c */
     struct egpu_metric *m_budget_used, *m_budget_remaining, *m_budget_over; /* budget.c */
+    struct egpu_kube_informer *dra_inf[EGPU__CONTROLLER_DRA_NINF];          /* dra.c */
+    json_t *dra_warned; /* dra.c, worker only: "<ns>/<pod>" -> {"<uid> <template> <reason>": true},
+                           the Warning events posted once per pod */
+    json_t *dra_unref;  /* dra.c, worker only: "<ns>/<template>" -> ms (CLOCK_MONOTONIC)
+                           since when no pod names it */
+    long long next_dra_gc_ms;
 };
 
 /* ---- route.c: which keys a change concerns ---- */
@@ -167,6 +183,47 @@ void egpu__controller_gs_enqueue_all(struct egpu__controller *c);
  * Returns 0 or the client's error (the key is retried). */
 int egpu__controller_gs_sync(struct egpu__controller *c, const char *key);
 
+/* ---- dra.c: --mode dra, a pod's ResourceClaimTemplates ---- */
+
+/* With c->o.dra, make and start c->dra_inf (ResourceClaimTemplates of every
+ * namespace) and c->dra_warned, c->dra_unref; without it, nothing. Returns 0,
+ * -ENOMEM or the informer's error (egpu__controller_dra_free frees what was
+ * made). */
+int egpu__controller_dra_start(struct egpu__controller *c, struct egpu_error *err);
+void egpu__controller_dra_free(struct egpu__controller *c);
+/* Have c->dra_inf all synced (true without --mode dra)? And are they
+ * healthy (egpu_kube_informers_healthy's rule; why gets the reason)? */
+bool egpu__controller_dra_synced(struct egpu__controller *c);
+bool egpu__controller_dra_healthy(struct egpu__controller *c, long max_ms, char *why, size_t len);
+/* Informer threads: pod (added, changed or deleted) carries EGPU_ANN_DRA_CLAIMS:
+ * queue "t/<ns>/<name>" (--mode dra only). */
+void egpu__controller_dra_note_pod(struct egpu__controller *c, const json_t *pod);
+/* Informer threads: ElasticGPUClass cls changed: queue "d/<name>" (--mode
+ * dra only). */
+void egpu__controller_dra_note_class(struct egpu__controller *c, const json_t *cls);
+/* Worker: make the DeviceClass of ElasticGPUClass name what
+ * egpu_controller_dra_device_class says (create; update one it owns that
+ * differs; one it does not own is left, with a Warning event on the class).
+ * Returns 0 or the client's error. */
+int egpu__controller_dra_class_sync(struct egpu__controller *c, const char *name);
+/* Worker, claim.c's --mode dra path: the ResourceClaim of claim cl of class
+ * cls (egpu_controller_dra_claim_object), created when missing, and what
+ * kube-scheduler allocated to it into *out. Returns 0; EGPU_ERANGE (the
+ * claim cannot be one) or -EEXIST (a ResourceClaim of that name the claim
+ * does not own), err saying why in one sentence; or the client's error. */
+int egpu__controller_dra_claim(struct egpu__controller *c, const struct egpu_api_claim *cl,
+                               const struct egpu_api_class *cls,
+                               struct egpu_controller_dra_alloc *out, struct egpu_error *err);
+/* Queue every annotated pod's key, every class's "d/<name>" and the
+ * collection key "T" (leading starts, resync; --mode dra only). */
+void egpu__controller_dra_enqueue_all(struct egpu__controller *c);
+/* Worker: make the templates pod ns/name's annotation names (see dra.c).
+ * Returns 0 or the client's error (the key is retried). */
+int egpu__controller_dra_sync(struct egpu__controller *c, const char *ns, const char *name);
+/* Worker: delete the templates of ours no pod has named for
+ * c->o.dra_gc_ms. Returns 0 or the client's error. */
+int egpu__controller_dra_gc(struct egpu__controller *c);
+
 /* ---- writes.c ---- */
 
 /* PUT a copy of orig with its spec (which "spec"), status ("status"),
@@ -178,7 +235,8 @@ int egpu__controller_gs_sync(struct egpu__controller *c, const char *key);
 int egpu__controller_put(struct egpu__controller *c, const struct egpu_kube_resource *res,
                          const json_t *orig, const json_t *enc, const char *which, json_t **out);
 
-/* Post an Event about an object; failures are logged only. */
+/* Post an Event about an object (kind "Pod": a core/v1 Pod, else an
+ * elasticgpu.io object); failures are logged only. */
 void egpu__controller_event(struct egpu__controller *c, const char *kind, const char *ns,
                             const char *name, const char *uid, bool warning, const char *reason,
                             const char *fmt, ...) EGPU_PRINTF(8, 9);

@@ -46,8 +46,13 @@ static bool ready(void *data, char *why, size_t len)
             return false;
         }
     }
+    if (!egpu__controller_dra_synced(c)) {
+        snprintf(why, len, "ResourceClaimTemplate objects not listed yet");
+        return false;
+    }
     if (!egpu_kube_informers_healthy(c->inf, inf_kind, EGPU__CONTROLLER_NINF,
-                                     c->o.srv.watch_unhealthy_ms, why, len))
+                                     c->o.srv.watch_unhealthy_ms, why, len) ||
+        !egpu__controller_dra_healthy(c, c->o.srv.watch_unhealthy_ms, why, len))
         return false;
     snprintf(why, len, "ok");
     return true;
@@ -134,6 +139,7 @@ static void tick(void *data)
         egpu__controller_enqueue_all(c, EGPU__CONTROLLER_CLAIMS, false);
         egpu__controller_enqueue_all(c, EGPU__CONTROLLER_EGPUS, false);
         egpu__controller_gs_enqueue_all(c);
+        egpu__controller_dra_enqueue_all(c);
     }
 }
 
@@ -175,6 +181,8 @@ static int start(void *data, struct egpu_error *err)
         rc = egpu_service_new(&sc, &c->svc, err);
     if (!rc)
         rc = egpu__controller_informers_start(c, err);
+    if (!rc)
+        rc = egpu__controller_dra_start(c, err);
     if (!rc && c->o.srv.lease.elect) {
         struct egpu_kube_elector_config ec;
 
@@ -199,9 +207,10 @@ static int start(void *data, struct egpu_error *err)
         rc = egpu_service_start(&c->svc, err);
     if (!rc)
         egpu_log(EGPU_LOG_NOTICE,
-                 "serving addr=%s port=%u resync_s=%ld leader_elect=%s lease=%s/%s identity=%s",
+                 "serving addr=%s port=%u resync_s=%ld mode=%s leader_elect=%s lease=%s/%s "
+                 "identity=%s",
                  c->o.srv.listen, egpu_http_server_port(c->svc.hsrv), c->o.resync_ms / 1000,
-                 c->o.srv.lease.elect ? "true" : "false",
+                 c->o.dra ? "dra" : "device-plugin", c->o.srv.lease.elect ? "true" : "false",
                  c->o.srv.lease.ns ? c->o.srv.lease.ns : egpu_kube_namespace(c->kube),
                  c->o.srv.lease.name, c->el != NULL ? egpu_kube_elector_identity(c->el) : "-");
     return rc;
@@ -220,6 +229,7 @@ static void finish(void *data)
     egpu_service_stop(&c->svc);
     for (int i = 0; i < EGPU__CONTROLLER_NINF; i++)
         egpu_kube_informer_free(c->inf[i]);
+    egpu__controller_dra_free(c);
     egpu_service_free(&c->svc);
     egpu_metrics_free(c->reg);
     egpu_controller_queue_free(c->queue);

@@ -33,6 +33,16 @@ static const char usage[] =
     "                          repairing drift, 1..86400 (EGPU_RESYNC_SECONDS; default 30)\n"
     "  --meter-seconds S       each namespace with a GPUBudget is metered, and its status\n"
     "                          written, this often, 1..3600 (EGPU_METER_SECONDS; default 30)\n"
+    "  --mode MODE             device-plugin (the default) or dra: also make the\n"
+    "                          ResourceClaimTemplates the webhook's DRA mode names in\n"
+    "                          a pod's elasticgpu.io/dra-claims, a DeviceClass\n"
+    "                          elasticgpu-<class> per ElasticGPUClass, and a\n"
+    "                          ResourceClaim elasticgpu-<claim> per ElasticGPUClaim in\n"
+    "                          place of an ElasticGPU (EGPU_MODE; docs/claims.md)\n"
+    "  --dra-template-gc-seconds S\n"
+    "                          --mode dra: a ResourceClaimTemplate this controller made\n"
+    "                          that no pod has named this long is deleted, 1..2592000\n"
+    "                          (EGPU_DRA_TEMPLATE_GC_SECONDS; default 3600)\n"
     "  --leader-elect BOOL     only the holder of the Lease reconciles (EGPU_LEADER_ELECT;\n"
     "                          default true)\n"
     "  --lease-namespace NS    (EGPU_LEASE_NAMESPACE; default: the client's namespace)\n"
@@ -63,6 +73,8 @@ static const char usage[] =
 enum {
     O_RESYNC = 256,
     O_METER,
+    O_MODE,
+    O_DRA_GC,
 };
 
 static int apply(void *ctx, int opt, const char *v, const char *who)
@@ -81,6 +93,16 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected seconds in 1..3600", who, v);
         o->meter_ms = (long)u * 1000;
         return 0;
+    case O_MODE:
+        if (strcmp(v, "dra") != 0 && strcmp(v, "device-plugin") != 0)
+            return bad("%s \"%s\": expected device-plugin or dra", who, v);
+        o->dra = strcmp(v, "dra") == 0;
+        return 0;
+    case O_DRA_GC:
+        if (egpu_cli_parse_u64(v, 1, 2592000, &u))
+            return bad("%s \"%s\": expected seconds in 1..2592000", who, v);
+        o->dra_gc_ms = (long)u * 1000;
+        return 0;
     default:
         return bad("unknown setting");
     }
@@ -91,6 +113,8 @@ int egpu__controller_options_parse(int argc, char **argv, struct egpu__controlle
     static const struct egpu_cli_flag flags[] = {
         {"resync-seconds", required_argument, O_RESYNC, "EGPU_RESYNC_SECONDS"},
         {"meter-seconds", required_argument, O_METER, "EGPU_METER_SECONDS"},
+        {"mode", required_argument, O_MODE, "EGPU_MODE"},
+        {"dra-template-gc-seconds", required_argument, O_DRA_GC, "EGPU_DRA_TEMPLATE_GC_SECONDS"},
     };
     struct egpu_cli_spec spec = {.prog = EGPU__CONTROLLER_PROG,
                                  .usage = usage,
@@ -101,7 +125,8 @@ int egpu__controller_options_parse(int argc, char **argv, struct egpu__controlle
                                  .apply = apply,
                                  .ctx = o};
 
-    *o = (struct egpu__controller_options){.resync_ms = 30000, .meter_ms = 30000};
+    *o = (struct egpu__controller_options){
+        .resync_ms = 30000, .meter_ms = 30000, .dra_gc_ms = 3600000};
     egpu_cli_server_defaults(&o->srv);
     o->srv.lease.name = "elastic-gpu-controller";
     o->srv.port = 9090;

@@ -202,9 +202,23 @@ UPDATE_OF(on_pod)
 
 /* Pods and GPUs also feed GPU status.allocated (gpustatus.c); pods also
  * what the inventories count as held (index.c). */
+/* Classes are capacity, and in DRA mode a DeviceClass each (dra.c). */
+static void on_class(void *ud, const json_t *o)
+{
+    on_capacity(ud, o);
+    egpu__controller_dra_note_class(ud, o);
+}
+
+static void on_class_update(void *ud, const json_t *old, const json_t *o)
+{
+    on_capacity_update(ud, old, o);
+    egpu__controller_dra_note_class(ud, o);
+}
+
 static void on_pod_add(void *ud, const json_t *o)
 {
     on_pod(ud, o);
+    egpu__controller_dra_note_pod(ud, o);
     egpu__controller_gs_pod(ud, o, false);
     egpu__controller_index_note_pod(ud, o, false);
 }
@@ -212,6 +226,7 @@ static void on_pod_add(void *ud, const json_t *o)
 static void on_pod_changed(void *ud, const json_t *old, const json_t *o)
 {
     on_pod_update(ud, old, o);
+    egpu__controller_dra_note_pod(ud, o);
     egpu__controller_gs_pod(ud, o, false);
     egpu__controller_index_note_pod(ud, o, false);
     on_pod_metering(ud, o);
@@ -220,6 +235,7 @@ static void on_pod_changed(void *ud, const json_t *old, const json_t *o)
 static void on_pod_delete(void *ud, const json_t *o)
 {
     on_pod(ud, o);
+    egpu__controller_dra_note_pod(ud, o);
     egpu__controller_gs_pod(ud, o, true);
     egpu__controller_index_note_pod(ud, o, true);
 }
@@ -247,7 +263,7 @@ void egpu__controller_route_cbs(struct egpu__controller *c,
 {
     const struct egpu_kube_informer_cbs all[EGPU__CONTROLLER_NINF] = {
         {on_claim, on_claim_update, on_claim, c},
-        {on_capacity, on_capacity_update, on_capacity, c},
+        {on_class, on_class_update, on_class, c},
         {on_egpu, on_egpu_update, on_egpu_delete, c},
         {on_gpu_add, on_gpu_update, on_gpu_delete, c},
         {on_capacity, on_capacity_update, on_capacity, c},

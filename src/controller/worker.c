@@ -1,7 +1,7 @@
 /* controller/worker.c - egpu-controller's worker thread: it takes keys
  * from the work queue while this instance leads and the caches are synced,
  * and hands each to its reconciler (claim.c, egpu.c, gpustatus.c,
- * budget.c), timing it and queueing it again with backoff when it fails.
+ * budget.c, dra.c), timing it and queueing it again with backoff when it fails.
  */
 #include <string.h>
 #include <time.h>
@@ -33,6 +33,22 @@ static void process(struct egpu__controller *c, const char *key)
         memcpy(ns, key + 2, (size_t)(slash - key - 2));
         ns[slash - key - 2] = '\0';
         rc = egpu__controller_claim_sync(c, ns, slash + 1);
+    } else if (key[0] == 't' && key[1] == '/') {
+        char ns[EGPU_NAMESPACE_MAX];
+        const char *slash = strchr(key + 2, '/');
+
+        labels[0] = "Pod";
+        if (slash == NULL || (size_t)(slash - key - 2) >= sizeof(ns))
+            return;
+        memcpy(ns, key + 2, (size_t)(slash - key - 2));
+        ns[slash - key - 2] = '\0';
+        rc = egpu__controller_dra_sync(c, ns, slash + 1);
+    } else if (key[0] == 'd' && key[1] == '/') {
+        labels[0] = "DeviceClass";
+        rc = egpu__controller_dra_class_sync(c, key + 2);
+    } else if (strcmp(key, "T") == 0) {
+        labels[0] = "ResourceClaimTemplate";
+        rc = egpu__controller_dra_gc(c);
     } else if (key[0] == 'g' && key[1] == '/') {
         labels[0] = "GPU";
         rc = egpu__controller_gs_sync(c, key + 2);
@@ -60,7 +76,7 @@ static bool synced(struct egpu__controller *c)
         if (!egpu_kube_informer_has_synced(c->inf[i]))
             return false;
     }
-    return true;
+    return egpu__controller_dra_synced(c);
 }
 
 void *egpu__controller_worker(void *data)
@@ -85,6 +101,7 @@ void *egpu__controller_worker(void *data)
             egpu__controller_enqueue_all(c, EGPU__CONTROLLER_EGPUS, false);
             egpu__controller_enqueue_all(c, EGPU__CONTROLLER_BUDGETS, false);
             egpu__controller_gs_enqueue_all(c);
+            egpu__controller_dra_enqueue_all(c);
             was_leading = true;
         }
         if (egpu_controller_queue_get(c->queue, 200, &key) != 0)

@@ -56,7 +56,8 @@ void egpu__controller_event(struct egpu__controller *c, const char *kind, const 
     char msg[1024];
     struct egpu_error err = {0};
     struct egpu_kube_event ev = {.kind = kind,
-                                 .api_version = EGPU_API_VERSION,
+                                 /* core/v1 for a Pod (dra.c), else ours */
+                                 .api_version = strcmp(kind, "Pod") == 0 ? "v1" : EGPU_API_VERSION,
                                  .involved_ns = ns,
                                  .name = name,
                                  .uid = uid != NULL && uid[0] ? uid : NULL,

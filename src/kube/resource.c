@@ -35,6 +35,10 @@ const struct egpu_kube_resource egpu_kube_resourceslices = {"resource.k8s.io", "
                                                             "resourceslices", false};
 const struct egpu_kube_resource egpu_kube_resourceclaims = {"resource.k8s.io", "v1",
                                                             "resourceclaims", true};
+const struct egpu_kube_resource egpu_kube_resourceclaimtemplates = {"resource.k8s.io", "v1",
+                                                                    "resourceclaimtemplates", true};
+const struct egpu_kube_resource egpu_kube_deviceclasses = {"resource.k8s.io", "v1", "deviceclasses",
+                                                           false};
 
 static bool unreserved(unsigned char c)
 {

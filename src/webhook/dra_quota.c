@@ -119,6 +119,6 @@ int egpu__webhook_dra_quota(const struct egpu_webhook_config *cfg,
     rc = budget(cfg, rv->ns, what, p);
     if (rc || p->n > before)
         return rc;
-    return egpu__webhook_quota_ask(cfg, rv->ns, is_claim ? rv->name : NULL, u.cores, u.mem_mib,
-                                   what, p);
+    return egpu__webhook_quota_ask(cfg, rv->ns, is_claim ? rv->name : NULL,
+                                   is_claim ? rv->object : NULL, u.cores, u.mem_mib, what, p);
 }

@@ -144,7 +144,51 @@ struct tally {
     struct held released; /* ElasticGPUs of the namespace whose claim is gone */
     struct held own;      /* what unfinished pods' containers without a claim ask */
     struct held dra;      /* ResourceClaims of this driver's classes, but the one under review */
+    json_t *owned;        /* uid of each claim counted -> [core, mem] it is counted for */
 };
+
+/* The uid of the ElasticGPUClaim that controls ResourceClaim o (its
+ * controller ownerReference, as egpu-controller --mode dra writes on
+ * elasticgpu-<claim>), or NULL. */
+static const char *owner_claim(const json_t *o)
+{
+    const json_t *refs = json_object_get(json_object_get(o, "metadata"), "ownerReferences"), *r;
+    size_t i;
+
+    json_array_foreach(refs, i, r)
+    {
+        const char *kind = egpu_api_str(json_object_get(r, "kind"));
+        const char *av = egpu_api_str(json_object_get(r, "apiVersion"));
+
+        if (kind != NULL && av != NULL && strcmp(kind, EGPU_KIND_ELASTICGPUCLAIM) == 0 &&
+            strncmp(av, EGPU_API_GROUP "/", sizeof(EGPU_API_GROUP)) == 0 &&
+            json_is_true(json_object_get(r, "controller")))
+            return egpu_api_str(json_object_get(r, "uid"));
+    }
+    return NULL;
+}
+
+/* h less what the ElasticGPUClaim controlling ResourceClaim o is counted
+ * for already in t (a claim and its ResourceClaim are one holding: the
+ * larger of the two counts), and that claim's entry raised to h. An owner
+ * reference a tenant forged can only name a claim already counted, and
+ * never makes the pair count less than the larger. */
+static struct held less_owner(struct tally *t, const json_t *o, struct held h)
+{
+    const char *uid = owner_claim(o);
+    json_t *e = uid != NULL ? json_object_get(t->owned, uid) : NULL;
+    int64_t core, mem;
+
+    if (!json_is_array(e))
+        return h;
+    core = json_integer_value(json_array_get(e, 0));
+    mem = json_integer_value(json_array_get(e, 1));
+    (void)json_array_set_new(e, 0, json_integer(h.core > core ? h.core : core));
+    (void)json_array_set_new(e, 1, json_integer(h.mem > mem ? h.mem : mem));
+    h.core = h.core > core ? h.core - core : 0;
+    h.mem = h.mem > mem ? h.mem - mem : 0;
+    return h;
+}
 
 static int list(const struct egpu_webhook_config *cfg, enum egpu_webhook_quota_list what,
                 const char *ns, json_t **out, char *why, size_t len)
@@ -187,7 +231,8 @@ static int tally(const struct egpu_webhook_config *cfg, const char *ns, const ch
     int rc;
 
     memset(t, 0, sizeof(*t));
-    rc = c == NULL || e == NULL || uids == NULL ? -ENOMEM : 0;
+    t->owned = json_object();
+    rc = c == NULL || e == NULL || uids == NULL || t->owned == NULL ? -ENOMEM : 0;
     if (!rc)
         rc = list(cfg, EGPU_WEBHOOK_LIST_CLAIMS, ns, &claims, why, len);
     if (!rc)
@@ -211,11 +256,19 @@ static int tally(const struct egpu_webhook_config *cfg, const char *ns, const ch
             continue; /* the CRD's schema keeps these out */
         if (c->meta.uid[0] != '\0')
             (void)json_object_set_new(uids, c->meta.uid, json_true());
-        if (skip != NULL && strcmp(c->meta.name, skip) == 0)
+        if (skip != NULL && strcmp(c->meta.name, skip) == 0) {
+            if (c->meta.uid[0] != '\0' && t->owned != NULL) /* its ResourceClaim: in its ask */
+                (void)json_object_set_new(
+                    t->owned, c->meta.uid,
+                    json_pack("[I, I]", (json_int_t)INT64_MAX, (json_int_t)INT64_MAX));
             continue;
+        }
         h = claim_held(c);
         t->claims.core += h.core;
         t->claims.mem += h.mem;
+        if (c->meta.uid[0] != '\0' && t->owned != NULL)
+            (void)json_object_set_new(t->owned, c->meta.uid,
+                                      json_pack("[I, I]", (json_int_t)h.core, (json_int_t)h.mem));
     }
     json_array_foreach(egpus, i, o)
     {
@@ -242,7 +295,7 @@ static int tally(const struct egpu_webhook_config *cfg, const char *ns, const ch
 
         if (skip_rc != NULL && name != NULL && strcmp(name, skip_rc) == 0)
             continue;
-        h = dra_held(o);
+        h = less_owner(t, o, dra_held(o));
         t->dra.core += h.core;
         t->dra.mem += h.mem;
     }
@@ -295,8 +348,8 @@ static int judge(const json_t *q, const char *key, int64_t ask, int64_t holds, c
 /* Judge ask (what the object under review adds) in namespace ns against
  * every quota; what: "ElasticGPUClaim x" or "pod x" for messages. */
 static int check(const struct egpu_webhook_config *cfg, const char *ns, const char *skip,
-                 const char *skip_uid, const char *skip_rc, struct held ask, const char *what,
-                 struct egpu_api_problems *p)
+                 const char *skip_uid, const char *skip_rc, const json_t *rc_obj, struct held ask,
+                 const char *what, struct egpu_api_problems *p)
 {
     char why[EGPU_ERRMSG_MAX] = "", msg[4 * EGPU_API_PROBLEM_MAX];
     char req[256], used[256], lim[256];
@@ -318,6 +371,9 @@ static int check(const struct egpu_webhook_config *cfg, const char *ns, const ch
             return 0;
         }
         rc = tally(cfg, ns, skip, skip_uid, skip_rc, &t, why, sizeof(why));
+        if (rc == 0 && rc_obj != NULL) /* an ElasticGPUClaim's own ResourceClaim: its excess */
+            ask = less_owner(&t, rc_obj, ask);
+        json_decref(t.owned);
     }
     if (rc == -ENOMEM) {
         json_decref(quotas);
@@ -397,7 +453,7 @@ int egpu__webhook_quota_claim(const struct egpu_webhook_config *cfg,
     ask.core = now.core > before.core ? now.core : 0;
     ask.mem = now.mem > before.mem ? now.mem : 0;
     snprintf(what, sizeof(what), "ElasticGPUClaim \"%.253s\"", rv->name);
-    rc = check(cfg, rv->ns, rv->name, NULL, NULL, ask, what, p);
+    rc = check(cfg, rv->ns, rv->name, NULL, NULL, NULL, ask, what, p);
 out:
     egpu_free(c);
     return rc;
@@ -422,16 +478,16 @@ int egpu__webhook_quota_pod(const struct egpu_webhook_config *cfg,
     pod_asks(view, &own, NULL);
     json_decref(view);
     snprintf(what, sizeof(what), "pod \"%.253s\"", rv->name);
-    return check(cfg, rv->ns, NULL, NULL, NULL, own, what, p);
+    return check(cfg, rv->ns, NULL, NULL, NULL, NULL, own, what, p);
 }
 
 int egpu__webhook_quota_ask(const struct egpu_webhook_config *cfg, const char *ns,
-                            const char *skip_rc, int64_t core, int64_t mem, const char *what,
-                            struct egpu_api_problems *p)
+                            const char *skip_rc, const json_t *rc_obj, int64_t core, int64_t mem,
+                            const char *what, struct egpu_api_problems *p)
 {
     struct held ask = {core, mem};
 
     if (ns == NULL || ns[0] == '\0')
         return 0;
-    return check(cfg, ns, NULL, NULL, skip_rc, ask, what, p);
+    return check(cfg, ns, NULL, NULL, skip_rc, rc_obj, ask, what, p);
 }

@@ -344,10 +344,14 @@ int egpu__webhook_quota_pod(const struct egpu_webhook_config *cfg,
 /* The same check for core gpu-core percent and mem gpu-memory MiB that
  * what (e.g. "ResourceClaim \"c\"", for the message) asks in namespace ns,
  * against everything the namespace holds but ResourceClaim skip_rc (the one
- * under review; NULL: none). Returns 0 or -ENOMEM. */
+ * under review; NULL: none). rc_obj (or NULL): the ResourceClaim under
+ * review; when an ElasticGPUClaim of the namespace controls it (its
+ * ownerReference, as egpu-controller --mode dra makes elasticgpu-<claim>),
+ * only what it asks beyond that claim counts (the two are one holding; each
+ * ResourceClaim in the namespace is counted so too). Returns 0 or -ENOMEM. */
 int egpu__webhook_quota_ask(const struct egpu_webhook_config *cfg, const char *ns,
-                            const char *skip_rc, int64_t core, int64_t mem, const char *what,
-                            struct egpu_api_problems *p) EGPU_MUST_CHECK;
+                            const char *skip_rc, const json_t *rc_obj, int64_t core, int64_t mem,
+                            const char *what, struct egpu_api_problems *p) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
 /* DRA claims against GPUBudgets and ResourceQuotas (dra_quota.c)           */

@@ -851,6 +851,10 @@ RESOURCES = [
     # DRA: the agent's NodePrepareResources GETs the claim (tests/unit/test_agent_dra_plugin.c
     # creates it with its status.allocation, as the scheduler would have written it).
     Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
+    # egpu-controller --mode dra makes a pod's ResourceClaimTemplates and the DeviceClasses
+    # of ElasticGPUClasses (tests/integration/test_controller_dra.py).
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
     # the agent's slice: egpu-agent --mode dra publishes it (tests/integration/test_agent_dra.py),
     # listed and watched by the field selectors kube-apiserver serves for it;
     # tests/unit/test_agent_dra_slice.c turns device taints off with the gate

@@ -253,7 +253,9 @@ class Node:
         st, out = self.call("PATCH", f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}"
                             "/status", {"status": status},
                             ctype="application/merge-patch+json")
-        if st != 200:
+        # 404: the pod was deleted since it was listed (grace 0 deletes at once); the
+        # kubelet's status manager drops the update too.
+        if st not in (200, 404):
             self.errors.append(f"pod status {m['namespace']}/{m['name']}: {st} {out}")
 
     def _delete(self, pod, key):

@@ -254,6 +254,10 @@ def test_slice_has_the_cards_shared(dra):
         assert d["capacity"]["cores"]["value"] == "100"
         assert d["capacity"]["memory"]["value"] == "80Gi"  # 81920 MiB, a fake A100-80GB
         assert d["attributes"]["uuid"]["string"].startswith("GPU-")
+        # what the fake backend tells of an A100 (dra_slice.c's egpu__dra_slice_attributes)
+        assert d["attributes"]["architecture"] == {"string": "Ampere"}
+        assert d["attributes"]["cudaComputeCapability"] == {"version": "8.0.0"}
+        assert d["attributes"]["driverVersion"] == {"version": "570.133.20"}
     owner = sl["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "Node" and owner["name"] == NODE
 
@@ -277,17 +281,57 @@ def test_deleted_slice_is_published_again(dra):
     assert third["spec"]["pool"]["generation"] > again["spec"]["pool"]["generation"]
 
 
-def test_unhealthy_card_leaves_the_slice(dra):
+TAINT_KEY = "gpu.elasticgpu.io/unhealthy"
+
+
+def taints(sl, name):
+    return [t for d in sl["spec"]["devices"] if d["name"] == name for t in d.get("taints", [])]
+
+
+def test_unhealthy_card_is_tainted(dra):
+    """An XID card stays in the slice with a NoSchedule device taint (DRADeviceTaints, on in
+    1.36 and in the test API server by default) and loses it when healthy again."""
     api, agent = dra
     wait("one slice", lambda: one_slice(api))
     with open(agent.health, "w") as f:
         f.write("1 unhealthy XID 79\n")
-    sl = wait("gpu-1 out", lambda: (s := one_slice(api)) and devices(s) == ["gpu-0"] and s)
+    sl = wait("gpu-1 tainted", lambda: (s := one_slice(api)) and taints(s, "gpu-1") and s)
+    assert devices(sl) == ["gpu-0", "gpu-1"]
+    # (the real API server adds timeAdded)
+    assert [{k: t[k] for k in ("key", "value", "effect")} for t in taints(sl, "gpu-1")] == [
+        {"key": TAINT_KEY, "value": "XID-79", "effect": "NoSchedule"}]
+    assert taints(sl, "gpu-0") == []
     gen = sl["spec"]["pool"]["generation"]
     with open(agent.health, "w") as f:
         f.write("1 healthy\n")
-    back = wait("gpu-1 back", lambda: (s := one_slice(api)) and len(devices(s)) == 2 and s)
+    back = wait("gpu-1 untainted", lambda: (s := one_slice(api)) and not taints(s, "gpu-1") and s)
+    assert devices(back) == ["gpu-0", "gpu-1"]
     assert back["spec"]["pool"]["generation"] > gen
+
+
+def test_unhealthy_card_leaves_the_slice_without_taints(fault_api, agent_bin):
+    """Where the API server drops device taints (DRADeviceTaints off), the agent sees the
+    drop, logs it naming the gate and publishes the slice without the card instead."""
+    st, _ = fault_api.control("gates", {"DRADeviceTaints": False})
+    assert st == 200
+    fault_api.node(NODE)
+    agent = DraAgent(agent_bin, fault_api.kubeconfig)
+    try:
+        wait("one slice", lambda: one_slice(fault_api))
+        with open(agent.health, "w") as f:
+            f.write("1 unhealthy XID 79\n")
+        sl = wait("gpu-1 out", lambda: (s := one_slice(fault_api)) and devices(s) == ["gpu-0"]
+                  and s)
+        assert taints(sl, "gpu-0") == []
+        assert "DRADeviceTaints" in agent.text()
+        gen = sl["spec"]["pool"]["generation"]
+        with open(agent.health, "w") as f:
+            f.write("1 healthy\n")
+        back = wait("gpu-1 back", lambda: (s := one_slice(fault_api)) and len(devices(s)) == 2
+                    and s)
+        assert back["spec"]["pool"]["generation"] > gen
+    finally:
+        assert agent.stop() == 0, agent.text()
 
 
 def test_removed_sockets_are_served_again(dra):

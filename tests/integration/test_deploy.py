@@ -68,8 +68,12 @@ EGPU_NEEDS = {
 #   gpustatus.c egpu__controller_gs_sync: merge PATCH of a GPU's status.allocated
 #     (gpus/status), its only PATCH
 #   writes.c egpu__controller_event -> src/kube/event.c: POST of core/v1 events
+#   dra.c (--mode dra): list + watch of resourceclaimtemplates (informer), POST of a
+#     pod's templates, DELETE of unused ones of its own; list + watch of deviceclasses
+#     (informer), POST of an ElasticGPUClass's, PUT of one it owns that differs;
+#     list + watch of resourceclaims (informer, its own), POST of an ElasticGPUClaim's
 #   dra_metering.c egpu__controller_dra_meter_claims: LIST of a budgeted
-#     namespace's resource.k8s.io/v1 ResourceClaims (DRA mode's metering)
+#     namespace's resource.k8s.io/v1 ResourceClaims (metering, in either mode)
 # Its Lease is a Role of its own namespace (CONTROLLER_LEASE_VERBS).
 CONTROLLER_NEEDS = {
     (GROUP, "elasticgpuclaims", "list"), (GROUP, "elasticgpuclaims", "watch"),
@@ -87,7 +91,10 @@ CONTROLLER_NEEDS = {
     (GROUP, "gpubudgets", "list"), (GROUP, "gpubudgets", "watch"),
     (GROUP, "gpubudgets/status", "update"),
     ("", "events", "create"),
-    ("resource.k8s.io", "resourceclaims", "list"),
+    *{("resource.k8s.io", "resourceclaimtemplates", v)
+      for v in ("list", "watch", "create", "delete")},
+    *{("resource.k8s.io", "deviceclasses", v) for v in ("list", "watch", "create", "update")},
+    *{("resource.k8s.io", "resourceclaims", v) for v in ("list", "watch", "create")},
 }
 # Every (apiGroup, resource, verb) egpu-agent uses, from src/agent:
 #   inventory.c egpu_inventory_publish: LIST of the node's GPU objects (by

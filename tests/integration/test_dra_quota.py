@@ -131,6 +131,36 @@ def test_claims_and_templates_held_to_the_quota(webhook, api):  # noqa: F811
     assert admit(w, api, template("t", spec(40, "4Gi")))["allowed"] is True
 
 
+def test_an_elasticgpuclaims_resourceclaim_is_counted_once(webhook, api):  # noqa: F811
+    """DRA mode makes an ElasticGPUClaim's ResourceClaim elasticgpu-<claim>, controlled by
+    the claim: the two are one holding. Quota 100 and a claim of 60: its ResourceClaim of
+    60 is admitted (not 120); another claim of 50 is still refused, with the pair counted
+    once; a ResourceClaim naming the claim as its owner but asking 90 counts its excess."""
+    from test_claim_quota import claim_obj
+    mkquota(api, {"requests." + CORE: "100"})
+    st, e = api.call("POST", f"{G}/namespaces/ml/elasticgpuclaims", claim_obj("e", 60))
+    assert st == 201, e
+    w = webhook()
+    w.wait_ready()
+    own = claim("elasticgpu-e", spec(60))
+    own["metadata"]["ownerReferences"] = [{"apiVersion": V, "kind": "ElasticGPUClaim",
+                                           "name": "e", "uid": e["metadata"]["uid"],
+                                           "controller": True}]
+    assert admit(w, api, own)["allowed"] is True
+    msg = denied(admit(w, api, claim("b", spec(50))))
+    assert "used: requests.elasticgpu.io/gpu-core=60," in msg and \
+        "(used: ElasticGPUClaims gpu-core 60 " in msg and \
+        "ResourceClaims gpu-core 0 gpu-memory 0)" in msg, msg
+    # naming the claim as owner buys nothing: the pair counts the larger, 90
+    forged = claim("forged", spec(90))
+    forged["metadata"]["ownerReferences"] = own["metadata"]["ownerReferences"]
+    assert admit(w, api, forged)["allowed"] is True
+    msg = denied(admit(w, api, claim("c", spec(20))))
+    assert "requested: requests.elasticgpu.io/gpu-core=20, used: " \
+        "requests.elasticgpu.io/gpu-core=90," in msg and \
+        "ResourceClaims gpu-core 30 gpu-memory 0)" in msg, msg
+
+
 def test_bad_spec_is_refused_naming_the_field(webhook, api):  # noqa: F811
     """A share asking 150 cores is refused naming the field and the allowed values, with
     no quota or budget at all."""

@@ -58,6 +58,8 @@ static void test_defaults(void **state)
     assert_int_equal(parse(&o, ARGS("egpu-controller")), -1);
     assert_int_equal(o.resync_ms, 30000);
     assert_int_equal(o.meter_ms, 30000);
+    assert_false(o.dra);
+    assert_int_equal(o.dra_gc_ms, 3600000);
     assert_string_equal(o.srv.listen, "0.0.0.0");
     assert_int_equal(o.srv.port, 9090);
     assert_null(o.srv.kubeconfig);
@@ -111,19 +113,36 @@ static void test_every_flag(void **state)
     assert_int_equal(parse(&o, ARGS("egpu-controller", "--resync-seconds", "1", "--v", "4")), -1);
     assert_int_equal(o.resync_ms, 1000);
     assert_int_equal(o.srv.log_level, EGPU_LOG_DEBUG);
+    assert_int_equal(
+        parse(&o, ARGS("egpu-controller", "--mode", "dra", "--dra-template-gc-seconds", "2592000")),
+        -1);
+    assert_true(o.dra);
+    assert_int_equal(o.dra_gc_ms, 2592000000L);
+    assert_int_equal(parse(&o, ARGS("egpu-controller", "--mode", "dra", "--mode", "device-plugin")),
+                     -1);
+    assert_false(o.dra);
 }
 
 static void test_variables_and_flag_wins(void **state)
 {
     static const char *const vars[][2] = {
-        {"EGPU_LISTEN", "10.0.0.1"},     {"EGPU_PORT", "9191"},
-        {"EGPU_KUBECONFIG", "/kc"},      {"EGPU_CONTEXT", "c2"},
-        {"EGPU_RESYNC_SECONDS", "45"},   {"EGPU_METER_SECONDS", "7"},
-        {"EGPU_LEADER_ELECT", "0"},      {"EGPU_LEASE_NAMESPACE", "n"},
-        {"EGPU_LEASE_NAME", "from-env"}, {"EGPU_WATCH_UNHEALTHY_SECONDS", "9"},
-        {"EGPU_MAX_CONNECTIONS", "11"},  {"EGPU_MAX_PER_CLIENT", "4"},
-        {"EGPU_IDLE_TIMEOUT", "61"},     {"EGPU_REQUEST_TIMEOUT", "6"},
+        {"EGPU_LISTEN", "10.0.0.1"},
+        {"EGPU_PORT", "9191"},
+        {"EGPU_KUBECONFIG", "/kc"},
+        {"EGPU_CONTEXT", "c2"},
+        {"EGPU_RESYNC_SECONDS", "45"},
+        {"EGPU_METER_SECONDS", "7"},
+        {"EGPU_LEADER_ELECT", "0"},
+        {"EGPU_LEASE_NAMESPACE", "n"},
+        {"EGPU_LEASE_NAME", "from-env"},
+        {"EGPU_WATCH_UNHEALTHY_SECONDS", "9"},
+        {"EGPU_MAX_CONNECTIONS", "11"},
+        {"EGPU_MAX_PER_CLIENT", "4"},
+        {"EGPU_IDLE_TIMEOUT", "61"},
+        {"EGPU_REQUEST_TIMEOUT", "6"},
         {"EGPU_LOG_LEVEL", "error"},
+        {"EGPU_MODE", "dra"},
+        {"EGPU_DRA_TEMPLATE_GC_SECONDS", "5"},
     };
     struct egpu__controller_options o;
 
@@ -146,6 +165,8 @@ static void test_variables_and_flag_wins(void **state)
     assert_int_equal(o.srv.idle_timeout_s, 61);
     assert_int_equal(o.srv.request_timeout_s, 6);
     assert_int_equal(o.srv.log_level, EGPU_LOG_ERROR);
+    assert_true(o.dra);
+    assert_int_equal(o.dra_gc_ms, 5000);
     /* The flag wins over its variable. */
     assert_int_equal(parse(&o, ARGS("egpu-controller", "--resync-seconds", "2", "--lease-name",
                                     "from-flag", "--port", "1")),
@@ -175,6 +196,8 @@ static void test_help_and_version(void **state)
         "--context",
         "--resync-seconds",
         "--meter-seconds",
+        "--mode",
+        "--dra-template-gc-seconds",
         "--leader-elect",
         "--lease-namespace",
         "--lease-name",
@@ -206,6 +229,7 @@ static void test_help_and_version(void **state)
         if (strcmp(flags[i], "--help") != 0 && strcmp(flags[i], "--version") != 0 &&
             strcmp(flags[i], "--leader-elect") != 0) {
             const char *v = strcmp(flags[i], "--log-level") == 0 ? "info"
+                            : strcmp(flags[i], "--mode") == 0    ? "dra"
                             : strcmp(flags[i], "--listen") == 0 ||
                                     strcmp(flags[i], "--kubeconfig") == 0 ||
                                     strcmp(flags[i], "--context") == 0 ||
@@ -233,6 +257,12 @@ static void test_refusals(void **state)
         {"--resync-seconds", "", "--resync-seconds \"\": expected seconds in 1..86400"},
         {"--meter-seconds", "0", "--meter-seconds \"0\": expected seconds in 1..3600"},
         {"--meter-seconds", "3601", "--meter-seconds \"3601\": expected seconds in 1..3600"},
+        {"--mode", "hybrid", "--mode \"hybrid\": expected device-plugin or dra"},
+        {"--mode", "DRA", "--mode \"DRA\": expected device-plugin or dra"},
+        {"--dra-template-gc-seconds", "0",
+         "--dra-template-gc-seconds \"0\": expected seconds in 1..2592000"},
+        {"--dra-template-gc-seconds", "2592001",
+         "--dra-template-gc-seconds \"2592001\": expected seconds in 1..2592000"},
         {"--port", "65536", "--port \"65536\": expected a port in 0..65535 (0 = any free port)"},
         {"--leader-elect", "yes", "--leader-elect \"yes\": expected true or false"},
         {"--lease-name", "", "--lease-name \"\": expected a name of 1..253 characters"},
