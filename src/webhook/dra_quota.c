@@ -98,6 +98,8 @@ int egpu__webhook_dra_quota(const struct egpu_webhook_config *cfg,
 {
     bool is_claim = strcmp(rv->kind, KIND_CLAIM) == 0;
     const json_t *spec = json_object_get(rv->object, "spec");
+    const char *gen =
+        egpu_api_str(json_object_get(json_object_get(rv->object, "metadata"), "generateName"));
     char what[EGPU_K8S_NAME_MAX + 48], msg[sizeof(what) + EGPU_ERRMSG_MAX + 4];
     struct egpu_api_dra_usage u;
     struct egpu_error err = {0};
@@ -108,7 +110,12 @@ int egpu__webhook_dra_quota(const struct egpu_webhook_config *cfg,
         return 0;
     if (!is_claim)
         spec = json_object_get(spec, "spec");
-    snprintf(what, sizeof(what), "%s \"%.253s\"", is_claim ? KIND_CLAIM : KIND_TEMPLATE, rv->name);
+    if (rv->name[0] == '\0' && gen != NULL) /* kube-controller-manager's claims of a template */
+        snprintf(what, sizeof(what), "%s \"%.240s<generated>\"",
+                 is_claim ? KIND_CLAIM : KIND_TEMPLATE, gen);
+    else
+        snprintf(what, sizeof(what), "%s \"%.253s\"", is_claim ? KIND_CLAIM : KIND_TEMPLATE,
+                 rv->name);
     if (egpu_api_dra_spec_usage(spec, is_claim ? "spec" : "spec.spec", &u, &err) != 0) {
         snprintf(msg, sizeof(msg), "%s: %s", what, err.msg);
         egpu__webhook_problem_add(p, msg);

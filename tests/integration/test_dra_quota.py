@@ -72,7 +72,7 @@ def dra_review(obj):
                         "kind": {"group": "resource.k8s.io", "version": "v1", "kind": kind},
                         "resource": {"group": "resource.k8s.io", "version": "v1",
                                      "resource": res},
-                        "name": obj["metadata"]["name"],
+                        "name": obj["metadata"].get("name", ""),
                         "namespace": obj["metadata"]["namespace"], "operation": "CREATE",
                         "userInfo": {"username": "alice"}, "object": obj, "oldObject": None,
                         "dryRun": False}}
@@ -197,6 +197,13 @@ def test_over_budget_refuses_new_claims(webhook, api):  # noqa: F811
     msg = denied(admit(w, api, template("y", spec(cls=WHOLE))))
     assert "GPUBudget team used 2.000 of 1.000" in msg, msg
     assert admit(w, api, claim("nv", spec(cls="gpu.nvidia.com")))["allowed"] is True
+    # a claim kube-controller-manager makes of a pod's template has only a generateName
+    gen = claim("", spec(10))
+    gen["metadata"] = {"generateName": "train-gpu-", "namespace": "ml"}
+    resp = w.review("/validate", dra_review(gen))
+    assert denied(resp).startswith(
+        'ResourceClaim "train-gpu-<generated>" is forbidden: namespace ml is over its GPU '
+        "budget"), resp
     st, cur = api.call("GET", f"{G}/namespaces/ml/gpubudgets/team")
     cur["status"]["state"] = "InBudget"
     st, out = api.call("PUT", f"{G}/namespaces/ml/gpubudgets/team/status", cur)
