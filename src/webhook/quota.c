@@ -26,7 +26,9 @@
  *     consumes, one not allocated yet what its spec asks
  *     (egpu_api_dra_claim_held, egpu_api_dra_spec_usage), until it is
  *     gone. A DRA-mode pod asks nothing of its own (its containers' GPU is
- *     in its claims), so nothing is counted twice.
+ *     in its claims), so nothing is counted twice; nor is an ElasticGPUClaim
+ *     and the ResourceClaim it controls (egpu-controller --mode dra's
+ *     elasticgpu-<claim>): the pair counts the larger of the two.
  * A claim CREATE, or an UPDATE that raises what the claim holds, whose
  * holding would take that total past a quota's hard limit is refused with
  * the quota plugin's figures (requested, used, limited) and what the used
