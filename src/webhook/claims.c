@@ -36,7 +36,8 @@
  * checks hold, and dra.c then moves what was written to the claim's
  * ResourceClaim (the controller's, elasticgpu-<claim>): a container that
  * already names it, with no GPU request of its own, is that patch seen
- * again.
+ * again. A claim bound to or naming an ElasticGPU is refused there: the
+ * controller keeps it on its ElasticGPU and makes no ResourceClaim for it.
  *
  * On a Pod UPDATE (/validate) an egpuc.elasticgpu.io/ annotation added,
  * changed or removed is refused: the scheduler places the pod by it and the
@@ -419,6 +420,16 @@ int egpu__webhook_claims_resolve(const struct egpu_webhook_config *cfg, bool nvi
         if (!resolve(cfg->claims, ns, key, pc[i].claim, c, &u->ask, msg, sizeof(msg), &rc)) {
             if (rc)
                 break;
+            egpu__webhook_problem_add(p, msg);
+            continue;
+        }
+        if (cfg->mode == EGPU_WEBHOOK_MODE_DRA && (c->bound_egpu[0] || c->egpu_name[0])) {
+            snprintf(msg, sizeof(msg),
+                     "annotation %.83s: ElasticGPUClaim %.63s/%.253s is bound to ElasticGPU "
+                     "%.253s, capacity kube-scheduler's allocator cannot see, so egpu-controller "
+                     "--mode dra makes no ResourceClaim for it; allowed in DRA mode: a claim not "
+                     "bound to and not naming an ElasticGPU",
+                     key, ns, pc[i].claim, c->bound_egpu[0] ? c->bound_egpu : c->egpu_name);
             egpu__webhook_problem_add(p, msg);
             continue;
         }

@@ -368,7 +368,8 @@ static void test_claims(void **state)
 
 /* What claims.c refuses in device-plugin mode is refused here too: the
  * claim must exist in the pod's namespace; a container also asking a GPU
- * itself; a claim whose ResourceClaim name would pass 253 characters. */
+ * itself; in DRA mode also a claim bound to an ElasticGPU (it has no
+ * ResourceClaim) and one whose ResourceClaim name would pass 253 characters. */
 static void test_claims_denied(void **state)
 {
     json_t *have = json_object();
@@ -394,6 +395,19 @@ static void test_claims_denied(void **state)
     wt_assert_denied(&w, "container \"train\" uses claim c1 (annotation "
                          "egpuc.elasticgpu.io/train) and also requests elasticgpu.io/gpu-core; "
                          "remove one");
+    wt_free(&w);
+    json_object_set_new(have, "ml/old", egpu_claim("old", "{'elasticgpu.io/gpu-core':100}"));
+    json_object_set_new(json_object_get(json_object_get(have, "ml/old"), "status"),
+                        "elasticGPUName", json_string("egpu-7"));
+    json_object_set_new(json_object_get(json_object_get(have, "ml/old"), "status"), "phase",
+                        json_string("Bound"));
+    w = wt_call(&cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice",
+                          wt_pod(NULL, "{'egpuc.elasticgpu.io/train':'old'}", NULL), NULL));
+    wt_assert_denied(&w, "annotation egpuc.elasticgpu.io/train: ElasticGPUClaim ml/old is bound "
+                         "to ElasticGPU egpu-7, capacity kube-scheduler's allocator cannot see, "
+                         "so egpu-controller --mode dra makes no ResourceClaim for it; allowed in "
+                         "DRA mode: a claim not bound to and not naming an ElasticGPU");
     wt_free(&w);
     for (size_t i = 0; i < 250; i++) /* a DNS subdomain: labels of 63 */
         longname[i] = i % 64 == 63 ? '.' : 'a';
