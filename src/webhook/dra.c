@@ -333,6 +333,7 @@ int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia
         return -ENOMEM;
     json_array_foreach(ctrs, i, c)
     {
+        const struct egpu__webhook_claim_use *u;
         struct egpu_api_gpu_ask ask;
         struct egpu_error err = {0};
         const char *name = egpu_api_str(json_object_get(c, "name"));
@@ -341,8 +342,9 @@ int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia
             name = "";
         if (egpu_api_container_gpu(c, name, true, &ask, &err) != 0 || ask.core_pct == 0)
             continue; /* validated above: no error left; no GPU asked */
-        if (use_of(uses, nuses, i) != NULL)
-            rc = rewrite_claim(spec, c, i, name, nvidia, use_of(uses, nuses, i), p, v);
+        u = use_of(uses, nuses, i);
+        if (u != NULL)
+            rc = rewrite_claim(spec, c, i, name, nvidia, u, p, v);
         else
             rc = rewrite_one(spec, c, i, name, &ask, models, nvidia, claims, p, v);
         if (rc)
