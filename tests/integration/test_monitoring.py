@@ -16,7 +16,8 @@ Helm chart's monitoring option.
   on each; deploy/monitoring/README.md names every panel.
 - `kubectl kustomize deploy/monitoring` renders ServiceMonitors whose selectors match
   exactly one Service of the base each, on a port that Service has and whose target port
-  the selected pods name; a PodMonitor whose selector matches the agent's pods and names
+  the selected pods name; a PodMonitor for each agent DaemonSet (egpu-agent, and
+  egpu-agent-dra of DRA mode) whose selector matches that DaemonSet's pods only and names
   their metrics port; together they cover every metrics port of the base. The ConfigMap
   carries the dashboard and the sidecar's label. The base holds no monitoring.coreos.com
   object (it must apply without the Prometheus Operator).
@@ -365,7 +366,7 @@ def test_base_needs_no_prometheus_operator(base):
 def test_monitors_select_the_base_metrics_ports(base, monitoring):
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in monitoring)
     assert kinds == [("ConfigMap", "elastic-gpu-dashboard"), ("PodMonitor", "egpu-agent"),
-                     ("ServiceMonitor", "egpu-controller"), ("ServiceMonitor", "egpu-scheduler"),
+                     ("PodMonitor", "egpu-agent-dra"), ("ServiceMonitor", "egpu-controller"), ("ServiceMonitor", "egpu-scheduler"),
                      ("ServiceMonitor", "egpu-webhook")]
     for o in monitoring:
         assert o["metadata"]["namespace"] == NS
@@ -402,7 +403,9 @@ def test_monitors_select_the_base_metrics_ports(base, monitoring):
         sel = spec["selector"]["matchLabels"]
         pods = [w for w in workloads if w["metadata"]["namespace"] == pm["metadata"]["namespace"]
                 and matches(sel, w["spec"]["template"]["metadata"]["labels"])]
-        assert [(w["kind"], w["metadata"]["name"]) for w in pods] == [("DaemonSet", "egpu-agent")]
+        # each agent DaemonSet (device-plugin and DRA mode) by its own monitor
+        assert [(w["kind"], w["metadata"]["name"]) for w in pods] == \
+            [("DaemonSet", pm["metadata"]["name"])], pm["metadata"]["name"]
         assert spec["jobLabel"] in pods[0]["spec"]["template"]["metadata"]["labels"]
         for ep in spec["podMetricsEndpoints"]:
             assert ep["port"] in workload_ports(pods[0]), ep["port"]
@@ -414,7 +417,8 @@ def test_monitors_select_the_base_metrics_ports(base, monitoring):
     want = {(w["metadata"]["name"], n) for w in workloads for n in workload_ports(w)
             if n == "metrics"}
     assert want == scraped == {("egpu-scheduler", "metrics"), ("egpu-webhook", "metrics"),
-                               ("egpu-controller", "metrics"), ("egpu-agent", "metrics")}
+                               ("egpu-controller", "metrics"), ("egpu-agent", "metrics"),
+                               ("egpu-agent-dra", "metrics")}
 
 
 def test_dashboard_configmap(monitoring):
@@ -454,6 +458,7 @@ def monitoring_objects(*sets):
     ("webhook", ("ServiceMonitor", "egpu-webhook")),
     ("controller", ("ServiceMonitor", "egpu-controller")),
     ("agent", ("PodMonitor", "egpu-agent")),
+    ("agentDra", ("PodMonitor", "egpu-agent-dra")),
 ])
 def test_a_components_monitor_goes_with_it(component, monitor):
     every = set(monitoring_objects("monitoring.enabled=true"))
