@@ -275,7 +275,8 @@ def test_helm_lint_strict():
     run([helm, "lint", "--strict", str(CHART), "--set", "image.tag=v9.9.9",
          "--set", "scheduler.nodePolicy=fgd", "--set", "scheduler.cardPolicy=spread",
          "--set", "namespace.name=gpu", "--set", "agent.nodeSelector.gpu=yes",
-         "--set", "agent.contextExtraMib=96", "--set", "scheduler.mode=main"])
+         "--set", "agent.contextExtraMib=96", "--set", "scheduler.mode=main",
+         "--set", "mode=dra"])
     run([helm, "lint", "--strict", str(CHART), "--set", "scheduler.podsWithoutGpu=place",
          "--set", "scheduler.targetWorkload.apiVersion=elasticgpu.io/v1alpha1",
          "--set", "scheduler.targetWorkload.kind=TargetWorkload",
