@@ -1074,16 +1074,22 @@ bool egpu_api_resv_can_hold(const struct egpu_reservation *r,
 /* On a Pod (set by egpu-webhook in DRA mode, fixed from then on): the
  * ResourceClaimTemplates its spec.resourceClaims name, as a JSON object
  * {"egpu-<hash>": <ResourceClaimSpec>, ...}. */
-#define EGPU_ANN_DRA_CLAIMS            EGPU_API_GROUP "/dra-claims"
+#define EGPU_ANN_DRA_CLAIMS          EGPU_API_GROUP "/dra-claims"
 /* The one request of every template (containers[].resources.claims[].request). */
-#define EGPU_API_DRA_REQUEST           "gpu"
+#define EGPU_API_DRA_REQUEST         "gpu"
 /* Attributes of a device in the agent's ResourceSlice that selectors read:
  * the card's model (a string, GPU objects' spec.model) and its UUID. */
-#define EGPU_API_DRA_ATTR_MODEL        "productName"
-#define EGPU_API_DRA_ATTR_UUID         "uuid"
+#define EGPU_API_DRA_ATTR_MODEL      "productName"
+#define EGPU_API_DRA_ATTR_UUID       "uuid"
 /* A string attribute's value, bytes at most (resource.k8s.io/v1's limit);
  * the agent cuts a longer model there, at a UTF-8 character boundary. */
-#define EGPU_API_DRA_ATTR_STRING_MAX   64
+#define EGPU_API_DRA_ATTR_STRING_MAX 64
+
+/* How many of the len bytes of s (UTF-8) a string attribute keeps: len when
+ * it is at most EGPU_API_DRA_ATTR_STRING_MAX, else the longest prefix of at
+ * most that many bytes that ends on a UTF-8 character boundary (the agent
+ * writes a model cut so, a selector matches it cut so). Pure; never fails. */
+size_t egpu_api_dra_attr_len(const char *s, size_t len);
 /* Template names: the prefix and 32 lower-case hex digits (SHA-256's first
  * 128 bits); bytes incl. NUL. */
 #define EGPU_API_DRA_TEMPLATE_PREFIX   "egpu-"

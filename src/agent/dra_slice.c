@@ -84,17 +84,12 @@ static bool semver_of(const char *s, char *out, size_t len)
     return true;
 }
 
-/* The first at most EGPU_DRA_SLICE_STRING_MAX bytes of s that end on a
- * UTF-8 character boundary, into out (EGPU_DRA_SLICE_STRING_MAX + 1 bytes). */
+/* s as a string attribute keeps it (egpu_api_dra_attr_len), into out
+ * (EGPU_DRA_SLICE_STRING_MAX + 1 bytes). */
 static void cut_string(const char *s, char *out)
 {
-    size_t n = strlen(s);
+    size_t n = egpu_api_dra_attr_len(s, strlen(s));
 
-    if (n > EGPU_DRA_SLICE_STRING_MAX) {
-        n = EGPU_DRA_SLICE_STRING_MAX;
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-            n--; /* s[n] continues a character: end before that character */
-    }
     memcpy(out, s, n);
     out[n] = '\0';
 }
@@ -154,13 +149,13 @@ static json_t *attributes_of(const struct egpu__dra_slice_config *cfg,
     cut_string(c->model, model);
     rc = set_attr(attrs, "type", "string", json_string("gpu"));
     if (!rc)
-        rc = set_attr(attrs, "uuid", "string", json_string(c->uuid));
+        rc = set_attr(attrs, EGPU_API_DRA_ATTR_UUID, "string", json_string(c->uuid));
     if (!rc)
         rc = set_attr(attrs, "index", "int", json_integer(c->index));
     if (!rc)
         rc = set_attr(attrs, "minor", "int", json_integer(c->minor));
     if (!rc)
-        rc = set_attr(attrs, "productName", "string", json_string(model));
+        rc = set_attr(attrs, EGPU_API_DRA_ATTR_MODEL, "string", json_string(model));
     if (!rc && c->has_links)
         rc = set_attr(attrs, "nvlinkIsland", "int", json_integer(nvlink_island(cards, n, i)));
     if (!rc && semver_of(cfg->driver_version, ver, sizeof(ver)))

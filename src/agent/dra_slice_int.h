@@ -26,13 +26,14 @@
 #include <jansson.h>
 
 #include "egpu/agent.h"
+#include "egpu/api.h"
 #include "egpu/kube.h"
 
 #define EGPU_DRA_SLICE_API             "resource.k8s.io/v1"
 #define EGPU_DRA_SLICE_DEVICE_PREFIX   "gpu-" /* a device is gpu-<index>, the card's NVML index */
 #define EGPU_DRA_SLICE_UID_MAX         64     /* a Node's metadata.uid incl. NUL (36 characters) */
 #define EGPU_DRA_SLICE_PATH_MAX        160 /* a field path such as "spec.devices[3].capacity..." */
-#define EGPU_DRA_SLICE_STRING_MAX      64  /* bytes of a string attribute the API accepts */
+#define EGPU_DRA_SLICE_STRING_MAX      EGPU_API_DRA_ATTR_STRING_MAX /* bytes of a string attribute */
 /* The device taint of an unhealthy card: key <driver>/unhealthy, value the
  * card's reason as a label value ("XID-79"), effect NoSchedule (pods
  * already running keep their share; new claims do not get the card). */

@@ -148,6 +148,16 @@ int egpu_api_cel_quote(const char *s, size_t len, char **out, struct egpu_error 
     return *out != NULL ? 0 : -ENOMEM;
 }
 
+size_t egpu_api_dra_attr_len(const char *s, size_t len)
+{
+    if (len <= EGPU_API_DRA_ATTR_STRING_MAX)
+        return len;
+    len = EGPU_API_DRA_ATTR_STRING_MAX;
+    while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
+        len--; /* s[len] continues a character: end before it */
+    return len;
+}
+
 int egpu_api_dra_model_selector(const char *models, char **out, struct egpu_error *err)
 {
     struct egpu_buf b;
@@ -175,13 +185,9 @@ int egpu_api_dra_model_selector(const char *models, char **out, struct egpu_erro
                                   "annotation " EGPU_ANN_GPU_MODEL " names an empty model; "
                                   "allowed: GPU models separated by '|'");
         }
-        if (len > EGPU_API_DRA_ATTR_STRING_MAX) {
-            /* The slice holds the model cut as the API's limit makes every
-             * string attribute (src/agent/dra_slice.c): match that. */
-            len = EGPU_API_DRA_ATTR_STRING_MAX;
-            while (len > 0 && ((unsigned char)p[len] & 0xC0) == 0x80)
-                len--; /* p[len] continues a character: end before it */
-        }
+        /* The slice holds the model cut as the API's limit makes every
+         * string attribute (src/agent/dra_slice.c): match that. */
+        len = egpu_api_dra_attr_len(p, len);
         if (!first)
             rc = egpu_buf_append(&b, ", ", 2);
         if (!rc)

@@ -219,6 +219,31 @@ static void name_of(const char *text, char out[EGPU_API_DRA_TEMPLATE_NAME_MAX])
     json_decref(o);
 }
 
+/* The agent's model attribute and the selector's match cut at the same
+ * place: the API's 64 bytes, never inside a UTF-8 character. */
+static void test_attr_len(void **state)
+{
+    char s[80];
+
+    (void)state;
+    assert_int_equal(egpu_api_dra_attr_len("H100", 4), 4);
+    memset(s, 'a', 64);
+    assert_int_equal(egpu_api_dra_attr_len(s, 64), 64);
+    memset(s, 'a', sizeof(s));
+    assert_int_equal(egpu_api_dra_attr_len(s, sizeof(s)), 64);
+    /* "é" (0xC3 0xA9) at bytes 63..64: the cut ends before it */
+    memset(s, 'a', sizeof(s));
+    s[63] = (char)0xC3;
+    s[64] = (char)0xA9;
+    assert_int_equal(egpu_api_dra_attr_len(s, sizeof(s)), 63);
+    /* a 3-byte character at 62..64 */
+    memset(s, 'a', sizeof(s));
+    s[62] = (char)0xE2;
+    s[63] = (char)0x82;
+    s[64] = (char)0xAC;
+    assert_int_equal(egpu_api_dra_attr_len(s, sizeof(s)), 62);
+}
+
 static void test_template_name(void **state)
 {
     char a[EGPU_API_DRA_TEMPLATE_NAME_MAX], b[EGPU_API_DRA_TEMPLATE_NAME_MAX];
@@ -261,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_model_selector),
         cmocka_unit_test(test_claim_spec_shapes),
         cmocka_unit_test(test_claim_spec_refused),
+        cmocka_unit_test(test_attr_len),
         cmocka_unit_test(test_template_name),
     };
 
