@@ -9,7 +9,10 @@ Helm chart's monitoring option.
   # TYPE line even before it has a sample (a histogram as its _bucket, _sum and _count
   series). The same names are also checked against the families the sources register
   (egpu_metric_counter/gauge/histogram, or a row of an egpu_service_metrics_new table),
-  which needs no binary. Every function the expressions call is a PromQL function.
+  which needs no binary. Every function the expressions call is a PromQL function. Of
+  the agent series the panels use, DRA mode's agent (src/agent/dra_mode.c) registers only
+  the card counts, and its own families are named in the operator guide's section on what
+  the dashboard shows for DRA nodes.
 - The dashboard is valid JSON of a current Grafana schema, with unique panel ids, a
   `datasource` template variable of type prometheus that every panel and target uses,
   no Grafana variable that is not defined, panels that do not overlap, and a description
@@ -287,6 +290,24 @@ def test_dashboard_metrics_are_registered_in_the_source(dashboard):
     want = dashboard_metrics(dashboard)
     missing = {n: w for n, w in want.items() if n not in exposed(fams)}
     assert not missing, f"no source registers {missing}"
+
+
+def test_dra_nodes_feed_only_the_card_counts(dashboard):
+    """What docs/operator-guide.md ("What the dashboard shows for DRA nodes") and
+    deploy/monitoring/README.md say: of the agent series the panels use, egpu-agent --mode
+    dra (the families src/agent/dra_mode.c registers, scraped by the PodMonitor
+    egpu-agent-dra) exports only the card counts; its own families are in no panel."""
+    text = (ROOT / "src" / "agent" / "dra_mode.c").read_text()
+    dra = {name for _, name in REGISTER_TABLE.findall(text) + REGISTER.findall(text)}
+    assert "egpu_agent_dra_registered" in dra, "the registration pattern found no DRA family"
+    used = {n for n in dashboard_metrics(dashboard) if n.startswith("egpu_agent_")}
+    assert used & dra == {"egpu_agent_gpus", "egpu_agent_gpus_healthy"}, used & dra
+    assert not {n for n in used if n.startswith("egpu_agent_dra_")}, used
+    guide = (ROOT / "docs" / "operator-guide.md").read_text()
+    section = guide.split("### What the dashboard shows for DRA nodes", 1)[1].split("\n## ", 1)[0]
+    for name in sorted(dra - used):
+        assert re.search(f"`{name}[`{{]", section), \
+            f"the operator guide's DRA dashboard section names no {name}"
 
 
 def test_dashboard_metrics_are_exported_by_the_binaries(  # noqa: F811 (fixtures imported)
