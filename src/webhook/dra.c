@@ -310,12 +310,14 @@ static const struct egpu__webhook_claim_use *use_of(const struct egpu__webhook_c
     return NULL;
 }
 
-int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia, json_t *meta,
+int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg,
+                              const struct egpu_api_facts *facts, bool nvidia, json_t *meta,
                               json_t *spec, const struct egpu__webhook_claim_use *uses,
                               size_t nuses, struct egpu_api_problems *p,
                               struct egpu__webhook_verdict *v)
 {
-    struct egpu_api_facts f = {.default_mem_per_core_mib = cfg->default_mem_per_core};
+    /* The cluster's facts and the operator's default memory of a share. */
+    struct egpu_api_facts f = facts != NULL ? *facts : (struct egpu_api_facts){0};
     const char *models = models_of(meta), *key;
     json_t *claims, *old, *ann, *c, *val;
     json_t *ctrs = json_object_get(spec, "containers");
@@ -324,6 +326,7 @@ int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia
     char *text;
     int rc = 0, n = 0;
 
+    f.default_mem_per_core_mib = cfg->default_mem_per_core;
     if (!egpu_api_spec_wants_gpu(spec))
         return 0;
     if (egpu_api_pod_validate(spec, annotations_of(meta), &f, p) > 0)

@@ -159,8 +159,9 @@ static int diff(const struct egpu__webhook_podpart *pp, const json_t *meta, cons
     return rc;
 }
 
-int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
-                         const struct egpu__webhook_review *rv, struct egpu__webhook_verdict *v)
+int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
+                         bool nvidia, const struct egpu__webhook_review *rv,
+                         struct egpu__webhook_verdict *v)
 {
     struct egpu_api_compat_opts opts = {.nvidia = nvidia,
                                         .aliyun_mem_mib = cfg->aliyun_mem_mib,
@@ -215,7 +216,8 @@ int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
             goto out;
         }
         if (cfg->mode == EGPU_WEBHOOK_MODE_DRA) /* dra.c: claims, not budgets' classes */
-            rc = egpu__webhook_dra_rewrite(cfg, nvidia, meta, spec, uses, nuses, &problems, v);
+            rc = egpu__webhook_dra_rewrite(cfg, facts, nvidia, meta, spec, uses, nuses, &problems,
+                                           v);
         else
             rc = egpu__webhook_budget_apply(cfg, rv, meta, spec, &problems, v);
         rc = rc > 0 ? 0 : rc;

@@ -168,10 +168,12 @@ struct egpu__webhook_verdict {
     char converted[8][128]; /* names converted, for metrics */
 };
 
-/* The mutating rules for review rv: fills *v (zeroed first). Returns 0 or
- * -ENOMEM. */
-int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
-                         const struct egpu__webhook_review *rv,
+/* The mutating rules for review rv: fills *v (zeroed first). facts (may be
+ * NULL: none known) are the cluster's GPUs, which DRA mode's rewrite
+ * checks a request against (/validate no longer sees it once rewritten).
+ * Returns 0 or -ENOMEM. */
+int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
+                         bool nvidia, const struct egpu__webhook_review *rv,
                          struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;
 
 /* The validating rules for review rv with the cluster's facts (may be
@@ -352,7 +354,9 @@ int egpu__webhook_quota_pod(const struct egpu_webhook_config *cfg,
  * rewrites, compatible names already converted and uses[0..nuses) written
  * by egpu__webhook_claims_apply; nvidia: the route converts HAMi's names):
  * when spec asks an elasticgpu.io resource, validate it
- * (egpu_api_pod_validate with cfg's default memory; each problem goes to p
+ * (egpu_api_pod_validate with facts, NULL for none, and cfg's default
+ * memory: a share must fit the largest card, a gpu-model name one the
+ * cluster has, as /validate judges it; each problem goes to p
  * and nothing is rewritten), then give each GPU container its pod claim
  * egpu-<index> (its GPU names removed from requests and limits): for a
  * container of a use not done, spec.resourceClaims' resourceClaimName the
@@ -362,7 +366,8 @@ int egpu__webhook_quota_pod(const struct egpu_webhook_config *cfg,
  * (left out, and a pod owner's own removed, when there is none). One
  * warning per container to v. Returns the number of containers rewritten
  * (0: none asks a GPU, or problems), or -ENOMEM. */
-int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia, json_t *meta,
+int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg,
+                              const struct egpu_api_facts *facts, bool nvidia, json_t *meta,
                               json_t *spec, const struct egpu__webhook_claim_use *uses,
                               size_t nuses, struct egpu_api_problems *p,
                               struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;

@@ -262,6 +262,39 @@ static void test_denied(void **state)
                         "(a share is booked and limited to the memory it names)");
 }
 
+/* The cluster's GPUs judge a request as /validate would: a share larger
+ * than the largest card, or a model the cluster lacks, is refused at
+ * /mutate (the same pods pass without facts: nothing else refuses them). */
+static void test_denied_by_the_cluster(void **state)
+{
+    static const char *const models[] = {"A100-SXM4-40GB"};
+    const struct egpu_api_facts f = {.max_card_mib = 40960, .nmodels = 1, .models = models};
+    const char *big = "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'81920'}";
+    const char *share = "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}";
+    const char *h100 = "{'elasticgpu.io/gpu-model':'H100'}";
+    struct wt_reply w;
+    const char *msg;
+
+    (void)state;
+    w = wt_call(&dra_cfg, EGPU_WEBHOOK_MUTATE, &f,
+                wt_review("CREATE", "", "v1", "Pod", "alice", wt_pod(big, NULL, NULL), NULL));
+    assert_false(json_is_true(json_object_get(wt_response(&w), "allowed")));
+    msg = json_string_value(json_object_get(json_object_get(wt_response(&w), "status"), "message"));
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "largest card"));
+    wt_free(&w);
+    w = wt_call(&dra_cfg, EGPU_WEBHOOK_MUTATE, &f,
+                wt_review("CREATE", "", "v1", "Pod", "alice", wt_pod(share, h100, NULL), NULL));
+    assert_false(json_is_true(json_object_get(wt_response(&w), "allowed")));
+    msg = json_string_value(json_object_get(json_object_get(wt_response(&w), "status"), "message"));
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "A100-SXM4-40GB"));
+    wt_free(&w);
+    /* no facts: both pass */
+    json_decref(mutated(&dra_cfg, wt_pod(big, NULL, NULL), NULL));
+    json_decref(mutated(&dra_cfg, wt_pod(share, h100, NULL), NULL));
+}
+
 /* The claims the fake lookup has: "ns/name" -> ElasticGPUClaim. */
 static int fake_get(void *ud, const char *ns, const char *name, bool fresh, json_t **out,
                     struct egpu_error *err)
@@ -548,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_two_containers),
         cmocka_unit_test(test_reinvoked_with_a_new_container),
         cmocka_unit_test(test_denied),
+        cmocka_unit_test(test_denied_by_the_cluster),
         cmocka_unit_test(test_claims),
         cmocka_unit_test(test_claims_denied),
         cmocka_unit_test(test_guard),
