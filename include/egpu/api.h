@@ -1161,6 +1161,17 @@ int egpu_api_dra_claim_spec(const struct egpu_api_gpu_ask *ask, const char *mode
 int egpu_api_dra_template_name(const json_t *spec, char out[EGPU_API_DRA_TEMPLATE_NAME_MAX],
                                struct egpu_error *err) EGPU_MUST_CHECK;
 
+/* The name of the DRA object egpu-controller --mode dra makes for an
+ * elasticgpu.io object named name (a NUL-terminated string): the DeviceClass
+ * of an ElasticGPUClass, and the ResourceClaim (in the claim's namespace) of
+ * an ElasticGPUClaim, whose one request is EGPU_API_DRA_REQUEST. It is
+ * EGPU_API_DRA_OBJECT_PREFIX and name, into buf (len bytes); the webhook
+ * points a pod's spec.resourceClaims at the same name. Returns 0, or
+ * -ENAMETOOLONG when that is longer than 253 characters (a DNS subdomain's
+ * limit) or does not fit len. */
+#define EGPU_API_DRA_OBJECT_PREFIX "elasticgpu-"
+int egpu_api_dra_object_name(const char *name, char *buf, size_t len) EGPU_MUST_CHECK;
+
 /* ------------------------------------------------------------------------ */
 /* TargetWorkload (src/api/workload.c)                                      */
 /*

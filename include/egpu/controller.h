@@ -374,15 +374,9 @@ bool egpu_controller_dra_spec_same(const json_t *want, const json_t *have);
 /* ------------------------------------------------------------------------ */
 /* DRA mode: an ElasticGPUClass's DeviceClass (src/controller/dra_spec.c)    */
 
-/* The DeviceClass of ElasticGPUClass class_name: EGPU_CONTROLLER_DRA_CLASS_PREFIX
- * and the class's name, into buf (len bytes). Returns 0, or -ENAMETOOLONG
- * when that is longer than 253 characters (a DNS subdomain's limit) or len. */
-#define EGPU_CONTROLLER_DRA_CLASS_PREFIX "elasticgpu-"
-int egpu_controller_dra_class_name(const char *class_name, char *buf, size_t len) EGPU_MUST_CHECK;
-
 /* The DeviceClass (resource.k8s.io/v1, dra_notes.md section 4) that stands
  * for cls (decoded, with its uid) in DRA mode, as a new object (caller
- * json_decref()s): metadata.name egpu_controller_dra_class_name, the label
+ * json_decref()s): metadata.name egpu_api_dra_object_name, the label
  * EGPU_CONTROLLER_MANAGED_BY_KEY, one ownerReference to cls (controller:
  * true; the garbage collector deletes the DeviceClass with the class), and
  * spec.selectors: device.driver == EGPU_API_DRA_DRIVER, and, when cls names
@@ -400,7 +394,7 @@ int egpu_controller_dra_device_class(const struct egpu_api_class *cls, json_t **
 
 /* The ResourceClaim (resource.k8s.io/v1) that stands for claim cl of class
  * cls in DRA mode, as a new object (caller json_decref()s): name
- * egpu_controller_dra_class_name(cl's name) in cl's namespace, the label
+ * egpu_api_dra_object_name(cl's name) in cl's namespace, the label
  * EGPU_CONTROLLER_MANAGED_BY_KEY, one ownerReference to cl (the garbage
  * collector deletes it with the claim), and the spec egpu_api_dra_claim_spec
  * makes for cl's gpu-core and gpu-memory with deviceClassName the class's

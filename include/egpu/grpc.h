@@ -159,7 +159,8 @@ int egpu_grpc_server_stream(struct egpu_grpc_server *srv, const char *method,
 
 /* Bind the socket and start serving on the server's threads. A stale socket
  * file at the path (a kubelet restart leaves none, a crash of ours may) is
- * replaced; any other kind of file there is left alone. Returns 0, -EBUSY
+ * replaced; any other kind of file there is left alone. The socket file
+ * gets mode 0600 (its owner alone connects). Returns 0, -EBUSY
  * (running), -EEXIST (a file that is not a socket is in the way), -errno of
  * the socket's directory (-ENOENT, -EACCES), -EADDRNOTAVAIL (gRPC could not
  * listen; its own log line says why) or -ENOMEM. A stopped server may be

@@ -312,3 +312,12 @@ int egpu_api_dra_template_name(const json_t *spec, char out[EGPU_API_DRA_TEMPLAT
         snprintf(out + sizeof(EGPU_API_DRA_TEMPLATE_PREFIX) - 1 + 2 * i, 3, "%02x", digest[i]);
     return 0;
 }
+
+int egpu_api_dra_object_name(const char *name, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s%s", EGPU_API_DRA_OBJECT_PREFIX, name);
+
+    if (n < 0 || (size_t)n >= len || n > EGPU_K8S_NAME_MAX - 1)
+        return -ENAMETOOLONG;
+    return 0;
+}

@@ -682,7 +682,7 @@ static int sync_dra(struct claim_ctx *x)
         return pending(x, true, "ProvisioningFailed", err.msg);
     if (rc)
         return rc;
-    if (egpu_controller_dra_class_name(cl->meta.name, rcname, sizeof(rcname)) != 0)
+    if (egpu_api_dra_object_name(cl->meta.name, rcname, sizeof(rcname)) != 0)
         return pending(x, true, "ProvisioningFailed", "name too long");
     if (!a.allocated) {
         snprintf(why, sizeof(why),

@@ -100,9 +100,9 @@ static void on_device_class(void *ud, const json_t *o)
     struct egpu__controller *c = ud;
     const char *name = meta_str(o, "name");
     char key[EGPU_K8S_NAME_MAX + 4];
-    size_t n = strlen(EGPU_CONTROLLER_DRA_CLASS_PREFIX);
+    size_t n = strlen(EGPU_API_DRA_OBJECT_PREFIX);
 
-    if (name == NULL || strncmp(name, EGPU_CONTROLLER_DRA_CLASS_PREFIX, n) != 0 || name[n] == '\0')
+    if (name == NULL || strncmp(name, EGPU_API_DRA_OBJECT_PREFIX, n) != 0 || name[n] == '\0')
         return;
     snprintf(key, sizeof(key), "d/%s", name + n);
     (void)egpu_controller_queue_add(c->queue, key);

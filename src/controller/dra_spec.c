@@ -209,15 +209,6 @@ bool egpu_controller_dra_spec_same(const json_t *want, const json_t *have)
     return same(want, have, false, 0);
 }
 
-int egpu_controller_dra_class_name(const char *class_name, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "%s%s", EGPU_CONTROLLER_DRA_CLASS_PREFIX, class_name);
-
-    if (n < 0 || (size_t)n >= len || n > EGPU_K8S_NAME_MAX - 1)
-        return -ENAMETOOLONG;
-    return 0;
-}
-
 /* models "A|B" as "A|NVIDIA A|B|NVIDIA B" (a model already "NVIDIA ..."
  * once), egpu_malloc'd; NULL when out of memory. */
 static char *with_vendor(const char *models)
@@ -264,12 +255,12 @@ int egpu_controller_dra_device_class(const struct egpu_api_class *cls, json_t **
     json_t *sel, *obj;
     int rc;
 
-    rc = egpu_controller_dra_class_name(cls->meta.name, name, sizeof(name));
+    rc = egpu_api_dra_object_name(cls->meta.name, name, sizeof(name));
     if (rc)
         return egpu_error_set(err, rc,
                               "ElasticGPUClass %.64s: DeviceClass %s%.64s... longer than 253 "
                               "characters",
-                              cls->meta.name, EGPU_CONTROLLER_DRA_CLASS_PREFIX, cls->meta.name);
+                              cls->meta.name, EGPU_API_DRA_OBJECT_PREFIX, cls->meta.name);
     rc = egpu_api_cel_quote(EGPU_API_DRA_DRIVER, strlen(EGPU_API_DRA_DRIVER), &driver, err);
     if (rc)
         return rc;
@@ -331,12 +322,12 @@ int egpu_controller_dra_claim_object(const struct egpu_api_claim *cl,
         return egpu_error_set(err, EGPU_ERANGE, "asks %s, but class %s provisions %s",
                               share ? "a share of one card" : "whole cards", cls->meta.name,
                               share ? "whole cards" : "shares of one card");
-    if (egpu_controller_dra_class_name(cl->meta.name, name, sizeof(name)) != 0 ||
-        egpu_controller_dra_class_name(cls->meta.name, dclass, sizeof(dclass)) != 0)
+    if (egpu_api_dra_object_name(cl->meta.name, name, sizeof(name)) != 0 ||
+        egpu_api_dra_object_name(cls->meta.name, dclass, sizeof(dclass)) != 0)
         return egpu_error_set(err, EGPU_ERANGE,
                               "the claim's or its class's name with %s in front is longer "
                               "than 253 characters",
-                              EGPU_CONTROLLER_DRA_CLASS_PREFIX);
+                              EGPU_API_DRA_OBJECT_PREFIX);
     rc = egpu_api_dra_claim_spec(&ask, NULL, &spec, err);
     if (rc)
         return rc;

@@ -41,6 +41,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
@@ -57,6 +58,7 @@
 #include "egpu/log.h"
 
 #define THREADS_MAX 64
+#define SOCKET_MODE 0600 /* the socket file: its owner reads and writes */
 #define ADDR_MAX    (sizeof(((struct sockaddr_un *)0)->sun_path) + 8) /* "unix:" + path */
 
 enum tag_kind {
@@ -994,6 +996,12 @@ int egpu_grpc_server_start(struct egpu_grpc_server *srv, struct egpu_error *err)
         srv->sock_dev = st.st_dev;
         srv->sock_ino = st.st_ino;
         srv->have_sock = true;
+        /* The owner alone may connect (the kubelet runs as root, as do
+         * we); the umask's 0755 already keeps others from connecting
+         * (connect needs write permission), this states it. */
+        if (S_ISSOCK(st.st_mode) && fchmodat(AT_FDCWD, srv->path, SOCKET_MODE, 0) != 0)
+            egpu_log(EGPU_LOG_WARN, "grpc cannot set the socket's mode path=%s error=\"%s\"",
+                     srv->path, strerror(errno));
     }
     atomic_store(&srv->stopping, false);
     srv->shutdown_done = false;

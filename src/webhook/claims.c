@@ -32,7 +32,12 @@
  * Every problem is reported, one sentence per claim. mutate.c writes the
  * results into the copy of the spec it diffs, so the patch holds them and
  * the pod then goes to elastic-gpu-scheduler; /validate's rules then judge
- * the result like any other GPU pod's.
+ * the result like any other GPU pod's. In DRA mode (--mode dra) the same
+ * checks hold, and dra.c then moves what was written to the claim's
+ * ResourceClaim (the controller's, elasticgpu-<claim>): a container that
+ * already names it, with no GPU request of its own, is that patch seen
+ * again. A claim bound to or naming an ElasticGPU is refused there: the
+ * controller keeps it on its ElasticGPU and makes no ResourceClaim for it.
  *
  * On a Pod UPDATE (/validate) an egpuc.elasticgpu.io/ annotation added,
  * changed or removed is refused: the scheduler places the pod by it and the
@@ -418,9 +423,23 @@ int egpu__webhook_claims_resolve(const struct egpu_webhook_config *cfg, bool nvi
             egpu__webhook_problem_add(p, msg);
             continue;
         }
+        if (cfg->mode == EGPU_WEBHOOK_MODE_DRA && (c->bound_egpu[0] || c->egpu_name[0])) {
+            snprintf(msg, sizeof(msg),
+                     "annotation %.83s: ElasticGPUClaim %.63s/%.253s is bound to ElasticGPU "
+                     "%.253s, capacity kube-scheduler's allocator cannot see, so egpu-controller "
+                     "--mode dra makes no ResourceClaim for it; allowed in DRA mode: a claim not "
+                     "bound to and not naming an ElasticGPU",
+                     key, ns, pc[i].claim, c->bound_egpu[0] ? c->bound_egpu : c->egpu_name);
+            egpu__webhook_problem_add(p, msg);
+            continue;
+        }
         ctr = json_array_get(json_object_get(pp->spec, "containers"), (size_t)idx);
-        if (asks_exactly(ctr, nvidia, &u->ask)) {
-            u->done = true;
+        if (cfg->mode == EGPU_WEBHOOK_MODE_DRA && !gpu_names(ctr, nvidia, names, sizeof(names)) &&
+            egpu__webhook_dra_claim_done(pp->spec, (size_t)idx, pc[i].claim)) {
+            u->done = true; /* dra.c's patch seen again */
+        } else if (asks_exactly(ctr, nvidia, &u->ask)) {
+            /* In DRA mode dra.c still moves them to the claim's ResourceClaim. */
+            u->done = cfg->mode != EGPU_WEBHOOK_MODE_DRA;
         } else if (gpu_names(ctr, nvidia, names, sizeof(names))) {
             snprintf(msg, sizeof(msg),
                      "container \"%.63s\" uses claim %.253s (annotation %.83s) and also "
@@ -431,6 +450,7 @@ int egpu__webhook_claims_resolve(const struct egpu_webhook_config *cfg, bool nvi
         }
         u->ctr = (size_t)idx;
         cut(u->container, sizeof(u->container), pc[i].container);
+        cut(u->claim, sizeof(u->claim), pc[i].claim);
         if (!u->done)
             warn(v, pc[i].container, ns, pc[i].claim, c, &u->ask);
         (*n)++;

@@ -27,9 +27,21 @@
  * patched pod (reinvocationPolicy: IfNeeded) finds no GPU request left and
  * changes nothing. Device-plugin mode's schedulerName, PriorityClass and
  * metering finalizer are not given (mutate.c): kube-scheduler places the
- * pod, and budgets on claims are held elsewhere. A pod using an
- * ElasticGPUClaim (egpuc.elasticgpu.io/) is refused: that claim's ElasticGPU
- * holds capacity the allocator cannot see.
+ * pod, and budgets on claims are held elsewhere.
+ *
+ * A container i that uses an ElasticGPUClaim C (annotation
+ * egpuc.elasticgpu.io/<container>: C, which claims.c resolved as in
+ * device-plugin mode: C must exist in the pod's namespace, not be Lost, ...,
+ * and mutate.c wrote C's gpu-core and gpu-memory into the container, so the
+ * rules and the seccomp guard above judge them) gets instead:
+ *   - those resources removed, and resources.claims {name: egpu-<i>,
+ *     request: gpu};
+ *   - spec.resourceClaims {name: egpu-<i>, resourceClaimName:
+ *     elasticgpu-<C>}, the ResourceClaim egpu-controller --mode dra makes
+ *     for C in C's namespace (egpu_api_dra_object_name, the controller's
+ *     name; its one request is gpu); no template, no dra-claims entry.
+ * ResourceClaims are namespaced: a pod's resourceClaimName can only name a
+ * claim of its own namespace, so a tenant cannot reach another's this way.
  *
  * On /validate (every mode): the annotation is fixed once the pod exists (an
  * UPDATE may not add, change or remove it), and on a Pod CREATE it must be
@@ -195,11 +207,117 @@ static int rewrite_one(json_t *spec, json_t *c, size_t i, const char *name,
     return rc;
 }
 
-int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia, json_t *meta,
-                              json_t *spec, struct egpu_api_problems *p,
+/* Is the entry named name of array arr exactly want? */
+static bool has_entry(const json_t *arr, const char *name, const json_t *want)
+{
+    size_t i;
+    json_t *e;
+
+    json_array_foreach(arr, i, e)
+    {
+        const char *n = egpu_api_str(json_object_get(e, "name"));
+
+        if (n != NULL && strcmp(n, name) == 0)
+            return json_equal(e, want);
+    }
+    return false;
+}
+
+/* The entries a container i using ElasticGPUClaim claim gets: its pod claim
+ * name into pod_claim (32 bytes), *ctr_claim its resources.claims entry and
+ * *pod_entry its spec.resourceClaims one (new references). Returns 0,
+ * -ENAMETOOLONG (the ResourceClaim's name) or -ENOMEM (nothing made). */
+static int claim_entries(size_t i, const char *claim, char pod_claim[32], json_t **ctr_claim,
+                         json_t **pod_entry)
+{
+    char rc_name[EGPU_K8S_NAME_MAX];
+
+    *ctr_claim = *pod_entry = NULL;
+    if (egpu_api_dra_object_name(claim, rc_name, sizeof(rc_name)) != 0)
+        return -ENAMETOOLONG;
+    snprintf(pod_claim, 32, EGPU_API_DRA_POD_CLAIM_PREFIX "%zu", i);
+    *ctr_claim = json_pack("{s:s, s:s}", "name", pod_claim, "request", EGPU_API_DRA_REQUEST);
+    *pod_entry = json_pack("{s:s, s:s}", "name", pod_claim, "resourceClaimName", rc_name);
+    if (*ctr_claim == NULL || *pod_entry == NULL) {
+        json_decref(*ctr_claim);
+        json_decref(*pod_entry);
+        *ctr_claim = *pod_entry = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+bool egpu__webhook_dra_claim_done(const json_t *spec, size_t ctr, const char *claim)
+{
+    const json_t *c = json_array_get(json_object_get(spec, "containers"), ctr);
+    json_t *ce, *pe;
+    char pod_claim[32];
+    bool done;
+
+    if (claim_entries(ctr, claim, pod_claim, &ce, &pe) != 0)
+        return false;
+    done = has_entry(json_object_get(json_object_get(c, "resources"), "claims"), pod_claim, ce) &&
+           has_entry(json_object_get(spec, "resourceClaims"), pod_claim, pe);
+    json_decref(ce);
+    json_decref(pe);
+    return done;
+}
+
+/* Container c (index i, name) uses ElasticGPUClaim u->claim, whose ask
+ * claims.c wrote into it: its claim's ResourceClaim instead. */
+static int rewrite_claim(json_t *spec, json_t *c, size_t i, const char *name, bool nvidia,
+                         const struct egpu__webhook_claim_use *u, struct egpu_api_problems *p,
+                         struct egpu__webhook_verdict *v)
+{
+    char pod_claim[32];
+    json_t *ce, *pe, *res;
+    int rc = claim_entries(i, u->claim, pod_claim, &ce, &pe);
+
+    if (rc == -ENAMETOOLONG) {
+        problem(p,
+                "container \"%s\" uses ElasticGPUClaim %.253s: with " EGPU_API_DRA_OBJECT_PREFIX
+                " in front its name passes 253 characters, so egpu-controller --mode dra makes "
+                "no ResourceClaim for it; allowed: a claim name of at most %zu characters",
+                name, u->claim,
+                (size_t)EGPU_K8S_NAME_MAX - 1 - (sizeof(EGPU_API_DRA_OBJECT_PREFIX) - 1));
+        return 0;
+    }
+    if (rc)
+        return rc;
+    res = json_object_get(c, "resources"); /* an object: claims.c wrote into it */
+    strip_names(json_object_get(res, "requests"), nvidia);
+    strip_names(json_object_get(res, "limits"), nvidia);
+    rc = set_named(res, "claims", pod_claim, ce);
+    if (!rc)
+        rc = set_named(spec, "resourceClaims", pod_claim, json_incref(pe));
+    if (!rc)
+        warn(v,
+             "container \"%s\": the GPU of ElasticGPUClaim %s now comes from ResourceClaim "
+             "%s (pod claim %s, request " EGPU_API_DRA_REQUEST ")",
+             name, u->claim, egpu_api_str(json_object_get(pe, "resourceClaimName")), pod_claim);
+    json_decref(pe);
+    return rc;
+}
+
+/* The use of uses[0..n) for container i that is still to write, or NULL. */
+static const struct egpu__webhook_claim_use *use_of(const struct egpu__webhook_claim_use *uses,
+                                                    size_t n, size_t i)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (uses[k].ctr == i && !uses[k].done)
+            return &uses[k];
+    }
+    return NULL;
+}
+
+int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg,
+                              const struct egpu_api_facts *facts, bool nvidia, json_t *meta,
+                              json_t *spec, const struct egpu__webhook_claim_use *uses,
+                              size_t nuses, struct egpu_api_problems *p,
                               struct egpu__webhook_verdict *v)
 {
-    struct egpu_api_facts f = {.default_mem_per_core_mib = cfg->default_mem_per_core};
+    /* The cluster's facts and the operator's default memory of a share. */
+    struct egpu_api_facts f = facts != NULL ? *facts : (struct egpu_api_facts){0};
     const char *models = models_of(meta), *key;
     json_t *claims, *old, *ann, *c, *val;
     json_t *ctrs = json_object_get(spec, "containers");
@@ -208,6 +326,7 @@ int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia
     char *text;
     int rc = 0, n = 0;
 
+    f.default_mem_per_core_mib = cfg->default_mem_per_core;
     if (!egpu_api_spec_wants_gpu(spec))
         return 0;
     if (egpu_api_pod_validate(spec, annotations_of(meta), &f, p) > 0)
@@ -217,6 +336,7 @@ int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia
         return -ENOMEM;
     json_array_foreach(ctrs, i, c)
     {
+        const struct egpu__webhook_claim_use *u;
         struct egpu_api_gpu_ask ask;
         struct egpu_error err = {0};
         const char *name = egpu_api_str(json_object_get(c, "name"));
@@ -225,7 +345,11 @@ int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia
             name = "";
         if (egpu_api_container_gpu(c, name, true, &ask, &err) != 0 || ask.core_pct == 0)
             continue; /* validated above: no error left; no GPU asked */
-        rc = rewrite_one(spec, c, i, name, &ask, models, nvidia, claims, p, v);
+        u = use_of(uses, nuses, i);
+        if (u != NULL)
+            rc = rewrite_claim(spec, c, i, name, nvidia, u, p, v);
+        else
+            rc = rewrite_one(spec, c, i, name, &ask, models, nvidia, claims, p, v);
         if (rc)
             break;
         n++;
@@ -246,6 +370,12 @@ int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia
         }
     }
     json_decref(old);
+    if (!rc && json_object_size(claims) == 0) {
+        /* Only ElasticGPUClaims: no template to list (a pod owner's own goes). */
+        json_decref(claims);
+        (void)json_object_del(json_object_get(meta, "annotations"), EGPU_ANN_DRA_CLAIMS);
+        return n;
+    }
     text = rc ? NULL : json_dumps(claims, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(claims);
     if (text == NULL)
@@ -260,21 +390,6 @@ int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia
         rc = -ENOMEM;
     free(text); /* jansson's allocator */
     return rc ? rc : n;
-}
-
-bool egpu__webhook_dra_uses_claims(const json_t *meta)
-{
-    const json_t *ann = annotations_of(meta);
-    const char *key;
-    json_t *val;
-
-    json_object_foreach((json_t *)ann, key, val)
-    {
-        (void)val;
-        if (strncmp(key, EGPU_ANN_CLAIM_PREFIX, sizeof(EGPU_ANN_CLAIM_PREFIX) - 1) == 0)
-            return true;
-    }
-    return false;
 }
 
 /* ------------------------------------------------------------------------ */

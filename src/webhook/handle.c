@@ -146,8 +146,8 @@ int egpu_webhook_handle(const struct egpu_webhook_config *cfg, enum egpu_webhook
     else if (r == EGPU_WEBHOOK_MUTATE_PLACE)
         rc = egpu__webhook_place(cfg, &rv, v);
     else
-        rc = egpu__webhook_mutate(cfg, r == EGPU_WEBHOOK_MUTATE_NVIDIA || cfg->compat_nvidia, &rv,
-                                  v);
+        rc = egpu__webhook_mutate(cfg, facts, r == EGPU_WEBHOOK_MUTATE_NVIDIA || cfg->compat_nvidia,
+                                  &rv, v);
     if (!rc)
         rc = answer(r, &rv, v, out, reply);
     egpu__webhook_verdict_free(v);

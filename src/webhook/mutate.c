@@ -36,8 +36,9 @@
  *      (budgets.c; a budget or class that cannot be looked up refuses it);
  *   6b. in DRA mode (--mode dra) a Pod gets neither 5 nor 6: its GPU
  *      requests become ResourceClaimTemplates and resourceClaims instead
- *      (dra.c, which says what is rewritten), and a Pod using an
- *      ElasticGPUClaim is refused;
+ *      (dra.c, which says what is rewritten); a container using an
+ *      ElasticGPUClaim (checked as in 3) gets the claim's ResourceClaim,
+ *      which egpu-controller --mode dra makes;
  *   7. the difference between the copy and the original becomes the JSON
  *      Patch (patch.c), and each converted name one `warnings` entry.
  * A Pod UPDATE is left alone: a pod's resources and schedulerName cannot
@@ -158,8 +159,9 @@ static int diff(const struct egpu__webhook_podpart *pp, const json_t *meta, cons
     return rc;
 }
 
-int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
-                         const struct egpu__webhook_review *rv, struct egpu__webhook_verdict *v)
+int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
+                         bool nvidia, const struct egpu__webhook_review *rv,
+                         struct egpu__webhook_verdict *v)
 {
     struct egpu_api_compat_opts opts = {.nvidia = nvidia,
                                         .aliyun_mem_mib = cfg->aliyun_mem_mib,
@@ -194,15 +196,6 @@ int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
         egpu_free(res);
         return 0;
     }
-    if (pp.is_pod && cfg->mode == EGPU_WEBHOOK_MODE_DRA &&
-        egpu__webhook_dra_uses_claims(pp.metadata)) {
-        deny(v, 403, "Forbidden",
-             "annotation " EGPU_ANN_CLAIM_PREFIX "<container>: ElasticGPUClaims are not served in "
-             "DRA mode (egpu-webhook --mode dra); allowed: elasticgpu.io/gpu-core and gpu-memory "
-             "requests, or a ResourceClaim of the pod's own");
-        egpu_free(res);
-        return 0;
-    }
     if (pp.is_pod) {
         rc = egpu__webhook_claims_resolve(cfg, nvidia, rv, &pp, uses, &nuses, &problems, v);
         if (rc || problems.n > 0) {
@@ -223,7 +216,8 @@ int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
             goto out;
         }
         if (cfg->mode == EGPU_WEBHOOK_MODE_DRA) /* dra.c: claims, not budgets' classes */
-            rc = egpu__webhook_dra_rewrite(cfg, nvidia, meta, spec, &problems, v);
+            rc = egpu__webhook_dra_rewrite(cfg, facts, nvidia, meta, spec, uses, nuses, &problems,
+                                           v);
         else
             rc = egpu__webhook_budget_apply(cfg, rv, meta, spec, &problems, v);
         rc = rc > 0 ? 0 : rc;

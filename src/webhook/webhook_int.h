@@ -168,10 +168,12 @@ struct egpu__webhook_verdict {
     char converted[8][128]; /* names converted, for metrics */
 };
 
-/* The mutating rules for review rv: fills *v (zeroed first). Returns 0 or
- * -ENOMEM. */
-int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, bool nvidia,
-                         const struct egpu__webhook_review *rv,
+/* The mutating rules for review rv: fills *v (zeroed first). facts (may be
+ * NULL: none known) are the cluster's GPUs, which DRA mode's rewrite
+ * checks a request against (/validate no longer sees it once rewritten).
+ * Returns 0 or -ENOMEM. */
+int egpu__webhook_mutate(const struct egpu_webhook_config *cfg, const struct egpu_api_facts *facts,
+                         bool nvidia, const struct egpu__webhook_review *rv,
                          struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;
 
 /* The validating rules for review rv with the cluster's facts (may be
@@ -242,8 +244,10 @@ int egpu__webhook_seccomp_apply(const struct egpu_webhook_config *cfg,
 struct egpu__webhook_claim_use {
     size_t ctr;                              /* its index in spec.containers */
     char container[EGPU_CONTAINER_NAME_MAX]; /* its name */
+    char claim[EGPU_K8S_NAME_MAX];           /* the ElasticGPUClaim, of the pod's namespace */
     struct egpu_api_gpu_ask ask;             /* gpu-core and gpu-memory from the claim */
-    bool done; /* it asks exactly that already (the patch seen again): nothing to write */
+    bool done; /* it asks exactly that already, or in DRA mode already names the claim's
+                * ResourceClaim (the patch seen again): nothing to write */
 };
 
 /* The claims of the Pod being created in rv (pp: its pod part; nvidia: the
@@ -255,7 +259,9 @@ struct egpu__webhook_claim_use {
  * and the reason (no such container, the claim missing, Lost, Pending with
  * gpu-tflops, malformed, the lookup unanswered, the container asking a GPU
  * itself); egpu_api_pod_claims's error is added as it is. Each use to write
- * adds one warning to v. Returns 0 (problems or not) or -ENOMEM. */
+ * adds one warning to v. In DRA mode (cfg->mode) a use is done when its
+ * container already has what egpu__webhook_dra_rewrite writes for it
+ * (egpu__webhook_dra_claim_done). Returns 0 (problems or not) or -ENOMEM. */
 int egpu__webhook_claims_resolve(const struct egpu_webhook_config *cfg, bool nvidia,
                                  const struct egpu__webhook_review *rv,
                                  const struct egpu__webhook_podpart *pp,
@@ -378,22 +384,33 @@ const json_t *egpu__webhook_budget_first(const json_t *list);
 /* DRA mode (dra.c)                                                         */
 
 /* On a Pod being created in DRA mode (meta and spec: the copies mutate.c
- * rewrites, compatible names already converted; nvidia: the route converts
- * HAMi's names): when spec asks an elasticgpu.io resource, validate it
- * (egpu_api_pod_validate with cfg's default memory; each problem goes to p
- * and nothing is rewritten), then give each GPU container its claim
- * egpu-<index> of a ResourceClaimTemplate (its GPU names removed from
- * requests and limits), spec.resourceClaims the templates, and meta the
- * annotation EGPU_ANN_DRA_CLAIMS; one warning per container to v. Returns
- * the number of containers rewritten (0: none asks a GPU, or problems), or
- * -ENOMEM. */
-int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg, bool nvidia, json_t *meta,
-                              json_t *spec, struct egpu_api_problems *p,
+ * rewrites, compatible names already converted and uses[0..nuses) written
+ * by egpu__webhook_claims_apply; nvidia: the route converts HAMi's names):
+ * when spec asks an elasticgpu.io resource, validate it
+ * (egpu_api_pod_validate with facts, NULL for none, and cfg's default
+ * memory: a share must fit the largest card, a gpu-model name one the
+ * cluster has, as /validate judges it; each problem goes to p
+ * and nothing is rewritten), then give each GPU container its pod claim
+ * egpu-<index> (its GPU names removed from requests and limits): for a
+ * container of a use not done, spec.resourceClaims' resourceClaimName the
+ * ElasticGPUClaim's ResourceClaim (egpu_api_dra_object_name; a name too
+ * long is a problem naming the claim); for any other, a
+ * ResourceClaimTemplate, listed in meta's annotation EGPU_ANN_DRA_CLAIMS
+ * (left out, and a pod owner's own removed, when there is none). One
+ * warning per container to v. Returns the number of containers rewritten
+ * (0: none asks a GPU, or problems), or -ENOMEM. */
+int egpu__webhook_dra_rewrite(const struct egpu_webhook_config *cfg,
+                              const struct egpu_api_facts *facts, bool nvidia, json_t *meta,
+                              json_t *spec, const struct egpu__webhook_claim_use *uses,
+                              size_t nuses, struct egpu_api_problems *p,
                               struct egpu__webhook_verdict *v) EGPU_MUST_CHECK;
 
-/* Does meta (a pod's metadata, or NULL) carry an egpuc.elasticgpu.io/
- * annotation (a container using an ElasticGPUClaim)? */
-bool egpu__webhook_dra_uses_claims(const json_t *meta);
+/* Does container ctr (its index in spec.containers, spec a PodSpec) already
+ * have what egpu__webhook_dra_rewrite writes for ElasticGPUClaim claim:
+ * resources.claims {name egpu-<ctr>, request EGPU_API_DRA_REQUEST} and
+ * spec.resourceClaims {name egpu-<ctr>, resourceClaimName the claim's
+ * ResourceClaim}, nothing more in either entry? */
+bool egpu__webhook_dra_claim_done(const json_t *spec, size_t ctr, const char *claim);
 
 /* On a Pod CREATE or UPDATE in rv (/validate, every mode): one problem in p
  * when an UPDATE adds, changes or removes EGPU_ANN_DRA_CLAIMS, or a CREATE

@@ -7,7 +7,9 @@ kube-apiserver, kube-controller-manager and kube-scheduler built from tools/go.m
 - `kubectl apply --server-side -k deploy/`: every object accepted; every CRD Established
   (structural schemas, CEL rules within the cost budget, selectableFields: what the test API
   server never checked); every object deploy/ renders is there, as rendered.
-- In another cluster, `helm install` of deploy/helm/elastic-gpu: the same.
+- In another cluster, `helm install` of deploy/helm/elastic-gpu: the same; `helm upgrade
+  --set mode=dra` is taken and puts --mode dra on the webhook's and controller's
+  Deployments only, and mode=device-plugin takes it off.
 - The ValidatingAdmissionPolicy guarding the system annotations, evaluated by the real API
   server's CEL: a pod owner (a ServiceAccount with the `edit` ClusterRole in its namespace)
   writing elasticgpu.io/assigned or elasticgpu.io/allocated onto a pod is refused with the
@@ -291,6 +293,41 @@ def test_helm_install_is_accepted_and_established(helm_cluster):
     check_installed(c, objs + crds, default_ns=NS)
     st, rel = c.call("GET", f"/api/v1/namespaces/{NS}/secrets?labelSelector=owner%3Dhelm")
     assert st == 200 and len(rel["items"]) == 1, rel
+
+
+def test_helm_upgrade_to_dra_mode(helm_cluster):
+    """`helm upgrade --reuse-values --set mode=dra`, the operator guide's step: the real
+    API server takes the new revision as rendered, its egpu-webhook and egpu-controller
+    Deployments' arguments end in --mode dra, and no other object of the release changed;
+    `--set mode=device-plugin` puts them back."""
+    c = helm_cluster
+
+    def deployments():
+        out = {}
+        for name in ("egpu-webhook", "egpu-controller"):
+            st, d = c.call("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/{name}")
+            assert st == 200, (name, d)
+            out[name] = d["spec"]["template"]["spec"]["containers"][0]["args"]
+        return out
+
+    before = deployments()
+    assert all("--mode" not in a for a in before.values()), before
+    old = c.helm("get", "manifest", "egpu", "--namespace", NS).stdout
+    c.helm("upgrade", "egpu", str(CHART), "--namespace", NS, "--reuse-values",
+           "--set", "mode=dra", "--wait=false")
+    text = c.helm("get", "manifest", "egpu", "--namespace", NS).stdout
+    objs = [o for o in yaml.safe_load_all(text) if o]
+    crds = [o for o in yaml.safe_load_all("\n---\n".join(
+        p.read_text() for p in sorted((CHART / "crds").glob("*.yaml")))) if o]
+    check_installed(c, objs + crds, default_ns=NS)
+    after = deployments()
+    assert after == {n: a + ["--mode", "dra"] for n, a in before.items()}, after
+    olds = {ref(o): o for o in yaml.safe_load_all(old) if o}
+    changed = {ref(o)[3] for o in objs if olds.get(ref(o)) != o}
+    assert changed == {"egpu-webhook", "egpu-controller"}, changed
+    c.helm("upgrade", "egpu", str(CHART), "--namespace", NS, "--reuse-values",
+           "--set", "mode=device-plugin", "--wait=false")
+    assert deployments() == before
 
 
 def gpu_pod(name, resources, annotations=None):

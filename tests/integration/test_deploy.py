@@ -1390,6 +1390,65 @@ def test_controller_flags_exist(objs):
     assert "/nonexistent/kubeconfig" in r.stderr, r.stderr
 
 
+# --- DRA mode for the webhook and the controller (deploy/dra) -----------------------
+
+def dra_overlay(tmp_path):
+    """kubectl kustomize of an overlay of deploy/ with the Component deploy/dra."""
+    rel = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {rel}\ncomponents:\n  - {rel}/dra\n")
+    return kustomize(tmp_path)
+
+
+def test_dra_component_sets_the_mode_of_webhook_and_controller(objs, tmp_path):
+    """deploy/dra is a Component (the base stays device-plugin: neither
+    Deployment passes --mode or EGPU_MODE there); an overlay of deploy/ with
+    it builds, and differs from the base only in egpu-webhook's and
+    egpu-controller's arguments, which end in --mode dra; both binaries take
+    the overlay's arguments (a bad flag or value exits 2 before anything
+    else; the controller stops at the kubeconfig that does not exist)."""
+    comp = yaml.safe_load((DEPLOY / "dra" / "kustomization.yaml").read_text())
+    assert comp["kind"] == "Component"
+    kz = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert "dra" not in kz["resources"] and "components" not in kz
+    names = ("egpu-webhook", "egpu-controller")
+    for name in names:
+        c = container(one(objs, "Deployment", name)["spec"]["template"]["spec"], name)
+        assert flag(c["args"], "--mode") is None and "EGPU_MODE" not in str(c.get("env")), name
+    dra = dra_overlay(tmp_path)
+    ident = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")): o for o in dra}
+    base = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")): o for o in objs}
+    assert set(ident) == set(base)
+    assert {k for k in base if base[k] != ident[k]} == {("Deployment", n, NS) for n in names}
+    build = os.environ.get("EGPU_BUILD", str(ROOT / "build"))
+    for name in names:
+        old = container(base[("Deployment", name, NS)]["spec"]["template"]["spec"], name)
+        new = container(ident[("Deployment", name, NS)]["spec"]["template"]["spec"], name)
+        assert new["args"] == old["args"] + ["--mode", "dra"], (name, new["args"])
+        assert {**new, "args": old["args"]} == old, name
+        exe = os.path.join(build, "src", name.split("-")[1], name)
+        if not os.access(exe, os.X_OK):
+            pytest.fail(f"{exe} not built: run `make build` first")
+        args = new.get("command", [])[1:] + new["args"]
+        h = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10)
+        assert "--mode MODE" in h.stdout and "dra" in h.stdout.split("--mode", 1)[1], name
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EGPU_")}
+        env["EGPU_LEASE_NAMESPACE"] = NS
+        r = subprocess.run([exe, *args, "--help"], capture_output=True, text=True, timeout=10,
+                           env=env)
+        assert r.returncode == 0, (name, r.stderr)
+        bad = [a if a != "dra" else "dra-mode" for a in args]
+        r = subprocess.run([exe, *bad, "--help"], capture_output=True, text=True, timeout=10,
+                           env=env)
+        assert r.returncode == 2 and "dra-mode" in r.stderr, (name, r.returncode, r.stderr)
+    _, c = controller_deployment(dra)
+    r = subprocess.run([controller_exe(), *c["args"], "--kubeconfig", "/nonexistent/kubeconfig"],
+                       capture_output=True, text=True, timeout=20, env=env)
+    assert r.returncode not in (0, 2), f"exit {r.returncode}: {r.stderr}"
+    assert "/nonexistent/kubeconfig" in r.stderr, r.stderr
+
+
 # --- the agent ----------------------------------------------------------------------
 
 def agent_daemonsets(objs):

@@ -34,6 +34,11 @@
 - scheduler.mode=main renders deploy/ with the Component
   deploy/scheduler/main-scheduler (and with each webhook certificates
   Component beside it), field by field; another mode fails.
+- mode=dra renders deploy/ with the Component deploy/dra (beside each
+  certificates Component and main-scheduler), field by field: --mode dra at
+  the end of egpu-webhook's and egpu-controller's arguments and nothing else;
+  device-plugin, the default, renders no --mode; another mode fails, as the
+  binaries refuse it.
 - scheduler.podsWithoutGpu=place adds egpu-scheduler --pods-without-gpu
   place and takes managedResources out of kube-scheduler's extender entry,
   its NodeResourcesFit ignoring elasticgpu.io/gpu-memory instead, and
@@ -270,7 +275,8 @@ def test_helm_lint_strict():
     run([helm, "lint", "--strict", str(CHART), "--set", "image.tag=v9.9.9",
          "--set", "scheduler.nodePolicy=fgd", "--set", "scheduler.cardPolicy=spread",
          "--set", "namespace.name=gpu", "--set", "agent.nodeSelector.gpu=yes",
-         "--set", "agent.contextExtraMib=96", "--set", "scheduler.mode=main"])
+         "--set", "agent.contextExtraMib=96", "--set", "scheduler.mode=main",
+         "--set", "mode=dra"])
     run([helm, "lint", "--strict", str(CHART), "--set", "scheduler.podsWithoutGpu=place",
          "--set", "scheduler.targetWorkload.apiVersion=elasticgpu.io/v1alpha1",
          "--set", "scheduler.targetWorkload.kind=TargetWorkload",
@@ -510,6 +516,67 @@ def test_scheduler_mode_is_checked(chart):
     assert 'scheduler.mode is "both": expected second or main' in err, err
 
 
+def overlay(tmp_path, components):
+    """An overlay of deploy/ in tmp_path with deploy/'s components (paths
+    relative to deploy/), in that order."""
+    rel = os.path.relpath(DEPLOY, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {rel}\ncomponents:\n" + "".join(f"  - {rel}/{c}\n" for c in components))
+    return tmp_path
+
+
+@pytest.mark.parametrize("sets,components", [
+    ([], []),
+    (["webhook.certificates=self-signed"], ["webhook/self-signed"]),
+    (["webhook.certificates=cert-manager"], ["webhook/cert-manager"]),
+    (["scheduler.mode=main"], ["scheduler/main-scheduler"]),
+])
+def test_mode_dra_renders_the_component(sets, components, tmp_path):
+    """mode=dra renders deploy/ with the kustomize Component deploy/dra (after
+    the other values' Components), field by field: egpu-webhook's and
+    egpu-controller's arguments end in --mode dra, and nothing else differs
+    from the same values in device-plugin mode."""
+    want = {k: strip_helm(o)
+            for k, o in by_key(kustomize(overlay(tmp_path, components + ["dra"]))).items()}
+    dra = helm_template("mode=dra", *sets)
+    got = {k: strip_helm(o) for k, o in by_key(dra).items()}
+    assert sorted(got, key=str) == sorted(want, key=str)
+    for k in want:
+        assert got[k] == want[k], f"{k} differs at {diff(want[k], got[k])}"
+    before = helm_template(*sets)
+    ch = changes(before, dra)
+    assert set(ch) == {("Deployment", "egpu-webhook", NS),
+                       ("Deployment", "egpu-controller", NS)}, ch
+    for k in ch:
+        (c,) = by_key(dra)[k]["spec"]["template"]["spec"]["containers"]
+        (old,) = by_key(before)[k]["spec"]["template"]["spec"]["containers"]
+        assert c["args"] == old["args"] + ["--mode", "dra"], (k, c["args"])
+        assert "EGPU_MODE" not in {e["name"] for e in c.get("env", [])}
+        assert {**c, "args": old["args"]} == old, k
+
+
+def test_mode_is_checked(chart, build_dir):
+    """device-plugin is the default and renders no --mode (the base); dra is a
+    value both binaries take; anything else fails the rendering, with the
+    schema and without it, as both binaries refuse it."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["mode"] == "device-plugin"
+    assert by_key(helm_template("mode=device-plugin")) == by_key(chart)
+    for name in ("egpu-webhook", "egpu-controller"):
+        (c,) = by_key(chart)[("Deployment", name, NS)]["spec"]["template"]["spec"]["containers"]
+        assert "--mode" not in c["args"] and "EGPU_MODE" not in str(c.get("env"))
+    err = helm_fails("mode=DRA")
+    assert "at '/mode': value must be one of 'device-plugin', 'dra'" in err, err
+    err = helm_fails("mode=both", skip_schema=True)
+    assert 'mode is "both": expected device-plugin or dra' in err, err
+    for exe in ("webhook/egpu-webhook", "controller/egpu-controller"):
+        for v, rc in (("dra", 0), ("device-plugin", 0), ("both", 2)):
+            r = subprocess.run([str(build_dir / "src" / exe), "--mode", v, "--help"],
+                               capture_output=True, text=True, timeout=30)
+            assert r.returncode == rc, (exe, v, r.returncode, r.stderr)
+
+
 def schema_enums(node, path=""):
     """{values path "a.b": its enum} and [paths of the booleans] of values.schema.json."""
     enums, bools = {}, []
@@ -547,8 +614,9 @@ def test_every_enumerated_value_is_checked(build_dir):
     for v, lits in compared.items():
         assert v in enums, f"the templates compare {v} with {sorted(lits)}; the schema has no enum"
         assert lits <= set(enums[v]), (v, lits, enums[v])
-    assert set(enums) >= {"webhook.certificates", "scheduler.nodePolicy", "scheduler.cardPolicy",
-                          "scheduler.mode", "scheduler.podsWithoutGpu", "image.pullPolicy"}
+    assert set(enums) >= {"mode", "webhook.certificates", "scheduler.nodePolicy",
+                          "scheduler.cardPolicy", "scheduler.mode", "scheduler.podsWithoutGpu",
+                          "image.pullPolicy"}
     # The policies are the names egpu-scheduler takes (its error lists them).
     r = subprocess.run([str(build_dir / "src/scheduler/egpu-scheduler"), "--node-policy", "pack"],
                        capture_output=True, text=True, timeout=30)

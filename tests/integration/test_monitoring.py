@@ -9,14 +9,18 @@ Helm chart's monitoring option.
   # TYPE line even before it has a sample (a histogram as its _bucket, _sum and _count
   series). The same names are also checked against the families the sources register
   (egpu_metric_counter/gauge/histogram, or a row of an egpu_service_metrics_new table),
-  which needs no binary. Every function the expressions call is a PromQL function.
+  which needs no binary. Every function the expressions call is a PromQL function. Of
+  the agent series the panels use, DRA mode's agent (src/agent/dra_mode.c) registers only
+  the card counts, and its own families are named in the operator guide's section on what
+  the dashboard shows for DRA nodes.
 - The dashboard is valid JSON of a current Grafana schema, with unique panel ids, a
   `datasource` template variable of type prometheus that every panel and target uses,
   no Grafana variable that is not defined, panels that do not overlap, and a description
   on each; deploy/monitoring/README.md names every panel.
 - `kubectl kustomize deploy/monitoring` renders ServiceMonitors whose selectors match
   exactly one Service of the base each, on a port that Service has and whose target port
-  the selected pods name; a PodMonitor whose selector matches the agent's pods and names
+  the selected pods name; a PodMonitor for each agent DaemonSet (egpu-agent, and
+  egpu-agent-dra of DRA mode) whose selector matches that DaemonSet's pods only and names
   their metrics port; together they cover every metrics port of the base. The ConfigMap
   carries the dashboard and the sidecar's label. The base holds no monitoring.coreos.com
   object (it must apply without the Prometheus Operator).
@@ -288,6 +292,24 @@ def test_dashboard_metrics_are_registered_in_the_source(dashboard):
     assert not missing, f"no source registers {missing}"
 
 
+def test_dra_nodes_feed_only_the_card_counts(dashboard):
+    """What docs/operator-guide.md ("What the dashboard shows for DRA nodes") and
+    deploy/monitoring/README.md say: of the agent series the panels use, egpu-agent --mode
+    dra (the families src/agent/dra_mode.c registers, scraped by the PodMonitor
+    egpu-agent-dra) exports only the card counts; its own families are in no panel."""
+    text = (ROOT / "src" / "agent" / "dra_mode.c").read_text()
+    dra = {name for _, name in REGISTER_TABLE.findall(text) + REGISTER.findall(text)}
+    assert "egpu_agent_dra_registered" in dra, "the registration pattern found no DRA family"
+    used = {n for n in dashboard_metrics(dashboard) if n.startswith("egpu_agent_")}
+    assert used & dra == {"egpu_agent_gpus", "egpu_agent_gpus_healthy"}, used & dra
+    assert not {n for n in used if n.startswith("egpu_agent_dra_")}, used
+    guide = (ROOT / "docs" / "operator-guide.md").read_text()
+    section = guide.split("### What the dashboard shows for DRA nodes", 1)[1].split("\n## ", 1)[0]
+    for name in sorted(dra - used):
+        assert re.search(f"`{name}[`{{]", section), \
+            f"the operator guide's DRA dashboard section names no {name}"
+
+
 def test_dashboard_metrics_are_exported_by_the_binaries(  # noqa: F811 (fixtures imported)
         dashboard, build_dir, api, sched, ctl, cert, tmp_path):
     """Scrape each binary's /metrics: the families it lists, samples or not."""
@@ -365,7 +387,7 @@ def test_base_needs_no_prometheus_operator(base):
 def test_monitors_select_the_base_metrics_ports(base, monitoring):
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in monitoring)
     assert kinds == [("ConfigMap", "elastic-gpu-dashboard"), ("PodMonitor", "egpu-agent"),
-                     ("ServiceMonitor", "egpu-controller"), ("ServiceMonitor", "egpu-scheduler"),
+                     ("PodMonitor", "egpu-agent-dra"), ("ServiceMonitor", "egpu-controller"), ("ServiceMonitor", "egpu-scheduler"),
                      ("ServiceMonitor", "egpu-webhook")]
     for o in monitoring:
         assert o["metadata"]["namespace"] == NS
@@ -402,7 +424,9 @@ def test_monitors_select_the_base_metrics_ports(base, monitoring):
         sel = spec["selector"]["matchLabels"]
         pods = [w for w in workloads if w["metadata"]["namespace"] == pm["metadata"]["namespace"]
                 and matches(sel, w["spec"]["template"]["metadata"]["labels"])]
-        assert [(w["kind"], w["metadata"]["name"]) for w in pods] == [("DaemonSet", "egpu-agent")]
+        # each agent DaemonSet (device-plugin and DRA mode) by its own monitor
+        assert [(w["kind"], w["metadata"]["name"]) for w in pods] == \
+            [("DaemonSet", pm["metadata"]["name"])], pm["metadata"]["name"]
         assert spec["jobLabel"] in pods[0]["spec"]["template"]["metadata"]["labels"]
         for ep in spec["podMetricsEndpoints"]:
             assert ep["port"] in workload_ports(pods[0]), ep["port"]
@@ -414,7 +438,8 @@ def test_monitors_select_the_base_metrics_ports(base, monitoring):
     want = {(w["metadata"]["name"], n) for w in workloads for n in workload_ports(w)
             if n == "metrics"}
     assert want == scraped == {("egpu-scheduler", "metrics"), ("egpu-webhook", "metrics"),
-                               ("egpu-controller", "metrics"), ("egpu-agent", "metrics")}
+                               ("egpu-controller", "metrics"), ("egpu-agent", "metrics"),
+                               ("egpu-agent-dra", "metrics")}
 
 
 def test_dashboard_configmap(monitoring):
@@ -454,6 +479,7 @@ def monitoring_objects(*sets):
     ("webhook", ("ServiceMonitor", "egpu-webhook")),
     ("controller", ("ServiceMonitor", "egpu-controller")),
     ("agent", ("PodMonitor", "egpu-agent")),
+    ("agentDra", ("PodMonitor", "egpu-agent-dra")),
 ])
 def test_a_components_monitor_goes_with_it(component, monitor):
     every = set(monitoring_objects("monitoring.enabled=true"))

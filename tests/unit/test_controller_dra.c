@@ -285,19 +285,19 @@ static void test_device_class(void **state)
     dc = NULL;
 
     /* Names: the prefix and the class's, at most 253 characters. */
-    assert_int_equal(egpu_controller_dra_class_name("a", name, sizeof(name)), 0);
+    assert_int_equal(egpu_api_dra_object_name("a", name, sizeof(name)), 0);
     assert_string_equal(name, "elasticgpu-a");
     memset(longname, 'a', 242);
     longname[242] = '\0';
-    assert_int_equal(egpu_controller_dra_class_name(longname, name, sizeof(name)), 0);
+    assert_int_equal(egpu_api_dra_object_name(longname, name, sizeof(name)), 0);
     assert_int_equal(strlen(name), 253);
     longname[242] = 'a';
     longname[243] = '\0';
-    assert_int_equal(egpu_controller_dra_class_name(longname, name, sizeof(name)), -ENAMETOOLONG);
+    assert_int_equal(egpu_api_dra_object_name(longname, name, sizeof(name)), -ENAMETOOLONG);
     memcpy(cls.meta.name, longname, 244);
     assert_int_equal(egpu_controller_dra_device_class(&cls, &dc, &err), -ENAMETOOLONG);
     assert_null(dc);
-    assert_int_equal(egpu_controller_dra_class_name("a", name, 12), -ENAMETOOLONG);
+    assert_int_equal(egpu_api_dra_object_name("a", name, 12), -ENAMETOOLONG);
 }
 
 static void decode_claim(const char *text, struct egpu_api_claim *cl)

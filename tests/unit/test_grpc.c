@@ -364,6 +364,7 @@ static int wait_closed(int n)
 static void fixture_start(const char *name)
 {
     struct egpu_error err = {0};
+    struct stat st;
 
     fx.live = egpu_alloc_live();
     fx.stream = NULL;
@@ -378,6 +379,10 @@ static void fixture_start(const char *name)
                      0);
     if (egpu_grpc_server_start(fx.srv, &err) != 0)
         fail_msg("start: %s", err.msg);
+    /* its owner alone may connect */
+    assert_int_equal(lstat(fx.sock, &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0600);
 }
 
 static void fixture_stop(void)

@@ -6,7 +6,8 @@
  * elasticgpu.io/dra-claims listing their specs (src/api's own, so the name
  * is checked against the spec). Then /validate on it (allowed), a second
  * pass (no patch), and the guard of the annotation: forged on CREATE,
- * changed or removed on UPDATE, carried outside DRA mode.
+ * changed or removed on UPDATE, carried outside DRA mode. A container using
+ * an ElasticGPUClaim gets the controller's ResourceClaim for it.
  */
 #include "webhook_testutil.h"
 
@@ -247,7 +248,7 @@ static void check_mutate_denied(const char *limits, const char *annotations, con
 }
 
 /* What /validate would refuse is refused here: it cannot see the request
- * once rewritten. A claim's pod is not served in DRA mode. */
+ * once rewritten. */
 static void test_denied(void **state)
 {
     (void)state;
@@ -259,11 +260,204 @@ static void test_denied(void **state)
                         "without elasticgpu.io/gpu-memory; allowed: gpu-memory in MiB with every "
                         "share, in requests and limits, e.g. elasticgpu.io/gpu-memory: \"4096\" "
                         "(a share is booked and limited to the memory it names)");
-    check_mutate_denied(NULL, "{'egpuc.elasticgpu.io/train':'c1'}",
-                        "annotation egpuc.elasticgpu.io/<container>: ElasticGPUClaims are not "
-                        "served in DRA mode (egpu-webhook --mode dra); allowed: "
-                        "elasticgpu.io/gpu-core and gpu-memory requests, or a ResourceClaim of "
-                        "the pod's own");
+}
+
+/* The cluster's GPUs judge a request as /validate would: a share larger
+ * than the largest card, or a model the cluster lacks, is refused at
+ * /mutate (the same pods pass without facts: nothing else refuses them). */
+static void test_denied_by_the_cluster(void **state)
+{
+    static const char *const models[] = {"A100-SXM4-40GB"};
+    const struct egpu_api_facts f = {.max_card_mib = 40960, .nmodels = 1, .models = models};
+    const char *big = "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'81920'}";
+    const char *share = "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}";
+    const char *h100 = "{'elasticgpu.io/gpu-model':'H100'}";
+    struct wt_reply w;
+    const char *msg;
+
+    (void)state;
+    w = wt_call(&dra_cfg, EGPU_WEBHOOK_MUTATE, &f,
+                wt_review("CREATE", "", "v1", "Pod", "alice", wt_pod(big, NULL, NULL), NULL));
+    assert_false(json_is_true(json_object_get(wt_response(&w), "allowed")));
+    msg = json_string_value(json_object_get(json_object_get(wt_response(&w), "status"), "message"));
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "largest card"));
+    wt_free(&w);
+    w = wt_call(&dra_cfg, EGPU_WEBHOOK_MUTATE, &f,
+                wt_review("CREATE", "", "v1", "Pod", "alice", wt_pod(share, h100, NULL), NULL));
+    assert_false(json_is_true(json_object_get(wt_response(&w), "allowed")));
+    msg = json_string_value(json_object_get(json_object_get(wt_response(&w), "status"), "message"));
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "A100-SXM4-40GB"));
+    wt_free(&w);
+    /* no facts: both pass */
+    json_decref(mutated(&dra_cfg, wt_pod(big, NULL, NULL), NULL));
+    json_decref(mutated(&dra_cfg, wt_pod(share, h100, NULL), NULL));
+}
+
+/* The claims the fake lookup has: "ns/name" -> ElasticGPUClaim. */
+static int fake_get(void *ud, const char *ns, const char *name, bool fresh, json_t **out,
+                    struct egpu_error *err)
+{
+    char key[400];
+    json_t *obj;
+
+    (void)fresh;
+    (void)err;
+    snprintf(key, sizeof(key), "%s/%s", ns, name);
+    obj = json_object_get(ud, key);
+    if (obj == NULL)
+        return -ENOENT;
+    *out = json_incref(obj);
+    return 0;
+}
+
+/* ElasticGPUClaim ml/name asking requests (JSON with '), Pending. */
+static json_t *egpu_claim(const char *name, const char *requests)
+{
+    json_t *c = json_pack("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:{s:o}}, s:{s:s}}", "apiVersion",
+                          "elasticgpu.io/v1alpha1", "kind", "ElasticGPUClaim", "metadata", "name",
+                          name, "namespace", "ml", "uid", "u-1", "spec", "resources", "requests",
+                          wt_json(requests), "status", "phase", "Pending");
+
+    assert_non_null(c);
+    return c;
+}
+
+/* A container naming an ElasticGPUClaim gets the controller's ResourceClaim
+ * for it (elasticgpu-<claim>, request gpu): the claim's resources removed
+ * again, no template and no dra-claims entry; another container's own
+ * request still gets its template. Settled: /validate allows the pod and a
+ * second pass changes nothing. */
+static void test_claims(void **state)
+{
+    json_t *have = json_object(), *doc, *warnings, *ctrs, *spec, *claims, *pod;
+    struct egpu_webhook_claims src = {.get = fake_get, .ud = have};
+    struct egpu_webhook_config cfg = dra_cfg;
+    char name[EGPU_API_DRA_TEMPLATE_NAME_MAX], text[512];
+
+    (void)state;
+    cfg.claims = &src;
+    json_object_set_new(have, "ml/gpushare-claim-a",
+                        egpu_claim("gpushare-claim-a", "{'elasticgpu.io/gpu-core':30,"
+                                                       "'elasticgpu.io/gpu-memory':4096}"));
+    /* Only a claim: as the README's gpushare-egpuclass example's pods. */
+    doc = mutated(&cfg,
+                  wt_pod("{'cpu':'2'}", "{'egpuc.elasticgpu.io/train':'gpushare-claim-a'}", NULL),
+                  &warnings);
+    ctrs = json_object_get(json_object_get(doc, "spec"), "containers");
+    wt_assert_json(json_object_get(json_array_get(ctrs, 0), "resources"),
+                   "{'requests':{},'limits':{'cpu':'2'},'claims':[{'name':'egpu-0',"
+                   "'request':'gpu'}]}");
+    wt_assert_json(json_object_get(json_object_get(doc, "spec"), "resourceClaims"),
+                   "[{'name':'egpu-0','resourceClaimName':'elasticgpu-gpushare-claim-a'}]");
+    assert_null(json_object_get(json_object_get(json_object_get(doc, "metadata"), "annotations"),
+                                EGPU_ANN_DRA_CLAIMS));
+    assert_null(json_object_get(json_object_get(doc, "spec"), "schedulerName"));
+    /* A share: the seccomp guard is given as to any share. */
+    assert_non_null(json_object_get(json_array_get(ctrs, 0), "securityContext"));
+    assert_int_equal(json_array_size(warnings), 2);
+    assert_string_equal(json_string_value(json_array_get(warnings, 1)),
+                        "container \"train\": the GPU of ElasticGPUClaim gpushare-claim-a now "
+                        "comes from ResourceClaim elasticgpu-gpushare-claim-a (pod claim egpu-0, "
+                        "request gpu)");
+    check_settled(&cfg, doc);
+    json_decref(warnings);
+    json_decref(doc);
+
+    /* With a second container asking on its own: its template, listed. */
+    pod = wt_pod(NULL, "{'egpuc.elasticgpu.io/train':'gpushare-claim-a'}", NULL);
+    ctrs = json_object_get(json_object_get(pod, "spec"), "containers");
+    json_array_append_new(
+        ctrs, wt_json("{'name':'side','image':'s','resources':{'limits':{"
+                      "'elasticgpu.io/gpu-core':'20','elasticgpu.io/gpu-memory':'1024'}}}"));
+    doc = mutated(&cfg, pod, NULL);
+    template_of(20, 1024, NULL, &spec, name);
+    snprintf(text, sizeof(text),
+             "[{'name':'egpu-0','resourceClaimName':'elasticgpu-gpushare-claim-a'},"
+             "{'name':'egpu-1','resourceClaimTemplateName':'%s'}]",
+             name);
+    wt_assert_json(json_object_get(json_object_get(doc, "spec"), "resourceClaims"), text);
+    claims = ann_claims(doc);
+    assert_int_equal(json_object_size(claims), 1);
+    assert_true(json_equal(json_object_get(claims, name), spec));
+    check_settled(&cfg, doc);
+    json_decref(claims);
+    json_decref(spec);
+    json_decref(doc);
+
+    /* A pod owner's own dra-claims annotation goes when there is no template. */
+    doc = mutated(&cfg,
+                  wt_pod(NULL,
+                         "{'egpuc.elasticgpu.io/train':'gpushare-claim-a',"
+                         "'elasticgpu.io/dra-claims':'{}'}",
+                         NULL),
+                  NULL);
+    assert_null(json_object_get(json_object_get(json_object_get(doc, "metadata"), "annotations"),
+                                EGPU_ANN_DRA_CLAIMS));
+    json_decref(doc);
+    json_decref(have);
+}
+
+/* What claims.c refuses in device-plugin mode is refused here too: the
+ * claim must exist in the pod's namespace; a container also asking a GPU
+ * itself; in DRA mode also a claim bound to an ElasticGPU (it has no
+ * ResourceClaim) and one whose ResourceClaim name would pass 253 characters. */
+static void test_claims_denied(void **state)
+{
+    json_t *have = json_object();
+    struct egpu_webhook_claims src = {.get = fake_get, .ud = have};
+    struct egpu_webhook_config cfg = dra_cfg;
+    char longname[254], ann[400], msg[1024];
+    struct wt_reply w;
+
+    (void)state;
+    cfg.claims = &src;
+    json_object_set_new(have, "ml/c1", egpu_claim("c1", "{'elasticgpu.io/gpu-core':100}"));
+    json_object_set_new(have, "other/c2", egpu_claim("c2", "{'elasticgpu.io/gpu-core':100}"));
+    w = wt_call(&cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice",
+                          wt_pod(NULL, "{'egpuc.elasticgpu.io/train':'c2'}", NULL), NULL));
+    wt_assert_denied(&w, "annotation egpuc.elasticgpu.io/train: ElasticGPUClaim ml/c2 not found");
+    wt_free(&w);
+    w = wt_call(&cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice",
+                          wt_pod("{'elasticgpu.io/gpu-core':'100'}",
+                                 "{'egpuc.elasticgpu.io/train':'c1'}", NULL),
+                          NULL));
+    wt_assert_denied(&w, "container \"train\" uses claim c1 (annotation "
+                         "egpuc.elasticgpu.io/train) and also requests elasticgpu.io/gpu-core; "
+                         "remove one");
+    wt_free(&w);
+    json_object_set_new(have, "ml/old", egpu_claim("old", "{'elasticgpu.io/gpu-core':100}"));
+    json_object_set_new(json_object_get(json_object_get(have, "ml/old"), "status"),
+                        "elasticGPUName", json_string("egpu-7"));
+    json_object_set_new(json_object_get(json_object_get(have, "ml/old"), "status"), "phase",
+                        json_string("Bound"));
+    w = wt_call(&cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice",
+                          wt_pod(NULL, "{'egpuc.elasticgpu.io/train':'old'}", NULL), NULL));
+    wt_assert_denied(&w, "annotation egpuc.elasticgpu.io/train: ElasticGPUClaim ml/old is bound "
+                         "to ElasticGPU egpu-7, capacity kube-scheduler's allocator cannot see, "
+                         "so egpu-controller --mode dra makes no ResourceClaim for it; allowed in "
+                         "DRA mode: a claim not bound to and not naming an ElasticGPU");
+    wt_free(&w);
+    for (size_t i = 0; i < 250; i++) /* a DNS subdomain: labels of 63 */
+        longname[i] = i % 64 == 63 ? '.' : 'a';
+    longname[250] = '\0';
+    snprintf(ann, sizeof(ann), "ml/%s", longname);
+    json_object_set_new(have, ann, egpu_claim(longname, "{'elasticgpu.io/gpu-core':100}"));
+    snprintf(ann, sizeof(ann), "{'egpuc.elasticgpu.io/train':'%s'}", longname);
+    w = wt_call(&cfg, EGPU_WEBHOOK_MUTATE, NULL,
+                wt_review("CREATE", "", "v1", "Pod", "alice", wt_pod(NULL, ann, NULL), NULL));
+    snprintf(msg, sizeof(msg),
+             "container \"train\" uses ElasticGPUClaim %s: with elasticgpu- in front its name "
+             "passes 253 characters, so egpu-controller --mode dra makes no ResourceClaim for it; "
+             "allowed: a claim name of at most 242 characters",
+             longname);
+    wt_assert_denied(&w, msg);
+    wt_free(&w);
+    json_decref(have);
 }
 
 static void check_validate(const struct egpu_webhook_config *cfg, const char *op, json_t *obj,
@@ -387,6 +581,9 @@ int main(void)
         cmocka_unit_test(test_two_containers),
         cmocka_unit_test(test_reinvoked_with_a_new_container),
         cmocka_unit_test(test_denied),
+        cmocka_unit_test(test_denied_by_the_cluster),
+        cmocka_unit_test(test_claims),
+        cmocka_unit_test(test_claims_denied),
         cmocka_unit_test(test_guard),
         cmocka_unit_test(test_device_plugin_mode_unchanged),
     };

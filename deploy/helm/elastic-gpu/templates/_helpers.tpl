@@ -71,6 +71,19 @@ would fail the agent, instead of becoming a default.
 {{- end -}}
 
 {{/*
+"true" when mode is dra (egpu-webhook and egpu-controller --mode dra, as the
+Component deploy/dra), "" when it is device-plugin, the default, which
+renders no flag; anything else fails, as both binaries would refuse it.
+*/}}
+{{- define "elastic-gpu.draMode" -}}
+{{- $m := toString .Values.mode -}}
+{{- if not (has $m (list "device-plugin" "dra")) -}}
+{{- fail (printf "mode is %q: expected device-plugin or dra (egpu-webhook and egpu-controller --mode)" $m) -}}
+{{- end -}}
+{{- if eq $m "dra" }}true{{ end -}}
+{{- end -}}
+
+{{/*
 "true" when scheduler.mode is main (the extender in the cluster's own
 kube-scheduler, as the Component deploy/scheduler/main-scheduler), "" when
 it is second (deploy/'s second scheduler); any other mode fails.
