@@ -52,6 +52,7 @@ MUTATE, MUTATE_NV, VALIDATE = ("mutate.webhook.elasticgpu.io",
                                "mutate-nvidia.webhook.elasticgpu.io",
                                "validate.webhook.elasticgpu.io")
 CLAIMS = "claims.webhook.elasticgpu.io"
+CLAIMS_CONDITION = "elasticgpu-claims-and-dra-claims-of-its-classes"
 PLACE = "place.webhook.elasticgpu.io"
 PLACE_LABEL = "elasticgpu.io/pods-without-gpu"
 NV_LABEL = "elasticgpu.io/compat-nvidia"
@@ -182,7 +183,8 @@ EXPECTED = {
         "namespaceSelector": {"matchLabels": {PLACE_LABEL: "place"},
                               "matchExpressions": [SYSTEM_NS]}}),
     # Claims against the namespace's ResourceQuota (src/webhook/quota.c): every
-    # claim CREATE and UPDATE, no matchConditions.
+    # ElasticGPUClaim CREATE and UPDATE; DRA claims of this driver's classes only
+    # (its matchCondition, CLAIMS_CONDITION, evaluated below).
     CLAIMS: ("ValidatingWebhookConfiguration", {
         **COMMON, "name": CLAIMS, "clientConfig": service("/validate"),
         "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["elasticgpu.io"],
@@ -210,7 +212,8 @@ def test_webhook_configurations_exact(objs):
         conds = w.pop("matchConditions", [])
         assert w == want, f"{name}:\n got  {w}\n want {want}"
         assert [c["name"] for c in conds] == (
-            [] if name == CLAIMS else ["names-no-scheduler", "asks-no-gpu"] if name == PLACE
+            [CLAIMS_CONDITION] if name == CLAIMS
+            else ["names-no-scheduler", "asks-no-gpu"] if name == PLACE
             else ["names-gpu-resource-or-annotation"]), name
     # place is the last mutating webhook: it sees a pod after /mutate gave a
     # claim's pod its GPU, and nothing after it reinvokes.
@@ -266,7 +269,7 @@ def test_webhook_configurations_valid(objs):
                 assert e["operator"] in ("In", "NotIn", "Exists", "DoesNotExist")
                 assert bool(e.get("values")) == (e["operator"] in ("In", "NotIn"))
             conds = w.get("matchConditions", [])
-            assert (0 < len(conds) <= 64) if w["name"] != CLAIMS else not conds
+            assert 0 < len(conds) <= 64
             assert len({c["name"] for c in conds}) == len(conds)
             for c in conds:
                 assert QUALIFIED.match(c["name"]), c["name"]
@@ -588,6 +591,71 @@ def test_match_conditions(objs, match_results, case):
             # The table says which webhooks get this operation; so do the rules.
             assert rule_covers(whs[name][1], obj, op), f"{name} gets no {op} of this kind"
             assert r["match"] is want[name], f"{name}: {case}: match {r['match']}"
+
+
+def dra_claim(requests, kind="ResourceClaim"):
+    spec = {"devices": {"requests": requests}} if requests is not None else {}
+    if kind == "ResourceClaimTemplate":
+        spec = {"spec": spec}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": kind,
+            "metadata": {"name": "c", "namespace": "team"}, "spec": spec}
+
+
+def dra_request(obj, op="CREATE"):
+    req = request_for(obj, op)
+    res = obj["kind"].lower() + "s"
+    req["kind"] = {"group": "resource.k8s.io", "version": "v1", "kind": obj["kind"]}
+    req["resource"] = {"group": "resource.k8s.io", "version": "v1", "resource": res}
+    return req
+
+
+def exactly(cls, **kw):
+    return {"name": "gpu", "exactly": {"deviceClassName": cls, **kw}}
+
+
+CLAIM_CASES = {
+    # name: (object, sent to the webhook)
+    "elasticgpuclaim": ({"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClaim",
+                         "metadata": {"name": "c", "namespace": "team"},
+                         "spec": {"resources": {"requests": {"elasticgpu.io/gpu-core": "30"}}}},
+                        True),
+    "share claim": (dra_claim([exactly("gpu-share.elasticgpu.io", capacity={
+        "requests": {"cores": "30", "memory": "4Gi"}})]), True),
+    "whole-card claim": (dra_claim([exactly("gpu.elasticgpu.io", count=2)]), True),
+    "an ElasticGPUClass's class": (dra_claim([exactly("elasticgpu-gpushare")]), True),
+    "ours in firstAvailable": (dra_claim([{"name": "gpu", "firstAvailable": [
+        {"name": "nv", "deviceClassName": "gpu.nvidia.com"},
+        {"name": "ours", "deviceClassName": "gpu-share.elasticgpu.io"}]}]), True),
+    "template of ours": (dra_claim([exactly("gpu-share.elasticgpu.io")],
+                                   "ResourceClaimTemplate"), True),
+    "another driver's claim": (dra_claim([exactly("gpu.nvidia.com", count=8)]), False),
+    "another driver's firstAvailable": (dra_claim([{"name": "g", "firstAvailable": [
+        {"name": "nv", "deviceClassName": "gpu.nvidia.com"}]}]), False),
+    "another driver's template": (dra_claim([exactly("gpu.nvidia.com")],
+                                            "ResourceClaimTemplate"), False),
+    "a claim of no devices": (dra_claim(None), False),
+    "a template of no devices": (dra_claim(None, "ResourceClaimTemplate"), False),
+    "a request without a class": (dra_claim([{"name": "x", "exactly": {}}]), False),
+}
+
+
+def test_claims_match_condition(objs):
+    """claims.webhook gets every ElasticGPUClaim and only the ResourceClaims and
+    templates that ask one of this driver's classes (as src/api/dra_usage.c counts
+    them), so another driver's claims never wait on egpu-webhook (failurePolicy Fail),
+    and nothing errors (an error fails the request closed)."""
+    _, w = webhooks(objs)[CLAIMS]
+    cases = []
+    for n, (obj, _) in CLAIM_CASES.items():
+        req = request_for(obj, "CREATE") if obj["kind"] == "ElasticGPUClaim" else dra_request(obj)
+        if obj["kind"] == "ElasticGPUClaim":
+            req["resource"] = {"group": "elasticgpu.io", "version": "v1alpha1",
+                               "resource": "elasticgpuclaims"}
+        cases.append({"name": n, "object": obj, "oldObject": None, "request": req})
+    got = evaluate(w, cases)
+    for n, (_, want) in CLAIM_CASES.items():
+        assert got[n]["error"] is None, f"{n}: {got[n]['error']}"
+        assert got[n]["match"] is want, f"{n}: match {got[n]['match']}"
 
 
 def test_match_evaluator_reports_errors(objs):

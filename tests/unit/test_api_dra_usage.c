@@ -41,6 +41,11 @@ static void test_spec_usage(void **state)
         {REQ("{'name': 'gpu', 'exactly': {'deviceClassName': " SHARE ", 'count': 2, "
              "'capacity': {'requests': {'cores': '20'}}}}"),
          40, 0, 2, 2},
+        /* an ElasticGPUClass's DeviceClass (the controller's elasticgpu-<class>),
+         * named by a tenant's own claim: ours, counted */
+        {REQ("{'name': 'gpu', 'exactly': {'deviceClassName': 'elasticgpu-gpushare', "
+             "'capacity': {'requests': {'cores': '50', 'memory': '8Gi'}}}}"),
+         50, 8192, 1, 0},
         /* another driver's class asks nothing of us */
         {REQ("{'name': 'nv', 'exactly': {'deviceClassName': 'gpu.nvidia.com', 'count': 8, "
              "'allocationMode': 'All'}}"),
