@@ -1250,9 +1250,9 @@ struct egpu_api_dra_usage {
  * EGPU_API_DRA_CLASS_WHOLE and every elasticgpu-<class> the controller makes
  * of an ElasticGPUClass (EGPU_API_DRA_OBJECT_PREFIX: a tenant may name one in
  * a claim of their own, so it counts as ours); each request's exactly
- * (deviceClassName one of those; any other class asks nothing of us), count devices (absent: 1; 1..EGPU_API_DRA_USAGE_COUNT_MAX;
- * allocationMode absent or ExactCount), each device its capacity.requests
- * cores (a whole number 0..100) and memory (bytes, rounded up to MiB, at most
+ * (deviceClassName one of those; any other class asks nothing of us), count devices (absent:
+ * 1; 1..EGPU_API_DRA_USAGE_COUNT_MAX; allocationMode absent or ExactCount), each device its
+ * capacity.requests cores (a whole number 0..100) and memory (bytes, rounded up to MiB, at most
  * EGPU_API_DRA_USAGE_MEM_MAX MiB); a capacity not named is the card's
  * requestPolicy default, the whole card: cores 100, memory counted in
  * mem_whole. A request with firstAvailable counts the largest of its

@@ -56,7 +56,8 @@ static int one_request(const json_t *r, const char *path, struct egpu_api_dra_us
                               "%s.deviceClassName is missing or not a string; allowed: a "
                               "DeviceClass name, e.g. " EGPU_API_DRA_CLASS_SHARE,
                               path);
-    if (strcmp(name, EGPU_API_DRA_CLASS_SHARE) != 0 && strcmp(name, EGPU_API_DRA_CLASS_WHOLE) != 0 &&
+    if (strcmp(name, EGPU_API_DRA_CLASS_SHARE) != 0 &&
+        strcmp(name, EGPU_API_DRA_CLASS_WHOLE) != 0 &&
         strncmp(name, EGPU_API_DRA_OBJECT_PREFIX, sizeof(EGPU_API_DRA_OBJECT_PREFIX) - 1) != 0)
         return 0; /* another driver's class: not ours to count */
     if (mode != NULL && !json_is_null(mode) &&
