@@ -45,19 +45,6 @@
 #define PREEMPT_LOWER "PreemptLowerPriority"
 #define PREEMPT_NEVER "Never"
 
-static void warn(struct egpu__webhook_verdict *v, const char *fmt, ...) EGPU_PRINTF(2, 3);
-
-static void warn(struct egpu__webhook_verdict *v, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (v->nwarnings >= EGPU_API_PROBLEMS_MAX)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(v->warnings[v->nwarnings++], sizeof(v->warnings[0]), fmt, ap);
-    va_end(ap);
-}
-
 /* The GPUBudget of the namespace: the first of list by metadata.name, or
  * NULL when list holds none with a name. Borrowed from list. */
 static const json_t *first_by_name(const json_t *list)
@@ -237,37 +224,42 @@ int egpu__webhook_budget_apply(const struct egpu_webhook_config *cfg,
     if (!added && !changed)
         goto out; /* all in place already (the patch seen again): no word */
     if (why[0] != '\0' && cls[0] == '\0') { /* the budget itself is unreadable */
-        warn(v,
-             "namespace %s has GPUBudget %.200s, which cannot be read (%.250s); the pod keeps "
-             "its priority",
-             rv->ns, bname, why);
+        egpu__webhook_warn(
+            v,
+            "namespace %s has GPUBudget %.200s, which cannot be read (%.250s); the pod keeps "
+            "its priority",
+            rv->ns, bname, why);
     } else if (!usable && cls[0] != '\0') {
-        warn(v,
-             "namespace %s is %s its GPU budget (GPUBudget %.200s), whose PriorityClass %.200s "
-             "(spec.%s) %.120s: the pod is admitted at the priority it has; create the "
-             "PriorityClass or correct the GPUBudget",
-             rv->ns, over ? "over" : "within", bname, cls, field, why);
+        egpu__webhook_warn(
+            v,
+            "namespace %s is %s its GPU budget (GPUBudget %.200s), whose PriorityClass %.200s "
+            "(spec.%s) %.120s: the pod is admitted at the priority it has; create the "
+            "PriorityClass or correct the GPUBudget",
+            rv->ns, over ? "over" : "within", bname, cls, field, why);
     } else if (!usable) {
-        warn(v,
-             "namespace %s is within its GPU budget (GPUBudget %.200s); the pod keeps its "
-             "priority and its GPU time is metered (finalizer " EGPU_FINALIZER_METERING ")",
-             rv->ns, bname);
+        egpu__webhook_warn(
+            v,
+            "namespace %s is within its GPU budget (GPUBudget %.200s); the pod keeps its "
+            "priority and its GPU time is metered (finalizer " EGPU_FINALIZER_METERING ")",
+            rv->ns, bname);
     } else if (over) {
-        warn(v,
-             "namespace %s is over its GPU budget (GPUBudget %.200s); the pod gets PriorityClass "
-             "%.200s and may be preempted by pods of namespaces within budget",
-             rv->ns, bname, cls);
+        egpu__webhook_warn(
+            v,
+            "namespace %s is over its GPU budget (GPUBudget %.200s); the pod gets PriorityClass "
+            "%.200s and may be preempted by pods of namespaces within budget",
+            rv->ns, bname, cls);
     } else {
-        warn(v,
-             "namespace %s is within its GPU budget (GPUBudget %.200s); the pod gets "
-             "PriorityClass %.200s",
-             rv->ns, bname, cls);
+        egpu__webhook_warn(v,
+                           "namespace %s is within its GPU budget (GPUBudget %.200s); the pod gets "
+                           "PriorityClass %.200s",
+                           rv->ns, bname, cls);
     }
     if (changed && replaced[0] != '\0')
-        warn(v,
-             "the pod's PriorityClass %.200s is replaced by %.200s: GPU pods of namespace %s take "
-             "the class of GPUBudget %.200s",
-             replaced, cls, rv->ns, bname);
+        egpu__webhook_warn(
+            v,
+            "the pod's PriorityClass %.200s is replaced by %.200s: GPU pods of namespace %s take "
+            "the class of GPUBudget %.200s",
+            replaced, cls, rv->ns, bname);
 out:
     json_decref(pc);
     json_decref(list);

@@ -45,6 +45,7 @@
  * creation.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,6 +63,17 @@ static void cut(char *dst, size_t len, const char *src)
         n = len - 1;
     memcpy(dst, src, n);
     dst[n] = '\0';
+}
+
+void egpu__webhook_warn(struct egpu__webhook_verdict *v, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (v->nwarnings >= EGPU_API_PROBLEMS_MAX)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(v->warnings[v->nwarnings++], sizeof(v->warnings[0]), fmt, ap);
+    va_end(ap);
 }
 
 void egpu__webhook_problem_add(struct egpu_api_problems *p, const char *msg)

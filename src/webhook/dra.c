@@ -146,19 +146,6 @@ static void problem(struct egpu_api_problems *p, const char *fmt, ...)
     egpu__webhook_problem_add(p, msg);
 }
 
-static void warn(struct egpu__webhook_verdict *v, const char *fmt, ...) EGPU_PRINTF(2, 3);
-
-static void warn(struct egpu__webhook_verdict *v, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (v->nwarnings >= EGPU_API_PROBLEMS_MAX)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(v->warnings[v->nwarnings++], sizeof(v->warnings[0]), fmt, ap);
-    va_end(ap);
-}
-
 /* Container c (index i, name) asks ask: its claim. */
 static int rewrite_one(json_t *spec, json_t *c, size_t i, const char *name,
                        const struct egpu_api_gpu_ask *ask, const char *models, bool nvidia,
@@ -194,16 +181,18 @@ static int rewrite_one(json_t *spec, json_t *c, size_t i, const char *name,
             spec, "resourceClaims", pod_claim,
             json_pack("{s:s, s:s}", "name", pod_claim, "resourceClaimTemplateName", tmpl));
     if (!rc && ask->core_pct < 100)
-        warn(v,
-             "container \"%s\": " EGPU_RES_GPU_CORE " %lld%s%lld MiB now come from "
-             "ResourceClaimTemplate %s (pod claim %s, request " EGPU_API_DRA_REQUEST ")",
-             name, (long long)ask->core_pct, ask->has_mem ? " and gpu-memory " : "",
-             ask->has_mem ? (long long)ask->mem_mib : 0LL, tmpl, pod_claim);
+        egpu__webhook_warn(v,
+                           "container \"%s\": " EGPU_RES_GPU_CORE " %lld%s%lld MiB now come from "
+                           "ResourceClaimTemplate %s (pod claim %s, request " EGPU_API_DRA_REQUEST
+                           ")",
+                           name, (long long)ask->core_pct, ask->has_mem ? " and gpu-memory " : "",
+                           ask->has_mem ? (long long)ask->mem_mib : 0LL, tmpl, pod_claim);
     else if (!rc)
-        warn(v,
-             "container \"%s\": %lld whole card(s) now come from ResourceClaimTemplate %s "
-             "(pod claim %s, request " EGPU_API_DRA_REQUEST ")",
-             name, (long long)(ask->core_pct / 100), tmpl, pod_claim);
+        egpu__webhook_warn(
+            v,
+            "container \"%s\": %lld whole card(s) now come from ResourceClaimTemplate %s "
+            "(pod claim %s, request " EGPU_API_DRA_REQUEST ")",
+            name, (long long)(ask->core_pct / 100), tmpl, pod_claim);
     return rc;
 }
 
@@ -291,10 +280,11 @@ static int rewrite_claim(json_t *spec, json_t *c, size_t i, const char *name, bo
     if (!rc)
         rc = set_named(spec, "resourceClaims", pod_claim, json_incref(pe));
     if (!rc)
-        warn(v,
-             "container \"%s\": the GPU of ElasticGPUClaim %s now comes from ResourceClaim "
-             "%s (pod claim %s, request " EGPU_API_DRA_REQUEST ")",
-             name, u->claim, egpu_api_str(json_object_get(pe, "resourceClaimName")), pod_claim);
+        egpu__webhook_warn(
+            v,
+            "container \"%s\": the GPU of ElasticGPUClaim %s now comes from ResourceClaim "
+            "%s (pod claim %s, request " EGPU_API_DRA_REQUEST ")",
+            name, u->claim, egpu_api_str(json_object_get(pe, "resourceClaimName")), pod_claim);
     json_decref(pe);
     return rc;
 }

@@ -212,6 +212,10 @@ void egpu__webhook_verdict_free(struct egpu__webhook_verdict *v);
  * is full (claims.c). */
 void egpu__webhook_problem_add(struct egpu_api_problems *p, const char *msg);
 
+/* Add a warning (printf fmt, cut to fit a warnings entry) to v, or drop it
+ * when v holds EGPU_API_PROBLEMS_MAX already (claims.c). */
+void egpu__webhook_warn(struct egpu__webhook_verdict *v, const char *fmt, ...) EGPU_PRINTF(2, 3);
+
 /* Deny v with code 403 "Forbidden" and p's problems joined with "; ", then
  * "; and N more" (claims.c). */
 void egpu__webhook_deny_problems(struct egpu__webhook_verdict *v,
