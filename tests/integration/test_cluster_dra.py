@@ -351,9 +351,8 @@ def dra(cluster, deployed, build_dir):
     try:
         wait(lambda: not get(cluster, f"/api/v1/namespaces/{NS}/pods")["items"], "pods gone", 30)
     finally:
-        n.stop()
+        n.stop()  # its Node, slice and GPU objects go with it
         cluster.call("DELETE", f"/api/v1/namespaces/{NS}")
-        cluster.call("DELETE", f"/api/v1/nodes/{NODE}")
         if made_class:
             cluster.call("DELETE", f"{RES}/deviceclasses/{CLASS}")
 
