@@ -330,10 +330,12 @@ def mockctl(build_dir, state, *args):
 
 
 @pytest.fixture(scope="module")
-def dra(cluster, deployed, build_dir):
+def dra(cluster, deployed, webhook, build_dir):
     """The session's control plane with deploy/ (egpu-agent-dra's RBAC), DeviceClass
     gpu-share.elasticgpu.io (deploy/'s when it has one, else made here with the same CEL
-    selector), namespace NS, and one DRANode with the agent's fake cards."""
+    selector), namespace NS, and one DRANode with the agent's fake cards. The session's
+    egpu-webhook serves deploy/'s claims.webhook.elasticgpu.io, which the API server calls
+    (failurePolicy Fail) for every claim and template of this driver's classes."""
     assert cluster.version.startswith("v1.36"), cluster.version  # DRAConsumableCapacity on
     made_class = not any(o["kind"] == "DeviceClass" and o["metadata"]["name"] == CLASS
                          for o in deployed)
