@@ -23,7 +23,8 @@ struct egpu__agent_metrics {
     struct egpu_metrics *reg; /* borrowed */
     struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_allocs, *m_alloc_errors,
         *m_prestarts, *m_registrations, *m_mismatches, *m_marks;
-    struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_gpu_used, *m_ctr_core, *m_ctr_mem;
+    struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_gpu_used, *m_gpu_reserved, *m_ctr_core,
+        *m_ctr_mem;
     struct egpu__agent_ctr *ctrs; /* containers with limit gauges (set to 0 once gone) */
     size_t nctrs;
     struct egpu_plugin_stats seen; /* the counters at the last refresh */
