@@ -118,6 +118,14 @@ static bool keep_used(const char *const *values, void *data)
     return false;
 }
 
+size_t egpu__agent_metrics_used_retain(struct egpu_metric *m_used,
+                                       const struct egpu_gpu_info *cards, size_t n)
+{
+    struct used_keep k = {.cards = cards, .ncards = n};
+
+    return egpu_metric_retain(m_used, keep_used, &k);
+}
+
 /* What refresh_allocations adds up. */
 struct alloc_sum {
     struct egpu__agent_metrics *m;
@@ -171,8 +179,7 @@ static void refresh_allocations(struct egpu__agent_metrics *m, struct egpu_plugi
         (void)egpu_metric_set(m->m_gpu_used, used, (double)cards[i].used_mem_mib);
         (void)egpu_metric_set(m->m_gpu_reserved, values, (double)cards[i].reserved_mem_mib);
     }
-    (void)egpu_metric_retain(m->m_gpu_used, keep_used,
-                             &(struct used_keep){.cards = cards, .ncards = s->ncards});
+    (void)egpu__agent_metrics_used_retain(m->m_gpu_used, cards, s->ncards);
     for (size_t i = 0; i < m->nctrs; i++) {
         const char *values[3] = {m->ctrs[i].v[0], m->ctrs[i].v[1], m->ctrs[i].v[2]};
 

@@ -43,6 +43,13 @@ int egpu__agent_metrics_register(struct egpu__agent_metrics *m, struct egpu_metr
 void egpu__agent_metrics_refresh(struct egpu__agent_metrics *m, struct egpu_plugin *p,
                                  bool registered);
 
+/* Drop the series of m_used (labels gpu, source: egpu_agent_gpu_used_memory_mib)
+ * but those of a card of cards[0 .. n) under the source it has now
+ * (egpu_gpu_mem_source_name), so a card that fell back from v2 to v1, or
+ * left, keeps no stale series. Returns how many were dropped. */
+size_t egpu__agent_metrics_used_retain(struct egpu_metric *m_used,
+                                       const struct egpu_gpu_info *cards, size_t n);
+
 /* Free what m holds besides the series (the registry frees those). */
 void egpu__agent_metrics_close(struct egpu__agent_metrics *m);
 

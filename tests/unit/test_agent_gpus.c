@@ -5,7 +5,8 @@
  * links. The NVML backend against the mock libnvidia-ml.so.1 built in
  * <build>/src/agent (EGPU_NVML_MOCK_DIR, from egpu_agent's build interface):
  * cards listed, used memory from nvmlDeviceGetMemoryInfo_v2 (the driver's
- * reservation apart) or, without it, v1, topology and NVLink, probe failures
+ * reservation apart) or, without it, v1 (and the metric's series following
+ * the source), topology and NVLink, probe failures
  * and XID events making cards unhealthy, and the startup errors: no library, a missing required
  * symbol (an error, never a NULL call), nvmlInit_v2 failing. Every test
  * checks that no egpu_malloc block and no NVML reference is left behind.
@@ -18,6 +19,7 @@
 #include "testutil.h"
 #include "egpu/agent.h"
 #include "egpu/log.h"
+#include "metrics_int.h"
 
 #define MOCK_FULL    EGPU_NVML_MOCK_DIR "/nvml-mock/libnvidia-ml.so.1"
 #define MOCK_NOMINOR EGPU_NVML_MOCK_DIR "/nvml-mock-nominor/libnvidia-ml.so.1"
@@ -475,6 +477,41 @@ static void test_nvml_memory_v2_fails(void **state)
     mock_release(&m, 1, 1);
 }
 
+/* The used-memory series follow the card's source: after a fall back from
+ * v2 to v1 only the v1 series is left, and a card that left has none. */
+static void test_used_series_follow_the_source(void **state)
+{
+    static const char *const labels[] = {"gpu", "source"};
+    struct egpu_gpu_info cards[2];
+    struct egpu_metrics *reg = egpu_metrics_new();
+    struct egpu_metric *m = NULL;
+    const char *v2[] = {"GPU-a", "nvmlDeviceGetMemoryInfo_v2"};
+    const char *v1[] = {"GPU-a", "nvmlDeviceGetMemoryInfo"};
+    const char *other[] = {"GPU-b", "nvmlDeviceGetMemoryInfo_v2"};
+    double got;
+
+    (void)state;
+    assert_non_null(reg);
+    assert_int_equal(egpu_metric_gauge(reg, "used", "", 2, labels, &m), 0);
+    memset(cards, 0, sizeof(cards));
+    snprintf(cards[0].uuid, sizeof(cards[0].uuid), "GPU-a");
+    snprintf(cards[1].uuid, sizeof(cards[1].uuid), "GPU-b");
+    cards[0].mem_source = cards[1].mem_source = EGPU_MEM_SOURCE_V2;
+    assert_int_equal(egpu_metric_set(m, v2, 5), 0);
+    assert_int_equal(egpu_metric_set(m, other, 7), 0);
+    assert_int_equal(egpu__agent_metrics_used_retain(m, cards, 2), 0);
+    cards[0].mem_source = EGPU_MEM_SOURCE_V1; /* card a falls back */
+    assert_int_equal(egpu_metric_set(m, v1, 485), 0);
+    assert_int_equal(egpu__agent_metrics_used_retain(m, cards, 2), 1);
+    assert_int_equal(egpu_metric_get(m, v2, &got), -ENOENT);
+    assert_int_equal(egpu_metric_get(m, v1, &got), 0);
+    assert_true(got == 485);
+    assert_int_equal(egpu__agent_metrics_used_retain(m, cards, 1), 1); /* card b left */
+    assert_int_equal(egpu_metric_get(m, other, &got), -ENOENT);
+    assert_int_equal(egpu_metric_get(m, v1, &got), 0);
+    egpu_metrics_free(reg);
+}
+
 static void test_nvml_topology(void **state)
 {
     struct egpu_error err = {0};
@@ -742,6 +779,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nvml_cards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_memory_v2, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_memory_v2_fails, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_used_series_follow_the_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_topology, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_probe_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_xid_events, setup, teardown),
