@@ -45,7 +45,9 @@ NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Servi
 # Every (apiGroup, resource, verb) egpu-scheduler uses: src/scheduler/api.c
 # (informers on nodes, pods, GPUs, ElasticGPUs, claims and classes; GET +
 # merge PATCH of pods; merge PATCH of a WaitForFirstConsumer claim's
-# selected-node/selected-gpus annotations; the Binding).
+# selected-node/selected-gpus annotations; the Binding; in DRA mode, its informer on
+# resource.k8s.io/v1 ResourceClaims and GET of a pod's claim its cache lacks: a DRA pod's
+# ask is its claims' requests, the allocated claims what the cards hold).
 EGPU_NEEDS = {
     ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "get"), ("", "pods", "patch"),
@@ -55,6 +57,7 @@ EGPU_NEEDS = {
     (GROUP, "elasticgpuclaims", "list"), (GROUP, "elasticgpuclaims", "watch"),
     (GROUP, "elasticgpuclaims", "patch"),
     (GROUP, "elasticgpuclasses", "list"), (GROUP, "elasticgpuclasses", "watch"),
+    *{("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")},
 }
 # Every (apiGroup, resource, verb) egpu-controller uses, from src/controller:
 #   main.c start_informers: list + watch of elasticgpuclaims,
@@ -534,7 +537,10 @@ def test_scheduler_config(objs):
     assert ext["ignorable"] is False
     assert not ext.get("enableHTTPS", False)
     managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
-    assert managed == {"elasticgpu.io/gpu-core": False, "elasticgpu.io/gpu-memory": True}
+    # elasticgpu.io/dra: the marker egpu-webhook --mode dra gives a container whose GPU it
+    # moved to a ResourceClaim, so that kube-scheduler calls the extender for DRA pods too.
+    assert managed == {"elasticgpu.io/gpu-core": False, "elasticgpu.io/gpu-memory": True,
+                       "elasticgpu.io/dra": True}
 
     # kube-scheduler calls the extender of its own pod on loopback, where
     # egpu-scheduler serves the verbs and nothing outside the pod reaches.

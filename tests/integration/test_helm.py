@@ -690,7 +690,7 @@ def test_pods_without_gpu_place_drops_managed_resources(chart, build_dir):
     assert new_ext == {k: v for k, v in old_ext.items() if k != "managedResources"}
     # What ignoredByScheduler said, NodeResourcesFit says now.
     ignored = [m["name"] for m in old_ext["managedResources"] if m["ignoredByScheduler"]]
-    assert ignored == ["elasticgpu.io/gpu-memory"]
+    assert ignored == ["elasticgpu.io/gpu-memory", "elasticgpu.io/dra"]
     (old_prof,), (new_prof,) = old["profiles"], new["profiles"]
     assert "pluginConfig" not in old_prof
     assert new_prof["pluginConfig"] == [{"name": "NodeResourcesFit",
