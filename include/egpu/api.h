@@ -64,12 +64,6 @@ extern "C" {
 #define EGPU_SCHEDULER_NAME       "elastic-gpu-scheduler"      /* spec.schedulerName of GPU pods */
 #define EGPU_RES_GPU_CORE         EGPU_API_GROUP "/gpu-core"   /* percent of one card */
 #define EGPU_RES_GPU_MEMORY       EGPU_API_GROUP "/gpu-memory" /* MiB per card */
-/* The marker egpu-webhook --mode dra gives each container whose GPU it moved
- * to a ResourceClaim, "1" in requests and limits: kube-scheduler calls the
- * extender only for a pod that asks one of its managedResources
- * (deploy/scheduler, where this one is ignoredByScheduler: true). Not a GPU
- * ask (egpu_api_res_asks_gpu): no node advertises it and the kubelet drops
- * it from the pod's requests. */
 #define EGPU_RES_DRA              EGPU_API_GROUP "/dra"
 /* The scheduler's decision, written by bind (format below). */
 #define EGPU_ANN_ASSIGNED         EGPU_API_GROUP "/assigned"
@@ -239,7 +233,14 @@ size_t egpu_api_pod_validate(const json_t *spec, const json_t *annotations,
 int egpu_api_share_memory_default(json_t *spec, uint32_t mib_per_core,
                                   struct egpu_api_problems *notes) EGPU_MUST_CHECK;
 
-/* Is name (a resource name, NUL-terminated) an elasticgpu.io resource that
+/* EGPU_RES_DRA is the marker egpu-webhook --mode dra gives each container
+ * whose GPU it moved to a ResourceClaim, "1" in requests and limits:
+ * kube-scheduler calls the extender only for a pod that asks one of its
+ * managedResources (deploy/scheduler, where this one is ignoredByScheduler:
+ * true). It is no GPU ask: no node advertises it and the kubelet drops it
+ * from the pod's requests.
+ *
+ * Is name (a resource name, NUL-terminated) an elasticgpu.io resource that
  * asks for a GPU: any name of the group but the marker EGPU_RES_DRA? */
 bool egpu_api_res_asks_gpu(const char *name);
 
