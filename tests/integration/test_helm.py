@@ -41,7 +41,7 @@
   binaries refuse it.
 - scheduler.podsWithoutGpu=place adds egpu-scheduler --pods-without-gpu
   place and takes managedResources out of kube-scheduler's extender entry,
-  its NodeResourcesFit ignoring elasticgpu.io/gpu-memory instead, and
+  its NodeResourcesFit ignoring elasticgpu.io/gpu-memory and elasticgpu.io/dra instead, and
   nothing else; pass is the default; another value fails, and so does place
   with mode main.
 - scheduler.targetWorkload renders its document into a ConfigMap (named by
