@@ -64,6 +64,7 @@ extern "C" {
 #define EGPU_SCHEDULER_NAME       "elastic-gpu-scheduler"      /* spec.schedulerName of GPU pods */
 #define EGPU_RES_GPU_CORE         EGPU_API_GROUP "/gpu-core"   /* percent of one card */
 #define EGPU_RES_GPU_MEMORY       EGPU_API_GROUP "/gpu-memory" /* MiB per card */
+#define EGPU_RES_DRA              EGPU_API_GROUP "/dra"
 /* The scheduler's decision, written by bind (format below). */
 #define EGPU_ANN_ASSIGNED         EGPU_API_GROUP "/assigned"
 /* Written by the node agent once the kubelet allocated the pod's devices. */
