@@ -30,7 +30,6 @@ egpu-scheduler to A, its claim allocated on A's card, whose two claims then cons
 and 45056 MiB. So the second test fails wherever the extender does not place DRA pods.
 Without the control plane binaries the tests skip, except under CI=true, where they fail."""
 import json
-import pathlib
 
 import pytest
 
@@ -39,7 +38,6 @@ import dra_node  # noqa: E402  (tests/cluster/dra_node.py)
 from cluster import wait_until as wait  # noqa: E402
 from test_cluster_dra_webhook import dra_webhook, hostile_model_card  # noqa: F401  (fixtures)
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 NS = "dra-ext"
 NODE_A, NODE_B = "dra-ext-a", "dra-ext-b"
 POOL = "elasticgpu.io/test-pool"  # a label of this module's two nodes only
@@ -161,7 +159,7 @@ def env(cluster, deployed, dra_webhook, build_dir, tmp_path_factory):  # noqa: F
                                         fake_gpus="1xH100-80GB").start()
             stop.append(nodes[n].stop)
         pair = components.SchedulerPair(cluster, build_dir, d, "dra-ext",
-                                        extra=("--node-policy", "fgd",
+                                        extra=("--dra", "--node-policy", "fgd",
                                                "--target-workload", str(target)))
         stop.append(pair.stop)
         cluster.start_scheduler(components.kube_scheduler_alone_config(ALONE),
@@ -214,11 +212,6 @@ def test_kube_scheduler_alone_takes_the_emptier_node(cluster, env):
     delete_pod(cluster, "alone", claim["metadata"]["name"])
 
 
-# Until egpu-scheduler places DRA pods (its src/scheduler/dra.c, another branch of issue 26),
-# its bind refuses this pod ("asks for no elasticgpu.io/gpu-core"): an expected failure,
-# strict, and a plain test once that file is in the tree.
-@pytest.mark.xfail(not (ROOT / "src/scheduler/dra.c").exists(), strict=True,
-                   reason="egpu-scheduler does not place DRA pods yet (no src/scheduler/dra.c)")
 def test_extender_binds_the_dra_pod_to_fgds_node(cluster, env):
     """Through the webhook (schedulerName elastic-gpu-scheduler, the marker) kube-scheduler
     calls egpu-scheduler for the same pod: FGD's node A wins, egpu-scheduler's bind verb
