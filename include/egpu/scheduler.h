@@ -419,7 +419,10 @@ void egpu_extender_free(struct egpu_extender *x);
  * pod that is not this scheduler's to bind (its cached spec.schedulerName is
  * not cfg.scheduler_name, or it asks for no elasticgpu.io resource: nothing
  * is annotated or bound then), 503 for filter and prioritize before the
- * cache is synced. bind reads only the names, uid and node of its body; what
+ * cache is synced, and for prioritize of a DRA pod whose ResourceClaim is
+ * not cached yet (400 for a DRA pod it refuses otherwise: without --dra,
+ * gpu-core beside the marker, a claim spec it cannot read; filter refuses
+ * those with 200 and the Error). bind reads only the names, uid and node of its body; what
  * it decides on is the pod as the cache holds it (from the API server's
  * watch). The cache is never changed by a failed call. */
 int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,

@@ -73,7 +73,8 @@ struct dra_claim {
     /* what its spec asks (a tenant's: scoring only) */
     uint32_t nask;
     struct egpu_container_request ask[EGPU_CONTAINERS_MAX];
-    char ask_error[EGPU_ERRMSG_MAX]; /* why the spec cannot be read, or "" */
+    bool ask_whole_mem[EGPU_CONTAINERS_MAX]; /* a share naming no memory: its card's whole */
+    char ask_error[EGPU_ERRMSG_MAX];         /* why the spec cannot be read, or "" */
     /* what its status holds (kube-scheduler's) */
     bool allocated;               /* status.allocation is set */
     char node[EGPU_K8S_NAME_MAX]; /* the pool of its results of ours; "" when none */
@@ -370,7 +371,7 @@ static int ask_of(struct dra_claim *e, const struct egpu_api_dra_usage *u, const
         rc = egpu_container_request_set(&e->ask[e->nask], 100 * u->devices, 0, err);
         if (rc)
             return egpu_error_prefix(err, rc, "%s: %lld whole cards", path, (long long)u->devices);
-        e->nask++;
+        e->ask_whole_mem[e->nask++] = false; /* whole cards come with all their memory */
         return 0;
     }
     for (int64_t k = 0; k < u->devices; k++) {
@@ -380,7 +381,8 @@ static int ask_of(struct dra_claim *e, const struct egpu_api_dra_usage *u, const
         rc = egpu_container_request_set(&e->ask[e->nask], each > 0 ? each : 1, mem, err);
         if (rc)
             return egpu_error_prefix(err, rc, "%s", path);
-        e->nask++;
+        /* No memory named: the slice's default, all of the card's. */
+        e->ask_whole_mem[e->nask++] = u->mem_whole > 0;
     }
     return 0;
 too_many:
@@ -552,6 +554,7 @@ static int claim_set(struct egpu_sched_cache *c, const json_t *obj, bool read,
         e->rv = f->rv;
         e->nask = f->nask;
         memcpy(e->ask, f->ask, sizeof(e->ask));
+        memcpy(e->ask_whole_mem, f->ask_whole_mem, sizeof(e->ask_whole_mem));
         memcpy(e->ask_error, f->ask_error, sizeof(e->ask_error));
         if (!same) {
             snprintf(was, sizeof(was), "%s", e->state == EGPU_SCHED_RESV_APPLIED ? e->node : "");
@@ -755,9 +758,11 @@ int egpu__sched_dra_refs(const json_t *pod, struct egpu__sched_dra_refs *out,
 
 int egpu__sched_dra_request_locked(struct egpu_sched_cache *c, const struct egpu_sched_pod *pod,
                                    const struct egpu__sched_dra_refs *refs,
-                                   struct egpu_pod_request *req, struct egpu_error *err)
+                                   struct egpu_pod_request *req,
+                                   bool whole_mem[EGPU_CONTAINERS_MAX], struct egpu_error *err)
 {
     memset(req, 0, sizeof(*req));
+    memset(whole_mem, 0, EGPU_CONTAINERS_MAX * sizeof(whole_mem[0]));
     req->cpu_milli = pod->req.cpu_milli;
     req->mem_mib = pod->req.mem_mib;
     for (size_t i = 0; i < refs->n; i++) {
@@ -784,6 +789,7 @@ int egpu__sched_dra_request_locked(struct egpu_sched_cache *c, const struct egpu
                                          "; allowed: up to " STR(EGPU_CONTAINERS_MAX),
                 pod->ns, pod->name);
         memcpy(&req->containers[req->ncontainers], e->ask, e->nask * sizeof(e->ask[0]));
+        memcpy(&whole_mem[req->ncontainers], e->ask_whole_mem, e->nask * sizeof(whole_mem[0]));
         req->ncontainers += e->nask;
     }
     return 0;

@@ -45,10 +45,12 @@ int egpu__sched_dra_refs(const json_t *pod, struct egpu__sched_dra_refs *out,
                          struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* The request the placement core judges DRA pod pod by, into *req: the
- * pod's CPU and memory, and one container request per device request of
- * each of its claims refs (in pod.ns) that is not allocated yet: a share
- * (cores 1..99 percent and its memory MiB; a share naming no memory asks
- * none here, see docs/scheduler.md), or k whole cards (cores 100, count k).
+ * pod's CPU and memory, and one container request per device of each
+ * device request of its claims refs (in pod.ns) that are not allocated yet:
+ * a share (cores 1..99 percent and its memory MiB), or k whole cards (cores
+ * 100, count k). A share that names no memory consumes its card's whole
+ * memory (the slice's default), which depends on the node: it asks 0 here
+ * and whole_mem[i] is true for it (the caller sets the node's card memory).
  * An allocated claim adds nothing: it is held on its cards already. The
  * model mask is left 0. Returns 0, -EAGAIN (a claim is not in the cache yet:
  * its watch event has not come; the message names it), EGPU_ERANGE (a
@@ -57,6 +59,7 @@ int egpu__sched_dra_refs(const json_t *pod, struct egpu__sched_dra_refs *out,
 int egpu__sched_dra_request_locked(struct egpu_sched_cache *c, const struct egpu_sched_pod *pod,
                                    const struct egpu__sched_dra_refs *refs,
                                    struct egpu_pod_request *req,
+                                   bool whole_mem[EGPU_CONTAINERS_MAX],
                                    struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* Node node is about to be rebuilt (removed from the core and added again):

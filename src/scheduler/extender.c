@@ -615,6 +615,78 @@ static int priorities(struct egpu_extender *x, struct egpu_buf *reply,
                       const struct egpu__wire_args *a, const uint32_t *slots, uint64_t members,
                       const uint8_t *score);
 
+/* judge() for a DRA pod's request r whose containers i with whole_mem[i]
+ * ask their card's whole memory (a share naming no memory consumes the
+ * slice's default, all of the card's), which depends on the node: the
+ * nodes are judged in groups of the same card memory, each group with
+ * those containers asking that much. The reasons of each group are copied
+ * into owned (n entries, the caller egpu_free()s each), why[i] pointing
+ * at them. Returns 0 or -ENOMEM. */
+static int judge_by_card_memory(struct egpu_extender *x, struct egpu_placer *p,
+                                struct egpu_cluster *c, const struct egpu_pod_request *r,
+                                const bool *whole_mem, const char *const *names, size_t n,
+                                uint32_t *slots, struct egpu_verdict *v, const char **why,
+                                char **owned)
+{
+    const size_t m = n ? n : 1;
+    const char **gnames = egpu_malloc(m * sizeof(*gnames)), **gwhy = NULL;
+    uint32_t *mem = egpu_malloc(m * sizeof(*mem)), *gslots = egpu_malloc(m * sizeof(*gslots));
+    size_t *at = egpu_malloc(m * sizeof(*at));
+    struct egpu_verdict *gv = egpu_malloc(m * sizeof(*gv));
+    bool *done = egpu_calloc(m, sizeof(*done));
+    int rc = 0;
+
+    if (why != NULL && (gwhy = egpu_calloc(m, sizeof(*gwhy))) == NULL)
+        rc = -ENOMEM;
+    if (gnames == NULL || mem == NULL || gslots == NULL || at == NULL || gv == NULL ||
+        done == NULL || rc != 0 || lookup_slots(c, names, n, slots) != 0)
+        rc = -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const struct egpu_node *node = slots[i] != EGPU_NO_SLOT ? c->nodes[slots[i]] : NULL;
+
+        mem[i] = node != NULL && node->ngpus > 0 ? node->gpus[0].mem_mib : 0;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct egpu_pod_request gr = *r;
+        struct egpu_buf reasons;
+        size_t k = 0;
+
+        if (done[i])
+            continue;
+        for (size_t j = i; j < n; j++) {
+            if (!done[j] && mem[j] == mem[i]) {
+                done[j] = true;
+                at[k] = j;
+                gnames[k++] = names[j];
+            }
+        }
+        for (uint32_t ci = 0; ci < gr.ncontainers; ci++) {
+            if (whole_mem[ci])
+                gr.containers[ci].mem_mib = mem[i];
+        }
+        egpu_buf_init(&reasons, k * 2048 + 1);
+        rc = judge(x, p, c, NULL, &gr, gnames, k, gslots, gv, gwhy, &reasons);
+        for (size_t g = 0; rc == 0 && g < k; g++) {
+            slots[at[g]] = gslots[g];
+            v[at[g]] = gv[g];
+            if (why == NULL || gwhy[g] == NULL)
+                continue;
+            owned[at[g]] = egpu_strdup(gwhy[g]);
+            why[at[g]] = owned[at[g]];
+            rc = owned[at[g]] == NULL ? -ENOMEM : 0;
+        }
+        egpu_buf_free(&reasons);
+    }
+    egpu_free(gnames);
+    egpu_free(gwhy);
+    egpu_free(mem);
+    egpu_free(gslots);
+    egpu_free(at);
+    egpu_free(gv);
+    egpu_free(done);
+    return rc;
+}
+
 /* filter (filter true) and prioritize for a DRA pod (a->pod.dra; with
  * --dra). Its request is made of its ResourceClaims in the cache
  * (egpu__sched_dra_request_locked) and judged by its DRA placer: the nodes
@@ -627,8 +699,8 @@ static int priorities(struct egpu_extender *x, struct egpu_buf *reply,
  * best score pass (the others fail naming the best), so that kube-scheduler's
  * own scores, which are blind to GPUs, cannot outweigh the node policy's
  * ranking; where the model finds no node that fits (it does not model
- * everything the allocator does: another driver's devices, a share naming
- * no memory), every known node passes and the allocator's word stands. A
+ * everything the allocator does: another driver's devices, a claim's
+ * selectors), every known node passes and the allocator's word stands. A
  * node the cache does not know fails with its reason, as for any pod. A
  * claim not in the cache yet (its watch event has not come) refuses the
  * whole call, so kube-scheduler tries the pod again; so does a pod that
@@ -647,12 +719,13 @@ static int dra_verb(struct egpu_extender *x, struct egpu__wire_args *a, struct e
     struct egpu_verdict *v = NULL;
     struct egpu_buf reasons;
     const char **why = NULL;
+    char **owned = NULL; /* reasons judge_by_card_memory copied */
     uint32_t *slots = NULL;
     uint8_t *score = NULL;
     uint64_t members = 0;
     char better[512];
     char(*loaded)[LOAD_TEXT_MAX] = NULL;
-    bool any = false;
+    bool whole_mem[EGPU_CONTAINERS_MAX], any = false, by_mem = false;
     int rc = 0, status;
 
     egpu_buf_init(&reasons, a->n * 2048 + 1);
@@ -675,18 +748,24 @@ static int dra_verb(struct egpu_extender *x, struct egpu__wire_args *a, struct e
         v = egpu_calloc(n, sizeof(*v));
         slots = egpu_malloc(n * sizeof(*slots));
         why = filter ? egpu_calloc(n, sizeof(*why)) : NULL;
+        owned = filter ? egpu_calloc(n, sizeof(*owned)) : NULL;
         score = filter ? NULL : egpu_calloc(n, sizeof(*score));
-        if (v == NULL || slots == NULL || (filter ? why == NULL : score == NULL))
+        if (v == NULL || slots == NULL || (filter ? why == NULL || owned == NULL : score == NULL))
             rc = egpu_error_set(&err, -ENOMEM, "out of memory");
     }
     if (rc == 0) {
         c = lock_cache(x);
-        rc = egpu__sched_dra_request_locked(x->cache, &a->pod, refs, &req, &err);
+        rc = egpu__sched_dra_request_locked(x->cache, &a->pod, refs, &req, whole_mem, &err);
         if (rc == 0)
             rc = egpu_cluster_model_mask(c, a->pod.gpu_model, &req.model_mask, &err);
         if (rc == 0 && (p = placer_for(x, c, &a->pod, &err)) == NULL)
             rc = err.code ? err.code : -ENOMEM;
-        if (rc == 0 && judge(x, p, c, NULL, &req, a->names, a->n, slots, v, why, &reasons) != 0)
+        for (uint32_t i = 0; rc == 0 && i < req.ncontainers; i++)
+            by_mem = by_mem || whole_mem[i];
+        if (rc == 0 &&
+            (by_mem ? judge_by_card_memory(x, p, c, &req, whole_mem, a->names, a->n, slots, v, why,
+                                           owned)
+                    : judge(x, p, c, NULL, &req, a->names, a->n, slots, v, why, &reasons)) != 0)
             rc = egpu_error_set(&err, -ENOMEM, "out of memory");
         members = c->members;
         egpu_sched_cache_unlock(x->cache);
@@ -718,6 +797,9 @@ static int dra_verb(struct egpu_extender *x, struct egpu__wire_args *a, struct e
     egpu_free(refs);
     egpu_free(v);
     egpu_free(why);
+    for (size_t i = 0; owned != NULL && i < a->n; i++)
+        egpu_free(owned[i]);
+    egpu_free(owned);
     egpu_free(slots);
     egpu_free(score);
     return status;

@@ -8,7 +8,8 @@ claim's status.allocation, then bind). The second is scored with the first's all
 with binpack the node the first claim's share fills is the only one filter passes and the
 one prioritize gives 10, at once after the first bind (bind read the claim back), before any
 watch event is waited for. bind writes no elasticgpu.io/assigned; a pod whose claim the
-cache does not know yet is refused at filter so kube-scheduler retries it."""
+cache does not know yet is refused at filter so kube-scheduler retries it. A claim status
+the decoder refuses is logged and counted, and the version before stays held."""
 from test_scheduler import ASSIGNED, api, args, cluster, sched  # noqa: F401 (fixtures)
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
@@ -118,3 +119,29 @@ def test_second_dra_pod_scored_with_the_first_allocation(api, sched):
     s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent",
                                   f'{{node="{first}"}}') == 0)
     assert s.metric("egpu_scheduler_dra_claims", '{state="applied"}') == 0
+
+
+def test_hostile_claim_status_is_skipped_and_counted(api, sched):
+    """A ResourceClaim whose status the decoder refuses (cores past 100 on a card; the test
+    API server keeps what it is sent, as an API server without DRA's validation would): the
+    extender logs it, counts it in egpu_scheduler_objects_skipped_total{kind="ResourceClaim"}
+    and holds nothing for it; the version before (allocated 30%) stays held, and once the
+    claim is deleted nothing is."""
+    cluster(api, nodes=("gpu-1",), gpus=1)
+    s = sched(extra=("--dra",))
+    s.wait_ready()
+    claim(api, "c1")
+    allocate(api, "c1", "gpu-1", 0)
+    s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent",
+                                  '{node="gpu-1"}') == 30)
+    allocate(api, "c1", "gpu-1", 0, cores=150)
+    s.wait_until(lambda: s.metric("egpu_scheduler_objects_skipped_total",
+                                  '{kind="ResourceClaim"}') == 1)
+    assert "ignored malformed ResourceClaim name=c1" in s.log.read_text()
+    assert "consumedCapacity.cores" in s.log.read_text()
+    assert s.metric("egpu_scheduler_allocated_core_percent", '{node="gpu-1"}') == 30
+    assert s.metric("egpu_scheduler_dra_claims", '{state="applied"}') == 1
+    st, _ = api.call("DELETE", f"{CLAIMS}/c1")
+    assert st == 200
+    s.wait_until(lambda: s.metric("egpu_scheduler_allocated_core_percent",
+                                  '{node="gpu-1"}') == 0)

@@ -609,6 +609,43 @@ static void test_dra_pod_scored_against_claims(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* A share naming no memory consumes its card's whole memory (the slice's
+ * default): it fits no card that holds any memory already, so binpack
+ * passes the empty node, not the fuller one whose card a claim of 10% and
+ * 1 GiB holds (a share of 0 MiB would fit there). */
+static void test_dra_share_without_memory_takes_the_card_memory(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    const struct result held = {"n1", 0, 10, 1024};
+    const char *const nodes[] = {"n1", "n2"};
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK, true);
+    json_t *out;
+
+    (void)state;
+    gpu_node(c, "n1", 1);
+    node_set(c, "n2");
+    gpu_set(c, "n2", 0, 81920); /* another card size: judged in its own group */
+    claim_ok(c, make_claim("ml", "other", 1, "gpu-share.elasticgpu.io", 1, 10, 1024, &held, 1));
+    claim_ok(c, make_claim("ml", "nomem", 1, "gpu-share.elasticgpu.io", 1, 30, 0, NULL, -1));
+    claim_ok(c, make_claim("ml", "mem", 1, "gpu-share.elasticgpu.io", 1, 30, 1024, NULL, -1));
+    out = filter(x, dra_pod("ml", "p", "nomem", NULL), nodes, 2);
+    assert_string_equal(error_of(out), "");
+    assert_false(passes(out, "n1"));
+    assert_true(passes(out, "n2"));
+    assert_non_null(strstr(
+        json_string_value(json_object_get(json_object_get(out, "FailedNodes"), "n1")), "40960"));
+    json_decref(out);
+    /* The same share naming 1 GiB packs beside the claim on n1. */
+    out = filter(x, dra_pod("ml", "p", "mem", NULL), nodes, 2);
+    assert_true(passes(out, "n1"));
+    assert_false(passes(out, "n2"));
+    json_decref(out);
+    egpu_extender_free(x);
+    fake_free(&f);
+    egpu_sched_cache_free(c);
+}
+
 /* Filter's refusals of a DRA pod, each an Error kube-scheduler shows and
  * retries on: its claim not in the cache yet, its template's claim not made
  * yet, gpu-core beside the marker, a claim spec it cannot read, and any DRA
@@ -828,6 +865,7 @@ int main(void)
         cmocka_unit_test(test_dra_pod_parse),
         cmocka_unit_test(test_dra_pod_scored_against_claims),
         cmocka_unit_test(test_dra_filter_refusals_and_fallback),
+        cmocka_unit_test(test_dra_share_without_memory_takes_the_card_memory),
         cmocka_unit_test(test_dra_bind),
         cmocka_unit_test(test_dra_workload_from_claims),
     };
