@@ -12,7 +12,8 @@ DRA pod"): tests/cluster/cluster.py's etcd, kube-apiserver, kube-controller-mana
 - two DRA nodes (tests/cluster/dra_node.py: egpu-agent --mode dra publishing a
   ResourceSlice of one H100-80GB card, the fake kubelet's DRA manager preparing claims);
 - the scheduler pod of deploy/scheduler (components.SchedulerPair): egpu-scheduler as its
-  Deployment runs it, with --node-policy fgd and a pinned --target-workload (TARGET: shares
+  Deployment runs it, with --dra (as deploy/dra adds it), --node-policy fgd and a pinned
+  --target-workload (TARGET: shares
   of 30% and 70%), and a kube-scheduler with deploy/scheduler/scheduler-config.yaml, the
   profile elastic-gpu-scheduler whose extender lists elasticgpu.io/dra in managedResources
   (ignoredByScheduler), so that it calls egpu-scheduler for a DRA pod;
@@ -23,11 +24,11 @@ The case: node A's card holds an earlier claim of 70 cores and 40960 MiB, and it
 CPUs and 64 GiB (a quarter of the node), node B is empty. A pod asking 30 cores and 4096 MiB,
 1 CPU and 4 GiB (in both nodes' balance), may go to either (nodeSelector: the two nodes). Alone,
 kube-scheduler's NodeResourcesFit (LeastAllocated) scores B higher and its allocator has a
-card there: the pod lands on B. With the extender, FGD scores A (the share fills A's card and
-leaves no fragment; on B it would leave 70% that half the target workload cannot use, and
-keep A's 30% stranded) with weight 5 against kube-scheduler's plugins: the pod is bound by
-egpu-scheduler to A, its claim allocated on A's card, whose two claims then consume 100 cores
-and 45056 MiB. So the second test fails wherever the extender does not place DRA pods.
+card there: the pod lands on B. With the extender, FGD scores A (the share fills A's card, so
+A's last 30%, which the 70% half of the target workload cannot use, is no longer a fragment;
+on B it would leave 70%, which both halves can use, and A's 30% stranded) with weight 5
+against kube-scheduler's plugins: the pod is bound by egpu-scheduler to A, its claim allocated
+on A's card, whose two claims then consume 100 cores and 45056 MiB. So the second test fails wherever the extender does not place DRA pods.
 Without the control plane binaries the tests skip, except under CI=true, where they fail."""
 import json
 
