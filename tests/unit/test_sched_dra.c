@@ -15,6 +15,7 @@
 #include "testutil.h"
 #include "sched_testutil.h"
 #include "egpu/scheduler.h"
+#include "dra_int.h"
 
 static json_t *make_node(const char *name)
 {
@@ -855,6 +856,49 @@ static void test_dra_workload_from_claims(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* A DRA pod's claims: a claim by name, one from a template through
+ * status.resourceClaimStatuses (one whose entry has no claim needs none),
+ * the extended-resource claim; a template's claim not made yet is -EAGAIN,
+ * an entry with neither name is refused naming it. */
+static void test_dra_pod_claim_names(void **state)
+{
+    struct egpu__sched_dra_refs refs;
+    struct egpu_error err = {0};
+    json_t *pod =
+        json_pack("{s:{s:s},s:{s:[{s:s,s:s},{s:s,s:s},{s:s,s:s}]},s:{s:[{s:s,s:s},{s:s,s:n}],"
+                  "s:{s:s}}}",
+                  "metadata", "name", "p", "spec", "resourceClaims", "name", "a",
+                  "resourceClaimName", "shared", "name", "b", "resourceClaimTemplateName", "t",
+                  "name", "c", "resourceClaimTemplateName", "t2", "status", "resourceClaimStatuses",
+                  "name", "b", "resourceClaimName", "p-b-x7k2q", "name", "c", "resourceClaimName",
+                  "extendedResourceClaimStatus", "resourceClaimName", "p-extended-9z");
+
+    (void)state;
+    assert_int_equal(egpu__sched_dra_refs(pod, &refs, &err), 0);
+    assert_int_equal(refs.n, 3);
+    assert_string_equal(refs.names[0], "shared");
+    assert_string_equal(refs.names[1], "p-b-x7k2q");
+    assert_string_equal(refs.names[2], "p-extended-9z");
+    /* b's claim not made yet. */
+    json_array_remove(json_object_get(json_object_get(pod, "status"), "resourceClaimStatuses"), 0);
+    assert_int_equal(egpu__sched_dra_refs(pod, &refs, &err), -EAGAIN);
+    assert_non_null(strstr(err.msg, "spec.resourceClaims[1] (b): the claim from template t"));
+    /* An entry naming neither. */
+    json_object_del(
+        json_array_get(json_object_get(json_object_get(pod, "spec"), "resourceClaims"), 0),
+        "resourceClaimName");
+    assert_int_equal(egpu__sched_dra_refs(pod, &refs, &err), EGPU_ESYNTAX);
+    assert_non_null(strstr(err.msg, "spec.resourceClaims[0]: neither"));
+    json_decref(pod);
+    /* No resourceClaims at all: no claim; not a list: refused. */
+    pod = json_pack("{s:{s:s},s:{}}", "metadata", "name", "p", "spec");
+    assert_int_equal(egpu__sched_dra_refs(pod, &refs, &err), 0);
+    assert_int_equal(refs.n, 0);
+    json_object_set_new(json_object_get(pod, "spec"), "resourceClaims", json_string("x"));
+    assert_int_equal(egpu__sched_dra_refs(pod, &refs, &err), EGPU_ESYNTAX);
+    json_decref(pod);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -863,6 +907,7 @@ int main(void)
         cmocka_unit_test(test_claim_hostile_status),
         cmocka_unit_test(test_claim_read_beats_stale_events),
         cmocka_unit_test(test_dra_pod_parse),
+        cmocka_unit_test(test_dra_pod_claim_names),
         cmocka_unit_test(test_dra_pod_scored_against_claims),
         cmocka_unit_test(test_dra_filter_refusals_and_fallback),
         cmocka_unit_test(test_dra_share_without_memory_takes_the_card_memory),
