@@ -37,7 +37,7 @@ import pytest
 import components  # noqa: E402  (tests/cluster/components.py)
 import dra_node  # noqa: E402  (tests/cluster/dra_node.py)
 from cluster import wait_until as wait  # noqa: E402
-from test_cluster_dra_webhook import dra_webhook, hostile_model_card  # noqa: F401  (fixtures)
+from test_cluster_dra_webhook import dra_webhook  # noqa: F401  (a fixture)
 
 NS = "dra-ext"
 NODE_A, NODE_B = "dra-ext-a", "dra-ext-b"
