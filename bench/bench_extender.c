@@ -41,6 +41,7 @@
 #include "egpu/log.h"
 #include "egpu/net.h"
 #include "egpu/scheduler.h"
+#include "openb_pods.h"
 
 static double now_us(void)
 {
@@ -477,11 +478,6 @@ out:
 /* ------------------------------------------------------------------------ */
 /* --nodes N: the cluster at scale, with the openb trace's pod mix          */
 
-/* One pod of the trace: what it asks. */
-struct tpod {
-    int cpu_milli, mem_mib, ngpu, gpu_milli; /* gpu_milli: per card, 1000 for a whole card */
-};
-
 struct scale_opts {
     int nodes, pods, orders;
     double fill;       /* GPU request placed before the run, share of the cluster's GPU milli */
@@ -489,47 +485,6 @@ struct scale_opts {
     bool direct;       /* call the verbs in-process, no HTTP (for callgrind) */
     bool sample;       /* send filter kube-scheduler's default share of the nodes, not all */
 };
-
-/* The openb pod list: name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,... (gpu_spec is
- * left out: the bench cluster has one GPU model). Returns the pods read, or 0. */
-static size_t read_trace(const char *path, struct tpod **out)
-{
-    FILE *f = fopen(path, "r");
-    char line[512];
-    size_t n = 0, cap = 0;
-
-    *out = NULL;
-    if (f == NULL) {
-        fprintf(stderr, "bench: %s: %s (make data, or --trace FILE)\n", path, strerror(errno));
-        return 0;
-    }
-    while (fgets(line, sizeof(line), f) != NULL) {
-        struct tpod t;
-
-        if (sscanf(line, "%*[^,],%d,%d,%d,%d", &t.cpu_milli, &t.mem_mib, &t.ngpu, &t.gpu_milli) !=
-                4 ||
-            t.ngpu < 0 || t.ngpu > 8 || t.gpu_milli < 0 || t.gpu_milli > 1000)
-            continue; /* the header */
-        if (t.ngpu > 1)
-            t.gpu_milli = 1000;
-        if (n == cap) {
-            struct tpod *m = realloc(*out, (cap = cap ? 2 * cap : 1024) * sizeof(**out));
-
-            if (m == NULL)
-                break;
-            *out = m;
-        }
-        (*out)[n++] = t;
-    }
-    fclose(f);
-    return n;
-}
-
-static uint64_t rng_next(uint64_t *x)
-{
-    *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
-    return *x >> 33;
-}
 
 /* What t asks of one container, as the pod's requests. */
 static json_t *tpod_requests(const struct tpod *t)
@@ -570,32 +525,6 @@ static json_t *tpod_json(const struct tpod *t, const char *name, const char *nod
     return pod;
 }
 
-/* The bench's own view of the cluster while it fills it. */
-struct fill_node {
-    int cpu, mem;  /* free milli-CPU and MiB */
-    short card[8]; /* free milli of each card */
-};
-
-/* Place t on node k of the bench's view: cards into gpus (ngpu, or 0 for no GPU). */
-static bool fill_fits(struct fill_node *fn, const struct tpod *t, int *gpus)
-{
-    int got = 0;
-
-    if (fn->cpu < t->cpu_milli || fn->mem < t->mem_mib)
-        return false;
-    for (int g = 0; g < 8 && got < t->ngpu; g++) {
-        if (t->gpu_milli == 1000 ? fn->card[g] == 1000 : fn->card[g] >= t->gpu_milli)
-            gpus[got++] = g;
-    }
-    if (got < t->ngpu)
-        return false;
-    fn->cpu -= t->cpu_milli;
-    fn->mem -= t->mem_mib;
-    for (int i = 0; i < got; i++)
-        fn->card[gpus[i]] = (short)(fn->card[gpus[i]] - t->gpu_milli);
-    return true;
-}
-
 /* N nodes of 8 A100s (96 cores, 384 GiB, as the trace's G2 nodes), then pods drawn from the
  * trace placed on random nodes where they fit, running and allocated, until fill of the GPU
  * milli has been asked for. Names of the pods placed into *live (*nlive). */
@@ -624,11 +553,10 @@ static int scale_fill(struct egpu_sched_cache *c, const struct scale_opts *o,
         if (egpu_sched_cache_node_set(c, n, &err) != 0)
             goto out;
         json_decref(n);
-        fn[i] = (struct fill_node){.cpu = 96000, .mem = 384 * 1024};
+        fn[i] = fill_node_new();
         for (int g = 0; g < 8; g++) {
             json_t *gpu;
 
-            fn[i].card[g] = 1000;
             snprintf(uuid, sizeof(uuid), "GPU-%05d-%d", i, g);
             gpu = json_pack("{s:{s:s},s:{s:s,s:i,s:s,s:s,s:i}}", "metadata", "name", uuid, "spec",
                             "nodeName", name, "index", g, "uuid", uuid, "model", "A100", "memory",
@@ -639,47 +567,35 @@ static int scale_fill(struct egpu_sched_cache *c, const struct scale_opts *o,
         }
     }
     while (asked < target) {
-        const struct tpod *t = &trace[rng_next(&x) % ntrace];
-        int gpus[8];
+        const struct tpod *t = draw_pod(trace, ntrace, &x);
+        char ann[512];
+        json_t *pod;
+        int gpus[8], k;
 
+        if (t == NULL)
+            continue;
         asked += (uint64_t)t->ngpu * (uint64_t)t->gpu_milli;
-        if (t->ngpu == 0 && rng_next(&x) % 2 == 0)
-            continue; /* keep CPU-only pods to their share of the trace's count */
-        for (int tries = 0; tries < 16; tries++) {
-            int k = (int)(rng_next(&x) % (uint64_t)o->nodes);
-            char ann[512], *at = ann;
-            json_t *pod;
+        if ((k = place_pod(fn, o->nodes, t, gpus, &x)) < 0)
+            continue;
+        snprintf(name, sizeof(name), "gpu-node-%05d", k);
+        assigned_text(ann, sizeof(ann), name, k, t, gpus);
+        if (*nlive == cap) {
+            char(*m)[32] = realloc(*live, (cap *= 2) * sizeof(**live));
 
-            if (!fill_fits(&fn[k], t, gpus))
-                continue;
-            snprintf(name, sizeof(name), "gpu-node-%05d", k);
-            at += snprintf(at, sizeof(ann),
-                           "{\"node\":\"%s\",\"containers\":[{\"name\":\"c\","
-                           "\"core\":%d,\"memory\":%d,\"gpus\":[",
-                           name, t->gpu_milli / 10, t->gpu_milli == 1000 ? 40960 : 0);
-            for (int g = 0; g < t->ngpu; g++)
-                at += snprintf(at, sizeof(ann) - (size_t)(at - ann), "%s\"GPU-%05d-%d\"",
-                               g ? "," : "", k, gpus[g]);
-            snprintf(at, sizeof(ann) - (size_t)(at - ann), "]}]}");
-            if (*nlive == cap) {
-                char(*m)[32] = realloc(*live, (cap *= 2) * sizeof(**live));
-
-                if (m == NULL)
-                    goto out;
-                *live = m;
-            }
-            snprintf((*live)[*nlive], sizeof((*live)[0]), "pop-%zu", *nlive);
-            pod = tpod_json(t, (*live)[*nlive], name, t->ngpu > 0 ? ann : NULL);
-            if (egpu_sched_cache_pod_set(c, pod, &err) != 0) {
-                fprintf(stderr, "bench: fill: %s\n", err.msg);
-                json_decref(pod);
+            if (m == NULL)
                 goto out;
-            }
-            json_decref(pod);
-            (*nlive)++;
-            *placed_milli += (uint64_t)t->ngpu * (uint64_t)t->gpu_milli;
-            break;
+            *live = m;
         }
+        snprintf((*live)[*nlive], sizeof((*live)[0]), "pop-%zu", *nlive);
+        pod = tpod_json(t, (*live)[*nlive], name, t->ngpu > 0 ? ann : NULL);
+        if (egpu_sched_cache_pod_set(c, pod, &err) != 0) {
+            fprintf(stderr, "bench: fill: %s\n", err.msg);
+            json_decref(pod);
+            goto out;
+        }
+        json_decref(pod);
+        (*nlive)++;
+        *placed_milli += (uint64_t)t->ngpu * (uint64_t)t->gpu_milli;
     }
     rc = 0;
 out:
