@@ -484,6 +484,7 @@ struct scale_opts {
     const char *trace; /* the openb pod list (CSV) */
     bool direct;       /* call the verbs in-process, no HTTP (for callgrind) */
     bool sample;       /* send filter kube-scheduler's default share of the nodes, not all */
+    const char *dump;  /* write the first filter reply here, or NULL */
 };
 
 /* What t asks of one container, as the pod's requests. */
@@ -884,6 +885,14 @@ static int scale_run(const struct scale_opts *o)
         }
         tf[done] = call_verb(&v, "filter", fbody, &reply);
         reply_bytes += reply.len;
+        if (o->dump != NULL && i == 0) {
+            FILE *f = fopen(o->dump, "w");
+
+            if (f != NULL) {
+                fwrite(reply.data ? reply.data : "", 1, reply.len, f);
+                fclose(f);
+            }
+        }
         out = json_loads(egpu_buf_str(&reply), 0, NULL);
         nn = json_object_get(out, "NodeNames");
         if (!json_is_array(nn) || json_array_size(nn) == 0) {
@@ -1013,14 +1022,13 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench_extender [--one-core]\n"
             "       bench_extender [--one-core] --nodes N [--pods K] [--fill F] [--orders R]\n"
-            "                      [--trace FILE] [--direct] [--sample]\n");
+            "                      [--trace FILE] [--direct] [--sample] [--dump FILE]\n");
 }
 
 int main(int argc, char **argv)
 {
     struct scale_opts so = {.pods = 200, .orders = 8, .fill = 0.7};
     bool pinned = false;
-    const char *dir = getenv("EGPU_TRACE_DIR");
     char trace[4096];
 
     for (int i = 1; i < argc; i++) {
@@ -1042,6 +1050,8 @@ int main(int argc, char **argv)
             so.fill = strtod(val, NULL);
         else if (val != NULL && strcmp(a, "--trace") == 0 && (i++, 1))
             so.trace = val;
+        else if (val != NULL && strcmp(a, "--dump") == 0 && (i++, 1))
+            so.dump = val;
         else {
             usage();
             return 2;
@@ -1062,11 +1072,8 @@ int main(int argc, char **argv)
     if (so.nodes > 0) {
         int rc;
 
-        if (so.trace == NULL) {
-            snprintf(trace, sizeof(trace), "%s/openb_pod_list_default.csv",
-                     dir != NULL ? dir : "data/openb");
-            so.trace = trace;
-        }
+        if (so.trace == NULL)
+            so.trace = trace_default(trace, sizeof(trace));
         rc = scale_run(&so);
         curl_global_cleanup();
         return rc;

@@ -379,7 +379,7 @@ int main(int argc, char **argv)
         .bind_addr = "127.0.0.1", .threads = 16, .max_resp_bytes = 256u << 20, .timeout_s = 600};
     struct egpu_http_server *srv = NULL;
     struct egpu_error err = {0};
-    const char *dir = getenv("EGPU_TRACE_DIR"), *trace_path = NULL, *sched = NULL;
+    const char *trace_path = NULL, *sched = NULL;
     char trace_buf[4096], sched_buf[4096], kcfg[] = "/tmp/bench_restart_kubeconfig_XXXXXX";
     char url[128], hp[16], vp[16];
     int nodes = 1000, fd, status = 0;
@@ -415,11 +415,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_restart: --nodes 1..99999, --fill 0..1\n");
         return 2;
     }
-    if (trace_path == NULL) {
-        snprintf(trace_buf, sizeof(trace_buf), "%s/openb_pod_list_default.csv",
-                 dir != NULL ? dir : "data/openb");
-        trace_path = trace_buf;
-    }
+    if (trace_path == NULL)
+        trace_path = trace_default(trace_buf, sizeof(trace_buf));
     if (sched == NULL) {
         const char *slash = strrchr(argv[0], '/');
 

@@ -59,6 +59,24 @@ static size_t read_trace(const char *path, struct tpod **out)
     return n;
 }
 
+/* The default trace's pod list into buf (len bytes): in $EGPU_TRACE_DIR, else data/openb
+ * (make data), else ../shared/data/openb, as egpu-sim looks. */
+static const char *trace_default(char *buf, size_t len)
+{
+    const char *dir = getenv("EGPU_TRACE_DIR");
+    FILE *f;
+
+    if (dir == NULL) {
+        dir = "data/openb";
+        if ((f = fopen("data/openb/openb_pod_list_default.csv", "r")) != NULL)
+            fclose(f);
+        else
+            dir = "../shared/data/openb";
+    }
+    snprintf(buf, len, "%s/openb_pod_list_default.csv", dir);
+    return buf;
+}
+
 /* A 64-bit LCG's next 31 bits. */
 static uint64_t rng_next(uint64_t *x)
 {
