@@ -409,7 +409,8 @@ static int steer(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
  * placer's memo answers both at once for a node that has not changed
  * (egpu_placer_score_slots), so only refusals cost more than a lookup;
  * when some node can host the pod, only the first REFUSALS_SHOWN refused
- * ones get a reason and the others why[i] = egpu__wire_unlisted.
+ * ones (and every one steer failed) get a reason and the others why[i] =
+ * egpu__wire_unlisted.
  * With pod (may be NULL), the nodes where binding it would be ambiguous
  * fail too (steer). slots (n entries) gets the nodes' slots
  * (lookup_slots). Returns 0 or -ENOMEM. */
@@ -444,8 +445,10 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
             continue;
         }
         /* The pod fits somewhere: kube-scheduler shows no refusal (see
-         * REFUSALS_SHOWN), so past the first few none is worded. */
-        if (fits && shown++ >= REFUSALS_SHOWN) {
+         * REFUSALS_SHOWN), so past the first few none is worded; a node
+         * steered around always is ("not yet allocated": a wait of
+         * seconds, which bench/live_replay and an operator look for). */
+        if (fits && (steered == NULL || steered[i] == NULL) && shown++ >= REFUSALS_SHOWN) {
             why[i] = egpu__wire_unlisted;
             continue;
         }
