@@ -28,7 +28,7 @@ import pytest
 import components  # noqa: E402  (tests/cluster/components.py)
 import dra_node  # noqa: E402  (tests/cluster/dra_node.py)
 from cluster import wait_until as wait  # noqa: E402
-from test_cluster_dra_webhook import dra_webhook, hostile_model_card  # noqa: F401  (fixtures)
+from test_cluster_dra_webhook import dra_webhook  # noqa: F401  (a fixture)
 
 NS = "dra-egpuc"
 NODE = "dra-egpuc-gpu-1"
@@ -82,7 +82,6 @@ def setup(cluster, deployed, dra_webhook, build_dir, tmp_path_factory):  # noqa:
             ctl.stop()
             cluster.call("DELETE", f"{EGPU}/elasticgpuclasses/{CLASS}")
             cluster.call("DELETE", f"/api/v1/namespaces/{NS}")
-            cluster.call("DELETE", f"/api/v1/nodes/{NODE}")
 
 
 def get(cluster, path):
