@@ -63,8 +63,10 @@
 #include "wire_int.h"
 
 #define NPOLICIES             (EGPU_POLICY_FGD + 1)
-/* Refusals filter words when the pod fits on a node, at most: the first ones
- * in the request's order. kube-scheduler shows a node's refusal only in the
+/* Refusals filter words when the pod fits on a node, at most: those of the
+ * nodes that cannot host it first, then of the nodes a better one beats,
+ * each in the request's order (a node steered around is always worded,
+ * see judge). kube-scheduler shows a node's refusal only in the
  * FailedScheduling event of a pod that fits nowhere ("0/N nodes are
  * available: ..."), and drops a node that is neither passed nor failed
  * (scheduler_extender_notes.md), so past these the reply names only the
