@@ -753,6 +753,7 @@ struct reason_memo {
         size_t off, len; /* its JSON string's text in enc */
     } slot[REASON_SLOTS];
     struct egpu_buf enc;
+    yajl_gen g; /* the generator each message is encoded with, reset between them */
 };
 
 /* The JSON string text of why ("..." with its escapes), as yajl_gen writes
@@ -762,24 +763,25 @@ struct reason_memo {
 static int reason_text(struct reason_memo *m, const char *why, const char **text, size_t *len)
 {
     size_t k = ((uintptr_t)why >> 4) % REASON_SLOTS;
-    const unsigned char *buf;
-    size_t blen;
-    yajl_gen g;
+    const unsigned char *buf = NULL;
+    size_t blen = 0;
     int rc = 0;
 
     if (m->slot[k].why != why) {
-        /* A string alone, at the top level: exactly its text, no separator. */
-        if ((g = egpu__wire_gen()) == NULL)
+        /* A string alone, at the top level: exactly its text, no separator.
+         * One generator for all, reset, so a message costs no allocation. */
+        if (m->g == NULL && (m->g = egpu__wire_gen()) == NULL)
             return -ENOMEM;
-        if (gen_str(g, why, utf8_len(why)) != yajl_gen_status_ok ||
-            yajl_gen_get_buf(g, &buf, &blen) != yajl_gen_status_ok)
+        yajl_gen_reset(m->g, NULL);
+        yajl_gen_clear(m->g);
+        if (gen_str(m->g, why, utf8_len(why)) != yajl_gen_status_ok ||
+            yajl_gen_get_buf(m->g, &buf, &blen) != yajl_gen_status_ok)
             rc = -EINVAL;
         m->slot[k].why = NULL;
         m->slot[k].off = m->enc.len;
         m->slot[k].len = blen;
         if (rc == 0 && (rc = egpu_buf_append(&m->enc, buf, blen)) == 0)
             m->slot[k].why = why;
-        yajl_gen_free(g);
         if (rc)
             return rc;
     }
@@ -819,6 +821,8 @@ static yajl_gen_status filter_tail(yajl_gen g, const struct egpu__wire_args *a,
         else
             st = yajl_gen_number(g, text, len);
     }
+    if (m->g != NULL)
+        yajl_gen_free(m->g);
     egpu_buf_free(&m->enc);
     egpu_free(m);
     if (st == yajl_gen_status_ok && (st = yajl_gen_map_close(g)) == yajl_gen_status_ok &&
