@@ -22,8 +22,10 @@
  * goes through jansson), the names are looked up in one pipelined batch
  * (lookup_slots), and egpu_placer_score_slots answers feasibility and score
  * for all of them from the placer's memo against the cluster's packed node
- * generations; only refused nodes pay for their reason text. Allocations
- * are per request (verdicts, slots), never per node.
+ * generations; only refused nodes pay for their reason text, and when the
+ * pod fits somewhere only the first REFUSALS_SHOWN of them (the reply
+ * leaves the rest out; wire.c encodes each distinct reason once).
+ * Allocations are per request (verdicts, slots), never per node.
  *
  * Two things are reused from one request to the next, each for its figure
  * in bench_extender --one-core at 5,000 nodes in shuffled order (what
@@ -62,6 +64,17 @@
 #include "wire_int.h"
 
 #define NPOLICIES             (EGPU_POLICY_FGD + 1)
+/* Refusals filter words when the pod fits on a node, at most: those of the
+ * nodes that cannot host it first, then of the nodes a better one beats,
+ * each in the request's order (a node steered around is always worded,
+ * see judge). kube-scheduler shows a node's refusal only in the
+ * FailedScheduling event of a pod that fits nowhere ("0/N nodes are
+ * available: ..."), and drops a node that is neither passed nor failed
+ * (scheduler_extender_notes.md), so past these the reply names only the
+ * nodes that pass: at 65,000 nodes it was 8 MB that both sides encoded and
+ * parsed, for nothing anyone sees. A pod that fits nowhere gets every
+ * node's reason, as preemption needs each node's status. */
+#define REFUSALS_SHOWN        100
 #define WORKLOAD_REFRESH_PODS 64 /* rebuild the live target workload after this many new pods */
 #define SLOT_AHEAD            8  /* nodes read ahead when looking up slots */
 
@@ -408,7 +421,10 @@ static int steer(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
  * feasibility and score; why[i] (when why != NULL) NULL for a node that can
  * host the pod, else a reason whose text is appended to reasons. The
  * placer's memo answers both at once for a node that has not changed
- * (egpu_placer_score_slots), so only refusals cost more than a lookup.
+ * (egpu_placer_score_slots), so only refusals cost more than a lookup;
+ * when some node can host the pod, only the first REFUSALS_SHOWN refused
+ * ones (and every one steer failed) get a reason and the others why[i] =
+ * egpu__wire_unlisted.
  * With pod (may be NULL), the nodes where binding it would be ambiguous
  * fail too (steer). slots (n entries) gets the nodes' slots
  * (lookup_slots). Returns 0 or -ENOMEM. */
@@ -420,7 +436,8 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
     static const char failed[] = ""; /* marker: reason text is in reasons */
     char **steered = NULL;           /* n reasons of steer, allocated when a node waits */
     const void *it = NULL;
-    size_t pos = 0;
+    size_t pos = 0, shown = 0;
+    bool fits = false;
     int rc = 0;
 
     if (lookup_slots(c, names, n, slots) != 0)
@@ -431,12 +448,22 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
             return -ENOMEM;
         rc = steer(x, p, c, pod, slots, n, v, steered);
     }
+    for (size_t i = 0; why != NULL && !fits && i < n; i++)
+        fits = v[i].ok;
     for (size_t i = 0; why != NULL && i < n; i++) {
         char text[512];
         const char *reason = text;
 
         if (v[i].ok) {
             why[i] = NULL;
+            continue;
+        }
+        /* The pod fits somewhere: kube-scheduler shows no refusal (see
+         * REFUSALS_SHOWN), so past the first few none is worded; a node
+         * steered around always is ("not yet allocated": a wait of
+         * seconds, which bench/live_replay and an operator look for). */
+        if (fits && (steered == NULL || steered[i] == NULL) && shown++ >= REFUSALS_SHOWN) {
+            why[i] = egpu__wire_unlisted;
             continue;
         }
         if (slots[i] == EGPU_NO_SLOT) {
@@ -572,7 +599,9 @@ static const char *load_name(uint16_t load, char buf[16])
  * load_aware, of the tied nodes only those whose load equals the first's
  * pass; each more loaded one fails with a text naming both loads, one per
  * load value in *loaded (LOAD_TEXTS entries, allocated here on first need;
- * the caller frees it). v is left as it
+ * the caller frees it). Past REFUSALS_SHOWN worded refusals (those why
+ * holds already count) a node it fails gets egpu__wire_unlisted instead.
+ * v is left as it
  * is: prioritize answers from it, as it would without filter. v, why and
  * names are arrays of n; better holds len bytes. Returns whether load
  * failed a node. */
@@ -580,17 +609,25 @@ static bool pass_best(const struct egpu_verdict *v, const char **why, const char
                       size_t n, uint64_t seed, bool load_aware, const char *policy, char *better,
                       size_t len, char (**loaded)[LOAD_TEXT_MAX])
 {
-    size_t first = replay_choice(v, names, n, seed, load_aware);
+    size_t first = replay_choice(v, names, n, seed, load_aware), shown = 0;
     bool by_load = false;
 
     if (first == SIZE_MAX)
         return false;
+    for (size_t i = 0; i < n; i++)
+        shown += why[i] != NULL && why[i] != egpu__wire_unlisted;
     snprintf(better, len,
              "node %s fits this pod better (node policy %s); filter passes only the nodes "
              "tied for the best score",
              names[first], policy);
     for (size_t i = 0; i < n; i++) {
-        if (v[i].ok && v[i].score != v[first].score) {
+        bool fails =
+            v[i].ok && (v[i].score != v[first].score || (load_aware && v[i].load > v[first].load));
+
+        /* The pod fits on first: past REFUSALS_SHOWN, none is worded. */
+        if (fails && shown++ >= REFUSALS_SHOWN) {
+            why[i] = egpu__wire_unlisted;
+        } else if (v[i].ok && v[i].score != v[first].score) {
             why[i] = better;
         } else if (load_aware && v[i].ok && v[i].load > v[first].load) {
             size_t k = v[i].load == EGPU_LOAD_UNKNOWN ? LOAD_TEXTS - 1 : v[i].load;
