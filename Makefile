@@ -20,6 +20,11 @@
 #   make bench-webhook  egpu-webhook under load over TLS (bench/webhook/run.sh)
 #   make bench-controller  egpu-controller binding 10,000 claims on 1,000 nodes against the
 #                test API server (bench/controller/run.sh; BENCH_ARGS=--quick for a smoke)
+#   make bench-scale  the extender at 1,000 / 5,000 / 20,000 nodes with the openb trace's pod
+#                mix: filter, prioritize and bind p50/p99, CPU per pod, peak RSS
+#                (bench_extender --nodes N; SCALE_NODES overrides the sizes)
+#   make bench-restart  egpu-scheduler's restart to ready at RESTART_NODES (default 5000)
+#                nodes, against an API server in the bench (bench_restart)
 #   make bench-live-replay  egpu-scheduler driven as kube-scheduler drives it through the
 #                default trace's arrivals, beside egpu-sim (bench/live_replay/run.sh;
 #                BENCH_ARGS=--every 1 for the whole trace)
@@ -34,6 +39,8 @@
 #                DATA_DIR and TRACE_URL override where to and where from)
 
 BUILD      ?= build
+SCALE_NODES   ?= 1000 5000 20000
+RESTART_NODES ?= 5000
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
@@ -49,7 +56,7 @@ TRACE_FILES = openb_node_list_gpu_node.csv openb_node_list_all_node.csv \
               openb_pod_list_multigpu20.csv openb_pod_list_cpu050.csv \
               openb_pod_list_gpuspec10.csv
 
-.PHONY: all k8s deps build install demo cluster-demo check unit asan tsan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-live-replay data clean
+.PHONY: all k8s deps build install demo cluster-demo check unit asan tsan integration fuzz fuzz-smoke lint format bench bench-webhook bench-controller bench-scale bench-restart bench-live-replay data clean
 
 all: build
 
@@ -137,6 +144,12 @@ bench-webhook: build
 
 bench-controller: build
 	@EGPU_BUILD=$(abspath $(BUILD)) sh bench/controller/run.sh $(BENCH_ARGS)
+
+bench-scale: build
+	@for n in $(SCALE_NODES); do ./$(BUILD)/bench_extender --nodes $$n || exit 1; done
+
+bench-restart: build
+	@./$(BUILD)/bench_restart --nodes $(RESTART_NODES)
 
 bench-live-replay: build
 	@EGPU_BUILD=$(abspath $(BUILD)) sh bench/live_replay/run.sh $(BENCH_ARGS)

@@ -41,6 +41,19 @@
 #include "egpu/log.h"
 #include "egpu/net.h"
 #include "egpu/scheduler.h"
+#include "openb_pods.h"
+
+/* Under callgrind (--instr-atstart=no), --nodes instruments only the run, not the cluster's
+ * build: valgrind's client requests are no-ops on the CPU. Without its header, nothing. */
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#endif
+#endif
+#ifndef CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_STOP_INSTRUMENTATION
+#endif
 
 static double now_us(void)
 {
@@ -474,6 +487,543 @@ out:
     free(rt);
 }
 
+/* ------------------------------------------------------------------------ */
+/* --nodes N: the cluster at scale, with the openb trace's pod mix          */
+
+struct scale_opts {
+    int nodes, pods, orders;
+    double fill;       /* GPU request placed before the run, share of the cluster's GPU milli */
+    const char *trace; /* the openb pod list (CSV) */
+    bool direct;       /* call the verbs in-process, no HTTP (for callgrind) */
+    bool sample;       /* send filter kube-scheduler's default share of the nodes, not all */
+    const char *dump;  /* write the first filter reply here, or NULL */
+};
+
+/* What t asks of one container, as the pod's requests. */
+static json_t *tpod_requests(const struct tpod *t)
+{
+    json_t *req = json_object();
+    char v[32];
+
+    snprintf(v, sizeof(v), "%dm", t->cpu_milli > 0 ? t->cpu_milli : 1);
+    json_object_set_new(req, "cpu", json_string(v));
+    snprintf(v, sizeof(v), "%dMi", t->mem_mib > 0 ? t->mem_mib : 1);
+    json_object_set_new(req, "memory", json_string(v));
+    if (t->ngpu > 0) {
+        snprintf(v, sizeof(v), "%d",
+                 t->ngpu > 1 || t->gpu_milli == 1000 ? 100 * t->ngpu : t->gpu_milli / 10);
+        json_object_set_new(req, EGPU_RES_GPU_CORE, json_string(v));
+    }
+    return req;
+}
+
+/* A pod of t named name: pending (node NULL), or running on node with the cards of
+ * assigned (an elasticgpu.io/assigned text, NULL for a pod with no GPU). */
+static json_t *tpod_json(const struct tpod *t, const char *name, const char *node,
+                         const char *assigned)
+{
+    json_t *pod = json_pack("{s:{s:s,s:s,s:s},s:{s:s,s:[{s:s,s:{s:o}}]}}", "metadata", "name", name,
+                            "namespace", "bench", "uid", name, "spec", "schedulerName",
+                            EGPU_SCHEDULER_NAME_DEFAULT, "containers", "name", "c", "resources",
+                            "requests", tpod_requests(t));
+
+    if (node != NULL) {
+        json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string(node));
+        json_object_set_new(pod, "status", json_pack("{s:s}", "phase", "Running"));
+    }
+    if (assigned != NULL)
+        json_object_set_new(
+            json_object_get(pod, "metadata"), "annotations",
+            json_pack("{s:s,s:s}", EGPU_ANN_ASSIGNED, assigned, EGPU_ANN_ALLOCATED, "true"));
+    return pod;
+}
+
+/* N nodes of 8 A100s (96 cores, 384 GiB, as the trace's G2 nodes), then pods drawn from the
+ * trace placed on random nodes where they fit, running and allocated, until fill of the GPU
+ * milli has been asked for. Names of the pods placed into *live (*nlive). */
+static int scale_fill(struct egpu_sched_cache *c, const struct scale_opts *o,
+                      const struct tpod *trace, size_t ntrace, char (**live)[32], size_t *nlive,
+                      uint64_t *placed_milli)
+{
+    struct fill_node *fn = calloc((size_t)o->nodes, sizeof(*fn));
+    struct egpu_error err = {0};
+    uint64_t x = 42, asked = 0, target = (uint64_t)(o->fill * o->nodes * 8 * 1000);
+    size_t cap = 1024;
+    char name[32], uuid[64];
+    int rc = -1;
+
+    *nlive = 0;
+    *placed_milli = 0;
+    *live = malloc(cap * sizeof(**live));
+    if (fn == NULL || *live == NULL)
+        goto out;
+    for (int i = 0; i < o->nodes; i++) {
+        json_t *n;
+
+        snprintf(name, sizeof(name), "gpu-node-%05d", i);
+        n = json_pack("{s:{s:s},s:{s:{s:s,s:s}}}", "metadata", "name", name, "status",
+                      "allocatable", "cpu", "96", "memory", "384Gi");
+        if (egpu_sched_cache_node_set(c, n, &err) != 0)
+            goto out;
+        json_decref(n);
+        fn[i] = fill_node_new();
+        for (int g = 0; g < 8; g++) {
+            json_t *gpu;
+
+            snprintf(uuid, sizeof(uuid), "GPU-%05d-%d", i, g);
+            gpu = json_pack("{s:{s:s},s:{s:s,s:i,s:s,s:s,s:i}}", "metadata", "name", uuid, "spec",
+                            "nodeName", name, "index", g, "uuid", uuid, "model", "A100", "memory",
+                            40960);
+            if (egpu_sched_cache_gpu_set(c, gpu, &err) != 0)
+                goto out;
+            json_decref(gpu);
+        }
+    }
+    while (asked < target) {
+        const struct tpod *t = draw_pod(trace, ntrace, &x);
+        char ann[512];
+        json_t *pod;
+        int gpus[8], k;
+
+        if (t == NULL)
+            continue;
+        asked += (uint64_t)t->ngpu * (uint64_t)t->gpu_milli;
+        if ((k = place_pod(fn, o->nodes, t, gpus, &x)) < 0)
+            continue;
+        snprintf(name, sizeof(name), "gpu-node-%05d", k);
+        assigned_text(ann, sizeof(ann), name, k, t, gpus);
+        if (*nlive == cap) {
+            char(*m)[32] = realloc(*live, (cap *= 2) * sizeof(**live));
+
+            if (m == NULL)
+                goto out;
+            *live = m;
+        }
+        snprintf((*live)[*nlive], sizeof((*live)[0]), "pop-%zu", *nlive);
+        pod = tpod_json(t, (*live)[*nlive], name, t->ngpu > 0 ? ann : NULL);
+        if (egpu_sched_cache_pod_set(c, pod, &err) != 0) {
+            fprintf(stderr, "bench: fill: %s\n", err.msg);
+            json_decref(pod);
+            goto out;
+        }
+        json_decref(pod);
+        (*nlive)++;
+        *placed_milli += (uint64_t)t->ngpu * (uint64_t)t->gpu_milli;
+    }
+    rc = 0;
+out:
+    free(fn);
+    return rc;
+}
+
+static double cpu_s(clockid_t id)
+{
+    struct timespec ts;
+
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU seconds the verbs took on the threads that ran them (this VM's process clock does not
+ * keep up with threads that are still running, so each verb is timed on its own thread). One
+ * request at a time: no lock needed beyond the HTTP round trip's ordering. */
+static double verb_cpu_s;
+
+static int timed_verb(int (*verb)(struct egpu_extender *, const char *, size_t, struct egpu_buf *),
+                      struct egpu_extender *x, const char *body, size_t len, struct egpu_buf *reply)
+{
+    double t0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+    int status = verb(x, body, len, reply);
+
+    verb_cpu_s += cpu_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+    return status;
+}
+
+/* The elasticgpu.io/assigned text bind wrote last (the watch gives it back). */
+static char scale_assigned[4096];
+
+static int keep_annotation(void *data, const char *ns, const char *name, const char *key,
+                           const char *value, struct egpu_error *err)
+{
+    (void)data, (void)ns, (void)name, (void)err;
+    if (value != NULL && strcmp(key, EGPU_ANN_ASSIGNED) == 0)
+        snprintf(scale_assigned, sizeof(scale_assigned), "%s", value);
+    return 0;
+}
+
+static int on_timed(int (*verb)(struct egpu_extender *, const char *, size_t, struct egpu_buf *),
+                    void *data, const struct egpu_http_request *req,
+                    struct egpu_http_response *resp)
+{
+    resp->status = timed_verb(verb, data, req->body, req->body_len, &resp->body);
+    return egpu_http_response_set_type(resp, "application/json");
+}
+
+static int on_timed_filter(void *data, const struct egpu_http_request *req,
+                           struct egpu_http_response *resp)
+{
+    return on_timed(egpu_extender_filter, data, req, resp);
+}
+
+static int on_timed_prioritize(void *data, const struct egpu_http_request *req,
+                               struct egpu_http_response *resp)
+{
+    return on_timed(egpu_extender_prioritize, data, req, resp);
+}
+
+static int on_timed_bind(void *data, const struct egpu_http_request *req,
+                         struct egpu_http_response *resp)
+{
+    return on_timed(egpu_extender_bind, data, req, resp);
+}
+
+/* Where the verbs go: over HTTP (h, base URL) or in-process (x). */
+struct verbs {
+    CURL *h;
+    char base[64];
+    struct egpu_extender *x;
+};
+
+/* POST body to verb; its reply into reply. Returns the wall time in us. */
+static double call_verb(struct verbs *v, const char *verb, const char *body, struct egpu_buf *reply)
+{
+    double t0 = now_us();
+
+    egpu_buf_reset(reply);
+    if (v->x != NULL) {
+        size_t len = strlen(body);
+
+        (void)timed_verb(strcmp(verb, "filter") == 0       ? egpu_extender_filter
+                         : strcmp(verb, "prioritize") == 0 ? egpu_extender_prioritize
+                                                           : egpu_extender_bind,
+                         v->x, body, len, reply);
+    } else {
+        char url[96];
+
+        snprintf(url, sizeof(url), "%s/%s", v->base, verb);
+        curl_easy_setopt(v->h, CURLOPT_WRITEFUNCTION, keep);
+        curl_easy_setopt(v->h, CURLOPT_WRITEDATA, reply);
+        post(v->h, url, body);
+    }
+    return now_us() - t0;
+}
+
+/* VmRSS or VmHWM of this process, in MiB. */
+static double rss_mib(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = 0;
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, key, strlen(key)) == 0)
+            kib = strtod(line + strlen(key) + 1, NULL);
+    }
+    if (f != NULL)
+        fclose(f);
+    return kib / 1024;
+}
+
+static double load1(void)
+{
+    double l[3] = {0};
+
+    return getloadavg(l, 3) > 0 ? l[0] : -1;
+}
+
+/* ExtenderArgs text: the pod (jansson's text) and the names text (a JSON array), keys in the
+ * order kube-scheduler's Go encoder writes them. */
+static char *args_text(const char *pod, const char *names)
+{
+    size_t len = strlen(pod) + strlen(names) + 64;
+    char *body = malloc(len);
+
+    if (body != NULL)
+        snprintf(body, len, "{\"Pod\":%s,\"Nodes\":null,\"NodeNames\":%s}", pod, names);
+    return body;
+}
+
+/* kube-scheduler's default percentageOfNodesToScore for n nodes (50 - n/125, at least 5%,
+ * at least 100 nodes): the nodes its filter stops at once it has found that many feasible. */
+static size_t default_sample(size_t n)
+{
+    long pct = 50 - (long)n / 125;
+    size_t k;
+
+    if (n < 100)
+        return n;
+    pct = pct < 5 ? 5 : pct;
+    k = n * (size_t)pct / 100;
+    return k < 100 ? 100 : k;
+}
+
+static void print_verb(const char *what, double *v, int n)
+{
+    printf("  %-22s p50 %8.2f ms  p99 %8.2f ms  max %8.2f ms\n", what, pct(v, n, 0.5) / 1e3,
+           pct(v, n, 0.99) / 1e3, pct(v, n, 1.0) / 1e3);
+}
+
+static int scale_run(const struct scale_opts *o)
+{
+    struct egpu_extender_ops ops = {.synced = always, .annotate = keep_annotation, .bind = no_bind};
+    struct egpu_extender_config xc = {.node_policy = EGPU_POLICY_BINPACK,
+                                      .card_policy = EGPU_POLICY_BINPACK};
+    struct egpu_http_config hc = {.bind_addr = "127.0.0.1", .threads = 2};
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_http_server *srv = NULL;
+    struct egpu_error err = {0};
+    struct verbs v = {0};
+    struct tpod *trace = NULL, *gpu_pods = NULL;
+    size_t ntrace = read_trace(o->trace, &trace), ngpu_pods = 0, nlive = 0;
+    char(*live)[32] = NULL, **names = calloc((size_t)o->orders, sizeof(char *));
+    double *tf = calloc((size_t)o->pods, sizeof(double)),
+           *tp = calloc((size_t)o->pods, sizeof(double));
+    double *tb = calloc((size_t)o->pods, sizeof(double)),
+           *tt = calloc((size_t)o->pods, sizeof(double));
+    double *tn = calloc((size_t)o->pods, sizeof(double));
+    double t0, build_s, rss_built, load_before, load_after, main_ext = 0, ext_cpu;
+    uint64_t placed = 0, x = 7;
+    size_t reply_bytes = 0, passed_sum = 0, nofit_bytes = 0;
+    int done = 0, unschedulable = 0, bind_failed = 0, rc = 1;
+    struct egpu_buf reply;
+    struct curl_slist *hdr = NULL;
+
+    egpu_buf_init(&reply, 256 << 20);
+    for (size_t i = 0; i < ntrace; i++)
+        ngpu_pods += trace[i].ngpu > 0;
+    gpu_pods = malloc((ngpu_pods ? ngpu_pods : 1) * sizeof(*gpu_pods));
+    if (ntrace == 0 || ngpu_pods == 0 || c == NULL || names == NULL || tf == NULL || tp == NULL ||
+        tb == NULL || tt == NULL || tn == NULL || gpu_pods == NULL)
+        goto out;
+    ngpu_pods = 0;
+    for (size_t i = 0; i < ntrace; i++)
+        if (trace[i].ngpu > 0)
+            gpu_pods[ngpu_pods++] = trace[i];
+    load_before = load1();
+    t0 = now_us();
+    if (scale_fill(c, o, trace, ntrace, &live, &nlive, &placed) != 0)
+        goto out;
+    egpu_sched_cache_synced(c);
+    build_s = (now_us() - t0) / 1e6;
+    rss_built = rss_mib("VmRSS:");
+    for (int r = 0; r < o->orders; r++) {
+        json_t *arr = json_array();
+        int *idx = malloc((size_t)o->nodes * sizeof(*idx));
+        uint64_t y = (uint64_t)r * 0x9E3779B97F4A7C15ULL + 1;
+
+        for (int i = 0; idx != NULL && i < o->nodes; i++)
+            idx[i] = i;
+        for (int i = o->nodes - 1; idx != NULL && i > 0; i--) {
+            int k = (int)(rng_next(&y) % (uint64_t)(i + 1)), t = idx[i];
+
+            idx[i] = idx[k];
+            idx[k] = t;
+        }
+        for (int i = 0; idx != NULL && i < o->nodes; i++) {
+            char nm[32];
+
+            snprintf(nm, sizeof(nm), "gpu-node-%05d", idx[i]);
+            json_array_append_new(arr, json_string(nm));
+        }
+        names[r] = json_dumps(arr, JSON_COMPACT);
+        json_decref(arr);
+        free(idx);
+        if (names[r] == NULL)
+            goto out;
+    }
+    v.x = egpu_extender_new(&xc, c, &ops, &err);
+    if (v.x == NULL)
+        goto out;
+    if (!o->direct) {
+        if (egpu_http_server_new(&hc, &srv, &err) != 0 ||
+            egpu_http_server_route(srv, "POST", "/filter", on_timed_filter, v.x) != 0 ||
+            egpu_http_server_route(srv, "POST", "/prioritize", on_timed_prioritize, v.x) != 0 ||
+            egpu_http_server_route(srv, "POST", "/bind", on_timed_bind, v.x) != 0 ||
+            egpu_http_server_start(srv, &err) != 0) {
+            fprintf(stderr, "bench: server: %s\n", err.msg);
+            goto out;
+        }
+        snprintf(v.base, sizeof(v.base), "http://127.0.0.1:%u", egpu_http_server_port(srv));
+        v.h = curl_easy_init();
+        hdr = curl_slist_append(NULL, "Content-Type: application/json");
+        hdr = curl_slist_append(hdr, "Expect:");
+        curl_easy_setopt(v.h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(v.h, CURLOPT_BUFFERSIZE, 512L * 1024);
+        curl_easy_setopt(v.h, CURLOPT_HTTPHEADER, hdr);
+    }
+    printf("== scale: %d nodes x 8 GPUs, %zu pods running (openb mix, %.0f%% of GPU milli "
+           "asked, %.1f%% placed), %s, %s\n",
+           o->nodes, nlive, 100 * o->fill, 100.0 * (double)placed / (o->nodes * 8000.0),
+           o->direct ? "in-process (no HTTP)" : "HTTP on loopback, 2 server threads",
+           o->sample ? "filter sent kube-scheduler's default sample of the nodes"
+                     : "filter sent every node (percentageOfNodesToScore 100), shuffled");
+    printf("  build %.1f s, RSS after build %.0f MiB, load %.2f before build, %.2f after\n",
+           build_s, rss_built, load_before, load1());
+    fflush(stdout);
+    load_before = load1();
+    verb_cpu_s = 0;
+    CALLGRIND_START_INSTRUMENTATION;
+    for (int i = 0; i < o->pods; i++) {
+        const struct tpod *t = &gpu_pods[rng_next(&x) % ngpu_pods];
+        char pname[32], *pod_text, *fbody = NULL, *pbody = NULL, bbody[256];
+        json_t *pod, *out, *nn, *best = NULL;
+        double m0;
+        long best_score = -1;
+        size_t k;
+
+        snprintf(pname, sizeof(pname), "new-%d", i);
+        pod = tpod_json(t, pname, NULL, NULL);
+        pod_text = json_dumps(pod, JSON_COMPACT);
+        m0 = cpu_s(CLOCK_THREAD_CPUTIME_ID); /* the watch brings the pending pod */
+        if (egpu_sched_cache_pod_set(c, pod, &err) != 0)
+            fprintf(stderr, "bench: pending pod: %s\n", err.msg);
+        main_ext += cpu_s(CLOCK_THREAD_CPUTIME_ID) - m0;
+        json_decref(pod);
+        if (o->sample) {
+            /* The first default_sample(N) names of a shuffled list: what kube-scheduler's
+             * filter sends once it has found that many feasible nodes (every node is, for
+             * its own plugins here). */
+            size_t want = default_sample((size_t)o->nodes), cut = 1;
+            const char *s = names[i % o->orders];
+
+            for (k = 0; s[cut] != '\0' && k < want; cut++)
+                k += s[cut] == ',';
+            {
+                char *part = strndup(s, cut);
+
+                part[cut - 1] = ']';
+                fbody = args_text(pod_text, part);
+                free(part);
+            }
+        } else {
+            fbody = args_text(pod_text, names[i % o->orders]);
+        }
+        tf[done] = call_verb(&v, "filter", fbody, &reply);
+        reply_bytes += reply.len;
+        if (o->dump != NULL && i == 0) {
+            FILE *f = fopen(o->dump, "w");
+
+            if (f != NULL) {
+                fwrite(reply.data ? reply.data : "", 1, reply.len, f);
+                fclose(f);
+            }
+        }
+        out = json_loads(egpu_buf_str(&reply), 0, NULL);
+        nn = json_object_get(out, "NodeNames");
+        if (!json_is_array(nn) || json_array_size(nn) == 0) {
+            tn[unschedulable] = tf[done];
+            nofit_bytes += reply.len;
+            unschedulable++;
+            (void)egpu_sched_cache_pod_delete(c, "bench", pname);
+            json_decref(out);
+            free(fbody);
+            free(pod_text);
+            continue;
+        }
+        passed_sum += json_array_size(nn);
+        {
+            char *ntext = json_dumps(nn, JSON_COMPACT);
+
+            pbody = args_text(pod_text, ntext);
+            free(ntext);
+        }
+        tp[done] = call_verb(&v, "prioritize", pbody, &reply);
+        {
+            json_t *pl = json_loads(egpu_buf_str(&reply), 0, NULL), *e;
+
+            json_array_foreach(pl, k, e)
+            {
+                long sc = (long)json_integer_value(json_object_get(e, "Score"));
+
+                if (sc > best_score) {
+                    best_score = sc;
+                    json_decref(best);
+                    best = json_incref(json_object_get(e, "Host"));
+                }
+            }
+            json_decref(pl);
+        }
+        if (best == NULL)
+            best = json_incref(json_array_get(nn, 0));
+        snprintf(
+            bbody, sizeof(bbody),
+            "{\"PodName\":\"%s\",\"PodNamespace\":\"bench\",\"PodUID\":\"%s\",\"Node\":\"%s\"}",
+            pname, pname, json_string_value(best));
+        scale_assigned[0] = '\0';
+        tb[done] = call_verb(&v, "bind", bbody, &reply);
+        if (strstr(egpu_buf_str(&reply), "\"Error\":\"\"") == NULL || scale_assigned[0] == '\0') {
+            bind_failed++;
+            (void)egpu_sched_cache_unreserve(c, "bench", pname);
+            (void)egpu_sched_cache_pod_delete(c, "bench", pname);
+        } else {
+            /* It lands (the watch: nodeName and the annotation, then the agent's mark), and
+             * a running pod leaves, so the population stays as large. */
+            size_t gone = (size_t)(rng_next(&x) % nlive);
+
+            pod = tpod_json(t, pname, json_string_value(best), scale_assigned);
+            m0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+            if (egpu_sched_cache_pod_set(c, pod, &err) != 0)
+                fprintf(stderr, "bench: bound pod: %s\n", err.msg);
+            (void)egpu_sched_cache_pod_delete(c, "bench", live[gone]);
+            main_ext += cpu_s(CLOCK_THREAD_CPUTIME_ID) - m0;
+            json_decref(pod);
+            snprintf(live[gone], sizeof(live[0]), "%s", pname);
+        }
+        tt[done] = tf[done] + tp[done] + tb[done];
+        done++;
+        json_decref(best);
+        json_decref(out);
+        free(fbody);
+        free(pbody);
+        free(pod_text);
+    }
+    CALLGRIND_STOP_INSTRUMENTATION;
+    ext_cpu = verb_cpu_s + main_ext;
+    load_after = load1();
+    printf("  %d pods asked: %d placed, %d fit nowhere, %d binds refused; filter passed %.0f "
+           "nodes on average, its reply %.0f KiB\n",
+           o->pods, done, unschedulable, bind_failed, done ? (double)passed_sum / done : 0.0,
+           (double)reply_bytes / (o->pods ? o->pods : 1) / 1024);
+    if (done > 0) {
+        print_verb("filter", tf, done);
+        print_verb("prioritize", tp, done);
+        print_verb("bind", tb, done);
+        print_verb("filter+prioritize+bind", tt, done);
+    }
+    if (unschedulable > 0)
+        printf("  filter of a pod that fits nowhere (%d of them; every node's reason, %.0f KiB): "
+               "p50 %.2f ms, max %.2f ms\n",
+               unschedulable, (double)nofit_bytes / unschedulable / 1024,
+               pct(tn, unschedulable, 0.5) / 1e3, pct(tn, unschedulable, 1.0) / 1e3);
+    printf("  extender CPU per pod %.2f ms (%s), peak RSS %.0f MiB, load %.2f before the run, "
+           "%.2f after\n",
+           1e3 * ext_cpu / (o->pods ? o->pods : 1),
+           "the verbs on their threads and the cache updates the watch would make; HTTP not "
+           "counted",
+           rss_mib("VmHWM:"), load_before, load_after);
+    rc = 0;
+out:
+    if (v.h != NULL)
+        curl_easy_cleanup(v.h);
+    curl_slist_free_all(hdr);
+    egpu_http_server_free(srv);
+    egpu_extender_free(v.x);
+    egpu_sched_cache_free(c);
+    for (int r = 0; names != NULL && r < o->orders; r++)
+        free(names[r]);
+    free(names);
+    free(live);
+    free(trace);
+    free(gpu_pods);
+    free(tf);
+    free(tp);
+    free(tb);
+    free(tt);
+    free(tn);
+    egpu_buf_free(&reply);
+    return rc;
+}
+
 /* Keep the process (client, server threads) on the first CPU it may use. */
 static int one_core(void)
 {
@@ -491,12 +1041,50 @@ static int one_core(void)
     return -1;
 }
 
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: bench_extender [--one-core]\n"
+            "       bench_extender [--one-core] --nodes N [--pods K] [--fill F] [--orders R]\n"
+            "                      [--trace FILE] [--direct] [--sample] [--dump FILE]\n");
+}
+
 int main(int argc, char **argv)
 {
-    bool pinned = argc > 1 && strcmp(argv[1], "--one-core") == 0;
+    struct scale_opts so = {.pods = 200, .orders = 8, .fill = 0.7};
+    bool pinned = false;
+    char trace[4096];
 
-    if (argc > 1 && !pinned) {
-        fprintf(stderr, "usage: bench_extender [--one-core]\n");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (strcmp(a, "--one-core") == 0)
+            pinned = true;
+        else if (strcmp(a, "--direct") == 0)
+            so.direct = true;
+        else if (strcmp(a, "--sample") == 0)
+            so.sample = true;
+        else if (val != NULL && strcmp(a, "--nodes") == 0 && (i++, 1))
+            so.nodes = (int)strtol(val, NULL, 10);
+        else if (val != NULL && strcmp(a, "--pods") == 0 && (i++, 1))
+            so.pods = (int)strtol(val, NULL, 10);
+        else if (val != NULL && strcmp(a, "--orders") == 0 && (i++, 1))
+            so.orders = (int)strtol(val, NULL, 10);
+        else if (val != NULL && strcmp(a, "--fill") == 0 && (i++, 1))
+            so.fill = strtod(val, NULL);
+        else if (val != NULL && strcmp(a, "--trace") == 0 && (i++, 1))
+            so.trace = val;
+        else if (val != NULL && strcmp(a, "--dump") == 0 && (i++, 1))
+            so.dump = val;
+        else {
+            usage();
+            return 2;
+        }
+    }
+    if ((so.nodes == 0 && (so.direct || so.sample || so.trace)) || so.nodes < 0 ||
+        so.nodes > 99999 || so.pods < 1 || so.orders < 1 || so.fill < 0 || so.fill > 1) {
+        fprintf(stderr, "bench: --nodes 1..99999, --pods and --orders at least 1, --fill 0..1\n");
+        usage();
         return 2;
     }
     if (pinned && one_core() != 0) {
@@ -505,6 +1093,15 @@ int main(int argc, char **argv)
     }
     egpu_log_level = EGPU_LOG_ERROR;
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (so.nodes > 0) {
+        int rc;
+
+        if (so.trace == NULL)
+            so.trace = trace_default(trace, sizeof(trace));
+        rc = scale_run(&so);
+        curl_global_cleanup();
+        return rc;
+    }
     printf("== bench: extender filter+prioritize over HTTP on loopback, binpack, one pod of 30%% "
            "and 4096 MiB, N nodes x 8 GPUs, %s\n",
            pinned ? "client and server on one core" : "threads on any core");

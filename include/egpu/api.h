@@ -64,6 +64,7 @@ extern "C" {
 #define EGPU_SCHEDULER_NAME       "elastic-gpu-scheduler"      /* spec.schedulerName of GPU pods */
 #define EGPU_RES_GPU_CORE         EGPU_API_GROUP "/gpu-core"   /* percent of one card */
 #define EGPU_RES_GPU_MEMORY       EGPU_API_GROUP "/gpu-memory" /* MiB per card */
+#define EGPU_RES_DRA              EGPU_API_GROUP "/dra"
 /* The scheduler's decision, written by bind (format below). */
 #define EGPU_ANN_ASSIGNED         EGPU_API_GROUP "/assigned"
 /* Written by the node agent once the kubelet allocated the pod's devices. */
@@ -232,15 +233,29 @@ size_t egpu_api_pod_validate(const json_t *spec, const json_t *annotations,
 int egpu_api_share_memory_default(json_t *spec, uint32_t mib_per_core,
                                   struct egpu_api_problems *notes) EGPU_MUST_CHECK;
 
+/* EGPU_RES_DRA is the marker egpu-webhook --mode dra gives each container
+ * whose GPU it moved to a ResourceClaim, "1" in requests and limits:
+ * kube-scheduler calls the extender only for a pod that asks one of its
+ * managedResources (deploy/scheduler, where this one is ignoredByScheduler:
+ * true). It is no GPU ask: no node advertises it and the kubelet drops it
+ * from the pod's requests.
+ *
+ * Is name (a resource name, NUL-terminated) an elasticgpu.io resource that
+ * asks for a GPU: any name of the group but the marker EGPU_RES_DRA? */
+bool egpu_api_res_asks_gpu(const char *name);
+
 /* Does spec (a PodSpec) ask any container or init container for an
- * elasticgpu.io resource, in requests or limits? */
+ * elasticgpu.io resource (egpu_api_res_asks_gpu: the marker EGPU_RES_DRA is
+ * not one), in requests or limits? */
 bool egpu_api_spec_wants_gpu(const json_t *spec);
 
 /* Does a pod ask a GPU in any way the mutating routes turn into elasticgpu.io
  * resources? spec: its PodSpec; annotations: its metadata.annotations (may
  * be NULL; a value that is not an object counts as none); both borrowed.
  * True when a container or init container names, in resources.requests or
- * limits, an elasticgpu.io resource or a compatible name
+ * limits, an elasticgpu.io resource (egpu_api_res_asks_gpu: not the marker
+ * EGPU_RES_DRA, which /mutate wrote on a GPU pod it already rewrote) or a
+ * compatible name
  * (egpu_api_compat_known; HAMi's nvidia.com/gpucores and gpumem only with
  * nvidia; nvidia.com/gpu alone never), or an annotation starts with
  * EGPU_ANN_CLAIM_PREFIX (a container using an ElasticGPUClaim). The names

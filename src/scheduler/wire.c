@@ -527,8 +527,8 @@ static int scan(struct decoder *d, size_t len, struct egpu_error *err)
 }
 
 /* Parse the Pod's bytes (none: the Pod is missing or not an object). */
-static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, bool *refused,
-                      struct egpu_error *err)
+static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, json_t **keep,
+                      bool *refused, struct egpu_error *err)
 {
     json_error_t jerr;
     json_t *pod = NULL;
@@ -542,6 +542,10 @@ static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, bool 
     }
     rc = egpu_sched_pod_parse(pod, out, err);
     *refused = rc != 0 && rc != -ENOMEM && json_is_object(pod);
+    if (rc == 0 && out->dra) {
+        *keep = pod; /* a DRA pod's claims are read from it */
+        pod = NULL;
+    }
     json_decref(pod);
     if (rc)
         return egpu_error_prefix(err, rc, "ExtenderArgs.Pod");
@@ -556,6 +560,7 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
     int rc;
 
     a->pod_refused = false;
+    a->pod_obj = NULL;
     if (d == NULL)
         return egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
     d->body = body;
@@ -568,7 +573,7 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
     }
     rc = scan(d, len, err);
     if (!rc)
-        rc = decode_pod(d, &a->pod, &a->pod_refused, err);
+        rc = decode_pod(d, &a->pod, &a->pod_obj, &a->pod_refused, err);
     if (rc)
         goto out;
     if (d->names.present)
@@ -592,6 +597,10 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
     use->spans = NULL;
     d->arena = NULL;
 out:
+    if (rc) {
+        json_decref(a->pod_obj);
+        a->pod_obj = NULL;
+    }
     list_free(&d->names);
     list_free(&d->items);
     egpu_free(d->arena);
@@ -604,6 +613,8 @@ void egpu__wire_args_free(struct egpu__wire_args *a)
     egpu_free(a->names);
     egpu_free(a->arena);
     egpu_free(a->items);
+    json_decref(a->pod_obj);
+    a->pod_obj = NULL;
     a->names = NULL;
     a->arena = NULL;
     a->items = NULL;
@@ -667,6 +678,14 @@ static size_t utf8_len(const char *s)
     return n - (i - 1) >= need ? n : i - 1;
 }
 
+const char egpu__wire_unlisted[] = "(not listed)";
+
+/* Does why say the node fails and is listed in FailedNodes? */
+static bool listed(const char *why)
+{
+    return why != NULL && why != egpu__wire_unlisted;
+}
+
 /* FailedNodes of the NodeList form, as a jansson object. */
 static json_t *failed_object(const struct egpu__wire_args *a, const char *const *why)
 {
@@ -675,7 +694,7 @@ static json_t *failed_object(const struct egpu__wire_args *a, const char *const 
     for (size_t i = 0; failed != NULL && i < a->n; i++) {
         json_t *v;
 
-        if (why[i] == NULL)
+        if (!listed(why[i]))
             continue;
         v = json_stringn(why[i], utf8_len(why[i]));
         if (v == NULL || json_object_set_new(failed, a->names[i], v) != 0) {
@@ -736,20 +755,87 @@ static yajl_gen_status filter_head(yajl_gen g)
     return st;
 }
 
+/* Messages encoded once (reason_text): a direct-mapped table by address. */
+#define REASON_SLOTS 256
+
+struct reason_memo {
+    struct {
+        const char *why; /* NULL: empty slot */
+        size_t off, len; /* its JSON string's text in enc */
+    } slot[REASON_SLOTS];
+    struct egpu_buf enc;
+    yajl_gen g; /* the generator each message is encoded with, reset between them */
+};
+
+/* The JSON string text of why ("..." with its escapes), as yajl_gen writes
+ * it, into *text and *len (borrowed from m until the next call): encoded
+ * the first time an address is seen (or when its slot was taken by
+ * another), copied from m after. Returns 0, -ENOMEM or -EINVAL. */
+static int reason_text(struct reason_memo *m, const char *why, const char **text, size_t *len)
+{
+    size_t k = ((uintptr_t)why >> 4) % REASON_SLOTS;
+    const unsigned char *buf = NULL;
+    size_t blen = 0;
+    int rc = 0;
+
+    if (m->slot[k].why != why) {
+        /* A string alone, at the top level: exactly its text, no separator.
+         * One generator for all, reset, so a message costs no allocation. */
+        if (m->g == NULL && (m->g = egpu__wire_gen()) == NULL)
+            return -ENOMEM;
+        yajl_gen_reset(m->g, NULL);
+        yajl_gen_clear(m->g);
+        if (gen_str(m->g, why, utf8_len(why)) != yajl_gen_status_ok ||
+            yajl_gen_get_buf(m->g, &buf, &blen) != yajl_gen_status_ok)
+            rc = -EINVAL;
+        m->slot[k].why = NULL;
+        m->slot[k].off = m->enc.len;
+        m->slot[k].len = blen;
+        if (rc == 0 && (rc = egpu_buf_append(&m->enc, buf, blen)) == 0)
+            m->slot[k].why = why;
+        if (rc)
+            return rc;
+    }
+    *text = m->enc.data + m->slot[k].off;
+    *len = m->slot[k].len;
+    return 0;
+}
+
 /* ExtenderFilterResult after the NodeNames entries: FailedNodes for the
- * nodes with a reason, and the rest. */
+ * nodes listed with a reason, and the rest. A message that yajl encoded
+ * once (reason_text) is given to it again as a number token, which it
+ * writes as it is with the separator its state calls for: the text is the
+ * one it wrote for that string, so the reply is byte for byte what
+ * encoding each message afresh writes (test_filter_reasons_encoded_once). */
 static yajl_gen_status filter_tail(yajl_gen g, const struct egpu__wire_args *a,
-                                   const char *const *why)
+                                   const char *const *why, int *rc)
 {
     yajl_gen_status st = yajl_gen_array_close(g);
+    struct reason_memo *m = egpu_calloc(1, sizeof(*m));
 
+    if (m == NULL) {
+        *rc = -ENOMEM;
+        return yajl_gen_in_error_state;
+    }
+    egpu_buf_init(&m->enc, SIZE_MAX / 2);
     if (st == yajl_gen_status_ok && (st = GEN_LIT(g, "FailedNodes")) == yajl_gen_status_ok)
         st = yajl_gen_map_open(g);
     for (size_t i = 0; st == yajl_gen_status_ok && i < a->n; i++) {
-        if (why[i] != NULL &&
-            (st = gen_str(g, a->names[i], strlen(a->names[i]))) == yajl_gen_status_ok)
-            st = gen_str(g, why[i], utf8_len(why[i]));
+        const char *text;
+        size_t len;
+
+        if (!listed(why[i]) ||
+            (st = gen_str(g, a->names[i], strlen(a->names[i]))) != yajl_gen_status_ok)
+            continue;
+        if ((*rc = reason_text(m, why[i], &text, &len)) != 0)
+            st = yajl_gen_in_error_state;
+        else
+            st = yajl_gen_number(g, text, len);
     }
+    if (m->g != NULL)
+        yajl_gen_free(m->g);
+    egpu_buf_free(&m->enc);
+    egpu_free(m);
     if (st == yajl_gen_status_ok && (st = yajl_gen_map_close(g)) == yajl_gen_status_ok &&
         (st = GEN_LIT(g, "FailedAndUnresolvableNodes")) == yajl_gen_status_ok &&
         (st = yajl_gen_map_open(g)) == yajl_gen_status_ok &&
@@ -788,7 +874,11 @@ int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_arg
             st = gen_str(g, a->names[i], strlen(a->names[i]));
     }
     if (st == yajl_gen_status_ok)
-        st = filter_tail(g, a, why);
+        st = filter_tail(g, a, why, &k.rc);
+    if (k.rc != 0) {
+        yajl_gen_free(g);
+        return k.rc;
+    }
     return gen_done(g, &k, st);
 }
 

@@ -35,6 +35,7 @@ struct egpu__wire_args {
     struct egpu__wire_span *items; /* full form: n ranges of body; else NULL */
     const char *body;              /* borrowed: the request body items point into */
     bool pod_refused; /* on error: the body was ExtenderArgs, its Pod object was refused */
+    json_t *pod_obj;  /* the Pod object when pod.dra (its claims are read from it), else NULL */
 };
 
 /* Decode ExtenderArgs from body (len bytes, borrowed: a full-form *a points
@@ -50,11 +51,19 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
                            struct egpu_error *err) EGPU_MUST_CHECK;
 void egpu__wire_args_free(struct egpu__wire_args *a);
 
+/* why[i] of a node that fails and is left out of the reply (neither passed
+ * nor in FailedNodes): kube-scheduler drops such a node, as one it lists as
+ * failed (extender v1; shared/k8s-wire/scheduler_extender_notes.md "Filter
+ * semantics"). Compared by address. */
+extern const char egpu__wire_unlisted[];
+
 /* Append ExtenderFilterResult to reply: the nodes i of a with why[i] == NULL
- * pass (as NodeNames, or as Nodes.items when a->full), the others go to
- * FailedNodes with why[i] as the message; FailedAndUnresolvableNodes is
- * empty and Error "". Returns 0, -EMSGSIZE (reply full) or -ENOMEM; reply
- * may then hold part of the text. */
+ * pass (as NodeNames, or as Nodes.items when a->full), those with why[i] ==
+ * egpu__wire_unlisted are left out, the others go to FailedNodes with
+ * why[i] as the message; FailedAndUnresolvableNodes is empty and Error "".
+ * Each distinct message (by address) is encoded once and its text copied
+ * for the other nodes that give it. Returns 0, -EMSGSIZE (reply full) or
+ * -ENOMEM; reply may then hold part of the text. */
 int egpu__wire_filter_result(struct egpu_buf *reply, const struct egpu__wire_args *a,
                              const char *const *why) EGPU_MUST_CHECK;
 

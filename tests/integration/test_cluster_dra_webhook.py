@@ -7,8 +7,10 @@ TLS (deploy/'s webhook configurations pointed at it, as tests/cluster/components
 - a pod asking elasticgpu.io/gpu-core 30 and gpu-memory 4096, with a hostile
   elasticgpu.io/gpu-model, is admitted with its GPU names gone, resources.claims
   egpu-0 (request gpu), spec.resourceClaims naming template egpu-<hash>, and the
-  annotation elasticgpu.io/dra-claims giving that template's spec; no schedulerName of
-  ours (kube-scheduler places it); the webhook created no object;
+  annotation elasticgpu.io/dra-claims giving that template's spec, the marker
+  elasticgpu.io/dra "1" in requests and limits and schedulerName elastic-gpu-scheduler (so
+  that the extender scores its nodes: test_cluster_dra_extender.py); the webhook created
+  no object;
 - the real API server accepts that spec as a ResourceClaimTemplate (its validation and
   its CEL compiler judge the escaped selector), and once it exists (created here from the
   annotation, as egpu-controller will), the real kube-controller-manager's ResourceClaim
@@ -85,12 +87,17 @@ def test_pod_gets_claims_and_kcm_makes_them(cluster, dra_webhook):
     assert st == 201, got
     spec = got["spec"]
     ctr = spec["containers"][0]
-    assert ctr["resources"]["limits"] == {"cpu": "100m"}, ctr["resources"]
+    # The marker that makes kube-scheduler call the extender (deploy/scheduler's
+    # managedResources), in requests and limits.
+    assert ctr["resources"]["limits"] == {"cpu": "100m", "elasticgpu.io/dra": "1"}, \
+        ctr["resources"]
+    assert ctr["resources"]["requests"] == {"cpu": "100m", "elasticgpu.io/dra": "1"}, \
+        ctr["resources"]
     assert ctr["resources"]["claims"] == [{"name": "egpu-0", "request": "gpu"}]
     [pc] = spec["resourceClaims"]
     tmpl = pc["resourceClaimTemplateName"]
     assert pc["name"] == "egpu-0" and tmpl.startswith("egpu-") and len(tmpl) == 37, pc
-    assert spec.get("schedulerName") == "default-scheduler"
+    assert spec.get("schedulerName") == "elastic-gpu-scheduler"  # its extender scores nodes
     claims = json.loads(got["metadata"]["annotations"][DRA_ANN])
     assert list(claims) == [tmpl]
     claim_spec = claims[tmpl]

@@ -1412,6 +1412,53 @@ static void test_filter_steers_around_ambiguity(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* With more than 100 refusals, a pod that fits on a node gets 100 of them
+ * worded (the rest left out of the reply), but a node steered around for a
+ * pod not yet allocated always says so, wherever it comes in the request:
+ * bench/live_replay and an operator look for that reason. 150 nodes
+ * without GPUs come first, then n1 (pod a waits there) and n2. */
+static void test_steered_node_always_listed(void **state)
+{
+    enum { NOGPU = 150 };
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    const char *assigned_a = "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":30,"
+                             "\"memory\":1024,\"gpus\":[\"GPU-n1-0\"]}]}";
+    const int core30[] = {30}, mem1[] = {1024}, mem2[] = {2048};
+    const char *names[NOGPU + 2];
+    char name[NOGPU][16], *body;
+    json_t *pod, *out, *failed;
+
+    (void)state;
+    for (int i = 0; i < NOGPU; i++) {
+        snprintf(name[i], sizeof(name[i]), "cpu-%03d", i);
+        names[i] = name[i];
+        add_gpu_node(c, name[i], 0);
+    }
+    names[NOGPU] = "n1";
+    names[NOGPU + 1] = "n2";
+    add_gpu_node(c, "n1", 1);
+    add_gpu_node(c, "n2", 1);
+    pod = make_pod("ns", "a", "n1", 1, core30, mem1);
+    annotate_json(pod, EGPU_ANN_ASSIGNED, assigned_a);
+    set_pod(c, pod);
+    body = tu_extender_args(make_pod("ns", "b", NULL, 1, core30, mem2), names, NOGPU + 2, false);
+    out = call(egpu_extender_filter, x, body, 200);
+    assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 1);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(out, "NodeNames"), 0)),
+                        "n2");
+    failed = json_object_get(out, "FailedNodes");
+    assert_int_equal(json_object_size(failed), 101);
+    assert_non_null(strstr(json_string_value(json_object_get(failed, "n1")), "not yet allocated"));
+    assert_string_equal(json_string_value(json_object_get(failed, "cpu-099")), "node has no GPUs");
+    assert_null(json_object_get(failed, "cpu-100"));
+    json_decref(out);
+    free(body);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 /* The per-pod annotations override the flags' policies. One card is 50%
  * used, the other free: binpack puts a 30% pod on the used card, a pod
  * annotated card-policy=spread goes to the free one. */
@@ -1788,6 +1835,7 @@ int main(void)
         cmocka_unit_test(test_bind_refuses_foreign_and_gpu_less_pods),
         cmocka_unit_test(test_bind_refuses_ambiguity),
         cmocka_unit_test(test_filter_steers_around_ambiguity),
+        cmocka_unit_test(test_steered_node_always_listed),
         cmocka_unit_test(test_policy_override_by_annotation),
         cmocka_unit_test(test_fgd_with_live_workload),
         cmocka_unit_test(test_pods_without_gpu_placed),

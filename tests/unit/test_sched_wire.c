@@ -531,6 +531,168 @@ static void test_unfit_node_below_the_fitting_scores(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* A message given by several nodes is encoded once and copied: the reply is
+ * byte for byte what a generator writing every message afresh writes, with
+ * messages that need escapes, one address for many nodes, equal texts at
+ * other addresses, more distinct addresses than the memo's slots (so slots
+ * are taken over), and the nodes filter leaves out (egpu__wire_unlisted),
+ * which appear nowhere. */
+static void test_filter_reasons_encoded_once(void **state)
+{
+    enum { N = 700 };
+    const long live = egpu_alloc_live();
+    static const char shared[] = "node \"a\" fits this pod better \\ \x01 \xc3\xa9";
+    char(*own)[32] = malloc(N * sizeof(*own));
+    const char **names = malloc(N * sizeof(*names)), **why = malloc(N * sizeof(*why));
+    char(*name)[16] = malloc(N * sizeof(*name));
+    struct egpu__wire_args a = {0};
+    struct egpu_buf reply;
+    const unsigned char *buf;
+    size_t len;
+    yajl_gen g;
+
+    (void)state;
+    assert_non_null(own);
+    assert_non_null(names);
+    assert_non_null(why);
+    assert_non_null(name);
+    for (int i = 0; i < N; i++) {
+        snprintf(name[i], sizeof(name[i]), "n\"%d", i);
+        names[i] = name[i];
+        snprintf(own[i], sizeof(own[i]), "reason %d", i % 3 == 0 ? 7 : i);
+        why[i] = i % 5 == 0   ? NULL                /* passes */
+                 : i % 5 == 1 ? shared              /* one address, many nodes */
+                 : i % 5 == 2 ? egpu__wire_unlisted /* left out */
+                              : own[i];             /* an address of its own */
+    }
+    a.n = N;
+    a.names = names;
+    egpu_buf_init(&reply, 1 << 24);
+    assert_int_equal(egpu__wire_filter_result(&reply, &a, why), 0);
+    /* The reference: every message written afresh. */
+    g = egpu__wire_gen();
+    assert_non_null(g);
+    assert_int_equal(yajl_gen_map_open(g), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_string(g, (const unsigned char *)"Nodes", 5), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_null(g), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_string(g, (const unsigned char *)"NodeNames", 9), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_array_open(g), yajl_gen_status_ok);
+    for (int i = 0; i < N; i++)
+        if (why[i] == NULL)
+            assert_int_equal(yajl_gen_string(g, (const unsigned char *)names[i], strlen(names[i])),
+                             yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_array_close(g), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_string(g, (const unsigned char *)"FailedNodes", 11),
+                     yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_map_open(g), yajl_gen_status_ok);
+    for (int i = 0; i < N; i++) {
+        if (why[i] == NULL || why[i] == egpu__wire_unlisted)
+            continue;
+        assert_int_equal(yajl_gen_string(g, (const unsigned char *)names[i], strlen(names[i])),
+                         yajl_gen_status_ok);
+        assert_int_equal(yajl_gen_string(g, (const unsigned char *)why[i], strlen(why[i])),
+                         yajl_gen_status_ok);
+    }
+    assert_int_equal(yajl_gen_map_close(g), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_string(g, (const unsigned char *)"FailedAndUnresolvableNodes", 26),
+                     yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_map_open(g), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_map_close(g), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_string(g, (const unsigned char *)"Error", 5), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_string(g, (const unsigned char *)"", 0), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_map_close(g), yajl_gen_status_ok);
+    assert_int_equal(yajl_gen_get_buf(g, &buf, &len), yajl_gen_status_ok);
+    assert_int_equal(reply.len, len);
+    assert_memory_equal(reply.data, buf, len);
+    yajl_gen_free(g);
+    /* And it is JSON: the unlisted nodes are nowhere in it. */
+    {
+        json_t *out = json_loads(reply.data, 0, NULL);
+
+        assert_non_null(out);
+        assert_int_equal(json_object_size(json_object_get(out, "FailedNodes")), 3 * N / 5);
+        assert_null(json_object_get(json_object_get(out, "FailedNodes"), name[2]));
+        assert_string_equal(
+            json_string_value(json_object_get(json_object_get(out, "FailedNodes"), name[1])),
+            shared);
+        json_decref(out);
+    }
+    egpu_buf_free(&reply);
+    free(own);
+    free(names);
+    free(why);
+    free(name);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+/* When the pod fits somewhere, filter words 100 refusals at most: those of
+ * the nodes that cannot host it first, in the request's order, then of the
+ * nodes a better one beats; the others are left out of the reply
+ * (kube-scheduler shows none of them and drops a node in neither list). A
+ * pod that fits nowhere gets every node's reason, as before. */
+static void test_refusals_shown_when_the_pod_fits(void **state)
+{
+    enum { N = 260 };
+    const long live = egpu_alloc_live();
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_extender *x = new_extender(c, EGPU_POLICY_BINPACK);
+    const char **names = malloc(N * sizeof(*names));
+    char(*name)[16] = malloc(N * sizeof(*name));
+    json_t *out, *failed;
+    char *body;
+
+    (void)state;
+    assert_non_null(names);
+    assert_non_null(name);
+    for (int i = 0; i < N; i++) {
+        char pod[24];
+
+        snprintf(name[i], sizeof(name[i]), "n%03d", i);
+        names[i] = name[i];
+        add_gpu_node(c, name[i], 1);
+        snprintf(pod, sizeof(pod), "u%03d", i);
+        /* Every third node full, one node busier than the rest (the best for binpack). */
+        use_card(c, pod, name[i], i % 3 == 0 ? 100 : i == 200 ? 40 : 10);
+    }
+    body = tu_extender_args(make_pod("p", 30, 0), names, N, false);
+    out = call(egpu_extender_filter, x, body, 200);
+    assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 1);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(out, "NodeNames"), 0)),
+                        "n200");
+    failed = json_object_get(out, "FailedNodes");
+    assert_int_equal(json_object_size(failed), 100);
+    /* 87 full nodes (every third of 260), then the first 13 of the others. */
+    for (int i = 0, beaten = 0; i < N; i++) {
+        const char *why = json_string_value(json_object_get(failed, name[i]));
+
+        if (i == 200)
+            continue;
+        if (i % 3 == 0) {
+            assert_non_null(why);
+            assert_non_null(strstr(why, "no card with 30% core"));
+        } else if (beaten++ < 13) {
+            assert_non_null(why);
+            assert_non_null(strstr(why, "node n200 fits this pod better"));
+        } else {
+            assert_null(why);
+        }
+    }
+    json_decref(out);
+    free(body);
+    /* 95% fits nowhere: every node says why. */
+    body = tu_extender_args(make_pod("q", 95, 0), names, N, false);
+    out = call(egpu_extender_filter, x, body, 200);
+    assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 0);
+    assert_int_equal(json_object_size(json_object_get(out, "FailedNodes")), N);
+    json_decref(out);
+    free(body);
+    free(names);
+    free(name);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 static void test_odd_names_round_trip(void **state)
 {
     const long live = egpu_alloc_live(); /* whole test: nothing left behind */
@@ -1184,6 +1346,8 @@ int main(void)
         cmocka_unit_test(test_ten_is_the_placers_choice),
         cmocka_unit_test(test_unfit_node_below_the_fitting_scores),
         cmocka_unit_test(test_odd_names_round_trip),
+        cmocka_unit_test(test_filter_reasons_encoded_once),
+        cmocka_unit_test(test_refusals_shown_when_the_pod_fits),
         cmocka_unit_test(test_escape_every_position),
         cmocka_unit_test(test_nodelist_form),
         cmocka_unit_test(test_nodelist_form_echoes_bytes),

@@ -1,0 +1,220 @@
+#!/usr/bin/python3
+"""bench/restart_apiserver.py - egpu-scheduler's restart against the real kube-apiserver.
+
+bench_restart serves the lists itself; this one asks the real control plane of
+tests/cluster/cluster.py (etcd, kube-apiserver; kube-controller-manager stopped so no
+controller touches the objects) to hold the cluster of bench_extender --nodes at a small N:
+N Nodes, 8 GPU objects each (deploy/crds), and the openb trace's pods (bench/openb_pods.h's
+draw and fill, recomputed here) created bound to their nodes with elasticgpu.io/assigned
+and allocated. It then times, for each of nodes, GPUs and pods, a list of 500 a page
+following `continue` (what an informer's first list asks), and the restart of
+egpu-scheduler (--leader-elect false, the admin's client certificate) from exec to /readyz
+200, with its CPU and peak RSS. Figures, not a test; minutes of setup per 1,000 nodes.
+
+Usage: bench/restart_apiserver.py [--nodes N] [--fill F] [--jobs J]
+  EGPU_BUILD (default build), EGPU_TRACE_DIR (default data/openb, else ../shared/data/openb)
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests/cluster"))
+import cluster as cluster_module  # noqa: E402
+
+M64 = (1 << 64) - 1
+
+
+class Lcg:
+    """openb_pods.h's rng_next: a 64-bit LCG's top 31 bits."""
+
+    def __init__(self, seed):
+        self.x = seed
+
+    def next(self):
+        self.x = (self.x * 6364136223846793005 + 1442695040888963407) & M64
+        return self.x >> 33
+
+
+def read_trace(path):
+    pods = []
+    for line in pathlib.Path(path).read_text().splitlines()[1:]:
+        f = line.split(",")
+        cpu, mem, ngpu, milli = int(f[1]), int(f[2]), int(f[3]), int(f[4])
+        pods.append((cpu, mem, ngpu, 1000 if ngpu > 1 else milli))
+    return pods
+
+
+def fill(nodes, trace, frac):
+    """openb_pods.h's draw_pod, place_pod and fill_fits: [(node, pod, cards)]."""
+    x = Lcg(42)
+    free = [[96000, 384 * 1024, [1000] * 8] for _ in range(nodes)]
+    asked, target, out = 0, int(frac * nodes * 8 * 1000), []
+    while asked < target:
+        t = trace[x.next() % len(trace)]
+        if t[2] == 0 and x.next() % 2 == 0:
+            continue
+        asked += t[2] * t[3]
+        for _ in range(16):
+            k = x.next() % nodes
+            fn = free[k]
+            if fn[0] < t[0] or fn[1] < t[1]:
+                continue
+            cards = [g for g in range(8)
+                     if (fn[2][g] == 1000 if t[3] == 1000 else fn[2][g] >= t[3])][:t[2]]
+            if len(cards) < t[2]:
+                continue
+            fn[0] -= t[0]
+            fn[1] -= t[1]
+            for g in cards:
+                fn[2][g] -= t[3]
+            out.append((k, t, cards))
+            break
+    return out
+
+
+def node_obj(i):
+    name = f"gpu-node-{i:05d}"
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": {"cpu": "96", "memory": "384Gi", "pods": "110"},
+                       "allocatable": {"cpu": "96", "memory": "384Gi", "pods": "110"}}}
+
+
+def gpu_obj(i, g):
+    uuid = f"GPU-{i:05d}-{g}"
+    return {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "GPU",
+            "metadata": {"name": uuid.lower()},
+            "spec": {"nodeName": f"gpu-node-{i:05d}", "index": g, "uuid": uuid,
+                     "model": "A100", "memory": 40960}}
+
+
+def pod_obj(n, k, t, cards):
+    node = f"gpu-node-{k:05d}"
+    req = {"cpu": f"{max(t[0], 1)}m", "memory": f"{max(t[1], 1)}Mi"}
+    meta = {"name": f"pop-{n}", "namespace": "bench"}
+    if t[2] > 0:
+        req["elasticgpu.io/gpu-core"] = str(100 * t[2] if t[3] == 1000 else t[3] // 10)
+        ann = {"node": node, "containers": [{"name": "c", "core": t[3] // 10,
+                                             "memory": 40960 if t[3] == 1000 else 0,
+                                             "gpus": [f"GPU-{k:05d}-{g}" for g in cards]}]}
+        meta["annotations"] = {"elasticgpu.io/assigned": json.dumps(ann, separators=(",", ":")),
+                               "elasticgpu.io/allocated": "true"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"nodeName": node, "schedulerName": "elastic-gpu-scheduler",
+                     "containers": [{"name": "c", "image": "registry.example.com/trainer:v1",
+                                     "resources": {"requests": req, "limits": req}}]}}
+
+
+def create_all(c, jobs, items):
+    def one(item):
+        path, obj = item
+        for _ in range(5):
+            st, out = c.call("POST", path, obj)
+            if st in (201, 409):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"POST {path}: {st} {out}")
+    with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
+        list(ex.map(one, items))
+
+
+def timed_list(c, path):
+    t0, n, size, cont = time.monotonic(), 0, 0, None
+    while True:
+        q = f"{path}?limit=500" + (f"&continue={cont}" if cont else "")
+        ctx = c.ssl_context((c.dir / "pki/admin.crt", c.dir / "pki/admin.key"))
+        with urllib.request.urlopen(c.url + q, timeout=120, context=ctx) as r:
+            body = r.read()
+        size += len(body)
+        page = json.loads(body)
+        n += len(page.get("items") or [])
+        cont = (page.get("metadata") or {}).get("continue")
+        if not cont:
+            return n, size, time.monotonic() - t0
+
+
+def usage(pid):
+    st = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    f = st[st.rindex(")") + 2:].split()
+    cpu = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    hwm = 0
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) / 1024
+    return cpu, hwm
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=500)
+    ap.add_argument("--fill", type=float, default=0.7)
+    ap.add_argument("--jobs", type=int, default=8)
+    a = ap.parse_args()
+    build = pathlib.Path(os.environ.get("EGPU_BUILD", ROOT / "build"))
+    tdir = os.environ.get("EGPU_TRACE_DIR") or (
+        "data/openb" if (ROOT / "data/openb").is_dir() else str(ROOT.parent / "shared/data/openb"))
+    trace = read_trace(pathlib.Path(tdir) / "openb_pod_list_default.csv")
+    placed = fill(a.nodes, trace, a.fill)
+    with tempfile.TemporaryDirectory(prefix="egpu-restart-") as d:
+        c = cluster_module.Cluster(pathlib.Path(d), scheduler=False).start()
+        try:
+            for f in sorted((ROOT / "deploy/crds").glob("elasticgpu.io_*.yaml")):
+                c.kubectl("apply", "--server-side", "-f", str(f))
+            c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                      "crd/gpus.elasticgpu.io")
+            c.namespace("bench")
+            c.stop_process("kube-controller-manager")  # its default ServiceAccount exists now
+            t0 = time.monotonic()
+            create_all(c, a.jobs, [("/api/v1/nodes", node_obj(i)) for i in range(a.nodes)])
+            create_all(c, a.jobs, [("/apis/elasticgpu.io/v1alpha1/gpus", gpu_obj(i, g))
+                                   for i in range(a.nodes) for g in range(8)])
+            create_all(c, a.jobs, [("/api/v1/namespaces/bench/pods", pod_obj(n, k, t, cards))
+                                   for n, (k, t, cards) in enumerate(placed)])
+            print(f"== restart against kube-apiserver {c.version}: {a.nodes} nodes, "
+                  f"{8 * a.nodes} GPU objects, {len(placed)} pods created in "
+                  f"{time.monotonic() - t0:.0f} s; load {os.getloadavg()[0]:.2f}")
+            for path in ("/api/v1/nodes", "/apis/elasticgpu.io/v1alpha1/gpus", "/api/v1/pods"):
+                n, size, s = timed_list(c, path)
+                print(f"  list {path}: {n} items, {size / 1048576:.1f} MiB in {s:.2f} s "
+                      f"(500 a page)")
+            kcfg = c.write_kubeconfig(pathlib.Path(d) / "sched.kubeconfig",
+                                      cert=(c.dir / "pki/admin.crt", c.dir / "pki/admin.key"))
+            hp, vp = cluster_module.free_port(), cluster_module.free_port()
+            t0 = time.monotonic()
+            p = subprocess.Popen([str(build / "src/scheduler/egpu-scheduler"), "--kubeconfig", kcfg,
+                                  "--leader-elect", "false", "--listen", "127.0.0.1", "--port",
+                                  str(vp), "--health-listen", "127.0.0.1", "--health-port",
+                                  str(hp)], stderr=subprocess.DEVNULL)
+            ready = None
+            while time.monotonic() - t0 < 600 and p.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{hp}/readyz", timeout=1) as r:
+                        if r.status == 200:
+                            ready = time.monotonic() - t0
+                            break
+                except OSError:
+                    pass
+                time.sleep(0.02)
+            if ready is not None:
+                cpu, hwm = usage(p.pid)
+                print(f"  egpu-scheduler ready after {ready:.1f} s; its CPU {cpu:.1f} s, peak RSS "
+                      f"{hwm:.0f} MiB; load {os.getloadavg()[0]:.2f}")
+            else:
+                print("  egpu-scheduler was not ready")
+            p.terminate()
+            p.wait(timeout=20)
+        finally:
+            c.stop()
+    return 0 if ready is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
