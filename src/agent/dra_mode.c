@@ -263,7 +263,8 @@ static int metrics_new(struct dra_mode *m, struct egpu_error *err)
     return egpu_service_metrics_new(t, sizeof(t) / sizeof(t[0]), &m->metrics, err);
 }
 
-/* Keep a card's series only while the card is listed (values[0] its UUID). */
+/* Keep a card's series only while the card is listed (values[0] its UUID,
+ * values[1] its slice device). */
 static bool keep_card(const char *const *values, void *data)
 {
     const struct egpu__dra_usage *u = data;
