@@ -242,6 +242,15 @@ int egpu_kube_get(struct egpu_kube *kc, const struct egpu_kube_resource *res, co
                   const char *name, json_t **out, struct egpu_kube_status *st,
                   struct egpu_error *err) EGPU_MUST_CHECK;
 
+/* A transform of listed or watched objects (client-go's TransformFunc): a
+ * new reference to what to keep of obj (borrowed; never change it), which
+ * may share obj's values or be obj itself (json_incref), or NULL when out of
+ * memory (the list or the watch event then fails with -ENOMEM). The result
+ * is stored and shared between threads, so it is never changed afterwards.
+ * It must keep metadata.name, .namespace and .resourceVersion (an
+ * informer's key and its repeat check; egpu_kube_keep always does). */
+typedef json_t *(*egpu_kube_transform_cb)(void *ud, json_t *obj);
+
 /* Called after each list page arrives and before the next is asked for.
  * page_index counts from 0 and starts again when the list restarts after a
  * 410. Return 0 to go on; a negative code ends the list with that code, a
@@ -255,6 +264,11 @@ struct egpu_kube_list_opts {
     unsigned limit;               /* page size, 0 = 500 */
     egpu_kube_page_cb on_page;    /* or NULL */
     void *ud;                     /* for on_page */
+    /* Applied to each item of a page as it arrives, before on_page and before
+     * the item joins the result (so a long list is never held whole as the
+     * server sent it); NULL = items as sent. See egpu_kube_transform_cb. */
+    egpu_kube_transform_cb transform;
+    void *transform_ud;
 };
 
 /* List every object, following continue tokens page by page (limit and
@@ -387,6 +401,33 @@ int egpu_kube_watch(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
                     struct egpu_kube_status *st, struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
+/* Transforms: what an informer keeps of an object (src/kube/transform.c)  */
+
+/* A new object (caller json_decref()s; never change it: it shares obj's
+ * values by reference) holding only obj's fields at the paths of keep, a
+ * NULL-terminated list of dotted paths from the object's root:
+ * "metadata.annotations" keeps that whole object, "spec.containers[].name"
+ * walks every element of the array spec.containers and keeps each one's
+ * name (an element that is not an object is kept whole; every element is
+ * kept, so indexes stay). metadata.name, .namespace and .resourceVersion are
+ * always kept; whatever no path names (metadata.managedFields among it) is
+ * left out. A value that is not the object or array its path goes through
+ * is kept whole, so a parser refuses it as it would have without the
+ * transform. A segment is 1 to 63 bytes. obj not an object: obj itself
+ * (json_incref). NULL when obj is NULL, a segment is empty or too long, or
+ * out of memory. */
+json_t *egpu_kube_keep(json_t *obj, const char *const *keep);
+
+/* egpu_kube_keep as an egpu_kube_transform_cb: keep is the
+ * NULL-terminated path list (const char *const *), borrowed. */
+json_t *egpu_kube_keep_transform(void *keep, json_t *obj);
+
+/* An egpu_kube_transform_cb (ud unused): obj without
+ * metadata.managedFields, the rest shared; obj itself (json_incref) when it
+ * has none. NULL when out of memory. */
+json_t *egpu_kube_strip_managed_fields(void *ud, json_t *obj);
+
+/* ------------------------------------------------------------------------ */
 /* Informer: a list+watch cache (src/kube/informer.c)                       */
 
 struct egpu_kube_informer;
@@ -412,6 +453,13 @@ struct egpu_kube_informer_opts {
     int watch_timeout_s;                  /* 0 = random 300..600 s, as client-go */
     long backoff_min_ms;                  /* first retry delay after a failure, 0 = 500 */
     long backoff_max_ms;                  /* longest retry delay, 0 = 30000 */
+    /* What is stored of each object listed or watched, before the store and
+     * the callbacks see it (so old_obj, on_delete's obj and _get/_list give
+     * the transformed object too); NULL = the object as the server sent it.
+     * Called on the informer's thread; transform_ud is borrowed for the
+     * informer's life. Listed pages are transformed as each arrives. */
+    egpu_kube_transform_cb transform;
+    void *transform_ud;
 };
 
 /* Counters, for tests and metrics. */

@@ -794,6 +794,19 @@ static int list_page_path(struct egpu_buf *b, const struct egpu_kube_resource *r
     return rc;
 }
 
+/* Replace each item of a page by what o->transform keeps of it, so the
+ * rest is freed with the page. Returns 0 or -ENOMEM. */
+static int transform_items(const struct egpu_kube_list_opts *o, json_t *items)
+{
+    for (size_t i = 0; i < json_array_size(items); i++) {
+        json_t *t = o->transform(o->transform_ud, json_array_get(items, i));
+
+        if (t == NULL || json_array_set_new(items, i, t) != 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
 int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, const char *ns,
                     const struct egpu_kube_list_opts *opts, const atomic_bool *stop, json_t **out,
                     struct egpu_kube_status *st, struct egpu_error *err)
@@ -840,6 +853,10 @@ int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
         if (!json_is_object(page) || !(json_is_array(items) || json_is_null(items) || !items) ||
             (meta != NULL && !json_is_object(meta))) {
             rc = egpu_error_set(err, -EPROTO, "GET %s: reply is not a List", egpu_buf_str(&path));
+            break;
+        }
+        if (o->transform != NULL && json_is_array(items) && (rc = transform_items(o, items)) != 0) {
+            rc = egpu_error_set(err, rc, "list %s: out of memory", res->plural);
             break;
         }
         if (o->on_page != NULL && (rc = o->on_page(o->ud, index, page)) != 0) {

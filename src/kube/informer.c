@@ -13,6 +13,12 @@
  * event whose object has the resourceVersion already stored is a repeat
  * and is dropped.
  *
+ * With opts.transform (client-go's SetTransform) every listed item and every
+ * watched object is replaced by what the transform keeps of it before the
+ * store or a callback sees it; the items of a list are transformed as each
+ * page arrives, so the list as the server sent it is held one page at a
+ * time, never whole. Without one, objects are stored as sent.
+ *
  * DESIGN: stored objects are immutable jansson values shared by reference
  * (jansson's reference counts are atomic), so readers on other threads take
  * a reference under the mutex and read without it. Callbacks run on the
@@ -57,6 +63,8 @@ struct egpu_kube_informer {
     int watch_timeout_s;
     long backoff_min_ms, backoff_max_ms;
     struct egpu_kube_informer_cbs cbs;
+    egpu_kube_transform_cb transform; /* or NULL */
+    void *transform_ud;
 
     pthread_mutex_t mu;  /* store, synced, stats */
     pthread_cond_t cond; /* synced set */
@@ -110,6 +118,8 @@ int egpu_kube_informer_new(struct egpu_kube *kc, const struct egpu_kube_informer
         inf->backoff_max_ms = inf->backoff_min_ms;
     if (cbs != NULL)
         inf->cbs = *cbs;
+    inf->transform = opts->transform;
+    inf->transform_ud = opts->transform_ud;
     inf->store = json_object();
     egpu__kube_random(&seed, sizeof(seed));
     egpu_rng_seed(&inf->rng, seed);
@@ -184,9 +194,27 @@ static void deliver(struct egpu_kube_informer *inf, const struct pending *p)
 /* ------------------------------------------------------------------------ */
 /* Watch events                                                             */
 
+static int store_event(struct egpu_kube_informer *inf, enum egpu_kube_event_type type, json_t *obj);
+
 static int on_event(void *ud, enum egpu_kube_event_type type, json_t *obj)
 {
     struct egpu_kube_informer *inf = ud;
+    json_t *t;
+    int rc;
+
+    if (type == EGPU_KUBE_BOOKMARK || inf->transform == NULL)
+        return store_event(inf, type, obj);
+    t = inf->transform(inf->transform_ud, obj);
+    if (t == NULL)
+        return -ENOMEM; /* the watch resumes before this event */
+    rc = store_event(inf, type, t);
+    json_decref(t);
+    return rc;
+}
+
+/* The event of obj (as stored: transformed) into the store, then its callback. */
+static int store_event(struct egpu_kube_informer *inf, enum egpu_kube_event_type type, json_t *obj)
+{
     struct pending p = {CH_ADD, NULL, NULL};
     char key[KEY_MAX];
     json_t *old;
@@ -240,6 +268,8 @@ static int relist(struct egpu_kube_informer *inf)
         .label_selector = inf->label_selector,
         .field_selector = inf->field_selector,
         .limit = inf->page_limit,
+        .transform = inf->transform,
+        .transform_ud = inf->transform_ud,
     };
     struct egpu_error err = {0};
     struct pending *pend = NULL;

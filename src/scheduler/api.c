@@ -253,6 +253,50 @@ static void on_rclaim_delete(void *ud, const json_t *obj)
         (void)egpu_sched_cache_dra_claim_delete(((struct egpu_sched_api *)ud)->cache, ns, name);
 }
 
+/* What the informers keep of the three kinds a cluster has thousands of
+ * (issue 27: stored as the API server sends them they weigh 6 to 8 times
+ * their lists' text, 890 MiB at 5,000 nodes). Exactly what the handlers
+ * above read through the cache's parsers, which read nothing else of them:
+ *   Node: egpu_sched_cache_node_set (name, labels, status.allocatable).
+ *   GPU:  gpu_fields and used_fields in cache.c (spec whole: nodeName, uuid,
+ *         index, memory, model, topology; status.health, status.used).
+ *   Pod:  egpu_sched_pod_parse (uid, annotations through
+ *         egpu_api_pod_annotations and egpu_api_pod_claims, deletionTimestamp,
+ *         nodeName, schedulerName, overhead, each container's name and
+ *         resources through egpu_api_container_gpu, status.phase through
+ *         egpu_api_pod_finished); spec.resourceClaims and the claim statuses
+ *         egpu__sched_dra_refs reads are kept too (bind reads them from a GET
+ *         today, the informer's copy costs nothing for pods without).
+ * Name, namespace and resourceVersion are always kept (egpu_kube_keep). A
+ * field a parser starts reading must be added here: test_sched's
+ * transform tests parse every fixture pod with and without it. The other
+ * kinds (a few hundred objects) only lose metadata.managedFields. */
+static const char *const keep_nodes[] = {"metadata.labels", "status.allocatable", NULL};
+static const char *const keep_gpus[] = {"spec", "status.health", "status.used", NULL};
+static const char *const keep_pods[] = {"metadata.uid",
+                                        "metadata.annotations",
+                                        "metadata.deletionTimestamp",
+                                        "spec.nodeName",
+                                        "spec.schedulerName",
+                                        "spec.overhead",
+                                        "spec.containers[].name",
+                                        "spec.containers[].resources",
+                                        "spec.initContainers[].name",
+                                        "spec.initContainers[].resources",
+                                        "spec.resourceClaims",
+                                        "status.phase",
+                                        "status.resourceClaimStatuses",
+                                        "status.extendedResourceClaimStatus",
+                                        NULL};
+
+const char *const *egpu__sched_api_keep(int i)
+{
+    return i == INF_NODES  ? keep_nodes
+           : i == INF_GPUS ? keep_gpus
+           : i == INF_PODS ? keep_pods
+                           : NULL;
+}
+
 int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
 {
     const struct egpu_kube_resource *res[SCHED_INFORMERS] = {
@@ -297,6 +341,13 @@ int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
     for (int i = 0; i < SCHED_INFORMERS; i++) {
         struct egpu_kube_informer_opts o = {.res = res[i]};
         int rc;
+
+        if (egpu__sched_api_keep(i) != NULL) {
+            o.transform = egpu_kube_keep_transform;
+            o.transform_ud = (void *)egpu__sched_api_keep(i);
+        } else {
+            o.transform = egpu_kube_strip_managed_fields;
+        }
 
         if (i == INF_RCLAIMS && !api->dra)
             continue; /* no ResourceClaims without --dra (nor the RBAC for them) */

@@ -30,6 +30,11 @@ const char *egpu__sched_api_kind(int i);
 unsigned long egpu__sched_api_skipped(struct egpu_sched_api *api, int i);
 
 /* Start the informers feeding api->cache. Returns 0 or an informer error. */
+/* The paths informer i (numbered as egpu__sched_api_kind) keeps of its
+ * objects (egpu_kube_keep; static), or NULL when it keeps all of them but
+ * metadata.managedFields. */
+const char *const *egpu__sched_api_keep(int i);
+
 int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err) EGPU_MUST_CHECK;
 /* Stop and free the informers. */
 void egpu__sched_api_stop(struct egpu_sched_api *api);

@@ -418,6 +418,238 @@ static void test_cluster_scoped_and_errors(void **state)
     tks_post(&srv, "down", "{\"down\":false}");
 }
 
+/* ------------------------------------------------------------------------ */
+/* Transforms                                                               */
+
+/* egpu_kube_keep keeps exactly the named paths (and the key fields), walks
+ * arrays element by element, keeps a malformed container whole, shares the
+ * kept values with the original and never changes it. */
+static void test_keep_paths(void **state)
+{
+    static const char *const keep[] = {"metadata.annotations",
+                                       "spec.containers[].name",
+                                       "spec.containers[].resources",
+                                       "spec.nodeName",
+                                       "status.phase",
+                                       "weird.x",
+                                       "spec.nodeName",
+                                       NULL};
+    json_t *obj = json_loads(
+        "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\",\"namespace\":\"n\",\"uid\":\"u\","
+        "\"resourceVersion\":\"7\",\"managedFields\":[{\"manager\":\"kubectl\"}],"
+        "\"labels\":{\"a\":\"b\"},\"annotations\":{\"k\":\"v\"}},"
+        "\"spec\":{\"nodeName\":\"n1\",\"volumes\":[{\"name\":\"tok\"}],"
+        "\"containers\":[{\"name\":\"c0\",\"image\":\"i\",\"resources\":{\"limits\":{\"cpu\":\"1\"}"
+        "}},"
+        "{\"name\":\"c1\",\"env\":[]},\"not-an-object\"]},"
+        "\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{}]},\"weird\":\"a string\"}",
+        0, NULL);
+    json_t *want =
+        json_loads("{\"metadata\":{\"name\":\"p\",\"namespace\":\"n\",\"resourceVersion\":\"7\","
+                   "\"annotations\":{\"k\":\"v\"}},"
+                   "\"spec\":{\"nodeName\":\"n1\",\"containers\":[{\"name\":\"c0\",\"resources\":"
+                   "{\"limits\":{\"cpu\":\"1\"}}},{\"name\":\"c1\"},\"not-an-object\"]},"
+                   "\"status\":{\"phase\":\"Running\"},\"weird\":\"a string\"}",
+                   0, NULL);
+    json_t *before, *slim, *stripped;
+
+    (void)state;
+    assert_non_null(obj);
+    assert_non_null(want);
+    before = json_deep_copy(obj);
+    slim = egpu_kube_keep(obj, keep);
+    assert_non_null(slim);
+    if (!json_equal(slim, want)) {
+        char *got = json_dumps(slim, JSON_SORT_KEYS);
+
+        fail_msg("kept %s", got);
+    }
+    assert_true(json_equal(obj, before)); /* the original is untouched */
+    /* Shared, not copied. */
+    assert_ptr_equal(json_object_get(json_object_get(slim, "metadata"), "annotations"),
+                     json_object_get(json_object_get(obj, "metadata"), "annotations"));
+    /* A whole subtree, then a path inside it: the subtree stays whole and
+     * the original is still not changed. */
+    json_decref(slim);
+    slim = egpu_kube_keep(obj, (const char *const[]){"spec", "spec.containers[].name", NULL});
+    assert_true(json_equal(json_object_get(slim, "spec"), json_object_get(obj, "spec")));
+    assert_true(json_equal(obj, before));
+    json_decref(slim);
+    /* No paths: the key fields only. */
+    slim = egpu_kube_keep(obj, NULL);
+    assert_int_equal(json_object_size(slim), 1);
+    assert_int_equal(json_object_size(json_object_get(slim, "metadata")), 3);
+    json_decref(slim);
+    /* Bad paths and inputs. */
+    assert_null(egpu_kube_keep(obj, (const char *const[]){"spec..x", NULL}));
+    assert_null(egpu_kube_keep(NULL, keep));
+    slim = egpu_kube_keep(json_array_get(json_object_get(obj, "metadata"), 0), keep);
+    assert_null(slim);
+    {
+        json_t *arr = json_object_get(json_object_get(obj, "metadata"), "managedFields");
+
+        slim = egpu_kube_keep(arr, keep); /* not an object: itself */
+        assert_ptr_equal(slim, arr);
+        json_decref(slim);
+    }
+    /* managedFields only. */
+    stripped = egpu_kube_strip_managed_fields(NULL, obj);
+    assert_null(json_object_get(json_object_get(stripped, "metadata"), "managedFields"));
+    json_object_del(json_object_get(before, "metadata"), "managedFields");
+    assert_true(json_equal(stripped, before));
+    assert_non_null(json_object_get(json_object_get(obj, "metadata"), "managedFields"));
+    slim = egpu_kube_strip_managed_fields(NULL, stripped); /* none left: itself */
+    assert_ptr_equal(slim, stripped);
+    json_decref(slim);
+    json_decref(stripped);
+    json_decref(before);
+    json_decref(want);
+    json_decref(obj);
+}
+
+struct seen_slim {
+    pthread_mutex_t mu;
+    int adds, updates, deletes, fat; /* fat: callbacks given an object with a spec */
+};
+
+static int has_spec(const json_t *o)
+{
+    return json_object_get(o, "spec") != NULL ||
+           json_object_get(json_object_get(o, "metadata"), "managedFields") != NULL;
+}
+
+static void slim_add(void *ud, const json_t *obj)
+{
+    struct seen_slim *s = ud;
+
+    pthread_mutex_lock(&s->mu);
+    s->adds++;
+    s->fat += has_spec(obj);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void slim_update(void *ud, const json_t *old_obj, const json_t *new_obj)
+{
+    struct seen_slim *s = ud;
+
+    pthread_mutex_lock(&s->mu);
+    s->updates++;
+    s->fat += has_spec(old_obj) + has_spec(new_obj);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void slim_delete(void *ud, const json_t *obj)
+{
+    struct seen_slim *s = ud;
+
+    pthread_mutex_lock(&s->mu);
+    s->deletes++;
+    s->fat += has_spec(obj);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static bool slim_reached(struct seen_slim *s, int adds, int updates, int deletes)
+{
+    long deadline = tks_now_ms() + 8000;
+    bool ok = false;
+
+    while (!ok && tks_now_ms() < deadline) {
+        pthread_mutex_lock(&s->mu);
+        ok = s->adds >= adds && s->updates >= updates && s->deletes >= deletes;
+        pthread_mutex_unlock(&s->mu);
+        if (!ok)
+            tks_sleep_ms(20);
+    }
+    return ok;
+}
+
+/* With a transform, the store and every callback (listed pages, watch
+ * adds, updates and deletes, a relist after a 410) see only what it keeps;
+ * without one (every other test here) objects are stored as sent. */
+static void test_transform_informer(void **state)
+{
+    static const char *const keep[] = {"metadata.labels", NULL};
+    struct egpu_kube_informer_opts o = {
+        .res = &egpu_kube_pods,
+        .ns = NS,
+        .page_limit = 2,
+        .watch_timeout_s = 30,
+        .backoff_min_ms = 50,
+        .backoff_max_ms = 400,
+        .transform = egpu_kube_keep_transform,
+        .transform_ud = (void *)keep,
+    };
+    struct seen_slim s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct egpu_kube_informer_stats st;
+    struct egpu_kube_informer_cbs cbs = {slim_add, slim_update, slim_delete, &s};
+    struct egpu_kube_informer *inf = NULL;
+    struct egpu_error err = {0};
+    json_t *obj, *all;
+
+    (void)state;
+    for (int i = 0; i < 5; i++) {
+        char name[16];
+
+        snprintf(name, sizeof(name), "slim-%d", i);
+        tks_create_pod(&srv, NS, name);
+    }
+    assert_int_equal(egpu_kube_informer_new(srv.kc, &o, &cbs, &inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_start(inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_wait_synced(inf, 5000), 0);
+    assert_int_equal(s.adds, 5); /* three pages of 2, each transformed */
+    obj = egpu_kube_informer_get(inf, NS, "slim-2");
+    assert_non_null(obj);
+    assert_null(json_object_get(obj, "spec"));
+    assert_null(json_object_get(obj, "kind"));
+    assert_string_equal(name_of(obj), "slim-2");
+    assert_string_equal(rv_of(obj)[0] ? "rv" : "", "rv");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(obj, "metadata"), "labels"), "app")),
+                        "trainer");
+    json_decref(obj);
+
+    tks_create_pod(&srv, NS, "slim-new");
+    tks_label_pod(&srv, NS, "slim-0", "k", "v1");
+    tks_delete_pod(&srv, NS, "slim-1");
+    assert_true(slim_reached(&s, 6, 2, 1)); /* the deletion's timestamp is an update */
+    obj = egpu_kube_informer_get(inf, NS, "slim-0");
+    assert_non_null(obj);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(obj, "metadata"), "labels"), "k")),
+                        "v1");
+    assert_false(has_spec(obj));
+    json_decref(obj);
+    /* A relist after a 410: its diff is of transformed objects too, so an
+     * unchanged pod is no update (same resourceVersion). */
+    tks_post(&srv, "fault",
+             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
+             "\"count\":-1}");
+    tks_post(&srv, "drop-watches", NULL);
+    tks_label_pod(&srv, NS, "slim-3", "k", "v2");
+    tks_post(&srv, "compact", NULL);
+    tks_sleep_ms(300);
+    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+    assert_true(slim_reached(&s, 6, 3, 1));
+    tks_label_pod(&srv, NS, "slim-4", "k", "v3"); /* and the watch after it */
+    assert_true(slim_reached(&s, 6, 4, 1));
+    tks_sleep_ms(400);
+    egpu_kube_informer_stats(inf, &st);
+    assert_true(st.expired >= 1);
+    assert_true(st.lists >= 2);
+    all = egpu_kube_informer_list(inf);
+    assert_int_equal(json_array_size(all), 5);
+    for (size_t i = 0; i < json_array_size(all); i++)
+        assert_false(has_spec(json_array_get(all, i)));
+    json_decref(all);
+    pthread_mutex_lock(&s.mu);
+    assert_int_equal(s.fat, 0);
+    assert_int_equal(s.adds, 6);
+    assert_int_equal(s.updates, 4);
+    assert_int_equal(s.deletes, 1);
+    pthread_mutex_unlock(&s.mu);
+    egpu_kube_informer_free(inf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -427,6 +659,8 @@ int main(void)
         cmocka_unit_test_setup(test_server_down_then_back, tks_reset_test),
         cmocka_unit_test_setup(test_cluster_scoped_and_errors, tks_reset_test),
         cmocka_unit_test_setup(test_nul_and_health, tks_reset_test),
+        cmocka_unit_test(test_keep_paths),
+        cmocka_unit_test_setup(test_transform_informer, tks_reset_test),
     };
 
     return cmocka_run_group_tests(tests, group_setup, tks_group_teardown);
