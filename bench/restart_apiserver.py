@@ -11,7 +11,11 @@ following `continue` (what an informer's first list asks), and the restart of
 egpu-scheduler (--leader-elect false, the admin's client certificate) from exec to /readyz
 200, with its CPU and peak RSS. Figures, not a test; minutes of setup per 1,000 nodes.
 
-Usage: bench/restart_apiserver.py [--nodes N] [--fill F] [--jobs J]
+With --variants each kind is also listed with resourceVersion=0 (any version: the watch
+cache), with resourceVersionMatch=NotOlderThan, 5,000 a page, and one page as protobuf.
+
+Usage: bench/restart_apiserver.py [--nodes N] [--fill F] [--jobs J] [--variants]
+                                  [--scheduler PATH]...
   EGPU_BUILD (default build), EGPU_TRACE_DIR (default data/openb, else ../shared/data/openb)
 """
 import argparse
@@ -126,19 +130,40 @@ def create_all(c, jobs, items):
         list(ex.map(one, items))
 
 
-def timed_list(c, path):
-    t0, n, size, cont = time.monotonic(), 0, 0, None
+# The list variants timed for each kind: the query of the first page, and the
+# Accept header ("protobuf": application/vnd.kubernetes.protobuf, whose pages
+# are counted by size only: nothing here decodes it).
+VARIANTS = (("limit=500", "json"),                 # consistent (no resourceVersion)
+            ("limit=500&resourceVersion=0", "json"),  # any version: the watch cache
+            ("limit=500&resourceVersion=0&resourceVersionMatch=NotOlderThan", "json"),
+            ("limit=5000", "json"),
+            ("limit=500", "protobuf"))
+
+
+def timed_list(c, path, query="limit=500", accept="json"):
+    """(items, bytes, seconds, pages); items is None for protobuf."""
+    t0, n, size, cont, pages = time.monotonic(), 0, 0, None, 0
+    hdrs = {"Accept": "application/vnd.kubernetes.protobuf" if accept == "protobuf"
+            else "application/json"}
     while True:
-        q = f"{path}?limit=500" + (f"&continue={cont}" if cont else "")
+        q = f"{path}?" + (f"limit=500&continue={cont}" if cont else query)
+        if cont and "limit=5000" in query:
+            q = f"{path}?limit=5000&continue={cont}"
         ctx = c.ssl_context((c.dir / "pki/admin.crt", c.dir / "pki/admin.key"))
-        with urllib.request.urlopen(c.url + q, timeout=120, context=ctx) as r:
+        req = urllib.request.Request(c.url + q, headers=hdrs)
+        with urllib.request.urlopen(req, timeout=120, context=ctx) as r:
             body = r.read()
         size += len(body)
+        pages += 1
+        if accept == "protobuf":
+            # The continue token is not read from protobuf: one page only
+            # (limit=500), scaled by the JSON page count afterwards.
+            return None, size, time.monotonic() - t0, pages
         page = json.loads(body)
         n += len(page.get("items") or [])
         cont = (page.get("metadata") or {}).get("continue")
         if not cont:
-            return n, size, time.monotonic() - t0
+            return n, size, time.monotonic() - t0, pages
 
 
 def usage(pid):
@@ -157,6 +182,10 @@ def main():
     ap.add_argument("--nodes", type=int, default=500)
     ap.add_argument("--fill", type=float, default=0.7)
     ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--scheduler", action="append",
+                    help="egpu-scheduler binary to restart (repeatable; default the build's)")
+    ap.add_argument("--variants", action="store_true",
+                    help="also time lists from the watch cache, of 5,000 a page, and protobuf")
     a = ap.parse_args()
     build = pathlib.Path(os.environ.get("EGPU_BUILD", ROOT / "build"))
     tdir = os.environ.get("EGPU_TRACE_DIR") or (
@@ -182,38 +211,47 @@ def main():
                   f"{8 * a.nodes} GPU objects, {len(placed)} pods created in "
                   f"{time.monotonic() - t0:.0f} s; load {os.getloadavg()[0]:.2f}")
             for path in ("/api/v1/nodes", "/apis/elasticgpu.io/v1alpha1/gpus", "/api/v1/pods"):
-                n, size, s = timed_list(c, path)
-                print(f"  list {path}: {n} items, {size / 1048576:.1f} MiB in {s:.2f} s "
-                      f"(500 a page)")
-            kcfg = c.write_kubeconfig(pathlib.Path(d) / "sched.kubeconfig",
-                                      cert=(c.dir / "pki/admin.crt", c.dir / "pki/admin.key"))
-            hp, vp = cluster_module.free_port(), cluster_module.free_port()
-            t0 = time.monotonic()
-            p = subprocess.Popen([str(build / "src/scheduler/egpu-scheduler"), "--kubeconfig", kcfg,
-                                  "--leader-elect", "false", "--listen", "127.0.0.1", "--port",
-                                  str(vp), "--health-listen", "127.0.0.1", "--health-port",
-                                  str(hp)], stderr=subprocess.DEVNULL)
-            ready = None
-            while time.monotonic() - t0 < 600 and p.poll() is None:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{hp}/readyz", timeout=1) as r:
-                        if r.status == 200:
-                            ready = time.monotonic() - t0
-                            break
-                except OSError:
-                    pass
-                time.sleep(0.02)
-            if ready is not None:
-                cpu, hwm = usage(p.pid)
-                print(f"  egpu-scheduler ready after {ready:.1f} s; its CPU {cpu:.1f} s, peak RSS "
-                      f"{hwm:.0f} MiB; load {os.getloadavg()[0]:.2f}")
-            else:
-                print("  egpu-scheduler was not ready")
-            p.terminate()
-            p.wait(timeout=20)
+                for query, accept in (VARIANTS if a.variants else VARIANTS[:1]):
+                    n, size, s, pages = timed_list(c, path, query, accept)
+                    what = f"{n} items" if n is not None else "first page"
+                    print(f"  list {path}?{query} ({accept}): {what}, {pages} pages, "
+                          f"{size / 1048576:.2f} MiB in {s:.2f} s", flush=True)
+            for sched in a.scheduler or [str(build / "src/scheduler/egpu-scheduler")]:
+                ready = restart(c, d, sched)
         finally:
             c.stop()
     return 0 if ready is not None else 1
+
+
+def restart(c, d, sched):
+    """egpu-scheduler sched from exec to /readyz 200: seconds, or None."""
+    kcfg = c.write_kubeconfig(pathlib.Path(d) / "sched.kubeconfig",
+                              cert=(c.dir / "pki/admin.crt", c.dir / "pki/admin.key"))
+    hp, vp = cluster_module.free_port(), cluster_module.free_port()
+    t0 = time.monotonic()
+    p = subprocess.Popen([sched, "--kubeconfig", kcfg,
+                          "--leader-elect", "false", "--listen", "127.0.0.1", "--port",
+                          str(vp), "--health-listen", "127.0.0.1", "--health-port",
+                          str(hp)], stderr=subprocess.DEVNULL)
+    ready = None
+    while time.monotonic() - t0 < 600 and p.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{hp}/readyz", timeout=1) as r:
+                if r.status == 200:
+                    ready = time.monotonic() - t0
+                    break
+        except OSError:
+            pass
+        time.sleep(0.02)
+    if ready is not None:
+        cpu, hwm = usage(p.pid)
+        print(f"  {sched} ready after {ready:.1f} s; its CPU {cpu:.1f} s, peak RSS "
+              f"{hwm:.0f} MiB; load {os.getloadavg()[0]:.2f}", flush=True)
+    else:
+        print(f"  {sched} was not ready")
+    p.terminate()
+    p.wait(timeout=20)
+    return ready
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@
 #include "sched_testutil.h"
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
+#include "egpu/kube.h"
+#include "sched_int.h"
 
 #define WIRE EGPU_SOURCE_DIR "/../shared/k8s-wire/"
 
@@ -1815,11 +1817,194 @@ static void test_concurrent_binds_never_overcommit(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* ------------------------------------------------------------------------ */
+/* What the informers keep (api.c's keep lists, egpu_kube_keep)             */
+
+/* obj as the informer of kind i stores it (reference stolen from obj). */
+static json_t *as_stored(int i, json_t *obj)
+{
+    json_t *t = egpu_kube_keep(obj, egpu__sched_api_keep(i));
+
+    assert_non_null(t);
+    json_decref(obj);
+    return t;
+}
+
+/* A pod as kube-apiserver returns it, with what our parsers read among what
+ * they do not (managedFields, volumes, statuses, images, env, labels). */
+static const char *const rich_pod =
+    "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"rich\",\"namespace\":\"t\","
+    "\"uid\":\"u-1\",\"resourceVersion\":\"42\",\"creationTimestamp\":\"2026-01-01T00:00:00Z\","
+    "\"deletionTimestamp\":\"2026-01-01T00:01:00Z\",\"labels\":{\"app\":\"x\"},"
+    "\"annotations\":{\"elasticgpu.io/allocated\":\"true\",\"elasticgpu.io/node-policy\":"
+    "\"spread\",\"elasticgpu.io/assigned\":\"main=0:40:4096\"},"
+    "\"ownerReferences\":[{\"kind\":\"ReplicaSet\",\"name\":\"rs\"}],"
+    "\"managedFields\":[{\"manager\":\"kubectl\",\"fieldsV1\":{\"f:spec\":{}}}]},"
+    "\"spec\":{\"nodeName\":\"n1\",\"schedulerName\":\"elastic-gpu-scheduler\","
+    "\"overhead\":{\"cpu\":\"250m\",\"memory\":\"120Mi\"},\"volumes\":[{\"name\":\"tok\"}],"
+    "\"initContainers\":[{\"name\":\"init\",\"image\":\"busybox\",\"resources\":{\"requests\":"
+    "{\"cpu\":\"2\",\"memory\":\"1Gi\"}}}],"
+    "\"containers\":[{\"name\":\"main\",\"image\":\"cuda\",\"env\":[{\"name\":\"A\"}],"
+    "\"resources\":{\"requests\":{\"cpu\":\"1\",\"memory\":\"2Gi\",\"elasticgpu.io/gpu-core\":"
+    "\"40\",\"elasticgpu.io/gpu-memory\":\"4096\"},\"limits\":{\"elasticgpu.io/gpu-core\":\"40\","
+    "\"elasticgpu.io/gpu-memory\":\"4096\"}}},{\"name\":\"side\",\"resources\":{}}],"
+    "\"resourceClaims\":[{\"name\":\"g\",\"resourceClaimName\":\"c\"}]},"
+    "\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":\"Ready\"}],"
+    "\"containerStatuses\":[{\"name\":\"main\",\"ready\":true}]}}";
+
+/* Every pod the scheduler's parser reads the same whether stored whole or as
+ * its informer keeps it: same code, same message, same record. The
+ * malformed ones too (the transform keeps a malformed container whole). */
+static void test_informer_keep_parses_the_same(void **state)
+{
+    static const char *const patches[] = {
+        "{}",
+        "{\"status\":{\"phase\":\"Succeeded\"}}",
+        "{\"metadata\":{\"annotations\":{\"elasticgpu.io/assigned\":\"garbage\"}}}",
+        "{\"metadata\":{\"annotations\":\"not an object\"}}",
+        "{\"metadata\":{\"annotations\":{\"elasticgpu.io/claims\":\"{bad\"}}}",
+        "{\"spec\":{\"containers\":\"not an array\"}}",
+        "{\"spec\":{\"containers\":[\"not an object\"]}}",
+        "{\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":\"not an object\"}]}}",
+        "{\"spec\":{\"containers\":[{\"resources\":{}}]}}",
+        "{\"spec\":{\"initContainers\":[{\"name\":\"i\",\"resources\":{\"requests\":"
+        "{\"elasticgpu.io/gpu-core\":\"10\"}}}]}}",
+        "{\"spec\":{\"overhead\":{\"cpu\":\"lots\"}}}",
+        "{\"spec\":{\"nodeName\":7,\"schedulerName\":null}}",
+        "{\"spec\":\"not an object\"}",
+        "{\"metadata\":{\"namespace\":null,\"deletionTimestamp\":null}}",
+    };
+    const int core[] = {30, 0}, mem[] = {2048, 0};
+
+    (void)state;
+    for (size_t i = 0; i <= sizeof(patches) / sizeof(patches[0]); i++) {
+        struct egpu_sched_pod *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+        struct egpu_error ea = {0}, eb = {0};
+        json_t *pod, *slim;
+        int ra, rb;
+
+        if (i < sizeof(patches) / sizeof(patches[0])) {
+            json_t *patch = json_loads(patches[i], 0, NULL);
+
+            pod = json_loads(rich_pod, 0, NULL);
+            assert_non_null(pod);
+            assert_non_null(patch);
+            assert_int_equal(json_object_update_recursive(pod, patch), 0);
+            json_decref(patch);
+        } else {
+            pod = make_pod("ns", "plain", NULL, 2, core, mem);
+        }
+        slim = egpu_kube_keep(pod, egpu__sched_api_keep(2));
+        assert_non_null(slim);
+        assert_string_equal(egpu__sched_api_kind(2), "Pod");
+        assert_null(json_object_get(json_object_get(slim, "metadata"), "managedFields"));
+        ra = egpu_sched_pod_parse(pod, a, &ea);
+        rb = egpu_sched_pod_parse(slim, b, &eb);
+        if (ra != rb || strcmp(ea.msg, eb.msg) != 0 || memcmp(a, b, sizeof(*a)) != 0)
+            fail_msg("pod %zu: whole %d \"%s\", kept %d \"%s\"", i, ra, ea.msg, rb, eb.msg);
+        json_decref(slim);
+        json_decref(pod);
+        free(a);
+        free(b);
+    }
+}
+
+/* Two caches, one fed whole apiserver-shaped Nodes, GPU objects and pods,
+ * the other what the informers keep of them: filter and prioritize answer
+ * byte for byte the same. */
+static void test_informer_keep_decides_the_same(void **state)
+{
+    struct egpu_sched_cache *c[2] = {egpu_sched_cache_new(), egpu_sched_cache_new()};
+    struct fake_api f[2] = {0};
+    struct egpu_extender *x[2];
+    const char *const nodes[] = {"n1", "n2", "n3"};
+    const int core[] = {60}, mem[] = {8192}, small[] = {30}, smem[] = {1024};
+    struct egpu_error err = {0};
+
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        x[k] = new_extender(c[k], &f[k], EGPU_POLICY_BINPACK);
+        for (int n = 0; n < 3; n++) {
+            json_t *node = make_node(nodes[n], n == 2 ? "2" : "64", "256Gi");
+
+            json_object_set_new(json_object_get(node, "metadata"), "labels",
+                                json_pack("{s:s}", "zone", n ? "b" : "a"));
+            json_object_set_new(json_object_get(node, "metadata"), "managedFields",
+                                json_pack("[{s:s}]", "manager", "kubelet"));
+            json_object_set_new(json_object_get(node, "status"), "conditions",
+                                json_pack("[{s:s}]", "type", "Ready"));
+            if (k == 1)
+                node = as_stored(0, node);
+            assert_int_equal(egpu_sched_cache_node_set(c[k], node, &err), 0);
+            json_decref(node);
+            for (int g = 0; g < 2; g++) {
+                json_t *gpu = make_gpu(nodes[n], g, "A100", 40960);
+
+                json_object_set_new(json_object_get(gpu, "status"), "used",
+                                    json_pack("{s:i,s:i,s:s}", "utilization", 10 * g, "memory",
+                                              1024, "updateTime", "2026-01-01T00:00:00Z"));
+                json_object_set_new(json_object_get(gpu, "status"), "allocated",
+                                    json_pack("[{s:s}]", "pod", "x"));
+                if (n == 1 && g == 1)
+                    json_object_set_new(json_object_get(gpu, "status"), "health",
+                                        json_string("Unhealthy"));
+                if (k == 1)
+                    gpu = as_stored(1, gpu);
+                assert_int_equal(egpu_sched_cache_gpu_set(c[k], gpu, &err), 0);
+                json_decref(gpu);
+            }
+        }
+        for (int p = 0; p < 3; p++) {
+            char name[16];
+            json_t *pod;
+
+            snprintf(name, sizeof(name), "run-%d", p);
+            pod = make_pod("ns", name, nodes[p % 2], 1, small, smem);
+            annotate_json(pod, EGPU_ANN_ASSIGNED, "c0=0:30:1024");
+            json_object_set_new(json_object_get(pod, "metadata"), "managedFields",
+                                json_pack("[{s:s}]", "manager", "kube-scheduler"));
+            set_pod(c[k], k == 1 ? as_stored(2, pod) : pod);
+        }
+    }
+    for (int q = 0; q < 2; q++) {
+        char *body = tu_extender_args(
+            make_pod("ns", "new", NULL, 1, q ? small : core, q ? smem : mem), nodes, 3, q == 1);
+        char *text[2][2];
+
+        for (int k = 0; k < 2; k++) {
+            json_t *fo = call(egpu_extender_filter, x[k], body, 200);
+            json_t *po = call(egpu_extender_prioritize, x[k], body, 200);
+
+            text[k][0] = json_dumps(fo, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            text[k][1] = json_dumps(po, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            json_decref(fo);
+            json_decref(po);
+        }
+        assert_string_equal(text[0][0], text[1][0]);
+        assert_string_equal(text[0][1], text[1][1]);
+        /* Not trivially equal: n2 passes (n1 has a pod on the card it
+         * would share, n3 has too little CPU), every node is scored. */
+        assert_non_null(strstr(text[0][1], "{\"Host\":\"n2\",\"Score\":10}"));
+        assert_non_null(strstr(text[0][0], "\"n1\":\"node n2 fits this pod better"));
+        for (int k = 0; k < 2; k++) {
+            free(text[k][0]);
+            free(text[k][1]);
+        }
+        free(body);
+    }
+    for (int k = 0; k < 2; k++) {
+        egpu_extender_free(x[k]);
+        egpu_sched_cache_free(c[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_assigned_round_trip),
         cmocka_unit_test(test_pod_parse),
+        cmocka_unit_test(test_informer_keep_parses_the_same),
+        cmocka_unit_test(test_informer_keep_decides_the_same),
         cmocka_unit_test(test_wire_fixture_pod),
         cmocka_unit_test(test_cache_counts_and_rebuilds),
         cmocka_unit_test(test_sync_logs_only_what_stays_unresolved),
