@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -212,7 +213,11 @@ def main():
                   f"{time.monotonic() - t0:.0f} s; load {os.getloadavg()[0]:.2f}")
             for path in ("/api/v1/nodes", "/apis/elasticgpu.io/v1alpha1/gpus", "/api/v1/pods"):
                 for query, accept in (VARIANTS if a.variants else VARIANTS[:1]):
-                    n, size, s, pages = timed_list(c, path, query, accept)
+                    try:
+                        n, size, s, pages = timed_list(c, path, query, accept)
+                    except urllib.error.HTTPError as e:  # CRDs are JSON only: 406
+                        print(f"  list {path}?{query} ({accept}): HTTP {e.code}")
+                        continue
                     what = f"{n} items" if n is not None else "first page"
                     print(f"  list {path}?{query} ({accept}): {what}, {pages} pages, "
                           f"{size / 1048576:.2f} MiB in {s:.2f} s", flush=True)

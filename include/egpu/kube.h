@@ -258,12 +258,15 @@ typedef json_t *(*egpu_kube_transform_cb)(void *ud, json_t *obj);
 typedef int (*egpu_kube_page_cb)(void *ud, unsigned page_index, const json_t *page);
 
 struct egpu_kube_list_opts {
-    const char *label_selector;   /* labelSelector, or NULL */
-    const char *field_selector;   /* fieldSelector, or NULL */
-    const char *resource_version; /* NULL = consistent read; "0" = any (may be stale) */
-    unsigned limit;               /* page size, 0 = 500 */
-    egpu_kube_page_cb on_page;    /* or NULL */
-    void *ud;                     /* for on_page */
+    const char *label_selector; /* labelSelector, or NULL */
+    const char *field_selector; /* fieldSelector, or NULL */
+    /* NULL = consistent read; "0" = any (may be stale), from the API server's
+     * watch cache, which then ignores limit: kube-apiserver 1.36 answers the
+     * whole collection in one reply (docs/scheduler.md, Scale). */
+    const char *resource_version;
+    unsigned limit;            /* page size, 0 = 500 */
+    egpu_kube_page_cb on_page; /* or NULL */
+    void *ud;                  /* for on_page */
     /* Applied to each item of a page as it arrives, before on_page and before
      * the item joins the result (so a long list is never held whole as the
      * server sent it); NULL = items as sent. See egpu_kube_transform_cb. */
@@ -479,8 +482,10 @@ int egpu_kube_informer_new(struct egpu_kube *kc, const struct egpu_kube_informer
                            const struct egpu_kube_informer_cbs *cbs,
                            struct egpu_kube_informer **out, struct egpu_error *err) EGPU_MUST_CHECK;
 
-/* Start the informer's thread: list (paged), then watch from the list's
- * resourceVersion, resuming from the last resourceVersion seen (bookmarks
+/* Start the informer's thread: list (paged, page_limit a page, without a
+ * resourceVersion: a consistent list, which kube-apiserver serves from its
+ * watch cache; "0" would come in one reply whatever the limit), then watch
+ * from the list's resourceVersion, resuming from the last resourceVersion seen (bookmarks
  * included) after a stream ends or breaks, and listing again on 410, when
  * the differences from the cache become add/update/delete callbacks. So each
  * change is reported once: never missed, never repeated. Failures are
