@@ -41,6 +41,21 @@ double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *
                         const struct egpu_node *node, const struct egpu_pod_request *r,
                         const struct egpu__node_view *after);
 
+/* Does kind place with FGD's card tier and need a target workload (fgd
+ * and the experimental FGD variants)? */
+static inline bool egpu__policy_fgd_family(enum egpu_policy_kind kind)
+{
+    return kind == EGPU_POLICY_FGD || (int)kind >= EGPU_POLICY_COUNT;
+}
+
+/* The target workload's milli-GPU per milli-CPU over its GPU pods, by
+ * weight (1 when they ask no CPU): what the typical GPU pod needs of CPU. */
+double egpu__workload_rho(const struct egpu_workload *w);
+
+/* S_n of view v: the idle milli-GPU beyond what its free CPU feeds at rho
+ * milli-GPU per milli-CPU, max(0, R - rho * CPU free); 0 with no idle GPU. */
+double egpu__strand_cpu(const struct egpu__node_view *v, double rho);
+
 /* FGD's node score for a fragmentation change of delta_milli (after minus
  * before, milli-GPU): floor(100 * sigmoid(-delta_milli / 1000)), 0..100. */
 double egpu__fgd_score(double delta_milli);

@@ -39,7 +39,8 @@ static const char usage[] =
     "                      the replayed one\n"
     "  --policy LIST       comma-separated policies, each NAME (both tiers) or NODE/CARD;\n"
     "                      names: " EGPU_POLICY_NAMES "; \"all\" = every\n"
-    "                      name (default all)\n"
+    "                      name (default all); experimental FGD variants (egpu-sim\n"
+    "                      only, docs/replay.md): " EGPU_POLICY_EXPERIMENTAL_NAMES "\n"
     "  --seeds LIST        seeds: N, A..B, or a comma-separated list (default 42)\n"
     "  --inflate F         grow arrivals to F x cluster GPU capacity (default 1.3)\n"
     "  --coverage F        share of pods the target workload covers, 0<F<=1 (default 0.95)\n"
@@ -175,9 +176,9 @@ static int add_policy(struct options *o, const char *tok, struct egpu_error *err
     slash = strchr(node, '/');
     if (slash != NULL)
         *slash = '\0';
-    rc = egpu_policy_parse(node, &p->node_policy, err);
+    rc = egpu_policy_parse_experimental(node, &p->node_policy, err);
     if (rc == 0)
-        rc = egpu_policy_parse(slash ? slash + 1 : node, &p->card_policy, err);
+        rc = egpu_policy_parse_experimental(slash ? slash + 1 : node, &p->card_policy, err);
     if (rc)
         return egpu_error_prefix(err, rc, "--policy");
     if (p->node_policy == p->card_policy)

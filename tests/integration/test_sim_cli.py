@@ -58,7 +58,8 @@ def test_help(sim):
 
 @pytest.mark.parametrize("args,needle", [
     (["--policy", "tetris"],
-     'unknown policy "tetris" (allowed: binpack, spread, best-fit, random, fgd)'),
+     'unknown policy "tetris" (allowed: binpack, spread, best-fit, random, fgd; experimental: '
+     'fgd-cpu, '),
     (["--policy", "fgd/nope"], 'unknown policy "nope"'),
     (["--seeds", "9..3"], '--seeds "9..3"'),
     (["--seeds", "x"], '--seeds "x"'),
