@@ -582,6 +582,8 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  *   best-fit  least resources left after placement
  *   random    uniformly at random among those that fit (seeded)
  *   fgd       least growth of fragmentation for the target workload
+ *   fgd-cpu   fgd, counting as fragmented also the idle GPU that a node's
+ *             free CPU cannot feed (docs/replay.md, "fgd-cpu")
  * The enum, EGPU_POLICY_COUNT, EGPU_POLICY_NAMES and the names that
  * egpu_policy_name and egpu_policy_parse know (src/core/policy.c) all come
  * from this list, so the flags' help, the errors and the parser cannot drift
@@ -591,7 +593,8 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
     X(SPREAD, "spread", ", ")    \
     X(BESTFIT, "best-fit", ", ") \
     X(RANDOM, "random", ", ")    \
-    X(FGD, "fgd", ", ")
+    X(FGD, "fgd", ", ")          \
+    X(FGD_CPU, "fgd-cpu", ", ")
 
 #define EGPU__POLICY_ENUM(id, name, sep) EGPU_POLICY_##id,
 #define EGPU__POLICY_ONE(id, name, sep)  +1
@@ -606,10 +609,10 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  * path, refuses them, and they are not in EGPU_POLICY_COUNT.
  * Each scores a node as FGD does, floor(100 * sigmoid(-dF' / 1000)), with
  * F'_n = F_n(M) changed as below, and may add a tie-break below one
- * integer step (docs/replay.md has the formulas and the figures):
- *   fgd-cpu       F' = F + 2 S, S = max(0, R - 1.5 rho CPU free): the GPU the
- *                 node's free CPU cannot feed (rho: the target workload's
- *                 milli-GPU per milli-CPU)
+ * integer step (docs/replay.md has the formulas and the figures). fgd-cpu
+ * (above: F' = F + 2 S, S = max(0, R - 1.5 rho CPU free), the idle GPU the
+ * node's free CPU cannot feed, rho the target workload's milli-GPU per
+ * milli-CPU) is the one of them that was kept:
  *   fgd-bf        ties to the least best-fit leftover
  *   fgd-blend     dF' = dF + 0.05 R after (best-fit's GPU leftover blended in)
  *   fgd-whole     ties to the node left with the fewest whole free cards
@@ -620,8 +623,7 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  *   fgd-cpu-bf    fgd-cpu with fgd-bf's tie-break
  */
 #define EGPU_POLICY_EXPERIMENTAL_LIST(X)  \
-    X(FGD_CPU, "fgd-cpu", "")             \
-    X(FGD_BF, "fgd-bf", ", ")             \
+    X(FGD_BF, "fgd-bf", "")               \
     X(FGD_BLEND, "fgd-blend", ", ")       \
     X(FGD_WHOLE, "fgd-whole", ", ")       \
     X(FGD_CPUPODS, "fgd-cpupods", ", ")   \
@@ -636,7 +638,7 @@ enum egpu_policy_kind {
 
 /* How many policies there are: the kinds are 0..EGPU_POLICY_COUNT-1. */
 #define EGPU_POLICY_COUNT (0 EGPU_POLICY_LIST(EGPU__POLICY_ONE))
-/* "binpack, spread, best-fit, random, fgd": a string literal, for help texts
+/* "binpack, spread, best-fit, random, fgd, fgd-cpu": a string literal, for help texts
  * and error messages. */
 #define EGPU_POLICY_NAMES EGPU_POLICY_LIST(EGPU__POLICY_NAME)
 
@@ -648,10 +650,14 @@ int egpu_policy_parse(const char *name, enum egpu_policy_kind *out,
  * EGPU_POLICY_ALL_COUNT. */
 const char *egpu_policy_name(enum egpu_policy_kind k);
 
+/* Does policy k need a target workload (egpu_placer_config.workload): fgd,
+ * fgd-cpu and the experimental FGD variants. */
+bool egpu_policy_needs_workload(enum egpu_policy_kind k);
+
 /* How many policies there are with the experimental ones: the kinds are
  * 0..EGPU_POLICY_ALL_COUNT-1. */
 #define EGPU_POLICY_ALL_COUNT          (EGPU_POLICY_COUNT EGPU_POLICY_EXPERIMENTAL_LIST(EGPU__POLICY_ONE))
-/* "fgd-cpu, fgd-bf, ...": the experimental policies' names, a string
+/* "fgd-bf, fgd-blend, ...": the experimental policies' names, a string
  * literal. */
 #define EGPU_POLICY_EXPERIMENTAL_NAMES EGPU_POLICY_EXPERIMENTAL_LIST(EGPU__POLICY_NAME)
 

@@ -45,7 +45,7 @@ double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *
  * and the experimental FGD variants)? */
 static inline bool egpu__policy_fgd_family(enum egpu_policy_kind kind)
 {
-    return kind == EGPU_POLICY_FGD || (int)kind >= EGPU_POLICY_COUNT;
+    return egpu_policy_needs_workload(kind);
 }
 
 /* The target workload's milli-GPU per milli-CPU over its GPU pods, by

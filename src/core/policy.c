@@ -69,6 +69,12 @@ const char *egpu_policy_name(enum egpu_policy_kind k)
     return (size_t)k < sizeof(names) / sizeof(names[0]) ? names[k] : "unknown";
 }
 
+bool egpu_policy_needs_workload(enum egpu_policy_kind k)
+{
+    return k == EGPU_POLICY_FGD || k == EGPU_POLICY_FGD_CPU ||
+           ((int)k >= EGPU_POLICY_COUNT && (int)k < EGPU_POLICY_ALL_COUNT);
+}
+
 double egpu__fgd_score(double delta_milli)
 {
     return floor(100.0 / (1.0 + exp(delta_milli / 1000.0)));

@@ -60,7 +60,7 @@
 #include "plist_int.h"
 #include "wire_int.h"
 
-#define NPOLICIES             (EGPU_POLICY_FGD + 1)
+#define NPOLICIES             EGPU_POLICY_COUNT
 #define WORKLOAD_REFRESH_PODS 64 /* rebuild the live target workload after this many new pods */
 #define SLOT_AHEAD            8  /* nodes read ahead when looking up slots */
 
@@ -265,7 +265,7 @@ static struct egpu_placer *placer(struct egpu_extender *x, struct egpu_cluster *
                                     .memo = true,
                                     .load_aware = x->cfg.load_aware};
 
-    if (node == EGPU_POLICY_FGD || card == EGPU_POLICY_FGD) {
+    if (egpu_policy_needs_workload(node) || egpu_policy_needs_workload(card)) {
         if (x->cfg.workload == NULL)
             refresh_live_workload(x, c);
         pc.workload = x->cfg.workload ? x->cfg.workload : &x->live;

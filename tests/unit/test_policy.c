@@ -149,11 +149,12 @@ static void test_policy_parse_and_name(void **state)
         {"binpack", EGPU_POLICY_BINPACK},  {"spread", EGPU_POLICY_SPREAD},
         {"best-fit", EGPU_POLICY_BESTFIT}, {"bestfit", EGPU_POLICY_BESTFIT},
         {"random", EGPU_POLICY_RANDOM},    {"fgd", EGPU_POLICY_FGD},
+        {"fgd-cpu", EGPU_POLICY_FGD_CPU},
     };
     static const char *const canonical[] = {
         [EGPU_POLICY_BINPACK] = "binpack",  [EGPU_POLICY_SPREAD] = "spread",
         [EGPU_POLICY_BESTFIT] = "best-fit", [EGPU_POLICY_RANDOM] = "random",
-        [EGPU_POLICY_FGD] = "fgd",
+        [EGPU_POLICY_FGD] = "fgd",          [EGPU_POLICY_FGD_CPU] = "fgd-cpu",
     };
     static const char *const unknown[] = {"packing", "", "best_fit", "fgd2"};
     struct egpu_error err = {0};
@@ -166,7 +167,7 @@ static void test_policy_parse_and_name(void **state)
         assert_int_equal(out, cases[i].kind);
     }
     /* The name of every kind is its canonical name and parses back to it. */
-    for (int k = EGPU_POLICY_BINPACK; k <= EGPU_POLICY_FGD; k++) {
+    for (int k = EGPU_POLICY_BINPACK; k <= EGPU_POLICY_FGD_CPU; k++) {
         const char *name = egpu_policy_name((enum egpu_policy_kind)k);
 
         assert_non_null(name);
@@ -199,7 +200,7 @@ static void test_policy_names_enumerated(void **state)
     size_t used = 0;
 
     (void)state;
-    assert_int_equal(EGPU_POLICY_COUNT, 5);
+    assert_int_equal(EGPU_POLICY_COUNT, 6);
     for (int k = 0; k < EGPU_POLICY_COUNT; k++) {
         const char *name = egpu_policy_name((enum egpu_policy_kind)k);
         int n;
@@ -231,10 +232,10 @@ static void test_policy_names_enumerated(void **state)
     assert_int_equal(egpu_policy_parse_experimental("fgd", &out, NULL), 0);
     assert_int_equal(out, EGPU_POLICY_FGD);
     assert_int_equal(egpu_policy_parse_experimental("fgd-x", &out, &err), -EINVAL);
-    assert_has(err.msg, "experimental: fgd-cpu, ");
+    assert_has(err.msg, "experimental: fgd-bf, ");
     memset(&err, 0, sizeof(err));
     assert_string_equal(joined, EGPU_POLICY_NAMES);
-    assert_string_equal(EGPU_POLICY_NAMES, "binpack, spread, best-fit, random, fgd");
+    assert_string_equal(EGPU_POLICY_NAMES, "binpack, spread, best-fit, random, fgd, fgd-cpu");
     /* The parser's error names them as the help text does. */
     assert_int_equal(egpu_policy_parse("packing", &out, &err), -EINVAL);
     snprintf(msg, sizeof(msg), "unknown policy \"packing\" (allowed: %s)", joined);
