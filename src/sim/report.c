@@ -211,18 +211,35 @@ int egpu_report_plot(const char *csv, const char *png, const struct egpu_policy_
     g = popen("gnuplot", "w");
     if (g == NULL)
         return egpu_error_set(err, -EIO, "cannot run gnuplot: %s", strerror(errno));
-    fprintf(g, "set terminal png size 1000,650\n");
+    /* Three panels: the whole curve; the same zoomed on 80-130% arrived,
+     * where the policies' few points of difference show; the
+     * fragmentation ratio (F(M) as percent of idle GPU) beside it. */
+    fprintf(g, "set terminal png size 1800,650\n");
     fprintf(g, "set output '%s'\n", png);
     fprintf(g, "set datafile separator ','\n");
-    fprintf(g, "set title 'GPU allocation ratio against arrived GPU workload (openb trace)'\n");
+    fprintf(g, "set multiplot layout 1,3 title 'Against the arrived GPU workload (openb trace)'\n");
     fprintf(g, "set xlabel 'arrived GPU request (%% of cluster capacity)'\n");
-    fprintf(g, "set ylabel 'GPU allocation ratio (%%)'\n");
-    fprintf(g, "set key left top\nset grid\nset xrange [0:*]\nset yrange [0:100]\n");
-    fprintf(g, "plot ");
-    for (size_t i = 0; i < n; i++)
-        fprintf(g, "%s'%s' every ::1 using 1:%zu with lines lw 2 title '%s'", i ? ", " : "", csv,
-                2 + 2 * i, p[i].label);
-    fprintf(g, "\n");
+    fprintf(g, "set key left top\nset grid\n");
+    for (int panel = 0; panel < 3; panel++) {
+        int col = panel == 2 ? 3 : 2; /* the frag_pct columns follow the alloc_pct ones */
+
+        if (panel == 0)
+            fprintf(g, "set title 'GPU allocation ratio'\nset ylabel 'GPU allocation ratio (%%)'\n"
+                       "set xrange [0:*]\nset yrange [0:100]\n");
+        else if (panel == 1)
+            fprintf(g, "set title 'GPU allocation ratio, 80-130%% arrived'\n"
+                       "set xrange [80:130]\nset yrange [80:100]\n");
+        else
+            fprintf(g, "set title 'fragmentation ratio'\n"
+                       "set ylabel 'fragmented idle GPU (%% of idle GPU)'\n"
+                       "set xrange [0:*]\nset yrange [0:100]\nset key right top\n");
+        fprintf(g, "plot ");
+        for (size_t i = 0; i < n; i++)
+            fprintf(g, "%s'%s' every ::1 using 1:%zu with lines lw 2 title '%s'", i ? ", " : "",
+                    csv, col + 2 * i, p[i].label);
+        fprintf(g, "\n");
+    }
+    fprintf(g, "unset multiplot\n");
     status = pclose(g);
     if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return egpu_error_set(err, -EIO, "gnuplot failed drawing %s", png);
