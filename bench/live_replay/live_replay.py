@@ -43,6 +43,16 @@ Per arrival, as kube-scheduler does it:
      watch's lag would find the cache: so the figures do not depend on how loaded the
      machine is.
 
+With --dra (DRA mode) a GPU pod is made as egpu-webhook --mode dra makes it: the marker
+elasticgpu.io/dra: 1 instead of gpu-core and its GPU in a ResourceClaim of its own, created
+first (claim_object); egpu-scheduler runs with --dra. kube-scheduler's allocator is modelled
+as egpu-sim --dra models it (allocator_pick: the first fit over the devices gpu-0, gpu-1, ...
+in the agent's index order): step 2 also keeps only the nodes where it finds cards (its
+DynamicResources filter), and before step 5 the bench writes its fit into the claim's
+status.allocation (PreBind); a filter refused because the claim's watch event has not
+reached the extender yet is sent again 1 ms later; there is no allocated mark. egpu-sim
+runs with --dra (index order, blind extender).
+
 The allocation ratio is the GPU compute of the pods bound over the cluster's, recorded after
 every arrival into the bucket of the arrived percent (rounded), averaged per bucket, as
 egpu-sim records it. The sum of egpu_scheduler_allocated_core_percent over the nodes is
@@ -241,11 +251,11 @@ def metrics(health):
 
 # --- the two replays ---------------------------------------------------------------------
 
-def run_sim(sim, tmp, seed, inflate, policy="fgd"):
+def run_sim(sim, tmp, seed, inflate, dra=False, policy="fgd"):
     out = os.path.join(tmp, "sim-out")
     r = subprocess.run([sim, "--trace-dir", tmp, "--nodes", "nodes.csv", "--pods", "pods.csv",
                         "--policy", policy, "--seeds", str(seed), "--inflate", str(inflate),
-                        "--jobs", "1", "--no-plot", "--out", out],
+                        "--jobs", "1", "--no-plot", "--out", out] + (["--dra"] if dra else []),
                        capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"live_replay: egpu-sim failed ({r.returncode}):\n{r.stderr}")
@@ -271,10 +281,13 @@ class Buckets:
         return None
 
 
-def pod_object(name, p):
+def pod_object(name, p, dra=False):
     res = {"cpu": f"{p['cpu']}m", "memory": f"{p['mem']}Mi"}
     lim = {}
-    if p["num_gpu"] > 0:
+    if p["num_gpu"] > 0 and dra:
+        # As egpu-webhook --mode dra leaves it: the marker, the GPU in claim `name`.
+        res["elasticgpu.io/dra"] = lim["elasticgpu.io/dra"] = "1"
+    elif p["num_gpu"] > 0:
         core = p["gpu_milli"] // 10 if p["num_gpu"] == 1 and p["gpu_milli"] < 1000 \
             else 100 * p["num_gpu"]
         res["elasticgpu.io/gpu-core"] = lim["elasticgpu.io/gpu-core"] = str(core)
@@ -283,10 +296,59 @@ def pod_object(name, p):
         # The trace's gpu_spec: the models the pod may use, '|'-separated, as the
         # elasticgpu.io/gpu-model annotation takes them (egpu_cluster_model_mask).
         meta["annotations"] = {"elasticgpu.io/gpu-model": p["spec"]}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"schedulerName": "elastic-gpu-scheduler",
-                     "containers": [{"name": "main", "image": "trace",
-                                     "resources": {"requests": res, "limits": lim}}]}}
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+           "spec": {"schedulerName": "elastic-gpu-scheduler",
+                    "containers": [{"name": "main", "image": "trace",
+                                    "resources": {"requests": res, "limits": lim}}]}}
+    if p["num_gpu"] > 0 and dra:
+        obj["spec"]["resourceClaims"] = [{"name": "egpu-0", "resourceClaimName": name}]
+        obj["spec"]["containers"][0]["resources"]["claims"] = [{"name": "egpu-0"}]
+    return obj
+
+
+def claim_object(name, p):
+    """--dra: the pod's ResourceClaim, as the webhook's template makes it (a share: cores
+    percent and, as the trace's pods, no memory; whole cards: count of the whole-card class)."""
+    if p["num_gpu"] == 1 and p["gpu_milli"] < 1000:
+        ex = {"deviceClassName": "gpu-share.elasticgpu.io", "allocationMode": "ExactCount",
+              "count": 1, "capacity": {"requests": {"cores": str(p["gpu_milli"] // 10)}}}
+    else:
+        ex = {"deviceClassName": "gpu.elasticgpu.io", "allocationMode": "ExactCount",
+              "count": p["num_gpu"]}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": ex}]}}}
+
+
+def allocator_pick(used, model, p):
+    """--dra: kube-scheduler's structured allocator on one node, as egpu-sim --dra models it
+    (src/core/cards.c egpu__cards_pick_dra): the devices gpu-0, gpu-1, ... in the agent's
+    index order, the first that fits a share (free cores), the first num_gpu entirely free
+    ones for whole cards. used: milli-GPU allocated per card. The card indexes, or None."""
+    if p["spec"] and model not in p["spec"].split("|"):
+        return None
+    if p["num_gpu"] == 1 and p["gpu_milli"] < 1000:
+        for g, u in enumerate(used):
+            if u + (p["gpu_milli"] // 10) * 10 <= 1000:
+                return [g]
+        return None
+    free = [g for g, u in enumerate(used) if u == 0]
+    return free[:p["num_gpu"]] if len(free) >= p["num_gpu"] else None
+
+
+def claim_status(p, host, picks):
+    """What DynamicResources' PreBind writes into the claim: one result per card."""
+    share = p["num_gpu"] == 1 and p["gpu_milli"] < 1000
+    results = []
+    for g in picks:
+        r = {"request": "gpu", "driver": "gpu.elasticgpu.io", "pool": host, "device": f"gpu-{g}"}
+        if share:
+            r["shareID"] = "9c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a95"
+            r["consumedCapacity"] = {"cores": str(p["gpu_milli"] // 10), "memory": "0"}
+        results.append(r)
+    return {"allocation": {"devices": {"results": results}, "nodeSelector": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [host]}]}]}}}
 
 
 def select_host(plist, feasible, rnd):
@@ -448,7 +510,8 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                              "model": n["model"], "memory": 16384}})
                 assert st == 201, obj
         sched, log, url, health = start_scheduler(args.scheduler, kubeconfig, tmp, args.seed,
-                                                  (["--pods-without-gpu", "place"]
+                                                  (["--dra"] if args.dra else [])
+                                                  + (["--pods-without-gpu", "place"]
                                                    if args.cpu_pods == "extender" else [])
                                                   + (["--target-workload", args.target]
                                                      if args.target else [])
@@ -467,11 +530,13 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
         lag_rnd = random.Random(args.seed + 1)  # its own stream: rnd's draws stay the replay's
         bynode = {n["sn"]: n for n in nodes}
         free = {n["sn"]: [n["cpu"], n["mem"]] for n in nodes}
+        cards = {n["sn"]: [0] * n["gpus"] for n in nodes}  # --dra: milli-GPU used per card
+        claims = {}  # --dra: the created claim of each GPU pod
         names = [n["sn"] for n in nodes]
         buckets = Buckets()
         st_ = dict(arrived=0, used=0, failed=0, retries=0, bind_errors=0, ties_sum=0,
                    ties_many=0, cpu_random=0, waits=0, gpu_picked=0, steered=0, requeued=0,
-                   requeued_placed=0, unmarked=0)
+                   requeued_placed=0, unmarked=0, claim_waits=0)
 
         def mark(name):
             st, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}",
@@ -485,6 +550,11 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
             filter for a pod there not yet allocated. With resend, such a filter is sent again
             1 ms later (the watch's lag, not a real wait)."""
             feasible = [n for n in names if free[n][0] >= p["cpu"] and free[n][1] >= p["mem"]]
+            dra = args.dra and p["num_gpu"] > 0
+            if dra:
+                # DynamicResources' Filter: only the nodes where the allocator finds devices.
+                feasible = [n for n in feasible
+                            if allocator_pick(cards[n], bynode[n]["model"], p) is not None]
             host, steered = None, False
             if feasible and p["num_gpu"] == 0 and args.cpu_pods != "extender":
                 # Not the extender's (managedResources): kube-scheduler's own choice among
@@ -500,6 +570,10 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                 for k in range(args.bind_tries if resend else 1):
                     st, fr = ext.call("POST", "/filter", a)
                     assert st == 200, (st, fr)
+                    if dra and "not in the elastic-gpu cache yet" in (fr.get("Error") or ""):
+                        st_["claim_waits"] += 1  # the claim's watch event has not come yet
+                        time.sleep(0.001)
+                        continue
                     steered = any("not yet allocated" in why
                                   for why in (fr.get("FailedNodes") or {}).values())
                     if not steered or not resend:
@@ -524,6 +598,15 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                     "target": {"apiVersion": "v1", "kind": "Node", "name": host}})
                 bound = st == 201
             elif host is not None:
+                picks = allocator_pick(cards[host], bynode[host]["model"], p) if dra else None
+                if dra:
+                    # PreBind: the allocator's choice written into the claim.
+                    c = claims[name]
+                    c["status"] = claim_status(p, host, picks)
+                    st, c2 = api.call("PUT", f"/apis/resource.k8s.io/v1/namespaces/{NS}/"
+                                      f"resourceclaims/{name}", c)
+                    assert st == 200, (st, c2)
+                    claims[name] = c2
                 for k in range(args.bind_tries):
                     st, b = ext.call("POST", "/bind", {"PodName": name, "PodNamespace": NS,
                                                        "PodUID": obj["metadata"]["uid"],
@@ -534,11 +617,15 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                     st_["retries"] += 1
                     time.sleep(0.005)
                 st_["bind_errors"] += not bound
+            if bound and dra:
+                for g in picks:
+                    cards[host][g] += 1000 if len(picks) > 1 or p["gpu_milli"] >= 1000 \
+                        else (p["gpu_milli"] // 10) * 10
             if bound:
                 free[host][0] -= p["cpu"]
                 free[host][1] -= p["mem"]
                 st_["used"] += p["gpu"]
-                if p["num_gpu"] > 0 and args.mark_lag is None:
+                if p["num_gpu"] > 0 and args.mark_lag is None and not args.dra:
                     mark(name)
                 st2, _ = api.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status",
                                   {"status": {"phase": "Running", "containerStatuses": [
@@ -557,7 +644,13 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
         def create(i, idx):
             p = pods[idx]
             name = p["name"] if i < len(pods) else f"{p['name']}-clone-{i}"
-            st, obj = api.call("POST", f"/api/v1/namespaces/{NS}/pods", pod_object(name, p))
+            if args.dra and p["num_gpu"] > 0:
+                st, c = api.call("POST", f"/apis/resource.k8s.io/v1/namespaces/{NS}/"
+                                 "resourceclaims", claim_object(name, p))
+                assert st == 201, c
+                claims[name] = c
+            st, obj = api.call("POST", f"/api/v1/namespaces/{NS}/pods",
+                               pod_object(name, p, args.dra))
             assert st == 201, obj
             return name, p, obj
 
@@ -626,6 +719,12 @@ def main():
                     help="with --mark-lag: virtual ms between bursts (default 1000)")
     ap.add_argument("--cycle", type=float, default=10.0,
                     help="with --mark-lag: virtual ms per scheduling cycle (default 10)")
+    ap.add_argument("--dra", action="store_true",
+                    help="DRA mode: each GPU pod as egpu-webhook --mode dra makes it (the "
+                    "marker elasticgpu.io/dra, its GPU in a ResourceClaim), the cards chosen by "
+                    "kube-scheduler's allocator (first fit in the agent's index order, written "
+                    "into the claim before bind), egpu-scheduler --dra scoring the nodes; "
+                    "against egpu-sim --dra")
     ap.add_argument("--learn-workload", action="store_true",
                     help="let egpu-scheduler build FGD's target workload from the pods it has "
                     "seen (its default) instead of --target-workload with egpu-sim's")
@@ -644,6 +743,8 @@ def main():
         if not m or float(m.group(2) or m.group(1)) < float(m.group(1)):
             ap.error(f"--mark-lag {args.mark_lag!r}: expected LO or LO-HI milliseconds, LO <= HI")
         args.mark_lag = (float(m.group(1)), float(m.group(2) or m.group(1)))
+    if args.dra and args.mark_lag is not None:
+        ap.error("--dra has no allocated marks to lag: not with --mark-lag")
     if args.burst < 1 or args.burst_gap < 0 or args.cycle <= 0:
         ap.error("--burst must be >= 1, --burst-gap >= 0 and --cycle > 0")
     if not os.path.isdir(args.trace_dir):
@@ -663,7 +764,7 @@ def main():
             p["gpu"] = p["num_gpu"] * p["gpu_milli"]
         capacity = 1000 * sum(n["gpus"] for n in nodes)
         order = arrivals(pods, capacity, args.inflate, args.seed)
-        sim = run_sim(args.sim, tmp, args.seed, args.inflate, args.policy)
+        sim = run_sim(args.sim, tmp, args.seed, args.inflate, args.dra, args.policy)
         if int(sim["arrivals"]) != len(order):
             sys.exit(f"live_replay: egpu-sim replayed {sim['arrivals']} arrivals, this bench "
                      f"computed {len(order)}: not the same sequence")
@@ -675,8 +776,10 @@ def main():
         args.target = None if args.learn_workload else \
             os.path.join(tmp, "sim-out", "target_workload.json")
         r = live(args, nodes, pods, order, capacity, tmp)
+        label = f"{args.policy}+dra" if args.dra else args.policy
         print(f"  egpu-scheduler: --node-policy {args.policy} --card-policy {args.policy} "
               f"--seed {args.seed} "
+              + ("--dra " if args.dra else "")
               + ("--pods-without-gpu place " if args.cpu_pods == "extender" else "")
               + ("--target-workload <egpu-sim's target_workload.json> " if args.target else "")
               + f"{' '.join(args.scheduler_args)}".rstrip())
@@ -685,10 +788,9 @@ def main():
         simv = [float(sim[f"alloc{x}"]) for x in CHECKPOINTS]
         livev = [r["buckets"].at(x) for x in CHECKPOINTS]
         fmt = lambda v: f"{v:10.2f}" if v is not None else f"{'-':>10}"
-        print(f"{'egpu-sim (' + args.policy + ')':24}" + "".join(fmt(v) for v in simv) +
-              f"{sim['failed']:>8}")
-        print(f"{'live (' + args.policy + ')':24}" + "".join(fmt(v) for v in livev) +
-              f"{r['failed']:>8}")
+        print(f"{f'egpu-sim ({label})':24}" + "".join(fmt(v) for v in simv)
+              + f"{sim['failed']:>8}")
+        print(f"{f'live ({label})':24}" + "".join(fmt(v) for v in livev) + f"{r['failed']:>8}")
         print(f"{'live - egpu-sim':24}" + "".join(
             f"{l - s:+10.2f}" if l is not None else f"{'-':>10}" for l, s in zip(livev, simv)))
         print(f"  live: {len(order)} arrivals in {r['elapsed']:.1f} s = "
@@ -709,7 +811,10 @@ def main():
                   f"({how[args.cpu_pods]}; egpu-sim places them by its policy)")
         else:
             print("  live: pods asking no GPU judged by the extender (--pods-without-gpu place)")
-        if args.mark_lag is None:
+        if args.dra:
+            print(f"  live: filters sent again because the pod's claim had not reached the "
+                  f"extender's cache yet {r['claim_waits']}")
+        elif args.mark_lag is None:
             print(f"  live: filters sent again because a node waited for a pod's allocated "
                   f"mark {r['waits']}")
         else:

@@ -25,6 +25,9 @@
 #                gpu-most-allocated (MostAllocated on elasticgpu.io/gpu-core)
 #   --mark-lag LO-HI, --burst K  arrival mode: a virtual clock, bursts of K same-size
 #                replicas, each GPU pod marked allocated LO..HI ms after its bind (README.md)
+#   --dra        DRA mode: GPU pods with the marker elasticgpu.io/dra and a ResourceClaim,
+#                egpu-scheduler --dra, kube-scheduler's allocator modelled (first fit in
+#                index order), against egpu-sim --dra
 #   --learn-workload  the extender builds FGD's target workload from the pods it has seen
 #                (default: --target-workload with egpu-sim's target_workload.json)
 #   --pods FILE  the pod list in the trace directory (default openb_pod_list_default.csv)
@@ -40,7 +43,7 @@ build=${EGPU_BUILD:-build}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
 case "${1:-}" in
 -h | --help)
-    sed -n '2,36p' "$0"
+    sed -n '2,39p' "$0"
     exit 0
     ;;
 esac

@@ -4,7 +4,8 @@
  * Every case runs real processes over the mock driver with one shared
  * device state (EGPU_MOCK_CUDA_STATE: one simulated card timeline for all
  * processes; a launch of g blocks occupies card 0 for g x
- * EGPU_MOCK_CUDA_BLOCK_NS). Each container is an allocation directory of its
+ * EGPU_MOCK_CUDA_BLOCK_NS, or with --sms S, ceil(g / S) waves of it, as a
+ * card of S SMs runs them: EGPU_MOCK_CUDA_SMS). Each container is an allocation directory of its
  * own (EGPU_VCUDA_DIR) with its limits in the environment
  * (EGPU_VCUDA_CORE, EGPU_VCUDA_CORE_LIMIT) and a mock tag of its own
  * (EGPU_MOCK_CUDA_TAG), so the mock credits its busy time separately. Each
@@ -22,7 +23,7 @@
  * every share within 2 points over a 10 s window.
  *
  *   vcuda_share [--window S] [--warmup S] [--grid N] [--block-ns NS]
- *               [--inproc] [--case SUBSTRING] [--interposer PATH]
+ *               [--sms N] [--inproc] [--case SUBSTRING] [--interposer PATH]
  *               [--mock-dir DIR] [--mockctl PATH]
  *
  * Defaults: 10 s window, 1.5 s warm-up, grid 200 (200 us per launch at the
@@ -82,6 +83,7 @@ struct opts {
     double warmup_s;
     unsigned grid;
     unsigned block_ns;
+    unsigned sms; /* EGPU_MOCK_CUDA_SMS; 0: unset (blocks one at a time) */
     bool inproc;
     const char *only;
     const char *interposer;
@@ -277,6 +279,10 @@ static pid_t spawn_worker(const struct opts *o, const struct container_spec *s, 
     setenv("EGPU_MOCK_CUDA_STATE", state, 1);
     setenv("EGPU_MOCK_CUDA_TAG", tag, 1);
     set_env_num("EGPU_MOCK_CUDA_BLOCK_NS", o->block_ns);
+    if (o->sms)
+        set_env_num("EGPU_MOCK_CUDA_SMS", o->sms);
+    else
+        unsetenv("EGPU_MOCK_CUDA_SMS");
     setenv("EGPU_VCUDA_DIR", dir, 1);
     setenv("EGPU_VCUDA_CORE", core_s, 1);
     setenv("EGPU_VCUDA_CORE_LIMIT", limit_s, 1);
@@ -467,7 +473,7 @@ static int run_reaction(const struct opts *o)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: vcuda_share [--window S] [--warmup S] [--grid N] [--block-ns NS] "
-               "[--inproc]\n"
+               "[--sms N] [--inproc]\n"
                "                   [--case SUBSTRING] [--interposer PATH] [--mock-dir DIR] "
                "[--mockctl PATH]\n");
 }
@@ -509,6 +515,8 @@ static int parse(int argc, char **argv, struct opts *o)
             o->grid = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--block-ns") == 0)
             o->block_ns = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--sms") == 0)
+            o->sms = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--case") == 0)
             o->only = v;
         else if (strcmp(a, "--interposer") == 0)
@@ -520,7 +528,9 @@ static int parse(int argc, char **argv, struct opts *o)
         else
             return -1;
     }
-    return o->window_s > 0 && o->warmup_s >= 0 && o->grid > 0 && o->block_ns > 0 ? 0 : -1;
+    return o->window_s > 0 && o->warmup_s >= 0 && o->grid > 0 && o->block_ns > 0 && o->sms <= 100000
+               ? 0
+               : -1;
 }
 
 int main(int argc, char **argv)
@@ -540,10 +550,14 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("vcuda_share: share of card 0's time per container, %.1f s window after %.1f s "
-           "warm-up,\n  %s, kernels of %u blocks x %u ns (4 processes: %u..%u blocks)\n",
+           "warm-up,\n  %s, kernels of %u blocks x %u ns (4 processes: %u..%u blocks)",
            o.window_s, o.warmup_s,
            o.inproc ? "controller in-process (--inproc)" : "libegpu-vcuda.so preloaded", o.grid,
            o.block_ns, o.grid / 2 ? o.grid / 2 : 1, 4 * (o.grid / 2 ? o.grid / 2 : 1));
+    if (o.sms)
+        printf(",\n  a card of %u SMs: a grid takes ceil(blocks / %u) x %u ns", o.sms, o.sms,
+               o.block_ns);
+    printf("\n");
     printf("%-34s %-10s %8s %10s %9s\n", "case", "container", "target%", "measured%", "error");
     fflush(stdout);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -49,6 +49,16 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* Cards and their backends (src/agent/gpus.c, nvml.c, fake.c)              */
 
+/* Which NVML call measured a card's used memory (egpu_gpu_info.mem_source).
+ * nvmlDeviceGetMemoryInfo (v1) counts what the driver and firmware reserve
+ * as used (480 MiB on an idle H100); nvmlDeviceGetMemoryInfo_v2 reports that
+ * apart, so its used is what processes took. */
+enum egpu_gpu_mem_source {
+    EGPU_MEM_SOURCE_NONE, /* nothing measured (fake cards, a card never read) */
+    EGPU_MEM_SOURCE_V1,   /* nvmlDeviceGetMemoryInfo: used includes the reservation */
+    EGPU_MEM_SOURCE_V2,   /* nvmlDeviceGetMemoryInfo_v2: used excludes it */
+};
+
 /* One card as the backend sees it now. */
 struct egpu_gpu_info {
     /* NVML UUID ("GPU-" + 36 characters). "" when the card stopped answering
@@ -59,9 +69,11 @@ struct egpu_gpu_info {
     char model[EGPU_GPU_MODEL_MAX]; /* product name, e.g. "NVIDIA A100-SXM4-80GB" */
     uint64_t mem_mib;               /* total memory, MiB */
     uint64_t used_mem_mib;          /* memory in use (NVML memory info), MiB; 0 for fake cards */
-    uint32_t util_pct;              /* compute utilization (NVML), percent 0..100 */
-    bool has_used;                  /* used_mem_mib was measured (NVML; never for fake cards) */
-    bool has_util;                  /* util_pct was measured (NVML reports it for this card) */
+    uint64_t reserved_mem_mib;      /* the driver's reservation, MiB: v2 only, else 0 */
+    enum egpu_gpu_mem_source mem_source; /* the call behind used_mem_mib (NONE without has_used) */
+    uint32_t util_pct;                   /* compute utilization (NVML), percent 0..100 */
+    bool has_used; /* used_mem_mib was measured (NVML; never for fake cards) */
+    bool has_util; /* util_pct was measured (NVML reports it for this card) */
     bool healthy;
     char reason[EGPU_GPU_REASON_MAX]; /* why not healthy, e.g. "XID 79"; "" when healthy */
     /* With has_links (egpu_inventory_sync sets it; egpu_gpus_list does not),
@@ -86,6 +98,11 @@ enum egpu_gpu_link {
 
 /* "NV", "BOARD", "PIX", "PXB", "PHB", "NODE", "SYS" or "unknown" (static). */
 const char *egpu_gpu_link_name(enum egpu_gpu_link link);
+
+/* The name GPU.status.used.memorySource and the metrics give a source: the
+ * NVML call, "nvmlDeviceGetMemoryInfo_v2" or "nvmlDeviceGetMemoryInfo", and
+ * "none" for EGPU_MEM_SOURCE_NONE or a value out of range. Static storage. */
+const char *egpu_gpu_mem_source_name(enum egpu_gpu_mem_source source);
 
 enum egpu_gpus_kind {
     EGPU_GPUS_NVML,
@@ -251,11 +268,13 @@ int egpu_inventory_sync(struct egpu_kube *kc, struct egpu_gpus *g, const char *n
 /* GPU status.used: what each card uses now, as NVML measured it (never
  * from a file a container can write). The agent reports on every probe of
  * its health loop (every 10 s), and writes a card's status.used (memory
- * MiB, utilization percent, updateTime) when the card is new to it, when
- * EGPU_USED_REFRESH reports passed without a write (so updateTime says the
- * figures are live: at most 5 minutes old on a steady card), or, at least
- * EGPU_USED_MIN_REPORTS reports after the last write, when memory moved by
- * EGPU_USED_MIN_MIB or utilization by EGPU_USED_MIN_PCT since it. A busy
+ * MiB, memorySource: the NVML call it came from, reservedMemory MiB with
+ * nvmlDeviceGetMemoryInfo_v2, utilization percent, updateTime) when the
+ * card is new to it, when EGPU_USED_REFRESH reports passed without a write
+ * (so updateTime says the figures are live: at most 5 minutes old on a
+ * steady card), or, at least EGPU_USED_MIN_REPORTS reports after the last
+ * write, when memory or the reservation moved by EGPU_USED_MIN_MIB,
+ * utilization by EGPU_USED_MIN_PCT, or the source changed since it. A busy
  * card is thus written at most once a minute: 1,000 nodes of 8 cards make
  * at most about 133 small patches a second, fewer than their kubelets'
  * Lease renewals, rather than one per card per probe. */
@@ -268,6 +287,8 @@ int egpu_inventory_sync(struct egpu_kube *kc, struct egpu_gpus *g, const char *n
 struct egpu_inventory_used_card {
     char uuid[EGPU_UUID_MAX]; /* "" = nothing written for this slot */
     uint64_t mem_mib;
+    uint64_t reserved_mem_mib;
+    enum egpu_gpu_mem_source mem_source;
     uint32_t util_pct;
     bool has_util;
     unsigned reports; /* reports since the last write */

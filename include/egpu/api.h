@@ -64,6 +64,7 @@ extern "C" {
 #define EGPU_SCHEDULER_NAME       "elastic-gpu-scheduler"      /* spec.schedulerName of GPU pods */
 #define EGPU_RES_GPU_CORE         EGPU_API_GROUP "/gpu-core"   /* percent of one card */
 #define EGPU_RES_GPU_MEMORY       EGPU_API_GROUP "/gpu-memory" /* MiB per card */
+#define EGPU_RES_DRA              EGPU_API_GROUP "/dra"
 /* The scheduler's decision, written by bind (format below). */
 #define EGPU_ANN_ASSIGNED         EGPU_API_GROUP "/assigned"
 /* Written by the node agent once the kubelet allocated the pod's devices. */
@@ -232,15 +233,29 @@ size_t egpu_api_pod_validate(const json_t *spec, const json_t *annotations,
 int egpu_api_share_memory_default(json_t *spec, uint32_t mib_per_core,
                                   struct egpu_api_problems *notes) EGPU_MUST_CHECK;
 
+/* EGPU_RES_DRA is the marker egpu-webhook --mode dra gives each container
+ * whose GPU it moved to a ResourceClaim, "1" in requests and limits:
+ * kube-scheduler calls the extender only for a pod that asks one of its
+ * managedResources (deploy/scheduler, where this one is ignoredByScheduler:
+ * true). It is no GPU ask: no node advertises it and the kubelet drops it
+ * from the pod's requests.
+ *
+ * Is name (a resource name, NUL-terminated) an elasticgpu.io resource that
+ * asks for a GPU: any name of the group but the marker EGPU_RES_DRA? */
+bool egpu_api_res_asks_gpu(const char *name);
+
 /* Does spec (a PodSpec) ask any container or init container for an
- * elasticgpu.io resource, in requests or limits? */
+ * elasticgpu.io resource (egpu_api_res_asks_gpu: the marker EGPU_RES_DRA is
+ * not one), in requests or limits? */
 bool egpu_api_spec_wants_gpu(const json_t *spec);
 
 /* Does a pod ask a GPU in any way the mutating routes turn into elasticgpu.io
  * resources? spec: its PodSpec; annotations: its metadata.annotations (may
  * be NULL; a value that is not an object counts as none); both borrowed.
  * True when a container or init container names, in resources.requests or
- * limits, an elasticgpu.io resource or a compatible name
+ * limits, an elasticgpu.io resource (egpu_api_res_asks_gpu: not the marker
+ * EGPU_RES_DRA, which /mutate wrote on a GPU pod it already rewrote) or a
+ * compatible name
  * (egpu_api_compat_known; HAMi's nvidia.com/gpucores and gpumem only with
  * nvidia; nvidia.com/gpu alone never), or an annotation starts with
  * EGPU_ANN_CLAIM_PREFIX (a container using an ElasticGPUClaim). The names
@@ -1173,6 +1188,79 @@ int egpu_api_dra_template_name(const json_t *spec, char out[EGPU_API_DRA_TEMPLAT
 int egpu_api_dra_object_name(const char *name, char *buf, size_t len) EGPU_MUST_CHECK;
 
 /* ------------------------------------------------------------------------ */
+/* A ResourceClaim's allocation results of this driver (src/api/dra_result.c) */
+/*
+ * The one decoder of status.allocation.devices.results[] (resource.k8s.io/v1
+ * DeviceRequestAllocationResult; ../shared/k8s-wire/dra/dra_notes.md
+ * sections 5 and 8) that the agent (NodePrepareResources), the quota and
+ * metering (dra_usage.c) and kubectl-egpu read. The status is written by
+ * kube-scheduler's allocator, but an API server without the DRA validation
+ * keeps what anyone writes, so every field is checked and a bad one refuses
+ * the claim with its path and the allowed values. The device names of the
+ * agent's ResourceSlice are EGPU_API_DRA_DEVICE_PREFIX and the card's NVML
+ * index, the pool is the node's name.
+ */
+#define EGPU_API_DRA_DEVICE_PREFIX "gpu-" /* slice device names: "gpu-<index>" */
+#define EGPU_API_DRA_RESULTS_MAX   32     /* results of one claim (the API's limit) */
+#define EGPU_API_DRA_DEVICE_MAX    64     /* a device name: a DNS label, 63 + NUL */
+#define EGPU_API_DRA_REQUEST_MAX   128    /* "<request>/<subrequest>": 63 + 1 + 63 + NUL */
+
+/* One result of this driver, decoded (everything copied out of the claim). */
+struct egpu_api_dra_result {
+    size_t at;                              /* its position in status.allocation.devices.results */
+    char request[EGPU_API_DRA_REQUEST_MAX]; /* results[].request (a DNS label, or two joined by '/')
+                                             */
+    char pool[EGPU_K8S_NAME_MAX];           /* the node (the agent's pool name) */
+    char device[EGPU_API_DRA_DEVICE_MAX];   /* e.g. "gpu-3" (a DNS label) */
+    bool has_index;                         /* device is "gpu-<n>" (egpu_api_dra_device_index) */
+    uint32_t index;                         /* the card index n parsed from device */
+    char share_id[EGPU_API_UID_MAX];        /* "" when none (a device not shared) */
+    bool whole;                             /* no consumedCapacity: the whole device */
+    bool has_cores;                         /* consumedCapacity names cores */
+    int64_t core_pct;                       /* consumedCapacity cores 0..100; absent, whole: 100 */
+    bool has_mem;                           /* consumedCapacity names memory */
+    int64_t mem_mib;                        /* consumedCapacity memory, bytes rounded up to MiB,
+                                             * 0..EGPU_API_GPU_MIB_MAX; 0 when !has_mem */
+};
+
+/* Format "gpu-<index>" into buf (len bytes). Returns 0, or -ENAMETOOLONG
+ * when it does not fit (buf is then ""). */
+int egpu_api_dra_device_name(uint32_t index, char *buf, size_t len) EGPU_MUST_CHECK;
+/* Parse "gpu-<index>" (decimal digits, no sign, no leading zero, no suffix,
+ * at most UINT32_MAX): true and *index, else false
+ * (*index untouched; device NULL: false). */
+bool egpu_api_dra_device_index(const char *device, uint32_t *index);
+/* Is s a shareID as kube-scheduler writes it (a UUID: 36 characters,
+ * 8-4-4-4-12 lowercase hex digits)? NULL is not. */
+bool egpu_api_dra_is_share_id(const char *s);
+/* Is s a result's request name as the API server validates it: a DNS
+ * label, or "<request>/<subrequest>" (a firstAvailable subrequest), two DNS
+ * labels joined by '/'? NULL is not. */
+bool egpu_api_dra_is_request_name(const char *s);
+
+/* The results of driver `driver` in claim's status.allocation.devices.results
+ * (claim a ResourceClaim, borrowed), in order, into out[0..max), *n of them
+ * (out and *n written also on failure, then meaningless). Results of other
+ * drivers are skipped (each must still be an object with a driver string).
+ * Each of ours must have a pool (a non-empty string shorter than
+ * EGPU_K8S_NAME_MAX), a device (a DNS label), a request
+ * (egpu_api_dra_is_request_name), a shareID absent, null, "" or a UUID
+ * (egpu_api_dra_is_share_id), and a consumedCapacity absent or null (the
+ * whole device) or an object whose cores is a quantity string of a whole
+ * number 0..100 and whose memory a quantity string of bytes (rounded up to
+ * MiB) 0..EGPU_API_GPU_MIB_MAX MiB, either one absent. No I/O, never
+ * allocates. Returns 0 (also when not allocated, or claim has no status:
+ * *n 0), or EGPU_ESYNTAX / EGPU_ERANGE naming the field and the allowed
+ * values (e.g. "status.allocation.devices.results[1].consumedCapacity.cores
+ * is \"150\"; allowed: a whole number 0..100 (percent of one card)"): claim
+ * not an object, status, allocation or devices not objects, results not an
+ * array or longer than EGPU_API_DRA_RESULTS_MAX, a result not an object or
+ * without a driver string, each check above, and more than max results of
+ * driver. driver NULL: EGPU_API_DRA_DRIVER. */
+int egpu_api_dra_results(const json_t *claim, const char *driver, struct egpu_api_dra_result *out,
+                         size_t max, size_t *n, struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* ------------------------------------------------------------------------ */
 /* TargetWorkload (src/api/workload.c)                                      */
 /*
  * FGD's target workload pinned by the operator, as a JSON document (the
@@ -1270,10 +1358,12 @@ int egpu_api_dra_spec_usage(const json_t *spec, const char *field, struct egpu_a
  * cores below 100; a whole card's, or a result without consumedCapacity, of
  * a device that is not shared: cores 100 and the device in mem_whole, as a
  * pod's whole cards count no gpu-memory). *allocated: status.allocation is set;
- * *in_use: status.reservedFor is not empty (either may be NULL). Returns 0
- * (nothing allocated: *out zero), or EGPU_ESYNTAX / EGPU_ERANGE naming the
- * field (e.g. "status.allocation.devices.results[1].consumedCapacity.cores");
- * *out is then zero. */
+ * *in_use: status.reservedFor is not empty (either may be NULL). The
+ * results are egpu_api_dra_results'. Returns 0 (nothing allocated: *out
+ * zero), the errors of egpu_api_dra_results (EGPU_ESYNTAX / EGPU_ERANGE
+ * naming the field, e.g.
+ * "status.allocation.devices.results[1].consumedCapacity.cores"), or
+ * -ENOMEM; *out is then zero. */
 int egpu_api_dra_claim_held(const json_t *claim, struct egpu_api_dra_usage *out, bool *allocated,
                             bool *in_use, struct egpu_error *err) EGPU_MUST_CHECK;
 

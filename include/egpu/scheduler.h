@@ -5,7 +5,11 @@
  * filter, prioritize and bind calls (extender v1 JSON, kube-scheduler's
  * extender/v1/types.go; see shared/k8s-wire/scheduler_extender_notes.md) with
  * the placement core, and records each decision on the pod in the
- * elasticgpu.io/assigned annotation before it POSTs the Binding.
+ * elasticgpu.io/assigned annotation before it POSTs the Binding. With --dra
+ * it also follows ResourceClaims (resource.k8s.io/v1): a DRA pod (the
+ * marker EGPU_RES_DRA on a container) is judged by its claims' ask against
+ * the cards' use, allocated claims included, and bound with the Binding
+ * alone (kube-scheduler's allocator chose its cards; dra.c).
  *
  * Units: GPU core in percent of one card (elasticgpu.io/gpu-core), GPU memory
  * in MiB per card (elasticgpu.io/gpu-memory), CPU in millicores, memory MiB.
@@ -52,6 +56,10 @@ struct egpu_sched_pod {
     uint32_t nclaims;
     struct egpu_api_pod_claim claims[EGPU_API_POD_CLAIMS_MAX];
     char claims_error[EGPU_ERRMSG_MAX];
+    /* A container carries the marker EGPU_RES_DRA (requests or limits, any
+     * value; egpu-webhook --mode dra puts 1): a DRA pod, whose GPUs come
+     * from its ResourceClaims (spec.resourceClaims), not from gpu-core. */
+    bool dra;
 };
 
 /* Read a v1.Pod (API JSON) into *out: identity, node, phase, the sum of its
@@ -179,6 +187,44 @@ int egpu_sched_cache_class_set(struct egpu_sched_cache *c, const json_t *cls,
                                struct egpu_error *err) EGPU_MUST_CHECK;
 int egpu_sched_cache_class_delete(struct egpu_sched_cache *c, const char *name);
 
+/* ResourceClaims (resource.k8s.io/v1, all namespaces; DRA mode,
+ * src/scheduler/dra.c). Per claim the cache keeps what its spec asks
+ * (spec.devices.requests[].exactly or firstAvailable of this driver's
+ * DeviceClasses, egpu_api_dra_spec_usage: it only steers the scoring of the
+ * pods that use the claim, since a tenant writes it) and, once allocated,
+ * its results of driver EGPU_API_DRA_DRIVER (egpu_api_dra_results: status,
+ * written by kube-scheduler's allocator): pool = the node, device
+ * "gpu-<index>" = the card of that index there, consumedCapacity cores and
+ * memory (none: the whole card). An allocated claim holds that capacity on
+ * those cards in the placement core as a pod's assignment does, under the
+ * key "resourceclaim:<namespace>/<name>" (no pod key has a ':'); it is
+ * applied again when its node is rebuilt, waits while its node or a card of
+ * its results is not known yet (applied when they come), is an overfill
+ * (not applied, logged, counted) when its cards lack the room, and is
+ * dropped when the claim is deallocated or deleted.
+ *
+ * egpu_sched_cache_dra_claim_set takes an informer event;
+ * egpu_sched_cache_dra_claim_read a claim that bind has just read from the
+ * API server (after kube-scheduler's PreBind wrote its allocation): applied
+ * the same way, and until an informer event at least as new as it arrives
+ * (metadata.resourceVersion compared as a number), older events are
+ * stale and ignored, so a watch that lags does not take the allocation
+ * back. A read older than what the cache holds changes nothing, nor does
+ * a read of a claim the cache does not hold (filter judged the pod with
+ * its claims cached, so such a claim has been deleted since). Each
+ * returns 0, or EGPU_ESYNTAX / EGPU_ERANGE naming the field (a name
+ * missing, results the decoder refuses, results on two nodes or naming a
+ * device that is not "gpu-<index>"), the cache unchanged (a malformed
+ * update keeps the version before), or -ENOMEM. A spec the extender cannot
+ * read does not fail: the allocation is still held, and filter refuses the
+ * pods that ask by it with the message. Deletes of unknown claims are
+ * no-ops. */
+int egpu_sched_cache_dra_claim_set(struct egpu_sched_cache *c, const json_t *claim,
+                                   struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_sched_cache_dra_claim_read(struct egpu_sched_cache *c, const json_t *claim,
+                                    struct egpu_error *err) EGPU_MUST_CHECK;
+int egpu_sched_cache_dra_claim_delete(struct egpu_sched_cache *c, const char *ns, const char *name);
+
 /* Hold the cache; returns its cluster, valid until egpu_sched_cache_unlock. */
 struct egpu_cluster *egpu_sched_cache_lock(struct egpu_sched_cache *c);
 void egpu_sched_cache_unlock(struct egpu_sched_cache *c);
@@ -244,6 +290,13 @@ struct egpu_sched_cache_stats {
     size_t claims;             /* ElasticGPUClaims cached */
     size_t classes;            /* ElasticGPUClasses cached */
     size_t inside;             /* containers counted inside their claim's ElasticGPU */
+    /* ResourceClaims cached, by state: off (not allocated, or on no device
+     * of this driver), waiting (its node or a card not known yet), applied
+     * (held), overfill (its cards lack the room) */
+    size_t dra_claims[EGPU_SCHED_RESV_STATES];
+    uint64_t dra_core_milli; /* held by applied ones, milli-GPU */
+    uint64_t dra_mem_mib;    /* and MiB (whole cards: all their memory) */
+    uint64_t dra_overfills;  /* times one was found not to fit its cards */
 };
 void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
 
@@ -261,7 +314,10 @@ void egpu_sched_cache_synced(struct egpu_sched_cache *c);
 void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
 
 /* FGD's target workload from the cached pods (egpu_workload_from_requests,
- * coverage 0.95). Returns 0, -EINVAL when no pod is cached, or -ENOMEM. */
+ * coverage 0.95); a DRA pod counts by its claims instead: each cached
+ * ResourceClaim that asks this driver's devices is one request of its ask,
+ * without CPU. Returns 0, -EINVAL when there is nothing to build it from,
+ * or -ENOMEM. */
 int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c,
                                      struct egpu_workload *out) EGPU_MUST_CHECK;
 
@@ -286,6 +342,16 @@ struct egpu_extender_ops {
     /* POST the pods/binding subresource (uid may be ""). 0 or a negative code. */
     int (*bind)(void *data, const char *ns, const char *name, const char *uid, const char *node,
                 struct egpu_error *err);
+    /* GET pod ns/name, and ResourceClaim ns/name (resource.k8s.io/v1), into
+     * *out (a new reference the caller json_decref()s). After the Binding of
+     * a DRA pod bind reads its claims, whose allocation kube-scheduler's
+     * PreBind has written, so the next pod is scored against it before
+     * their watch events come. NULL: not read (the watch alone tells). 0 or
+     * a negative code. */
+    int (*get_pod)(void *data, const char *ns, const char *name, json_t **out,
+                   struct egpu_error *err);
+    int (*get_claim)(void *data, const char *ns, const char *name, json_t **out,
+                     struct egpu_error *err);
 };
 
 /* The scheduler name (KubeSchedulerConfiguration profile) bind serves by
@@ -311,6 +377,12 @@ struct egpu_extender_config {
                             scored and bound by the node policy as egpu-sim places it (its
                             CPU and memory against each node's allocatable); false: it passes
                             every filter, scores 0 and bind refuses it */
+    bool dra;            /* --dra: DRA pods (a container with EGPU_RES_DRA) are judged by
+                            their ResourceClaims in the cache (egpu_sched_cache_dra_claim_set)
+                            with the node policy, as egpu-sim --dra places them (the cards
+                            are kube-scheduler's allocator's, blind: the node is scored with
+                            the card tier's own pick), and bound with the Binding alone;
+                            false: filter and bind refuse them, naming the flag */
 };
 
 /* Bind outcomes, for the bind failures metric. */
@@ -347,7 +419,10 @@ void egpu_extender_free(struct egpu_extender *x);
  * pod that is not this scheduler's to bind (its cached spec.schedulerName is
  * not cfg.scheduler_name, or it asks for no elasticgpu.io resource: nothing
  * is annotated or bound then), 503 for filter and prioritize before the
- * cache is synced. bind reads only the names, uid and node of its body; what
+ * cache is synced, and for prioritize of a DRA pod whose ResourceClaim is
+ * not cached yet (400 for a DRA pod it refuses otherwise: without --dra,
+ * gpu-core beside the marker, a claim spec it cannot read; filter refuses
+ * those with 200 and the Error). bind reads only the names, uid and node of its body; what
  * it decides on is the pod as the cache holds it (from the API server's
  * watch). The cache is never changed by a failed call. */
 int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,7 +27,6 @@
 #include "cdi_int.h"
 #include "container_int.h"
 #include "dra_plugin_int.h"
-#include "dra_slice_int.h"
 #include "pb_int.h"
 
 struct egpu__dra_plugin {
@@ -125,7 +125,7 @@ int egpu__dra_plugin_record_parse(const char *driver, const char *dra_root, cons
                                   uid, i);
         }
         share = json_string_value(json_object_get(d, "shareID"));
-        if (share[0] != '\0' && !egpu__dra_plugin_is_share_id(share)) {
+        if (share[0] != '\0' && !egpu_api_dra_is_share_id(share)) {
             json_decref(doc);
             return egpu_error_set(err, EGPU_ESYNTAX,
                                   "not a claim record of uid %s: device %zu's shareID is not a UID",
@@ -246,124 +246,42 @@ static int remove_dirs(struct egpu__dra_plugin *p, const json_t *devices)
 /* ------------------------------------------------------------------------ */
 /* Prepare                                                                  */
 
-/* The card of device "gpu-<index>" (dra_slice.c's names) among cards[0 ..
- * n), or NULL. */
+/* The card of index idx among cards[0 .. n), or NULL. */
 static const struct egpu_gpu_info *card_of(const struct egpu_gpu_info *cards, size_t n,
-                                           const char *device)
+                                           uint32_t idx)
 {
-    const size_t k = sizeof(EGPU_DRA_SLICE_DEVICE_PREFIX) - 1;
-    char *end;
-    unsigned long idx;
-
-    if (strncmp(device, EGPU_DRA_SLICE_DEVICE_PREFIX, k) != 0 || device[k] < '0' || device[k] > '9')
-        return NULL;
-    errno = 0;
-    idx = strtoul(device + k, &end, 10);
-    if (errno != 0 || *end != '\0' || (device[k] == '0' && device[k + 1] != '\0'))
-        return NULL;
     for (size_t i = 0; i < n; i++)
         if (cards[i].index == idx && cards[i].uuid[0] != '\0')
             return &cards[i];
     return NULL;
 }
 
-bool egpu__dra_plugin_is_share_id(const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-
-    if (s == NULL || strlen(s) != 36)
-        return false;
-    for (size_t i = 0; i < 36; i++) {
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (s[i] != '-')
-                return false;
-        } else if (s[i] == '\0' || strchr(hex, s[i]) == NULL) {
-            return false;
-        }
-    }
-    return true;
-}
-
-/* Whether s[0 .. n) is a DNS label: 1..63 of [a-z0-9-], no '-' at either end. */
-static bool is_dns_label(const char *s, size_t n)
-{
-    if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
-            return false;
-    return true;
-}
-
-/* Whether s is a result's request as the API server validates it: a DNS
- * label, or "<request>/<subrequest>" (a firstAvailable subrequest). */
-static bool is_request_name(const char *s)
-{
-    const char *slash = s != NULL ? strchr(s, '/') : NULL;
-
-    if (s == NULL)
-        return false;
-    if (slash == NULL)
-        return is_dns_label(s, strlen(s));
-    return is_dns_label(s, (size_t)(slash - s)) && is_dns_label(slash + 1, strlen(slash + 1));
-}
-
-/* One capacity of a result, a quantity string or absent; anything else is
- * an error naming the field. */
-static int capacity_string(const json_t *cc, const char *key, const char *device, const char **out,
-                           struct egpu_error *err)
-{
-    const json_t *v = json_object_get(cc, key);
-
-    *out = NULL;
-    if (v == NULL || json_is_null(v))
-        return 0;
-    if (!json_is_string(v))
-        return egpu_error_set(
-            err, -EINVAL, "device %s: consumedCapacity.%s is not a quantity string", device, key);
-    *out = json_string_value(v);
-    return 0;
-}
-
-/* One result's consumedCapacity into *core and *mem (the header's
- * defaults for what is absent). Returns 0 or -EINVAL with err naming the
- * field, its value and the allowed range. */
-static int capacity_of(const json_t *result, const char *device, const struct egpu_gpu_info *card,
+/* What this node makes of decoded result r (of card card): core_pct 1..100
+ * (absent: 100) and mem_mib 1..the card's (absent: the card's). Returns 0
+ * or -EINVAL with err naming the field, its value and the allowed range. */
+static int capacity_of(const struct egpu_api_dra_result *r, const struct egpu_gpu_info *card,
                        unsigned *core, unsigned *mem, struct egpu_error *err)
 {
-    const json_t *cc = json_object_get(result, "consumedCapacity");
-    const char *cores, *memory;
-    struct egpu_error e2 = {0};
-    int64_t v;
-    int rc;
-
-    if (cc != NULL && !json_is_null(cc) && !json_is_object(cc))
-        return egpu_error_set(err, -EINVAL, "device %s: consumedCapacity is not an object", device);
-    rc = capacity_string(cc, EGPU_API_DRA_CAP_CORES, device, &cores, err);
-    if (rc == 0)
-        rc = capacity_string(cc, EGPU_API_DRA_CAP_MEMORY, device, &memory, err);
-    if (rc)
-        return rc;
     *core = 100;
     *mem = (unsigned)(card->mem_mib > UINT32_MAX ? UINT32_MAX : card->mem_mib);
-    if (cores != NULL) {
-        if (egpu_parse_gpu_core_pct(cores, "consumedCapacity.cores", &v, &e2) != 0 || v < 1 ||
-            v > 100)
+    if (r->has_cores) {
+        if (r->core_pct < 1)
             return egpu_error_set(err, -EINVAL,
-                                  "device %s: consumedCapacity.cores \"%.32s\" is not a share "
-                                  "of one card (allowed: 1..100, percent)",
-                                  device, cores);
-        *core = (unsigned)v;
+                                  "device %s: status.allocation.devices.results[%zu]."
+                                  "consumedCapacity.cores is %" PRId64 ", not a share of one card "
+                                  "(allowed: 1..100, percent)",
+                                  r->device, r->at, r->core_pct);
+        *core = (unsigned)r->core_pct;
     }
-    if (memory != NULL) {
-        if (egpu_parse_mem_mib(memory, "consumedCapacity.memory", &v, &e2) != 0 || v < 1 ||
-            (uint64_t)v > card->mem_mib)
+    if (r->has_mem) {
+        if (r->mem_mib < 1 || (uint64_t)r->mem_mib > card->mem_mib)
             return egpu_error_set(err, -EINVAL,
-                                  "device %s: consumedCapacity.memory \"%.32s\" is not "
-                                  "1..%llu MiB, the card's memory (allowed: 1Mi..%lluMi)",
-                                  device, memory, (unsigned long long)card->mem_mib,
+                                  "device %s: status.allocation.devices.results[%zu]."
+                                  "consumedCapacity.memory is %" PRId64 " MiB, not 1..%llu MiB, "
+                                  "the card's memory (allowed: 1Mi..%lluMi)",
+                                  r->device, r->at, r->mem_mib, (unsigned long long)card->mem_mib,
                                   (unsigned long long)card->mem_mib);
-        *mem = (unsigned)v;
+        *mem = (unsigned)r->mem_mib;
     }
     return 0;
 }
@@ -424,78 +342,72 @@ int egpu__dra_plugin_results(const char *driver, const char *pool,
     const json_t *results = json_object_get(
         json_object_get(json_object_get(json_object_get(claim, "status"), "allocation"), "devices"),
         "results");
+    struct egpu_api_dra_result *res = egpu_calloc(EGPU_CDI_DEVICES_MAX, sizeof(*res));
     char other[160] = "";
-    size_t i;
-    json_t *r;
+    size_t nres = 0, next = 0;
+    int rc;
 
     *n = 0;
-    if (results != NULL && !json_is_array(results))
-        return egpu_error_set(err, -EINVAL,
-                              "status.allocation.devices.results is not a list of results");
-    json_array_foreach(results, i, r)
-    {
-        const char *drv = json_string_value(json_object_get(r, "driver"));
-        const char *pl = json_string_value(json_object_get(r, "pool"));
-        const char *device = json_string_value(json_object_get(r, "device"));
-        const char *request = json_string_value(json_object_get(r, "request"));
-        const json_t *sharev = json_object_get(r, "shareID");
-        const char *share = json_string_value(sharev);
+    if (res == NULL)
+        return egpu_error_set(err, -ENOMEM, "out of memory");
+    rc = egpu_api_dra_results(claim, driver, res, EGPU_CDI_DEVICES_MAX, &nres, err);
+    if (rc) { /* the claim's status is refused: the claim is */
+        egpu_free(res);
+        if (err != NULL)
+            err->code = -EINVAL; /* the header's code, the decoder's message */
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < json_array_size(results) && other[0] == '\0'; i++) {
+        /* The first result that is not ours on this node, named in the
+         * error when nothing is left (the kubelet calls each driver with
+         * the whole claim). */
+        const json_t *r = json_array_get(results, i);
+        const char *drv = egpu_api_str(json_object_get(r, "driver"));
+        const char *pl = egpu_api_str(json_object_get(r, "pool"));
+
+        while (next < nres && res[next].at < i)
+            next++;
+        if (next < nres && res[next].at == i && strcmp(res[next].pool, pool) == 0)
+            continue;
+        snprintf(other, sizeof(other), " (result %zu is driver %.40s pool %.60s)", i,
+                 drv != NULL ? drv : "(none)", pl != NULL ? pl : "(none)");
+    }
+    for (size_t k = 0; rc == 0 && k < nres; k++) {
+        const struct egpu_api_dra_result *r = &res[k];
         const struct egpu_gpu_info *card;
         struct egpu__cdi_device *d;
-        int rc;
 
-        /* Another driver's result, or one of this driver on another node:
-         * not this node's to prepare (the kubelet calls each driver with the
-         * whole claim). Named in the error when nothing is left. */
-        if (drv == NULL || strcmp(drv, driver) != 0 || pl == NULL || strcmp(pl, pool) != 0) {
-            if (other[0] == '\0')
-                snprintf(other, sizeof(other), " (result %zu is driver %.40s pool %.60s)", i,
-                         drv != NULL ? drv : "(none)", pl != NULL ? pl : "(none)");
+        /* One of this driver on another node: not this node's to prepare. */
+        if (strcmp(r->pool, pool) != 0)
             continue;
+        card = r->has_index ? card_of(cards, ncards, r->index) : NULL;
+        if (card == NULL) {
+            rc = egpu_error_set(err, -EINVAL,
+                                "device %.63s (allocation result %zu) is not a GPU of node %s",
+                                r->device, r->at, pool);
+            break;
         }
-        if (device == NULL || device[0] == '\0')
-            return egpu_error_set(err, -EINVAL, "allocation result %zu has no device", i);
-        card = card_of(cards, ncards, device);
-        if (card == NULL)
-            return egpu_error_set(err, -EINVAL,
-                                  "device %.63s (allocation result %zu) is not a GPU of node %s",
-                                  device, i, pool);
-        if (!is_request_name(request))
-            return egpu_error_set(err, -EINVAL,
-                                  "device %s: allocation result %zu's request is not a request "
-                                  "name (allowed: a DNS label, or two joined by '/')",
-                                  device, i);
-        /* The scheduler's shareID is a fresh UUID (dra_notes.md 8); it is
-         * kept in the record and answered to the kubelet, so anything else
-         * is refused rather than carried. */
-        if ((sharev != NULL && !json_is_null(sharev) && share == NULL) ||
-            (share != NULL && share[0] != '\0' && !egpu__dra_plugin_is_share_id(share)))
-            return egpu_error_set(err, -EINVAL,
-                                  "device %s: allocation result %zu's shareID is not a UID "
-                                  "(allowed: 36 characters, 8-4-4-4-12 lowercase hex digits)",
-                                  device, i);
-        if (*n == EGPU_CDI_DEVICES_MAX)
-            return egpu_error_set(err, -EINVAL, "more than %d allocation results",
-                                  EGPU_CDI_DEVICES_MAX);
         d = &devs[*n];
         memset(d, 0, sizeof(*d));
-        d->device = device;
+        /* Borrowed from the claim, as the header says (the same text as
+         * r->device, which goes with res). */
+        d->device = json_string_value(json_object_get(json_array_get(results, r->at), "device"));
         d->uuid = card->uuid;
         d->minor = card->minor;
-        rc = capacity_of(r, device, card, &d->core_pct, &d->mem_mib, err);
-        if (rc)
-            return rc;
-        if (recdevs != NULL &&
-            json_array_append_new(recdevs, json_pack("{s:s,s:s,s:s,s:s}", "request", request,
-                                                     "pool", pl, "device", device, "shareID",
-                                                     share != NULL ? share : "")) != 0)
-            return egpu_error_set(err, -ENOMEM, "out of memory");
-        (*n)++;
+        rc = capacity_of(r, card, &d->core_pct, &d->mem_mib, err);
+        if (rc == 0 && recdevs != NULL &&
+            json_array_append_new(recdevs, json_pack("{s:s,s:s,s:s,s:s}", "request", r->request,
+                                                     "pool", r->pool, "device", r->device,
+                                                     "shareID", r->share_id)) != 0)
+            rc = egpu_error_set(err, -ENOMEM, "out of memory");
+        if (rc == 0)
+            (*n)++;
     }
-    if (*n == 0)
-        return egpu_error_set(err, -EINVAL, "no allocation result of driver %s in pool %s%s",
-                              driver, pool, other);
-    return 0;
+    egpu_free(res);
+    if (rc == 0 && *n == 0)
+        rc = egpu_error_set(err, -EINVAL, "no allocation result of driver %s in pool %s%s", driver,
+                            pool, other);
+    return rc;
 }
 
 /* Whether the claim uid's CDI spec file is there now. */
@@ -682,8 +594,8 @@ static int remove_claim_dir(struct egpu__dra_plugin *p, const char *uid, unsigne
     struct egpu_error e2 = {0};
     struct stat st;
 
-    snprintf(device, sizeof(device), "%s%u", EGPU_DRA_SLICE_DEVICE_PREFIX, idx);
-    if (egpu__cdi_device_id(p->driver, uid, device, id, sizeof(id), &e2) != 0 ||
+    if (egpu_api_dra_device_name(idx, device, sizeof(device)) != 0 ||
+        egpu__cdi_device_id(p->driver, uid, device, id, sizeof(id), &e2) != 0 ||
         egpu__allocdir_path(p->dra_root, ids, 1, dir, sizeof(dir)) != 0 || lstat(dir, &st) != 0)
         return 0;
     return egpu__allocdir_remove(p->dra_root, dir);

@@ -135,14 +135,15 @@ struct egpu__cdi_device;
  * EGPU_CDI_DEVICES_MAX; device and card strings borrowed from claim and
  * cards) and, when recdevs is not NULL, one record device {request, pool,
  * device, shareID} each appended to recdevs (a JSON array). Results of
- * other drivers or pools are passed over. Each result of ours must name a
- * device "gpu-<index>" of cards[0 .. ncards), a request (a DNS label, or
- * two joined by '/'), a shareID that is absent, "" or a UID (36 characters,
- * 8-4-4-4-12 lowercase hex), and consumedCapacity whose cores (absent: 100)
- * is 1..100 and memory (bytes, rounded up to MiB; absent: the card's) is
- * 1..the card's MiB. Pure (no I/O). Returns 0 (*n >= 1) or -EINVAL with err
- * naming the device and field and what is allowed (no result of ours: the
- * driver, the pool, and the first result passed over), or -ENOMEM. */
+ * other drivers or pools are passed over. The results are decoded by
+ * egpu_api_dra_results (api.h: its checks of every result of the driver,
+ * its messages naming the field); on top of it each result of this pool
+ * must name a device "gpu-<index>" of cards[0 .. ncards), and its
+ * consumedCapacity cores (absent: 100) must be 1..100 and memory (absent:
+ * the card's) 1..the card's MiB. Pure (no I/O). Returns 0 (*n >= 1) or
+ * -EINVAL with err naming the device and field and what is allowed (no
+ * result of ours: the driver, the pool, and the first result passed over),
+ * or -ENOMEM. */
 int egpu__dra_plugin_results(const char *driver, const char *pool,
                              const struct egpu_gpu_info *cards, size_t ncards, const json_t *claim,
                              struct egpu__cdi_device *devs, size_t *n, json_t *recdevs,
@@ -159,10 +160,6 @@ int egpu__dra_plugin_results(const char *driver, const char *pool,
 int egpu__dra_plugin_record_parse(const char *driver, const char *dra_root, const char *uid,
                                   const char *text, size_t len, json_t **rec,
                                   struct egpu_error *err) EGPU_MUST_CHECK;
-
-/* Whether s is a shareID as kube-scheduler makes it: a UID of 36
- * characters, 8-4-4-4-12 lowercase hex digits. */
-bool egpu__dra_plugin_is_share_id(const char *s);
 
 /* Undo egpu__dra_plugin_prepare for the claim uid: its allocation dirs
  * (from its record; without a record, or one not to believe, every dir

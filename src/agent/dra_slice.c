@@ -244,7 +244,9 @@ static json_t *device_of(const struct egpu__dra_slice_config *cfg,
     char name[32], mem[32];
     json_t *d;
 
-    snprintf(name, sizeof(name), EGPU_DRA_SLICE_DEVICE_PREFIX "%u", cards[i].index);
+    /* The card's NVML index names its device (api.h, EGPU_API_DRA_DEVICE_PREFIX). */
+    if (egpu_api_dra_device_name(cards[i].index, name, sizeof(name)) != 0)
+        return NULL;
     mib_quantity(cards[i].mem_mib, mem, sizeof(mem));
     d = json_pack("{s:s, s:o, s:{s:o, s:o}, s:b}", "name", name, "attributes",
                   attributes_of(cfg, cards, n, i), "capacity", EGPU_API_DRA_CAP_CORES,

@@ -30,8 +30,7 @@
 #include "egpu/kube.h"
 
 #define EGPU_DRA_SLICE_API             "resource.k8s.io/v1"
-#define EGPU_DRA_SLICE_DEVICE_PREFIX   "gpu-" /* a device is gpu-<index>, the card's NVML index */
-#define EGPU_DRA_SLICE_UID_MAX         64     /* a Node's metadata.uid incl. NUL (36 characters) */
+#define EGPU_DRA_SLICE_UID_MAX         64  /* a Node's metadata.uid incl. NUL (36 characters) */
 #define EGPU_DRA_SLICE_PATH_MAX        160 /* a field path such as "spec.devices[3].capacity..." */
 #define EGPU_DRA_SLICE_STRING_MAX      EGPU_API_DRA_ATTR_STRING_MAX /* bytes of a string attribute */
 /* The device taint of an unhealthy card: key <driver>/unhealthy, value the

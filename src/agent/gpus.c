@@ -41,6 +41,19 @@ const char *egpu_gpu_link_name(enum egpu_gpu_link link)
     return "unknown";
 }
 
+const char *egpu_gpu_mem_source_name(enum egpu_gpu_mem_source source)
+{
+    switch (source) {
+    case EGPU_MEM_SOURCE_V1:
+        return "nvmlDeviceGetMemoryInfo";
+    case EGPU_MEM_SOURCE_V2:
+        return "nvmlDeviceGetMemoryInfo_v2";
+    case EGPU_MEM_SOURCE_NONE:
+        break;
+    }
+    return "none";
+}
+
 static int wrap(enum egpu_gpus_kind kind, const struct egpu__gpus_ops *ops, void *impl,
                 struct egpu_gpus **out, struct egpu_error *err)
 {

@@ -635,7 +635,9 @@ bool egpu_inventory_used_due(const struct egpu_inventory_used *st, size_t slot,
         return true;
     if (last->reports + 1 < EGPU_USED_MIN_REPORTS)
         return false; /* written less than a minute ago */
-    if (absdiff(last->mem_mib, c->used_mem_mib) >= EGPU_USED_MIN_MIB)
+    if (absdiff(last->mem_mib, c->used_mem_mib) >= EGPU_USED_MIN_MIB ||
+        absdiff(last->reserved_mem_mib, c->reserved_mem_mib) >= EGPU_USED_MIN_MIB ||
+        last->mem_source != c->mem_source)
         return true;
     if (last->has_util != c->has_util)
         return true;
@@ -662,7 +664,15 @@ static int write_used(struct egpu_kube *kc, const char *node, const struct egpu_
     if (rc)
         return rc;
     now_rfc3339(when, sizeof(when));
-    used = json_pack("{s:I, s:s}", "memory", (json_int_t)c->used_mem_mib, "updateTime", when);
+    /* A merge patch: null removes a field, so a v2 reservedMemory does not
+     * outlive a fall back to v1 (which counts it inside memory). */
+    used = json_pack(
+        "{s:I, s:o, s:o, s:s}", "memory", (json_int_t)c->used_mem_mib, "memorySource",
+        c->mem_source != EGPU_MEM_SOURCE_NONE ? json_string(egpu_gpu_mem_source_name(c->mem_source))
+                                              : json_null(),
+        "reservedMemory",
+        c->mem_source == EGPU_MEM_SOURCE_V2 ? json_integer(c->reserved_mem_mib) : json_null(),
+        "updateTime", when);
     if (used != NULL && c->has_util &&
         json_object_set_new(used, "utilization", json_integer(c->util_pct)) != 0) {
         json_decref(used);
@@ -715,6 +725,8 @@ int egpu_inventory_report_used(struct egpu_kube *kc, struct egpu_inventory_used 
         }
         memcpy(last->uuid, c->uuid, strlen(c->uuid) + 1);
         last->mem_mib = c->used_mem_mib;
+        last->reserved_mem_mib = c->reserved_mem_mib;
+        last->mem_source = c->mem_source;
         last->util_pct = c->util_pct;
         last->has_util = c->has_util;
         last->reports = 0;

@@ -17,6 +17,7 @@ int egpu__agent_metrics_register(struct egpu__agent_metrics *m, struct egpu_metr
                                  struct egpu_error *err)
 {
     static const char *const gpu_label[] = {"gpu"};
+    static const char *const used_labels[] = {"gpu", "source"};
     static const char *const ctr_labels[] = {"namespace", "pod", "container"};
     static const char *const at_label[] = {"at"};
     const struct egpu_service_metric t[] = {
@@ -49,8 +50,14 @@ int egpu__agent_metrics_register(struct egpu__agent_metrics *m, struct egpu_metr
          "Memory MiB of the GPU given to live allocations (as PreStartContainer wrote).", 1,
          gpu_label, 0, NULL, &m->m_gpu_mem},
         {EGPU_SERVICE_GAUGE, "egpu_agent_gpu_used_memory_mib",
-         "Memory MiB in use on the GPU, as NVML reports it (0 for fake cards).", 1, gpu_label, 0,
-         NULL, &m->m_gpu_used},
+         "Memory MiB in use on the GPU, as NVML reports it (0 for fake cards); source is the NVML "
+         "call: nvmlDeviceGetMemoryInfo_v2 (the driver's reservation left out), "
+         "nvmlDeviceGetMemoryInfo (counted in) or none.",
+         2, used_labels, 0, NULL, &m->m_gpu_used},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_gpu_reserved_memory_mib",
+         "Memory MiB the driver and firmware reserve on the GPU (nvmlDeviceGetMemoryInfo_v2; 0 "
+         "where only nvmlDeviceGetMemoryInfo answers, which counts it as used).",
+         1, gpu_label, 0, NULL, &m->m_gpu_reserved},
         {EGPU_SERVICE_GAUGE, "egpu_agent_container_limit_core_percent",
          "A container's core limit, percent per GPU (0 once it is gone).", 3, ctr_labels, 0, NULL,
          &m->m_ctr_core},
@@ -91,6 +98,32 @@ static void set_container(struct egpu__agent_metrics *m, const char *ns, const c
     values[2] = k->v[2];
     (void)egpu_metric_set(m->m_ctr_core, values, core);
     (void)egpu_metric_set(m->m_ctr_mem, values, mem);
+}
+
+/* Keep a used-memory series only while its card is listed with that
+ * source, so a card that falls back from v2 to v1 (or leaves) does not
+ * leave its old series behind. */
+struct used_keep {
+    const struct egpu_gpu_info *cards;
+    size_t ncards;
+};
+
+static bool keep_used(const char *const *values, void *data)
+{
+    const struct used_keep *k = data;
+
+    for (size_t i = 0; i < k->ncards; i++)
+        if (strcmp(k->cards[i].uuid, values[0]) == 0)
+            return strcmp(egpu_gpu_mem_source_name(k->cards[i].mem_source), values[1]) == 0;
+    return false;
+}
+
+size_t egpu__agent_metrics_used_retain(struct egpu_metric *m_used,
+                                       const struct egpu_gpu_info *cards, size_t n)
+{
+    struct used_keep k = {.cards = cards, .ncards = n};
+
+    return egpu_metric_retain(m_used, keep_used, &k);
 }
 
 /* What refresh_allocations adds up. */
@@ -137,13 +170,16 @@ static void refresh_allocations(struct egpu__agent_metrics *m, struct egpu_plugi
     egpu__plugin_each_limits(p, add_limits, s);
     for (size_t i = 0; i < s->ncards; i++) {
         const char *values[1] = {cards[i].uuid};
+        const char *used[2] = {cards[i].uuid, egpu_gpu_mem_source_name(cards[i].mem_source)};
 
         if (cards[i].uuid[0] == '\0')
             continue;
         (void)egpu_metric_set(m->m_gpu_core, values, s->core[i]);
         (void)egpu_metric_set(m->m_gpu_mem, values, s->mem[i]);
-        (void)egpu_metric_set(m->m_gpu_used, values, (double)cards[i].used_mem_mib);
+        (void)egpu_metric_set(m->m_gpu_used, used, (double)cards[i].used_mem_mib);
+        (void)egpu_metric_set(m->m_gpu_reserved, values, (double)cards[i].reserved_mem_mib);
     }
+    (void)egpu__agent_metrics_used_retain(m->m_gpu_used, cards, s->ncards);
     for (size_t i = 0; i < m->nctrs; i++) {
         const char *values[3] = {m->ctrs[i].v[0], m->ctrs[i].v[1], m->ctrs[i].v[2]};
 

@@ -23,7 +23,8 @@ struct egpu__agent_metrics {
     struct egpu_metrics *reg; /* borrowed */
     struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_allocs, *m_alloc_errors,
         *m_prestarts, *m_registrations, *m_mismatches, *m_marks;
-    struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_gpu_used, *m_ctr_core, *m_ctr_mem;
+    struct egpu_metric *m_gpu_core, *m_gpu_mem, *m_gpu_used, *m_gpu_reserved, *m_ctr_core,
+        *m_ctr_mem;
     struct egpu__agent_ctr *ctrs; /* containers with limit gauges (set to 0 once gone) */
     size_t nctrs;
     struct egpu_plugin_stats seen; /* the counters at the last refresh */
@@ -41,6 +42,13 @@ int egpu__agent_metrics_register(struct egpu__agent_metrics *m, struct egpu_metr
  * a time. */
 void egpu__agent_metrics_refresh(struct egpu__agent_metrics *m, struct egpu_plugin *p,
                                  bool registered);
+
+/* Drop the series of m_used (labels gpu, source: egpu_agent_gpu_used_memory_mib)
+ * but those of a card of cards[0 .. n) under the source it has now
+ * (egpu_gpu_mem_source_name), so a card that fell back from v2 to v1, or
+ * left, keeps no stale series. Returns how many were dropped. */
+size_t egpu__agent_metrics_used_retain(struct egpu_metric *m_used,
+                                       const struct egpu_gpu_info *cards, size_t n);
 
 /* Free what m holds besides the series (the registry frees those). */
 void egpu__agent_metrics_close(struct egpu__agent_metrics *m);

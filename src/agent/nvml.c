@@ -18,6 +18,16 @@
  * probe fails is listed Unhealthy with the failing call, under the identity
  * read before, and recovers when the probe passes again.
  *
+ * Used memory comes from nvmlDeviceGetMemoryInfo_v2 where the library has
+ * it: nvmlDeviceGetMemoryInfo (v1) counts the driver's and firmware's
+ * reservation as used (480 MiB on an idle H100 whose nvidia-smi shows 0),
+ * v2 reports it apart. A library without the symbol, or a call answering
+ * NVML_ERROR_FUNCTION_NOT_FOUND, NOT_SUPPORTED or ARGUMENT_VERSION_MISMATCH
+ * (a driver that does not know this struct version), falls back to v1 on
+ * that probe; any other failure of v2 is the probe's failure, as v1's is.
+ * The card says which call it came from (egpu_gpu_info.mem_source), and a
+ * change of source is logged once.
+ *
  * Units: NVML reports memory in bytes; cards carry MiB (bytes >> 20).
  */
 #include <dlfcn.h>
@@ -34,6 +44,7 @@
 
 _Static_assert(sizeof(void *) == sizeof(int (*)(void)),
                "dlsym results are stored into function pointers");
+_Static_assert(NVML_MEMORY_V2 == 0x02000028u, "nvmlMemory_v2 of nvml.h: 40 bytes | 2 << 24");
 
 /* ------------------------------------------------------------------------ */
 /* Loading                                                                  */
@@ -60,6 +71,7 @@ static const struct nvml_sym nvml_syms[] = {
     NVML_SYM(device_get_minor_number, "nvmlDeviceGetMinorNumber", true),
     NVML_SYM(device_get_memory_info, "nvmlDeviceGetMemoryInfo", true),
     NVML_SYM(device_get_index, "nvmlDeviceGetIndex", true),
+    NVML_SYM(device_get_memory_info_v2, "nvmlDeviceGetMemoryInfo_v2", false),
     NVML_SYM(device_get_utilization_rates, "nvmlDeviceGetUtilizationRates", false),
     NVML_SYM(device_get_topology_common_ancestor, "nvmlDeviceGetTopologyCommonAncestor", false),
     NVML_SYM(device_get_p2p_status, "nvmlDeviceGetP2PStatus", false),
@@ -189,6 +201,8 @@ struct nvml_card {
     char model[EGPU_GPU_MODEL_MAX];
     uint64_t mem_mib;
     uint64_t used_mem_mib;
+    uint64_t reserved_mem_mib;
+    enum egpu_gpu_mem_source mem_source; /* of used_mem_mib; NONE until read */
     uint32_t util_pct;
     bool has_util;                   /* util_pct was read on the last probe */
     char xid[EGPU_GPU_REASON_MAX];   /* "XID <n>" once a critical XID hit it; sticky */
@@ -301,6 +315,51 @@ static void nvml_free(void *impl)
     egpu_free(n);
 }
 
+/* Does r from nvmlDeviceGetMemoryInfo_v2 mean "ask v1 instead" (the
+ * driver lacks the call or this struct version), not a failing card? */
+static bool is_v2_unavailable(int r)
+{
+    return r == NVML_ERROR_FUNCTION_NOT_FOUND || r == NVML_ERROR_NOT_SUPPORTED ||
+           r == NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+}
+
+/* Memory of dev into *total, *used, *reserved (bytes) and *source: v2 where
+ * it answers, else v1 (see the file's opening). *call names the call whose
+ * failure is returned. Returns an nvmlReturn_t. */
+static int read_memory(const struct egpu_nvml_api *api, struct nvmlDevice_st *dev,
+                       unsigned long long *total, unsigned long long *used,
+                       unsigned long long *reserved, enum egpu_gpu_mem_source *source,
+                       const char **call)
+{
+    struct nvmlMemory_st v1 = {0};
+    int r = NVML_ERROR_FUNCTION_NOT_FOUND;
+
+    if (api->device_get_memory_info_v2 != NULL) {
+        struct nvmlMemory_v2_st v2 = {.version = NVML_MEMORY_V2};
+
+        *call = "nvmlDeviceGetMemoryInfo_v2";
+        r = api->device_get_memory_info_v2(dev, &v2);
+        if (r == NVML_SUCCESS) {
+            *total = v2.total;
+            *used = v2.used;
+            *reserved = v2.reserved;
+            *source = EGPU_MEM_SOURCE_V2;
+            return r;
+        }
+        if (!is_v2_unavailable(r))
+            return r;
+    }
+    *call = "nvmlDeviceGetMemoryInfo";
+    r = api->device_get_memory_info(dev, &v1);
+    if (r == NVML_SUCCESS) {
+        *total = v1.total;
+        *used = v1.used;
+        *reserved = 0;
+        *source = EGPU_MEM_SOURCE_V1;
+    }
+    return r;
+}
+
 /* Read card i into c (lock held). Never fails: a card that does not answer
  * is reported unhealthy, with the identity known from before if any. */
 static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
@@ -308,7 +367,8 @@ static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
     const struct egpu_nvml_api *api = &n->api;
     struct nvml_card *k = &n->cards[i];
     struct nvmlDevice_st *dev = NULL;
-    struct nvmlMemory_st mem = {0};
+    unsigned long long total = 0, used = 0, reserved = 0;
+    enum egpu_gpu_mem_source source = EGPU_MEM_SOURCE_NONE;
     struct nvmlUtilization_st util = {0};
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "", name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "";
     char fault[EGPU_GPU_REASON_MAX] = "";
@@ -345,15 +405,19 @@ static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
             r = NVML_SUCCESS;
         }
     }
-    if (r == NVML_SUCCESS) {
-        call = "nvmlDeviceGetMemoryInfo";
-        r = api->device_get_memory_info(dev, &mem);
-    }
+    if (r == NVML_SUCCESS)
+        r = read_memory(api, dev, &total, &used, &reserved, &source, &call);
     if (r == NVML_SUCCESS) {
         snprintf(k->model, sizeof(k->model), "%s", name);
         k->minor = minor;
-        k->mem_mib = mem.total >> 20;
-        k->used_mem_mib = mem.used >> 20;
+        k->mem_mib = total >> 20;
+        k->used_mem_mib = used >> 20;
+        k->reserved_mem_mib = reserved >> 20;
+        if (source != k->mem_source)
+            egpu_log(k->mem_source == EGPU_MEM_SOURCE_NONE ? EGPU_LOG_INFO : EGPU_LOG_NOTICE,
+                     "GPU memory source index=%u uuid=%s source=%s", i, k->uuid,
+                     egpu_gpu_mem_source_name(source));
+        k->mem_source = source;
         /* Utilization is a measure, not a probe: a card without it stays
          * healthy and reports memory only. */
         k->has_util = api->device_get_utilization_rates != NULL &&
@@ -378,6 +442,8 @@ static void probe_card(struct nvml *n, unsigned i, struct egpu_gpu_info *c)
         c->minor = k->minor;
         c->mem_mib = k->mem_mib;
         c->used_mem_mib = k->used_mem_mib;
+        c->reserved_mem_mib = k->reserved_mem_mib;
+        c->mem_source = k->mem_source;
         c->has_used = true;
         c->util_pct = k->util_pct;
         c->has_util = k->has_util;

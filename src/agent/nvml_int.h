@@ -20,31 +20,32 @@
 #include <stddef.h>
 
 /* nvmlReturn_t */
-#define NVML_SUCCESS                       0
-#define NVML_ERROR_UNINITIALIZED           1
-#define NVML_ERROR_INVALID_ARGUMENT        2
-#define NVML_ERROR_NOT_SUPPORTED           3
-#define NVML_ERROR_NO_PERMISSION           4
-#define NVML_ERROR_ALREADY_INITIALIZED     5
-#define NVML_ERROR_NOT_FOUND               6
-#define NVML_ERROR_INSUFFICIENT_SIZE       7
-#define NVML_ERROR_INSUFFICIENT_POWER      8
-#define NVML_ERROR_DRIVER_NOT_LOADED       9
-#define NVML_ERROR_TIMEOUT                 10
-#define NVML_ERROR_IRQ_ISSUE               11
-#define NVML_ERROR_LIBRARY_NOT_FOUND       12
-#define NVML_ERROR_FUNCTION_NOT_FOUND      13
-#define NVML_ERROR_CORRUPTED_INFOROM       14
-#define NVML_ERROR_GPU_IS_LOST             15
-#define NVML_ERROR_RESET_REQUIRED          16
-#define NVML_ERROR_OPERATING_SYSTEM        17
-#define NVML_ERROR_LIB_RM_VERSION_MISMATCH 18
-#define NVML_ERROR_IN_USE                  19
-#define NVML_ERROR_MEMORY                  20
-#define NVML_ERROR_NO_DATA                 21
-#define NVML_ERROR_INSUFFICIENT_RESOURCES  23
-#define NVML_ERROR_GPU_NOT_FOUND           28
-#define NVML_ERROR_UNKNOWN                 999
+#define NVML_SUCCESS                         0
+#define NVML_ERROR_UNINITIALIZED             1
+#define NVML_ERROR_INVALID_ARGUMENT          2
+#define NVML_ERROR_NOT_SUPPORTED             3
+#define NVML_ERROR_NO_PERMISSION             4
+#define NVML_ERROR_ALREADY_INITIALIZED       5
+#define NVML_ERROR_NOT_FOUND                 6
+#define NVML_ERROR_INSUFFICIENT_SIZE         7
+#define NVML_ERROR_INSUFFICIENT_POWER        8
+#define NVML_ERROR_DRIVER_NOT_LOADED         9
+#define NVML_ERROR_TIMEOUT                   10
+#define NVML_ERROR_IRQ_ISSUE                 11
+#define NVML_ERROR_LIBRARY_NOT_FOUND         12
+#define NVML_ERROR_FUNCTION_NOT_FOUND        13
+#define NVML_ERROR_CORRUPTED_INFOROM         14
+#define NVML_ERROR_GPU_IS_LOST               15
+#define NVML_ERROR_RESET_REQUIRED            16
+#define NVML_ERROR_OPERATING_SYSTEM          17
+#define NVML_ERROR_LIB_RM_VERSION_MISMATCH   18
+#define NVML_ERROR_IN_USE                    19
+#define NVML_ERROR_MEMORY                    20
+#define NVML_ERROR_NO_DATA                   21
+#define NVML_ERROR_INSUFFICIENT_RESOURCES    23
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25 /* a struct's version word is not one it knows */
+#define NVML_ERROR_GPU_NOT_FOUND             28
+#define NVML_ERROR_UNKNOWN                   999
 
 /* Buffer sizes for nvmlDeviceGetUUID and nvmlDeviceGetName, bytes. */
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
@@ -91,6 +92,21 @@ struct nvmlMemory_st {
     unsigned long long used;
 };
 
+/* nvmlMemory_v2_t: bytes. Unlike nvmlMemory_t, used leaves out what the
+ * driver and firmware set aside (reserved): total = reserved + free + used.
+ * version must be NVML_MEMORY_V2 before the call. */
+struct nvmlMemory_v2_st {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+};
+
+/* nvml.h's nvmlMemory_v2, NVML_STRUCT_VERSION(Memory, 2): the struct's size
+ * with the version number in the top byte. */
+#define NVML_MEMORY_V2 ((unsigned int)(sizeof(struct nvmlMemory_v2_st) | (2u << 24)))
+
 /* nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it. */
 struct nvmlPciInfo_st {
     char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
@@ -126,6 +142,7 @@ int nvmlDeviceGetUUID(struct nvmlDevice_st *device, char *uuid, unsigned int len
 int nvmlDeviceGetName(struct nvmlDevice_st *device, char *name, unsigned int length);
 int nvmlDeviceGetMinorNumber(struct nvmlDevice_st *device, unsigned int *minorNumber);
 int nvmlDeviceGetMemoryInfo(struct nvmlDevice_st *device, struct nvmlMemory_st *memory);
+int nvmlDeviceGetMemoryInfo_v2(struct nvmlDevice_st *device, struct nvmlMemory_v2_st *memory);
 int nvmlDeviceGetUtilizationRates(struct nvmlDevice_st *device,
                                   struct nvmlUtilization_st *utilization);
 int nvmlDeviceGetIndex(struct nvmlDevice_st *device, unsigned int *index);
@@ -147,8 +164,8 @@ int nvmlEventSetWait_v2(struct nvmlEventSet_st *set, struct nvmlEventData_st *da
 int nvmlEventSetFree(struct nvmlEventSet_st *set);
 
 /* The calls as loaded. Required ones are never NULL once egpu__nvml_load
- * succeeded; optional ones (utilization, topology, NVLink, events) may be NULL and are
- * checked before every call. */
+ * succeeded; optional ones (memory info v2, utilization, topology, NVLink,
+ * events) may be NULL and are checked before every call. */
 struct egpu_nvml_api {
     int (*init_v2)(void);
     int (*shutdown)(void);
@@ -161,6 +178,7 @@ struct egpu_nvml_api {
     int (*device_get_memory_info)(struct nvmlDevice_st *device, struct nvmlMemory_st *memory);
     int (*device_get_index)(struct nvmlDevice_st *device, unsigned int *index);
     /* optional */
+    int (*device_get_memory_info_v2)(struct nvmlDevice_st *device, struct nvmlMemory_v2_st *memory);
     int (*device_get_utilization_rates)(struct nvmlDevice_st *device,
                                         struct nvmlUtilization_st *utilization);
     int (*device_get_topology_common_ancestor)(struct nvmlDevice_st *a, struct nvmlDevice_st *b,

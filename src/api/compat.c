@@ -335,7 +335,7 @@ static bool has_ours(const json_t *res)
         json_object_foreach((json_t *)json_object_get(res, kinds[k]), key, v)
         {
             (void)v;
-            if (strncmp(key, EGPU_API_GROUP "/", sizeof(EGPU_API_GROUP)) == 0)
+            if (egpu_api_res_asks_gpu(key)) /* the DRA marker alone is no ask */
                 return true;
         }
     }

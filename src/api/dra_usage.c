@@ -1,7 +1,8 @@
 /* api/dra_usage.c - what a ResourceClaim or ResourceClaimTemplate asks of
  * this driver's DeviceClasses (its spec, a tenant's text: every field
  * checked, errors naming it), and what an allocated ResourceClaim holds (its
- * status, written by kube-scheduler's allocator). Wire format:
+ * status, written by kube-scheduler's allocator, decoded by dra_result.c,
+ * summed here). Wire format:
  * resource.k8s.io/v1 (../shared/k8s-wire/dra/dra_notes.md sections 5 to 7).
  * No I/O. */
 #include <errno.h>
@@ -187,62 +188,35 @@ int egpu_api_dra_claim_held(const json_t *claim, struct egpu_api_dra_usage *out,
                             bool *in_use, struct egpu_error *err)
 {
     const json_t *st = json_object_get(claim, "status");
-    const json_t *alloc = json_object_get(st, "allocation");
-    const json_t *results = json_object_get(json_object_get(alloc, "devices"), "results"), *r;
-    size_t i;
-    int rc = 0;
+    struct egpu_api_dra_result *res = NULL;
+    size_t n = 0;
+    int rc;
 
     memset(out, 0, sizeof(*out));
     if (allocated != NULL)
-        *allocated = json_is_object(alloc);
+        *allocated = json_is_object(json_object_get(st, "allocation"));
     if (in_use != NULL)
         *in_use = json_array_size(json_object_get(st, "reservedFor")) > 0;
-    if (!json_is_object(alloc))
+    if (!json_is_object(json_object_get(st, "allocation")))
         return 0;
-    if (results != NULL && !json_is_array(results))
-        return egpu_error_set(err, EGPU_ESYNTAX, "status.allocation.devices.results is not a list");
-    json_array_foreach(results, i, r)
-    {
-        const char *drv = egpu_api_str(json_object_get(r, "driver"));
-        const json_t *cc = json_object_get(r, "consumedCapacity");
-        int64_t cores = 100, mem = 0;
-        char f[160];
+    res = egpu_calloc(EGPU_API_DRA_RESULTS_MAX, sizeof(*res));
+    if (res == NULL)
+        return egpu_error_set(err, -ENOMEM, "out of memory");
+    rc = egpu_api_dra_results(claim, EGPU_API_DRA_DRIVER, res, EGPU_API_DRA_RESULTS_MAX, &n, err);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const struct egpu_api_dra_result *r = &res[i];
 
-        if (drv == NULL || strcmp(drv, EGPU_API_DRA_DRIVER) != 0)
-            continue;
         out->devices++;
-        if (cc == NULL || json_is_null(cc)) { /* not shared: the whole card */
-            out->cores += 100;
-            out->mem_whole++;
-            continue;
-        }
-        if (!json_is_object(cc)) {
-            rc = egpu_error_set(err, EGPU_ESYNTAX,
-                                "status.allocation.devices.results[%zu].consumedCapacity is not "
-                                "an object",
-                                i);
-            break;
-        }
-        snprintf(f, sizeof(f), "status.allocation.devices.results[%zu].consumedCapacity.cores", i);
-        if (json_object_get(cc, EGPU_API_DRA_CAP_CORES) != NULL)
-            rc = quantity(json_object_get(cc, EGPU_API_DRA_CAP_CORES), f, 0, 100, ALLOWED_CORES,
-                          &cores, err);
-        if (rc)
-            break;
-        snprintf(f, sizeof(f), "status.allocation.devices.results[%zu].consumedCapacity.memory", i);
-        if (json_object_get(cc, EGPU_API_DRA_CAP_MEMORY) != NULL)
-            rc = quantity(json_object_get(cc, EGPU_API_DRA_CAP_MEMORY), f, 20,
-                          EGPU_API_DRA_USAGE_MEM_MAX, ALLOWED_MEM, &mem, err);
+        out->cores += r->core_pct; /* 100 for a whole card */
+        /* A share's memory counts; a whole card's, or a device whose memory
+         * is not named, takes its card's, counted in mem_whole (as a pod's
+         * whole cards count no gpu-memory). */
+        if (!r->whole && r->has_mem && r->core_pct < 100)
+            out->mem_mib += r->mem_mib;
         else
             out->mem_whole++;
-        if (rc)
-            break;
-        out->cores += cores;
-        if (cores < 100)
-            out->mem_mib += mem; /* a share's memory; a whole card's is not counted, as a pod's */
-        else if (json_object_get(cc, EGPU_API_DRA_CAP_MEMORY) != NULL)
-            out->mem_whole++;
     }
+    egpu_free(res);
     if (rc)
         memset(out, 0, sizeof(*out));
     return rc;

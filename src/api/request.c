@@ -448,7 +448,13 @@ int egpu_api_share_memory_default(json_t *spec, uint32_t mib_per_core,
     return n;
 }
 
-/* Does a resource map hold a key of our group, or (compat) a compatible
+bool egpu_api_res_asks_gpu(const char *name)
+{
+    return strncmp(name, EGPU_API_GROUP "/", sizeof(EGPU_API_GROUP)) == 0 &&
+           strcmp(name, EGPU_RES_DRA) != 0;
+}
+
+/* Does a resource map hold a GPU key of our group, or (compat) a compatible
  * name egpu_api_compat_convert rewrites (HAMi's only with nvidia)? */
 static bool map_has_gpu(const json_t *map, bool compat, bool nvidia)
 {
@@ -458,8 +464,7 @@ static bool map_has_gpu(const json_t *map, bool compat, bool nvidia)
     json_object_foreach((json_t *)map, key, v)
     {
         (void)v;
-        if (strncmp(key, EGPU_API_GROUP "/", sizeof(EGPU_API_GROUP)) == 0 ||
-            (compat && egpu_api_compat_known(key, nvidia)))
+        if (egpu_api_res_asks_gpu(key) || (compat && egpu_api_compat_known(key, nvidia)))
             return true;
     }
     return false;

@@ -3,7 +3,8 @@
  * egpu-agent --mode dra: pool = node, devices "gpu-<index>" with attributes
  * uuid, index, productName and capacities cores and memory) and allocated
  * ResourceClaims (status.allocation.devices.results[] of the driver, with
- * shareID and consumedCapacity, and status.reservedFor's pods).
+ * shareID and consumedCapacity, decoded by egpu_api_dra_results in
+ * src/api/dra_result.c, and status.reservedFor's pods).
  *
  * Wire format: kubernetes/api resource/v1/types.go (v0.34 to v0.36), as
  * ../shared/k8s-wire/dra/dra_notes.md sums it up: sections 3 (slices, the
@@ -32,7 +33,6 @@
 #include "kubectl_int.h"
 
 #define SLICE_DEVICES_MAX 128 /* devices per ResourceSlice (resource/v1) */
-#define CLAIM_RESULTS_MAX 32  /* allocation.devices.results per claim */
 #define RESERVED_FOR_MAX  256 /* status.reservedFor entries */
 #define INDEX_MAX         1023
 #define PATH_MAX_LEN      96 /* a field path such as "spec.devices[127].capacity.memory.value" */
@@ -425,57 +425,6 @@ int egpu_kubectl_dra_add_slice(struct egpu_kubectl_dra *d, const json_t *slice,
 
 /* ---- claims ---- */
 
-/* One result of the driver, decoded. */
-struct result {
-    char pool[EGPU_K8S_NAME_MAX];
-    char device[EGPU__KUBECTL_DRA_DEV_MAX];
-    char share_id[EGPU__KUBECTL_DRA_STR_MAX];
-    bool has_cap, has_cores, has_mem;
-    int64_t core_pct, mem_mib;
-};
-
-static int result_decode(const json_t *r, size_t i, const char *driver, struct result *out,
-                         bool *ours, struct egpu_error *err)
-{
-    char path[PATH_MAX_LEN], field[PATH_MAX_LEN + 32], drv[EGPU_K8S_NAME_MAX];
-    const json_t *cc, *v;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    *ours = false;
-    snprintf(path, sizeof(path), "status.allocation.devices.results[%zu]", i);
-    if (!json_is_object(r))
-        return egpu_error_set(err, EGPU_ESYNTAX,
-                              "%s is not an object; allowed: a DeviceRequestAllocationResult",
-                              path);
-    snprintf(path, sizeof(path), "status.allocation.devices.results[%zu].", i);
-    if ((rc = get_str(r, "driver", path, true, drv, sizeof(drv), err)) != 0)
-        return rc;
-    if (strcmp(drv, driver) != 0)
-        return 0; /* another driver's device: not ours to show */
-    *ours = true;
-    if ((rc = get_str(r, "pool", path, true, out->pool, sizeof(out->pool), err)) != 0 ||
-        (rc = get_str(r, "device", path, true, out->device, sizeof(out->device), err)) != 0 ||
-        (rc = get_str(r, "shareID", path, false, out->share_id, sizeof(out->share_id), err)) != 0)
-        return rc;
-    if ((rc = get_obj(r, "consumedCapacity", path, &cc, err)) != 0)
-        return rc;
-    out->has_cap = cc != NULL;
-    if ((v = json_object_get(cc, EGPU_API_DRA_CAP_CORES)) != NULL) {
-        snprintf(field, sizeof(field), "%sconsumedCapacity.%s", path, EGPU_API_DRA_CAP_CORES);
-        if ((rc = cores_of(v, field, 0, 100, &out->core_pct, err)) != 0)
-            return rc;
-        out->has_cores = true;
-    }
-    if ((v = json_object_get(cc, EGPU_API_DRA_CAP_MEMORY)) != NULL) {
-        snprintf(field, sizeof(field), "%sconsumedCapacity.%s", path, EGPU_API_DRA_CAP_MEMORY);
-        if ((rc = mib_of(v, field, &out->mem_mib, err)) != 0)
-            return rc;
-        out->has_mem = true;
-    }
-    return 0;
-}
-
 /* The pods of status.reservedFor (st borrowed) into s->pods. */
 static int pods_decode(const json_t *st, struct egpu__kubectl_dra_share *s, struct egpu_error *err)
 {
@@ -560,11 +509,11 @@ static void share_insert(struct egpu__kubectl_dra_card *c, const struct egpu__ku
 int egpu_kubectl_dra_add_claim(struct egpu_kubectl_dra *d, const json_t *claim,
                                struct egpu_error *err)
 {
-    struct result res[CLAIM_RESULTS_MAX];
+    struct egpu_api_dra_result res[EGPU_API_DRA_RESULTS_MAX];
     struct egpu__kubectl_dra_share s;
-    struct egpu__kubectl_dra_card *cards[CLAIM_RESULTS_MAX];
-    const json_t *meta, *st, *alloc, *devs, *results, *r;
-    struct egpu__kubectl_dra_share copies[CLAIM_RESULTS_MAX];
+    struct egpu__kubectl_dra_card *cards[EGPU_API_DRA_RESULTS_MAX];
+    const json_t *meta, *st;
+    struct egpu__kubectl_dra_share copies[EGPU_API_DRA_RESULTS_MAX];
     size_t i, nres = 0, missing = 0, ncopies = 0;
     int rc;
 
@@ -580,19 +529,9 @@ int egpu_kubectl_dra_add_claim(struct egpu_kubectl_dra *d, const json_t *claim,
         (rc = get_str(meta, "namespace", "metadata.", true, s.ns, sizeof(s.ns), err)) != 0)
         return rc;
     if ((rc = get_obj(claim, "status", "", &st, err)) != 0 ||
-        (rc = get_obj(st, "allocation", "status.", &alloc, err)) != 0 ||
-        (rc = get_obj(alloc, "devices", "status.allocation.", &devs, err)) != 0 ||
-        (rc = get_arr(devs, "results", "status.allocation.devices.", CLAIM_RESULTS_MAX, &results,
-                      err)) != 0)
+        (rc = egpu_api_dra_results(claim, d->driver, res, EGPU_API_DRA_RESULTS_MAX, &nres, err)) !=
+            0)
         return rc;
-    json_array_foreach(results, i, r)
-    {
-        bool ours;
-
-        if ((rc = result_decode(r, i, d->driver, &res[nres], &ours, err)) != 0)
-            return rc;
-        nres += ours;
-    }
     if (nres == 0)
         return 0;
     if ((rc = pods_decode(st, &s, err)) != 0) {
@@ -612,7 +551,7 @@ int egpu_kubectl_dra_add_claim(struct egpu_kubectl_dra *d, const json_t *claim,
             continue;
         }
         snprintf(s.share_id, sizeof(s.share_id), "%s", res[i].share_id);
-        s.whole = !res[i].has_cap;
+        s.whole = res[i].whole;
         s.core_pct = res[i].has_cores ? res[i].core_pct : cards[i]->core_total;
         s.mem_mib = res[i].has_mem ? res[i].mem_mib : cards[i]->mem_mib;
         rc = share_copy(&s, &copies[ncopies]);

@@ -2,13 +2,15 @@
  * feed the cache, and the two writes bind makes.
  *
  * Six informers (nodes, pods in every namespace, GPU objects, ElasticGPUs,
- * ElasticGPUClaims, ElasticGPUClasses) turn list+watch events into cache
- * updates. The writes: the elasticgpu.io/assigned annotation, as a JSON
+ * ElasticGPUClaims, ElasticGPUClasses), and with --dra a seventh
+ * (ResourceClaims, resource.k8s.io/v1, every namespace), turn list+watch
+ * events into cache updates. The writes: the elasticgpu.io/assigned annotation, as a JSON
  * merge patch made conditional on the pod's resourceVersion (a 409 means the
  * pod changed under us: read it again, check it is still the same unbound
  * pod, and retry), the selected-node and selected-gpus annotations of a
  * WaitForFirstConsumer claim (a merge patch of those two keys only), and
- * the Binding.
+ * the Binding. After a DRA pod's Binding, bind GETs the pod and its
+ * ResourceClaims.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,10 +23,10 @@
 
 #define ANNOTATE_TRIES 5
 
-enum { INF_NODES, INF_GPUS, INF_PODS, INF_EGPUS, INF_CLAIMS, INF_CLASSES };
+enum { INF_NODES, INF_GPUS, INF_PODS, INF_EGPUS, INF_CLAIMS, INF_CLASSES, INF_RCLAIMS };
 
 static const char *const kinds[SCHED_INFORMERS] = {
-    "Node", "GPU", "Pod", "ElasticGPU", "ElasticGPUClaim", "ElasticGPUClass"};
+    "Node", "GPU", "Pod", "ElasticGPU", "ElasticGPUClaim", "ElasticGPUClass", "ResourceClaim"};
 
 const char *egpu__sched_api_kind(int i)
 {
@@ -224,6 +226,33 @@ static void on_class_delete(void *ud, const json_t *obj)
         (void)egpu_sched_cache_class_delete(((struct egpu_sched_api *)ud)->cache, name);
 }
 
+/* ResourceClaims (resource.k8s.io/v1, --dra): an allocated one holds its
+ * cards in the cache (dra.c); one whose status the decoder refuses is left
+ * out as it stood (the version before stays), logged and counted. */
+static void on_rclaim(void *ud, const json_t *obj)
+{
+    struct egpu_error err = {0};
+
+    if (egpu_sched_cache_dra_claim_set(((struct egpu_sched_api *)ud)->cache, obj, &err) != 0)
+        refused(ud, INF_RCLAIMS, obj, &err);
+}
+
+static void on_rclaim_update(void *ud, const json_t *old_obj, const json_t *obj)
+{
+    (void)old_obj;
+    on_rclaim(ud, obj);
+}
+
+static void on_rclaim_delete(void *ud, const json_t *obj)
+{
+    const json_t *meta = json_object_get(obj, "metadata");
+    const char *ns = egpu_kube_str(json_object_get(meta, "namespace"));
+    const char *name = egpu_kube_str(json_object_get(meta, "name"));
+
+    if (ns != NULL && name != NULL)
+        (void)egpu_sched_cache_dra_claim_delete(((struct egpu_sched_api *)ud)->cache, ns, name);
+}
+
 int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
 {
     const struct egpu_kube_resource *res[SCHED_INFORMERS] = {
@@ -232,7 +261,8 @@ int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
         [INF_PODS] = &egpu_kube_pods,
         [INF_EGPUS] = &egpu_kube_elasticgpus,
         [INF_CLAIMS] = &egpu_kube_elasticgpuclaims,
-        [INF_CLASSES] = &egpu_kube_elasticgpuclasses};
+        [INF_CLASSES] = &egpu_kube_elasticgpuclasses,
+        [INF_RCLAIMS] = &egpu_kube_resourceclaims};
     const struct egpu_kube_informer_cbs cbs[SCHED_INFORMERS] = {
         [INF_NODES] = {.on_add = on_node,
                        .on_update = on_node_update,
@@ -258,11 +288,19 @@ int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
                          .on_update = on_class_update,
                          .on_delete = on_class_delete,
                          .ud = api},
+        [INF_RCLAIMS] = {.on_add = on_rclaim,
+                         .on_update = on_rclaim_update,
+                         .on_delete = on_rclaim_delete,
+                         .ud = api},
     };
 
     for (int i = 0; i < SCHED_INFORMERS; i++) {
         struct egpu_kube_informer_opts o = {.res = res[i]};
-        int rc = egpu_kube_informer_new(api->kube, &o, &cbs[i], &api->informers[i], err);
+        int rc;
+
+        if (i == INF_RCLAIMS && !api->dra)
+            continue; /* no ResourceClaims without --dra (nor the RBAC for them) */
+        rc = egpu_kube_informer_new(api->kube, &o, &cbs[i], &api->informers[i], err);
 
         if (rc == 0)
             rc = egpu_kube_informer_start(api->informers[i], err);
@@ -285,6 +323,8 @@ bool egpu__sched_api_synced(void *data)
     struct egpu_sched_api *api = data;
 
     for (int i = 0; i < SCHED_INFORMERS; i++) {
+        if (i == INF_RCLAIMS && !api->dra)
+            continue;
         if (api->informers[i] == NULL || !egpu_kube_informer_has_synced(api->informers[i]))
             return false;
     }
@@ -354,4 +394,22 @@ int egpu__sched_api_bind(void *data, const char *ns, const char *name, const cha
     struct egpu_kube_status st;
 
     return egpu_kube_bind(api->kube, ns, name, uid && *uid ? uid : NULL, node, NULL, &st, err);
+}
+
+int egpu__sched_api_get_pod(void *data, const char *ns, const char *name, json_t **out,
+                            struct egpu_error *err)
+{
+    struct egpu_sched_api *api = data;
+    struct egpu_kube_status st;
+
+    return egpu_kube_get(api->kube, &egpu_kube_pods, ns, name, out, &st, err);
+}
+
+int egpu__sched_api_get_claim(void *data, const char *ns, const char *name, json_t **out,
+                              struct egpu_error *err)
+{
+    struct egpu_sched_api *api = data;
+    struct egpu_kube_status st;
+
+    return egpu_kube_get(api->kube, &egpu_kube_resourceclaims, ns, name, out, &st, err);
 }

@@ -63,6 +63,7 @@
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
 #include "cache_int.h"
+#include "dra_int.h"
 
 /* The GPU object that owns a card UUID (the first one seen with it). */
 struct gpu_owner {
@@ -130,6 +131,7 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
     free_values(c->classes);
     free_values(c->owners);
     free_values(c->resvs);
+    egpu__sched_dra_free(c->dra);
     pthread_mutex_destroy(&c->lock);
     egpu_free(c);
 }
@@ -549,6 +551,7 @@ static int rebuild(struct egpu_sched_cache *c, struct egpu__sched_node *ni, stru
         if (r->was_applied)
             r->state = RESV_WAITING; /* the node's removal below releases it */
     }
+    egpu__sched_dra_node_down(c, ni->name); /* and its ResourceClaims */
     if (egpu_cluster_node(c->cluster, ni->name) != NULL) {
         /* Removing the node releases every pod and reservation counted on it. */
         for (e = ni->pods; e != NULL; e = e->next)
@@ -558,6 +561,7 @@ static int rebuild(struct egpu_sched_cache *c, struct egpu__sched_node *ni, stru
     }
     if (!ni->has_node) {
         resv_apply_node(c, ni, false); /* each now waits for the node */
+        egpu__sched_dra_node_up(c, ni->name, false);
         return 0;
     }
     for (uint32_t i = 0; i < ni->ngpus; i++) {
@@ -592,14 +596,20 @@ static int rebuild(struct egpu_sched_cache *c, struct egpu__sched_node *ni, stru
         egpu_log(EGPU_LOG_ERROR, "node left out of the cache node=%s reason=\"%s\"", ni->name,
                  err ? err->msg : egpu_strerror(rc));
         resv_apply_node(c, ni, false); /* each now waits for the node */
+        egpu__sched_dra_node_up(c, ni->name, false);
         return rc;
     }
+    /* Who held what before holds it again: allocated ResourceClaims (the
+     * allocator's decisions) and reservations, then the pods, then the
+     * rest. */
+    egpu__sched_dra_node_up(c, ni->name, true);
     resv_apply_node(c, ni, true);
     for (e = ni->pods; e != NULL; e = e->next) {
         if (!e->counted)
             count(c, e);
     }
     resv_apply_node(c, ni, false);
+    egpu__sched_dra_node_up(c, ni->name, false);
     return 0;
 }
 
@@ -991,6 +1001,7 @@ void egpu__sched_resv_retry(struct egpu_sched_cache *c, const char *node)
 
     if (ni != NULL)
         resv_apply_node(c, ni, false);
+    egpu__sched_dra_node_up(c, node, false); /* and the ResourceClaims there */
 }
 
 /* Link r into its node's list, by seq. Returns 0 or -ENOMEM. */
@@ -1699,6 +1710,7 @@ void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched
     while ((ce = egpu_map_next(c->claims, &pos, NULL)) != NULL)
         out->claims += ce->known;
     out->classes = egpu_map_count(c->classes);
+    egpu__sched_dra_stats_locked(c, out);
 }
 
 #define SYNC_WARN_PODS 20 /* pods named one by one at the sync; the rest are counted */
@@ -1743,7 +1755,7 @@ void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_
 
 int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c, struct egpu_workload *out)
 {
-    size_t n = egpu_map_count(c->pods), i = 0, pos = 0;
+    size_t n = egpu_map_count(c->pods) + egpu__sched_dra_count_locked(c), i = 0, pos = 0;
     struct egpu_pod_request *reqs;
     const struct egpu__sched_pod_entry *e;
     int rc;
@@ -1753,9 +1765,18 @@ int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c, struct egpu_wor
     reqs = egpu_malloc(n * sizeof(*reqs));
     if (reqs == NULL)
         return -ENOMEM;
-    while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL)
-        reqs[i++] = e->pod.req;
-    rc = egpu_workload_from_requests(reqs, n, 0.95, out);
+    /* A DRA pod asks no gpu-core: its GPUs are its claims' asks, added
+     * after the pods (without the pod's CPU), not a GPU-less pod. */
+    while ((e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
+        if (!e->pod.dra)
+            reqs[i++] = e->pod.req;
+    }
+    i += egpu__sched_dra_asks_locked(c, reqs + i, n - i);
+    if (i == 0) {
+        egpu_free(reqs);
+        return -EINVAL;
+    }
+    rc = egpu_workload_from_requests(reqs, i, 0.95, out);
     egpu_free(reqs);
     return rc;
 }

@@ -43,6 +43,7 @@ struct egpu__sched_gpu {
 struct egpu__sched_pod_entry;
 struct egpu__sched_resv;
 struct egpu__sched_claim;
+struct egpu__sched_dra; /* DRA mode's ResourceClaims (dra.c, dra_int.h) */
 
 /* One claimed container of a pod (egpuc.elasticgpu.io/<container>), linked
  * into its claim's list of users. */
@@ -152,7 +153,8 @@ struct egpu_sched_cache {
     bool load_aware;                  /* give the core the cards' fresh loads */
     int64_t load_max_age_s;           /* a report older than this is unknown */
     int64_t load_expiry_s;            /* no fresh load turns stale before this; INT64_MAX = none */
-    bool synced; /* egpu_sched_cache_synced was called: every kind listed once */
+    bool synced;                 /* egpu_sched_cache_synced was called: every kind listed once */
+    struct egpu__sched_dra *dra; /* ResourceClaims (dra.c), NULL until the first one */
 };
 
 /* The node a pod counts on (its assigned node, else spec.nodeName), or NULL

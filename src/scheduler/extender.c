@@ -57,6 +57,7 @@
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
 #include "claims_int.h"
+#include "dra_int.h"
 #include "plist_int.h"
 #include "wire_int.h"
 
@@ -71,6 +72,7 @@ struct egpu_extender {
     struct egpu_extender_ops ops;
     /* Guarded by the cache lock: */
     struct egpu_placer *placers[NPOLICIES][NPOLICIES];
+    struct egpu_placer *dra_placers[NPOLICIES][NPOLICIES]; /* for DRA pods (cfg.dra) */
     struct egpu_workload live; /* FGD target workload built from cached pods */
     size_t live_pods;          /* pods in the cache when live was built */
     bool target_failed;        /* cfg.target could not be used (logged) */
@@ -122,7 +124,9 @@ static void drop_placers(struct egpu_extender *x)
     for (int i = 0; i < NPOLICIES; i++) {
         for (int j = 0; j < NPOLICIES; j++) {
             egpu_placer_free(x->placers[i][j]);
+            egpu_placer_free(x->dra_placers[i][j]);
             x->placers[i][j] = NULL;
+            x->dra_placers[i][j] = NULL;
         }
     }
 }
@@ -255,31 +259,39 @@ static void refresh_live_workload(struct egpu_extender *x, struct egpu_cluster *
     x->live_pods = st.pods;
 }
 
+/* The placer of a node and a card policy; with dra, the one of DRA pods:
+ * the cards are kube-scheduler's allocator's first fit in the agent's device
+ * order (index), and the node is scored blind to it, with the card tier's
+ * own pick (egpu-sim --dra's default, which docs/replay.md recommends). */
 static struct egpu_placer *placer(struct egpu_extender *x, struct egpu_cluster *c,
-                                  enum egpu_policy_kind node, enum egpu_policy_kind card,
+                                  enum egpu_policy_kind node, enum egpu_policy_kind card, bool dra,
                                   struct egpu_error *err)
 {
     struct egpu_placer_config pc = {.node_policy = node,
                                     .card_policy = card,
                                     .seed = x->cfg.seed,
                                     .memo = true,
-                                    .load_aware = x->cfg.load_aware};
+                                    .load_aware = x->cfg.load_aware,
+                                    .dra = dra,
+                                    .dra_order = EGPU_DRA_ORDER_INDEX,
+                                    .dra_blind = true};
+    struct egpu_placer **slot = dra ? &x->dra_placers[node][card] : &x->placers[node][card];
 
     if (egpu_policy_needs_workload(node) || egpu_policy_needs_workload(card)) {
         if (x->cfg.workload == NULL)
             refresh_live_workload(x, c);
         pc.workload = x->cfg.workload ? x->cfg.workload : &x->live;
     }
-    if (x->placers[node][card] == NULL)
-        x->placers[node][card] = egpu_placer_new(&pc, err);
-    return x->placers[node][card];
+    if (*slot == NULL)
+        *slot = egpu_placer_new(&pc, err);
+    return *slot;
 }
 
 static struct egpu_placer *placer_for(struct egpu_extender *x, struct egpu_cluster *c,
                                       const struct egpu_sched_pod *p, struct egpu_error *err)
 {
     return placer(x, c, p->has_node_policy ? p->node_policy : x->cfg.node_policy,
-                  p->has_card_policy ? p->card_policy : x->cfg.card_policy, err);
+                  p->has_card_policy ? p->card_policy : x->cfg.card_policy, p->dra, err);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -464,7 +476,7 @@ static bool claimed(const struct egpu_sched_pod *pod)
  * then its CPU and memory decide, as egpu-sim places such a pod. */
 static bool judged(const struct egpu_extender *x, const struct egpu_sched_pod *pod)
 {
-    return egpu_sched_pod_wants_gpu(pod) || x->cfg.place_cpu_pods;
+    return egpu_sched_pod_wants_gpu(pod) || x->cfg.place_cpu_pods || pod->dra;
 }
 
 /* The index of the node first in the replay's order among the feasible
@@ -599,6 +611,200 @@ static bool pass_best(const struct egpu_verdict *v, const char **why, const char
     return by_load;
 }
 
+static int priorities(struct egpu_extender *x, struct egpu_buf *reply,
+                      const struct egpu__wire_args *a, const uint32_t *slots, uint64_t members,
+                      const uint8_t *score);
+
+/* judge() for a DRA pod's request r whose containers i with whole_mem[i]
+ * ask their card's whole memory (a share naming no memory consumes the
+ * slice's default, all of the card's), which depends on the node: the
+ * nodes are judged in groups of the same card memory, each group with
+ * those containers asking that much. The reasons of each group are copied
+ * into owned (n entries, the caller egpu_free()s each), why[i] pointing
+ * at them. Returns 0 or -ENOMEM. */
+static int judge_by_card_memory(struct egpu_extender *x, struct egpu_placer *p,
+                                struct egpu_cluster *c, const struct egpu_pod_request *r,
+                                const bool *whole_mem, const char *const *names, size_t n,
+                                uint32_t *slots, struct egpu_verdict *v, const char **why,
+                                char **owned)
+{
+    const size_t m = n ? n : 1;
+    const char **gnames = egpu_malloc(m * sizeof(*gnames)), **gwhy = NULL;
+    uint32_t *mem = egpu_malloc(m * sizeof(*mem)), *gslots = egpu_malloc(m * sizeof(*gslots));
+    size_t *at = egpu_malloc(m * sizeof(*at));
+    struct egpu_verdict *gv = egpu_malloc(m * sizeof(*gv));
+    bool *done = egpu_calloc(m, sizeof(*done));
+    int rc = 0;
+
+    if (why != NULL && (gwhy = egpu_calloc(m, sizeof(*gwhy))) == NULL)
+        rc = -ENOMEM;
+    if (gnames == NULL || mem == NULL || gslots == NULL || at == NULL || gv == NULL ||
+        done == NULL || rc != 0 || lookup_slots(c, names, n, slots) != 0)
+        rc = -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const struct egpu_node *node = slots[i] != EGPU_NO_SLOT ? c->nodes[slots[i]] : NULL;
+
+        mem[i] = node != NULL && node->ngpus > 0 ? node->gpus[0].mem_mib : 0;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct egpu_pod_request gr = *r;
+        struct egpu_buf reasons;
+        size_t k = 0;
+
+        if (done[i])
+            continue;
+        for (size_t j = i; j < n; j++) {
+            if (!done[j] && mem[j] == mem[i]) {
+                done[j] = true;
+                at[k] = j;
+                gnames[k++] = names[j];
+            }
+        }
+        for (uint32_t ci = 0; ci < gr.ncontainers; ci++) {
+            if (whole_mem[ci])
+                gr.containers[ci].mem_mib = mem[i];
+        }
+        egpu_buf_init(&reasons, k * 2048 + 1);
+        rc = judge(x, p, c, NULL, &gr, gnames, k, gslots, gv, gwhy, &reasons);
+        for (size_t g = 0; rc == 0 && g < k; g++) {
+            slots[at[g]] = gslots[g];
+            v[at[g]] = gv[g];
+            if (why == NULL || gwhy[g] == NULL)
+                continue;
+            owned[at[g]] = egpu_strdup(gwhy[g]);
+            why[at[g]] = owned[at[g]];
+            rc = owned[at[g]] == NULL ? -ENOMEM : 0;
+        }
+        egpu_buf_free(&reasons);
+    }
+    egpu_free(gnames);
+    egpu_free(gwhy);
+    egpu_free(mem);
+    egpu_free(gslots);
+    egpu_free(at);
+    egpu_free(gv);
+    egpu_free(done);
+    return rc;
+}
+
+/* filter (filter true) and prioritize for a DRA pod (a->pod.dra; with
+ * --dra). Its request is made of its ResourceClaims in the cache
+ * (egpu__sched_dra_request_locked) and judged by its DRA placer: the nodes
+ * are scored by the node policy against the cards' use, allocated claims
+ * included, as egpu-sim --dra scores them.
+ *
+ * Filter: kube-scheduler's DynamicResources plugin has already kept only
+ * the nodes where its allocator can allocate the claims, so every node sent
+ * can take the pod. Of those, as for any pod, only the ones tied for the
+ * best score pass (the others fail naming the best), so that kube-scheduler's
+ * own scores, which are blind to GPUs, cannot outweigh the node policy's
+ * ranking; where the model finds no node that fits (it does not model
+ * everything the allocator does: another driver's devices, a claim's
+ * selectors), every known node passes and the allocator's word stands. A
+ * node the cache does not know fails with its reason, as for any pod. A
+ * claim not in the cache yet (its watch event has not come) refuses the
+ * whole call, so kube-scheduler tries the pod again; so does a pod that
+ * asks gpu-core beside the marker, or any DRA pod without --dra.
+ * Prioritize answers the scores; for those refusals 503 or 400, which
+ * kube-scheduler passes over (the extender adds no score). */
+static int dra_verb(struct egpu_extender *x, struct egpu__wire_args *a, struct egpu_buf *reply,
+                    bool filter)
+{
+    const size_t n = a->n ? a->n : 1;
+    struct egpu__sched_dra_refs *refs = NULL;
+    struct egpu_error err = {0};
+    struct egpu_pod_request req;
+    struct egpu_placer *p;
+    struct egpu_cluster *c;
+    struct egpu_verdict *v = NULL;
+    struct egpu_buf reasons;
+    const char **why = NULL;
+    char **owned = NULL; /* reasons judge_by_card_memory copied */
+    uint32_t *slots = NULL;
+    uint8_t *score = NULL;
+    uint64_t members = 0;
+    char better[512];
+    char(*loaded)[LOAD_TEXT_MAX] = NULL;
+    bool whole_mem[EGPU_CONTAINERS_MAX], any = false, by_mem = false;
+    int rc = 0, status;
+
+    egpu_buf_init(&reasons, a->n * 2048 + 1);
+    if (!x->cfg.dra)
+        rc = egpu_error_set(&err, -ENOTSUP,
+                            "pod %s/%s is a DRA pod (" EGPU_RES_DRA "): egpu-scheduler runs "
+                            "without --dra, so it does not read its ResourceClaims",
+                            a->pod.ns, a->pod.name);
+    else if (egpu_sched_pod_wants_gpu(&a->pod))
+        rc = egpu_error_set(&err, EGPU_ERANGE,
+                            "pod %s/%s asks " EGPU_RES_GPU_CORE " beside " EGPU_RES_DRA
+                            "; allowed: one of them (a DRA pod's GPUs come from its "
+                            "ResourceClaims)",
+                            a->pod.ns, a->pod.name);
+    else if ((refs = egpu_malloc(sizeof(*refs))) == NULL)
+        rc = egpu_error_set(&err, -ENOMEM, "out of memory");
+    else
+        rc = egpu__sched_dra_refs(a->pod_obj, refs, &err);
+    if (rc == 0) {
+        v = egpu_calloc(n, sizeof(*v));
+        slots = egpu_malloc(n * sizeof(*slots));
+        why = filter ? egpu_calloc(n, sizeof(*why)) : NULL;
+        owned = filter ? egpu_calloc(n, sizeof(*owned)) : NULL;
+        score = filter ? NULL : egpu_calloc(n, sizeof(*score));
+        if (v == NULL || slots == NULL || (filter ? why == NULL || owned == NULL : score == NULL))
+            rc = egpu_error_set(&err, -ENOMEM, "out of memory");
+    }
+    if (rc == 0) {
+        c = lock_cache(x);
+        rc = egpu__sched_dra_request_locked(x->cache, &a->pod, refs, &req, whole_mem, &err);
+        if (rc == 0)
+            rc = egpu_cluster_model_mask(c, a->pod.gpu_model, &req.model_mask, &err);
+        if (rc == 0 && (p = placer_for(x, c, &a->pod, &err)) == NULL)
+            rc = err.code ? err.code : -ENOMEM;
+        for (uint32_t i = 0; rc == 0 && i < req.ncontainers; i++)
+            by_mem = by_mem || whole_mem[i];
+        if (rc == 0 &&
+            (by_mem ? judge_by_card_memory(x, p, c, &req, whole_mem, a->names, a->n, slots, v, why,
+                                           owned)
+                    : judge(x, p, c, NULL, &req, a->names, a->n, slots, v, why, &reasons)) != 0)
+            rc = egpu_error_set(&err, -ENOMEM, "out of memory");
+        members = c->members;
+        egpu_sched_cache_unlock(x->cache);
+    }
+    if (rc == -ENOMEM) {
+        status = reply_error(reply, 500, "out of memory");
+    } else if (rc != 0) {
+        egpu_log(EGPU_LOG_DEBUG, "DRA pod refused pod=%s/%s verb=%s reason=\"%s\"", a->pod.ns,
+                 a->pod.name, filter ? "filter" : "prioritize", err.msg);
+        status = filter ? filter_refused(reply, err.msg)
+                        : reply_error(reply, rc == -EAGAIN ? 503 : 400, err.msg);
+    } else if (filter) {
+        for (size_t i = 0; i < a->n; i++)
+            any = any || v[i].ok;
+        for (size_t i = 0; !any && i < a->n; i++) {
+            if (slots[i] != EGPU_NO_SLOT)
+                why[i] = NULL; /* the allocator found room: its word stands */
+        }
+        if (any && pass_best(v, why, a->names, a->n, x->cfg.seed, x->cfg.load_aware,
+                             node_policy_name(x, &a->pod), better, sizeof(better), &loaded))
+            atomic_fetch_add(&x->load_decided, 1);
+        status = egpu__wire_filter_result(reply, a, why) == 0 ? 200 : 500;
+    } else {
+        priority_scores(v, a->names, a->n, x->cfg.seed, x->cfg.load_aware, score);
+        status = priorities(x, reply, a, slots, members, score) == 0 ? 200 : 500;
+    }
+    egpu_free(loaded);
+    egpu_buf_free(&reasons);
+    egpu_free(refs);
+    egpu_free(v);
+    egpu_free(why);
+    for (size_t i = 0; owned != NULL && i < a->n; i++)
+        egpu_free(owned[i]);
+    egpu_free(owned);
+    egpu_free(slots);
+    egpu_free(score);
+    return status;
+}
+
 int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
                          struct egpu_buf *reply)
 {
@@ -622,6 +828,11 @@ int egpu_extender_filter(struct egpu_extender *x, const char *body, size_t len,
     status = decode_args(body, len, &a, reply, true);
     if (status)
         return status;
+    if (a.pod.dra) {
+        status = dra_verb(x, &a, reply, true);
+        egpu__wire_args_free(&a);
+        return status;
+    }
     why = egpu_calloc(a.n ? a.n : 1, sizeof(*why));
     if (why == NULL) {
         egpu__wire_args_free(&a);
@@ -723,6 +934,11 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
     status = decode_args(body, len, &a, reply, false);
     if (status)
         return status;
+    if (a.pod.dra) {
+        status = dra_verb(x, &a, reply, false);
+        egpu__wire_args_free(&a);
+        return status;
+    }
     v = egpu_calloc(a.n ? a.n : 1, sizeof(*v));
     score = egpu_calloc(a.n ? a.n : 1, sizeof(*score));
     slots = egpu_malloc((a.n ? a.n : 1) * sizeof(*slots));
@@ -794,6 +1010,44 @@ static void printable(const char *in, char *out, size_t len)
         memcpy(out + len - 4, "...", 4);
 }
 
+/* After the Binding of DRA pod ns/name: read the pod and its
+ * ResourceClaims from the API server (kube-scheduler's PreBind wrote their
+ * allocation before it called bind) and hold that allocation in the cache
+ * now, so a pod judged after this bind is scored against it even before
+ * the claims' watch events come. A failure is logged: the watch still
+ * tells. */
+static void dra_read_claims(struct egpu_extender *x, const char *ns, const char *name)
+{
+    struct egpu__sched_dra_refs *refs;
+    struct egpu_error err = {0};
+    json_t *pod = NULL;
+
+    if (x->ops.get_pod == NULL || x->ops.get_claim == NULL)
+        return;
+    refs = egpu_malloc(sizeof(*refs));
+    if (refs == NULL || x->ops.get_pod(x->ops.data, ns, name, &pod, &err) != 0 ||
+        egpu__sched_dra_refs(pod, refs, &err) != 0) {
+        egpu_log(EGPU_LOG_WARN,
+                 "claims of a bound DRA pod not read, the watch will tell pod=%s/%s error=\"%s\"",
+                 ns, name, refs == NULL ? "out of memory" : err.msg);
+        goto out;
+    }
+    for (size_t i = 0; i < refs->n; i++) {
+        json_t *claim = NULL;
+
+        if (x->ops.get_claim(x->ops.data, ns, refs->names[i], &claim, &err) != 0 ||
+            egpu_sched_cache_dra_claim_read(x->cache, claim, &err) != 0)
+            egpu_log(EGPU_LOG_WARN,
+                     "claim of a bound DRA pod not read, the watch will tell pod=%s/%s "
+                     "claim=%s error=\"%s\"",
+                     ns, name, refs->names[i], err.msg);
+        json_decref(claim);
+    }
+out:
+    json_decref(pod);
+    egpu_free(refs);
+}
+
 struct bind_args {
     char ns[EGPU_K8S_NAME_MAX], name[EGPU_K8S_NAME_MAX], uid[EGPU_K8S_NAME_MAX];
     char node[EGPU_K8S_NAME_MAX];
@@ -852,7 +1106,7 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
     uint32_t nmarks = 0;
     char msg[2048], *text = NULL;
     enum egpu_bind_result result = EGPU_BIND_OK;
-    bool cards;
+    bool cards, dra = false;
 
     if (parse_bind(body, len, &b, msg, sizeof(msg)) != 0)
         return bind_fail(x, EGPU_BIND_BAD_REQUEST, reply, 400, msg);
@@ -897,7 +1151,36 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
             result = EGPU_BIND_NOT_OURS;
         }
     }
-    if (result == EGPU_BIND_OK) {
+    if (result == EGPU_BIND_OK && pod->dra) {
+        /* The allocator chose its cards (its claims say them, and the agent
+         * reads them there): no elasticgpu.io/assigned, the Binding alone. */
+        if (!x->cfg.dra || egpu_sched_pod_wants_gpu(pod)) {
+            snprintf(msg, sizeof(msg), "pod %s/%s is a DRA pod (" EGPU_RES_DRA "): %s", b.ns,
+                     b.name,
+                     !x->cfg.dra ? "egpu-scheduler runs without --dra"
+                                 : "it asks " EGPU_RES_GPU_CORE " too; allowed: one of them");
+            result = EGPU_BIND_NOT_OURS;
+        } else {
+            dra = true;
+            pick.nshares = 0;
+            memset(assigned, 0, sizeof(*assigned));
+            /* Its CPU and memory count at once; where the cache's books
+             * cannot fit them it is bound all the same (kube-scheduler's
+             * NodeResourcesFit judged them) and counted once the watch shows
+             * it there. One placed already is refused, as any pod. */
+            int rc = egpu_sched_cache_reserve_locked(x->cache, pod, node, &pick, assigned, &err);
+
+            if (rc == EGPU_EALLOCATED) {
+                snprintf(msg, sizeof(msg), "%s", err.msg);
+                result = EGPU_BIND_NO_FIT;
+            } else if (rc != 0) {
+                egpu_log(EGPU_LOG_DEBUG,
+                         "DRA pod not reserved before its binding pod=%s/%s error=\"%s\"", b.ns,
+                         b.name, err.msg);
+            }
+            memset(assigned, 0, sizeof(*assigned)); /* no annotation: nothing to name */
+        }
+    } else if (result == EGPU_BIND_OK) {
         p = model_mask(c, pod, &err) == 0 ? placer_for(x, c, pod, &err) : NULL;
         if (p == NULL) {
             snprintf(msg, sizeof(msg), "pod %s/%s: %s", b.ns, b.name, err.msg);
@@ -966,6 +1249,8 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
             egpu_log(EGPU_LOG_WARN, "could not remove annotation pod=%s/%s error=\"%s\"", b.ns,
                      b.name, uerr.msg);
         (void)egpu_sched_cache_unreserve(x->cache, b.ns, b.name);
+    } else if (dra) {
+        dra_read_claims(x, b.ns, b.name);
     }
 out:
     for (uint32_t i = 0; i < nmarks; i++)

@@ -40,10 +40,10 @@ struct app {
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
         *m_pods, *m_unresolved, *m_waiting, *m_reused, *m_load_decided, *m_skipped, *m_dup_gpus,
         *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core, *m_reserved_mem,
-        *m_claims, *m_classes, *m_inside;
+        *m_claims, *m_classes, *m_inside, *m_dra_claims, *m_dra_overfills;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
     unsigned long skipped_seen[SCHED_INFORMERS];
-    uint64_t assigned_ignored_seen, resv_overfills_seen;
+    uint64_t assigned_ignored_seen, resv_overfills_seen, dra_overfills_seen;
     uint64_t reused_seen, load_decided_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
@@ -110,8 +110,9 @@ static bool ready(void *data, char *why, size_t len)
 
     if (!egpu__sched_api_synced(&a->api)) {
         snprintf(why, len,
-                 "cache not synced: waiting for the first list of nodes, GPUs, pods "
-                 "and ElasticGPUs");
+                 "cache not synced: waiting for the first list of nodes, GPUs, pods, "
+                 "ElasticGPUs and their claims and classes%s",
+                 a->o.dra ? ", and ResourceClaims (--dra)" : "");
         return false;
     }
     if (!atomic_load(&a->api_ok)) {
@@ -226,6 +227,16 @@ static int register_metrics(struct app *a, struct egpu_error *err)
          "Containers counted inside their claim's ElasticGPU (their share is part of "
          "egpu_scheduler_reserved_core_percent, not added to it).",
          0, NULL, 0, NULL, &a->m_inside},
+        {EGPU_SERVICE_GAUGE, "egpu_scheduler_dra_claims",
+         "ResourceClaims in the cache (--dra) by state: applied (their allocation counts as "
+         "allocated on its cards), waiting (their node or a card is not known yet), overfill "
+         "(their cards lack the room: not applied), off (not allocated on this driver's "
+         "devices).",
+         1, state, 0, NULL, &a->m_dra_claims},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_dra_claim_overfills_total",
+         "Times an allocated ResourceClaim was found not to fit its cards in the cache (each is "
+         "logged; it is tried again when capacity is freed).",
+         0, NULL, 0, NULL, &a->m_dra_overfills},
     };
 
     return egpu_service_metrics_new(m, sizeof(m) / sizeof(m[0]), &a->reg, err);
@@ -296,6 +307,14 @@ static void refresh_metrics(struct app *a)
     (void)egpu_metric_set(a->m_claims, NULL, (double)st.claims);
     (void)egpu_metric_set(a->m_classes, NULL, (double)st.classes);
     (void)egpu_metric_set(a->m_inside, NULL, (double)st.inside);
+    for (int s = 0; s < EGPU_SCHED_RESV_STATES; s++) {
+        const char *label[] = {egpu_sched_resv_state_name(s)};
+
+        (void)egpu_metric_set(a->m_dra_claims, label, (double)st.dra_claims[s]);
+    }
+    (void)egpu_metric_add(a->m_dra_overfills, NULL,
+                          (double)(st.dra_overfills - a->dra_overfills_seen));
+    a->dra_overfills_seen = st.dra_overfills;
     {
         char why[512];
         bool leads = a->following ? egpu__follower_leads(&a->follow, why, sizeof(why))
@@ -364,12 +383,15 @@ static int start(void *data, struct egpu_error *err)
                                       .card_policy = a->o.card_policy,
                                       .seed = a->o.seed,
                                       .load_aware = a->o.load_aware,
-                                      .place_cpu_pods = a->o.place_cpu_pods};
+                                      .place_cpu_pods = a->o.place_cpu_pods,
+                                      .dra = a->o.dra};
     struct egpu_extender_ops ops = {.data = &a->api,
                                     .synced = egpu__sched_api_synced,
                                     .annotate = egpu__sched_api_annotate,
                                     .annotate_claim = egpu__sched_api_annotate_claim,
-                                    .bind = egpu__sched_api_bind};
+                                    .bind = egpu__sched_api_bind,
+                                    .get_pod = egpu__sched_api_get_pod,
+                                    .get_claim = egpu__sched_api_get_claim};
     struct egpu_service_config sc = {
         .opts = &a->o.srv, .own_server = true, .ready = ready, .data = a};
     const char *verbs[] = {"filter", "prioritize", "bind"};
@@ -399,6 +421,10 @@ static int start(void *data, struct egpu_error *err)
                  a->o.load_max_age_s);
     a->api.kube = a->kube;
     a->api.cache = a->cache;
+    a->api.dra = a->o.dra;
+    if (a->o.dra)
+        egpu_log(EGPU_LOG_INFO, "DRA pods: judged by their ResourceClaims, bound with the "
+                                "Binding alone (--dra)");
     a->x = egpu_extender_new(&xc, a->cache, &ops, err);
     if (a->x == NULL)
         return err->code;

@@ -24,7 +24,8 @@ static const char usage[] =
     "Usage: egpu-scheduler [OPTION]...\n"
     "Elastic GPU's kube-scheduler extender: answers filter, prioritize and bind\n"
     "(extender v1, nodeCacheCapable) for pods that ask elasticgpu.io/gpu-core and\n"
-    "elasticgpu.io/gpu-memory, from a cache of every GPU built by list+watch.\n"
+    "elasticgpu.io/gpu-memory, and with --dra for DRA pods (their GPUs in\n"
+    "ResourceClaims), from a cache of every GPU built by list+watch.\n"
     "\n"
     "  --listen ADDR           address the extender verbs are served on (EGPU_LISTEN;\n"
     "                          default 127.0.0.1: only callers in the same pod, i.e.\n"
@@ -90,6 +91,13 @@ static const char usage[] =
     "                          (typical pods with weights, as egpu-sim writes it in\n"
     "                          target_workload.json; docs/scheduler.md) instead of\n"
     "                          one built from the pods seen so far (EGPU_TARGET_WORKLOAD)\n"
+    "  --dra[=BOOL]            DRA mode: follow ResourceClaims (resource.k8s.io/v1, every\n"
+    "                          namespace; needs list, watch and get on them) and judge\n"
+    "                          DRA pods, whose containers carry elasticgpu.io/dra, by\n"
+    "                          their claims: the node policy scores the nodes against\n"
+    "                          the cards' use, allocated claims included; bind makes\n"
+    "                          the Binding only (EGPU_DRA; default false: such pods are\n"
+    "                          refused, naming this flag)\n"
     "  --scheduler-name NAME   bind serves only pods with this spec.schedulerName\n"
     "                          (EGPU_SCHEDULER_NAME; default elastic-gpu-scheduler,\n"
     "                          kube-scheduler's profile in scheduler-config.yaml)\n"
@@ -137,6 +145,7 @@ enum {
     O_LOAD_MAX_AGE,
     O_PODS_WITHOUT_GPU,
     O_TARGET_WORKLOAD,
+    O_DRA,
 };
 
 /* Apply one of the scheduler's own settings (from a flag or a variable
@@ -193,6 +202,13 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
             return bad("%s \"%s\": expected pass or place", who, v);
         o->place_cpu_pods = strcmp(v, "place") == 0;
         return 0;
+    case O_DRA:
+        /* --dra alone turns it on. */
+        if (v != NULL && egpu_cli_parse_bool(v, &o->dra))
+            return bad("%s \"%s\": expected true or false", who, v);
+        if (v == NULL)
+            o->dra = true;
+        return 0;
     case O_TARGET_WORKLOAD:
         if (v[0] == '\0')
             return bad("%s: expected a file name", who);
@@ -217,6 +233,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"load-max-age", required_argument, O_LOAD_MAX_AGE, "EGPU_LOAD_MAX_AGE"},
         {"pods-without-gpu", required_argument, O_PODS_WITHOUT_GPU, "EGPU_PODS_WITHOUT_GPU"},
         {"target-workload", required_argument, O_TARGET_WORKLOAD, "EGPU_TARGET_WORKLOAD"},
+        {"dra", optional_argument, O_DRA, "EGPU_DRA"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-scheduler",
                                  .usage = usage,

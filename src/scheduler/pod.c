@@ -133,6 +133,15 @@ static int gpu_request(const json_t *c, const char *path, struct egpu_sched_pod 
     return 0;
 }
 
+/* Does resources (a container's) name the DRA marker EGPU_RES_DRA in its
+ * requests or limits? Its value is not read: the marker only says that the
+ * container's GPUs come from the pod's ResourceClaims. */
+static bool has_dra_marker(const json_t *resources)
+{
+    return json_object_get(json_object_get(resources, "requests"), EGPU_RES_DRA) != NULL ||
+           json_object_get(json_object_get(resources, "limits"), EGPU_RES_DRA) != NULL;
+}
+
 static int containers(const json_t *spec, const char *key, bool init, struct egpu_sched_pod *p,
                       struct egpu_error *err)
 {
@@ -173,6 +182,7 @@ static int containers(const json_t *spec, const char *key, bool init, struct egp
         }
         p->req.cpu_milli += u.cpu_milli;
         p->req.mem_mib += u.mem_mib;
+        p->dra = p->dra || has_dra_marker(res);
         rc = gpu_request(c, path, p, name, err);
         if (rc)
             return rc;

@@ -7,17 +7,21 @@
 #include "egpu/kube.h"
 #include "egpu/scheduler.h"
 
-#define SCHED_INFORMERS 6 /* nodes, GPUs, pods, ElasticGPUs, claims, classes, in this order */
+/* nodes, GPUs, pods, ElasticGPUs, claims, classes, and with dra
+ * ResourceClaims, in this order */
+#define SCHED_INFORMERS 7
 
 struct egpu_sched_api {
     struct egpu_kube *kube;
     struct egpu_sched_cache *cache;
+    bool dra; /* --dra: follow ResourceClaims too (else that informer is never made) */
     struct egpu_kube_informer *informers[SCHED_INFORMERS];
     atomic_ulong refused[SCHED_INFORMERS]; /* objects the cache refused (malformed), logged */
 };
 
 /* The kind of informer i ("Node", "GPU", "Pod", "ElasticGPU",
- * "ElasticGPUClaim", "ElasticGPUClass"), for logs and metric labels. */
+ * "ElasticGPUClaim", "ElasticGPUClass", "ResourceClaim"), for logs and
+ * metric labels. */
 const char *egpu__sched_api_kind(int i);
 
 /* Objects of informer i left out of the cache since the start: those the
@@ -37,6 +41,10 @@ int egpu__sched_api_annotate_claim(void *data, const char *ns, const char *name,
                                    const char *gpus, struct egpu_error *err);
 int egpu__sched_api_bind(void *data, const char *ns, const char *name, const char *uid,
                          const char *node, struct egpu_error *err);
+int egpu__sched_api_get_pod(void *data, const char *ns, const char *name, json_t **out,
+                            struct egpu_error *err);
+int egpu__sched_api_get_claim(void *data, const char *ns, const char *name, json_t **out,
+                              struct egpu_error *err);
 
 /* Following kube-scheduler's Lease (follow.c): bind only while the
  * kube-scheduler of this pod leads. */
@@ -79,6 +87,7 @@ struct egpu_sched_options {
     unsigned load_max_age_s;     /* a status.used older than this is unknown */
     bool place_cpu_pods;         /* --pods-without-gpu place */
     const char *target_workload; /* --target-workload FILE, or NULL */
+    bool dra;                    /* --dra: DRA pods, judged by their ResourceClaims */
 };
 
 /* Parse argv (and the EGPU_* environment) into *o. Returns -1 to run, 0 when

@@ -527,8 +527,8 @@ static int scan(struct decoder *d, size_t len, struct egpu_error *err)
 }
 
 /* Parse the Pod's bytes (none: the Pod is missing or not an object). */
-static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, bool *refused,
-                      struct egpu_error *err)
+static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, json_t **keep,
+                      bool *refused, struct egpu_error *err)
 {
     json_error_t jerr;
     json_t *pod = NULL;
@@ -542,6 +542,10 @@ static int decode_pod(const struct decoder *d, struct egpu_sched_pod *out, bool 
     }
     rc = egpu_sched_pod_parse(pod, out, err);
     *refused = rc != 0 && rc != -ENOMEM && json_is_object(pod);
+    if (rc == 0 && out->dra) {
+        *keep = pod; /* a DRA pod's claims are read from it */
+        pod = NULL;
+    }
     json_decref(pod);
     if (rc)
         return egpu_error_prefix(err, rc, "ExtenderArgs.Pod");
@@ -556,6 +560,7 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
     int rc;
 
     a->pod_refused = false;
+    a->pod_obj = NULL;
     if (d == NULL)
         return egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
     d->body = body;
@@ -568,7 +573,7 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
     }
     rc = scan(d, len, err);
     if (!rc)
-        rc = decode_pod(d, &a->pod, &a->pod_refused, err);
+        rc = decode_pod(d, &a->pod, &a->pod_obj, &a->pod_refused, err);
     if (rc)
         goto out;
     if (d->names.present)
@@ -592,6 +597,10 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
     use->spans = NULL;
     d->arena = NULL;
 out:
+    if (rc) {
+        json_decref(a->pod_obj);
+        a->pod_obj = NULL;
+    }
     list_free(&d->names);
     list_free(&d->items);
     egpu_free(d->arena);
@@ -604,6 +613,8 @@ void egpu__wire_args_free(struct egpu__wire_args *a)
     egpu_free(a->names);
     egpu_free(a->arena);
     egpu_free(a->items);
+    json_decref(a->pod_obj);
+    a->pod_obj = NULL;
     a->names = NULL;
     a->arena = NULL;
     a->items = NULL;

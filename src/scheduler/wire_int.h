@@ -35,6 +35,7 @@ struct egpu__wire_args {
     struct egpu__wire_span *items; /* full form: n ranges of body; else NULL */
     const char *body;              /* borrowed: the request body items point into */
     bool pod_refused; /* on error: the body was ExtenderArgs, its Pod object was refused */
+    json_t *pod_obj;  /* the Pod object when pod.dra (its claims are read from it), else NULL */
 };
 
 /* Decode ExtenderArgs from body (len bytes, borrowed: a full-form *a points

@@ -6,7 +6,8 @@
  *
  * DESIGN, in short. What is limited is device time, measured with CUDA
  * events: some launches are timed (every launch of a kernel class being
- * learned, then one per THR_SAMPLE_NS of estimated work), and a class (one
+ * learned, every launch that found no room for a class while a sample slot
+ * is free, then one per THR_SAMPLE_NS of estimated work), and a class (one
  * function, grid and block in one context; a graph per executable graph) is
  * estimated at the minimum of its spans over the last second, less the
  * host's submission gap. One token bucket per card, shared by the
@@ -994,7 +995,12 @@ static CUresult thr_issue(struct thr *t, const struct egpu__vcuda_launch *l, CUc
     bool own;
     uint64_t ahead = queue_extend(t, pc, a->card, l->stream, a->est_ns, now, &own);
     bool clear = ahead <= now || own;
-    bool sample = a->learning || a->force_sample, captured = false;
+    /* Without a class (the table is full) the launch was charged its blocks
+     * at the ns per block of the last sample, another kernel's, whose waves
+     * fill the card's SMs otherwise: an error that grows with the SM count
+     * (docs/vcuda.md, "Large GPUs"). Its own span corrects it, wherever a
+     * sample slot is free (no wait for one). */
+    bool sample = a->learning || a->force_sample || !a->k, captured = false;
     struct thr_relaxed rx = {.on = false};
     struct thr_sample *s = NULL;
     CUresult rc;

@@ -143,12 +143,12 @@ static void container_names(const json_t *spec, char *buf, size_t len)
         snprintf(buf, len, "none");
 }
 
-/* Is name a GPU resource of a container: elasticgpu.io/ or a compatible
- * name the route converts? */
+/* Is name a GPU resource of a container: elasticgpu.io/ (not DRA mode's
+ * marker, which dra.c writes beside the claim) or a compatible name the
+ * route converts? */
 static bool gpu_name(const char *name, bool nvidia)
 {
-    return strncmp(name, EGPU_API_GROUP "/", sizeof(EGPU_API_GROUP)) == 0 ||
-           egpu_api_compat_known(name, nvidia);
+    return egpu_api_res_asks_gpu(name) || egpu_api_compat_known(name, nvidia);
 }
 
 /* The GPU names container c asks, "a, b" into buf; false when none. */

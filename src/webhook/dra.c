@@ -9,6 +9,12 @@
  * is rewritten), each container i that asks a GPU gets:
  *   - its elasticgpu.io resources, and any compatible name still there,
  *     removed from resources.requests and resources.limits;
+ *   - the marker elasticgpu.io/dra: "1" (EGPU_RES_DRA) in requests and
+ *     limits: an extended resource no node advertises, listed in the
+ *     extender's managedResources with ignoredByScheduler: true, so that
+ *     kube-scheduler calls egpu-scheduler for the pod (its filter and
+ *     prioritize score the node, FGD; the allocator picks the card), and
+ *     the kubelet drops it;
  *   - resources.claims entry {name: egpu-<i>, request: gpu};
  * and the pod gets, per such container:
  *   - spec.resourceClaims entry {name: egpu-<i>, resourceClaimTemplateName:
@@ -25,17 +31,19 @@
  * A pod owner's own dra-claims annotation is overwritten; entries of it
  * that no resourceClaims entry names are dropped. The pass over the
  * patched pod (reinvocationPolicy: IfNeeded) finds no GPU request left and
- * changes nothing. Device-plugin mode's schedulerName, PriorityClass and
- * metering finalizer are not given (mutate.c): kube-scheduler places the
- * pod, and budgets on claims are held elsewhere.
+ * changes nothing (the marker is no GPU request). The pod gets
+ * spec.schedulerName as in device-plugin mode (mutate.c; none with
+ * --set-scheduler-name false, where the extender runs in the main
+ * kube-scheduler); device-plugin mode's PriorityClass and metering
+ * finalizer are not given: budgets on claims are held elsewhere.
  *
  * A container i that uses an ElasticGPUClaim C (annotation
  * egpuc.elasticgpu.io/<container>: C, which claims.c resolved as in
  * device-plugin mode: C must exist in the pod's namespace, not be Lost, ...,
  * and mutate.c wrote C's gpu-core and gpu-memory into the container, so the
  * rules and the seccomp guard above judge them) gets instead:
- *   - those resources removed, and resources.claims {name: egpu-<i>,
- *     request: gpu};
+ *   - those resources removed, the marker, and resources.claims {name:
+ *     egpu-<i>, request: gpu};
  *   - spec.resourceClaims {name: egpu-<i>, resourceClaimName:
  *     elasticgpu-<C>}, the ResourceClaim egpu-controller --mode dra makes
  *     for C in C's namespace (egpu_api_dra_object_name, the controller's
@@ -43,7 +51,11 @@
  * ResourceClaims are namespaced: a pod's resourceClaimName can only name a
  * claim of its own namespace, so a tenant cannot reach another's this way.
  *
- * On /validate (every mode): the annotation is fixed once the pod exists (an
+ * On /validate (every mode) the marker is refused where this file did not
+ * write it (egpu__webhook_dra_marker_check): outside DRA mode, on an init
+ * container, and on a container without the claim entries above, so a pod
+ * owner cannot send a pod with no GPU claim to the extender this way.
+ * And the annotation is fixed once the pod exists (an
  * UPDATE may not add, change or remove it), and on a Pod CREATE it must be
  * what this file writes: each entry a spec this file makes for some ask with
  * the pod's own gpu-model annotation, under the name made from it, named by
@@ -57,7 +69,7 @@
 
 #include "webhook_int.h"
 
-#define GROUP_PREFIX "elasticgpu.io/"
+#define MARKER "1" /* the value of EGPU_RES_DRA, in requests and limits */
 
 static const json_t *annotations_of(const json_t *meta)
 {
@@ -71,7 +83,8 @@ static const char *models_of(const json_t *meta)
     return egpu_api_str(json_object_get(annotations_of(meta), EGPU_ANN_GPU_MODEL));
 }
 
-/* Remove the GPU names from one of a container's resource maps. */
+/* Remove the GPU names from one of a container's resource maps (the
+ * marker EGPU_RES_DRA stays: set_marker writes it again). */
 static void strip_names(json_t *map, bool nvidia)
 {
     const char *key;
@@ -83,8 +96,7 @@ static void strip_names(json_t *map, bool nvidia)
     json_object_foreach_safe(map, tmp, key, val)
     {
         (void)val;
-        if (strncmp(key, GROUP_PREFIX, sizeof(GROUP_PREFIX) - 1) == 0 ||
-            egpu_api_compat_known(key, nvidia))
+        if (egpu_api_res_asks_gpu(key) || egpu_api_compat_known(key, nvidia))
             (void)json_object_del(map, key); /* the key is there: cannot fail */
     }
 }
@@ -114,6 +126,38 @@ static int set_named(json_t *obj, const char *key, const char *name, json_t *ent
             return json_array_set_new(arr, i, entry) == 0 ? 0 : -ENOMEM;
     }
     return json_array_append_new(arr, entry) == 0 ? 0 : -ENOMEM;
+}
+
+/* resources[kind][EGPU_RES_DRA] = "1", making the map if needed. */
+static int set_marker(json_t *resources, const char *kind)
+{
+    json_t *map = json_object_get(resources, kind);
+
+    if (!json_is_object(map)) {
+        map = json_object();
+        if (map == NULL || json_object_set_new(resources, kind, map) != 0)
+            return -ENOMEM;
+    }
+    return json_object_set_new(map, EGPU_RES_DRA, json_string(MARKER)) != 0 ? -ENOMEM : 0;
+}
+
+/* A container's resources (an object) moved to pod claim pod_claim: its GPU
+ * names out of requests and limits, the marker in, and resources.claims
+ * entry ctr_claim (taken). Returns 0 or -ENOMEM. */
+static int move_to_claim(json_t *res, bool nvidia, const char *pod_claim, json_t *ctr_claim)
+{
+    int rc;
+
+    strip_names(json_object_get(res, "requests"), nvidia);
+    strip_names(json_object_get(res, "limits"), nvidia);
+    rc = set_marker(res, "requests");
+    if (!rc)
+        rc = set_marker(res, "limits");
+    if (rc) {
+        json_decref(ctr_claim);
+        return rc;
+    }
+    return set_named(res, "claims", pod_claim, ctr_claim);
 }
 
 /* Is name a resourceClaimTemplateName of spec's resourceClaims? */
@@ -172,10 +216,8 @@ static int rewrite_one(json_t *spec, json_t *c, size_t i, const char *name,
     if (json_object_set_new(claims, tmpl, cs) != 0)
         return -ENOMEM;
     res = json_object_get(c, "resources"); /* an object: egpu_api_container_gpu read it */
-    strip_names(json_object_get(res, "requests"), nvidia);
-    strip_names(json_object_get(res, "limits"), nvidia);
-    rc = set_named(res, "claims", pod_claim,
-                   json_pack("{s:s, s:s}", "name", pod_claim, "request", EGPU_API_DRA_REQUEST));
+    rc = move_to_claim(res, nvidia, pod_claim,
+                       json_pack("{s:s, s:s}", "name", pod_claim, "request", EGPU_API_DRA_REQUEST));
     if (!rc)
         rc = set_named(
             spec, "resourceClaims", pod_claim,
@@ -274,9 +316,7 @@ static int rewrite_claim(json_t *spec, json_t *c, size_t i, const char *name, bo
     if (rc)
         return rc;
     res = json_object_get(c, "resources"); /* an object: claims.c wrote into it */
-    strip_names(json_object_get(res, "requests"), nvidia);
-    strip_names(json_object_get(res, "limits"), nvidia);
-    rc = set_named(res, "claims", pod_claim, ce);
+    rc = move_to_claim(res, nvidia, pod_claim, ce);
     if (!rc)
         rc = set_named(spec, "resourceClaims", pod_claim, json_incref(pe));
     if (!rc)
@@ -500,4 +540,156 @@ void egpu__webhook_dra_guard(const struct egpu_webhook_config *cfg,
         return;
     }
     check_created(cfg, rv->object, text, p);
+}
+
+/* The spec.resourceClaims entry of spec named name, or NULL. */
+static const json_t *pod_claim_entry(const json_t *spec, const char *name)
+{
+    const json_t *e;
+    size_t k;
+
+    json_array_foreach(json_object_get(spec, "resourceClaims"), k, e)
+    {
+        const char *n = egpu_api_str(json_object_get(e, "name"));
+
+        if (n != NULL && strcmp(n, name) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Does container i of spec (c, named name) have what
+ * egpu__webhook_dra_rewrite writes beside the marker: resources.claims
+ * {name: egpu-<i>, request: gpu} and spec.resourceClaims egpu-<i> naming
+ * either a ResourceClaimTemplate that templates (the pod's dra-claims
+ * annotation, decoded; may be NULL) lists, or the ResourceClaim of the
+ * ElasticGPUClaim that annotation egpuc.elasticgpu.io/<name> of ann names?
+ * -ENOMEM when that cannot be told. */
+static int has_made_claim(const json_t *spec, const json_t *c, size_t i, const char *name,
+                          const json_t *ann, const json_t *templates, bool *out)
+{
+    char pod_claim[32], key[EGPU_CONTAINER_NAME_MAX + sizeof(EGPU_ANN_CLAIM_PREFIX)];
+    const json_t *claims = json_object_get(json_object_get(c, "resources"), "claims");
+    const json_t *pe;
+    const char *t, *claim = NULL;
+    json_t *ce, *want;
+
+    *out = false;
+    snprintf(pod_claim, sizeof(pod_claim), EGPU_API_DRA_POD_CLAIM_PREFIX "%zu", i);
+    pe = pod_claim_entry(spec, pod_claim);
+    t = egpu_api_str(json_object_get(pe, "resourceClaimTemplateName"));
+    if (t != NULL) {
+        ce = json_pack("{s:s, s:s}", "name", pod_claim, "request", EGPU_API_DRA_REQUEST);
+        want = json_pack("{s:s, s:s}", "name", pod_claim, "resourceClaimTemplateName", t);
+        if (ce == NULL || want == NULL) {
+            json_decref(ce);
+            json_decref(want);
+            return -ENOMEM;
+        }
+        *out = json_object_get(templates, t) != NULL && has_entry(claims, pod_claim, ce) &&
+               json_equal(pe, want);
+        json_decref(ce);
+        json_decref(want);
+        return 0;
+    }
+    if (strlen(name) <= EGPU_CONTAINER_NAME_MAX) {
+        snprintf(key, sizeof(key), EGPU_ANN_CLAIM_PREFIX "%s", name);
+        claim = egpu_api_str(json_object_get(ann, key));
+    }
+    if (pe == NULL || claim == NULL)
+        return 0;
+    switch (claim_entries(i, claim, pod_claim, &ce, &want)) {
+    case 0:
+        break;
+    case -ENAMETOOLONG:
+        return 0; /* no ResourceClaim for it: the pod cannot name it */
+    default:
+        return -ENOMEM;
+    }
+    *out = has_entry(claims, pod_claim, ce) && json_equal(pe, want);
+    json_decref(ce);
+    json_decref(want);
+    return 0;
+}
+
+/* Is resources[kind][EGPU_RES_DRA] MARKER (a string, or the integer 1)? */
+static bool marker_is(const json_t *res, const char *kind)
+{
+    const json_t *v = json_object_get(json_object_get(res, kind), EGPU_RES_DRA);
+    const char *s = egpu_api_str(v);
+
+    return (s != NULL && strcmp(s, MARKER) == 0) ||
+           (json_is_integer(v) && json_integer_value(v) == 1);
+}
+
+/* Does resources name the marker in requests or limits? */
+static bool has_marker(const json_t *res)
+{
+    return json_object_get(json_object_get(res, "requests"), EGPU_RES_DRA) != NULL ||
+           json_object_get(json_object_get(res, "limits"), EGPU_RES_DRA) != NULL;
+}
+
+int egpu__webhook_dra_marker_check(const struct egpu_webhook_config *cfg, const json_t *spec,
+                                   const json_t *annotations, struct egpu_api_problems *p)
+{
+    static const char *const lists[] = {"containers", "initContainers"};
+    const char *text = egpu_api_str(json_object_get(annotations, EGPU_ANN_DRA_CLAIMS));
+    json_t *templates = NULL;
+    int rc = 0;
+
+    for (size_t l = 0; l < 2 && !rc; l++) {
+        const json_t *c;
+        size_t i;
+
+        json_array_foreach(json_object_get(spec, lists[l]), i, c)
+        {
+            const json_t *res = json_object_get(c, "resources");
+            const char *name = egpu_api_str(json_object_get(c, "name"));
+            bool made = false;
+
+            if (!has_marker(res))
+                continue;
+            if (name == NULL)
+                name = "";
+            if (l == 1) {
+                problem(p,
+                        "init container \"%.63s\": " EGPU_RES_DRA " marks a container whose GPU "
+                        "egpu-webhook --mode dra moved to a ResourceClaim; allowed: none on an "
+                        "init container",
+                        name);
+                continue;
+            }
+            if (cfg->mode != EGPU_WEBHOOK_MODE_DRA) {
+                problem(p,
+                        "container \"%.63s\": " EGPU_RES_DRA " is written only by egpu-webhook "
+                        "in DRA mode (--mode dra), beside the ResourceClaim it makes for a "
+                        "container's GPU; allowed: no " EGPU_RES_DRA " (ask " EGPU_RES_GPU_CORE
+                        " and gpu-memory)",
+                        name);
+                continue;
+            }
+            if (text != NULL && templates == NULL)
+                templates = json_loads(text, 0, NULL); /* NULL: lists none */
+            rc = has_made_claim(spec, c, i, name, annotations, templates, &made);
+            if (rc)
+                break;
+            if (!made)
+                problem(p,
+                        "container \"%.63s\": " EGPU_RES_DRA " marks a container whose GPU "
+                        "egpu-webhook moved to a ResourceClaim, and this one has none "
+                        "(resources.claims " EGPU_API_DRA_POD_CLAIM_PREFIX "%zu, and the pod's "
+                        "resourceClaims entry of that name naming a template of "
+                        "annotation " EGPU_ANN_DRA_CLAIMS
+                        " or the ResourceClaim of its ElasticGPUClaim); allowed: no " EGPU_RES_DRA
+                        " (ask " EGPU_RES_GPU_CORE " and gpu-memory: egpu-webhook adds it)",
+                        name, i);
+            else if (!marker_is(res, "requests") || !marker_is(res, "limits"))
+                problem(p,
+                        "container \"%.63s\": " EGPU_RES_DRA " must be \"" MARKER "\" in "
+                        "resources.requests and resources.limits, as egpu-webhook writes it",
+                        name);
+        }
+    }
+    json_decref(templates);
+    return rc;
 }

@@ -34,11 +34,12 @@
  *      PriorityClass for its state (priorityClassName, priority and
  *      preemptionPolicy together) and the finalizer elasticgpu.io/metering
  *      (budgets.c; a budget or class that cannot be looked up refuses it);
- *   6b. in DRA mode (--mode dra) a Pod gets neither 5 nor 6: its GPU
- *      requests become ResourceClaimTemplates and resourceClaims instead
- *      (dra.c, which says what is rewritten); a container using an
- *      ElasticGPUClaim (checked as in 3) gets the claim's ResourceClaim,
- *      which egpu-controller --mode dra makes;
+ *   6b. in DRA mode (--mode dra) a Pod gets 5 but not 6: its GPU requests
+ *      become ResourceClaimTemplates and resourceClaims instead, and each
+ *      such container the marker elasticgpu.io/dra, so that kube-scheduler
+ *      calls the extender for it (dra.c, which says what is rewritten); a
+ *      container using an ElasticGPUClaim (checked as in 3) gets the
+ *      claim's ResourceClaim, which egpu-controller --mode dra makes;
  *   7. the difference between the copy and the original becomes the JSON
  *      Patch (patch.c), and each converted name one `warnings` entry.
  * A Pod UPDATE is left alone: a pod's resources and schedulerName cannot
@@ -133,8 +134,10 @@ static int rewrite(const struct egpu_webhook_config *cfg, const struct egpu__web
         if (rc)
             return rc;
     }
-    if (pp->is_pod && cfg->mode != EGPU_WEBHOOK_MODE_DRA && cfg->set_scheduler_name &&
-        !egpu__webhook_names_scheduler(*spec) && egpu_api_spec_wants_gpu(*spec)) {
+    /* In DRA mode too: the extender scores the nodes of a DRA pod (FGD),
+     * kube-scheduler's allocator then picks its card (dra.c). */
+    if (pp->is_pod && cfg->set_scheduler_name && !egpu__webhook_names_scheduler(*spec) &&
+        egpu_api_spec_wants_gpu(*spec)) {
         if (json_object_set_new(*spec, "schedulerName",
                                 json_string(egpu__webhook_scheduler_name(cfg))) != 0)
             return -ENOMEM;

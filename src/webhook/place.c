@@ -17,7 +17,9 @@
  *   no GPU (egpu_api_pod_asks_gpu: no elasticgpu.io or compatible resource in
  *   any container or init container, HAMi's names included, no ElasticGPUClaim
  *   annotation): one JSON Patch operation setting spec.schedulerName to
- *   --scheduler-name;
+ *   --scheduler-name. (DRA mode's marker elasticgpu.io/dra is no GPU ask here;
+ *   the matchConditions, which count every elasticgpu.io/ name, never send a
+ *   pod carrying it, and /mutate gave such a pod its scheduler already);
  *   anything else (a GPU pod, which /mutate handles; another scheduler; an
  *   UPDATE; another kind; --set-scheduler-name false, where the extender
  *   runs in the main kube-scheduler and no elastic-gpu-scheduler exists):

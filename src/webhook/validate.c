@@ -26,6 +26,12 @@
  *     or removed by an UPDATE, and on a CREATE must be what /mutate writes
  *     in DRA mode (outside it a pod may not carry it): egpu-controller
  *     creates the ResourceClaimTemplates it lists.
+ *   - The marker elasticgpu.io/dra (dra.c), on a Pod or a template: only
+ *     in DRA mode, only on a container /mutate moved to a ResourceClaim
+ *     (its resources.claims egpu-<i> and the pod's resourceClaims entry
+ *     naming a template of the dra-claims annotation or its
+ *     ElasticGPUClaim's ResourceClaim), "1" in requests and limits; on
+ *     UPDATE, as above, only what is new is refused.
  *   - On a Pod UPDATE, no egpuc.elasticgpu.io/ annotation may be added,
  *     changed or removed (claims.c): /mutate turned them into the pod's
  *     requests at creation, and the scheduler and the controller rely on
@@ -136,12 +142,16 @@ int egpu__webhook_validate(const struct egpu_webhook_config *cfg,
     if (pp.spec != NULL) {
         (void)egpu_api_pod_validate(pp.spec, pp.annotations, &f, &now);
         egpu__webhook_seccomp_check(cfg, pp.spec, &now);
+        if (egpu__webhook_dra_marker_check(cfg, pp.spec, pp.annotations, &now) != 0)
+            return -ENOMEM;
     }
     if (rv->op == EGPU_WEBHOOK_OP_UPDATE && now.n > 0 &&
         egpu__webhook_podpart_find(rv->group, rv->version, rv->kind, rv->old_object, &old) &&
         old.spec != NULL) {
         (void)egpu_api_pod_validate(old.spec, old.annotations, &f, &before);
         egpu__webhook_seccomp_check(cfg, old.spec, &before);
+        if (egpu__webhook_dra_marker_check(cfg, old.spec, old.annotations, &before) != 0)
+            return -ENOMEM;
     }
     for (size_t i = 0; i < now.n; i++) {
         if (!has_problem(&before, now.msg[i]))

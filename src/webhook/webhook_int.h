@@ -423,6 +423,19 @@ bool egpu__webhook_dra_claim_done(const json_t *spec, size_t ctr, const char *cl
 void egpu__webhook_dra_guard(const struct egpu_webhook_config *cfg,
                              const struct egpu__webhook_review *rv, struct egpu_api_problems *p);
 
+/* The marker EGPU_RES_DRA in spec (a PodSpec of a Pod or a pod template;
+ * annotations its metadata.annotations, may be NULL), on /validate: one
+ * problem in p per container that names it in requests or limits and is
+ * not one egpu__webhook_dra_rewrite moved to a claim (outside DRA mode:
+ * every one; in DRA mode: one without resources.claims egpu-<i> and the
+ * pod's resourceClaims entry egpu-<i> naming a template the annotation
+ * EGPU_ANN_DRA_CLAIMS lists or its ElasticGPUClaim's ResourceClaim; an
+ * init container always), or whose marker is not "1" in both maps.
+ * Returns 0 (problems or not) or -ENOMEM. */
+int egpu__webhook_dra_marker_check(const struct egpu_webhook_config *cfg, const json_t *spec,
+                                   const json_t *annotations,
+                                   struct egpu_api_problems *p) EGPU_MUST_CHECK;
+
 /* ------------------------------------------------------------------------ */
 /* What the cluster has (facts.c)                                           */
 

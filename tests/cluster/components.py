@@ -323,3 +323,21 @@ def kube_scheduler_config(extender_port):
     assert ext["urlPrefix"] == "http://127.0.0.1:8888", ext
     ext["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
     return cfg
+
+
+def kube_scheduler_alone_config(profile="elastic-gpu-scheduler"):
+    """deploy/scheduler/scheduler-config.yaml as kube-scheduler alone would place with it: the
+    extender entry removed and each resource it lists with ignoredByScheduler (no node
+    advertises them: gpu-memory, DRA mode's marker elasticgpu.io/dra) in the profile's
+    NodeResourcesFit ignoredResources instead (what kube-scheduler does with them while the
+    extender is configured), the profile named profile, leader election off (a test's
+    scheduler beside the session's). A dict for Cluster.start_scheduler."""
+    cfg = yaml.safe_load((ROOT / "deploy/scheduler/scheduler-config.yaml").read_text())
+    (ext,) = cfg.pop("extenders")
+    ignored = [m["name"] for m in ext.get("managedResources") or [] if m["ignoredByScheduler"]]
+    assert ignored, ext
+    (prof,) = cfg["profiles"]
+    prof["schedulerName"] = profile
+    prof["pluginConfig"] = [{"name": "NodeResourcesFit", "args": {"ignoredResources": ignored}}]
+    cfg["leaderElection"] = {"leaderElect": False}
+    return cfg

@@ -46,7 +46,7 @@ import urllib.parse
 
 import components
 from cluster import wait_until
-from node import Node, now
+from node import Node, forget_node, now
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "kubelet"))
@@ -159,7 +159,9 @@ class DRANode(Node):
                        f"{self.name}'s plugin deregistered", timeout)
             self.timings["deregistered"] = round(time.monotonic() - t, 2)
 
-    def stop(self):
+    def stop(self, forget=True):
+        """As Node.stop: the loop, the agent and the manager stop, the folder goes, and with
+        forget the node's GPU objects, ResourceSlices, Lease and Node (node.forget_node)."""
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=10)
@@ -167,6 +169,8 @@ class DRANode(Node):
         if self.manager:
             self.manager.stop()
         shutil.rmtree(self.base, ignore_errors=True)
+        if forget:
+            self.errors.extend(forget_node(self.cluster, self.name))
 
     def restart_kubelet(self, timeout=60):
         """The kubelet restarts (module docstring). Returns the new manager once the

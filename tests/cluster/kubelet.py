@@ -96,7 +96,7 @@ import tempfile
 import time
 
 import components
-import node  # default_cards
+import node  # default_cards, forget_node
 from cluster import BIN, ROOT, ClusterError, free_port
 
 sys.path.insert(0, str(ROOT / "tests" / "kubelet"))
@@ -640,12 +640,7 @@ state = "{ctd / 'state'}"
         if self._lock:
             self._lock.close()
             self._lock = None
-        self.cluster.call("DELETE", f"/api/v1/nodes/{self.name}")
-        st, lst = self.cluster.call("GET", "/apis/elasticgpu.io/v1alpha1/gpus?labelSelector="
-                                    f"elasticgpu.io%2Fnode%3D{self.name}")
-        for g in (lst.get("items", []) if st == 200 else []):
-            self.cluster.call("DELETE", "/apis/elasticgpu.io/v1alpha1/gpus/"
-                              f"{g['metadata']['name']}")
+        errors.extend(node.forget_node(self.cluster, self.name))  # Node, GPUs, slices, Lease
         if errors:
             raise ClusterError(f"node {self.name}: cleanup: {errors}")
 

@@ -25,6 +25,11 @@ machine:
   node does not). A pod being deleted is released (its devices freed) and deleted with
   grace 0.
 
+stop() deletes what the node left in the cluster (forget_node(): its GPU objects,
+ResourceSlices, Lease and Node), as a machine taken out of the cluster, so a later test of
+the same cluster sees neither the node nor its cards; stop(forget=False) leaves them, as a
+machine that died does (its Node goes NotReady, then unreachable).
+
 Pods are found by listing with fieldSelector spec.nodeName every 0.3 s (the kubelet
 watches; a list is enough here and cannot miss a pod)."""
 import hashlib
@@ -56,6 +61,34 @@ def now():
 def now_micro():
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
+def forget_node(cluster, name):
+    """Delete, as the admin, what node name leaves in cluster once its processes are gone:
+    its GPU objects (spec.nodeName name), its ResourceSlices (spec.nodeName, a DRA node's),
+    its Lease in kube-node-lease and its Node. A 404 is gone already (also: GPU objects or
+    resource.k8s.io/v1 not served). Returns what could not be deleted, as text ([]: all)."""
+    failed = []
+
+    def delete(path):
+        st, out = cluster.call("DELETE", path)
+        if st not in (200, 202, 404):
+            failed.append(f"DELETE {path}: {st} {out}")
+
+    try:
+        st, lst = cluster.call("GET", "/apis/elasticgpu.io/v1alpha1/gpus")
+        if st == 200:
+            for g in lst.get("items") or []:
+                if (g.get("spec") or {}).get("nodeName") == name:
+                    delete(f"/apis/elasticgpu.io/v1alpha1/gpus/{g['metadata']['name']}")
+        elif st != 404:
+            failed.append(f"GET GPU objects: {st} {lst}")
+        delete(f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3D{name}")
+        delete(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}")
+        delete(f"/api/v1/nodes/{name}")
+    except OSError as e:  # the API server is gone (the cluster stopped first)
+        failed.append(f"node {name}: forget: {e}")
+    return failed
 
 
 def default_cards(name):
@@ -172,7 +205,10 @@ class Node:
         self._thread.start()
         return self
 
-    def stop(self):
+    def stop(self, forget=True):
+        """Stop the node's loop, agent and kubelet and remove its folder; forget: then delete
+        its objects from the cluster (forget_node(); what could not be is in errors), False:
+        leave them, as a machine that died does."""
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=10)
@@ -181,6 +217,8 @@ class Node:
         if self.kubelet:
             self.kubelet.stop()
         shutil.rmtree(self.base, ignore_errors=True)
+        if forget:
+            self.errors.extend(forget_node(self.cluster, self.name))
 
     def _loop(self):
         last_lease = last_status = time.monotonic()

@@ -14,11 +14,14 @@
  * patches; /mutate-place never denies and patches nothing but
  * spec.schedulerName (one operation, to the configured name); a patch decodes (base64, JSON) and
  * applies to the request's object; and a mutating route given the patched object makes no patch
- * (reinvocationPolicy: IfNeeded), claims resolved included. In DRA mode a
- * Pod's patch never sets spec.schedulerName, and the patched Pod passes
+ * (reinvocationPolicy: IfNeeded), claims resolved included. A patch that
+ * sets spec.schedulerName sets the configured name, and only with
+ * --set-scheduler-name (DRA mode too). In DRA mode the patched Pod passes
  * /validate's guard of elasticgpu.io/dra-claims (each template named by
  * its spec's hash, each spec one the webhook makes, each named by the
- * pod's resourceClaims). No leak (LeakSanitizer).
+ * pod's resourceClaims), and, when the Pod carried no marker
+ * elasticgpu.io/dra of its own, /validate's check of the markers the patch
+ * wrote (each beside the claim it made). No leak (LeakSanitizer).
  *
  * The claims source knows, in every namespace, the claims "bound" (Bound,
  * 30% and 8192 MiB), "whole" (Bound, two cards), "pending" (Pending, 40%
@@ -189,9 +192,32 @@ static json_t *decode_patch(const char *b64)
     return ops;
 }
 
+/* Does a container or init container of obj (a Pod) name the marker
+ * EGPU_RES_DRA in requests or limits? */
+static bool has_marker(const json_t *obj)
+{
+    static const char *const lists[] = {"containers", "initContainers"};
+    const json_t *spec = json_object_get(obj, "spec"), *c;
+    size_t i;
+
+    for (size_t l = 0; l < 2; l++) {
+        json_array_foreach(json_object_get(spec, lists[l]), i, c)
+        {
+            const json_t *res = json_object_get(c, "resources");
+
+            if (json_object_get(json_object_get(res, "requests"), EGPU_RES_DRA) != NULL ||
+                json_object_get(json_object_get(res, "limits"), EGPU_RES_DRA) != NULL)
+                return true;
+        }
+    }
+    return false;
+}
+
 /* In DRA mode: a patched Pod CREATE (text: its review) holds a
- * dra-claims annotation that /validate's guard accepts. */
-static void check_dra(const struct egpu_webhook_config *cfg, const char *text)
+ * dra-claims annotation that /validate's guard accepts and, when the
+ * original (orig, the request's object) had no marker, only markers
+ * /validate accepts. */
+static void check_dra(const struct egpu_webhook_config *cfg, const char *text, const json_t *orig)
 {
     struct egpu_api_problems p = {0};
     struct egpu__webhook_review rv;
@@ -199,8 +225,16 @@ static void check_dra(const struct egpu_webhook_config *cfg, const char *text)
 
     if (egpu__webhook_review_decode(text, strlen(text), &rv, &err) == 0 &&
         rv.op == EGPU_WEBHOOK_OP_CREATE && strcmp(rv.kind, "Pod") == 0 && rv.group[0] == '\0') {
+        const json_t *meta = json_object_get(rv.object, "metadata");
+
         egpu__webhook_dra_guard(cfg, &rv, &p);
         FUZZ_CHECK(p.n == 0);
+        if (!has_marker(orig)) {
+            FUZZ_CHECK(egpu__webhook_dra_marker_check(cfg, json_object_get(rv.object, "spec"),
+                                                      json_object_get(meta, "annotations"),
+                                                      &p) == 0);
+            FUZZ_CHECK(p.n == 0);
+        }
     }
     egpu__webhook_review_free(&rv);
 }
@@ -210,13 +244,14 @@ static void check_patch(const struct egpu_webhook_config *cfg, enum egpu_webhook
                         const char *body, size_t len, const json_t *ops)
 {
     json_t *review = json_loadb(body, len, JSON_ALLOW_NUL, NULL);
-    json_t *req = json_object_get(review, "request"), *obj;
+    json_t *req = json_object_get(review, "request"), *obj, *orig;
     struct egpu_webhook_reply again;
     char *text, *reply;
     json_t *doc;
 
     FUZZ_CHECK(req != NULL);
-    obj = json_deep_copy(json_object_get(req, "object"));
+    orig = json_deep_copy(json_object_get(req, "object"));
+    obj = json_deep_copy(orig);
     FUZZ_CHECK(obj != NULL);
     FUZZ_CHECK(egpu__webhook_patch_apply(obj, ops) == 0);
     FUZZ_CHECK(json_object_set_new(req, "object", obj) == 0);
@@ -229,8 +264,9 @@ static void check_patch(const struct egpu_webhook_config *cfg, enum egpu_webhook
     json_decref(doc);
     free(reply);
     if (cfg->mode == EGPU_WEBHOOK_MODE_DRA)
-        check_dra(cfg, text);
+        check_dra(cfg, text, orig);
     free(text);
+    json_decref(orig);
     json_decref(review);
 }
 
@@ -290,15 +326,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(json_is_string(json_object_get(op, "value")) &&
                        strcmp(json_string_value(json_object_get(op, "value")),
                               egpu__webhook_scheduler_name(&cfg)) == 0);
-        } else if (cfg.mode == EGPU_WEBHOOK_MODE_DRA) {
+        } else {
             size_t i;
             json_t *op;
 
             json_array_foreach(ops, i, op)
             {
                 const char *path = json_string_value(json_object_get(op, "path"));
+                const char *v = json_string_value(json_object_get(op, "value"));
 
-                FUZZ_CHECK(path == NULL || strcmp(path, "/spec/schedulerName") != 0);
+                if (path != NULL && strcmp(path, "/spec/schedulerName") == 0)
+                    FUZZ_CHECK(cfg.set_scheduler_name && v != NULL &&
+                               strcmp(v, egpu__webhook_scheduler_name(&cfg)) == 0);
             }
         }
         check_patch(&cfg, r, body, size - 2, ops);

@@ -1,8 +1,10 @@
-/* tests/fuzz/fuzz_dra_claim.c - the DRA kubelet plugin's decoders of what
- * the API server and its own disk give it (src/agent/dra_plugin.c): a
- * ResourceClaim's status.allocation.devices.results as
- * egpu__dra_plugin_results reads them for this driver and node, and a claim
- * record (<alloc_root>/dra/claim-<uid>.json) as egpu__dra_plugin_record_parse
+/* tests/fuzz/fuzz_dra_claim.c - the decoders of a ResourceClaim's
+ * allocation results and of what the DRA kubelet plugin's disk gives it: the
+ * one decoder of status.allocation.devices.results (egpu_api_dra_results,
+ * src/api/dra_result.c, which the agent, the quota and kubectl-egpu share),
+ * the same results as egpu__dra_plugin_results reads them for this driver
+ * and node (src/agent/dra_plugin.c), and a claim record
+ * (<alloc_root>/dra/claim-<uid>.json) as egpu__dra_plugin_record_parse
  * reads it. The kubelet's bytes (NodePrepareResources, NodeUnprepare-
  * Resources) are fuzz_dra's.
  *
@@ -10,7 +12,17 @@
  * uid its "uid" member names when that is a valid claim uid, else of a fixed
  * one). Seeds: tests/fuzz/corpus/dra_claim, and the JSON objects of
  * shared/k8s-wire/dra read in place (scripts/fuzz.sh).
- * Invariants: results accepted give 1..EGPU_CDI_DEVICES_MAX devices, each
+ * Invariants: egpu_api_dra_results, for this driver with room for 1, 3
+ * and EGPU_API_DRA_RESULTS_MAX results, accepts the same claims whenever the
+ * claim's results of this driver fit (and refuses with EGPU_ERANGE only
+ * those that do not), gives the same results in increasing order of
+ * position, each result's fields within their documented values (a request
+ * name, a pool, a DNS-label device whose index round-trips through
+ * egpu_api_dra_device_name, a shareID "" or a UID, cores 0..100, memory
+ * 0..EGPU_API_GPU_MIB_MAX MiB, whole with no capacity named), and a message
+ * on every refusal; egpu_api_dra_claim_held agrees with it (accepts exactly
+ * the same claims that have an allocation, and counts one device per
+ * result). Agent results accepted give 1..EGPU_CDI_DEVICES_MAX devices, each
  * a card of the node ("gpu-0" or "gpu-1") with cores 1..100, memory 1..the
  * card's MiB and a record device whose shareID is "" or a UID; refused ones
  * leave an error message; the record the agent would write for accepted
@@ -81,7 +93,7 @@ static void check_results(const char *uid, const struct egpu__cdi_device *devs, 
         FUZZ_CHECK(c != NULL && strcmp(devs[i].uuid, c->uuid) == 0);
         FUZZ_CHECK(devs[i].core_pct >= 1 && devs[i].core_pct <= 100);
         FUZZ_CHECK(devs[i].mem_mib >= 1 && devs[i].mem_mib <= c->mem_mib);
-        FUZZ_CHECK(share != NULL && (share[0] == '\0' || egpu__dra_plugin_is_share_id(share)));
+        FUZZ_CHECK(share != NULL && (share[0] == '\0' || egpu_api_dra_is_share_id(share)));
     }
     doc = json_pack("{s:s,s:s,s:s,s:O}", "uid", uid, "namespace", "default", "name", "claim",
                     "devices", recdevs);
@@ -107,6 +119,73 @@ static void check_results(const char *uid, const struct egpu__cdi_device *devs, 
     json_decref(back);
     free(text);
     json_decref(doc);
+}
+
+/* egpu_api_dra_results of claim with room for max results. */
+static int decode(const json_t *claim, struct egpu_api_dra_result *out, size_t max, size_t *n,
+                  struct egpu_error *err)
+{
+    int rc = egpu_api_dra_results(claim, EGPU_API_DRA_DRIVER, out, max, n, err);
+
+    FUZZ_CHECK(rc == 0 || rc == EGPU_ESYNTAX || rc == EGPU_ERANGE);
+    FUZZ_CHECK(rc != 0 || *n <= max);
+    FUZZ_CHECK(rc == 0 || err->msg[0] != '\0');
+    return rc;
+}
+
+static void decoded(const json_t *claim)
+{
+    static struct egpu_api_dra_result all[EGPU_API_DRA_RESULTS_MAX], few[3];
+    struct egpu_error err = {0}, e2 = {0};
+    struct egpu_api_dra_usage u;
+    bool allocated = false;
+    size_t n = 0, m = 0;
+    int rc = decode(claim, all, EGPU_API_DRA_RESULTS_MAX, &n, &err), rc2;
+
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const struct egpu_api_dra_result *r = &all[i];
+        char name[EGPU_API_DRA_DEVICE_MAX];
+        uint32_t idx = 0;
+
+        FUZZ_CHECK(i == 0 || r->at > all[i - 1].at);
+        FUZZ_CHECK(r->at < EGPU_API_DRA_RESULTS_MAX);
+        FUZZ_CHECK(egpu_api_dra_is_request_name(r->request));
+        FUZZ_CHECK(r->pool[0] != '\0' && strlen(r->pool) < EGPU_K8S_NAME_MAX);
+        FUZZ_CHECK(egpu_api_dns_label(r->device));
+        FUZZ_CHECK(r->has_index == egpu_api_dra_device_index(r->device, &idx));
+        if (r->has_index) {
+            FUZZ_CHECK(idx == r->index);
+            FUZZ_CHECK(egpu_api_dra_device_name(r->index, name, sizeof(name)) == 0 &&
+                       strcmp(name, r->device) == 0);
+        }
+        FUZZ_CHECK(r->share_id[0] == '\0' || egpu_api_dra_is_share_id(r->share_id));
+        FUZZ_CHECK(r->core_pct >= 0 && r->core_pct <= 100);
+        FUZZ_CHECK(r->has_cores || r->core_pct == 100);
+        FUZZ_CHECK(r->mem_mib >= 0 && r->mem_mib <= EGPU_API_GPU_MIB_MAX);
+        FUZZ_CHECK(r->has_mem || r->mem_mib == 0);
+        FUZZ_CHECK(!r->whole || (!r->has_cores && !r->has_mem));
+    }
+    /* Less room: the same results while they fit, else EGPU_ERANGE. */
+    for (size_t max = 1; max <= 3; max += 2) {
+        rc2 = decode(claim, few, max, &m, &e2);
+        if (rc == 0 && n <= max) {
+            FUZZ_CHECK(rc2 == 0 && m == n);
+            FUZZ_CHECK(memcmp(few, all, n * sizeof(*few)) == 0);
+        } else if (rc == 0) {
+            FUZZ_CHECK(rc2 == EGPU_ERANGE);
+        } else {
+            /* refused with room for all: refused with less room too, if
+             * not for the same reason then for a result past max */
+            FUZZ_CHECK(rc2 != 0);
+        }
+    }
+    /* The quota reads the same results. */
+    rc2 = egpu_api_dra_claim_held(claim, &u, &allocated, NULL, &e2);
+    FUZZ_CHECK(rc2 == 0 || rc2 == EGPU_ESYNTAX || rc2 == EGPU_ERANGE || rc2 == -ENOMEM);
+    if (allocated && rc2 != -ENOMEM) {
+        FUZZ_CHECK((rc == 0) == (rc2 == 0));
+        FUZZ_CHECK(rc2 != 0 || u.devices == (int64_t)n);
+    }
 }
 
 static void results(const json_t *claim, const char *uid)
@@ -161,6 +240,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *doc = json_loadb(exact, size, 0, &jerr);
     const char *uid = uid_of(doc);
 
+    decoded(doc);
     results(doc, uid);
     record(uid, exact, size);
     json_decref(doc);

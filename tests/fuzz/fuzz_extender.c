@@ -10,14 +10,18 @@
  *   D<namespace>/<name>     pod deleted     G<GPU object>    card added or changed
  *   E<ElasticGPU>           set             X<name>          ElasticGPU deleted
  *   C<ElasticGPUClaim>      set             K<ElasticGPUClass> set
+ *   R<ResourceClaim>        set             Y<namespace>/<name> ResourceClaim deleted
  * Each input starts from the same fresh cluster (nodes n0..n3, cards on
  * n0, n1 and n3, pods ns/p0 and ns/p1 pending, ns/p2 placed on n3; classes
  * "now" (Immediate, the default) and "late" (WaitForFirstConsumer, nodes
  * zone=a); claim ns/c1 bound to ElasticGPU e1, 30% of n0-gpu1, and ns/c2 of
- * class late, Pending), so the steps after the first run on the extender's
+ * class late, Pending; DRA mode (--dra): ResourceClaim ns/rc1 allocated on
+ * n0's gpu-0, 40%, and ns/rc2 not allocated, asking a 30% share, used by the
+ * pending DRA pod ns/p3), so the steps after the first run on the extender's
  * placer memo and kept HostPriorityList, and pods may use the claims.
  *
- * Invariants: every reply is JSON with a status the header documents; a
+ * Invariants: every reply is JSON with a status the header documents (503
+ * only from prioritize, for a DRA pod whose claim is not cached); a
  * 400 leaks nothing and leaves the cache as it was; a filter or prioritize
  * reply made by this extender (from what it kept) has the same bytes as a
  * fresh extender's over the same cache; nothing leaks at the end.
@@ -83,7 +87,8 @@ static struct egpu_extender *extender(struct egpu_sched_cache *c)
     struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_BINPACK,
                                        .card_policy = EGPU_POLICY_BINPACK,
                                        .seed = 1,
-                                       .place_cpu_pods = true};
+                                       .place_cpu_pods = true,
+                                       .dra = true};
     struct egpu_error err = {0};
     struct egpu_extender *x = egpu_extender_new(&cfg, c, &ops, &err);
 
@@ -103,6 +108,7 @@ static void set_json(struct egpu_sched_cache *c, const char *text, char kind)
          : kind == 'E' ? egpu_sched_cache_egpu_set(c, o, &err)
          : kind == 'C' ? egpu_sched_cache_claim_set(c, o, &err)
          : kind == 'K' ? egpu_sched_cache_class_set(c, o, &err)
+         : kind == 'R' ? egpu_sched_cache_dra_claim_set(c, o, &err)
                        : egpu_sched_cache_pod_set(c, o, &err);
     if (rc != 0) {
         fprintf(stderr, "set-up %s: %s\n", text, err.msg);
@@ -193,6 +199,31 @@ static struct egpu_sched_cache *cluster(void)
              "\"gpuName\":\"n0-gpu1\"},\"claimRef\":{\"namespace\":\"ns\",\"name\":\"c1\","
              "\"uid\":\"uc1\"}},\"status\":{\"phase\":\"Bound\"}}",
              'E');
+    set_json(c,
+             "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\","
+             "\"metadata\":{\"name\":\"rc1\",\"namespace\":\"ns\",\"resourceVersion\":\"5\"},"
+             "\"spec\":{\"devices\":{\"requests\":[{\"name\":\"gpu\",\"exactly\":{"
+             "\"deviceClassName\":\"gpu-share.elasticgpu.io\",\"count\":1,\"capacity\":{"
+             "\"requests\":{\"cores\":\"40\",\"memory\":\"4Gi\"}}}}]}},"
+             "\"status\":{\"allocation\":{\"devices\":{\"results\":[{\"request\":\"gpu\","
+             "\"driver\":\"gpu.elasticgpu.io\",\"pool\":\"n0\",\"device\":\"gpu-0\","
+             "\"consumedCapacity\":{\"cores\":\"40\",\"memory\":\"4Gi\"}}]}}}}",
+             'R');
+    set_json(c,
+             "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceClaim\","
+             "\"metadata\":{\"name\":\"rc2\",\"namespace\":\"ns\",\"resourceVersion\":\"6\"},"
+             "\"spec\":{\"devices\":{\"requests\":[{\"name\":\"gpu\",\"exactly\":{"
+             "\"deviceClassName\":\"gpu-share.elasticgpu.io\",\"count\":1,\"capacity\":{"
+             "\"requests\":{\"cores\":\"30\"}}}}]}}}",
+             'R');
+    set_json(c,
+             "{\"metadata\":{\"name\":\"p3\",\"namespace\":\"ns\",\"uid\":\"u3\"},"
+             "\"spec\":{\"schedulerName\":\"elastic-gpu-scheduler\",\"resourceClaims\":["
+             "{\"name\":\"egpu-0\",\"resourceClaimName\":\"rc2\"}],\"containers\":[{"
+             "\"name\":\"c0\",\"resources\":{\"requests\":{\"cpu\":\"1\","
+             "\"elasticgpu.io/dra\":\"1\"},\"claims\":[{\"name\":\"egpu-0\"}]}}]},"
+             "\"status\":{\"phase\":\"Pending\"}}",
+             'P');
     return c;
 }
 
@@ -222,7 +253,7 @@ static void run_verb(struct egpu_extender *x, struct egpu_sched_cache *c, char v
     status = fn(x, body, len, &reply);
     /* Refusals are 200 with the protocol's Error; 400 only for a body that is not the
      * protocol's. */
-    if (!(status == 200 || status == 400 || status == 500)) {
+    if (!(status == 200 || status == 400 || status == 500 || (status == 503 && verb == 'P'))) {
         fprintf(stderr, "%c: status %d: %.*s\n", verb, status, (int)reply.len, reply.data);
         abort();
     }
@@ -280,6 +311,15 @@ static void run_cache(struct egpu_sched_cache *c, char verb, const char *body, s
         (void)egpu_sched_cache_egpu_delete(c, body);
         return;
     }
+    if (verb == 'Y') {
+        char *slash = strchr(body, '/');
+
+        if (slash != NULL) {
+            *slash = '\0';
+            (void)egpu_sched_cache_dra_claim_delete(c, body, slash + 1);
+        }
+        return;
+    }
     o = json_loadb(body, len, 0, NULL);
     if (o == NULL)
         return;
@@ -288,6 +328,7 @@ static void run_cache(struct egpu_sched_cache *c, char verb, const char *body, s
          : verb == 'E' ? egpu_sched_cache_egpu_set(c, o, &err)
          : verb == 'C' ? egpu_sched_cache_claim_set(c, o, &err)
          : verb == 'K' ? egpu_sched_cache_class_set(c, o, &err)
+         : verb == 'R' ? egpu_sched_cache_dra_claim_set(c, o, &err)
                        : egpu_sched_cache_gpu_set(c, o, &err);
     (void)rc;
     json_decref(o);
@@ -325,6 +366,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 'X':
         case 'C':
         case 'K':
+        case 'R':
+        case 'Y':
             run_cache(c, verb, body, part_len - 1);
             break;
         default:

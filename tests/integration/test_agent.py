@@ -932,8 +932,10 @@ def test_allocation_metrics(api_env):
     assert m[("egpu_agent_container_limit_core_percent", labels)] == 30
     assert m[("egpu_agent_container_limit_memory_mib", labels)] == 4096
     assert m[("egpu_agent_allocation_mismatches_total", ())] == 0
-    # Fake cards report no memory in use; NVML's is checked in test_agent_gpus.
-    assert m[("egpu_agent_gpu_used_memory_mib", (("gpu", u[1]),))] == 0
+    # Fake cards measure no memory in use (source "none"); NVML's is checked
+    # in test_agent_gpus and test_gpu_status.
+    assert m[("egpu_agent_gpu_used_memory_mib", (("gpu", u[1]), ("source", "none")))] == 0
+    assert m[("egpu_agent_gpu_reserved_memory_mib", (("gpu", u[1]),))] == 0
 
 
 def test_prestart_mismatch_event_and_counter(api_env):

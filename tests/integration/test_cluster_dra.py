@@ -330,10 +330,12 @@ def mockctl(build_dir, state, *args):
 
 
 @pytest.fixture(scope="module")
-def dra(cluster, deployed, build_dir):
+def dra(cluster, deployed, webhook, build_dir):
     """The session's control plane with deploy/ (egpu-agent-dra's RBAC), DeviceClass
     gpu-share.elasticgpu.io (deploy/'s when it has one, else made here with the same CEL
-    selector), namespace NS, and one DRANode with the agent's fake cards."""
+    selector), namespace NS, and one DRANode with the agent's fake cards. The session's
+    egpu-webhook serves deploy/'s claims.webhook.elasticgpu.io, which the API server calls
+    (failurePolicy Fail) for every claim and template of this driver's classes."""
     assert cluster.version.startswith("v1.36"), cluster.version  # DRAConsumableCapacity on
     made_class = not any(o["kind"] == "DeviceClass" and o["metadata"]["name"] == CLASS
                          for o in deployed)
@@ -351,9 +353,8 @@ def dra(cluster, deployed, build_dir):
     try:
         wait(lambda: not get(cluster, f"/api/v1/namespaces/{NS}/pods")["items"], "pods gone", 30)
     finally:
-        n.stop()
+        n.stop()  # its Node, slice and GPU objects go with it
         cluster.call("DELETE", f"/api/v1/namespaces/{NS}")
-        cluster.call("DELETE", f"/api/v1/nodes/{NODE}")
         if made_class:
             cluster.call("DELETE", f"{RES}/deviceclasses/{CLASS}")
 

@@ -13,9 +13,13 @@ annotation egpuc.elasticgpu.io/<container>. Unchanged, in DRA mode:
 
 - each pod is admitted with spec.resourceClaims {egpu-0: resourceClaimName
   elasticgpu-<claim>} and its container's resources.claims {egpu-0, request gpu}, no
-  elasticgpu.io request left and no elasticgpu.io/dra-claims annotation;
+  elasticgpu.io request left but the marker elasticgpu.io/dra, schedulerName
+  elastic-gpu-scheduler, and no elasticgpu.io/dra-claims annotation;
 - the controller makes the DeviceClass elasticgpu-<class> and the ResourceClaims
-  elasticgpu-<claim>; the real kube-scheduler allocates both on the DRA node's first card
+  elasticgpu-<claim>; a real kube-scheduler with elastic-gpu-scheduler's profile
+  (deploy/scheduler's configuration without the extender:
+  components.kube_scheduler_alone_config; test_cluster_dra_extender.py runs the extender)
+  allocates both on the DRA node's first card
   (30 cores and 4Gi each), the node prepares them and the pods run;
 - both ElasticGPUClaims become Bound, with the consumed capacity in status.capacity;
 - a pod naming an ElasticGPUClaim that does not exist in its namespace is refused, naming
@@ -28,11 +32,12 @@ import pytest
 import components  # noqa: E402  (tests/cluster/components.py)
 import dra_node  # noqa: E402  (tests/cluster/dra_node.py)
 from cluster import wait_until as wait  # noqa: E402
-from test_cluster_dra_webhook import dra_webhook, hostile_model_card  # noqa: F401  (fixtures)
+from test_cluster_dra_webhook import dra_webhook  # noqa: F401  (a fixture)
 
 NS = "dra-egpuc"
 NODE = "dra-egpuc-gpu-1"
 CLASS = "dra-egpuc-share"
+SCHED = "kube-dra-egpuc"
 EGPU = "/apis/elasticgpu.io/v1alpha1"
 RES = "/apis/resource.k8s.io/v1"
 
@@ -67,9 +72,13 @@ def setup(cluster, deployed, dra_webhook, build_dir, tmp_path_factory):  # noqa:
                                 extra=("--mode", "dra", "--leader-elect", "false",
                                        "--resync-seconds", "2"))
     node = dra_node.DRANode(cluster, NODE, build_dir).start()
+    # The pods' scheduler, elastic-gpu-scheduler (the webhook names it), here without its
+    # extender: these pods' placement is test_cluster_dra_extender.py's.
+    cluster.start_scheduler(components.kube_scheduler_alone_config(), name=SCHED)
     try:
         yield node
     finally:
+        cluster.stop_process(SCHED)
         st, lst = cluster.call("GET", f"/api/v1/namespaces/{NS}/pods")
         for p in lst.get("items", []) if st == 200 else []:
             cluster.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}",
@@ -82,7 +91,6 @@ def setup(cluster, deployed, dra_webhook, build_dir, tmp_path_factory):  # noqa:
             ctl.stop()
             cluster.call("DELETE", f"{EGPU}/elasticgpuclasses/{CLASS}")
             cluster.call("DELETE", f"/api/v1/namespaces/{NS}")
-            cluster.call("DELETE", f"/api/v1/nodes/{NODE}")
 
 
 def get(cluster, path):
@@ -110,9 +118,12 @@ def test_gpushare_example_runs_in_dra_mode(cluster, setup):
             {"name": "egpu-0", "resourceClaimName": f"elasticgpu-gpushare-claim-{x}"}], got
         ctr = got["spec"]["containers"][0]
         assert ctr["resources"]["claims"] == [{"name": "egpu-0", "request": "gpu"}], ctr
-        assert "elasticgpu.io/" not in json.dumps(ctr["resources"]), ctr
+        for kind in ("requests", "limits"):
+            assert [k for k in ctr["resources"][kind] if k.startswith("elasticgpu.io/")] == \
+                ["elasticgpu.io/dra"], ctr
+            assert ctr["resources"][kind]["elasticgpu.io/dra"] == "1", ctr
         assert "elasticgpu.io/dra-claims" not in got["metadata"]["annotations"], got
-        assert got["spec"].get("schedulerName") == "default-scheduler", got["spec"]
+        assert got["spec"].get("schedulerName") == "elastic-gpu-scheduler", got["spec"]
 
     dc = wait(lambda: (lambda r: r[1] if r[0] == 200 else None)(
         cluster.call("GET", f"{RES}/deviceclasses/elasticgpu-{CLASS}")),

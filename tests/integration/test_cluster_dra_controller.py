@@ -20,8 +20,7 @@ import pytest
 
 import components  # noqa: E402  (tests/cluster/components.py)
 from cluster import wait_until as wait  # noqa: E402
-from test_cluster_dra_webhook import (  # noqa: F401  (fixtures)
-    dra_webhook, gpu_pod, hostile_model_card)
+from test_cluster_dra_webhook import dra_webhook, gpu_pod  # noqa: F401  (a fixture)
 
 NS = "dra-ctl"
 RES = "/apis/resource.k8s.io/v1/namespaces"

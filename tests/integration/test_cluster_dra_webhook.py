@@ -7,8 +7,10 @@ TLS (deploy/'s webhook configurations pointed at it, as tests/cluster/components
 - a pod asking elasticgpu.io/gpu-core 30 and gpu-memory 4096, with a hostile
   elasticgpu.io/gpu-model, is admitted with its GPU names gone, resources.claims
   egpu-0 (request gpu), spec.resourceClaims naming template egpu-<hash>, and the
-  annotation elasticgpu.io/dra-claims giving that template's spec; no schedulerName of
-  ours (kube-scheduler places it); the webhook created no object;
+  annotation elasticgpu.io/dra-claims giving that template's spec, the marker
+  elasticgpu.io/dra "1" in requests and limits and schedulerName elastic-gpu-scheduler (so
+  that the extender scores its nodes: test_cluster_dra_extender.py); the webhook created
+  no object;
 - the real API server accepts that spec as a ResourceClaimTemplate (its validation and
   its CEL compiler judge the escaped selector), and once it exists (created here from the
   annotation, as egpu-controller will), the real kube-controller-manager's ResourceClaim
@@ -31,30 +33,16 @@ import components  # noqa: E402  (tests/cluster/components.py)
 NS = "dra-web"
 DENIED_NS = "dra-web-quota"
 DRA_ANN = "elasticgpu.io/dra-claims"
-MODEL = 'NVIDIA H100"] + [true] + ["'  # a hostile gpu-model: one model name, quoted
+# A hostile gpu-model: one model name, quoted. The webhook checks a gpu-model against the
+# models of the cluster's GPU objects once there are any (facts.c); this module runs no node,
+# and the nodes of earlier modules took theirs with them (node.py's stop), so it reaches the
+# claim's CEL selector.
+MODEL = 'NVIDIA H100"] + [true] + ["'
 RESOURCE = "/apis/resource.k8s.io/v1/namespaces"
 
 
 @pytest.fixture(scope="module")
-def hostile_model_card(cluster):
-    """A GPU object whose model is MODEL. The webhook refuses a gpu-model the cluster's GPU
-    objects do not name once there are any (facts.c), and the session's cluster keeps those
-    of earlier modules' nodes: with this card the hostile model is one the cluster has, so
-    it reaches the claim's CEL selector, which is what this module tests."""
-    path = "/apis/elasticgpu.io/v1alpha1/gpus"
-    name = "dra-web-hostile-model-0"
-    st, out = cluster.call("POST", path, {
-        "apiVersion": "elasticgpu.io/v1alpha1", "kind": "GPU", "metadata": {"name": name},
-        "spec": {"nodeName": "dra-web-no-such-node", "index": 0,
-                 "uuid": "GPU-0d0e0a0d-0000-4000-8000-00000000beef", "model": MODEL,
-                 "memory": 81920}})
-    assert st == 201, out
-    yield
-    cluster.call("DELETE", f"{path}/{name}")
-
-
-@pytest.fixture(scope="module")
-def dra_webhook(cluster, deployed, webhook, build_dir, tmp_path_factory, hostile_model_card):
+def dra_webhook(cluster, deployed, webhook, build_dir, tmp_path_factory):
     """A second egpu-webhook, --mode dra, and deploy/'s configurations pointed at it for
     this module; back at the session's webhook afterwards."""
     crt, key = cluster.pki.cert("egpu-webhook-dra", "egpu-webhook.elastic-gpu-system.svc",
@@ -99,12 +87,17 @@ def test_pod_gets_claims_and_kcm_makes_them(cluster, dra_webhook):
     assert st == 201, got
     spec = got["spec"]
     ctr = spec["containers"][0]
-    assert ctr["resources"]["limits"] == {"cpu": "100m"}, ctr["resources"]
+    # The marker that makes kube-scheduler call the extender (deploy/scheduler's
+    # managedResources), in requests and limits.
+    assert ctr["resources"]["limits"] == {"cpu": "100m", "elasticgpu.io/dra": "1"}, \
+        ctr["resources"]
+    assert ctr["resources"]["requests"] == {"cpu": "100m", "elasticgpu.io/dra": "1"}, \
+        ctr["resources"]
     assert ctr["resources"]["claims"] == [{"name": "egpu-0", "request": "gpu"}]
     [pc] = spec["resourceClaims"]
     tmpl = pc["resourceClaimTemplateName"]
     assert pc["name"] == "egpu-0" and tmpl.startswith("egpu-") and len(tmpl) == 37, pc
-    assert spec.get("schedulerName") == "default-scheduler"
+    assert spec.get("schedulerName") == "elastic-gpu-scheduler"  # its extender scores nodes
     claims = json.loads(got["metadata"]["annotations"][DRA_ANN])
     assert list(claims) == [tmpl]
     claim_spec = claims[tmpl]

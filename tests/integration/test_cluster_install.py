@@ -9,7 +9,7 @@ kube-apiserver, kube-controller-manager and kube-scheduler built from tools/go.m
   server never checked); every object deploy/ renders is there, as rendered.
 - In another cluster, `helm install` of deploy/helm/elastic-gpu: the same; `helm upgrade
   --set mode=dra` is taken and puts --mode dra on the webhook's and controller's
-  Deployments only, and mode=device-plugin takes it off.
+  Deployments and --dra on the scheduler's only, and mode=device-plugin takes them off.
 - The ValidatingAdmissionPolicy guarding the system annotations, evaluated by the real API
   server's CEL: a pod owner (a ServiceAccount with the `edit` ClusterRole in its namespace)
   writing elasticgpu.io/assigned or elasticgpu.io/allocated onto a pod is refused with the
@@ -298,20 +298,20 @@ def test_helm_install_is_accepted_and_established(helm_cluster):
 def test_helm_upgrade_to_dra_mode(helm_cluster):
     """`helm upgrade --reuse-values --set mode=dra`, the operator guide's step: the real
     API server takes the new revision as rendered, its egpu-webhook and egpu-controller
-    Deployments' arguments end in --mode dra, and no other object of the release changed;
-    `--set mode=device-plugin` puts them back."""
+    Deployments' arguments end in --mode dra and egpu-scheduler's in --dra, and no other
+    object of the release changed; `--set mode=device-plugin` puts them back."""
     c = helm_cluster
 
     def deployments():
         out = {}
-        for name in ("egpu-webhook", "egpu-controller"):
+        for name in ("egpu-webhook", "egpu-controller", "egpu-scheduler"):
             st, d = c.call("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/{name}")
             assert st == 200, (name, d)
             out[name] = d["spec"]["template"]["spec"]["containers"][0]["args"]
         return out
 
     before = deployments()
-    assert all("--mode" not in a for a in before.values()), before
+    assert all("--mode" not in a and "--dra" not in a for a in before.values()), before
     old = c.helm("get", "manifest", "egpu", "--namespace", NS).stdout
     c.helm("upgrade", "egpu", str(CHART), "--namespace", NS, "--reuse-values",
            "--set", "mode=dra", "--wait=false")
@@ -321,10 +321,11 @@ def test_helm_upgrade_to_dra_mode(helm_cluster):
         p.read_text() for p in sorted((CHART / "crds").glob("*.yaml")))) if o]
     check_installed(c, objs + crds, default_ns=NS)
     after = deployments()
-    assert after == {n: a + ["--mode", "dra"] for n, a in before.items()}, after
+    assert after == {n: a + (["--dra"] if n == "egpu-scheduler" else ["--mode", "dra"])
+                     for n, a in before.items()}, after
     olds = {ref(o): o for o in yaml.safe_load_all(old) if o}
     changed = {ref(o)[3] for o in objs if olds.get(ref(o)) != o}
-    assert changed == {"egpu-webhook", "egpu-controller"}, changed
+    assert changed == {"egpu-webhook", "egpu-controller", "egpu-scheduler"}, changed
     c.helm("upgrade", "egpu", str(CHART), "--namespace", NS, "--reuse-values",
            "--set", "mode=device-plugin", "--wait=false")
     assert deployments() == before

@@ -15,12 +15,15 @@ egpu-agent as deploy/agent/daemonset.yaml runs it with ServiceAccount egpu-agent
   share but no elasticgpu.io/assigned (bound around the extender) is refused by the agent's
   PreStartContainer, its container waiting with CreateContainerError and the agent's message;
   a deleted pod frees its devices.
-- Every request egpu-agent made was allowed by the RBAC deploy/agent grants it."""
+- Every request egpu-agent made was allowed by the RBAC deploy/agent grants it.
+- A node stopped (Node.stop, DRANode.stop) takes its Node, Lease, GPU objects and
+  ResourceSlices out of the cluster, so a later test of the same cluster sees none of them."""
 import time
 
 import pytest
 
 from conftest import cluster_module  # noqa: F401  (tests/cluster on sys.path)
+import dra_node  # tests/cluster/dra_node.py
 import node as nodes  # tests/cluster/node.py
 from cluster import wait_until as wait  # noqa: E402
 
@@ -142,9 +145,49 @@ def test_node_whose_lease_stops_goes_not_ready(cluster, deployed, build_dir):
     try:
         wait(lambda: ready(node_obj(cluster, "gpu-node-2")) == "True", "gpu-node-2 Ready")
     finally:
+        n.stop(forget=False)  # a machine that died: its Node stays
+    try:
+        t = wait(lambda: any(t["key"] == "node.kubernetes.io/unreachable" for t in
+                             node_obj(cluster, "gpu-node-2")["spec"].get("taints") or []),
+                 "gpu-node-2 tainted unreachable", timeout=60)
+        assert ready(node_obj(cluster, "gpu-node-2")) == "Unknown"
+    finally:
+        assert nodes.forget_node(cluster, "gpu-node-2") == []
+
+
+def objects_of(cluster, name):
+    """What of node name the cluster has: {kind: [names]} of those there."""
+    got = {}
+    for kind, path in (("Node", f"/api/v1/nodes/{name}"),
+                       ("Lease", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/"
+                                 f"leases/{name}")):
+        st, obj = cluster.call("GET", path)
+        assert st in (200, 404), (path, st, obj)
+        if st == 200:
+            got[kind] = [name]
+    st, lst = cluster.call("GET", "/apis/elasticgpu.io/v1alpha1/gpus")
+    assert st == 200, lst
+    gpus = [g["metadata"]["name"] for g in lst["items"] if g["spec"].get("nodeName") == name]
+    st, lst = cluster.call("GET", "/apis/resource.k8s.io/v1/resourceslices"
+                           f"?fieldSelector=spec.nodeName%3D{name}")
+    assert st == 200, lst
+    slices = [x["metadata"]["name"] for x in lst["items"]]
+    for kind, names in (("GPU", gpus), ("ResourceSlice", slices)):
+        if names:
+            got[kind] = names
+    return got
+
+
+@pytest.mark.parametrize("mode", ["device-plugin", "dra"])
+def test_a_stopped_node_leaves_nothing_behind(cluster, deployed, build_dir, mode):
+    name = f"gone-{mode}"
+    make = dra_node.DRANode if mode == "dra" else nodes.Node
+    n = make(cluster, name, build_dir).start()
+    try:
+        want = {"Node", "Lease", "GPU"} | ({"ResourceSlice"} if mode == "dra" else set())
+        wait(lambda: set(objects_of(cluster, name)) == want, f"{name}'s objects: {want}")
+        assert len(objects_of(cluster, name)["GPU"]) == 2
+    finally:
         n.stop()
-    t = wait(lambda: any(t["key"] == "node.kubernetes.io/unreachable" for t in
-                         node_obj(cluster, "gpu-node-2")["spec"].get("taints") or []),
-             "gpu-node-2 tainted unreachable", timeout=60)
-    assert ready(node_obj(cluster, "gpu-node-2")) == "Unknown"
-    cluster.call("DELETE", "/api/v1/nodes/gpu-node-2")
+    assert objects_of(cluster, name) == {}
+    assert n.errors == [], n.errors

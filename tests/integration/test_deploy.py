@@ -45,7 +45,9 @@ NAMESPACED_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Servi
 # Every (apiGroup, resource, verb) egpu-scheduler uses: src/scheduler/api.c
 # (informers on nodes, pods, GPUs, ElasticGPUs, claims and classes; GET +
 # merge PATCH of pods; merge PATCH of a WaitForFirstConsumer claim's
-# selected-node/selected-gpus annotations; the Binding).
+# selected-node/selected-gpus annotations; the Binding; in DRA mode, its informer on
+# resource.k8s.io/v1 ResourceClaims and GET of a pod's claim its cache lacks: a DRA pod's
+# ask is its claims' requests, the allocated claims what the cards hold).
 EGPU_NEEDS = {
     ("", "nodes", "list"), ("", "nodes", "watch"),
     ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "get"), ("", "pods", "patch"),
@@ -55,6 +57,7 @@ EGPU_NEEDS = {
     (GROUP, "elasticgpuclaims", "list"), (GROUP, "elasticgpuclaims", "watch"),
     (GROUP, "elasticgpuclaims", "patch"),
     (GROUP, "elasticgpuclasses", "list"), (GROUP, "elasticgpuclasses", "watch"),
+    *{("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")},
 }
 # Every (apiGroup, resource, verb) egpu-controller uses, from src/controller:
 #   main.c start_informers: list + watch of elasticgpuclaims,
@@ -534,7 +537,10 @@ def test_scheduler_config(objs):
     assert ext["ignorable"] is False
     assert not ext.get("enableHTTPS", False)
     managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
-    assert managed == {"elasticgpu.io/gpu-core": False, "elasticgpu.io/gpu-memory": True}
+    # elasticgpu.io/dra: the marker egpu-webhook --mode dra gives a container whose GPU it
+    # moved to a ResourceClaim, so that kube-scheduler calls the extender for DRA pods too.
+    assert managed == {"elasticgpu.io/gpu-core": False, "elasticgpu.io/gpu-memory": True,
+                       "elasticgpu.io/dra": True}
 
     # kube-scheduler calls the extender of its own pod on loopback, where
     # egpu-scheduler serves the verbs and nothing outside the pod reaches.
@@ -1405,7 +1411,8 @@ def test_dra_component_sets_the_mode_of_webhook_and_controller(objs, tmp_path):
     """deploy/dra is a Component (the base stays device-plugin: neither
     Deployment passes --mode or EGPU_MODE there); an overlay of deploy/ with
     it builds, and differs from the base only in egpu-webhook's and
-    egpu-controller's arguments, which end in --mode dra; both binaries take
+    egpu-controller's arguments, which end in --mode dra, and egpu-scheduler's,
+    which end in --dra (DRA pods judged by their claims); the binaries take
     the overlay's arguments (a bad flag or value exits 2 before anything
     else; the controller stops at the kubeconfig that does not exist)."""
     comp = yaml.safe_load((DEPLOY / "dra" / "kustomization.yaml").read_text())
@@ -1420,8 +1427,20 @@ def test_dra_component_sets_the_mode_of_webhook_and_controller(objs, tmp_path):
     ident = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")): o for o in dra}
     base = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")): o for o in objs}
     assert set(ident) == set(base)
-    assert {k for k in base if base[k] != ident[k]} == {("Deployment", n, NS) for n in names}
+    assert {k for k in base if base[k] != ident[k]} == \
+        {("Deployment", n, NS) for n in names + ("egpu-scheduler",)}
     build = os.environ.get("EGPU_BUILD", str(ROOT / "build"))
+    old = container(base[("Deployment", "egpu-scheduler", NS)]["spec"]["template"]["spec"],
+                    "egpu-scheduler")
+    new = container(ident[("Deployment", "egpu-scheduler", NS)]["spec"]["template"]["spec"],
+                    "egpu-scheduler")
+    assert "--dra" not in old["args"] and new["args"] == old["args"] + ["--dra"], new["args"]
+    assert {**new, "args": old["args"]} == old
+    sched = os.path.join(build, "src", "scheduler", "egpu-scheduler")
+    r = subprocess.run([sched, *new["args"], "--help"], capture_output=True, text=True,
+                       timeout=10, env={k: v for k, v in os.environ.items()
+                                        if not k.startswith("EGPU_")})
+    assert r.returncode == 0 and "--dra[=BOOL]" in r.stdout, (r.returncode, r.stderr)
     for name in names:
         old = container(base[("Deployment", name, NS)]["spec"]["template"]["spec"], name)
         new = container(ident[("Deployment", name, NS)]["spec"]["template"]["spec"], name)

@@ -287,7 +287,8 @@ def test_extender_stanza_matches_what_egpu_scheduler_serves(base, objs, build_di
         assert ext[k] == second[k], k
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False
     assert {m["name"] for m in ext["managedResources"]} == {"elasticgpu.io/gpu-core",
-                                                           "elasticgpu.io/gpu-memory"}
+                                                           "elasticgpu.io/gpu-memory",
+                                                           "elasticgpu.io/dra"}
 
 
 def test_webhook_keeps_default_scheduler(objs, base):

@@ -14,7 +14,9 @@ written by egpu-agent from NVML (here the mock libnvidia-ml.so.1).
   that comes after its pods gets their entries when it is added.
 - The agent writes status.used (memory MiB and utilization percent) of its
   own GPU objects from NVML, with updateTime, and nothing more while they
-  stay the same.
+  stay the same; memory from nvmlDeviceGetMemoryInfo_v2 (the driver's
+  reservation apart) or, where v2 is missing or not supported, v1, and
+  memorySource and the agent's metric say which.
 
 All on the real control plane (conftest.py's kube_api), egpu-controller and
 egpu-agent each with its ServiceAccount's token, so their writes of GPU status are
@@ -194,15 +196,35 @@ def test_only_leader_writes(api, ctl):  # noqa: F811
     assert a.metric("egpu_controller_gpu_status_writes_total") >= 1
 
 
-def test_agent_writes_used_from_nvml(api, build_dir, tmp_path):  # noqa: F811
+USED_CASES = {
+    # mock variant, EGPU_MOCK_NVML_FAIL, source, used MiB of the A100
+    # (1/16 of it in use, 480 MiB reserved by the driver), reservedMemory
+    "v2": ("nvml-mock", None, "nvmlDeviceGetMemoryInfo_v2", 81920 // 16, 480),
+    "v2-missing": ("nvml-mock-noopt", None, "nvmlDeviceGetMemoryInfo", 81920 // 16 + 480, None),
+    "v2-not-supported": ("nvml-mock", "nvmlDeviceGetMemoryInfo_v2@*=3",
+                         "nvmlDeviceGetMemoryInfo", 81920 // 16 + 480, None),
+}
+
+
+@pytest.mark.parametrize("case", list(USED_CASES))
+def test_agent_writes_used_from_nvml(api, build_dir, tmp_path, case):  # noqa: F811
     """egpu-agent over the mock libnvidia-ml.so.1 (1/16 of each card in
-    use, utilization 0%) writes status.used of its GPU objects once, with
-    updateTime, and leaves status.allocated to the controller."""
+    use, 480 MiB reserved by the driver, utilization 0%) writes status.used
+    of its GPU objects once, with updateTime, and leaves status.allocated to
+    the controller. memory comes from nvmlDeviceGetMemoryInfo_v2 (the
+    reservation apart, in reservedMemory) where the library has it and
+    answers, else from nvmlDeviceGetMemoryInfo (the reservation counted as
+    used); memorySource and the metric's source label say which. The real
+    API server keeps the fields (the CRD's schema has them)."""
     import os
-    from test_agent import Agent
-    mock = build_dir / "src/agent/nvml-mock/libnvidia-ml.so.1"
+    from test_agent import Agent, scrape
+    variant, fail, source, used0, reserved = USED_CASES[case]
+    mock = build_dir / f"src/agent/{variant}/libnvidia-ml.so.1"
     assert mock.exists(), f"{mock} not built"
-    env = dict(os.environ, EGPU_MOCK_NVML_GPUS="NVIDIA A100-SXM4-80GB:81920,Tesla T4:15360")
+    env = dict(os.environ, EGPU_MOCK_NVML_GPUS="NVIDIA A100-SXM4-80GB:81920,Tesla T4:15360",
+               EGPU_MOCK_NVML_RESERVED_MIB="480")
+    if fail:
+        env["EGPU_MOCK_NVML_FAIL"] = fail
     base = str(tmp_path)
     agent = Agent(str(build_dir / "src/agent/egpu-agent"), base,
                   api=api.component_kubeconfig("egpu-agent"),
@@ -213,11 +235,24 @@ def test_agent_writes_used_from_nvml(api, build_dir, tmp_path):  # noqa: F811
             return obj.get("status", {}).get("used") if st == 200 else None
         wait(lambda: used("node-a-gpu0") and used("node-a-gpu1"), "status.used")
         u0, u1 = used("node-a-gpu0"), used("node-a-gpu1")
-        assert (u0["memory"], u0["utilization"]) == (81920 // 16, 0), u0
-        assert (u1["memory"], u1["utilization"]) == (15360 // 16, 0), u1
+        assert (u0["memory"], u0["utilization"]) == (used0, 0), u0
+        assert u1["memory"] == used0 - 81920 // 16 + 15360 // 16, u1
+        assert u0["memorySource"] == u1["memorySource"] == source, (u0, u1)
+        assert u0.get("reservedMemory") == reserved, u0
         assert time.strptime(u0["updateTime"], "%Y-%m-%dT%H:%M:%SZ")
-        assert set(u0) == {"memory", "utilization", "updateTime"}
+        want = {"memory", "memorySource", "utilization", "updateTime"}
+        assert set(u0) == want | ({"reservedMemory"} if reserved is not None else set()), u0
         st, obj = api.call("GET", f"{G}/gpus/node-a-gpu0")
         assert obj["status"]["health"] == "Healthy" and "allocated" not in obj["status"]
+        uuid = obj["spec"]["uuid"]
+
+        def metric():
+            m = scrape(agent)
+            return [(dict(k[1]), v) for k, v in m.items()
+                    if k[0] == "egpu_agent_gpu_used_memory_mib" and dict(k[1])["gpu"] == uuid]
+        wait(lambda: metric(), "egpu_agent_gpu_used_memory_mib")
+        assert metric() == [({"gpu": uuid, "source": source}, used0)], metric()
+        got = scrape(agent)[("egpu_agent_gpu_reserved_memory_mib", (("gpu", uuid),))]
+        assert got == (reserved or 0), got
     finally:
         assert agent.stop() == 0, agent.text()

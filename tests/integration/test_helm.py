@@ -41,7 +41,7 @@
   binaries refuse it.
 - scheduler.podsWithoutGpu=place adds egpu-scheduler --pods-without-gpu
   place and takes managedResources out of kube-scheduler's extender entry,
-  its NodeResourcesFit ignoring elasticgpu.io/gpu-memory instead, and
+  its NodeResourcesFit ignoring elasticgpu.io/gpu-memory and elasticgpu.io/dra instead, and
   nothing else; pass is the default; another value fails, and so does place
   with mode main.
 - scheduler.targetWorkload renders its document into a ConfigMap (named by
@@ -535,8 +535,8 @@ def overlay(tmp_path, components):
 def test_mode_dra_renders_the_component(sets, components, tmp_path):
     """mode=dra renders deploy/ with the kustomize Component deploy/dra (after
     the other values' Components), field by field: egpu-webhook's and
-    egpu-controller's arguments end in --mode dra, and nothing else differs
-    from the same values in device-plugin mode."""
+    egpu-controller's arguments end in --mode dra, egpu-scheduler's in --dra,
+    and nothing else differs from the same values in device-plugin mode."""
     want = {k: strip_helm(o)
             for k, o in by_key(kustomize(overlay(tmp_path, components + ["dra"]))).items()}
     dra = helm_template("mode=dra", *sets)
@@ -547,11 +547,13 @@ def test_mode_dra_renders_the_component(sets, components, tmp_path):
     before = helm_template(*sets)
     ch = changes(before, dra)
     assert set(ch) == {("Deployment", "egpu-webhook", NS),
-                       ("Deployment", "egpu-controller", NS)}, ch
+                       ("Deployment", "egpu-controller", NS),
+                       ("Deployment", "egpu-scheduler", NS)}, ch
     for k in ch:
-        (c,) = by_key(dra)[k]["spec"]["template"]["spec"]["containers"]
-        (old,) = by_key(before)[k]["spec"]["template"]["spec"]["containers"]
-        assert c["args"] == old["args"] + ["--mode", "dra"], (k, c["args"])
+        c, old = [next(x for x in by_key(d)[k]["spec"]["template"]["spec"]["containers"]
+                       if x["name"] == k[1]) for d in (dra, before)]
+        more = ["--dra"] if k[1] == "egpu-scheduler" else ["--mode", "dra"]
+        assert c["args"] == old["args"] + more, (k, c["args"])
         assert "EGPU_MODE" not in {e["name"] for e in c.get("env", [])}
         assert {**c, "args": old["args"]} == old, k
 
@@ -690,7 +692,7 @@ def test_pods_without_gpu_place_drops_managed_resources(chart, build_dir):
     assert new_ext == {k: v for k, v in old_ext.items() if k != "managedResources"}
     # What ignoredByScheduler said, NodeResourcesFit says now.
     ignored = [m["name"] for m in old_ext["managedResources"] if m["ignoredByScheduler"]]
-    assert ignored == ["elasticgpu.io/gpu-memory"]
+    assert ignored == ["elasticgpu.io/gpu-memory", "elasticgpu.io/dra"]
     (old_prof,), (new_prof,) = old["profiles"], new["profiles"]
     assert "pluginConfig" not in old_prof
     assert new_prof["pluginConfig"] == [{"name": "NodeResourcesFit",

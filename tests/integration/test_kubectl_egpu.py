@@ -273,8 +273,8 @@ def dra_cluster(api):
               driver="gpu.nvidia.com")
     dra_claim(api, "ml", "train", [("n3", "gpu-0", "9c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a95",
                                     {"cores": "30", "memory": "4Gi"})], ["train-0"])
-    dra_claim(api, "team-a", "infer", [("n3", "gpu-0", "1b7e", {"cores": "20",
-                                                                 "memory": "2048Mi"})],
+    dra_claim(api, "team-a", "infer", [("n3", "gpu-0", "1b7e0c2a-4d3f-4e5a-9b6c-7d8e9f0a1b2c",
+                                        {"cores": "20", "memory": "2048Mi"})],
               ["infer-a", "infer-b"])
     dra_claim(api, "ml", "whole", [("n3", "gpu-1", None, None)], ["big-1"])
     dra_claim(api, "ml", "nvidia", [("n3", "gpu-0", "x", None)], ["p"], driver="gpu.nvidia.com")
@@ -344,7 +344,8 @@ def test_inspect_dra(api, plugin):  # noqa: F811
                        "shareID": "9c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a95",
                        "reservedFor": ["train-0"]},
                       {"namespace": "team-a", "pod": "infer-a", "container": None, "core": 20,
-                       "memory": 2048, "claim": "infer", "shareID": "1b7e",
+                       "memory": 2048, "claim": "infer",
+                       "shareID": "1b7e0c2a-4d3f-4e5a-9b6c-7d8e9f0a1b2c",
                        "reservedFor": ["infer-a", "infer-b"]}]},
             {"name": "gpu-1", "device": "gpu-1", "index": 1, "uuid": "GPU-n3-1",
              "model": "NVIDIA L4", "health": "Healthy", "coreAllocated": 100,
@@ -381,15 +382,19 @@ def test_inspect_dra_bad_objects(api, plugin):  # noqa: F811
     field; a claim's result on a device no slice has is left out alone; the rest is shown."""
     dra_cluster(api)
     dra_slice(api, "n5", [{"name": "gpu-0", "capacity": {"cores": {"value": "150"}}}])
-    dra_claim(api, "ml", "huge", [("n3", "gpu-0", "s", {"cores": "101"})], ["p"])
-    dra_claim(api, "ml", "stale", [("n3", "gpu-7", "s1", {"cores": "5", "memory": "1Gi"}),
-                                   ("n3", "gpu-1", "s2", {"cores": "5", "memory": "1Gi"})], ["q"])
+    dra_claim(api, "ml", "huge", [("n3", "gpu-0", "2c4e6a8b-0000-4000-8000-000000000001",
+                                   {"cores": "101"})], ["p"])
+    dra_claim(api, "ml", "stale",
+              [("n3", "gpu-7", "2c4e6a8b-0000-4000-8000-000000000002",
+                {"cores": "5", "memory": "1Gi"}),
+               ("n3", "gpu-1", "2c4e6a8b-0000-4000-8000-000000000003",
+                {"cores": "5", "memory": "1Gi"})], ["q"])
     r = run(plugin, "inspect", "n3", "--kubeconfig", api.kubeconfig)
     assert r.returncode == 0, r.stderr
     assert r.stderr == (
         "kubectl-egpu: warning: ResourceClaim ml/huge left out: status.allocation.devices."
         'results[0].consumedCapacity.cores is "101"; allowed: a whole number 0..100 (percent '
-        "of the card)\n"
+        "of one card)\n"
         "kubectl-egpu: warning: ResourceClaim ml/stale: 1 result left out: status.allocation."
         "devices.results: device gpu-7 of pool n3 is in no ResourceSlice of "
         "gpu.elasticgpu.io\n")

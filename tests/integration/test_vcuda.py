@@ -1114,6 +1114,78 @@ def test_graph_launches_are_throttled(world, lookup, entry):
     assert log_lines(probe.stderr()) == []
 
 
+WAVE_NS = 100000  # device ns per wave of SMs of the mock kernel "wave"
+
+
+def waves(blocks, sms):
+    return -(-blocks // sms)
+
+
+def sm_conf(core, sms):
+    """core percent on a mock card of sms SMs (EGPU_MOCK_CUDA_SMS: a grid runs
+    in waves of sms blocks, WAVE_NS each for the kernel "wave")."""
+    return dict(core_conf(core), EGPU_MOCK_CUDA_SMS=str(sms),
+                EGPU_MOCK_CUDA_KERNEL_NS=f"wave={WAVE_NS}")
+
+
+@pytest.mark.parametrize("core", [30, 50])
+@pytest.mark.parametrize("sms", [132, 188])
+def test_share_holds_on_large_gpus(world, sms, core):
+    """On cards of 132 and 188 SMs, where a grid of 1000 blocks runs in 8 and
+    6 waves (0.8 and 0.6 ms), a saturating process gets its share: the
+    controller charges measured device time and never reads the SM count, so
+    nothing in it grows with the SMs (the peers' users see caps that barely
+    hold on large cards). Bounds as test_graph_launches_are_throttled's, for
+    a loaded machine; the virtual card of test_vcuda_throttle holds the same
+    cases to 1 point (test_sim_large_gpus)."""
+    probe = Probe(world, conf=sm_conf(core, sms))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe("spin kernel wave 1000") == ["spin", "0"]
+    time.sleep(0.5)  # past learning the kernel's cost
+    share, own, waited = held_share(world, probe, 1.5)
+    stop = probe("stop")
+    assert stop[2] == "0" and int(stop[1]) > 100, stop
+    said = (f"{share:.1f}% of a {sms}-SM card, {own:.1f}% of the probe's own time ({waited:.2f} s "
+            f"waiting for a CPU)")
+    assert share <= core + 10, f"{said} at a {core}% limit"
+    assert own >= core - 10, f"{said} at a {core}% limit"
+    assert probe.close() == 0
+    assert log_lines(probe.stderr()) == []
+
+
+@pytest.mark.parametrize("sms", [132, 188])
+def test_graph_of_kernels_is_charged(world, sms):
+    """A graph of 8 captured kernels (1000 blocks each: 8 x 8 or 8 x 6 waves,
+    6.4 or 4.8 ms a launch) launched in a loop at 30%: the card runs the
+    graph's kernels (busy time per launch is their sum) and the loop gets
+    its 30%, not the card: cuGraphLaunch is charged the graph's measured
+    span, its kernels' device time."""
+    probe = Probe(world, conf=sm_conf(30, sms))
+    assert probe.rc("init") == 0 and probe.rc("ctx 0 primary") == 0
+    assert probe("stream") == ["stream", "0", "0"]
+    assert probe.rc("capture 0 0") == 0  # CU_STREAM_CAPTURE_MODE_GLOBAL
+    assert probe("launchon 0 wave 1000 8")[1] == "0"
+    assert probe("endcapture 0") == ["endcapture", "0", "8"]
+    assert probe.rc("instantiate") == 0
+    assert probe("spin graph - 0") == ["spin", "0"]
+    time.sleep(0.5)  # past learning the graph's cost
+    share, own, waited = held_share(world, probe, 1.5)
+    out = mockctl(world)
+    stop = probe("stop")
+    assert stop[2] == "0" and int(stop[1]) > 20, stop
+    busy = int(re.search(r"^card 0 .*busy_ns=(\d+)", out, re.M).group(1))
+    launches = int(re.search(r"^card 0 .*launches=(\d+)", out, re.M).group(1))
+    per_launch = 8 * waves(1000, sms) * WAVE_NS
+    # a run cut by the window's start or end counts in part
+    assert launches > 20 and abs(busy / launches - per_launch) <= per_launch * 3 / launches, out
+    said = (f"{share:.1f}% of a {sms}-SM card, {own:.1f}% of the probe's own time ({waited:.2f} s "
+            f"waiting for a CPU)")
+    assert share <= 40, f"a graph of kernels got {said} at a 30% limit"
+    assert own >= 20, f"a graph of kernels got {said} at a 30% limit"
+    assert probe.close() == 0
+    assert log_lines(probe.stderr()) == []
+
+
 def test_capture_is_not_charged(world):
     """Kernels launched into a stream capture do not run: they are neither
     timed (no event recorded into the capture) nor charged. 100 captured

@@ -48,6 +48,14 @@
  *                              captured work (cuGraphCreate), ns (default
  *                              1000000; read by cuGraphInstantiateWithFlags)
  *   EGPU_MOCK_CUDA_TAG         who launches, for busy time (default "pid<pid>")
+ *   EGPU_MOCK_CUDA_SMS         streaming multiprocessors of every card (what
+ *                              CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+ *                              reports), 1..100000; set, a launch runs its
+ *                              blocks in waves of that many (see Time).
+ *                              Unset (or out of range): 108 (an A100's)
+ *                              reported, and blocks one after another (read
+ *                              by cuDeviceGetAttribute and
+ *                              cuModuleGetFunction)
  *   EGPU_MOCK_CUDA_VERSION     what cuDriverGetVersion reports (default 12040)
  *
  * Device memory. Every device allocation is rounded up to the 2 MiB
@@ -93,7 +101,11 @@
  * cuLaunchCooperativeKernel and their _ptsz, each device's launch of
  * cuLaunchCooperativeKernelMultiDevice, and the pre-4.0 cuLaunch,
  * cuLaunchGrid and cuLaunchGridAsync) costs grid_x * grid_y * grid_z *
- * ns_per_block of device time on its card and returns at once; cuLaunch's
+ * ns_per_block of device time on its card, or with EGPU_MOCK_CUDA_SMS,
+ * ceil(grid_x * grid_y * grid_z / SMs) * ns_per_block: a card of S SMs
+ * runs S blocks at a time, so a grid's time grows by waves, not blocks,
+ * and the same grid is shorter on a larger card (1000 blocks are 8 waves
+ * on 132 SMs, 6 on 188); it returns at once; cuLaunch's
  * grid is 1 x 1 and cuLaunchGrid's width x height, and their block shape is
  * the function's from cuFuncSetBlockShape (1 x 1 x 1 until set; it does not
  * change the cost); mock_device.h says how the card serialises launches of all
@@ -237,6 +249,7 @@ struct obj {
         struct {
             uint64_t module;
             uint64_t ns_per_block;
+            uint64_t sms;      /* blocks run at once (EGPU_MOCK_CUDA_SMS), 0: one at a time */
             unsigned block[3]; /* cuFuncSetBlockShape's, 1 x 1 x 1 at first */
             char name[NAME_LEN];
         } func;
@@ -897,8 +910,17 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     return end(CUDA_SUCCESS);
 }
 
-/* An A100's: 108 SMs, 1410 MHz, compute capability 8.0, 1024 threads per
- * block; the PCI bus id is the card index + 1. Others: INVALID_VALUE. */
+/* EGPU_MOCK_CUDA_SMS, 0 when unset or out of range. */
+static uint64_t mock_sms(void)
+{
+    uint64_t v = env_u64("EGPU_MOCK_CUDA_SMS", 0);
+
+    return v <= 100000 ? v : 0;
+}
+
+/* An A100's: 108 SMs (EGPU_MOCK_CUDA_SMS when set), 1410 MHz, compute
+ * capability 8.0, 1024 threads per block; the PCI bus id is the card index
+ * + 1. Others: INVALID_VALUE. */
 CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev)
 {
     ENTRY();
@@ -918,7 +940,7 @@ CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice dev)
         *value = 1410000;
         break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-        *value = 108;
+        *value = mock_sms() != 0 ? (int)mock_sms() : 108;
         break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
         *value = dev + 1;
@@ -2408,6 +2430,7 @@ CUresult cuModuleGetFunction(CUfunction *fn, CUmodule module, const char *name)
     f->ctx = m->ctx;
     f->u.func.module = m->key;
     f->u.func.ns_per_block = kernel_cost(name);
+    f->u.func.sms = mock_sms();
     f->u.func.block[0] = f->u.func.block[1] = f->u.func.block[2] = 1;
     snprintf(f->u.func.name, sizeof(f->u.func.name), "%s", name);
     *fn = (CUfunction)(uintptr_t)f->key;
@@ -2458,6 +2481,8 @@ static CUresult launch(CUfunction fn, const unsigned grid[3], const unsigned blo
     if (f->ctx != t.ctx->key)
         return end(CUDA_ERROR_INVALID_CONTEXT);
     blocks = (uint64_t)grid[0] * grid[1] * grid[2];
+    if (f->u.func.sms != 0) /* waves of sms blocks at a time */
+        blocks = (blocks + f->u.func.sms - 1) / f->u.func.sms;
     if (__builtin_mul_overflow(blocks, f->u.func.ns_per_block, &cost))
         cost = UINT64_MAX;
     if (capturing(&t) != NULL) /* recorded in the graph, not run */

@@ -3,8 +3,9 @@
  * Built by src/agent/CMakeLists.txt as
  * <build>/src/agent/nvml-mock[-variant]/libnvidia-ml.so.1 (three variants: complete;
  * -DNVML_MOCK_NO_MINOR lacks the required nvmlDeviceGetMinorNumber; -DNVML_MOCK_NO_OPTIONAL lacks
- * topology, P2P and event calls), so the NVML backend runs its real dlopen/dlsym path without a
- * GPU. The simulated machine is read from the environment at each nvmlInit_v2:
+ * nvmlDeviceGetMemoryInfo_v2, topology, P2P and event calls, as an older driver), so the NVML
+ * backend runs its real dlopen/dlsym path without a GPU. The simulated machine is read from the
+ * environment at each nvmlInit_v2:
  *
  *   EGPU_MOCK_NVML_GPUS    "name:MiB[:uuid],..." (default: two A100 80GB);
  *                          minor numbers are given in reverse (count-1-index)
@@ -17,6 +18,11 @@
  *   EGPU_MOCK_NVML_XID     "index:xid,..." events delivered in order by
  *                          nvmlEventSetWait_v2 (index '*': device NULL)
  *   EGPU_MOCK_NVML_NO_EVENTS  "1": nvmlDeviceRegisterEvents is not supported
+ *   EGPU_MOCK_NVML_RESERVED_MIB  what the driver and firmware set aside on each
+ *                          card, MiB (default 0; read at each call): as a real
+ *                          driver's, nvmlDeviceGetMemoryInfo counts it in used,
+ *                          nvmlDeviceGetMemoryInfo_v2 reports it as reserved and
+ *                          leaves it out of used (total = reserved + free + used)
  *
  * The optional details (not in the -DNVML_MOCK_NO_OPTIONAL variant): driver
  * "570.133.20", CUDA 12080 (12.8), and per card compute capability 8.0,
@@ -52,20 +58,7 @@
 
 /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH: a struct's version field is not one
  * this library knows (NVML API reference). */
-#define MOCK_NVML_VERSION_MISMATCH 25
-
-/* nvmlMemory_v2_t and its version word nvmlMemory_v2 (NVML_STRUCT_VERSION(Memory, 2):
- * the struct's size | 2 << 24), bytes. */
-struct nvmlMemory_v2_st {
-    unsigned int version;
-    unsigned long long total;
-    unsigned long long reserved;
-    unsigned long long free;
-    unsigned long long used;
-};
-#define MOCK_NVML_MEMORY_V2 ((unsigned int)(sizeof(struct nvmlMemory_v2_st) | (2u << 24)))
-
-int nvmlDeviceGetMemoryInfo_v2(struct nvmlDevice_st *device, struct nvmlMemory_v2_st *memory);
+#define MOCK_NVML_VERSION_MISMATCH NVML_ERROR_ARGUMENT_VERSION_MISMATCH
 
 #define MOCK_GPUS_MAX  16
 #define MOCK_RULES_MAX 32
@@ -362,18 +355,31 @@ static struct egpu_mock_dev *shared_state(void)
     return &shared.dev;
 }
 
-/* Memory of card index in bytes: total from EGPU_MOCK_NVML_GPUS, used from the
- * shared state or 1/16 of the total without one. NVML_ERROR_UNKNOWN when the
- * state is named but cannot be read. */
+/* The driver's reservation on a card of total bytes, bytes
+ * (EGPU_MOCK_NVML_RESERVED_MIB, at most the total). */
+static unsigned long long reserved_of(unsigned long long total)
+{
+    const char *v = getenv("EGPU_MOCK_NVML_RESERVED_MIB");
+    unsigned long long r = v != NULL ? strtoull(v, NULL, 10) << 20 : 0;
+
+    return r < total ? r : total;
+}
+
+/* Memory of card index in bytes: total from EGPU_MOCK_NVML_GPUS, used by
+ * processes from the shared state or 1/16 of the total without one, at most
+ * the total less the reservation. NVML_ERROR_UNKNOWN when the state is named
+ * but cannot be read. */
 static int memory_of(const struct nvmlDevice_st *device, unsigned long long *total,
                      unsigned long long *used)
 {
     const char *path = getenv("EGPU_MOCK_CUDA_STATE");
+    unsigned long long room;
     struct egpu_mock_dev *dev;
     int r = NVML_SUCCESS;
 
     *total = device->mem_mib << 20;
-    *used = *total / 16;
+    room = *total - reserved_of(*total);
+    *used = *total / 16 < room ? *total / 16 : room;
     if (path == NULL || *path == '\0')
         return NVML_SUCCESS;
     pthread_mutex_lock(&shared.lock);
@@ -384,8 +390,8 @@ static int memory_of(const struct nvmlDevice_st *device, unsigned long long *tot
         egpu_mock_reclaim(dev);
         *used = device->index < dev->st->ncards ? dev->st->cards[device->index].used_bytes : 0;
         egpu_mock_unlock(dev);
-        if (*used > *total)
-            *used = *total;
+        if (*used > room)
+            *used = room;
     }
     pthread_mutex_unlock(&shared.lock);
     return r;
@@ -402,12 +408,13 @@ int nvmlDeviceGetMemoryInfo(struct nvmlDevice_st *device, struct nvmlMemory_st *
         r = memory_of(device, &total, &used);
     if (r == NVML_SUCCESS) {
         memory->total = total;
-        memory->used = used;
-        memory->free = total - used;
+        memory->used = used + reserved_of(total);
+        memory->free = total - memory->used;
     }
     return r;
 }
 
+#ifndef NVML_MOCK_NO_OPTIONAL
 int nvmlDeviceGetMemoryInfo_v2(struct nvmlDevice_st *device, struct nvmlMemory_v2_st *memory)
 {
     unsigned long long total, used;
@@ -415,18 +422,19 @@ int nvmlDeviceGetMemoryInfo_v2(struct nvmlDevice_st *device, struct nvmlMemory_v
 
     if (r == NVML_SUCCESS && memory == NULL)
         r = NVML_ERROR_INVALID_ARGUMENT;
-    if (r == NVML_SUCCESS && memory->version != MOCK_NVML_MEMORY_V2)
+    if (r == NVML_SUCCESS && memory->version != NVML_MEMORY_V2)
         r = MOCK_NVML_VERSION_MISMATCH;
     if (r == NVML_SUCCESS)
         r = memory_of(device, &total, &used);
     if (r == NVML_SUCCESS) {
         memory->total = total;
-        memory->reserved = 0;
+        memory->reserved = reserved_of(total);
         memory->used = used;
-        memory->free = total - used;
+        memory->free = total - memory->reserved - used;
     }
     return r;
 }
+#endif /* NVML_MOCK_NO_OPTIONAL */
 
 int nvmlDeviceGetUtilizationRates(struct nvmlDevice_st *device,
                                   struct nvmlUtilization_st *utilization)

@@ -4,8 +4,10 @@
  * show the allowed form), stable UUIDs, health changes waking a waiter,
  * links. The NVML backend against the mock libnvidia-ml.so.1 built in
  * <build>/src/agent (EGPU_NVML_MOCK_DIR, from egpu_agent's build interface):
- * cards listed, topology and NVLink, probe failures and XID events making
- * cards unhealthy, and the startup errors: no library, a missing required
+ * cards listed, used memory from nvmlDeviceGetMemoryInfo_v2 (the driver's
+ * reservation apart) or, without it, v1 (and the metric's series following
+ * the source), topology and NVLink, probe failures
+ * and XID events making cards unhealthy, and the startup errors: no library, a missing required
  * symbol (an error, never a NULL call), nvmlInit_v2 failing. Every test
  * checks that no egpu_malloc block and no NVML reference is left behind.
  */
@@ -17,15 +19,16 @@
 #include "testutil.h"
 #include "egpu/agent.h"
 #include "egpu/log.h"
+#include "metrics_int.h"
 
 #define MOCK_FULL    EGPU_NVML_MOCK_DIR "/nvml-mock/libnvidia-ml.so.1"
 #define MOCK_NOMINOR EGPU_NVML_MOCK_DIR "/nvml-mock-nominor/libnvidia-ml.so.1"
 #define MOCK_NOOPT   EGPU_NVML_MOCK_DIR "/nvml-mock-noopt/libnvidia-ml.so.1"
 
 static const char *const mock_vars[] = {
-    "EGPU_MOCK_NVML_GPUS",      "EGPU_MOCK_NVML_INIT",   "EGPU_MOCK_NVML_FAIL",
-    "EGPU_MOCK_NVML_TOPO",      "EGPU_MOCK_NVML_NVLINK", "EGPU_MOCK_NVML_XID",
-    "EGPU_MOCK_NVML_NO_EVENTS", EGPU_FAKE_GPUS_ENV,
+    "EGPU_MOCK_NVML_GPUS",      "EGPU_MOCK_NVML_INIT",         "EGPU_MOCK_NVML_FAIL",
+    "EGPU_MOCK_NVML_TOPO",      "EGPU_MOCK_NVML_NVLINK",       "EGPU_MOCK_NVML_XID",
+    "EGPU_MOCK_NVML_NO_EVENTS", "EGPU_MOCK_NVML_RESERVED_MIB", EGPU_FAKE_GPUS_ENV,
 };
 
 static long live_at_start;
@@ -373,6 +376,142 @@ static void test_nvml_cards(void **state)
     mock_release(&m, 1, 1);
 }
 
+/* Used memory, given an H100's 480 MiB reserved by the driver (the mock's
+ * EGPU_MOCK_NVML_RESERVED_MIB): v2 where it answers, used without the
+ * reservation; v1 (used with it) where the symbol is missing. */
+static void test_nvml_memory_v2(void **state)
+{
+    struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
+    struct egpu_error err = {0};
+    struct egpu_gpus *g = NULL;
+    struct mock m;
+    size_t n = 0;
+
+    (void)state;
+    setenv("EGPU_MOCK_NVML_GPUS", "NVIDIA H100 80GB HBM3:81559,Tesla T4:15360", 1);
+    setenv("EGPU_MOCK_NVML_RESERVED_MIB", "480", 1);
+    mock_hold(&m, MOCK_FULL);
+    if (egpu_gpus_open_nvml(MOCK_FULL, &g, &err) != 0)
+        fail_msg("open: %s", err.msg);
+    list_cards(g, cards, &n);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(cards[i].healthy && cards[i].has_used);
+        assert_int_equal(cards[i].mem_source, EGPU_MEM_SOURCE_V2);
+        assert_int_equal(cards[i].reserved_mem_mib, 480);
+    }
+    assert_int_equal(cards[0].mem_mib, 81559);
+    assert_int_equal(cards[0].used_mem_mib, 81559 / 16); /* the processes' part only */
+    assert_int_equal(cards[1].used_mem_mib, 15360 / 16);
+    assert_string_equal(egpu_gpu_mem_source_name(cards[0].mem_source),
+                        "nvmlDeviceGetMemoryInfo_v2");
+    /* An idle card: nothing used, whatever the driver holds. */
+    setenv("EGPU_MOCK_NVML_RESERVED_MIB", "81559", 1);
+    list_cards(g, cards, &n);
+    assert_int_equal(cards[0].used_mem_mib, 0);
+    assert_int_equal(cards[0].reserved_mem_mib, 81559);
+    egpu_gpus_free(g);
+    mock_release(&m, 1, 1);
+
+    /* A library without v2 (an older driver): v1, the reservation in used. */
+    setenv("EGPU_MOCK_NVML_RESERVED_MIB", "480", 1);
+    mock_hold(&m, MOCK_NOOPT);
+    if (egpu_gpus_open_nvml(MOCK_NOOPT, &g, &err) != 0)
+        fail_msg("open: %s", err.msg);
+    list_cards(g, cards, &n);
+    assert_int_equal(n, 2);
+    assert_true(cards[0].healthy && cards[0].has_used);
+    assert_int_equal(cards[0].mem_source, EGPU_MEM_SOURCE_V1);
+    assert_int_equal(cards[0].used_mem_mib, 81559 / 16 + 480);
+    assert_int_equal(cards[0].reserved_mem_mib, 0);
+    assert_string_equal(egpu_gpu_mem_source_name(cards[0].mem_source), "nvmlDeviceGetMemoryInfo");
+    assert_string_equal(egpu_gpu_mem_source_name(EGPU_MEM_SOURCE_NONE), "none");
+    egpu_gpus_free(g);
+    mock_release(&m, 1, 1);
+}
+
+/* v2 exported but answering "not here" (FUNCTION_NOT_FOUND, NOT_SUPPORTED,
+ * ARGUMENT_VERSION_MISMATCH): v1 on that probe, the card healthy, and v2
+ * again once it answers. Any other failure of v2 is the card's. */
+static void test_nvml_memory_v2_fails(void **state)
+{
+    static const char *const fallbacks[] = {
+        "nvmlDeviceGetMemoryInfo_v2@*=13",
+        "nvmlDeviceGetMemoryInfo_v2@*=3",
+        "nvmlDeviceGetMemoryInfo_v2@1=25",
+    };
+    struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
+    struct egpu_error err = {0};
+    struct egpu_gpus *g = NULL;
+    struct mock m;
+    size_t n = 0;
+
+    (void)state;
+    setenv("EGPU_MOCK_NVML_GPUS", "H100:81559,H100:81559", 1);
+    setenv("EGPU_MOCK_NVML_RESERVED_MIB", "480", 1);
+    mock_hold(&m, MOCK_FULL);
+    if (egpu_gpus_open_nvml(MOCK_FULL, &g, &err) != 0)
+        fail_msg("open: %s", err.msg);
+    for (size_t f = 0; f < sizeof(fallbacks) / sizeof(fallbacks[0]); f++) {
+        setenv("EGPU_MOCK_NVML_FAIL", fallbacks[f], 1);
+        list_cards(g, cards, &n);
+        assert_int_equal(n, 2);
+        assert_true(cards[1].healthy && cards[1].has_used);
+        assert_int_equal(cards[1].mem_source, EGPU_MEM_SOURCE_V1);
+        assert_int_equal(cards[1].used_mem_mib, 81559 / 16 + 480);
+        assert_int_equal(cards[1].reserved_mem_mib, 0);
+        unsetenv("EGPU_MOCK_NVML_FAIL");
+        list_cards(g, cards, &n);
+        assert_int_equal(cards[1].mem_source, EGPU_MEM_SOURCE_V2);
+        assert_int_equal(cards[1].used_mem_mib, 81559 / 16);
+        assert_int_equal(cards[1].reserved_mem_mib, 480);
+    }
+    /* Both unavailable and v1 failing: v1's failure names the card's fault. */
+    setenv("EGPU_MOCK_NVML_FAIL", "nvmlDeviceGetMemoryInfo_v2@0=3,nvmlDeviceGetMemoryInfo@0=15", 1);
+    list_cards(g, cards, &n);
+    unsetenv("EGPU_MOCK_NVML_FAIL");
+    assert_false(cards[0].healthy);
+    assert_string_equal(cards[0].reason, "nvmlDeviceGetMemoryInfo: GPU is lost");
+    assert_true(cards[1].healthy);
+    egpu_gpus_free(g);
+    mock_release(&m, 1, 1);
+}
+
+/* The used-memory series follow the card's source: after a fall back from
+ * v2 to v1 only the v1 series is left, and a card that left has none. */
+static void test_used_series_follow_the_source(void **state)
+{
+    static const char *const labels[] = {"gpu", "source"};
+    struct egpu_gpu_info cards[2];
+    struct egpu_metrics *reg = egpu_metrics_new();
+    struct egpu_metric *m = NULL;
+    const char *v2[] = {"GPU-a", "nvmlDeviceGetMemoryInfo_v2"};
+    const char *v1[] = {"GPU-a", "nvmlDeviceGetMemoryInfo"};
+    const char *other[] = {"GPU-b", "nvmlDeviceGetMemoryInfo_v2"};
+    double got;
+
+    (void)state;
+    assert_non_null(reg);
+    assert_int_equal(egpu_metric_gauge(reg, "used", "", 2, labels, &m), 0);
+    memset(cards, 0, sizeof(cards));
+    snprintf(cards[0].uuid, sizeof(cards[0].uuid), "GPU-a");
+    snprintf(cards[1].uuid, sizeof(cards[1].uuid), "GPU-b");
+    cards[0].mem_source = cards[1].mem_source = EGPU_MEM_SOURCE_V2;
+    assert_int_equal(egpu_metric_set(m, v2, 5), 0);
+    assert_int_equal(egpu_metric_set(m, other, 7), 0);
+    assert_int_equal(egpu__agent_metrics_used_retain(m, cards, 2), 0);
+    cards[0].mem_source = EGPU_MEM_SOURCE_V1; /* card a falls back */
+    assert_int_equal(egpu_metric_set(m, v1, 485), 0);
+    assert_int_equal(egpu__agent_metrics_used_retain(m, cards, 2), 1);
+    assert_int_equal(egpu_metric_get(m, v2, &got), -ENOENT);
+    assert_int_equal(egpu_metric_get(m, v1, &got), 0);
+    assert_true(got == 485);
+    assert_int_equal(egpu__agent_metrics_used_retain(m, cards, 1), 1); /* card b left */
+    assert_int_equal(egpu_metric_get(m, other, &got), -ENOENT);
+    assert_int_equal(egpu_metric_get(m, v1, &got), 0);
+    egpu_metrics_free(reg);
+}
+
 static void test_nvml_topology(void **state)
 {
     struct egpu_error err = {0};
@@ -429,13 +568,13 @@ static void test_nvml_probe_failures(void **state)
 
     /* Card 1 is lost after it was listed: same identity, unhealthy. Card
      * 2's handle fails: known before, so still listed under its UUID. */
-    setenv("EGPU_MOCK_NVML_FAIL", "nvmlDeviceGetMemoryInfo@1=15,nvmlDeviceGetHandleByIndex_v2@2=15",
-           1);
+    setenv("EGPU_MOCK_NVML_FAIL",
+           "nvmlDeviceGetMemoryInfo_v2@1=15,nvmlDeviceGetHandleByIndex_v2@2=15", 1);
     list_cards(g, cards, &n);
     assert_int_equal(n, 3);
     assert_true(cards[0].healthy);
     assert_false(cards[1].healthy);
-    assert_string_equal(cards[1].reason, "nvmlDeviceGetMemoryInfo: GPU is lost");
+    assert_string_equal(cards[1].reason, "nvmlDeviceGetMemoryInfo_v2: GPU is lost");
     assert_string_equal(cards[1].uuid, "GPU-6d0c1c3e-0000-4000-8000-000000000001");
     assert_int_equal(cards[1].mem_mib, 40960);
     assert_false(cards[2].healthy);
@@ -638,6 +777,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fake_health_and_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fake_links, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_cards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nvml_memory_v2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nvml_memory_v2_fails, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_used_series_follow_the_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_topology, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_probe_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nvml_xid_events, setup, teardown),

@@ -708,6 +708,70 @@ static void test_used_reported_when_it_moves(void **state)
     egpu_free(st);
 }
 
+/* status.used names the NVML call behind memory: with v2 the reservation
+ * beside it (reservedMemory), with v1 none (the merge patch removes the one
+ * v2 wrote, since v1 counts it inside memory); a source change is written
+ * like a move, not within EGPU_USED_MIN_REPORTS reports of the last write. */
+static void test_used_names_its_source(void **state)
+{
+    struct egpu_inventory_used *st = egpu_calloc(1, sizeof(*st));
+    struct egpu_gpu_info cards[1];
+    struct egpu_inventory_stats stats;
+    struct egpu_error err = {0};
+    json_t *obj, *used;
+
+    (void)state;
+    assert_non_null(st);
+    cards[0] = card(0, "GPU-00000000-0000-0000-0000-000000000000", "H100", 81559);
+    assert_int_equal(egpu_inventory_publish(srv.kc, "node-a", cards, 1, &stats, &err), 0);
+    used_card(&cards[0], 0, 0);
+    cards[0].mem_source = EGPU_MEM_SOURCE_V2;
+    cards[0].reserved_mem_mib = 480;
+    report(st, cards, 1, 1, 1);
+    obj = get_gpu("node-a-gpu0");
+    used = json_object_get(json_object_get(obj, "status"), "used");
+    assert_int_equal(int_at(obj, "status", "used", "memory"), 0);
+    assert_string_equal(json_string_value(json_object_get(used, "memorySource")),
+                        "nvmlDeviceGetMemoryInfo_v2");
+    assert_int_equal(int_at(obj, "status", "used", "reservedMemory"), 480);
+    assert_int_equal(json_object_size(used), 5);
+    json_decref(obj);
+
+    /* v2 stops answering: v1's used holds the reservation. */
+    cards[0].mem_source = EGPU_MEM_SOURCE_V1;
+    cards[0].reserved_mem_mib = 0;
+    cards[0].used_mem_mib = 480;
+    for (int i = 0; i < EGPU_USED_MIN_REPORTS - 1; i++)
+        report(st, cards, 1, 0, 0);
+    report(st, cards, 1, 1, 1);
+    obj = get_gpu("node-a-gpu0");
+    used = json_object_get(json_object_get(obj, "status"), "used");
+    assert_int_equal(int_at(obj, "status", "used", "memory"), 480);
+    assert_string_equal(json_string_value(json_object_get(used, "memorySource")),
+                        "nvmlDeviceGetMemoryInfo");
+    assert_null(json_object_get(used, "reservedMemory"));
+    assert_int_equal(json_object_size(used), 4);
+    json_decref(obj);
+    report(st, cards, 1, 0, 0);
+
+    /* The reservation moving by EGPU_USED_MIN_MIB is a move. */
+    cards[0].mem_source = EGPU_MEM_SOURCE_V2;
+    cards[0].used_mem_mib = 0;
+    cards[0].reserved_mem_mib = 480;
+    for (int i = 0; i < EGPU_USED_MIN_REPORTS; i++)
+        report(st, cards, 1, i == EGPU_USED_MIN_REPORTS - 2 ? 1 : 0,
+               i == EGPU_USED_MIN_REPORTS - 2 ? 1 : 0);
+    cards[0].reserved_mem_mib = 480 + EGPU_USED_MIN_MIB - 1;
+    for (int i = 0; i < EGPU_USED_MIN_REPORTS + 1; i++)
+        report(st, cards, 1, 0, 0);
+    cards[0].reserved_mem_mib = 480 + EGPU_USED_MIN_MIB;
+    report(st, cards, 1, 1, 1);
+    obj = get_gpu("node-a-gpu0");
+    assert_int_equal(int_at(obj, "status", "used", "reservedMemory"), 480 + EGPU_USED_MIN_MIB);
+    json_decref(obj);
+    egpu_free(st);
+}
+
 static void test_names(void **state)
 {
     char name[EGPU_GPU_NAME_MAX], label[64], node[300], other[300];
@@ -787,6 +851,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_api_failures_reported_then_repaired, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_used_reported_when_it_moves, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_used_names_its_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_topology_published, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_node_name_published, setup, teardown),

@@ -541,6 +541,8 @@ static void test_converted_then_validated(void **state)
 
 static void test_wants_gpu(void **state)
 {
+    struct egpu_api_compat_result *r;
+    struct egpu_error err = {0};
     json_t *s;
 
     (void)state;
@@ -553,6 +555,32 @@ static void test_wants_gpu(void **state)
     json_decref(s);
     s = parse("{\"containers\":null}");
     assert_false(egpu_api_spec_wants_gpu(s));
+    json_decref(s);
+    /* DRA mode's marker is no GPU ask, alone or beside a GPU claim; a GPU
+     * name beside it still is. */
+    assert_true(egpu_api_res_asks_gpu("elasticgpu.io/gpu-core"));
+    assert_true(egpu_api_res_asks_gpu("elasticgpu.io/gpu-tflops"));
+    assert_false(egpu_api_res_asks_gpu(EGPU_RES_DRA));
+    assert_false(egpu_api_res_asks_gpu("elasticgpu.io"));
+    assert_false(egpu_api_res_asks_gpu("tencent.com/vcuda-core"));
+    s = parse(L("{\"elasticgpu.io/dra\":\"1\",\"cpu\":\"1\"}"));
+    assert_false(egpu_api_spec_wants_gpu(s));
+    assert_false(egpu_api_pod_asks_gpu(s, NULL, true));
+    json_decref(s);
+    s = parse(L("{\"elasticgpu.io/dra\":\"1\",\"elasticgpu.io/gpu-core\":\"100\"}"));
+    assert_true(egpu_api_spec_wants_gpu(s));
+    assert_true(egpu_api_pod_asks_gpu(s, NULL, false));
+    json_decref(s);
+    s = parse(L("{\"elasticgpu.io/dra\":\"1\",\"tencent.com/vcuda-core\":\"100\"}"));
+    assert_false(egpu_api_spec_wants_gpu(s));
+    assert_true(egpu_api_pod_asks_gpu(s, NULL, false));
+    /* ... and a compatible name beside the marker is still converted. */
+    r = egpu_malloc(sizeof(*r));
+    assert_non_null(r);
+    assert_int_equal(egpu_api_compat_convert(s, NULL, NULL, r, &err), 0);
+    assert_int_equal(r->nedits, 1);
+    assert_string_equal(r->edits[0].to, EGPU_RES_GPU_CORE);
+    egpu_free(r);
     json_decref(s);
 }
 

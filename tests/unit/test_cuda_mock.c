@@ -1117,10 +1117,60 @@ static void test_busy_and_utilisation(void **state)
     primary_release(1);
 }
 
-/* NVML's memory info (v1 and v2) is the cards' simulated memory in use. */
+/* EGPU_MOCK_CUDA_SMS: the SM count reported, and grids run in waves of
+ * that many blocks (a function takes the count when it is got), so one grid
+ * is shorter on a larger card; unset, 108 and blocks one after another. */
+static void test_sms(void **state)
+{
+    static const struct {
+        const char *sms;
+        int reported;
+        uint64_t busy_ns; /* of 1000 blocks at 100 us a wave */
+    } cases[] = {
+        {"132", 132, 8 * 100000},   /* ceil(1000 / 132) = 8 waves */
+        {"188", 188, 6 * 100000},   /* ceil(1000 / 188) = 6 */
+        {NULL, 108, 1000 * 100000}, /* unset: one block at a time */
+    };
+    CUmodule mod;
+    CUfunction fn;
+    char args[128], *text;
+    int status, v;
+
+    (void)state;
+    setenv("EGPU_MOCK_CUDA_KERNEL_NS", "wave=100000", 1);
+    primary(0);
+    assert_int_equal(cu.cuModuleLoadData(&mod, "x"), CUDA_SUCCESS);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (cases[i].sms != NULL)
+            setenv("EGPU_MOCK_CUDA_SMS", cases[i].sms, 1);
+        else
+            unsetenv("EGPU_MOCK_CUDA_SMS");
+        assert_int_equal(cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+                         CUDA_SUCCESS);
+        assert_int_equal(v, cases[i].reported);
+        assert_int_equal(cu.cuModuleGetFunction(&fn, mod, "wave"), CUDA_SUCCESS);
+        snprintf(args, sizeof(args), "%s reset-busy", state_path);
+        free(mockctl(args, &status));
+        assert_int_equal(status, 0);
+        assert_int_equal(cu.cuLaunchKernel(fn, 250, 4, 1, 1, 1, 1, 0, NULL, NULL, NULL),
+                         CUDA_SUCCESS);
+        assert_int_equal(cu.cuCtxSynchronize(), CUDA_SUCCESS);
+        text = mockctl(state_path, &status);
+        assert_int_equal(status, 0);
+        assert_int_equal(field(text, "card 0 ", "busy_ns"), cases[i].busy_ns);
+        free(text);
+    }
+    assert_int_equal(cu.cuModuleUnload(mod), CUDA_SUCCESS);
+    unsetenv("EGPU_MOCK_CUDA_KERNEL_NS");
+    primary_release(0);
+}
+
+/* NVML's memory info (v1 and v2) is the cards' simulated memory in use, and
+ * the driver's reservation (EGPU_MOCK_NVML_RESERVED_MIB) in v1's used, apart in v2. */
 static void test_nvml_memory(void **state)
 {
     struct nvml_memory_v2 m2 = {.version = NVML_MEMORY_V2};
+    struct nvml_memory m1;
     CUdeviceptr p;
     uint64_t base;
     void *d;
@@ -1134,6 +1184,17 @@ static void test_nvml_memory(void **state)
     assert_int_equal(m2.total, 2048 * MIB);
     assert_int_equal(m2.used, base + 100 * MIB);
     assert_int_equal(m2.free, m2.total - m2.used);
+    assert_int_equal(m2.reserved, 0);
+    /* The driver's reservation: v1 counts it as used, v2 apart. */
+    setenv("EGPU_MOCK_NVML_RESERVED_MIB", "480", 1);
+    assert_int_equal(nvml.memory_v2(d, &m2), 0);
+    assert_int_equal(m2.reserved, 480 * MIB);
+    assert_int_equal(m2.used, base + 100 * MIB);
+    assert_int_equal(m2.free, m2.total - 480 * MIB - m2.used);
+    assert_int_equal(nvml.memory(d, &m1), 0);
+    assert_int_equal(m1.used, base + 100 * MIB + 480 * MIB);
+    assert_int_equal(m1.free, m2.free);
+    unsetenv("EGPU_MOCK_NVML_RESERVED_MIB");
     m2.version = 1;
     assert_int_equal(nvml.memory_v2(d, &m2), 25); /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
     assert_int_equal(cu.cuMemFree_v2(p), CUDA_SUCCESS);
@@ -1395,9 +1456,10 @@ static int group_setup(void **state)
 
 int main(int argc, char **argv)
 {
-    static const char *const unset[] = {"EGPU_MOCK_CUDA_CONTEXT_MIB", "EGPU_MOCK_CUDA_BLOCK_NS",
-                                        "EGPU_MOCK_CUDA_KERNEL_NS",   "EGPU_MOCK_CUDA_VERSION",
-                                        "EGPU_MOCK_NVML_FAIL",        "EGPU_MOCK_NVML_INIT"};
+    static const char *const unset[] = {
+        "EGPU_MOCK_CUDA_CONTEXT_MIB", "EGPU_MOCK_CUDA_BLOCK_NS",    "EGPU_MOCK_CUDA_KERNEL_NS",
+        "EGPU_MOCK_CUDA_VERSION",     "EGPU_MOCK_CUDA_SMS",         "EGPU_MOCK_NVML_FAIL",
+        "EGPU_MOCK_NVML_INIT",        "EGPU_MOCK_NVML_RESERVED_MIB"};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init),
         cmocka_unit_test(test_devices),
@@ -1409,6 +1471,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_proc_address),
         cmocka_unit_test(test_timeline),
         cmocka_unit_test(test_busy_and_utilisation),
+        cmocka_unit_test(test_sms),
         cmocka_unit_test(test_nvml_memory),
         cmocka_unit_test(test_shared_between_processes),
         cmocka_unit_test(test_processes_share_the_clock),

@@ -50,6 +50,15 @@
     "{'request': 'gpu', 'driver': 'gpu.elasticgpu.io', 'pool': '" pool "', 'device': '" dev \
     "', 'shareID': '" share "', 'consumedCapacity': {'cores': '" cores "', 'memory': '" mem "'}}"
 
+/* shareIDs: UUIDs, as kube-scheduler writes them (egpu_api_dra_results refuses others) */
+#define SHARE_TRAIN "7e1c0a4e-1d1e-4c3a-9a38-3a4d2f6b9a01"
+#define SHARE_INFER "7e1c0a4e-1d1e-4c3a-9a38-3a4d2f6b9a02"
+#define SHARE_1     "7e1c0a4e-1d1e-4c3a-9a38-3a4d2f6b9a11"
+#define SHARE_2     "7e1c0a4e-1d1e-4c3a-9a38-3a4d2f6b9a12"
+#define SHARE_3     "7e1c0a4e-1d1e-4c3a-9a38-3a4d2f6b9a13"
+#define SHARE_S     "7e1c0a4e-1d1e-4c3a-9a38-3a4d2f6b9a21"
+#define SHARE_T     "7e1c0a4e-1d1e-4c3a-9a38-3a4d2f6b9a22"
+
 #define POD(name) "{'resource': 'pods', 'name': '" name "', 'uid': 'uid-" name "'}"
 
 /* n1 in device-plugin mode (one shared card); n2 in DRA mode: its slice's
@@ -76,8 +85,8 @@ static const char *const slice_objs[] = {
 #define NSLICES (sizeof(slice_objs) / sizeof(slice_objs[0]))
 
 static const char *const claim_objs[] = {
-    CLAIM("ml", "train", RES("n2", "gpu-0", "s-train", "30", "4Gi"), POD("train-0")),
-    CLAIM("ml", "infer", RES("n2", "gpu-0", "s-infer", "20", "8192Mi"),
+    CLAIM("ml", "train", RES("n2", "gpu-0", SHARE_TRAIN, "30", "4Gi"), POD("train-0")),
+    CLAIM("ml", "infer", RES("n2", "gpu-0", SHARE_INFER, "20", "8192Mi"),
           POD("infer-a") ", " POD("infer-b") ", " POD("infer-c")),
     /* A device not shared: no consumedCapacity, no shareID. */
     CLAIM("team-a", "whole",
@@ -248,10 +257,10 @@ static void test_inspect_json(void **state)
         "'memoryAllocated': 12288, 'memoryTotal': 81559, 'used': {'memory': 5000, "
         "'utilization': 41, 'updateTime': null}, 'pods': ["
         "{'namespace': 'ml', 'pod': 'infer-a', 'container': null, 'core': 20, 'memory': 8192, "
-        "'claim': 'infer', 'shareID': 's-infer', 'reservedFor': ['infer-a', 'infer-b', "
+        "'claim': 'infer', 'shareID': '" SHARE_INFER "', 'reservedFor': ['infer-a', 'infer-b', "
         "'infer-c']}, "
         "{'namespace': 'ml', 'pod': 'train-0', 'container': null, 'core': 30, 'memory': 4096, "
-        "'claim': 'train', 'shareID': 's-train', 'reservedFor': ['train-0']}]}, "
+        "'claim': 'train', 'shareID': '" SHARE_TRAIN "', 'reservedFor': ['train-0']}]}, "
         "{'name': 'gpu-1', 'device': 'gpu-1', 'index': 1, 'uuid': 'GPU-n2-gpu1', 'model': "
         "'NVIDIA H100 80GB HBM3', 'health': 'Healthy', 'coreAllocated': 100, 'coreTotal': 100, "
         "'memoryAllocated': 81920, 'memoryTotal': 81920, 'used': {'memory': null, "
@@ -272,8 +281,9 @@ static void test_inspect_json(void **state)
     }
     /* Keys in the documented order. */
     assert_non_null(strstr(egpu_buf_str(&b), "\"name\": \"n2\",\n      \"mode\": \"dra\",\n"));
-    assert_non_null(strstr(egpu_buf_str(&b), "\"claim\": \"train\",\n              \"shareID\": "
-                                             "\"s-train\",\n              \"reservedFor\": ["));
+    assert_non_null(strstr(egpu_buf_str(&b),
+                           "\"claim\": \"train\",\n              \"shareID\": "
+                           "\"" SHARE_TRAIN "\",\n              \"reservedFor\": ["));
     json_decref(want);
     json_decref(doc);
     egpu_buf_free(&b);
@@ -288,8 +298,8 @@ static void test_generations(void **state)
 {
     static const char two[] =
         CLAIM("ml", "two",
-              RES("n2", "gpu-5", "s1", "10", "1Gi") ", " RES(
-                  "n2", "gpu-0", "s2", "10", "1Gi") ", " RES("n9", "gpu-0", "s3", "1", "1Mi"),
+              RES("n2", "gpu-5", SHARE_1, "10", "1Gi") ", " RES(
+                  "n2", "gpu-0", SHARE_2, "10", "1Gi") ", " RES("n9", "gpu-0", SHARE_3, "1", "1Mi"),
               POD("p"));
     struct egpu_kubectl_dra *d = egpu_kubectl_dra_new(NULL);
     struct egpu_error err;
@@ -314,7 +324,7 @@ static void test_generations(void **state)
     assert_string_equal(err.msg, "status.allocation.devices.results: device gpu-5 of pool n2 is "
                                  "in no ResourceSlice of gpu.elasticgpu.io");
     assert_int_equal(d->cards[0].nshares, 1);
-    assert_string_equal(d->cards[0].shares[0].share_id, "s2");
+    assert_string_equal(d->cards[0].shares[0].share_id, SHARE_2);
     /* Slices come before claims. */
     assert_int_equal(add(d, true, slice_objs[0], &err), -EINVAL);
     egpu_kubectl_dra_free(d);
@@ -545,29 +555,40 @@ static void test_bad_claims(void **state)
          "status.allocation.devices.results[0].driver is missing; allowed: a string"},
         {CLAIM("ml", "c", "{'driver': 'gpu.elasticgpu.io', 'device': 'gpu-0'}", ""), EGPU_ESYNTAX,
          "status.allocation.devices.results[0].pool is missing; allowed: a string"},
-        {CLAIM("ml", "c", RES("n2", "gpu-0", "s", "101", "1Gi"), ""), EGPU_ERANGE,
+        {CLAIM("ml", "c", RES("n2", "gpu-0", SHARE_S, "101", "1Gi"), ""), EGPU_ERANGE,
          "status.allocation.devices.results[0].consumedCapacity.cores is \"101\"; allowed: a "
-         "whole number 0..100 (percent of the card)"},
-        {CLAIM("ml", "c", RES("n2", "gpu-0", "s", "30", "lots"), ""), EGPU_ERANGE,
+         "whole number 0..100 (percent of one card)"},
+        {CLAIM("ml", "c", RES("n2", "gpu-0", SHARE_S, "30", "lots"), ""), EGPU_ERANGE,
          "status.allocation.devices.results[0].consumedCapacity.memory is \"lots\"; allowed: a "
          "quantity of bytes 0..4294967295Mi"},
         {CLAIM("ml", "c",
-               "{'driver': 'gpu.elasticgpu.io', 'pool': 'n2', 'device': 'gpu-0', "
-               "'consumedCapacity': []}",
+               "{'request': 'gpu', 'driver': 'gpu.elasticgpu.io', 'pool': 'n2', 'device': "
+               "'gpu-0', 'consumedCapacity': []}",
                ""),
          EGPU_ESYNTAX,
          "status.allocation.devices.results[0].consumedCapacity is not an object; allowed: an "
          "object"},
-        {CLAIM("ml", "c", RES("n2", "gpu-0", "s", "30", "1Gi"), "'pod'"), EGPU_ESYNTAX,
+        {CLAIM("ml", "c", RES("n2", "gpu-0", SHARE_S, "30", "1Gi"), "'pod'"), EGPU_ESYNTAX,
          "status.reservedFor[0] is not an object; allowed: a ResourceClaimConsumerReference"},
-        {CLAIM("ml", "c", RES("n2", "gpu-0", "s", "30", "1Gi"), "{'resource': 'pods'}"),
+        {CLAIM("ml", "c", RES("n2", "gpu-0", SHARE_S, "30", "1Gi"), "{'resource': 'pods'}"),
          EGPU_ESYNTAX, "status.reservedFor[0].name is missing; allowed: a string"},
+        /* A fraction of a percent is no value the allocator writes (the
+         * slice's step is 1): refused, as the agent and the quota refuse it. */
+        {CLAIM("ml", "c", RES("n2", "gpu-0", SHARE_S, "250m", "1Gi"), ""), EGPU_ERANGE,
+         "status.allocation.devices.results[0].consumedCapacity.cores is \"250m\"; allowed: a "
+         "whole number 0..100 (percent of one card)"},
+        /* A result without its request, or a request that is no request name. */
+        {CLAIM("ml", "c", "{'driver': 'gpu.elasticgpu.io', 'pool': 'n2', 'device': 'gpu-0'}", ""),
+         EGPU_ESYNTAX,
+         "status.allocation.devices.results[0].request is missing; allowed: a string"},
         /* A result of ours after a good one: nothing of the claim is added. */
-        {CLAIM("ml", "c",
-               RES("n2", "gpu-0", "s", "30", "1Gi") ", " RES("n2", "gpu-1", "t", "x", "1Gi"), ""),
+        {CLAIM(
+             "ml", "c",
+             RES("n2", "gpu-0", SHARE_S, "30", "1Gi") ", " RES("n2", "gpu-1", SHARE_T, "x", "1Gi"),
+             ""),
          EGPU_ERANGE,
          "status.allocation.devices.results[1].consumedCapacity.cores is \"x\"; allowed: a whole "
-         "number 0..100 (percent of the card)"},
+         "number 0..100 (percent of one card)"},
     };
     struct egpu_kubectl_dra *d = egpu_kubectl_dra_new(NULL);
     struct egpu_error err;
@@ -588,7 +609,7 @@ static void test_bad_claims(void **state)
                             "{'allocation': {'devices': {'results': [");
     for (int i = 0; i < 33; i++)
         used += (size_t)snprintf(many + used, sizeof(many) - used, "%s%s", i ? ", " : "",
-                                 RES("n2", "gpu-0", "s", "1", "1Mi"));
+                                 RES("n2", "gpu-0", SHARE_S, "1", "1Mi"));
     snprintf(many + used, sizeof(many) - used, "]}}}}");
     assert_int_equal(add(d, false, many, &err), EGPU_ERANGE);
     assert_string_equal(err.msg,
@@ -597,14 +618,14 @@ static void test_bad_claims(void **state)
      * hold all of the card's (the slice's requestPolicy default). */
     assert_int_equal(add(d, false,
                          CLAIM("ml", "c",
-                               "{'driver': 'gpu.elasticgpu.io', 'pool': 'n2', 'device': 'gpu-1', "
-                               "'consumedCapacity': {'cores': '250m'}}",
+                               "{'request': 'gpu', 'driver': 'gpu.elasticgpu.io', 'pool': "
+                               "'n2', 'device': 'gpu-1', 'consumedCapacity': {'cores': '1'}}",
                                "{'apiGroup': 'batch', 'resource': 'jobs', 'name': 'j'}"),
                          &err),
                      0);
     assert_int_equal(d->cards[1].nshares, 1);
     assert_int_equal(d->cards[1].shares[0].npods, 0);
-    assert_int_equal(d->cards[1].shares[0].core_pct, 1); /* 0.25 rounded up */
+    assert_int_equal(d->cards[1].shares[0].core_pct, 1);
     assert_int_equal(d->cards[1].shares[0].mem_mib, 81920);
     assert_false(d->cards[1].shares[0].whole);
     egpu_kubectl_dra_free(d);

@@ -83,9 +83,12 @@ static void test_share(void **state)
                   &warnings);
     ctr = json_array_get(json_object_get(json_object_get(doc, "spec"), "containers"), 0);
     wt_assert_json(json_object_get(ctr, "resources"),
-                   "{'limits':{'cpu':'2'},'claims':[{'name':'egpu-0','request':'gpu'}]}");
-    /* kube-scheduler places it: no schedulerName (set_scheduler_name is on). */
-    assert_null(json_object_get(json_object_get(doc, "spec"), "schedulerName"));
+                   "{'requests':{'elasticgpu.io/dra':'1'},'limits':{'cpu':'2',"
+                   "'elasticgpu.io/dra':'1'},'claims':[{'name':'egpu-0','request':'gpu'}]}");
+    /* elastic-gpu-scheduler places it, its extender scoring the nodes. */
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(doc, "spec"), "schedulerName")),
+        "elastic-gpu-scheduler");
     /* The seccomp guard of a shared container stays. */
     assert_non_null(json_object_get(json_object_get(ctr, "securityContext"), "seccompProfile"));
     snprintf(text, sizeof(text), "[{'name':'egpu-0','resourceClaimTemplateName':'%s'}]", name);
@@ -123,7 +126,7 @@ static void test_compat_whole_and_models(void **state)
     res = json_object_get(
         json_array_get(json_object_get(json_object_get(doc, "spec"), "containers"), 0),
         "resources");
-    wt_assert_json(json_object_get(res, "limits"), "{}");
+    wt_assert_json(json_object_get(res, "limits"), "{'elasticgpu.io/dra':'1'}");
     claims = ann_claims(doc);
     assert_true(json_equal(json_object_get(claims, name), spec));
     check_settled(&dra_cfg, doc);
@@ -181,10 +184,12 @@ static void test_two_containers(void **state)
     doc = mutated(&dra_cfg, pod, NULL);
     ctrs = json_object_get(json_object_get(doc, "spec"), "containers");
     wt_assert_json(json_object_get(json_array_get(ctrs, 0), "resources"),
-                   "{'requests':{},'limits':{},'claims':[{'name':'egpu-0','request':'gpu'}]}");
+                   "{'requests':{'elasticgpu.io/dra':'1'},'limits':{'elasticgpu.io/dra':'1'},"
+                   "'claims':[{'name':'egpu-0','request':'gpu'}]}");
     wt_assert_json(json_object_get(json_array_get(ctrs, 1), "resources"), "{'limits':{'cpu':'1'}}");
     wt_assert_json(json_object_get(json_array_get(ctrs, 2), "resources"),
-                   "{'limits':{},'claims':[{'name':'egpu-2','request':'gpu'}]}");
+                   "{'requests':{'elasticgpu.io/dra':'1'},'limits':{'elasticgpu.io/dra':'1'},"
+                   "'claims':[{'name':'egpu-2','request':'gpu'}]}");
     snprintf(text, sizeof(text),
              "[{'name':'egpu-0','resourceClaimTemplateName':'%s'},"
              "{'name':'egpu-2','resourceClaimTemplateName':'%s'}]",
@@ -295,6 +300,9 @@ static void test_denied_by_the_cluster(void **state)
     json_decref(mutated(&dra_cfg, wt_pod(share, h100, NULL), NULL));
 }
 
+static void check_validate(const struct egpu_webhook_config *cfg, const char *op, json_t *obj,
+                           json_t *old, const char *message);
+
 /* The claims the fake lookup has: "ns/name" -> ElasticGPUClaim. */
 static int fake_get(void *ud, const char *ns, const char *name, bool fresh, json_t **out,
                     struct egpu_error *err)
@@ -347,13 +355,15 @@ static void test_claims(void **state)
                   &warnings);
     ctrs = json_object_get(json_object_get(doc, "spec"), "containers");
     wt_assert_json(json_object_get(json_array_get(ctrs, 0), "resources"),
-                   "{'requests':{},'limits':{'cpu':'2'},'claims':[{'name':'egpu-0',"
-                   "'request':'gpu'}]}");
+                   "{'requests':{'elasticgpu.io/dra':'1'},'limits':{'cpu':'2',"
+                   "'elasticgpu.io/dra':'1'},'claims':[{'name':'egpu-0','request':'gpu'}]}");
     wt_assert_json(json_object_get(json_object_get(doc, "spec"), "resourceClaims"),
                    "[{'name':'egpu-0','resourceClaimName':'elasticgpu-gpushare-claim-a'}]");
     assert_null(json_object_get(json_object_get(json_object_get(doc, "metadata"), "annotations"),
                                 EGPU_ANN_DRA_CLAIMS));
-    assert_null(json_object_get(json_object_get(doc, "spec"), "schedulerName"));
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(doc, "spec"), "schedulerName")),
+        "elastic-gpu-scheduler");
     /* A share: the seccomp guard is given as to any share. */
     assert_non_null(json_object_get(json_array_get(ctrs, 0), "securityContext"));
     assert_int_equal(json_array_size(warnings), 2);
@@ -362,6 +372,17 @@ static void test_claims(void **state)
                         "comes from ResourceClaim elasticgpu-gpushare-claim-a (pod claim egpu-0, "
                         "request gpu)");
     check_settled(&cfg, doc);
+    /* The marker stands with the ResourceClaim of the claim the container's
+     * annotation names, not another's. */
+    json_object_set_new(json_object_get(json_object_get(doc, "metadata"), "annotations"),
+                        "egpuc.elasticgpu.io/train", json_string("gpushare-claim-b"));
+    check_validate(&cfg, "CREATE", json_deep_copy(doc), NULL,
+                   "container \"train\": elasticgpu.io/dra marks a container whose GPU "
+                   "egpu-webhook moved to a ResourceClaim, and this one has none "
+                   "(resources.claims egpu-0, and the pod's resourceClaims entry of that name "
+                   "naming a template of annotation elasticgpu.io/dra-claims or the "
+                   "ResourceClaim of its ElasticGPUClaim); allowed: no elasticgpu.io/dra (ask "
+                   "elasticgpu.io/gpu-core and gpu-memory: egpu-webhook adds it)");
     json_decref(warnings);
     json_decref(doc);
 
@@ -525,13 +546,23 @@ static void test_guard(void **state)
     /* Not JSON. */
     forged = json_deep_copy(doc);
     set_ann(forged, "{");
+    /* The marker then marks a claim of no template listed either. */
     check_validate(&dra_cfg, "CREATE", forged, NULL,
                    "annotation elasticgpu.io/dra-claims is not a JSON object; allowed: what "
-                   "egpu-webhook writes, {template name: claim spec}");
-    /* Outside DRA mode, a pod may not carry it at all. */
+                   "egpu-webhook writes, {template name: claim spec}; container \"train\": "
+                   "elasticgpu.io/dra marks a container whose GPU egpu-webhook moved to a "
+                   "ResourceClaim, and this one has none (resources.claims egpu-0, and the pod's "
+                   "resourceClaims entry of that name naming a template of annotation "
+                   "elasticgpu.io/dra-claims or the ResourceClaim of its ElasticGPUClaim); "
+                   "allowed: no elasticgpu.io/dra (ask elasticgpu.io/gpu-core and gpu-memory: "
+                   "egpu-webhook adds it)");
+    /* Outside DRA mode, a pod may carry neither it nor the marker. */
     check_validate(&dp, "CREATE", json_deep_copy(doc), NULL,
                    "annotation elasticgpu.io/dra-claims is written only by egpu-webhook in DRA "
-                   "mode (--mode dra); a pod may not set it");
+                   "mode (--mode dra); a pod may not set it; container \"train\": "
+                   "elasticgpu.io/dra is written only by egpu-webhook in DRA mode (--mode dra), "
+                   "beside the ResourceClaim it makes for a container's GPU; allowed: no "
+                   "elasticgpu.io/dra (ask elasticgpu.io/gpu-core and gpu-memory)");
     /* UPDATE: unchanged passes (in either mode), removed or changed not. */
     check_validate(&dra_cfg, "UPDATE", json_deep_copy(doc), json_deep_copy(doc), NULL);
     check_validate(&dp, "UPDATE", json_deep_copy(doc), json_deep_copy(doc), NULL);
@@ -539,7 +570,13 @@ static void test_guard(void **state)
     set_ann(forged, NULL);
     check_validate(&dra_cfg, "UPDATE", forged, json_deep_copy(doc),
                    "annotation elasticgpu.io/dra-claims names the pod's ResourceClaimTemplates "
-                   "and is fixed when the pod is created; user \"alice\" may not remove it");
+                   "and is fixed when the pod is created; user \"alice\" may not remove it; "
+                   "container \"train\": elasticgpu.io/dra marks a container whose GPU "
+                   "egpu-webhook moved to a ResourceClaim, and this one has none "
+                   "(resources.claims egpu-0, and the pod's resourceClaims entry of that name "
+                   "naming a template of annotation elasticgpu.io/dra-claims or the "
+                   "ResourceClaim of its ElasticGPUClaim); allowed: no elasticgpu.io/dra (ask "
+                   "elasticgpu.io/gpu-core and gpu-memory: egpu-webhook adds it)");
     forged = json_deep_copy(doc);
     set_ann(forged, "{}");
     check_validate(&dp, "UPDATE", forged, json_deep_copy(doc),
@@ -551,6 +588,153 @@ static void test_guard(void **state)
                    "annotation elasticgpu.io/dra-claims names the pod's ResourceClaimTemplates "
                    "and is fixed when the pod is created; user \"alice\" may not add it");
     json_decref(spec);
+    json_decref(doc);
+}
+
+/* The container's resources of doc (container i). */
+static json_t *res_of(json_t *doc, size_t i)
+{
+    return json_object_get(
+        json_array_get(json_object_get(json_object_get(doc, "spec"), "containers"), i),
+        "resources");
+}
+
+/* schedulerName as in device-plugin mode: none with --set-scheduler-name
+ * false (the extender in the main kube-scheduler), a pod's own kept; the
+ * marker in either case, and a pod owner's own marker on a container that
+ * gets a claim is set to "1". */
+static void test_scheduler_name_and_marker(void **state)
+{
+    struct egpu_webhook_config main_sched = dra_cfg;
+    const char *share = "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}";
+    json_t *doc;
+
+    (void)state;
+    main_sched.set_scheduler_name = false;
+    doc = mutated(&main_sched, wt_pod(share, NULL, NULL), NULL);
+    assert_null(json_object_get(json_object_get(doc, "spec"), "schedulerName"));
+    wt_assert_json(json_object_get(res_of(doc, 0), "limits"), "{'elasticgpu.io/dra':'1'}");
+    wt_assert_json(json_object_get(res_of(doc, 0), "requests"), "{'elasticgpu.io/dra':'1'}");
+    check_settled(&main_sched, doc);
+    json_decref(doc);
+
+    doc = mutated(&dra_cfg, wt_pod(share, NULL, "team-scheduler"), NULL);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(doc, "spec"), "schedulerName")),
+        "team-scheduler");
+    check_settled(&dra_cfg, doc);
+    json_decref(doc);
+
+    doc = mutated(&dra_cfg,
+                  wt_pod("{'elasticgpu.io/gpu-core':'100','elasticgpu.io/dra':'7'}", NULL, NULL),
+                  NULL);
+    wt_assert_json(json_object_get(res_of(doc, 0), "limits"), "{'elasticgpu.io/dra':'1'}");
+    check_settled(&dra_cfg, doc);
+    json_decref(doc);
+}
+
+/* A pod whose only elasticgpu.io name is the marker asks no GPU: /mutate
+ * leaves it alone (no claim, no scheduler) and /validate refuses it, in DRA
+ * mode and outside it; on an init container too. */
+static void test_marker_alone_refused(void **state)
+{
+    struct egpu_webhook_config dp = {.set_scheduler_name = true};
+    const char *marker = "{'elasticgpu.io/dra':'1','cpu':'1'}";
+    const char *dra_msg =
+        "container \"train\": elasticgpu.io/dra marks a container whose GPU egpu-webhook "
+        "moved to a ResourceClaim, and this one has none (resources.claims egpu-0, and the "
+        "pod's resourceClaims entry of that name naming a template of annotation "
+        "elasticgpu.io/dra-claims or the ResourceClaim of its ElasticGPUClaim); allowed: no "
+        "elasticgpu.io/dra (ask elasticgpu.io/gpu-core and gpu-memory: egpu-webhook adds it)";
+    const char *dp_msg =
+        "container \"train\": elasticgpu.io/dra is written only by egpu-webhook in DRA mode "
+        "(--mode dra), beside the ResourceClaim it makes for a container's GPU; allowed: no "
+        "elasticgpu.io/dra (ask elasticgpu.io/gpu-core and gpu-memory)";
+    struct wt_reply w;
+    json_t *pod;
+
+    (void)state;
+    for (int m = 0; m < 2; m++) {
+        const struct egpu_webhook_config *cfg = m == 0 ? &dra_cfg : &dp;
+
+        w = wt_call(
+            cfg, EGPU_WEBHOOK_MUTATE, NULL,
+            wt_review("CREATE", "", "v1", "Pod", "alice", wt_pod(marker, NULL, NULL), NULL));
+        wt_assert_allowed_minimal(&w);
+        wt_free(&w);
+        check_validate(cfg, "CREATE", wt_pod(marker, NULL, NULL), NULL, m == 0 ? dra_msg : dp_msg);
+    }
+    /* Forging the claim entries without a template the annotation lists. */
+    pod = wt_pod(marker, NULL, NULL);
+    json_object_set_new(res_of(pod, 0), "claims", wt_json("[{'name':'egpu-0','request':'gpu'}]"));
+    json_object_set_new(json_object_get(pod, "spec"), "resourceClaims",
+                        wt_json("[{'name':'egpu-0','resourceClaimTemplateName':'mine'}]"));
+    check_validate(&dra_cfg, "CREATE", pod, NULL, dra_msg);
+    /* An UPDATE refuses only what is new: a pod admitted before the mode
+     * changed keeps working; a marker added is refused. */
+    check_validate(&dp, "UPDATE", wt_pod(marker, NULL, NULL), wt_pod(marker, NULL, NULL), NULL);
+    check_validate(&dp, "UPDATE", wt_pod(marker, NULL, NULL), wt_pod("{'cpu':'1'}", NULL, NULL),
+                   dp_msg);
+    /* An init container never gets one. */
+    pod = wt_pod(NULL, NULL, NULL);
+    json_object_set_new(json_object_get(pod, "spec"), "initContainers",
+                        wt_json("[{'name':'setup','resources':{'limits':{"
+                                "'elasticgpu.io/dra':'1'}}}]"));
+    check_validate(&dra_cfg, "CREATE", pod, NULL,
+                   "init container \"setup\": elasticgpu.io/dra marks a container whose GPU "
+                   "egpu-webhook --mode dra moved to a ResourceClaim; allowed: none on an init "
+                   "container");
+}
+
+/* On a pod /mutate rewrote, the marker is judged with its claim: another
+ * value, a claim entry removed or renamed, or the same marker on the
+ * container next to it are refused. */
+static void test_marker_with_its_claim(void **state)
+{
+    const char *bad_value = "container \"train\": elasticgpu.io/dra must be \"1\" in "
+                            "resources.requests and resources.limits, as egpu-webhook writes it";
+    json_t *doc, *forged, *ctrs;
+
+    (void)state;
+    doc = mutated(
+        &dra_cfg,
+        wt_pod("{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}", NULL, NULL),
+        NULL);
+    forged = json_deep_copy(doc);
+    json_object_set_new(json_object_get(res_of(forged, 0), "limits"), EGPU_RES_DRA,
+                        json_string("2"));
+    check_validate(&dra_cfg, "CREATE", forged, NULL, bad_value);
+    forged = json_deep_copy(doc);
+    json_object_del(json_object_get(res_of(forged, 0), "requests"), EGPU_RES_DRA);
+    check_validate(&dra_cfg, "CREATE", forged, NULL, bad_value);
+    /* The integer some clients send is the same quantity. */
+    forged = json_deep_copy(doc);
+    json_object_set_new(json_object_get(res_of(forged, 0), "limits"), EGPU_RES_DRA,
+                        json_integer(1));
+    check_validate(&dra_cfg, "CREATE", forged, NULL, NULL);
+    forged = json_deep_copy(doc);
+    json_object_set_new(res_of(forged, 0), "claims",
+                        wt_json("[{'name':'egpu-0','request':'other'}]"));
+    check_validate(&dra_cfg, "CREATE", forged, NULL,
+                   "container \"train\": elasticgpu.io/dra marks a container whose GPU "
+                   "egpu-webhook moved to a ResourceClaim, and this one has none "
+                   "(resources.claims egpu-0, and the pod's resourceClaims entry of that name "
+                   "naming a template of annotation elasticgpu.io/dra-claims or the "
+                   "ResourceClaim of its ElasticGPUClaim); allowed: no elasticgpu.io/dra (ask "
+                   "elasticgpu.io/gpu-core and gpu-memory: egpu-webhook adds it)");
+    /* A second container copying the first one's marker and claim entry is
+     * container 1, whose pod claim would be egpu-1. */
+    forged = json_deep_copy(doc);
+    ctrs = json_object_get(json_object_get(forged, "spec"), "containers");
+    json_array_append_new(ctrs, json_deep_copy(json_array_get(ctrs, 0)));
+    json_object_set_new(json_array_get(ctrs, 1), "name", json_string("copy"));
+    check_validate(&dra_cfg, "CREATE", forged, NULL,
+                   "container \"copy\": elasticgpu.io/dra marks a container whose GPU "
+                   "egpu-webhook moved to a ResourceClaim, and this one has none "
+                   "(resources.claims egpu-1, and the pod's resourceClaims entry of that name "
+                   "naming a template of annotation elasticgpu.io/dra-claims or the "
+                   "ResourceClaim of its ElasticGPUClaim); allowed: no elasticgpu.io/dra (ask "
+                   "elasticgpu.io/gpu-core and gpu-memory: egpu-webhook adds it)");
     json_decref(doc);
 }
 
@@ -586,6 +770,9 @@ int main(void)
         cmocka_unit_test(test_claims_denied),
         cmocka_unit_test(test_guard),
         cmocka_unit_test(test_device_plugin_mode_unchanged),
+        cmocka_unit_test(test_scheduler_name_and_marker),
+        cmocka_unit_test(test_marker_alone_refused),
+        cmocka_unit_test(test_marker_with_its_claim),
     };
 
     egpu_log_level = -1;

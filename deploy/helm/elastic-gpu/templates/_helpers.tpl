@@ -71,9 +71,10 @@ would fail the agent, instead of becoming a default.
 {{- end -}}
 
 {{/*
-"true" when mode is dra (egpu-webhook and egpu-controller --mode dra, as the
-Component deploy/dra), "" when it is device-plugin, the default, which
-renders no flag; anything else fails, as both binaries would refuse it.
+"true" when mode is dra (egpu-webhook and egpu-controller --mode dra and
+egpu-scheduler --dra, as the Component deploy/dra), "" when it is
+device-plugin, the default, which renders no flag; anything else fails, as
+the binaries would refuse it.
 */}}
 {{- define "elastic-gpu.draMode" -}}
 {{- $m := toString .Values.mode -}}

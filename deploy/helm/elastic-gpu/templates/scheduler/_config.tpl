@@ -3,8 +3,8 @@ deploy/scheduler/scheduler-config.yaml, the namespace from values.yaml. With
 scheduler.podsWithoutGpu place the extender entry lists no
 managedResources (kube-scheduler calls an extender that lists them only
 for pods that ask one of them), and the profile's NodeResourcesFit ignores
-elasticgpu.io/gpu-memory instead, as ignoredByScheduler did: no node
-advertises it.
+elasticgpu.io/gpu-memory and elasticgpu.io/dra (DRA mode's marker)
+instead, as ignoredByScheduler did: no node advertises them.
 */}}
 {{- define "elastic-gpu.schedulerConfig" -}}
 # kube-scheduler --config: a second scheduler, elastic-gpu-scheduler, whose
@@ -35,6 +35,7 @@ profiles:
         args:
           ignoredResources:
             - elasticgpu.io/gpu-memory        # not advertised by nodes; only the extender counts it
+            - elasticgpu.io/dra               # DRA mode's marker: not advertised by nodes either
 {{- end }}
 # The extender is egpu-scheduler in the same pod, on loopback: nothing
 # outside the pod reaches its verbs (it listens on 127.0.0.1 only), and the
@@ -58,6 +59,8 @@ extenders:
         ignoredByScheduler: false             # advertised by the node agent's device plugin
       - name: elasticgpu.io/gpu-memory
         ignoredByScheduler: true              # not advertised by nodes; only the extender counts it
+      - name: elasticgpu.io/dra
+        ignoredByScheduler: true              # DRA mode's marker (egpu-webhook --mode dra): the pod's GPU is a ResourceClaim
 {{- end }}
     ignorable: false
 {{ end -}}

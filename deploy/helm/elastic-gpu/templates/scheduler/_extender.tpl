@@ -37,5 +37,7 @@ extenders:
         ignoredByScheduler: false           # advertised by the node agent's device plugin
       - name: elasticgpu.io/gpu-memory
         ignoredByScheduler: true            # not advertised by nodes; only the extender counts it
+      - name: elasticgpu.io/dra
+        ignoredByScheduler: true            # DRA mode's marker (egpu-webhook --mode dra): the pod's GPU is a ResourceClaim
     ignorable: false
 {{ end -}}
