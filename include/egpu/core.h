@@ -621,6 +621,7 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  *   fgd-small     ties to the node with the fewest cards
  *   fgd-cpu-pack  fgd-cpu and fgd-pack together
  *   fgd-cpu-bf    fgd-cpu with fgd-bf's tie-break
+ *   fgd-cpu-cards fgd-cpu and fgd-pack with P counting the cards only
  */
 #define EGPU_POLICY_EXPERIMENTAL_LIST(X)  \
     X(FGD_BF, "fgd-bf", "")               \
@@ -630,7 +631,8 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
     X(FGD_PACK, "fgd-pack", ", ")         \
     X(FGD_SMALL, "fgd-small", ", ")       \
     X(FGD_CPU_PACK, "fgd-cpu-pack", ", ") \
-    X(FGD_CPU_BF, "fgd-cpu-bf", ", ")
+    X(FGD_CPU_BF, "fgd-cpu-bf", ", ")     \
+    X(FGD_CPU_CARDS, "fgd-cpu-cards", ", ")
 
 enum egpu_policy_kind {
     EGPU_POLICY_LIST(EGPU__POLICY_ENUM) EGPU_POLICY_EXPERIMENTAL_LIST(EGPU__POLICY_ENUM)

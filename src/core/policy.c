@@ -127,6 +127,7 @@ struct fgd_variant {
     double strand_w;  /* weight of the CPU-stranded GPU S_n in F'_n */
     double rho_scale; /* rho = rho_scale x the workload's milli-GPU per milli-CPU */
     double pack_a;    /* F'_n = (1 - a) F_n(M) + a P_n(M) (the packing measure) */
+    bool pack_gpu;    /* P_n counts the copies the cards allow, not the CPU */
     double left_b;    /* dF' + b x idle GPU after (best-fit's GPU leftover blended in) */
     enum fgd_tie tie;
     bool tie_cpu_pods; /* the tie-break only for pods that ask no GPU */
@@ -142,6 +143,10 @@ static const struct fgd_variant variants[EGPU_POLICY_ALL_COUNT] = {
     [EGPU_POLICY_FGD_SMALL] = {.tie = TIE_SMALLEST},
     [EGPU_POLICY_FGD_CPU_PACK] = {.strand_w = 2.0, .rho_scale = 1.5, .pack_a = 0.5},
     [EGPU_POLICY_FGD_CPU_BF] = {.strand_w = 2.0, .rho_scale = 1.5, .tie = TIE_BESTFIT},
+    [EGPU_POLICY_FGD_CPU_CARDS] = {.strand_w = 2.0,
+                                   .rho_scale = 1.5,
+                                   .pack_a = 0.5,
+                                   .pack_gpu = true},
 };
 
 /* The target workload's milli-GPU per milli-CPU over its GPU pods,
@@ -181,7 +186,7 @@ static uint32_t whole_free(const struct egpu__node_view *v)
 /* P_n(m): the idle GPU that copies of m packed on the node cannot take (as
  * many as its cards and its CPU allow); idle when m cannot use the node. */
 static double pack_pod(const struct egpu__node_view *v, uint64_t idle,
-                       const struct egpu_typical_pod *m)
+                       const struct egpu_typical_pod *m, bool gpu_only)
 {
     uint64_t copies = 0;
 
@@ -196,7 +201,7 @@ static double pack_pod(const struct egpu__node_view *v, uint64_t idle,
         for (uint32_t i = 0; i < v->ngpus; i++)
             copies += v->free_milli[i] / m->gpu_milli;
     }
-    if (m->cpu_milli > 0) {
+    if (m->cpu_milli > 0 && !gpu_only) {
         uint64_t by_cpu =
             v->free_cpu_milli > 0 ? (uint64_t)v->free_cpu_milli / (uint64_t)m->cpu_milli : 0;
 
@@ -217,7 +222,7 @@ static double variant_frag(const struct fgd_variant *x, const struct egpu__node_
         double p = 0.0;
 
         for (size_t i = 0; idle > 0 && i < w->n; i++)
-            p += w->pods[i].weight * pack_pod(v, idle, &w->pods[i]);
+            p += w->pods[i].weight * pack_pod(v, idle, &w->pods[i], x->pack_gpu);
         f = (1.0 - x->pack_a) * f + x->pack_a * p;
     }
     if (x->strand_w > 0.0)
@@ -311,6 +316,7 @@ double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *
     case EGPU_POLICY_FGD_SMALL:
     case EGPU_POLICY_FGD_CPU_PACK:
     case EGPU_POLICY_FGD_CPU_BF:
+    case EGPU_POLICY_FGD_CPU_CARDS:
         return variant_score(kind, w, c, node, r, after);
     }
     return 0.0;
