@@ -123,6 +123,7 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
         json_decref(ni->labels);
         for (uint32_t i = 0; i < ni->ngpus; i++)
             egpu_free(ni->gpus[i].peers);
+        egpu_free(ni->gpus);
     }
     egpu_cluster_free(c->cluster);
     free_values(c->nodes);
@@ -638,6 +639,7 @@ static void drop_if_empty(struct egpu_sched_cache *c, struct egpu__sched_node *n
     if (ni->has_node || ni->ngpus > 0 || ni->pods != NULL || ni->resvs != NULL)
         return;
     (void)egpu_map_del(c->nodes, ni->name); /* present: ni came from the map */
+    egpu_free(ni->gpus);
     egpu_free(ni);
 }
 
@@ -1188,6 +1190,39 @@ static void release_uuid(struct egpu_sched_cache *c, const char *uuid, const cha
     }
 }
 
+/* Make room in ni->gpus for want slots (want <= EGPU_NODE_GPUS_MAX): grown
+ * to twice as many (8 at first) when full, halved when no more than a
+ * quarter is used, freed when none. New slots are zeroed; a slot moves only
+ * here, so no pointer into gpus is held across a call. Returns 0, or
+ * -ENOMEM with ni unchanged. */
+static int gpus_resize(struct egpu__sched_node *ni, uint32_t want)
+{
+    uint32_t cap = ni->gpus_cap;
+    struct egpu__sched_gpu *g;
+
+    if (want == 0) {
+        egpu_free(ni->gpus);
+        ni->gpus = NULL;
+        ni->gpus_cap = 0;
+        return 0;
+    }
+    if (want > cap)
+        cap = cap == 0 ? 8 : 2 * cap;
+    else if (want <= cap / 4)
+        cap /= 2;
+    else
+        return 0;
+    cap = cap < want ? want : cap > EGPU_NODE_GPUS_MAX ? EGPU_NODE_GPUS_MAX : cap;
+    g = egpu_realloc(ni->gpus, (size_t)cap * sizeof(*g));
+    if (g == NULL)
+        return -ENOMEM;
+    if (cap > ni->gpus_cap)
+        memset(g + ni->gpus_cap, 0, (size_t)(cap - ni->gpus_cap) * sizeof(*g));
+    ni->gpus = g;
+    ni->gpus_cap = cap;
+    return 0;
+}
+
 /* Are a and b the same card for placement, their loads aside? */
 static bool same_card(const struct egpu__sched_gpu *a, const struct egpu__sched_gpu *b)
 {
@@ -1240,6 +1275,10 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     if (slot == NULL && ni->ngpus == EGPU_NODE_GPUS_MAX) {
         rc = egpu_error_set(err, EGPU_ELIMIT, "node %s: more than %d GPUs", f.node,
                             EGPU_NODE_GPUS_MAX);
+        goto out;
+    }
+    if (slot == NULL && gpus_resize(ni, ni->ngpus + 1) != 0) {
+        rc = egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
         goto out;
     }
     rc = claim_uuid(c, g.uuid, g.name, &owner);
@@ -1310,6 +1349,7 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
         if (gone.shadowed)
             c->nshadowed--;
         memset(&ni->gpus[ni->ngpus], 0, sizeof(ni->gpus[0])); /* moved: owns nothing */
+        (void)gpus_resize(ni, ni->ngpus); /* shrinking: a failure keeps the larger array */
         rc = gone.shadowed ? 0 : rebuild(c, ni, err);
         release_uuid(c, gone.uuid, gone.name);
         egpu_free(gone.peers);

@@ -31,8 +31,7 @@ struct egpu__sched_gpu {
     bool shadowed;                    /* another GPU object owns this UUID: left out of the core */
     char health[EGPU_API_HEALTH_MAX]; /* status.health when not EGPU_API_GPU_HEALTHY; "" healthy */
     /* spec.topology (owned, NULL when none; allocated, as most cards have
-     * none and a node holds 64 slots): compared by content, so a change
-     * rebuilds the node. */
+     * none): compared by content, so a change rebuilds the node. */
     uint32_t npeers;
     struct egpu_api_gpu_peer *peers;
     /* status.used, kept out of the comparison that decides a rebuild: */
@@ -80,8 +79,12 @@ struct egpu__sched_node {
     json_t *labels;                         /* its metadata.labels (a copy), NULL = none */
     int64_t cpu_milli;                      /* allocatable */
     int64_t mem_mib;
-    uint32_t ngpus;
-    struct egpu__sched_gpu gpus[EGPU_NODE_GPUS_MAX];
+    /* Its GPU objects: gpus[0..ngpus) of gpus_cap allocated (NULL when
+     * none; grown and shrunk as GPU objects come and go, at most
+     * EGPU_NODE_GPUS_MAX), so a node record holds the cards it has instead
+     * of 64 slots of which 8 are used. Slots past ngpus are zeroed. */
+    uint32_t ngpus, gpus_cap;
+    struct egpu__sched_gpu *gpus;
 };
 
 struct egpu__sched_pod_entry {

@@ -429,6 +429,46 @@ static void set_assigned(struct egpu_sched_cache *c, const char *node, int core,
     set_pod(c, pod);
 }
 
+/* A node's GPU objects live in an array of the node's own size, grown and
+ * shrunk as they come and go: every card stays the core's through each
+ * resize (a moved slot keeps its card, its UUID and its pods), the 65th is
+ * refused, and a node whose GPU objects all left has none. */
+static void test_node_gpus_grow_and_shrink(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct egpu_error err = {0};
+    json_t *g;
+
+    (void)state;
+    assert_non_null(c);
+    add_gpu_node(c, "n1", EGPU_NODE_GPUS_MAX);
+    assert_int_equal(node_cards(c, "n1"), EGPU_NODE_GPUS_MAX);
+    g = make_gpu("n1", EGPU_NODE_GPUS_MAX, "A100", 40960);
+    assert_int_equal(egpu_sched_cache_gpu_set(c, g, &err), EGPU_ELIMIT);
+    assert_non_null(strstr(err.msg, "more than 64 GPUs"));
+    json_decref(g);
+    /* A pod on the last card, which every deletion below moves down. */
+    set_assigned(c, "n1", 80, "GPU-n1-63", NULL, 0);
+    assert_int_equal(card_used(c, "n1", EGPU_NODE_GPUS_MAX - 1), 800);
+    for (int i = 0; i < EGPU_NODE_GPUS_MAX - 1; i++) {
+        g = make_gpu("n1", i, "A100", 40960);
+        assert_int_equal(egpu_sched_cache_gpu_delete(c, g, &err), 0);
+        json_decref(g);
+        assert_int_equal(node_cards(c, "n1"), EGPU_NODE_GPUS_MAX - 1 - i);
+        assert_int_equal(card_used(c, "n1", 0), i == EGPU_NODE_GPUS_MAX - 2 ? 800 : 0);
+    }
+    assert_int_equal(card_used(c, "n1", 0), 800);
+    g = make_gpu("n1", EGPU_NODE_GPUS_MAX - 1, "A100", 40960);
+    assert_int_equal(egpu_sched_cache_gpu_delete(c, g, &err), 0);
+    assert_int_equal(node_cards(c, "n1"), 0);
+    /* And back: the array is made again. */
+    assert_int_equal(egpu_sched_cache_gpu_set(c, g, &err), 0);
+    json_decref(g);
+    assert_int_equal(node_cards(c, "n1"), 1);
+    assert_int_equal(card_used(c, "n1", 0), 800);
+    egpu_sched_cache_free(c);
+}
+
 /* After bind, a pod owner edits its pod's
  * elasticgpu.io/assigned (core 80 -> 1, other card, removed, unreadable);
  * the cache keeps the decision it recorded, so the card stays full. */
@@ -1820,6 +1860,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_assigned_round_trip),
         cmocka_unit_test(test_pod_parse),
+        cmocka_unit_test(test_node_gpus_grow_and_shrink),
         cmocka_unit_test(test_wire_fixture_pod),
         cmocka_unit_test(test_cache_counts_and_rebuilds),
         cmocka_unit_test(test_sync_logs_only_what_stays_unresolved),
