@@ -99,7 +99,7 @@ struct egpu__sched_pod_entry {
     struct egpu__sched_pod_entry *prev, *next;
     uint64_t parked; /* uncounted by egpu__sched_park_users under this tag, to be counted again */
     uint32_t nuses;  /* pod.claims[i] is uses[i]'s claim */
-    struct egpu__sched_claim_use uses[EGPU_API_POD_CLAIMS_MAX];
+    struct egpu__sched_claim_use *uses; /* pod.nclaims entries while linked, else NULL */
     /* container i of pod.req counted inside this ElasticGPU (whose occupant
      * this pod is), not beside it; NULL = beside (or not counted) */
     struct egpu__sched_resv *inside[EGPU_CONTAINERS_MAX];

@@ -266,7 +266,55 @@ static void test_pod_parse(void **state)
     assert_true(p.has_node_policy && p.node_policy == EGPU_POLICY_FGD);
     assert_false(p.has_card_policy);
     assert_string_equal(p.gpu_model, "A100|V100M32");
+    assert_false(p.has_assigned);
+    assert_null(p.assigned);
+    assert_int_equal(p.nclaims, 0);
+    assert_null(p.claims);
     json_decref(pod);
+
+    /* The annotation and the claims are the pod's own allocations: a copy
+     * has its own, and outlives the original. */
+    {
+        const int one[] = {50}, none[] = {0};
+        struct egpu_sched_pod q;
+
+        pod = make_pod("ml", "p", "n1", 1, one, none);
+        annotate_json(pod, EGPU_ANN_ASSIGNED,
+                      "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":50,"
+                      "\"memory\":0,\"gpus\":[\"GPU-n1-0\"]}]}");
+        annotate_json(pod, "egpuc.elasticgpu.io/c0", "shared-a");
+        assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
+        json_decref(pod);
+        assert_true(p.has_assigned);
+        assert_non_null(p.assigned);
+        assert_string_equal(p.assigned->node, "n1");
+        assert_int_equal(p.nclaims, 1);
+        assert_string_equal(p.claims[0].claim, "shared-a");
+        assert_int_equal(egpu_sched_pod_copy(&q, &p), 0);
+        assert_ptr_not_equal(q.assigned, p.assigned);
+        assert_ptr_not_equal(q.claims, p.claims);
+        egpu_sched_pod_clear(&p);
+        assert_false(p.has_assigned);
+        assert_int_equal(p.nclaims, 0);
+        assert_string_equal(q.assigned->uuids[0], "GPU-n1-0");
+        assert_string_equal(q.claims[0].container, "c0");
+        egpu_sched_pod_clear(&q);
+        /* An unusable annotation: the message is the pod's too. */
+        pod = make_pod("ml", "p", "n1", 1, one, none);
+        annotate_json(pod, EGPU_ANN_ASSIGNED, "not json");
+        assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
+        json_decref(pod);
+        assert_false(p.has_assigned);
+        assert_non_null(p.assigned_error);
+        assert_null(p.claims_error);
+        assert_int_equal(egpu_sched_pod_copy(&q, &p), 0);
+        assert_ptr_not_equal(q.assigned_error, p.assigned_error);
+        assert_string_equal(q.assigned_error, p.assigned_error);
+        egpu_sched_pod_clear(&p);
+        assert_null(p.assigned_error);
+        assert_non_null(strstr(q.assigned_error, EGPU_ANN_ASSIGNED));
+        egpu_sched_pod_clear(&q);
+    }
 
     /* 150 is neither a share nor whole cards: the container, the resource
      * and the allowed values are named. */
