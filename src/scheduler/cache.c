@@ -1418,6 +1418,18 @@ static void pod_key(char *key, const char *ns, const char *name)
     snprintf(key, POD_KEY_MAX, "%s/%s", ns, name);
 }
 
+/* A zeroed pod entry with key (the name stored once, as long as it is), or
+ * NULL when out of memory. */
+static struct egpu__sched_pod_entry *pod_entry_new(const char *key)
+{
+    size_t len = strlen(key) + 1;
+    struct egpu__sched_pod_entry *e = egpu_calloc(1, sizeof(*e) + len);
+
+    if (e != NULL)
+        memcpy(e->key, key, len);
+    return e;
+}
+
 /* *to takes over *from (what *to owned freed first); *from owns nothing
  * after it. */
 static void move_pod(struct egpu_sched_pod *to, struct egpu_sched_pod *from)
@@ -1484,12 +1496,11 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     pthread_mutex_lock(&c->lock);
     e = egpu_map_get(c->pods, key);
     if (e == NULL) {
-        e = egpu_calloc(1, sizeof(*e));
+        e = pod_entry_new(key);
         if (e == NULL) {
             rc = egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
             goto out;
         }
-        memcpy(e->key, key, sizeof(key));
         rc = egpu_map_put(c->pods, e->key, e);
         if (rc) {
             egpu_free(e);
@@ -1697,7 +1708,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
         return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
     *mine = *a;
     if (e == NULL) {
-        e = egpu_calloc(1, sizeof(*e));
+        e = pod_entry_new(key);
         if (e == NULL || egpu_sched_pod_copy(&e->pod, pod) != 0) {
             egpu_free(e);
             egpu_free(mine);
@@ -1706,7 +1717,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
         egpu_free(e->pod.assigned); /* the request's, if any: ours replaces it */
         e->pod.assigned = NULL;
         e->pod.has_assigned = false;
-        if (egpu_map_put(c->pods, memcpy(e->key, key, sizeof(key)), e) != 0) {
+        if (egpu_map_put(c->pods, e->key, e) != 0) {
             egpu_sched_pod_clear(&e->pod);
             egpu_free(e);
             egpu_free(mine);

@@ -88,7 +88,6 @@ struct egpu__sched_node {
 };
 
 struct egpu__sched_pod_entry {
-    char key[POD_KEY_MAX]; /* "namespace/name" */
     struct egpu_sched_pod pod;
     bool counted;                  /* holds an assignment in the core under key */
     bool reserved;                 /* placed by our bind; the watch has not confirmed it yet */
@@ -103,6 +102,7 @@ struct egpu__sched_pod_entry {
     /* container i of pod.req counted inside this ElasticGPU (whose occupant
      * this pod is), not beside it; NULL = beside (or not counted) */
     struct egpu__sched_resv *inside[EGPU_CONTAINERS_MAX];
+    char key[]; /* "namespace/name", as long as it is (pod_entry_new) */
 };
 
 /* ElasticGPU reservations (egpu_api_egpu_reservation): capacity held on
