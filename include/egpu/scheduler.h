@@ -31,10 +31,11 @@ extern "C" {
 /* Pods as the scheduler sees them (src/scheduler/pod.c)                    */
 
 struct egpu_sched_pod {
-    char ns[EGPU_K8S_NAME_MAX];
-    char name[EGPU_K8S_NAME_MAX];
-    char uid[EGPU_K8S_NAME_MAX];
-    char node[EGPU_K8S_NAME_MAX];   /* spec.nodeName, "" when unbound */
+    /* metadata.namespace ("default" when absent), .name, .uid ("" when
+     * absent) and spec.nodeName ("" when unbound): each shorter than
+     * EGPU_K8S_NAME_MAX, stored once, one after another, in names (owned) */
+    const char *ns, *name, *uid, *node;
+    char *names;
     bool terminal;                  /* status.phase Succeeded or Failed */
     bool deleting;                  /* metadata.deletionTimestamp set */
     struct egpu_pod_request req;    /* CPU, memory and GPU containers (model mask 0) */
@@ -74,15 +75,15 @@ struct egpu_sched_pod {
  * success. */
 int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out,
                          struct egpu_error *err) EGPU_MUST_CHECK;
-/* assigned, claims and the two error messages are allocated, and only for
- * the pods that have them (most have none): *out owns them, to be released
+/* The names are allocated, and assigned, claims and the two error messages
+ * only for the pods that have them (most have none): *out owns them, to be released
  * with egpu_sched_pod_clear and copied with egpu_sched_pod_copy, never by
  * assignment alone. Its previous contents are overwritten, not freed.
  * -ENOMEM, with the field named, when they cannot be allocated. */
 
-/* Free what p owns (assigned, claims, assigned_error, claims_error), leaving
- * them NULL, has_assigned false and nclaims 0; the rest of *p is kept. p may
- * be NULL. */
+/* Free what p owns (names, assigned, claims, assigned_error, claims_error),
+ * leaving them NULL (ns, name, uid and node ""), has_assigned false and
+ * nclaims 0; the rest of *p is kept. p may be NULL. */
 void egpu_sched_pod_clear(struct egpu_sched_pod *p);
 
 /* Copy src into *dst with its own allocations (dst's previous

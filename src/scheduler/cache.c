@@ -1436,6 +1436,8 @@ static void move_pod(struct egpu_sched_pod *to, struct egpu_sched_pod *from)
 {
     egpu_sched_pod_clear(to);
     *to = *from;
+    from->names = NULL;
+    from->ns = from->name = from->uid = from->node = "";
     from->assigned_error = NULL;
     from->claims_error = NULL;
     from->assigned = NULL;

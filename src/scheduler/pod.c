@@ -296,11 +296,31 @@ static int pod_overhead(const json_t *spec, struct usage *u, struct egpu_error *
     return rc;
 }
 
+/* p's names: ns, name, uid and node copied one after another into p->names. */
+static int set_names(struct egpu_sched_pod *p, const char *ns, const char *name, const char *uid,
+                     const char *node, struct egpu_error *err)
+{
+    size_t lns = strlen(ns) + 1, lname = strlen(name) + 1, luid = strlen(uid) + 1;
+    size_t lnode = strlen(node) + 1;
+    char *b = egpu_malloc(lns + lname + luid + lnode);
+
+    if (b == NULL)
+        return egpu_error_set(err, -ENOMEM, "metadata.name: out of memory");
+    p->names = b;
+    p->ns = memcpy(b, ns, lns);
+    p->name = memcpy(b + lns, name, lname);
+    p->uid = memcpy(b + lns + lname, uid, luid);
+    p->node = memcpy(b + lns + lname + luid, node, lnode);
+    return 0;
+}
+
 int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct egpu_error *err)
 {
     struct egpu_sched_pod *p;
     const json_t *meta, *spec;
     struct usage overhead;
+    char ns[EGPU_K8S_NAME_MAX], name[EGPU_K8S_NAME_MAX], uid[EGPU_K8S_NAME_MAX],
+        node[EGPU_K8S_NAME_MAX];
     int rc;
 
     if (!json_is_object(pod))
@@ -314,19 +334,19 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
     p = egpu_calloc(1, sizeof(*p));
     if (p == NULL)
         return egpu_error_set(err, -ENOMEM, "pod: out of memory");
-    rc = copy_str(json_object_get(meta, "name"), p->name, sizeof(p->name), true, "metadata.name",
-                  err);
+    rc = copy_str(json_object_get(meta, "name"), name, sizeof(name), true, "metadata.name", err);
     if (!rc)
-        rc = copy_str(json_object_get(meta, "namespace"), p->ns, sizeof(p->ns), false,
+        rc = copy_str(json_object_get(meta, "namespace"), ns, sizeof(ns), false,
                       "metadata.namespace", err);
     if (!rc)
-        rc = copy_str(json_object_get(meta, "uid"), p->uid, sizeof(p->uid), false, "metadata.uid",
-                      err);
+        rc = copy_str(json_object_get(meta, "uid"), uid, sizeof(uid), false, "metadata.uid", err);
     if (!rc)
-        rc = copy_str(json_object_get(spec, "nodeName"), p->node, sizeof(p->node), false,
-                      "spec.nodeName", err);
-    if (!rc && p->ns[0] == '\0')
-        memcpy(p->ns, "default", sizeof("default"));
+        rc = copy_str(json_object_get(spec, "nodeName"), node, sizeof(node), false, "spec.nodeName",
+                      err);
+    if (!rc && ns[0] == '\0')
+        memcpy(ns, "default", sizeof("default"));
+    if (!rc)
+        rc = set_names(p, ns, name, uid, node, err);
     if (!rc)
         scheduler_name(spec, p);
     if (!rc)
@@ -358,6 +378,9 @@ void egpu_sched_pod_clear(struct egpu_sched_pod *p)
 {
     if (p == NULL)
         return;
+    egpu_free(p->names);
+    p->names = NULL;
+    p->ns = p->name = p->uid = p->node = "";
     egpu_free(p->assigned);
     egpu_free(p->claims);
     egpu_free(p->assigned_error);
@@ -374,18 +397,31 @@ int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod 
 {
     struct egpu_assigned *a = NULL;
     struct egpu_api_pod_claim *cl = NULL;
-    char *ae = NULL, *ce = NULL;
+    char *ae = NULL, *ce = NULL, *nm = NULL;
+    size_t len = 0;
 
-    if ((src->has_assigned && (a = egpu_malloc(sizeof(*a))) == NULL) ||
+    if (src->names != NULL) /* node is the last of the four */
+        len = (size_t)(src->node - src->names) + strlen(src->node) + 1;
+    if ((src->names != NULL && (nm = egpu_malloc(len)) == NULL) ||
+        (src->has_assigned && (a = egpu_malloc(sizeof(*a))) == NULL) ||
         (src->nclaims > 0 && (cl = egpu_malloc(src->nclaims * sizeof(*cl))) == NULL) ||
         (src->assigned_error != NULL && (ae = egpu_strdup(src->assigned_error)) == NULL) ||
         (src->claims_error != NULL && (ce = egpu_strdup(src->claims_error)) == NULL)) {
         egpu_free(a);
         egpu_free(cl);
         egpu_free(ae);
+        egpu_free(nm);
         return -ENOMEM;
     }
     *dst = *src;
+    if (nm != NULL) {
+        memcpy(nm, src->names, len);
+        dst->names = nm;
+        dst->ns = nm + (src->ns - src->names);
+        dst->name = nm + (src->name - src->names);
+        dst->uid = nm + (src->uid - src->names);
+        dst->node = nm + (src->node - src->names);
+    }
     dst->assigned = a;
     dst->claims = cl;
     dst->assigned_error = ae;

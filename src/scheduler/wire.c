@@ -565,6 +565,7 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
     a->pod.assigned = NULL;
     a->pod.nclaims = 0;
     a->pod.claims = NULL;
+    a->pod.names = NULL;
     a->pod.assigned_error = NULL;
     a->pod.claims_error = NULL;
     if (d == NULL)

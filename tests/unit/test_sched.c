@@ -239,7 +239,7 @@ static void test_pod_parse(void **state)
 {
     const int core[] = {30, 0, 200}, mem[] = {4096, 0, 0};
     json_t *pod = make_pod("ml", "p", NULL, 3, core, mem);
-    struct egpu_sched_pod p;
+    struct egpu_sched_pod p = {0};
     struct egpu_error err = {0};
     json_t *init;
 
@@ -251,6 +251,7 @@ static void test_pod_parse(void **state)
                         json_pack("{s:s,s:s}", "cpu", "250m", "memory", "512Mi"));
     annotate_json(pod, EGPU_ANN_NODE_POLICY, "fgd");
     annotate_json(pod, EGPU_ANN_GPU_MODEL, "A100|V100M32");
+    egpu_sched_pod_clear(&p);
     assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
     assert_string_equal(p.ns, "ml");
     assert_string_equal(p.name, "p");
@@ -283,6 +284,7 @@ static void test_pod_parse(void **state)
                       "{\"node\":\"n1\",\"containers\":[{\"name\":\"c0\",\"core\":50,"
                       "\"memory\":0,\"gpus\":[\"GPU-n1-0\"]}]}");
         annotate_json(pod, "egpuc.elasticgpu.io/c0", "shared-a");
+        egpu_sched_pod_clear(&p);
         assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
         json_decref(pod);
         assert_true(p.has_assigned);
@@ -302,6 +304,7 @@ static void test_pod_parse(void **state)
         /* An unusable annotation: the message is the pod's too. */
         pod = make_pod("ml", "p", "n1", 1, one, none);
         annotate_json(pod, EGPU_ANN_ASSIGNED, "not json");
+        egpu_sched_pod_clear(&p);
         assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
         json_decref(pod);
         assert_false(p.has_assigned);
@@ -322,6 +325,7 @@ static void test_pod_parse(void **state)
         const int bad[] = {150}, none[] = {0};
 
         pod = make_pod("ml", "p", NULL, 1, bad, none);
+        egpu_sched_pod_clear(&p);
         assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), EGPU_ERANGE);
         assert_string_equal(err.msg, "container \"c0\": elasticgpu.io/gpu-core is 150; allowed: "
                                      "1..99 to share one card, or a multiple of 100 for whole "
@@ -331,6 +335,7 @@ static void test_pod_parse(void **state)
     /* gpu-memory alone, and a policy annotation nobody knows. */
     pod = json_pack("{s:{s:s},s:{s:[{s:s,s:{s:{s:s}}}]}}", "metadata", "name", "m", "spec",
                     "containers", "name", "c", "resources", "limits", EGPU_RES_GPU_MEMORY, "1024");
+    egpu_sched_pod_clear(&p);
     assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), EGPU_ERANGE);
     assert_non_null(strstr(err.msg, "needs elasticgpu.io/gpu-core"));
     json_decref(pod);
@@ -339,6 +344,7 @@ static void test_pod_parse(void **state)
 
         pod = make_pod("ml", "p", NULL, 1, one, none);
         annotate_json(pod, EGPU_ANN_CARD_POLICY, "tetris");
+        egpu_sched_pod_clear(&p);
         assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), EGPU_ERANGE);
         assert_non_null(strstr(err.msg, "elasticgpu.io/card-policy"));
         json_decref(pod);
@@ -347,11 +353,13 @@ static void test_pod_parse(void **state)
     pod = json_pack("{s:{s:s},s:{s:[{s:s,s:{s:{s:s,s:s}}}]}}", "metadata", "name", "l", "spec",
                     "containers", "name", "c", "resources", "limits", EGPU_RES_GPU_CORE, "40",
                     "cpu", "2");
+    egpu_sched_pod_clear(&p);
     assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
     assert_int_equal(p.req.containers[0].core_milli, 400);
     assert_int_equal(p.req.cpu_milli, 2000);
     assert_string_equal(p.ns, "default");
     json_decref(pod);
+    egpu_sched_pod_clear(&p);
     assert_int_equal(egpu_sched_pod_parse(NULL, &p, &err), EGPU_ESYNTAX);
 }
 
@@ -359,7 +367,7 @@ static void test_wire_fixture_pod(void **state)
 {
     json_error_t jerr;
     json_t *args = json_load_file(WIRE "extender_filter_args.json", 0, &jerr);
-    struct egpu_sched_pod p;
+    struct egpu_sched_pod p = {0};
     struct egpu_error err = {0};
     json_t *c0;
 
@@ -371,6 +379,7 @@ static void test_wire_fixture_pod(void **state)
         json_object_get(json_object_get(json_object_get(args, "Pod"), "spec"), "containers"), 0);
     json_object_set_new(json_object_get(json_object_get(c0, "resources"), "requests"),
                         EGPU_RES_GPU_CORE, json_string("30"));
+    egpu_sched_pod_clear(&p);
     assert_int_equal(egpu_sched_pod_parse(json_object_get(args, "Pod"), &p, &err), 0);
     assert_string_equal(p.name, "train-job-0");
     assert_string_equal(p.ns, "ml-team");
@@ -378,6 +387,7 @@ static void test_wire_fixture_pod(void **state)
     assert_int_equal(p.req.ncontainers, 1);
     assert_int_equal(p.req.containers[0].core_milli, 300);
     json_decref(args);
+    egpu_sched_pod_clear(&p);
 }
 
 static void test_cache_counts_and_rebuilds(void **state)
@@ -629,23 +639,27 @@ static void test_cache_duplicate_uuid_drops_only_the_duplicate(void **state)
 static void test_pod_parse_nul(void **state)
 {
     const int core[] = {30}, mem[] = {0};
-    struct egpu_sched_pod p;
+    struct egpu_sched_pod p = {0};
     struct egpu_error err = {0};
     json_t *pod = make_pod("ns", "a", NULL, 1, core, mem);
 
     (void)state;
     json_object_set_new(json_object_get(pod, "metadata"), "annotations",
                         json_pack("{s:s%}", "team.example.com/note", "a\0b", (size_t)3));
+    egpu_sched_pod_clear(&p);
     assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
     json_object_set_new(json_object_get(json_object_get(pod, "metadata"), "annotations"),
                         EGPU_ANN_NODE_POLICY, json_stringn("fgd\0x", 5));
+    egpu_sched_pod_clear(&p);
     assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), EGPU_ERANGE);
     json_object_del(json_object_get(json_object_get(pod, "metadata"), "annotations"),
                     EGPU_ANN_NODE_POLICY);
     json_object_set_new(json_object_get(pod, "metadata"), "name", json_stringn("a\0b", 3));
+    egpu_sched_pod_clear(&p);
     assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), EGPU_ESYNTAX);
     assert_non_null(strstr(err.msg, "metadata.name"));
     json_decref(pod);
+    egpu_sched_pod_clear(&p);
 }
 
 /* Fake API for bind: records calls, fails on demand. */
