@@ -153,7 +153,7 @@ int main(void)
     };
     const enum egpu_policy_kind kinds[] = {EGPU_POLICY_BINPACK, EGPU_POLICY_SPREAD,
                                            EGPU_POLICY_BESTFIT, EGPU_POLICY_RANDOM,
-                                           EGPU_POLICY_FGD};
+                                           EGPU_POLICY_FGD,     EGPU_POLICY_FGD_CPU};
     struct egpu_workload w;
 
     if (egpu_workload_from_list(typical, sizeof(typical) / sizeof(typical[0]), &w) != 0)

@@ -8,7 +8,7 @@ egpu-sim's on the very same sequence, and the pods/s.
 Setup: the test API server (tests/apiserver/server.py) gets one Node per trace node (its
 cpu_milli and memory_mib as allocatable) and one GPU object per card (the node's model,
 16384 MiB: the trace gives no card memory and its pods ask none); egpu-scheduler runs with
---node-policy fgd --card-policy fgd --seed SEED against it.
+--node-policy P --card-policy P --seed SEED against it (P: --policy, default fgd).
 
 Arrival sequence: computed here exactly as src/sim/replay.c does (pods sorted by name,
 shuffled with xoshiro256** seeded by egpu_hash_str("arrivals", seed), clones appended while
@@ -221,12 +221,12 @@ def start_api(tmp):
     return proc, m.group(1), kubeconfig
 
 
-def start_scheduler(binary, kubeconfig, tmp, seed, extra):
+def start_scheduler(binary, kubeconfig, tmp, seed, extra, policy="fgd"):
     log = os.path.join(tmp, "egpu-scheduler.log")
     proc = subprocess.Popen([binary, "--kubeconfig", kubeconfig, "--listen", "127.0.0.1",
                              "--port", "0", "--health-listen", "127.0.0.1", "--health-port", "0",
-                             "--leader-elect", "false", "--node-policy", "fgd",
-                             "--card-policy", "fgd", "--seed", str(seed),
+                             "--leader-elect", "false", "--node-policy", policy,
+                             "--card-policy", policy, "--seed", str(seed),
                              *extra],
                             stdout=subprocess.DEVNULL, stderr=open(log, "w"))
     deadline = time.time() + 30
@@ -251,10 +251,10 @@ def metrics(health):
 
 # --- the two replays ---------------------------------------------------------------------
 
-def run_sim(sim, tmp, seed, inflate, dra=False):
+def run_sim(sim, tmp, seed, inflate, dra=False, policy="fgd"):
     out = os.path.join(tmp, "sim-out")
     r = subprocess.run([sim, "--trace-dir", tmp, "--nodes", "nodes.csv", "--pods", "pods.csv",
-                        "--policy", "fgd", "--seeds", str(seed), "--inflate", str(inflate),
+                        "--policy", policy, "--seeds", str(seed), "--inflate", str(inflate),
                         "--jobs", "1", "--no-plot", "--out", out] + (["--dra"] if dra else []),
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -515,7 +515,7 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                                                    if args.cpu_pods == "extender" else [])
                                                   + (["--target-workload", args.target]
                                                      if args.target else [])
-                                                  + args.scheduler_args)
+                                                  + args.scheduler_args, args.policy)
         deadline = time.time() + 60
         while True:
             st, _ = Conn(health).call("GET", "/readyz")
@@ -729,6 +729,8 @@ def main():
                     help="let egpu-scheduler build FGD's target workload from the pods it has "
                     "seen (its default) instead of --target-workload with egpu-sim's")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--policy", default="fgd",
+                    help="both tiers' policy, of egpu-scheduler and egpu-sim (default fgd)")
     ap.add_argument("--inflate", type=float, default=1.3)
     ap.add_argument("--bind-tries", type=int, default=400)
     ap.add_argument("--progress", action="store_true", help="a line per 1,000 arrivals")
@@ -762,7 +764,7 @@ def main():
             p["gpu"] = p["num_gpu"] * p["gpu_milli"]
         capacity = 1000 * sum(n["gpus"] for n in nodes)
         order = arrivals(pods, capacity, args.inflate, args.seed)
-        sim = run_sim(args.sim, tmp, args.seed, args.inflate, args.dra)
+        sim = run_sim(args.sim, tmp, args.seed, args.inflate, args.dra, args.policy)
         if int(sim["arrivals"]) != len(order):
             sys.exit(f"live_replay: egpu-sim replayed {sim['arrivals']} arrivals, this bench "
                      f"computed {len(order)}: not the same sequence")
@@ -774,8 +776,9 @@ def main():
         args.target = None if args.learn_workload else \
             os.path.join(tmp, "sim-out", "target_workload.json")
         r = live(args, nodes, pods, order, capacity, tmp)
-        label = "fgd+dra" if args.dra else "fgd"
-        print(f"  egpu-scheduler: --node-policy fgd --card-policy fgd --seed {args.seed} "
+        label = f"{args.policy}+dra" if args.dra else args.policy
+        print(f"  egpu-scheduler: --node-policy {args.policy} --card-policy {args.policy} "
+              f"--seed {args.seed} "
               + ("--dra " if args.dra else "")
               + ("--pods-without-gpu place " if args.cpu_pods == "extender" else "")
               + ("--target-workload <egpu-sim's target_workload.json> " if args.target else "")

@@ -31,6 +31,7 @@
 #   --learn-workload  the extender builds FGD's target workload from the pods it has seen
 #                (default: --target-workload with egpu-sim's target_workload.json)
 #   --pods FILE  the pod list in the trace directory (default openb_pod_list_default.csv)
+#   --policy P   both tiers' policy, of egpu-scheduler and egpu-sim (default fgd; fgd-cpu...)
 #   --trace-dir DIR, --seed N, --inflate F, --progress, --keep, --scheduler-args ...: see
 #   `python3 bench/live_replay/live_replay.py --help`
 # Environment:
@@ -42,7 +43,7 @@ build=${EGPU_BUILD:-build}
 case "$build" in /*) ;; *) build=$root/$build ;; esac
 case "${1:-}" in
 -h | --help)
-    sed -n '2,38p' "$0"
+    sed -n '2,39p' "$0"
     exit 0
     ;;
 esac

@@ -582,6 +582,8 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  *   best-fit  least resources left after placement
  *   random    uniformly at random among those that fit (seeded)
  *   fgd       least growth of fragmentation for the target workload
+ *   fgd-cpu   fgd, counting as fragmented also the idle GPU that a node's
+ *             free CPU cannot feed (docs/replay.md, "fgd-cpu")
  * The enum, EGPU_POLICY_COUNT, EGPU_POLICY_NAMES and the names that
  * egpu_policy_name and egpu_policy_parse know (src/core/policy.c) all come
  * from this list, so the flags' help, the errors and the parser cannot drift
@@ -591,17 +593,54 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
     X(SPREAD, "spread", ", ")    \
     X(BESTFIT, "best-fit", ", ") \
     X(RANDOM, "random", ", ")    \
-    X(FGD, "fgd", ", ")
+    X(FGD, "fgd", ", ")          \
+    X(FGD_CPU, "fgd-cpu", ", ")
 
 #define EGPU__POLICY_ENUM(id, name, sep) EGPU_POLICY_##id,
 #define EGPU__POLICY_ONE(id, name, sep)  +1
 #define EGPU__POLICY_NAME(id, name, sep) sep name
 
-enum egpu_policy_kind { EGPU_POLICY_LIST(EGPU__POLICY_ENUM) };
+/* Experimental policies (docs/replay.md, "Experimental policies"), in
+ * the same form, after the list above in the enum. They are variants of
+ * FGD (FGD's card tier, a node tier built on FGD's score) tried against
+ * it on the openb trace and not (yet) better on every variant. Only
+ * egpu_policy_parse_experimental (egpu-sim --policy) knows their names:
+ * egpu_policy_parse, and so every flag, annotation and class of the live
+ * path, refuses them, and they are not in EGPU_POLICY_COUNT.
+ * Each scores a node as FGD does, floor(100 * sigmoid(-dF' / 1000)), with
+ * F'_n = F_n(M) changed as below, and may add a tie-break below one
+ * integer step (docs/replay.md has the formulas and the figures). fgd-cpu
+ * (above: F' = F + 2 S, S = max(0, R - 1.5 rho CPU free), the idle GPU the
+ * node's free CPU cannot feed, rho the target workload's milli-GPU per
+ * milli-CPU) is the one of them that was kept:
+ *   fgd-bf        ties to the least best-fit leftover
+ *   fgd-blend     dF' = dF + 0.05 R after (best-fit's GPU leftover blended in)
+ *   fgd-whole     ties to the node left with the fewest whole free cards
+ *   fgd-cpupods   pods asking no GPU: ties to the most CPU beyond the GPU's
+ *   fgd-pack      F' = (F + P) / 2, P the GPU copies of each m cannot take
+ *   fgd-small     ties to the node with the fewest cards
+ *   fgd-cpu-pack  fgd-cpu and fgd-pack together
+ *   fgd-cpu-bf    fgd-cpu with fgd-bf's tie-break
+ *   fgd-cpu-cards fgd-cpu and fgd-pack with P counting the cards only
+ */
+#define EGPU_POLICY_EXPERIMENTAL_LIST(X)  \
+    X(FGD_BF, "fgd-bf", "")               \
+    X(FGD_BLEND, "fgd-blend", ", ")       \
+    X(FGD_WHOLE, "fgd-whole", ", ")       \
+    X(FGD_CPUPODS, "fgd-cpupods", ", ")   \
+    X(FGD_PACK, "fgd-pack", ", ")         \
+    X(FGD_SMALL, "fgd-small", ", ")       \
+    X(FGD_CPU_PACK, "fgd-cpu-pack", ", ") \
+    X(FGD_CPU_BF, "fgd-cpu-bf", ", ")     \
+    X(FGD_CPU_CARDS, "fgd-cpu-cards", ", ")
+
+enum egpu_policy_kind {
+    EGPU_POLICY_LIST(EGPU__POLICY_ENUM) EGPU_POLICY_EXPERIMENTAL_LIST(EGPU__POLICY_ENUM)
+};
 
 /* How many policies there are: the kinds are 0..EGPU_POLICY_COUNT-1. */
 #define EGPU_POLICY_COUNT (0 EGPU_POLICY_LIST(EGPU__POLICY_ONE))
-/* "binpack, spread, best-fit, random, fgd": a string literal, for help texts
+/* "binpack, spread, best-fit, random, fgd, fgd-cpu": a string literal, for help texts
  * and error messages. */
 #define EGPU_POLICY_NAMES EGPU_POLICY_LIST(EGPU__POLICY_NAME)
 
@@ -610,8 +649,25 @@ enum egpu_policy_kind { EGPU_POLICY_LIST(EGPU__POLICY_ENUM) };
 int egpu_policy_parse(const char *name, enum egpu_policy_kind *out,
                       struct egpu_error *err) EGPU_MUST_CHECK;
 /* The name of kind k, a static string; "unknown" when k is not below
- * EGPU_POLICY_COUNT. */
+ * EGPU_POLICY_ALL_COUNT. */
 const char *egpu_policy_name(enum egpu_policy_kind k);
+
+/* Does policy k need a target workload (egpu_placer_config.workload): fgd,
+ * fgd-cpu and the experimental FGD variants. */
+bool egpu_policy_needs_workload(enum egpu_policy_kind k);
+
+/* How many policies there are with the experimental ones: the kinds are
+ * 0..EGPU_POLICY_ALL_COUNT-1. */
+#define EGPU_POLICY_ALL_COUNT          (EGPU_POLICY_COUNT EGPU_POLICY_EXPERIMENTAL_LIST(EGPU__POLICY_ONE))
+/* "fgd-bf, fgd-blend, ...": the experimental policies' names, a string
+ * literal. */
+#define EGPU_POLICY_EXPERIMENTAL_NAMES EGPU_POLICY_EXPERIMENTAL_LIST(EGPU__POLICY_NAME)
+
+/* As egpu_policy_parse, and also the experimental policies'
+ * names (EGPU_POLICY_EXPERIMENTAL_NAMES), for egpu-sim. Returns 0 or
+ * -EINVAL naming both lists; writes *out only on 0. */
+int egpu_policy_parse_experimental(const char *name, enum egpu_policy_kind *out,
+                                   struct egpu_error *err) EGPU_MUST_CHECK;
 
 /* DRA mode (src/core/dra.c). kube-scheduler's structured-parameters
  * allocator (k8s.io/dynamic-resource-allocation/structured, 1.34+) picks a

@@ -180,6 +180,35 @@ struct egpu_replay_bucket {
     double frag_pct_sum;  /* fragmentation: F(M) as percent of idle GPU */
 };
 
+/* Where the idle GPU of a cluster lies, in milli-GPU (egpu_replay_idle_of).
+ * Each idle milli-GPU of a healthy card counts once, in the first class
+ * that holds for its card, against the trace's own pod shapes (every
+ * distinct CPU, memory, per-card GPU, cards and models of a GPU pod):
+ * - usable: some trace pod fits the node now and would take this card;
+ * - cpu: some trace pod would take the card by its GPU and model, but the
+ *   node lacks its CPU or memory (stranded by CPU/memory);
+ * - model: some trace pod would take the card by its GPU, but none of
+ *   those allows the node's model (stranded by model constraints);
+ * - fragment: no trace pod asks so little of one card, or so few cards as
+ *   the node has free (stranded as a card fragment).
+ * Each class is split into whole free cards and partly used cards. */
+struct egpu_replay_idle {
+    bool taken; /* the snapshot was taken (the replay reached its point) */
+    uint64_t idle_milli;
+    uint64_t usable_whole, usable_part;
+    uint64_t cpu_whole, cpu_part;
+    uint64_t model_whole, model_part;
+    uint64_t frag_whole, frag_part;
+    /* The idle milli-GPU of partly used cards by the card's free compute:
+     * 1..199, 200..499, 500..999 milli. */
+    uint64_t part_free[3];
+};
+
+/* The snapshots of egpu_replay_result.idle: when the arrived GPU request
+ * first reaches 100% of capacity, and as the replay ends (inflate x). */
+#define EGPU_REPLAY_IDLE_AT100 0
+#define EGPU_REPLAY_IDLE_END   1
+
 struct egpu_replay_result {
     size_t arrivals; /* pods that arrived (trace + clones) */
     size_t failed;   /* pods that did not fit, skipped */
@@ -190,8 +219,15 @@ struct egpu_replay_result {
     /* DRA mode: placed pods whose cards (the allocator's) are not the ones
      * the card policy would have chosen on the same node; 0 otherwise. */
     size_t dra_other_cards;
+    struct egpu_replay_idle idle[2]; /* EGPU_REPLAY_IDLE_AT100, EGPU_REPLAY_IDLE_END */
     struct egpu_replay_bucket buckets[EGPU_REPLAY_PCT_MAX + 1];
 };
+
+/* Classify the idle GPU of cluster c (egpu_replay_idle's classes) against
+ * the GPU pods of reqs[0..n) (requests of one container; others and pods
+ * asking no GPU are passed over) into *out. */
+void egpu_replay_idle_of(const struct egpu_cluster *c, const struct egpu_pod_request *reqs,
+                         size_t n, struct egpu_replay_idle *out);
 
 /* Replay trace t once with the FGD paper's protocol: pods sorted by name
  * (as loaded), shuffled with cfg->seed, then clones drawn uniformly with
@@ -244,6 +280,14 @@ struct egpu_policy_runs {
  * a policy whose published member is set the published figures and the
  * difference (this run minus published; "-" where the run has no value). */
 void egpu_report_table(FILE *f, const struct egpu_policy_runs *p, size_t n);
+
+/* Print where the idle GPU lies (egpu_replay_idle's classes) to f: per
+ * policy one row at 100% arrived and one at the end of the replays, each
+ * class as a percent of capacity_milli (the cluster's GPU), whole free
+ * cards + partly used cards, and the partly used cards' idle GPU by their
+ * free compute (under 200, 200..499, 500..999 milli), the mean over the
+ * runs that took the snapshot. */
+void egpu_report_idle(FILE *f, const struct egpu_policy_runs *p, size_t n, uint64_t capacity_milli);
 
 /* Write the curve: one row per arrived percent 0..max, a column of mean
  * allocation ratio and one of fragmentation ratio per policy (empty where no

@@ -91,7 +91,13 @@ struct dra_mode {
 
     /* /metrics (set by the main thread; the families live in metrics) */
     struct egpu_metric *m_registered, *m_cards, *m_healthy, *m_devices, *m_publishes, *m_get_info;
-    unsigned long seen_get_info; /* GetInfo calls already counted */
+    struct egpu_metric *m_generation, *m_deletions, *m_republishes, *m_card_state;
+    struct egpu_metric *m_requests, *m_claims, *m_errors, *m_prepared, *m_bad_records;
+    struct egpu_metric *m_shares, *m_alloc_core, *m_alloc_mem, *m_card_mem;
+    unsigned long seen_get_info;        /* GetInfo calls already counted */
+    struct egpu__dra_plugin_stats seen; /* the plugin's counters already counted */
+    struct egpu__dra_usage *usage;      /* the main thread's copy of the plugin's sums */
+    bool ever_published;                /* a publish succeeded once (main thread) */
 };
 
 static long now_ms(void)
@@ -184,6 +190,10 @@ static int refresh(void *data, bool *changed, struct egpu_error *err)
 static int metrics_new(struct dra_mode *m, struct egpu_error *err)
 {
     static const char *const result_label[] = {"result"};
+    static const char *const gpu_labels[] = {"gpu", "device"};
+    static const char *const state_labels[] = {"gpu", "device", "state"};
+    static const char *const method_label[] = {"method"};
+    static const char *const error_labels[] = {"method", "reason"};
     const struct egpu_service_metric t[] = {
         {EGPU_SERVICE_GAUGE, "egpu_agent_dra_registered",
          "1 while the kubelet's last NotifyRegistrationStatus said the DRA plugin is registered.",
@@ -200,9 +210,128 @@ static int metrics_new(struct dra_mode *m, struct egpu_error *err)
         {EGPU_SERVICE_COUNTER, "egpu_agent_dra_get_info_total",
          "GetInfo calls the registration answered (the kubelet's plugin watcher).", 0, NULL, 0,
          NULL, &m->m_get_info},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_slice_generation",
+         "The pool generation of the node's ResourceSlice as last published.", 0, NULL, 0, NULL,
+         &m->m_generation},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_dra_slice_deletions_total",
+         "Deletions of the node's ResourceSlice the agent saw (the kubelet deletes it at its "
+         "start and 30 s after the plugin leaves).",
+         0, NULL, 0, NULL, &m->m_deletions},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_dra_slice_republishes_total",
+         "Publishes that created the node's ResourceSlice again after it had been published "
+         "(it was deleted).",
+         0, NULL, 0, NULL, &m->m_republishes},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_gpu_slice_state",
+         "1 for the card's state in the ResourceSlice as last published: published, tainted "
+         "(unhealthy, with the device taint) or absent (left out); 0 for the others.",
+         3, state_labels, 0, NULL, &m->m_card_state},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_dra_requests_total",
+         "DRAPlugin requests the kubelet made, by method: NodePrepareResources or "
+         "NodeUnprepareResources (v1 and v1beta1).",
+         1, method_label, 0, NULL, &m->m_requests},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_dra_claims_total",
+         "Claims the DRAPlugin requests named, by method.", 1, method_label, 0, NULL, &m->m_claims},
+        {EGPU_SERVICE_COUNTER, "egpu_agent_dra_errors_total",
+         "Claims answered with an error, by method and reason: invalid (the claim refused), "
+         "not_found (no such claim, or deleted mid-prepare), api (the API server), file (a "
+         "file operation), no_memory; and requests refused whole, reason bad_request.",
+         2, error_labels, 0, NULL, &m->m_errors},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_claims_prepared",
+         "Claims prepared on the node (the agent's claim records).", 0, NULL, 0, NULL,
+         &m->m_prepared},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_claim_records_bad",
+         "Entries named as claim records that the agent does not believe (the next prepare of "
+         "the claim rebuilds them).",
+         0, NULL, 0, NULL, &m->m_bad_records},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_gpu_shares",
+         "Devices of prepared claims on the card (a whole card counts as one), from the agent's "
+         "claim records.",
+         2, gpu_labels, 0, NULL, &m->m_shares},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_gpu_allocated_core_percent",
+         "Core percent of the card that prepared claims consume (their allocation results, as "
+         "the claim records hold them).",
+         2, gpu_labels, 0, NULL, &m->m_alloc_core},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_gpu_allocated_memory_mib",
+         "Memory MiB of the card that prepared claims consume (their allocation results, as the "
+         "claim records hold them).",
+         2, gpu_labels, 0, NULL, &m->m_alloc_mem},
+        {EGPU_SERVICE_GAUGE, "egpu_agent_dra_gpu_memory_mib",
+         "The card's memory MiB (its memory capacity in the slice).", 2, gpu_labels, 0, NULL,
+         &m->m_card_mem},
     };
 
     return egpu_service_metrics_new(t, sizeof(t) / sizeof(t[0]), &m->metrics, err);
+}
+
+/* Keep a card's series only while the card is listed (values[0] its UUID,
+ * values[1] its slice device). */
+static bool keep_card(const char *const *values, void *data)
+{
+    const struct egpu__dra_usage *u = data;
+
+    for (size_t i = 0; i < u->ncards; i++)
+        if (strcmp(u->cards[i].uuid, values[0]) == 0 && strcmp(u->cards[i].device, values[1]) == 0)
+            return true;
+    return false;
+}
+
+static const char *const METHODS[2] = {"NodePrepareResources", "NodeUnprepareResources"};
+
+/* The DRAPlugin counters, from the plugin's (what is new since the last
+ * refresh). */
+static void metrics_plugin(struct dra_mode *m)
+{
+    struct egpu__dra_plugin_stats s, *o = &m->seen;
+
+    egpu__dra_plugin_stats(m->plugin, &s);
+    (void)egpu_metric_add(m->m_requests, &METHODS[0], (double)(s.prepare_calls - o->prepare_calls));
+    (void)egpu_metric_add(m->m_requests, &METHODS[1],
+                          (double)(s.unprepare_calls - o->unprepare_calls));
+    (void)egpu_metric_add(m->m_claims, &METHODS[0], (double)(s.prepare_claims - o->prepare_claims));
+    (void)egpu_metric_add(m->m_claims, &METHODS[1],
+                          (double)(s.unprepare_claims - o->unprepare_claims));
+    (void)egpu_metric_add(m->m_errors, (const char *const[]){METHODS[0], "bad_request"},
+                          (double)(s.prepare_bad - o->prepare_bad));
+    (void)egpu_metric_add(m->m_errors, (const char *const[]){METHODS[1], "bad_request"},
+                          (double)(s.unprepare_bad - o->unprepare_bad));
+    for (int r = 0; r < EGPU_DRA_REASON_COUNT; r++) {
+        const char *reason = egpu__dra_reason_name((enum egpu__dra_reason)r);
+
+        (void)egpu_metric_add(m->m_errors, (const char *const[]){METHODS[0], reason},
+                              (double)(s.prepare_errors[r] - o->prepare_errors[r]));
+        (void)egpu_metric_add(m->m_errors, (const char *const[]){METHODS[1], reason},
+                              (double)(s.unprepare_errors[r] - o->unprepare_errors[r]));
+    }
+    *o = s;
+}
+
+/* The per-card gauges of the prepared claims, from the plugin's sums of its
+ * claim records (never from a file a container can reach). */
+static void metrics_usage(struct dra_mode *m)
+{
+    struct egpu__dra_usage *u = m->usage;
+
+    if (u == NULL)
+        return;
+    egpu__dra_plugin_usage(m->plugin, u);
+    (void)egpu_metric_set(m->m_prepared, NULL, (double)u->claims);
+    (void)egpu_metric_set(m->m_bad_records, NULL, (double)u->bad);
+    for (size_t i = 0; i < u->ncards; i++) {
+        const struct egpu__dra_card_usage *c = &u->cards[i];
+        const char *values[2] = {c->uuid, c->device};
+
+        if (c->uuid[0] == '\0' || c->device[0] == '\0')
+            continue;
+        (void)egpu_metric_set(m->m_shares, values, (double)c->shares);
+        (void)egpu_metric_set(m->m_alloc_core, values, (double)c->core_pct);
+        (void)egpu_metric_set(m->m_alloc_mem, values, (double)c->alloc_mem_mib);
+        (void)egpu_metric_set(m->m_card_mem, values, (double)c->mem_mib);
+    }
+    (void)egpu_metric_retain(m->m_shares, keep_card, u);
+    (void)egpu_metric_retain(m->m_alloc_core, keep_card, u);
+    (void)egpu_metric_retain(m->m_alloc_mem, keep_card, u);
+    (void)egpu_metric_retain(m->m_card_mem, keep_card, u);
+    (void)egpu_metric_retain(m->m_card_state, keep_card, u);
 }
 
 /* The gauges and the GetInfo counter, from the registration and the cards. */
@@ -222,6 +351,28 @@ static void metrics_refresh(struct dra_mode *m)
     pthread_mutex_unlock(&m->lock);
     (void)egpu_metric_set(m->m_cards, NULL, (double)n);
     (void)egpu_metric_set(m->m_healthy, NULL, (double)healthy);
+    metrics_plugin(m);
+    metrics_usage(m);
+}
+
+/* Each card's state in the slice just published from cards[0 .. n) with sc. */
+static void metrics_slice_state(struct dra_mode *m, const struct egpu__dra_slice_config *sc,
+                                const struct egpu_gpu_info *cards, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        enum egpu__dra_card_state now = egpu__dra_slice_card_state(sc, &m->slice, &cards[i]);
+        char device[32];
+
+        if (cards[i].uuid[0] == '\0' ||
+            egpu_api_dra_device_name(cards[i].index, device, sizeof(device)) != 0)
+            continue;
+        for (int k = 0; k < EGPU_DRA_CARD_STATE_COUNT; k++)
+            (void)egpu_metric_set(
+                m->m_card_state,
+                (const char *const[]){cards[i].uuid, device,
+                                      egpu__dra_card_state_name((enum egpu__dra_card_state)k)},
+                k == (int)now ? 1.0 : 0.0);
+    }
 }
 
 /* Publish the slice for the cards as last listed; true when it holds. A
@@ -257,13 +408,19 @@ static bool publish(struct dra_mode *m)
         rc = egpu__dra_slice_publish(m->kube, &m->slice, &sc, cards, n, &st, &err);
     }
     pthread_mutex_unlock(&m->attrs_lock);
-    egpu_free(cards);
     (void)egpu_metric_inc(m->m_publishes, (const char *const[]){rc ? "error" : "ok"});
     if (rc) {
+        egpu_free(cards);
         egpu_log(EGPU_LOG_WARN, "ResourceSlice not published error=\"%s\"", err.msg);
         return false;
     }
+    metrics_slice_state(m, &sc, cards, n);
+    egpu_free(cards);
+    if (st.created && m->ever_published)
+        (void)egpu_metric_inc(m->m_republishes, NULL);
+    m->ever_published = true;
     (void)egpu_metric_set(m->m_devices, NULL, (double)st.devices);
+    (void)egpu_metric_set(m->m_generation, NULL, (double)st.generation);
     if (st.created || st.updated || st.deleted)
         egpu_log(EGPU_LOG_NOTICE,
                  "ResourceSlice published name=%s devices=%u generation=%lld created=%u "
@@ -283,6 +440,7 @@ static void on_slice_delete(void *ud, const json_t *obj)
 
     egpu_log(EGPU_LOG_NOTICE, "ResourceSlice deleted name=%s: publishing again",
              name != NULL ? name : "?");
+    (void)egpu_metric_inc(m->m_deletions, NULL);
     atomic_store(&m->dirty, true);
 }
 
@@ -349,7 +507,8 @@ static int start(void *data, struct egpu_error *err)
     int rc;
 
     m->cards = egpu_calloc(EGPU_NODE_GPUS_MAX, sizeof(*m->cards));
-    if (m->cards == NULL)
+    m->usage = egpu_calloc(1, sizeof(*m->usage));
+    if (m->cards == NULL || m->usage == NULL)
         return egpu_error_set(err, -ENOMEM, "out of memory");
     rc = egpu_gpus_open(&gc, &m->gpus, err);
     if (!rc)
@@ -524,6 +683,7 @@ static void finish(void *data)
     egpu_kube_config_free(m->kcfg);
     egpu_gpus_free(m->gpus);
     egpu_free(m->cards);
+    egpu_free(m->usage);
     egpu_free(m->attrs);
     pthread_mutex_destroy(&m->lock);
     pthread_mutex_destroy(&m->attrs_lock);

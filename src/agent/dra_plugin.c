@@ -8,6 +8,7 @@
  * Device.share_id (field 5), so both versions are decoded and answered with
  * v1's descriptors; share_id is only set in v1 answers.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -43,7 +44,12 @@ struct egpu__dra_plugin {
     pthread_mutex_t lock; /* serializes prepare and unprepare; guards cards */
     struct egpu_gpu_info cards[EGPU_NODE_GPUS_MAX];
     size_t ncards;
+    pthread_mutex_t stats_lock; /* guards stats and usage (held briefly, never with lock waited) */
+    struct egpu__dra_plugin_stats stats;
+    struct egpu__dra_usage usage; /* the sums as last made (usage_update) */
 };
+
+static void usage_update(struct egpu__dra_plugin *p);
 
 /* ------------------------------------------------------------------------ */
 /* The record                                                               */
@@ -73,6 +79,14 @@ static const char *rec_str(const json_t *o, const char *key)
     const char *v = json_string_value(json_object_get(o, key));
 
     return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+/* Whether a record device's capacity member v is absent, or an integer
+ * 1..max. */
+static bool capacity_ok(const json_t *v, json_int_t max)
+{
+    return v == NULL ||
+           (json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= max);
 }
 
 int egpu__dra_plugin_record_parse(const char *driver, const char *dra_root, const char *uid,
@@ -122,6 +136,14 @@ int egpu__dra_plugin_record_parse(const char *driver, const char *dra_root, cons
             return egpu_error_set(err, EGPU_ESYNTAX,
                                   "not a claim record of uid %s: device %zu is not one this "
                                   "agent writes",
+                                  uid, i);
+        }
+        if (!capacity_ok(json_object_get(d, "cores"), 100) ||
+            !capacity_ok(json_object_get(d, "memoryMiB"), INT64_MAX)) {
+            json_decref(doc);
+            return egpu_error_set(err, EGPU_ESYNTAX,
+                                  "not a claim record of uid %s: device %zu's cores (1..100) or "
+                                  "memoryMiB (>= 1) is not an integer in range",
                                   uid, i);
         }
         share = json_string_value(json_object_get(d, "shareID"));
@@ -396,9 +418,11 @@ int egpu__dra_plugin_results(const char *driver, const char *pool,
         d->minor = card->minor;
         rc = capacity_of(r, card, &d->core_pct, &d->mem_mib, err);
         if (rc == 0 && recdevs != NULL &&
-            json_array_append_new(recdevs, json_pack("{s:s,s:s,s:s,s:s}", "request", r->request,
-                                                     "pool", r->pool, "device", r->device,
-                                                     "shareID", r->share_id)) != 0)
+            json_array_append_new(recdevs,
+                                  json_pack("{s:s,s:s,s:s,s:s,s:I,s:I}", "request", r->request,
+                                            "pool", r->pool, "device", r->device, "shareID",
+                                            r->share_id, "cores", (json_int_t)d->core_pct,
+                                            "memoryMiB", (json_int_t)d->mem_mib)) != 0)
             rc = egpu_error_set(err, -ENOMEM, "out of memory");
         if (rc == 0)
             (*n)++;
@@ -577,6 +601,7 @@ int egpu__dra_plugin_prepare(struct egpu__dra_plugin *p, const char *ns, const c
             egpu_log(EGPU_LOG_NOTICE, "DRA claim prepared claim=%s/%s uid=%s devices=%zu", ns, name,
                      uid, json_array_size(json_object_get(*rec, "devices")));
     }
+    usage_update(p);
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
@@ -656,6 +681,7 @@ int egpu__dra_plugin_unprepare(struct egpu__dra_plugin *p, const char *uid, stru
         rc = egpu__cdi_spec_remove(p->cdi_dir, p->driver, uid, err);
     if (rc == 0 && (rec != NULL || bad))
         rc = record_remove(p, uid, err);
+    usage_update(p);
     pthread_mutex_unlock(&p->lock);
     if (rc == 0 && (rec != NULL || bad))
         egpu_log(EGPU_LOG_NOTICE, "DRA claim unprepared uid=%s", uid);
@@ -664,7 +690,189 @@ int egpu__dra_plugin_unprepare(struct egpu__dra_plugin *p, const char *uid, stru
 }
 
 /* ------------------------------------------------------------------------ */
+/* What /metrics reads                                                      */
+
+enum egpu__dra_reason egpu__dra_reason_of(int rc)
+{
+    switch (rc) {
+    case -EINVAL:
+        return EGPU_DRA_REASON_INVALID;
+    case -ENOENT:
+        return EGPU_DRA_REASON_NOT_FOUND;
+    case -ENOMEM:
+        return EGPU_DRA_REASON_NO_MEMORY;
+    case -EACCES:
+    case -EPERM:
+    case -EAGAIN:
+    case -ETIMEDOUT:
+    case -ECONNREFUSED:
+    case -EPROTO:
+    case -EMSGSIZE:
+    case -ECANCELED:
+    case -EOPNOTSUPP:
+#if ENOTSUP != EOPNOTSUPP
+    case -ENOTSUP:
+#endif
+    case EGPU_KUBE_ECONFLICT:
+    case EGPU_KUBE_EEXPIRED:
+        return EGPU_DRA_REASON_API;
+    default:
+        return EGPU_DRA_REASON_FILE;
+    }
+}
+
+const char *egpu__dra_reason_name(enum egpu__dra_reason r)
+{
+    static const char *const names[EGPU_DRA_REASON_COUNT] = {
+        [EGPU_DRA_REASON_INVALID] = "invalid",
+        [EGPU_DRA_REASON_NOT_FOUND] = "not_found",
+        [EGPU_DRA_REASON_API] = "api",
+        [EGPU_DRA_REASON_FILE] = "file",
+        [EGPU_DRA_REASON_NO_MEMORY] = "no_memory",
+    };
+
+    return (unsigned)r < EGPU_DRA_REASON_COUNT ? names[r] : "?";
+}
+
+void egpu__dra_plugin_stats(struct egpu__dra_plugin *p, struct egpu__dra_plugin_stats *out)
+{
+    pthread_mutex_lock(&p->stats_lock);
+    *out = p->stats;
+    pthread_mutex_unlock(&p->stats_lock);
+}
+
+void egpu__dra_plugin_usage(struct egpu__dra_plugin *p, struct egpu__dra_usage *out)
+{
+    pthread_mutex_lock(&p->stats_lock);
+    *out = p->usage;
+    pthread_mutex_unlock(&p->stats_lock);
+}
+
+/* Add record rec's devices to u (its cards set). */
+static void usage_add(struct egpu__dra_usage *u, const json_t *rec)
+{
+    const json_t *d;
+    size_t i;
+
+    json_array_foreach(json_object_get(rec, "devices"), i, d)
+    {
+        const json_t *cores = json_object_get(d, "cores"), *mem = json_object_get(d, "memoryMiB");
+        const char *device = json_string_value(json_object_get(d, "device"));
+        struct egpu__dra_card_usage *c = NULL;
+
+        for (size_t k = 0; k < u->ncards && c == NULL; k++)
+            if (device != NULL && strcmp(u->cards[k].device, device) == 0)
+                c = &u->cards[k];
+        if (c == NULL) {
+            u->orphans++;
+            continue;
+        }
+        c->shares++;
+        if (cores == NULL || mem == NULL) {
+            u->unsized++;
+            continue;
+        }
+        c->core_pct += (unsigned)json_integer_value(cores);
+        c->alloc_mem_mib += (uint64_t)json_integer_value(mem);
+    }
+}
+
+/* Make the usage sums again from the records below <alloc_root>/dra, with
+ * the lock held (the header's egpu__dra_plugin_usage). Out of memory or an
+ * unreadable root keeps the last sums. */
+static void usage_update(struct egpu__dra_plugin *p)
+{
+    const size_t prefix = strlen(EGPU_DRA_PLUGIN_RECORD_PREFIX), suffix = strlen(".json");
+    struct egpu__dra_usage *u = egpu_calloc(1, sizeof(*u));
+    struct dirent *e;
+    DIR *dir = NULL;
+    int fd = -1, rc;
+
+    if (u == NULL)
+        return;
+    u->ncards = p->ncards;
+    for (size_t i = 0; i < p->ncards; i++) {
+        struct egpu__dra_card_usage *c = &u->cards[i];
+
+        snprintf(c->uuid, sizeof(c->uuid), "%s", p->cards[i].uuid);
+        if (egpu_api_dra_device_name(p->cards[i].index, c->device, sizeof(c->device)) != 0)
+            c->device[0] = '\0';
+        c->mem_mib = p->cards[i].mem_mib;
+    }
+    rc = egpu__fs_open_dir(AT_FDCWD, p->dra_root, &fd);
+    if (rc == 0) {
+        dir = fdopendir(fd);
+        if (dir == NULL) {
+            close(fd);
+            rc = -errno;
+        }
+    }
+    if (rc && rc != -ENOENT) {
+        egpu_log(EGPU_LOG_WARN, "DRA claim records not read root=%s error=\"%s\"", p->dra_root,
+                 egpu_strerror(rc));
+        egpu_free(u);
+        return;
+    }
+    while (dir != NULL && (e = readdir(dir)) != NULL) {
+        char uid[EGPU_CDI_UID_LEN + 1];
+        struct egpu_error e2 = {0};
+        size_t len = strlen(e->d_name);
+        json_t *rec = NULL;
+
+        if (len <= prefix + suffix || len - prefix - suffix >= sizeof(uid) ||
+            strncmp(e->d_name, EGPU_DRA_PLUGIN_RECORD_PREFIX, prefix) != 0 ||
+            strcmp(e->d_name + len - suffix, ".json") != 0)
+            continue;
+        memcpy(uid, e->d_name + prefix, len - prefix - suffix);
+        uid[len - prefix - suffix] = '\0';
+        if (egpu__cdi_check_uid(uid, NULL) != 0 || record_read(p, uid, &rec, &e2) != 0) {
+            u->bad++;
+            continue;
+        }
+        u->claims++;
+        usage_add(u, rec);
+        json_decref(rec);
+    }
+    if (dir != NULL)
+        closedir(dir);
+    pthread_mutex_lock(&p->stats_lock);
+    p->usage = *u;
+    pthread_mutex_unlock(&p->stats_lock);
+    egpu_free(u);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Handlers                                                                 */
+
+/* Count a request (prepare or unprepare; bad: it did not decode) naming
+ * nclaims claims. */
+static void count_call(struct egpu__dra_plugin *p, bool prepare, bool bad, size_t nclaims)
+{
+    pthread_mutex_lock(&p->stats_lock);
+    if (prepare) {
+        p->stats.prepare_calls++;
+        p->stats.prepare_bad += bad;
+        p->stats.prepare_claims += nclaims;
+    } else {
+        p->stats.unprepare_calls++;
+        p->stats.unprepare_bad += bad;
+        p->stats.unprepare_claims += nclaims;
+    }
+    pthread_mutex_unlock(&p->stats_lock);
+}
+
+/* Count a claim answered with the error rc. */
+static void count_error(struct egpu__dra_plugin *p, bool prepare, int rc)
+{
+    enum egpu__dra_reason r = egpu__dra_reason_of(rc);
+
+    pthread_mutex_lock(&p->stats_lock);
+    if (prepare)
+        p->stats.prepare_errors[r]++;
+    else
+        p->stats.unprepare_errors[r]++;
+    pthread_mutex_unlock(&p->stats_lock);
+}
 
 /* The answer's storage for one prepared claim; strings borrowed from rec. */
 struct prep_out {
@@ -746,6 +954,7 @@ static int on_prepare(struct egpu__dra_plugin *p, const struct egpu_grpc_request
     struct prep_out *o = NULL;
     int rc = 0;
 
+    count_call(p, true, r == NULL, r != NULL ? r->n_claims : 0);
     if (r == NULL)
         return egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
                                     "NodePrepareResources: request is not a "
@@ -761,8 +970,10 @@ static int on_prepare(struct egpu__dra_plugin *p, const struct egpu_grpc_request
     for (size_t i = 0; i < r->n_claims; i++) {
         const K8s__Io__Kubelet__Pkg__Apis__Dra__V1__Claim *c = r->claims[i];
 
-        if (egpu__dra_plugin_prepare(p, c->namespace_, c->uid, c->name, &o[i].rec, &o[i].err) !=
-            0) {
+        rc = egpu__dra_plugin_prepare(p, c->namespace_, c->uid, c->name, &o[i].rec, &o[i].err);
+        if (rc != 0) {
+            count_error(p, true, rc);
+            rc = 0;
             o[i].rec = NULL;
             egpu_log(EGPU_LOG_WARN, "DRA claim not prepared claim=%s/%s uid=%s error=\"%s\"",
                      c->namespace_, c->name, c->uid, o[i].err.msg);
@@ -804,6 +1015,7 @@ static int on_unprepare(struct egpu__dra_plugin *p, const struct egpu_grpc_reque
     K8s__Io__Kubelet__Pkg__Apis__Dra__V1__NodeUnprepareResourcesResponse__ClaimsEntry **ep = NULL;
     int rc = 0;
 
+    count_call(p, false, r == NULL, r != NULL ? r->n_claims : 0);
     if (r == NULL)
         return egpu_grpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
                                     "NodeUnprepareResources: request is not a "
@@ -823,7 +1035,10 @@ static int on_unprepare(struct egpu__dra_plugin *p, const struct egpu_grpc_reque
         o[i].resp = resp0;
         o[i].entry.key = c->uid;
         o[i].entry.value = &o[i].resp;
-        if (egpu__dra_plugin_unprepare(p, c->uid, &o[i].err) != 0) {
+        rc = egpu__dra_plugin_unprepare(p, c->uid, &o[i].err);
+        if (rc != 0) {
+            count_error(p, false, rc);
+            rc = 0;
             o[i].resp.error = o[i].err.msg;
             egpu_log(EGPU_LOG_WARN, "DRA claim not unprepared claim=%s/%s uid=%s error=\"%s\"",
                      c->namespace_, c->name, c->uid, o[i].err.msg);
@@ -894,6 +1109,7 @@ int egpu__dra_plugin_new(const struct egpu__dra_plugin_config *cfg, struct egpu_
     if (p == NULL)
         return egpu_error_set(err, -ENOMEM, "DRA plugin: out of memory");
     pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->stats_lock, NULL);
     p->kube = cfg->kube;
     p->ctx_extra_mib = cfg->ctx_extra_mib;
     p->node = egpu_strdup(cfg->node);
@@ -936,6 +1152,7 @@ void egpu__dra_plugin_free(struct egpu__dra_plugin *p)
         return;
     egpu_grpc_server_free(p->srv);
     pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->stats_lock);
     egpu_free(p->node);
     egpu_free(p->driver);
     egpu_free(p->endpoint);
@@ -954,6 +1171,7 @@ void egpu__dra_plugin_set_cards(struct egpu__dra_plugin *p, const struct egpu_gp
     if (n > 0)
         memcpy(p->cards, cards, n * sizeof(*cards));
     p->ncards = n;
+    usage_update(p); /* the records' devices map to these cards now */
     pthread_mutex_unlock(&p->lock);
 }
 

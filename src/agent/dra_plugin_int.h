@@ -22,8 +22,10 @@
  * record is <alloc_root>/dra/claim-<uid>.json (mode 0644, written
  * atomically by egpu__fs_write_at as the last step of a prepare):
  * {"uid","namespace","name","devices":[{"request","pool","device",
- * "shareID","cdi","dir"}]}. A prepare that finds the record answers from it
- * and writes nothing (idempotency across agent restarts); unprepare removes
+ * "shareID","cdi","dir","cores","memoryMiB"}]}, cores (percent) and
+ * memoryMiB being what the share consumes as decoded from the allocation
+ * result (capacity_of; a record of an agent before them lacks both). A prepare that finds the
+ * record answers from it and writes nothing (idempotency across agent restarts); unprepare removes
  * the dirs, the CDI spec, then the record.
  *
  * Trust (docs/security.md, "DRA mode"): the kubelet's request names the
@@ -53,6 +55,7 @@
 #define EGPU_AGENT_DRA_PLUGIN_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -134,7 +137,8 @@ struct egpu__cdi_device;
  * it, borrowed) of driver and pool (this node) into devs[0 .. *n) (room for
  * EGPU_CDI_DEVICES_MAX; device and card strings borrowed from claim and
  * cards) and, when recdevs is not NULL, one record device {request, pool,
- * device, shareID} each appended to recdevs (a JSON array). Results of
+ * device, shareID, cores, memoryMiB} each appended to recdevs (a JSON
+ * array). Results of
  * other drivers or pools are passed over. The results are decoded by
  * egpu_api_dra_results (api.h: its checks of every result of the driver,
  * its messages naming the field); on top of it each result of this pool
@@ -153,8 +157,10 @@ int egpu__dra_plugin_results(const char *driver, const char *pool,
  * record of claim uid written by this agent for driver below dra_root
  * (<alloc_root>/dra): the opening's shape, no duplicate keys, uid equal to
  * uid, namespace and name non-empty, 1..EGPU_CDI_DEVICES_MAX devices each
- * with request, pool, device, shareID ("" or a UID), and cdi and dir equal
- * to egpu__cdi_device_id(driver, uid, device) and its egpu__allocdir_path.
+ * with request, pool, device, shareID ("" or a UID), cdi and dir equal
+ * to egpu__cdi_device_id(driver, uid, device) and its egpu__allocdir_path,
+ * and cores (an integer 1..100) and memoryMiB (an integer >= 1) when there
+ * (a record of an older agent lacks them).
  * Pure. Returns 0 with the record in *rec (json_decref it), or EGPU_ESYNTAX
  * with err saying what is wrong. */
 int egpu__dra_plugin_record_parse(const char *driver, const char *dra_root, const char *uid,
@@ -168,6 +174,72 @@ int egpu__dra_plugin_record_parse(const char *driver, const char *dra_root, cons
  * removal's negative code, with err (what could be removed is). */
 int egpu__dra_plugin_unprepare(struct egpu__dra_plugin *p, const char *uid,
                                struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* Why a claim's prepare or unprepare failed, for /metrics
+ * (egpu_agent_dra_claim_errors_total's reason). */
+enum egpu__dra_reason {
+    EGPU_DRA_REASON_INVALID,   /* -EINVAL: a claim refused (uid, results, capacity, device) */
+    EGPU_DRA_REASON_NOT_FOUND, /* -ENOENT: no such claim, or deleted mid-prepare */
+    EGPU_DRA_REASON_API,       /* another answer or transport failure of the API server */
+    EGPU_DRA_REASON_FILE,      /* a file operation (dirs, CDI spec, record) */
+    EGPU_DRA_REASON_NO_MEMORY, /* -ENOMEM */
+    EGPU_DRA_REASON_COUNT
+};
+
+/* The reason of a negative code from egpu__dra_plugin_prepare or _unprepare:
+ * -EINVAL invalid, -ENOENT not_found, -ENOMEM no_memory, the codes of
+ * egpu/kube.h's transport and status mapping (-EACCES, -EPERM, -EAGAIN,
+ * -ETIMEDOUT, -ECONNREFUSED, -EPROTO, -EMSGSIZE, -ECANCELED, -EOPNOTSUPP,
+ * -ENOTSUP, EGPU_KUBE_ECONFLICT, EGPU_KUBE_EEXPIRED) api, any other file.
+ * Pure. */
+enum egpu__dra_reason egpu__dra_reason_of(int rc);
+
+/* The label value of r: "invalid", "not_found", "api", "file", "no_memory"
+ * (static storage; "?" out of range). */
+const char *egpu__dra_reason_name(enum egpu__dra_reason r);
+
+/* What the handlers counted since egpu__dra_plugin_new (monotonic). */
+struct egpu__dra_plugin_stats {
+    unsigned long prepare_calls;   /* NodePrepareResources requests (v1 and v1beta1) */
+    unsigned long unprepare_calls; /* NodeUnprepareResources requests */
+    unsigned long prepare_bad;     /* requests refused whole: not a NodePrepareResourcesRequest */
+    unsigned long unprepare_bad;   /* ... not a NodeUnprepareResourcesRequest */
+    unsigned long prepare_claims;  /* claims the prepare requests named */
+    unsigned long unprepare_claims;
+    unsigned long prepare_errors[EGPU_DRA_REASON_COUNT]; /* claims answered with an error */
+    unsigned long unprepare_errors[EGPU_DRA_REASON_COUNT];
+};
+
+/* Copy p's counters into *out. Any thread. */
+void egpu__dra_plugin_stats(struct egpu__dra_plugin *p, struct egpu__dra_plugin_stats *out);
+
+/* What the prepared claims hold on one card. */
+struct egpu__dra_card_usage {
+    char uuid[EGPU_UUID_MAX]; /* the card's UUID */
+    char device[32];          /* its slice device, "gpu-<index>" */
+    uint64_t mem_mib;         /* the card's memory, MiB */
+    unsigned shares;          /* devices of prepared claims on it (a whole card is one) */
+    unsigned core_pct;        /* sum of their consumed cores, percent of the card */
+    uint64_t alloc_mem_mib;   /* sum of their consumed memory, MiB */
+};
+
+/* What the prepared claims hold on the node. */
+struct egpu__dra_usage {
+    size_t ncards; /* cards[0 .. ncards): the cards as last set, in their order */
+    struct egpu__dra_card_usage cards[EGPU_NODE_GPUS_MAX];
+    unsigned claims;  /* claims with a record the agent believes */
+    unsigned unsized; /* of their devices, those whose record has no cores or memoryMiB */
+    unsigned orphans; /* of their devices, those on no card of the node (the card left) */
+    unsigned bad;     /* entries below <alloc_root>/dra named as records and not believed */
+};
+
+/* The usage of p's prepared claims, summed from their records (the agent's
+ * own files, read as prepare reads them: O_NOFOLLOW, private, parsed by
+ * egpu__dra_plugin_record_parse; never from a file a container can reach,
+ * never from the claim's spec) into *out. The sums are made again, with
+ * the lock held, whenever a prepare, an unprepare or new cards may have
+ * changed them, and kept: this copies the last sums. Any thread. */
+void egpu__dra_plugin_usage(struct egpu__dra_plugin *p, struct egpu__dra_usage *out);
 
 /* The four handlers (egpu_grpc_unary_cb, data = p). A request that does not
  * decode is INVALID_ARGUMENT; otherwise the answer is OK with one entry per

@@ -268,6 +268,29 @@ static bool is_published(const struct egpu__dra_slice_config *cfg, const struct 
            c->mem_mib >= MIN_MEMORY_MIB;
 }
 
+enum egpu__dra_card_state egpu__dra_slice_card_state(const struct egpu__dra_slice_config *cfg,
+                                                     const struct egpu__dra_slice_state *st,
+                                                     const struct egpu_gpu_info *c)
+{
+    struct egpu__dra_slice_config eff = *cfg;
+
+    eff.taint_unhealthy = cfg->taint_unhealthy && !st->no_taints;
+    if (!is_published(&eff, c))
+        return EGPU_DRA_CARD_ABSENT;
+    return c->healthy ? EGPU_DRA_CARD_PUBLISHED : EGPU_DRA_CARD_TAINTED;
+}
+
+const char *egpu__dra_card_state_name(enum egpu__dra_card_state s)
+{
+    static const char *const names[EGPU_DRA_CARD_STATE_COUNT] = {
+        [EGPU_DRA_CARD_PUBLISHED] = "published",
+        [EGPU_DRA_CARD_TAINTED] = "tainted",
+        [EGPU_DRA_CARD_ABSENT] = "absent",
+    };
+
+    return (unsigned)s < EGPU_DRA_CARD_STATE_COUNT ? names[s] : "?";
+}
+
 static int check_config(const struct egpu__dra_slice_config *cfg, const struct egpu_gpu_info *cards,
                         size_t n, struct egpu_error *err)
 {

@@ -152,6 +152,27 @@ struct egpu__dra_slice_state {
 /* Free what st holds and zero it. NULL is a no-op. */
 void egpu__dra_slice_state_close(struct egpu__dra_slice_state *st);
 
+/* Where a card stands in the slice that egpu__dra_slice_publish writes for
+ * cfg and st (for /metrics). */
+enum egpu__dra_card_state {
+    EGPU_DRA_CARD_PUBLISHED, /* a device of the slice, untainted */
+    EGPU_DRA_CARD_TAINTED,   /* a device of the slice with the unhealthy taint */
+    EGPU_DRA_CARD_ABSENT,    /* not in the slice: unhealthy where taints are dropped or
+                              * not asked for, or no UUID, or under 2 MiB */
+    EGPU_DRA_CARD_STATE_COUNT
+};
+
+/* The state of card c in the slice egpu__dra_slice_publish writes for cfg
+ * with st as it is (st->no_taints counts, as the publish's rule does).
+ * Pure. */
+enum egpu__dra_card_state egpu__dra_slice_card_state(const struct egpu__dra_slice_config *cfg,
+                                                     const struct egpu__dra_slice_state *st,
+                                                     const struct egpu_gpu_info *c);
+
+/* The label value of s: "published", "tainted", "absent" (static; "?" out
+ * of range). */
+const char *egpu__dra_card_state_name(enum egpu__dra_card_state s);
+
 /* What one publish did. */
 struct egpu__dra_slice_stats {
     unsigned created;   /* 1 when the slice was created (first time, or after a deletion) */

@@ -48,7 +48,7 @@ static int schedule(struct egpu_controller_inventory *inv, const struct egpu_api
     struct egpu_pick pick;
     int rc;
 
-    if (pol == EGPU_POLICY_FGD) {
+    if (egpu_policy_needs_workload(pol)) {
         rc = egpu_workload_from_list(&shape, 1, &w);
         if (rc)
             return egpu_error_set(err, rc, "placement: %s", egpu_strerror(rc));

@@ -227,7 +227,7 @@ static bool pick_share(enum egpu_policy_kind kind, bool load_aware, const struct
     best = fits[0];
     if (kind == EGPU_POLICY_RANDOM) {
         best = fits[egpu_rng_below(rng, nfits)];
-    } else if (kind == EGPU_POLICY_FGD) {
+    } else if (egpu__policy_fgd_family(kind)) {
         double best_f = 0.0, tried_f[EGPU_NODE_GPUS_MAX];
         uint32_t tried_free[EGPU_NODE_GPUS_MAX], ntried = 0;
 

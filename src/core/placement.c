@@ -73,9 +73,12 @@ struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg, struct
 {
     struct egpu_placer *p;
 
-    if ((cfg->node_policy == EGPU_POLICY_FGD || cfg->card_policy == EGPU_POLICY_FGD) &&
+    if ((egpu__policy_fgd_family(cfg->node_policy) || egpu__policy_fgd_family(cfg->card_policy)) &&
         (cfg->workload == NULL || cfg->workload->n == 0)) {
-        egpu_error_set(err, -EINVAL, "policy fgd needs a target workload");
+        egpu_error_set(err, -EINVAL, "policy %s needs a target workload",
+                       egpu_policy_name(egpu__policy_fgd_family(cfg->node_policy)
+                                            ? cfg->node_policy
+                                            : cfg->card_policy));
         return NULL;
     }
     if (cfg->dra && (size_t)cfg->dra_order >= EGPU_DRA_ORDER_COUNT) {

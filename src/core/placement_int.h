@@ -13,7 +13,7 @@
 /* Card tier: choose cards on node (of cluster c) for every container of r
  * with policy kind; with load_aware, exact ties between cards go to the
  * less loaded one (cards.c).
- * rng is used by EGPU_POLICY_RANDOM only; w by EGPU_POLICY_FGD only. On
+ * rng is used by EGPU_POLICY_RANDOM only; w by the FGD family only (egpu__policy_fgd_family). On
  * success fills *pick and *after (the node state with r placed) and returns
  * true. On failure writes a one-line reason (if why != NULL) and returns
  * false. The node itself is not changed. */
@@ -35,11 +35,26 @@ bool egpu__cards_pick_dra(enum egpu_dra_order order, const struct egpu_cluster *
                           size_t why_len);
 
 /* Node tier: score of node once r is placed as in after (higher is better).
- * rng is used by EGPU_POLICY_RANDOM only; w by EGPU_POLICY_FGD only. */
+ * rng is used by EGPU_POLICY_RANDOM only; w by the FGD family only. */
 double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *w,
                         struct egpu_rng *rng, const struct egpu_cluster *c,
                         const struct egpu_node *node, const struct egpu_pod_request *r,
                         const struct egpu__node_view *after);
+
+/* Does kind place with FGD's card tier and need a target workload (fgd
+ * and the experimental FGD variants)? */
+static inline bool egpu__policy_fgd_family(enum egpu_policy_kind kind)
+{
+    return egpu_policy_needs_workload(kind);
+}
+
+/* The target workload's milli-GPU per milli-CPU over its GPU pods, by
+ * weight (1 when they ask no CPU): what the typical GPU pod needs of CPU. */
+double egpu__workload_rho(const struct egpu_workload *w);
+
+/* S_n of view v: the idle milli-GPU beyond what its free CPU feeds at rho
+ * milli-GPU per milli-CPU, max(0, R - rho * CPU free); 0 with no idle GPU. */
+double egpu__strand_cpu(const struct egpu__node_view *v, double rho);
 
 /* FGD's node score for a fragmentation change of delta_milli (after minus
  * before, milli-GPU): floor(100 * sigmoid(-delta_milli / 1000)), 0..100. */

@@ -28,11 +28,29 @@
 
 #define NAME_OF(id, name, sep) [EGPU_POLICY_##id] = name,
 
-static const char *const names[EGPU_POLICY_COUNT] = {EGPU_POLICY_LIST(NAME_OF)};
+static const char *const names[EGPU_POLICY_ALL_COUNT] = {
+    EGPU_POLICY_LIST(NAME_OF) EGPU_POLICY_EXPERIMENTAL_LIST(NAME_OF)};
+
+int egpu_policy_parse_experimental(const char *name, enum egpu_policy_kind *out,
+                                   struct egpu_error *err)
+{
+    for (size_t i = EGPU_POLICY_COUNT; i < EGPU_POLICY_ALL_COUNT; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            *out = (enum egpu_policy_kind)i;
+            return 0;
+        }
+    }
+    if (egpu_policy_parse(name, out, NULL) == 0)
+        return 0;
+    return egpu_error_set(err, -EINVAL,
+                          "unknown policy \"%s\" (allowed: " EGPU_POLICY_NAMES
+                          "; experimental: " EGPU_POLICY_EXPERIMENTAL_NAMES ")",
+                          name);
+}
 
 int egpu_policy_parse(const char *name, enum egpu_policy_kind *out, struct egpu_error *err)
 {
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    for (size_t i = 0; i < EGPU_POLICY_COUNT; i++) {
         if (strcmp(name, names[i]) == 0) {
             *out = (enum egpu_policy_kind)i;
             return 0;
@@ -49,6 +67,12 @@ int egpu_policy_parse(const char *name, enum egpu_policy_kind *out, struct egpu_
 const char *egpu_policy_name(enum egpu_policy_kind k)
 {
     return (size_t)k < sizeof(names) / sizeof(names[0]) ? names[k] : "unknown";
+}
+
+bool egpu_policy_needs_workload(enum egpu_policy_kind k)
+{
+    return k == EGPU_POLICY_FGD || k == EGPU_POLICY_FGD_CPU ||
+           ((int)k >= EGPU_POLICY_COUNT && (int)k < EGPU_POLICY_ALL_COUNT);
 }
 
 double egpu__fgd_score(double delta_milli)
@@ -88,6 +112,176 @@ static double used_fraction(const struct egpu_node *n, const struct egpu_pod_req
     return dims ? sum / dims : 0.0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Experimental FGD variants (docs/replay.md, "Experimental policies")      */
+
+enum fgd_tie {
+    TIE_HASH,     /* none: FGD's, the per-seed node order */
+    TIE_BESTFIT,  /* least best-fit leftover (0.5 CPU + 0.5 GPU, as best-fit) */
+    TIE_WHOLE,    /* fewest whole free cards left: keep whole nodes whole */
+    TIE_SURPLUS,  /* most CPU left beyond what the idle GPU needs */
+    TIE_SMALLEST, /* fewest cards: small nodes first */
+};
+
+struct fgd_variant {
+    double strand_w;  /* weight of the CPU-stranded GPU S_n in F'_n */
+    double rho_scale; /* rho = rho_scale x the workload's milli-GPU per milli-CPU */
+    double pack_a;    /* F'_n = (1 - a) F_n(M) + a P_n(M) (the packing measure) */
+    bool pack_gpu;    /* P_n counts the copies the cards allow, not the CPU */
+    double left_b;    /* dF' + b x idle GPU after (best-fit's GPU leftover blended in) */
+    enum fgd_tie tie;
+    bool tie_cpu_pods; /* the tie-break only for pods that ask no GPU */
+};
+
+static const struct fgd_variant variants[EGPU_POLICY_ALL_COUNT] = {
+    [EGPU_POLICY_FGD_CPU] = {.strand_w = 2.0, .rho_scale = 1.5},
+    [EGPU_POLICY_FGD_BF] = {.tie = TIE_BESTFIT},
+    [EGPU_POLICY_FGD_BLEND] = {.left_b = 0.05},
+    [EGPU_POLICY_FGD_WHOLE] = {.tie = TIE_WHOLE},
+    [EGPU_POLICY_FGD_CPUPODS] = {.tie = TIE_SURPLUS, .tie_cpu_pods = true},
+    [EGPU_POLICY_FGD_PACK] = {.pack_a = 0.5},
+    [EGPU_POLICY_FGD_SMALL] = {.tie = TIE_SMALLEST},
+    [EGPU_POLICY_FGD_CPU_PACK] = {.strand_w = 2.0, .rho_scale = 1.5, .pack_a = 0.5},
+    [EGPU_POLICY_FGD_CPU_BF] = {.strand_w = 2.0, .rho_scale = 1.5, .tie = TIE_BESTFIT},
+    [EGPU_POLICY_FGD_CPU_CARDS] = {.strand_w = 2.0,
+                                   .rho_scale = 1.5,
+                                   .pack_a = 0.5,
+                                   .pack_gpu = true},
+};
+
+/* The target workload's milli-GPU per milli-CPU over its GPU pods,
+ * weighted (1 when they ask no CPU). */
+double egpu__workload_rho(const struct egpu_workload *w)
+{
+    double gpu = 0.0, cpu = 0.0;
+
+    for (size_t i = 0; i < w->n; i++) {
+        const struct egpu_typical_pod *m = &w->pods[i];
+
+        if (m->ncards == 0 || m->gpu_milli == 0)
+            continue;
+        gpu += m->weight * (double)m->gpu_milli * (double)m->ncards;
+        cpu += m->weight * (double)m->cpu_milli;
+    }
+    return cpu > 0.0 ? gpu / cpu : 1.0;
+}
+
+double egpu__strand_cpu(const struct egpu__node_view *v, double rho)
+{
+    double idle = (double)view_free_gpu(v);
+    double can = (double)(v->free_cpu_milli > 0 ? v->free_cpu_milli : 0) * rho;
+
+    return idle > can ? idle - can : 0.0;
+}
+
+static uint32_t whole_free(const struct egpu__node_view *v)
+{
+    uint32_t k = 0;
+
+    for (uint32_t i = 0; i < v->ngpus; i++)
+        k += v->free_milli[i] == EGPU_GPU_MILLI;
+    return k;
+}
+
+/* P_n(m): the idle GPU that copies of m packed on the node cannot take (as
+ * many as its cards and its CPU allow); idle when m cannot use the node. */
+static double pack_pod(const struct egpu__node_view *v, uint64_t idle,
+                       const struct egpu_typical_pod *m, bool gpu_only)
+{
+    uint64_t copies = 0;
+
+    if (m->ncards == 0 || m->gpu_milli == 0)
+        return (double)idle;
+    if (m->model_mask != 0 &&
+        (v->model == EGPU_MODEL_NONE || !(m->model_mask & (1ULL << v->model))))
+        return (double)idle;
+    if (m->gpu_milli >= EGPU_GPU_MILLI) {
+        copies = whole_free(v) / m->ncards;
+    } else {
+        for (uint32_t i = 0; i < v->ngpus; i++)
+            copies += v->free_milli[i] / m->gpu_milli;
+    }
+    if (m->cpu_milli > 0 && !gpu_only) {
+        uint64_t by_cpu =
+            v->free_cpu_milli > 0 ? (uint64_t)v->free_cpu_milli / (uint64_t)m->cpu_milli : 0;
+
+        if (by_cpu < copies)
+            copies = by_cpu;
+    }
+    return (double)idle - (double)(copies * m->ncards * m->gpu_milli);
+}
+
+/* F'_n of the view for variant x, milli-GPU (rho: egpu__workload_rho). */
+static double variant_frag(const struct fgd_variant *x, const struct egpu__node_view *v,
+                           const struct egpu_workload *w, double rho)
+{
+    double f = egpu__frag_view(v, w);
+
+    if (x->pack_a > 0.0) {
+        uint64_t idle = view_free_gpu(v);
+        double p = 0.0;
+
+        for (size_t i = 0; idle > 0 && i < w->n; i++)
+            p += w->pods[i].weight * pack_pod(v, idle, &w->pods[i], x->pack_gpu);
+        f = (1.0 - x->pack_a) * f + x->pack_a * p;
+    }
+    if (x->strand_w > 0.0)
+        f += x->strand_w * egpu__strand_cpu(v, rho * x->rho_scale);
+    return f;
+}
+
+/* The tie-break of variant x in [0, 1] (higher wins), for the node as in
+ * after. */
+static double variant_tie(const struct fgd_variant *x, const struct egpu_cluster *c,
+                          const struct egpu_node *node, const struct egpu__node_view *after,
+                          double rho)
+{
+    double cpu_norm = c->max_cpu_milli > 0 ? (double)c->max_cpu_milli : 1.0;
+    double gpu_norm = c->max_ngpus > 0 ? (double)c->max_ngpus * EGPU_GPU_MILLI : 1.0;
+    double cards = c->max_ngpus > 0 ? (double)c->max_ngpus : 1.0;
+    double t = 0.0;
+
+    switch (x->tie) {
+    case TIE_HASH:
+        return 0.0;
+    case TIE_BESTFIT:
+        t = 1.0 - (0.5 * (double)after->free_cpu_milli / cpu_norm +
+                   0.5 * (double)view_free_gpu(after) / gpu_norm);
+        break;
+    case TIE_WHOLE:
+        t = 1.0 - (double)whole_free(after) / cards;
+        break;
+    case TIE_SURPLUS:
+        t = 0.5 +
+            ((double)after->free_cpu_milli * rho - (double)view_free_gpu(after)) / (8.0 * gpu_norm);
+        break;
+    case TIE_SMALLEST:
+        t = 1.0 - (double)node->ngpus / cards;
+        break;
+    }
+    return t < 0.0 ? 0.0 : t > 1.0 ? 1.0 : t;
+}
+
+/* An FGD variant's node score: FGD's integer score of the growth of F'_n,
+ * plus half the tie-break (below one integer step, so it only orders
+ * nodes FGD's score ties). */
+static double variant_score(enum egpu_policy_kind kind, const struct egpu_workload *w,
+                            const struct egpu_cluster *c, const struct egpu_node *node,
+                            const struct egpu_pod_request *r, const struct egpu__node_view *after)
+{
+    const struct fgd_variant *x = &variants[kind];
+    const double rho = egpu__workload_rho(w);
+    struct egpu__node_view before;
+    double score;
+
+    egpu__view_of(node, &before);
+    score = egpu__fgd_score(variant_frag(x, after, w, rho) - variant_frag(x, &before, w, rho) +
+                            x->left_b * (double)view_free_gpu(after));
+    if (x->tie == TIE_HASH || (x->tie_cpu_pods && egpu_pod_request_gpu_milli(r) > 0))
+        return score;
+    return score + 0.5 * variant_tie(x, c, node, after, rho);
+}
+
 double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *w,
                         struct egpu_rng *rng, const struct egpu_cluster *c,
                         const struct egpu_node *node, const struct egpu_pod_request *r,
@@ -113,6 +307,17 @@ double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *
         egpu__view_of(node, &before);
         return egpu__fgd_score(egpu__frag_view(after, w) - egpu__frag_view(&before, w));
     }
+    case EGPU_POLICY_FGD_CPU:
+    case EGPU_POLICY_FGD_BF:
+    case EGPU_POLICY_FGD_BLEND:
+    case EGPU_POLICY_FGD_WHOLE:
+    case EGPU_POLICY_FGD_CPUPODS:
+    case EGPU_POLICY_FGD_PACK:
+    case EGPU_POLICY_FGD_SMALL:
+    case EGPU_POLICY_FGD_CPU_PACK:
+    case EGPU_POLICY_FGD_CPU_BF:
+    case EGPU_POLICY_FGD_CPU_CARDS:
+        return variant_score(kind, w, c, node, r, after);
     }
     return 0.0;
 }

@@ -63,7 +63,7 @@
 #include "plist_int.h"
 #include "wire_int.h"
 
-#define NPOLICIES             (EGPU_POLICY_FGD + 1)
+#define NPOLICIES             EGPU_POLICY_COUNT
 /* Refusals filter words when the pod fits on a node, at most: those of the
  * nodes that cannot host it first, then of the nodes a better one beats,
  * each in the request's order (a node steered around is always worded,
@@ -290,7 +290,7 @@ static struct egpu_placer *placer(struct egpu_extender *x, struct egpu_cluster *
                                     .dra_blind = true};
     struct egpu_placer **slot = dra ? &x->dra_placers[node][card] : &x->placers[node][card];
 
-    if (node == EGPU_POLICY_FGD || card == EGPU_POLICY_FGD) {
+    if (egpu_policy_needs_workload(node) || egpu_policy_needs_workload(card)) {
         if (x->cfg.workload == NULL)
             refresh_live_workload(x, c);
         pc.workload = x->cfg.workload ? x->cfg.workload : &x->live;

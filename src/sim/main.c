@@ -39,7 +39,9 @@ static const char usage[] =
     "                      the replayed one\n"
     "  --policy LIST       comma-separated policies, each NAME (both tiers) or NODE/CARD;\n"
     "                      names: " EGPU_POLICY_NAMES "; \"all\" = every\n"
-    "                      name (default all)\n"
+    "                      name (default all); experimental FGD variants, egpu-sim\n"
+    "                      only (docs/replay.md):\n"
+    "                      " EGPU_POLICY_EXPERIMENTAL_NAMES "\n"
     "  --seeds LIST        seeds: N, A..B, or a comma-separated list (default 42)\n"
     "  --inflate F         grow arrivals to F x cluster GPU capacity (default 1.3)\n"
     "  --coverage F        share of pods the target workload covers, 0<F<=1 (default 0.95)\n"
@@ -78,6 +80,9 @@ static const char usage[] =
     "                      TargetWorkload document egpu-scheduler --target-workload\n"
     "                      reads) and replay_curve.png (gnuplot)\n"
     "  --no-plot           do not draw the PNG\n"
+    "  --idle-report       after the table, where the idle GPU lies at 100% arrived and at\n"
+    "                      the end: usable by a trace pod, stranded by CPU/memory, by GPU\n"
+    "                      model, or as card fragments no trace pod fits (docs/replay.md)\n"
     "  --max-deviation P   exit 1 if a policy with published figures is more than P points\n"
     "                      from the published allocation ratio at 100% arrived\n"
     "\n"
@@ -104,6 +109,7 @@ struct options {
     double max_deviation; /* < 0: off */
     long jobs;
     bool plot;
+    bool idle_report;              /* --idle-report */
     bool dra;                      /* --dra */
     enum egpu_dra_order dra_order; /* --dra-order */
     bool dra_blind;                /* --dra-extender blind (the default) */
@@ -171,9 +177,9 @@ static int add_policy(struct options *o, const char *tok, struct egpu_error *err
     slash = strchr(node, '/');
     if (slash != NULL)
         *slash = '\0';
-    rc = egpu_policy_parse(node, &p->node_policy, err);
+    rc = egpu_policy_parse_experimental(node, &p->node_policy, err);
     if (rc == 0)
-        rc = egpu_policy_parse(slash ? slash + 1 : node, &p->card_policy, err);
+        rc = egpu_policy_parse_experimental(slash ? slash + 1 : node, &p->card_policy, err);
     if (rc)
         return egpu_error_prefix(err, rc, "--policy");
     if (p->node_policy == p->card_policy)
@@ -227,6 +233,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         O_DRA,
         O_DRA_ORDER,
         O_DRA_EXTENDER,
+        O_IDLE,
         O_VERSION
     };
     static const struct option longopts[] = {
@@ -249,6 +256,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"dra", no_argument, NULL, O_DRA},
         {"dra-order", required_argument, NULL, O_DRA_ORDER},
         {"dra-extender", required_argument, NULL, O_DRA_EXTENDER},
+        {"idle-report", no_argument, NULL, O_IDLE},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -314,6 +322,9 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case O_NOPLOT:
             o->plot = false;
+            break;
+        case O_IDLE:
+            o->idle_report = true;
             break;
         case O_MAXDEV:
             if (egpu_cli_parse_double(optarg, 0.0, 100.0, &o->max_deviation))
@@ -729,6 +740,10 @@ int main(int argc, char **argv)
     }
     wall = egpu_sim_now() - t0;
     egpu_report_table(stdout, o.policies, o.npolicies);
+    if (o.idle_report) {
+        printf("\n");
+        egpu_report_idle(stdout, o.policies, o.npolicies, 1000 * ngpus);
+    }
     for (size_t i = 0; o.dra && i < o.npolicies; i++) {
         const struct egpu_policy_runs *p = &o.policies[i];
         size_t other = 0, placed = 0;

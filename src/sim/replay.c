@@ -172,6 +172,115 @@ static void record(struct egpu_replay_result *out, const struct run *r, uint64_t
     out->final_alloc_pct = alloc;
 }
 
+/* The distinct GPU shapes of reqs[0..n) (one container), into shapes
+ * (n entries at most); returns how many. */
+static size_t gpu_shapes(const struct egpu_pod_request *reqs, size_t n,
+                         const struct egpu_pod_request **shapes)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const struct egpu_pod_request *r = &reqs[i];
+        size_t j = 0;
+
+        if (r->ncontainers != 1 || r->containers[0].ncards == 0)
+            continue;
+        for (; j < k; j++) {
+            const struct egpu_pod_request *q = shapes[j];
+
+            if (q->cpu_milli == r->cpu_milli && q->mem_mib == r->mem_mib &&
+                q->model_mask == r->model_mask &&
+                q->containers[0].core_milli == r->containers[0].core_milli &&
+                q->containers[0].ncards == r->containers[0].ncards &&
+                q->containers[0].mem_mib == r->containers[0].mem_mib)
+                break;
+        }
+        if (j == k)
+            shapes[k++] = r;
+    }
+    return k;
+}
+
+/* Would card g of node take one card of container cr (its GPU only)? */
+static bool card_takes(const struct egpu_node *node, uint32_t g,
+                       const struct egpu_container_request *cr)
+{
+    const struct egpu_gpu *gpu = &node->gpus[g];
+
+    if (gpu->unhealthy != NULL || egpu_gpu_free_mem(gpu) < cr->mem_mib)
+        return false;
+    if (cr->core_milli == EGPU_GPU_MILLI)
+        return gpu->nshares == 0 && egpu_gpu_free_core(gpu) == EGPU_GPU_MILLI;
+    return egpu_gpu_free_core(gpu) >= cr->core_milli;
+}
+
+static void idle_node(const struct egpu_node *node, const struct egpu_pod_request *const *shapes,
+                      size_t nshapes, struct egpu_replay_idle *out)
+{
+    const int64_t free_cpu = node->cpu_milli - node->used_cpu_milli;
+    const int64_t free_mem = node->mem_mib - node->used_mem_mib;
+    /* Per card the best class reached: 0 fragment, 1 model, 2 cpu, 3 usable. */
+    int best[EGPU_NODE_GPUS_MAX] = {0};
+
+    for (size_t s = 0; s < nshapes; s++) {
+        const struct egpu_pod_request *r = shapes[s];
+        const struct egpu_container_request *cr = &r->containers[0];
+        bool takes[EGPU_NODE_GPUS_MAX];
+        uint32_t fit = 0;
+        int cls;
+
+        for (uint32_t g = 0; g < node->ngpus; g++) {
+            takes[g] = card_takes(node, g, cr);
+            fit += takes[g];
+        }
+        if (fit < cr->ncards)
+            continue;
+        if (r->model_mask != 0 &&
+            (node->model == EGPU_MODEL_NONE || !(r->model_mask & (1ULL << node->model))))
+            cls = 1;
+        else if (r->cpu_milli > free_cpu || r->mem_mib > free_mem)
+            cls = 2;
+        else
+            cls = 3;
+        for (uint32_t g = 0; g < node->ngpus; g++) {
+            if (takes[g] && cls > best[g])
+                best[g] = cls;
+        }
+    }
+    for (uint32_t g = 0; g < node->ngpus; g++) {
+        const struct egpu_gpu *gpu = &node->gpus[g];
+        uint64_t f = gpu->unhealthy ? 0 : egpu_gpu_free_core(gpu);
+        bool whole = f == EGPU_GPU_MILLI && gpu->nshares == 0;
+        uint64_t *cls[4][2] = {{&out->frag_part, &out->frag_whole},
+                               {&out->model_part, &out->model_whole},
+                               {&out->cpu_part, &out->cpu_whole},
+                               {&out->usable_part, &out->usable_whole}};
+
+        if (f == 0)
+            continue;
+        out->idle_milli += f;
+        *cls[best[g]][whole] += f;
+        if (!whole)
+            out->part_free[f < 200 ? 0 : f < 500 ? 1 : 2] += f;
+    }
+}
+
+void egpu_replay_idle_of(const struct egpu_cluster *c, const struct egpu_pod_request *reqs,
+                         size_t n, struct egpu_replay_idle *out)
+{
+    const struct egpu_pod_request **shapes = egpu_calloc(n ? n : 1, sizeof(*shapes));
+    size_t nshapes;
+
+    memset(out, 0, sizeof(*out));
+    if (shapes == NULL)
+        return; /* taken stays false: no figure rather than a wrong one */
+    nshapes = gpu_shapes(reqs, n, shapes);
+    for (size_t i = 0; i < c->nnodes; i++)
+        idle_node(c->nodes[i], shapes, nshapes, out);
+    out->taken = true;
+    egpu_free(shapes);
+}
+
 /* Would own (the card policy without DRA) give r the cards of pick on node? */
 static bool same_cards(struct egpu_placer *own, const struct egpu_cluster *c,
                        const struct egpu_node *node, const struct egpu_pod_request *r,
@@ -249,7 +358,10 @@ int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config 
         }
         rc = 0;
         record(out, &r, arrived);
+        if (!out->idle[EGPU_REPLAY_IDLE_AT100].taken && arrived >= r.c->core_milli)
+            egpu_replay_idle_of(r.c, r.reqs, t->npods, &out->idle[EGPU_REPLAY_IDLE_AT100]);
     }
+    egpu_replay_idle_of(r.c, r.reqs, t->npods, &out->idle[EGPU_REPLAY_IDLE_END]);
     out->arrivals = r.norder;
     out->failed = failed;
     out->place_seconds = place;

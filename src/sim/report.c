@@ -59,6 +59,49 @@ void egpu_report_table(FILE *f, const struct egpu_policy_runs *p, size_t n)
     }
 }
 
+void egpu_report_idle(FILE *f, const struct egpu_policy_runs *p, size_t n, uint64_t capacity_milli)
+{
+    static const char *const point[2] = {"100%", "end"};
+
+    fprintf(f, "idle GPU, %% of the cluster's (whole free cards + partly used cards): usable by a "
+               "trace pod now,\nstranded by CPU/memory, by GPU model, as card fragments no trace "
+               "pod fits;\npartly used cards' idle GPU by their free compute: <200, 200-499, "
+               "500-999 milli\n");
+    fprintf(f, "%-16s %5s %7s %15s %15s %15s %15s %20s\n", "policy", "at", "idle", "usable",
+            "cpu/mem", "model", "fragment", "part by free");
+    for (size_t i = 0; i < n; i++) {
+        for (int k = 0; k < 2; k++) {
+            double v[12] = {0};
+            size_t runs = 0;
+
+            for (size_t s = 0; s < p[i].nruns; s++) {
+                const struct egpu_replay_idle *d = &p[i].runs[s].idle[k];
+                const uint64_t x[12] = {d->idle_milli,   d->usable_whole, d->usable_part,
+                                        d->cpu_whole,    d->cpu_part,     d->model_whole,
+                                        d->model_part,   d->frag_whole,   d->frag_part,
+                                        d->part_free[0], d->part_free[1], d->part_free[2]};
+
+                if (!d->taken)
+                    continue;
+                runs++;
+                for (int j = 0; j < 12; j++)
+                    v[j] += (double)x[j];
+            }
+            fprintf(f, "%-16s %5s", k == 0 ? p[i].label : "", point[k]);
+            if (runs == 0 || capacity_milli == 0) {
+                fprintf(f, " %7s\n", "-");
+                continue;
+            }
+            for (int j = 0; j < 12; j++)
+                v[j] = 100.0 * v[j] / (double)runs / (double)capacity_milli;
+            fprintf(f, " %7.2f", v[0]);
+            for (int j = 1; j < 9; j += 2)
+                fprintf(f, "  %6.2f+%6.2f", v[j], v[j + 1]);
+            fprintf(f, "  %6.2f %6.2f %6.2f\n", v[9], v[10], v[11]);
+        }
+    }
+}
+
 static int open_out(const char *path, FILE **f, struct egpu_error *err)
 {
     *f = fopen(path, "w");
@@ -168,18 +211,35 @@ int egpu_report_plot(const char *csv, const char *png, const struct egpu_policy_
     g = popen("gnuplot", "w");
     if (g == NULL)
         return egpu_error_set(err, -EIO, "cannot run gnuplot: %s", strerror(errno));
-    fprintf(g, "set terminal png size 1000,650\n");
+    /* Three panels: the whole curve; the same zoomed on 80-130% arrived,
+     * where the policies' few points of difference show; the
+     * fragmentation ratio (F(M) as percent of idle GPU) beside it. */
+    fprintf(g, "set terminal png size 1800,650\n");
     fprintf(g, "set output '%s'\n", png);
     fprintf(g, "set datafile separator ','\n");
-    fprintf(g, "set title 'GPU allocation ratio against arrived GPU workload (openb trace)'\n");
+    fprintf(g, "set multiplot layout 1,3 title 'Against the arrived GPU workload (openb trace)'\n");
     fprintf(g, "set xlabel 'arrived GPU request (%% of cluster capacity)'\n");
-    fprintf(g, "set ylabel 'GPU allocation ratio (%%)'\n");
-    fprintf(g, "set key left top\nset grid\nset xrange [0:*]\nset yrange [0:100]\n");
-    fprintf(g, "plot ");
-    for (size_t i = 0; i < n; i++)
-        fprintf(g, "%s'%s' every ::1 using 1:%zu with lines lw 2 title '%s'", i ? ", " : "", csv,
-                2 + 2 * i, p[i].label);
-    fprintf(g, "\n");
+    fprintf(g, "set key left top\nset grid\n");
+    for (int panel = 0; panel < 3; panel++) {
+        int col = panel == 2 ? 3 : 2; /* the frag_pct columns follow the alloc_pct ones */
+
+        if (panel == 0)
+            fprintf(g, "set title 'GPU allocation ratio'\nset ylabel 'GPU allocation ratio (%%)'\n"
+                       "set xrange [0:*]\nset yrange [0:100]\n");
+        else if (panel == 1)
+            fprintf(g, "set title 'GPU allocation ratio, 80-130%% arrived'\n"
+                       "set xrange [80:130]\nset yrange [80:100]\n");
+        else
+            fprintf(g, "set title 'fragmentation ratio'\n"
+                       "set ylabel 'fragmented idle GPU (%% of idle GPU)'\n"
+                       "set xrange [0:*]\nset yrange [0:100]\nset key right top\n");
+        fprintf(g, "plot ");
+        for (size_t i = 0; i < n; i++)
+            fprintf(g, "%s'%s' every ::1 using 1:%zu with lines lw 2 title '%s'", i ? ", " : "",
+                    csv, col + 2 * i, p[i].label);
+        fprintf(g, "\n");
+    }
+    fprintf(g, "unset multiplot\n");
     status = pclose(g);
     if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return egpu_error_set(err, -EIO, "gnuplot failed drawing %s", png);

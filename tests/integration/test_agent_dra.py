@@ -273,6 +273,10 @@ def test_deleted_slice_is_published_again(dra):
     assert again["spec"]["pool"]["generation"] > gen
     assert devices(again) == ["gpu-0", "gpu-1"]
     assert "ResourceSlice deleted name=" + sl["metadata"]["name"] in agent.text()
+    wait("the republish counted",
+         lambda: agent.metric("egpu_agent_dra_slice_republishes_total") >= 1)
+    assert agent.metric("egpu_agent_dra_slice_deletions_total") >= 1
+    assert agent.metric("egpu_agent_dra_slice_generation") >= again["spec"]["pool"]["generation"]
     # The kubelet's DeleteCollection at its start: the same.
     st, _ = api.call("DELETE", SLICES + f"?fieldSelector=spec.nodeName%3D{NODE}")
     assert st == 200
@@ -301,11 +305,14 @@ def test_unhealthy_card_is_tainted(dra):
     assert [{k: t[k] for k in ("key", "value", "effect")} for t in taints(sl, "gpu-1")] == [
         {"key": TAINT_KEY, "value": "XID-79", "effect": "NoSchedule"}]
     assert taints(sl, "gpu-0") == []
+    wait("gpu-1 tainted on /metrics", lambda: slice_state(agent, "gpu-1") == "tainted")
+    assert slice_state(agent, "gpu-0") == "published"
     gen = sl["spec"]["pool"]["generation"]
     with open(agent.health, "w") as f:
         f.write("1 healthy\n")
     back = wait("gpu-1 untainted", lambda: (s := one_slice(api)) and not taints(s, "gpu-1") and s)
     assert devices(back) == ["gpu-0", "gpu-1"]
+    wait("gpu-1 published on /metrics", lambda: slice_state(agent, "gpu-1") == "published")
     assert back["spec"]["pool"]["generation"] > gen
 
 
@@ -324,6 +331,7 @@ def test_unhealthy_card_leaves_the_slice_without_taints(fault_api, agent_bin):
                   and s)
         assert taints(sl, "gpu-0") == []
         assert "DRADeviceTaints" in agent.text()
+        wait("gpu-1 absent on /metrics", lambda: slice_state(agent, "gpu-1") == "absent")
         gen = sl["spec"]["pool"]["generation"]
         with open(agent.health, "w") as f:
             f.write("1 healthy\n")
@@ -398,6 +406,140 @@ def test_prepare_and_unprepare_a_claim(dra, request):
                  dra_pb.NodeUnprepareResourcesResponse)
     assert done.claims[uid].error == ""
     assert not os.path.exists(spec_file)
+
+
+def make_claim(api, request, name, device, cores, memory, share):
+    """An allocated claim of cores % and memory of device, as kube-scheduler writes it (its
+    spec asks for nothing: the agent reads the allocation results only); its uid."""
+    alloc = {"allocation": {"devices": {"results": [{
+        "request": "gpu", "driver": DRIVER, "pool": NODE, "device": device, "shareID": share,
+        "consumedCapacity": {"cores": cores, "memory": memory}}]}}}
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": name, "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": "gpu-share.elasticgpu.io",
+                 "capacity": {"requests": {"cores": "1", "memory": "1Mi"}}}}]}},
+             "status": alloc}
+    st, obj = api.call("POST", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+                       claim)
+    assert st == 201, obj
+    path = f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}"
+    request.addfinalizer(lambda: api.call("DELETE", path))
+    if api.real:
+        obj["status"] = alloc
+        st, obj = api.call("PUT", path + "/status", obj)
+        assert st == 200, obj
+    return obj["metadata"]["uid"]
+
+
+def scrape(agent):
+    """{(name, ((label, value), ...)): value} of the agent's /metrics."""
+    with urllib.request.urlopen(agent.url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"([A-Za-z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if m:
+            labels = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or "")))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def card_series(metrics, name, device):
+    """{label: value} -> value of name for device (gpu-N), by its gpu label."""
+    got = [(dict(k[1]), v) for k, v in metrics.items()
+           if k[0] == name and dict(k[1]).get("device") == device]
+    assert len(got) == 1, (name, device, got)
+    labels, value = got[0]
+    assert labels["gpu"].startswith("GPU-"), labels
+    return value
+
+
+def card_figures(agent, device):
+    m = scrape(agent)
+    return tuple(card_series(m, n, device) for n in (
+        "egpu_agent_dra_gpu_shares", "egpu_agent_dra_gpu_allocated_core_percent",
+        "egpu_agent_dra_gpu_allocated_memory_mib"))
+
+
+def errors(agent, method, reason):
+    return scrape(agent).get(("egpu_agent_dra_errors_total",
+                              (("method", method), ("reason", reason))), 0.0)
+
+
+def test_metrics_count_prepared_claims_per_card(dra, request):
+    """Two claims of gpu-0 (30 % + 4 GiB, 20 % + 2 GiB) prepared: gpu-0 shows 2 shares, 50 %
+    and 6144 MiB, from the agent's claim records; one unprepared: 1, 30 %, 4096 MiB; gpu-1
+    stays at 0 and its memory is the card's. A claim naming a device the node lacks, one
+    that does not exist and a request that does not decode each count an error with its
+    reason."""
+    api, agent = dra
+    wait("one slice", lambda: one_slice(api))
+    a = make_claim(api, request, "share-a", "gpu-0", "30", "4Gi",
+                   "1c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a01")
+    b = make_claim(api, request, "share-b", "gpu-0", "20", "2Gi",
+                   "1c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a02")
+    method = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/"
+    # (the series come with the main loop's first turn)
+    wait("gpu-0's series", lambda: ("egpu_agent_dra_gpu_shares", (
+        ("device", "gpu-0"),)) in {(k[0], tuple(x for x in k[1] if x[0] == "device"))
+                                   for k in scrape(agent)})
+    assert card_figures(agent, "gpu-0") == (0, 0, 0)
+    claims = [dra_pb.Claim(namespace="default", uid=a, name="share-a"),
+              dra_pb.Claim(namespace="default", uid=b, name="share-b")]
+    resp = unary(agent.socket, method + "NodePrepareResources",
+                 dra_pb.NodePrepareResourcesRequest(claims=claims),
+                 dra_pb.NodePrepareResourcesResponse, timeout=45)
+    assert resp.claims[a].error == "" and resp.claims[b].error == ""
+    wait("gpu-0 with two shares", lambda: card_figures(agent, "gpu-0") == (2, 50, 6144))
+    assert card_figures(agent, "gpu-1") == (0, 0, 0)
+    m = scrape(agent)
+    assert m[("egpu_agent_dra_claims_prepared", ())] == 2
+    assert card_series(m, "egpu_agent_dra_gpu_memory_mib", "gpu-1") == 81920
+    assert m[("egpu_agent_dra_requests_total", (("method", "NodePrepareResources"),))] == 1
+    assert m[("egpu_agent_dra_claims_total", (("method", "NodePrepareResources"),))] == 2
+    done = unary(agent.socket, method + "NodeUnprepareResources",
+                 dra_pb.NodeUnprepareResourcesRequest(claims=claims[1:]),
+                 dra_pb.NodeUnprepareResourcesResponse)
+    assert done.claims[b].error == ""
+    wait("gpu-0 with one share", lambda: card_figures(agent, "gpu-0") == (1, 30, 4096))
+    assert scrape(agent)[("egpu_agent_dra_claims_prepared", ())] == 1
+    assert scrape(agent)[("egpu_agent_dra_requests_total",
+                          (("method", "NodeUnprepareResources"),))] == 1
+
+    # Errors, by reason; the figures stay.
+    bad = make_claim(api, request, "share-bad", "gpu-7", "10", "1Gi",
+                     "1c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a03")
+    gone = "1c3e6f0a-0000-4000-8000-00000000dead"
+    resp = unary(agent.socket, method + "NodePrepareResources",
+                 dra_pb.NodePrepareResourcesRequest(claims=[
+                     dra_pb.Claim(namespace="default", uid=bad, name="share-bad"),
+                     dra_pb.Claim(namespace="default", uid=gone, name="no-such-claim")]),
+                 dra_pb.NodePrepareResourcesResponse, timeout=45)
+    assert "gpu-7" in resp.claims[bad].error and resp.claims[gone].error
+    wait("the invalid claim counted",
+         lambda: errors(agent, "NodePrepareResources", "invalid") == 1)
+    assert errors(agent, "NodePrepareResources", "not_found") == 1
+    with grpc.insecure_channel("unix:" + agent.socket,
+                               options=[("grpc.default_authority", "localhost")]) as ch:
+        call = ch.unary_unary(method + "NodeUnprepareResources",
+                              request_serializer=lambda m: m,
+                              response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError) as e:
+            call(b"\xff\xff\xff", timeout=5)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    wait("the bad request counted",
+         lambda: errors(agent, "NodeUnprepareResources", "bad_request") == 1)
+    assert errors(agent, "NodeUnprepareResources", "invalid") == 0
+    assert card_figures(agent, "gpu-0") == (1, 30, 4096)
+
+
+def slice_state(agent, device):
+    """The state label whose egpu_agent_dra_gpu_slice_state is 1, for device."""
+    on = [dict(k[1])["state"] for k, v in scrape(agent).items()
+          if k[0] == "egpu_agent_dra_gpu_slice_state" and dict(k[1])["device"] == device
+          and v == 1]
+    return on[0] if len(on) == 1 else None
 
 
 def test_sigterm_removes_both_sockets(api, agent_bin):

@@ -309,6 +309,7 @@ CASES = {
         "parameter not text": klass(parameters={"policy": 3}),
         "policy": klass(parameters={"policy": "pack"}),
         "policy bestfit": klass(parameters={"policy": "bestfit"}),
+        "policy fgd-cpu": klass(parameters={"policy": "fgd-cpu"}),
         "models empty part": klass(parameters={"models": "A||B"}),
         "models trailing bar": klass(parameters={"models": "A|"}),
         "models empty": klass(parameters={"models": ""}),

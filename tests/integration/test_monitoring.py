@@ -10,9 +10,13 @@ Helm chart's monitoring option.
   series). The same names are also checked against the families the sources register
   (egpu_metric_counter/gauge/histogram, or a row of an egpu_service_metrics_new table),
   which needs no binary. Every function the expressions call is a PromQL function. Of
-  the agent series the panels use, DRA mode's agent (src/agent/dra_mode.c) registers only
-  the card counts, and its own families are named in the operator guide's section on what
-  the dashboard shows for DRA nodes.
+  the agent series the panels outside the "DRA nodes" row use, DRA mode's agent
+  (src/agent/dra_mode.c) registers only the card counts; the row's panels use only its
+  own families (per card: shares, cores and memory allocated, slice state; the slice's
+  publishes, deletions and republishes; the DRAPlugin calls and errors by reason), each
+  listed on /metrics by egpu-agent --mode dra itself (against the test API server), and
+  its families in no panel are named in the operator guide's section on what the
+  dashboard shows for DRA nodes.
 - The dashboard is valid JSON of a current Grafana schema, with unique panel ids, a
   `datasource` template variable of type prometheus that every panel and target uses,
   no Grafana variable that is not defined, panels that do not overlap, and a description
@@ -53,6 +57,7 @@ from test_controller import ctl  # noqa: F401 (egpu-controller)
 from test_webhook import Webhook, cert  # noqa: F401 (egpu-webhook and its certificate)
 from test_agent import Agent  # also puts tests/kubelet on sys.path
 from fake_kubelet import FakeKubelet  # noqa: E402
+from test_agent_dra import DraAgent  # noqa: E402 (egpu-agent --mode dra)
 
 DEPLOY = ROOT / "deploy"
 MONITORING = DEPLOY / "monitoring"
@@ -292,22 +297,76 @@ def test_dashboard_metrics_are_registered_in_the_source(dashboard):
     assert not missing, f"no source registers {missing}"
 
 
-def test_dra_nodes_feed_only_the_card_counts(dashboard):
-    """What docs/operator-guide.md ("What the dashboard shows for DRA nodes") and
-    deploy/monitoring/README.md say: of the agent series the panels use, egpu-agent --mode
-    dra (the families src/agent/dra_mode.c registers, scraped by the PodMonitor
-    egpu-agent-dra) exports only the card counts; its own families are in no panel."""
+DRA_ROW = "DRA nodes"
+# What an operator must see of DRA nodes (issue 26, "Operate it"), each in a panel of the row.
+DRA_ROW_NEEDS = {
+    "egpu_agent_dra_gpu_shares", "egpu_agent_dra_gpu_allocated_core_percent",
+    "egpu_agent_dra_gpu_allocated_memory_mib", "egpu_agent_dra_gpu_slice_state",
+    "egpu_agent_dra_slice_publishes_total", "egpu_agent_dra_slice_republishes_total",
+    "egpu_agent_dra_slice_deletions_total", "egpu_agent_dra_requests_total",
+    "egpu_agent_dra_errors_total",
+}
+
+
+def row_of(dash):
+    """{panel id: title of the row it is under} (top-level panels follow their row; a
+    collapsed row holds its own)."""
+    out, row = {}, None
+    for p in dash["panels"]:
+        if p["type"] == "row":
+            row = p["title"]
+            for c in p.get("panels") or []:
+                out[c["id"]] = row
+            continue
+        out[p["id"]] = row
+    return out
+
+
+def dra_families():
     text = (ROOT / "src" / "agent" / "dra_mode.c").read_text()
-    dra = {name for _, name in REGISTER_TABLE.findall(text) + REGISTER.findall(text)}
+    return {name for _, name in REGISTER_TABLE.findall(text) + REGISTER.findall(text)}
+
+
+def split_by_dra_row(dash):
+    """(metrics of the DRA row's panels, metrics of every other panel and variable)."""
+    rows = row_of(dash)
+    inside, outside = set(), set()
+    for p, _ in all_panels(dash):
+        if p["type"] == "row":
+            continue
+        for t in p.get("targets") or []:
+            (inside if rows[p["id"]] == DRA_ROW else outside).update(promql_names(t["expr"])[0])
+    for where, expr in queries(dash):
+        if where.startswith("variable "):
+            outside.update(promql_names(expr)[0])
+    return inside, outside
+
+
+def test_dra_nodes_row(dashboard):
+    """What docs/operator-guide.md ("What the dashboard shows for DRA nodes") and
+    deploy/monitoring/README.md say: outside the "DRA nodes" row, egpu-agent --mode dra (the
+    families src/agent/dra_mode.c registers, scraped by the PodMonitor egpu-agent-dra) feeds
+    only the card counts; the row's panels use only its own families, all of DRA_ROW_NEEDS
+    among them; the guide names its families that no panel uses."""
+    dra = dra_families()
     assert "egpu_agent_dra_registered" in dra, "the registration pattern found no DRA family"
-    used = {n for n in dashboard_metrics(dashboard) if n.startswith("egpu_agent_")}
-    assert used & dra == {"egpu_agent_gpus", "egpu_agent_gpus_healthy"}, used & dra
-    assert not {n for n in used if n.startswith("egpu_agent_dra_")}, used
+    assert DRA_ROW in {p["title"] for p in dashboard["panels"] if p["type"] == "row"}
+    inside, outside = split_by_dra_row(dashboard)
+    agent_outside = {n for n in outside if n.startswith("egpu_agent_")}
+    assert agent_outside & dra == {"egpu_agent_gpus", "egpu_agent_gpus_healthy"}, \
+        agent_outside & dra
+    assert not {n for n in agent_outside if n.startswith("egpu_agent_dra_")}, agent_outside
+    assert inside <= dra, f"the DRA row uses what the DRA agent does not register: {inside - dra}"
+    assert inside <= {n for n in dra if n.startswith("egpu_agent_dra_")}, inside
+    assert DRA_ROW_NEEDS <= inside, f"the DRA row shows no {sorted(DRA_ROW_NEEDS - inside)}"
     guide = (ROOT / "docs" / "operator-guide.md").read_text()
     section = guide.split("### What the dashboard shows for DRA nodes", 1)[1].split("\n## ", 1)[0]
-    for name in sorted(dra - used):
+    for name in sorted(dra):
         assert re.search(f"`{name}[`{{]", section), \
             f"the operator guide's DRA dashboard section names no {name}"
+    agent_doc = (ROOT / "docs" / "agent.md").read_text()
+    for name in sorted(dra):
+        assert f"`{name}`" in agent_doc, f"docs/agent.md does not describe {name}"
 
 
 def test_dashboard_metrics_are_exported_by_the_binaries(  # noqa: F811 (fixtures imported)
@@ -339,6 +398,18 @@ def test_dashboard_metrics_are_exported_by_the_binaries(  # noqa: F811 (fixtures
             agent.stop()
         kubelet.stop()
         shutil.rmtree(base, ignore_errors=True)
+    # egpu-agent --mode dra, as the PodMonitor egpu-agent-dra scrapes it (its families are
+    # listed from the start, before the node has a slice or a claim).
+    dra_agent = DraAgent(str(agent_exe), api.kubeconfig)
+    try:
+        scraped["egpu-agent-dra"] = get(dra_agent.url)
+    finally:
+        assert dra_agent.stop() == 0, dra_agent.text()
+        shutil.rmtree(dra_agent.base, ignore_errors=True)
+    inside, _ = split_by_dra_row(dashboard)
+    dra_exported = exposed(scraped_families(scraped["egpu-agent-dra"]))
+    assert inside and inside <= dra_exported, \
+        f"the DRA row uses what egpu-agent --mode dra does not list: {inside - dra_exported}"
 
     fams = {}
     for binary, text in scraped.items():

@@ -107,3 +107,36 @@ def test_bad_target_workload_or_mode_refused_at_start(build_dir, api, tmp_path):
         p = subprocess.run(base + extra, capture_output=True, text=True, timeout=30)
         assert p.returncode == code, (extra, p.stderr)
         assert needle in p.stderr, (extra, p.stderr)
+
+
+def test_fgd_cpu_by_annotation_prefers_the_node_whose_cpu_feeds_its_cards(api, sched, tmp_path):
+    """The case of tests/unit/test_policy.c's test_fgd_cpu_node_choice through the real
+    extender: nodes a (10 cores) and b (40 cores) of 2 free cards, a target workload of one
+    1-card pod with 4 cores, a pod of 6 cores and no GPU. Under FGD the two tie (both score
+    50; the seeded hash decides); a pod annotated elasticgpu.io/node-policy: fgd-cpu gets 10
+    on b, whatever the seed, as on a its cores would feed only one of the two cards again."""
+    path = tmp_path / "tw.json"
+    path.write_text(json.dumps({"apiVersion": "elasticgpu.io/v1alpha1", "kind": "TargetWorkload",
+                                "typicalPods": [{"cpuMilli": 4000, "gpuMilli": 1000, "gpus": 1,
+                                                 "weight": 1}]}))
+    for n, cpu in (("a", "10"), ("b", "40")):
+        api.node(n, cpu=cpu)
+        for i in range(2):
+            api.gpu(n, i)
+    s = sched(extra=("--node-policy", "fgd", "--card-policy", "fgd", "--pods-without-gpu",
+                     "place", "--target-workload", str(path)))
+    s.wait_ready()
+    st, pod = api.call("POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "cpu-6", "namespace": "default",
+                     "annotations": {"elasticgpu.io/node-policy": "fgd-cpu"}},
+        "spec": {"schedulerName": "elastic-gpu-scheduler",
+                 "containers": [{"name": "main", "image": "busybox",
+                                 "resources": {"requests": {"cpu": "6"}}}]}})
+    assert st == 201, pod
+    st, fr = s.post("filter", args(pod, ["a", "b"]))
+    assert st == 200 and fr["NodeNames"] == ["b"], fr
+    assert "fits this pod better (node policy fgd-cpu)" in fr["FailedNodes"]["a"], fr
+    st, plist = s.post("prioritize", args(pod, ["a", "b"]))
+    assert st == 200
+    assert [e["Host"] for e in plist if e["Score"] == 10] == ["b"], plist

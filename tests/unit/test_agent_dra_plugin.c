@@ -814,6 +814,205 @@ static void test_bad_record_rebuilt_never_followed(void **state)
     assert_nothing_of(uid);
 }
 
+/* The record of uid as text, its device gpu-0 with the capacity members
+ * extra (e.g. ",\"cores\":30"). */
+static void record_text(const char *uid, const char *extra, char *out, size_t len)
+{
+    char id[EGPU_CDI_ID_MAX], dir[256];
+
+    expected(uid, "gpu-0", id, dir, sizeof(dir));
+    snprintf(out, len,
+             "{\"uid\":\"%s\",\"namespace\":\"%s\",\"name\":\"c\",\"devices\":[{"
+             "\"request\":\"gpu\",\"pool\":\"%s\",\"device\":\"gpu-0\",\"shareID\":\"\","
+             "\"cdi\":\"%s\",\"dir\":\"%s\"%s}]}",
+             uid, NS, NODE, id, dir, extra);
+}
+
+/* The record's capacity members: absent (an older agent's record) or
+ * integers in range; anything else is not the agent's record. */
+static void test_record_capacity_checked(void **state)
+{
+    const char *uid = "6a1b2c3d-0000-4000-8000-000000000001";
+    static const struct {
+        const char *extra;
+        int rc;
+    } t[] = {
+        {"", 0},
+        {",\"cores\":30,\"memoryMiB\":4096", 0},
+        {",\"cores\":100,\"memoryMiB\":1", 0},
+        {",\"cores\":0,\"memoryMiB\":4096", EGPU_ESYNTAX},
+        {",\"cores\":101,\"memoryMiB\":4096", EGPU_ESYNTAX},
+        {",\"cores\":\"30\",\"memoryMiB\":4096", EGPU_ESYNTAX},
+        {",\"cores\":30,\"memoryMiB\":0", EGPU_ESYNTAX},
+        {",\"cores\":30,\"memoryMiB\":-5", EGPU_ESYNTAX},
+        {",\"cores\":30.5,\"memoryMiB\":4096", EGPU_ESYNTAX},
+    };
+    char text[2 * PATH_MAX + 1024];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        struct egpu_error err = {0};
+        json_t *rec = NULL;
+
+        record_text(uid, t[i].extra, text, sizeof(text));
+        if (egpu__dra_plugin_record_parse(EGPU_API_DRA_DRIVER, dra_root, uid, text, strlen(text),
+                                          &rec, &err) != t[i].rc)
+            fail_msg("record with%s: %s", t[i].extra, err.msg);
+        if (t[i].rc != 0)
+            assert_non_null(strstr(err.msg, "memoryMiB"));
+        json_decref(rec);
+    }
+}
+
+static void test_reason_of_codes(void **state)
+{
+    (void)state;
+    assert_int_equal(egpu__dra_reason_of(-EINVAL), EGPU_DRA_REASON_INVALID);
+    assert_int_equal(egpu__dra_reason_of(-ENOENT), EGPU_DRA_REASON_NOT_FOUND);
+    assert_int_equal(egpu__dra_reason_of(-ENOMEM), EGPU_DRA_REASON_NO_MEMORY);
+    assert_int_equal(egpu__dra_reason_of(-EPERM), EGPU_DRA_REASON_API);
+    assert_int_equal(egpu__dra_reason_of(-ETIMEDOUT), EGPU_DRA_REASON_API);
+    assert_int_equal(egpu__dra_reason_of(EGPU_KUBE_ECONFLICT), EGPU_DRA_REASON_API);
+    assert_int_equal(egpu__dra_reason_of(-ENOSPC), EGPU_DRA_REASON_FILE);
+    assert_int_equal(egpu__dra_reason_of(-EIO), EGPU_DRA_REASON_FILE);
+    assert_string_equal(egpu__dra_reason_name(EGPU_DRA_REASON_INVALID), "invalid");
+    assert_string_equal(egpu__dra_reason_name(EGPU_DRA_REASON_NOT_FOUND), "not_found");
+    assert_string_equal(egpu__dra_reason_name(EGPU_DRA_REASON_API), "api");
+    assert_string_equal(egpu__dra_reason_name(EGPU_DRA_REASON_FILE), "file");
+    assert_string_equal(egpu__dra_reason_name(EGPU_DRA_REASON_NO_MEMORY), "no_memory");
+    assert_string_equal(egpu__dra_reason_name(EGPU_DRA_REASON_COUNT), "?");
+}
+
+/* Unprepare of a claim never prepared: nothing but the usage sums made
+ * again. */
+static void touch_usage(void)
+{
+    const char *const claims[][3] = {{NS, "7f000000-0000-4000-8000-000000000000", "none"}};
+    unprep_resp *u = unprepare(claims, 1);
+
+    assert_string_equal(u->claims[0]->value->error, "");
+    free_msg(u);
+}
+
+/* The per-card sums come from the claim records: two shares of gpu-0
+ * (30 % + 4 GiB, 20 % + 2 GiB) and the whole of gpu-1; they drop with an
+ * unprepare, count an older agent's record as a share without figures, a
+ * record not believed as bad, a share on a card that left as an orphan.
+ * The handlers count requests, claims and errors by reason. */
+static void test_usage_and_stats(void **state)
+{
+    char a[128], b[128], whole[128], bad[128], path[PATH_MAX + 64], text[2 * PATH_MAX + 1024];
+    struct egpu__dra_usage *u = egpu_calloc(1, sizeof(*u));
+    struct egpu__dra_plugin_stats st;
+    size_t n = 0;
+
+    (void)state;
+    assert_non_null(u);
+    egpu__dra_plugin_usage(plugin, u);
+    assert_int_equal(u->ncards, 2);
+    assert_int_equal(u->claims, 0);
+    assert_int_equal(u->cards[0].shares, 0);
+    assert_string_equal(u->cards[0].device, "gpu-0");
+    assert_string_equal(u->cards[0].uuid, cards[0].uuid);
+    assert_int_equal(u->cards[1].mem_mib, 81920);
+
+    make_claim_results(
+        NS, "a", json_pack("[o]", result(EGPU_API_DRA_DRIVER, NODE, "gpu-0", SHARE1, "30", "4Gi")),
+        a, sizeof(a));
+    make_claim_results(
+        NS, "b",
+        json_pack("[o]", result(EGPU_API_DRA_DRIVER, NODE, "gpu-0",
+                                "9c3e6f0a-51d7-4b2e-8f4a-0d6c2b7e1a96", "20", "2048Mi")),
+        b, sizeof(b));
+    make_claim_results(
+        NS, "whole", json_pack("[o]", result(EGPU_API_DRA_DRIVER, NODE, "gpu-1", NULL, NULL, NULL)),
+        whole, sizeof(whole));
+    make_claim_results(
+        NS, "bad",
+        json_pack("[o]", result(EGPU_API_DRA_DRIVER, NODE, "gpu-9", SHARE1, "10", "1Gi")), bad,
+        sizeof(bad));
+    assert_string_equal(prepare_one(NS, a, "a", &n), "");
+    assert_string_equal(prepare_one(NS, b, "b", &n), "");
+    assert_string_equal(prepare_one(NS, whole, "whole", &n), "");
+    egpu__dra_plugin_usage(plugin, u);
+    assert_int_equal(u->claims, 3);
+    assert_int_equal(u->cards[0].shares, 2);
+    assert_int_equal(u->cards[0].core_pct, 50);
+    assert_int_equal(u->cards[0].alloc_mem_mib, 6144);
+    assert_int_equal(u->cards[1].shares, 1);
+    assert_int_equal(u->cards[1].core_pct, 100);
+    assert_int_equal(u->cards[1].alloc_mem_mib, 81920);
+    assert_int_equal(u->unsized + u->orphans + u->bad, 0);
+
+    /* Errors by reason: a device this node lacks, a claim not there. */
+    assert_non_null(strstr(prepare_one(NS, bad, "bad", &n), "gpu-9"));
+    assert_true(prepare_one(NS, "7f000000-0000-4000-8000-0000000000aa", "missing", &n)[0] != '\0');
+    egpu__dra_plugin_stats(plugin, &st);
+    assert_int_equal(st.prepare_calls, 5);
+    assert_int_equal(st.prepare_claims, 5);
+    assert_int_equal(st.prepare_errors[EGPU_DRA_REASON_INVALID], 1);
+    assert_int_equal(st.prepare_errors[EGPU_DRA_REASON_NOT_FOUND], 1);
+    assert_int_equal(
+        st.prepare_errors[EGPU_DRA_REASON_API] + st.prepare_errors[EGPU_DRA_REASON_FILE], 0);
+    assert_int_equal(st.prepare_bad, 0);
+    egpu__dra_plugin_usage(plugin, u);
+    assert_int_equal(u->claims, 3); /* the failures left no record */
+
+    /* b unprepared: gpu-0 back to a's share. */
+    {
+        const char *const claims[][3] = {{NS, b, "b"}};
+        unprep_resp *r = unprepare(claims, 1);
+
+        assert_string_equal(r->claims[0]->value->error, "");
+        free_msg(r);
+    }
+    egpu__dra_plugin_usage(plugin, u);
+    assert_int_equal(u->claims, 2);
+    assert_int_equal(u->cards[0].shares, 1);
+    assert_int_equal(u->cards[0].core_pct, 30);
+    assert_int_equal(u->cards[0].alloc_mem_mib, 4096);
+    egpu__dra_plugin_stats(plugin, &st);
+    assert_int_equal(st.unprepare_calls, 1);
+    assert_int_equal(st.unprepare_claims, 1);
+
+    /* a's record as an older agent wrote it (no cores, no memoryMiB): a
+     * share without figures. Garbage named as a record: bad, not summed. */
+    snprintf(path, sizeof(path), "%s/%s%s.json", dra_root, EGPU_DRA_PLUGIN_RECORD_PREFIX, a);
+    {
+        char id[EGPU_CDI_ID_MAX], dir[256];
+
+        expected(a, "gpu-0", id, dir, sizeof(dir));
+        snprintf(text, sizeof(text),
+                 "{\"uid\":\"%s\",\"namespace\":\"%s\",\"name\":\"a\",\"devices\":[{"
+                 "\"request\":\"gpu\",\"pool\":\"%s\",\"device\":\"gpu-0\",\"shareID\":\"%s\","
+                 "\"cdi\":\"%s\",\"dir\":\"%s\"}]}",
+                 a, NS, NODE, SHARE1, id, dir);
+    }
+    write_file(path, text);
+    snprintf(path, sizeof(path), "%s/%s7f000000-0000-4000-8000-0000000000bb.json", dra_root,
+             EGPU_DRA_PLUGIN_RECORD_PREFIX);
+    write_file(path, "{\"cores\": 100}");
+    touch_usage();
+    egpu__dra_plugin_usage(plugin, u);
+    assert_int_equal(u->claims, 2);
+    assert_int_equal(u->bad, 1);
+    assert_int_equal(u->unsized, 1);
+    assert_int_equal(u->cards[0].shares, 1);
+    assert_int_equal(u->cards[0].core_pct, 0);
+    assert_int_equal(u->cards[0].alloc_mem_mib, 0);
+    assert_int_equal(unlink(path), 0);
+
+    /* gpu-0 leaves the node: a's share is an orphan; gpu-1 keeps its own. */
+    egpu__dra_plugin_set_cards(plugin, &cards[1], 1);
+    egpu__dra_plugin_usage(plugin, u);
+    assert_int_equal(u->ncards, 1);
+    assert_string_equal(u->cards[0].device, "gpu-1");
+    assert_int_equal(u->cards[0].shares, 1);
+    assert_int_equal(u->orphans, 1);
+    assert_int_equal(u->bad, 0);
+    egpu_free(u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -826,6 +1025,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_other_namespace_claim_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_deleted_mid_prepare, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_record_rebuilt_never_followed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_capacity_checked, setup, teardown),
+        cmocka_unit_test(test_reason_of_codes),
+        cmocka_unit_test_setup_teardown(test_usage_and_stats, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -664,11 +664,61 @@ static int group_setup(void **state)
     return tks_start(&srv, NULL);
 }
 
+/* egpu__dra_slice_card_state says what the built slice holds: a card
+ * absent from its devices is absent, a device with taints is tainted; and
+ * with the state's no_taints (the server dropped them) an unhealthy card
+ * is absent. */
+static void test_card_state_is_the_slices(void **state)
+{
+    struct egpu__dra_slice_config cfg = {.node = "n1", .taint_unhealthy = true};
+    struct egpu__dra_slice_state st = {0};
+    struct egpu_gpu_info cards[4] = {card(0, UUID0, H100, 81559), card(1, UUID1, H100, 81559),
+                                     card(2, "", H100, 81559), card(3, "GPU-3", "tiny", 1)};
+    static const enum egpu__dra_card_state want[2][4] = {
+        {EGPU_DRA_CARD_PUBLISHED, EGPU_DRA_CARD_TAINTED, EGPU_DRA_CARD_ABSENT,
+         EGPU_DRA_CARD_ABSENT},
+        {EGPU_DRA_CARD_PUBLISHED, EGPU_DRA_CARD_ABSENT, EGPU_DRA_CARD_ABSENT, EGPU_DRA_CARD_ABSENT},
+    };
+
+    (void)state;
+    cards[1].healthy = false;
+    snprintf(cards[1].reason, sizeof(cards[1].reason), "XID 79");
+    for (int pass = 0; pass < 2; pass++) {
+        struct egpu__dra_slice_config eff = cfg;
+        json_t *got;
+
+        st.no_taints = pass == 1;
+        eff.taint_unhealthy = cfg.taint_unhealthy && !st.no_taints;
+        got = build(&eff, cards, 4, 1);
+        for (size_t i = 0; i < 4; i++) {
+            enum egpu__dra_card_state s = egpu__dra_slice_card_state(&cfg, &st, &cards[i]);
+            const json_t *d = NULL, *x;
+            char name[16];
+            size_t k;
+
+            snprintf(name, sizeof(name), "gpu-%zu", i);
+            json_array_foreach(at(got, "spec", "devices", NULL), k,
+                               x) if (strcmp(json_string_value(json_object_get(x, "name")), name) ==
+                                      0) d = x;
+            assert_int_equal(s, want[pass][i]);
+            assert_int_equal(d == NULL, s == EGPU_DRA_CARD_ABSENT);
+            assert_int_equal(d != NULL && json_object_get(d, "taints") != NULL,
+                             s == EGPU_DRA_CARD_TAINTED);
+        }
+        json_decref(got);
+    }
+    assert_string_equal(egpu__dra_card_state_name(EGPU_DRA_CARD_PUBLISHED), "published");
+    assert_string_equal(egpu__dra_card_state_name(EGPU_DRA_CARD_TAINTED), "tainted");
+    assert_string_equal(egpu__dra_card_state_name(EGPU_DRA_CARD_ABSENT), "absent");
+    assert_string_equal(egpu__dra_card_state_name(EGPU_DRA_CARD_STATE_COUNT), "?");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixture_reproduced),
         cmocka_unit_test(test_unpublishable_cards_left_out),
+        cmocka_unit_test(test_card_state_is_the_slices),
         cmocka_unit_test(test_memory_is_canonical),
         cmocka_unit_test(test_versions_as_semver),
         cmocka_unit_test(test_nvlink_islands),

@@ -149,11 +149,12 @@ static void test_policy_parse_and_name(void **state)
         {"binpack", EGPU_POLICY_BINPACK},  {"spread", EGPU_POLICY_SPREAD},
         {"best-fit", EGPU_POLICY_BESTFIT}, {"bestfit", EGPU_POLICY_BESTFIT},
         {"random", EGPU_POLICY_RANDOM},    {"fgd", EGPU_POLICY_FGD},
+        {"fgd-cpu", EGPU_POLICY_FGD_CPU},
     };
     static const char *const canonical[] = {
         [EGPU_POLICY_BINPACK] = "binpack",  [EGPU_POLICY_SPREAD] = "spread",
         [EGPU_POLICY_BESTFIT] = "best-fit", [EGPU_POLICY_RANDOM] = "random",
-        [EGPU_POLICY_FGD] = "fgd",
+        [EGPU_POLICY_FGD] = "fgd",          [EGPU_POLICY_FGD_CPU] = "fgd-cpu",
     };
     static const char *const unknown[] = {"packing", "", "best_fit", "fgd2"};
     struct egpu_error err = {0};
@@ -166,7 +167,7 @@ static void test_policy_parse_and_name(void **state)
         assert_int_equal(out, cases[i].kind);
     }
     /* The name of every kind is its canonical name and parses back to it. */
-    for (int k = EGPU_POLICY_BINPACK; k <= EGPU_POLICY_FGD; k++) {
+    for (int k = EGPU_POLICY_BINPACK; k <= EGPU_POLICY_FGD_CPU; k++) {
         const char *name = egpu_policy_name((enum egpu_policy_kind)k);
 
         assert_non_null(name);
@@ -199,7 +200,7 @@ static void test_policy_names_enumerated(void **state)
     size_t used = 0;
 
     (void)state;
-    assert_int_equal(EGPU_POLICY_COUNT, 5);
+    assert_int_equal(EGPU_POLICY_COUNT, 6);
     for (int k = 0; k < EGPU_POLICY_COUNT; k++) {
         const char *name = egpu_policy_name((enum egpu_policy_kind)k);
         int n;
@@ -214,9 +215,27 @@ static void test_policy_names_enumerated(void **state)
         assert_true(n > 0 && (size_t)n < sizeof(joined) - used);
         used += (size_t)n;
     }
-    assert_string_equal(egpu_policy_name((enum egpu_policy_kind)EGPU_POLICY_COUNT), "unknown");
+    assert_string_equal(egpu_policy_name((enum egpu_policy_kind)EGPU_POLICY_ALL_COUNT), "unknown");
+    /* The experimental ones follow, named, but only egpu-sim's parser
+     * knows them: no flag, annotation or class of the live path can name
+     * one. */
+    for (int k = EGPU_POLICY_COUNT; k < EGPU_POLICY_ALL_COUNT; k++) {
+        const char *name = egpu_policy_name((enum egpu_policy_kind)k);
+
+        assert_string_not_equal(name, "unknown");
+        assert_has(EGPU_POLICY_EXPERIMENTAL_NAMES, name);
+        assert_int_equal(egpu_policy_parse(name, &out, NULL), -EINVAL);
+        out = (enum egpu_policy_kind)99;
+        assert_int_equal(egpu_policy_parse_experimental(name, &out, NULL), 0);
+        assert_int_equal(out, k);
+    }
+    assert_int_equal(egpu_policy_parse_experimental("fgd", &out, NULL), 0);
+    assert_int_equal(out, EGPU_POLICY_FGD);
+    assert_int_equal(egpu_policy_parse_experimental("fgd-x", &out, &err), -EINVAL);
+    assert_has(err.msg, "experimental: fgd-bf, ");
+    memset(&err, 0, sizeof(err));
     assert_string_equal(joined, EGPU_POLICY_NAMES);
-    assert_string_equal(EGPU_POLICY_NAMES, "binpack, spread, best-fit, random, fgd");
+    assert_string_equal(EGPU_POLICY_NAMES, "binpack, spread, best-fit, random, fgd, fgd-cpu");
     /* The parser's error names them as the help text does. */
     assert_int_equal(egpu_policy_parse("packing", &out, &err), -EINVAL);
     snprintf(msg, sizeof(msg), "unknown policy \"packing\" (allowed: %s)", joined);
@@ -1666,6 +1685,71 @@ static void test_topology_uniform_changes_nothing(void **state)
 }
 
 /* FGD needs a target workload, at either tier. */
+/* fgd-cpu counts the GPU a node's free CPU cannot feed. Target workload:
+ * one typical pod, 1 whole card with 4 cores, so rho = 1000 / 4000 = 0.25
+ * milli-GPU per milli-CPU and the node feeds 1.5 rho = 0.375 per free
+ * milli-CPU. Nodes a (10 cores) and b (40 cores), 2 free cards each. A pod
+ * of 6 cores and no GPU:
+ * - FGD: on a, 4 cores are left, the typical pod still fits, F stays 0:
+ *   score floor(100 sigma(0)) = 50; on b also 50. A tie: the per-seed
+ *   node order decides, and some seeds take a, where only one of the two
+ *   cards can ever be fed again.
+ * - fgd-cpu: on a, S = 2000 - 4000 x 0.375 = 500 after (0 before: 10000 x
+ *   0.375 = 3750 >= 2000), dF' = 2 x 500 = 1000, score floor(100 /
+ *   (1 + e)) = 26; on b S stays 0: 50. b for every seed.
+ * Where no CPU runs short, it scores as FGD: a whole card with 4 cores on
+ * b is 50 under both. */
+static void test_fgd_cpu_node_choice(void **state)
+{
+    static const struct egpu_typical_pod pods[] = {
+        {.cpu_milli = 4000, .gpu_milli = 1000, .ncards = 1, .weight = 1.0},
+    };
+    long live = egpu_alloc_live();
+    struct egpu_cluster *c = new_cluster();
+    struct egpu_node *a = tu_add_node(c, "a", 10000, 32768, 2, V100, V100_MIB);
+    struct egpu_node *b = tu_add_node(c, "b", 40000, 32768, 2, V100, V100_MIB);
+    struct egpu_pod_request cpu_pod = tu_request(6000, 1024, 0, 0);
+    struct egpu_pod_request card = tu_request(4000, 1024, 100, 0);
+    struct egpu_workload w = {0};
+    struct egpu_pick pick = {0};
+    bool fgd_took_a = false;
+
+    (void)state;
+    make_workload(&w, pods, 1);
+    for (uint64_t seed = 1; seed <= 16; seed++) {
+        struct egpu_placer *fgd = new_placer(EGPU_POLICY_FGD, EGPU_POLICY_FGD, seed, &w, false);
+        struct egpu_placer *cpu =
+            new_placer(EGPU_POLICY_FGD_CPU, EGPU_POLICY_FGD_CPU, seed, &w, seed % 2 == 0);
+        struct egpu_node *got = NULL;
+
+        assert_near(score_of(fgd, c, a, &cpu_pod, &pick), 50.0);
+        assert_near(score_of(fgd, c, b, &cpu_pod, &pick), 50.0);
+        assert_near(score_of(cpu, c, a, &cpu_pod, &pick), 26.0);
+        assert_near(score_of(cpu, c, b, &cpu_pod, &pick), 50.0);
+        assert_near(score_of(fgd, c, b, &card, &pick), 50.0);
+        assert_near(score_of(cpu, c, b, &card, &pick), 50.0);
+        assert_int_equal(egpu_placer_schedule(cpu, c, &cpu_pod, &got, &pick), 0);
+        assert_ptr_equal(got, b);
+        assert_int_equal(egpu_placer_schedule(fgd, c, &cpu_pod, &got, &pick), 0);
+        fgd_took_a |= got == a;
+        egpu_placer_free(fgd);
+        egpu_placer_free(cpu);
+    }
+    assert_true(fgd_took_a);
+    /* With the pod's CPU taken on b as well, what is left is the same
+     * question one step on: b keeps 34 cores for its 2 cards, no strand. */
+    use_cpu(c, b, "cpu-b", 6000, 1024);
+    {
+        struct egpu_placer *cpu = new_placer(EGPU_POLICY_FGD_CPU, EGPU_POLICY_FGD, 1, &w, true);
+
+        assert_near(score_of(cpu, c, b, &cpu_pod, &pick), 50.0);
+        egpu_placer_free(cpu);
+    }
+    egpu_workload_free(&w);
+    egpu_cluster_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 static void test_placer_new_fgd_needs_workload(void **state)
 {
     long live = egpu_alloc_live();
@@ -1692,6 +1776,14 @@ static void test_placer_new_fgd_needs_workload(void **state)
     assert_null(egpu_placer_new(&cfg, &err));
     assert_int_equal(err.code, -EINVAL);
     assert_null(egpu_placer_new(&cfg, NULL));
+
+    /* The experimental FGD variants too, named. */
+    memset(&err, 0, sizeof(err));
+    cfg.node_policy = EGPU_POLICY_FGD_CPU;
+    cfg.workload = NULL;
+    assert_null(egpu_placer_new(&cfg, &err));
+    assert_int_equal(err.code, -EINVAL);
+    assert_has(err.msg, "policy fgd-cpu needs a target workload");
 
     /* Other policies need none. */
     memset(&err, 0, sizeof(err));
@@ -1727,6 +1819,7 @@ int main(void)
         cmocka_unit_test(test_schedule_enofit),
         cmocka_unit_test(test_schedule_tie_break_by_seed),
         cmocka_unit_test(test_placer_new_fgd_needs_workload),
+        cmocka_unit_test(test_fgd_cpu_node_choice),
         cmocka_unit_test(test_topology_nvlink_islands),
         cmocka_unit_test(test_topology_pcie_levels),
         cmocka_unit_test(test_topology_uniform_changes_nothing),

@@ -279,6 +279,62 @@ static void test_bad_config(void **state)
     egpu_trace_free(&t);
 }
 
+/* egpu_replay_idle_of on four nodes worked out by hand, against the
+ * shapes: a share of 50% with 4 cores (twice, counted once), a whole card
+ * with 12 cores, a share of 30% with 1 core on T4 cards only, and a pod of
+ * 1 core and no GPU (passed over).
+ * - a (V100, 8 cores, 2 of them taken): card 0 at 81% leaves 190 milli,
+ *   which no shape asks so little of: fragment; card 1 is free and the
+ *   50% share fits with its 4 cores: usable, whole.
+ * - b (V100, 2 cores): its free card takes the share or the whole card by
+ *   GPU and model, but neither's CPU fits: cpu, whole (the T4 share, which
+ *   the model refuses, ranks below).
+ * - c (V100, 64 cores): card at 60% leaves 400: only the T4 share takes
+ *   that little, and not on a V100: model, partly used.
+ * - d (T4): its card is in use: nothing idle. */
+static void test_idle_classes(void **state)
+{
+    long live = egpu_alloc_live();
+    struct egpu_cluster *c = egpu_cluster_new();
+    struct egpu_node *a, *cn, *d;
+    struct egpu_pod_request reqs[5], cpu_pod = tu_request(2000, 0, 0, 0);
+    struct egpu_pick none = {.nshares = 0};
+    struct egpu_replay_idle idle;
+
+    (void)state;
+    assert_non_null(c);
+    a = tu_add_node(c, "a", 8000, 32768, 2, "V100M16", 0);
+    tu_add_node(c, "b", 2000, 32768, 1, "V100M16", 0);
+    cn = tu_add_node(c, "c", 64000, 32768, 1, "V100M16", 0);
+    d = tu_add_node(c, "d", 64000, 32768, 1, "T4", 0);
+    assert_int_equal(egpu_cluster_assign(c, "cpu", a, &cpu_pod, &none, NULL), 0);
+    tu_use_card(c, a, "a0", 0, 81);
+    tu_use_card(c, cn, "c0", 0, 60);
+    tu_use_card(c, d, "d0", 0, 100);
+    reqs[0] = tu_request(4000, 0, 50, 0);
+    reqs[1] = tu_request(12000, 0, 100, 0);
+    reqs[2] = tu_request(1000, 0, 30, 0);
+    reqs[2].model_mask = 1ULL << d->model;
+    reqs[3] = tu_request(1000, 0, 0, 0);
+    reqs[4] = reqs[0];
+    egpu_replay_idle_of(c, reqs, 5, &idle);
+    assert_true(idle.taken);
+    assert_int_equal(idle.idle_milli, 190 + 1000 + 1000 + 400);
+    assert_int_equal(idle.usable_whole, 1000);
+    assert_int_equal(idle.usable_part, 0);
+    assert_int_equal(idle.cpu_whole, 1000);
+    assert_int_equal(idle.cpu_part, 0);
+    assert_int_equal(idle.model_whole, 0);
+    assert_int_equal(idle.model_part, 400);
+    assert_int_equal(idle.frag_whole, 0);
+    assert_int_equal(idle.frag_part, 190);
+    assert_int_equal(idle.part_free[0], 190);
+    assert_int_equal(idle.part_free[1], 400);
+    assert_int_equal(idle.part_free[2], 0);
+    egpu_cluster_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_bucket_means),
         cmocka_unit_test(test_published),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_idle_classes),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
