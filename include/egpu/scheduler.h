@@ -31,10 +31,11 @@ extern "C" {
 /* Pods as the scheduler sees them (src/scheduler/pod.c)                    */
 
 struct egpu_sched_pod {
-    char ns[EGPU_K8S_NAME_MAX];
-    char name[EGPU_K8S_NAME_MAX];
-    char uid[EGPU_K8S_NAME_MAX];
-    char node[EGPU_K8S_NAME_MAX];   /* spec.nodeName, "" when unbound */
+    /* metadata.namespace ("default" when absent), .name, .uid ("" when
+     * absent) and spec.nodeName ("" when unbound): each shorter than
+     * EGPU_K8S_NAME_MAX, stored once, one after another, in names (owned) */
+    const char *ns, *name, *uid, *node;
+    char *names;
     bool terminal;                  /* status.phase Succeeded or Failed */
     bool deleting;                  /* metadata.deletionTimestamp set */
     struct egpu_pod_request req;    /* CPU, memory and GPU containers (model mask 0) */
@@ -43,9 +44,9 @@ struct egpu_sched_pod {
     bool has_node_policy, has_card_policy;
     enum egpu_policy_kind node_policy, card_policy; /* per-pod overrides */
     bool has_assigned;
-    struct egpu_assigned assigned;
-    char assigned_error[EGPU_ERRMSG_MAX]; /* why a present annotation was not usable, or "" */
-    bool allocated;                       /* elasticgpu.io/allocated present */
+    struct egpu_assigned *assigned; /* owned; non-NULL exactly when has_assigned */
+    char *assigned_error; /* why a present annotation was not usable (owned), NULL when it was */
+    bool allocated;       /* elasticgpu.io/allocated present */
     /* spec.schedulerName; "" when absent or unusable (absent, not a string,
      * too long, with a NUL): a name no scheduler has */
     char scheduler_name[EGPU_K8S_NAME_MAX];
@@ -54,8 +55,8 @@ struct egpu_sched_pod {
      * claims_error says why (the parse does not fail: the pod still counts
      * on its node, and filter refuses it with that message) */
     uint32_t nclaims;
-    struct egpu_api_pod_claim claims[EGPU_API_POD_CLAIMS_MAX];
-    char claims_error[EGPU_ERRMSG_MAX];
+    struct egpu_api_pod_claim *claims; /* nclaims entries, owned; NULL when none */
+    char *claims_error;                /* owned, NULL when they could be read */
     /* A container carries the marker EGPU_RES_DRA (requests or limits, any
      * value; egpu-webhook --mode dra puts 1): a DRA pod, whose GPUs come
      * from its ResourceClaims (spec.resourceClaims), not from gpu-core. */
@@ -74,6 +75,22 @@ struct egpu_sched_pod {
  * success. */
 int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out,
                          struct egpu_error *err) EGPU_MUST_CHECK;
+/* The names are allocated, and assigned, claims and the two error messages
+ * only for the pods that have them (most have none): *out owns them, to be released
+ * with egpu_sched_pod_clear and copied with egpu_sched_pod_copy, never by
+ * assignment alone. Its previous contents are overwritten, not freed.
+ * -ENOMEM, with the field named, when they cannot be allocated. */
+
+/* Free what p owns (names, assigned, claims, assigned_error, claims_error),
+ * leaving them NULL (ns, name, uid and node ""), has_assigned false and
+ * nclaims 0; the rest of *p is kept. p may be NULL. */
+void egpu_sched_pod_clear(struct egpu_sched_pod *p);
+
+/* Copy src into *dst with its own allocations (dst's previous
+ * contents are overwritten, not freed). Returns 0, or -ENOMEM with *dst
+ * unchanged. */
+int egpu_sched_pod_copy(struct egpu_sched_pod *dst,
+                        const struct egpu_sched_pod *src) EGPU_MUST_CHECK;
 
 /* Does the pod ask for any Elastic GPU resource? */
 bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p);

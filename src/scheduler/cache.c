@@ -116,6 +116,7 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
 {
     size_t pos = 0;
     struct egpu__sched_node *ni;
+    struct egpu__sched_pod_entry *pe;
 
     if (c == NULL)
         return;
@@ -123,9 +124,15 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
         json_decref(ni->labels);
         for (uint32_t i = 0; i < ni->ngpus; i++)
             egpu_free(ni->gpus[i].peers);
+        egpu_free(ni->gpus);
     }
     egpu_cluster_free(c->cluster);
     free_values(c->nodes);
+    pos = 0;
+    while ((pe = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
+        egpu_sched_pod_clear(&pe->pod);
+        egpu_free(pe->uses);
+    }
     free_values(c->pods);
     free_values(c->claims);
     free_values(c->classes);
@@ -153,7 +160,7 @@ const char *egpu__sched_target_of(const struct egpu_sched_pod *p)
     if (p->terminal)
         return NULL;
     if (p->has_assigned)
-        return p->assigned.node;
+        return p->assigned->node;
     return p->node[0] ? p->node : NULL;
 }
 
@@ -169,7 +176,7 @@ static uint32_t card_pct(const struct egpu_container_request *cr)
 static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
                     struct egpu_pick *pick)
 {
-    const struct egpu_assigned *a = &p->assigned;
+    const struct egpu_assigned *a = p->assigned;
 
     pick->nshares = 0;
     if (!p->has_assigned || a->ncontainers != p->req.ncontainers)
@@ -314,9 +321,9 @@ static void split_inside(const struct egpu__sched_pod_entry *e, const struct egp
 /* Why e (which wants a GPU) could not be matched to its node's cards. */
 static const char *unresolved_why(const struct egpu__sched_pod_entry *e)
 {
-    return e->pod.has_assigned        ? "annotation names cards or containers the node lacks"
-           : e->pod.assigned_error[0] ? e->pod.assigned_error
-                                      : "bound without " EGPU_ANN_ASSIGNED;
+    return e->pod.has_assigned     ? "annotation names cards or containers the node lacks"
+           : e->pod.assigned_error ? e->pod.assigned_error
+                                   : "bound without " EGPU_ANN_ASSIGNED;
 }
 
 /* Count entry e on node n in the core: its placement (annotation) read into
@@ -638,6 +645,7 @@ static void drop_if_empty(struct egpu_sched_cache *c, struct egpu__sched_node *n
     if (ni->has_node || ni->ngpus > 0 || ni->pods != NULL || ni->resvs != NULL)
         return;
     (void)egpu_map_del(c->nodes, ni->name); /* present: ni came from the map */
+    egpu_free(ni->gpus);
     egpu_free(ni);
 }
 
@@ -647,7 +655,7 @@ static void drop_if_empty(struct egpu_sched_cache *c, struct egpu__sched_node *n
  * A pod our bind placed without cards (--pods-without-gpu place) never waits. */
 static bool is_waiting(const struct egpu__sched_pod_entry *e)
 {
-    return e->home != NULL && e->pod.has_assigned && e->pod.assigned.ncontainers > 0 &&
+    return e->home != NULL && e->pod.has_assigned && e->pod.assigned->ncontainers > 0 &&
            !e->pod.allocated && !e->pod.terminal;
 }
 
@@ -1072,12 +1080,16 @@ void egpu__sched_claim_drop_if_unused(struct egpu_sched_cache *c, struct egpu__s
     egpu_free(ce);
 }
 
-/* Link e's claimed containers (e->pod.claims) into their claims' lists. A
- * claim that cannot be tracked (out of memory) leaves that container
- * beside, as any pod's. */
+/* Link e's claimed containers (e->pod.claims) into their claims' lists
+ * (e->uses allocated for them: most pods have none). A claim that cannot be
+ * tracked (out of memory) leaves that container beside, as any pod's. */
 static void uses_link(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e)
 {
     e->nuses = 0;
+    if (e->pod.nclaims > 0 && (e->uses = egpu_calloc(e->pod.nclaims, sizeof(*e->uses))) == NULL) {
+        egpu_log(EGPU_LOG_ERROR, "out of memory: claims not tracked pod=%s", e->key);
+        return;
+    }
     for (uint32_t i = 0; i < e->pod.nclaims; i++) {
         struct egpu__sched_claim *ce =
             egpu__sched_claim_get(c, e->pod.ns, e->pod.claims[i].claim, true);
@@ -1113,6 +1125,8 @@ static void uses_unlink(struct egpu_sched_cache *c, struct egpu__sched_pod_entry
         egpu__sched_claim_drop_if_unused(c, u->ce);
     }
     e->nuses = 0;
+    egpu_free(e->uses);
+    e->uses = NULL;
 }
 
 /* Claim ce's users were parked under tag while its ElasticGPUs changed:
@@ -1188,6 +1202,39 @@ static void release_uuid(struct egpu_sched_cache *c, const char *uuid, const cha
     }
 }
 
+/* Make room in ni->gpus for want slots (want <= EGPU_NODE_GPUS_MAX): grown
+ * to twice as many (8 at first) when full, halved when no more than a
+ * quarter is used, freed when none. New slots are zeroed; a slot moves only
+ * here, so no pointer into gpus is held across a call. Returns 0, or
+ * -ENOMEM with ni unchanged. */
+static int gpus_resize(struct egpu__sched_node *ni, uint32_t want)
+{
+    uint32_t cap = ni->gpus_cap;
+    struct egpu__sched_gpu *g;
+
+    if (want == 0) {
+        egpu_free(ni->gpus);
+        ni->gpus = NULL;
+        ni->gpus_cap = 0;
+        return 0;
+    }
+    if (want > cap)
+        cap = cap == 0 ? 8 : 2 * cap;
+    else if (want <= cap / 4)
+        cap /= 2;
+    else
+        return 0;
+    cap = cap < want ? want : cap > EGPU_NODE_GPUS_MAX ? EGPU_NODE_GPUS_MAX : cap;
+    g = egpu_realloc(ni->gpus, (size_t)cap * sizeof(*g));
+    if (g == NULL)
+        return -ENOMEM;
+    if (cap > ni->gpus_cap)
+        memset(g + ni->gpus_cap, 0, (size_t)(cap - ni->gpus_cap) * sizeof(*g));
+    ni->gpus = g;
+    ni->gpus_cap = cap;
+    return 0;
+}
+
 /* Are a and b the same card for placement, their loads aside? */
 static bool same_card(const struct egpu__sched_gpu *a, const struct egpu__sched_gpu *b)
 {
@@ -1240,6 +1287,10 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     if (slot == NULL && ni->ngpus == EGPU_NODE_GPUS_MAX) {
         rc = egpu_error_set(err, EGPU_ELIMIT, "node %s: more than %d GPUs", f.node,
                             EGPU_NODE_GPUS_MAX);
+        goto out;
+    }
+    if (slot == NULL && gpus_resize(ni, ni->ngpus + 1) != 0) {
+        rc = egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
         goto out;
     }
     rc = claim_uuid(c, g.uuid, g.name, &owner);
@@ -1310,6 +1361,7 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
         if (gone.shadowed)
             c->nshadowed--;
         memset(&ni->gpus[ni->ngpus], 0, sizeof(ni->gpus[0])); /* moved: owns nothing */
+        (void)gpus_resize(ni, ni->ngpus); /* shrinking: a failure keeps the larger array */
         rc = gone.shadowed ? 0 : rebuild(c, ni, err);
         release_uuid(c, gone.uuid, gone.name);
         egpu_free(gone.peers);
@@ -1328,30 +1380,37 @@ static bool same_placement(const struct egpu_sched_pod *a, const struct egpu_sch
         return false;
     if (a->has_assigned != b->has_assigned)
         return false;
-    return !a->has_assigned || memcmp(&a->assigned, &b->assigned, sizeof(a->assigned)) == 0;
+    return !a->has_assigned || memcmp(a->assigned, b->assigned, sizeof(*a->assigned)) == 0;
 }
 
 static bool same_assigned(const struct egpu_sched_pod *a, const struct egpu_sched_pod *b)
 {
     return a->has_assigned == b->has_assigned &&
-           (!a->has_assigned || memcmp(&a->assigned, &b->assigned, sizeof(a->assigned)) == 0);
+           (!a->has_assigned || memcmp(a->assigned, b->assigned, sizeof(*a->assigned)) == 0);
 }
 
 /* The cache saw e's pod bound with its assigned annotation (or without one),
  * and p changes that: the decision was recorded at bind and nobody else may
  * move it (a pod owner could otherwise free its card in our books and have
  * another pod bound onto it). Keep the recorded one in p. */
-static void keep_assigned(struct egpu_sched_cache *c, const struct egpu__sched_pod_entry *e,
+static void keep_assigned(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e,
                           struct egpu_sched_pod *p)
 {
+    struct egpu_assigned *theirs = p->assigned;
+    char *their_error = p->assigned_error;
+
     c->assigned_ignored++;
     egpu_log(EGPU_LOG_WARN,
              "changed " EGPU_ANN_ASSIGNED " of a bound pod not believed pod=%s node=%s "
              "ignored=%llu",
              e->key, p->node, (unsigned long long)c->assigned_ignored);
+    /* Swapped: e->pod is replaced by p next, and frees what p brought. */
     p->has_assigned = e->pod.has_assigned;
     p->assigned = e->pod.assigned;
-    memcpy(p->assigned_error, e->pod.assigned_error, sizeof(p->assigned_error));
+    p->assigned_error = e->pod.assigned_error;
+    e->pod.has_assigned = theirs != NULL;
+    e->pod.assigned = theirs;
+    e->pod.assigned_error = their_error;
 }
 
 static void pod_key(char *key, const char *ns, const char *name)
@@ -1359,10 +1418,39 @@ static void pod_key(char *key, const char *ns, const char *name)
     snprintf(key, POD_KEY_MAX, "%s/%s", ns, name);
 }
 
+/* A zeroed pod entry with key (the name stored once, as long as it is), or
+ * NULL when out of memory. */
+static struct egpu__sched_pod_entry *pod_entry_new(const char *key)
+{
+    size_t len = strlen(key) + 1;
+    struct egpu__sched_pod_entry *e = egpu_calloc(1, sizeof(*e) + len);
+
+    if (e != NULL)
+        memcpy(e->key, key, len);
+    return e;
+}
+
+/* *to takes over *from (what *to owned freed first); *from owns nothing
+ * after it. */
+static void move_pod(struct egpu_sched_pod *to, struct egpu_sched_pod *from)
+{
+    egpu_sched_pod_clear(to);
+    *to = *from;
+    from->names = NULL;
+    from->ns = from->name = from->uid = from->node = "";
+    from->assigned_error = NULL;
+    from->claims_error = NULL;
+    from->assigned = NULL;
+    from->has_assigned = false;
+    from->claims = NULL;
+    from->nclaims = 0;
+}
+
 static bool same_claims(const struct egpu_sched_pod *a, const struct egpu_sched_pod *b)
 {
     return a->nclaims == b->nclaims &&
-           memcmp(a->claims, b->claims, a->nclaims * sizeof(a->claims[0])) == 0;
+           (a->nclaims == 0 ||
+            memcmp(a->claims, b->claims, a->nclaims * sizeof(a->claims[0])) == 0);
 }
 
 /* The claims whose ElasticGPU e is counted inside, into out (at most
@@ -1410,19 +1498,18 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     pthread_mutex_lock(&c->lock);
     e = egpu_map_get(c->pods, key);
     if (e == NULL) {
-        e = egpu_calloc(1, sizeof(*e));
+        e = pod_entry_new(key);
         if (e == NULL) {
             rc = egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
             goto out;
         }
-        memcpy(e->key, key, sizeof(key));
-        e->pod = *p;
         rc = egpu_map_put(c->pods, e->key, e);
         if (rc) {
             egpu_free(e);
             rc = egpu_error_set(err, rc, "pod %s: out of memory", key);
             goto out;
         }
+        move_pod(&e->pod, p);
         uses_link(c, e);
         rehome(c, e);
         count(c, e);
@@ -1437,7 +1524,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     if (same_placement(&e->pod, p) && p->req.ncontainers == e->pod.req.ncontainers &&
         same_claims(&e->pod, p)) {
         waiting_drop(c, e);
-        e->pod = *p; /* allocated flag, phase... */
+        move_pod(&e->pod, p); /* allocated flag, phase... */
         waiting_add(c, e);
         goto out;
     }
@@ -1445,7 +1532,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     nfreed = occupied(e, freed);
     uncount(c, e);
     uses_unlink(c, e);
-    e->pod = *p;
+    move_pod(&e->pod, p);
     uses_link(c, e);
     rehome(c, e);
     count(c, e);
@@ -1453,6 +1540,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     settle_freed(c, freed, nfreed);
 out:
     pthread_mutex_unlock(&c->lock);
+    egpu_sched_pod_clear(p); /* when not moved into the cache */
     egpu_free(p);
     return rc;
 }
@@ -1475,6 +1563,7 @@ int egpu_sched_cache_pod_delete(struct egpu_sched_cache *c, const char *ns, cons
         e->pod.terminal = true; /* placed nowhere: unlinks it */
         rehome(c, e);
         (void)egpu_map_del(c->pods, e->key); /* present: just found */
+        egpu_sched_pod_clear(&e->pod);
         egpu_free(e);
         egpu__sched_resv_retry(c, was);
         settle_freed(c, freed, nfreed);
@@ -1534,7 +1623,8 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
     for (e = ni ? ni->pods : NULL; e != NULL; e = e->next) {
         const struct egpu_sched_pod *q = &e->pod;
 
-        if (!q->has_assigned || q->allocated || q->terminal || strcmp(q->assigned.node, node->name))
+        if (!q->has_assigned || q->allocated || q->terminal ||
+            strcmp(q->assigned->node, node->name))
             continue;
         if (strcmp(q->ns, pod->ns) == 0 && strcmp(q->name, pod->name) == 0)
             continue;
@@ -1543,13 +1633,13 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
             uint32_t pct = card_pct(cr) * cr->ncards; /* what gpu-core said */
 
             pick_cards(node, pick, i, mine, sizeof(mine));
-            for (uint32_t j = 0; j < q->assigned.ncontainers; j++) {
-                const struct egpu_assigned_container *qc = &q->assigned.containers[j];
+            for (uint32_t j = 0; j < q->assigned->ncontainers; j++) {
+                const struct egpu_assigned_container *qc = &q->assigned->containers[j];
                 uint32_t qpct = qc->core_pct * qc->ncards;
 
                 if (qpct != pct)
                     continue;
-                assigned_cards(&q->assigned, j, theirs, sizeof(theirs));
+                assigned_cards(q->assigned, j, theirs, sizeof(theirs));
                 if (strcmp(mine, theirs) != 0 || qc->mem_mib != cr->mem_mib) {
                     snprintf(why, len,
                              "pod %s/%s placed on node %s is not yet allocated and asks the same "
@@ -1586,7 +1676,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
 {
     struct egpu_assigned *a = out;
     char key[POD_KEY_MAX];
-    struct egpu_assigned before;
+    struct egpu_assigned *mine, *before;
     struct egpu__sched_pod_entry *e;
     bool created = false, had;
     int rc;
@@ -1615,38 +1705,51 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
             ac->ncards++;
         }
     }
+    mine = egpu_malloc(sizeof(*mine));
+    if (mine == NULL)
+        return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
+    *mine = *a;
     if (e == NULL) {
-        e = egpu_calloc(1, sizeof(*e));
-        if (e == NULL || egpu_map_put(c->pods, memcpy(e->key, key, sizeof(key)), e) != 0) {
+        e = pod_entry_new(key);
+        if (e == NULL || egpu_sched_pod_copy(&e->pod, pod) != 0) {
             egpu_free(e);
+            egpu_free(mine);
             return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
         }
-        e->pod = *pod;
+        egpu_free(e->pod.assigned); /* the request's, if any: ours replaces it */
+        e->pod.assigned = NULL;
         e->pod.has_assigned = false;
+        if (egpu_map_put(c->pods, e->key, e) != 0) {
+            egpu_sched_pod_clear(&e->pod);
+            egpu_free(e);
+            egpu_free(mine);
+            return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
+        }
         uses_link(c, e);
         created = true;
     }
     had = e->pod.has_assigned;
-    if (had)
-        before = e->pod.assigned;
+    before = e->pod.assigned;
     e->pod.has_assigned = true;
-    e->pod.assigned = *a;
+    e->pod.assigned = mine;
     rehome(c, e);
     /* Counted as the annotation will say: a claimed container inside its
      * ElasticGPU, the rest beside. */
     rc = count_on(c, e, node, err);
     if (rc) {
         e->pod.has_assigned = had;
-        if (had)
-            e->pod.assigned = before;
+        e->pod.assigned = before;
+        egpu_free(mine);
         rehome(c, e);
         if (created) {
             uses_unlink(c, e);
             (void)egpu_map_del(c->pods, e->key); /* present: just put */
+            egpu_sched_pod_clear(&e->pod);
             egpu_free(e);
         }
         return rc;
     }
+    egpu_free(before);
     e->reserved = true;
     return 0;
 }

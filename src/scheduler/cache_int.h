@@ -31,8 +31,7 @@ struct egpu__sched_gpu {
     bool shadowed;                    /* another GPU object owns this UUID: left out of the core */
     char health[EGPU_API_HEALTH_MAX]; /* status.health when not EGPU_API_GPU_HEALTHY; "" healthy */
     /* spec.topology (owned, NULL when none; allocated, as most cards have
-     * none and a node holds 64 slots): compared by content, so a change
-     * rebuilds the node. */
+     * none): compared by content, so a change rebuilds the node. */
     uint32_t npeers;
     struct egpu_api_gpu_peer *peers;
     /* status.used, kept out of the comparison that decides a rebuild: */
@@ -80,12 +79,15 @@ struct egpu__sched_node {
     json_t *labels;                         /* its metadata.labels (a copy), NULL = none */
     int64_t cpu_milli;                      /* allocatable */
     int64_t mem_mib;
-    uint32_t ngpus;
-    struct egpu__sched_gpu gpus[EGPU_NODE_GPUS_MAX];
+    /* Its GPU objects: gpus[0..ngpus) of gpus_cap allocated (NULL when
+     * none; grown and shrunk as GPU objects come and go, at most
+     * EGPU_NODE_GPUS_MAX), so a node record holds the cards it has instead
+     * of 64 slots of which 8 are used. Slots past ngpus are zeroed. */
+    uint32_t ngpus, gpus_cap;
+    struct egpu__sched_gpu *gpus;
 };
 
 struct egpu__sched_pod_entry {
-    char key[POD_KEY_MAX]; /* "namespace/name" */
     struct egpu_sched_pod pod;
     bool counted;                  /* holds an assignment in the core under key */
     bool reserved;                 /* placed by our bind; the watch has not confirmed it yet */
@@ -96,10 +98,11 @@ struct egpu__sched_pod_entry {
     struct egpu__sched_pod_entry *prev, *next;
     uint64_t parked; /* uncounted by egpu__sched_park_users under this tag, to be counted again */
     uint32_t nuses;  /* pod.claims[i] is uses[i]'s claim */
-    struct egpu__sched_claim_use uses[EGPU_API_POD_CLAIMS_MAX];
+    struct egpu__sched_claim_use *uses; /* pod.nclaims entries while linked, else NULL */
     /* container i of pod.req counted inside this ElasticGPU (whose occupant
      * this pod is), not beside it; NULL = beside (or not counted) */
     struct egpu__sched_resv *inside[EGPU_CONTAINERS_MAX];
+    char key[]; /* "namespace/name", as long as it is (pod_entry_new) */
 };
 
 /* ElasticGPU reservations (egpu_api_egpu_reservation): capacity held on

@@ -435,7 +435,7 @@ static void plan_pod(struct egpu_sched_cache *c, const struct egpu_sched_pod *po
     memset(plan, 0, offsetof(struct egpu_sched_claim_plan, inside));
     plan->rest = pod->req;
     plan->nclaims = pod->nclaims;
-    if (pod->claims_error[0] != '\0') {
+    if (pod->claims_error != NULL) {
         plan->nclaims = 1;
         snprintf(plan->error, sizeof(plan->error), "%s", pod->claims_error);
         return;

@@ -495,7 +495,7 @@ static int judge(struct egpu_extender *x, struct egpu_placer *p, struct egpu_clu
  * judged by its claim plan, at the claims' door (claims_int.h). */
 static bool claimed(const struct egpu_sched_pod *pod)
 {
-    return pod->nclaims > 0 || pod->claims_error[0] != '\0';
+    return pod->nclaims > 0 || pod->claims_error != NULL;
 }
 
 /* Is the pod judged by the node policy? One that asks for a GPU is; one

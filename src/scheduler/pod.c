@@ -198,6 +198,7 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
 {
     const json_t *ann = json_object_get(meta, "annotations"), *v;
     struct egpu_api_pod_annotations pa;
+    struct egpu_assigned *a = NULL;
     struct egpu_error aerr = {0};
     int rc = egpu_api_pod_annotations(ann, &pa, err);
 
@@ -210,14 +211,23 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
     memcpy(p->gpu_model, pa.gpu_model, sizeof(p->gpu_model));
     p->allocated = json_object_get(ann, EGPU_ANN_ALLOCATED) != NULL;
     v = json_object_get(ann, EGPU_ANN_ASSIGNED);
-    if (json_is_string(v) && egpu_api_str(v) == NULL)
-        snprintf(p->assigned_error, sizeof(p->assigned_error),
-                 "metadata.annotations[%s]: holds a NUL character", EGPU_ANN_ASSIGNED);
-    else if (json_is_string(v) &&
-             egpu_assigned_decode(json_string_value(v), &p->assigned, &aerr) == 0)
+    if (!json_is_string(v))
+        return 0;
+    if (egpu_api_str(v) == NULL) {
+        p->assigned_error =
+            egpu_strdup("metadata.annotations[" EGPU_ANN_ASSIGNED "]: holds a NUL character");
+    } else if ((a = egpu_malloc(sizeof(*a))) != NULL &&
+               egpu_assigned_decode(json_string_value(v), a, &aerr) == 0) {
+        p->assigned = a;
         p->has_assigned = true;
-    else if (json_is_string(v))
-        snprintf(p->assigned_error, sizeof(p->assigned_error), "%s", aerr.msg);
+        return 0;
+    } else if (a != NULL) {
+        p->assigned_error = egpu_strdup(aerr.msg);
+    }
+    egpu_free(a);
+    if (p->assigned_error == NULL)
+        return egpu_error_set(err, -ENOMEM, "metadata.annotations[%s]: out of memory",
+                              EGPU_ANN_ASSIGNED);
     return 0;
 }
 
@@ -226,18 +236,29 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
  * p->ns). A pod whose claim annotations cannot be read keeps none, with the
  * reason in claims_error: it still counts on its node, beside every
  * ElasticGPU, and filter refuses it with the reason. */
-static void pod_claims(const json_t *pod, struct egpu_sched_pod *p)
+static int pod_claims(const json_t *pod, struct egpu_sched_pod *p, struct egpu_error *err)
 {
+    struct egpu_api_pod_claim claims[EGPU_API_POD_CLAIMS_MAX];
     struct egpu_error cerr = {0};
     size_t n = 0;
 
     p->nclaims = 0;
-    p->claims_error[0] = '\0';
-    if (egpu_api_pod_claims(pod, p->claims, EGPU_API_POD_CLAIMS_MAX, &n, &cerr) != 0) {
-        snprintf(p->claims_error, sizeof(p->claims_error), "%s", cerr.msg);
-        return;
+    p->claims = NULL;
+    p->claims_error = NULL;
+    if (egpu_api_pod_claims(pod, claims, EGPU_API_POD_CLAIMS_MAX, &n, &cerr) != 0) {
+        p->claims_error = egpu_strdup(cerr.msg);
+        return p->claims_error == NULL
+                   ? egpu_error_set(err, -ENOMEM, "metadata.annotations: claims: out of memory")
+                   : 0;
     }
+    if (n == 0)
+        return 0;
+    p->claims = egpu_malloc(n * sizeof(claims[0]));
+    if (p->claims == NULL)
+        return egpu_error_set(err, -ENOMEM, "metadata.annotations: claims: out of memory");
+    memcpy(p->claims, claims, n * sizeof(claims[0]));
     p->nclaims = (uint32_t)n;
+    return 0;
 }
 
 /* spec.schedulerName, kept only when it is a plain string that fits: any
@@ -275,11 +296,31 @@ static int pod_overhead(const json_t *spec, struct usage *u, struct egpu_error *
     return rc;
 }
 
+/* p's names: ns, name, uid and node copied one after another into p->names. */
+static int set_names(struct egpu_sched_pod *p, const char *ns, const char *name, const char *uid,
+                     const char *node, struct egpu_error *err)
+{
+    size_t lns = strlen(ns) + 1, lname = strlen(name) + 1, luid = strlen(uid) + 1;
+    size_t lnode = strlen(node) + 1;
+    char *b = egpu_malloc(lns + lname + luid + lnode);
+
+    if (b == NULL)
+        return egpu_error_set(err, -ENOMEM, "metadata.name: out of memory");
+    p->names = b;
+    p->ns = memcpy(b, ns, lns);
+    p->name = memcpy(b + lns, name, lname);
+    p->uid = memcpy(b + lns + lname, uid, luid);
+    p->node = memcpy(b + lns + lname + luid, node, lnode);
+    return 0;
+}
+
 int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct egpu_error *err)
 {
     struct egpu_sched_pod *p;
     const json_t *meta, *spec;
     struct usage overhead;
+    char ns[EGPU_K8S_NAME_MAX], name[EGPU_K8S_NAME_MAX], uid[EGPU_K8S_NAME_MAX],
+        node[EGPU_K8S_NAME_MAX];
     int rc;
 
     if (!json_is_object(pod))
@@ -293,19 +334,19 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
     p = egpu_calloc(1, sizeof(*p));
     if (p == NULL)
         return egpu_error_set(err, -ENOMEM, "pod: out of memory");
-    rc = copy_str(json_object_get(meta, "name"), p->name, sizeof(p->name), true, "metadata.name",
-                  err);
+    rc = copy_str(json_object_get(meta, "name"), name, sizeof(name), true, "metadata.name", err);
     if (!rc)
-        rc = copy_str(json_object_get(meta, "namespace"), p->ns, sizeof(p->ns), false,
+        rc = copy_str(json_object_get(meta, "namespace"), ns, sizeof(ns), false,
                       "metadata.namespace", err);
     if (!rc)
-        rc = copy_str(json_object_get(meta, "uid"), p->uid, sizeof(p->uid), false, "metadata.uid",
-                      err);
+        rc = copy_str(json_object_get(meta, "uid"), uid, sizeof(uid), false, "metadata.uid", err);
     if (!rc)
-        rc = copy_str(json_object_get(spec, "nodeName"), p->node, sizeof(p->node), false,
-                      "spec.nodeName", err);
-    if (!rc && p->ns[0] == '\0')
-        memcpy(p->ns, "default", sizeof("default"));
+        rc = copy_str(json_object_get(spec, "nodeName"), node, sizeof(node), false, "spec.nodeName",
+                      err);
+    if (!rc && ns[0] == '\0')
+        memcpy(ns, "default", sizeof("default"));
+    if (!rc)
+        rc = set_names(p, ns, name, uid, node, err);
     if (!rc)
         scheduler_name(spec, p);
     if (!rc)
@@ -321,14 +362,75 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
     if (!rc)
         rc = annotations(meta, p, err);
     if (!rc)
-        pod_claims(pod, p);
+        rc = pod_claims(pod, p, err);
     if (!rc) {
         p->terminal = egpu_api_pod_finished(pod);
         p->deleting = json_is_string(json_object_get(meta, "deletionTimestamp"));
-        *out = *p;
+        *out = *p; /* what p owns is out's now */
+    } else {
+        egpu_sched_pod_clear(p);
     }
     egpu_free(p);
     return rc;
+}
+
+void egpu_sched_pod_clear(struct egpu_sched_pod *p)
+{
+    if (p == NULL)
+        return;
+    egpu_free(p->names);
+    p->names = NULL;
+    p->ns = p->name = p->uid = p->node = "";
+    egpu_free(p->assigned);
+    egpu_free(p->claims);
+    egpu_free(p->assigned_error);
+    egpu_free(p->claims_error);
+    p->assigned_error = NULL;
+    p->claims_error = NULL;
+    p->assigned = NULL;
+    p->has_assigned = false;
+    p->claims = NULL;
+    p->nclaims = 0;
+}
+
+int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod *src)
+{
+    struct egpu_assigned *a = NULL;
+    struct egpu_api_pod_claim *cl = NULL;
+    char *ae = NULL, *ce = NULL, *nm = NULL;
+    size_t len = 0;
+
+    if (src->names != NULL) /* node is the last of the four */
+        len = (size_t)(src->node - src->names) + strlen(src->node) + 1;
+    if ((src->names != NULL && (nm = egpu_malloc(len)) == NULL) ||
+        (src->has_assigned && (a = egpu_malloc(sizeof(*a))) == NULL) ||
+        (src->nclaims > 0 && (cl = egpu_malloc(src->nclaims * sizeof(*cl))) == NULL) ||
+        (src->assigned_error != NULL && (ae = egpu_strdup(src->assigned_error)) == NULL) ||
+        (src->claims_error != NULL && (ce = egpu_strdup(src->claims_error)) == NULL)) {
+        egpu_free(a);
+        egpu_free(cl);
+        egpu_free(ae);
+        egpu_free(nm);
+        return -ENOMEM;
+    }
+    *dst = *src;
+    if (nm != NULL) {
+        memcpy(nm, src->names, len);
+        dst->names = nm;
+        dst->ns = nm + (src->ns - src->names);
+        dst->name = nm + (src->name - src->names);
+        dst->uid = nm + (src->uid - src->names);
+        dst->node = nm + (src->node - src->names);
+    }
+    dst->assigned = a;
+    dst->claims = cl;
+    dst->assigned_error = ae;
+    dst->claims_error = ce;
+    if (a != NULL)
+        *a = *src->assigned;
+    if (cl != NULL)
+        memcpy(cl, src->claims, src->nclaims * sizeof(*cl));
+    return 0;
 }
 
 bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p)

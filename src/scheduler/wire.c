@@ -561,6 +561,13 @@ int egpu__wire_args_decode(const char *body, size_t len, struct egpu__wire_args 
 
     a->pod_refused = false;
     a->pod_obj = NULL;
+    a->pod.has_assigned = false; /* owns nothing until decoded */
+    a->pod.assigned = NULL;
+    a->pod.nclaims = 0;
+    a->pod.claims = NULL;
+    a->pod.names = NULL;
+    a->pod.assigned_error = NULL;
+    a->pod.claims_error = NULL;
     if (d == NULL)
         return egpu_error_set(err, -ENOMEM, "ExtenderArgs: out of memory");
     d->body = body;
@@ -600,6 +607,7 @@ out:
     if (rc) {
         json_decref(a->pod_obj);
         a->pod_obj = NULL;
+        egpu_sched_pod_clear(&a->pod);
     }
     list_free(&d->names);
     list_free(&d->items);
@@ -614,6 +622,7 @@ void egpu__wire_args_free(struct egpu__wire_args *a)
     egpu_free(a->arena);
     egpu_free(a->items);
     json_decref(a->pod_obj);
+    egpu_sched_pod_clear(&a->pod);
     a->pod_obj = NULL;
     a->names = NULL;
     a->arena = NULL;

@@ -813,16 +813,18 @@ static void test_dra_bind(void **state)
  * its claims'. */
 static void test_dra_pod_parse(void **state)
 {
-    struct egpu_sched_pod p;
+    struct egpu_sched_pod p = {0};
     struct egpu_error err = {0};
     json_t *pod = dra_pod("ml", "p", "c", NULL);
 
     (void)state;
+    egpu_sched_pod_clear(&p);
     assert_int_equal(egpu_sched_pod_parse(pod, &p, &err), 0);
     assert_true(p.dra);
     assert_false(egpu_sched_pod_wants_gpu(&p));
     assert_int_equal(p.req.cpu_milli, 1000);
     json_decref(pod);
+    egpu_sched_pod_clear(&p);
 }
 
 /* FGD's target workload learned from the cache counts a DRA pod by its
