@@ -86,6 +86,11 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out,
  * nclaims 0; the rest of *p is kept. p may be NULL. */
 void egpu_sched_pod_clear(struct egpu_sched_pod *p);
 
+/* *to takes over what *from owns (what *to owned is freed first, as
+ * egpu_sched_pod_clear); *from owns nothing after it (as after
+ * egpu_sched_pod_clear), the rest of it kept. Both non-NULL. Cannot fail. */
+void egpu_sched_pod_move(struct egpu_sched_pod *to, struct egpu_sched_pod *from);
+
 /* Copy src into *dst with its own allocations (dst's previous
  * contents are overwritten, not freed). Returns 0, or -ENOMEM with *dst
  * unchanged. */

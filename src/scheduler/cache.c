@@ -1430,22 +1430,6 @@ static struct egpu__sched_pod_entry *pod_entry_new(const char *key)
     return e;
 }
 
-/* *to takes over *from (what *to owned freed first); *from owns nothing
- * after it. */
-static void move_pod(struct egpu_sched_pod *to, struct egpu_sched_pod *from)
-{
-    egpu_sched_pod_clear(to);
-    *to = *from;
-    from->names = NULL;
-    from->ns = from->name = from->uid = from->node = "";
-    from->assigned_error = NULL;
-    from->claims_error = NULL;
-    from->assigned = NULL;
-    from->has_assigned = false;
-    from->claims = NULL;
-    from->nclaims = 0;
-}
-
 static bool same_claims(const struct egpu_sched_pod *a, const struct egpu_sched_pod *b)
 {
     return a->nclaims == b->nclaims &&
@@ -1509,7 +1493,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
             rc = egpu_error_set(err, rc, "pod %s: out of memory", key);
             goto out;
         }
-        move_pod(&e->pod, p);
+        egpu_sched_pod_move(&e->pod, p);
         uses_link(c, e);
         rehome(c, e);
         count(c, e);
@@ -1524,7 +1508,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     if (same_placement(&e->pod, p) && p->req.ncontainers == e->pod.req.ncontainers &&
         same_claims(&e->pod, p)) {
         waiting_drop(c, e);
-        move_pod(&e->pod, p); /* allocated flag, phase... */
+        egpu_sched_pod_move(&e->pod, p); /* allocated flag, phase... */
         waiting_add(c, e);
         goto out;
     }
@@ -1532,7 +1516,7 @@ int egpu_sched_cache_pod_set(struct egpu_sched_cache *c, const json_t *pod, stru
     nfreed = occupied(e, freed);
     uncount(c, e);
     uses_unlink(c, e);
-    move_pod(&e->pod, p);
+    egpu_sched_pod_move(&e->pod, p);
     uses_link(c, e);
     rehome(c, e);
     count(c, e);

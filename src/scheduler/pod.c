@@ -374,23 +374,37 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
     return rc;
 }
 
-void egpu_sched_pod_clear(struct egpu_sched_pod *p)
+/* p owns nothing any more (what it owned is not freed: the caller freed or
+ * handed it on). */
+static void disown(struct egpu_sched_pod *p)
 {
-    if (p == NULL)
-        return;
-    egpu_free(p->names);
     p->names = NULL;
     p->ns = p->name = p->uid = p->node = "";
-    egpu_free(p->assigned);
-    egpu_free(p->claims);
-    egpu_free(p->assigned_error);
-    egpu_free(p->claims_error);
     p->assigned_error = NULL;
     p->claims_error = NULL;
     p->assigned = NULL;
     p->has_assigned = false;
     p->claims = NULL;
     p->nclaims = 0;
+}
+
+void egpu_sched_pod_clear(struct egpu_sched_pod *p)
+{
+    if (p == NULL)
+        return;
+    egpu_free(p->names);
+    egpu_free(p->assigned);
+    egpu_free(p->claims);
+    egpu_free(p->assigned_error);
+    egpu_free(p->claims_error);
+    disown(p);
+}
+
+void egpu_sched_pod_move(struct egpu_sched_pod *to, struct egpu_sched_pod *from)
+{
+    egpu_sched_pod_clear(to);
+    *to = *from;
+    disown(from);
 }
 
 int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod *src)
