@@ -622,17 +622,28 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  *   fgd-cpu-pack  fgd-cpu and fgd-pack together
  *   fgd-cpu-bf    fgd-cpu with fgd-bf's tie-break
  *   fgd-cpu-cards fgd-cpu and fgd-pack with P counting the cards only
+ *   fgd-cpu-look  fgd-cpu, its top nodes ranked by a one-pod lookahead over
+ *                 the workload's most frequent typical pods
+ *   fgd-cpu-tight fgd-cpu, pods of at most 190 milli-GPU on the card they
+ *                 fit tightest
+ *   fgd-cpu-fill  fgd-cpu plus what the frequent card sizes cannot fill of
+ *                 each partly used card, in both tiers
+ *   fgd-cpu-fill-look fgd-cpu-fill with fgd-cpu-look's lookahead
  */
-#define EGPU_POLICY_EXPERIMENTAL_LIST(X)  \
-    X(FGD_BF, "fgd-bf", "")               \
-    X(FGD_BLEND, "fgd-blend", ", ")       \
-    X(FGD_WHOLE, "fgd-whole", ", ")       \
-    X(FGD_CPUPODS, "fgd-cpupods", ", ")   \
-    X(FGD_PACK, "fgd-pack", ", ")         \
-    X(FGD_SMALL, "fgd-small", ", ")       \
-    X(FGD_CPU_PACK, "fgd-cpu-pack", ", ") \
-    X(FGD_CPU_BF, "fgd-cpu-bf", ", ")     \
-    X(FGD_CPU_CARDS, "fgd-cpu-cards", ", ")
+#define EGPU_POLICY_EXPERIMENTAL_LIST(X)    \
+    X(FGD_BF, "fgd-bf", "")                 \
+    X(FGD_BLEND, "fgd-blend", ", ")         \
+    X(FGD_WHOLE, "fgd-whole", ", ")         \
+    X(FGD_CPUPODS, "fgd-cpupods", ", ")     \
+    X(FGD_PACK, "fgd-pack", ", ")           \
+    X(FGD_SMALL, "fgd-small", ", ")         \
+    X(FGD_CPU_PACK, "fgd-cpu-pack", ", ")   \
+    X(FGD_CPU_BF, "fgd-cpu-bf", ", ")       \
+    X(FGD_CPU_CARDS, "fgd-cpu-cards", ", ") \
+    X(FGD_CPU_LOOK, "fgd-cpu-look", ", ")   \
+    X(FGD_CPU_TIGHT, "fgd-cpu-tight", ", ") \
+    X(FGD_CPU_FILL, "fgd-cpu-fill", ", ")   \
+    X(FGD_CPU_FILL_LOOK, "fgd-cpu-fill-look", ", ")
 
 enum egpu_policy_kind {
     EGPU_POLICY_LIST(EGPU__POLICY_ENUM) EGPU_POLICY_EXPERIMENTAL_LIST(EGPU__POLICY_ENUM)
