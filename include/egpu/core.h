@@ -626,9 +626,10 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  *                 the workload's most frequent typical pods
  *   fgd-cpu-tight fgd-cpu, pods of at most 190 milli-GPU on the card they
  *                 fit tightest
- *   fgd-cpu-fill  fgd-cpu plus what the frequent card sizes cannot fill of
- *                 each partly used card, in both tiers
- *   fgd-cpu-fill-look fgd-cpu-fill with fgd-cpu-look's lookahead
+ *   fgd-cpu-fill  fgd-cpu (S's slack 1.2) plus 1.5 x what the frequent card
+ *                 sizes cannot fill of each partly used card, in both tiers
+ *   fgd-cpu-fill-look fgd-cpu-fill with S's slack 1.5 and fgd-cpu-look's
+ *                 lookahead
  */
 #define EGPU_POLICY_EXPERIMENTAL_LIST(X)    \
     X(FGD_BF, "fgd-bf", "")                 \

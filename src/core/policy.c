@@ -150,7 +150,7 @@ static const struct fgd_variant variants[EGPU_POLICY_ALL_COUNT] = {
                                    .pack_a = 0.5,
                                    .pack_gpu = true},
     [EGPU_POLICY_FGD_CPU_LOOK] = {.strand_w = 2.0, .rho_scale = 1.5},
-    [EGPU_POLICY_FGD_CPU_FILL] = {.strand_w = 2.0, .rho_scale = 1.5, .fill_b = 1.5},
+    [EGPU_POLICY_FGD_CPU_FILL] = {.strand_w = 2.0, .rho_scale = 1.2, .fill_b = 1.5},
     [EGPU_POLICY_FGD_CPU_FILL_LOOK] = {.strand_w = 2.0, .rho_scale = 1.5, .fill_b = 1.5},
     [EGPU_POLICY_FGD_CPU_TIGHT] = {.strand_w = 2.0, .rho_scale = 1.5, .tie = TIE_TIGHT},
 };
