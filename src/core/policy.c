@@ -71,7 +71,7 @@ const char *egpu_policy_name(enum egpu_policy_kind k)
 
 bool egpu_policy_needs_workload(enum egpu_policy_kind k)
 {
-    return k == EGPU_POLICY_FGD || k == EGPU_POLICY_FGD_CPU ||
+    return k == EGPU_POLICY_FGD || k == EGPU_POLICY_FGD_CPU || k == EGPU_POLICY_FGD_CPU_FILL ||
            ((int)k >= EGPU_POLICY_COUNT && (int)k < EGPU_POLICY_ALL_COUNT);
 }
 

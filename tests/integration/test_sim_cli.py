@@ -10,7 +10,7 @@ import pytest
 
 from conftest import trace_dir
 
-POLICIES = ["binpack", "spread", "best-fit", "random", "fgd", "fgd-cpu"]
+POLICIES = ["binpack", "spread", "best-fit", "random", "fgd", "fgd-cpu", "fgd-cpu-fill"]
 
 
 def run(sim, *args, cwd=None, env=None):
@@ -58,7 +58,8 @@ def test_help(sim):
 
 @pytest.mark.parametrize("args,needle", [
     (["--policy", "tetris"],
-     'unknown policy "tetris" (allowed: binpack, spread, best-fit, random, fgd, fgd-cpu; '
+     'unknown policy "tetris" (allowed: binpack, spread, best-fit, random, fgd, fgd-cpu, '
+     'fgd-cpu-fill; '
      'experimental: fgd-bf, '),
     (["--policy", "fgd/nope"], 'unknown policy "nope"'),
     (["--seeds", "9..3"], '--seeds "9..3"'),

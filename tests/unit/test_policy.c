@@ -149,12 +149,16 @@ static void test_policy_parse_and_name(void **state)
         {"binpack", EGPU_POLICY_BINPACK},  {"spread", EGPU_POLICY_SPREAD},
         {"best-fit", EGPU_POLICY_BESTFIT}, {"bestfit", EGPU_POLICY_BESTFIT},
         {"random", EGPU_POLICY_RANDOM},    {"fgd", EGPU_POLICY_FGD},
-        {"fgd-cpu", EGPU_POLICY_FGD_CPU},
+        {"fgd-cpu", EGPU_POLICY_FGD_CPU},  {"fgd-cpu-fill", EGPU_POLICY_FGD_CPU_FILL},
     };
     static const char *const canonical[] = {
-        [EGPU_POLICY_BINPACK] = "binpack",  [EGPU_POLICY_SPREAD] = "spread",
-        [EGPU_POLICY_BESTFIT] = "best-fit", [EGPU_POLICY_RANDOM] = "random",
-        [EGPU_POLICY_FGD] = "fgd",          [EGPU_POLICY_FGD_CPU] = "fgd-cpu",
+        [EGPU_POLICY_BINPACK] = "binpack",
+        [EGPU_POLICY_SPREAD] = "spread",
+        [EGPU_POLICY_BESTFIT] = "best-fit",
+        [EGPU_POLICY_RANDOM] = "random",
+        [EGPU_POLICY_FGD] = "fgd",
+        [EGPU_POLICY_FGD_CPU] = "fgd-cpu",
+        [EGPU_POLICY_FGD_CPU_FILL] = "fgd-cpu-fill",
     };
     static const char *const unknown[] = {"packing", "", "best_fit", "fgd2"};
     struct egpu_error err = {0};
@@ -200,7 +204,7 @@ static void test_policy_names_enumerated(void **state)
     size_t used = 0;
 
     (void)state;
-    assert_int_equal(EGPU_POLICY_COUNT, 6);
+    assert_int_equal(EGPU_POLICY_COUNT, 7);
     for (int k = 0; k < EGPU_POLICY_COUNT; k++) {
         const char *name = egpu_policy_name((enum egpu_policy_kind)k);
         int n;
@@ -235,7 +239,8 @@ static void test_policy_names_enumerated(void **state)
     assert_has(err.msg, "experimental: fgd-bf, ");
     memset(&err, 0, sizeof(err));
     assert_string_equal(joined, EGPU_POLICY_NAMES);
-    assert_string_equal(EGPU_POLICY_NAMES, "binpack, spread, best-fit, random, fgd, fgd-cpu");
+    assert_string_equal(EGPU_POLICY_NAMES,
+                        "binpack, spread, best-fit, random, fgd, fgd-cpu, fgd-cpu-fill");
     /* The parser's error names them as the help text does. */
     assert_int_equal(egpu_policy_parse("packing", &out, &err), -EINVAL);
     snprintf(msg, sizeof(msg), "unknown policy \"packing\" (allowed: %s)", joined);
