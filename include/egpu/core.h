@@ -584,6 +584,9 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  *   fgd       least growth of fragmentation for the target workload
  *   fgd-cpu   fgd, counting as fragmented also the idle GPU that a node's
  *             free CPU cannot feed (docs/replay.md, "fgd-cpu")
+ *   fgd-cpu-fill  fgd-cpu (slack 1.2) counting also, 1.5 times, the compute
+ *             of partly used cards that no sum of the workload's frequent
+ *             card sizes fills, in both tiers (docs/replay.md, "fgd-cpu-fill")
  * The enum, EGPU_POLICY_COUNT, EGPU_POLICY_NAMES and the names that
  * egpu_policy_name and egpu_policy_parse know (src/core/policy.c) all come
  * from this list, so the flags' help, the errors and the parser cannot drift
@@ -594,7 +597,8 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
     X(BESTFIT, "best-fit", ", ") \
     X(RANDOM, "random", ", ")    \
     X(FGD, "fgd", ", ")          \
-    X(FGD_CPU, "fgd-cpu", ", ")
+    X(FGD_CPU, "fgd-cpu", ", ")  \
+    X(FGD_CPU_FILL, "fgd-cpu-fill", ", ")
 
 #define EGPU__POLICY_ENUM(id, name, sep) EGPU_POLICY_##id,
 #define EGPU__POLICY_ONE(id, name, sep)  +1
@@ -612,7 +616,7 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  * integer step (docs/replay.md has the formulas and the figures). fgd-cpu
  * (above: F' = F + 2 S, S = max(0, R - 1.5 rho CPU free), the idle GPU the
  * node's free CPU cannot feed, rho the target workload's milli-GPU per
- * milli-CPU) is the one of them that was kept:
+ * milli-CPU) and fgd-cpu-fill (above) are the ones of them that were kept:
  *   fgd-bf        ties to the least best-fit leftover
  *   fgd-blend     dF' = dF + 0.05 R after (best-fit's GPU leftover blended in)
  *   fgd-whole     ties to the node left with the fewest whole free cards
@@ -622,17 +626,26 @@ uint64_t egpu_cluster_idle_milli(const struct egpu_cluster *c);
  *   fgd-cpu-pack  fgd-cpu and fgd-pack together
  *   fgd-cpu-bf    fgd-cpu with fgd-bf's tie-break
  *   fgd-cpu-cards fgd-cpu and fgd-pack with P counting the cards only
+ *   fgd-cpu-look  fgd-cpu, its top nodes ranked by a one-pod lookahead over
+ *                 the workload's most frequent typical pods
+ *   fgd-cpu-tight fgd-cpu, pods of at most 190 milli-GPU on the card they
+ *                 fit tightest
+ *   fgd-cpu-fill-look fgd-cpu-fill (above) with S's slack 1.5 and
+ *                 fgd-cpu-look's lookahead
  */
-#define EGPU_POLICY_EXPERIMENTAL_LIST(X)  \
-    X(FGD_BF, "fgd-bf", "")               \
-    X(FGD_BLEND, "fgd-blend", ", ")       \
-    X(FGD_WHOLE, "fgd-whole", ", ")       \
-    X(FGD_CPUPODS, "fgd-cpupods", ", ")   \
-    X(FGD_PACK, "fgd-pack", ", ")         \
-    X(FGD_SMALL, "fgd-small", ", ")       \
-    X(FGD_CPU_PACK, "fgd-cpu-pack", ", ") \
-    X(FGD_CPU_BF, "fgd-cpu-bf", ", ")     \
-    X(FGD_CPU_CARDS, "fgd-cpu-cards", ", ")
+#define EGPU_POLICY_EXPERIMENTAL_LIST(X)    \
+    X(FGD_BF, "fgd-bf", "")                 \
+    X(FGD_BLEND, "fgd-blend", ", ")         \
+    X(FGD_WHOLE, "fgd-whole", ", ")         \
+    X(FGD_CPUPODS, "fgd-cpupods", ", ")     \
+    X(FGD_PACK, "fgd-pack", ", ")           \
+    X(FGD_SMALL, "fgd-small", ", ")         \
+    X(FGD_CPU_PACK, "fgd-cpu-pack", ", ")   \
+    X(FGD_CPU_BF, "fgd-cpu-bf", ", ")       \
+    X(FGD_CPU_CARDS, "fgd-cpu-cards", ", ") \
+    X(FGD_CPU_LOOK, "fgd-cpu-look", ", ")   \
+    X(FGD_CPU_TIGHT, "fgd-cpu-tight", ", ") \
+    X(FGD_CPU_FILL_LOOK, "fgd-cpu-fill-look", ", ")
 
 enum egpu_policy_kind {
     EGPU_POLICY_LIST(EGPU__POLICY_ENUM) EGPU_POLICY_EXPERIMENTAL_LIST(EGPU__POLICY_ENUM)
@@ -640,7 +653,7 @@ enum egpu_policy_kind {
 
 /* How many policies there are: the kinds are 0..EGPU_POLICY_COUNT-1. */
 #define EGPU_POLICY_COUNT (0 EGPU_POLICY_LIST(EGPU__POLICY_ONE))
-/* "binpack, spread, best-fit, random, fgd, fgd-cpu": a string literal, for help texts
+/* "binpack, spread, best-fit, random, fgd, fgd-cpu, fgd-cpu-fill": a string literal, for help texts
  * and error messages. */
 #define EGPU_POLICY_NAMES EGPU_POLICY_LIST(EGPU__POLICY_NAME)
 
@@ -653,7 +666,7 @@ int egpu_policy_parse(const char *name, enum egpu_policy_kind *out,
 const char *egpu_policy_name(enum egpu_policy_kind k);
 
 /* Does policy k need a target workload (egpu_placer_config.workload): fgd,
- * fgd-cpu and the experimental FGD variants. */
+ * fgd-cpu, fgd-cpu-fill and the experimental FGD variants. */
 bool egpu_policy_needs_workload(enum egpu_policy_kind k);
 
 /* How many policies there are with the experimental ones: the kinds are

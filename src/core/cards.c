@@ -227,7 +227,8 @@ static bool pick_share(enum egpu_policy_kind kind, bool load_aware, const struct
     best = fits[0];
     if (kind == EGPU_POLICY_RANDOM) {
         best = fits[egpu_rng_below(rng, nfits)];
-    } else if (egpu__policy_fgd_family(kind)) {
+    } else if (egpu__policy_fgd_family(kind) &&
+               !(kind == EGPU_POLICY_FGD_CPU_TIGHT && cr->core_milli <= EGPU_SMALL_POD_MILLI)) {
         double best_f = 0.0, tried_f[EGPU_NODE_GPUS_MAX];
         uint32_t tried_free[EGPU_NODE_GPUS_MAX], ntried = 0;
 
@@ -246,7 +247,9 @@ static bool pick_share(enum egpu_policy_kind kind, bool load_aware, const struct
                 continue;
             }
             s->view.free_milli[g] = before - cr->core_milli;
-            f = egpu__frag_view(&s->view, w);
+            f = (kind == EGPU_POLICY_FGD_CPU_FILL || kind == EGPU_POLICY_FGD_CPU_FILL_LOOK)
+                    ? egpu__variant_frag(kind, &s->view, w, egpu__workload_rho(w))
+                    : egpu__frag_view(&s->view, w);
             s->view.free_milli[g] = before;
             tried_free[ntried] = before;
             tried_f[ntried++] = f;

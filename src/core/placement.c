@@ -57,6 +57,15 @@ struct memo_class {
     size_t nentries;
 };
 
+/* One of the nodes FGD's order puts first (schedule_look). */
+struct look_top {
+    struct egpu_node *node;
+    double score;
+    uint16_t load;
+    uint64_t rank;
+    struct egpu_pick pick;
+};
+
 struct egpu_placer {
     struct egpu_placer_config cfg;
     struct egpu_rng rng;
@@ -67,6 +76,10 @@ struct egpu_placer {
     size_t last; /* index of the class used last */
     size_t nclasses;
     struct memo_class classes[MEMO_CLASSES];
+    struct egpu__look *look;            /* fgd-cpu-look's cache (lookahead.c); NULL until used */
+    struct look_top top[EGPU_LOOK_TOP]; /* schedule_look's scratch */
+    struct egpu_node *top_nodes[EGPU_LOOK_TOP];
+    struct egpu_pick top_picks[EGPU_LOOK_TOP];
 };
 
 struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg, struct egpu_error *err)
@@ -102,6 +115,7 @@ void egpu_placer_free(struct egpu_placer *p)
         return;
     for (size_t i = 0; i < p->nclasses; i++)
         egpu_free(p->classes[i].entries);
+    egpu__look_free(p->look);
     egpu_free(p);
 }
 
@@ -357,6 +371,65 @@ static void offer(struct egpu_placer *p, const struct egpu_cluster *c, struct me
     memcpy(pick->shares, cur.shares, cur.nshares * sizeof(cur.shares[0]));
 }
 
+/* Does a come before b in FGD's order: score, then load, then hash rank? */
+static bool top_before(double sa, uint16_t la, uint64_t ra, const struct look_top *b)
+{
+    if (sa != b->score)
+        return sa > b->score;
+    if (la != b->load)
+        return la < b->load;
+    return ra < b->rank;
+}
+
+/* egpu_placer_schedule for fgd-cpu-look: the top M nodes in FGD's order,
+ * the one the lookahead ranks best among them (lookahead.c). */
+static int schedule_look(struct egpu_placer *p, const struct egpu_cluster *c,
+                         const struct egpu_pod_request *r, struct egpu_node **node,
+                         struct egpu_pick *pick)
+{
+    struct look_top *top = p->top;
+    struct egpu_node **nodes = p->top_nodes;
+    struct egpu_pick *picks = p->top_picks;
+    struct memo_class *mc = memo_for(p, c, r);
+    const size_t m = EGPU_LOOK_TOP;
+    size_t n = 0, chosen;
+    struct egpu_pick cur;
+
+    for (size_t i = 0; i < c->nnodes; i++) {
+        struct egpu_node *nd = c->nodes[i];
+        uint16_t load;
+        uint64_t rank;
+        double s;
+        size_t at;
+
+        if (!evaluate(p, c, mc, nd, r, &s, &cur, &load, NULL, 0))
+            continue;
+        rank = egpu_hash_str(nd->name, p->cfg.seed);
+        if (n == m && !top_before(s, load, rank, &top[n - 1]))
+            continue;
+        at = n < m ? n++ : n - 1;
+        while (at > 0 && top_before(s, load, rank, &top[at - 1])) {
+            top[at] = top[at - 1];
+            at--;
+        }
+        top[at] = (struct look_top){.node = nd, .score = s, .load = load, .rank = rank};
+        top[at].pick.nshares = cur.nshares;
+        memcpy(top[at].pick.shares, cur.shares, cur.nshares * sizeof(cur.shares[0]));
+    }
+    if (n == 0)
+        return EGPU_ENOFIT;
+    for (size_t j = 0; j < n; j++) {
+        nodes[j] = top[j].node;
+        picks[j] = top[j].pick;
+    }
+    chosen =
+        egpu__look_choose(&p->look, p->cfg.node_policy, p->cfg.workload, c, r, nodes, picks, n);
+    *node = nodes[chosen];
+    pick->nshares = picks[chosen].nshares;
+    memcpy(pick->shares, picks[chosen].shares, picks[chosen].nshares * sizeof(pick->shares[0]));
+    return 0;
+}
+
 int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,
                          const struct egpu_pod_request *r, struct egpu_node **node,
                          struct egpu_pick *pick)
@@ -364,6 +437,10 @@ int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,
     struct memo_class *mc = memo_for(p, c, r);
     struct best_node b = {.load = EGPU_LOAD_UNKNOWN};
 
+    if ((p->cfg.node_policy == EGPU_POLICY_FGD_CPU_LOOK ||
+         p->cfg.node_policy == EGPU_POLICY_FGD_CPU_FILL_LOOK) &&
+        !p->cfg.dra)
+        return schedule_look(p, c, r, node, pick);
     for (size_t i = 0; i < c->nnodes; i++)
         offer(p, c, mc, c->nodes[i], r, &b, pick);
     if (b.node == NULL)

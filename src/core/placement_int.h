@@ -56,8 +56,33 @@ double egpu__workload_rho(const struct egpu_workload *w);
  * milli-GPU per milli-CPU, max(0, R - rho * CPU free); 0 with no idle GPU. */
 double egpu__strand_cpu(const struct egpu__node_view *v, double rho);
 
+/* fgd-cpu-tight's small pods: one container of one card of at most this
+ * many milli-GPU, the sizes that fill beside an 810-milli pod. */
+#define EGPU_SMALL_POD_MILLI 190
+bool egpu__small_pod(const struct egpu_pod_request *r);
+
+/* F'_n of view v in milli-GPU for FGD-family policy kind (F_n(M) for fgd;
+ * the variant's measure for fgd-cpu and the experimental ones), rho as
+ * egpu__workload_rho(w). */
+double egpu__variant_frag(enum egpu_policy_kind kind, const struct egpu__node_view *v,
+                          const struct egpu_workload *w, double rho);
+
 /* FGD's node score for a fragmentation change of delta_milli (after minus
  * before, milli-GPU): floor(100 * sigmoid(-delta_milli / 1000)), 0..100. */
 double egpu__fgd_score(double delta_milli);
+
+/* fgd-cpu-look's lookahead (lookahead.c): its per-node cache, made on first
+ * use in *lk (the placer owns it; egpu__look_free frees it, NULL is a
+ * no-op). egpu__look_choose returns the index in cand[0..n-1] (nodes of
+ * cluster c in FGD's order, picks[j] r's cards on cand[j]) of the node the
+ * lookahead ranks best; 0 when n <= 1 or out of memory. */
+#define EGPU_LOOK_TOP   8 /* M: the nodes first in FGD's order it ranks */
+#define EGPU_LOOK_TYPES 6 /* K: the typical pods' GPU sizes it looks at */
+struct egpu__look;
+void egpu__look_free(struct egpu__look *lk);
+size_t egpu__look_choose(struct egpu__look **lk, enum egpu_policy_kind kind,
+                         const struct egpu_workload *w, const struct egpu_cluster *c,
+                         const struct egpu_pod_request *r, struct egpu_node *const *cand,
+                         const struct egpu_pick *picks, size_t n);
 
 #endif /* EGPU_CORE_PLACEMENT_INT_H */

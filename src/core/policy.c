@@ -71,7 +71,7 @@ const char *egpu_policy_name(enum egpu_policy_kind k)
 
 bool egpu_policy_needs_workload(enum egpu_policy_kind k)
 {
-    return k == EGPU_POLICY_FGD || k == EGPU_POLICY_FGD_CPU ||
+    return k == EGPU_POLICY_FGD || k == EGPU_POLICY_FGD_CPU || k == EGPU_POLICY_FGD_CPU_FILL ||
            ((int)k >= EGPU_POLICY_COUNT && (int)k < EGPU_POLICY_ALL_COUNT);
 }
 
@@ -121,6 +121,7 @@ enum fgd_tie {
     TIE_WHOLE,    /* fewest whole free cards left: keep whole nodes whole */
     TIE_SURPLUS,  /* most CPU left beyond what the idle GPU needs */
     TIE_SMALLEST, /* fewest cards: small nodes first */
+    TIE_TIGHT,    /* pods of at most 190 milli-GPU: the least left on their card */
 };
 
 struct fgd_variant {
@@ -129,6 +130,7 @@ struct fgd_variant {
     double pack_a;    /* F'_n = (1 - a) F_n(M) + a P_n(M) (the packing measure) */
     bool pack_gpu;    /* P_n counts the copies the cards allow, not the CPU */
     double left_b;    /* dF' + b x idle GPU after (best-fit's GPU leftover blended in) */
+    double fill_b;    /* F'_n + b x C_n (the partly used cards' unfillable compute) */
     enum fgd_tie tie;
     bool tie_cpu_pods; /* the tie-break only for pods that ask no GPU */
 };
@@ -147,6 +149,10 @@ static const struct fgd_variant variants[EGPU_POLICY_ALL_COUNT] = {
                                    .rho_scale = 1.5,
                                    .pack_a = 0.5,
                                    .pack_gpu = true},
+    [EGPU_POLICY_FGD_CPU_LOOK] = {.strand_w = 2.0, .rho_scale = 1.5},
+    [EGPU_POLICY_FGD_CPU_FILL] = {.strand_w = 2.0, .rho_scale = 1.2, .fill_b = 1.5},
+    [EGPU_POLICY_FGD_CPU_FILL_LOOK] = {.strand_w = 2.0, .rho_scale = 1.5, .fill_b = 1.5},
+    [EGPU_POLICY_FGD_CPU_TIGHT] = {.strand_w = 2.0, .rho_scale = 1.5, .tie = TIE_TIGHT},
 };
 
 /* The target workload's milli-GPU per milli-CPU over its GPU pods,
@@ -211,6 +217,79 @@ static double pack_pod(const struct egpu__node_view *v, uint64_t idle,
     return (double)idle - (double)(copies * m->ncards * m->gpu_milli);
 }
 
+/* The fill table of a workload: unfill[f] = f minus the most that sums of
+ * its frequent card sizes reach without passing f, f in milli-GPU 0..1000.
+ * A frequent size: a per-card milli-GPU under a whole card that one-card
+ * typical pods ask with a summed weight of at least FILL_MIN_WEIGHT (on the
+ * default trace 810, 470, 650, 320, 460, 230). Kept per thread for the last
+ * workload seen (the tiers call it per card and per node evaluated). */
+#define FILL_MIN_WEIGHT 0.015
+
+struct fill_table {
+    bool made;
+    double sig; /* workload_sig of the workload it is for */
+    uint16_t unfill[EGPU_GPU_MILLI + 1];
+};
+
+/* A signature of w's card sizes and weights: a table made for one workload
+ * is not used for another that the same memory holds later. */
+static double workload_sig(const struct egpu_workload *w)
+{
+    double sig = (double)w->n;
+
+    for (size_t i = 0; i < w->n; i++)
+        sig += (double)(i + 1) * w->pods[i].weight *
+               (double)((w->pods[i].gpu_milli + 1) * (w->pods[i].ncards + 1));
+    return sig;
+}
+
+static const uint16_t *fill_table(const struct egpu_workload *w)
+{
+    static _Thread_local struct fill_table t;
+    bool reach[EGPU_GPU_MILLI + 1];
+    double size_w[EGPU_GPU_MILLI];
+    uint32_t best = 0;
+    const double sig = workload_sig(w);
+
+    if (t.made && t.sig == sig)
+        return t.unfill;
+    memset(reach, 0, sizeof(reach));
+    reach[0] = true;
+    memset(size_w, 0, sizeof(size_w));
+    for (size_t i = 0; i < w->n; i++) {
+        const struct egpu_typical_pod *m = &w->pods[i];
+
+        if (m->ncards == 1 && m->gpu_milli > 0 && m->gpu_milli < EGPU_GPU_MILLI)
+            size_w[m->gpu_milli] += m->weight;
+    }
+    for (uint32_t f = 1; f <= EGPU_GPU_MILLI; f++) {
+        for (uint32_t g = 1; g <= f && !reach[f]; g++)
+            reach[f] = size_w[g] >= FILL_MIN_WEIGHT && reach[f - g];
+    }
+    for (uint32_t f = 0; f <= EGPU_GPU_MILLI; f++) {
+        if (reach[f])
+            best = f;
+        t.unfill[f] = (uint16_t)(f - best);
+    }
+    t.made = true;
+    t.sig = sig;
+    return t.unfill;
+}
+
+/* C_n of the view: the compute of its partly used cards that no sum of the
+ * frequent card sizes fills (fill_table). */
+static double unfillable(const struct egpu__node_view *v, const struct egpu_workload *w)
+{
+    const uint16_t *u = fill_table(w);
+    double c = 0.0;
+
+    for (uint32_t i = 0; i < v->ngpus; i++) {
+        if (v->free_milli[i] > 0 && v->free_milli[i] < EGPU_GPU_MILLI)
+            c += u[v->free_milli[i]];
+    }
+    return c;
+}
+
 /* F'_n of the view for variant x, milli-GPU (rho: egpu__workload_rho). */
 static double variant_frag(const struct fgd_variant *x, const struct egpu__node_view *v,
                            const struct egpu_workload *w, double rho)
@@ -227,7 +306,23 @@ static double variant_frag(const struct fgd_variant *x, const struct egpu__node_
     }
     if (x->strand_w > 0.0)
         f += x->strand_w * egpu__strand_cpu(v, rho * x->rho_scale);
+    if (x->fill_b > 0.0)
+        f += x->fill_b * unfillable(v, w);
     return f;
+}
+
+bool egpu__small_pod(const struct egpu_pod_request *r)
+{
+    return r->ncontainers == 1 && r->containers[0].core_milli <= EGPU_SMALL_POD_MILLI &&
+           r->containers[0].ncards == 1;
+}
+
+double egpu__variant_frag(enum egpu_policy_kind kind, const struct egpu__node_view *v,
+                          const struct egpu_workload *w, double rho)
+{
+    if (kind == EGPU_POLICY_FGD || (int)kind < 0 || (int)kind >= EGPU_POLICY_ALL_COUNT)
+        return egpu__frag_view(v, w);
+    return variant_frag(&variants[kind], v, w, rho);
 }
 
 /* The tie-break of variant x in [0, 1] (higher wins), for the node as in
@@ -258,6 +353,17 @@ static double variant_tie(const struct fgd_variant *x, const struct egpu_cluster
     case TIE_SMALLEST:
         t = 1.0 - (double)node->ngpus / cards;
         break;
+    case TIE_TIGHT: {
+        struct egpu__node_view before;
+
+        egpu__view_of(node, &before);
+        t = 0.0;
+        for (uint32_t i = 0; i < after->ngpus; i++) {
+            if (after->free_milli[i] != before.free_milli[i])
+                t = 1.0 - (double)after->free_milli[i] / EGPU_GPU_MILLI;
+        }
+        break;
+    }
     }
     return t < 0.0 ? 0.0 : t > 1.0 ? 1.0 : t;
 }
@@ -278,6 +384,8 @@ static double variant_score(enum egpu_policy_kind kind, const struct egpu_worklo
     score = egpu__fgd_score(variant_frag(x, after, w, rho) - variant_frag(x, &before, w, rho) +
                             x->left_b * (double)view_free_gpu(after));
     if (x->tie == TIE_HASH || (x->tie_cpu_pods && egpu_pod_request_gpu_milli(r) > 0))
+        return score;
+    if (x->tie == TIE_TIGHT && !egpu__small_pod(r))
         return score;
     return score + 0.5 * variant_tie(x, c, node, after, rho);
 }
@@ -317,6 +425,10 @@ double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *
     case EGPU_POLICY_FGD_CPU_PACK:
     case EGPU_POLICY_FGD_CPU_BF:
     case EGPU_POLICY_FGD_CPU_CARDS:
+    case EGPU_POLICY_FGD_CPU_LOOK:
+    case EGPU_POLICY_FGD_CPU_TIGHT:
+    case EGPU_POLICY_FGD_CPU_FILL:
+    case EGPU_POLICY_FGD_CPU_FILL_LOOK:
         return variant_score(kind, w, c, node, r, after);
     }
     return 0.0;

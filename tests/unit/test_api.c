@@ -140,7 +140,7 @@ static void test_validation_rules(void **state)
             "gpu-memory\":\"4096\"}}"),
          "{\"elasticgpu.io/node-policy\":\"pack\"}",
          "annotation elasticgpu.io/node-policy is \"pack\"; allowed: binpack, spread, best-fit, "
-         "random, fgd, fgd-cpu"},
+         "random, fgd, fgd-cpu, fgd-cpu-fill"},
         {"card policy",
          C1("{\"limits\":{\"elasticgpu.io/gpu-core\":\"30\",\"elasticgpu.io/"
             "gpu-memory\":\"4096\"}}"),

@@ -329,7 +329,8 @@ static void test_class_rules(void **state)
         {"parameter not text", PARAMS("'policy':3"), "parameters[\"policy\"] is 3; allowed: text",
          EGPU_ESYNTAX},
         {"policy", PARAMS("'policy':'pack'"),
-         "parameters.policy is \"pack\"; allowed: binpack, spread, best-fit, random, fgd, fgd-cpu",
+         "parameters.policy is \"pack\"; allowed: binpack, spread, best-fit, random, fgd, fgd-cpu, "
+         "fgd-cpu-fill",
          EGPU_ERANGE},
         {"models", PARAMS("'models':'A||B'"),
          "parameters.models is \"A||B\"; allowed: card models separated by |, none empty, e.g. "

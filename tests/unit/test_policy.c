@@ -149,12 +149,16 @@ static void test_policy_parse_and_name(void **state)
         {"binpack", EGPU_POLICY_BINPACK},  {"spread", EGPU_POLICY_SPREAD},
         {"best-fit", EGPU_POLICY_BESTFIT}, {"bestfit", EGPU_POLICY_BESTFIT},
         {"random", EGPU_POLICY_RANDOM},    {"fgd", EGPU_POLICY_FGD},
-        {"fgd-cpu", EGPU_POLICY_FGD_CPU},
+        {"fgd-cpu", EGPU_POLICY_FGD_CPU},  {"fgd-cpu-fill", EGPU_POLICY_FGD_CPU_FILL},
     };
     static const char *const canonical[] = {
-        [EGPU_POLICY_BINPACK] = "binpack",  [EGPU_POLICY_SPREAD] = "spread",
-        [EGPU_POLICY_BESTFIT] = "best-fit", [EGPU_POLICY_RANDOM] = "random",
-        [EGPU_POLICY_FGD] = "fgd",          [EGPU_POLICY_FGD_CPU] = "fgd-cpu",
+        [EGPU_POLICY_BINPACK] = "binpack",
+        [EGPU_POLICY_SPREAD] = "spread",
+        [EGPU_POLICY_BESTFIT] = "best-fit",
+        [EGPU_POLICY_RANDOM] = "random",
+        [EGPU_POLICY_FGD] = "fgd",
+        [EGPU_POLICY_FGD_CPU] = "fgd-cpu",
+        [EGPU_POLICY_FGD_CPU_FILL] = "fgd-cpu-fill",
     };
     static const char *const unknown[] = {"packing", "", "best_fit", "fgd2"};
     struct egpu_error err = {0};
@@ -200,7 +204,7 @@ static void test_policy_names_enumerated(void **state)
     size_t used = 0;
 
     (void)state;
-    assert_int_equal(EGPU_POLICY_COUNT, 6);
+    assert_int_equal(EGPU_POLICY_COUNT, 7);
     for (int k = 0; k < EGPU_POLICY_COUNT; k++) {
         const char *name = egpu_policy_name((enum egpu_policy_kind)k);
         int n;
@@ -235,7 +239,8 @@ static void test_policy_names_enumerated(void **state)
     assert_has(err.msg, "experimental: fgd-bf, ");
     memset(&err, 0, sizeof(err));
     assert_string_equal(joined, EGPU_POLICY_NAMES);
-    assert_string_equal(EGPU_POLICY_NAMES, "binpack, spread, best-fit, random, fgd, fgd-cpu");
+    assert_string_equal(EGPU_POLICY_NAMES,
+                        "binpack, spread, best-fit, random, fgd, fgd-cpu, fgd-cpu-fill");
     /* The parser's error names them as the help text does. */
     assert_int_equal(egpu_policy_parse("packing", &out, &err), -EINVAL);
     snprintf(msg, sizeof(msg), "unknown policy \"packing\" (allowed: %s)", joined);
@@ -1353,8 +1358,10 @@ static const struct egpu_typical_pod memo_pods[] = {
     {.cpu_milli = 4000, .gpu_milli = 1000, .ncards = 2, .weight = 0.2},
     {.cpu_milli = 1000, .gpu_milli = 0, .ncards = 0, .weight = 0.1},
 };
-static const enum egpu_policy_kind memo_kinds[] = {EGPU_POLICY_BINPACK, EGPU_POLICY_BESTFIT,
-                                                   EGPU_POLICY_FGD, EGPU_POLICY_SPREAD};
+static const enum egpu_policy_kind memo_kinds[] = {
+    EGPU_POLICY_BINPACK,      EGPU_POLICY_BESTFIT,          EGPU_POLICY_FGD,
+    EGPU_POLICY_SPREAD,       EGPU_POLICY_FGD_CPU_TIGHT,    EGPU_POLICY_FGD_CPU_FILL,
+    EGPU_POLICY_FGD_CPU_LOOK, EGPU_POLICY_FGD_CPU_FILL_LOOK};
 
 static void test_memo_matches_plain(void **state)
 {
@@ -1750,6 +1757,55 @@ static void test_fgd_cpu_node_choice(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* fgd-cpu-fill's card choice, worked by hand. Workload: whole cards 0.2,
+ * 470 milli 0.5, 320 milli 0.3 (no CPU: rho 1, and 63 free cores strand
+ * nothing); the frequent sizes are 470 and 320, so u(f) = f minus the most
+ * sums of them reach: u(530) = 60, u(680) = 40 (320 + 320), u(210) = 210.
+ * Node n: 3 cards, a 470 pod on card 0 (530 free). A 320 pod:
+ *   card 0 -> 210 / 1000 / 1000: F = 210 (every type fits a whole card,
+ *     the 210 below each), C = 210, F' = 210 + 1.5 * 210 = 525
+ *   card 1 -> 530 / 680 / 1000: F = 0.2 * 1210 = 242 (only the whole card
+ *     fits a whole-card pod), C = 60 + 40, F' = 242 + 150 = 392
+ * FGD's card tier takes card 0 (F 210 < 242), fgd-cpu-fill card 1, and
+ * leaves card 0 for the next 470. Node scores from F before = 0.2 * 530 =
+ * 106, F' before = 106 + 1.5 * 60 = 196: FGD floor(100 sigmoid(-0.104)) =
+ * 47, fgd-cpu-fill floor(100 sigmoid(-0.196)) = 45. */
+static void test_fgd_cpu_fill_card_choice(void **state)
+{
+    static const struct egpu_typical_pod pods[] = {
+        {.gpu_milli = 1000, .ncards = 1, .weight = 0.2},
+        {.gpu_milli = 470, .ncards = 1, .weight = 0.5},
+        {.gpu_milli = 320, .ncards = 1, .weight = 0.3},
+    };
+    long live = egpu_alloc_live();
+    struct egpu_cluster *c = new_cluster();
+    struct egpu_node *n = tu_add_node(c, "n", 64000, 262144, 3, V100, V100_MIB);
+    struct egpu_pod_request r = tu_request(1000, 1024, 32, 1024);
+    struct egpu_workload w = {0};
+    struct egpu_pick pick = {0};
+
+    (void)state;
+    make_workload(&w, pods, 3);
+    use_share(c, n, "p470", 0, 47, 1024);
+    for (int memo = 0; memo <= 1; memo++) {
+        struct egpu_placer *fgd = new_placer(EGPU_POLICY_FGD, EGPU_POLICY_FGD, 1, &w, memo);
+        struct egpu_placer *fill =
+            new_placer(EGPU_POLICY_FGD_CPU_FILL, EGPU_POLICY_FGD_CPU_FILL, 1, &w, memo);
+
+        assert_near(score_of(fgd, c, n, &r, &pick), 47.0);
+        assert_int_equal(pick.nshares, 1);
+        assert_int_equal(pick.shares[0].gpu, 0);
+        assert_near(score_of(fill, c, n, &r, &pick), 45.0);
+        assert_int_equal(pick.nshares, 1);
+        assert_int_equal(pick.shares[0].gpu, 1);
+        egpu_placer_free(fgd);
+        egpu_placer_free(fill);
+    }
+    egpu_workload_free(&w);
+    egpu_cluster_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 static void test_placer_new_fgd_needs_workload(void **state)
 {
     long live = egpu_alloc_live();
@@ -1820,6 +1876,7 @@ int main(void)
         cmocka_unit_test(test_schedule_tie_break_by_seed),
         cmocka_unit_test(test_placer_new_fgd_needs_workload),
         cmocka_unit_test(test_fgd_cpu_node_choice),
+        cmocka_unit_test(test_fgd_cpu_fill_card_choice),
         cmocka_unit_test(test_topology_nvlink_islands),
         cmocka_unit_test(test_topology_pcie_levels),
         cmocka_unit_test(test_topology_uniform_changes_nothing),

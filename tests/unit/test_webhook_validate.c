@@ -71,17 +71,17 @@ static const struct vcase cases[] = {
     {"a bad node policy", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/node-policy':'pack'}",
      "annotation elasticgpu.io/node-policy is \"pack\"; allowed: binpack, spread, best-fit, "
-     "random, fgd, fgd-cpu"},
+     "random, fgd, fgd-cpu, fgd-cpu-fill"},
     {"a bad card policy", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/card-policy':'tight'}",
      "annotation elasticgpu.io/card-policy is \"tight\"; allowed: binpack, spread, best-fit, "
-     "random, fgd, fgd-cpu"},
+     "random, fgd, fgd-cpu, fgd-cpu-fill"},
     {"good policies", "{'elasticgpu.io/gpu-core':'30','elasticgpu.io/gpu-memory':'4096'}",
      "{'elasticgpu.io/node-policy':'spread','elasticgpu.io/card-policy':'fgd'}", NULL},
     {"two problems at once", "{'elasticgpu.io/gpu-core':'150'}",
      "{'elasticgpu.io/node-policy':'pack'}",
      CORE150 "; annotation elasticgpu.io/node-policy is \"pack\"; allowed: binpack, spread, "
-             "best-fit, random, fgd, fgd-cpu"},
+             "best-fit, random, fgd, fgd-cpu, fgd-cpu-fill"},
     {"no GPU at all", "{'cpu':'1'}", NULL, NULL},
 };
 
@@ -176,7 +176,7 @@ static void test_update_only_new_problems(void **state)
                                              "{'elasticgpu.io/node-policy':'pack'}", NULL)),
             wt_workload("Deployment", wt_pod("{'elasticgpu.io/gpu-core':'150'}", NULL, NULL))));
     wt_assert_denied(&w, "annotation elasticgpu.io/node-policy is \"pack\"; allowed: binpack, "
-                         "spread, best-fit, random, fgd, fgd-cpu");
+                         "spread, best-fit, random, fgd, fgd-cpu, fgd-cpu-fill");
     wt_free(&w);
 }
 
