@@ -28,6 +28,49 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------ */
+/* A pod's elasticgpu.io/assigned as the cache keeps it                     */
+/* (src/scheduler/assigned.c)                                               */
+
+/* One container of the record: its name, at the record's byte offset name,
+ * and its cards, uuids first_card .. first_card + ncards (egpu_assigned_
+ * container's fields). */
+struct egpu_sched_assigned_container {
+    uint16_t name;
+    uint16_t core_pct; /* per card: 1..99, or 100 for whole cards */
+    uint32_t mem_mib;  /* per card */
+    uint16_t ncards, first_card;
+};
+
+/* struct egpu_assigned (5,640 bytes, room for 16 containers and 64 cards of
+ * the longest names) stored as long as what it holds: one allocation of size
+ * bytes, its containers here, then the cards' offsets, then the node's,
+ * containers' and cards' names one after another; read through the
+ * functions below. Built only by egpu_sched_assigned_new, so two records of
+ * the same annotation are the same bytes (compared and copied as one). */
+struct egpu_sched_assigned {
+    uint16_t size;        /* bytes of the record */
+    uint16_t ncontainers; /* <= EGPU_CONTAINERS_MAX */
+    uint16_t ncards;      /* <= EGPU_PICK_SHARES_MAX */
+    uint16_t node;        /* byte offset of the node's name */
+    uint16_t uuids;       /* byte offset of ncards uint16_t offsets of the cards' UUIDs */
+    struct egpu_sched_assigned_container containers[];
+};
+
+/* A record of a (a decoded annotation, or bind's decision), allocated (the
+ * caller egpu_free()s it); NULL when out of memory. */
+struct egpu_sched_assigned *egpu_sched_assigned_new(const struct egpu_assigned *a);
+/* A copy of a (non-NULL), allocated; NULL when out of memory. */
+struct egpu_sched_assigned *egpu_sched_assigned_dup(const struct egpu_sched_assigned *a);
+/* Do a and b (either may be NULL) hold the same annotation? */
+bool egpu_sched_assigned_same(const struct egpu_sched_assigned *a,
+                              const struct egpu_sched_assigned *b);
+/* The node's name; container i's name (i < ncontainers); card k's UUID
+ * (k < ncards). Borrowed from a. */
+const char *egpu_sched_assigned_node(const struct egpu_sched_assigned *a);
+const char *egpu_sched_assigned_name(const struct egpu_sched_assigned *a, uint32_t i);
+const char *egpu_sched_assigned_uuid(const struct egpu_sched_assigned *a, uint32_t k);
+
+/* ------------------------------------------------------------------------ */
 /* Pods as the scheduler sees them (src/scheduler/pod.c)                    */
 
 struct egpu_sched_pod {
@@ -44,7 +87,7 @@ struct egpu_sched_pod {
     bool has_node_policy, has_card_policy;
     enum egpu_policy_kind node_policy, card_policy; /* per-pod overrides */
     bool has_assigned;
-    struct egpu_assigned *assigned; /* owned; non-NULL exactly when has_assigned */
+    struct egpu_sched_assigned *assigned; /* owned; non-NULL exactly when has_assigned */
     char *assigned_error; /* why a present annotation was not usable (owned), NULL when it was */
     bool allocated;       /* elasticgpu.io/allocated present */
     /* spec.schedulerName; "" when absent or unusable (absent, not a string,

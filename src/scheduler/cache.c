@@ -160,7 +160,7 @@ const char *egpu__sched_target_of(const struct egpu_sched_pod *p)
     if (p->terminal)
         return NULL;
     if (p->has_assigned)
-        return p->assigned->node;
+        return egpu_sched_assigned_node(p->assigned);
     return p->node[0] ? p->node : NULL;
 }
 
@@ -176,17 +176,18 @@ static uint32_t card_pct(const struct egpu_container_request *cr)
 static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
                     struct egpu_pick *pick)
 {
-    const struct egpu_assigned *a = p->assigned;
+    const struct egpu_sched_assigned *a = p->assigned;
 
     pick->nshares = 0;
     if (!p->has_assigned || a->ncontainers != p->req.ncontainers)
         return false;
     for (uint32_t i = 0; i < a->ncontainers; i++) {
-        const struct egpu_assigned_container *ac = &a->containers[i];
+        const struct egpu_sched_assigned_container *ac = &a->containers[i];
         const struct egpu_container_request *cr;
         uint32_t ci = 0;
 
-        while (ci < p->req.ncontainers && strcmp(p->containers[ci], ac->name) != 0)
+        while (ci < p->req.ncontainers &&
+               strcmp(p->containers[ci], egpu_sched_assigned_name(a, i)) != 0)
             ci++;
         if (ci == p->req.ncontainers)
             return false;
@@ -194,7 +195,7 @@ static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
         if (ac->ncards != cr->ncards || ac->core_pct != card_pct(cr))
             return false;
         for (uint32_t k = 0; k < ac->ncards; k++) {
-            const char *uuid = a->uuids[ac->first_card + k];
+            const char *uuid = egpu_sched_assigned_uuid(a, ac->first_card + k);
             uint32_t g = 0;
             struct egpu_share *s;
 
@@ -1380,13 +1381,13 @@ static bool same_placement(const struct egpu_sched_pod *a, const struct egpu_sch
         return false;
     if (a->has_assigned != b->has_assigned)
         return false;
-    return !a->has_assigned || memcmp(a->assigned, b->assigned, sizeof(*a->assigned)) == 0;
+    return !a->has_assigned || egpu_sched_assigned_same(a->assigned, b->assigned);
 }
 
 static bool same_assigned(const struct egpu_sched_pod *a, const struct egpu_sched_pod *b)
 {
     return a->has_assigned == b->has_assigned &&
-           (!a->has_assigned || memcmp(a->assigned, b->assigned, sizeof(*a->assigned)) == 0);
+           (!a->has_assigned || egpu_sched_assigned_same(a->assigned, b->assigned));
 }
 
 /* The cache saw e's pod bound with its assigned annotation (or without one),
@@ -1396,7 +1397,7 @@ static bool same_assigned(const struct egpu_sched_pod *a, const struct egpu_sche
 static void keep_assigned(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e,
                           struct egpu_sched_pod *p)
 {
-    struct egpu_assigned *theirs = p->assigned;
+    struct egpu_sched_assigned *theirs = p->assigned;
     char *their_error = p->assigned_error;
 
     c->assigned_ignored++;
@@ -1583,13 +1584,14 @@ static void pick_cards(const struct egpu_node *n, const struct egpu_pick *pick, 
     }
 }
 
-static void assigned_cards(const struct egpu_assigned *a, uint32_t i, char *out, size_t len)
+static void assigned_cards(const struct egpu_sched_assigned *a, uint32_t i, char *out, size_t len)
 {
     size_t used = 0;
 
     out[0] = '\0';
     for (uint32_t k = 0; k < a->containers[i].ncards && used < len; k++) {
-        int n = snprintf(out + used, len - used, "%s,", a->uuids[a->containers[i].first_card + k]);
+        int n = snprintf(out + used, len - used, "%s,",
+                         egpu_sched_assigned_uuid(a, a->containers[i].first_card + k));
 
         used += n > 0 ? (size_t)n : 0;
     }
@@ -1608,7 +1610,7 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
         const struct egpu_sched_pod *q = &e->pod;
 
         if (!q->has_assigned || q->allocated || q->terminal ||
-            strcmp(q->assigned->node, node->name))
+            strcmp(egpu_sched_assigned_node(q->assigned), node->name))
             continue;
         if (strcmp(q->ns, pod->ns) == 0 && strcmp(q->name, pod->name) == 0)
             continue;
@@ -1618,7 +1620,7 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
 
             pick_cards(node, pick, i, mine, sizeof(mine));
             for (uint32_t j = 0; j < q->assigned->ncontainers; j++) {
-                const struct egpu_assigned_container *qc = &q->assigned->containers[j];
+                const struct egpu_sched_assigned_container *qc = &q->assigned->containers[j];
                 uint32_t qpct = qc->core_pct * qc->ncards;
 
                 if (qpct != pct)
@@ -1660,7 +1662,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
 {
     struct egpu_assigned *a = out;
     char key[POD_KEY_MAX];
-    struct egpu_assigned *mine, *before;
+    struct egpu_sched_assigned *mine, *before;
     struct egpu__sched_pod_entry *e;
     bool created = false, had;
     int rc;
@@ -1689,10 +1691,9 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
             ac->ncards++;
         }
     }
-    mine = egpu_malloc(sizeof(*mine));
+    mine = egpu_sched_assigned_new(a);
     if (mine == NULL)
         return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
-    *mine = *a;
     if (e == NULL) {
         e = pod_entry_new(key);
         if (e == NULL || egpu_sched_pod_copy(&e->pod, pod) != 0) {

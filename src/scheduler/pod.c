@@ -198,7 +198,7 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
 {
     const json_t *ann = json_object_get(meta, "annotations"), *v;
     struct egpu_api_pod_annotations pa;
-    struct egpu_assigned *a = NULL;
+    struct egpu_assigned *a = NULL; /* decoded here, kept as long as it is */
     struct egpu_error aerr = {0};
     int rc = egpu_api_pod_annotations(ann, &pa, err);
 
@@ -218,9 +218,13 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
             egpu_strdup("metadata.annotations[" EGPU_ANN_ASSIGNED "]: holds a NUL character");
     } else if ((a = egpu_malloc(sizeof(*a))) != NULL &&
                egpu_assigned_decode(json_string_value(v), a, &aerr) == 0) {
-        p->assigned = a;
-        p->has_assigned = true;
-        return 0;
+        p->assigned = egpu_sched_assigned_new(a);
+        p->has_assigned = p->assigned != NULL;
+        egpu_free(a);
+        if (p->has_assigned)
+            return 0;
+        return egpu_error_set(err, -ENOMEM, "metadata.annotations[%s]: out of memory",
+                              EGPU_ANN_ASSIGNED);
     } else if (a != NULL) {
         p->assigned_error = egpu_strdup(aerr.msg);
     }
@@ -409,7 +413,7 @@ void egpu_sched_pod_move(struct egpu_sched_pod *to, struct egpu_sched_pod *from)
 
 int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod *src)
 {
-    struct egpu_assigned *a = NULL;
+    struct egpu_sched_assigned *a = NULL;
     struct egpu_api_pod_claim *cl = NULL;
     char *ae = NULL, *ce = NULL, *nm = NULL;
     size_t len = 0;
@@ -417,7 +421,7 @@ int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod 
     if (src->names != NULL) /* node is the last of the four */
         len = (size_t)(src->node - src->names) + strlen(src->node) + 1;
     if ((src->names != NULL && (nm = egpu_malloc(len)) == NULL) ||
-        (src->has_assigned && (a = egpu_malloc(sizeof(*a))) == NULL) ||
+        (src->has_assigned && (a = egpu_sched_assigned_dup(src->assigned)) == NULL) ||
         (src->nclaims > 0 && (cl = egpu_malloc(src->nclaims * sizeof(*cl))) == NULL) ||
         (src->assigned_error != NULL && (ae = egpu_strdup(src->assigned_error)) == NULL) ||
         (src->claims_error != NULL && (ce = egpu_strdup(src->claims_error)) == NULL)) {
@@ -440,8 +444,6 @@ int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod 
     dst->claims = cl;
     dst->assigned_error = ae;
     dst->claims_error = ce;
-    if (a != NULL)
-        *a = *src->assigned;
     if (cl != NULL)
         memcpy(cl, src->claims, src->nclaims * sizeof(*cl));
     return 0;
