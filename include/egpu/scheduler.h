@@ -75,24 +75,29 @@ const char *egpu_sched_assigned_uuid(const struct egpu_sched_assigned *a, uint32
 
 struct egpu_sched_pod {
     /* metadata.namespace ("default" when absent), .name, .uid ("" when
-     * absent) and spec.nodeName ("" when unbound): each shorter than
-     * EGPU_K8S_NAME_MAX, stored once, one after another, in names (owned) */
+     * absent) and spec.nodeName ("" when unbound), each shorter than
+     * EGPU_K8S_NAME_MAX; elasticgpu.io/gpu-model ("" = any, shorter than
+     * EGPU_MODEL_MAX), spec.schedulerName (below) and the names of the GPU
+     * containers (containers[0..req.ncontainers), as req, each shorter than
+     * EGPU_CONTAINER_NAME_MAX): stored once, as long as they are, one after
+     * another in names (owned, names_len bytes) */
     const char *ns, *name, *uid, *node;
+    const char *gpu_model;
+    /* spec.schedulerName; "" when absent or unusable (absent, not a string,
+     * too long, with a NUL): a name no scheduler has */
+    const char *scheduler_name;
+    const char *containers[EGPU_CONTAINERS_MAX];
     char *names;
-    bool terminal;                  /* status.phase Succeeded or Failed */
-    bool deleting;                  /* metadata.deletionTimestamp set */
-    struct egpu_pod_request req;    /* CPU, memory and GPU containers (model mask 0) */
-    char gpu_model[EGPU_MODEL_MAX]; /* elasticgpu.io/gpu-model, "" = any */
-    char containers[EGPU_CONTAINERS_MAX][EGPU_CONTAINER_NAME_MAX]; /* names, as req */
+    uint32_t names_len;
+    bool terminal;               /* status.phase Succeeded or Failed */
+    bool deleting;               /* metadata.deletionTimestamp set */
+    struct egpu_pod_request req; /* CPU, memory and GPU containers (model mask 0) */
     bool has_node_policy, has_card_policy;
     enum egpu_policy_kind node_policy, card_policy; /* per-pod overrides */
     bool has_assigned;
     struct egpu_sched_assigned *assigned; /* owned; non-NULL exactly when has_assigned */
     char *assigned_error; /* why a present annotation was not usable (owned), NULL when it was */
     bool allocated;       /* elasticgpu.io/allocated present */
-    /* spec.schedulerName; "" when absent or unusable (absent, not a string,
-     * too long, with a NUL): a name no scheduler has */
-    char scheduler_name[EGPU_K8S_NAME_MAX];
     /* egpuc.elasticgpu.io/<container>: <claim> (egpu_api_pod_claims), in
      * the annotations' order; when they cannot be read, nclaims is 0 and
      * claims_error says why (the parse does not fail: the pod still counts
@@ -125,7 +130,7 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out,
  * -ENOMEM, with the field named, when they cannot be allocated. */
 
 /* Free what p owns (names, assigned, claims, assigned_error, claims_error),
- * leaving them NULL (ns, name, uid and node ""), has_assigned false and
+ * leaving them NULL (the strings in names ""), has_assigned false and
  * nclaims 0; the rest of *p is kept. p may be NULL. */
 void egpu_sched_pod_clear(struct egpu_sched_pod *p);
 

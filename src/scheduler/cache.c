@@ -1680,7 +1680,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
         const struct egpu_container_request *cr = &pod->req.containers[i];
         struct egpu_assigned_container *ac = &a->containers[i];
 
-        memcpy(ac->name, pod->containers[i], sizeof(ac->name));
+        snprintf(ac->name, sizeof(ac->name), "%s", pod->containers[i]);
         ac->core_pct = card_pct(cr);
         ac->mem_mib = cr->mem_mib;
         ac->first_card = a->ncards;

@@ -1998,7 +1998,9 @@ static bool pod_same(const struct egpu_sched_pod *a, const struct egpu_sched_pod
     struct egpu_sched_pod x = *a, y = *b;
 
     if (!opt_same(a->ns, b->ns) || !opt_same(a->name, b->name) || !opt_same(a->uid, b->uid) ||
-        !opt_same(a->node, b->node) || !opt_same(a->assigned_error, b->assigned_error) ||
+        !opt_same(a->node, b->node) || !opt_same(a->gpu_model, b->gpu_model) ||
+        !opt_same(a->scheduler_name, b->scheduler_name) ||
+        !opt_same(a->assigned_error, b->assigned_error) ||
         !opt_same(a->claims_error, b->claims_error) || a->has_assigned != b->has_assigned ||
         a->nclaims != b->nclaims)
         return false;
@@ -2006,7 +2008,13 @@ static bool pod_same(const struct egpu_sched_pod *a, const struct egpu_sched_pod
         return false;
     if (a->nclaims > 0 && memcmp(a->claims, b->claims, a->nclaims * sizeof(*a->claims)) != 0)
         return false;
+    for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++) {
+        if (!opt_same(a->containers[i], b->containers[i]))
+            return false;
+        x.containers[i] = y.containers[i] = NULL;
+    }
     x.ns = x.name = x.uid = x.node = y.ns = y.name = y.uid = y.node = NULL;
+    x.gpu_model = x.scheduler_name = y.gpu_model = y.scheduler_name = NULL;
     x.names = y.names = x.assigned_error = y.assigned_error = NULL;
     x.claims_error = y.claims_error = NULL;
     x.assigned = y.assigned = NULL;
