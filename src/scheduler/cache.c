@@ -122,8 +122,10 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
         return;
     while ((ni = egpu_map_next(c->nodes, &pos, NULL)) != NULL) {
         json_decref(ni->labels);
-        for (uint32_t i = 0; i < ni->ngpus; i++)
+        for (uint32_t i = 0; i < ni->ngpus; i++) {
             egpu_free(ni->gpus[i].peers);
+            egpu_free(ni->gpus[i].strs);
+        }
         egpu_free(ni->gpus);
     }
     egpu_cluster_free(c->cluster);
@@ -864,7 +866,7 @@ static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error
         json_integer_value(mem) > UINT32_MAX)
         return egpu_error_set(err, EGPU_ESYNTAX,
                               "GPU %s: spec.memory must be an integer number of MiB", name);
-    if (f->model != NULL && strlen(f->model) >= sizeof(((struct egpu__sched_gpu *)0)->model))
+    if (f->model != NULL && strlen(f->model) >= SCHED_GPU_MODEL_MAX)
         return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.model too long", name);
     f->index = json_integer_value(index);
     f->mem_mib = json_integer_value(mem);
@@ -1236,15 +1238,43 @@ static int gpus_resize(struct egpu__sched_node *ni, uint32_t want)
     return 0;
 }
 
+/* Copy s to b + *at, moving *at past its NUL; returns the copy. */
+static const char *put_str(char *b, size_t *at, const char *s)
+{
+    size_t len = strlen(s) + 1;
+    char *to = memcpy(b + *at, s, len);
+
+    *at += len;
+    return to;
+}
+
+/* Store g's strings in a new strs of their length, in this order (so two
+ * cards with the same strings have the same strs), and free the old one
+ * (the arguments may point into it). Returns 0, or -ENOMEM with g unchanged. */
+static int gpu_strs(struct egpu__sched_gpu *g, const char *uuid, const char *model,
+                    const char *name, const char *health)
+{
+    size_t len = strlen(uuid) + strlen(model) + strlen(name) + strlen(health) + 4, at = 0;
+    char *b = egpu_malloc(len), *old = g->strs;
+
+    if (b == NULL)
+        return -ENOMEM;
+    g->uuid = put_str(b, &at, uuid);
+    g->model = put_str(b, &at, model);
+    g->name = put_str(b, &at, name);
+    g->health = put_str(b, &at, health);
+    g->strs = b;
+    g->strs_len = (uint32_t)len;
+    egpu_free(old);
+    return 0;
+}
+
 /* Are a and b the same card for placement, their loads aside? */
 static bool same_card(const struct egpu__sched_gpu *a, const struct egpu__sched_gpu *b)
 {
-    struct egpu__sched_gpu t = *b;
-
-    t.load_pct = a->load_pct;
-    t.load_at_s = a->load_at_s;
-    t.peers = a->peers;
-    return memcmp(a, &t, sizeof(t)) == 0 &&
+    return a->index == b->index && a->mem_mib == b->mem_mib && a->shadowed == b->shadowed &&
+           a->strs_len == b->strs_len && memcmp(a->strs, b->strs, a->strs_len) == 0 &&
+           a->npeers == b->npeers &&
            (a->npeers == 0 || memcmp(a->peers, b->peers, a->npeers * sizeof(*a->peers)) == 0);
 }
 
@@ -1254,27 +1284,28 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     struct gpu_fields f;
     struct egpu__sched_node *ni;
     struct egpu__sched_gpu g = {0}, *slot;
-    const char *owner = NULL;
+    const char *owner = NULL, *health = "";
     int rc = gpu_fields(gpu, &f, err);
 
     if (rc)
         return rc;
-    memcpy(g.uuid, f.uuid, strlen(f.uuid) + 1);
-    memcpy(g.name, f.name, strlen(f.name) + 1);
-    g.index = (uint32_t)f.index;
-    g.mem_mib = (uint32_t)f.mem_mib;
-    snprintf(g.model, sizeof(g.model), "%s", f.model && *f.model ? f.model : "unknown");
     /* status.health as egpu-agent writes it: a card that is not Healthy takes
      * no new pod (none written yet: a new object, taken as healthy). */
     if (f.health != NULL && f.health[0] != '\0' && strcmp(f.health, EGPU_API_GPU_HEALTHY) != 0)
-        snprintf(g.health, sizeof(g.health), "%s", f.health);
+        health = f.health;
+    if (gpu_strs(&g, f.uuid, f.model && *f.model ? f.model : "unknown", f.name, health) != 0)
+        return egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
+    g.index = (uint32_t)f.index;
+    g.mem_mib = (uint32_t)f.mem_mib;
     now = (int64_t)time(NULL);
     g.load_pct = f.load_pct;
     g.load_at_s = f.load_at_s < now ? f.load_at_s : now; /* ahead of our clock: now */
     if (f.npeers > 0) {
         g.peers = egpu_malloc(f.npeers * sizeof(*g.peers));
-        if (g.peers == NULL)
+        if (g.peers == NULL) {
+            egpu_free(g.strs);
             return egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
+        }
         memcpy(g.peers, f.peers, f.npeers * sizeof(*g.peers));
         g.npeers = (uint32_t)f.npeers;
     }
@@ -1303,7 +1334,11 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     if (slot != NULL && slot->shadowed && g.shadowed) {
         /* Left out of the core either way: its health and load are kept
          * for when it takes the card over, nothing else changes. */
-        memcpy(slot->health, g.health, sizeof(g.health));
+        if (strcmp(slot->health, g.health) != 0 &&
+            gpu_strs(slot, slot->uuid, slot->model, slot->name, g.health) != 0) {
+            rc = egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
+            goto out;
+        }
         slot->load_pct = g.load_pct;
         slot->load_at_s = g.load_at_s;
     }
@@ -1323,10 +1358,12 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     else if (slot->shadowed)
         c->nshadowed--;
     c->nshadowed += g.shadowed;
-    if (slot->peers != NULL) /* a new slot is zeroed (calloc, or a deleted card's moved) */
-        egpu_free(slot->peers);
+    /* A new slot is zeroed (calloc, or a deleted card's moved): owns nothing. */
+    egpu_free(slot->peers);
+    egpu_free(slot->strs);
     *slot = g;
     g.peers = NULL; /* the slot owns them now */
+    g.strs = NULL;
     if (g.shadowed) {
         /* Left out of the core, so the node as it was stands. */
         rc = egpu_error_set(err, -EEXIST,
@@ -1340,6 +1377,7 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
 out:
     pthread_mutex_unlock(&c->lock);
     egpu_free(g.peers); /* not taken by a slot */
+    egpu_free(g.strs);
     return rc;
 }
 
@@ -1366,6 +1404,7 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
         rc = gone.shadowed ? 0 : rebuild(c, ni, err);
         release_uuid(c, gone.uuid, gone.name);
         egpu_free(gone.peers);
+        egpu_free(gone.strs);
         drop_if_empty(c, ni);
     }
     pthread_mutex_unlock(&c->lock);

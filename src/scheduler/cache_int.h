@@ -22,14 +22,21 @@
 
 #define POD_KEY_MAX (2 * EGPU_K8S_NAME_MAX)
 
+#define SCHED_GPU_MODEL_MAX 128 /* spec.model, bytes incl. NUL */
+
 struct egpu__sched_gpu {
-    char uuid[EGPU_UUID_MAX];
+    /* spec.uuid; spec.model ("unknown" when none, shorter than
+     * SCHED_GPU_MODEL_MAX); the GPU object's metadata.name; status.health
+     * when not EGPU_API_GPU_HEALTHY ("" healthy): stored as long as they
+     * are, one after another, in strs (owned, strs_len bytes; set by
+     * gpu_strs in cache.c), so a card takes about 60 bytes of names instead
+     * of 511 */
+    const char *uuid, *model, *name, *health;
+    char *strs;
+    uint32_t strs_len;
     uint32_t index;
-    char model[128];
     uint32_t mem_mib;
-    char name[EGPU_K8S_NAME_MAX];     /* the GPU object's metadata.name */
-    bool shadowed;                    /* another GPU object owns this UUID: left out of the core */
-    char health[EGPU_API_HEALTH_MAX]; /* status.health when not EGPU_API_GPU_HEALTHY; "" healthy */
+    bool shadowed; /* another GPU object owns this UUID: left out of the core */
     /* spec.topology (owned, NULL when none; allocated, as most cards have
      * none): compared by content, so a change rebuilds the node. */
     uint32_t npeers;
