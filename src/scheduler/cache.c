@@ -66,9 +66,10 @@
 #include "dra_int.h"
 
 /* The GPU object that owns a card UUID (the first one seen with it). */
+/* One allocation as long as its strings: the UUID, then the owner's name. */
 struct gpu_owner {
-    char uuid[EGPU_UUID_MAX]; /* the key in egpu_sched_cache.owners */
-    char name[EGPU_K8S_NAME_MAX];
+    const char *name; /* the GPU object's metadata.name, after uuid */
+    char uuid[];      /* the key in egpu_sched_cache.owners */
 };
 
 struct egpu_sched_cache *egpu_sched_cache_new(void)
@@ -134,6 +135,7 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
     while ((pe = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
         egpu_sched_pod_clear(&pe->pod);
         egpu_free(pe->uses);
+        egpu_free(pe->inside);
     }
     free_values(c->pods);
     free_values(c->claims);
@@ -336,7 +338,7 @@ static int count_on(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e,
                     struct egpu_node *n, struct egpu_error *err)
 {
     struct egpu_pod_request req = e->pod.req;
-    struct egpu__sched_resv *in[EGPU_CONTAINERS_MAX];
+    struct egpu__sched_resv *in[EGPU_CONTAINERS_MAX], **inside = NULL;
     struct egpu_pick pick = {0};
     int rc;
 
@@ -359,14 +361,22 @@ static int count_on(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e,
         if (e->nuses > 0)
             split_inside(e, n, &req, &pick, in);
     }
+    for (uint32_t i = 0; i < e->pod.req.ncontainers && inside == NULL; i++) {
+        if (in[i] != NULL && (inside = egpu_calloc(EGPU_CONTAINERS_MAX, sizeof(*inside))) == NULL) {
+            e->unresolved = false;
+            return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", e->key);
+        }
+    }
     rc = egpu_cluster_assign(c->cluster, e->key, n, &req, &pick, err);
     if (rc) {
+        egpu_free(inside);
         e->unresolved = false;
         return rc;
     }
     e->counted = true;
-    for (uint32_t i = 0; i < e->pod.req.ncontainers; i++) {
-        e->inside[i] = in[i];
+    e->inside = inside; /* not counted before: held none */
+    for (uint32_t i = 0; inside != NULL && i < e->pod.req.ncontainers; i++) {
+        inside[i] = in[i];
         if (in[i] != NULL) {
             in[i]->occupant = e;
             egpu_log(EGPU_LOG_DEBUG,
@@ -413,11 +423,12 @@ static void counted_on(const struct egpu__sched_pod_entry *e, char *was)
  * forget the ElasticGPUs it was counted inside. */
 static void forget_count(struct egpu__sched_pod_entry *e)
 {
-    for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++) {
+    for (uint32_t i = 0; e->inside != NULL && i < EGPU_CONTAINERS_MAX; i++) {
         if (e->inside[i] != NULL && e->inside[i]->occupant == e)
             e->inside[i]->occupant = NULL;
-        e->inside[i] = NULL;
     }
+    egpu_free(e->inside);
+    e->inside = NULL;
     e->counted = false;
     e->unresolved = false;
 }
@@ -1163,11 +1174,11 @@ static int claim_uuid(struct egpu_sched_cache *c, const char *uuid, const char *
         *owner_out = o->name;
         return strcmp(o->name, name) == 0 ? 0 : -EEXIST;
     }
-    o = egpu_calloc(1, sizeof(*o));
+    o = egpu_malloc(sizeof(*o) + strlen(uuid) + 1 + strlen(name) + 1);
     if (o == NULL)
         return -ENOMEM;
     memcpy(o->uuid, uuid, strlen(uuid) + 1);
-    memcpy(o->name, name, strlen(name) + 1);
+    o->name = memcpy(o->uuid + strlen(uuid) + 1, name, strlen(name) + 1);
     if (egpu_map_put(c->owners, o->uuid, o) != 0) {
         egpu_free(o);
         return -ENOMEM;
@@ -1483,7 +1494,7 @@ static uint32_t occupied(const struct egpu__sched_pod_entry *e, struct egpu__sch
 {
     uint32_t n = 0;
 
-    for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++) {
+    for (uint32_t i = 0; e->inside != NULL && i < EGPU_CONTAINERS_MAX; i++) {
         if (e->inside[i] != NULL && e->inside[i]->claim != NULL)
             out[n++] = e->inside[i]->claim;
     }
@@ -1830,7 +1841,7 @@ void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched
         out->placed += e->counted;
         out->unresolved += e->unresolved;
         out->waiting += e->waiting;
-        for (uint32_t i = 0; i < e->pod.req.ncontainers; i++)
+        for (uint32_t i = 0; e->inside != NULL && i < e->pod.req.ncontainers; i++)
             out->inside += e->inside[i] != NULL;
     }
     pos = 0;

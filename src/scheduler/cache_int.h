@@ -106,9 +106,12 @@ struct egpu__sched_pod_entry {
     uint64_t parked; /* uncounted by egpu__sched_park_users under this tag, to be counted again */
     uint32_t nuses;  /* pod.claims[i] is uses[i]'s claim */
     struct egpu__sched_claim_use *uses; /* pod.nclaims entries while linked, else NULL */
-    /* container i of pod.req counted inside this ElasticGPU (whose occupant
-     * this pod is), not beside it; NULL = beside (or not counted) */
-    struct egpu__sched_resv *inside[EGPU_CONTAINERS_MAX];
+    /* inside[i]: container i of pod.req counted inside this ElasticGPU
+     * (whose occupant this pod is), not beside it; NULL = beside. The
+     * array (EGPU_CONTAINERS_MAX entries, owned) is allocated only while the
+     * pod is counted with a container inside one (few pods use claims):
+     * NULL = every container beside, or not counted. */
+    struct egpu__sched_resv **inside;
     char key[]; /* "namespace/name", as long as it is (pod_entry_new) */
 };
 
