@@ -730,6 +730,11 @@ struct egpu_placer_config {
     uint64_t seed;                        /* random policy and tie-breaking */
     const struct egpu_workload *workload; /* required by FGD; borrowed, must outlive the placer */
     bool memo; /* cache each node's score per request shape (deterministic policies) */
+    /* The most bytes the memo's verdicts take (a verdict per node slot and
+     * shape; the least recently used shape goes first), at least 8 shapes
+     * kept whatever it says; 0 = 128 MiB (all 256 shapes up to 16,384 node
+     * slots, 64 at 65,536). */
+    size_t memo_bytes;
     /* Break exact ties by measured load (egpu_gpu.load_pct): between cards the
      * card policy scores alike, the less loaded card; between nodes of equal
      * score, the node whose picked cards are less loaded (egpu_pick_load),
