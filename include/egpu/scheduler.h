@@ -78,15 +78,16 @@ struct egpu_sched_pod {
      * absent) and spec.nodeName ("" when unbound), each shorter than
      * EGPU_K8S_NAME_MAX; elasticgpu.io/gpu-model ("" = any, shorter than
      * EGPU_MODEL_MAX), spec.schedulerName (below) and the names of the GPU
-     * containers (containers[0..req.ncontainers), as req, each shorter than
-     * EGPU_CONTAINER_NAME_MAX): stored once, as long as they are, one after
-     * another in names (owned, names_len bytes) */
+     * containers (req.ncontainers of them, in req's order, each shorter than
+     * EGPU_CONTAINER_NAME_MAX; read with egpu_sched_pod_container): stored
+     * once, as long as they are, one after another in names (owned,
+     * names_len bytes) */
     const char *ns, *name, *uid, *node;
     const char *gpu_model;
     /* spec.schedulerName; "" when absent or unusable (absent, not a string,
      * too long, with a NUL): a name no scheduler has */
     const char *scheduler_name;
-    const char *containers[EGPU_CONTAINERS_MAX];
+    const char *containers; /* the first GPU container's name, the others after it */
     char *names;
     uint32_t names_len;
     bool terminal;               /* status.phase Succeeded or Failed */
@@ -144,6 +145,10 @@ void egpu_sched_pod_move(struct egpu_sched_pod *to, struct egpu_sched_pod *from)
  * unchanged. */
 int egpu_sched_pod_copy(struct egpu_sched_pod *dst,
                         const struct egpu_sched_pod *src) EGPU_MUST_CHECK;
+
+/* The name of GPU container i of p (i < p->req.ncontainers), borrowed from
+ * p. */
+const char *egpu_sched_pod_container(const struct egpu_sched_pod *p, uint32_t i);
 
 /* Does the pod ask for any Elastic GPU resource? */
 bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p);

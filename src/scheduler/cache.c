@@ -191,7 +191,7 @@ static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
         uint32_t ci = 0;
 
         while (ci < p->req.ncontainers &&
-               strcmp(p->containers[ci], egpu_sched_assigned_name(a, i)) != 0)
+               strcmp(egpu_sched_pod_container(p, ci), egpu_sched_assigned_name(a, i)) != 0)
             ci++;
         if (ci == p->req.ncontainers)
             return false;
@@ -264,7 +264,7 @@ const char *egpu__sched_resv_uuid(const struct egpu__sched_resv *r, uint32_t k)
 uint32_t egpu__sched_container_of(const struct egpu_sched_pod *p, const char *name)
 {
     for (uint32_t i = 0; i < p->req.ncontainers; i++) {
-        if (strcmp(p->containers[i], name) == 0)
+        if (strcmp(egpu_sched_pod_container(p, i), name) == 0)
             return i;
     }
     return UINT32_MAX;
@@ -382,7 +382,7 @@ static int count_on(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e,
             egpu_log(EGPU_LOG_DEBUG,
                      "container counted inside its claim's ElasticGPU pod=%s container=%s "
                      "elasticgpu=%s node=%s",
-                     e->key, e->pod.containers[i], in[i]->name, n->name);
+                     e->key, egpu_sched_pod_container(&e->pod, i), in[i]->name, n->name);
         }
     }
     return 0;
@@ -1730,7 +1730,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
         const struct egpu_container_request *cr = &pod->req.containers[i];
         struct egpu_assigned_container *ac = &a->containers[i];
 
-        snprintf(ac->name, sizeof(ac->name), "%s", pod->containers[i]);
+        snprintf(ac->name, sizeof(ac->name), "%s", egpu_sched_pod_container(pod, i));
         ac->core_pct = card_pct(cr);
         ac->mem_mib = cr->mem_mib;
         ac->first_card = a->ncards;

@@ -346,8 +346,9 @@ static int set_names(struct scratch *t, struct egpu_error *err)
     p->node = put(b, &at, t->node);
     p->gpu_model = put(b, &at, t->gpu_model);
     p->scheduler_name = put(b, &at, t->scheduler_name);
+    p->containers = b + at;
     for (uint32_t i = 0; i < p->req.ncontainers; i++)
-        p->containers[i] = put(b, &at, t->containers[i]);
+        (void)put(b, &at, t->containers[i]);
     return 0;
 }
 
@@ -422,9 +423,7 @@ static void disown(struct egpu_sched_pod *p)
 {
     p->names = NULL;
     p->names_len = 0;
-    p->ns = p->name = p->uid = p->node = p->gpu_model = p->scheduler_name = "";
-    for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++)
-        p->containers[i] = "";
+    p->ns = p->name = p->uid = p->node = p->gpu_model = p->scheduler_name = p->containers = "";
     p->assigned_error = NULL;
     p->claims_error = NULL;
     p->assigned = NULL;
@@ -482,8 +481,7 @@ int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod 
         dst->node = nm + (src->node - src->names);
         dst->gpu_model = nm + (src->gpu_model - src->names);
         dst->scheduler_name = nm + (src->scheduler_name - src->names);
-        for (uint32_t i = 0; i < src->req.ncontainers; i++)
-            dst->containers[i] = nm + (src->containers[i] - src->names);
+        dst->containers = nm + (src->containers - src->names);
     }
     dst->assigned = a;
     dst->claims = cl;
@@ -492,6 +490,15 @@ int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod 
     if (cl != NULL)
         memcpy(cl, src->claims, src->nclaims * sizeof(*cl));
     return 0;
+}
+
+const char *egpu_sched_pod_container(const struct egpu_sched_pod *p, uint32_t i)
+{
+    const char *s = p->containers;
+
+    while (i-- > 0)
+        s += strlen(s) + 1;
+    return s;
 }
 
 bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p)

@@ -291,10 +291,10 @@ static void test_pod_parse(void **state)
     assert_int_equal(p.req.cpu_milli, 8250);
     assert_int_equal(p.req.mem_mib, 3 * 1024 + 512);
     assert_int_equal(p.req.ncontainers, 2);
-    assert_string_equal(p.containers[0], "c0");
+    assert_string_equal(egpu_sched_pod_container(&p, 0), "c0");
     assert_int_equal(p.req.containers[0].core_milli, 300);
     assert_int_equal(p.req.containers[0].mem_mib, 4096);
-    assert_string_equal(p.containers[1], "c2");
+    assert_string_equal(egpu_sched_pod_container(&p, 1), "c2");
     assert_int_equal(p.req.containers[1].core_milli, 1000);
     assert_int_equal(p.req.containers[1].ncards, 2);
     assert_true(p.has_node_policy && p.node_policy == EGPU_POLICY_FGD);
@@ -2008,11 +2008,11 @@ static bool pod_same(const struct egpu_sched_pod *a, const struct egpu_sched_pod
         return false;
     if (a->nclaims > 0 && memcmp(a->claims, b->claims, a->nclaims * sizeof(*a->claims)) != 0)
         return false;
-    for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++) {
-        if (!opt_same(a->containers[i], b->containers[i]))
+    for (uint32_t i = 0; i < a->req.ncontainers && i < b->req.ncontainers; i++) {
+        if (!opt_same(egpu_sched_pod_container(a, i), egpu_sched_pod_container(b, i)))
             return false;
-        x.containers[i] = y.containers[i] = NULL;
     }
+    x.containers = y.containers = NULL;
     x.ns = x.name = x.uid = x.node = y.ns = y.name = y.uid = y.node = NULL;
     x.gpu_model = x.scheduler_name = y.gpu_model = y.scheduler_name = NULL;
     x.names = y.names = x.assigned_error = y.assigned_error = NULL;
