@@ -233,7 +233,7 @@ struct egpu_topo_link {
 };
 
 struct egpu_gpu {
-    char uuid[EGPU_UUID_MAX];
+    const char *uuid;         /* shorter than EGPU_UUID_MAX; in its node's uuids */
     uint32_t index;           /* NVML index on its node */
     uint16_t model;           /* id in the cluster's model table */
     uint32_t mem_mib;         /* device memory capacity */
@@ -246,8 +246,10 @@ struct egpu_gpu {
                               /* card and why, e.g. "gpu-1-gpu0 (Unhealthy)" (owned) */
     uint16_t load_pct;        /* measured load 0..100 (egpu_load_pct), EGPU_LOAD_UNKNOWN */
                               /* when none is known; read only by load-aware placers */
-    uint8_t link[EGPU_NODE_GPUS_MAX]; /* enum egpu_topo_level to the card at each position */
-                                      /* of node->gpus; read when node->has_topology */
+    /* enum egpu_topo_level to the card at each position of node->gpus
+     * (ngpus entries): a row of the node's links, or of a shared row of
+     * EGPU_TOPO_UNKNOWN when the node has none; read when node->has_topology */
+    const uint8_t *link;
 };
 
 struct egpu_label {
@@ -268,6 +270,8 @@ struct egpu_node {
     uint16_t model; /* model of its cards (EGPU_MODEL_NONE without cards) */
     uint32_t ngpus;
     struct egpu_gpu *gpus; /* ngpus entries, sorted by index */
+    char *uuids;           /* the cards' UUIDs one after another (owned; egpu_gpu.uuid) */
+    uint8_t *links;        /* ngpus x ngpus egpu_gpu.link rows (owned), NULL: no topology */
     bool has_topology;     /* some pair of cards has a known link (egpu_gpu.link) */
     size_t nlabels;
     struct egpu_label *labels;

@@ -1737,7 +1737,8 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
         for (uint32_t s = 0; s < pick->nshares; s++) {
             if (pick->shares[s].container != i)
                 continue;
-            memcpy(a->uuids[a->ncards++], node->gpus[pick->shares[s].gpu].uuid, EGPU_UUID_MAX);
+            snprintf(a->uuids[a->ncards++], EGPU_UUID_MAX, "%s",
+                     node->gpus[pick->shares[s].gpu].uuid);
             ac->ncards++;
         }
     }
