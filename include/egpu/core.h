@@ -473,7 +473,7 @@ struct egpu_pick {
 
 /* A pod's committed allocation, owned by the cluster. */
 struct egpu_assignment {
-    char *pod; /* key, e.g. "namespace/name" or a uid */
+    char *pod; /* key, e.g. "namespace/name" or a uid; after shares, in the same allocation */
     struct egpu_node *node;
     int64_t cpu_milli;
     int64_t mem_mib;
