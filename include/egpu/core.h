@@ -233,7 +233,7 @@ struct egpu_topo_link {
 };
 
 struct egpu_gpu {
-    char uuid[EGPU_UUID_MAX];
+    const char *uuid;         /* shorter than EGPU_UUID_MAX; in its node's uuids */
     uint32_t index;           /* NVML index on its node */
     uint16_t model;           /* id in the cluster's model table */
     uint32_t mem_mib;         /* device memory capacity */
@@ -246,8 +246,10 @@ struct egpu_gpu {
                               /* card and why, e.g. "gpu-1-gpu0 (Unhealthy)" (owned) */
     uint16_t load_pct;        /* measured load 0..100 (egpu_load_pct), EGPU_LOAD_UNKNOWN */
                               /* when none is known; read only by load-aware placers */
-    uint8_t link[EGPU_NODE_GPUS_MAX]; /* enum egpu_topo_level to the card at each position */
-                                      /* of node->gpus; read when node->has_topology */
+    /* enum egpu_topo_level to the card at each position of node->gpus
+     * (ngpus entries): a row of the node's links, or of a shared row of
+     * EGPU_TOPO_UNKNOWN when the node has none; read when node->has_topology */
+    const uint8_t *link;
 };
 
 struct egpu_label {
@@ -268,6 +270,8 @@ struct egpu_node {
     uint16_t model; /* model of its cards (EGPU_MODEL_NONE without cards) */
     uint32_t ngpus;
     struct egpu_gpu *gpus; /* ngpus entries, sorted by index */
+    char *uuids;           /* the cards' UUIDs one after another (owned; egpu_gpu.uuid) */
+    uint8_t *links;        /* ngpus x ngpus egpu_gpu.link rows (owned), NULL: no topology */
     bool has_topology;     /* some pair of cards has a known link (egpu_gpu.link) */
     size_t nlabels;
     struct egpu_label *labels;
@@ -469,7 +473,7 @@ struct egpu_pick {
 
 /* A pod's committed allocation, owned by the cluster. */
 struct egpu_assignment {
-    char *pod; /* key, e.g. "namespace/name" or a uid */
+    char *pod; /* key, e.g. "namespace/name" or a uid; after shares, in the same allocation */
     struct egpu_node *node;
     int64_t cpu_milli;
     int64_t mem_mib;
@@ -743,6 +747,11 @@ struct egpu_placer_config {
     uint64_t seed;                        /* random policy and tie-breaking */
     const struct egpu_workload *workload; /* required by FGD; borrowed, must outlive the placer */
     bool memo; /* cache each node's score per request shape (deterministic policies) */
+    /* The most bytes the memo's verdicts take (a verdict per node slot and
+     * shape; the least recently used shape goes first), at least 8 shapes
+     * kept whatever it says; 0 = 128 MiB (all 256 shapes up to 16,384 node
+     * slots, 64 at 65,536). */
+    size_t memo_bytes;
     /* Break exact ties by measured load (egpu_gpu.load_pct): between cards the
      * card policy scores alike, the less loaded card; between nodes of equal
      * score, the node whose picked cards are less loaded (egpu_pick_load),

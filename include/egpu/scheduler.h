@@ -28,28 +28,77 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------ */
+/* A pod's elasticgpu.io/assigned as the cache keeps it                     */
+/* (src/scheduler/assigned.c)                                               */
+
+/* One container of the record: its name, at the record's byte offset name,
+ * and its cards, uuids first_card .. first_card + ncards (egpu_assigned_
+ * container's fields). */
+struct egpu_sched_assigned_container {
+    uint16_t name;
+    uint16_t core_pct; /* per card: 1..99, or 100 for whole cards */
+    uint32_t mem_mib;  /* per card */
+    uint16_t ncards, first_card;
+};
+
+/* struct egpu_assigned (5,640 bytes, room for 16 containers and 64 cards of
+ * the longest names) stored as long as what it holds: one allocation of size
+ * bytes, its containers here, then the cards' offsets, then the node's,
+ * containers' and cards' names one after another; read through the
+ * functions below. Built only by egpu_sched_assigned_new, so two records of
+ * the same annotation are the same bytes (compared and copied as one). */
+struct egpu_sched_assigned {
+    uint16_t size;        /* bytes of the record */
+    uint16_t ncontainers; /* <= EGPU_CONTAINERS_MAX */
+    uint16_t ncards;      /* <= EGPU_PICK_SHARES_MAX */
+    uint16_t node;        /* byte offset of the node's name */
+    uint16_t uuids;       /* byte offset of ncards uint16_t offsets of the cards' UUIDs */
+    struct egpu_sched_assigned_container containers[];
+};
+
+/* A record of a (a decoded annotation, or bind's decision), allocated (the
+ * caller egpu_free()s it); NULL when out of memory. */
+struct egpu_sched_assigned *egpu_sched_assigned_new(const struct egpu_assigned *a);
+/* A copy of a (non-NULL), allocated; NULL when out of memory. */
+struct egpu_sched_assigned *egpu_sched_assigned_dup(const struct egpu_sched_assigned *a);
+/* Do a and b (either may be NULL) hold the same annotation? */
+bool egpu_sched_assigned_same(const struct egpu_sched_assigned *a,
+                              const struct egpu_sched_assigned *b);
+/* The node's name; container i's name (i < ncontainers); card k's UUID
+ * (k < ncards). Borrowed from a. */
+const char *egpu_sched_assigned_node(const struct egpu_sched_assigned *a);
+const char *egpu_sched_assigned_name(const struct egpu_sched_assigned *a, uint32_t i);
+const char *egpu_sched_assigned_uuid(const struct egpu_sched_assigned *a, uint32_t k);
+
+/* ------------------------------------------------------------------------ */
 /* Pods as the scheduler sees them (src/scheduler/pod.c)                    */
 
 struct egpu_sched_pod {
     /* metadata.namespace ("default" when absent), .name, .uid ("" when
-     * absent) and spec.nodeName ("" when unbound): each shorter than
-     * EGPU_K8S_NAME_MAX, stored once, one after another, in names (owned) */
+     * absent) and spec.nodeName ("" when unbound), each shorter than
+     * EGPU_K8S_NAME_MAX; elasticgpu.io/gpu-model ("" = any, shorter than
+     * EGPU_MODEL_MAX), spec.schedulerName (below) and the names of the GPU
+     * containers (req.ncontainers of them, in req's order, each shorter than
+     * EGPU_CONTAINER_NAME_MAX; read with egpu_sched_pod_container): stored
+     * once, as long as they are, one after another in names (owned,
+     * names_len bytes) */
     const char *ns, *name, *uid, *node;
+    const char *gpu_model;
+    /* spec.schedulerName; "" when absent or unusable (absent, not a string,
+     * too long, with a NUL): a name no scheduler has */
+    const char *scheduler_name;
+    const char *containers; /* the first GPU container's name, the others after it */
     char *names;
-    bool terminal;                  /* status.phase Succeeded or Failed */
-    bool deleting;                  /* metadata.deletionTimestamp set */
-    struct egpu_pod_request req;    /* CPU, memory and GPU containers (model mask 0) */
-    char gpu_model[EGPU_MODEL_MAX]; /* elasticgpu.io/gpu-model, "" = any */
-    char containers[EGPU_CONTAINERS_MAX][EGPU_CONTAINER_NAME_MAX]; /* names, as req */
+    uint32_t names_len;
+    bool terminal;               /* status.phase Succeeded or Failed */
+    bool deleting;               /* metadata.deletionTimestamp set */
+    struct egpu_pod_request req; /* CPU, memory and GPU containers (model mask 0) */
     bool has_node_policy, has_card_policy;
     enum egpu_policy_kind node_policy, card_policy; /* per-pod overrides */
     bool has_assigned;
-    struct egpu_assigned *assigned; /* owned; non-NULL exactly when has_assigned */
+    struct egpu_sched_assigned *assigned; /* owned; non-NULL exactly when has_assigned */
     char *assigned_error; /* why a present annotation was not usable (owned), NULL when it was */
     bool allocated;       /* elasticgpu.io/allocated present */
-    /* spec.schedulerName; "" when absent or unusable (absent, not a string,
-     * too long, with a NUL): a name no scheduler has */
-    char scheduler_name[EGPU_K8S_NAME_MAX];
     /* egpuc.elasticgpu.io/<container>: <claim> (egpu_api_pod_claims), in
      * the annotations' order; when they cannot be read, nclaims is 0 and
      * claims_error says why (the parse does not fail: the pod still counts
@@ -82,7 +131,7 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out,
  * -ENOMEM, with the field named, when they cannot be allocated. */
 
 /* Free what p owns (names, assigned, claims, assigned_error, claims_error),
- * leaving them NULL (ns, name, uid and node ""), has_assigned false and
+ * leaving them NULL (the strings in names ""), has_assigned false and
  * nclaims 0; the rest of *p is kept. p may be NULL. */
 void egpu_sched_pod_clear(struct egpu_sched_pod *p);
 
@@ -96,6 +145,10 @@ void egpu_sched_pod_move(struct egpu_sched_pod *to, struct egpu_sched_pod *from)
  * unchanged. */
 int egpu_sched_pod_copy(struct egpu_sched_pod *dst,
                         const struct egpu_sched_pod *src) EGPU_MUST_CHECK;
+
+/* The name of GPU container i of p (i < p->req.ncontainers), borrowed from
+ * p. */
+const char *egpu_sched_pod_container(const struct egpu_sched_pod *p, uint32_t i);
 
 /* Does the pod ask for any Elastic GPU resource? */
 bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p);

@@ -130,14 +130,11 @@ int egpu_cluster_assign(struct egpu_cluster *c, const char *pod, struct egpu_nod
     if (pick->nshares > EGPU_PICK_SHARES_MAX || !egpu__pick_fits(node, r, pick, why, sizeof(why)))
         return egpu_error_set(err, -EINVAL, "pod %s on node %s: %s", pod, node->name,
                               pick->nshares > EGPU_PICK_SHARES_MAX ? "too many shares" : why);
-    a = egpu_malloc(sizeof(*a) + pick->nshares * sizeof(a->shares[0]));
+    /* One allocation: the record, its shares, then its key. */
+    a = egpu_malloc(sizeof(*a) + pick->nshares * sizeof(a->shares[0]) + strlen(pod) + 1);
     if (a == NULL)
         return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", pod);
-    a->pod = egpu_strdup(pod);
-    if (a->pod == NULL) {
-        egpu_free(a);
-        return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", pod);
-    }
+    a->pod = memcpy((char *)(a->shares + pick->nshares), pod, strlen(pod) + 1);
     a->node = node;
     a->cpu_milli = r->cpu_milli;
     a->mem_mib = r->mem_mib;
@@ -145,7 +142,6 @@ int egpu_cluster_assign(struct egpu_cluster *c, const char *pod, struct egpu_nod
     memcpy(a->shares, pick->shares, pick->nshares * sizeof(a->shares[0]));
     rc = egpu_map_put(c->by_pod, a->pod, a);
     if (rc) {
-        egpu_free(a->pod);
         egpu_free(a);
         return egpu_error_set(err, rc, "pod %s: out of memory", pod);
     }
@@ -170,7 +166,6 @@ void egpu__assignment_drop(struct egpu_cluster *c, struct egpu_assignment *a)
         a->next->prev = a->prev;
     (void)egpu_map_del(c->by_pod, a->pod); /* present: every live assignment is indexed */
     c->npods--;
-    egpu_free(a->pod);
     egpu_free(a);
 }
 

@@ -56,6 +56,8 @@ static void node_free(struct egpu_node *n)
     for (uint32_t i = 0; n->gpus != NULL && i < n->ngpus; i++)
         egpu_free(n->gpus[i].unhealthy);
     egpu_free(n->gpus);
+    egpu_free(n->uuids);
+    egpu_free(n->links);
     egpu_free(n->name);
     egpu_free(n);
 }
@@ -233,11 +235,28 @@ static uint32_t position_of(const struct egpu_node *n, uint32_t index)
     return lo < n->ngpus && n->gpus[lo].index == index ? lo : n->ngpus;
 }
 
+/* What egpu_gpu.link reads on a node without topology. */
+static const uint8_t no_links[EGPU_NODE_GPUS_MAX];
+
 /* Fill egpu_gpu.link from the specs' links (n->gpus already sorted): each
  * pair gets the farther of what its two cards say, or the one that says
- * something. */
-static void set_links(struct egpu_node *n, const struct egpu_node_spec *s)
+ * something. The rows are allocated only when a spec names a link.
+ * Returns 0 or -ENOMEM. */
+static int set_links(struct egpu_node *n, const struct egpu_node_spec *s)
 {
+    bool any = false;
+
+    for (uint32_t i = 0; i < n->ngpus; i++) {
+        n->gpus[i].link = no_links;
+        any = any || s->gpus[i].nlinks > 0;
+    }
+    if (!any)
+        return 0;
+    n->links = egpu_calloc((size_t)n->ngpus * n->ngpus, 1);
+    if (n->links == NULL)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n->ngpus; i++)
+        n->gpus[i].link = n->links + (size_t)i * n->ngpus;
     for (uint32_t i = 0; i < s->ngpus; i++) {
         const struct egpu_gpu_spec *g = &s->gpus[i];
         uint32_t a = position_of(n, g->index);
@@ -248,8 +267,8 @@ static void set_links(struct egpu_node *n, const struct egpu_node_spec *s)
 
             if (b == n->ngpus || b == a || level == EGPU_TOPO_UNKNOWN)
                 continue;
-            ab = &n->gpus[a].link[b];
-            ba = &n->gpus[b].link[a];
+            ab = &n->links[(size_t)a * n->ngpus + b];
+            ba = &n->links[(size_t)b * n->ngpus + a];
             if (*ab == EGPU_TOPO_UNKNOWN || level < *ab)
                 *ab = level;
             if (*ba == EGPU_TOPO_UNKNOWN || level < *ba)
@@ -257,6 +276,7 @@ static void set_links(struct egpu_node *n, const struct egpu_node_spec *s)
             n->has_topology = true;
         }
     }
+    return 0;
 }
 
 static void unindex_uuids(struct egpu_cluster *c, const struct egpu_node *n, uint32_t upto)
@@ -288,6 +308,8 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
     struct egpu_node *n;
     int rc = check_spec(c, s, err), model = EGPU_MODEL_NONE;
     uint32_t indexed = 0;
+    char uuid[EGPU_NODE_GPUS_MAX][EGPU_UUID_MAX]; /* the cards', in the spec's order */
+    size_t uuids_len = 0;
 
     if (rc)
         return rc;
@@ -347,16 +369,27 @@ static int add_node(struct egpu_cluster *c, const struct egpu_node_spec *s, stru
             (g->unhealthy = egpu_strdup(s->gpus[i].unhealthy)) == NULL)
             goto out_nomem;
         if (s->gpus[i].uuid != NULL)
-            snprintf(g->uuid, sizeof(g->uuid), "%s", s->gpus[i].uuid);
-        else if (snprintf(g->uuid, sizeof(g->uuid), "%s-gpu%u", s->name, g->index) >=
-                 (int)sizeof(g->uuid)) {
+            snprintf(uuid[i], sizeof(uuid[i]), "%s", s->gpus[i].uuid);
+        else if (snprintf(uuid[i], sizeof(uuid[i]), "%s-gpu%u", s->name, g->index) >=
+                 (int)sizeof(uuid[i])) {
             rc = egpu_error_set(err, -EINVAL, "node %s: name too long to derive card UUIDs",
                                 s->name);
             goto out_free;
         }
+        uuids_len += strlen(uuid[i]) + 1;
+    }
+    n->uuids = egpu_malloc(uuids_len > 0 ? uuids_len : 1);
+    if (n->uuids == NULL)
+        goto out_nomem;
+    for (uint32_t i = 0, at = 0; i < s->ngpus; i++) {
+        size_t len = strlen(uuid[i]) + 1;
+
+        n->gpus[i].uuid = memcpy(n->uuids + at, uuid[i], len);
+        at += (uint32_t)len;
     }
     qsort(n->gpus, n->ngpus, sizeof(*n->gpus), cmp_gpu_index);
-    set_links(n, s);
+    if (set_links(n, s) != 0)
+        goto out_nomem;
     for (; indexed < n->ngpus; indexed++) {
         rc = egpu_map_put(c->by_uuid, n->gpus[indexed].uuid, n);
         if (rc == -EEXIST) {

@@ -38,8 +38,14 @@
 
 #include "placement_int.h"
 
-#define MEMO_CLASSES 256
-#define MEMO_CARDS   8
+#define MEMO_CLASSES     256
+#define MEMO_CARDS       8
+/* The memo holds a verdict per node slot and request shape: at most
+ * cfg.memo_bytes of them (this when 0; at least MEMO_CLASSES_MIN shapes), so
+ * at 65,536 node slots it keeps the 64 shapes used last (2 MiB each) instead
+ * of 256 (512 MiB); up to 16,384 slots all 256 fit. */
+#define MEMO_BYTES       ((size_t)128 << 20)
+#define MEMO_CLASSES_MIN 8
 
 struct memo_entry {
     uint64_t gen; /* node generation the entry is for; 0 = empty */
@@ -148,6 +154,27 @@ static void memo_reset(struct egpu_placer *p, const struct egpu_cluster *c)
     p->memo_max_ngpus = c->max_ngpus;
 }
 
+/* How many shapes the memo keeps for c (MEMO_BYTES of verdicts). */
+static size_t memo_limit(const struct egpu_placer *p, const struct egpu_cluster *c)
+{
+    size_t bytes = p->cfg.memo_bytes > 0 ? p->cfg.memo_bytes : MEMO_BYTES;
+    size_t n = bytes / ((c->cap > 0 ? c->cap : 1) * sizeof(struct memo_entry));
+
+    return n < MEMO_CLASSES_MIN ? MEMO_CLASSES_MIN : n > MEMO_CLASSES ? MEMO_CLASSES : n;
+}
+
+/* The least recently used class. p->nclasses > 0. */
+static struct memo_class *memo_lru(struct egpu_placer *p)
+{
+    struct memo_class *mc = &p->classes[0];
+
+    for (size_t i = 1; i < p->nclasses; i++) {
+        if (p->classes[i].last_used < mc->last_used)
+            mc = &p->classes[i];
+    }
+    return mc;
+}
+
 /* The memo class of r, found or made; NULL when out of memory. */
 static struct memo_class *memo_class(struct egpu_placer *p, const struct egpu_cluster *c,
                                      const struct egpu_pod_request *r)
@@ -166,14 +193,21 @@ static struct memo_class *memo_class(struct egpu_placer *p, const struct egpu_cl
             mc = &p->classes[i];
     }
     if (mc == NULL) {
-        if (p->nclasses < MEMO_CLASSES) {
+        size_t limit = memo_limit(p, c);
+
+        /* The cluster grew past what the kept shapes may take: the least
+         * recently used go (the last class moves into the freed place). */
+        while (p->nclasses > limit) {
+            struct memo_class *gone = memo_lru(p);
+
+            egpu_free(gone->entries);
+            *gone = p->classes[--p->nclasses];
+            memset(&p->classes[p->nclasses], 0, sizeof(p->classes[0]));
+        }
+        if (p->nclasses < limit) {
             mc = &p->classes[p->nclasses++];
         } else {
-            mc = &p->classes[0];
-            for (size_t i = 1; i < p->nclasses; i++) {
-                if (p->classes[i].last_used < mc->last_used)
-                    mc = &p->classes[i];
-            }
+            mc = memo_lru(p);
             memset(mc->entries, 0, mc->nentries * sizeof(mc->entries[0]));
         }
         memset(&mc->shape, 0, sizeof(mc->shape));

@@ -66,9 +66,10 @@
 #include "dra_int.h"
 
 /* The GPU object that owns a card UUID (the first one seen with it). */
+/* One allocation as long as its strings: the UUID, then the owner's name. */
 struct gpu_owner {
-    char uuid[EGPU_UUID_MAX]; /* the key in egpu_sched_cache.owners */
-    char name[EGPU_K8S_NAME_MAX];
+    const char *name; /* the GPU object's metadata.name, after uuid */
+    char uuid[];      /* the key in egpu_sched_cache.owners */
 };
 
 struct egpu_sched_cache *egpu_sched_cache_new(void)
@@ -122,8 +123,10 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
         return;
     while ((ni = egpu_map_next(c->nodes, &pos, NULL)) != NULL) {
         json_decref(ni->labels);
-        for (uint32_t i = 0; i < ni->ngpus; i++)
+        for (uint32_t i = 0; i < ni->ngpus; i++) {
             egpu_free(ni->gpus[i].peers);
+            egpu_free(ni->gpus[i].strs);
+        }
         egpu_free(ni->gpus);
     }
     egpu_cluster_free(c->cluster);
@@ -132,6 +135,7 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
     while ((pe = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
         egpu_sched_pod_clear(&pe->pod);
         egpu_free(pe->uses);
+        egpu_free(pe->inside);
     }
     free_values(c->pods);
     free_values(c->claims);
@@ -160,7 +164,7 @@ const char *egpu__sched_target_of(const struct egpu_sched_pod *p)
     if (p->terminal)
         return NULL;
     if (p->has_assigned)
-        return p->assigned->node;
+        return egpu_sched_assigned_node(p->assigned);
     return p->node[0] ? p->node : NULL;
 }
 
@@ -176,17 +180,18 @@ static uint32_t card_pct(const struct egpu_container_request *cr)
 static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
                     struct egpu_pick *pick)
 {
-    const struct egpu_assigned *a = p->assigned;
+    const struct egpu_sched_assigned *a = p->assigned;
 
     pick->nshares = 0;
     if (!p->has_assigned || a->ncontainers != p->req.ncontainers)
         return false;
     for (uint32_t i = 0; i < a->ncontainers; i++) {
-        const struct egpu_assigned_container *ac = &a->containers[i];
+        const struct egpu_sched_assigned_container *ac = &a->containers[i];
         const struct egpu_container_request *cr;
         uint32_t ci = 0;
 
-        while (ci < p->req.ncontainers && strcmp(p->containers[ci], ac->name) != 0)
+        while (ci < p->req.ncontainers &&
+               strcmp(egpu_sched_pod_container(p, ci), egpu_sched_assigned_name(a, i)) != 0)
             ci++;
         if (ci == p->req.ncontainers)
             return false;
@@ -194,7 +199,7 @@ static bool pick_of(const struct egpu_sched_pod *p, const struct egpu_node *n,
         if (ac->ncards != cr->ncards || ac->core_pct != card_pct(cr))
             return false;
         for (uint32_t k = 0; k < ac->ncards; k++) {
-            const char *uuid = a->uuids[ac->first_card + k];
+            const char *uuid = egpu_sched_assigned_uuid(a, ac->first_card + k);
             uint32_t g = 0;
             struct egpu_share *s;
 
@@ -259,7 +264,7 @@ const char *egpu__sched_resv_uuid(const struct egpu__sched_resv *r, uint32_t k)
 uint32_t egpu__sched_container_of(const struct egpu_sched_pod *p, const char *name)
 {
     for (uint32_t i = 0; i < p->req.ncontainers; i++) {
-        if (strcmp(p->containers[i], name) == 0)
+        if (strcmp(egpu_sched_pod_container(p, i), name) == 0)
             return i;
     }
     return UINT32_MAX;
@@ -333,7 +338,7 @@ static int count_on(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e,
                     struct egpu_node *n, struct egpu_error *err)
 {
     struct egpu_pod_request req = e->pod.req;
-    struct egpu__sched_resv *in[EGPU_CONTAINERS_MAX];
+    struct egpu__sched_resv *in[EGPU_CONTAINERS_MAX], **inside = NULL;
     struct egpu_pick pick = {0};
     int rc;
 
@@ -356,20 +361,28 @@ static int count_on(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e,
         if (e->nuses > 0)
             split_inside(e, n, &req, &pick, in);
     }
+    for (uint32_t i = 0; i < e->pod.req.ncontainers && inside == NULL; i++) {
+        if (in[i] != NULL && (inside = egpu_calloc(EGPU_CONTAINERS_MAX, sizeof(*inside))) == NULL) {
+            e->unresolved = false;
+            return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", e->key);
+        }
+    }
     rc = egpu_cluster_assign(c->cluster, e->key, n, &req, &pick, err);
     if (rc) {
+        egpu_free(inside);
         e->unresolved = false;
         return rc;
     }
     e->counted = true;
-    for (uint32_t i = 0; i < e->pod.req.ncontainers; i++) {
-        e->inside[i] = in[i];
+    e->inside = inside; /* not counted before: held none */
+    for (uint32_t i = 0; inside != NULL && i < e->pod.req.ncontainers; i++) {
+        inside[i] = in[i];
         if (in[i] != NULL) {
             in[i]->occupant = e;
             egpu_log(EGPU_LOG_DEBUG,
                      "container counted inside its claim's ElasticGPU pod=%s container=%s "
                      "elasticgpu=%s node=%s",
-                     e->key, e->pod.containers[i], in[i]->name, n->name);
+                     e->key, egpu_sched_pod_container(&e->pod, i), in[i]->name, n->name);
         }
     }
     return 0;
@@ -410,11 +423,12 @@ static void counted_on(const struct egpu__sched_pod_entry *e, char *was)
  * forget the ElasticGPUs it was counted inside. */
 static void forget_count(struct egpu__sched_pod_entry *e)
 {
-    for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++) {
+    for (uint32_t i = 0; e->inside != NULL && i < EGPU_CONTAINERS_MAX; i++) {
         if (e->inside[i] != NULL && e->inside[i]->occupant == e)
             e->inside[i]->occupant = NULL;
-        e->inside[i] = NULL;
     }
+    egpu_free(e->inside);
+    e->inside = NULL;
     e->counted = false;
     e->unresolved = false;
 }
@@ -863,7 +877,7 @@ static int gpu_fields(const json_t *gpu, struct gpu_fields *f, struct egpu_error
         json_integer_value(mem) > UINT32_MAX)
         return egpu_error_set(err, EGPU_ESYNTAX,
                               "GPU %s: spec.memory must be an integer number of MiB", name);
-    if (f->model != NULL && strlen(f->model) >= sizeof(((struct egpu__sched_gpu *)0)->model))
+    if (f->model != NULL && strlen(f->model) >= SCHED_GPU_MODEL_MAX)
         return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.model too long", name);
     f->index = json_integer_value(index);
     f->mem_mib = json_integer_value(mem);
@@ -1160,11 +1174,11 @@ static int claim_uuid(struct egpu_sched_cache *c, const char *uuid, const char *
         *owner_out = o->name;
         return strcmp(o->name, name) == 0 ? 0 : -EEXIST;
     }
-    o = egpu_calloc(1, sizeof(*o));
+    o = egpu_malloc(sizeof(*o) + strlen(uuid) + 1 + strlen(name) + 1);
     if (o == NULL)
         return -ENOMEM;
     memcpy(o->uuid, uuid, strlen(uuid) + 1);
-    memcpy(o->name, name, strlen(name) + 1);
+    o->name = memcpy(o->uuid + strlen(uuid) + 1, name, strlen(name) + 1);
     if (egpu_map_put(c->owners, o->uuid, o) != 0) {
         egpu_free(o);
         return -ENOMEM;
@@ -1235,15 +1249,43 @@ static int gpus_resize(struct egpu__sched_node *ni, uint32_t want)
     return 0;
 }
 
+/* Copy s to b + *at, moving *at past its NUL; returns the copy. */
+static const char *put_str(char *b, size_t *at, const char *s)
+{
+    size_t len = strlen(s) + 1;
+    char *to = memcpy(b + *at, s, len);
+
+    *at += len;
+    return to;
+}
+
+/* Store g's strings in a new strs of their length, in this order (so two
+ * cards with the same strings have the same strs), and free the old one
+ * (the arguments may point into it). Returns 0, or -ENOMEM with g unchanged. */
+static int gpu_strs(struct egpu__sched_gpu *g, const char *uuid, const char *model,
+                    const char *name, const char *health)
+{
+    size_t len = strlen(uuid) + strlen(model) + strlen(name) + strlen(health) + 4, at = 0;
+    char *b = egpu_malloc(len), *old = g->strs;
+
+    if (b == NULL)
+        return -ENOMEM;
+    g->uuid = put_str(b, &at, uuid);
+    g->model = put_str(b, &at, model);
+    g->name = put_str(b, &at, name);
+    g->health = put_str(b, &at, health);
+    g->strs = b;
+    g->strs_len = (uint32_t)len;
+    egpu_free(old);
+    return 0;
+}
+
 /* Are a and b the same card for placement, their loads aside? */
 static bool same_card(const struct egpu__sched_gpu *a, const struct egpu__sched_gpu *b)
 {
-    struct egpu__sched_gpu t = *b;
-
-    t.load_pct = a->load_pct;
-    t.load_at_s = a->load_at_s;
-    t.peers = a->peers;
-    return memcmp(a, &t, sizeof(t)) == 0 &&
+    return a->index == b->index && a->mem_mib == b->mem_mib && a->shadowed == b->shadowed &&
+           a->strs_len == b->strs_len && memcmp(a->strs, b->strs, a->strs_len) == 0 &&
+           a->npeers == b->npeers &&
            (a->npeers == 0 || memcmp(a->peers, b->peers, a->npeers * sizeof(*a->peers)) == 0);
 }
 
@@ -1253,27 +1295,28 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     struct gpu_fields f;
     struct egpu__sched_node *ni;
     struct egpu__sched_gpu g = {0}, *slot;
-    const char *owner = NULL;
+    const char *owner = NULL, *health = "";
     int rc = gpu_fields(gpu, &f, err);
 
     if (rc)
         return rc;
-    memcpy(g.uuid, f.uuid, strlen(f.uuid) + 1);
-    memcpy(g.name, f.name, strlen(f.name) + 1);
-    g.index = (uint32_t)f.index;
-    g.mem_mib = (uint32_t)f.mem_mib;
-    snprintf(g.model, sizeof(g.model), "%s", f.model && *f.model ? f.model : "unknown");
     /* status.health as egpu-agent writes it: a card that is not Healthy takes
      * no new pod (none written yet: a new object, taken as healthy). */
     if (f.health != NULL && f.health[0] != '\0' && strcmp(f.health, EGPU_API_GPU_HEALTHY) != 0)
-        snprintf(g.health, sizeof(g.health), "%s", f.health);
+        health = f.health;
+    if (gpu_strs(&g, f.uuid, f.model && *f.model ? f.model : "unknown", f.name, health) != 0)
+        return egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
+    g.index = (uint32_t)f.index;
+    g.mem_mib = (uint32_t)f.mem_mib;
     now = (int64_t)time(NULL);
     g.load_pct = f.load_pct;
     g.load_at_s = f.load_at_s < now ? f.load_at_s : now; /* ahead of our clock: now */
     if (f.npeers > 0) {
         g.peers = egpu_malloc(f.npeers * sizeof(*g.peers));
-        if (g.peers == NULL)
+        if (g.peers == NULL) {
+            egpu_free(g.strs);
             return egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
+        }
         memcpy(g.peers, f.peers, f.npeers * sizeof(*g.peers));
         g.npeers = (uint32_t)f.npeers;
     }
@@ -1302,7 +1345,11 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     if (slot != NULL && slot->shadowed && g.shadowed) {
         /* Left out of the core either way: its health and load are kept
          * for when it takes the card over, nothing else changes. */
-        memcpy(slot->health, g.health, sizeof(g.health));
+        if (strcmp(slot->health, g.health) != 0 &&
+            gpu_strs(slot, slot->uuid, slot->model, slot->name, g.health) != 0) {
+            rc = egpu_error_set(err, -ENOMEM, "GPU %s: out of memory", f.name);
+            goto out;
+        }
         slot->load_pct = g.load_pct;
         slot->load_at_s = g.load_at_s;
     }
@@ -1322,10 +1369,12 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
     else if (slot->shadowed)
         c->nshadowed--;
     c->nshadowed += g.shadowed;
-    if (slot->peers != NULL) /* a new slot is zeroed (calloc, or a deleted card's moved) */
-        egpu_free(slot->peers);
+    /* A new slot is zeroed (calloc, or a deleted card's moved): owns nothing. */
+    egpu_free(slot->peers);
+    egpu_free(slot->strs);
     *slot = g;
     g.peers = NULL; /* the slot owns them now */
+    g.strs = NULL;
     if (g.shadowed) {
         /* Left out of the core, so the node as it was stands. */
         rc = egpu_error_set(err, -EEXIST,
@@ -1339,6 +1388,7 @@ int egpu_sched_cache_gpu_set(struct egpu_sched_cache *c, const json_t *gpu, stru
 out:
     pthread_mutex_unlock(&c->lock);
     egpu_free(g.peers); /* not taken by a slot */
+    egpu_free(g.strs);
     return rc;
 }
 
@@ -1365,6 +1415,7 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
         rc = gone.shadowed ? 0 : rebuild(c, ni, err);
         release_uuid(c, gone.uuid, gone.name);
         egpu_free(gone.peers);
+        egpu_free(gone.strs);
         drop_if_empty(c, ni);
     }
     pthread_mutex_unlock(&c->lock);
@@ -1380,13 +1431,13 @@ static bool same_placement(const struct egpu_sched_pod *a, const struct egpu_sch
         return false;
     if (a->has_assigned != b->has_assigned)
         return false;
-    return !a->has_assigned || memcmp(a->assigned, b->assigned, sizeof(*a->assigned)) == 0;
+    return !a->has_assigned || egpu_sched_assigned_same(a->assigned, b->assigned);
 }
 
 static bool same_assigned(const struct egpu_sched_pod *a, const struct egpu_sched_pod *b)
 {
     return a->has_assigned == b->has_assigned &&
-           (!a->has_assigned || memcmp(a->assigned, b->assigned, sizeof(*a->assigned)) == 0);
+           (!a->has_assigned || egpu_sched_assigned_same(a->assigned, b->assigned));
 }
 
 /* The cache saw e's pod bound with its assigned annotation (or without one),
@@ -1396,7 +1447,7 @@ static bool same_assigned(const struct egpu_sched_pod *a, const struct egpu_sche
 static void keep_assigned(struct egpu_sched_cache *c, struct egpu__sched_pod_entry *e,
                           struct egpu_sched_pod *p)
 {
-    struct egpu_assigned *theirs = p->assigned;
+    struct egpu_sched_assigned *theirs = p->assigned;
     char *their_error = p->assigned_error;
 
     c->assigned_ignored++;
@@ -1443,7 +1494,7 @@ static uint32_t occupied(const struct egpu__sched_pod_entry *e, struct egpu__sch
 {
     uint32_t n = 0;
 
-    for (uint32_t i = 0; i < EGPU_CONTAINERS_MAX; i++) {
+    for (uint32_t i = 0; e->inside != NULL && i < EGPU_CONTAINERS_MAX; i++) {
         if (e->inside[i] != NULL && e->inside[i]->claim != NULL)
             out[n++] = e->inside[i]->claim;
     }
@@ -1583,13 +1634,14 @@ static void pick_cards(const struct egpu_node *n, const struct egpu_pick *pick, 
     }
 }
 
-static void assigned_cards(const struct egpu_assigned *a, uint32_t i, char *out, size_t len)
+static void assigned_cards(const struct egpu_sched_assigned *a, uint32_t i, char *out, size_t len)
 {
     size_t used = 0;
 
     out[0] = '\0';
     for (uint32_t k = 0; k < a->containers[i].ncards && used < len; k++) {
-        int n = snprintf(out + used, len - used, "%s,", a->uuids[a->containers[i].first_card + k]);
+        int n = snprintf(out + used, len - used, "%s,",
+                         egpu_sched_assigned_uuid(a, a->containers[i].first_card + k));
 
         used += n > 0 ? (size_t)n : 0;
     }
@@ -1608,7 +1660,7 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
         const struct egpu_sched_pod *q = &e->pod;
 
         if (!q->has_assigned || q->allocated || q->terminal ||
-            strcmp(q->assigned->node, node->name))
+            strcmp(egpu_sched_assigned_node(q->assigned), node->name))
             continue;
         if (strcmp(q->ns, pod->ns) == 0 && strcmp(q->name, pod->name) == 0)
             continue;
@@ -1618,7 +1670,7 @@ bool egpu_sched_cache_is_ambiguous_locked(struct egpu_sched_cache *c,
 
             pick_cards(node, pick, i, mine, sizeof(mine));
             for (uint32_t j = 0; j < q->assigned->ncontainers; j++) {
-                const struct egpu_assigned_container *qc = &q->assigned->containers[j];
+                const struct egpu_sched_assigned_container *qc = &q->assigned->containers[j];
                 uint32_t qpct = qc->core_pct * qc->ncards;
 
                 if (qpct != pct)
@@ -1660,7 +1712,7 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
 {
     struct egpu_assigned *a = out;
     char key[POD_KEY_MAX];
-    struct egpu_assigned *mine, *before;
+    struct egpu_sched_assigned *mine, *before;
     struct egpu__sched_pod_entry *e;
     bool created = false, had;
     int rc;
@@ -1678,21 +1730,21 @@ int egpu_sched_cache_reserve_locked(struct egpu_sched_cache *c, const struct egp
         const struct egpu_container_request *cr = &pod->req.containers[i];
         struct egpu_assigned_container *ac = &a->containers[i];
 
-        memcpy(ac->name, pod->containers[i], sizeof(ac->name));
+        snprintf(ac->name, sizeof(ac->name), "%s", egpu_sched_pod_container(pod, i));
         ac->core_pct = card_pct(cr);
         ac->mem_mib = cr->mem_mib;
         ac->first_card = a->ncards;
         for (uint32_t s = 0; s < pick->nshares; s++) {
             if (pick->shares[s].container != i)
                 continue;
-            memcpy(a->uuids[a->ncards++], node->gpus[pick->shares[s].gpu].uuid, EGPU_UUID_MAX);
+            snprintf(a->uuids[a->ncards++], EGPU_UUID_MAX, "%s",
+                     node->gpus[pick->shares[s].gpu].uuid);
             ac->ncards++;
         }
     }
-    mine = egpu_malloc(sizeof(*mine));
+    mine = egpu_sched_assigned_new(a);
     if (mine == NULL)
         return egpu_error_set(err, -ENOMEM, "pod %s: out of memory", key);
-    *mine = *a;
     if (e == NULL) {
         e = pod_entry_new(key);
         if (e == NULL || egpu_sched_pod_copy(&e->pod, pod) != 0) {
@@ -1790,7 +1842,7 @@ void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched
         out->placed += e->counted;
         out->unresolved += e->unresolved;
         out->waiting += e->waiting;
-        for (uint32_t i = 0; i < e->pod.req.ncontainers; i++)
+        for (uint32_t i = 0; e->inside != NULL && i < e->pod.req.ncontainers; i++)
             out->inside += e->inside[i] != NULL;
     }
     pos = 0;

@@ -22,14 +22,21 @@
 
 #define POD_KEY_MAX (2 * EGPU_K8S_NAME_MAX)
 
+#define SCHED_GPU_MODEL_MAX 128 /* spec.model, bytes incl. NUL */
+
 struct egpu__sched_gpu {
-    char uuid[EGPU_UUID_MAX];
+    /* spec.uuid; spec.model ("unknown" when none, shorter than
+     * SCHED_GPU_MODEL_MAX); the GPU object's metadata.name; status.health
+     * when not EGPU_API_GPU_HEALTHY ("" healthy): stored as long as they
+     * are, one after another, in strs (owned, strs_len bytes; set by
+     * gpu_strs in cache.c), so a card takes about 60 bytes of names instead
+     * of 511 */
+    const char *uuid, *model, *name, *health;
+    char *strs;
+    uint32_t strs_len;
     uint32_t index;
-    char model[128];
     uint32_t mem_mib;
-    char name[EGPU_K8S_NAME_MAX];     /* the GPU object's metadata.name */
-    bool shadowed;                    /* another GPU object owns this UUID: left out of the core */
-    char health[EGPU_API_HEALTH_MAX]; /* status.health when not EGPU_API_GPU_HEALTHY; "" healthy */
+    bool shadowed; /* another GPU object owns this UUID: left out of the core */
     /* spec.topology (owned, NULL when none; allocated, as most cards have
      * none): compared by content, so a change rebuilds the node. */
     uint32_t npeers;
@@ -99,9 +106,12 @@ struct egpu__sched_pod_entry {
     uint64_t parked; /* uncounted by egpu__sched_park_users under this tag, to be counted again */
     uint32_t nuses;  /* pod.claims[i] is uses[i]'s claim */
     struct egpu__sched_claim_use *uses; /* pod.nclaims entries while linked, else NULL */
-    /* container i of pod.req counted inside this ElasticGPU (whose occupant
-     * this pod is), not beside it; NULL = beside (or not counted) */
-    struct egpu__sched_resv *inside[EGPU_CONTAINERS_MAX];
+    /* inside[i]: container i of pod.req counted inside this ElasticGPU
+     * (whose occupant this pod is), not beside it; NULL = beside. The
+     * array (EGPU_CONTAINERS_MAX entries, owned) is allocated only while the
+     * pod is counted with a container inside one (few pods use claims):
+     * NULL = every container beside, or not counted. */
+    struct egpu__sched_resv **inside;
     char key[]; /* "namespace/name", as long as it is (pod_entry_new) */
 };
 

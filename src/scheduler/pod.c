@@ -111,11 +111,23 @@ static int container_usage(const json_t *resources, const char *path, struct usa
     return rc;
 }
 
+/* A pod being read: the record, and its strings until they are stored in
+ * its names (set_names). */
+struct scratch {
+    struct egpu_sched_pod p;
+    char ns[EGPU_K8S_NAME_MAX], name[EGPU_K8S_NAME_MAX], uid[EGPU_K8S_NAME_MAX],
+        node[EGPU_K8S_NAME_MAX];
+    char gpu_model[EGPU_MODEL_MAX];
+    char scheduler_name[EGPU_K8S_NAME_MAX];
+    char containers[EGPU_CONTAINERS_MAX][EGPU_CONTAINER_NAME_MAX];
+};
+
 /* The container's Elastic GPU ask (egpu_api_container_gpu, read as the
- * scheduler counts it: requests, else limits), added to p's request. */
-static int gpu_request(const json_t *c, const char *path, struct egpu_sched_pod *p,
-                       const char *name, struct egpu_error *err)
+ * scheduler counts it: requests, else limits), added to the pod's request. */
+static int gpu_request(const json_t *c, const char *path, struct scratch *t, const char *name,
+                       struct egpu_error *err)
 {
+    struct egpu_sched_pod *p = &t->p;
     struct egpu_api_gpu_ask a;
     int rc = egpu_api_container_gpu(c, name, false, &a, err);
 
@@ -128,7 +140,7 @@ static int gpu_request(const json_t *c, const char *path, struct egpu_sched_pod 
                                     err);
     if (rc)
         return egpu_error_prefix(err, rc, "container \"%s\"", name);
-    snprintf(p->containers[p->req.ncontainers], sizeof(p->containers[0]), "%s", name);
+    snprintf(t->containers[p->req.ncontainers], sizeof(t->containers[0]), "%s", name);
     p->req.ncontainers++;
     return 0;
 }
@@ -142,9 +154,10 @@ static bool has_dra_marker(const json_t *resources)
            json_object_get(json_object_get(resources, "limits"), EGPU_RES_DRA) != NULL;
 }
 
-static int containers(const json_t *spec, const char *key, bool init, struct egpu_sched_pod *p,
+static int containers(const json_t *spec, const char *key, bool init, struct scratch *t,
                       struct egpu_error *err)
 {
+    struct egpu_sched_pod *p = &t->p;
     const json_t *list = json_object_get(spec, key), *c;
     int64_t init_cpu = 0, init_mem = 0;
     size_t i;
@@ -183,7 +196,7 @@ static int containers(const json_t *spec, const char *key, bool init, struct egp
         p->req.cpu_milli += u.cpu_milli;
         p->req.mem_mib += u.mem_mib;
         p->dra = p->dra || has_dra_marker(res);
-        rc = gpu_request(c, path, p, name, err);
+        rc = gpu_request(c, path, t, name, err);
         if (rc)
             return rc;
     }
@@ -194,11 +207,12 @@ static int containers(const json_t *spec, const char *key, bool init, struct egp
     return 0;
 }
 
-static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu_error *err)
+static int annotations(const json_t *meta, struct scratch *t, struct egpu_error *err)
 {
+    struct egpu_sched_pod *p = &t->p;
     const json_t *ann = json_object_get(meta, "annotations"), *v;
     struct egpu_api_pod_annotations pa;
-    struct egpu_assigned *a = NULL;
+    struct egpu_assigned *a = NULL; /* decoded here, kept as long as it is */
     struct egpu_error aerr = {0};
     int rc = egpu_api_pod_annotations(ann, &pa, err);
 
@@ -208,7 +222,7 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
     p->node_policy = pa.node_policy;
     p->has_card_policy = pa.has_card_policy;
     p->card_policy = pa.card_policy;
-    memcpy(p->gpu_model, pa.gpu_model, sizeof(p->gpu_model));
+    memcpy(t->gpu_model, pa.gpu_model, sizeof(t->gpu_model));
     p->allocated = json_object_get(ann, EGPU_ANN_ALLOCATED) != NULL;
     v = json_object_get(ann, EGPU_ANN_ASSIGNED);
     if (!json_is_string(v))
@@ -218,9 +232,13 @@ static int annotations(const json_t *meta, struct egpu_sched_pod *p, struct egpu
             egpu_strdup("metadata.annotations[" EGPU_ANN_ASSIGNED "]: holds a NUL character");
     } else if ((a = egpu_malloc(sizeof(*a))) != NULL &&
                egpu_assigned_decode(json_string_value(v), a, &aerr) == 0) {
-        p->assigned = a;
-        p->has_assigned = true;
-        return 0;
+        p->assigned = egpu_sched_assigned_new(a);
+        p->has_assigned = p->assigned != NULL;
+        egpu_free(a);
+        if (p->has_assigned)
+            return 0;
+        return egpu_error_set(err, -ENOMEM, "metadata.annotations[%s]: out of memory",
+                              EGPU_ANN_ASSIGNED);
     } else if (a != NULL) {
         p->assigned_error = egpu_strdup(aerr.msg);
     }
@@ -265,14 +283,14 @@ static int pod_claims(const json_t *pod, struct egpu_sched_pod *p, struct egpu_e
  * other value (absent, mistyped, too long, with a NUL) leaves it "", which
  * names no scheduler, so bind refuses the pod; the parse never fails on it,
  * so such a pod still counts on its node. */
-static void scheduler_name(const json_t *spec, struct egpu_sched_pod *p)
+static void scheduler_name(const json_t *spec, struct scratch *t)
 {
     const json_t *v = json_object_get(spec, "schedulerName");
     size_t n = json_string_length(v);
 
-    p->scheduler_name[0] = '\0';
-    if (json_is_string(v) && n < sizeof(p->scheduler_name) && strlen(json_string_value(v)) == n)
-        memcpy(p->scheduler_name, json_string_value(v), n + 1);
+    t->scheduler_name[0] = '\0';
+    if (json_is_string(v) && n < sizeof(t->scheduler_name) && strlen(json_string_value(v)) == n)
+        memcpy(t->scheduler_name, json_string_value(v), n + 1);
 }
 
 /* spec.overhead (a resource list, RuntimeClass pod overhead) counts like a request. */
@@ -296,31 +314,52 @@ static int pod_overhead(const json_t *spec, struct usage *u, struct egpu_error *
     return rc;
 }
 
-/* p's names: ns, name, uid and node copied one after another into p->names. */
-static int set_names(struct egpu_sched_pod *p, const char *ns, const char *name, const char *uid,
-                     const char *node, struct egpu_error *err)
+/* Copy s to b + *at, moving *at past its NUL; returns the copy. */
+static const char *put(char *b, size_t *at, const char *s)
 {
-    size_t lns = strlen(ns) + 1, lname = strlen(name) + 1, luid = strlen(uid) + 1;
-    size_t lnode = strlen(node) + 1;
-    char *b = egpu_malloc(lns + lname + luid + lnode);
+    size_t len = strlen(s) + 1;
+    char *to = memcpy(b + *at, s, len);
 
+    *at += len;
+    return to;
+}
+
+/* The pod's strings copied one after another into its names. */
+static int set_names(struct scratch *t, struct egpu_error *err)
+{
+    struct egpu_sched_pod *p = &t->p;
+    size_t len = strlen(t->ns) + strlen(t->name) + strlen(t->uid) + strlen(t->node) +
+                 strlen(t->gpu_model) + strlen(t->scheduler_name) + 6,
+           at = 0;
+    char *b;
+
+    for (uint32_t i = 0; i < p->req.ncontainers; i++)
+        len += strlen(t->containers[i]) + 1;
+    b = egpu_malloc(len);
     if (b == NULL)
         return egpu_error_set(err, -ENOMEM, "metadata.name: out of memory");
     p->names = b;
-    p->ns = memcpy(b, ns, lns);
-    p->name = memcpy(b + lns, name, lname);
-    p->uid = memcpy(b + lns + lname, uid, luid);
-    p->node = memcpy(b + lns + lname + luid, node, lnode);
+    p->names_len = (uint32_t)len;
+    p->ns = put(b, &at, t->ns);
+    p->name = put(b, &at, t->name);
+    p->uid = put(b, &at, t->uid);
+    p->node = put(b, &at, t->node);
+    p->gpu_model = put(b, &at, t->gpu_model);
+    p->scheduler_name = put(b, &at, t->scheduler_name);
+    p->containers = b + at;
+    for (uint32_t i = 0; i < p->req.ncontainers; i++)
+        (void)put(b, &at, t->containers[i]);
     return 0;
 }
 
+static void disown(struct egpu_sched_pod *p);
+
 int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct egpu_error *err)
 {
+    struct scratch *t;
     struct egpu_sched_pod *p;
     const json_t *meta, *spec;
     struct usage overhead;
-    char ns[EGPU_K8S_NAME_MAX], name[EGPU_K8S_NAME_MAX], uid[EGPU_K8S_NAME_MAX],
-        node[EGPU_K8S_NAME_MAX];
     int rc;
 
     if (!json_is_object(pod))
@@ -331,28 +370,30 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
         return egpu_error_set(err, EGPU_ESYNTAX, "metadata: missing or not an object");
     if (!json_is_object(spec))
         return egpu_error_set(err, EGPU_ESYNTAX, "spec: missing or not an object");
-    p = egpu_calloc(1, sizeof(*p));
-    if (p == NULL)
+    t = egpu_calloc(1, sizeof(*t));
+    if (t == NULL)
         return egpu_error_set(err, -ENOMEM, "pod: out of memory");
-    rc = copy_str(json_object_get(meta, "name"), name, sizeof(name), true, "metadata.name", err);
+    p = &t->p;
+    disown(p);
+    rc = copy_str(json_object_get(meta, "name"), t->name, sizeof(t->name), true, "metadata.name",
+                  err);
     if (!rc)
-        rc = copy_str(json_object_get(meta, "namespace"), ns, sizeof(ns), false,
+        rc = copy_str(json_object_get(meta, "namespace"), t->ns, sizeof(t->ns), false,
                       "metadata.namespace", err);
     if (!rc)
-        rc = copy_str(json_object_get(meta, "uid"), uid, sizeof(uid), false, "metadata.uid", err);
-    if (!rc)
-        rc = copy_str(json_object_get(spec, "nodeName"), node, sizeof(node), false, "spec.nodeName",
+        rc = copy_str(json_object_get(meta, "uid"), t->uid, sizeof(t->uid), false, "metadata.uid",
                       err);
-    if (!rc && ns[0] == '\0')
-        memcpy(ns, "default", sizeof("default"));
     if (!rc)
-        rc = set_names(p, ns, name, uid, node, err);
+        rc = copy_str(json_object_get(spec, "nodeName"), t->node, sizeof(t->node), false,
+                      "spec.nodeName", err);
+    if (!rc && t->ns[0] == '\0')
+        memcpy(t->ns, "default", sizeof("default"));
     if (!rc)
-        scheduler_name(spec, p);
+        scheduler_name(spec, t);
     if (!rc)
-        rc = containers(spec, "containers", false, p, err);
+        rc = containers(spec, "containers", false, t, err);
     if (!rc)
-        rc = containers(spec, "initContainers", true, p, err);
+        rc = containers(spec, "initContainers", true, t, err);
     if (!rc)
         rc = pod_overhead(spec, &overhead, err);
     if (!rc) {
@@ -360,9 +401,11 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
         p->req.mem_mib += overhead.mem_mib;
     }
     if (!rc)
-        rc = annotations(meta, p, err);
+        rc = annotations(meta, t, err);
     if (!rc)
         rc = pod_claims(pod, p, err);
+    if (!rc)
+        rc = set_names(t, err);
     if (!rc) {
         p->terminal = egpu_api_pod_finished(pod);
         p->deleting = json_is_string(json_object_get(meta, "deletionTimestamp"));
@@ -370,7 +413,7 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
     } else {
         egpu_sched_pod_clear(p);
     }
-    egpu_free(p);
+    egpu_free(t);
     return rc;
 }
 
@@ -379,7 +422,8 @@ int egpu_sched_pod_parse(const json_t *pod, struct egpu_sched_pod *out, struct e
 static void disown(struct egpu_sched_pod *p)
 {
     p->names = NULL;
-    p->ns = p->name = p->uid = p->node = "";
+    p->names_len = 0;
+    p->ns = p->name = p->uid = p->node = p->gpu_model = p->scheduler_name = p->containers = "";
     p->assigned_error = NULL;
     p->claims_error = NULL;
     p->assigned = NULL;
@@ -409,15 +453,15 @@ void egpu_sched_pod_move(struct egpu_sched_pod *to, struct egpu_sched_pod *from)
 
 int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod *src)
 {
-    struct egpu_assigned *a = NULL;
+    struct egpu_sched_assigned *a = NULL;
     struct egpu_api_pod_claim *cl = NULL;
     char *ae = NULL, *ce = NULL, *nm = NULL;
     size_t len = 0;
 
-    if (src->names != NULL) /* node is the last of the four */
-        len = (size_t)(src->node - src->names) + strlen(src->node) + 1;
+    if (src->names != NULL)
+        len = src->names_len;
     if ((src->names != NULL && (nm = egpu_malloc(len)) == NULL) ||
-        (src->has_assigned && (a = egpu_malloc(sizeof(*a))) == NULL) ||
+        (src->has_assigned && (a = egpu_sched_assigned_dup(src->assigned)) == NULL) ||
         (src->nclaims > 0 && (cl = egpu_malloc(src->nclaims * sizeof(*cl))) == NULL) ||
         (src->assigned_error != NULL && (ae = egpu_strdup(src->assigned_error)) == NULL) ||
         (src->claims_error != NULL && (ce = egpu_strdup(src->claims_error)) == NULL)) {
@@ -435,16 +479,26 @@ int egpu_sched_pod_copy(struct egpu_sched_pod *dst, const struct egpu_sched_pod 
         dst->name = nm + (src->name - src->names);
         dst->uid = nm + (src->uid - src->names);
         dst->node = nm + (src->node - src->names);
+        dst->gpu_model = nm + (src->gpu_model - src->names);
+        dst->scheduler_name = nm + (src->scheduler_name - src->names);
+        dst->containers = nm + (src->containers - src->names);
     }
     dst->assigned = a;
     dst->claims = cl;
     dst->assigned_error = ae;
     dst->claims_error = ce;
-    if (a != NULL)
-        *a = *src->assigned;
     if (cl != NULL)
         memcpy(cl, src->claims, src->nclaims * sizeof(*cl));
     return 0;
+}
+
+const char *egpu_sched_pod_container(const struct egpu_sched_pod *p, uint32_t i)
+{
+    const char *s = p->containers;
+
+    while (i-- > 0)
+        s += strlen(s) + 1;
+    return s;
 }
 
 bool egpu_sched_pod_wants_gpu(const struct egpu_sched_pod *p)

@@ -1340,7 +1340,8 @@ static void test_assign_oom(void **state)
             failures++;
         }
         assert_true(assigned);
-        assert_true(failures >= (prepods[k] ? 3 : 2));
+        /* The record (its key in it) fails, and with twelve pods the map's growth. */
+        assert_true(failures >= (prepods[k] ? 2 : 1));
         check_consistent(c);
         release_ok(c, "ns/oom");
         assert_int_equal(c->npods, prepods[k]);

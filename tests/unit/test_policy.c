@@ -40,15 +40,17 @@ static struct egpu_cluster *new_cluster(void)
     return c;
 }
 
-static struct egpu_placer *new_placer(enum egpu_policy_kind node_policy,
-                                      enum egpu_policy_kind card_policy, uint64_t seed,
-                                      const struct egpu_workload *w, bool memo)
+static struct egpu_placer *new_placer_sized(enum egpu_policy_kind node_policy,
+                                            enum egpu_policy_kind card_policy, uint64_t seed,
+                                            const struct egpu_workload *w, bool memo,
+                                            size_t memo_bytes)
 {
     struct egpu_placer_config cfg = {.node_policy = node_policy,
                                      .card_policy = card_policy,
                                      .seed = seed,
                                      .workload = w,
-                                     .memo = memo};
+                                     .memo = memo,
+                                     .memo_bytes = memo_bytes};
     struct egpu_error err = {0};
     struct egpu_placer *p = egpu_placer_new(&cfg, &err);
 
@@ -56,6 +58,13 @@ static struct egpu_placer *new_placer(enum egpu_policy_kind node_policy,
         fail_msg("placer %s/%s: %s", egpu_policy_name(node_policy), egpu_policy_name(card_policy),
                  err.msg);
     return p;
+}
+
+static struct egpu_placer *new_placer(enum egpu_policy_kind node_policy,
+                                      enum egpu_policy_kind card_policy, uint64_t seed,
+                                      const struct egpu_workload *w, bool memo)
+{
+    return new_placer_sized(node_policy, card_policy, seed, w, memo, 0);
 }
 
 static void make_workload(struct egpu_workload *w, const struct egpu_typical_pod *pods, size_t n)
@@ -1273,10 +1282,11 @@ static void compare_all_scores(struct egpu_placer *pm, const struct egpu_cluster
  * slot. With grow, a node larger than any other ("late": 48000m, 8 cards)
  * arrives at step 200 and leaves at step 420, changing best-fit's
  * normalisation both times, so the placer must drop its cached results. */
-static void memo_run(enum egpu_policy_kind kind, const struct egpu_workload *w, bool grow)
+static void memo_run(enum egpu_policy_kind kind, const struct egpu_workload *w, bool grow,
+                     size_t memo_bytes)
 {
     struct egpu_cluster *c1 = new_cluster(), *c2 = new_cluster();
-    struct egpu_placer *pm = new_placer(kind, kind, 11, w, true);
+    struct egpu_placer *pm = new_placer_sized(kind, kind, 11, w, true, memo_bytes);
     struct egpu_placer *pp = new_placer(kind, kind, 11, w, false);
     uint64_t mask1 = 0, mask2 = 0;
     int live_pods[500];
@@ -1370,8 +1380,13 @@ static void test_memo_matches_plain(void **state)
 
     (void)state;
     make_workload(&w, memo_pods, sizeof(memo_pods) / sizeof(memo_pods[0]));
-    for (size_t k = 0; k < sizeof(memo_kinds) / sizeof(memo_kinds[0]); k++)
-        memo_run(memo_kinds[k], &w, false);
+    /* With the default size every shape is kept; with 1 byte the memo keeps
+     * its least 8 shapes of the 11 the run asks, so shapes are dropped and
+     * made again all along. */
+    for (size_t k = 0; k < sizeof(memo_kinds) / sizeof(memo_kinds[0]); k++) {
+        memo_run(memo_kinds[k], &w, false, 0);
+        memo_run(memo_kinds[k], &w, false, 1);
+    }
     egpu_workload_free(&w);
     assert_int_equal(egpu_alloc_live(), live);
 }
@@ -1421,7 +1436,7 @@ static void test_memo_after_cluster_maxima_change(void **state)
     (void)state;
     make_workload(&w, memo_pods, sizeof(memo_pods) / sizeof(memo_pods[0]));
     for (size_t k = 0; k < sizeof(memo_kinds) / sizeof(memo_kinds[0]); k++)
-        memo_run(memo_kinds[k], &w, true);
+        memo_run(memo_kinds[k], &w, true, 0);
     egpu_workload_free(&w);
     assert_int_equal(egpu_alloc_live(), live);
 }

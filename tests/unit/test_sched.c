@@ -221,6 +221,37 @@ static void test_assigned_round_trip(void **state)
     assert_int_equal(egpu_assigned_decode(text, &b, &err), 0);
     assert_memory_equal(&a, &b, sizeof(a));
     egpu_free(text);
+    /* The cache's record holds the same, in the bytes it takes: copies and
+     * records of the same annotation compare equal, another does not. */
+    {
+        struct egpu_sched_assigned *r = egpu_sched_assigned_new(&a), *d, *o;
+
+        assert_non_null(r);
+        assert_true(r->size < 128);
+        assert_string_equal(egpu_sched_assigned_node(r), "gpu-node-1");
+        assert_int_equal(r->ncontainers, 2);
+        assert_int_equal(r->ncards, 3);
+        assert_string_equal(egpu_sched_assigned_name(r, 0), "trainer");
+        assert_string_equal(egpu_sched_assigned_name(r, 1), "sidecar");
+        assert_int_equal(r->containers[0].core_pct, 30);
+        assert_int_equal(r->containers[0].mem_mib, 4096);
+        assert_int_equal(r->containers[1].core_pct, 100);
+        assert_int_equal(r->containers[1].ncards, 2);
+        assert_int_equal(r->containers[1].first_card, 1);
+        assert_string_equal(egpu_sched_assigned_uuid(r, 0), "GPU-a");
+        assert_string_equal(egpu_sched_assigned_uuid(r, 2), "GPU-c");
+        d = egpu_sched_assigned_dup(r);
+        assert_non_null(d);
+        assert_true(egpu_sched_assigned_same(r, d));
+        assert_false(egpu_sched_assigned_same(r, NULL));
+        snprintf(b.uuids[2], sizeof(b.uuids[2]), "GPU-d");
+        o = egpu_sched_assigned_new(&b);
+        assert_non_null(o);
+        assert_false(egpu_sched_assigned_same(r, o));
+        egpu_free(o);
+        egpu_free(d);
+        egpu_free(r);
+    }
     /* Bad annotations name the field. */
     assert_int_equal(egpu_assigned_decode("{", &b, &err), EGPU_ESYNTAX);
     assert_int_equal(egpu_assigned_decode("{\"containers\":[]}", &b, &err), EGPU_ESYNTAX);
@@ -260,10 +291,10 @@ static void test_pod_parse(void **state)
     assert_int_equal(p.req.cpu_milli, 8250);
     assert_int_equal(p.req.mem_mib, 3 * 1024 + 512);
     assert_int_equal(p.req.ncontainers, 2);
-    assert_string_equal(p.containers[0], "c0");
+    assert_string_equal(egpu_sched_pod_container(&p, 0), "c0");
     assert_int_equal(p.req.containers[0].core_milli, 300);
     assert_int_equal(p.req.containers[0].mem_mib, 4096);
-    assert_string_equal(p.containers[1], "c2");
+    assert_string_equal(egpu_sched_pod_container(&p, 1), "c2");
     assert_int_equal(p.req.containers[1].core_milli, 1000);
     assert_int_equal(p.req.containers[1].ncards, 2);
     assert_true(p.has_node_policy && p.node_policy == EGPU_POLICY_FGD);
@@ -291,7 +322,7 @@ static void test_pod_parse(void **state)
         json_decref(pod);
         assert_true(p.has_assigned);
         assert_non_null(p.assigned);
-        assert_string_equal(p.assigned->node, "n1");
+        assert_string_equal(egpu_sched_assigned_node(p.assigned), "n1");
         assert_int_equal(p.nclaims, 1);
         assert_string_equal(p.claims[0].claim, "shared-a");
         assert_int_equal(egpu_sched_pod_copy(&q, &p), 0);
@@ -300,7 +331,7 @@ static void test_pod_parse(void **state)
         egpu_sched_pod_clear(&p);
         assert_false(p.has_assigned);
         assert_int_equal(p.nclaims, 0);
-        assert_string_equal(q.assigned->uuids[0], "GPU-n1-0");
+        assert_string_equal(egpu_sched_assigned_uuid(q.assigned, 0), "GPU-n1-0");
         assert_string_equal(q.claims[0].container, "c0");
         egpu_sched_pod_clear(&q);
         /* An unusable annotation: the message is the pod's too. */
@@ -1967,16 +1998,23 @@ static bool pod_same(const struct egpu_sched_pod *a, const struct egpu_sched_pod
     struct egpu_sched_pod x = *a, y = *b;
 
     if (!opt_same(a->ns, b->ns) || !opt_same(a->name, b->name) || !opt_same(a->uid, b->uid) ||
-        !opt_same(a->node, b->node) || !opt_same(a->assigned_error, b->assigned_error) ||
+        !opt_same(a->node, b->node) || !opt_same(a->gpu_model, b->gpu_model) ||
+        !opt_same(a->scheduler_name, b->scheduler_name) ||
+        !opt_same(a->assigned_error, b->assigned_error) ||
         !opt_same(a->claims_error, b->claims_error) || a->has_assigned != b->has_assigned ||
         a->nclaims != b->nclaims)
         return false;
-    if (a->assigned != NULL &&
-        (b->assigned == NULL || memcmp(a->assigned, b->assigned, sizeof(*a->assigned)) != 0))
+    if (!egpu_sched_assigned_same(a->assigned, b->assigned))
         return false;
     if (a->nclaims > 0 && memcmp(a->claims, b->claims, a->nclaims * sizeof(*a->claims)) != 0)
         return false;
+    for (uint32_t i = 0; i < a->req.ncontainers && i < b->req.ncontainers; i++) {
+        if (!opt_same(egpu_sched_pod_container(a, i), egpu_sched_pod_container(b, i)))
+            return false;
+    }
+    x.containers = y.containers = NULL;
     x.ns = x.name = x.uid = x.node = y.ns = y.name = y.uid = y.node = NULL;
+    x.gpu_model = x.scheduler_name = y.gpu_model = y.scheduler_name = NULL;
     x.names = y.names = x.assigned_error = y.assigned_error = NULL;
     x.claims_error = y.claims_error = NULL;
     x.assigned = y.assigned = NULL;
