@@ -50,6 +50,7 @@
 
 #define MEMO_CLASSES 256
 #define MEMO_CARDS   8
+#define SLOTS_AHEAD  8 /* slots whose memo entries score_slots fetches ahead */
 
 struct memo_entry {
     uint64_t gen; /* node generation the entry is for; 0 = empty */
@@ -390,8 +391,14 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
 
     for (size_t i = 0; i < n; i++) {
         uint32_t slot = slots[i];
-        const struct memo_entry *e;
+        struct memo_entry *e;
 
+        /* Slots come in the request's order: fetch a few ahead. */
+        if (mc != NULL && i + SLOTS_AHEAD < n && slots[i + SLOTS_AHEAD] < c->nnodes) {
+            __builtin_prefetch(&mc->entries[slots[i + SLOTS_AHEAD]]);
+            __builtin_prefetch(&c->gens[slots[i + SLOTS_AHEAD]]);
+            __builtin_prefetch(&p->hot[slots[i + SLOTS_AHEAD]]);
+        }
         out[i] = (struct egpu_verdict){.score = 0.0, .ok = false, .load = EGPU_LOAD_UNKNOWN};
         if (slot == EGPU_NO_SLOT || slot >= c->nnodes) /* no node (a stale slot: none either) */
             continue;
@@ -399,6 +406,12 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
             e = &mc->entries[slot];
             if (e->gen == c->gens[slot]) {
                 out[i] = (struct egpu_verdict){.score = e->score, .ok = e->ok, .load = e->load};
+                continue;
+            }
+            /* evaluate's check, here without reading the node record. */
+            if (!p->cfg.dra && p->hot[slot].gen == c->gens[slot] && hot_refuses(&p->hot[slot], r)) {
+                *e = (struct memo_entry){
+                    .gen = c->gens[slot], .ok = false, .load = EGPU_LOAD_UNKNOWN};
                 continue;
             }
         }
