@@ -50,7 +50,7 @@
 
 #define MEMO_CLASSES 256
 #define MEMO_CARDS   8
-#define SLOTS_AHEAD  8 /* slots whose memo entries score_slots fetches ahead */
+#define SLOTS_AHEAD  8 /* slots score_slots fetches ahead (fetch_ahead) */
 
 struct memo_entry {
     uint64_t gen; /* node generation the entry is for; 0 = empty */
@@ -382,6 +382,52 @@ int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
     return 0;
 }
 
+/* Will score_slots evaluate the node in slot (in range) for mc's shape,
+ * neither its memo entry nor the dense copy answering? */
+static bool slot_needs_node(const struct egpu_placer *p, const struct egpu_cluster *c,
+                            const struct memo_class *mc, const struct egpu_pod_request *r,
+                            uint32_t slot)
+{
+    uint64_t gen = c->gens[slot];
+
+    return mc->entries[slot].gen != gen &&
+           (p->cfg.dra || p->hot[slot].gen != gen || !hot_refuses(&p->hot[slot], r));
+}
+
+/* Fetch ahead what score_slots reads of slots[i] (i < n): at
+ * 2 * SLOTS_AHEAD its memo entry, generation and dense copy; for a node it
+ * will evaluate, at SLOTS_AHEAD its node pointer, at SLOTS_AHEAD / 2 the
+ * node record and at SLOTS_AHEAD / 4 the node's cards (each node evaluated
+ * was a cache and TLB miss after another one). Nothing more for a node its
+ * memo answers. */
+static void fetch_ahead(const struct egpu_placer *p, const struct egpu_cluster *c,
+                        const struct memo_class *mc, const struct egpu_pod_request *r,
+                        const uint32_t *slots, size_t n, size_t i)
+{
+    uint32_t s;
+
+    if (i + 2 * SLOTS_AHEAD < n && (s = slots[i + 2 * SLOTS_AHEAD]) < c->nnodes) {
+        __builtin_prefetch(&mc->entries[s]);
+        __builtin_prefetch(&c->gens[s]);
+        __builtin_prefetch(&p->hot[s]);
+    }
+    if (i + SLOTS_AHEAD < n && (s = slots[i + SLOTS_AHEAD]) < c->nnodes &&
+        slot_needs_node(p, c, mc, r, s))
+        __builtin_prefetch(&c->nodes[s]);
+    if (i + SLOTS_AHEAD / 2 < n && (s = slots[i + SLOTS_AHEAD / 2]) < c->nnodes &&
+        slot_needs_node(p, c, mc, r, s))
+        __builtin_prefetch(c->nodes[s]);
+    if (i + SLOTS_AHEAD / 4 < n && (s = slots[i + SLOTS_AHEAD / 4]) < c->nnodes &&
+        slot_needs_node(p, c, mc, r, s)) {
+        const struct egpu_node *node = c->nodes[s];
+
+        for (uint32_t g = 0; g < node->ngpus; g++) {
+            __builtin_prefetch(&node->gpus[g].mem_mib);
+            __builtin_prefetch(&node->gpus[g].load_pct);
+        }
+    }
+}
+
 void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c,
                              const struct egpu_pod_request *r, const uint32_t *slots, size_t n,
                              struct egpu_verdict *out)
@@ -394,11 +440,8 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
         struct memo_entry *e;
 
         /* Slots come in the request's order: fetch a few ahead. */
-        if (mc != NULL && i + SLOTS_AHEAD < n && slots[i + SLOTS_AHEAD] < c->nnodes) {
-            __builtin_prefetch(&mc->entries[slots[i + SLOTS_AHEAD]]);
-            __builtin_prefetch(&c->gens[slots[i + SLOTS_AHEAD]]);
-            __builtin_prefetch(&p->hot[slots[i + SLOTS_AHEAD]]);
-        }
+        if (mc != NULL)
+            fetch_ahead(p, c, mc, r, slots, n, i);
         out[i] = (struct egpu_verdict){.score = 0.0, .ok = false, .load = EGPU_LOAD_UNKNOWN};
         if (slot == EGPU_NO_SLOT || slot >= c->nnodes) /* no node (a stale slot: none either) */
             continue;
