@@ -395,31 +395,33 @@ static bool slot_needs_node(const struct egpu_placer *p, const struct egpu_clust
 }
 
 /* Fetch ahead what score_slots reads of slots[i] (i < n): at
- * 2 * SLOTS_AHEAD its memo entry, generation and dense copy; for a node it
- * will evaluate, at SLOTS_AHEAD its node pointer, at SLOTS_AHEAD / 2 the
+ * 2 * SLOTS_AHEAD its memo entry, generation and dense copy; at SLOTS_AHEAD
+ * whether the node will be evaluated (into needs, a ring of 2 * SLOTS_AHEAD
+ * by position) and for such a node its pointer, at SLOTS_AHEAD / 2 the
  * node record and at SLOTS_AHEAD / 4 the node's cards (each node evaluated
  * was a cache and TLB miss after another one). Nothing more for a node its
  * memo answers. */
 static void fetch_ahead(const struct egpu_placer *p, const struct egpu_cluster *c,
                         const struct memo_class *mc, const struct egpu_pod_request *r,
-                        const uint32_t *slots, size_t n, size_t i)
+                        const uint32_t *slots, size_t n, size_t i, bool *needs)
 {
-    uint32_t s;
+    size_t k;
 
-    if (i + 2 * SLOTS_AHEAD < n && (s = slots[i + 2 * SLOTS_AHEAD]) < c->nnodes) {
-        __builtin_prefetch(&mc->entries[s]);
-        __builtin_prefetch(&c->gens[s]);
-        __builtin_prefetch(&p->hot[s]);
+    if ((k = i + 2 * SLOTS_AHEAD) < n && slots[k] < c->nnodes) {
+        __builtin_prefetch(&mc->entries[slots[k]]);
+        __builtin_prefetch(&c->gens[slots[k]]);
+        __builtin_prefetch(&p->hot[slots[k]]);
     }
-    if (i + SLOTS_AHEAD < n && (s = slots[i + SLOTS_AHEAD]) < c->nnodes &&
-        slot_needs_node(p, c, mc, r, s))
-        __builtin_prefetch(&c->nodes[s]);
-    if (i + SLOTS_AHEAD / 2 < n && (s = slots[i + SLOTS_AHEAD / 2]) < c->nnodes &&
-        slot_needs_node(p, c, mc, r, s))
-        __builtin_prefetch(c->nodes[s]);
-    if (i + SLOTS_AHEAD / 4 < n && (s = slots[i + SLOTS_AHEAD / 4]) < c->nnodes &&
-        slot_needs_node(p, c, mc, r, s)) {
-        const struct egpu_node *node = c->nodes[s];
+    if ((k = i + SLOTS_AHEAD) < n) {
+        needs[k % (2 * SLOTS_AHEAD)] =
+            slots[k] < c->nnodes && slot_needs_node(p, c, mc, r, slots[k]);
+        if (needs[k % (2 * SLOTS_AHEAD)])
+            __builtin_prefetch(&c->nodes[slots[k]]);
+    }
+    if ((k = i + SLOTS_AHEAD / 2) < n && needs[k % (2 * SLOTS_AHEAD)])
+        __builtin_prefetch(c->nodes[slots[k]]);
+    if ((k = i + SLOTS_AHEAD / 4) < n && needs[k % (2 * SLOTS_AHEAD)]) {
+        const struct egpu_node *node = c->nodes[slots[k]];
 
         for (uint32_t g = 0; g < node->ngpus; g++) {
             __builtin_prefetch(&node->gpus[g].mem_mib);
@@ -434,6 +436,7 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
 {
     struct memo_class *mc = memo_for(p, c, r);
     struct egpu_pick pick;
+    bool needs[2 * SLOTS_AHEAD] = {false};
 
     for (size_t i = 0; i < n; i++) {
         uint32_t slot = slots[i];
@@ -441,7 +444,7 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
 
         /* Slots come in the request's order: fetch a few ahead. */
         if (mc != NULL)
-            fetch_ahead(p, c, mc, r, slots, n, i);
+            fetch_ahead(p, c, mc, r, slots, n, i, needs);
         out[i] = (struct egpu_verdict){.score = 0.0, .ok = false, .load = EGPU_LOAD_UNKNOWN};
         if (slot == EGPU_NO_SLOT || slot >= c->nnodes) /* no node (a stale slot: none either) */
             continue;
