@@ -97,6 +97,21 @@ extern "C" {
  * from v. */
 const char *egpu_api_str(const json_t *v);
 
+/* o[key] as an object (o an object, or NULL): *out borrowed from o, or
+ * NULL when the member is absent or null. Returns 0, or EGPU_ESYNTAX for
+ * another type, naming path followed by key (path: the JSON path of o with
+ * a trailing '.', or "" at the top). */
+int egpu_api_field_obj(const json_t *o, const char *key, const char *path, const json_t **out,
+                       struct egpu_error *err);
+
+/* The text of o[key] copied into dst (len bytes, NUL-terminated; "" when
+ * the member is absent or null). Returns 0, or EGPU_ESYNTAX naming path
+ * followed by key (path as for egpu_api_field_obj) when it is another type,
+ * holds a NUL, is len bytes or longer, or (required) is absent, null or
+ * empty. */
+int egpu_api_field_text(const json_t *o, const char *key, const char *path, bool required,
+                        char *dst, size_t len, struct egpu_error *err);
+
 /* Whether pod (a v1 Pod, or NULL) has finished: status.phase Succeeded or
  * Failed, where the kubelet leaves a pod whose containers all ended for
  * good (core/v1 PodPhase). A pod without a readable phase has not. */

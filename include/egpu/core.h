@@ -804,6 +804,17 @@ int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,
                          const struct egpu_pod_request *r, struct egpu_node **node,
                          struct egpu_pick *pick) EGPU_MUST_CHECK;
 
+/* egpu_placer_schedule among the nodes in slots[0..n) of c only (a slot
+ * that is EGPU_NO_SLOT or at or past c->nnodes is passed over), with the
+ * same rule: what a scheduler that sends the policy a sample of the nodes
+ * is given (egpu-sim --node-sample). slots is borrowed, n entries; with a
+ * deterministic policy their order does not change the choice (random draws
+ * in that order). Returns 0 (writes *node and *pick) or EGPU_ENOFIT when
+ * none of them can host r. */
+int egpu_placer_schedule_slots(struct egpu_placer *p, const struct egpu_cluster *c,
+                               const struct egpu_pod_request *r, const uint32_t *slots, size_t n,
+                               struct egpu_node **node, struct egpu_pick *pick) EGPU_MUST_CHECK;
+
 /* ------------------------------------------------------------------------ */
 /* Seeded pseudo-random numbers (src/core/rng.c): xoshiro256**             */
 

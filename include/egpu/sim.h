@@ -146,6 +146,59 @@ void egpu_sim_card_rows(FILE *f, const char *label, uint64_t seed, const struct 
                         bool header);
 
 /* ------------------------------------------------------------------------ */
+/* kube-scheduler's node sampling (src/sim/sample.c)                       */
+
+/* Which nodes the policy sees per pod (egpu-sim --node-sample). */
+enum egpu_sim_sample_mode {
+    EGPU_SIM_SAMPLE_ALL = 0, /* every node (percentageOfNodesToScore: 100) */
+    EGPU_SIM_SAMPLE_KUBE,    /* kube-scheduler's default rule (setting unset) */
+    EGPU_SIM_SAMPLE_COUNT,   /* a fixed number of feasible nodes */
+    EGPU_SIM_SAMPLE_PERCENT, /* a share of the nodes, without the minimum of 100 */
+};
+
+struct egpu_sim_sample {
+    enum egpu_sim_sample_mode mode;
+    /* KUBE: the cluster size whose rule is scaled to the trace (0 = the
+     * trace's own size); COUNT: nodes; PERCENT: 1..100. */
+    uint64_t value;
+};
+
+/* kube-scheduler's numFeasibleNodesToFind for a cluster of nnodes nodes and
+ * percentageOfNodesToScore percent (0 = unset): every node below 100 nodes
+ * or at 100%; else nnodes * p / 100 with p = percent, or when unset
+ * 50 - nnodes / 125 but at least 5; and at least 100 nodes. Examples: 1,213
+ * nodes: 497 (41%); 5,000: 500 (10%); 65,000: 3,250 (5%). */
+size_t egpu_sim_kube_nodes_to_find(size_t nnodes, unsigned percent);
+
+/* Parse --node-sample's argument: "all", "kube" (the rule at the trace's
+ * size), "kube:NODES" (the share of its nodes a cluster of NODES would
+ * find: numFeasibleNodesToFind(NODES) / NODES), "K" (K nodes) or "P%" (P
+ * percent of the nodes, rounded down, no minimum of 100). Writes *out.
+ * Returns 0 or -EINVAL with err saying what is allowed. */
+int egpu_sim_sample_parse(const char *arg, struct egpu_sim_sample *out,
+                          struct egpu_error *err) EGPU_MUST_CHECK;
+
+/* How many feasible nodes s looks for in a cluster of nnodes nodes: 1 at
+ * least, nnodes at most (ALL: nnodes). */
+size_t egpu_sim_sample_want(const struct egpu_sim_sample *s, size_t nnodes);
+
+/* Would kube-scheduler's own NodeResourcesFit pass node for r: the node's
+ * free CPU (millicores) and memory (MiB) hold r's, and its free GPU compute
+ * over healthy cards (milli-GPU, the device plugin's gpu-core summed over
+ * the node) holds r's total? Cards, models and shares are not judged (the
+ * extender does). */
+bool egpu_sim_kube_fits(const struct egpu_node *node, const struct egpu_pod_request *r);
+
+/* One scheduling cycle's scan (findNodesThatPassFilters): from node slot
+ * *next of c on, round robin over c->nodes, the nodes egpu_sim_kube_fits
+ * passes, until want of them are found or every node was processed. Writes
+ * their slots to slots (room for want) and moves *next on by the nodes
+ * processed, modulo c->nnodes (nextStartNodeIndex). Returns how many were
+ * found (0..want). */
+size_t egpu_sim_sample_nodes(const struct egpu_cluster *c, const struct egpu_pod_request *r,
+                             size_t want, size_t *next, uint32_t *slots);
+
+/* ------------------------------------------------------------------------ */
 /* Replay (src/sim/replay.c)                                                */
 
 #define EGPU_REPLAY_PCT_MAX 200 /* arrived-percent buckets 0..EGPU_REPLAY_PCT_MAX */
@@ -170,6 +223,11 @@ struct egpu_replay_config {
      * e.g. to write egpu_sim_card_rows; from the replay's thread. */
     void (*final)(void *ud, const struct egpu_replay_config *cfg, const struct egpu_cluster *c);
     void *final_ud;
+    /* Which nodes the policy chooses among per pod (egpu-sim --node-sample;
+     * zeroed: every node). Otherwise each arrival is one kube-scheduler
+     * cycle: egpu_sim_sample_nodes from the last cycle's nextStartNodeIndex
+     * (0 at the start), then the policy's best of those nodes. */
+    struct egpu_sim_sample sample;
 };
 
 /* Per arrived-percent bucket: sums over the events whose arrived GPU request,
@@ -219,6 +277,10 @@ struct egpu_replay_result {
     /* DRA mode: placed pods whose cards (the allocator's) are not the ones
      * the card policy would have chosen on the same node; 0 otherwise. */
     size_t dra_other_cards;
+    /* With cfg.sample: failed pods that some node outside their sample
+     * could have hosted (kube-scheduler would retry them; the replay does
+     * not); 0 otherwise. */
+    size_t sample_missed;
     struct egpu_replay_idle idle[2]; /* EGPU_REPLAY_IDLE_AT100, EGPU_REPLAY_IDLE_END */
     struct egpu_replay_bucket buckets[EGPU_REPLAY_PCT_MAX + 1];
 };

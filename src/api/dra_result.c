@@ -101,54 +101,6 @@ bool egpu_api_dra_is_request_name(const char *s)
     return egpu_api_dns_label(first) && egpu_api_dns_label(slash + 1);
 }
 
-/* o[key] as an object: *out (borrowed), or NULL when absent or null. */
-static int get_obj(const json_t *o, const char *key, const char *path, const json_t **out,
-                   struct egpu_error *err)
-{
-    const json_t *v = json_object_get(o, key);
-
-    *out = NULL;
-    if (v == NULL || json_is_null(v))
-        return 0;
-    if (!json_is_object(v))
-        return egpu_error_set(err, EGPU_ESYNTAX, "%s%s is not an object; allowed: an object", path,
-                              key);
-    *out = v;
-    return 0;
-}
-
-/* The text of r[key] (path names r) into dst (len bytes): "" when absent
- * or null, an error when required then; another type, a NUL inside, an
- * empty required one or more than len - 1 bytes is an error naming it. */
-static int get_str(const json_t *r, const char *key, const char *path, bool required, char *dst,
-                   size_t len, struct egpu_error *err)
-{
-    const json_t *v = json_object_get(r, key);
-    const char *s;
-    size_t n;
-
-    dst[0] = '\0';
-    if (v == NULL || json_is_null(v)) {
-        if (required)
-            return egpu_error_set(err, EGPU_ESYNTAX, "%s.%s is missing; allowed: a string", path,
-                                  key);
-        return 0;
-    }
-    s = egpu_api_str(v);
-    if (s == NULL)
-        return egpu_error_set(err, EGPU_ESYNTAX, "%s.%s is not a string; allowed: a string", path,
-                              key);
-    n = strlen(s);
-    if (n >= len)
-        return egpu_error_set(err, EGPU_ESYNTAX,
-                              "%s.%s is %zu bytes long; allowed: at most %zu bytes", path, key, n,
-                              len - 1);
-    if (required && n == 0)
-        return egpu_error_set(err, EGPU_ESYNTAX, "%s.%s is empty; allowed: a name", path, key);
-    memcpy(dst, s, n + 1);
-    return 0;
-}
-
 /* consumedCapacity[key] (path names consumedCapacity): a quantity string in
  * units of 2^bin, rounded up when bin > 0 (bytes to MiB) and exact
  * otherwise (a whole percent), within 0..max. *has: it is there. */
@@ -184,10 +136,11 @@ static int one_result(const json_t *r, size_t i, struct egpu_api_dra_result *o,
     int rc;
 
     snprintf(path, sizeof(path), RESULTS "[%zu]", i);
+    snprintf(f, sizeof(f), "%s.", path);
     memset(o, 0, sizeof(*o));
     o->at = i;
-    if ((rc = get_str(r, "pool", path, true, o->pool, sizeof(o->pool), err)) != 0 ||
-        (rc = get_str(r, "device", path, true, o->device, sizeof(o->device), err)) != 0)
+    if ((rc = egpu_api_field_text(r, "pool", f, true, o->pool, sizeof(o->pool), err)) != 0 ||
+        (rc = egpu_api_field_text(r, "device", f, true, o->device, sizeof(o->device), err)) != 0)
         return rc;
     if (!egpu_api_dns_label(o->device))
         return egpu_error_set(err, EGPU_ESYNTAX,
@@ -195,7 +148,7 @@ static int one_result(const json_t *r, size_t i, struct egpu_api_dra_result *o,
                               "63), e.g. " EGPU_API_DRA_DEVICE_PREFIX "0",
                               path, o->device);
     o->has_index = egpu_api_dra_device_index(o->device, &o->index);
-    if ((rc = get_str(r, "request", path, true, o->request, sizeof(o->request), err)) != 0)
+    if ((rc = egpu_api_field_text(r, "request", f, true, o->request, sizeof(o->request), err)) != 0)
         return rc;
     if (!egpu_api_dra_is_request_name(o->request))
         return egpu_error_set(err, EGPU_ESYNTAX,
@@ -205,7 +158,7 @@ static int one_result(const json_t *r, size_t i, struct egpu_api_dra_result *o,
     /* The scheduler's shareID is a fresh UUID (dra_notes.md 8); the agent
      * answers it to the kubelet and keeps it on disk, so nothing else is
      * carried. */
-    rc = get_str(r, "shareID", path, false, o->share_id, sizeof(o->share_id), err);
+    rc = egpu_api_field_text(r, "shareID", f, false, o->share_id, sizeof(o->share_id), err);
     if (rc == 0 && o->share_id[0] != '\0' && !egpu_api_dra_is_share_id(o->share_id))
         rc = egpu_error_set(err, EGPU_ESYNTAX,
                             "%s.shareID is not a UID; allowed: absent, or 36 "
@@ -213,8 +166,7 @@ static int one_result(const json_t *r, size_t i, struct egpu_api_dra_result *o,
                             path);
     if (rc)
         return rc;
-    snprintf(f, sizeof(f), "%s.", path);
-    if ((rc = get_obj(r, "consumedCapacity", f, &cc, err)) != 0)
+    if ((rc = egpu_api_field_obj(r, "consumedCapacity", f, &cc, err)) != 0)
         return rc;
     o->whole = cc == NULL;
     o->core_pct = 100;
@@ -244,9 +196,9 @@ int egpu_api_dra_results(const json_t *claim, const char *driver, struct egpu_ap
         driver = EGPU_API_DRA_DRIVER;
     if (!json_is_object(claim))
         return egpu_error_set(err, EGPU_ESYNTAX, "not an object; allowed: a ResourceClaim");
-    if ((rc = get_obj(claim, "status", "", &st, err)) != 0 ||
-        (rc = get_obj(st, "allocation", "status.", &alloc, err)) != 0 ||
-        (rc = get_obj(alloc, "devices", "status.allocation.", &devs, err)) != 0)
+    if ((rc = egpu_api_field_obj(claim, "status", "", &st, err)) != 0 ||
+        (rc = egpu_api_field_obj(st, "allocation", "status.", &alloc, err)) != 0 ||
+        (rc = egpu_api_field_obj(alloc, "devices", "status.allocation.", &devs, err)) != 0)
         return rc;
     results = json_object_get(devs, "results");
     if (results == NULL || json_is_null(results))

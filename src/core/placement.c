@@ -470,46 +470,76 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
     }
 }
 
+/* The best node so far of a schedule: egpu_placer_schedule's rule. */
+struct best_node {
+    struct egpu_node *node; /* NULL: none yet */
+    double score;
+    uint64_t rank;
+    uint16_t load;
+};
+
+/* Offer node n to *b: it becomes the best when it can host r and beats the
+ * best so far (score, then load, then the per-seed hash); *pick then gets its
+ * cards. */
+static void offer(struct egpu_placer *p, const struct egpu_cluster *c, struct memo_class *mc,
+                  struct egpu_node *n, const struct egpu_pod_request *r, struct best_node *b,
+                  struct egpu_pick *pick)
+{
+    struct egpu_pick cur;
+    uint16_t load;
+    double s;
+
+    if (!evaluate(p, c, mc, n, r, &s, &cur, &load, NULL, 0))
+        return;
+    if (b->node != NULL && s < b->score)
+        return;
+    /* load is EGPU_LOAD_UNKNOWN everywhere without load awareness. */
+    if (b->node != NULL && s == b->score && load > b->load)
+        return;
+    if (b->node != NULL && s == b->score && load == b->load) {
+        uint64_t rank = egpu_hash_str(n->name, p->cfg.seed);
+
+        if (rank >= b->rank)
+            return;
+        b->rank = rank;
+    } else {
+        b->rank = egpu_hash_str(n->name, p->cfg.seed);
+    }
+    b->node = n;
+    b->score = s;
+    b->load = load;
+    pick->nshares = cur.nshares;
+    memcpy(pick->shares, cur.shares, cur.nshares * sizeof(cur.shares[0]));
+}
+
 int egpu_placer_schedule(struct egpu_placer *p, const struct egpu_cluster *c,
                          const struct egpu_pod_request *r, struct egpu_node **node,
                          struct egpu_pick *pick)
 {
     struct memo_class *mc = memo_for(p, c, r);
-    struct egpu_node *best = NULL;
-    struct egpu_pick cur;
-    double best_score = 0.0;
-    uint64_t best_rank = 0;
-    uint16_t best_load = EGPU_LOAD_UNKNOWN;
+    struct best_node b = {.load = EGPU_LOAD_UNKNOWN};
 
-    for (size_t i = 0; i < c->nnodes; i++) {
-        struct egpu_node *n = c->nodes[i];
-        uint16_t load;
-        double s;
-
-        if (!evaluate(p, c, mc, n, r, &s, &cur, &load, NULL, 0))
-            continue;
-        if (best != NULL && s < best_score)
-            continue;
-        /* load is EGPU_LOAD_UNKNOWN everywhere without load awareness. */
-        if (best != NULL && s == best_score && load > best_load)
-            continue;
-        if (best != NULL && s == best_score && load == best_load) {
-            uint64_t rank = egpu_hash_str(n->name, p->cfg.seed);
-
-            if (rank >= best_rank)
-                continue;
-            best_rank = rank;
-        } else {
-            best_rank = egpu_hash_str(n->name, p->cfg.seed);
-        }
-        best = n;
-        best_score = s;
-        best_load = load;
-        pick->nshares = cur.nshares;
-        memcpy(pick->shares, cur.shares, cur.nshares * sizeof(cur.shares[0]));
-    }
-    if (best == NULL)
+    for (size_t i = 0; i < c->nnodes; i++)
+        offer(p, c, mc, c->nodes[i], r, &b, pick);
+    if (b.node == NULL)
         return EGPU_ENOFIT;
-    *node = best;
+    *node = b.node;
+    return 0;
+}
+
+int egpu_placer_schedule_slots(struct egpu_placer *p, const struct egpu_cluster *c,
+                               const struct egpu_pod_request *r, const uint32_t *slots, size_t n,
+                               struct egpu_node **node, struct egpu_pick *pick)
+{
+    struct memo_class *mc = memo_for(p, c, r);
+    struct best_node b = {.load = EGPU_LOAD_UNKNOWN};
+
+    for (size_t i = 0; i < n; i++) {
+        if (slots[i] != EGPU_NO_SLOT && slots[i] < c->nnodes)
+            offer(p, c, mc, c->nodes[slots[i]], r, &b, pick);
+    }
+    if (b.node == NULL)
+        return EGPU_ENOFIT;
+    *node = b.node;
     return 0;
 }

@@ -94,53 +94,6 @@ size_t egpu_kubectl_dra_cards(const struct egpu_kubectl_dra *d, const char *node
 
 /* ---- fields ---- */
 
-/* The text of o[key] into dst (len bytes). An absent or null member is ""
- * (EGPU_ESYNTAX when required); another type, a NUL inside or more than
- * len - 1 bytes is EGPU_ESYNTAX naming path.key. */
-static int get_str(const json_t *o, const char *key, const char *path, bool required, char *dst,
-                   size_t len, struct egpu_error *err)
-{
-    const json_t *v = json_object_get(o, key);
-    const char *s;
-
-    dst[0] = '\0';
-    if (v == NULL || json_is_null(v)) {
-        if (required)
-            return egpu_error_set(err, EGPU_ESYNTAX, "%s%s is missing; allowed: a string", path,
-                                  key);
-        return 0;
-    }
-    s = egpu_api_str(v);
-    if (s == NULL)
-        return egpu_error_set(err, EGPU_ESYNTAX, "%s%s is not a string; allowed: a string", path,
-                              key);
-    if (strlen(s) >= len)
-        return egpu_error_set(err, EGPU_ESYNTAX,
-                              "%s%s is %zu bytes long; allowed: at most %zu bytes", path, key,
-                              strlen(s), len - 1);
-    if (required && s[0] == '\0')
-        return egpu_error_set(err, EGPU_ESYNTAX, "%s%s is empty; allowed: a name", path, key);
-    memcpy(dst, s, strlen(s) + 1);
-    return 0;
-}
-
-/* o[key] as an object: *out (borrowed) or NULL when absent or null;
- * EGPU_ESYNTAX for another type. */
-static int get_obj(const json_t *o, const char *key, const char *path, const json_t **out,
-                   struct egpu_error *err)
-{
-    const json_t *v = json_object_get(o, key);
-
-    *out = NULL;
-    if (v == NULL || json_is_null(v))
-        return 0;
-    if (!json_is_object(v))
-        return egpu_error_set(err, EGPU_ESYNTAX, "%s%s is not an object; allowed: an object", path,
-                              key);
-    *out = v;
-    return 0;
-}
-
 /* o[key] as an array of at most max entries: *out (borrowed) or NULL. */
 static int get_arr(const json_t *o, const char *key, const char *path, size_t max,
                    const json_t **out, struct egpu_error *err)
@@ -226,7 +179,7 @@ static int device_decode(const json_t *dev, size_t i, struct egpu__kubectl_dra_c
     if (!json_is_object(dev))
         return egpu_error_set(err, EGPU_ESYNTAX, "%s is not an object; allowed: a Device", path);
     snprintf(path, sizeof(path), "spec.devices[%zu].", i);
-    rc = get_str(dev, "name", path, true, c->device, sizeof(c->device), err);
+    rc = egpu_api_field_text(dev, "name", path, true, c->device, sizeof(c->device), err);
     if (rc)
         return rc;
     if (!is_dns_label(c->device))
@@ -238,20 +191,20 @@ static int device_decode(const json_t *dev, size_t i, struct egpu__kubectl_dra_c
     c->core_total = 100;
     c->mem_mib = 0;
     snprintf(path, sizeof(path), "spec.devices[%zu].", i);
-    if ((rc = get_obj(dev, "attributes", path, &attrs, err)) != 0)
+    if ((rc = egpu_api_field_obj(dev, "attributes", path, &attrs, err)) != 0)
         return rc;
     snprintf(path, sizeof(path), "spec.devices[%zu].attributes.uuid.", i);
-    if ((rc = get_obj(attrs, "uuid", path, &a, err)) == 0 && a != NULL)
-        rc = get_str(a, "string", path, false, c->uuid, sizeof(c->uuid), err);
+    if ((rc = egpu_api_field_obj(attrs, "uuid", path, &a, err)) == 0 && a != NULL)
+        rc = egpu_api_field_text(a, "string", path, false, c->uuid, sizeof(c->uuid), err);
     if (rc)
         return rc;
     snprintf(path, sizeof(path), "spec.devices[%zu].attributes.productName.", i);
-    if ((rc = get_obj(attrs, "productName", path, &a, err)) == 0 && a != NULL)
-        rc = get_str(a, "string", path, false, c->model, sizeof(c->model), err);
+    if ((rc = egpu_api_field_obj(attrs, "productName", path, &a, err)) == 0 && a != NULL)
+        rc = egpu_api_field_text(a, "string", path, false, c->model, sizeof(c->model), err);
     if (rc)
         return rc;
     snprintf(path, sizeof(path), "spec.devices[%zu].attributes.", i);
-    if ((rc = get_obj(attrs, "index", path, &a, err)) != 0)
+    if ((rc = egpu_api_field_obj(attrs, "index", path, &a, err)) != 0)
         return rc;
     if (a != NULL) {
         const json_t *v = json_object_get(a, "int");
@@ -264,17 +217,17 @@ static int device_decode(const json_t *dev, size_t i, struct egpu__kubectl_dra_c
         c->index = json_integer_value(v);
     }
     snprintf(path, sizeof(path), "spec.devices[%zu].", i);
-    if ((rc = get_obj(dev, "capacity", path, &caps, err)) != 0)
+    if ((rc = egpu_api_field_obj(dev, "capacity", path, &caps, err)) != 0)
         return rc;
     snprintf(path, sizeof(path), "spec.devices[%zu].capacity.", i);
-    if ((rc = get_obj(caps, EGPU_API_DRA_CAP_CORES, path, &cap, err)) != 0)
+    if ((rc = egpu_api_field_obj(caps, EGPU_API_DRA_CAP_CORES, path, &cap, err)) != 0)
         return rc;
     if (cap != NULL) {
         snprintf(field, sizeof(field), "%s%s.value", path, EGPU_API_DRA_CAP_CORES);
         if ((rc = cores_of(json_object_get(cap, "value"), field, 1, 100, &c->core_total, err)))
             return rc;
     }
-    if ((rc = get_obj(caps, EGPU_API_DRA_CAP_MEMORY, path, &cap, err)) != 0)
+    if ((rc = egpu_api_field_obj(caps, EGPU_API_DRA_CAP_MEMORY, path, &cap, err)) != 0)
         return rc;
     if (cap != NULL) {
         snprintf(field, sizeof(field), "%s%s.value", path, EGPU_API_DRA_CAP_MEMORY);
@@ -319,26 +272,28 @@ int egpu_kubectl_dra_add_slice(struct egpu_kubectl_dra *d, const json_t *slice,
     memset(&base, 0, sizeof(base));
     if (!json_is_object(slice))
         return egpu_error_set(err, EGPU_ESYNTAX, "not an object; allowed: a ResourceSlice");
-    if ((rc = get_obj(slice, "spec", "", &spec, err)) != 0)
+    if ((rc = egpu_api_field_obj(slice, "spec", "", &spec, err)) != 0)
         return rc;
     if (spec == NULL)
         return egpu_error_set(err, EGPU_ESYNTAX, "spec is missing; allowed: a ResourceSliceSpec");
-    if ((rc = get_str(spec, "driver", "spec.", true, driver, sizeof(driver), err)) != 0)
+    if ((rc = egpu_api_field_text(spec, "driver", "spec.", true, driver, sizeof(driver), err)) != 0)
         return rc;
     if (strcmp(driver, d->driver) != 0)
         return egpu_error_set(err, EGPU_ESYNTAX, "spec.driver is \"%s\"; allowed: %s", driver,
                               d->driver);
-    if ((rc = get_str(spec, "nodeName", "spec.", false, base.node, sizeof(base.node), err)) != 0)
+    if ((rc = egpu_api_field_text(spec, "nodeName", "spec.", false, base.node, sizeof(base.node),
+                                  err)) != 0)
         return rc;
     if (base.node[0] == '\0')
         return egpu_error_set(err, EGPU_ESYNTAX,
                               "spec.nodeName is missing; allowed: a node's name (egpu-agent "
                               "publishes one slice per node)");
-    if ((rc = get_obj(spec, "pool", "spec.", &pool, err)) != 0)
+    if ((rc = egpu_api_field_obj(spec, "pool", "spec.", &pool, err)) != 0)
         return rc;
     if (pool == NULL)
         return egpu_error_set(err, EGPU_ESYNTAX, "spec.pool is missing; allowed: a ResourcePool");
-    if ((rc = get_str(pool, "name", "spec.pool.", true, base.pool, sizeof(base.pool), err)) != 0)
+    if ((rc = egpu_api_field_text(pool, "name", "spec.pool.", true, base.pool, sizeof(base.pool),
+                                  err)) != 0)
         return rc;
     gen = json_object_get(pool, "generation");
     if (!json_is_integer(gen) || json_integer_value(gen) < 0)
@@ -450,9 +405,9 @@ static int pods_decode(const json_t *st, struct egpu__kubectl_dra_share *s, stru
                                   "%s is not an object; allowed: a ResourceClaimConsumerReference",
                                   path);
         snprintf(path, sizeof(path), "status.reservedFor[%zu].", i);
-        if ((rc = get_str(e, "resource", path, true, res, sizeof(res), err)) != 0 ||
-            (rc = get_str(e, "apiGroup", path, false, grp, sizeof(grp), err)) != 0 ||
-            (rc = get_str(e, "name", path, true, name, sizeof(name), err)) != 0)
+        if ((rc = egpu_api_field_text(e, "resource", path, true, res, sizeof(res), err)) != 0 ||
+            (rc = egpu_api_field_text(e, "apiGroup", path, false, grp, sizeof(grp), err)) != 0 ||
+            (rc = egpu_api_field_text(e, "name", path, true, name, sizeof(name), err)) != 0)
             return rc;
         if (strcmp(res, "pods") != 0 || grp[0] != '\0')
             continue; /* not a pod */
@@ -523,12 +478,14 @@ int egpu_kubectl_dra_add_claim(struct egpu_kubectl_dra *d, const json_t *claim,
     memset(&s, 0, sizeof(s));
     if (!json_is_object(claim))
         return egpu_error_set(err, EGPU_ESYNTAX, "not an object; allowed: a ResourceClaim");
-    if ((rc = get_obj(claim, "metadata", "", &meta, err)) != 0)
+    if ((rc = egpu_api_field_obj(claim, "metadata", "", &meta, err)) != 0)
         return rc;
-    if ((rc = get_str(meta, "name", "metadata.", true, s.claim, sizeof(s.claim), err)) != 0 ||
-        (rc = get_str(meta, "namespace", "metadata.", true, s.ns, sizeof(s.ns), err)) != 0)
+    if ((rc = egpu_api_field_text(meta, "name", "metadata.", true, s.claim, sizeof(s.claim),
+                                  err)) != 0 ||
+        (rc = egpu_api_field_text(meta, "namespace", "metadata.", true, s.ns, sizeof(s.ns), err)) !=
+            0)
         return rc;
-    if ((rc = get_obj(claim, "status", "", &st, err)) != 0 ||
+    if ((rc = egpu_api_field_obj(claim, "status", "", &st, err)) != 0 ||
         (rc = egpu_api_dra_results(claim, d->driver, res, EGPU_API_DRA_RESULTS_MAX, &nres, err)) !=
             0)
         return rc;

@@ -69,6 +69,16 @@ static const char usage[] =
     "  --dra-extender MODE with --dra, how the extender scores a node: blind (with its own\n"
     "                      card choice, as it does today; the default) or aware (with the\n"
     "                      card the allocator will take)\n"
+    "  --node-sample HOW   which nodes each pod's policy chooses among, as kube-scheduler\n"
+    "                      sends the extender: all (default; percentageOfNodesToScore:\n"
+    "                      100), kube (its default at the trace's size: the first\n"
+    "                      max(100, N x max(5, 50 - N/125) / 100) nodes that pass its own\n"
+    "                      filters, CPU, memory and gpu-core summed per node, scanned\n"
+    "                      round robin from where the last pod's scan stopped),\n"
+    "                      kube:NODES (the share of the nodes a cluster of NODES would\n"
+    "                      sample, e.g. kube:65000 = 5%), K (K such nodes) or P% (P percent\n"
+    "                      of the nodes); no published rows; prints how many failed pods\n"
+    "                      would have fit on a node outside their sample (docs/replay.md)\n"
     "  --card-dump FILE    write each replay's final state per card as CSV (policy, seed,\n"
     "                      node, card, capacity, reserved and pods' milli-GPU, pods); FILE\n"
     "                      may be in --out DIR, which is made first\n"
@@ -114,6 +124,8 @@ struct options {
     enum egpu_dra_order dra_order; /* --dra-order */
     bool dra_blind;                /* --dra-extender blind (the default) */
     bool dra_flags;                /* --dra-order or --dra-extender given */
+    struct egpu_sim_sample sample; /* --node-sample */
+    const char *sample_arg;
     struct egpu_policy_runs policies[POLICIES_MAX];
     size_t npolicies;
     uint64_t seeds[SEEDS_MAX];
@@ -234,6 +246,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         O_DRA_ORDER,
         O_DRA_EXTENDER,
         O_IDLE,
+        O_SAMPLE,
         O_VERSION
     };
     static const struct option longopts[] = {
@@ -257,6 +270,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"dra-order", required_argument, NULL, O_DRA_ORDER},
         {"dra-extender", required_argument, NULL, O_DRA_EXTENDER},
         {"idle-report", no_argument, NULL, O_IDLE},
+        {"node-sample", required_argument, NULL, O_SAMPLE},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -325,6 +339,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case O_IDLE:
             o->idle_report = true;
+            break;
+        case O_SAMPLE:
+            if (egpu_sim_sample_parse(optarg, &o->sample, &err))
+                return bad("--node-sample %s", err.msg);
+            o->sample_arg = optarg;
             break;
         case O_MAXDEV:
             if (egpu_cli_parse_double(optarg, 0.0, 100.0, &o->max_deviation))
@@ -484,6 +503,7 @@ static void *worker(void *arg)
             .dra_blind = o->dra_blind,
             .final = pool->cards != NULL ? dump_cards : NULL,
             .final_ud = pool->cards,
+            .sample = o->sample,
         };
         rc = egpu_replay_run(pool->trace, &cfg, &p->runs[k % o->nseeds], &err);
         if (rc) {
@@ -710,6 +730,15 @@ int main(int argc, char **argv)
                egpu_dra_order_name(o.dra_order),
                o.dra_blind ? "blind to the allocator's cards (scoring its own)"
                            : "aware of the allocator's cards");
+    if (o.sample.mode != EGPU_SIM_SAMPLE_ALL) {
+        size_t want = egpu_sim_sample_want(&o.sample, trace.nnodes);
+
+        printf("egpu-sim: --node-sample %s: each pod's policy chooses among the first %zu of "
+               "the %zu nodes (%.1f%%) that pass kube-scheduler's own filters (CPU, memory, "
+               "gpu-core per node), scanned round robin from where the last pod's scan stopped\n",
+               o.sample_arg, want, trace.nnodes,
+               trace.nnodes ? 100.0 * (double)want / (double)trace.nnodes : 0.0);
+    }
     printf("egpu-sim: target workload: %zu typical pods covering %.0f%% of %s; inflate %.2fx; "
            "%zu seed(s) from %llu; %zu policies; %ld jobs\n\n",
            workload.n, 100.0 * o.coverage, o.workload_pods ? o.workload_pods : o.pods, o.inflate,
@@ -718,9 +747,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < o.npolicies; i++) {
         o.policies[i].nruns = o.nseeds;
         /* Published for the whole cluster and FGD's card choice: not for
-         * one with cards out, nor for the DRA allocator's cards. */
+         * one with cards out, the DRA allocator's cards or a node sample. */
         o.policies[i].published =
-            o.unhealthy != NULL || o.dra
+            o.unhealthy != NULL || o.dra || o.sample.mode != EGPU_SIM_SAMPLE_ALL
                 ? NULL
                 : egpu_replay_published(o.nodes, ngpus, o.pods, trace.npods,
                                         o.policies[i].node_policy, o.policies[i].card_policy);
@@ -758,6 +787,20 @@ int main(int argc, char **argv)
                "would choose on the same node for %zu of %zu placed pods (%.2f%%)\n",
                p->label, egpu_policy_name(p->card_policy), other, placed,
                placed ? 100.0 * (double)other / (double)placed : 0.0);
+    }
+    for (size_t i = 0; o.sample.mode != EGPU_SIM_SAMPLE_ALL && i < o.npolicies; i++) {
+        const struct egpu_policy_runs *p = &o.policies[i];
+        size_t missed = 0, failed = 0;
+
+        for (size_t s = 0; s < p->nruns; s++) {
+            missed += p->runs[s].sample_missed;
+            failed += p->runs[s].failed;
+        }
+        if (i == 0)
+            printf("\n");
+        printf("egpu-sim: --node-sample %s: %s: %zu of %zu failed pods would have fit on a node "
+               "outside their sample (kube-scheduler would retry them; the replay does not)\n",
+               o.sample_arg, p->label, missed, failed);
     }
     if (o.topology_islands > 0)
         printf("\negpu-sim: --topology islands:%u: %llu of %llu containers on several whole "

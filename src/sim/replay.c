@@ -8,6 +8,9 @@
  * ratio and the fragmentation ratio are added to the bucket of the arrived
  * percent (rounded), which is how the paper's analysis averages them.
  *
+ * With cfg->sample each arrival is one kube-scheduler cycle that samples the
+ * nodes (sample.c): the policy chooses among the nodes that scan found.
+ *
  * DESIGN: the cluster's fragmentation is kept incrementally (only the node
  * that received a pod is measured again), so recording it after every event
  * costs one node, not the cluster.
@@ -84,6 +87,10 @@ struct run {
     struct egpu_cluster *c;
     struct egpu_placer *placer;
     struct egpu_placer *own;       /* DRA mode: the card policy's own choice, to compare */
+    struct egpu_placer *check;     /* cfg->sample: does a pod fit anywhere (binpack) */
+    uint32_t *sample;              /* cfg->sample: the cycle's nodes (sample_want slots) */
+    size_t sample_want;            /* egpu_sim_sample_want */
+    size_t sample_next;            /* nextStartNodeIndex */
     struct egpu_pod_request *reqs; /* per trace pod */
     double *node_frag;             /* per node slot, milli-GPU */
     double frag;                   /* sum of node_frag */
@@ -96,8 +103,10 @@ static void run_free(struct run *r)
     egpu_free(r->order);
     egpu_free(r->node_frag);
     egpu_free(r->reqs);
+    egpu_free(r->sample);
     egpu_placer_free(r->placer);
     egpu_placer_free(r->own);
+    egpu_placer_free(r->check);
     egpu_cluster_free(r->c);
 }
 
@@ -144,6 +153,19 @@ static int run_init(struct run *r, struct egpu_error *err)
         r->own = egpu_placer_new(&pc, err);
         if (r->own == NULL)
             return err ? err->code : -ENOMEM;
+    }
+    if (cfg->sample.mode != EGPU_SIM_SAMPLE_ALL) {
+        /* Whether a pod fits anywhere does not depend on the policy; a
+         * deterministic one of its own keeps the placer's draws as they are. */
+        pc.node_policy = pc.card_policy = EGPU_POLICY_BINPACK;
+        pc.dra = cfg->dra;
+        r->check = egpu_placer_new(&pc, err);
+        if (r->check == NULL)
+            return err ? err->code : -ENOMEM;
+        r->sample_want = egpu_sim_sample_want(&cfg->sample, r->c->nnodes);
+        r->sample = egpu_calloc(r->sample_want ? r->sample_want : 1, sizeof(*r->sample));
+        if (r->sample == NULL)
+            return egpu_error_set(err, -ENOMEM, "replay: out of memory");
     }
     /* The arrival order has its own stream (not the placer's), so policies
      * compared under one seed see the very same arrivals. */
@@ -331,7 +353,21 @@ int egpu_replay_run(const struct egpu_trace *t, const struct egpu_replay_config 
         double t0 = egpu_sim_now();
 
         arrived += egpu_pod_request_gpu_milli(req);
-        rc = egpu_placer_schedule(r.placer, r.c, req, &node, &pick);
+        if (r.sample != NULL) {
+            size_t k = egpu_sim_sample_nodes(r.c, req, r.sample_want, &r.sample_next, r.sample);
+
+            rc = egpu_placer_schedule_slots(r.placer, r.c, req, r.sample, k, &node, &pick);
+            if (rc == EGPU_ENOFIT) {
+                double t1 = egpu_sim_now();
+                struct egpu_node *elsewhere;
+                struct egpu_pick p2;
+
+                out->sample_missed += egpu_placer_schedule(r.check, r.c, req, &elsewhere, &p2) == 0;
+                t0 += egpu_sim_now() - t1; /* not placement time */
+            }
+        } else {
+            rc = egpu_placer_schedule(r.placer, r.c, req, &node, &pick);
+        }
         if (rc == 0 && r.own != NULL) {
             double t1 = egpu_sim_now();
 

@@ -584,3 +584,53 @@ def test_fgd_cpu_ranks_above_fgd_on_default_trace(sim, tmp_path):
     assert float(cpu["alloc130"]) > float(fgd["alloc130"])
     idle = idle_rows(p.stdout)
     assert sum(idle[("fgd-cpu", "100%")][3:5]) < sum(idle[("fgd", "100%")][3:5])
+
+
+@pytest.mark.parametrize("arg", ["0", "kube:0", "kube:", "101%", "0%", "x", "-1"])
+def test_node_sample_flag_checked(sim, tmp_path, fixtures, arg):
+    d = small_trace(tmp_path, fixtures)
+    p = run(sim, "--trace-dir", str(d), "--node-sample", arg, "--out", str(tmp_path / "o"))
+    assert p.returncode == 2
+    assert (f'--node-sample "{arg}": expected all, kube, kube:NODES (NODES 1..100000000), '
+            'a node count 1..100000000 or a percent 1%..100%') in p.stderr
+    assert p.stdout == ""
+
+
+def test_node_sample(sim, tmp_path, fixtures):
+    """A sample of every node (100%, or all) is the replay without the flag, byte for byte;
+    a sample of one node (the first that fits by CPU, memory and summed gpu-core, round
+    robin) replays otherwise and says how many of its failed pods fit elsewhere."""
+    d = small_trace(tmp_path, fixtures)
+    base = ["--trace-dir", str(d), "--seeds", "1..5", "--no-plot", "--jobs", "2"]
+    ref = run(sim, *base, "--out", str(tmp_path / "ref"))
+    assert ref.returncode == 0, ref.stderr
+    curve = (tmp_path / "ref" / "replay_curve.csv").read_bytes()
+    for arg in ("100%", "all", "3"):
+        p = run(sim, *base, "--node-sample", arg, "--out", str(tmp_path / arg))
+        assert p.returncode == 0, p.stderr
+        assert (tmp_path / arg / "replay_curve.csv").read_bytes() == curve, arg
+        assert table_rows(p.stdout).keys() == table_rows(ref.stdout).keys()
+    p = run(sim, *base, "--node-sample", "1", "--out", str(tmp_path / "one"))
+    assert p.returncode == 0, p.stderr
+    assert ("egpu-sim: --node-sample 1: each pod's policy chooses among the first 1 of the 3 "
+            "nodes (33.3%)") in p.stdout
+    assert (tmp_path / "one" / "replay_curve.csv").read_bytes() != curve
+    missed = re.findall(r"--node-sample 1: (\S+): (\d+) of (\d+) failed pods would have fit "
+                        r"on a node outside their sample", p.stdout)
+    assert [m[0] for m in missed] == POLICIES
+    assert all(int(m[1]) <= int(m[2]) for m in missed)
+    assert "node-sample" not in ref.stdout
+
+
+@pytest.mark.skipif(trace_dir() is None, reason="openb trace not present (make data)")
+def test_node_sample_kube_on_openb(sim, tmp_path):
+    """kube-scheduler's default at the trace's size: 41% of 1,213 nodes, 497; the share a
+    65,000-node cluster samples (5%): 60. No published rows (they are for every node)."""
+    for arg, line in (("kube", "first 497 of the 1213 nodes (41.0%)"),
+                      ("kube:65000", "first 60 of the 1213 nodes (4.9%)")):
+        p = run(sim, "--trace-dir", str(trace_dir()), "--seeds", "42", "--policy", "fgd",
+                "--no-plot", "--node-sample", arg, "--out", str(tmp_path / "o"))
+        assert p.returncode == 0, p.stderr
+        assert line in p.stdout
+        assert "published" not in p.stdout
+        assert 90.0 < table_rows(p.stdout)["fgd"][2] <= 100.0

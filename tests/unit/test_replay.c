@@ -335,6 +335,174 @@ static void test_idle_classes(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* kube-scheduler's numFeasibleNodesToFind, worked by hand: every node below
+ * 100; else N x p / 100 with p = 50 - N / 125 (integer), at least 5, and at
+ * least 100 nodes. */
+static void test_kube_nodes_to_find(void **state)
+{
+    (void)state;
+    assert_int_equal(egpu_sim_kube_nodes_to_find(0, 0), 0);
+    assert_int_equal(egpu_sim_kube_nodes_to_find(99, 0), 99);
+    assert_int_equal(egpu_sim_kube_nodes_to_find(100, 0), 100);     /* 50% = 50, raised to 100 */
+    assert_int_equal(egpu_sim_kube_nodes_to_find(250, 0), 120);     /* 48% */
+    assert_int_equal(egpu_sim_kube_nodes_to_find(1213, 0), 497);    /* openb: 41% */
+    assert_int_equal(egpu_sim_kube_nodes_to_find(5000, 0), 500);    /* 10% */
+    assert_int_equal(egpu_sim_kube_nodes_to_find(5624, 0), 337);    /* 6% */
+    assert_int_equal(egpu_sim_kube_nodes_to_find(20000, 0), 1000);  /* 50 - 160: 5% */
+    assert_int_equal(egpu_sim_kube_nodes_to_find(65000, 0), 3250);  /* 5% */
+    assert_int_equal(egpu_sim_kube_nodes_to_find(1213, 5), 100);    /* 60, raised to 100 */
+    assert_int_equal(egpu_sim_kube_nodes_to_find(1213, 100), 1213); /* every node */
+    assert_int_equal(egpu_sim_kube_nodes_to_find(50, 5), 50);
+}
+
+static void test_sample_parse_and_want(void **state)
+{
+    static const char *const bad[] = {"",  "0",   "kube:", "kube:0", "0%",     "101%",
+                                      "%", "5%%", "x",     "-3",     "kube:x", "all:3"};
+    struct egpu_sim_sample s;
+    struct egpu_error err = {0};
+
+    (void)state;
+    assert_int_equal(egpu_sim_sample_parse("all", &s, &err), 0);
+    assert_int_equal(s.mode, EGPU_SIM_SAMPLE_ALL);
+    assert_int_equal(egpu_sim_sample_want(&s, 1213), 1213);
+    assert_int_equal(egpu_sim_sample_parse("kube", &s, &err), 0);
+    assert_int_equal(s.mode, EGPU_SIM_SAMPLE_KUBE);
+    assert_int_equal(egpu_sim_sample_want(&s, 1213), 497);
+    assert_int_equal(egpu_sim_sample_want(&s, 40), 40);
+    /* The share a 65,000-node cluster finds (5%), of 1,213 nodes: 60. */
+    assert_int_equal(egpu_sim_sample_parse("kube:65000", &s, &err), 0);
+    assert_int_equal(egpu_sim_sample_want(&s, 1213), 60);
+    assert_int_equal(egpu_sim_sample_parse("kube:5000", &s, &err), 0);
+    assert_int_equal(egpu_sim_sample_want(&s, 1213), 121);
+    assert_int_equal(egpu_sim_sample_parse("5%", &s, &err), 0);
+    assert_int_equal(s.mode, EGPU_SIM_SAMPLE_PERCENT);
+    assert_int_equal(egpu_sim_sample_want(&s, 1213), 60);
+    assert_int_equal(egpu_sim_sample_want(&s, 10), 1); /* at least one */
+    assert_int_equal(egpu_sim_sample_parse("100", &s, &err), 0);
+    assert_int_equal(s.mode, EGPU_SIM_SAMPLE_COUNT);
+    assert_int_equal(egpu_sim_sample_want(&s, 1213), 100);
+    assert_int_equal(egpu_sim_sample_want(&s, 40), 40); /* at most every node */
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err = (struct egpu_error){0};
+        assert_int_equal(egpu_sim_sample_parse(bad[i], &s, &err), -EINVAL);
+        assert_non_null(strstr(err.msg, "expected all, kube, kube:NODES"));
+    }
+}
+
+/* The scan and the choice among its nodes, worked by hand. Five nodes in
+ * this order, 8 cores each, one card unless said; the pod asks 4 cores and
+ * half a card; best-fit (-(0.5 CPU left / 8000 + 0.5 GPU left / 2000)):
+ * - a (slot 0) empty: kube passes it, fits, -(0.25 + 0.125) = -0.375;
+ * - b (1) 2 cores: kube refuses it (CPU);
+ * - c (2) two cards 70% used: kube passes it (600 milli free in all), but
+ *   no card has 500 free: the extender refuses it;
+ * - d (3) its card 40% used: fits, -(0.25 + 0.025) = -0.275, the best;
+ * - e (4) empty: as a.
+ * Over every node the choice is d. */
+static void test_sample_choice(void **state)
+{
+    long live = egpu_alloc_live();
+    struct egpu_cluster *c = egpu_cluster_new();
+    struct egpu_placer_config pc = {.node_policy = EGPU_POLICY_BESTFIT,
+                                    .card_policy = EGPU_POLICY_BESTFIT,
+                                    .seed = 42,
+                                    .memo = true};
+    struct egpu_pod_request r = tu_request(4000, 0, 50, 0);
+    struct egpu_error err = {0};
+    struct egpu_placer *p;
+    struct egpu_node *a, *cn, *d, *got;
+    struct egpu_pick pick;
+    uint32_t slots[5];
+    size_t next = 0;
+
+    (void)state;
+    assert_non_null(c);
+    a = tu_add_node(c, "a", 8000, 32768, 1, "V100M16", 0);
+    assert_false(egpu_sim_kube_fits(tu_add_node(c, "b", 2000, 32768, 1, "V100M16", 0), &r));
+    cn = tu_add_node(c, "c", 8000, 32768, 2, "V100M16", 0);
+    d = tu_add_node(c, "d", 8000, 32768, 1, "V100M16", 0);
+    tu_add_node(c, "e", 8000, 32768, 1, "V100M16", 0);
+    tu_use_card(c, cn, "c0", 0, 70);
+    tu_use_card(c, cn, "c1", 1, 70);
+    tu_use_card(c, d, "d0", 0, 40);
+    assert_true(egpu_sim_kube_fits(cn, &r));
+    p = egpu_placer_new(&pc, &err);
+    assert_non_null(p);
+    assert_int_equal(egpu_placer_schedule(p, c, &r, &got, &pick), 0);
+    assert_ptr_equal(got, d);
+
+    /* Two feasible from 0: a, (b refused), c; three processed. The best of
+     * them is a, not d. */
+    assert_int_equal(egpu_sim_sample_nodes(c, &r, 2, &next, slots), 2);
+    assert_int_equal(slots[0], 0);
+    assert_int_equal(slots[1], 2);
+    assert_int_equal(next, 3);
+    assert_int_equal(egpu_placer_schedule_slots(p, c, &r, slots, 2, &got, &pick), 0);
+    assert_ptr_equal(got, a);
+    assert_int_equal(pick.nshares, 1);
+    /* The next cycle starts at d: d, e, and wraps round to 0. */
+    assert_int_equal(egpu_sim_sample_nodes(c, &r, 2, &next, slots), 2);
+    assert_int_equal(slots[0], 3);
+    assert_int_equal(slots[1], 4);
+    assert_int_equal(next, 0);
+    assert_int_equal(egpu_placer_schedule_slots(p, c, &r, slots, 2, &got, &pick), 0);
+    assert_ptr_equal(got, d);
+    /* One feasible from b: c only, which the extender refuses: the pod
+     * fits nowhere in its sample though a, d and e could host it. */
+    next = 1;
+    assert_int_equal(egpu_sim_sample_nodes(c, &r, 1, &next, slots), 1);
+    assert_int_equal(slots[0], 2);
+    assert_int_equal(next, 3);
+    assert_int_equal(egpu_placer_schedule_slots(p, c, &r, slots, 1, &got, &pick), EGPU_ENOFIT);
+    /* More wanted than pass: every node processed, next back where it was. */
+    next = 4;
+    assert_int_equal(egpu_sim_sample_nodes(c, &r, 5, &next, slots), 4);
+    assert_int_equal(slots[0], 4);
+    assert_int_equal(slots[1], 0);
+    assert_int_equal(slots[2], 2);
+    assert_int_equal(slots[3], 3);
+    assert_int_equal(next, 4);
+    assert_int_equal(egpu_placer_schedule_slots(p, c, &r, slots, 4, &got, &pick), 0);
+    assert_ptr_equal(got, d);
+    egpu_placer_free(p);
+    egpu_cluster_free(c);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
+/* A sample of every node is the replay without one, bit for bit; a sample
+ * of one node (round robin) packs otherwise, and its missed pods are failed
+ * pods that fit elsewhere. */
+static void test_sample_replay(void **state)
+{
+    static struct egpu_replay_result all, hundred, one;
+    struct egpu_replay_config cfg = {
+        .node_policy = EGPU_POLICY_FGD, .card_policy = EGPU_POLICY_FGD, .seed = 42, .inflate = 1.3};
+    struct egpu_error err = {0};
+    struct egpu_trace t;
+    struct egpu_workload w;
+
+    (void)state;
+    make_trace(&t, 40, 300);
+    workload_of(&t, &w);
+    cfg.workload = &w;
+    assert_int_equal(egpu_replay_run(&t, &cfg, &all, &err), 0);
+    cfg.sample = (struct egpu_sim_sample){.mode = EGPU_SIM_SAMPLE_PERCENT, .value = 100};
+    assert_int_equal(egpu_replay_run(&t, &cfg, &hundred, &err), 0);
+    assert_int_equal(hundred.arrivals, all.arrivals);
+    assert_int_equal(hundred.failed, all.failed);
+    assert_int_equal(hundred.sample_missed, 0);
+    assert_memory_equal(hundred.buckets, all.buckets, sizeof(all.buckets));
+    cfg.sample = (struct egpu_sim_sample){.mode = EGPU_SIM_SAMPLE_COUNT, .value = 1};
+    assert_int_equal(egpu_replay_run(&t, &cfg, &one, &err), 0);
+    assert_int_equal(one.arrivals, all.arrivals);
+    assert_true(memcmp(one.buckets, all.buckets, sizeof(all.buckets)) != 0);
+    assert_true(one.sample_missed <= one.failed);
+    assert_int_equal(all.sample_missed, 0);
+    egpu_workload_free(&w);
+    egpu_trace_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -346,6 +514,10 @@ int main(void)
         cmocka_unit_test(test_published),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_idle_classes),
+        cmocka_unit_test(test_kube_nodes_to_find),
+        cmocka_unit_test(test_sample_parse_and_want),
+        cmocka_unit_test(test_sample_choice),
+        cmocka_unit_test(test_sample_replay),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
