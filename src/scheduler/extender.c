@@ -252,7 +252,7 @@ static int pinned_workload(struct egpu_extender *x, struct egpu_cluster *c)
 
 static void refresh_live_workload(struct egpu_extender *x, struct egpu_cluster *c)
 {
-    struct egpu_sched_cache_stats st;
+    size_t pods;
     static const struct egpu_typical_pod fallback[] = {
         {.gpu_milli = 250, .ncards = 1, .weight = 1},
         {.gpu_milli = 500, .ncards = 1, .weight = 1},
@@ -264,15 +264,17 @@ static void refresh_live_workload(struct egpu_extender *x, struct egpu_cluster *
         if (x->live.n > 0 || pinned_workload(x, c) == 0)
             return;
     }
-    egpu_sched_cache_stats_locked(x->cache, &st);
-    if (x->live.n > 0 && st.pods < x->live_pods + WORKLOAD_REFRESH_PODS)
+    /* Asked on every verb: the pod count alone, not the stats' walk over
+     * every pod (95% of bind's instructions with fgd-cpu at 5,000 nodes). */
+    pods = egpu_sched_cache_pods_locked(x->cache);
+    if (x->live.n > 0 && pods < x->live_pods + WORKLOAD_REFRESH_PODS)
         return;
     drop_placers(x); /* FGD placers borrow the old workload */
     egpu_workload_free(&x->live);
     if (egpu_sched_cache_workload_locked(x->cache, &x->live) != 0 &&
         egpu_workload_from_list(fallback, 3, &x->live) != 0)
         return;
-    x->live_pods = st.pods;
+    x->live_pods = pods;
 }
 
 /* The placer of a node and a card policy; with dra, the one of DRA pods:
