@@ -387,6 +387,9 @@ void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_
  * Later calls do nothing. */
 void egpu_sched_cache_synced(struct egpu_sched_cache *c);
 void egpu_sched_cache_stats_locked(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out);
+/* egpu_sched_cache_stats' pods alone (caller holds the lock), in O(1): the
+ * full stats walk every pod (1.8 M instructions at 35,000 pods). */
+size_t egpu_sched_cache_pods_locked(const struct egpu_sched_cache *c);
 
 /* FGD's target workload from the cached pods (egpu_workload_from_requests,
  * coverage 0.95); a DRA pod counts by its claims instead: each cached

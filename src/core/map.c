@@ -51,7 +51,7 @@ void egpu_map_free(struct egpu_map *m)
  * faster than a byte-at-a-time hash on node names and GPU UUIDs, which the
  * extender looks up by the thousand per request. Not egpu_hash_str, whose
  * values are part of the replay's results (its tie-break order). */
-static uint64_t key_hash(const char *key)
+uint64_t egpu_map_hash(const char *key)
 {
     size_t len = strlen(key);
     uint64_t h = (uint64_t)len * 0x9E3779B97F4A7C15ULL, w;
@@ -83,7 +83,7 @@ static size_t find(const struct egpu_map *m, const char *key, uint64_t h)
 
 void *egpu_map_get(const struct egpu_map *m, const char *key)
 {
-    size_t i = find(m, key, key_hash(key));
+    size_t i = find(m, key, egpu_map_hash(key));
 
     return m->slots[i].key != NULL ? m->slots[i].value : NULL;
 }
@@ -100,7 +100,7 @@ void egpu_map_get_many(const struct egpu_map *m, const char *const *keys, size_t
 
     for (size_t i = 0; i < n + 2 * KEY_AHEAD; i++) {
         if (i < n) {
-            hash[i % RING] = key_hash(keys[i]);
+            hash[i % RING] = egpu_map_hash(keys[i]);
             __builtin_prefetch(&m->slots[hash[i % RING] & m->mask]);
         }
         if (i >= KEY_AHEAD && i - KEY_AHEAD < n) {
@@ -145,7 +145,7 @@ static int grow(struct egpu_map *m)
 
 int egpu_map_put(struct egpu_map *m, const char *key, void *value)
 {
-    uint64_t h = key_hash(key);
+    uint64_t h = egpu_map_hash(key);
     size_t i;
 
     if ((m->count + 1) * 4 > (m->mask + 1) * 3) {
@@ -166,7 +166,7 @@ int egpu_map_put(struct egpu_map *m, const char *key, void *value)
 
 int egpu_map_del(struct egpu_map *m, const char *key)
 {
-    size_t i = find(m, key, key_hash(key));
+    size_t i = find(m, key, egpu_map_hash(key));
     size_t j = i;
 
     if (m->slots[i].key == NULL)

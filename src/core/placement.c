@@ -19,6 +19,16 @@
  * p50 with it and 2.3-2.5 ms without (bench_extender --one-core, on the
  * 2-core development VM; docs/scheduler.md).
  *
+ * Beside the memo, a memoised placer keeps by slot what each node's state
+ * allows (struct hot: free CPU and memory, the most free compute and memory
+ * on one card, the whole free cards), read with the node's generation
+ * whenever a shape evaluates it. A shape met for the first time skips the
+ * nodes that cannot host it without reading their records (a new shape is
+ * p99, and each node record read a cache and TLB miss at 20,000 nodes and
+ * more): 37% of the card tier's calls in bench_extender's first 30 pods at
+ * 5,000 nodes. Only what the card tier itself refuses for is checked, so
+ * every verdict is the one it would give.
+ *
  * Load awareness (cfg.load_aware, see load.c): the card tier breaks its
  * exact ties by card load, and the node tier's exact score ties go to the
  * lower egpu_pick_load before the hash. A card's load is part of its node's
@@ -46,6 +56,7 @@
  * of 256 (512 MiB); up to 16,384 slots all 256 fit. */
 #define MEMO_BYTES       ((size_t)128 << 20)
 #define MEMO_CLASSES_MIN 8
+#define SLOTS_AHEAD      8 /* slots score_slots fetches ahead (fetch_ahead) */
 
 struct memo_entry {
     uint64_t gen; /* node generation the entry is for; 0 = empty */
@@ -54,6 +65,21 @@ struct memo_entry {
     uint8_t ncards;
     uint8_t gpus[MEMO_CARDS];
     uint16_t load; /* egpu_pick_load of the pick (load-aware placers) */
+};
+
+/* What a node's state allows, kept by slot for the generation it was read
+ * at, in one dense array: a pod that asks more than it (hot_refuses) fits
+ * no card choice, so a request shape met for the first time skips such a
+ * node without reading its record. */
+struct hot {
+    uint64_t gen; /* node generation; 0 = not read */
+    int64_t free_cpu_milli, free_mem_mib;
+    uint32_t share_milli;   /* the most free compute on one card (unhealthy: none) */
+    uint32_t share_mem_mib; /* the most free memory on one card */
+    uint32_t whole_mem_mib; /* the most memory of a card nobody holds */
+    uint16_t nwhole;        /* cards nobody holds, all compute free */
+    uint16_t model;
+    uint32_t ngpus;
 };
 
 struct memo_class {
@@ -86,6 +112,8 @@ struct egpu_placer {
     struct look_top top[EGPU_LOOK_TOP]; /* schedule_look's scratch */
     struct egpu_node *top_nodes[EGPU_LOOK_TOP];
     struct egpu_pick top_picks[EGPU_LOOK_TOP];
+    struct hot *hot; /* by node slot, nhot entries (memoised placers) */
+    size_t nhot;
 };
 
 struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg, struct egpu_error *err)
@@ -122,6 +150,7 @@ void egpu_placer_free(struct egpu_placer *p)
     for (size_t i = 0; i < p->nclasses; i++)
         egpu_free(p->classes[i].entries);
     egpu__look_free(p->look);
+    egpu_free(p->hot);
     egpu_free(p);
 }
 
@@ -149,6 +178,9 @@ static void memo_reset(struct egpu_placer *p, const struct egpu_cluster *c)
         p->classes[i].nentries = 0;
     }
     p->nclasses = 0;
+    egpu_free(p->hot);
+    p->hot = NULL;
+    p->nhot = 0;
     p->memo_cluster = c->id;
     p->memo_max_cpu = c->max_cpu_milli;
     p->memo_max_ngpus = c->max_ngpus;
@@ -230,6 +262,16 @@ static struct memo_class *memo_class(struct egpu_placer *p, const struct egpu_cl
         mc->entries = e;
         mc->nentries = n;
     }
+    if (p->nhot < c->nnodes) {
+        size_t n = c->cap;
+        struct hot *h = egpu_realloc(p->hot, n * sizeof(*h));
+
+        if (h == NULL)
+            return NULL;
+        memset(h + p->nhot, 0, (n - p->nhot) * sizeof(*h));
+        p->hot = h;
+        p->nhot = n;
+    }
     return mc;
 }
 
@@ -256,6 +298,52 @@ static struct memo_class *memo_for(struct egpu_placer *p, const struct egpu_clus
     return memo_usable(p, r) ? memo_class(p, c, r) : NULL;
 }
 
+/* Read what node's state allows into *h. The same figures egpu__cards_pick
+ * reads: an unhealthy card has no compute or memory free and is held. */
+static void hot_read(const struct egpu_node *node, struct hot *h)
+{
+    *h = (struct hot){.gen = node->gen,
+                      .free_cpu_milli = node->cpu_milli - node->used_cpu_milli,
+                      .free_mem_mib = node->mem_mib - node->used_mem_mib,
+                      .model = node->model,
+                      .ngpus = node->ngpus};
+    for (uint32_t g = 0; g < node->ngpus; g++) {
+        const struct egpu_gpu *gpu = &node->gpus[g];
+        uint32_t core = gpu->unhealthy ? 0 : egpu_gpu_free_core(gpu);
+        uint32_t mem = gpu->unhealthy ? 0 : egpu_gpu_free_mem(gpu);
+
+        h->share_milli = core > h->share_milli ? core : h->share_milli;
+        h->share_mem_mib = mem > h->share_mem_mib ? mem : h->share_mem_mib;
+        if (gpu->nshares == 0 && gpu->unhealthy == NULL && core == EGPU_GPU_MILLI) {
+            h->nwhole++;
+            if (gpu->mem_mib > h->whole_mem_mib)
+                h->whole_mem_mib = gpu->mem_mib;
+        }
+    }
+}
+
+/* Does h show that r (one container at most: a memoised shape) fits no card
+ * choice of egpu__cards_pick? Only what it would refuse for: the node's
+ * checks (cards, model, CPU, memory), and for the container no card with
+ * the share's compute and memory free, or fewer whole free cards than it
+ * asks or none with its memory. true is certain; false decides nothing. */
+static bool hot_refuses(const struct hot *h, const struct egpu_pod_request *r)
+{
+    const struct egpu_container_request *cr = &r->containers[0];
+
+    if (r->ncontainers > 0 &&
+        (h->ngpus == 0 || (r->model_mask != 0 &&
+                           (h->model == EGPU_MODEL_NONE || !(r->model_mask & (1ULL << h->model))))))
+        return true;
+    if (r->cpu_milli > h->free_cpu_milli || r->mem_mib > h->free_mem_mib)
+        return true;
+    if (r->ncontainers == 0)
+        return false;
+    if (cr->core_milli == EGPU_GPU_MILLI)
+        return cr->ncards > 0 && (h->nwhole < cr->ncards || cr->mem_mib > h->whole_mem_mib);
+    return cr->core_milli > h->share_milli || cr->mem_mib > h->share_mem_mib;
+}
+
 /* Evaluate node for r: feasibility, card-tier pick and node-tier score,
  * and in *load (may be NULL) the pick's load with load awareness, else
  * EGPU_LOAD_UNKNOWN. mc (may be NULL) is r's memo class from memo_for. */
@@ -279,6 +367,13 @@ static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct
             }
             return e->ok;
         }
+        /* Card tier's own checks, from the dense copy (not in DRA mode,
+         * whose allocator is another search). */
+        if (!p->cfg.dra && p->hot[node->slot].gen == node->gen &&
+            hot_refuses(&p->hot[node->slot], r)) {
+            *e = (struct memo_entry){.gen = node->gen, .ok = false, .load = EGPU_LOAD_UNKNOWN};
+            return false;
+        }
     }
     if (!p->cfg.dra) {
         ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.load_aware, p->cfg.workload, &p->rng, c,
@@ -299,6 +394,8 @@ static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct
         l = egpu_pick_load(node, pick);
     if (ok && load != NULL)
         *load = l;
+    if (e != NULL && p->hot[node->slot].gen != node->gen)
+        hot_read(node, &p->hot[node->slot]);
     if (e != NULL) {
         e->gen = node->gen;
         e->ok = ok;
@@ -333,17 +430,69 @@ int egpu_placer_score(struct egpu_placer *p, const struct egpu_cluster *c,
     return 0;
 }
 
+/* Will score_slots evaluate the node in slot (in range) for mc's shape,
+ * neither its memo entry nor the dense copy answering? */
+static bool slot_needs_node(const struct egpu_placer *p, const struct egpu_cluster *c,
+                            const struct memo_class *mc, const struct egpu_pod_request *r,
+                            uint32_t slot)
+{
+    uint64_t gen = c->gens[slot];
+
+    return mc->entries[slot].gen != gen &&
+           (p->cfg.dra || p->hot[slot].gen != gen || !hot_refuses(&p->hot[slot], r));
+}
+
+/* Fetch ahead what score_slots reads of slots[i] (i < n): at
+ * 2 * SLOTS_AHEAD its memo entry, generation and dense copy; at SLOTS_AHEAD
+ * whether the node will be evaluated (into needs, a ring of 2 * SLOTS_AHEAD
+ * by position) and for such a node its pointer, at SLOTS_AHEAD / 2 the
+ * node record and at SLOTS_AHEAD / 4 the node's cards (each node evaluated
+ * was a cache and TLB miss after another one). Nothing more for a node its
+ * memo answers. */
+static void fetch_ahead(const struct egpu_placer *p, const struct egpu_cluster *c,
+                        const struct memo_class *mc, const struct egpu_pod_request *r,
+                        const uint32_t *slots, size_t n, size_t i, bool *needs)
+{
+    size_t k;
+
+    if ((k = i + 2 * SLOTS_AHEAD) < n && slots[k] < c->nnodes) {
+        __builtin_prefetch(&mc->entries[slots[k]]);
+        __builtin_prefetch(&c->gens[slots[k]]);
+        __builtin_prefetch(&p->hot[slots[k]]);
+    }
+    if ((k = i + SLOTS_AHEAD) < n) {
+        needs[k % (2 * SLOTS_AHEAD)] =
+            slots[k] < c->nnodes && slot_needs_node(p, c, mc, r, slots[k]);
+        if (needs[k % (2 * SLOTS_AHEAD)])
+            __builtin_prefetch(&c->nodes[slots[k]]);
+    }
+    if ((k = i + SLOTS_AHEAD / 2) < n && needs[k % (2 * SLOTS_AHEAD)])
+        __builtin_prefetch(c->nodes[slots[k]]);
+    if ((k = i + SLOTS_AHEAD / 4) < n && needs[k % (2 * SLOTS_AHEAD)]) {
+        const struct egpu_node *node = c->nodes[slots[k]];
+
+        for (uint32_t g = 0; g < node->ngpus; g++) {
+            __builtin_prefetch(&node->gpus[g].mem_mib);
+            __builtin_prefetch(&node->gpus[g].load_pct);
+        }
+    }
+}
+
 void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c,
                              const struct egpu_pod_request *r, const uint32_t *slots, size_t n,
                              struct egpu_verdict *out)
 {
     struct memo_class *mc = memo_for(p, c, r);
     struct egpu_pick pick;
+    bool needs[2 * SLOTS_AHEAD] = {false};
 
     for (size_t i = 0; i < n; i++) {
         uint32_t slot = slots[i];
-        const struct memo_entry *e;
+        struct memo_entry *e;
 
+        /* Slots come in the request's order: fetch a few ahead. */
+        if (mc != NULL)
+            fetch_ahead(p, c, mc, r, slots, n, i, needs);
         out[i] = (struct egpu_verdict){.score = 0.0, .ok = false, .load = EGPU_LOAD_UNKNOWN};
         if (slot == EGPU_NO_SLOT || slot >= c->nnodes) /* no node (a stale slot: none either) */
             continue;
@@ -351,6 +500,12 @@ void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c
             e = &mc->entries[slot];
             if (e->gen == c->gens[slot]) {
                 out[i] = (struct egpu_verdict){.score = e->score, .ok = e->ok, .load = e->load};
+                continue;
+            }
+            /* evaluate's check, here without reading the node record. */
+            if (!p->cfg.dra && p->hot[slot].gen == c->gens[slot] && hot_refuses(&p->hot[slot], r)) {
+                *e = (struct memo_entry){
+                    .gen = c->gens[slot], .ok = false, .load = EGPU_LOAD_UNKNOWN};
                 continue;
             }
         }

@@ -1885,6 +1885,11 @@ void egpu_sched_cache_synced(struct egpu_sched_cache *c)
     pthread_mutex_unlock(&c->lock);
 }
 
+size_t egpu_sched_cache_pods_locked(const struct egpu_sched_cache *c)
+{
+    return egpu_map_count(c->pods);
+}
+
 void egpu_sched_cache_stats(struct egpu_sched_cache *c, struct egpu_sched_cache_stats *out)
 {
     pthread_mutex_lock(&c->lock);

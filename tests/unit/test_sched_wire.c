@@ -10,7 +10,9 @@
  * survivors, in another order, and after the cluster changed in between,
  * and a list made from the last one is the full encoding's text. The
  * kube-scheduler fixtures of shared/k8s-wire are decoded too (skipped when
- * that folder is absent).
+ * that folder is absent). The extender's name-to-slot index (slots.c)
+ * answers as the cluster's own look-up while nodes come and go and for
+ * another cluster.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include "egpu/log.h"
 #include "egpu/scheduler.h"
 #include "plist_int.h"
+#include "slots_int.h"
 #include "wire_int.h"
 
 #define WIRE EGPU_SOURCE_DIR "/../shared/k8s-wire/"
@@ -1336,11 +1339,89 @@ static void test_plist_matches_full_encoding(void **state)
     assert_int_equal(egpu_alloc_live(), live);
 }
 
+/* Every name's slot from the index is the one egpu_cluster_node gives
+ * (EGPU_NO_SLOT for a name of no node), for names in and out of c. */
+static void assert_slots_match(struct egpu__slot_index *ix, const struct egpu_cluster *c,
+                               const char *const *names, size_t n)
+{
+    uint32_t slots[64];
+
+    assert_true(n <= 64);
+    memset(slots, 0xab, sizeof(slots));
+    assert_int_equal(egpu__slot_index_lookup(ix, c, names, n, slots), 0);
+    for (size_t i = 0; i < n; i++) {
+        const struct egpu_node *node = egpu_cluster_node(c, names[i]);
+
+        if (node == NULL)
+            assert_true(slots[i] == EGPU_NO_SLOT);
+        else
+            assert_int_equal(slots[i], node->slot);
+    }
+}
+
+static void test_slot_index_follows_the_node_set(void **state)
+{
+    const long live = egpu_alloc_live();
+    struct egpu_cluster *c = egpu_cluster_new(), *other = egpu_cluster_new();
+    struct egpu__slot_index ix;
+    char names[40][32];
+    const char *list[64];
+    size_t n = 0;
+
+    (void)state;
+    assert_non_null(c);
+    assert_non_null(other);
+    /* Names that share their first eight bytes, differ only in their
+     * last one, or are as long as a word: the hash reads words. */
+    for (int i = 0; i < 40; i++)
+        snprintf(names[i], sizeof(names[i]),
+                 i % 3 == 0   ? "gpu-node-%05d"
+                 : i % 3 == 1 ? "n%d"
+                              : "abcdefg%d",
+                 i);
+    for (int i = 0; i < 30; i++) {
+        struct egpu_node_spec spec = {.name = names[i], .cpu_milli = 1000, .mem_mib = 1024};
+
+        assert_int_equal(egpu_cluster_add_node(c, &spec, NULL), 0);
+    }
+    for (int i = 0; i < 40; i++)
+        list[n++] = names[i]; /* 30 nodes and 10 names of none */
+    list[n++] = "";
+    list[n++] = "gpu-node-0000";
+    list[n++] = names[4]; /* a name twice */
+    egpu__slot_index_init(&ix);
+    assert_slots_match(&ix, c, list, n);
+    assert_slots_match(&ix, c, list, n); /* the same index again */
+    /* A removal moves the last node into the hole: slots change. */
+    assert_int_equal(egpu_cluster_remove_node(c, names[3]), 0);
+    assert_int_equal(egpu_cluster_remove_node(c, names[0]), 0);
+    assert_slots_match(&ix, c, list, n);
+    for (int i = 30; i < 35; i++) {
+        struct egpu_node_spec spec = {.name = names[i], .cpu_milli = 1000, .mem_mib = 1024};
+
+        assert_int_equal(egpu_cluster_add_node(c, &spec, NULL), 0);
+    }
+    assert_slots_match(&ix, c, list, n);
+    /* Another cluster, with none of these nodes but one. */
+    {
+        struct egpu_node_spec spec = {.name = names[7], .cpu_milli = 1000, .mem_mib = 1024};
+
+        assert_int_equal(egpu_cluster_add_node(other, &spec, NULL), 0);
+    }
+    assert_slots_match(&ix, other, list, n);
+    assert_slots_match(&ix, c, list, n);
+    egpu__slot_index_free(&ix);
+    egpu_cluster_free(c);
+    egpu_cluster_free(other);
+    assert_int_equal(egpu_alloc_live(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_any_order_and_unknown_keys),
         cmocka_unit_test(test_plist_matches_full_encoding),
+        cmocka_unit_test(test_slot_index_follows_the_node_set),
         cmocka_unit_test(test_decode_fixtures),
         cmocka_unit_test(test_malformed_bodies),
         cmocka_unit_test(test_ten_is_the_placers_choice),
