@@ -310,6 +310,7 @@ CASES = {
         "policy": klass(parameters={"policy": "pack"}),
         "policy bestfit": klass(parameters={"policy": "bestfit"}),
         "policy fgd-cpu": klass(parameters={"policy": "fgd-cpu"}),
+        "policy fgd-cpu-fill": klass(parameters={"policy": "fgd-cpu-fill"}),
         "models empty part": klass(parameters={"models": "A||B"}),
         "models trailing bar": klass(parameters={"models": "A|"}),
         "models empty": klass(parameters={"models": ""}),
