@@ -903,6 +903,8 @@ int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
             rc = egpu_error_set(err, -ENOMEM, "list %s: out of memory", res->plural);
             break;
         }
+        if (o->drop_items && json_is_array(items))
+            json_array_clear(items); /* on_page has had them */
         if (result == NULL) {
             result = page;
             page = NULL;
