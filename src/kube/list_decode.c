@@ -33,6 +33,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,10 +227,18 @@ static bool utf8_ok(const unsigned char *s, size_t len)
     size_t i = 0;
 
     while (i < len) {
-        unsigned char c = s[i];
+        unsigned char c;
         size_t n;
         unsigned char lo = 0x80, hi = 0xBF;
+        uint64_t w;
 
+        /* ASCII eight bytes at a time (most of a page is). */
+        while (len - i >= sizeof(w) &&
+               (memcpy(&w, s + i, sizeof(w)), (w & 0x8080808080808080ULL) == 0))
+            i += sizeof(w);
+        if (i == len)
+            break;
+        c = s[i];
         if (c < 0x80) {
             i++;
             continue;
