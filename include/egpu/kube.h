@@ -388,6 +388,11 @@ struct egpu_kube_watch_opts {
      * every object first). Out: the last one seen, bookmarks included, to
      * resume from. */
     char resource_version[EGPU_KUBE_RV_MAX];
+    /* Or NULL: egpu_kube_keep's paths (borrowed), applied to each event's
+     * object while its line is decoded, so cb gets what egpu_kube_keep
+     * would give of it and what it leaves out is never built (an ERROR
+     * event's Status is decoded whole). */
+    const char *const *keep;
     /* Out: lines of this stream skipped because they were not a watch event
      * (not JSON, no type or object, unknown type) or longer than
      * EGPU_KUBE_EVENT_MAX bytes; each is logged at warning level. */

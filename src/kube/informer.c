@@ -17,12 +17,14 @@
  * watched object is replaced by what the transform keeps of it before the
  * store or a callback sees it; the items of a list are transformed as each
  * page arrives, so the list as the server sent it is held one page at a
- * time, never whole. Without one, objects are stored as sent. The adds and
- * updates of a list are stored and delivered page by page too (the list's
- * items are not kept past their page); the keys a list did not have are its
- * deletes, after the last page. With opts.store_keys_only the store keeps
- * only each object's key fields and resourceVersion, what the relist diff
- * and the repeat check read.
+ * time, never whole; egpu_kube_keep_transform's paths are applied while
+ * each page and each watch event is decoded (list_decode.c), so what they
+ * leave out is never built. Without one, objects are stored as sent. The
+ * adds and updates of a list are stored and delivered page by page too (the
+ * list's items are not kept past their page); the keys a list did not have
+ * are its deletes, after the last page. With opts.store_keys_only the store
+ * keeps only each object's key fields and resourceVersion, what the relist
+ * diff and the repeat check read.
  *
  * DESIGN: stored objects are immutable jansson values shared by reference
  * (jansson's reference counts are atomic), so readers on other threads take
@@ -211,13 +213,22 @@ static void deliver(struct egpu_kube_informer *inf, const struct pending *p)
 
 static int store_event(struct egpu_kube_informer *inf, enum egpu_kube_event_type type, json_t *obj);
 
+/* The paths of an egpu_kube_keep_transform, which the watch applies while
+ * it decodes each event; NULL for any other transform or none. */
+static const char *const *keep_paths(const struct egpu_kube_informer *inf)
+{
+    return inf->transform == egpu_kube_keep_transform ? (const char *const *)inf->transform_ud
+                                                      : NULL;
+}
+
 static int on_event(void *ud, enum egpu_kube_event_type type, json_t *obj)
 {
     struct egpu_kube_informer *inf = ud;
     json_t *t;
     int rc;
 
-    if (type == EGPU_KUBE_BOOKMARK || inf->transform == NULL)
+    /* egpu_kube_keep_transform's paths were applied as the event was decoded. */
+    if (type == EGPU_KUBE_BOOKMARK || inf->transform == NULL || keep_paths(inf) != NULL)
         return store_event(inf, type, obj);
     t = inf->transform(inf->transform_ud, obj);
     if (t == NULL)
@@ -492,6 +503,7 @@ static void *informer_main(void *arg)
             .stop = &inf->worker.stop,
             .on_open = on_watch_open,
             .open_ud = inf,
+            .keep = keep_paths(inf),
         };
         struct egpu_error err = {0};
         bool progressed;

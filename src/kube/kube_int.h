@@ -188,6 +188,10 @@ struct egpu__kube_stream {
     unsigned long dropped_seen;     /* lines.dropped already counted in skipped */
     bool stopped;                   /* cb asked to stop (positive return) */
     struct egpu_kube_status status; /* of an ERROR event */
+    /* egpu_kube_keep's paths applied to each event's object as its line is
+     * decoded (list_decode.c; an ERROR event is decoded whole), or NULL:
+     * events whole. Set after egpu__kube_stream_init; borrowed. */
+    const char *const *keep;
 };
 
 void egpu__kube_stream_init(struct egpu__kube_stream *s, egpu_kube_watch_cb cb, void *ud, char *rv);
