@@ -14,7 +14,8 @@
  * conditions, images, managedFields, a pod's token volume and container status), so the
  * informers' stores weigh what they would; --lean sends only what the cache reads.
  * A watch ends at once with no event (the informer backs off and watches again): no change
- * comes during the rebuild, as on a quiet cluster.
+ * comes during the rebuild, as on a quiet cluster. egpu-scheduler runs with
+ * --watch-unhealthy-seconds 3600, so those watches do not keep it from ready.
  *
  * The API server's own cost at 65,000 nodes is not here (this one serves rendered bytes):
  * docs/scheduler.md gives what a list costs the real kube-apiserver at smaller N.
@@ -508,9 +509,12 @@ int main(int argc, char **argv)
 
         if (null >= 0)
             dup2(null, 2);
+        /* The watches here end at once, which the informers count as
+         * failures: with the default 30 s, a rebuild longer than that would
+         * never turn ready. */
         execl(sched, sched, "--kubeconfig", kcfg, "--leader-elect", "false", "--listen",
               "127.0.0.1", "--port", vp, "--health-listen", "127.0.0.1", "--health-port", hp,
-              (char *)NULL);
+              "--watch-unhealthy-seconds", "3600", (char *)NULL);
         _exit(127);
     }
     while (pid > 0 && now_s() - t0 < 1800) {

@@ -26,13 +26,13 @@ FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 FUZZ_RUNS=${FUZZ_RUNS:-10000}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 CC_FUZZ=${CC_FUZZ:-}
-ALL_TARGETS="quantity assigned pod_request status vcuda_config kubeconfig watch extender admission claims budget gpustatus selection kubectl vcuda_inspect workload dra dra_claim"
+ALL_TARGETS="quantity assigned pod_request status vcuda_config kubeconfig watch list_decode extender admission claims budget gpustatus selection kubectl vcuda_inspect workload dra dra_claim"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 
 # Longest input libFuzzer makes, per target (its default is 4096 bytes).
 max_len() {
     case "$1" in
-    extender | watch | kubeconfig | admission | dra_claim) echo 16384 ;;
+    extender | watch | list_decode | kubeconfig | admission | dra_claim) echo 16384 ;;
     *) echo 4096 ;;
     esac
 }

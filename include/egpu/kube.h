@@ -272,6 +272,9 @@ struct egpu_kube_list_opts {
      * server sent it); NULL = items as sent. See egpu_kube_transform_cb. */
     egpu_kube_transform_cb transform;
     void *transform_ud;
+    /* Items are handed to on_page only: *out then has an empty "items", so
+     * a long list is never held whole (the informer's relist). */
+    bool drop_items;
 };
 
 /* List every object, following continue tokens page by page (limit and
@@ -385,6 +388,11 @@ struct egpu_kube_watch_opts {
      * every object first). Out: the last one seen, bookmarks included, to
      * resume from. */
     char resource_version[EGPU_KUBE_RV_MAX];
+    /* Or NULL: egpu_kube_keep's paths (borrowed), applied to each event's
+     * object while its line is decoded, so cb gets what egpu_kube_keep
+     * would give of it and what it leaves out is never built (an ERROR
+     * event's Status is decoded whole). */
+    const char *const *keep;
     /* Out: lines of this stream skipped because they were not a watch event
      * (not JSON, no type or object, unknown type) or longer than
      * EGPU_KUBE_EVENT_MAX bytes; each is logged at warning level. */
@@ -460,9 +468,17 @@ struct egpu_kube_informer_opts {
      * the callbacks see it (so old_obj, on_delete's obj and _get/_list give
      * the transformed object too); NULL = the object as the server sent it.
      * Called on the informer's thread; transform_ud is borrowed for the
-     * informer's life. Listed pages are transformed as each arrives. */
+     * informer's life. Listed pages are transformed as each arrives (and
+     * egpu_kube_keep_transform while each is decoded). */
     egpu_kube_transform_cb transform;
     void *transform_ud;
+    /* Store only each object's metadata.name, .namespace and
+     * .resourceVersion (egpu_kube_keep with no paths), not the object: the
+     * callbacks still get each new object whole (as transformed), but
+     * on_update's old_obj, on_delete's obj when a relist finds the
+     * deletion, and _get/_list give those three fields alone. For handlers
+     * that read only the new object (the scheduler's pods and nodes). */
+    bool store_keys_only;
 };
 
 /* Counters, for tests and metrics. */
@@ -487,7 +503,11 @@ int egpu_kube_informer_new(struct egpu_kube *kc, const struct egpu_kube_informer
  * watch cache; "0" would come in one reply whatever the limit), then watch
  * from the list's resourceVersion, resuming from the last resourceVersion seen (bookmarks
  * included) after a stream ends or breaks, and listing again on 410, when
- * the differences from the cache become add/update/delete callbacks. So each
+ * the differences from the cache become add/update/delete callbacks. A
+ * list's adds and updates are made page by page as the pages arrive (the
+ * list is never held whole), its deletes after the last page; a list that
+ * fails part way leaves the pages it had in the store, and the next list
+ * completes the picture. So each
  * change is reported once: never missed, never repeated. Failures are
  * retried with exponential backoff (backoff_min_ms doubling to
  * backoff_max_ms, with jitter). Returns 0, -EALREADY or -errno of

@@ -539,12 +539,14 @@ int egpu__kube_fail(const struct egpu__kube_call *call, struct egpu_kube_status 
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                 */
 
-int egpu__kube_request(struct egpu_kube *kc, const char *method, const char *path,
-                       const char *content_type, const char *body, size_t body_len, size_t max,
-                       long timeout_ms, const atomic_bool *stop, json_t **out,
-                       struct egpu_kube_status *st, struct egpu_error *err)
+/* One exchange with 429 retried, its 2xx body in *reply (egpu_buf_init'ed
+ * by the caller, bounded by its max); a non-2xx reply is a failure
+ * (egpu__kube_fail). Returns as egpu__kube_request. */
+static int fetch(struct egpu_kube *kc, const char *method, const char *path,
+                 const char *content_type, const char *body, size_t body_len, long timeout_ms,
+                 const atomic_bool *stop, struct egpu_buf *reply, struct egpu_kube_status *st,
+                 struct egpu_error *err)
 {
-    struct egpu_buf reply;
     struct egpu__kube_call call = {
         .method = method,
         .path = path,
@@ -553,18 +555,15 @@ int egpu__kube_request(struct egpu_kube *kc, const char *method, const char *pat
         .body_len = body_len,
         .timeout_ms = timeout_ms,
         .stop = stop,
-        .reply = &reply,
+        .reply = reply,
     };
-    json_error_t jerr;
-    json_t *doc;
     int rc;
 
-    egpu_buf_init(&reply, max);
     for (int attempt = 1;; attempt++) {
-        egpu_buf_reset(&reply);
+        egpu_buf_reset(reply);
         rc = egpu__kube_perform(kc, &call, err);
         if (rc)
-            goto out;
+            return rc;
         if (call.http_code != 429 || attempt >= RETRY_429)
             break;
         egpu_log(EGPU_LOG_INFO, "throttled, retrying method=%s path=%s retry_after_s=%ld", method,
@@ -572,25 +571,54 @@ int egpu__kube_request(struct egpu_kube *kc, const char *method, const char *pat
         if (!sleep_unless_stopped(1000 * (call.retry_after_s < 1    ? 1
                                           : call.retry_after_s > 10 ? 10
                                                                     : call.retry_after_s),
-                                  stop)) {
-            rc = egpu_error_set(err, -ECANCELED, "%s %s: stopped", method, path);
-            goto out;
-        }
+                                  stop))
+            return egpu_error_set(err, -ECANCELED, "%s %s: stopped", method, path);
     }
-    if (call.http_code < 200 || call.http_code >= 300) {
-        rc = egpu__kube_fail(&call, st, err);
-        goto out;
-    }
-    if (out != NULL) {
+    if (call.http_code < 200 || call.http_code >= 300)
+        return egpu__kube_fail(&call, st, err);
+    return 0;
+}
+
+int egpu__kube_request(struct egpu_kube *kc, const char *method, const char *path,
+                       const char *content_type, const char *body, size_t body_len, size_t max,
+                       long timeout_ms, const atomic_bool *stop, json_t **out,
+                       struct egpu_kube_status *st, struct egpu_error *err)
+{
+    struct egpu_buf reply;
+    json_error_t jerr;
+    json_t *doc;
+    int rc;
+
+    egpu_buf_init(&reply, max);
+    rc = fetch(kc, method, path, content_type, body, body_len, timeout_ms, stop, &reply, st, err);
+    if (rc == 0 && out != NULL) {
         doc = json_loadb(reply.data ? reply.data : "", reply.len, EGPU_KUBE_JSON_FLAGS, &jerr);
-        if (doc == NULL) {
+        if (doc == NULL)
             rc = egpu_error_set(err, -EPROTO, "%s %s: reply is not JSON: %s", method, path,
                                 jerr.text);
-            goto out;
-        }
-        *out = doc;
+        else
+            *out = doc;
     }
-out:
+    egpu_buf_free(&reply);
+    return rc;
+}
+
+/* GET one list page into *out, decoded with keep (list_decode.c) when it is
+ * not NULL, else whole. Returns as egpu__kube_request. */
+static int get_page(struct egpu_kube *kc, const char *path, const char *const *keep,
+                    const atomic_bool *stop, json_t **out, struct egpu_kube_status *st,
+                    struct egpu_error *err)
+{
+    struct egpu_buf reply;
+    int rc;
+
+    if (keep == NULL)
+        return egpu__kube_request(kc, "GET", path, NULL, NULL, 0, EGPU_KUBE_LIST_MAX, 0, stop, out,
+                                  st, err);
+    egpu_buf_init(&reply, EGPU_KUBE_LIST_MAX);
+    rc = fetch(kc, "GET", path, NULL, NULL, 0, 0, stop, &reply, st, err);
+    if (rc == 0 && (rc = egpu__kube_list_decode(reply.data, reply.len, keep, out, err)) != 0)
+        rc = egpu_error_prefix(err, rc == EGPU_ESYNTAX ? -EPROTO : rc, "GET %s: reply", path);
     egpu_buf_free(&reply);
     return rc;
 }
@@ -813,6 +841,9 @@ int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
 {
     static const struct egpu_kube_list_opts none;
     const struct egpu_kube_list_opts *o = opts ? opts : &none;
+    /* egpu_kube_keep's paths are applied while each page is decoded. */
+    const char *const *keep =
+        o->transform == egpu_kube_keep_transform ? (const char *const *)o->transform_ud : NULL;
     json_t *result = NULL, *page = NULL;
     struct egpu_buf path;
     char *cont = NULL;
@@ -832,8 +863,7 @@ int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
                                 egpu_strerror(rc));
             break;
         }
-        rc = egpu__kube_request(kc, "GET", egpu_buf_str(&path), NULL, NULL, 0, EGPU_KUBE_LIST_MAX,
-                                0, stop, &page, st, err);
+        rc = get_page(kc, egpu_buf_str(&path), keep, stop, &page, st, err);
         if (rc == EGPU_KUBE_EEXPIRED && cont != NULL && restarts < LIST_RESTARTS) {
             /* The continue token outlived its snapshot: start a fresh list. */
             egpu_log(EGPU_LOG_INFO, "list continue token expired, listing again resource=%s",
@@ -855,7 +885,8 @@ int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
             rc = egpu_error_set(err, -EPROTO, "GET %s: reply is not a List", egpu_buf_str(&path));
             break;
         }
-        if (o->transform != NULL && json_is_array(items) && (rc = transform_items(o, items)) != 0) {
+        if (o->transform != NULL && keep == NULL && json_is_array(items) &&
+            (rc = transform_items(o, items)) != 0) {
             rc = egpu_error_set(err, rc, "list %s: out of memory", res->plural);
             break;
         }
@@ -872,6 +903,8 @@ int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
             rc = egpu_error_set(err, -ENOMEM, "list %s: out of memory", res->plural);
             break;
         }
+        if (o->drop_items && json_is_array(items))
+            json_array_clear(items); /* on_page has had them */
         if (result == NULL) {
             result = page;
             page = NULL;

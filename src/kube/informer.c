@@ -17,7 +17,14 @@
  * watched object is replaced by what the transform keeps of it before the
  * store or a callback sees it; the items of a list are transformed as each
  * page arrives, so the list as the server sent it is held one page at a
- * time, never whole. Without one, objects are stored as sent.
+ * time, never whole; egpu_kube_keep_transform's paths are applied while
+ * each page and each watch event is decoded (list_decode.c), so what they
+ * leave out is never built. Without one, objects are stored as sent. The
+ * adds and updates of a list are stored and delivered page by page too (the
+ * list's items are not kept past their page); the keys a list did not have
+ * are its deletes, after the last page. With opts.store_keys_only the store
+ * keeps only each object's key fields and resourceVersion, what the relist
+ * diff and the repeat check read.
  *
  * DESIGN: stored objects are immutable jansson values shared by reference
  * (jansson's reference counts are atomic), so readers on other threads take
@@ -65,6 +72,7 @@ struct egpu_kube_informer {
     struct egpu_kube_informer_cbs cbs;
     egpu_kube_transform_cb transform; /* or NULL */
     void *transform_ud;
+    bool store_keys_only;
 
     pthread_mutex_t mu;  /* store, synced, stats */
     pthread_cond_t cond; /* synced set */
@@ -120,6 +128,7 @@ int egpu_kube_informer_new(struct egpu_kube *kc, const struct egpu_kube_informer
         inf->cbs = *cbs;
     inf->transform = opts->transform;
     inf->transform_ud = opts->transform_ud;
+    inf->store_keys_only = opts->store_keys_only;
     inf->store = json_object();
     egpu__kube_random(&seed, sizeof(seed));
     egpu_rng_seed(&inf->rng, seed);
@@ -171,6 +180,14 @@ static bool same_version(const json_t *a, const json_t *b)
     return ra != NULL && rb != NULL && strcmp(ra, rb) == 0;
 }
 
+/* What the store holds of obj (as transformed): obj, or with store_keys_only
+ * its name, namespace and resourceVersion alone. A new reference, or NULL
+ * when out of memory. */
+static json_t *stored_form(const struct egpu_kube_informer *inf, json_t *obj)
+{
+    return inf->store_keys_only ? egpu_kube_keep(obj, NULL) : json_incref(obj);
+}
+
 static void deliver(struct egpu_kube_informer *inf, const struct pending *p)
 {
     const struct egpu_kube_informer_cbs *c = &inf->cbs;
@@ -196,13 +213,22 @@ static void deliver(struct egpu_kube_informer *inf, const struct pending *p)
 
 static int store_event(struct egpu_kube_informer *inf, enum egpu_kube_event_type type, json_t *obj);
 
+/* The paths of an egpu_kube_keep_transform, which the watch applies while
+ * it decodes each event; NULL for any other transform or none. */
+static const char *const *keep_paths(const struct egpu_kube_informer *inf)
+{
+    return inf->transform == egpu_kube_keep_transform ? (const char *const *)inf->transform_ud
+                                                      : NULL;
+}
+
 static int on_event(void *ud, enum egpu_kube_event_type type, json_t *obj)
 {
     struct egpu_kube_informer *inf = ud;
     json_t *t;
     int rc;
 
-    if (type == EGPU_KUBE_BOOKMARK || inf->transform == NULL)
+    /* egpu_kube_keep_transform's paths were applied as the event was decoded. */
+    if (type == EGPU_KUBE_BOOKMARK || inf->transform == NULL || keep_paths(inf) != NULL)
         return store_event(inf, type, obj);
     t = inf->transform(inf->transform_ud, obj);
     if (t == NULL)
@@ -245,7 +271,7 @@ static int store_event(struct egpu_kube_informer *inf, enum egpu_kube_event_type
             json_decref(old);
             return 0; /* a repeat */
         }
-        if (json_object_set(inf->store, key, obj) != 0) {
+        if (json_object_set_new(inf->store, key, stored_form(inf, obj)) != 0) {
             pthread_mutex_unlock(&inf->mu);
             json_decref(old);
             return -ENOMEM; /* the watch resumes before this event */
@@ -262,78 +288,143 @@ static int store_event(struct egpu_kube_informer *inf, enum egpu_kube_event_type
 /* ------------------------------------------------------------------------ */
 /* List and relist                                                          */
 
+/* One relist in progress: the keys its pages have had. */
+struct listing {
+    struct egpu_kube_informer *inf;
+    json_t *seen;    /* key -> null: every key of this list so far */
+    size_t items;    /* items listed (repeats of a restarted list included) */
+    size_t changes;  /* callbacks made */
+    size_t nskipped; /* items without a usable name */
+    int rc;          /* -ENOMEM once the store could not take an item */
+};
+
+/* A list page (items already transformed): each item into the store, and
+ * its add or update delivered now, so the list is never held whole; the
+ * deletions wait for the last page (list_done). */
+static int on_list_page(void *ud, unsigned page_index, const json_t *page)
+{
+    struct listing *l = ud;
+    struct egpu_kube_informer *inf = l->inf;
+    const json_t *items = json_object_get(page, "items");
+    struct pending *pend;
+    size_t npend = 0, i;
+    json_t *item;
+    char k[KEY_MAX];
+
+    if (page_index == 0)
+        json_object_clear(l->seen); /* the list started again (410 on a continue) */
+    pend = egpu_calloc(json_array_size(items) + 1, sizeof(*pend));
+    if (pend == NULL)
+        return -ENOMEM;
+    pthread_mutex_lock(&inf->mu);
+    json_array_foreach(items, i, item)
+    {
+        json_t *old, *keep;
+
+        l->items++;
+        if (!object_key(item, k)) {
+            l->nskipped++;
+            continue;
+        }
+        if (json_object_set_new_nocheck(l->seen, k, json_null()) != 0) {
+            l->rc = -ENOMEM;
+            break;
+        }
+        old = json_object_get(inf->store, k);
+        if (old != NULL && same_version(old, item))
+            continue;
+        keep = stored_form(inf, item);
+        if (old != NULL)
+            json_incref(old);
+        if (keep == NULL || json_object_set_new_nocheck(inf->store, k, keep) != 0) {
+            json_decref(old);
+            l->rc = -ENOMEM;
+            break;
+        }
+        pend[npend++] = (struct pending){old ? CH_UPDATE : CH_ADD, old, json_incref(item)};
+    }
+    pthread_mutex_unlock(&inf->mu);
+    for (i = 0; i < npend; i++) {
+        deliver(inf, &pend[i]);
+        json_decref(pend[i].old_obj);
+        json_decref(pend[i].new_obj);
+    }
+    l->changes += npend;
+    egpu_free(pend);
+    return l->rc;
+}
+
+/* After the last page: keys the list no longer has are deletions. */
+static int list_done(struct listing *l)
+{
+    struct egpu_kube_informer *inf = l->inf;
+    struct pending *pend;
+    size_t npend = 0, i;
+    const char *key;
+    json_t *old;
+    void *tmp;
+
+    pthread_mutex_lock(&inf->mu);
+    pend = egpu_calloc(json_object_size(inf->store) + 1, sizeof(*pend));
+    if (pend == NULL) {
+        pthread_mutex_unlock(&inf->mu);
+        return -ENOMEM;
+    }
+    json_object_foreach_safe(inf->store, tmp, key, old)
+    {
+        if (json_object_get(l->seen, key) == NULL) {
+            pend[npend++] = (struct pending){CH_DELETE, json_incref(old), NULL};
+            json_object_del(inf->store, key);
+        }
+    }
+    inf->stats.lists++;
+    inf->stats.skipped += l->nskipped;
+    pthread_mutex_unlock(&inf->mu);
+    for (i = 0; i < npend; i++) {
+        deliver(inf, &pend[i]);
+        json_decref(pend[i].old_obj);
+    }
+    l->changes += npend;
+    egpu_free(pend);
+    return 0;
+}
+
 static int relist(struct egpu_kube_informer *inf)
 {
+    struct listing l = {.inf = inf, .seen = json_object()};
     struct egpu_kube_list_opts lo = {
         .label_selector = inf->label_selector,
         .field_selector = inf->field_selector,
         .limit = inf->page_limit,
+        .on_page = on_list_page,
+        .ud = &l,
+        .drop_items = true,
         .transform = inf->transform,
         .transform_ud = inf->transform_ud,
     };
     struct egpu_error err = {0};
-    struct pending *pend = NULL;
-    size_t npend = 0, cap, nskipped = 0;
-    json_t *list = NULL, *items, *fresh = NULL, *item, *old, *prev_store;
-    const char *rv, *key;
-    char k[KEY_MAX];
-    size_t i;
+    json_t *list = NULL;
+    const char *rv;
     int rc;
 
+    if (l.seen == NULL)
+        return -ENOMEM;
     rc = egpu__kube_list(inf->kc, inf->res, inf->ns, &lo, &inf->worker.stop, &list, NULL, &err);
+    if (rc == 0)
+        rc = list_done(&l);
     if (rc) {
         if (rc != -ECANCELED)
             egpu_log(EGPU_LOG_WARN, "list failed resource=%s err=\"%s\"", inf->res->plural,
-                     err.msg);
-        return rc;
-    }
-    items = json_object_get(list, "items");
-    rv = egpu__kube_meta_str(list, "resourceVersion");
-    fresh = json_object();
-    pthread_mutex_lock(&inf->mu);
-    cap = json_array_size(items) + json_object_size(inf->store) + 1;
-    pend = egpu_calloc(cap, sizeof(*pend));
-    if (fresh == NULL || pend == NULL) {
-        pthread_mutex_unlock(&inf->mu);
-        rc = -ENOMEM;
+                     l.rc ? egpu_strerror(l.rc) : err.msg);
         goto out;
     }
-    json_array_foreach(items, i, item)
-    {
-        if (!object_key(item, k)) {
-            nskipped++;
-            continue;
-        }
-        if (json_object_set(fresh, k, item) != 0) {
-            pthread_mutex_unlock(&inf->mu);
-            rc = -ENOMEM;
-            goto out;
-        }
-        old = json_object_get(inf->store, k);
-        if (old == NULL)
-            pend[npend++] = (struct pending){CH_ADD, NULL, json_incref(item)};
-        else if (!same_version(old, item))
-            pend[npend++] = (struct pending){CH_UPDATE, json_incref(old), json_incref(item)};
-    }
-    json_object_foreach(inf->store, key, old)
-    {
-        if (json_object_get(fresh, key) == NULL)
-            pend[npend++] = (struct pending){CH_DELETE, json_incref(old), NULL};
-    }
-    prev_store = inf->store;
-    inf->store = fresh;
-    fresh = prev_store;
-    inf->stats.lists++;
-    inf->stats.skipped += nskipped;
-    pthread_mutex_unlock(&inf->mu);
-    if (nskipped > 0)
+    if (l.nskipped > 0)
         egpu_log(EGPU_LOG_WARN, "list items without a usable name, skipped resource=%s count=%zu",
-                 inf->res->plural, nskipped);
+                 inf->res->plural, l.nskipped);
+    rv = egpu__kube_meta_str(list, "resourceVersion");
     snprintf(inf->rv, sizeof(inf->rv), "%s", rv && strlen(rv) < EGPU_KUBE_RV_MAX ? rv : "");
     egpu_log(EGPU_LOG_DEBUG, "listed resource=%s items=%zu rv=%s changes=%zu", inf->res->plural,
-             json_array_size(items), inf->rv, npend);
-    for (i = 0; i < npend; i++)
-        deliver(inf, &pend[i]);
+             l.items, inf->rv, l.changes);
     /* Healthy in the same step as synced, so no caller that saw the
      * informer synced can then see it unhealthy from this list. */
     pthread_mutex_lock(&inf->mu);
@@ -345,16 +436,8 @@ static int relist(struct egpu_kube_informer *inf)
     }
     pthread_mutex_unlock(&inf->mu);
 out:
-    for (i = 0; i < npend; i++) {
-        json_decref(pend[i].old_obj);
-        json_decref(pend[i].new_obj);
-    }
-    egpu_free(pend);
-    json_decref(fresh);
+    json_decref(l.seen);
     json_decref(list);
-    if (rc)
-        egpu_log(EGPU_LOG_WARN, "relist failed resource=%s err=\"%s\"", inf->res->plural,
-                 egpu_strerror(rc));
     return rc;
 }
 
@@ -420,6 +503,7 @@ static void *informer_main(void *arg)
             .stop = &inf->worker.stop,
             .on_open = on_watch_open,
             .open_ud = inf,
+            .keep = keep_paths(inf),
         };
         struct egpu_error err = {0};
         bool progressed;

@@ -188,6 +188,10 @@ struct egpu__kube_stream {
     unsigned long dropped_seen;     /* lines.dropped already counted in skipped */
     bool stopped;                   /* cb asked to stop (positive return) */
     struct egpu_kube_status status; /* of an ERROR event */
+    /* egpu_kube_keep's paths applied to each event's object as its line is
+     * decoded (list_decode.c; an ERROR event is decoded whole), or NULL:
+     * events whole. Set after egpu__kube_stream_init; borrowed. */
+    const char *const *keep;
 };
 
 void egpu__kube_stream_init(struct egpu__kube_stream *s, egpu_kube_watch_cb cb, void *ud, char *rv);
@@ -199,5 +203,26 @@ void egpu__kube_stream_init(struct egpu__kube_stream *s, egpu_kube_watch_cb cb, 
 int egpu__kube_stream_feed(struct egpu__kube_stream *s, const char *data, size_t len);
 int egpu__kube_stream_finish(struct egpu__kube_stream *s);
 void egpu__kube_stream_free(struct egpu__kube_stream *s);
+
+/* ------------------------------------------------------------------------ */
+/* Decoding with a keep-spec (list_decode.c)                                */
+
+/* Decode a List page of len bytes (body need not be NUL-terminated) into
+ * *out (new reference) as json_loadb(EGPU_KUBE_JSON_FLAGS) then
+ * egpu_kube_keep(item, keep) on each element of its "items" would give it,
+ * without building what keep leaves out; members other than "items" are
+ * kept whole. keep: egpu_kube_keep's NULL-terminated path list (borrowed;
+ * NULL = only name, namespace and resourceVersion). Returns 0, EGPU_ESYNTAX
+ * with *err naming what is wrong and its byte offset (malformed JSON,
+ * nesting deeper than JSON_PARSER_MAX_DEPTH, a number out of range, a key
+ * holding a NUL, a string that is not UTF-8, a top-level scalar), -EINVAL
+ * (a keep path with an empty or too long segment) or -ENOMEM; *out is NULL
+ * on failure. */
+int egpu__kube_list_decode(const char *body, size_t len, const char *const *keep, json_t **out,
+                           struct egpu_error *err);
+
+/* The same for one watch event: its "object" member is what keep applies to. */
+int egpu__kube_event_decode(const char *body, size_t len, const char *const *keep, json_t **out,
+                            struct egpu_error *err);
 
 #endif /* EGPU_KUBE_INT_H */

@@ -12,10 +12,13 @@
  * copied: a list page's objects are parsed once, the kept subtrees move into
  * the slim object and the rest is freed with the page. Only the containers
  * on a kept path (the root, "metadata", "spec", an array walked with "[]")
- * are new. The original is never changed. A value on a path that is not the
- * container the path expects (a "spec" that is a string, a "containers"
- * that is not an array) is kept whole, so a parser meets the same malformed
- * value it would have met without the transform and refuses it the same way.
+ * are new. (An informer's list with egpu_kube_keep_transform never gets
+ * here: list_decode.c applies the same paths while it decodes each page, so
+ * what is left out is never built.) The original is never changed. A value
+ * on a path that is not the container the path expects (a "spec" that is a
+ * string, a "containers" that is not an array) is kept whole, so a parser
+ * meets the same malformed value it would have met without the transform
+ * and refuses it the same way.
  * Cost: one small object per container on the paths, about a microsecond
  * a Pod.
  */

@@ -136,14 +136,32 @@ static int on_line(void *ud, const char *line, size_t len)
     static const char *const names[] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"};
     struct egpu__kube_stream *s = ud;
     json_error_t jerr;
-    json_t *ev = json_loadb(line, len, EGPU_KUBE_JSON_FLAGS, &jerr);
-    json_t *obj = json_object_get(ev, "object");
-    const char *type = egpu_kube_str(json_object_get(ev, "type"));
-    const char *rv;
+    struct egpu_error err = {0};
+    json_t *ev, *obj;
+    const char *type, *rv;
     int t = -1, rc;
 
-    if (ev == NULL)
-        return skip(s, ev, "not JSON", jerr.text);
+    if (s->keep == NULL) {
+        ev = json_loadb(line, len, EGPU_KUBE_JSON_FLAGS, &jerr);
+        if (ev == NULL)
+            return skip(s, ev, "not JSON", jerr.text);
+    } else {
+        rc = egpu__kube_event_decode(line, len, s->keep, &ev, &err);
+        if (rc == -ENOMEM)
+            return rc;
+        if (rc)
+            return skip(s, NULL, "not JSON", err.msg);
+        type = egpu_kube_str(json_object_get(ev, "type"));
+        if (type != NULL && strcmp(type, "ERROR") == 0) {
+            /* Its object is a Status, not one of the resource's. */
+            json_decref(ev);
+            ev = json_loadb(line, len, EGPU_KUBE_JSON_FLAGS, &jerr);
+            if (ev == NULL)
+                return skip(s, ev, "not JSON", jerr.text);
+        }
+    }
+    obj = json_object_get(ev, "object");
+    type = egpu_kube_str(json_object_get(ev, "type"));
     if (type == NULL || !json_is_object(obj))
         return skip(s, ev, "not a watch event", "no type or no object");
     if (strcmp(type, "ERROR") == 0) {
@@ -259,6 +277,7 @@ int egpu_kube_watch(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
     }
     egpu_buf_init(&reply, EGPU_KUBE_BODY_MAX);
     egpu__kube_stream_init(&s, cb, ud, opts->resource_version);
+    s.keep = opts->keep;
     call.path = egpu_buf_str(&path);
     call.stop = opts->stop;
     call.timeout_ms =

@@ -348,6 +348,9 @@ int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
         if (egpu__sched_api_keep(i) != NULL) {
             o.transform = egpu_kube_keep_transform;
             o.transform_ud = (void *)egpu__sched_api_keep(i);
+            /* Their handlers read the new object only (on_gpu_update reads
+             * the old one's node), and nothing reads the store. */
+            o.store_keys_only = i != INF_GPUS;
         } else {
             o.transform = egpu_kube_strip_managed_fields;
         }

@@ -650,12 +650,144 @@ static void test_transform_informer(void **state)
     egpu_kube_informer_free(inf);
 }
 
+struct seen_keys {
+    pthread_mutex_t mu;
+    int adds, updates, deletes;
+    int new_without_labels; /* new objects given without what the transform keeps */
+    int old_with_labels;    /* old or deleted objects given with more than their key */
+};
+
+static bool has_labels(const json_t *o)
+{
+    return json_object_get(json_object_get(o, "metadata"), "labels") != NULL;
+}
+
+static void keys_add(void *ud, const json_t *obj)
+{
+    struct seen_keys *s = ud;
+
+    pthread_mutex_lock(&s->mu);
+    s->adds++;
+    s->new_without_labels += !has_labels(obj);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void keys_update(void *ud, const json_t *old_obj, const json_t *new_obj)
+{
+    struct seen_keys *s = ud;
+
+    pthread_mutex_lock(&s->mu);
+    s->updates++;
+    s->new_without_labels += !has_labels(new_obj);
+    s->old_with_labels += has_labels(old_obj);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void keys_delete(void *ud, const json_t *obj)
+{
+    struct seen_keys *s = ud;
+
+    pthread_mutex_lock(&s->mu);
+    s->deletes++;
+    pthread_mutex_unlock(&s->mu);
+    (void)obj;
+}
+
+static bool keys_reached(struct seen_keys *s, int adds, int updates, int deletes)
+{
+    long deadline = tks_now_ms() + 8000;
+    bool ok = false;
+
+    while (!ok && tks_now_ms() < deadline) {
+        pthread_mutex_lock(&s->mu);
+        ok = s->adds >= adds && s->updates >= updates && s->deletes >= deletes;
+        pthread_mutex_unlock(&s->mu);
+        if (!ok)
+            tks_sleep_ms(20);
+    }
+    return ok;
+}
+
+/* store_keys_only: the callbacks get each new object as transformed, the
+ * store (old_obj, _get, _list) only its name, namespace and
+ * resourceVersion, and the relist diff and the repeat check still work
+ * from those: an unchanged pod is no update, a vanished one a delete. */
+static void test_store_keys_only(void **state)
+{
+    static const char *const keep[] = {"metadata.labels", NULL};
+    struct egpu_kube_informer_opts o = {
+        .res = &egpu_kube_pods,
+        .ns = NS,
+        .page_limit = 2,
+        .watch_timeout_s = 30,
+        .backoff_min_ms = 50,
+        .backoff_max_ms = 400,
+        .transform = egpu_kube_keep_transform,
+        .transform_ud = (void *)keep,
+        .store_keys_only = true,
+    };
+    struct seen_keys s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct egpu_kube_informer_cbs cbs = {keys_add, keys_update, keys_delete, &s};
+    struct egpu_kube_informer *inf = NULL;
+    struct egpu_error err = {0};
+    json_t *obj, *all;
+
+    (void)state;
+    for (int i = 0; i < 5; i++) {
+        char name[16];
+
+        snprintf(name, sizeof(name), "key-%d", i);
+        tks_create_pod(&srv, NS, name);
+    }
+    assert_int_equal(egpu_kube_informer_new(srv.kc, &o, &cbs, &inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_start(inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_wait_synced(inf, 5000), 0);
+    assert_int_equal(s.adds, 5); /* three pages of 2 */
+    obj = egpu_kube_informer_get(inf, NS, "key-2");
+    assert_non_null(obj);
+    assert_string_equal(name_of(obj), "key-2");
+    assert_true(rv_of(obj)[0] != '\0');
+    assert_false(has_labels(obj));
+    json_decref(obj);
+
+    tks_label_pod(&srv, NS, "key-0", "k", "v1");
+    assert_true(keys_reached(&s, 5, 1, 0));
+    /* A relist after a 410 that misses a deletion and a label. */
+    tks_post(&srv, "fault",
+             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
+             "\"count\":-1}");
+    tks_post(&srv, "drop-watches", NULL);
+    tks_label_pod(&srv, NS, "key-3", "k", "v2");
+    tks_delete_pod(&srv, NS, "key-1");
+    tks_post(&srv, "compact", NULL);
+    tks_sleep_ms(300);
+    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+    assert_true(keys_reached(&s, 5, 2, 1));
+    tks_sleep_ms(400);
+    all = egpu_kube_informer_list(inf);
+    assert_non_null(all);
+    for (size_t i = 0; i < json_array_size(all); i++)
+        assert_false(has_labels(json_array_get(all, i)));
+    pthread_mutex_lock(&s.mu);
+    /* key-1's deletion timestamp may come as an update before it goes. */
+    assert_true(s.updates == 2 || s.updates == 3);
+    assert_int_equal(s.deletes, 1);
+    assert_int_equal(s.adds, 5);
+    assert_int_equal(s.new_without_labels, 0);
+    assert_int_equal(s.old_with_labels, 0);
+    assert_int_equal(json_array_size(all), 4);
+    pthread_mutex_unlock(&s.mu);
+    json_decref(all);
+    egpu_kube_informer_free(inf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_sync_and_events, tks_reset_test),
         cmocka_unit_test_setup(test_dropped_watches_resume, tks_reset_test),
         cmocka_unit_test_setup(test_compaction_relist_deltas, tks_reset_test),
+        cmocka_unit_test_setup(test_store_keys_only, tks_reset_test),
         cmocka_unit_test_setup(test_server_down_then_back, tks_reset_test),
         cmocka_unit_test_setup(test_cluster_scoped_and_errors, tks_reset_test),
         cmocka_unit_test_setup(test_nul_and_health, tks_reset_test),

@@ -228,6 +228,56 @@ static void test_stream_error_410(void **state)
     free(body);
 }
 
+/* With a keep-spec the events are the same, each object only what
+ * egpu_kube_keep keeps, and an ERROR event's Status is still read whole. */
+static int collect_slim(void *ud, enum egpu_kube_event_type type, json_t *obj)
+{
+    if (type != EGPU_KUBE_BOOKMARK) {
+        assert_null(json_object_get(obj, "spec"));
+        assert_null(json_object_get(json_object_get(obj, "metadata"), "managedFields"));
+        assert_non_null(json_object_get(json_object_get(obj, "status"), "phase"));
+    }
+    return collect_event(ud, type, obj);
+}
+
+static void test_stream_keep(void **state)
+{
+    static const char *const keep[] = {"status.phase", NULL};
+    size_t len;
+    char *body = slurp(WIRE "watch_pods_stream.jsonl", &len);
+    struct egpu__kube_stream s;
+    struct events_seen seen = {"", "", 0, 0};
+    char rv[EGPU_KUBE_RV_MAX] = "10245";
+
+    (void)state;
+    egpu__kube_stream_init(&s, collect_slim, &seen, rv);
+    s.keep = keep;
+    assert_int_equal(egpu__kube_stream_feed(&s, body, len), 0);
+    assert_int_equal(egpu__kube_stream_finish(&s), 0);
+    egpu__kube_stream_free(&s);
+    assert_string_equal(seen.types, "AMBD");
+    assert_string_equal(seen.names, "train-job-0,train-job-0,-,train-job-0,");
+    assert_string_equal(rv, "12801");
+    free(body);
+
+    body = slurp(WIRE "watch_error_410.jsonl", &len);
+    egpu__kube_stream_init(&s, collect_slim, &seen, rv);
+    s.keep = keep;
+    assert_int_equal(egpu__kube_stream_feed(&s, body, len), EGPU_KUBE_EEXPIRED);
+    assert_int_equal(s.status.code, 410);
+    assert_string_equal(s.status.message, "too old resource version: 10245 (11398)");
+    egpu__kube_stream_free(&s);
+    free(body);
+
+    /* A line the strict decoder refuses is skipped, as one jansson refuses. */
+    egpu__kube_stream_init(&s, collect_slim, &seen, rv);
+    s.keep = keep;
+    assert_int_equal(
+        egpu__kube_stream_feed(&s, "{\"type\":\"ADDED\",\"object\":{\"a\":1e999}}\n", 38), 0);
+    assert_int_equal(s.skipped, 1);
+    egpu__kube_stream_free(&s);
+}
+
 static void test_stream_malformed(void **state)
 {
     static const char *const bad[] = {
@@ -444,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_lines_any_chunking),
         cmocka_unit_test(test_lines_bound),
         cmocka_unit_test(test_stream_fixture_every_chunk_size),
+        cmocka_unit_test(test_stream_keep),
         cmocka_unit_test(test_stream_bookmark_rv_and_stop),
         cmocka_unit_test(test_stream_error_410),
         cmocka_unit_test(test_stream_malformed),
