@@ -46,6 +46,7 @@
 #include <stddef.h>
 
 #include <jansson.h>
+#include <yajl/yajl_common.h>
 
 #include "egpu/core.h"
 
@@ -612,6 +613,13 @@ void egpu_kube_elector_stop(struct egpu_kube_elector *el);
 
 /* Stop if running and free. NULL is a no-op. */
 void egpu_kube_elector_free(struct egpu_kube_elector *el);
+
+/* The allocator hooks for yajl_alloc / yajl_gen_alloc of every yajl parser
+ * and generator here, by value (yajl copies them into its handle): malloc,
+ * realloc and free, with an allocation failure logged and the process
+ * aborted, since yajl writes to a block before it could see NULL
+ * (src/kube/yajl_alloc.c). */
+yajl_alloc_funcs egpu_kube_yajl_alloc(void);
 
 #ifdef __cplusplus
 }

@@ -40,45 +40,11 @@
 
 #include <yajl/yajl_parse.h>
 
-#include "egpu/log.h"
 #include "kube_int.h"
 
 #define SEGMENT_MAX 64 /* one path segment, bytes incl. NUL (as transform.c) */
 #define DEPTH_MAX   JSON_PARSER_MAX_DEPTH
 #define NUMBER_MAX  64 /* longest number text converted on the stack */
-
-/* ------------------------------------------------------------------------ */
-/* yajl's allocator                                                          */
-
-/* yajl writes to a block as soon as its allocator returns, so a failed
- * allocation cannot be handed back: stop with a log line rather than write
- * through NULL. */
-static void *y_checked(void *p, size_t sz)
-{
-    if (p == NULL) {
-        egpu_log(EGPU_LOG_ERROR, "out of memory decoding a list bytes=%zu", sz);
-        abort();
-    }
-    return p;
-}
-
-static void *y_malloc(void *ctx, size_t sz)
-{
-    (void)ctx;
-    return y_checked(malloc(sz), sz);
-}
-
-static void *y_realloc(void *ctx, void *p, size_t sz)
-{
-    (void)ctx;
-    return y_checked(realloc(p, sz), sz);
-}
-
-static void y_free(void *ctx, void *p)
-{
-    (void)ctx;
-    free(p);
-}
 
 /* ------------------------------------------------------------------------ */
 /* The keep tree                                                             */
@@ -594,7 +560,7 @@ static int decode(const char *body, size_t len, const char *const *keep, bool ev
         .yajl_start_array = on_start_array,
         .yajl_end_array = on_end,
     };
-    yajl_alloc_funcs af = {.malloc = y_malloc, .realloc = y_realloc, .free = y_free};
+    yajl_alloc_funcs af = egpu_kube_yajl_alloc();
     struct decoder d = {0};
     struct tree t;
     yajl_handle h;

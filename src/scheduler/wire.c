@@ -38,47 +38,12 @@
 #include <yajl/yajl_gen.h>
 #include <yajl/yajl_parse.h>
 
-#include "egpu/log.h"
+#include "egpu/kube.h"
 #include "wire_int.h"
 
 #define ROLES_MAX    8 /* deepest role: top > Nodes > items > item > metadata */
 #define NAME_LEN_MAX (EGPU_K8S_NAME_MAX - 1)
 #define NAMES_MIN    64
-
-/* ------------------------------------------------------------------------ */
-/* yajl's allocator hooks                                                    */
-
-/* yajl does not check what its allocator returns (its buffers write to the
- * new block at once), so a failed allocation cannot be handed back to it:
- * the process stops with a log line instead of writing through NULL.
- * Its blocks come from malloc, not egpu_malloc, so an injected failure
- * (egpu_alloc_fail_after) never reaches yajl. */
-static void *y_check(void *p, size_t sz)
-{
-    if (p == NULL) {
-        egpu_log(EGPU_LOG_ERROR, "out of memory in the JSON library bytes=%zu", sz);
-        abort();
-    }
-    return p;
-}
-
-static void *y_malloc(void *ctx, size_t sz)
-{
-    (void)ctx;
-    return y_check(malloc(sz), sz);
-}
-
-static void *y_realloc(void *ctx, void *p, size_t sz)
-{
-    (void)ctx;
-    return y_check(realloc(p, sz), sz);
-}
-
-static void y_free(void *ctx, void *p)
-{
-    (void)ctx;
-    free(p);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Decoding                                                                  */
@@ -497,7 +462,7 @@ static int scan(struct decoder *d, size_t len, struct egpu_error *err)
         .yajl_start_array = on_start_array,
         .yajl_end_array = on_end,
     };
-    yajl_alloc_funcs af = {.malloc = y_malloc, .realloc = y_realloc, .free = y_free};
+    yajl_alloc_funcs af = egpu_kube_yajl_alloc();
     yajl_status st;
     int rc = 0;
 
@@ -644,7 +609,7 @@ struct sink {
  * a character boundary (utf8_len). */
 yajl_gen egpu__wire_gen(void)
 {
-    yajl_alloc_funcs af = {.malloc = y_malloc, .realloc = y_realloc, .free = y_free};
+    yajl_alloc_funcs af = egpu_kube_yajl_alloc();
 
     return yajl_gen_alloc(&af);
 }
