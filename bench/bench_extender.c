@@ -502,24 +502,6 @@ struct scale_opts {
     const char *dump;  /* write the first filter reply here, or NULL */
 };
 
-/* What t asks of one container, as the pod's requests. */
-static json_t *tpod_requests(const struct tpod *t)
-{
-    json_t *req = json_object();
-    char v[32];
-
-    snprintf(v, sizeof(v), "%dm", t->cpu_milli > 0 ? t->cpu_milli : 1);
-    json_object_set_new(req, "cpu", json_string(v));
-    snprintf(v, sizeof(v), "%dMi", t->mem_mib > 0 ? t->mem_mib : 1);
-    json_object_set_new(req, "memory", json_string(v));
-    if (t->ngpu > 0) {
-        snprintf(v, sizeof(v), "%d",
-                 t->ngpu > 1 || t->gpu_milli == 1000 ? 100 * t->ngpu : t->gpu_milli / 10);
-        json_object_set_new(req, EGPU_RES_GPU_CORE, json_string(v));
-    }
-    return req;
-}
-
 /* A pod of t named name: pending (node NULL), or running on node with the cards of
  * assigned (an elasticgpu.io/assigned text, NULL for a pod with no GPU). */
 static json_t *tpod_json(const struct tpod *t, const char *name, const char *node,

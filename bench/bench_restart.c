@@ -202,19 +202,10 @@ static json_t *gpu_json(int i, int g, bool lean)
 static json_t *pod_json(const struct tpod *t, size_t id, const char *node, const char *ann,
                         bool lean)
 {
-    char name[32], v[32], uid[48];
-    json_t *req = json_object(), *pod, *meta;
+    char name[32], uid[48];
+    json_t *req = tpod_requests(t), *pod, *meta;
 
     snprintf(name, sizeof(name), "pop-%zu", id);
-    snprintf(v, sizeof(v), "%dm", t->cpu_milli > 0 ? t->cpu_milli : 1);
-    json_object_set_new(req, "cpu", json_string(v));
-    snprintf(v, sizeof(v), "%dMi", t->mem_mib > 0 ? t->mem_mib : 1);
-    json_object_set_new(req, "memory", json_string(v));
-    if (t->ngpu > 0) {
-        snprintf(v, sizeof(v), "%d",
-                 t->ngpu > 1 || t->gpu_milli == 1000 ? 100 * t->ngpu : t->gpu_milli / 10);
-        json_object_set_new(req, EGPU_RES_GPU_CORE, json_string(v));
-    }
     snprintf(uid, sizeof(uid), "9c2e5d1a-0000-4000-8000-%012zu", id);
     pod =
         json_pack("{s:{s:s,s:s,s:s,s:s},s:{s:s,s:s,s:[{s:s,s:s,s:{s:O,s:o}}]},s:{s:s}}", "metadata",

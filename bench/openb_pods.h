@@ -18,6 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "egpu/api.h"
+
 /* One pod of the trace: what it asks. */
 struct tpod {
     int cpu_milli, mem_mib, ngpu, gpu_milli; /* gpu_milli: per card, 1000 for a whole card */
@@ -156,6 +160,26 @@ static void assigned_text(char *ann, size_t len, const char *name, int k, const 
         at += snprintf(ann + at, len - (size_t)at, "%s\"GPU-%05d-%d\"", g ? "," : "", k, gpus[g]);
     if (at > 0 && (size_t)at < len)
         snprintf(ann + at, len - (size_t)at, "]}]}");
+}
+
+/* What t asks of one container, as a v1 Pod container's resources.requests
+ * (new reference): cpu in milli-CPU and memory in MiB (at least 1 each),
+ * and elasticgpu.io/gpu-core in percent for a GPU pod (100 a whole card). */
+static json_t *tpod_requests(const struct tpod *t)
+{
+    json_t *req = json_object();
+    char v[32];
+
+    snprintf(v, sizeof(v), "%dm", t->cpu_milli > 0 ? t->cpu_milli : 1);
+    json_object_set_new(req, "cpu", json_string(v));
+    snprintf(v, sizeof(v), "%dMi", t->mem_mib > 0 ? t->mem_mib : 1);
+    json_object_set_new(req, "memory", json_string(v));
+    if (t->ngpu > 0) {
+        snprintf(v, sizeof(v), "%d",
+                 t->ngpu > 1 || t->gpu_milli == 1000 ? 100 * t->ngpu : t->gpu_milli / 10);
+        json_object_set_new(req, EGPU_RES_GPU_CORE, json_string(v));
+    }
+    return req;
 }
 
 #endif /* EGPU_BENCH_OPENB_PODS_H */
