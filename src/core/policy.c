@@ -247,7 +247,7 @@ static const uint16_t *fill_table(const struct egpu_workload *w)
 {
     static _Thread_local struct fill_table t;
     bool reach[EGPU_GPU_MILLI + 1];
-    double size_w[EGPU_GPU_MILLI];
+    double size_w[EGPU_GPU_MILLI + 1]; /* by card size; EGPU_GPU_MILLI itself stays 0 */
     uint32_t best = 0;
     const double sig = workload_sig(w);
 
