@@ -207,6 +207,21 @@ static struct memo_class *memo_lru(struct egpu_placer *p)
     return mc;
 }
 
+/* Grow *arr (of *n entries of size bytes each) to cap entries, the new ones
+ * zeroed (an empty memo entry, an unknown hot copy). False, *arr and *n as
+ * they were, when out of memory. */
+static bool grow_zeroed(void **arr, size_t *n, size_t cap, size_t size)
+{
+    unsigned char *a = egpu_realloc(*arr, cap * size);
+
+    if (a == NULL)
+        return false;
+    memset(a + *n * size, 0, (cap - *n) * size);
+    *arr = a;
+    *n = cap;
+    return true;
+}
+
 /* The memo class of r, found or made; NULL when out of memory. */
 static struct memo_class *memo_class(struct egpu_placer *p, const struct egpu_cluster *c,
                                      const struct egpu_pod_request *r)
@@ -252,26 +267,11 @@ static struct memo_class *memo_class(struct egpu_placer *p, const struct egpu_cl
     }
     mc->last_used = ++p->clock;
     p->last = (size_t)(mc - p->classes);
-    if (mc->nentries < c->nnodes) {
-        size_t n = c->cap;
-        struct memo_entry *e = egpu_realloc(mc->entries, n * sizeof(*e));
-
-        if (e == NULL)
-            return NULL;
-        memset(e + mc->nentries, 0, (n - mc->nentries) * sizeof(*e));
-        mc->entries = e;
-        mc->nentries = n;
-    }
-    if (p->nhot < c->nnodes) {
-        size_t n = c->cap;
-        struct hot *h = egpu_realloc(p->hot, n * sizeof(*h));
-
-        if (h == NULL)
-            return NULL;
-        memset(h + p->nhot, 0, (n - p->nhot) * sizeof(*h));
-        p->hot = h;
-        p->nhot = n;
-    }
+    if (mc->nentries < c->nnodes &&
+        !grow_zeroed((void **)&mc->entries, &mc->nentries, c->cap, sizeof(*mc->entries)))
+        return NULL;
+    if (p->nhot < c->nnodes && !grow_zeroed((void **)&p->hot, &p->nhot, c->cap, sizeof(*p->hot)))
+        return NULL;
     return mc;
 }
 
