@@ -557,6 +557,44 @@ struct egpu_workload {
 int egpu_workload_from_requests(const struct egpu_pod_request *reqs, size_t n, double coverage,
                                 struct egpu_workload *out) EGPU_MUST_CHECK;
 
+/* Pods counted into the workload's groups one at a time, for a caller that
+ * holds its pods elsewhere (the scheduler's cache): init, add each pod, then
+ * finish, which gives what egpu_workload_from_requests gives for the same
+ * pods in the same order, and free. A tally owns its memory; zeroed is
+ * initialised. */
+struct egpu__workload_group;
+struct egpu_workload_tally {
+    struct egpu__workload_group *groups;
+    size_t ngroups, cap;
+    uint32_t *index; /* open addressing over the groups, nindex slots */
+    size_t nindex;
+    size_t npods;
+};
+
+void egpu_workload_tally_init(struct egpu_workload_tally *t);
+
+/* Count request r (its largest GPU container, as egpu_workload_from_requests
+ * does). Returns 0 or -ENOMEM (the tally as it was). */
+int egpu_workload_tally_add(struct egpu_workload_tally *t,
+                            const struct egpu_pod_request *r) EGPU_MUST_CHECK;
+
+/* The workload of the pods counted, kept until they cover `coverage` of them
+ * (as egpu_workload_from_requests). Returns 0, -EINVAL (no pod counted or
+ * coverage out of range) or -ENOMEM. Orders t's groups: add nothing more
+ * after it. Free *out with egpu_workload_free. */
+int egpu_workload_tally_finish(struct egpu_workload_tally *t, double coverage,
+                               struct egpu_workload *out) EGPU_MUST_CHECK;
+
+/* Free t's memory and leave it initialised; NULL is a no-op. */
+void egpu_workload_tally_free(struct egpu_workload_tally *t);
+
+/* The total variation distance between two workloads: half the sum over
+ * every typical pod shape (CPU, per-card GPU, cards, models) of the
+ * difference of its weights, a shape missing from one weighing 0 there.
+ * 0 (the same weights) to 1 (no shape in common); for workloads whose
+ * weights sum to 1. */
+double egpu_workload_distance(const struct egpu_workload *a, const struct egpu_workload *b);
+
 /* An explicit workload: pods copied, weights renormalised. Returns 0, -EINVAL
  * (n = 0, a negative weight, all weights 0, ncards = 0 with gpu_milli > 0)
  * or -ENOMEM. */

@@ -519,6 +519,12 @@ uint64_t egpu_extender_prioritize_reused(struct egpu_extender *x);
 /* Filter calls since start (with load_aware) where measured load decided
  * among nodes tied for the best score: a tied node failed for its load. */
 uint64_t egpu_extender_load_decided(struct egpu_extender *x);
+/* Rebuilds since start of the target workload learned from the cached pods
+ * (FGD policies without --target-workload; one every 64 new pods): *kept
+ * those within 1% (total variation) of the workload in use, which stays, so
+ * the placers keep their memos; *replaced those that went into use, the
+ * first one included. */
+void egpu_extender_workload_rebuilds(struct egpu_extender *x, uint64_t *kept, uint64_t *replaced);
 
 #ifdef __cplusplus
 }

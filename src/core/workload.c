@@ -8,12 +8,13 @@
  * are part of it: for them every idle GPU is a fragment.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "egpu/core.h"
 
-struct group {
+struct egpu__workload_group {
     struct egpu_typical_pod pod;
     size_t count;
     size_t first_seen;
@@ -49,7 +50,7 @@ static bool same_shape(const struct egpu_typical_pod *a, const struct egpu_typic
  * then first seen, so the order never depends on qsort's stability. */
 static int cmp_group(const void *pa, const void *pb)
 {
-    const struct group *a = pa, *b = pb;
+    const struct egpu__workload_group *a = pa, *b = pb;
 
     if (a->count != b->count)
         return a->count > b->count ? -1 : 1;
@@ -62,49 +63,159 @@ static int cmp_group(const void *pa, const void *pb)
     return (a->first_seen > b->first_seen) - (a->first_seen < b->first_seen);
 }
 
-int egpu_workload_from_requests(const struct egpu_pod_request *reqs, size_t n, double coverage,
-                                struct egpu_workload *out)
+void egpu_workload_tally_init(struct egpu_workload_tally *t)
 {
-    struct group *groups;
-    size_t ngroups = 0, kept = 0, covered = 0;
-    struct egpu_typical_pod *pods;
+    memset(t, 0, sizeof(*t));
+}
 
-    if (n == 0 || !(coverage > 0.0 && coverage <= 1.0))
-        return -EINVAL;
-    groups = egpu_calloc(n, sizeof(*groups));
+static uint32_t shape_hash(const struct egpu_typical_pod *t)
+{
+    uint64_t h = (uint64_t)t->cpu_milli * 0x9e3779b97f4a7c15ULL;
+
+    h ^= ((uint64_t)t->gpu_milli << 32 | t->ncards) * 0xc2b2ae3d27d4eb4fULL;
+    h ^= t->model_mask * 0x165667b19e3779f9ULL;
+    return (uint32_t)(h >> 32 ^ h);
+}
+
+/* Index the groups in a table of nindex = 2 x cap slots (a power of two):
+ * slot = group + 1, 0 = empty. */
+static void index_put(struct egpu_workload_tally *t, size_t g)
+{
+    size_t mask = t->nindex - 1, i = shape_hash(&t->groups[g].pod) & mask;
+
+    while (t->index[i] != 0)
+        i = (i + 1) & mask;
+    t->index[i] = (uint32_t)g + 1;
+}
+
+static int tally_grow(struct egpu_workload_tally *t)
+{
+    size_t cap = t->cap ? 2 * t->cap : 64;
+    struct egpu__workload_group *groups = egpu_realloc(t->groups, cap * sizeof(*groups));
+    uint32_t *index;
+
     if (groups == NULL)
         return -ENOMEM;
-    /* Groups are few (91 in the openb default trace): a linear scan is fine. */
-    for (size_t i = 0; i < n; i++) {
-        struct egpu_typical_pod t;
-        size_t g;
-
-        typical_of(&reqs[i], &t);
-        for (g = 0; g < ngroups && !same_shape(&groups[g].pod, &t); g++)
-            ;
-        if (g == ngroups) {
-            groups[g].pod = t;
-            groups[g].first_seen = i;
-            ngroups++;
-        }
-        groups[g].count++;
-    }
-    qsort(groups, ngroups, sizeof(*groups), cmp_group);
-    while (kept < ngroups && (double)covered < coverage * (double)n)
-        covered += groups[kept++].count;
-    pods = egpu_calloc(kept, sizeof(*pods));
-    if (pods == NULL) {
-        egpu_free(groups);
+    t->groups = groups;
+    if ((index = egpu_calloc(2 * cap, sizeof(*index))) == NULL)
         return -ENOMEM;
+    egpu_free(t->index);
+    t->index = index;
+    t->nindex = 2 * cap;
+    t->cap = cap;
+    for (size_t g = 0; g < t->ngroups; g++)
+        index_put(t, g);
+    return 0;
+}
+
+int egpu_workload_tally_add(struct egpu_workload_tally *t, const struct egpu_pod_request *r)
+{
+    struct egpu_typical_pod pod;
+    size_t i;
+    int rc;
+
+    typical_of(r, &pod);
+    if (t->nindex > 0) {
+        size_t mask = t->nindex - 1;
+
+        for (i = shape_hash(&pod) & mask; t->index[i] != 0; i = (i + 1) & mask) {
+            struct egpu__workload_group *g = &t->groups[t->index[i] - 1];
+
+            if (same_shape(&g->pod, &pod)) {
+                g->count++;
+                t->npods++;
+                return 0;
+            }
+        }
     }
+    if (t->ngroups == t->cap && (rc = tally_grow(t)) != 0)
+        return rc;
+    t->groups[t->ngroups] =
+        (struct egpu__workload_group){.pod = pod, .count = 1, .first_seen = t->npods};
+    index_put(t, t->ngroups++);
+    t->npods++;
+    return 0;
+}
+
+int egpu_workload_tally_finish(struct egpu_workload_tally *t, double coverage,
+                               struct egpu_workload *out)
+{
+    size_t kept = 0, covered = 0;
+    struct egpu_typical_pod *pods;
+
+    if (t->npods == 0 || !(coverage > 0.0 && coverage <= 1.0))
+        return -EINVAL;
+    /* The groups' order is the workload's; the index is no longer needed. */
+    egpu_free(t->index);
+    t->index = NULL;
+    t->nindex = 0;
+    qsort(t->groups, t->ngroups, sizeof(*t->groups), cmp_group);
+    while (kept < t->ngroups && (double)covered < coverage * (double)t->npods)
+        covered += t->groups[kept++].count;
+    pods = egpu_calloc(kept, sizeof(*pods));
+    if (pods == NULL)
+        return -ENOMEM;
     for (size_t i = 0; i < kept; i++) {
-        pods[i] = groups[i].pod;
-        pods[i].weight = (double)groups[i].count / (double)covered;
+        pods[i] = t->groups[i].pod;
+        pods[i].weight = (double)t->groups[i].count / (double)covered;
     }
-    egpu_free(groups);
     out->n = kept;
     out->pods = pods;
     return 0;
+}
+
+void egpu_workload_tally_free(struct egpu_workload_tally *t)
+{
+    if (t == NULL)
+        return;
+    egpu_free(t->groups);
+    egpu_free(t->index);
+    egpu_workload_tally_init(t);
+}
+
+int egpu_workload_from_requests(const struct egpu_pod_request *reqs, size_t n, double coverage,
+                                struct egpu_workload *out)
+{
+    struct egpu_workload_tally t;
+    int rc = 0;
+
+    if (n == 0 || !(coverage > 0.0 && coverage <= 1.0))
+        return -EINVAL;
+    egpu_workload_tally_init(&t);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = egpu_workload_tally_add(&t, &reqs[i]);
+    if (rc == 0)
+        rc = egpu_workload_tally_finish(&t, coverage, out);
+    egpu_workload_tally_free(&t);
+    return rc;
+}
+
+double egpu_workload_distance(const struct egpu_workload *a, const struct egpu_workload *b)
+{
+    double d = 0.0;
+
+    /* Half the L1 distance: what a shape weighs in a and not in b (or more
+     * in a) counted once from each side. */
+    for (size_t i = 0; i < a->n; i++) {
+        double wb = 0.0;
+
+        for (size_t j = 0; j < b->n; j++) {
+            if (same_shape(&a->pods[i], &b->pods[j])) {
+                wb = b->pods[j].weight;
+                break;
+            }
+        }
+        d += fabs(a->pods[i].weight - wb);
+    }
+    for (size_t j = 0; j < b->n; j++) {
+        bool in_a = false;
+
+        for (size_t i = 0; i < a->n && !in_a; i++)
+            in_a = same_shape(&a->pods[i], &b->pods[j]);
+        if (!in_a)
+            d += b->pods[j].weight;
+    }
+    return d / 2.0;
 }
 
 int egpu_workload_from_list(const struct egpu_typical_pod *list, size_t n,

@@ -64,7 +64,7 @@
 #include "slots_int.h"
 #include "wire_int.h"
 
-#define NPOLICIES             EGPU_POLICY_COUNT
+#define NPOLICIES              EGPU_POLICY_COUNT
 /* Refusals filter words when the pod fits on a node, at most: those of the
  * nodes that cannot host it first, then of the nodes a better one beats,
  * each in the request's order (a node steered around is always worded,
@@ -75,8 +75,16 @@
  * nodes that pass: at 65,000 nodes it was 8 MB that both sides encoded and
  * parsed, for nothing anyone sees. A pod that fits nowhere gets every
  * node's reason, as preemption needs each node's status. */
-#define REFUSALS_SHOWN        100
-#define WORKLOAD_REFRESH_PODS 64 /* rebuild the live target workload after this many new pods */
+#define REFUSALS_SHOWN         100
+#define WORKLOAD_REFRESH_PODS  64 /* rebuild the live target workload after this many new pods */
+/* A rebuilt live target workload replaces the one in use only when they are
+ * this far apart (egpu_workload_distance, total variation): replacing it
+ * drops every placer's memo, so the first pod of each request shape after
+ * it evaluates every node again (bench_extender --nodes: the p99). Below 1%
+ * of the pods' weight moved, the scores it would change are the few within
+ * one integer step of another (docs/scheduler.md, "The live target
+ * workload"). */
+#define WORKLOAD_KEEP_DISTANCE 0.01
 
 struct egpu_extender {
     struct egpu_extender_config cfg;
@@ -96,6 +104,7 @@ struct egpu_extender {
     atomic_uint_least64_t plist_reused; /* prioritize replies made from it */
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
     atomic_uint_least64_t load_decided; /* filter calls where load failed a tied node */
+    atomic_uint_least64_t workload_kept, workload_replaced; /* live workload rebuilds */
 };
 
 const char *egpu_bind_result_name(enum egpu_bind_result r)
@@ -166,6 +175,12 @@ uint64_t egpu_extender_prioritize_reused(struct egpu_extender *x)
 uint64_t egpu_extender_load_decided(struct egpu_extender *x)
 {
     return atomic_load(&x->load_decided);
+}
+
+void egpu_extender_workload_rebuilds(struct egpu_extender *x, uint64_t *kept, uint64_t *replaced)
+{
+    *kept = atomic_load(&x->workload_kept);
+    *replaced = atomic_load(&x->workload_replaced);
 }
 
 /* Hold the cache for a verb: with load awareness, the reports that have
@@ -252,6 +267,7 @@ static int pinned_workload(struct egpu_extender *x, struct egpu_cluster *c)
 
 static void refresh_live_workload(struct egpu_extender *x, struct egpu_cluster *c)
 {
+    struct egpu_workload fresh = {0};
     size_t pods;
     static const struct egpu_typical_pod fallback[] = {
         {.gpu_milli = 250, .ncards = 1, .weight = 1},
@@ -269,12 +285,20 @@ static void refresh_live_workload(struct egpu_extender *x, struct egpu_cluster *
     pods = egpu_sched_cache_pods_locked(x->cache);
     if (x->live.n > 0 && pods < x->live_pods + WORKLOAD_REFRESH_PODS)
         return;
-    drop_placers(x); /* FGD placers borrow the old workload */
-    egpu_workload_free(&x->live);
-    if (egpu_sched_cache_workload_locked(x->cache, &x->live) != 0 &&
-        egpu_workload_from_list(fallback, 3, &x->live) != 0)
+    if (egpu_sched_cache_workload_locked(x->cache, &fresh) != 0 &&
+        egpu_workload_from_list(fallback, 3, &fresh) != 0)
         return;
     x->live_pods = pods;
+    if (x->live.n > 0 && egpu_workload_distance(&x->live, &fresh) < WORKLOAD_KEEP_DISTANCE) {
+        /* The mix has not moved: the placers keep their memos. */
+        egpu_workload_free(&fresh);
+        atomic_fetch_add(&x->workload_kept, 1);
+        return;
+    }
+    drop_placers(x); /* FGD placers borrow the old workload */
+    egpu_workload_free(&x->live);
+    x->live = fresh;
+    atomic_fetch_add(&x->workload_replaced, 1);
 }
 
 /* The placer of a node and a card policy; with dra, the one of DRA pods:

@@ -40,11 +40,11 @@ struct app {
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
         *m_pods, *m_unresolved, *m_waiting, *m_reused, *m_load_decided, *m_skipped, *m_dup_gpus,
         *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core, *m_reserved_mem,
-        *m_claims, *m_classes, *m_inside, *m_dra_claims, *m_dra_overfills;
+        *m_claims, *m_classes, *m_inside, *m_dra_claims, *m_dra_overfills, *m_workload;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
     unsigned long skipped_seen[SCHED_INFORMERS];
     uint64_t assigned_ignored_seen, resv_overfills_seen, dra_overfills_seen;
-    uint64_t reused_seen, load_decided_seen;
+    uint64_t reused_seen, load_decided_seen, workload_kept_seen, workload_replaced_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
     pthread_mutex_t api_error_lock;
@@ -158,6 +158,7 @@ static int register_metrics(struct app *a, struct egpu_error *err)
     static const char *const result[] = {"reason"};
     static const char *const node[] = {"node"};
     static const char *const kind[] = {"kind"};
+    static const char *const outcome[] = {"result"};
     static const char *const state[] = {"state"};
     const struct egpu_service_metric m[] = {
         {EGPU_SERVICE_COUNTER, "egpu_scheduler_binds_total", "Pods bound.", 0, NULL, 0, NULL,
@@ -191,6 +192,11 @@ static int register_metrics(struct app *a, struct egpu_error *err)
         {EGPU_SERVICE_COUNTER, "egpu_scheduler_load_decided_total",
          "Filter calls (--load-aware) where measured load failed nodes tied for the best score.", 0,
          NULL, 0, NULL, &a->m_load_decided},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_target_workload_rebuilds_total",
+         "Rebuilds of the target workload learned from the cached pods (FGD policies without "
+         "--target-workload), by result: kept (within 1% of the one in use, which stays) or "
+         "replaced (went into use).",
+         1, outcome, 0, NULL, &a->m_workload},
         {EGPU_SERVICE_COUNTER, "egpu_scheduler_objects_skipped_total",
          "API objects left out of the cache, by kind: watch lines that were no event, objects "
          "without a usable name, and malformed objects (each is logged).",
@@ -276,6 +282,17 @@ static void refresh_metrics(struct app *a)
         if (reused > a->load_decided_seen)
             (void)egpu_metric_add(a->m_load_decided, NULL, (double)(reused - a->load_decided_seen));
         a->load_decided_seen = reused;
+    }
+    {
+        uint64_t kept, replaced;
+        const char *l_kept[] = {"kept"}, *l_replaced[] = {"replaced"};
+
+        egpu_extender_workload_rebuilds(a->x, &kept, &replaced);
+        (void)egpu_metric_add(a->m_workload, l_kept, (double)(kept - a->workload_kept_seen));
+        (void)egpu_metric_add(a->m_workload, l_replaced,
+                              (double)(replaced - a->workload_replaced_seen));
+        a->workload_kept_seen = kept;
+        a->workload_replaced_seen = replaced;
     }
     for (int i = 0; i < SCHED_INFORMERS; i++) {
         const char *label[] = {egpu__sched_api_kind(i)};

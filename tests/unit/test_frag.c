@@ -591,6 +591,86 @@ static void test_workload_from_list_invalid(void **state)
 
 /* egpu_workload_free releases everything, empties the workload, and accepts
  * NULL and an already freed workload; out of memory leaks nothing either. */
+/* Past the tally's first 64 groups (its index regrows): 300 shapes, shape k
+ * asked by 1 + k % 7 pods, arriving interleaved. Coverage 1 keeps every
+ * group, most frequent first, weights count / pods; a pod added one at a
+ * time gives what the array form gives. */
+static void test_workload_tally_many_groups(void **state)
+{
+    enum { SHAPES = 300 };
+    static struct egpu_pod_request reqs[SHAPES * 7];
+    struct egpu_workload w = {0}, v = {0};
+    struct egpu_workload_tally t;
+    size_t n = 0, total = 0;
+    long base = egpu_alloc_live();
+
+    (void)state;
+    for (int round = 0; round < 7; round++) {
+        for (int k = 0; k < SHAPES; k++) {
+            if (round < 1 + k % 7)
+                reqs[n++] = tu_request(100 * (k + 1), 0, 10 + k % 90, 0);
+        }
+    }
+    for (int k = 0; k < SHAPES; k++)
+        total += 1 + k % 7;
+    assert_int_equal(n, total);
+    egpu_workload_tally_init(&t);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(egpu_workload_tally_add(&t, &reqs[i]), 0);
+    assert_int_equal(egpu_workload_tally_finish(&t, 1.0, &w), 0);
+    egpu_workload_tally_free(&t);
+    assert_int_equal(w.n, SHAPES);
+    for (size_t i = 0; i < w.n; i++) {
+        int k = (int)(w.pods[i].cpu_milli / 100) - 1;
+
+        assert_true(k >= 0 && k < SHAPES);
+        assert_int_equal(w.pods[i].gpu_milli, (uint32_t)(10 + k % 90) * 10);
+        assert_near(w.pods[i].weight, (double)(1 + k % 7) / (double)total);
+        if (i > 0)
+            assert_true(w.pods[i].weight <= w.pods[i - 1].weight);
+    }
+    assert_int_equal(egpu_workload_from_requests(reqs, n, 1.0, &v), 0);
+    assert_int_equal(v.n, w.n);
+    assert_memory_equal(v.pods, w.pods, w.n * sizeof(w.pods[0]));
+    egpu_workload_free(&v);
+    egpu_workload_free(&w);
+    /* Nothing counted: nothing to build. */
+    egpu_workload_tally_init(&t);
+    assert_int_equal(egpu_workload_tally_finish(&t, 1.0, &w), -EINVAL);
+    egpu_workload_tally_free(&t);
+    assert_int_equal(egpu_alloc_live(), base);
+}
+
+/* Total variation: a shape's weight moved from one to another counts once,
+ * a shape missing on one side weighs 0 there, order does not matter. */
+static void test_workload_distance(void **state)
+{
+    const struct egpu_typical_pod a[] = {
+        {.cpu_milli = 1000, .gpu_milli = 500, .ncards = 1, .weight = 0.5},
+        {.cpu_milli = 2000, .gpu_milli = 1000, .ncards = 2, .weight = 0.3},
+        {.cpu_milli = 500, .weight = 0.2},
+    };
+    const struct egpu_typical_pod b[] = {
+        {.cpu_milli = 2000, .gpu_milli = 1000, .ncards = 2, .weight = 0.3},
+        {.cpu_milli = 1000, .gpu_milli = 500, .ncards = 1, .weight = 0.45},
+        {.cpu_milli = 500, .weight = 0.2},
+        {.cpu_milli = 500, .gpu_milli = 200, .ncards = 1, .weight = 0.05},
+    };
+    const struct egpu_typical_pod other[] = {
+        {.cpu_milli = 1000, .gpu_milli = 500, .ncards = 1, .model_mask = 2, .weight = 1.0},
+    };
+    struct egpu_workload wa = {.n = 3, .pods = (struct egpu_typical_pod *)a};
+    struct egpu_workload wb = {.n = 4, .pods = (struct egpu_typical_pod *)b};
+    struct egpu_workload wo = {.n = 1, .pods = (struct egpu_typical_pod *)other};
+
+    (void)state;
+    assert_near(egpu_workload_distance(&wa, &wa), 0.0);
+    assert_near(egpu_workload_distance(&wa, &wb), 0.05);
+    assert_near(egpu_workload_distance(&wb, &wa), 0.05);
+    /* The model mask is part of the shape: nothing in common. */
+    assert_near(egpu_workload_distance(&wa, &wo), 1.0);
+}
+
 static void test_workload_free_no_leaks(void **state)
 {
     struct egpu_pod_request reqs[3] = {tu_request(1, 0, 10, 0), tu_request(2, 0, 20, 0),
@@ -630,7 +710,7 @@ static void test_workload_free_no_leaks(void **state)
         assert_int_equal(egpu_alloc_live(), base);
         failures++;
     }
-    assert_int_equal(failures, 2);
+    assert_int_equal(failures, 3); /* the groups, their index, the workload */
 
     w = (struct egpu_workload){.n = 42, .pods = &sentinel};
     egpu_alloc_fail_after(1);
@@ -677,6 +757,8 @@ int main(void)
         cmocka_unit_test(test_workload_from_requests_invalid),
         cmocka_unit_test(test_workload_from_list),
         cmocka_unit_test(test_workload_from_list_invalid),
+        cmocka_unit_test(test_workload_tally_many_groups),
+        cmocka_unit_test(test_workload_distance),
         cmocka_unit_test(test_workload_free_no_leaks),
         cmocka_unit_test(test_frag_with_trace_workload),
     };

@@ -1697,6 +1697,62 @@ static void test_fgd_with_live_workload(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* Pending pods ns/<prefix>0..n-1 of core percent. */
+static void put_pending(struct egpu_sched_cache *c, const char *prefix, int n, int core)
+{
+    const int cores[] = {core}, none[] = {0};
+
+    for (int i = 0; i < n; i++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "%s%d", prefix, i);
+        set_pod(c, make_pod("ns", name, NULL, 1, cores, none));
+    }
+}
+
+/* The learned target workload is rebuilt every 64 new pods; it replaces
+ * the one in use (dropping the placers' memos) only when the mix moved by
+ * 1% or more. 64 more pods of the same 30% shape: kept; 64 of 70%: replaced. */
+static void test_live_workload_kept_until_mix_moves(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_FGD);
+    const char *const nodes[] = {"n1"};
+    const int core30[] = {30}, none[] = {0};
+    uint64_t kept, replaced;
+    char *body = NULL;
+
+    (void)state;
+    add_gpu_node(c, "n1", 2);
+    put_pending(c, "a", 64, 30);
+    body = tu_extender_args(make_pod("ns", "q", NULL, 1, core30, none), nodes, 1, false);
+    json_decref(call(egpu_extender_prioritize, x, body, 200));
+    egpu_extender_workload_rebuilds(x, &kept, &replaced);
+    assert_int_equal(kept, 0);
+    assert_int_equal(replaced, 1);
+
+    put_pending(c, "b", 63, 30); /* one short of a rebuild */
+    json_decref(call(egpu_extender_prioritize, x, body, 200));
+    egpu_extender_workload_rebuilds(x, &kept, &replaced);
+    assert_int_equal(kept + replaced, 1);
+
+    put_pending(c, "c", 1, 30);
+    json_decref(call(egpu_extender_prioritize, x, body, 200));
+    egpu_extender_workload_rebuilds(x, &kept, &replaced);
+    assert_int_equal(kept, 1);
+    assert_int_equal(replaced, 1);
+
+    put_pending(c, "d", 64, 70);
+    json_decref(call(egpu_extender_prioritize, x, body, 200));
+    egpu_extender_workload_rebuilds(x, &kept, &replaced);
+    assert_int_equal(kept, 1);
+    assert_int_equal(replaced, 2);
+    free(body);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 /* A pod of this scheduler asking cpu (a quantity) and no GPU. */
 static json_t *cpu_pod(const char *name, const char *cpu, const char *node)
 {
@@ -2198,6 +2254,7 @@ int main(void)
         cmocka_unit_test(test_steered_node_always_listed),
         cmocka_unit_test(test_policy_override_by_annotation),
         cmocka_unit_test(test_fgd_with_live_workload),
+        cmocka_unit_test(test_live_workload_kept_until_mix_moves),
         cmocka_unit_test(test_pods_without_gpu_placed),
         cmocka_unit_test(test_target_workload_pins_fgd),
         cmocka_unit_test(test_concurrent_binds_never_overcommit),
