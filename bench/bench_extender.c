@@ -985,6 +985,14 @@ static int scale_run(const struct scale_opts *o)
            "the verbs on their threads and the cache updates the watch would make; HTTP not "
            "counted",
            rss_mib("VmHWM:"), load_before, load_after);
+    {
+        uint64_t kept, replaced;
+
+        egpu_extender_workload_rebuilds(v.x, &kept, &replaced);
+        printf("  learned target workload: %llu rebuilds kept the one in use, %llu replaced it "
+               "(the first included)\n",
+               (unsigned long long)kept, (unsigned long long)replaced);
+    }
     rc = 0;
 out:
     if (v.h != NULL)

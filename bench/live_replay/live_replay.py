@@ -670,12 +670,17 @@ def live(args, nodes, pods, order, capacity_milli, tmp):
                          t1)
         elapsed = time.time() - t1
         time.sleep(1.5)  # the last binds reach the cache's metrics through the watch
-        sched_core = sum(float(l.split()[-1]) for l in metrics(health).splitlines()
+        text = metrics(health)
+        sched_core = sum(float(l.split()[-1]) for l in text.splitlines()
                          if l.startswith("egpu_scheduler_allocated_core_percent{"))
+        rebuilds = {r: sum(float(l.split()[-1]) for l in text.splitlines()
+                           if l.startswith("egpu_scheduler_target_workload_rebuilds_total{"
+                                           f'result="{r}"'))
+                    for r in ("kept", "replaced")}
         errors = [l for l in open(log) if l[:1] in "EF"]
         return dict(st_, buckets=buckets, elapsed=elapsed, setup=setup,
                     ties_mean=st_["ties_sum"] / max(1, st_["gpu_picked"]),
-                    sched_core=sched_core, errors=errors,
+                    sched_core=sched_core, errors=errors, rebuilds=rebuilds,
                     final_arrived=100.0 * st_["arrived"] / capacity_milli)
     finally:
         for p in (sched, api_proc):
@@ -829,6 +834,10 @@ def main():
               f"GPU pod; GPU pods with more than one {r['ties_many']}; bind retries {r['retries']}, "
               f"binds given up {r['bind_errors']}; E/F lines in egpu-scheduler's log "
               f"{len(r['errors'])}")
+        if args.learn_workload:
+            print(f"  live: learned target workload rebuilt {r['rebuilds']['kept']:.0f} times "
+                  f"within 1% of the one in use (kept), {r['rebuilds']['replaced']:.0f} times "
+                  "put into use (the first included)")
         for l in r["errors"][:5]:
             print("    " + l.rstrip())
         return 0
