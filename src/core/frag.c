@@ -58,6 +58,30 @@ double egpu__frag_view(const struct egpu__node_view *v, const struct egpu_worklo
     return f;
 }
 
+/* Number b's classes 1.. by per-card GPU, smallest first (base_set walks
+ * them with the node's sorted cards); b->fit and b->below, not yet used, hold
+ * the old numbers meanwhile. */
+static void sort_classes(struct egpu__frag_base *b)
+{
+    uint32_t *rank = b->fit2; /* by old class: its new number */
+    uint32_t *old_gm = b->fit;
+    uint64_t *old_mask = b->below;
+
+    for (size_t c = 1; c < b->nclass; c++) {
+        rank[c] = 1;
+        for (size_t d = 1; d < b->nclass; d++)
+            rank[c] += b->gm[d] < b->gm[c] || (b->gm[d] == b->gm[c] && d < c);
+        old_gm[c] = b->gm[c];
+        old_mask[c] = b->mask[c];
+    }
+    for (size_t c = 1; c < b->nclass; c++) {
+        b->gm[rank[c]] = old_gm[c];
+        b->mask[rank[c]] = old_mask[c];
+    }
+    for (size_t k = 0; k < b->w->n; k++)
+        b->cls[k] = (uint16_t)rank[b->cls[k]];
+}
+
 int egpu__frag_base_init(struct egpu__frag_base *b, const struct egpu_workload *w)
 {
     const size_t n = w->n ? w->n : 1, cap = w->n + 1;
@@ -101,6 +125,7 @@ int egpu__frag_base_init(struct egpu__frag_base *b, const struct egpu_workload *
         b->cls[k] = (uint16_t)c;
         b->need[k] = m->ncards;
     }
+    sort_classes(b);
     return 0;
 }
 
@@ -122,23 +147,30 @@ void egpu__frag_base_free(struct egpu__frag_base *b)
 
 void egpu__frag_base_set(struct egpu__frag_base *b, const struct egpu__node_view *v)
 {
+    uint32_t sorted[EGPU_NODE_GPUS_MAX];
+    uint64_t below = 0;
+    uint32_t n = 0;
+
     b->v = *v;
     b->nseen = b->next_seen = 0;
     b->ok[0] = false;
+    for (uint32_t i = 0; i < v->ngpus; i++) {
+        uint32_t j = i;
+
+        for (; j > 0 && sorted[j - 1] > v->free_milli[i]; j--)
+            sorted[j] = sorted[j - 1];
+        sorted[j] = v->free_milli[i];
+    }
+    /* Classes by per-card GPU, smallest first: the cards below it only
+     * grow in number (n of them, below their free compute summed). */
     for (size_t c = 1; c < b->nclass; c++) {
         const uint32_t gm = b->gm[c];
-        uint64_t below = 0;
-        uint32_t fit = 0;
 
+        for (; n < v->ngpus && sorted[n] < gm; n++)
+            below += sorted[n];
         b->ok[c] =
             b->mask[c] == 0 || (v->model != EGPU_MODEL_NONE && (b->mask[c] & (1ULL << v->model)));
-        for (uint32_t i = 0; i < v->ngpus; i++) {
-            if (v->free_milli[i] >= gm)
-                fit++;
-            else
-                below += v->free_milli[i];
-        }
-        b->fit[c] = fit;
+        b->fit[c] = v->ngpus - n;
         b->below[c] = below;
     }
 }
