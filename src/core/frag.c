@@ -223,11 +223,19 @@ double egpu__frag_base_eval(struct egpu__frag_base *b, const struct egpu__node_v
         b->below_d[c] = (double)(int64_t)bl;
     }
     idle_d = (double)(int64_t)idle;
-    for (size_t k = 0; k < b->w->n; k++) {
-        const uint16_t c = b->cls[k];
-        const bool frag = (cpu >= b->cpu[k]) & (b->fit2[c] >= b->need[k]);
+    {
+        const size_t n = b->w->n;
+        const uint16_t *cls = b->cls;
+        const int64_t *need_cpu = b->cpu;
+        const uint32_t *need = b->need, *fit = b->fit2;
+        const double *weight = b->weight, *below = b->below_d;
 
-        f += b->weight[k] * (frag ? b->below_d[c] : idle_d);
+        for (size_t k = 0; k < n; k++) {
+            const uint16_t c = cls[k];
+            const double val = (cpu >= need_cpu[k]) & (fit[c] >= need[k]) ? below[c] : idle_d;
+
+            f += weight[k] * val;
+        }
     }
     b->seen[b->next_seen].v = *o;
     b->seen[b->next_seen].f = f;

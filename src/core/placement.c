@@ -36,7 +36,7 @@
  * same doubles as egpu__frag_view); F'_n before, which no request shape
  * changes, is kept in the dense copy with the node's generation. What it
  * is worth: a memo miss evaluated a node in about 11,400 instructions with
- * fgd-cpu-fill and now in about 4,000 (bench_extender --nodes 5000 --direct
+ * fgd-cpu-fill and now in about 3,900 (bench_extender --nodes 5000 --direct
  * under callgrind; docs/scheduler.md).
  *
  * Load awareness (cfg.load_aware, see load.c): the card tier breaks its
