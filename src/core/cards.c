@@ -194,7 +194,7 @@ static bool better_card(enum egpu_policy_kind kind, bool load_aware, const struc
     return ca < cb || (ca == cb && ma < mb);
 }
 
-static bool pick_share(enum egpu_policy_kind kind, bool load_aware, const struct egpu_workload *w,
+static bool pick_share(enum egpu_policy_kind kind, bool load_aware, struct egpu__target *t,
                        struct egpu_rng *rng, const struct egpu_node *node, uint16_t ci,
                        const struct egpu_container_request *cr, struct scratch *s,
                        struct egpu_pick *pick, char *why, size_t why_len)
@@ -229,6 +229,7 @@ static bool pick_share(enum egpu_policy_kind kind, bool load_aware, const struct
         best = fits[egpu_rng_below(rng, nfits)];
     } else if (egpu__policy_fgd_family(kind) &&
                !(kind == EGPU_POLICY_FGD_CPU_TIGHT && cr->core_milli <= EGPU_SMALL_POD_MILLI)) {
+        struct egpu__frag_base *b = egpu__target_base(t, node);
         double best_f = 0.0, tried_f[EGPU_NODE_GPUS_MAX];
         uint32_t tried_free[EGPU_NODE_GPUS_MAX], ntried = 0;
 
@@ -247,9 +248,9 @@ static bool pick_share(enum egpu_policy_kind kind, bool load_aware, const struct
                 continue;
             }
             s->view.free_milli[g] = before - cr->core_milli;
-            f = (kind == EGPU_POLICY_FGD_CPU_FILL || kind == EGPU_POLICY_FGD_CPU_FILL_LOOK)
-                    ? egpu__variant_frag(kind, &s->view, w, egpu__workload_rho(w))
-                    : egpu__frag_view(&s->view, w);
+            f = egpu__frag_base_eval(b, &s->view);
+            if (egpu__policy_fills(kind))
+                f = egpu__variant_frag(kind, &s->view, t, f);
             s->view.free_milli[g] = before;
             tried_free[ntried] = before;
             tried_f[ntried++] = f;
@@ -363,7 +364,7 @@ static void scratch_init(const struct egpu_node *node, const struct egpu_pod_req
     s->view.free_cpu_milli -= r->cpu_milli;
 }
 
-bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct egpu_workload *w,
+bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, struct egpu__target *t,
                       struct egpu_rng *rng, const struct egpu_cluster *c,
                       const struct egpu_node *node, const struct egpu_pod_request *r,
                       struct egpu_pick *pick, struct egpu__node_view *after, char *why,
@@ -382,7 +383,7 @@ bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct 
         const struct egpu_container_request *cr = &r->containers[ci];
         bool ok = cr->core_milli == EGPU_GPU_MILLI
                       ? pick_whole(kind, load_aware, rng, node, ci, cr, &s, pick, why, why_len)
-                      : pick_share(kind, load_aware, w, rng, node, ci, cr, &s, pick, why, why_len);
+                      : pick_share(kind, load_aware, t, rng, node, ci, cr, &s, pick, why, why_len);
 
         if (!ok) {
             unhealthy_note(node, why, why_len);

@@ -46,8 +46,8 @@ void egpu__look_free(struct egpu__look *lk)
 /* dF' of typical pod t placed on view v (FGD's card choice: the card
  * leaving the least F'), +inf when it does not fit; fb is F' of v. */
 static double place_typical(enum egpu_policy_kind kind, const struct egpu__node_view *v,
-                            const struct egpu_typical_pod *t, const struct egpu_workload *w,
-                            double rho, double fb)
+                            const struct egpu_typical_pod *t, const struct egpu__target *tg,
+                            double fb)
 {
     struct egpu__node_view a = *v;
     double best = INFINITY;
@@ -56,7 +56,7 @@ static double place_typical(enum egpu_policy_kind kind, const struct egpu__node_
         return INFINITY;
     a.free_cpu_milli -= t->cpu_milli;
     if (t->ncards == 0 || t->gpu_milli == 0)
-        return egpu__variant_frag(kind, &a, w, rho) - fb;
+        return egpu__variant_frag(kind, &a, tg, NAN) - fb;
     if (v->ngpus == 0 || (t->model_mask != 0 &&
                           (v->model == EGPU_MODEL_NONE || !(t->model_mask & (1ULL << v->model)))))
         return INFINITY;
@@ -69,7 +69,7 @@ static double place_typical(enum egpu_policy_kind kind, const struct egpu__node_
                 k++;
             }
         }
-        return k < t->ncards ? INFINITY : egpu__variant_frag(kind, &a, w, rho) - fb;
+        return k < t->ncards ? INFINITY : egpu__variant_frag(kind, &a, tg, NAN) - fb;
     }
     for (uint32_t g = 0; g < a.ngpus; g++) {
         uint32_t before = a.free_milli[g];
@@ -83,7 +83,7 @@ static double place_typical(enum egpu_policy_kind kind, const struct egpu__node_
         if (seen)
             continue;
         a.free_milli[g] = before - t->gpu_milli;
-        f = egpu__variant_frag(kind, &a, w, rho) - fb;
+        f = egpu__variant_frag(kind, &a, tg, NAN) - fb;
         a.free_milli[g] = before;
         if (f < best)
             best = f;
@@ -110,12 +110,12 @@ static bool look_fit(struct egpu__look *lk, const struct egpu_cluster *c, size_t
 }
 
 size_t egpu__look_choose(struct egpu__look **lkp, enum egpu_policy_kind kind,
-                         const struct egpu_workload *w, const struct egpu_cluster *c,
+                         const struct egpu__target *tg, const struct egpu_cluster *c,
                          const struct egpu_pod_request *r, struct egpu_node *const *cand,
                          const struct egpu_pick *picks, size_t n)
 {
     size_t k = 0, ty[EGPU_LOOK_TYPES];
-    const double rho = egpu__workload_rho(w);
+    const struct egpu_workload *w = tg->w;
     double best1[EGPU_LOOK_TYPES], best2[EGPU_LOOK_TYPES], p[EGPU_LOOK_TYPES], psum = 0.0;
     double best_v = INFINITY;
     size_t slot1[EGPU_LOOK_TYPES], chosen = 0;
@@ -159,10 +159,10 @@ size_t egpu__look_choose(struct egpu__look **lkp, enum egpu_policy_kind kind,
             if (cell->gen != node->gen) {
                 if (!have) {
                     egpu__view_of(node, &v);
-                    fb = egpu__variant_frag(kind, &v, w, rho);
+                    fb = egpu__variant_frag(kind, &v, tg, NAN);
                     have = true;
                 }
-                cell->d = place_typical(kind, &v, &w->pods[ty[t]], w, rho, fb);
+                cell->d = place_typical(kind, &v, &w->pods[ty[t]], tg, fb);
                 cell->gen = node->gen;
             }
             if (cell->d < best1[t]) {
@@ -184,11 +184,11 @@ size_t egpu__look_choose(struct egpu__look **lkp, enum egpu_policy_kind kind,
         after.free_cpu_milli -= r->cpu_milli;
         for (uint32_t s = 0; s < picks[j].nshares; s++)
             after.free_milli[picks[j].shares[s].gpu] -= picks[j].shares[s].core_milli;
-        fb = egpu__variant_frag(kind, &before, w, rho);
-        fa = egpu__variant_frag(kind, &after, w, rho);
+        fb = egpu__variant_frag(kind, &before, tg, NAN);
+        fa = egpu__variant_frag(kind, &after, tg, NAN);
         for (size_t t = 0; t < k; t++) {
             double other = slot1[t] == node->slot ? best2[t] : best1[t];
-            double here = place_typical(kind, &after, &w->pods[ty[t]], w, rho, fa);
+            double here = place_typical(kind, &after, &w->pods[ty[t]], tg, fa);
             double d = here < other ? here : other;
 
             if (isinf(d))

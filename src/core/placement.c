@@ -29,6 +29,16 @@
  * 5,000 nodes. Only what the card tier itself refuses for is checked, so
  * every verdict is the one it would give.
  *
+ * The FGD family's evaluation of a node (cfg.workload: struct egpu__target,
+ * made once per placer) reads the node's cards once per evaluation
+ * (egpu__frag_base_set, per class of typical pods) and measures each card
+ * choice and the node after from what changed (egpu__frag_base_eval, the
+ * same doubles as egpu__frag_view); F'_n before, which no request shape
+ * changes, is kept in the dense copy with the node's generation. What it
+ * is worth: a memo miss evaluated a node in about 11,400 instructions with
+ * fgd-cpu-fill and now in about 3,900 (bench_extender --nodes 5000 --direct
+ * under callgrind; docs/scheduler.md).
+ *
  * Load awareness (cfg.load_aware, see load.c): the card tier breaks its
  * exact ties by card load, and the node tier's exact score ties go to the
  * lower egpu_pick_load before the hash. A card's load is part of its node's
@@ -44,6 +54,7 @@
  * on the node's state only, so memoised entries stay exact.
  */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "placement_int.h"
@@ -80,6 +91,7 @@ struct hot {
     uint16_t nwhole;        /* cards nobody holds, all compute free */
     uint16_t model;
     uint32_t ngpus;
+    double frag_before; /* F'_n for the node policy (FGD family), NAN = not known */
 };
 
 struct memo_class {
@@ -114,6 +126,7 @@ struct egpu_placer {
     struct egpu_pick top_picks[EGPU_LOOK_TOP];
     struct hot *hot; /* by node slot, nhot entries (memoised placers) */
     size_t nhot;
+    struct egpu__target tgt; /* cfg.workload's, FGD-family placers (tgt.w NULL otherwise) */
 };
 
 struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg, struct egpu_error *err)
@@ -139,6 +152,14 @@ struct egpu_placer *egpu_placer_new(const struct egpu_placer_config *cfg, struct
         return NULL;
     }
     p->cfg = *cfg;
+    if ((egpu__policy_fgd_family(cfg->node_policy) || egpu__policy_fgd_family(cfg->card_policy)) &&
+        egpu__target_init(&p->tgt, cfg->workload,
+                          egpu__policy_fills(cfg->node_policy) ||
+                              egpu__policy_fills(cfg->card_policy)) != 0) {
+        egpu_free(p);
+        egpu_error_set(err, -ENOMEM, "placer: out of memory");
+        return NULL;
+    }
     egpu_rng_seed(&p->rng, cfg->seed);
     return p;
 }
@@ -151,6 +172,7 @@ void egpu_placer_free(struct egpu_placer *p)
         egpu_free(p->classes[i].entries);
     egpu__look_free(p->look);
     egpu_free(p->hot);
+    egpu__target_free(&p->tgt);
     egpu_free(p);
 }
 
@@ -303,6 +325,7 @@ static struct memo_class *memo_for(struct egpu_placer *p, const struct egpu_clus
 static void hot_read(const struct egpu_node *node, struct hot *h)
 {
     *h = (struct hot){.gen = node->gen,
+                      .frag_before = NAN,
                       .free_cpu_milli = node->cpu_milli - node->used_cpu_milli,
                       .free_mem_mib = node->mem_mib - node->used_mem_mib,
                       .model = node->model,
@@ -375,21 +398,24 @@ static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct
             return false;
         }
     }
+    p->tgt.base_ready = false; /* another node, or this one in another state */
+    p->tgt.frag_before =
+        e != NULL && p->hot[node->slot].gen == node->gen ? p->hot[node->slot].frag_before : NAN;
     if (!p->cfg.dra) {
-        ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.load_aware, p->cfg.workload, &p->rng, c,
-                              node, r, pick, &after, why, why_len);
+        ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.load_aware, &p->tgt, &p->rng, c, node, r,
+                              pick, &after, why, why_len);
     } else {
         ok = egpu__cards_pick_dra(p->cfg.dra_order, c, node, r, pick, &after, why, why_len);
         if (ok && p->cfg.dra_blind) {
             /* The extender scores the node with the cards it would choose. */
             struct egpu_pick own;
 
-            ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.load_aware, p->cfg.workload, &p->rng,
-                                  c, node, r, &own, &after, why, why_len);
+            ok = egpu__cards_pick(p->cfg.card_policy, p->cfg.load_aware, &p->tgt, &p->rng, c, node,
+                                  r, &own, &after, why, why_len);
         }
     }
     if (ok)
-        *score = egpu__node_score(p->cfg.node_policy, p->cfg.workload, &p->rng, c, node, r, &after);
+        *score = egpu__node_score(p->cfg.node_policy, &p->tgt, &p->rng, c, node, r, &after);
     if (ok && p->cfg.load_aware)
         l = egpu_pick_load(node, pick);
     if (ok && load != NULL)
@@ -397,6 +423,7 @@ static bool evaluate(struct egpu_placer *p, const struct egpu_cluster *c, struct
     if (e != NULL && p->hot[node->slot].gen != node->gen)
         hot_read(node, &p->hot[node->slot]);
     if (e != NULL) {
+        p->hot[node->slot].frag_before = p->tgt.frag_before;
         e->gen = node->gen;
         e->ok = ok;
         e->load = l;
@@ -611,8 +638,7 @@ static int schedule_look(struct egpu_placer *p, const struct egpu_cluster *c,
         nodes[j] = top[j].node;
         picks[j] = top[j].pick;
     }
-    chosen =
-        egpu__look_choose(&p->look, p->cfg.node_policy, p->cfg.workload, c, r, nodes, picks, n);
+    chosen = egpu__look_choose(&p->look, p->cfg.node_policy, &p->tgt, c, r, nodes, picks, n);
     *node = nodes[chosen];
     pick->nshares = picks[chosen].nshares;
     memcpy(pick->shares, picks[chosen].shares, picks[chosen].nshares * sizeof(pick->shares[0]));

@@ -10,14 +10,52 @@
 #include "egpu/core.h"
 #include "frag_int.h"
 
+/* The target workload as the FGD family reads it: what depends on the
+ * workload alone, computed once (egpu__target_init) instead of per node and
+ * card evaluated, and the scratch of the node being evaluated. A placer
+ * owns one for its cfg.workload (borrowed: the workload must not change
+ * while the placer lives). */
+struct egpu__target {
+    const struct egpu_workload *w;
+    double rho;                          /* egpu__workload_rho(w) */
+    bool has_fill;                       /* unfill made (fgd-cpu-fill's policies) */
+    uint16_t unfill[EGPU_GPU_MILLI + 1]; /* the fill table, see policy.c */
+    /* The node being evaluated: base is its view's figures while
+     * base_ready; the evaluation's caller clears base_ready per node. */
+    bool base_ready;
+    struct egpu__frag_base base; /* for w (owned) */
+    /* F'_n of that node as it is for the node policy (egpu__node_score's
+     * "before"): NAN when not known, then set by egpu__node_score. The
+     * caller may keep it with the node's generation and give it back. */
+    double frag_before;
+};
+
+/* Make *t for workload w (borrowed; not NULL, w->n > 0), with the fill table
+ * when fill is set. Returns 0 or -ENOMEM. Free with egpu__target_free. */
+int egpu__target_init(struct egpu__target *t, const struct egpu_workload *w, bool fill);
+
+/* Free what egpu__target_init allocated; a zeroed *t is a no-op. */
+void egpu__target_free(struct egpu__target *t);
+
+/* The figures of node's current state in t->base, made when not
+ * t->base_ready (then set). */
+struct egpu__frag_base *egpu__target_base(struct egpu__target *t, const struct egpu_node *node);
+
+/* Does policy kind read the fill table? */
+static inline bool egpu__policy_fills(enum egpu_policy_kind kind)
+{
+    return kind == EGPU_POLICY_FGD_CPU_FILL || kind == EGPU_POLICY_FGD_CPU_FILL_LOOK;
+}
+
 /* Card tier: choose cards on node (of cluster c) for every container of r
  * with policy kind; with load_aware, exact ties between cards go to the
  * less loaded one (cards.c).
- * rng is used by EGPU_POLICY_RANDOM only; w by the FGD family only (egpu__policy_fgd_family). On
+ * rng is used by EGPU_POLICY_RANDOM only; t by the FGD family only (egpu__policy_fgd_family;
+ * its base for node, see egpu__target_base). On
  * success fills *pick and *after (the node state with r placed) and returns
  * true. On failure writes a one-line reason (if why != NULL) and returns
  * false. The node itself is not changed. */
-bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, const struct egpu_workload *w,
+bool egpu__cards_pick(enum egpu_policy_kind kind, bool load_aware, struct egpu__target *t,
                       struct egpu_rng *rng, const struct egpu_cluster *c,
                       const struct egpu_node *node, const struct egpu_pod_request *r,
                       struct egpu_pick *pick, struct egpu__node_view *after, char *why,
@@ -35,11 +73,11 @@ bool egpu__cards_pick_dra(enum egpu_dra_order order, const struct egpu_cluster *
                           size_t why_len);
 
 /* Node tier: score of node once r is placed as in after (higher is better).
- * rng is used by EGPU_POLICY_RANDOM only; w by the FGD family only. */
-double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *w,
-                        struct egpu_rng *rng, const struct egpu_cluster *c,
-                        const struct egpu_node *node, const struct egpu_pod_request *r,
-                        const struct egpu__node_view *after);
+ * rng is used by EGPU_POLICY_RANDOM only; t by the FGD family only (its
+ * base for node, see egpu__target_base). */
+double egpu__node_score(enum egpu_policy_kind kind, struct egpu__target *t, struct egpu_rng *rng,
+                        const struct egpu_cluster *c, const struct egpu_node *node,
+                        const struct egpu_pod_request *r, const struct egpu__node_view *after);
 
 /* Does kind place with FGD's card tier and need a target workload (fgd
  * and the experimental FGD variants)? */
@@ -62,10 +100,10 @@ double egpu__strand_cpu(const struct egpu__node_view *v, double rho);
 bool egpu__small_pod(const struct egpu_pod_request *r);
 
 /* F'_n of view v in milli-GPU for FGD-family policy kind (F_n(M) for fgd;
- * the variant's measure for fgd-cpu and the experimental ones), rho as
- * egpu__workload_rho(w). */
+ * the variant's measure for fgd-cpu and the experimental ones) for t's
+ * workload. frag is F_n(M) of v, or NAN to compute it here. */
 double egpu__variant_frag(enum egpu_policy_kind kind, const struct egpu__node_view *v,
-                          const struct egpu_workload *w, double rho);
+                          const struct egpu__target *t, double frag);
 
 /* FGD's node score for a fragmentation change of delta_milli (after minus
  * before, milli-GPU): floor(100 * sigmoid(-delta_milli / 1000)), 0..100. */
@@ -81,7 +119,7 @@ double egpu__fgd_score(double delta_milli);
 struct egpu__look;
 void egpu__look_free(struct egpu__look *lk);
 size_t egpu__look_choose(struct egpu__look **lk, enum egpu_policy_kind kind,
-                         const struct egpu_workload *w, const struct egpu_cluster *c,
+                         const struct egpu__target *t, const struct egpu_cluster *c,
                          const struct egpu_pod_request *r, struct egpu_node *const *cand,
                          const struct egpu_pick *picks, size_t n);
 

@@ -221,38 +221,16 @@ static double pack_pod(const struct egpu__node_view *v, uint64_t idle,
  * its frequent card sizes reach without passing f, f in milli-GPU 0..1000.
  * A frequent size: a per-card milli-GPU under a whole card that one-card
  * typical pods ask with a summed weight of at least FILL_MIN_WEIGHT (on the
- * default trace 810, 470, 650, 320, 460, 230). Kept per thread for the last
- * workload seen (the tiers call it per card and per node evaluated). */
+ * default trace 810, 470, 650, 320, 460, 230). Made once per target
+ * (egpu__target_init). */
 #define FILL_MIN_WEIGHT 0.015
 
-struct fill_table {
-    bool made;
-    double sig; /* workload_sig of the workload it is for */
-    uint16_t unfill[EGPU_GPU_MILLI + 1];
-};
-
-/* A signature of w's card sizes and weights: a table made for one workload
- * is not used for another that the same memory holds later. */
-static double workload_sig(const struct egpu_workload *w)
+static void make_fill(const struct egpu_workload *w, uint16_t unfill[EGPU_GPU_MILLI + 1])
 {
-    double sig = (double)w->n;
-
-    for (size_t i = 0; i < w->n; i++)
-        sig += (double)(i + 1) * w->pods[i].weight *
-               (double)((w->pods[i].gpu_milli + 1) * (w->pods[i].ncards + 1));
-    return sig;
-}
-
-static const uint16_t *fill_table(const struct egpu_workload *w)
-{
-    static _Thread_local struct fill_table t;
     bool reach[EGPU_GPU_MILLI + 1];
     double size_w[EGPU_GPU_MILLI + 1]; /* by card size; EGPU_GPU_MILLI itself stays 0 */
     uint32_t best = 0;
-    const double sig = workload_sig(w);
 
-    if (t.made && t.sig == sig)
-        return t.unfill;
     memset(reach, 0, sizeof(reach));
     reach[0] = true;
     memset(size_w, 0, sizeof(size_w));
@@ -269,32 +247,63 @@ static const uint16_t *fill_table(const struct egpu_workload *w)
     for (uint32_t f = 0; f <= EGPU_GPU_MILLI; f++) {
         if (reach[f])
             best = f;
-        t.unfill[f] = (uint16_t)(f - best);
+        unfill[f] = (uint16_t)(f - best);
     }
-    t.made = true;
-    t.sig = sig;
-    return t.unfill;
+}
+
+int egpu__target_init(struct egpu__target *t, const struct egpu_workload *w, bool fill)
+{
+    memset(t, 0, sizeof(*t));
+    t->w = w;
+    t->rho = egpu__workload_rho(w);
+    t->frag_before = NAN;
+    if (egpu__frag_base_init(&t->base, w) != 0) {
+        egpu__target_free(t);
+        return -ENOMEM;
+    }
+    if (fill)
+        make_fill(w, t->unfill);
+    t->has_fill = fill;
+    return 0;
+}
+
+void egpu__target_free(struct egpu__target *t)
+{
+    egpu__frag_base_free(&t->base);
+    memset(t, 0, sizeof(*t));
+}
+
+struct egpu__frag_base *egpu__target_base(struct egpu__target *t, const struct egpu_node *node)
+{
+    if (!t->base_ready) {
+        struct egpu__node_view v;
+
+        egpu__view_of(node, &v);
+        egpu__frag_base_set(&t->base, &v);
+        t->base_ready = true;
+    }
+    return &t->base;
 }
 
 /* C_n of the view: the compute of its partly used cards that no sum of the
- * frequent card sizes fills (fill_table). */
-static double unfillable(const struct egpu__node_view *v, const struct egpu_workload *w)
+ * frequent card sizes fills (the fill table unfill). */
+static double unfillable(const struct egpu__node_view *v, const uint16_t *unfill)
 {
-    const uint16_t *u = fill_table(w);
     double c = 0.0;
 
     for (uint32_t i = 0; i < v->ngpus; i++) {
         if (v->free_milli[i] > 0 && v->free_milli[i] < EGPU_GPU_MILLI)
-            c += u[v->free_milli[i]];
+            c += unfill[v->free_milli[i]];
     }
     return c;
 }
 
-/* F'_n of the view for variant x, milli-GPU (rho: egpu__workload_rho). */
+/* F'_n of the view for variant x and t's workload, milli-GPU, f being its
+ * F_n(M). */
 static double variant_frag(const struct fgd_variant *x, const struct egpu__node_view *v,
-                           const struct egpu_workload *w, double rho)
+                           const struct egpu__target *t, double f)
 {
-    double f = egpu__frag_view(v, w);
+    const struct egpu_workload *w = t->w;
 
     if (x->pack_a > 0.0) {
         uint64_t idle = view_free_gpu(v);
@@ -305,9 +314,9 @@ static double variant_frag(const struct fgd_variant *x, const struct egpu__node_
         f = (1.0 - x->pack_a) * f + x->pack_a * p;
     }
     if (x->strand_w > 0.0)
-        f += x->strand_w * egpu__strand_cpu(v, rho * x->rho_scale);
+        f += x->strand_w * egpu__strand_cpu(v, t->rho * x->rho_scale);
     if (x->fill_b > 0.0)
-        f += x->fill_b * unfillable(v, w);
+        f += x->fill_b * unfillable(v, t->unfill);
     return f;
 }
 
@@ -318,11 +327,13 @@ bool egpu__small_pod(const struct egpu_pod_request *r)
 }
 
 double egpu__variant_frag(enum egpu_policy_kind kind, const struct egpu__node_view *v,
-                          const struct egpu_workload *w, double rho)
+                          const struct egpu__target *t, double frag)
 {
+    if (isnan(frag))
+        frag = egpu__frag_view(v, t->w);
     if (kind == EGPU_POLICY_FGD || (int)kind < 0 || (int)kind >= EGPU_POLICY_ALL_COUNT)
-        return egpu__frag_view(v, w);
-    return variant_frag(&variants[kind], v, w, rho);
+        return frag;
+    return variant_frag(&variants[kind], v, t, frag);
 }
 
 /* The tie-break of variant x in [0, 1] (higher wins), for the node as in
@@ -371,18 +382,19 @@ static double variant_tie(const struct fgd_variant *x, const struct egpu_cluster
 /* An FGD variant's node score: FGD's integer score of the growth of F'_n,
  * plus half the tie-break (below one integer step, so it only orders
  * nodes FGD's score ties). */
-static double variant_score(enum egpu_policy_kind kind, const struct egpu_workload *w,
+static double variant_score(enum egpu_policy_kind kind, struct egpu__target *t,
                             const struct egpu_cluster *c, const struct egpu_node *node,
                             const struct egpu_pod_request *r, const struct egpu__node_view *after)
 {
     const struct fgd_variant *x = &variants[kind];
-    const double rho = egpu__workload_rho(w);
-    struct egpu__node_view before;
+    const double rho = t->rho;
+    struct egpu__frag_base *b = egpu__target_base(t, node);
     double score;
 
-    egpu__view_of(node, &before);
-    score = egpu__fgd_score(variant_frag(x, after, w, rho) - variant_frag(x, &before, w, rho) +
-                            x->left_b * (double)view_free_gpu(after));
+    if (isnan(t->frag_before))
+        t->frag_before = variant_frag(x, &b->v, t, egpu__frag_base_eval(b, &b->v));
+    score = egpu__fgd_score(variant_frag(x, after, t, egpu__frag_base_eval(b, after)) -
+                            t->frag_before + x->left_b * (double)view_free_gpu(after));
     if (x->tie == TIE_HASH || (x->tie_cpu_pods && egpu_pod_request_gpu_milli(r) > 0))
         return score;
     if (x->tie == TIE_TIGHT && !egpu__small_pod(r))
@@ -390,10 +402,9 @@ static double variant_score(enum egpu_policy_kind kind, const struct egpu_worklo
     return score + 0.5 * variant_tie(x, c, node, after, rho);
 }
 
-double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *w,
-                        struct egpu_rng *rng, const struct egpu_cluster *c,
-                        const struct egpu_node *node, const struct egpu_pod_request *r,
-                        const struct egpu__node_view *after)
+double egpu__node_score(enum egpu_policy_kind kind, struct egpu__target *t, struct egpu_rng *rng,
+                        const struct egpu_cluster *c, const struct egpu_node *node,
+                        const struct egpu_pod_request *r, const struct egpu__node_view *after)
 {
     switch (kind) {
     case EGPU_POLICY_BINPACK:
@@ -410,10 +421,9 @@ double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *
     case EGPU_POLICY_RANDOM:
         return (double)(egpu_rng_next(rng) >> 11); /* 53 bits: exact in a double */
     case EGPU_POLICY_FGD: {
-        struct egpu__node_view before;
+        struct egpu__frag_base *b = egpu__target_base(t, node);
 
-        egpu__view_of(node, &before);
-        return egpu__fgd_score(egpu__frag_view(after, w) - egpu__frag_view(&before, w));
+        return egpu__fgd_score(egpu__frag_base_eval(b, after) - egpu__frag_base_eval(b, &b->v));
     }
     case EGPU_POLICY_FGD_CPU:
     case EGPU_POLICY_FGD_BF:
@@ -429,7 +439,7 @@ double egpu__node_score(enum egpu_policy_kind kind, const struct egpu_workload *
     case EGPU_POLICY_FGD_CPU_TIGHT:
     case EGPU_POLICY_FGD_CPU_FILL:
     case EGPU_POLICY_FGD_CPU_FILL_LOOK:
-        return variant_score(kind, w, c, node, r, after);
+        return variant_score(kind, t, c, node, r, after);
     }
     return 0.0;
 }
