@@ -553,8 +553,20 @@ struct best_node {
     uint16_t load;
 };
 
+/* FGD's order of a node (score sa, load la) against another (sb, lb):
+ * 1 when it comes first, -1 when the other does, 0 when the per-seed hash
+ * rank decides. Without load awareness every load is EGPU_LOAD_UNKNOWN. */
+static int order_of(double sa, uint16_t la, double sb, uint16_t lb)
+{
+    if (sa != sb)
+        return sa > sb ? 1 : -1;
+    if (la != lb)
+        return la < lb ? 1 : -1;
+    return 0;
+}
+
 /* Offer node n to *b: it becomes the best when it can host r and beats the
- * best so far (score, then load, then the per-seed hash); *pick then gets its
+ * best so far (order_of, then the per-seed hash); *pick then gets its
  * cards. */
 static void offer(struct egpu_placer *p, const struct egpu_cluster *c, struct memo_class *mc,
                   struct egpu_node *n, const struct egpu_pod_request *r, struct best_node *b,
@@ -562,24 +574,20 @@ static void offer(struct egpu_placer *p, const struct egpu_cluster *c, struct me
 {
     struct egpu_pick cur;
     uint16_t load;
+    uint64_t rank;
     double s;
+    int o;
 
     if (!evaluate(p, c, mc, n, r, &s, &cur, &load, NULL, 0))
         return;
-    if (b->node != NULL && s < b->score)
+    o = b->node == NULL ? 1 : order_of(s, load, b->score, b->load);
+    if (o < 0)
         return;
-    /* load is EGPU_LOAD_UNKNOWN everywhere without load awareness. */
-    if (b->node != NULL && s == b->score && load > b->load)
+    /* The hash only for a node that may be the best (most are not). */
+    rank = egpu_hash_str(n->name, p->cfg.seed);
+    if (o == 0 && rank >= b->rank)
         return;
-    if (b->node != NULL && s == b->score && load == b->load) {
-        uint64_t rank = egpu_hash_str(n->name, p->cfg.seed);
-
-        if (rank >= b->rank)
-            return;
-        b->rank = rank;
-    } else {
-        b->rank = egpu_hash_str(n->name, p->cfg.seed);
-    }
+    b->rank = rank;
     b->node = n;
     b->score = s;
     b->load = load;
@@ -590,11 +598,9 @@ static void offer(struct egpu_placer *p, const struct egpu_cluster *c, struct me
 /* Does a come before b in FGD's order: score, then load, then hash rank? */
 static bool top_before(double sa, uint16_t la, uint64_t ra, const struct look_top *b)
 {
-    if (sa != b->score)
-        return sa > b->score;
-    if (la != b->load)
-        return la < b->load;
-    return ra < b->rank;
+    int o = order_of(sa, la, b->score, b->load);
+
+    return o != 0 ? o > 0 : ra < b->rank;
 }
 
 /* egpu_placer_schedule for fgd-cpu-look: the top M nodes in FGD's order,
