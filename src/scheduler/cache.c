@@ -1398,10 +1398,17 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
     struct gpu_fields f;
     struct egpu__sched_node *ni;
     struct egpu__sched_gpu *slot, gone;
-    int rc = gpu_fields(gpu, &f, err);
+    int rc = 0;
 
-    if (rc)
-        return rc;
+    /* The name and node alone: the scheduler's GPU informer stores only
+     * those (store_field), and a relist's delete comes from the store. */
+    f.name = str_at(gpu, "metadata", "name");
+    f.node = str_at(json_object_get(gpu, "spec"), "nodeName", NULL);
+    if (f.name == NULL || f.name[0] == '\0')
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU: metadata.name missing or invalid");
+    if (f.node == NULL || f.node[0] == '\0')
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.nodeName missing or invalid",
+                              f.name);
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, f.node, false);
     slot = slot_named(ni, f.name);
