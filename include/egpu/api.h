@@ -622,6 +622,14 @@ size_t egpu_api_selector_format(const struct egpu_api_selector *sel, char *buf, 
 /* Do labels (a node's metadata.labels: object, or NULL / JSON null for none)
  * satisfy every requirement of sel? */
 bool egpu_api_selector_matches(const struct egpu_api_selector *sel, const json_t *labels);
+/* A node's value of label key (a C string borrowed from what ud holds), or
+ * NULL when it has none. */
+typedef const char *(*egpu_api_label_fn)(const void *ud, const char *key);
+/* egpu_api_selector_matches over labels read through label(ud, key), for a
+ * caller that keeps a node's labels in a form of its own (the scheduler's
+ * cache packs them). */
+bool egpu_api_selector_matches_fn(const struct egpu_api_selector *sel, egpu_api_label_fn label,
+                                  const void *ud);
 
 /* One tflops.<model> parameter: the model's peak, in thousandths of a TFLOPS. */
 struct egpu_api_class_peak {

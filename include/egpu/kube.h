@@ -477,9 +477,17 @@ struct egpu_kube_informer_opts {
      * .resourceVersion (egpu_kube_keep with no paths), not the object: the
      * callbacks still get each new object whole (as transformed), but
      * on_update's old_obj, on_delete's obj when a relist finds the
-     * deletion, and _get/_list give those three fields alone. For handlers
-     * that read only the new object (the scheduler's pods and nodes). */
+     * deletion, and _get/_list give those three fields alone (and
+     * store_field's value), each a new object made from the store's entry
+     * (some 80 bytes a pod) when asked. For handlers that read only the new
+     * object (the scheduler's pods and nodes) or one field of the old (its
+     * GPU objects' spec.nodeName). */
     bool store_keys_only;
+    /* With store_keys_only: the dotted path of one string field kept too
+     * ("spec.nodeName"), there in old_obj and _get/_list's objects when the
+     * stored object had a string there of under 4 KiB (copied); NULL = none.
+     * Ignored without store_keys_only. */
+    const char *store_field;
 };
 
 /* Counters, for tests and metrics. */
@@ -525,7 +533,9 @@ int egpu_kube_informer_wait_synced(struct egpu_kube_informer *inf, long timeout_
 /* The cached object ns/name (ns NULL or "" for cluster-scoped), as a new
  * reference the caller json_decref()s and must not change; NULL if absent.
  * Cached objects are shared between threads by reference (jansson's
- * reference counts are atomic) and are never modified once stored. */
+ * reference counts are atomic) and are never modified once stored (with
+ * store_keys_only each call makes a new object of the stored fields; NULL
+ * also when out of memory). */
 json_t *egpu_kube_informer_get(struct egpu_kube_informer *inf, const char *ns, const char *name);
 
 /* A new JSON array (caller json_decref()s) of every cached object, or NULL

@@ -174,6 +174,8 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c);
  * or EGPU_ESYNTAX / EGPU_ERANGE naming the bad field, in which case the
  * cache is unchanged, or -ENOMEM. Deletes of unknown objects are no-ops
  * (an informer may deliver a delete for an object it never listed).
+ * gpu_delete reads only metadata.name and spec.nodeName (EGPU_ESYNTAX when
+ * either is missing), all its informer's store keeps of a GPU object.
  *
  * GPU objects are known by metadata.name. A card UUID belongs to the first
  * GPU object seen with it: gpu_set of another object naming the same UUID

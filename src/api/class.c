@@ -177,11 +177,22 @@ size_t egpu_api_selector_format(const struct egpu_api_selector *sel, char *buf, 
     return used;
 }
 
+static const char *json_label(const void *labels, const char *key)
+{
+    return egpu_api_str(json_object_get(labels, key));
+}
+
 bool egpu_api_selector_matches(const struct egpu_api_selector *sel, const json_t *labels)
+{
+    return egpu_api_selector_matches_fn(sel, json_label, labels);
+}
+
+bool egpu_api_selector_matches_fn(const struct egpu_api_selector *sel, egpu_api_label_fn label,
+                                  const void *ud)
 {
     for (uint32_t i = 0; i < sel->nreqs; i++) {
         const struct egpu_api_selector_req *r = &sel->reqs[i];
-        const char *have = egpu_api_str(json_object_get(labels, r->key));
+        const char *have = label(ud, r->key);
         bool in = false;
 
         for (uint32_t v = 0; have != NULL && v < r->nvalues; v++)

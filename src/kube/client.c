@@ -604,22 +604,26 @@ int egpu__kube_request(struct egpu_kube *kc, const char *method, const char *pat
 }
 
 /* GET one list page into *out, decoded with keep (list_decode.c) when it is
- * not NULL, else whole. Returns as egpu__kube_request. */
+ * not NULL, else whole. reply (egpu_buf_init'ed with EGPU_KUBE_LIST_MAX) is
+ * the body's buffer, reset here and kept by the caller from page to page: a
+ * page of 500 pods is about a megabyte, and a fresh buffer for each page
+ * cost the scheduler's rebuild a tenth of its CPU in growing it (realloc's
+ * copies, the kernel clearing new pages) and in glibc consolidating the
+ * freed chunks (perf, bench_restart --nodes 20000). Returns as
+ * egpu__kube_request. */
 static int get_page(struct egpu_kube *kc, const char *path, const char *const *keep,
-                    const atomic_bool *stop, json_t **out, struct egpu_kube_status *st,
-                    struct egpu_error *err)
+                    struct egpu_buf *reply, const atomic_bool *stop, json_t **out,
+                    struct egpu_kube_status *st, struct egpu_error *err)
 {
-    struct egpu_buf reply;
     int rc;
 
     if (keep == NULL)
         return egpu__kube_request(kc, "GET", path, NULL, NULL, 0, EGPU_KUBE_LIST_MAX, 0, stop, out,
                                   st, err);
-    egpu_buf_init(&reply, EGPU_KUBE_LIST_MAX);
-    rc = fetch(kc, "GET", path, NULL, NULL, 0, 0, stop, &reply, st, err);
-    if (rc == 0 && (rc = egpu__kube_list_decode(reply.data, reply.len, keep, out, err)) != 0)
+    egpu_buf_reset(reply);
+    rc = fetch(kc, "GET", path, NULL, NULL, 0, 0, stop, reply, st, err);
+    if (rc == 0 && (rc = egpu__kube_list_decode(reply->data, reply->len, keep, out, err)) != 0)
         rc = egpu_error_prefix(err, rc == EGPU_ESYNTAX ? -EPROTO : rc, "GET %s: reply", path);
-    egpu_buf_free(&reply);
     return rc;
 }
 
@@ -845,13 +849,14 @@ int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
     const char *const *keep =
         o->transform == egpu_kube_keep_transform ? (const char *const *)o->transform_ud : NULL;
     json_t *result = NULL, *page = NULL;
-    struct egpu_buf path;
+    struct egpu_buf path, reply;
     char *cont = NULL;
     json_t *meta;
     unsigned index = 0, restarts = 0;
     int rc = 0;
 
     egpu_buf_init(&path, PATH_MAX_BYTES);
+    egpu_buf_init(&reply, EGPU_KUBE_LIST_MAX);
     for (;;) {
         json_t *items;
         const char *next;
@@ -863,7 +868,7 @@ int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
                                 egpu_strerror(rc));
             break;
         }
-        rc = get_page(kc, egpu_buf_str(&path), keep, stop, &page, st, err);
+        rc = get_page(kc, egpu_buf_str(&path), keep, &reply, stop, &page, st, err);
         if (rc == EGPU_KUBE_EEXPIRED && cont != NULL && restarts < LIST_RESTARTS) {
             /* The continue token outlived its snapshot: start a fresh list. */
             egpu_log(EGPU_LOG_INFO, "list continue token expired, listing again resource=%s",
@@ -927,6 +932,7 @@ int egpu__kube_list(struct egpu_kube *kc, const struct egpu_kube_resource *res, 
     json_decref(page);
     egpu_free(cont);
     egpu_buf_free(&path);
+    egpu_buf_free(&reply);
     if (rc) {
         json_decref(result);
         return rc;

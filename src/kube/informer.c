@@ -24,7 +24,12 @@
  * list's items are not kept past their page); the keys a list did not have
  * are its deletes, after the last page. With opts.store_keys_only the store
  * keeps only each object's key fields and resourceVersion, what the relist
- * diff and the repeat check read.
+ * diff and the repeat check read (and opts.store_field's value), in one
+ * small allocation an object in a string-keyed map (struct kentry: about
+ * 80 bytes a pod where the same three fields as jansson values took 600);
+ * what a callback's old_obj or a reader gets of it is made from that entry
+ * when asked. A list marks the entries it has with its number (gen), so
+ * the keys a list did not have are found without a second table.
  *
  * DESIGN: stored objects are immutable jansson values shared by reference
  * (jansson's reference counts are atomic), so readers on other threads take
@@ -52,7 +57,8 @@
 #include "egpu/log.h"
 #include "kube_int.h"
 
-#define KEY_MAX 512
+#define KEY_MAX   512
+#define STORE_MAX 4096 /* a longer resourceVersion or store_field value is not kept */
 
 enum change { CH_ADD, CH_UPDATE, CH_DELETE };
 
@@ -73,10 +79,13 @@ struct egpu_kube_informer {
     egpu_kube_transform_cb transform; /* or NULL */
     void *transform_ud;
     bool store_keys_only;
+    char *store_field; /* or NULL */
 
-    pthread_mutex_t mu;  /* store, synced, stats */
-    pthread_cond_t cond; /* synced set */
-    json_t *store;       /* key -> object */
+    pthread_mutex_t mu;    /* store, keys, gen, synced, stats */
+    pthread_cond_t cond;   /* synced set */
+    json_t *store;         /* key -> object; NULL with store_keys_only */
+    struct egpu_map *keys; /* key -> struct kentry, with store_keys_only; else NULL */
+    uint32_t gen;          /* the number of the list running or last run (keys) */
     bool synced;
     struct egpu_kube_informer_stats stats;
 
@@ -129,10 +138,15 @@ int egpu_kube_informer_new(struct egpu_kube *kc, const struct egpu_kube_informer
     inf->transform = opts->transform;
     inf->transform_ud = opts->transform_ud;
     inf->store_keys_only = opts->store_keys_only;
-    inf->store = json_object();
+    if (inf->store_keys_only) {
+        inf->store_field = dup_opt(opts->store_field, &oom);
+        inf->keys = egpu_map_new();
+    } else {
+        inf->store = json_object();
+    }
     egpu__kube_random(&seed, sizeof(seed));
     egpu_rng_seed(&inf->rng, seed);
-    if (oom || inf->store == NULL)
+    if (oom || (inf->store == NULL && inf->keys == NULL))
         goto fail_free;
     if (pthread_mutex_init(&inf->mu, NULL) != 0)
         goto fail_free;
@@ -148,6 +162,8 @@ fail_mutex:
     pthread_mutex_destroy(&inf->mu);
 fail_free:
     json_decref(inf->store);
+    egpu_map_free(inf->keys);
+    egpu_free(inf->store_field);
     egpu_free(inf->ns);
     egpu_free(inf->label_selector);
     egpu_free(inf->field_selector);
@@ -180,12 +196,213 @@ static bool same_version(const json_t *a, const json_t *b)
     return ra != NULL && rb != NULL && strcmp(ra, rb) == 0;
 }
 
-/* What the store holds of obj (as transformed): obj, or with store_keys_only
- * its name, namespace and resourceVersion alone. A new reference, or NULL
- * when out of memory. */
-static json_t *stored_form(const struct egpu_kube_informer *inf, json_t *obj)
+/* ------------------------------------------------------------------------ */
+/* The store                                                                */
+
+/* An object as a store_keys_only informer keeps it. */
+struct kentry {
+    uint32_t gen;       /* the list that last had it (inf->gen) */
+    uint16_t ns_len;    /* bytes of namespace the key begins with; 0 = cluster-scoped */
+    uint16_t rv_off;    /* text + rv_off: the resourceVersion; 0 = none */
+    uint16_t field_off; /* text + field_off: store_field's value; 0 = none */
+    uint16_t field_len; /* its bytes (a JSON string may hold a NUL) */
+    char text[];        /* key ("namespace/name" or "name"), NUL, [rv, NUL], [value, NUL] */
+};
+
+/* obj's string at the dotted path (borrowed), or NULL. */
+static const json_t *string_at(const json_t *obj, const char *path)
 {
-    return inf->store_keys_only ? egpu_kube_keep(obj, NULL) : json_incref(obj);
+    char seg[KEY_MAX];
+
+    while (obj != NULL) {
+        const char *dot = strchr(path, '.');
+        size_t n = dot != NULL ? (size_t)(dot - path) : strlen(path);
+
+        if (n >= sizeof(seg))
+            return NULL;
+        memcpy(seg, path, n);
+        seg[n] = '\0';
+        obj = json_object_get(obj, seg);
+        if (dot == NULL)
+            return json_is_string(obj) ? obj : NULL;
+        path = dot + 1;
+    }
+    return NULL;
+}
+
+/* A new entry for obj under key (object_key's), or NULL when out of memory. */
+static struct kentry *kentry_new(const struct egpu_kube_informer *inf, const char *key,
+                                 const json_t *obj)
+{
+    const char *rv = egpu__kube_meta_str(obj, "resourceVersion");
+    const char *ns = egpu__kube_meta_str(obj, "namespace");
+    const json_t *fv = inf->store_field != NULL ? string_at(obj, inf->store_field) : NULL;
+    size_t klen = strlen(key) + 1, rlen = rv != NULL ? strlen(rv) + 1 : 0;
+    size_t flen = fv != NULL ? json_string_length(fv) + 1 : 0;
+    struct kentry *e;
+
+    if (rlen > STORE_MAX)
+        rlen = 0; /* every event of it is then an update, none a repeat */
+    if (flen > STORE_MAX)
+        flen = 0;
+    e = egpu_malloc(sizeof(*e) + klen + rlen + flen);
+    if (e == NULL)
+        return NULL;
+    e->gen = inf->gen;
+    e->ns_len = (uint16_t)(ns != NULL && ns[0] != '\0' ? strlen(ns) : 0);
+    e->rv_off = (uint16_t)(rlen ? klen : 0);
+    e->field_off = (uint16_t)(flen ? klen + rlen : 0);
+    e->field_len = (uint16_t)(flen ? flen - 1 : 0);
+    memcpy(e->text, key, klen);
+    if (rlen)
+        memcpy(e->text + klen, rv, rlen);
+    if (flen) {
+        memcpy(e->text + klen + rlen, json_string_value(fv), flen - 1);
+        e->text[klen + rlen + flen - 1] = '\0';
+    }
+    return e;
+}
+
+static int set_str(json_t *o, const char *key, const char *s, size_t len)
+{
+    return json_object_set_new(o, key, json_stringn(s, len)) == 0 ? 0 : -ENOMEM;
+}
+
+/* store_field's value at its path in o, each object on the way made. */
+static int set_field(json_t *o, const char *path, const char *s, size_t len)
+{
+    char seg[KEY_MAX];
+
+    for (;;) {
+        const char *dot = strchr(path, '.');
+        size_t n = dot != NULL ? (size_t)(dot - path) : strlen(path);
+        json_t *next;
+
+        if (n >= sizeof(seg))
+            return -EINVAL;
+        memcpy(seg, path, n);
+        seg[n] = '\0';
+        if (dot == NULL)
+            return set_str(o, seg, s, len);
+        next = json_object_get(o, seg);
+        if (next == NULL) {
+            next = json_object();
+            if (next == NULL || json_object_set_new(o, seg, next) != 0)
+                return -ENOMEM;
+        }
+        o = next;
+        path = dot + 1;
+    }
+}
+
+/* What a reader or a callback gets of e: metadata.name, .namespace and
+ * .resourceVersion (those the object had) and store_field's value. A new
+ * object, or NULL when out of memory. */
+static json_t *kentry_object(const struct egpu_kube_informer *inf, const struct kentry *e)
+{
+    json_t *o = json_object(), *m = json_object();
+    const char *name = e->ns_len ? e->text + e->ns_len + 1 : e->text;
+    int rc = o != NULL && m != NULL && json_object_set(o, "metadata", m) == 0 ? 0 : -ENOMEM;
+
+    if (rc == 0)
+        rc = set_str(m, "name", name, strlen(name));
+    if (rc == 0 && e->ns_len)
+        rc = set_str(m, "namespace", e->text, e->ns_len);
+    if (rc == 0 && e->rv_off)
+        rc = set_str(m, "resourceVersion", e->text + e->rv_off, strlen(e->text + e->rv_off));
+    if (rc == 0 && e->field_off)
+        rc = set_field(o, inf->store_field, e->text + e->field_off, e->field_len);
+    json_decref(m);
+    if (rc) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static bool same_version(const json_t *a, const json_t *b);
+
+/* Under mu: whether key is stored with obj's resourceVersion (a repeat);
+ * a list that has it marks it (gen). */
+static bool store_has(struct egpu_kube_informer *inf, const char *key, const json_t *obj)
+{
+    struct kentry *e;
+    const char *rv;
+
+    if (inf->keys == NULL) {
+        const json_t *old = json_object_get(inf->store, key);
+
+        return old != NULL && same_version(old, obj);
+    }
+    e = egpu_map_get(inf->keys, key);
+    if (e == NULL)
+        return false;
+    e->gen = inf->gen;
+    rv = egpu__kube_meta_str(obj, "resourceVersion");
+    return e->rv_off && rv != NULL && strcmp(e->text + e->rv_off, rv) == 0;
+}
+
+/* Under mu: obj (as transformed) stored under key, and *old the entry it
+ * replaced as readers get it (a new reference; NULL when key was new).
+ * Returns 0, or -ENOMEM with the store unchanged and *old NULL. */
+static int store_put(struct egpu_kube_informer *inf, const char *key, json_t *obj, json_t **old)
+{
+    struct kentry *e, *was;
+
+    *old = NULL;
+    if (inf->keys == NULL) {
+        *old = json_incref(json_object_get(inf->store, key));
+        if (json_object_set_nocheck(inf->store, key, obj) == 0)
+            return 0;
+        json_decref(*old);
+        *old = NULL;
+        return -ENOMEM;
+    }
+    was = egpu_map_get(inf->keys, key);
+    if (was != NULL && (*old = kentry_object(inf, was)) == NULL)
+        return -ENOMEM;
+    e = kentry_new(inf, key, obj);
+    if (e == NULL) {
+        json_decref(*old);
+        *old = NULL;
+        return -ENOMEM;
+    }
+    if (was != NULL)
+        (void)egpu_map_del(inf->keys, was->text);
+    /* After a delete the map does not grow, so this fails only for a new key. */
+    if (egpu_map_put(inf->keys, e->text, e) != 0) {
+        egpu_free(e);
+        return -ENOMEM;
+    }
+    egpu_free(was);
+    return 0;
+}
+
+/* Under mu: key out of the store; *old (when old != NULL) what readers got
+ * of it, a new reference. Returns 0, -ENOENT (not stored) or -ENOMEM (the
+ * entry stays). */
+static int store_del(struct egpu_kube_informer *inf, const char *key, json_t **old)
+{
+    struct kentry *e;
+
+    if (inf->keys == NULL) {
+        json_t *o = json_object_get(inf->store, key);
+
+        if (o == NULL)
+            return -ENOENT;
+        if (old != NULL)
+            *old = json_incref(o);
+        json_object_del(inf->store, key);
+        return 0;
+    }
+    e = egpu_map_get(inf->keys, key);
+    if (e == NULL)
+        return -ENOENT;
+    if (old != NULL && (*old = kentry_object(inf, e)) == NULL)
+        return -ENOMEM;
+    (void)egpu_map_del(inf->keys, e->text);
+    egpu_free(e);
+    return 0;
 }
 
 static void deliver(struct egpu_kube_informer *inf, const struct pending *p)
@@ -256,24 +473,19 @@ static int store_event(struct egpu_kube_informer *inf, enum egpu_kube_event_type
         return 0;
     }
     pthread_mutex_lock(&inf->mu);
-    old = json_incref(json_object_get(inf->store, key));
     if (type == EGPU_KUBE_DELETED) {
-        if (old == NULL) {
+        if (store_del(inf, key, NULL) != 0) {
             pthread_mutex_unlock(&inf->mu);
             return 0; /* already gone (a relist saw it first) */
         }
-        json_object_del(inf->store, key);
         p = (struct pending){CH_DELETE, json_incref(obj), NULL};
-        json_decref(old);
     } else {
-        if (old != NULL && same_version(old, obj)) {
+        if (store_has(inf, key, obj)) {
             pthread_mutex_unlock(&inf->mu);
-            json_decref(old);
             return 0; /* a repeat */
         }
-        if (json_object_set_new(inf->store, key, stored_form(inf, obj)) != 0) {
+        if (store_put(inf, key, obj, &old) != 0) {
             pthread_mutex_unlock(&inf->mu);
-            json_decref(old);
             return -ENOMEM; /* the watch resumes before this event */
         }
         p = (struct pending){old ? CH_UPDATE : CH_ADD, old, json_incref(obj)};
@@ -291,7 +503,8 @@ static int store_event(struct egpu_kube_informer *inf, enum egpu_kube_event_type
 /* One relist in progress: the keys its pages have had. */
 struct listing {
     struct egpu_kube_informer *inf;
-    json_t *seen;    /* key -> null: every key of this list so far */
+    json_t *seen;    /* key -> null: every key of this list so far (the keys of a
+                        store_keys_only informer are marked with inf->gen instead) */
     size_t items;    /* items listed (repeats of a restarted list included) */
     size_t changes;  /* callbacks made */
     size_t nskipped; /* items without a usable name */
@@ -311,33 +524,30 @@ static int on_list_page(void *ud, unsigned page_index, const json_t *page)
     json_t *item;
     char k[KEY_MAX];
 
-    if (page_index == 0)
-        json_object_clear(l->seen); /* the list started again (410 on a continue) */
     pend = egpu_calloc(json_array_size(items) + 1, sizeof(*pend));
     if (pend == NULL)
         return -ENOMEM;
     pthread_mutex_lock(&inf->mu);
+    if (page_index == 0) { /* the list started (again, after a 410 on a continue) */
+        json_object_clear(l->seen);
+        inf->gen++;
+    }
     json_array_foreach(items, i, item)
     {
-        json_t *old, *keep;
+        json_t *old;
 
         l->items++;
         if (!object_key(item, k)) {
             l->nskipped++;
             continue;
         }
-        if (json_object_set_new_nocheck(l->seen, k, json_null()) != 0) {
+        if (inf->keys == NULL && json_object_set_new_nocheck(l->seen, k, json_null()) != 0) {
             l->rc = -ENOMEM;
             break;
         }
-        old = json_object_get(inf->store, k);
-        if (old != NULL && same_version(old, item))
+        if (store_has(inf, k, item))
             continue;
-        keep = stored_form(inf, item);
-        if (old != NULL)
-            json_incref(old);
-        if (keep == NULL || json_object_set_new_nocheck(inf->store, k, keep) != 0) {
-            json_decref(old);
+        if (store_put(inf, k, item, &old) != 0) {
             l->rc = -ENOMEM;
             break;
         }
@@ -354,31 +564,69 @@ static int on_list_page(void *ud, unsigned page_index, const json_t *page)
     return l->rc;
 }
 
+/* Under mu: the keys the list did not have out of the store, each with
+ * what readers got of it into pend (room for every stored key), *n of
+ * them. Returns 0, or -ENOMEM with those *n out and the rest still stored
+ * (the next list finds them again). */
+static int drop_unseen(struct listing *l, struct pending *pend, size_t *n)
+{
+    struct egpu_kube_informer *inf = l->inf;
+    size_t nfound = 0, pos = 0;
+    const char *key;
+    struct kentry *e;
+    json_t *old;
+    void *tmp;
+
+    *n = 0;
+    if (inf->keys == NULL) {
+        json_object_foreach_safe(inf->store, tmp, key, old)
+        {
+            if (json_object_get(l->seen, key) == NULL) {
+                pend[(*n)++] = (struct pending){CH_DELETE, json_incref(old), NULL};
+                json_object_del(inf->store, key);
+            }
+        }
+        return 0;
+    }
+    /* The map must not change while it is walked: collect, then drop. */
+    while ((e = egpu_map_next(inf->keys, &pos, NULL)) != NULL) {
+        if (e->gen != inf->gen)
+            pend[nfound++].old_obj = (json_t *)e; /* the entry, until replaced below */
+    }
+    for (size_t i = 0; i < nfound; i++) {
+        e = (struct kentry *)pend[i].old_obj;
+        pend[i] = (struct pending){CH_DELETE, kentry_object(inf, e), NULL};
+        if (pend[i].old_obj == NULL) {
+            memset(&pend[i], 0, (nfound - i) * sizeof(*pend));
+            return -ENOMEM;
+        }
+        (void)egpu_map_del(inf->keys, e->text);
+        egpu_free(e);
+        (*n)++;
+    }
+    return 0;
+}
+
 /* After the last page: keys the list no longer has are deletions. */
 static int list_done(struct listing *l)
 {
     struct egpu_kube_informer *inf = l->inf;
     struct pending *pend;
-    size_t npend = 0, i;
-    const char *key;
-    json_t *old;
-    void *tmp;
+    size_t npend, i;
+    int rc;
 
     pthread_mutex_lock(&inf->mu);
-    pend = egpu_calloc(json_object_size(inf->store) + 1, sizeof(*pend));
+    pend = egpu_calloc((inf->keys ? egpu_map_count(inf->keys) : json_object_size(inf->store)) + 1,
+                       sizeof(*pend));
     if (pend == NULL) {
         pthread_mutex_unlock(&inf->mu);
         return -ENOMEM;
     }
-    json_object_foreach_safe(inf->store, tmp, key, old)
-    {
-        if (json_object_get(l->seen, key) == NULL) {
-            pend[npend++] = (struct pending){CH_DELETE, json_incref(old), NULL};
-            json_object_del(inf->store, key);
-        }
+    rc = drop_unseen(l, pend, &npend);
+    if (rc == 0) {
+        inf->stats.lists++;
+        inf->stats.skipped += l->nskipped;
     }
-    inf->stats.lists++;
-    inf->stats.skipped += l->nskipped;
     pthread_mutex_unlock(&inf->mu);
     for (i = 0; i < npend; i++) {
         deliver(inf, &pend[i]);
@@ -386,7 +634,7 @@ static int list_done(struct listing *l)
     }
     l->changes += npend;
     egpu_free(pend);
-    return 0;
+    return rc;
 }
 
 static int relist(struct egpu_kube_informer *inf)
@@ -618,7 +866,13 @@ json_t *egpu_kube_informer_get(struct egpu_kube_informer *inf, const char *ns, c
     if (n <= 0 || n >= KEY_MAX)
         return NULL;
     pthread_mutex_lock(&inf->mu);
-    obj = json_incref(json_object_get(inf->store, key));
+    if (inf->keys != NULL) {
+        const struct kentry *e = egpu_map_get(inf->keys, key);
+
+        obj = e != NULL ? kentry_object(inf, e) : NULL;
+    } else {
+        obj = json_incref(json_object_get(inf->store, key));
+    }
     pthread_mutex_unlock(&inf->mu);
     return obj;
 }
@@ -626,21 +880,31 @@ json_t *egpu_kube_informer_get(struct egpu_kube_informer *inf, const char *ns, c
 json_t *egpu_kube_informer_list(struct egpu_kube_informer *inf)
 {
     json_t *arr = json_array(), *obj;
+    const struct kentry *e;
     const char *key;
+    size_t pos = 0;
 
     if (arr == NULL)
         return NULL;
     pthread_mutex_lock(&inf->mu);
-    json_object_foreach(inf->store, key, obj)
-    {
-        if (json_array_append(arr, obj) != 0) {
-            pthread_mutex_unlock(&inf->mu);
-            json_decref(arr);
-            return NULL;
+    if (inf->keys != NULL) {
+        while ((e = egpu_map_next(inf->keys, &pos, NULL)) != NULL) {
+            if (json_array_append_new(arr, kentry_object(inf, e)) != 0)
+                goto oom;
+        }
+    } else {
+        json_object_foreach(inf->store, key, obj)
+        {
+            if (json_array_append(arr, obj) != 0)
+                goto oom;
         }
     }
     pthread_mutex_unlock(&inf->mu);
     return arr;
+oom:
+    pthread_mutex_unlock(&inf->mu);
+    json_decref(arr);
+    return NULL;
 }
 
 void egpu_kube_informer_stats(struct egpu_kube_informer *inf, struct egpu_kube_informer_stats *out)
@@ -694,6 +958,15 @@ void egpu_kube_informer_free(struct egpu_kube_informer *inf)
     pthread_cond_destroy(&inf->cond);
     pthread_mutex_destroy(&inf->mu);
     json_decref(inf->store);
+    if (inf->keys != NULL) {
+        size_t pos = 0;
+        void *e;
+
+        while ((e = egpu_map_next(inf->keys, &pos, NULL)) != NULL)
+            egpu_free(e);
+        egpu_map_free(inf->keys);
+    }
+    egpu_free(inf->store_field);
     egpu_free(inf->ns);
     egpu_free(inf->label_selector);
     egpu_free(inf->field_selector);

@@ -348,9 +348,12 @@ int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
         if (egpu__sched_api_keep(i) != NULL) {
             o.transform = egpu_kube_keep_transform;
             o.transform_ud = (void *)egpu__sched_api_keep(i);
-            /* Their handlers read the new object only (on_gpu_update reads
-             * the old one's node), and nothing reads the store. */
-            o.store_keys_only = i != INF_GPUS;
+            /* Their handlers read the new object only, but for a GPU
+             * object's name and node (on_gpu_update's old_obj, and
+             * on_gpu_delete's obj when a relist finds the deletion, come
+             * from the store), and nothing else reads the store. */
+            o.store_keys_only = true;
+            o.store_field = i == INF_GPUS ? "spec.nodeName" : NULL;
         } else {
             o.transform = egpu_kube_strip_managed_fields;
         }

@@ -122,7 +122,7 @@ void egpu_sched_cache_free(struct egpu_sched_cache *c)
     if (c == NULL)
         return;
     while ((ni = egpu_map_next(c->nodes, &pos, NULL)) != NULL) {
-        json_decref(ni->labels);
+        egpu_free(ni->labels);
         for (uint32_t i = 0; i < ni->ngpus; i++) {
             egpu_free(ni->gpus[i].peers);
             egpu_free(ni->gpus[i].strs);
@@ -762,6 +762,58 @@ static const char *str_at(const json_t *o, const char *a, const char *b)
     return egpu_kube_str(v);
 }
 
+int egpu__sched_labels_pack(const json_t *labels, char **out, size_t *len)
+{
+    const char *key;
+    size_t klen, n = 0;
+    json_t *v;
+    char *p;
+
+    *out = NULL;
+    *len = 0;
+    /* An empty key (which would end the packing), a key holding a NUL
+     * (json_object_get would not find it by its C
+     * string) or a value that is no C string is left out: no selector
+     * sees either. */
+    json_object_keylen_foreach((json_t *)labels, key, klen, v)
+    {
+        if (klen > 0 && strlen(key) == klen && egpu_kube_str(v) != NULL)
+            n += klen + 1 + strlen(json_string_value(v)) + 1;
+    }
+    if (n == 0)
+        return 0;
+    p = egpu_malloc(n + 1);
+    if (p == NULL)
+        return -ENOMEM;
+    *out = p;
+    *len = n + 1;
+    json_object_keylen_foreach((json_t *)labels, key, klen, v)
+    {
+        if (klen > 0 && strlen(key) == klen && egpu_kube_str(v) != NULL) {
+            size_t vlen = strlen(json_string_value(v));
+
+            memcpy(p, key, klen + 1);
+            p += klen + 1;
+            memcpy(p, json_string_value(v), vlen + 1);
+            p += vlen + 1;
+        }
+    }
+    *p = '\0';
+    return 0;
+}
+
+const char *egpu__sched_label(const void *packed, const char *key)
+{
+    for (const char *p = packed; p != NULL && *p != '\0';) {
+        const char *val = p + strlen(p) + 1;
+
+        if (strcmp(p, key) == 0)
+            return val;
+        p = val + strlen(val) + 1;
+    }
+    return NULL;
+}
+
 int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
                               struct egpu_error *err)
 {
@@ -771,6 +823,8 @@ int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
     const json_t *labels = json_object_get(json_object_get(node, "metadata"), "labels");
     int64_t cpu_milli = 0, mem_mib = 0;
     struct egpu__sched_node *ni;
+    char *packed = NULL;
+    size_t packed_len = 0;
     int rc = 0;
 
     if (name == NULL || name[0] == '\0' || strlen(name) >= EGPU_K8S_NAME_MAX)
@@ -781,13 +835,19 @@ int egpu_sched_cache_node_set(struct egpu_sched_cache *c, const json_t *node,
         rc = egpu_parse_mem_mib(mem, "status.allocatable.memory", &mem_mib, err);
     if (rc)
         return egpu_error_prefix(err, rc, "node %s", name);
+    if (egpu__sched_labels_pack(labels, &packed, &packed_len) != 0)
+        return egpu_error_set(err, -ENOMEM, "node %s: out of memory", name);
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, name, true);
-    if (ni != NULL && !json_equal(ni->labels, labels)) {
+    if (ni != NULL && (ni->labels_len != packed_len ||
+                       (packed_len && memcmp(ni->labels, packed, packed_len) != 0))) {
         /* What class nodeSelectors read; placement does not change. */
-        json_decref(ni->labels);
-        ni->labels = json_is_object(labels) ? json_deep_copy(labels) : NULL;
+        egpu_free(ni->labels);
+        ni->labels = packed;
+        ni->labels_len = packed_len;
+        packed = NULL;
     }
+    egpu_free(packed);
     if (ni == NULL) {
         rc = egpu_error_set(err, -ENOMEM, "node %s: out of memory", name);
     } else if (!ni->has_node || ni->cpu_milli != cpu_milli || ni->mem_mib != mem_mib) {
@@ -808,8 +868,9 @@ int egpu_sched_cache_node_delete(struct egpu_sched_cache *c, const char *name)
     ni = node_info(c, name, false);
     if (ni != NULL && ni->has_node) {
         ni->has_node = false;
-        json_decref(ni->labels);
+        egpu_free(ni->labels);
         ni->labels = NULL;
+        ni->labels_len = 0;
         (void)rebuild(c, ni, NULL); /* removes it: nothing to add */
         drop_if_empty(c, ni);
     }
@@ -1398,10 +1459,17 @@ int egpu_sched_cache_gpu_delete(struct egpu_sched_cache *c, const json_t *gpu,
     struct gpu_fields f;
     struct egpu__sched_node *ni;
     struct egpu__sched_gpu *slot, gone;
-    int rc = gpu_fields(gpu, &f, err);
+    int rc = 0;
 
-    if (rc)
-        return rc;
+    /* The name and node alone: the scheduler's GPU informer stores only
+     * those (store_field), and a relist's delete comes from the store. */
+    f.name = str_at(gpu, "metadata", "name");
+    f.node = str_at(json_object_get(gpu, "spec"), "nodeName", NULL);
+    if (f.name == NULL || f.name[0] == '\0')
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU: metadata.name missing or invalid");
+    if (f.node == NULL || f.node[0] == '\0')
+        return egpu_error_set(err, EGPU_ESYNTAX, "GPU %s: spec.nodeName missing or invalid",
+                              f.name);
     pthread_mutex_lock(&c->lock);
     ni = node_info(c, f.node, false);
     slot = slot_named(ni, f.name);

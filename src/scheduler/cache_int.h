@@ -83,8 +83,9 @@ struct egpu__sched_node {
     struct egpu__sched_node *wprev, *wnext; /* egpu_sched_cache.waiting, while waiting > 0 */
     struct egpu__sched_resv *resvs;         /* ElasticGPUs naming this node, oldest first */
     bool has_node;                          /* the Node object is known */
-    json_t *labels;                         /* its metadata.labels (a copy), NULL = none */
-    int64_t cpu_milli;                      /* allocatable */
+    char *labels;      /* its metadata.labels packed (egpu__sched_labels_pack), NULL = none */
+    size_t labels_len; /* bytes of labels */
+    int64_t cpu_milli; /* allocatable */
     int64_t mem_mib;
     /* Its GPU objects: gpus[0..ngpus) of gpus_cap allocated (NULL when
      * none; grown and shrunk as GPU objects come and go, at most
@@ -175,6 +176,16 @@ struct egpu_sched_cache {
 const char *egpu__sched_target_of(const struct egpu_sched_pod *p);
 /* Position of GPU container name in p's request, or UINT32_MAX. */
 uint32_t egpu__sched_container_of(const struct egpu_sched_pod *p, const char *name);
+
+/* A node's metadata.labels (an object, or NULL) packed into one allocation
+ * (caller egpu_free()s it): each label whose value is a string without a NUL
+ * as key, NUL, value, NUL, in the object's order, then one more NUL; *len its
+ * bytes. A tenth of the labels as jansson values (some 1.6 KB for a cloud
+ * node's ten labels). *out NULL when there is none. Returns 0 or -ENOMEM. */
+int egpu__sched_labels_pack(const json_t *labels, char **out, size_t *len) EGPU_MUST_CHECK;
+/* The value of label key in packed labels (NULL allowed), or NULL: an
+ * egpu_api_label_fn. */
+const char *egpu__sched_label(const void *packed, const char *key);
 
 /* The ElasticGPU that serves claim ce (NULL allowed): one whose
  * spec.claimRef names it, not Released, whose claimRef.uid is the claim's

@@ -484,7 +484,8 @@ static bool node_ok(struct egpu_sched_cache *c, const struct egpu_sched_claim_pl
             return false;
         }
         if (k->has_node_selector &&
-            !egpu_api_selector_matches(&k->node_selector, ni ? ni->labels : NULL)) {
+            !egpu_api_selector_matches_fn(&k->node_selector, egpu__sched_label,
+                                          ni ? ni->labels : NULL)) {
             (void)egpu_api_selector_format(&k->node_selector, sel, sizeof(sel));
             snprintf(why, len, "claim %s: node %s is not one of class %s's nodes (nodeSelector %s)",
                      plan->wait[i].claim, node, k->meta.name, sel);

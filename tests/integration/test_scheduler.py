@@ -316,6 +316,38 @@ def test_dropped_watch_and_410_lose_nothing(fault_api, sched):
     assert sorted(set(out["NodeNames"]) | better) == ["gpu-1", "gpu-2", "gpu-3"]
 
 
+def test_gpu_moved_and_deleted_while_away(fault_api, sched):
+    """Needs the test API server (fault_api): a 503 on the GPU objects' list and watch, a
+    dropped watch and a compaction, so the deletion is found by a relist. The informer
+    stores only a GPU object's name and node (store_field): a card whose object moves to
+    another node leaves the old one (old_obj's spec.nodeName), and the deletion a relist
+    finds takes it out of the cache from the stored name and node."""
+    cluster(fault_api, nodes=("gpu-1", "gpu-2"), gpus=1)
+    s = sched()
+    s.wait_ready()
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_gpus") == 2)
+    st, obj = fault_api.call("PATCH", "/apis/elasticgpu.io/v1alpha1/gpus/gpu-1-gpu0",
+                             {"spec": {"nodeName": "gpu-2", "index": 1}},
+                             ctype="application/merge-patch+json")
+    assert st == 200, obj
+    pod = fault_api.pod("p", 60)
+    s.wait_until(lambda: s.post("filter", args(pod, ["gpu-1", "gpu-2"]))[1]["NodeNames"]
+                 == ["gpu-2"])
+    assert s.metric("egpu_scheduler_cache_gpus") == 2
+    fault_api.control("fault", {"method": "GET", "path": "^/apis/elasticgpu.io/v1alpha1/gpus$",
+                                "code": 503, "count": -1})
+    fault_api.control("drop-watches")
+    st, _ = fault_api.call("DELETE", "/apis/elasticgpu.io/v1alpha1/gpus/gpu-1-gpu0")
+    assert st == 200
+    fault_api.control("compact")
+    time.sleep(0.5)
+    fault_api.control("fault", method="DELETE")
+    s.wait_until(lambda: s.metric("egpu_scheduler_cache_gpus") == 1)
+    st, out = s.post("filter", args(pod, ["gpu-1", "gpu-2"]))
+    assert st == 200 and out["NodeNames"] == ["gpu-2"]
+    assert "ignored malformed GPU" not in s.log.read_text()
+
+
 def test_conflict_on_annotation_is_retried(fault_api, sched):
     """Needs the test API server (fault_api): a 409 Conflict injected into the first PATCH
     of the pod's assigned annotation, and its request log to count the PATCHes. bind

@@ -781,6 +781,150 @@ static void test_store_keys_only(void **state)
     egpu_kube_informer_free(inf);
 }
 
+/* store_field: the store keeps one string field besides the keys, and
+ * old_obj, a relist's delete and _get give it at its path (nothing else of
+ * the object). */
+struct seen_field {
+    pthread_mutex_t mu;
+    int adds, updates, deletes;
+    char old_app[32];     /* metadata.labels.app of the last old or deleted object */
+    char deleted_ns[32];  /* metadata.namespace of the last deleted object */
+    int old_other_labels; /* old or deleted objects with a label besides app */
+};
+
+static void field_seen(struct seen_field *s, const json_t *old)
+{
+    const json_t *labels = json_object_get(json_object_get(old, "metadata"), "labels");
+    const char *app = json_string_value(json_object_get(labels, "app"));
+
+    snprintf(s->old_app, sizeof(s->old_app), "%s", app ? app : "(none)");
+    s->old_other_labels += json_object_size(labels) > (app != NULL ? 1u : 0u);
+}
+
+static void field_add(void *ud, const json_t *obj)
+{
+    struct seen_field *s = ud;
+
+    (void)obj;
+    pthread_mutex_lock(&s->mu);
+    s->adds++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void field_update(void *ud, const json_t *old_obj, const json_t *new_obj)
+{
+    struct seen_field *s = ud;
+
+    (void)new_obj;
+    pthread_mutex_lock(&s->mu);
+    s->updates++;
+    field_seen(s, old_obj);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void field_delete(void *ud, const json_t *obj)
+{
+    struct seen_field *s = ud;
+    const char *ns =
+        json_string_value(json_object_get(json_object_get(obj, "metadata"), "namespace"));
+
+    pthread_mutex_lock(&s->mu);
+    s->deletes++;
+    field_seen(s, obj);
+    snprintf(s->deleted_ns, sizeof(s->deleted_ns), "%s", ns ? ns : "(none)");
+    pthread_mutex_unlock(&s->mu);
+}
+
+static bool field_reached(struct seen_field *s, int adds, int updates, int deletes)
+{
+    long deadline = tks_now_ms() + 8000;
+    bool ok = false;
+
+    while (!ok && tks_now_ms() < deadline) {
+        pthread_mutex_lock(&s->mu);
+        ok = s->adds >= adds && s->updates >= updates && s->deletes >= deletes;
+        pthread_mutex_unlock(&s->mu);
+        if (!ok)
+            tks_sleep_ms(20);
+    }
+    return ok;
+}
+
+static void test_store_field(void **state)
+{
+    static const char *const keep[] = {"metadata.labels", NULL};
+    struct egpu_kube_informer_opts o = {
+        .res = &egpu_kube_pods,
+        .ns = NS,
+        .page_limit = 2,
+        .watch_timeout_s = 30,
+        .backoff_min_ms = 50,
+        .backoff_max_ms = 400,
+        .transform = egpu_kube_keep_transform,
+        .transform_ud = (void *)keep,
+        .store_keys_only = true,
+        .store_field = "metadata.labels.app",
+    };
+    struct seen_field s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct egpu_kube_informer_cbs cbs = {field_add, field_update, field_delete, &s};
+    struct egpu_kube_informer *inf = NULL;
+    struct egpu_error err = {0};
+    const json_t *labels;
+    json_t *obj;
+
+    (void)state;
+    tks_create_pod(&srv, NS, "f-0");
+    tks_create_pod(&srv, NS, "f-1");
+    tks_create_pod(&srv, NS, "f-2");
+    assert_int_equal(egpu_kube_informer_new(srv.kc, &o, &cbs, &inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_start(inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_wait_synced(inf, 5000), 0);
+    obj = egpu_kube_informer_get(inf, NS, "f-1");
+    assert_non_null(obj);
+    assert_string_equal(name_of(obj), "f-1");
+    assert_true(rv_of(obj)[0] != '\0');
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(obj, "metadata"), "namespace")), NS);
+    labels = json_object_get(json_object_get(obj, "metadata"), "labels");
+    assert_int_equal(json_object_size(labels), 1);
+    assert_string_equal(json_string_value(json_object_get(labels, "app")), "trainer");
+    assert_null(json_object_get(obj, "spec"));
+    json_decref(obj);
+
+    tks_label_pod(&srv, NS, "f-0", "app", "v2");
+    assert_true(field_reached(&s, 3, 1, 0));
+    pthread_mutex_lock(&s.mu);
+    assert_string_equal(s.old_app, "trainer");
+    pthread_mutex_unlock(&s.mu);
+    tks_label_pod(&srv, NS, "f-0", "other", "x");
+    assert_true(field_reached(&s, 3, 2, 0));
+    pthread_mutex_lock(&s.mu);
+    assert_string_equal(s.old_app, "v2");
+    pthread_mutex_unlock(&s.mu);
+
+    /* A deletion found by a relist after a 410: the store's entry. */
+    tks_post(&srv, "fault",
+             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
+             "\"count\":-1}");
+    tks_post(&srv, "drop-watches", NULL);
+    tks_delete_pod(&srv, NS, "f-1");
+    tks_post(&srv, "compact", NULL);
+    tks_sleep_ms(300);
+    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+    assert_true(field_reached(&s, 3, 2, 1));
+    pthread_mutex_lock(&s.mu);
+    assert_int_equal(s.deletes, 1);
+    assert_string_equal(s.old_app, "trainer");
+    assert_string_equal(s.deleted_ns, NS);
+    assert_int_equal(s.old_other_labels, 0);
+    pthread_mutex_unlock(&s.mu);
+    assert_null(egpu_kube_informer_get(inf, NS, "f-1"));
+    obj = egpu_kube_informer_list(inf);
+    assert_int_equal(json_array_size(obj), 2);
+    json_decref(obj);
+    egpu_kube_informer_free(inf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -788,6 +932,7 @@ int main(void)
         cmocka_unit_test_setup(test_dropped_watches_resume, tks_reset_test),
         cmocka_unit_test_setup(test_compaction_relist_deltas, tks_reset_test),
         cmocka_unit_test_setup(test_store_keys_only, tks_reset_test),
+        cmocka_unit_test_setup(test_store_field, tks_reset_test),
         cmocka_unit_test_setup(test_server_down_then_back, tks_reset_test),
         cmocka_unit_test_setup(test_cluster_scoped_and_errors, tks_reset_test),
         cmocka_unit_test_setup(test_nul_and_health, tks_reset_test),
