@@ -232,7 +232,7 @@ double egpu__frag_base_eval(struct egpu__frag_base *b, const struct egpu__node_v
 
         for (size_t k = 0; k < n; k++) {
             const uint16_t c = cls[k];
-            const double val = (cpu >= need_cpu[k]) & (fit[c] >= need[k]) ? below[c] : idle_d;
+            const double val = ((cpu >= need_cpu[k]) & (fit[c] >= need[k])) ? below[c] : idle_d;
 
             f += weight[k] * val;
         }
