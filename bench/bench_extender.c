@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "egpu/log.h"
 #include "egpu/net.h"
@@ -500,6 +501,7 @@ struct scale_opts {
     const char *trace; /* the openb pod list (CSV) */
     bool direct;       /* call the verbs in-process, no HTTP (for callgrind) */
     bool sample;       /* send filter kube-scheduler's default share of the nodes, not all */
+    bool no_memo_warm; /* no egpu_warmer (egpu-scheduler --memo-warm false) */
     const char *dump;  /* write the first filter reply here, or NULL */
 };
 
@@ -756,6 +758,7 @@ static int scale_run(const struct scale_opts *o)
     struct egpu_http_config hc = {.bind_addr = "127.0.0.1", .threads = 2};
     struct egpu_sched_cache *c = egpu_sched_cache_new();
     struct egpu_http_server *srv = NULL;
+    struct egpu_warmer *warmer = NULL;
     struct egpu_error err = {0};
     struct verbs v = {0};
     struct tpod *trace = NULL, *gpu_pods = NULL;
@@ -844,6 +847,24 @@ static int scale_run(const struct scale_opts *o)
     printf("  build %.1f s, RSS after build %.0f MiB, load %.2f before build, %.2f after\n",
            build_s, rss_built, load_before, load1());
     fflush(stdout);
+    if (!o->no_memo_warm) {
+        /* As egpu-scheduler starts it: the run begins once its first pass
+         * has judged the cached pods' shapes on every node. */
+        double w0 = now_us(), c0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+        uint64_t passes = 0, verdicts = 0;
+
+        if (egpu_warmer_start(v.x, &warmer, &err) != 0) {
+            fprintf(stderr, "bench: memo warm: %s\n", err.msg);
+            goto out;
+        }
+        for (; passes == 0; usleep(5000))
+            egpu_extender_warm_counts(v.x, &passes, &verdicts);
+        printf("  memo warm (--memo-warm true): first pass %.1f s, %.1f s of CPU, %llu verdicts "
+               "(%.0f shapes x nodes), RSS %.0f MiB\n",
+               (now_us() - w0) / 1e6, cpu_s(CLOCK_PROCESS_CPUTIME_ID) - c0,
+               (unsigned long long)verdicts, (double)verdicts / o->nodes, rss_mib("VmRSS:"));
+        fflush(stdout);
+    }
     load_before = load1();
     verb_cpu_s = 0;
     if (o->warm == 0)
@@ -1002,6 +1023,10 @@ static int scale_run(const struct scale_opts *o)
         printf("  learned target workload: %llu rebuilds kept the one in use, %llu replaced it "
                "(the first included)\n",
                (unsigned long long)kept, (unsigned long long)replaced);
+        egpu_extender_warm_counts(v.x, &kept, &replaced);
+        if (warmer != NULL)
+            printf("  memo warm: %llu passes, %llu verdicts in all\n", (unsigned long long)kept,
+                   (unsigned long long)replaced);
     }
     rc = 0;
 out:
@@ -1009,6 +1034,7 @@ out:
         curl_easy_cleanup(v.h);
     curl_slist_free_all(hdr);
     egpu_http_server_free(srv);
+    egpu_warmer_stop(warmer);
     egpu_extender_free(v.x);
     egpu_sched_cache_free(c);
     for (int r = 0; names != NULL && r < o->orders; r++)
@@ -1049,7 +1075,8 @@ static void usage(void)
             "usage: bench_extender [--one-core] [--policy " EGPU_POLICY_NAMES "]\n"
             "       bench_extender [--one-core] [--policy P] --nodes N [--pods K] [--warm W] "
             "[--fill F] [--orders R]\n"
-            "                      [--trace FILE] [--direct] [--sample] [--dump FILE]\n");
+            "                      [--trace FILE] [--direct] [--sample] [--no-memo-warm] "
+            "[--dump FILE]\n");
 }
 
 int main(int argc, char **argv)
@@ -1067,6 +1094,8 @@ int main(int argc, char **argv)
             so.direct = true;
         else if (strcmp(a, "--sample") == 0)
             so.sample = true;
+        else if (strcmp(a, "--no-memo-warm") == 0)
+            so.no_memo_warm = true;
         else if (val != NULL && strcmp(a, "--nodes") == 0 && (i++, 1))
             so.nodes = (int)strtol(val, NULL, 10);
         else if (val != NULL && strcmp(a, "--pods") == 0 && (i++, 1))

@@ -603,6 +603,46 @@ int egpu_workload_from_list(const struct egpu_typical_pod *pods, size_t n,
 
 void egpu_workload_free(struct egpu_workload *w);
 
+/* ------------------------------------------------------------------------ */
+/* Request shapes (src/core/shapes.c): the placer memo's key, counted        */
+
+/* The shape of r, the key a placer memoises its verdicts by: CPU (milli),
+ * memory (MiB), model mask and the one GPU container's compute per card
+ * (milli), cards and memory (MiB), the rest zeroed, into *shape. False
+ * (*shape untouched) for a request of more than one GPU container, which
+ * no memo keeps. */
+bool egpu_request_shape_of(const struct egpu_pod_request *r, struct egpu_pod_request *shape);
+
+/* Do a and b have the same shape (as egpu_request_shape_of keys them)? */
+bool egpu_request_same_shape(const struct egpu_pod_request *a, const struct egpu_pod_request *b);
+
+/* Requests counted by shape, one at a time: init (or zero), add each, top,
+ * free. Owns its memory. */
+struct egpu__shape_count;
+struct egpu_shape_tally {
+    struct egpu__shape_count *shapes;
+    size_t nshapes, cap;
+    uint32_t *index; /* open addressing over the shapes, nindex slots */
+    size_t nindex;
+    size_t npods; /* requests counted */
+};
+
+void egpu_shape_tally_init(struct egpu_shape_tally *t);
+
+/* Count r under its shape (a request of more than one GPU container is
+ * passed over: 0). Returns 0 or -ENOMEM (the tally as it was). */
+int egpu_shape_tally_add(struct egpu_shape_tally *t,
+                         const struct egpu_pod_request *r) EGPU_MUST_CHECK;
+
+/* The shapes counted at least min_count times, most frequent first (ties:
+ * the one counted first), at most max of them into out (max entries).
+ * Returns how many were written. t may be added to after it. */
+size_t egpu_shape_tally_top(struct egpu_shape_tally *t, size_t min_count,
+                            struct egpu_pod_request *out, size_t max);
+
+/* Free t's memory and leave it initialised; NULL is a no-op. */
+void egpu_shape_tally_free(struct egpu_shape_tally *t);
+
 /* Fragmentation of node n for one typical pod m, in milli-GPU (FGD, as
  * defined in shared/data/openb/README.md): all idle GPU of n when m asks no
  * GPU, m's models exclude n's, or n lacks the CPU or the cards for m;
@@ -854,6 +894,22 @@ struct egpu_verdict {
 void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c,
                              const struct egpu_pod_request *r, const uint32_t *slots, size_t n,
                              struct egpu_verdict *out);
+
+/* How many request shapes p's memo keeps verdicts for over c's node slots
+ * (about 128 MiB of them; every shape up to 16,384 slots, 64 at 65,536):
+ * past it the least recently used shape is dropped. 0 when p memoises
+ * nothing (cfg.memo false, or a random policy). */
+size_t egpu_placer_memo_shapes(const struct egpu_placer *p, const struct egpu_cluster *c);
+
+/* Warm p's memo for r over node slots [first, first + n) of c (past
+ * c->nnodes: none): each node whose memoised verdict for r is not of its
+ * generation is judged now, as egpu_placer_score_slots would judge it, so
+ * that a request of r's shape later finds them all memoised. Counts as a
+ * use of r's shape (the memo's least recently used order). Returns how many
+ * verdicts were made; 0 when all were memoised, when r is not memoised
+ * (more than one GPU container, a random policy), or out of memory. */
+size_t egpu_placer_warm(struct egpu_placer *p, const struct egpu_cluster *c,
+                        const struct egpu_pod_request *r, uint32_t first, uint32_t n);
 
 /* Choose the node and cards for r across cluster c: the node with the
  * highest score; ties go (with load_aware) to the lowest egpu_pick_load,

@@ -401,6 +401,14 @@ size_t egpu_sched_cache_pods_locked(const struct egpu_sched_cache *c);
 int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c,
                                      struct egpu_workload *out) EGPU_MUST_CHECK;
 
+/* Count into t (egpu_shape_tally_add) the request of every cached pod the
+ * default placer would judge by its shape alone (caller holds the lock):
+ * one GPU container, neither DRA nor claims, no elasticgpu.io/gpu-model,
+ * no policy annotation, not terminal or deleting. What the memo warm
+ * (egpu_extender_warm) evaluates ahead. Returns 0 or -ENOMEM. */
+int egpu_sched_cache_shapes_locked(struct egpu_sched_cache *c,
+                                   struct egpu_shape_tally *t) EGPU_MUST_CHECK;
+
 /* ------------------------------------------------------------------------ */
 /* The extender verbs (src/scheduler/extender.c)                             */
 
@@ -451,18 +459,20 @@ struct egpu_extender_config {
                                                workload (borrowed, outlives the extender;
                                                model names resolved against the cache's
                                                cluster at first use); NULL = none */
-    bool load_aware;     /* --load-aware: placers break exact ties by measured load, and filter
-                            fails the tied nodes whose cards are more loaded */
-    bool place_cpu_pods; /* --pods-without-gpu place: a pod that asks for no GPU is judged,
-                            scored and bound by the node policy as egpu-sim places it (its
-                            CPU and memory against each node's allocatable); false: it passes
-                            every filter, scores 0 and bind refuses it */
-    bool dra;            /* --dra: DRA pods (a container with EGPU_RES_DRA) are judged by
-                            their ResourceClaims in the cache (egpu_sched_cache_dra_claim_set)
-                            with the node policy, as egpu-sim --dra places them (the cards
-                            are kube-scheduler's allocator's, blind: the node is scored with
-                            the card tier's own pick), and bound with the Binding alone;
-                            false: filter and bind refuse them, naming the flag */
+    bool load_aware;         /* --load-aware: placers break exact ties by measured load, and filter
+                                fails the tied nodes whose cards are more loaded */
+    bool place_cpu_pods;     /* --pods-without-gpu place: a pod that asks for no GPU is judged,
+                                scored and bound by the node policy as egpu-sim places it (its
+                                CPU and memory against each node's allocatable); false: it passes
+                                every filter, scores 0 and bind refuses it */
+    bool dra;                /* --dra: DRA pods (a container with EGPU_RES_DRA) are judged by
+                                their ResourceClaims in the cache (egpu_sched_cache_dra_claim_set)
+                                with the node policy, as egpu-sim --dra places them (the cards
+                                are kube-scheduler's allocator's, blind: the node is scored with
+                                the card tier's own pick), and bound with the Binding alone;
+                                false: filter and bind refuse them, naming the flag */
+    unsigned warm_period_ms; /* egpu_extender_warm: the least time from the end of one pass to
+                                the start of the next, ms; 0 = 30,000 */
 };
 
 /* Bind outcomes, for the bind failures metric. */
@@ -511,6 +521,39 @@ int egpu_extender_prioritize(struct egpu_extender *x, const char *body, size_t l
                              struct egpu_buf *reply);
 int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
                        struct egpu_buf *reply);
+
+/* The memo warm: one step of judging ahead, for the default placer
+ * (cfg.node_policy and cfg.card_policy, made if need be), the request shapes
+ * of the cached pods (egpu_sched_cache_shapes_locked) that come up at least
+ * twice, most frequent first and at most 7/8 of what its memo keeps
+ * (egpu_placer_memo_shapes), over every node slot (egpu_placer_warm), so
+ * that the first pod of such a shape finds every node memoised instead of
+ * evaluating each one (at 65,000 nodes 25-60 ms of filter). A pass counts
+ * the shapes and walks them from the least frequent, so the most frequent
+ * are the memo's most recently used; one begins when the placer is new (the
+ * first step once the cache is synced, and after the learned target
+ * workload is replaced) and again cfg.warm_period_ms after the last ended
+ * (what changed since is judged again). Each call holds the cache lock for
+ * at most budget node slots (each an entry read, or an evaluation when the
+ * entry is not of the node's generation), so the verbs wait at most that
+ * long. Returns the node slots looked at: 0 when there is nothing to do now
+ * (not synced, no pass due, a random policy, or out of memory: tried again
+ * at the next pass), so a caller sleeps then and calls again. Thread-safe. */
+size_t egpu_extender_warm(struct egpu_extender *x, uint32_t budget);
+
+/* Passes of egpu_extender_warm finished since start, and the verdicts they
+ * made (node slots whose memo entry was not of the node's generation). */
+void egpu_extender_warm_counts(struct egpu_extender *x, uint64_t *passes, uint64_t *verdicts);
+
+/* A thread that calls egpu_extender_warm(x, 1024) while it finds work and
+ * every 200 ms when it does not (src/scheduler/warm.c). Start returns 0 and
+ * *out, or -ENOMEM or a pthread_create error (negative errno) with *err
+ * set. Stop (NULL: no-op) joins the thread and frees it: before
+ * egpu_extender_free(x). */
+struct egpu_warmer;
+int egpu_warmer_start(struct egpu_extender *x, struct egpu_warmer **out,
+                      struct egpu_error *err) EGPU_MUST_CHECK;
+void egpu_warmer_stop(struct egpu_warmer *w);
 
 /* Binds by outcome since start (index enum egpu_bind_result). */
 void egpu_extender_bind_counts(struct egpu_extender *x, uint64_t out[EGPU_BIND_RESULTS]);

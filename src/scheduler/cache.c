@@ -1997,3 +1997,20 @@ int egpu_sched_cache_workload_locked(struct egpu_sched_cache *c, struct egpu_wor
     egpu_workload_tally_free(&t);
     return rc;
 }
+
+int egpu_sched_cache_shapes_locked(struct egpu_sched_cache *c, struct egpu_shape_tally *t)
+{
+    const struct egpu__sched_pod_entry *e;
+    size_t pos = 0;
+    int rc = 0;
+
+    while (rc == 0 && (e = egpu_map_next(c->pods, &pos, NULL)) != NULL) {
+        const struct egpu_sched_pod *p = &e->pod;
+
+        if (p->req.ncontainers == 1 && !p->dra && p->nclaims == 0 && p->claims_error == NULL &&
+            p->gpu_model[0] == '\0' && !p->has_node_policy && !p->has_card_policy && !p->terminal &&
+            !p->deleting)
+            rc = egpu_shape_tally_add(t, &p->req);
+    }
+    return rc;
+}

@@ -86,6 +86,18 @@
  * workload"). */
 #define WORKLOAD_KEEP_DISTANCE 0.01
 
+/* A pass of the memo warm (egpu_extender_warm): the shapes it judges
+ * ahead, walked from shapes[next_shape - 1] down, at node slot next_slot. */
+struct warm {
+    struct egpu_pod_request *shapes; /* most frequent first; owned */
+    size_t nshapes, next_shape;
+    uint32_t next_slot;
+    bool passing;    /* a pass is under way */
+    bool ended_once; /* a pass has ended (ended_s is its end) */
+    uint64_t epoch;  /* placers_epoch the pass is for */
+    double ended_s;  /* CLOCK_MONOTONIC s */
+};
+
 struct egpu_extender {
     struct egpu_extender_config cfg;
     char scheduler_name[EGPU_K8S_NAME_MAX]; /* cfg.scheduler_name's copy */
@@ -98,6 +110,8 @@ struct egpu_extender {
     struct egpu__slot_index slot_index; /* node name -> slot (lookup_slots) */
     size_t live_pods;                   /* pods in the cache when live was built */
     bool target_failed;                 /* cfg.target could not be used (logged) */
+    uint64_t placers_epoch;             /* drop_placers calls */
+    struct warm warm;                   /* egpu_extender_warm's pass */
     /* Not: */
     pthread_mutex_t plist_lock;         /* guards plist */
     struct egpu__plist plist;           /* the HostPriorityList made last */
@@ -105,6 +119,7 @@ struct egpu_extender {
     atomic_uint_least64_t binds[EGPU_BIND_RESULTS];
     atomic_uint_least64_t load_decided; /* filter calls where load failed a tied node */
     atomic_uint_least64_t workload_kept, workload_replaced; /* live workload rebuilds */
+    atomic_uint_least64_t warm_passes, warm_verdicts;       /* egpu_extender_warm's */
 };
 
 const char *egpu_bind_result_name(enum egpu_bind_result r)
@@ -145,6 +160,7 @@ struct egpu_extender *egpu_extender_new(const struct egpu_extender_config *cfg,
 
 static void drop_placers(struct egpu_extender *x)
 {
+    x->placers_epoch++;
     for (int i = 0; i < NPOLICIES; i++) {
         for (int j = 0; j < NPOLICIES; j++) {
             egpu_placer_free(x->placers[i][j]);
@@ -164,6 +180,7 @@ void egpu_extender_free(struct egpu_extender *x)
     drop_placers(x);
     egpu_workload_free(&x->live);
     egpu__slot_index_free(&x->slot_index);
+    egpu_free(x->warm.shapes);
     egpu_free(x);
 }
 
@@ -337,12 +354,105 @@ static struct egpu_placer *placer_for(struct egpu_extender *x, struct egpu_clust
 }
 
 /* ------------------------------------------------------------------------ */
-/* filter and prioritize                                                     */
+/* The memo warm                                                             */
+
+#define WARM_PERIOD_MS 30000 /* cfg.warm_period_ms when 0 */
 
 static bool synced(struct egpu_extender *x)
 {
     return x->ops.synced == NULL || x->ops.synced(x->ops.data);
 }
+
+static double monotonic_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Begin a pass for placer p: the cached pods' shapes counted (cache lock
+ * held). False when there is nothing to warm or no memory. */
+static bool warm_begin(struct egpu_extender *x, struct egpu_placer *p, struct egpu_cluster *c)
+{
+    struct warm *w = &x->warm;
+    size_t keep = egpu_placer_memo_shapes(p, c);
+    struct egpu_shape_tally t;
+    bool ok = false;
+
+    keep -= keep / 8; /* room for the shapes the pods ask that no cached pod has */
+    w->passing = false;
+    w->epoch = x->placers_epoch;
+    egpu_free(w->shapes);
+    w->shapes = NULL;
+    w->nshapes = w->next_shape = 0;
+    egpu_shape_tally_init(&t);
+    if (keep > 0 && egpu_sched_cache_shapes_locked(x->cache, &t) == 0 &&
+        (w->shapes = egpu_malloc(keep * sizeof(*w->shapes))) != NULL) {
+        w->nshapes = w->next_shape = egpu_shape_tally_top(&t, 2, w->shapes, keep);
+        w->next_slot = 0;
+        w->passing = ok = true;
+    }
+    egpu_shape_tally_free(&t);
+    return ok;
+}
+
+size_t egpu_extender_warm(struct egpu_extender *x, uint32_t budget)
+{
+    struct warm *w = &x->warm;
+    double period = (x->cfg.warm_period_ms ? x->cfg.warm_period_ms : WARM_PERIOD_MS) / 1000.0;
+    struct egpu_error err = {0};
+    struct egpu_placer *p;
+    struct egpu_cluster *c;
+    size_t looked = 0, made = 0;
+
+    if (budget == 0 || !synced(x))
+        return 0;
+    c = lock_cache(x);
+    p = placer(x, c, x->cfg.node_policy, x->cfg.card_policy, false, &err);
+    if (p != NULL && (w->passing ? w->epoch != x->placers_epoch
+                                 : w->epoch != x->placers_epoch || !w->ended_once ||
+                                       monotonic_s() - w->ended_s >= period)) {
+        if (!warm_begin(x, p, c)) {
+            /* Nothing to warm now: the next pass is due a period on. */
+            w->ended_once = true;
+            w->ended_s = monotonic_s();
+        }
+    }
+    while (p != NULL && w->passing && looked < budget) {
+        uint32_t n;
+
+        if (w->next_shape == 0) {
+            w->passing = false;
+            w->ended_once = true;
+            w->ended_s = monotonic_s();
+            atomic_fetch_add(&x->warm_passes, 1);
+            break;
+        }
+        n = w->next_slot < c->nnodes ? (uint32_t)(c->nnodes - w->next_slot) : 0;
+        if (n > budget - looked)
+            n = (uint32_t)(budget - looked);
+        made += egpu_placer_warm(p, c, &w->shapes[w->next_shape - 1], w->next_slot, n);
+        looked += n;
+        w->next_slot += n;
+        if (w->next_slot >= c->nnodes) {
+            w->next_shape--;
+            w->next_slot = 0;
+        }
+    }
+    egpu_sched_cache_unlock(x->cache);
+    atomic_fetch_add(&x->warm_verdicts, made);
+    return looked;
+}
+
+void egpu_extender_warm_counts(struct egpu_extender *x, uint64_t *passes, uint64_t *verdicts)
+{
+    *passes = atomic_load(&x->warm_passes);
+    *verdicts = atomic_load(&x->warm_verdicts);
+}
+
+/* ------------------------------------------------------------------------ */
+/* filter and prioritize                                                     */
 
 /* The pod's allowed-model mask in cluster c (adds unknown names to it). */
 static int model_mask(struct egpu_cluster *c, struct egpu_sched_pod *p, struct egpu_error *err)

@@ -31,6 +31,7 @@ struct app {
     struct egpu_api_workload target; /* --target-workload's typical pods; n = 0: none */
     struct egpu_sched_api api;
     struct egpu_extender *x;
+    struct egpu_warmer *warmer; /* --memo-warm; NULL when off */
     struct egpu_kube_elector *el;
     struct egpu_service svc;      /* the verbs (--listen, --port); the probes (--health-*) */
     struct egpu__follower follow; /* with --follow-lease */
@@ -40,11 +41,13 @@ struct app {
     struct egpu_metric *m_binds, *m_bind_failures, *m_core, *m_mem, *m_leader, *m_nodes, *m_gpus,
         *m_pods, *m_unresolved, *m_waiting, *m_reused, *m_load_decided, *m_skipped, *m_dup_gpus,
         *m_assigned_ignored, *m_resvs, *m_resv_overfills, *m_reserved_core, *m_reserved_mem,
-        *m_claims, *m_classes, *m_inside, *m_dra_claims, *m_dra_overfills, *m_workload;
+        *m_claims, *m_classes, *m_inside, *m_dra_claims, *m_dra_overfills, *m_workload,
+        *m_warm_passes, *m_warm_verdicts;
     uint64_t binds_seen[EGPU_BIND_RESULTS];
     unsigned long skipped_seen[SCHED_INFORMERS];
     uint64_t assigned_ignored_seen, resv_overfills_seen, dra_overfills_seen;
     uint64_t reused_seen, load_decided_seen, workload_kept_seen, workload_replaced_seen;
+    uint64_t warm_passes_seen, warm_verdicts_seen;
     atomic_bool api_ok;
     char api_error[EGPU_ERRMSG_MAX];
     pthread_mutex_t api_error_lock;
@@ -197,6 +200,14 @@ static int register_metrics(struct app *a, struct egpu_error *err)
          "--target-workload), by result: kept (within 1% of the one in use, which stays) or "
          "replaced (went into use).",
          1, outcome, 0, NULL, &a->m_workload},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_memo_warm_passes_total",
+         "Passes of the memo warm (--memo-warm) finished: the cached pods' request shapes judged "
+         "ahead on every node.",
+         0, NULL, 0, NULL, &a->m_warm_passes},
+        {EGPU_SERVICE_COUNTER, "egpu_scheduler_memo_warm_verdicts_total",
+         "Node verdicts the memo warm made ahead of the requests (a node whose memoised verdict "
+         "for a shape was not of its state).",
+         0, NULL, 0, NULL, &a->m_warm_verdicts},
         {EGPU_SERVICE_COUNTER, "egpu_scheduler_objects_skipped_total",
          "API objects left out of the cache, by kind: watch lines that were no event, objects "
          "without a usable name, and malformed objects (each is logged).",
@@ -293,6 +304,11 @@ static void refresh_metrics(struct app *a)
                               (double)(replaced - a->workload_replaced_seen));
         a->workload_kept_seen = kept;
         a->workload_replaced_seen = replaced;
+        egpu_extender_warm_counts(a->x, &kept, &replaced);
+        (void)egpu_metric_add(a->m_warm_passes, NULL, (double)(kept - a->warm_passes_seen));
+        (void)egpu_metric_add(a->m_warm_verdicts, NULL, (double)(replaced - a->warm_verdicts_seen));
+        a->warm_passes_seen = kept;
+        a->warm_verdicts_seen = replaced;
     }
     for (int i = 0; i < SCHED_INFORMERS; i++) {
         const char *label[] = {egpu__sched_api_kind(i)};
@@ -472,6 +488,8 @@ static int start(void *data, struct egpu_error *err)
     }
     if (!rc)
         rc = egpu__sched_api_start(&a->api, err);
+    if (!rc && a->o.memo_warm)
+        rc = egpu_warmer_start(a->x, &a->warmer, err);
     if (!rc && a->o.srv.lease.elect) {
         struct egpu_kube_elector_config ec;
 
@@ -486,14 +504,15 @@ static int start(void *data, struct egpu_error *err)
     if (!rc)
         rc = egpu_service_start(&a->svc, err);
     if (!rc)
-        egpu_log(EGPU_LOG_NOTICE,
-                 "serving addr=%s port=%u health_addr=%s health_port=%u prefix=\"%s\" "
-                 "node_policy=%s card_policy=%s leader_elect=%s follow_lease=%s pod=%s",
-                 a->o.srv.listen, egpu_http_server_port(a->svc.srv), a->o.srv.health_listen,
-                 egpu_http_server_port(a->svc.hsrv), a->o.prefix,
-                 egpu_policy_name(a->o.node_policy), egpu_policy_name(a->o.card_policy),
-                 a->o.srv.lease.elect ? "true" : "false", a->following ? a->follow.name : "-",
-                 a->following ? a->follow.pod : "-");
+        egpu_log(
+            EGPU_LOG_NOTICE,
+            "serving addr=%s port=%u health_addr=%s health_port=%u prefix=\"%s\" "
+            "node_policy=%s card_policy=%s memo_warm=%s leader_elect=%s follow_lease=%s pod=%s",
+            a->o.srv.listen, egpu_http_server_port(a->svc.srv), a->o.srv.health_listen,
+            egpu_http_server_port(a->svc.hsrv), a->o.prefix, egpu_policy_name(a->o.node_policy),
+            egpu_policy_name(a->o.card_policy), a->o.memo_warm ? "true" : "false",
+            a->o.srv.lease.elect ? "true" : "false", a->following ? a->follow.name : "-",
+            a->following ? a->follow.pod : "-");
     return rc;
 }
 
@@ -503,6 +522,7 @@ static void finish(void *data)
 
     egpu_kube_elector_free(a->el); /* releases the Lease when leading */
     egpu_service_stop(&a->svc);
+    egpu_warmer_stop(a->warmer);
     egpu__sched_api_stop(&a->api);
     egpu_service_free(&a->svc);
     if (a->following)

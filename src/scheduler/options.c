@@ -91,6 +91,12 @@ static const char usage[] =
     "                          (typical pods with weights, as egpu-sim writes it in\n"
     "                          target_workload.json; docs/scheduler.md) instead of\n"
     "                          one built from the pods seen so far (EGPU_TARGET_WORKLOAD)\n"
+    "  --memo-warm BOOL        judge ahead, on every node, the request shapes the cached\n"
+    "                          pods ask most (for the default policies, in the\n"
+    "                          background, a millisecond of the cache lock at a time;\n"
+    "                          again every 30 s and when the learned target workload\n"
+    "                          is replaced), so the first pod of such a shape finds its\n"
+    "                          answers memoised (EGPU_MEMO_WARM; default true)\n"
     "  --dra[=BOOL]            DRA mode: follow ResourceClaims (resource.k8s.io/v1, every\n"
     "                          namespace; needs list, watch and get on them) and judge\n"
     "                          DRA pods, whose containers carry elasticgpu.io/dra, by\n"
@@ -146,6 +152,7 @@ enum {
     O_PODS_WITHOUT_GPU,
     O_TARGET_WORKLOAD,
     O_DRA,
+    O_MEMO_WARM,
 };
 
 /* Apply one of the scheduler's own settings (from a flag or a variable
@@ -209,6 +216,10 @@ static int apply(void *ctx, int opt, const char *v, const char *who)
         if (v == NULL)
             o->dra = true;
         return 0;
+    case O_MEMO_WARM:
+        if (egpu_cli_parse_bool(v, &o->memo_warm))
+            return bad("%s \"%s\": expected true or false", who, v);
+        return 0;
     case O_TARGET_WORKLOAD:
         if (v[0] == '\0')
             return bad("%s: expected a file name", who);
@@ -234,6 +245,7 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
         {"pods-without-gpu", required_argument, O_PODS_WITHOUT_GPU, "EGPU_PODS_WITHOUT_GPU"},
         {"target-workload", required_argument, O_TARGET_WORKLOAD, "EGPU_TARGET_WORKLOAD"},
         {"dra", optional_argument, O_DRA, "EGPU_DRA"},
+        {"memo-warm", required_argument, O_MEMO_WARM, "EGPU_MEMO_WARM"},
     };
     struct egpu_cli_spec spec = {.prog = "egpu-scheduler",
                                  .usage = usage,
@@ -248,7 +260,8 @@ int egpu__sched_options_parse(int argc, char **argv, struct egpu_sched_options *
                                      .node_policy = EGPU_POLICY_BINPACK,
                                      .card_policy = EGPU_POLICY_BINPACK,
                                      .scheduler_name = EGPU_SCHEDULER_NAME_DEFAULT,
-                                     .load_max_age_s = EGPU_SCHED_LOAD_MAX_AGE_DEFAULT};
+                                     .load_max_age_s = EGPU_SCHED_LOAD_MAX_AGE_DEFAULT,
+                                     .memo_warm = true};
     egpu_cli_server_defaults(&o->srv);
     o->srv.lease.name = "elastic-gpu-scheduler";
     o->srv.listen = "127.0.0.1";

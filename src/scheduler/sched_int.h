@@ -93,6 +93,7 @@ struct egpu_sched_options {
     bool place_cpu_pods;         /* --pods-without-gpu place */
     const char *target_workload; /* --target-workload FILE, or NULL */
     bool dra;                    /* --dra: DRA pods, judged by their ResourceClaims */
+    bool memo_warm;              /* --memo-warm: judge the cached pods' shapes ahead */
 };
 
 /* Parse argv (and the EGPU_* environment) into *o. Returns -1 to run, 0 when
