@@ -187,10 +187,14 @@ static double pct(double *v, int n, double p)
 
 static void post(CURL *h, const char *url, const char *body)
 {
+    long status = 0;
+
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     if (curl_easy_perform(h) != CURLE_OK)
         fprintf(stderr, "bench: POST %s failed\n", url);
+    else if (curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK && status != 200)
+        fprintf(stderr, "bench: POST %s: HTTP %ld\n", url, status);
 }
 
 /* ExtenderArgs for a bench pod (30% and 4096 MiB of one card, named and
@@ -713,8 +717,8 @@ static void *direct_main(void *arg)
 }
 
 /* Run verb on d's thread; its wall time in us. */
-static double direct_call(struct direct *d, verb_fn verb, struct egpu_extender *x,
-                          const char *body, struct egpu_buf *reply)
+static double direct_call(struct direct *d, verb_fn verb, struct egpu_extender *x, const char *body,
+                          struct egpu_buf *reply)
 {
     pthread_mutex_lock(&d->lock);
     d->verb = verb;
@@ -825,7 +829,8 @@ static int scale_run(const struct scale_opts *o)
 {
     struct egpu_extender_ops ops = {.synced = always, .annotate = keep_annotation, .bind = no_bind};
     struct egpu_extender_config xc = {.node_policy = policy, .card_policy = policy};
-    struct egpu_http_config hc = {.bind_addr = "127.0.0.1", .threads = 2};
+    struct egpu_http_config hc = {
+        .bind_addr = "127.0.0.1", .threads = 2, .max_body_bytes = 16u << 20}; /* egpu-scheduler's */
     struct egpu_sched_cache *c = egpu_sched_cache_new();
     struct egpu_http_server *srv = NULL;
     struct egpu_warmer *warmer = NULL;

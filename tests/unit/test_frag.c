@@ -596,6 +596,75 @@ static void test_workload_from_list_invalid(void **state)
  * asked by 1 + k % 7 pods, arriving interleaved. Coverage 1 keeps every
  * group, most frequent first, weights count / pods; a pod added one at a
  * time gives what the array form gives. */
+/* Request shapes counted (src/core/shapes.c): shape k (0..299) asks CPU
+ * 100 * (k / 2 + 1) and memory 1024 * (k % 2 + 1), so pairs differ in
+ * memory only and must count apart, and is asked 1 + k % 7 times, the
+ * shapes of one round in order. A pod of two GPU containers is not a shape
+ * (no memo keeps it) and is not counted. top gives the shapes asked at
+ * least min_count times, most asked first, ties in the order first asked
+ * (shape k was first asked before k + 1). */
+static void test_shape_tally(void **state)
+{
+    enum { SHAPES = 300 };
+    static struct egpu_pod_request out[SHAPES];
+    struct egpu_pod_request two = tu_request(1000, 0, 50, 0), shape;
+    struct egpu_shape_tally t;
+    size_t n, want = 0;
+    long base = egpu_alloc_live();
+
+    (void)state;
+    egpu_shape_tally_init(&t);
+    for (int round = 0; round < 7; round++) {
+        for (int k = 0; k < SHAPES; k++) {
+            struct egpu_pod_request r =
+                tu_request(100 * (k / 2 + 1), 1024 * (k % 2 + 1), 10 + k % 90, 0);
+
+            if (round < 1 + k % 7)
+                assert_int_equal(egpu_shape_tally_add(&t, &r), 0);
+        }
+    }
+    two.ncontainers = 2;
+    two.containers[1] = two.containers[0];
+    assert_false(egpu_request_shape_of(&two, &shape));
+    assert_int_equal(egpu_shape_tally_add(&t, &two), 0);
+    for (int k = 0; k < SHAPES; k++)
+        want += 1 + k % 7 >= 2;
+    assert_int_equal(t.nshapes, SHAPES);
+    n = egpu_shape_tally_top(&t, 2, out, SHAPES);
+    assert_int_equal(n, want);
+    for (size_t i = 0; i < n; i++) {
+        int k = (int)(out[i].cpu_milli / 100 - 1) * 2 + (int)(out[i].mem_mib / 1024 - 1);
+
+        assert_true(k >= 0 && k < SHAPES);
+        assert_int_equal(out[i].containers[0].core_milli, (uint32_t)(10 + k % 90) * 10);
+        assert_true(1 + k % 7 >= 2);
+        if (i > 0) {
+            int j =
+                (int)(out[i - 1].cpu_milli / 100 - 1) * 2 + (int)(out[i - 1].mem_mib / 1024 - 1);
+
+            assert_true(1 + j % 7 > 1 + k % 7 || (1 + j % 7 == 1 + k % 7 && j < k));
+        }
+    }
+    /* At most max, the most asked: shape 6 (7 times) first. */
+    assert_int_equal(egpu_shape_tally_top(&t, 1, out, 3), 3);
+    assert_int_equal(out[0].cpu_milli, 100 * (6 / 2 + 1));
+    assert_int_equal(out[0].mem_mib, 1024);
+    assert_int_equal(out[1].cpu_milli, 100 * (13 / 2 + 1));
+    assert_int_equal(out[1].mem_mib, 2048);
+    /* Counting goes on after top. */
+    assert_int_equal(egpu_shape_tally_add(&t, &out[2]), 0);
+    assert_int_equal(t.nshapes, SHAPES);
+    /* The GPU memory is part of the shape. */
+    shape = out[0];
+    assert_true(egpu_request_same_shape(&shape, &out[0]));
+    shape.containers[0].mem_mib++;
+    assert_false(egpu_request_same_shape(&shape, &out[0]));
+    egpu_shape_tally_free(&t);
+    assert_int_equal(t.nshapes, 0);
+    assert_int_equal(egpu_shape_tally_top(&t, 1, out, SHAPES), 0);
+    assert_int_equal(egpu_alloc_live(), base);
+}
+
 static void test_workload_tally_many_groups(void **state)
 {
     enum { SHAPES = 300 };
@@ -837,6 +906,7 @@ int main(void)
         cmocka_unit_test(test_workload_from_list),
         cmocka_unit_test(test_workload_from_list_invalid),
         cmocka_unit_test(test_workload_tally_many_groups),
+        cmocka_unit_test(test_shape_tally),
         cmocka_unit_test(test_workload_distance),
         cmocka_unit_test(test_workload_free_no_leaks),
         cmocka_unit_test(test_frag_with_trace_workload),

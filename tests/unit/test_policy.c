@@ -1283,7 +1283,7 @@ static void compare_all_scores(struct egpu_placer *pm, const struct egpu_cluster
  * arrives at step 200 and leaves at step 420, changing best-fit's
  * normalisation both times, so the placer must drop its cached results. */
 static void memo_run(enum egpu_policy_kind kind, const struct egpu_workload *w, bool grow,
-                     size_t memo_bytes)
+                     size_t memo_bytes, bool warm)
 {
     struct egpu_cluster *c1 = new_cluster(), *c2 = new_cluster();
     struct egpu_placer *pm = new_placer_sized(kind, kind, 11, w, true, memo_bytes);
@@ -1318,6 +1318,23 @@ static void memo_run(enum egpu_policy_kind kind, const struct egpu_workload *w, 
             assert_int_equal(egpu_cluster_remove_node(c1, gone), 0);
             assert_int_equal(egpu_cluster_remove_node(c2, gone), 0);
             nlive = prune_live(c1, live_pods, nlive);
+        }
+        if (warm && step % 3 == 0) {
+            /* The memo warm judges the shape ahead, in two ranges (the
+             * second past the last slot); once done, nothing is left. A
+             * shape of two GPU containers is not memoised: nothing made. */
+            const struct shape *o =
+                &shapes[egpu_rng_below(&rng, sizeof(shapes) / sizeof(shapes[0]))];
+            struct egpu_pod_request other = shape_request(o, mask1), two = other;
+            uint32_t half = (uint32_t)(c1->nnodes / 2);
+
+            (void)egpu_placer_warm(pm, c1, &other, 0, half);
+            (void)egpu_placer_warm(pm, c1, &r, half, 1000);
+            (void)egpu_placer_warm(pm, c1, &r, 0, half);
+            assert_int_equal(egpu_placer_warm(pm, c1, &r, 0, 1000), 0);
+            two.ncontainers = 2;
+            two.containers[1] = two.containers[0];
+            assert_int_equal(egpu_placer_warm(pm, c1, &two, 0, 1000), 0);
         }
         if (step % 25 == 0 || step == 321 || step == 421)
             compare_all_scores(pm, c1, pp, c2, &r);
@@ -1384,8 +1401,12 @@ static void test_memo_matches_plain(void **state)
      * its least 8 shapes of the 11 the run asks, so shapes are dropped and
      * made again all along. */
     for (size_t k = 0; k < sizeof(memo_kinds) / sizeof(memo_kinds[0]); k++) {
-        memo_run(memo_kinds[k], &w, false, 0);
-        memo_run(memo_kinds[k], &w, false, 1);
+        memo_run(memo_kinds[k], &w, false, 0, false);
+        memo_run(memo_kinds[k], &w, false, 1, false);
+        /* Warmed ahead (egpu_placer_warm): still the plain placer's answers,
+         * with every shape kept and with shapes dropped between warm and use. */
+        memo_run(memo_kinds[k], &w, false, 0, true);
+        memo_run(memo_kinds[k], &w, false, 1, true);
     }
     egpu_workload_free(&w);
     assert_int_equal(egpu_alloc_live(), live);
@@ -1436,7 +1457,7 @@ static void test_memo_after_cluster_maxima_change(void **state)
     (void)state;
     make_workload(&w, memo_pods, sizeof(memo_pods) / sizeof(memo_pods[0]));
     for (size_t k = 0; k < sizeof(memo_kinds) / sizeof(memo_kinds[0]); k++)
-        memo_run(memo_kinds[k], &w, true, 0);
+        memo_run(memo_kinds[k], &w, true, 0, k % 2 == 0);
     egpu_workload_free(&w);
     assert_int_equal(egpu_alloc_live(), live);
 }

@@ -1753,6 +1753,114 @@ static void test_live_workload_kept_until_mix_moves(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* Run x's memo warm until it finds nothing to do, budget slots a step;
+ * the slots it looked at in all. */
+static size_t warm_all(struct egpu_extender *x, uint32_t budget)
+{
+    size_t all = 0, looked;
+
+    while ((looked = egpu_extender_warm(x, budget)) > 0) {
+        assert_true(looked <= budget);
+        all += looked;
+    }
+    return all;
+}
+
+/* The memo warm judges ahead the shapes of the cached pods asked at least
+ * twice (3 pods of 30%, 2 of 50%; the one 70% pod is not warmed) on every
+ * node: 2 shapes x 5 nodes = 10 verdicts in one pass, none before the
+ * cache is synced, none again until the period has passed, and then only
+ * what changed (a sixth node: 2 verdicts). A filter after it answers as an
+ * extender that never warmed. */
+static void test_memo_warm_judges_cached_shapes(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {.unsynced = true}, g = {0};
+    struct egpu_extender_ops ops = {
+        .data = &f, .synced = fake_synced, .annotate = fake_annotate, .bind = fake_bind};
+    struct egpu_extender_config cfg = {.node_policy = EGPU_POLICY_FGD,
+                                       .card_policy = EGPU_POLICY_FGD,
+                                       .seed = 1,
+                                       .warm_period_ms = 1};
+    struct egpu_error err = {0};
+    struct egpu_extender *x, *y = new_extender(c, &g, EGPU_POLICY_FGD);
+    const char *const nodes[] = {"w0", "w1", "w2", "w3", "w4"};
+    const int core30[] = {30}, core70[] = {70}, none[] = {0};
+    struct timespec ms2 = {0, 2000000};
+    uint64_t passes, verdicts;
+    char *body, *a, *b;
+    json_t *ra, *rb;
+
+    (void)state;
+    pthread_mutex_init(&f.lock, NULL);
+    x = egpu_extender_new(&cfg, c, &ops, &err);
+    assert_non_null(x);
+    for (int i = 0; i < 5; i++)
+        add_gpu_node(c, nodes[i], 4);
+    put_pending(c, "a", 3, 30);
+    put_pending(c, "b", 2, 50);
+    set_pod(c, make_pod("ns", "c0", NULL, 1, core70, none));
+    assert_int_equal(egpu_extender_warm(x, 64), 0); /* not synced */
+    f.unsynced = false;
+    assert_int_equal(warm_all(x, 3), 10);
+    egpu_extender_warm_counts(x, &passes, &verdicts);
+    assert_int_equal(passes, 1);
+    assert_int_equal(verdicts, 10);
+    nanosleep(&ms2, NULL);
+    assert_int_equal(warm_all(x, 64), 10); /* the next pass: all memoised */
+    egpu_extender_warm_counts(x, &passes, &verdicts);
+    assert_int_equal(passes, 2);
+    assert_int_equal(verdicts, 10);
+    add_gpu_node(c, "w5", 4);
+    nanosleep(&ms2, NULL);
+    assert_int_equal(warm_all(x, 64), 12);
+    egpu_extender_warm_counts(x, &passes, &verdicts);
+    assert_int_equal(passes, 3);
+    assert_int_equal(verdicts, 12);
+
+    body = tu_extender_args(make_pod("ns", "q", NULL, 1, core30, none), nodes, 5, false);
+    ra = call(egpu_extender_filter, x, body, 200);
+    rb = call(egpu_extender_filter, y, body, 200);
+    a = json_dumps(ra, JSON_COMPACT | JSON_SORT_KEYS);
+    b = json_dumps(rb, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    json_decref(ra);
+    json_decref(rb);
+    free(body);
+    egpu_extender_free(x);
+    egpu_extender_free(y);
+    egpu_sched_cache_free(c);
+}
+
+/* The warm's thread starts, finds the pass and stops. */
+static void test_warmer_thread(void **state)
+{
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    struct egpu_warmer *w = NULL;
+    struct egpu_error err = {0};
+    struct timespec ms5 = {0, 5000000};
+    uint64_t passes = 0, verdicts = 0;
+
+    (void)state;
+    add_gpu_node(c, "t0", 2);
+    put_pending(c, "a", 2, 30);
+    assert_int_equal(egpu_warmer_start(x, &w, &err), 0);
+    for (int i = 0; i < 2000 && passes == 0; i++) {
+        nanosleep(&ms5, NULL);
+        egpu_extender_warm_counts(x, &passes, &verdicts);
+    }
+    assert_int_equal(passes, 1);
+    assert_int_equal(verdicts, 1);
+    egpu_warmer_stop(w);
+    egpu_warmer_stop(NULL);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 /* A pod of this scheduler asking cpu (a quantity) and no GPU. */
 static json_t *cpu_pod(const char *name, const char *cpu, const char *node)
 {
@@ -2255,6 +2363,8 @@ int main(void)
         cmocka_unit_test(test_policy_override_by_annotation),
         cmocka_unit_test(test_fgd_with_live_workload),
         cmocka_unit_test(test_live_workload_kept_until_mix_moves),
+        cmocka_unit_test(test_memo_warm_judges_cached_shapes),
+        cmocka_unit_test(test_warmer_thread),
         cmocka_unit_test(test_pods_without_gpu_placed),
         cmocka_unit_test(test_target_workload_pins_fgd),
         cmocka_unit_test(test_concurrent_binds_never_overcommit),
