@@ -1861,6 +1861,58 @@ static void test_warmer_thread(void **state)
     egpu_sched_cache_free(c);
 }
 
+/* 1,003 empty one-card nodes tie for binpack's best score: filter passes
+ * 1,000 of them (TIED_PASSED), the replay's choice among them (the node
+ * prioritize scores 10 over all 1,003), and fails the 3 others saying so. */
+static void test_filter_passes_at_most_1000_tied(void **state)
+{
+    enum { N = 1003 };
+    struct egpu_sched_cache *c = egpu_sched_cache_new();
+    struct fake_api f = {0};
+    struct egpu_extender *x = new_extender(c, &f, EGPU_POLICY_BINPACK);
+    static char names[N][16];
+    const char *nodes[N];
+    const int core30[] = {30}, none[] = {0};
+    const char *best = NULL, *key;
+    json_t *out, *prio, *e, *failed, *why;
+    size_t i, found = 0;
+    char *body;
+
+    (void)state;
+    for (i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "t%04zu", i);
+        nodes[i] = names[i];
+        add_gpu_node(c, names[i], 1);
+    }
+    body = tu_extender_args(make_pod("ns", "q", NULL, 1, core30, none), nodes, N, false);
+    prio = call(egpu_extender_prioritize, x, body, 200);
+    json_array_foreach(prio, i, e)
+    {
+        if (json_integer_value(json_object_get(e, "Score")) == 10) {
+            assert_null(best);
+            best = json_string_value(json_object_get(e, "Host"));
+        }
+    }
+    assert_non_null(best);
+    out = call(egpu_extender_filter, x, body, 200);
+    assert_int_equal(json_array_size(json_object_get(out, "NodeNames")), 1000);
+    json_array_foreach(json_object_get(out, "NodeNames"), i, e) found +=
+        strcmp(json_string_value(e), best) == 0;
+    assert_int_equal(found, 1); /* passed */
+    failed = json_object_get(out, "FailedNodes");
+    assert_int_equal(json_object_size(failed), N - 1000);
+    json_object_foreach(failed, key, why)
+    {
+        assert_non_null(strstr(json_string_value(why), "fits this pod as well"));
+        assert_non_null(strstr(json_string_value(why), "filter passes at most 1000 of the nodes"));
+    }
+    json_decref(out);
+    json_decref(prio);
+    free(body);
+    egpu_extender_free(x);
+    egpu_sched_cache_free(c);
+}
+
 /* A pod of this scheduler asking cpu (a quantity) and no GPU. */
 static json_t *cpu_pod(const char *name, const char *cpu, const char *node)
 {
@@ -2365,6 +2417,7 @@ int main(void)
         cmocka_unit_test(test_live_workload_kept_until_mix_moves),
         cmocka_unit_test(test_memo_warm_judges_cached_shapes),
         cmocka_unit_test(test_warmer_thread),
+        cmocka_unit_test(test_filter_passes_at_most_1000_tied),
         cmocka_unit_test(test_pods_without_gpu_placed),
         cmocka_unit_test(test_target_workload_pins_fgd),
         cmocka_unit_test(test_concurrent_binds_never_overcommit),
