@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "egpu/core.h"
+#include "tally_int.h"
 
 struct egpu__shape_count {
     struct egpu_pod_request shape;
@@ -42,8 +43,10 @@ bool egpu_request_same_shape(const struct egpu_pod_request *a, const struct egpu
            memcmp(&a->containers[0], &b->containers[0], sizeof(a->containers[0])) == 0;
 }
 
-static uint32_t shape_hash(const struct egpu_pod_request *s)
+/* Of a row's key, the shape (tally_int.h). */
+static uint32_t shape_hash(const void *key)
 {
+    const struct egpu_pod_request *s = key;
     const struct egpu_container_request *k = &s->containers[0];
     uint64_t h = (uint64_t)s->cpu_milli * 0x9e3779b97f4a7c15ULL;
 
@@ -54,67 +57,38 @@ static uint32_t shape_hash(const struct egpu_pod_request *s)
     return (uint32_t)(h >> 32 ^ h);
 }
 
+static bool same_key(const void *a, const void *b)
+{
+    return egpu_request_same_shape(a, b);
+}
+
 void egpu_shape_tally_init(struct egpu_shape_tally *t)
 {
     memset(t, 0, sizeof(*t));
 }
 
-/* Index the shapes in a table of nindex = 2 x cap slots (a power of two):
- * slot = shape + 1, 0 = empty. */
-static void index_put(struct egpu_shape_tally *t, size_t s)
-{
-    size_t mask = t->nindex - 1, i = shape_hash(&t->shapes[s].shape) & mask;
-
-    while (t->index[i] != 0)
-        i = (i + 1) & mask;
-    t->index[i] = (uint32_t)s + 1;
-}
-
-static int tally_grow(struct egpu_shape_tally *t)
-{
-    size_t cap = t->cap ? 2 * t->cap : 64;
-    struct egpu__shape_count *shapes = egpu_realloc(t->shapes, cap * sizeof(*shapes));
-    uint32_t *index;
-
-    if (shapes == NULL)
-        return -ENOMEM;
-    t->shapes = shapes;
-    if ((index = egpu_calloc(2 * cap, sizeof(*index))) == NULL)
-        return -ENOMEM;
-    egpu_free(t->index);
-    t->index = index;
-    t->nindex = 2 * cap;
-    t->cap = cap;
-    for (size_t s = 0; s < t->nshapes; s++)
-        index_put(t, s);
-    return 0;
-}
-
 int egpu_shape_tally_add(struct egpu_shape_tally *t, const struct egpu_pod_request *r)
 {
     struct egpu_pod_request shape;
+    size_t s;
     int rc;
 
     if (!egpu_request_shape_of(r, &shape))
         return 0;
-    if (t->nindex > 0) {
-        size_t mask = t->nindex - 1;
-
-        for (size_t i = shape_hash(&shape) & mask; t->index[i] != 0; i = (i + 1) & mask) {
-            struct egpu__shape_count *s = &t->shapes[t->index[i] - 1];
-
-            if (egpu_request_same_shape(&s->shape, &shape)) {
-                s->count++;
-                t->npods++;
-                return 0;
-            }
-        }
+    s = egpu__tally_find(t->index, t->nindex, t->shapes, sizeof(*t->shapes), &shape, shape_hash,
+                         same_key);
+    if (s != SIZE_MAX) {
+        t->shapes[s].count++;
+        t->npods++;
+        return 0;
     }
-    if (t->nshapes == t->cap && (rc = tally_grow(t)) != 0)
+    if (t->nshapes == t->cap &&
+        (rc = egpu__tally_grow((void **)&t->shapes, sizeof(*t->shapes), &t->cap, &t->index,
+                               &t->nindex, t->nshapes, shape_hash)) != 0)
         return rc;
     t->shapes[t->nshapes] =
         (struct egpu__shape_count){.shape = shape, .count = 1, .first_seen = t->npods};
-    index_put(t, t->nshapes++);
+    egpu__tally_put(t->index, t->nindex, t->shapes, sizeof(*t->shapes), t->nshapes++, shape_hash);
     t->npods++;
     return 0;
 }
@@ -136,12 +110,8 @@ size_t egpu_shape_tally_top(struct egpu_shape_tally *t, size_t min_count,
 
     if (t->nshapes > 1)
         qsort(t->shapes, t->nshapes, sizeof(t->shapes[0]), cmp_count);
-    if (t->nindex > 0) {
-        /* The order moved: index the shapes again. */
-        memset(t->index, 0, t->nindex * sizeof(t->index[0]));
-        for (size_t s = 0; s < t->nshapes; s++)
-            index_put(t, s);
-    }
+    /* The order moved: index the shapes again. */
+    egpu__tally_reindex(t->index, t->nindex, t->shapes, sizeof(*t->shapes), t->nshapes, shape_hash);
     for (; n < t->nshapes && n < max && t->shapes[n].count >= min_count; n++)
         out[n] = t->shapes[n].shape;
     return n;

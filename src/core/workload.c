@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "egpu/core.h"
+#include "tally_int.h"
 
 struct egpu__workload_group {
     struct egpu_typical_pod pod;
@@ -68,8 +69,10 @@ void egpu_workload_tally_init(struct egpu_workload_tally *t)
     memset(t, 0, sizeof(*t));
 }
 
-static uint32_t shape_hash(const struct egpu_typical_pod *t)
+/* Of a group's key, the typical pod (tally_int.h). */
+static uint32_t shape_hash(const void *key)
 {
+    const struct egpu_typical_pod *t = key;
     uint64_t h = (uint64_t)t->cpu_milli * 0x9e3779b97f4a7c15ULL;
 
     h ^= ((uint64_t)t->gpu_milli << 32 | t->ncards) * 0xc2b2ae3d27d4eb4fULL;
@@ -77,62 +80,32 @@ static uint32_t shape_hash(const struct egpu_typical_pod *t)
     return (uint32_t)(h >> 32 ^ h);
 }
 
-/* Index the groups in a table of nindex = 2 x cap slots (a power of two):
- * slot = group + 1, 0 = empty. */
-static void index_put(struct egpu_workload_tally *t, size_t g)
+static bool same_key(const void *a, const void *b)
 {
-    size_t mask = t->nindex - 1, i = shape_hash(&t->groups[g].pod) & mask;
-
-    while (t->index[i] != 0)
-        i = (i + 1) & mask;
-    t->index[i] = (uint32_t)g + 1;
-}
-
-static int tally_grow(struct egpu_workload_tally *t)
-{
-    size_t cap = t->cap ? 2 * t->cap : 64;
-    struct egpu__workload_group *groups = egpu_realloc(t->groups, cap * sizeof(*groups));
-    uint32_t *index;
-
-    if (groups == NULL)
-        return -ENOMEM;
-    t->groups = groups;
-    if ((index = egpu_calloc(2 * cap, sizeof(*index))) == NULL)
-        return -ENOMEM;
-    egpu_free(t->index);
-    t->index = index;
-    t->nindex = 2 * cap;
-    t->cap = cap;
-    for (size_t g = 0; g < t->ngroups; g++)
-        index_put(t, g);
-    return 0;
+    return same_shape(a, b);
 }
 
 int egpu_workload_tally_add(struct egpu_workload_tally *t, const struct egpu_pod_request *r)
 {
     struct egpu_typical_pod pod;
-    size_t i;
+    size_t g;
     int rc;
 
     typical_of(r, &pod);
-    if (t->nindex > 0) {
-        size_t mask = t->nindex - 1;
-
-        for (i = shape_hash(&pod) & mask; t->index[i] != 0; i = (i + 1) & mask) {
-            struct egpu__workload_group *g = &t->groups[t->index[i] - 1];
-
-            if (same_shape(&g->pod, &pod)) {
-                g->count++;
-                t->npods++;
-                return 0;
-            }
-        }
+    g = egpu__tally_find(t->index, t->nindex, t->groups, sizeof(*t->groups), &pod, shape_hash,
+                         same_key);
+    if (g != SIZE_MAX) {
+        t->groups[g].count++;
+        t->npods++;
+        return 0;
     }
-    if (t->ngroups == t->cap && (rc = tally_grow(t)) != 0)
+    if (t->ngroups == t->cap &&
+        (rc = egpu__tally_grow((void **)&t->groups, sizeof(*t->groups), &t->cap, &t->index,
+                               &t->nindex, t->ngroups, shape_hash)) != 0)
         return rc;
     t->groups[t->ngroups] =
         (struct egpu__workload_group){.pod = pod, .count = 1, .first_seen = t->npods};
-    index_put(t, t->ngroups++);
+    egpu__tally_put(t->index, t->nindex, t->groups, sizeof(*t->groups), t->ngroups++, shape_hash);
     t->npods++;
     return 0;
 }

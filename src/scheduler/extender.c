@@ -37,7 +37,13 @@
  * NodeNames memo, the kept filter reply, filter's verdicts kept for
  * prioritize and the slot and reason memos saved nothing there, or less
  * than 0.13 ms at p50 (each was tried, measured the same way and taken out
- * again). Figures on the 2-core development VM.
+ * again). Figures on the 2-core development VM. The memo is also filled
+ * ahead of the requests: egpu_extender_warm evaluates the cached pods'
+ * request shapes on every node, a bounded slice per hold of the cache lock
+ * (warm.c's thread calls it), since the first pod of a shape the memo does
+ * not hold costs 25-60 ms of filter at 65,000 nodes (docs/scheduler.md,
+ * "The memo warm"). The shapes are the pods' own requests, so a tenant's
+ * pods steer only which shapes are evaluated first, within the memo's size.
  *
  * Load awareness (--load-aware): the placers break exact ties by the
  * cards' measured load (src/core/load.c), the replay's choice among nodes
