@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,6 +322,31 @@ static size_t discard(char *p, size_t size, size_t n, void *data)
     return size * n;
 }
 
+/* Keep what curl reads into the egpu_buf data. */
+static size_t keep_body(char *p, size_t size, size_t n, void *data)
+{
+    return egpu_buf_append(data, p, size * n) == 0 ? size * n : 0;
+}
+
+/* Has the scheduler on health port url (its /metrics) finished a pass of
+ * the memo warm (egpu_scheduler_memo_warm_passes_total at least 1)? */
+static bool warm_pass_done(CURL *h, const char *url)
+{
+    struct egpu_buf body;
+    const char *at;
+    bool done = false;
+
+    egpu_buf_init(&body, 16 << 20);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, keep_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+    if (curl_easy_perform(h) == CURLE_OK &&
+        (at = strstr(egpu_buf_str(&body), "\negpu_scheduler_memo_warm_passes_total ")) != NULL)
+        done = strtod(at + strlen("\negpu_scheduler_memo_warm_passes_total "), NULL) >= 1;
+    egpu_buf_free(&body);
+    return done;
+}
+
 /* The child's CPU seconds (utime + stime) and VmHWM in MiB. */
 static void child_usage(pid_t pid, double *cpu, double *hwm)
 {
@@ -524,15 +550,38 @@ int main(int argc, char **argv)
         }
         usleep(20000);
     }
-    if (pid > 0) {
+    if (pid > 0 && ready_s >= 0) {
+        /* Then the memo warm's first pass (--memo-warm true): what it adds
+         * to the peak RSS. */
+        double w0 = now_s(), wcpu = 0, whwm = 0;
+        char murl[96];
+        bool done = false;
+
         child_usage(pid, &cpu, &hwm);
-        kill(pid, SIGTERM);
-        waitpid(pid, &status, 0);
-    }
-    if (ready_s >= 0)
         printf("  ready after %.1f s; egpu-scheduler's CPU %.1f s, its peak RSS %.0f MiB; "
                "load %.2f\n",
                ready_s, cpu, hwm, load1());
+        fflush(stdout);
+        snprintf(murl, sizeof(murl), "http://127.0.0.1:%s/metrics", hp);
+        while (!done && now_s() - w0 < 600) {
+            usleep(200000);
+            done = warm_pass_done(h, murl);
+        }
+        child_usage(pid, &wcpu, &whwm);
+        if (done)
+            printf("  memo warm's first pass done %.1f s after ready (%.1f s of CPU); peak RSS "
+                   "then %.0f MiB\n",
+                   now_s() - w0, wcpu - cpu, whwm);
+        else
+            printf("  memo warm's first pass not done 600 s after ready; peak RSS %.0f MiB\n",
+                   whwm);
+    }
+    if (pid > 0) {
+        if (ready_s < 0)
+            child_usage(pid, &cpu, &hwm);
+        kill(pid, SIGTERM);
+        waitpid(pid, &status, 0);
+    }
     curl_easy_cleanup(h);
     curl_global_cleanup();
     egpu_http_server_free(srv);
