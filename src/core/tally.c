@@ -35,8 +35,10 @@ void egpu__tally_put(uint32_t *index, size_t nindex, const void *rows, size_t si
 void egpu__tally_reindex(uint32_t *index, size_t nindex, const void *rows, size_t size,
                          size_t nrows, egpu__tally_hash hash)
 {
+    if (nindex == 0)
+        return; /* nothing counted yet: no index */
     memset(index, 0, nindex * sizeof(*index));
-    for (size_t r = 0; nindex > 0 && r < nrows; r++)
+    for (size_t r = 0; r < nrows; r++)
         egpu__tally_put(index, nindex, rows, size, r, hash);
 }
 
