@@ -500,43 +500,54 @@ static void fetch_ahead(const struct egpu_placer *p, const struct egpu_cluster *
     }
 }
 
+/* The verdict on r of the node in slot (< c->nnodes) into *out: from mc's
+ * entry when it is of the node's generation, else made (the dense copy's
+ * refusal, or evaluate) and memoised in mc (NULL: no memo). Returns whether
+ * it was made rather than read. */
+static bool slot_verdict(struct egpu_placer *p, const struct egpu_cluster *c, struct memo_class *mc,
+                         const struct egpu_pod_request *r, uint32_t slot, struct egpu_verdict *out)
+{
+    struct egpu_pick pick;
+
+    *out = (struct egpu_verdict){.score = 0.0, .ok = false, .load = EGPU_LOAD_UNKNOWN};
+    if (mc != NULL) {
+        struct memo_entry *e = &mc->entries[slot];
+
+        if (e->gen == c->gens[slot]) {
+            *out = (struct egpu_verdict){.score = e->score, .ok = e->ok, .load = e->load};
+            return false;
+        }
+        /* evaluate's check, here without reading the node record. */
+        if (!p->cfg.dra && p->hot[slot].gen == c->gens[slot] && hot_refuses(&p->hot[slot], r)) {
+            *e = (struct memo_entry){.gen = c->gens[slot], .ok = false, .load = EGPU_LOAD_UNKNOWN};
+            return true;
+        }
+    }
+    out->ok = evaluate(p, c, mc, c->nodes[slot], r, &out->score, &pick, &out->load, NULL, 0);
+    if (!out->ok) {
+        out->score = 0.0;
+        out->load = EGPU_LOAD_UNKNOWN;
+    }
+    return true;
+}
+
 void egpu_placer_score_slots(struct egpu_placer *p, const struct egpu_cluster *c,
                              const struct egpu_pod_request *r, const uint32_t *slots, size_t n,
                              struct egpu_verdict *out)
 {
     struct memo_class *mc = memo_for(p, c, r);
-    struct egpu_pick pick;
     bool needs[2 * SLOTS_AHEAD] = {false};
 
     for (size_t i = 0; i < n; i++) {
         uint32_t slot = slots[i];
-        struct memo_entry *e;
 
         /* Slots come in the request's order: fetch a few ahead. */
         if (mc != NULL)
             fetch_ahead(p, c, mc, r, slots, n, i, needs);
-        out[i] = (struct egpu_verdict){.score = 0.0, .ok = false, .load = EGPU_LOAD_UNKNOWN};
         if (slot == EGPU_NO_SLOT || slot >= c->nnodes) /* no node (a stale slot: none either) */
-            continue;
-        if (mc != NULL) {
-            e = &mc->entries[slot];
-            if (e->gen == c->gens[slot]) {
-                out[i] = (struct egpu_verdict){.score = e->score, .ok = e->ok, .load = e->load};
-                continue;
-            }
-            /* evaluate's check, here without reading the node record. */
-            if (!p->cfg.dra && p->hot[slot].gen == c->gens[slot] && hot_refuses(&p->hot[slot], r)) {
-                *e = (struct memo_entry){
-                    .gen = c->gens[slot], .ok = false, .load = EGPU_LOAD_UNKNOWN};
-                continue;
-            }
-        }
-        out[i].ok =
-            evaluate(p, c, mc, c->nodes[slot], r, &out[i].score, &pick, &out[i].load, NULL, 0);
-        if (!out[i].ok) {
-            out[i].score = 0.0;
-            out[i].load = EGPU_LOAD_UNKNOWN;
-        }
+            out[i] = (struct egpu_verdict){.score = 0.0, .ok = false, .load = EGPU_LOAD_UNKNOWN};
+        else
+            (void)slot_verdict(p, c, mc, r, slot, &out[i]);
     }
 }
 
@@ -552,24 +563,14 @@ size_t egpu_placer_warm(struct egpu_placer *p, const struct egpu_cluster *c,
 {
     struct memo_class *mc = memo_for(p, c, r);
     size_t end = (size_t)first + n, made = 0;
-    struct egpu_pick pick;
-    double score;
+    struct egpu_verdict v;
 
     if (mc == NULL)
         return 0;
     if (end > c->nnodes)
         end = c->nnodes;
-    for (size_t slot = first; slot < end; slot++) {
-        if (mc->entries[slot].gen == c->gens[slot])
-            continue;
-        made++;
-        /* score_slots' check, without reading the node record. */
-        if (!p->cfg.dra && p->hot[slot].gen == c->gens[slot] && hot_refuses(&p->hot[slot], r))
-            mc->entries[slot] =
-                (struct memo_entry){.gen = c->gens[slot], .ok = false, .load = EGPU_LOAD_UNKNOWN};
-        else
-            (void)evaluate(p, c, mc, c->nodes[slot], r, &score, &pick, NULL, NULL, 0);
-    }
+    for (size_t slot = first; slot < end; slot++)
+        made += slot_verdict(p, c, mc, r, (uint32_t)slot, &v);
     return made;
 }
 
