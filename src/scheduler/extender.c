@@ -105,10 +105,9 @@ struct warm {
     struct egpu_pod_request *shapes; /* most frequent first; owned */
     size_t nshapes, next_shape;
     uint32_t next_slot;
-    bool passing;    /* a pass is under way */
-    bool ended_once; /* a pass has ended (ended_s is its end) */
-    uint64_t epoch;  /* placers_epoch the pass is for */
-    double ended_s;  /* CLOCK_MONOTONIC s */
+    bool passing;   /* a pass is under way */
+    uint64_t epoch; /* placers_epoch the last pass began for; UINT64_MAX = none yet */
+    double ended_s; /* CLOCK_MONOTONIC s the last pass ended (or found nothing to do) */
 };
 
 struct egpu_extender {
@@ -161,6 +160,7 @@ struct egpu_extender *egpu_extender_new(const struct egpu_extender_config *cfg,
     x->cfg.scheduler_name = x->scheduler_name;
     x->cache = cache;
     x->ops = *ops;
+    x->warm.epoch = UINT64_MAX; /* the first warm step begins a pass */
     if (pthread_mutex_init(&x->plist_lock, NULL) != 0) {
         egpu_free(x);
         egpu_error_set(err, -ENOMEM, "extender: out of memory");
@@ -423,21 +423,15 @@ size_t egpu_extender_warm(struct egpu_extender *x, uint32_t budget)
         return 0;
     c = lock_cache(x);
     p = placer(x, c, x->cfg.node_policy, x->cfg.card_policy, false, &err);
-    if (p != NULL && (w->passing ? w->epoch != x->placers_epoch
-                                 : w->epoch != x->placers_epoch || !w->ended_once ||
-                                       monotonic_s() - w->ended_s >= period)) {
-        if (!warm_begin(x, p, c)) {
-            /* Nothing to warm now: the next pass is due a period on. */
-            w->ended_once = true;
-            w->ended_s = monotonic_s();
-        }
-    }
+    if (p != NULL &&
+        (w->epoch != x->placers_epoch || (!w->passing && monotonic_s() - w->ended_s >= period)) &&
+        !warm_begin(x, p, c))
+        w->ended_s = monotonic_s(); /* nothing to warm now: the next pass is due a period on */
     while (p != NULL && w->passing && looked < budget) {
         uint32_t n;
 
         if (w->next_shape == 0) {
             w->passing = false;
-            w->ended_once = true;
             w->ended_s = monotonic_s();
             atomic_fetch_add(&x->warm_passes, 1);
             break;
@@ -769,16 +763,14 @@ static bool pass_best(const struct egpu_verdict *v, const char **why, const char
              "nodes tied for the best score",
              names[first], policy, TIED_PASSED);
     for (size_t i = 0; i < n; i++) {
-        bool ties = v[i].ok && i != first && v[i].score == v[first].score &&
-                    !(load_aware && v[i].load > v[first].load);
+        bool fails =
+            v[i].ok && (v[i].score != v[first].score || (load_aware && v[i].load > v[first].load));
 
-        if (ties && passed++ >= TIED_PASSED) {
-            /* Past the cap: a refusal like the others. */
+        if (v[i].ok && !fails && i != first && passed++ >= TIED_PASSED) {
+            /* A tied node past the cap: a refusal like the others. */
             why[i] = shown++ >= REFUSALS_SHOWN ? egpu__wire_unlisted : tied;
             continue;
         }
-        bool fails =
-            v[i].ok && (v[i].score != v[first].score || (load_aware && v[i].load > v[first].load));
 
         /* The pod fits on first: past REFUSALS_SHOWN, none is worded. */
         if (fails && shown++ >= REFUSALS_SHOWN) {
