@@ -536,7 +536,9 @@ int egpu_extender_bind(struct egpu_extender *x, const char *body, size_t len,
  * (what changed since is judged again). Each call holds the cache lock for
  * at most budget node slots (each an entry read, or an evaluation when the
  * entry is not of the node's generation), so the verbs wait at most that
- * long. Returns the node slots looked at: 0 when there is nothing to do now
+ * long, except the step that begins a pass: it also counts the shapes, one
+ * walk over every cached pod under the lock, as the learned target
+ * workload's rebuild does. Returns the node slots looked at: 0 when there is nothing to do now
  * (not synced, no pass due, a random policy, or out of memory: tried again
  * at the next pass), so a caller sleeps then and calls again. Thread-safe. */
 size_t egpu_extender_warm(struct egpu_extender *x, uint32_t budget);

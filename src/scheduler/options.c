@@ -93,7 +93,7 @@ static const char usage[] =
     "                          one built from the pods seen so far (EGPU_TARGET_WORKLOAD)\n"
     "  --memo-warm BOOL        judge ahead, on every node, the request shapes the cached\n"
     "                          pods ask most (for the default policies, in the\n"
-    "                          background, a millisecond of the cache lock at a time;\n"
+    "                          background, a slice of the cache lock at a time;\n"
     "                          again every 30 s and when the learned target workload\n"
     "                          is replaced), so the first pod of such a shape finds its\n"
     "                          answers memoised (EGPU_MEMO_WARM; default true)\n"
