@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "egpu/kube.h"
@@ -535,21 +536,49 @@ static void finish(void *data)
     egpu_kube_config_free(a->kcfg);
 }
 
+#define TICK_SLOW_MS 2000 /* a step of the tick that took longer is logged */
+
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Log step when it took more than TICK_SLOW_MS since *t0 (ms); *t0 = now.
+ * The gauges and the cache's synced mark wait for the whole tick, so a
+ * stalled one says which step held them. */
+static void tick_step(const char *step, int64_t *t0)
+{
+    int64_t now = monotonic_ms();
+
+    if (now - *t0 > TICK_SLOW_MS)
+        egpu_log(EGPU_LOG_WARN, "slow tick: the gauges waited step=%s took_ms=%lld", step,
+                 (long long)(now - *t0));
+    *t0 = now;
+}
+
 /* Every second: probe the API server (for /readyz), read the followed
  * Lease, tell the cache once its informers have synced, refresh the
  * gauges. */
 static void tick(void *data)
 {
     struct app *a = data;
+    int64_t t0 = monotonic_ms();
 
     probe_api(a);
-    if (a->following)
+    tick_step("api-probe", &t0);
+    if (a->following) {
         egpu__follower_poll(&a->follow);
+        tick_step("follow-lease", &t0);
+    }
     if (!a->cache_synced && egpu__sched_api_synced(&a->api)) {
         egpu_sched_cache_synced(a->cache); /* logs what the first lists left wrong, once */
         a->cache_synced = true;
     }
     refresh_metrics(a);
+    tick_step("refresh-gauges", &t0);
 }
 
 int main(int argc, char **argv)

@@ -18,6 +18,7 @@ API server the test asks for (its module's `api`, or kube_api / fault_api)."""
 import concurrent.futures
 import json
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -108,7 +109,30 @@ class Scheduler:
             if pred():
                 return
             time.sleep(0.1)
-        raise AssertionError("condition not met\n" + self.log.read_text())
+        raise AssertionError("condition not met\n" + self.diagnosis())
+
+    def diagnosis(self):
+        """What a failed wait shows: the log, /readyz, the scheduler's own gauges and
+        counters (the gauges come from its once-a-second tick: stale ones point at a
+        stalled tick, which the log names as "slow tick"), and each thread's state and
+        kernel wait channel."""
+        out = [self.log.read_text()]
+        try:
+            out.append("readyz: %s %s" % self.get("/readyz"))
+            _, text = self.get("/metrics")
+            out += [ln for ln in text.splitlines()
+                    if ln.startswith("egpu_scheduler_") and "_bucket" not in ln]
+        except OSError as e:
+            out.append(f"health port: {e}")
+        for task in sorted(pathlib.Path(f"/proc/{self.proc.pid}/task").glob("*")):
+            try:
+                stat = (task / "stat").read_text()
+                comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+                wchan = (task / "wchan").read_text()
+            except (OSError, ValueError, IndexError):
+                continue
+            out.append(f"thread {task.name} ({comm}): {state} {wchan}")
+        return "\n".join(out)
 
     def metric(self, name, labels=""):
         _, text = self.get("/metrics")
