@@ -3,22 +3,26 @@
 
 bench_restart serves the lists itself; this one asks the real control plane of
 tests/cluster/cluster.py (etcd, kube-apiserver; kube-controller-manager stopped so no
-controller touches the objects) to hold the cluster of bench_extender --nodes at a small N:
+controller touches the objects) to hold the cluster of bench_extender --nodes N:
 N Nodes, 8 GPU objects each (deploy/crds), and the openb trace's pods (bench/openb_pods.h's
-draw and fill, recomputed here) created bound to their nodes with elasticgpu.io/assigned
-and allocated. It then times, for each of nodes, GPUs and pods, a list of 500 a page
-following `continue` (what an informer's first list asks), and the restart of
+draw and fill, recomputed here) bound to their nodes with elasticgpu.io/assigned and
+allocated. Each kind's first object is POSTed through the API and the rest are written into
+etcd as the API server stored that one (--populate etcd, the default: 65,000 nodes in
+minutes), or every object is POSTed (--populate api: 274 a second here). It then times,
+for each of nodes, GPUs and pods, a list of 500 a page following `continue` (what an
+informer's first list asks), and the restart of
 egpu-scheduler (--leader-elect false, the admin's client certificate) from exec to /readyz
-200, with its CPU and peak RSS. Figures, not a test; minutes of setup per 1,000 nodes.
+200, with its CPU and peak RSS and the API server's CPU meanwhile. Figures, not a test.
 
 With --variants each kind is also listed with resourceVersion=0 (any version: the watch
 cache), with resourceVersionMatch=NotOlderThan, 5,000 a page, and one page as protobuf.
 
-Usage: bench/restart_apiserver.py [--nodes N] [--fill F] [--jobs J] [--variants]
-                                  [--scheduler PATH]...
+Usage: bench/restart_apiserver.py [--nodes N] [--fill F] [--jobs J] [--populate etcd|api]
+                                  [--go-memlimit SIZE] [--variants] [--scheduler PATH]...
   EGPU_BUILD (default build), EGPU_TRACE_DIR (default data/openb, else ../shared/data/openb)
 """
 import argparse
+import base64
 import concurrent.futures
 import json
 import os
@@ -29,6 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests/cluster"))
@@ -131,6 +136,88 @@ def create_all(c, jobs, items):
         list(ex.map(one, items))
 
 
+# kube-apiserver's etcd keys (its default --etcd-prefix /registry): Nodes are
+# stored as "minions", a custom resource under its group and plural.
+ETCD_KEYS = {"/api/v1/nodes": "/registry/minions/{name}",
+             "/apis/elasticgpu.io/v1alpha1/gpus": "/registry/elasticgpu.io/gpus/{name}",
+             "/api/v1/namespaces/bench/pods": "/registry/pods/bench/{name}"}
+ETCD_TXN_OPS = 128  # etcd's default --max-txn-ops
+
+
+def stored(c, path, obj):
+    """obj as kube-apiserver stores it: POST the kind's first object through the API
+    (defaulting, admission: a pod's ServiceAccount volume and tolerations, managedFields)
+    and take what it returned as the template the others follow, with their own name,
+    uid, spec and annotations. Returns a function from an object to its stored JSON."""
+    st, made = c.call("POST", path, obj)
+    if st != 201:
+        raise RuntimeError(f"POST {path}: {st} {made}")
+    meta = made["metadata"]
+    for k in ("resourceVersion", "generation"):
+        meta.pop(k, None)
+
+    def render(o):
+        m = dict(meta, name=o["metadata"]["name"], uid=str(uuid.uuid4()))
+        if "annotations" in o["metadata"]:
+            m["annotations"] = o["metadata"]["annotations"]
+        else:
+            m.pop("annotations", None)
+        if "labels" in o["metadata"]:
+            m["labels"] = o["metadata"]["labels"]
+        out = dict(made, metadata=m)
+        if "spec" in o:
+            spec = dict(made.get("spec") or {}, **o["spec"])
+            if "containers" in o["spec"]:
+                spec["containers"] = [dict(made["spec"]["containers"][0],
+                                           **o["spec"]["containers"][0])]
+            out["spec"] = spec
+        if "status" in o:
+            out["status"] = dict(made.get("status") or {}, **o["status"])
+        return json.dumps(out, separators=(",", ":"))
+    return render
+
+
+def put_all(c, jobs, path, objs):
+    """objs (the first POSTed through the API, the rest written into etcd as
+    kube-apiserver stores them, ETCD_TXN_OPS a transaction): how the bench populates a
+    large cluster in minutes rather than at the API server's ~274 creates a second. The
+    API server's watch cache takes them from its etcd watch, as any write."""
+    render = stored(c, path, objs[0])
+    key = ETCD_KEYS[path]
+
+    def b64(s):
+        return base64.b64encode(s.encode()).decode()
+
+    def txn(chunk):
+        ops = [{"requestPut": {"key": b64(key.format(name=o["metadata"]["name"])),
+                               "value": b64(render(o))}} for o in chunk]
+        req = urllib.request.Request(c.etcd_url + "/v3/kv/txn", method="POST",
+                                     data=json.dumps({"success": ops}).encode())
+        with urllib.request.urlopen(req, timeout=120) as r:
+            if not json.loads(r.read()).get("succeeded"):
+                raise RuntimeError(f"etcd txn for {path} did not succeed")
+    rest = objs[1:]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
+        list(ex.map(txn, [rest[i:i + ETCD_TXN_OPS] for i in range(0, len(rest), ETCD_TXN_OPS)]))
+
+
+def lists(c, path):
+    """Whether the API server answers a consistent list of path (a 504 while its watch
+    cache is not yet at etcd's revision)."""
+    try:
+        return c.call("GET", f"{path}?limit=1")[0] == 200
+    except OSError:
+        return False
+
+
+def count(c, path):
+    """Objects the API server lists at path (one item a page and remainingItemCount)."""
+    st, out = c.call("GET", f"{path}?limit=1")
+    if st != 200:
+        raise RuntimeError(f"GET {path}: {st} {out}")
+    return len(out.get("items") or []) + int(out["metadata"].get("remainingItemCount") or 0)
+
+
 # The list variants timed for each kind: the query of the first page, and the
 # Accept header ("protobuf": application/vnd.kubernetes.protobuf, whose pages
 # are counted by size only: nothing here decodes it).
@@ -185,6 +272,13 @@ def main():
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--scheduler", action="append",
                     help="egpu-scheduler binary to restart (repeatable; default the build's)")
+    ap.add_argument("--populate", choices=("etcd", "api"), default="etcd",
+                    help="write the cluster into etcd as the API server stores it (each "
+                    "kind's first object POSTed as its template; default), or POST every "
+                    "object (274 a second here: an hour at 65,000 nodes)")
+    ap.add_argument("--go-memlimit", metavar="SIZE",
+                    help="GOMEMLIMIT for etcd and kube-apiserver (e.g. 14GiB): the Go "
+                    "runtime's soft memory limit, which makes its GC work harder near it")
     ap.add_argument("--variants", action="store_true",
                     help="also time lists from the watch cache, of 5,000 a page, and protobuf")
     a = ap.parse_args()
@@ -193,8 +287,12 @@ def main():
         "data/openb" if (ROOT / "data/openb").is_dir() else str(ROOT.parent / "shared/data/openb"))
     trace = read_trace(pathlib.Path(tdir) / "openb_pod_list_default.csv")
     placed = fill(a.nodes, trace, a.fill)
+    if a.go_memlimit:
+        os.environ["GOMEMLIMIT"] = a.go_memlimit  # cluster.py's processes inherit it
     with tempfile.TemporaryDirectory(prefix="egpu-restart-") as d:
-        c = cluster_module.Cluster(pathlib.Path(d), scheduler=False).start()
+        # etcd's 2 GiB default quota is about what 65,000 nodes' objects take.
+        c = cluster_module.Cluster(pathlib.Path(d), scheduler=False,
+                                   etcd_args=("--quota-backend-bytes", str(16 << 30))).start()
         try:
             for f in sorted((ROOT / "deploy/crds").glob("elasticgpu.io_*.yaml")):
                 c.kubectl("apply", "--server-side", "-f", str(f))
@@ -203,14 +301,36 @@ def main():
             c.namespace("bench")
             c.stop_process("kube-controller-manager")  # its default ServiceAccount exists now
             t0 = time.monotonic()
-            create_all(c, a.jobs, [("/api/v1/nodes", node_obj(i)) for i in range(a.nodes)])
-            create_all(c, a.jobs, [("/apis/elasticgpu.io/v1alpha1/gpus", gpu_obj(i, g))
-                                   for i in range(a.nodes) for g in range(8)])
-            create_all(c, a.jobs, [("/api/v1/namespaces/bench/pods", pod_obj(n, k, t, cards))
-                                   for n, (k, t, cards) in enumerate(placed)])
+            kinds = (("/api/v1/nodes", "/api/v1/nodes",
+                      lambda: [node_obj(i) for i in range(a.nodes)]),
+                     ("/apis/elasticgpu.io/v1alpha1/gpus", "/apis/elasticgpu.io/v1alpha1/gpus",
+                      lambda: [gpu_obj(i, g) for i in range(a.nodes) for g in range(8)]),
+                     ("/api/v1/namespaces/bench/pods", "/api/v1/pods",
+                      lambda: [pod_obj(n, k, t, cards) for n, (k, t, cards) in
+                               enumerate(placed)]))
+            for path, listed, objs in kinds:
+                if a.populate == "api":
+                    create_all(c, a.jobs, [(path, o) for o in objs()])
+                    continue
+                put_all(c, a.jobs, path, objs())
+            if a.populate == "etcd":
+                # A steady API server, not one still taking in a million watch events:
+                # restarted, its watch cache lists etcd once per resource.
+                t1 = time.monotonic()
+                c.restart_apiserver()
+                for _, listed, _ in kinds:
+                    cluster_module.wait_until(lambda: lists(c, listed),
+                                              f"a list of {listed}", timeout=900, every=1)
+                    want = a.nodes if listed.endswith("nodes") else (
+                        8 * a.nodes if listed.endswith("gpus") else len(placed))
+                    if count(c, listed) < want:
+                        raise RuntimeError(f"{listed}: {count(c, listed)} objects, not {want}")
+                print(f"  kube-apiserver restarted and serving lists in "
+                      f"{time.monotonic() - t1:.0f} s", flush=True)
             print(f"== restart against kube-apiserver {c.version}: {a.nodes} nodes, "
-                  f"{8 * a.nodes} GPU objects, {len(placed)} pods created in "
-                  f"{time.monotonic() - t0:.0f} s; load {os.getloadavg()[0]:.2f}")
+                  f"{8 * a.nodes} GPU objects, {len(placed)} pods "
+                  f"{'created' if a.populate == 'api' else 'written into etcd'} in "
+                  f"{time.monotonic() - t0:.0f} s; load {os.getloadavg()[0]:.2f}", flush=True)
             for path in ("/api/v1/nodes", "/apis/elasticgpu.io/v1alpha1/gpus", "/api/v1/pods"):
                 for query, accept in (VARIANTS if a.variants else VARIANTS[:1]):
                     try:
@@ -228,11 +348,25 @@ def main():
     return 0 if ready is not None else 1
 
 
+def warm_passes(port):
+    """egpu_scheduler_memo_warm_passes_total on the health port's /metrics (0 if unread)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("egpu_scheduler_memo_warm_passes_total "):
+                    return float(line.split()[-1])
+    except OSError:
+        pass
+    return 0
+
+
 def restart(c, d, sched):
     """egpu-scheduler sched from exec to /readyz 200: seconds, or None."""
     kcfg = c.write_kubeconfig(pathlib.Path(d) / "sched.kubeconfig",
                               cert=(c.dir / "pki/admin.crt", c.dir / "pki/admin.key"))
     hp, vp = cluster_module.free_port(), cluster_module.free_port()
+    api_pid = c.procs["kube-apiserver"].pid
+    api_cpu0 = usage(api_pid)[0]
     t0 = time.monotonic()
     p = subprocess.Popen([sched, "--kubeconfig", kcfg,
                           "--leader-elect", "false", "--listen", "127.0.0.1", "--port",
@@ -250,8 +384,18 @@ def restart(c, d, sched):
         time.sleep(0.02)
     if ready is not None:
         cpu, hwm = usage(p.pid)
+        api_cpu = usage(api_pid)[0] - api_cpu0
         print(f"  {sched} ready after {ready:.1f} s; its CPU {cpu:.1f} s, peak RSS "
-              f"{hwm:.0f} MiB; load {os.getloadavg()[0]:.2f}", flush=True)
+              f"{hwm:.0f} MiB; kube-apiserver's CPU meanwhile {api_cpu:.1f} s; "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
+        # The memo warm's first pass (--memo-warm, on by default) follows ready and
+        # adds its verdicts to the peak.
+        t1 = time.monotonic()
+        while time.monotonic() - t1 < 300 and p.poll() is None and warm_passes(hp) < 1:
+            time.sleep(0.2)
+        cpu, hwm = usage(p.pid)
+        print(f"  memo warm's first pass {time.monotonic() - t1:.1f} s after ready; "
+              f"CPU {cpu:.1f} s, peak RSS {hwm:.0f} MiB then", flush=True)
     else:
         print(f"  {sched} was not ready")
     p.terminate()

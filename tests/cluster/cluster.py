@@ -178,16 +178,19 @@ class Cluster:
 
     scheduler: start kube-scheduler (with scheduler_config, a dict: the
     KubeSchedulerConfiguration, whose clientConnection and leaderElection this fills in
-    when absent). apiserver_args, controller_manager_args: more flags."""
+    when absent). apiserver_args, controller_manager_args, etcd_args: more flags.
+    etcd_url: etcd's client URL once started (plain HTTP on loopback)."""
 
     def __init__(self, workdir, scheduler=True, scheduler_config=None, apiserver_args=(),
-                 controller_manager_args=()):
+                 controller_manager_args=(), etcd_args=()):
         self.dir = pathlib.Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.want_scheduler = scheduler
         self.scheduler_config = scheduler_config
         self.apiserver_args = list(apiserver_args)
         self.controller_manager_args = list(controller_manager_args)
+        self.etcd_args = list(etcd_args)
+        self.etcd_url = None
         self.procs = {}  # name -> Popen, in start order
         self.url = None
         self.kubeconfig = None
@@ -249,14 +252,14 @@ class Cluster:
 
         # etcd
         client, peer = free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{client}"
+        etcd_url = self.etcd_url = f"http://127.0.0.1:{client}"
         self._spawn("etcd", [
             "etcd", "--name", "default", "--data-dir", self.dir / "etcd",
             "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-cluster", f"default=http://127.0.0.1:{peer}",
-            "--unsafe-no-fsync=true", "--log-level", "warn"])
+            "--unsafe-no-fsync=true", "--log-level", "warn", *self.etcd_args])
         self._wait("etcd", lambda: self._get_ok(f"{etcd_url}/health", None), 60)
 
         # kube-apiserver
@@ -265,7 +268,7 @@ class Cluster:
         policy = self.dir / "audit-policy.yaml"
         policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\n"
                           "omitStages: [RequestReceived]\nrules:\n- level: Metadata\n")
-        self._spawn("kube-apiserver", [
+        self._apiserver_argv = [
             "kube-apiserver", "--etcd-servers", etcd_url,
             "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
             "--secure-port", port, "--tls-cert-file", api_crt, "--tls-private-key-file", api_key,
@@ -280,7 +283,9 @@ class Cluster:
             "--kubelet-client-certificate", kubelet_client[0],
             "--kubelet-client-key", kubelet_client[1],
             "--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname",
-            *self.apiserver_args])
+            *self.apiserver_args]
+        self._admin_ctx = ctx
+        self._spawn("kube-apiserver", self._apiserver_argv)
         self._wait("kube-apiserver", lambda: self._get_ok(f"{self.url}/readyz", ctx), timeout)
         self.kubeconfig = self.write_kubeconfig(self.dir / "admin.kubeconfig", cert=admin)
 
@@ -340,6 +345,15 @@ class Cluster:
         insecure.verify_mode = ssl.CERT_NONE
         self._wait(name, lambda: self._get_ok(f"https://127.0.0.1:{port}/healthz", insecure), 60)
         return self.procs[name]
+
+    def restart_apiserver(self, timeout=600):
+        """Stop kube-apiserver and start it again on the same port and etcd, waiting up to
+        timeout s for /readyz: its watch cache is then filled by one list of etcd per
+        resource, as after an upgrade, rather than by the events of what was written."""
+        self.stop_process("kube-apiserver")
+        self._spawn("kube-apiserver", self._apiserver_argv)
+        self._wait("kube-apiserver",
+                   lambda: self._get_ok(f"{self.url}/readyz", self._admin_ctx), timeout)
 
     def stop_process(self, name, sig=signal.SIGTERM):
         """Stop process name (sig, then SIGKILL after 10 s) and forget it."""
