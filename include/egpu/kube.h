@@ -381,6 +381,15 @@ struct egpu_kube_watch_opts {
     const char *field_selector; /* or NULL */
     int timeout_s;              /* timeoutSeconds: the server ends the watch then; 0 = 300 */
     bool no_bookmarks;          /* do not ask for BOOKMARK events */
+    /* A streaming list (KEP 3157; kube-apiserver's WatchList feature, on by
+     * default from 1.34, off in 1.30, 1.31 and 1.33, which answer 422
+     * Invalid): sendInitialEvents=true&resourceVersionMatch=NotOlderThan
+     * (bookmarks asked whatever no_bookmarks says). The stream starts with
+     * the collection's state as ADDED events, at least as new as
+     * resource_version ("" = a consistent read: as of the request), then a
+     * BOOKMARK for which egpu_kube_initial_events_end is true carries the
+     * resourceVersion of that state; the events after it are the watch's. */
+    bool send_initial_events;
     const atomic_bool *stop;    /* or NULL; once true the watch ends within ~100 ms */
     void (*on_open)(void *ud);  /* or NULL: called (with open_ud) once the server has
                                    accepted the watch (2xx headers in), before any event */
@@ -392,13 +401,20 @@ struct egpu_kube_watch_opts {
     /* Or NULL: egpu_kube_keep's paths (borrowed), applied to each event's
      * object while its line is decoded, so cb gets what egpu_kube_keep
      * would give of it and what it leaves out is never built (an ERROR
-     * event's Status is decoded whole). */
+     * event's Status and a BOOKMARK's object are decoded whole). */
     const char *const *keep;
     /* Out: lines of this stream skipped because they were not a watch event
      * (not JSON, no type or object, unknown type) or longer than
      * EGPU_KUBE_EVENT_MAX bytes; each is logged at warning level. */
     unsigned long skipped;
 };
+
+/* Whether a BOOKMARK event's object (borrowed) ends a streaming list's
+ * initial events: its metadata.annotations has "k8s.io/initial-events-end":
+ * "true" (../shared/k8s-wire/watch_initial_events_end_bookmark.jsonl). A
+ * BOOKMARK's object reaches cb whole, whatever opts->keep says. False for
+ * NULL or any other object. */
+bool egpu_kube_initial_events_end(const json_t *object);
 
 /* Watch res in ns (NULL = all namespaces or cluster-scoped) and call cb for
  * each event, in order, until the server ends the stream (returns 0: watch
@@ -488,6 +504,18 @@ struct egpu_kube_informer_opts {
      * stored object had a string there of under 4 KiB (copied); NULL = none.
      * Ignored without store_keys_only. */
     const char *store_field;
+    /* List by a streaming watch instead of pages (KEP 3157, client-go's
+     * WatchListClient): egpu_kube_watch with send_initial_events, each
+     * initial ADDED event stored and delivered as a listed item, the
+     * initial-events-end bookmark the list's end (its deletes, then synced,
+     * at the bookmark's resourceVersion), and the same stream then goes on
+     * as the watch. kube-apiserver sends each object once from its watch
+     * cache, with no pages to encode and seek: for 160,000 GPU objects 7.6 s
+     * of its CPU against 16.3 s in pages of 5,000 (docs/scheduler.md). A
+     * server that refuses it (HTTP 422 or 400: 1.30, 1.31 and 1.33 by
+     * default) is listed in pages from then on; a stream that ends before
+     * its bookmark is a failed list (backed off). */
+    bool stream_list;
 };
 
 /* Counters, for tests and metrics. */
@@ -509,7 +537,8 @@ int egpu_kube_informer_new(struct egpu_kube *kc, const struct egpu_kube_informer
 
 /* Start the informer's thread: list (paged, page_limit a page, without a
  * resourceVersion: a consistent list, which kube-apiserver serves from its
- * watch cache; "0" would come in one reply whatever the limit), then watch
+ * watch cache; "0" would come in one reply whatever the limit; or streamed,
+ * opts.stream_list, the watch then going on in the same stream), then watch
  * from the list's resourceVersion, resuming from the last resourceVersion seen (bookmarks
  * included) after a stream ends or breaks, and listing again on 410, when
  * the differences from the cache become add/update/delete callbacks. A

@@ -79,7 +79,9 @@ struct egpu_kube_informer {
     egpu_kube_transform_cb transform; /* or NULL */
     void *transform_ud;
     bool store_keys_only;
-    char *store_field; /* or NULL */
+    char *store_field;   /* or NULL */
+    bool stream_list;    /* list by a streaming watch (opts) */
+    bool stream_refused; /* the server would not: paged lists from then on (thread only) */
 
     pthread_mutex_t mu;    /* store, keys, gen, synced, stats */
     pthread_cond_t cond;   /* synced set */
@@ -138,6 +140,7 @@ int egpu_kube_informer_new(struct egpu_kube *kc, const struct egpu_kube_informer
     inf->transform = opts->transform;
     inf->transform_ud = opts->transform_ud;
     inf->store_keys_only = opts->store_keys_only;
+    inf->stream_list = opts->stream_list;
     if (inf->store_keys_only) {
         inf->store_field = dup_opt(opts->store_field, &oom);
         inf->keys = egpu_map_new();
@@ -511,6 +514,37 @@ struct listing {
     int rc;          /* -ENOMEM once the store could not take an item */
 };
 
+/* Under mu: one listed item (already transformed) into the store, marked
+ * as this list's; *p its add or update to deliver. Returns 1 (p filled),
+ * 0 (unchanged, or no usable name: counted) or -ENOMEM (p untouched). */
+static int list_take(struct listing *l, json_t *item, struct pending *p)
+{
+    struct egpu_kube_informer *inf = l->inf;
+    char k[KEY_MAX];
+    json_t *old;
+
+    l->items++;
+    if (!object_key(item, k)) {
+        l->nskipped++;
+        return 0;
+    }
+    if (inf->keys == NULL && json_object_set_new_nocheck(l->seen, k, json_null()) != 0)
+        return -ENOMEM;
+    if (store_has(inf, k, item))
+        return 0;
+    if (store_put(inf, k, item, &old) != 0)
+        return -ENOMEM;
+    *p = (struct pending){old ? CH_UPDATE : CH_ADD, old, json_incref(item)};
+    return 1;
+}
+
+/* Under mu: a list (again) from its first item. */
+static void list_begin(struct listing *l)
+{
+    json_object_clear(l->seen);
+    l->inf->gen++;
+}
+
 /* A list page (items already transformed): each item into the store, and
  * its add or update delivered now, so the list is never held whole; the
  * deletions wait for the last page (list_done). */
@@ -522,36 +556,22 @@ static int on_list_page(void *ud, unsigned page_index, const json_t *page)
     struct pending *pend;
     size_t npend = 0, i;
     json_t *item;
-    char k[KEY_MAX];
 
     pend = egpu_calloc(json_array_size(items) + 1, sizeof(*pend));
     if (pend == NULL)
         return -ENOMEM;
     pthread_mutex_lock(&inf->mu);
-    if (page_index == 0) { /* the list started (again, after a 410 on a continue) */
-        json_object_clear(l->seen);
-        inf->gen++;
-    }
+    if (page_index == 0) /* the list started (again, after a 410 on a continue) */
+        list_begin(l);
     json_array_foreach(items, i, item)
     {
-        json_t *old;
+        int took = list_take(l, item, &pend[npend]);
 
-        l->items++;
-        if (!object_key(item, k)) {
-            l->nskipped++;
-            continue;
-        }
-        if (inf->keys == NULL && json_object_set_new_nocheck(l->seen, k, json_null()) != 0) {
-            l->rc = -ENOMEM;
+        if (took < 0) {
+            l->rc = took;
             break;
         }
-        if (store_has(inf, k, item))
-            continue;
-        if (store_put(inf, k, item, &old) != 0) {
-            l->rc = -ENOMEM;
-            break;
-        }
-        pend[npend++] = (struct pending){old ? CH_UPDATE : CH_ADD, old, json_incref(item)};
+        npend += (size_t)took;
     }
     pthread_mutex_unlock(&inf->mu);
     for (i = 0; i < npend; i++) {
@@ -637,6 +657,29 @@ static int list_done(struct listing *l)
     return rc;
 }
 
+/* A list (paged, or streamed up to its initial-events-end bookmark) has
+ * been stored and delivered, as of resourceVersion rv: synced and healthy
+ * in one step, so no caller that saw the informer synced can then see it
+ * unhealthy from this list. A streamed list's watch goes on from here, so
+ * its second of being open counts from now. */
+static void listed(struct egpu_kube_informer *inf, const struct listing *l, const char *rv,
+                   bool streamed)
+{
+    if (l->nskipped > 0)
+        egpu_log(EGPU_LOG_WARN, "list items without a usable name, skipped resource=%s count=%zu",
+                 inf->res->plural, l->nskipped);
+    egpu_log(EGPU_LOG_DEBUG, "listed resource=%s items=%zu rv=%s changes=%zu streamed=%s",
+             inf->res->plural, l->items, rv, l->changes, streamed ? "true" : "false");
+    pthread_mutex_lock(&inf->mu);
+    inf->unhealthy_since_ms = 0;
+    inf->open_since_ms = streamed ? egpu__kube_now_ms() : 0;
+    if (!inf->synced) {
+        inf->synced = true;
+        pthread_cond_broadcast(&inf->cond);
+    }
+    pthread_mutex_unlock(&inf->mu);
+}
+
 static int relist(struct egpu_kube_informer *inf)
 {
     struct listing l = {.inf = inf, .seen = json_object()};
@@ -666,27 +709,83 @@ static int relist(struct egpu_kube_informer *inf)
                      l.rc ? egpu_strerror(l.rc) : err.msg);
         goto out;
     }
-    if (l.nskipped > 0)
-        egpu_log(EGPU_LOG_WARN, "list items without a usable name, skipped resource=%s count=%zu",
-                 inf->res->plural, l.nskipped);
     rv = egpu__kube_meta_str(list, "resourceVersion");
     snprintf(inf->rv, sizeof(inf->rv), "%s", rv && strlen(rv) < EGPU_KUBE_RV_MAX ? rv : "");
-    egpu_log(EGPU_LOG_DEBUG, "listed resource=%s items=%zu rv=%s changes=%zu", inf->res->plural,
-             l.items, inf->rv, l.changes);
-    /* Healthy in the same step as synced, so no caller that saw the
-     * informer synced can then see it unhealthy from this list. */
-    pthread_mutex_lock(&inf->mu);
-    inf->unhealthy_since_ms = 0;
-    inf->open_since_ms = 0;
-    if (!inf->synced) {
-        inf->synced = true;
-        pthread_cond_broadcast(&inf->cond);
-    }
-    pthread_mutex_unlock(&inf->mu);
+    listed(inf, &l, inf->rv, false);
 out:
     json_decref(l.seen);
     json_decref(list);
     return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streaming list                                                            */
+
+/* A streaming list (opts.stream_list): its listing until the bookmark that
+ * ends the initial events, then the watch's events. */
+struct streaming {
+    struct listing l;
+    bool listed; /* that bookmark came and the list was done */
+};
+
+static int stop_or_go(struct egpu_kube_informer *inf)
+{
+    return egpu__kube_worker_stopping(&inf->worker) ? 1 : 0;
+}
+
+/* An event of a streaming list: before the initial-events-end bookmark
+ * an ADDED (or MODIFIED) is a listed item, stored and delivered at once,
+ * and the bookmark is the list's end (its deletes, then synced); after it,
+ * as on_event. */
+static int on_stream_event(void *ud, enum egpu_kube_event_type type, json_t *obj)
+{
+    struct streaming *s = ud;
+    struct egpu_kube_informer *inf = s->l.inf;
+    struct pending p = {CH_ADD, NULL, NULL};
+    json_t *t = NULL;
+    int took, rc;
+
+    if (s->listed || type == EGPU_KUBE_DELETED)
+        return on_event(inf, type, obj); /* a deletion is never initial state */
+    if (type == EGPU_KUBE_BOOKMARK) {
+        const char *rv = egpu__kube_meta_str(obj, "resourceVersion");
+
+        if (!egpu_kube_initial_events_end(obj))
+            return stop_or_go(inf);
+        rc = list_done(&s->l);
+        if (rc)
+            return s->l.rc = rc; /* the list failed: the stream ends here */
+        s->listed = true;
+        listed(inf, &s->l, rv && strlen(rv) < EGPU_KUBE_RV_MAX ? rv : "", true);
+        return stop_or_go(inf);
+    }
+    /* egpu_kube_keep_transform's paths were applied as the event was decoded. */
+    if (inf->transform != NULL && keep_paths(inf) == NULL) {
+        t = inf->transform(inf->transform_ud, obj);
+        if (t == NULL)
+            return s->l.rc = -ENOMEM;
+        obj = t;
+    }
+    pthread_mutex_lock(&inf->mu);
+    took = list_take(&s->l, obj, &p);
+    pthread_mutex_unlock(&inf->mu);
+    json_decref(t);
+    if (took < 0)
+        return s->l.rc = took;
+    if (took > 0) {
+        deliver(inf, &p);
+        json_decref(p.old_obj);
+        json_decref(p.new_obj);
+        s->l.changes++;
+    }
+    return stop_or_go(inf);
+}
+
+/* Whether a watch's refusal says the server does not stream lists: 422
+ * Invalid (kube-apiserver with the WatchList feature gate off) or 400. */
+static bool stream_refused(int rc, const struct egpu_kube_status *st)
+{
+    return rc != 0 && rc != -ECANCELED && (st->code == 422 || st->code == 400);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -753,12 +852,15 @@ static void *informer_main(void *arg)
             .open_ud = inf,
             .keep = keep_paths(inf),
         };
+        struct streaming s = {.l = {.inf = inf}};
+        struct egpu_kube_status st = {0};
         struct egpu_error err = {0};
+        bool stream = need_list && inf->stream_list && !inf->stream_refused;
         bool progressed;
         int64_t started;
         int rc;
 
-        if (need_list) {
+        if (need_list && !stream) {
             rc = relist(inf);
             if (egpu__kube_worker_stopping(&inf->worker))
                 break;
@@ -772,22 +874,62 @@ static void *informer_main(void *arg)
         }
         wo.timeout_s = inf->watch_timeout_s > 0 ? inf->watch_timeout_s
                                                 : 300 + (int)egpu_rng_below(&inf->rng, 301);
-        snprintf(wo.resource_version, sizeof(wo.resource_version), "%s", inf->rv);
+        if (stream) {
+            /* A consistent read (no resourceVersion), as a paged list's. */
+            wo.send_initial_events = true;
+            s.l.seen = json_object();
+            if (s.l.seen == NULL) {
+                set_health(inf, true);
+                count(inf, &inf->stats.errors);
+                back_off(inf, &backoff);
+                continue;
+            }
+            pthread_mutex_lock(&inf->mu);
+            list_begin(&s.l);
+            pthread_mutex_unlock(&inf->mu);
+        } else {
+            snprintf(wo.resource_version, sizeof(wo.resource_version), "%s", inf->rv);
+        }
         pthread_mutex_lock(&inf->mu);
         inf->stats.watches++;
         pthread_mutex_unlock(&inf->mu);
         started = egpu__kube_now_ms();
         /* rv moves only past events the store has taken (bookmarks too). */
-        rc = egpu_kube_watch(inf->kc, inf->res, inf->ns, &wo, on_event, inf, NULL, &err);
-        progressed = strcmp(wo.resource_version, inf->rv) != 0;
+        if (stream)
+            rc = egpu_kube_watch(inf->kc, inf->res, inf->ns, &wo, on_stream_event, &s, &st, &err);
+        else
+            rc = egpu_kube_watch(inf->kc, inf->res, inf->ns, &wo, on_event, inf, &st, &err);
+        json_decref(s.l.seen);
+        progressed = stream || strcmp(wo.resource_version, inf->rv) != 0;
         if (wo.skipped > 0) {
             pthread_mutex_lock(&inf->mu);
             inf->stats.skipped += wo.skipped;
             pthread_mutex_unlock(&inf->mu);
         }
-        snprintf(inf->rv, sizeof(inf->rv), "%s", wo.resource_version);
         if (egpu__kube_worker_stopping(&inf->worker))
             break;
+        if (stream && !s.listed) {
+            if (stream_refused(rc, &st)) {
+                egpu_log(EGPU_LOG_INFO,
+                         "the API server does not stream lists, listing in pages resource=%s "
+                         "err=\"%s\"",
+                         inf->res->plural, err.msg);
+                inf->stream_refused = true;
+                continue;
+            }
+            egpu_log(EGPU_LOG_WARN, "list failed resource=%s streamed=true err=\"%s\"",
+                     inf->res->plural,
+                     s.l.rc    ? egpu_strerror(s.l.rc)
+                     : rc != 0 ? err.msg
+                               : "the stream ended before its initial events did");
+            set_health(inf, true);
+            count(inf, &inf->stats.errors);
+            back_off(inf, &backoff);
+            continue;
+        }
+        if (stream)
+            need_list = false;
+        snprintf(inf->rv, sizeof(inf->rv), "%s", wo.resource_version);
         if (rc == EGPU_KUBE_EEXPIRED) {
             egpu_log(EGPU_LOG_INFO, "watch expired, listing again resource=%s rv=%s",
                      inf->res->plural, inf->rv);

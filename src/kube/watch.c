@@ -8,7 +8,10 @@
  * Every event's metadata.resourceVersion, BOOKMARKs included, becomes the
  * point to resume from. An ERROR event carries a Status; code 410 means the
  * resourceVersion is too old and the caller must list again (so does a plain
- * HTTP 410).
+ * HTTP 410). A streaming list (send_initial_events: KEP 3157, "Streaming
+ * list (WatchList)" in api_protocol_notes.md) is the same stream, its first
+ * events the collection's state as ADDED, then a BOOKMARK annotated
+ * k8s.io/initial-events-end (watch_initial_events_end_bookmark.jsonl).
  *
  * One bad line never ends the stream: objects come from tenants, and a watch
  * that gave up on one would meet the same line again on every retry from the
@@ -152,8 +155,10 @@ static int on_line(void *ud, const char *line, size_t len)
         if (rc)
             return skip(s, NULL, "not JSON", err.msg);
         type = egpu_kube_str(json_object_get(ev, "type"));
-        if (type != NULL && strcmp(type, "ERROR") == 0) {
-            /* Its object is a Status, not one of the resource's. */
+        if (type != NULL && (strcmp(type, "ERROR") == 0 || strcmp(type, "BOOKMARK") == 0)) {
+            /* An ERROR's object is a Status, not one of the resource's; a
+             * BOOKMARK's annotations (initial-events-end) are not a kept
+             * path. Both are a few hundred bytes and rare. */
             json_decref(ev);
             ev = json_loadb(line, len, EGPU_KUBE_JSON_FLAGS, &jerr);
             if (ev == NULL)
@@ -226,6 +231,14 @@ void egpu__kube_stream_free(struct egpu__kube_stream *s)
     egpu__kube_lines_free(&s->lines);
 }
 
+bool egpu_kube_initial_events_end(const json_t *object)
+{
+    const json_t *a = json_object_get(json_object_get(object, "metadata"), "annotations");
+    const char *v = egpu_kube_str(json_object_get(a, "k8s.io/initial-events-end"));
+
+    return v != NULL && strcmp(v, "true") == 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The request                                                              */
 
@@ -243,8 +256,12 @@ static int watch_path(struct egpu_buf *b, const struct egpu_kube_resource *res, 
     snprintf(timeout, sizeof(timeout), "%d", o->timeout_s > 0 ? o->timeout_s : WATCH_TIMEOUT_S);
     if (!rc)
         rc = egpu__kube_query(b, "watch", "1");
-    if (!rc && !o->no_bookmarks)
+    if (!rc && (!o->no_bookmarks || o->send_initial_events))
         rc = egpu__kube_query(b, "allowWatchBookmarks", "true");
+    if (!rc && o->send_initial_events)
+        rc = egpu__kube_query(b, "sendInitialEvents", "true");
+    if (!rc && o->send_initial_events)
+        rc = egpu__kube_query(b, "resourceVersionMatch", "NotOlderThan");
     if (!rc)
         rc = egpu__kube_query(b, "timeoutSeconds", timeout);
     if (!rc && o->resource_version[0] != '\0')

@@ -4,6 +4,9 @@
  * compaction that expires the informer's resourceVersion (410, relist), the
  * callbacks see every change exactly once: counted per object against what
  * the test did, with no (object, resourceVersion) pair delivered twice.
+ * Every test runs twice: listing in pages, then with stream_list (the
+ * list a streaming watch, sendInitialEvents); the stream's own requests
+ * and a server that refuses it have tests of their own.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -13,10 +16,18 @@
 
 #define NS "inf"
 
+static bool streamed; /* the informers list by a streaming watch (second group) */
+
 static int group_setup(void **state)
 {
     (void)state;
     return tks_start(&srv, (const char *const[]){"--bookmark-interval", "0.2", NULL});
+}
+
+static int group_setup_streamed(void **state)
+{
+    streamed = true;
+    return group_setup(state);
 }
 
 /* What the callbacks saw. */
@@ -90,6 +101,7 @@ static struct egpu_kube_informer *start_with(struct egpu_kube *kc, struct record
         .watch_timeout_s = 30,
         .backoff_min_ms = 50,
         .backoff_max_ms = 400,
+        .stream_list = streamed,
     };
     struct egpu_kube_informer_cbs cbs = {on_add, on_update, on_delete, r};
     struct egpu_kube_informer *inf = NULL;
@@ -386,7 +398,8 @@ static void test_nul_and_health(void **state)
 
 static void test_cluster_scoped_and_errors(void **state)
 {
-    struct egpu_kube_informer_opts o = {.res = &egpu_kube_nodes, .backoff_min_ms = 50};
+    struct egpu_kube_informer_opts o = {
+        .res = &egpu_kube_nodes, .backoff_min_ms = 50, .stream_list = streamed};
     struct egpu_kube_informer *inf = NULL;
     struct egpu_error err = {0};
     json_t *node = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Node", "metadata",
@@ -578,6 +591,7 @@ static void test_transform_informer(void **state)
         .backoff_max_ms = 400,
         .transform = egpu_kube_keep_transform,
         .transform_ud = (void *)keep,
+        .stream_list = streamed,
     };
     struct seen_slim s = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct egpu_kube_informer_stats st;
@@ -725,6 +739,7 @@ static void test_store_keys_only(void **state)
         .transform = egpu_kube_keep_transform,
         .transform_ud = (void *)keep,
         .store_keys_only = true,
+        .stream_list = streamed,
     };
     struct seen_keys s = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct egpu_kube_informer_cbs cbs = {keys_add, keys_update, keys_delete, &s};
@@ -864,6 +879,7 @@ static void test_store_field(void **state)
         .transform_ud = (void *)keep,
         .store_keys_only = true,
         .store_field = "metadata.labels.app",
+        .stream_list = streamed,
     };
     struct seen_field s = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct egpu_kube_informer_cbs cbs = {field_add, field_update, field_delete, &s};
@@ -925,6 +941,189 @@ static void test_store_field(void **state)
     egpu_kube_informer_free(inf);
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Streaming lists                                                          */
+
+/* The API requests for this test's pods so far: how many were streaming
+ * lists, plain watches and paged lists. */
+struct pod_requests {
+    int streams, watches, lists;
+};
+
+static struct pod_requests pod_requests(void)
+{
+    json_t *log = tks_control(&srv, "GET", "requests", NULL), *r;
+    struct pod_requests n = {0};
+    size_t i;
+
+    json_array_foreach(log, i, r)
+    {
+        const char *method = json_string_value(json_object_get(r, "method"));
+        const char *path = json_string_value(json_object_get(r, "path"));
+        const char *q = json_string_value(json_object_get(r, "query"));
+
+        if (method == NULL || strcmp(method, "GET") != 0 || path == NULL ||
+            strcmp(path, "/api/v1/namespaces/" NS "/pods") != 0)
+            continue;
+        q = q ? q : "";
+        if (strstr(q, "watch=1") == NULL)
+            n.lists++;
+        else if (strstr(q, "sendInitialEvents=true") != NULL &&
+                 strstr(q, "resourceVersionMatch=NotOlderThan") != NULL &&
+                 strstr(q, "allowWatchBookmarks=true") != NULL &&
+                 strstr(q, "resourceVersion=") == NULL)
+            n.streams++; /* and no resourceVersion: a consistent read */
+        else
+            n.watches++;
+    }
+    json_decref(log);
+    return n;
+}
+
+/* A transform that is not egpu_kube_keep_transform: applied to each
+ * initial event of a stream as to each watched object. */
+static json_t *mark_transform(void *ud, json_t *obj)
+{
+    json_t *c = json_deep_copy(obj);
+
+    (void)ud;
+    if (c != NULL)
+        json_object_set_new(c, "transformed", json_true());
+    return c;
+}
+
+static int marked_adds;
+static void marked_add(void *ud, const json_t *obj)
+{
+    (void)ud;
+    if (json_is_true(json_object_get(obj, "transformed")))
+        __atomic_fetch_add(&marked_adds, 1, __ATOMIC_SEQ_CST);
+}
+
+/* stream_list lists by one watch with sendInitialEvents and no
+ * resourceVersion, never a paged list; the initial events are the list's
+ * adds (transformed), made before has_synced; and the same stream then
+ * carries the watch's events (one watch request in all). */
+static void test_stream_list_one_request(void **state)
+{
+    struct egpu_kube_informer_opts o = {
+        .res = &egpu_kube_pods,
+        .ns = NS,
+        .page_limit = 2,
+        .watch_timeout_s = 30,
+        .backoff_min_ms = 50,
+        .transform = mark_transform,
+        .stream_list = true,
+    };
+    struct egpu_kube_informer_cbs cbs = {.on_add = marked_add};
+    struct egpu_kube_informer_stats st;
+    struct egpu_kube_informer *inf = NULL;
+    struct egpu_error err = {0};
+    struct pod_requests n;
+    json_t *obj;
+    long deadline;
+
+    (void)state;
+    for (int i = 0; i < 5; i++) {
+        char name[16];
+
+        snprintf(name, sizeof(name), "s-%d", i);
+        tks_create_pod(&srv, NS, name);
+    }
+    json_decref(tks_control(&srv, "DELETE", "requests", NULL));
+    marked_adds = 0;
+    assert_int_equal(egpu_kube_informer_new(srv.kc, &o, &cbs, &inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_start(inf, &err), 0);
+    assert_int_equal(egpu_kube_informer_wait_synced(inf, 5000), 0);
+    assert_int_equal(__atomic_load_n(&marked_adds, __ATOMIC_SEQ_CST), 5);
+    obj = egpu_kube_informer_get(inf, NS, "s-4");
+    assert_non_null(obj);
+    assert_true(json_is_true(json_object_get(obj, "transformed")));
+    json_decref(obj);
+
+    tks_create_pod(&srv, NS, "s-later");
+    deadline = tks_now_ms() + 5000;
+    while (__atomic_load_n(&marked_adds, __ATOMIC_SEQ_CST) < 6 && tks_now_ms() < deadline)
+        tks_sleep_ms(20);
+    assert_int_equal(__atomic_load_n(&marked_adds, __ATOMIC_SEQ_CST), 6);
+    n = pod_requests();
+    assert_int_equal(n.streams, 1);
+    assert_int_equal(n.lists, 0);
+    assert_int_equal(n.watches, 0);
+    egpu_kube_informer_stats(inf, &st);
+    assert_int_equal(st.lists, 1);
+    assert_int_equal(st.watches, 1);
+    assert_int_equal(st.errors, 0);
+    egpu_kube_informer_free(inf);
+}
+
+/* A server that refuses the stream (422 Invalid, kube-apiserver with the
+ * WatchList gate off) is listed in pages at once, without a backoff, and
+ * from then on: the relist after a 410 is paged too. A stream that fails
+ * otherwise (500) is a failed list, retried as a stream. */
+static void test_stream_refused_lists_in_pages(void **state)
+{
+    struct record r;
+    struct egpu_kube_informer *inf;
+    struct egpu_kube_informer_stats st;
+    struct pod_requests n;
+    bool was = streamed;
+
+    (void)state;
+    tks_create_pod(&srv, NS, "a");
+    tks_create_pod(&srv, NS, "b");
+    tks_create_pod(&srv, NS, "c");
+    json_decref(tks_control(&srv, "DELETE", "requests", NULL));
+    tks_post(&srv, "fault",
+             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":422,"
+             "\"count\":1}");
+    streamed = true;
+    inf = start(&r);
+    streamed = was;
+    assert_int_equal(r.adds, 3);
+    n = pod_requests();
+    assert_int_equal(n.streams, 1);
+    assert_int_equal(n.lists, 2); /* 3 pods, 2 a page */
+    egpu_kube_informer_stats(inf, &st);
+    assert_int_equal(st.errors, 0); /* no failure, no backoff */
+
+    /* A 410: listed again, in pages (the deletion found by the list). */
+    tks_post(&srv, "fault",
+             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
+             "\"count\":-1}");
+    tks_post(&srv, "drop-watches", NULL);
+    tks_delete_pod(&srv, NS, "c");
+    tks_post(&srv, "compact", NULL);
+    tks_sleep_ms(300);
+    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+    expect_counts(&r, 3, 0, 1);
+    expect_cache_matches_server(inf);
+    n = pod_requests();
+    assert_int_equal(n.streams, 1);
+    assert_true(n.lists >= 3);
+    egpu_kube_informer_free(inf);
+    pthread_mutex_destroy(&r.mu);
+
+    /* A 500 on the stream: a failed list, then a stream again. */
+    json_decref(tks_control(&srv, "DELETE", "requests", NULL));
+    tks_post(&srv, "fault",
+             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":500,"
+             "\"count\":1}");
+    streamed = true;
+    inf = start(&r);
+    streamed = was;
+    assert_int_equal(r.adds, 2);
+    n = pod_requests();
+    assert_int_equal(n.streams, 2);
+    assert_int_equal(n.lists, 0);
+    egpu_kube_informer_stats(inf, &st);
+    assert_int_equal(st.errors, 1);
+    assert_int_equal(st.lists, 1);
+    egpu_kube_informer_free(inf);
+    pthread_mutex_destroy(&r.mu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -940,5 +1139,14 @@ int main(void)
         cmocka_unit_test_setup(test_transform_informer, tks_reset_test),
     };
 
-    return cmocka_run_group_tests(tests, group_setup, tks_group_teardown);
+    const struct CMUnitTest streaming[] = {
+        cmocka_unit_test_setup(test_stream_list_one_request, tks_reset_test),
+        cmocka_unit_test_setup(test_stream_refused_lists_in_pages, tks_reset_test),
+    };
+    int failed = cmocka_run_group_tests_name("paged lists", tests, group_setup, tks_group_teardown);
+
+    failed += cmocka_run_group_tests_name("streaming lists", tests, group_setup_streamed,
+                                          tks_group_teardown);
+    return failed + cmocka_run_group_tests_name("streaming list requests", streaming,
+                                                group_setup, tks_group_teardown);
 }

@@ -278,6 +278,54 @@ static void test_stream_keep(void **state)
     egpu__kube_stream_free(&s);
 }
 
+/* A streaming list's end: the initial-events-end bookmark is recognised
+ * (the fixture), and reaches the callback with its annotation whatever the
+ * keep-spec, which names no annotation; other objects are not an end. */
+static int collect_end(void *ud, enum egpu_kube_event_type type, json_t *obj)
+{
+    int *ends = ud;
+
+    if (type == EGPU_KUBE_BOOKMARK && egpu_kube_initial_events_end(obj))
+        (*ends)++;
+    return 0;
+}
+
+static void test_stream_initial_events_end(void **state)
+{
+    static const char *const keep[] = {"status.phase", NULL};
+    const char *const *keeps[] = {NULL, keep};
+    size_t len, plen;
+    char *body = slurp(WIRE "watch_initial_events_end_bookmark.jsonl", &len);
+    char *plain = slurp(WIRE "watch_pods_stream.jsonl", &plen);
+    json_t *o;
+
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        struct egpu__kube_stream s;
+        char rv[EGPU_KUBE_RV_MAX] = "";
+        int ends = 0;
+
+        egpu__kube_stream_init(&s, collect_end, &ends, rv);
+        s.keep = keeps[k];
+        assert_int_equal(egpu__kube_stream_feed(&s, body, len), 0);
+        assert_int_equal(egpu__kube_stream_feed(&s, plain, plen), 0);
+        assert_int_equal(egpu__kube_stream_finish(&s), 0);
+        egpu__kube_stream_free(&s);
+        assert_int_equal(ends, 1); /* the plain stream's bookmark is not one */
+        assert_string_equal(rv, "12801");
+    }
+    assert_false(egpu_kube_initial_events_end(NULL));
+    o = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", "k8s.io/initial-events-end",
+                  "false");
+    assert_false(egpu_kube_initial_events_end(o));
+    json_decref(o);
+    o = json_pack("{s:{s:{s:b}}}", "metadata", "annotations", "k8s.io/initial-events-end", 1);
+    assert_false(egpu_kube_initial_events_end(o)); /* a bool, not the string */
+    json_decref(o);
+    free(body);
+    free(plain);
+}
+
 static void test_stream_malformed(void **state)
 {
     static const char *const bad[] = {
@@ -495,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_lines_bound),
         cmocka_unit_test(test_stream_fixture_every_chunk_size),
         cmocka_unit_test(test_stream_keep),
+        cmocka_unit_test(test_stream_initial_events_end),
         cmocka_unit_test(test_stream_bookmark_rv_and_stop),
         cmocka_unit_test(test_stream_error_410),
         cmocka_unit_test(test_stream_malformed),
