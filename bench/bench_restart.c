@@ -1,7 +1,10 @@
 /* bench/bench_restart.c - egpu-scheduler's restart: from start to ready at N nodes.
  *
- * A restarted extender lists every Node, GPU object and Pod (paged, 500 a page, as its
- * informers ask) and watches from the list's resourceVersion; /readyz answers 200 once
+ * A restarted extender lists every Node, GPU object and Pod and watches from the list's
+ * resourceVersion: by a streaming watch (sendInitialEvents, the informers' stream_list:
+ * each object an ADDED event, then the initial-events-end bookmark, as kube-apiserver
+ * 1.34 and later send it), or with --paged in pages of 500 following `continue` (the
+ * stream refused with 422, as a server with the WatchList gate off does); /readyz answers 200 once
  * every informer has synced and the cache has taken the lists. This bench serves those
  * lists from an API server of its own, in this process (src/net's HTTP server, 16 threads;
  * the pages are rendered before egpu-scheduler starts, so serving one costs a copy), runs
@@ -20,7 +23,8 @@
  * The API server's own cost at 65,000 nodes is not here (this one serves rendered bytes):
  * docs/scheduler.md gives what a list costs the real kube-apiserver at smaller N.
  *
- * Usage: bench_restart [--nodes N] [--fill F] [--trace FILE] [--lean] [--scheduler PATH]
+ * Usage: bench_restart [--nodes N] [--fill F] [--trace FILE] [--lean] [--paged]
+ *                      [--scheduler PATH]
  * Figures, not a test.
  */
 #define _GNU_SOURCE /* strndup */
@@ -51,7 +55,9 @@ struct coll {
     const struct egpu_kube_resource *res;
     char path[128];
     size_t npages;
-    char **pages;  /* npages texts; NULL when the list is empty */
+    char **pages;  /* npages texts (--paged); NULL when the list is empty or streamed */
+    char *stream;  /* the streaming list: ADDED lines, then the bookmark (not --paged) */
+    size_t stream_len;
     json_t *items; /* while building */
     size_t objects;
     size_t bytes;
@@ -79,6 +85,42 @@ static void coll_path(struct coll *c)
     else
         snprintf(c->path, sizeof(c->path), "/apis/%s/%s/%s", c->res->group, c->res->version,
                  c->res->plural);
+}
+
+/* Render c->items as a streaming list's body: one {"type":"ADDED","object":...} line an
+ * item, then the BOOKMARK annotated k8s.io/initial-events-end at resourceVersion 100. */
+static int coll_render_stream(struct coll *c)
+{
+    FILE *f = open_memstream(&c->stream, &c->stream_len);
+    size_t i;
+    json_t *item;
+    int rc = 0;
+
+    if (f == NULL)
+        return -ENOMEM;
+    c->objects = json_array_size(c->items);
+    json_array_foreach(c->items, i, item)
+    {
+        char *text = json_dumps(item, JSON_COMPACT);
+
+        if (text == NULL || fprintf(f, "{\"type\":\"ADDED\",\"object\":%s}\n", text) < 0)
+            rc = -ENOMEM;
+        free(text);
+        if (rc)
+            break;
+    }
+    if (!rc && fprintf(f,
+                       "{\"type\":\"BOOKMARK\",\"object\":{\"apiVersion\":\"%s%s%s\","
+                       "\"metadata\":{\"resourceVersion\":\"100\",\"annotations\":"
+                       "{\"k8s.io/initial-events-end\":\"true\"}}}}\n",
+                       c->res->group, c->res->group[0] ? "/" : "", c->res->version) < 0)
+        rc = -ENOMEM;
+    if (fclose(f) != 0 || rc)
+        return -ENOMEM;
+    c->bytes = c->stream_len;
+    json_decref(c->items);
+    c->items = NULL;
+    return 0;
 }
 
 /* Render c->items into pages of PAGE items: a List with metadata.resourceVersion and, but
@@ -267,18 +309,37 @@ static json_t *pod_json(const struct tpod *t, size_t id, const char *node, const
     return pod;
 }
 
-/* GET handler of every collection: a page, or a watch held open until the run ends. */
+/* GET handler of every collection: a streaming list, a page, or a watch that ends at once. */
 static int on_list(void *data, const struct egpu_http_request *req, struct egpu_http_response *resp)
 {
+    static const char refused[] =
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"message\":"
+        "\"ListOptions.meta.k8s.io \\\"\\\" is invalid: sendInitialEvents: Forbidden: "
+        "sendInitialEvents is forbidden for watch unless the WatchList feature gate is "
+        "enabled\",\"reason\":\"Invalid\",\"code\":422}";
     struct coll *c = data;
     const char *q = req->query, *cont = strstr(q, "continue=");
     size_t page = 0;
 
+    if (strstr(q, "sendInitialEvents=true") != NULL) {
+        if (c->stream == NULL) { /* --paged */
+            resp->status = 422;
+            if (egpu_buf_append(&resp->body, refused, sizeof(refused) - 1) != 0)
+                return -ENOMEM;
+        } else if (egpu_buf_append(&resp->body, c->stream, c->stream_len) != 0) {
+            return -ENOMEM;
+        }
+        return egpu_http_response_set_type(resp, "application/json");
+    }
     /* A watch ends at once, with no event: the informer backs off (0.5 s, doubling) and
      * watches again. Holding it open would hold one of libmicrohttpd's pool threads, and
      * with it every connection that thread serves, lists included. */
     if (strstr(q, "watch=1") != NULL || strstr(q, "watch=true") != NULL)
         return egpu_http_response_set_type(resp, "application/json");
+    if (c->pages == NULL) { /* streamed: a paged list is not what the informers should ask */
+        resp->status = 500;
+        return egpu_buf_append(&resp->body, "{}", 2);
+    }
     if (cont != NULL)
         page = (size_t)strtoul(cont + strlen("continue="), NULL, 10);
     if (page >= c->npages) {
@@ -394,7 +455,8 @@ int main(int argc, char **argv)
     enum { NCOLL = sizeof(all) / sizeof(all[0]) };
     struct coll colls[NCOLL] = {0};
     struct egpu_http_config hc = {
-        .bind_addr = "127.0.0.1", .threads = 16, .max_resp_bytes = 256u << 20, .timeout_s = 600};
+        .bind_addr = "127.0.0.1", .threads = 16, .max_resp_bytes = (size_t)4 << 30,
+        .timeout_s = 600};
     struct egpu_http_server *srv = NULL;
     struct egpu_error err = {0};
     const char *trace_path = NULL, *sched = NULL;
@@ -402,7 +464,7 @@ int main(int argc, char **argv)
     char url[128], hp[16], vp[16];
     int nodes = 1000, fd, status = 0;
     double fill = 0.7, t0, ready_s = -1, cpu = 0, hwm = 0;
-    bool lean = false;
+    bool lean = false, paged = false;
     struct tpod *trace = NULL;
     size_t ntrace, npods = 0;
     struct fill_node *fns;
@@ -415,6 +477,8 @@ int main(int argc, char **argv)
 
         if (strcmp(argv[i], "--lean") == 0)
             lean = true;
+        else if (strcmp(argv[i], "--paged") == 0)
+            paged = true;
         else if (val != NULL && strcmp(argv[i], "--nodes") == 0 && (i++, 1))
             nodes = (int)strtol(val, NULL, 10);
         else if (val != NULL && strcmp(argv[i], "--fill") == 0 && (i++, 1))
@@ -425,7 +489,7 @@ int main(int argc, char **argv)
             sched = val;
         else {
             fprintf(stderr, "usage: bench_restart [--nodes N] [--fill F] [--trace FILE] [--lean] "
-                            "[--scheduler PATH]\n");
+                            "[--paged] [--scheduler PATH]\n");
             return 2;
         }
     }
@@ -477,16 +541,16 @@ int main(int argc, char **argv)
                               pod_json(t, npods++, name, t->ngpu > 0 ? ann : NULL, lean));
     }
     for (int k = 0; k < NCOLL; k++) {
-        if (coll_render(&colls[k]) != 0) {
+        if ((paged ? coll_render(&colls[k]) : coll_render_stream(&colls[k])) != 0) {
             fprintf(stderr, "bench_restart: out of memory rendering %s\n", colls[k].path);
             return 1;
         }
     }
     printf("== restart: %d nodes x 8 GPUs, %zu GPU objects, %zu pods (openb mix, %.0f%% of GPU "
-           "milli asked), %s objects; lists rendered in %.1f s: nodes %.0f MiB, GPUs %.0f MiB, "
-           "pods %.0f MiB\n",
+           "milli asked), %s objects; lists (%s) rendered in %.1f s: nodes %.0f MiB, GPUs %.0f "
+           "MiB, pods %.0f MiB\n",
            nodes, colls[1].objects, colls[2].objects, 100 * fill,
-           lean ? "lean" : "apiserver-shaped", now_s() - t0, colls[0].bytes / 1048576.0,
+           lean ? "lean" : "apiserver-shaped", paged ? "pages of 500" : "streamed", now_s() - t0, colls[0].bytes / 1048576.0,
            colls[1].bytes / 1048576.0, colls[2].bytes / 1048576.0);
     if (egpu_http_server_new(&hc, &srv, &err) != 0)
         return 1;
