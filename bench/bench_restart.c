@@ -55,8 +55,8 @@ struct coll {
     const struct egpu_kube_resource *res;
     char path[128];
     size_t npages;
-    char **pages;  /* npages texts (--paged); NULL when the list is empty or streamed */
-    char *stream;  /* the streaming list: ADDED lines, then the bookmark (not --paged) */
+    char **pages; /* npages texts (--paged); NULL when the list is empty or streamed */
+    char *stream; /* the streaming list: ADDED lines, then the bookmark (not --paged) */
     size_t stream_len;
     json_t *items; /* while building */
     size_t objects;
@@ -454,9 +454,10 @@ int main(int argc, char **argv)
                                               &egpu_kube_deviceclasses};
     enum { NCOLL = sizeof(all) / sizeof(all[0]) };
     struct coll colls[NCOLL] = {0};
-    struct egpu_http_config hc = {
-        .bind_addr = "127.0.0.1", .threads = 16, .max_resp_bytes = (size_t)4 << 30,
-        .timeout_s = 600};
+    struct egpu_http_config hc = {.bind_addr = "127.0.0.1",
+                                  .threads = 16,
+                                  .max_resp_bytes = (size_t)4 << 30,
+                                  .timeout_s = 600};
     struct egpu_http_server *srv = NULL;
     struct egpu_error err = {0};
     const char *trace_path = NULL, *sched = NULL;
@@ -550,8 +551,8 @@ int main(int argc, char **argv)
            "milli asked), %s objects; lists (%s) rendered in %.1f s: nodes %.0f MiB, GPUs %.0f "
            "MiB, pods %.0f MiB\n",
            nodes, colls[1].objects, colls[2].objects, 100 * fill,
-           lean ? "lean" : "apiserver-shaped", paged ? "pages of 500" : "streamed", now_s() - t0, colls[0].bytes / 1048576.0,
-           colls[1].bytes / 1048576.0, colls[2].bytes / 1048576.0);
+           lean ? "lean" : "apiserver-shaped", paged ? "pages of 500" : "streamed", now_s() - t0,
+           colls[0].bytes / 1048576.0, colls[1].bytes / 1048576.0, colls[2].bytes / 1048576.0);
     if (egpu_http_server_new(&hc, &srv, &err) != 0)
         return 1;
     for (int k = 0; k < NCOLL; k++) {

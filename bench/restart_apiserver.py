@@ -9,8 +9,9 @@ draw and fill, recomputed here) bound to their nodes with elasticgpu.io/assigned
 allocated. Each kind's first object is POSTed through the API and the rest are written into
 etcd as the API server stored that one (--populate etcd, the default: 65,000 nodes in
 minutes), or every object is POSTed (--populate api: 274 a second here). It then times,
-for each of nodes, GPUs and pods, a list of 500 a page following `continue` (what an
-informer's first list asks), and the restart of
+for each of nodes, GPUs and pods, a list of 500 a page following `continue` and a
+streaming list (a watch with sendInitialEvents up to its initial-events-end bookmark, what
+egpu-scheduler's informers ask), each with kube-apiserver's CPU meanwhile, and the restart of
 egpu-scheduler (--leader-elect false, the admin's client certificate) from exec to /readyz
 200, with its CPU and peak RSS and the API server's CPU meanwhile. Figures, not a test.
 
@@ -254,6 +255,23 @@ def timed_list(c, path, query="limit=500", accept="json"):
             return n, size, time.monotonic() - t0, pages
 
 
+def timed_stream(c, path):
+    """A streaming list, as the informers ask it (a watch with sendInitialEvents, read
+    up to the BOOKMARK annotated k8s.io/initial-events-end): (events, bytes, seconds)."""
+    t0, n, size = time.monotonic(), 0, 0
+    q = (f"{path}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+         "&allowWatchBookmarks=true&timeoutSeconds=600")
+    ctx = c.ssl_context((c.dir / "pki/admin.crt", c.dir / "pki/admin.key"))
+    req = urllib.request.Request(c.url + q, headers={"Accept": "application/json"})
+    with urllib.request.urlopen(req, timeout=600, context=ctx) as r:
+        for line in r:
+            size += len(line)
+            if line.startswith(b'{"type":"BOOKMARK"') and b"k8s.io/initial-events-end" in line:
+                return n, size, time.monotonic() - t0
+            n += 1
+    raise RuntimeError(f"{path}: the stream ended before its initial-events-end bookmark")
+
+
 def usage(pid):
     st = pathlib.Path(f"/proc/{pid}/stat").read_text()
     f = st[st.rindex(")") + 2:].split()
@@ -332,8 +350,10 @@ def main():
                   f"{8 * a.nodes} GPU objects, {len(placed)} pods "
                   f"{'created' if a.populate == 'api' else 'written into etcd'} in "
                   f"{time.monotonic() - t0:.0f} s; load {os.getloadavg()[0]:.2f}", flush=True)
+            api_pid = c.procs["kube-apiserver"].pid
             for _, path, _, _ in kinds:
                 for query, accept in (VARIANTS if a.variants else VARIANTS[:1]):
+                    cpu0 = usage(api_pid)[0]
                     try:
                         n, size, s, pages = timed_list(c, path, query, accept)
                     except urllib.error.HTTPError as e:  # CRDs are JSON only: 406
@@ -341,7 +361,13 @@ def main():
                         continue
                     what = f"{n} items" if n is not None else "first page"
                     print(f"  list {path}?{query} ({accept}): {what}, {pages} pages, "
-                          f"{size / 1048576:.2f} MiB in {s:.2f} s", flush=True)
+                          f"{size / 1048576:.2f} MiB in {s:.2f} s, kube-apiserver "
+                          f"{usage(api_pid)[0] - cpu0:.1f} s of CPU", flush=True)
+                cpu0 = usage(api_pid)[0]
+                n, size, s = timed_stream(c, path)
+                print(f"  list {path} streamed (sendInitialEvents): {n} events, "
+                      f"{size / 1048576:.2f} MiB in {s:.2f} s, kube-apiserver "
+                      f"{usage(api_pid)[0] - cpu0:.1f} s of CPU", flush=True)
             for sched in a.scheduler or [str(build / "src/scheduler/egpu-scheduler")]:
                 ready = restart(c, d, sched)
         finally:

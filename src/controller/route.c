@@ -289,7 +289,8 @@ int egpu__controller_informers_start(struct egpu__controller *c, struct egpu_err
 
     egpu__controller_route_cbs(c, cbs);
     for (int i = 0; rc == 0 && i < EGPU__CONTROLLER_NINF; i++) {
-        struct egpu_kube_informer_opts io = {.res = res[i]};
+        /* Streaming lists (kube.h's stream_list) where the API server has them. */
+        struct egpu_kube_informer_opts io = {.res = res[i], .stream_list = true};
 
         rc = egpu_kube_informer_new(c->kube, &io, &cbs[i], &c->inf[i], err);
     }

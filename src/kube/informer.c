@@ -13,6 +13,16 @@
  * event whose object has the resourceVersion already stored is a repeat
  * and is dropped.
  *
+ * With opts.stream_list the list is a streaming watch (KEP 3157; client-go's
+ * WatchListClient): sendInitialEvents with no resourceVersion, whose ADDED
+ * events are the list's items, stored and delivered one by one as a page's
+ * are, up to the BOOKMARK annotated k8s.io/initial-events-end: the list is
+ * then done (its deletes, synced) as of that bookmark's resourceVersion and
+ * the same stream goes on as the watch. A server that refuses the stream
+ * (422 or 400: kube-apiserver with its WatchList gate off) is listed in
+ * pages from then on; a stream that ends or fails before its bookmark is a
+ * failed list, backed off and streamed again.
+ *
  * With opts.transform (client-go's SetTransform) every listed item and every
  * watched object is replaced by what the transform keeps of it before the
  * store or a callback sees it; the items of a list are transformed as each

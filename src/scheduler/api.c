@@ -340,13 +340,12 @@ int egpu__sched_api_start(struct egpu_sched_api *api, struct egpu_error *err)
 
     for (int i = 0; i < SCHED_INFORMERS; i++) {
         /* Streaming lists where the API server has them (1.34 and later by
-         * default): at 20,000 nodes kube-apiserver 1.36 served 160,000 GPU
-         * objects in 6.2 s and 7.6 s of its CPU streamed, 11.9 s and 16.3 s
-         * in pages of 5,000, and 139,751 pods with 14.1 s of CPU against
-         * 19.6 s in pages of 500 (docs/scheduler.md, Scale). Where it does
-         * not, GPU objects (a custom resource) in pages of 5,000: 1.07 s for
-         * 16,000 of them at 500 a page, 0.59 s at 5,000; other kinds were no
-         * faster. */
+         * default): at 20,000 nodes kube-apiserver 1.36 streamed 160,000 GPU
+         * objects with 10.7 s of its CPU against 72.3 s in pages of 500, and
+         * 139,751 pods with 12.8 s against 18.8 s (docs/scheduler.md,
+         * "Streaming lists"). Where it does not, GPU objects (a custom
+         * resource) in pages of 5,000: 1.07 s for 16,000 of them at 500 a
+         * page, 0.59 s at 5,000; other kinds were no faster. */
         struct egpu_kube_informer_opts o = {
             .res = res[i], .page_limit = i == INF_GPUS ? 5000 : 0, .stream_list = true};
         int rc;

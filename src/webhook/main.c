@@ -253,11 +253,13 @@ static int start(void *data, struct egpu_error *err)
                                      .conn_memory_bytes = 32 * 1024,
                                      .ready = ready,
                                      .data = a};
-    struct egpu_kube_informer_opts io = {.res = &egpu_kube_gpus};
-    struct egpu_kube_informer_opts cio = {.res = &egpu_kube_elasticgpuclaims};
-    struct egpu_kube_informer_opts bio = {.res = &egpu_kube_gpubudgets};
-    struct egpu_kube_informer_opts pio = {.res = &egpu_kube_priorityclasses};
-    struct egpu_kube_informer_opts eio = {.res = &egpu_kube_elasticgpus};
+    /* Streaming lists (kube.h's stream_list): every GPU object of the cluster
+     * costs the API server far less streamed than paged. */
+    struct egpu_kube_informer_opts io = {.res = &egpu_kube_gpus, .stream_list = true};
+    struct egpu_kube_informer_opts cio = {.res = &egpu_kube_elasticgpuclaims, .stream_list = true};
+    struct egpu_kube_informer_opts bio = {.res = &egpu_kube_gpubudgets, .stream_list = true};
+    struct egpu_kube_informer_opts pio = {.res = &egpu_kube_priorityclasses, .stream_list = true};
+    struct egpu_kube_informer_opts eio = {.res = &egpu_kube_elasticgpus, .stream_list = true};
     struct egpu_kube_informer_cbs ccbs = {0}; /* read by lookups, nothing to follow */
     struct egpu_kube_informer_cbs cbs = {.on_add = egpu__webhook_facts_on_add,
                                          .on_update = egpu__webhook_facts_on_update,

@@ -5,7 +5,9 @@
  * reaches the pod parser and the cache too.
  *
  * Input: byte 0 = flags (bit 0: lines bound cut to 256 bytes, so the
- * too-long-line path runs; bits 4..7: the number of chunk lengths), then that
+ * too-long-line path runs; bit 1: events decoded through a keep-spec, as
+ * the scheduler's informers decode them, with a BOOKMARK or ERROR decoded
+ * again whole; bits 4..7: the number of chunk lengths), then that
  * many bytes, each a chunk length (1..256); the rest is the body, fed in
  * chunks of those lengths and then in one piece.
  *
@@ -22,6 +24,11 @@
 #include "kube_int.h"
 
 #define SMALL_LINE 256
+
+/* Some of the scheduler's pod paths (src/scheduler/api.c), for flags bit 1. */
+static const char *const keep[] = {"kind",          "metadata.annotations",
+                                   "spec.nodeName", "spec.containers[].resources",
+                                   "status.phase",  NULL};
 
 /* Lines as one running digest (FNV-1a over each line and its length). */
 struct digest {
@@ -79,7 +86,9 @@ static int on_event(void *ud, enum egpu_kube_event_type type, json_t *obj)
     const char *ns = json_string_value(json_object_get(meta, "namespace"));
     int rc = 0;
 
-    if (kind == NULL || type == EGPU_KUBE_BOOKMARK)
+    if (type == EGPU_KUBE_BOOKMARK) /* a streaming list's end, or not */
+        return egpu_kube_initial_events_end(obj) && kind != NULL && strcmp(kind, "Stop") == 0;
+    if (kind == NULL)
         return 0;
     /* What the cache refuses it logs and drops (api.c); it must stay whole. */
     if (strcmp(kind, "Pod") == 0) {
@@ -133,6 +142,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(c != NULL);
     egpu__kube_stream_init(&s, on_event, c, rv);
     s.lines.partial.max = max; /* before anything is buffered */
+    if (flags & 2)
+        s.keep = keep;
     for (size_t i = 0; i < ncuts && off < len && rc == 0; i++) {
         size_t n = (size_t)cuts[i] + 1;
 

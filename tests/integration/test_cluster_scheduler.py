@@ -375,12 +375,14 @@ def test_nodes_stayed_ready(env):
 
 def test_no_request_of_the_scheduler_pair_refused(env):
     """The audit log holds requests of both ServiceAccounts of the scheduler pod (the
-    extender's list, watch, get of the Lease, patch and binding; kube-scheduler's watches,
-    its Lease's create, get and update, its events: it lists by streaming watch, so no
-    list verb is expected of it), and none of them was refused (403):
-    deploy/scheduler/rbac.yaml grants what the real binaries use."""
+    extender's watches, get of the Lease, patch and binding; kube-scheduler's watches,
+    its Lease's create, get and update, its events: both list by streaming watch, so no
+    list verb is expected of either, and the extender's watches of Nodes, GPU objects
+    and Pods ask sendInitialEvents), and none of them was refused (403):
+    deploy/scheduler/rbac.yaml grants what the real binaries use (list too, for an API
+    server that refuses the stream)."""
     c = env["cluster"]
-    for user, verbs in ((SCHED_USER, {"list", "watch", "patch", "create", "get"}),
+    for user, verbs in ((SCHED_USER, {"watch", "patch", "create", "get"}),
                         (KUBE_SCHED_USER, {"watch", "create", "update", "get"})):
         evs = c.audit(user)
         seen = {e["verb"] for e in evs}
@@ -388,6 +390,11 @@ def test_no_request_of_the_scheduler_pair_refused(env):
         refused = sorted({(e["verb"], e["requestURI"].split("?")[0]) for e in evs
                           if e.get("responseStatus", {}).get("code") == 403})
         assert not refused, (user, refused)
+    streamed = {e["requestURI"].split("?")[0] for e in c.audit(SCHED_USER)
+                if e["verb"] == "watch" and "sendInitialEvents=true" in e["requestURI"]}
+    assert {"/api/v1/nodes", "/apis/elasticgpu.io/v1alpha1/gpus", "/api/v1/pods"} <= streamed, \
+        streamed
+    assert not [e["requestURI"] for e in c.audit(SCHED_USER) if e["verb"] == "list"]
 
 
 # ---- the main-scheduler variant (deploy/scheduler/main-scheduler) -------------------------

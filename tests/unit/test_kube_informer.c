@@ -941,7 +941,6 @@ static void test_store_field(void **state)
     egpu_kube_informer_free(inf);
 }
 
-
 /* ------------------------------------------------------------------------ */
 /* Streaming lists                                                          */
 
@@ -1147,6 +1146,6 @@ int main(void)
 
     failed += cmocka_run_group_tests_name("streaming lists", tests, group_setup_streamed,
                                           tks_group_teardown);
-    return failed + cmocka_run_group_tests_name("streaming list requests", streaming,
-                                                group_setup, tks_group_teardown);
+    return failed + cmocka_run_group_tests_name("streaming list requests", streaming, group_setup,
+                                                tks_group_teardown);
 }

@@ -315,8 +315,7 @@ static void test_stream_initial_events_end(void **state)
         assert_string_equal(rv, "12801");
     }
     assert_false(egpu_kube_initial_events_end(NULL));
-    o = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", "k8s.io/initial-events-end",
-                  "false");
+    o = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", "k8s.io/initial-events-end", "false");
     assert_false(egpu_kube_initial_events_end(o));
     json_decref(o);
     o = json_pack("{s:{s:{s:b}}}", "metadata", "annotations", "k8s.io/initial-events-end", 1);
