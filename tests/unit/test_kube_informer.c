@@ -92,9 +92,11 @@ static void on_delete(void *ud, const json_t *obj)
     note(ud, 'D', obj);
 }
 
-static struct egpu_kube_informer *start_with(struct egpu_kube *kc, struct record *r)
+/* The options of this file's pod informers: namespace NS, pages of 2,
+ * short watches and backoffs, listed as the group says (streamed). */
+static struct egpu_kube_informer_opts pod_opts(void)
 {
-    struct egpu_kube_informer_opts o = {
+    return (struct egpu_kube_informer_opts){
         .res = &egpu_kube_pods,
         .ns = NS,
         .page_limit = 2,
@@ -103,6 +105,11 @@ static struct egpu_kube_informer *start_with(struct egpu_kube *kc, struct record
         .backoff_max_ms = 400,
         .stream_list = streamed,
     };
+}
+
+static struct egpu_kube_informer *start_with(struct egpu_kube *kc, struct record *r)
+{
+    struct egpu_kube_informer_opts o = pod_opts();
     struct egpu_kube_informer_cbs cbs = {on_add, on_update, on_delete, r};
     struct egpu_kube_informer *inf = NULL;
     struct egpu_error err = {0};
@@ -168,6 +175,25 @@ static void expect_cache_matches_server(struct egpu_kube_informer *inf)
         json_decref(c);
     }
     json_decref(list);
+}
+
+/* Keep the informer from watching (its GETs fail with 503 and its watch
+ * is dropped), so what the test then writes reaches it only by a relist. */
+static void cut_off(void)
+{
+    tks_post(&srv, "fault",
+             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
+             "\"count\":-1}");
+    tks_post(&srv, "drop-watches", NULL);
+}
+
+/* After cut_off: compact, so the informer's resourceVersion is gone (410),
+ * then let its GETs through again. */
+static void expire_and_return(void)
+{
+    tks_post(&srv, "compact", NULL);
+    tks_sleep_ms(300);
+    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -270,16 +296,11 @@ static void test_compaction_relist_deltas(void **state)
 
     /* Keep the informer from watching (its GETs fail) while the test writes
      * and then compacts, so its resourceVersion is gone when it returns. */
-    tks_post(&srv, "fault",
-             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
-             "\"count\":-1}");
-    tks_post(&srv, "drop-watches", NULL);
+    cut_off();
     tks_create_pod(&srv, NS, "added");
     tks_label_pod(&srv, NS, "change", "k", "1");
     tks_delete_pod(&srv, NS, "remove");
-    tks_post(&srv, "compact", NULL);
-    tks_sleep_ms(300);
-    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+    expire_and_return();
 
     /* 410, relist, and the differences as callbacks: one of each. */
     expect_counts(&r, 4, 1, 1);
@@ -582,17 +603,7 @@ static bool slim_reached(struct seen_slim *s, int adds, int updates, int deletes
 static void test_transform_informer(void **state)
 {
     static const char *const keep[] = {"metadata.labels", NULL};
-    struct egpu_kube_informer_opts o = {
-        .res = &egpu_kube_pods,
-        .ns = NS,
-        .page_limit = 2,
-        .watch_timeout_s = 30,
-        .backoff_min_ms = 50,
-        .backoff_max_ms = 400,
-        .transform = egpu_kube_keep_transform,
-        .transform_ud = (void *)keep,
-        .stream_list = streamed,
-    };
+    struct egpu_kube_informer_opts o = pod_opts();
     struct seen_slim s = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct egpu_kube_informer_stats st;
     struct egpu_kube_informer_cbs cbs = {slim_add, slim_update, slim_delete, &s};
@@ -601,6 +612,8 @@ static void test_transform_informer(void **state)
     json_t *obj, *all;
 
     (void)state;
+    o.transform = egpu_kube_keep_transform;
+    o.transform_ud = (void *)keep;
     for (int i = 0; i < 5; i++) {
         char name[16];
 
@@ -635,14 +648,9 @@ static void test_transform_informer(void **state)
     json_decref(obj);
     /* A relist after a 410: its diff is of transformed objects too, so an
      * unchanged pod is no update (same resourceVersion). */
-    tks_post(&srv, "fault",
-             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
-             "\"count\":-1}");
-    tks_post(&srv, "drop-watches", NULL);
+    cut_off();
     tks_label_pod(&srv, NS, "slim-3", "k", "v2");
-    tks_post(&srv, "compact", NULL);
-    tks_sleep_ms(300);
-    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+    expire_and_return();
     assert_true(slim_reached(&s, 6, 3, 1));
     tks_label_pod(&srv, NS, "slim-4", "k", "v3"); /* and the watch after it */
     assert_true(slim_reached(&s, 6, 4, 1));
@@ -729,18 +737,7 @@ static bool keys_reached(struct seen_keys *s, int adds, int updates, int deletes
 static void test_store_keys_only(void **state)
 {
     static const char *const keep[] = {"metadata.labels", NULL};
-    struct egpu_kube_informer_opts o = {
-        .res = &egpu_kube_pods,
-        .ns = NS,
-        .page_limit = 2,
-        .watch_timeout_s = 30,
-        .backoff_min_ms = 50,
-        .backoff_max_ms = 400,
-        .transform = egpu_kube_keep_transform,
-        .transform_ud = (void *)keep,
-        .store_keys_only = true,
-        .stream_list = streamed,
-    };
+    struct egpu_kube_informer_opts o = pod_opts();
     struct seen_keys s = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct egpu_kube_informer_cbs cbs = {keys_add, keys_update, keys_delete, &s};
     struct egpu_kube_informer *inf = NULL;
@@ -748,6 +745,9 @@ static void test_store_keys_only(void **state)
     json_t *obj, *all;
 
     (void)state;
+    o.transform = egpu_kube_keep_transform;
+    o.transform_ud = (void *)keep;
+    o.store_keys_only = true;
     for (int i = 0; i < 5; i++) {
         char name[16];
 
@@ -768,15 +768,10 @@ static void test_store_keys_only(void **state)
     tks_label_pod(&srv, NS, "key-0", "k", "v1");
     assert_true(keys_reached(&s, 5, 1, 0));
     /* A relist after a 410 that misses a deletion and a label. */
-    tks_post(&srv, "fault",
-             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
-             "\"count\":-1}");
-    tks_post(&srv, "drop-watches", NULL);
+    cut_off();
     tks_label_pod(&srv, NS, "key-3", "k", "v2");
     tks_delete_pod(&srv, NS, "key-1");
-    tks_post(&srv, "compact", NULL);
-    tks_sleep_ms(300);
-    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+    expire_and_return();
     assert_true(keys_reached(&s, 5, 2, 1));
     tks_sleep_ms(400);
     all = egpu_kube_informer_list(inf);
@@ -868,19 +863,7 @@ static bool field_reached(struct seen_field *s, int adds, int updates, int delet
 static void test_store_field(void **state)
 {
     static const char *const keep[] = {"metadata.labels", NULL};
-    struct egpu_kube_informer_opts o = {
-        .res = &egpu_kube_pods,
-        .ns = NS,
-        .page_limit = 2,
-        .watch_timeout_s = 30,
-        .backoff_min_ms = 50,
-        .backoff_max_ms = 400,
-        .transform = egpu_kube_keep_transform,
-        .transform_ud = (void *)keep,
-        .store_keys_only = true,
-        .store_field = "metadata.labels.app",
-        .stream_list = streamed,
-    };
+    struct egpu_kube_informer_opts o = pod_opts();
     struct seen_field s = {.mu = PTHREAD_MUTEX_INITIALIZER};
     struct egpu_kube_informer_cbs cbs = {field_add, field_update, field_delete, &s};
     struct egpu_kube_informer *inf = NULL;
@@ -889,6 +872,10 @@ static void test_store_field(void **state)
     json_t *obj;
 
     (void)state;
+    o.transform = egpu_kube_keep_transform;
+    o.transform_ud = (void *)keep;
+    o.store_keys_only = true;
+    o.store_field = "metadata.labels.app";
     tks_create_pod(&srv, NS, "f-0");
     tks_create_pod(&srv, NS, "f-1");
     tks_create_pod(&srv, NS, "f-2");
@@ -919,14 +906,9 @@ static void test_store_field(void **state)
     pthread_mutex_unlock(&s.mu);
 
     /* A deletion found by a relist after a 410: the store's entry. */
-    tks_post(&srv, "fault",
-             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
-             "\"count\":-1}");
-    tks_post(&srv, "drop-watches", NULL);
+    cut_off();
     tks_delete_pod(&srv, NS, "f-1");
-    tks_post(&srv, "compact", NULL);
-    tks_sleep_ms(300);
-    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+    expire_and_return();
     assert_true(field_reached(&s, 3, 2, 1));
     pthread_mutex_lock(&s.mu);
     assert_int_equal(s.deletes, 1);
@@ -1006,15 +988,7 @@ static void marked_add(void *ud, const json_t *obj)
  * carries the watch's events (one watch request in all). */
 static void test_stream_list_one_request(void **state)
 {
-    struct egpu_kube_informer_opts o = {
-        .res = &egpu_kube_pods,
-        .ns = NS,
-        .page_limit = 2,
-        .watch_timeout_s = 30,
-        .backoff_min_ms = 50,
-        .transform = mark_transform,
-        .stream_list = true,
-    };
+    struct egpu_kube_informer_opts o = pod_opts();
     struct egpu_kube_informer_cbs cbs = {.on_add = marked_add};
     struct egpu_kube_informer_stats st;
     struct egpu_kube_informer *inf = NULL;
@@ -1024,6 +998,8 @@ static void test_stream_list_one_request(void **state)
     long deadline;
 
     (void)state;
+    o.transform = mark_transform;
+    o.stream_list = true;
     for (int i = 0; i < 5; i++) {
         char name[16];
 
@@ -1057,6 +1033,26 @@ static void test_stream_list_one_request(void **state)
     egpu_kube_informer_free(inf);
 }
 
+/* A streaming informer started with the request log cleared and its first
+ * request answered with HTTP code. */
+static struct egpu_kube_informer *start_streamed_after(struct record *r, int code)
+{
+    struct egpu_kube_informer *inf;
+    bool was = streamed;
+    char fault[160];
+
+    json_decref(tks_control(&srv, "DELETE", "requests", NULL));
+    snprintf(fault, sizeof(fault),
+             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS
+             "/pods$\",\"code\":%d,\"count\":1}",
+             code);
+    tks_post(&srv, "fault", fault);
+    streamed = true;
+    inf = start(r);
+    streamed = was;
+    return inf;
+}
+
 /* A server that refuses the stream (422 Invalid, kube-apiserver with the
  * WatchList gate off) is listed in pages at once, without a backoff, and
  * from then on: the relist after a 410 is paged too. A stream that fails
@@ -1067,19 +1063,12 @@ static void test_stream_refused_lists_in_pages(void **state)
     struct egpu_kube_informer *inf;
     struct egpu_kube_informer_stats st;
     struct pod_requests n;
-    bool was = streamed;
 
     (void)state;
     tks_create_pod(&srv, NS, "a");
     tks_create_pod(&srv, NS, "b");
     tks_create_pod(&srv, NS, "c");
-    json_decref(tks_control(&srv, "DELETE", "requests", NULL));
-    tks_post(&srv, "fault",
-             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":422,"
-             "\"count\":1}");
-    streamed = true;
-    inf = start(&r);
-    streamed = was;
+    inf = start_streamed_after(&r, 422);
     assert_int_equal(r.adds, 3);
     n = pod_requests();
     assert_int_equal(n.streams, 1);
@@ -1088,14 +1077,9 @@ static void test_stream_refused_lists_in_pages(void **state)
     assert_int_equal(st.errors, 0); /* no failure, no backoff */
 
     /* A 410: listed again, in pages (the deletion found by the list). */
-    tks_post(&srv, "fault",
-             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":503,"
-             "\"count\":-1}");
-    tks_post(&srv, "drop-watches", NULL);
+    cut_off();
     tks_delete_pod(&srv, NS, "c");
-    tks_post(&srv, "compact", NULL);
-    tks_sleep_ms(300);
-    json_decref(tks_control(&srv, "DELETE", "fault", NULL));
+    expire_and_return();
     expect_counts(&r, 3, 0, 1);
     expect_cache_matches_server(inf);
     n = pod_requests();
@@ -1105,13 +1089,7 @@ static void test_stream_refused_lists_in_pages(void **state)
     pthread_mutex_destroy(&r.mu);
 
     /* A 500 on the stream: a failed list, then a stream again. */
-    json_decref(tks_control(&srv, "DELETE", "requests", NULL));
-    tks_post(&srv, "fault",
-             "{\"method\":\"GET\",\"path\":\"^/api/v1/namespaces/" NS "/pods$\",\"code\":500,"
-             "\"count\":1}");
-    streamed = true;
-    inf = start(&r);
-    streamed = was;
+    inf = start_streamed_after(&r, 500);
     assert_int_equal(r.adds, 2);
     n = pod_requests();
     assert_int_equal(n.streams, 2);
