@@ -382,8 +382,8 @@ struct egpu_kube_watch_opts {
     int timeout_s;              /* timeoutSeconds: the server ends the watch then; 0 = 300 */
     bool no_bookmarks;          /* do not ask for BOOKMARK events */
     /* A streaming list (KEP 3157; kube-apiserver's WatchList feature, on by
-     * default from 1.34, off in 1.30, 1.31 and 1.33, which answer 422
-     * Invalid): sendInitialEvents=true&resourceVersionMatch=NotOlderThan
+     * default in 1.34 and later, off in 1.30 and 1.33 among others, which
+     * answer 422 Invalid): sendInitialEvents=true&resourceVersionMatch=NotOlderThan
      * (bookmarks asked whatever no_bookmarks says). The stream starts with
      * the collection's state as ADDED events, at least as new as
      * resource_version ("" = a consistent read: as of the request), then a
@@ -512,9 +512,10 @@ struct egpu_kube_informer_opts {
      * as the watch. kube-apiserver sends each object once from its watch
      * cache, with no pages to cut and resume: for 160,000 GPU objects 10.7 s
      * of its CPU against 72.3 s in pages of 500 (docs/scheduler.md,
-     * "Streaming lists"). A server that refuses it (HTTP 422 or 400: 1.30,
-     * 1.31 and 1.33 by default) is listed in pages from then on; a stream
-     * that ends before its bookmark is a failed list (backed off). */
+     * "Streaming lists"). A server that refuses it (HTTP 422 or 400: the
+     * WatchList gate off, as in 1.30 and 1.33 by default) is listed in pages
+     * from then on; a stream that ends before its bookmark is a failed list
+     * (backed off). */
     bool stream_list;
 };
 
