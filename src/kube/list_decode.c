@@ -18,7 +18,8 @@
  * value, as jansson does. Key order may differ (document order here).
  *
  * DESIGN: the keep paths are compiled into a tree (struct spec) once per
- * call. A stack of frames says what the current container is: built whole,
+ * call, or once per watch stream (egpu__kube_event_keep_new: a streaming
+ * list is one event a line). A stack of frames says what the current container is: built whole,
  * filtered by a spec node, or an array walked with "[]"; a value that no
  * path names is skipped by counting its depth. The whole text is checked as
  * strictly as jansson checks it, skipped parts included, so a page is
@@ -546,8 +547,9 @@ static int report(struct decoder *d, yajl_handle h, const char *what, const char
     return rc;
 }
 
-static int decode(const char *body, size_t len, const char *const *keep, bool event,
-                  const char *what, json_t **out, struct egpu_error *err)
+/* body decoded against the compiled tree t (borrowed), as decode. */
+static int decode_tree(const struct tree *t, const char *body, size_t len, const char *what,
+                       json_t **out, struct egpu_error *err)
 {
     static const yajl_callbacks cb = {
         .yajl_null = on_null,
@@ -562,34 +564,25 @@ static int decode(const char *body, size_t len, const char *const *keep, bool ev
     };
     yajl_alloc_funcs af = egpu_kube_yajl_alloc();
     struct decoder d = {0};
-    struct tree t;
     yajl_handle h;
     yajl_status st;
-    int rc;
+    int rc = 0;
 
     *out = NULL;
     if (body == NULL)
         body = "";
-    rc = tree_build(&t, keep, event);
-    if (rc) {
-        spec_free(&t.item);
-        return egpu_error_set(err, rc, "%s: %s", what,
-                              rc == -EINVAL ? "a keep path with an empty or too long segment"
-                                            : "out of memory");
-    }
     /* yajl takes \f and \v for whitespace; JSON has them nowhere (a raw
      * control character is not allowed in a string either). */
     for (const char *c = "\f\v"; *c != '\0'; c++) {
         const char *at = memchr(body, *c, len);
 
         if (at != NULL) {
-            spec_free(&t.item);
             return egpu_error_set(err, EGPU_ESYNTAX,
                                   "%s: malformed JSON: control character 0x%02x at byte %zu", what,
                                   (unsigned)*c, (size_t)(at - body));
         }
     }
-    d.top = &t.top;
+    d.top = &t->top;
     h = yajl_alloc(&cb, &af, &d);
     d.h = h;
     st = yajl_parse(h, (const unsigned char *)body, len);
@@ -606,8 +599,68 @@ static int decode(const char *body, size_t len, const char *const *keep, bool ev
     json_decref(d.root);
     egpu_free(d.frames);
     egpu_free(d.key);
+    return rc;
+}
+
+static int tree_failed(int rc, const char *what, struct egpu_error *err)
+{
+    return egpu_error_set(err, rc, "%s: %s", what,
+                          rc == -EINVAL ? "a keep path with an empty or too long segment"
+                                        : "out of memory");
+}
+
+static int decode(const char *body, size_t len, const char *const *keep, bool event,
+                  const char *what, json_t **out, struct egpu_error *err)
+{
+    struct tree t;
+    int rc = tree_build(&t, keep, event);
+
+    *out = NULL;
+    if (rc == 0)
+        rc = decode_tree(&t, body, len, what, out, err);
+    else
+        rc = tree_failed(rc, what, err);
     spec_free(&t.item);
     return rc;
+}
+
+/* The compiled keep tree of a stream's events (the tree points into itself,
+ * so it lives where it was built). */
+struct egpu__kube_event_keep {
+    struct tree t;
+};
+
+int egpu__kube_event_keep_new(const char *const *keep, struct egpu__kube_event_keep **out,
+                              struct egpu_error *err)
+{
+    struct egpu__kube_event_keep *k = egpu_malloc(sizeof(*k));
+    int rc;
+
+    *out = NULL;
+    if (k == NULL)
+        return tree_failed(-ENOMEM, "watch event", err);
+    rc = tree_build(&k->t, keep, true);
+    if (rc) {
+        spec_free(&k->t.item);
+        egpu_free(k);
+        return tree_failed(rc, "watch event", err);
+    }
+    *out = k;
+    return 0;
+}
+
+int egpu__kube_event_decode_with(const struct egpu__kube_event_keep *k, const char *body,
+                                 size_t len, json_t **out, struct egpu_error *err)
+{
+    return decode_tree(&k->t, body, len, "watch event", out, err);
+}
+
+void egpu__kube_event_keep_free(struct egpu__kube_event_keep *k)
+{
+    if (k == NULL)
+        return;
+    spec_free(&k->t.item);
+    egpu_free(k);
 }
 
 int egpu__kube_list_decode(const char *body, size_t len, const char *const *keep, json_t **out,

@@ -149,7 +149,9 @@ static int on_line(void *ud, const char *line, size_t len)
         if (ev == NULL)
             return skip(s, ev, "not JSON", jerr.text);
     } else {
-        rc = egpu__kube_event_decode(line, len, s->keep, &ev, &err);
+        rc = s->kept != NULL ? 0 : egpu__kube_event_keep_new(s->keep, &s->kept, &err);
+        if (rc == 0)
+            rc = egpu__kube_event_decode_with(s->kept, line, len, &ev, &err);
         if (rc == -ENOMEM)
             return rc;
         if (rc)
@@ -228,6 +230,8 @@ int egpu__kube_stream_finish(struct egpu__kube_stream *s)
 
 void egpu__kube_stream_free(struct egpu__kube_stream *s)
 {
+    egpu__kube_event_keep_free(s->kept);
+    s->kept = NULL;
     egpu__kube_lines_free(&s->lines);
 }
 
