@@ -837,6 +837,14 @@ static void set_health(struct egpu_kube_informer *inf, bool failed)
     pthread_mutex_unlock(&inf->mu);
 }
 
+/* A list or watch failed: unhealthy, counted, and the backoff waited. */
+static void fail_and_back_off(struct egpu_kube_informer *inf, long *backoff)
+{
+    set_health(inf, true);
+    count(inf, &inf->stats.errors);
+    back_off(inf, backoff);
+}
+
 static void on_watch_open(void *ud)
 {
     struct egpu_kube_informer *inf = ud;
@@ -875,9 +883,7 @@ static void *informer_main(void *arg)
             if (egpu__kube_worker_stopping(&inf->worker))
                 break;
             if (rc) {
-                set_health(inf, true);
-                count(inf, &inf->stats.errors);
-                back_off(inf, &backoff);
+                fail_and_back_off(inf, &backoff);
                 continue;
             }
             need_list = false;
@@ -889,9 +895,7 @@ static void *informer_main(void *arg)
             wo.send_initial_events = true;
             s.l.seen = json_object();
             if (s.l.seen == NULL) {
-                set_health(inf, true);
-                count(inf, &inf->stats.errors);
-                back_off(inf, &backoff);
+                fail_and_back_off(inf, &backoff);
                 continue;
             }
             pthread_mutex_lock(&inf->mu);
@@ -932,9 +936,7 @@ static void *informer_main(void *arg)
                      s.l.rc    ? egpu_strerror(s.l.rc)
                      : rc != 0 ? err.msg
                                : "the stream ended before its initial events did");
-            set_health(inf, true);
-            count(inf, &inf->stats.errors);
-            back_off(inf, &backoff);
+            fail_and_back_off(inf, &backoff);
             continue;
         }
         if (stream)
@@ -955,12 +957,10 @@ static void *informer_main(void *arg)
             backoff = inf->backoff_min_ms;
             continue;
         }
-        set_health(inf, true);
-        count(inf, &inf->stats.errors);
         egpu_log(EGPU_LOG_WARN,
                  "watch failed, retrying resource=%s rv=%s backoff_ms=%ld err=\"%s\"",
                  inf->res->plural, inf->rv, backoff, rc ? err.msg : "stream ended at once");
-        back_off(inf, &backoff);
+        fail_and_back_off(inf, &backoff);
     }
     return NULL;
 }

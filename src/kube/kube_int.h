@@ -222,16 +222,13 @@ void egpu__kube_stream_free(struct egpu__kube_stream *s);
 int egpu__kube_list_decode(const char *body, size_t len, const char *const *keep, json_t **out,
                            struct egpu_error *err);
 
-/* The same for one watch event: its "object" member is what keep applies to. */
-int egpu__kube_event_decode(const char *body, size_t len, const char *const *keep, json_t **out,
-                            struct egpu_error *err);
-
-/* A keep-spec compiled once for many watch events (a streaming list's are
- * one a line: compiling it per event was 5% of egpu-scheduler's restart).
- * _new: *out (free with _free), or -EINVAL (a path with an empty or too
- * long segment) / -ENOMEM with *out NULL. _decode_with: as
- * egpu__kube_event_decode with the compiled paths (k borrowed). _free:
- * NULL is a no-op. */
+/* One watch event's line decoded the same way, its "object" member being
+ * what the paths apply to, with the paths compiled once for the stream
+ * (a streaming list's events are one an object: compiling them per event
+ * was 5% of egpu-scheduler's restart). _new: *out (free with _free), or
+ * -EINVAL (a path with an empty or too long segment) / -ENOMEM with *out
+ * NULL. _decode_with: as egpu__kube_list_decode, with k (borrowed) for
+ * keep. _free: NULL is a no-op. */
 struct egpu__kube_event_keep;
 int egpu__kube_event_keep_new(const char *const *keep, struct egpu__kube_event_keep **out,
                               struct egpu_error *err);

@@ -18,19 +18,17 @@
  * value, as jansson does. Key order may differ (document order here).
  *
  * DESIGN: the keep paths are compiled into a tree (struct spec) once per
- * call, or once per watch stream (egpu__kube_event_keep_new: a streaming
- * list is one event a line). A stack of frames says what the current container is: built whole,
- * filtered by a spec node, or an array walked with "[]"; a value that no
- * path names is skipped by counting its depth. The whole text is checked as
- * strictly as jansson checks it, skipped parts included, so a page is
- * refused here exactly when it would have been refused whole: malformed
- * JSON, nesting deeper than JSON_PARSER_MAX_DEPTH (2048), an integer outside
- * long long, a real that overflows, a key holding a NUL, or a string that
- * is not UTF-8 (overlong forms, surrogates and code points past U+10FFFF
- * included). One difference: an escaped lone UTF-16 surrogate ("\ud800"),
- * which jansson refuses, is turned into '?' by yajl (Go's encoder, the API
- * server's, never writes one). The parser is iterative, so deep input
- * costs memory (bounded by the depth limit), never stack.
+ * list page, and once per watch stream (egpu__kube_event_keep_new: a
+ * streaming list is one event an object). A stack of frames says what the
+ * current container is: built whole, filtered by a spec node, or an array walked with "[]"; a value
+ * that no path names is skipped by counting its depth. The whole text is checked as strictly as
+ * jansson checks it, skipped parts included, so a page is refused here exactly when it would have
+ * been refused whole: malformed JSON, nesting deeper than JSON_PARSER_MAX_DEPTH (2048), an integer
+ * outside long long, a real that overflows, a key holding a NUL, or a string that is not UTF-8
+ * (overlong forms, surrogates and code points past U+10FFFF included). One difference: an escaped
+ * lone UTF-16 surrogate ("\ud800"), which jansson refuses, is turned into '?' by yajl (Go's
+ * encoder, the API server's, never writes one). The parser is iterative, so deep input costs memory
+ * (bounded by the depth limit), never stack.
  */
 #include <errno.h>
 #include <math.h>
@@ -547,7 +545,8 @@ static int report(struct decoder *d, yajl_handle h, const char *what, const char
     return rc;
 }
 
-/* body decoded against the compiled tree t (borrowed), as decode. */
+/* body decoded against the compiled tree t (borrowed): what
+ * egpu__kube_list_decode and egpu__kube_event_decode_with return. */
 static int decode_tree(const struct tree *t, const char *body, size_t len, const char *what,
                        json_t **out, struct egpu_error *err)
 {
@@ -609,21 +608,6 @@ static int tree_failed(int rc, const char *what, struct egpu_error *err)
                                         : "out of memory");
 }
 
-static int decode(const char *body, size_t len, const char *const *keep, bool event,
-                  const char *what, json_t **out, struct egpu_error *err)
-{
-    struct tree t;
-    int rc = tree_build(&t, keep, event);
-
-    *out = NULL;
-    if (rc == 0)
-        rc = decode_tree(&t, body, len, what, out, err);
-    else
-        rc = tree_failed(rc, what, err);
-    spec_free(&t.item);
-    return rc;
-}
-
 /* The compiled keep tree of a stream's events (the tree points into itself,
  * so it lives where it was built). */
 struct egpu__kube_event_keep {
@@ -666,11 +650,14 @@ void egpu__kube_event_keep_free(struct egpu__kube_event_keep *k)
 int egpu__kube_list_decode(const char *body, size_t len, const char *const *keep, json_t **out,
                            struct egpu_error *err)
 {
-    return decode(body, len, keep, false, "list page", out, err);
-}
+    struct tree t;
+    int rc = tree_build(&t, keep, false);
 
-int egpu__kube_event_decode(const char *body, size_t len, const char *const *keep, json_t **out,
-                            struct egpu_error *err)
-{
-    return decode(body, len, keep, true, "watch event", out, err);
+    *out = NULL;
+    if (rc == 0)
+        rc = decode_tree(&t, body, len, "list page", out, err);
+    else
+        rc = tree_failed(rc, "list page", err);
+    spec_free(&t.item);
+    return rc;
 }

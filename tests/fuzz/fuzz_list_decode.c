@@ -1,6 +1,7 @@
 /* tests/fuzz/fuzz_list_decode.c - the streaming list decoder
  * (src/kube/list_decode.c): egpu__kube_list_decode and
- * egpu__kube_event_decode against json_loadb then egpu_kube_keep on each
+ * egpu__kube_event_decode_with (its paths compiled by
+ * egpu__kube_event_keep_new) against json_loadb then egpu_kube_keep on each
  * item, the decode-whole path they replace for informers with a keep-spec.
  *
  * Input: byte 0 picks the keep-spec (mod 3: the scheduler's pod paths, paths
@@ -84,8 +85,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     event = (data[0] & 0x80) != 0;
     body = (const char *)data + 1;
     len = size - 1;
-    rc = event ? egpu__kube_event_decode(body, len, keep, &b, &err)
-               : egpu__kube_list_decode(body, len, keep, &b, &err);
+    if (event) {
+        struct egpu__kube_event_keep *k = NULL;
+
+        FUZZ_CHECK(egpu__kube_event_keep_new(keep, &k, &err) == 0);
+        rc = egpu__kube_event_decode_with(k, body, len, &b, &err);
+        egpu__kube_event_keep_free(k);
+    } else {
+        rc = egpu__kube_list_decode(body, len, keep, &b, &err);
+    }
     if (rc != 0) {
         FUZZ_CHECK(rc == EGPU_ESYNTAX);
         FUZZ_CHECK(b == NULL);
